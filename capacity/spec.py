@@ -1,0 +1,203 @@
+"""Domain types of the capacity engine: a model as a list of layers, a GPU, a deployment.
+
+Frozen dataclasses, no I/O. Everything downstream (memory math, the grid, the registry rows)
+is derived from these, so they carry exactly the facts a config.json or a SKU sheet states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class KVKind(StrEnum):
+    """What one decoder layer keeps per sequence."""
+
+    FULL = "full"  # K and V for every token (MHA / GQA / MQA)
+    SLIDING = "sliding"  # K and V for at most a window of tokens
+    CHUNKED = "chunked"  # chunked-local attention (Llama 4): a window that resets per chunk
+    MLA = "mla"  # one compressed latent per token (DeepSeek-V2/V3, Kimi-K2)
+    STATE = "state"  # Mamba / gated-delta-net: a constant per-sequence state, no per-token KV
+    SHARED = "shared"  # reads another layer's cache, stores nothing (Gemma 3n/4 KV sharing)
+
+
+PER_TOKEN_KINDS = frozenset({KVKind.FULL, KVKind.SLIDING, KVKind.CHUNKED, KVKind.MLA})
+WINDOWED_KINDS = frozenset({KVKind.SLIDING, KVKind.CHUNKED})
+
+
+@dataclass(frozen=True, slots=True)
+class LayerKVSpec:
+    """The cache one decoder layer holds.
+
+    For MLA the latent is stored as one "head": `k_head_dim = kv_lora_rank` and
+    `v_head_dim = qk_rope_head_dim`, so `kv_elements_per_token` is 576 for DeepSeek-V3, with no
+    factor 2 and no dependence on the attention head count.
+    """
+
+    index: int
+    kind: KVKind
+    num_kv_heads: int = 0
+    k_head_dim: int = 0
+    v_head_dim: int = 0
+    window_tokens: int | None = None  # sliding window W, or the chunk size for CHUNKED
+    conv_state_elements: int = 0  # STATE: per sequence, stored in the model dtype
+    recurrent_state_elements: int = 0  # STATE: per sequence, stored in the SSM cache dtype
+    kv_source_layer: int | None = None  # SHARED: the layer whose cache this one reads
+
+    @property
+    def stores_per_token_kv(self) -> bool:
+        return self.kind in PER_TOKEN_KINDS
+
+    @property
+    def kv_elements_per_token(self) -> int:
+        """Elements cached per token in this layer (0 for state and shared layers)."""
+        if not self.stores_per_token_kv:
+            return 0
+        return self.num_kv_heads * (self.k_head_dim + self.v_head_dim)
+
+    @property
+    def replicated_under_tp(self) -> bool:
+        """MLA latents are not split across tensor-parallel ranks: every rank holds all of it."""
+        return self.kind is KVKind.MLA
+
+
+@dataclass(frozen=True, slots=True)
+class LayerParams:
+    """Parameter counts of one decoder layer, split by how they quantize and shard."""
+
+    attention: int = 0  # q/k/v/o (incl. MLA down/up projections, biases) or the SSM/GDN mixer
+    mlp: int = 0  # dense MLP, or the shared experts of an MoE layer
+    experts: int = 0  # routed experts (all of them)
+    router: int = 0  # MoE gate (kept in high precision by every quantizer we know)
+    norms: int = 0  # layer norms (replicated under TP, never quantized)
+
+    @property
+    def total(self) -> int:
+        return self.attention + self.mlp + self.experts + self.router + self.norms
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointQuant:
+    """How the published checkpoint stores its weights (from `quantization_config`)."""
+
+    method: str  # fp8 | int8 | awq | gptq | mxfp4 | compressed-tensors | bitsandbytes ...
+    weight_format: str  # the capacity engine's weight dtype: fp8 | int8 | int4 | mxfp4
+    group_size: int | None = None
+    experts_only: bool = False  # mxfp4 in gpt-oss: only the routed experts are quantized
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """Everything capacity planning needs to know about one model, normalized across families."""
+
+    model_type: str
+    architecture: str
+    family: str
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int
+    max_position_embeddings: int
+    context_limit_tokens: int  # max_position_embeddings, or what rope scaling extends it to
+    torch_dtype: str  # bfloat16 | float16 | float32
+    tie_word_embeddings: bool
+    layers: tuple[LayerKVSpec, ...]
+    layer_params: tuple[LayerParams, ...]
+    embedding_params: int
+    lm_head_params: int  # 0 when tied to the embeddings
+    final_norm_params: int
+    extra_params: int = 0  # e.g. DeepSeek-V3's multi-token-prediction module
+    num_experts: int = 0
+    num_experts_per_token: int = 0
+    quantization: CheckpointQuant | None = None
+    mamba_ssm_cache_dtype: str = "float32"
+    is_generic: bool = False  # parsed by the generic path: the model_type was not recognized
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def total_params(self) -> int:
+        return (
+            self.embedding_params
+            + self.lm_head_params
+            + self.final_norm_params
+            + self.extra_params
+            + sum(p.total for p in self.layer_params)
+        )
+
+    @property
+    def active_params(self) -> int:
+        """Parameters touched per token (MoE: only the routed experts a token uses)."""
+        if not self.num_experts:
+            return self.total_params
+        unused = sum(
+            p.experts - p.experts * self.num_experts_per_token // self.num_experts for p in self.layer_params
+        )
+        return self.total_params - unused
+
+    def kind_counts(self) -> dict[KVKind, int]:
+        counts: dict[KVKind, int] = {}
+        for layer in self.layers:
+            counts[layer.kind] = counts.get(layer.kind, 0) + 1
+        return counts
+
+    @property
+    def is_mla(self) -> bool:
+        return any(layer.kind is KVKind.MLA for layer in self.layers)
+
+    @property
+    def has_state_layers(self) -> bool:
+        return any(layer.kind is KVKind.STATE for layer in self.layers)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSku:
+    """One accelerator model as the serving engine sees it."""
+
+    id: str
+    name: str
+    vendor: str
+    memory_total_bytes: int  # what the driver reports to the engine, not the marketing number
+    memory_bandwidth_gbps: float | None = None
+    bf16_dense_tflops: float | None = None
+    fp8_dense_tflops: float | None = None
+    fp4_dense_tflops: float | None = None
+    fp8_support: bool = False
+    fp4_support: bool = False
+    int8_support: bool = True
+    gpus_per_node: int = 8
+    interconnect: str | None = None
+    interconnect_gbps: float | None = None
+    price_usd_per_gpu_hour: float | None = None
+    architecture: str | None = None
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentSpec:
+    """How a model is served: parallelism, dtypes, engine settings and what-if overrides.
+
+    `None` means "the engine profile's default" everywhere.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    weight_dtype: str = "auto"  # auto | bf16 | fp16 | float32 | fp8 | int8 | int4 | mxfp4
+    kv_dtype: str = "auto"  # auto | bf16 | fp16 | float32 | fp8 | fp8_e4m3 | fp8_e5m2 | int8
+    engine: str = "vllm"  # vllm | sglang | trtllm | plain
+    engine_version: str | None = None
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    block_size: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    gpu_memory_bytes: int | None = None  # override the device total
+    weights_bytes_per_gpu: int | None = None  # override the weights
+    overhead_bytes_per_gpu: int | None = None  # override every non-KV, non-weight term
+    kv_cache_memory_bytes: int | None = None  # use this KV budget per GPU (vLLM --kv-cache-memory-bytes)
+
+
+class SpecError(ValueError):
+    """A model, GPU or deployment that cannot be planned, with a one-line reason for the user."""
