@@ -1,0 +1,146 @@
+"""Engine and sessions for the registry database, and the one way to create its schema.
+
+The URL comes from `CAPPLAN_REGISTRY_URL` (default `sqlite:///var/registry.db`, relative to the
+working directory; `var/` is created on demand). SQLite connections switch foreign keys on.
+The schema is created and upgraded only by Alembic: `upgrade_to_head(url)`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+URL_ENV = "CAPPLAN_REGISTRY_URL"
+DEFAULT_URL = "sqlite:///var/registry.db"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+ALEMBIC_INI = PROJECT_ROOT / "alembic.ini"
+MIGRATIONS_DIR = PROJECT_ROOT / "migrations"
+
+
+class RegistryError(RuntimeError):
+    """The registry database cannot be used (bad URL, unreachable server); one line for the user."""
+
+
+def registry_url(url: str | None = None) -> str:
+    """The URL to use: the argument, else `CAPPLAN_REGISTRY_URL`, else the default SQLite file."""
+    return url or os.environ.get(URL_ENV) or DEFAULT_URL
+
+
+def _parse(url: str) -> URL:
+    try:
+        return make_url(url)
+    except ArgumentError as exc:
+        raise RegistryError(f"invalid registry URL in {URL_ENV}: {exc}") from None
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a SQLite URL (None for other backends and in-memory SQLite)."""
+    parsed = _parse(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def safe_url(url: str) -> str:
+    """The URL with any password masked, for messages and logs."""
+    return _parse(url).render_as_string(hide_password=True)
+
+
+def make_engine(url: str | None = None, *, foreign_keys: bool = True, **kwargs: Any) -> Engine:
+    """An engine for `url`. SQLite: creates the file's directory and turns foreign keys on.
+
+    `foreign_keys=False` is for migrations only: SQLite batch operations recreate tables, and with
+    foreign keys on, dropping a parent table would cascade-delete its children.
+    """
+    resolved = registry_url(url)
+    path = sqlite_path(resolved)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        engine = create_engine(resolved, **kwargs)
+    except (ArgumentError, ImportError) as exc:
+        raise RegistryError(f"cannot use registry URL {safe_url(resolved)}: {exc}") from None
+    if engine.dialect.name == "sqlite":
+        pragma = "ON" if foreign_keys else "OFF"
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"PRAGMA foreign_keys={pragma}")
+            cursor.close()
+
+    return engine
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(url: str | None = None) -> Iterator[Session]:
+    """A session on a fresh engine; commits on success, rolls back on error, disposes the engine."""
+    engine = make_engine(url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            try:
+                yield session
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+    finally:
+        engine.dispose()
+
+
+def alembic_config(url: str | None = None) -> Any:
+    """An Alembic `Config` for this project's migrations, pointed at `url`."""
+    from alembic.config import Config
+
+    config = Config(str(ALEMBIC_INI)) if ALEMBIC_INI.exists() else Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # Passed as an attribute, not through the ini parser (which would interpolate '%' in passwords).
+    config.attributes["url"] = registry_url(url)
+    config.attributes["configure_logger"] = False
+    return config
+
+
+def upgrade_to_head(url: str | None = None) -> None:
+    """Create or upgrade the registry schema to the latest migration (idempotent)."""
+    from alembic import command
+
+    resolved = registry_url(url)
+    path = sqlite_path(resolved)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        command.upgrade(alembic_config(resolved), "head")
+    except SQLAlchemyError as exc:
+        reason = str(exc.orig if getattr(exc, "orig", None) else exc).splitlines()[0]
+        raise RegistryError(f"cannot migrate the registry at {safe_url(resolved)}: {reason}") from None
+
+
+def registry_exists(url: str | None = None) -> bool:
+    """True when a migrated registry database is reachable at `url`. Never creates anything."""
+    resolved = registry_url(url)
+    path = sqlite_path(resolved)
+    if path is not None and not path.exists():
+        return False
+    try:
+        engine = make_engine(resolved)
+    except RegistryError:
+        return False
+    try:
+        with engine.connect() as connection:
+            return inspect(connection).has_table("models")
+    except SQLAlchemyError:
+        return False
+    finally:
+        engine.dispose()
