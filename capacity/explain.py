@@ -1,0 +1,114 @@
+"""The derivation of an Estimate as a worked example on paper: each factor, its value and unit."""
+
+from __future__ import annotations
+
+from capacity.memory import GIB, Estimate, kv_heads_per_gpu, stage_layers
+from capacity.spec import KVKind, ModelSpec
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:,.2f} GiB"
+
+
+def _b(n: int) -> str:
+    return f"{n:,} B"
+
+
+def layer_summary(model: ModelSpec) -> list[tuple[str, int, int]]:
+    """(description, layer count, elements per token) per distinct layer shape, in layer order."""
+    rows: dict[str, tuple[int, int]] = {}
+    for layer in model.layers:
+        if layer.kind is KVKind.MLA:
+            desc = f"mla: latent {layer.k_head_dim} + rope {layer.v_head_dim}"
+        elif layer.kind is KVKind.STATE:
+            desc = f"state: conv {layer.conv_state_elements:,} + recurrent {layer.recurrent_state_elements:,} elements"
+        elif layer.kind is KVKind.SHARED:
+            desc = f"shared: reads layer {layer.kv_source_layer}'s cache"
+        else:
+            window = f", window {layer.window_tokens:,}" if layer.window_tokens else ""
+            desc = f"{layer.kind.value}: {layer.num_kv_heads} KV heads x (K {layer.k_head_dim} + V {layer.v_head_dim}){window}"
+        count, elements = rows.get(desc, (0, layer.kv_elements_per_token))
+        rows[desc] = (count + 1, elements)
+    return [(desc, count, elements) for desc, (count, elements) in rows.items()]
+
+
+def derivation(est: Estimate, model: ModelSpec) -> list[str]:
+    """Lines that show how every number of the estimate was reached."""
+    elements = sum(layer.kv_elements_per_token for layer in model.layers)
+    kv_b = est.kv_bytes_per_token // elements if elements else 0
+    lines = [
+        f"Model {est.model}: {model.family} ({model.architecture}), {model.num_layers} layers, "
+        f"hidden {model.hidden_size:,}, {model.total_params / 1e9:,.2f}B parameters, context limit "
+        f"{model.context_limit_tokens:,} tokens",
+        f"GPU {est.gpu}: {_gib(est.gpu_memory_bytes)} reported by the driver; engine {est.engine}"
+        + (f" {est.engine_version}" if est.engine_version else "")
+        + f"; TP={est.tp} PP={est.pp}; weights {est.weight_dtype}, KV {est.kv_dtype}",
+        "",
+        "1. KV bytes per token (per layer, then summed)",
+    ]
+    for desc, count, elements in layer_summary(model):
+        lines.append(
+            f"   {count:>3} x {desc:<60} = {count} x {elements:,} elements x {kv_b} B = {_b(count * elements * kv_b)}"
+        )
+    lines.append(f"   whole model: {_b(est.kv_bytes_per_token)} per token")
+    stages = stage_layers(model, est.pp)
+    per_stage = [len(s) for s in stages]
+    heads = sorted({kv_heads_per_gpu(layer, est.tp) for layer in model.layers if layer.stores_per_token_kv})
+    lines.append(
+        f"   per GPU (TP={est.tp}: {', '.join(map(str, heads))} KV head(s) per rank, MLA latents replicated; "
+        f"PP stages {per_stage}): {_b(est.kv_bytes_per_token_per_gpu)} per token on the most loaded GPU"
+    )
+    if est.state_bytes_per_sequence_per_gpu:
+        lines.append(f"   plus a constant per-sequence state of {_b(est.state_bytes_per_sequence_per_gpu)} per GPU")
+    lines += [
+        "",
+        "2. Memory budget per GPU",
+        f"   usable   = {_gib(est.gpu_memory_bytes)} x {est.gpu_memory_utilization} = {_gib(est.usable_bytes_per_gpu)}",
+        f"   weights  = {_gib(est.weights_bytes_per_gpu)} ({est.weights_source})",
+        f"   overhead = activation peak {_gib(est.activation_peak_bytes_per_gpu)} + non-torch "
+        f"{_gib(est.non_torch_bytes_per_gpu)} + CUDA graphs {_gib(est.cuda_graph_bytes_per_gpu)} = "
+        f"{_gib(est.overhead_bytes_per_gpu)}",
+        f"   KV budget = {_gib(est.usable_bytes_per_gpu)} - {_gib(est.weights_bytes_per_gpu)} - "
+        f"{_gib(est.overhead_bytes_per_gpu)} = {_gib(est.kv_budget_bytes_per_gpu)} ({_b(est.kv_budget_bytes_per_gpu)})",
+        "",
+        "3. KV pool",
+    ]
+    pool = est.pool
+    if pool.unit == "block":
+        groups = ", ".join(
+            f"{g.kind}{f'(W={g.window_tokens})' if g.window_tokens else ''}x{g.num_layers}" for g in pool.groups
+        )
+        lines += [
+            f"   block = {pool.block_size} tokens; groups [{groups}]; one block across its layers = {_b(pool.unit_bytes)}",
+            f"   num_blocks = floor({_b(est.kv_budget_bytes_per_gpu)} / {_b(pool.unit_bytes)}) = {est.num_blocks:,}",
+        ]
+    elif pool.unit == "token":
+        lines.append(f"   token pool: floor(budget / {_b(pool.unit_bytes)} per token) = {pool.capacity_units:,} tokens")
+    else:
+        lines.append(
+            f"   byte pool: {_b(est.kv_budget_bytes_per_gpu)}; windowed layers keep W-1 tokens, state added per sequence"
+        )
+    lines += [
+        f"   KV cache size (as the engine prints it) = {est.kv_cache_tokens:,} tokens; "
+        f"physical token slots = {est.physical_kv_token_slots:,}",
+        "",
+        f"4. Concurrency at {est.context_tokens:,} tokens per sequence",
+    ]
+    units = pool.sequence_units(est.context_tokens, est.context_tokens)
+    unit = {"block": "blocks", "token": "tokens", "byte": "bytes"}[pool.unit]
+    lines += [
+        f"   one sequence takes {units:,} {unit}",
+        f"   max concurrency = {pool.capacity_units:,} / {units:,} = {est.max_concurrency:,.2f}x",
+        f"   B_max = {est.b_max:,}"
+        + (
+            f" (memory allows {est.b_max_memory:,}; max_num_seqs caps at {est.max_num_seqs:,})"
+            if est.max_num_seqs is not None and est.b_max_memory > est.b_max
+            else ""
+        ),
+        f"   max context at concurrency {est.target_concurrency or 1:,} = {est.max_context_at_concurrency:,} tokens "
+        f"(block multiple, capped at max_model_len {est.max_model_len:,})",
+        "",
+        f"{'FITS' if est.fits else 'DOES NOT FIT'}: {est.reason}",
+    ]
+    lines += [f"note: {note}" for note in est.notes]
+    return lines
