@@ -172,6 +172,16 @@ VLLM_OVERHEAD = OverheadCoefficients(
     cg_per_layer_bytes=int(8 * MIB),
     source="initial engineering estimate; refit by tools/fit_overheads.py",
 )
+VLLM_V0_OVERHEAD = OverheadCoefficients(
+    a_mlp=1.0,
+    a_logits=1.0,
+    a_base_bytes=64 * MIB,
+    nt_base_bytes=int(1.79 * GIB),
+    nt_tp_bytes=int(0.55 * GIB),
+    cg_base_bytes=0,
+    cg_per_layer_bytes=0,
+    source="V0 non-torch 1.79 GiB at TP1 on H100 (capacity/data/vllm_public_measurements.yaml)",
+)
 
 # SGLang (python/sglang/srt/server_args.py, model_runner memory pool)
 SGLANG_PAGE_SIZE = 1
@@ -184,6 +194,11 @@ TRTLLM_TOKENS_PER_BLOCK = 32
 TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.9
 TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
 TRTLLM_DEFAULT_MAX_BATCH_SIZE = 2048
+
+
+def vllm_overhead_coefficients(release: VllmRelease) -> OverheadCoefficients:
+    """Coefficients in force for a release (the V0 engine profiled very differently)."""
+    return VLLM_V0_OVERHEAD if release.engine_generation == "v0" else VLLM_OVERHEAD
 
 
 def vllm_release(version: str | None) -> VllmRelease:

@@ -491,6 +491,24 @@ class Overhead:
         return self.activation_peak_bytes + self.non_torch_bytes + self.cuda_graph_bytes
 
 
+def activation_features(
+    model: ModelSpec, tp: int, batched_tokens: int, num_seqs: int, act_bytes: int
+) -> tuple[int, int]:
+    """The two quantities the profiling pass's activation peak scales with, in bytes per rank:
+    the widest per-token projection output of `batched_tokens` tokens (dense MLP gate/up, the
+    fused-MoE intermediate of the routed experts, or the QKV projection), and the fp32 logits of
+    the sampler's dummy run over `num_seqs` sequences."""
+    dense = 2 * model.intermediate_size if any(p.mlp for p in model.layer_params) else 0
+    moe = 0
+    if model.num_experts:
+        expert_params = max((p.experts for p in model.layer_params), default=0)
+        moe_intermediate = expert_params // (3 * model.num_experts * model.hidden_size) if expert_params else 0
+        moe = model.num_experts_per_token * 2 * moe_intermediate
+    qkv = (model.num_attention_heads + 2 * model.num_kv_heads) * model.head_dim
+    widest = max(dense, moe, qkv, model.hidden_size)
+    return batched_tokens * cdiv(widest, tp) * act_bytes, num_seqs * cdiv(model.vocab_size, tp) * 4
+
+
 def vllm_overhead(
     model: ModelSpec,
     tp: int,
@@ -499,15 +517,12 @@ def vllm_overhead(
     max_num_seqs: int,
     release: ec.VllmRelease,
     act_bytes: int = 2,
-    coefficients: ec.OverheadCoefficients = ec.VLLM_OVERHEAD,
+    coefficients: ec.OverheadCoefficients | None = None,
 ) -> Overhead:
     """Activation peak of the profiling pass, non-torch memory and the CUDA-graph estimate."""
-    c = coefficients
-    # MoE layers run the batch through the experts a token is routed to; the widest MLP matters.
-    intermediate = max(model.intermediate_size, 1)
-    mlp = c.a_mlp * max_num_batched_tokens * 2 * cdiv(intermediate, tp) * act_bytes
-    logits = c.a_logits * max_num_seqs * cdiv(model.vocab_size, tp) * 4
-    activation = int(mlp + logits) + c.a_base_bytes
+    c = coefficients or ec.vllm_overhead_coefficients(release)
+    mlp, logits = activation_features(model, tp, max_num_batched_tokens, max_num_seqs, act_bytes)
+    activation = int(c.a_mlp * mlp + c.a_logits * logits) + c.a_base_bytes
     non_torch = c.nt_base_bytes + (c.nt_tp_bytes if tp > 1 else 0)
     graphs = 0
     if release.cudagraph_memory_in_budget:
