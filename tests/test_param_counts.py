@@ -199,7 +199,8 @@ def test_qwen3_next_80b_gated_deltanet_and_mtp() -> None:
     conv_dim = 2 * hk * dk + hv * dv
     gdn = h * (2 * hk * dk + 2 * hv * dv) + h * 2 * hv + conv_dim * kernel + 2 * hv + dv + hv * dv * h
     moe = E * 3 * h * moe_inter + (3 * h * shared_inter + h) + h * E  # experts, shared + gate, router
-    main = 2 * vocab * h + 12 * (gated_attn + moe + 2 * h) + 36 * (gdn + moe + 2 * h) + h
+    full, linear = L // 4, L - L // 4  # full_attention_interval 4: 12 attention, 36 delta-net layers
+    main = 2 * vocab * h + full * (gated_attn + moe + 2 * h) + linear * (gdn + moe + 2 * h) + h
     mtp = (gated_attn + moe + 2 * h) + 2 * h * h + 3 * h  # one layer, fc, three norms
     assert main + mtp == 81_324_862_720
     s = spec("qwen3_next-qwen3-next-80b-a3b-instruct")
@@ -222,7 +223,7 @@ def test_deepseek_v3_main_and_mtp() -> None:
     routed, shared = 256 * 3 * h * 2048, 3 * h * 2048
     router = h * 256 + 256  # gate + e_score_correction_bias (noaux_tc)
     moe = attn + routed + shared + router + 2 * h
-    main = 3 * dense + 58 * moe + 2 * vocab * h + h  # first_k_dense_replace = 3
+    main = 3 * dense + (L - 3) * moe + 2 * vocab * h + h  # first_k_dense_replace = 3
     assert main == 671_026_419_200
     # MTP module as stored: a MoE layer, enorm, hnorm, eh_proj (2h -> h), shared_head.norm, and
     # copies of embed_tokens and shared_head.head. (The safetensors metadata, 684,531,386,000,
@@ -312,7 +313,7 @@ def test_glm_4_5_with_mtp() -> None:
     attn = gqa(h, H, kv, d) + (H * d + 2 * kv * d) + 2 * d  # q/k/v bias, q_norm/k_norm
     dense = attn + 3 * h * 12288 + 2 * h
     moe = attn + E * 3 * h * moe_inter + 3 * h * moe_inter + (h * E + E) + 2 * h
-    main = 3 * dense + 89 * moe + 2 * vocab * h + h
+    main = 3 * dense + (L - 3) * moe + 2 * vocab * h + h  # first_k_dense_replace = 3
     mtp = moe + 3 * h + 2 * h * h + 2 * vocab * h
     assert main + mtp == 358_337_791_296
     s = spec("glm4_moe-glm-4.5")
@@ -337,12 +338,16 @@ def test_jamba_v0_1() -> None:
     inner, d_state, d_conv, dt_rank = 2 * h, 16, 4, 256
     mamba = (
         h * 2 * inner  # in_proj
-        + inner * d_conv + inner  # depthwise conv1d + bias
+        + inner * d_conv
+        + inner  # depthwise conv1d + bias
         + inner * (dt_rank + 2 * d_state)  # x_proj
-        + dt_rank * inner + inner  # dt_proj + bias
-        + inner * d_state + inner  # A_log, D
+        + dt_rank * inner
+        + inner  # dt_proj + bias
+        + inner * d_state
+        + inner  # A_log, D
         + inner * h  # out_proj
-        + dt_rank + 2 * d_state  # dt/b/c layernorms
+        + dt_rank
+        + 2 * d_state  # dt/b/c layernorms
     )
     attn = gqa(h, 32, 8, 128)
     moe, dense = E * 3 * h * inter + h * E, 3 * h * inter
