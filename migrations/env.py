@@ -22,9 +22,9 @@ if config.config_file_name is not None and config.attributes.get("configure_logg
 
 
 def _url() -> str:
-    return str(
-        config.attributes.get("url") or context.get_x_argument(as_dictionary=True).get("url") or ""
-    ) or (registry_url())
+    return str(config.attributes.get("url") or context.get_x_argument(as_dictionary=True).get("url") or "") or (
+        registry_url()
+    )
 
 
 def _is_sqlite(url: str) -> bool:

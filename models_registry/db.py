@@ -69,15 +69,25 @@ def make_engine(url: str | None = None, *, foreign_keys: bool = True, **kwargs: 
     except (ArgumentError, ImportError) as exc:
         raise RegistryError(f"cannot use registry URL {safe_url(resolved)}: {exc}") from None
     if engine.dialect.name == "sqlite":
-        pragma = "ON" if foreign_keys else "OFF"
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-            cursor = dbapi_connection.cursor()
-            cursor.execute(f"PRAGMA foreign_keys={pragma}")
-            cursor.close()
-
+        _configure_sqlite(engine, foreign_keys=foreign_keys)
     return engine
+
+
+def _configure_sqlite(engine: Engine, *, foreign_keys: bool) -> None:
+    """Foreign keys on; and let SQLAlchemy, not the sqlite3 module, emit BEGIN, so that
+    SAVEPOINTs (one per ingested item) work as documented for pysqlite."""
+    pragma = "ON" if foreign_keys else "OFF"
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA foreign_keys={pragma}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN")
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
@@ -123,7 +133,7 @@ def upgrade_to_head(url: str | None = None) -> None:
     try:
         command.upgrade(alembic_config(resolved), "head")
     except SQLAlchemyError as exc:
-        reason = str(exc.orig if getattr(exc, "orig", None) else exc).splitlines()[0]
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
         raise RegistryError(f"cannot migrate the registry at {safe_url(resolved)}: {reason}") from None
 
 

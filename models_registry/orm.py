@@ -127,9 +127,7 @@ class Model(Base):
     source: Mapped[str] = mapped_column(String(16))
     source_path: Mapped[str | None] = mapped_column(Text)
     config_json: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[dt.datetime] = mapped_column(
-        DateTime(timezone=True), default=utcnow, server_default=func.now()
-    )
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow, server_default=func.now())
     is_current: Mapped[bool] = mapped_column(Boolean)
 
     layers: Mapped[list[ModelLayer]] = relationship(
@@ -209,12 +207,8 @@ class GpuSku(Base):
     price_date: Mapped[dt.date | None] = mapped_column(Date)
     sources: Mapped[list[str]] = mapped_column(JsonList)
     content_sha256: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[dt.datetime] = mapped_column(
-        DateTime(timezone=True), default=utcnow, server_default=func.now()
-    )
-    updated_at: Mapped[dt.datetime] = mapped_column(
-        DateTime(timezone=True), default=utcnow, server_default=func.now()
-    )
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow, server_default=func.now())
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow, server_default=func.now())
 
     aliases: Mapped[list[GpuAlias]] = relationship(
         back_populates="gpu_sku", cascade="all, delete-orphan", passive_deletes=True
@@ -248,9 +242,7 @@ class IngestRun(Base):
     )
 
     id: Mapped[int] = mapped_column(PrimaryKey, primary_key=True)
-    started_at: Mapped[dt.datetime] = mapped_column(
-        DateTime(timezone=True), default=utcnow, server_default=func.now()
-    )
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow, server_default=func.now())
     finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     source_kind: Mapped[str] = mapped_column(String(16))
     source: Mapped[str | None] = mapped_column(Text)

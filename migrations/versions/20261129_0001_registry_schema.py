@@ -90,9 +90,7 @@ def upgrade() -> None:
         sa.Column("gpus_unchanged", sa.Integer(), server_default="0", nullable=False),
         sa.Column("gpus_updated", sa.Integer(), server_default="0", nullable=False),
         sa.Column("gpus_failed", sa.Integer(), server_default="0", nullable=False),
-        sa.CheckConstraint(
-            "source_kind IN ('catalog', 'dir', 'hub')", name=op.f("ck_ingest_runs_source_kind")
-        ),
+        sa.CheckConstraint("source_kind IN ('catalog', 'dir', 'hub')", name=op.f("ck_ingest_runs_source_kind")),
         sa.CheckConstraint(
             "status IN ('running', 'succeeded', 'partial', 'failed')", name=op.f("ck_ingest_runs_status")
         ),
@@ -140,9 +138,7 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("is_current", sa.Boolean(), nullable=False),
-        sa.CheckConstraint(
-            "source IN ('bundled', 'local', 'hf-cache', 'hub')", name=op.f("ck_models_source")
-        ),
+        sa.CheckConstraint("source IN ('bundled', 'local', 'hf-cache', 'hub')", name=op.f("ck_models_source")),
         sa.CheckConstraint(
             "num_layers > 0 AND hidden_size > 0 AND vocab_size > 0", name=op.f("ck_models_positive_sizes")
         ),
@@ -185,9 +181,7 @@ def upgrade() -> None:
         sa.Column("stage", sa.String(length=16), nullable=False),
         sa.Column("reason", sa.Text(), nullable=False),
         sa.Column("raw_excerpt", sa.Text(), nullable=True),
-        sa.CheckConstraint(
-            "item_kind IN ('model', 'gpu', 'catalog')", name=op.f("ck_ingest_errors_item_kind")
-        ),
+        sa.CheckConstraint("item_kind IN ('model', 'gpu', 'catalog')", name=op.f("ck_ingest_errors_item_kind")),
         sa.ForeignKeyConstraint(
             ["run_id"],
             ["ingest_runs.id"],

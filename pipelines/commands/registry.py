@@ -1,5 +1,210 @@
-"""`capplan registry ...` (being written: registry task)."""
+"""`capplan registry ingest | list | show | upgrade`: a thin shell over models_registry.
+
+User errors are one line on stderr and exit code 2. `ingest` exits 0 with its summary, or 1 with
+`--strict` when anything was rejected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, NoReturn
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from capacity.spec import SpecError
+from models_registry import db, views
+from models_registry import ingest as ingest_mod
+from models_registry.resolve import load_model
+from models_registry.sources.gpu_catalog import read_gpu_catalog
 
 app = typer.Typer(help="Model and GPU registry: ingest, list, show.", no_args_is_help=True)
+
+GIB = 2**30
+
+
+def _fail(message: object) -> NoReturn:
+    typer.echo(f"error: {' '.join(str(message).split())}", err=True)
+    raise typer.Exit(2)
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _count(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n:,}"
+
+
+def _gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / GIB:,.2f} GiB"
+
+
+def print_report(report: ingest_mod.IngestReport) -> None:
+    typer.echo(f"ingest run {report.run_id} ({report.source_kind}: {report.source}): {report.status}")
+    typer.echo(f"{'kind':<6} {'seen':>6} {'added':>6} {'updated':>8} {'unchanged':>10} {'failed':>7}")
+    for kind, counts in (("models", report.models), ("gpus", report.gpus)):
+        typer.echo(
+            f"{kind:<6} {counts.seen:>6} {counts.added:>6} {counts.updated:>8} {counts.unchanged:>10} {counts.failed:>7}"
+        )
+    if report.errors:
+        typer.echo(f"failures ({len(report.errors)}):")
+        for error in report.errors:
+            typer.echo(f"  {error.item_kind} {error.item_key} [{error.stage}]: {error.reason}")
+
+
+@app.command()
+def ingest(
+    catalog: Annotated[
+        bool, typer.Option("--catalog", help="The bundled catalog: every model and GPU (the default).")
+    ] = False,
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="A directory of configs: every **/config.json under it.")
+    ] = None,
+    hub: Annotated[
+        list[str] | None,
+        typer.Option("--hub", help="A Hub repo id (repeatable; REPO@REVISION pins one). Offline first."),
+    ] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when any item was rejected.")] = False,
+    cache_dir: Annotated[
+        Path | None, typer.Option("--cache-dir", help="Hugging Face cache directory (default: HF_HUB_CACHE).")
+    ] = None,
+) -> None:
+    """Read models and GPUs into the registry (CAPPLAN_REGISTRY_URL); a re-run changes nothing."""
+    chosen = sum([catalog, directory is not None, bool(hub)])
+    if chosen > 1:
+        _fail("choose one of --catalog, --dir PATH or --hub REPO_ID")
+    if directory is not None and not directory.is_dir():
+        _fail(f"--dir: not a directory: {directory}")
+    try:
+        db.upgrade_to_head()
+        with db.session_scope() as session:
+            if directory is not None:
+                report = ingest_mod.ingest_dir(session, directory)
+            elif hub:
+                report = ingest_mod.ingest_hub(session, hub, cache_dir=cache_dir)
+            else:
+                report = ingest_mod.ingest_catalog(session)
+    except db.RegistryError as exc:
+        _fail(exc)
+    print_report(report)
+    if strict and report.failed:
+        raise typer.Exit(1)
+
+
+@app.command("list")
+def list_(
+    gpus: Annotated[bool, typer.Option("--gpus", help="List GPU SKUs instead of models.")] = False,
+) -> None:
+    """List current models (or GPU SKUs) in the registry."""
+    console = _console()
+    try:
+        present = db.registry_exists()
+        if gpus:
+            if present:
+                with db.session_scope() as session:
+                    gpu_rows = views.list_gpus(session)
+            else:
+                typer.echo("registry not ingested; showing the bundled GPU catalog", err=True)
+                gpu_rows = views.gpu_rows_from_catalog(read_gpu_catalog()[0])
+            table = Table("id", "name", "memory", "GB/s", "BF16 TF", "FP8 TF", "$/GPU-h", "aliases")
+            for g in gpu_rows:
+                table.add_row(
+                    g.id,
+                    g.name,
+                    _gib(g.memory_total_bytes),
+                    f"{g.memory_bandwidth_gbps:,.0f}" if g.memory_bandwidth_gbps else "-",
+                    f"{g.bf16_dense_tflops:,.0f}" if g.bf16_dense_tflops else "-",
+                    f"{g.fp8_dense_tflops:,.0f}" if g.fp8_dense_tflops else "-",
+                    f"{g.price_usd_per_gpu_hour:.2f}" if g.price_usd_per_gpu_hour is not None else "-",
+                    str(len(g.aliases)),
+                )
+            console.print(table)
+            return
+        if not present:
+            _fail(f"no registry at {db.safe_url(db.registry_url())}; run `capplan registry ingest` first")
+        with db.session_scope() as session:
+            model_rows = views.list_models(session)
+    except db.RegistryError as exc:
+        _fail(exc)
+    table = Table("model", "family", "type", "params", "context", "dtype", "layers (KV kind)", "revs")
+    for m in model_rows:
+        table.add_row(
+            m.repo_id,
+            m.family,
+            m.model_type,
+            _count(m.total_params),
+            f"{m.context_limit_tokens:,}",
+            m.torch_dtype,
+            ", ".join(group.label() for group in m.layer_groups),
+            str(m.revisions),
+        )
+    console.print(table)
+    console.print(f"{len(model_rows)} models")
+
+
+@app.command()
+def show(model: Annotated[str, typer.Argument(help="A registry id or alias, or a config.json path.")]) -> None:
+    """Show one model: normalized fields, KV layout and bytes per token, parameters, history."""
+    try:
+        view = None
+        if db.registry_exists():
+            with db.session_scope() as session:
+                view = views.find_view(session, model)
+        if view is None:
+            view = views.view_from_resolved(load_model(model))
+    except (LookupError, SpecError, db.RegistryError) as exc:
+        _fail(exc)
+    _print_view(view)
+
+
+def _print_view(view: views.ModelView) -> None:
+    out = typer.echo
+    out(f"{view.repo_id}")
+    out(f"  revision        {view.revision or '-'}   config sha256 {view.config_sha256[:16]}   source {view.source}")
+    generic = "  (generic parser: model_type not recognized)" if view.is_generic else ""
+    out(f"  family          {view.family}   model_type {view.model_type}   {view.architecture}{generic}")
+    for key, value in view.fields.items():
+        shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+        out(f"  {key:<24}{shown if value is not None else '-'}")
+    out("  layers (KV kind) " + ", ".join(group.label() for group in view.layer_groups))
+    dtype = view.fields.get("torch_dtype")
+    out(f"  KV bytes/token  {view.kv_bytes_per_token:,} at {dtype} (whole model, all per-token layers)")
+    if view.state_bytes_per_sequence:
+        out(f"  state/sequence  {view.state_bytes_per_sequence:,} bytes (conv at {dtype}, recurrent at fp32)")
+    out(
+        f"  parameters      total {_count(view.total_params)} ({view.total_params:,})   "
+        f"active {_count(view.active_params)}   embedding {_count(view.embedding_params)}"
+    )
+    if view.published_parameters:
+        out(f"  published       {_count(view.published_parameters)} ({view.published_parameters:,})")
+    out(
+        f"  checkpoint      {_gib(view.checkpoint_bytes)}"
+        + (f" ({view.checkpoint_bytes:,} B)" if view.checkpoint_bytes else " (no safetensors index)")
+    )
+    for note in view.notes:
+        out(f"  note            {note}")
+    if view.history is None:
+        out("  history         not in the registry (run `capplan registry ingest`)")
+        return
+    out(f"  history         {len(view.history)} revision(s)")
+    for rev in view.history:
+        mark = "*" if rev.is_current else " "
+        when = rev.created_at.strftime("%Y-%m-%d %H:%M") if rev.created_at else "-"
+        out(f"    {mark} {when}  {(rev.revision or '-')[:40]:<40}  {rev.config_sha256[:16]}  {rev.source}")
+
+
+@app.command()
+def upgrade() -> None:
+    """Create or upgrade the registry schema (Alembic `upgrade head`)."""
+    try:
+        db.upgrade_to_head()
+    except db.RegistryError as exc:
+        _fail(exc)
+    typer.echo(f"registry at {db.safe_url(db.registry_url())} is at the latest schema")

@@ -1,0 +1,237 @@
+"""Raw config bytes -> a checked ModelSpec, stage by stage, every failure one line.
+
+Stages (recorded in `ingest_errors.stage`):
+  json      bytes -> a JSON object (UTF-8, valid JSON, an object at the top)
+  config    generic sanity of the standard fields, then `capacity.hf_config.parse_config`
+  validate  the normalized spec fits the registry (sizes positive, plausible, within column ranges)
+
+The generic checks only look at fields whose meaning is the same in every family (a negative
+layer count or a string where a head count belongs is never valid); everything family-specific
+is the parser's job.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from capacity.hf_config import ConfigError, parse_config
+from capacity.spec import ModelSpec
+from models_registry.sources.common import ConfigSnapshot, StageError, one_line
+
+INT32_MAX = 2**31 - 1
+
+# field -> (minimum, maximum); minimum 1 for sizes that can never be zero.
+_SIZE_FIELDS: dict[str, tuple[int, int]] = {
+    "hidden_size": (1, 2**17),
+    "n_embd": (1, 2**17),
+    "d_model": (1, 2**17),
+    "num_hidden_layers": (1, 4096),
+    "n_layer": (1, 4096),
+    "num_layers": (1, 4096),
+    "num_attention_heads": (1, 4096),
+    "n_head": (1, 4096),
+    "num_key_value_heads": (1, 4096),
+    "num_kv_heads": (1, 4096),
+    "head_dim": (1, 4096),
+    "vocab_size": (1, 2**23),
+    "max_position_embeddings": (1, 2**30),
+    "n_positions": (1, 2**30),
+    "intermediate_size": (0, 2**20),
+    "moe_intermediate_size": (0, 2**20),
+    "num_local_experts": (0, 65536),
+    "n_routed_experts": (0, 65536),
+    "num_experts": (0, 65536),
+    "num_experts_per_tok": (0, 65536),
+    "n_shared_experts": (0, 65536),
+    "kv_lora_rank": (0, 2**16),
+    "q_lora_rank": (0, 2**16),
+    "qk_rope_head_dim": (0, 4096),
+    "qk_nope_head_dim": (0, 4096),
+    "v_head_dim": (0, 4096),
+    "sliding_window": (0, 2**30),
+    "attention_chunk_size": (0, 2**30),
+}
+_STR_FIELDS = ("model_type", "torch_dtype", "dtype")
+_NESTED = ("text_config", "llm_config", "language_config")
+
+
+def decode_config(raw: bytes, *, name: str) -> dict[str, Any]:
+    """Bytes -> the config dict (StageError 'json')."""
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise StageError("json", f"{name}: config.json is not UTF-8 text (byte {exc.start})") from None
+    if not text.strip():
+        raise StageError("json", f"{name}: config.json is empty")
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise StageError(
+            "json", f"{name}: config.json is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except ValueError as exc:
+        raise StageError("json", f"{name}: config.json is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise StageError("json", f"{name}: config.json must hold a JSON object, got {_json_type(value)}")
+    return value
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not a JSON number")
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    return "a number"
+
+
+def _describe(value: object) -> str:
+    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
+    kind = {bool: "boolean", str: "string", float: "number", list: "list", dict: "object"}.get(type(value), "")
+    return f"{kind} {one_line(text, 40)}".strip()
+
+
+def lint_config(config: Mapping[str, Any], *, name: str) -> None:
+    """Generic checks of the standard fields, at the top level and in nested text configs."""
+    _lint_level(config, name=name, where="")
+    for key in _NESTED:
+        nested = config.get(key)
+        if nested is None:
+            continue
+        if not isinstance(nested, Mapping):
+            raise StageError("config", f"{name}: {key} must be an object, got {_describe(nested)}")
+        _lint_level(nested, name=name, where=f"{key}.")
+
+
+def _lint_level(config: Mapping[str, Any], *, name: str, where: str) -> None:
+    for key in _STR_FIELDS:
+        value = config.get(key)
+        if value is not None and not isinstance(value, str):
+            raise StageError("config", f"{name}: {where}{key} must be a string, got {_describe(value)}")
+    archs = config.get("architectures")
+    if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
+        raise StageError("config", f"{name}: {where}architectures must be a list of strings, got {_describe(archs)}")
+    quant = config.get("quantization_config")
+    if quant is not None and not isinstance(quant, Mapping):
+        raise StageError("config", f"{name}: {where}quantization_config must be an object, got {_describe(quant)}")
+    ints: dict[str, int] = {}
+    for key, (low, high) in _SIZE_FIELDS.items():
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise StageError("config", f"{name}: {where}{key} must be an integer, got {_describe(value)}")
+        if isinstance(value, float):
+            if not (math.isfinite(value) and value.is_integer()):
+                raise StageError("config", f"{name}: {where}{key} must be an integer, got {_describe(value)}")
+            value = int(value)
+        if value < low:
+            expected = "positive" if low >= 1 else "non-negative"
+            raise StageError("config", f"{name}: {where}{key} must be {expected}, got {value}")
+        if value > high:
+            raise StageError("config", f"{name}: {where}{key} = {value:,} is implausibly large (at most {high:,})")
+        ints[key] = value
+    for heads_key, kv_key in (("num_attention_heads", "num_key_value_heads"), ("n_head", "num_kv_heads")):
+        heads, kv = ints.get(heads_key), ints.get(kv_key)
+        if heads and kv:
+            if kv > heads:
+                raise StageError("config", f"{name}: {where}{kv_key} ({kv}) exceeds {where}{heads_key} ({heads})")
+            if heads % kv:
+                raise StageError(
+                    "config",
+                    f"{name}: {where}{heads_key} ({heads}) is not divisible by {where}{kv_key} ({kv})",
+                )
+    if "head_dim" not in ints and "kv_lora_rank" not in ints:
+        for hidden_key, heads_key in (("hidden_size", "num_attention_heads"), ("n_embd", "n_head")):
+            hidden, heads = ints.get(hidden_key), ints.get(heads_key)
+            if hidden and heads and hidden % heads:
+                raise StageError(
+                    "config",
+                    f"{name}: {where}{hidden_key} ({hidden}) is not divisible by {where}{heads_key} ({heads})"
+                    " and there is no head_dim",
+                )
+
+
+def parse_spec(config: Mapping[str, Any], *, name: str) -> ModelSpec:
+    """`parse_config` with every failure turned into a one-line StageError('config')."""
+    try:
+        return parse_config(config, name=name)
+    except ConfigError as exc:
+        raise StageError("config", _named(name, exc)) from None
+    except NotImplementedError:
+        raise StageError("config", f"{name}: the config parser is not available") from None
+    except Exception as exc:  # a parser bug must not stop an ingest; the item is rejected
+        raise StageError("config", f"{name}: parser failed: {type(exc).__name__}: {exc}") from None
+
+
+def _named(name: str, exc: BaseException) -> str:
+    message = one_line(exc)
+    return message if name in message else f"{name}: {message}"
+
+
+def check_spec(spec: ModelSpec, *, name: str) -> None:
+    """The normalized spec is planable and fits the registry's columns (StageError 'validate')."""
+
+    def fail(reason: str) -> None:
+        raise StageError("validate", f"{name}: {reason}")
+
+    sizes = {
+        "hidden_size": spec.hidden_size,
+        "num_layers": spec.num_layers,
+        "num_attention_heads": spec.num_attention_heads,
+        "vocab_size": spec.vocab_size,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "context_limit_tokens": spec.context_limit_tokens,
+    }
+    for key, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            fail(f"{key} must be a positive integer, got {value!r}")
+    others = {
+        "num_kv_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "intermediate_size": spec.intermediate_size,
+        "num_experts": spec.num_experts,
+        "num_experts_per_token": spec.num_experts_per_token,
+    }
+    for key, value in (sizes | others).items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT32_MAX:
+            fail(f"{key} = {value!r} is out of range")
+    if not spec.layers:
+        fail("no decoder layers")
+    indices = [layer.index for layer in spec.layers]
+    if len(set(indices)) != len(indices):
+        fail("two layer specs share a layer index")
+    for layer in spec.layers:
+        for key in ("num_kv_heads", "k_head_dim", "v_head_dim"):
+            value = getattr(layer, key)
+            if not 0 <= value <= INT32_MAX:
+                fail(f"layer {layer.index}: {key} = {value} is out of range")
+        if layer.stores_per_token_kv and layer.kv_elements_per_token <= 0:
+            fail(f"layer {layer.index} ({layer.kind}) stores no KV elements per token")
+        if layer.window_tokens is not None and not 0 < layer.window_tokens <= INT32_MAX:
+            fail(f"layer {layer.index}: window of {layer.window_tokens} tokens is out of range")
+    total = spec.total_params
+    if not 0 < total < 2**53:
+        fail(f"parameter count {total:,} is not plausible")
+    if spec.torch_dtype.lower() not in ("bfloat16", "float16", "float32", "bf16", "fp16", "half", "float"):
+        fail(f"torch_dtype {spec.torch_dtype!r} is not a floating-point model dtype")
+
+
+def spec_from_snapshot(snapshot: ConfigSnapshot) -> tuple[dict[str, Any], ModelSpec]:
+    """All stages for one snapshot: the config dict and its checked ModelSpec (or StageError)."""
+    name = snapshot.repo_id
+    config = decode_config(snapshot.config_bytes, name=name)
+    lint_config(config, name=name)
+    spec = parse_spec(config, name=name)
+    check_spec(spec, name=name)
+    return config, spec

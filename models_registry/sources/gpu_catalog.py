@@ -1,0 +1,317 @@
+"""The GPU catalog (`catalog/gpus.yaml`): load and validate SKUs, resolve any name to one.
+
+A bad entry becomes an `ItemError` (recorded by the ingest), never an exception; `find_gpu_sku`
+resolves a catalog id or any alias (nvidia-smi / DCGM product names included) ignoring case,
+spaces, dashes and underscores.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import hashlib
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from capacity.spec import GpuSku
+from models_registry.sources.bundled import CATALOG_DIR, load_yaml
+from models_registry.sources.common import ItemError, excerpt, one_line
+
+GPUS_YAML = "gpus.yaml"
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_VENDOR_PREFIXES = ("nvidia", "amd", "intel")
+GIB = 2**30
+
+
+def normalize_alias(name: str) -> str:
+    """Case-folded, with spaces, dashes and underscores removed: 'NVIDIA H100 80GB HBM3' -> 'nvidiah10080gbhbm3'."""
+    return re.sub(r"[\s_\-]+", "", name).casefold()
+
+
+def _without_vendor(key: str) -> str:
+    for vendor in _VENDOR_PREFIXES:
+        if key.startswith(vendor) and len(key) > len(vendor):
+            return key[len(vendor) :]
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRecord:
+    """One validated catalog entry: every field of gpus.yaml (`to_sku()` gives the domain type)."""
+
+    id: str
+    name: str
+    vendor: str
+    memory_total_bytes: int
+    architecture: str | None = None
+    form_factor: str | None = None
+    memory_marketing_gb: float | None = None
+    memory_type: str | None = None
+    memory_total_mib_smi: int | None = None
+    memory_total_basis: str | None = None
+    memory_bandwidth_gbps: float | None = None
+    bf16_dense_tflops: float | None = None
+    fp8_dense_tflops: float | None = None
+    fp4_dense_tflops: float | None = None
+    fp8_support: bool = False
+    fp4_support: bool = False
+    int8_support: bool = True
+    interconnect: str | None = None
+    interconnect_gbps: float | None = None
+    gpus_per_node: int = 8
+    price_usd_per_gpu_hour: float | None = None
+    price_source: str | None = None
+    price_date: dt.date | None = None
+    aliases: tuple[str, ...] = ()
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_sku(self) -> GpuSku:
+        return GpuSku(
+            id=self.id,
+            name=self.name,
+            vendor=self.vendor,
+            memory_total_bytes=self.memory_total_bytes,
+            memory_bandwidth_gbps=self.memory_bandwidth_gbps,
+            bf16_dense_tflops=self.bf16_dense_tflops,
+            fp8_dense_tflops=self.fp8_dense_tflops,
+            fp4_dense_tflops=self.fp4_dense_tflops,
+            fp8_support=self.fp8_support,
+            fp4_support=self.fp4_support,
+            int8_support=self.int8_support,
+            gpus_per_node=self.gpus_per_node,
+            interconnect=self.interconnect,
+            interconnect_gbps=self.interconnect_gbps,
+            price_usd_per_gpu_hour=self.price_usd_per_gpu_hour,
+            architecture=self.architecture,
+            aliases=self.aliases,
+        )
+
+    @property
+    def content_sha256(self) -> str:
+        """sha256 of the canonical JSON of every field: equal content, equal hash."""
+        payload = asdict(self)
+        payload["price_date"] = self.price_date.isoformat() if self.price_date else None
+        payload["aliases"] = list(self.aliases)
+        payload["sources"] = list(self.sources)
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+    def alias_keys(self) -> dict[str, str]:
+        """normalized key -> the spelling it came from: id, name and every alias."""
+        keys: dict[str, str] = {}
+        for spelling in (self.id, self.name, *self.aliases):
+            keys.setdefault(normalize_alias(spelling), spelling)
+        return keys
+
+
+class _Invalid(ValueError):
+    pass
+
+
+def _str(entry: dict[str, Any], key: str, *, required: bool = False, limit: int = 200) -> str | None:
+    value = entry.get(key)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if required:
+            raise _Invalid(f"{key} is missing")
+        return None
+    if not isinstance(value, str):
+        raise _Invalid(f"{key} must be a string, got {value!r}")
+    if len(value) > limit:
+        raise _Invalid(f"{key} is longer than {limit} characters")
+    return value.strip()
+
+
+def _int(entry: dict[str, Any], key: str, low: int, high: int, *, required: bool = False) -> int | None:
+    value = entry.get(key)
+    if value is None:
+        if required:
+            raise _Invalid(f"{key} is missing")
+        return None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Invalid(f"{key} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise _Invalid(f"{key} = {value:,} is out of range [{low:,}, {high:,}]")
+    return value
+
+
+def _float(entry: dict[str, Any], key: str, high: float, *, allow_zero: bool = False) -> float | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _Invalid(f"{key} must be a number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise _Invalid(f"{key} must be positive, got {value}")
+    if value > high:
+        raise _Invalid(f"{key} = {value:,} is implausibly large")
+    return float(value)
+
+
+def _bool(entry: dict[str, Any], key: str, default: bool) -> bool:
+    value = entry.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _Invalid(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _strings(entry: dict[str, Any], key: str) -> tuple[str, ...]:
+    value = entry.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise _Invalid(f"{key} must be a list, got {value!r}")
+    out: list[str] = []
+    for item in value:
+        if isinstance(item, int | float) and not isinstance(item, bool):
+            item = str(item)  # YAML reads an unquoted alias like 4090 as a number
+        if not isinstance(item, str) or not item.strip():
+            raise _Invalid(f"{key} must hold non-empty strings, got {item!r}")
+        out.append(item.strip())
+    return tuple(out)
+
+
+def _date(entry: dict[str, Any], key: str) -> dt.date | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return dt.date.fromisoformat(value.strip())
+        except ValueError:
+            pass
+    raise _Invalid(f"{key} must be a date (YYYY-MM-DD), got {value!r}")
+
+
+def validate_gpu_entry(entry: object) -> GpuRecord:
+    """One gpus.yaml entry -> a GpuRecord; ValueError with a one-line reason otherwise."""
+    if not isinstance(entry, dict):
+        raise _Invalid(f"entry must be a mapping, got {type(entry).__name__}")
+    sku_id = _str(entry, "id", required=True, limit=64)
+    assert sku_id is not None
+    if not _SLUG.match(sku_id):
+        raise _Invalid(f"id {sku_id!r} must be lowercase letters, digits, '.', '-' or '_'")
+    memory = _int(entry, "memory_total_bytes", GIB, 2**44, required=True)
+    assert memory is not None
+    smi_mib = _int(entry, "memory_total_mib_smi", 1024, 2**24)
+    if smi_mib is not None and memory > smi_mib * 2**20:
+        raise _Invalid(
+            f"memory_total_bytes {memory:,} exceeds memory_total_mib_smi ({smi_mib} MiB = {smi_mib * 2**20:,} B)"
+        )
+    marketing = _float(entry, "memory_marketing_gb", 16384)
+    if marketing is not None and not 0.5 * marketing * 1e9 <= memory <= 1.2 * marketing * GIB:
+        raise _Invalid(
+            f"memory_total_bytes {memory:,} does not match memory_marketing_gb {marketing:g} "
+            f"(expected about {marketing * 1e9:,.0f}-{marketing * GIB:,.0f} B)"
+        )
+    name = _str(entry, "name", required=True)
+    vendor = _str(entry, "vendor", required=True, limit=32)
+    assert name is not None and vendor is not None
+    return GpuRecord(
+        id=sku_id,
+        name=name,
+        vendor=vendor,
+        memory_total_bytes=memory,
+        architecture=_str(entry, "architecture", limit=32),
+        form_factor=_str(entry, "form_factor", limit=32),
+        memory_marketing_gb=marketing,
+        memory_type=_str(entry, "memory_type", limit=32),
+        memory_total_mib_smi=smi_mib,
+        memory_total_basis=_str(entry, "memory_total_basis", limit=2000),
+        memory_bandwidth_gbps=_float(entry, "memory_bandwidth_gbps", 1e6),
+        bf16_dense_tflops=_float(entry, "bf16_dense_tflops", 1e6),
+        fp8_dense_tflops=_float(entry, "fp8_dense_tflops", 1e6),
+        fp4_dense_tflops=_float(entry, "fp4_dense_tflops", 1e6),
+        fp8_support=_bool(entry, "fp8_support", False),
+        fp4_support=_bool(entry, "fp4_support", False),
+        int8_support=_bool(entry, "int8_support", True),
+        interconnect=_str(entry, "interconnect", limit=2000),
+        interconnect_gbps=_float(entry, "interconnect_gbps", 1e6),
+        gpus_per_node=_int(entry, "gpus_per_node", 1, 1024) or 8,
+        price_usd_per_gpu_hour=_float(entry, "price_usd_per_gpu_hour", 1000, allow_zero=True),
+        price_source=_str(entry, "price_source", limit=2000),
+        price_date=_date(entry, "price_date"),
+        aliases=_strings(entry, "aliases"),
+        sources=_strings(entry, "sources"),
+    )
+
+
+def read_gpu_catalog(path: Path | None = None) -> tuple[list[GpuRecord], list[ItemError]]:
+    """Every valid SKU of gpus.yaml, and an error for each bad entry (duplicate ids and aliases
+    claimed by an earlier SKU included)."""
+    source = path or CATALOG_DIR / GPUS_YAML
+    entries, errors = load_yaml(source, list_key="gpus")
+    records: list[GpuRecord] = []
+    owners: dict[str, str] = {}  # normalized alias -> sku id
+    for position, entry in enumerate(entries, start=1):
+        raw_id = entry.get("id") if isinstance(entry, dict) else None
+        key = raw_id if isinstance(raw_id, str) and raw_id else f"{GPUS_YAML}#{position}"
+        try:
+            record = validate_gpu_entry(entry)
+            if normalize_alias(record.id) in owners:
+                raise _Invalid(f"duplicate id {record.id!r} (already used by {owners[normalize_alias(record.id)]})")
+            for normalized, spelling in record.alias_keys().items():
+                owner = owners.get(normalized)
+                if owner is not None:
+                    raise _Invalid(f"{spelling!r} already names {owner}")
+        except ValueError as exc:
+            errors.append(ItemError("gpu", key, "validate", one_line(exc), str(source), excerpt(repr(entry))))
+            continue
+        for normalized in record.alias_keys():
+            owners[normalized] = record.id
+        records.append(record)
+    return records, errors
+
+
+@lru_cache(maxsize=8)
+def _cached_skus(path: Path | None) -> tuple[GpuSku, ...]:
+    records, _ = read_gpu_catalog(path)
+    return tuple(record.to_sku() for record in records)
+
+
+def load_gpu_skus(path: Path | str | None = None) -> list[GpuSku]:
+    """The valid SKUs of the GPU catalog (bad entries are skipped; the ingest records them)."""
+    return list(_cached_skus(Path(path) if path is not None else None))
+
+
+def find_gpu_sku(name: str, skus: list[GpuSku] | tuple[GpuSku, ...] | None = None) -> GpuSku:
+    """The SKU whose id, name or an alias matches `name` (case, spaces, dashes, underscores ignored).
+
+    Raises LookupError with a one-line message that suggests close matches.
+    """
+    candidates = list(skus) if skus is not None else load_gpu_skus()
+    query = normalize_alias(name)
+    index: dict[str, GpuSku] = {}
+    for sku in candidates:
+        for spelling in (sku.id, sku.name, *sku.aliases):
+            index.setdefault(normalize_alias(spelling), sku)
+    if query in index:
+        return index[query]
+    # 'NVIDIA A100-SXM4-80GB' vs 'A100-SXM4-80GB': try again without a vendor prefix on both sides.
+    stripped: dict[str, set[str]] = {}
+    for key, sku in index.items():
+        stripped.setdefault(_without_vendor(key), set()).add(sku.id)
+    matches = stripped.get(_without_vendor(query), set())
+    if len(matches) == 1:
+        (sku_id,) = matches
+        return next(sku for sku in candidates if sku.id == sku_id)
+    if not name.strip():
+        raise LookupError("empty GPU name; pass a catalog id such as h100-sxm-80gb or an nvidia-smi name")
+    close = difflib.get_close_matches(query, list(index), n=8, cutoff=0.6)
+    suggestions: list[str] = []
+    for key in close:
+        if index[key].id not in suggestions:
+            suggestions.append(index[key].id)
+    hint = f"; did you mean {', '.join(suggestions[:4])}?" if suggestions else ""
+    raise LookupError(one_line(f"unknown GPU {name!r}{hint} (see `capplan registry list --gpus`)"))

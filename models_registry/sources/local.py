@@ -1,0 +1,64 @@
+"""A directory of configs on disk: every `**/config.json`, with an optional sibling
+`model.safetensors.index.json` giving the checkpoint size (`metadata.total_size`).
+
+The registry id of `<root>/<org>/<name>/config.json` is `<org>/<name>` (the path relative to the
+root); a config directly in the root takes the root directory's name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from models_registry.sources.common import (
+    CONFIG_NAME,
+    INDEX_NAME,
+    ConfigSnapshot,
+    ItemError,
+    StageError,
+    checkpoint_bytes_from_index,
+    read_bytes,
+)
+
+
+def model_id_for(config_path: Path, root: Path) -> str:
+    relative = config_path.parent.resolve().relative_to(root.resolve())
+    return relative.as_posix() if relative.parts else root.resolve().name
+
+
+def read_model_dir(directory: Path, *, repo_id: str | None = None) -> ConfigSnapshot:
+    """The snapshot of one model directory (config.json + optional safetensors index)."""
+    config_path = directory / CONFIG_NAME
+    if not config_path.is_file():
+        raise StageError("read", f"no {CONFIG_NAME} in {directory}")
+    return read_config_file(config_path, repo_id=repo_id)
+
+
+def read_config_file(config_path: Path, *, repo_id: str | None = None) -> ConfigSnapshot:
+    """The snapshot of one config file; the sibling safetensors index is read when present."""
+    raw = read_bytes(config_path)
+    index = config_path.parent / INDEX_NAME
+    checkpoint = checkpoint_bytes_from_index(index) if index.is_file() else None
+    return ConfigSnapshot(
+        repo_id=repo_id or config_path.parent.resolve().name,
+        config_bytes=raw,
+        source="local",
+        source_path=str(config_path.resolve()),
+        checkpoint_bytes=checkpoint,
+    )
+
+
+def scan_dir(root: Path) -> tuple[list[ConfigSnapshot], list[ItemError]]:
+    """Every config under `root` (sorted by path), plus an error for each one that cannot be read."""
+    if not root.is_dir():
+        raise NotADirectoryError(f"not a directory: {root}")
+    snapshots: list[ConfigSnapshot] = []
+    errors: list[ItemError] = []
+    for config_path in sorted(root.rglob(CONFIG_NAME)):
+        if any(part.startswith(".") for part in config_path.relative_to(root).parts[:-1]):
+            continue  # .git, .cache and friends
+        repo_id = model_id_for(config_path, root)
+        try:
+            snapshots.append(read_config_file(config_path, repo_id=repo_id))
+        except StageError as exc:
+            errors.append(ItemError("model", repo_id, exc.stage, str(exc), str(config_path)))
+    return snapshots, errors

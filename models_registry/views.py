@@ -1,0 +1,255 @@
+"""Read-side of the registry for `capplan registry list/show`: plain rows, no formatting."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from capacity.memory import element_bytes
+from capacity.spec import PER_TOKEN_KINDS, SpecError
+from models_registry import orm
+from models_registry.resolve import ResolvedModel, registry_row
+from models_registry.sources.gpu_catalog import GpuRecord
+
+SSM_STATE_BYTES = 4  # recurrent state in float32 unless the config says otherwise
+
+
+@dataclass(frozen=True, slots=True)
+class LayerGroup:
+    kind: str
+    window_tokens: int | None
+    count: int
+
+    def label(self) -> str:
+        window = f" w={self.window_tokens:,}" if self.window_tokens else ""
+        return f"{self.kind}{window} x{self.count}"
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    revision: str | None
+    config_sha256: str
+    source: str
+    created_at: dt.datetime | None
+    is_current: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ModelView:
+    repo_id: str
+    revision: str | None
+    config_sha256: str
+    source: str
+    family: str
+    model_type: str
+    architecture: str
+    is_generic: bool
+    fields: dict[str, object]
+    layer_groups: tuple[LayerGroup, ...]
+    kv_bytes_per_token: int
+    state_bytes_per_sequence: int
+    total_params: int
+    active_params: int
+    embedding_params: int
+    checkpoint_bytes: int | None
+    published_parameters: int | None
+    history: tuple[Revision, ...] | None = None  # None: not in the registry
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _dtype_bytes(dtype: str) -> int:
+    try:
+        return element_bytes(dtype)
+    except SpecError:
+        return 2
+
+
+def group_layers(layers: Iterable[tuple[str, int | None]]) -> tuple[LayerGroup, ...]:
+    """(kind, window) counts in order of first appearance."""
+    counts: dict[tuple[str, int | None], int] = {}
+    for kind, window in layers:
+        counts[(kind, window)] = counts.get((kind, window), 0) + 1
+    return tuple(LayerGroup(kind, window, count) for (kind, window), count in counts.items())
+
+
+def _kv_elements(kind: str, heads: int, k: int, v: int) -> int:
+    return heads * (k + v) if kind in PER_TOKEN_KINDS else 0
+
+
+def view_from_row(session: Session, row: orm.Model) -> ModelView:
+    dtype_bytes = _dtype_bytes(row.torch_dtype)
+    layers = row.layers
+    kv = sum(_kv_elements(x.kv_kind, x.num_kv_heads, x.k_head_dim, x.v_head_dim) for x in layers) * dtype_bytes
+    state = sum(x.conv_state_elements * dtype_bytes + x.recurrent_state_elements * SSM_STATE_BYTES for x in layers)
+    history = session.scalars(select(orm.Model).where(orm.Model.repo_id == row.repo_id).order_by(orm.Model.id)).all()
+    return ModelView(
+        repo_id=row.repo_id,
+        revision=row.revision,
+        config_sha256=row.config_sha256,
+        source=row.source,
+        family=row.family,
+        model_type=row.model_type,
+        architecture=row.architecture,
+        is_generic=row.is_generic,
+        fields=_fields(row),
+        layer_groups=group_layers((x.kv_kind, x.window_tokens) for x in layers),
+        kv_bytes_per_token=kv,
+        state_bytes_per_sequence=state,
+        total_params=row.total_params,
+        active_params=row.active_params,
+        embedding_params=row.embedding_params,
+        checkpoint_bytes=row.checkpoint_bytes,
+        published_parameters=row.published_parameters,
+        history=tuple(Revision(h.revision, h.config_sha256, h.source, h.created_at, h.is_current) for h in history),
+    )
+
+
+def _fields(source: object) -> dict[str, object]:
+    names = (
+        "hidden_size",
+        "num_layers",
+        "num_attention_heads",
+        "num_kv_heads",
+        "head_dim",
+        "vocab_size",
+        "intermediate_size",
+        "max_position_embeddings",
+        "context_limit_tokens",
+        "torch_dtype",
+        "tie_word_embeddings",
+        "num_experts",
+        "num_experts_per_token",
+    )
+    values: dict[str, object] = {name: getattr(source, name) for name in names}
+    if isinstance(source, orm.Model):
+        values["quantization"] = f"{source.quant_method} ({source.quant_format})" if source.quant_method else None
+    else:
+        quant = getattr(source, "quantization", None)
+        values["quantization"] = f"{quant.method} ({quant.weight_format})" if quant else None
+    return values
+
+
+def view_from_resolved(resolved: ResolvedModel) -> ModelView:
+    spec = resolved.spec
+    dtype_bytes = _dtype_bytes(spec.torch_dtype)
+    ssm_bytes = _dtype_bytes(spec.mamba_ssm_cache_dtype)
+    return ModelView(
+        repo_id=resolved.repo_id,
+        revision=resolved.revision,
+        config_sha256=resolved.config_sha256,
+        source=resolved.source,
+        family=spec.family,
+        model_type=spec.model_type,
+        architecture=spec.architecture,
+        is_generic=spec.is_generic,
+        fields=_fields(spec),
+        layer_groups=group_layers((str(x.kind), x.window_tokens) for x in spec.layers),
+        kv_bytes_per_token=sum(x.kv_elements_per_token for x in spec.layers) * dtype_bytes,
+        state_bytes_per_sequence=sum(
+            x.conv_state_elements * dtype_bytes + x.recurrent_state_elements * ssm_bytes for x in spec.layers
+        ),
+        total_params=spec.total_params,
+        active_params=spec.active_params,
+        embedding_params=spec.embedding_params,
+        checkpoint_bytes=resolved.checkpoint_bytes,
+        published_parameters=None,
+        history=None,
+        notes=spec.notes,
+    )
+
+
+def find_view(session: Session, ref: str) -> ModelView | None:
+    row = registry_row(session, ref)
+    return view_from_row(session, row) if row is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelListRow:
+    repo_id: str
+    family: str
+    model_type: str
+    total_params: int
+    context_limit_tokens: int
+    torch_dtype: str
+    layer_groups: tuple[LayerGroup, ...]
+    revisions: int
+
+
+def list_models(session: Session) -> list[ModelListRow]:
+    revisions = dict(
+        session.execute(select(orm.Model.repo_id, func.count()).group_by(orm.Model.repo_id)).tuples().all()
+    )
+    rows = session.scalars(
+        select(orm.Model)
+        .where(orm.Model.is_current.is_(True))
+        .options(selectinload(orm.Model.layers))
+        .order_by(orm.Model.repo_id)
+    ).all()
+    return [
+        ModelListRow(
+            repo_id=row.repo_id,
+            family=row.family,
+            model_type=row.model_type,
+            total_params=row.total_params,
+            context_limit_tokens=row.context_limit_tokens,
+            torch_dtype=row.torch_dtype,
+            layer_groups=group_layers((x.kv_kind, x.window_tokens) for x in row.layers),
+            revisions=revisions.get(row.repo_id, 1),
+        )
+        for row in rows
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuListRow:
+    id: str
+    name: str
+    vendor: str
+    memory_total_bytes: int
+    memory_bandwidth_gbps: float | None
+    bf16_dense_tflops: float | None
+    fp8_dense_tflops: float | None
+    price_usd_per_gpu_hour: float | None
+    aliases: tuple[str, ...]
+
+
+def list_gpus(session: Session) -> list[GpuListRow]:
+    skus = session.scalars(select(orm.GpuSku).options(selectinload(orm.GpuSku.aliases)).order_by(orm.GpuSku.slug)).all()
+    return [
+        GpuListRow(
+            id=s.slug,
+            name=s.name,
+            vendor=s.vendor,
+            memory_total_bytes=s.memory_total_bytes,
+            memory_bandwidth_gbps=s.memory_bandwidth_gbps,
+            bf16_dense_tflops=s.bf16_dense_tflops,
+            fp8_dense_tflops=s.fp8_dense_tflops,
+            price_usd_per_gpu_hour=s.price_usd_per_gpu_hour,
+            aliases=tuple(sorted(a.alias for a in s.aliases)),
+        )
+        for s in skus
+    ]
+
+
+def gpu_rows_from_catalog(records: Iterable[GpuRecord]) -> list[GpuListRow]:
+    return sorted(
+        (
+            GpuListRow(
+                id=r.id,
+                name=r.name,
+                vendor=r.vendor,
+                memory_total_bytes=r.memory_total_bytes,
+                memory_bandwidth_gbps=r.memory_bandwidth_gbps,
+                bf16_dense_tflops=r.bf16_dense_tflops,
+                fp8_dense_tflops=r.fp8_dense_tflops,
+                price_usd_per_gpu_hour=r.price_usd_per_gpu_hour,
+                aliases=tuple(sorted(set(r.alias_keys().values()))),
+            )
+            for r in records
+        ),
+        key=lambda row: row.id,
+    )

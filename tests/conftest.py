@@ -1,0 +1,137 @@
+"""Shared fixtures: registry databases made by `upgrade head` (SQLite per test, PostgreSQL per
+test schema), and a hub-layout Hugging Face cache in tmp_path. Keep this file small and general.
+
+PostgreSQL: tests marked `postgres` use CAPPLAN_TEST_PG_URL. When it is unset they fail under CI
+(CI=true) and are skipped, with the reason, on a developer machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from models_registry import db
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PG_ENV = "CAPPLAN_TEST_PG_URL"
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One SQLite registry migrated to head; each test gets a copy (migrating costs ~0.3 s)."""
+    path = tmp_path_factory.mktemp("registry-template") / "registry.db"
+    db.upgrade_to_head(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path, _sqlite_template: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh migrated SQLite registry, also exported as CAPPLAN_REGISTRY_URL."""
+    path = tmp_path / "var" / "registry.db"
+    path.parent.mkdir()
+    shutil.copyfile(_sqlite_template, path)
+    url = f"sqlite:///{path}"
+    monkeypatch.setenv(db.URL_ENV, url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> str:
+    url = os.environ.get(PG_ENV)
+    if not url:
+        message = f"{PG_ENV} is not set: the postgres tests need a PostgreSQL server (see .ci/run)"
+        if _in_ci():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    engine = db.make_engine(url)
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except Exception as exc:  # unreachable server: always loud, the URL was given on purpose
+        pytest.fail(f"{PG_ENV} is set but PostgreSQL is unreachable: {exc}".splitlines()[0], pytrace=False)
+    finally:
+        engine.dispose()
+    return url
+
+
+@pytest.fixture
+def pg_url(pg_admin_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An empty schema of its own on the test server (search_path set in the URL); dropped after."""
+    schema = f"capplan_test_{uuid.uuid4().hex[:12]}"
+    admin = db.make_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    url = make_url(pg_admin_url).update_query_dict({"options": f"-csearch_path={schema}"})
+    rendered = url.render_as_string(hide_password=False)
+    monkeypatch.setenv(db.URL_ENV, rendered)
+    try:
+        yield rendered
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def registry_url(request: pytest.FixtureRequest) -> str:
+    """A migrated registry on each backend (exported as CAPPLAN_REGISTRY_URL)."""
+    if request.param == "sqlite":
+        return str(request.getfixturevalue("sqlite_url"))
+    url = str(request.getfixturevalue("pg_url"))
+    db.upgrade_to_head(url)
+    return url
+
+
+@pytest.fixture
+def engine(registry_url: str) -> Iterator[Engine]:
+    engine = db.make_engine(registry_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def session(engine: Engine) -> Iterator[Session]:
+    with db.make_sessionmaker(engine)() as session:
+        yield session
+
+
+class HubCache:
+    """A directory in the Hugging Face hub-cache layout (`models--org--name/refs/main`,
+    `snapshots/<commit>/...`), as `hf_hub_download(..., cache_dir=path)` reads it offline."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def add(self, repo_id: str, files: dict[str, dict[str, object] | bytes], commit: str | None = None) -> str:
+        """Write one snapshot of `repo_id` and point refs/main at it; returns its commit hash."""
+        commit = commit or (uuid.uuid4().hex + uuid.uuid4().hex)[:40]
+        repo = self.path / f"models--{repo_id.replace('/', '--')}"
+        snapshot = repo / "snapshots" / commit
+        snapshot.mkdir(parents=True, exist_ok=True)
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(commit)
+        for name, content in files.items():
+            data = content if isinstance(content, bytes) else json.dumps(content, indent=2).encode()
+            (snapshot / name).write_bytes(data)
+        return commit
+
+
+@pytest.fixture
+def hub_cache(tmp_path: Path) -> HubCache:
+    """An empty hub-layout cache under tmp_path."""
+    path = tmp_path / "hf-cache"
+    path.mkdir()
+    return HubCache(path)
