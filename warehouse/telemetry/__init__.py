@@ -1,0 +1,39 @@
+"""Telemetry ingest: a drop folder of vLLM / DCGM metrics, vLLM startup logs and CSV/Parquet
+exports -> Polars frames of deployment observations, metric samples, rejects and files.
+
+    from warehouse.telemetry import ingest_dir
+    result = ingest_dir("var/telemetry")
+    result.observations, result.samples, result.rejects, result.files
+
+No Dagster and no database here: the frames are what `raw.telemetry_*` tables hold (README.md).
+"""
+
+from warehouse.telemetry.ingest import (
+    ENV_VAR,
+    SAMPLE_DIR,
+    IngestResult,
+    check_reconciliation,
+    default_drop_dir,
+    ingest_dir,
+)
+from warehouse.telemetry.schema import (
+    FILE_SCHEMA,
+    OBSERVATION_SCHEMA,
+    REASON_CODES,
+    REJECT_SCHEMA,
+    SAMPLE_SCHEMA,
+)
+
+__all__ = [
+    "ENV_VAR",
+    "FILE_SCHEMA",
+    "OBSERVATION_SCHEMA",
+    "REASON_CODES",
+    "REJECT_SCHEMA",
+    "SAMPLE_DIR",
+    "SAMPLE_SCHEMA",
+    "IngestResult",
+    "check_reconciliation",
+    "default_drop_dir",
+    "ingest_dir",
+]

@@ -1,0 +1,335 @@
+"""Prometheus text-format snapshots: vLLM's /metrics and the DCGM exporter's.
+
+Each non-comment line is parsed on its own with prometheus_client's text parser, so one bad line
+is one reject (with its line number) and never hides the rest of the scrape. Lines of metric
+families capplan does not read are counted as ignored. A snapshot may hold one scrape or many
+concatenated, each introduced by a `# scraped_at: <ISO 8601>` comment (that time applies to the
+lines after it); a sample's own timestamp (milliseconds after the value) wins over the comment.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from warehouse.telemetry.common import FileContext, FileReport, observation_id
+from warehouse.telemetry.normalize import (
+    MIB,
+    DecodedText,
+    RowError,
+    canonical_dtype,
+    null_text,
+    parse_bool,
+    parse_int,
+    parse_number,
+    parse_timestamp,
+)
+from warehouse.telemetry.observation import field_problems
+
+# source metric -> (canonical metric, kind)
+VLLM_METRICS: dict[str, tuple[str, str]] = {
+    "vllm:kv_cache_usage_perc": ("kv_cache_usage", "fraction"),
+    "vllm:gpu_cache_usage_perc": ("kv_cache_usage", "fraction"),  # renamed in vLLM 0.10/0.11
+    "vllm:num_requests_running": ("requests_running", "count"),
+    "vllm:num_requests_waiting": ("requests_waiting", "count"),
+    "vllm:num_preemptions_total": ("preemptions_total", "count"),
+}
+DCGM_METRICS: dict[str, tuple[str, str]] = {
+    "DCGM_FI_DEV_FB_USED": ("fb_used_bytes", "mib"),
+    "DCGM_FI_DEV_FB_FREE": ("fb_free_bytes", "mib"),
+}
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+READ_METRICS = frozenset({*VLLM_METRICS, *DCGM_METRICS, CACHE_CONFIG_INFO})
+
+_DIRECTIVE = re.compile(r"^#\s*(scraped_at|deployment_id)\s*:\s*(.*?)\s*$", re.IGNORECASE)
+_DEPLOYMENT_LABELS = ("deployment_id", "deployment")
+_MAX_MIB_UNKNOWN_GPU = 1 << 20  # 1 TiB in MiB: more than any GPU holds
+_FB_SLACK = 1.1  # DCGM's framebuffer total is a little above the driver-visible memory
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    number: int
+    raw: str
+    name: str
+    labels: dict[str, str]
+    value: float
+    ts: dt.datetime | None
+    ts_source: str
+    ts_error: RowError | None
+    deployment_id: str
+
+
+class Dedupe:
+    """Series + timestamp keys and observation fingerprints seen so far in one ingest."""
+
+    def __init__(self) -> None:
+        self.series: dict[tuple[Any, ...], tuple[str, int]] = {}
+        self.observations: dict[str, tuple[str, int | None]] = {}
+
+    def series_seen(self, key: tuple[Any, ...], where: tuple[str, int]) -> tuple[str, int] | None:
+        first = self.series.get(key)
+        if first is None:
+            self.series[key] = where
+        return first
+
+    def observation_seen(self, fp: str, where: tuple[str, int | None]) -> tuple[str, int | None] | None:
+        first = self.observations.get(fp)
+        if first is None:
+            self.observations[fp] = where
+        return first
+
+
+def looks_like_prometheus(lines: list[str]) -> bool:
+    """Sniff: `# TYPE`/`# HELP`/`# scraped_at` comments, or a sample line of a metric capplan reads."""
+    for line in lines[:200]:
+        text = line.strip()
+        if text.startswith(("# TYPE ", "# HELP ")) or _DIRECTIVE.match(text):
+            return True
+        if re.match(r"^(vllm:[a-z_]+|DCGM_FI_[A-Z_]+)(\{|\s)", text):
+            return True
+    return False
+
+
+def parse_prometheus(ctx: FileContext, text: DecodedText, report: FileReport, dedupe: Dedupe) -> None:
+    report.lines_total = len(text.lines)
+    default_ts, default_source = ctx.default_time()
+    current_ts: dt.datetime | None = None
+    ts_error: RowError | None = None
+    deployment = ctx.deployment_id
+    parsed: list[_Line] = []
+    for number, raw in enumerate(text.lines, start=1):
+        stripped = raw.strip()
+        if not stripped:
+            report.lines_ignored += 1
+            continue
+        if number in text.bad_lines:
+            report.reject(number, RowError("encoding", "line is not UTF-8"), raw, deployment)
+            continue
+        if stripped.startswith("#"):
+            report.lines_ignored += 1
+            directive = _DIRECTIVE.match(stripped)
+            if directive and directive.group(1).lower() == "scraped_at":
+                try:
+                    current_ts, ts_error = parse_timestamp(directive.group(2), "# scraped_at"), None
+                except RowError as exc:
+                    current_ts = None
+                    ts_error = RowError("bad_timestamp", f"{exc.reason} (line {number}); samples until the next one")
+            elif directive:
+                deployment = directive.group(2) or ctx.deployment_id
+            continue
+        try:
+            families = list(text_string_to_metric_families(stripped + "\n"))
+            samples = [s for f in families for s in f.samples]
+            if len(samples) != 1:
+                raise ValueError(f"{len(samples)} samples in one line")
+        except Exception as exc:  # the parser raises ValueError, IndexError, ... on a bad line
+            detail = str(exc) or type(exc).__name__
+            report.reject(number, RowError("malformed", f"not a Prometheus sample line ({detail})"), raw, deployment)
+            continue
+        sample = samples[0]
+        if sample.name not in READ_METRICS:
+            report.lines_ignored += 1
+            continue
+        if sample.timestamp is not None:
+            try:
+                ts, source, error = parse_timestamp(float(sample.timestamp), "sample timestamp"), "sample", None
+            except RowError as exc:
+                ts, source, error = None, "sample", exc
+        elif current_ts is not None or ts_error is not None:
+            ts, source, error = current_ts, "comment", ts_error
+        else:
+            ts, source, error = default_ts, default_source, None
+        labels = dict(sample.labels)
+        dep = next((labels[k] for k in _DEPLOYMENT_LABELS if labels.get(k)), deployment)
+        parsed.append(_Line(number, raw, sample.name, labels, float(sample.value), ts, source, error, dep))
+
+    models_by_engine: dict[tuple[str, str], set[str]] = {}
+    for entry in parsed:
+        name = entry.labels.get("model_name")
+        if name and entry.name in VLLM_METRICS:
+            models_by_engine.setdefault((entry.deployment_id, entry.labels.get("engine", "")), set()).add(name)
+
+    for entry in parsed:
+        try:
+            if entry.ts_error is not None:
+                raise entry.ts_error
+            if entry.name == CACHE_CONFIG_INFO:
+                _cache_config(ctx, report, dedupe, entry, models_by_engine)
+            elif entry.name in VLLM_METRICS:
+                _vllm_sample(ctx, report, dedupe, entry)
+            else:
+                _dcgm_sample(ctx, report, dedupe, entry)
+        except RowError as exc:
+            report.reject(entry.number, exc, entry.raw, entry.deployment_id)
+
+
+def _check_value(entry: _Line, what: str) -> None:
+    if not math.isfinite(entry.value):
+        raise RowError("not_finite", f"{what} is {entry.value}")
+    if entry.value < 0:
+        raise RowError("negative", f"{what} is negative ({entry.value:g})")
+
+
+def _model(ctx: FileContext, name: str | None) -> tuple[str, str | None]:
+    if ctx.sidecar.model_id:
+        return ctx.sidecar.model_id, name or ctx.sidecar.model_raw
+    if not name:
+        raise RowError("missing_field", "no model_name label and no model in a sidecar")
+    return ctx.models.resolve(name), name
+
+
+def _series_key(entry: _Line, metric: str) -> tuple[Any, ...]:
+    labels = tuple(sorted((k, v) for k, v in entry.labels.items() if k not in _DEPLOYMENT_LABELS))
+    assert entry.ts is not None
+    return (entry.deployment_id, metric, labels, entry.ts)
+
+
+def _not_duplicate(ctx: FileContext, dedupe: Dedupe, entry: _Line, metric: str) -> None:
+    first = dedupe.series_seen(_series_key(entry, metric), (ctx.rel, entry.number))
+    if first is not None:
+        assert entry.ts is not None
+        raise RowError(
+            "duplicate",
+            f"duplicate sample: {metric} at {entry.ts.isoformat()} already read from {first[0]} line {first[1]}",
+        )
+
+
+def _vllm_sample(ctx: FileContext, report: FileReport, dedupe: Dedupe, entry: _Line) -> None:
+    metric, kind = VLLM_METRICS[entry.name]
+    _check_value(entry, entry.name)
+    if kind == "fraction" and entry.value > 1:
+        raise RowError(
+            "wrong_unit", f"{entry.name} = {entry.value:g} > 1: vLLM reports a fraction in [0, 1] (a percent?)"
+        )
+    model_id, model_raw = _model(ctx, entry.labels.get("model_name"))
+    _not_duplicate(ctx, dedupe, entry, metric)
+    report.samples.append(
+        {
+            "deployment_id": entry.deployment_id,
+            "ts": entry.ts,
+            "ts_source": entry.ts_source,
+            "metric": metric,
+            "value": entry.value,
+            "source_metric": entry.name,
+            "model_id": model_id,
+            "model_name_raw": model_raw,
+            "engine_index": entry.labels.get("engine"),
+            "file": ctx.rel,
+            "line": entry.number,
+        }
+    )
+    report.accepted += 1
+
+
+def _dcgm_sample(ctx: FileContext, report: FileReport, dedupe: Dedupe, entry: _Line) -> None:
+    metric, _ = DCGM_METRICS[entry.name]
+    _check_value(entry, entry.name)
+    gpu_name = entry.labels.get("modelName")
+    sku = ctx.gpus.resolve(gpu_name) if gpu_name else None
+    sku_id = sku.id if sku else ctx.sidecar.gpu_sku
+    memory = sku.memory_total_bytes if sku else None
+    if memory is None and ctx.sidecar.gpu_sku:
+        memory = ctx.gpus.resolve(ctx.sidecar.gpu_sku).memory_total_bytes
+    limit_mib = memory / MIB * _FB_SLACK if memory else _MAX_MIB_UNKNOWN_GPU
+    if entry.value > limit_mib:
+        if entry.value / MIB <= limit_mib:
+            raise RowError(
+                "wrong_unit",
+                f"{entry.name} = {entry.value:,.0f} is more than the GPU's {limit_mib:,.0f} MiB; "
+                f"DCGM reports MiB and this looks like bytes ({entry.value / MIB:,.0f} MiB)",
+            )
+        raise RowError("out_of_range", f"{entry.name} = {entry.value:,.0f} MiB exceeds the GPU's {limit_mib:,.0f} MiB")
+    gpu_index = entry.labels.get("gpu")
+    _not_duplicate(ctx, dedupe, entry, metric)
+    report.samples.append(
+        {
+            "deployment_id": entry.deployment_id,
+            "ts": entry.ts,
+            "ts_source": entry.ts_source,
+            "metric": metric,
+            "value": float(round(entry.value * MIB)),
+            "source_metric": entry.name,
+            "model_id": ctx.sidecar.model_id,
+            "model_name_raw": ctx.sidecar.model_raw,
+            "gpu_index": int(gpu_index) if gpu_index and gpu_index.isdigit() else None,
+            "gpu_uuid": entry.labels.get("UUID"),
+            "gpu_sku": sku_id,
+            "hostname": entry.labels.get("Hostname"),
+            "pod": entry.labels.get("pod"),
+            "file": ctx.rel,
+            "line": entry.number,
+        }
+    )
+    report.accepted += 1
+
+
+def _label_number(labels: dict[str, str], key: str, *, integer: bool) -> Any:
+    text = null_text(labels.get(key))
+    if text is None:
+        return None
+    return parse_int(text, key) if integer else parse_number(text, key)
+
+
+def _cache_config(
+    ctx: FileContext,
+    report: FileReport,
+    dedupe: Dedupe,
+    entry: _Line,
+    models_by_engine: dict[tuple[str, str], set[str]],
+) -> None:
+    labels = entry.labels
+    names = labels.get("model_name")
+    if not names and not ctx.sidecar.model_id:
+        candidates = models_by_engine.get((entry.deployment_id, labels.get("engine", "")), set())
+        if len(candidates) > 1:
+            raise RowError(
+                "missing_field", f"cache_config_info has no model_name and the snapshot serves {len(candidates)} models"
+            )
+        names = next(iter(candidates), None)
+    model_id, model_raw = _model(ctx, names)
+    prefix = null_text(labels.get("enable_prefix_caching"))
+    values: dict[str, Any] = {
+        "block_size": _label_number(labels, "block_size", integer=True),
+        "num_gpu_blocks": _label_number(labels, "num_gpu_blocks", integer=True),
+        "num_cpu_blocks": _label_number(labels, "num_cpu_blocks", integer=True),
+        "gpu_memory_utilization": _label_number(labels, "gpu_memory_utilization", integer=False),
+    }
+    problems = field_problems(values, None)
+    if problems:
+        raise RowError(problems[0][1].code, "; ".join(p.reason for _, p in problems))
+    if values["num_gpu_blocks"] is None:
+        raise RowError("missing_field", "cache_config_info without num_gpu_blocks")
+    _not_duplicate(ctx, dedupe, entry, "cache_config_info")
+    assert entry.ts is not None
+    sidecar = ctx.sidecar
+    report.observations.append(
+        {
+            "observation_id": observation_id(ctx.rel, entry.number),
+            "deployment_id": entry.deployment_id,
+            "source_kind": ctx.kind,
+            "observed_at": entry.ts,
+            "observed_at_source": entry.ts_source,
+            "model_id": model_id,
+            "model_name_raw": model_raw,
+            "served_model_name": names,
+            "gpu_sku": sidecar.gpu_sku,
+            "gpu_name_raw": sidecar.gpu_raw,
+            "tp": sidecar.tp,
+            "pp": sidecar.pp,
+            "engine": sidecar.engine or "vllm",
+            "engine_version": sidecar.engine_version,
+            "kv_cache_dtype": canonical_dtype(labels.get("cache_dtype")),
+            "enable_prefix_caching": parse_bool(prefix, "enable_prefix_caching") if prefix else None,
+            **values,
+            "input_rows": 1,
+            "file": ctx.rel,
+            "line": entry.number,
+        }
+    )
+    report.accepted += 1

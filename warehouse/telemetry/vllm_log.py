@@ -1,0 +1,878 @@
+"""vLLM startup logs as people paste them -> deployment observations.
+
+A *row* is a line capplan recognises (a memory-profiling line, "GPU KV cache size", the command
+line, the engine config line...); every other line is ignored. A line whose key phrase is present
+but whose numbers cannot be read (a truncated paste) is rejected. Recognised lines are grouped
+into segments, one per engine start (a new banner / command / config line after measurements
+starts a new one), and each segment becomes one observation, or all its lines are rejected with
+the segment's reason (unknown model, unknown GPU, nothing measured, duplicate).
+
+Values printed once per worker (TP ranks print their own "Model loading took") are combined the
+way the engine does: overhead terms take the most loaded rank (max), the KV pool the tightest
+rank (min). Settings come from the most authoritative line: the engine config line, then the
+non-default args, then the command line, then anything else.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from warehouse.telemetry.common import FileContext, FileReport, observation_id
+from warehouse.telemetry.normalize import (
+    DecodedText,
+    RowError,
+    canonical_dtype,
+    human_int,
+    null_text,
+    parse_bool,
+    parse_int,
+    parse_number,
+    parse_timestamp,
+    size_bytes,
+)
+from warehouse.telemetry.observation import field_problems, fingerprint, has_measurement
+from warehouse.telemetry.prometheus import Dedupe
+
+NUM = r"(-?\d[\d,]*(?:\.\d+)?)"
+SIZE = NUM + r"\s*(GiB|GB|MiB|MB|KiB|KB|TiB|TB)\b"
+
+# How repeated values of a field combine within one segment.
+_MAX = frozenset(
+    {
+        "weights_bytes",
+        "activation_peak_bytes",
+        "non_torch_bytes",
+        "cuda_graph_bytes",
+        "cuda_graph_estimate_bytes",
+        "peak_torch_bytes",
+        "non_kv_bytes",
+        "peak_kv_usage",
+        "peak_requests_running",
+        "peak_requests_waiting",
+    }
+)
+_MIN = frozenset({"kv_cache_memory_bytes", "num_gpu_blocks", "kv_cache_tokens", "max_concurrency"})
+_INTERNAL = frozenset({"cuda_graph_estimate_bytes", "peak_torch_bytes", "gpu_name", "model"})
+
+# Priorities of settings sources (higher wins).
+P_FORCED, P_CONFIG, P_ARGS, P_COMMAND, P_BANNER, P_OTHER = 6, 5, 4, 3, 2, 1
+
+Values = dict[str, Any]
+
+
+def _size(field_name: str) -> Callable[[re.Match[str]], Values]:
+    def handler(m: re.Match[str]) -> Values:
+        return {field_name: size_bytes(m.group(1), m.group(2), field_name)}
+
+    return handler
+
+
+def _count(field_name: str, integer: bool = True) -> Callable[[re.Match[str]], Values]:
+    def handler(m: re.Match[str]) -> Values:
+        value = parse_int(m.group(1), field_name) if integer else parse_number(m.group(1), field_name)
+        return {field_name: value}
+
+    return handler
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A key phrase and how to read its line. `strict`: the phrase present but the pattern not
+    matching means a broken line (rejected); otherwise the rule just does not apply."""
+
+    label: str
+    trigger: str
+    pattern: re.Pattern[str]
+    read: Callable[[re.Match[str]], Values]
+    strict: bool = True
+    priority: int = P_OTHER
+    marker: bool = False  # a line that starts an engine (version banner, config line)
+
+
+def _rx(text: str) -> re.Pattern[str]:
+    return re.compile(text)
+
+
+def _concurrency(m: re.Match[str]) -> Values:
+    return {
+        "max_concurrency_tokens": parse_int(m.group(1), "tokens per request"),
+        "max_concurrency": parse_number(m.group(2), "maximum concurrency"),
+        "max_model_len": parse_int(m.group(1), "tokens per request"),
+        "engine_generation": "v1",
+    }
+
+
+def _blocks(m: re.Match[str]) -> Values:
+    values: Values = {"num_gpu_blocks": parse_int(m.group(1), "GPU blocks"), "engine_generation": "v0"}
+    if m.group(2):
+        values["num_cpu_blocks"] = parse_int(m.group(2), "CPU blocks")
+    return values
+
+
+def _requested(m: re.Match[str]) -> Values:
+    return {
+        "gpu_memory_utilization": parse_number(m.group(1), "gpu_memory_utilization"),
+        "requested_memory_bytes": size_bytes(m.group(2), m.group(3), "requested memory"),
+    }
+
+
+def _stats(m: re.Match[str]) -> Values:
+    return {
+        "peak_requests_running": parse_number(m.group(1), "running requests"),
+        "peak_requests_waiting": parse_number(m.group(2), "waiting requests"),
+        "peak_kv_usage": parse_number(m.group(3), "KV cache usage") / 100,
+    }
+
+
+def _kv_needed(m: re.Match[str]) -> Values:
+    return {
+        "max_model_len": parse_int(m.group(1), "max seq len"),
+        "kv_cache_memory_bytes": size_bytes(m.group(3), "GiB", "available KV cache memory"),
+        "startup_outcome": "failed",
+        "startup_error": f"KV cache for one {m.group(1)}-token request needs {m.group(2)} GiB, {m.group(3)} GiB available",
+    }
+
+
+def _tokens_exceeded(m: re.Match[str]) -> Values:
+    return {
+        "max_model_len": parse_int(m.group(1), "max seq len"),
+        "kv_cache_tokens": parse_int(m.group(2), "KV cache tokens"),
+        "startup_outcome": "failed",
+        "startup_error": f"max seq len {m.group(1)} exceeds the {m.group(2)} tokens the KV cache holds",
+    }
+
+
+def _failed(message: str) -> Callable[[re.Match[str]], Values]:
+    return lambda m: {"startup_outcome": "failed", "startup_error": message}
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("model loading", "Model loading took", _rx(r"Model loading took\s+" + SIZE), _size("weights_bytes")),
+    Rule(
+        "model weights",
+        "Loading model weights took",
+        _rx(r"Loading model weights took\s+" + SIZE),
+        _size("weights_bytes"),
+    ),
+    Rule("model weights", "model weights take", _rx(r"model weights take\s+" + SIZE), _size("weights_bytes")),
+    Rule("weights memory", "weights memory:", _rx(r"weights memory:\s*" + SIZE), _size("weights_bytes")),
+    Rule(
+        "KV cache memory",
+        "Available KV cache memory",
+        _rx(r"Available KV cache memory:\s*" + SIZE),
+        _size("kv_cache_memory_bytes"),
+    ),
+    Rule(
+        "KV cache memory",
+        "reserved for KV Cache is",
+        _rx(r"reserved for KV Cache is\s*" + SIZE),
+        _size("kv_cache_memory_bytes"),
+    ),
+    Rule(
+        "KV cache memory",
+        "available_kv_cache_memory",
+        _rx(r"available_kv_cache_memory[\s=:]+" + SIZE),
+        _size("kv_cache_memory_bytes"),
+    ),
+    Rule("KV cache memory", "kv_cache_size=", _rx(r"kv_cache_size=\s*" + SIZE), _size("kv_cache_memory_bytes")),
+    Rule("KV cache size", "KV cache size:", _rx(r"KV cache size:\s*" + NUM + r"\s*tokens"), _count("kv_cache_tokens")),
+    Rule(
+        "maximum concurrency",
+        "Maximum concurrency for",
+        _rx(r"Maximum concurrency for\s*" + NUM + r"\s*tokens per request:\s*" + NUM + r"\s*x"),
+        _concurrency,
+    ),
+    Rule(
+        "GPU blocks",
+        "# GPU blocks",
+        _rx(r"#\s*GPU blocks:\s*" + NUM + r"(?:,\s*#\s*CPU blocks:\s*" + NUM + ")?"),
+        _blocks,
+    ),
+    Rule(
+        "GPU blocks",
+        "# CUDA blocks",
+        _rx(r"#\s*CUDA blocks:\s*" + NUM + r"(?:,\s*#\s*CPU blocks:\s*" + NUM + ")?"),
+        _blocks,
+    ),
+    Rule("GPU blocks", "num_gpu_blocks is:", _rx(r"num_gpu_blocks is:\s*" + NUM), _count("num_gpu_blocks")),
+    Rule(
+        "total GPU memory",
+        "total_gpu_memory",
+        _rx(r"total_gpu_memory\s*(?:=|\(|\s)\s*" + SIZE),
+        _size("total_gpu_memory_bytes"),
+    ),
+    Rule("total GPU memory", "total_memory=", _rx(r"\btotal_memory=\s*" + SIZE), _size("total_gpu_memory_bytes")),
+    Rule(
+        "utilization",
+        "gpu_memory_utilization",
+        _rx(r"gpu_memory_utilization\s*(?:=|\(|\s)\s*" + NUM),
+        _count("gpu_memory_utilization", False),
+        strict=False,
+    ),
+    Rule(
+        "requested memory",
+        "Requested memory:",
+        _rx(r"Requested memory:\s*" + NUM + r"\s*\(util\),\s*" + SIZE),
+        _requested,
+    ),
+    Rule(
+        "usable memory",
+        "instance can use",
+        _rx(r"instance can use\s+(?:.*?=\s*)?" + SIZE + r"\s*\.?\s*$"),
+        lambda m: {"requested_memory_bytes": size_bytes(m.group(1), m.group(2), "usable memory")},
+    ),
+    Rule(
+        "non-torch memory",
+        "non_torch_memory",
+        _rx(r"non_torch_memory(?:\s+takes|\s*=|\s+)\s*" + SIZE),
+        _size("non_torch_bytes"),
+    ),
+    Rule(
+        "non-torch memory",
+        "non-torch forward increase memory",
+        _rx(r"non-torch forward increase memory:\s*" + SIZE),
+        _size("non_torch_bytes"),
+    ),
+    Rule(
+        "activation peak",
+        "PyTorch activation peak memory",
+        _rx(r"PyTorch activation peak memory(?:\s+takes)?\s+" + SIZE),
+        _size("activation_peak_bytes"),
+    ),
+    Rule(
+        "activation peak",
+        "torch peak memory increase",
+        _rx(r"torch peak memory increase:\s*" + SIZE),
+        _size("activation_peak_bytes"),
+    ),
+    Rule("peak torch memory", "peak_torch_memory=", _rx(r"peak_torch_memory=\s*" + SIZE), _size("peak_torch_bytes")),
+    Rule(
+        "non-KV memory",
+        "Total non KV cache memory",
+        _rx(r"Total non KV cache memory:\s*" + SIZE),
+        _size("non_kv_bytes"),
+    ),
+    Rule(
+        "CUDA graphs",
+        "Graph capturing finished",
+        _rx(r"Graph capturing finished in\s*" + NUM + r"\s*secs?,\s*took\s*" + SIZE),
+        lambda m: {"cuda_graph_bytes": size_bytes(m.group(2), m.group(3), "CUDA graphs")},
+    ),
+    Rule(
+        "CUDA graph estimate",
+        "Estimated CUDA graph memory",
+        _rx(r"Estimated CUDA graph memory:\s*" + SIZE),
+        _size("cuda_graph_estimate_bytes"),
+    ),
+    Rule(
+        "batched tokens",
+        "Chunked prefill is enabled with",
+        _rx(r"max_num_batched_tokens=\s*" + NUM),
+        _count("max_num_batched_tokens"),
+    ),
+    Rule(
+        "max_num_seqs default",
+        "Defaulting max_num_seqs to",
+        _rx(r"Defaulting max_num_seqs to\s*" + NUM),
+        _count("max_num_seqs"),
+    ),
+    Rule(
+        "batched tokens default",
+        "Defaulting max_num_batched_tokens to",
+        _rx(r"Defaulting max_num_batched_tokens to\s*" + NUM),
+        _count("max_num_batched_tokens"),
+    ),
+    Rule(
+        "hybrid block size",
+        "Setting attention block size to",
+        _rx(r"Setting attention block size to\s*" + NUM + r"\s*tokens"),
+        _count("block_size"),
+        priority=P_FORCED,
+    ),
+    Rule(
+        "max model len",
+        "Using max model len",
+        _rx(r"Using max model len\s*" + NUM),
+        _count("max_model_len"),
+        priority=P_ARGS,
+    ),
+    Rule(
+        "engine stats",
+        "reqs,",
+        _rx(
+            r"Running:\s*"
+            + NUM
+            + r"\s*reqs.*?(?:Waiting|Pending):\s*"
+            + NUM
+            + r"\s*reqs.*?(?:GPU )?KV cache usage:\s*"
+            + NUM
+            + r"\s*%"
+        ),
+        _stats,
+        strict=False,
+    ),
+    Rule(
+        "KV too small",
+        "KV cache is needed",
+        _rx(
+            r"max seq len \("
+            + NUM
+            + r"\),\s*\("
+            + NUM
+            + r"\s*GiB KV cache is needed, which is larger than the available KV cache memory \("
+            + NUM
+            + r"\s*GiB\)"
+        ),
+        _kv_needed,
+    ),
+    Rule(
+        "KV too small",
+        "maximum number of tokens that can be stored in KV cache",
+        _rx(
+            r"max seq len \("
+            + NUM
+            + r"\) is larger than the maximum number of tokens that can be stored in KV cache \("
+            + NUM
+            + r"\)"
+        ),
+        _tokens_exceeded,
+    ),
+    Rule(
+        "out of memory",
+        "out of memory",
+        _rx(r"CUDA out of memory|OutOfMemoryError"),
+        _failed("CUDA out of memory"),
+        strict=False,
+    ),
+    Rule(
+        "no KV memory",
+        "No available memory for the cache blocks",
+        _rx(r"No available memory for the cache blocks"),
+        _failed("no memory left for the KV cache"),
+    ),
+    Rule(
+        "not enough free memory",
+        "less than desired GPU memory utilization",
+        _rx(r"less than desired GPU memory utilization"),
+        _failed("free memory below the requested utilization"),
+    ),
+    Rule(
+        "started",
+        "Application startup complete",
+        _rx(r"Application startup complete"),
+        lambda m: {"startup_outcome": "started"},
+        strict=False,
+    ),
+    Rule(
+        "started",
+        "Starting vLLM API server",
+        _rx(r"Starting vLLM API server"),
+        lambda m: {"startup_outcome": "started"},
+        strict=False,
+    ),
+    Rule(
+        "model",
+        "Starting to load model",
+        _rx(r"Starting to load model\s+(\S+?)(?:\.\.\.)?\s*$"),
+        lambda m: {"model": m.group(1)},
+        strict=False,
+    ),
+    Rule(
+        "server version",
+        "vLLM API server version",
+        _rx(r"vLLM API server version\s+v?(\d[\w.+-]*)"),
+        lambda m: {"engine_version": m.group(1)},
+        priority=P_CONFIG,
+        marker=True,
+    ),
+    Rule(
+        "banner version",
+        "█",
+        _rx(r"█\s+version\s+v?(\d[\w.+-]*)"),
+        lambda m: {"engine_version": m.group(1)},
+        strict=False,
+        priority=P_CONFIG,
+        marker=True,
+    ),
+    Rule(
+        "banner model", "█", _rx(r"█\s+model\s+(\S+)"), lambda m: {"model": m.group(1)}, strict=False, priority=P_BANNER
+    ),
+    # GPU names: opportunistic (the word NVIDIA appears in many unrelated lines).
+    Rule(
+        "nvidia-smi",
+        "|",
+        _rx(r"^\|\s+\d+\s+((?:NVIDIA|Tesla|Quadro)\b[^|]*?)\s+(?:On|Off)\s+\|"),
+        lambda m: {"gpu_name": m.group(1)},
+        strict=False,
+    ),
+    Rule(
+        "nvidia-smi -L",
+        "UUID",
+        _rx(r"\bGPU\s*\d+:\s*((?:NVIDIA|Tesla|AMD)[^(]*?)\s*\(UUID"),
+        lambda m: {"gpu_name": m.group(1)},
+        strict=False,
+    ),
+    Rule(
+        "nvidia-smi csv",
+        "MiB",
+        _rx(r"^\s*((?:NVIDIA|Tesla)[^,]+),\s*\d+\s*MiB\s*$"),
+        lambda m: {"gpu_name": m.group(1)},
+        strict=False,
+    ),
+    Rule(
+        "device name",
+        "device_name=",
+        _rx(r"device_name=([A-Za-z0-9_\-]+?)(?:\.json|,|\s|$)"),
+        lambda m: {"gpu_name": m.group(1)},
+        strict=False,
+    ),
+    Rule(
+        "torch GPU",
+        "Found GPU",
+        _rx(r"Found GPU\d+\s+(.+?)\s+which is of cuda capability"),
+        lambda m: {"gpu_name": m.group(1)},
+        strict=False,
+    ),
+    Rule(
+        "rocm GPU",
+        "Marketing Name",
+        _rx(r"Marketing Name:\s*(AMD .+?)\s*$"),
+        lambda m: {"gpu_name": m.group(1)},
+        strict=False,
+    ),
+    Rule("rocm GPU", "Card Series", _rx(r"Card Series:\s*(.+?)\s*$"), lambda m: {"gpu_name": m.group(1)}, strict=False),
+)
+
+_DIRECTIVE = re.compile(r"^#\s*(observed_at|scraped_at|deployment_id)\s*:\s*(.*?)\s*$", re.IGNORECASE)
+_CONFIG = re.compile(r"Initializing an? (?:(V\d) )?LLM engine(?: \(v?([^)]+)\))? with config:")
+_CONFIG_KEYS = {
+    "model": "model",
+    "served_model_name": "served_model_name",
+    "dtype": "weight_dtype",
+    "max_seq_len": "max_model_len",
+    "tensor_parallel_size": "tp",
+    "pipeline_parallel_size": "pp",
+    "quantization": "quantization",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "enable_prefix_caching": "enable_prefix_caching",
+}
+_ARG_KEYS = {
+    "model": "model",
+    "model_tag": "model",
+    "served_model_name": "served_model_name",
+    "tensor_parallel_size": "tp",
+    "tp": "tp",
+    "pipeline_parallel_size": "pp",
+    "pp": "pp",
+    "max_model_len": "max_model_len",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "dtype": "weight_dtype",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "quantization": "quantization",
+    "q": "quantization",
+    "block_size": "block_size",
+    "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "enable_prefix_caching": "enable_prefix_caching",
+}
+_BOOLEAN_FLAGS = frozenset(
+    {
+        "enable_prefix_caching",
+        "no_enable_prefix_caching",
+        "enforce_eager",
+        "trust_remote_code",
+        "disable_log_requests",
+        "disable_log_stats",
+        "enable_chunked_prefill",
+        "no_enable_chunked_prefill",
+        "enable_expert_parallel",
+        "disable_custom_all_reduce",
+        "enable_auto_tool_choice",
+        "disable_frontend_multiprocessing",
+        "enable_lora",
+        "rm",
+        "it",
+        "d",
+    }
+)
+_COMMAND = re.compile(
+    r"^\s*(?:[$#>]\s*)?(?:sudo\s+)?(?:[A-Z_][A-Z0-9_]*=\S*\s+)*"
+    r"(?P<cmd>vllm\s+serve\b|python3?(?:\.\d+)?\s+-m\s+vllm\.entrypoints\.(?:openai\.)?api_server\b|docker\s+run\b)"
+)
+_IMAGE = re.compile(r"^vllm/vllm-openai(?::v?(\d[\w.+-]*))?$")
+
+
+def looks_like_vllm_log(lines: list[str]) -> bool:
+    markers = ("vllm", "vLLM", "KV cache", "GPU blocks", "Model loading took", "Loading model weights took")
+    return any(any(m in line for m in markers) for line in lines[:2000])
+
+
+@dataclass
+class _Segment:
+    index: int
+    values: dict[str, list[tuple[Any, int, int]]] = field(default_factory=dict)  # field -> (value, priority, line)
+    lines: dict[int, str] = field(default_factory=dict)  # accepted line number -> raw text
+    measured: bool = False
+
+    def add(self, number: int, raw: str, values: Values, priority: int) -> None:
+        self.lines[number] = raw
+        for key, value in values.items():
+            if value is None:
+                continue
+            self.values.setdefault(key, []).append((value, priority, number))
+        if has_measurement(values) or "cuda_graph_estimate_bytes" in values or "peak_torch_bytes" in values:
+            self.measured = True
+
+    def drop_line(self, number: int) -> None:
+        self.lines.pop(number, None)
+        for key in list(self.values):
+            self.values[key] = [v for v in self.values[key] if v[2] != number]
+            if not self.values[key]:
+                del self.values[key]
+
+    def resolve(self) -> dict[str, tuple[Any, int]]:
+        """field -> (value, line it came from)."""
+        out: dict[str, tuple[Any, int]] = {}
+        for key, candidates in self.values.items():
+            if key in _MAX:
+                value, _, line = max(candidates, key=lambda c: c[0])
+            elif key in _MIN:
+                value, _, line = min(candidates, key=lambda c: c[0])
+            elif key == "startup_outcome":
+                value, _, line = max(candidates, key=lambda c: (c[0] == "failed", c[2]))
+            else:
+                value, _, line = max(candidates, key=lambda c: (c[1], -c[2]))
+            out[key] = (value, line)
+        if "max_concurrency" in out:  # keep the pair from the same line
+            line = out["max_concurrency"][1]
+            for value, _, number in self.values.get("max_concurrency_tokens", []):
+                if number == line:
+                    out["max_concurrency_tokens"] = (value, number)
+        return out
+
+
+def _convert(key: str, value: Any) -> Any:
+    """A settings value as args/commands/configs spell it -> the observation's type."""
+    if isinstance(value, list | tuple):
+        value = value[0] if value else None
+    text = null_text(value)
+    if text is None:
+        return None
+    text = text.strip("'\"")
+    if key in ("tp", "pp", "max_model_len", "block_size", "max_num_seqs", "max_num_batched_tokens"):
+        return human_int(text, key)
+    if key == "gpu_memory_utilization":
+        return parse_number(text, key)
+    if key in ("weight_dtype", "kv_cache_dtype"):
+        return canonical_dtype(text)
+    if key == "quantization":
+        return text.lower()
+    if key == "enable_prefix_caching":
+        return parse_bool(text, key)
+    return text
+
+
+def _read_config(line: str, m: re.Match[str]) -> Values:
+    values: Values = {}
+    if m.group(1):
+        values["engine_generation"] = m.group(1).lower()
+    elif "an LLM engine" in m.group(0):
+        values["engine_generation"] = "v0"
+    if m.group(2):
+        values["engine_version"] = m.group(2)
+    tail = line[m.end() :]
+    for key, target in _CONFIG_KEYS.items():
+        km = re.search(r"(?<![\w.])" + key + r"=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^,\s)]+)", tail)
+        if km:
+            values[target] = _convert(target, km.group(1))
+    if not any(k in values for k in ("model", "tp", "max_model_len", "weight_dtype")):
+        raise RowError("malformed", "engine config line without model, dtype, max_seq_len or tensor_parallel_size")
+    return values
+
+
+def _read_args_dict(text: str) -> Values:
+    start = text.index("{", text.index("non-default args:"))
+    try:
+        args = ast.literal_eval(text[start:].strip())
+    except (ValueError, SyntaxError):
+        raise RowError("malformed", "non-default args is not a complete Python dict (truncated line?)") from None
+    if not isinstance(args, dict):
+        raise RowError("malformed", "non-default args is not a dict")
+    return {_ARG_KEYS[k]: _convert(_ARG_KEYS[k], v) for k, v in args.items() if k in _ARG_KEYS}
+
+
+def _read_namespace(text: str) -> Values:
+    values: Values = {}
+    body = text[text.index("Namespace(") + len("Namespace(") :]
+    for key, target in _ARG_KEYS.items():
+        km = re.search(r"(?<![\w.])" + key + r"=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|[^,)\s]+)", body)
+        if km:
+            raw = km.group(1)
+            if raw.startswith("["):
+                raw = raw.strip("[]").split(",")[0]
+            values[target] = _convert(target, raw)
+    if "model" not in values:
+        raise RowError("malformed", "args: Namespace(...) without model= (truncated line?)")
+    return values
+
+
+def _read_command(text: str, m: re.Match[str]) -> Values:
+    try:
+        tokens = shlex.split(text[m.start("cmd") :], comments=False, posix=True)
+    except ValueError as exc:
+        raise RowError("malformed", f"command line does not split ({exc}; truncated?)") from None
+    values: Values = {}
+    if tokens[0] == "docker":
+        image = next((i for i, t in enumerate(tokens) if _IMAGE.match(t)), None)
+        if image is None:
+            raise RowError("malformed", "docker run without a vllm/vllm-openai image")
+        version = _IMAGE.match(tokens[image])
+        if version and version.group(1):
+            values["engine_version"] = version.group(1)
+        args = tokens[image + 1 :]
+    elif tokens[0] == "vllm":
+        args = tokens[2:]
+        if args and not args[0].startswith("-"):
+            values["model"] = args.pop(0)
+    else:
+        args = tokens[3:]
+    i = 0
+    while i < len(args):
+        token = args[i]
+        i += 1
+        if not token.startswith("-"):
+            continue
+        name, eq, inline = token.lstrip("-").partition("=")
+        key = name.replace("-", "_")
+        if key in _BOOLEAN_FLAGS and not eq:
+            if key in ("enable_prefix_caching", "no_enable_prefix_caching"):
+                values["enable_prefix_caching"] = key == "enable_prefix_caching"
+            continue
+        value: str | None = inline if eq else None
+        if value is None and i < len(args) and not args[i].startswith("--"):
+            value = args[i]
+            i += 1
+        if key in _ARG_KEYS and value is not None:
+            values[_ARG_KEYS[key]] = _convert(_ARG_KEYS[key], value)
+    return values
+
+
+def _prefix_free(line: str) -> bool:
+    """A physical line that continues a wrapped one: no log level / worker prefix at its start."""
+    return not re.match(r"^\s*(\(|\[|INFO|DEBUG|WARNING|ERROR|CRITICAL|\d{4}-\d\d-\d\d|[A-Z][a-z]{2} \d)", line)
+
+
+def parse_vllm_log(ctx: FileContext, text: DecodedText, report: FileReport, dedupe: Dedupe) -> None:
+    lines = text.lines
+    report.lines_total = len(lines)
+    segments = [_Segment(0)]
+    observed: tuple[dt.datetime, str] | None = None
+    deployment = ctx.deployment_id
+    i = 0
+    while i < len(lines):
+        number, raw = i + 1, lines[i]
+        i += 1
+        if not raw.strip():
+            report.lines_ignored += 1
+            continue
+        if number in text.bad_lines:
+            report.reject(number, RowError("encoding", "line is not UTF-8"), raw, deployment)
+            continue
+        directive = _DIRECTIVE.match(raw.strip())
+        if directive:
+            if directive.group(1).lower() == "deployment_id":
+                deployment = directive.group(2) or deployment
+                report.lines_ignored += 1
+                continue
+            try:
+                observed = (parse_timestamp(directive.group(2), f"# {directive.group(1)}"), "comment")
+            except RowError as exc:
+                report.reject(number, exc, raw, deployment)
+                continue
+            segments[-1].add(number, raw, {}, P_OTHER)
+            report.accepted += 1
+            continue
+        values: Values = {}
+        priority = P_OTHER
+        marker = False
+        problem: RowError | None = None
+        recognized = False
+        command = _COMMAND.match(raw)
+        config = _CONFIG.search(raw) if "LLM engine" in raw else None
+        try:
+            if command:
+                recognized, marker, priority = True, True, P_COMMAND
+                joined = raw
+                while joined.rstrip().endswith("\\") and i < len(lines):
+                    joined = joined.rstrip()[:-1] + " " + lines[i]
+                    i += 1  # continuation lines belong to this row
+                values = _read_command(joined, _COMMAND.match(joined) or command)
+            elif config:
+                recognized, marker, priority = True, True, P_CONFIG
+                values = _read_config(raw, config)
+            elif "non-default args:" in raw and "{" in raw:
+                recognized, marker, priority = True, True, P_ARGS
+                try:
+                    values = _read_args_dict(raw)
+                except RowError:
+                    joined, extra = raw, 0
+                    while extra < 3 and i + extra < len(lines) and _prefix_free(lines[i + extra]):
+                        joined += lines[i + extra].rstrip("\r\n")
+                        extra += 1
+                        try:
+                            values = _read_args_dict(joined)
+                            i += extra
+                            break
+                        except RowError:
+                            continue
+                    else:
+                        raise
+            elif "args: Namespace(" in raw:
+                recognized, marker, priority = True, True, P_ARGS
+                values = _read_namespace(raw)
+            else:
+                for rule in RULES:
+                    if rule.trigger not in raw:
+                        continue
+                    m = rule.pattern.search(raw)
+                    if m is None:
+                        if rule.strict:
+                            recognized = True
+                            problem = problem or RowError("malformed", f"unreadable {rule.label} line (truncated?)")
+                        continue
+                    recognized = True
+                    marker = marker or rule.marker
+                    priority = max(priority, rule.priority)
+                    try:
+                        values.update(rule.read(m))
+                    except RowError as exc:
+                        problem = problem or exc
+        except RowError as exc:
+            problem = exc
+        if not recognized:
+            report.lines_ignored += 1
+            continue
+        if problem is not None:
+            report.reject(number, problem, raw, deployment)
+            continue
+        negatives = [k for k, v in values.items() if isinstance(v, int | float) and not isinstance(v, bool) and v < 0]
+        if negatives:
+            report.reject(number, RowError("negative", f"negative {negatives[0].replace('_', ' ')}"), raw, deployment)
+            continue
+        if marker and segments[-1].measured:
+            segments.append(_Segment(len(segments)))
+        segments[-1].add(number, raw, values, priority)
+        report.accepted += 1
+
+    for segment in segments:
+        if segment.lines:
+            _finish(ctx, report, dedupe, segment, observed, deployment)
+
+
+def _finish(
+    ctx: FileContext,
+    report: FileReport,
+    dedupe: Dedupe,
+    segment: _Segment,
+    observed: tuple[dt.datetime, str] | None,
+    deployment: str,
+) -> None:
+    def reject_all(error: RowError) -> None:
+        for number, raw in sorted(segment.lines.items()):
+            report.reject(number, error, raw, deployment)
+            report.accepted -= 1
+
+    sidecar = ctx.sidecar
+    for _ in range(4):
+        resolved = segment.resolve()
+        values: Values = {k: v for k, (v, _) in resolved.items()}
+        model_raw = values.get("model")
+        try:
+            if sidecar.model_id:
+                model_id = sidecar.model_id
+            elif model_raw:
+                model_id = ctx.models.resolve(model_raw)
+            else:
+                raise RowError("missing_field", "no model name in the log (add a deployment.yaml sidecar with model:)")
+            gpu_raw = values.get("gpu_name")
+            sku = ctx.gpus.resolve(gpu_raw) if gpu_raw else None
+        except RowError as exc:
+            reject_all(exc)
+            return
+        gpu_sku = sku.id if sku else sidecar.gpu_sku
+        gpu_memory = sku.memory_total_bytes if sku else None
+        if gpu_memory is None and sidecar.gpu_sku:
+            gpu_memory = ctx.gpus.resolve(sidecar.gpu_sku).memory_total_bytes
+        if (
+            values.get("activation_peak_bytes") is None
+            and values.get("peak_torch_bytes")
+            and values.get("weights_bytes")
+        ):
+            values["activation_peak_bytes"] = values["peak_torch_bytes"] - values["weights_bytes"]
+        if values.get("cuda_graph_bytes") is None:
+            values["cuda_graph_bytes"] = values.get("cuda_graph_estimate_bytes")
+        if (
+            values.get("gpu_memory_utilization") is None
+            and values.get("requested_memory_bytes")
+            and values.get("total_gpu_memory_bytes")
+        ):
+            values["gpu_memory_utilization"] = round(
+                values["requested_memory_bytes"] / values["total_gpu_memory_bytes"], 4
+            )
+        problems = field_problems(values, gpu_memory)
+        if not problems:
+            break
+        for name, error in problems:
+            if name in resolved:
+                number = resolved[name][1]
+                if number in segment.lines:
+                    report.reject(number, error, segment.lines[number], deployment)
+                    report.accepted -= 1
+                    segment.drop_line(number)
+            else:  # derived from several lines: drop the derived value
+                values[name] = None
+        if not segment.lines:
+            return
+    else:
+        reject_all(RowError("malformed", "inconsistent values"))
+        return
+    if not has_measurement(values) and values.get("startup_outcome") != "failed":
+        reject_all(RowError("missing_field", "no measured value in this engine start (only settings lines)"))
+        return
+    when, when_source = observed or ctx.default_time()
+    if sidecar.observed_at is not None and observed is None:
+        when, when_source = sidecar.observed_at, "sidecar"
+    first_line = min(segment.lines)
+    observation = {
+        "observation_id": observation_id(ctx.rel, first_line, str(segment.index)),
+        "deployment_id": deployment,
+        "source_kind": ctx.kind,
+        "observed_at": when,
+        "observed_at_source": when_source,
+        "model_id": model_id,
+        "model_name_raw": model_raw or sidecar.model_raw,
+        "served_model_name": values.get("served_model_name"),
+        "gpu_sku": gpu_sku,
+        "gpu_name_raw": values.get("gpu_name") or sidecar.gpu_raw,
+        "tp": values.get("tp") or sidecar.tp,
+        "pp": values.get("pp") or sidecar.pp,
+        "engine": sidecar.engine or "vllm",
+        "engine_version": values.get("engine_version") or sidecar.engine_version,
+        "startup_outcome": values.get("startup_outcome", "unknown"),
+        **{k: v for k, v in values.items() if k not in _INTERNAL and k not in ("startup_outcome",)},
+        "input_rows": len(segment.lines),
+        "file": ctx.rel,
+        "line": first_line,
+    }
+    fp = fingerprint({**observation, "segment": segment.index})
+    first = dedupe.observation_seen(fp, (ctx.rel, first_line))
+    if first is not None:
+        reject_all(RowError("duplicate", f"same engine start as {first[0]} line {first[1]}"))
+        return
+    report.observations.append(observation)
