@@ -20,6 +20,10 @@ How a config becomes a model
   `use_sliding_window`, on layers with index >= `max_window_layers`; Gemma 2 / GPT-OSS even
   layers sliding; Gemma 3 full iff (i+1) % `sliding_window_pattern` == 0; Llama 4 chunked where
   `no_rope_layers[i]` is 1 (default: every 4th layer is full); any explicit `layer_types` wins.
+* **KV sharing** (`num_kv_shared_layers`, Gemma 3n / Gemma 4, and the generic path): the last N
+  layers are SHARED and read the last non-shared layer of the same attention type. Gemma 4 global
+  layers take `global_head_dim` and, with `attention_k_eq_v`, `num_global_key_value_heads` (or
+  `per_layer_config`, the form transformers 5 writes).
 * **MLA** (`kv_lora_rank` set): one latent "head" of `kv_lora_rank` (K) + `qk_rope_head_dim` (V);
   the config's `head_dim` (= qk_rope_head_dim in DeepSeek configs) is never used for KV.
 * **State layers** carry per-sequence element counts: Mamba-1 (Jamba) conv = I * d_conv,
@@ -103,6 +107,8 @@ _FAMILIES = {
     "gemma2": "gemma2",
     "gemma3": "gemma3",
     "gemma3_text": "gemma3",
+    "gemma4": "gemma4",
+    "gemma4_text": "gemma4",
     "phi3": "phi3",
     "deepseek_v2": "deepseek_v2",
     "deepseek_v3": "deepseek_v3",
@@ -123,7 +129,7 @@ _FAMILIES = {
 }
 
 # Families whose transformers config defaults `tie_word_embeddings` to True.
-_TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "falcon"})
+_TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma4", "falcon"})
 
 # Fields that published configs omit because transformers fills them from the config class
 # defaults (e.g. google/gemma-3-27b-it's text_config has no vocab_size or max_position_embeddings).
@@ -541,6 +547,8 @@ def _layer_kinds(m: _Model, rules: str) -> list[_Kind]:
             m.fail(f"`attn_layer_offset` ({offset}) must be smaller than `attn_layer_period` ({period})")
         return [_Kind("full") if i % period == offset else _Kind("state") for i in range(n)]
     explicit = _explicit_layer_types(m, rules)
+    if rules == "gemma4" and explicit is not None:
+        explicit[-1] = _Kind("full")  # transformers forces the last Gemma 4 layer to full attention
     if rules == "qwen3_next":
         if explicit is not None:
             return explicit
@@ -562,6 +570,11 @@ def _layer_kinds(m: _Model, rules: str) -> list[_Kind]:
     if rules in ("gemma2", "gpt_oss"):
         w = _window(m)
         return [_Kind("sliding", w) if (i + 1) % 2 else _Kind("full") for i in range(n)]
+    if rules == "gemma4":
+        w = _gemma3_window(m)
+        out = [_Kind("sliding", w) if (i + 1) % 6 else _Kind("full") for i in range(n)]
+        out[-1] = _Kind("full")  # transformers forces the last Gemma 4 layer to full attention
+        return out
     if rules == "gemma3":
         w = _gemma3_window(m)
         pattern = c.integer("sliding_window_pattern", 6, hi=MAX_LAYERS)
@@ -587,6 +600,11 @@ def _layer_kinds(m: _Model, rules: str) -> list[_Kind]:
 
 def _gemma3_window(m: _Model) -> int:
     w = _window(m)
+    if m.rules == "gemma4":
+        # Gemma 4: "all" makes every token bidirectional, and the window is converted the same way
+        if m.cfg.text("use_bidirectional_attention") == "all":
+            w = w // 2 + 1
+        return w
     if m.cfg.flag("use_bidirectional_attention", False):
         # transformers' Gemma3 converts the window for bidirectional (embedding) models
         w = w // 2 + 1
@@ -607,7 +625,7 @@ def _explicit_layer_types(m: _Model, rules: str) -> list[_Kind] | None:
         if mixer is None:
             m.fail(f"`layer_types[{i}]` is an unsupported layer type {t!r}")
         if mixer == "sliding":
-            w = _gemma3_window(m) if rules == "gemma3" else _window(m)
+            w = _gemma3_window(m) if rules in ("gemma3", "gemma4") else _window(m)
             kinds.append(_Kind("sliding", w))
         elif mixer == "chunked":
             kinds.append(_Kind("chunked", c.integer("attention_chunk_size", hi=MAX_POSITIONS)))
@@ -1156,7 +1174,82 @@ def _build_qwen3_next(m: _Model, kinds: list[_Kind]) -> _Built:
     return layers, params, extra
 
 
+def _gemma4_layer_dims(m: _Model, kinds: list[_Kind]) -> list[tuple[int, int]]:
+    """(head_dim, kv_heads) per layer: full-attention layers may use `global_head_dim` and
+    `num_global_key_value_heads` (raw config.json), or `per_layer_config` (as transformers 5 writes it)."""
+    c = m.cfg
+    dims = [(m.head_dim, m.kv_heads)] * m.num_layers
+    per_layer = c.mapping("per_layer_config")
+    if per_layer is not None:
+        for key, override in per_layer.items():
+            try:
+                i = int(key)
+            except ValueError:
+                m.fail(f"`per_layer_config` key {key!r} is not a layer index")
+            if not 0 <= i < m.num_layers or not isinstance(override, Mapping):
+                m.fail(f"`per_layer_config` entry {key!r} is not an object for an existing layer")
+            f = _Fields(override, m.label, f"{c.prefix}per_layer_config.{key}.")
+            dims[i] = (f.integer("head_dim", m.head_dim), f.integer("num_key_value_heads", m.kv_heads, hi=MAX_HEADS))
+    else:
+        global_dim = c.integer("global_head_dim", 512)
+        global_kv = c.opt_int("num_global_key_value_heads", hi=MAX_HEADS)
+        kv = global_kv if global_kv is not None and c.flag("attention_k_eq_v", False) else m.kv_heads
+        dims = [(global_dim, kv) if k.mixer == "full" else dims[i] for i, k in enumerate(kinds)]
+    for i, (_, kv) in enumerate(dims):
+        if kv > m.heads or m.heads % kv:
+            m.fail(f"layer {i}: {kv} KV heads do not divide num_attention_heads ({m.heads})")
+    return dims
+
+
+def _build_gemma4(m: _Model, kinds: list[_Kind]) -> _Built:
+    """Gemma 4 text: per-layer head dims, K=V global layers, KV sharing, per-layer embeddings, MoE."""
+    c = m.cfg
+    h, heads = m.hidden, m.heads
+    dims = _gemma4_layer_dims(m, kinds)
+    shared = c.integer("num_kv_shared_layers", 0, lo=0, hi=MAX_LAYERS)
+    first_shared = m.num_layers - shared
+    k_eq_v = c.flag("attention_k_eq_v", False)
+    bias = c.flag("attention_bias", False)
+    double_wide = c.flag("use_double_wide_mlp", False)
+    ple = c.integer("hidden_size_per_layer_input", 0, lo=0)
+    moe = c.flag("enable_moe_block", False)
+    if moe:
+        e = _experts_common(m, "num_experts", "top_k_experts")
+        moe_inter = c.integer("moe_intermediate_size")
+    layers: list[LayerKVSpec] = []
+    params: list[LayerParams] = []
+    for i, kind in enumerate(kinds):
+        if kind.mixer not in ("full", "sliding"):
+            m.fail(f"layer {i}: {kind.mixer} layers are not supported for gemma4")
+        hd, kv = dims[i]
+        layers.append(_attn_layer(i, kind, kv, hd))
+        attn = h * heads * hd + heads * hd * h + hd + ((heads * hd + h) if bias else 0)  # q, o, q_norm
+        if i < first_shared:
+            projections = 1 if (k_eq_v and kind.mixer == "full") else 2  # K=V: no v_proj
+            attn += projections * (h * kv * hd + (kv * hd if bias else 0)) + hd  # + k_norm
+        inter = m.intermediate * (2 if double_wide and i >= first_shared else 1)
+        mlp = _gated_mlp(h, inter) + (2 * h * ple if ple else 0)  # + per-layer-input gate / projection
+        norms = 4 * h + 1 + (h if ple else 0)  # + layer_scalar, post_per_layer_input_norm
+        if moe:
+            norms += 3 * h
+            params.append(
+                LayerParams(attention=attn, mlp=mlp, experts=e * 3 * h * moe_inter, router=h * e + h + e, norms=norms)
+            )
+        else:
+            params.append(LayerParams(attention=attn, mlp=mlp, norms=norms))
+    layers = _apply_kv_sharing(m, layers, kinds)
+    extra = 0
+    if ple:
+        vocab_ple = c.integer("vocab_size_per_layer_input", m.vocab, hi=MAX_VOCAB)
+        extra = vocab_ple * m.num_layers * ple + h * m.num_layers * ple + ple
+        m.notes.append("extra_params: per-layer embeddings (embed_tokens_per_layer and its projection)")
+    if k_eq_v:
+        m.notes.append("attention_k_eq_v: K and V are still cached as two tensors (as transformers does)")
+    return layers, params, extra
+
+
 _BUILDERS: dict[str, Callable[[_Model, list[_Kind]], _Built]] = {
+    "gemma4": _build_gemma4,
     "mixtral": _build_mixtral,
     "qwen2_moe": _build_qwen_moe,
     "qwen3_moe": _build_qwen_moe,

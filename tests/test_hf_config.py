@@ -253,6 +253,56 @@ def test_gemma3_explicit_layer_types_and_pattern() -> None:
     assert set(kinds(parse_config(cfg))) == {KVKind.FULL}
 
 
+def gemma4_e2b_like(**overrides: Any) -> dict[str, Any]:
+    """A Gemma 4 text config in the raw config.json format (field names and rules from
+    transformers 5.24's Gemma4TextConfig; E2B-like sizes, not a published config)."""
+    cfg = load("synthetic/gemma4-e2b-like")
+    cfg.update(overrides)
+    return cfg
+
+
+def test_gemma4_global_head_dim_and_kv_sharing() -> None:
+    s = parse_config(gemma4_e2b_like())
+    assert s.family == "gemma4" and s.tie_word_embeddings
+    full = [5, 11]  # pattern 5:1 over the 15 layers that store KV
+    for layer in s.layers[:15]:
+        expected = (KVKind.FULL, 1, 512) if layer.index in full else (KVKind.SLIDING, 1, 256)
+        assert (layer.kind, layer.num_kv_heads, layer.k_head_dim) == expected
+    # the last 20 layers read the last storing layer of their own type: 14 (sliding) or 11 (full);
+    # full layers: (i + 1) % 6 == 0, and the last layer, which transformers forces to full
+    shared = s.layers[15:]
+    assert all(layer.kind is KVKind.SHARED for layer in shared)
+    full_shared = [i for i in range(15, 35) if (i + 1) % 6 == 0 or i == 34]
+    assert [layer.kv_source_layer for layer in shared] == [11 if i in full_shared else 14 for i in range(15, 35)]
+    assert kv_elements_per_token(s) == 13 * 1 * 512 + 2 * 1 * 1024 == 8704
+
+
+def test_gemma4_k_eq_v_global_kv_heads_and_per_layer_config() -> None:
+    raw = gemma4_e2b_like(
+        num_kv_shared_layers=0, num_key_value_heads=4, num_global_key_value_heads=2, attention_k_eq_v=True
+    )
+    s = parse_config(raw)
+    assert {(layer.num_kv_heads, layer.k_head_dim) for layer in s.layers if layer.kind is KVKind.FULL} == {(2, 512)}
+    assert any("attention_k_eq_v" in note for note in s.notes)
+    # the form transformers 5 writes: per_layer_config instead of global_head_dim / num_global_*
+    written = gemma4_e2b_like(num_kv_shared_layers=0, num_key_value_heads=4, attention_k_eq_v=True)
+    del written["global_head_dim"]
+    written["per_layer_config"] = {str(i): {"head_dim": 512, "num_key_value_heads": 2} for i in (5, 11, 17, 23, 29, 34)}
+    assert [(x.kind, x.num_kv_heads, x.k_head_dim) for x in parse_config(written).layers] == [
+        (x.kind, x.num_kv_heads, x.k_head_dim) for x in s.layers
+    ]
+    # without attention_k_eq_v, num_global_key_value_heads is ignored (transformers' rule)
+    plain = parse_config(gemma4_e2b_like(num_kv_shared_layers=0, num_key_value_heads=4, num_global_key_value_heads=2))
+    assert {layer.num_kv_heads for layer in plain.layers} == {4}
+
+
+def test_gemma4_last_layer_forced_full() -> None:
+    types = ["sliding_attention"] * 34 + ["sliding_attention"]
+    s = parse_config(gemma4_e2b_like(layer_types=types, num_kv_shared_layers=0))
+    assert s.layers[-1].kind is KVKind.FULL
+    assert s.kind_counts() == {KVKind.SLIDING: 34, KVKind.FULL: 1}
+
+
 # -------------------------------------------------------------------------------- Phi
 
 

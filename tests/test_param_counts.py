@@ -372,3 +372,23 @@ def test_nemotron_h_8b() -> None:
     s = spec("nemotron_h-nemotron-h-8b-base-8k")
     assert s.total_params == expected
     assert len(s.layer_params) == 52
+
+
+def test_gemma4_per_layer_embeddings_sharing_and_double_wide_mlp() -> None:
+    # E2B-like Gemma 4 text config in transformers 5.24's format (not a published config)
+    h, L, H, kv, vocab, inter, ple = 1536, 35, 8, 1, 262144, 6144, 256
+    first_shared = L - 20
+    total_layers = 0
+    for i in range(L):
+        d = 512 if (i + 1) % 6 == 0 or i == L - 1 else 256  # global layers (and the last) use global_head_dim
+        attn = 2 * h * H * d + d  # q_proj, o_proj, q_norm
+        if i < first_shared:
+            attn += 2 * h * kv * d + d  # k_proj, v_proj, k_norm (shared layers have none)
+        mlp = 3 * h * inter * (2 if i >= first_shared else 1) + 2 * h * ple  # double-wide; PLE gate/proj
+        norms = 4 * h + 1 + h  # 4 RMSNorms, layer_scalar, post_per_layer_input_norm
+        total_layers += attn + mlp + norms
+    per_layer_embeddings = vocab * L * ple + h * L * ple + ple
+    expected = vocab * h + total_layers + h + per_layer_embeddings  # tied lm_head
+    s = spec("synthetic/gemma4-e2b-like")
+    assert s.total_params == expected
+    assert s.extra_params == per_layer_embeddings
