@@ -1,0 +1,87 @@
+"""What every warehouse asset shares: the relation it owns, and the metadata it reports.
+
+An asset key `[layer, table]` is the DuckDB relation `layer.table` and the file
+`warehouse/<layer>/<table>.sql` (STYLE.md §2). `sql_asset` builds the asset for a relation that
+is pure SQL (staging views, marts); Python assets write frames with `warehouse.sql.load_frame`
+and report with `relation_result`.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+import duckdb
+
+from pipelines.resources import WarehouseResource
+from warehouse.sql import build_relation, columns, header_comment, qualified, read_sql, row_count
+
+PREVIEW_ROWS = 5
+PREVIEW_COLUMNS = 10
+
+
+def key(layer: str, table: str) -> dg.AssetKey:
+    return dg.AssetKey([layer, table])
+
+
+def describe(layer: str, table: str) -> str:
+    """An asset's description: the header comment of its SQL file (grain and columns)."""
+    return header_comment(read_sql(layer, table))
+
+
+def _cell(value: object) -> str:
+    text = "" if value is None else str(value)
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def markdown_preview(con: duckdb.DuckDBPyConnection, layer: str, table: str, limit: int = PREVIEW_ROWS) -> str:
+    """The first rows of `layer.table` as a small markdown table (at most PREVIEW_COLUMNS columns)."""
+    names = [name for name, _type, _comment in columns(con, layer, table)][:PREVIEW_COLUMNS]
+    if not names:
+        return "(no columns)"
+    selected = ", ".join(f'"{n}"' for n in names)
+    rows = con.execute(f"select {selected} from {qualified(layer, table)} limit $n", {"n": limit}).fetchall()
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def relation_metadata(
+    con: duckdb.DuckDBPyConnection, layer: str, table: str, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    cols = columns(con, layer, table)
+    metadata: dict[str, Any] = {
+        "dagster/row_count": dg.MetadataValue.int(row_count(con, layer, table)),
+        "dagster/relation_identifier": f"{layer}.{table}",
+        "dagster/column_schema": dg.TableSchema(
+            columns=[dg.TableColumn(name, dtype, description=comment) for name, dtype, comment in cols]
+        ),
+        "preview": dg.MetadataValue.md(markdown_preview(con, layer, table)),
+    }
+    for name, value in (extra or {}).items():
+        metadata[name] = value
+    return metadata
+
+
+def relation_result(
+    con: duckdb.DuckDBPyConnection, layer: str, table: str, extra: Mapping[str, Any] | None = None
+) -> dg.MaterializeResult:
+    return dg.MaterializeResult(asset_key=key(layer, table), metadata=relation_metadata(con, layer, table, extra))
+
+
+def sql_asset(layer: str, table: str, *, deps: Iterable[Sequence[str]], group_name: str) -> dg.AssetsDefinition:
+    """The asset of a pure-SQL relation: run `warehouse/<layer>/<table>.sql` in the run's build."""
+
+    @dg.asset(
+        key=key(layer, table),
+        deps=[dg.AssetKey(list(dep)) for dep in deps],
+        group_name=group_name,
+        description=describe(layer, table),
+        kinds={"duckdb", "sql"},
+    )
+    def _relation(warehouse: WarehouseResource) -> dg.MaterializeResult:
+        with warehouse.build() as con:
+            build_relation(con, layer, table, warehouse.run_params())
+            return relation_result(con, layer, table)
+
+    return _relation

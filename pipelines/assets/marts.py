@@ -1,0 +1,131 @@
+"""Marts: the relations platform teams query, and the run that publishes them atomically.
+
+Group `marts`. Each mart is pure SQL over staging (`warehouse/marts/<table>.sql`, rows stamped
+with the run id and date). `marts/runs` depends on every mart: it records the run's provenance,
+appends each mart to its history table and swaps the new snapshot in (`warehouse.publish`).
+"""
+
+from collections.abc import Iterable
+
+import dagster as dg
+
+from pipelines.assets.common import describe, key, sql_asset
+from pipelines.resources import RegistryResource, WarehouseResource
+from warehouse.provenance import frame_sha256, run_provenance
+
+MARTS_GROUP = "marts"
+
+staging_ingest_errors = sql_asset(
+    "staging",
+    "ingest_errors",
+    deps=[("raw", "model_ingest_errors"), ("raw", "gpu_ingest_errors"), ("raw", "grid_errors")],
+    group_name=MARTS_GROUP,
+)
+marts_models = sql_asset("marts", "models", deps=[("staging", "models")], group_name=MARTS_GROUP)
+marts_gpus = sql_asset("marts", "gpus", deps=[("staging", "gpus")], group_name=MARTS_GROUP)
+marts_capacity_grid = sql_asset(
+    "marts", "capacity_grid", deps=[("staging", "capacity_grid"), ("staging", "gpus")], group_name=MARTS_GROUP
+)
+marts_context_limits = sql_asset(
+    "marts", "context_limits", deps=[("staging", "context_limits")], group_name=MARTS_GROUP
+)
+marts_ingest_errors = sql_asset("marts", "ingest_errors", deps=[("staging", "ingest_errors")], group_name=MARTS_GROUP)
+
+GRID_KEY_COLUMNS = (
+    "model",
+    "gpu",
+    "engine",
+    "engine_version",
+    "weight_dtype",
+    "kv_dtype",
+    "tp",
+    "pp",
+    "context",
+)
+
+
+@dg.asset_check(
+    asset=key("marts", "capacity_grid"),
+    blocking=True,
+    description="One row per deployment and context (the joins added no duplicates), and as many rows as raw.",
+)
+def capacity_grid_unique(warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    with warehouse.read() as con:
+        row = con.execute(
+            """
+            select
+                (select count(*) from marts.capacity_grid),
+                (select count(*) from (select distinct model, gpu, engine, engine_version, weight_dtype,
+                    kv_dtype, tp, pp, context from marts.capacity_grid)),
+                (select count(*) from raw.capacity_grid)
+            """
+        ).fetchone()
+    rows, distinct, raw = (int(v) for v in row) if row else (0, 0, 0)
+    return dg.AssetCheckResult(
+        passed=rows == distinct == raw, metadata={"rows": rows, "distinct_keys": distinct, "raw_rows": raw}
+    )
+
+
+def publish_asset(marts: Iterable[dg.AssetKey]) -> dg.AssetsDefinition:
+    """`marts/runs`: depends on every mart given, and publishes the run's snapshot."""
+    upstream: list[dg.AssetKey] = sorted(marts, key=lambda k: tuple(k.path))
+
+    @dg.asset(
+        key=key("marts", "runs"),
+        deps=upstream,
+        group_name=MARTS_GROUP,
+        description=describe("marts", "runs"),
+        kinds={"duckdb"},
+    )
+    def publish(
+        context: dg.AssetExecutionContext, registry: RegistryResource, warehouse: WarehouseResource
+    ) -> dg.MaterializeResult:
+        provenance = run_provenance(registry.catalog_path())
+        with warehouse.build() as con:
+            provenance["input_hashes"] |= {
+                "registry_models": frame_sha256(
+                    con.sql("select repo_id, config_sha256, checkpoint_bytes from raw.models").pl(),
+                    ("repo_id", "config_sha256", "checkpoint_bytes"),
+                ),
+                "registry_gpus": frame_sha256(
+                    con.sql("select slug, content_sha256 from raw.gpus").pl(), ("slug", "content_sha256")
+                ),
+            }
+        row = provenance | {
+            "catalog_dir": str(registry.catalog_path()),
+            "registry_url": registry.safe_url(),
+        }
+        result = warehouse.publish(row)
+        context.log.info(f"published run {result.run_id} to {result.path} in {result.seconds:.2f} s")
+        return dg.MaterializeResult(
+            metadata={
+                "warehouse": str(result.path.resolve()),
+                "published_seconds": dg.MetadataValue.float(round(result.seconds, 3)),
+                "file_bytes": result.file_bytes,
+                "history_runs": result.history_runs,
+                "row_counts": dg.MetadataValue.json(result.row_counts),
+                "formula_version": str(provenance["formula_version"]),
+                "git_sha": str(provenance["git_sha"]),
+            }
+        )
+
+    return publish
+
+
+MART_KEYS = [
+    key("marts", "models"),
+    key("marts", "gpus"),
+    key("marts", "capacity_grid"),
+    key("marts", "context_limits"),
+    key("marts", "ingest_errors"),
+]
+
+assets = [
+    staging_ingest_errors,
+    marts_models,
+    marts_gpus,
+    marts_capacity_grid,
+    marts_context_limits,
+    marts_ingest_errors,
+]
+asset_checks = [capacity_grid_unique]

@@ -1,0 +1,50 @@
+"""The one `Definitions` of capplan: `dagster dev` (from the repository root) and `capplan nightly`.
+
+Assets by domain (`pipelines/assets/`): registry sync and GPU catalog -> capacity grid -> marts,
+then `marts/runs` publishes the snapshot atomically. One job, `nightly_job`, selects everything
+(checks included) and runs on the in-process executor: the steps share one process, so no frame is
+pickled between them and the warehouse build is written by one process under one lock.
+"""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from pipelines.assets import capacity, marts, registry
+from pipelines.resources import build_resources
+
+CRON_ENV = "CAPPLAN_NIGHTLY_CRON"
+DEFAULT_CRON = "0 2 * * *"
+TIMEZONE = "UTC"
+
+_modules = (registry, capacity, marts)
+_assets: list[dg.AssetsDefinition] = [a for module in _modules for a in module.assets]
+_mart_keys = [k for a in _assets for k in a.keys if k.path[0] == "marts"]
+publish = marts.publish_asset(_mart_keys)
+
+nightly_job = dg.define_asset_job(
+    "nightly_job",
+    selection=dg.AssetSelection.all(include_sources=False),
+    description="Sync the registry, compute the capacity grid, build the marts and publish the warehouse.",
+    executor_def=dg.in_process_executor,
+)
+
+nightly_job_schedule = dg.ScheduleDefinition(
+    name="nightly_job_schedule",
+    job=nightly_job,
+    cron_schedule=os.environ.get(CRON_ENV) or DEFAULT_CRON,
+    execution_timezone=TIMEZONE,
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description=f"The nightly refresh (cron from {CRON_ENV}, default '{DEFAULT_CRON}' {TIMEZONE}).",
+)
+
+defs = dg.Definitions(
+    assets=[*_assets, publish],
+    asset_checks=[c for module in _modules for c in module.asset_checks],
+    jobs=[nightly_job],
+    schedules=[nightly_job_schedule],
+    resources=build_resources(),
+    executor=dg.in_process_executor,
+)

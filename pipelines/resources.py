@@ -1,0 +1,156 @@
+"""Typed resources of the pipeline, built in one place (`build_resources`).
+
+Settings come from environment variables through `dg.EnvVar` (listed, with defaults, in
+`.env.example`); an unset variable falls back to the embedded default so that `dagster dev` and
+`capplan nightly` work from a fresh clone with no configuration.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import duckdb
+from pydantic import PrivateAttr
+
+from models_registry import db
+from warehouse.lock import RunLock
+from warehouse.publish import DEFAULT_HISTORY_RUNS, DEFAULT_PATH, PublishResult, Warehouse
+from warehouse.sources import catalog_root
+
+WAREHOUSE_ENV = "CAPPLAN_WAREHOUSE"
+HISTORY_RUNS_ENV = "CAPPLAN_HISTORY_RUNS"
+LOCK_WAIT_ENV = "CAPPLAN_LOCK_WAIT_S"
+REGISTRY_ENV = db.URL_ENV  # CAPPLAN_REGISTRY_URL
+CATALOG_ENV = "CAPPLAN_CATALOG_DIR"
+
+
+class WarehouseResource(dg.ConfigurableResource):
+    """The DuckDB warehouse. A run writes into its own build of the snapshot (taken under the
+    refresh lock on first use) and `publish` swaps it in atomically; readers never wait."""
+
+    path: str = DEFAULT_PATH
+    history_runs: int = DEFAULT_HISTORY_RUNS
+    lock_wait_s: int = 0  # seconds a run waits for another run's lock before it gives up
+
+    _run_id: str | None = PrivateAttr(default=None)
+    _lock: RunLock | None = PrivateAttr(default=None)
+    _started_at: dt.datetime | None = PrivateAttr(default=None)
+    _published: PublishResult | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._run_id = context.run.run_id if context.run else None
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._lock is None:
+            return
+        try:
+            if self._published is None and self._run_id is not None:
+                self.store().discard(self._run_id)
+        finally:
+            self._lock.release()
+            self._lock = None
+
+    def store(self) -> Warehouse:
+        return Warehouse(self.path, history_runs=self.history_runs)
+
+    @property
+    def run_id(self) -> str:
+        if self._run_id is None:
+            raise RuntimeError("the warehouse resource is only writable inside a Dagster run")
+        return self._run_id
+
+    @property
+    def started_at(self) -> dt.datetime:
+        if self._started_at is None:
+            raise RuntimeError("this run has not started a warehouse build")
+        return self._started_at
+
+    def _begin(self) -> None:
+        if self._lock is not None:
+            return
+        store = self.store()
+        lock = store.lock(self.run_id, wait_s=self.lock_wait_s)
+        lock.acquire()
+        try:
+            self._started_at = dt.datetime.now(dt.UTC)
+            store.begin(self.run_id)
+        except BaseException:
+            lock.release()
+            raise
+        self._lock = lock
+
+    @contextmanager
+    def build(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-write connection to this run's build (started on first use, under the lock)."""
+        self._begin()
+        with self.store().connect(self.run_id) as con:
+            yield con
+
+    @contextmanager
+    def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """This run's build if it has one (checks see what is about to be published), else the
+        published snapshot, read-only."""
+        if self._lock is not None:
+            with self.store().connect(self.run_id) as con:
+                yield con
+            return
+        con = self.store().connect_read_only()
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def run_params(self) -> dict[str, object]:
+        """The named parameters every mart's SQL binds: this run's id and UTC date."""
+        return {"run_id": self.run_id, "run_date": self.started_at.date()}
+
+    def publish(self, run_row: Mapping[str, Any]) -> PublishResult:
+        self._begin()
+        row = {"started_at": self.started_at, **run_row}
+        self._published = self.store().publish(self.run_id, row)
+        return self._published
+
+
+class RegistryResource(dg.ConfigurableResource):
+    """The model and GPU registry (SQLAlchemy URL) and the catalog the nightly run syncs from."""
+
+    url: str = db.DEFAULT_URL
+    catalog_dir: str = ""  # empty: the bundled catalog (models_registry/catalog)
+
+    def catalog_path(self) -> Path:
+        return catalog_root(self.catalog_dir or None)
+
+    def safe_url(self) -> str:
+        return db.safe_url(self.url)
+
+
+def _env(name: str, default: Any) -> Any:
+    """`dg.EnvVar(name)` when the variable is set (resolved at run time), else the default."""
+    if not os.environ.get(name):
+        return default
+    if isinstance(default, bool):
+        raise TypeError("no boolean settings")
+    if isinstance(default, int):
+        return dg.EnvVar.int(name)
+    return dg.EnvVar(name)
+
+
+def build_resources() -> dict[str, Any]:
+    """Every resource the definitions bind, by key."""
+    return {
+        "warehouse": WarehouseResource(
+            path=_env(WAREHOUSE_ENV, DEFAULT_PATH),
+            history_runs=_env(HISTORY_RUNS_ENV, DEFAULT_HISTORY_RUNS),
+            lock_wait_s=_env(LOCK_WAIT_ENV, 0),
+        ),
+        "registry": RegistryResource(
+            url=_env(REGISTRY_ENV, db.DEFAULT_URL),
+            catalog_dir=_env(CATALOG_ENV, ""),
+        ),
+    }

@@ -1,0 +1,43 @@
+-- marts.context_limits: the longest context each deployment serves at a target concurrency, latest run.
+-- grain: one row per model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x concurrency.
+-- columns: run_id, run_date, model, model_family, gpu, engine, engine_version, weight_dtype,
+--   kv_dtype, tp, pp, num_gpus, concurrency, max_context
+-- history: marts.context_limits_history (every retained run).
+create or replace table marts.context_limits as
+with limits as (
+    select * from staging.context_limits
+)
+
+select
+    $run_id::varchar as run_id,
+    $run_date::date as run_date,
+    model,
+    model_family,
+    gpu,
+    engine,
+    engine_version,
+    weight_dtype,
+    kv_dtype,
+    tp,
+    pp,
+    num_gpus,
+    concurrency,
+    max_context
+from limits
+order by model, gpu, engine, engine_version, weight_dtype, kv_dtype, tp, pp, concurrency;
+
+comment on table marts.context_limits is 'Max context per deployment for target concurrencies 1, 8, 32, 128, 512 (latest run).';
+comment on column marts.context_limits.run_id is 'The nightly run that published this row (marts.runs.run_id).';
+comment on column marts.context_limits.run_date is 'UTC date the run started.';
+comment on column marts.context_limits.model is 'Hugging Face repo id (marts.models.model).';
+comment on column marts.context_limits.model_family is 'Model family.';
+comment on column marts.context_limits.gpu is 'GPU catalog id (marts.gpus.gpu).';
+comment on column marts.context_limits.engine is 'Engine profile: vllm, sglang, trtllm, plain.';
+comment on column marts.context_limits.engine_version is 'Engine version the profile follows.';
+comment on column marts.context_limits.weight_dtype is 'Weight format.';
+comment on column marts.context_limits.kv_dtype is 'KV cache dtype.';
+comment on column marts.context_limits.tp is 'Tensor-parallel size.';
+comment on column marts.context_limits.pp is 'Pipeline-parallel size.';
+comment on column marts.context_limits.num_gpus is 'GPUs per replica: tp * pp.';
+comment on column marts.context_limits.concurrency is 'Target concurrent sequences B.';
+comment on column marts.context_limits.max_context is 'Largest T (a multiple of the block size, capped by the model limit) with B_max(T) >= concurrency; 0 when none.';

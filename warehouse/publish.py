@@ -1,0 +1,296 @@
+"""Atomic publishing of the warehouse: readers see the previous run or the new one, never a mix.
+
+A DuckDB file cannot be opened read-only by one process while another holds it read-write, so a
+run never writes to the published file at all:
+
+1. `begin(run_id)` (under the refresh lock, see `warehouse.lock`) removes builds left by crashed
+   runs and copies the published file to a private build file next to it,
+   `.<name>.<run_id>.build`; a first run starts from an empty database.
+2. The run's assets write their tables into the build (`connect(run_id)`), replacing the previous
+   run's rows; history tables carried over in the copy keep theirs.
+3. `publish(run_id, ...)` appends each mart's rows to its history table (`marts.<table>_history`,
+   keyed by `run_id` and `run_date`), trims history to the last `history_runs` runs, inserts the
+   `marts.runs` row, checkpoints and closes the build, fsyncs it, and `os.replace`s it over the
+   published path (an atomic rename on POSIX), then fsyncs the directory.
+
+A reader that opened the old file keeps reading the old inode; one that opens after the rename
+reads the new snapshot. A run killed at any point before the rename leaves the published file
+untouched (its build is deleted by the next run); after it, the new snapshot is complete.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from warehouse.lock import RunLock
+from warehouse.sql import LAYERS, build_relation, columns, ident, qualified, relation_exists, row_count
+
+PATH_ENV = "CAPPLAN_WAREHOUSE"
+DEFAULT_PATH = "var/warehouse.duckdb"
+DEFAULT_HISTORY_RUNS = 7
+HISTORY_SUFFIX = "_history"
+RUNS_TABLE = "runs"
+BUILD_SUFFIX = ".build"
+
+
+class WarehouseMissing(FileNotFoundError):
+    """No published warehouse at the path yet."""
+
+
+def warehouse_path(path: str | Path | None = None) -> Path:
+    """The published warehouse file: the argument, else `CAPPLAN_WAREHOUSE`, else `var/warehouse.duckdb`."""
+    return Path(path or os.environ.get(PATH_ENV) or DEFAULT_PATH)
+
+
+def _sql_string(text: str) -> str:
+    """A SQL string literal. Only for `COMMENT ON`, which DuckDB cannot bind, and only for comment
+    text read back from the warehouse's own catalog (the column comments of `warehouse/*.sql`)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    path: Path
+    run_id: str
+    row_counts: dict[str, int]
+    history_runs: int
+    file_bytes: int
+    seconds: float
+
+
+class Warehouse:
+    """The published DuckDB file at `path`, and the private builds that replace it."""
+
+    def __init__(self, path: str | Path | None = None, *, history_runs: int = DEFAULT_HISTORY_RUNS) -> None:
+        if history_runs < 1:
+            raise ValueError(f"history_runs must be >= 1, got {history_runs}")
+        self.path = warehouse_path(path)
+        self.history_runs = history_runs
+
+    # --- paths -------------------------------------------------------------------------------
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lock")
+
+    def build_path(self, run_id: str) -> Path:
+        safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in run_id)
+        return self.path.with_name(f".{self.path.name}.{safe}{BUILD_SUFFIX}")
+
+    def builds(self) -> list[Path]:
+        """Build files (and their WALs) in the warehouse's directory."""
+        if not self.path.parent.exists():
+            return []
+        prefix = f".{self.path.name}."
+        return sorted(
+            p
+            for p in self.path.parent.iterdir()
+            if p.name.startswith(prefix) and (p.name.endswith(BUILD_SUFFIX) or p.name.endswith(BUILD_SUFFIX + ".wal"))
+        )
+
+    def lock(self, run_id: str | None = None, *, wait_s: float = 0.0) -> RunLock:
+        return RunLock(self.lock_path, run_id=run_id, wait_s=wait_s)
+
+    @property
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    # --- build -------------------------------------------------------------------------------
+
+    def begin(self, run_id: str) -> Path:
+        """Start this run's build: a copy of the published snapshot (or an empty database).
+
+        The caller holds the refresh lock, so every other build file is a crashed run's: removed.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for leftover in self.builds():
+            leftover.unlink(missing_ok=True)
+        build = self.build_path(run_id)
+        if self.exists:
+            shutil.copyfile(self.path, build)
+            wal = self.path.with_name(self.path.name + ".wal")
+            if wal.exists():  # committed but not yet checkpointed by whoever wrote it
+                shutil.copyfile(wal, build.with_name(build.name + ".wal"))
+        con = duckdb.connect(str(build))
+        try:
+            for layer in LAYERS:
+                con.execute(f"create schema if not exists {ident(layer)}")
+        finally:
+            con.close()
+        return build
+
+    @contextmanager
+    def connect(self, run_id: str) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-write connection to this run's build (`begin` first)."""
+        build = self.build_path(run_id)
+        if not build.exists():
+            raise RuntimeError(f"no build for run {run_id} at {build}: call begin() first")
+        con = duckdb.connect(str(build))
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def discard(self, run_id: str) -> None:
+        build = self.build_path(run_id)
+        build.unlink(missing_ok=True)
+        build.with_name(build.name + ".wal").unlink(missing_ok=True)
+
+    # --- publish -----------------------------------------------------------------------------
+
+    def publish(self, run_id: str, run_row: Mapping[str, object]) -> PublishResult:
+        """Record history and the `runs` row in the build, then swap it in atomically.
+
+        `run_row` holds the `marts.runs` columns other than the counts, which are taken here.
+        """
+        start = time.perf_counter()
+        build = self.build_path(run_id)
+        with self.connect(run_id) as con:
+            con.execute("begin transaction")
+            build_relation(con, "marts", RUNS_TABLE)
+            marts = mart_tables(con)
+            counts = {table: row_count(con, "marts", table) for table in marts}
+            _insert_run(con, run_id, _complete_run_row(run_row, counts))
+            keep = self._retained_runs(con, marts)
+            for table in marts:
+                _append_history(con, table, keep)
+            con.execute("commit")
+            con.execute("checkpoint")
+        wal = build.with_name(build.name + ".wal")
+        if wal.exists():
+            raise RuntimeError(f"the build {build} still has a write-ahead log after checkpoint; not publishing")
+        _fsync(build)
+        os.replace(build, self.path)
+        _fsync(self.path.parent)
+        return PublishResult(
+            path=self.path,
+            run_id=run_id,
+            row_counts=counts,
+            history_runs=len(keep),
+            file_bytes=self.path.stat().st_size,
+            seconds=time.perf_counter() - start,
+        )
+
+    def _retained_runs(self, con: duckdb.DuckDBPyConnection, marts: list[str]) -> list[str]:
+        """The last `history_runs` runs, plus any run whose rows a current mart still holds."""
+        recent = con.execute(
+            "select run_id from marts.runs order by started_at desc, run_id desc limit $n",
+            {"n": self.history_runs},
+        ).fetchall()
+        keep = {str(r[0]) for r in recent}
+        for table in marts:
+            for (run,) in con.execute(f"select distinct run_id from {qualified('marts', table)}").fetchall():
+                keep.add(str(run))
+        return sorted(keep)
+
+    # --- read --------------------------------------------------------------------------------
+
+    def connect_read_only(self) -> duckdb.DuckDBPyConnection:
+        """A read-only connection to the published snapshot (never blocks a refresh)."""
+        if not self.exists:
+            raise WarehouseMissing(f"no warehouse at {self.path}; run `capplan nightly` to build it")
+        return duckdb.connect(str(self.path), read_only=True)
+
+
+def mart_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Tables in `marts` that hold one run's rows (a `run_id` column), without history and `runs`."""
+    rows = con.execute(
+        "select t.table_name from duckdb_tables() t "
+        "where t.schema_name = 'marts' and t.database_name = current_database() "
+        "and t.table_name <> $runs and not suffix(t.table_name, $suffix) "
+        "and exists (select 1 from duckdb_columns() c where c.database_name = t.database_name "
+        "and c.schema_name = t.schema_name and c.table_name = t.table_name and c.column_name = 'run_id') "
+        "order by t.table_name",
+        {"runs": RUNS_TABLE, "suffix": HISTORY_SUFFIX},
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def _complete_run_row(run_row: Mapping[str, object], counts: Mapping[str, int]) -> dict[str, object]:
+    """The caller's provenance plus what only publishing knows: end time, duration, row counts."""
+    row = dict(run_row)
+    finished = dt.datetime.now(dt.UTC)
+    started = row.get("started_at")
+    if not isinstance(started, dt.datetime):
+        raise ValueError("run_row needs started_at (a timezone-aware datetime)")
+    row.setdefault("run_date", started.astimezone(dt.UTC).date())
+    row.setdefault("finished_at", finished)
+    row.setdefault("duration_s", round((finished - started).total_seconds(), 3))
+    row.setdefault("status", "published")
+    row["row_counts"] = dict(counts)
+    for table, count in counts.items():
+        for name in (table, f"{table}_rows"):
+            row.setdefault(name, count)
+    return row
+
+
+def _insert_run(con: duckdb.DuckDBPyConnection, run_id: str, row: Mapping[str, object]) -> None:
+    import json
+
+    known = [name for name, _type, _comment in columns(con, "marts", RUNS_TABLE)]
+    values: dict[str, object] = {}
+    for name in known:
+        value = row.get(name)
+        if isinstance(value, dict | list):
+            value = json.dumps(value, sort_keys=True, default=str)
+        values[name] = value
+    values["run_id"] = run_id
+    unknown = {name for name in set(row) - set(known) if not _is_count_alias(name, row)}
+    if unknown:
+        raise ValueError(f"marts.runs has no column(s) {', '.join(sorted(unknown))}")
+    con.execute("delete from marts.runs where run_id = $run_id", {"run_id": run_id})
+    names = ", ".join(ident(n) for n in known)
+    placeholders = ", ".join(f"${n}" for n in known)
+    con.execute(f"insert into marts.runs ({names}) values ({placeholders})", values)
+
+
+def _is_count_alias(name: str, row: Mapping[str, object]) -> bool:
+    """A row count filled in for a mart that has no column of its own in marts.runs (see row_counts)."""
+    counts = row.get("row_counts")
+    return isinstance(counts, dict) and (name in counts or name.removesuffix("_rows") in counts)
+
+
+def _append_history(con: duckdb.DuckDBPyConnection, table: str, keep: list[str]) -> None:
+    """Copy `marts.<table>`'s rows into `marts.<table>_history` (created or widened as needed)."""
+    history = table + HISTORY_SUFFIX
+    source = qualified("marts", table)
+    target = qualified("marts", history)
+    mart_columns = columns(con, "marts", table)
+    if not relation_exists(con, "marts", history):
+        con.execute(f"create table {target} as select * from {source} with no data")
+    else:
+        present = {name for name, _t, _c in columns(con, "marts", history)}
+        for name, dtype, _comment in mart_columns:
+            if name not in present:
+                con.execute(f"alter table {target} add column {ident(name)} {dtype}")
+    for name, _dtype, comment in mart_columns:
+        if comment:
+            con.execute(f"comment on column {target}.{ident(name)} is {_sql_string(comment)}")
+    con.execute(
+        f"comment on table {target} is "
+        + _sql_string(f"Every retained run's rows of marts.{table} (run_id, run_date on each row).")
+    )
+    con.execute(f"delete from {target} where run_id in (select distinct run_id from {source})")
+    con.execute(f"delete from {target} where not list_contains($keep, run_id)", {"keep": keep})
+    con.execute(f"insert into {target} by name select * from {source}")
+
+
+def utc_today() -> dt.date:
+    return dt.datetime.now(dt.UTC).date()

@@ -1,0 +1,138 @@
+"""The warehouse's SQL files: one relation per file, `warehouse/<layer>/<table>.sql`.
+
+A relation's name is the same everywhere (STYLE.md §2): the Dagster asset key `[layer, table]`,
+the DuckDB relation `layer.table` and this file. Files are run statement by statement, each with
+the named parameters (`$run_id`, `$run_date`...) it uses bound from a mapping — values are never
+formatted into SQL. Identifiers (schema, table and column names, which DuckDB cannot bind) go
+through `ident`, which quotes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import duckdb
+
+WAREHOUSE_DIR = Path(__file__).resolve().parent
+LAYERS = ("raw", "staging", "marts")
+QUERIES_DIR = WAREHOUSE_DIR / "queries"
+
+
+class WarehouseSqlError(RuntimeError):
+    """A warehouse SQL file is missing, or one of its statements failed (names the file)."""
+
+
+def sql_path(layer: str, table: str) -> Path:
+    """The file that defines `layer.table`."""
+    if layer not in LAYERS:
+        raise WarehouseSqlError(f"unknown warehouse layer {layer!r}; expected one of {', '.join(LAYERS)}")
+    return WAREHOUSE_DIR / layer / f"{table}.sql"
+
+
+def read_sql(layer: str, table: str) -> str:
+    path = sql_path(layer, table)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise WarehouseSqlError(f"no SQL file for {layer}.{table} ({path})") from None
+
+
+def header_comment(sql: str) -> str:
+    """The leading `--` comment block of a SQL file (its grain and columns), without the dashes."""
+    lines = []
+    for line in sql.splitlines():
+        stripped = line.strip()
+        if not stripped.startswith("--"):
+            break
+        lines.append(stripped[2:].strip())
+    return "\n".join(lines).strip()
+
+
+def execute_sql(
+    con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, object] | None = None, *, name: str = "sql"
+) -> None:
+    """Run every statement of `sql`, binding the named parameters each statement uses."""
+    values = dict(params or {})
+    for statement in duckdb.extract_statements(sql):
+        wanted = statement.named_parameters
+        missing = wanted - values.keys()
+        if missing:
+            raise WarehouseSqlError(f"{name}: no value for parameter(s) {', '.join(sorted(missing))}")
+        try:
+            if wanted:
+                con.execute(statement.query, {key: values[key] for key in wanted})
+            else:
+                con.execute(statement.query)
+        except duckdb.Error as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise WarehouseSqlError(f"{name}: {first}") from exc
+
+
+def build_relation(
+    con: duckdb.DuckDBPyConnection, layer: str, table: str, params: Mapping[str, object] | None = None
+) -> None:
+    """Create (or replace) `layer.table` by running its SQL file."""
+    execute_sql(con, read_sql(layer, table), params, name=f"warehouse/{layer}/{table}.sql")
+
+
+def ident(name: str) -> str:
+    """A quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def qualified(layer: str, table: str) -> str:
+    return f"{ident(layer)}.{ident(table)}"
+
+
+def row_count(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> int:
+    row = con.execute(f"select count(*) from {qualified(layer, table)}").fetchone()
+    return int(row[0]) if row else 0
+
+
+def relation_exists(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> bool:
+    row = con.execute(
+        "select count(*) from duckdb_tables() where schema_name = $schema and table_name = $table "
+        "and database_name = current_database()",
+        {"schema": layer, "table": table},
+    ).fetchone()
+    if row and row[0]:
+        return True
+    row = con.execute(
+        "select count(*) from duckdb_views() where schema_name = $schema and view_name = $table "
+        "and database_name = current_database()",
+        {"schema": layer, "table": table},
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def columns(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> list[tuple[str, str, str | None]]:
+    """(name, type, comment) of each column of `layer.table`, in order."""
+    rows = con.execute(
+        "select column_name, data_type, comment from duckdb_columns() "
+        "where schema_name = $schema and table_name = $table and database_name = current_database() "
+        "order by column_index",
+        {"schema": layer, "table": table},
+    ).fetchall()
+    return [(str(name), str(dtype), comment) for name, dtype, comment in rows]
+
+
+def example_queries() -> dict[str, str]:
+    """`warehouse/queries/*.sql` by file stem, in name order."""
+    return {path.stem: path.read_text(encoding="utf-8") for path in sorted(QUERIES_DIR.glob("*.sql"))}
+
+
+INCOMING = "incoming"
+
+
+def load_frame(con: duckdb.DuckDBPyConnection, layer: str, table: str, frame: object) -> int:
+    """Create `layer.table` from a Polars frame: its SQL file selects from the relation `incoming`.
+
+    Returns the row count.
+    """
+    con.register(INCOMING, frame)
+    try:
+        build_relation(con, layer, table)
+    finally:
+        con.unregister(INCOMING)
+    return row_count(con, layer, table)
