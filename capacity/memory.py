@@ -244,11 +244,12 @@ def _rank_weight_bytes(model: ModelSpec, fmt: WeightFormat, tp: int, pp: int) ->
     start = 0
     partition = pp_partition(len(model.layer_params), pp)
     for stage_index, count in enumerate(partition):
-        total = Fraction(0)
-        for params in model.layer_params[start : start + count]:
-            total += Fraction(params.attention + params.mlp, tp) * attn_mlp
-            total += Fraction(params.experts, tp) * linear
-            total += (params.router + params.norms) * dense
+        # integer sums first, then one exact rational product per kind (same value, far fewer Fractions)
+        layers = model.layer_params[start : start + count]
+        sharded = sum(params.attention + params.mlp for params in layers)
+        experts = sum(params.experts for params in layers)
+        replicated = sum(params.router + params.norms for params in layers)
+        total = Fraction(sharded, tp) * attn_mlp + Fraction(experts, tp) * linear + replicated * dense
         start += count
         if stage_index == 0:
             total += Fraction(model.embedding_params, tp) * dense
@@ -297,6 +298,18 @@ class KVGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class ChargeTerms:
+    """Units one sequence takes in a block or token pool, as terms of the context T and the
+    admission length L (T for a running sequence):
+    `fixed_units + per_block_groups * cdiv(T, bs) + sum(n * cdiv(min(held + batched, L), bs))`
+    over `windowed` = ((n groups, tokens held beyond the batch), ...)."""
+
+    fixed_units: int
+    per_block_groups: int
+    windowed: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class KVPool:
     """Capacity in engine units (blocks, tokens or bytes) and how many units a sequence takes."""
 
@@ -324,19 +337,31 @@ class KVPool:
                 total += per_token * tokens
             return total
         limit = admission_len if admission_len is not None else t
-        units = 0
+        terms = self.charge_terms()
+        units = terms.fixed_units + terms.per_block_groups * cdiv(t, self.block_size)
+        for groups, held in terms.windowed:
+            units += groups * cdiv(min(held + self.max_num_batched_tokens, limit), self.block_size)
+        return units
+
+    def charge_terms(self) -> ChargeTerms:
+        """How a block or token pool charges one sequence, group by group (vLLM's admission rule).
+
+        A state group takes one unit; a sliding group `cdiv(min(W - 1 + batched, L), bs) + 1` blocks;
+        a chunked group `cdiv(min(W + batched, L), bs)`; any other group `cdiv(T, bs)`.
+        """
+        fixed = per_block = 0
+        windowed: dict[int, int] = {}
         for group in self.groups:
             if group.kind == "state":
-                units += 1
+                fixed += 1
             elif group.kind == "sliding" and group.window_tokens and self.unit == "block":
-                tokens = min(group.window_tokens - 1 + self.max_num_batched_tokens, limit)
-                units += cdiv(tokens, self.block_size) + 1
+                windowed[group.window_tokens - 1] = windowed.get(group.window_tokens - 1, 0) + 1
+                fixed += 1
             elif group.kind == "chunked" and group.window_tokens and self.unit == "block":
-                tokens = min(group.window_tokens + self.max_num_batched_tokens, limit)
-                units += cdiv(tokens, self.block_size)
+                windowed[group.window_tokens] = windowed.get(group.window_tokens, 0) + 1
             else:
-                units += cdiv(t, self.block_size)
-        return units
+                per_block += 1
+        return ChargeTerms(fixed, per_block, tuple((n, held) for held, n in sorted(windowed.items())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -531,6 +556,29 @@ def vllm_overhead(
     return Overhead(activation, non_torch, graphs)
 
 
+def engine_overhead(
+    model: ModelSpec,
+    engine: str,
+    tp: int,
+    pp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int | None,
+    release: ec.VllmRelease | None,
+    act_bytes: int,
+) -> Overhead:
+    """The non-KV terms an engine profile charges per GPU: vLLM's model (CUDA graphs where the
+    release deducts them); TensorRT-LLM the same without graphs; SGLang a fixed context reserve
+    (its activations live inside the 1 - mem_fraction_static it leaves free); plain nothing."""
+    if engine == "plain":
+        return Overhead(0, 0, 0)
+    if engine == "sglang":
+        return Overhead(0, ec.SGLANG_CONTEXT_BYTES, 0)
+    vrelease = release or ec.vllm_release(None)
+    if engine != "vllm":
+        vrelease = replace(vrelease, cudagraph_memory_in_budget=False)
+    return vllm_overhead(model, tp, pp, max(max_num_batched_tokens, 1), max_num_seqs or 256, vrelease, act_bytes)
+
+
 def vllm_batch_defaults(
     release: ec.VllmRelease, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int
 ) -> tuple[int, int]:
@@ -575,6 +623,26 @@ def vllm_pool(
     release: ec.VllmRelease,
 ) -> tuple[KVPool, list[str]]:
     """vLLM's KV pool on the tightest rank: layer buckets, hybrid groups, page sizes, num_blocks."""
+    pools, notes = vllm_stage_pools(
+        model, kv_budget_bytes, kv_bytes, ssm_bytes, model_bytes, tp, pp, block_size, max_num_batched_tokens, release
+    )
+    # the engine sizes every rank to the tightest one (the first stage with the fewest blocks)
+    return min(pools, key=lambda p: p.capacity_units), notes
+
+
+def vllm_stage_pools(
+    model: ModelSpec,
+    kv_budget_bytes: int,
+    kv_bytes: int,
+    ssm_bytes: int,
+    model_bytes: int,
+    tp: int,
+    pp: int,
+    block_size: int,
+    max_num_batched_tokens: int,
+    release: ec.VllmRelease,
+) -> tuple[list[KVPool], list[str]]:
+    """The pool each pipeline stage would build from the budget, in stage order."""
     notes: list[str] = []
     hybrid = release.hybrid_kv_cache_manager
     pools: list[KVPool] = []
@@ -617,9 +685,7 @@ def vllm_pool(
             unit_bytes = group_size * page
             capacity = kv_budget_bytes // unit_bytes if unit_bytes else 0
         pools.append(KVPool("block", capacity, bs, groups, max_num_batched_tokens, unit_bytes))
-    # the engine sizes every rank to the tightest one
-    tightest = min(pools, key=lambda p: p.capacity_units)
-    return tightest, notes
+    return pools, notes
 
 
 def vllm_kv_cache_tokens(pool: KVPool, max_model_len: int, release: ec.VllmRelease) -> int:
@@ -744,15 +810,10 @@ def estimate(
     # overhead
     if d.overhead_bytes_per_gpu is not None:
         overhead = Overhead(0, d.overhead_bytes_per_gpu, 0)
-    elif engine == "plain":
-        overhead = Overhead(0, 0, 0)
-        notes.append("plain engine: no overhead unless given with --overhead-gib")
     else:
-        vrelease = release or ec.vllm_release(None)
-        no_graphs = replace(vrelease, cudagraph_memory_in_budget=False)
-        overhead = vllm_overhead(
-            model, d.tp, d.pp, max(batched, 1), seqs_cap or 256, vrelease if engine == "vllm" else no_graphs, act_bytes
-        )
+        overhead = engine_overhead(model, engine, d.tp, d.pp, batched, seqs_cap, release, act_bytes)
+        if engine == "plain":
+            notes.append("plain engine: no overhead unless given with --overhead-gib")
 
     usable = int(total * util)
     if d.kv_cache_memory_bytes is not None:
@@ -761,7 +822,6 @@ def estimate(
         budget = int((total - weights.per_gpu_bytes - overhead.total_bytes) * util)
     elif engine == "sglang":
         budget = usable - weights.per_gpu_bytes - ec.SGLANG_CONTEXT_BYTES
-        overhead = Overhead(0, ec.SGLANG_CONTEXT_BYTES, 0) if d.overhead_bytes_per_gpu is None else overhead
     else:
         budget = usable - weights.per_gpu_bytes - overhead.total_bytes
 
@@ -917,33 +977,62 @@ def sglang_mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int) -> float
     return round(fraction, 3)
 
 
-def sglang_pool(model: ModelSpec, budget: int, kv_bytes: int, tp: int, pp: int, page_size: int, batched: int) -> KVPool:
-    """SGLang token pool: cell size over all attention layers; hybrid SWA splits full and window pools."""
+@dataclass(frozen=True, slots=True)
+class SglangCells:
+    """Bytes per token of SGLang's pools on the tightest stage: full-attention layers and SWA layers."""
+
+    full_cell: int
+    swa_cell: int
+    full_layers: int
+    swa_layers: int
+    window: int  # the widest sliding window (0 without SWA layers)
+
+    @property
+    def hybrid(self) -> bool:
+        """Both kinds present: SGLang keeps a separate, smaller pool for the window layers."""
+        return self.full_layers > 0 and self.swa_layers > 0
+
+
+def sglang_cells(model: ModelSpec, kv_bytes: int, tp: int, pp: int) -> SglangCells:
     stage = max(
         stage_layers(model, pp), key=lambda s: sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in s)
     )
     full = [layer for layer in stage if layer.stores_per_token_kv and layer.kind not in WINDOWED_KINDS]
     swa = [layer for layer in stage if layer.kind in WINDOWED_KINDS and layer.window_tokens]
-    full_cell = sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in full)
-    swa_cell = sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in swa)
-    if swa and full:
+    return SglangCells(
+        full_cell=sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in full),
+        swa_cell=sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in swa),
+        full_layers=len(full),
+        swa_layers=len(swa),
+        window=max((layer.window_tokens or 0 for layer in swa), default=0),
+    )
+
+
+def sglang_pool(model: ModelSpec, budget: int, kv_bytes: int, tp: int, pp: int, page_size: int, batched: int) -> KVPool:
+    """SGLang token pool: cell size over all attention layers; hybrid SWA splits full and window pools."""
+    cells = sglang_cells(model, kv_bytes, tp, pp)
+    if cells.hybrid:
         ratio = ec.SGLANG_SWA_FULL_TOKENS_RATIO
-        full_tokens = int(budget / (full_cell + ratio * swa_cell))
+        full_tokens = int(budget / (cells.full_cell + ratio * cells.swa_cell))
         full_tokens -= full_tokens % page_size
-        window = max(layer.window_tokens or 0 for layer in swa)
         return KVPool(
             "token",
             full_tokens,
             page_size,
-            (KVGroup("full", len(full)),),
+            (KVGroup("full", cells.full_layers),),
             batched,
-            full_cell,
+            cells.full_cell,
             swa_capacity_units=int(full_tokens * ratio),
-            swa_window_tokens=window,
+            swa_window_tokens=cells.window,
         )
-    cell = full_cell + swa_cell
+    cell = cells.full_cell + cells.swa_cell
     tokens = budget // cell if cell else 0
     tokens -= tokens % page_size
     return KVPool(
-        "token", tokens // page_size, page_size, (KVGroup("full", len(full) + len(swa)),), batched, cell * page_size
+        "token",
+        tokens // page_size,
+        page_size,
+        (KVGroup("full", cells.full_layers + cells.swa_layers),),
+        batched,
+        cell * page_size,
     )
