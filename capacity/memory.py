@@ -135,6 +135,16 @@ def stage_layers(model: ModelSpec, pp: int) -> list[tuple[LayerKVSpec, ...]]:
     return stages
 
 
+def state_bytes_per_sequence_per_gpu(
+    model: ModelSpec, model_bytes: int, ssm_bytes: int, tp: int = 1, pp: int = 1
+) -> int:
+    """Per-sequence state (Mamba / GDN layers) on the most loaded GPU."""
+    return max(
+        sum(layer_state_bytes(layer, model_bytes, ssm_bytes, tp) for layer in stage)
+        for stage in stage_layers(model, pp)
+    )
+
+
 def kv_bytes_per_token(model: ModelSpec, kv_bytes: int) -> int:
     """Whole-model bytes per cached token: every per-token layer, sliding ones as if in window."""
     return sum(layer_kv_bytes_per_token(layer, kv_bytes) for layer in model.layers)
@@ -556,6 +566,47 @@ def vllm_overhead(
     return Overhead(activation, non_torch, graphs)
 
 
+@dataclass(frozen=True, slots=True)
+class EngineDefaults:
+    """What an engine profile picks when the deployment does not say (0 seqs: no cap)."""
+
+    gpu_memory_utilization: float
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+
+
+def engine_defaults(
+    engine: str,
+    model: ModelSpec,
+    gpu: GpuSku | None,
+    gpu_memory_bytes: int,
+    max_model_len: int,
+    tp: int,
+    pp: int,
+    release: ec.VllmRelease | None,
+) -> EngineDefaults:
+    if engine == "vllm":
+        vrelease = release or ec.vllm_release(None)
+        seqs, batched = vllm_batch_defaults(vrelease, gpu, gpu_memory_bytes, max_model_len)
+        return EngineDefaults(vrelease.default_gpu_memory_utilization, seqs, batched, vllm_block_size(model, gpu))
+    if engine == "sglang":
+        return EngineDefaults(
+            sglang_mem_fraction_static(gpu_memory_bytes, tp, pp),
+            0,
+            sglang_chunked_prefill_size(gpu_memory_bytes),
+            ec.SGLANG_PAGE_SIZE,
+        )
+    if engine == "trtllm":
+        return EngineDefaults(
+            ec.TRTLLM_FREE_GPU_MEMORY_FRACTION,
+            ec.TRTLLM_DEFAULT_MAX_BATCH_SIZE,
+            ec.TRTLLM_DEFAULT_MAX_NUM_TOKENS,
+            ec.TRTLLM_TOKENS_PER_BLOCK,
+        )
+    return EngineDefaults(1.0, 0, 0, 1)
+
+
 def engine_overhead(
     model: ModelSpec,
     engine: str,
@@ -761,10 +812,7 @@ def estimate(
 
     per_token = kv_bytes_per_token(model, kv_bytes)
     per_token_gpu = kv_bytes_per_token_per_gpu(model, kv_bytes, d.tp, d.pp)
-    state_gpu = max(
-        sum(layer_state_bytes(layer, act_bytes, ssm_bytes, d.tp) for layer in stage)
-        for stage in stage_layers(model, d.pp)
-    )
+    state_gpu = state_bytes_per_sequence_per_gpu(model, act_bytes, ssm_bytes, d.tp, d.pp)
 
     if d.weights_bytes_per_gpu is not None:
         weights = WeightsEstimate(
@@ -775,33 +823,10 @@ def estimate(
     weight_name = weights.format_name
 
     # engine defaults
-    if engine == "vllm":
-        assert release is not None
-        util = (
-            d.gpu_memory_utilization
-            if d.gpu_memory_utilization is not None
-            else (release.default_gpu_memory_utilization)
-        )
-        default_seqs, default_batched = vllm_batch_defaults(release, gpu, total, max_model_len)
-        block_size = d.block_size or vllm_block_size(model, gpu)
-    elif engine == "sglang":
-        util = (
-            d.gpu_memory_utilization
-            if d.gpu_memory_utilization is not None
-            else (sglang_mem_fraction_static(total, d.tp, d.pp))
-        )
-        default_seqs, default_batched = 0, sglang_chunked_prefill_size(total)
-        block_size = d.block_size or ec.SGLANG_PAGE_SIZE
-    elif engine == "trtllm":
-        util = (
-            d.gpu_memory_utilization if d.gpu_memory_utilization is not None else (ec.TRTLLM_FREE_GPU_MEMORY_FRACTION)
-        )
-        default_seqs, default_batched = ec.TRTLLM_DEFAULT_MAX_BATCH_SIZE, ec.TRTLLM_DEFAULT_MAX_NUM_TOKENS
-        block_size = d.block_size or ec.TRTLLM_TOKENS_PER_BLOCK
-    else:
-        util = d.gpu_memory_utilization if d.gpu_memory_utilization is not None else 1.0
-        default_seqs, default_batched = 0, 0
-        block_size = d.block_size or 1
+    defaults = engine_defaults(engine, model, gpu, total, max_model_len, d.tp, d.pp, release)
+    util = d.gpu_memory_utilization if d.gpu_memory_utilization is not None else defaults.gpu_memory_utilization
+    default_seqs, default_batched = defaults.max_num_seqs, defaults.max_num_batched_tokens
+    block_size = d.block_size or defaults.block_size
     if not 0 < util <= 1:
         raise SpecError(f"GPU memory utilization must be in (0, 1], got {util}")
     batched = d.max_num_batched_tokens or default_batched
