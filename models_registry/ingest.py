@@ -165,12 +165,9 @@ _METADATA = ("revision", "checkpoint_bytes", "published_parameters", "family", "
 def store_model(session: Session, snapshot: ConfigSnapshot, spec: ModelSpec) -> str:
     """Upsert one model revision; returns 'added', 'updated' or 'unchanged' (caller commits)."""
     sha = snapshot.config_sha256
-    same = session.scalar(
-        select(orm.Model).where(orm.Model.repo_id == snapshot.repo_id, orm.Model.config_sha256 == sha)
-    )
-    current = session.scalar(
-        select(orm.Model).where(orm.Model.repo_id == snapshot.repo_id, orm.Model.is_current.is_(True))
-    )
+    history = session.scalars(select(orm.Model).where(orm.Model.repo_id == snapshot.repo_id)).all()
+    same = next((row for row in history if row.config_sha256 == sha), None)
+    current = next((row for row in history if row.is_current), None)
     if same is not None:
         changed = False
         for key in _METADATA:
@@ -190,24 +187,21 @@ def store_model(session: Session, snapshot: ConfigSnapshot, spec: ModelSpec) -> 
         return "updated" if changed else "unchanged"
 
     if current is not None:
-        session.execute(update(orm.Model).where(orm.Model.id == current.id).values(is_current=False))
-    values = _model_values(snapshot, spec, is_current=True)
+        current.is_current = False
+        session.flush()
+    # Core statements with bound parameters: cached once per process, no ORM bookkeeping per row.
     statement = (
         _insert(session, orm.Model)
-        .values(values)
         .on_conflict_do_nothing(index_elements=["repo_id", "config_sha256"])
         .returning(orm.Model.id)
     )
-    model_id = session.execute(statement).scalar()
+    model_id = session.connection().execute(statement, _model_values(snapshot, spec, is_current=True)).scalar()
     if model_id is None:  # another ingest inserted the same revision since we looked
         return "unchanged"
     layers = _layer_values(model_id, spec)
     if layers:  # a fresh model id: plain executemany INSERT
-        session.execute(insert(orm.ModelLayer), layers)
-    history = session.scalar(
-        select(orm.Model.id).where(orm.Model.repo_id == snapshot.repo_id, orm.Model.id != model_id).limit(1)
-    )
-    return "updated" if history is not None else "added"
+        session.connection().execute(insert(orm.ModelLayer), layers)
+    return "updated" if history else "added"
 
 
 # --- GPUs --------------------------------------------------------------------------------------
@@ -252,13 +246,13 @@ def store_gpu(session: Session, record: GpuRecord) -> str:
     values = _gpu_values(record)
     now = orm.utcnow()
     table = orm.GpuSku.__table__
-    upsert = _insert(session, orm.GpuSku).values(values | {"created_at": now, "updated_at": now})
+    upsert = _insert(session, table)
     statement = upsert.on_conflict_do_update(
         index_elements=["slug"],
-        set_={key: upsert.excluded[key] for key in values} | {"updated_at": now},
+        set_={key: upsert.excluded[key] for key in [*values, "updated_at"]},
         where=table.c.content_sha256 != upsert.excluded.content_sha256,
-    ).returning(orm.GpuSku.id)
-    sku_id = session.execute(statement).scalar()
+    ).returning(table.c.id)
+    sku_id = session.connection().execute(statement, values | {"created_at": now, "updated_at": now}).scalar()
     if sku_id is None:  # the same content was written since we looked
         return "unchanged"
     session.execute(delete(orm.GpuAlias).where(orm.GpuAlias.gpu_sku_id == sku_id))
@@ -274,7 +268,7 @@ def store_gpu(session: Session, record: GpuRecord) -> str:
     if taken:
         alias, owner = taken[0]
         raise StageError("store", f"{record.id}: alias {alias!r} already names {owner} in the registry")
-    session.execute(insert(orm.GpuAlias), aliases)
+    session.connection().execute(insert(orm.GpuAlias), aliases)
     return "added" if existing is None else "updated"
 
 

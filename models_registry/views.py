@@ -180,8 +180,8 @@ class ModelListRow:
 
 
 def list_models(session: Session) -> list[ModelListRow]:
-    revisions = dict(
-        session.execute(select(orm.Model.repo_id, func.count()).group_by(orm.Model.repo_id)).tuples().all()
+    revisions: dict[str, int] = dict(
+        session.execute(select(orm.Model.repo_id, func.count()).group_by(orm.Model.repo_id)).all()
     )
     rows = session.scalars(
         select(orm.Model)

@@ -59,11 +59,12 @@ def _drift(url: str) -> list[object]:
 
 
 def _ingest_sample(url: str) -> None:
+    """Rows in every table: models and layers, GPUs and aliases, runs and errors."""
     engine = db.make_engine(url)
     try:
         with db.make_sessionmaker(engine)() as session:
             ingest_dir(session, FIXTURES / "broken_configs")
-            ingest_catalog(session, models=False)
+            ingest_catalog(session, FIXTURES / "broken_configs")  # its gpus.yaml: 2 good SKUs, many bad
     finally:
         engine.dispose()
 

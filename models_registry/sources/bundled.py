@@ -8,6 +8,7 @@ to the catalog directory. A bad entry is an `ItemError`, never an exception.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -119,11 +120,19 @@ def _inside(root: Path, relative: str) -> Path:
 
 
 def read_catalog_entries(catalog_dir: Path | None = None) -> tuple[list[CatalogModel], list[ItemError]]:
-    """The valid entries of models.yaml and an error for each bad one."""
-    root = catalog_dir or CATALOG_DIR
-    path = root / MODELS_YAML
-    if not path.exists():
+    """The valid entries of models.yaml and an error for each bad one (cached while the file is unchanged)."""
+    path = (catalog_dir or CATALOG_DIR) / MODELS_YAML
+    try:
+        stat = path.stat()
+    except OSError:
         return [], []
+    entries, errors = _read_entries(path, stat.st_mtime_ns, stat.st_size)
+    return list(entries), list(errors)
+
+
+@lru_cache(maxsize=16)
+def _read_entries(path: Path, _mtime_ns: int, _size: int) -> tuple[tuple[CatalogModel, ...], tuple[ItemError, ...]]:
+    root = path.parent
     raw_entries, errors = load_yaml(path, list_key="models")
     entries: list[CatalogModel] = []
     for position, raw in enumerate(raw_entries, start=1):
@@ -133,7 +142,7 @@ def read_catalog_entries(catalog_dir: Path | None = None) -> tuple[list[CatalogM
             entries.append(_entry(raw, position, root))
         except ValueError as exc:
             errors.append(ItemError("model", item_key, "catalog", one_line(exc), str(path), excerpt(repr(raw))))
-    return entries, errors
+    return tuple(entries), tuple(errors)
 
 
 def snapshot_of(entry: CatalogModel) -> ConfigSnapshot:

@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from capacity.spec import SpecError
 from models_registry import db, views
@@ -27,10 +25,6 @@ GIB = 2**30
 def _fail(message: object) -> NoReturn:
     typer.echo(f"error: {' '.join(str(message).split())}", err=True)
     raise typer.Exit(2)
-
-
-def _console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
 
 
 def _count(n: int | None) -> str:
@@ -56,7 +50,8 @@ def print_report(report: ingest_mod.IngestReport) -> None:
     if report.errors:
         typer.echo(f"failures ({len(report.errors)}):")
         for error in report.errors:
-            typer.echo(f"  {error.item_kind} {error.item_key} [{error.stage}]: {error.reason}")
+            reason = error.reason.removeprefix(f"{error.item_key}: ")
+            typer.echo(f"  {error.item_kind} {error.item_key} [{error.stage}]: {reason}")
 
 
 @app.command()
@@ -98,12 +93,21 @@ def ingest(
         raise typer.Exit(1)
 
 
+def _print_table(header: list[str], rows: list[list[str]], right: set[int]) -> None:
+    """Plain aligned columns (pipe- and grep-friendly; nothing is cut)."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
+    for row in [header, *rows]:
+        cells = [
+            cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        typer.echo("  ".join(cells).rstrip())
+
+
 @app.command("list")
 def list_(
     gpus: Annotated[bool, typer.Option("--gpus", help="List GPU SKUs instead of models.")] = False,
 ) -> None:
     """List current models (or GPU SKUs) in the registry."""
-    console = _console()
     try:
         present = db.registry_exists()
         if gpus:
@@ -113,19 +117,23 @@ def list_(
             else:
                 typer.echo("registry not ingested; showing the bundled GPU catalog", err=True)
                 gpu_rows = views.gpu_rows_from_catalog(read_gpu_catalog()[0])
-            table = Table("id", "name", "memory", "GB/s", "BF16 TF", "FP8 TF", "$/GPU-h", "aliases")
-            for g in gpu_rows:
-                table.add_row(
-                    g.id,
-                    g.name,
-                    _gib(g.memory_total_bytes),
-                    f"{g.memory_bandwidth_gbps:,.0f}" if g.memory_bandwidth_gbps else "-",
-                    f"{g.bf16_dense_tflops:,.0f}" if g.bf16_dense_tflops else "-",
-                    f"{g.fp8_dense_tflops:,.0f}" if g.fp8_dense_tflops else "-",
-                    f"{g.price_usd_per_gpu_hour:.2f}" if g.price_usd_per_gpu_hour is not None else "-",
-                    str(len(g.aliases)),
-                )
-            console.print(table)
+            _print_table(
+                ["id", "name", "memory", "GB/s", "BF16 TF", "FP8 TF", "$/GPU-h"],
+                [
+                    [
+                        g.id,
+                        g.name,
+                        _gib(g.memory_total_bytes),
+                        f"{g.memory_bandwidth_gbps:,.0f}" if g.memory_bandwidth_gbps else "-",
+                        f"{g.bf16_dense_tflops:,.0f}" if g.bf16_dense_tflops else "-",
+                        f"{g.fp8_dense_tflops:,.0f}" if g.fp8_dense_tflops else "-",
+                        f"{g.price_usd_per_gpu_hour:.2f}" if g.price_usd_per_gpu_hour is not None else "-",
+                    ]
+                    for g in gpu_rows
+                ],
+                right={2, 3, 4, 5, 6},
+            )
+            typer.echo(f"{len(gpu_rows)} GPU SKUs")
             return
         if not present:
             _fail(f"no registry at {db.safe_url(db.registry_url())}; run `capplan registry ingest` first")
@@ -133,20 +141,24 @@ def list_(
             model_rows = views.list_models(session)
     except db.RegistryError as exc:
         _fail(exc)
-    table = Table("model", "family", "type", "params", "context", "dtype", "layers (KV kind)", "revs")
-    for m in model_rows:
-        table.add_row(
-            m.repo_id,
-            m.family,
-            m.model_type,
-            _count(m.total_params),
-            f"{m.context_limit_tokens:,}",
-            m.torch_dtype,
-            ", ".join(group.label() for group in m.layer_groups),
-            str(m.revisions),
-        )
-    console.print(table)
-    console.print(f"{len(model_rows)} models")
+    _print_table(
+        ["model", "family", "type", "params", "context", "dtype", "revs", "layers (KV kind)"],
+        [
+            [
+                m.repo_id,
+                m.family,
+                m.model_type,
+                _count(m.total_params),
+                f"{m.context_limit_tokens:,}",
+                m.torch_dtype,
+                str(m.revisions),
+                ", ".join(group.label() for group in m.layer_groups),
+            ]
+            for m in model_rows
+        ],
+        right={3, 4, 6},
+    )
+    typer.echo(f"{len(model_rows)} models")
 
 
 @app.command()
@@ -165,39 +177,39 @@ def show(model: Annotated[str, typer.Argument(help="A registry id or alias, or a
 
 
 def _print_view(view: views.ModelView) -> None:
-    out = typer.echo
-    out(f"{view.repo_id}")
-    out(f"  revision        {view.revision or '-'}   config sha256 {view.config_sha256[:16]}   source {view.source}")
+    def row(label: str, value: object) -> None:
+        typer.echo(f"  {label:<24}{value}")
+
+    typer.echo(view.repo_id)
+    row("revision", f"{view.revision or '-'}  (config sha256 {view.config_sha256[:16]}, source {view.source})")
     generic = "  (generic parser: model_type not recognized)" if view.is_generic else ""
-    out(f"  family          {view.family}   model_type {view.model_type}   {view.architecture}{generic}")
+    row("family", f"{view.family}  (model_type {view.model_type}, {view.architecture}){generic}")
     for key, value in view.fields.items():
-        shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
-        out(f"  {key:<24}{shown if value is not None else '-'}")
-    out("  layers (KV kind) " + ", ".join(group.label() for group in view.layer_groups))
+        row(key, "-" if value is None else f"{value:,}" if type(value) is int else value)
+    row("layers (KV kind)", ", ".join(group.label() for group in view.layer_groups))
     dtype = view.fields.get("torch_dtype")
-    out(f"  KV bytes/token  {view.kv_bytes_per_token:,} at {dtype} (whole model, all per-token layers)")
+    row("KV bytes per token", f"{view.kv_bytes_per_token:,} at {dtype} (whole model, every per-token layer)")
     if view.state_bytes_per_sequence:
-        out(f"  state/sequence  {view.state_bytes_per_sequence:,} bytes (conv at {dtype}, recurrent at fp32)")
-    out(
-        f"  parameters      total {_count(view.total_params)} ({view.total_params:,})   "
-        f"active {_count(view.active_params)}   embedding {_count(view.embedding_params)}"
+        row("state per sequence", f"{view.state_bytes_per_sequence:,} B (conv at {dtype}, recurrent at fp32)")
+    row(
+        "parameters",
+        f"total {_count(view.total_params)} ({view.total_params:,}), active {_count(view.active_params)}, "
+        f"embedding {_count(view.embedding_params)}",
     )
     if view.published_parameters:
-        out(f"  published       {_count(view.published_parameters)} ({view.published_parameters:,})")
-    out(
-        f"  checkpoint      {_gib(view.checkpoint_bytes)}"
-        + (f" ({view.checkpoint_bytes:,} B)" if view.checkpoint_bytes else " (no safetensors index)")
-    )
+        row("published parameters", f"{_count(view.published_parameters)} ({view.published_parameters:,})")
+    checkpoint = view.checkpoint_bytes
+    row("checkpoint", f"{_gib(checkpoint)} ({checkpoint:,} B)" if checkpoint else "unknown (no safetensors index)")
     for note in view.notes:
-        out(f"  note            {note}")
+        row("note", note)
     if view.history is None:
-        out("  history         not in the registry (run `capplan registry ingest`)")
+        row("history", "not in the registry (run `capplan registry ingest`)")
         return
-    out(f"  history         {len(view.history)} revision(s)")
+    row("history", f"{len(view.history)} revision(s), * = current")
     for rev in view.history:
         mark = "*" if rev.is_current else " "
         when = rev.created_at.strftime("%Y-%m-%d %H:%M") if rev.created_at else "-"
-        out(f"    {mark} {when}  {(rev.revision or '-')[:40]:<40}  {rev.config_sha256[:16]}  {rev.source}")
+        typer.echo(f"    {mark} {when}  {(rev.revision or '-')[:40]:<40}  {rev.config_sha256[:16]}  {rev.source}")
 
 
 @app.command()
