@@ -86,19 +86,21 @@ def check_reconciliation(result: IngestResult) -> list[str]:
     files = result.files
     bad = files.filter(pl.col("rows_in") != pl.col("accepted") + pl.col("rejected"))
     problems += [f"{f}: rows_in != accepted + rejected" for f in bad["file"]]
-    lines = files.filter(
+    rejects = result.rejects.group_by("file").agg(
+        pl.len().alias("n"), pl.col("line").is_null().sum().alias("file_level")
+    )
+    lines = files.join(rejects, on="file", how="left").filter(
         pl.col("source_kind").is_in(["prometheus", "vllm_log", "csv"])
-        & (pl.col("lines_total") < pl.col("lines_ignored") + pl.col("rows_in"))
+        & (pl.col("lines_total") < pl.col("lines_ignored") + pl.col("rows_in") - pl.col("file_level").fill_null(0))
     )
     problems += [f"{f}: more rows and ignored lines than lines" for f in lines["file"]]
-    rejects = result.rejects.group_by("file").len(name="n")
     obs = result.observations.group_by("file").agg(pl.len().alias("obs"), pl.col("input_rows").sum().alias("obs_rows"))
     smp = result.samples.group_by("file").len(name="smp")
     joined = (
         files.join(rejects, on="file", how="left")
         .join(obs, on="file", how="left")
         .join(smp, on="file", how="left")
-        .with_columns(pl.col("n", "obs", "obs_rows", "smp").fill_null(0))
+        .with_columns(pl.col("n", "file_level", "obs", "obs_rows", "smp").fill_null(0))
     )
     for row in joined.iter_rows(named=True):
         if row["n"] != row["rejected"]:
@@ -264,4 +266,7 @@ class _Ingest:
             return report
         parser: Any = {"prometheus": parse_prometheus, "vllm_log": parse_vllm_log, "csv": parse_csv}[kind]
         parser(ctx, text, report, self.dedupe)
+        if report.rows_in == 0:
+            reason = f"nothing capplan reads in {report.lines_total} line(s) of this {kind} file"
+            report.reject(None, RowError("no_data", reason), "\n".join(text.lines[:3]))
         return report

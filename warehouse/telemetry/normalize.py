@@ -174,21 +174,22 @@ def decode_text(raw: bytes) -> DecodedText:
     """UTF-8 (BOM stripped), UTF-16 with a BOM, or UTF-8 line by line (undecodable lines marked).
 
     Raises RowError('encoding') for binary content: NUL bytes without a UTF-16 BOM, or more than
-    a tenth of the lines undecodable.
+    two lines and more than half of them undecodable.
     """
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         try:
             return DecodedText(raw.decode("utf-16").splitlines(), "utf-16")
         except UnicodeDecodeError as exc:
             raise RowError("encoding", f"UTF-16 BOM but undecodable at byte {exc.start}") from None
+    if b"\x00" in raw:
+        nul = raw.index(b"\x00")
+        raise RowError("encoding", f"binary content (NUL byte at {nul}), not text")
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     try:
         return DecodedText(raw.decode("utf-8").splitlines(), "utf-8")
     except UnicodeDecodeError as exc:
         first_bad = exc.start
-    if b"\x00" in raw:
-        raise RowError("encoding", f"binary content (NUL bytes; not UTF-8 at byte {first_bad})")
     lines: list[str] = []
     bad: set[int] = set()
     for number, chunk in enumerate(raw.splitlines(), start=1):
@@ -197,7 +198,7 @@ def decode_text(raw: bytes) -> DecodedText:
         except UnicodeDecodeError:
             lines.append(chunk.decode("utf-8", errors="replace"))
             bad.add(number)
-    if len(bad) * 10 > max(len(lines), 1):
+    if len(bad) > 2 and len(bad) * 2 > len(lines):
         raise RowError("encoding", f"not UTF-8 text: {len(bad)} of {len(lines)} lines undecodable (byte {first_bad})")
     return DecodedText(lines, "utf-8 (with undecodable lines)", frozenset(bad))
 

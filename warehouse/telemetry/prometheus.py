@@ -284,15 +284,6 @@ def _cache_config(
     models_by_engine: dict[tuple[str, str], set[str]],
 ) -> None:
     labels = entry.labels
-    names = labels.get("model_name")
-    if not names and not ctx.sidecar.model_id:
-        candidates = models_by_engine.get((entry.deployment_id, labels.get("engine", "")), set())
-        if len(candidates) > 1:
-            raise RowError(
-                "missing_field", f"cache_config_info has no model_name and the snapshot serves {len(candidates)} models"
-            )
-        names = next(iter(candidates), None)
-    model_id, model_raw = _model(ctx, names)
     prefix = null_text(labels.get("enable_prefix_caching"))
     values: dict[str, Any] = {
         "block_size": _label_number(labels, "block_size", integer=True),
@@ -305,6 +296,15 @@ def _cache_config(
         raise RowError(problems[0][1].code, "; ".join(p.reason for _, p in problems))
     if values["num_gpu_blocks"] is None:
         raise RowError("missing_field", "cache_config_info without num_gpu_blocks")
+    names = labels.get("model_name")
+    if not names and not ctx.sidecar.model_id:
+        candidates = models_by_engine.get((entry.deployment_id, labels.get("engine", "")), set())
+        if len(candidates) > 1:
+            raise RowError(
+                "missing_field", f"cache_config_info has no model_name and the snapshot serves {len(candidates)} models"
+            )
+        names = next(iter(candidates), None)
+    model_id, model_raw = _model(ctx, names)
     _not_duplicate(ctx, dedupe, entry, "cache_config_info")
     assert entry.ts is not None
     sidecar = ctx.sidecar

@@ -129,6 +129,7 @@ REASON_CODES: dict[str, str] = {
     "duplicate": "the same series and timestamp, or the same observation, was already ingested",
     "encoding": "the line or file is not UTF-8 (or UTF-16 with a BOM) text",
     "empty": "the file holds nothing but whitespace",
+    "no_data": "a readable file in which no line is telemetry capplan reads (every line ignored)",
     "unknown_file_type": "the file is neither a Prometheus snapshot, a vLLM log, a CSV/Parquet export nor a sidecar",
     "bad_sidecar": "a sidecar (deployment.yaml / *.meta.yaml) is not a mapping of known keys with valid values",
 }

@@ -39,7 +39,7 @@ from warehouse.telemetry.normalize import (
 from warehouse.telemetry.observation import field_problems, fingerprint, has_measurement
 from warehouse.telemetry.prometheus import Dedupe
 
-NUM = r"(-?\d[\d,]*(?:\.\d+)?)"
+NUM = r"(-?\d+(?:,\d{3})*(?:\.\d+)?)"
 SIZE = NUM + r"\s*(GiB|GB|MiB|MB|KiB|KB|TiB|TB)\b"
 
 # How repeated values of a field combine within one segment.
@@ -93,6 +93,7 @@ class Rule:
     strict: bool = True
     priority: int = P_OTHER
     marker: bool = False  # a line that starts an engine (version banner, config line)
+    exclusive: bool = False  # when it matches, no later rule reads the line
 
 
 def _rx(text: str) -> re.Pattern[str]:
@@ -104,7 +105,6 @@ def _concurrency(m: re.Match[str]) -> Values:
         "max_concurrency_tokens": parse_int(m.group(1), "tokens per request"),
         "max_concurrency": parse_number(m.group(2), "maximum concurrency"),
         "max_model_len": parse_int(m.group(1), "tokens per request"),
-        "engine_generation": "v1",
     }
 
 
@@ -153,6 +153,14 @@ def _failed(message: str) -> Callable[[re.Match[str]], Values]:
 
 
 RULES: tuple[Rule, ...] = (
+    Rule(
+        "init memory snapshot",
+        "memory snapshot",
+        _rx(r"\btotal_memory=\s*" + SIZE),
+        _size("total_gpu_memory_bytes"),
+        strict=False,
+        exclusive=True,
+    ),
     Rule("model loading", "Model loading took", _rx(r"Model loading took\s+" + SIZE), _size("weights_bytes")),
     Rule(
         "model weights",
@@ -263,6 +271,7 @@ RULES: tuple[Rule, ...] = (
         "Graph capturing finished",
         _rx(r"Graph capturing finished in\s*" + NUM + r"\s*secs?,\s*took\s*" + SIZE),
         lambda m: {"cuda_graph_bytes": size_bytes(m.group(2), m.group(3), "CUDA graphs")},
+        strict=False,  # V0 prints no size: "Graph capturing finished in 15 secs."
     ),
     Rule(
         "CUDA graph estimate",
@@ -753,6 +762,8 @@ def parse_vllm_log(ctx: FileContext, text: DecodedText, report: FileReport, dedu
                         values.update(rule.read(m))
                     except RowError as exc:
                         problem = problem or exc
+                    if rule.exclusive:
+                        break
         except RowError as exc:
             problem = exc
         if not recognized:
