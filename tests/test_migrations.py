@@ -4,6 +4,7 @@ and (marked `postgres`) on PostgreSQL."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -127,3 +128,22 @@ def test_bad_url_is_a_one_line_registry_error() -> None:
     with pytest.raises(db.RegistryError) as excinfo:
         db.upgrade_to_head("nosuchdriver://x/y")
     assert "\n" not in str(excinfo.value)
+
+
+def test_env_takes_the_url_from_x_argument_then_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from alembic.config import Config
+
+    def bare_config() -> Config:
+        config = Config(str(db.ALEMBIC_INI))
+        config.attributes["configure_logger"] = False
+        return config
+
+    from_x = f"sqlite:///{tmp_path / 'from-x.db'}"
+    from_env = f"sqlite:///{tmp_path / 'from-env.db'}"
+    monkeypatch.setenv(db.URL_ENV, from_env)
+    config = bare_config()
+    config.cmd_opts = argparse.Namespace(x=[f"url={from_x}"])  # `alembic -x url=...`
+    command.upgrade(config, "head")
+    assert db.registry_exists(from_x) and not db.registry_exists(from_env)
+    command.upgrade(bare_config(), "head")
+    assert db.registry_exists(from_env)
