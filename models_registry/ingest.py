@@ -123,6 +123,8 @@ def _model_values(snapshot: ConfigSnapshot, spec: ModelSpec, *, is_current: bool
         "gated": snapshot.gated,
         "source": snapshot.source,
         "source_path": snapshot.source_path,
+        "source_url": snapshot.source_url,
+        "notes": snapshot.notes,
         "config_json": snapshot.config_bytes.decode("utf-8-sig"),
         "created_at": orm.utcnow(),
         "is_current": is_current,
@@ -159,7 +161,7 @@ def _padded_params(spec: ModelSpec) -> list[tuple[int, int, int, int, int]]:
     return (params + [(0, 0, 0, 0, 0)] * len(spec.layers))[: len(spec.layers)]
 
 
-_METADATA = ("revision", "checkpoint_bytes", "published_parameters", "family", "gated")
+_METADATA = ("revision", "checkpoint_bytes", "published_parameters", "family", "gated", "source_url", "notes")
 
 
 def store_model(session: Session, snapshot: ConfigSnapshot, spec: ModelSpec) -> str:

@@ -124,8 +124,10 @@ class Model(Base):
     published_parameters: Mapped[int | None] = mapped_column(Count)
     gated: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
-    source: Mapped[str] = mapped_column(String(16))
-    source_path: Mapped[str | None] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(16))  # bundled | local | hf-cache | hub
+    source_path: Mapped[str | None] = mapped_column(Text)  # the file it was read from
+    source_url: Mapped[str | None] = mapped_column(Text)  # provenance: where the config is published
+    notes: Mapped[str | None] = mapped_column(Text)  # the catalog's notes on this config
     config_json: Mapped[str] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow, server_default=func.now())
     is_current: Mapped[bool] = mapped_column(Boolean)

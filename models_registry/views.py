@@ -59,6 +59,7 @@ class ModelView:
     published_parameters: int | None
     history: tuple[Revision, ...] | None = None  # None: not in the registry
     notes: tuple[str, ...] = field(default_factory=tuple)
+    source_url: str | None = None
 
 
 def _dtype_bytes(dtype: str) -> int:
@@ -105,6 +106,8 @@ def view_from_row(session: Session, row: orm.Model) -> ModelView:
         checkpoint_bytes=row.checkpoint_bytes,
         published_parameters=row.published_parameters,
         history=tuple(Revision(h.revision, h.config_sha256, h.source, h.created_at, h.is_current) for h in history),
+        notes=(row.notes,) if row.notes else (),
+        source_url=row.source_url,
     )
 
 

@@ -98,15 +98,30 @@ def test_round_trip_with_data_and_no_drift(registry_url: str) -> None:
     assert _count_models(registry_url) > 0
 
 
-def test_every_revision_steps_up_and_down(registry_url: str) -> None:
+def test_every_revision_steps_down_and_up_with_data(registry_url: str) -> None:
+    """Each downgrade, then each upgrade, one step at a time, with rows present (SQLite batch
+    mode recreates tables: data, check constraints and the partial unique index must survive)."""
+    _ingest_sample(registry_url)
+    before = _count_models(registry_url)
     config = db.alembic_config(registry_url)
-    command.downgrade(config, "base")
-    revisions = list(reversed(list(_script().walk_revisions("base", "heads"))))
-    for _ in revisions:
-        command.upgrade(config, "+1")
-    assert _drift(registry_url) == []
-    for _ in revisions:
+    steps = len(list(_script().walk_revisions("base", "heads")))
+    for _ in range(steps - 1):
         command.downgrade(config, "-1")
+        assert _count_models(registry_url) == before
+    for _ in range(steps - 1):
+        command.upgrade(config, "+1")
+    assert _count_models(registry_url) == before
+    assert _drift(registry_url) == []
+    engine = db.make_engine(registry_url)
+    try:
+        with engine.connect() as connection:
+            indexes = {ix["name"]: ix for ix in inspect(connection).get_indexes("models")}
+            checks = {ck["name"] for ck in inspect(connection).get_check_constraints("models")}
+    finally:
+        engine.dispose()
+    assert indexes["uq_models_repo_id_current"]["unique"]
+    assert {"ck_models_source", "ck_models_positive_sizes"} <= checks
+    command.downgrade(config, "base")
     assert _tables(registry_url) & TABLES == set()
 
 

@@ -72,6 +72,8 @@ def test_bundled_catalog_twice_changes_nothing_the_second_time(session: Session)
     llama2 = session.scalars(select(orm.Model).where(orm.Model.repo_id == "meta-llama/Llama-2-7b-hf")).one()
     assert llama2.checkpoint_bytes == 13_476_839_424
     assert llama2.published_parameters == 6_738_415_616
+    assert llama2.source_url and llama2.source_url.startswith("https://huggingface.co/meta-llama/")
+    assert llama2.notes
 
 
 def test_changed_config_adds_a_revision_and_keeps_history(session: Session, tmp_path: Path) -> None:

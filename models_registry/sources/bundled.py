@@ -159,6 +159,8 @@ def snapshot_of(entry: CatalogModel) -> ConfigSnapshot:
         family=entry.family,
         published_parameters=entry.published_parameters,
         gated=entry.gated,
+        source_url=entry.source,
+        notes=entry.notes,
     )
 
 

@@ -49,6 +49,8 @@ class ConfigSnapshot:
     family: str | None = None
     published_parameters: int | None = None
     gated: bool = False
+    source_url: str | None = None
+    notes: str | None = None
 
     @property
     def config_sha256(self) -> str:

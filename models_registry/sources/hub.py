@@ -127,6 +127,7 @@ def _snapshot(
         source_path=str(config_path),
         revision=resolved,
         checkpoint_bytes=checkpoint,
+        source_url=f"https://huggingface.co/{repo_id}/blob/{resolved or 'main'}/{CONFIG_NAME}",
     )
 
 

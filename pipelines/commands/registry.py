@@ -182,6 +182,8 @@ def _print_view(view: views.ModelView) -> None:
 
     typer.echo(view.repo_id)
     row("revision", f"{view.revision or '-'}  (config sha256 {view.config_sha256[:16]}, source {view.source})")
+    if view.source_url:
+        row("published at", view.source_url)
     generic = "  (generic parser: model_type not recognized)" if view.is_generic else ""
     row("family", f"{view.family}  (model_type {view.model_type}, {view.architecture}){generic}")
     for key, value in view.fields.items():
