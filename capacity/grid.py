@@ -1,0 +1,753 @@
+"""The capacity grid: every model x GPU x weight dtype x KV dtype x parallelism x engine x context.
+
+Pure and vectorized: `build_capacity_grid` returns a LazyFrame, nothing is collected here.
+
+How the work is split, so that the scalar engine (`capacity.memory`) stays the one place for the rules:
+- Per *layout* (model, engine, weight dtype, KV dtype, TP, PP), a Python loop calls the scalar helpers
+  (`kv_bytes_per_token_per_gpu`, `estimate_weights`, `engine_overhead`, `vllm_stage_pools`,
+  `sglang_cells`, `KVPool.charge_terms`...): bytes per token, weights, overhead, and the *shape* of the
+  KV pool (bytes per block, block size, how a sequence is charged). Layouts are a few per cent of rows.
+- Per GPU, `engine_defaults` gives utilization, batch defaults and block size for each GPU x TP x PP
+  (a small table); the cross product with the layouts is a join.
+- Per deployment (layout x GPU) and per context the arithmetic is Polars expressions: the usable
+  memory, the KV budget, the block count of the tightest pipeline stage, the units a sequence of T
+  tokens takes (`charge_terms` evaluated with `memory.cdiv`), B_max, the printed concurrency (rounded
+  exactly as Python's `round(x, 4)`), and the max context per target concurrency (a vectorized
+  bisection, the same search as `memory.max_context`).
+`tests/test_grid.py` proves grid rows equal `memory.estimate(...).contract()` column by column.
+
+What the grid enumerates (GridOptions changes it):
+- engines: vllm (default release, `engine_constants.VLLM_DEFAULT_VERSION`), sglang, trtllm. `plain`
+  is left out: its overhead is given by hand per deployment, so a fleet-wide row would be a guess.
+- weight dtypes, keyed by the `--dtype` value (`weight_dtype`; `weight_format` is what it resolves to):
+  `bf16` always; `auto` (the checkpoint's own format) where that is not plain bf16, i.e. quantized
+  checkpoints (fp8, int4 AWQ/GPTQ, mxfp4: served on every GPU, as vLLM does with Marlin/Triton
+  weight-only kernels where the GPU lacks the math) and fp16/fp32 checkpoints; `fp8` on GPUs with
+  `fp8_support` unless the checkpoint already is fp8; `int4` everywhere unless the checkpoint already
+  is int4; `mxfp4` (routed experts only, as gpt-oss ships) for MoE models on GPUs with `fp4_support`,
+  unless the checkpoint already is mxfp4 (a dense model has no experts: mxfp4 would equal bf16).
+- KV dtypes (`kv_dtype`, resolved in `kv_cache_dtype`): `auto`; `fp8` on GPUs with `fp8_support`.
+- parallelism: TP in {1, 2, 4, 8} that passes `memory.validate_parallelism` (divides the attention
+  heads, KV heads divisible either way) and is at most the GPU's `gpus_per_node`. PP in {2, 4} only at
+  the node's TP (the largest valid TP on that GPU) and only where the PP=1 deployment at that TP does
+  not fit: no KV budget, or not one sequence of the model's smallest grid context.
+- contexts: powers of two from 1,024 up to the model's context limit, plus the limit itself. Each
+  row is `estimate(..., context_tokens=T)` with max_model_len = the limit and concurrency None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from capacity import engine_constants as ec
+from capacity.memory import (
+    KVGroup,
+    KVPool,
+    WeightsEstimate,
+    cdiv,
+    element_bytes,
+    engine_defaults,
+    engine_overhead,
+    estimate_weights,
+    kv_bytes_per_token,
+    kv_bytes_per_token_per_gpu,
+    kv_element_bytes,
+    serving_dtype,
+    sglang_cells,
+    sglang_pool_from_cells,
+    sglang_swa_denominator,
+    state_bytes_per_sequence_per_gpu,
+    validate_parallelism,
+    vllm_stage_pools,
+)
+from capacity.spec import GpuSku, ModelSpec, SpecError
+
+ENGINES = ("vllm", "sglang", "trtllm")
+TARGET_CONCURRENCIES = (1, 8, 32, 128, 512)
+MIN_CONTEXT = 1024
+_BISECTION_STEPS = 34  # max_model_len // block_size < 2**34 for any context limit a config states
+
+DEPLOYMENT_KEYS = (
+    "model",
+    "model_family",
+    "gpu",
+    "engine",
+    "engine_version",
+    "weight_dtype",
+    "kv_dtype",
+    "tp",
+    "pp",
+    "num_gpus",
+)
+# Per-context columns; everything else in GRID_COLUMNS is a property of the deployment.
+CONTEXT_COLUMNS = ("context", "max_concurrency", "b_max", "b_max_memory", "fits")
+# The published grid: keys, context, then the breakdown of `capplan estimate --json` (same names).
+# `weight_format` / `kv_cache_dtype` are what `capplan estimate --json` calls weight_dtype / kv_dtype
+# (the resolved names); the grid's weight_dtype / kv_dtype are the values given to --dtype / --kv-dtype.
+GRID_COLUMNS = (
+    *DEPLOYMENT_KEYS,
+    "context",
+    "weight_format",
+    "kv_cache_dtype",
+    "weights_source",
+    "gpu_memory_bytes",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "max_num_seqs",
+    "kv_bytes_per_token",
+    "kv_bytes_per_token_per_gpu",
+    "state_bytes_per_sequence_per_gpu",
+    "weights_bytes_per_gpu",
+    "activation_peak_bytes_per_gpu",
+    "non_torch_bytes_per_gpu",
+    "cuda_graph_bytes_per_gpu",
+    "overhead_bytes_per_gpu",
+    "kv_budget_bytes_per_gpu",
+    "num_blocks",
+    "block_size",
+    "kv_cache_tokens",
+    "physical_kv_token_slots",
+    "max_concurrency",
+    "b_max",
+    "b_max_memory",
+    "fits",
+)
+# The pool's charge terms (`KVPool.charge_terms`), carried after GRID_COLUMNS so that
+# `build_context_limits` can evaluate any context; `pool_window_{j}_groups/_held` follow, one pair
+# per distinct window of the models in the build. Not part of the published grid.
+POOL_COLUMNS = (
+    "pool_max_num_batched_tokens",
+    "pool_fixed_units",
+    "pool_per_block_groups",
+    "pool_num_groups",
+    "pool_swa_capacity",
+    "pool_swa_window",
+)
+
+_I64 = pl.Int64
+_F64 = pl.Float64
+_STR = pl.String
+Schema = dict[str, pl.DataType | type[pl.DataType]]
+
+# memory.cdiv is `-(-a // b)`: the same function evaluates Polars expressions
+_cdiv: Callable[[pl.Expr, pl.Expr], pl.Expr] = cdiv  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class GridModel:
+    """One model of the grid: its registry id, its spec and the checkpoint's real size if known."""
+
+    repo_id: str
+    spec: ModelSpec
+    checkpoint_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GridOptions:
+    engines: tuple[str, ...] = ENGINES
+    vllm_version: str | None = None  # None: engine_constants.VLLM_DEFAULT_VERSION
+    tp_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    pp_sizes: tuple[int, ...] = (2, 4)  # only where one node at the largest TP does not fit
+    weight_dtypes: tuple[str, ...] = ("bf16", "auto", "fp8", "int4", "mxfp4")
+    kv_dtypes: tuple[str, ...] = ("auto", "fp8")
+    min_context: int = MIN_CONTEXT
+
+
+def grid_contexts(limit: int, min_context: int = MIN_CONTEXT) -> list[int]:
+    """Powers of two from `min_context` below the limit, then the limit itself."""
+    contexts = []
+    t = min_context
+    while t < limit:
+        contexts.append(t)
+        t *= 2
+    contexts.append(limit)
+    return contexts
+
+
+def weight_dtype_choices(spec: ModelSpec, wanted: Iterable[str]) -> list[tuple[str, bool, bool]]:
+    """(weight dtype, needs fp8 support, needs fp4 support) for a model; see the module docstring."""
+    own = spec.quantization.weight_format if spec.quantization else None
+    plain_bf16 = own is None and spec.torch_dtype.lower() in ("bfloat16", "bf16")
+    choices: list[tuple[str, bool, bool]] = []
+    for dtype in wanted:
+        if dtype == "bf16" or (dtype == "auto" and not plain_bf16) or (dtype == "int4" and own != "int4"):
+            choices.append((dtype, False, False))
+        elif dtype == "fp8" and own != "fp8":
+            choices.append((dtype, True, False))
+        elif dtype == "mxfp4" and own != "mxfp4" and spec.num_experts > 0:
+            choices.append((dtype, False, True))
+    return choices
+
+
+def _valid_tp(spec: ModelSpec, tp_sizes: Sequence[int]) -> list[int]:
+    valid = []
+    for tp in tp_sizes:
+        try:
+            validate_parallelism(spec, tp, 1, None)
+        except SpecError:
+            continue
+        valid.append(tp)
+    return valid
+
+
+# --- the per-layout part: the scalar helpers, called once per distinct input ----------------------
+
+
+@dataclass(slots=True)
+class _Tables:
+    """Rows of the small frames built in Python; the deployment frame is their join."""
+
+    settings: list[tuple[object, ...]] = field(default_factory=list)
+    models: list[tuple[object, ...]] = field(default_factory=list)
+    node: list[tuple[object, ...]] = field(default_factory=list)
+    kv_layouts: list[tuple[object, ...]] = field(default_factory=list)
+    layouts: list[tuple[object, ...]] = field(default_factory=list)
+    overheads: list[tuple[object, ...]] = field(default_factory=list)
+    candidates: list[tuple[int, int, list[tuple[int, int, float | None]]]] = field(default_factory=list)
+    shapes: list[tuple[int, int, int, int, int, int, tuple[tuple[int, int], ...]]] = field(default_factory=list)
+    shape_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
+
+    def shape(self, pool: KVPool, swa_window: int) -> int:
+        """Id of a pool shape: block size and charge terms (what a sequence of T tokens takes)."""
+        terms = pool.charge_terms()
+        key = (pool.block_size, terms.fixed_units, terms.per_block_groups, terms.windowed, len(pool.groups), swa_window)
+        found = self.shape_ids.get(key)
+        if found is None:
+            found = self.shape_ids[key] = len(self.shape_ids)
+            self.shapes.append(
+                (found, pool.block_size, terms.fixed_units, terms.per_block_groups, len(pool.groups), swa_window, terms.windowed)
+            )  # fmt: skip
+        return found
+
+
+def _pool_candidates(
+    t: _Tables,
+    engine: str,
+    spec: ModelSpec,
+    kv_bytes: int,
+    ssm_bytes: int,
+    act_bytes: int,
+    tp: int,
+    pp: int,
+    per_token_gpu: int,
+    base_block_size: int,
+    release: ec.VllmRelease,
+) -> list[tuple[int, int, float | None]]:
+    """(shape id, bytes per unit, SGLang SWA denominator) of each pipeline stage's pool, first
+    occurrences in stage order: the deployment's budget decides which stage is the tightest."""
+    if engine == "vllm":
+        pools, _notes = vllm_stage_pools(spec, 0, kv_bytes, ssm_bytes, act_bytes, tp, pp, base_block_size, 0, release)
+        found: list[tuple[int, int, float | None]] = []
+        for pool in pools:
+            candidate = (t.shape(pool, 0), pool.unit_bytes, None)
+            if candidate not in found:
+                found.append(candidate)
+        return found
+    if engine == "sglang":
+        cells = sglang_cells(spec, kv_bytes, tp, pp)
+        pool = sglang_pool_from_cells(cells, 0, base_block_size, 0)
+        if cells.hybrid:
+            return [(t.shape(pool, cells.window), 0, sglang_swa_denominator(cells))]
+        return [(t.shape(pool, 0), pool.unit_bytes, None)]
+    # trtllm: one pool of fixed-size blocks over every layer, windows not honoured
+    unit = per_token_gpu * base_block_size
+    pool = KVPool("block", 0, base_block_size, (KVGroup("full", spec.num_layers),), 0, unit)
+    return [(t.shape(pool, 0), unit, None)]
+
+
+def _build_tables(
+    models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions, release: ec.VllmRelease
+) -> _Tables:
+    t = _Tables()
+    gpns = sorted({gpu.gpus_per_node for gpu in gpus})
+    vllm_version = options.vllm_version or ec.VLLM_DEFAULT_VERSION
+    # engine_defaults reads two facts of a model (its context limit, for vLLM's v0 batch rule, and
+    # whether it is MLA, for the block size): one representative per pair of facts is asked
+    classes: dict[tuple[int, bool], int] = {}
+    representative: list[ModelSpec] = []
+    model_class: list[int] = []
+    plans: list[tuple[list[tuple[int, int]], dict[int, int | None]]] = []
+    parallel: set[tuple[int, int]] = set()
+    for gm in models:
+        key = (gm.spec.context_limit_tokens, gm.spec.is_mla)
+        if key not in classes:
+            classes[key] = len(classes)
+            representative.append(gm.spec)
+        model_class.append(classes[key])
+        valid = _valid_tp(gm.spec, options.tp_sizes)
+        node = {gpn: max((tp for tp in valid if tp <= gpn), default=None) for gpn in gpns}
+        combos = [(tp, 1) for tp in valid]
+        for tp in sorted({tp for tp in node.values() if tp is not None}):
+            combos += [(tp, pp) for pp in options.pp_sizes if pp <= gm.spec.num_layers]
+        plans.append((combos, node))
+        parallel.update(combos)
+
+    batches: dict[tuple[str, int], set[tuple[int, int]]] = {}
+    block_sizes: dict[tuple[str, int], set[int]] = {}
+    for engine in options.engines:
+        vrelease = release if engine == "vllm" else None
+        for cid, rep in enumerate(representative):
+            for g, gpu in enumerate(gpus):
+                for tp, pp in sorted(parallel):
+                    d = engine_defaults(
+                        engine, rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens, tp, pp, vrelease
+                    )
+                    seqs = d.max_num_seqs or None
+                    batched = d.max_num_batched_tokens
+                    t.settings.append((engine, cid, tp, pp, g, d.gpu_memory_utilization, seqs, batched, d.block_size))
+                    batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
+                    block_sizes.setdefault((engine, cid), set()).add(d.block_size)
+
+    for m, gm in enumerate(models):
+        spec = gm.spec
+        cid = model_class[m]
+        combos, node = plans[m]
+        contexts = grid_contexts(spec.context_limit_tokens, options.min_context)
+        t.models.append((m, gm.repo_id, spec.family, spec.context_limit_tokens, contexts[0], contexts))
+        t.node.extend((m, gpn, tp) for gpn, tp in node.items())
+        dtypes = weight_dtype_choices(spec, options.weight_dtypes)
+        ssm_bytes = element_bytes(spec.mamba_ssm_cache_dtype)
+        per_token: dict[int, int] = {}
+        weights: dict[tuple[str, int, int, str], WeightsEstimate] = {}
+        for tp, pp in combos:
+            per_token_gpu: dict[int, int] = {}
+            state: dict[int, int] = {}
+            for engine in options.engines:
+                act_dtype = serving_dtype(spec, engine)
+                act_bytes = element_bytes(act_dtype)
+                vrelease = release if engine == "vllm" else None
+                for seqs, batched in sorted(batches[(engine, cid)]):
+                    o = engine_overhead(spec, engine, tp, pp, batched, seqs or None, vrelease, act_bytes)
+                    t.overheads.append(
+                        (m, engine, tp, pp, seqs or None, batched, o.activation_peak_bytes, o.non_torch_bytes,
+                         o.cuda_graph_bytes, o.total_bytes)
+                    )  # fmt: skip
+                if act_bytes not in state:
+                    state[act_bytes] = state_bytes_per_sequence_per_gpu(spec, act_bytes, ssm_bytes, tp, pp)
+                for kv_dtype in options.kv_dtypes:
+                    kv_bytes = kv_element_bytes(kv_dtype, act_dtype)
+                    if kv_bytes not in per_token_gpu:
+                        per_token_gpu[kv_bytes] = kv_bytes_per_token_per_gpu(spec, kv_bytes, tp, pp)
+                    if kv_bytes not in per_token:
+                        per_token[kv_bytes] = kv_bytes_per_token(spec, kv_bytes)
+                    kv_id = len(t.kv_layouts)
+                    try:
+                        for base in sorted(block_sizes[(engine, cid)]):
+                            found = _pool_candidates(
+                                t, engine, spec, kv_bytes, ssm_bytes, act_bytes, tp, pp,
+                                per_token_gpu[kv_bytes], base, vrelease or release,
+                            )  # fmt: skip
+                            t.candidates.append((kv_id, base, found))
+                    except (ValueError, SpecError):
+                        # the scalar engine cannot size this layout either (e.g. a pipeline stage
+                        # that holds only KV-shared layers): no rows rather than rows it would not give
+                        t.candidates = [c for c in t.candidates if c[0] != kv_id]
+                        continue
+                    t.kv_layouts.append(
+                        (kv_id, m, cid, engine, vllm_version if engine == "vllm" else None, kv_dtype, tp, pp,
+                         kv_dtype != "auto" and kv_bytes == 1 and act_dtype != kv_dtype,
+                         act_dtype if kv_dtype == "auto" else kv_dtype,
+                         per_token[kv_bytes], per_token_gpu[kv_bytes], state[act_bytes])
+                    )  # fmt: skip
+                    for weight_dtype, w_fp8, w_fp4 in dtypes:
+                        wkey = (weight_dtype, tp, pp, act_dtype)
+                        if wkey not in weights:
+                            # `engine` reaches the weights only through the serving dtype
+                            weights[wkey] = estimate_weights(spec, weight_dtype, tp, pp, gm.checkpoint_bytes, engine)
+                        w = weights[wkey]
+                        t.layouts.append(
+                            (
+                                len(t.layouts),
+                                kv_id,
+                                weight_dtype,
+                                w_fp8,
+                                w_fp4,
+                                w.format_name,
+                                w.source,
+                                w.per_gpu_bytes,
+                            )
+                        )
+    return t
+
+
+# --- the vectorized part ---------------------------------------------------------------------
+
+
+def _units(t: pl.Expr, windows: int) -> pl.Expr:
+    """`KVPool.sequence_units(T, T)` from the charge terms: fixed + per_block * cdiv(T, bs)
+    + sum(n * cdiv(min(held + batched, T), bs))."""
+    bs = pl.col("block_size")
+    units = pl.col("pool_fixed_units") + pl.col("pool_per_block_groups") * _cdiv(t, bs)
+    for j in range(windows):
+        held = pl.col(f"pool_window_{j}_held") + pl.col("pool_max_num_batched_tokens")
+        units = units + pl.col(f"pool_window_{j}_groups") * _cdiv(pl.min_horizontal(held, t), bs)
+    return units
+
+
+def _swa_tokens(t: pl.Expr) -> pl.Expr:
+    """SGLang's window pool: a sequence holds min(T, W) tokens there (null without a window pool)."""
+    return pl.when(pl.col("pool_swa_window") > 0).then(pl.min_horizontal(t, pl.col("pool_swa_window")))
+
+
+def _b_max_memory(units: pl.Expr, swa: pl.Expr) -> pl.Expr:
+    """`memory.b_max(pool, T)` without the max_num_seqs cap (0 for an empty pool), from the units
+    a sequence takes and the tokens it holds in SGLang's window pool (null: no such pool)."""
+    blocks = pl.col("num_blocks")
+    bound = blocks // units
+    bound = (
+        pl.when(swa.is_not_null()).then(pl.min_horizontal(bound, pl.col("pool_swa_capacity") // swa)).otherwise(bound)
+    )
+    return pl.when(blocks > 0).then(bound).otherwise(0)
+
+
+def with_python_round(frame: pl.LazyFrame, numerator: str, denominator: str, out: str, digits: int = 4) -> pl.LazyFrame:
+    """Add `out` = `round(numerator / denominator, digits)` exactly as Python rounds the float quotient.
+
+    Polars' `round` scales in floating point and breaks ties differently from Python (1/160 = 0.00625
+    gives 0.0063 in Python, 0.0062 in Polars). Python rounds the exact binary value of the quotient to
+    the nearest decimal, ties to even. Off a tie the exact rational decides (the quotient's rounding
+    error is far below the distance to the tie for numerators under 2**53 / (2 * 10**digits)); on a
+    tie the side of the float quotient decides, found exactly with Veltkamp's split (fl(m / 5**d)
+    times 5**d is computed without rounding error). Staged columns keep the expression trees small."""
+    scale = 10**digits
+    odd = 5**digits  # 2 * 10**digits = 2**(digits + 1) * odd: the power of two scales exactly
+    num, den = pl.col(numerator), pl.col(denominator)
+    frame = frame.with_columns((num * scale // den).alias("_k0"), (2 * (num * scale % den)).alias("_twice_rest"))
+    k0 = pl.col("_k0")
+    m = 2 * k0 + 1  # the tie, in units of 1 / (2 * scale)
+    frame = frame.with_columns((m.cast(_F64) / _exact_divisor(k0, odd)).alias("_f"))
+    f = pl.col("_f")
+    frame = frame.with_columns((f * 134217729.0).alias("_c"))  # 2**27 + 1
+    frame = frame.with_columns((pl.col("_c") - (pl.col("_c") - f)).alias("_high"))
+    high = pl.col("_high")
+    side = (high * odd - m.cast(_F64)) + (f - high) * odd  # sign of fl(m / odd) * odd - m, exactly
+    tie = pl.when(side > 0).then(k0 + 1).when(side < 0).then(k0).otherwise(k0 + k0 % 2)
+    twice_rest = pl.col("_twice_rest")
+    k = pl.when(twice_rest < den).then(k0).when(twice_rest > den).then(k0 + 1).otherwise(tie)
+    frame = frame.with_columns(k.alias("_k"))
+    return frame.with_columns((pl.col("_k").cast(_F64) / _exact_divisor(pl.col("_k"), scale)).alias(out)).drop(
+        "_k0", "_twice_rest", "_f", "_c", "_high", "_k"
+    )
+
+
+def _exact_divisor(like: pl.Expr, value: int) -> pl.Expr:
+    """`value` as a Float64 column shaped like `like`. Polars turns a division by a literal into a
+    multiplication by its reciprocal, which is not IEEE division (1309688 / 10000 would give
+    130.96880000000002, not 130.9688); a column divisor keeps the correctly rounded quotient."""
+    return (like * 0 + value).cast(_F64)
+
+
+def _rows(rows: list[tuple[object, ...]], schema: Schema) -> pl.LazyFrame:
+    return pl.LazyFrame(rows, schema=schema, orient="row")
+
+
+def _gpu_frame(gpus: Sequence[GpuSku]) -> pl.LazyFrame:
+    rows = [(g, s.id, s.memory_total_bytes, s.fp8_support, s.fp4_support, s.gpus_per_node) for g, s in enumerate(gpus)]
+    schema: Schema = {
+        "gpu_idx": _I64,
+        "gpu": _STR,
+        "gpu_memory_bytes": _I64,
+        "fp8_support": pl.Boolean,
+        "fp4_support": pl.Boolean,
+        "gpus_per_node": _I64,
+    }
+    return _rows(rows, schema)  # type: ignore[arg-type]
+
+
+def _candidate_frame(t: _Tables) -> tuple[pl.LazyFrame, int]:
+    """One row per (KV layout, base block size): candidate shapes 0..S-1 side by side."""
+    width = max((len(found) for _, _, found in t.candidates), default=1)
+    schema: Schema = {"kv_id": _I64, "base_block_size": _I64}
+    for s in range(width):
+        schema |= {f"_shape_{s}": _I64, f"_unit_{s}": _I64, f"_swa_den_{s}": _F64}
+    rows = []
+    for kv_id, base, found in t.candidates:
+        row: list[object] = [kv_id, base]
+        for s in range(width):
+            row += list(found[s]) if s < len(found) else [None, None, None]
+        rows.append(tuple(row))
+    return _rows(rows, schema), width
+
+
+def _shape_frame(t: _Tables) -> tuple[pl.LazyFrame, int]:
+    windows = max((len(shape[-1]) for shape in t.shapes), default=0)
+    windows = max(windows, 1)
+    schema: Schema = {
+        "_shape": _I64,
+        "block_size": _I64,
+        "pool_fixed_units": _I64,
+        "pool_per_block_groups": _I64,
+        "pool_num_groups": _I64,
+        "pool_swa_window": _I64,
+    }
+    for j in range(windows):
+        schema |= {f"pool_window_{j}_groups": _I64, f"pool_window_{j}_held": _I64}
+    rows = []
+    for *head, windowed in t.shapes:
+        row: list[object] = list(head)
+        for j in range(windows):
+            row += list(windowed[j]) if j < len(windowed) else [0, 0]
+        rows.append(tuple(row))
+    return _rows(rows, schema), windows
+
+
+def build_deployments(
+    models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None = None
+) -> pl.LazyFrame:
+    """One row per deployment (model x GPU x engine x dtypes x TP x PP): the grid's context-free
+    columns, the pool columns, and `contexts` (the list `expand_contexts` turns into rows)."""
+    options = options or GridOptions()
+    release = ec.vllm_release(options.vllm_version)
+    t = _build_tables(models, gpus, options, release)
+    settings = _rows(
+        t.settings,
+        {
+            "engine": _STR,
+            "model_class": _I64,
+            "tp": _I64,
+            "pp": _I64,
+            "gpu_idx": _I64,
+            "gpu_memory_utilization": _F64,
+            "max_num_seqs": _I64,
+            "pool_max_num_batched_tokens": _I64,
+            "base_block_size": _I64,
+        },
+    )
+    model_frame = _rows(
+        t.models,
+        {
+            "model_idx": _I64,
+            "model": _STR,
+            "model_family": _STR,
+            "max_model_len": _I64,
+            "min_context": _I64,
+            "contexts": pl.List(_I64),
+        },
+    )
+    node = _rows(t.node, {"model_idx": _I64, "gpus_per_node": _I64, "node_tp": _I64})
+    kv_layouts = _rows(
+        t.kv_layouts,
+        {
+            "kv_id": _I64,
+            "model_idx": _I64,
+            "model_class": _I64,
+            "engine": _STR,
+            "engine_version": _STR,
+            "kv_dtype": _STR,
+            "tp": _I64,
+            "pp": _I64,
+            "kv_needs_fp8": pl.Boolean,
+            "kv_cache_dtype": _STR,
+            "kv_bytes_per_token": _I64,
+            "kv_bytes_per_token_per_gpu": _I64,
+            "state_bytes_per_sequence_per_gpu": _I64,
+        },
+    )
+    layouts = _rows(
+        t.layouts,
+        {
+            "_rank": _I64,
+            "kv_id": _I64,
+            "weight_dtype": _STR,
+            "weight_needs_fp8": pl.Boolean,
+            "needs_fp4": pl.Boolean,
+            "weight_format": _STR,
+            "weights_source": _STR,
+            "weights_bytes_per_gpu": _I64,
+        },
+    )
+    overheads = _rows(
+        t.overheads,
+        {
+            "model_idx": _I64,
+            "engine": _STR,
+            "tp": _I64,
+            "pp": _I64,
+            "max_num_seqs": _I64,
+            "pool_max_num_batched_tokens": _I64,
+            "activation_peak_bytes_per_gpu": _I64,
+            "non_torch_bytes_per_gpu": _I64,
+            "cuda_graph_bytes_per_gpu": _I64,
+            "overhead_bytes_per_gpu": _I64,
+        },
+    ).unique()
+    candidates, width = _candidate_frame(t)
+    shapes, windows = _shape_frame(t)
+
+    # layouts x GPUs: the settings table holds one row per GPU for every (engine, class, TP, PP)
+    dep = (
+        layouts.join(kv_layouts, on="kv_id", how="inner")
+        .join(settings, on=["engine", "model_class", "tp", "pp"], how="inner")
+        .join(_gpu_frame(gpus), on="gpu_idx", how="inner")
+        .filter(
+            (pl.col("tp") <= pl.col("gpus_per_node"))
+            & (~(pl.col("weight_needs_fp8") | pl.col("kv_needs_fp8")) | pl.col("fp8_support"))
+            & (~pl.col("needs_fp4") | pl.col("fp4_support"))
+        )
+        .join(
+            overheads,
+            on=["model_idx", "engine", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens"],
+            how="inner",
+            nulls_equal=True,
+        )
+        .join(model_frame, on="model_idx", how="inner")
+        .join(node, on=["model_idx", "gpus_per_node"], how="left")
+        .join(candidates, on=["kv_id", "base_block_size"], how="inner")
+    )
+    total, util = pl.col("gpu_memory_bytes"), pl.col("gpu_memory_utilization")
+    weights, overhead = pl.col("weights_bytes_per_gpu"), pl.col("overhead_bytes_per_gpu")
+    usable = (total.cast(_F64) * util).cast(_I64)  # int(total * util)
+    budget = (
+        pl.when(pl.col("engine") == "trtllm")
+        .then(((total - weights - overhead).cast(_F64) * util).cast(_I64))  # TensorRT-LLM: fraction of free
+        .otherwise(usable - weights - overhead)
+    )
+    dep = dep.with_columns(budget.alias("kv_budget_bytes_per_gpu"), (pl.col("tp") * pl.col("pp")).alias("num_gpus"))
+
+    # each stage's capacity; the engine sizes every rank to the first stage with the fewest units
+    budget_col = pl.col("kv_budget_bytes_per_gpu")
+    caps = []
+    for s in range(width):
+        unit, den = pl.col(f"_unit_{s}"), pl.col(f"_swa_den_{s}")
+        cap = (
+            pl.when(pl.col(f"_shape_{s}").is_null())
+            .then(None)
+            .when(budget_col <= 0)
+            .then(0)
+            .when(den.is_not_null())
+            .then((budget_col.cast(_F64) / den).cast(_I64))  # SGLang hybrid: int(budget / denominator)
+            .when(unit > 0)
+            .then(budget_col // unit)
+            .otherwise(0)
+        )
+        caps.append(cap.alias(f"_cap_{s}"))
+    dep = dep.with_columns(caps).with_columns(pl.min_horizontal(f"_cap_{s}" for s in range(width)).alias("_capacity"))
+    chosen = pl.coalesce(
+        pl.when(pl.col(f"_cap_{s}") == pl.col("_capacity")).then(pl.col(f"_shape_{s}")) for s in range(width)
+    )
+    dep = dep.with_columns(chosen.alias("_shape")).join(shapes, on="_shape", how="left")
+
+    capacity, page = pl.col("_capacity"), pl.col("block_size")
+    is_swa = pl.col("pool_swa_window") > 0  # SGLang's hybrid SWA pool: tokens rounded to pages
+    full_tokens = capacity - capacity % page
+    dep = dep.with_columns(
+        pl.when(budget_col <= 0).then(0).when(is_swa).then(full_tokens).otherwise(capacity).alias("num_blocks"),
+        pl.when(budget_col > 0).then(page).otherwise(pl.col("base_block_size")).alias("block_size"),
+        pl.when(is_swa & (budget_col > 0)).then((full_tokens.cast(_F64) * ec.SGLANG_SWA_FULL_TOKENS_RATIO).cast(_I64))
+        .alias("pool_swa_capacity"),
+    )  # fmt: skip
+
+    # "GPU KV cache size" at max_model_len, as the engine version prints it
+    limit, blocks, bs = pl.col("max_model_len"), pl.col("num_blocks"), pl.col("block_size")
+    dep = dep.with_columns(_units(limit, windows).alias("_units_limit"), _swa_tokens(limit).alias("_swa_limit"))
+    conc = blocks.cast(_F64) / pl.col("_units_limit")
+    swa_conc = pl.col("pool_swa_capacity").cast(_F64) / pl.col("_swa_limit")
+    conc = pl.when(pl.col("_swa_limit").is_not_null()).then(pl.min_horizontal(conc, swa_conc)).otherwise(conc)
+    if release.kv_cache_size_tokens_rule == "concurrency":
+        vllm_tokens = (conc * limit).cast(_I64)
+    else:
+        vllm_tokens = blocks // pl.max_horizontal(pl.col("pool_num_groups"), 1) * bs
+    dep = dep.with_columns(
+        pl.when(blocks <= 0).then(0).when(pl.col("engine") == "vllm").then(vllm_tokens).otherwise(blocks * bs)
+        .alias("kv_cache_tokens"),
+        (blocks * bs).alias("physical_kv_token_slots"),
+    )  # fmt: skip
+
+    # PP > 1 only at the node's TP, and only where PP = 1 at that TP holds no sequence of the
+    # model's smallest grid context
+    t_min = pl.col("min_context")
+    one_node = dep.filter((pl.col("pp") == 1) & (pl.col("tp") == pl.col("node_tp"))).select(
+        "model_idx",
+        "gpu_idx",
+        "engine",
+        "weight_dtype",
+        "kv_dtype",
+        ((budget_col > 0) & (_b_max_memory(_units(t_min, windows), _swa_tokens(t_min)) >= 1)).alias("_node_fits"),
+    )
+    dep = dep.join(one_node, on=["model_idx", "gpu_idx", "engine", "weight_dtype", "kv_dtype"], how="left").filter(
+        (pl.col("pp") == 1) | ((pl.col("tp") == pl.col("node_tp")) & ~pl.col("_node_fits").fill_null(True))
+    )
+    deployment_columns = [c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS]
+    pool = [*POOL_COLUMNS, *(f"pool_window_{j}_{part}" for j in range(windows) for part in ("groups", "held"))]
+    return dep.sort("model_idx", "gpu_idx", "_rank").select(*deployment_columns, *pool, "contexts")
+
+
+def _window_count(frame: pl.LazyFrame) -> int:
+    names = frame.collect_schema().names()
+    return sum(1 for name in names if name.startswith("pool_window_") and name.endswith("_groups"))
+
+
+def build_capacity_grid(
+    models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None = None
+) -> pl.LazyFrame:
+    """Every deployment at every grid context: GRID_COLUMNS, then the pool columns."""
+    return expand_contexts(build_deployments(models, gpus, options))
+
+
+def expand_contexts(deployments: pl.LazyFrame) -> pl.LazyFrame:
+    """The deployment frame at each of its `contexts`: B_max, the printed concurrency and the fit."""
+    windows = _window_count(deployments)
+    pool = [c for c in deployments.collect_schema().names() if c.startswith("pool_")]
+    t = pl.col("context")
+    blocks, seqs = pl.col("num_blocks"), pl.col("max_num_seqs")
+    units, swa = pl.col("_units"), pl.col("_swa")
+    grid = (
+        deployments.explode("contexts")
+        .rename({"contexts": "context"})
+        .with_columns(_units(t, windows).alias("_units"), _swa_tokens(t).alias("_swa"))
+        .with_columns(
+            _b_max_memory(units, swa).alias("b_max_memory"),
+            # the printed concurrency is the smaller quotient: the window pool's when it binds
+            (swa.is_not_null() & (pl.col("pool_swa_capacity") * units < blocks * swa)).alias("_use_swa"),
+        )
+        .with_columns(
+            pl.when(pl.col("_use_swa")).then(pl.col("pool_swa_capacity")).otherwise(blocks).alias("_num"),
+            pl.when(pl.col("_use_swa")).then(swa).otherwise(units).alias("_den"),
+            pl.when(seqs > 0).then(pl.min_horizontal("b_max_memory", seqs)).otherwise("b_max_memory").alias("b_max"),
+        )
+    )
+    grid = with_python_round(grid, "_num", "_den", "_conc")
+    grid = grid.with_columns(
+        pl.when(blocks > 0).then(pl.col("_conc")).otherwise(0.0).alias("max_concurrency"),
+        ((pl.col("kv_budget_bytes_per_gpu") > 0) & (pl.col("b_max") >= 1)).alias("fits"),
+    )
+    return grid.select(*GRID_COLUMNS, *pool)
+
+
+def build_context_limits(grid: pl.LazyFrame, concurrencies: Sequence[int] = TARGET_CONCURRENCIES) -> pl.LazyFrame:
+    """`max_context` per deployment and target concurrency: the largest T (a multiple of the block
+    size, or the limit itself) at which B sequences fit, the same bisection as `memory.max_context`,
+    run on every row at once. Takes the grid (it reads the row where context == max_model_len, one per
+    deployment) or the deployment frame."""
+    names = grid.collect_schema().names()
+    windows = _window_count(grid)
+    frame = grid.filter(pl.col("context") == pl.col("max_model_len")) if "context" in names else grid
+    pool = [c for c in names if c.startswith("pool_")]
+    frame = frame.select(*DEPLOYMENT_KEYS, "num_blocks", "block_size", "max_model_len", "max_num_seqs", *pool)
+    targets = pl.LazyFrame({"concurrency": list(concurrencies)}, schema={"concurrency": _I64})
+    b, bs, limit = pl.col("concurrency"), pl.col("block_size"), pl.col("max_model_len")
+    lo, hi = pl.col("_lo"), pl.col("_hi")
+    frame = frame.join(targets, how="cross").with_columns(pl.lit(0, _I64).alias("_lo"), (limit // bs).alias("_hi"))
+    for _ in range(_BISECTION_STEPS):
+        frame = frame.with_columns(((lo + hi) // 2).alias("_mid"))
+        tokens = pl.col("_mid") * bs
+        frame = frame.with_columns(
+            (_b_max_memory(_units(tokens, windows), _swa_tokens(tokens)) >= b).alias("_fits"),
+        ).with_columns(
+            pl.when((hi - lo > 1) & pl.col("_fits")).then(pl.col("_mid")).otherwise(lo).alias("_lo"),
+            pl.when((hi - lo > 1) & ~pl.col("_fits")).then(pl.col("_mid")).otherwise(hi).alias("_hi"),
+        )
+    seqs = pl.col("max_num_seqs")
+    max_context = (
+        pl.when((seqs > 0) & (b > seqs))
+        .then(0)
+        .when(pl.col("num_blocks") <= 0)
+        .then(0)
+        .when(_b_max_memory(_units(limit, windows), _swa_tokens(limit)) >= b)
+        .then(limit)
+        .otherwise(lo * bs)
+    )
+    return frame.select(*DEPLOYMENT_KEYS, "concurrency", max_context.alias("max_context"))
