@@ -1035,10 +1035,18 @@ def sglang_cells(model: ModelSpec, kv_bytes: int, tp: int, pp: int) -> SglangCel
 
 def sglang_pool(model: ModelSpec, budget: int, kv_bytes: int, tp: int, pp: int, page_size: int, batched: int) -> KVPool:
     """SGLang token pool: cell size over all attention layers; hybrid SWA splits full and window pools."""
-    cells = sglang_cells(model, kv_bytes, tp, pp)
+    return sglang_pool_from_cells(sglang_cells(model, kv_bytes, tp, pp), budget, page_size, batched)
+
+
+def sglang_swa_denominator(cells: SglangCells) -> float:
+    """Bytes one full-pool token costs in a hybrid SWA layout (the window pool is a fixed ratio)."""
+    return cells.full_cell + ec.SGLANG_SWA_FULL_TOKENS_RATIO * cells.swa_cell
+
+
+def sglang_pool_from_cells(cells: SglangCells, budget: int, page_size: int, batched: int) -> KVPool:
     if cells.hybrid:
         ratio = ec.SGLANG_SWA_FULL_TOKENS_RATIO
-        full_tokens = int(budget / (cells.full_cell + ratio * cells.swa_cell))
+        full_tokens = int(budget / sglang_swa_denominator(cells))
         full_tokens -= full_tokens % page_size
         return KVPool(
             "token",
