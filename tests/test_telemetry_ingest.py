@@ -161,7 +161,7 @@ _line = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     files=st.lists(
         st.tuples(st.sampled_from([".prom", ".log", ".csv", ".txt"]), st.lists(_line, max_size=25)),

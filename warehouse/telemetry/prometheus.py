@@ -13,6 +13,7 @@ import datetime as dt
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -46,6 +47,7 @@ DCGM_METRICS: dict[str, tuple[str, str]] = {
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 READ_METRICS = frozenset({*VLLM_METRICS, *DCGM_METRICS, CACHE_CONFIG_INFO})
 
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?[ \t]+(\S+)(?:[ \t]+(-?\d+))?[ \t]*$")
 _DIRECTIVE = re.compile(r"^#\s*(scraped_at|deployment_id)\s*:\s*(.*?)\s*$", re.IGNORECASE)
 _DEPLOYMENT_LABELS = ("deployment_id", "deployment")
 _MAX_MIB_UNKNOWN_GPU = 1 << 20  # 1 TiB in MiB: more than any GPU holds
@@ -124,30 +126,24 @@ def parse_prometheus(ctx: FileContext, text: DecodedText, report: FileReport, de
                 deployment = directive.group(2) or ctx.deployment_id
             continue
         try:
-            families = list(text_string_to_metric_families(stripped + "\n"))
-            samples = [s for f in families for s in f.samples]
-            if len(samples) != 1:
-                raise ValueError(f"{len(samples)} samples in one line")
-        except Exception as exc:  # the parser raises ValueError, IndexError, ... on a bad line
-            detail = str(exc) or type(exc).__name__
-            report.reject(number, RowError("malformed", f"not a Prometheus sample line ({detail})"), raw, deployment)
+            name, labels, value, stamp = parse_sample_line(stripped)
+        except ValueError as exc:
+            report.reject(number, RowError("malformed", f"not a Prometheus sample line ({exc})"), raw, deployment)
             continue
-        sample = samples[0]
-        if sample.name not in READ_METRICS:
+        if name not in READ_METRICS:
             report.lines_ignored += 1
             continue
-        if sample.timestamp is not None:
+        if stamp is not None:
             try:
-                ts, source, error = parse_timestamp(float(sample.timestamp), "sample timestamp"), "sample", None
+                ts, source, error = parse_timestamp(stamp, "sample timestamp"), "sample", None
             except RowError as exc:
                 ts, source, error = None, "sample", exc
         elif current_ts is not None or ts_error is not None:
             ts, source, error = current_ts, "comment", ts_error
         else:
             ts, source, error = default_ts, default_source, None
-        labels = dict(sample.labels)
         dep = next((labels[k] for k in _DEPLOYMENT_LABELS if labels.get(k)), deployment)
-        parsed.append(_Line(number, raw, sample.name, labels, float(sample.value), ts, source, error, dep))
+        parsed.append(_Line(number, raw, name, labels, value, ts, source, error, dep))
 
     models_by_engine: dict[tuple[str, str], set[str]] = {}
     for entry in parsed:
@@ -167,6 +163,45 @@ def parse_prometheus(ctx: FileContext, text: DecodedText, report: FileReport, de
                 _dcgm_sample(ctx, report, dedupe, entry)
         except RowError as exc:
             report.reject(entry.number, exc, entry.raw, entry.deployment_id)
+
+
+def _parse_with_client(line: str) -> tuple[str, dict[str, str], float, float | None]:
+    """One line through prometheus_client's parser: exactly one sample, or ValueError."""
+    try:
+        samples = [s for family in text_string_to_metric_families(line + "\n") for s in family.samples]
+    except Exception as exc:  # the parser raises ValueError, IndexError, ... on a bad line
+        raise ValueError(str(exc) or type(exc).__name__) from None
+    if len(samples) != 1:
+        raise ValueError(f"{len(samples)} samples in one line")
+    sample = samples[0]
+    stamp = float(sample.timestamp) if sample.timestamp is not None else None
+    return sample.name, dict(sample.labels), float(sample.value), stamp
+
+
+@lru_cache(maxsize=4096)
+def _series(name: str, labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    parsed, parsed_labels, _, _ = _parse_with_client(f"{name}{labels} 0")
+    return parsed, tuple(parsed_labels.items())
+
+
+def parse_sample_line(line: str) -> tuple[str, dict[str, str], float, float | None]:
+    """(name, labels, value, timestamp seconds or None); ValueError for a line that is not a sample.
+
+    prometheus_client parses the name and labels (cached per distinct series, so a day of scrapes
+    costs one parse per series); the value and the millisecond timestamp are plain numbers.
+    """
+    m = _SAMPLE.match(line)
+    if m is None:
+        return _parse_with_client(line)
+    if "_" in m.group(3):  # Python's float() reads 1_000, Prometheus does not
+        return _parse_with_client(line)
+    name, labels = _series(m.group(1), m.group(2) or "")
+    try:
+        value = float(m.group(3))
+    except ValueError:
+        return _parse_with_client(line)
+    stamp = int(m.group(4)) / 1000 if m.group(4) else None
+    return name, dict(labels), value, stamp
 
 
 def _check_value(entry: _Line, what: str) -> None:

@@ -781,8 +781,13 @@ def parse_vllm_log(ctx: FileContext, text: DecodedText, report: FileReport, dedu
         segments[-1].add(number, raw, values, priority)
         report.accepted += 1
 
+    # The GPU is a fact about the machine, not one engine start: an nvidia-smi paste at the top
+    # of a log names the GPU of every start in it.
+    file_gpu = next((v[0][0] for s in segments if (v := s.values.get("gpu_name"))), None)
     for segment in segments:
         if segment.lines:
+            if file_gpu is not None and "gpu_name" not in segment.values:
+                segment.values["gpu_name"] = [(file_gpu, P_OTHER, min(segment.lines))]
             _finish(ctx, report, dedupe, segment, observed, deployment)
 
 

@@ -1,0 +1,57 @@
+"""The shipped SAMPLE fleet parses with the expected counts (regenerate it with
+tools/make_sample_fleet.py and update the numbers here when the generator changes)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import polars as pl
+
+from tests.test_telemetry_support import model_ids
+from warehouse.telemetry import SAMPLE_DIR, ingest_dir
+
+
+def test_sample_fleet_counts_and_reconciles() -> None:
+    result = ingest_dir(SAMPLE_DIR, model_ids=model_ids())
+    assert result.check_reconciliation() == []
+    assert result.summary() == {
+        "files": 97,
+        "rows_in": 4092,
+        "accepted": 4068,
+        "rejected": 24,
+        "observations": 555,
+        "samples": 3093,
+    }
+    assert Counter(result.observations["source_kind"]) == {"prometheus": 528, "vllm_log": 24, "csv": 3}
+    assert Counter(result.rejects["reason_code"]) == {
+        "duplicate": 10,
+        "malformed": 5,
+        "unknown_model": 4,
+        "wrong_unit": 2,
+        "negative": 1,
+        "unknown_gpu": 1,
+        "unknown_file_type": 1,
+    }
+    assert all(f.startswith(("malformed/", "fleet-export.csv")) for f in result.rejects["file"])
+
+
+def test_sample_fleet_shows_the_whole_flow() -> None:
+    result = ingest_dir(SAMPLE_DIR, model_ids=model_ids())
+    logs = result.observations.filter(pl.col("source_kind") == "vllm_log")
+    fleet = logs.filter(~pl.col("file").str.starts_with("malformed/"))
+    assert fleet["deployment_id"].n_unique() == 22
+    assert fleet["gpu_sku"].null_count() == 0 and fleet["kv_cache_memory_bytes"].null_count() <= 2  # V0 logs
+    assert set(fleet["gpu_sku"]) == {"h100-sxm-80gb", "h200-sxm-141gb", "a100-sxm-80gb", "l40s-48gb", "l4-24gb"}
+    assert Counter(fleet["startup_outcome"]) == {"started": 22, "failed": 1}
+    assert {"v0", "v1"} <= set(fleet["engine_generation"].drop_nulls())
+    assert fleet.filter(pl.col("tp") * pl.col("pp") == 8).height >= 3  # DeepSeek-V3 8xH200 among them
+    csv = result.observations.filter(pl.col("source_kind") == "csv")
+    assert "mi300x-192gb" in set(csv["gpu_sku"])
+    usage = result.samples.filter(pl.col("metric") == "kv_cache_usage").group_by("deployment_id").agg(pl.max("value"))
+    saturated = usage.filter(pl.col("value") >= 0.95)["deployment_id"].to_list()
+    assert len(saturated) >= 3
+    waiting = result.samples.filter((pl.col("metric") == "requests_waiting") & (pl.col("value") > 0))
+    assert set(saturated) <= set(waiting["deployment_id"]) | {"rag-llama70b-h100-tp4"}
+    size = sum(p.stat().st_size for p in SAMPLE_DIR.rglob("*") if p.is_file())
+    assert size < 2_000_000
+    assert "SAMPLE" in (SAMPLE_DIR / "README.md").read_text()
