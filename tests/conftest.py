@@ -96,15 +96,16 @@ def registry_url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def engine(registry_url: str) -> Iterator[Engine]:
+def registry_engine(registry_url: str) -> Iterator[Engine]:
     engine = db.make_engine(registry_url)
     yield engine
     engine.dispose()
 
 
 @pytest.fixture
-def session(engine: Engine) -> Iterator[Session]:
-    with db.make_sessionmaker(engine)() as session:
+def registry_session(registry_engine: Engine) -> Iterator[Session]:
+    """A session on a migrated registry, once per backend (SQLite; PostgreSQL marked `postgres`)."""
+    with db.make_sessionmaker(registry_engine)() as session:
         yield session
 
 

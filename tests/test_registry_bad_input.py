@@ -90,8 +90,8 @@ BROKEN_GPUS = {
 @pytest.fixture
 def sqlite_session(sqlite_url: str) -> Iterator[Session]:
     engine = db.make_engine(sqlite_url)
-    with db.make_sessionmaker(engine)() as session:
-        yield session
+    with db.make_sessionmaker(engine)() as registry_session:
+        yield registry_session
     engine.dispose()
 
 
@@ -101,15 +101,15 @@ def test_corpus_is_what_the_test_expects() -> None:
     assert len(BROKEN) >= 30
 
 
-def test_broken_configs_are_rejected_one_line_each_and_valid_ones_ingested(session: Session) -> None:
-    report = ingest_dir(session, CORPUS)
+def test_broken_configs_are_rejected_one_line_each_and_valid_ones_ingested(registry_session: Session) -> None:
+    report = ingest_dir(registry_session, CORPUS)
 
     assert report.models.seen == len(VALID) + len(BROKEN)
     assert report.models.seen == report.models.added + report.models.failed
     assert report.models.added == len(VALID)
     assert report.status == "partial"
 
-    errors = session.scalars(select(orm.IngestError)).all()
+    errors = registry_session.scalars(select(orm.IngestError)).all()
     assert sorted(e.item_key for e in errors) == sorted(BROKEN)
     for error in errors:
         assert "\n" not in error.reason and len(error.reason) <= 300, error.reason
@@ -118,30 +118,30 @@ def test_broken_configs_are_rejected_one_line_each_and_valid_ones_ingested(sessi
         assert error.source_path and error.source_path.endswith(".json")
     assert {e.item_key for e in report.errors} == set(BROKEN)
 
-    models = session.scalars(select(orm.Model)).all()
+    models = registry_session.scalars(select(orm.Model)).all()
     assert {m.repo_id for m in models} == VALID
     with_index = next(m for m in models if m.repo_id == "valid-llama-with-index")
     assert with_index.checkpoint_bytes == 1_234_567_890
-    run = session.scalars(select(orm.IngestRun)).one()
+    run = registry_session.scalars(select(orm.IngestRun)).one()
     assert (run.models_seen, run.models_added, run.models_failed) == (len(VALID) + len(BROKEN), 4, len(BROKEN))
 
-    again = ingest_dir(session, CORPUS)
+    again = ingest_dir(registry_session, CORPUS)
     assert (again.models.added, again.models.updated, again.models.failed) == (0, 0, len(BROKEN))
 
 
-def test_broken_gpu_entries_are_rejected_one_line_each(session: Session, tmp_path: Path) -> None:
+def test_broken_gpu_entries_are_rejected_one_line_each(registry_session: Session, tmp_path: Path) -> None:
     catalog = tmp_path / "catalog"
     catalog.mkdir()
     shutil.copyfile(CORPUS / "gpus.yaml", catalog / "gpus.yaml")
-    report = ingest_catalog(session, catalog)
+    report = ingest_catalog(registry_session, catalog)
     assert (report.gpus.seen, report.gpus.added, report.gpus.failed) == (2 + len(BROKEN_GPUS), 2, len(BROKEN_GPUS))
-    errors = session.scalars(select(orm.IngestError).where(orm.IngestError.item_kind == "gpu")).all()
+    errors = registry_session.scalars(select(orm.IngestError).where(orm.IngestError.item_kind == "gpu")).all()
     assert sorted(e.item_key for e in errors) == sorted(BROKEN_GPUS)
     for error in errors:
         assert "\n" not in error.reason
         assert BROKEN_GPUS[error.item_key] in error.reason, (error.item_key, error.reason)
-    assert set(session.scalars(select(orm.GpuSku.slug)).all()) == {"good-a-80gb", "good-b-24gb"}
-    assert session.scalar(select(func.count()).select_from(orm.GpuAlias)) > 0
+    assert set(registry_session.scalars(select(orm.GpuSku.slug)).all()) == {"good-a-80gb", "good-b-24gb"}
+    assert registry_session.scalar(select(func.count()).select_from(orm.GpuAlias)) > 0
 
 
 @pytest.mark.parametrize(
@@ -156,9 +156,9 @@ def test_broken_gpu_entries_are_rejected_one_line_each(session: Session, tmp_pat
 def test_a_broken_catalog_file_is_one_catalog_error(
     sqlite_session: Session, tmp_path: Path, content: str, reason: str
 ) -> None:
-    session = sqlite_session
+    registry_session = sqlite_session
     (tmp_path / "gpus.yaml").write_text(content)
-    report = ingest_catalog(session, tmp_path)
+    report = ingest_catalog(registry_session, tmp_path)
     assert report.gpus.seen == 0
     assert [(e.item_kind, e.item_key) for e in report.errors] == [("catalog", "gpus.yaml")]
     assert reason in report.errors[0].reason
@@ -166,7 +166,7 @@ def test_a_broken_catalog_file_is_one_catalog_error(
 
 
 def test_broken_models_yaml_entries(sqlite_session: Session, tmp_path: Path) -> None:
-    session = sqlite_session
+    registry_session = sqlite_session
     shutil.copytree(CORPUS / "valid-llama", tmp_path / "configs" / "ok")
     (tmp_path / "models.yaml").write_text(
         "schema_version: 1\n"
@@ -178,7 +178,7 @@ def test_broken_models_yaml_entries(sqlite_session: Session, tmp_path: Path) -> 
         "- {repo_id: acme/bad-params, config: configs/ok/config.json, published_parameters: -5}\n"
         "- just a string\n"
     )
-    report = ingest_catalog(session, tmp_path, gpus=False)
+    report = ingest_catalog(registry_session, tmp_path, gpus=False)
     assert (report.models.seen, report.models.added, report.models.failed) == (6, 1, 5)
     reasons = {e.item_key: (e.stage, e.reason) for e in report.errors}
     assert reasons["acme/missing-file"][0] == "read" and "file not found" in reasons["acme/missing-file"][1]

@@ -37,9 +37,9 @@ def _changes(report: IngestReport) -> tuple[int, int, int, int]:
     return report.models.added, report.models.updated, report.gpus.added, report.gpus.updated
 
 
-def test_bundled_catalog_twice_changes_nothing_the_second_time(session: Session) -> None:
+def test_bundled_catalog_twice_changes_nothing_the_second_time(registry_session: Session) -> None:
     entries, catalog_errors = read_catalog_entries()
-    first = ingest_catalog(session)
+    first = ingest_catalog(registry_session)
     assert catalog_errors == []
     assert first.models.seen == len(entries) > 0
     assert first.models.added + first.models.failed == first.models.seen
@@ -47,12 +47,12 @@ def test_bundled_catalog_twice_changes_nothing_the_second_time(session: Session)
     assert first.gpus.failed == 0
     assert all("\n" not in e.reason for e in first.errors)
 
-    second = ingest_catalog(session)
+    second = ingest_catalog(registry_session)
     assert _changes(second) == (0, 0, 0, 0)
     assert second.models.unchanged == first.models.added
     assert second.gpus.unchanged == first.gpus.added
-    assert session.scalar(select(func.count()).select_from(orm.Model)) == first.models.added
-    runs = session.scalars(select(orm.IngestRun).order_by(orm.IngestRun.id)).all()
+    assert registry_session.scalar(select(func.count()).select_from(orm.Model)) == first.models.added
+    runs = registry_session.scalars(select(orm.IngestRun).order_by(orm.IngestRun.id)).all()
     assert [(r.models_added, r.models_unchanged) for r in runs] == [
         (first.models.added, 0),
         (0, first.models.added),
@@ -60,7 +60,7 @@ def test_bundled_catalog_twice_changes_nothing_the_second_time(session: Session)
     assert all(r.finished_at is not None for r in runs)
 
     # every row records revision, config sha256 and (when the catalog has an index) checkpoint bytes
-    rows = session.scalars(select(orm.Model)).all()
+    rows = registry_session.scalars(select(orm.Model)).all()
     assert rows
     for row in rows:
         assert len(row.config_sha256) == 64
@@ -69,87 +69,87 @@ def test_bundled_catalog_twice_changes_nothing_the_second_time(session: Session)
         assert row.is_current
         assert len(row.layers) >= 1
     assert any(row.checkpoint_bytes for row in rows)
-    llama2 = session.scalars(select(orm.Model).where(orm.Model.repo_id == "meta-llama/Llama-2-7b-hf")).one()
+    llama2 = registry_session.scalars(select(orm.Model).where(orm.Model.repo_id == "meta-llama/Llama-2-7b-hf")).one()
     assert llama2.checkpoint_bytes == 13_476_839_424
     assert llama2.published_parameters == 6_738_415_616
     assert llama2.source_url and llama2.source_url.startswith("https://huggingface.co/meta-llama/")
     assert llama2.notes
 
 
-def test_changed_config_adds_a_revision_and_keeps_history(session: Session, tmp_path: Path) -> None:
+def test_changed_config_adds_a_revision_and_keeps_history(registry_session: Session, tmp_path: Path) -> None:
     configs = tmp_path / "configs"
     path = _write(configs, "acme/tiny", _llama())
-    assert ingest_dir(session, configs).models.added == 1
-    first_sha = session.scalars(select(orm.Model.config_sha256)).one()
+    assert ingest_dir(registry_session, configs).models.added == 1
+    first_sha = registry_session.scalars(select(orm.Model.config_sha256)).one()
 
     path.write_text(json.dumps(_llama(max_position_embeddings=16384), indent=2))
-    report = ingest_dir(session, configs)
+    report = ingest_dir(registry_session, configs)
     assert (report.models.added, report.models.updated, report.models.unchanged) == (0, 1, 0)
-    history = session.scalars(select(orm.Model).order_by(orm.Model.id)).all()
+    history = registry_session.scalars(select(orm.Model).order_by(orm.Model.id)).all()
     assert [(m.repo_id, m.is_current) for m in history] == [("acme/tiny", False), ("acme/tiny", True)]
     assert history[1].context_limit_tokens >= 16384
-    assert load_model("acme/tiny", session=session).config_sha256 == history[1].config_sha256
+    assert load_model("acme/tiny", session=registry_session).config_sha256 == history[1].config_sha256
 
-    again = ingest_dir(session, configs)
+    again = ingest_dir(registry_session, configs)
     assert _changes(again) == (0, 0, 0, 0)
 
     # the old config comes back: no new row, is_current moves back to it
     path.write_text(json.dumps(_llama(), indent=2))
-    back = ingest_dir(session, configs)
+    back = ingest_dir(registry_session, configs)
     assert back.models.updated == 1
-    session.expire_all()
-    current = session.scalars(select(orm.Model).where(orm.Model.is_current.is_(True))).one()
+    registry_session.expire_all()
+    current = registry_session.scalars(select(orm.Model).where(orm.Model.is_current.is_(True))).one()
     assert current.config_sha256 == first_sha
-    assert session.scalar(select(func.count()).select_from(orm.Model)) == 2
+    assert registry_session.scalar(select(func.count()).select_from(orm.Model)) == 2
 
 
-def test_gpu_change_updates_in_place(session: Session, tmp_path: Path) -> None:
+def test_gpu_change_updates_in_place(registry_session: Session, tmp_path: Path) -> None:
     catalog = tmp_path / "catalog"
     catalog.mkdir()
     document = yaml.safe_load((CATALOG_DIR / "gpus.yaml").read_text())
     document["gpus"] = document["gpus"][:3]
     (catalog / "gpus.yaml").write_text(yaml.safe_dump(document))
-    first = ingest_catalog(session, catalog)
+    first = ingest_catalog(registry_session, catalog)
     assert (first.gpus.added, first.gpus.failed) == (3, 0)
 
     document["gpus"][0]["price_usd_per_gpu_hour"] = 9.99
     document["gpus"][1]["aliases"] = [*document["gpus"][1]["aliases"], "Renamed Board"]
     (catalog / "gpus.yaml").write_text(yaml.safe_dump(document))
-    second = ingest_catalog(session, catalog)
+    second = ingest_catalog(registry_session, catalog)
     assert (second.gpus.added, second.gpus.updated, second.gpus.unchanged) == (0, 2, 1)
-    assert session.scalar(select(func.count()).select_from(orm.GpuSku)) == 3
-    aliases = session.scalars(select(orm.GpuAlias.alias)).all()
+    assert registry_session.scalar(select(func.count()).select_from(orm.GpuSku)) == 3
+    aliases = registry_session.scalars(select(orm.GpuAlias.alias)).all()
     assert "Renamed Board" in aliases
-    price = session.scalar(
+    price = registry_session.scalar(
         select(orm.GpuSku.price_usd_per_gpu_hour).where(orm.GpuSku.slug == document["gpus"][0]["id"])
     )
     assert price == pytest.approx(9.99)
-    assert _changes(ingest_catalog(session, catalog)) == (0, 0, 0, 0)
+    assert _changes(ingest_catalog(registry_session, catalog)) == (0, 0, 0, 0)
 
 
-def test_metadata_change_without_config_change_updates_the_row(session: Session, tmp_path: Path) -> None:
+def test_metadata_change_without_config_change_updates_the_row(registry_session: Session, tmp_path: Path) -> None:
     configs = tmp_path / "configs"
     _write(configs, "acme/tiny", _llama())
-    ingest_dir(session, configs)
+    ingest_dir(registry_session, configs)
     index = {"metadata": {"total_size": 2_000_000_000}, "weight_map": {}}
     (configs / "acme" / "tiny" / "model.safetensors.index.json").write_text(json.dumps(index))
-    report = ingest_dir(session, configs)
+    report = ingest_dir(registry_session, configs)
     assert (report.models.added, report.models.updated) == (0, 1)
-    row = session.scalars(select(orm.Model)).one()
+    row = registry_session.scalars(select(orm.Model)).one()
     assert row.checkpoint_bytes == 2_000_000_000
 
 
-def test_one_bad_item_does_not_stop_the_run(session: Session, tmp_path: Path) -> None:
+def test_one_bad_item_does_not_stop_the_run(registry_session: Session, tmp_path: Path) -> None:
     configs = tmp_path / "configs"
     shutil.copytree(FIXTURES / "valid-llama", configs / "a" / "good")
     _write(configs, "a/bad", _llama(num_hidden_layers=-1))
     _write(configs, "b/good", _llama(hidden_size=1024, num_attention_heads=16, num_key_value_heads=4))
-    report = ingest_dir(session, configs)
+    report = ingest_dir(registry_session, configs)
     assert (report.models.seen, report.models.added, report.models.failed) == (3, 2, 1)
     assert report.status == "partial"
-    error = session.scalars(select(orm.IngestError)).one()
+    error = registry_session.scalars(select(orm.IngestError)).one()
     assert (error.item_key, error.stage) == ("a/bad", "config")
     assert "num_hidden_layers" in error.reason
     assert error.raw_excerpt and "num_hidden_layers" in error.raw_excerpt
-    run = session.scalars(select(orm.IngestRun)).one()
+    run = registry_session.scalars(select(orm.IngestRun)).one()
     assert (run.status, run.models_seen, run.models_added, run.models_failed) == ("partial", 3, 2, 1)

@@ -64,8 +64,8 @@ def _model(repo_id: str = "acme/tiny", sha: str = "a" * 64, *, current: bool = T
     return model
 
 
-def test_round_trip(session: Session) -> None:
-    session.add(_model())
+def test_round_trip(registry_session: Session) -> None:
+    registry_session.add(_model())
     sku = orm.GpuSku(
         slug="h100-sxm-80gb",
         name="NVIDIA H100 80GB HBM3",
@@ -80,46 +80,46 @@ def test_round_trip(session: Session) -> None:
         content_sha256="b" * 64,
     )
     sku.aliases = [orm.GpuAlias(alias="H100", normalized_alias="h100")]
-    session.add(sku)
-    session.commit()
-    session.expunge_all()
+    registry_session.add(sku)
+    registry_session.commit()
+    registry_session.expunge_all()
 
-    model = session.scalars(select(orm.Model)).one()
+    model = registry_session.scalars(select(orm.Model)).one()
     assert model.checkpoint_bytes == 16_060_522_496
     assert [layer.layer_index for layer in model.layers] == [0, 1]
     assert model.created_at is not None
-    gpu = session.scalars(select(orm.GpuSku)).one()
+    gpu = registry_session.scalars(select(orm.GpuSku)).one()
     assert gpu.sources == ["datasheet", "nvidia-smi"]
     assert gpu.price_date == dt.date(2025, 6, 15)
     assert [a.alias for a in gpu.aliases] == ["H100"]
 
 
-def test_natural_key_is_unique(session: Session) -> None:
-    session.add(_model(current=True))
-    session.commit()
-    session.add(_model(current=False))
+def test_natural_key_is_unique(registry_session: Session) -> None:
+    registry_session.add(_model(current=True))
+    registry_session.commit()
+    registry_session.add(_model(current=False))
     with pytest.raises(IntegrityError):
-        session.commit()
+        registry_session.commit()
 
 
-def test_one_current_revision_per_repo(session: Session) -> None:
-    session.add(_model(sha="a" * 64, current=True))
-    session.add(_model(sha="b" * 64, current=False))
-    session.commit()
-    session.add(_model(sha="c" * 64, current=True))
+def test_one_current_revision_per_repo(registry_session: Session) -> None:
+    registry_session.add(_model(sha="a" * 64, current=True))
+    registry_session.add(_model(sha="b" * 64, current=False))
+    registry_session.commit()
+    registry_session.add(_model(sha="c" * 64, current=True))
     with pytest.raises(IntegrityError):
-        session.commit()
+        registry_session.commit()
 
 
-def test_deleting_a_model_cascades_to_its_layers(session: Session) -> None:
-    session.add(_model())
-    session.commit()
-    session.execute(delete(orm.Model))  # core DELETE: the database's ON DELETE CASCADE does the work
-    session.commit()
-    assert session.scalar(select(func.count()).select_from(orm.ModelLayer)) == 0
+def test_deleting_a_model_cascades_to_its_layers(registry_session: Session) -> None:
+    registry_session.add(_model())
+    registry_session.commit()
+    registry_session.execute(delete(orm.Model))  # core DELETE: the database's ON DELETE CASCADE does the work
+    registry_session.commit()
+    assert registry_session.scalar(select(func.count()).select_from(orm.ModelLayer)) == 0
 
 
-def test_layer_needs_an_existing_model(session: Session) -> None:
+def test_layer_needs_an_existing_model(registry_session: Session) -> None:
     values = {
         "model_id": 999,
         "layer_index": 0,
@@ -136,16 +136,16 @@ def test_layer_needs_an_existing_model(session: Session) -> None:
         "norm_params": 0,
     }
     with pytest.raises(IntegrityError):
-        session.execute(orm.ModelLayer.__table__.insert().values(values))
-        session.commit()
+        registry_session.execute(orm.ModelLayer.__table__.insert().values(values))
+        registry_session.commit()
 
 
-def test_kv_kind_is_checked(session: Session) -> None:
+def test_kv_kind_is_checked(registry_session: Session) -> None:
     model = _model()
     model.layers[0].kv_kind = "quantum"
-    session.add(model)
+    registry_session.add(model)
     with pytest.raises(IntegrityError):
-        session.commit()
+        registry_session.commit()
 
 
 def test_sqlite_connections_have_foreign_keys_on(sqlite_url: str) -> None:

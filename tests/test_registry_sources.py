@@ -137,19 +137,19 @@ def test_gated_repo_names_hf_token_and_never_prints_it(hub_cache: Any, monkeypat
 
 
 def test_ingest_hub_records_revision_and_never_stores_the_token(
-    session: Session, hub_cache: Any, offline: None, monkeypatch: pytest.MonkeyPatch
+    registry_session: Session, hub_cache: Any, offline: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HF_TOKEN", SECRET)
     commit = hub_cache.add("acme/tiny-llama", {"config.json": LLAMA})
-    report = ingest_hub(session, ["acme/tiny-llama", "acme/absent"], cache_dir=hub_cache.path)
+    report = ingest_hub(registry_session, ["acme/tiny-llama", "acme/absent"], cache_dir=hub_cache.path)
     assert (report.models.seen, report.models.added, report.models.failed) == (2, 1, 1)
     assert "acme/absent" in report.errors[0].reason
-    resolved = load_model("acme/tiny-llama", session=session)
+    resolved = load_model("acme/tiny-llama", session=registry_session)
     assert (resolved.revision, resolved.source) == (commit, "registry")
     assert all(SECRET not in repr(e) for e in report.errors)
-    url = str(session.get_bind().url)
+    url = str(registry_session.get_bind().url)
     if url.startswith("sqlite"):
-        assert SECRET.encode() not in Path(session.get_bind().url.database or "").read_bytes()
+        assert SECRET.encode() not in Path(registry_session.get_bind().url.database or "").read_bytes()
 
 
 # --- load_model --------------------------------------------------------------------------------
@@ -194,23 +194,23 @@ def test_load_model_from_the_hf_cache(
     assert (resolved.source, resolved.revision) == ("hf-cache", commit)
 
 
-def test_load_model_prefers_the_registry(session: Session, tmp_path: Path) -> None:
+def test_load_model_prefers_the_registry(registry_session: Session, tmp_path: Path) -> None:
     configs = tmp_path / "configs"
     (configs / "acme" / "tiny").mkdir(parents=True)
     (configs / "acme" / "tiny" / "config.json").write_text(json.dumps(LLAMA))
-    ingest_dir(session, configs)
-    resolved = load_model("acme/tiny", session=session)
+    ingest_dir(registry_session, configs)
+    resolved = load_model("acme/tiny", session=registry_session)
     assert resolved.source == "registry"
-    assert load_model("ACME/Tiny", session=session).repo_id == "acme/tiny"
-    assert load_model("tiny", session=session).repo_id == "acme/tiny"
+    assert load_model("ACME/Tiny", session=registry_session).repo_id == "acme/tiny"
+    assert load_model("tiny", session=registry_session).repo_id == "acme/tiny"
 
 
 def test_load_model_uses_the_configured_registry(sqlite_url: str, tmp_path: Path) -> None:
     configs = tmp_path / "configs"
     (configs / "acme" / "tiny").mkdir(parents=True)
     (configs / "acme" / "tiny" / "config.json").write_text(json.dumps(LLAMA))
-    with db.session_scope(sqlite_url) as session:
-        ingest_dir(session, configs)
+    with db.session_scope(sqlite_url) as registry_session:
+        ingest_dir(registry_session, configs)
     assert load_model("acme/tiny").source == "registry"  # CAPPLAN_REGISTRY_URL points at sqlite_url
 
 
