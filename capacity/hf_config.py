@@ -709,10 +709,20 @@ def _final_norm_params(m: _Model, rules: str) -> int:
 _Built = tuple[list[LayerKVSpec], list[LayerParams], int]
 
 
-def _experts_common(m: _Model, experts_key: str, topk_key: str = "num_experts_per_tok") -> int:
-    e = m.cfg.integer(experts_key, hi=MAX_EXPERTS)
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def _experts_common(m: _Model, topk_key: str = "num_experts_per_tok") -> int:
+    """Routed expert count and top-k. transformers 5 renames the count through `attribute_map`
+    (Qwen3-MoE writes `num_local_experts` where the published config has `num_experts`), so
+    every spelling is accepted."""
+    c = m.cfg
+    key = next((k for k in _EXPERT_KEYS if c.has(k)), None)
+    if key is None:
+        m.fail("missing required field `num_experts` (or `num_local_experts` / `n_routed_experts`)")
+    e = c.integer(key, hi=MAX_EXPERTS)
     m.num_experts = e
-    m.experts_per_token = m.cfg.integer(topk_key, hi=e)
+    m.experts_per_token = c.integer(topk_key, hi=e)
     return e
 
 
@@ -744,7 +754,7 @@ def _build_dense(m: _Model, kinds: list[_Kind]) -> _Built:
 def _build_mixtral(m: _Model, kinds: list[_Kind]) -> _Built:
     c = m.cfg
     h = m.hidden
-    e = _experts_common(m, "num_local_experts")
+    e = _experts_common(m)
     attn = _attn_params(h, m.heads, m.kv_heads, m.head_dim)
     lp = LayerParams(attention=attn, experts=e * 3 * h * m.intermediate, router=h * e, norms=2 * h)
     if c.flag("attention_bias", False):
@@ -760,7 +770,7 @@ def _build_qwen_moe(m: _Model, kinds: list[_Kind]) -> _Built:
     """Qwen2-MoE / Qwen3-MoE: `decoder_sparse_step` and `mlp_only_layers` pick the MoE layers."""
     c = m.cfg
     h, hd = m.hidden, m.head_dim
-    e = _experts_common(m, "num_experts")
+    e = _experts_common(m)
     moe_inter = c.integer("moe_intermediate_size")
     step = c.integer("decoder_sparse_step", 1, hi=MAX_LAYERS)
     mlp_only = set(c.ints("mlp_only_layers", hi=m.num_layers) or [])
@@ -825,9 +835,7 @@ def _build_falcon(m: _Model, kinds: list[_Kind]) -> _Built:
 def _build_gpt_oss(m: _Model, kinds: list[_Kind]) -> _Built:
     c = m.cfg
     h, hd = m.hidden, m.head_dim
-    e = _experts_common(
-        m, "num_local_experts", "num_experts_per_tok" if c.has("num_experts_per_tok") else "experts_per_token"
-    )
+    e = _experts_common(m, "num_experts_per_tok" if c.has("num_experts_per_tok") else "experts_per_token")
     inter = m.intermediate
     bias = c.flag("attention_bias", True)
     attn = _attn_params(h, m.heads, m.kv_heads, hd, qkv_bias=bias, o_bias=bias) + m.heads  # + sinks
@@ -839,7 +847,7 @@ def _build_gpt_oss(m: _Model, kinds: list[_Kind]) -> _Built:
 def _build_llama4(m: _Model, kinds: list[_Kind]) -> _Built:
     c = m.cfg
     h, hd = m.hidden, m.head_dim
-    e = _experts_common(m, "num_local_experts")
+    e = _experts_common(m)
     moe_inter = c.integer("intermediate_size")
     moe_layers = c.ints("moe_layers", hi=m.num_layers - 1)
     if moe_layers is None:
@@ -868,7 +876,7 @@ def _build_llama4(m: _Model, kinds: list[_Kind]) -> _Built:
 def _build_minimax_m2(m: _Model, kinds: list[_Kind]) -> _Built:
     c = m.cfg
     h, hd = m.hidden, m.head_dim
-    e = _experts_common(m, "num_local_experts")
+    e = _experts_common(m)
     attn = _attn_params(h, m.heads, m.kv_heads, hd)
     if c.flag("use_qk_norm", True):
         attn += m.heads * hd + m.kv_heads * hd  # per-layer q_norm / k_norm over all heads
@@ -882,7 +890,7 @@ def _build_minimax_m2(m: _Model, kinds: list[_Kind]) -> _Built:
 def _build_glm4_moe(m: _Model, kinds: list[_Kind]) -> _Built:
     c = m.cfg
     h, hd = m.hidden, m.head_dim
-    e = _experts_common(m, "n_routed_experts")
+    e = _experts_common(m)
     moe_inter = c.integer("moe_intermediate_size")
     shared = c.integer("n_shared_experts", 0, lo=0, hi=MAX_EXPERTS)
     first_dense = c.integer("first_k_dense_replace", 1, lo=0, hi=MAX_LAYERS)
@@ -952,7 +960,10 @@ def _build_mla(m: _Model, kinds: list[_Kind]) -> _Built:
         shared = c.integer("n_shared_experts", 0, lo=0, hi=MAX_EXPERTS)
         first_dense = c.integer("first_k_dense_replace", 0, lo=0, hi=MAX_LAYERS)
         freq = c.integer("moe_layer_freq", 1, hi=MAX_LAYERS)
-        topk_method = c.text("topk_method", "greedy")
+        # DeepSeek-V3 / Kimi-K2 route with a score-correction bias (noaux_tc); transformers 5
+        # writes topk_method null for V3 and always builds the bias
+        v3_like = m.rules in ("deepseek_v3", "kimi_k2")
+        topk_method = c.text("topk_method", "noaux_tc" if v3_like else "greedy")
         router = h * n_routed + (n_routed if topk_method == "noaux_tc" else 0)
         moe = LayerParams(
             attention=attn,
@@ -1062,7 +1073,7 @@ def _build_nemotron_h(m: _Model, kinds: list[_Kind]) -> _Built:
     dense_mlp = _plain_mlp(h, m.intermediate, mlp_bias)  # relu^2, not gated
     moe_params: LayerParams | None = None
     if "E" in pattern:
-        e = _experts_common(m, "n_routed_experts")
+        e = _experts_common(m)
         moe_inter = c.integer("moe_intermediate_size")
         shared_inter = c.integer("moe_shared_expert_intermediate_size", moe_inter)
         shared = c.integer("n_shared_experts", 1, lo=0, hi=MAX_EXPERTS)
@@ -1130,7 +1141,7 @@ def _build_qwen3_next(m: _Model, kinds: list[_Kind]) -> _Built:
         + 2 * hd
         + ((m.heads * hd * 2 + 2 * m.kv_heads * hd + h) if bias else 0)
     )
-    e = _experts_common(m, "num_experts")
+    e = _experts_common(m)
     moe_inter = c.integer("moe_intermediate_size")
     shared_inter = c.integer("shared_expert_intermediate_size", 0, lo=0)
     step = c.integer("decoder_sparse_step", 1, hi=MAX_LAYERS)
@@ -1214,7 +1225,7 @@ def _build_gemma4(m: _Model, kinds: list[_Kind]) -> _Built:
     ple = c.integer("hidden_size_per_layer_input", 0, lo=0)
     moe = c.flag("enable_moe_block", False)
     if moe:
-        e = _experts_common(m, "num_experts", "top_k_experts")
+        e = _experts_common(m, "top_k_experts")
         moe_inter = c.integer("moe_intermediate_size")
     layers: list[LayerKVSpec] = []
     params: list[LayerParams] = []
