@@ -319,7 +319,7 @@ def _build_tables(
                 act_dtype = serving_dtype(spec, engine)
                 act_bytes = element_bytes(act_dtype)
                 vrelease = release if engine == "vllm" else None
-                for seqs, batched in sorted(batches[(engine, cid)]):
+                for seqs, batched in sorted(batches.get((engine, cid), ())):
                     o = engine_overhead(spec, engine, tp, pp, batched, seqs or None, vrelease, act_bytes)
                     t.overheads.append(
                         (m, engine, tp, pp, seqs or None, batched, o.activation_peak_bytes, o.non_torch_bytes,
@@ -335,7 +335,7 @@ def _build_tables(
                         per_token[kv_bytes] = kv_bytes_per_token(spec, kv_bytes)
                     kv_id = len(t.kv_layouts)
                     try:
-                        for base in sorted(block_sizes[(engine, cid)]):
+                        for base in sorted(block_sizes.get((engine, cid), ())):
                             found = _pool_candidates(
                                 t, engine, spec, kv_bytes, ssm_bytes, act_bytes, tp, pp,
                                 per_token_gpu[kv_bytes], base, vrelease or release,

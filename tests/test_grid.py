@@ -1,0 +1,446 @@
+"""The vectorized grid against the scalar engine: every column of sampled rows equals
+`memory.estimate(...).contract()`, the context limits equal `memory.max_context`, and the byte
+arithmetic equals plain Python integers (stack-notes G4: Polars literals do not widen)."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from fractions import Fraction
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from capacity.grid import (
+    CONTEXT_COLUMNS,
+    DEPLOYMENT_KEYS,
+    GRID_COLUMNS,
+    GridModel,
+    GridOptions,
+    build_capacity_grid,
+    build_context_limits,
+    build_deployments,
+    grid_contexts,
+    weight_dtype_choices,
+    with_python_round,
+)
+from capacity.memory import estimate
+from capacity.spec import CheckpointQuant, DeploymentSpec, GpuSku, KVKind, LayerKVSpec, LayerParams, ModelSpec
+from tests.handmade import dense_spec, mla_spec
+
+GIB = 1 << 30
+CATALOG = Path(__file__).resolve().parent.parent / "models_registry" / "catalog"
+
+# Columns of the contract the grid carries under another name (the contract's are the resolved dtypes).
+RENAMED = {"weight_format": "weight_dtype", "kv_cache_dtype": "kv_dtype"}
+BYTE_COLUMNS = [c for c in GRID_COLUMNS if c.endswith("_bytes") or "_bytes_" in c]
+
+
+# --- hand-built models and GPUs -------------------------------------------------------------------
+
+
+def _fields(spec: ModelSpec) -> dict[str, object]:
+    return {name: getattr(spec, name) for name in spec.__dataclass_fields__}
+
+
+def moe_spec() -> ModelSpec:
+    """Mixtral-shaped: 8 experts, 2 per token, routed experts and a router per layer."""
+    base = dense_spec(layers=32, heads=32, kv_heads=8, hidden=4096, intermediate=14336, context=32768)
+    params = tuple(
+        LayerParams(attention=p.attention, experts=8 * 3 * 4096 * 14336, router=8 * 4096, norms=p.norms)
+        for p in base.layer_params
+    )
+    return replace(base, layer_params=params, num_experts=8, num_experts_per_token=2, family="mixtral")
+
+
+def hybrid_mamba_spec() -> ModelSpec:
+    """Jamba-shaped: one attention layer in eight, Mamba state elsewhere (conv + fp32 recurrent)."""
+    base = dense_spec(layers=32, heads=32, kv_heads=8, hidden=4096, context=262144)
+    layers = tuple(
+        LayerKVSpec(i, KVKind.FULL, 8, 128, 128)
+        if i % 8 == 4
+        else LayerKVSpec(i, KVKind.STATE, conv_state_elements=3 * 8192, recurrent_state_elements=8192 * 16)
+        for i in range(32)
+    )
+    return replace(base, layers=layers, family="jamba")
+
+
+def gdn_spec() -> ModelSpec:
+    """Qwen3-Next-shaped: gated-delta-net state in three layers of four, MoE."""
+    base = moe_spec()
+    layers = tuple(
+        LayerKVSpec(i, KVKind.FULL, 2, 256, 256)
+        if i % 4 == 3
+        else LayerKVSpec(i, KVKind.STATE, conv_state_elements=4 * 8192, recurrent_state_elements=16 * 128 * 128)
+        for i in range(32)
+    )
+    return replace(base, layers=layers, family="qwen3_next", context_limit_tokens=262144)
+
+
+def models() -> list[GridModel]:
+    gemma2 = [(KVKind.SLIDING, 4096), (KVKind.FULL, None)] * 21
+    gemma3 = ([(KVKind.SLIDING, 1024)] * 5 + [(KVKind.FULL, None)]) * 8
+    llama4 = ([(KVKind.CHUNKED, 8192)] * 3 + [(KVKind.FULL, None)]) * 12
+    awq = replace(
+        dense_spec(layers=80, heads=64, kv_heads=8, hidden=8192, intermediate=28672, vocab=128256, dtype="float16"),
+        quantization=CheckpointQuant("awq", "int4", 128),
+    )
+    fp8 = replace(
+        dense_spec(layers=32, heads=32, kv_heads=8, intermediate=14336, vocab=128256, context=131072),
+        quantization=CheckpointQuant("fp8", "fp8"),
+    )
+    mxfp4 = replace(moe_spec(), quantization=CheckpointQuant("mxfp4", "mxfp4", experts_only=True), family="gpt_oss")
+    return [
+        GridModel("hand/llama-8b", dense_spec(layers=32, kv_heads=8, intermediate=14336, vocab=128256, context=131072),
+                  16_060_522_496 + 12_345),
+        GridModel("hand/mistral-7b-sliding", dense_spec(kv_heads=8, intermediate=14336, kinds=[(KVKind.SLIDING, 4096)] * 32)),
+        GridModel("hand/gemma2", dense_spec(layers=42, heads=16, kv_heads=8, head_dim=256, hidden=3584, intermediate=14336,
+                                            vocab=256000, context=8192, kinds=gemma2, tied=True)),
+        GridModel("hand/gemma3", dense_spec(layers=48, heads=16, kv_heads=8, head_dim=256, hidden=3840, intermediate=15360,
+                                            vocab=262144, context=131072, kinds=gemma3, tied=True)),
+        GridModel("hand/llama4-chunked", replace(dense_spec(layers=48, heads=40, kv_heads=8, hidden=5120, context=1048576,
+                                                            kinds=llama4), family="llama4")),
+        GridModel("hand/deepseek-mla", mla_spec()),
+        GridModel("hand/mla-small", mla_spec(layers=27, heads=16)),
+        GridModel("hand/mixtral", moe_spec()),
+        GridModel("hand/jamba", hybrid_mamba_spec()),
+        GridModel("hand/qwen3-next", gdn_spec()),
+        GridModel("hand/llama-70b-awq", awq, 39_772_896_256),
+        GridModel("hand/llama-8b-fp8", fp8),
+        GridModel("hand/gpt-oss-like", mxfp4),
+        GridModel("hand/fp32-checkpoint", dense_spec(layers=24, heads=16, kv_heads=16, hidden=2048, intermediate=5632,
+                                                     context=4096, dtype="float32")),
+    ]  # fmt: skip
+
+
+def gpus() -> list[GpuSku]:
+    return [
+        GpuSku("h100-sxm-80gb", "H100", "nvidia", 85_520_809_984, fp8_support=True, architecture="hopper"),
+        GpuSku("a100-sxm-80gb", "A100", "nvidia", 84_987_740_160, architecture="ampere"),
+        GpuSku("b200-180gb", "B200", "nvidia", 191_503_138_816, fp8_support=True, fp4_support=True,
+               architecture="blackwell"),
+        GpuSku("l4-24gb", "L4", "nvidia", 23_580_639_232, fp8_support=True, architecture="ada"),
+        GpuSku("t4-16gb", "T4", "nvidia", 15_569_256_448, gpus_per_node=4, architecture="turing"),
+        GpuSku("mi300x-192gb", "MI300X", "amd", 205_822_885_888, fp8_support=True, architecture="cdna3"),
+    ]  # fmt: skip
+
+
+def _estimate_row(row: dict[str, object], model: GridModel, gpu: GpuSku, concurrency: int | None = None):  # type: ignore[no-untyped-def]
+    deployment = DeploymentSpec(
+        tp=int(row["tp"]),  # type: ignore[call-overload]
+        pp=int(row["pp"]),  # type: ignore[call-overload]
+        weight_dtype=str(row["weight_dtype"]),
+        kv_dtype=str(row["kv_dtype"]),
+        engine=str(row["engine"]),
+    )
+    context = int(row["context"]) if "context" in row else None  # type: ignore[call-overload]
+    return estimate(
+        model.spec,
+        deployment,
+        gpu=gpu,
+        model_name=model.repo_id,
+        checkpoint_bytes=model.checkpoint_bytes,
+        context_tokens=context,
+        concurrency=concurrency,
+    )
+
+
+def _assert_rows_match(
+    grid: pl.DataFrame, sample: list[int], by_model: dict[str, GridModel], by_gpu: dict[str, GpuSku]
+) -> None:
+    compared = [c for c in GRID_COLUMNS if c not in ("model_family", "num_gpus")]
+    for i in sample:
+        row = grid.row(i, named=True)
+        contract = _estimate_row(row, by_model[row["model"]], by_gpu[row["gpu"]]).contract()
+        expected = {c: contract[RENAMED.get(c, c)] for c in compared if c not in ("weight_dtype", "kv_dtype")}
+        got = {c: row[c] for c in expected}
+        assert got == expected, {c: (got[c], expected[c]) for c in expected if got[c] != expected[c]} | {
+            "row": {k: row[k] for k in (*DEPLOYMENT_KEYS, "context")}
+        }
+        assert row["num_gpus"] == row["tp"] * row["pp"]
+
+
+def _stratified(grid: pl.DataFrame, per_group: int, seed: int) -> list[int]:
+    """Row indices: up to `per_group` from every (model, engine, pp > 1) group, chosen at random."""
+    rng = random.Random(seed)
+    groups = (
+        grid.with_row_index("_i")
+        .group_by("model", "engine", pl.col("pp") > 1)
+        .agg(pl.col("_i"))
+        .sort("model", "engine", "pp")
+    )
+    picked: list[int] = []
+    for indices in groups.get_column("_i").to_list():
+        picked += rng.sample(indices, min(per_group, len(indices)))
+    return picked
+
+
+@pytest.fixture(scope="module")
+def hand_grid() -> pl.DataFrame:
+    return build_capacity_grid(models(), gpus()).collect()
+
+
+# --- the grid equals the scalar engine ------------------------------------------------------------
+
+
+def test_hand_grid_matches_estimate_on_every_column(hand_grid: pl.DataFrame) -> None:
+    by_model = {m.repo_id: m for m in models()}
+    by_gpu = {g.id: g for g in gpus()}
+    _assert_rows_match(hand_grid, _stratified(hand_grid, 12, seed=1), by_model, by_gpu)
+
+
+def test_hand_grid_covers_families_engines_and_parallelism(hand_grid: pl.DataFrame) -> None:
+    assert set(hand_grid.get_column("model").unique()) == {m.repo_id for m in models()}
+    assert set(hand_grid.get_column("engine").unique()) == {"vllm", "sglang", "trtllm"}
+    assert hand_grid.filter(pl.col("tp") > 1).height > 0
+    pp = hand_grid.filter(pl.col("pp") > 1)
+    assert pp.height > 0 and set(pp.get_column("pp").unique()) == {2, 4}
+    # SGLang's window pool, vLLM's hybrid groups and MLA block sizes all occur
+    assert hand_grid.filter(pl.col("pool_swa_window") > 0).height > 0
+    assert set(hand_grid.filter(pl.col("model") == "hand/deepseek-mla", pl.col("engine") == "vllm")
+               .get_column("block_size").unique()) >= {64, 128}  # fmt: skip
+    assert hand_grid.filter(pl.col("fits")).height > 0 and hand_grid.filter(~pl.col("fits")).height > 0
+
+
+def test_grid_types_and_column_order(hand_grid: pl.DataFrame) -> None:
+    assert tuple(hand_grid.columns[: len(GRID_COLUMNS)]) == GRID_COLUMNS
+    for column in BYTE_COLUMNS:
+        assert hand_grid.schema[column] == pl.Int64, column
+    for column in ("num_blocks", "kv_cache_tokens", "physical_kv_token_slots", "b_max", "context", "max_model_len"):
+        assert hand_grid.schema[column] == pl.Int64, column
+    assert hand_grid.schema["max_concurrency"] == pl.Float64
+    assert hand_grid.schema["fits"] == pl.Boolean
+
+
+def test_one_row_per_deployment_and_context(hand_grid: pl.DataFrame) -> None:
+    keys = [*DEPLOYMENT_KEYS, "context"]
+    assert hand_grid.select(keys).is_duplicated().sum() == 0
+
+
+def test_rows_are_the_rules_of_the_module_docstring(hand_grid: pl.DataFrame) -> None:
+    by_gpu = {g.id: g for g in gpus()}
+    fp8 = hand_grid.filter((pl.col("weight_dtype") == "fp8") | (pl.col("kv_dtype") == "fp8"))
+    assert all(by_gpu[g].fp8_support for g in fp8.get_column("gpu").unique())
+    mx = hand_grid.filter(pl.col("weight_dtype") == "mxfp4")
+    assert set(mx.get_column("gpu").unique()) == {"b200-180gb"}
+    assert set(mx.get_column("model").unique()) == {"hand/mixtral", "hand/qwen3-next"}
+    # PP > 1 only at the node's TP, where PP = 1 at that TP holds no sequence of the smallest context
+    pp1 = hand_grid.filter(pl.col("pp") == 1)
+    for row in hand_grid.filter(pl.col("pp") > 1).select(DEPLOYMENT_KEYS).unique().iter_rows(named=True):
+        node = pp1.filter(
+            pl.col("model") == row["model"], pl.col("gpu") == row["gpu"], pl.col("engine") == row["engine"],
+            pl.col("weight_dtype") == row["weight_dtype"], pl.col("kv_dtype") == row["kv_dtype"],
+        )  # fmt: skip
+        assert row["tp"] == node.get_column("tp").max()
+        smallest = node.filter(pl.col("tp") == row["tp"], pl.col("context") == pl.col("context").min())
+        assert smallest.height == 1 and smallest.get_column("b_max_memory")[0] == 0
+    # a model that fits one node never gets PP rows
+    assert (
+        hand_grid.filter(pl.col("model") == "hand/llama-8b", pl.col("gpu") == "h100-sxm-80gb", pl.col("pp") > 1).height
+        == 0
+    )
+
+
+def test_contexts_are_powers_of_two_and_the_limit() -> None:
+    assert grid_contexts(131072) == [1024 * 2**i for i in range(8)]
+    assert grid_contexts(40960) == [1024, 2048, 4096, 8192, 16384, 32768, 40960]
+    assert grid_contexts(512) == [512]
+
+
+def test_weight_dtype_choices() -> None:
+    by_id = {m.repo_id: m.spec for m in models()}
+    assert [d for d, *_ in weight_dtype_choices(by_id["hand/llama-8b"], GridOptions().weight_dtypes)] == [
+        "bf16",
+        "fp8",
+        "int4",
+    ]
+    assert [d for d, *_ in weight_dtype_choices(by_id["hand/llama-70b-awq"], GridOptions().weight_dtypes)] == [
+        "bf16",
+        "auto",
+        "fp8",
+    ]
+    assert [d for d, *_ in weight_dtype_choices(by_id["hand/gpt-oss-like"], GridOptions().weight_dtypes)] == [
+        "bf16",
+        "auto",
+        "fp8",
+        "int4",
+    ]
+    assert ("mxfp4", False, True) in weight_dtype_choices(by_id["hand/mixtral"], GridOptions().weight_dtypes)
+
+
+def test_context_limits_equal_memory_max_context(hand_grid: pl.DataFrame) -> None:
+    limits = build_context_limits(hand_grid.lazy()).collect()
+    deployments = hand_grid.filter(pl.col("context") == pl.col("max_model_len")).height
+    assert limits.height == deployments * 5
+    assert set(limits.get_column("concurrency").unique()) == {1, 8, 32, 128, 512}
+    by_model = {m.repo_id: m for m in models()}
+    by_gpu = {g.id: g for g in gpus()}
+    for i in _stratified(limits, 6, seed=2):
+        row = limits.row(i, named=True)
+        expected = _estimate_row(row, by_model[row["model"]], by_gpu[row["gpu"]], row["concurrency"])
+        assert row["max_context"] == expected.max_context_at_concurrency, row
+    # the deployment frame gives the same table as the grid
+    same = build_context_limits(build_deployments(models(), gpus())).collect()
+    keys = [*DEPLOYMENT_KEYS, "concurrency"]
+    assert same.sort(keys).equals(limits.sort(keys))
+
+
+def test_other_vllm_release_and_options() -> None:
+    options = GridOptions(engines=("vllm",), vllm_version="0.9", weight_dtypes=("bf16",), kv_dtypes=("auto",))
+    grid = build_capacity_grid(models()[:4], gpus()[:2], options).collect()
+    assert set(grid.get_column("engine_version").unique()) == {"0.9"}
+    by_model = {m.repo_id: m for m in models()}
+    by_gpu = {g.id: g for g in gpus()}
+    for i in random.Random(3).sample(range(grid.height), 40):
+        row = grid.row(i, named=True)
+        deployment = DeploymentSpec(tp=row["tp"], pp=row["pp"], engine="vllm", engine_version="0.9")
+        contract = estimate(by_model[row["model"]].spec, deployment, gpu=by_gpu[row["gpu"]],
+                            model_name=row["model"], checkpoint_bytes=by_model[row["model"]].checkpoint_bytes,
+                            context_tokens=row["context"]).contract()  # fmt: skip
+        for column in (
+            "num_blocks",
+            "kv_cache_tokens",
+            "block_size",
+            "b_max",
+            "max_concurrency",
+            "overhead_bytes_per_gpu",
+        ):
+            assert row[column] == contract[column], (column, row)
+
+
+def test_empty_inputs_give_empty_frames_with_the_schema() -> None:
+    grid = build_capacity_grid([], gpus()).collect()
+    assert grid.height == 0 and tuple(grid.columns[: len(GRID_COLUMNS)]) == GRID_COLUMNS
+    assert build_context_limits(grid.lazy()).collect().height == 0
+    assert build_capacity_grid(models()[:1], []).collect().height == 0
+
+
+# --- the real catalog configs ------------------------------------------------------------------------
+
+
+def _catalog_models() -> list[GridModel]:
+    from capacity.hf_config import parse_config
+    from models_registry.sources.bundled import read_catalog_entries
+    from models_registry.sources.common import checkpoint_bytes_from_index
+
+    entries, _errors = read_catalog_entries(CATALOG)
+    out = []
+    for entry in entries:
+        try:
+            spec = parse_config(json.loads(entry.config_path.read_text()), name=entry.repo_id)
+        except NotImplementedError:
+            pytest.skip("capacity.hf_config.parse_config is not implemented yet")
+        except ValueError:
+            continue  # the parser refuses it with a reason; the registry reports those
+        checkpoint = checkpoint_bytes_from_index(entry.index_path) if entry.index_path else None
+        out.append(GridModel(entry.repo_id, spec, checkpoint))
+    return out
+
+
+def test_catalog_grid_matches_estimate() -> None:
+    from models_registry.sources.gpu_catalog import load_gpu_skus
+
+    catalog = _catalog_models()
+    assert len(catalog) >= 40
+    wanted = {"h100-sxm-80gb", "a100-sxm-80gb", "b200-180gb", "l4-24gb", "mi300x-192gb", "h200-sxm-141gb", "t4-16gb"}
+    skus = [g for g in load_gpu_skus(CATALOG / "gpus.yaml") if g.id in wanted]
+    grid = build_capacity_grid(catalog, skus).collect()
+    assert set(grid.get_column("model").unique()) == {m.repo_id for m in catalog}
+    families = set(grid.get_column("model_family").unique())
+    assert {
+        "llama",
+        "mistral",
+        "gemma2",
+        "gemma3",
+        "deepseek_v3",
+        "gpt_oss",
+        "jamba",
+        "qwen3_next",
+        "llama4",
+    } <= families
+    _assert_rows_match(grid, _stratified(grid, 2, seed=4), {m.repo_id: m for m in catalog}, {g.id: g for g in skus})
+    limits = build_context_limits(grid.lazy()).collect()
+    for i in random.Random(5).sample(range(limits.height), 150):
+        row = limits.row(i, named=True)
+        model = next(m for m in catalog if m.repo_id == row["model"])
+        gpu = next(g for g in skus if g.id == row["gpu"])
+        assert row["max_context"] == _estimate_row(row, model, gpu, row["concurrency"]).max_context_at_concurrency
+
+
+# --- byte arithmetic against plain Python integers (G4) -------------------------------------------
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    layers=st.integers(1, 160),
+    heads_pow=st.integers(0, 7),
+    kv_div=st.integers(0, 7),
+    head_dim=st.sampled_from([64, 96, 128, 192, 256]),
+    hidden=st.integers(256, 24576),
+    intermediate=st.integers(256, 65536),
+    vocab=st.integers(1000, 300_000),
+    context=st.integers(1000, 1 << 22),
+    seed=st.integers(0, 1 << 16),
+    memory_gib=st.integers(8, 4096),
+    checkpoint=st.one_of(st.none(), st.integers(1, 1 << 42)),
+    sliding=st.one_of(st.none(), st.integers(2, 1 << 16)),
+)
+def test_byte_arithmetic_equals_python_integers(
+    layers: int, heads_pow: int, kv_div: int, head_dim: int, hidden: int, intermediate: int, vocab: int,
+    context: int, seed: int, memory_gib: int, checkpoint: int | None, sliding: int | None,
+) -> None:  # fmt: skip
+    heads = 1 << heads_pow
+    kv_heads = max(1, heads >> kv_div)
+    kinds = [(KVKind.SLIDING, sliding) if sliding and i % 2 == 0 else (KVKind.FULL, None) for i in range(layers)]
+    spec = dense_spec(layers, heads, kv_heads, head_dim, hidden, intermediate, vocab, context, kinds=kinds)
+    model = GridModel("prop/model", spec, checkpoint)
+    gpu = GpuSku("big", "Big", "nvidia", memory_gib * GIB + 12_345, fp8_support=True)
+    options = GridOptions(weight_dtypes=("bf16", "int4"), kv_dtypes=("auto", "fp8"), tp_sizes=(1, heads), pp_sizes=(2,))
+    grid = build_capacity_grid([model], [gpu], options).collect()
+    for i in random.Random(seed).sample(range(grid.height), min(16, grid.height)):
+        row = grid.row(i, named=True)
+        contract = _estimate_row(row, model, gpu).contract()
+        for column in (
+            *BYTE_COLUMNS,
+            "num_blocks",
+            "kv_cache_tokens",
+            "physical_kv_token_slots",
+            "b_max",
+            "max_concurrency",
+        ):
+            assert row[column] == contract[column], (column, row)
+        # and the first principles, in Python integers: whole blocks of the budget, no wrap-around
+        assert row["kv_bytes_per_token"] == sum(
+            2 * kv_heads * head_dim * (1 if row["kv_dtype"] == "fp8" else 2) for _ in range(layers)
+        )
+        usable = int(gpu.memory_total_bytes * row["gpu_memory_utilization"])
+        if row["engine"] != "trtllm":
+            assert (
+                row["kv_budget_bytes_per_gpu"] == usable - row["weights_bytes_per_gpu"] - row["overhead_bytes_per_gpu"]
+            )
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(1, 10**7)), min_size=1, max_size=200))
+def test_python_round_equals_round(pairs: list[tuple[int, int]]) -> None:
+    frame = pl.LazyFrame(pairs, schema={"p": pl.Int64, "q": pl.Int64}, orient="row")
+    got = with_python_round(frame, "p", "q", "r").collect().get_column("r").to_list()
+    assert got == [round(p / q, 4) for p, q in pairs]
+
+
+def test_python_round_on_ties() -> None:
+    # quotients with five decimals ending in 5: where Polars' own round disagrees with Python
+    pairs = [(p, q) for q in (16, 32, 80, 160, 320, 800, 1600, 2000, 3125, 6400, 20000) for p in range(0, 400)]
+    frame = pl.LazyFrame(pairs, schema={"p": pl.Int64, "q": pl.Int64}, orient="row")
+    got = with_python_round(frame, "p", "q", "r").collect().get_column("r").to_list()
+    assert got == [round(p / q, 4) for p, q in pairs]
+    assert Fraction(1, 160) == Fraction("0.00625") and round(1 / 160, 4) == 0.0063
+
+
+def test_no_context_column_is_a_deployment_column() -> None:
+    assert set(CONTEXT_COLUMNS) <= set(GRID_COLUMNS)
+    assert not set(CONTEXT_COLUMNS) & set(DEPLOYMENT_KEYS)
