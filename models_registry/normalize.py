@@ -70,7 +70,7 @@ def decode_config(raw: bytes, *, name: str) -> dict[str, Any]:
         value = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise StageError(
-            "json", f"{name}: config.json is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            "json", f"{name}: config.json is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         ) from None
     except ValueError as exc:
         raise StageError("json", f"{name}: config.json is not valid JSON: {exc}") from None

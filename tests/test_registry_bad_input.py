@@ -30,6 +30,7 @@ BROKEN = {
     "trailing-comma": "not valid JSON",
     "nan-literal": "NaN",
     "single-quotes": "not valid JSON",
+    "nul-bytes": "Invalid control character",  # and its raw excerpt holds a NUL (PostgreSQL text cannot)
     "bool-for-int": "num_hidden_layers must be an integer",
     "string-for-int": "hidden_size must be an integer",
     "float-for-int": "num_attention_heads must be an integer",
@@ -117,6 +118,8 @@ def test_broken_configs_are_rejected_one_line_each_and_valid_ones_ingested(regis
         assert error.stage in {"read", "index", "json", "config", "validate"}
         assert error.source_path and error.source_path.endswith(".json")
     assert {e.item_key for e in report.errors} == set(BROKEN)
+    nul = next(e for e in errors if e.item_key == "nul-bytes")
+    assert nul.raw_excerpt and "llama\\x00" in nul.raw_excerpt
 
     models = registry_session.scalars(select(orm.Model)).all()
     assert {m.repo_id for m in models} == VALID

@@ -18,9 +18,14 @@ REASON_CHARS = 300
 MAX_CONFIG_BYTES = 8 * 1024 * 1024  # config.json files are a few KiB; anything this big is not one
 
 
+def _storable(text: str) -> str:
+    """PostgreSQL text cannot hold NUL characters (SQLite can): store them escaped on both."""
+    return text.replace("\x00", "\\x00")
+
+
 def one_line(text: object, limit: int = REASON_CHARS) -> str:
     """Collapse whitespace to single spaces and cut to `limit` characters."""
-    line = re.sub(r"\s+", " ", str(text)).strip()
+    line = _storable(re.sub(r"\s+", " ", str(text)).strip())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
@@ -29,7 +34,7 @@ def excerpt(raw: bytes | str | None, limit: int = EXCERPT_CHARS) -> str | None:
     if raw is None:
         return None
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-    return text[:limit]
+    return _storable(text[:limit])
 
 
 def sha256_hex(data: bytes) -> str:
@@ -100,7 +105,9 @@ def checkpoint_bytes_from_index(path: Path) -> int:
     except UnicodeDecodeError:
         raise StageError("index", f"{path.name} is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
-        raise StageError("index", f"{path.name} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        raise StageError(
+            "index", f"{path.name} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
     metadata = index.get("metadata") if isinstance(index, dict) else None
     total = metadata.get("total_size") if isinstance(metadata, dict) else None
     if total is None:
