@@ -4,15 +4,21 @@ tools/make_sample_fleet.py and update the numbers here when the generator change
 from __future__ import annotations
 
 from collections import Counter
+from functools import cache
 
 import polars as pl
 
 from tests.test_telemetry_support import model_ids
-from warehouse.telemetry import SAMPLE_DIR, ingest_dir
+from warehouse.telemetry import SAMPLE_DIR, IngestResult, deployment_summary, ingest_dir
+
+
+@cache
+def sample() -> IngestResult:
+    return ingest_dir(SAMPLE_DIR, model_ids=model_ids())
 
 
 def test_sample_fleet_counts_and_reconciles() -> None:
-    result = ingest_dir(SAMPLE_DIR, model_ids=model_ids())
+    result = sample()
     assert result.check_reconciliation() == []
     assert result.summary() == {
         "files": 97,
@@ -36,7 +42,7 @@ def test_sample_fleet_counts_and_reconciles() -> None:
 
 
 def test_sample_fleet_shows_the_whole_flow() -> None:
-    result = ingest_dir(SAMPLE_DIR, model_ids=model_ids())
+    result = sample()
     logs = result.observations.filter(pl.col("source_kind") == "vllm_log")
     fleet = logs.filter(~pl.col("file").str.starts_with("malformed/"))
     assert fleet["deployment_id"].n_unique() == 22
@@ -55,3 +61,13 @@ def test_sample_fleet_shows_the_whole_flow() -> None:
     size = sum(p.stat().st_size for p in SAMPLE_DIR.rglob("*") if p.is_file())
     assert size < 2_000_000
     assert "SAMPLE" in (SAMPLE_DIR / "README.md").read_text()
+
+
+def test_sample_fleet_summary_has_one_row_per_deployment() -> None:
+    result = sample()
+    summary = deployment_summary(result.observations.lazy(), result.samples.lazy()).collect()
+    assert summary.height == summary["deployment_id"].n_unique() == 27
+    assert summary["model_id"].null_count() == 0
+    saturated = summary.filter((pl.col("peak_kv_usage") >= 0.95) & (pl.col("peak_requests_waiting") > 0))
+    assert saturated.height >= 3 and saturated["preemptions_in_window"].max() > 0
+    assert summary.filter(pl.col("deployment_id") == "chat-llama8b-l4")["failed_starts"].to_list() == [1]

@@ -23,6 +23,7 @@ from warehouse.telemetry.schema import (
     REJECT_SCHEMA,
     SAMPLE_SCHEMA,
 )
+from warehouse.telemetry.summary import deployment_summary, sample_usage
 
 __all__ = [
     "ENV_VAR",
@@ -35,5 +36,7 @@ __all__ = [
     "IngestResult",
     "check_reconciliation",
     "default_drop_dir",
+    "deployment_summary",
     "ingest_dir",
+    "sample_usage",
 ]

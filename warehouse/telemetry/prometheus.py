@@ -147,9 +147,9 @@ def parse_prometheus(ctx: FileContext, text: DecodedText, report: FileReport, de
 
     models_by_engine: dict[tuple[str, str], set[str]] = {}
     for entry in parsed:
-        name = entry.labels.get("model_name")
-        if name and entry.name in VLLM_METRICS:
-            models_by_engine.setdefault((entry.deployment_id, entry.labels.get("engine", "")), set()).add(name)
+        served = entry.labels.get("model_name")
+        if served and entry.name in VLLM_METRICS:
+            models_by_engine.setdefault((entry.deployment_id, entry.labels.get("engine", "")), set()).add(served)
 
     for entry in parsed:
         try:
