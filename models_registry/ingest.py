@@ -86,6 +86,14 @@ def _insert(session: Session, table: Any) -> Any:
     raise RuntimeError(f"unsupported registry backend {name!r}: use SQLite or PostgreSQL")
 
 
+def _check_lengths(table: Any, values: dict[str, Any], key: str) -> None:
+    """PostgreSQL enforces VARCHAR(n), SQLite does not: check here so both behave the same."""
+    for name, value in values.items():
+        length = getattr(table.c[name].type, "length", None)
+        if length and isinstance(value, str) and len(value) > length:
+            raise StageError("validate", f"{key}: {name} is longer than {length} characters ({len(value)})")
+
+
 # --- models ------------------------------------------------------------------------------------
 
 
@@ -167,6 +175,8 @@ _METADATA = ("revision", "checkpoint_bytes", "published_parameters", "family", "
 def store_model(session: Session, snapshot: ConfigSnapshot, spec: ModelSpec) -> str:
     """Upsert one model revision; returns 'added', 'updated' or 'unchanged' (caller commits)."""
     sha = snapshot.config_sha256
+    values = _model_values(snapshot, spec, is_current=True)
+    _check_lengths(orm.Model.__table__, values, snapshot.repo_id)
     history = session.scalars(select(orm.Model).where(orm.Model.repo_id == snapshot.repo_id)).all()
     same = next((row for row in history if row.config_sha256 == sha), None)
     current = next((row for row in history if row.is_current), None)
@@ -197,7 +207,7 @@ def store_model(session: Session, snapshot: ConfigSnapshot, spec: ModelSpec) -> 
         .on_conflict_do_nothing(index_elements=["repo_id", "config_sha256"])
         .returning(orm.Model.id)
     )
-    model_id = session.connection().execute(statement, _model_values(snapshot, spec, is_current=True)).scalar()
+    model_id = session.connection().execute(statement, values).scalar()
     if model_id is None:  # another ingest inserted the same revision since we looked
         return "unchanged"
     layers = _layer_values(model_id, spec)
@@ -246,6 +256,7 @@ def store_gpu(session: Session, record: GpuRecord) -> str:
     if existing is not None and existing.content_sha256 == content:
         return "unchanged"
     values = _gpu_values(record)
+    _check_lengths(orm.GpuSku.__table__, values, record.id)
     now = orm.utcnow()
     table = orm.GpuSku.__table__
     upsert = _insert(session, table)
@@ -262,14 +273,16 @@ def store_gpu(session: Session, record: GpuRecord) -> str:
         {"gpu_sku_id": sku_id, "alias": spelling, "normalized_alias": key}
         for key, spelling in record.alias_keys().items()
     ]
+    for row in aliases:
+        _check_lengths(orm.GpuAlias.__table__, row, record.id)
     taken = session.execute(
         select(orm.GpuAlias.normalized_alias, orm.GpuSku.slug)
         .join(orm.GpuSku)
         .where(orm.GpuAlias.normalized_alias.in_([a["normalized_alias"] for a in aliases]))
     ).all()
     if taken:
-        alias, owner = taken[0]
-        raise StageError("store", f"{record.id}: alias {alias!r} already names {owner} in the registry")
+        normalized, owner = taken[0]
+        raise StageError("store", f"{record.id}: alias {normalized!r} already names {owner} in the registry")
     session.connection().execute(insert(orm.GpuAlias), aliases)
     return "added" if existing is None else "updated"
 

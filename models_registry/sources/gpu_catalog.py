@@ -174,6 +174,8 @@ def _strings(entry: dict[str, Any], key: str) -> tuple[str, ...]:
             item = str(item)  # YAML reads an unquoted alias like 4090 as a number
         if not isinstance(item, str) or not item.strip():
             raise _Invalid(f"{key} must hold non-empty strings, got {item!r}")
+        if key == "aliases" and len(item.strip()) > 200:
+            raise _Invalid(f"alias {item[:40]!r}... is longer than 200 characters")
         out.append(item.strip())
     return tuple(out)
 
