@@ -29,7 +29,9 @@ How a config becomes a model
 * **State layers** carry per-sequence element counts: Mamba-1 (Jamba) conv = I * d_conv,
   recurrent = I * d_state with I = expand * hidden; Mamba-2 (Nemotron-H) conv =
   (I + 2 * n_groups * d_state) * conv_kernel, recurrent = I * d_state with I = heads * head_dim;
-  gated delta-net (Qwen3-Next) conv = (2 * Hk * Dk + Hv * Dv) * kernel, recurrent = Hv * Dk * Dv.
+  gated delta-net (Qwen3-Next, Qwen3.5) conv = (2 * Hk * Dk + Hv * Dv) * kernel, recurrent =
+  Hv * Dk * Dv. The recurrent state is stored in `mamba_ssm_cache_dtype` (or `mamba_ssm_dtype`),
+  float32 when the config says nothing.
 * **Context limit** follows vLLM's `_get_and_verify_max_len`: the smallest of the length keys the
   config has (`max_position_embeddings`, `n_positions`, `max_seq_len`, `seq_length`,
   `model_max_length`, `max_sequence_length`, `max_seq_length`, `seq_len`); then, unless the model
@@ -103,6 +105,10 @@ _FAMILIES = {
     "qwen3": "qwen3",
     "qwen3_moe": "qwen3_moe",
     "qwen3_next": "qwen3_next",
+    "qwen3_5": "qwen3_5",
+    "qwen3_5_text": "qwen3_5",
+    "qwen3_5_moe": "qwen3_5_moe",
+    "qwen3_5_moe_text": "qwen3_5_moe",
     "gemma": "gemma",
     "gemma2": "gemma2",
     "gemma3": "gemma3",
@@ -326,6 +332,8 @@ def _parse(config: Mapping[str, Any], label: str) -> ModelSpec:
         family_rules = text_family if text_family != "mistral3" else "mistral"
     else:
         family_rules = family or "generic"
+    if family_rules in ("qwen3_5", "qwen3_5_moe"):
+        family_rules = "qwen3_next"  # same gated delta-net / gated attention hybrid
     if family is None:
         family = "generic"
     architectures = outer.raw("architectures")
@@ -377,11 +385,13 @@ def _parse(config: Mapping[str, Any], label: str) -> ModelSpec:
     max_pos, context = _context_limit(m)
     dtype = _dtype(m)
     quant = _quantization(m)
-    ssm_dtype = m.cfg.text("mamba_ssm_cache_dtype") or m.outer.text("mamba_ssm_cache_dtype")
+    ssm_dtype = None
+    for key in ("mamba_ssm_cache_dtype", "mamba_ssm_dtype"):  # Qwen3.5 spells it mamba_ssm_dtype
+        ssm_dtype = ssm_dtype or m.cfg.text(key) or m.outer.text(key)
     if ssm_dtype is not None:
         normalized = _DTYPES.get(ssm_dtype)
         if normalized is None:
-            m.fail(f"unsupported `mamba_ssm_cache_dtype` {ssm_dtype!r}")
+            m.fail(f"unsupported mamba SSM state dtype {ssm_dtype!r}")
         ssm_dtype = normalized
 
     return ModelSpec(
@@ -480,7 +490,7 @@ def _read_dims(m: _Model, rules: str) -> None:
     elif rules == "gpt_oss" or rules == "minimax_m2":
         m.intermediate = c.integer("intermediate_size")
     elif rules == "qwen3_next":
-        m.intermediate = c.integer("intermediate_size", 0, lo=0)
+        m.intermediate = c.integer("intermediate_size", 0, lo=0)  # MoE variants may omit it
     else:
         m.intermediate = c.integer("intermediate_size")
 
@@ -1116,6 +1126,7 @@ def _build_nemotron_h(m: _Model, kinds: list[_Kind]) -> _Built:
 
 
 def _build_qwen3_next(m: _Model, kinds: list[_Kind]) -> _Built:
+    """Qwen3-Next and Qwen3.5 (dense and MoE): gated delta-net linear layers + gated attention."""
     c = m.cfg
     h, hd = m.hidden, m.head_dim
     hk = c.integer("linear_num_key_heads", 16, hi=MAX_HEADS)
@@ -1124,28 +1135,29 @@ def _build_qwen3_next(m: _Model, kinds: list[_Kind]) -> _Built:
     dv = c.integer("linear_value_head_dim", 128)
     kernel = c.integer("linear_conv_kernel_dim", 4, hi=1024)
     conv_dim = 2 * hk * dk + hv * dv
-    gdn = (
-        h * (2 * hk * dk + 2 * hv * dv)  # in_proj_qkvz
-        + h * 2 * hv  # in_proj_ba
-        + conv_dim * kernel  # conv1d, no bias
-        + 2 * hv  # dt_bias, A_log
-        + dv  # gated norm
-        + hv * dv * h  # out_proj
-    )
+    in_proj = h * (2 * hk * dk + 2 * hv * dv) + h * 2 * hv  # q/k/v/z (fused or split) + b/a
+    gdn = in_proj + conv_dim * kernel + 2 * hv + dv + hv * dv * h  # conv (no bias), dt_bias, A_log, norm, out
     bias = c.flag("attention_bias", False)
-    # gated attention: q_proj produces queries and an equal-sized output gate
+    # gated attention: q_proj also produces an output gate of the same size
+    q_out = m.heads * hd * (2 if c.flag("attn_output_gate", True) else 1)
     attn = (
-        h * m.heads * hd * 2
+        h * q_out
         + 2 * h * m.kv_heads * hd
         + m.heads * hd * h
-        + 2 * hd
-        + ((m.heads * hd * 2 + 2 * m.kv_heads * hd + h) if bias else 0)
+        + 2 * hd  # q_norm, k_norm
+        + ((q_out + 2 * m.kv_heads * hd + h) if bias else 0)
     )
-    e = _experts_common(m)
-    moe_inter = c.integer("moe_intermediate_size")
-    shared_inter = c.integer("shared_expert_intermediate_size", 0, lo=0)
-    step = c.integer("decoder_sparse_step", 1, hi=MAX_LAYERS)
-    mlp_only = set(c.ints("mlp_only_layers", hi=m.num_layers) or [])
+    moe = any(c.has(k) for k in _EXPERT_KEYS)
+    if moe:
+        e = _experts_common(m)
+        moe_inter = c.integer("moe_intermediate_size")
+        shared_inter = c.integer("shared_expert_intermediate_size", 0, lo=0)
+        step = c.integer("decoder_sparse_step", 1, hi=MAX_LAYERS)
+        mlp_only = set(c.ints("mlp_only_layers", hi=m.num_layers) or [])
+        shared = _gated_mlp(h, shared_inter) + h if shared_inter else 0  # shared expert + its gate
+        moe_params = {"mlp": shared, "experts": e * 3 * h * moe_inter, "router": h * e}
+    elif not m.intermediate:
+        m.fail("missing required field `intermediate_size`")
     layers: list[LayerKVSpec] = []
     params: list[LayerParams] = []
     for i, kind in enumerate(kinds):
@@ -1163,22 +1175,18 @@ def _build_qwen3_next(m: _Model, kinds: list[_Kind]) -> _Built:
             layers.append(_attn_layer(i, kind, m.kv_heads, hd))
             mixer = attn
         else:
-            m.fail(f"layer {i}: unsupported layer kind {kind.mixer!r} for qwen3_next")
-        if _qwen_moe_layer(m, i, step, mlp_only):
-            shared = _gated_mlp(h, shared_inter) + h if shared_inter else 0
-            params.append(
-                LayerParams(attention=mixer, mlp=shared, experts=e * 3 * h * moe_inter, router=h * e, norms=2 * h)
-            )
+            m.fail(f"layer {i}: unsupported layer kind {kind.mixer!r} for {m.family}")
+        if moe and i not in mlp_only and (i + 1) % step == 0:
+            params.append(LayerParams(attention=mixer, norms=2 * h, **moe_params))
         else:
             params.append(LayerParams(attention=mixer, mlp=_gated_mlp(h, m.intermediate), norms=2 * h))
     extra = 0
     mtp = c.integer("mtp_num_hidden_layers", 0, lo=0, hi=MAX_LAYERS)
     if mtp:
-        # Qwen3-Next MTP: full-attention MoE decoder layer(s) + fc (2h -> h) + pre-fc norms
-        # for the embedding and the hidden state + final norm; embeddings shared with the model
-        shared = _gated_mlp(h, shared_inter) + h if shared_inter else 0
-        layer = attn + shared + e * 3 * h * moe_inter + h * e + 2 * h
-        extra = mtp * layer + 2 * h * h + 3 * h
+        # MTP: full-attention decoder layer(s) + fc (2h -> h) + pre-fc norms for the embedding and
+        # the hidden state + final norm; embeddings shared with the model unless dedicated
+        ffn = sum(moe_params.values()) if moe else _gated_mlp(h, m.intermediate)
+        extra = mtp * (attn + ffn + 2 * h) + 2 * h * h + 3 * h
         if c.flag("mtp_use_dedicated_embeddings", False):
             extra += m.vocab * h
         m.notes.append(f"extra_params: multi-token-prediction module ({mtp} layer(s))")
@@ -1295,6 +1303,8 @@ def _vision_params(m: _Model) -> int:
         count = _siglip_vision(vision) + _gemma3_projector(m, vision)
     elif m.family == "mistral3" and vision_type in (None, "pixtral"):
         count = _pixtral_vision(vision) + _mistral3_projector(m, vision)
+    elif m.family in ("qwen3_5", "qwen3_5_moe") and vision_type in (None, "qwen3_5", "qwen3_5_moe"):
+        count = _qwen3_5_vision(vision)
     else:
         m.notes.append("vision tower not counted: its parameters are not in the totals")
         return 0
@@ -1353,6 +1363,22 @@ def _pixtral_vision(v: _Fields) -> int:
     channels = v.integer("num_channels", 3)
     per_layer = 4 * h * heads * head_dim + 3 * h * inter + 2 * h  # q/k/v/o, gated FFN, 2 RMSNorms
     return channels * patch * patch * h + h + layers * per_layer  # patch_conv, ln_pre
+
+
+def _qwen3_5_vision(v: _Fields) -> int:
+    h = v.integer("hidden_size", 1152)
+    depth = v.integer("depth", 27, hi=MAX_LAYERS)
+    inter = v.integer("intermediate_size", 4304)
+    patch = v.integer("patch_size", 16)
+    temporal = v.integer("temporal_patch_size", 2)
+    channels = v.integer("in_channels", 3)
+    positions = v.integer("num_position_embeddings", 2304, hi=MAX_POSITIONS)
+    merge = v.integer("spatial_merge_size", 2, hi=64)
+    out = v.integer("out_hidden_size")
+    block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * inter + inter) + (inter * h + h)  # 2 LN, qkv, proj, MLP
+    merged = h * merge * merge
+    merger = 2 * h + (merged * merged + merged) + (merged * out + out)  # LayerNorm, fc1, fc2
+    return channels * temporal * patch * patch * h + h + positions * h + depth * block + merger
 
 
 def _mistral3_projector(m: _Model, v: _Fields) -> int:
@@ -1462,6 +1488,14 @@ def _quantization(m: _Model) -> CheckpointQuant | None:
         return CheckpointQuant(method="mxfp4", weight_format="mxfp4", group_size=32, experts_only=True)
     if method == "compressed-tensors":
         return _compressed_tensors(m, q)
+    if method == "modelopt":  # NVIDIA ModelOpt: `quant_algo` names the scheme
+        algo = (q.text("quant_algo") or "").upper()
+        if algo.startswith("FP8"):
+            return CheckpointQuant(method="modelopt", weight_format="fp8")
+        if algo in ("W4A16_AWQ", "INT4_AWQ", "W4A8_AWQ"):
+            return CheckpointQuant(method="modelopt", weight_format="int4", group_size=128)
+        m.notes.append(f"modelopt {algo or '(no quant_algo)'} weights: not modelled, sized as torch_dtype")
+        return None
     if method == "bitsandbytes":
         if q.flag("load_in_4bit", False):
             return CheckpointQuant(method="bitsandbytes", weight_format="int4", group_size=64)

@@ -208,6 +208,18 @@ def test_qwen3_next_hybrid_state_layers() -> None:
     assert per_seq == 36 * (32_768 * 2 + 524_288 * 4) == 77_856_768
 
 
+def test_qwen3_5_dense_hybrid_nested() -> None:
+    s = spec("qwen3_5-qwen3.8-27b")
+    assert (s.family, s.model_type) == ("qwen3_5", "qwen3_5")
+    assert s.kind_counts() == {KVKind.STATE: 48, KVKind.FULL: 16}
+    assert kv_elements_per_token(s) == 16 * 4 * 512 == 32_768
+    state = s.layers[0]
+    assert state.conv_state_elements == (2 * 16 * 128 + 48 * 128) * 4 == 40_960
+    assert state.recurrent_state_elements == 48 * 128 * 128 == 786_432
+    assert s.mamba_ssm_cache_dtype == "float32"  # from `mamba_ssm_dtype`
+    assert s.torch_dtype == "bfloat16"  # transformers-5 `dtype` key
+
+
 def test_qwen3_next_explicit_layer_types() -> None:
     cfg = load("qwen3_next-qwen3-next-80b-a3b-instruct")
     cfg["layer_types"] = ["linear_attention", "full_attention"] * 24
@@ -704,6 +716,26 @@ def test_quantization_config(qcfg: dict[str, Any], expected: tuple[Any, ...]) ->
     assert (q.method, q.weight_format, q.group_size, q.experts_only) == expected
 
 
+@pytest.mark.parametrize(
+    ("algo", "expected"), [("FP8", ("modelopt", "fp8", None)), ("W4A16_AWQ", ("modelopt", "int4", 128))]
+)
+def test_modelopt_quantization(algo: str, expected: tuple[Any, ...]) -> None:
+    q = parse_config(acme(quantization_config={"quant_method": "modelopt", "quant_algo": algo})).quantization
+    assert q is not None and (q.method, q.weight_format, q.group_size) == expected
+
+
+def test_nvfp4_is_noted_not_modelled() -> None:
+    for qcfg in (
+        {"quant_method": "modelopt", "quant_algo": "NVFP4"},
+        {
+            "quant_method": "compressed-tensors",
+            "config_groups": {"g": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}},
+        },
+    ):
+        s = parse_config(acme(quantization_config=qcfg))
+        assert s.quantization is None and any("not modelled" in note for note in s.notes)
+
+
 def test_unknown_quantization_is_noted_not_fatal() -> None:
     s = parse_config(acme(quantization_config={"quant_method": "hqq"}))
     assert s.quantization is None
@@ -823,6 +855,7 @@ FUZZED = [
     "qwen2-qwen2.5-7b",
     "qwen3_moe-qwen3-30b-a3b",
     "qwen3_next-qwen3-next-80b-a3b-instruct",
+    "qwen3_5-qwen3.8-27b",
     "gemma3-gemma-3-27b-it",
     "phi3-phi-3-mini-4k-instruct",
     "deepseek_v2-deepseek-v2-lite",

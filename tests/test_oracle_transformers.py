@@ -129,6 +129,33 @@ CASES = [
             shared_expert_intermediate_size=64,
         ),
     ),
+    Case(
+        "qwen3.5-dense-hybrid",
+        "qwen3_5_text",
+        _base(
+            head_dim=32,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=24,
+            layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+        ),
+    ),
+    Case(
+        "qwen3.5-moe-hybrid",
+        "qwen3_5_moe_text",
+        _base(
+            head_dim=32,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=24,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+            shared_expert_intermediate_size=64,
+        ),
+    ),
     Case("gemma-mqa", "gemma", _base(num_key_value_heads=1, head_dim=32)),
     Case("gemma2-alt", "gemma2", _base(head_dim=64, sliding_window=W)),
     Case(

@@ -208,6 +208,26 @@ def test_qwen3_next_80b_gated_deltanet_and_mtp() -> None:
     assert s.extra_params == mtp
 
 
+def test_qwen3_5_dense_hybrid_with_mtp_and_vision() -> None:
+    # catalog copy of Qwen3.8-27B (model_type qwen3_5): 48 delta-net + 16 gated-attention layers
+    h, L, H, kv, d, inter, vocab = 5120, 64, 24, 4, 256, 17408, 248320
+    hk, hv, dk, dv, kernel = 16, 48, 128, 128, 4
+    gated_attn = h * H * d * 2 + 2 * h * kv * d + H * d * h + 2 * d
+    conv_dim = 2 * hk * dk + hv * dv
+    gdn = h * (2 * hk * dk + 2 * hv * dv) + h * 2 * hv + conv_dim * kernel + 2 * hv + dv + hv * dv * h
+    mlp = 3 * h * inter
+    text = 2 * vocab * h + (L // 4) * (gated_attn + mlp + 2 * h) + (L - L // 4) * (gdn + mlp + 2 * h) + h
+    mtp = (gated_attn + mlp + 2 * h) + 2 * h * h + 3 * h
+    vh, depth, vi, merged, out = 1152, 27, 4304, 1152 * 4, 5120
+    block = 4 * vh + (3 * vh * vh + 3 * vh) + (vh * vh + vh) + (vh * vi + vi) + (vi * vh + vh)
+    vision = 3 * 2 * 16 * 16 * vh + vh + 2304 * vh + depth * block + 2 * vh
+    vision += (merged * merged + merged) + (merged * out + out)  # patch merger
+    assert text + mtp + vision == 27_781_427_952  # the checkpoint's safetensors total
+    s = spec("qwen3_5-qwen3.8-27b")
+    assert s.total_params - s.extra_params == text
+    assert s.extra_params == mtp + vision
+
+
 def _mla_attention(h: int, heads: int, q_rank: int | None, kv_rank: int, nope: int, rope: int, v: int) -> int:
     q = h * heads * (nope + rope) if q_rank is None else h * q_rank + q_rank + q_rank * heads * (nope + rope)
     kv_a = h * (kv_rank + rope) + kv_rank  # kv_a_proj_with_mqa + kv_a_layernorm
