@@ -167,6 +167,24 @@ PREFIX = "vllm serve meta-llama/Llama-3.1-8B-Instruct\n"
             },
             id="v0.7-multi-line",
         ),
+        pytest.param(
+            "Model loading took 51.1 GiB memory and 12.582087 seconds\n"
+            "Graph capturing finished in 14 s (0.62 GiB)\n"
+            "CUDA graph pool memory: 0.3 GiB (actual) / 0.69 GiB (estimated)\n"
+            "Available KV cache memory: 21.24 GiB\n"
+            "GPU KV cache size: 314,187 tokens,\n"
+            "Maximum concurrency for 8,192 tokens per request: 38.35x\n"
+            "GPU blocks: 1952, # CPU blocks: 2048\n",
+            {
+                "weights_bytes": gib(51.1),
+                "cuda_graph_bytes": gib(0.62),
+                "kv_cache_memory_bytes": gib(21.24),
+                "kv_cache_tokens": 314_187,
+                "max_concurrency": 38.35,
+                "num_gpu_blocks": 1952,  # a paste that lost its "# "
+            },
+            id="v0.29-and-mangled",
+        ),
     ],
 )
 def test_memory_profiling_variants(tmp_path: Path, body: str, expected: dict[str, object]) -> None:

@@ -198,8 +198,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "GPU blocks",
-        "# GPU blocks",
-        _rx(r"#\s*GPU blocks:\s*" + NUM + r"(?:,\s*#\s*CPU blocks:\s*" + NUM + ")?"),
+        "GPU blocks:",
+        _rx(r"GPU blocks:\s*" + NUM + r"(?:,\s*#\s*CPU blocks:\s*" + NUM + ")?"),
         _blocks,
     ),
     Rule(
@@ -269,9 +269,15 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "CUDA graphs",
         "Graph capturing finished",
-        _rx(r"Graph capturing finished in\s*" + NUM + r"\s*secs?,\s*took\s*" + SIZE),
+        _rx(r"Graph capturing finished in\s*" + NUM + r"\s*(?:secs?|s)\b(?:,\s*took\s*|\s*\(\s*)" + SIZE),
         lambda m: {"cuda_graph_bytes": size_bytes(m.group(2), m.group(3), "CUDA graphs")},
         strict=False,  # V0 prints no size: "Graph capturing finished in 15 secs."
+    ),
+    Rule(
+        "CUDA graph pool",
+        "CUDA graph pool memory",
+        _rx(r"CUDA graph pool memory:\s*" + SIZE + r"\s*\(actual\)"),
+        _size("cuda_graph_bytes"),
     ),
     Rule(
         "CUDA graph estimate",
