@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from pipelines.commands import estimate, registry
+from pipelines.commands import estimate, nightly, registry, sql
 
 app = typer.Typer(
     name="capplan",
@@ -20,6 +20,8 @@ app = typer.Typer(
 )
 app.add_typer(registry.app, name="registry")
 app.command("estimate")(estimate.estimate)
+app.command("nightly")(nightly.nightly)
+app.command("sql")(sql.sql)
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ publish = marts.publish_asset(_mart_keys)
 
 nightly_job = dg.define_asset_job(
     "nightly_job",
-    selection=dg.AssetSelection.all(include_sources=False),
+    selection=dg.AssetSelection.all(),
     description="Sync the registry, compute the capacity grid, build the marts and publish the warehouse.",
     executor_def=dg.in_process_executor,
 )

@@ -1,8 +1,9 @@
 """Typed resources of the pipeline, built in one place (`build_resources`).
 
-Settings come from environment variables through `dg.EnvVar` (listed, with defaults, in
-`.env.example`); an unset variable falls back to the embedded default so that `dagster dev` and
-`capplan nightly` work from a fresh clone with no configuration.
+Settings come from environment variables through `dg.EnvVar`, resolved when a run starts (listed,
+with defaults, in `.env.example`). An unset variable is given its embedded default when the
+definitions load, so `dagster dev` and `capplan nightly` work from a fresh clone with no
+configuration, and the UI shows which variable each setting comes from.
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ class WarehouseResource(dg.ConfigurableResource):
     _lock: RunLock | None = PrivateAttr(default=None)
     _started_at: dt.datetime | None = PrivateAttr(default=None)
     _published: PublishResult | None = PrivateAttr(default=None)
+    _con: duckdb.DuckDBPyConnection | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._run_id = context.run.run_id if context.run else None
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self._close()
         if self._lock is None:
             return
         try:
@@ -79,25 +82,34 @@ class WarehouseResource(dg.ConfigurableResource):
         lock.acquire()
         try:
             self._started_at = dt.datetime.now(dt.UTC)
-            store.begin(self.run_id)
+            store.begin(self.run_id, self._started_at)
         except BaseException:
             lock.release()
             raise
         self._lock = lock
 
+    def _close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
     @contextmanager
     def build(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A read-write connection to this run's build (started on first use, under the lock)."""
+        """A read-write connection to this run's build (started on first use, under the lock).
+
+        One connection serves the whole run (no checkpoint between steps); `publish` closes it.
+        """
         self._begin()
-        with self.store().connect(self.run_id) as con:
-            yield con
+        if self._con is None:
+            self._con = duckdb.connect(str(self.store().build_path(self.run_id)))
+        yield self._con
 
     @contextmanager
     def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """This run's build if it has one (checks see what is about to be published), else the
         published snapshot, read-only."""
         if self._lock is not None:
-            with self.store().connect(self.run_id) as con:
+            with self.build() as con:
                 yield con
             return
         con = self.store().connect_read_only()
@@ -106,12 +118,9 @@ class WarehouseResource(dg.ConfigurableResource):
         finally:
             con.close()
 
-    def run_params(self) -> dict[str, object]:
-        """The named parameters every mart's SQL binds: this run's id and UTC date."""
-        return {"run_id": self.run_id, "run_date": self.started_at.date()}
-
     def publish(self, run_row: Mapping[str, Any]) -> PublishResult:
         self._begin()
+        self._close()
         row = {"started_at": self.started_at, **run_row}
         self._published = self.store().publish(self.run_id, row)
         return self._published
@@ -130,15 +139,10 @@ class RegistryResource(dg.ConfigurableResource):
         return db.safe_url(self.url)
 
 
-def _env(name: str, default: Any) -> Any:
-    """`dg.EnvVar(name)` when the variable is set (resolved at run time), else the default."""
-    if not os.environ.get(name):
-        return default
-    if isinstance(default, bool):
-        raise TypeError("no boolean settings")
-    if isinstance(default, int):
-        return dg.EnvVar.int(name)
-    return dg.EnvVar(name)
+def _env(name: str, default: str | int) -> Any:
+    """`dg.EnvVar(name)`, resolved when a run starts; the embedded default fills an unset variable."""
+    os.environ.setdefault(name, str(default))
+    return dg.EnvVar.int(name) if isinstance(default, int) else dg.EnvVar(name)
 
 
 def build_resources() -> dict[str, Any]:

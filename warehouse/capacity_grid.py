@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from capacity.grid import GridModel, GridOptions, build_capacity_grid, build_context_limits
+from capacity.grid import GRID_COLUMNS, GridModel, GridOptions, build_capacity_grid, build_context_limits
 from capacity.spec import GpuSku
 from models_registry.normalize import spec_from_snapshot
 from models_registry.sources.common import ConfigSnapshot, ItemError, StageError, one_line
@@ -115,6 +115,7 @@ def capacity_frames(models: pl.DataFrame, gpus: pl.DataFrame, options: GridOptio
     if grid.is_empty() and not grid.columns:
         grid = build_capacity_grid([], skus, options).collect()
     limits = build_context_limits(grid.lazy()).collect()
+    grid = grid.select(GRID_COLUMNS)  # the pool_* columns only serve the context-limit search
     planned = set(grid.get_column("model").unique().to_list()) if grid.height else set()
     for model in specs:
         if model.repo_id not in planned and not any(e.item_key == model.repo_id for e in errors):
@@ -170,7 +171,6 @@ def estimate_for_row(
         kv_dtype=str(row["kv_dtype"]),
         engine=str(row["engine"]),
         engine_version=str(row["engine_version"]) if row.get("engine_version") is not None else None,
-        gpu_memory_utilization=float(row["gpu_memory_utilization"]),  # type: ignore[arg-type]
         max_model_len=int(row["max_model_len"]),  # type: ignore[call-overload]
     )
     result = estimate(
@@ -181,7 +181,12 @@ def estimate_for_row(
         checkpoint_bytes=checkpoint_bytes,
         context_tokens=int(row["context"]),  # type: ignore[call-overload]
     )
-    return result.contract()
+    contract = result.contract()
+    # The grid keys a row by what was asked (--dtype, --kv-dtype) and names what it resolved to
+    # weight_format / kv_cache_dtype; the contract reports only the resolved names.
+    contract["weight_format"] = contract.pop("weight_dtype")
+    contract["kv_cache_dtype"] = contract.pop("kv_dtype")
+    return contract
 
 
 def compare_sample(sample: pl.DataFrame, models: pl.DataFrame, gpus: pl.DataFrame) -> tuple[int, list[Mismatch]]:

@@ -5,11 +5,13 @@ run never writes to the published file at all:
 
 1. `begin(run_id)` (under the refresh lock, see `warehouse.lock`) removes builds left by crashed
    runs and copies the published file to a private build file next to it,
-   `.<name>.<run_id>.build`; a first run starts from an empty database.
+   `.<name>.<run_id>.build` (a first run starts from an empty database), and stamps it with the
+   run (`raw.run`: every staging view, hence every mart, carries its run_id and run_date).
 2. The run's assets write their tables into the build (`connect(run_id)`), replacing the previous
    run's rows; history tables carried over in the copy keep theirs.
-3. `publish(run_id, ...)` appends each mart's rows to its history table (`marts.<table>_history`,
-   keyed by `run_id` and `run_date`), trims history to the last `history_runs` runs, inserts the
+3. `publish(run_id, ...)` copies each mart's rows into its history table (`marts.<table>_history`,
+   keyed by `run_id` and `run_date`; the marts themselves are views over the run's raw tables, so
+   this is the one copy), trims history to the last `history_runs` runs, inserts the
    `marts.runs` row, checkpoints and closes the build, fsyncs it, and `os.replace`s it over the
    published path (an atomic rename on POSIX), then fsyncs the directory.
 
@@ -26,7 +28,7 @@ import shutil
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -73,6 +75,7 @@ class PublishResult:
     history_runs: int
     file_bytes: int
     seconds: float
+    steps: dict[str, float] = field(default_factory=dict)  # seconds per publishing step
 
 
 class Warehouse:
@@ -114,24 +117,35 @@ class Warehouse:
 
     # --- build -------------------------------------------------------------------------------
 
-    def begin(self, run_id: str) -> Path:
+    def begin(self, run_id: str, started_at: dt.datetime | None = None) -> Path:
         """Start this run's build: a copy of the published snapshot (or an empty database).
 
         The caller holds the refresh lock, so every other build file is a crashed run's: removed.
+        Idempotent within a run: an existing build of the same run is kept.
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        for leftover in self.builds():
-            leftover.unlink(missing_ok=True)
         build = self.build_path(run_id)
+        for leftover in self.builds():
+            if leftover.name not in (build.name, build.name + ".wal"):
+                leftover.unlink(missing_ok=True)
+        if build.exists():  # this run's own build (a resource set up twice in one run): go on with it
+            return build
         if self.exists:
             shutil.copyfile(self.path, build)
             wal = self.path.with_name(self.path.name + ".wal")
             if wal.exists():  # committed but not yet checkpointed by whoever wrote it
                 shutil.copyfile(wal, build.with_name(build.name + ".wal"))
+        started = started_at or dt.datetime.now(dt.UTC)
         con = duckdb.connect(str(build))
         try:
             for layer in LAYERS:
                 con.execute(f"create schema if not exists {ident(layer)}")
+            build_relation(
+                con,
+                "raw",
+                "run",
+                {"run_id": run_id, "run_date": started.astimezone(dt.UTC).date(), "started_at": started},
+            )
         finally:
             con.close()
         return build
@@ -161,24 +175,36 @@ class Warehouse:
         `run_row` holds the `marts.runs` columns other than the counts, which are taken here.
         """
         start = time.perf_counter()
+        steps: dict[str, float] = {}
+
+        def lap(name: str, since: float) -> float:
+            now = time.perf_counter()
+            steps[name] = round(now - since, 3)
+            return now
+
         build = self.build_path(run_id)
         with self.connect(run_id) as con:
+            mark = time.perf_counter()
             con.execute("begin transaction")
             build_relation(con, "marts", RUNS_TABLE)
             marts = mart_tables(con)
             counts = {table: row_count(con, "marts", table) for table in marts}
             _insert_run(con, run_id, _complete_run_row(run_row, counts))
             keep = self._retained_runs(con, marts)
+            mark = lap("runs_row", mark)
             for table in marts:
                 _append_history(con, table, keep)
+                mark = lap(f"history_{table}", mark)
             con.execute("commit")
             con.execute("checkpoint")
+            mark = lap("checkpoint", mark)
         wal = build.with_name(build.name + ".wal")
         if wal.exists():
             raise RuntimeError(f"the build {build} still has a write-ahead log after checkpoint; not publishing")
         _fsync(build)
         os.replace(build, self.path)
         _fsync(self.path.parent)
+        lap("fsync_and_replace", mark)
         return PublishResult(
             path=self.path,
             run_id=run_id,
@@ -186,6 +212,7 @@ class Warehouse:
             history_runs=len(keep),
             file_bytes=self.path.stat().st_size,
             seconds=time.perf_counter() - start,
+            steps=steps,
         )
 
     def _retained_runs(self, con: duckdb.DuckDBPyConnection, marts: list[str]) -> list[str]:
@@ -210,14 +237,12 @@ class Warehouse:
 
 
 def mart_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Tables in `marts` that hold one run's rows (a `run_id` column), without history and `runs`."""
+    """Relations (tables or views) in `marts` stamped with a `run_id`, without history and `runs`."""
     rows = con.execute(
-        "select t.table_name from duckdb_tables() t "
-        "where t.schema_name = 'marts' and t.database_name = current_database() "
-        "and t.table_name <> $runs and not suffix(t.table_name, $suffix) "
-        "and exists (select 1 from duckdb_columns() c where c.database_name = t.database_name "
-        "and c.schema_name = t.schema_name and c.table_name = t.table_name and c.column_name = 'run_id') "
-        "order by t.table_name",
+        "select distinct table_name from duckdb_columns() "
+        "where schema_name = 'marts' and database_name = current_database() and column_name = 'run_id' "
+        "and table_name <> $runs and not suffix(table_name, $suffix) "
+        "order by table_name",
         {"runs": RUNS_TABLE, "suffix": HISTORY_SUFFIX},
     ).fetchall()
     return [str(r[0]) for r in rows]

@@ -9,6 +9,7 @@ through `ident`, which quotes them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -69,11 +70,43 @@ def execute_sql(
             raise WarehouseSqlError(f"{name}: {first}") from exc
 
 
+_CREATES = re.compile(
+    r"\bcreate\s+(?:or\s+replace\s+)?(table|view)\s+(?:if\s+not\s+exists\s+)?([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*)",
+    re.IGNORECASE,
+)
+
+
+def relation_kind(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> str | None:
+    """'table', 'view' or None."""
+    if con.execute(
+        "select 1 from duckdb_tables() where schema_name = $schema and table_name = $table "
+        "and database_name = current_database()",
+        {"schema": layer, "table": table},
+    ).fetchone():
+        return "table"
+    if con.execute(
+        "select 1 from duckdb_views() where schema_name = $schema and view_name = $table "
+        "and database_name = current_database()",
+        {"schema": layer, "table": table},
+    ).fetchone():
+        return "view"
+    return None
+
+
 def build_relation(
     con: duckdb.DuckDBPyConnection, layer: str, table: str, params: Mapping[str, object] | None = None
 ) -> None:
-    """Create (or replace) `layer.table` by running its SQL file."""
-    execute_sql(con, read_sql(layer, table), params, name=f"warehouse/{layer}/{table}.sql")
+    """Create (or replace) `layer.table` by running its SQL file.
+
+    Safe to re-run on a snapshot written by another version: when the file now makes a view where
+    a table was (or the other way round), the old object is dropped first.
+    """
+    sql = read_sql(layer, table)
+    for kind, schema, name in _CREATES.findall(sql):
+        existing = relation_kind(con, schema.lower(), name.lower())
+        if existing is not None and existing != kind.lower():
+            con.execute(f"drop {existing} {qualified(schema.lower(), name.lower())}")
+    execute_sql(con, sql, params, name=f"warehouse/{layer}/{table}.sql")
 
 
 def ident(name: str) -> str:
@@ -91,19 +124,7 @@ def row_count(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> int:
 
 
 def relation_exists(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> bool:
-    row = con.execute(
-        "select count(*) from duckdb_tables() where schema_name = $schema and table_name = $table "
-        "and database_name = current_database()",
-        {"schema": layer, "table": table},
-    ).fetchone()
-    if row and row[0]:
-        return True
-    row = con.execute(
-        "select count(*) from duckdb_views() where schema_name = $schema and view_name = $table "
-        "and database_name = current_database()",
-        {"schema": layer, "table": table},
-    ).fetchone()
-    return bool(row and row[0])
+    return relation_kind(con, layer, table) is not None
 
 
 def columns(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> list[tuple[str, str, str | None]]:

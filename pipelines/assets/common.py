@@ -81,7 +81,7 @@ def sql_asset(layer: str, table: str, *, deps: Iterable[Sequence[str]], group_na
     )
     def _relation(warehouse: WarehouseResource) -> dg.MaterializeResult:
         with warehouse.build() as con:
-            build_relation(con, layer, table, warehouse.run_params())
+            build_relation(con, layer, table)
             return relation_result(con, layer, table)
 
     return _relation

@@ -31,23 +31,13 @@ marts_context_limits = sql_asset(
 )
 marts_ingest_errors = sql_asset("marts", "ingest_errors", deps=[("staging", "ingest_errors")], group_name=MARTS_GROUP)
 
-GRID_KEY_COLUMNS = (
-    "model",
-    "gpu",
-    "engine",
-    "engine_version",
-    "weight_dtype",
-    "kv_dtype",
-    "tp",
-    "pp",
-    "context",
-)
 
 
 @dg.asset_check(
     asset=key("marts", "capacity_grid"),
     blocking=True,
-    description="One row per deployment and context (the joins added no duplicates), and as many rows as raw.",
+    additional_deps=[key("raw", "capacity_grid")],
+    description="One row per deployment and context in the grid, and the mart's joins add or drop none.",
 )
 def capacity_grid_unique(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     with warehouse.read() as con:
@@ -55,14 +45,23 @@ def capacity_grid_unique(warehouse: WarehouseResource) -> dg.AssetCheckResult:
             """
             select
                 (select count(*) from marts.capacity_grid),
-                (select count(*) from (select distinct model, gpu, engine, engine_version, weight_dtype,
-                    kv_dtype, tp, pp, context from marts.capacity_grid)),
-                (select count(*) from raw.capacity_grid)
+                (select count(*) from raw.capacity_grid),
+                (select count(*) from (
+                    select distinct model, gpu, engine, engine_version, weight_dtype, kv_dtype, tp, pp, context
+                    from raw.capacity_grid
+                )),
+                (select count(*) - count(distinct gpu) from staging.gpus)
             """
         ).fetchone()
-    rows, distinct, raw = (int(v) for v in row) if row else (0, 0, 0)
+    mart_rows, raw_rows, distinct, duplicate_gpus = (int(v) for v in row) if row else (0, 0, 0, 0)
     return dg.AssetCheckResult(
-        passed=rows == distinct == raw, metadata={"rows": rows, "distinct_keys": distinct, "raw_rows": raw}
+        passed=mart_rows == raw_rows == distinct and duplicate_gpus == 0,
+        metadata={
+            "mart_rows": mart_rows,
+            "raw_rows": raw_rows,
+            "distinct_keys": distinct,
+            "duplicate_gpu_ids": duplicate_gpus,
+        },
     )
 
 
@@ -104,6 +103,7 @@ def publish_asset(marts: Iterable[dg.AssetKey]) -> dg.AssetsDefinition:
                 "file_bytes": result.file_bytes,
                 "history_runs": result.history_runs,
                 "row_counts": dg.MetadataValue.json(result.row_counts),
+                "publish_steps_seconds": dg.MetadataValue.json(result.steps),
                 "formula_version": str(provenance["formula_version"]),
                 "git_sha": str(provenance["git_sha"]),
             }

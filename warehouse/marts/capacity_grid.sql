@@ -1,14 +1,15 @@
 -- marts.capacity_grid: B_max and the full memory breakdown of every deployment and context, latest run.
 -- grain: one row per model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x context.
 -- columns: run_id, run_date, model, model_family, gpu, engine, engine_version, weight_dtype,
---   kv_dtype, tp, pp, num_gpus, context, max_model_len, gpu_memory_utilization,
---   kv_bytes_per_token, kv_bytes_per_token_per_gpu, weights_bytes_per_gpu,
+--   kv_dtype, tp, pp, num_gpus, context, weight_format, kv_cache_dtype, weights_source,
+--   gpu_memory_bytes, max_model_len, gpu_memory_utilization, kv_bytes_per_token,
+--   kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu, weights_bytes_per_gpu,
 --   activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu, cuda_graph_bytes_per_gpu,
 --   overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, block_size, num_blocks, kv_cache_tokens,
 --   physical_kv_token_slots, max_concurrency, b_max_memory, max_num_seqs, b_max, fits,
 --   usd_per_hour
 -- history: marts.capacity_grid_history (every retained run).
-create or replace table marts.capacity_grid as
+create or replace view marts.capacity_grid as
 with grid as (
     select * from staging.capacity_grid
 ),
@@ -18,8 +19,8 @@ gpus as (
 )
 
 select
-    $run_id::varchar as run_id,
-    $run_date::date as run_date,
+    grid.run_id,
+    grid.run_date,
     grid.model,
     grid.model_family,
     grid.gpu,
@@ -31,10 +32,15 @@ select
     grid.pp,
     grid.num_gpus,
     grid.context,
+    grid.weight_format,
+    grid.kv_cache_dtype,
+    grid.weights_source,
+    grid.gpu_memory_bytes,
     grid.max_model_len,
     grid.gpu_memory_utilization,
     grid.kv_bytes_per_token,
     grid.kv_bytes_per_token_per_gpu,
+    grid.state_bytes_per_sequence_per_gpu,
     grid.weights_bytes_per_gpu,
     grid.activation_peak_bytes_per_gpu,
     grid.non_torch_bytes_per_gpu,
@@ -52,12 +58,9 @@ select
     grid.fits,
     grid.num_gpus * gpus.price_usd_per_gpu_hour as usd_per_hour
 from grid
-left join gpus on grid.gpu = gpus.gpu
-order by
-    grid.model, grid.gpu, grid.engine, grid.engine_version, grid.weight_dtype, grid.kv_dtype,
-    grid.tp, grid.pp, grid.context;
+left join gpus on grid.gpu = gpus.gpu;
 
-comment on table marts.capacity_grid is 'Every model x GPU x engine x dtype x KV dtype x TP x PP x context of the latest run, as capplan estimate --json computes it.';
+comment on view marts.capacity_grid is 'Every model x GPU x engine x dtype x KV dtype x TP x PP x context of the latest run, as capplan estimate --json computes it.';
 comment on column marts.capacity_grid.run_id is 'The nightly run that published this row (marts.runs.run_id).';
 comment on column marts.capacity_grid.run_date is 'UTC date the run started.';
 comment on column marts.capacity_grid.model is 'Hugging Face repo id (marts.models.model).';
@@ -65,16 +68,21 @@ comment on column marts.capacity_grid.model_family is 'Model family.';
 comment on column marts.capacity_grid.gpu is 'GPU catalog id (marts.gpus.gpu).';
 comment on column marts.capacity_grid.engine is 'Engine profile whose accounting is reproduced: vllm, sglang, trtllm, plain.';
 comment on column marts.capacity_grid.engine_version is 'Engine version the profile follows (vLLM rules change by release).';
-comment on column marts.capacity_grid.weight_dtype is 'Weight format: bf16, fp16, fp8, int8, int4, mxfp4...';
-comment on column marts.capacity_grid.kv_dtype is 'KV cache dtype (the model dtype for auto, or fp8...).';
+comment on column marts.capacity_grid.weight_dtype is 'Requested weight dtype, as capplan estimate --dtype: bf16, auto (the checkpoint''s own format), fp8, int4, mxfp4.';
+comment on column marts.capacity_grid.kv_dtype is 'Requested KV cache dtype, as --kv-dtype: auto (the model dtype) or fp8.';
 comment on column marts.capacity_grid.tp is 'Tensor-parallel size.';
 comment on column marts.capacity_grid.pp is 'Pipeline-parallel size.';
 comment on column marts.capacity_grid.num_gpus is 'GPUs per replica: tp * pp.';
 comment on column marts.capacity_grid.context is 'Tokens per sequence T (prompt included): powers of two from 1,024, plus the model limit.';
+comment on column marts.capacity_grid.weight_format is 'Weight format weight_dtype resolves to for this model (bf16, fp8, int4-awq, mxfp4...).';
+comment on column marts.capacity_grid.kv_cache_dtype is 'KV cache dtype kv_dtype resolves to (bfloat16, float16, fp8...).';
+comment on column marts.capacity_grid.weights_source is 'checkpoint (scaled from model.safetensors.index.json) or modeled (counted from the config).';
+comment on column marts.capacity_grid.gpu_memory_bytes is 'Device memory the engine sees (bytes, as the driver reports it).';
 comment on column marts.capacity_grid.max_model_len is 'Engine max model length the deployment is sized with.';
 comment on column marts.capacity_grid.gpu_memory_utilization is 'Fraction of device memory the engine may use.';
 comment on column marts.capacity_grid.kv_bytes_per_token is 'KV bytes per token over every layer that stores per-token KV, whole model (sliding layers counted as inside the window).';
 comment on column marts.capacity_grid.kv_bytes_per_token_per_gpu is 'kv_bytes_per_token on the most loaded GPU under TP/PP (MLA latents replicated).';
+comment on column marts.capacity_grid.state_bytes_per_sequence_per_gpu is 'Constant per-sequence state of Mamba/linear-attention layers on the most loaded GPU (bytes; 0 for pure attention).';
 comment on column marts.capacity_grid.weights_bytes_per_gpu is 'Weights on the most loaded GPU (bytes).';
 comment on column marts.capacity_grid.activation_peak_bytes_per_gpu is 'Peak activation memory of the engine''s profiling pass (bytes).';
 comment on column marts.capacity_grid.non_torch_bytes_per_gpu is 'CUDA context, NCCL and other non-torch memory (bytes).';

@@ -3,14 +3,14 @@
 -- columns: run_id, run_date, model, model_family, gpu, engine, engine_version, weight_dtype,
 --   kv_dtype, tp, pp, num_gpus, concurrency, max_context
 -- history: marts.context_limits_history (every retained run).
-create or replace table marts.context_limits as
+create or replace view marts.context_limits as
 with limits as (
     select * from staging.context_limits
 )
 
 select
-    $run_id::varchar as run_id,
-    $run_date::date as run_date,
+    run_id,
+    run_date,
     model,
     model_family,
     gpu,
@@ -23,10 +23,9 @@ select
     num_gpus,
     concurrency,
     max_context
-from limits
-order by model, gpu, engine, engine_version, weight_dtype, kv_dtype, tp, pp, concurrency;
+from limits;
 
-comment on table marts.context_limits is 'Max context per deployment for target concurrencies 1, 8, 32, 128, 512 (latest run).';
+comment on view marts.context_limits is 'Max context per deployment for target concurrencies 1, 8, 32, 128, 512 (latest run).';
 comment on column marts.context_limits.run_id is 'The nightly run that published this row (marts.runs.run_id).';
 comment on column marts.context_limits.run_date is 'UTC date the run started.';
 comment on column marts.context_limits.model is 'Hugging Face repo id (marts.models.model).';
@@ -34,8 +33,8 @@ comment on column marts.context_limits.model_family is 'Model family.';
 comment on column marts.context_limits.gpu is 'GPU catalog id (marts.gpus.gpu).';
 comment on column marts.context_limits.engine is 'Engine profile: vllm, sglang, trtllm, plain.';
 comment on column marts.context_limits.engine_version is 'Engine version the profile follows.';
-comment on column marts.context_limits.weight_dtype is 'Weight format.';
-comment on column marts.context_limits.kv_dtype is 'KV cache dtype.';
+comment on column marts.context_limits.weight_dtype is 'Requested weight dtype (--dtype): bf16, auto, fp8, int4, mxfp4.';
+comment on column marts.context_limits.kv_dtype is 'Requested KV cache dtype (--kv-dtype): auto or fp8.';
 comment on column marts.context_limits.tp is 'Tensor-parallel size.';
 comment on column marts.context_limits.pp is 'Pipeline-parallel size.';
 comment on column marts.context_limits.num_gpus is 'GPUs per replica: tp * pp.';

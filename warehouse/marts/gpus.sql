@@ -6,14 +6,14 @@
 --   interconnect, interconnect_gbps, gpus_per_node, price_usd_per_gpu_hour, price_source,
 --   price_date, aliases
 -- history: marts.gpus_history (every retained run).
-create or replace table marts.gpus as
+create or replace view marts.gpus as
 with gpus as (
     select * from staging.gpus
 )
 
 select
-    $run_id::varchar as run_id,
-    $run_date::date as run_date,
+    run_id,
+    run_date,
     gpu,
     gpu_name,
     vendor,
@@ -38,10 +38,9 @@ select
     price_source,
     price_date,
     aliases
-from gpus
-order by gpu;
+from gpus;
 
-comment on table marts.gpus is 'GPU SKUs planned by the latest nightly run.';
+comment on view marts.gpus is 'GPU SKUs planned by the latest nightly run.';
 comment on column marts.gpus.run_id is 'The nightly run that published this row (marts.runs.run_id).';
 comment on column marts.gpus.run_date is 'UTC date the run started.';
 comment on column marts.gpus.gpu is 'Catalog id of the SKU, e.g. h100-sxm-80gb (the gpu column of every mart).';

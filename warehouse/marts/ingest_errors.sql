@@ -3,14 +3,14 @@
 -- columns: run_id, run_date, source, ingest_run_id, item_kind, item_key, stage, reason,
 --   source_path, raw_excerpt
 -- history: marts.ingest_errors_history (every retained run).
-create or replace table marts.ingest_errors as
+create or replace view marts.ingest_errors as
 with errors as (
     select * from staging.ingest_errors
 )
 
 select
-    $run_id::varchar as run_id,
-    $run_date::date as run_date,
+    run_id,
+    run_date,
     source,
     ingest_run_id,
     item_kind,
@@ -19,10 +19,9 @@ select
     reason,
     source_path,
     raw_excerpt
-from errors
-order by source, item_kind, item_key, stage, reason;
+from errors;
 
-comment on table marts.ingest_errors is 'Items the latest run rejected (registry ingest or capacity grid), each with a one-line reason.';
+comment on view marts.ingest_errors is 'Items the latest run rejected (registry ingest or capacity grid), each with a one-line reason.';
 comment on column marts.ingest_errors.run_id is 'The nightly run that published this row (marts.runs.run_id).';
 comment on column marts.ingest_errors.run_date is 'UTC date the run started.';
 comment on column marts.ingest_errors.source is 'Which step rejected it: registry_models, gpu_catalog or capacity_grid.';

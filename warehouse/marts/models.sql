@@ -6,14 +6,14 @@
 --   context_limit_tokens, torch_dtype, quant_method, quant_format, total_params, active_params,
 --   kv_elements_per_token, checkpoint_bytes, published_parameters, gated, source, registered_at
 -- history: marts.models_history (every retained run).
-create or replace table marts.models as
+create or replace view marts.models as
 with models as (
     select * from staging.models
 )
 
 select
-    $run_id::varchar as run_id,
-    $run_date::date as run_date,
+    run_id,
+    run_date,
     model,
     revision,
     config_sha256,
@@ -43,10 +43,9 @@ select
     gated,
     source,
     registered_at
-from models
-order by model;
+from models;
 
-comment on table marts.models is 'Models planned by the latest nightly run (current registry revision of each).';
+comment on view marts.models is 'Models planned by the latest nightly run (current registry revision of each).';
 comment on column marts.models.run_id is 'The nightly run that published this row (marts.runs.run_id).';
 comment on column marts.models.run_date is 'UTC date the run started.';
 comment on column marts.models.model is 'Hugging Face repo id, e.g. meta-llama/Llama-3.1-8B-Instruct.';

@@ -1,6 +1,6 @@
 -- staging.gpus: registry GPU SKUs in the warehouse's vocabulary (slug -> gpu), typed.
 -- grain: one row per GPU SKU.
--- columns: gpu, gpu_name, vendor, architecture, form_factor, memory_marketing_gb, memory_type,
+-- columns: run_id, run_date, gpu, gpu_name, vendor, architecture, form_factor, memory_marketing_gb, memory_type,
 --   memory_total_mib_smi, memory_total_bytes, memory_total_basis, memory_bandwidth_gbps,
 --   bf16_dense_tflops, fp8_dense_tflops, fp4_dense_tflops, fp8_support, fp4_support,
 --   int8_support, interconnect, interconnect_gbps, gpus_per_node, price_usd_per_gpu_hour,
@@ -10,8 +10,14 @@ with source as (
     select * from raw.gpus
 ),
 
+run as (
+    select run_id, run_date from raw.run
+),
+
 renamed as (
     select
+        run.run_id,
+        run.run_date,
         slug::varchar as gpu,
         name::varchar as gpu_name,
         vendor::varchar as vendor,
@@ -39,6 +45,7 @@ renamed as (
         sources::json::varchar[] as sources,
         content_sha256::varchar as content_sha256
     from source
+    cross join run
 )
 
 select * from renamed;

@@ -1,6 +1,6 @@
 -- staging.ingest_errors: every item this run rejected, from the three places that can reject one.
 -- grain: one row per rejected item and stage.
--- columns: source (registry_models | gpu_catalog | capacity_grid), ingest_run_id, item_kind,
+-- columns: run_id, run_date, source (registry_models | gpu_catalog | capacity_grid), ingest_run_id, item_kind,
 --   item_key, stage, reason, source_path, raw_excerpt
 create or replace view staging.ingest_errors as
 with model_errors as (
@@ -24,12 +24,15 @@ unioned as (
 )
 
 select
-    source::varchar as source,
-    ingest_run_id::bigint as ingest_run_id,
-    item_kind::varchar as item_kind,
-    item_key::varchar as item_key,
-    stage::varchar as stage,
-    reason::varchar as reason,
-    source_path::varchar as source_path,
-    raw_excerpt::varchar as raw_excerpt
-from unioned;
+    run.run_id,
+    run.run_date,
+    unioned.source::varchar as source,
+    unioned.ingest_run_id::bigint as ingest_run_id,
+    unioned.item_kind::varchar as item_kind,
+    unioned.item_key::varchar as item_key,
+    unioned.stage::varchar as stage,
+    unioned.reason::varchar as reason,
+    unioned.source_path::varchar as source_path,
+    unioned.raw_excerpt::varchar as raw_excerpt
+from unioned
+cross join raw.run as run;

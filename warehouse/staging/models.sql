@@ -1,6 +1,6 @@
 -- staging.models: registry models in the warehouse's vocabulary (repo_id -> model), typed.
 -- grain: one row per model (its current registry revision).
--- columns: model, revision, config_sha256, model_family, model_type, architecture, is_generic,
+-- columns: run_id, run_date, model, revision, config_sha256, model_family, model_type, architecture, is_generic,
 --   hidden_size, num_layers, num_attention_heads, num_kv_heads, head_dim, vocab_size,
 --   intermediate_size, max_position_embeddings, context_limit_tokens, torch_dtype,
 --   tie_word_embeddings, quant_method, quant_format, total_params, active_params, embedding_params,
@@ -11,8 +11,14 @@ with source as (
     select * from raw.models
 ),
 
+run as (
+    select run_id, run_date from raw.run
+),
+
 renamed as (
     select
+        run.run_id,
+        run.run_date,
         repo_id::varchar as model,
         revision::varchar as revision,
         config_sha256::varchar as config_sha256,
@@ -45,6 +51,7 @@ renamed as (
         source::varchar as source,
         created_at::timestamptz as registered_at
     from source
+    cross join run
 )
 
 select * from renamed;

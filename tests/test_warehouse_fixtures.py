@@ -1,0 +1,116 @@
+"""Shared fixtures of the warehouse, pipeline and nightly tests (no tests in this module).
+
+A small catalog laid out like `models_registry/catalog` (three bundled models, two GPUs, and
+optionally a broken entry), a registry URL and a warehouse path under tmp_path, exported through
+the same environment variables the product reads.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from models_registry.sources.bundled import CATALOG_DIR
+
+CATALOG_MODELS = (
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "meta-llama/Llama-3.1-70B-Instruct",
+    "Qwen/Qwen3-32B",
+)
+CATALOG_GPUS = ("h100-sxm-80gb", "l4-24gb")
+BROKEN_MODEL = "acme/broken-model"
+
+
+def write_catalog(
+    root: Path,
+    models: Sequence[str] = CATALOG_MODELS,
+    gpus: Sequence[str] = CATALOG_GPUS,
+    *,
+    broken: bool = False,
+) -> Path:
+    """A catalog directory with the given bundled models and GPUs (plus a broken model entry)."""
+    (root / "configs").mkdir(parents=True, exist_ok=True)
+    catalog = yaml.safe_load((CATALOG_DIR / "models.yaml").read_text(encoding="utf-8"))
+    entries = [entry for entry in catalog["models"] if entry["repo_id"] in models]
+    assert len(entries) == len(models), "a test model is missing from the bundled catalog"
+    for entry in entries:
+        for field in ("config", "safetensors_index"):
+            if entry.get(field):
+                target = root / entry[field]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(CATALOG_DIR / entry[field], target)
+    if broken:
+        bad = root / "configs" / "acme" / "broken-model" / "config.json"
+        bad.parent.mkdir(parents=True, exist_ok=True)
+        bad.write_text('{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": ', encoding="utf-8")
+        entries.append({"repo_id": BROKEN_MODEL, "config": "configs/acme/broken-model/config.json"})
+    (root / "models.yaml").write_text(yaml.safe_dump({"schema_version": 1, "models": entries}), encoding="utf-8")
+    sku_catalog = yaml.safe_load((CATALOG_DIR / "gpus.yaml").read_text(encoding="utf-8"))
+    sku_catalog["gpus"] = [sku for sku in sku_catalog["gpus"] if sku["id"] in gpus]
+    assert len(sku_catalog["gpus"]) == len(gpus), "a test GPU is missing from the bundled catalog"
+    (root / "gpus.yaml").write_text(yaml.safe_dump(sku_catalog), encoding="utf-8")
+    return root
+
+
+@dataclass
+class PipelineEnv:
+    """Where one test's pipeline reads and writes; also exported as CAPPLAN_* variables."""
+
+    root: Path
+    catalog: Path
+    registry_url: str
+    warehouse: Path
+
+    def resources(self, **warehouse_options: Any) -> dict[str, Any]:
+        from pipelines.resources import RegistryResource, WarehouseResource
+
+        return {
+            "registry": RegistryResource(url=self.registry_url, catalog_dir=str(self.catalog)),
+            "warehouse": WarehouseResource(path=str(self.warehouse), **warehouse_options),
+        }
+
+    def env(self) -> dict[str, str]:
+        return {
+            "CAPPLAN_REGISTRY_URL": self.registry_url,
+            "CAPPLAN_WAREHOUSE": str(self.warehouse),
+            "CAPPLAN_CATALOG_DIR": str(self.catalog),
+        }
+
+
+def make_env(root: Path, *, broken: bool = False) -> PipelineEnv:
+    root.mkdir(parents=True, exist_ok=True)
+    catalog = write_catalog(root / "catalog", broken=broken)
+    return PipelineEnv(
+        root=root,
+        catalog=catalog,
+        registry_url=f"sqlite:///{root / 'var' / 'registry.db'}",
+        warehouse=root / "var" / "warehouse.duckdb",
+    )
+
+
+@pytest.fixture
+def pipeline_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PipelineEnv]:
+    """A small catalog, a registry and a warehouse under tmp_path, exported in the environment."""
+    env = make_env(tmp_path)
+    for name, value in env.env().items():
+        monkeypatch.setenv(name, value)
+    yield env
+
+
+def materialize_everything(env: PipelineEnv, **warehouse_options: Any) -> Any:
+    """Every asset and check of the real definitions, materialized in-process (what nightly_job runs)."""
+    import dagster as dg
+
+    from pipelines.definitions import defs
+
+    return dg.materialize(
+        [*(defs.assets or []), *(defs.asset_checks or [])],
+        resources=env.resources(**warehouse_options),
+        raise_on_error=False,
+    )
