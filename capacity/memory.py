@@ -8,8 +8,10 @@ engine's own arithmetic (vLLM's block pool and hybrid groups, SGLang's token poo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import TypeVar
 
 from capacity import engine_constants as ec
 from capacity.spec import (
@@ -23,6 +25,7 @@ from capacity.spec import (
 )
 
 GIB = 1 << 30
+_T = TypeVar("_T")
 
 ENGINES = ("vllm", "sglang", "trtllm", "plain")
 
@@ -135,25 +138,76 @@ def stage_layers(model: ModelSpec, pp: int) -> list[tuple[LayerKVSpec, ...]]:
     return stages
 
 
+LayerCounts = tuple[tuple[LayerKVSpec, int], ...]
+
+_MEMO: dict[tuple[str, int, int], tuple[ModelSpec, object]] = {}
+_MEMO_LIMIT = 4096
+
+
+def _memo(name: str, model: ModelSpec, pp: int, compute: Callable[[], _T]) -> _T:
+    """Per (model object, pp) results that every deployment of a model shares. Keyed by identity
+    (hashing a ModelSpec walks every layer); the entry keeps the model alive, so ids stay unique."""
+    key = (name, id(model), pp)
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]  # type: ignore[return-value]
+    value = compute()
+    if len(_MEMO) >= _MEMO_LIMIT:
+        _MEMO.clear()
+    _MEMO[key] = (model, value)
+    return value
+
+
+def stage_layer_counts(model: ModelSpec, pp: int) -> list[LayerCounts]:
+    """Each pipeline stage's layers as (a layer, how many layers share its shape), in order of first
+    appearance. Every per-layer rule reads a layer's shape (kind, heads, head dims, window, state
+    sizes), never its position, so sums and maxima over these pairs equal those over the layers."""
+
+    def compute() -> list[LayerCounts]:
+        stages: list[LayerCounts] = []
+        for stage in stage_layers(model, pp):
+            counts: dict[tuple[object, ...], list[object]] = {}
+            for layer in stage:
+                key = (
+                    layer.kind,
+                    layer.num_kv_heads,
+                    layer.k_head_dim,
+                    layer.v_head_dim,
+                    layer.window_tokens,
+                    layer.conv_state_elements,
+                    layer.recurrent_state_elements,
+                )
+                entry = counts.get(key)
+                if entry is None:
+                    counts[key] = [layer, 1]
+                else:
+                    entry[1] += 1  # type: ignore[operator]
+            stages.append(tuple((first, n) for first, n in counts.values()))  # type: ignore[misc]
+        return stages
+
+    return _memo("stage_layer_counts", model, pp, compute)
+
+
 def state_bytes_per_sequence_per_gpu(
     model: ModelSpec, model_bytes: int, ssm_bytes: int, tp: int = 1, pp: int = 1
 ) -> int:
     """Per-sequence state (Mamba / GDN layers) on the most loaded GPU."""
     return max(
-        sum(layer_state_bytes(layer, model_bytes, ssm_bytes, tp) for layer in stage)
-        for stage in stage_layers(model, pp)
+        sum(layer_state_bytes(layer, model_bytes, ssm_bytes, tp) * n for layer, n in stage)
+        for stage in stage_layer_counts(model, pp)
     )
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_bytes: int) -> int:
     """Whole-model bytes per cached token: every per-token layer, sliding ones as if in window."""
-    return sum(layer_kv_bytes_per_token(layer, kv_bytes) for layer in model.layers)
+    return sum(layer_kv_bytes_per_token(layer, kv_bytes) * n for layer, n in stage_layer_counts(model, 1)[0])
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, kv_bytes: int, tp: int = 1, pp: int = 1) -> int:
     """The same on the most loaded GPU."""
     return max(
-        sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in stage) for stage in stage_layers(model, pp)
+        sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in stage)
+        for stage in stage_layer_counts(model, pp)
     )
 
 
@@ -251,23 +305,38 @@ def _rank_weight_bytes(model: ModelSpec, fmt: WeightFormat, tp: int, pp: int) ->
     linear = fmt.linear_bytes_per_param
     attn_mlp = dense if fmt.experts_only else linear
     stages: list[Fraction] = []
-    start = 0
-    partition = pp_partition(len(model.layer_params), pp)
-    for stage_index, count in enumerate(partition):
+    sums = _stage_param_sums(model, pp)
+    for stage_index, (sharded, experts, replicated) in enumerate(sums):
         # integer sums first, then one exact rational product per kind (same value, far fewer Fractions)
-        layers = model.layer_params[start : start + count]
-        sharded = sum(params.attention + params.mlp for params in layers)
-        experts = sum(params.experts for params in layers)
-        replicated = sum(params.router + params.norms for params in layers)
         total = Fraction(sharded, tp) * attn_mlp + Fraction(experts, tp) * linear + replicated * dense
-        start += count
         if stage_index == 0:
             total += Fraction(model.embedding_params, tp) * dense
-        if stage_index == len(partition) - 1:
+        if stage_index == len(sums) - 1:
             head = model.lm_head_params or (model.embedding_params if pp > 1 else 0)
             total += Fraction(head, tp) * dense + model.final_norm_params * dense
         stages.append(total)
     return stages
+
+
+def _stage_param_sums(model: ModelSpec, pp: int) -> list[tuple[int, int, int]]:
+    """Per pipeline stage: parameters split by TP (attention + MLP), routed experts, replicated."""
+
+    def compute() -> list[tuple[int, int, int]]:
+        sums = []
+        start = 0
+        for count in pp_partition(len(model.layer_params), pp):
+            layers = model.layer_params[start : start + count]
+            start += count
+            sums.append(
+                (
+                    sum(params.attention + params.mlp for params in layers),
+                    sum(params.experts for params in layers),
+                    sum(params.router + params.norms for params in layers),
+                )
+            )
+        return sums
+
+    return _memo("stage_param_sums", model, pp, compute)
 
 
 def estimate_weights(
@@ -697,16 +766,16 @@ def vllm_stage_pools(
     notes: list[str] = []
     hybrid = release.hybrid_kv_cache_manager
     pools: list[KVPool] = []
-    for stage in stage_layers(model, pp):
-        layers = [layer for layer in stage if layer.stores_per_token_kv or layer.kind is KVKind.STATE]
-        buckets: dict[tuple[str, int | None], list[LayerKVSpec]] = {}
-        for layer in layers:
-            buckets.setdefault(_layer_bucket(layer, hybrid), []).append(layer)
+    for stage in stage_layer_counts(model, pp):
+        layers = [(layer, n) for layer, n in stage if layer.stores_per_token_kv or layer.kind is KVKind.STATE]
+        buckets: dict[tuple[str, int | None], list[tuple[LayerKVSpec, int]]] = {}
+        for layer, n in layers:
+            buckets.setdefault(_layer_bucket(layer, hybrid), []).append((layer, n))
         attn_page_per_token = max(
-            (layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in layers if layer.stores_per_token_kv),
+            (layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer, _ in layers if layer.stores_per_token_kv),
             default=0,
         )
-        state_page = max((layer_state_bytes(layer, model_bytes, ssm_bytes, tp) for layer in layers), default=0)
+        state_page = max((layer_state_bytes(layer, model_bytes, ssm_bytes, tp) for layer, _ in layers), default=0)
         bs = block_size
         if state_page and attn_page_per_token:
             align = ec.VLLM_HYBRID_BLOCK_ALIGN
@@ -715,20 +784,21 @@ def vllm_stage_pools(
         if len(buckets) <= 1 and attn_buckets:
             # one spec type: a single group, every layer its own tensor (UniformType when sizes differ)
             (kind, window), members = next(iter(attn_buckets.items()))
-            page_sum = sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in members) * bs
-            groups: tuple[KVGroup, ...] = (KVGroup(kind, len(members), window),)
+            page_sum = sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in members) * bs
+            groups: tuple[KVGroup, ...] = (KVGroup(kind, _layer_count(members), window),)
             capacity = kv_budget_bytes // page_sum if page_sum else 0
             unit_bytes = page_sum
         else:
             page = max(attn_page_per_token * bs, state_page)
-            sizes = [len(v) for v in buckets.values()]
+            sizes = [_layer_count(v) for v in buckets.values()]
             smallest, largest = min(sizes), max(sizes)
             group_size = largest if largest < 1.5 * smallest else smallest
             group_list: list[KVGroup] = []
             padded = 0
             for (kind, window), members in buckets.items():
-                n_groups = cdiv(len(members), group_size)
-                padded += n_groups * group_size - len(members)
+                size = _layer_count(members)
+                n_groups = cdiv(size, group_size)
+                padded += n_groups * group_size - size
                 group_list.extend(KVGroup(kind, group_size, window) for _ in range(n_groups))
             if padded:
                 notes.append(f"hybrid KV groups padded with {padded} empty layer slot(s) (wasted memory)")
@@ -737,6 +807,10 @@ def vllm_stage_pools(
             capacity = kv_budget_bytes // unit_bytes if unit_bytes else 0
         pools.append(KVPool("block", capacity, bs, groups, max_num_batched_tokens, unit_bytes))
     return pools, notes
+
+
+def _layer_count(members: list[tuple[LayerKVSpec, int]]) -> int:
+    return sum(n for _, n in members)
 
 
 def vllm_kv_cache_tokens(pool: KVPool, max_model_len: int, release: ec.VllmRelease) -> int:
@@ -1020,16 +1094,17 @@ class SglangCells:
 
 def sglang_cells(model: ModelSpec, kv_bytes: int, tp: int, pp: int) -> SglangCells:
     stage = max(
-        stage_layers(model, pp), key=lambda s: sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in s)
+        stage_layer_counts(model, pp),
+        key=lambda s: sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in s),
     )
-    full = [layer for layer in stage if layer.stores_per_token_kv and layer.kind not in WINDOWED_KINDS]
-    swa = [layer for layer in stage if layer.kind in WINDOWED_KINDS and layer.window_tokens]
+    full = [(layer, n) for layer, n in stage if layer.stores_per_token_kv and layer.kind not in WINDOWED_KINDS]
+    swa = [(layer, n) for layer, n in stage if layer.kind in WINDOWED_KINDS and layer.window_tokens]
     return SglangCells(
-        full_cell=sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in full),
-        swa_cell=sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in swa),
-        full_layers=len(full),
-        swa_layers=len(swa),
-        window=max((layer.window_tokens or 0 for layer in swa), default=0),
+        full_cell=sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in full),
+        swa_cell=sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in swa),
+        full_layers=_layer_count(full),
+        swa_layers=_layer_count(swa),
+        window=max((layer.window_tokens or 0 for layer, _ in swa), default=0),
     )
 
 
