@@ -17,8 +17,8 @@ Assumptions (each a documented, deliberate error between capplan and "the engine
   factor is 1.30 for V0 (<0.8, profiles a whole max_model_len prefill), 1.15 for early V1
   (0.8-0.9), 1.05 from 0.10, and the GPU factor 1.25 on MI300X (ROCm GEMM workspaces), else 1.
 * non-torch: V0 adds 1.40 GiB (V0 counted the CUDA context and cuBLAS workspace here: 1.79 GiB at
-  TP=1 in vllm PR #10511); V1 x 0.75 at TP=1 (0.25 GiB measured at 0.19 against 0.35 modeled)
-  and x 1.15 with TP>1 (NCCL / custom all-reduce buffers); MI300X x 1.6 (RCCL); x lognormal(0, 0.04).
+  TP=1 in vllm PR #10511); V1 x 0.75 at TP=1 (V1 counts only the increase during the profiling
+  forward: 0.25 GiB in a public 0.19 log) and x 1.15 with TP>1 (NCCL / custom all-reduce buffers); MI300X x 1.6 (RCCL); x lognormal(0, 0.04).
 * CUDA graphs: captured after the KV cache is sized (not in the budget for these versions),
   0.35 GiB + 10 MiB per local layer, x N(1, 0.1).
 * KV cache memory = total x utilization - weights - activation - non-torch, exactly as vLLM;
@@ -861,6 +861,9 @@ def malformed(out: Path, first_metrics: str) -> None:
     (root / "grafana-dashboard.json").write_text('{"title": "vLLM", "panels": []}\n', encoding="utf-8")
 
 
+ASSUMPTIONS = (__doc__ or "").split("Assumptions")[1].split("Also written")[0].strip(" :\n")
+ASSUMPTIONS = "Assumptions " + ASSUMPTIONS
+
 README = """# SAMPLE telemetry fleet — not real measurements
 
 Everything under this folder is **made-up SAMPLE data**, written by `tools/make_sample_fleet.py`
@@ -870,8 +873,10 @@ limits on it. Point `CAPPLAN_TELEMETRY_DIR` at your own drop folder instead.
 
 How it was made: each deployment's numbers are capplan's own prediction for its settings,
 perturbed by documented errors (activation and non-torch drift per vLLM generation and GPU, small
-weight noise; see the generator's docstring), then written the way that vLLM version logs them.
-Metrics cover {day} (UTC): hourly vLLM scrapes, DCGM every 3 hours.
+weight noise), then written the way that vLLM version logs them. Metrics cover {day} (UTC):
+hourly vLLM scrapes, DCGM every 3 hours.
+
+{assumptions}
 
 Layout (one folder per deployment; the folder name is the deployment id):
 
@@ -943,7 +948,13 @@ def main() -> None:
     (out / "fleet-export.csv").write_text("\n".join(csv_lines) + "\n", encoding="utf-8")
     malformed(out, first_metrics)
     (out / "README.md").write_text(
-        README.format(seed=SEED, day=DAY.date(), n_csv=sum(d.csv_only for d in FLEET), table="\n".join(table)),
+        README.format(
+            seed=SEED,
+            day=DAY.date(),
+            n_csv=sum(d.csv_only for d in FLEET),
+            table="\n".join(table),
+            assumptions=ASSUMPTIONS,
+        ),
         encoding="utf-8",
     )
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
