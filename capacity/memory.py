@@ -129,11 +129,12 @@ def pp_partition(num_layers: int, pp: int) -> list[int]:
 
 
 def stage_layers(model: ModelSpec, pp: int) -> list[tuple[LayerKVSpec, ...]]:
-    """The layers each pipeline stage holds."""
+    """The cache-holding layers of each pipeline stage. Stages split the decoder's `num_layers`
+    (MLP-only layers of hybrids such as Nemotron-H count there but hold no cache)."""
     stages: list[tuple[LayerKVSpec, ...]] = []
     start = 0
-    for count in pp_partition(len(model.layers), pp):
-        stages.append(model.layers[start : start + count])
+    for count in pp_partition(max(model.num_layers, len(model.layers)), pp):
+        stages.append(tuple(layer for layer in model.layers if start <= layer.index < start + count))
         start += count
     return stages
 
