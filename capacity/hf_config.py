@@ -24,7 +24,7 @@ How a config becomes a model
   layers are SHARED and read the last non-shared layer of the same attention type. Gemma 4 global
   layers take `global_head_dim` and, with `attention_k_eq_v`, `num_global_key_value_heads` (or
   `per_layer_config`, the form transformers 5 writes).
-* **MLA** (`kv_lora_rank` set): one latent "head" of `kv_lora_rank` (K) + `qk_rope_head_dim` (V);
+* **MLA** (`kv_lora_rank` set: DeepSeek-V2/V3/R1, Kimi-K2, GLM-4.7-Flash): one latent "head" of `kv_lora_rank` (K) + `qk_rope_head_dim` (V);
   the config's `head_dim` (= qk_rope_head_dim in DeepSeek configs) is never used for KV.
 * **State layers** carry per-sequence element counts: Mamba-1 (Jamba) conv = I * d_conv,
   recurrent = I * d_state with I = expand * hidden; Mamba-2 (Nemotron-H) conv =
@@ -131,6 +131,7 @@ _FAMILIES = {
     "glm": "glm4",
     "glm4": "glm4",
     "glm4_moe": "glm4_moe",
+    "glm4_moe_lite": "glm4_moe_lite",
     "minimax_m2": "minimax_m2",
 }
 
@@ -149,7 +150,7 @@ _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
-_MLA_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
+_MLA_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe_lite"})
 
 # layer_types vocabulary (transformers' ALLOWED_LAYER_TYPES and legacy names) -> internal mixer
 _LAYER_TYPE_MIXER = {
@@ -968,11 +969,19 @@ def _build_mla(m: _Model, kinds: list[_Kind]) -> _Built:
         m.experts_per_token = c.integer("num_experts_per_tok", hi=n_routed)
         moe_inter = c.integer("moe_intermediate_size")
         shared = c.integer("n_shared_experts", 0, lo=0, hi=MAX_EXPERTS)
-        first_dense = c.integer("first_k_dense_replace", 0, lo=0, hi=MAX_LAYERS)
+        # GLM-4.7-Flash (glm4_moe_lite) defaults to one dense layer; transformers 5 may write
+        # `mlp_layer_types` ("dense" / "sparse") instead
+        first_dense = c.integer("first_k_dense_replace", 1 if m.rules == "glm4_moe_lite" else 0, lo=0, hi=MAX_LAYERS)
         freq = c.integer("moe_layer_freq", 1, hi=MAX_LAYERS)
+        sparse = [i >= first_dense and i % freq == 0 for i in range(m.num_layers)]
+        mlp_types = c.texts("mlp_layer_types")
+        if mlp_types is not None:
+            if len(mlp_types) != m.num_layers or not set(mlp_types) <= {"dense", "sparse"}:
+                m.fail(f"`mlp_layer_types` must list 'dense'/'sparse' for each of the {m.num_layers} layers")
+            sparse = [t == "sparse" for t in mlp_types]
         # DeepSeek-V3 / Kimi-K2 route with a score-correction bias (noaux_tc); transformers 5
         # writes topk_method null for V3 and always builds the bias
-        v3_like = m.rules in ("deepseek_v3", "kimi_k2")
+        v3_like = m.rules in ("deepseek_v3", "kimi_k2", "glm4_moe_lite")
         topk_method = c.text("topk_method", "noaux_tc" if v3_like else "greedy")
         router = h * n_routed + (n_routed if topk_method == "noaux_tc" else 0)
         moe = LayerParams(
@@ -984,8 +993,7 @@ def _build_mla(m: _Model, kinds: list[_Kind]) -> _Built:
         )
         moe_total = moe.total
         dense = LayerParams(attention=attn, mlp=_gated_mlp(h, m.intermediate), norms=2 * h)
-        for i in range(m.num_layers):
-            params.append(moe if i >= first_dense and i % freq == 0 else dense)
+        params = [moe if is_sparse else dense for is_sparse in sparse]
     else:
         params = [LayerParams(attention=attn, mlp=_gated_mlp(h, m.intermediate), norms=2 * h)] * m.num_layers
         moe_total = params[0].total
@@ -1282,6 +1290,7 @@ _BUILDERS: dict[str, Callable[[_Model, list[_Kind]], _Built]] = {
     "deepseek_v2": _build_mla,
     "deepseek_v3": _build_mla,
     "kimi_k2": _build_mla,
+    "glm4_moe_lite": _build_mla,
     "mla_generic": _build_mla,
     "jamba": _build_jamba,
     "nemotron_h": _build_nemotron_h,

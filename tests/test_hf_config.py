@@ -390,6 +390,14 @@ def test_kimi_k2_family() -> None:
     assert s.context_limit_tokens == 4096 * 32 == 131_072
 
 
+def test_glm4_moe_lite_is_mla() -> None:
+    s = spec("synthetic/glm4_moe_lite-defaults")
+    assert s.family == "glm4_moe_lite" and s.is_mla
+    assert_uniform(s, KVKind.MLA, 1, 512, 64, None)
+    assert kv_elements_per_token(s) == 47 * 576
+    assert [bool(p.experts) for p in s.layer_params] == [False] + [True] * 46
+
+
 def test_unknown_model_type_with_kv_lora_rank_is_mla() -> None:
     cfg = load("deepseek_v3-deepseek-v3")
     cfg["model_type"] = "acme_mla"

@@ -198,6 +198,7 @@ CASES = [
     Case("phi3-gqa-swa", "phi3", _base(num_attention_heads=8, sliding_window=W, pad_token_id=0)),
     Case("deepseek-v3-mla", "deepseek_v3", _base(**_MLA)),
     Case("deepseek-v2-mla", "deepseek_v2", _base(**{**_MLA, "q_lora_rank": None})),
+    Case("glm4-moe-lite-mla", "glm4_moe_lite", _base(**{**_MLA, "v_head_dim": 48})),
     Case(
         "gpt-oss-alt",
         "gpt_oss",

@@ -274,6 +274,17 @@ def test_deepseek_v2_and_lite() -> None:
     assert spec("deepseek_v2-deepseek-v2-lite").total_params == expected
 
 
+def test_glm4_moe_lite_mla() -> None:
+    # transformers' Glm4MoeLiteConfig defaults (GLM-4.7-Flash-like): MLA, first layer dense
+    h, L, heads, vocab, E = 2048, 47, 20, 154880, 64
+    attn = _mla_attention(h, heads, 768, 512, 192, 64, 256)
+    dense = attn + 3 * h * 10240 + 2 * h
+    moe = attn + E * 3 * h * 1536 + 3 * h * 1536 + (h * E + E) + 2 * h
+    expected = dense + (L - 1) * moe + 2 * vocab * h + h
+    assert expected == 29_943_393_920
+    assert spec("synthetic/glm4_moe_lite-defaults").total_params == expected
+
+
 def test_kimi_k2() -> None:
     h, heads, vocab = 7168, 64, 163840
     attn = _mla_attention(h, heads, 1536, 512, 128, 64, 128)
