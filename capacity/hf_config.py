@@ -8,8 +8,8 @@ How a config becomes a model
 * **Nesting.** Multimodal wrappers (Gemma 3, Llama 4, Mistral 3, Qwen-VL...) keep the language
   model under `text_config`; that is what is parsed. Wrapper-level keys (`quantization_config`,
   `torch_dtype`, `tie_word_embeddings` where the text config lacks it) are read from the outer dict.
-  The vision tower is counted only where the parser knows its structure (Llama 4); otherwise a note
-  says it is not counted.
+  The vision tower (and projector) goes into `extra_params` where the parser knows its structure
+  (Llama 4, Gemma 3 SigLIP, Mistral 3 Pixtral, Qwen3.5); otherwise a note says it is not counted.
 * **Layers.** `ModelSpec.layers` holds one `LayerKVSpec` per decoder layer that has a token mixer
   (attention, MLA, Mamba, gated delta-net), with `index` = the decoder layer index. Nemotron-H's
   MLP-only and MoE-only layers (`-` and `E` in `hybrid_override_pattern`) cache nothing and have
@@ -24,8 +24,9 @@ How a config becomes a model
   layers are SHARED and read the last non-shared layer of the same attention type. Gemma 4 global
   layers take `global_head_dim` and, with `attention_k_eq_v`, `num_global_key_value_heads` (or
   `per_layer_config`, the form transformers 5 writes).
-* **MLA** (`kv_lora_rank` set: DeepSeek-V2/V3/R1, Kimi-K2, GLM-4.7-Flash): one latent "head" of `kv_lora_rank` (K) + `qk_rope_head_dim` (V);
-  the config's `head_dim` (= qk_rope_head_dim in DeepSeek configs) is never used for KV.
+* **MLA** (`kv_lora_rank` set: DeepSeek-V2/V3/R1, Kimi-K2, GLM-4.7-Flash): one latent "head" of
+  `kv_lora_rank` (K) + `qk_rope_head_dim` (V); the config's `head_dim` (= qk_rope_head_dim in
+  DeepSeek configs) is never used for KV.
 * **State layers** carry per-sequence element counts: Mamba-1 (Jamba) conv = I * d_conv,
   recurrent = I * d_state with I = expand * hidden; Mamba-2 (Nemotron-H) conv =
   (I + 2 * n_groups * d_state) * conv_kernel, recurrent = I * d_state with I = heads * head_dim;
@@ -40,8 +41,12 @@ How a config becomes a model
   (vLLM additionally defaults LongRoPE models to `original_max_position_embeddings`; that is a
   default, not the limit, and is recorded in `notes`.)
 * **Parameters** are counted per family from the structure transformers builds (biases, norms,
-  q/k norms, sinks, MoE routers with their correction bias, shared experts, MTP modules in
-  `extra_params`).
+  q/k norms, sinks, MoE routers with their correction bias, shared experts); `extra_params`
+  holds what is outside the decoder stack: MTP modules as the checkpoint stores them, vision
+  towers, Gemma 4 per-layer embeddings. Checked exactly against transformers 5.24 instantiations
+  (tests/test_oracle_transformers.py) and published safetensors totals (tests/test_param_counts.py).
+* **Published configs omit fields** transformers fills from its class defaults (Gemma 3's
+  text_config has no vocab_size): those defaults are applied and listed in `notes`.
 """
 
 from __future__ import annotations
@@ -358,8 +363,8 @@ def _parse(config: Mapping[str, Any], label: str) -> ModelSpec:
         rules=family_rules,
         architecture=architecture,
     )
-    if filled:
-        values = ", ".join(f"{k}={defaults[k]}" for k in filled) if defaults else ""
+    if defaults and filled:
+        values = ", ".join(f"{k}={defaults[k]}" for k in filled)
         m.notes.append(f"absent fields taken from transformers' {family_rules} defaults: {values}")
     if family == "generic":
         m.notes.append(
@@ -464,9 +469,7 @@ def _read_dims(m: _Model, rules: str) -> None:
             m.kv_heads = 1
         else:
             m.kv_heads = m.heads
-    elif rules in _MLA_FAMILIES or rules == "mla_generic":
-        m.kv_heads = c.integer("num_key_value_heads", m.heads, hi=MAX_HEADS)
-    else:
+    else:  # (MLA configs repeat num_attention_heads here; the cache holds one latent regardless)
         m.kv_heads = c.integer("num_key_value_heads", m.heads, hi=MAX_HEADS)
     if m.kv_heads > m.heads:
         m.fail(f"num_key_value_heads ({m.kv_heads}) exceeds num_attention_heads ({m.heads})")
@@ -478,6 +481,8 @@ def _read_dims(m: _Model, rules: str) -> None:
         m.head_dim = c.integer("qk_nope_head_dim") + c.integer("qk_rope_head_dim")
     elif c.has("head_dim") and rules != "falcon":
         m.head_dim = c.integer("head_dim")
+    elif c.has("attention_head_dim"):  # older Nemotron-H configs
+        m.head_dim = c.integer("attention_head_dim")
     else:
         if m.hidden % m.heads:
             m.fail(f"hidden_size ({m.hidden}) is not divisible by num_attention_heads ({m.heads})")
@@ -488,8 +493,6 @@ def _read_dims(m: _Model, rules: str) -> None:
         m.intermediate = c.integer("ffn_hidden_size", 4 * m.hidden)
     elif rules == "llama4":
         m.intermediate = c.integer("intermediate_size_mlp", 16384)
-    elif rules == "gpt_oss" or rules == "minimax_m2":
-        m.intermediate = c.integer("intermediate_size")
     elif rules == "qwen3_next":
         m.intermediate = c.integer("intermediate_size", 0, lo=0)  # MoE variants may omit it
     else:
@@ -538,9 +541,8 @@ class _Kind:
     window: int | None = None
 
 
-def _window(m: _Model, key: str = "sliding_window") -> int:
-    w = m.cfg.integer(key, hi=MAX_POSITIONS)
-    return w
+def _window(m: _Model) -> int:
+    return m.cfg.integer("sliding_window", hi=MAX_POSITIONS)
 
 
 def _layer_kinds(m: _Model, rules: str) -> list[_Kind]:
@@ -582,12 +584,12 @@ def _layer_kinds(m: _Model, rules: str) -> list[_Kind]:
         w = _window(m)
         return [_Kind("sliding", w) if (i + 1) % 2 else _Kind("full") for i in range(n)]
     if rules == "gemma4":
-        w = _gemma3_window(m)
+        w = _gemma_window(m)
         out = [_Kind("sliding", w) if (i + 1) % 6 else _Kind("full") for i in range(n)]
         out[-1] = _Kind("full")  # transformers forces the last Gemma 4 layer to full attention
         return out
     if rules == "gemma3":
-        w = _gemma3_window(m)
+        w = _gemma_window(m)
         pattern = c.integer("sliding_window_pattern", 6, hi=MAX_LAYERS)
         return [_Kind("sliding", w) if (i + 1) % pattern else _Kind("full") for i in range(n)]
     if rules == "llama4":
@@ -601,15 +603,15 @@ def _layer_kinds(m: _Model, rules: str) -> list[_Kind]:
         if chunk is None:
             return [_Kind("full")] * n
         return [_Kind("chunked", chunk) if rope_layers[i] else _Kind("full") for i in range(n)]
-    # generic / gemma / llama / falcon / glm / minimax: a sliding_window key applies to every layer
-    # only where the family says so; the generic path honours it (Mistral-style) with a note.
+    # Other known families slide only where `layer_types` says so. An unknown family with a
+    # `sliding_window` is read with the Mistral rule (every layer), and the note says so.
     if rules == "generic" and c.has("sliding_window"):
         m.notes.append("generic path: `sliding_window` applied to every layer (Mistral rule)")
         return [_Kind("sliding", _window(m))] * n
     return [_Kind("full")] * n
 
 
-def _gemma3_window(m: _Model) -> int:
+def _gemma_window(m: _Model) -> int:
     w = _window(m)
     if m.rules == "gemma4":
         # Gemma 4: "all" makes every token bidirectional, and the window is converted the same way
@@ -636,7 +638,7 @@ def _explicit_layer_types(m: _Model, rules: str) -> list[_Kind] | None:
         if mixer is None:
             m.fail(f"`layer_types[{i}]` is an unsupported layer type {t!r}")
         if mixer == "sliding":
-            w = _gemma3_window(m) if rules in ("gemma3", "gemma4") else _window(m)
+            w = _gemma_window(m) if rules in ("gemma3", "gemma4") else _window(m)
             kinds.append(_Kind("sliding", w))
         elif mixer == "chunked":
             kinds.append(_Kind("chunked", c.integer("attention_chunk_size", hi=MAX_POSITIONS)))
@@ -694,12 +696,21 @@ def _plain_kv_layers(m: _Model, kinds: list[_Kind], v_dim: int | None = None) ->
 
 
 def _attn_params(
-    hidden: int, heads: int, kv_heads: int, head_dim: int, *, qkv_bias: bool = False, o_bias: bool = False
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    *,
+    qkv_bias: bool = False,
+    o_bias: bool = False,
+    v_head_dim: int | None = None,
 ) -> int:
+    """q/k/v/o projections; V (and so o_proj's input) may have its own head size."""
+    v_dim = head_dim if v_head_dim is None else v_head_dim
     q = hidden * heads * head_dim
-    kv = 2 * hidden * kv_heads * head_dim
-    o = heads * head_dim * hidden
-    bias = (heads * head_dim + 2 * kv_heads * head_dim if qkv_bias else 0) + (hidden if o_bias else 0)
+    kv = hidden * kv_heads * (head_dim + v_dim)
+    o = heads * v_dim * hidden
+    bias = (heads * head_dim + kv_heads * (head_dim + v_dim) if qkv_bias else 0) + (hidden if o_bias else 0)
     return q + kv + o + bias
 
 
@@ -745,13 +756,15 @@ def _build_dense(m: _Model, kinds: list[_Kind]) -> _Built:
     c = m.cfg
     rules = m.rules
     h, hd = m.hidden, m.head_dim
+    # a separate V head size (K and V dims differ) is only known from unknown families' configs
+    v_dim = c.opt_int("v_head_dim") if rules == "generic" else None
     if rules == "qwen2":
         attn = _attn_params(h, m.heads, m.kv_heads, hd, qkv_bias=True)
     elif rules == "glm4":
         attn = _attn_params(h, m.heads, m.kv_heads, hd, qkv_bias=c.flag("attention_bias", True))
     else:
         bias = c.flag("attention_bias", False)
-        attn = _attn_params(h, m.heads, m.kv_heads, hd, qkv_bias=bias, o_bias=bias)
+        attn = _attn_params(h, m.heads, m.kv_heads, hd, qkv_bias=bias, o_bias=bias, v_head_dim=v_dim)
     if rules in ("qwen3", "gemma3"):
         attn += 2 * hd  # q_norm, k_norm over head_dim
     mlp = _gated_mlp(h, m.intermediate, c.flag("mlp_bias", False))
@@ -759,17 +772,14 @@ def _build_dense(m: _Model, kinds: list[_Kind]) -> _Built:
     if rules == "generic":
         m.notes.append("generic path: q/k/v/o attention, gated MLP and two RMSNorms per layer assumed")
     params = [LayerParams(attention=attn, mlp=mlp, norms=norms)] * m.num_layers
-    return _plain_kv_layers(m, kinds), params, 0
+    return _plain_kv_layers(m, kinds, v_dim), params, 0
 
 
 def _build_mixtral(m: _Model, kinds: list[_Kind]) -> _Built:
-    c = m.cfg
     h = m.hidden
     e = _experts_common(m)
     attn = _attn_params(h, m.heads, m.kv_heads, m.head_dim)
     lp = LayerParams(attention=attn, experts=e * 3 * h * m.intermediate, router=h * e, norms=2 * h)
-    if c.flag("attention_bias", False):
-        m.fail("Mixtral with attention_bias is not a published layout")
     return _plain_kv_layers(m, kinds), [lp] * m.num_layers, 0
 
 
@@ -1432,12 +1442,15 @@ def _context_limit(m: _Model) -> tuple[int, int]:
             lengths.append(value)
     if lengths:
         derived: float = min(lengths)
+        if c.has("max_position_embeddings") and derived < lengths[0]:
+            m.notes.append(f"context limit capped at {int(derived)} tokens by a second length key")
     else:
         derived = DEFAULT_MAX_LEN
         m.notes.append(f"no max length key in the config: assuming {DEFAULT_MAX_LEN} tokens (vLLM default)")
     max_pos = c.integer("max_position_embeddings", int(derived), hi=MAX_POSITIONS)
     entries = _rope_entries(m)
-    if entries and "gemma3" not in m.model_type:
+    before_rope = derived
+    if entries and "gemma3" not in m.model_type:  # vLLM: Gemma 3's 128K already includes scaling
         factor = 1.0
         for rope_type, entry in entries:
             if rope_type in ("su", "longrope", "llama3"):
@@ -1458,7 +1471,7 @@ def _context_limit(m: _Model) -> tuple[int, int]:
     context = int(derived)
     if context < 1 or context > MAX_POSITIONS:
         m.fail(f"derived context length {context} is out of range")
-    if context != max_pos:
+    if derived != before_rope:
         m.notes.append(f"context limit {context} tokens from rope scaling (max_position_embeddings {max_pos})")
     return max_pos, context
 

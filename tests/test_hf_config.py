@@ -583,6 +583,15 @@ def test_generic_path() -> None:
     assert s.total_params == 2 * 32000 * 1024 + 4 * (attn + 3 * 1024 * 2816 + 2 * 1024) + 1024
 
 
+def test_generic_separate_v_head_dim() -> None:
+    s = parse_config(acme(head_dim=128, v_head_dim=64))
+    assert_uniform(s, KVKind.FULL, 4, 128, 64, None)
+    assert kv_elements_per_token(s) == 4 * 4 * (128 + 64)
+    # q 16*128, k 4*128, v 4*64 outputs; o_proj reads 16 * 64
+    attn = 1024 * 16 * 128 + 1024 * 4 * 128 + 1024 * 4 * 64 + 16 * 64 * 1024
+    assert s.layer_params[0].attention == attn
+
+
 def test_generic_layer_types_windows_and_kv_sharing() -> None:
     types = ["sliding_attention", "sliding_attention", "full_attention"] * 2
     cfg = acme(num_hidden_layers=6, layer_types=types, sliding_window=512, num_kv_shared_layers=2)
