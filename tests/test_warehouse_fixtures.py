@@ -8,7 +8,7 @@ the same environment variables the product reads.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,13 +94,13 @@ def make_env(root: Path, *, broken: bool = False) -> PipelineEnv:
     )
 
 
-@pytest.fixture
-def pipeline_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PipelineEnv]:
-    """A small catalog, a registry and a warehouse under tmp_path, exported in the environment."""
+def exported_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineEnv:
+    """A small catalog, a registry and a warehouse under tmp_path, exported in the environment
+    (each test module wraps this in its own `pipeline_env` fixture)."""
     env = make_env(tmp_path)
     for name, value in env.env().items():
         monkeypatch.setenv(name, value)
-    yield env
+    return env
 
 
 def materialize_everything(env: PipelineEnv, **warehouse_options: Any) -> Any:

@@ -124,7 +124,7 @@ def nightly(
     from rich.console import Console
 
     started = time.perf_counter()
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     warnings.filterwarnings("ignore", module="dagster")
     warnings.filterwarnings("ignore", message=".*is currently in beta.*")
 
@@ -201,6 +201,6 @@ def nightly(
     queries = example_queries()
     for name in SUMMARY_QUERIES:
         if name in queries:
-            console.print(f'  capplan sql "{one_line_sql(queries[name])}"', soft_wrap=True)
+            console.print(f'  capplan sql "{one_line_sql(queries[name])}"')
     console.print("More in warehouse/queries/ (capplan sql --file warehouse/queries/<name>.sql).", style="dim")
     sys.stdout.flush()

@@ -1,12 +1,12 @@
 -- staging.capacity_grid: the computed grid, typed (bytes and counts as BIGINT).
 -- grain: one row per model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x context.
--- columns: run_id, run_date, model, model_family, gpu, engine, engine_version, weight_dtype, kv_dtype, tp, pp,
---   num_gpus, context, weight_format, kv_cache_dtype, weights_source, gpu_memory_bytes,
---   max_model_len, gpu_memory_utilization, kv_bytes_per_token, kv_bytes_per_token_per_gpu,
---   state_bytes_per_sequence_per_gpu, weights_bytes_per_gpu, activation_peak_bytes_per_gpu,
---   non_torch_bytes_per_gpu, cuda_graph_bytes_per_gpu, overhead_bytes_per_gpu,
---   kv_budget_bytes_per_gpu, block_size, num_blocks, kv_cache_tokens, physical_kv_token_slots,
---   max_concurrency, b_max_memory, max_num_seqs, b_max, fits
+-- columns: run_id, run_date, model, model_family, gpu, engine, engine_version, weight_dtype,
+--   kv_dtype, tp, pp, num_gpus, context, weight_format, kv_cache_dtype, weights_source,
+--   gpu_memory_bytes, max_model_len, gpu_memory_utilization, kv_bytes_per_token,
+--   kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu, weights_bytes_per_gpu,
+--   activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu, cuda_graph_bytes_per_gpu,
+--   overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, block_size, num_blocks, kv_cache_tokens,
+--   physical_kv_token_slots, max_concurrency, b_max_memory, max_num_seqs, b_max, fits
 create or replace view staging.capacity_grid as
 with source as (
     select * from raw.capacity_grid

@@ -1,7 +1,7 @@
 -- staging.context_limits: max context per deployment and target concurrency, typed.
 -- grain: one row per model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x concurrency.
--- columns: run_id, run_date, model, model_family, gpu, engine, engine_version, weight_dtype, kv_dtype, tp, pp,
---   num_gpus, concurrency, max_context
+-- columns: run_id, run_date, model, model_family, gpu, engine, engine_version, weight_dtype,
+--   kv_dtype, tp, pp, num_gpus, concurrency, max_context
 create or replace view staging.context_limits as
 with source as (
     select * from raw.context_limits

@@ -1,10 +1,10 @@
 -- staging.gpus: registry GPU SKUs in the warehouse's vocabulary (slug -> gpu), typed.
 -- grain: one row per GPU SKU.
--- columns: run_id, run_date, gpu, gpu_name, vendor, architecture, form_factor, memory_marketing_gb, memory_type,
---   memory_total_mib_smi, memory_total_bytes, memory_total_basis, memory_bandwidth_gbps,
---   bf16_dense_tflops, fp8_dense_tflops, fp4_dense_tflops, fp8_support, fp4_support,
---   int8_support, interconnect, interconnect_gbps, gpus_per_node, price_usd_per_gpu_hour,
---   price_source, price_date, aliases, sources, content_sha256
+-- columns: run_id, run_date, gpu, gpu_name, vendor, architecture, form_factor, memory_marketing_gb,
+--   memory_type, memory_total_mib_smi, memory_total_bytes, memory_total_basis,
+--   memory_bandwidth_gbps, bf16_dense_tflops, fp8_dense_tflops, fp4_dense_tflops, fp8_support,
+--   fp4_support, int8_support, interconnect, interconnect_gbps, gpus_per_node,
+--   price_usd_per_gpu_hour, price_source, price_date, aliases, sources, content_sha256
 create or replace view staging.gpus as
 with source as (
     select * from raw.gpus

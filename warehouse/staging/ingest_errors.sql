@@ -1,7 +1,8 @@
 -- staging.ingest_errors: every item this run rejected, from the three places that can reject one.
 -- grain: one row per rejected item and stage.
--- columns: run_id, run_date, source (registry_models | gpu_catalog | capacity_grid), ingest_run_id, item_kind,
---   item_key, stage, reason, source_path, raw_excerpt
+-- columns: run_id, run_date, source, ingest_run_id, item_kind, item_key, stage, reason,
+--   source_path, raw_excerpt
+-- source: registry_models | gpu_catalog | capacity_grid
 create or replace view staging.ingest_errors as
 with model_errors as (
     select 'registry_models' as source, * from raw.model_ingest_errors

@@ -1,8 +1,8 @@
 -- staging.models: registry models in the warehouse's vocabulary (repo_id -> model), typed.
 -- grain: one row per model (its current registry revision).
--- columns: run_id, run_date, model, revision, config_sha256, model_family, model_type, architecture, is_generic,
---   hidden_size, num_layers, num_attention_heads, num_kv_heads, head_dim, vocab_size,
---   intermediate_size, max_position_embeddings, context_limit_tokens, torch_dtype,
+-- columns: run_id, run_date, model, revision, config_sha256, model_family, model_type,
+--   architecture, is_generic, hidden_size, num_layers, num_attention_heads, num_kv_heads, head_dim,
+--   vocab_size, intermediate_size, max_position_embeddings, context_limit_tokens, torch_dtype,
 --   tie_word_embeddings, quant_method, quant_format, total_params, active_params, embedding_params,
 --   num_experts, num_experts_per_token, kv_elements_per_token, checkpoint_bytes,
 --   published_parameters, gated, source, registered_at

@@ -1,0 +1,177 @@
+"""`capplan nightly` and `capplan sql`: the commands users run, on a small catalog in tmp_path,
+and (slow) the whole bundled catalog from a fresh directory, timed."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from pipelines.cli import app
+from tests.test_warehouse_fixtures import CATALOG_MODELS, PipelineEnv, exported_env
+from warehouse.sql import example_queries
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def pipeline_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineEnv:
+    return exported_env(tmp_path, monkeypatch)
+
+
+CAPPLAN = Path(sys.executable).with_name("capplan")
+ISSUE_QUERY = (
+    "select gpu, max(b_max) from marts.capacity_grid "
+    "where model = 'meta-llama/Llama-3.1-70B-Instruct' and context = 32768 group by gpu"
+)
+NIGHTLY_BUDGET_S = 60.0
+QUERY_BUDGET_MS = 100.0
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def nightly_done(runner: CliRunner, pipeline_env: PipelineEnv) -> tuple[PipelineEnv, str]:
+    result = runner.invoke(app, ["nightly"])
+    assert result.exit_code == 0, result.output
+    return pipeline_env, result.output
+
+
+def test_nightly_shows_progress_and_a_summary(nightly_done: tuple[PipelineEnv, str]) -> None:
+    env, output = nightly_done
+    assert "✓ raw.capacity_grid" in output and "✓ check grid_matches_scalar_estimate" in output
+    assert re.search(rf"models\s+{len(CATALOG_MODELS)}\b", output)
+    assert re.search(r"GPUs\s+2\b", output)
+    assert re.search(r"grid rows\s+[\d,]+", output)
+    assert re.search(r"run time\s+[\d.]+ s", output)
+    assert str(env.warehouse.resolve()) in output
+    pasted = re.findall(r'^\s+capplan sql "(.+)"$', output, flags=re.MULTILINE)
+    assert len(pasted) == 3
+    con = duckdb.connect(str(env.warehouse), read_only=True)
+    try:
+        for sql in pasted:  # the three example queries run as printed
+            con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_sql_answers_the_issue_query_in_every_format(runner: CliRunner, nightly_done: tuple[PipelineEnv, str]) -> None:
+    table = runner.invoke(app, ["sql", ISSUE_QUERY])
+    assert table.exit_code == 0, table.output
+    assert "h100-sxm-80gb" in table.output and "l4-24gb" in table.output and "2 rows" in table.output
+
+    as_csv = runner.invoke(app, ["sql", "--format", "csv", ISSUE_QUERY + " order by gpu"])
+    rows = list(csv.reader(io.StringIO(as_csv.output)))
+    assert rows[0] == ["gpu", "max(b_max)"]
+    assert [r[0] for r in rows[1:]] == ["h100-sxm-80gb", "l4-24gb"] and int(rows[1][1]) > 0
+
+    as_json = runner.invoke(app, ["sql", "--format", "json", "select * from marts.gpus order by gpu"])
+    records = json.loads(as_json.output)
+    assert [r["gpu"] for r in records] == ["h100-sxm-80gb", "l4-24gb"]
+    assert isinstance(records[0]["aliases"], list) and isinstance(records[0]["price_date"], str)
+
+    from_file = runner.invoke(app, ["sql", "--file", str(PROJECT_ROOT / "warehouse/queries/recent_runs.sql")])
+    assert from_file.exit_code == 0 and "1 row" in from_file.output
+
+
+def test_sql_is_read_only_and_errors_are_one_line(runner: CliRunner, nightly_done: tuple[PipelineEnv, str]) -> None:
+    for statement in ("create table marts.x (a int)", "delete from marts.runs", "select * from nope"):
+        result = runner.invoke(app, ["sql", statement])
+        assert result.exit_code == 2, statement
+        assert result.output.count("\n") == 1 and result.output.startswith("capplan: error: ")
+    con = duckdb.connect(str(nightly_done[0].warehouse), read_only=True)
+    assert con.execute("select count(*) from marts.runs").fetchone() == (1,)
+    con.close()
+
+
+def test_sql_without_a_warehouse_says_how_to_build_one(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["sql", "--warehouse", str(tmp_path / "none.duckdb"), "select 1"])
+    assert result.exit_code == 2 and "capplan nightly" in result.output
+    assert runner.invoke(app, ["sql", "select 1", "--format", "xml"]).exit_code == 2
+
+
+HOLD_LOCK = textwrap.dedent(
+    """
+    import sys, time
+    from warehouse.publish import Warehouse
+    Warehouse(sys.argv[1]).lock("other-nightly").acquire()
+    print("locked", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_a_second_nightly_exits_with_a_clear_message(runner: CliRunner, pipeline_env: PipelineEnv) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(pipeline_env.warehouse)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=PROJECT_ROOT,
+    )
+    try:
+        assert holder.stdout is not None and "locked" in holder.stdout.readline()
+        result = runner.invoke(app, ["nightly", "--wait", "1"])
+        assert result.exit_code == 2
+        assert f"pid {holder.pid}" in result.output and "run other-nightly" in result.output
+        assert "after waiting 1 s" in result.output
+        assert not pipeline_env.warehouse.exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+
+@pytest.mark.slow
+def test_nightly_on_the_bundled_catalog_from_a_fresh_directory(tmp_path: Path) -> None:
+    """The README's first command after the install: defaults only, timed; then the example queries."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CAPPLAN_", "DAGSTER_HOME"))}
+    start = time.perf_counter()
+    result = subprocess.run(
+        [str(CAPPLAN), "nightly"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    elapsed = time.perf_counter() - start
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    print(f"\ncapplan nightly, bundled catalog, fresh directory: {elapsed:.1f} s")
+    print(result.stdout)
+    warehouse = tmp_path / "var" / "warehouse.duckdb"
+    assert warehouse.is_file() and (tmp_path / "var" / "registry.db").is_file()
+
+    answer = subprocess.run(
+        [str(CAPPLAN), "sql", "--format", "json", ISSUE_QUERY], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert answer.returncode == 0, answer.stderr
+    by_gpu = {row["gpu"]: row["max(b_max)"] for row in json.loads(answer.stdout)}
+    assert len(by_gpu) >= 25 and by_gpu["h100-sxm-80gb"] > 0 and by_gpu["h200-sxm-141gb"] > by_gpu["h100-sxm-80gb"]
+
+    con = duckdb.connect(str(warehouse), read_only=True)
+    timings = {}
+    try:
+        for name, sql in example_queries().items():
+            con.execute(sql).fetchall()  # warm
+            samples = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                con.execute(sql).fetchall()
+                samples.append((time.perf_counter() - t0) * 1000)
+            timings[name] = statistics.median(samples)
+    finally:
+        con.close()
+    print("example queries (median ms):", json.dumps({k: round(v, 1) for k, v in timings.items()}))
+    slow = {name: ms for name, ms in timings.items() if ms > QUERY_BUDGET_MS}
+    assert not slow, f"queries over {QUERY_BUDGET_MS} ms: {slow}"
+    assert elapsed <= NIGHTLY_BUDGET_S, f"capplan nightly took {elapsed:.1f} s (budget {NIGHTLY_BUDGET_S} s)"
