@@ -305,17 +305,22 @@ def _rank_weight_bytes(model: ModelSpec, fmt: WeightFormat, tp: int, pp: int) ->
     dense = fmt.dense_bytes_per_param
     linear = fmt.linear_bytes_per_param
     attn_mlp = dense if fmt.experts_only else linear
+    # Exact rationals with one Fraction per stage: every term as an integer over tp * lcm(denominators)
+    common = math.lcm(dense.denominator, linear.denominator)
+    per_sharded = attn_mlp.numerator * (common // attn_mlp.denominator)  # attention + MLP, split by TP
+    per_expert = linear.numerator * (common // linear.denominator)  # routed experts, split by TP
+    per_dense = dense.numerator * (common // dense.denominator)  # embeddings and head, split by TP
+    per_replicated = per_dense * tp  # norms and router, whole on every rank
     stages: list[Fraction] = []
     sums = _stage_param_sums(model, pp)
     for stage_index, (sharded, experts, replicated) in enumerate(sums):
-        # integer sums first, then one exact rational product per kind (same value, far fewer Fractions)
-        total = Fraction(sharded, tp) * attn_mlp + Fraction(experts, tp) * linear + replicated * dense
+        total = sharded * per_sharded + experts * per_expert + replicated * per_replicated
         if stage_index == 0:
-            total += Fraction(model.embedding_params, tp) * dense
+            total += model.embedding_params * per_dense
         if stage_index == len(sums) - 1:
             head = model.lm_head_params or (model.embedding_params if pp > 1 else 0)
-            total += Fraction(head, tp) * dense + model.final_norm_params * dense
-        stages.append(total)
+            total += head * per_dense + model.final_norm_params * per_replicated
+        stages.append(Fraction(total, tp * common))
     return stages
 
 
