@@ -287,7 +287,7 @@ def _build_tables(
 
     batches: dict[tuple[str, int], set[tuple[int, int]]] = {}
     block_sizes: dict[tuple[str, int], set[int]] = {}
-    for engine in options.engines:
+    for e, engine in enumerate(options.engines):
         vrelease = release if engine == "vllm" else None
         for cid, rep in enumerate(representative):
             for g, gpu in enumerate(gpus):
@@ -297,7 +297,7 @@ def _build_tables(
                     )
                     seqs = d.max_num_seqs or None
                     batched = d.max_num_batched_tokens
-                    t.settings.append((engine, cid, tp, pp, g, d.gpu_memory_utilization, seqs, batched, d.block_size))
+                    t.settings.append((e, cid, tp, pp, g, d.gpu_memory_utilization, seqs, batched, d.block_size))
                     batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
                     block_sizes.setdefault((engine, cid), set()).add(d.block_size)
 
@@ -315,19 +315,19 @@ def _build_tables(
         for tp, pp in combos:
             per_token_gpu: dict[int, int] = {}
             state: dict[int, int] = {}
-            for engine in options.engines:
+            for e, engine in enumerate(options.engines):
                 act_dtype = serving_dtype(spec, engine)
                 act_bytes = element_bytes(act_dtype)
                 vrelease = release if engine == "vllm" else None
                 for seqs, batched in sorted(batches.get((engine, cid), ())):
                     o = engine_overhead(spec, engine, tp, pp, batched, seqs or None, vrelease, act_bytes)
                     t.overheads.append(
-                        (m, engine, tp, pp, seqs or None, batched, o.activation_peak_bytes, o.non_torch_bytes,
+                        (m, e, tp, pp, seqs or None, batched, o.activation_peak_bytes, o.non_torch_bytes,
                          o.cuda_graph_bytes, o.total_bytes)
                     )  # fmt: skip
                 if act_bytes not in state:
                     state[act_bytes] = state_bytes_per_sequence_per_gpu(spec, act_bytes, ssm_bytes, tp, pp)
-                for kv_dtype in options.kv_dtypes:
+                for k, kv_dtype in enumerate(options.kv_dtypes):
                     kv_bytes = kv_element_bytes(kv_dtype, act_dtype)
                     if kv_bytes not in per_token_gpu:
                         per_token_gpu[kv_bytes] = kv_bytes_per_token_per_gpu(spec, kv_bytes, tp, pp)
@@ -335,19 +335,20 @@ def _build_tables(
                         per_token[kv_bytes] = kv_bytes_per_token(spec, kv_bytes)
                     kv_id = len(t.kv_layouts)
                     try:
-                        for base in sorted(block_sizes.get((engine, cid), ())):
-                            found = _pool_candidates(
+                        candidates = [
+                            (kv_id, base, _pool_candidates(
                                 t, engine, spec, kv_bytes, ssm_bytes, act_bytes, tp, pp,
                                 per_token_gpu[kv_bytes], base, vrelease or release,
-                            )  # fmt: skip
-                            t.candidates.append((kv_id, base, found))
+                            ))
+                            for base in sorted(block_sizes.get((engine, cid), ()))
+                        ]  # fmt: skip
                     except (ValueError, SpecError):
                         # the scalar engine cannot size this layout either (e.g. a pipeline stage
                         # that holds only KV-shared layers): no rows rather than rows it would not give
-                        t.candidates = [c for c in t.candidates if c[0] != kv_id]
                         continue
+                    t.candidates.extend(candidates)
                     t.kv_layouts.append(
-                        (kv_id, m, cid, engine, vllm_version if engine == "vllm" else None, kv_dtype, tp, pp,
+                        (kv_id, m, cid, e, k, engine, vllm_version if engine == "vllm" else None, kv_dtype, tp, pp,
                          kv_dtype != "auto" and kv_bytes == 1 and act_dtype != kv_dtype,
                          act_dtype if kv_dtype == "auto" else kv_dtype,
                          per_token[kv_bytes], per_token_gpu[kv_bytes], state[act_bytes])
@@ -359,17 +360,9 @@ def _build_tables(
                             weights[wkey] = estimate_weights(spec, weight_dtype, tp, pp, gm.checkpoint_bytes, engine)
                         w = weights[wkey]
                         t.layouts.append(
-                            (
-                                len(t.layouts),
-                                kv_id,
-                                weight_dtype,
-                                w_fp8,
-                                w_fp4,
-                                w.format_name,
-                                w.source,
-                                w.per_gpu_bytes,
-                            )
-                        )
+                            (len(t.layouts), kv_id, options.weight_dtypes.index(weight_dtype), weight_dtype, w_fp8,
+                             w_fp4, w.format_name, w.source, w.per_gpu_bytes)
+                        )  # fmt: skip
     return t
 
 
@@ -494,18 +487,22 @@ def _shape_frame(t: _Tables) -> tuple[pl.LazyFrame, int]:
     return _rows(rows, schema), windows
 
 
+_CAT = pl.Categorical
+
+
 def build_deployments(
     models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None = None
 ) -> pl.LazyFrame:
     """One row per deployment (model x GPU x engine x dtypes x TP x PP): the grid's context-free
-    columns, the pool columns, and `contexts` (the list `expand_contexts` turns into rows)."""
+    columns, the pool columns, and `contexts` (the list `expand_contexts` turns into rows).
+    String columns are Categorical; joins run on integer codes."""
     options = options or GridOptions()
     release = ec.vllm_release(options.vllm_version)
     t = _build_tables(models, gpus, options, release)
     settings = _rows(
         t.settings,
         {
-            "engine": _STR,
+            "engine_idx": _I64,
             "model_class": _I64,
             "tp": _I64,
             "pp": _I64,
@@ -520,8 +517,8 @@ def build_deployments(
         t.models,
         {
             "model_idx": _I64,
-            "model": _STR,
-            "model_family": _STR,
+            "model": _CAT,
+            "model_family": _CAT,
             "max_model_len": _I64,
             "min_context": _I64,
             "contexts": pl.List(_I64),
@@ -534,13 +531,15 @@ def build_deployments(
             "kv_id": _I64,
             "model_idx": _I64,
             "model_class": _I64,
-            "engine": _STR,
-            "engine_version": _STR,
-            "kv_dtype": _STR,
+            "engine_idx": _I64,
+            "kv_idx": _I64,
+            "engine": _CAT,
+            "engine_version": _CAT,
+            "kv_dtype": _CAT,
             "tp": _I64,
             "pp": _I64,
             "kv_needs_fp8": pl.Boolean,
-            "kv_cache_dtype": _STR,
+            "kv_cache_dtype": _CAT,
             "kv_bytes_per_token": _I64,
             "kv_bytes_per_token_per_gpu": _I64,
             "state_bytes_per_sequence_per_gpu": _I64,
@@ -551,11 +550,12 @@ def build_deployments(
         {
             "_rank": _I64,
             "kv_id": _I64,
-            "weight_dtype": _STR,
+            "weight_idx": _I64,
+            "weight_dtype": _CAT,
             "weight_needs_fp8": pl.Boolean,
             "needs_fp4": pl.Boolean,
-            "weight_format": _STR,
-            "weights_source": _STR,
+            "weight_format": _CAT,
+            "weights_source": _CAT,
             "weights_bytes_per_gpu": _I64,
         },
     )
@@ -563,7 +563,7 @@ def build_deployments(
         t.overheads,
         {
             "model_idx": _I64,
-            "engine": _STR,
+            "engine_idx": _I64,
             "tp": _I64,
             "pp": _I64,
             "max_num_seqs": _I64,
@@ -576,25 +576,63 @@ def build_deployments(
     ).unique()
     candidates, width = _candidate_frame(t)
     shapes, windows = _shape_frame(t)
+    gpu_frame = _gpu_frame(gpus).with_columns(pl.col("gpu").cast(_CAT))
 
     # layouts x GPUs: the settings table holds one row per GPU for every (engine, class, TP, PP)
-    dep = (
+    base = (
         layouts.join(kv_layouts, on="kv_id", how="inner")
-        .join(settings, on=["engine", "model_class", "tp", "pp"], how="inner")
-        .join(_gpu_frame(gpus), on="gpu_idx", how="inner")
+        .join(settings, on=["engine_idx", "model_class", "tp", "pp"], how="inner")
+        .join(gpu_frame, on="gpu_idx", how="inner")
         .filter(
             (pl.col("tp") <= pl.col("gpus_per_node"))
             & (~(pl.col("weight_needs_fp8") | pl.col("kv_needs_fp8")) | pl.col("fp8_support"))
             & (~pl.col("needs_fp4") | pl.col("fp4_support"))
         )
-        .join(
+        .join(node, on=["model_idx", "gpus_per_node"], how="left")
+    )
+    # PP > 1 only at the node's TP, and only where PP = 1 at that TP holds no sequence of the
+    # model's smallest grid context: the PP = 1 deployments are computed first and decide
+    single = _sized(base.filter(pl.col("pp") == 1), overheads, model_frame, candidates, width, shapes, windows, release)
+    t_min = pl.col("min_context")
+    budget = pl.col("kv_budget_bytes_per_gpu")
+    group = ["model_idx", "gpu_idx", "engine_idx", "weight_idx", "kv_idx"]
+    not_fitting = single.filter(
+        (pl.col("tp") == pl.col("node_tp"))
+        & ~((budget > 0) & (_b_max_memory(_units(t_min, windows), _swa_tokens(t_min)) >= 1))
+    ).select(group)
+    multi = base.filter((pl.col("pp") > 1) & (pl.col("tp") == pl.col("node_tp"))).join(
+        not_fitting, on=group, how="semi"
+    )
+    multi = _sized(multi, overheads, model_frame, candidates, width, shapes, windows, release)
+    deployment_columns = [c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS]
+    pool = [*POOL_COLUMNS, *(f"pool_window_{j}_{part}" for j in range(windows) for part in ("groups", "held"))]
+    keep = [*deployment_columns, *pool, "contexts", "model_idx", "gpu_idx", "_rank"]
+    return (
+        pl.concat([single.select(keep), multi.select(keep)])
+        .sort("model_idx", "gpu_idx", "_rank")
+        .drop("model_idx", "gpu_idx", "_rank")
+    )
+
+
+def _sized(
+    dep: pl.LazyFrame,
+    overheads: pl.LazyFrame,
+    model_frame: pl.LazyFrame,
+    candidates: pl.LazyFrame,
+    width: int,
+    shapes: pl.LazyFrame,
+    windows: int,
+    release: ec.VllmRelease,
+) -> pl.LazyFrame:
+    """Overhead, KV budget, the tightest stage's pool and the printed KV cache size per deployment."""
+    dep = (
+        dep.join(
             overheads,
-            on=["model_idx", "engine", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens"],
+            on=["model_idx", "engine_idx", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens"],
             how="inner",
             nulls_equal=True,
         )
         .join(model_frame, on="model_idx", how="inner")
-        .join(node, on=["model_idx", "gpus_per_node"], how="left")
         .join(candidates, on=["kv_id", "base_block_size"], how="inner")
     )
     total, util = pl.col("gpu_memory_bytes"), pl.col("gpu_memory_utilization")
@@ -650,29 +688,11 @@ def build_deployments(
         vllm_tokens = (conc * limit).cast(_I64)
     else:
         vllm_tokens = blocks // pl.max_horizontal(pl.col("pool_num_groups"), 1) * bs
-    dep = dep.with_columns(
+    return dep.with_columns(
         pl.when(blocks <= 0).then(0).when(pl.col("engine") == "vllm").then(vllm_tokens).otherwise(blocks * bs)
         .alias("kv_cache_tokens"),
         (blocks * bs).alias("physical_kv_token_slots"),
     )  # fmt: skip
-
-    # PP > 1 only at the node's TP, and only where PP = 1 at that TP holds no sequence of the
-    # model's smallest grid context
-    t_min = pl.col("min_context")
-    one_node = dep.filter((pl.col("pp") == 1) & (pl.col("tp") == pl.col("node_tp"))).select(
-        "model_idx",
-        "gpu_idx",
-        "engine",
-        "weight_dtype",
-        "kv_dtype",
-        ((budget_col > 0) & (_b_max_memory(_units(t_min, windows), _swa_tokens(t_min)) >= 1)).alias("_node_fits"),
-    )
-    dep = dep.join(one_node, on=["model_idx", "gpu_idx", "engine", "weight_dtype", "kv_dtype"], how="left").filter(
-        (pl.col("pp") == 1) | ((pl.col("tp") == pl.col("node_tp")) & ~pl.col("_node_fits").fill_null(True))
-    )
-    deployment_columns = [c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS]
-    pool = [*POOL_COLUMNS, *(f"pool_window_{j}_{part}" for j in range(windows) for part in ("groups", "held"))]
-    return dep.sort("model_idx", "gpu_idx", "_rank").select(*deployment_columns, *pool, "contexts")
 
 
 def _window_count(frame: pl.LazyFrame) -> int:
