@@ -1516,6 +1516,9 @@ def _quantization(m: _Model) -> CheckpointQuant | None:
             return CheckpointQuant(method="modelopt", weight_format="fp8")
         if algo in ("W4A16_AWQ", "INT4_AWQ", "W4A8_AWQ"):
             return CheckpointQuant(method="modelopt", weight_format="int4", group_size=128)
+        if algo.startswith("NVFP4"):
+            return CheckpointQuant(method="modelopt", weight_format="nvfp4", group_size=16,
+                                   attention_quantized=not _attention_ignored(m, q))
         m.notes.append(f"modelopt {algo or '(no quant_algo)'} weights: not modelled, sized as torch_dtype")
         return None
     if method == "bitsandbytes":
@@ -1550,17 +1553,29 @@ def _compressed_tensors(m: _Model, q: _Fields) -> CheckpointQuant | None:
         elif kind == "int" and bits == 4:
             formats.add(("int4", gsize if gsize and gsize > 0 else None))
         elif kind == "float" and bits == 4:
-            m.notes.append("compressed-tensors 4-bit float (NVFP4) weights: not modelled, sized as torch_dtype")
-            return None
+            formats.add(("nvfp4", gsize if gsize and gsize > 0 else 16))
         else:
             w.fail(f"unsupported compressed-tensors weight format {bits}-bit {kind}")
     if not formats:
         q.fail("compressed-tensors config has no weight quantization")
     if len(formats) > 1:
         m.notes.append("compressed-tensors: several weight formats; the widest is used")
-    order = {"fp8": 0, "int8": 0, "int4": 1}
+    order = {"fp8": 0, "int8": 0, "int4": 1, "nvfp4": 1}
     fmt, gsize = sorted(formats, key=lambda f: order[f[0]])[0]
-    return CheckpointQuant(method="compressed-tensors", weight_format=fmt, group_size=gsize)
+    return CheckpointQuant(method="compressed-tensors", weight_format=fmt, group_size=gsize,
+                           attention_quantized=not _attention_ignored(m, q))
+
+
+def _attention_ignored(m: _Model, q: _Fields) -> bool:
+    """True when the quantizer's ignore list keeps the attention projections of every layer 16-bit
+    (NVFP4 exports commonly leave `self_attn` unquantized)."""
+    ignore = q.data.get("ignore") or q.data.get("exclude_modules") or q.data.get("modules_to_not_convert") or []
+    if not isinstance(ignore, list):
+        return False
+    entries = [str(e) for e in ignore]
+    if any("self_attn" in e and ("*" in e.split("layers")[0] or "re:" in e or ".*" in e) for e in entries):
+        return True
+    return m.num_layers > 0 and sum("self_attn" in e for e in entries) >= m.num_layers
 
 
 __all__ = ["ConfigError", "parse_config"]

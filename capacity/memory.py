@@ -57,7 +57,7 @@ _CANONICAL_DTYPE = {
     "fp16": "float16",
     "half": "float16",
 }
-WEIGHT_DTYPES = ("auto", "bf16", "fp16", "float32", "fp8", "int8", "int4", "mxfp4")
+WEIGHT_DTYPES = ("auto", "bf16", "fp16", "float32", "fp8", "int8", "int4", "mxfp4", "nvfp4")
 KV_DTYPES = ("auto", "bf16", "fp16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")
 
 
@@ -255,6 +255,7 @@ class WeightFormat:
     linear_bytes_per_param: Fraction
     dense_bytes_per_param: Fraction  # embeddings, lm_head, norms, router, unquantized layers
     experts_only: bool = False
+    attention_dense: bool = False  # attention projections kept 16-bit (NVFP4 exports)
 
 
 def _int4_bytes(group_size: int) -> Fraction:
@@ -274,6 +275,8 @@ def weight_format(model: ModelSpec, weight_dtype: str, engine: str = "vllm") -> 
             return WeightFormat(f"int4 ({quant.method}, group {group})", _int4_bytes(group), base)
         if wanted == "mxfp4":
             return WeightFormat("mxfp4", Fraction(17, 32), base, experts_only=quant.experts_only)
+        if wanted == "nvfp4":
+            return WeightFormat("nvfp4", Fraction(9, 16), base, attention_dense=not quant.attention_quantized)
     if wanted == "auto":
         return WeightFormat(serving_dtype(model, engine), base, base)
     if wanted in ("bf16", "bfloat16", "fp16", "float16"):
@@ -289,6 +292,9 @@ def weight_format(model: ModelSpec, weight_dtype: str, engine: str = "vllm") -> 
     if wanted == "mxfp4":
         # 4-bit elements + one 8-bit shared exponent per 32 elements = 4.25 bits
         return WeightFormat("mxfp4", Fraction(17, 32), base, experts_only=True)
+    if wanted == "nvfp4":
+        # 4-bit elements + one fp8 scale per 16 elements = 4.5 bits
+        return WeightFormat("nvfp4", Fraction(9, 16), base)
     raise SpecError(f"unknown weight dtype {weight_dtype!r}; expected one of {', '.join(WEIGHT_DTYPES)}")
 
 
@@ -304,17 +310,19 @@ def _rank_weight_bytes(model: ModelSpec, fmt: WeightFormat, tp: int, pp: int) ->
     """Weight bytes of every pipeline stage for one TP rank (sharded parts / TP, replicated whole)."""
     dense = fmt.dense_bytes_per_param
     linear = fmt.linear_bytes_per_param
-    attn_mlp = dense if fmt.experts_only else linear
+    mlp_bytes = dense if fmt.experts_only else linear
+    attention_bytes = dense if fmt.experts_only or fmt.attention_dense else linear
     # Exact rationals with one Fraction per stage: every term as an integer over tp * lcm(denominators)
     common = math.lcm(dense.denominator, linear.denominator)
-    per_sharded = attn_mlp.numerator * (common // attn_mlp.denominator)  # attention + MLP, split by TP
+    per_attention = attention_bytes.numerator * (common // attention_bytes.denominator)  # split by TP
+    per_mlp = mlp_bytes.numerator * (common // mlp_bytes.denominator)  # dense MLP / shared experts, by TP
     per_expert = linear.numerator * (common // linear.denominator)  # routed experts, split by TP
     per_dense = dense.numerator * (common // dense.denominator)  # embeddings and head, split by TP
     per_replicated = per_dense * tp  # norms and router, whole on every rank
     stages: list[Fraction] = []
     sums = _stage_param_sums(model, pp)
-    for stage_index, (sharded, experts, replicated) in enumerate(sums):
-        total = sharded * per_sharded + experts * per_expert + replicated * per_replicated
+    for stage_index, (attention, mlp, experts, replicated) in enumerate(sums):
+        total = attention * per_attention + mlp * per_mlp + experts * per_expert + replicated * per_replicated
         if stage_index == 0:
             total += model.embedding_params * per_dense
         if stage_index == len(sums) - 1:
@@ -324,10 +332,10 @@ def _rank_weight_bytes(model: ModelSpec, fmt: WeightFormat, tp: int, pp: int) ->
     return stages
 
 
-def _stage_param_sums(model: ModelSpec, pp: int) -> list[tuple[int, int, int]]:
-    """Per pipeline stage: parameters split by TP (attention + MLP), routed experts, replicated."""
+def _stage_param_sums(model: ModelSpec, pp: int) -> list[tuple[int, int, int, int]]:
+    """Per pipeline stage: attention and MLP parameters (split by TP), routed experts, replicated."""
 
-    def compute() -> list[tuple[int, int, int]]:
+    def compute() -> list[tuple[int, int, int, int]]:
         sums = []
         start = 0
         for count in pp_partition(len(model.layer_params), pp):
@@ -335,7 +343,8 @@ def _stage_param_sums(model: ModelSpec, pp: int) -> list[tuple[int, int, int]]:
             start += count
             sums.append(
                 (
-                    sum(params.attention + params.mlp for params in layers),
+                    sum(params.attention for params in layers),
+                    sum(params.mlp for params in layers),
                     sum(params.experts for params in layers),
                     sum(params.router + params.norms for params in layers),
                 )

@@ -84,6 +84,7 @@ class CheckpointQuant:
     weight_format: str  # the capacity engine's weight dtype: fp8 | int8 | int4 | mxfp4
     group_size: int | None = None
     experts_only: bool = False  # mxfp4 in gpt-oss: only the routed experts are quantized
+    attention_quantized: bool = True  # False when the checkpoint keeps every attention projection 16-bit
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +133,7 @@ class ModelSpec:
         """Parameters touched per token (MoE: only the routed experts a token uses)."""
         if not self.num_experts:
             return self.total_params
-        unused = sum(
-            p.experts - p.experts * self.num_experts_per_token // self.num_experts for p in self.layer_params
-        )
+        unused = sum(p.experts - p.experts * self.num_experts_per_token // self.num_experts for p in self.layer_params)
         return self.total_params - unused
 
     def kind_counts(self) -> dict[KVKind, int]:

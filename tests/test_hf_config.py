@@ -741,7 +741,7 @@ def test_modelopt_quantization(algo: str, expected: tuple[Any, ...]) -> None:
     assert q is not None and (q.method, q.weight_format, q.group_size) == expected
 
 
-def test_nvfp4_is_noted_not_modelled() -> None:
+def test_nvfp4_checkpoints_are_4_5_bit_with_attention_kept_16_bit_when_ignored() -> None:
     for qcfg in (
         {"quant_method": "modelopt", "quant_algo": "NVFP4"},
         {
@@ -750,7 +750,17 @@ def test_nvfp4_is_noted_not_modelled() -> None:
         },
     ):
         s = parse_config(acme(quantization_config=qcfg))
-        assert s.quantization is None and any("not modelled" in note for note in s.notes)
+        assert s.quantization is not None
+        assert (s.quantization.weight_format, s.quantization.group_size) == ("nvfp4", 16)
+        assert s.quantization.attention_quantized
+    layers = acme()["num_hidden_layers"]
+    ignored = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"g": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}},
+        "ignore": ["lm_head", *[f"model.layers.{i}.self_attn*" for i in range(layers)]],
+    }
+    s = parse_config(acme(quantization_config=ignored))
+    assert s.quantization is not None and not s.quantization.attention_quantized
 
 
 def test_unknown_quantization_is_noted_not_fatal() -> None:

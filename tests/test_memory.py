@@ -212,3 +212,12 @@ def test_b_max_and_max_context_are_inverse() -> None:
     assert max_context(pool, 40, 131072) == 8192
     assert max_context(pool, 41, 131072) == (20_480 // 41) * 16
     assert max_context(pool, 1, 131072) == 131072
+
+
+def test_nvfp4_weights_are_4_5_bits_on_linear_layers() -> None:
+    spec = llama31_8b()
+    attention = 32 * (4096 * 4096 * 2 + 4096 * 1024 * 2)
+    mlp = 32 * 3 * 4096 * 14336
+    other = 2 * 128256 * 4096 + 32 * 2 * 4096 + 4096
+    # 4-bit elements + one fp8 scale per 16 -> 9/16 byte per parameter
+    assert estimate_weights(spec, "nvfp4").per_gpu_bytes == -(-((attention + mlp) * 9) // 16) + other * 2
