@@ -32,7 +32,7 @@ def estimate(
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.")] = 1,
     dtype: Annotated[
-        str, typer.Option("--dtype", help="Weight dtype: auto|bf16|fp16|float32|fp8|int8|int4|mxfp4.")
+        str, typer.Option("--dtype", help="Weight dtype: auto|bf16|fp16|float32|fp8|int8|int4|mxfp4|nvfp4.")
     ] = "auto",
     kv_dtype: Annotated[
         str, typer.Option("--kv-dtype", help="KV dtype: auto|bf16|fp16|float32|fp8|fp8_e4m3|fp8_e5m2|int8.")
