@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from capacity import engine_constants as ec
+from capacity.calibration import ObservedSettings, engine_version_for, observed_deployment
 from capacity.memory import GIB, Estimate, estimate
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 
@@ -95,43 +95,31 @@ def load_measurements(path: Path = MEASUREMENTS_PATH) -> list[Measurement]:
 
 def measurement_version(row: Measurement) -> str:
     """The row's vLLM version; when unstated, a representative release of its generation
-    (V0 -> 0.4, V1 -> 0.11: most undated V1 logs in the set are from the 0.11-0.16 era)."""
-    if row.vllm_version:
-        try:
-            ec.parse_version(row.vllm_version)
-            return row.vllm_version
-        except ValueError:
-            pass
-    return "0.4" if row.engine_generation == "v0" else "0.11"
-
-
-_KV_DTYPES = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", None: "auto"}
-_WEIGHT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "float32", "auto": "auto"}
+    (`capacity.calibration.engine_version_for`)."""
+    return engine_version_for(row.vllm_version, row.engine_generation)
 
 
 def deployment_for(row: Measurement, model: ModelSpec) -> DeploymentSpec:
-    """The deployment a log describes, in capplan's terms (unknown settings left to defaults)."""
-    weight = "auto"
-    if row.quantization in ("fp8",) and model.quantization is None:
-        weight = "fp8"  # online FP8 quantization of a 16-bit checkpoint
-    elif row.dtype and row.quantization is None and model.quantization is None:
-        weight = _WEIGHT_DTYPES.get(str(row.dtype).lower(), "auto")
-        if weight in ("bf16", "fp16") and model.torch_dtype in ("bfloat16", "float16"):
-            weight = "auto"
-    kv = _KV_DTYPES.get(row.kv_cache_dtype, str(row.kv_cache_dtype))
-    return DeploymentSpec(
-        tp=row.tp,
-        pp=row.pp,
-        weight_dtype=weight,
-        kv_dtype=kv,
-        engine="vllm",
-        engine_version=measurement_version(row),
-        gpu_memory_utilization=row.gpu_memory_utilization,
-        max_model_len=row.max_model_len,
-        block_size=row.block_size,
-        max_num_batched_tokens=row.max_num_batched_tokens,
-        max_num_seqs=row.max_num_seqs,
-        gpu_memory_bytes=round(row.total_gpu_memory_gib * GIB) if row.total_gpu_memory_gib else None,
+    """The deployment a log describes, in capplan's terms (unknown settings left to defaults);
+    the same mapping telemetry observations go through (`capacity.calibration.observed_deployment`)."""
+    return observed_deployment(
+        model,
+        ObservedSettings(
+            tp=row.tp,
+            pp=row.pp,
+            dtype=row.dtype,
+            quantization=row.quantization,
+            kv_cache_dtype=row.kv_cache_dtype,
+            engine="vllm",
+            engine_version=row.vllm_version,
+            engine_generation=row.engine_generation,
+            gpu_memory_utilization=row.gpu_memory_utilization,
+            max_model_len=row.max_model_len,
+            max_num_seqs=row.max_num_seqs,
+            max_num_batched_tokens=row.max_num_batched_tokens,
+            block_size=row.block_size,
+            total_gpu_memory_bytes=round(row.total_gpu_memory_gib * GIB) if row.total_gpu_memory_gib else None,
+        ),
     )
 
 
