@@ -707,8 +707,10 @@ def build_capacity_grid(
     return expand_contexts(build_deployments(models, gpus, options))
 
 
-def expand_contexts(deployments: pl.LazyFrame) -> pl.LazyFrame:
-    """The deployment frame at each of its `contexts`: B_max, the printed concurrency and the fit."""
+def expand_contexts(deployments: pl.LazyFrame, carry: Sequence[str] = ()) -> pl.LazyFrame:
+    """The deployment frame at each of its `contexts`: B_max, the printed concurrency and the fit.
+    Returns GRID_COLUMNS and the pool columns, after the `carry` columns of the deployment frame
+    (e.g. a deployment id, for a table that keeps deployments and contexts apart)."""
     windows = _window_count(deployments)
     pool = [c for c in deployments.collect_schema().names() if c.startswith("pool_")]
     t = pl.col("context")
@@ -734,7 +736,7 @@ def expand_contexts(deployments: pl.LazyFrame) -> pl.LazyFrame:
         pl.when(blocks > 0).then(pl.col("_conc")).otherwise(0.0).alias("max_concurrency"),
         ((pl.col("kv_budget_bytes_per_gpu") > 0) & (pl.col("b_max") >= 1)).alias("fits"),
     )
-    return grid.select(*GRID_COLUMNS, *pool)
+    return grid.select(*carry, *GRID_COLUMNS, *pool)
 
 
 def build_context_limits(grid: pl.LazyFrame, concurrencies: Sequence[int] = TARGET_CONCURRENCIES) -> pl.LazyFrame:
