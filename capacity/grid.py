@@ -578,30 +578,43 @@ def build_deployments(
     shapes, windows = _shape_frame(t)
     gpu_frame = _gpu_frame(gpus).with_columns(pl.col("gpu").cast(_CAT))
 
-    # layouts x GPUs: the settings table holds one row per GPU for every (engine, class, TP, PP)
-    base = (
-        layouts.join(kv_layouts, on="kv_id", how="inner")
-        .join(settings, on=["engine_idx", "model_class", "tp", "pp"], how="inner")
-        .join(gpu_frame, on="gpu_idx", how="inner")
-        .filter(
-            (pl.col("tp") <= pl.col("gpus_per_node"))
-            & (~(pl.col("weight_needs_fp8") | pl.col("kv_needs_fp8")) | pl.col("fp8_support"))
-            & (~pl.col("needs_fp4") | pl.col("fp4_support"))
-        )
+    # which GPUs serve a layout: TP within the node, fp8 / fp4 where the layout needs them. The
+    # settings table holds one row per GPU for every (engine, class, TP, PP); joining on the needs
+    # produces only the valid layout x GPU pairs.
+    needs = pl.LazyFrame(
+        {"needs_fp8": [False, False, True, True], "needs_fp4": [False, True, False, True]},
+        schema={"needs_fp8": pl.Boolean, "needs_fp4": pl.Boolean},
+    )
+    served = (
+        settings.join(gpu_frame, on="gpu_idx", how="inner")
+        .filter(pl.col("tp") <= pl.col("gpus_per_node"))
+        .join(needs, how="cross")
+        .filter((~pl.col("needs_fp8") | pl.col("fp8_support")) & (~pl.col("needs_fp4") | pl.col("fp4_support")))
+    )
+    full = layouts.join(kv_layouts, on="kv_id", how="inner").with_columns(
+        (pl.col("weight_needs_fp8") | pl.col("kv_needs_fp8")).alias("needs_fp8")
+    )
+    on = ["engine_idx", "model_class", "tp", "pp", "needs_fp8", "needs_fp4"]
+    single = (
+        full.filter(pl.col("pp") == 1)
+        .join(served, on=on, how="inner")
         .join(node, on=["model_idx", "gpus_per_node"], how="left")
     )
+    single = _sized(single, overheads, model_frame, candidates, width, shapes, windows, release)
     # PP > 1 only at the node's TP, and only where PP = 1 at that TP holds no sequence of the
     # model's smallest grid context: the PP = 1 deployments are computed first and decide
-    single = _sized(base.filter(pl.col("pp") == 1), overheads, model_frame, candidates, width, shapes, windows, release)
     t_min = pl.col("min_context")
     budget = pl.col("kv_budget_bytes_per_gpu")
-    group = ["model_idx", "gpu_idx", "engine_idx", "weight_idx", "kv_idx"]
+    group = ["model_idx", "engine_idx", "weight_idx", "kv_idx"]
     not_fitting = single.filter(
         (pl.col("tp") == pl.col("node_tp"))
         & ~((budget > 0) & (_b_max_memory(_units(t_min, windows), _swa_tokens(t_min)) >= 1))
-    ).select(group)
-    multi = base.filter((pl.col("pp") > 1) & (pl.col("tp") == pl.col("node_tp"))).join(
-        not_fitting, on=group, how="semi"
+    ).select(*group, "gpu_idx", "node_tp")
+    multi = (
+        full.filter(pl.col("pp") > 1)
+        .join(not_fitting, left_on=[*group, "tp"], right_on=[*group, "node_tp"], how="inner")
+        .join(served, on=[*on, "gpu_idx"], how="inner")
+        .with_columns(pl.col("tp").alias("node_tp"))
     )
     multi = _sized(multi, overheads, model_frame, candidates, width, shapes, windows, release)
     deployment_columns = [c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS]
