@@ -7,6 +7,7 @@ rest of the run goes on; a failing blocking check and a held lock publish nothin
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import signal
 import subprocess
@@ -40,7 +41,7 @@ def pipeline_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineEnv
     return exported_env(tmp_path, monkeypatch)
 
 
-MARTS = ("models", "gpus", "capacity_grid", "context_limits", "ingest_errors")
+MARTS = ("models", "gpus", "deployments", "capacity_grid", "context_limits", "ingest_errors")
 RUN_COLUMNS = ("run_id", "run_date")
 
 
@@ -270,15 +271,23 @@ def test_checks_are_plain_functions(tmp_path: Path) -> None:
         with store.connect("bad") as con:
             con.execute(
                 """
-                create table raw.capacity_grid as
+                create table raw.deployments as
                 select * from (values
-                    (true, -1::bigint, 10::bigint, 5::bigint, 5::bigint, 100::bigint, 1::bigint, 1::bigint, 1::bigint),
-                    (false, 5::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 1::bigint, 1::bigint, 1::bigint)
-                ) as t(fits, kv_budget_bytes_per_gpu, num_blocks, b_max, b_max_memory, kv_cache_tokens,
+                    (0::bigint, -1::bigint, 10::bigint, 100::bigint, 1::bigint, 1::bigint, 1::bigint),
+                    (1::bigint, 5::bigint, 0::bigint, 0::bigint, 1::bigint, 1::bigint, 1::bigint)
+                ) as t(deployment_id, kv_budget_bytes_per_gpu, num_blocks, kv_cache_tokens,
                        weights_bytes_per_gpu, overhead_bytes_per_gpu, kv_bytes_per_token)
                 """
             )
-        store.publish("bad", {"started_at": __import__("datetime").datetime.now(__import__("datetime").UTC)})
+            con.execute(
+                """
+                create table raw.capacity_grid as
+                select * from (values (0::bigint, 1024, 1.5, 5::bigint, 5::bigint, true),
+                                      (1::bigint, 1024, 0.0, 0::bigint, 0::bigint, false))
+                    as t(deployment_id, context, max_concurrency, b_max_memory, b_max, fits)
+                """
+            )
+        store.publish("bad", {"started_at": dt.datetime.now(dt.UTC)})
     warehouse = WarehouseResource(path=str(store.path))
     assert grid_not_empty(warehouse=warehouse).passed
     verdict = no_negative_budgets(warehouse=warehouse)

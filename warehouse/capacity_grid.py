@@ -13,19 +13,44 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from capacity.grid import GRID_COLUMNS, GridModel, GridOptions, build_capacity_grid, build_context_limits
+from capacity.grid import (
+    DEPLOYMENT_KEYS,
+    GRID_COLUMNS,
+    GridModel,
+    GridOptions,
+    build_context_limits,
+    build_deployments,
+    expand_contexts,
+)
 from capacity.spec import GpuSku
 from models_registry.normalize import spec_from_snapshot
 from models_registry.sources.common import ConfigSnapshot, ItemError, StageError, one_line
 from warehouse.sources import ingest_errors_frame
 
+CONTEXT_COLUMNS = ("context", "max_concurrency", "b_max_memory", "b_max", "fits")
+DEPLOYMENT_COLUMNS = tuple(c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS)
+
 
 @dataclass(frozen=True, slots=True)
 class CapacityFrames:
+    """The grid stored as a star: one row per deployment, one narrow row per deployment x context.
+
+    `deployments` holds every column of a grid row that does not depend on the context (keys,
+    dtypes, bytes, blocks...), `grid` the per-context columns and `context_limits` the max context
+    per target concurrency, both keyed by `deployment_id`. Joined back on it they are exactly
+    `build_capacity_grid` / `build_context_limits` (the wide grid repeats ~40 columns, mostly
+    strings, for every context: ten times the bytes to write and to keep in history).
+    """
+
+    deployments: pl.DataFrame
     grid: pl.DataFrame
     context_limits: pl.DataFrame
     errors: pl.DataFrame
     models: int  # models with grid rows
+
+    def wide_grid(self) -> pl.DataFrame:
+        """The grid as `build_capacity_grid` returns it (GRID_COLUMNS), joined back."""
+        return self.grid.join(self.deployments, on="deployment_id", how="left").select(GRID_COLUMNS)
 
 
 def _optional(value: object) -> float | None:
@@ -85,15 +110,15 @@ def gpu_skus(gpus: pl.DataFrame) -> list[GpuSku]:
     return skus
 
 
-def _grid_per_model(
+def _deployments_per_model(
     models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None
-) -> tuple[list[pl.LazyFrame], list[ItemError]]:
-    """The slow path, taken only when the whole-catalog grid raised: one model at a time."""
-    frames: list[pl.LazyFrame] = []
+) -> tuple[list[pl.DataFrame], list[ItemError]]:
+    """The slow path, taken only when the whole-catalog build raised: one model at a time."""
+    frames: list[pl.DataFrame] = []
     errors: list[ItemError] = []
     for model in models:
         try:
-            frame = build_capacity_grid([model], gpus, options).collect().lazy()
+            frame = build_deployments([model], gpus, options).collect()
         except Exception as exc:  # one model's failure must not stop the run; it is reported
             reason = one_line(f"{model.repo_id}: capacity grid failed: {type(exc).__name__}: {exc}")
             errors.append(ItemError("model", model.repo_id, "grid", reason))
@@ -102,26 +127,57 @@ def _grid_per_model(
     return frames, errors
 
 
+def _aligned(frame: pl.DataFrame, deployments: pl.DataFrame, ids: pl.Series) -> bool:
+    """True when row i of `frame` belongs to deployment ids[i] (the keys agree)."""
+    if frame.height != ids.len():
+        return False
+    if frame.height == 0:
+        return True
+    expected = deployments.select(DEPLOYMENT_KEYS)[ids]
+    keys = [k for k in ("model", "gpu", "engine", "weight_dtype", "kv_dtype", "tp", "pp") if k in DEPLOYMENT_KEYS]
+    return all(frame.get_column(k).equals(expected.get_column(k)) for k in keys)
+
+
+def _with_ids(frame: pl.DataFrame, deployments: pl.DataFrame, repeats: pl.Expr) -> pl.DataFrame:
+    """`frame` (rows in deployment order, `repeats` rows each) with its deployment_id; a join on
+    the deployment keys if the order ever does not hold."""
+    ids = deployments.select(pl.col("deployment_id").repeat_by(repeats).explode()).to_series()
+    if _aligned(frame, deployments, ids):
+        return frame.with_columns(ids)
+    keyed = deployments.select("deployment_id", *DEPLOYMENT_KEYS)
+    return frame.join(keyed, on=list(DEPLOYMENT_KEYS), how="left", nulls_equal=True)
+
+
 def capacity_frames(models: pl.DataFrame, gpus: pl.DataFrame, options: GridOptions | None = None) -> CapacityFrames:
     """The grid and the context limits for every model of the run, and why any model is missing."""
     specs, errors = grid_models(models)
     skus = gpu_skus(gpus)
     try:
-        grid = build_capacity_grid(specs, skus, options).collect()
+        deployments = build_deployments(specs, skus, options).collect()
     except Exception:
-        parts, more = _grid_per_model(specs, skus, options)
+        parts, more = _deployments_per_model(specs, skus, options)
         errors += more
-        grid = pl.concat(parts, how="vertical_relaxed").collect() if parts else pl.DataFrame()
-    if grid.is_empty() and not grid.columns:
-        grid = build_capacity_grid([], skus, options).collect()
-    limits = build_context_limits(grid.lazy()).collect()
-    grid = grid.select(GRID_COLUMNS)  # the pool_* columns only serve the context-limit search
-    planned = set(grid.get_column("model").unique().to_list()) if grid.height else set()
+        deployments = (
+            pl.concat(parts, how="vertical_relaxed") if parts else build_deployments([], skus, options).collect()
+        )
+    deployments = deployments.with_row_index("deployment_id").with_columns(pl.col("deployment_id").cast(pl.Int64))
+    lazy = deployments.lazy()
+    grid = _with_ids(expand_contexts(lazy).collect(), deployments, pl.col("contexts").list.len())
+    limits = build_context_limits(lazy).collect()
+    targets = limits.height // deployments.height if deployments.height else 0
+    limits = _with_ids(limits, deployments, pl.lit(targets, pl.UInt32))
+    planned = set(deployments.get_column("model").unique().to_list()) if deployments.height else set()
     for model in specs:
         if model.repo_id not in planned and not any(e.item_key == model.repo_id for e in errors):
             reason = f"{model.repo_id}: no deployment in the grid (no valid parallelism on any GPU in the catalog)"
             errors.append(ItemError("model", model.repo_id, "grid", reason))
-    return CapacityFrames(grid, limits, ingest_errors_frame(errors), len(planned))
+    return CapacityFrames(
+        deployments=deployments.select("deployment_id", *DEPLOYMENT_COLUMNS),
+        grid=grid.select("deployment_id", *CONTEXT_COLUMNS),
+        context_limits=limits.select("deployment_id", "concurrency", "max_context"),
+        errors=ingest_errors_frame(errors),
+        models=len(planned),
+    )
 
 
 # --- the grid against the scalar engine ---------------------------------------------------------

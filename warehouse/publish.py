@@ -41,6 +41,13 @@ DEFAULT_PATH = "var/warehouse.duckdb"
 DEFAULT_HISTORY_RUNS = 7
 HISTORY_SUFFIX = "_history"
 RUNS_TABLE = "runs"
+# Marts whose history keeps only their own columns, not the deployment's: the wide mart joins
+# marts.deployments, whose history holds the rest (join on run_id and deployment_id). Every other
+# mart's history is a copy of the mart.
+HISTORY_SOURCES = {
+    "capacity_grid": ("staging", "capacity_grid"),
+    "context_limits": ("staging", "context_limits"),
+}
 BUILD_SUFFIX = ".build"
 
 
@@ -293,25 +300,27 @@ def _is_count_alias(name: str, row: Mapping[str, object]) -> bool:
 
 
 def _append_history(con: duckdb.DuckDBPyConnection, table: str, keep: list[str]) -> None:
-    """Copy `marts.<table>`'s rows into `marts.<table>_history` (created or widened as needed)."""
+    """Copy this run's rows of `marts.<table>` (or of its HISTORY_SOURCES relation) into
+    `marts.<table>_history`, created or widened as needed, documented like the mart."""
     history = table + HISTORY_SUFFIX
-    source = qualified("marts", table)
+    source = qualified(*HISTORY_SOURCES.get(table, ("marts", table)))
+    source_columns = columns(con, *HISTORY_SOURCES.get(table, ("marts", table)))
     target = qualified("marts", history)
-    mart_columns = columns(con, "marts", table)
     if not relation_exists(con, "marts", history):
         con.execute(f"create table {target} as select * from {source} with no data")
     else:
         present = {name for name, _t, _c in columns(con, "marts", history)}
-        for name, dtype, _comment in mart_columns:
+        for name, dtype, _comment in source_columns:
             if name not in present:
                 con.execute(f"alter table {target} add column {ident(name)} {dtype}")
-    for name, _dtype, comment in mart_columns:
-        if comment:
-            con.execute(f"comment on column {target}.{ident(name)} is {_sql_string(comment)}")
-    con.execute(
-        f"comment on table {target} is "
-        + _sql_string(f"Every retained run's rows of marts.{table} (run_id, run_date on each row).")
-    )
+    documented = {name: comment for name, _t, comment in columns(con, "marts", table) if comment}
+    for name, _dtype, _comment in source_columns:
+        if name in documented:
+            con.execute(f"comment on column {target}.{ident(name)} is {_sql_string(documented[name])}")
+    note = f"Every retained run's rows of marts.{table} (run_id, run_date on each row)."
+    if table in HISTORY_SOURCES:
+        note += " Per-deployment columns: join marts.deployments_history on (run_id, deployment_id)."
+    con.execute(f"comment on table {target} is {_sql_string(note)}")
     con.execute(f"delete from {target} where run_id in (select distinct run_id from {source})")
     con.execute(f"delete from {target} where not list_contains($keep, run_id)", {"keep": keep})
     con.execute(f"insert into {target} by name select * from {source}")

@@ -22,27 +22,22 @@ GRID = key("raw", "capacity_grid")
 SAMPLE_ROWS_PER_MODEL = 2
 
 
+def _raw_spec(table: str, kinds: set[str]) -> dg.AssetSpec:
+    return dg.AssetSpec(
+        key("raw", table),
+        description=describe("raw", table),
+        deps=[key("raw", "models"), key("raw", "gpus")],
+        kinds=kinds,
+    )
+
+
 @dg.multi_asset(
     name="capacity_grid",
     specs=[
-        dg.AssetSpec(
-            GRID,
-            description=describe("raw", "capacity_grid"),
-            deps=[key("raw", "models"), key("raw", "gpus")],
-            kinds={"duckdb", "polars"},
-        ),
-        dg.AssetSpec(
-            key("raw", "context_limits"),
-            description=describe("raw", "context_limits"),
-            deps=[key("raw", "models"), key("raw", "gpus")],
-            kinds={"duckdb", "polars"},
-        ),
-        dg.AssetSpec(
-            key("raw", "grid_errors"),
-            description=describe("raw", "grid_errors"),
-            deps=[key("raw", "models"), key("raw", "gpus")],
-            kinds={"duckdb"},
-        ),
+        _raw_spec("deployments", {"duckdb", "polars"}),
+        _raw_spec("capacity_grid", {"duckdb", "polars"}),
+        _raw_spec("context_limits", {"duckdb", "polars"}),
+        _raw_spec("grid_errors", {"duckdb"}),
     ],
     group_name=CAPACITY_GROUP,
 )
@@ -55,10 +50,14 @@ def capacity_grid(context: dg.AssetExecutionContext, warehouse: WarehouseResourc
         frames = capacity_frames(models, gpus)
         computed = time.perf_counter() - start
         context.log.info(
-            f"grid: {frames.grid.height:,} rows for {frames.models} models x {gpus.height} GPUs in {computed:.2f} s"
+            f"grid: {frames.grid.height:,} rows, {frames.deployments.height:,} deployments, {frames.models} models "
+            f"x {gpus.height} GPUs in {computed:.2f} s"
         )
         start = time.perf_counter()
+        load_frame(con, "raw", "deployments", frames.deployments)
         load_frame(con, "raw", "capacity_grid", frames.grid)
+        load_frame(con, "raw", "context_limits", frames.context_limits)
+        load_frame(con, "raw", "grid_errors", frames.errors)
         written = time.perf_counter() - start
         timing = {
             "compute_seconds": dg.MetadataValue.float(round(computed, 3)),
@@ -66,19 +65,26 @@ def capacity_grid(context: dg.AssetExecutionContext, warehouse: WarehouseResourc
             "models": frames.models,
             "gpus": gpus.height,
         }
+        yield relation_result(con, "raw", "deployments")
         yield relation_result(con, "raw", "capacity_grid", timing)
-        load_frame(con, "raw", "context_limits", frames.context_limits)
         yield relation_result(con, "raw", "context_limits")
-        load_frame(con, "raw", "grid_errors", frames.errors)
         yield relation_result(con, "raw", "grid_errors")
 
 
+staging_deployments = sql_asset("staging", "deployments", deps=[("raw", "deployments")], group_name=CAPACITY_GROUP)
 staging_capacity_grid = sql_asset(
     "staging", "capacity_grid", deps=[("raw", "capacity_grid")], group_name=CAPACITY_GROUP
 )
 staging_context_limits = sql_asset(
     "staging", "context_limits", deps=[("raw", "context_limits")], group_name=CAPACITY_GROUP
 )
+
+# Checks read raw: they run right after the grid asset, before any staging view exists.
+RAW_WIDE_GRID = """
+    select d.*, g.context, g.max_concurrency, g.b_max_memory, g.b_max, g.fits
+    from raw.capacity_grid as g
+    inner join raw.deployments as d on g.deployment_id = d.deployment_id
+"""
 
 
 @dg.asset_check(asset=GRID, blocking=True, description="The grid has rows.")
@@ -91,6 +97,7 @@ def grid_not_empty(warehouse: WarehouseResource) -> dg.AssetCheckResult:
 @dg.asset_check(
     asset=GRID,
     blocking=True,
+    additional_deps=[key("raw", "deployments")],
     description="No negative memory or counts anywhere, and where a deployment fits its KV budget "
     "is positive and at least one sequence fits.",
 )
@@ -105,8 +112,10 @@ def no_negative_budgets(warehouse: WarehouseResource) -> dg.AssetCheckResult:
                     or weights_bytes_per_gpu < 0 or overhead_bytes_per_gpu < 0 or kv_bytes_per_token < 0
                 ),
                 count(*) filter (where fits)
-            from raw.capacity_grid
+            from (
             """
+            + RAW_WIDE_GRID
+            + ")"
         ).fetchone()
     bad_fits, negatives, fitting = (int(v) for v in row) if row else (0, 0, 0)
     return dg.AssetCheckResult(
@@ -118,7 +127,7 @@ def no_negative_budgets(warehouse: WarehouseResource) -> dg.AssetCheckResult:
 @dg.asset_check(
     asset=GRID,
     blocking=True,
-    additional_deps=[key("raw", "model_ingest_errors"), key("raw", "grid_errors")],
+    additional_deps=[key("raw", "deployments"), key("raw", "model_ingest_errors"), key("raw", "grid_errors")],
     description="Every model of the catalog has grid rows or an ingest error that says why not.",
 )
 def every_catalog_model_planned_or_reported(
@@ -127,7 +136,7 @@ def every_catalog_model_planned_or_reported(
     entries, _errors = read_catalog_entries(registry.catalog_path())
     catalog = {entry.repo_id for entry in entries}
     with warehouse.read() as con:
-        planned = {str(r[0]) for r in con.execute("select distinct model from raw.capacity_grid").fetchall()}
+        planned = {str(r[0]) for r in con.execute("select distinct model from raw.deployments").fetchall()}
         reported = {
             str(r[0])
             for r in con.execute(
@@ -149,14 +158,16 @@ def every_catalog_model_planned_or_reported(
 @dg.asset_check(
     asset=GRID,
     blocking=True,
+    additional_deps=[key("raw", "deployments")],
     description=f"A repeatable sample of {SAMPLE_ROWS_PER_MODEL} grid rows per model equals the scalar "
     "`capplan estimate` (capacity.memory.estimate) in every shared column.",
 )
 def grid_matches_scalar_estimate(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     with warehouse.read() as con:
         sample = con.execute(
-            """
-            select * from raw.capacity_grid
+            "select * from ("
+            + RAW_WIDE_GRID
+            + """)
             qualify row_number() over (
                 partition by model
                 order by hash(gpu, engine, engine_version, weight_dtype, kv_dtype, tp, pp, context)
@@ -177,7 +188,7 @@ def grid_matches_scalar_estimate(warehouse: WarehouseResource) -> dg.AssetCheckR
     )
 
 
-assets = [capacity_grid, staging_capacity_grid, staging_context_limits]
+assets = [capacity_grid, staging_deployments, staging_capacity_grid, staging_context_limits]
 asset_checks = [
     grid_not_empty,
     no_negative_budgets,

@@ -23,21 +23,23 @@ staging_ingest_errors = sql_asset(
 )
 marts_models = sql_asset("marts", "models", deps=[("staging", "models")], group_name=MARTS_GROUP)
 marts_gpus = sql_asset("marts", "gpus", deps=[("staging", "gpus")], group_name=MARTS_GROUP)
+marts_deployments = sql_asset(
+    "marts", "deployments", deps=[("staging", "deployments"), ("staging", "gpus")], group_name=MARTS_GROUP
+)
 marts_capacity_grid = sql_asset(
-    "marts", "capacity_grid", deps=[("staging", "capacity_grid"), ("staging", "gpus")], group_name=MARTS_GROUP
+    "marts", "capacity_grid", deps=[("staging", "capacity_grid"), ("marts", "deployments")], group_name=MARTS_GROUP
 )
 marts_context_limits = sql_asset(
-    "marts", "context_limits", deps=[("staging", "context_limits")], group_name=MARTS_GROUP
+    "marts", "context_limits", deps=[("staging", "context_limits"), ("staging", "deployments")], group_name=MARTS_GROUP
 )
 marts_ingest_errors = sql_asset("marts", "ingest_errors", deps=[("staging", "ingest_errors")], group_name=MARTS_GROUP)
-
 
 
 @dg.asset_check(
     asset=key("marts", "capacity_grid"),
     blocking=True,
-    additional_deps=[key("raw", "capacity_grid")],
-    description="One row per deployment and context in the grid, and the mart's joins add or drop none.",
+    additional_deps=[key("raw", "capacity_grid"), key("raw", "deployments")],
+    description="One row per deployment and per deployment x context, and the mart's joins add or drop none.",
 )
 def capacity_grid_unique(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     with warehouse.read() as con:
@@ -46,20 +48,26 @@ def capacity_grid_unique(warehouse: WarehouseResource) -> dg.AssetCheckResult:
             select
                 (select count(*) from marts.capacity_grid),
                 (select count(*) from raw.capacity_grid),
+                (select count(*) from (select distinct deployment_id, context from raw.capacity_grid)),
+                (select count(*) from raw.deployments),
                 (select count(*) from (
-                    select distinct model, gpu, engine, engine_version, weight_dtype, kv_dtype, tp, pp, context
-                    from raw.capacity_grid
+                    select distinct model, gpu, engine, engine_version, weight_dtype, kv_dtype, tp, pp
+                    from raw.deployments
                 )),
                 (select count(*) - count(distinct gpu) from staging.gpus)
             """
         ).fetchone()
-    mart_rows, raw_rows, distinct, duplicate_gpus = (int(v) for v in row) if row else (0, 0, 0, 0)
+    mart_rows, raw_rows, distinct, deployments, distinct_deployments, duplicate_gpus = (
+        (int(v) for v in row) if row else (0, 0, 0, 0, 0, 0)
+    )
     return dg.AssetCheckResult(
-        passed=mart_rows == raw_rows == distinct and duplicate_gpus == 0,
+        passed=mart_rows == raw_rows == distinct and deployments == distinct_deployments and duplicate_gpus == 0,
         metadata={
             "mart_rows": mart_rows,
             "raw_rows": raw_rows,
-            "distinct_keys": distinct,
+            "distinct_deployment_contexts": distinct,
+            "deployments": deployments,
+            "distinct_deployment_keys": distinct_deployments,
             "duplicate_gpu_ids": duplicate_gpus,
         },
     )
@@ -112,18 +120,11 @@ def publish_asset(marts: Iterable[dg.AssetKey]) -> dg.AssetsDefinition:
     return publish
 
 
-MART_KEYS = [
-    key("marts", "models"),
-    key("marts", "gpus"),
-    key("marts", "capacity_grid"),
-    key("marts", "context_limits"),
-    key("marts", "ingest_errors"),
-]
-
 assets = [
     staging_ingest_errors,
     marts_models,
     marts_gpus,
+    marts_deployments,
     marts_capacity_grid,
     marts_context_limits,
     marts_ingest_errors,

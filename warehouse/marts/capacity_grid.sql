@@ -1,68 +1,71 @@
 -- marts.capacity_grid: B_max and the full memory breakdown of every deployment and context, latest run.
 -- grain: one row per model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x context.
--- columns: run_id, run_date, model, model_family, gpu, engine, engine_version, weight_dtype,
---   kv_dtype, tp, pp, num_gpus, context, weight_format, kv_cache_dtype, weights_source,
---   gpu_memory_bytes, max_model_len, gpu_memory_utilization, kv_bytes_per_token,
---   kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu, weights_bytes_per_gpu,
---   activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu, cuda_graph_bytes_per_gpu,
---   overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, block_size, num_blocks, kv_cache_tokens,
---   physical_kv_token_slots, max_concurrency, b_max_memory, max_num_seqs, b_max, fits,
---   usd_per_hour
--- history: marts.capacity_grid_history (every retained run).
+-- columns: run_id, run_date, deployment_id, model, model_family, gpu, engine, engine_version,
+--   weight_dtype, kv_dtype, tp, pp, num_gpus, context, weight_format, kv_cache_dtype,
+--   weights_source, gpu_memory_bytes, gpu_memory_utilization, max_model_len, max_num_seqs,
+--   kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu,
+--   weights_bytes_per_gpu, activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu,
+--   cuda_graph_bytes_per_gpu, overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, num_blocks,
+--   block_size, kv_cache_tokens, physical_kv_token_slots, max_concurrency, b_max_memory, b_max,
+--   fits, usd_per_hour
+-- history: marts.capacity_grid_history keeps run_id, run_date, deployment_id and the per-context
+--   columns of every retained run; join marts.deployments_history on (run_id, deployment_id).
 create or replace view marts.capacity_grid as
 with grid as (
     select * from staging.capacity_grid
 ),
 
-gpus as (
-    select gpu, price_usd_per_gpu_hour from staging.gpus
+deployments as (
+    select * from marts.deployments
 )
 
 select
     grid.run_id,
     grid.run_date,
-    grid.model,
-    grid.model_family,
-    grid.gpu,
-    grid.engine,
-    grid.engine_version,
-    grid.weight_dtype,
-    grid.kv_dtype,
-    grid.tp,
-    grid.pp,
-    grid.num_gpus,
+    deployments.deployment_id,
+    deployments.model,
+    deployments.model_family,
+    deployments.gpu,
+    deployments.engine,
+    deployments.engine_version,
+    deployments.weight_dtype,
+    deployments.kv_dtype,
+    deployments.tp,
+    deployments.pp,
+    deployments.num_gpus,
     grid.context,
-    grid.weight_format,
-    grid.kv_cache_dtype,
-    grid.weights_source,
-    grid.gpu_memory_bytes,
-    grid.max_model_len,
-    grid.gpu_memory_utilization,
-    grid.kv_bytes_per_token,
-    grid.kv_bytes_per_token_per_gpu,
-    grid.state_bytes_per_sequence_per_gpu,
-    grid.weights_bytes_per_gpu,
-    grid.activation_peak_bytes_per_gpu,
-    grid.non_torch_bytes_per_gpu,
-    grid.cuda_graph_bytes_per_gpu,
-    grid.overhead_bytes_per_gpu,
-    grid.kv_budget_bytes_per_gpu,
-    grid.block_size,
-    grid.num_blocks,
-    grid.kv_cache_tokens,
-    grid.physical_kv_token_slots,
+    deployments.weight_format,
+    deployments.kv_cache_dtype,
+    deployments.weights_source,
+    deployments.gpu_memory_bytes,
+    deployments.gpu_memory_utilization,
+    deployments.max_model_len,
+    deployments.max_num_seqs,
+    deployments.kv_bytes_per_token,
+    deployments.kv_bytes_per_token_per_gpu,
+    deployments.state_bytes_per_sequence_per_gpu,
+    deployments.weights_bytes_per_gpu,
+    deployments.activation_peak_bytes_per_gpu,
+    deployments.non_torch_bytes_per_gpu,
+    deployments.cuda_graph_bytes_per_gpu,
+    deployments.overhead_bytes_per_gpu,
+    deployments.kv_budget_bytes_per_gpu,
+    deployments.num_blocks,
+    deployments.block_size,
+    deployments.kv_cache_tokens,
+    deployments.physical_kv_token_slots,
     grid.max_concurrency,
     grid.b_max_memory,
-    grid.max_num_seqs,
     grid.b_max,
     grid.fits,
-    grid.num_gpus * gpus.price_usd_per_gpu_hour as usd_per_hour
+    deployments.usd_per_hour
 from grid
-left join gpus on grid.gpu = gpus.gpu;
+inner join deployments on grid.deployment_id = deployments.deployment_id;
 
 comment on view marts.capacity_grid is 'Every model x GPU x engine x dtype x KV dtype x TP x PP x context of the latest run, as capplan estimate --json computes it.';
 comment on column marts.capacity_grid.run_id is 'The nightly run that published this row (marts.runs.run_id).';
 comment on column marts.capacity_grid.run_date is 'UTC date the run started.';
+comment on column marts.capacity_grid.deployment_id is 'Key of the deployment within its run (marts.deployments.deployment_id; join history on run_id and deployment_id).';
 comment on column marts.capacity_grid.model is 'Hugging Face repo id (marts.models.model).';
 comment on column marts.capacity_grid.model_family is 'Model family.';
 comment on column marts.capacity_grid.gpu is 'GPU catalog id (marts.gpus.gpu).';
@@ -78,8 +81,9 @@ comment on column marts.capacity_grid.weight_format is 'Weight format weight_dty
 comment on column marts.capacity_grid.kv_cache_dtype is 'KV cache dtype kv_dtype resolves to (bfloat16, float16, fp8...).';
 comment on column marts.capacity_grid.weights_source is 'checkpoint (scaled from model.safetensors.index.json) or modeled (counted from the config).';
 comment on column marts.capacity_grid.gpu_memory_bytes is 'Device memory the engine sees (bytes, as the driver reports it).';
-comment on column marts.capacity_grid.max_model_len is 'Engine max model length the deployment is sized with.';
 comment on column marts.capacity_grid.gpu_memory_utilization is 'Fraction of device memory the engine may use.';
+comment on column marts.capacity_grid.max_model_len is 'Engine max model length the deployment is sized with.';
+comment on column marts.capacity_grid.max_num_seqs is 'Engine cap on concurrent sequences (null when none).';
 comment on column marts.capacity_grid.kv_bytes_per_token is 'KV bytes per token over every layer that stores per-token KV, whole model (sliding layers counted as inside the window).';
 comment on column marts.capacity_grid.kv_bytes_per_token_per_gpu is 'kv_bytes_per_token on the most loaded GPU under TP/PP (MLA latents replicated).';
 comment on column marts.capacity_grid.state_bytes_per_sequence_per_gpu is 'Constant per-sequence state of Mamba/linear-attention layers on the most loaded GPU (bytes; 0 for pure attention).';
@@ -89,13 +93,12 @@ comment on column marts.capacity_grid.non_torch_bytes_per_gpu is 'CUDA context, 
 comment on column marts.capacity_grid.cuda_graph_bytes_per_gpu is 'CUDA-graph memory deducted before sizing the KV cache (bytes; 0 where the release does not).';
 comment on column marts.capacity_grid.overhead_bytes_per_gpu is 'Sum of the overhead terms (bytes).';
 comment on column marts.capacity_grid.kv_budget_bytes_per_gpu is 'Memory left for the KV cache per GPU: usable - weights - overhead (bytes; <= 0 means it does not fit).';
-comment on column marts.capacity_grid.block_size is 'Tokens per KV block (page) of the engine.';
 comment on column marts.capacity_grid.num_blocks is 'KV blocks in the pool: floor(budget / bytes per block).';
+comment on column marts.capacity_grid.block_size is 'Tokens per KV block (page) of the engine.';
 comment on column marts.capacity_grid.kv_cache_tokens is 'What the engine prints as the KV cache size in tokens (meaning per engine version; see README).';
 comment on column marts.capacity_grid.physical_kv_token_slots is 'num_blocks * block_size.';
 comment on column marts.capacity_grid.max_concurrency is 'Maximum concurrency for context tokens per request, as vLLM prints it (fractional).';
 comment on column marts.capacity_grid.b_max_memory is 'Whole sequences of context tokens that fit in the KV pool at once (memory bound only).';
-comment on column marts.capacity_grid.max_num_seqs is 'Engine cap on concurrent sequences (null when none).';
 comment on column marts.capacity_grid.b_max is 'Concurrent sequences of context tokens: b_max_memory capped by max_num_seqs.';
 comment on column marts.capacity_grid.fits is 'True when the weights fit and at least one sequence of context tokens fits.';
 comment on column marts.capacity_grid.usd_per_hour is 'On-demand USD per hour of one replica: num_gpus * marts.gpus.price_usd_per_gpu_hour.';

@@ -1,33 +1,41 @@
 -- marts.context_limits: the longest context each deployment serves at a target concurrency, latest run.
 -- grain: one row per model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x concurrency.
--- columns: run_id, run_date, model, model_family, gpu, engine, engine_version, weight_dtype,
---   kv_dtype, tp, pp, num_gpus, concurrency, max_context
--- history: marts.context_limits_history (every retained run).
+-- columns: run_id, run_date, deployment_id, model, model_family, gpu, engine, engine_version,
+--   weight_dtype, kv_dtype, tp, pp, num_gpus, concurrency, max_context
+-- history: marts.context_limits_history keeps run_id, run_date, deployment_id, concurrency and
+--   max_context of every retained run; join marts.deployments_history on (run_id, deployment_id).
 create or replace view marts.context_limits as
 with limits as (
     select * from staging.context_limits
+),
+
+deployments as (
+    select * from staging.deployments
 )
 
 select
-    run_id,
-    run_date,
-    model,
-    model_family,
-    gpu,
-    engine,
-    engine_version,
-    weight_dtype,
-    kv_dtype,
-    tp,
-    pp,
-    num_gpus,
-    concurrency,
-    max_context
-from limits;
+    limits.run_id,
+    limits.run_date,
+    deployments.deployment_id,
+    deployments.model,
+    deployments.model_family,
+    deployments.gpu,
+    deployments.engine,
+    deployments.engine_version,
+    deployments.weight_dtype,
+    deployments.kv_dtype,
+    deployments.tp,
+    deployments.pp,
+    deployments.num_gpus,
+    limits.concurrency,
+    limits.max_context
+from limits
+inner join deployments on limits.deployment_id = deployments.deployment_id;
 
 comment on view marts.context_limits is 'Max context per deployment for target concurrencies 1, 8, 32, 128, 512 (latest run).';
 comment on column marts.context_limits.run_id is 'The nightly run that published this row (marts.runs.run_id).';
 comment on column marts.context_limits.run_date is 'UTC date the run started.';
+comment on column marts.context_limits.deployment_id is 'Key of the deployment within its run (marts.deployments.deployment_id; join history on run_id and deployment_id).';
 comment on column marts.context_limits.model is 'Hugging Face repo id (marts.models.model).';
 comment on column marts.context_limits.model_family is 'Model family.';
 comment on column marts.context_limits.gpu is 'GPU catalog id (marts.gpus.gpu).';

@@ -1,9 +1,9 @@
--- raw.capacity_grid: the capacity grid exactly as capacity.grid.build_capacity_grid computed it.
--- grain: one row per model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x context.
--- columns: the grid's keys (model, model_family, gpu, engine, engine_version, weight_dtype, kv_dtype,
---   tp, pp, num_gpus, context) and the breakdown of `capplan estimate --json` (see staging.capacity_grid).
+-- raw.capacity_grid: the per-context columns of the capacity grid, as computed.
+-- grain: one row per deployment_id x context.
+-- columns: deployment_id (raw.deployments), context, max_concurrency, b_max_memory, b_max, fits.
+--   Joined to raw.deployments it is exactly capacity.grid.build_capacity_grid.
 -- written by: the `capacity_grid` asset, from the frame registered as `incoming`.
 create or replace table raw.capacity_grid as
 select * from incoming;
 
-comment on table raw.capacity_grid is 'The capacity grid as computed (Polars), one row per deployment and context.';
+comment on table raw.capacity_grid is 'B_max and concurrency per deployment (raw.deployments) and context.';
