@@ -139,8 +139,9 @@ def _aligned(frame: pl.DataFrame, deployments: pl.DataFrame, ids: pl.Series) -> 
 
 
 def _with_ids(frame: pl.DataFrame, deployments: pl.DataFrame, repeats: pl.Expr) -> pl.DataFrame:
-    """`frame` (rows in deployment order, `repeats` rows each) with its deployment_id; a join on
-    the deployment keys if the order ever does not hold."""
+    """`frame` (rows in deployment order, `repeats` rows each: build_context_limits keeps the
+    deployment order) with its deployment_id; a join on the deployment keys if the order ever
+    does not hold."""
     ids = deployments.select(pl.col("deployment_id").repeat_by(repeats).explode()).to_series()
     if _aligned(frame, deployments, ids):
         return frame.with_columns(ids)
@@ -149,9 +150,20 @@ def _with_ids(frame: pl.DataFrame, deployments: pl.DataFrame, repeats: pl.Expr) 
 
 
 def capacity_frames(models: pl.DataFrame, gpus: pl.DataFrame, options: GridOptions | None = None) -> CapacityFrames:
-    """The grid and the context limits for every model of the run, and why any model is missing."""
+    """The grid and the context limits for every model of the run (`raw.models`, `raw.gpus`
+    rows), and why any model is missing."""
     specs, errors = grid_models(models)
-    skus = gpu_skus(gpus)
+    return plan(specs, gpu_skus(gpus), options, errors)
+
+
+def plan(
+    specs: Sequence[GridModel],
+    skus: Sequence[GpuSku],
+    options: GridOptions | None = None,
+    errors: list[ItemError] | None = None,
+) -> CapacityFrames:
+    """The grid frames for parsed models and GPUs (`errors`: models already left out, with why)."""
+    errors = list(errors or [])
     try:
         deployments = build_deployments(specs, skus, options).collect()
     except Exception:
@@ -162,7 +174,7 @@ def capacity_frames(models: pl.DataFrame, gpus: pl.DataFrame, options: GridOptio
         )
     deployments = deployments.with_row_index("deployment_id").with_columns(pl.col("deployment_id").cast(pl.Int64))
     lazy = deployments.lazy()
-    grid = _with_ids(expand_contexts(lazy).collect(), deployments, pl.col("contexts").list.len())
+    grid = expand_contexts(lazy, carry=("deployment_id",)).select("deployment_id", *CONTEXT_COLUMNS).collect()
     limits = build_context_limits(lazy).collect()
     targets = limits.height // deployments.height if deployments.height else 0
     limits = _with_ids(limits, deployments, pl.lit(targets, pl.UInt32))
@@ -173,7 +185,7 @@ def capacity_frames(models: pl.DataFrame, gpus: pl.DataFrame, options: GridOptio
             errors.append(ItemError("model", model.repo_id, "grid", reason))
     return CapacityFrames(
         deployments=deployments.select("deployment_id", *DEPLOYMENT_COLUMNS),
-        grid=grid.select("deployment_id", *CONTEXT_COLUMNS),
+        grid=grid,
         context_limits=limits.select("deployment_id", "concurrency", "max_context"),
         errors=ingest_errors_frame(errors),
         models=len(planned),
