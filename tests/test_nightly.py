@@ -175,3 +175,40 @@ def test_nightly_on_the_bundled_catalog_from_a_fresh_directory(tmp_path: Path) -
     slow = {name: ms for name, ms in timings.items() if ms > QUERY_BUDGET_MS}
     assert not slow, f"queries over {QUERY_BUDGET_MS} ms: {slow}"
     assert elapsed <= NIGHTLY_BUDGET_S, f"capplan nightly took {elapsed:.1f} s (budget {NIGHTLY_BUDGET_S} s)"
+
+
+@pytest.mark.slow
+def test_nightly_killed_while_publishing_leaves_a_whole_snapshot(runner: CliRunner, pipeline_env: PipelineEnv) -> None:
+    """SIGKILL a real `capplan nightly` in its last steps: readers still get one complete run."""
+    assert runner.invoke(app, ["nightly"]).exit_code == 0
+    con = duckdb.connect(str(pipeline_env.warehouse), read_only=True)
+    before = con.execute("select list(run_id order by started_at) from marts.runs").fetchone()[0]  # type: ignore[index]
+    con.close()
+
+    victim = subprocess.Popen(
+        [str(CAPPLAN), "nightly"], cwd=pipeline_env.root, stdout=subprocess.PIPE, text=True, env=os.environ.copy()
+    )
+    assert victim.stdout is not None
+    for line in victim.stdout:
+        if "✓ marts.capacity_grid" in line:  # what is left: a check and the publish
+            victim.send_signal(signal.SIGKILL)
+            break
+    assert victim.wait(timeout=120) == -signal.SIGKILL
+
+    con = duckdb.connect(str(pipeline_env.warehouse), read_only=True)
+    try:
+        runs = con.execute("select list(run_id order by started_at) from marts.runs").fetchone()[0]  # type: ignore[index]
+        assert runs == before or runs[:-1] == before, "the previous snapshot, or the complete new one"
+        current, rows, grid_rows = con.execute(
+            "select r.run_id, r.capacity_grid_rows, (select count(*) from marts.capacity_grid) "
+            "from marts.runs r order by started_at desc limit 1"
+        ).fetchone()  # type: ignore[misc]
+        assert current == runs[-1] and rows == grid_rows
+        assert con.execute("select count(distinct run_id) from marts.capacity_grid").fetchone() == (1,)
+    finally:
+        con.close()
+    again = runner.invoke(app, ["nightly"])
+    assert again.exit_code == 0, again.output
+    from warehouse.publish import Warehouse
+
+    assert Warehouse(pipeline_env.warehouse).builds() == []
