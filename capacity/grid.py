@@ -16,6 +16,12 @@ How the work is split, so that the scalar engine (`capacity.memory`) stays the o
   bisection, the same search as `memory.max_context`).
 `tests/test_grid.py` proves grid rows equal `memory.estimate(...).contract()` column by column.
 
+Frames: `build_deployments` gives one row per deployment (PP = 1 first; PP > 1 only where that does
+not fit), `expand_contexts` one row per deployment and context, `build_capacity_grid` both in one
+plan. Columns are GRID_COLUMNS (labels Categorical, bytes and counts Int64) then the internal
+`pool_*` columns that `build_context_limits` reads. A layout the scalar engine refuses (it raises,
+e.g. a pipeline stage holding only KV-shared layers) has no rows.
+
 What the grid enumerates (GridOptions changes it):
 - engines: vllm (default release, `engine_constants.VLLM_DEFAULT_VERSION`), sglang, trtllm. `plain`
   is left out: its overhead is given by hand per deployment, so a fleet-wide row would be a guess.
