@@ -71,7 +71,9 @@ from capacity.memory import (
 )
 from capacity.spec import GpuSku, ModelSpec, SpecError
 
-ENGINES = ("vllm", "sglang", "trtllm")
+ENGINES = ("vllm", "sglang", "trtllm")  # `plain` needs its overhead by hand: not a fleet-wide row
+WEIGHT_CHOICES = ("bf16", "auto", "fp8", "int4", "mxfp4")  # the rules of weight_dtype_choices
+KV_CHOICES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bf16", "fp16")  # fp8*: GPUs with fp8_support
 TARGET_CONCURRENCIES = (1, 8, 32, 128, 512)
 MIN_CONTEXT = 1024
 _BISECTION_STEPS = 34  # max_model_len // block_size < 2**34 for any context limit a config states
@@ -157,9 +159,23 @@ class GridOptions:
     vllm_version: str | None = None  # None: engine_constants.VLLM_DEFAULT_VERSION
     tp_sizes: tuple[int, ...] = (1, 2, 4, 8)
     pp_sizes: tuple[int, ...] = (2, 4)  # only where one node at the largest TP does not fit
-    weight_dtypes: tuple[str, ...] = ("bf16", "auto", "fp8", "int4", "mxfp4")
+    weight_dtypes: tuple[str, ...] = WEIGHT_CHOICES
     kv_dtypes: tuple[str, ...] = ("auto", "fp8")
     min_context: int = MIN_CONTEXT
+
+    def __post_init__(self) -> None:
+        unknown = (
+            [e for e in self.engines if e not in ENGINES]
+            + [w for w in self.weight_dtypes if w not in WEIGHT_CHOICES]
+            + [k for k in self.kv_dtypes if k not in KV_CHOICES]
+        )
+        if unknown:
+            raise ValueError(
+                f"grid options: unsupported {', '.join(map(repr, unknown))} (engines {', '.join(ENGINES)}; "
+                f"weight dtypes {', '.join(WEIGHT_CHOICES)}; KV dtypes {', '.join(KV_CHOICES)})"
+            )
+        if any(tp < 1 for tp in self.tp_sizes) or any(pp < 2 for pp in self.pp_sizes) or self.min_context < 1:
+            raise ValueError("grid options: TP sizes >= 1, PP sizes >= 2 (PP = 1 is always there), min_context >= 1")
 
 
 def grid_contexts(limit: int, min_context: int = MIN_CONTEXT) -> list[int]:
@@ -355,7 +371,7 @@ def _build_tables(
                     t.candidates.extend(candidates)
                     t.kv_layouts.append(
                         (kv_id, m, cid, e, k, engine, vllm_version if engine == "vllm" else None, kv_dtype, tp, pp,
-                         kv_dtype != "auto" and kv_bytes == 1 and act_dtype != kv_dtype,
+                         kv_dtype.startswith("fp8"),
                          act_dtype if kv_dtype == "auto" else kv_dtype,
                          per_token[kv_bytes], per_token_gpu[kv_bytes], state[act_bytes])
                     )  # fmt: skip

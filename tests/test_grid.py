@@ -444,3 +444,12 @@ def test_python_round_on_ties() -> None:
 def test_no_context_column_is_a_deployment_column() -> None:
     assert set(CONTEXT_COLUMNS) <= set(GRID_COLUMNS)
     assert not set(CONTEXT_COLUMNS) & set(DEPLOYMENT_KEYS)
+
+
+def test_options_refuse_what_the_grid_cannot_price() -> None:
+    with pytest.raises(ValueError, match="'plain'"):
+        GridOptions(engines=("vllm", "plain"))
+    with pytest.raises(ValueError, match="'nvfp4'"):
+        GridOptions(weight_dtypes=("bf16", "nvfp4"))
+    with pytest.raises(ValueError, match="PP sizes"):
+        GridOptions(pp_sizes=(1, 2))
