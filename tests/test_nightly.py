@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -21,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipelines.cli import app
-from tests.test_warehouse_fixtures import CATALOG_MODELS, PipelineEnv, exported_env
+from tests.test_warehouse_fixtures import CATALOG_MODELS, PipelineEnv, exported_env, make_env
 from warehouse.sql import example_queries
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -46,16 +47,22 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
-@pytest.fixture
-def nightly_done(runner: CliRunner, pipeline_env: PipelineEnv) -> tuple[PipelineEnv, str]:
-    result = runner.invoke(app, ["nightly"])
-    assert result.exit_code == 0, result.output
-    return pipeline_env, result.output
+@pytest.fixture(scope="module")
+def nightly_done(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PipelineEnv, str]]:
+    """One `capplan nightly` on a small catalog, shared by the tests that only read its result."""
+    env = make_env(tmp_path_factory.mktemp("nightly"))
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.env().items():
+            patch.setenv(name, value)
+        result = CliRunner().invoke(app, ["nightly"])
+        assert result.exit_code == 0, result.output
+        yield env, result.output
 
 
 def test_nightly_shows_progress_and_a_summary(nightly_done: tuple[PipelineEnv, str]) -> None:
     env, output = nightly_done
-    assert "✓ raw.capacity_grid" in output and "✓ check grid_matches_scalar_estimate" in output
+    assert re.search(r"✓ .*raw\.capacity_grid [\d,]+", output)
+    assert "✓ check grid_matches_scalar_estimate" in output and "✓ marts.runs" in output
     assert re.search(rf"models\s+{len(CATALOG_MODELS)}\b", output)
     assert re.search(r"GPUs\s+2\b", output)
     assert re.search(r"grid rows\s+[\d,]+", output)

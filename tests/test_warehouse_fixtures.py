@@ -68,18 +68,26 @@ class PipelineEnv:
     warehouse: Path
 
     def resources(self, **warehouse_options: Any) -> dict[str, Any]:
-        from pipelines.resources import RegistryResource, WarehouseResource
+        from pipelines.resources import PlanningResource, RegistryResource, WarehouseResource
 
         return {
             "registry": RegistryResource(url=self.registry_url, catalog_dir=str(self.catalog)),
             "warehouse": WarehouseResource(path=str(self.warehouse), **warehouse_options),
+            "planning": PlanningResource(telemetry_dir=str(self.telemetry_dir)),
         }
+
+    @property
+    def telemetry_dir(self) -> Path:
+        from warehouse.telemetry import SAMPLE_DIR
+
+        return SAMPLE_DIR
 
     def env(self) -> dict[str, str]:
         return {
             "CAPPLAN_REGISTRY_URL": self.registry_url,
             "CAPPLAN_WAREHOUSE": str(self.warehouse),
             "CAPPLAN_CATALOG_DIR": str(self.catalog),
+            "CAPPLAN_TELEMETRY_DIR": str(self.telemetry_dir),
         }
 
 
@@ -103,14 +111,20 @@ def exported_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineEnv
     return env
 
 
+NIGHTLY_CORE_GROUPS = ("registry", "gpu_catalog", "capacity", "marts")
+
+
 def materialize_everything(env: PipelineEnv, **warehouse_options: Any) -> Any:
-    """Every asset and check of the real definitions, materialized in-process (what nightly_job runs)."""
+    """The real definitions' registry, GPU catalog, capacity and marts groups (publish included),
+    assets and checks, materialized in-process against `env` (what nightly_job runs, without the
+    telemetry and recommendations groups, which have tests of their own)."""
     import dagster as dg
 
     from pipelines.definitions import defs
 
     return dg.materialize(
         [*(defs.assets or []), *(defs.asset_checks or [])],
+        selection=dg.AssetSelection.groups(*NIGHTLY_CORE_GROUPS),
         resources=env.resources(**warehouse_options),
         raise_on_error=False,
     )

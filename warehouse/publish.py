@@ -34,7 +34,7 @@ from pathlib import Path
 import duckdb
 
 from warehouse.lock import RunLock
-from warehouse.sql import LAYERS, build_relation, columns, ident, qualified, relation_exists, row_count
+from warehouse.sql import LAYERS, build_relation, columns, ident, qualified, relation_exists
 
 PATH_ENV = "CAPPLAN_WAREHOUSE"
 DEFAULT_PATH = "var/warehouse.duckdb"
@@ -195,13 +195,13 @@ class Warehouse:
             con.execute("begin transaction")
             build_relation(con, "marts", RUNS_TABLE)
             marts = mart_tables(con)
-            counts = {table: row_count(con, "marts", table) for table in marts}
-            _insert_run(con, run_id, _complete_run_row(run_row, counts))
-            keep = self._retained_runs(con, marts)
-            mark = lap("runs_row", mark)
+            keep = self._retained_runs(con, run_id)
+            counts: dict[str, int] = {}
             for table in marts:
-                _append_history(con, table, keep)
+                counts[table] = _append_history(con, table, run_id, keep)
                 mark = lap(f"history_{table}", mark)
+            _insert_run(con, run_id, _complete_run_row(run_row, counts))
+            mark = lap("runs_row", mark)
             con.execute("commit")
             con.execute("checkpoint")
             mark = lap("checkpoint", mark)
@@ -222,17 +222,13 @@ class Warehouse:
             steps=steps,
         )
 
-    def _retained_runs(self, con: duckdb.DuckDBPyConnection, marts: list[str]) -> list[str]:
-        """The last `history_runs` runs, plus any run whose rows a current mart still holds."""
-        recent = con.execute(
-            "select run_id from marts.runs order by started_at desc, run_id desc limit $n",
-            {"n": self.history_runs},
+    def _retained_runs(self, con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+        """This run and the `history_runs - 1` runs published before it."""
+        earlier = con.execute(
+            "select run_id from marts.runs where run_id <> $run_id order by started_at desc, run_id desc limit $n",
+            {"run_id": run_id, "n": self.history_runs - 1},
         ).fetchall()
-        keep = {str(r[0]) for r in recent}
-        for table in marts:
-            for (run,) in con.execute(f"select distinct run_id from {qualified('marts', table)}").fetchall():
-                keep.add(str(run))
-        return sorted(keep)
+        return sorted({run_id, *(str(r[0]) for r in earlier)})
 
     # --- read --------------------------------------------------------------------------------
 
@@ -299,31 +295,36 @@ def _is_count_alias(name: str, row: Mapping[str, object]) -> bool:
     return isinstance(counts, dict) and (name in counts or name.removesuffix("_rows") in counts)
 
 
-def _append_history(con: duckdb.DuckDBPyConnection, table: str, keep: list[str]) -> None:
+def _append_history(con: duckdb.DuckDBPyConnection, table: str, run_id: str, keep: list[str]) -> int:
     """Copy this run's rows of `marts.<table>` (or of its HISTORY_SOURCES relation) into
-    `marts.<table>_history`, created or widened as needed, documented like the mart."""
+    `marts.<table>_history` (created or widened as needed, documented like the mart), drop the
+    runs not in `keep`; returns the rows copied. Each mart is evaluated once."""
     history = table + HISTORY_SUFFIX
-    source = qualified(*HISTORY_SOURCES.get(table, ("marts", table)))
-    source_columns = columns(con, *HISTORY_SOURCES.get(table, ("marts", table)))
+    layer, name = HISTORY_SOURCES.get(table, ("marts", table))
+    source = qualified(layer, name)
+    source_columns = columns(con, layer, name)
     target = qualified("marts", history)
     if not relation_exists(con, "marts", history):
         con.execute(f"create table {target} as select * from {source} with no data")
     else:
-        present = {name for name, _t, _c in columns(con, "marts", history)}
-        for name, dtype, _comment in source_columns:
-            if name not in present:
-                con.execute(f"alter table {target} add column {ident(name)} {dtype}")
-    documented = {name: comment for name, _t, comment in columns(con, "marts", table) if comment}
-    for name, _dtype, _comment in source_columns:
-        if name in documented:
-            con.execute(f"comment on column {target}.{ident(name)} is {_sql_string(documented[name])}")
+        present = {column for column, _t, _c in columns(con, "marts", history)}
+        for column, dtype, _comment in source_columns:
+            if column not in present:
+                con.execute(f"alter table {target} add column {ident(column)} {dtype}")
+    documented = {column: comment for column, _t, comment in columns(con, "marts", table) if comment}
+    for column, _dtype, _comment in source_columns:
+        if column in documented:
+            con.execute(f"comment on column {target}.{ident(column)} is {_sql_string(documented[column])}")
     note = f"Every retained run's rows of marts.{table} (run_id, run_date on each row)."
     if table in HISTORY_SOURCES:
         note += " Per-deployment columns: join marts.deployments_history on (run_id, deployment_id)."
     con.execute(f"comment on table {target} is {_sql_string(note)}")
-    con.execute(f"delete from {target} where run_id in (select distinct run_id from {source})")
-    con.execute(f"delete from {target} where not list_contains($keep, run_id)", {"keep": keep})
-    con.execute(f"insert into {target} by name select * from {source}")
+    con.execute(
+        f"delete from {target} where run_id = $run_id or not list_contains($keep, run_id)",
+        {"run_id": run_id, "keep": keep},
+    )
+    inserted = con.execute(f"insert into {target} by name select * from {source}").fetchone()
+    return int(inserted[0]) if inserted else 0
 
 
 def utc_today() -> dt.date:

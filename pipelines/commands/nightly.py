@@ -70,7 +70,7 @@ class Progress:
     def __init__(self, console: Any) -> None:
         self.console = console
         self.rows: dict[str, list[str]] = defaultdict(list)
-        self.checks: dict[str, list[tuple[str, bool]]] = defaultdict(list)
+        self.checks: dict[str, list[tuple[str, str]]] = defaultdict(list)
         self.failures: list[str] = []
         self.failed_checks: list[str] = []
 
@@ -90,16 +90,19 @@ class Progress:
             count = materialization.metadata.get("dagster/row_count")
             self.rows[step].append(f"{name} {count.value:,}" if count is not None else name)
         elif kind == "ASSET_CHECK_EVALUATION":
-            evaluation = event.event_specific_data
-            label = f"{evaluation.check_name} on {'.'.join(evaluation.asset_key.path)}"  # type: ignore[union-attr]
-            self.checks[step].append((label, bool(evaluation.passed)))  # type: ignore[union-attr]
-            if not evaluation.passed:  # type: ignore[union-attr]
+            evaluation: Any = event.event_specific_data
+            label = f"{evaluation.check_name} on {'.'.join(evaluation.asset_key.path)}"
+            warning = getattr(evaluation.severity, "value", "") == "WARN"
+            verdict = "passed" if evaluation.passed else ("warning" if warning else "failed")
+            self.checks[step].append((label, verdict))
+            if verdict == "failed":
                 self.failed_checks.append(label)
         elif kind == "STEP_SUCCESS":
             seconds = event.event_specific_data.duration_ms / 1000  # type: ignore[union-attr]
-            for label, passed in self.checks.get(step, []):
-                mark = "[green]✓[/]" if passed else "[red]✗[/]"
-                self.console.print(f"  {mark} check {label}  [dim]{seconds:.2f} s[/]")
+            marks = {"passed": "[green]✓[/]", "warning": "[yellow]![/]", "failed": "[red]✗[/]"}
+            for label, verdict in self.checks.get(step, []):
+                note = "  (warning)" if verdict == "warning" else ""
+                self.console.print(f"  {marks[verdict]} check {label}{note}  [dim]{seconds:.2f} s[/]")
             if step not in self.checks:
                 detail = ", ".join(self.rows.get(step, [])) or step
                 self.console.print(f"  [green]✓[/] {detail}  [dim]{seconds:.2f} s[/]")
