@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from capacity import engine_constants as ec
-from capacity.memory import Estimate, KVPool, b_max, max_concurrency, max_context
+from capacity.memory import ChargeTerms, Estimate, KVPool, b_max, max_concurrency, max_context
 from capacity.spec import DeploymentSpec, ModelSpec
 
 DEFAULT_MIN_OBSERVATIONS = 3
@@ -368,6 +368,24 @@ class PoolNumbers:
     max_context: dict[int, int]  # target concurrency -> largest context
 
 
+@dataclass(frozen=True, slots=True)
+class _TermsPool(KVPool):
+    """A KVPool whose charge terms are computed once: the same rules (`KVPool.sequence_units`
+    reads `charge_terms()`), without recomputing them on every step of a max-context search."""
+
+    terms: ChargeTerms | None = None
+
+    def charge_terms(self) -> ChargeTerms:
+        return self.terms if self.terms is not None else KVPool.charge_terms(self)
+
+
+def with_cached_terms(pool: KVPool) -> KVPool:
+    if isinstance(pool, _TermsPool) or pool.unit == "byte":
+        return pool
+    fields = {name: getattr(pool, name) for name in KVPool.__dataclass_fields__}
+    return _TermsPool(**fields, terms=pool.charge_terms())
+
+
 def pool_numbers(
     pool: KVPool,
     *,
@@ -378,6 +396,7 @@ def pool_numbers(
 ) -> PoolNumbers:
     if pool.capacity_units <= 0:
         return PoolNumbers(0, 0, 0, {b: 0 for b in concurrencies})
+    pool = with_cached_terms(pool)
     tokens = int(max_concurrency(pool, max_model_len) * max_model_len)
     return PoolNumbers(
         num_blocks=pool.capacity_units,

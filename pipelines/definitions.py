@@ -12,14 +12,14 @@ import os
 
 import dagster as dg
 
-from pipelines.assets import capacity, marts, registry
+from pipelines.assets import capacity, marts, recommendations, registry, telemetry
 from pipelines.resources import build_resources
 
 CRON_ENV = "CAPPLAN_NIGHTLY_CRON"
 DEFAULT_CRON = "0 2 * * *"
 TIMEZONE = "UTC"
 
-_modules = (registry, capacity, marts)
+_modules = (registry, capacity, marts, telemetry, recommendations)
 _assets: list[dg.AssetsDefinition] = [a for module in _modules for a in module.assets]
 _mart_keys = [k for a in _assets for k in a.keys if k.path[0] == "marts"]
 publish = marts.publish_asset(_mart_keys)
@@ -45,6 +45,7 @@ defs = dg.Definitions(
     asset_checks=[c for module in _modules for c in module.asset_checks],
     jobs=[nightly_job],
     schedules=[nightly_job_schedule],
+    sensors=telemetry.sensors,
     resources=build_resources(),
     executor=dg.in_process_executor,
 )

@@ -22,6 +22,7 @@ from pydantic import PrivateAttr
 from models_registry import db
 from warehouse.lock import RunLock
 from warehouse.publish import DEFAULT_HISTORY_RUNS, DEFAULT_PATH, PublishResult, Warehouse
+from warehouse.recommendations.drop_folder import DropFolder, resolve_drop_folder
 from warehouse.sources import catalog_root
 
 WAREHOUSE_ENV = "CAPPLAN_WAREHOUSE"
@@ -29,6 +30,11 @@ HISTORY_RUNS_ENV = "CAPPLAN_HISTORY_RUNS"
 LOCK_WAIT_ENV = "CAPPLAN_LOCK_WAIT_S"
 REGISTRY_ENV = db.URL_ENV  # CAPPLAN_REGISTRY_URL
 CATALOG_ENV = "CAPPLAN_CATALOG_DIR"
+TELEMETRY_ENV = "CAPPLAN_TELEMETRY_DIR"
+WORKLOADS_ENV = "CAPPLAN_WORKLOADS"
+MIN_OBSERVATIONS_ENV = "CAPPLAN_CALIBRATION_MIN_OBSERVATIONS"
+DRIFT_ENV = "CAPPLAN_DRIFT_THRESHOLD_PCT"
+HEADROOM_ENV = "CAPPLAN_ADMISSION_HEADROOM_PCT"
 
 
 class WarehouseResource(dg.ConfigurableResource):
@@ -139,6 +145,28 @@ class RegistryResource(dg.ConfigurableResource):
         return db.safe_url(self.url)
 
 
+class PlanningResource(dg.ConfigurableResource):
+    """Telemetry and recommendations: the drop folder, the workload profiles, calibration and
+    admission settings (see warehouse/recommendations)."""
+
+    telemetry_dir: str = ""  # empty: var/telemetry when it holds files, else the SAMPLE fleet
+    workloads_path: str = ""  # empty: ./workloads.yaml, else the repository's
+    calibration_min_observations: int = 3  # deployments a calibration scope needs to be used
+    drift_threshold_pct: int = 10  # |prediction error| above this warns (asset check)
+    admission_headroom_pct: int = 90  # share of the KV capacity admission budgets admit
+
+    def drop_folder(self) -> DropFolder:
+        return resolve_drop_folder(self.telemetry_dir or None)
+
+    @property
+    def drift_threshold(self) -> float:
+        return self.drift_threshold_pct / 100
+
+    @property
+    def admission_headroom(self) -> float:
+        return self.admission_headroom_pct / 100
+
+
 def _env(name: str, default: str | int) -> Any:
     """`dg.EnvVar(name)`, resolved when a run starts; the embedded default fills an unset variable."""
     os.environ.setdefault(name, str(default))
@@ -156,5 +184,12 @@ def build_resources() -> dict[str, Any]:
         "registry": RegistryResource(
             url=_env(REGISTRY_ENV, db.DEFAULT_URL),
             catalog_dir=_env(CATALOG_ENV, ""),
+        ),
+        "planning": PlanningResource(
+            telemetry_dir=_env(TELEMETRY_ENV, ""),
+            workloads_path=_env(WORKLOADS_ENV, ""),
+            calibration_min_observations=_env(MIN_OBSERVATIONS_ENV, 3),
+            drift_threshold_pct=_env(DRIFT_ENV, 10),
+            admission_headroom_pct=_env(HEADROOM_ENV, 90),
         ),
     }

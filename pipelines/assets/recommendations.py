@@ -1,0 +1,211 @@
+"""Recommendations: effective context limits, admission budgets, placements and procurement.
+
+Group `recommendations`. Each asset reads the run's registry and calibration from `raw` and calls
+the pure functions of `warehouse.recommendations`; the marts are views over staging. Checks warn
+when a deployment admits more than its (calibrated) capacity, and when a workload has no feasible
+placement or the procurement plan leaves one unserved.
+"""
+
+import time
+from collections.abc import Iterator
+
+import dagster as dg
+import polars as pl
+
+from pipelines.assets.common import describe, key, relation_result, sql_asset
+from pipelines.assets.telemetry import REGISTRY_DEPS, run_catalog
+from pipelines.resources import PlanningResource, WarehouseResource
+from warehouse.recommendations.admission import admission_budgets as budgets_frame
+from warehouse.recommendations.calibration import fit_from_frame
+from warehouse.recommendations.limits import effective_limits
+from warehouse.recommendations.placements import placement_frames
+from warehouse.recommendations.workloads import load_workloads, workloads_path
+from warehouse.sql import load_frame
+
+RECOMMENDATIONS_GROUP = "recommendations"
+
+
+@dg.asset(
+    key=key("raw", "effective_context_limits"),
+    deps=[key("raw", "telemetry_deployments"), key("raw", "calibration"), *REGISTRY_DEPS],
+    group_name=RECOMMENDATIONS_GROUP,
+    description=describe("raw", "effective_context_limits"),
+    kinds={"duckdb", "polars"},
+)
+def effective_context_limits(
+    context: dg.AssetExecutionContext, planning: PlanningResource, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
+    """min(model limit, memory-derived limit, calibrated limit) per deployment and per model x GPU x TP."""
+    registry = run_catalog(warehouse)
+    with warehouse.build() as con:
+        deployments = con.sql("select * from raw.telemetry_deployments").pl()
+        fit = fit_from_frame(con.sql("select * from raw.calibration").pl(), planning.calibration_min_observations)
+        start = time.perf_counter()
+        limits = effective_limits(deployments, registry, fit)
+        seconds = time.perf_counter() - start
+        context.log.info(f"{limits.height:,} effective context limits in {seconds:.2f} s")
+        load_frame(con, "raw", "effective_context_limits", limits)
+        calibrated = limits.filter(pl.col("calibrated")).height
+        return relation_result(
+            con,
+            "raw",
+            "effective_context_limits",
+            {"compute_seconds": dg.MetadataValue.float(round(seconds, 3)), "calibrated_rows": calibrated},
+        )
+
+
+@dg.asset(
+    key=key("raw", "admission_budgets"),
+    deps=[
+        key("raw", "telemetry_deployments"),
+        key("raw", "telemetry_predictions"),
+        key("raw", "deployment_calibration"),
+        key("raw", "effective_context_limits"),
+        key("raw", "telemetry_observations"),
+    ],
+    group_name=RECOMMENDATIONS_GROUP,
+    description=describe("raw", "admission_budgets"),
+    kinds={"duckdb", "polars"},
+)
+def admission_budgets(planning: PlanningResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    """The token and sequence budget per observed deployment."""
+    with warehouse.build() as con:
+        frame = budgets_frame(
+            con.sql("select * from raw.telemetry_deployments").pl(),
+            con.sql("select * from raw.telemetry_predictions").pl(),
+            con.sql("select * from raw.deployment_calibration").pl(),
+            con.sql("select * from raw.effective_context_limits where kind = 'deployment'").pl(),
+            con.sql("select * from raw.telemetry_observations").pl(),
+            headroom=planning.admission_headroom,
+        )
+        load_frame(con, "raw", "admission_budgets", frame)
+        over = frame.filter(pl.col("over_capacity")).height
+        return relation_result(con, "raw", "admission_budgets", {"over_capacity": over})
+
+
+@dg.multi_asset(
+    name="recommendations",
+    specs=[
+        dg.AssetSpec(
+            key("raw", table),
+            description=describe("raw", table),
+            deps=[key("raw", "calibration"), *REGISTRY_DEPS],
+            kinds={"duckdb", "polars"},
+        )
+        for table in ("recommended_placements", "procurement_plan", "workloads")
+    ],
+    group_name=RECOMMENDATIONS_GROUP,
+)
+def recommendations(
+    context: dg.AssetExecutionContext, planning: PlanningResource, warehouse: WarehouseResource
+) -> Iterator[dg.MaterializeResult]:
+    """Place every model of every workload profile; solve the fleet's procurement plan."""
+    registry = run_catalog(warehouse)
+    profiles = load_workloads(workloads_path(planning.workloads_path or None))
+    for name, reason in profiles.errors:
+        context.log.warning(f"workloads file {profiles.path}: {name}: {reason}")
+    with warehouse.build() as con:
+        fit = fit_from_frame(con.sql("select * from raw.calibration").pl(), planning.calibration_min_observations)
+        start = time.perf_counter()
+        placements, procurement, plan = placement_frames(profiles, registry, fit)
+        seconds = time.perf_counter() - start
+        context.log.info(
+            f"{len(profiles.profiles)} workloads: {placements.filter(pl.col('feasible')).height} placements, "
+            f"plan {plan.method} {'optimal' if plan.optimal else 'not proven optimal'}: "
+            f"{plan.gpus} GPUs, ${plan.usd_per_hour:,.2f}/h, {seconds:.2f} s"
+        )
+        load_frame(con, "raw", "recommended_placements", placements)
+        yield relation_result(
+            con, "raw", "recommended_placements", {"compute_seconds": dg.MetadataValue.float(round(seconds, 3))}
+        )
+        load_frame(con, "raw", "procurement_plan", procurement)
+        yield relation_result(
+            con,
+            "raw",
+            "procurement_plan",
+            {
+                "method": plan.method,
+                "optimal": plan.optimal,
+                "fleet_gpus": plan.gpus,
+                "fleet_usd_per_hour": dg.MetadataValue.float(round(plan.usd_per_hour, 4)),
+            },
+        )
+        load_frame(con, "raw", "workloads", profiles.frame())
+        yield relation_result(con, "raw", "workloads", {"workloads_file": str(profiles.path)})
+
+
+def _staging(table: str) -> dg.AssetsDefinition:
+    return sql_asset("staging", table, deps=[("raw", table)], group_name=RECOMMENDATIONS_GROUP)
+
+
+def _mart(table: str) -> dg.AssetsDefinition:
+    return sql_asset("marts", table, deps=[("staging", table)], group_name=RECOMMENDATIONS_GROUP)
+
+
+TABLES = ("effective_context_limits", "admission_budgets", "recommended_placements", "procurement_plan", "workloads")
+STAGING = [_staging(t) for t in TABLES]
+MARTS = [_mart(t) for t in TABLES]
+
+
+# --- checks ------------------------------------------------------------------------------------------
+
+
+@dg.asset_check(
+    asset=key("marts", "admission_budgets"),
+    description="Warns when a deployment admits more than its calibrated capacity: preemptions, requests queued "
+    "with the KV cache full, or peak KV demand above the capacity capplan attributes to it.",
+)
+def admission_within_calibrated_capacity(warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    with warehouse.read() as con:
+        rows = con.execute(
+            "select deployment_id, model, gpu, capacity_source, token_budget, sequence_budget, status_reason "
+            "from marts.admission_budgets where over_capacity order by deployment_id"
+        ).pl()
+        total = con.execute("select count(*) from marts.admission_budgets").fetchone()
+    lines = [
+        f"- {r['deployment_id']} ({r['model']} on {r['gpu']}): {r['status_reason']}; budget "
+        f"{r['token_budget']:,} tokens / {r['sequence_budget']:,} sequences ({r['capacity_source']} capacity)"
+        for r in rows.iter_rows(named=True)
+    ]
+    return dg.AssetCheckResult(
+        passed=rows.is_empty(),
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "deployments": int(total[0]) if total else 0,
+            "over_capacity": rows.height,
+            "over_capacity_deployments": dg.MetadataValue.md("\n".join(lines) or "none"),
+        },
+    )
+
+
+@dg.asset_check(
+    asset=key("raw", "recommended_placements"),
+    additional_deps=[key("raw", "procurement_plan"), key("raw", "workloads")],
+    description="Warns when a workload entry could not be read, a model x workload has no feasible placement, "
+    "or the procurement plan leaves a workload unserved.",
+)
+def every_workload_placed(warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    with warehouse.read() as con:
+        infeasible = con.execute(
+            "select workload, model, reason from raw.recommended_placements where not feasible order by all"
+        ).fetchall()
+        invalid = con.execute("select workload, error from raw.workloads where not valid order by all").fetchall()
+        unserved = con.execute("select distinct unnest(unserved) from raw.procurement_plan order by 1").fetchall()
+        planned = con.execute("select count(*) from raw.recommended_placements where in_fleet_plan").fetchone()
+    lines = [f"- {w} / {m}: {why}" for w, m, why in infeasible]
+    lines += [f"- workloads file: {w}: {why}" for w, why in invalid]
+    return dg.AssetCheckResult(
+        passed=not infeasible and not invalid and not unserved,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "placements_in_plan": int(planned[0]) if planned else 0,
+            "infeasible": len(infeasible),
+            "invalid_entries": len(invalid),
+            "unserved": len(unserved),
+            "problems": dg.MetadataValue.md("\n".join(lines) or "none"),
+        },
+    )
+
+
+assets = [effective_context_limits, admission_budgets, recommendations, *STAGING, *MARTS]
+asset_checks = [admission_within_calibrated_capacity, every_workload_placed]

@@ -1,0 +1,315 @@
+"""Telemetry: the drop folder ingested, every observed deployment predicted, the calibration fit.
+
+Group `telemetry`. `telemetry_ingest` reads the drop folder (`CAPPLAN_TELEMETRY_DIR`, else
+`var/telemetry` when it holds files, else the shipped SAMPLE fleet) into the four
+`raw.telemetry_*` tables, resolving names against the run's registry; `telemetry_predictions`
+summarizes one row per deployment and predicts each with capplan; `calibration` fits the
+corrections. The marts are views over staging (`warehouse/marts/*.sql`).
+
+`telemetry_sensor` watches the drop folder (file paths and sha256 as its cursor) and starts
+`nightly_job` when anything in it changes. Checks: the ingest reconciles (blocking), and a
+deployment whose prediction is off by more than the drift threshold warns.
+"""
+
+import json
+from collections.abc import Iterator
+
+import dagster as dg
+import polars as pl
+
+from pipelines.assets.common import describe, key, relation_result, sql_asset
+from pipelines.resources import PlanningResource, WarehouseResource
+from warehouse.recommendations.calibration import fit_frames
+from warehouse.recommendations.catalog import Catalog, catalog
+from warehouse.recommendations.drop_folder import (
+    SAMPLE,
+    deployments_frame,
+    fingerprint,
+    fingerprint_key,
+    ingest_frames,
+    watched_folder,
+)
+from warehouse.recommendations.predictions import predict_deployments
+from warehouse.sql import load_frame
+from warehouse.telemetry import IngestResult, check_reconciliation
+from warehouse.telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA
+
+TELEMETRY_GROUP = "telemetry"
+REGISTRY_DEPS = [key("raw", "models"), key("raw", "gpus")]
+SENSOR_INTERVAL_S = 60
+
+
+def run_catalog(warehouse: WarehouseResource) -> Catalog:
+    """The run's registry (raw.models, raw.gpus) as capacity-engine objects."""
+    with warehouse.build() as con:
+        return catalog(con.sql("select * from raw.models").pl(), con.sql("select * from raw.gpus").pl())
+
+
+def _spec(table: str, deps: list[dg.AssetKey]) -> dg.AssetSpec:
+    return dg.AssetSpec(key("raw", table), description=describe("raw", table), deps=deps, kinds={"duckdb", "polars"})
+
+
+@dg.multi_asset(
+    name="telemetry_ingest",
+    specs=[
+        _spec("telemetry_observations", REGISTRY_DEPS),
+        _spec("telemetry_samples", REGISTRY_DEPS),
+        _spec("telemetry_rejects", REGISTRY_DEPS),
+        _spec("telemetry_files", REGISTRY_DEPS),
+    ],
+    group_name=TELEMETRY_GROUP,
+)
+def telemetry_ingest(
+    context: dg.AssetExecutionContext, planning: PlanningResource, warehouse: WarehouseResource
+) -> Iterator[dg.MaterializeResult]:
+    """Read every file of the drop folder; every row is accepted or rejected with a reason."""
+    folder = planning.drop_folder()
+    frames = ingest_frames(folder, run_catalog(warehouse))
+    summary = frames.result.summary()
+    context.log.info(
+        f"telemetry from {folder.describe()}: {summary['files']} files, {summary['rows_in']} rows in, "
+        f"{summary['accepted']} accepted, {summary['rejected']} rejected"
+    )
+    extra = {
+        "drop_dir": str(folder.path),
+        "telemetry_source": folder.source,
+        **{name: dg.MetadataValue.int(value) for name, value in summary.items()},
+    }
+    with warehouse.build() as con:
+        for table, frame in (
+            ("telemetry_observations", frames.result.observations),
+            ("telemetry_samples", frames.result.samples),
+            ("telemetry_rejects", frames.result.rejects),
+            ("telemetry_files", frames.files),
+        ):
+            load_frame(con, "raw", table, frame)
+            yield relation_result(con, "raw", table, extra if table == "telemetry_files" else None)
+
+
+@dg.multi_asset(
+    name="telemetry_predictions",
+    specs=[
+        _spec("telemetry_deployments", [key("raw", "telemetry_observations"), key("raw", "telemetry_samples")]),
+        _spec(
+            "telemetry_predictions",
+            [key("raw", "telemetry_observations"), key("raw", "telemetry_samples"), *REGISTRY_DEPS],
+        ),
+    ],
+    group_name=TELEMETRY_GROUP,
+)
+def telemetry_predictions(
+    context: dg.AssetExecutionContext, planning: PlanningResource, warehouse: WarehouseResource
+) -> Iterator[dg.MaterializeResult]:
+    """One row per observed deployment, and capplan's prediction for its settings."""
+    registry = run_catalog(warehouse)
+    with warehouse.build() as con:
+        observations = con.sql("select * from raw.telemetry_observations").pl()
+        samples = con.sql("select * from raw.telemetry_samples").pl()
+        row = con.execute("select any_value(telemetry_source) from raw.telemetry_files").fetchone()
+        source = (row[0] if row else None) or planning.drop_folder().source
+        deployments = deployments_frame(observations, samples, source)
+        predictions = predict_deployments(deployments, registry)
+        predicted = predictions.filter(pl.col("prediction_status") == "predicted").height
+        context.log.info(f"{deployments.height} observed deployments, {predicted} predicted")
+        load_frame(con, "raw", "telemetry_deployments", deployments)
+        yield relation_result(con, "raw", "telemetry_deployments", {"telemetry_source": source})
+        load_frame(con, "raw", "telemetry_predictions", predictions)
+        yield relation_result(
+            con, "raw", "telemetry_predictions", {"predicted": predicted, "skipped": predictions.height - predicted}
+        )
+
+
+@dg.multi_asset(
+    name="calibration",
+    specs=[
+        _spec("calibration", [key("raw", "telemetry_deployments"), key("raw", "telemetry_predictions")]),
+        _spec(
+            "deployment_calibration",
+            [key("raw", "telemetry_deployments"), key("raw", "telemetry_predictions"), *REGISTRY_DEPS],
+        ),
+    ],
+    group_name=TELEMETRY_GROUP,
+)
+def calibration(planning: PlanningResource, warehouse: WarehouseResource) -> Iterator[dg.MaterializeResult]:
+    """Fit the corrections per scope; record, per deployment, which applies and its leave-one-out pool."""
+    registry = run_catalog(warehouse)
+    with warehouse.build() as con:
+        deployments = con.sql("select * from raw.telemetry_deployments").pl()
+        predictions = con.sql("select * from raw.telemetry_predictions").pl()
+        fit, per_deployment = fit_frames(
+            deployments, predictions, registry, min_observations=planning.calibration_min_observations
+        )
+        usable = fit.filter(pl.col("usable")).select("scope").unique().height
+        load_frame(con, "raw", "calibration", fit)
+        yield relation_result(
+            con, "raw", "calibration",
+            {"usable_scopes": usable, "min_observations": planning.calibration_min_observations},
+        )  # fmt: skip
+        load_frame(con, "raw", "deployment_calibration", per_deployment)
+        calibrated = per_deployment.filter(pl.col("calibrated")).height
+        yield relation_result(con, "raw", "deployment_calibration", {"calibrated_deployments": calibrated})
+
+
+def _staging(table: str, deps: list[str]) -> dg.AssetsDefinition:
+    return sql_asset("staging", table, deps=[("raw", d) for d in deps], group_name=TELEMETRY_GROUP)
+
+
+def _mart(table: str, deps: list[str]) -> dg.AssetsDefinition:
+    return sql_asset("marts", table, deps=[("staging", d) for d in deps], group_name=TELEMETRY_GROUP)
+
+
+STAGING = [
+    _staging(table, [table])
+    for table in (
+        "telemetry_observations",
+        "telemetry_samples",
+        "telemetry_rejects",
+        "telemetry_files",
+        "telemetry_deployments",
+        "telemetry_predictions",
+        "calibration",
+        "deployment_calibration",
+    )
+]
+MARTS = [
+    _mart("telemetry_observations", ["telemetry_observations"]),
+    _mart("telemetry_samples", ["telemetry_samples"]),
+    _mart("telemetry_rejects", ["telemetry_rejects"]),
+    _mart("telemetry_files", ["telemetry_files"]),
+    _mart("prediction_vs_measured", ["telemetry_deployments", "telemetry_predictions", "deployment_calibration"]),
+    _mart("calibration", ["calibration"]),
+]
+
+
+# --- checks ------------------------------------------------------------------------------------------
+
+
+def _typed(frame: pl.DataFrame, schema: dict[str, object]) -> pl.DataFrame:
+    return frame.select([pl.col(name).cast(dtype) for name, dtype in schema.items()])  # type: ignore[arg-type]
+
+
+@dg.asset_check(
+    asset=key("raw", "telemetry_files"),
+    blocking=True,
+    additional_deps=[
+        key("raw", "telemetry_observations"),
+        key("raw", "telemetry_samples"),
+        key("raw", "telemetry_rejects"),
+    ],
+    description="Every telemetry row read is accepted or rejected: per file rows_in = accepted + rejected, and "
+    "the observations, samples and rejects written account for every count.",
+)
+def telemetry_reconciles(warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    with warehouse.read() as con:
+        result = IngestResult(
+            observations=_typed(con.sql("select * from raw.telemetry_observations").pl(), OBSERVATION_SCHEMA),
+            samples=_typed(con.sql("select * from raw.telemetry_samples").pl(), SAMPLE_SCHEMA),
+            rejects=_typed(con.sql("select * from raw.telemetry_rejects").pl(), REJECT_SCHEMA),
+            files=_typed(con.sql("select * from raw.telemetry_files").pl(), FILE_SCHEMA),
+        )
+    problems = check_reconciliation(result)
+    summary = result.summary()
+    return dg.AssetCheckResult(
+        passed=not problems and summary["rows_in"] == summary["accepted"] + summary["rejected"],
+        metadata={**summary, "problems": dg.MetadataValue.md("\n".join(f"- {p}" for p in problems[:20]) or "none")},
+    )
+
+
+def drifting(con: object, threshold: float) -> list[dict[str, object]]:
+    """Deployments whose KV pool, KV tokens or concurrency prediction is off by more than `threshold`."""
+    rows = con.execute(  # type: ignore[attr-defined]
+        """
+        select deployment_id, model, gpu, engine_version, telemetry_source,
+               kv_pool_error, kv_cache_tokens_error, max_concurrency_error, calibrated, loo_kv_pool_error
+        from marts.prediction_vs_measured
+        where prediction_status = 'predicted'
+          and greatest(abs(coalesce(kv_pool_error, 0)), abs(coalesce(kv_cache_tokens_error, 0)),
+                       abs(coalesce(max_concurrency_error, 0))) > $threshold
+        order by greatest(abs(coalesce(kv_pool_error, 0)), abs(coalesce(kv_cache_tokens_error, 0)),
+                          abs(coalesce(max_concurrency_error, 0))) desc, deployment_id
+        """,
+        {"threshold": threshold},
+    ).pl()
+    return rows.to_dicts()
+
+
+@dg.asset_check(
+    asset=key("marts", "prediction_vs_measured"),
+    description="Warns when a deployment's KV pool, KV tokens or max concurrency prediction is off by more than "
+    "CAPPLAN_DRIFT_THRESHOLD_PCT (default 10 %): capplan's model, or the fleet, drifted.",
+)
+def prediction_drift(planning: PlanningResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    with warehouse.read() as con:
+        drifted = drifting(con, planning.drift_threshold)
+        compared = con.execute(
+            "select count(*), median(abs(kv_pool_error)), median(abs(loo_kv_pool_error)) "
+            "from marts.prediction_vs_measured where kv_pool_error is not null"
+        ).fetchone()
+    n, median_error, median_loo = compared if compared else (0, None, None)
+    lines = [
+        f"- {d['deployment_id']} ({d['model']} on {d['gpu']}, vLLM {d['engine_version']}): KV pool "
+        f"{_pct(d['kv_pool_error'])}, KV tokens {_pct(d['kv_cache_tokens_error'])}, "
+        f"concurrency {_pct(d['max_concurrency_error'])}"
+        for d in drifted[:20]
+    ]
+    return dg.AssetCheckResult(
+        passed=not drifted,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "threshold_pct": planning.drift_threshold_pct,
+            "deployments_compared": int(n or 0),
+            "drifting": len(drifted),
+            "median_abs_kv_pool_error_pct": dg.MetadataValue.float(round(100 * float(median_error or 0), 3)),
+            "median_abs_kv_pool_error_calibrated_pct": dg.MetadataValue.float(round(100 * float(median_loo or 0), 3)),
+            "deployments": dg.MetadataValue.md("\n".join(lines) or "none"),
+        },
+    )
+
+
+def _pct(value: object) -> str:
+    return "-" if value is None else f"{float(value):+.1%}"  # type: ignore[arg-type]
+
+
+# --- sensor ------------------------------------------------------------------------------------------
+
+
+@dg.sensor(
+    name="telemetry_sensor",
+    job_name="nightly_job",
+    minimum_interval_seconds=SENSOR_INTERVAL_S,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Starts nightly_job when a file in the telemetry drop folder (CAPPLAN_TELEMETRY_DIR, default "
+    "var/telemetry) is added, changed or removed. Cursor: every file's path and sha256.",
+)
+def telemetry_sensor(context: dg.SensorEvaluationContext, planning: PlanningResource) -> dg.SensorResult:
+    folder = watched_folder(planning.telemetry_dir or None)
+    current = fingerprint(folder)
+    previous: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+    if current == previous:
+        reason = f"no change in {folder}" if current else f"no telemetry files in {folder}"
+        return dg.SensorResult(skip_reason=dg.SkipReason(reason))
+    added = sorted(set(current) - set(previous))
+    changed = sorted(p for p in set(current) & set(previous) if current[p] != previous[p])
+    removed = sorted(set(previous) - set(current))
+    cursor = json.dumps(current, sort_keys=True)
+    if not current:  # everything was removed: remember that, the next run ingests whatever is there then
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"{folder} is now empty"), cursor=cursor)
+    request = dg.RunRequest(
+        run_key=f"telemetry-{fingerprint_key(current)}",
+        tags={
+            "capplan/trigger": "telemetry_sensor",
+            "capplan/telemetry_dir": str(folder),
+            "capplan/files_added": str(len(added)),
+            "capplan/files_changed": str(len(changed)),
+            "capplan/files_removed": str(len(removed)),
+        },
+    )
+    context.log.info(f"{folder}: {len(added)} added, {len(changed)} changed, {len(removed)} removed")
+    return dg.SensorResult(run_requests=[request], cursor=cursor)
+
+
+assets = [telemetry_ingest, telemetry_predictions, calibration, *STAGING, *MARTS]
+asset_checks = [telemetry_reconciles, prediction_drift]
+sensors = [telemetry_sensor]
+
+__all__ = ["SAMPLE", "asset_checks", "assets", "sensors"]

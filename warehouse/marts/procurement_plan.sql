@@ -1,0 +1,51 @@
+-- marts.procurement_plan: gPUs to buy per SKU, and their cost, to serve every workload profile with the recommended placements (latest run).
+-- grain: one GPU SKU bought.
+-- columns: run_id, run_date, gpu, gpu_name, gpus_used, gpus_bought, nodes, spare_gpus,
+--   usd_per_gpu_hour, usd_per_hour, workloads, fleet_gpus, fleet_usd_per_hour, method, optimal,
+--   whole_nodes, unserved, notes
+-- history: marts.procurement_plan_history (every retained run).
+create or replace view marts.procurement_plan as
+with plan as (
+    select * from staging.procurement_plan
+)
+
+select
+    run_id,
+    run_date,
+    gpu,
+    gpu_name,
+    gpus_used,
+    gpus_bought,
+    nodes,
+    spare_gpus,
+    usd_per_gpu_hour,
+    usd_per_hour,
+    workloads,
+    fleet_gpus,
+    fleet_usd_per_hour,
+    method,
+    optimal,
+    whole_nodes,
+    unserved,
+    notes
+from plan;
+
+comment on view marts.procurement_plan is 'GPUs to buy per SKU, and their cost, to serve every workload profile with the recommended placements (latest run).';
+comment on column marts.procurement_plan.run_id is 'The nightly run that published this row (marts.runs.run_id).';
+comment on column marts.procurement_plan.run_date is 'UTC date the run started.';
+comment on column marts.procurement_plan.gpu is 'GPU catalog id to buy.';
+comment on column marts.procurement_plan.gpu_name is 'GPU name.';
+comment on column marts.procurement_plan.gpus_used is 'GPUs the planned replicas use on this SKU.';
+comment on column marts.procurement_plan.gpus_bought is 'GPUs to buy (whole nodes when whole_nodes).';
+comment on column marts.procurement_plan.nodes is 'Nodes to buy; null when GPUs are bought one by one.';
+comment on column marts.procurement_plan.spare_gpus is 'gpus_bought - gpus_used.';
+comment on column marts.procurement_plan.usd_per_gpu_hour is 'GPU price.';
+comment on column marts.procurement_plan.usd_per_hour is 'gpus_bought x usd_per_gpu_hour.';
+comment on column marts.procurement_plan.workloads is 'workload:model pairs served on this SKU.';
+comment on column marts.procurement_plan.fleet_gpus is 'GPUs of the whole plan.';
+comment on column marts.procurement_plan.fleet_usd_per_hour is '$/hour of the whole plan.';
+comment on column marts.procurement_plan.method is 'How the plan was solved: highs (ILP), enumeration, or greedy.';
+comment on column marts.procurement_plan.optimal is 'True when proven optimal (highs or enumeration).';
+comment on column marts.procurement_plan.whole_nodes is 'True when GPUs are bought in whole nodes.';
+comment on column marts.procurement_plan.unserved is 'workload:model: reason for every demand the plan cannot serve.';
+comment on column marts.procurement_plan.notes is 'Solver notes (time limit reached, greedy fallback).';

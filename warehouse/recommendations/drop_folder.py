@@ -1,0 +1,98 @@
+"""Which telemetry folder a run ingests, what is in it, and the frames it gives.
+
+- `resolve_drop_folder(configured)`: `CAPPLAN_TELEMETRY_DIR` when set; else `var/telemetry` when
+  it holds any file; else the shipped SAMPLE fleet (`warehouse/telemetry/sample`), so a default
+  run fills every mart. Every row the run writes says which (`telemetry_source`).
+- `fingerprint(folder)`: {relative path: sha256} of every file: the telemetry sensor's cursor.
+- `ingest_frames(folder, catalog)`: `warehouse.telemetry.ingest_dir` resolved against the run's
+  registry (model ids and GPU SKUs with their aliases), files labelled with the source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from warehouse.recommendations.catalog import Catalog
+from warehouse.telemetry import SAMPLE_DIR, IngestResult, deployment_summary, ingest_dir
+from warehouse.telemetry.ingest import DEFAULT_DIR
+
+SAMPLE = "sample"
+DROP_FOLDER = "drop_folder"
+
+
+@dataclass(frozen=True)
+class DropFolder:
+    path: Path
+    source: str  # sample | drop_folder
+    configured: bool  # CAPPLAN_TELEMETRY_DIR named it
+
+    def describe(self) -> str:
+        if self.source == SAMPLE:
+            return f"the SAMPLE fleet shipped with capplan ({self.path}): made-up numbers, not a real fleet"
+        how = "CAPPLAN_TELEMETRY_DIR" if self.configured else "the default drop folder"
+        return f"{how} {self.path}"
+
+
+def _has_files(folder: Path) -> bool:
+    return folder.is_dir() and any(p.is_file() for p in folder.rglob("*"))
+
+
+def resolve_drop_folder(configured: str | Path | None, default: Path = DEFAULT_DIR) -> DropFolder:
+    if configured:
+        path = Path(configured)
+        same = path.resolve() == SAMPLE_DIR.resolve() if path.exists() else False
+        return DropFolder(path, SAMPLE if same else DROP_FOLDER, True)
+    if _has_files(default):
+        return DropFolder(default, DROP_FOLDER, False)
+    return DropFolder(SAMPLE_DIR, SAMPLE, False)
+
+
+def watched_folder(configured: str | Path | None, default: Path = DEFAULT_DIR) -> Path:
+    """The folder the sensor watches: the configured one, else the default drop folder (never the sample)."""
+    return Path(configured) if configured else default
+
+
+def fingerprint(folder: Path) -> dict[str, str]:
+    """{path relative to the folder: sha256 of its bytes} for every file (empty for a missing folder)."""
+    if not folder.is_dir():
+        return {}
+    result: dict[str, str] = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        result[path.relative_to(folder).as_posix()] = digest.hexdigest()
+    return result
+
+
+def fingerprint_key(prints: dict[str, str]) -> str:
+    """A short stable key for a fingerprint (the run key of the run it triggers)."""
+    return hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class TelemetryFrames:
+    folder: DropFolder
+    result: IngestResult
+    files: pl.DataFrame  # result.files + telemetry_source, drop_dir
+
+
+def ingest_frames(folder: DropFolder, catalog: Catalog) -> TelemetryFrames:
+    result = ingest_dir(folder.path, model_ids=catalog.model_ids(), gpu_skus=list(catalog.gpus.values()))
+    files = result.files.with_columns(
+        pl.lit(folder.source, pl.String).alias("telemetry_source"),
+        pl.lit(str(folder.path), pl.String).alias("drop_dir"),
+    )
+    return TelemetryFrames(folder, result, files)
+
+
+def deployments_frame(observations: pl.DataFrame, samples: pl.DataFrame, source: str) -> pl.DataFrame:
+    """`raw.telemetry_deployments`: deployment_summary, labelled with the telemetry source."""
+    summary = deployment_summary(observations.lazy(), samples.lazy()).collect()
+    return summary.with_columns(pl.lit(source, pl.String).alias("telemetry_source"))

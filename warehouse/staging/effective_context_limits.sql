@@ -1,0 +1,46 @@
+-- staging.effective_context_limits: effective context limits per deployment and per model x GPU x TP at target concurrencies (warehouse.recommendations.limits), typed and stamped with the run.
+-- grain: one kind x deployment (or model x gpu x tp x pp) x concurrency.
+-- columns: run_id, run_date, kind, deployment_id, model, model_family, gpu, engine, engine_version,
+--   weight_dtype, kv_dtype, tp, pp, max_model_len, concurrency, model_limit, memory_limit,
+--   calibrated_limit, measured_limit, effective_limit, binding, calibrated, calibration_scope,
+--   n_observations
+create or replace view staging.effective_context_limits as
+with source as (
+    select * from raw.effective_context_limits
+),
+
+run as (
+    select run_id, run_date from raw.run
+),
+
+typed as (
+    select
+        run.run_id,
+        run.run_date,
+        kind::varchar as kind,
+        deployment_id::varchar as deployment_id,
+        model::varchar as model,
+        model_family::varchar as model_family,
+        gpu::varchar as gpu,
+        engine::varchar as engine,
+        engine_version::varchar as engine_version,
+        weight_dtype::varchar as weight_dtype,
+        kv_dtype::varchar as kv_dtype,
+        tp::integer as tp,
+        pp::integer as pp,
+        max_model_len::bigint as max_model_len,
+        concurrency::bigint as concurrency,
+        model_limit::bigint as model_limit,
+        memory_limit::bigint as memory_limit,
+        calibrated_limit::bigint as calibrated_limit,
+        measured_limit::bigint as measured_limit,
+        effective_limit::bigint as effective_limit,
+        binding::varchar as binding,
+        calibrated::boolean as calibrated,
+        calibration_scope::varchar as calibration_scope,
+        n_observations::bigint as n_observations
+    from source
+    cross join run
+)
+
+select * from typed;

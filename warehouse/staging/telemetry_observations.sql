@@ -1,0 +1,77 @@
+-- staging.telemetry_observations: deployment observations read from the telemetry drop folder (warehouse.telemetry), typed and stamped with the run.
+-- grain: one deployment observation per source record (a startup-log engine start, a CSV/Parquet row, a vllm:cache_config_info sample).
+-- columns: run_id, run_date, observation_id, deployment_id, source_kind, observed_at,
+--   observed_at_source, model, model_name_raw, served_model_name, gpu, gpu_name_raw, tp, pp,
+--   engine, engine_version, engine_generation, gpu_memory_utilization, max_model_len, max_num_seqs,
+--   max_num_batched_tokens, weight_dtype, quantization, kv_cache_dtype, block_size,
+--   enable_prefix_caching, startup_outcome, startup_error, total_gpu_memory_bytes,
+--   requested_memory_bytes, weights_bytes, activation_peak_bytes, non_torch_bytes,
+--   cuda_graph_bytes, non_kv_bytes, kv_cache_memory_bytes, num_gpu_blocks, num_cpu_blocks,
+--   kv_cache_tokens, max_concurrency, max_concurrency_tokens, peak_kv_usage, peak_requests_running,
+--   peak_requests_waiting, preemptions_total, fb_used_bytes, fb_free_bytes, input_rows, file, line
+create or replace view staging.telemetry_observations as
+with source as (
+    select * from raw.telemetry_observations
+),
+
+run as (
+    select run_id, run_date from raw.run
+),
+
+typed as (
+    select
+        run.run_id,
+        run.run_date,
+        observation_id::varchar as observation_id,
+        deployment_id::varchar as deployment_id,
+        source_kind::varchar as source_kind,
+        observed_at::timestamptz as observed_at,
+        observed_at_source::varchar as observed_at_source,
+        model_id::varchar as model,
+        model_name_raw::varchar as model_name_raw,
+        served_model_name::varchar as served_model_name,
+        gpu_sku::varchar as gpu,
+        gpu_name_raw::varchar as gpu_name_raw,
+        tp::integer as tp,
+        pp::integer as pp,
+        engine::varchar as engine,
+        engine_version::varchar as engine_version,
+        engine_generation::varchar as engine_generation,
+        gpu_memory_utilization::double as gpu_memory_utilization,
+        max_model_len::bigint as max_model_len,
+        max_num_seqs::bigint as max_num_seqs,
+        max_num_batched_tokens::bigint as max_num_batched_tokens,
+        weight_dtype::varchar as weight_dtype,
+        quantization::varchar as quantization,
+        kv_cache_dtype::varchar as kv_cache_dtype,
+        block_size::integer as block_size,
+        enable_prefix_caching::boolean as enable_prefix_caching,
+        startup_outcome::varchar as startup_outcome,
+        startup_error::varchar as startup_error,
+        total_gpu_memory_bytes::bigint as total_gpu_memory_bytes,
+        requested_memory_bytes::bigint as requested_memory_bytes,
+        weights_bytes::bigint as weights_bytes,
+        activation_peak_bytes::bigint as activation_peak_bytes,
+        non_torch_bytes::bigint as non_torch_bytes,
+        cuda_graph_bytes::bigint as cuda_graph_bytes,
+        non_kv_bytes::bigint as non_kv_bytes,
+        kv_cache_memory_bytes::bigint as kv_cache_memory_bytes,
+        num_gpu_blocks::bigint as num_gpu_blocks,
+        num_cpu_blocks::bigint as num_cpu_blocks,
+        kv_cache_tokens::bigint as kv_cache_tokens,
+        max_concurrency::double as max_concurrency,
+        max_concurrency_tokens::bigint as max_concurrency_tokens,
+        peak_kv_usage::double as peak_kv_usage,
+        peak_requests_running::double as peak_requests_running,
+        peak_requests_waiting::double as peak_requests_waiting,
+        preemptions_total::double as preemptions_total,
+        fb_used_bytes::bigint as fb_used_bytes,
+        fb_free_bytes::bigint as fb_free_bytes,
+        input_rows::integer as input_rows,
+        file::varchar as file,
+        line::bigint as line
+    from source
+    cross join run
+)
+
+select * from typed;

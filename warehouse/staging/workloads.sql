@@ -1,0 +1,41 @@
+-- staging.workloads: the workload profiles as read from workloads.yaml (CAPPLAN_WORKLOADS), and the entries that could not be, typed and stamped with the run.
+-- grain: one workload entry.
+-- columns: run_id, run_date, workload, description, models, target_concurrency, context_tokens,
+--   context_source, max_model_len, dtype_policy, weight_dtypes, kv_dtypes, headroom, engine,
+--   engine_version, gpus, max_gpus_per_replica, valid, error, source_path
+create or replace view staging.workloads as
+with source as (
+    select * from raw.workloads
+),
+
+run as (
+    select run_id, run_date from raw.run
+),
+
+typed as (
+    select
+        run.run_id,
+        run.run_date,
+        workload::varchar as workload,
+        description::varchar as description,
+        models::varchar[] as models,
+        target_concurrency::bigint as target_concurrency,
+        context_tokens::bigint as context_tokens,
+        context_source::varchar as context_source,
+        max_model_len::bigint as max_model_len,
+        dtype_policy::varchar as dtype_policy,
+        weight_dtypes::varchar[] as weight_dtypes,
+        kv_dtypes::varchar[] as kv_dtypes,
+        headroom::double as headroom,
+        engine::varchar as engine,
+        engine_version::varchar as engine_version,
+        gpus::varchar[] as gpus,
+        max_gpus_per_replica::bigint as max_gpus_per_replica,
+        valid::boolean as valid,
+        error::varchar as error,
+        source_path::varchar as source_path
+    from source
+    cross join run
+)
+
+select * from typed;
