@@ -641,10 +641,13 @@ def build_deployments(
     multi = _sized(multi, overheads, model_frame, candidates, width, shapes, windows, release)
     deployment_columns = [c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS]
     pool = [*POOL_COLUMNS, *(f"pool_window_{j}_{part}" for j in range(windows) for part in ("groups", "held"))]
-    keep = [*deployment_columns, *pool, "contexts", "model_idx", "gpu_idx", "_rank"]
+    keep = [*deployment_columns, *pool, "model_idx", "gpu_idx", "_rank"]
+    # the contexts list joins last: a list column is dear to carry through joins and the sort
+    contexts = model_frame.select("model_idx", "contexts")
     return (
         pl.concat([single.select(keep), multi.select(keep)])
         .sort("model_idx", "gpu_idx", "_rank")
+        .join(contexts, on="model_idx", how="left", maintain_order="left")
         .drop("model_idx", "gpu_idx", "_rank")
     )
 
@@ -667,7 +670,7 @@ def _sized(
             how="inner",
             nulls_equal=True,
         )
-        .join(model_frame, on="model_idx", how="inner")
+        .join(model_frame.drop("contexts"), on="model_idx", how="inner")
         .join(candidates, on=["kv_id", "base_block_size"], how="inner")
     )
     total, util = pl.col("gpu_memory_bytes"), pl.col("gpu_memory_utilization")
