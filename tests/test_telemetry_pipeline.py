@@ -11,6 +11,7 @@ replaces the marts. Sensors and checks are called as plain functions.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from pipelines.resources import PlanningResource, RegistryResource, WarehouseRes
 from tests.test_warehouse_fixtures import write_catalog
 from warehouse.publish import Warehouse
 from warehouse.recommendations.drop_folder import SAMPLE, fingerprint, resolve_drop_folder
+from warehouse.sql import columns, header_comment, sql_path
 from warehouse.telemetry import SAMPLE_DIR
 
 GIB = 1 << 30
@@ -239,6 +241,42 @@ def test_limits_budgets_and_placements_for_the_observed_fleet(twice: dict[str, A
     assert [r[0] for r in placed] == ["chat", "code"] and all(r[3] > 0 for r in placed)
     plan = env.query("select sum(gpus_bought), any_value(method), any_value(optimal) from marts.procurement_plan")
     assert plan[0][0] > 0 and plan[0][2] is True
+
+
+def _header_columns(sql: str) -> list[str]:
+    """The names after `columns:` in a SQL file's header comment, up to the next `key:` line."""
+    lines = header_comment(sql).split("columns:", 1)[1].splitlines()
+    taken = [lines[0]]
+    for line in lines[1:]:
+        if re.match(r"^[a-z][a-z _]*:", line.strip()):
+            break
+        taken.append(line)
+    return [word for word in re.split(r"[,\s]+", " ".join(taken)) if word]
+
+
+def test_every_relation_is_documented_and_lists_its_columns(twice: dict[str, Any]) -> None:
+    from pipelines.definitions import defs
+
+    env: Env = twice["env"]
+    graph = defs.resolve_asset_graph()
+    ours = sorted(
+        (k.path[0], k.path[1])
+        for k in graph.get_all_asset_keys()
+        if graph.get(k).group_name in ("telemetry", "recommendations")
+    )
+    assert {t for layer, t in ours if layer == "marts"} == set(MARTS)
+    con = duckdb.connect(str(env.warehouse), read_only=True)
+    try:
+        for layer, table in ours:
+            sql = sql_path(layer, table).read_text(encoding="utf-8")
+            names = [name for name, _type, _comment in columns(con, layer, table)]
+            assert names and _header_columns(sql) == names, f"{layer}.{table}: header columns differ"
+            if layer == "marts":
+                for relation in (table, f"{table}_history"):
+                    missing = [n for n, _t, comment in columns(con, "marts", relation) if not comment]
+                    assert not missing, f"marts.{relation}: no COMMENT ON for {missing}"
+    finally:
+        con.close()
 
 
 # --- sensor and checks as plain functions ------------------------------------------------------------
