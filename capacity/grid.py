@@ -66,7 +66,7 @@ from capacity.memory import (
     sglang_pool_from_cells,
     sglang_swa_denominator,
     state_bytes_per_sequence_per_gpu,
-    validate_parallelism,
+    valid_tp_sizes,
     vllm_stage_pools,
 )
 from capacity.spec import GpuSku, ModelSpec, SpecError
@@ -204,17 +204,6 @@ def weight_dtype_choices(spec: ModelSpec, wanted: Iterable[str]) -> list[tuple[s
     return choices
 
 
-def _valid_tp(spec: ModelSpec, tp_sizes: Sequence[int]) -> list[int]:
-    valid = []
-    for tp in tp_sizes:
-        try:
-            validate_parallelism(spec, tp, 1, None)
-        except SpecError:
-            continue
-        valid.append(tp)
-    return valid
-
-
 # --- the per-layout part: the scalar helpers, called once per distinct input ----------------------
 
 
@@ -299,7 +288,7 @@ def _build_tables(
             classes[key] = len(classes)
             representative.append(gm.spec)
         model_class.append(classes[key])
-        valid = _valid_tp(gm.spec, options.tp_sizes)
+        valid = valid_tp_sizes(gm.spec, options.tp_sizes)
         node = {gpn: max((tp for tp in valid if tp <= gpn), default=None) for gpn in gpns}
         combos = [(tp, 1) for tp in valid]
         for tp in sorted({tp for tp in node.values() if tp is not None}):

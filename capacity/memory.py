@@ -8,7 +8,7 @@ engine's own arithmetic (vLLM's block pool and hybrid groups, SGLang's token poo
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TypeVar
@@ -851,6 +851,18 @@ def validate_parallelism(model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None)
     if gpu is not None and tp > gpu.gpus_per_node:
         raise SpecError(f"tensor parallel size {tp} exceeds the {gpu.gpus_per_node} GPUs per node of {gpu.id}")
     pp_partition(model.num_layers, pp)
+
+
+def valid_tp_sizes(model: ModelSpec, sizes: Iterable[int], gpu: GpuSku | None = None, pp: int = 1) -> list[int]:
+    """The tensor-parallel sizes that pass `validate_parallelism`, in the order given."""
+    valid = []
+    for tp in sizes:
+        try:
+            validate_parallelism(model, tp, pp, gpu)
+        except SpecError:
+            continue
+        valid.append(tp)
+    return valid
 
 
 def _format_gib(n: int | float) -> str:
