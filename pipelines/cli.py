@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from pipelines.commands import estimate, nightly, registry, sql
+from pipelines.commands import estimate, export, nightly, registry, report, sql
 
 app = typer.Typer(
     name="capplan",
@@ -22,6 +22,8 @@ app.add_typer(registry.app, name="registry")
 app.command("estimate")(estimate.estimate)
 app.command("nightly")(nightly.nightly)
 app.command("sql")(sql.sql)
+app.command("report")(report.report)
+app.add_typer(export.app, name="export")
 
 
 def main() -> None:

@@ -236,9 +236,13 @@ EXPORT_FIELDS = (
 
 def admission_document(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     """`marts.admission_budgets` of the published run as one JSON-ready object for routers."""
-    run = con.execute("select run_id, run_date, started_at from raw.run").fetchone()
     columns = ", ".join(EXPORT_FIELDS)
     frame = con.execute(f"select {columns} from marts.admission_budgets order by deployment_id").pl()
+    run = con.execute(
+        "select run_id, run_date, started_at from marts.runs "
+        "where run_id = coalesce((select any_value(run_id) from marts.admission_budgets), run_id) "
+        "order by started_at desc limit 1"
+    ).fetchone()
     run_id, run_date, started_at = run if run else (None, None, None)
     return {
         "schema_version": 1,
@@ -246,5 +250,11 @@ def admission_document(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         "run_id": run_id,
         "run_date": run_date.isoformat() if isinstance(run_date, dt.date) else run_date,
         "run_started_at": started_at.isoformat() if isinstance(started_at, dt.datetime) else started_at,
+        "fields": {
+            "max_request_tokens": "longest request (prompt + max_tokens) to admit",
+            "token_budget": "KV tokens in flight (prompt + max_tokens of admitted requests) not to exceed",
+            "sequence_budget": "concurrent requests to admit",
+            "sequence_budget_at_max_len": "concurrent requests that are safe even at max_model_len each",
+        },
         "deployments": frame.to_dicts(),
     }

@@ -1,0 +1,76 @@
+"""`capplan export`: the published answers in formats other systems read.
+
+`capplan export admission [--format json|csv] [--out PATH]`: marts.admission_budgets for routers —
+per deployment the longest request, the KV tokens in flight and the concurrent requests to admit.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from pipelines.commands.sql import _json_value
+
+FORMATS = ("json", "csv")
+
+app = typer.Typer(help="Export published answers (admission budgets for routers).", no_args_is_help=True)
+
+
+def fail(message: str) -> NoReturn:
+    """A user error: one line on stderr, exit code 2."""
+    typer.echo(f"capplan: error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+@app.command("admission")
+def admission(
+    fmt: Annotated[str, typer.Option("--format", help="json (one object with a deployments list) or csv.")] = "json",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="File to write (default: stdout).")] = None,
+    warehouse: Annotated[
+        Path | None,
+        typer.Option("--warehouse", help="DuckDB file (default: CAPPLAN_WAREHOUSE, else var/warehouse.duckdb)."),
+    ] = None,
+) -> None:
+    """Admission budgets per deployment: max request tokens, token budget, sequence budget."""
+    import duckdb
+
+    from warehouse.publish import Warehouse, WarehouseMissing
+    from warehouse.recommendations.admission import EXPORT_FIELDS, admission_document
+
+    if fmt not in FORMATS:
+        fail(f"unknown --format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    try:
+        con = Warehouse(warehouse).connect_read_only()
+    except WarehouseMissing as exc:
+        fail(str(exc))
+    except duckdb.Error as exc:
+        fail(f"cannot open the warehouse: {str(exc).splitlines()[0]}")
+    try:
+        document = admission_document(con)
+    except duckdb.Error as exc:
+        fail(f"no admission budgets in this warehouse (run `capplan nightly`): {str(exc).splitlines()[0]}")
+    finally:
+        con.close()
+    if fmt == "json":
+        text = json.dumps(_json_value(document), indent=2) + "\n"
+    else:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=list(EXPORT_FIELDS), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(document["deployments"])
+        text = buffer.getvalue()
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {out}: {exc.strerror or exc}")
+    typer.echo(f"wrote {out}: {len(document['deployments'])} deployments, run {document['run_id']}", err=True)

@@ -1,0 +1,63 @@
+"""`capplan report`: one self-contained HTML page over the published warehouse.
+
+B_max against context per GPU for a model, capplan's predictions against the fleet's measurements
+with the error band, the recommended placements and the procurement plan
+(`warehouse.recommendations.report`; extra `report`). Reads the warehouse read-only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+DEFAULT_OUT = Path("var/capplan-report.html")
+
+
+def fail(message: str) -> NoReturn:
+    """A user error: one line on stderr, exit code 2."""
+    typer.echo(f"capplan: error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def report(
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", "-m", help="Registry id to chart (default: the model most observed deployments serve)."
+        ),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="HTML file to write.")] = DEFAULT_OUT,
+    warehouse: Annotated[
+        Path | None,
+        typer.Option("--warehouse", help="DuckDB file (default: CAPPLAN_WAREHOUSE, else var/warehouse.duckdb)."),
+    ] = None,
+) -> None:
+    """Write the HTML report: B_max curves, predicted vs measured, placements, procurement."""
+    import duckdb
+
+    from warehouse.publish import Warehouse, WarehouseMissing
+    from warehouse.recommendations.report import ReportUnavailable, read_report, render_report
+
+    try:
+        con = Warehouse(warehouse).connect_read_only()
+    except WarehouseMissing as exc:
+        fail(str(exc))
+    except duckdb.Error as exc:
+        fail(f"cannot open the warehouse: {str(exc).splitlines()[0]}")
+    try:
+        data = read_report(con, model)
+        page = render_report(data)
+    except ReportUnavailable as exc:
+        fail(str(exc))
+    except duckdb.Error as exc:
+        fail(f"the warehouse cannot answer the report's queries: {str(exc).splitlines()[0]}")
+    finally:
+        con.close()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {out}: {exc.strerror or exc}")
+    typer.echo(f"wrote {out} ({len(page.encode()) / 1024:,.0f} KiB): {data.model}, run {data.run_id}")

@@ -1,0 +1,123 @@
+"""`capplan report` and `capplan export admission` on a warehouse the real definitions built.
+
+Every asset of the definitions is materialized once, in-process, on a two-model catalog with the
+drop folder of test_telemetry_pipeline (a real vLLM 0.19 CodeLlama-7b H100 startup log, malformed
+metrics); the report is rendered through the CLI and checked for its content, and for being one
+self-contained file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+from typer.testing import CliRunner
+
+from pipelines.cli import app
+from tests.test_telemetry_pipeline import Env
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Env:
+    from pipelines.definitions import defs
+
+    env = Env(tmp_path_factory.mktemp("report"))
+    result = dg.materialize(
+        [*(defs.assets or []), *(defs.asset_checks or [])],  # type: ignore[list-item]
+        resources=env.resources(),
+        raise_on_error=False,
+    )
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    return env
+
+
+@pytest.fixture(scope="module")
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture(scope="module")
+def page(built: Env, runner: CliRunner, tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("out") / "report.html"
+    result = runner.invoke(app, ["report", "--warehouse", str(built.warehouse), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {out}" in result.output and "codellama/CodeLlama-7b-hf" in result.output
+    return out.read_text(encoding="utf-8")
+
+
+def test_the_report_is_one_self_contained_page(page: str) -> None:
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "<script" not in page, "no JavaScript: charts are inline SVG"
+    assert not re.findall(r"(?:src|href)=['\"]?https?://", page), "nothing fetched from the network"
+    assert page.count("<svg") >= 2
+
+
+def test_the_report_shows_curves_the_comparison_and_the_plans(page: str) -> None:
+    # the model charted by default: the one the observed deployments serve
+    assert "capplan report: codellama/CodeLlama-7b-hf" in page
+    # B_max vs context per GPU: axis titles and one line per GPU of the catalog
+    assert "context (tokens per sequence)" in page and "B_max (concurrent sequences)" in page
+    assert "h100-sxm-80gb" in page and "l4-24gb" in page
+    # predicted vs measured: the pasted deployment, both numbers, the band
+    assert "Predicted vs measured KV pool, 1 deployments; band:" in page
+    assert "codellama-h100" in page and "measured KV pool per GPU (GiB)" in page
+    assert re.search(r">\s*61\.66\s*<", page), "the measured 61.66 GiB of the log is in the table"
+    # placements and procurement tables
+    assert "Recommended placements" in page and "Procurement plan" in page
+    for workload in ("chat", "code"):
+        assert f">{workload}<" in page
+    assert "$" in page and ("highs" in page or "enumeration" in page)
+
+
+def test_report_for_another_model_and_errors(built: Env, runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "llama.html"
+    ok = runner.invoke(
+        app,
+        ["report", "--warehouse", str(built.warehouse), "--model", "meta-llama/Llama-3.1-8B-Instruct", "-o", str(out)],
+    )
+    assert ok.exit_code == 0, ok.output
+    assert "capplan report: meta-llama/Llama-3.1-8B-Instruct" in out.read_text(encoding="utf-8")
+    unknown = runner.invoke(app, ["report", "--warehouse", str(built.warehouse), "--model", "acme/nope"])
+    assert unknown.exit_code == 2 and "not in marts.models" in unknown.output
+    missing = runner.invoke(app, ["report", "--warehouse", str(tmp_path / "none.duckdb")])
+    assert missing.exit_code == 2 and "capplan nightly" in missing.output
+
+
+def test_without_the_report_extra_the_error_says_what_to_install(built: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    import duckdb
+
+    from warehouse.recommendations.report import ReportUnavailable, read_report, render_report
+
+    con = duckdb.connect(str(built.warehouse), read_only=True)
+    try:
+        data = read_report(con)
+    finally:
+        con.close()
+    monkeypatch.setitem(sys.modules, "altair", None)
+    with pytest.raises(ReportUnavailable, match=r"capplan\[report\]"):
+        render_report(data)
+
+
+def test_export_admission_for_routers(built: Env, runner: CliRunner) -> None:
+    result = runner.invoke(app, ["export", "admission", "--format", "json", "--warehouse", str(built.warehouse)])
+    assert result.exit_code == 0, result.output
+    document: dict[str, Any] = json.loads(result.stdout)
+    assert document["schema_version"] == 1 and document["run_id"]
+    by_id = {d["deployment_id"]: d for d in document["deployments"]}
+    code = by_id["codellama-h100"]
+    assert code["model"] == "codellama/CodeLlama-7b-hf" and code["gpu"] == "h100-sxm-80gb"
+    assert code["capacity_source"] == "measured" and code["token_budget"] == int(code["kv_capacity_tokens"] * 0.9)
+    assert code["max_request_tokens"] == 8192 and 1 <= code["sequence_budget_at_max_len"] <= code["sequence_budget"]
+    rows = list(csv.DictReader(io.StringIO(
+        runner.invoke(app, ["export", "admission", "--format", "csv", "--warehouse", str(built.warehouse)]).stdout
+    )))  # fmt: skip
+    assert [r["deployment_id"] for r in rows] == sorted(by_id)
+    bad = runner.invoke(app, ["export", "admission", "--format", "xml", "--warehouse", str(built.warehouse)])
+    assert bad.exit_code == 2 and "unknown --format" in bad.output
