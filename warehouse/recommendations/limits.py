@@ -165,14 +165,20 @@ def native_weight_dtype(spec: ModelSpec) -> str:
     return "bf16" if plain_bf16 else "auto"
 
 
-def _layouts(spec: ModelSpec, gpu: GpuSku, tp_sizes: Sequence[int], pp_sizes: Sequence[int]) -> list[tuple[int, int]]:
-    tps = []
+def _valid_tp(spec: ModelSpec, tp_sizes: Sequence[int]) -> list[int]:
+    """TP sizes the model allows (heads divisible), before any GPU's node size."""
+    valid = []
     for tp in tp_sizes:
         try:
-            validate_parallelism(spec, tp, 1, gpu)
+            validate_parallelism(spec, tp, 1, None)
         except SpecError:
             continue
-        tps.append(tp)
+        valid.append(tp)
+    return valid
+
+
+def _layouts(spec: ModelSpec, gpu: GpuSku, valid_tp: Sequence[int], pp_sizes: Sequence[int]) -> list[tuple[int, int]]:
+    tps = [tp for tp in valid_tp if tp <= gpu.gpus_per_node]
     layouts = [(tp, 1) for tp in tps]
     if tps:
         layouts += [(max(tps), pp) for pp in pp_sizes if 1 < pp <= spec.num_layers]
@@ -197,10 +203,11 @@ def grid_limits(
         spec = grid_model.spec
         weight = native_weight_dtype(spec)
         smallest = grid_contexts(spec.context_limit_tokens)[0]
+        valid_tp = _valid_tp(spec, tp_sizes)
         for gpu_id in sorted(catalog.gpus):
             gpu = catalog.gpus[gpu_id]
             correction = fit.lookup("vllm", version, gpu.id, spec.family)
-            layouts = _layouts(spec, gpu, tp_sizes, pp_sizes)
+            layouts = _layouts(spec, gpu, valid_tp, pp_sizes)
             node_tp = max((tp for tp, pp in layouts if pp == 1), default=0)
             node_fits = True
             for tp, pp in layouts:
