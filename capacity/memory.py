@@ -762,6 +762,8 @@ def vllm_pool(
         model, kv_budget_bytes, kv_bytes, ssm_bytes, model_bytes, tp, pp, block_size, max_num_batched_tokens, release
     )
     # the engine sizes every rank to the tightest one (the first stage with the fewest blocks)
+    if not pools:
+        raise SpecError("no layer of this model holds a KV cache or state: nothing to size")
     return min(pools, key=lambda p: p.capacity_units), notes
 
 
@@ -786,6 +788,8 @@ def vllm_stage_pools(
         buckets: dict[tuple[str, int | None], list[tuple[LayerKVSpec, int]]] = {}
         for layer, n in layers:
             buckets.setdefault(_layer_bucket(layer, hybrid), []).append((layer, n))
+        if not buckets:
+            continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
         attn_page_per_token = max(
             (layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer, _ in layers if layer.stores_per_token_kv),
             default=0,
