@@ -124,6 +124,10 @@ class WarehouseResource(dg.ConfigurableResource):
         finally:
             con.close()
 
+    def run_params(self) -> dict[str, object]:
+        """`$run_id` and `$run_date` for the SQL of run-keyed raw tables (history kept in place)."""
+        return {"run_id": self.run_id, "run_date": self.started_at.date()}
+
     def publish(self, run_row: Mapping[str, Any]) -> PublishResult:
         self._begin()
         self._close()

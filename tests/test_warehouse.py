@@ -155,6 +155,36 @@ def test_history_widens_when_a_mart_gains_a_column(tmp_path: Path) -> None:
     ]
 
 
+def test_run_keyed_raw_tables_keep_history_in_place_and_carry_forward(tmp_path: Path) -> None:
+    """Big raw tables keep every retained run's rows (no copy at publish); a run that did not
+    write one publishes the previous rows under its own id; publishing trims the oldest runs."""
+    store = Warehouse(tmp_path / "wh.duckdb", history_runs=2)
+    t0 = dt.datetime(2026, 3, 1, 2, tzinfo=dt.UTC)
+
+    def run(run_id: str, values: list[int] | None, day: int) -> list[tuple[object, ...]]:
+        started = t0 + dt.timedelta(days=day)
+        with store.lock(run_id):
+            store.begin(run_id, started)
+            with store.connect(run_id) as con:
+                con.execute("create table if not exists raw.keyed (run_id varchar, run_date date, x integer)")
+                if values is not None:
+                    con.execute(
+                        "insert into raw.keyed select $r, $d, unnest($v)",
+                        {"r": run_id, "d": started.date(), "v": values},
+                    )
+            store.publish(run_id, {"started_at": started})
+        return _read(store, "select run_id, run_date, x from raw.keyed order by run_date, x")
+
+    assert run("a", [1, 2], 0) == [("a", dt.date(2026, 3, 1), 1), ("a", dt.date(2026, 3, 1), 2)]
+    carried = run("b", None, 1)  # b wrote nothing: a's rows again, as b's
+    assert carried[2:] == [("b", dt.date(2026, 3, 2), 1), ("b", dt.date(2026, 3, 2), 2)] and len(carried) == 4
+    assert run("c", [3], 2) == [
+        ("b", dt.date(2026, 3, 2), 1),
+        ("b", dt.date(2026, 3, 2), 2),
+        ("c", dt.date(2026, 3, 3), 3),
+    ]
+
+
 def test_readers_see_the_previous_snapshot_until_the_swap_then_the_new_one(tmp_path: Path) -> None:
     store = Warehouse(tmp_path / "wh.duckdb")
     with store.lock("old"):

@@ -6,14 +6,17 @@ run never writes to the published file at all:
 1. `begin(run_id)` (under the refresh lock, see `warehouse.lock`) removes builds left by crashed
    runs and copies the published file to a private build file next to it,
    `.<name>.<run_id>.build` (a first run starts from an empty database), and stamps it with the
-   run (`raw.run`: every staging view, hence every mart, carries its run_id and run_date).
-2. The run's assets write their tables into the build (`connect(run_id)`), replacing the previous
-   run's rows; history tables carried over in the copy keep theirs.
-3. `publish(run_id, ...)` copies each mart's rows into its history table (`marts.<table>_history`,
-   keyed by `run_id` and `run_date`; the marts themselves are views over the run's raw tables, so
-   this is the one copy), trims history to the last `history_runs` runs, inserts the
-   `marts.runs` row, checkpoints and closes the build, fsyncs it, and `os.replace`s it over the
-   published path (an atomic rename on POSIX), then fsyncs the directory.
+   run (`raw.run`: the marts show the rows of that run).
+2. The run's assets write their tables into the build (`connect(run_id)`).
+3. `publish(run_id, ...)` keeps history, inserts the `marts.runs` row, checkpoints and closes the
+   build, fsyncs it, and `os.replace`s it over the published path (an atomic rename on POSIX),
+   then fsyncs the directory.
+
+History, keyed by `run_id` and `run_date`, trimmed to the last `history_runs` runs:
+- in place for the big tables: the capacity grid's raw tables keep every retained run's rows
+  (each run appends its own), and `marts.<table>_history` are views over them; nothing is copied.
+  A run that did not write one of them publishes the previous run's rows under its own id.
+- by copy for every other mart (`marts.<table>_history` tables, one copy of a small mart per run).
 
 A reader that opened the old file keeps reading the old inode; one that opens after the rename
 reads the new snapshot. A run killed at any point before the rename leaves the published file
@@ -34,20 +37,13 @@ from pathlib import Path
 import duckdb
 
 from warehouse.lock import RunLock
-from warehouse.sql import LAYERS, build_relation, columns, ident, qualified, relation_exists
+from warehouse.sql import LAYERS, build_relation, columns, ident, qualified, relation_kind
 
 PATH_ENV = "CAPPLAN_WAREHOUSE"
 DEFAULT_PATH = "var/warehouse.duckdb"
 DEFAULT_HISTORY_RUNS = 7
 HISTORY_SUFFIX = "_history"
 RUNS_TABLE = "runs"
-# Marts whose history keeps only their own columns, not the deployment's: the wide mart joins
-# marts.deployments, whose history holds the rest (join on run_id and deployment_id). Every other
-# mart's history is a copy of the mart.
-HISTORY_SOURCES = {
-    "capacity_grid": ("staging", "capacity_grid"),
-    "context_limits": ("staging", "context_limits"),
-}
 BUILD_SUFFIX = ".build"
 
 
@@ -194,10 +190,15 @@ class Warehouse:
             mark = time.perf_counter()
             con.execute("begin transaction")
             build_relation(con, "marts", RUNS_TABLE)
-            marts = mart_tables(con)
             keep = self._retained_runs(con, run_id)
+            for table in run_keyed_tables(con):
+                _carry_forward(con, table, run_id)
+                con.execute(
+                    f"delete from {qualified('raw', table)} where not list_contains($keep, run_id)", {"keep": keep}
+                )
+            mark = lap("raw_history", mark)
             counts: dict[str, int] = {}
-            for table in marts:
+            for table in mart_tables(con):
                 counts[table] = _append_history(con, table, run_id, keep)
                 mark = lap(f"history_{table}", mark)
             _insert_run(con, run_id, _complete_run_row(run_row, counts))
@@ -295,29 +296,66 @@ def _is_count_alias(name: str, row: Mapping[str, object]) -> bool:
     return isinstance(counts, dict) and (name in counts or name.removesuffix("_rows") in counts)
 
 
+def run_keyed_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Tables in `raw` that keep several runs' rows (a `run_id` column): history kept in place."""
+    rows = con.execute(
+        "select distinct c.table_name from duckdb_columns() c "
+        "join duckdb_tables() t on t.database_name = c.database_name and t.schema_name = c.schema_name "
+        "and t.table_name = c.table_name "
+        "where c.schema_name = 'raw' and c.database_name = current_database() and c.column_name = 'run_id' "
+        "and c.table_name <> 'run' order by 1"
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def _carry_forward(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> None:
+    """A run that did not write a run-keyed raw table publishes the previous run's rows again,
+    under its own run id (only partial runs, e.g. one asset materialized from the UI)."""
+    target = qualified("raw", table)
+    if con.execute(f"select 1 from {target} where run_id = $run_id limit 1", {"run_id": run_id}).fetchone():
+        return
+    previous = con.execute(
+        f"select r.run_id from marts.runs as r where exists (select 1 from {target} as t where t.run_id = r.run_id) "
+        "order by r.started_at desc limit 1"
+    ).fetchone()
+    if previous is None:
+        return
+    run_date = con.execute("select run_date from raw.run").fetchone()
+    con.execute(
+        f"insert into {target} by name select * replace ($run_id::varchar as run_id, $run_date::date as run_date) "
+        f"from {target} where run_id = $previous",
+        {"run_id": run_id, "run_date": run_date[0] if run_date else utc_today(), "previous": previous[0]},
+    )
+
+
 def _append_history(con: duckdb.DuckDBPyConnection, table: str, run_id: str, keep: list[str]) -> int:
-    """Copy this run's rows of `marts.<table>` (or of its HISTORY_SOURCES relation) into
-    `marts.<table>_history` (created or widened as needed, documented like the mart), drop the
-    runs not in `keep`; returns the rows copied. Each mart is evaluated once."""
+    """Copy this run's rows of `marts.<table>` into the table `marts.<table>_history` (created or
+    widened as needed, documented like the mart) and drop the runs not in `keep`; returns the mart's
+    rows. A mart whose `_history` is a view (over run-keyed raw tables) has its history in place:
+    only its documentation is refreshed. Each mart is evaluated once."""
     history = table + HISTORY_SUFFIX
-    layer, name = HISTORY_SOURCES.get(table, ("marts", table))
-    source = qualified(layer, name)
-    source_columns = columns(con, layer, name)
+    source = qualified("marts", table)
     target = qualified("marts", history)
-    if not relation_exists(con, "marts", history):
+    documented = {column: comment for column, _t, comment in columns(con, "marts", table) if comment}
+    kind = relation_kind(con, "marts", history)
+    if kind == "view":
+        for column, _dtype, _comment in columns(con, "marts", history):
+            if column in documented:
+                con.execute(f"comment on column {target}.{ident(column)} is {_sql_string(documented[column])}")
+        counted = con.execute(f"select count(*) from {source}").fetchone()
+        return int(counted[0]) if counted else 0
+    source_columns = columns(con, "marts", table)
+    if kind is None:
         con.execute(f"create table {target} as select * from {source} with no data")
     else:
         present = {column for column, _t, _c in columns(con, "marts", history)}
         for column, dtype, _comment in source_columns:
             if column not in present:
                 con.execute(f"alter table {target} add column {ident(column)} {dtype}")
-    documented = {column: comment for column, _t, comment in columns(con, "marts", table) if comment}
     for column, _dtype, _comment in source_columns:
         if column in documented:
             con.execute(f"comment on column {target}.{ident(column)} is {_sql_string(documented[column])}")
     note = f"Every retained run's rows of marts.{table} (run_id, run_date on each row)."
-    if table in HISTORY_SOURCES:
-        note += " Per-deployment columns: join marts.deployments_history on (run_id, deployment_id)."
     con.execute(f"comment on table {target} is {_sql_string(note)}")
     con.execute(
         f"delete from {target} where run_id = $run_id or not list_contains($keep, run_id)",

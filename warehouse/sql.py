@@ -146,14 +146,38 @@ def example_queries() -> dict[str, str]:
 INCOMING = "incoming"
 
 
-def load_frame(con: duckdb.DuckDBPyConnection, layer: str, table: str, frame: object) -> int:
-    """Create `layer.table` from a Polars frame: its SQL file selects from the relation `incoming`.
+def load_frame(
+    con: duckdb.DuckDBPyConnection,
+    layer: str,
+    table: str,
+    frame: object,
+    params: Mapping[str, object] | None = None,
+) -> int:
+    """Write a Polars frame into `layer.table` through its SQL file, which reads the relation
+    `incoming` (and may bind `params`). Returns the rows the frame had.
 
-    Returns the row count.
+    A run-keyed table (its file appends `$run_id` rows to a table that keeps earlier runs) gains
+    any column the frame brings that it does not have yet, so that code changes never drop history.
     """
     con.register(INCOMING, frame)
     try:
-        build_relation(con, layer, table)
+        if relation_kind(con, layer, table) == "table" and "$run_id" in read_sql(layer, table):
+            present = {name for name, _type, _comment in columns(con, layer, table)}
+            if "run_id" not in present:  # written by a version that kept one run: start its history
+                con.execute(f"drop table {qualified(layer, table)}")
+            else:
+                for name, dtype, *_ in con.execute(f"describe select * from {INCOMING}").fetchall():
+                    if name not in present:
+                        con.execute(f"alter table {qualified(layer, table)} add column {ident(str(name))} {dtype}")
+        build_relation(con, layer, table, params)
+        counted = con.execute(f"select count(*) from {INCOMING}").fetchone()
     finally:
         con.unregister(INCOMING)
-    return row_count(con, layer, table)
+    return int(counted[0]) if counted else 0
+
+
+def is_run_keyed(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> bool:
+    """A table that keeps several runs' rows, keyed by its `run_id` column."""
+    return relation_kind(con, layer, table) == "table" and any(
+        name == "run_id" for name, _t, _c in columns(con, layer, table)
+    )

@@ -15,7 +15,7 @@ from models_registry.sources.bundled import read_catalog_entries
 from pipelines.assets.common import describe, key, relation_result, sql_asset
 from pipelines.resources import RegistryResource, WarehouseResource
 from warehouse.capacity_grid import capacity_frames, compare_sample
-from warehouse.sql import load_frame, row_count
+from warehouse.sql import load_frame
 
 CAPACITY_GROUP = "capacity"
 GRID = key("raw", "capacity_grid")
@@ -54,9 +54,10 @@ def capacity_grid(context: dg.AssetExecutionContext, warehouse: WarehouseResourc
             f"x {gpus.height} GPUs in {computed:.2f} s"
         )
         start = time.perf_counter()
-        load_frame(con, "raw", "deployments", frames.deployments)
-        load_frame(con, "raw", "capacity_grid", frames.grid)
-        load_frame(con, "raw", "context_limits", frames.context_limits)
+        run = warehouse.run_params()  # these three keep every retained run's rows, keyed by run_id
+        load_frame(con, "raw", "deployments", frames.deployments, run)
+        load_frame(con, "raw", "capacity_grid", frames.grid, run)
+        load_frame(con, "raw", "context_limits", frames.context_limits, run)
         load_frame(con, "raw", "grid_errors", frames.errors)
         written = time.perf_counter() - start
         timing = {
@@ -79,18 +80,20 @@ staging_context_limits = sql_asset(
     "staging", "context_limits", deps=[("raw", "context_limits")], group_name=CAPACITY_GROUP
 )
 
-# Checks read raw: they run right after the grid asset, before any staging view exists.
+# Checks read raw (this run's rows): they run right after the grid asset, before any staging view.
 RAW_WIDE_GRID = """
-    select d.*, g.context, g.max_concurrency, g.b_max_memory, g.b_max, g.fits
+    select d.* exclude (run_id, run_date), g.context, g.max_concurrency, g.b_max_memory, g.b_max, g.fits
     from raw.capacity_grid as g
-    inner join raw.deployments as d on g.deployment_id = d.deployment_id
+    inner join raw.deployments as d on g.run_id = d.run_id and g.deployment_id = d.deployment_id
+    where g.run_id = (select run_id from raw.run)
 """
 
 
 @dg.asset_check(asset=GRID, blocking=True, description="The grid has rows.")
 def grid_not_empty(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     with warehouse.read() as con:
-        rows = row_count(con, "raw", "capacity_grid")
+        row = con.execute("select count(*) from raw.capacity_grid where run_id = (select run_id from raw.run)").fetchone()
+    rows = int(row[0]) if row else 0
     return dg.AssetCheckResult(passed=rows > 0, metadata={"rows": rows})
 
 
@@ -136,7 +139,12 @@ def every_catalog_model_planned_or_reported(
     entries, _errors = read_catalog_entries(registry.catalog_path())
     catalog = {entry.repo_id for entry in entries}
     with warehouse.read() as con:
-        planned = {str(r[0]) for r in con.execute("select distinct model from raw.deployments").fetchall()}
+        planned = {
+            str(r[0])
+            for r in con.execute(
+                "select distinct model from raw.deployments where run_id = (select run_id from raw.run)"
+            ).fetchall()
+        }
         reported = {
             str(r[0])
             for r in con.execute(

@@ -32,6 +32,22 @@ marts_capacity_grid = sql_asset(
 marts_context_limits = sql_asset(
     "marts", "context_limits", deps=[("staging", "context_limits"), ("staging", "deployments")], group_name=MARTS_GROUP
 )
+# History kept in place (run-keyed raw tables): views over every retained run.
+marts_deployments_history = sql_asset(
+    "marts", "deployments_history", deps=[("staging", "deployments")], group_name=MARTS_GROUP
+)
+marts_capacity_grid_history = sql_asset(
+    "marts",
+    "capacity_grid_history",
+    deps=[("staging", "capacity_grid"), ("marts", "deployments_history")],
+    group_name=MARTS_GROUP,
+)
+marts_context_limits_history = sql_asset(
+    "marts",
+    "context_limits_history",
+    deps=[("staging", "context_limits"), ("staging", "deployments")],
+    group_name=MARTS_GROUP,
+)
 marts_ingest_errors = sql_asset("marts", "ingest_errors", deps=[("staging", "ingest_errors")], group_name=MARTS_GROUP)
 
 
@@ -47,12 +63,13 @@ def capacity_grid_unique(warehouse: WarehouseResource) -> dg.AssetCheckResult:
             """
             select
                 (select count(*) from marts.capacity_grid),
-                (select count(*) from raw.capacity_grid),
-                (select count(*) from (select distinct deployment_id, context from raw.capacity_grid)),
-                (select count(*) from raw.deployments),
+                (select count(*) from raw.capacity_grid where run_id = (select run_id from raw.run)),
+                (select count(*) from (select distinct deployment_id, context from staging.capacity_grid
+                    where run_id = (select run_id from raw.run))),
+                (select count(*) from raw.deployments where run_id = (select run_id from raw.run)),
                 (select count(*) from (
                     select distinct model, gpu, engine, engine_version, weight_dtype, kv_dtype, tp, pp
-                    from raw.deployments
+                    from raw.deployments where run_id = (select run_id from raw.run)
                 )),
                 (select count(*) - count(distinct gpu) from staging.gpus)
             """
@@ -127,6 +144,9 @@ assets = [
     marts_deployments,
     marts_capacity_grid,
     marts_context_limits,
+    marts_deployments_history,
+    marts_capacity_grid_history,
+    marts_context_limits_history,
     marts_ingest_errors,
 ]
 asset_checks = [capacity_grid_unique]

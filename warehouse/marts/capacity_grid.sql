@@ -8,11 +8,11 @@
 --   cuda_graph_bytes_per_gpu, overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, num_blocks,
 --   block_size, kv_cache_tokens, physical_kv_token_slots, max_concurrency, b_max_memory, b_max,
 --   fits, usd_per_hour
--- history: marts.capacity_grid_history keeps run_id, run_date, deployment_id and the per-context
---   columns of every retained run; join marts.deployments_history on (run_id, deployment_id).
+-- history: marts.capacity_grid_history (every retained run, kept in place in raw).
 create or replace view marts.capacity_grid as
 with grid as (
     select * from staging.capacity_grid
+    where run_id = (select run.run_id from raw.run as run)
 ),
 
 deployments as (

@@ -2,15 +2,16 @@
 -- grain: one row per model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x concurrency.
 -- columns: run_id, run_date, deployment_id, model, model_family, gpu, engine, engine_version,
 --   weight_dtype, kv_dtype, tp, pp, num_gpus, concurrency, max_context
--- history: marts.context_limits_history keeps run_id, run_date, deployment_id, concurrency and
---   max_context of every retained run; join marts.deployments_history on (run_id, deployment_id).
+-- history: marts.context_limits_history (every retained run, kept in place in raw).
 create or replace view marts.context_limits as
 with limits as (
     select * from staging.context_limits
+    where run_id = (select run.run_id from raw.run as run)
 ),
 
 deployments as (
     select * from staging.deployments
+    where run_id = (select run.run_id from raw.run as run)
 )
 
 select

@@ -7,10 +7,11 @@
 --   activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu, cuda_graph_bytes_per_gpu,
 --   overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, num_blocks, block_size, kv_cache_tokens,
 --   physical_kv_token_slots, usd_per_hour
--- history: marts.deployments_history (every retained run).
+-- history: marts.deployments_history (every retained run, kept in place in raw.deployments).
 create or replace view marts.deployments as
 with deployments as (
     select * from staging.deployments
+    where run_id = (select run.run_id from raw.run as run)
 ),
 
 gpus as (

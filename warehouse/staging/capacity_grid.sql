@@ -1,19 +1,15 @@
 -- staging.capacity_grid: the per-context columns of the grid, typed.
--- grain: one row per deployment_id x context.
+-- grain: one row per run_id x deployment_id x context, for every retained run (the marts pick the published one).
 -- columns: run_id, run_date, deployment_id, context, max_concurrency, b_max_memory, b_max, fits
 create or replace view staging.capacity_grid as
 with source as (
     select * from raw.capacity_grid
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 typed as (
     select
-        run.run_id,
-        run.run_date,
+        run_id::varchar as run_id,
+        run_date::date as run_date,
         deployment_id::bigint as deployment_id,
         context::bigint as context,
         max_concurrency::double as max_concurrency,
@@ -21,7 +17,6 @@ typed as (
         b_max::bigint as b_max,
         fits::boolean as fits
     from source
-    cross join run
 )
 
 select * from typed;

@@ -1,5 +1,6 @@
 -- staging.deployments: the grid's deployments, typed (bytes and counts as BIGINT).
--- grain: one row per deployment (model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp).
+-- grain: one row per run_id x deployment (model x gpu x engine x engine_version x weight_dtype x
+--   kv_dtype x tp x pp), for every retained run (the marts pick the published one).
 -- columns: run_id, run_date, deployment_id, model, model_family, gpu, engine, engine_version,
 --   weight_dtype, kv_dtype, tp, pp, num_gpus, weight_format, kv_cache_dtype, weights_source,
 --   gpu_memory_bytes, gpu_memory_utilization, max_model_len, max_num_seqs, kv_bytes_per_token,
@@ -12,14 +13,10 @@ with source as (
     select * from raw.deployments
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 typed as (
     select
-        run.run_id,
-        run.run_date,
+        run_id::varchar as run_id,
+        run_date::date as run_date,
         deployment_id::bigint as deployment_id,
         model::varchar as model,
         model_family::varchar as model_family,
@@ -52,7 +49,6 @@ typed as (
         kv_cache_tokens::bigint as kv_cache_tokens,
         physical_kv_token_slots::bigint as physical_kv_token_slots
     from source
-    cross join run
 )
 
 select * from typed;
