@@ -15,6 +15,8 @@ every B_max below is arithmetic a person can redo:
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from capacity.calibration import Correction, ScopeKey
 from capacity.placement import (
@@ -244,3 +246,30 @@ def test_solver_matches_enumeration_on_random_fleets() -> None:
         assert solved.usd_per_hour == pytest.approx(exact.usd_per_hour)
         assert len(greedy.assignments) == len(exact.assignments), "greedy finds a plan where one exists"
         assert greedy.usd_per_hour >= exact.usd_per_hour - 1e-9
+
+
+# --- properties ------------------------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    concurrency=st.integers(1, 2000),
+    context=st.sampled_from([512, 1024, 4096, 8192, 16384, 32768]),
+    headroom=st.sampled_from([0.5, 0.8, 0.9, 1.0]),
+    checkpoint_gib=st.integers(2, 40),
+)
+def test_every_option_serves_the_target_with_the_fewest_replicas(
+    concurrency: int, context: int, headroom: float, checkpoint_gib: int
+) -> None:
+    workload = chat(
+        target_concurrency=concurrency, context_tokens=context, headroom=headroom, max_gpus_per_replica=None
+    )
+    result = place(SEED, workload, [BIG, SMALL], model_id="seed", checkpoint_bytes=checkpoint_gib * GIB)
+    keys = [o.sort_key() for o in result.options]
+    assert keys == sorted(keys) and [o.rank for o in result.options] == list(range(1, len(keys) + 1))
+    for o in result.options:
+        assert o.planned_per_replica == int(o.b_max * headroom) >= 1
+        assert o.planned_capacity >= concurrency > (o.replicas - 1) * o.planned_per_replica
+        assert o.usd_per_hour == pytest.approx(o.replicas * o.tp * o.pp * o.usd_per_gpu_hour)
+    if result.best is not None:  # the cheapest is no dearer than any other feasible option
+        assert all(result.best.usd_per_hour <= o.usd_per_hour + 1e-9 for o in result.options)
