@@ -22,7 +22,6 @@ from pipelines.resources import PlanningResource, WarehouseResource
 from warehouse.recommendations.calibration import fit_frames
 from warehouse.recommendations.catalog import Catalog, catalog
 from warehouse.recommendations.drop_folder import (
-    SAMPLE,
     deployments_frame,
     fingerprint,
     fingerprint_key,
@@ -311,5 +310,3 @@ def telemetry_sensor(context: dg.SensorEvaluationContext, planning: PlanningReso
 assets = [telemetry_ingest, telemetry_predictions, calibration, *STAGING, *MARTS]
 asset_checks = [telemetry_reconciles, prediction_drift]
 sensors = [telemetry_sensor]
-
-__all__ = ["SAMPLE", "asset_checks", "assets", "sensors"]
