@@ -12,7 +12,9 @@ with no data;
 
 delete from raw.capacity_grid where run_id = $run_id;
 
+-- stored by context first: a query for one context reads a few row groups (zone maps)
 insert into raw.capacity_grid by name
-select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming;
+select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming
+order by context, deployment_id;
 
 comment on table raw.capacity_grid is 'B_max and concurrency per deployment (raw.deployments) and context.';

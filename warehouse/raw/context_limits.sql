@@ -11,7 +11,9 @@ with no data;
 
 delete from raw.context_limits where run_id = $run_id;
 
+-- stored by concurrency first: a query for one concurrency reads a few row groups (zone maps)
 insert into raw.context_limits by name
-select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming;
+select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming
+order by concurrency, deployment_id;
 
 comment on table raw.context_limits is 'Max context per deployment (raw.deployments) for target concurrencies 1, 8, 32, 128, 512.';
