@@ -123,10 +123,6 @@ def row_count(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> int:
     return int(row[0]) if row else 0
 
 
-def relation_exists(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> bool:
-    return relation_kind(con, layer, table) is not None
-
-
 def columns(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> list[tuple[str, str, str | None]]:
     """(name, type, comment) of each column of `layer.table`, in order."""
     rows = con.execute(

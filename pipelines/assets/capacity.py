@@ -92,7 +92,9 @@ RAW_WIDE_GRID = """
 @dg.asset_check(asset=GRID, blocking=True, description="The grid has rows.")
 def grid_not_empty(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     with warehouse.read() as con:
-        row = con.execute("select count(*) from raw.capacity_grid where run_id = (select run_id from raw.run)").fetchone()
+        row = con.execute(
+            "select count(*) from raw.capacity_grid where run_id = (select run_id from raw.run)"
+        ).fetchone()
     rows = int(row[0]) if row else 0
     return dg.AssetCheckResult(passed=rows > 0, metadata={"rows": rows})
 
