@@ -327,3 +327,23 @@ def test_placements_use_the_calibration_where_it_applies(fleet: dict[str, Any]) 
     best = placements.row(0, named=True)
     assert best["calibrated"] and best["n_observations"] >= 3 and "0.11" in best["calibration_scope"]
     assert abs(best["b_max"] - best["b_max_predicted"]) <= max(2, best["b_max_predicted"] // 20)
+
+
+def test_an_empty_drop_folder_gives_empty_typed_frames(tmp_path: Path) -> None:
+    from warehouse.recommendations.admission import admission_budgets
+    from warehouse.recommendations.drop_folder import deployments_frame, ingest_frames, resolve_drop_folder
+    from warehouse.recommendations.limits import effective_limits
+
+    catalog = bundled_catalog(["meta-llama/Llama-3.1-8B-Instruct"], ["l4-24gb"])
+    (tmp_path / "empty").mkdir()
+    frames = ingest_frames(resolve_drop_folder(tmp_path / "empty"), catalog)
+    assert frames.files.is_empty() and frames.folder.source == "drop_folder"
+    deployments = deployments_frame(frames.result.observations, frames.result.samples, frames.folder.source)
+    predictions = predict_deployments(deployments, catalog)
+    calibration, per_deployment = fit_frames(deployments, predictions, catalog, min_observations=3)
+    assert predictions.is_empty() and calibration.is_empty() and per_deployment.is_empty()
+    limits = effective_limits(deployments, catalog, fit_from_frame(calibration))
+    assert limits.filter(pl.col("kind") == "deployment").is_empty()
+    assert limits.filter(pl.col("kind") == "model_gpu_tp").height == 4 * 5  # TP 1, 2, 4, 8 x 5 concurrencies
+    budgets = admission_budgets(deployments, predictions, per_deployment, limits, frames.result.observations)
+    assert budgets.is_empty() and budgets.schema == pl.Schema(ADMISSION_SCHEMA)
