@@ -44,7 +44,7 @@ What the grid enumerates (GridOptions changes it):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
@@ -207,6 +207,11 @@ def weight_dtype_choices(spec: ModelSpec, wanted: Iterable[str]) -> list[tuple[s
 # --- the per-layout part: the scalar helpers, called once per distinct input ----------------------
 
 
+_Candidates = list[tuple[int, int, float | None]]  # (shape id, bytes per unit, SGLang SWA denominator) per stage
+# bytes per token (whole model, per GPU), state bytes per sequence, (base block size, candidates) or None
+_KVSide = tuple[int, int, int, list[tuple[int, _Candidates]] | None]
+
+
 @dataclass(slots=True)
 class _Tables:
     """Rows of the small frames built in Python; the deployment frame is their join."""
@@ -220,6 +225,25 @@ class _Tables:
     candidates: list[tuple[int, int, list[tuple[int, int, float | None]]]] = field(default_factory=list)
     shapes: list[tuple[int, int, int, int, int, int, tuple[tuple[int, int], ...]]] = field(default_factory=list)
     shape_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
+    # the KV side of a layout depends on the model's layers only (not its parameter counts): models
+    # that share them (fine-tunes, re-quantizations) share these results, keyed by `kv_view` id
+    kv_views: dict[ModelSpec, int] = field(default_factory=dict)
+    kv_specs: list[ModelSpec] = field(default_factory=list)
+    kv_cache: dict[tuple[object, ...], object] = field(default_factory=dict)
+    kv_sides: dict[tuple[int, str, int, int, int, int], _KVSide] = field(default_factory=dict)
+
+    def kv_view(self, spec: ModelSpec) -> tuple[int, ModelSpec]:
+        """(id, spec) of the model's KV structure: the spec without its parameter counts, one object
+        per distinct structure. The KV helpers are called with this view, never with the spec, so a
+        helper that ever read a parameter count would disagree with `estimate` in the tests."""
+        view = replace(
+            spec, layer_params=(), embedding_params=0, lm_head_params=0, final_norm_params=0, extra_params=0, notes=()
+        )
+        found = self.kv_views.get(view)
+        if found is None:
+            found = self.kv_views[view] = len(self.kv_views)
+            self.kv_specs.append(view)
+        return found, self.kv_specs[found]
 
     def shape(self, pool: KVPool, swa_window: int) -> int:
         """Id of a pool shape: block size and charge terms (what a sequence of T tokens takes)."""
@@ -269,12 +293,56 @@ def _pool_candidates(
     return [(t.shape(pool, 0), unit, None)]
 
 
+def _kv_side(
+    t: _Tables,
+    vid: int,
+    spec: ModelSpec,
+    engine: str,
+    kv_bytes: int,
+    ssm_bytes: int,
+    act_bytes: int,
+    tp: int,
+    pp: int,
+    bases: list[int],
+    release: ec.VllmRelease,
+) -> _KVSide:
+    """Bytes per token (whole model, per GPU), state bytes per sequence and, per base block size,
+    the pool candidates of one KV layout of the KV view `vid` (`spec`); None for the candidates
+    where the scalar engine refuses the layout (it raises)."""
+    memo = t.kv_cache
+    key: tuple[object, ...] = ("token", vid, kv_bytes)
+    per_token = memo.get(key)
+    if per_token is None:
+        per_token = memo[key] = kv_bytes_per_token(spec, kv_bytes)
+    key = ("token_gpu", vid, kv_bytes, tp, pp)
+    per_token_gpu = memo.get(key)
+    if per_token_gpu is None:
+        per_token_gpu = memo[key] = kv_bytes_per_token_per_gpu(spec, kv_bytes, tp, pp)
+    key = ("state", vid, act_bytes, tp, pp)
+    state = memo.get(key)
+    if state is None:
+        state = memo[key] = state_bytes_per_sequence_per_gpu(spec, act_bytes, ssm_bytes, tp, pp)
+    assert isinstance(per_token, int) and isinstance(per_token_gpu, int) and isinstance(state, int)
+    try:
+        found = [
+            (
+                base,
+                _pool_candidates(t, engine, spec, kv_bytes, ssm_bytes, act_bytes, tp, pp, per_token_gpu, base, release),
+            )
+            for base in bases
+        ]
+    except (ValueError, SpecError):
+        return per_token, per_token_gpu, state, None
+    return per_token, per_token_gpu, state, found
+
+
 def _build_tables(
     models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions, release: ec.VllmRelease
 ) -> _Tables:
     t = _Tables()
     gpns = sorted({gpu.gpus_per_node for gpu in gpus})
     vllm_version = options.vllm_version or ec.VLLM_DEFAULT_VERSION
+    default = ec.vllm_release(None)
     # engine_defaults reads two facts of a model (its context limit, for vLLM's v0 batch rule, and
     # whether it is MLA, for the block size): one representative per pair of facts is asked
     classes: dict[tuple[int, bool], int] = {}
@@ -321,48 +389,42 @@ def _build_tables(
         t.node.extend((m, gpn, tp) for gpn, tp in node.items())
         dtypes = weight_dtype_choices(spec, options.weight_dtypes)
         ssm_bytes = element_bytes(spec.mamba_ssm_cache_dtype)
-        per_token: dict[int, int] = {}
+        vid, kv_spec = t.kv_view(spec)
         weights: dict[tuple[str, int, int, str], WeightsEstimate] = {}
         for tp, pp in combos:
-            per_token_gpu: dict[int, int] = {}
-            state: dict[int, int] = {}
             for e, engine in enumerate(options.engines):
                 act_dtype = serving_dtype(spec, engine)
                 act_bytes = element_bytes(act_dtype)
                 vrelease = release if engine == "vllm" else None
                 for seqs, batched in sorted(batches.get((engine, cid), ())):
-                    o = engine_overhead(spec, engine, tp, pp, batched, seqs or None, vrelease, act_bytes)
+                    # engine_overhead reads the default release where given none: parsed once here
+                    o = engine_overhead(spec, engine, tp, pp, batched, seqs or None, vrelease or default, act_bytes)
                     t.overheads.append(
                         (m, e, tp, pp, seqs or None, batched, o.activation_peak_bytes, o.non_torch_bytes,
                          o.cuda_graph_bytes, o.total_bytes)
                     )  # fmt: skip
-                if act_bytes not in state:
-                    state[act_bytes] = state_bytes_per_sequence_per_gpu(spec, act_bytes, ssm_bytes, tp, pp)
+                bases = sorted(block_sizes.get((engine, cid), ()))
                 for k, kv_dtype in enumerate(options.kv_dtypes):
                     kv_bytes = kv_element_bytes(kv_dtype, act_dtype)
-                    if kv_bytes not in per_token_gpu:
-                        per_token_gpu[kv_bytes] = kv_bytes_per_token_per_gpu(spec, kv_bytes, tp, pp)
-                    if kv_bytes not in per_token:
-                        per_token[kv_bytes] = kv_bytes_per_token(spec, kv_bytes)
-                    kv_id = len(t.kv_layouts)
-                    try:
-                        candidates = [
-                            (kv_id, base, _pool_candidates(
-                                t, engine, spec, kv_bytes, ssm_bytes, act_bytes, tp, pp,
-                                per_token_gpu[kv_bytes], base, vrelease or release,
-                            ))
-                            for base in sorted(block_sizes.get((engine, cid), ()))
-                        ]  # fmt: skip
-                    except (ValueError, SpecError):
+                    side_key = (vid, engine, kv_bytes, act_bytes, tp, pp)
+                    side = t.kv_sides.get(side_key)
+                    if side is None:
+                        side = t.kv_sides[side_key] = _kv_side(
+                            t, vid, kv_spec, engine, kv_bytes, ssm_bytes, act_bytes, tp, pp, bases, vrelease or release
+                        )
+                    per_token, per_token_gpu, state, found = side
+                    if found is None:
                         # the scalar engine cannot size this layout either (e.g. a pipeline stage
                         # that holds only KV-shared layers): no rows rather than rows it would not give
                         continue
+                    kv_id = len(t.kv_layouts)
+                    candidates = [(kv_id, base, stages) for base, stages in found]
                     t.candidates.extend(candidates)
                     t.kv_layouts.append(
                         (kv_id, m, cid, e, k, engine, vllm_version if engine == "vllm" else None, kv_dtype, tp, pp,
                          kv_dtype.startswith("fp8"),
                          act_dtype if kv_dtype == "auto" else kv_dtype,
-                         per_token[kv_bytes], per_token_gpu[kv_bytes], state[act_bytes])
+                         per_token, per_token_gpu, state)
                     )  # fmt: skip
                     for weight_dtype, w_fp8, w_fp4 in dtypes:
                         wkey = (weight_dtype, tp, pp, act_dtype)
