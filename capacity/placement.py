@@ -28,11 +28,11 @@ import itertools
 import math
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from capacity.calibration import Correction, calibrated_pool
-from capacity.memory import b_max, estimate, validate_parallelism, weight_format
+from capacity.memory import b_max, estimate, valid_tp_sizes, weight_format
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 
 DEFAULT_HEADROOM = 0.9
@@ -252,21 +252,10 @@ def _kv_choices(gpu: GpuSku, policy: DtypePolicy) -> list[str]:
     return [kv for kv in policy.kv_dtypes if kv == "auto" or not kv.startswith("fp8") or gpu.fp8_support]
 
 
-def _valid_tp(model: ModelSpec, gpu: GpuSku, sizes: Iterable[int]) -> list[int]:
-    valid = []
-    for tp in sizes:
-        try:
-            validate_parallelism(model, tp, 1, gpu)
-        except SpecError:
-            continue
-        valid.append(tp)
-    return valid
-
-
 def layouts(model: ModelSpec, gpu: GpuSku, workload: WorkloadProfile) -> list[Layout]:
     """Candidate layouts on one SKU. PP > 1 only at the node's largest valid TP (pipeline stages
     span nodes only when a node is not enough)."""
-    tps = _valid_tp(model, gpu, workload.tp_sizes)
+    tps = valid_tp_sizes(model, workload.tp_sizes, gpu)
     if not tps:
         return []
     node_tp = max(tps)

@@ -26,7 +26,7 @@ import polars as pl
 from capacity import engine_constants as ec
 from capacity.calibration import CalibrationFit, Correction, calibrated_pool, pool_numbers, pool_with_units
 from capacity.grid import TARGET_CONCURRENCIES, grid_contexts
-from capacity.memory import Estimate, b_max, estimate, validate_parallelism
+from capacity.memory import Estimate, b_max, estimate, valid_tp_sizes
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from warehouse.recommendations.catalog import Catalog
 from warehouse.recommendations.predictions import predict_row
@@ -165,18 +165,6 @@ def native_weight_dtype(spec: ModelSpec) -> str:
     return "bf16" if plain_bf16 else "auto"
 
 
-def _valid_tp(spec: ModelSpec, tp_sizes: Sequence[int]) -> list[int]:
-    """TP sizes the model allows (heads divisible), before any GPU's node size."""
-    valid = []
-    for tp in tp_sizes:
-        try:
-            validate_parallelism(spec, tp, 1, None)
-        except SpecError:
-            continue
-        valid.append(tp)
-    return valid
-
-
 def _layouts(spec: ModelSpec, gpu: GpuSku, valid_tp: Sequence[int], pp_sizes: Sequence[int]) -> list[tuple[int, int]]:
     tps = [tp for tp in valid_tp if tp <= gpu.gpus_per_node]
     layouts = [(tp, 1) for tp in tps]
@@ -203,7 +191,7 @@ def grid_limits(
         spec = grid_model.spec
         weight = native_weight_dtype(spec)
         smallest = grid_contexts(spec.context_limit_tokens)[0]
-        valid_tp = _valid_tp(spec, tp_sizes)
+        valid_tp = valid_tp_sizes(spec, tp_sizes)  # the GPU's node size is applied per GPU
         for gpu_id in sorted(catalog.gpus):
             gpu = catalog.gpus[gpu_id]
             correction = fit.lookup("vllm", version, gpu.id, spec.family)
