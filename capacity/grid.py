@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import polars as pl
 
@@ -138,6 +139,7 @@ POOL_COLUMNS = (
 _I64 = pl.Int64
 _F64 = pl.Float64
 _STR = pl.String
+_CAT = pl.Categorical
 Schema = dict[str, pl.DataType | type[pl.DataType]]
 
 # memory.cdiv is `-(-a // b)`: the same function evaluates Polars expressions
@@ -560,15 +562,47 @@ def _shape_frame(t: _Tables) -> tuple[pl.LazyFrame, int]:
     return _rows(rows, schema), windows
 
 
-_CAT = pl.Categorical
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The deployment frame in parts. `deployments` is narrow: per deployment only what depends on
+    the GPU (settings, overhead, budget, pool), keyed by `_rank` (the layout), `gpu_idx` and
+    `model_idx`, in the published order; `layouts` holds what a layout's deployments share (one
+    row per `_rank`: keys, dtypes, bytes per token, weights), `gpus` and `contexts` the rest."""
+
+    layouts: pl.LazyFrame
+    deployments: pl.LazyFrame
+    gpus: pl.LazyFrame
+    contexts: pl.LazyFrame
+    windows: int
 
 
-def build_deployments(
-    models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None = None
-) -> pl.LazyFrame:
-    """One row per deployment (model x GPU x engine x dtypes x TP x PP): the grid's context-free
-    columns, the pool columns, and `contexts` (the list `expand_contexts` turns into rows).
-    String columns are Categorical; joins run on integer codes."""
+LAYOUT_COLUMNS = (
+    "model",
+    "model_family",
+    "engine",
+    "engine_version",
+    "weight_dtype",
+    "kv_dtype",
+    "tp",
+    "pp",
+    "num_gpus",
+    "weight_format",
+    "kv_cache_dtype",
+    "weights_source",
+    "max_model_len",
+    "kv_bytes_per_token",
+    "kv_bytes_per_token_per_gpu",
+    "state_bytes_per_sequence_per_gpu",
+    "weights_bytes_per_gpu",
+)
+GPU_COLUMNS = ("gpu", "gpu_memory_bytes")
+# what a deployment does not share with its layout and GPU
+DEPLOYMENT_ONLY_COLUMNS = tuple(
+    c for c in GRID_COLUMNS if c not in (*DEPLOYMENT_KEYS, *CONTEXT_COLUMNS, *LAYOUT_COLUMNS, *GPU_COLUMNS)
+)
+
+
+def _plan(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None = None) -> _Plan:
     options = options or GridOptions()
     release = ec.vllm_release(options.vllm_version)
     t = _build_tables(models, gpus, options, release)
@@ -659,21 +693,37 @@ def build_deployments(
         schema={"needs_fp8": pl.Boolean, "needs_fp4": pl.Boolean},
     )
     served = (
-        settings.join(gpu_frame, on="gpu_idx", how="inner")
+        settings.join(gpu_frame.select("gpu_idx", "gpu_memory_bytes", "gpus_per_node", "fp8_support", "fp4_support"),
+                      on="gpu_idx", how="inner")
         .filter(pl.col("tp") <= pl.col("gpus_per_node"))
         .join(needs, how="cross")
         .filter((~pl.col("needs_fp8") | pl.col("fp8_support")) & (~pl.col("needs_fp4") | pl.col("fp4_support")))
+        .drop("fp8_support", "fp4_support")
+    )  # fmt: skip
+    # one row per layout: everything its deployments share (the wide part, gathered once at the end)
+    full = (
+        layouts.join(kv_layouts, on="kv_id", how="inner")
+        .join(model_frame.drop("contexts"), on="model_idx", how="inner")
+        .with_columns(
+            (pl.col("weight_needs_fp8") | pl.col("kv_needs_fp8")).alias("needs_fp8"),
+            (pl.col("tp") * pl.col("pp")).alias("num_gpus"),
+        )
     )
-    full = layouts.join(kv_layouts, on="kv_id", how="inner").with_columns(
-        (pl.col("weight_needs_fp8") | pl.col("kv_needs_fp8")).alias("needs_fp8")
-    )
+    # the deployments are computed narrow: the layout's keys and the few numbers the sizing reads
+    narrow = full.select(
+        "_rank", "kv_id", "model_idx", "model_class", "engine_idx", "weight_idx", "kv_idx", "tp", "pp",
+        "needs_fp8", "needs_fp4", "weights_bytes_per_gpu", "max_model_len", "min_context",
+    )  # fmt: skip
     on = ["engine_idx", "model_class", "tp", "pp", "needs_fp8", "needs_fp4"]
-    single = (
-        full.filter(pl.col("pp") == 1)
+    sized = partial(
+        _sized, overheads=overheads, candidates=candidates, width=width, shapes=shapes, windows=windows,
+        release=release, engines=options.engines,
+    )  # fmt: skip
+    single = sized(
+        narrow.filter(pl.col("pp") == 1)
         .join(served, on=on, how="inner")
         .join(node, on=["model_idx", "gpus_per_node"], how="left")
     )
-    single = _sized(single, overheads, model_frame, candidates, width, shapes, windows, release)
     # PP > 1 only at the node's TP, and only where PP = 1 at that TP holds no sequence of the
     # model's smallest grid context: the PP = 1 deployments are computed first and decide
     t_min = pl.col("min_context")
@@ -683,56 +733,77 @@ def build_deployments(
         (pl.col("tp") == pl.col("node_tp"))
         & ~((budget > 0) & (_b_max_memory(_units(t_min, windows), _swa_tokens(t_min)) >= 1))
     ).select(*group, "gpu_idx", "node_tp")
-    multi = (
-        full.filter(pl.col("pp") > 1)
+    multi = sized(
+        narrow.filter(pl.col("pp") > 1)
         .join(not_fitting, left_on=[*group, "tp"], right_on=[*group, "node_tp"], how="inner")
         .join(served, on=[*on, "gpu_idx"], how="inner")
-        .with_columns(pl.col("tp").alias("node_tp"))
     )
-    multi = _sized(multi, overheads, model_frame, candidates, width, shapes, windows, release)
-    deployment_columns = [c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS]
     pool = [*POOL_COLUMNS, *(f"pool_window_{j}_{part}" for j in range(windows) for part in ("groups", "held"))]
-    keep = [*deployment_columns, *pool, "model_idx", "gpu_idx", "_rank"]
-    # the contexts list joins last: a list column is dear to carry through joins and the sort
-    contexts = model_frame.select("model_idx", "contexts")
+    keep = ["_rank", "model_idx", "gpu_idx", *DEPLOYMENT_ONLY_COLUMNS, *pool]
+    # by model, GPU, layout: one integer key sorts faster than three columns
+    order = (pl.col("model_idx") * len(gpus) + pl.col("gpu_idx")) * max(len(t.layouts), 1) + pl.col("_rank")
+    deployments = pl.concat([single.select(keep), multi.select(keep)]).sort(order)
+    return _Plan(
+        layouts=full.select("_rank", *LAYOUT_COLUMNS),
+        deployments=deployments,
+        gpus=gpu_frame.select("gpu_idx", *GPU_COLUMNS),
+        contexts=model_frame.select("model_idx", "contexts"),
+        windows=windows,
+    )
+
+
+def build_deployments(
+    models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None = None
+) -> pl.LazyFrame:
+    """One row per deployment (model x GPU x engine x dtypes x TP x PP): the grid's context-free
+    columns, the pool columns, and `contexts` (the list `expand_contexts` turns into rows).
+    String columns are Categorical; joins run on integer codes."""
+    plan = _plan(models, gpus, options)
+    return _widened(plan, plan.deployments).drop("_rank", "model_idx", "gpu_idx")
+
+
+def _widened(plan: _Plan, deployments: pl.LazyFrame) -> pl.LazyFrame:
+    """The narrow deployments with the layout, GPU and contexts columns, in the deployment order."""
+    deployment_columns = [c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS]
+    extra = [c for c in deployments.collect_schema().names() if c not in deployment_columns]
     return (
-        pl.concat([single.select(keep), multi.select(keep)])
-        .sort("model_idx", "gpu_idx", "_rank")
-        .join(contexts, on="model_idx", how="left", maintain_order="left")
-        .drop("model_idx", "gpu_idx", "_rank")
+        deployments.join(plan.layouts, on="_rank", how="left", maintain_order="left")
+        .join(plan.gpus, on="gpu_idx", how="left", maintain_order="left")
+        .join(plan.contexts, on="model_idx", how="left", maintain_order="left")
+        .select(*deployment_columns, *extra, "contexts")
     )
 
 
 def _sized(
     dep: pl.LazyFrame,
     overheads: pl.LazyFrame,
-    model_frame: pl.LazyFrame,
     candidates: pl.LazyFrame,
     width: int,
     shapes: pl.LazyFrame,
     windows: int,
     release: ec.VllmRelease,
+    engines: Sequence[str],
 ) -> pl.LazyFrame:
     """Overhead, KV budget, the tightest stage's pool and the printed KV cache size per deployment."""
-    dep = (
-        dep.join(
-            overheads,
-            on=["model_idx", "engine_idx", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens"],
-            how="inner",
-            nulls_equal=True,
-        )
-        .join(model_frame.drop("contexts"), on="model_idx", how="inner")
-        .join(candidates, on=["kv_id", "base_block_size"], how="inner")
-    )
+    dep = dep.join(
+        overheads,
+        on=["model_idx", "engine_idx", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens"],
+        how="inner",
+        nulls_equal=True,
+    ).join(candidates, on=["kv_id", "base_block_size"], how="inner")
+
+    def is_engine(name: str) -> pl.Expr:
+        return pl.col("engine_idx") == engines.index(name) if name in engines else pl.lit(False)
+
     total, util = pl.col("gpu_memory_bytes"), pl.col("gpu_memory_utilization")
     weights, overhead = pl.col("weights_bytes_per_gpu"), pl.col("overhead_bytes_per_gpu")
     usable = (total.cast(_F64) * util).cast(_I64)  # int(total * util)
     budget = (
-        pl.when(pl.col("engine") == "trtllm")
+        pl.when(is_engine("trtllm"))
         .then(((total - weights - overhead).cast(_F64) * util).cast(_I64))  # TensorRT-LLM: fraction of free
         .otherwise(usable - weights - overhead)
     )
-    dep = dep.with_columns(budget.alias("kv_budget_bytes_per_gpu"), (pl.col("tp") * pl.col("pp")).alias("num_gpus"))
+    dep = dep.with_columns(budget.alias("kv_budget_bytes_per_gpu"))
 
     # each stage's capacity; the engine sizes every rank to the first stage with the fewest units
     budget_col = pl.col("kv_budget_bytes_per_gpu")
@@ -778,7 +849,7 @@ def _sized(
     else:
         vllm_tokens = blocks // pl.max_horizontal(pl.col("pool_num_groups"), 1) * bs
     return dep.with_columns(
-        pl.when(blocks <= 0).then(0).when(pl.col("engine") == "vllm").then(vllm_tokens).otherwise(blocks * bs)
+        pl.when(blocks <= 0).then(0).when(is_engine("vllm")).then(vllm_tokens).otherwise(blocks * bs)
         .alias("kv_cache_tokens"),
         (blocks * bs).alias("physical_kv_token_slots"),
     )  # fmt: skip
