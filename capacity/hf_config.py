@@ -386,7 +386,11 @@ def _parse(config: Mapping[str, Any], label: str) -> ModelSpec:
     lm_head = 0 if tie else m.vocab * m.hidden
     final_norm = _final_norm_params(m, family_rules)
 
-    extra += _vision_params(m)
+    vision = _vision_params(m)
+    # what the engine loads besides the decoder: the vision tower, and Gemma 4's per-layer
+    # embeddings; multi-token-prediction modules stay on disk unless speculative decoding asks
+    loaded_extra = vision + (extra if family_rules == "gemma4" else 0)
+    extra += vision
 
     max_pos, context = _context_limit(m)
     dtype = _dtype(m)
@@ -421,6 +425,7 @@ def _parse(config: Mapping[str, Any], label: str) -> ModelSpec:
         lm_head_params=lm_head,
         final_norm_params=final_norm,
         extra_params=extra,
+        loaded_extra_params=loaded_extra,
         num_experts=m.num_experts,
         num_experts_per_token=m.experts_per_token,
         quantization=quant,

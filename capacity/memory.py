@@ -324,7 +324,7 @@ def _rank_weight_bytes(model: ModelSpec, fmt: WeightFormat, tp: int, pp: int) ->
     for stage_index, (attention, mlp, experts, replicated) in enumerate(sums):
         total = attention * per_attention + mlp * per_mlp + experts * per_expert + replicated * per_replicated
         if stage_index == 0:
-            total += model.embedding_params * per_dense
+            total += (model.embedding_params + model.loaded_extra_params) * per_dense
         if stage_index == len(sums) - 1:
             head = model.lm_head_params or (model.embedding_params if pp > 1 else 0)
             total += head * per_dense + model.final_norm_params * per_replicated
@@ -372,8 +372,8 @@ def estimate_weights(
         model.quantization is None and _CANONICAL_DTYPE.get(weight_dtype.lower()) == model.torch_dtype
     )
     if checkpoint_bytes and native and loaded_total > 0:
-        # The checkpoint also holds parts the engine skips (extra_params, e.g. MTP heads).
-        in_checkpoint = loaded_total + model.extra_params * fmt.dense_bytes_per_param
+        # The checkpoint also holds parts the engine skips (extra_params it does not load: MTP heads).
+        in_checkpoint = loaded_total + (model.extra_params - model.loaded_extra_params) * fmt.dense_bytes_per_param
         scale = Fraction(checkpoint_bytes) / in_checkpoint
         return WeightsEstimate(math.ceil(per_gpu * scale), math.ceil(loaded_total * scale), fmt.name, "checkpoint")
     return WeightsEstimate(math.ceil(per_gpu), math.ceil(loaded_total), fmt.name, "modeled")

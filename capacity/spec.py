@@ -110,7 +110,8 @@ class ModelSpec:
     embedding_params: int
     lm_head_params: int  # 0 when tied to the embeddings
     final_norm_params: int
-    extra_params: int = 0  # e.g. DeepSeek-V3's multi-token-prediction module
+    extra_params: int = 0  # beyond the decoder: MTP modules, vision tower, per-layer embeddings
+    loaded_extra_params: int = 0  # the part of extra_params a serving engine loads (not MTP heads)
     num_experts: int = 0
     num_experts_per_token: int = 0
     quantization: CheckpointQuant | None = None
