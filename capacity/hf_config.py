@@ -138,10 +138,11 @@ _FAMILIES = {
     "glm4_moe": "glm4_moe",
     "glm4_moe_lite": "glm4_moe_lite",
     "minimax_m2": "minimax_m2",
+    "opt": "opt",
 }
 
 # Families whose transformers config defaults `tie_word_embeddings` to True.
-_TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma4", "falcon"})
+_TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma4", "falcon", "opt"})
 
 # Fields that published configs omit because transformers fills them from the config class
 # defaults (e.g. google/gemma-3-27b-it's text_config has no vocab_size or max_position_embeddings).
@@ -389,7 +390,7 @@ def _parse(config: Mapping[str, Any], label: str) -> ModelSpec:
     vision = _vision_params(m)
     # what the engine loads besides the decoder: the vision tower, and Gemma 4's per-layer
     # embeddings; multi-token-prediction modules stay on disk unless speculative decoding asks
-    loaded_extra = vision + (extra if family_rules == "gemma4" else 0)
+    loaded_extra = vision + (extra if family_rules in ("gemma4", "opt") else 0)
     extra += vision
 
     max_pos, context = _context_limit(m)
@@ -500,6 +501,8 @@ def _read_dims(m: _Model, rules: str) -> None:
         m.intermediate = c.integer("intermediate_size_mlp", 16384)
     elif rules == "qwen3_next":
         m.intermediate = c.integer("intermediate_size", 0, lo=0)  # MoE variants may omit it
+    elif rules == "opt":
+        m.intermediate = c.integer("ffn_dim")
     else:
         m.intermediate = c.integer("intermediate_size")
 
@@ -728,6 +731,8 @@ def _plain_mlp(hidden: int, inter: int, bias: bool = False) -> int:
 
 
 def _final_norm_params(m: _Model, rules: str) -> int:
+    if rules == "opt":  # OPT-350m (post-norm) has no final LayerNorm
+        return 2 * m.hidden if m.cfg.flag("do_layer_norm_before", True) else 0
     if rules == "falcon":
         return 2 * m.hidden  # LayerNorm with bias
     return m.hidden
@@ -856,6 +861,22 @@ def _build_falcon(m: _Model, kinds: list[_Kind]) -> _Built:
     if c.flag("alibi", False):
         m.notes.append("ALiBi positions")
     return _plain_kv_layers(m, kinds), [lp] * m.num_layers, 0
+
+
+def _build_opt(m: _Model, kinds: list[_Kind]) -> _Built:
+    """OPT: MHA with biases, a plain ReLU MLP (`ffn_dim`) with biases, LayerNorms with bias, learned
+    positions (max_position_embeddings + 2 rows, counted as extra parameters the engine loads)."""
+    c = m.cfg
+    h = m.hidden
+    bias = c.flag("enable_bias", True)
+    attn = _attn_params(h, m.heads, m.kv_heads, m.head_dim, qkv_bias=bias, o_bias=bias)
+    norms = 2 * 2 * h if c.flag("layer_norm_elementwise_affine", True) else 0
+    lp = LayerParams(attention=attn, mlp=_plain_mlp(h, m.intermediate, bias), norms=norms)
+    positions = (c.integer("max_position_embeddings", 2048) + 2) * h
+    projection = c.integer("word_embed_proj_dim", h)
+    if projection != h:
+        m.fail(f"word_embed_proj_dim {projection} != hidden_size {h} (OPT-350m projections) is not supported")
+    return _plain_kv_layers(m, kinds), [lp] * m.num_layers, positions
 
 
 def _build_gpt_oss(m: _Model, kinds: list[_Kind]) -> _Built:
@@ -1298,6 +1319,7 @@ _BUILDERS: dict[str, Callable[[_Model, list[_Kind]], _Built]] = {
     "qwen3_next": _build_qwen3_next,
     "phi3": _build_phi3,
     "falcon": _build_falcon,
+    "opt": _build_opt,
     "gpt_oss": _build_gpt_oss,
     "llama4": _build_llama4,
     "minimax_m2": _build_minimax_m2,

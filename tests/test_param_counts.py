@@ -423,3 +423,20 @@ def test_gemma4_per_layer_embeddings_sharing_and_double_wide_mlp() -> None:
     s = spec("synthetic/gemma4-e2b-like")
     assert s.total_params == expected
     assert s.extra_params == per_layer_embeddings
+
+
+def test_opt_125m() -> None:
+    """facebook/opt-125m: 125,239,296 parameters (tied lm_head, learned positions)."""
+    config = {
+        "architectures": ["OPTForCausalLM"], "model_type": "opt", "hidden_size": 768, "ffn_dim": 3072,
+        "num_hidden_layers": 12, "num_attention_heads": 12, "vocab_size": 50272, "max_position_embeddings": 2048,
+        "do_layer_norm_before": True, "word_embed_proj_dim": 768, "enable_bias": True, "torch_dtype": "float16",
+    }
+    s = parse_config(config)
+    embed, positions = 50272 * 768, (2048 + 2) * 768
+    attention = 4 * 768 * 768 + 4 * 768  # q, k, v, out with biases
+    mlp = 768 * 3072 + 3072 + 3072 * 768 + 768  # fc1, fc2 with biases
+    norms = 2 * 2 * 768  # two LayerNorms with bias
+    assert s.total_params == embed + positions + 12 * (attention + mlp + norms) + 2 * 768 == 125_239_296
+    assert s.lm_head_params == 0 and s.extra_params == s.loaded_extra_params == positions
+    assert [layer.num_kv_heads for layer in s.layers] == [12] * 12 and s.head_dim == 64
