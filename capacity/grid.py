@@ -43,7 +43,8 @@ What the grid enumerates (GridOptions changes it):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -215,16 +216,18 @@ _KVSide = tuple[int, int, int, list[tuple[int, _Candidates]] | None]
 
 
 @dataclass(slots=True)
-class _Tables:
-    """Rows of the small frames built in Python; the deployment frame is their join."""
+class _Registry:
+    """What every model of a build shares, whichever chunk of the fleet it is planned in: the engine
+    settings per (engine, model class, TP, PP, GPU), the pool shapes and the KV side of layouts."""
 
+    options: GridOptions
+    release: ec.VllmRelease
+    gpus: Sequence[GpuSku]
+    model_class: list[int] = field(default_factory=list)  # per model of the build
+    plans: list[tuple[list[tuple[int, int]], dict[int, int | None]]] = field(default_factory=list)
     settings: list[tuple[object, ...]] = field(default_factory=list)
-    models: list[tuple[object, ...]] = field(default_factory=list)
-    node: list[tuple[object, ...]] = field(default_factory=list)
-    kv_layouts: list[tuple[object, ...]] = field(default_factory=list)
-    layouts: list[tuple[object, ...]] = field(default_factory=list)
-    overheads: list[tuple[object, ...]] = field(default_factory=list)
-    candidates: list[tuple[int, int, list[tuple[int, int, float | None]]]] = field(default_factory=list)
+    batches: dict[tuple[str, int], set[tuple[int, int]]] = field(default_factory=dict)
+    block_sizes: dict[tuple[str, int], set[int]] = field(default_factory=dict)
     shapes: list[tuple[int, int, int, int, int, int, tuple[tuple[int, int], ...]]] = field(default_factory=list)
     shape_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
     # the KV side of a layout depends on the model's layers only (not its parameter counts): models
@@ -260,8 +263,22 @@ class _Tables:
         return found
 
 
+@dataclass(slots=True)
+class _Tables:
+    """Rows of the small frames built in Python for some models of a build; the deployment frame is
+    their join (with the registry's settings and shapes)."""
+
+    reg: _Registry
+    models: list[tuple[object, ...]] = field(default_factory=list)
+    node: list[tuple[object, ...]] = field(default_factory=list)
+    kv_layouts: list[tuple[object, ...]] = field(default_factory=list)
+    layouts: list[tuple[object, ...]] = field(default_factory=list)
+    overheads: list[tuple[object, ...]] = field(default_factory=list)
+    candidates: list[tuple[int, int, list[tuple[int, int, float | None]]]] = field(default_factory=list)
+
+
 def _pool_candidates(
-    t: _Tables,
+    t: _Registry,
     engine: str,
     spec: ModelSpec,
     kv_bytes: int,
@@ -296,7 +313,7 @@ def _pool_candidates(
 
 
 def _kv_side(
-    t: _Tables,
+    t: _Registry,
     vid: int,
     spec: ModelSpec,
     engine: str,
@@ -338,36 +355,30 @@ def _kv_side(
     return per_token, per_token_gpu, state, found
 
 
-def _build_tables(
+def _registry(
     models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions, release: ec.VllmRelease
-) -> _Tables:
-    t = _Tables()
+) -> _Registry:
+    reg = _Registry(options, release, gpus)
     gpns = sorted({gpu.gpus_per_node for gpu in gpus})
-    vllm_version = options.vllm_version or ec.VLLM_DEFAULT_VERSION
-    default = ec.vllm_release(None)
     # engine_defaults reads two facts of a model (its context limit, for vLLM's v0 batch rule, and
     # whether it is MLA, for the block size): one representative per pair of facts is asked
     classes: dict[tuple[int, bool], int] = {}
     representative: list[ModelSpec] = []
-    model_class: list[int] = []
-    plans: list[tuple[list[tuple[int, int]], dict[int, int | None]]] = []
     parallel: set[tuple[int, int]] = set()
     for gm in models:
         key = (gm.spec.context_limit_tokens, gm.spec.is_mla)
         if key not in classes:
             classes[key] = len(classes)
             representative.append(gm.spec)
-        model_class.append(classes[key])
+        reg.model_class.append(classes[key])
         valid = valid_tp_sizes(gm.spec, options.tp_sizes)
         node = {gpn: max((tp for tp in valid if tp <= gpn), default=None) for gpn in gpns}
         combos = [(tp, 1) for tp in valid]
         for tp in sorted({tp for tp in node.values() if tp is not None}):
             combos += [(tp, pp) for pp in options.pp_sizes if pp <= gm.spec.num_layers]
-        plans.append((combos, node))
+        reg.plans.append((combos, node))
         parallel.update(combos)
 
-    batches: dict[tuple[str, int], set[tuple[int, int]]] = {}
-    block_sizes: dict[tuple[str, int], set[int]] = {}
     for e, engine in enumerate(options.engines):
         vrelease = release if engine == "vllm" else None
         for cid, rep in enumerate(representative):
@@ -378,20 +389,29 @@ def _build_tables(
                     )
                     seqs = d.max_num_seqs or None
                     batched = d.max_num_batched_tokens
-                    t.settings.append((e, cid, tp, pp, g, d.gpu_memory_utilization, seqs, batched, d.block_size))
-                    batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
-                    block_sizes.setdefault((engine, cid), set()).add(d.block_size)
+                    reg.settings.append((e, cid, tp, pp, g, d.gpu_memory_utilization, seqs, batched, d.block_size))
+                    reg.batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
+                    reg.block_sizes.setdefault((engine, cid), set()).add(d.block_size)
+    return reg
 
+
+def _build_tables(reg: _Registry, models: Sequence[GridModel], first: int = 0) -> _Tables:
+    """The rows of `models`, models first..first + len(models) - 1 of the registry's build."""
+    t = _Tables(reg)
+    options, release = reg.options, reg.release
+    batches, block_sizes = reg.batches, reg.block_sizes
+    vllm_version = options.vllm_version or ec.VLLM_DEFAULT_VERSION
+    default = ec.vllm_release(None)
     for m, gm in enumerate(models):
         spec = gm.spec
-        cid = model_class[m]
-        combos, node = plans[m]
+        cid = reg.model_class[first + m]
+        combos, node = reg.plans[first + m]
         contexts = grid_contexts(spec.context_limit_tokens, options.min_context)
         t.models.append((m, gm.repo_id, spec.family, spec.context_limit_tokens, contexts[0], contexts))
         t.node.extend((m, gpn, tp) for gpn, tp in node.items())
         dtypes = weight_dtype_choices(spec, options.weight_dtypes)
         ssm_bytes = element_bytes(spec.mamba_ssm_cache_dtype)
-        vid, kv_spec = t.kv_view(spec)
+        vid, kv_spec = reg.kv_view(spec)
         weights: dict[tuple[str, int, int, str], WeightsEstimate] = {}
         for tp, pp in combos:
             for e, engine in enumerate(options.engines):
@@ -409,10 +429,20 @@ def _build_tables(
                 for k, kv_dtype in enumerate(options.kv_dtypes):
                     kv_bytes = kv_element_bytes(kv_dtype, act_dtype)
                     side_key = (vid, engine, kv_bytes, act_bytes, tp, pp)
-                    side = t.kv_sides.get(side_key)
+                    side = reg.kv_sides.get(side_key)
                     if side is None:
-                        side = t.kv_sides[side_key] = _kv_side(
-                            t, vid, kv_spec, engine, kv_bytes, ssm_bytes, act_bytes, tp, pp, bases, vrelease or release
+                        side = reg.kv_sides[side_key] = _kv_side(
+                            reg,
+                            vid,
+                            kv_spec,
+                            engine,
+                            kv_bytes,
+                            ssm_bytes,
+                            act_bytes,
+                            tp,
+                            pp,
+                            bases,
+                            vrelease or release,
                         )
                     per_token, per_token_gpu, state, found = side
                     if found is None:
@@ -540,7 +570,7 @@ def _candidate_frame(t: _Tables) -> tuple[pl.LazyFrame, int]:
     return _rows(rows, schema), width
 
 
-def _shape_frame(t: _Tables) -> tuple[pl.LazyFrame, int]:
+def _shape_frame(t: _Registry) -> tuple[pl.LazyFrame, int]:
     windows = max((len(shape[-1]) for shape in t.shapes), default=0)
     windows = max(windows, 1)
     schema: Schema = {
@@ -604,10 +634,15 @@ DEPLOYMENT_ONLY_COLUMNS = tuple(
 
 def _plan(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None = None) -> _Plan:
     options = options or GridOptions()
-    release = ec.vllm_release(options.vllm_version)
-    t = _build_tables(models, gpus, options, release)
+    reg = _registry(models, gpus, options, ec.vllm_release(options.vllm_version))
+    return _plan_tables(_build_tables(reg, models))
+
+
+def _plan_tables(t: _Tables) -> _Plan:
+    reg = t.reg
+    options, release, gpus = reg.options, reg.release, reg.gpus
     settings = _rows(
-        t.settings,
+        reg.settings,
         {
             "engine_idx": _I64,
             "model_class": _I64,
@@ -682,7 +717,7 @@ def _plan(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOpti
         },
     ).unique()
     candidates, width = _candidate_frame(t)
-    shapes, windows = _shape_frame(t)
+    shapes, windows = _shape_frame(reg)
     gpu_frame = _gpu_frame(gpus).with_columns(pl.col("gpu").cast(_CAT))
 
     # which GPUs serve a layout: TP within the node, fp8 / fp4 where the layout needs them. The
@@ -873,13 +908,17 @@ def expand_contexts(deployments: pl.LazyFrame, carry: Sequence[str] = ()) -> pl.
     (e.g. a deployment id, for a table that keeps deployments and contexts apart)."""
     windows = _window_count(deployments)
     pool = [c for c in deployments.collect_schema().names() if c.startswith("pool_")]
+    grid = _at_contexts(deployments.explode("contexts").rename({"contexts": "context"}), windows)
+    return grid.select(*carry, *GRID_COLUMNS, *pool)
+
+
+def _at_contexts(rows: pl.LazyFrame, windows: int) -> pl.LazyFrame:
+    """CONTEXT_COLUMNS of rows that hold a deployment's pool columns and one `context`."""
     t = pl.col("context")
     blocks, seqs = pl.col("num_blocks"), pl.col("max_num_seqs")
     units, swa = pl.col("_units"), pl.col("_swa")
     grid = (
-        deployments.explode("contexts")
-        .rename({"contexts": "context"})
-        .with_columns(_units(t, windows).alias("_units"), _swa_tokens(t).alias("_swa"))
+        rows.with_columns(_units(t, windows).alias("_units"), _swa_tokens(t).alias("_swa"))
         .with_columns(
             _b_max_memory(units, swa).alias("b_max_memory"),
             # the printed concurrency is the smaller quotient: the window pool's when it binds
@@ -892,11 +931,129 @@ def expand_contexts(deployments: pl.LazyFrame, carry: Sequence[str] = ()) -> pl.
         )
     )
     grid = with_python_round(grid, "_num", "_den", "_conc")
-    grid = grid.with_columns(
+    return grid.with_columns(
         pl.when(blocks > 0).then(pl.col("_conc")).otherwise(0.0).alias("max_concurrency"),
         ((pl.col("kv_budget_bytes_per_gpu") > 0) & (pl.col("b_max") >= 1)).alias("fits"),
+    ).drop("_units", "_swa", "_use_swa", "_num", "_den", "_conc")
+
+
+@dataclass(frozen=True, slots=True)
+class GridTables:
+    """The grid as four tables that join back to `build_capacity_grid` exactly, each column stored at
+    its own grain, so that a 10M-row grid writes a tenth of the values:
+
+    - `gpus`: gpu_id, GPU_COLUMNS (one row per GPU);
+    - `layouts`: layout_id, LAYOUT_COLUMNS (model x engine x dtypes x TP x PP: what the deployments
+      of a layout on every GPU share, the strings among it);
+    - `deployments`: deployment_id, layout_id, gpu_id, DEPLOYMENT_ONLY_COLUMNS (settings, overhead,
+      budget and pool of a layout on a GPU);
+    - `contexts`: deployment_id, CONTEXT_COLUMNS (one row per deployment and grid context).
+
+    Ids are Int32, dense and in `build_capacity_grid`'s order (deployments by model, GPU, layout;
+    contexts by deployment, context), counting from the `first_*` ids given: tables of consecutive
+    model chunks concatenate into the tables of all of them. Strings are Categorical, every other
+    column has the grid's dtype. `grid()` joins them back."""
+
+    gpus: pl.DataFrame
+    layouts: pl.DataFrame
+    deployments: pl.DataFrame
+    contexts: pl.DataFrame
+
+    def grid(self) -> pl.DataFrame:
+        """GRID_COLUMNS, one row per deployment and context (`build_capacity_grid` without the pool columns)."""
+        return (
+            self.contexts.join(self.deployments, on="deployment_id", how="left", maintain_order="left")
+            .join(self.layouts, on="layout_id", how="left", maintain_order="left")
+            .join(self.gpus, on="gpu_id", how="left", maintain_order="left")
+            .select(GRID_COLUMNS)
+        )
+
+
+_ID = pl.Int32
+
+
+def grid_tables(
+    models: Sequence[GridModel],
+    gpus: Sequence[GpuSku],
+    options: GridOptions | None = None,
+    *,
+    first_layout_id: int = 0,
+    first_deployment_id: int = 0,
+) -> GridTables:
+    """The grid of `models` x `gpus` as GridTables (collected). The per-layout Python part and the
+    Polars part run here; see `iter_grid_tables` for a fleet in chunks."""
+    plan = _plan(models, gpus, options)
+    return _collect_tables(plan, first_layout_id, first_deployment_id)
+
+
+def iter_grid_tables(
+    models: Sequence[GridModel],
+    gpus: Sequence[GpuSku],
+    options: GridOptions | None = None,
+    *,
+    chunk_models: int = 96,
+) -> Iterator[GridTables]:
+    """`grid_tables` of consecutive chunks of `chunk_models` models, ids continuing from chunk to
+    chunk: concatenated, the chunks' layouts, deployments and contexts are `grid_tables(models, gpus,
+    options)`'s (every chunk carries the same `gpus`). A chunk is collected by Polars in a worker
+    thread (Polars releases the GIL) while the next one is planned (the per-layout Python part), so
+    that on two cores the two overlap; a consumer that writes each chunk from a thread of its own
+    overlaps that too. The models share one registry (engine settings, pool shapes, KV layouts)."""
+    if not models:
+        yield grid_tables(models, gpus, options)
+        return
+    options = options or GridOptions()
+    reg = _registry(models, gpus, options, ec.vllm_release(options.vllm_version))
+    next_deployment_id = [0]
+
+    def collect(plan: _Plan, first_layout_id: int) -> GridTables:
+        # one worker: chunks are collected in order, each after the one before has its ids
+        tables = _collect_tables(plan, first_layout_id, next_deployment_id[0])
+        next_deployment_id[0] += tables.deployments.height
+        return tables
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid") as worker:
+        pending: Future[GridTables] | None = None
+        first_layout_id = 0
+        for start in range(0, len(models), max(1, chunk_models)):
+            t = _build_tables(reg, models[start : start + chunk_models], start)
+            submitted = worker.submit(collect, _plan_tables(t), first_layout_id)
+            first_layout_id += len(t.layouts)
+            if pending is not None:
+                yield pending.result()
+            pending = submitted
+        if pending is not None:
+            yield pending.result()
+
+
+def _collect_tables(plan: _Plan, first_layout_id: int, first_deployment_id: int) -> GridTables:
+    deployments, gpus = pl.collect_all(
+        [
+            plan.deployments.with_row_index("deployment_id", offset=first_deployment_id),
+            plan.gpus.select(pl.col("gpu_idx").cast(_ID).alias("gpu_id"), *GPU_COLUMNS),
+        ]
     )
-    return grid.select(*carry, *GRID_COLUMNS, *pool)
+    # the layouts some GPU serves (a PP > 1 layout only where PP = 1 does not fit)
+    layouts = (
+        plan.layouts.filter(pl.col("_rank").is_in(deployments.get_column("_rank").unique()))
+        .sort("_rank")
+        .select((pl.col("_rank") + first_layout_id).cast(_ID).alias("layout_id"), *LAYOUT_COLUMNS)
+        .collect()
+    )
+    # one row per deployment and context: a join on the model's contexts (in order) expands them
+    contexts = (
+        deployments.lazy()
+        .join(plan.contexts.explode("contexts").rename({"contexts": "context"}), on="model_idx", how="inner",
+              maintain_order="left")
+    )  # fmt: skip
+    contexts = _at_contexts(contexts, plan.windows).select(pl.col("deployment_id").cast(_ID), *CONTEXT_COLUMNS)
+    deployments = deployments.select(
+        pl.col("deployment_id").cast(_ID),
+        (pl.col("_rank") + first_layout_id).cast(_ID).alias("layout_id"),
+        pl.col("gpu_idx").cast(_ID).alias("gpu_id"),
+        *DEPLOYMENT_ONLY_COLUMNS,
+    )
+    return GridTables(gpus=gpus, layouts=layouts, deployments=deployments, contexts=contexts.collect())
 
 
 def build_context_limits(grid: pl.LazyFrame, concurrencies: Sequence[int] = TARGET_CONCURRENCIES) -> pl.LazyFrame:
