@@ -24,7 +24,7 @@ staging_ingest_errors = sql_asset(
 marts_models = sql_asset("marts", "models", deps=[("staging", "models")], group_name=MARTS_GROUP)
 marts_gpus = sql_asset("marts", "gpus", deps=[("staging", "gpus")], group_name=MARTS_GROUP)
 marts_deployments = sql_asset(
-    "marts", "deployments", deps=[("staging", "deployments"), ("staging", "gpus")], group_name=MARTS_GROUP
+    "marts", "deployments", deps=[("marts", "deployments_history"), ("staging", "gpus")], group_name=MARTS_GROUP
 )
 marts_capacity_grid = sql_asset(
     "marts", "capacity_grid", deps=[("staging", "capacity_grid"), ("marts", "deployments")], group_name=MARTS_GROUP
@@ -32,7 +32,8 @@ marts_capacity_grid = sql_asset(
 marts_context_limits = sql_asset(
     "marts", "context_limits", deps=[("staging", "context_limits"), ("staging", "deployments")], group_name=MARTS_GROUP
 )
-# History kept in place (run-keyed raw tables): views over every retained run.
+# History kept in place (run-keyed raw tables): views over every retained run (the current-run
+# marts defined over them are those views at the published run).
 marts_deployments_history = sql_asset(
     "marts", "deployments_history", deps=[("staging", "deployments")], group_name=MARTS_GROUP
 )

@@ -7,10 +7,11 @@
 --   activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu, cuda_graph_bytes_per_gpu,
 --   overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, num_blocks, block_size, kv_cache_tokens,
 --   physical_kv_token_slots, usd_per_hour
--- history: marts.deployments_history (every retained run, kept in place in raw.deployments).
+-- history: marts.deployments_history (every retained run, kept in place in raw.deployments); this
+--   view is its published run, with today's price, so the two share one column list.
 create or replace view marts.deployments as
 with deployments as (
-    select * from staging.deployments
+    select * from marts.deployments_history
     where run_id = (select run.run_id from raw.run as run)
 ),
 
@@ -19,39 +20,7 @@ gpus as (
 )
 
 select
-    deployments.run_id,
-    deployments.run_date,
-    deployments.deployment_id,
-    deployments.model,
-    deployments.model_family,
-    deployments.gpu,
-    deployments.engine,
-    deployments.engine_version,
-    deployments.weight_dtype,
-    deployments.kv_dtype,
-    deployments.tp,
-    deployments.pp,
-    deployments.num_gpus,
-    deployments.weight_format,
-    deployments.kv_cache_dtype,
-    deployments.weights_source,
-    deployments.gpu_memory_bytes,
-    deployments.gpu_memory_utilization,
-    deployments.max_model_len,
-    deployments.max_num_seqs,
-    deployments.kv_bytes_per_token,
-    deployments.kv_bytes_per_token_per_gpu,
-    deployments.state_bytes_per_sequence_per_gpu,
-    deployments.weights_bytes_per_gpu,
-    deployments.activation_peak_bytes_per_gpu,
-    deployments.non_torch_bytes_per_gpu,
-    deployments.cuda_graph_bytes_per_gpu,
-    deployments.overhead_bytes_per_gpu,
-    deployments.kv_budget_bytes_per_gpu,
-    deployments.num_blocks,
-    deployments.block_size,
-    deployments.kv_cache_tokens,
-    deployments.physical_kv_token_slots,
+    deployments.*,
     deployments.num_gpus * gpus.price_usd_per_gpu_hour as usd_per_hour
 from deployments
 left join gpus on deployments.gpu = gpus.gpu;
