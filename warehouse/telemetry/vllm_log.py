@@ -81,6 +81,15 @@ def _count(field_name: str, integer: bool = True) -> Callable[[re.Match[str]], V
     return handler
 
 
+def _text(field_name: str) -> Callable[[re.Match[str]], Values]:
+    """The first group of the match, as the field's text (a name, a version)."""
+
+    def handler(m: re.Match[str]) -> Values:
+        return {field_name: m.group(1)}
+
+    return handler
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """A key phrase and how to read its line. `strict`: the phrase present but the pattern not
@@ -395,14 +404,14 @@ RULES: tuple[Rule, ...] = (
         "model",
         "Starting to load model",
         _rx(r"Starting to load model\s+(\S+?)(?:\.\.\.)?\s*$"),
-        lambda m: {"model": m.group(1)},
+        _text("model"),
         strict=False,
     ),
     Rule(
         "server version",
         "vLLM API server version",
         _rx(r"vLLM API server version\s+v?(\d[\w.+-]*)"),
-        lambda m: {"engine_version": m.group(1)},
+        _text("engine_version"),
         priority=P_CONFIG,
         marker=True,
     ),
@@ -410,58 +419,56 @@ RULES: tuple[Rule, ...] = (
         "banner version",
         "█",
         _rx(r"█\s+version\s+v?(\d[\w.+-]*)"),
-        lambda m: {"engine_version": m.group(1)},
+        _text("engine_version"),
         strict=False,
         priority=P_CONFIG,
         marker=True,
     ),
-    Rule(
-        "banner model", "█", _rx(r"█\s+model\s+(\S+)"), lambda m: {"model": m.group(1)}, strict=False, priority=P_BANNER
-    ),
+    Rule("banner model", "█", _rx(r"█\s+model\s+(\S+)"), _text("model"), strict=False, priority=P_BANNER),
     # GPU names: opportunistic (the word NVIDIA appears in many unrelated lines).
     Rule(
         "nvidia-smi",
         "|",
         _rx(r"^\|\s+\d+\s+((?:NVIDIA|Tesla|Quadro)\b[^|]*?)\s+(?:On|Off)\s+\|"),
-        lambda m: {"gpu_name": m.group(1)},
+        _text("gpu_name"),
         strict=False,
     ),
     Rule(
         "nvidia-smi -L",
         "UUID",
         _rx(r"\bGPU\s*\d+:\s*((?:NVIDIA|Tesla|AMD)[^(]*?)\s*\(UUID"),
-        lambda m: {"gpu_name": m.group(1)},
+        _text("gpu_name"),
         strict=False,
     ),
     Rule(
         "nvidia-smi csv",
         "MiB",
         _rx(r"^\s*((?:NVIDIA|Tesla)[^,]+),\s*\d+\s*MiB\s*$"),
-        lambda m: {"gpu_name": m.group(1)},
+        _text("gpu_name"),
         strict=False,
     ),
     Rule(
         "device name",
         "device_name=",
         _rx(r"device_name=([A-Za-z0-9_\-]+?)(?:\.json|,|\s|$)"),
-        lambda m: {"gpu_name": m.group(1)},
+        _text("gpu_name"),
         strict=False,
     ),
     Rule(
         "torch GPU",
         "Found GPU",
         _rx(r"Found GPU\d+\s+(.+?)\s+which is of cuda capability"),
-        lambda m: {"gpu_name": m.group(1)},
+        _text("gpu_name"),
         strict=False,
     ),
     Rule(
         "rocm GPU",
         "Marketing Name",
         _rx(r"Marketing Name:\s*(AMD .+?)\s*$"),
-        lambda m: {"gpu_name": m.group(1)},
+        _text("gpu_name"),
         strict=False,
     ),
-    Rule("rocm GPU", "Card Series", _rx(r"Card Series:\s*(.+?)\s*$"), lambda m: {"gpu_name": m.group(1)}, strict=False),
+    Rule("rocm GPU", "Card Series", _rx(r"Card Series:\s*(.+?)\s*$"), _text("gpu_name"), strict=False),
 )
 
 _DIRECTIVE = re.compile(r"^#\s*(observed_at|scraped_at|deployment_id)\s*:\s*(.*?)\s*$", re.IGNORECASE)
