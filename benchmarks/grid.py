@@ -2,9 +2,18 @@
 
 The bundled catalog is scaled with synthetic variants of its real specs (layer counts and hidden
 sizes perturbed, heads and context limits kept, so each variant is a distinct model with its own
-KV layout and weights) until the grid has at least `--rows` rows. Prints rows, rows/s, the build and
-publish times, peak RSS, and the speed-up over the scalar `estimate` measured on a sample of the
-same grid in the same run (every sampled row must also agree with it).
+weights; variants with the same layer count share a KV layout, as fine-tunes of one base model
+do) until the grid has at least `--rows` rows.
+
+The grid is published as four tables, each column at its own grain (`capacity.grid.GridTables`:
+grid_gpus, grid_layouts, grid_deployments, grid_contexts) and the view `capacity_grid` that joins
+them back (GRID_COLUMNS, one row per deployment and context). Build and publish run as one
+pipeline over chunks of models: the per-layout Python part of a chunk, the Polars part of the chunk
+before it and the DuckDB insert of the one before that overlap. Prints rows, rows/s, the time of
+each stage, peak RSS, the load average, a query on the view, and the speed-up over the scalar
+`estimate` measured on rows sampled from the published view in the same run (every sampled row
+must also agree with it). `--baseline` also times, in the same run, the single-frame star publish
+this replaced.
 
     .venv/bin/python -m benchmarks.grid [--rows 10000000] [--db var/bench/grid.duckdb] [--sample 2000]
 """
@@ -14,10 +23,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import random
+import queue
 import resource
 import tempfile
+import threading
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,16 +38,27 @@ import polars as pl
 from benchmarks.estimate import catalog_gpus, catalog_models, cores
 from capacity.grid import (
     CONTEXT_COLUMNS,
+    DEPLOYMENT_ONLY_COLUMNS,
+    GPU_COLUMNS,
     GRID_COLUMNS,
+    LAYOUT_COLUMNS,
     GridModel,
+    GridTables,
     build_capacity_grid,
     build_deployments,
     expand_contexts,
+    iter_grid_tables,
 )
 from capacity.memory import estimate
 from capacity.spec import DeploymentSpec, GpuSku, LayerParams
 
 RENAMED = {"weight_format": "weight_dtype", "kv_cache_dtype": "kv_dtype"}
+TABLES = ("gpus", "layouts", "deployments", "contexts")
+# the issue's example query, on the view
+QUERY = (
+    "select gpu, max(b_max) from capacity_grid where model = 'meta-llama/Llama-3.1-70B-Instruct' "
+    "and context = 32768 group by gpu"
+)
 
 
 def variant(model: GridModel, k: int) -> GridModel:
@@ -69,11 +91,122 @@ def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30  # ru_maxrss is KiB on Linux
 
 
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def _fresh(path: Path) -> duckdb.DuckDBPyConnection:
+    for stale in (path, Path(f"{path}.wal")):
+        stale.unlink(missing_ok=True)
+    con = duckdb.connect(str(path))
+    con.execute("SET preserve_insertion_order = false")
+    return con
+
+
+def grid_view_sql(prefix: str = "grid_") -> str:
+    """The view `capacity_grid`: GRID_COLUMNS from the four tables, one row per deployment and context."""
+    source = {c: "c" for c in CONTEXT_COLUMNS} | {c: "l" for c in LAYOUT_COLUMNS} | {c: "g" for c in GPU_COLUMNS}
+    source |= {c: "d" for c in DEPLOYMENT_ONLY_COLUMNS}
+    # max_concurrency is stored times 10,000 as a BIGINT: `/` divides as doubles, correctly rounded
+    expression = {c: f"{source[c]}.{c}" for c in GRID_COLUMNS}
+    expression["max_concurrency"] = "c.max_concurrency_e4 / 10000 AS max_concurrency"
+    columns = ",\n    ".join(expression[c] for c in GRID_COLUMNS)
+    return (
+        f"CREATE OR REPLACE VIEW capacity_grid AS\nSELECT\n    {columns}\n"
+        f"FROM {prefix}contexts AS c\n"
+        f"JOIN {prefix}deployments AS d USING (deployment_id)\n"
+        f"JOIN {prefix}layouts AS l USING (layout_id)\n"
+        f"JOIN {prefix}gpus AS g USING (gpu_id)"
+    )
+
+
+class Stopwatch:
+    """Seconds spent per stage, summed over chunks (stages of a pipeline overlap)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def add(self, stage: str, seconds: float) -> None:
+        with self._lock:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
+
+
+def publish_grid_tables(
+    con: duckdb.DuckDBPyConnection, chunks: Iterable[GridTables], prefix: str = "grid_", clock: Stopwatch | None = None
+) -> dict[str, int]:
+    """Write GridTables chunks into `{prefix}gpus`, `layouts`, `deployments`, `contexts` (created from
+    the first chunk, appended to after) from a writer thread of its own, so that the caller's
+    iterator (`iter_grid_tables`: planning and Polars) runs while DuckDB inserts; then the view
+    `capacity_grid` and a CHECKPOINT. Returns the rows per table."""
+    pending: queue.Queue[GridTables | None] = queue.Queue(maxsize=2)
+    rows = dict.fromkeys(TABLES, 0)
+    failure: list[BaseException] = []
+
+    def write() -> None:
+        created = False
+        try:
+            while (chunk := pending.get()) is not None:
+                start = time.perf_counter()
+                # every chunk carries the same GPUs: written with the first
+                for name in TABLES[1:] if created else TABLES:
+                    frame = getattr(chunk, name)
+                    con.register("chunk_frame", frame)
+                    into = f"INSERT INTO {prefix}{name}" if created else f"CREATE TABLE {prefix}{name} AS"
+                    con.execute(f"{into} SELECT * FROM chunk_frame")
+                    con.unregister("chunk_frame")
+                    rows[name] += frame.height
+                created = True
+                if clock:
+                    clock.add("duckdb", time.perf_counter() - start)
+        except BaseException as exc:  # re-raised in the caller
+            failure.append(exc)
+            while pending.get() is not None:  # let the producer finish
+                pass
+
+    writer = threading.Thread(target=write, name="grid-duckdb")
+    writer.start()
+    try:
+        start = time.perf_counter()
+        for chunk in chunks:
+            if clock:
+                clock.add("wait for Python + Polars", time.perf_counter() - start)
+            pending.put(chunk)
+            start = time.perf_counter()
+    finally:
+        pending.put(None)
+        writer.join()
+    if failure:
+        raise failure[0]
+    start = time.perf_counter()
+    con.execute(grid_view_sql(prefix))
+    con.execute("CHECKPOINT")
+    if clock:
+        clock.add("view + checkpoint", time.perf_counter() - start)
+    return rows
+
+
+def publish_star_frames(deployments: pl.DataFrame, contexts: pl.DataFrame, path: Path) -> float:
+    """The layout this replaced: deployments (every context-free column, strings included) and
+    contexts as two tables, CREATE TABLE ... AS SELECT * from each frame; seconds."""
+    start = time.perf_counter()
+    con = _fresh(path)
+    try:
+        con.register("deployment_frame", deployments)
+        con.register("context_frame", contexts)
+        con.execute("CREATE TABLE grid_deployments AS SELECT * FROM deployment_frame")
+        con.execute("CREATE TABLE grid_contexts AS SELECT * FROM context_frame")
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    return time.perf_counter() - start
+
+
 def scalar_sample(
-    grid: pl.DataFrame, models: dict[str, GridModel], gpus: dict[str, GpuSku], n: int, seed: int
+    sample: pl.DataFrame, models: dict[str, GridModel], gpus: dict[str, GpuSku]
 ) -> tuple[int, float, int]:
-    """(rows, seconds, mismatching rows) of `estimate` on n random grid rows."""
-    rows = [grid.row(i, named=True) for i in random.Random(seed).sample(range(grid.height), min(n, grid.height))]
+    """(rows, seconds, mismatching rows) of `estimate` on the sampled grid rows."""
+    rows = list(sample.iter_rows(named=True))
     compared = [
         c for c in GRID_COLUMNS if c not in ("model", "model_family", "gpu", "weight_dtype", "kv_dtype", "num_gpus")
     ]
@@ -90,59 +223,9 @@ def scalar_sample(
         )  # fmt: skip
     elapsed = time.perf_counter() - start
     for row, contract in zip(rows, contracts, strict=True):
-        if any(row[c] != contract[RENAMED.get(c, c)] for c in compared):
+        if any(row[c] != contract[RENAMED.get(c, c)] for c in compared) or row["num_gpus"] != row["tp"] * row["pp"]:
             mismatches += 1
     return len(rows), elapsed, mismatches
-
-
-def _fresh(path: Path) -> duckdb.DuckDBPyConnection:
-    for stale in (path, Path(f"{path}.wal")):
-        stale.unlink(missing_ok=True)
-    con = duckdb.connect(str(path))
-    con.execute("SET preserve_insertion_order = false")
-    return con
-
-
-def publish(grid: pl.DataFrame, path: Path) -> float:
-    """The prescribed way: CREATE TABLE capacity_grid AS SELECT * FROM the frame; seconds."""
-    start = time.perf_counter()
-    con = _fresh(path)
-    try:
-        con.register("grid_frame", grid)
-        con.execute("CREATE TABLE capacity_grid AS SELECT * FROM grid_frame")
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
-    return time.perf_counter() - start
-
-
-def publish_star(deployments: pl.DataFrame, contexts: pl.DataFrame, path: Path) -> float:
-    """Deployments once, contexts as a narrow table, and the grid as a view over both; seconds."""
-    start = time.perf_counter()
-    con = _fresh(path)
-    try:
-        con.register("deployment_frame", deployments)
-        con.register("context_frame", contexts)
-        con.execute("CREATE TABLE grid_deployments AS SELECT * FROM deployment_frame")
-        con.execute("CREATE TABLE grid_contexts AS SELECT * FROM context_frame")
-        columns = ", ".join(f"c.{c}" if c in CONTEXT_COLUMNS else f"d.{c}" for c in GRID_COLUMNS)
-        con.execute(
-            f"CREATE VIEW capacity_grid AS SELECT {columns} "
-            "FROM grid_contexts c JOIN grid_deployments d USING (deployment_id)"
-        )
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
-    return time.perf_counter() - start
-
-
-def count(path: Path) -> int:
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        row = con.execute("SELECT count(*) FROM capacity_grid").fetchone()
-    finally:
-        con.close()
-    return int(row[0]) if row else 0
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -153,7 +236,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--db", type=Path, default=None, help="DuckDB file (default: a temporary one)")
     parser.add_argument("--sample", type=int, default=2000, help="rows timed with the scalar estimate")
+    parser.add_argument("--chunk-models", type=int, default=96, help="models per pipeline chunk")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--baseline", action="store_true", help="also time the single-frame star publish it replaced (same run)"
+    )
     args = parser.parse_args(argv)
 
     models, skipped = catalog_models()
@@ -167,54 +254,73 @@ def main(argv: list[str] | None = None) -> None:
     print(f"fleet: {len(models)} catalog models x {args.variants + 1} (with synthetic variants) = "
           f"{len(everything)} models, {len(gpus)} GPUs ({len(skipped)} catalog entries refused by the parser)")  # fmt: skip
 
-    start = time.perf_counter()
-    plan = build_capacity_grid(everything, gpus).select(GRID_COLUMNS)  # the per-layout Python part runs here
-    layouts_s = time.perf_counter() - start
-    grid = plan.collect()
-    build_s = time.perf_counter() - start
-    rss_build = peak_rss_gib()
-    rows = grid.height
-    n, scalar_s, mismatches = scalar_sample(
-        grid, {m.repo_id: m for m in everything}, {g.id: g for g in gpus}, args.sample, args.seed
-    )
-
     with tempfile.TemporaryDirectory() as tmp:
         path = args.db or Path(tmp) / "grid.duckdb"
         path.parent.mkdir(parents=True, exist_ok=True)
-        publish_s = publish(grid, path)
+        load_before = load()
+        clock = Stopwatch()
+        start, cpu = time.perf_counter(), time.process_time()
+        con = _fresh(path)
+        rows = publish_grid_tables(con, iter_grid_tables(everything, gpus, chunk_models=args.chunk_models), clock=clock)
+        con.close()
+        total_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+        load_after = load()
+        rss = peak_rss_gib()
         size = path.stat().st_size
-        assert count(path) == rows
-        width = grid.width
-        memory = grid.estimated_size()
-        del grid
 
-        # the same grid as deployments + a narrow per-context table + a view (--layout star)
-        start = time.perf_counter()
-        deployments = build_deployments(everything, gpus).with_row_index("deployment_id")
-        contexts = expand_contexts(deployments, carry=["deployment_id"]).select("deployment_id", *CONTEXT_COLUMNS)
-        deployments_df, contexts_df = pl.collect_all([deployments.drop("contexts"), contexts])
-        star_build_s = time.perf_counter() - start
-        star_path = path.with_name(path.stem + "-star.duckdb")
-        star_publish_s = publish_star(deployments_df.select(pl.exclude("^pool_.*$")), contexts_df, star_path)
-        star_size = star_path.stat().st_size
-        assert count(star_path) == rows
+        con = duckdb.connect(str(path), read_only=True)
+        try:
+            counted = con.execute("SELECT count(*) FROM capacity_grid").fetchone()
+            assert counted is not None and counted[0] == rows["contexts"], (counted, rows)
+            query_ms = []
+            for _ in range(3):
+                begin = time.perf_counter()
+                con.execute(QUERY).fetchall()
+                query_ms.append((time.perf_counter() - begin) * 1000)
+            pct = 100 * args.sample / max(rows["contexts"], 1)
+            sample = con.execute(
+                f"SELECT * FROM capacity_grid USING SAMPLE {min(pct, 100):.6f}% (bernoulli, {args.seed})"
+            ).pl()
+        finally:
+            con.close()
+        n, scalar_s, mismatches = scalar_sample(sample, {m.repo_id: m for m in everything}, {g.id: g for g in gpus})
 
-    grid_rate = rows / build_s
-    scalar_rate = n / scalar_s
-    total = build_s + publish_s
-    star_total = star_build_s + star_publish_s
-    print(f"rows: {rows:,} x {width} columns ({memory / 2**30:.2f} GiB in memory)")
-    print(f"build: {build_s:.2f} s = {grid_rate:,.0f} rows/s (per-layout Python {layouts_s:.2f} s, "
-          f"Polars {build_s - layouts_s:.2f} s)")  # fmt: skip
-    print(f"publish: {publish_s:.2f} s, CREATE TABLE capacity_grid AS SELECT * FROM df ({size / 2**20:,.0f} MiB file)")
-    print(f"build + publish: {total:.2f} s = {rows / total:,.0f} rows/s (target: >= 10M rows in <= 10 s)")
-    print(f"star layout: build {star_build_s:.2f} s ({deployments_df.height:,} deployments, {contexts_df.height:,} "
-          f"context rows) + publish {star_publish_s:.2f} s ({star_size / 2**20:,.0f} MiB) = {star_total:.2f} s "
-          f"= {rows / star_total:,.0f} rows/s; view capacity_grid has the same {rows:,} rows")  # fmt: skip
-    print(f"peak RSS: {peak_rss_gib():.2f} GiB ({rss_build:.2f} GiB after the build)")
-    print(f"scalar estimate on {n:,} sampled rows: {scalar_s:.2f} s = {scalar_rate:,.0f} rows/s; "
-          f"grid build is {grid_rate / scalar_rate:,.0f}x faster per row; {mismatches} sampled rows disagree")  # fmt: skip
-    print(f"load average now: {os.getloadavg()[0]:.2f}")
+        baseline = None
+        if args.baseline:
+            # the same grid as the single-frame star of before (one deployments frame with every
+            # context-free column, a narrow contexts frame), built and published in the same run
+            begin = time.perf_counter()
+            deployments = build_deployments(everything, gpus).with_row_index("deployment_id")
+            contexts = expand_contexts(deployments, carry=["deployment_id"]).select("deployment_id", *CONTEXT_COLUMNS)
+            deployments_df, contexts_df = pl.collect_all([deployments.drop("contexts"), contexts])
+            build_s = time.perf_counter() - begin
+            publish_s = publish_star_frames(
+                deployments_df.select(pl.exclude("^pool_.*$")), contexts_df, path.with_name(path.stem + "-star.duckdb")
+            )
+            baseline = (build_s, publish_s, contexts_df.height)
+            del deployments_df, contexts_df
+
+    grid_rows = rows["contexts"]
+    scalar_rate = n / scalar_s if scalar_s else float("nan")
+    rate = grid_rows / total_s
+    stages = ", ".join(f"{stage} {seconds:.2f} s" for stage, seconds in clock.seconds.items())
+    print(f"tables: {rows['gpus']} GPUs, {rows['layouts']:,} layouts, {rows['deployments']:,} deployments, "
+          f"{grid_rows:,} context rows (view capacity_grid: {len(GRID_COLUMNS)} columns)")  # fmt: skip
+    print(f"build + publish: {total_s:.2f} s ({cpu_s:.2f} s CPU) = {rate:,.0f} rows/s, {size / 2**20:,.0f} MiB "
+          f"(target: >= 10M rows in <= 10 s); load average {load_before:.2f} before, {load_after:.2f} after")  # fmt: skip
+    print(f"  stages (summed over {math.ceil(len(everything) / args.chunk_models)} chunks, overlapping): {stages}")
+    print(f"peak RSS: {rss:.2f} GiB")
+    print(f"query on the view ({QUERY[:60]}...): {min(query_ms):.0f} ms (best of 3)")
+    print(f"scalar estimate on {n:,} rows sampled from the view: {scalar_s:.2f} s = {scalar_rate:,.0f} rows/s; "
+          f"grid build + publish is {rate / scalar_rate:,.0f}x faster per row; {mismatches} sampled rows disagree")  # fmt: skip
+    if baseline:
+        build_s, publish_s, height = baseline
+        before = build_s + publish_s
+        print(f"baseline, single-frame star (same run): build {build_s:.2f} s + publish {publish_s:.2f} s = "
+              f"{before:.2f} s = {height / before:,.0f} rows/s; now {before / total_s:.1f}x faster")  # fmt: skip
+    print(f"load average now: {load():.2f}")
+    if mismatches:
+        raise SystemExit(f"{mismatches} sampled rows disagree with the scalar estimate")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ What the grid enumerates (GridOptions changes it):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -236,6 +237,8 @@ class _Registry:
     kv_specs: list[ModelSpec] = field(default_factory=list)
     kv_cache: dict[tuple[object, ...], object] = field(default_factory=dict)
     kv_sides: dict[tuple[int, str, int, int, int, int], _KVSide] = field(default_factory=dict)
+    # held while rows are built from, or added to, the registry (chunks are planned in two threads)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def kv_view(self, spec: ModelSpec) -> tuple[int, ModelSpec]:
         """(id, spec) of the model's KV structure: the spec without its parameter counts, one object
@@ -269,6 +272,8 @@ class _Tables:
     their join (with the registry's settings and shapes)."""
 
     reg: _Registry
+    rank_base: int = 0  # the first layout's `_rank`
+    kv_base: int = 0  # the first KV layout's `kv_id`
     models: list[tuple[object, ...]] = field(default_factory=list)
     node: list[tuple[object, ...]] = field(default_factory=list)
     kv_layouts: list[tuple[object, ...]] = field(default_factory=list)
@@ -395,17 +400,51 @@ def _registry(
     return reg
 
 
-def _build_tables(reg: _Registry, models: Sequence[GridModel], first: int = 0) -> _Tables:
-    """The rows of `models`, models first..first + len(models) - 1 of the registry's build."""
-    t = _Tables(reg)
+# for the PP > 1 layouts planned after the PP = 1 deployments are sized: per model (index in the
+# chunk), the node TPs and the (engine, KV dtype, weight dtype) indices where PP = 1 does not fit
+_PPGroups = Mapping[int, tuple[set[int], set[tuple[int, int, int]]]]
+
+
+def _build_tables(
+    reg: _Registry,
+    models: Sequence[GridModel],
+    first: int = 0,
+    *,
+    pp1_only: bool = False,
+    pp_groups: _PPGroups | None = None,
+    rank_base: int = 0,
+    kv_base: int = 0,
+) -> _Tables:
+    """The rows of `models`, models first..first + len(models) - 1 of the registry's build: every
+    layout, only the PP = 1 ones (`pp1_only`) or only the PP > 1 ones of `pp_groups`."""
+    with reg.lock:
+        return _build_rows(reg, models, first, pp1_only, pp_groups, _Tables(reg, rank_base, kv_base))
+
+
+def _build_rows(
+    reg: _Registry,
+    models: Sequence[GridModel],
+    first: int,
+    pp1_only: bool,
+    pp_groups: _PPGroups | None,
+    t: _Tables,
+) -> _Tables:
     options, release = reg.options, reg.release
     batches, block_sizes = reg.batches, reg.block_sizes
     vllm_version = options.vllm_version or ec.VLLM_DEFAULT_VERSION
     default = ec.vllm_release(None)
+    wanted: set[tuple[int, int, int]] | None = None
     for m, gm in enumerate(models):
         spec = gm.spec
         cid = reg.model_class[first + m]
         combos, node = reg.plans[first + m]
+        if pp1_only:
+            combos = [(tp, pp) for tp, pp in combos if pp == 1]
+        elif pp_groups is not None:
+            if m not in pp_groups:
+                continue
+            tps, wanted = pp_groups[m]
+            combos = [(tp, pp) for tp, pp in combos if pp > 1 and tp in tps]
         contexts = grid_contexts(spec.context_limit_tokens, options.min_context)
         t.models.append((m, gm.repo_id, spec.family, spec.context_limit_tokens, contexts[0], contexts))
         t.node.extend((m, gpn, tp) for gpn, tp in node.items())
@@ -415,6 +454,8 @@ def _build_tables(reg: _Registry, models: Sequence[GridModel], first: int = 0) -
         weights: dict[tuple[str, int, int, str], WeightsEstimate] = {}
         for tp, pp in combos:
             for e, engine in enumerate(options.engines):
+                if wanted is not None and not any(g[0] == e for g in wanted):
+                    continue
                 act_dtype = serving_dtype(spec, engine)
                 act_bytes = element_bytes(act_dtype)
                 vrelease = release if engine == "vllm" else None
@@ -427,6 +468,8 @@ def _build_tables(reg: _Registry, models: Sequence[GridModel], first: int = 0) -
                     )  # fmt: skip
                 bases = sorted(block_sizes.get((engine, cid), ()))
                 for k, kv_dtype in enumerate(options.kv_dtypes):
+                    if wanted is not None and not any(g[:2] == (e, k) for g in wanted):
+                        continue
                     kv_bytes = kv_element_bytes(kv_dtype, act_dtype)
                     side_key = (vid, engine, kv_bytes, act_bytes, tp, pp)
                     side = reg.kv_sides.get(side_key)
@@ -449,7 +492,7 @@ def _build_tables(reg: _Registry, models: Sequence[GridModel], first: int = 0) -
                         # the scalar engine cannot size this layout either (e.g. a pipeline stage
                         # that holds only KV-shared layers): no rows rather than rows it would not give
                         continue
-                    kv_id = len(t.kv_layouts)
+                    kv_id = t.kv_base + len(t.kv_layouts)
                     candidates = [(kv_id, base, stages) for base, stages in found]
                     t.candidates.extend(candidates)
                     t.kv_layouts.append(
@@ -459,13 +502,16 @@ def _build_tables(reg: _Registry, models: Sequence[GridModel], first: int = 0) -
                          per_token, per_token_gpu, state)
                     )  # fmt: skip
                     for weight_dtype, w_fp8, w_fp4 in dtypes:
+                        w_idx = options.weight_dtypes.index(weight_dtype)
+                        if wanted is not None and (e, k, w_idx) not in wanted:
+                            continue
                         wkey = (weight_dtype, tp, pp, act_dtype)
                         if wkey not in weights:
                             # `engine` reaches the weights only through the serving dtype
                             weights[wkey] = estimate_weights(spec, weight_dtype, tp, pp, gm.checkpoint_bytes, engine)
                         w = weights[wkey]
                         t.layouts.append(
-                            (len(t.layouts), kv_id, options.weight_dtypes.index(weight_dtype), weight_dtype, w_fp8,
+                            (t.rank_base + len(t.layouts), kv_id, w_idx, weight_dtype, w_fp8,
                              w_fp4, w.format_name, w.source, w.per_gpu_bytes)
                         )  # fmt: skip
     return t
@@ -510,6 +556,14 @@ def with_python_round(frame: pl.LazyFrame, numerator: str, denominator: str, out
     error is far below the distance to the tie for numerators under 2**53 / (2 * 10**digits)); on a
     tie the side of the float quotient decides, found exactly with Veltkamp's split (fl(m / 5**d)
     times 5**d is computed without rounding error). Staged columns keep the expression trees small."""
+    frame = _python_round_scaled(frame, numerator, denominator, "_k", digits)
+    scale = 10**digits
+    return frame.with_columns((pl.col("_k").cast(_F64) / _exact_divisor(pl.col("_k"), scale)).alias(out)).drop("_k")
+
+
+def _python_round_scaled(frame: pl.LazyFrame, numerator: str, denominator: str, out: str, digits: int) -> pl.LazyFrame:
+    """Add `out` = `round(numerator / denominator, digits) * 10**digits` as an exact integer: the
+    rounded quotient is then `out / 10**digits`, one correctly rounded division (see `with_python_round`)."""
     scale = 10**digits
     odd = 5**digits  # 2 * 10**digits = 2**(digits + 1) * odd: the power of two scales exactly
     num, den = pl.col(numerator), pl.col(denominator)
@@ -525,10 +579,7 @@ def with_python_round(frame: pl.LazyFrame, numerator: str, denominator: str, out
     tie = pl.when(side > 0).then(k0 + 1).when(side < 0).then(k0).otherwise(k0 + k0 % 2)
     twice_rest = pl.col("_twice_rest")
     k = pl.when(twice_rest < den).then(k0).when(twice_rest > den).then(k0 + 1).otherwise(tie)
-    frame = frame.with_columns(k.alias("_k"))
-    return frame.with_columns((pl.col("_k").cast(_F64) / _exact_divisor(pl.col("_k"), scale)).alias(out)).drop(
-        "_k0", "_twice_rest", "_f", "_c", "_high", "_k"
-    )
+    return frame.with_columns(k.alias(out)).drop("_k0", "_twice_rest", "_f", "_c", "_high")
 
 
 def _exact_divisor(like: pl.Expr, value: int) -> pl.Expr:
@@ -638,7 +689,34 @@ def _plan(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOpti
     return _plan_tables(_build_tables(reg, models))
 
 
-def _plan_tables(t: _Tables) -> _Plan:
+@dataclass(frozen=True, slots=True)
+class _Frames:
+    """The frames of one `_Tables`: `full` one row per layout (wide), the rest for the sizing."""
+
+    full: pl.LazyFrame
+    served: pl.LazyFrame
+    node: pl.LazyFrame
+    model_frame: pl.LazyFrame
+    gpu_frame: pl.LazyFrame
+    sized: Callable[[pl.LazyFrame], pl.LazyFrame]
+    windows: int
+    layouts: int  # rows of `full`
+
+
+_NARROW = (
+    "_rank", "kv_id", "model_idx", "model_class", "engine_idx", "weight_idx", "kv_idx", "tp", "pp",
+    "needs_fp8", "needs_fp4", "weights_bytes_per_gpu", "max_model_len", "min_context",
+)  # fmt: skip
+_SERVED_ON = ["engine_idx", "model_class", "tp", "pp", "needs_fp8", "needs_fp4"]
+_GROUP = ["model_idx", "engine_idx", "weight_idx", "kv_idx"]
+
+
+def _frames(t: _Tables) -> _Frames:
+    with t.reg.lock:
+        return _frames_of(t)
+
+
+def _frames_of(t: _Tables) -> _Frames:
     reg = t.reg
     options, release, gpus = reg.options, reg.release, reg.gpus
     settings = _rows(
@@ -744,46 +822,66 @@ def _plan_tables(t: _Tables) -> _Plan:
             (pl.col("tp") * pl.col("pp")).alias("num_gpus"),
         )
     )
-    # the deployments are computed narrow: the layout's keys and the few numbers the sizing reads
-    narrow = full.select(
-        "_rank", "kv_id", "model_idx", "model_class", "engine_idx", "weight_idx", "kv_idx", "tp", "pp",
-        "needs_fp8", "needs_fp4", "weights_bytes_per_gpu", "max_model_len", "min_context",
-    )  # fmt: skip
-    on = ["engine_idx", "model_class", "tp", "pp", "needs_fp8", "needs_fp4"]
     sized = partial(
         _sized, overheads=overheads, candidates=candidates, width=width, shapes=shapes, windows=windows,
         release=release, engines=options.engines,
     )  # fmt: skip
-    single = sized(
-        narrow.filter(pl.col("pp") == 1)
-        .join(served, on=on, how="inner")
-        .join(node, on=["model_idx", "gpus_per_node"], how="left")
+    return _Frames(full, served, node, model_frame, gpu_frame, sized, windows, t.rank_base + len(t.layouts))
+
+
+def _single(f: _Frames) -> pl.LazyFrame:
+    """The PP = 1 deployments, sized (narrow)."""
+    return f.sized(
+        f.full.select(_NARROW)
+        .filter(pl.col("pp") == 1)
+        .join(f.served, on=_SERVED_ON, how="inner")
+        .join(f.node, on=["model_idx", "gpus_per_node"], how="left")
     )
-    # PP > 1 only at the node's TP, and only where PP = 1 at that TP holds no sequence of the
-    # model's smallest grid context: the PP = 1 deployments are computed first and decide
+
+
+def _not_fitting(single: pl.LazyFrame, windows: int) -> pl.LazyFrame:
+    """PP > 1 only at the node's TP, and only where PP = 1 at that TP holds no sequence of the
+    model's smallest grid context: (group, GPU, node TP) of the PP = 1 deployments that do not fit."""
     t_min = pl.col("min_context")
     budget = pl.col("kv_budget_bytes_per_gpu")
-    group = ["model_idx", "engine_idx", "weight_idx", "kv_idx"]
-    not_fitting = single.filter(
+    return single.filter(
         (pl.col("tp") == pl.col("node_tp"))
         & ~((budget > 0) & (_b_max_memory(_units(t_min, windows), _swa_tokens(t_min)) >= 1))
-    ).select(*group, "gpu_idx", "node_tp")
-    multi = sized(
-        narrow.filter(pl.col("pp") > 1)
-        .join(not_fitting, left_on=[*group, "tp"], right_on=[*group, "node_tp"], how="inner")
-        .join(served, on=[*on, "gpu_idx"], how="inner")
+    ).select(*_GROUP, "gpu_idx", "node_tp")
+
+
+def _multi(f: _Frames, not_fitting: pl.LazyFrame) -> pl.LazyFrame:
+    """The PP > 1 deployments, sized (narrow)."""
+    return f.sized(
+        f.full.select(_NARROW)
+        .filter(pl.col("pp") > 1)
+        .join(not_fitting, left_on=[*_GROUP, "tp"], right_on=[*_GROUP, "node_tp"], how="inner")
+        .join(f.served, on=[*_SERVED_ON, "gpu_idx"], how="inner")
     )
+
+
+def _keep(windows: int) -> list[str]:
     pool = [*POOL_COLUMNS, *(f"pool_window_{j}_{part}" for j in range(windows) for part in ("groups", "held"))]
-    keep = ["_rank", "model_idx", "gpu_idx", *DEPLOYMENT_ONLY_COLUMNS, *pool]
-    # by model, GPU, layout: one integer key sorts faster than three columns
-    order = (pl.col("model_idx") * len(gpus) + pl.col("gpu_idx")) * max(len(t.layouts), 1) + pl.col("_rank")
-    deployments = pl.concat([single.select(keep), multi.select(keep)]).sort(order)
+    return ["_rank", "model_idx", "gpu_idx", *DEPLOYMENT_ONLY_COLUMNS, *pool]
+
+
+def _ordered(deployments: pl.LazyFrame, gpus: int, layouts: int) -> pl.LazyFrame:
+    """By model, GPU, layout: one integer key sorts faster than three columns."""
+    return deployments.sort((pl.col("model_idx") * gpus + pl.col("gpu_idx")) * max(layouts, 1) + pl.col("_rank"))
+
+
+def _plan_tables(t: _Tables) -> _Plan:
+    f = _frames(t)
+    single = _single(f)
+    multi = _multi(f, _not_fitting(single, f.windows))
+    keep = _keep(f.windows)
+    deployments = _ordered(pl.concat([single.select(keep), multi.select(keep)]), len(t.reg.gpus), f.layouts)
     return _Plan(
-        layouts=full.select("_rank", *LAYOUT_COLUMNS),
+        layouts=f.full.select("_rank", *LAYOUT_COLUMNS),
         deployments=deployments,
-        gpus=gpu_frame.select("gpu_idx", *GPU_COLUMNS),
-        contexts=model_frame.select("model_idx", "contexts"),
-        windows=windows,
+        gpus=f.gpu_frame.select("gpu_idx", *GPU_COLUMNS),
+        contexts=f.model_frame.select("model_idx", "contexts"),
+        windows=f.windows,
     )
 
 
@@ -912,8 +1010,9 @@ def expand_contexts(deployments: pl.LazyFrame, carry: Sequence[str] = ()) -> pl.
     return grid.select(*carry, *GRID_COLUMNS, *pool)
 
 
-def _at_contexts(rows: pl.LazyFrame, windows: int) -> pl.LazyFrame:
-    """CONTEXT_COLUMNS of rows that hold a deployment's pool columns and one `context`."""
+def _at_contexts(rows: pl.LazyFrame, windows: int, scaled: bool = False) -> pl.LazyFrame:
+    """CONTEXT_COLUMNS of rows that hold a deployment's pool columns and one `context`
+    (`max_concurrency_e4` in place of max_concurrency where `scaled`)."""
     t = pl.col("context")
     blocks, seqs = pl.col("num_blocks"), pl.col("max_num_seqs")
     units, swa = pl.col("_units"), pl.col("_swa")
@@ -930,11 +1029,14 @@ def _at_contexts(rows: pl.LazyFrame, windows: int) -> pl.LazyFrame:
             pl.when(seqs > 0).then(pl.min_horizontal("b_max_memory", seqs)).otherwise("b_max_memory").alias("b_max"),
         )
     )
-    grid = with_python_round(grid, "_num", "_den", "_conc")
-    return grid.with_columns(
-        pl.when(blocks > 0).then(pl.col("_conc")).otherwise(0.0).alias("max_concurrency"),
-        ((pl.col("kv_budget_bytes_per_gpu") > 0) & (pl.col("b_max") >= 1)).alias("fits"),
-    ).drop("_units", "_swa", "_use_swa", "_num", "_den", "_conc")
+    fits = ((pl.col("kv_budget_bytes_per_gpu") > 0) & (pl.col("b_max") >= 1)).alias("fits")
+    if scaled:
+        grid = _python_round_scaled(grid, "_num", "_den", "_conc", 4)
+        concurrency = pl.when(blocks > 0).then(pl.col("_conc")).otherwise(0).alias("max_concurrency_e4")
+    else:
+        grid = with_python_round(grid, "_num", "_den", "_conc")
+        concurrency = pl.when(blocks > 0).then(pl.col("_conc")).otherwise(0.0).alias("max_concurrency")
+    return grid.with_columns(concurrency, fits).drop("_units", "_swa", "_use_swa", "_num", "_den", "_conc")
 
 
 @dataclass(frozen=True, slots=True)
@@ -947,7 +1049,11 @@ class GridTables:
       of a layout on every GPU share, the strings among it);
     - `deployments`: deployment_id, layout_id, gpu_id, DEPLOYMENT_ONLY_COLUMNS (settings, overhead,
       budget and pool of a layout on a GPU);
-    - `contexts`: deployment_id, CONTEXT_COLUMNS (one row per deployment and grid context).
+    - `contexts`: deployment_id, TABLE_CONTEXT_COLUMNS (one row per deployment and grid context):
+      CONTEXT_COLUMNS with `max_concurrency_e4`, the printed concurrency times 10,000 as an exact
+      Int64, in place of max_concurrency. max_concurrency is `max_concurrency_e4 / 10000`, one
+      correctly rounded division (Polars with a column divisor, DuckDB's `/` on a BIGINT and an
+      INTEGER): stored so, the column compresses as an integer, at a fraction of a double's cost.
 
     Ids are Int32, dense and in `build_capacity_grid`'s order (deployments by model, GPU, layout;
     contexts by deployment, context), counting from the `first_*` ids given: tables of consecutive
@@ -961,8 +1067,10 @@ class GridTables:
 
     def grid(self) -> pl.DataFrame:
         """GRID_COLUMNS, one row per deployment and context (`build_capacity_grid` without the pool columns)."""
+        e4 = pl.col("max_concurrency_e4")
         return (
-            self.contexts.join(self.deployments, on="deployment_id", how="left", maintain_order="left")
+            self.contexts.with_columns((e4.cast(_F64) / _exact_divisor(e4, 10_000)).alias("max_concurrency"))
+            .join(self.deployments, on="deployment_id", how="left", maintain_order="left")
             .join(self.layouts, on="layout_id", how="left", maintain_order="left")
             .join(self.gpus, on="gpu_id", how="left", maintain_order="left")
             .select(GRID_COLUMNS)
@@ -970,6 +1078,7 @@ class GridTables:
 
 
 _ID = pl.Int32
+TABLE_CONTEXT_COLUMNS = tuple("max_concurrency_e4" if c == "max_concurrency" else c for c in CONTEXT_COLUMNS)
 
 
 def grid_tables(
@@ -980,10 +1089,12 @@ def grid_tables(
     first_layout_id: int = 0,
     first_deployment_id: int = 0,
 ) -> GridTables:
-    """The grid of `models` x `gpus` as GridTables (collected). The per-layout Python part and the
-    Polars part run here; see `iter_grid_tables` for a fleet in chunks."""
-    plan = _plan(models, gpus, options)
-    return _collect_tables(plan, first_layout_id, first_deployment_id)
+    """The grid of `models` x `gpus` as GridTables (collected); see `iter_grid_tables` for a fleet
+    in chunks, which also overlaps the Python and the Polars parts."""
+    options = options or GridOptions()
+    reg = _registry(models, gpus, options, ec.vllm_release(options.vllm_version))
+    t = _build_tables(reg, models, pp1_only=True)
+    return _collect_tables(t, models, 0, first_layout_id, first_deployment_id)
 
 
 def iter_grid_tables(
@@ -1004,21 +1115,21 @@ def iter_grid_tables(
         return
     options = options or GridOptions()
     reg = _registry(models, gpus, options, ec.vllm_release(options.vllm_version))
-    next_deployment_id = [0]
+    step = max(1, chunk_models)
+    next_ids = [0, 0]  # layout, deployment
 
-    def collect(plan: _Plan, first_layout_id: int) -> GridTables:
+    def collect(t: _Tables, start: int) -> GridTables:
         # one worker: chunks are collected in order, each after the one before has its ids
-        tables = _collect_tables(plan, first_layout_id, next_deployment_id[0])
-        next_deployment_id[0] += tables.deployments.height
+        tables = _collect_tables(t, models[start : start + step], start, *next_ids)
+        next_ids[0] += tables.layouts.height
+        next_ids[1] += tables.deployments.height
         return tables
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid") as worker:
         pending: Future[GridTables] | None = None
-        first_layout_id = 0
-        for start in range(0, len(models), max(1, chunk_models)):
-            t = _build_tables(reg, models[start : start + chunk_models], start)
-            submitted = worker.submit(collect, _plan_tables(t), first_layout_id)
-            first_layout_id += len(t.layouts)
+        for start in range(0, len(models), step):
+            t = _build_tables(reg, models[start : start + step], start, pp1_only=True)
+            submitted = worker.submit(collect, t, start)
             if pending is not None:
                 yield pending.result()
             pending = submitted
@@ -1026,34 +1137,77 @@ def iter_grid_tables(
             yield pending.result()
 
 
-def _collect_tables(plan: _Plan, first_layout_id: int, first_deployment_id: int) -> GridTables:
-    deployments, gpus = pl.collect_all(
-        [
-            plan.deployments.with_row_index("deployment_id", offset=first_deployment_id),
-            plan.gpus.select(pl.col("gpu_idx").cast(_ID).alias("gpu_id"), *GPU_COLUMNS),
-        ]
+def _with_windows(frame: pl.LazyFrame, have: int, want: int) -> pl.LazyFrame:
+    """Pool window columns up to `want`: a window a pool does not have holds no layer (0 x anything)."""
+    zeros = [pl.lit(0, _I64).alias(f"pool_window_{j}_{part}") for j in range(have, want) for part in ("groups", "held")]
+    return frame.with_columns(zeros) if zeros else frame
+
+
+def _collect_tables(
+    t1: _Tables, models: Sequence[GridModel], first: int, first_layout_id: int, first_deployment_id: int
+) -> GridTables:
+    """The tables of one chunk from its PP = 1 rows `t1`. The PP = 1 deployments are sized first;
+    the PP > 1 layouts are then planned only where they are needed (the node's TP, where PP = 1
+    does not fit): most PP > 1 layouts would have no deployment, and planning them is half the
+    per-layout Python work."""
+    f1 = _frames(t1)
+    extra = [c for c in (*_GROUP, "tp", "node_tp", "min_context") if c not in _keep(0)]
+    single = _single(f1).select(*_keep(f1.windows), *extra).collect()
+    not_fitting = _not_fitting(single.lazy(), f1.windows).collect()
+    groups: dict[int, tuple[set[int], set[tuple[int, int, int]]]] = {}
+    for m, e, w, k, _gpu, node_tp in not_fitting.iter_rows():
+        tps, wanted = groups.setdefault(m, (set(), set()))
+        tps.add(node_tp)
+        wanted.add((e, k, w))
+    parts = [(f1, single.lazy())]
+    if groups:
+        rank_base, kv_base = f1.layouts, t1.kv_base + len(t1.kv_layouts)
+        t2 = _build_tables(t1.reg, models, first, pp_groups=groups, rank_base=rank_base, kv_base=kv_base)
+        f2 = _frames(t2)
+        parts.append((f2, _multi(f2, not_fitting.lazy())))
+    windows = max(f.windows for f, _ in parts)
+    keep = _keep(windows)
+    deployments = (
+        _ordered(
+            pl.concat([_with_windows(frame, f.windows, windows).select(keep) for f, frame in parts]),
+            len(t1.reg.gpus),
+            parts[-1][0].layouts,
+        )
+        .with_row_index("deployment_id", offset=first_deployment_id)
+        .collect()
     )
-    # the layouts some GPU serves (a PP > 1 layout only where PP = 1 does not fit)
+    # the layouts some GPU serves, numbered densely by model, then PP = 1 before PP > 1 (the order
+    # of a model's layouts whatever the chunks)
+    ranks = parts[-1][0].layouts
+    key = pl.col("model_idx") * ranks + pl.col("_rank")
+    used = deployments.select(key.unique().sort()).to_series()
     layouts = (
-        plan.layouts.filter(pl.col("_rank").is_in(deployments.get_column("_rank").unique()))
-        .sort("_rank")
-        .select((pl.col("_rank") + first_layout_id).cast(_ID).alias("layout_id"), *LAYOUT_COLUMNS)
+        pl.concat([f.full.select("model_idx", "_rank", *LAYOUT_COLUMNS) for f, _ in parts])
+        .filter(key.is_in(used.implode()))
+        .sort(key)
+        .with_row_index("layout_id", offset=first_layout_id)
+        .select(pl.col("layout_id").cast(_ID), *LAYOUT_COLUMNS)
         .collect()
     )
     # one row per deployment and context: a join on the model's contexts (in order) expands them
-    contexts = (
-        deployments.lazy()
-        .join(plan.contexts.explode("contexts").rename({"contexts": "context"}), on="model_idx", how="inner",
-              maintain_order="left")
-    )  # fmt: skip
-    contexts = _at_contexts(contexts, plan.windows).select(pl.col("deployment_id").cast(_ID), *CONTEXT_COLUMNS)
-    deployments = deployments.select(
-        pl.col("deployment_id").cast(_ID),
-        (pl.col("_rank") + first_layout_id).cast(_ID).alias("layout_id"),
-        pl.col("gpu_idx").cast(_ID).alias("gpu_id"),
-        *DEPLOYMENT_ONLY_COLUMNS,
+    model_contexts = f1.model_frame.select("model_idx", pl.col("contexts").alias("context")).explode("context")
+    contexts = deployments.lazy().join(model_contexts, on="model_idx", how="inner", maintain_order="left")
+    contexts = _at_contexts(contexts, windows, scaled=True).select(
+        pl.col("deployment_id").cast(_ID), *TABLE_CONTEXT_COLUMNS
     )
-    return GridTables(gpus=gpus, layouts=layouts, deployments=deployments, contexts=contexts.collect())
+    layout_id = used.search_sorted(deployments.select(key).to_series()) + first_layout_id
+    gpus = f1.gpu_frame.select(pl.col("gpu_idx").cast(_ID).alias("gpu_id"), *GPU_COLUMNS)
+    return GridTables(
+        gpus=gpus.collect(),
+        layouts=layouts,
+        deployments=deployments.select(
+            pl.col("deployment_id").cast(_ID),
+            layout_id.cast(_ID).alias("layout_id"),
+            pl.col("gpu_idx").cast(_ID).alias("gpu_id"),
+            *DEPLOYMENT_ONLY_COLUMNS,
+        ),
+        contexts=contexts.collect(),
+    )
 
 
 def build_context_limits(grid: pl.LazyFrame, concurrencies: Sequence[int] = TARGET_CONCURRENCIES) -> pl.LazyFrame:
