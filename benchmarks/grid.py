@@ -28,7 +28,7 @@ import resource
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,15 +38,13 @@ import polars as pl
 from benchmarks.estimate import catalog_gpus, catalog_models, cores
 from capacity.grid import (
     CONTEXT_COLUMNS,
-    DEPLOYMENT_ONLY_COLUMNS,
-    GPU_COLUMNS,
     GRID_COLUMNS,
-    LAYOUT_COLUMNS,
     GridModel,
     GridTables,
     build_capacity_grid,
     build_deployments,
     expand_contexts,
+    grid_tables_sql,
     iter_grid_tables,
 )
 from capacity.memory import estimate
@@ -95,29 +93,20 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def _fresh(path: Path) -> duckdb.DuckDBPyConnection:
+def _fresh(path: Path, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     for stale in (path, Path(f"{path}.wal")):
         stale.unlink(missing_ok=True)
     con = duckdb.connect(str(path))
     con.execute("SET preserve_insertion_order = false")
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
     return con
 
 
 def grid_view_sql(prefix: str = "grid_") -> str:
     """The view `capacity_grid`: GRID_COLUMNS from the four tables, one row per deployment and context."""
-    source = {c: "c" for c in CONTEXT_COLUMNS} | {c: "l" for c in LAYOUT_COLUMNS} | {c: "g" for c in GPU_COLUMNS}
-    source |= {c: "d" for c in DEPLOYMENT_ONLY_COLUMNS}
-    # max_concurrency is stored times 10,000 as a BIGINT: `/` divides as doubles, correctly rounded
-    expression = {c: f"{source[c]}.{c}" for c in GRID_COLUMNS}
-    expression["max_concurrency"] = "c.max_concurrency_e4 / 10000 AS max_concurrency"
-    columns = ",\n    ".join(expression[c] for c in GRID_COLUMNS)
-    return (
-        f"CREATE OR REPLACE VIEW capacity_grid AS\nSELECT\n    {columns}\n"
-        f"FROM {prefix}contexts AS c\n"
-        f"JOIN {prefix}deployments AS d USING (deployment_id)\n"
-        f"JOIN {prefix}layouts AS l USING (layout_id)\n"
-        f"JOIN {prefix}gpus AS g USING (gpu_id)"
-    )
+    names = {f"{table}": f"{prefix}{table}" for table in TABLES}
+    return f"CREATE OR REPLACE VIEW capacity_grid AS\n{grid_tables_sql(**names)}"
 
 
 class Stopwatch:
@@ -133,38 +122,68 @@ class Stopwatch:
 
 
 def publish_grid_tables(
-    con: duckdb.DuckDBPyConnection, chunks: Iterable[GridTables], prefix: str = "grid_", clock: Stopwatch | None = None
+    con: duckdb.DuckDBPyConnection,
+    chunks: Iterable[GridTables],
+    prefix: str = "grid_",
+    clock: Stopwatch | None = None,
+    writer_thread: bool = False,
 ) -> dict[str, int]:
     """Write GridTables chunks into `{prefix}gpus`, `layouts`, `deployments`, `contexts` (created from
-    the first chunk, appended to after) from a writer thread of its own, so that the caller's
-    iterator (`iter_grid_tables`: planning and Polars) runs while DuckDB inserts; then the view
-    `capacity_grid` and a CHECKPOINT. Returns the rows per table."""
-    pending: queue.Queue[GridTables | None] = queue.Queue(maxsize=2)
+    the first chunk, appended to after), then the view `capacity_grid` and a CHECKPOINT. Returns
+    the rows per table. Inline, a chunk is written while `iter_grid_tables` collects the next one
+    (its worker thread) and the planning of the one after waits: two things at a time, what two
+    cores hold. With `writer_thread` the planning goes on during the insert too."""
     rows = dict.fromkeys(TABLES, 0)
+    created = False
+
+    def write(chunk: GridTables) -> None:
+        nonlocal created
+        start = time.perf_counter()
+        # every chunk carries the same GPUs: written with the first
+        for name in TABLES[1:] if created else TABLES:
+            frame = getattr(chunk, name)
+            con.register("chunk_frame", frame)
+            into = f"INSERT INTO {prefix}{name}" if created else f"CREATE TABLE {prefix}{name} AS"
+            con.execute(f"{into} SELECT * FROM chunk_frame")
+            con.unregister("chunk_frame")
+            rows[name] += frame.height
+        created = True
+        if clock:
+            clock.add("duckdb", time.perf_counter() - start)
+
+    if writer_thread:
+        _write_from_thread(chunks, write, clock)
+    else:
+        start = time.perf_counter()
+        for chunk in chunks:
+            if clock:
+                clock.add("wait for Python + Polars", time.perf_counter() - start)
+            write(chunk)
+            start = time.perf_counter()
+    start = time.perf_counter()
+    con.execute(grid_view_sql(prefix))
+    con.execute("CHECKPOINT")
+    if clock:
+        clock.add("view + checkpoint", time.perf_counter() - start)
+    return rows
+
+
+def _write_from_thread(
+    chunks: Iterable[GridTables], write: Callable[[GridTables], None], clock: Stopwatch | None
+) -> None:
+    pending: queue.Queue[GridTables | None] = queue.Queue(maxsize=2)
     failure: list[BaseException] = []
 
-    def write() -> None:
-        created = False
+    def loop() -> None:
         try:
             while (chunk := pending.get()) is not None:
-                start = time.perf_counter()
-                # every chunk carries the same GPUs: written with the first
-                for name in TABLES[1:] if created else TABLES:
-                    frame = getattr(chunk, name)
-                    con.register("chunk_frame", frame)
-                    into = f"INSERT INTO {prefix}{name}" if created else f"CREATE TABLE {prefix}{name} AS"
-                    con.execute(f"{into} SELECT * FROM chunk_frame")
-                    con.unregister("chunk_frame")
-                    rows[name] += frame.height
-                created = True
-                if clock:
-                    clock.add("duckdb", time.perf_counter() - start)
+                write(chunk)
         except BaseException as exc:  # re-raised in the caller
             failure.append(exc)
             while pending.get() is not None:  # let the producer finish
                 pass
 
-    writer = threading.Thread(target=write, name="grid-duckdb")
+    writer = threading.Thread(target=loop, name="grid-duckdb")
     writer.start()
     try:
         start = time.perf_counter()
@@ -178,12 +197,6 @@ def publish_grid_tables(
         writer.join()
     if failure:
         raise failure[0]
-    start = time.perf_counter()
-    con.execute(grid_view_sql(prefix))
-    con.execute("CHECKPOINT")
-    if clock:
-        clock.add("view + checkpoint", time.perf_counter() - start)
-    return rows
 
 
 def publish_star_frames(deployments: pl.DataFrame, contexts: pl.DataFrame, path: Path) -> float:
@@ -236,7 +249,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--db", type=Path, default=None, help="DuckDB file (default: a temporary one)")
     parser.add_argument("--sample", type=int, default=2000, help="rows timed with the scalar estimate")
-    parser.add_argument("--chunk-models", type=int, default=96, help="models per pipeline chunk")
+    parser.add_argument("--chunk-models", type=int, default=192, help="models per pipeline chunk")
+    parser.add_argument("--duckdb-threads", type=int, default=None, help="DuckDB threads (default: its own)")
+    parser.add_argument("--writer-thread", action="store_true", help="DuckDB inserts from a thread of their own")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--baseline", action="store_true", help="also time the single-frame star publish it replaced (same run)"
@@ -260,8 +275,9 @@ def main(argv: list[str] | None = None) -> None:
         load_before = load()
         clock = Stopwatch()
         start, cpu = time.perf_counter(), time.process_time()
-        con = _fresh(path)
-        rows = publish_grid_tables(con, iter_grid_tables(everything, gpus, chunk_models=args.chunk_models), clock=clock)
+        con = _fresh(path, args.duckdb_threads)
+        chunks = iter_grid_tables(everything, gpus, chunk_models=args.chunk_models)
+        rows = publish_grid_tables(con, chunks, clock=clock, writer_thread=args.writer_thread)
         con.close()
         total_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu
         load_after = load()

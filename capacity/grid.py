@@ -1064,6 +1064,8 @@ class GridTables:
     layouts: pl.DataFrame
     deployments: pl.DataFrame
     contexts: pl.DataFrame
+    # deployment_id, concurrency, max_context (`build_context_limits`), where asked for
+    context_limits: pl.DataFrame | None = None
 
     def grid(self) -> pl.DataFrame:
         """GRID_COLUMNS, one row per deployment and context (`build_capacity_grid` without the pool columns)."""
@@ -1077,6 +1079,29 @@ class GridTables:
         )
 
 
+def grid_tables_sql(
+    contexts: str = "grid_contexts",
+    deployments: str = "grid_deployments",
+    layouts: str = "grid_layouts",
+    gpus: str = "grid_gpus",
+) -> str:
+    """A SQL SELECT (DuckDB) of GRID_COLUMNS over the four GridTables stored under these names: the
+    grid, one row per deployment and context, as `build_capacity_grid` gives it (same values, the
+    doubles included: max_concurrency is `max_concurrency_e4 / 10000`, which DuckDB divides as
+    doubles, correctly rounded)."""
+    source = {c: "c" for c in CONTEXT_COLUMNS} | {c: "l" for c in LAYOUT_COLUMNS} | {c: "g" for c in GPU_COLUMNS}
+    source |= {c: "d" for c in DEPLOYMENT_ONLY_COLUMNS}
+    expression = {c: f"{source[c]}.{c}" for c in GRID_COLUMNS}
+    expression["max_concurrency"] = "c.max_concurrency_e4 / 10000 AS max_concurrency"
+    columns = ",\n    ".join(expression[c] for c in GRID_COLUMNS)
+    return (
+        f"SELECT\n    {columns}\nFROM {contexts} AS c\n"
+        f"JOIN {deployments} AS d USING (deployment_id)\n"
+        f"JOIN {layouts} AS l USING (layout_id)\n"
+        f"JOIN {gpus} AS g USING (gpu_id)"
+    )
+
+
 _ID = pl.Int32
 TABLE_CONTEXT_COLUMNS = tuple("max_concurrency_e4" if c == "max_concurrency" else c for c in CONTEXT_COLUMNS)
 
@@ -1086,15 +1111,17 @@ def grid_tables(
     gpus: Sequence[GpuSku],
     options: GridOptions | None = None,
     *,
+    concurrencies: Sequence[int] | None = None,
     first_layout_id: int = 0,
     first_deployment_id: int = 0,
 ) -> GridTables:
-    """The grid of `models` x `gpus` as GridTables (collected); see `iter_grid_tables` for a fleet
-    in chunks, which also overlaps the Python and the Polars parts."""
+    """The grid of `models` x `gpus` as GridTables (collected), with the context limits at
+    `concurrencies` if given; see `iter_grid_tables` for a fleet in chunks, which also overlaps the
+    Python and the Polars parts."""
     options = options or GridOptions()
     reg = _registry(models, gpus, options, ec.vllm_release(options.vllm_version))
     t = _build_tables(reg, models, pp1_only=True)
-    return _collect_tables(t, models, 0, first_layout_id, first_deployment_id)
+    return _collect_tables(t, models, 0, first_layout_id, first_deployment_id, concurrencies)
 
 
 def iter_grid_tables(
@@ -1102,7 +1129,8 @@ def iter_grid_tables(
     gpus: Sequence[GpuSku],
     options: GridOptions | None = None,
     *,
-    chunk_models: int = 96,
+    concurrencies: Sequence[int] | None = None,
+    chunk_models: int = 192,
 ) -> Iterator[GridTables]:
     """`grid_tables` of consecutive chunks of `chunk_models` models, ids continuing from chunk to
     chunk: concatenated, the chunks' layouts, deployments and contexts are `grid_tables(models, gpus,
@@ -1111,7 +1139,7 @@ def iter_grid_tables(
     that on two cores the two overlap; a consumer that writes each chunk from a thread of its own
     overlaps that too. The models share one registry (engine settings, pool shapes, KV layouts)."""
     if not models:
-        yield grid_tables(models, gpus, options)
+        yield grid_tables(models, gpus, options, concurrencies=concurrencies)
         return
     options = options or GridOptions()
     reg = _registry(models, gpus, options, ec.vllm_release(options.vllm_version))
@@ -1120,7 +1148,8 @@ def iter_grid_tables(
 
     def collect(t: _Tables, start: int) -> GridTables:
         # one worker: chunks are collected in order, each after the one before has its ids
-        tables = _collect_tables(t, models[start : start + step], start, *next_ids)
+        layout_id, deployment_id = next_ids
+        tables = _collect_tables(t, models[start : start + step], start, layout_id, deployment_id, concurrencies)
         next_ids[0] += tables.layouts.height
         next_ids[1] += tables.deployments.height
         return tables
@@ -1144,14 +1173,19 @@ def _with_windows(frame: pl.LazyFrame, have: int, want: int) -> pl.LazyFrame:
 
 
 def _collect_tables(
-    t1: _Tables, models: Sequence[GridModel], first: int, first_layout_id: int, first_deployment_id: int
+    t1: _Tables,
+    models: Sequence[GridModel],
+    first: int,
+    first_layout_id: int,
+    first_deployment_id: int,
+    concurrencies: Sequence[int] | None = None,
 ) -> GridTables:
     """The tables of one chunk from its PP = 1 rows `t1`. The PP = 1 deployments are sized first;
     the PP > 1 layouts are then planned only where they are needed (the node's TP, where PP = 1
     does not fit): most PP > 1 layouts would have no deployment, and planning them is half the
     per-layout Python work."""
     f1 = _frames(t1)
-    extra = [c for c in (*_GROUP, "tp", "node_tp", "min_context") if c not in _keep(0)]
+    extra = [c for c in (*_GROUP, "tp", "node_tp", "min_context", "max_model_len") if c not in _keep(0)]
     single = _single(f1).select(*_keep(f1.windows), *extra).collect()
     not_fitting = _not_fitting(single.lazy(), f1.windows).collect()
     groups: dict[int, tuple[set[int], set[tuple[int, int, int]]]] = {}
@@ -1166,7 +1200,7 @@ def _collect_tables(
         f2 = _frames(t2)
         parts.append((f2, _multi(f2, not_fitting.lazy())))
     windows = max(f.windows for f, _ in parts)
-    keep = _keep(windows)
+    keep = [*_keep(windows), "max_model_len"]
     deployments = (
         _ordered(
             pl.concat([_with_windows(frame, f.windows, windows).select(keep) for f, frame in parts]),
@@ -1197,6 +1231,11 @@ def _collect_tables(
     )
     layout_id = used.search_sorted(deployments.select(key).to_series()) + first_layout_id
     gpus = f1.gpu_frame.select(pl.col("gpu_idx").cast(_ID).alias("gpu_id"), *GPU_COLUMNS)
+    limits = None
+    if concurrencies is not None:
+        limits = _max_contexts(deployments.lazy(), ["deployment_id"], concurrencies).select(
+            pl.col("deployment_id").cast(_ID), "concurrency", "max_context"
+        )
     return GridTables(
         gpus=gpus.collect(),
         layouts=layouts,
@@ -1207,6 +1246,7 @@ def _collect_tables(
             *DEPLOYMENT_ONLY_COLUMNS,
         ),
         contexts=contexts.collect(),
+        context_limits=limits.collect() if limits is not None else None,
     )
 
 
@@ -1216,10 +1256,16 @@ def build_context_limits(grid: pl.LazyFrame, concurrencies: Sequence[int] = TARG
     run on every row at once. Takes the grid (it reads the row where context == max_model_len, one per
     deployment) or the deployment frame."""
     names = grid.collect_schema().names()
-    windows = _window_count(grid)
     frame = grid.filter(pl.col("context") == pl.col("max_model_len")) if "context" in names else grid
+    return _max_contexts(frame, DEPLOYMENT_KEYS, concurrencies)
+
+
+def _max_contexts(frame: pl.LazyFrame, keys: Sequence[str], concurrencies: Sequence[int]) -> pl.LazyFrame:
+    """`keys`, concurrency, max_context of a frame with one row per deployment (its pool columns)."""
+    names = frame.collect_schema().names()
+    windows = _window_count(frame)
     pool = [c for c in names if c.startswith("pool_")]
-    frame = frame.select(*DEPLOYMENT_KEYS, "num_blocks", "block_size", "max_model_len", "max_num_seqs", *pool)
+    frame = frame.select(*keys, "num_blocks", "block_size", "max_model_len", "max_num_seqs", *pool)
     targets = pl.LazyFrame({"concurrency": list(concurrencies)}, schema={"concurrency": _I64})
     b, bs, limit = pl.col("concurrency"), pl.col("block_size"), pl.col("max_model_len")
     lo, hi = pl.col("_lo"), pl.col("_hi")
@@ -1243,4 +1289,4 @@ def build_context_limits(grid: pl.LazyFrame, concurrencies: Sequence[int] = TARG
         .then(limit)
         .otherwise(lo * bs)
     )
-    return frame.select(*DEPLOYMENT_KEYS, "concurrency", max_context.alias("max_context"))
+    return frame.select(*keys, "concurrency", max_context.alias("max_context"))
