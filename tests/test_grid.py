@@ -14,17 +14,24 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
 
 from capacity.grid import (
     CONTEXT_COLUMNS,
     DEPLOYMENT_KEYS,
     GRID_COLUMNS,
+    TABLE_CONTEXT_COLUMNS,
+    TARGET_CONCURRENCIES,
     GridModel,
     GridOptions,
+    GridTables,
     build_capacity_grid,
     build_context_limits,
     build_deployments,
     grid_contexts,
+    grid_tables,
+    grid_tables_sql,
+    iter_grid_tables,
     weight_dtype_choices,
     with_python_round,
 )
@@ -453,3 +460,107 @@ def test_options_refuse_what_the_grid_cannot_price() -> None:
         GridOptions(weight_dtypes=("bf16", "nvfp4"))
     with pytest.raises(ValueError, match="PP sizes"):
         GridOptions(pp_sizes=(1, 2))
+
+
+# --- the grid as four tables (GridTables) ----------------------------------------------------------
+
+
+def _strings(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.with_columns(pl.col(pl.Categorical).cast(pl.String))
+
+
+def test_grid_tables_join_back_to_the_grid(hand_grid: pl.DataFrame) -> None:
+    tables = grid_tables(models(), gpus())
+    assert_frame_equal(_strings(tables.grid()), _strings(hand_grid.select(GRID_COLUMNS)))
+    # dense ids, every column at its grain
+    assert tables.deployments.get_column("deployment_id").to_list() == list(range(tables.deployments.height))
+    assert tables.layouts.get_column("layout_id").to_list() == list(range(tables.layouts.height))
+    assert tables.contexts.get_column("deployment_id").is_sorted()
+    assert set(tables.deployments.get_column("layout_id")) == set(tables.layouts.get_column("layout_id"))
+    assert tables.gpus.get_column("gpu").to_list() == [g.id for g in gpus()]
+    assert tables.contexts.columns == ["deployment_id", *TABLE_CONTEXT_COLUMNS]
+    assert tables.contexts.schema["max_concurrency_e4"] == pl.Int64
+    assert tables.context_limits is None
+
+
+def test_grid_tables_in_chunks_are_the_tables_of_the_whole(hand_grid: pl.DataFrame) -> None:
+    whole = grid_tables(models(), gpus(), concurrencies=TARGET_CONCURRENCIES)
+    chunks = list(iter_grid_tables(models(), gpus(), concurrencies=TARGET_CONCURRENCIES, chunk_models=3))
+    assert len(chunks) == 5
+    for name in ("layouts", "deployments", "contexts", "context_limits"):
+        assert_frame_equal(
+            _strings(pl.concat([getattr(chunk, name) for chunk in chunks])), _strings(getattr(whole, name))
+        )
+    assert all(chunk.gpus.equals(whole.gpus) for chunk in chunks)
+
+
+def test_grid_tables_context_limits_equal_build_context_limits(hand_grid: pl.DataFrame) -> None:
+    tables = grid_tables(models(), gpus(), concurrencies=TARGET_CONCURRENCIES)
+    assert tables.context_limits is not None
+    keyed = (
+        tables.context_limits.join(tables.deployments, on="deployment_id", maintain_order="left")
+        .join(tables.layouts, on="layout_id", maintain_order="left")
+        .join(tables.gpus, on="gpu_id", maintain_order="left")
+        .select(*DEPLOYMENT_KEYS, "concurrency", "max_context")
+    )
+    expected = build_context_limits(hand_grid.lazy()).collect()
+    assert_frame_equal(_strings(keyed), _strings(expected))
+
+
+def test_grid_tables_with_other_options() -> None:
+    options = GridOptions(engines=("vllm", "trtllm"), vllm_version="0.9", kv_dtypes=("auto",), pp_sizes=(2,))
+    tables = grid_tables(models()[4:11], gpus(), options)
+    expected = build_capacity_grid(models()[4:11], gpus(), options).select(GRID_COLUMNS).collect()
+    assert_frame_equal(_strings(tables.grid()), _strings(expected))
+
+
+def test_grid_tables_of_no_models_are_empty_with_the_schema() -> None:
+    tables = grid_tables([], gpus())
+    assert tables.layouts.height == tables.deployments.height == tables.contexts.height == 0
+    assert tables.grid().columns == list(GRID_COLUMNS)
+    assert [chunk.contexts.height for chunk in iter_grid_tables([], gpus())] == [0]
+
+
+def test_grid_tables_sql_in_duckdb_is_the_grid(hand_grid: pl.DataFrame) -> None:
+    import duckdb
+
+    tables = grid_tables(models(), gpus())
+    con = duckdb.connect()
+    for name in ("gpus", "layouts", "deployments", "contexts"):
+        con.register("frame", getattr(tables, name))
+        con.execute(f"create table grid_{name} as select * from frame")
+        con.unregister("frame")
+    got = con.execute(f"{grid_tables_sql()} order by c.deployment_id, c.context").pl()
+    assert_frame_equal(_strings(got), _strings(hand_grid.select(GRID_COLUMNS)), check_dtypes=False)
+    assert got.schema["max_concurrency"] == pl.Float64 and got.schema["b_max"] == pl.Int64
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 1 << 46), min_size=1, max_size=300))
+def test_concurrency_e4_divides_exactly_in_polars_and_duckdb(ks: list[int]) -> None:
+    import duckdb
+
+    frame = pl.DataFrame({"k": ks}, schema={"k": pl.Int64})
+    con = duckdb.connect()
+    con.register("frame", frame)
+    in_duckdb = [row[0] for row in con.execute("select k / 10000 from frame").fetchall()]
+    e4 = pl.col("max_concurrency_e4")
+    tables = GridTables(
+        gpus=pl.DataFrame(), layouts=pl.DataFrame(), deployments=pl.DataFrame(),
+        contexts=frame.rename({"k": "max_concurrency_e4"}),
+    )  # fmt: skip
+    in_polars = tables.contexts.select(e4.cast(pl.Float64) / (e4 * 0 + 10_000).cast(pl.Float64)).to_series()
+    assert in_duckdb == in_polars.to_list() == [k / 10_000 for k in ks]
+
+
+def test_models_sharing_layers_share_the_kv_side_and_still_match_estimate() -> None:
+    base = models()[0]  # llama-8b
+    wider = tuple(replace(p, mlp=p.mlp * 2, attention=p.attention + 4096) for p in base.spec.layer_params)
+    twin = GridModel("hand/llama-8b-wide", replace(base.spec, layer_params=wider))
+    grid = build_capacity_grid([base, twin], gpus()).collect()
+    tables = grid_tables([base, twin], gpus())
+    assert_frame_equal(_strings(tables.grid()), _strings(grid.select(GRID_COLUMNS)))
+    by_model = {base.repo_id: base, twin.repo_id: twin}
+    _assert_rows_match(grid, _stratified(grid, 20, seed=6), by_model, {g.id: g for g in gpus()})
+    weights = grid.group_by("model").agg(pl.col("weights_bytes_per_gpu").max()).sort("model")
+    assert weights.get_column("weights_bytes_per_gpu").n_unique() == 2  # not shared: the weights differ
