@@ -1233,7 +1233,9 @@ def _collect_tables(
     gpus = f1.gpu_frame.select(pl.col("gpu_idx").cast(_ID).alias("gpu_id"), *GPU_COLUMNS)
     limits = None
     if concurrencies is not None:
-        limits = _max_contexts(deployments.lazy(), ["deployment_id"], concurrencies).select(
+        bound = deployments.select((pl.col("max_model_len") // pl.col("block_size")).max()).item()
+        steps = max(1, int(bound or 0).bit_length())
+        limits = _max_contexts(deployments.lazy(), ["deployment_id"], concurrencies, steps).select(
             pl.col("deployment_id").cast(_ID), "concurrency", "max_context"
         )
     return GridTables(
@@ -1260,8 +1262,12 @@ def build_context_limits(grid: pl.LazyFrame, concurrencies: Sequence[int] = TARG
     return _max_contexts(frame, DEPLOYMENT_KEYS, concurrencies)
 
 
-def _max_contexts(frame: pl.LazyFrame, keys: Sequence[str], concurrencies: Sequence[int]) -> pl.LazyFrame:
-    """`keys`, concurrency, max_context of a frame with one row per deployment (its pool columns)."""
+def _max_contexts(
+    frame: pl.LazyFrame, keys: Sequence[str], concurrencies: Sequence[int], steps: int = _BISECTION_STEPS
+) -> pl.LazyFrame:
+    """`keys`, concurrency, max_context of a frame with one row per deployment (its pool columns).
+    The bisection halves [0, max_model_len // block_size]: `steps` >= the bit length of the largest
+    such bound settles every row (further steps change nothing)."""
     names = frame.collect_schema().names()
     windows = _window_count(frame)
     pool = [c for c in names if c.startswith("pool_")]
@@ -1270,7 +1276,7 @@ def _max_contexts(frame: pl.LazyFrame, keys: Sequence[str], concurrencies: Seque
     b, bs, limit = pl.col("concurrency"), pl.col("block_size"), pl.col("max_model_len")
     lo, hi = pl.col("_lo"), pl.col("_hi")
     frame = frame.join(targets, how="cross").with_columns(pl.lit(0, _I64).alias("_lo"), (limit // bs).alias("_hi"))
-    for _ in range(_BISECTION_STEPS):
+    for _ in range(steps):
         frame = frame.with_columns(((lo + hi) // 2).alias("_mid"))
         tokens = pl.col("_mid") * bs
         frame = frame.with_columns(
