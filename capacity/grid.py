@@ -239,6 +239,7 @@ class _Registry:
     kv_sides: dict[tuple[int, str, int, int, int, int], _KVSide] = field(default_factory=dict)
     # held while rows are built from, or added to, the registry (chunks are planned in two threads)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _served: tuple[pl.DataFrame, pl.DataFrame] | None = None
 
     def kv_view(self, spec: ModelSpec) -> tuple[int, ModelSpec]:
         """(id, spec) of the model's KV structure: the spec without its parameter counts, one object
@@ -252,6 +253,13 @@ class _Registry:
             found = self.kv_views[view] = len(self.kv_views)
             self.kv_specs.append(view)
         return found, self.kv_specs[found]
+
+    def served_frames(self) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+        """The GPU frame and `served` (settings x GPUs x fp8 / fp4 needs), built once per build."""
+        if self._served is None:
+            self._served = _served(self)
+        gpu_frame, served = self._served
+        return gpu_frame.lazy(), served.lazy()
 
     def shape(self, pool: KVPool, swa_window: int) -> int:
         """Id of a pool shape: block size and charge terms (what a sequence of T tokens takes)."""
@@ -689,6 +697,42 @@ def _plan(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOpti
     return _plan_tables(_build_tables(reg, models))
 
 
+def _served(reg: _Registry) -> tuple[pl.DataFrame, pl.DataFrame]:
+    settings = _rows(
+        reg.settings,
+        {
+            "engine_idx": _I64,
+            "model_class": _I64,
+            "tp": _I64,
+            "pp": _I64,
+            "gpu_idx": _I64,
+            "gpu_memory_utilization": _F64,
+            "max_num_seqs": _I64,
+            "pool_max_num_batched_tokens": _I64,
+            "base_block_size": _I64,
+        },
+    )
+    gpu_frame = _gpu_frame(reg.gpus).with_columns(pl.col("gpu").cast(_CAT))
+
+    # which GPUs serve a layout: TP within the node, fp8 / fp4 where the layout needs them. The
+    # settings table holds one row per GPU for every (engine, class, TP, PP); joining on the needs
+    # produces only the valid layout x GPU pairs.
+    needs = pl.LazyFrame(
+        {"needs_fp8": [False, False, True, True], "needs_fp4": [False, True, False, True]},
+        schema={"needs_fp8": pl.Boolean, "needs_fp4": pl.Boolean},
+    )
+    served = (
+        settings.join(gpu_frame.select("gpu_idx", "gpu_memory_bytes", "gpus_per_node", "fp8_support", "fp4_support"),
+                      on="gpu_idx", how="inner")
+        .filter(pl.col("tp") <= pl.col("gpus_per_node"))
+        .join(needs, how="cross")
+        .filter((~pl.col("needs_fp8") | pl.col("fp8_support")) & (~pl.col("needs_fp4") | pl.col("fp4_support")))
+        .drop("fp8_support", "fp4_support")
+    )  # fmt: skip
+    gpu_df, served_df = pl.collect_all([gpu_frame, served])
+    return gpu_df, served_df
+
+
 @dataclass(frozen=True, slots=True)
 class _Frames:
     """The frames of one `_Tables`: `full` one row per layout (wide), the rest for the sizing."""
@@ -718,21 +762,7 @@ def _frames(t: _Tables) -> _Frames:
 
 def _frames_of(t: _Tables) -> _Frames:
     reg = t.reg
-    options, release, gpus = reg.options, reg.release, reg.gpus
-    settings = _rows(
-        reg.settings,
-        {
-            "engine_idx": _I64,
-            "model_class": _I64,
-            "tp": _I64,
-            "pp": _I64,
-            "gpu_idx": _I64,
-            "gpu_memory_utilization": _F64,
-            "max_num_seqs": _I64,
-            "pool_max_num_batched_tokens": _I64,
-            "base_block_size": _I64,
-        },
-    )
+    options, release = reg.options, reg.release
     model_frame = _rows(
         t.models,
         {
@@ -796,23 +826,7 @@ def _frames_of(t: _Tables) -> _Frames:
     ).unique()
     candidates, width = _candidate_frame(t)
     shapes, windows = _shape_frame(reg)
-    gpu_frame = _gpu_frame(gpus).with_columns(pl.col("gpu").cast(_CAT))
-
-    # which GPUs serve a layout: TP within the node, fp8 / fp4 where the layout needs them. The
-    # settings table holds one row per GPU for every (engine, class, TP, PP); joining on the needs
-    # produces only the valid layout x GPU pairs.
-    needs = pl.LazyFrame(
-        {"needs_fp8": [False, False, True, True], "needs_fp4": [False, True, False, True]},
-        schema={"needs_fp8": pl.Boolean, "needs_fp4": pl.Boolean},
-    )
-    served = (
-        settings.join(gpu_frame.select("gpu_idx", "gpu_memory_bytes", "gpus_per_node", "fp8_support", "fp4_support"),
-                      on="gpu_idx", how="inner")
-        .filter(pl.col("tp") <= pl.col("gpus_per_node"))
-        .join(needs, how="cross")
-        .filter((~pl.col("needs_fp8") | pl.col("fp8_support")) & (~pl.col("needs_fp4") | pl.col("fp4_support")))
-        .drop("fp8_support", "fp4_support")
-    )  # fmt: skip
+    gpu_frame, served = reg.served_frames()
     # one row per layout: everything its deployments share (the wide part, gathered once at the end)
     full = (
         layouts.join(kv_layouts, on="kv_id", how="inner")
