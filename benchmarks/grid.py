@@ -7,13 +7,15 @@ do) until the grid has at least `--rows` rows.
 
 The grid is published as four tables, each column at its own grain (`capacity.grid.GridTables`:
 grid_gpus, grid_layouts, grid_deployments, grid_contexts) and the view `capacity_grid` that joins
-them back (GRID_COLUMNS, one row per deployment and context). Build and publish run as one
-pipeline over chunks of models: the per-layout Python part of a chunk, the Polars part of the chunk
-before it and the DuckDB insert of the one before that overlap. Prints rows, rows/s, the time of
-each stage, peak RSS, the load average, a query on the view, and the speed-up over the scalar
-`estimate` measured on rows sampled from the published view in the same run (every sampled row
-must also agree with it). `--baseline` also times, in the same run, the single-frame star publish
-this replaced.
+them back (`capacity.grid.grid_tables_sql`: GRID_COLUMNS, one row per deployment and context, the
+same values as `build_capacity_grid`). Build and publish run as one pipeline over chunks of models
+(`iter_grid_tables`): the Polars part of a chunk runs while the Python part of the next is planned
+and while the one before is inserted. Prints rows, rows/s, wall and CPU seconds, the load average,
+peak RSS, a query on the view, and the speed-up over the scalar `estimate` measured on rows
+sampled from the published view in the same run (every sampled row must agree with it).
+`--baseline` also times, in the same run, the two-frame star the warehouse publishes today
+(`build_deployments` + `expand_contexts`: every context-free column per deployment, strings
+included, and the per-context columns).
 
     .venv/bin/python -m benchmarks.grid [--rows 10000000] [--db var/bench/grid.duckdb] [--sample 2000]
 """
@@ -200,7 +202,7 @@ def _write_from_thread(
 
 
 def publish_star_frames(deployments: pl.DataFrame, contexts: pl.DataFrame, path: Path) -> float:
-    """The layout this replaced: deployments (every context-free column, strings included) and
+    """The warehouse's layout today: deployments (every context-free column, strings included) and
     contexts as two tables, CREATE TABLE ... AS SELECT * from each frame; seconds."""
     start = time.perf_counter()
     con = _fresh(path)
@@ -254,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--writer-thread", action="store_true", help="DuckDB inserts from a thread of their own")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--baseline", action="store_true", help="also time the single-frame star publish it replaced (same run)"
+        "--baseline", action="store_true", help="also time the warehouse's two-frame star publish (same run)"
     )
     args = parser.parse_args(argv)
 
@@ -332,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     if baseline:
         build_s, publish_s, height = baseline
         before = build_s + publish_s
-        print(f"baseline, single-frame star (same run): build {build_s:.2f} s + publish {publish_s:.2f} s = "
+        print(f"baseline (same run), the warehouse's two-frame star: build {build_s:.2f} s + publish {publish_s:.2f} s = "
               f"{before:.2f} s = {height / before:,.0f} rows/s; now {before / total_s:.1f}x faster")  # fmt: skip
     print(f"load average now: {load():.2f}")
     if mismatches:

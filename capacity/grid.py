@@ -1,6 +1,7 @@
 """The capacity grid: every model x GPU x weight dtype x KV dtype x parallelism x engine x context.
 
-Pure and vectorized: `build_capacity_grid` returns a LazyFrame, nothing is collected here.
+Pure and vectorized: `build_capacity_grid` returns a LazyFrame, nothing is collected there
+(`grid_tables` collects: it sizes the PP = 1 deployments before planning the PP > 1 ones).
 
 How the work is split, so that the scalar engine (`capacity.memory`) stays the one place for the rules:
 - Per *layout* (model, engine, weight dtype, KV dtype, TP, PP), a Python loop calls the scalar helpers
@@ -21,6 +22,18 @@ not fit), `expand_contexts` one row per deployment and context, `build_capacity_
 plan. Columns are GRID_COLUMNS (labels Categorical, bytes and counts Int64) then the internal
 `pool_*` columns that `build_context_limits` reads. A layout the scalar engine refuses (it raises,
 e.g. a pipeline stage holding only KV-shared layers) has no rows.
+
+Tables, for publishing at fleet scale: `grid_tables` gives the same grid as `GridTables`, four
+tables that keep each column at its own grain (GPUs; layouts: keys, dtypes, bytes per token,
+weights, the strings; deployments: settings, overhead, budget, pool; contexts: B_max, concurrency,
+fit), so that a 10M-row grid is 10M narrow rows plus 1.5M deployments instead of 10M x 35 values;
+`grid_tables_sql` is the SELECT that joins them back, `GridTables.grid()` the same in Polars.
+`iter_grid_tables` yields them for chunks of models (same ids, same rows) and overlaps the
+Python part of one chunk with the Polars part of the one before. Two savings only this path
+makes: the PP > 1 layouts are planned after the PP = 1 deployments are sized, and only where
+those do not fit (planning every PP > 1 layout was half the Python work, for a few per cent of
+the deployments); and the KV side of a layout (bytes per token, pool shapes) is computed once per
+KV structure, shared by models that differ only in parameter counts (as does every path).
 
 What the grid enumerates (GridOptions changes it):
 - engines: vllm (default release, `engine_constants.VLLM_DEFAULT_VERSION`), sglang, trtllm. `plain`
