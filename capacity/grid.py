@@ -1094,11 +1094,27 @@ class GridTables:
     # deployment_id, concurrency, max_context (`build_context_limits`), where asked for
     context_limits: pl.DataFrame | None = None
 
+    def context_rows(self) -> pl.DataFrame:
+        """deployment_id, CONTEXT_COLUMNS: the contexts with max_concurrency as a Float64 (exactly
+        `build_capacity_grid`'s: a division by a column, which Polars does not turn into a
+        multiplication by the reciprocal as it does a division by a literal)."""
+        e4 = pl.col("max_concurrency_e4")
+        concurrency = (e4.cast(_F64) / _exact_divisor(e4, 10_000)).alias("max_concurrency")
+        return self.contexts.with_columns(concurrency).select("deployment_id", *CONTEXT_COLUMNS)
+
+    def deployment_rows(self) -> pl.DataFrame:
+        """deployment_id, then every context-free column of GRID_COLUMNS (layout and GPU joined)."""
+        deployment_columns = [c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS]
+        return (
+            self.deployments.join(self.layouts, on="layout_id", how="left", maintain_order="left")
+            .join(self.gpus, on="gpu_id", how="left", maintain_order="left")
+            .select("deployment_id", *deployment_columns)
+        )
+
     def grid(self) -> pl.DataFrame:
         """GRID_COLUMNS, one row per deployment and context (`build_capacity_grid` without the pool columns)."""
-        e4 = pl.col("max_concurrency_e4")
         return (
-            self.contexts.with_columns((e4.cast(_F64) / _exact_divisor(e4, 10_000)).alias("max_concurrency"))
+            self.context_rows()
             .join(self.deployments, on="deployment_id", how="left", maintain_order="left")
             .join(self.layouts, on="layout_id", how="left", maintain_order="left")
             .join(self.gpus, on="gpu_id", how="left", maintain_order="left")

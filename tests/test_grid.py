@@ -481,6 +481,9 @@ def test_grid_tables_join_back_to_the_grid(hand_grid: pl.DataFrame) -> None:
     assert tables.contexts.columns == ["deployment_id", *TABLE_CONTEXT_COLUMNS]
     assert tables.contexts.schema["max_concurrency_e4"] == pl.Int64
     assert tables.context_limits is None
+    # the two frames of the warehouse's star (deployments with every context-free column, contexts)
+    rejoined = tables.context_rows().join(tables.deployment_rows(), on="deployment_id", maintain_order="left")
+    assert_frame_equal(_strings(rejoined.select(GRID_COLUMNS)), _strings(hand_grid.select(GRID_COLUMNS)))
 
 
 def test_grid_tables_in_chunks_are_the_tables_of_the_whole(hand_grid: pl.DataFrame) -> None:
