@@ -983,15 +983,13 @@ def estimate(
     else:
         kv_cache_tokens = physical = pool.capacity_units * pool.block_size
 
-    conc_len = context
-    conc = max_concurrency(pool, conc_len) if pool.capacity_units else 0.0
+    conc = max_concurrency(pool, context) if pool.capacity_units else 0.0
     bmax_memory = b_max(pool, context) if pool.capacity_units else 0
     bmax = min(bmax_memory, seqs_cap) if seqs_cap else bmax_memory
     if context > max_model_len:
         bmax = bmax_memory = 0
     target = concurrency if concurrency is not None else 1
-    cap_len = min(max_model_len, limit) if max_model_len <= limit else max_model_len
-    max_ctx = max_context(pool, target, cap_len, seqs_cap) if pool.capacity_units else 0
+    max_ctx = max_context(pool, target, max_model_len, seqs_cap) if pool.capacity_units else 0
 
     need = concurrency or 1
     fits, reason = _fit_reason(
