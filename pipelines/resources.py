@@ -22,8 +22,8 @@ from pydantic import PrivateAttr
 from models_registry import db
 from warehouse.lock import RunLock
 from warehouse.publish import DEFAULT_HISTORY_RUNS, DEFAULT_PATH, PublishResult, Warehouse
-from warehouse.recommendations.drop_folder import DropFolder, resolve_drop_folder
 from warehouse.sources import catalog_root
+from warehouse.telemetry.drop_folder import DropFolder, resolve_drop_folder
 
 WAREHOUSE_ENV = "CAPPLAN_WAREHOUSE"
 HISTORY_RUNS_ENV = "CAPPLAN_HISTORY_RUNS"

@@ -13,14 +13,14 @@ import yaml
 
 from capacity.calibration import CalibrationFit, fit_calibration
 from capacity.grid import GridModel, GridOptions, build_capacity_grid, build_context_limits
+from warehouse.catalog import Catalog, bundled_catalog
 from warehouse.recommendations.admission import ADMISSION_SCHEMA, budget_row
-from warehouse.recommendations.calibration import fit_frames, fit_from_frame, observations
-from warehouse.recommendations.catalog import Catalog, bundled_catalog
 from warehouse.recommendations.limits import LIMIT_SCHEMA, deployment_limits, effective, grid_limits
 from warehouse.recommendations.placements import PLACEMENT_SCHEMA, placement_frames
-from warehouse.recommendations.predictions import PREDICTION_SCHEMA, predict_deployments
 from warehouse.recommendations.workloads import load_workloads, parse_workloads
 from warehouse.telemetry import SAMPLE_DIR, deployment_summary, ingest_dir
+from warehouse.telemetry.calibration_frames import fit_frames, fit_from_frame, observations
+from warehouse.telemetry.predictions import PREDICTION_SCHEMA, predict_deployments
 
 GIB = 1 << 30
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -331,8 +331,8 @@ def test_placements_use_the_calibration_where_it_applies(fleet: dict[str, Any]) 
 
 def test_an_empty_drop_folder_gives_empty_typed_frames(tmp_path: Path) -> None:
     from warehouse.recommendations.admission import admission_budgets
-    from warehouse.recommendations.drop_folder import deployments_frame, ingest_frames, resolve_drop_folder
     from warehouse.recommendations.limits import effective_limits
+    from warehouse.telemetry.drop_folder import deployments_frame, ingest_frames, resolve_drop_folder
 
     catalog = bundled_catalog(["meta-llama/Llama-3.1-8B-Instruct"], ["l4-24gb"])
     (tmp_path / "empty").mkdir()

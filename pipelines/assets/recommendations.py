@@ -16,11 +16,11 @@ from pipelines.assets.common import describe, key, relation_result, sql_asset
 from pipelines.assets.telemetry import REGISTRY_DEPS, run_catalog
 from pipelines.resources import PlanningResource, WarehouseResource
 from warehouse.recommendations.admission import admission_budgets as budgets_frame
-from warehouse.recommendations.calibration import fit_from_frame
 from warehouse.recommendations.limits import effective_limits
 from warehouse.recommendations.placements import placement_frames
 from warehouse.recommendations.workloads import load_workloads, workloads_path
 from warehouse.sql import load_frame
+from warehouse.telemetry.calibration_frames import fit_from_frame
 
 RECOMMENDATIONS_GROUP = "recommendations"
 

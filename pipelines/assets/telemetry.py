@@ -19,18 +19,18 @@ import polars as pl
 
 from pipelines.assets.common import describe, key, relation_result, sql_asset
 from pipelines.resources import PlanningResource, WarehouseResource
-from warehouse.recommendations.calibration import fit_frames
-from warehouse.recommendations.catalog import Catalog, catalog
-from warehouse.recommendations.drop_folder import (
+from warehouse.catalog import Catalog, catalog
+from warehouse.sql import load_frame
+from warehouse.telemetry import IngestResult, check_reconciliation
+from warehouse.telemetry.calibration_frames import fit_frames
+from warehouse.telemetry.drop_folder import (
     deployments_frame,
     fingerprint,
     fingerprint_key,
     ingest_frames,
     watched_folder,
 )
-from warehouse.recommendations.predictions import predict_deployments
-from warehouse.sql import load_frame
-from warehouse.telemetry import IngestResult, check_reconciliation
+from warehouse.telemetry.predictions import predict_deployments
 from warehouse.telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA
 
 TELEMETRY_GROUP = "telemetry"

@@ -3,9 +3,10 @@
 Pure functions over Polars frames (the warehouse's `raw` tables as read by a Dagster asset); no
 Dagster and no database here except `read_*` helpers that take an open DuckDB connection.
 
-- `predictions`: every observed deployment (warehouse.telemetry.deployment_summary) predicted by
-  capacity.memory.estimate for the same settings, and the engine's own numbers derived alongside.
-- `calibration`: the fit of capacity.calibration over those pairs, as frames, and back.
+The telemetry side (the drop folder, every observed deployment predicted, the calibration fit as
+frames) lives in `warehouse.telemetry` (`drop_folder`, `predictions`, `calibration_frames`); the
+run's registry as engine objects is `warehouse.catalog`.
+
 - `limits`: effective context limits per deployment and per model x GPU x TP.
 - `admission`: the token and sequence budget each deployment should admit.
 - `workloads` / `placements`: workload profiles (workloads.yaml), the cheapest placements and the

@@ -28,8 +28,8 @@ from capacity.calibration import CalibrationFit, Correction, calibrated_pool, po
 from capacity.grid import TARGET_CONCURRENCIES, grid_contexts
 from capacity.memory import Estimate, b_max, estimate, valid_tp_sizes
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
-from warehouse.recommendations.catalog import Catalog
-from warehouse.recommendations.predictions import predict_row
+from warehouse.catalog import Catalog
+from warehouse.telemetry.predictions import predict_row
 
 LIMIT_SCHEMA: dict[str, Any] = {
     "kind": pl.String,  # deployment | model_gpu_tp

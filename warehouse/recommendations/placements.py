@@ -16,7 +16,7 @@ import polars as pl
 from capacity.calibration import CalibrationFit, Correction
 from capacity.placement import PlacementOption, PlacementResult, ProcurementPlan, place, plan_procurement
 from capacity.spec import GpuSku, SpecError
-from warehouse.recommendations.catalog import Catalog
+from warehouse.catalog import Catalog
 from warehouse.recommendations.workloads import WorkloadsFile
 
 DEFAULT_ALTERNATIVES = 10

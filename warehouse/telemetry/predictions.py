@@ -29,7 +29,7 @@ from capacity.calibration import (
 )
 from capacity.memory import Estimate, estimate
 from capacity.spec import SpecError
-from warehouse.recommendations.catalog import Catalog
+from warehouse.catalog import Catalog
 
 PREDICTION_SCHEMA: dict[str, Any] = {
     "deployment_id": pl.String,

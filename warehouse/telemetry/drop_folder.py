@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from warehouse.recommendations.catalog import Catalog
+from warehouse.catalog import Catalog
 from warehouse.telemetry import SAMPLE_DIR, IngestResult, deployment_summary, ingest_dir
 from warehouse.telemetry.ingest import DEFAULT_DIR
 

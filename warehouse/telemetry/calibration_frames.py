@@ -32,8 +32,8 @@ from capacity.calibration import (
     leave_one_out,
     pool_numbers,
 )
-from warehouse.recommendations.catalog import Catalog
-from warehouse.recommendations.predictions import predict_row
+from warehouse.catalog import Catalog
+from warehouse.telemetry.predictions import predict_row
 
 CALIBRATION_SCHEMA: dict[str, Any] = {
     "scope": pl.String,  # label: level(field=value, ...)
