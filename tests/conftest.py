@@ -2,11 +2,13 @@
 test schema), and a hub-layout Hugging Face cache in tmp_path. Keep this file small and general.
 
 PostgreSQL: tests marked `postgres` use CAPPLAN_TEST_PG_URL. When it is unset they fail under CI
-(CI=true) and are skipped, with the reason, on a developer machine.
+(CI=true) and are skipped, with the reason, on a developer machine. Tests of an optional extra
+(`report`, `solver`, `oracle`) call `require_extra` the same way: skipped without it, failed under CI.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -27,6 +29,17 @@ PG_ENV = "CAPPLAN_TEST_PG_URL"
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def require_extra(extra: str, *modules: str) -> None:
+    """Skip (a developer machine) or fail (CI) when the optional extra's modules are not installed."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return
+    message = f"needs the extra '{extra}' ({', '.join(missing)} missing): .venv/bin/pip install -e '.[{extra}]'"
+    if _in_ci():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message, allow_module_level=True)
 
 
 @pytest.fixture(scope="session")

@@ -33,9 +33,11 @@ import pytest
 
 from capacity.hf_config import parse_config
 from capacity.spec import WINDOWED_KINDS, KVKind, ModelSpec
+from tests.conftest import require_extra
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+require_extra("oracle", "torch", "transformers")
+import torch  # noqa: E402
+import transformers  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

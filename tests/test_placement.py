@@ -29,6 +29,7 @@ from capacity.placement import (
     solver_available,
 )
 from capacity.spec import GpuSku, SpecError
+from tests.conftest import require_extra
 from tests.handmade import dense_spec
 
 GIB = 1 << 30
@@ -222,9 +223,10 @@ def test_a_demand_without_options_is_unserved_not_dropped() -> None:
     assert len(plan.assignments) == 2
 
 
-@pytest.mark.skipif(not solver_available(), reason="highspy (extra 'solver') not installed")
 def test_solver_matches_enumeration_on_random_fleets() -> None:
     import random
+
+    require_extra("solver", "highspy")
 
     rng = random.Random(7)
     prices = {"a": 1.0, "b": 1.3, "c": 2.1}

@@ -21,6 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipelines.cli import app
+from tests.conftest import require_extra
 from tests.test_telemetry_pipeline import Env
 
 
@@ -44,7 +45,12 @@ def runner() -> CliRunner:
 
 
 @pytest.fixture(scope="module")
-def page(built: Env, runner: CliRunner, tmp_path_factory: pytest.TempPathFactory) -> str:
+def report_extra() -> None:
+    require_extra("report", "altair", "great_tables", "vl_convert")
+
+
+@pytest.fixture(scope="module")
+def page(built: Env, runner: CliRunner, tmp_path_factory: pytest.TempPathFactory, report_extra: None) -> str:
     out = tmp_path_factory.mktemp("out") / "report.html"
     result = runner.invoke(app, ["report", "--warehouse", str(built.warehouse), "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -76,7 +82,7 @@ def test_the_report_shows_curves_the_comparison_and_the_plans(page: str) -> None
     assert "$" in page and ("highs" in page or "enumeration" in page)
 
 
-def test_report_for_another_model_and_errors(built: Env, runner: CliRunner, tmp_path: Path) -> None:
+def test_report_for_another_model_and_errors(built: Env, runner: CliRunner, tmp_path: Path, report_extra: None) -> None:
     out = tmp_path / "llama.html"
     ok = runner.invoke(
         app,
