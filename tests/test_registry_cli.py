@@ -113,9 +113,10 @@ def test_ingest_hub_offline(runner: CliRunner, empty_registry: Path, hub_cache: 
         app,
         ["registry", "ingest", "--hub", "acme/qwen-tiny", "--hub", "acme/absent", "--cache-dir", str(hub_cache.path)],
     )
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # a repo asked for by name was not ingested
     assert _counts(result.stdout, "models") == {"seen": 2, "added": 1, "updated": 0, "unchanged": 0, "failed": 1}
     assert "acme/absent" in result.stdout and "HF_HUB_OFFLINE" in result.stdout
+    assert result.stderr.startswith("error: 1 of 2 requested repo(s) not ingested: acme/absent")
     shown = runner.invoke(app, ["registry", "show", "acme/qwen-tiny"])
     assert commit in shown.stdout
 

@@ -1,7 +1,10 @@
 """Hugging Face Hub configs, offline first: the bundled snapshot, then the local HF cache
 (`local_files_only=True`), then the Hub itself only when online (`HF_HUB_OFFLINE` unset).
 
-One thin wrapper over `huggingface_hub.hf_hub_download`. The token comes from the argument or
+One thin wrapper over `huggingface_hub.hf_hub_download`. Before it goes to the network, one HEAD
+without retries (`get_hf_file_metadata(retry_on_errors=False)`, HUB_PROBE_TIMEOUT_S): a dead network
+otherwise costs ~25 s of hf_hub_download's backoff and ends in a `LocalEntryNotFoundError` that reads
+like a missing file. The token comes from the argument or
 `HF_TOKEN` (else huggingface_hub's own login); it is passed to the library and nowhere else:
 never printed, logged or stored.
 """
@@ -25,10 +28,15 @@ from models_registry.sources.common import (
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _TRUE = {"1", "true", "yes", "on"}
+HUB_PROBE_TIMEOUT_S = 5.0  # connect + read of the one HEAD that decides whether the Hub is reachable
 
 
 class HubError(LookupError):
     """A config that cannot be fetched (not cached while offline, gated, missing); one line."""
+
+
+class HubUnreachable(HubError):
+    """The Hub (HF_ENDPOINT) did not answer: no network, a proxy, a wrong endpoint."""
 
 
 def hub_offline() -> bool:
@@ -62,11 +70,24 @@ def _download(
     return Path(str(path))
 
 
+def _probe(repo_id: str, revision: str | None, token: str | None) -> None:
+    """One HEAD on the repo's config.json, no retries; raises the Hub's error as `HubError`."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(repo_id, CONFIG_NAME, revision=revision)
+    try:
+        get_hf_file_metadata(url, token=token, timeout=HUB_PROBE_TIMEOUT_S, retry_on_errors=False)
+    except Exception as exc:
+        raise _access_error(repo_id, exc) from None
+
+
 def _access_error(repo_id: str, exc: BaseException) -> HubError:
+    from huggingface_hub import constants
     from huggingface_hub.errors import (
-        EntryNotFoundError,
         GatedRepoError,
         HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RemoteEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
@@ -81,17 +102,21 @@ def _access_error(repo_id: str, exc: BaseException) -> HubError:
         return HubError(
             f"{repo_id}: repository not found or private (401/404); check the id, or set HF_TOKEN if it is private"
         )
-    if isinstance(exc, EntryNotFoundError):
-        return HubError(f"{repo_id} has no {CONFIG_NAME}")
+    if isinstance(exc, RemoteEntryNotFoundError):  # before HfHubHTTPError: it is one (a 404 on the file)
+        return HubError(f"{repo_id} has no {CONFIG_NAME} on the Hub")
     if isinstance(exc, HfHubHTTPError):
         status = exc.response.status_code if exc.response is not None else None
         if status in (401, 403):
             return HubError(f"{repo_id}: access denied ({status}); set HF_TOKEN to a token with access to this repo")
         return HubError(f"{repo_id}: the Hub answered HTTP {status}")
-    return HubError(
+    # A connect error or timeout; hf_hub_download's LocalEntryNotFoundError ("not in the cache and the
+    # HEAD failed") is an EntryNotFoundError too, but it means the same: the Hub was not reached.
+    cause = exc.__cause__ if isinstance(exc, LocalEntryNotFoundError) and exc.__cause__ else exc
+    return HubUnreachable(
         one_line(
-            f"{repo_id}: cannot reach the Hugging Face Hub ({type(exc).__name__}); "
-            "set HF_HUB_OFFLINE=1 to use only the local cache"
+            f"{repo_id}: cannot reach the Hugging Face Hub at {constants.ENDPOINT} ({type(cause).__name__}) and it "
+            "is not in the local cache; check the network (or HF_ENDPOINT), or work offline with HF_HUB_OFFLINE=1 "
+            "(bundled and cached configs only)"
         )
     )
 
@@ -169,6 +194,7 @@ def fetch_config(
         raise HubError(f"{repo_id}{at} is not in the local Hugging Face cache")
     if hub_offline():
         raise HubError(f"{repo_id}{at} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
+    _probe(repo_id, revision, auth)
     try:
         path = _download(repo_id, CONFIG_NAME, revision, cache_dir, auth, local=False)
     except Exception as exc:

@@ -1,7 +1,8 @@
 """`capplan registry ingest | list | show | upgrade`: a thin shell over models_registry.
 
-User errors are one line on stderr and exit code 2. `ingest` exits 0 with its summary, or 1 with
-`--strict` when anything was rejected.
+User errors are one line on stderr and exit code 2. `ingest` exits 0 with its summary, or 1 when
+anything was rejected under `--strict`, and always when a repo named with `--hub` was not ingested
+(it was asked for by name: a script must not read its absence as success).
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ def ingest(
     except db.RegistryError as exc:
         _fail(exc)
     print_report(report)
+    if hub and report.errors:
+        missing = "; ".join(f"{e.item_key} ({e.reason.removeprefix(f'{e.item_key}: ')})" for e in report.errors)
+        typer.echo(f"error: {len(report.errors)} of {len(hub)} requested repo(s) not ingested: {missing}", err=True)
+        raise typer.Exit(1)
     if strict and report.failed:
         raise typer.Exit(1)
 
