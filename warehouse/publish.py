@@ -37,7 +37,7 @@ from pathlib import Path
 import duckdb
 
 from warehouse.lock import RunLock
-from warehouse.sql import LAYERS, build_relation, columns, ident, qualified, relation_kind
+from warehouse.sql import LAYERS, build_relation, columns, connect_reader, ident, qualified, relation_kind
 
 PATH_ENV = "CAPPLAN_WAREHOUSE"
 DEFAULT_PATH = "var/warehouse.duckdb"
@@ -234,10 +234,11 @@ class Warehouse:
     # --- read --------------------------------------------------------------------------------
 
     def connect_read_only(self) -> duckdb.DuckDBPyConnection:
-        """A read-only connection to the published snapshot (never blocks a refresh)."""
+        """A read-only connection to the published snapshot (never blocks a refresh) that can
+        reach nothing else: no files, no network, no extensions (`warehouse.sql.connect_reader`)."""
         if not self.exists:
             raise WarehouseMissing(f"no warehouse at {self.path}; run `capplan nightly` to build it")
-        return duckdb.connect(str(self.path), read_only=True)
+        return connect_reader(self.path)
 
 
 def mart_tables(con: duckdb.DuckDBPyConnection) -> list[str]:

@@ -177,3 +177,103 @@ def is_run_keyed(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> bool
     return relation_kind(con, layer, table) == "table" and any(
         name == "run_id" for name, _t, _c in columns(con, layer, table)
     )
+
+
+# --- readers -----------------------------------------------------------------------------------
+
+# Settings of every reader connection (`capplan sql`, `report`, `export`, the nightly summary).
+# DuckDB takes them all at connect time, before it attaches the file: with external access off
+# it still opens the database it was asked to open (read-only), but nothing else — no COPY TO,
+# ATTACH, EXPORT, read_csv/read_text/glob on local files or URLs, INSTALL/LOAD, persistent secrets.
+# `temp_directory = ''` turns off spilling, so a large sort never creates `<file>.tmp/` next to the
+# warehouse; `lock_configuration` comes last and makes every later SET / PRAGMA of a setting fail.
+READER_CONFIG: dict[str, str | bool] = {
+    "enable_external_access": False,
+    "allow_community_extensions": False,
+    "allow_unsigned_extensions": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_persistent_secrets": False,
+    "temp_directory": "",
+    "lock_configuration": True,
+}
+
+# Table functions that change the session despite the locked configuration: log storage
+# (`enable_logging(storage = 'file', ...)` cannot write the file, but it leaves the connection
+# unusable and aborts the process at exit), profiling, and the two that run SQL built from
+# strings (`query(...)`, `json_execute_serialized_sql(...)`) and so would hide the others.
+_SESSION_FUNCTIONS = frozenset(
+    {
+        "enable_logging",
+        "disable_logging",
+        "truncate_duckdb_logs",
+        "enable_profiling",
+        "disable_profiling",
+        "query",
+        "json_execute_serialized_sql",
+    }
+)
+
+
+class ReadOnlyViolation(WarehouseSqlError):
+    """A statement a reader may not run (one line, names the statement kind or function)."""
+
+
+def connect_reader(path: str | Path) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to a published warehouse file that cannot reach anything else."""
+    return duckdb.connect(str(path), read_only=True, config=dict(READER_CONFIG))
+
+
+def _allowed_statement_types() -> frozenset[duckdb.StatementType]:
+    kinds = duckdb.StatementType
+    names = ("SELECT", "EXPLAIN", "PRAGMA", "PREPARE", "EXECUTE", "SET", "VARIABLE_SET", "CALL")
+    return frozenset(getattr(kinds, name) for name in names if hasattr(kinds, name))
+
+
+def reader_statements(sql: str) -> list[str]:
+    """The statements of `sql` a reader may run, in order (ReadOnlyViolation otherwise).
+
+    Defence in depth next to READER_CONFIG: only statements that read (SELECT, and what DuckDB
+    rewrites to one: DESCRIBE, SHOW, SUMMARIZE, PRAGMA; EXPLAIN; PREPARE/EXECUTE; SET and CALL,
+    which the locked configuration and the read-only file still bound), so a COPY, ATTACH,
+    EXPORT, INSTALL, LOAD, CHECKPOINT or DDL statement is refused by name before it reaches DuckDB.
+    """
+    allowed = _allowed_statement_types()
+    statements = duckdb.extract_statements(sql)
+    out: list[str] = []
+    for statement in statements:
+        kind = statement.type
+        text = statement.query
+        if kind not in allowed:
+            label = kind.name.replace("_", " ")
+            raise ReadOnlyViolation(f"the warehouse is read-only here: {label} statements are not allowed")
+        if kind == duckdb.StatementType.CALL and _first_words(text) == ["checkpoint"]:
+            raise ReadOnlyViolation("the warehouse is read-only here: CHECKPOINT is not allowed")
+        _refuse_session_functions(text)
+        out.append(text)
+    return out
+
+
+def _first_words(text: str) -> list[str]:
+    return re.findall(r"[a-z_]+", text.lower())[:1]
+
+
+def _refuse_session_functions(text: str) -> None:
+    tokens = duckdb.tokenize(text)
+    for position, (offset, kind) in enumerate(tokens):
+        if kind not in (duckdb.token_type.identifier, duckdb.token_type.keyword):
+            continue
+        end = tokens[position + 1][0] if position + 1 < len(tokens) else len(text)
+        word = _token_word(text[offset:end])
+        called = position + 1 < len(tokens) and text[end : end + 1] == "("
+        if word in _SESSION_FUNCTIONS and called:
+            raise ReadOnlyViolation(f"the warehouse is read-only here: {word}() is not allowed")
+
+
+def _token_word(raw: str) -> str:
+    """An identifier token's name, lowercased, without its quotes or a comment that follows it."""
+    if raw.startswith('"'):
+        closing = raw.find('"', 1)
+        return raw[1:closing if closing > 0 else None].lower()
+    match = re.match(r"[^\s\"/(.,;-]+", raw)
+    return match.group(0).lower() if match else ""

@@ -1,7 +1,17 @@
-"""`capplan sql`: query the published warehouse, read-only, as a table, CSV or JSON.
+"""`capplan sql`: query the published warehouse, read-only, with the DuckDB CLI's habits.
 
-The warehouse is opened read-only, so a query never blocks (or is blocked by) a nightly refresh:
-the refresh builds a new file and swaps it in. Example queries live in `warehouse/queries/`.
+The SQL comes from an argument (`capplan sql "select ..."`, or a path to a `.sql` file), `-c SQL`,
+`--file PATH` (`-` for stdin) or stdin (`echo "select 1" | capplan sql`). Every statement's result
+is printed as a table (wide results wrap their widest column, or turn vertical when even that does
+not fit the terminal; piped output is never cut), vertically (`--vertical` / `--format line`), or as
+CSV, JSON or Markdown. `--describe RELATION` lists a relation's columns with their comments.
+
+The warehouse is opened by `warehouse.sql.connect_reader`: read-only, and unable to reach any other
+file, the network or an extension, so no statement typed here can change a byte on disk. Errors
+are one line on stderr (DuckDB's "Did you mean ..." hint kept) and exit code 2.
+
+Start-up matters (one process per query): this module imports only typer at load time, and
+`capplan sql` skips building the rest of the CLI (`pipelines.cli.main`).
 """
 
 from __future__ import annotations
@@ -11,20 +21,33 @@ import datetime as dt
 import decimal
 import json
 import math
+import shutil
 import sys
+import textwrap
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 
-FORMATS = ("table", "csv", "json")
+FORMATS = ("table", "line", "csv", "json", "markdown")
+MIN_WRAPPED_CHARS = 24  # a wrapped column narrower than this reads worse than vertical output
 
 
 def fail(message: str) -> NoReturn:
     """A user error: one line on stderr, exit code 2."""
-    typer.echo(f"capplan: error: {message}", err=True)
+    typer.echo(f"capplan: error: {' '.join(message.split())}", err=True)
     raise typer.Exit(2)
+
+
+def duckdb_error_line(exc: BaseException) -> str:
+    """DuckDB's message as one line: its first paragraph, so "Did you mean ..." and "Candidate
+    bindings" hints stay, the `LINE 1: ...` caret drawing does not."""
+    text = str(exc).strip()
+    if not text:
+        return type(exc).__name__
+    return " ".join(text.split("\n\n", 1)[0].split())
 
 
 def _json_value(value: Any) -> Any:
@@ -50,80 +73,235 @@ def _cell(value: Any) -> str:
         return f"{value:,.4f}".rstrip("0").rstrip(".") if math.isfinite(value) else str(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
-    return str(value)
+    if isinstance(value, list | dict):
+        return json.dumps(_json_value(value))
+    return " ".join(str(value).splitlines())
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float | decimal.Decimal) and not isinstance(value, bool)
+
+
+def _terminal_chars() -> int | None:
+    """The terminal's width when stdout is one; None when piped (output is never cut then)."""
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+def _table_lines(names: Sequence[str], cells: list[list[str]], right: list[bool], widths: list[int]) -> list[str]:
+    def line(left: str, mid: str, end: str) -> str:
+        return left + mid.join("─" * (w + 2) for w in widths) + end
+
+    def row(values: Sequence[str], align: Sequence[bool]) -> list[str]:
+        wrapped = [textwrap.wrap(v, w) or [""] for v, w in zip(values, widths, strict=True)]
+        height = max(len(parts) for parts in wrapped)
+        out = []
+        for i in range(height):
+            parts = []
+            for parts_of, w, r in zip(wrapped, widths, align, strict=True):
+                text = parts_of[i] if i < len(parts_of) else ""
+                parts.append(text.rjust(w) if r else text.ljust(w))
+            out.append("│ " + " │ ".join(parts) + " │")
+        return out
+
+    lines = [line("┌", "┬", "┐"), *row(names, [False] * len(names)), line("├", "┼", "┤")]
+    for values in cells:
+        lines.extend(row(values, right))
+    lines.append(line("└", "┴", "┘"))
+    return lines
+
+
+def _fit(widths: list[int], names: Sequence[str], limit: int | None) -> list[int] | None:
+    """Column widths that fit `limit` characters by wrapping the widest column, or None."""
+    total = sum(widths) + 3 * len(widths) + 1
+    if limit is None or total <= limit:
+        return widths
+    widest = max(range(len(widths)), key=lambda i: widths[i])
+    narrowed = widths[widest] - (total - limit)
+    if narrowed < max(MIN_WRAPPED_CHARS, len(names[widest])):
+        return None
+    return [narrowed if i == widest else w for i, w in enumerate(widths)]
+
+
+def _vertical(names: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> str:
+    """DuckDB's `.mode line`: one `name = value` line per column, a blank line between rows."""
+    width = max((len(n) for n in names), default=0)
+    blocks = ["\n".join(f"{n.rjust(width)} = {_cell(v)}" for n, v in zip(names, row, strict=True)) for row in rows]
+    return "\n\n".join(blocks) + ("\n" if blocks else "")
+
+
+def _markdown(names: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> str:
+    def escape(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    right = [bool(rows) and all(_is_number(r[i]) or r[i] is None for r in rows) for i in range(len(names))]
+    lines = ["| " + " | ".join(escape(n) for n in names) + " |"]
+    lines.append("|" + "|".join("---:" if r else "---" for r in right) + "|")
+    lines.extend("| " + " | ".join(escape(_cell(v)) for v in row) + " |" for row in rows)
+    return "\n".join(lines) + "\n"
 
 
 def write_result(names: list[str], rows: list[tuple[Any, ...]], fmt: str, max_rows: int) -> None:
-    """Print a result set to stdout in `fmt`."""
+    """Print one result set to stdout in `fmt` (`max_rows` bounds the table and line formats)."""
+    out = sys.stdout
     if fmt == "csv":
-        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer = csv.writer(out, lineterminator="\n")
         writer.writerow(names)
         writer.writerows(rows)
         return
     if fmt == "json":
         records = [{name: _json_value(v) for name, v in zip(names, row, strict=True)} for row in rows]
-        sys.stdout.write(json.dumps(records, indent=2) + "\n")
+        out.write(json.dumps(records, indent=2) + "\n")
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(show_lines=False, header_style="bold")
-    for name in names:
-        table.add_column(name, overflow="fold")
-    for row in rows[:max_rows]:
-        table.add_row(*(_cell(v) for v in row))
-    console = Console(soft_wrap=False)
-    console.print(table)
-    hidden = len(rows) - max_rows
+    if fmt == "markdown":
+        out.write(_markdown(names, rows))
+        return
+    shown = rows[:max_rows]
+    hidden = len(rows) - len(shown)
     more = f", {hidden:,} not shown (--max-rows, or --format csv)" if hidden > 0 else ""
-    console.print(f"{len(rows):,} row{'s' if len(rows) != 1 else ''}{more}", style="dim")
+    footer = f"{len(rows):,} row{'s' if len(rows) != 1 else ''}{more}\n"
+    if fmt == "table":
+        cells = [[_cell(v) for v in row] for row in shown]
+        right = [bool(shown) and all(_is_number(r[i]) or r[i] is None for r in shown) for i in range(len(names))]
+        natural = [max([len(n), *(len(c[i]) for c in cells)]) for i, n in enumerate(names)]
+        widths = _fit(natural, names, _terminal_chars())
+        if widths is not None:
+            out.write("\n".join(_table_lines(names, cells, right, widths)) + "\n" + footer)
+            return
+    out.write(_vertical(names, shown) + footer)
+
+
+def _read_sql(query: str | None, command: str | None, file: Path | None) -> str:
+    given = [v for v in (query, command, file) if v is not None]
+    if len(given) > 1:
+        fail("give the SQL once: as an argument, with -c or with --file")
+    if file is not None or (query is not None and query.endswith(".sql") and Path(query).is_file()):
+        path = file if file is not None else Path(query or "")
+        if str(path) == "-":
+            return sys.stdin.read()
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
+    if query is not None or command is not None:
+        return query if query is not None else command or ""
+    if sys.stdin.isatty():
+        fail('give the SQL as an argument, with -c, --file or on stdin, e.g. capplan sql "select * from marts.runs"')
+    return sys.stdin.read()
+
+
+def _relation(name: str) -> tuple[str, str]:
+    parts = [p.strip().strip('"') for p in name.split(".")]
+    if len(parts) == 1:
+        return "", parts[0]
+    if len(parts) == 2 and all(parts):
+        return parts[0], parts[1]
+    fail(f"--describe takes a relation such as marts.capacity_grid, got {name!r}")
+
+
+def _describe(con: Any, name: str) -> tuple[list[str], list[tuple[Any, ...]], str | None]:
+    """(column, type, comment) of a relation, and the relation's own comment."""
+    schema, table = _relation(name)
+    found = con.execute(
+        "select schema_name, comment from duckdb_tables() where table_name = $t and ($s = '' or schema_name = $s) "
+        "and database_name = current_database() "
+        "union all select schema_name, comment from duckdb_views() where view_name = $t "
+        "and ($s = '' or schema_name = $s) and database_name = current_database() and not internal "
+        "order by schema_name",
+        {"t": table, "s": schema},
+    ).fetchall()
+    if not found:
+        fail(f"no relation {name!r} in the warehouse (list them: capplan sql \"show all tables\")")
+    if len(found) > 1 and not schema:
+        options = ", ".join(f"{s}.{table}" for s, _c in found)
+        fail(f"{table!r} is in several schemas ({options}): name one")
+    schema, comment = found[0]
+    rows = con.execute(
+        "select column_name, data_type, comment from duckdb_columns() where schema_name = $s and table_name = $t "
+        "and database_name = current_database() order by column_index",
+        {"s": schema, "t": table},
+    ).fetchall()
+    return ["column", "type", "comment"], rows, comment
 
 
 def sql(
-    query: Annotated[str | None, typer.Argument(help="SQL to run against the warehouse (read-only).")] = None,
-    file: Annotated[
-        Path | None, typer.Option("--file", "-f", help="Read the SQL from a file (e.g. warehouse/queries/*.sql).")
+    query: Annotated[
+        str | None, typer.Argument(help="SQL to run (read-only), or a path to a .sql file.", show_default=False)
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="Output: table, csv or json.")] = "table",
+    command: Annotated[
+        str | None, typer.Option("--command", "-c", help="SQL to run (as the DuckDB CLI's -c).", show_default=False)
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", "-f", help="Read the SQL from a file ('-': stdin), e.g. warehouse/queries/*.sql."),
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help=f"Output: {', '.join(FORMATS)}.")] = "table",
+    vertical: Annotated[
+        bool, typer.Option("--vertical", "-x", help="One 'column = value' line per field (same as --format line).")
+    ] = False,
+    describe: Annotated[
+        str | None,
+        typer.Option("--describe", "-d", help="List a relation's columns with their comments.", show_default=False),
+    ] = None,
     warehouse: Annotated[
         Path | None,
         typer.Option("--warehouse", help="DuckDB file (default: CAPPLAN_WAREHOUSE, else var/warehouse.duckdb)."),
     ] = None,
-    max_rows: Annotated[int, typer.Option("--max-rows", help="Rows shown by the table format.")] = 200,
+    max_rows: Annotated[int, typer.Option("--max-rows", help="Rows shown by the table and line formats.")] = 200,
 ) -> None:
     """Run SQL against the published warehouse, read-only (marts.capacity_grid, marts.context_limits...)."""
+    if fmt not in FORMATS:
+        fail(f"unknown --format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if vertical:
+        fmt = "line"
+    if max_rows < 1:
+        fail(f"--max-rows must be >= 1, got {max_rows}")
+    text: str | None = None
+    if describe is None or any(v is not None for v in (query, command, file)):
+        text = _read_sql(query, command, file)
+        if not text.strip():
+            fail("empty query")
+
     import duckdb
 
     from warehouse.publish import Warehouse, WarehouseMissing
+    from warehouse.sql import ReadOnlyViolation, reader_statements
 
-    if fmt not in FORMATS:
-        fail(f"unknown --format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    if max_rows < 1:
-        fail(f"--max-rows must be >= 1, got {max_rows}")
-    if (query is None) == (file is None):
-        fail('give the SQL as an argument or with --file, e.g. capplan sql "select * from marts.runs"')
-    if file is not None:
+    statements: list[str] = []
+    if text is not None:
         try:
-            query = file.read_text(encoding="utf-8")
-        except OSError as exc:
-            fail(f"cannot read {file}: {exc.strerror or exc}")
-    assert query is not None
-    if not query.strip():
-        fail("empty query")
+            statements = reader_statements(text)
+        except ReadOnlyViolation as exc:
+            fail(str(exc))
+        except duckdb.Error as exc:
+            fail(duckdb_error_line(exc))
     try:
         con = Warehouse(warehouse).connect_read_only()
     except WarehouseMissing as exc:
         fail(str(exc))
     except duckdb.Error as exc:
-        fail(f"cannot open the warehouse: {str(exc).splitlines()[0]}")
+        fail(f"cannot open the warehouse: {duckdb_error_line(exc)}")
+    results: list[tuple[list[str], list[tuple[Any, ...]]]] = []
+    note = None
     try:
-        result = con.execute(query)
-        names = [d[0] for d in result.description] if result.description else []
-        rows = result.fetchall() if names else []
+        if describe is not None:
+            names, rows, note = _describe(con, describe)
+            results.append((names, rows))
+        for statement in statements:
+            result = con.execute(statement)
+            names = [d[0] for d in result.description] if result.description else []
+            if names:
+                results.append((names, result.fetchall()))
     except duckdb.Error as exc:
-        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        fail(duckdb_error_line(exc))
     finally:
         con.close()
-    if not names:
-        return
-    write_result(names, rows, fmt, max_rows)
+    if note and fmt in ("table", "line"):
+        sys.stdout.write(f"{describe}: {' '.join(note.split())}\n")
+    for names, rows in results:
+        write_result(names, rows, fmt, max_rows)
+
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+app.command()(sql)
