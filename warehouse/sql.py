@@ -247,15 +247,14 @@ def reader_statements(sql: str) -> list[str]:
         if kind not in allowed:
             label = kind.name.replace("_", " ")
             raise ReadOnlyViolation(f"the warehouse is read-only here: {label} statements are not allowed")
-        if kind == duckdb.StatementType.CALL and _first_words(text) == ["checkpoint"]:
+        if kind == duckdb.StatementType.CALL and _CHECKPOINT.match(text):
             raise ReadOnlyViolation("the warehouse is read-only here: CHECKPOINT is not allowed")
         _refuse_session_functions(text)
         out.append(text)
     return out
 
 
-def _first_words(text: str) -> list[str]:
-    return re.findall(r"[a-z_]+", text.lower())[:1]
+_CHECKPOINT = re.compile(r"\s*(force\s+)?checkpoint\b", re.IGNORECASE)
 
 
 def _refuse_session_functions(text: str) -> None:
