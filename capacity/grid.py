@@ -65,29 +65,23 @@ from functools import partial
 import polars as pl
 
 from capacity import engine_constants as ec
+from capacity.engines import Engine, EngineProfile, engine_profile
 from capacity.memory import (
-    KVGroup,
     KVPool,
     WeightsEstimate,
     cdiv,
     element_bytes,
-    engine_defaults,
-    engine_overhead,
     estimate_weights,
     kv_bytes_per_token,
     kv_bytes_per_token_per_gpu,
     kv_element_bytes,
-    serving_dtype,
-    sglang_cells,
-    sglang_pool_from_cells,
-    sglang_swa_denominator,
     state_bytes_per_sequence_per_gpu,
     valid_tp_sizes,
-    vllm_stage_pools,
 )
 from capacity.spec import GpuSku, ModelSpec, SpecError
 
-ENGINES = ("vllm", "sglang", "trtllm")  # `plain` needs its overhead by hand: not a fleet-wide row
+# `plain` needs its overhead by hand: not a fleet-wide row
+ENGINES = (Engine.VLLM.value, Engine.SGLANG.value, Engine.TRTLLM.value)
 WEIGHT_CHOICES = ("bf16", "auto", "fp8", "int4", "mxfp4")  # the rules of weight_dtype_choices
 KV_CHOICES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bf16", "fp16")  # fp8*: GPUs with fp8_support
 TARGET_CONCURRENCIES = (1, 8, 32, 128, 512)
@@ -144,6 +138,7 @@ GRID_COLUMNS = (
 # per distinct window of the models in the build. Not part of the published grid.
 POOL_COLUMNS = (
     "pool_max_num_batched_tokens",
+    "pool_max_in_flight_tokens",
     "pool_fixed_units",
     "pool_per_block_groups",
     "pool_num_groups",
@@ -235,7 +230,7 @@ class _Registry:
     settings per (engine, model class, TP, PP, GPU), the pool shapes and the KV side of layouts."""
 
     options: GridOptions
-    release: ec.VllmRelease
+    profiles: tuple[EngineProfile, ...]  # one per options.engines
     gpus: Sequence[GpuSku]
     model_class: list[int] = field(default_factory=list)  # per model of the build
     plans: list[tuple[list[tuple[int, int]], dict[int, int | None]]] = field(default_factory=list)
@@ -305,51 +300,36 @@ class _Tables:
 
 def _pool_candidates(
     t: _Registry,
-    engine: str,
+    profile: EngineProfile,
     spec: ModelSpec,
     kv_bytes: int,
     ssm_bytes: int,
     act_bytes: int,
     tp: int,
     pp: int,
-    per_token_gpu: int,
     base_block_size: int,
-    release: ec.VllmRelease,
 ) -> list[tuple[int, int, float | None]]:
     """(shape id, bytes per unit, SGLang SWA denominator) of each pipeline stage's pool, first
     occurrences in stage order: the deployment's budget decides which stage is the tightest."""
-    if engine == "vllm":
-        pools, _notes = vllm_stage_pools(spec, 0, kv_bytes, ssm_bytes, act_bytes, tp, pp, base_block_size, 0, release)
-        found: list[tuple[int, int, float | None]] = []
-        for pool in pools:
-            candidate = (t.shape(pool, 0), pool.unit_bytes, None)
-            if candidate not in found:
-                found.append(candidate)
-        return found
-    if engine == "sglang":
-        cells = sglang_cells(spec, kv_bytes, tp, pp)
-        pool = sglang_pool_from_cells(cells, 0, base_block_size, 0)
-        if cells.hybrid:
-            return [(t.shape(pool, cells.window), 0, sglang_swa_denominator(cells))]
-        return [(t.shape(pool, 0), pool.unit_bytes, None)]
-    # trtllm: one pool of fixed-size blocks over every layer, windows not honoured
-    unit = per_token_gpu * base_block_size
-    pool = KVPool("block", 0, base_block_size, (KVGroup("full", spec.num_layers),), 0, unit)
-    return [(t.shape(pool, 0), unit, None)]
+    found: list[tuple[int, int, float | None]] = []
+    for pool in profile.stage_pools(spec, 0, kv_bytes, ssm_bytes, act_bytes, tp, pp, base_block_size, 0, 0):
+        candidate = (t.shape(pool, pool.swa_window_tokens), pool.unit_bytes, pool.swa_bytes_per_full_token)
+        if candidate not in found:
+            found.append(candidate)
+    return found
 
 
 def _kv_side(
     t: _Registry,
     vid: int,
     spec: ModelSpec,
-    engine: str,
+    profile: EngineProfile,
     kv_bytes: int,
     ssm_bytes: int,
     act_bytes: int,
     tp: int,
     pp: int,
     bases: list[int],
-    release: ec.VllmRelease,
 ) -> _KVSide:
     """Bytes per token (whole model, per GPU), state bytes per sequence and, per base block size,
     the pool candidates of one KV layout of the KV view `vid` (`spec`); None for the candidates
@@ -372,7 +352,7 @@ def _kv_side(
         found = [
             (
                 base,
-                _pool_candidates(t, engine, spec, kv_bytes, ssm_bytes, act_bytes, tp, pp, per_token_gpu, base, release),
+                _pool_candidates(t, profile, spec, kv_bytes, ssm_bytes, act_bytes, tp, pp, base),
             )
             for base in bases
         ]
@@ -381,12 +361,16 @@ def _kv_side(
     return per_token, per_token_gpu, state, found
 
 
-def _registry(
-    models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions, release: ec.VllmRelease
-) -> _Registry:
-    reg = _Registry(options, release, gpus)
+def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
+    return tuple(
+        engine_profile(engine, options.vllm_version if engine == Engine.VLLM else None) for engine in options.engines
+    )
+
+
+def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions) -> _Registry:
+    reg = _Registry(options, _profiles(options), gpus)
     gpns = sorted({gpu.gpus_per_node for gpu in gpus})
-    # engine_defaults reads two facts of a model (its context limit, for vLLM's v0 batch rule, and
+    # the engines' defaults read two facts of a model (its context limit, for vLLM's v0 batch rule, and
     # whether it is MLA, for the block size): one representative per pair of facts is asked
     classes: dict[tuple[int, bool], int] = {}
     representative: list[ModelSpec] = []
@@ -405,17 +389,17 @@ def _registry(
         reg.plans.append((combos, node))
         parallel.update(combos)
 
-    for e, engine in enumerate(options.engines):
-        vrelease = release if engine == "vllm" else None
+    for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
         for cid, rep in enumerate(representative):
             for g, gpu in enumerate(gpus):
                 for tp, pp in sorted(parallel):
-                    d = engine_defaults(
-                        engine, rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens, tp, pp, vrelease
-                    )
+                    d = profile.defaults(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens, tp, pp)
                     seqs = d.max_num_seqs or None
                     batched = d.max_num_batched_tokens
-                    reg.settings.append((e, cid, tp, pp, g, d.gpu_memory_utilization, seqs, batched, d.block_size))
+                    in_flight = profile.max_in_flight_tokens(batched, pp, None)
+                    reg.settings.append(
+                        (e, cid, tp, pp, g, d.gpu_memory_utilization, seqs, batched, in_flight, d.block_size)
+                    )
                     reg.batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
                     reg.block_sizes.setdefault((engine, cid), set()).add(d.block_size)
     return reg
@@ -450,10 +434,8 @@ def _build_rows(
     pp_groups: _PPGroups | None,
     t: _Tables,
 ) -> _Tables:
-    options, release = reg.options, reg.release
+    options = reg.options
     batches, block_sizes = reg.batches, reg.block_sizes
-    vllm_version = options.vllm_version or ec.VLLM_DEFAULT_VERSION
-    default = ec.vllm_release(None)
     wanted: set[tuple[int, int, int]] | None = None
     for m, gm in enumerate(models):
         spec = gm.spec
@@ -474,15 +456,13 @@ def _build_rows(
         vid, kv_spec = reg.kv_view(spec)
         weights: dict[tuple[str, int, int, str], WeightsEstimate] = {}
         for tp, pp in combos:
-            for e, engine in enumerate(options.engines):
+            for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
                 if wanted is not None and not any(g[0] == e for g in wanted):
                     continue
-                act_dtype = serving_dtype(spec, engine)
+                act_dtype = profile.serving_dtype(spec)
                 act_bytes = element_bytes(act_dtype)
-                vrelease = release if engine == "vllm" else None
                 for seqs, batched in sorted(batches.get((engine, cid), ())):
-                    # engine_overhead reads the default release where given none: parsed once here
-                    o = engine_overhead(spec, engine, tp, pp, batched, seqs or None, vrelease or default, act_bytes)
+                    o = profile.overhead(spec, tp, pp, batched, seqs or None, act_bytes)
                     t.overheads.append(
                         (m, e, tp, pp, seqs or None, batched, o.activation_peak_bytes, o.non_torch_bytes,
                          o.cuda_graph_bytes, o.total_bytes)
@@ -499,14 +479,13 @@ def _build_rows(
                             reg,
                             vid,
                             kv_spec,
-                            engine,
+                            profile,
                             kv_bytes,
                             ssm_bytes,
                             act_bytes,
                             tp,
                             pp,
                             bases,
-                            vrelease or release,
                         )
                     per_token, per_token_gpu, state, found = side
                     if found is None:
@@ -517,7 +496,7 @@ def _build_rows(
                     candidates = [(kv_id, base, stages) for base, stages in found]
                     t.candidates.extend(candidates)
                     t.kv_layouts.append(
-                        (kv_id, m, cid, e, k, engine, vllm_version if engine == "vllm" else None, kv_dtype, tp, pp,
+                        (kv_id, m, cid, e, k, engine, profile.version, kv_dtype, tp, pp,
                          kv_dtype.startswith("fp8"),
                          act_dtype if kv_dtype == "auto" else kv_dtype,
                          per_token, per_token_gpu, state)
@@ -543,11 +522,11 @@ def _build_rows(
 
 def _units(t: pl.Expr, windows: int) -> pl.Expr:
     """`KVPool.sequence_units(T, T)` from the charge terms: fixed + per_block * cdiv(T, bs)
-    + sum(n * cdiv(min(held + batched, T), bs))."""
+    + sum(n * cdiv(min(held + in_flight, T), bs))."""
     bs = pl.col("block_size")
     units = pl.col("pool_fixed_units") + pl.col("pool_per_block_groups") * _cdiv(t, bs)
     for j in range(windows):
-        held = pl.col(f"pool_window_{j}_held") + pl.col("pool_max_num_batched_tokens")
+        held = pl.col(f"pool_window_{j}_held") + pl.col("pool_max_in_flight_tokens")
         units = units + pl.col(f"pool_window_{j}_groups") * _cdiv(pl.min_horizontal(held, t), bs)
     return units
 
@@ -691,7 +670,6 @@ LAYOUT_COLUMNS = (
     "weight_format",
     "kv_cache_dtype",
     "weights_source",
-    "max_model_len",
     "kv_bytes_per_token",
     "kv_bytes_per_token_per_gpu",
     "state_bytes_per_sequence_per_gpu",
@@ -706,7 +684,7 @@ DEPLOYMENT_ONLY_COLUMNS = tuple(
 
 def _plan(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None = None) -> _Plan:
     options = options or GridOptions()
-    reg = _registry(models, gpus, options, ec.vllm_release(options.vllm_version))
+    reg = _registry(models, gpus, options)
     return _plan_tables(_build_tables(reg, models))
 
 
@@ -722,6 +700,7 @@ def _served(reg: _Registry) -> tuple[pl.DataFrame, pl.DataFrame]:
             "gpu_memory_utilization": _F64,
             "max_num_seqs": _I64,
             "pool_max_num_batched_tokens": _I64,
+            "pool_max_in_flight_tokens": _I64,
             "base_block_size": _I64,
         },
     )
@@ -775,7 +754,6 @@ def _frames(t: _Tables) -> _Frames:
 
 def _frames_of(t: _Tables) -> _Frames:
     reg = t.reg
-    options, release = reg.options, reg.release
     model_frame = _rows(
         t.models,
         {
@@ -851,7 +829,7 @@ def _frames_of(t: _Tables) -> _Frames:
     )
     sized = partial(
         _sized, overheads=overheads, candidates=candidates, width=width, shapes=shapes, windows=windows,
-        release=release, engines=options.engines,
+        profiles=reg.profiles,
     )  # fmt: skip
     return _Frames(full, served, node, model_frame, gpu_frame, sized, windows, t.rank_base + len(t.layouts))
 
@@ -873,7 +851,11 @@ def _not_fitting(single: pl.LazyFrame, windows: int) -> pl.LazyFrame:
     budget = pl.col("kv_budget_bytes_per_gpu")
     return single.filter(
         (pl.col("tp") == pl.col("node_tp"))
-        & ~((budget > 0) & (_b_max_memory(_units(t_min, windows), _swa_tokens(t_min)) >= 1))
+        & ~(
+            (budget > 0)
+            & (pl.col("max_model_len") >= t_min)
+            & (_b_max_memory(_units(t_min, windows), _swa_tokens(t_min)) >= 1)
+        )
     ).select(*_GROUP, "gpu_idx", "node_tp")
 
 
@@ -934,6 +916,40 @@ def _widened(plan: _Plan, deployments: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def _per_engine(profiles: Sequence[EngineProfile], rule: Callable[[EngineProfile], pl.Expr | int]) -> pl.Expr:
+    """One column from a rule each engine profile answers for itself (by `engine_idx`)."""
+    expr: pl.Expr = pl.lit(None)
+    for e, profile in reversed(list(enumerate(profiles))):
+        value = rule(profile)
+        expr = pl.when(pl.col("engine_idx") == e).then(value if isinstance(value, pl.Expr) else pl.lit(value)).otherwise(expr)
+    return expr
+
+
+def _starts(windows: int, length: pl.Expr) -> pl.Expr:
+    """The engine's start check at max_model_len `length` (`memory.engine_starts`): one request fits
+    the pool less what the check holds back; engines that start with any pool only need a block."""
+    blocks = pl.col("num_blocks")
+    fits_one = blocks >= _units(length, windows) + pl.col("_start_reserved")
+    return (pl.col("kv_budget_bytes_per_gpu") > 0) & (blocks > 0) & (~pl.col("_refuses_short_pool") | fits_one)
+
+
+def _largest_starting_len(frame: pl.LazyFrame, windows: int, steps: int = _BISECTION_STEPS + 4) -> pl.LazyFrame:
+    """`memory.largest_starting_len` on every row: the largest max_model_len in [1, limit] that
+    starts, by bisection over tokens (`_fitted_len`, 0 when not even one token does)."""
+    limit, lo, hi = pl.col("max_model_len"), pl.col("_lo"), pl.col("_hi")
+    frame = frame.with_columns(pl.lit(1, _I64).alias("_lo"), limit.alias("_hi"))
+    for _ in range(steps):
+        mid = (lo + hi) // 2
+        frame = frame.with_columns(_starts(windows, mid).alias("_ok"), mid.alias("_mid")).with_columns(
+            pl.when((hi - lo > 1) & pl.col("_ok")).then(pl.col("_mid")).otherwise(lo).alias("_lo"),
+            pl.when((hi - lo > 1) & ~pl.col("_ok")).then(pl.col("_mid")).otherwise(hi).alias("_hi"),
+        )
+    fitted = (
+        pl.when(_starts(windows, limit)).then(limit).when(_starts(windows, pl.lit(1, _I64))).then(lo).otherwise(0)
+    )
+    return frame.with_columns(fitted.alias("_fitted_len")).drop("_lo", "_hi", "_mid", "_ok")
+
+
 def _sized(
     dep: pl.LazyFrame,
     overheads: pl.LazyFrame,
@@ -941,10 +957,10 @@ def _sized(
     width: int,
     shapes: pl.LazyFrame,
     windows: int,
-    release: ec.VllmRelease,
-    engines: Sequence[str],
+    profiles: Sequence[EngineProfile],
 ) -> pl.LazyFrame:
-    """Overhead, KV budget, the tightest stage's pool and the printed KV cache size per deployment."""
+    """Overhead, KV budget, the tightest stage's pool, the max_model_len the engine starts with
+    and the printed KV cache size per deployment."""
     dep = dep.join(
         overheads,
         on=["model_idx", "engine_idx", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens"],
@@ -952,17 +968,9 @@ def _sized(
         nulls_equal=True,
     ).join(candidates, on=["kv_id", "base_block_size"], how="inner")
 
-    def is_engine(name: str) -> pl.Expr:
-        return pl.col("engine_idx") == engines.index(name) if name in engines else pl.lit(False)
-
     total, util = pl.col("gpu_memory_bytes"), pl.col("gpu_memory_utilization")
     weights, overhead = pl.col("weights_bytes_per_gpu"), pl.col("overhead_bytes_per_gpu")
-    usable = (total.cast(_F64) * util).cast(_I64)  # int(total * util)
-    budget = (
-        pl.when(is_engine("trtllm"))
-        .then(((total - weights - overhead).cast(_F64) * util).cast(_I64))  # TensorRT-LLM: fraction of free
-        .otherwise(usable - weights - overhead)
-    )
+    budget = _per_engine(profiles, lambda p: p.kv_budget(total, util, weights, overhead))
     dep = dep.with_columns(budget.alias("kv_budget_bytes_per_gpu"))
 
     # each stage's capacity; the engine sizes every rank to the first stage with the fewest units
@@ -996,7 +1004,17 @@ def _sized(
         pl.when(budget_col > 0).then(page).otherwise(pl.col("base_block_size")).alias("block_size"),
         pl.when(is_swa & (budget_col > 0)).then((full_tokens.cast(_F64) * ec.SGLANG_SWA_FULL_TOKENS_RATIO).cast(_I64))
         .alias("pool_swa_capacity"),
+        _per_engine(profiles, lambda p: p.start_reserved_units).cast(_I64).alias("_start_reserved"),
+        _per_engine(profiles, lambda p: p.refuses_short_pool).cast(pl.Boolean).alias("_refuses_short_pool"),
     )  # fmt: skip
+
+    # the max_model_len the deployment runs with: the model's limit when the engine starts with it,
+    # else the largest length that starts (vLLM's auto-fit; the limit again when none does, and
+    # then nothing fits: no budget, or not one block)
+    fitted = pl.col("_fitted_len")
+    dep = _largest_starting_len(dep, windows).with_columns(
+        pl.when(fitted > 0).then(fitted).otherwise(pl.col("max_model_len")).alias("max_model_len")
+    )
 
     # "GPU KV cache size" at max_model_len, as the engine version prints it
     limit, blocks, bs = pl.col("max_model_len"), pl.col("num_blocks"), pl.col("block_size")
@@ -1004,15 +1022,13 @@ def _sized(
     conc = blocks.cast(_F64) / pl.col("_units_limit")
     swa_conc = pl.col("pool_swa_capacity").cast(_F64) / pl.col("_swa_limit")
     conc = pl.when(pl.col("_swa_limit").is_not_null()).then(pl.min_horizontal(conc, swa_conc)).otherwise(conc)
-    if release.kv_cache_size_tokens_rule == "concurrency":
-        vllm_tokens = (conc * limit).cast(_I64)
-    else:
-        vllm_tokens = blocks // pl.max_horizontal(pl.col("pool_num_groups"), 1) * bs
+    printed = _per_engine(
+        profiles, lambda p: p.kv_cache_tokens(blocks, pl.col("pool_num_groups"), bs, conc, limit)
+    ).cast(_I64)
     return dep.with_columns(
-        pl.when(blocks <= 0).then(0).when(is_engine("vllm")).then(vllm_tokens).otherwise(blocks * bs)
-        .alias("kv_cache_tokens"),
+        pl.when((blocks <= 0) | (limit <= 0)).then(0).otherwise(printed).alias("kv_cache_tokens"),
         (blocks * bs).alias("physical_kv_token_slots"),
-    )  # fmt: skip
+    ).drop("_start_reserved", "_refuses_short_pool", "_fitted_len")
 
 
 def _window_count(frame: pl.LazyFrame) -> int:
@@ -1046,7 +1062,8 @@ def _at_contexts(rows: pl.LazyFrame, windows: int, scaled: bool = False) -> pl.L
     grid = (
         rows.with_columns(_units(t, windows).alias("_units"), _swa_tokens(t).alias("_swa"))
         .with_columns(
-            _b_max_memory(units, swa).alias("b_max_memory"),
+            # nothing of more than max_model_len tokens is admitted (0 there: the engine does not start)
+            pl.when(t > pl.col("max_model_len")).then(0).otherwise(_b_max_memory(units, swa)).alias("b_max_memory"),
             # the printed concurrency is the smaller quotient: the window pool's when it binds
             (swa.is_not_null() & (pl.col("pool_swa_capacity") * units < blocks * swa)).alias("_use_swa"),
         )
@@ -1162,7 +1179,7 @@ def grid_tables(
     `concurrencies` if given; see `iter_grid_tables` for a fleet in chunks, which also overlaps the
     Python and the Polars parts."""
     options = options or GridOptions()
-    reg = _registry(models, gpus, options, ec.vllm_release(options.vllm_version))
+    reg = _registry(models, gpus, options)
     t = _build_tables(reg, models, pp1_only=True)
     return _collect_tables(t, models, 0, first_layout_id, first_deployment_id, concurrencies)
 
@@ -1185,7 +1202,7 @@ def iter_grid_tables(
         yield grid_tables(models, gpus, options, concurrencies=concurrencies)
         return
     options = options or GridOptions()
-    reg = _registry(models, gpus, options, ec.vllm_release(options.vllm_version))
+    reg = _registry(models, gpus, options)
     step = max(1, chunk_models)
     next_ids = [0, 0]  # layout, deployment
 
@@ -1243,7 +1260,7 @@ def _collect_tables(
         f2 = _frames(t2)
         parts.append((f2, _multi(f2, not_fitting.lazy())))
     windows = max(f.windows for f, _ in parts)
-    keep = [*_keep(windows), "max_model_len"]
+    keep = _keep(windows)
     deployments = (
         _ordered(
             pl.concat([_with_windows(frame, f.windows, windows).select(keep) for f, frame in parts]),
@@ -1301,7 +1318,8 @@ def build_context_limits(grid: pl.LazyFrame, concurrencies: Sequence[int] = TARG
     run on every row at once. Takes the grid (it reads the row where context == max_model_len, one per
     deployment) or the deployment frame."""
     names = grid.collect_schema().names()
-    frame = grid.filter(pl.col("context") == pl.col("max_model_len")) if "context" in names else grid
+    last = pl.col("context") == pl.col("context").max().over(DEPLOYMENT_KEYS)  # one row per deployment
+    frame = grid.filter(last) if "context" in names else grid
     return _max_contexts(frame, DEPLOYMENT_KEYS, concurrencies)
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TypeVar
 
 from capacity import engine_constants as ec
+from capacity.engines import ENGINE_NAMES, Engine, engine_profile
 from capacity.spec import (
     WINDOWED_KINDS,
     DeploymentSpec,
@@ -27,7 +28,7 @@ from capacity.spec import (
 GIB = 1 << 30
 _T = TypeVar("_T")
 
-ENGINES = ("vllm", "sglang", "trtllm", "plain")
+ENGINES = ENGINE_NAMES
 
 # Bytes per element of a dtype name as users and configs spell it.
 _ELEMENT_BYTES: dict[str, int] = {
@@ -73,11 +74,11 @@ def element_bytes(dtype: str) -> int:
         raise SpecError(f"unknown dtype {dtype!r}; expected one of {', '.join(sorted(_ELEMENT_BYTES))}") from None
 
 
-def serving_dtype(model: ModelSpec, engine: str = "vllm") -> str:
+def serving_dtype(model: ModelSpec, engine: str = Engine.VLLM) -> str:
     """The dtype activations and `auto` KV use: the config's, except float32 checkpoints, which
-    vLLM and SGLang serve in bfloat16 unless told otherwise."""
+    engines that cast them (vLLM, SGLang) serve in bfloat16 unless told otherwise."""
     dtype = _CANONICAL_DTYPE.get(model.torch_dtype.lower(), "bfloat16")
-    if dtype == "float32" and engine in ("vllm", "sglang"):
+    if dtype == "float32" and Engine(engine).casts_fp32_to_bf16:
         return "bfloat16"
     return dtype
 
@@ -263,7 +264,7 @@ def _int4_bytes(group_size: int) -> Fraction:
     return Fraction(1, 2) + Fraction(2, group_size) + Fraction(1, 2 * group_size)
 
 
-def weight_format(model: ModelSpec, weight_dtype: str, engine: str = "vllm") -> WeightFormat:
+def weight_format(model: ModelSpec, weight_dtype: str, engine: str = Engine.VLLM) -> WeightFormat:
     """Resolve `--dtype` against the checkpoint: auto = what the checkpoint stores."""
     base = Fraction(element_bytes(serving_dtype(model, engine)))
     wanted = weight_dtype.lower()
@@ -360,7 +361,7 @@ def estimate_weights(
     tp: int = 1,
     pp: int = 1,
     checkpoint_bytes: int | None = None,
-    engine: str = "vllm",
+    engine: str = Engine.VLLM,
 ) -> WeightsEstimate:
     """Weights on the most loaded GPU. The checkpoint's real size wins when the served format is
     the checkpoint's own; it is spread over ranks in the proportions the parameter model gives."""
@@ -386,17 +387,18 @@ def estimate_weights(
 class KVGroup:
     """Layers sharing one block table (vLLM) or one token pool; `charge` says how T becomes units."""
 
-    kind: str  # full | sliding | chunked | state
+    kind: str  # a KVKind value: full | sliding | chunked | mla | state
     num_layers: int
     window_tokens: int | None = None
+    state_blocks: int | None = None  # STATE: blocks a request holds (vLLM "align" mode: 2, else 1)
 
 
 @dataclass(frozen=True, slots=True)
 class ChargeTerms:
     """Units one sequence takes in a block or token pool, as terms of the context T and the
     admission length L (T for a running sequence):
-    `fixed_units + per_block_groups * cdiv(T, bs) + sum(n * cdiv(min(held + batched, L), bs))`
-    over `windowed` = ((n groups, tokens held beyond the batch), ...)."""
+    `fixed_units + per_block_groups * cdiv(T, bs) + sum(n * cdiv(min(held + in_flight, L), bs))`
+    over `windowed` = ((n groups, tokens held beyond the in-flight tokens), ...)."""
 
     fixed_units: int
     per_block_groups: int
@@ -418,6 +420,17 @@ class KVPool:
     state_bytes_per_sequence: int = 0
     swa_capacity_units: int | None = None  # SGLang hybrid SWA: the separate sliding-window pool
     swa_window_tokens: int = 0
+    # tokens scheduled but not settled that a windowed group keeps blocks for (vLLM's
+    # max_in_flight_tokens = concurrent batches x max_num_batched_tokens); None: one batch
+    max_in_flight_tokens: int | None = None
+    padded_layer_slots: int = 0  # empty layer slots the grouping added (memory the engine wastes)
+    # SGLang hybrid SWA: bytes one full-pool token costs with its share of the window pool; the
+    # full pool holds int(budget / this) tokens (None: capacity = budget // unit_bytes)
+    swa_bytes_per_full_token: float | None = None
+
+    @property
+    def in_flight_tokens(self) -> int:
+        return self.max_num_batched_tokens if self.max_in_flight_tokens is None else self.max_in_flight_tokens
 
     def sequence_units(self, context_tokens: int, admission_len: int | None = None) -> int:
         """Units one sequence of T tokens is charged (vLLM's admission rule for windowed groups)."""
@@ -426,32 +439,35 @@ class KVPool:
             total = self.state_bytes_per_sequence
             for group, per_token in zip(self.groups, self.group_bytes_per_token, strict=True):
                 tokens = t
-                if group.kind in ("sliding", "chunked") and group.window_tokens:
+                if group.kind in WINDOWED_KINDS and group.window_tokens:
                     tokens = min(t, group.window_tokens - 1)
                 total += per_token * tokens
             return total
         limit = admission_len if admission_len is not None else t
         terms = self.charge_terms()
         units = terms.fixed_units + terms.per_block_groups * cdiv(t, self.block_size)
+        in_flight = self.in_flight_tokens
         for groups, held in terms.windowed:
-            units += groups * cdiv(min(held + self.max_num_batched_tokens, limit), self.block_size)
+            units += groups * cdiv(min(held + in_flight, limit), self.block_size)
         return units
 
     def charge_terms(self) -> ChargeTerms:
         """How a block or token pool charges one sequence, group by group (vLLM's admission rule).
 
-        A state group takes one unit; a sliding group `cdiv(min(W - 1 + batched, L), bs) + 1` blocks;
-        a chunked group `cdiv(min(W + batched, L), bs)`; any other group `cdiv(T, bs)`.
+        A state group takes its `state_blocks` (1, or 2 in vLLM's "align" mode: MambaSpec); a sliding
+        group `cdiv(min(W - 1 + in_flight, L), bs) + 1` blocks (SlidingWindowSpec: the window may not
+        start at a block boundary); a chunked group `cdiv(min(W + in_flight, L), bs)`
+        (ChunkedLocalAttentionSpec); any other group `cdiv(T, bs)`.
         """
         fixed = per_block = 0
         windowed: dict[int, int] = {}
         for group in self.groups:
-            if group.kind == "state":
-                fixed += 1
-            elif group.kind == "sliding" and group.window_tokens and self.unit == "block":
+            if group.kind == KVKind.STATE:
+                fixed += group.state_blocks or 1
+            elif group.kind == KVKind.SLIDING and group.window_tokens and self.unit == "block":
                 windowed[group.window_tokens - 1] = windowed.get(group.window_tokens - 1, 0) + 1
                 fixed += 1
-            elif group.kind == "chunked" and group.window_tokens and self.unit == "block":
+            elif group.kind == KVKind.CHUNKED and group.window_tokens and self.unit == "block":
                 windowed[group.window_tokens] = windowed.get(group.window_tokens, 0) + 1
             else:
                 per_block += 1
@@ -500,6 +516,9 @@ class Estimate:
     fits: bool
     reason: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    starts: bool = True  # the engine starts with this max_model_len (its own start check)
+    max_model_len_that_starts: int = 0  # the largest max_model_len that starts (vLLM's auto-fit); 0: none
+    max_in_flight_tokens: int = 0  # tokens in flight a windowed layer holds blocks for
 
     def b_max_at(self, context_tokens: int) -> int:
         return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
@@ -540,6 +559,9 @@ class Estimate:
             "max_num_seqs": self.max_num_seqs,
             "max_context_at_concurrency": self.max_context_at_concurrency,
             "fits": self.fits,
+            "starts": self.starts,
+            "max_model_len_that_starts": self.max_model_len_that_starts,
+            "max_in_flight_tokens": self.max_in_flight_tokens,
             "reason": self.reason,
         }
 
@@ -628,7 +650,7 @@ def activation_features(
     return batched_tokens * cdiv(widest, tp) * act_bytes, num_seqs * model.vocab_size * 4
 
 
-def vllm_overhead(
+def transformer_overhead(
     model: ModelSpec,
     tp: int,
     pp: int,
@@ -637,17 +659,20 @@ def vllm_overhead(
     release: ec.VllmRelease,
     act_bytes: int = 2,
     coefficients: ec.OverheadCoefficients | None = None,
+    *,
+    graphs: bool = True,
 ) -> Overhead:
-    """Activation peak of the profiling pass, non-torch memory and the CUDA-graph estimate."""
+    """Activation peak of the profiling pass, non-torch memory and the CUDA-graph estimate (vLLM's
+    profiling run; TensorRT-LLM's is the same pass without graphs in the budget, `graphs=False`)."""
     c = coefficients or ec.vllm_overhead_coefficients(release)
     mlp, logits = activation_features(model, tp, max_num_batched_tokens, max_num_seqs, act_bytes)
     activation = int(max(c.a_mlp * mlp, c.a_logits * logits)) + c.a_base_bytes
     non_torch = c.nt_tp_bytes if tp > 1 else c.nt_base_bytes
-    graphs = 0
-    if release.cudagraph_memory_in_budget:
+    cuda_graphs = 0
+    if graphs and release.cudagraph_memory_in_budget:
         layers_local = max(pp_partition(model.num_layers, pp))
-        graphs = c.cg_base_bytes + c.cg_per_layer_bytes * layers_local
-    return Overhead(activation, non_torch, graphs)
+        cuda_graphs = c.cg_base_bytes + c.cg_per_layer_bytes * layers_local
+    return Overhead(activation, non_torch, cuda_graphs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -658,185 +683,6 @@ class EngineDefaults:
     max_num_seqs: int
     max_num_batched_tokens: int
     block_size: int
-
-
-def engine_defaults(
-    engine: str,
-    model: ModelSpec,
-    gpu: GpuSku | None,
-    gpu_memory_bytes: int,
-    max_model_len: int,
-    tp: int,
-    pp: int,
-    release: ec.VllmRelease | None,
-) -> EngineDefaults:
-    if engine == "vllm":
-        vrelease = release or ec.vllm_release(None)
-        seqs, batched = vllm_batch_defaults(vrelease, gpu, gpu_memory_bytes, max_model_len)
-        return EngineDefaults(vrelease.default_gpu_memory_utilization, seqs, batched, vllm_block_size(model, gpu))
-    if engine == "sglang":
-        return EngineDefaults(
-            sglang_mem_fraction_static(gpu_memory_bytes, tp, pp),
-            0,
-            sglang_chunked_prefill_size(gpu_memory_bytes),
-            ec.SGLANG_PAGE_SIZE,
-        )
-    if engine == "trtllm":
-        return EngineDefaults(
-            ec.TRTLLM_FREE_GPU_MEMORY_FRACTION,
-            ec.TRTLLM_DEFAULT_MAX_BATCH_SIZE,
-            ec.TRTLLM_DEFAULT_MAX_NUM_TOKENS,
-            ec.TRTLLM_TOKENS_PER_BLOCK,
-        )
-    return EngineDefaults(1.0, 0, 0, 1)
-
-
-def engine_overhead(
-    model: ModelSpec,
-    engine: str,
-    tp: int,
-    pp: int,
-    max_num_batched_tokens: int,
-    max_num_seqs: int | None,
-    release: ec.VllmRelease | None,
-    act_bytes: int,
-) -> Overhead:
-    """The non-KV terms an engine profile charges per GPU: vLLM's model (CUDA graphs where the
-    release deducts them); TensorRT-LLM the same without graphs; SGLang a fixed context reserve
-    (its activations live inside the 1 - mem_fraction_static it leaves free); plain nothing."""
-    if engine == "plain":
-        return Overhead(0, 0, 0)
-    if engine == "sglang":
-        return Overhead(0, ec.SGLANG_CONTEXT_BYTES, 0)
-    vrelease = release or ec.vllm_release(None)
-    if engine != "vllm":
-        vrelease = replace(vrelease, cudagraph_memory_in_budget=False)
-    return vllm_overhead(model, tp, pp, max(max_num_batched_tokens, 1), max_num_seqs or 256, vrelease, act_bytes)
-
-
-def vllm_batch_defaults(
-    release: ec.VllmRelease, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int
-) -> tuple[int, int]:
-    """(max_num_seqs, max_num_batched_tokens) that `vllm serve` picks when not given."""
-    big, small = ec.VLLM_BATCH_DEFAULTS[release.batch_defaults]
-    is_a100 = gpu is not None and gpu.id.startswith("a100")
-    seqs, batched = big if gpu_memory_bytes >= ec.VLLM_BIG_GPU_MIN_BYTES and not is_a100 else small
-    if batched is None:
-        batched = max(max_model_len, 2048) if max_model_len <= 32768 else 2048
-    return seqs, batched
-
-
-def vllm_block_size(model: ModelSpec, gpu: GpuSku | None) -> int:
-    """CUDA platform block-size rules: 16, or what the MLA backend forces."""
-    if model.is_mla:
-        if gpu is not None and (gpu.architecture or "").lower() in ("blackwell",):
-            return ec.VLLM_MLA_BLOCK_SIZE_BLACKWELL
-        return ec.VLLM_MLA_BLOCK_SIZE_HOPPER
-    return ec.VLLM_DEFAULT_BLOCK_SIZE
-
-
-def _layer_bucket(layer: LayerKVSpec, hybrid_manager: bool) -> tuple[str, int | None]:
-    if layer.kind is KVKind.STATE:
-        return ("state", None)
-    if hybrid_manager and layer.kind is KVKind.SLIDING and layer.window_tokens:
-        return ("sliding", layer.window_tokens)
-    if hybrid_manager and layer.kind is KVKind.CHUNKED and layer.window_tokens:
-        return ("chunked", layer.window_tokens)
-    return ("full", None)
-
-
-def vllm_pool(
-    model: ModelSpec,
-    kv_budget_bytes: int,
-    kv_bytes: int,
-    ssm_bytes: int,
-    model_bytes: int,
-    tp: int,
-    pp: int,
-    block_size: int,
-    max_num_batched_tokens: int,
-    release: ec.VllmRelease,
-) -> tuple[KVPool, list[str]]:
-    """vLLM's KV pool on the tightest rank: layer buckets, hybrid groups, page sizes, num_blocks."""
-    pools, notes = vllm_stage_pools(
-        model, kv_budget_bytes, kv_bytes, ssm_bytes, model_bytes, tp, pp, block_size, max_num_batched_tokens, release
-    )
-    # the engine sizes every rank to the tightest one (the first stage with the fewest blocks)
-    if not pools:
-        raise SpecError("no layer of this model holds a KV cache or state: nothing to size")
-    return min(pools, key=lambda p: p.capacity_units), notes
-
-
-def vllm_stage_pools(
-    model: ModelSpec,
-    kv_budget_bytes: int,
-    kv_bytes: int,
-    ssm_bytes: int,
-    model_bytes: int,
-    tp: int,
-    pp: int,
-    block_size: int,
-    max_num_batched_tokens: int,
-    release: ec.VllmRelease,
-) -> tuple[list[KVPool], list[str]]:
-    """The pool each pipeline stage would build from the budget, in stage order."""
-    notes: list[str] = []
-    hybrid = release.hybrid_kv_cache_manager
-    pools: list[KVPool] = []
-    for stage in stage_layer_counts(model, pp):
-        layers = [(layer, n) for layer, n in stage if layer.stores_per_token_kv or layer.kind is KVKind.STATE]
-        buckets: dict[tuple[str, int | None], list[tuple[LayerKVSpec, int]]] = {}
-        for layer, n in layers:
-            buckets.setdefault(_layer_bucket(layer, hybrid), []).append((layer, n))
-        if not buckets:
-            continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
-        attn_page_per_token = max(
-            (layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer, _ in layers if layer.stores_per_token_kv),
-            default=0,
-        )
-        state_page = max((layer_state_bytes(layer, model_bytes, ssm_bytes, tp) for layer, _ in layers), default=0)
-        bs = block_size
-        if state_page and attn_page_per_token:
-            align = ec.VLLM_HYBRID_BLOCK_ALIGN
-            bs = max(bs, align * cdiv(state_page, align * attn_page_per_token))
-        attn_buckets = {k: v for k, v in buckets.items() if k[0] != "state"}
-        if len(buckets) <= 1 and attn_buckets:
-            # one spec type: a single group, every layer its own tensor (UniformType when sizes differ)
-            (kind, window), members = next(iter(attn_buckets.items()))
-            page_sum = sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in members) * bs
-            groups: tuple[KVGroup, ...] = (KVGroup(kind, _layer_count(members), window),)
-            capacity = kv_budget_bytes // page_sum if page_sum else 0
-            unit_bytes = page_sum
-        else:
-            page = max(attn_page_per_token * bs, state_page)
-            sizes = [_layer_count(v) for v in buckets.values()]
-            smallest, largest = min(sizes), max(sizes)
-            group_size = largest if largest < 1.5 * smallest else smallest
-            group_list: list[KVGroup] = []
-            padded = 0
-            for (kind, window), members in buckets.items():
-                size = _layer_count(members)
-                n_groups = cdiv(size, group_size)
-                padded += n_groups * group_size - size
-                group_list.extend(KVGroup(kind, group_size, window) for _ in range(n_groups))
-            if padded:
-                notes.append(f"hybrid KV groups padded with {padded} empty layer slot(s) (wasted memory)")
-            groups = tuple(group_list)
-            unit_bytes = group_size * page
-            capacity = kv_budget_bytes // unit_bytes if unit_bytes else 0
-        pools.append(KVPool("block", capacity, bs, groups, max_num_batched_tokens, unit_bytes))
-    return pools, notes
-
-
-def _layer_count(members: list[tuple[LayerKVSpec, int]]) -> int:
-    return sum(n for _, n in members)
-
-
-def vllm_kv_cache_tokens(pool: KVPool, max_model_len: int, release: ec.VllmRelease) -> int:
-    """The number vLLM prints as "GPU KV cache size: N tokens" for this release."""
-    if release.kv_cache_size_tokens_rule == "concurrency":
-        return int(max_concurrency(pool, max_model_len) * max_model_len)
-    return pool.capacity_units // max(1, len(pool.groups)) * pool.block_size
 
 
 # --- The estimate --------------------------------------------------------------------------
@@ -873,6 +719,40 @@ def _format_gib(n: int | float) -> str:
     return f"{n / GIB:,.2f} GiB"
 
 
+AUTO_MAX_MODEL_LEN = -1  # vLLM's `--max-model-len -1`: the largest length that starts (auto-fit)
+
+
+def start_units(pool: KVPool, max_model_len: int, reserved_units: int = 0) -> int:
+    """Units the engine's start check needs: one request of max_model_len plus what it holds back."""
+    return pool.sequence_units(max_model_len, max_model_len) + reserved_units
+
+
+def engine_starts(pool: KVPool, max_model_len: int, reserved_units: int = 0) -> bool:
+    """vLLM `_check_enough_kv_cache_memory`: one request of max_model_len fits the usable pool."""
+    if pool.capacity_units <= 0:
+        return False
+    if pool.unit == "byte":
+        return pool.capacity_units >= pool.sequence_units(max_model_len)
+    return pool.capacity_units >= start_units(pool, max_model_len, reserved_units)
+
+
+def largest_starting_len(pool: KVPool, limit_tokens: int, reserved_units: int = 0) -> int:
+    """vLLM `_estimate_max_model_len_from_groups` / `_auto_fit_max_model_len`: the largest
+    max_model_len in [1, limit] that starts, by bisection over tokens; 0 when not even one does."""
+    if not engine_starts(pool, 1, reserved_units):
+        return 0
+    lo, hi = 1, limit_tokens
+    if engine_starts(pool, hi, reserved_units):
+        return hi
+    while hi - lo > 1:  # lo starts, hi does not
+        mid = (lo + hi) // 2
+        if engine_starts(pool, mid, reserved_units):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def estimate(
     model: ModelSpec,
     deployment: DeploymentSpec,
@@ -883,35 +763,37 @@ def estimate(
     context_tokens: int | None = None,
     concurrency: int | None = None,
 ) -> Estimate:
-    """Size one deployment on one GPU type. Raises SpecError with a one-line reason."""
+    """Size one deployment on one GPU type. Raises SpecError with a one-line reason.
+
+    A short composition of the engine profile's answers: defaults, weights, overhead, budget, the
+    tightest stage's pool, what the engine prints, whether it starts, then B_max and max context."""
     d = deployment
-    engine = d.engine.lower()
-    if engine not in ENGINES:
-        raise SpecError(f"unknown engine {d.engine!r}; expected one of {', '.join(ENGINES)}")
+    profile = engine_profile(d.engine, d.engine_version)
     if gpu is None and d.gpu_memory_bytes is None and d.kv_cache_memory_bytes is None:
         raise SpecError("no GPU: give --gpu, or --gpu-memory-gib for hardware not in the catalog")
     validate_parallelism(model, d.tp, d.pp, gpu)
     total = d.gpu_memory_bytes if d.gpu_memory_bytes is not None else (gpu.memory_total_bytes if gpu else 0)
-    release = ec.vllm_release(d.engine_version) if engine == "vllm" else None
     notes: list[str] = []
 
     limit = model.context_limit_tokens
-    max_model_len = d.max_model_len if d.max_model_len is not None else limit
+    auto_fit = d.max_model_len == AUTO_MAX_MODEL_LEN
+    max_model_len = d.max_model_len if d.max_model_len is not None and not auto_fit else limit
     if max_model_len <= 0:
-        raise SpecError(f"max model length must be positive, got {max_model_len}")
+        raise SpecError(f"max model length must be positive (or -1 to auto-fit), got {max_model_len}")
     if max_model_len > limit:
         notes.append(f"max_model_len {max_model_len:,} exceeds the model's context limit {limit:,}")
-    context = context_tokens if context_tokens is not None else max_model_len
-    if context <= 0:
-        raise SpecError(f"context must be a positive number of tokens, got {context}")
 
-    act_dtype = serving_dtype(model, engine)
+    act_dtype = profile.serving_dtype(model)
     if d.weight_dtype.lower() in ("float32", "fp32"):
         act_dtype = "float32"
     act_bytes = element_bytes(act_dtype)
-    if d.kv_dtype.lower() not in KV_DTYPES and d.kv_dtype.lower() not in _ELEMENT_BYTES:
+    kv_name = d.kv_dtype.lower()
+    if kv_name not in KV_DTYPES and kv_name not in _ELEMENT_BYTES:
         raise SpecError(f"unknown KV dtype {d.kv_dtype!r}; expected one of {', '.join(KV_DTYPES)}")
-    kv_bytes = kv_element_bytes(d.kv_dtype.lower(), act_dtype)
+    problem = profile.kv_dtype_problem(kv_name)
+    if problem:
+        raise SpecError(problem)
+    kv_bytes = kv_element_bytes(kv_name, act_dtype)
     ssm_bytes = element_bytes(model.mamba_ssm_cache_dtype)
     kv_dtype_name = act_dtype if d.kv_dtype == "auto" else d.kv_dtype
 
@@ -924,85 +806,89 @@ def estimate(
             d.weights_bytes_per_gpu, d.weights_bytes_per_gpu * d.tp * d.pp, d.weight_dtype, "override"
         )
     else:
-        weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, engine)
-    weight_name = weights.format_name
+        weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, profile.engine)
 
-    # engine defaults
-    defaults = engine_defaults(engine, model, gpu, total, max_model_len, d.tp, d.pp, release)
+    defaults = profile.defaults(model, gpu, total, max_model_len, d.tp, d.pp)
     util = d.gpu_memory_utilization if d.gpu_memory_utilization is not None else defaults.gpu_memory_utilization
-    default_seqs, default_batched = defaults.max_num_seqs, defaults.max_num_batched_tokens
     block_size = d.block_size or defaults.block_size
     if not 0 < util <= 1:
         raise SpecError(f"GPU memory utilization must be in (0, 1], got {util}")
-    batched = d.max_num_batched_tokens or default_batched
-    seqs_cap: int | None = d.max_num_seqs or (default_seqs or None)
+    batched = d.max_num_batched_tokens or defaults.max_num_batched_tokens
+    seqs_cap: int | None = d.max_num_seqs or (defaults.max_num_seqs or None)
+    in_flight = profile.max_in_flight_tokens(batched, d.pp, d.async_scheduling)
 
-    # overhead
     if d.overhead_bytes_per_gpu is not None:
         overhead = Overhead(0, d.overhead_bytes_per_gpu, 0)
     else:
-        overhead = engine_overhead(model, engine, d.tp, d.pp, batched, seqs_cap, release, act_bytes)
-        if engine == "plain":
+        overhead = profile.overhead(model, d.tp, d.pp, batched, seqs_cap, act_bytes)
+        if profile.engine is Engine.PLAIN:
             notes.append("plain engine: no overhead unless given with --overhead-gib")
 
     usable = int(total * util)
     if d.kv_cache_memory_bytes is not None:
         budget = d.kv_cache_memory_bytes
-    elif engine == "trtllm":
-        budget = int((total - weights.per_gpu_bytes - overhead.total_bytes) * util)
-    elif engine == "sglang":
-        budget = usable - weights.per_gpu_bytes - ec.SGLANG_CONTEXT_BYTES
     else:
-        budget = usable - weights.per_gpu_bytes - overhead.total_bytes
+        budget = profile.kv_budget(total, util, weights.per_gpu_bytes, overhead.total_bytes)
 
-    pool_notes: list[str] = []
-    if budget <= 0:
-        pool = KVPool("block", 0, block_size, (KVGroup("full", model.num_layers),), batched, 0)
-    elif engine == "vllm":
-        assert release is not None
-        pool, pool_notes = vllm_pool(
-            model, budget, kv_bytes, ssm_bytes, act_bytes, d.tp, d.pp, block_size, batched, release
-        )
-    elif engine == "sglang":
-        pool = sglang_pool(model, budget, kv_bytes, d.tp, d.pp, block_size, batched)
-    elif engine == "trtllm":
-        capacity = budget // (per_token_gpu * block_size) if per_token_gpu else 0
-        pool = KVPool(
-            "block", capacity, block_size, (KVGroup("full", model.num_layers),), batched, per_token_gpu * block_size
-        )
-    else:
-        pool = plain_pool(model, budget, kv_bytes, ssm_bytes, act_bytes, d.tp, d.pp)
-    notes.extend(pool_notes)
-    block_size = pool.block_size
+    pools = profile.stage_pools(
+        model, max(budget, 0), kv_bytes, ssm_bytes, act_bytes, d.tp, d.pp, block_size, batched, in_flight
+    )
+    if not pools:
+        raise SpecError("no layer of this model holds a KV cache or state: nothing to size")
+    pool = min(pools, key=lambda p: p.capacity_units)  # every rank is sized to the tightest one
+    padded = max(p.padded_layer_slots for p in pools)
+    if padded:
+        notes.append(f"hybrid KV groups padded with {padded} empty layer slot(s) (wasted memory)")
+    if budget > 0:
+        block_size = pool.block_size  # hybrid state models align the attention block to the state page
 
-    if engine == "vllm" and release is not None:
-        kv_cache_tokens = vllm_kv_cache_tokens(pool, max_model_len, release) if pool.capacity_units else 0
-        physical = pool.capacity_units * pool.block_size
-    elif pool.unit == "byte":
+    reserved = profile.start_reserved_units
+    if profile.refuses_short_pool:
+        fitted_len = largest_starting_len(pool, limit, reserved) if budget > 0 else 0
+        if auto_fit:
+            max_model_len = fitted_len or max_model_len
+        starts = budget > 0 and engine_starts(pool, max_model_len, reserved)
+    else:  # starts with any pool; a request longer than the pool waits or is refused at admission
+        starts = budget > 0 and pool.capacity_units > 0
+        fitted_len = limit if starts else 0
+    context = context_tokens if context_tokens is not None else max_model_len
+    if context <= 0:
+        raise SpecError(f"context must be a positive number of tokens, got {context}")
+
+    if pool.unit == "byte":
         kv_cache_tokens = physical = (budget // per_token_gpu) if per_token_gpu and budget > 0 else 0
+    elif pool.capacity_units:
+        printed_concurrency = max_concurrency(pool, max_model_len)
+        kv_cache_tokens = profile.kv_cache_tokens(
+            pool.capacity_units, len(pool.groups), pool.block_size, printed_concurrency, max_model_len
+        )
+        physical = pool.capacity_units * pool.block_size
     else:
-        kv_cache_tokens = physical = pool.capacity_units * pool.block_size
+        kv_cache_tokens = physical = 0
 
     conc = max_concurrency(pool, context) if pool.capacity_units else 0.0
     bmax_memory = b_max(pool, context) if pool.capacity_units else 0
     bmax = min(bmax_memory, seqs_cap) if seqs_cap else bmax_memory
-    if context > max_model_len:
+    if context > max_model_len or not starts:
         bmax = bmax_memory = 0
     target = concurrency if concurrency is not None else 1
-    max_ctx = max_context(pool, target, max_model_len, seqs_cap) if pool.capacity_units else 0
+    max_ctx = max_context(pool, target, max_model_len, seqs_cap) if pool.capacity_units and starts else 0
 
     need = concurrency or 1
     fits, reason = _fit_reason(
         pool, budget, weights.per_gpu_bytes, usable, context, need, bmax, max_model_len, seqs_cap, limit
     )
+    if budget > 0 and not starts:
+        fits = False
+        reason = _no_start_reason(pool, max_model_len, fitted_len, reserved, budget)
     return Estimate(
         model=model_name or model.architecture,
         gpu=gpu.id if gpu else "custom",
-        engine=engine,
-        engine_version=(d.engine_version or ec.VLLM_DEFAULT_VERSION) if engine == "vllm" else d.engine_version,
+        engine=profile.engine.value,
+        engine_version=profile.version,
         tp=d.tp,
         pp=d.pp,
-        weight_dtype=weight_name,
+        weight_dtype=weights.format_name,
         kv_dtype=kv_dtype_name,
         gpu_memory_bytes=total,
         gpu_memory_utilization=util,
@@ -1034,6 +920,25 @@ def estimate(
         fits=fits,
         reason=reason,
         notes=tuple(notes),
+        starts=starts,
+        max_model_len_that_starts=fitted_len,
+        max_in_flight_tokens=in_flight,
+    )
+
+
+def _no_start_reason(pool: KVPool, max_model_len: int, fitted_len: int, reserved: int, budget: int) -> str:
+    """The engine's own refusal, in one line (vLLM: 'To serve at least one request ...')."""
+    need_units = start_units(pool, max_model_len, reserved)
+    need = need_units * pool.unit_bytes
+    fix = (
+        f"the largest max_model_len that starts is {fitted_len:,} (--max-model-len {fitted_len} or -1 to auto-fit)"
+        if fitted_len
+        else "no max_model_len starts: not even one token fits"
+    )
+    return (
+        f"DOES NOT START: one request of max_model_len {max_model_len:,} needs {need_units:,} blocks "
+        f"({_format_gib(need)} of KV per GPU) but the pool has {pool.capacity_units:,} "
+        f"({_format_gib(budget)}); {fix}"
     )
 
 
@@ -1065,111 +970,4 @@ def _fit_reason(
     return False, (
         f"{need:,} sequence(s) of {context:,} tokens need {_format_gib(per_seq * need)} of KV per GPU; "
         f"the budget is {_format_gib(budget)}"
-    )
-
-
-def plain_pool(
-    model: ModelSpec, budget: int, kv_bytes: int, ssm_bytes: int, model_bytes: int, tp: int, pp: int
-) -> KVPool:
-    """Textbook pool: bytes, each layer keeping what its window allows, on the tightest stage."""
-    stage = max(
-        stage_layers(model, pp),
-        key=lambda s: sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in s),
-    )
-    groups = tuple(KVGroup(layer.kind.value, 1, layer.window_tokens) for layer in stage if layer.stores_per_token_kv)
-    per_token = tuple(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in stage if layer.stores_per_token_kv)
-    state = sum(layer_state_bytes(layer, model_bytes, ssm_bytes, tp) for layer in stage)
-    return KVPool("byte", budget, 1, groups, 0, 1, per_token, state)
-
-
-def sglang_chunked_prefill_size(gpu_memory_bytes: int) -> int:
-    gb = gpu_memory_bytes / 1e9
-    if gb < 35:
-        return 2048
-    if gb < 60:
-        return 4096
-    if gb < 160:
-        return 8192
-    return 16384
-
-
-def sglang_mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int) -> float:
-    """SGLang's default: (gpu_mem - reserved) / gpu_mem, reserved in MiB from its server_args."""
-    gpu_mib = gpu_memory_bytes / ec.MIB
-    chunked = sglang_chunked_prefill_size(gpu_memory_bytes)
-    cuda_graph_max_bs = 256 if gpu_mib > 60 * 1024 else 160
-    reserved = 512 + max(chunked, 2048) * 1.5 + cuda_graph_max_bs * 2 + tp * pp / 8 * 1024
-    if gpu_mib > 60 * 1024:
-        reserved = max(reserved, 10 * 1024)
-    fraction = (gpu_mib - reserved) / gpu_mib if gpu_mib > reserved else ec.SGLANG_FALLBACK_MEM_FRACTION
-    return round(fraction, 3)
-
-
-@dataclass(frozen=True, slots=True)
-class SglangCells:
-    """Bytes per token of SGLang's pools on the tightest stage: full-attention layers and SWA layers."""
-
-    full_cell: int
-    swa_cell: int
-    full_layers: int
-    swa_layers: int
-    window: int  # the widest sliding window (0 without SWA layers)
-
-    @property
-    def hybrid(self) -> bool:
-        """Both kinds present: SGLang keeps a separate, smaller pool for the window layers."""
-        return self.full_layers > 0 and self.swa_layers > 0
-
-
-def sglang_cells(model: ModelSpec, kv_bytes: int, tp: int, pp: int) -> SglangCells:
-    stage = max(
-        stage_layer_counts(model, pp),
-        key=lambda s: sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in s),
-    )
-    full = [(layer, n) for layer, n in stage if layer.stores_per_token_kv and layer.kind not in WINDOWED_KINDS]
-    swa = [(layer, n) for layer, n in stage if layer.kind in WINDOWED_KINDS and layer.window_tokens]
-    return SglangCells(
-        full_cell=sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in full),
-        swa_cell=sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in swa),
-        full_layers=_layer_count(full),
-        swa_layers=_layer_count(swa),
-        window=max((layer.window_tokens or 0 for layer, _ in swa), default=0),
-    )
-
-
-def sglang_pool(model: ModelSpec, budget: int, kv_bytes: int, tp: int, pp: int, page_size: int, batched: int) -> KVPool:
-    """SGLang token pool: cell size over all attention layers; hybrid SWA splits full and window pools."""
-    return sglang_pool_from_cells(sglang_cells(model, kv_bytes, tp, pp), budget, page_size, batched)
-
-
-def sglang_swa_denominator(cells: SglangCells) -> float:
-    """Bytes one full-pool token costs in a hybrid SWA layout (the window pool is a fixed ratio)."""
-    return cells.full_cell + ec.SGLANG_SWA_FULL_TOKENS_RATIO * cells.swa_cell
-
-
-def sglang_pool_from_cells(cells: SglangCells, budget: int, page_size: int, batched: int) -> KVPool:
-    if cells.hybrid:
-        ratio = ec.SGLANG_SWA_FULL_TOKENS_RATIO
-        full_tokens = int(budget / sglang_swa_denominator(cells))
-        full_tokens -= full_tokens % page_size
-        return KVPool(
-            "token",
-            full_tokens,
-            page_size,
-            (KVGroup("full", cells.full_layers),),
-            batched,
-            cells.full_cell,
-            swa_capacity_units=int(full_tokens * ratio),
-            swa_window_tokens=cells.window,
-        )
-    cell = cells.full_cell + cells.swa_cell
-    tokens = budget // cell if cell else 0
-    tokens -= tokens % page_size
-    return KVPool(
-        "token",
-        tokens // page_size,
-        page_size,
-        (KVGroup("full", cells.full_layers + cells.swa_layers),),
-        batched,
-        cell * page_size,
     )

@@ -35,7 +35,7 @@ from capacity.grid import (
     weight_dtype_choices,
     with_python_round,
 )
-from capacity.memory import estimate
+from capacity.memory import AUTO_MAX_MODEL_LEN, estimate
 from capacity.spec import CheckpointQuant, DeploymentSpec, GpuSku, KVKind, LayerKVSpec, LayerParams, ModelSpec
 from tests.handmade import dense_spec, mla_spec
 
@@ -143,6 +143,7 @@ def _estimate_row(row: dict[str, object], model: GridModel, gpu: GpuSku, concurr
         weight_dtype=str(row["weight_dtype"]),
         kv_dtype=str(row["kv_dtype"]),
         engine=str(row["engine"]),
+        max_model_len=AUTO_MAX_MODEL_LEN,  # the grid runs each deployment at the length that starts
     )
     context = int(row["context"]) if "context" in row else None  # type: ignore[call-overload]
     return estimate(
@@ -281,7 +282,7 @@ def test_weight_dtype_choices() -> None:
 
 def test_context_limits_equal_memory_max_context(hand_grid: pl.DataFrame) -> None:
     limits = build_context_limits(hand_grid.lazy()).collect()
-    deployments = hand_grid.filter(pl.col("context") == pl.col("max_model_len")).height
+    deployments = hand_grid.select(DEPLOYMENT_KEYS).unique().height
     assert limits.height == deployments * 5
     assert set(limits.get_column("concurrency").unique()) == {1, 8, 32, 128, 512}
     by_model = {m.repo_id: m for m in models()}
@@ -304,7 +305,8 @@ def test_other_vllm_release_and_options() -> None:
     by_gpu = {g.id: g for g in gpus()}
     for i in random.Random(3).sample(range(grid.height), 40):
         row = grid.row(i, named=True)
-        deployment = DeploymentSpec(tp=row["tp"], pp=row["pp"], engine="vllm", engine_version="0.9")
+        deployment = DeploymentSpec(tp=row["tp"], pp=row["pp"], engine="vllm", engine_version="0.9",
+                                    max_model_len=AUTO_MAX_MODEL_LEN)
         contract = estimate(by_model[row["model"]].spec, deployment, gpu=by_gpu[row["gpu"]],
                             model_name=row["model"], checkpoint_bytes=by_model[row["model"]].checkpoint_bytes,
                             context_tokens=row["context"]).contract()  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from capacity import engine_constants as ec
+from capacity.engines.vllm import VllmProfile
 from capacity.memory import (
     b_max,
     estimate,
@@ -15,14 +15,19 @@ from capacity.memory import (
     max_concurrency,
     max_context,
     pp_partition,
-    vllm_kv_cache_tokens,
-    vllm_pool,
 )
 from capacity.spec import DeploymentSpec, KVKind, SpecError
 from tests.handmade import dense_spec, mla_spec
 
 GIB = 2**30
-NEWEST = ec.vllm_release(None)
+# the vLLM CPU build the recorded runs came from: 0.32, async scheduling off (one batch in flight)
+CPU_BUILD = VllmProfile.for_version("0.32")
+
+
+def vllm_cpu_pool(spec, budget: int, block: int, batched: int):  # type: ignore[no-untyped-def]
+    in_flight = CPU_BUILD.max_in_flight_tokens(batched, 1, async_scheduling=False)
+    pools = CPU_BUILD.stage_pools(spec, budget, 2, 4, 2, 1, 1, block, batched, in_flight)
+    return min(pools, key=lambda p: p.capacity_units)
 
 
 # --- the seed worked example, exactly ---------------------------------------------------------
@@ -149,8 +154,10 @@ def test_checkpoint_size_wins_and_is_split_by_model_proportions() -> None:
 # --- vLLM's block pool, against vllm-cpu 0.32.0 runs (research/kv-oracles.md, 1 GiB, bf16) ----
 
 def _pool_numbers(spec, max_len: int, batched: int, block: int) -> tuple[int, float, int]:  # type: ignore[no-untyped-def]
-    pool, _ = vllm_pool(spec, GIB, 2, 4, 2, 1, 1, block, batched, NEWEST)
-    return pool.capacity_units, max_concurrency(pool, max_len), vllm_kv_cache_tokens(pool, max_len, NEWEST)
+    pool = vllm_cpu_pool(spec, GIB, block, batched)
+    conc = max_concurrency(pool, max_len)
+    tokens = CPU_BUILD.kv_cache_tokens(pool.capacity_units, len(pool.groups), pool.block_size, conc, max_len)
+    return pool.capacity_units, conc, tokens
 
 
 def test_vllm_pool_llama_full() -> None:
@@ -205,7 +212,7 @@ def test_vllm_pool_mla_latent() -> None:
 
 def test_b_max_and_max_context_are_inverse() -> None:
     spec = dense_spec(layers=32, kv_heads=8, head_dim=128, context=131072)
-    pool, _ = vllm_pool(spec, 40 * GIB, 2, 4, 2, 1, 1, 16, 8192, NEWEST)
+    pool = vllm_cpu_pool(spec, 40 * GIB, 16, 8192)
     # 40 GiB / (16 tokens * 131,072 B) = 20,480 blocks
     assert pool.capacity_units == 20_480
     assert b_max(pool, 8192) == 20_480 // 512 == 40

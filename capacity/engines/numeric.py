@@ -1,0 +1,34 @@
+"""Arithmetic that reads the same on Python numbers and Polars expressions.
+
+The engine rules the grid evaluates per row (the KV budget, the printed KV cache size) are written
+once with these helpers; `estimate()` calls them with integers, the grid with column expressions.
+Python's `int()` truncates toward zero, as a Float64 -> Int64 cast does; `//` floors in both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+import polars as pl
+
+Num: TypeAlias = Any  # int | float | pl.Expr: the helpers below accept either kind
+
+
+def truncate(value: Num) -> Num:
+    """`int(value)`: toward zero."""
+    if isinstance(value, pl.Expr):
+        return value.cast(pl.Float64).cast(pl.Int64)
+    return int(value)
+
+
+def as_float(value: Num) -> Num:
+    if isinstance(value, pl.Expr):
+        return value.cast(pl.Float64)
+    return float(value)
+
+
+def at_least(value: Num, floor: int) -> Num:
+    """max(value, floor)."""
+    if isinstance(value, pl.Expr):
+        return pl.max_horizontal(value, pl.lit(floor))
+    return max(value, floor)

@@ -1,0 +1,98 @@
+"""TensorRT-LLM (PyTorch backend): fixed 32-token blocks over every layer, a fraction of the free memory.
+
+Rules followed (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator): the KV budget is
+(total - weights - profiled peak) x free_gpu_memory_fraction; one pool of fixed-size blocks over all
+layers. Not modelled: one pool per attention window (variable sliding window attention) and the hybrid
+state managers; windowed layers are sized as full attention, which over-charges them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from capacity import engine_constants as ec
+from capacity.engines import Engine
+from capacity.engines.numeric import Num, truncate
+from capacity.memory import (
+    EngineDefaults,
+    KVGroup,
+    KVPool,
+    Overhead,
+    kv_bytes_per_token_per_gpu,
+    serving_dtype,
+    transformer_overhead,
+)
+from capacity.spec import GpuSku, ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class TrtllmProfile:
+    requested_version: str | None = None
+    engine: Engine = Engine.TRTLLM
+
+    @property
+    def version(self) -> str | None:
+        return self.requested_version
+
+    def serving_dtype(self, model: ModelSpec) -> str:
+        return serving_dtype(model, self.engine)
+
+    def defaults(
+        self, model: ModelSpec, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int, tp: int, pp: int
+    ) -> EngineDefaults:
+        return EngineDefaults(
+            ec.TRTLLM_FREE_GPU_MEMORY_FRACTION,
+            ec.TRTLLM_DEFAULT_MAX_BATCH_SIZE,
+            ec.TRTLLM_DEFAULT_MAX_NUM_TOKENS,
+            ec.TRTLLM_TOKENS_PER_BLOCK,
+        )
+
+    def overhead(
+        self, model: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, max_num_seqs: int | None, act_bytes: int
+    ) -> Overhead:
+        """vLLM's profiling-pass model without CUDA graphs (captured after the KV allocation)."""
+        release = ec.vllm_release(None)
+        return transformer_overhead(
+            model, tp, pp, max(max_num_batched_tokens, 1), max_num_seqs or 256, release, act_bytes, graphs=False
+        )
+
+    def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
+        """free_gpu_memory_fraction of what is free after the profiling run."""
+        return truncate((total_bytes - weights_bytes - overhead_bytes) * utilization)
+
+    def stage_pools(
+        self,
+        model: ModelSpec,
+        budget_bytes: int,
+        kv_bytes: int,
+        ssm_bytes: int,
+        act_bytes: int,
+        tp: int,
+        pp: int,
+        block_size: int,
+        max_num_batched_tokens: int,
+        max_in_flight_tokens: int,
+    ) -> list[KVPool]:
+        unit = kv_bytes_per_token_per_gpu(model, kv_bytes, tp, pp) * block_size
+        capacity = budget_bytes // unit if unit and budget_bytes > 0 else 0
+        return [KVPool("block", capacity, block_size, (KVGroup("full", model.num_layers),), max_num_batched_tokens, unit)]
+
+    def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
+        return max_num_batched_tokens
+
+    def kv_cache_tokens(
+        self, num_blocks: Num, num_groups: Num, block_size: Num, concurrency: Num, max_model_len: Num
+    ) -> Num:
+        """"Allocated X GiB for max tokens in paged KV cache (N)": blocks x tokens per block."""
+        return num_blocks * block_size
+
+    @property
+    def start_reserved_units(self) -> int:
+        return 0
+
+    @property
+    def refuses_short_pool(self) -> bool:
+        return False
+
+    def kv_dtype_problem(self, kv_dtype: str) -> str | None:
+        return None

@@ -1,0 +1,248 @@
+"""vLLM: the block pool of the hybrid KV cache manager, per release (capacity/engine_constants.py rows).
+
+Rules followed, by upstream function (vLLM 0.33.0 unless a release row says otherwise):
+- budget: `v1/worker/gpu_worker.py` determine_available_memory: total x utilization - weights -
+  activation peak - non-torch memory [- CUDA-graph estimate from 0.21];
+- defaults: `engine/arg_utils.py` get_batch_defaults (by device memory and name), `platforms/cuda.py`
+  block sizes (16; MLA backends force 64 on Hopper and older, 128 on Blackwell);
+- in-flight tokens: `config/vllm.py` VllmConfig.max_concurrent_batches x max_num_batched_tokens;
+- pools: `v1/core/kv_cache_planning.py` (groups by spec, page unification, num_blocks = budget //
+  bytes per block, every rank sized to the tightest), `v1/kv_cache_interface.py` (per-request charges);
+- printed size: `v1/core/kv_cache_utils.py` (get_max_concurrency_for_kv_cache_config, the log line);
+- start: `kv_cache_planning.get_kv_cache_configs` (`_check_enough_kv_cache_memory` against num_blocks
+  minus the null block, `_auto_fit_max_model_len` for max_model_len -1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from capacity import engine_constants as ec
+from capacity.engines import Engine
+from capacity.engines.numeric import Num, at_least, truncate
+from capacity.memory import (
+    EngineDefaults,
+    KVGroup,
+    KVPool,
+    LayerKVSpec,
+    Overhead,
+    cdiv,
+    layer_kv_bytes_per_token,
+    layer_state_bytes,
+    serving_dtype,
+    stage_layer_counts,
+    transformer_overhead,
+)
+from capacity.spec import GpuSku, KVKind, ModelSpec
+
+# KV cache dtypes `--kv-cache-dtype` accepts (config/cache.py CacheDType in 0.33): no plain int8 or float32
+VLLM_KV_DTYPES = frozenset({"auto", "bfloat16", "float16", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2",
+                            "fp8_inc", "fp8_ds_mla", "nvfp4"})  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class VllmProfile:
+    """One vLLM release's accounting."""
+
+    release: ec.VllmRelease
+    requested_version: str | None = None
+    engine: Engine = Engine.VLLM
+
+    @classmethod
+    def for_version(cls, version: str | None) -> VllmProfile:
+        return _profile(version)
+
+    @property
+    def version(self) -> str | None:
+        return self.requested_version or ec.VLLM_DEFAULT_VERSION
+
+    def serving_dtype(self, model: ModelSpec) -> str:
+        return serving_dtype(model, self.engine)
+
+    def defaults(
+        self, model: ModelSpec, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int, tp: int, pp: int
+    ) -> EngineDefaults:
+        seqs, batched = batch_defaults(self.release, gpu, gpu_memory_bytes, max_model_len)
+        return EngineDefaults(self.release.default_gpu_memory_utilization, seqs, batched, block_size(model, gpu))
+
+    def overhead(
+        self, model: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, max_num_seqs: int | None, act_bytes: int
+    ) -> Overhead:
+        return transformer_overhead(
+            model, tp, pp, max(max_num_batched_tokens, 1), max_num_seqs or 256, self.release, act_bytes
+        )
+
+    def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
+        """requested memory (total x utilization) minus everything that is not KV."""
+        return truncate(total_bytes * utilization) - weights_bytes - overhead_bytes
+
+    def stage_pools(
+        self,
+        model: ModelSpec,
+        budget_bytes: int,
+        kv_bytes: int,
+        ssm_bytes: int,
+        act_bytes: int,
+        tp: int,
+        pp: int,
+        block_size: int,
+        max_num_batched_tokens: int,
+        max_in_flight_tokens: int,
+    ) -> list[KVPool]:
+        return stage_pools(
+            model, budget_bytes, kv_bytes, ssm_bytes, act_bytes, tp, pp, block_size, max_num_batched_tokens,
+            max_in_flight_tokens, self.release,
+        )  # fmt: skip
+
+    def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
+        return max_concurrent_batches(self.release, pp, async_scheduling) * max_num_batched_tokens
+
+    def kv_cache_tokens(
+        self, num_blocks: Num, num_groups: Num, block_size: Num, concurrency: Num, max_model_len: Num
+    ) -> Num:
+        """"GPU KV cache size: N tokens" as the release prints it."""
+        if self.release.kv_cache_size_tokens_rule is ec.KVCacheSizeRule.CONCURRENCY:
+            return truncate(concurrency * max_model_len)
+        return num_blocks // at_least(num_groups, 1) * block_size
+
+    @property
+    def start_reserved_units(self) -> int:
+        return 1 if self.release.start_reserves_null_block else 0
+
+    @property
+    def refuses_short_pool(self) -> bool:
+        return True
+
+    def kv_dtype_problem(self, kv_dtype: str) -> str | None:
+        if kv_dtype.lower() in VLLM_KV_DTYPES:
+            return None
+        return f"vLLM does not accept --kv-cache-dtype {kv_dtype} (accepted: {', '.join(sorted(VLLM_KV_DTYPES))})"
+
+
+@cache
+def _profile(version: str | None) -> VllmProfile:
+    return VllmProfile(ec.vllm_release(version), version)
+
+
+def max_concurrent_batches(release: ec.VllmRelease, pp: int, async_scheduling: bool | None) -> int:
+    """`VllmConfig.max_concurrent_batches`: async scheduling (on by default on GPUs) keeps a second
+    batch in flight; the V2 model runner (0.33 default) adds one to PP; off (the CPU build): PP."""
+    if release.in_flight is ec.InFlightRule.ONE_BATCH:
+        return 1
+    if async_scheduling is False:
+        return pp
+    if release.in_flight is ec.InFlightRule.V2_RUNNER:
+        return pp + 1
+    return 2 if pp <= 1 else pp
+
+
+def _is_gb10(gpu: GpuSku | None) -> bool:
+    """DGX Spark (GB10, compute capability 12.1): large memory, small-GPU batch defaults."""
+    if gpu is None:
+        return False
+    names = (gpu.id, gpu.name, *gpu.aliases)
+    return any(name.lower().replace(" ", "").replace("-", "").startswith(("gb10", "nvidiagb10")) and "gb100" not in
+               name.lower() for name in names)  # fmt: skip
+
+
+def batch_defaults(
+    release: ec.VllmRelease, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int
+) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) that `vllm serve` picks when not given."""
+    huge, big, small = ec.VLLM_BATCH_DEFAULTS[release.batch_defaults]
+    is_a100 = gpu is not None and ("a100" in gpu.id.lower() or "a100" in gpu.name.lower())
+    if gpu_memory_bytes >= ec.VLLM_HUGE_GPU_MIN_BYTES:
+        seqs, batched = huge
+    elif gpu_memory_bytes >= ec.VLLM_BIG_GPU_MIN_BYTES and not is_a100 and not _is_gb10(gpu):
+        seqs, batched = big
+    else:
+        seqs, batched = small
+    if batched is None:
+        batched = max(max_model_len, 2048) if max_model_len <= 32768 else 2048
+    return seqs, batched
+
+
+def block_size(model: ModelSpec, gpu: GpuSku | None) -> int:
+    """CUDA platform block-size rules: 16, or what the MLA backend forces."""
+    if model.is_mla:
+        if gpu is not None and (gpu.architecture or "").lower() in ("blackwell",):
+            return ec.VLLM_MLA_BLOCK_SIZE_BLACKWELL
+        return ec.VLLM_MLA_BLOCK_SIZE_HOPPER
+    return ec.VLLM_DEFAULT_BLOCK_SIZE
+
+
+def _layer_bucket(layer: LayerKVSpec, hybrid_manager: bool) -> tuple[KVKind, int | None]:
+    """The spec type a layer's cache has in vLLM's grouping (windowed kinds collapse to full
+    attention without the hybrid manager)."""
+    if layer.kind is KVKind.STATE:
+        return (KVKind.STATE, None)
+    if hybrid_manager and layer.kind in (KVKind.SLIDING, KVKind.CHUNKED) and layer.window_tokens:
+        return (layer.kind, layer.window_tokens)
+    return (KVKind.FULL, None)
+
+
+def stage_pools(
+    model: ModelSpec,
+    kv_budget_bytes: int,
+    kv_bytes: int,
+    ssm_bytes: int,
+    model_bytes: int,
+    tp: int,
+    pp: int,
+    block_size: int,
+    max_num_batched_tokens: int,
+    max_in_flight_tokens: int,
+    release: ec.VllmRelease,
+) -> list[KVPool]:
+    """The pool each pipeline stage would build from the budget, in stage order."""
+    hybrid = release.hybrid_kv_cache_manager
+    state_blocks = 2 if release.mamba_align_with_prefix_caching else 1
+    pools: list[KVPool] = []
+    for stage in stage_layer_counts(model, pp):
+        layers = [(layer, n) for layer, n in stage if layer.stores_per_token_kv or layer.kind is KVKind.STATE]
+        buckets: dict[tuple[KVKind, int | None], list[tuple[LayerKVSpec, int]]] = {}
+        for layer, n in layers:
+            buckets.setdefault(_layer_bucket(layer, hybrid), []).append((layer, n))
+        if not buckets:
+            continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
+        attn_page_per_token = max(
+            (layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer, _ in layers if layer.stores_per_token_kv),
+            default=0,
+        )
+        state_page = max((layer_state_bytes(layer, model_bytes, ssm_bytes, tp) for layer, _ in layers), default=0)
+        bs = block_size
+        if state_page and attn_page_per_token:
+            align = ec.VLLM_HYBRID_BLOCK_ALIGN
+            bs = max(bs, align * cdiv(state_page, align * attn_page_per_token))
+        attn_buckets = {k: v for k, v in buckets.items() if k[0] is not KVKind.STATE}
+        if len(buckets) <= 1 and attn_buckets:
+            # one spec type: a single group, every layer its own tensor (UniformType when sizes differ)
+            (kind, window), members = next(iter(attn_buckets.items()))
+            page_sum = sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in members) * bs
+            groups: tuple[KVGroup, ...] = (KVGroup(kind.value, _layer_count(members), window),)
+            capacity = kv_budget_bytes // page_sum if page_sum else 0
+            unit_bytes = page_sum
+            padded = 0
+        else:
+            page = max(attn_page_per_token * bs, state_page)
+            sizes = [_layer_count(v) for v in buckets.values()]
+            smallest, largest = min(sizes), max(sizes)
+            group_size = largest if largest < 1.5 * smallest else smallest
+            group_list: list[KVGroup] = []
+            padded = 0
+            for (kind, window), members in buckets.items():
+                n_groups = cdiv(_layer_count(members), group_size)
+                padded += n_groups * group_size - _layer_count(members)
+                held = state_blocks if kind is KVKind.STATE else None
+                group_list.extend(KVGroup(kind.value, group_size, window, held) for _ in range(n_groups))
+            groups = tuple(group_list)
+            unit_bytes = group_size * page
+            capacity = kv_budget_bytes // unit_bytes if unit_bytes else 0
+        pools.append(KVPool("block", capacity, bs, groups, max_num_batched_tokens, unit_bytes,
+                            max_in_flight_tokens=max_in_flight_tokens, padded_layer_slots=padded))  # fmt: skip
+    return pools
+
+
+def _layer_count(members: list[tuple[LayerKVSpec, int]]) -> int:
+    return sum(n for _, n in members)
