@@ -108,7 +108,37 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
         f"   max context at concurrency {est.target_concurrency or 1:,} = {est.max_context_at_concurrency:,} tokens "
         f"(block multiple, capped at max_model_len {est.max_model_len:,})",
         "",
-        f"{'FITS' if est.fits else 'DOES NOT FIT'}: {est.reason}",
+        *_start_check(est),
+        "",
+        _verdict(est),
     ]
     lines += [f"note: {note}" for note in est.notes]
     return lines
+
+
+def _start_check(est: Estimate) -> list[str]:
+    """The engine's own start check at max_model_len (vLLM `_check_enough_kv_cache_memory`)."""
+    pool = est.pool
+    if pool.unit != "block" or est.kv_budget_bytes_per_gpu <= 0:
+        return [f"5. Start check: {'starts' if est.starts else 'does not start'} (a pool of {pool.capacity_units:,})"]
+    need = pool.sequence_units(est.max_model_len, est.max_model_len)
+    lines = [
+        f"5. Start check at max_model_len {est.max_model_len:,}",
+        f"   one request of max_model_len takes {need:,} blocks"
+        + (f" + {est.start_reserved_units} held back (the null block)" if est.start_reserved_units else "")
+        + f"; the pool has {pool.capacity_units:,}",
+        f"   {'starts' if est.starts else 'DOES NOT START'}; the largest max_model_len that starts = "
+        f"{est.max_model_len_that_starts:,} tokens",
+    ]
+    if est.max_in_flight_tokens:
+        lines.append(f"   windowed layers keep blocks for {est.max_in_flight_tokens:,} in-flight tokens")
+    return lines
+
+
+def _verdict(est: Estimate) -> str:
+    if est.fits:
+        return f"FITS: {est.reason}"
+    if est.reason.startswith("DOES NOT START"):
+        return est.reason
+    return f"DOES NOT FIT: {est.reason}"
+

@@ -519,6 +519,7 @@ class Estimate:
     starts: bool = True  # the engine starts with this max_model_len (its own start check)
     max_model_len_that_starts: int = 0  # the largest max_model_len that starts (vLLM's auto-fit); 0: none
     max_in_flight_tokens: int = 0  # tokens in flight a windowed layer holds blocks for
+    start_reserved_units: int = 0  # units the start check holds back (vLLM 0.33: the null block)
 
     def b_max_at(self, context_tokens: int) -> int:
         return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
@@ -923,6 +924,7 @@ def estimate(
         starts=starts,
         max_model_len_that_starts=fitted_len,
         max_in_flight_tokens=in_flight,
+        start_reserved_units=reserved,
     )
 
 

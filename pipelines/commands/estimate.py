@@ -41,7 +41,17 @@ def estimate(
         int | None, typer.Option("--context", help="Tokens per sequence T (default: max model len).")
     ] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", help="Target concurrent sequences B.")] = None,
-    max_model_len: Annotated[int | None, typer.Option("--max-model-len", help="Engine max model length.")] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option("--max-model-len", help="Engine max model length (-1: the largest that starts, vLLM's auto-fit)."),
+    ] = None,
+    async_scheduling: Annotated[
+        bool | None,
+        typer.Option(
+            "--async-scheduling/--no-async-scheduling",
+            help="vLLM async scheduling (default on, as on GPUs; off keeps one batch in flight, as the CPU build).",
+        ),
+    ] = None,
     gpu_memory_utilization: Annotated[float | None, typer.Option("--gpu-memory-utilization")] = None,
     engine: Annotated[str, typer.Option("--engine", help="vllm|sglang|trtllm|plain")] = "vllm",
     engine_version: Annotated[str | None, typer.Option("--engine-version")] = None,
@@ -68,7 +78,7 @@ def estimate(
     for name, number in (
         ("--context", context),
         ("--concurrency", concurrency),
-        ("--max-model-len", max_model_len),
+        ("--max-model-len", None if max_model_len == -1 else max_model_len),
         ("--block-size", block_size),
         ("--max-num-batched-tokens", max_num_batched_tokens),
         ("--max-num-seqs", max_num_seqs),
@@ -104,6 +114,7 @@ def estimate(
         engine_version=engine_version,
         gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len,
+        async_scheduling=async_scheduling,
         block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
