@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The engine-oracle venv (.venv-oracle/ at the repo root, or $ENGINE_ORACLE_VENV): the vLLM 0.33.0
+# and SGLang 0.5.23 wheels installed with --no-deps next to the local CPU torch and the light
+# packages their planning modules import. Separate from .venv because vLLM 0.33 needs
+# transformers >=5.16.1,<5.21 while the project's oracle extra pins 5.24.
+# Idempotent: a stamp holding this script's hash makes a second run a no-op.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+VENV=${ENGINE_ORACLE_VENV:-.venv-oracle}
+PY=${PYTHON:-python3}
+STAMP="$VENV/.engine-oracle-stamp"
+HASH=$(cat tools/engine_oracle/setup_venv.sh tools/engine_oracle/requirements.txt | sha256sum | cut -d' ' -f1)
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$HASH" ] && [ -x "$VENV/bin/python" ]; then
+  exit 0
+fi
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+# torch through pip, pinned to the local CPU build: any other spec pulls a multi-GB CUDA build.
+"${PIP[@]}" 'torch==2.13.0'
+# What `import vllm.config`, `vllm.v1.kv_cache_interface`, `vllm.v1.core.kv_cache_utils`,
+# `vllm.v1.core.kv_cache_planning` and `sglang.srt.server_args` need, pinned (requirements.txt).
+"${PIP[@]}" -r tools/engine_oracle/requirements.txt
+"${PIP[@]}" --no-deps 'vllm==0.33.0' 'sglang==0.5.23'
+"$VENV/bin/python" - <<'PY'
+import vllm.config  # noqa: F401
+import vllm.v1.core.kv_cache_planning  # noqa: F401
+import vllm.v1.core.kv_cache_utils  # noqa: F401
+import vllm.v1.kv_cache_interface  # noqa: F401
+import sglang.srt.server_args  # noqa: F401
+PY
+printf '%s' "$HASH" >"$STAMP"
