@@ -20,7 +20,8 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 # What `import vllm.config`, `vllm.v1.kv_cache_interface`, `vllm.v1.core.kv_cache_utils`,
 # `vllm.v1.core.kv_cache_planning` and `sglang.srt.server_args` need, pinned (requirements.txt).
 "${PIP[@]}" -r tools/engine_oracle/requirements.txt
-"${PIP[@]}" --no-deps 'vllm==0.33.0' 'sglang==0.5.23'
+# compressed-tensors: imported by vLLM's model modules (the state shapes of hybrid models)
+"${PIP[@]}" --no-deps 'vllm==0.33.0' 'sglang==0.5.23' 'compressed-tensors==0.17.0'
 "$VENV/bin/python" - <<'PY'
 import vllm.config  # noqa: F401
 import vllm.v1.core.kv_cache_planning  # noqa: F401

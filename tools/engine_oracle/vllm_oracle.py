@@ -50,42 +50,37 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
 
 
-def _quiet_import() -> dict[str, Any]:
-    """Import vLLM with its platform-detection chatter sent to stderr, not stdout."""
-    with contextlib.redirect_stdout(sys.stderr):
-        import torch
-        import vllm
-        from vllm.config import CacheConfig, DeviceConfig, ParallelConfig, SchedulerConfig, VllmConfig
-        from vllm.config.cache import KV_CACHE_DTYPES
-        from vllm.distributed.utils import get_pp_indices
-        from vllm.engine.arg_utils import EngineArgs
-        from vllm.platforms import current_platform
-        from vllm.usage.usage_lib import UsageContext
-        from vllm.utils.math_utils import cdiv
-        from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
-        from vllm.v1.core import kv_cache_planning as planning
-        from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
-        from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity, get_max_concurrency_for_kv_cache_config
-        from vllm.v1.kv_cache_interface import (
-            ChunkedLocalAttentionSpec,
-            FullAttentionSpec,
-            MambaSpec,
-            MLAAttentionSpec,
-            SlidingWindowSpec,
-            SparseCacheRole,
-            UniformTypeKVCacheSpecs,
-            get_kv_quant_mode,
-        )
-    logging.getLogger("vllm").setLevel(logging.ERROR)
-    return dict(locals())
+import torch
+import vllm
+from vllm.config import CacheConfig, DeviceConfig, ParallelConfig, SchedulerConfig, VllmConfig
+from vllm.config.cache import KV_CACHE_DTYPES
+from vllm.distributed.utils import get_pp_indices
+from vllm.engine.arg_utils import EngineArgs
+from vllm.platforms import current_platform
+from vllm.usage.usage_lib import UsageContext
+from vllm.utils.math_utils import cdiv
+from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+from vllm.v1.core import kv_cache_planning as planning
+from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
+from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
+from vllm.v1.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
+    SparseCacheRole,
+    UniformTypeKVCacheSpecs,
+    get_kv_quant_mode,
+)
 
-
-V = _quiet_import()
-torch = V["torch"]
+logging.getLogger("vllm").setLevel(logging.ERROR)
+# The reply is the last stdout line, after this marker: vLLM may print on stdout while importing.
+MARKER = "@@vllm-oracle@@ "
 
 
 def _torch_dtype(name: str) -> Any:
-    return V["STR_DTYPE_TO_TORCH_DTYPE"][name]
+    return STR_DTYPE_TO_TORCH_DTYPE[name]
 
 
 def _kv_dtype(case: dict[str, Any]) -> Any:
@@ -102,34 +97,34 @@ def _layer_spec(layer: dict[str, Any], case: dict[str, Any], config: Any, state:
         "num_kv_heads": layer.get("num_kv_heads", 1),
         "head_size": layer["head_size"] if kind != "state" else 0,
         "dtype": _kv_dtype(case),
-        "kv_quant_mode": V["get_kv_quant_mode"](kv),
+        "kv_quant_mode": get_kv_quant_mode(kv),
     }
     if kind == "full":
-        return V["FullAttentionSpec"](head_size_v=layer.get("head_size_v", layer["head_size"]), **common)
+        return FullAttentionSpec(head_size_v=layer.get("head_size_v", layer["head_size"]), **common)
     if kind == "sliding":
-        return V["SlidingWindowSpec"](
+        return SlidingWindowSpec(
             head_size_v=layer.get("head_size_v", layer["head_size"]), sliding_window=layer["window"], **common
         )
     if kind == "chunked":
-        return V["ChunkedLocalAttentionSpec"](
+        return ChunkedLocalAttentionSpec(
             head_size_v=layer.get("head_size_v", layer["head_size"]), attention_chunk_size=layer["window"], **common
         )
     if kind == "mla":
-        return V["MLAAttentionSpec"](cache_dtype_str=kv, **{**common, "num_kv_heads": 1})
+        return MLAAttentionSpec(cache_dtype_str=kv, **{**common, "num_kv_heads": 1})
     if kind == "indexer":
         # DeepseekV32IndexerCache.get_kv_cache_spec: one uint8 vector per token, never TP-split.
-        return V["MLAAttentionSpec"](
+        return MLAAttentionSpec(
             block_size=block_size,
             num_kv_heads=1,
             max_tp_shards=1,
             head_size=layer["head_size"],
             dtype=torch.uint8,
-            cache_role=V["SparseCacheRole"].INDEXER,
+            cache_role=SparseCacheRole.INDEXER,
         )
     if kind == "state":
         # MambaBase.get_kv_cache_spec (model_executor/layers/mamba/abstract.py)
         cache = config.cache_config
-        return V["MambaSpec"](
+        return MambaSpec(
             shapes=state["shapes"],
             dtypes=state["dtypes"],
             block_size=cache.mamba_block_size,
@@ -253,23 +248,23 @@ def _align_hybrid(case: dict[str, Any], config: Any, state: dict[str, Any]) -> N
 
 
 def _vllm_config(case: dict[str, Any], block_size: int, max_model_len: int) -> Any:
-    sched = V["SchedulerConfig"](
+    sched = SchedulerConfig(
         max_num_batched_tokens=int(case["max_num_batched_tokens"]),
         max_num_seqs=int(case.get("max_num_seqs", 256)),
         max_model_len=max_model_len,
         is_encoder_decoder=False,
         async_scheduling=bool(case.get("async_scheduling", True)),
     )
-    cache = V["CacheConfig"](block_size=block_size, cache_dtype=case.get("kv_cache_dtype", "auto"))
+    cache = CacheConfig(block_size=block_size, cache_dtype=case.get("kv_cache_dtype", "auto"))
     cache.kv_cache_layout = case.get("kv_cache_layout", "LBNHC")
     if case.get("mamba_cache_mode") is not None:
         cache.mamba_cache_mode = case["mamba_cache_mode"]
     if not case.get("enable_prefix_caching", True):
         cache.enable_prefix_caching = False
-    parallel = V["ParallelConfig"](pipeline_parallel_size=int(case.get("pp", 1)))
+    parallel = ParallelConfig(pipeline_parallel_size=int(case.get("pp", 1)))
     with contextlib.redirect_stdout(sys.stderr):
-        config = V["VllmConfig"](
-            device_config=V["DeviceConfig"](device="cpu"),
+        config = VllmConfig(
+            device_config=DeviceConfig(device="cpu"),
             scheduler_config=sched,
             cache_config=cache,
             parallel_config=parallel,
@@ -291,14 +286,14 @@ def _disable_hybrid(case: dict[str, Any]) -> bool:
 
 
 def _group_kind(spec: Any) -> str:
-    first = spec.first_spec if isinstance(spec, V["UniformTypeKVCacheSpecs"]) else spec
-    if isinstance(first, V["MambaSpec"]):
+    first = spec.first_spec if isinstance(spec, UniformTypeKVCacheSpecs) else spec
+    if isinstance(first, MambaSpec):
         return "state"
-    if isinstance(first, V["MLAAttentionSpec"]):
-        return "indexer" if first.cache_role == V["SparseCacheRole"].INDEXER else "mla"
-    if isinstance(first, V["SlidingWindowSpec"]):
+    if isinstance(first, MLAAttentionSpec):
+        return "indexer" if first.cache_role == SparseCacheRole.INDEXER else "mla"
+    if isinstance(first, SlidingWindowSpec):
         return "sliding"
-    if isinstance(first, V["ChunkedLocalAttentionSpec"]):
+    if isinstance(first, ChunkedLocalAttentionSpec):
         return "chunked"
     return "full"
 
@@ -310,7 +305,7 @@ def _first_error_line(exc: BaseException) -> str:
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"id": case.get("id")}
     kv = case.get("kv_cache_dtype", "auto")
-    out["kv_cache_dtype_accepted"] = kv in V["KV_CACHE_DTYPES"]
+    out["kv_cache_dtype_accepted"] = kv in KV_CACHE_DTYPES
     if not out["kv_cache_dtype_accepted"]:
         out["starts"] = False
         out["error"] = f"kv_cache_dtype {kv!r} is not one of vLLM's CacheDType values"
@@ -326,7 +321,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         out["state_source"] = state["source"]
         out["state_shapes"] = [list(shape) for shape in state["shapes"]]
         out["state_dtypes"] = [str(d).removeprefix("torch.") for d in state["dtypes"]]
-        out["state_page_size_bytes"] = V["MambaSpec"](
+        out["state_page_size_bytes"] = MambaSpec(
             shapes=state["shapes"], dtypes=state["dtypes"], block_size=-1
         ).page_size_bytes
     out["max_concurrent_batches"] = config.max_concurrent_batches
@@ -337,14 +332,13 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     pp = int(case.get("pp", 1))
     workers: list[dict[str, Any]] = []
     for rank in range(pp):
-        start, end = V["get_pp_indices"](len(layers), rank, pp)
+        start, end = get_pp_indices(len(layers), rank, pp)
         workers.append(
             {f"model.layers.{i}.attn": _layer_spec(layers[i], case, config, state) for i in range(start, end)}
         )
     available = case["available_memory_bytes"]
     memory = [int(available)] * pp if not isinstance(available, list) else [int(a) for a in available]
 
-    planning = V["planning"]
     groups = planning.get_global_kv_cache_groups(config, workers)
     out["groups"] = [
         {
@@ -355,7 +349,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         }
         for g in groups
     ]
-    builder = V["get_kv_cache_config_builder"](config)
+    builder = get_kv_cache_config_builder(config)
     projected = [planning._project_kv_cache_groups_to_worker(groups, w) for w in workers]
     # The start check plans against the pool less the null block (get_kv_cache_configs).
     check_memory = [
@@ -368,9 +362,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         for g, m in zip(projected, check_memory, strict=True)
         if g
     )
-    out["needed_bytes"] = max(
-        planning._max_memory_usage_bytes_from_groups(builder, config, g) for g in projected if g
-    )
+    out["needed_bytes"] = max(planning._max_memory_usage_bytes_from_groups(builder, config, g) for g in projected if g)
     try:
         configs = planning.get_kv_cache_configs(config, workers, memory, groups)
     except ValueError as exc:
@@ -383,10 +375,10 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     kv_config = configs[0]
     out["num_blocks"] = kv_config.num_blocks
     out["blocks_per_request"] = [
-        V["cdiv"](g.kv_cache_spec.max_memory_usage_bytes(config), g.kv_cache_spec.page_size_bytes)
+        cdiv(g.kv_cache_spec.max_memory_usage_bytes(config), g.kv_cache_spec.page_size_bytes)
         for g in kv_config.kv_cache_groups
     ]
-    tokens, concurrency = V["get_kv_cache_capacity"](config, kv_config)
+    tokens, concurrency = get_kv_cache_capacity(config, kv_config)
     out["max_concurrency"] = concurrency
     out["kv_cache_size_tokens"] = tokens
     return out
@@ -394,7 +386,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
 
 def batch_defaults(gpu: dict[str, Any]) -> dict[str, Any]:
     """EngineArgs.get_batch_defaults with the platform answering for the given GPU."""
-    platform = V["current_platform"]
+    platform = current_platform
     capability = tuple(gpu.get("capability") or (9, 0))
     patched = {
         "get_device_total_memory": lambda device_id=0: int(gpu["memory_bytes"]),
@@ -406,7 +398,7 @@ def batch_defaults(gpu: dict[str, Any]) -> dict[str, Any]:
     try:
         for name, fn in patched.items():
             setattr(platform, name, fn)
-        tokens, seqs = V["EngineArgs"].get_batch_defaults(world_size=1)
+        tokens, seqs = EngineArgs.get_batch_defaults(world_size=1)
     finally:
         for name, old in saved.items():
             if old is None:
@@ -414,7 +406,7 @@ def batch_defaults(gpu: dict[str, Any]) -> dict[str, Any]:
                     delattr(platform, name)
             else:
                 setattr(platform, name, old)
-    usage = V["UsageContext"]
+    usage = UsageContext
     return {
         "id": gpu.get("id"),
         "api_server_max_num_batched_tokens": tokens[usage.OPENAI_API_SERVER],
@@ -433,8 +425,8 @@ def main() -> int:
         except Exception as exc:  # one broken case must not hide the others
             results.append({"id": case.get("id"), "oracle_error": _first_error_line(exc)})
     defaults = [batch_defaults(gpu) for gpu in request.get("batch_defaults", [])]
-    json.dump({"vllm_version": V["vllm"].__version__, "cases": results, "batch_defaults": defaults}, sys.stdout)
-    sys.stdout.write("\n")
+    reply = {"vllm_version": vllm.__version__, "cases": results, "batch_defaults": defaults}
+    sys.stdout.write(MARKER + json.dumps(reply) + "\n")
     return 0
 
 
