@@ -737,6 +737,17 @@ def engine_starts(pool: KVPool, max_model_len: int, reserved_units: int = 0) -> 
     return pool.capacity_units >= start_units(pool, max_model_len, reserved_units)
 
 
+def pool_starts(est: Estimate, pool: KVPool | None = None) -> bool:
+    """Whether the engine of `est` starts with `pool` (default: the estimate's own; a calibrated
+    pool where one is given) at the estimate's max_model_len: the same check as `estimate`."""
+    pool = est.pool if pool is None else pool
+    if est.kv_budget_bytes_per_gpu <= 0 or pool.capacity_units <= 0:
+        return False
+    if not engine_profile(est.engine, est.engine_version).refuses_short_pool:
+        return True
+    return engine_starts(pool, est.max_model_len, est.start_reserved_units)
+
+
 def largest_starting_len(pool: KVPool, limit_tokens: int, reserved_units: int = 0) -> int:
     """vLLM `_estimate_max_model_len_from_groups` / `_auto_fit_max_model_len`: the largest
     max_model_len in [1, limit] that starts, by bisection over tokens; 0 when not even one does."""

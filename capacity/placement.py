@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from capacity.calibration import Correction, calibrated_pool
-from capacity.memory import b_max, estimate, valid_tp_sizes, weight_format
+from capacity.memory import b_max, estimate, pool_starts, valid_tp_sizes, weight_format
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 
 DEFAULT_HEADROOM = 0.9
@@ -313,7 +313,7 @@ def size_layout(
     predicted = est.b_max
     if pool.capacity_units <= 0 or est.kv_budget_bytes_per_gpu <= 0:
         return "weights and overhead leave no KV cache"
-    if b_max(pool, limit, seqs, limit) < 1:
+    if not pool_starts(est, pool):
         return f"one sequence of max_model_len {limit:,} tokens does not fit (the engine would not start)"
     sequences = b_max(pool, workload.context_tokens, seqs, limit)
     planned = math.floor(sequences * workload.headroom)

@@ -26,7 +26,7 @@ import polars as pl
 from capacity import engine_constants as ec
 from capacity.calibration import CalibrationFit, Correction, calibrated_pool, pool_numbers, pool_with_units
 from capacity.grid import TARGET_CONCURRENCIES, grid_contexts
-from capacity.memory import Estimate, b_max, estimate, valid_tp_sizes
+from capacity.memory import AUTO_MAX_MODEL_LEN, Estimate, b_max, estimate, valid_tp_sizes
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from warehouse.catalog import Catalog
 from warehouse.telemetry.predictions import predict_row
@@ -201,7 +201,11 @@ def grid_limits(
             for tp, pp in layouts:
                 if pp > 1 and node_fits:
                     break
-                deployment = DeploymentSpec(tp=tp, pp=pp, weight_dtype=weight, kv_dtype="auto", engine_version=version)
+                # each layout at the max_model_len it starts with (vLLM's auto-fit), as the grid runs it
+                deployment = DeploymentSpec(
+                    tp=tp, pp=pp, weight_dtype=weight, kv_dtype="auto", engine_version=version,
+                    max_model_len=AUTO_MAX_MODEL_LEN,
+                )  # fmt: skip
                 try:
                     est = estimate(
                         spec, deployment, gpu=gpu, model_name=model_id, checkpoint_bytes=grid_model.checkpoint_bytes
@@ -209,7 +213,7 @@ def grid_limits(
                 except SpecError:
                     continue
                 if (tp, pp) == (node_tp, 1):
-                    node_fits = est.kv_budget_bytes_per_gpu > 0 and b_max(est.pool, smallest) >= 1
+                    node_fits = est.starts and est.max_model_len >= smallest and b_max(est.pool, smallest) >= 1
                 base = {
                     "kind": "model_gpu_tp",
                     "deployment_id": None,

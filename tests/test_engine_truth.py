@@ -1,0 +1,200 @@
+"""vLLM 0.33's own rules, derived by hand from its source (the 0.33.0 wheel), against capplan.
+
+Every expected number below is worked out in the comment beside it from the engine's rules
+(`v1/kv_cache_interface.py`, `v1/core/kv_cache_planning.py`, `config/vllm.py`,
+`engine/arg_utils.py`) and the model's config.json, not from what capplan printed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from capacity.engines import Engine, engine_profile
+from capacity.engines.vllm import VllmProfile, batch_defaults, max_concurrent_batches
+from capacity.memory import AUTO_MAX_MODEL_LEN, estimate
+from capacity.spec import DeploymentSpec, GpuSku, KVKind, SpecError
+from models_registry.resolve import load_model
+from models_registry.sources.gpu_catalog import find_gpu_sku
+
+GIB = 1 << 30
+V033 = VllmProfile.for_version("0.33")
+
+
+def _estimate(model_id: str, gpu: str, **deployment: object):  # type: ignore[no-untyped-def]
+    resolved = load_model(model_id)
+    context = deployment.pop("context", None)
+    return estimate(
+        resolved.spec,
+        DeploymentSpec(**deployment),  # type: ignore[arg-type]
+        gpu=find_gpu_sku(gpu),
+        checkpoint_bytes=resolved.checkpoint_bytes,
+        context_tokens=context,  # type: ignore[arg-type]
+    )
+
+
+# --- in-flight batches: VllmConfig.max_concurrent_batches ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "pp", "async_scheduling", "batches"),
+    [
+        ("0.33", 1, None, 2),  # V2 model runner (the 0.33 default): PP + 1 with async scheduling
+        ("0.33", 2, None, 3),
+        ("0.33", 4, None, 5),
+        ("0.33", 1, False, 1),  # async scheduling off (the CPU build): PP
+        ("0.33", 4, False, 4),
+        ("0.30", 1, None, 2),  # V1 runner: 2 at PP = 1 ...
+        ("0.30", 2, None, 2),  # ... PP at PP > 1
+        ("0.25", 1, None, 1),  # before the recycling-aware specs: one batch
+    ],
+)
+def test_max_concurrent_batches(version: str, pp: int, async_scheduling: bool | None, batches: int) -> None:
+    release = VllmProfile.for_version(version).release
+    assert max_concurrent_batches(release, pp, async_scheduling) == batches
+
+
+# --- batch defaults: arg_utils.get_batch_defaults (the API server column) --------------------------
+
+
+@pytest.mark.parametrize(
+    ("gpu", "seqs", "batched"),
+    [
+        ("b200-180gb", 1024, 16384),  # >= 160 GiB: the largest tier
+        ("mi300x-192gb", 1024, 16384),
+        ("b300-288gb", 1024, 16384),
+        ("h200-sxm-141gb", 1024, 8192),  # >= 70 GiB, not A100
+        ("h100-sxm-80gb", 1024, 8192),
+        ("a100-sxm-80gb", 256, 2048),  # A100 stays small (PR vllm#17885)
+        ("l4-24gb", 256, 2048),
+    ],
+)
+def test_batch_default_tiers(gpu: str, seqs: int, batched: int) -> None:
+    sku = find_gpu_sku(gpu)
+    assert batch_defaults(V033.release, sku, sku.memory_total_bytes, 8192) == (seqs, batched)
+
+
+def test_gb10_keeps_the_small_tier_despite_its_memory() -> None:
+    gb10 = GpuSku("gb10-128gb", "NVIDIA GB10", "nvidia", 128 * GIB, architecture="blackwell")
+    assert batch_defaults(V033.release, gb10, gb10.memory_total_bytes, 8192) == (256, 2048)
+    other = GpuSku("big-128gb", "Some 128 GB GPU", "nvidia", 128 * GIB)
+    assert batch_defaults(V033.release, other, other.memory_total_bytes, 8192) == (1024, 8192)
+
+
+# --- the sliding-window admission charge with two batches in flight ----------------------------------
+
+
+def test_gpt_oss_120b_on_h200_takes_3081_blocks_per_request() -> None:
+    # gpt-oss-120b: 36 layers alternating sliding (W = 128) and full; block 16; H200 -> 8,192 batched
+    # tokens, 2 batches in flight. full group: cdiv(32768, 16) = 2,048; sliding group:
+    # cdiv(min(128 - 1 + 2 * 8192, 32768), 16) + 1 = cdiv(16511, 16) + 1 = 1,032 + 1 = 1,033.
+    est = _estimate("openai/gpt-oss-120b", "h200-sxm-141gb", max_model_len=32768)
+    assert est.max_in_flight_tokens == 2 * 8192
+    assert est.pool.sequence_units(32768, 32768) == 2048 + 1033 == 3081
+    one_batch = _estimate("openai/gpt-oss-120b", "h200-sxm-141gb", max_model_len=32768, async_scheduling=False)
+    assert one_batch.pool.sequence_units(32768, 32768) == 2048 + (-(-(127 + 8192) // 16) + 1) == 2569
+
+
+def test_gpt_oss_120b_on_b200_charges_the_whole_length_to_the_window() -> None:
+    # B200 (>= 160 GiB): 16,384 batched tokens x 2 = 32,768 in flight; 127 + 32,768 > 32,768, so the
+    # sliding group is charged cdiv(32768, 16) + 1 = 2,049 blocks: more than a full layer.
+    est = _estimate("openai/gpt-oss-120b", "b200-180gb", max_model_len=32768)
+    assert est.pool.sequence_units(32768, 32768) == 2048 + 2049 == 4097
+
+
+# --- the start condition: get_kv_cache_configs / _check_enough_kv_cache_memory ------------------------
+
+
+def test_gemma3_27b_on_h100_at_131072_does_not_start() -> None:
+    # 62 layers, 52 sliding (W = 1024) + 10 full: groups of 10 -> 6 sliding groups + 1 full.
+    # Per request at 131,072: 8,192 (full) + 6 x (cdiv(1023 + 2 * 8192, 16) + 1 = 1,089) = 14,726 blocks,
+    # + 1 null block = 14,727 needed. Bytes per block: 10 layers x 16 tokens x 16 heads x 256 x 2 x 2 B.
+    est = _estimate("google/gemma-3-27b-it", "NVIDIA H100 80GB HBM3", max_model_len=131072)
+    assert est.pool.sequence_units(131072, 131072) == 8192 + 6 * 1089 == 14726
+    assert est.num_blocks < 14727
+    assert not est.starts and not est.fits and est.b_max == 0
+    assert est.reason.startswith("DOES NOT START")
+    assert 0 < est.max_model_len_that_starts < 131072
+    assert str(f"{est.max_model_len_that_starts:,}") in est.reason
+    # the auto-fit length starts, and one token more does not
+    fitted = _estimate(
+        "google/gemma-3-27b-it", "NVIDIA H100 80GB HBM3", max_model_len=est.max_model_len_that_starts
+    )
+    assert fitted.starts and fitted.fits
+    over = _estimate(
+        "google/gemma-3-27b-it", "NVIDIA H100 80GB HBM3", max_model_len=est.max_model_len_that_starts + 1
+    )
+    assert not over.starts
+    auto = _estimate("google/gemma-3-27b-it", "NVIDIA H100 80GB HBM3", max_model_len=AUTO_MAX_MODEL_LEN)
+    assert auto.max_model_len == est.max_model_len_that_starts and auto.starts
+
+
+def test_the_null_block_decides_at_the_edge() -> None:
+    # Llama-3.1-8B: 32 full layers x 8 KV heads x 128 x 2 x 2 B = 131,072 B per token, one group;
+    # a block of 16 tokens is 2 MiB. At max_model_len 8,192 a request takes 512 blocks: vLLM 0.33
+    # plans against num_blocks - 1, so 512 blocks of memory do not start and 513 do.
+    block = 16 * 131_072
+    for blocks, starts in ((512, False), (513, True)):
+        est = _estimate("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm-80gb", max_model_len=8192,
+                        kv_cache_memory_bytes=blocks * block)  # fmt: skip
+        assert est.num_blocks == blocks
+        assert est.starts is starts
+    older = _estimate("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm-80gb", max_model_len=8192,
+                      kv_cache_memory_bytes=512 * block, engine_version="0.32")  # fmt: skip
+    assert older.starts  # before the null-block reservation a pool of exactly one request starts
+
+
+def test_llama_8b_on_l4_at_the_default_length_does_not_start() -> None:
+    # L4: 23.6e9 B x 0.92 = 21.7e9 B usable, 16.06e9 B of bf16 weights: < 5.7e9 B are left, while one
+    # request of the default max_model_len 131,072 needs 131,072 x 131,072 B = 16 GiB.
+    est = _estimate("meta-llama/Llama-3.1-8B-Instruct", "NVIDIA L4", context=8192)
+    assert est.max_model_len == 131072
+    assert not est.starts and not est.fits
+    assert est.contract()["starts"] is False and est.contract()["fits"] is False
+    short = _estimate("meta-llama/Llama-3.1-8B-Instruct", "NVIDIA L4", max_model_len=8192)
+    assert short.starts and short.fits and short.b_max >= 1
+
+
+def test_sglang_and_trtllm_start_with_any_pool() -> None:
+    for engine in (Engine.SGLANG, Engine.TRTLLM):
+        est = _estimate("meta-llama/Llama-3.1-8B-Instruct", "NVIDIA L4", engine=engine.value, context=8192)
+        assert est.starts
+        assert est.fits == (est.b_max >= 1)
+
+
+# --- Mamba / GDN hybrids: MambaSpec in "align" mode (prefix caching on by default) -------------------
+
+
+def test_nemotron_h_state_groups_hold_two_blocks_per_request() -> None:
+    # Nemotron-H-8B: 24 Mamba-2 layers and 4 attention layers; groups of min(24, 4) = 4 layers:
+    # 6 state groups + 1 attention group. In "align" mode a state group holds 2 blocks per request.
+    est = _estimate("nvidia/Nemotron-H-8B-Base-8K", "h100-sxm-80gb", max_model_len=8192)
+    kinds = [g.kind for g in est.pool.groups]
+    assert kinds.count(KVKind.STATE) == 6 and kinds.count(KVKind.FULL) == 1
+    assert est.pool.sequence_units(8192, 8192) == 6 * 2 + -(-8192 // est.block_size)
+    before = _estimate("nvidia/Nemotron-H-8B-Base-8K", "h100-sxm-80gb", max_model_len=8192, engine_version="0.32")
+    assert before.pool.sequence_units(8192, 8192) == 6 * 1 + -(-8192 // before.block_size)
+
+
+def test_qwen3_next_state_groups_in_align_mode() -> None:
+    # Qwen3-Next-80B: 36 gated-delta-net layers, 12 full-attention layers -> groups of 12: 3 state
+    # groups + 1 attention group; at TP 4 on H200 the weights fit.
+    est = _estimate("Qwen/Qwen3-Next-80B-A3B-Instruct", "h200-sxm-141gb", tp=4, max_model_len=32768)
+    kinds = [g.kind for g in est.pool.groups]
+    assert kinds.count(KVKind.STATE) == 3 and kinds.count(KVKind.FULL) == 1
+    assert est.pool.sequence_units(32768, 32768) == 3 * 2 + -(-32768 // est.block_size)
+
+
+# --- KV dtypes the release accepts --------------------------------------------------------------------
+
+
+def test_vllm_refuses_kv_dtypes_it_does_not_accept() -> None:
+    with pytest.raises(SpecError, match="does not accept --kv-cache-dtype int8"):
+        _estimate("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm-80gb", kv_dtype="int8", max_model_len=8192)
+    assert V033.kv_dtype_problem("fp8_e4m3") is None
+
+
+def test_profiles_are_chosen_by_enum() -> None:
+    assert engine_profile("VLLM").engine is Engine.VLLM
+    assert engine_profile(Engine.SGLANG).engine is Engine.SGLANG
+    with pytest.raises(SpecError, match="unknown engine"):
+        engine_profile("tgi")
