@@ -377,6 +377,7 @@ def _parse(config: Mapping[str, Any], label: str) -> ModelSpec:
     kinds = _layer_kinds(m, family_rules)
     builder = _BUILDERS.get(family_rules, _build_dense)
     layers, params, extra = builder(m, kinds)
+    _check_routing(m)
 
     tie_default = family_rules in _TIED_BY_DEFAULT
     if cfg.has("tie_word_embeddings"):
@@ -758,6 +759,27 @@ def _experts_common(m: _Model, topk_key: str = "num_experts_per_tok") -> int:
     return e
 
 
+_TOPK_KEYS = ("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk")
+
+
+def _check_routing(m: _Model) -> None:
+    """Expert counts agree with routing in every family: a config that routes each token to k > 0
+    experts must have at least k experts (a count of 0 next to a top-k is a broken config, not a
+    dense model), and the parsed counts must agree with each other."""
+    c = m.cfg
+    topk_key = next((k for k in _TOPK_KEYS if c.has(k)), None)
+    count_key = next((k for k in _EXPERT_KEYS if c.has(k)), None)
+    if topk_key is not None and count_key is not None:
+        topk = c.integer(topk_key, lo=0, hi=MAX_EXPERTS)
+        experts = c.integer(count_key, lo=0, hi=MAX_EXPERTS)
+        if topk > 0 and experts == 0:
+            m.fail(f"{c.key(count_key)} is 0 but {c.key(topk_key)} is {topk}: a model that routes tokens needs experts")
+        if topk > experts:
+            m.fail(f"{c.key(topk_key)} ({topk}) exceeds {c.key(count_key)} ({experts})")
+    if m.num_experts and not 0 < m.experts_per_token <= m.num_experts:
+        m.fail(f"routes {m.experts_per_token} of {m.num_experts} experts per token")
+
+
 # --------------------------------------------------------------------------- dense families
 
 
@@ -998,6 +1020,12 @@ def _build_mla(m: _Model, kinds: list[_Kind]) -> _Built:
     m.kv_heads = 1
     attn = _mla_attention(m)
     n_routed = c.integer("n_routed_experts", 0, lo=0, hi=MAX_EXPERTS)
+    if not n_routed and c.has("n_routed_experts") and c.has("moe_intermediate_size") and m.num_layers > c.integer(
+        "first_k_dense_replace", 0, lo=0, hi=MAX_LAYERS
+    ):
+        # DeepSeek-V3 with `n_routed_experts: 0` would be planned as a 39 GB dense model
+        m.fail("`n_routed_experts` is 0, but the config has MoE layers (`moe_intermediate_size`, "
+               "`first_k_dense_replace`): a model that routes tokens needs at least one expert")
     params: list[LayerParams] = []
     moe_total = 0
     if n_routed:
@@ -1462,11 +1490,9 @@ def _rope_entries(m: _Model) -> list[tuple[str, Mapping[str, Any]]]:
 
 def _context_limit(m: _Model) -> tuple[int, int]:
     c = m.cfg
-    lengths = [c.integer("max_position_embeddings", hi=MAX_POSITIONS)] if c.has("max_position_embeddings") else []
-    for key in _LENGTH_KEYS[1:]:
-        value = c.raw(key)
-        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_POSITIONS:
-            lengths.append(value)
+    # every length key present must be a length: `seq_length: 1e30` is a broken config, and
+    # skipping it would silently plan the model at vLLM's 2,048-token default
+    lengths = [c.integer(key, hi=MAX_POSITIONS) for key in _LENGTH_KEYS if c.has(key)]
     if lengths:
         derived: float = min(lengths)
         if c.has("max_position_embeddings") and derived < lengths[0]:
@@ -1514,6 +1540,45 @@ def _dtype(m: _Model) -> str:
             return _DTYPES[value]
     m.notes.append("no torch_dtype in the config: assuming bfloat16")
     return "bfloat16"
+
+
+# ------------------------------------------------------------------------- checkpoint size
+
+# Bytes per parameter a checkpoint can plausibly store. Unquantized: 16-bit (a float32 config may
+# ship bf16 weights) up to 32-bit (a bf16 config may ship float32 weights). Quantized: the
+# quantized format's width for every parameter, up to 16-bit for all (embeddings, lm_head and
+# ignored layers stay 16-bit). SLACK covers what the parser does not count (an unparsed vision
+# tower, extra heads) and scales: a `total_size` outside the band is not this model's checkpoint.
+_FORMAT_BYTES = {"fp8": 1.0, "int8": 1.0, "int4": 0.5, "nvfp4": 0.5, "mxfp4": 0.5}
+CHECKPOINT_SLACK = 1.5
+
+
+def checkpoint_size_band(spec: ModelSpec) -> tuple[int, int]:
+    """(low, high) bytes a checkpoint of `spec` can plausibly hold (see _FORMAT_BYTES)."""
+    params = spec.total_params
+    if spec.quantization is not None:
+        low_bytes = _FORMAT_BYTES.get(spec.quantization.weight_format, 0.5)
+        high_bytes = 2.0
+    else:
+        low_bytes, high_bytes = 2.0, 4.0
+    return int(params * low_bytes / CHECKPOINT_SLACK), int(params * high_bytes * CHECKPOINT_SLACK)
+
+
+def checkpoint_size_problem(spec: ModelSpec, checkpoint_bytes: int) -> str | None:
+    """Why a checkpoint's recorded size (`metadata.total_size`) cannot belong to `spec`, or None.
+
+    A safetensors index with `total_size: 1` (or a wrong index next to the config) would replace
+    the counted weights in every plan; the reason names both numbers."""
+    if isinstance(checkpoint_bytes, bool) or not isinstance(checkpoint_bytes, int) or checkpoint_bytes <= 0:
+        return f"checkpoint size {checkpoint_bytes!r} is not a positive number of bytes"
+    low, high = checkpoint_size_band(spec)
+    if low <= checkpoint_bytes <= high:
+        return None
+    fmt = spec.quantization.weight_format if spec.quantization is not None else spec.torch_dtype
+    return (
+        f"checkpoint total_size {checkpoint_bytes:,} bytes does not fit the {spec.total_params:,} parameters "
+        f"counted from the config as {fmt} (expected {low:,} to {high:,} bytes)"
+    )
 
 
 # ---------------------------------------------------------------------------- quantization
@@ -1605,4 +1670,4 @@ def _attention_ignored(m: _Model, q: _Fields) -> bool:
     return m.num_layers > 0 and sum("self_attn" in e for e in entries) >= m.num_layers
 
 
-__all__ = ["ConfigError", "parse_config"]
+__all__ = ["ConfigError", "checkpoint_size_band", "checkpoint_size_problem", "parse_config"]

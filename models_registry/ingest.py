@@ -4,10 +4,13 @@
   nothing; a changed config adds a row and moves `is_current` to it; old rows stay (history).
 - A GPU SKU is identified by its catalog id; `content_sha256` over every field decides whether an
   ingest updates it.
-- Each item is stored in its own SAVEPOINT, so one bad item never stops the rest; each rejected item
-  is an `ingest_errors` row with its stage and a one-line reason. The run is one transaction: its
-  `ingest_runs` row (committed first, status 'running') gets the counts and status at the end; a
-  crash rolls the items back and marks the run 'failed'.
+- Each item is its own transaction (a SAVEPOINT for its store step, then a commit), so one bad
+  item never stops or undoes the rest: whatever it raises (a RecursionError from a deeply nested
+  config, a UnicodeEncodeError from a lone surrogate, a driver error...) becomes an
+  `ingest_errors` row with its stage and a one-line reason naming it, and the run goes on.
+  Items = stored + rejected. The `ingest_runs` row (committed first, status 'running') gets the
+  counts and status at the end; an interrupt (Ctrl-C) keeps the items already committed and marks
+  the run 'failed'. Short transactions also keep a concurrent nightly from waiting on a long ingest.
 - Inserts are dialect upserts (`INSERT ... ON CONFLICT` on SQLite and PostgreSQL alike), so two
   ingests racing on the same item cannot create duplicates.
 """
@@ -27,7 +30,7 @@ from capacity.spec import ModelSpec
 from models_registry import orm
 from models_registry.normalize import spec_from_snapshot
 from models_registry.sources import bundled, hub, local
-from models_registry.sources.common import ConfigSnapshot, ItemError, StageError, excerpt, one_line
+from models_registry.sources.common import ConfigSnapshot, ItemError, StageError, excerpt, one_line, storable
 from models_registry.sources.gpu_catalog import GpuRecord, read_gpu_catalog
 
 KINDS = ("model", "gpu")
@@ -297,7 +300,21 @@ def _begin_run(session: Session, source_kind: str, source: str | None) -> Ingest
     return IngestReport(run_id=run.id, source_kind=source_kind, source=source)
 
 
+def _safe_error(error: ItemError) -> ItemError:
+    """The error with every text field storable (lone surrogates and NULs escaped, reason one line)."""
+    return ItemError(
+        item_kind=error.item_kind,
+        item_key=storable(error.item_key) or "",
+        stage=error.stage,
+        reason=one_line(error.reason),
+        source_path=storable(error.source_path),
+        raw_excerpt=storable(error.raw_excerpt),
+    )
+
+
 def _record_error(session: Session, report: IngestReport, error: ItemError) -> None:
+    """Count and store one rejected item, and commit it (the row survives whatever comes next)."""
+    error = _safe_error(error)
     report.errors.append(error)
     if error.item_kind in KINDS:
         report.counts(error.item_kind).failed += 1
@@ -308,11 +325,11 @@ def _record_error(session: Session, report: IngestReport, error: ItemError) -> N
             item_key=error.item_key,
             source_path=error.source_path,
             stage=error.stage,
-            reason=one_line(error.reason),
+            reason=error.reason,
             raw_excerpt=error.raw_excerpt,
         )
     )
-    session.flush()
+    session.commit()
 
 
 def _finish_run(session: Session, report: IngestReport, *, crashed: bool = False) -> None:
@@ -327,16 +344,24 @@ def _finish_run(session: Session, report: IngestReport, *, crashed: bool = False
 
 
 def _store(session: Session, report: IngestReport, kind: str, key: str, path: str | None, work: Any) -> None:
-    """Run one item's store step in a SAVEPOINT; a failure rolls back only that item and becomes
-    an ItemError."""
+    """Run one item's store step in a SAVEPOINT and commit it; any failure rolls back only that
+    item and becomes an ItemError."""
     try:
         with session.begin_nested():
             outcome = work()
+        session.commit()
     except StageError as exc:
+        session.rollback()
         _record_error(session, report, ItemError(kind, key, exc.stage, str(exc), path))
         return
     except SQLAlchemyError as exc:
+        session.rollback()
         reason = one_line(f"{key}: database rejected it: {getattr(exc, 'orig', None) or exc}")
+        _record_error(session, report, ItemError(kind, key, "store", reason, path))
+        return
+    except Exception as exc:  # e.g. UnicodeEncodeError in the driver: this item only
+        session.rollback()
+        reason = one_line(f"{key}: could not be stored: {type(exc).__name__}: {exc}")
         _record_error(session, report, ItemError(kind, key, "store", reason, path))
         return
     report.counts(kind).count(outcome)
@@ -373,6 +398,10 @@ def run_ingest(
             except StageError as exc:
                 item = ItemError("model", key, exc.stage, str(exc), path, excerpt(snapshot.config_bytes))
                 _record_error(session, report, item)
+                continue
+            except Exception as exc:  # spec_from_snapshot raises only StageError; belt and braces
+                reason = f"{key}: rejected: {type(exc).__name__}: {exc}"
+                _record_error(session, report, ItemError("model", key, "config", reason, path))
                 continue
             _store(session, report, "model", key, path, lambda s=snapshot, p=spec: store_model(session, s, p))
         for record in gpus:

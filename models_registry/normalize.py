@@ -17,11 +17,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from capacity.hf_config import ConfigError, parse_config
+from capacity.hf_config import ConfigError, checkpoint_size_problem, parse_config
 from capacity.spec import ModelSpec
 from models_registry.sources.common import ConfigSnapshot, StageError, one_line
 
 INT32_MAX = 2**31 - 1
+MAX_JSON_DEPTH = 32  # published configs nest 5 levels at most (quantization_config.config_groups...)
 
 # field -> (minimum, maximum); minimum 1 for sizes that can never be zero.
 _SIZE_FIELDS: dict[str, tuple[int, int]] = {
@@ -72,11 +73,44 @@ def decode_config(raw: bytes, *, name: str) -> dict[str, Any]:
         raise StageError(
             "json", f"{name}: config.json is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         ) from None
+    except RecursionError:
+        raise StageError("json", f"{name}: config.json is nested too deeply (more than {MAX_JSON_DEPTH} levels)") from None
     except ValueError as exc:
         raise StageError("json", f"{name}: config.json is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise StageError("json", f"{name}: config.json must hold a JSON object, got {_json_type(value)}")
+    check_tree(value, name=name)
     return value
+
+
+def check_tree(value: object, *, name: str) -> None:
+    """A parsed config every later step can handle: at most MAX_JSON_DEPTH levels of nesting
+    (a `text_config` chain or a deep list would make recursive code fail far from here), and text
+    without lone surrogates (JSON's `\\ud800` decodes to one; no database driver can store it).
+    Iterative, so the check itself cannot overflow the stack (StageError 'json')."""
+    stack: list[tuple[object, int, str]] = [(value, 1, "")]
+    while stack:
+        item, depth, where = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            at = where if len(where) <= 60 else where[:57] + "..."
+            raise StageError("json", f"{name}: config.json is nested more than {MAX_JSON_DEPTH} levels deep (at {at})")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                path = f"{where}.{ascii(key)[1:-1]}" if where else ascii(key)[1:-1]
+                _check_text(key, name=name, where=f"a key ({path})")
+                stack.append((child, depth + 1, path))
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1, f"{where}[{i}]") for i, child in enumerate(item))
+        elif isinstance(item, str):
+            _check_text(item, name=name, where=where or "the top level")
+
+
+def _check_text(text: str, *, name: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end].encode("utf-8", "backslashreplace").decode("ascii")
+        raise StageError("json", f"{name}: config.json holds a lone surrogate ({bad}) in {where}") from None
 
 
 def _reject_constant(token: str) -> Any:
@@ -227,11 +261,34 @@ def check_spec(spec: ModelSpec, *, name: str) -> None:
         fail(f"torch_dtype {spec.torch_dtype!r} is not a floating-point model dtype")
 
 
+def check_checkpoint(spec: ModelSpec, checkpoint_bytes: int | None, *, name: str) -> None:
+    """The checkpoint's recorded size agrees with the parameters counted from the config
+    (StageError 'validate' naming both numbers); see `capacity.hf_config.checkpoint_size_problem`."""
+    if checkpoint_bytes is None:
+        return
+    problem = checkpoint_size_problem(spec, checkpoint_bytes)
+    if problem is not None:
+        raise StageError("validate", f"{name}: {problem}")
+
+
 def spec_from_snapshot(snapshot: ConfigSnapshot) -> tuple[dict[str, Any], ModelSpec]:
-    """All stages for one snapshot: the config dict and its checked ModelSpec (or StageError)."""
+    """All stages for one snapshot: the config dict and its checked ModelSpec.
+
+    Raises only StageError: whatever else a hostile config provokes in any stage (a bug, a
+    RecursionError, a MemoryError on an absurd size) rejects this config with its type and message,
+    so callers can isolate one item from the rest."""
     name = snapshot.repo_id
-    config = decode_config(snapshot.config_bytes, name=name)
-    lint_config(config, name=name)
-    spec = parse_spec(config, name=name)
-    check_spec(spec, name=name)
+    stage = "json"
+    try:
+        config = decode_config(snapshot.config_bytes, name=name)
+        stage = "config"
+        lint_config(config, name=name)
+        spec = parse_spec(config, name=name)
+        stage = "validate"
+        check_spec(spec, name=name)
+        check_checkpoint(spec, snapshot.checkpoint_bytes, name=name)
+    except StageError:
+        raise
+    except Exception as exc:
+        raise StageError(stage, f"{name}: rejected at the {stage} stage: {type(exc).__name__}: {exc}") from None
     return config, spec

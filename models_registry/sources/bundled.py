@@ -28,6 +28,7 @@ CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalog"
 MODELS_YAML = "models.yaml"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: 10x faster
 SCHEMA_VERSION = 1
+MAX_CATALOG_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +49,16 @@ class CatalogModel:
 def load_yaml(path: Path, *, list_key: str) -> tuple[list[Any], list[ItemError]]:
     """The entries under `list_key` of a catalog YAML file, or one catalog-level error."""
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        return [], [ItemError("catalog", path.name, "read", one_line(f"cannot read {path}: {exc}"), str(path))]
+        raw = read_bytes(path, limit=MAX_CATALOG_BYTES)
+    except StageError as exc:
+        return [], [ItemError("catalog", path.name, "read", str(exc), str(path))]
     try:
         document = yaml.load(raw, Loader=_LOADER)
     except yaml.YAMLError as exc:
         reason = one_line(f"{path.name} is not valid YAML: {exc}")
+        return [], [ItemError("catalog", path.name, "catalog", reason, str(path), excerpt(raw))]
+    except RecursionError:
+        reason = f"{path.name} is nested too deeply to be a catalog"
         return [], [ItemError("catalog", path.name, "catalog", reason, str(path), excerpt(raw))]
     if not isinstance(document, dict):
         reason = f"{path.name} must be a mapping with schema_version and {list_key}"
@@ -140,9 +144,16 @@ def _read_entries(path: Path, _mtime_ns: int, _size: int) -> tuple[tuple[Catalog
         item_key = key if isinstance(key, str) and key else f"{MODELS_YAML}#{position}"
         try:
             entries.append(_entry(raw, position, root))
-        except ValueError as exc:
-            errors.append(ItemError("model", item_key, "catalog", one_line(exc), str(path), excerpt(repr(raw))))
+        except (ValueError, OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop on resolve()
+            errors.append(ItemError("model", item_key, "catalog", one_line(exc), str(path), excerpt(_short_repr(raw))))
     return tuple(entries), tuple(errors)
+
+
+def _short_repr(value: object) -> str:
+    try:
+        return repr(value)[:400]
+    except RecursionError:
+        return "(nested too deeply to show)"
 
 
 def snapshot_of(entry: CatalogModel) -> ConfigSnapshot:
@@ -173,6 +184,9 @@ def read_catalog(catalog_dir: Path | None = None) -> tuple[list[ConfigSnapshot],
             snapshots.append(snapshot_of(entry))
         except StageError as exc:
             errors.append(ItemError("model", entry.repo_id, exc.stage, str(exc), str(entry.config_path)))
+        except Exception as exc:  # whatever one entry provokes, the others are still read
+            reason = one_line(f"{entry.repo_id}: cannot read its files: {type(exc).__name__}: {exc}")
+            errors.append(ItemError("model", entry.repo_id, "read", reason, str(entry.config_path)))
     return snapshots, errors
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,11 +18,24 @@ INDEX_NAME = "model.safetensors.index.json"
 EXCERPT_CHARS = 400
 REASON_CHARS = 300
 MAX_CONFIG_BYTES = 8 * 1024 * 1024  # config.json files are a few KiB; anything this big is not one
+MAX_INDEX_BYTES = 64 * 1024 * 1024  # a safetensors index lists every tensor: a few MiB for the largest models
 
 
 def _storable(text: str) -> str:
-    """PostgreSQL text cannot hold NUL characters (SQLite can): store them escaped on both."""
-    return text.replace("\x00", "\\x00")
+    """Text any registry backend stores: NUL characters (PostgreSQL refuses them) and lone
+    surrogates (from a JSON `\\ud800` or an undecodable file name; no driver can encode them)
+    are escaped."""
+    text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def storable(text: str | None) -> str | None:
+    """`_storable` for optional fields (item keys, paths) of an ingest error."""
+    return None if text is None else _storable(text)
 
 
 def one_line(text: object, limit: int = REASON_CHARS) -> str:
@@ -82,24 +97,69 @@ class StageError(ConfigError):
         self.stage = stage
 
 
-def read_bytes(path: Path, *, limit: int = MAX_CONFIG_BYTES) -> bytes:
-    """Read a small file; StageError('read') with a one-line reason otherwise."""
+def read_bytes(path: Path, *, limit: int = MAX_CONFIG_BYTES, root: Path | None = None) -> bytes:
+    """Read a small regular file; StageError('read') with a one-line reason otherwise.
+
+    Hostile folders hold links to `/dev/zero`, FIFOs and huge files: the kind is checked before
+    opening (a FIFO is never opened for a blocking read), the file is opened O_NONBLOCK, and its
+    size is checked again on the open descriptor (fstat) and bounded while reading, so a file that
+    changes in between cannot make the read unbounded. With `root`, a path whose real location
+    (symlinks resolved) is outside `root` is refused.
+    """
     try:
-        size = path.stat().st_size
-        if size > limit:
-            raise StageError("read", f"{path.name} is {size:,} bytes; a config is at most {limit:,}")
-        return path.read_bytes()
+        if root is not None and not path.resolve().is_relative_to(root.resolve()):
+            raise StageError("read", f"{path.name} leads out of {root} (a symlink to {path.resolve()})")
+        kind = _file_kind(path.stat().st_mode)
+        if kind != "regular file":
+            raise StageError("read", f"not a file: {path} is a {kind}, not a regular file")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise StageError("read", f"{path.name} is a {_file_kind(info.st_mode)}, not a regular file")
+            if info.st_size > limit:
+                raise StageError("read", f"{path.name} is {info.st_size:,} bytes; a config is at most {limit:,}")
+            chunks: list[bytes] = []
+            left = limit + 1
+            while left > 0:
+                chunk = os.read(fd, min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise StageError("read", f"{path.name} grew past {limit:,} bytes while being read")
+        return data
+    except StageError:
+        raise
     except FileNotFoundError:
         raise StageError("read", f"file not found: {path}") from None
     except IsADirectoryError:
         raise StageError("read", f"not a file: {path}") from None
-    except OSError as exc:
-        raise StageError("read", f"cannot read {path}: {exc.strerror or exc}") from None
+    except (OSError, RuntimeError, ValueError) as exc:  # RuntimeError: a symlink loop on resolve()
+        raise StageError("read", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def checkpoint_bytes_from_index(path: Path) -> int:
+def _file_kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def checkpoint_bytes_from_index(path: Path, *, root: Path | None = None) -> int:
     """`metadata.total_size` of a `model.safetensors.index.json` (bytes of all shards' tensors)."""
-    raw = read_bytes(path)
+    raw = read_bytes(path, limit=MAX_INDEX_BYTES, root=root)
     try:
         index = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -108,6 +168,10 @@ def checkpoint_bytes_from_index(path: Path) -> int:
         raise StageError(
             "index", f"{path.name} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         ) from None
+    except RecursionError:
+        raise StageError("index", f"{path.name} is nested too deeply to be a safetensors index") from None
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        raise StageError("index", f"{path.name} is not valid JSON: {one_line(exc, 120)}") from None
     metadata = index.get("metadata") if isinstance(index, dict) else None
     total = metadata.get("total_size") if isinstance(metadata, dict) else None
     if total is None:

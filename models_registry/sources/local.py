@@ -16,6 +16,7 @@ from models_registry.sources.common import (
     ItemError,
     StageError,
     checkpoint_bytes_from_index,
+    one_line,
     read_bytes,
 )
 
@@ -33,11 +34,12 @@ def read_model_dir(directory: Path, *, repo_id: str | None = None) -> ConfigSnap
     return read_config_file(config_path, repo_id=repo_id)
 
 
-def read_config_file(config_path: Path, *, repo_id: str | None = None) -> ConfigSnapshot:
-    """The snapshot of one config file; the sibling safetensors index is read when present."""
-    raw = read_bytes(config_path)
+def read_config_file(config_path: Path, *, repo_id: str | None = None, root: Path | None = None) -> ConfigSnapshot:
+    """The snapshot of one config file; the sibling safetensors index is read when present.
+    With `root`, neither file may be a link that leads out of it."""
+    raw = read_bytes(config_path, root=root)
     index = config_path.parent / INDEX_NAME
-    checkpoint = checkpoint_bytes_from_index(index) if index.is_file() else None
+    checkpoint = checkpoint_bytes_from_index(index, root=root) if index.is_file() or index.is_symlink() else None
     return ConfigSnapshot(
         repo_id=repo_id or config_path.parent.resolve().name,
         config_bytes=raw,
@@ -56,9 +58,15 @@ def scan_dir(root: Path) -> tuple[list[ConfigSnapshot], list[ItemError]]:
     for config_path in sorted(root.rglob(CONFIG_NAME)):
         if any(part.startswith(".") for part in config_path.relative_to(root).parts[:-1]):
             continue  # .git, .cache and friends
-        repo_id = model_id_for(config_path, root)
         try:
-            snapshots.append(read_config_file(config_path, repo_id=repo_id))
+            repo_id = model_id_for(config_path, root)
+        except ValueError:  # the folder itself is a link out of root
+            repo_id = config_path.parent.name
+        try:
+            snapshots.append(read_config_file(config_path, repo_id=repo_id, root=root))
         except StageError as exc:
             errors.append(ItemError("model", repo_id, exc.stage, str(exc), str(config_path)))
+        except Exception as exc:  # whatever one file provokes, the others are still read
+            reason = one_line(f"{repo_id}: cannot read {config_path.name}: {type(exc).__name__}: {exc}")
+            errors.append(ItemError("model", repo_id, "read", reason, str(config_path)))
     return snapshots, errors
