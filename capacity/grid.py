@@ -343,7 +343,7 @@ def _kv_side(
     per_token_gpu = memo.get(key)
     if per_token_gpu is None:
         per_token_gpu = memo[key] = kv_bytes_per_token_per_gpu(spec, kv_bytes, tp, pp)
-    key = ("state", vid, act_bytes, tp, pp)
+    key = ("state", vid, act_bytes, ssm_bytes, tp, pp)
     state = memo.get(key)
     if state is None:
         state = memo[key] = state_bytes_per_sequence_per_gpu(spec, act_bytes, ssm_bytes, tp, pp)
@@ -452,7 +452,6 @@ def _build_rows(
         t.models.append((m, gm.repo_id, spec.family, spec.context_limit_tokens, contexts[0], contexts))
         t.node.extend((m, gpn, tp) for gpn, tp in node.items())
         dtypes = weight_dtype_choices(spec, options.weight_dtypes)
-        ssm_bytes = element_bytes(spec.mamba_ssm_cache_dtype)
         vid, kv_spec = reg.kv_view(spec)
         weights: dict[tuple[str, int, int, str], WeightsEstimate] = {}
         for tp, pp in combos:
@@ -461,6 +460,7 @@ def _build_rows(
                     continue
                 act_dtype = profile.serving_dtype(spec)
                 act_bytes = element_bytes(act_dtype)
+                ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
                 for seqs, batched in sorted(batches.get((engine, cid), ())):
                     o = profile.overhead(spec, tp, pp, batched, seqs or None, act_bytes)
                     t.overheads.append(

@@ -432,6 +432,7 @@ def _parse(config: Mapping[str, Any], label: str) -> ModelSpec:
         num_experts_per_token=m.experts_per_token,
         quantization=quant,
         mamba_ssm_cache_dtype=ssm_dtype or "float32",
+        mamba_ssm_dtype_stated=ssm_dtype is not None,
         is_generic=m.family == "generic",
         notes=tuple(m.notes),
     )
@@ -1120,6 +1121,7 @@ def _build_jamba(m: _Model, kinds: list[_Kind]) -> _Built:
                     kind=KVKind.STATE,
                     conv_state_elements=inner * d_conv,
                     recurrent_state_elements=inner * d_state,
+                    conv_kernel=d_conv,
                 )
             )
             mixer = mamba
@@ -1178,6 +1180,7 @@ def _build_nemotron_h(m: _Model, kinds: list[_Kind]) -> _Built:
                     kind=KVKind.STATE,
                     conv_state_elements=conv_dim * kernel,
                     recurrent_state_elements=inner * d_state,
+                    conv_kernel=kernel,
                 )
             )
             params.append(LayerParams(attention=mamba, norms=h))
@@ -1240,6 +1243,7 @@ def _build_qwen3_next(m: _Model, kinds: list[_Kind]) -> _Built:
                     kind=KVKind.STATE,
                     conv_state_elements=conv_dim * kernel,
                     recurrent_state_elements=hv * dk * dv,
+                    conv_kernel=kernel,
                 )
             )
             mixer = gdn

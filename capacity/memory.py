@@ -107,11 +107,20 @@ def layer_kv_bytes_per_token(layer: LayerKVSpec, kv_bytes: int, tp: int = 1) -> 
     return kv_heads_per_gpu(layer, tp) * (layer.k_head_dim + layer.v_head_dim) * kv_bytes
 
 
-def layer_state_bytes(layer: LayerKVSpec, model_bytes: int, ssm_bytes: int, tp: int = 1) -> int:
-    """Constant per-sequence state of a Mamba / gated-delta-net layer on one GPU (split by TP)."""
+def layer_state_bytes(
+    layer: LayerKVSpec, model_bytes: int, ssm_bytes: int, tp: int = 1, *, conv_without_current: bool = False
+) -> int:
+    """Constant per-sequence state of a Mamba / gated-delta-net layer on one GPU (split by TP).
+
+    transformers caches `conv_kernel` columns of the conv input; vLLM's state shape keeps
+    `conv_kernel - 1` (`mamba_utils.MambaStateShapeCalculator`: the current token is not stored),
+    which `conv_without_current` selects."""
     if layer.kind is not KVKind.STATE:
         return 0
-    conv = cdiv(layer.conv_state_elements, tp) * model_bytes
+    conv_elements = layer.conv_state_elements
+    if conv_without_current and layer.conv_kernel > 1:
+        conv_elements = conv_elements // layer.conv_kernel * (layer.conv_kernel - 1)
+    conv = cdiv(conv_elements, tp) * model_bytes
     recurrent = cdiv(layer.recurrent_state_elements, tp) * ssm_bytes
     return conv + recurrent
 
@@ -177,6 +186,7 @@ def stage_layer_counts(model: ModelSpec, pp: int) -> list[LayerCounts]:
                     layer.v_head_dim,
                     layer.window_tokens,
                     layer.conv_state_elements,
+                    layer.conv_kernel,
                     layer.recurrent_state_elements,
                 )
                 entry = counts.get(key)
@@ -806,7 +816,7 @@ def estimate(
     if problem:
         raise SpecError(problem)
     kv_bytes = kv_element_bytes(kv_name, act_dtype)
-    ssm_bytes = element_bytes(model.mamba_ssm_cache_dtype)
+    ssm_bytes = element_bytes(profile.ssm_cache_dtype(model, act_dtype))
     kv_dtype_name = act_dtype if d.kv_dtype == "auto" else d.kv_dtype
 
     per_token = kv_bytes_per_token(model, kv_bytes)

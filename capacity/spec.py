@@ -43,6 +43,7 @@ class LayerKVSpec:
     conv_state_elements: int = 0  # STATE: per sequence, stored in the model dtype
     recurrent_state_elements: int = 0  # STATE: per sequence, stored in the SSM cache dtype
     kv_source_layer: int | None = None  # SHARED: the layer whose cache this one reads
+    conv_kernel: int = 0  # STATE: the conv window; conv_state_elements = channels x conv_kernel (transformers)
 
     @property
     def stores_per_token_kv(self) -> bool:
@@ -116,6 +117,7 @@ class ModelSpec:
     num_experts_per_token: int = 0
     quantization: CheckpointQuant | None = None
     mamba_ssm_cache_dtype: str = "float32"
+    mamba_ssm_dtype_stated: bool = False  # the config says the SSM state dtype (else engines choose)
     is_generic: bool = False  # parsed by the generic path: the model_type was not recognized
     notes: tuple[str, ...] = field(default_factory=tuple)
 

@@ -198,3 +198,25 @@ def test_profiles_are_chosen_by_enum() -> None:
     assert engine_profile(Engine.SGLANG).engine is Engine.SGLANG
     with pytest.raises(SpecError, match="unknown engine"):
         engine_profile("tgi")
+
+
+def test_nemotron_h_state_page_and_aligned_attention_block() -> None:
+    # vLLM's Mamba-2 state (mamba_utils.mamba2_state_shape): conv (conv_dim, kernel - 1) in the model
+    # dtype, SSM (heads, head_dim, d_state) in float32 for Nemotron-H (its config class default).
+    # conv_dim = 8192 + 2 * 8 * 128 = 10,240 -> 10,240 x 3 x 2 B = 61,440; SSM 128 x 64 x 128 x 4 B =
+    # 4,194,304: page 4,255,744 B. Attention: 8 KV heads x (128 + 128) x 2 B = 4,096 B per token, so
+    # the block is 16 x cdiv(4,255,744, 16 x 4,096) = 16 x 65 = 1,040 tokens and the page is padded
+    # to 1,040 x 4,096 = 4,259,840 B; a block across a group of 4 layers is 17,039,360 B.
+    est = _estimate("nvidia/Nemotron-H-8B-Base-8K", "h200-sxm-141gb", max_model_len=8192)
+    assert est.block_size == 1040
+    assert est.pool.unit_bytes == 4 * 1040 * 4096 == 17_039_360
+
+
+def test_qwen3_next_state_follows_the_model_dtype() -> None:
+    # Qwen3-Next: --mamba-ssm-cache-dtype auto -> bfloat16 (no config class overrides it). At TP 4:
+    # conv (8192 / 4, 3) x 2 B = 12,288; recurrent (32 / 4 heads, 128, 128) x 2 B = 262,144; page
+    # 274,432 B. Attention: 2 KV heads over TP 4 -> 1 head x (256 + 256) x 2 B = 1,024 B per token;
+    # block = 16 x cdiv(274,432, 16 x 1,024) = 16 x 17 = 272; 12 layers per group x 272 x 1,024 B.
+    est = _estimate("Qwen/Qwen3-Next-80B-A3B-Instruct", "h200-sxm-141gb", tp=4, max_model_len=8192)
+    assert est.block_size == 272
+    assert est.pool.unit_bytes == 12 * 272 * 1024 == 3_342_336

@@ -51,6 +51,9 @@ class EngineProfile(Protocol):
     def serving_dtype(self, model: ModelSpec) -> str:
         """The dtype activations and `auto` KV use."""
 
+    def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
+        """The dtype of a state layer's recurrent (SSM) state."""
+
     def defaults(
         self, model: ModelSpec, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int, tp: int, pp: int
     ) -> EngineDefaults:

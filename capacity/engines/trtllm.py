@@ -37,6 +37,10 @@ class TrtllmProfile:
     def serving_dtype(self, model: ModelSpec) -> str:
         return serving_dtype(model, self.engine)
 
+    def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
+        """The config's SSM state dtype, float32 when it says none (transformers' default)."""
+        return model.mamba_ssm_cache_dtype
+
     def defaults(
         self, model: ModelSpec, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int, tp: int, pp: int
     ) -> EngineDefaults:

@@ -60,6 +60,16 @@ class VllmProfile:
     def serving_dtype(self, model: ModelSpec) -> str:
         return serving_dtype(model, self.engine)
 
+    def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
+        """`--mamba-ssm-cache-dtype auto`: the model dtype (mamba_utils._mamba_state_dtype), except
+        where a model config class overrides it (model_executor/models/config.py): Nemotron-H takes
+        the config's value, else float32; Qwen3.5 the config's `mamba_ssm_dtype`."""
+        if model.family == "nemotron_h":
+            return model.mamba_ssm_cache_dtype if model.mamba_ssm_dtype_stated else "float32"
+        if model.family.startswith("qwen3_5") and model.mamba_ssm_dtype_stated:
+            return model.mamba_ssm_cache_dtype
+        return act_dtype
+
     def defaults(
         self, model: ModelSpec, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int, tp: int, pp: int
     ) -> EngineDefaults:
@@ -210,7 +220,10 @@ def stage_pools(
             (layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer, _ in layers if layer.stores_per_token_kv),
             default=0,
         )
-        state_page = max((layer_state_bytes(layer, model_bytes, ssm_bytes, tp) for layer, _ in layers), default=0)
+        state_page = max(
+            (layer_state_bytes(layer, model_bytes, ssm_bytes, tp, conv_without_current=True) for layer, _ in layers),
+            default=0,
+        )
         bs = block_size
         if state_page and attn_page_per_token:
             align = ec.VLLM_HYBRID_BLOCK_ALIGN
