@@ -7,15 +7,24 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+import polars as pl
+
 from warehouse.telemetry.normalize import (
+    EARLIEST,
+    LATEST,
     GpuResolver,
     ModelResolver,
     RowError,
     excerpt,
     null_text,
+    one_line,
     parse_int,
     parse_timestamp,
 )
+from warehouse.telemetry.observation import PLAUSIBLE_MAX
+from warehouse.telemetry.schema import OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA, frame
+
+MAX_SIDECAR_DEPTH = 16  # a sidecar is a flat mapping; 16 levels is already nonsense
 
 SIDECAR_KEYS = frozenset(
     {"deployment_id", "model", "gpu", "tp", "pp", "engine", "engine_version", "observed_at", "scraped_at", "notes"}
@@ -61,6 +70,9 @@ def read_sidecar(document: object, path: str, models: ModelResolver, gpus: GpuRe
     when = document.get("observed_at", document.get("scraped_at"))
     tp = document.get("tp")
     pp = document.get("pp")
+    for name, value in (("tp", tp), ("pp", pp)):
+        if value is not None and not isinstance(value, int | float | str):
+            raise RowError("bad_sidecar", f"sidecar {name} must be a number, got {type(value).__name__}")
     sidecar = Sidecar(
         path=path,
         deployment_id=null_text(document.get("deployment_id")),
@@ -75,9 +87,27 @@ def read_sidecar(document: object, path: str, models: ModelResolver, gpus: GpuRe
         observed_at=parse_timestamp(when, "observed_at") if when is not None else None,
     )
     for name, value in (("tp", sidecar.tp), ("pp", sidecar.pp)):
-        if value is not None and value < 1:
-            raise RowError("out_of_range", f"sidecar {name} must be >= 1, got {value}")
+        if value is not None and not 1 <= value <= PLAUSIBLE_MAX[name]:
+            raise RowError("out_of_range", f"sidecar {name} must be in 1..{PLAUSIBLE_MAX[name]}, got {value:,}")
     return sidecar
+
+
+def nesting_problem(document: object, max_depth: int = MAX_SIDECAR_DEPTH, max_nodes: int = 10_000) -> str | None:
+    """Why a parsed sidecar is too deep or too big to use (None when it is not). Iterative, and it
+    counts YAML aliases at every use, so a 'billion laughs' document stops at `max_nodes`."""
+    stack: list[tuple[object, int]] = [(document, 1)]
+    nodes = 0
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if nodes > max_nodes:
+            return f"more than {max_nodes:,} values"
+        if isinstance(node, dict | list | tuple):
+            if depth > max_depth:
+                return f"nested deeper than {max_depth} levels"
+            children = [*node.keys(), *node.values()] if isinstance(node, dict) else list(node)
+            stack.extend((child, depth + 1) for child in children)
+    return None
 
 
 @dataclass
@@ -87,7 +117,7 @@ class FileContext:
     rel: str  # path relative to the drop folder, POSIX separators
     kind: str
     raw: bytes
-    mtime: dt.datetime
+    mtime: dt.datetime | None  # None: the file's mtime is not a time capplan can hold (see mtime_of)
     default_deployment_id: str
     sidecar: Sidecar
     models: ModelResolver
@@ -102,9 +132,23 @@ class FileContext:
         return self.sidecar.deployment_id or self.default_deployment_id
 
     def default_time(self) -> tuple[dt.datetime, str]:
+        """The sidecar's time, else the file's mtime; RowError('bad_timestamp') when neither is usable."""
         if self.sidecar.observed_at is not None:
             return self.sidecar.observed_at, "sidecar"
+        if self.mtime is None:
+            raise RowError(
+                "bad_timestamp",
+                "the file's modification time is outside 2000-2100 and nothing else gives a time "
+                "(add observed_at to a sidecar)",
+            )
         return self.mtime, "mtime"
+
+
+def mtime_of(seconds: float) -> dt.datetime | None:
+    """A file's mtime as UTC, or None when it is outside 2000-2100 (touch -d 0001-01-01 ...)."""
+    if not EARLIEST.timestamp() <= seconds < LATEST.timestamp():
+        return None
+    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
 
 
 @dataclass
@@ -112,6 +156,7 @@ class FileReport:
     """Everything one file produced, and how its lines were accounted for."""
 
     ctx: FileContext
+    unread: bool = False  # rejected before its bytes were read (a link out, a FIFO, too large)
     encoding: str | None = None
     lines_total: int = 0
     lines_ignored: int = 0
@@ -120,6 +165,7 @@ class FileReport:
     samples: list[dict[str, Any]] = field(default_factory=list)
     rejects: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    frames: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame] = field(default=(), init=False)  # type: ignore[assignment]
 
     @property
     def rejected(self) -> int:
@@ -148,12 +194,42 @@ class FileReport:
             }
         )
 
+    def reset(self) -> None:
+        """Forget every row read so far (the file is about to be rejected as a whole)."""
+        self.accepted = 0
+        self.lines_ignored = 0
+        self.observations.clear()
+        self.samples.clear()
+        self.rejects.clear()
+
+    def finish(self) -> FileReport:
+        """Build this file's frames (observations, samples, rejects) now, so that a value no typed
+        column can hold rejects this file (`parse_error`, naming the column) and not the run."""
+        self.rejects.sort(key=lambda x: -1 if x["line"] is None else x["line"])
+        try:
+            self.frames = self._frames()
+        except Exception as exc:
+            self.reset()
+            error = RowError(
+                "parse_error", f"a value does not fit its column: {type(exc).__name__}: {one_line(exc, 160)}"
+            )
+            self.reject(None, error, None)
+            self.frames = self._frames()
+        return self
+
+    def _frames(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        return (
+            frame(self.observations, OBSERVATION_SCHEMA),
+            frame(self.samples, SAMPLE_SCHEMA),
+            frame(self.rejects, REJECT_SCHEMA),
+        )
+
     def manifest(self) -> dict[str, Any]:
         return {
             "file": self.ctx.rel,
             "source_kind": self.ctx.kind,
             "size_bytes": len(self.ctx.raw),
-            "sha256": self.ctx.sha256,
+            "sha256": None if self.unread else self.ctx.sha256,
             "encoding": self.encoding,
             "deployment_id": self.ctx.deployment_id,
             "lines_total": self.lines_total,

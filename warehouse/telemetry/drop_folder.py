@@ -19,7 +19,10 @@ import polars as pl
 
 from warehouse.catalog import Catalog
 from warehouse.telemetry import SAMPLE_DIR, IngestResult, deployment_summary, ingest_dir
+from warehouse.telemetry.files import read_bounded, walk
 from warehouse.telemetry.ingest import DEFAULT_DIR
+from warehouse.telemetry.normalize import RowError
+from warehouse.telemetry.schema import clean_text
 
 SAMPLE = "sample"
 DROP_FOLDER = "drop_folder"
@@ -32,6 +35,10 @@ class DropFolder:
     configured: bool  # CAPPLAN_TELEMETRY_DIR named it
 
     def describe(self) -> str:
+        """One line for logs and the CLI (paths shown display-safe, secrets redacted)."""
+        return clean_text(self._describe()) or ""
+
+    def _describe(self) -> str:
         if self.source == SAMPLE:
             return f"the SAMPLE fleet shipped with capplan ({self.path}): made-up numbers, not a real fleet"
         how = "CAPPLAN_TELEMETRY_DIR" if self.configured else "the default drop folder"
@@ -39,7 +46,7 @@ class DropFolder:
 
 
 def _has_files(folder: Path) -> bool:
-    return folder.is_dir() and any(p.is_file() for p in folder.rglob("*"))
+    return bool(walk(folder))
 
 
 def resolve_drop_folder(configured: str | Path | None, default: Path = DEFAULT_DIR) -> DropFolder:
@@ -58,16 +65,19 @@ def watched_folder(configured: str | Path | None, default: Path = DEFAULT_DIR) -
 
 
 def fingerprint(folder: Path) -> dict[str, str]:
-    """{path relative to the folder: sha256 of its bytes} for every file (empty for a missing folder)."""
-    if not folder.is_dir():
-        return {}
+    """{path relative to the folder: sha256 of its bytes} for every file (empty for a missing folder).
+
+    Walked and read as the ingest reads (`warehouse.telemetry.files`): links out of the folder,
+    FIFOs and devices are not opened, and stand for their reason code instead of a hash."""
     result: dict[str, str] = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-        result[path.relative_to(folder).as_posix()] = digest.hexdigest()
+    for found in walk(folder):
+        try:
+            if found.problem is not None:
+                raise found.problem
+            raw, _ = read_bounded(found.path)
+            result[found.rel] = hashlib.sha256(raw).hexdigest()
+        except RowError as exc:
+            result[found.rel] = f"{exc.code}: {exc.reason}"
     return result
 
 
@@ -87,7 +97,7 @@ def ingest_frames(folder: DropFolder, catalog: Catalog) -> TelemetryFrames:
     result = ingest_dir(folder.path, model_ids=catalog.model_ids(), gpu_skus=list(catalog.gpus.values()))
     files = result.files.with_columns(
         pl.lit(folder.source, pl.String).alias("telemetry_source"),
-        pl.lit(str(folder.path), pl.String).alias("drop_dir"),
+        pl.lit(clean_text(str(folder.path)), pl.String).alias("drop_dir"),
     )
     return TelemetryFrames(folder, result, files)
 

@@ -8,20 +8,28 @@ frames themselves.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import polars as pl
 import yaml
 
 from capacity.spec import GpuSku
-from warehouse.telemetry.common import FileContext, FileReport, Sidecar, read_sidecar
+from warehouse.telemetry.common import (
+    MAX_SIDECAR_DEPTH,
+    FileContext,
+    FileReport,
+    Sidecar,
+    mtime_of,
+    nesting_problem,
+    read_sidecar,
+)
+from warehouse.telemetry.files import MAX_FILE_BYTES, MAX_SIDECAR_BYTES, FoundFile, read_bounded, walk
 from warehouse.telemetry.normalize import (
     GpuResolver,
     ModelResolver,
@@ -118,26 +126,33 @@ def ingest_dir(
     *,
     model_ids: Iterable[str] | None = None,
     gpu_skus: Sequence[GpuSku] | None = None,
+    max_file_bytes: int = MAX_FILE_BYTES,
 ) -> IngestResult:
     """Parse every file under `root` (default: `default_drop_dir()`); a missing folder is empty.
 
     `model_ids`: the registry ids model names resolve to (default: the bundled catalog);
-    `gpu_skus`: the GPU catalog (default: the bundled one).
+    `gpu_skus`: the GPU catalog (default: the bundled one); `max_file_bytes`: larger files are
+    rejected unread (`too_large`). Whatever goes wrong in one file rejects that file, with the
+    reason, and the others are read (`_Ingest.isolated`).
     """
     base = Path(root) if root is not None else default_drop_dir()
     models = ModelResolver.from_ids(model_ids if model_ids is not None else catalog_model_ids())
     gpus = GpuResolver(tuple(gpu_skus)) if gpu_skus is not None else GpuResolver.from_catalog()
-    paths = sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else []
-    reports = _Ingest(base, models, gpus).run(paths)
+    reports = _Ingest(base, models, gpus, max_file_bytes).run(walk(base))
     return IngestResult(
-        observations=frame([o for r in reports for o in r.observations], OBSERVATION_SCHEMA),
-        samples=frame([s for r in reports for s in r.samples], SAMPLE_SCHEMA),
-        rejects=frame([x for r in reports for x in r.rejects], REJECT_SCHEMA),
+        observations=_concat([r.frames[0] for r in reports], OBSERVATION_SCHEMA),
+        samples=_concat([r.frames[1] for r in reports], SAMPLE_SCHEMA),
+        rejects=_concat([r.frames[2] for r in reports], REJECT_SCHEMA),
         files=frame([r.manifest() for r in reports], FILE_SCHEMA),
     )
 
 
-def _kind(path: Path) -> str:
+def _concat(frames: list[pl.DataFrame], schema: dict[str, Any]) -> pl.DataFrame:
+    present = [f for f in frames if f.height]
+    return pl.concat(present, how="vertical") if present else frame([], schema)
+
+
+def _kind(path: PurePosixPath) -> str:
     name = path.name.lower()
     if name in _DIR_SIDECARS or name.endswith(_FILE_SIDECAR_SUFFIXES):
         return "sidecar"
@@ -147,83 +162,112 @@ def _kind(path: Path) -> str:
 
 
 class _Ingest:
-    def __init__(self, root: Path, models: ModelResolver, gpus: GpuResolver) -> None:
+    def __init__(self, root: Path, models: ModelResolver, gpus: GpuResolver, max_file_bytes: int) -> None:
         self.root = root
         self.models = models
         self.gpus = gpus
+        self.max_file_bytes = max_file_bytes
         self.dedupe = Dedupe()
-        self.dir_sidecars: dict[Path, Sidecar] = {}
-        self.file_sidecars: dict[Path, Sidecar] = {}
+        self.dir_sidecars: dict[PurePosixPath, Sidecar] = {}
+        self.file_sidecars: dict[PurePosixPath, Sidecar] = {}
         self.seen_files: dict[str, str] = {}
 
-    def rel(self, path: Path) -> str:
-        return path.relative_to(self.root).as_posix()
-
-    def context(self, path: Path, kind: str, raw: bytes, sidecar: Sidecar | None = None) -> FileContext:
-        parent = path.parent
-        default = parent.name if parent != self.root else path.name.split(".")[0]
+    def context(
+        self, found: FoundFile, kind: str, raw: bytes, mtime: float | None, sidecar: Sidecar | None = None
+    ) -> FileContext:
+        rel = PurePosixPath(found.rel)
+        default = rel.parent.name if rel.parent != PurePosixPath(".") else rel.name.split(".")[0]
         return FileContext(
-            rel=self.rel(path),
+            rel=found.rel,
             kind=kind,
             raw=raw,
-            mtime=dt.datetime.fromtimestamp(path.stat().st_mtime, tz=dt.UTC),
-            default_deployment_id=default,
+            mtime=mtime_of(mtime) if mtime is not None else None,
+            default_deployment_id=default or rel.name,
             sidecar=sidecar or Sidecar(),
             models=self.models,
             gpus=self.gpus,
         )
 
-    def run(self, paths: list[Path]) -> list[FileReport]:
+    def run(self, found: list[FoundFile]) -> list[FileReport]:
         reports: list[FileReport] = []
-        kinds = {p: _kind(p) for p in paths}
-        for path in paths:  # sidecars first: they give defaults to the files next to them
-            if kinds[path] == "sidecar":
-                reports.append(self.sidecar(path))
-        for path in paths:
-            if kinds[path] != "sidecar":
-                reports.append(self.data_file(path, kinds[path]))
-        order = {self.rel(p): i for i, p in enumerate(paths)}
-        for report in reports:
-            report.rejects.sort(key=lambda x: -1 if x["line"] is None else x["line"])
+        kinds = {f.rel: _kind(PurePosixPath(f.rel)) for f in found}
+        for entry in found:  # sidecars first: they give defaults to the files next to them
+            if kinds[entry.rel] == "sidecar" and entry.problem is None:
+                reports.append(self.isolated(entry, "sidecar"))
+        for entry in found:
+            if kinds[entry.rel] != "sidecar" or entry.problem is not None:
+                reports.append(self.isolated(entry, kinds[entry.rel]))
+        order = {f.rel: i for i, f in enumerate(found)}
         return sorted(reports, key=lambda r: order[r.ctx.rel])
 
-    def sidecar(self, path: Path) -> FileReport:
-        raw = path.read_bytes()
-        report = FileReport(self.context(path, "sidecar", raw))
+    def isolated(self, entry: FoundFile, kind: str) -> FileReport:
+        """One file read, whatever happens: a file that cannot be read, or whose reading fails in
+        any way (a parser bug, a value no column holds, RecursionError, MemoryError...), becomes
+        one whole-file reject naming the failure; the run goes on with the next file."""
+        limit = MAX_SIDECAR_BYTES if kind == "sidecar" else self.max_file_bytes
+        try:
+            if entry.problem is not None:
+                raise entry.problem
+            raw, info = read_bounded(entry.path, limit)
+        except RowError as exc:  # not read at all: no bytes, no hash
+            report = FileReport(self.context(entry, kind, b"", None), unread=True)
+            report.reject(None, exc, None)
+            return report.finish()
+        report = FileReport(self.context(entry, kind, raw, info.st_mtime))
+        try:
+            report = self.sidecar(entry, report) if kind == "sidecar" else self.data_file(entry, report)
+            return report.finish()
+        except RowError as exc:  # a whole-file reason raised from inside a parser
+            error = exc
+        except Exception as exc:
+            error = RowError("parse_error", f"reading failed: {type(exc).__name__}: {one_line(exc, 160)}")
+        report.reset()
+        report.reject(None, error, None)
+        return report.finish()
+
+    def sidecar(self, entry: FoundFile, report: FileReport) -> FileReport:
+        raw = report.ctx.raw
         report.lines_total = raw.count(b"\n") + (0 if raw.endswith(b"\n") or not raw else 1)
         report.lines_ignored = report.lines_total
+        name = PurePosixPath(entry.rel).name.lower()
         try:
             text = raw.decode("utf-8-sig")
-            document = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+            depth = _bracket_depth(text)
+            if depth > MAX_SIDECAR_DEPTH:
+                raise RowError("bad_sidecar", f"nested deeper than {MAX_SIDECAR_DEPTH} levels ({depth} brackets)")
+            document = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
+            problem = nesting_problem(document)
+            if problem:
+                raise RowError("bad_sidecar", problem)
             sidecar = read_sidecar(document, report.ctx.rel, self.models, self.gpus)
         except RowError as exc:
             report.reject(None, exc, raw.decode("utf-8", "replace"))
             return report
-        except (UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
-            report.reject(None, RowError("bad_sidecar", f"not valid YAML/JSON: {one_line(exc, 200)}"), None)
+        except (UnicodeDecodeError, ValueError, yaml.YAMLError, RecursionError) as exc:
+            reason = "nested too deep" if isinstance(exc, RecursionError) else one_line(exc, 200)
+            report.reject(None, RowError("bad_sidecar", f"not valid YAML/JSON: {reason}"), None)
             return report
-        name = path.name.lower()
+        rel = PurePosixPath(entry.rel)
         if name in _DIR_SIDECARS:
-            self.dir_sidecars[path.parent] = sidecar
+            self.dir_sidecars[rel.parent] = sidecar
         else:
-            stem = path.name[: -len(next(s for s in _FILE_SIDECAR_SUFFIXES if name.endswith(s)))]
-            self.file_sidecars[path.parent / stem] = sidecar
+            stem = rel.name[: -len(next(s for s in _FILE_SIDECAR_SUFFIXES if name.endswith(s)))]
+            self.file_sidecars[rel.parent / stem] = sidecar
         report.accepted = 1
         return report
 
-    def sidecar_for(self, path: Path) -> Sidecar:
-        sidecar = self.file_sidecars.get(path, Sidecar())
-        for folder in [path.parent, *path.parent.parents]:
+    def sidecar_for(self, rel: PurePosixPath) -> Sidecar:
+        sidecar = self.file_sidecars.get(rel, Sidecar())
+        for folder in [rel.parent, *rel.parent.parents]:
             if folder in self.dir_sidecars:
                 sidecar = sidecar.over(self.dir_sidecars[folder])
-            if folder == self.root:
-                break
         return sidecar
 
-    def data_file(self, path: Path, kind: str) -> FileReport:
-        raw = path.read_bytes()
-        ctx = self.context(path, kind, raw, self.sidecar_for(path))
-        report = FileReport(ctx)
+    def data_file(self, entry: FoundFile, report: FileReport) -> FileReport:
+        ctx = report.ctx
+        ctx.sidecar = self.sidecar_for(PurePosixPath(entry.rel))
+        raw = ctx.raw
+        kind = ctx.kind
         if kind == "ignored":
             report.notes.append("not telemetry (README, hidden or documentation file)")
             return report
@@ -236,7 +280,8 @@ class _Ingest:
             return report
         self.seen_files[digest] = ctx.rel
         if kind == "unknown":
-            report.reject(None, RowError("unknown_file_type", f"unknown file type {path.suffix!r}"), None)
+            suffix = PurePosixPath(entry.rel).suffix
+            report.reject(None, RowError("unknown_file_type", f"unknown file type {suffix!r}"), None)
             return report
         if kind == "parquet":
             report.encoding = "parquet"
@@ -270,3 +315,27 @@ class _Ingest:
             reason = f"nothing capplan reads in {report.lines_total} line(s) of this {kind} file"
             report.reject(None, RowError("no_data", reason), "\n".join(text.lines[:3]))
         return report
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest `[`/`{` nesting of a JSON / flow-YAML text, quoted strings skipped: checked
+    before parsing, so a 100,000-deep document is refused without recursing into it."""
+    depth = deepest = 0
+    quote: str | None = None
+    escaped = False
+    for char in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\" and quote == '"':
+                escaped = True
+            elif char == quote:
+                quote = None
+        elif char in "\"'":
+            quote = char
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+    return deepest

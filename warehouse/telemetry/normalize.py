@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from capacity.spec import GpuSku
+from warehouse.telemetry.redact import redact
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -43,58 +44,105 @@ def one_line(text: object, limit: int = 300) -> str:
 
 
 def excerpt(text: str | None, limit: int = 200) -> str | None:
+    """The start of a raw line, secrets redacted first (so a cut never leaves half a token)."""
     if text is None:
         return None
-    text = text.rstrip("\r\n")
+    text = redact(text[: limit * 50].rstrip("\r\n"))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # --- numbers -------------------------------------------------------------------------------------
 
+# Typed columns hold int64 at most; a value a typed column cannot hold is rejected here, never
+# passed on to Polars / DuckDB / Parquet (where it would stop the whole run).
+INT64_MAX = (1 << 63) - 1
+INT32_MAX = (1 << 31) - 1
+# Floats are read only up to 2**53 (every integer below it is exact): no count, size or fraction a
+# deployment reports comes near it, and sums and products of such values stay finite.
+FLOAT_LIMIT = float(1 << 53)
+# ASCII only: str.isdigit() and float() also accept other scripts' digits ('١٢٣', '²').
+_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,4})?", re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d{1,19}", re.ASCII)
+_DIGITS = re.compile(r"[+-]?\d+(?:\.\d*)?", re.ASCII)
+_NON_FINITE = re.compile(r"[+-]?(?:inf|infinity|nan)", re.IGNORECASE)
+
 
 def parse_number(text: str, what: str) -> float:
-    """'1,234.5' -> 1234.5; RowError(bad_value / not_finite) otherwise."""
-    cleaned = text.strip().replace(",", "").replace("_", "")
-    try:
-        value = float(cleaned)
-    except ValueError:
-        raise RowError("bad_value", f"{what}: {text!r} is not a number") from None
+    """'1,234.5' -> 1234.5 (ASCII digits only, |value| <= 2**53); RowError otherwise."""
+    cleaned = str(text).strip().replace(",", "").replace("_", "")
+    if _NON_FINITE.fullmatch(cleaned):
+        raise RowError("not_finite", f"{what} is {cleaned}")
+    if len(cleaned) > 64 and _DIGITS.fullmatch(cleaned):
+        raise RowError("out_of_range", f"{what}: a number of {len(cleaned):,} digits is beyond any plausible value")
+    if len(cleaned) > 64 or not _DECIMAL.fullmatch(cleaned):
+        raise RowError("bad_value", f"{what}: {short(text)!r} is not a number")
+    value = float(cleaned)
+    return check_float(value, what)
+
+
+def check_float(value: float, what: str) -> float:
+    """`value` when finite and |value| <= 2**53; RowError(not_finite / out_of_range) otherwise."""
     if not math.isfinite(value):
-        raise RowError("not_finite", f"{what} is {text.strip()}")
+        raise RowError("not_finite", f"{what} is {value}")
+    if abs(value) > FLOAT_LIMIT:
+        raise RowError("out_of_range", f"{what} {value:g} is beyond any plausible value (|x| > 2^53)")
+    return value
+
+
+def check_int(value: int, what: str, limit: int = INT64_MAX) -> int:
+    """`value` when |value| <= limit (int64 by default); RowError('out_of_range') otherwise."""
+    if not -limit - 1 <= value <= limit:
+        shown = f"{value:.3e}" if abs(value) < 10**300 else "a number of more than 300 digits"
+        raise RowError("out_of_range", f"{what} {shown} does not fit a {limit.bit_length() + 1}-bit integer")
     return value
 
 
 def parse_int(text: str | int | float, what: str) -> int:
-    value = float(text) if isinstance(text, int | float) else parse_number(text, what)
-    if not math.isfinite(value):
-        raise RowError("not_finite", f"{what} is {value}")
+    """A whole number (ASCII digits, '1,024', '4096.0', '1e3'), range-checked to int64."""
+    if isinstance(text, bool):
+        raise RowError("bad_value", f"{what}: {text!r} is not a number")
+    if isinstance(text, int):
+        return check_int(text, what)
+    if isinstance(text, float):
+        value = check_float(text, what)
+    else:
+        cleaned = str(text).strip().replace(",", "").replace("_", "")
+        if _INTEGER.fullmatch(cleaned):
+            return check_int(int(cleaned), what)
+        value = parse_number(text, what)
     if not value.is_integer():
-        raise RowError("bad_value", f"{what}: {text!r} is not a whole number")
-    return int(value)
+        raise RowError("bad_value", f"{what}: {short(text)!r} is not a whole number")
+    return check_int(int(value), what)
+
+
+def short(text: object, limit: int = 60) -> str:
+    """The start of a value, for a reason (a 1 MB cell is not repeated in the message)."""
+    value = str(text)
+    return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
 def human_int(text: str, what: str) -> int:
     """vLLM's human-readable integers: 32768, 32k (x1000), 32K (x1024), 1m, 1M."""
-    m = re.fullmatch(r"\s*(-?[\d.,_]+)\s*([kKmMgG]?)\s*", text)
+    m = re.fullmatch(r"\s*(-?[\d.,_]{1,40})\s*([kKmMgG]?)\s*", text, re.ASCII)
     if not m:
-        raise RowError("bad_value", f"{what}: {text!r} is not a number")
+        raise RowError("bad_value", f"{what}: {short(text)!r} is not a number")
     number = parse_number(m.group(1), what)
     suffix = m.group(2)
     scale = {"": 1, "k": 1000, "K": 1024, "m": 10**6, "M": 1 << 20, "g": 10**9, "G": 1 << 30}[suffix]
-    value = number * scale
+    value = check_float(number * scale, what)
     if not value.is_integer():
-        raise RowError("bad_value", f"{what}: {text!r} is not a whole number")
+        raise RowError("bad_value", f"{what}: {short(text)!r} is not a whole number")
     return int(value)
 
 
 def size_bytes(number: str | float, unit: str, what: str) -> int:
     """A size as vLLM prints it -> bytes. vLLM's 'GB'/'MB' labels are GiB/MiB (it divides by 2**30)."""
-    value = parse_number(number, what) if isinstance(number, str) else float(number)
+    value = parse_number(number, what) if isinstance(number, str) else check_float(float(number), what)
     try:
         scale = _UNIT_BYTES[unit.strip().lower()]
     except KeyError:
-        raise RowError("wrong_unit", f"{what}: unknown unit {unit!r}") from None
-    return round(value * scale)
+        raise RowError("wrong_unit", f"{what}: unknown unit {short(unit)!r}") from None
+    return round(check_float(value * scale, what))
 
 
 def parse_bool(value: object, what: str) -> bool:
@@ -132,8 +180,27 @@ def canonical_dtype(value: str | None) -> str | None:
 # --- time ----------------------------------------------------------------------------------------
 
 
+# Times outside this window are rejected: no fleet reported before 2000 or after 2100, and the
+# extremes (year 1, 9999) overflow when moved to UTC or turned into epoch microseconds.
+EARLIEST = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+LATEST = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
+_EPOCH = re.compile(r"\d{9,13}(\.\d{1,9})?", re.ASCII)
+
+
 def parse_timestamp(value: object, what: str = "timestamp") -> dt.datetime:
-    """ISO 8601 (naive = UTC), or epoch seconds / milliseconds -> an aware UTC datetime."""
+    """ISO 8601 (naive = UTC), or epoch seconds / milliseconds -> an aware UTC datetime in 2000-2100."""
+    try:
+        parsed = _timestamp(value, what)
+    except RowError:
+        raise
+    except (ValueError, OverflowError, OSError, TypeError):
+        raise RowError("bad_timestamp", f"{what}: {short(value)!r} is not a time capplan can hold") from None
+    if not EARLIEST <= parsed < LATEST:
+        raise RowError("bad_timestamp", f"{what}: {parsed.isoformat()} is outside 2000-2100")
+    return parsed
+
+
+def _timestamp(value: object, what: str) -> dt.datetime:
     if isinstance(value, dt.datetime):
         return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
     if isinstance(value, dt.date):
@@ -141,24 +208,36 @@ def parse_timestamp(value: object, what: str = "timestamp") -> dt.datetime:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return _from_epoch(float(value), what)
     text = str(value).strip()
-    if re.fullmatch(r"\d{9,13}(\.\d+)?", text):
+    if _EPOCH.fullmatch(text):
         return _from_epoch(float(text), what)
+    if len(text) > 64 or not text.isascii():
+        raise RowError("bad_timestamp", f"{what}: {short(text)!r} is not an ISO 8601 time or epoch seconds")
     try:
         parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise RowError("bad_timestamp", f"{what}: {text!r} is not an ISO 8601 time or epoch seconds") from None
+        raise RowError("bad_timestamp", f"{what}: {short(text)!r} is not an ISO 8601 time or epoch seconds") from None
     return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
 
 
 def _from_epoch(seconds: float, what: str) -> dt.datetime:
+    if not math.isfinite(seconds):
+        raise RowError("bad_timestamp", f"{what}: epoch {seconds} is not a time")
     if seconds > 1e11:  # milliseconds
         seconds /= 1000
-    if not 946684800 <= seconds <= 4102444800:  # 2000-01-01 .. 2100-01-01
-        raise RowError("bad_timestamp", f"{what}: epoch {seconds:.0f} is outside 2000-2100")
+    if not EARLIEST.timestamp() <= seconds <= LATEST.timestamp():
+        raise RowError("bad_timestamp", f"{what}: epoch {seconds:.10g} is outside 2000-2100")
     return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
 
 
 # --- text ----------------------------------------------------------------------------------------
+
+# A line longer than this is rejected unread: no telemetry line comes near it, and the patterns a
+# line is matched against stay fast on anything shorter.
+MAX_LINE_CHARS = 16_384
+
+
+def line_too_long(length: int) -> RowError:
+    return RowError("too_large", f"line of {length:,} characters, above the {MAX_LINE_CHARS:,}-character limit")
 
 
 @dataclass(frozen=True, slots=True)

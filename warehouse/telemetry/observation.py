@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any
 
-from warehouse.telemetry.normalize import RowError
+from warehouse.telemetry.normalize import FLOAT_LIMIT, RowError
 
 # Per-GPU memory values: never negative, never above the GPU's memory.
 PER_GPU_BYTES = (
@@ -48,13 +48,21 @@ MEASURED = (
     "peak_requests_waiting",
     "preemptions_total",
 )
+# The largest value each kind of field may hold: parallel sizes a real deployment could have, and
+# for every other integer 2**50 (a PiB in bytes, 10^15 blocks or tokens): far beyond any GPU, yet
+# small enough that the products the marts compute (blocks x block bytes) stay within int64.
+PLAUSIBLE_MAX: dict[str, int] = {"tp": 1024, "pp": 1024, "block_size": 1 << 20, "input_rows": (1 << 31) - 1}
+INT_MAX = 1 << 50
 _GIB = 1 << 30
 _SLACK = 1.02  # rounding in logs (2 decimals of GiB) and driver-reported totals
 
 
 def field_problems(values: dict[str, Any], gpu_memory_bytes: int | None) -> list[tuple[str, RowError]]:
-    """Every value that cannot be right, with why."""
-    problems: list[tuple[str, RowError]] = []
+    """Every value that cannot be right, with why (sizes and ranges first: a value a typed
+    column cannot hold never reaches one)."""
+    problems = _range_problems(values)
+    if problems:
+        return problems
     total = values.get("total_gpu_memory_bytes")
     if isinstance(total, int) and total <= 0:
         problems.append(("total_gpu_memory_bytes", RowError("negative", f"total GPU memory is {total:,} B")))
@@ -109,6 +117,22 @@ def field_problems(values: dict[str, Any], gpu_memory_bytes: int | None) -> list
                     RowError("wrong_unit", f"KV cache usage {usage:g} > 1: a fraction in [0, 1] (a percent?)"),
                 )
             )
+    return problems
+
+
+def _range_problems(values: dict[str, Any]) -> list[tuple[str, RowError]]:
+    problems: list[tuple[str, RowError]] = []
+    for name, value in values.items():
+        if isinstance(value, bool) or value is None:
+            continue
+        if isinstance(value, int):
+            limit = PLAUSIBLE_MAX.get(name, INT_MAX)
+            if abs(value) > limit:
+                shown = f"{value:.3e}" if abs(value) < 10**300 else "a number of more than 300 digits"
+                problems.append((name, RowError("out_of_range", f"{_label(name)} {shown} is above {limit:,}")))
+        elif isinstance(value, float) and (value != value or abs(value) > FLOAT_LIMIT):
+            code = "not_finite" if value != value or abs(value) == float("inf") else "out_of_range"
+            problems.append((name, RowError(code, f"{_label(name)} is {value:g}")))
     return problems
 
 

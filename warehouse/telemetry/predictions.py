@@ -30,6 +30,8 @@ from capacity.calibration import (
 from capacity.memory import Estimate, estimate
 from capacity.spec import SpecError
 from warehouse.catalog import Catalog
+from warehouse.telemetry.normalize import one_line
+from warehouse.telemetry.schema import schema_problem
 
 PREDICTION_SCHEMA: dict[str, Any] = {
     "deployment_id": pl.String,
@@ -107,9 +109,12 @@ def predict_row(row: dict[str, Any], catalog: Catalog) -> tuple[Estimate | None,
     settings = settings_of(row)
     out |= {"engine": settings.engine, "tp": settings.tp, "pp": settings.pp, "gpu": row.get("gpu_sku")}
 
+    base = dict(out)
+
     def skip(reason: str) -> tuple[None, dict[str, Any]]:
-        out.update(prediction_status="skipped", prediction_reason=reason)
-        return None, out
+        """The deployment kept, unpredicted, with why (only the columns known before estimating)."""
+        kept = {**base, "model_family": out.get("model_family")}
+        return None, kept | {"prediction_status": "skipped", "prediction_reason": reason}
 
     model_id = row.get("model_id")
     if not model_id:
@@ -125,9 +130,9 @@ def predict_row(row: dict[str, Any], catalog: Catalog) -> tuple[Estimate | None,
         return skip(f"GPU {row['gpu_sku']} is not in the registry")
     if gpu is None and settings.total_gpu_memory_bytes is None:
         return skip("no GPU and no device total reported: nothing to size the deployment on")
-    deployment = observed_deployment(model.spec, settings)
-    context = _int(row.get("max_concurrency_tokens")) or deployment.max_model_len
     try:
+        deployment = observed_deployment(model.spec, settings)
+        context = _int(row.get("max_concurrency_tokens")) or deployment.max_model_len
         est = estimate(
             model.spec,
             deployment,
@@ -136,10 +141,12 @@ def predict_row(row: dict[str, Any], catalog: Catalog) -> tuple[Estimate | None,
             checkpoint_bytes=model.checkpoint_bytes,
             context_tokens=context,
         )
+        limit = est.max_model_len
+        predicted = pool_numbers(est.pool, context=limit, max_model_len=limit, max_num_seqs=est.max_num_seqs)
     except SpecError as exc:
         return skip(f"cannot estimate: {exc}")
-    limit = est.max_model_len
-    predicted = pool_numbers(est.pool, context=limit, max_model_len=limit, max_num_seqs=est.max_num_seqs)
+    except Exception as exc:  # per-item isolation: settings the engine model cannot take skip this deployment
+        return skip(f"cannot estimate these settings: {type(exc).__name__}: {one_line(exc, 160)}")
     out |= {
         "prediction_status": "predicted",
         "prediction_reason": "; ".join(est.notes) or None,
@@ -171,7 +178,13 @@ def predict_row(row: dict[str, Any], catalog: Catalog) -> tuple[Estimate | None,
         "predicted_fit_reason": est.reason,
         "kv_block_bytes": est.pool.unit_bytes or None,
     }
-    out |= _measured(row, est)
+    try:
+        out |= _measured(row, est)
+    except Exception as exc:  # the reported pool does not convert (absurd block counts): keep the prediction
+        out["prediction_reason"] = f"measured pool not converted: {type(exc).__name__}: {one_line(exc, 120)}"
+    problem = schema_problem(out, PREDICTION_SCHEMA)
+    if problem is not None:
+        return skip(f"cannot store the prediction: {problem}")
     return est, out
 
 

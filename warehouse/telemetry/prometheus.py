@@ -20,10 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from warehouse.telemetry.common import FileContext, FileReport, observation_id
 from warehouse.telemetry.normalize import (
+    MAX_LINE_CHARS,
     MIB,
     DecodedText,
     RowError,
     canonical_dtype,
+    check_float,
+    line_too_long,
     null_text,
     parse_bool,
     parse_int,
@@ -47,7 +50,8 @@ DCGM_METRICS: dict[str, tuple[str, str]] = {
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 READ_METRICS = frozenset({*VLLM_METRICS, *DCGM_METRICS, CACHE_CONFIG_INFO})
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?[ \t]+(\S+)(?:[ \t]+(-?\d+))?[ \t]*$")
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?[ \t]+(\S+)(?:[ \t]+(-?\d{1,16}))?[ \t]*$", re.ASCII)
+_GPU_INDEX = re.compile(r"\d{1,6}", re.ASCII)
 _DIRECTIVE = re.compile(r"^#\s*(scraped_at|deployment_id)\s*:\s*(.*?)\s*$", re.IGNORECASE)
 _DEPLOYMENT_LABELS = ("deployment_id", "deployment")
 _MAX_MIB_UNKNOWN_GPU = 1 << 20  # 1 TiB in MiB: more than any GPU holds
@@ -100,7 +104,11 @@ def looks_like_prometheus(lines: list[str]) -> bool:
 
 def parse_prometheus(ctx: FileContext, text: DecodedText, report: FileReport, dedupe: Dedupe) -> None:
     report.lines_total = len(text.lines)
-    default_ts, default_source = ctx.default_time()
+    try:
+        default_ts, default_source = ctx.default_time()
+        default_error: RowError | None = None
+    except RowError as exc:  # only the samples that need the file's time are rejected
+        default_ts, default_source, default_error = None, "mtime", exc
     current_ts: dt.datetime | None = None
     ts_error: RowError | None = None
     deployment = ctx.deployment_id
@@ -112,6 +120,9 @@ def parse_prometheus(ctx: FileContext, text: DecodedText, report: FileReport, de
             continue
         if number in text.bad_lines:
             report.reject(number, RowError("encoding", "line is not UTF-8"), raw, deployment)
+            continue
+        if len(stripped) > MAX_LINE_CHARS:
+            report.reject(number, line_too_long(len(stripped)), raw, deployment)
             continue
         if stripped.startswith("#"):
             report.lines_ignored += 1
@@ -141,7 +152,7 @@ def parse_prometheus(ctx: FileContext, text: DecodedText, report: FileReport, de
         elif current_ts is not None or ts_error is not None:
             ts, source, error = current_ts, "comment", ts_error
         else:
-            ts, source, error = default_ts, default_source, None
+            ts, source, error = default_ts, default_source, default_error
         dep = next((labels[k] for k in _DEPLOYMENT_LABELS if labels.get(k)), deployment)
         parsed.append(_Line(number, raw, name, labels, value, ts, source, error, dep))
 
@@ -174,7 +185,10 @@ def _parse_with_client(line: str) -> tuple[str, dict[str, str], float, float | N
     if len(samples) != 1:
         raise ValueError(f"{len(samples)} samples in one line")
     sample = samples[0]
-    stamp = float(sample.timestamp) if sample.timestamp is not None else None
+    try:
+        stamp = float(sample.timestamp) if sample.timestamp is not None else None
+    except (OverflowError, ValueError, TypeError):
+        raise ValueError("timestamp is not a number capplan can hold") from None
     return sample.name, dict(sample.labels), float(sample.value), stamp
 
 
@@ -190,6 +204,9 @@ def parse_sample_line(line: str) -> tuple[str, dict[str, str], float, float | No
     prometheus_client parses the name and labels (cached per distinct series, so a day of scrapes
     costs one parse per series); the value and the millisecond timestamp are plain numbers.
     """
+    tail = line[line.rfind("}") + 1 :]
+    if not tail.isascii():  # float() reads '١٢' and '３', Prometheus does not
+        raise ValueError("the value or timestamp is not written in ASCII digits")
     m = _SAMPLE.match(line)
     if m is None:
         return _parse_with_client(line)
@@ -209,6 +226,7 @@ def _check_value(entry: _Line, what: str) -> None:
         raise RowError("not_finite", f"{what} is {entry.value}")
     if entry.value < 0:
         raise RowError("negative", f"{what} is negative ({entry.value:g})")
+    check_float(entry.value, what)
 
 
 def _model(ctx: FileContext, name: str | None) -> tuple[str, str | None]:
@@ -292,7 +310,7 @@ def _dcgm_sample(ctx: FileContext, report: FileReport, dedupe: Dedupe, entry: _L
             "source_metric": entry.name,
             "model_id": ctx.sidecar.model_id,
             "model_name_raw": ctx.sidecar.model_raw,
-            "gpu_index": int(gpu_index) if gpu_index and gpu_index.isdigit() else None,
+            "gpu_index": int(gpu_index) if gpu_index and _GPU_INDEX.fullmatch(gpu_index) else None,
             "gpu_uuid": entry.labels.get("UUID"),
             "gpu_sku": sku_id,
             "hostname": entry.labels.get("Hostname"),

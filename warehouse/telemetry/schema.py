@@ -10,6 +10,8 @@ from typing import Any
 
 import polars as pl
 
+from warehouse.telemetry.redact import redact
+
 UTC_US = pl.Datetime("us", "UTC")
 
 # One row per deployment observation: a startup-log segment, a CSV/Parquet row, or a
@@ -131,7 +133,12 @@ REASON_CODES: dict[str, str] = {
     "empty": "the file holds nothing but whitespace",
     "no_data": "a readable file in which no line is telemetry capplan reads (every line ignored)",
     "unknown_file_type": "the file is neither a Prometheus snapshot, a vLLM log, a CSV/Parquet export nor a sidecar",
-    "bad_sidecar": "a sidecar (deployment.yaml / *.meta.yaml) is not a mapping of known keys with valid values",
+    "bad_sidecar": "a sidecar (deployment.yaml / *.meta.yaml) is not a mapping of known keys with valid values, or nests too deep",
+    "too_large": "the file is larger than the ingest reads (MAX_FILE_BYTES; sidecars MAX_SIDECAR_BYTES), or a line longer than MAX_LINE_CHARS",
+    "not_a_file": "a FIFO, socket, device or link to a directory: not opened",
+    "outside_folder": "a symbolic link whose target is outside the drop folder: not followed",
+    "unreadable": "the file or folder cannot be opened or read (permissions, broken link)",
+    "parse_error": "reading the file failed in a way no other code names; the reason says how (the rest of the run goes on)",
 }
 
 
@@ -139,9 +146,39 @@ def empty_frame(schema: dict[str, Any]) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
+def clean_text(value: object) -> str | None:
+    """A value for a String column: secrets redacted, lone surrogates (from file names or JSON
+    escapes, which no UTF-8 column can hold) shown as escapes."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return redact(text)
+
+
+_INT_BOUNDS = {pl.Int32: 1 << 31, pl.Int64: 1 << 63}
+
+
+def schema_problem(row: dict[str, Any], schema: dict[str, Any]) -> str | None:
+    """The first value of `row` its column cannot hold (an integer beyond Int32/Int64), or None."""
+    for name, dtype in schema.items():
+        value = row.get(name)
+        bound = _INT_BOUNDS.get(dtype)
+        if bound is not None and isinstance(value, int) and not -bound <= value < bound:
+            return f"{name} = {value:.3e} does not fit {dtype}"
+    return None
+
+
 def frame(rows: list[dict[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
-    """Rows (dicts, missing keys = null) -> a frame with exactly `schema`."""
+    """Rows (dicts, missing keys = null) -> a frame with exactly `schema`; every string cleaned
+    (`clean_text`). Raises when a value does not fit its column: callers range-check first."""
     if not rows:
         return empty_frame(schema)
-    columns = {name: [row.get(name) for row in rows] for name in schema}
+    columns = {
+        name: [clean_text(row.get(name)) for row in rows] if dtype == pl.String else [row.get(name) for row in rows]
+        for name, dtype in schema.items()
+    }
     return pl.DataFrame(columns, schema=schema)

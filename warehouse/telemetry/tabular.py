@@ -22,6 +22,7 @@ from warehouse.telemetry.normalize import (
     DecodedText,
     RowError,
     canonical_dtype,
+    check_float,
     null_text,
     parse_bool,
     parse_int,
@@ -37,11 +38,14 @@ def _text(value: Any) -> str:
 
 
 def _int(value: Any) -> int:
-    return parse_int(value if isinstance(value, int | float) else str(value), "value")
+    """An integer cell: Parquet ints (UInt64 included) and floats range-checked, text parsed."""
+    return parse_int(value if isinstance(value, int | float) and not isinstance(value, bool) else str(value), "value")
 
 
 def _float(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) else parse_number(str(value), "value")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return check_float(float(value), "value")
+    return parse_number(str(value), "value")
 
 
 def _scaled(scale: int) -> Callable[[Any], int]:
@@ -112,6 +116,7 @@ ALIASES = {
     "max_kv_usage": "peak_kv_usage",
 }
 REQUIRED = ("deployment_id", "model")
+MAX_PARQUET_ROWS = 5_000_000  # an export of observations, not of samples: far more is a mistake
 _STARTUP_OUTCOMES = ("started", "failed", "unknown")
 
 
@@ -142,7 +147,16 @@ def parse_csv(ctx: FileContext, text: DecodedText, report: FileReport, dedupe: D
     header: list[str | None] | None = None
     width = 0
     reader = csv.reader(text.lines)
-    for cells in reader:
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:  # a field above csv.field_size_limit(), a NUL, a stray quote: this row only
+            number = reader.line_num
+            raw = text.lines[number - 1] if 0 < number <= len(text.lines) else ""
+            report.reject(number, RowError("malformed", f"CSV row does not parse: {exc}"), raw, ctx.deployment_id)
+            continue
         number = reader.line_num
         raw = text.lines[number - 1] if number - 1 < len(text.lines) else ""
         if not any(c.strip() for c in cells) or (cells and cells[0].lstrip().startswith("#")):
@@ -166,7 +180,13 @@ def parse_csv(ctx: FileContext, text: DecodedText, report: FileReport, dedupe: D
 
 def parse_parquet(ctx: FileContext, report: FileReport, dedupe: Dedupe) -> None:
     try:
+        rows = pl.scan_parquet(io.BytesIO(ctx.raw)).select(pl.len()).collect().item()
+        if rows > MAX_PARQUET_ROWS:
+            raise RowError("too_large", f"{rows:,} rows, above the {MAX_PARQUET_ROWS:,}-row limit: not read")
         table = pl.read_parquet(io.BytesIO(ctx.raw))
+    except RowError as exc:
+        report.reject(None, exc, None)
+        return
     except Exception as exc:  # polars raises several error types for a bad file
         report.reject(None, RowError("malformed", f"not a readable Parquet file ({type(exc).__name__})"), None)
         return

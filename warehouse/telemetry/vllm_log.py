@@ -25,10 +25,12 @@ from typing import Any
 
 from warehouse.telemetry.common import FileContext, FileReport, observation_id
 from warehouse.telemetry.normalize import (
+    MAX_LINE_CHARS,
     DecodedText,
     RowError,
     canonical_dtype,
     human_int,
+    line_too_long,
     null_text,
     parse_bool,
     parse_int,
@@ -106,7 +108,8 @@ class Rule:
 
 
 def _rx(text: str) -> re.Pattern[str]:
-    return re.compile(text)
+    """Rules read ASCII digits only (`\\d` would also match other scripts' digits)."""
+    return re.compile(text, re.ASCII)
 
 
 def _concurrency(m: re.Match[str]) -> Values:
@@ -622,7 +625,7 @@ def _read_args_dict(text: str) -> Values:
     start = text.index("{", text.index("non-default args:"))
     try:
         args = ast.literal_eval(text[start:].strip())
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
         raise RowError("malformed", "non-default args is not a complete Python dict (truncated line?)") from None
     if not isinstance(args, dict):
         raise RowError("malformed", "non-default args is not a dict")
@@ -706,6 +709,9 @@ def parse_vllm_log(ctx: FileContext, text: DecodedText, report: FileReport, dedu
         if number in text.bad_lines:
             report.reject(number, RowError("encoding", "line is not UTF-8"), raw, deployment)
             continue
+        if len(raw) > MAX_LINE_CHARS:
+            report.reject(number, line_too_long(len(raw)), raw, deployment)
+            continue
         directive = _DIRECTIVE.match(raw.strip())
         if directive:
             if directive.group(1).lower() == "deployment_id":
@@ -731,7 +737,7 @@ def parse_vllm_log(ctx: FileContext, text: DecodedText, report: FileReport, dedu
             if command:
                 recognized, marker, priority = True, True, P_COMMAND
                 joined = raw
-                while joined.rstrip().endswith("\\") and i < len(lines):
+                while joined.rstrip().endswith("\\") and i < len(lines) and len(joined) <= MAX_LINE_CHARS:
                     joined = joined.rstrip()[:-1] + " " + lines[i]
                     i += 1  # continuation lines belong to this row
                 values = _read_command(joined, _COMMAND.match(joined) or command)
@@ -874,7 +880,11 @@ def _finish(
     if not has_measurement(values) and values.get("startup_outcome") != "failed":
         reject_all(RowError("missing_field", "no measured value in this engine start (only settings lines)"))
         return
-    when, when_source = observed or ctx.default_time()
+    try:
+        when, when_source = observed or ctx.default_time()
+    except RowError as exc:
+        reject_all(exc)
+        return
     if sidecar.observed_at is not None and observed is None:
         when, when_source = sidecar.observed_at, "sidecar"
     first_line = min(segment.lines)

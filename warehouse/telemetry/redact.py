@@ -1,0 +1,66 @@
+"""Secrets out of everything capplan stores or shows from telemetry.
+
+People paste logs and commands as they are: `HF_TOKEN=hf_...` on a `docker run` line, `'hf_token':
+'hf_...'` in vLLM's non-default args, `Authorization: Bearer ...` from a curl, an `--api-key`, a
+database URL with its password. `redact(text)` replaces the secret part with `[REDACTED]` and keeps
+the rest (so the line still says what it was). It is applied to every string column of every
+telemetry frame (excerpts, reasons, labels, names, notes), so no path around it reaches the
+warehouse, Dagster's run storage (metadata previews) or the logs.
+"""
+
+from __future__ import annotations
+
+import re
+
+MARK = "[REDACTED]"
+
+# Token formats that are secrets wherever they appear.
+_TOKENS = re.compile(
+    r"""
+    \bhf_[A-Za-z0-9]{8,}                      # Hugging Face
+    | \bsk-(?:ant-|proj-)?[A-Za-z0-9_\-]{8,}   # OpenAI / Anthropic style API keys
+    | \b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{16,} | \bgithub_pat_[A-Za-z0-9_]{16,}
+    | \bglpat-[A-Za-z0-9_\-]{16,}             # GitLab
+    | \bxox[abprs]-[A-Za-z0-9\-]{8,}           # Slack
+    | \b(?:AKIA|ASIA)[0-9A-Z]{16}\b            # AWS access key ids
+    | \beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}  # JWTs
+    """,
+    re.VERBOSE,
+)
+# `Authorization: <scheme> <credentials>` and a bare `Bearer <token>`.
+_AUTH = re.compile(r"(?i)(\bauthorization\b['\"]?\s*[:=]\s*['\"]?)(?:(?:bearer|basic|token|digest)\s+)?[^\s'\",}]+")
+_BEARER = re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/\-]+=*")
+# key = value / key: value / 'key': 'value' / --key value / --key=value, for secret-looking keys.
+# The key ends in the secret word: `hf_token`, `HUGGING_FACE_HUB_TOKEN`, `db_password`, `api-key`;
+# not `max_num_batched_tokens` or `tokenizer`.
+_SECRET_KEY = (
+    r"[A-Za-z0-9_.\-]*(?:token|secret|password|passwd|pwd|api[_\-]?key|apikey|access[_\-]?key|"
+    r"private[_\-]?key|credentials?)(?![A-Za-z0-9_])"
+)
+_ASSIGNMENT = re.compile(r"(?i)(\b" + _SECRET_KEY + r"['\"]?\s*(?:=|:)\s*)(?:'[^']*'|\"[^\"]*\"|[^\s,;&'\"}\])]+)")
+_FLAG = re.compile(r"(?i)(--" + _SECRET_KEY + r"(?:\s+|=))(?:'[^']*'|\"[^\"]*\"|[^\s'\"-][^\s'\"]*)")
+# scheme://user:password@host
+_URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://[^\s:/@'\"]*:)[^\s@/'\"]+(@)")
+_QUICK = re.compile(
+    r"(?i)hf_|sk-|gh[pousr]_|github_pat|glpat|xox|AKIA|ASIA|eyJ|authorization|bearer|token|secret|passw|pwd|key|credential|://"
+)
+
+
+def redact(text: str) -> str:
+    """`text` with every secret it holds replaced by `[REDACTED]`."""
+    if not _QUICK.search(text):
+        return text
+    text = _URL_PASSWORD.sub(lambda m: m.group(1) + MARK + m.group(2), text)
+    text = _AUTH.sub(lambda m: m.group(1) + MARK, text)
+    text = _BEARER.sub(lambda m: m.group(1) + MARK, text)
+    text = _FLAG.sub(lambda m: m.group(1) + MARK, text)
+    text = _ASSIGNMENT.sub(_assignment, text)
+    return _TOKENS.sub(MARK, text)
+
+
+def _assignment(m: re.Match[str]) -> str:
+    """`key=value` with the value redacted, unless it is empty, None or already redacted."""
+    value = m.group(0)[len(m.group(1)) :]
+    bare = value.strip("'\"")
+    keep = not bare or MARK in bare or bare.lower() in ("none", "null", "false")
+    return m.group(0) if keep else m.group(1) + MARK
