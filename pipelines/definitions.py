@@ -1,9 +1,13 @@
-"""The one `Definitions` of capplan: `dagster dev` (from the repository root) and `capplan nightly`.
+"""The one `Definitions` of capplan: `dg dev` / `dagster dev` (from the repository root) and `capplan nightly`.
 
 Assets by domain (`pipelines/assets/`): registry sync and GPU catalog -> capacity grid -> marts,
 then `marts/runs` publishes the snapshot atomically. One job, `nightly_job`, selects everything
 (checks included) and runs on the in-process executor: the steps share one process, so no frame is
 pickled between them and the warehouse build is written by one process under one lock.
+
+`defs` is lazy (`@dg.definitions`, what `dg` loads through `[tool.dg]` in pyproject.toml): the
+schedule's cron and the resources' environment are read when the definitions are built, not when
+this module is imported. Code outside Dagster calls `build_definitions()`.
 """
 
 from __future__ import annotations
@@ -31,21 +35,33 @@ nightly_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
 )
 
-nightly_job_schedule = dg.ScheduleDefinition(
-    name="nightly_job_schedule",
-    job=nightly_job,
-    cron_schedule=os.environ.get(CRON_ENV) or DEFAULT_CRON,
-    execution_timezone=TIMEZONE,
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description=f"The nightly refresh (cron from {CRON_ENV}, default '{DEFAULT_CRON}' {TIMEZONE}).",
-)
 
-defs = dg.Definitions(
-    assets=[*_assets, publish],
-    asset_checks=[c for module in _modules for c in module.asset_checks],
-    jobs=[nightly_job],
-    schedules=[nightly_job_schedule],
-    sensors=telemetry.sensors,
-    resources=build_resources(),
-    executor=dg.in_process_executor,
-)
+
+def nightly_job_schedule() -> dg.ScheduleDefinition:
+    """The nightly refresh at CAPPLAN_NIGHTLY_CRON (read now), UTC."""
+    return dg.ScheduleDefinition(
+        name="nightly_job_schedule",
+        job=nightly_job,
+        cron_schedule=os.environ.get(CRON_ENV) or DEFAULT_CRON,
+        execution_timezone=TIMEZONE,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description=f"The nightly refresh (cron from {CRON_ENV}, default '{DEFAULT_CRON}' {TIMEZONE}).",
+    )
+
+
+def build_definitions() -> dg.Definitions:
+    """Every asset, check, job, schedule, sensor and resource, with the environment as it is now."""
+    return dg.Definitions(
+        assets=[*_assets, publish],
+        asset_checks=[c for module in _modules for c in module.asset_checks],
+        jobs=[nightly_job],
+        schedules=[nightly_job_schedule()],
+        sensors=telemetry.sensors,
+        resources=build_resources(),
+        executor=dg.in_process_executor,
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return build_definitions()

@@ -172,8 +172,10 @@ class PlanningResource(dg.ConfigurableResource):
 
 
 def _env(name: str, default: str | int) -> Any:
-    """`dg.EnvVar(name)`, resolved when a run starts; the embedded default fills an unset variable."""
-    os.environ.setdefault(name, str(default))
+    """`dg.EnvVar(name)` (resolved when a run starts) when the variable is set, else the embedded
+    default as a plain value: the process environment is read, never written."""
+    if not os.environ.get(name):
+        return default
     return dg.EnvVar.int(name) if isinstance(default, int) else dg.EnvVar(name)
 
 

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,14 +66,54 @@ def test_nightly_shows_progress_and_a_summary(nightly_done: tuple[PipelineEnv, s
     assert re.search(r"grid rows\s+[\d,]+", output)
     assert re.search(r"run time\s+[\d.]+ s", output)
     assert str(env.warehouse.resolve()) in output
-    pasted = re.findall(r'^\s+capplan sql "(.+)"$', output, flags=re.MULTILINE)
-    assert len(pasted) == 3
+    assert re.search(r"telemetry\s+\d+ files \(", output) and re.search(r"predictions\s+\d+ observed", output)
+    tried = re.findall(r'^\s+(\S+) sql "(.+)"$', output, flags=re.MULTILINE)
+    assert len(tried) == 3
+    command = tried[0][0]  # runs without an activated venv: on PATH, or the script's own path
+    assert shutil.which(command) if command == "capplan" else Path(command).is_file(), command
+    pasted = [sql for _command, sql in tried]
     con = duckdb.connect(str(env.warehouse), read_only=True)
     try:
         for sql in pasted:  # the three example queries run as printed
             con.execute(sql).fetchall()
     finally:
         con.close()
+
+
+def test_the_nightly_run_is_recorded_in_the_dagster_instance(nightly_done: tuple[PipelineEnv, str]) -> None:
+    """What `dg dev` shows: the run, successful, with its asset materializations."""
+    import dagster as dg
+
+    env, output = nightly_done
+    run_id = re.search(r"Published run (\S+)", output).group(1)  # type: ignore[union-attr]
+    with dg.DagsterInstance.from_config(str(env.dagster_home)) as instance:
+        run = instance.get_run_by_id(run_id)
+        assert run is not None and run.is_success and run.tags["capplan/trigger"] == "capplan nightly"
+        assert instance.get_latest_materialization_event(dg.AssetKey(["marts", "runs"])) is not None
+    assert f"DAGSTER_HOME={env.dagster_home}" in output
+
+
+def test_a_pasted_log_without_a_gpu_is_kept_and_says_why_it_was_not_predicted(
+    runner: CliRunner, pipeline_env: PipelineEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    log = (PROJECT_ROOT / "warehouse/telemetry/sample/chat-llama8b-h100/startup.log").read_text()
+    pasted = "\n".join(line for line in log.splitlines() if "nvidia-smi" not in line and "GPU 0:" not in line)
+    (drop / "pasted.log").write_text(pasted + "\n")
+    monkeypatch.setenv("CAPPLAN_TELEMETRY_DIR", str(drop))
+    result = runner.invoke(app, ["nightly"])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"telemetry\s+1 files \(drop_folder .*\): 1 observations", result.output), result.output
+    assert re.search(r"predictions\s+1 observed deployments: 0 predicted, 1 skipped \(1 x no GPU", result.output)
+    con = duckdb.connect(str(pipeline_env.warehouse), read_only=True)
+    try:
+        status, reason = con.execute(
+            "select prediction_status, prediction_reason from marts.prediction_vs_measured"
+        ).fetchone()  # type: ignore[misc]
+    finally:
+        con.close()
+    assert status == "skipped" and reason.startswith("no GPU")
 
 
 def test_sql_answers_the_issue_query_in_every_format(runner: CliRunner, nightly_done: tuple[PipelineEnv, str]) -> None:
@@ -154,6 +195,12 @@ def test_nightly_on_the_bundled_catalog_from_a_fresh_directory(tmp_path: Path) -
     print(result.stdout)
     warehouse = tmp_path / "var" / "warehouse.duckdb"
     assert warehouse.is_file() and (tmp_path / "var" / "registry.db").is_file()
+    # no DAGSTER_HOME, no ./dagster.yaml: the run is kept in a persistent instance under var/dagster
+    assert "DAGSTER_HOME=var/dagster dg dev shows it" in result.stdout
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(tmp_path / "var" / "dagster")) as instance:
+        assert [r.is_success for r in instance.get_runs()] == [True]
 
     answer = subprocess.run(
         [str(CAPPLAN), "sql", "--format", "json", ISSUE_QUERY], cwd=tmp_path, env=env, capture_output=True, text=True

@@ -84,7 +84,9 @@ def _until_key(lines: list[str]) -> list[str]:
 
 def _core_relations() -> list[tuple[str, str]]:
     """(layer, table) of the staging and marts assets of the groups these tests materialize."""
-    from pipelines.definitions import defs
+    from pipelines.definitions import build_definitions
+
+    defs = build_definitions()
 
     graph = defs.resolve_asset_graph()
     keys = [k for k in graph.get_all_asset_keys() if graph.get(k).group_name in NIGHTLY_CORE_GROUPS]

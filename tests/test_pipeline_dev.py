@@ -1,7 +1,9 @@
-"""`dagster dev` from the repository root: the UI answers and serves our asset graph (slow).
+"""`dg dev` from the repository root: the UI answers and serves our asset graph (slow).
 
-Started from Python's subprocess (so SIGTERM stops it, see stack-notes G6) on 127.0.0.1 and a free
-port, with DAGSTER_HOME unset: the root dagster.yaml puts the instance storage under var/dagster.
+Started from Python's subprocess on 127.0.0.1 and a free port, with SIGINT restored to its default
+in the child (Dagster maps SIGTERM to the SIGINT handler; a shell's background job inherits SIGINT
+ignored, stack-notes G6), and DAGSTER_HOME unset: the root dagster.yaml puts the instance storage
+under var/dagster. `dg` finds the project through [tool.dg] in pyproject.toml.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DAGSTER = Path(sys.executable).with_name("dagster")
+DG = Path(sys.executable).with_name("dg")
 STARTUP_TIMEOUT_S = 180
 
 
@@ -47,16 +49,21 @@ def _get(url: str, body: bytes | None = None) -> tuple[int, bytes]:
 
 
 @pytest.mark.slow
-def test_dagster_dev_starts_from_the_repository_root_and_stops_on_sigterm(tmp_path: Path) -> None:
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_dg_dev_starts_from_the_repository_root_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = _free_port()
     log = (tmp_path / "dagster-dev.log").open("w")
     process = subprocess.Popen(
-        [str(DAGSTER), "dev", "-h", "127.0.0.1", "-p", str(port), "-m", "pipelines.definitions"],
+        [str(DG), "dev", "--host", "127.0.0.1", "--port", str(port)],
         cwd=PROJECT_ROOT,
         env=_env(tmp_path),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=_sigint_default,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -90,16 +97,16 @@ def test_dagster_dev_starts_from_the_repository_root_and_stops_on_sigterm(tmp_pa
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-            pytest.fail("dagster dev ignored SIGTERM")
+            pytest.fail("dg dev ignored SIGTERM")
         finally:
             log.close()
     assert process.returncode is not None
 
 
 @pytest.mark.slow
-def test_dagster_definitions_validate(tmp_path: Path) -> None:
+def test_dg_check_defs(tmp_path: Path) -> None:
     result = subprocess.run(
-        [str(DAGSTER), "definitions", "validate", "-m", "pipelines.definitions"],
+        [str(DG), "check", "defs"],
         cwd=PROJECT_ROOT,
         env=_env(tmp_path),
         capture_output=True,

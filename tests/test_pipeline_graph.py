@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pytest
 
-from pipelines.definitions import DEFAULT_CRON, defs
+from pipelines.definitions import DEFAULT_CRON, build_definitions
 from warehouse.sql import sql_path
 
+defs = build_definitions()
 SNAPSHOT = Path(__file__).parent / "snapshots" / "asset_graph.json"
 UPDATE_ENV = "CAPPLAN_UPDATE_SNAPSHOTS"
 
@@ -85,3 +87,23 @@ def test_the_nightly_job_runs_everything_in_process_on_a_utc_schedule() -> None:
         assert schedule.cron_schedule == DEFAULT_CRON == "0 2 * * *"
     everything = defs.resolve_asset_graph().get_all_asset_keys()
     assert set(job.asset_layer.asset_graph.get_all_asset_keys()) == everything
+
+
+def test_the_cron_and_the_environment_are_read_when_the_definitions_are_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Importing the definitions writes nothing into os.environ; building them reads it."""
+    import subprocess
+    import sys
+
+    probe = (  # capplan's own variables (libraries such as polars may tune their allocator's)
+        "import os; before = dict(os.environ); import pipelines.definitions, pipelines.resources; "
+        "print(sorted(k for k in set(os.environ.items()) ^ set(before.items()) if k[0].startswith('CAPPLAN_')))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPPLAN_")}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+    monkeypatch.setenv("CAPPLAN_NIGHTLY_CRON", "30 4 * * 1")
+    assert build_definitions().resolve_schedule_def("nightly_job_schedule").cron_schedule == "30 4 * * 1"
+    monkeypatch.delenv("CAPPLAN_NIGHTLY_CRON")
+    assert build_definitions().resolve_schedule_def("nightly_job_schedule").cron_schedule == DEFAULT_CRON

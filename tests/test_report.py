@@ -27,7 +27,9 @@ from tests.test_telemetry_pipeline import Env
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Env:
-    from pipelines.definitions import defs
+    from pipelines.definitions import build_definitions
+
+    defs = build_definitions()
 
     env = Env(tmp_path_factory.mktemp("report"))
     result = dg.materialize(

@@ -82,8 +82,15 @@ class PipelineEnv:
 
         return SAMPLE_DIR
 
+    @property
+    def dagster_home(self) -> Path:
+        """The Dagster instance `capplan nightly` records its runs in (not the repository's var/)."""
+        return self.root / "var" / "dagster"
+
     def env(self) -> dict[str, str]:
+        self.dagster_home.mkdir(parents=True, exist_ok=True)
         return {
+            "DAGSTER_HOME": str(self.dagster_home),
             "CAPPLAN_REGISTRY_URL": self.registry_url,
             "CAPPLAN_WAREHOUSE": str(self.warehouse),
             "CAPPLAN_CATALOG_DIR": str(self.catalog),
@@ -120,7 +127,9 @@ def materialize_everything(env: PipelineEnv, **warehouse_options: Any) -> Any:
     telemetry and recommendations groups, which have tests of their own)."""
     import dagster as dg
 
-    from pipelines.definitions import defs
+    from pipelines.definitions import build_definitions
+
+    defs = build_definitions()
 
     return dg.materialize(
         [*(defs.assets or []), *(defs.asset_checks or [])],

@@ -46,12 +46,23 @@ def markdown_preview(con: duckdb.DuckDBPyConnection, layer: str, table: str, lim
     return "\n".join(lines)
 
 
+def run_row_count(con: duckdb.DuckDBPyConnection, layer: str, table: str, column_names: set[str]) -> int:
+    """Rows of this run: raw tables, staging and history views keep every retained run's rows,
+    keyed by run_id; counting them all would add the earlier runs' history to each run's count."""
+    if "run_id" not in column_names:
+        return row_count(con, layer, table)
+    row = con.execute(
+        f"select count(*) from {qualified(layer, table)} where run_id = (select run_id from raw.run)"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def relation_metadata(
     con: duckdb.DuckDBPyConnection, layer: str, table: str, extra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     cols = columns(con, layer, table)
     metadata: dict[str, Any] = {
-        "dagster/row_count": dg.MetadataValue.int(row_count(con, layer, table)),
+        "dagster/row_count": dg.MetadataValue.int(run_row_count(con, layer, table, {name for name, _, _ in cols})),
         "dagster/relation_identifier": f"{layer}.{table}",
         "dagster/column_schema": dg.TableSchema(
             columns=[dg.TableColumn(name, dtype, description=comment) for name, dtype, comment in cols]

@@ -167,9 +167,17 @@ def admission_within_calibrated_capacity(warehouse: WarehouseResource) -> dg.Ass
         f"{r['token_budget']:,} tokens / {r['sequence_budget']:,} sequences ({r['capacity_source']} capacity)"
         for r in rows.iter_rows(named=True)
     ]
+    first = rows.head(2).iter_rows(named=True)
     return dg.AssetCheckResult(
         passed=rows.is_empty(),
         severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{rows.height} deployment(s) admit more than their calibrated capacity: "
+            + "; ".join(f"{r['deployment_id']} ({r['status_reason']})" for r in first)
+            + ("; ..." if rows.height > 2 else "")
+            if rows.height
+            else None
+        ),
         metadata={
             "deployments": int(total[0]) if total else 0,
             "over_capacity": rows.height,
@@ -194,9 +202,13 @@ def every_workload_placed(warehouse: WarehouseResource) -> dg.AssetCheckResult:
         planned = con.execute("select count(*) from raw.recommended_placements where in_fleet_plan").fetchone()
     lines = [f"- {w} / {m}: {why}" for w, m, why in infeasible]
     lines += [f"- workloads file: {w}: {why}" for w, why in invalid]
+    problems = [f"{len(infeasible)} model x workload(s) with no feasible placement"] if infeasible else []
+    problems += [f"{len(invalid)} unreadable workload entr(ies)"] if invalid else []
+    problems += [f"unserved by the procurement plan: {', '.join(str(u[0]) for u in unserved)}"] if unserved else []
     return dg.AssetCheckResult(
         passed=not infeasible and not invalid and not unserved,
         severity=dg.AssetCheckSeverity.WARN,
+        description="; ".join([*problems, *(f"e.g. {w} / {m}: {why}" for w, m, why in infeasible[:1])]) or None,
         metadata={
             "placements_in_plan": int(planned[0]) if planned else 0,
             "infeasible": len(infeasible),

@@ -251,18 +251,32 @@ def prediction_drift(planning: PlanningResource, warehouse: WarehouseResource) -
         f"concurrency {_pct(d['max_concurrency_error'])}"
         for d in drifted[:20]
     ]
+    worst = ", ".join(f"{d['deployment_id']} (KV pool {_pct(d['kv_pool_error'])})" for d in drifted[:3])
     return dg.AssetCheckResult(
         passed=not drifted,
         severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{len(drifted)} of {int(n or 0)} deployments off by more than {planning.drift_threshold_pct} %: {worst}"
+            + (", ..." if len(drifted) > 3 else "")
+            if drifted
+            else None
+        ),
         metadata={
             "threshold_pct": planning.drift_threshold_pct,
             "deployments_compared": int(n or 0),
             "drifting": len(drifted),
-            "median_abs_kv_pool_error_pct": dg.MetadataValue.float(round(100 * float(median_error or 0), 3)),
-            "median_abs_kv_pool_error_calibrated_pct": dg.MetadataValue.float(round(100 * float(median_loo or 0), 3)),
+            "median_abs_kv_pool_error_pct": _pct_metadata(median_error),
+            # null, not 0, when no deployment had a leave-one-out calibration to compare
+            "median_abs_kv_pool_error_calibrated_pct": _pct_metadata(median_loo),
             "deployments": dg.MetadataValue.md("\n".join(lines) or "none"),
         },
     )
+
+
+def _pct_metadata(fraction: object) -> dg.MetadataValue:
+    if fraction is None:
+        return dg.MetadataValue.null()
+    return dg.MetadataValue.float(round(100 * float(fraction), 3))  # type: ignore[arg-type]
 
 
 def _pct(value: object) -> str:

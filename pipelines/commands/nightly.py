@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import sys
 import time
 import uuid
@@ -18,14 +19,17 @@ import warnings
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 if TYPE_CHECKING:
+    import duckdb
     from dagster import DagsterInstance
     from dagster._core.events.log import EventLogEntry
 
+DAGSTER_BASE_DIR = Path("var/dagster")
 SUMMARY_QUERIES = ("b_max_by_gpu", "cheapest_deployment", "max_context_at_concurrency")
 
 
@@ -35,18 +39,26 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 @contextmanager
-def dagster_instance() -> Iterator[DagsterInstance]:
-    """DAGSTER_HOME's instance when set (the run is then recorded there, like a scheduled one);
-    else an in-memory instance: the run's record is `marts.runs`, and the SQLite event log of a
-    persistent instance would cost about as much time as the run itself on a small machine."""
+def dagster_instance() -> Iterator[tuple[DagsterInstance, str]]:
+    """The persistent instance `dg dev` started here shows, and how to name it: DAGSTER_HOME when
+    set; else ./dagster.yaml (what `dg dev` reads without DAGSTER_HOME; the repository's keeps its
+    storage under var/dagster); with neither, Dagster's defaults under var/dagster."""
     from dagster import DagsterInstance
 
-    if os.environ.get("DAGSTER_HOME"):
+    home = os.environ.get("DAGSTER_HOME")
+    if home:
         with DagsterInstance.get() as instance:
-            yield instance
+            yield instance, f"DAGSTER_HOME={home}"
+    elif (Path.cwd() / "dagster.yaml").is_file():
+        with DagsterInstance.from_config(str(Path.cwd())) as instance:
+            yield instance, "./dagster.yaml (dg dev from this directory shows it)"
     else:
-        with DagsterInstance.ephemeral() as instance:
-            yield instance
+        DAGSTER_BASE_DIR.mkdir(parents=True, exist_ok=True)
+        config = DAGSTER_BASE_DIR / "dagster.yaml"
+        if not config.exists():  # Dagster's defaults, without its first-run telemetry banner
+            config.write_text("telemetry:\n  enabled: false\nnux:\n  enabled: false\n", encoding="utf-8")
+        with DagsterInstance.from_config(str(DAGSTER_BASE_DIR.resolve())) as instance:
+            yield instance, f"{DAGSTER_BASE_DIR} (DAGSTER_HOME={DAGSTER_BASE_DIR} dg dev shows it)"
 
 
 def one_line_sql(sql: str) -> str:
@@ -73,12 +85,15 @@ class Progress:
         self.checks: dict[str, list[tuple[str, str]]] = defaultdict(list)
         self.failures: list[str] = []
         self.failed_checks: list[str] = []
+        self.warnings: list[str] = []
 
     def __call__(self, entry: EventLogEntry) -> None:
         with contextlib.suppress(Exception):  # progress output must never break the run
             self._handle(entry)
 
     def _handle(self, entry: EventLogEntry) -> None:
+        from rich.markup import escape
+
         event = entry.dagster_event
         if event is None:
             return
@@ -94,15 +109,16 @@ class Progress:
             label = f"{evaluation.check_name} on {'.'.join(evaluation.asset_key.path)}"
             warning = getattr(evaluation.severity, "value", "") == "WARN"
             verdict = "passed" if evaluation.passed else ("warning" if warning else "failed")
+            if not evaluation.passed:  # the check's own one-line reason (AssetCheckResult.description)
+                reason = " ".join((evaluation.description or "no reason given; see the check in dg dev").split())
+                label = f"{label}: {reason}"
+                (self.warnings if verdict == "warning" else self.failed_checks).append(label)
             self.checks[step].append((label, verdict))
-            if verdict == "failed":
-                self.failed_checks.append(label)
         elif kind == "STEP_SUCCESS":
             seconds = event.event_specific_data.duration_ms / 1000  # type: ignore[union-attr]
             marks = {"passed": "[green]✓[/]", "warning": "[yellow]![/]", "failed": "[red]✗[/]"}
             for label, verdict in self.checks.get(step, []):
-                note = "  (warning)" if verdict == "warning" else ""
-                self.console.print(f"  {marks[verdict]} check {label}{note}  [dim]{seconds:.2f} s[/]")
+                self.console.print(f"  {marks[verdict]} check {escape(label)}  [dim]{seconds:.2f} s[/]")
             if step not in self.checks:
                 detail = ", ".join(self.rows.get(step, [])) or step
                 self.console.print(f"  [green]✓[/] {detail}  [dim]{seconds:.2f} s[/]")
@@ -110,7 +126,7 @@ class Progress:
             error = event.event_specific_data.error  # type: ignore[union-attr]
             reason = _error_line(error)
             self.failures.append(f"{step}: {reason}")
-            self.console.print(f"  [red]✗[/] {step}: {reason}")
+            self.console.print(f"  [red]✗[/] {step}: {escape(reason)}")
         elif kind == "STEP_SKIPPED":
             self.console.print(f"  [yellow]-[/] {step} skipped (an upstream step or blocking check failed)")
 
@@ -134,7 +150,7 @@ def nightly(
     import duckdb
 
     from models_registry import db
-    from pipelines.definitions import defs
+    from pipelines.definitions import build_definitions
     from warehouse.lock import WarehouseBusy
     from warehouse.publish import Warehouse
     from warehouse.sql import example_queries
@@ -155,9 +171,9 @@ def nightly(
         fail(str(exc))
     progress = Progress(console)
     try:
-        with dagster_instance() as instance:
+        with dagster_instance() as (instance, instance_label):
             instance.add_event_listener(run_id, progress)
-            job = defs.resolve_job_def("nightly_job")
+            job = build_definitions().resolve_job_def("nightly_job")
             result = job.execute_in_process(
                 instance=instance,
                 run_id=run_id,
@@ -171,7 +187,7 @@ def nightly(
     if not result.success:
         reasons = progress.failures + [f"blocking check failed: {c}" for c in progress.failed_checks]
         console.print(f"[red]nightly run {run_id} failed after {elapsed:.1f} s; nothing was published[/]")
-        for reason in reasons or ["see the run in `dagster dev`"]:
+        for reason in reasons or [f"see the run in dg dev ({instance_label})"]:
             typer.echo(f"  {reason}", err=True)
         raise typer.Exit(1)
 
@@ -182,6 +198,7 @@ def nightly(
             "from marts.runs where run_id = $run_id",
             {"run_id": run_id},
         ).fetchone()
+        telemetry_lines = telemetry_summary(con)
     except duckdb.Error as exc:
         fail(f"the run finished but its marts.runs row cannot be read: {exc}", code=1)
     finally:
@@ -197,13 +214,61 @@ def nightly(
     )
     console.print(f"  GPUs            {gpus:,}")
     console.print(f"  grid rows       {grid_rows:,}  (context limits: {limit_rows:,})")
+    for line in telemetry_lines:
+        console.print(line, markup=False)
+    if progress.warnings:
+        console.print(
+            f"  warnings        {len(progress.warnings)} check(s), each with its reason above", style="yellow"
+        )
     console.print(f"  run time        {elapsed:.1f} s")
     console.print(f"  warehouse       {store.path.resolve()}  ({size_mb:,.1f} MB)")
+    console.print(f"  Dagster run     {run_id} in {instance_label}", markup=False)
     console.print()
+    command = capplan_command()
     console.print("Try:")
     queries = example_queries()
     for name in SUMMARY_QUERIES:
         if name in queries:
-            console.print(f'  capplan sql "{one_line_sql(queries[name])}"')
-    console.print("More in warehouse/queries/ (capplan sql --file warehouse/queries/<name>.sql).", style="dim")
+            console.print(f'  {command} sql "{one_line_sql(queries[name])}"', markup=False)
+    console.print(f"More in warehouse/queries/ ({command} sql --file warehouse/queries/<name>.sql).", style="dim")
     sys.stdout.flush()
+
+
+def capplan_command() -> str:
+    """How to run capplan again from here, so the printed lines work without an activated venv:
+    `capplan` when PATH finds this very script, else the path it was started as (`.venv/bin/capplan`)."""
+    started_as = Path(sys.argv[0])
+    script = started_as if started_as.name == "capplan" else Path(sys.executable).with_name("capplan")
+    if not script.is_file():
+        return "capplan"
+    on_path = shutil.which("capplan")
+    if on_path and os.path.samefile(on_path, script):
+        return "capplan"
+    relative = os.path.relpath(os.path.abspath(script))
+    return relative if not relative.startswith("..") else os.path.abspath(script)
+
+
+def telemetry_summary(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The telemetry of this run in two lines: where it came from, files, observations, rejects;
+    how many observed deployments were predicted, and why the others were skipped."""
+    files = con.execute(
+        "select count(*), coalesce(sum(observations), 0), coalesce(sum(samples), 0), coalesce(sum(rejected), 0), "
+        "any_value(telemetry_source), any_value(drop_dir) from marts.telemetry_files"
+    ).fetchone()
+    n_files, observations, samples, rejected, source, drop_dir = files or (0, 0, 0, 0, None, None)
+    origin = f"{source} {drop_dir}" if drop_dir else str(source or "no drop folder")
+    lines = [
+        f"  telemetry       {n_files:,} files ({origin}): {observations:,} observations, {samples:,} samples, "
+        f"{rejected:,} rows rejected" + (" (see marts.telemetry_rejects)" if rejected else "")
+    ]
+    rows = con.execute(
+        "select prediction_status, prediction_reason, count(*) from marts.prediction_vs_measured "
+        "group by all order by 3 desc, 2"
+    ).fetchall()
+    predicted = sum(n for status, _reason, n in rows if status == "predicted")
+    skipped = [(reason, n) for status, reason, n in rows if status != "predicted"]
+    deployments = predicted + sum(n for _reason, n in skipped)
+    line = f"  predictions     {deployments:,} observed deployments: {predicted:,} predicted, {deployments - predicted:,} skipped"
+    if skipped:
+        line += " (" + "; ".join(f"{n} x {reason}" for reason, n in skipped) + "; see marts.prediction_vs_measured)"
+    return [*lines, line]
