@@ -72,6 +72,7 @@ MAX_VOCAB = 100_000_000
 MAX_EXPERTS = 1_000_000
 MAX_POSITIONS = 1 << 34  # ~1.7e10 tokens
 DEFAULT_MAX_LEN = 2048  # vLLM's fallback when no length key is present
+MAX_ROPE_FACTOR = 1024  # published configs scale by 4 to 64; NaN, inf and 1e300 are not factors
 
 # vLLM's `possible_keys` for the model's maximum length, in its order.
 _LENGTH_KEYS = (
@@ -1514,14 +1515,14 @@ def _context_limit(m: _Model) -> tuple[int, int]:
                 continue
             value = entry.get("factor", factor)
             if value is not None:
-                if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                    m.fail(f"rope scaling `factor` must be a positive number, got {_clip(value)}")
+                if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_ROPE_FACTOR:
+                    m.fail(f"rope scaling `factor` must be a number in (0, {MAX_ROPE_FACTOR:,}], got {_clip(value)}")
                 factor = float(value)
             if rope_type == "yarn":
                 orig = entry.get("original_max_position_embeddings")
                 if orig is None:
                     orig = c.raw("original_max_position_embeddings") or max_pos
-                if isinstance(orig, bool) or not isinstance(orig, int) or orig < 1:
+                if isinstance(orig, bool) or not isinstance(orig, int) or not 1 <= orig <= MAX_POSITIONS:
                     m.fail(f"yarn `original_max_position_embeddings` must be a positive integer, got {_clip(orig)}")
                 derived = orig
         derived *= factor
