@@ -402,3 +402,94 @@ def test_reason_codes_are_documented() -> None:
     readme = (Path(__file__).resolve().parent.parent / "warehouse" / "telemetry" / "README.md").read_text()
     missing = [code for code in REASON_CODES if f"`{code}`" not in readme]
     assert missing == []
+
+
+# --- the real nightly on the hostile folder ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hostile_nightly(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str | None], str]:
+    """`capplan nightly` (the Dagster job, a persistent instance under var/dagster) run from a
+    fresh directory on a small catalog, with the hostile folder as CAPPLAN_TELEMETRY_DIR."""
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+    from tests.test_warehouse_fixtures import write_catalog
+
+    root = tmp_path_factory.mktemp("hostile-nightly")
+    expected = write_hostile_drop(root)
+    catalog = write_catalog(root / "catalog", (MODEL,), ("h100-sxm-80gb", "l4-24gb"))
+    env = {
+        "CAPPLAN_REGISTRY_URL": f"sqlite:///{root / 'var' / 'registry.db'}",
+        "CAPPLAN_WAREHOUSE": str(root / "var" / "warehouse.duckdb"),
+        "CAPPLAN_CATALOG_DIR": str(catalog),
+        "CAPPLAN_TELEMETRY_DIR": str(root / "telemetry"),
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        patch.delenv("DAGSTER_HOME", raising=False)
+        for name, value in env.items():
+            patch.setenv(name, value)
+        result = CliRunner().invoke(app, ["nightly"])
+    assert result.exit_code == 0, result.output
+    return root, expected, result.output
+
+
+def test_a_hostile_drop_folder_still_publishes_a_nightly(
+    hostile_nightly: tuple[Path, dict[str, str | None], str],
+) -> None:
+    """Done-when of issue 9: every file of the hostile folder is in marts.telemetry_files with its
+    outcome, and the good deployment beside them is predicted."""
+    root, expected, _ = hostile_nightly
+    con = duckdb.connect(str(root / "var" / "warehouse.duckdb"), read_only=True)
+    try:
+        files = {
+            r[0]: r[1:]
+            for r in con.execute("select file, rows_in, accepted, rejected from marts.telemetry_files").fetchall()
+        }
+        rejects = con.execute("select file, reason_code from marts.telemetry_rejects").fetchall()
+        predicted = con.execute(
+            "select prediction_status from marts.prediction_vs_measured where deployment_id = $d", {"d": GOOD}
+        ).fetchall()
+    finally:
+        con.close()
+    assert set(files) == set(expected)
+    assert all(rows_in == accepted + rejected for rows_in, accepted, rejected in files.values())
+    codes: dict[str, set[str]] = {}
+    for name, code in rejects:
+        codes.setdefault(name, set()).add(code)
+    assert {name for name, code in expected.items() if code and code not in codes.get(name, set())} == set()
+    assert predicted == [("predicted",)]
+
+
+def test_no_planted_secret_in_any_output_or_file_under_var(
+    hostile_nightly: tuple[Path, dict[str, str | None], str],
+) -> None:
+    """The tokens planted in a pasted log (and in a file outside the folder that a link points to)
+    appear nowhere: not in the nightly's output, not in any byte of any file under var/ (the
+    DuckDB warehouse, the registry, Dagster's run and event storage, compute logs)."""
+    root, _, output = hostile_nightly
+    for secret in SECRETS:
+        assert secret not in output
+    files = [p for p in (root / "var").rglob("*") if p.is_file() and not p.is_symlink()]
+    assert any(p.name == "warehouse.duckdb" for p in files)
+    assert any("dagster" in p.parts for p in files), "the run is recorded in a persistent Dagster instance"
+    leaks = [
+        (str(p.relative_to(root)), secret)
+        for p in files
+        for secret in SECRETS
+        if secret.encode() in p.read_bytes() or secret.encode("utf-16-le") in p.read_bytes()
+    ]
+    assert leaks == []
+    # ... and the redacted line did arrive, so the test is not vacuous
+    con = duckdb.connect(str(root / "var" / "warehouse.duckdb"), read_only=True)
+    try:
+        excerpts = [
+            r[0]
+            for r in con.execute(
+                "select raw_excerpt from marts.telemetry_rejects where file = 'logs/leaky.log'"
+            ).fetchall()
+        ]
+    finally:
+        con.close()
+    assert excerpts and all(MARK in e for e in excerpts)
