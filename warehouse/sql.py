@@ -201,7 +201,8 @@ READER_CONFIG: dict[str, str | bool] = {
 # Table functions that change the session despite the locked configuration: log storage
 # (`enable_logging(storage = 'file', ...)` cannot write the file, but it leaves the connection
 # unusable and aborts the process at exit), profiling, and the two that run SQL built from
-# strings (`query(...)`, `json_execute_serialized_sql(...)`) and so would hide the others.
+# strings (`query(...)`, `json_execute_serialized_sql(...)`) and so would hide the others; and
+# `checkpoint()` (a no-op on a read-only file, refused like the CHECKPOINT statement).
 _SESSION_FUNCTIONS = frozenset(
     {
         "enable_logging",
@@ -211,6 +212,8 @@ _SESSION_FUNCTIONS = frozenset(
         "disable_profiling",
         "query",
         "json_execute_serialized_sql",
+        "checkpoint",
+        "force_checkpoint",
     }
 )
 
@@ -226,7 +229,7 @@ def connect_reader(path: str | Path) -> duckdb.DuckDBPyConnection:
 
 def _allowed_statement_types() -> frozenset[duckdb.StatementType]:
     kinds = duckdb.StatementType
-    names = ("SELECT", "EXPLAIN", "PRAGMA", "PREPARE", "EXECUTE", "SET", "VARIABLE_SET", "CALL")
+    names = ("SELECT", "EXPLAIN", "PREPARE", "EXECUTE", "SET", "VARIABLE_SET", "CALL")
     return frozenset(getattr(kinds, name) for name in names if hasattr(kinds, name))
 
 
@@ -234,9 +237,11 @@ def reader_statements(sql: str) -> list[str]:
     """The statements of `sql` a reader may run, in order (ReadOnlyViolation otherwise).
 
     Defence in depth next to READER_CONFIG: only statements that read (SELECT, and what DuckDB
-    rewrites to one: DESCRIBE, SHOW, SUMMARIZE, PRAGMA; EXPLAIN; PREPARE/EXECUTE; SET and CALL,
-    which the locked configuration and the read-only file still bound), so a COPY, ATTACH,
-    EXPORT, INSTALL, LOAD, CHECKPOINT or DDL statement is refused by name before it reaches DuckDB.
+    rewrites to one: DESCRIBE, SHOW, SUMMARIZE and the reading PRAGMAs such as `pragma version`;
+    EXPLAIN; PREPARE/EXECUTE; SET and CALL, which the locked configuration and the read-only file
+    still bound), so a COPY, ATTACH, EXPORT, INSTALL, LOAD, CHECKPOINT, DDL statement or a PRAGMA
+    that changes the session (`enable_checkpoint_on_shutdown`...) is refused by name before it
+    reaches DuckDB.
     """
     allowed = _allowed_statement_types()
     statements = duckdb.extract_statements(sql)
