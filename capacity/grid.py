@@ -146,6 +146,7 @@ POOL_COLUMNS = (
     "pool_swa_window",
 )
 
+_WINDOW_PARTS = ("groups", "held", "block_size")
 _I64 = pl.Int64
 _F64 = pl.Float64
 _STR = pl.String
@@ -237,7 +238,7 @@ class _Registry:
     settings: list[tuple[object, ...]] = field(default_factory=list)
     batches: dict[tuple[str, int], set[tuple[int, int]]] = field(default_factory=dict)
     block_sizes: dict[tuple[str, int], set[int]] = field(default_factory=dict)
-    shapes: list[tuple[int, int, int, int, int, int, tuple[tuple[int, int], ...]]] = field(default_factory=list)
+    shapes: list[tuple[int, int, int, int, int, int, tuple[tuple[int, int, int], ...]]] = field(default_factory=list)
     shape_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
     # the KV side of a layout depends on the model's layers only (not its parameter counts): models
     # that share them (fine-tunes, re-quantizations) share these results, keyed by `kv_view` id
@@ -527,7 +528,8 @@ def _units(t: pl.Expr, windows: int) -> pl.Expr:
     units = pl.col("pool_fixed_units") + pl.col("pool_per_block_groups") * _cdiv(t, bs)
     for j in range(windows):
         held = pl.col(f"pool_window_{j}_held") + pl.col("pool_max_in_flight_tokens")
-        units = units + pl.col(f"pool_window_{j}_groups") * _cdiv(pl.min_horizontal(held, t), bs)
+        window_bs = pl.col(f"pool_window_{j}_block_size")
+        units = units + pl.col(f"pool_window_{j}_groups") * _cdiv(pl.min_horizontal(held, t), window_bs)
     return units
 
 
@@ -633,12 +635,12 @@ def _shape_frame(t: _Registry) -> tuple[pl.LazyFrame, int]:
         "pool_swa_window": _I64,
     }
     for j in range(windows):
-        schema |= {f"pool_window_{j}_groups": _I64, f"pool_window_{j}_held": _I64}
+        schema |= {f"pool_window_{j}_groups": _I64, f"pool_window_{j}_held": _I64, f"pool_window_{j}_block_size": _I64}
     rows = []
     for *head, windowed in t.shapes:
         row: list[object] = list(head)
         for j in range(windows):
-            row += list(windowed[j]) if j < len(windowed) else [0, 0]
+            row += list(windowed[j]) if j < len(windowed) else [0, 0, 1]
         rows.append(tuple(row))
     return _rows(rows, schema), windows
 
@@ -870,7 +872,7 @@ def _multi(f: _Frames, not_fitting: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _keep(windows: int) -> list[str]:
-    pool = [*POOL_COLUMNS, *(f"pool_window_{j}_{part}" for j in range(windows) for part in ("groups", "held"))]
+    pool = [*POOL_COLUMNS, *(f"pool_window_{j}_{part}" for j in range(windows) for part in _WINDOW_PARTS)]
     return ["_rank", "model_idx", "gpu_idx", *DEPLOYMENT_ONLY_COLUMNS, *pool]
 
 
@@ -1227,9 +1229,14 @@ def iter_grid_tables(
 
 
 def _with_windows(frame: pl.LazyFrame, have: int, want: int) -> pl.LazyFrame:
-    """Pool window columns up to `want`: a window a pool does not have holds no layer (0 x anything)."""
-    zeros = [pl.lit(0, _I64).alias(f"pool_window_{j}_{part}") for j in range(have, want) for part in ("groups", "held")]
-    return frame.with_columns(zeros) if zeros else frame
+    """Pool window columns up to `want`: a window a pool does not have holds no layer (0 x anything,
+    with a block size of 1 so that the division stays defined)."""
+    empty = [
+        pl.lit(1 if part == "block_size" else 0, _I64).alias(f"pool_window_{j}_{part}")
+        for j in range(have, want)
+        for part in _WINDOW_PARTS
+    ]
+    return frame.with_columns(empty) if empty else frame
 
 
 def _collect_tables(

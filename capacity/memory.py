@@ -401,18 +401,23 @@ class KVGroup:
     num_layers: int
     window_tokens: int | None = None
     state_blocks: int | None = None  # STATE: blocks a request holds (vLLM "align" mode: 2, else 1)
+    block_size: int | None = None  # tokens per block of this group when not the pool's (page unification)
+
+
+UNBOUNDED_TOKENS = 1 << 50  # a "window" longer than any max_model_len: the group keeps every token
 
 
 @dataclass(frozen=True, slots=True)
 class ChargeTerms:
     """Units one sequence takes in a block or token pool, as terms of the context T and the
     admission length L (T for a running sequence):
-    `fixed_units + per_block_groups * cdiv(T, bs) + sum(n * cdiv(min(held + in_flight, L), bs))`
-    over `windowed` = ((n groups, tokens held beyond the in-flight tokens), ...)."""
+    `fixed_units + per_block_groups * cdiv(T, bs) + sum(n * cdiv(min(held + in_flight, L), bs_j))`
+    over `windowed` = ((n groups, tokens held beyond the in-flight tokens, block size bs_j), ...);
+    a full group whose block size is not the pool's is a windowed term that holds `UNBOUNDED_TOKENS`."""
 
     fixed_units: int
     per_block_groups: int
-    windowed: tuple[tuple[int, int], ...]
+    windowed: tuple[tuple[int, int, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,8 +462,8 @@ class KVPool:
         terms = self.charge_terms()
         units = terms.fixed_units + terms.per_block_groups * cdiv(t, self.block_size)
         in_flight = self.in_flight_tokens
-        for groups, held in terms.windowed:
-            units += groups * cdiv(min(held + in_flight, limit), self.block_size)
+        for groups, held, block_size in terms.windowed:
+            units += groups * cdiv(min(held + in_flight, limit), block_size)
         return units
 
     def charge_terms(self) -> ChargeTerms:
@@ -470,18 +475,21 @@ class KVPool:
         (ChunkedLocalAttentionSpec); any other group `cdiv(T, bs)`.
         """
         fixed = per_block = 0
-        windowed: dict[int, int] = {}
+        windowed: dict[tuple[int, int], int] = {}
         for group in self.groups:
+            bs = group.block_size or self.block_size
             if group.kind == KVKind.STATE:
                 fixed += group.state_blocks or 1
             elif group.kind == KVKind.SLIDING and group.window_tokens and self.unit == "block":
-                windowed[group.window_tokens - 1] = windowed.get(group.window_tokens - 1, 0) + 1
+                windowed[(group.window_tokens - 1, bs)] = windowed.get((group.window_tokens - 1, bs), 0) + 1
                 fixed += 1
             elif group.kind == KVKind.CHUNKED and group.window_tokens and self.unit == "block":
-                windowed[group.window_tokens] = windowed.get(group.window_tokens, 0) + 1
+                windowed[(group.window_tokens, bs)] = windowed.get((group.window_tokens, bs), 0) + 1
+            elif bs != self.block_size:
+                windowed[(UNBOUNDED_TOKENS, bs)] = windowed.get((UNBOUNDED_TOKENS, bs), 0) + 1
             else:
                 per_block += 1
-        return ChargeTerms(fixed, per_block, tuple((n, held) for held, n in sorted(windowed.items())))
+        return ChargeTerms(fixed, per_block, tuple((n, held, bs) for (held, bs), n in sorted(windowed.items())))
 
 
 @dataclass(frozen=True, slots=True)

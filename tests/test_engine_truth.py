@@ -220,3 +220,20 @@ def test_qwen3_next_state_follows_the_model_dtype() -> None:
     est = _estimate("Qwen/Qwen3-Next-80B-A3B-Instruct", "h200-sxm-141gb", tp=4, max_model_len=8192)
     assert est.block_size == 272
     assert est.pool.unit_bytes == 12 * 272 * 1024 == 3_342_336
+
+
+def test_gemma4_unequal_pages_scale_the_smaller_pages_block() -> None:
+    # Gemma-4-26B-A4B: 25 sliding layers (W = 1024) of 8 KV heads x (256 + 256) x 2 B = 8,192 B per
+    # token, 5 full layers of 2 heads x (512 + 512) x 2 B = 4,096 B. unify_kv_cache_spec_page_size
+    # doubles the full layers' block (16 -> 32 tokens) so both pages are 16 x 8,192 = 131,072 B; groups
+    # of 5 layers -> 5 sliding groups + 1 full; a block across a group is 5 x 131,072 = 655,360 B.
+    # At 32,768 on H100 (8,192 batched, 2 in flight): full cdiv(32768, 32) = 1,024; each sliding group
+    # cdiv(1023 + 16,384, 16) + 1 = 1,089: 1,024 + 5 x 1,089 = 6,469 blocks per request.
+    est = _estimate("google/gemma-4-26B-A4B", "h100-sxm-80gb", max_model_len=32768)
+    assert est.pool.unit_bytes == 5 * 16 * 8192 == 655_360
+    assert est.pool.sequence_units(32768, 32768) == 1024 + 5 * 1089 == 6469
+    # Gemma-4-E2B: the sliding pages are the small ones (1 head x 512 x 2 B = 1,024 B against 2,048 B):
+    # sliding blocks of 32 tokens; 12 sliding + 3 full layers (20 more read shared caches) -> 4 + 1
+    # groups of 3: 2,048 + 4 x (cdiv(511 + 16,384, 32) + 1 = 529) = 4,164.
+    small = _estimate("google/gemma-4-E2B", "h100-sxm-80gb", max_model_len=32768)
+    assert small.pool.sequence_units(32768, 32768) == 2048 + 4 * 529 == 4164

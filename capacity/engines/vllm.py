@@ -184,7 +184,7 @@ def block_size(model: ModelSpec, gpu: GpuSku | None) -> int:
 
 def _layer_bucket(layer: LayerKVSpec, hybrid_manager: bool) -> tuple[KVKind, int | None]:
     """The spec type a layer's cache has in vLLM's grouping (windowed kinds collapse to full
-    attention without the hybrid manager)."""
+    attention without the hybrid manager: `unify_hybrid_kv_cache_specs`)."""
     if layer.kind is KVKind.STATE:
         return (KVKind.STATE, None)
     if hybrid_manager and layer.kind in (KVKind.SLIDING, KVKind.CHUNKED) and layer.window_tokens:
@@ -205,16 +205,22 @@ def stage_pools(
     max_in_flight_tokens: int,
     release: ec.VllmRelease,
 ) -> list[KVPool]:
-    """The pool each pipeline stage would build from the budget, in stage order."""
+    """The pool each pipeline stage would build from the budget, in stage order.
+
+    One spec type (every layer full, or every layer the same window): one group over all layers
+    (`UniformTypeKVCacheSpecs`), each layer its own page. Otherwise (`_get_kv_cache_groups_uniform_page_size`
+    after `unify_kv_cache_spec_page_size`): layers bucketed by their exact spec; pages unified to the
+    largest by multiplying a smaller page's block size when it divides (else padding it; Mamba pages
+    are padded); buckets split into groups of equal size (the smallest bucket, or the largest when it
+    is under 1.5x the smallest), short groups padded; num_blocks = budget // (group size x page).
+    Layouts whose backend packs blocks outermost take vLLM's packed path, which is not modelled."""
     hybrid = release.hybrid_kv_cache_manager
     state_blocks = 2 if release.mamba_align_with_prefix_caching else 1
     pools: list[KVPool] = []
     for stage in stage_layer_counts(model, pp):
         layers = [(layer, n) for layer, n in stage if layer.stores_per_token_kv or layer.kind is KVKind.STATE]
-        buckets: dict[tuple[KVKind, int | None], list[tuple[LayerKVSpec, int]]] = {}
-        for layer, n in layers:
-            buckets.setdefault(_layer_bucket(layer, hybrid), []).append((layer, n))
-        if not buckets:
+        kinds = {_layer_bucket(layer, hybrid) for layer, _ in layers}
+        if not kinds:
             continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
         attn_page_per_token = max(
             (layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer, _ in layers if layer.stores_per_token_kv),
@@ -226,33 +232,46 @@ def stage_pools(
         )
         bs = block_size
         if state_page and attn_page_per_token:
+            # HybridAttentionMambaModelConfig: the attention block grows until its page holds the state
             align = ec.VLLM_HYBRID_BLOCK_ALIGN
             bs = max(bs, align * cdiv(state_page, align * attn_page_per_token))
-        attn_buckets = {k: v for k, v in buckets.items() if k[0] is not KVKind.STATE}
-        if len(buckets) <= 1 and attn_buckets:
-            # one spec type: a single group, every layer its own tensor (UniformType when sizes differ)
-            (kind, window), members = next(iter(attn_buckets.items()))
-            page_sum = sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in members) * bs
-            groups: tuple[KVGroup, ...] = (KVGroup(kind.value, _layer_count(members), window),)
-            capacity = kv_budget_bytes // page_sum if page_sum else 0
-            unit_bytes = page_sum
-            padded = 0
-        else:
-            page = max(attn_page_per_token * bs, state_page)
-            sizes = [_layer_count(v) for v in buckets.values()]
-            smallest, largest = min(sizes), max(sizes)
-            group_size = largest if largest < 1.5 * smallest else smallest
-            group_list: list[KVGroup] = []
-            padded = 0
-            for (kind, window), members in buckets.items():
-                n_groups = cdiv(_layer_count(members), group_size)
-                padded += n_groups * group_size - _layer_count(members)
-                held = state_blocks if kind is KVKind.STATE else None
-                group_list.extend(KVGroup(kind.value, group_size, window, held) for _ in range(n_groups))
-            groups = tuple(group_list)
-            unit_bytes = group_size * page
-            capacity = kv_budget_bytes // unit_bytes if unit_bytes else 0
-        pools.append(KVPool("block", capacity, bs, groups, max_num_batched_tokens, unit_bytes,
+        if len(kinds) == 1 and KVKind.STATE not in {kind for kind, _ in kinds}:
+            ((kind, window),) = kinds
+            page_sum = sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in layers) * bs
+            groups: tuple[KVGroup, ...] = (KVGroup(kind.value, _layer_count(layers), window),)
+            pools.append(KVPool("block", kv_budget_bytes // page_sum if page_sum else 0, bs, groups,
+                                max_num_batched_tokens, page_sum, max_in_flight_tokens=max_in_flight_tokens))  # fmt: skip
+            continue
+        # buckets by exact spec: type, window and the bytes of one token (equal specs merge)
+        buckets: dict[tuple[KVKind, int | None, int], int] = {}
+        for layer, n in layers:
+            kind, window = _layer_bucket(layer, hybrid)
+            per_token = 0 if kind is KVKind.STATE else layer_kv_bytes_per_token(layer, kv_bytes, tp)
+            buckets[(kind, window, per_token)] = buckets.get((kind, window, per_token), 0) + n
+        page = max(attn_page_per_token * bs, state_page)
+        smallest, largest = min(buckets.values()), max(buckets.values())
+        group_size = largest if largest < 1.5 * smallest else smallest
+        group_list: list[KVGroup] = []
+        padded = 0
+        main_block_size: int | None = None
+        for (kind, window, per_token), count in buckets.items():
+            n_groups = cdiv(count, group_size)
+            padded += n_groups * group_size - count
+            group_bs = bs
+            if per_token and page % (per_token * bs) == 0:
+                group_bs = bs * (page // (per_token * bs))  # a smaller page holds more tokens per block
+            if kind is KVKind.FULL and main_block_size is None:
+                main_block_size = group_bs
+            held = state_blocks if kind is KVKind.STATE else None
+            group_list.extend(KVGroup(kind.value, group_size, window, held, group_bs) for _ in range(n_groups))
+        pool_bs = main_block_size or bs
+        groups = tuple(
+            KVGroup(g.kind, g.num_layers, g.window_tokens, g.state_blocks, None if g.block_size == pool_bs else g.block_size)
+            for g in group_list
+        )
+        unit_bytes = group_size * page
+        capacity = kv_budget_bytes // unit_bytes if unit_bytes else 0
+        pools.append(KVPool("block", capacity, pool_bs, groups, max_num_batched_tokens, unit_bytes,
                             max_in_flight_tokens=max_in_flight_tokens, padded_layer_slots=padded))  # fmt: skip
     return pools
 
