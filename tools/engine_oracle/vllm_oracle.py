@@ -261,7 +261,9 @@ def _vllm_config(case: dict[str, Any], block_size: int, max_model_len: int) -> A
         cache.mamba_cache_mode = case["mamba_cache_mode"]
     if not case.get("enable_prefix_caching", True):
         cache.enable_prefix_caching = False
-    parallel = ParallelConfig(pipeline_parallel_size=int(case.get("pp", 1)))
+    parallel = ParallelConfig(
+        tensor_parallel_size=int(case.get("tp", 1)), pipeline_parallel_size=int(case.get("pp", 1))
+    )
     with contextlib.redirect_stdout(sys.stderr):
         config = VllmConfig(
             device_config=DeviceConfig(device="cpu"),
@@ -357,17 +359,18 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         for g, m in zip(projected, memory, strict=True)
     ]
     out["bytes_per_block"] = [planning._pool_bytes_per_block_from_builder(builder, config, g) for g in projected]
-    out["max_model_len_that_starts"] = min(
-        planning._estimate_max_model_len_from_groups(builder, config, g, m)
-        for g, m in zip(projected, check_memory, strict=True)
-        if g
-    )
     out["needed_bytes"] = max(planning._max_memory_usage_bytes_from_groups(builder, config, g) for g in projected if g)
     try:
         configs = planning.get_kv_cache_configs(config, workers, memory, groups)
     except ValueError as exc:
         out["starts"] = False
         out["error"] = _first_error_line(exc)
+        # _estimate_max_model_len_from_groups, as the error message quotes it (0: not one token)
+        out["max_model_len_that_starts"] = min(
+            planning._estimate_max_model_len_from_groups(builder, config, g, m)
+            for g, m in zip(projected, check_memory, strict=True)
+            if g
+        )
         return out
     out["starts"] = True
     out["error"] = None
@@ -425,7 +428,13 @@ def main() -> int:
         except Exception as exc:  # one broken case must not hide the others
             results.append({"id": case.get("id"), "oracle_error": _first_error_line(exc)})
     defaults = [batch_defaults(gpu) for gpu in request.get("batch_defaults", [])]
-    reply = {"vllm_version": vllm.__version__, "cases": results, "batch_defaults": defaults}
+    dtypes = {dtype: dtype in KV_CACHE_DTYPES for dtype in request.get("kv_cache_dtypes", [])}
+    reply = {
+        "vllm_version": vllm.__version__,
+        "cases": results,
+        "batch_defaults": defaults,
+        "kv_cache_dtypes_accepted": dtypes,
+    }
     sys.stdout.write(MARKER + json.dumps(reply) + "\n")
     return 0
 
