@@ -11,8 +11,28 @@ from __future__ import annotations
 
 import sys
 from functools import cache
+from typing import Annotated
 
 import typer
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}  # inherited by every subcommand
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"capplan {version('capplan')}")
+        raise typer.Exit()
+
+
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", metavar="", is_eager=True, callback=_show_version, help="Print the version."),
+    ] = False,
+) -> None:
+    """Fleet-wide capacity planner for LLM serving."""
 
 
 @cache
@@ -26,7 +46,9 @@ def build_app() -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        context_settings=CONTEXT_SETTINGS,
     )
+    app.callback()(_root)
     app.add_typer(registry.app, name="registry")
     app.command("estimate")(estimate.estimate)
     app.command("nightly")(nightly.nightly)

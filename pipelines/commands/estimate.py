@@ -8,8 +8,9 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from capacity.engines import ENGINE_NAMES
 from capacity.explain import derivation
-from capacity.memory import GIB
+from capacity.memory import GIB, KV_DTYPES, WEIGHT_DTYPES
 from capacity.memory import estimate as run_estimate
 from capacity.spec import DeploymentSpec, GpuSku, SpecError
 
@@ -24,49 +25,120 @@ def _gib_to_bytes(value: float | None) -> int | None:
     return None if value is None else round(value * GIB)
 
 
+# vLLM's spellings of `--dtype` / `--kv-cache-dtype` values, so a `vllm serve` command line pastes as is.
+_VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float": "float32", "fp32": "float32"}
+
+
+def _dtype_name(value: str) -> str:
+    return _VLLM_DTYPES.get(value.lower(), value.lower())
+
+
 def estimate(
-    model: Annotated[str, typer.Argument(help="Registry id, path to a config.json, or a directory with one.")],
+    model: Annotated[
+        str, typer.Argument(metavar="MODEL", help="Registry id, path to a config.json, or a directory with one.")
+    ],
     gpu: Annotated[
-        str | None, typer.Option("--gpu", help="GPU catalog id or alias (nvidia-smi/DCGM names too).")
+        str | None, typer.Option("--gpu", metavar="SKU", help="GPU catalog id or alias (nvidia-smi/DCGM names too).")
     ] = None,
-    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")] = 1,
-    pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.")] = 1,
+    tp: Annotated[
+        int, typer.Option("--tp", "--tensor-parallel-size", "-tp", metavar="N", help="Tensor-parallel size.")
+    ] = 1,
+    pp: Annotated[
+        int, typer.Option("--pp", "--pipeline-parallel-size", "-pp", metavar="N", help="Pipeline-parallel size.")
+    ] = 1,
     dtype: Annotated[
-        str, typer.Option("--dtype", help="Weight dtype: auto|bf16|fp16|float32|fp8|int8|int4|mxfp4|nvfp4.")
+        str,
+        typer.Option(
+            "--dtype",
+            metavar="DTYPE",
+            callback=_dtype_name,
+            help=f"Weight dtype: {', '.join(WEIGHT_DTYPES)} (vLLM's bfloat16, float16, half, float too).",
+        ),
     ] = "auto",
     kv_dtype: Annotated[
-        str, typer.Option("--kv-dtype", help="KV dtype: auto|bf16|fp16|float32|fp8|fp8_e4m3|fp8_e5m2|int8.")
+        str,
+        typer.Option(
+            "--kv-dtype",
+            "--kv-cache-dtype",
+            metavar="DTYPE",
+            callback=_dtype_name,
+            help=f"KV cache dtype: {', '.join(KV_DTYPES)}.",
+        ),
     ] = "auto",
     context: Annotated[
-        int | None, typer.Option("--context", help="Tokens per sequence T (default: max model len).")
+        int | None, typer.Option("--context", metavar="T", help="Tokens per sequence T (default: max model len).")
     ] = None,
-    concurrency: Annotated[int | None, typer.Option("--concurrency", help="Target concurrent sequences B.")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", metavar="B", help="Target concurrent sequences B.")
+    ] = None,
     max_model_len: Annotated[
         int | None,
-        typer.Option("--max-model-len", help="Engine max model length (-1: the largest that starts, vLLM's auto-fit)."),
+        typer.Option(
+            "--max-model-len",
+            metavar="T",
+            help="Engine max model length (-1: the largest that starts, vLLM's auto-fit).",
+        ),
     ] = None,
     async_scheduling: Annotated[
         bool | None,
         typer.Option(
             "--async-scheduling/--no-async-scheduling",
+            metavar="",
             help="vLLM async scheduling (default on, as on GPUs; off keeps one batch in flight, as the CPU build).",
         ),
     ] = None,
-    gpu_memory_utilization: Annotated[float | None, typer.Option("--gpu-memory-utilization")] = None,
-    engine: Annotated[str, typer.Option("--engine", help="vllm|sglang|trtllm|plain")] = "vllm",
-    engine_version: Annotated[str | None, typer.Option("--engine-version")] = None,
-    block_size: Annotated[int | None, typer.Option("--block-size")] = None,
-    max_num_batched_tokens: Annotated[int | None, typer.Option("--max-num-batched-tokens")] = None,
-    max_num_seqs: Annotated[int | None, typer.Option("--max-num-seqs")] = None,
-    gpu_memory_gib: Annotated[float | None, typer.Option("--gpu-memory-gib", help="Device total (GiB).")] = None,
-    weights_gib: Annotated[float | None, typer.Option("--weights-gib", help="Weights per GPU (GiB).")] = None,
+    gpu_memory_utilization: Annotated[
+        float | None,
+        typer.Option(
+            "--gpu-memory-utilization",
+            metavar="FRACTION",
+            help="Share of device memory the engine may use (engine default: vLLM 0.9).",
+        ),
+    ] = None,
+    engine: Annotated[
+        str, typer.Option("--engine", metavar="ENGINE", help=f"Serving engine: {', '.join(ENGINE_NAMES)}.")
+    ] = "vllm",
+    engine_version: Annotated[
+        str | None,
+        typer.Option(
+            "--engine-version",
+            metavar="VERSION",
+            help="Engine release whose rules apply (default: the latest profile).",
+        ),
+    ] = None,
+    block_size: Annotated[
+        int | None, typer.Option("--block-size", metavar="TOKENS", help="KV block size (default: the engine's).")
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-num-batched-tokens", metavar="TOKENS", help="Tokens per scheduler step (sizes the activation peak)."
+        ),
+    ] = None,
+    max_num_seqs: Annotated[
+        int | None,
+        typer.Option("--max-num-seqs", metavar="N", help="Most sequences the engine runs at once (caps B_max)."),
+    ] = None,
+    gpu_memory_gib: Annotated[
+        float | None,
+        typer.Option("--gpu-memory-gib", metavar="GIB", help="Device total (GiB), for hardware not in the catalog."),
+    ] = None,
+    weights_gib: Annotated[
+        float | None,
+        typer.Option("--weights-gib", metavar="GIB", help="Weights per GPU (GiB), overriding the checkpoint."),
+    ] = None,
     overhead_gib: Annotated[
-        float | None, typer.Option("--overhead-gib", help="All non-KV overhead per GPU (GiB).")
+        float | None, typer.Option("--overhead-gib", metavar="GIB", help="All non-KV overhead per GPU (GiB).")
     ] = None,
     kv_cache_memory_gib: Annotated[
-        float | None, typer.Option("--kv-cache-memory-gib", help="KV budget per GPU (GiB), skipping the budget.")
+        float | None,
+        typer.Option("--kv-cache-memory-gib", metavar="GIB", help="KV budget per GPU (GiB), skipping the budget."),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the contract JSON object.")] = False,
+    kv_cache_memory_bytes: Annotated[
+        int | None,
+        typer.Option("--kv-cache-memory-bytes", metavar="BYTES", help="The same in bytes, as vLLM spells it."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the contract JSON object.")] = False,
 ) -> None:
     """Estimate one deployment: KV bytes per token, weights, budget, blocks, B_max, max context."""
     from models_registry.resolve import load_model
@@ -93,6 +165,10 @@ def estimate(
     ):
         if gib is not None and gib < 0:
             fail(f"{name} must not be negative, got {gib}")
+    if kv_cache_memory_bytes is not None:
+        if kv_cache_memory_gib is not None:
+            fail("give --kv-cache-memory-gib or --kv-cache-memory-bytes, not both")
+        kv_cache_memory_gib = kv_cache_memory_bytes / GIB
     if gpu is None and gpu_memory_gib is None and kv_cache_memory_gib is None:
         fail("give --gpu SKU, or --gpu-memory-gib for hardware not in the catalog")
     try:

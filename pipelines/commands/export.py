@@ -30,11 +30,17 @@ def fail(message: str) -> NoReturn:
 
 @app.command("admission")
 def admission(
-    fmt: Annotated[str, typer.Option("--format", help="json (one object with a deployments list) or csv.")] = "json",
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="File to write (default: stdout).")] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", metavar="json|csv", help="json (one object with a deployments list) or csv.")
+    ] = "json",
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", metavar="FILE", help="File to write (default: stdout).")
+    ] = None,
     warehouse: Annotated[
         Path | None,
-        typer.Option("--warehouse", help="DuckDB file (default: CAPPLAN_WAREHOUSE, else var/warehouse.duckdb)."),
+        typer.Option(
+            "--warehouse", metavar="FILE", help="DuckDB file (default: CAPPLAN_WAREHOUSE, else var/warehouse.duckdb)."
+        ),
     ] = None,
 ) -> None:
     """Admission budgets per deployment: max request tokens, token budget, sequence budget."""

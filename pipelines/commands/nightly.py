@@ -135,7 +135,9 @@ def nightly(
     wait: Annotated[
         int | None,
         typer.Option(
-            "--wait", help="Seconds to wait if another run holds the warehouse (default CAPPLAN_LOCK_WAIT_S, else 0)."
+            "--wait",
+            metavar="SECONDS",
+            help="Seconds to wait if another run holds the warehouse (default CAPPLAN_LOCK_WAIT_S, else 0).",
         ),
     ] = None,
 ) -> None:

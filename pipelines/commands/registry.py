@@ -58,18 +58,21 @@ def print_report(report: ingest_mod.IngestReport) -> None:
 @app.command()
 def ingest(
     catalog: Annotated[
-        bool, typer.Option("--catalog", help="The bundled catalog: every model and GPU (the default).")
+        bool, typer.Option("--catalog", metavar="", help="The bundled catalog: every model and GPU (the default).")
     ] = False,
     directory: Annotated[
-        Path | None, typer.Option("--dir", help="A directory of configs: every **/config.json under it.")
+        Path | None, typer.Option("--dir", metavar="DIR", help="A directory of configs: every **/config.json under it.")
     ] = None,
     hub: Annotated[
         list[str] | None,
-        typer.Option("--hub", help="A Hub repo id (repeatable; REPO@REVISION pins one). Offline first."),
+        typer.Option(
+            "--hub", metavar="REPO[@REV]", help="A Hub repo id (repeatable; REPO@REVISION pins one). Offline first."
+        ),
     ] = None,
-    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when any item was rejected.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", metavar="", help="Exit 1 when any item was rejected.")] = False,
     cache_dir: Annotated[
-        Path | None, typer.Option("--cache-dir", help="Hugging Face cache directory (default: HF_HUB_CACHE).")
+        Path | None,
+        typer.Option("--cache-dir", metavar="DIR", help="Hugging Face cache directory (default: HF_HUB_CACHE)."),
     ] = None,
 ) -> None:
     """Read models and GPUs into the registry (CAPPLAN_REGISTRY_URL); a re-run changes nothing."""
@@ -110,7 +113,7 @@ def _print_table(header: list[str], rows: list[list[str]], right: set[int]) -> N
 
 @app.command("list")
 def list_(
-    gpus: Annotated[bool, typer.Option("--gpus", help="List GPU SKUs instead of models.")] = False,
+    gpus: Annotated[bool, typer.Option("--gpus", metavar="", help="List GPU SKUs instead of models.")] = False,
 ) -> None:
     """List current models (or GPU SKUs) in the registry."""
     try:
@@ -167,7 +170,9 @@ def list_(
 
 
 @app.command()
-def show(model: Annotated[str, typer.Argument(help="A registry id or alias, or a config.json path.")]) -> None:
+def show(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="A registry id or alias, or a config.json path.")],
+) -> None:
     """Show one model: normalized fields, KV layout and bytes per token, parameters, history."""
     try:
         view = None

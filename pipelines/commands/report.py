@@ -25,13 +25,18 @@ def report(
     model: Annotated[
         str | None,
         typer.Option(
-            "--model", "-m", help="Registry id to chart (default: the model most observed deployments serve)."
+            "--model",
+            "-m",
+            metavar="MODEL",
+            help="Registry id to chart (default: the model most observed deployments serve).",
         ),
     ] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="HTML file to write.")] = DEFAULT_OUT,
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE", help="HTML file to write.")] = DEFAULT_OUT,
     warehouse: Annotated[
         Path | None,
-        typer.Option("--warehouse", help="DuckDB file (default: CAPPLAN_WAREHOUSE, else var/warehouse.duckdb)."),
+        typer.Option(
+            "--warehouse", metavar="FILE", help="DuckDB file (default: CAPPLAN_WAREHOUSE, else var/warehouse.duckdb)."
+        ),
     ] = None,
 ) -> None:
     """Write the HTML report: B_max curves, predicted vs measured, placements, procurement."""
