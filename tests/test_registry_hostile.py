@@ -200,3 +200,26 @@ def test_a_hostile_catalog_folder_still_publishes_a_nightly(tmp_path: Path, monk
     assert sorted(rejected) == [f"hostile/{name}" for name in names], rejected
     assert models == [GOOD]
     assert all(reason and "\n" not in reason for reason in rejected.values())
+
+
+def _alias_bomb(list_key: str, levels: int = 9) -> str:
+    """A YAML document of a few hundred bytes whose entries expand to 9**levels items."""
+    lines = ["schema_version: 1", f"{list_key}:", "- &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"- &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+    lines.append(f"- {{id: bomb, repo_id: bomb, config: *a{levels}, name: *a{levels}}}")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_yaml_alias_bomb_is_rejected_in_bounded_time(tmp_path: Path) -> None:
+    """Reasons and excerpts use a bounded repr: an alias bomb in models.yaml or gpus.yaml is a few
+    rejected entries, not a process that never returns."""
+    from models_registry.sources.bundled import read_catalog_entries
+    from models_registry.sources.gpu_catalog import read_gpu_catalog
+
+    (tmp_path / "models.yaml").write_text(_alias_bomb("models"), encoding="utf-8")
+    (tmp_path / "gpus.yaml").write_text(_alias_bomb("gpus"), encoding="utf-8")
+    entries, errors = read_catalog_entries(tmp_path)
+    assert entries == [] and len(errors) == 11
+    assert all(len(e.reason) <= 300 and len(e.raw_excerpt or "") <= 400 for e in errors)
+    records, gpu_errors = read_gpu_catalog(tmp_path / "gpus.yaml")
+    assert records == [] and len(gpu_errors) == 11

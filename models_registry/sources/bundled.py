@@ -22,6 +22,7 @@ from models_registry.sources.common import (
     excerpt,
     one_line,
     read_bytes,
+    short_repr,
 )
 
 CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalog"
@@ -65,7 +66,7 @@ def load_yaml(path: Path, *, list_key: str) -> tuple[list[Any], list[ItemError]]
         return [], [ItemError("catalog", path.name, "catalog", reason, str(path), excerpt(raw))]
     version = document.get("schema_version")
     if version != SCHEMA_VERSION:
-        reason = f"{path.name}: unsupported schema_version {version!r} (expected {SCHEMA_VERSION})"
+        reason = f"{path.name}: unsupported schema_version {short_repr(version)} (expected {SCHEMA_VERSION})"
         return [], [ItemError("catalog", path.name, "catalog", reason, str(path))]
     entries = document.get(list_key)
     if entries is None:
@@ -81,7 +82,7 @@ def _optional_str(entry: dict[str, Any], key: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str | int) or isinstance(value, bool):
-        raise ValueError(f"{key} must be a string, got {value!r}")
+        raise ValueError(f"{key} must be a string, got {short_repr(value)}")
     return str(value)
 
 
@@ -96,13 +97,13 @@ def _entry(entry: object, position: int, catalog_dir: Path) -> CatalogModel:
         raise ValueError("config (a path relative to the catalog) is missing")
     index = entry.get("safetensors_index")
     if index is not None and not isinstance(index, str):
-        raise ValueError(f"safetensors_index must be a path or null, got {index!r}")
+        raise ValueError(f"safetensors_index must be a path or null, got {short_repr(index)}")
     published = entry.get("published_parameters")
     if published is not None and (isinstance(published, bool) or not isinstance(published, int) or published <= 0):
-        raise ValueError(f"published_parameters must be a positive integer or null, got {published!r}")
+        raise ValueError(f"published_parameters must be a positive integer or null, got {short_repr(published)}")
     gated = entry.get("gated", False)
     if not isinstance(gated, bool):
-        raise ValueError(f"gated must be true or false, got {gated!r}")
+        raise ValueError(f"gated must be true or false, got {short_repr(gated)}")
     return CatalogModel(
         repo_id=repo_id.strip(),
         revision=_optional_str(entry, "revision"),
@@ -145,15 +146,8 @@ def _read_entries(path: Path, _mtime_ns: int, _size: int) -> tuple[tuple[Catalog
         try:
             entries.append(_entry(raw, position, root))
         except (ValueError, OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop on resolve()
-            errors.append(ItemError("model", item_key, "catalog", one_line(exc), str(path), excerpt(_short_repr(raw))))
+            errors.append(ItemError("model", item_key, "catalog", one_line(exc), str(path), excerpt(short_repr(raw))))
     return tuple(entries), tuple(errors)
-
-
-def _short_repr(value: object) -> str:
-    try:
-        return repr(value)[:400]
-    except RecursionError:
-        return "(nested too deeply to show)"
 
 
 def snapshot_of(entry: CatalogModel) -> ConfigSnapshot:

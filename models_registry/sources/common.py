@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import reprlib
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,20 @@ def one_line(text: object, limit: int = REASON_CHARS) -> str:
     """Collapse whitespace to single spaces and cut to `limit` characters."""
     line = _storable(re.sub(r"\s+", " ", str(text)).strip())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 6, 6, 6
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 80, 80, 40
+
+
+def short_repr(value: object) -> str:
+    """A bounded repr for reasons and excerpts: a YAML alias bomb (`&a [*a, *a, ...]`) is a small
+    document whose full repr has billions of items; this one stops at a few levels and items."""
+    try:
+        return _REPR.repr(value)
+    except (RecursionError, ValueError):  # ValueError: an int too long to convert
+        return f"<{type(value).__name__}>"
 
 
 def excerpt(raw: bytes | str | None, limit: int = EXCERPT_CHARS) -> str | None:

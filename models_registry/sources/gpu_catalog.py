@@ -20,7 +20,7 @@ from typing import Any
 
 from capacity.spec import GpuSku
 from models_registry.sources.bundled import CATALOG_DIR, load_yaml
-from models_registry.sources.common import ItemError, excerpt, one_line
+from models_registry.sources.common import ItemError, excerpt, one_line, short_repr
 
 GPUS_YAML = "gpus.yaml"
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -119,7 +119,7 @@ def _str(entry: dict[str, Any], key: str, *, required: bool = False, limit: int 
             raise _Invalid(f"{key} is missing")
         return None
     if not isinstance(value, str):
-        raise _Invalid(f"{key} must be a string, got {value!r}")
+        raise _Invalid(f"{key} must be a string, got {short_repr(value)}")
     if len(value) > limit:
         raise _Invalid(f"{key} is longer than {limit} characters")
     return value.strip()
@@ -134,7 +134,7 @@ def _int(entry: dict[str, Any], key: str, low: int, high: int, *, required: bool
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _Invalid(f"{key} must be an integer, got {value!r}")
+        raise _Invalid(f"{key} must be an integer, got {short_repr(value)}")
     if not low <= value <= high:
         raise _Invalid(f"{key} = {value:,} is out of range [{low:,}, {high:,}]")
     return value
@@ -145,7 +145,7 @@ def _float(entry: dict[str, Any], key: str, high: float, *, allow_zero: bool = F
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _Invalid(f"{key} must be a number, got {value!r}")
+        raise _Invalid(f"{key} must be a number, got {short_repr(value)}")
     if value < 0 or (value == 0 and not allow_zero):
         raise _Invalid(f"{key} must be positive, got {value}")
     if value > high:
@@ -158,7 +158,7 @@ def _bool(entry: dict[str, Any], key: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise _Invalid(f"{key} must be true or false, got {value!r}")
+        raise _Invalid(f"{key} must be true or false, got {short_repr(value)}")
     return value
 
 
@@ -167,13 +167,13 @@ def _strings(entry: dict[str, Any], key: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise _Invalid(f"{key} must be a list, got {value!r}")
+        raise _Invalid(f"{key} must be a list, got {short_repr(value)}")
     out: list[str] = []
     for item in value:
         if isinstance(item, int | float) and not isinstance(item, bool):
             item = str(item)  # YAML reads an unquoted alias like 4090 as a number
         if not isinstance(item, str) or not item.strip():
-            raise _Invalid(f"{key} must hold non-empty strings, got {item!r}")
+            raise _Invalid(f"{key} must hold non-empty strings, got {short_repr(item)}")
         if key == "aliases" and len(item.strip()) > 200:
             raise _Invalid(f"alias {item[:40]!r}... is longer than 200 characters")
         out.append(item.strip())
@@ -193,7 +193,7 @@ def _date(entry: dict[str, Any], key: str) -> dt.date | None:
             return dt.date.fromisoformat(value.strip())
         except ValueError:
             pass
-    raise _Invalid(f"{key} must be a date (YYYY-MM-DD), got {value!r}")
+    raise _Invalid(f"{key} must be a date (YYYY-MM-DD), got {short_repr(value)}")
 
 
 def validate_gpu_entry(entry: object) -> GpuRecord:
@@ -268,7 +268,7 @@ def read_gpu_catalog(path: Path | None = None) -> tuple[list[GpuRecord], list[It
                 if owner is not None:
                     raise _Invalid(f"{spelling!r} already names {owner}")
         except ValueError as exc:
-            errors.append(ItemError("gpu", key, "validate", one_line(exc), str(source), excerpt(repr(entry))))
+            errors.append(ItemError("gpu", key, "validate", one_line(exc), str(source), excerpt(short_repr(entry))))
             continue
         for normalized in record.alias_keys():
             owners[normalized] = record.id
