@@ -30,6 +30,15 @@ class BatchDefaults(StrEnum):
     V1_BY_GPU_160 = "v1-by-gpu-160"  # as above, plus >= 160 GiB: 1024 / 16384; GB10 on the small tier
 
 
+class MlaBlockRule(StrEnum):
+    """How a release picks the MLA block size on CUDA (the attention backend's kernel block sizes)."""
+
+    FLASHMLA = "flashmla"  # FlashMLA's 64 on Hopper and older, CUTLASS MLA's 128 on Blackwell
+    BACKEND_PRIORITY = "backend-priority"  # platforms/cuda.py _get_backend_priorities, then the backend's
+    # get_preferred_block_size(16): SM90 FLASH_ATTN_MLA (16; no fp8 -> FLASHMLA 64), SM100 FLASHINFER_MLA
+    # (32 or 64 -> 32), SM120 and older TRITON_MLA (16); ROCm AITER MLA any size (16)
+
+
 class InFlightRule(StrEnum):
     """How many scheduled-but-unsettled batches a windowed layer must hold blocks for
     (`VllmConfig.max_concurrent_batches`; the window charge adds `batches x max_num_batched_tokens`)."""
@@ -55,6 +64,7 @@ class VllmRelease:
     in_flight: InFlightRule = InFlightRule.ONE_BATCH  # with async scheduling on (the GPU default)
     start_reserves_null_block: bool = False  # the start check plans against num_blocks - 1
     mamba_align_with_prefix_caching: bool = False  # prefix caching on: state groups in "align" mode
+    mla_block: MlaBlockRule = MlaBlockRule.FLASHMLA
 
 
 def _release(version: str, generation: str, util: float, hybrid: bool, graphs: bool, tokens_rule: str,
@@ -93,7 +103,8 @@ VLLM_RELEASES: tuple[VllmRelease, ...] = (
              "(>= 160 GiB tier, GB10 small); v1/core/kv_cache_planning.py get_kv_cache_configs (start check and "
              "auto-fit against num_blocks minus the null block); model_executor/models/config.py "
              "MambaModelConfig (mamba_cache_mode 'align' with prefix caching)",
-             in_flight=InFlightRule.V2_RUNNER, start_reserves_null_block=True, mamba_align_with_prefix_caching=True),
+             in_flight=InFlightRule.V2_RUNNER, start_reserves_null_block=True, mamba_align_with_prefix_caching=True,
+             mla_block=MlaBlockRule.BACKEND_PRIORITY),
 )
 VLLM_DEFAULT_VERSION = "0.33"
 VLLM_SUPPORTED_VERSIONS = (
@@ -129,10 +140,12 @@ VLLM_SUPPORTED_VERSIONS = (
     "0.33",
 )
 
-# vllm/platforms/cuda.py: default 16; FlashMLA forces 64 on Hopper, CUTLASS_MLA 128 on Blackwell.
+# vllm/platforms/cuda.py: default 16; before 0.33 FlashMLA forced 64 on Hopper, CUTLASS_MLA 128 on Blackwell
+# (0.33: see MlaBlockRule.BACKEND_PRIORITY).
 VLLM_DEFAULT_BLOCK_SIZE = 16
 VLLM_MLA_BLOCK_SIZE_HOPPER = 64
 VLLM_MLA_BLOCK_SIZE_BLACKWELL = 128
+VLLM_FLASHINFER_MLA_BLOCK_SIZE = 32  # FLASHINFER_MLA supports 32 and 64: the smallest when 16 is not
 # Mamba/GDN hybrids: attention block size = 16 * cdiv(mamba_page, 16 * attn_page_per_token)
 VLLM_HYBRID_BLOCK_ALIGN = 16
 
@@ -219,11 +232,87 @@ VLLM_OVERHEAD_PROFILES: dict[str, OverheadCoefficients] = {
 }
 
 
-# SGLang (python/sglang/srt/server_args.py, model_runner memory pool)
-SGLANG_PAGE_SIZE = 1
+# SGLang 0.5.23, read in the wheel (sglang-0.5.23-cp311, python/sglang/srt/...). No older release was
+# read, so these are constants of that release, not a table of releases.
+SGLANG_VERSION = "0.5.23"
+SGLANG_PAGE_SIZE = 1  # fields/schedule.py page_size None -> 1 for FA3 (Hopper), FlashInfer, Triton
+# overrides.py _mla_backend_page_constraints: trtllm_mha / trtllm_mla, the default backends on SM100
+# (model_override_base.get_default_attn_backend; model_overrides/deepseek_v2.py), page None -> 64
+SGLANG_SM100_PAGE_SIZE = 64
+# SM100 (B200, GB200, B300, GB300) against SM120 (RTX 50xx, RTX PRO 6000: FlashInfer, page 1): the catalog
+# names the architecture, not the compute capability; the data-center parts are the ones above this memory
+SGLANG_SM100_MIN_BYTES = 100 * GIB
+# fields/schedule.py swa_full_tokens_ratio fallback; mamba_full_memory_ratio fallback
 SGLANG_SWA_FULL_TOKENS_RATIO = 0.8
-SGLANG_CONTEXT_BYTES = int(0.6 * GIB)  # CUDA context + allocator slack seen after weight load
-SGLANG_FALLBACK_MEM_FRACTION = 0.88
+SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9
+# kv_cache_configurator.py MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO (no_buffer) and the 2 tracking slots
+# of the extra_buffer strategy with the overlap scheduler (allocation_sizing.get_mamba_tracking_slots)
+SGLANG_MAMBA_SLOTS_PER_REQUEST = 3
+SGLANG_MAMBA_EXTRA_BUFFER_SLOTS = 2
+# CUDA context, NCCL and allocator memory in use before the weights load (pre_model_load_memory is the
+# free memory then, not the total); an observed magnitude, not read from the source
+SGLANG_CONTEXT_BYTES = int(0.6 * GIB)
+SGLANG_FALLBACK_MEM_FRACTION = 0.95  # memory_hook: gpu_mem unknown
+
+
+@dataclass(frozen=True, slots=True)
+class SglangMemoryTier:
+    """arg_groups/memory_hook.py handle_gpu_memory_settings: defaults by device memory (MiB, nvidia-smi)."""
+
+    below_mib: int | None  # the tier applies below this much memory (None: the largest tier)
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int  # decode graphs, TP < 4
+    cuda_graph_max_bs_tp4: int  # decode graphs, TP >= 4
+
+
+SGLANG_MEMORY_TIERS: tuple[SglangMemoryTier, ...] = (
+    SglangMemoryTier(20 * 1024, 2048, 8, 8),  # T4, 4080
+    SglangMemoryTier(35 * 1024, 4096, 48, 160),  # A10, 4090, 5090
+    SglangMemoryTier(60 * 1024, 4096, 32, 160),  # A100 40GB, L40
+    SglangMemoryTier(90 * 1024, 8192, 256, 512),  # H100, A100 80GB
+    SglangMemoryTier(160 * 1024, 8192, 256, 512),  # H20, H200
+    SglangMemoryTier(None, 16384, 512, 512),  # B200, MI300
+)
+# memory_hook.py reserved_mem (MiB): 512 + 1.5 x max(chunked_prefill_size, 2048) + TP x PP / 8 x 1024
+# + reserve_for_graph_mb (2 per decode graph batch size; 8 per prefill graph size, or 1536 with MLA),
+# at least 10 GiB on devices above 60 GiB; mem_fraction_static = round((gpu - reserved) / gpu, 3)
+SGLANG_RESERVE_BASE_MIB = 512
+SGLANG_RESERVE_PER_ACTIVATION_TOKEN_MIB = 1.5
+SGLANG_RESERVE_MIN_ACTIVATION_TOKENS = 2048
+SGLANG_RESERVE_PER_8_RANKS_MIB = 1024
+SGLANG_RESERVE_PER_DECODE_GRAPH_BS_MIB = 2
+SGLANG_RESERVE_PER_PREFILL_GRAPH_MIB = 8
+SGLANG_RESERVE_MLA_PREFILL_GRAPHS_MIB = 1536
+SGLANG_RESERVE_FLOOR_MIB = 10 * 1024
+SGLANG_RESERVE_FLOOR_ABOVE_MIB = 60 * 1024
+SGLANG_MLA_PREFILL_GRAPH_MAX_TOKENS = 8192  # prefill graphs of MLA models stop at 8192 tokens
+# attention_hook.py: the aiter backend (AMD, non-MLA) scales mem_fraction_static by 0.85 above 8192 tokens
+SGLANG_AITER_MEM_FRACTION_FACTOR = 0.85
+SGLANG_AITER_LONG_CONTEXT_TOKENS = 8192
+# kv_cache_configurator.py resolve_max_num_reqs: int(tokens / context_len x 512) clamped to [2048, 4096],
+# at most tokens // 2
+SGLANG_RUNNING_REQUESTS_PER_CONTEXT = 512
+SGLANG_MIN_RUNNING_REQUESTS = 2048
+SGLANG_MAX_RUNNING_REQUESTS = 4096
+
+# configs/model_config.py is_hybrid_swa_model: the architectures with a separate SWA pool. Gemma 2 / 3,
+# Exaone and OLMo 2 are not among them (model_overrides/gemma2_gemma3.py disables it besides): their
+# sliding layers keep every token in the one full pool.
+SGLANG_HYBRID_SWA_ARCHITECTURES = frozenset({
+    "BeamForCausalLM", "Llama4ForConditionalGeneration", "GptOssForCausalLM", "GraniteSWAForCausalLM",
+    "GraniteMoeSWAForCausalLM", "IQuestQ1ForCausalLM", "MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM",
+    "Step3p5ForCausalLM", "Step3p7ForConditionalGeneration", "Gemma4ForCausalLM",
+    "Gemma4ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration", "LagunaForCausalLM",
+    "MellumForCausalLM", "MuseGlimmerForCausalLM", "MuseGlimmerForConditionalGeneration",
+    "InklingForConditionalGeneration",
+})  # fmt: skip
+# the same by capplan family, for specs whose architecture string is not the checkpoint's
+SGLANG_HYBRID_SWA_FAMILIES = frozenset({"llama4", "gpt_oss", "gemma4", "mimo_v2", "step3p5"})
+# overrides.py _MAMBA_EXTRA_BUFFER_ARCHS: with the overlap scheduler (default) the mamba radix cache takes
+# the extra_buffer strategy, 2 more state slots per running request
+SGLANG_MAMBA_EXTRA_BUFFER_FAMILIES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h",
+                                                "falcon_h1", "granitemoehybrid", "kimi_linear"})  # fmt: skip
+
 
 # TensorRT-LLM (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator)
 TRTLLM_TOKENS_PER_BLOCK = 32

@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
+from itertools import product
 
 import polars as pl
 
@@ -393,13 +394,13 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
     for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
         for cid, rep in enumerate(representative):
             for g, gpu in enumerate(gpus):
-                for tp, pp in sorted(parallel):
-                    d = profile.defaults(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens, tp, pp)
+                for (tp, pp), (k, kv_dtype) in product(sorted(parallel), enumerate(options.kv_dtypes)):
+                    d = profile.defaults(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens, tp, pp, kv_dtype)
                     seqs = d.max_num_seqs or None
                     batched = d.max_num_batched_tokens
                     in_flight = profile.max_in_flight_tokens(batched, pp, None)
                     reg.settings.append(
-                        (e, cid, tp, pp, g, d.gpu_memory_utilization, seqs, batched, in_flight, d.block_size)
+                        (e, cid, tp, pp, k, g, d.gpu_memory_utilization, seqs, batched, in_flight, d.block_size)
                     )
                     reg.batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
                     reg.block_sizes.setdefault((engine, cid), set()).add(d.block_size)
@@ -698,6 +699,7 @@ def _served(reg: _Registry) -> tuple[pl.DataFrame, pl.DataFrame]:
             "model_class": _I64,
             "tp": _I64,
             "pp": _I64,
+            "kv_idx": _I64,
             "gpu_idx": _I64,
             "gpu_memory_utilization": _F64,
             "max_num_seqs": _I64,
@@ -745,7 +747,7 @@ _NARROW = (
     "_rank", "kv_id", "model_idx", "model_class", "engine_idx", "weight_idx", "kv_idx", "tp", "pp",
     "needs_fp8", "needs_fp4", "weights_bytes_per_gpu", "max_model_len", "min_context",
 )  # fmt: skip
-_SERVED_ON = ["engine_idx", "model_class", "tp", "pp", "needs_fp8", "needs_fp4"]
+_SERVED_ON = ["engine_idx", "model_class", "tp", "pp", "kv_idx", "needs_fp8", "needs_fp4"]
 _GROUP = ["model_idx", "engine_idx", "weight_idx", "kv_idx"]
 
 

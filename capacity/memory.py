@@ -838,7 +838,7 @@ def estimate(
     else:
         weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, profile.engine)
 
-    defaults = profile.defaults(model, gpu, total, max_model_len, d.tp, d.pp)
+    defaults = profile.defaults(model, gpu, total, max_model_len, d.tp, d.pp, kv_name)
     util = d.gpu_memory_utilization if d.gpu_memory_utilization is not None else defaults.gpu_memory_utilization
     block_size = d.block_size or defaults.block_size
     if not 0 < util <= 1:

@@ -237,3 +237,22 @@ def test_gemma4_unequal_pages_scale_the_smaller_pages_block() -> None:
     # groups of 3: 2,048 + 4 x (cdiv(511 + 16,384, 32) + 1 = 529) = 4,164.
     small = _estimate("google/gemma-4-E2B", "h100-sxm-80gb", max_model_len=32768)
     assert small.pool.sequence_units(32768, 32768) == 2048 + 4 * 529 == 4164
+
+
+@pytest.mark.parametrize(
+    ("gpu", "kv_dtype", "block"),
+    [
+        ("h100-sxm-80gb", "auto", 16),  # SM90: FLASH_ATTN_MLA first, any multiple of 16 -> the default 16
+        ("h200-sxm-141gb", "fp8", 64),  # FLASH_ATTN_MLA takes no fp8 KV -> FLASHMLA, kernel blocks of 64
+        ("b200-180gb", "auto", 32),  # SM100: FLASHINFER_MLA supports 32 and 64, not 16 -> the smallest, 32
+        ("b200-180gb", "fp8", 32),
+        ("a100-sxm-80gb", "auto", 16),  # SM80: TRITON_MLA
+        ("mi300x-192gb", "auto", 16),  # ROCm AITER MLA: any block size
+    ],
+)
+def test_mla_block_size_follows_the_attention_backend(gpu: str, kv_dtype: str, block: int) -> None:
+    est = _estimate("deepseek-ai/DeepSeek-V3", gpu, tp=8, kv_dtype=kv_dtype, max_model_len=4096)
+    assert est.block_size == block
+    before = _estimate("deepseek-ai/DeepSeek-V3", gpu, tp=8, kv_dtype=kv_dtype, max_model_len=4096,
+                       engine_version="0.32")  # fmt: skip
+    assert before.block_size == (128 if gpu.startswith("b200") else 64)

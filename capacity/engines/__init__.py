@@ -55,7 +55,14 @@ class EngineProfile(Protocol):
         """The dtype of a state layer's recurrent (SSM) state."""
 
     def defaults(
-        self, model: ModelSpec, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int, tp: int, pp: int
+        self,
+        model: ModelSpec,
+        gpu: GpuSku | None,
+        gpu_memory_bytes: int,
+        max_model_len: int,
+        tp: int,
+        pp: int,
+        kv_dtype: str = "auto",
     ) -> EngineDefaults:
         """Utilization, batch limits and block size the engine picks when the deployment does not say."""
 

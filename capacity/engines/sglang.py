@@ -44,7 +44,14 @@ class SglangProfile:
         return model.mamba_ssm_cache_dtype
 
     def defaults(
-        self, model: ModelSpec, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int, tp: int, pp: int
+        self,
+        model: ModelSpec,
+        gpu: GpuSku | None,
+        gpu_memory_bytes: int,
+        max_model_len: int,
+        tp: int,
+        pp: int,
+        kv_dtype: str = "auto",
     ) -> EngineDefaults:
         return EngineDefaults(
             mem_fraction_static(gpu_memory_bytes, tp, pp), 0, chunked_prefill_size(gpu_memory_bytes), ec.SGLANG_PAGE_SIZE

@@ -42,7 +42,14 @@ class TrtllmProfile:
         return model.mamba_ssm_cache_dtype
 
     def defaults(
-        self, model: ModelSpec, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int, tp: int, pp: int
+        self,
+        model: ModelSpec,
+        gpu: GpuSku | None,
+        gpu_memory_bytes: int,
+        max_model_len: int,
+        tp: int,
+        pp: int,
+        kv_dtype: str = "auto",
     ) -> EngineDefaults:
         return EngineDefaults(
             ec.TRTLLM_FREE_GPU_MEMORY_FRACTION,

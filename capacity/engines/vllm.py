@@ -71,10 +71,19 @@ class VllmProfile:
         return act_dtype
 
     def defaults(
-        self, model: ModelSpec, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int, tp: int, pp: int
+        self,
+        model: ModelSpec,
+        gpu: GpuSku | None,
+        gpu_memory_bytes: int,
+        max_model_len: int,
+        tp: int,
+        pp: int,
+        kv_dtype: str = "auto",
     ) -> EngineDefaults:
         seqs, batched = batch_defaults(self.release, gpu, gpu_memory_bytes, max_model_len)
-        return EngineDefaults(self.release.default_gpu_memory_utilization, seqs, batched, block_size(model, gpu))
+        return EngineDefaults(
+            self.release.default_gpu_memory_utilization, seqs, batched, block_size(model, gpu, kv_dtype, self.release)
+        )
 
     def overhead(
         self, model: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, max_num_seqs: int | None, act_bytes: int
@@ -173,13 +182,26 @@ def batch_defaults(
     return seqs, batched
 
 
-def block_size(model: ModelSpec, gpu: GpuSku | None) -> int:
-    """CUDA platform block-size rules: 16, or what the MLA backend forces."""
-    if model.is_mla:
-        if gpu is not None and (gpu.architecture or "").lower() in ("blackwell",):
-            return ec.VLLM_MLA_BLOCK_SIZE_BLACKWELL
-        return ec.VLLM_MLA_BLOCK_SIZE_HOPPER
-    return ec.VLLM_DEFAULT_BLOCK_SIZE
+def block_size(
+    model: ModelSpec, gpu: GpuSku | None, kv_dtype: str = "auto", release: ec.VllmRelease | None = None
+) -> int:
+    """CUDA platform block-size rules: 16, or what the MLA backend's kernels need."""
+    if not model.is_mla:
+        return ec.VLLM_DEFAULT_BLOCK_SIZE
+    arch = (gpu.architecture or "").lower() if gpu is not None else "hopper"
+    rule = (release or ec.vllm_release(None)).mla_block
+    if rule is ec.MlaBlockRule.FLASHMLA:
+        return ec.VLLM_MLA_BLOCK_SIZE_BLACKWELL if arch == "blackwell" else ec.VLLM_MLA_BLOCK_SIZE_HOPPER
+    if arch == "hopper":  # SM90: FLASH_ATTN_MLA (bf16/fp16 KV only, any multiple of 16), else FLASHMLA (64)
+        return ec.VLLM_MLA_BLOCK_SIZE_HOPPER if kv_dtype.lower().startswith("fp8") else ec.VLLM_DEFAULT_BLOCK_SIZE
+    if arch == "blackwell" and not _is_sm120(gpu):  # SM100: FLASHINFER_MLA (32 or 64)
+        return ec.VLLM_FLASHINFER_MLA_BLOCK_SIZE
+    return ec.VLLM_DEFAULT_BLOCK_SIZE  # TRITON_MLA (SM120, Ampere, Ada) and ROCm AITER MLA take 16
+
+
+def _is_sm120(gpu: GpuSku | None) -> bool:
+    """Workstation Blackwell (RTX PRO 6000, RTX 50xx: compute capability 12.x), not B200/GB200/B300."""
+    return gpu is not None and any(word in gpu.id.lower() for word in ("rtx", "gb10"))
 
 
 def _layer_bucket(layer: LayerKVSpec, hybrid_manager: bool) -> tuple[KVKind, int | None]:
