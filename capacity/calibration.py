@@ -34,6 +34,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from capacity import engine_constants as ec
+from capacity import engines
+from capacity.engines import Engine
+from capacity.engines.vllm import VllmProfile
 from capacity.memory import ChargeTerms, Estimate, KVPool, b_max, max_concurrency, max_context
 from capacity.spec import DeploymentSpec, ModelSpec
 
@@ -63,7 +66,7 @@ class ObservedSettings:
     dtype: str | None = None  # activation / weight dtype as the engine printed it: bfloat16, float16...
     quantization: str | None = None  # fp8, awq_marlin, compressed-tensors... (None: unquantized)
     kv_cache_dtype: str | None = None  # auto, fp8, fp8_e4m3...
-    engine: str = "vllm"
+    engine: str = Engine.VLLM
     engine_version: str | None = None
     engine_generation: str | None = None  # v0 | v1, when only that is known
     gpu_memory_utilization: float | None = None
@@ -81,15 +84,8 @@ _ONLINE_QUANT = {"fp8": "fp8"}  # --quantization X on an unquantized checkpoint 
 
 
 def engine_version_for(version: str | None, generation: str | None) -> str:
-    """A usable vLLM version: the stated one, else a representative release of the generation
-    (V0 -> 0.4, V1 -> 0.11: most undated V1 logs in the public set are from the 0.11-0.16 era)."""
-    if version:
-        try:
-            ec.parse_version(version)
-            return version
-        except ValueError:
-            pass
-    return "0.4" if (generation or "").lower() == "v0" else "0.11"
+    """A usable vLLM version: the stated one, else a representative release of the generation."""
+    return VllmProfile.for_version(None).observed_version(version, generation) or "0.11"
 
 
 def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> DeploymentSpec:
@@ -109,8 +105,8 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
             weight = "auto"
     kv_raw = (s.kv_cache_dtype or "").lower() or None
     kv = _KV_DTYPES.get(kv_raw, str(kv_raw))
-    engine = (s.engine or "vllm").lower()
-    version = engine_version_for(s.engine_version, s.engine_generation) if engine == "vllm" else s.engine_version
+    engine = Engine(str(s.engine or Engine.VLLM).lower())
+    version = engines.engine_profile(engine).observed_version(s.engine_version, s.engine_generation)
     return DeploymentSpec(
         tp=s.tp,
         pp=s.pp,
@@ -141,9 +137,8 @@ def engine_series(engine: str, version: str | None) -> str | None:
 def engine_profile(engine: str, version: str | None) -> str:
     """The era of capplan's fitted overhead coefficients for this engine version (vLLM: the
     `overhead_profile` of the release, e.g. 'v1-mid'); other engines: the engine name."""
-    if engine == "vllm":
-        return ec.vllm_release(engine_version_for(version, None)).overhead_profile
-    return engine
+    base = engines.engine_profile(engine)
+    return engines.engine_profile(engine, base.observed_version(version, None)).overhead_era
 
 
 # --- one observed deployment next to its prediction ------------------------------------------------

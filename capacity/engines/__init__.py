@@ -109,6 +109,13 @@ class EngineProfile(Protocol):
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         """Why the engine rejects a KV cache dtype (None: accepted)."""
 
+    @property
+    def overhead_era(self) -> str:
+        """Which fitted overhead coefficients apply (vLLM: the release's era, e.g. 'v1-mid')."""
+
+    def observed_version(self, version: str | None, generation: str | None) -> str | None:
+        """The release to predict an observed deployment with, from what its log says."""
+
 
 def engine_profile(engine: str | Engine, version: str | None = None) -> EngineProfile:
     """The profile of an engine (and, for vLLM, of a release). Raises SpecError for an unknown name."""

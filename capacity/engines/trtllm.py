@@ -107,3 +107,10 @@ class TrtllmProfile:
 
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         return None
+
+    @property
+    def overhead_era(self) -> str:
+        return self.engine.value
+
+    def observed_version(self, version: str | None, generation: str | None) -> str | None:
+        return version

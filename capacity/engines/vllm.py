@@ -138,6 +138,21 @@ class VllmProfile:
             return None
         return f"vLLM does not accept --kv-cache-dtype {kv_dtype} (accepted: {', '.join(sorted(VLLM_KV_DTYPES))})"
 
+    @property
+    def overhead_era(self) -> str:
+        return self.release.overhead_profile
+
+    def observed_version(self, version: str | None, generation: str | None) -> str | None:
+        """The stated version, else a representative release of the generation (V0 -> 0.4, V1 -> 0.11:
+        most undated V1 logs in the public set are from the 0.11-0.16 era)."""
+        if version:
+            try:
+                ec.parse_version(version)
+                return version
+            except ValueError:
+                pass
+        return "0.4" if (generation or "").lower() == "v0" else "0.11"
+
 
 @cache
 def _profile(version: str | None) -> VllmProfile:
