@@ -86,7 +86,8 @@ def decode_config(raw: bytes, *, name: str) -> dict[str, Any]:
 def check_tree(value: object, *, name: str) -> None:
     """A parsed config every later step can handle: at most MAX_JSON_DEPTH levels of nesting
     (a `text_config` chain or a deep list would make recursive code fail far from here), and text
-    without lone surrogates (JSON's `\\ud800` decodes to one; no database driver can store it).
+    without lone surrogates (JSON's `\\ud800` decodes to one; no database driver can store it) or
+    NUL characters (PostgreSQL refuses them).
     Iterative, so the check itself cannot overflow the stack (StageError 'json')."""
     stack: list[tuple[object, int, str]] = [(value, 1, "")]
     while stack:
@@ -111,6 +112,8 @@ def _check_text(text: str, *, name: str, where: str) -> None:
     except UnicodeEncodeError as exc:
         bad = text[exc.start : exc.end].encode("utf-8", "backslashreplace").decode("ascii")
         raise StageError("json", f"{name}: config.json holds a lone surrogate ({bad}) in {where}") from None
+    if "\x00" in text:  # PostgreSQL text cannot hold it, SQLite can: reject on both alike
+        raise StageError("json", f"{name}: config.json holds a NUL character (\\u0000) in {where}")
 
 
 def _reject_constant(token: str) -> Any:

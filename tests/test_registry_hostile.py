@@ -73,6 +73,7 @@ def _hostile(folder: Path, outside: Path) -> dict[str, str]:
     put("deep-index", json.dumps(llama), '{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}")
     put("lone-surrogate-value", json.dumps(llama | {"model_type": "llama", "architectures": ["\ud800"]}))
     put("lone-surrogate-key", json.dumps(llama | {"\udc80": 1}))
+    put("nul-escape", json.dumps(llama | {"model_type": "lla\u0000ma"}))
     (put("dev-zero") / "config.json").symlink_to("/dev/zero")
     os.mkfifo(put("fifo") / "config.json")
     (outside / "config.json").write_text(json.dumps(llama), encoding="utf-8")
@@ -95,6 +96,7 @@ def _hostile(folder: Path, outside: Path) -> dict[str, str]:
         "deep-index": "nested too deeply",
         "lone-surrogate-value": "lone surrogate (\\ud800)",
         "lone-surrogate-key": "lone surrogate (\\udc80)",
+        "nul-escape": "NUL character",
         "dev-zero": "leads out of",
         "fifo": "is a FIFO, not a regular file",
         "link-outside": "leads out of",
