@@ -303,5 +303,7 @@ def sql(
         write_result(names, rows, fmt, max_rows)
 
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+app = typer.Typer(
+    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
+)
 app.command()(sql)
