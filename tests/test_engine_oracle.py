@@ -219,11 +219,9 @@ def capplan_result(
     est = _estimate(model, gpu, deployment, max_model_len)
     pool = est.pool
     groups = sorted((str(g.kind), int(g.num_layers)) for g in pool.groups)
-    model_bytes = memory.kv_element_bytes("auto", memory.serving_dtype(model.spec))
-    ssm_dtype = model.spec.mamba_ssm_cache_dtype
-    ssm_bytes = model_bytes if ssm_dtype == "auto" else memory.element_bytes(ssm_dtype)
-    states = [layer for layer in model.spec.layers if layer.kind is KVKind.STATE]
-    state_page = memory.layer_state_bytes(states[0], model_bytes, ssm_bytes, deployment.tp) if states else None
+    # the per-sequence state of one state layer, as the estimate charges it (PP = 1: every layer)
+    num_state_layers = sum(1 for layer in model.spec.layers if layer.kind is KVKind.STATE)
+    state_page = est.state_bytes_per_sequence_per_gpu // num_state_layers if num_state_layers else None
     return {
         "block_size": est.block_size,
         "groups": groups,
@@ -383,13 +381,8 @@ def run_oracle(request: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-@pytest.fixture(scope="session")
-def oracle() -> OracleRun:
-    if not ORACLE_PYTHON.exists():
-        message = f"the engine-oracle venv is missing ({ORACLE_PYTHON}): bash tools/engine_oracle/setup_venv.sh"
-        if _in_ci():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+def load_oracle_run() -> OracleRun:
+    """Build every case, ask vLLM once, keep both answers."""
     cases, not_compared = build_cases()
     dtypes = sorted(set(memory.KV_DTYPES) | {"fp8_e4m3", "fp8_e5m2", "nvfp4", "int8_per_token_head"})
     request = {
@@ -414,6 +407,16 @@ def oracle() -> OracleRun:
         batch_defaults={b["id"]: b for b in reply["batch_defaults"]},
         kv_dtypes_accepted=reply.get("kv_cache_dtypes_accepted", {}),
     )
+
+
+@pytest.fixture(scope="session")
+def oracle() -> OracleRun:
+    if not ORACLE_PYTHON.exists():
+        message = f"the engine-oracle venv is missing ({ORACLE_PYTHON}): bash tools/engine_oracle/setup_venv.sh"
+        if _in_ci():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return load_oracle_run()
 
 
 # --- comparisons ---------------------------------------------------------------------------------
@@ -470,9 +473,11 @@ def _q_in_flight(c: dict[str, Any], v: dict[str, Any]) -> tuple[Any, Any] | None
 
 
 def _q_state_page(c: dict[str, Any], v: dict[str, Any]) -> tuple[Any, Any] | None:
+    """One state layer's page as a request pays it: vLLM's MambaSpec page, padded to the attention
+    page (Platform._align_hybrid_block_size), against capplan's per-sequence state per state layer."""
     if c["state_page_size_bytes"] is None or "state_page_size_bytes" not in v:
         return None
-    return c["state_page_size_bytes"], v["state_page_size_bytes"]
+    return c["state_page_size_bytes"], v["mamba_page_size_padded"] or v["state_page_size_bytes"]
 
 
 QUANTITIES: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, Any] | None]] = {
@@ -576,7 +581,7 @@ def test_kv_dtypes_accepted(oracle: OracleRun) -> None:
 
 
 def iter_summaries(run: OracleRun) -> Iterator[str]:
-    """Every quantity's tally, for a report (`python -m tests.test_engine_oracle`)."""
+    """Every quantity's tally, for a report (`.venv/bin/python tools/engine_oracle/report.py`)."""
     yield f"{len(run.cases)} cases compared against vLLM {run.version}; {len(run.not_compared)} not compared"
     reasons = Counter(line.split(": ", 1)[1].split(" (")[0][:60] for line in run.not_compared)
     for reason, n in reasons.most_common(5):

@@ -136,6 +136,20 @@ def _layer_spec(layer: dict[str, Any], case: dict[str, Any], config: Any, state:
     raise ValueError(f"unknown layer kind {kind!r}")
 
 
+# Architectures whose module does not import on a CPU venv (qwen3_5.py imports torchvision), and a
+# class whose state-shape and state-dtype classmethods make the same calls:
+# Qwen3_5ForCausalLMBase.get_mamba_state_shape_from_config / get_mamba_state_dtype_from_config and
+# Qwen3NextForCausalLM's are both MambaStateShapeCalculator.gated_delta_net_state_shape(tp,
+# linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim,
+# linear_conv_kernel_dim, num_spec) and gated_delta_net_state_dtype on hf_text_config.
+STATE_SHAPE_STAND_INS = {
+    "Qwen3_5ForConditionalGeneration": "Qwen3NextForCausalLM",
+    "Qwen3_5ForCausalLM": "Qwen3NextForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration": "Qwen3NextForCausalLM",
+    "Qwen3_5MoeForCausalLM": "Qwen3NextForCausalLM",
+}
+
+
 class _StateModel:
     """Stands in for the model class where vLLM asks one for its state shapes (the alignment
     step resolves the architecture through ModelRegistry)."""
@@ -198,13 +212,17 @@ def _state_spec(case: dict[str, Any], config: Any) -> dict[str, Any]:
     model_cls = None
     if config.model_config.hf_config is not None:
         arch = case["architecture"]
-        try:
-            with contextlib.redirect_stdout(sys.stderr):
-                model_cls, _ = ModelRegistry.resolve_model_cls(arch, model_config=config.model_config)
-        except Exception as exc:  # the model module needs a GPU-only package
-            info["source"] = f"case (vLLM model class not importable: {_first_error_line(exc)[:120]})"
+        for candidate in (arch, STATE_SHAPE_STAND_INS.get(arch)):
+            if candidate is None:
+                continue
+            try:
+                with contextlib.redirect_stdout(sys.stderr):
+                    model_cls, _ = ModelRegistry.resolve_model_cls(candidate, model_config=config.model_config)
+                break
+            except Exception as exc:  # the model module needs a package a CPU venv lacks
+                info["source"] = f"case (vLLM {candidate} not importable: {_first_error_line(exc)[:120]})"
         hook = MODELS_CONFIG_MAP.get(arch)
-        if model_cls is not None and hook is not None:
+        if hook is not None:
             hook.verify_and_update_config(config)
     # prefix caching (on by default) -> mamba_cache_mode "align", mamba_block_size = block_size
     HybridAttentionMambaModelConfig.verify_and_update_config(config)
