@@ -757,7 +757,9 @@ def _experts_common(m: _Model, topk_key: str = "num_experts_per_tok") -> int:
         m.fail("missing required field `num_experts` (or `num_local_experts` / `n_routed_experts`)")
     e = c.integer(key, hi=MAX_EXPERTS)
     m.num_experts = e
-    m.experts_per_token = c.integer(topk_key, hi=e)
+    m.experts_per_token = c.integer(topk_key, hi=MAX_EXPERTS)
+    if m.experts_per_token > e:
+        m.fail(f"{c.key(topk_key)} ({m.experts_per_token}) exceeds {c.key(key)} ({e}): a token cannot use more experts than exist")
     return e
 
 
@@ -1032,7 +1034,9 @@ def _build_mla(m: _Model, kinds: list[_Kind]) -> _Built:
     moe_total = 0
     if n_routed:
         m.num_experts = n_routed
-        m.experts_per_token = c.integer("num_experts_per_tok", hi=n_routed)
+        m.experts_per_token = c.integer("num_experts_per_tok", hi=MAX_EXPERTS)
+        if m.experts_per_token > n_routed:
+            m.fail(f"`num_experts_per_tok` ({m.experts_per_token}) exceeds `n_routed_experts` ({n_routed})")
         moe_inter = c.integer("moe_intermediate_size")
         shared = c.integer("n_shared_experts", 0, lo=0, hi=MAX_EXPERTS)
         # GLM-4.7-Flash (glm4_moe_lite) defaults to one dense layer; transformers 5 may write

@@ -19,7 +19,7 @@ from typing import Any
 
 from capacity.hf_config import ConfigError, checkpoint_size_problem, parse_config
 from capacity.spec import ModelSpec
-from models_registry.sources.common import ConfigSnapshot, StageError, one_line
+from models_registry.sources.common import ConfigSnapshot, StageError, json_value_error, one_line
 
 INT32_MAX = 2**31 - 1
 MAX_JSON_DEPTH = 32  # published configs nest 5 levels at most (quantization_config.config_groups...)
@@ -76,7 +76,7 @@ def decode_config(raw: bytes, *, name: str) -> dict[str, Any]:
     except RecursionError:
         raise StageError("json", f"{name}: config.json is nested too deeply (more than {MAX_JSON_DEPTH} levels)") from None
     except ValueError as exc:
-        raise StageError("json", f"{name}: config.json is not valid JSON: {exc}") from None
+        raise StageError("json", f"{name}: config.json is not valid JSON: {json_value_error(exc)}") from None
     if not isinstance(value, dict):
         raise StageError("json", f"{name}: config.json must hold a JSON object, got {_json_type(value)}")
     check_tree(value, name=name)

@@ -20,7 +20,7 @@ NO_LENGTH = {k: v for k, v in LLAMA.items() if k != "max_position_embeddings"}
     ("config", "words"),
     [
         (V3 | {"n_routed_experts": 0}, "`n_routed_experts` is 0"),
-        (V3 | {"num_experts_per_tok": 300}, "implausibly large (max 256)"),
+        (V3 | {"num_experts_per_tok": 300}, "`num_experts_per_tok` (300) exceeds `n_routed_experts` (256)"),
         (MIXTRAL | {"num_experts_per_tok": 9}, "num_experts_per_tok"),
         (MIXTRAL | {"num_local_experts": 0}, "num_local_experts"),
         (LLAMA | {"num_experts": 0, "num_experts_per_tok": 2}, "is 0 but `num_experts_per_tok` is 2"),

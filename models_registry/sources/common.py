@@ -9,6 +9,7 @@ import os
 import re
 import reprlib
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +66,14 @@ def excerpt(raw: bytes | str | None, limit: int = EXCERPT_CHARS) -> str | None:
         return None
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
     return _storable(text[:limit])
+
+
+def json_value_error(exc: ValueError) -> str:
+    """A ValueError from `json.loads` as a reason (an integer literal longer than Python converts
+    says so, instead of advising `sys.set_int_max_str_digits`)."""
+    if "integer string conversion" in str(exc):
+        return f"an integer has more than {sys.get_int_max_str_digits():,} digits"
+    return one_line(exc, 120)
 
 
 def sha256_hex(data: bytes) -> str:
@@ -186,7 +195,7 @@ def checkpoint_bytes_from_index(path: Path, *, root: Path | None = None) -> int:
     except RecursionError:
         raise StageError("index", f"{path.name} is nested too deeply to be a safetensors index") from None
     except ValueError as exc:  # e.g. an integer with more digits than Python converts
-        raise StageError("index", f"{path.name} is not valid JSON: {one_line(exc, 120)}") from None
+        raise StageError("index", f"{path.name} is not valid JSON: {json_value_error(exc)}") from None
     metadata = index.get("metadata") if isinstance(index, dict) else None
     total = metadata.get("total_size") if isinstance(metadata, dict) else None
     if total is None:
