@@ -128,3 +128,40 @@ def test_the_bases_are_accepted() -> None:
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
+
+
+yaml_trees = st.recursive(
+    st.one_of(scalars, st.dates()),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=25,
+)
+GPU_KEYS = ("id", "name", "vendor", "memory_total_mib_smi", "memory_marketing_gb", "aliases", "price_date", "gpus_per_node")
+MODEL_KEYS = ("repo_id", "config", "safetensors_index", "published_parameters", "gated", "revision", "family")
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.one_of(
+            yaml_trees,
+            st.fixed_dictionaries({}, optional={k: yaml_trees for k in GPU_KEYS + MODEL_KEYS}),
+        ),
+        max_size=4,
+    )
+)
+def test_random_catalog_entries(tmp_path_factory: pytest.TempPathFactory, entries: list[Any]) -> None:
+    """models.yaml and gpus.yaml with random entries: each entry is read or rejected, never raised."""
+    import yaml
+
+    from models_registry.sources.bundled import read_catalog
+    from models_registry.sources.gpu_catalog import read_gpu_catalog
+
+    root = tmp_path_factory.mktemp("catalog")
+    for name, key in (("models.yaml", "models"), ("gpus.yaml", "gpus")):
+        (root / name).write_text(yaml.safe_dump({"schema_version": 1, key: entries}), encoding="utf-8")
+    snapshots, errors = read_catalog(root)
+    assert len(snapshots) + len(errors) == len(entries)  # rows in = read + rejected
+    assert all(e.reason and "\n" not in e.reason for e in errors)
+    records, gpu_errors = read_gpu_catalog(root / "gpus.yaml")
+    assert len(records) + len(gpu_errors) == len(entries)
+    assert all(e.reason and "\n" not in e.reason for e in gpu_errors)

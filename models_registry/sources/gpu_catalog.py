@@ -267,8 +267,9 @@ def read_gpu_catalog(path: Path | None = None) -> tuple[list[GpuRecord], list[It
                 owner = owners.get(normalized)
                 if owner is not None:
                     raise _Invalid(f"{spelling!r} already names {owner}")
-        except ValueError as exc:
-            errors.append(ItemError("gpu", key, "validate", one_line(exc), str(source), excerpt(short_repr(entry))))
+        except Exception as exc:  # whatever one entry provokes, the others are still read
+            reason = one_line(exc) if isinstance(exc, ValueError) else one_line(f"{type(exc).__name__}: {exc}")
+            errors.append(ItemError("gpu", key, "validate", reason, str(source), excerpt(short_repr(entry))))
             continue
         for normalized in record.alias_keys():
             owners[normalized] = record.id
