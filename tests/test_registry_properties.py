@@ -84,6 +84,16 @@ def test_random_json_trees(tree: Any) -> None:
         _outcome(_snapshot(_dumps(LLAMA | tree)))
 
 
+KNOWN_KEYS = sorted({k for base in BASES for k in base} | {"text_config", "quantization_config", "layer_types"})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(BASES), st.dictionaries(st.sampled_from(KNOWN_KEYS), json_trees, min_size=1, max_size=3))
+def test_random_values_for_known_keys(base: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Any JSON value under a key the parser reads (rope_scaling, quantization_config, layer_types...)."""
+    _outcome(_snapshot(_dumps(base | overrides)))
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(BASES), st.sampled_from(INT_FIELDS + list(LENGTH_KEYS)), numbers, st.booleans())
 def test_random_numbers_in_integer_fields(base: dict[str, Any], key: str, value: Any, nested: bool) -> None:
