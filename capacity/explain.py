@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from capacity.memory import GIB, Estimate, kv_heads_per_gpu, stage_layers
-from capacity.spec import KVKind, ModelSpec
+from capacity.memory import GIB, UNBOUNDED_TOKENS, Estimate, KVPool, cdiv, kv_heads_per_gpu, stage_layers
+from capacity.spec import WINDOWED_KINDS, KVKind, ModelSpec
 
 
 def _gib(n: float) -> str:
@@ -32,6 +32,51 @@ def layer_summary(model: ModelSpec) -> list[tuple[str, int, int]]:
     return [(desc, count, elements) for desc, (count, elements) in rows.items()]
 
 
+def _per_rank(model: ModelSpec, tp: int) -> str:
+    """What each TP rank caches per token: KV heads of the attention layers (ceil(H_kv / TP), at
+    least 1), and for MLA one latent per token that every rank holds whole (replicated, not split)."""
+    layers = [layer for layer in model.layers if layer.stores_per_token_kv]
+    heads = sorted({kv_heads_per_gpu(layer, tp) for layer in layers if layer.kind is not KVKind.MLA})
+    parts = [f"{', '.join(map(str, heads))} KV head(s) per rank"] if heads else []
+    if any(layer.kind is KVKind.MLA for layer in layers):
+        parts.append("MLA latent (no heads) replicated on every rank")
+    return ", ".join(parts) or "no per-token KV"
+
+
+def _group_kind(kind: str, model: ModelSpec) -> str:
+    """A pool group's label: vLLM pools MLA layers as full attention (MLAAttentionSpec is a
+    FullAttentionSpec), but what they cache is the latent, so a model without plain attention
+    layers shows its full groups as `mla`."""
+    kinds = {layer.kind for layer in model.layers if layer.stores_per_token_kv}
+    return KVKind.MLA.value if kind == KVKind.FULL.value and kinds == {KVKind.MLA} else kind
+
+
+def _charge_breakdown(pool: KVPool, tokens: int, limit: int, total: int) -> list[str]:
+    """The units a sequence takes, one line per charging rule, when more than one charges it
+    (hybrid models: full, windowed and state groups); nothing when one rule charges it all."""
+    terms = pool.charge_terms()
+    in_flight = pool.in_flight_tokens
+    parts: list[tuple[str, int]] = []
+    if terms.per_block_groups:
+        n, bs = terms.per_block_groups, pool.block_size
+        parts.append((f"{n} full group(s): {n} x cdiv({tokens:,}, {bs})", n * cdiv(tokens, bs)))
+    for n, held, bs in terms.windowed:
+        if held >= UNBOUNDED_TOKENS:
+            parts.append((f"{n} group(s) of {bs}-token blocks: {n} x cdiv({limit:,}, {bs})", n * cdiv(limit, bs)))
+        else:
+            rule = f"{n} x cdiv(min({held:,} + {in_flight:,} in flight, {limit:,}), {bs})"
+            parts.append((f"{n} windowed group(s): {rule}", n * cdiv(min(held + in_flight, limit), bs)))
+    if terms.fixed_units:
+        states = [g.state_blocks or 1 for g in pool.groups if g.kind == KVKind.STATE]
+        sliding = terms.fixed_units - sum(states)
+        why = [f"{len(states)} state group(s) x {states[0]} block(s)"] if states and len(set(states)) == 1 else []
+        why += [f"+1 per sliding group (x{sliding}: a window may not start at a block boundary)"] if sliding else []
+        parts.append((f"fixed: {', '.join(why) or 'per-request blocks'}", terms.fixed_units))
+    if len(parts) < 2 or sum(units for _rule, units in parts) != total:
+        return []
+    return [f"     {rule} = {units:,}" for rule, units in parts]
+
+
 def derivation(est: Estimate, model: ModelSpec) -> list[str]:
     """Lines that show how every number of the estimate was reached."""
     elements = sum(layer.kv_elements_per_token for layer in model.layers)
@@ -53,10 +98,9 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
     lines.append(f"   whole model: {_b(est.kv_bytes_per_token)} per token")
     stages = stage_layers(model, est.pp)
     per_stage = [len(s) for s in stages]
-    heads = sorted({kv_heads_per_gpu(layer, est.tp) for layer in model.layers if layer.stores_per_token_kv})
     lines.append(
-        f"   per GPU (TP={est.tp}: {', '.join(map(str, heads))} KV head(s) per rank, MLA latents replicated; "
-        f"PP stages {per_stage}): {_b(est.kv_bytes_per_token_per_gpu)} per token on the most loaded GPU"
+        f"   per GPU (TP={est.tp}: {_per_rank(model, est.tp)}; PP stages {per_stage}): "
+        f"{_b(est.kv_bytes_per_token_per_gpu)} per token on the most loaded GPU"
     )
     if est.state_bytes_per_sequence_per_gpu:
         lines.append(f"   plus a constant per-sequence state of {_b(est.state_bytes_per_sequence_per_gpu)} per GPU")
@@ -76,7 +120,8 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
     pool = est.pool
     if pool.unit == "block":
         groups = ", ".join(
-            f"{g.kind}{f'(W={g.window_tokens})' if g.window_tokens else ''}x{g.num_layers}" for g in pool.groups
+            f"{_group_kind(g.kind, model)}{f'(W={g.window_tokens})' if g.window_tokens else ''}x{g.num_layers}"
+            for g in pool.groups
         )
         lines += [
             f"   block = {pool.block_size} tokens; groups [{groups}]; one block across its layers = {_b(pool.unit_bytes)}",
@@ -98,6 +143,7 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
     unit = {"block": "blocks", "token": "tokens", "byte": "bytes"}[pool.unit]
     lines += [
         f"   one sequence takes {units:,} {unit}",
+        *_charge_breakdown(pool, est.context_tokens, est.context_tokens, units),
         f"   max concurrency = {pool.capacity_units:,} / {units:,} = {est.max_concurrency:,.2f}x",
         f"   B_max = {est.b_max:,}"
         + (
@@ -127,10 +173,11 @@ def _start_check(est: Estimate) -> list[str]:
         f"   one request of max_model_len takes {need:,} blocks"
         + (f" + {est.start_reserved_units} held back (the null block)" if est.start_reserved_units else "")
         + f"; the pool has {pool.capacity_units:,}",
+        *_charge_breakdown(pool, est.max_model_len, est.max_model_len, need),
         f"   {'starts' if est.starts else 'DOES NOT START'}; the largest max_model_len that starts = "
         f"{est.max_model_len_that_starts:,} tokens",
     ]
-    if est.max_in_flight_tokens:
+    if est.max_in_flight_tokens and any(g.kind in WINDOWED_KINDS and g.window_tokens for g in pool.groups):
         lines.append(f"   windowed layers keep blocks for {est.max_in_flight_tokens:,} in-flight tokens")
     return lines
 
@@ -141,4 +188,3 @@ def _verdict(est: Estimate) -> str:
     if est.reason.startswith("DOES NOT START"):
         return est.reason
     return f"DOES NOT FIT: {est.reason}"
-

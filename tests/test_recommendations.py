@@ -139,11 +139,21 @@ def test_calibrated_deployments_say_so(fleet: dict[str, Any]) -> None:
         ((8192, 6000, 5000), (5000, "calibrated")),
         ((8192, 5000, 5000), (5000, "calibrated")),
         ((4096, 5000, 4096), (4096, "model")),
-        ((8192, 0, 0), (0, "calibrated")),
+        ((8192, 0, 0), (0, "calibrated")),  # weights fit, the calibrated pool holds nothing
     ],
 )
 def test_effective_limit_and_what_binds(limits: tuple[int, int, int | None], expected: tuple[int, str]) -> None:
     assert effective(*limits) == expected
+
+
+def test_weights_that_do_not_fit_bind_not_the_calibration() -> None:
+    assert effective(8192, 0, 0, weights_fit=False) == (0, "weights")
+    catalog = bundled_catalog(["meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"], ["l4-24gb"])
+    rows = grid_limits(catalog, NO_CALIBRATION, tp_sizes=(1,), pp_sizes=())
+    by_model = {m: set(rows.filter(pl.col("model") == m)["binding"]) for m in rows["model"].unique()}
+    assert by_model["meta-llama/Llama-3.1-70B-Instruct"] == {"weights"}  # 141 GB of weights on one 24 GB L4
+    assert "weights" not in by_model["meta-llama/Llama-3.1-8B-Instruct"]
+    assert set(rows["weight_dtype"]) == {"bf16"}, "a bf16 checkpoint served as published is the grid's bf16"
 
 
 def test_grid_limits_equal_the_capacity_grid(fleet: dict[str, Any]) -> None:
@@ -309,6 +319,8 @@ def test_placements_rank_and_the_fleet_plan_uses_them() -> None:
     best = chat.row(0, named=True)
     assert best["planned_capacity"] >= 64 and best["usd_per_sequence_hour"] == pytest.approx(best["usd_per_hour"] / 64)
     assert best["planned_per_replica"] == int(best["b_max"] * 0.9)
+    # the grid's weight_dtype label (the 8B is a plain bf16 checkpoint): a join on it with the grid matches
+    assert set(chat["weight_dtype"]) <= {"bf16", "fp8", "int4"} and "auto" not in set(chat["weight_dtype"])
     infeasible = {r["model"]: r["reason"] for r in placements.filter(~pl.col("feasible")).iter_rows(named=True)}
     assert infeasible["acme/unknown"] == "acme/unknown is not in the registry"
     assert "no feasible placement" in infeasible["meta-llama/Llama-3.1-70B-Instruct"]

@@ -334,3 +334,15 @@ def test_the_drift_check_warns_past_its_threshold(twice: dict[str, Any]) -> None
     assert isinstance(calm, dg.AssetCheckResult) and isinstance(strict, dg.AssetCheckResult)
     assert calm.passed and calm.severity == dg.AssetCheckSeverity.WARN
     assert not strict.passed and "codellama-h100" in str(strict.metadata["deployments"].value)
+
+
+def test_drift_check_reports_no_calibrated_error_as_null_not_zero(twice: dict[str, Any]) -> None:
+    """One deployment: nothing was calibrated, so the calibrated median is null (0 would claim a perfect fit)."""
+    (evaluation,) = [
+        e.event_specific_data
+        for e in twice["results"][0].all_events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION" and e.event_specific_data.check_name == "prediction_drift"
+    ]
+    metadata = evaluation.metadata  # type: ignore[union-attr]
+    assert isinstance(metadata["median_abs_kv_pool_error_calibrated_pct"], dg.NullMetadataValue)
+    assert isinstance(metadata["median_abs_kv_pool_error_pct"], dg.FloatMetadataValue)

@@ -58,7 +58,7 @@ comment on column marts.effective_context_limits.memory_limit is 'Largest contex
 comment on column marts.effective_context_limits.calibrated_limit is 'The same on the calibrated KV pool; null when no calibration scope with enough observations applies.';
 comment on column marts.effective_context_limits.measured_limit is 'The same on the engine''s reported block count (deployments that reported one).';
 comment on column marts.effective_context_limits.effective_limit is 'min(model_limit, memory_limit, calibrated_limit): the context to enforce at this concurrency.';
-comment on column marts.effective_context_limits.binding is 'Which limit binds: model, calibrated or memory (ties in that order).';
+comment on column marts.effective_context_limits.binding is 'Which limit binds: model, calibrated or memory (ties in that order); weights when the weights alone exceed the usable memory (limit 0).';
 comment on column marts.effective_context_limits.calibrated is 'True when a calibration scope applies (calibrated_limit is set).';
 comment on column marts.effective_context_limits.calibration_scope is 'The scope applied (marts.calibration.scope).';
 comment on column marts.effective_context_limits.n_observations is 'Deployments the applied scope was fitted on (0 when not calibrated).';

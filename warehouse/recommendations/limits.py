@@ -25,7 +25,7 @@ import polars as pl
 
 from capacity import engine_constants as ec
 from capacity.calibration import CalibrationFit, Correction, calibrated_pool, pool_numbers, pool_with_units
-from capacity.grid import TARGET_CONCURRENCIES, grid_contexts
+from capacity.grid import TARGET_CONCURRENCIES, grid_contexts, weight_dtype_choices
 from capacity.memory import AUTO_MAX_MODEL_LEN, Estimate, b_max, estimate, valid_tp_sizes
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from warehouse.catalog import Catalog
@@ -50,15 +50,20 @@ LIMIT_SCHEMA: dict[str, Any] = {
     "calibrated_limit": pl.Int64,
     "measured_limit": pl.Int64,
     "effective_limit": pl.Int64,
-    "binding": pl.String,  # model | calibrated | memory
+    "binding": pl.String,  # model | calibrated | memory | weights
     "calibrated": pl.Boolean,
     "calibration_scope": pl.String,
     "n_observations": pl.Int64,
 }
 
 
-def effective(model_limit: int, memory_limit: int, calibrated_limit: int | None) -> tuple[int, str]:
-    """The smallest limit and which binds (ties: model, then calibrated, then memory)."""
+def effective(
+    model_limit: int, memory_limit: int, calibrated_limit: int | None, *, weights_fit: bool = True
+) -> tuple[int, str]:
+    """The smallest limit and which binds (ties: model, then calibrated, then memory); `weights`
+    when the weights alone exceed the usable memory (no KV at all, whatever a calibration says)."""
+    if not weights_fit:
+        return 0, "weights"
     candidates = [("model", model_limit)]
     if calibrated_limit is not None:
         candidates.append(("calibrated", calibrated_limit))
@@ -99,9 +104,10 @@ def _rows(
         else None
     )  # fmt: skip
     rows = []
+    weights_fit = est.weights_bytes_per_gpu <= est.usable_bytes_per_gpu
     for b in concurrencies:
         calibrated_limit = calibrated.max_context[b] if calibrated is not None else None
-        value, binding = effective(model_limit, predicted.max_context[b], calibrated_limit)
+        value, binding = effective(model_limit, predicted.max_context[b], calibrated_limit, weights_fit=weights_fit)
         rows.append(
             base
             | {
@@ -145,7 +151,7 @@ def deployment_limits(
             "gpu": predicted["gpu"],
             "engine": est.engine,
             "engine_version": est.engine_version,
-            "weight_dtype": predicted["weight_dtype"],
+            "weight_dtype": grid_weight_dtype(model, predicted["weight_dtype"]),
             "kv_dtype": predicted["kv_dtype"],
             "tp": est.tp,
             "pp": est.pp,
@@ -159,10 +165,13 @@ def deployment_limits(
     return pl.DataFrame(rows, schema=LIMIT_SCHEMA)
 
 
-def native_weight_dtype(spec: ModelSpec) -> str:
-    """The grid's key for serving the checkpoint as published: bf16 for bf16 checkpoints, else auto."""
-    plain_bf16 = spec.quantization is None and spec.torch_dtype.lower() in ("bfloat16", "bf16")
-    return "bf16" if plain_bf16 else "auto"
+def grid_weight_dtype(spec: ModelSpec, weight_dtype: str = "auto") -> str:
+    """The capacity grid's label for these weights, the one every mart uses so joins on it match:
+    the grid lists a plain bf16 checkpoint served as published (`auto`) as `bf16` only
+    (`capacity.grid.weight_dtype_choices` drops the twin), so `auto` is spelled `bf16` there."""
+    if weight_dtype == "auto" and not weight_dtype_choices(spec, ["auto"]):
+        return "bf16"
+    return weight_dtype
 
 
 def _layouts(spec: ModelSpec, gpu: GpuSku, valid_tp: Sequence[int], pp_sizes: Sequence[int]) -> list[tuple[int, int]]:
@@ -189,7 +198,7 @@ def grid_limits(
     for model_id in sorted(catalog.models):
         grid_model = catalog.models[model_id]
         spec = grid_model.spec
-        weight = native_weight_dtype(spec)
+        weight = grid_weight_dtype(spec)
         smallest = grid_contexts(spec.context_limit_tokens)[0]
         valid_tp = valid_tp_sizes(spec, tp_sizes)  # the GPU's node size is applied per GPU
         for gpu_id in sorted(catalog.gpus):

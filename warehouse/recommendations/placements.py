@@ -15,8 +15,9 @@ import polars as pl
 
 from capacity.calibration import CalibrationFit, Correction
 from capacity.placement import PlacementOption, PlacementResult, ProcurementPlan, place, plan_procurement
-from capacity.spec import GpuSku, SpecError
+from capacity.spec import GpuSku, ModelSpec, SpecError
 from warehouse.catalog import Catalog
+from warehouse.recommendations.limits import grid_weight_dtype
 from warehouse.recommendations.workloads import WorkloadsFile
 
 DEFAULT_ALTERNATIVES = 10
@@ -122,8 +123,9 @@ def placement_results(
     return results, skipped
 
 
-def _option_row(option: PlacementOption, result: PlacementResult, family: str | None, in_plan: bool) -> dict[str, Any]:
+def _option_row(option: PlacementOption, result: PlacementResult, spec: ModelSpec, in_plan: bool) -> dict[str, Any]:
     w = result.workload
+    family = spec.family
     return {
         "workload": option.workload,
         "model": option.model,
@@ -135,7 +137,7 @@ def _option_row(option: PlacementOption, result: PlacementResult, family: str | 
         "tp": option.tp,
         "pp": option.pp,
         "gpus_per_replica": option.gpus_per_replica,
-        "weight_dtype": option.weight_dtype,
+        "weight_dtype": grid_weight_dtype(spec, option.weight_dtype),
         "kv_dtype": option.kv_dtype,
         "weight_format": option.weight_format,
         "kv_cache_dtype": option.kv_cache_dtype,
@@ -184,7 +186,9 @@ def placement_frames(
         family = model.spec.family
         kept = [o for o in result.options if o.rank <= alternatives or (o.workload, o.model, o.rank) in planned]
         for option in kept:
-            rows.append(_option_row(option, result, family, (option.workload, option.model, option.rank) in planned))
+            rows.append(
+                _option_row(option, result, model.spec, (option.workload, option.model, option.rank) in planned)
+            )
         if not result.options:
             rows.append(
                 _infeasible(
