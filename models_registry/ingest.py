@@ -456,6 +456,8 @@ def ingest_hub(
             snapshots.append(hub.fetch_config(repo_id, revision or None, cache_dir=cache_dir, token=token))
         except hub.HubError as exc:
             errors.append(ItemError("model", ref, "read", one_line(exc)))
+        except StageError as exc:  # a cached file that is not a readable config (a FIFO, too big...)
+            errors.append(ItemError("model", ref, exc.stage, f"{ref}: {exc}"))
     return run_ingest(session, source_kind="hub", source=", ".join(repo_ids), models=snapshots, errors=errors)
 
 
