@@ -90,6 +90,10 @@ def _hostile(folder: Path, outside: Path) -> dict[str, str]:
     put("bool-layers", json.dumps(llama | {"num_hidden_layers": True}))
     put("huge-int", json.dumps(llama).replace('"vocab_size": 128256', '"vocab_size": 1' + "0" * 5000))
     put("good", json.dumps(llama), json.dumps(index))
+    not_utf8 = os.path.join(os.fsencode(folder), b"caf\xe9")
+    os.mkdir(not_utf8)
+    with open(os.path.join(not_utf8, b"config.json"), "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(llama))
     return {
         "deep-json": "nested too deeply",
         "text-config-chain": "nested more than 32 levels",
@@ -108,6 +112,7 @@ def _hostile(folder: Path, outside: Path) -> dict[str, str]:
         "topk-exceeds-experts": "`num_experts_per_tok` (9) exceeds `num_local_experts` (8)",
         "bool-layers": "num_hidden_layers must be an integer",
         "huge-int": "an integer has more than 4,300 digits",
+        "caf\\udce9": "the folder name is not valid UTF-8",
     }
 
 
@@ -175,6 +180,7 @@ def test_a_hostile_catalog_folder_still_publishes_a_nightly(tmp_path: Path, monk
     outside.mkdir()
     expected = _hostile(folder, outside)
     shutil.rmtree(folder / "good")
+    shutil.rmtree(os.path.join(os.fsencode(folder), b"caf\xe9"))  # models.yaml (UTF-8) cannot name it
     del expected  # reasons are checked by the dir test; here every name must be listed
     entries = yaml.safe_load((catalog / "models.yaml").read_text(encoding="utf-8"))
     names = sorted(p.name for p in folder.iterdir())

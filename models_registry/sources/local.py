@@ -62,6 +62,11 @@ def scan_dir(root: Path) -> tuple[list[ConfigSnapshot], list[ItemError]]:
             repo_id = model_id_for(config_path, root)
         except ValueError:  # the folder itself is a link out of root
             repo_id = config_path.parent.name
+        if not _is_text(repo_id):  # a folder name that is not UTF-8 (os.fsdecode gave surrogates)
+            shown = repo_id.encode("utf-8", "backslashreplace").decode("ascii")
+            reason = f"{shown}: the folder name is not valid UTF-8, so it cannot be a registry id"
+            errors.append(ItemError("model", shown, "read", reason, str(config_path).encode("utf-8", "backslashreplace").decode()))
+            continue
         try:
             snapshots.append(read_config_file(config_path, repo_id=repo_id, root=root))
         except StageError as exc:
@@ -70,3 +75,11 @@ def scan_dir(root: Path) -> tuple[list[ConfigSnapshot], list[ItemError]]:
             reason = one_line(f"{repo_id}: cannot read {config_path.name}: {type(exc).__name__}: {exc}")
             errors.append(ItemError("model", repo_id, "read", reason, str(config_path)))
     return snapshots, errors
+
+
+def _is_text(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
