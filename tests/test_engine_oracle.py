@@ -473,11 +473,12 @@ def _q_in_flight(c: dict[str, Any], v: dict[str, Any]) -> tuple[Any, Any] | None
 
 
 def _q_state_page(c: dict[str, Any], v: dict[str, Any]) -> tuple[Any, Any] | None:
-    """One state layer's page as a request pays it: vLLM's MambaSpec page, padded to the attention
-    page (Platform._align_hybrid_block_size), against capplan's per-sequence state per state layer."""
+    """One state layer's state: vLLM's MambaSpec page before padding (the shapes and dtypes of the
+    model class) against capplan's per-sequence state per state layer. The padded page shows in
+    block_size and num_blocks."""
     if c["state_page_size_bytes"] is None or "state_page_size_bytes" not in v:
         return None
-    return c["state_page_size_bytes"], v["mamba_page_size_padded"] or v["state_page_size_bytes"]
+    return c["state_page_size_bytes"], v["state_page_size_bytes"]
 
 
 QUANTITIES: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, Any] | None]] = {
