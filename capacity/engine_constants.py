@@ -65,6 +65,10 @@ class VllmRelease:
     start_reserves_null_block: bool = False  # the start check plans against num_blocks - 1
     mamba_align_with_prefix_caching: bool = False  # prefix caching on: state groups in "align" mode
     mla_block: MlaBlockRule = MlaBlockRule.FLASHMLA
+    # chunked-local attention (Llama 4) in the hybrid manager: off by default since the latency
+    # regression of vllm#21707 (VllmConfig.__post_init__: VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE);
+    # a model with chunked layers then runs without the hybrid manager, every layer charged as full
+    hybrid_chunked_local: bool = False
 
 
 def _release(version: str, generation: str, util: float, hybrid: bool, graphs: bool, tokens_rule: str,
@@ -148,6 +152,7 @@ VLLM_MLA_BLOCK_SIZE_BLACKWELL = 128
 VLLM_FLASHINFER_MLA_BLOCK_SIZE = 32  # FLASHINFER_MLA supports 32 and 64: the smallest when 16 is not
 # Mamba/GDN hybrids: attention block size = 16 * cdiv(mamba_page, 16 * attn_page_per_token)
 VLLM_HYBRID_BLOCK_ALIGN = 16
+VLLM_GDN_CHECKPOINT_ALIGNMENT = 64  # v1/attention/backends/gdn_attn.py FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
 
 # arg_utils.get_batch_defaults (vllm serve, i.e. the OpenAI API server usage context), by device memory:
 # >= 160 GiB (B200, B300, GB200, GB300, MI300X/325X/355X) the largest tier (0.33 and later); >= 70 GiB
@@ -249,8 +254,9 @@ SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9
 # of the extra_buffer strategy with the overlap scheduler (allocation_sizing.get_mamba_tracking_slots)
 SGLANG_MAMBA_SLOTS_PER_REQUEST = 3
 SGLANG_MAMBA_EXTRA_BUFFER_SLOTS = 2
-# CUDA context, NCCL and allocator memory in use before the weights load (pre_model_load_memory is the
-# free memory then, not the total); an observed magnitude, not read from the source
+# kv_cache_configurator._profile_available_bytes: (total - ctx) x f - weights - what loading leaves allocated
+# = total x f - weights - (ctx x f + leftovers); this stands for the bracket (CUDA context, NCCL, allocator
+# slack seen after the weights load), an observed magnitude, not read from the source
 SGLANG_CONTEXT_BYTES = int(0.6 * GIB)
 SGLANG_FALLBACK_MEM_FRACTION = 0.95  # memory_hook: gpu_mem unknown
 

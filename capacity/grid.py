@@ -67,6 +67,7 @@ import polars as pl
 
 from capacity import engine_constants as ec
 from capacity.engines import Engine, EngineProfile, engine_profile
+from capacity.engines import sglang as sglang_rules
 from capacity.memory import (
     KVPool,
     WeightsEstimate,
@@ -79,7 +80,7 @@ from capacity.memory import (
     state_bytes_per_sequence_per_gpu,
     valid_tp_sizes,
 )
-from capacity.spec import GpuSku, ModelSpec, SpecError
+from capacity.spec import GpuSku, ModelSpec, SpecError, StateMixer
 
 # `plain` needs its overhead by hand: not a fleet-wide row
 ENGINES = (Engine.VLLM.value, Engine.SGLANG.value, Engine.TRTLLM.value)
@@ -221,9 +222,10 @@ def weight_dtype_choices(spec: ModelSpec, wanted: Iterable[str]) -> list[tuple[s
 # --- the per-layout part: the scalar helpers, called once per distinct input ----------------------
 
 
-_Candidates = list[tuple[int, int, float | None]]  # (shape id, bytes per unit, SGLang SWA denominator) per stage
-# bytes per token (whole model, per GPU), state bytes per sequence, (base block size, candidates) or None
-_KVSide = tuple[int, int, int, list[tuple[int, _Candidates]] | None]
+# (shape id, bytes per unit, SGLang SWA denominator, SGLang Mamba state bytes per slot) per stage
+_Candidates = list[tuple[int, int, float | None, int | None]]
+# bytes per token (whole model, per GPU), state bytes per sequence, (base block size, state checkpoints, candidates) or None
+_KVSide = tuple[int, int, int, list[tuple[int, bool, _Candidates]] | None]
 
 
 @dataclass(slots=True)
@@ -238,7 +240,7 @@ class _Registry:
     plans: list[tuple[list[tuple[int, int]], dict[int, int | None]]] = field(default_factory=list)
     settings: list[tuple[object, ...]] = field(default_factory=list)
     batches: dict[tuple[str, int], set[tuple[int, int]]] = field(default_factory=dict)
-    block_sizes: dict[tuple[str, int], set[int]] = field(default_factory=dict)
+    block_sizes: dict[tuple[str, int], set[tuple[int, bool]]] = field(default_factory=dict)
     shapes: list[tuple[int, int, int, int, int, int, tuple[tuple[int, int, int], ...]]] = field(default_factory=list)
     shape_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
     # the KV side of a layout depends on the model's layers only (not its parameter counts): models
@@ -297,7 +299,9 @@ class _Tables:
     kv_layouts: list[tuple[object, ...]] = field(default_factory=list)
     layouts: list[tuple[object, ...]] = field(default_factory=list)
     overheads: list[tuple[object, ...]] = field(default_factory=list)
-    candidates: list[tuple[int, int, list[tuple[int, int, float | None]]]] = field(default_factory=list)
+    candidates: list[tuple[int, int, bool, list[tuple[int, int, float | None, int | None]]]] = field(
+        default_factory=list
+    )
 
 
 def _pool_candidates(
@@ -310,12 +314,18 @@ def _pool_candidates(
     tp: int,
     pp: int,
     base_block_size: int,
-) -> list[tuple[int, int, float | None]]:
-    """(shape id, bytes per unit, SGLang SWA denominator) of each pipeline stage's pool, first
-    occurrences in stage order: the deployment's budget decides which stage is the tightest."""
-    found: list[tuple[int, int, float | None]] = []
-    for pool in profile.stage_pools(spec, 0, kv_bytes, ssm_bytes, act_bytes, tp, pp, base_block_size, 0, 0):
-        candidate = (t.shape(pool, pool.swa_window_tokens), pool.unit_bytes, pool.swa_bytes_per_full_token)
+    state_checkpoints: bool,
+) -> list[tuple[int, int, float | None, int | None]]:
+    """(shape id, bytes per unit, SGLang SWA denominator, SGLang Mamba state bytes) of each pipeline
+    stage's pool, first occurrences in stage order: the deployment's budget decides which stage is the
+    tightest."""
+    found: list[tuple[int, int, float | None, int | None]] = []
+    pools = profile.stage_pools(
+        spec, 0, kv_bytes, ssm_bytes, act_bytes, tp, pp, base_block_size, 0, 0, state_checkpoints=state_checkpoints
+    )
+    for pool in pools:
+        state = pool.state_bytes_per_sequence if pool.unit == "token" and pool.state_bytes_per_sequence else None
+        candidate = (t.shape(pool, pool.swa_window_tokens), pool.unit_bytes, pool.swa_bytes_per_full_token, state)
         if candidate not in found:
             found.append(candidate)
     return found
@@ -331,7 +341,7 @@ def _kv_side(
     act_bytes: int,
     tp: int,
     pp: int,
-    bases: list[int],
+    bases: list[tuple[int, bool]],
 ) -> _KVSide:
     """Bytes per token (whole model, per GPU), state bytes per sequence and, per base block size,
     the pool candidates of one KV layout of the KV view `vid` (`spec`); None for the candidates
@@ -354,13 +364,18 @@ def _kv_side(
         found = [
             (
                 base,
-                _pool_candidates(t, profile, spec, kv_bytes, ssm_bytes, act_bytes, tp, pp, base),
+                checkpoints,
+                _pool_candidates(t, profile, spec, kv_bytes, ssm_bytes, act_bytes, tp, pp, base, checkpoints),
             )
-            for base in bases
+            for base, checkpoints in bases
         ]
     except (ValueError, SpecError):
         return per_token, per_token_gpu, state, None
     return per_token, per_token_gpu, state, found
+
+
+def _state_mixers(spec: ModelSpec) -> frozenset[StateMixer]:
+    return frozenset(layer.mixer for layer in spec.layers if layer.mixer is not None)
 
 
 def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
@@ -372,13 +387,14 @@ def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
 def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions) -> _Registry:
     reg = _Registry(options, _profiles(options), gpus)
     gpns = sorted({gpu.gpus_per_node for gpu in gpus})
-    # the engines' defaults read two facts of a model (its context limit, for vLLM's v0 batch rule, and
-    # whether it is MLA, for the block size): one representative per pair of facts is asked
-    classes: dict[tuple[int, bool], int] = {}
+    # the engines' defaults read three facts of a model (its context limit, for vLLM's v0 batch rule;
+    # whether it is MLA, for the block size; its state mixers, for prefill checkpoints): one
+    # representative per combination of facts is asked
+    classes: dict[tuple[int, bool, frozenset[StateMixer]], int] = {}
     representative: list[ModelSpec] = []
     parallel: set[tuple[int, int]] = set()
     for gm in models:
-        key = (gm.spec.context_limit_tokens, gm.spec.is_mla)
+        key = (gm.spec.context_limit_tokens, gm.spec.is_mla, _state_mixers(gm.spec))
         if key not in classes:
             classes[key] = len(classes)
             representative.append(gm.spec)
@@ -400,10 +416,11 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
                     batched = d.max_num_batched_tokens
                     in_flight = profile.max_in_flight_tokens(batched, pp, None)
                     reg.settings.append(
-                        (e, cid, tp, pp, k, g, d.gpu_memory_utilization, seqs, batched, in_flight, d.block_size)
+                        (e, cid, tp, pp, k, g, d.gpu_memory_utilization, seqs, batched, in_flight, d.block_size,
+                         d.state_checkpoints)
                     )
                     reg.batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
-                    reg.block_sizes.setdefault((engine, cid), set()).add(d.block_size)
+                    reg.block_sizes.setdefault((engine, cid), set()).add((d.block_size, d.state_checkpoints))
     return reg
 
 
@@ -495,7 +512,7 @@ def _build_rows(
                         # that holds only KV-shared layers): no rows rather than rows it would not give
                         continue
                     kv_id = t.kv_base + len(t.kv_layouts)
-                    candidates = [(kv_id, base, stages) for base, stages in found]
+                    candidates = [(kv_id, base, checkpoints, stages) for base, checkpoints, stages in found]
                     t.candidates.extend(candidates)
                     t.kv_layouts.append(
                         (kv_id, m, cid, e, k, engine, profile.version, kv_dtype, tp, pp,
@@ -611,15 +628,15 @@ def _gpu_frame(gpus: Sequence[GpuSku]) -> pl.LazyFrame:
 
 def _candidate_frame(t: _Tables) -> tuple[pl.LazyFrame, int]:
     """One row per (KV layout, base block size): candidate shapes 0..S-1 side by side."""
-    width = max((len(found) for _, _, found in t.candidates), default=1)
-    schema: Schema = {"kv_id": _I64, "base_block_size": _I64}
+    width = max((len(found) for *_, found in t.candidates), default=1)
+    schema: Schema = {"kv_id": _I64, "base_block_size": _I64, "state_checkpoints": pl.Boolean}
     for s in range(width):
-        schema |= {f"_shape_{s}": _I64, f"_unit_{s}": _I64, f"_swa_den_{s}": _F64}
+        schema |= {f"_shape_{s}": _I64, f"_unit_{s}": _I64, f"_swa_den_{s}": _F64, f"_state_{s}": _I64}
     rows = []
-    for kv_id, base, found in t.candidates:
-        row: list[object] = [kv_id, base]
+    for kv_id, base, checkpoints, found in t.candidates:
+        row: list[object] = [kv_id, base, checkpoints]
         for s in range(width):
-            row += list(found[s]) if s < len(found) else [None, None, None]
+            row += list(found[s]) if s < len(found) else [None, None, None, None]
         rows.append(tuple(row))
     return _rows(rows, schema), width
 
@@ -706,6 +723,7 @@ def _served(reg: _Registry) -> tuple[pl.DataFrame, pl.DataFrame]:
             "pool_max_num_batched_tokens": _I64,
             "pool_max_in_flight_tokens": _I64,
             "base_block_size": _I64,
+            "state_checkpoints": pl.Boolean,
         },
     )
     gpu_frame = _gpu_frame(reg.gpus).with_columns(pl.col("gpu").cast(_CAT))
@@ -970,7 +988,7 @@ def _sized(
         on=["model_idx", "engine_idx", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens"],
         how="inner",
         nulls_equal=True,
-    ).join(candidates, on=["kv_id", "base_block_size"], how="inner")
+    ).join(candidates, on=["kv_id", "base_block_size", "state_checkpoints"], how="inner")
 
     total, util = pl.col("gpu_memory_bytes"), pl.col("gpu_memory_utilization")
     weights, overhead = pl.col("weights_bytes_per_gpu"), pl.col("overhead_bytes_per_gpu")
@@ -981,7 +999,7 @@ def _sized(
     budget_col = pl.col("kv_budget_bytes_per_gpu")
     caps = []
     for s in range(width):
-        unit, den = pl.col(f"_unit_{s}"), pl.col(f"_swa_den_{s}")
+        unit, den, state = pl.col(f"_unit_{s}"), pl.col(f"_swa_den_{s}"), pl.col(f"_state_{s}")
         cap = (
             pl.when(pl.col(f"_shape_{s}").is_null())
             .then(None)
@@ -989,6 +1007,12 @@ def _sized(
             .then(0)
             .when(den.is_not_null())
             .then((budget_col.cast(_F64) / den).cast(_I64))  # SGLang hybrid: int(budget / denominator)
+            .when(state.is_not_null())  # SGLang Mamba hybrid: the state pool first, then the KV pool
+            .then(
+                pl.when(sglang_rules.mamba_state_slots(budget_col, state) >= 1)
+                .then(pl.max_horizontal(sglang_rules.mamba_kv_bytes(budget_col, state), pl.lit(0)) // unit)
+                .otherwise(0)
+            )
             .when(unit > 0)
             .then(budget_col // unit)
             .otherwise(0)
@@ -1003,10 +1027,15 @@ def _sized(
     capacity, page = pl.col("_capacity"), pl.col("block_size")
     is_swa = pl.col("pool_swa_window") > 0  # SGLang's hybrid SWA pool: tokens rounded to pages
     full_tokens = capacity - capacity % page
+    swa_tokens = (full_tokens.cast(_F64) * ec.SGLANG_SWA_FULL_TOKENS_RATIO).cast(_I64)
+    swa_tokens = swa_tokens - swa_tokens % page
+    # SGLang validate_swa_pool_size: no start when the window + page >= the SWA pool
+    swa_refused = is_swa & (pl.col("pool_swa_window") + page >= swa_tokens)
     dep = dep.with_columns(
-        pl.when(budget_col <= 0).then(0).when(is_swa).then(full_tokens).otherwise(capacity).alias("num_blocks"),
+        pl.when((budget_col <= 0) | swa_refused).then(0).when(is_swa).then(full_tokens).otherwise(capacity)
+        .alias("num_blocks"),
         pl.when(budget_col > 0).then(page).otherwise(pl.col("base_block_size")).alias("block_size"),
-        pl.when(is_swa & (budget_col > 0)).then((full_tokens.cast(_F64) * ec.SGLANG_SWA_FULL_TOKENS_RATIO).cast(_I64))
+        pl.when(is_swa & (budget_col > 0)).then(pl.when(swa_refused).then(0).otherwise(swa_tokens))
         .alias("pool_swa_capacity"),
         _per_engine(profiles, lambda p: p.start_reserved_units).cast(_I64).alias("_start_reserved"),
         _per_engine(profiles, lambda p: p.refuses_short_pool).cast(pl.Boolean).alias("_refuses_short_pool"),

@@ -57,7 +57,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from capacity.spec import CheckpointQuant, KVKind, LayerKVSpec, LayerParams, ModelSpec, SpecError
+from capacity.spec import CheckpointQuant, KVKind, LayerKVSpec, LayerParams, ModelSpec, SpecError, StateMixer
 
 
 class ConfigError(SpecError):
@@ -1127,6 +1127,7 @@ def _build_jamba(m: _Model, kinds: list[_Kind]) -> _Built:
                     conv_state_elements=inner * d_conv,
                     recurrent_state_elements=inner * d_state,
                     conv_kernel=d_conv,
+                    mixer=StateMixer.MAMBA1,
                 )
             )
             mixer = mamba
@@ -1186,6 +1187,7 @@ def _build_nemotron_h(m: _Model, kinds: list[_Kind]) -> _Built:
                     conv_state_elements=conv_dim * kernel,
                     recurrent_state_elements=inner * d_state,
                     conv_kernel=kernel,
+                    mixer=StateMixer.MAMBA2,
                 )
             )
             params.append(LayerParams(attention=mamba, norms=h))
@@ -1249,6 +1251,7 @@ def _build_qwen3_next(m: _Model, kinds: list[_Kind]) -> _Built:
                     conv_state_elements=conv_dim * kernel,
                     recurrent_state_elements=hv * dk * dv,
                     conv_kernel=kernel,
+                    mixer=StateMixer.GATED_DELTA_NET,
                 )
             )
             mixer = gdn

@@ -187,6 +187,7 @@ def stage_layer_counts(model: ModelSpec, pp: int) -> list[LayerCounts]:
                     layer.window_tokens,
                     layer.conv_state_elements,
                     layer.conv_kernel,
+                    layer.mixer,
                     layer.recurrent_state_elements,
                 )
                 entry = counts.get(key)
@@ -702,6 +703,9 @@ class EngineDefaults:
     max_num_seqs: int
     max_num_batched_tokens: int
     block_size: int
+    # state layers export prefill checkpoints on this GPU (vLLM: FlashInfer's GDN prefill kernel),
+    # which costs a block per request and aligns the attention block to the checkpoint grid
+    state_checkpoints: bool = False
 
 
 # --- The estimate --------------------------------------------------------------------------
@@ -861,8 +865,9 @@ def estimate(
         budget = profile.kv_budget(total, util, weights.per_gpu_bytes, overhead.total_bytes)
 
     pools = profile.stage_pools(
-        model, max(budget, 0), kv_bytes, ssm_bytes, act_bytes, d.tp, d.pp, block_size, batched, in_flight
-    )
+        model, max(budget, 0), kv_bytes, ssm_bytes, act_bytes, d.tp, d.pp, block_size, batched, in_flight,
+        state_checkpoints=defaults.state_checkpoints,
+    )  # fmt: skip
     if not pools:
         raise SpecError("no layer of this model holds a KV cache or state: nothing to size")
     pool = min(pools, key=lambda p: p.capacity_units)  # every rank is sized to the tightest one

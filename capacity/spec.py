@@ -21,6 +21,14 @@ class KVKind(StrEnum):
     SHARED = "shared"  # reads another layer's cache, stores nothing (Gemma 3n/4 KV sharing)
 
 
+class StateMixer(StrEnum):
+    """Which recurrent mixer a STATE layer is: engines shape and checkpoint their states differently."""
+
+    MAMBA1 = "mamba1"  # Jamba, Falcon-Mamba: conv (I, k) + SSM (I, d_state)
+    MAMBA2 = "mamba2"  # Nemotron-H, Bamba, Granite-4.0-H: conv (I + 2 G d_state, k) + SSM (H, P, d_state)
+    GATED_DELTA_NET = "gated-delta-net"  # Qwen3-Next, Qwen3.5: conv (2 Hk Dk + Hv Dv, k) + state (Hv, Dv, Dk)
+
+
 PER_TOKEN_KINDS = frozenset({KVKind.FULL, KVKind.SLIDING, KVKind.CHUNKED, KVKind.MLA})
 WINDOWED_KINDS = frozenset({KVKind.SLIDING, KVKind.CHUNKED})
 
@@ -44,6 +52,7 @@ class LayerKVSpec:
     recurrent_state_elements: int = 0  # STATE: per sequence, stored in the SSM cache dtype
     kv_source_layer: int | None = None  # SHARED: the layer whose cache this one reads
     conv_kernel: int = 0  # STATE: the conv window; conv_state_elements = channels x conv_kernel (transformers)
+    mixer: StateMixer | None = None  # STATE: which recurrent mixer
 
     @property
     def stores_per_token_kv(self) -> bool:

@@ -154,34 +154,45 @@ def test_llama_8b_on_l4_at_the_default_length_does_not_start() -> None:
     assert short.starts and short.fits and short.b_max >= 1
 
 
-def test_sglang_and_trtllm_start_with_any_pool() -> None:
+def test_sglang_and_trtllm_start_when_one_request_of_the_limit_does_not_fit() -> None:
+    # 131,072 tokens x 131,072 B = 16 GiB for one request of the model's limit; with 8 GiB of KV
+    # memory vLLM refuses to start, SGLang and TensorRT-LLM start and admit shorter requests.
+    budget = 8 * GIB
+    vllm = _estimate("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm-80gb", kv_cache_memory_bytes=budget, context=8192)
+    assert not vllm.starts
     for engine in (Engine.SGLANG, Engine.TRTLLM):
-        est = _estimate("meta-llama/Llama-3.1-8B-Instruct", "NVIDIA L4", engine=engine.value, context=8192)
+        est = _estimate("meta-llama/Llama-3.1-8B-Instruct", "h100-sxm-80gb", engine=engine.value,
+                        kv_cache_memory_bytes=budget, context=8192)  # fmt: skip
         assert est.starts
-        assert est.fits == (est.b_max >= 1)
+        assert est.fits and est.b_max >= 1
 
 
 # --- Mamba / GDN hybrids: MambaSpec in "align" mode (prefix caching on by default) -------------------
 
 
-def test_nemotron_h_state_groups_hold_two_blocks_per_request() -> None:
+def test_nemotron_h_state_groups_hold_three_blocks_per_request() -> None:
     # Nemotron-H-8B: 24 Mamba-2 layers and 4 attention layers; groups of min(24, 4) = 4 layers:
-    # 6 state groups + 1 attention group. In "align" mode a state group holds 2 blocks per request.
+    # 6 state groups + 1 attention group. In "align" mode a state group holds 2 blocks per request
+    # plus the prefill checkpoint block every Mamba-2 mixer exports (mamba_mixer2.get_kv_cache_spec):
+    # 6 x 3 + cdiv(8192, 1040) = 18 + 8 = 26.
     est = _estimate("nvidia/Nemotron-H-8B-Base-8K", "h100-sxm-80gb", max_model_len=8192)
     kinds = [g.kind for g in est.pool.groups]
     assert kinds.count(KVKind.STATE) == 6 and kinds.count(KVKind.FULL) == 1
-    assert est.pool.sequence_units(8192, 8192) == 6 * 2 + -(-8192 // est.block_size)
+    assert est.pool.sequence_units(8192, 8192) == 6 * 3 + -(-8192 // est.block_size) == 26
     before = _estimate("nvidia/Nemotron-H-8B-Base-8K", "h100-sxm-80gb", max_model_len=8192, engine_version="0.32")
     assert before.pool.sequence_units(8192, 8192) == 6 * 1 + -(-8192 // before.block_size)
 
 
 def test_qwen3_next_state_groups_in_align_mode() -> None:
     # Qwen3-Next-80B: 36 gated-delta-net layers, 12 full-attention layers -> groups of 12: 3 state
-    # groups + 1 attention group; at TP 4 on H200 the weights fit.
+    # groups + 1 attention group; at TP 4 on H200 the weights fit. On Hopper FlashInfer's GDN prefill
+    # exports checkpoints: 2 + 1 blocks per state group; on an A100 (Triton GDN prefill) 2.
     est = _estimate("Qwen/Qwen3-Next-80B-A3B-Instruct", "h200-sxm-141gb", tp=4, max_model_len=32768)
     kinds = [g.kind for g in est.pool.groups]
     assert kinds.count(KVKind.STATE) == 3 and kinds.count(KVKind.FULL) == 1
-    assert est.pool.sequence_units(32768, 32768) == 3 * 2 + -(-32768 // est.block_size)
+    assert est.pool.sequence_units(32768, 32768) == 3 * 3 + -(-32768 // est.block_size)
+    ampere = _estimate("Qwen/Qwen3-Next-80B-A3B-Instruct", "a100-sxm-80gb", tp=4, max_model_len=32768)
+    assert ampere.pool.sequence_units(32768, 32768) == 3 * 2 + -(-32768 // ampere.block_size)
 
 
 # --- KV dtypes the release accepts --------------------------------------------------------------------
@@ -215,11 +226,15 @@ def test_nemotron_h_state_page_and_aligned_attention_block() -> None:
 def test_qwen3_next_state_follows_the_model_dtype() -> None:
     # Qwen3-Next: --mamba-ssm-cache-dtype auto -> bfloat16 (no config class overrides it). At TP 4:
     # conv (8192 / 4, 3) x 2 B = 12,288; recurrent (32 / 4 heads, 128, 128) x 2 B = 262,144; page
-    # 274,432 B. Attention: 2 KV heads over TP 4 -> 1 head x (256 + 256) x 2 B = 1,024 B per token;
-    # block = 16 x cdiv(274,432, 16 x 1,024) = 16 x 17 = 272; 12 layers per group x 272 x 1,024 B.
-    est = _estimate("Qwen/Qwen3-Next-80B-A3B-Instruct", "h200-sxm-141gb", tp=4, max_model_len=8192)
-    assert est.block_size == 272
-    assert est.pool.unit_bytes == 12 * 272 * 1024 == 3_342_336
+    # 274,432 B. Attention: 2 KV heads over TP 4 -> 1 head x (256 + 256) x 2 B = 1,024 B per token.
+    # A100 (alignment 16): block = 16 x cdiv(274,432, 16 x 1,024) = 16 x 17 = 272. H200: the
+    # checkpoint grid of FlashInfer's GDN prefill (64) -> 64 x cdiv(274,432, 64 x 1,024) = 64 x 5 = 320.
+    ampere = _estimate("Qwen/Qwen3-Next-80B-A3B-Instruct", "a100-sxm-80gb", tp=4, max_model_len=8192)
+    assert ampere.block_size == 272
+    assert ampere.pool.unit_bytes == 12 * 272 * 1024 == 3_342_336
+    hopper = _estimate("Qwen/Qwen3-Next-80B-A3B-Instruct", "h200-sxm-141gb", tp=4, max_model_len=8192)
+    assert hopper.block_size == 320
+    assert hopper.pool.unit_bytes == 12 * 320 * 1024
 
 
 def test_gemma4_unequal_pages_scale_the_smaller_pages_block() -> None:
@@ -256,3 +271,12 @@ def test_mla_block_size_follows_the_attention_backend(gpu: str, kv_dtype: str, b
     before = _estimate("deepseek-ai/DeepSeek-V3", gpu, tp=8, kv_dtype=kv_dtype, max_model_len=4096,
                        engine_version="0.32")  # fmt: skip
     assert before.block_size == (128 if gpu.startswith("b200") else 64)
+
+
+def test_llama4_chunked_local_layers_run_without_the_hybrid_manager() -> None:
+    # VllmConfig.__post_init__: a model with attention_chunk_size turns the hybrid KV cache manager
+    # off unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1, so Llama 4's 36 chunked layers
+    # and 12 full layers share one group of 48 and a request of 8,192 tokens takes cdiv(8192, 16) = 512.
+    est = _estimate("meta-llama/Llama-4-Scout-17B-16E-Instruct", "h200-sxm-141gb", tp=4, max_model_len=8192)
+    assert [(g.kind, g.num_layers) for g in est.pool.groups] == [(KVKind.FULL, 48)]
+    assert est.pool.sequence_units(8192, 8192) == 512

@@ -86,9 +86,12 @@ class EngineProfile(Protocol):
         block_size: int,
         max_num_batched_tokens: int,
         max_in_flight_tokens: int,
+        *,
+        state_checkpoints: bool = False,
     ) -> list[KVPool]:
         """The pool each pipeline stage builds from `budget_bytes`, in stage order (the engine sizes
-        every rank to the tightest one). Raises SpecError / ValueError where the engine cannot."""
+        every rank to the tightest one). Raises SpecError / ValueError where the engine cannot.
+        `state_checkpoints`: what `defaults()` says for the GPU."""
 
     def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
         """Tokens scheduled but not settled that a windowed layer keeps blocks for."""

@@ -67,6 +67,8 @@ class PlainProfile:
         block_size: int,
         max_num_batched_tokens: int,
         max_in_flight_tokens: int,
+        *,
+        state_checkpoints: bool = False,
     ) -> list[KVPool]:
         """Bytes, each layer keeping what its window allows, on the tightest stage."""
         stage = max(

@@ -83,6 +83,8 @@ class TrtllmProfile:
         block_size: int,
         max_num_batched_tokens: int,
         max_in_flight_tokens: int,
+        *,
+        state_checkpoints: bool = False,
     ) -> list[KVPool]:
         unit = kv_bytes_per_token_per_gpu(model, kv_bytes, tp, pp) * block_size
         capacity = budget_bytes // unit if unit and budget_bytes > 0 else 0

@@ -15,6 +15,7 @@ Rules followed, by upstream function (vLLM 0.33.0 unless a release row says othe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 
@@ -34,7 +35,7 @@ from capacity.memory import (
     stage_layer_counts,
     transformer_overhead,
 )
-from capacity.spec import GpuSku, KVKind, ModelSpec
+from capacity.spec import GpuSku, KVKind, ModelSpec, StateMixer
 
 # KV cache dtypes `--kv-cache-dtype` accepts (config/cache.py CacheDType in 0.33): no plain int8 or float32
 VLLM_KV_DTYPES = frozenset({"auto", "bfloat16", "float16", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2",
@@ -82,7 +83,11 @@ class VllmProfile:
     ) -> EngineDefaults:
         seqs, batched = batch_defaults(self.release, gpu, gpu_memory_bytes, max_model_len)
         return EngineDefaults(
-            self.release.default_gpu_memory_utilization, seqs, batched, block_size(model, gpu, kv_dtype, self.release)
+            self.release.default_gpu_memory_utilization,
+            seqs,
+            batched,
+            block_size(model, gpu, kv_dtype, self.release),
+            gdn_prefill_checkpoints(model, gpu, self.release),
         )
 
     def overhead(
@@ -108,10 +113,12 @@ class VllmProfile:
         block_size: int,
         max_num_batched_tokens: int,
         max_in_flight_tokens: int,
+        *,
+        state_checkpoints: bool = False,
     ) -> list[KVPool]:
         return stage_pools(
             model, budget_bytes, kv_bytes, ssm_bytes, act_bytes, tp, pp, block_size, max_num_batched_tokens,
-            max_in_flight_tokens, self.release,
+            max_in_flight_tokens, self.release, gdn_checkpoints=state_checkpoints,
         )  # fmt: skip
 
     def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
@@ -219,14 +226,43 @@ def _is_sm120(gpu: GpuSku | None) -> bool:
     return gpu is not None and any(word in gpu.id.lower() for word in ("rtx", "gb10"))
 
 
+def gdn_prefill_checkpoints(model: ModelSpec, gpu: GpuSku | None, release: ec.VllmRelease) -> bool:
+    """Gated-delta-net layers export prefill checkpoints in "align" mode when FlashInfer's GDN prefill
+    kernel runs (`qwen_gdn_linear_attn._resolve_gdn_prefill_backend`: CUDA on Hopper, and Blackwell with
+    128-dim key heads on CUDA 13; Triton elsewhere). Assumed here: every Blackwell GPU qualifies."""
+    if not release.mamba_align_with_prefix_caching or gpu is None or gpu.vendor.lower() != "nvidia":
+        return False
+    if not any(layer.mixer is StateMixer.GATED_DELTA_NET for layer in model.layers):
+        return False
+    return (gpu.architecture or "").lower() in ("hopper", "blackwell")
+
+
+def _state_checkpoint_blocks(layer: LayerKVSpec, gdn_checkpoints: bool) -> int:
+    """`num_prefill_checkpoint_blocks` of a state layer's MambaSpec: Mamba-2 mixers always export one
+    (mamba_mixer2.get_kv_cache_spec), GDN mixers when FlashInfer's prefill runs, Mamba-1 none."""
+    if layer.mixer is StateMixer.MAMBA2:
+        return 1
+    if layer.mixer is StateMixer.GATED_DELTA_NET and gdn_checkpoints:
+        return 1
+    return 0
+
+
 def _layer_bucket(layer: LayerKVSpec, hybrid_manager: bool) -> tuple[KVKind, int | None]:
     """The spec type a layer's cache has in vLLM's grouping (windowed kinds collapse to full
-    attention without the hybrid manager: `unify_hybrid_kv_cache_specs`)."""
-    if layer.kind is KVKind.STATE:
-        return (KVKind.STATE, None)
+    attention without the hybrid manager: `unify_hybrid_kv_cache_specs`; MLA keeps its own spec)."""
+    if layer.kind in (KVKind.STATE, KVKind.MLA):
+        return (layer.kind, None)
     if hybrid_manager and layer.kind in (KVKind.SLIDING, KVKind.CHUNKED) and layer.window_tokens:
         return (layer.kind, layer.window_tokens)
     return (KVKind.FULL, None)
+
+
+def hybrid_manager_on(model: ModelSpec, release: ec.VllmRelease) -> bool:
+    """Whether the release runs this model with the hybrid KV cache manager."""
+    if not release.hybrid_kv_cache_manager:
+        return False
+    has_chunked = any(layer.kind is KVKind.CHUNKED for layer in model.layers)
+    return release.hybrid_chunked_local or not has_chunked
 
 
 def stage_pools(
@@ -241,6 +277,8 @@ def stage_pools(
     max_num_batched_tokens: int,
     max_in_flight_tokens: int,
     release: ec.VllmRelease,
+    *,
+    gdn_checkpoints: bool = False,
 ) -> list[KVPool]:
     """The pool each pipeline stage would build from the budget, in stage order.
 
@@ -251,8 +289,8 @@ def stage_pools(
     are padded); buckets split into groups of equal size (the smallest bucket, or the largest when it
     is under 1.5x the smallest), short groups padded; num_blocks = budget // (group size x page).
     Layouts whose backend packs blocks outermost take vLLM's packed path, which is not modelled."""
-    hybrid = release.hybrid_kv_cache_manager
-    state_blocks = 2 if release.mamba_align_with_prefix_caching else 1
+    hybrid = hybrid_manager_on(model, release)
+    align_mode = release.mamba_align_with_prefix_caching  # MambaSpec: 2 (+ checkpoint) blocks, else 1
     pools: list[KVPool] = []
     for stage in stage_layer_counts(model, pp):
         layers = [(layer, n) for layer, n in stage if layer.stores_per_token_kv or layer.kind is KVKind.STATE]
@@ -268,10 +306,17 @@ def stage_pools(
             default=0,
         )
         bs = block_size
+        state_layers = [layer for layer, _ in layers if layer.kind is KVKind.STATE]
+        checkpoints = max((_state_checkpoint_blocks(layer, gdn_checkpoints) for layer in state_layers), default=0)
         if state_page and attn_page_per_token:
-            # HybridAttentionMambaModelConfig: the attention block grows until its page holds the state
-            align = ec.VLLM_HYBRID_BLOCK_ALIGN
+            # Platform._align_hybrid_block_size: the attention block grows, in steps of the kernel
+            # alignment (its smallest kernel block or the cache block size, and in "align" mode the
+            # checkpoint grid: FlashInfer GDN's 64), until its page holds the state
+            align = max(ec.VLLM_HYBRID_BLOCK_ALIGN, block_size)
+            if align_mode and gdn_checkpoints and any(layer.mixer is StateMixer.GATED_DELTA_NET for layer in state_layers):
+                align = math.lcm(align, ec.VLLM_GDN_CHECKPOINT_ALIGNMENT)
             bs = max(bs, align * cdiv(state_page, align * attn_page_per_token))
+        state_blocks = 2 + checkpoints if align_mode else 1
         if len(kinds) == 1 and KVKind.STATE not in {kind for kind, _ in kinds}:
             ((kind, window),) = kinds
             page_sum = sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in layers) * bs
@@ -290,18 +335,15 @@ def stage_pools(
         group_size = largest if largest < 1.5 * smallest else smallest
         group_list: list[KVGroup] = []
         padded = 0
-        main_block_size: int | None = None
         for (kind, window, per_token), count in buckets.items():
             n_groups = cdiv(count, group_size)
             padded += n_groups * group_size - count
             group_bs = bs
             if per_token and page % (per_token * bs) == 0:
                 group_bs = bs * (page // (per_token * bs))  # a smaller page holds more tokens per block
-            if kind is KVKind.FULL and main_block_size is None:
-                main_block_size = group_bs
             held = state_blocks if kind is KVKind.STATE else None
             group_list.extend(KVGroup(kind.value, group_size, window, held, group_bs) for _ in range(n_groups))
-        pool_bs = main_block_size or bs
+        pool_bs = bs  # the cache config's block size; groups with scaled pages say their own
         groups = tuple(
             KVGroup(g.kind, g.num_layers, g.window_tokens, g.state_blocks, None if g.block_size == pool_bs else g.block_size)
             for g in group_list
