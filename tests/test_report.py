@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import polars as pl
 import pytest
 from typer.testing import CliRunner
 
@@ -84,6 +85,41 @@ def test_the_report_shows_curves_the_comparison_and_the_plans(page: str) -> None
     assert "$" in page and ("highs" in page or "enumeration" in page)
 
 
+def test_the_page_leads_with_the_answers_and_folds_the_long_tables(page: str) -> None:
+    order = [page.index(h) for h in ("id='fits'", "id='placements'", "id='predicted-vs-measured'", "id='b-max'")]
+    assert order == sorted(order), "where it fits, placements, predicted vs measured, then the curves"
+    assert "cheapest per sequence first" in page and "usd_per_sequence_hour_at_8k" in page
+    assert re.search(r"(h100-sxm-80gb|l4-24gb)[^<]* TP\d", page), "curves and rows say their layout"
+    details = re.findall(r"<details>.*?</details>", page, flags=re.DOTALL)
+    assert details and all("capplan sql" in d for d in details), "every folded table shows the SQL behind it"
+    assert any("marts.prediction_vs_measured" in d for d in details)
+
+
+def _grid(gpus: dict[str, tuple[int, list[int]]]) -> pl.DataFrame:
+    """A capacity-grid slice: per GPU (tp, B_max per context 1k, 2k, 4k), bf16, fits where B_max >= 1."""
+    rows = [
+        {"gpu": gpu, "tp": tp, "pp": 1, "num_gpus": tp, "weight_dtype": "bf16", "context": 1024 << i, "b_max": b,
+         "fits": b >= 1, "usd_per_hour": float(tp)}
+        for gpu, (tp, b_max) in gpus.items()
+        for i, b in enumerate(b_max)
+    ]  # fmt: skip
+    return pl.DataFrame(rows)
+
+
+def test_curves_name_every_merged_gpu_and_say_their_layout() -> None:
+    from warehouse.recommendations.html_report import MAX_CURVES, curves_frame, fits_frame
+
+    same = [40, 20, 10]
+    curves = curves_frame(
+        _grid({"a100": (1, same), "h100": (1, same), "b200": (1, [90, 45, 22]), "t4": (4, [3, 1, 0])})
+    )
+    assert set(curves["label"]) == {"a100 = h100 TP1", "b200 TP1", "t4 TP4"}
+    many = curves_frame(_grid({f"gpu{i:02d}": (1, [i + 1, i + 1, i + 1]) for i in range(30)}))
+    assert many["label"].n_unique() == MAX_CURVES
+    fits = fits_frame(_grid({"cheap": (1, [40, 20, 10]), "dear": (2, [40, 20, 10]), "none": (1, [0, 0, 0])}))
+    assert fits["gpu"].to_list() == ["cheap", "dear"] and fits["layout"].to_list() == ["TP1", "TP2"]
+
+
 def test_report_for_another_model_and_errors(built: Env, runner: CliRunner, tmp_path: Path, report_extra: None) -> None:
     out = tmp_path / "llama.html"
     ok = runner.invoke(
@@ -101,7 +137,7 @@ def test_report_for_another_model_and_errors(built: Env, runner: CliRunner, tmp_
 def test_without_the_report_extra_the_error_says_what_to_install(built: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     import duckdb
 
-    from warehouse.recommendations.report import ReportUnavailable, read_report, render_report
+    from warehouse.recommendations.html_report import ReportUnavailable, read_report, render_report
 
     con = duckdb.connect(str(built.warehouse), read_only=True)
     try:

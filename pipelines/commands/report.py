@@ -1,8 +1,8 @@
 """`capplan report`: one self-contained HTML page over the published warehouse.
 
-B_max against context per GPU for a model, capplan's predictions against the fleet's measurements
-with the error band, the recommended placements and the procurement plan
-(`warehouse.recommendations.report`; extra `report`). Reads the warehouse read-only.
+Answers first (where the model fits and at what cost, the recommended placements and the procurement
+plan, predicted vs measured), then the charts, then the long tables folded with their SQL
+(`warehouse.recommendations.html_report`; extra `report`). Reads the warehouse read-only.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def report(
     import duckdb
 
     from warehouse.publish import Warehouse, WarehouseMissing
-    from warehouse.recommendations.report import ReportUnavailable, read_report, render_report
+    from warehouse.recommendations.html_report import ReportUnavailable, read_report, render_report
 
     try:
         con = Warehouse(warehouse).connect_read_only()
