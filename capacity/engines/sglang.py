@@ -1,10 +1,21 @@
-"""SGLang: a token pool (page size 1 by default), sized from `mem_fraction_static` of the device.
+"""SGLang 0.5.23: a token pool sized from `mem_fraction_static` of the memory free before the weights load.
 
-Rules followed (python/sglang/srt/server_args.py defaults; model_executor/model_runner.py
-profile_max_num_token and mem_cache/memory_pool.py): the KV budget is total x mem_fraction_static
-minus the weights and a context reserve; the cell size sums every attention layer's bytes per token;
-models with both full and sliding-window layers get a separate, smaller window pool (a fixed share of
-the full pool's tokens). The fractions and reserves are per release in capacity/engine_constants.py.
+Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
+- defaults: `arg_groups/memory_hook.py` `handle_gpu_memory_settings` (chunked prefill size and decode
+  CUDA-graph batch size by device memory tier; `mem_fraction_static = (gpu - reserved) / gpu` with the
+  activation, parallelism and graph reserves, `reserve_for_graph_mb`), `arg_groups/attention_hook.py`
+  (aiter on AMD: x 0.85 above 8,192 tokens), the page size of the default attention backend;
+- budget: `mem_cache/kv_cache_configurator.py` `_profile_available_bytes`: free memory after the weights
+  minus `pre_model_load_memory x (1 - mem_fraction_static)`, i.e. (free before load) x fraction - weights;
+- pools: `model_executor/pool_configurator.py` `DefaultPoolConfigurator` (cell = heads x (K + V dims) x
+  layers x bytes, MLA one latent per layer; tokens = budget // cell, page-aligned), `HybridSWAPoolConfigurator`
+  (only for the architectures of `configs/model_config.py` `is_hybrid_swa_model`: cell = full + ratio x swa;
+  the SWA pool is int(full x ratio) page-aligned), the Mamba state pool of hybrids
+  (`_handle_max_mamba_cache`: mamba_full_memory_ratio of the budget, K slots + 1 padding slot);
+- start: `MemoryPoolConfig.__post_init__` (no tokens), `_profile_available_bytes` (no budget),
+  `MemoryPoolConfigurator.validate_swa_pool_size` (SWA pool <= window + page), `_handle_max_mamba_cache`
+  and `resolve_max_num_reqs` (no state slot, no running request). A request longer than the pool does not
+  stop the server: the scheduler caps request lengths at the pool (`refuses_short_pool` is False).
 """
 
 from __future__ import annotations
@@ -13,7 +24,7 @@ from dataclasses import dataclass
 
 from capacity import engine_constants as ec
 from capacity.engines import Engine
-from capacity.engines.numeric import Num, truncate
+from capacity.engines.numeric import Num, as_float, truncate
 from capacity.memory import (
     WINDOWED_KINDS,
     EngineDefaults,
@@ -21,10 +32,13 @@ from capacity.memory import (
     KVPool,
     Overhead,
     layer_kv_bytes_per_token,
+    layer_state_bytes,
     serving_dtype,
     stage_layer_counts,
 )
 from capacity.spec import GpuSku, ModelSpec
+
+GIB_FLOAT = float(1 << 30)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +54,8 @@ class SglangProfile:
         return serving_dtype(model, self.engine)
 
     def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
-        """The config's SSM state dtype, float32 when it says none (transformers' default)."""
-        return model.mamba_ssm_cache_dtype
+        """`configs/mamba_utils.py` `mamba2_state_dtype`: the config's `mamba_ssm_dtype`, else float32."""
+        return model.mamba_ssm_cache_dtype if model.mamba_ssm_dtype_stated else "float32"
 
     def defaults(
         self,
@@ -53,17 +67,25 @@ class SglangProfile:
         pp: int,
         kv_dtype: str = "auto",
     ) -> EngineDefaults:
-        return EngineDefaults(
-            mem_fraction_static(gpu_memory_bytes, tp, pp), 0, chunked_prefill_size(gpu_memory_bytes), ec.SGLANG_PAGE_SIZE
-        )
+        """`handle_gpu_memory_settings`; max_running_requests is sized from the pool (`resolve_max_num_reqs`,
+        at least 2,048 but for Mamba hybrids), so no sequence cap is set here."""
+        tier = memory_tier(gpu_memory_bytes)
+        fraction: float = mem_fraction_static(gpu_memory_bytes, tp, pp, mla=model.is_mla)
+        if gpu is not None and gpu.vendor == "amd" and not model.is_mla and max_model_len > ec.SGLANG_AITER_LONG_CONTEXT_TOKENS:
+            fraction *= ec.SGLANG_AITER_MEM_FRACTION_FACTOR
+        return EngineDefaults(fraction, 0, tier.chunked_prefill_size, page_size(gpu, gpu_memory_bytes))
 
     def overhead(
         self, model: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, max_num_seqs: int | None, act_bytes: int
     ) -> Overhead:
-        """A fixed context reserve: SGLang's activations live in the 1 - mem_fraction_static it leaves free."""
+        """What SGLang's fraction does not already leave free: `_profile_available_bytes` takes
+        free_after_weights - free_before_load x (1 - f) = (total - ctx) x f - weights - load leftovers, i.e.
+        total x f - weights - (ctx x f + leftovers); the one observed term stands for the bracket.
+        Activations and CUDA graphs live in the 1 - f the fraction leaves free."""
         return Overhead(0, ec.SGLANG_CONTEXT_BYTES, 0)
 
     def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
+        """`_profile_available_bytes` (see `overhead`): total x mem_fraction_static - weights - overhead."""
         return truncate(total_bytes * utilization) - weights_bytes - overhead_bytes
 
     def stage_pools(
@@ -78,8 +100,11 @@ class SglangProfile:
         block_size: int,
         max_num_batched_tokens: int,
         max_in_flight_tokens: int,
+        *,
+        state_checkpoints: bool = False,
     ) -> list[KVPool]:
-        return [pool_from_cells(cells(model, kv_bytes, tp, pp), budget_bytes, block_size, max_num_batched_tokens)]
+        c = cells(model, kv_bytes, ssm_bytes, tp, pp)
+        return [pool_from_cells(c, budget_bytes, block_size, max_num_batched_tokens)]
 
     def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
         return max_num_batched_tokens
@@ -87,7 +112,7 @@ class SglangProfile:
     def kv_cache_tokens(
         self, num_blocks: Num, num_groups: Num, block_size: Num, concurrency: Num, max_model_len: Num
     ) -> Num:
-        """`max_total_num_tokens`: the pool's token slots."""
+        """`max_total_num_tokens`: the (full) pool's token slots."""
         return num_blocks * block_size
 
     @property
@@ -96,90 +121,217 @@ class SglangProfile:
 
     @property
     def refuses_short_pool(self) -> bool:
-        """SGLang starts with any non-empty pool; a longer request waits or is rejected at admission."""
+        """SGLang starts with any non-empty pool; the scheduler caps a request's length at the pool."""
         return False
 
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         return None
 
+    @property
+    def overhead_era(self) -> str:
+        return self.engine.value
+
+    def observed_version(self, version: str | None, generation: str | None) -> str | None:
+        return version
+
+
+# --- defaults -------------------------------------------------------------------------------------
+
+
+def memory_tier(gpu_memory_bytes: int) -> ec.SglangMemoryTier:
+    """`handle_gpu_memory_settings`: the tier of a device by its memory in MiB (nvidia-smi memory.total)."""
+    gpu_mib = gpu_memory_bytes / ec.MIB
+    for tier in ec.SGLANG_MEMORY_TIERS:
+        if tier.below_mib is None or gpu_mib < tier.below_mib:
+            return tier
+    return ec.SGLANG_MEMORY_TIERS[-1]
+
 
 def chunked_prefill_size(gpu_memory_bytes: int) -> int:
-    gb = gpu_memory_bytes / 1e9
-    if gb < 35:
-        return 2048
-    if gb < 60:
-        return 4096
-    if gb < 160:
-        return 8192
-    return 16384
+    return memory_tier(gpu_memory_bytes).chunked_prefill_size
 
 
-def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int) -> float:
-    """SGLang's default: (gpu_mem - reserved) / gpu_mem, reserved in MiB from its server_args."""
-    gpu_mib = gpu_memory_bytes / ec.MIB
+def decode_cuda_graph_max_bs(gpu_memory_bytes: int, tp: int) -> int:
+    tier = memory_tier(gpu_memory_bytes)
+    return tier.cuda_graph_max_bs if tp < 4 else tier.cuda_graph_max_bs_tp4
+
+
+def prefill_cuda_graph_sizes(max_tokens: int) -> list[int]:
+    """`cuda_graph_hook.generate_prefill_cuda_graph_batch_sizes`: the token counts prefill graphs capture."""
+    sizes = (
+        list(range(4, 33, 4))
+        + list(range(48, 257, 16))
+        + list(range(288, 513, 32))
+        + list(range(576, 1025, 64))
+        + list(range(1280, 4097, 256))
+        + list(range(4608, max_tokens + 1, 512))
+    )
+    return [s for s in sizes if s <= max_tokens]
+
+
+def reserved_mib(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool) -> float:
+    """`handle_gpu_memory_settings` reserved_mem (MiB) with the default graphs (decode: full; prefill:
+    breakable on CUDA, `cuda_graph_config.default_prefill_backend`) and no DP attention / DeepEP."""
     chunked = chunked_prefill_size(gpu_memory_bytes)
-    cuda_graph_max_bs = 256 if gpu_mib > 60 * 1024 else 160
-    reserved = 512 + max(chunked, 2048) * 1.5 + cuda_graph_max_bs * 2 + tp * pp / 8 * 1024
-    if gpu_mib > 60 * 1024:
-        reserved = max(reserved, 10 * 1024)
-    fraction = (gpu_mib - reserved) / gpu_mib if gpu_mib > reserved else ec.SGLANG_FALLBACK_MEM_FRACTION
-    return round(fraction, 3)
+    reserved: float = ec.SGLANG_RESERVE_BASE_MIB
+    reserved += max(chunked, ec.SGLANG_RESERVE_MIN_ACTIVATION_TOKENS) * ec.SGLANG_RESERVE_PER_ACTIVATION_TOKEN_MIB
+    reserved += tp * pp / 8 * ec.SGLANG_RESERVE_PER_8_RANKS_MIB
+    # reserve_for_graph_mb: decode graphs, then prefill graphs (non-torch memory only; MLA a flat 1.5 GiB)
+    reserved += decode_cuda_graph_max_bs(gpu_memory_bytes, tp) * ec.SGLANG_RESERVE_PER_DECODE_GRAPH_BS_MIB
+    if mla:
+        reserved += ec.SGLANG_RESERVE_MLA_PREFILL_GRAPHS_MIB
+    else:
+        reserved += len(prefill_cuda_graph_sizes(chunked)) * ec.SGLANG_RESERVE_PER_PREFILL_GRAPH_MIB
+    if gpu_memory_bytes / ec.MIB > ec.SGLANG_RESERVE_FLOOR_ABOVE_MIB:
+        reserved = max(reserved, ec.SGLANG_RESERVE_FLOOR_MIB)
+    return reserved
+
+
+def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = False) -> float:
+    """`handle_gpu_memory_settings`: round((gpu - reserved) / gpu, 3) in MiB (the VLM factor of
+    `adjust_mem_fraction_for_vlm` needs the vision tower's shape, which ModelSpec does not carry)."""
+    if gpu_memory_bytes <= 0:
+        return ec.SGLANG_FALLBACK_MEM_FRACTION
+    gpu_mib = gpu_memory_bytes / ec.MIB
+    return round((gpu_mib - reserved_mib(gpu_memory_bytes, tp, pp, mla=mla)) / gpu_mib, 3)
+
+
+def page_size(gpu: GpuSku | None, gpu_memory_bytes: int) -> int:
+    """1 for FA3 / FlashInfer / Triton; 64 on SM100 (trtllm_mha, trtllm_mla: `_mla_backend_page_constraints`)."""
+    if gpu is not None and gpu.architecture == "blackwell" and gpu_memory_bytes >= ec.SGLANG_SM100_MIN_BYTES:
+        return ec.SGLANG_SM100_PAGE_SIZE
+    return ec.SGLANG_PAGE_SIZE
+
+
+def max_running_requests(max_total_num_tokens: int, context_len: int, mamba_slots: int | None = None,
+                         slots_per_request: int = ec.SGLANG_MAMBA_SLOTS_PER_REQUEST) -> int:  # fmt: skip
+    """`KVCacheConfigurator.resolve_max_num_reqs` without --max-running-requests: int(tokens / context x 512)
+    clamped to [2048, 4096], at most tokens // 2, and for Mamba hybrids at most slots // slots per request."""
+    estimated = int(max_total_num_tokens / context_len * ec.SGLANG_RUNNING_REQUESTS_PER_CONTEXT)
+    estimated = max(min(estimated, ec.SGLANG_MAX_RUNNING_REQUESTS), ec.SGLANG_MIN_RUNNING_REQUESTS)
+    requests = min(estimated, max_total_num_tokens // 2)
+    if mamba_slots is not None:
+        requests = min(requests, mamba_slots // slots_per_request)
+    return requests
+
+
+def mamba_slots_per_request(model: ModelSpec) -> int:
+    """`_calculate_mamba_ratio`: 3, plus 2 tracking slots where the radix cache takes extra_buffer."""
+    extra = ec.SGLANG_MAMBA_EXTRA_BUFFER_SLOTS if model.family in ec.SGLANG_MAMBA_EXTRA_BUFFER_FAMILIES else 0
+    return ec.SGLANG_MAMBA_SLOTS_PER_REQUEST + extra
+
+
+# --- pools ----------------------------------------------------------------------------------------
+
+
+def is_hybrid_swa(model: ModelSpec) -> bool:
+    """`configs/model_config.py` `is_hybrid_swa_model`: an allow-list of architectures, not any model with
+    sliding layers (Gemma 2 / 3 and Mistral keep their sliding layers in the full pool)."""
+    return model.architecture in ec.SGLANG_HYBRID_SWA_ARCHITECTURES or model.family in ec.SGLANG_HYBRID_SWA_FAMILIES
+
+
+# conv states are bfloat16 whatever the model (SGLANG_MAMBA_CONV_DTYPE default)
+MAMBA_CONV_BYTES = 2
 
 
 @dataclass(frozen=True, slots=True)
 class SglangCells:
-    """Bytes per token of SGLang's pools on the tightest stage: full-attention layers and SWA layers."""
+    """Bytes per token of SGLang's pools on the tightest stage, and the Mamba state of one slot."""
 
     full_cell: int
     swa_cell: int
     full_layers: int
     swa_layers: int
-    window: int  # the widest sliding window (0 without SWA layers)
-
-    @property
-    def hybrid(self) -> bool:
-        """Both kinds present: SGLang keeps a separate, smaller pool for the window layers."""
-        return self.full_layers > 0 and self.swa_layers > 0
+    window: int  # the widest window of the SWA pool's layers (0 without a hybrid SWA pool)
+    state_bytes: int  # `mamba_cache_per_req` on this stage (0 without state layers)
+    hybrid: bool  # a separate SWA pool (HybridSWAPoolConfigurator)
 
     @property
     def swa_denominator(self) -> float:
-        """Bytes one full-pool token costs in a hybrid SWA layout (the window pool is a fixed ratio)."""
+        """`HybridSWAPoolConfigurator._recompute_cell_size`: bytes one full-pool token costs with its
+        share of the window pool."""
         return self.full_cell + ec.SGLANG_SWA_FULL_TOKENS_RATIO * self.swa_cell
 
 
-def cells(model: ModelSpec, kv_bytes: int, tp: int, pp: int) -> SglangCells:
+def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> SglangCells:
+    """The cell sizes of the most loaded stage (`_compute_cell_size`; MLA latents replicated under TP)."""
     stage = max(
         stage_layer_counts(model, pp),
         key=lambda s: sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in s),
     )
-    full = [(layer, n) for layer, n in stage if layer.stores_per_token_kv and layer.kind not in WINDOWED_KINDS]
-    swa = [(layer, n) for layer, n in stage if layer.kind in WINDOWED_KINDS and layer.window_tokens]
+    hybrid = is_hybrid_swa(model)
+    windowed = [(layer, n) for layer, n in stage if layer.kind in WINDOWED_KINDS and layer.window_tokens]
+    swa = windowed if hybrid else []
+    full = [(layer, n) for layer, n in stage if layer.stores_per_token_kv and (layer, n) not in swa]
+    # `mamba_cache_per_req`: conv state (channels / TP, kernel - 1) in bfloat16, SSM state in its dtype
+    state = max(
+        sum(layer_state_bytes(layer, MAMBA_CONV_BYTES, ssm_bytes, tp, conv_without_current=True) * n for layer, n in s)
+        for s in stage_layer_counts(model, pp)
+    )
     return SglangCells(
         full_cell=sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in full),
         swa_cell=sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in swa),
         full_layers=sum(n for _, n in full),
         swa_layers=sum(n for _, n in swa),
         window=max((layer.window_tokens or 0 for layer, _ in swa), default=0),
+        state_bytes=state,
+        hybrid=hybrid and bool(swa) and bool(full),
     )
 
 
-def pool_from_cells(c: SglangCells, budget: int, page_size: int, batched: int) -> KVPool:
+def mamba_state_slots(budget_bytes: Num, state_bytes: Num) -> Num:
+    """`_handle_max_mamba_cache` (ratio mode, no speculative decoding): max_mamba_cache_size =
+    int((rest x r / (1 + r) - per_req) // per_req), r = mamba_full_memory_ratio (0.9), rest in GiB."""
+    r = ec.SGLANG_MAMBA_FULL_MEMORY_RATIO
+    mamba_bytes = as_float(budget_bytes) / GIB_FLOAT * r / (1 + r) * GIB_FLOAT
+    return _floor((mamba_bytes - state_bytes) / state_bytes)
+
+
+def mamba_kv_bytes(budget_bytes: Num, state_bytes: Num) -> Num:
+    """Bytes left for the KV pool after the state pool of K + 1 slots (the +1: each pool's padding slot)."""
+    slots = mamba_state_slots(budget_bytes, state_bytes)
+    rest_gib = as_float(budget_bytes) / GIB_FLOAT - (slots + 1) * state_bytes / GIB_FLOAT
+    return truncate(rest_gib * GIB_FLOAT)
+
+
+def _floor(value: Num) -> Num:
+    import math
+
+    import polars as pl
+
+    if isinstance(value, pl.Expr):
+        return value.floor().cast(pl.Int64)
+    return math.floor(value)
+
+
+def mamba_starts(budget_bytes: int, state_bytes: int, slots_per_request: int) -> bool:
+    """`_handle_max_mamba_cache` (max_mamba_cache_size > 0) and `resolve_max_num_reqs` (at least one
+    running request: slots // slots per request >= 1)."""
+    return budget_bytes > 0 and mamba_state_slots(budget_bytes, state_bytes) >= max(1, slots_per_request)
+
+
+def swa_pool_starts(swa_tokens: int, sliding_window: int, page: int) -> bool:
+    """`MemoryPoolConfigurator.validate_swa_pool_size`: refused when window + page >= the SWA pool."""
+    return not sliding_window or sliding_window + page < swa_tokens
+
+
+def pool_from_cells(c: SglangCells, budget: int, page: int, batched: int) -> KVPool:
+    """The pool `calculate_pool_sizes` builds from `budget` bytes (capacity 0 where SGLang refuses to start)."""
     if c.hybrid:
-        full_tokens = truncate(budget / c.swa_denominator) if budget > 0 else 0
-        full_tokens -= full_tokens % page_size
-        return KVPool(
-            "token",
-            full_tokens,
-            page_size,
-            (KVGroup("full", c.full_layers),),
-            batched,
-            c.full_cell,
-            swa_capacity_units=int(full_tokens * ec.SGLANG_SWA_FULL_TOKENS_RATIO),
-            swa_window_tokens=c.window,
-            swa_bytes_per_full_token=c.swa_denominator,
-        )
+        full_tokens: int = truncate(budget / c.swa_denominator) if budget > 0 else 0
+        full_tokens -= full_tokens % page
+        swa_tokens: int = int(full_tokens * ec.SGLANG_SWA_FULL_TOKENS_RATIO)
+        swa_tokens -= swa_tokens % page
+        if full_tokens > 0 and not swa_pool_starts(swa_tokens, c.window, page):
+            full_tokens = swa_tokens = 0
+        return KVPool("token", full_tokens, page, (KVGroup("full", c.full_layers),), batched, c.full_cell,
+                      swa_capacity_units=swa_tokens, swa_window_tokens=c.window,
+                      swa_bytes_per_full_token=c.swa_denominator)  # fmt: skip
     cell = c.full_cell + c.swa_cell
-    tokens = budget // cell if cell and budget > 0 else 0
-    tokens -= tokens % page_size
-    return KVPool("token", tokens // page_size, page_size, (KVGroup("full", c.full_layers + c.swa_layers),),
-                  batched, cell * page_size)  # fmt: skip
+    kv_budget = budget
+    if c.state_bytes and budget > 0:
+        kv_budget = mamba_kv_bytes(budget, c.state_bytes) if mamba_starts(budget, c.state_bytes, 1) else 0
+    tokens = kv_budget // cell if cell and kv_budget > 0 else 0
+    tokens -= tokens % page
+    return KVPool("token", tokens // page, page, (KVGroup("full", c.full_layers + c.swa_layers),),
+                  batched, cell * page, state_bytes_per_sequence=c.state_bytes)  # fmt: skip
