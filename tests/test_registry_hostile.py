@@ -190,6 +190,15 @@ def test_a_hostile_catalog_folder_still_publishes_a_nightly(tmp_path: Path, monk
             entry["safetensors_index"] = f"configs/hostile/{name}/model.safetensors.index.json"
         entries["models"].append(entry)
     (catalog / "models.yaml").write_text(yaml.safe_dump(entries, allow_unicode=False), encoding="utf-8")
+    skus = yaml.safe_load((catalog / "gpus.yaml").read_text(encoding="utf-8"))
+    good_sku = skus["gpus"][0]
+    skus["gpus"] += [
+        good_sku | {"id": "hostile-bool-memory", "aliases": [], "memory_total_mib_smi": True},
+        good_sku | {"id": "hostile-huge-memory", "aliases": [], "memory_total_mib_smi": 10**30},
+        good_sku | {"id": "hostile-nested", "aliases": [[[[["x"]]]]]},
+        ["not", "a", "mapping"],
+    ]
+    (catalog / "gpus.yaml").write_text(yaml.safe_dump(skus), encoding="utf-8")
     env = {
         "CAPPLAN_REGISTRY_URL": f"sqlite:///{tmp_path / 'var' / 'registry.db'}",
         "CAPPLAN_WAREHOUSE": str(tmp_path / "var" / "warehouse.duckdb"),
@@ -201,11 +210,14 @@ def test_a_hostile_catalog_folder_still_publishes_a_nightly(tmp_path: Path, monk
     assert result.exit_code == 0, result.output
     con = duckdb.connect(env["CAPPLAN_WAREHOUSE"], read_only=True)
     try:
-        rejected = dict(con.execute("select item_key, reason from marts.ingest_errors").fetchall())
+        rejected = dict(con.execute("select item_key, reason from marts.ingest_errors where item_kind = 'model'").fetchall())
+        bad_gpus = con.execute("select count(*) from marts.ingest_errors where item_kind = 'gpu'").fetchone()
         models = [r[0] for r in con.execute("select model from marts.models").fetchall()]
+        gpus = con.execute("select count(*) from marts.gpus").fetchone()
     finally:
         con.close()
     assert sorted(rejected) == [f"hostile/{name}" for name in names], rejected
+    assert bad_gpus == (4,) and gpus == (2,)
     assert models == [GOOD]
     assert all(reason and "\n" not in reason for reason in rejected.values())
 
