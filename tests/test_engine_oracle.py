@@ -53,6 +53,7 @@ TP_SIZES = (1, 2, 4, 8)
 KV_DTYPES = ("auto", "fp8")
 SHORT_MAX_MODEL_LEN_TOKENS = 8192
 WINDOWED_BATCHED_TOKENS = (2048, 16384)  # extra max_num_batched_tokens for windowed / state models
+PP_GPU = "h100-sxm-80gb"  # PP = 2 cases (windowed, state and MLA models): the V2 runner keeps PP + 1 batches
 
 
 @dataclass(frozen=True)
@@ -185,10 +186,12 @@ class OracleCase:
     max_num_batched_tokens: int
     kv_memory_bytes: int
     capplan: dict[str, Any] = field(compare=False)
+    pp: int = 1
 
     def deployment(self, **overrides: Any) -> DeploymentSpec:
         fields: dict[str, Any] = {
             "tp": self.tp,
+            "pp": self.pp,
             "kv_dtype": self.kv_dtype,
             "engine": "vllm",
             "engine_version": VLLM_VERSION,
@@ -221,7 +224,9 @@ def capplan_result(
     groups = sorted((str(g.kind), int(g.num_layers)) for g in pool.groups)
     # the per-sequence state of one state layer, as the estimate charges it (PP = 1: every layer)
     num_state_layers = sum(1 for layer in model.spec.layers if layer.kind is KVKind.STATE)
-    state_page = est.state_bytes_per_sequence_per_gpu // num_state_layers if num_state_layers else None
+    state_page = None
+    if num_state_layers and deployment.pp == 1:
+        state_page = est.state_bytes_per_sequence_per_gpu // num_state_layers
     return {
         "block_size": est.block_size,
         "groups": groups,
@@ -238,11 +243,13 @@ def capplan_result(
 
 
 def _layers_json(model: CatalogModel, tp: int) -> list[dict[str, Any]]:
-    """capplan's LayerKVSpecs as the oracle's per-rank layer list (shared layers hold no cache)."""
+    """capplan's LayerKVSpecs as the oracle's per-rank layer list. Shared layers hold no cache but
+    keep their place: pipeline stages split decoder layers, cached or not."""
     out: list[dict[str, Any]] = []
     for layer in model.spec.layers:
         kind = layer.kind
         if kind is KVKind.SHARED:
+            out.append({"kind": "shared"})
             continue
         if kind is KVKind.STATE:
             out.append(
@@ -290,6 +297,7 @@ def oracle_case_json(case: OracleCase) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": case.id,
         "tp": case.tp,
+        "pp": case.pp,
         "layers": layers,
         "model_dtype": _model_dtype(model),
         "kv_cache_dtype": case.kv_dtype,
@@ -308,46 +316,51 @@ def oracle_case_json(case: OracleCase) -> dict[str, Any]:
     return body
 
 
+def _deployments(model: CatalogModel) -> Iterator[tuple[OracleGpu, int, int, str, int, int]]:
+    """(GPU, TP, PP, KV dtype, max_model_len, batched tokens) for one model."""
+    special = any(layer.kind in (KVKind.SLIDING, KVKind.CHUNKED, KVKind.STATE) for layer in model.spec.layers)
+    limit = model.spec.context_limit_tokens
+    lengths = sorted({min(SHORT_MAX_MODEL_LEN_TOKENS, limit), limit})
+    for gpu in oracle_gpus():
+        batched_set = {vllm_batch_tier_tokens(gpu)}
+        if special and gpu.sku.id == PP_GPU:
+            batched_set |= set(WINDOWED_BATCHED_TOKENS)
+        for tp in memory.valid_tp_sizes(model.spec, TP_SIZES, gpu.sku):
+            for kv in KV_DTYPES:
+                for max_len in lengths:
+                    for batched in sorted(batched_set):
+                        yield gpu, tp, 1, kv, max_len, batched
+        if (special or model.spec.is_mla) and gpu.sku.id == PP_GPU:
+            tps = memory.valid_tp_sizes(model.spec, TP_SIZES, gpu.sku, pp=2)
+            for max_len in lengths:
+                if tps:
+                    yield gpu, tps[-1], 2, "auto", max_len, vllm_batch_tier_tokens(gpu)
+
+
 def build_cases() -> tuple[list[OracleCase], list[str]]:
     """Every catalog model x GPU tier x valid TP x KV dtype x max_model_len x batched tokens."""
     cases: list[OracleCase] = []
     not_compared: list[str] = []
     for model in catalog_models():
-        windowed = any(layer.kind in (KVKind.SLIDING, KVKind.CHUNKED, KVKind.STATE) for layer in model.spec.layers)
-        limit = model.spec.context_limit_tokens
-        lengths = sorted({min(SHORT_MAX_MODEL_LEN_TOKENS, limit), limit})
-        for gpu in oracle_gpus():
-            batched_set = {vllm_batch_tier_tokens(gpu)}
-            if windowed and gpu.sku.id == "h100-sxm-80gb":
-                batched_set |= set(WINDOWED_BATCHED_TOKENS)
-            for tp in memory.valid_tp_sizes(model.spec, TP_SIZES, gpu.sku):
-                for kv in KV_DTYPES:
-                    for max_len in lengths:
-                        for batched in sorted(batched_set):
-                            case_id = f"{model.repo_id}|{gpu.sku.id}|tp{tp}|{kv}|L{max_len}|B{batched}"
-                            base = DeploymentSpec(
-                                tp=tp,
-                                kv_dtype=kv,
-                                engine="vllm",
-                                engine_version=VLLM_VERSION,
-                                max_model_len=max_len,
-                                max_num_batched_tokens=batched,
-                            )
-                            try:
-                                budget = _estimate(model, gpu, base, max_len).kv_budget_bytes_per_gpu
-                            except SpecError as exc:
-                                not_compared.append(f"{case_id}: {exc}")
-                                continue
-                            if budget <= 0:
-                                not_compared.append(f"{case_id}: weights leave no KV memory ({budget} B)")
-                                continue
-                            probe = OracleCase(case_id, model, gpu, tp, kv, max_len, batched, budget, {})
-                            try:
-                                answer = capplan_result(model, gpu, probe.deployment(), max_len)
-                            except SpecError as exc:
-                                not_compared.append(f"{case_id}: capplan refuses: {exc}")
-                                continue
-                            cases.append(OracleCase(case_id, model, gpu, tp, kv, max_len, batched, budget, answer))
+        for gpu, tp, pp, kv, max_len, batched in _deployments(model):
+            case_id = f"{model.repo_id}|{gpu.sku.id}|tp{tp}|pp{pp}|{kv}|L{max_len}|B{batched}"
+            probe = OracleCase(case_id, model, gpu, tp, kv, max_len, batched, 0, {}, pp)
+            base = probe.deployment(kv_cache_memory_bytes=None)
+            try:
+                budget = _estimate(model, gpu, base, max_len).kv_budget_bytes_per_gpu
+            except SpecError as exc:
+                not_compared.append(f"{case_id}: {exc}")
+                continue
+            if budget <= 0:
+                not_compared.append(f"{case_id}: weights leave no KV memory ({budget} B)")
+                continue
+            probe = OracleCase(case_id, model, gpu, tp, kv, max_len, batched, budget, {}, pp)
+            try:
+                answer = capplan_result(model, gpu, probe.deployment(), max_len)
+            except SpecError as exc:
+                not_compared.append(f"{case_id}: capplan refuses: {exc}")
+                continue
+            cases.append(OracleCase(case_id, model, gpu, tp, kv, max_len, batched, budget, answer, pp))
     return cases, not_compared
 
 
@@ -430,7 +443,11 @@ def _padded(groups: list[tuple[str, int]]) -> list[tuple[str, int]]:
 
 
 def _vllm_groups(v: dict[str, Any]) -> list[tuple[str, int]]:
-    return _padded([(g["kind"], g["num_layers"]) for g in v["groups"]])
+    """The first pipeline stage's groups (the whole model's at PP = 1): vLLM groups the whole model
+    (get_global_kv_cache_groups) and projects the groups onto each stage
+    (_project_kv_cache_groups_to_worker); capplan's pool is the most loaded stage's, the first."""
+    first_stage = v.get("worker_groups", [v["groups"]])[0]
+    return _padded([(g["kind"], g["num_layers"]) for g in first_stage])
 
 
 def _same_float(ours: float, theirs: float) -> bool:
@@ -461,7 +478,7 @@ def _only_started(get: Callable[[dict[str, Any], dict[str, Any]], tuple[Any, Any
 
 
 def _q_max_len_that_starts(c: dict[str, Any], v: dict[str, Any]) -> tuple[Any, Any] | None:
-    if v.get("starts") or c["max_model_len_that_starts"] is None:
+    if v.get("starts") or c["max_model_len_that_starts"] is None or v.get("max_model_len_that_starts") is None:
         return None
     return c["max_model_len_that_starts"], v["max_model_len_that_starts"]
 

@@ -8,7 +8,7 @@ project venv: it imports vLLM. Reads one JSON document on stdin and prints one J
 
 CASE (every size per rank, after tensor parallelism):
     id                      any string, echoed back
-    layers                  [{"kind": "full"|"sliding"|"chunked"|"mla"|"indexer"|"state",
+    layers                  [{"kind": "full"|"sliding"|"chunked"|"mla"|"indexer"|"state"|"shared",
                               "num_kv_heads", "head_size", "head_size_v", "window",
                               "state_shapes": [[...], ...], "state_dtypes": ["bfloat16", ...],
                               "prefill_checkpoint_blocks": 0|1}, ...]   (one entry per decoder layer)
@@ -354,7 +354,11 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     for rank in range(pp):
         start, end = get_pp_indices(len(layers), rank, pp)
         workers.append(
-            {f"model.layers.{i}.attn": _layer_spec(layers[i], case, config, state) for i in range(start, end)}
+            {
+                f"model.layers.{i}.attn": _layer_spec(layers[i], case, config, state)
+                for i in range(start, end)
+                if layers[i]["kind"] != "shared"  # reads another layer's cache: no spec of its own
+            }
         )
     available = case["available_memory_bytes"]
     memory = [int(available)] * pp if not isinstance(available, list) else [int(a) for a in available]
@@ -371,25 +375,30 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     ]
     builder = get_kv_cache_config_builder(config)
     projected = [planning._project_kv_cache_groups_to_worker(groups, w) for w in workers]
-    # The start check plans against the pool less the null block (get_kv_cache_configs).
-    check_memory = [
-        m - planning._pool_bytes_per_block_from_builder(builder, config, g) if g else m
-        for g, m in zip(projected, memory, strict=True)
+    # each stage's share of the global groups (a group with no layer on a stage stays, empty)
+    out["worker_groups"] = [
+        [{"kind": _group_kind(g.kv_cache_spec), "num_layers": len(g.layer_names)} for g in worker_groups]
+        for worker_groups in projected
     ]
-    out["bytes_per_block"] = [planning._pool_bytes_per_block_from_builder(builder, config, g) for g in projected]
-    out["needed_bytes"] = max(planning._max_memory_usage_bytes_from_groups(builder, config, g) for g in projected if g)
     try:
         configs = planning.get_kv_cache_configs(config, workers, memory, groups)
-    except ValueError as exc:
+    except ValueError as exc:  # vLLM refuses to start: the start check, or a layout it cannot build
         out["starts"] = False
         out["error"] = _first_error_line(exc)
-        # _estimate_max_model_len_from_groups, as the error message quotes it (0: not one token)
-        out["max_model_len_that_starts"] = min(
-            planning._estimate_max_model_len_from_groups(builder, config, g, m)
-            for g, m in zip(projected, check_memory, strict=True)
-            if g
-        )
+        try:
+            # _estimate_max_model_len_from_groups against the pool less the null block, as the
+            # start check's message quotes it (0: not one token)
+            out["max_model_len_that_starts"] = min(
+                planning._estimate_max_model_len_from_groups(
+                    builder, config, g, m - planning._pool_bytes_per_block_from_builder(builder, config, g)
+                )
+                for g, m in zip(projected, memory, strict=True)
+                if g
+            )
+        except ValueError:
+            out["max_model_len_that_starts"] = None
         return out
+    out["bytes_per_block"] = [planning._pool_bytes_per_block_from_builder(builder, config, g) for g in projected if g]
     out["starts"] = True
     out["error"] = None
     out["max_model_len"] = config.model_config.max_model_len  # after auto-fit, if asked
