@@ -124,6 +124,7 @@ _FAMILIES = {
     "phi3": "phi3",
     "deepseek_v2": "deepseek_v2",
     "deepseek_v3": "deepseek_v3",
+    "deepseek_v32": "deepseek_v32",
     "kimi_k2": "kimi_k2",
     "gpt_oss": "gpt_oss",
     "llama4": "llama4",
@@ -342,6 +343,8 @@ def _parse(config: Mapping[str, Any], label: str) -> ModelSpec:
         family_rules = family or "generic"
     if family_rules in ("qwen3_5", "qwen3_5_moe"):
         family_rules = "qwen3_next"  # same gated delta-net / gated attention hybrid
+    if family_rules == "deepseek_v32":
+        family_rules = "deepseek_v3"  # V3 plus the sparse-attention indexer (read in _build_mla)
     if family is None:
         family = "generic"
     architectures = outer.raw("architectures")
@@ -378,7 +381,7 @@ def _parse(config: Mapping[str, Any], label: str) -> ModelSpec:
     kinds = _layer_kinds(m, family_rules)
     builder = _BUILDERS.get(family_rules, _build_dense)
     layers, params, extra = builder(m, kinds)
-    _check_routing(m)
+    _check_routing(m, params)
 
     tie_default = family_rules in _TIED_BY_DEFAULT
     if cfg.has("tie_word_embeddings"):
@@ -766,10 +769,11 @@ def _experts_common(m: _Model, topk_key: str = "num_experts_per_tok") -> int:
 _TOPK_KEYS = ("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk")
 
 
-def _check_routing(m: _Model) -> None:
+def _check_routing(m: _Model, params: list[LayerParams]) -> None:
     """Expert counts agree with routing in every family: a config that routes each token to k > 0
     experts must have at least k experts (a count of 0 next to a top-k is a broken config, not a
-    dense model), and the parsed counts must agree with each other."""
+    dense model), the parsed counts must agree with each other, and a model with experts must
+    have a layer that holds them (`first_k_dense_replace: 1000` would plan a MoE model as dense)."""
     c = m.cfg
     topk_key = next((k for k in _TOPK_KEYS if c.has(k)), None)
     count_key = next((k for k in _EXPERT_KEYS if c.has(k)), None)
@@ -782,6 +786,11 @@ def _check_routing(m: _Model) -> None:
             m.fail(f"{c.key(topk_key)} ({topk}) exceeds {c.key(count_key)} ({experts})")
     if m.num_experts and not 0 < m.experts_per_token <= m.num_experts:
         m.fail(f"routes {m.experts_per_token} of {m.num_experts} experts per token")
+    if m.num_experts and params and not any(p.experts for p in params):
+        m.fail(
+            f"declares {m.num_experts} experts but none of its {m.num_layers} layers holds them "
+            "(check first_k_dense_replace, moe_layer_freq, mlp_only_layers, decoder_sparse_step)"
+        )
 
 
 # --------------------------------------------------------------------------- dense families
@@ -1017,12 +1026,22 @@ def _build_mla(m: _Model, kinds: list[_Kind]) -> _Built:
     h = m.hidden
     kv_rank = c.integer("kv_lora_rank")
     rope = c.integer("qk_rope_head_dim")
+    # DeepSeek-V3.2 sparse attention (DSA): every layer also caches its lightning indexer's key
+    index_dim = c.integer("index_head_dim", 0, lo=0, hi=MAX_DIM) if m.family == "deepseek_v32" else 0
     layers = [
-        LayerKVSpec(index=i, kind=KVKind.MLA, num_kv_heads=1, k_head_dim=kv_rank, v_head_dim=rope)
+        LayerKVSpec(
+            index=i, kind=KVKind.MLA, num_kv_heads=1, k_head_dim=kv_rank, v_head_dim=rope, indexer_head_dim=index_dim
+        )
         for i in range(m.num_layers)
     ]
     m.kv_heads = 1
     attn = _mla_attention(m)
+    if index_dim:
+        # indexer: wq_b (q_lora_rank -> heads x dim), wk (hidden -> dim), k_norm (LayerNorm), weights_proj
+        index_heads = c.integer("index_n_heads", hi=MAX_HEADS)
+        q_rank = c.integer("q_lora_rank")
+        attn += q_rank * index_heads * index_dim + h * index_dim + 2 * index_dim + h * index_heads
+        m.notes.append(f"DSA: lightning indexer key of {index_dim} per token per layer, cached as fp8 + scales")
     n_routed = c.integer("n_routed_experts", 0, lo=0, hi=MAX_EXPERTS)
     if not n_routed and c.has("n_routed_experts") and c.has("moe_intermediate_size") and m.num_layers > c.integer(
         "first_k_dense_replace", 0, lo=0, hi=MAX_LAYERS
@@ -1051,7 +1070,7 @@ def _build_mla(m: _Model, kinds: list[_Kind]) -> _Built:
             sparse = [t == "sparse" for t in mlp_types]
         # DeepSeek-V3 / Kimi-K2 route with a score-correction bias (noaux_tc); transformers 5
         # writes topk_method null for V3 and always builds the bias
-        v3_like = m.rules in ("deepseek_v3", "kimi_k2", "glm4_moe_lite")
+        v3_like = m.rules in ("deepseek_v3", "kimi_k2", "glm4_moe_lite")  # deepseek_v32 takes V3's rules
         topk_method = c.text("topk_method", "noaux_tc" if v3_like else "greedy")
         router = h * n_routed + (n_routed if topk_method == "noaux_tc" else 0)
         moe = LayerParams(

@@ -101,10 +101,12 @@ def kv_heads_per_gpu(layer: LayerKVSpec, tp: int) -> int:
 
 
 def layer_kv_bytes_per_token(layer: LayerKVSpec, kv_bytes: int, tp: int = 1) -> int:
-    """Bytes one token occupies in one layer on one GPU (0 for state and shared layers)."""
+    """Bytes one token occupies in one layer on one GPU (0 for state and shared layers), the DSA
+    indexer key included (replicated like the MLA latent)."""
     if not layer.stores_per_token_kv:
         return 0
-    return kv_heads_per_gpu(layer, tp) * (layer.k_head_dim + layer.v_head_dim) * kv_bytes
+    heads = kv_heads_per_gpu(layer, tp) * (layer.k_head_dim + layer.v_head_dim) * kv_bytes
+    return heads + layer.indexer_bytes_per_token
 
 
 def layer_state_bytes(
@@ -188,6 +190,7 @@ def stage_layer_counts(model: ModelSpec, pp: int) -> list[LayerCounts]:
                     layer.conv_state_elements,
                     layer.conv_kernel,
                     layer.mixer,
+                    layer.indexer_head_dim,
                     layer.recurrent_state_elements,
                 )
                 entry = counts.get(key)

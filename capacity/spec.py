@@ -29,6 +29,8 @@ class StateMixer(StrEnum):
     GATED_DELTA_NET = "gated-delta-net"  # Qwen3-Next, Qwen3.5: conv (2 Hk Dk + Hv Dv, k) + state (Hv, Dv, Dk)
 
 
+INDEXER_QUANT_BLOCK = 128  # elements per fp32 scale of the DSA indexer key cache
+
 PER_TOKEN_KINDS = frozenset({KVKind.FULL, KVKind.SLIDING, KVKind.CHUNKED, KVKind.MLA})
 WINDOWED_KINDS = frozenset({KVKind.SLIDING, KVKind.CHUNKED})
 
@@ -53,6 +55,7 @@ class LayerKVSpec:
     kv_source_layer: int | None = None  # SHARED: the layer whose cache this one reads
     conv_kernel: int = 0  # STATE: the conv window; conv_state_elements = channels x conv_kernel (transformers)
     mixer: StateMixer | None = None  # STATE: which recurrent mixer
+    indexer_head_dim: int = 0  # MLA with DeepSeek sparse attention: the lightning indexer's key per token
 
     @property
     def stores_per_token_kv(self) -> bool:
@@ -64,6 +67,14 @@ class LayerKVSpec:
         if not self.stores_per_token_kv:
             return 0
         return self.num_kv_heads * (self.k_head_dim + self.v_head_dim)
+
+    @property
+    def indexer_bytes_per_token(self) -> int:
+        """DeepSeek sparse attention's indexer key: fp8 elements and one fp32 scale per 128 of them,
+        one vector per token, not split by TP (vLLM DeepseekV32IndexerCache, SGLang's index buffer)."""
+        if not self.indexer_head_dim:
+            return 0
+        return self.indexer_head_dim + self.indexer_head_dim // INDEXER_QUANT_BLOCK * 4
 
     @property
     def replicated_under_tp(self) -> bool:

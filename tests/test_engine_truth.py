@@ -280,3 +280,26 @@ def test_llama4_chunked_local_layers_run_without_the_hybrid_manager() -> None:
     est = _estimate("meta-llama/Llama-4-Scout-17B-16E-Instruct", "h200-sxm-141gb", tp=4, max_model_len=8192)
     assert [(g.kind, g.num_layers) for g in est.pool.groups] == [(KVKind.FULL, 48)]
     assert est.pool.sequence_units(8192, 8192) == 512
+
+
+def test_deepseek_v32_caches_the_indexer_key_beside_the_latent() -> None:
+    # DeepSeek-V3.2 (DSA): per layer the MLA latent (512 + 64) plus the lightning indexer's key of
+    # index_head_dim 128, stored as fp8 with one fp32 scale per 128: 128 + 4 = 132 B, replicated
+    # under TP like the latent. bf16 KV: 61 x (576 x 2 + 132) = 78,324 B per token on every GPU. The
+    # indexer backend takes 64-token blocks (DeepseekV32IndexerBackend), so one block of the single
+    # UniformType group is 64 x 78,324 = 5,012,736 B. fp8 KV: the sparse FlashMLA layout fp8_ds_mla
+    # (656 B a token: 512 fp8 + 4 fp32 scales + 64 bf16 rope): 64 x 61 x (656 + 132) = 3,076,352 B.
+    import json
+    from pathlib import Path
+
+    from capacity.hf_config import parse_config
+
+    config = json.loads((Path(__file__).parent / "configs" / "deepseek_v32-deepseek-v3.2.json").read_text())
+    spec = parse_config(config)
+    assert {layer.indexer_bytes_per_token for layer in spec.layers} == {132}
+    h200 = find_gpu_sku("h200-sxm-141gb")
+    bf16 = estimate(spec, DeploymentSpec(tp=8, max_model_len=32768), gpu=h200)
+    assert bf16.kv_bytes_per_token_per_gpu == 61 * (576 * 2 + 132) == 78_324
+    assert bf16.block_size == 64 and bf16.pool.unit_bytes == 64 * 78_324
+    fp8 = estimate(spec, DeploymentSpec(tp=8, kv_dtype="fp8", max_model_len=32768), gpu=h200)
+    assert fp8.pool.unit_bytes == 64 * 61 * (656 + 132) == 3_076_352

@@ -214,6 +214,10 @@ def block_size(
     rule = (release or ec.vllm_release(None)).mla_block
     if rule is ec.MlaBlockRule.FLASHMLA:
         return ec.VLLM_MLA_BLOCK_SIZE_BLACKWELL if arch == "blackwell" else ec.VLLM_MLA_BLOCK_SIZE_HOPPER
+    if any(layer.indexer_head_dim for layer in model.layers):
+        # DSA: DeepseekV32IndexerBackend takes kernel blocks of 64 on CUDA, the sparse MLA backends
+        # multiples of 64 (or 32): the common block is 64
+        return ec.VLLM_DSA_BLOCK_SIZE
     if arch == "hopper":  # SM90: FLASH_ATTN_MLA (bf16/fp16 KV only, any multiple of 16), else FLASHMLA (64)
         return ec.VLLM_MLA_BLOCK_SIZE_HOPPER if kv_dtype.lower().startswith("fp8") else ec.VLLM_DEFAULT_BLOCK_SIZE
     if arch == "blackwell" and not _is_sm120(gpu):  # SM100: FLASHINFER_MLA (32 or 64)
@@ -245,6 +249,17 @@ def _state_checkpoint_blocks(layer: LayerKVSpec, gdn_checkpoints: bool) -> int:
     if layer.mixer is StateMixer.GATED_DELTA_NET and gdn_checkpoints:
         return 1
     return 0
+
+
+def page_bytes_per_token(layer: LayerKVSpec, kv_bytes: int, tp: int) -> int:
+    """Bytes one token takes in a layer's page. DSA layers with an 8-bit KV cache are served by the
+    sparse FlashMLA backend in its packed fp8_ds_mla layout (mla_attention: 656 B per token: 512 fp8
+    latent, 4 fp32 scales, 64 bf16 rope) rather than 576 B; B200-class GPUs pick FlashInfer's sparse
+    MLA with plain fp8 there, which this does not model (an over-charge of 80 B per token and layer)."""
+    plain = layer_kv_bytes_per_token(layer, kv_bytes, tp)
+    if layer.indexer_head_dim and kv_bytes == 1 and layer.kind is KVKind.MLA:
+        return plain + ec.VLLM_FP8_DS_MLA_BYTES - (layer.k_head_dim + layer.v_head_dim)
+    return plain
 
 
 def _layer_bucket(layer: LayerKVSpec, hybrid_manager: bool) -> tuple[KVKind, int | None]:
@@ -298,7 +313,7 @@ def stage_pools(
         if not kinds:
             continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
         attn_page_per_token = max(
-            (layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer, _ in layers if layer.stores_per_token_kv),
+            (page_bytes_per_token(layer, kv_bytes, tp) for layer, _ in layers if layer.stores_per_token_kv),
             default=0,
         )
         state_page = max(
@@ -319,7 +334,7 @@ def stage_pools(
         state_blocks = 2 + checkpoints if align_mode else 1
         if len(kinds) == 1 and KVKind.STATE not in {kind for kind, _ in kinds}:
             ((kind, window),) = kinds
-            page_sum = sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in layers) * bs
+            page_sum = sum(page_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in layers) * bs
             groups: tuple[KVGroup, ...] = (KVGroup(kind.value, _layer_count(layers), window),)
             pools.append(KVPool("block", kv_budget_bytes // page_sum if page_sum else 0, bs, groups,
                                 max_num_batched_tokens, page_sum, max_in_flight_tokens=max_in_flight_tokens))  # fmt: skip
@@ -328,7 +343,7 @@ def stage_pools(
         buckets: dict[tuple[KVKind, int | None, int], int] = {}
         for layer, n in layers:
             kind, window = _layer_bucket(layer, hybrid)
-            per_token = 0 if kind is KVKind.STATE else layer_kv_bytes_per_token(layer, kv_bytes, tp)
+            per_token = 0 if kind is KVKind.STATE else page_bytes_per_token(layer, kv_bytes, tp)
             buckets[(kind, window, per_token)] = buckets.get((kind, window, per_token), 0) + n
         page = max(attn_page_per_token * bs, state_page)
         smallest, largest = min(buckets.values()), max(buckets.values())
