@@ -1,7 +1,10 @@
 """Engine and sessions for the registry database, and the one way to create its schema.
 
 The URL comes from `CAPPLAN_REGISTRY_URL` (default `sqlite:///var/registry.db`, relative to the
-working directory; `var/` is created on demand). SQLite connections switch foreign keys on.
+working directory; `var/` is created on demand). SQLite connections switch foreign keys on,
+begin every transaction IMMEDIATE and wait up to `CAPPLAN_REGISTRY_BUSY_TIMEOUT_S` (300) for
+another writer, so a nightly and a large `registry ingest --dir` at the same time take turns
+instead of failing "database is locked".
 The schema is created and upgraded only by Alembic: `upgrade_to_head(url)`.
 """
 
@@ -23,6 +26,8 @@ DEFAULT_URL = "sqlite:///var/registry.db"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ALEMBIC_INI = PROJECT_ROOT / "alembic.ini"
 MIGRATIONS_DIR = PROJECT_ROOT / "migrations"
+BUSY_TIMEOUT_ENV = "CAPPLAN_REGISTRY_BUSY_TIMEOUT_S"
+DEFAULT_BUSY_TIMEOUT_S = 300.0
 
 
 class RegistryError(RuntimeError):
@@ -73,21 +78,39 @@ def make_engine(url: str | None = None, *, foreign_keys: bool = True, **kwargs: 
     return engine
 
 
+def busy_timeout_ms() -> int:
+    """How long a SQLite connection waits for another writer (`CAPPLAN_REGISTRY_BUSY_TIMEOUT_S`, 300 s)."""
+    try:
+        seconds = float(os.environ.get(BUSY_TIMEOUT_ENV) or DEFAULT_BUSY_TIMEOUT_S)
+    except ValueError:
+        raise RegistryError(f"{BUSY_TIMEOUT_ENV} must be a number of seconds") from None
+    return max(int(seconds * 1000), 0)
+
+
 def _configure_sqlite(engine: Engine, *, foreign_keys: bool) -> None:
-    """Foreign keys on; and let SQLAlchemy, not the sqlite3 module, emit BEGIN, so that
-    SAVEPOINTs (one per ingested item) work as documented for pysqlite."""
+    """Foreign keys on; let SQLAlchemy, not the sqlite3 module, emit BEGIN, so that SAVEPOINTs
+    (one per ingested item) work as documented for pysqlite; and make concurrent writers wait
+    for each other instead of failing with "database is locked".
+
+    Every transaction begins IMMEDIATE: it takes the write lock at BEGIN, where SQLite's busy
+    timeout applies. A deferred transaction that reads and then writes while another process
+    writes (a nightly during a `registry ingest --dir`) gets SQLITE_BUSY at once, busy timeout or
+    not, because waiting could deadlock. Writers are short (one ingested item each), so a nightly
+    and an ingest interleave item by item; the timeout only bounds a stuck writer."""
     pragma = "ON" if foreign_keys else "OFF"
+    timeout_ms = busy_timeout_ms()
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={timeout_ms:d}")
         cursor.execute(f"PRAGMA foreign_keys={pragma}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN")
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

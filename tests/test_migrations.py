@@ -89,6 +89,7 @@ def test_round_trip_with_data_and_no_drift(registry_url: str) -> None:
     assert _count_models(registry_url) > 0
 
     config = db.alembic_config(registry_url)
+    config.attributes["force"] = True  # below the first revision is refused unless forced (test_locks.py)
     command.downgrade(config, "base")
     assert _tables(registry_url) & TABLES == set()
 
@@ -121,6 +122,7 @@ def test_every_revision_steps_down_and_up_with_data(registry_url: str) -> None:
         engine.dispose()
     assert indexes["uq_models_repo_id_current"]["unique"]
     assert {"ck_models_source", "ck_models_positive_sizes"} <= checks
+    config.attributes["force"] = True
     command.downgrade(config, "base")
     assert _tables(registry_url) & TABLES == set()
 
