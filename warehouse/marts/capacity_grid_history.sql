@@ -81,7 +81,7 @@ comment on column marts.capacity_grid_history.kv_cache_dtype is 'KV cache dtype 
 comment on column marts.capacity_grid_history.weights_source is 'checkpoint (scaled from model.safetensors.index.json) or modeled (counted from the config).';
 comment on column marts.capacity_grid_history.gpu_memory_bytes is 'Device memory the engine sees (bytes, as the driver reports it).';
 comment on column marts.capacity_grid_history.gpu_memory_utilization is 'Fraction of device memory the engine may use.';
-comment on column marts.capacity_grid_history.max_model_len is 'Engine max model length the deployment is sized with.';
+comment on column marts.capacity_grid_history.max_model_len is 'The max_model_len the deployment runs with: the model''s context limit when the engine starts with it, else the largest length that starts (vLLM''s auto-fit, --max-model-len -1); contexts above it do not fit.';
 comment on column marts.capacity_grid_history.max_num_seqs is 'Engine cap on concurrent sequences (null when none).';
 comment on column marts.capacity_grid_history.kv_bytes_per_token is 'KV bytes per token over every layer that stores per-token KV, whole model (sliding layers counted as inside the window).';
 comment on column marts.capacity_grid_history.kv_bytes_per_token_per_gpu is 'kv_bytes_per_token on the most loaded GPU under TP/PP (MLA latents replicated).';
@@ -99,4 +99,4 @@ comment on column marts.capacity_grid_history.physical_kv_token_slots is 'num_bl
 comment on column marts.capacity_grid_history.max_concurrency is 'Maximum concurrency for context tokens per request, as vLLM prints it (fractional).';
 comment on column marts.capacity_grid_history.b_max_memory is 'Whole sequences of context tokens that fit in the KV pool at once (memory bound only).';
 comment on column marts.capacity_grid_history.b_max is 'Concurrent sequences of context tokens: b_max_memory capped by max_num_seqs.';
-comment on column marts.capacity_grid_history.fits is 'True when the weights fit and at least one sequence of context tokens fits.';
+comment on column marts.capacity_grid_history.fits is 'True when the engine starts (its own start check at max_model_len) and at least one sequence of context tokens fits.';
