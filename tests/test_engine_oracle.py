@@ -308,6 +308,9 @@ def oracle_case_json(case: OracleCase) -> dict[str, Any]:
         "available_memory_bytes": case.kv_memory_bytes,
         "prefill_checkpoint_alignment": checkpoint_alignment,
     }
+    limit = model.spec.context_limit_tokens
+    if case.kv_dtype == "auto" and case.max_model_len < limit:
+        body["auto_fit_limit"] = limit  # what `--max-model-len -1` would run with
     if model.spec.has_state_layers:
         # vLLM derives the state shapes and dtypes from the config itself (the model class).
         text = model.config.get("text_config") or {}
@@ -483,6 +486,14 @@ def _q_max_len_that_starts(c: dict[str, Any], v: dict[str, Any]) -> tuple[Any, A
     return c["max_model_len_that_starts"], v["max_model_len_that_starts"]
 
 
+def _q_auto_fit(c: dict[str, Any], v: dict[str, Any]) -> tuple[Any, Any] | None:
+    """capplan's largest max_model_len that starts against vLLM's auto-fit (`--max-model-len -1`,
+    _auto_fit_max_model_len) up to the model's limit, for deployments that start below it."""
+    if v.get("auto_fit_max_model_len") is None or c["max_model_len_that_starts"] is None:
+        return None
+    return c["max_model_len_that_starts"], v["auto_fit_max_model_len"]
+
+
 def _q_in_flight(c: dict[str, Any], v: dict[str, Any]) -> tuple[Any, Any] | None:
     if c["max_in_flight_tokens"] is None or not any(k in ("sliding", "chunked") for k, _ in _vllm_groups(v)):
         return None
@@ -507,6 +518,7 @@ QUANTITIES: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, Any]
     "kv_cache_size_tokens": _only_started(lambda c, v: (c["kv_cache_size_tokens"], v["kv_cache_size_tokens"])),
     "starts": _q_starts,
     "max_model_len_that_starts": _q_max_len_that_starts,
+    "auto_fit_max_model_len": _q_auto_fit,
     "max_in_flight_tokens": _q_in_flight,
     "state_page_size_bytes": _q_state_page,
 }
@@ -606,3 +618,7 @@ def iter_summaries(run: OracleRun) -> Iterator[str]:
         yield f"  not compared: {n} x {reason}"
     for quantity in QUANTITIES:
         yield _summary(quantity, tally(run, quantity), limit=40)
+    for gpu_id, row in run.batch_defaults.items():
+        yield f"get_batch_defaults {gpu_id}: {row}"
+    refused = sorted(d for d, ok in run.kv_dtypes_accepted.items() if not ok)
+    yield f"KV dtypes vLLM refuses among those asked: {refused}"

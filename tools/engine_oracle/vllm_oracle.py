@@ -25,6 +25,7 @@ CASE (every size per rank, after tensor parallelism):
     disable_hybrid_kv_cache_manager   null: vLLM's GPU default (off, except chunked-local attention)
     available_memory_bytes  KV memory per worker (vLLM's `available_memory`)
     auto_fit                true: plan as with `--max-model-len -1` (max_model_len is the model's)
+    auto_fit_limit          also report what `--max-model-len -1` would pick with this model limit
 
 GPU (for get_batch_defaults): {"id", "memory_bytes", "name", "capability": [major, minor]}
 
@@ -402,6 +403,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     out["starts"] = True
     out["error"] = None
     out["max_model_len"] = config.model_config.max_model_len  # after auto-fit, if asked
+    if case.get("auto_fit_limit"):
+        out["auto_fit_max_model_len"] = _auto_fit(case, config, builder, projected, memory)
     kv_config = configs[0]
     out["num_blocks"] = kv_config.num_blocks
     out["blocks_per_request"] = [
@@ -412,6 +415,26 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     out["max_concurrency"] = concurrency
     out["kv_cache_size_tokens"] = tokens
     return out
+
+
+def _auto_fit(case: dict[str, Any], config: Any, builder: Any, projected: list[Any], memory: list[int]) -> int | None:
+    """What `--max-model-len -1` would run with, the model's limit being `auto_fit_limit`:
+    planning._auto_fit_max_model_len against the pool less the null block, as get_kv_cache_configs
+    calls it."""
+    model = config.model_config
+    saved = model.max_model_len, model.original_max_model_len
+    model.max_model_len, model.original_max_model_len = int(case["auto_fit_limit"]), -1
+    check_memory = [
+        m - planning._pool_bytes_per_block_from_builder(builder, config, g) if g else m
+        for g, m in zip(projected, memory, strict=True)
+    ]
+    try:
+        planning._auto_fit_max_model_len(builder, config, projected, check_memory)
+        return int(model.max_model_len)
+    except ValueError:
+        return None
+    finally:
+        model.max_model_len, model.original_max_model_len = saved
 
 
 def batch_defaults(gpu: dict[str, Any]) -> dict[str, Any]:
