@@ -72,13 +72,9 @@ def capacity_grid(context: dg.AssetExecutionContext, warehouse: WarehouseResourc
         yield relation_result(con, "raw", "grid_errors")
 
 
-staging_deployments = sql_asset("staging", "deployments", deps=[("raw", "deployments")], group_name=CAPACITY_GROUP)
-staging_capacity_grid = sql_asset(
-    "staging", "capacity_grid", deps=[("raw", "capacity_grid")], group_name=CAPACITY_GROUP
-)
-staging_context_limits = sql_asset(
-    "staging", "context_limits", deps=[("raw", "context_limits")], group_name=CAPACITY_GROUP
-)
+staging_deployments = sql_asset("staging", "deployments", group_name=CAPACITY_GROUP)
+staging_capacity_grid = sql_asset("staging", "capacity_grid", group_name=CAPACITY_GROUP)
+staging_context_limits = sql_asset("staging", "context_limits", group_name=CAPACITY_GROUP)
 
 # Checks read raw (this run's rows): they run right after the grid asset, before any staging view.
 RAW_WIDE_GRID = """

@@ -2,18 +2,22 @@
 
 An asset key `[layer, table]` is the DuckDB relation `layer.table` and the file
 `warehouse/<layer>/<table>.sql` (STYLE.md §2). `sql_asset` builds the asset for a relation that
-is pure SQL (staging views, marts); Python assets write frames with `warehouse.sql.load_frame`
-and report with `relation_result`.
+is pure SQL (staging views, marts); its upstream assets are the relations its SQL reads (`from` /
+`join`), resolved to the file that creates them, as dbt's `ref()` does: no hand-written lists to
+drift from the SQL. Python assets write frames with `warehouse.sql.load_frame` and report with
+`relation_result`.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 import dagster as dg
 import duckdb
 
 from pipelines.resources import WarehouseResource
-from warehouse.sql import build_relation, columns, header_comment, qualified, read_sql, row_count
+from warehouse.sql import LAYERS, WAREHOUSE_DIR, build_relation, columns, header_comment, qualified, read_sql, row_count
 
 PREVIEW_ROWS = 5
 PREVIEW_COLUMNS = 10
@@ -80,12 +84,57 @@ def relation_result(
     return dg.MaterializeResult(asset_key=key(layer, table), metadata=relation_metadata(con, layer, table, extra))
 
 
-def sql_asset(layer: str, table: str, *, deps: Iterable[Sequence[str]], group_name: str) -> dg.AssetsDefinition:
-    """The asset of a pure-SQL relation: run `warehouse/<layer>/<table>.sql` in the run's build."""
+_RELATION = r"(raw|staging|marts)\.([a-z_][a-z0-9_]*)"
+_READS = re.compile(rf"\b(?:from|join)\s+{_RELATION}", re.IGNORECASE)
+_CREATES = re.compile(
+    rf"\bcreate\s+(?:or\s+replace\s+)?(?:table|view|macro)\s+(?:if\s+not\s+exists\s+)?{_RELATION}", re.I
+)
+_NOISE = re.compile(r"--[^\n]*|'(?:[^']|'')*'")  # comments and string literals name no relation
+NOT_ASSETS = frozenset({("raw", "run")})  # written by Warehouse.begin, before any asset runs
+
+
+def _code(sql: str) -> str:
+    return _NOISE.sub(" ", sql)
+
+
+@cache
+def sql_creators() -> dict[tuple[str, str], tuple[str, str]]:
+    """(schema, name) of every relation or table macro the warehouse SQL creates -> its file (layer, table)."""
+    creators: dict[tuple[str, str], tuple[str, str]] = {}
+    for layer in LAYERS:
+        for path in sorted((WAREHOUSE_DIR / layer).glob("*.sql")):
+            for schema, name in _CREATES.findall(_code(path.read_text(encoding="utf-8"))):
+                creators[(schema.lower(), name.lower())] = (layer, path.stem)
+    return creators
+
+
+def relations_read(sql: str) -> set[tuple[str, str]]:
+    """(schema, name) of every `from` / `join` target of a SQL text, comments and strings aside."""
+    return {(schema.lower(), name.lower()) for schema, name in _READS.findall(_code(sql))}
+
+
+def sql_deps(layer: str, table: str, sql: str | None = None) -> list[dg.AssetKey]:
+    """The assets `warehouse/<layer>/<table>.sql` (or `sql`) reads: every `from` / `join` target,
+    as the file that creates it (a table macro counts as its file's relation); raw.run is not an asset."""
+    owners = set()
+    for relation in sorted(
+        relations_read(read_sql(layer, table) if sql is None else sql) - NOT_ASSETS - {(layer, table)}
+    ):
+        owner = sql_creators().get(relation)
+        if owner is None:
+            raise ValueError(f"{layer}.{table} reads {'.'.join(relation)}, which no warehouse SQL file creates")
+        if owner != (layer, table):
+            owners.add(owner)
+    return [key(*owner) for owner in sorted(owners)]
+
+
+def sql_asset(layer: str, table: str, *, group_name: str) -> dg.AssetsDefinition:
+    """The asset of a pure-SQL relation: run `warehouse/<layer>/<table>.sql` in the run's build;
+    its deps are what the SQL reads (`sql_deps`)."""
 
     @dg.asset(
         key=key(layer, table),
-        deps=[dg.AssetKey(list(dep)) for dep in deps],
+        deps=sql_deps(layer, table),
         group_name=group_name,
         description=describe(layer, table),
         kinds={"duckdb", "sql"},

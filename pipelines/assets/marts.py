@@ -15,41 +15,18 @@ from warehouse.provenance import frame_sha256, run_provenance
 
 MARTS_GROUP = "marts"
 
-staging_ingest_errors = sql_asset(
-    "staging",
-    "ingest_errors",
-    deps=[("raw", "model_ingest_errors"), ("raw", "gpu_ingest_errors"), ("raw", "grid_errors")],
-    group_name=MARTS_GROUP,
-)
-marts_models = sql_asset("marts", "models", deps=[("staging", "models")], group_name=MARTS_GROUP)
-marts_gpus = sql_asset("marts", "gpus", deps=[("staging", "gpus")], group_name=MARTS_GROUP)
-marts_deployments = sql_asset(
-    "marts", "deployments", deps=[("marts", "deployments_history"), ("staging", "gpus")], group_name=MARTS_GROUP
-)
-marts_capacity_grid = sql_asset(
-    "marts", "capacity_grid", deps=[("staging", "capacity_grid"), ("marts", "deployments")], group_name=MARTS_GROUP
-)
-marts_context_limits = sql_asset(
-    "marts", "context_limits", deps=[("staging", "context_limits"), ("staging", "deployments")], group_name=MARTS_GROUP
-)
+staging_ingest_errors = sql_asset("staging", "ingest_errors", group_name=MARTS_GROUP)
+marts_models = sql_asset("marts", "models", group_name=MARTS_GROUP)
+marts_gpus = sql_asset("marts", "gpus", group_name=MARTS_GROUP)
+marts_deployments = sql_asset("marts", "deployments", group_name=MARTS_GROUP)
+marts_capacity_grid = sql_asset("marts", "capacity_grid", group_name=MARTS_GROUP)
+marts_context_limits = sql_asset("marts", "context_limits", group_name=MARTS_GROUP)
 # History kept in place (run-keyed raw tables): views over every retained run (the current-run
 # marts defined over them are those views at the published run).
-marts_deployments_history = sql_asset(
-    "marts", "deployments_history", deps=[("staging", "deployments")], group_name=MARTS_GROUP
-)
-marts_capacity_grid_history = sql_asset(
-    "marts",
-    "capacity_grid_history",
-    deps=[("staging", "capacity_grid"), ("marts", "deployments_history")],
-    group_name=MARTS_GROUP,
-)
-marts_context_limits_history = sql_asset(
-    "marts",
-    "context_limits_history",
-    deps=[("staging", "context_limits"), ("staging", "deployments")],
-    group_name=MARTS_GROUP,
-)
-marts_ingest_errors = sql_asset("marts", "ingest_errors", deps=[("staging", "ingest_errors")], group_name=MARTS_GROUP)
+marts_deployments_history = sql_asset("marts", "deployments_history", group_name=MARTS_GROUP)
+marts_capacity_grid_history = sql_asset("marts", "capacity_grid_history", group_name=MARTS_GROUP)
+marts_context_limits_history = sql_asset("marts", "context_limits_history", group_name=MARTS_GROUP)
+marts_ingest_errors = sql_asset("marts", "ingest_errors", group_name=MARTS_GROUP)
 
 
 @dg.asset_check(

@@ -135,11 +135,11 @@ def recommendations(
 
 
 def _staging(table: str) -> dg.AssetsDefinition:
-    return sql_asset("staging", table, deps=[("raw", table)], group_name=RECOMMENDATIONS_GROUP)
+    return sql_asset("staging", table, group_name=RECOMMENDATIONS_GROUP)
 
 
 def _mart(table: str) -> dg.AssetsDefinition:
-    return sql_asset("marts", table, deps=[("staging", table)], group_name=RECOMMENDATIONS_GROUP)
+    return sql_asset("marts", table, group_name=RECOMMENDATIONS_GROUP)
 
 
 TABLES = ("effective_context_limits", "admission_budgets", "recommended_placements", "procurement_plan", "workloads")

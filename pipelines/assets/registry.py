@@ -91,8 +91,8 @@ def gpu_catalog(
         yield relation_result(con, "raw", "gpu_ingest_errors")
 
 
-staging_models = sql_asset("staging", "models", deps=[("raw", "models")], group_name=REGISTRY_GROUP)
-staging_gpus = sql_asset("staging", "gpus", deps=[("raw", "gpus")], group_name=GPU_GROUP)
+staging_models = sql_asset("staging", "models", group_name=REGISTRY_GROUP)
+staging_gpus = sql_asset("staging", "gpus", group_name=GPU_GROUP)
 
 assets = [registry_models, gpu_catalog, staging_models, staging_gpus]
 asset_checks: list[dg.AssetChecksDefinition] = []

@@ -149,16 +149,16 @@ def calibration(planning: PlanningResource, warehouse: WarehouseResource) -> Ite
         yield relation_result(con, "raw", "deployment_calibration", {"calibrated_deployments": calibrated})
 
 
-def _staging(table: str, deps: list[str]) -> dg.AssetsDefinition:
-    return sql_asset("staging", table, deps=[("raw", d) for d in deps], group_name=TELEMETRY_GROUP)
+def _staging(table: str) -> dg.AssetsDefinition:
+    return sql_asset("staging", table, group_name=TELEMETRY_GROUP)
 
 
-def _mart(table: str, deps: list[str]) -> dg.AssetsDefinition:
-    return sql_asset("marts", table, deps=[("staging", d) for d in deps], group_name=TELEMETRY_GROUP)
+def _mart(table: str) -> dg.AssetsDefinition:
+    return sql_asset("marts", table, group_name=TELEMETRY_GROUP)
 
 
 STAGING = [
-    _staging(table, [table])
+    _staging(table)
     for table in (
         "telemetry_observations",
         "telemetry_samples",
@@ -171,12 +171,12 @@ STAGING = [
     )
 ]
 MARTS = [
-    _mart("telemetry_observations", ["telemetry_observations"]),
-    _mart("telemetry_samples", ["telemetry_samples"]),
-    _mart("telemetry_rejects", ["telemetry_rejects"]),
-    _mart("telemetry_files", ["telemetry_files"]),
-    _mart("prediction_vs_measured", ["telemetry_deployments", "telemetry_predictions", "deployment_calibration"]),
-    _mart("calibration", ["calibration"]),
+    _mart("telemetry_observations"),
+    _mart("telemetry_samples"),
+    _mart("telemetry_rejects"),
+    _mart("telemetry_files"),
+    _mart("prediction_vs_measured"),
+    _mart("calibration"),
 ]
 
 
