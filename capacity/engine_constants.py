@@ -249,6 +249,7 @@ SGLANG_SM100_PAGE_SIZE = 64
 # SM100 (B200, GB200, B300, GB300) against SM120 (RTX 50xx, RTX PRO 6000: FlashInfer, page 1): the catalog
 # names the architecture, not the compute capability; the data-center parts are the ones above this memory
 SGLANG_SM100_MIN_BYTES = 100 * GIB
+SGLANG_DSA_PAGE_SIZE = 64  # model_overrides/deepseek_v2.py: 64 x index_kpool (1) for DeepSeek DSA on CUDA
 # fields/schedule.py swa_full_tokens_ratio fallback; mamba_full_memory_ratio fallback
 SGLANG_SWA_FULL_TOKENS_RATIO = 0.8
 SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9

@@ -23,6 +23,7 @@ import pytest
 
 from capacity.engines import Engine, engine_profile
 from capacity.engines import sglang as sg
+from capacity.hf_config import parse_config
 from capacity.memory import estimate
 from capacity.spec import DeploymentSpec
 from models_registry.resolve import load_model
@@ -191,6 +192,21 @@ def test_deepseek_v3_mla_cell() -> None:
     assert pool.capacity_units == 152_797 and pool.unit_bytes == 70_272
 
 
+def test_deepseek_v32_dsa_cell_and_page() -> None:
+    # DeepSeek-V3.2 (DSA): 61 MLA layers, each with the lightning indexer's key (index_head_dim 128):
+    # _compute_dsa_indexer_cell_size: ceil_div(128 + 128 // 128 x 4, index_kpool 1) = 132 uint8 B per layer,
+    # replicated. bf16 KV: (576 x 2 + 132) x 61 = 1,284 x 61 = 78,324 B per token.
+    # fp8 KV (flashmla_kv, the Hopper default with fp8): calculate_mla_kv_cache_dim = 512 + 512 // 128 x 4
+    # + 64 x 2 (bf16 rope) = 656 B; (656 + 132) x 61 = 48,068 B per token.
+    config = json.loads((Path(__file__).parent / "configs" / "deepseek_v32-deepseek-v3.2.json").read_text())
+    spec = parse_config(config)
+    assert sg.cells(spec, 2, 4, 8, 1).full_cell == 78_324
+    assert sg.cells(spec, 1, 4, 8, 1).full_cell == 48_068
+    # page 64 x index_kpool for DSA on CUDA (model_overrides/deepseek_v2.py)
+    h200 = find_gpu_sku("h200-sxm-141gb")
+    assert PROFILE.defaults(spec, h200, h200.memory_total_bytes, 163840, 8, 1).block_size == 64
+
+
 # --- hybrid SWA pools: is_hybrid_swa_model, HybridSWAPoolConfigurator ------------------------------
 
 
@@ -245,9 +261,21 @@ def test_llama_4_chunked_layers_in_the_swa_pool() -> None:
     )  # fmt: skip
 
 
-def test_mistral_sliding_layers_stay_in_the_full_pool() -> None:
+def test_gemma_2_sliding_layers_stay_in_the_full_pool() -> None:
     spec = _spec("google/gemma-2-9b-it")  # Gemma2ForCausalLM: not a hybrid SWA architecture either
     assert not sg.is_hybrid_swa(spec) and not sg.cells(spec, 2, 4, 1, 1).hybrid
+
+
+def test_gemma_4_hybrid_swa_with_unequal_layers() -> None:
+    # Gemma4ForConditionalGeneration is hybrid SWA; get_hybrid_layer_ids from layer_types: 25 sliding (1024)
+    # layers of 8 KV heads x 256 and 5 full layers of 2 KV heads x 512 (swa_head_dim / head_dim differ):
+    # full 5 x 2 x 1024 x 2 = 20,480, SWA 25 x 8 x 512 x 2 = 204,800; cell = 20,480 + 0.8 x 204,800 = 184,320
+    # 20 GiB: full = int(21,474,836,480 / 184,320) = 116,508; SWA = int(93,206.4) = 93,206
+    spec = _spec("google/gemma-4-26B-A4B")
+    c = sg.cells(spec, 2, 4, 1, 1)
+    assert (c.full_cell, c.swa_cell, c.window, c.hybrid) == (20_480, 204_800, 1024, True)
+    pool = PROFILE.stage_pools(spec, 20 * GIB, 2, 4, 2, 1, 1, 1, 8192, 8192)[0]
+    assert (pool.capacity_units, pool.swa_capacity_units) == (116_508, 93_206)
 
 
 # --- Mamba / GDN hybrids: the state pool before the KV pool (_handle_max_mamba_cache) -----------------

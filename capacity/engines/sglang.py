@@ -36,7 +36,7 @@ from capacity.memory import (
     serving_dtype,
     stage_layer_counts,
 )
-from capacity.spec import GpuSku, ModelSpec
+from capacity.spec import INDEXER_QUANT_BLOCK, GpuSku, KVKind, LayerKVSpec, ModelSpec
 
 GIB_FLOAT = float(1 << 30)
 
@@ -73,7 +73,10 @@ class SglangProfile:
         fraction: float = mem_fraction_static(gpu_memory_bytes, tp, pp, mla=model.is_mla)
         if gpu is not None and gpu.vendor == "amd" and not model.is_mla and max_model_len > ec.SGLANG_AITER_LONG_CONTEXT_TOKENS:
             fraction *= ec.SGLANG_AITER_MEM_FRACTION_FACTOR
-        return EngineDefaults(fraction, 0, tier.chunked_prefill_size, page_size(gpu, gpu_memory_bytes))
+        page = page_size(gpu, gpu_memory_bytes)
+        if any(layer.indexer_head_dim for layer in model.layers):
+            page = ec.SGLANG_DSA_PAGE_SIZE  # model_overrides/deepseek_v2.py: 64 x index_kpool for DSA on CUDA
+        return EngineDefaults(fraction, 0, tier.chunked_prefill_size, page)
 
     def overhead(
         self, model: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, max_num_seqs: int | None, act_bytes: int
@@ -253,11 +256,24 @@ class SglangCells:
         return self.full_cell + ec.SGLANG_SWA_FULL_TOKENS_RATIO * self.swa_cell
 
 
+def layer_cell_bytes(layer: LayerKVSpec, kv_bytes: int, tp: int) -> int:
+    """One token of one layer in SGLang's pool (`_compute_cell_size`): heads x (K + V) x bytes, MLA one
+    latent replicated on every rank; DSA layers add the indexer key (`_compute_dsa_indexer_cell_size`:
+    index_head_dim + 4 per 128, uint8) and, with an fp8 cache, the scaled latent of
+    `calculate_mla_kv_cache_dim` (512 + 512 / 128 x 4 + 64 x 2 = 656 B) used by flashmla_kv, the Hopper
+    default; SM100's trtllm backend keeps the raw 576 (not told apart here: 80 B per layer over)."""
+    plain = layer_kv_bytes_per_token(layer, kv_bytes, tp)
+    if layer.indexer_head_dim and kv_bytes == 1 and layer.kind is KVKind.MLA:
+        scaled = layer.k_head_dim + layer.k_head_dim // INDEXER_QUANT_BLOCK * 4 + layer.v_head_dim * 2
+        return plain - (layer.k_head_dim + layer.v_head_dim) + scaled
+    return plain
+
+
 def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> SglangCells:
     """The cell sizes of the most loaded stage (`_compute_cell_size`; MLA latents replicated under TP)."""
     stage = max(
         stage_layer_counts(model, pp),
-        key=lambda s: sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in s),
+        key=lambda s: sum(layer_cell_bytes(layer, kv_bytes, tp) * n for layer, n in s),
     )
     hybrid = is_hybrid_swa(model)
     windowed = [(layer, n) for layer, n in stage if layer.kind in WINDOWED_KINDS and layer.window_tokens]
@@ -269,8 +285,8 @@ def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> 
         for s in stage_layer_counts(model, pp)
     )
     return SglangCells(
-        full_cell=sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in full),
-        swa_cell=sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in swa),
+        full_cell=sum(layer_cell_bytes(layer, kv_bytes, tp) * n for layer, n in full),
+        swa_cell=sum(layer_cell_bytes(layer, kv_bytes, tp) * n for layer, n in swa),
         full_layers=sum(n for _, n in full),
         swa_layers=sum(n for _, n in swa),
         window=max((layer.window_tokens or 0 for layer, _ in swa), default=0),
