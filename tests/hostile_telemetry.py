@@ -17,6 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from warehouse.telemetry import SAMPLE_DIR
+from warehouse.telemetry.schema import clean_text
 
 # A planted secret: must never appear in anything capplan stores or prints.
 TOKEN = "hf_PlantedSecretTokenDoNotStore0123456789"
@@ -181,6 +182,7 @@ CONTENT: dict[str, tuple[str | bytes, str | None]] = {
 # File names that are not UTF-8 (bytes), with their expected outcome.
 RAW_NAMES: dict[bytes, tuple[bytes, str | None]] = {
     b"names/bad-\xff\xfe.log": ((LOG_HEAD + LOG_KV.replace("56.12", "56.15")).encode(), None),
+    f"names/{TOKEN}.log".encode(): ((LOG_HEAD + LOG_KV.replace("56.12", "56.16")).encode(), None),  # shown redacted
 }
 
 
@@ -204,7 +206,7 @@ def write_hostile_drop(root: Path) -> dict[str, str | None]:
         path = Path(os.fsdecode(os.fsencode(drop) + b"/" + raw_name))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
-        expected[raw_name.decode("utf-8", "backslashreplace")] = code
+        expected[clean_text(raw_name.decode("utf-8", "backslashreplace")) or ""] = code
     outside = root / "outside"
     outside.mkdir()
     (outside / "secret.log").write_text(f"vllm serve {MODEL}\nHF_TOKEN={TOKEN}\n" + LOG_KV, encoding="utf-8")

@@ -36,8 +36,13 @@ from warehouse.telemetry.files import display_name, read_bounded, walk
 from warehouse.telemetry.normalize import RowError, parse_int, parse_number, parse_timestamp
 from warehouse.telemetry.redact import MARK, redact
 
+# Examples per property test: 60 by default (the whole file runs in ~15 s); a deeper run:
+# CAPPLAN_PROPERTY_EXAMPLES=2000 .venv/bin/pytest tests/test_telemetry_hostile.py -k random
+EXAMPLES = int(os.environ.get("CAPPLAN_PROPERTY_EXAMPLES", "60"))
 PROPERTY = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
 
@@ -263,6 +268,38 @@ def test_no_secret_reaches_a_frame(hostile: tuple[Path, dict[str, str | None], I
             assert secret.encode() not in buffer.getvalue()
     leaky = result.rejects.filter(pl.col("file") == "logs/leaky.log")
     assert leaky.height and all(MARK in (r or "") for r in leaky["raw_excerpt"])
+
+
+# --- predictions: settings within range but absurd ----------------------------------------------
+
+
+def test_absurd_settings_are_skipped_with_a_reason_never_raised(tmp_path: Path) -> None:
+    """Values that pass the range checks (TP 1,024, 2^50 blocks and tokens) still reach the capacity
+    engine: each deployment is predicted or skipped with why, and the frames hold every row."""
+    from warehouse.catalog import bundled_catalog
+    from warehouse.telemetry.calibration_frames import fit_frames
+    from warehouse.telemetry.drop_folder import deployments_frame
+    from warehouse.telemetry.predictions import PREDICTION_SCHEMA, predict_deployments
+
+    big = 2**50
+    header = "deployment_id,model,gpu,tp,pp,max_model_len,block_size,num_gpu_blocks,kv_cache_memory_bytes,"
+    header += "gpu_memory_utilization,max_num_seqs,max_num_batched_tokens,total_gpu_memory_bytes,max_concurrency_tokens"
+    rows = [
+        f"a,{MODEL},h100-sxm-80gb,1024,1024,{big},{2**20},{big},,0.9,{big},{big},,{big}",
+        f"b,{MODEL},h100-sxm-80gb,1,1,{big},1,{big},{2**36},1.0,1,1,,1",
+        f"c,{MODEL},,1,1,1,1,1,,0.0001,1,1,{big},1",
+        f"d,{MODEL},l4-24gb,1,1,{big},{2**20},{big},1,0.9,{big},1,,{big}",
+    ]
+    (tmp_path / "x.csv").write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
+    catalog = bundled_catalog([MODEL], ["h100-sxm-80gb", "l4-24gb"])
+    result = ingest_dir(tmp_path, model_ids=catalog.model_ids(), gpu_skus=list(catalog.gpus.values()))
+    assert_sound(result)
+    deployments = deployments_frame(result.observations, result.samples, "drop_folder")
+    predictions = predict_deployments(deployments, catalog)
+    assert dict(predictions.schema) == PREDICTION_SCHEMA and predictions.height == deployments.height == 4
+    assert all(predictions["prediction_reason"].filter(predictions["prediction_status"] == "skipped"))
+    per_deployment = fit_frames(deployments, predictions, catalog, min_observations=1)[1]
+    assert per_deployment.height == (predictions["prediction_status"] == "predicted").sum()
 
 
 # --- property tests: every parser, random input --------------------------------------------------

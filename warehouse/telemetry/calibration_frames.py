@@ -34,6 +34,7 @@ from capacity.calibration import (
 )
 from warehouse.catalog import Catalog
 from warehouse.telemetry.predictions import predict_row
+from warehouse.telemetry.schema import schema_problem
 
 CALIBRATION_SCHEMA: dict[str, Any] = {
     "scope": pl.String,  # label: level(field=value, ...)
@@ -168,22 +169,28 @@ def deployment_calibration_frame(
             if est.engine == "vllm"
             else None
         )
+
+        if applied is not None:
+            try:
+                limit = est.max_model_len
+                pool = calibrated_pool(est, applied)
+                numbers = pool_numbers(pool, context=limit, max_model_len=limit, max_num_seqs=est.max_num_seqs)
+                kv_budget = applied.kv_budget_of(est)
+            except Exception:  # per-item isolation: a correction that does not apply leaves this one uncalibrated
+                applied = None
         out: dict[str, Any] = {
             "deployment_id": row["deployment_id"],
             "calibrated": applied is not None,
             "n_observations": applied.n_observations if applied else 0,
         }
         if applied is not None:
-            limit = est.max_model_len
-            pool = calibrated_pool(est, applied)
-            numbers = pool_numbers(pool, context=limit, max_model_len=limit, max_num_seqs=est.max_num_seqs)
             out |= {
                 "calibration_scope": applied.scope.label(),
                 "calibration_level": applied.scope.level,
                 "weights_ratio": applied.weights_ratio,
                 "activation_ratio": applied.activation_ratio,
                 "non_torch_delta_bytes": applied.non_torch_delta_bytes,
-                "calibrated_kv_pool_bytes": applied.kv_budget_of(est),
+                "calibrated_kv_pool_bytes": kv_budget,
                 "calibrated_num_gpu_blocks": numbers.num_blocks,
                 "calibrated_b_max": numbers.b_max,
                 "calibrated_kv_capacity_tokens": numbers.kv_tokens,
@@ -195,6 +202,8 @@ def deployment_calibration_frame(
                 "loo_n_observations": held_out.loo_correction.n_observations,
                 "loo_kv_pool_bytes": held_out.loo_kv_pool,
             }
+        if schema_problem(out, DEPLOYMENT_CALIBRATION_SCHEMA) is not None:  # absurd telemetry: keep it uncalibrated
+            out = {"deployment_id": row["deployment_id"], "calibrated": False, "n_observations": 0}
         rows.append({name: out.get(name) for name in DEPLOYMENT_CALIBRATION_SCHEMA})
     return pl.DataFrame(rows, schema=DEPLOYMENT_CALIBRATION_SCHEMA)
 

@@ -71,13 +71,14 @@ def fingerprint(folder: Path) -> dict[str, str]:
     FIFOs and devices are not opened, and stand for their reason code instead of a hash."""
     result: dict[str, str] = {}
     for found in walk(folder):
+        name = clean_text(found.rel) or found.rel  # the cursor is stored by Dagster: no secret in it
         try:
             if found.problem is not None:
                 raise found.problem
             raw, _ = read_bounded(found.path)
-            result[found.rel] = hashlib.sha256(raw).hexdigest()
+            result[name] = hashlib.sha256(raw).hexdigest()
         except RowError as exc:
-            result[found.rel] = f"{exc.code}: {exc.reason}"
+            result[name] = clean_text(f"{exc.code}: {exc.reason}") or exc.code
     return result
 
 
