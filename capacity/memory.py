@@ -542,6 +542,7 @@ class Estimate:
     max_model_len_that_starts: int = 0  # the largest max_model_len that starts (vLLM's auto-fit); 0: none
     max_in_flight_tokens: int = 0  # tokens in flight a windowed layer holds blocks for
     start_reserved_units: int = 0  # units the start check holds back (vLLM 0.33: the null block)
+    not_modelled: str | None = None  # why the engine's accounting of this model is not modelled
 
     def b_max_at(self, context_tokens: int) -> int:
         return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
@@ -585,6 +586,8 @@ class Estimate:
             "starts": self.starts,
             "max_model_len_that_starts": self.max_model_len_that_starts,
             "max_in_flight_tokens": self.max_in_flight_tokens,
+            "modelled": self.not_modelled is None,
+            "not_modelled": self.not_modelled,
             "reason": self.reason,
         }
 
@@ -811,6 +814,9 @@ def estimate(
     validate_parallelism(model, d.tp, d.pp, gpu)
     total = d.gpu_memory_bytes if d.gpu_memory_bytes is not None else (gpu.memory_total_bytes if gpu else 0)
     notes: list[str] = []
+    not_modelled = profile.unmodelled(model)
+    if not_modelled:
+        notes.append(f"not modelled: {not_modelled}")
 
     limit = model.context_limit_tokens
     auto_fit = d.max_model_len == AUTO_MAX_MODEL_LEN
@@ -962,6 +968,7 @@ def estimate(
         max_model_len_that_starts=fitted_len,
         max_in_flight_tokens=in_flight,
         start_reserved_units=reserved,
+        not_modelled=not_modelled,
     )
 
 

@@ -303,3 +303,14 @@ def test_deepseek_v32_caches_the_indexer_key_beside_the_latent() -> None:
     assert bf16.block_size == 64 and bf16.pool.unit_bytes == 64 * 78_324
     fp8 = estimate(spec, DeploymentSpec(tp=8, kv_dtype="fp8", max_model_len=32768), gpu=h200)
     assert fp8.pool.unit_bytes == 64 * 61 * (656 + 132) == 3_076_352
+
+
+def test_unmodelled_engine_rules_are_said_not_sized_silently() -> None:
+    # TensorRT-LLM keeps one pool per attention window for sliding models: capplan does not model the
+    # split, so the estimate says so (and the JSON carries it) instead of passing off a full-attention number
+    est = _estimate("openai/gpt-oss-120b", "h200-sxm-141gb", engine="trtllm", max_model_len=32768)
+    assert est.not_modelled and "per attention window" in est.not_modelled
+    assert est.contract()["modelled"] is False
+    assert any(note.startswith("not modelled") for note in est.notes)
+    full = _estimate("meta-llama/Llama-3.1-8B-Instruct", "h200-sxm-141gb", engine="trtllm", max_model_len=8192)
+    assert full.not_modelled is None and full.contract()["modelled"] is True

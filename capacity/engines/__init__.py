@@ -112,6 +112,10 @@ class EngineProfile(Protocol):
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         """Why the engine rejects a KV cache dtype (None: accepted)."""
 
+    def unmodelled(self, model: ModelSpec) -> str | None:
+        """Why this engine's accounting of the model is not modelled (None: it is); the estimate and
+        the grid then say so instead of printing a number sized as something else."""
+
     @property
     def overhead_era(self) -> str:
         """Which fitted overhead coefficients apply (vLLM: the release's era, e.g. 'v1-mid')."""

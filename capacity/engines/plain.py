@@ -98,6 +98,9 @@ class PlainProfile:
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         return None
 
+    def unmodelled(self, model: ModelSpec) -> str | None:
+        return None
+
     @property
     def overhead_era(self) -> str:
         return self.engine.value

@@ -22,7 +22,7 @@ from capacity.memory import (
     serving_dtype,
     transformer_overhead,
 )
-from capacity.spec import GpuSku, ModelSpec
+from capacity.spec import GpuSku, KVKind, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +108,16 @@ class TrtllmProfile:
         return False
 
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
+        return None
+
+    def unmodelled(self, model: ModelSpec) -> str | None:
+        if any(layer.kind in (KVKind.SLIDING, KVKind.CHUNKED) for layer in model.layers):
+            return (
+                "TensorRT-LLM keeps one KV pool per attention window (variable sliding window attention, "
+                "a static split): not modelled, windowed layers sized as full attention"
+            )
+        if model.has_state_layers:
+            return "TensorRT-LLM's state managers for Mamba / linear-attention layers are not modelled"
         return None
 
     @property

@@ -145,6 +145,9 @@ class VllmProfile:
             return None
         return f"vLLM does not accept --kv-cache-dtype {kv_dtype} (accepted: {', '.join(sorted(VLLM_KV_DTYPES))})"
 
+    def unmodelled(self, model: ModelSpec) -> str | None:
+        return None
+
     @property
     def overhead_era(self) -> str:
         return self.release.overhead_profile
