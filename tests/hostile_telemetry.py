@@ -186,6 +186,21 @@ RAW_NAMES: dict[bytes, tuple[bytes, str | None]] = {
 }
 
 
+def _deep_folder(top: Path, depth: int) -> Path:
+    """`top/a/a/.../a`, `depth` levels (made relative to an open folder: no long paths, no chdir)."""
+    top.mkdir(parents=True)
+    fd = os.open(top, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            os.mkdir("a", dir_fd=fd)
+            inner = os.open("a", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+    return top.joinpath(*["a"] * depth)
+
+
 def write_hostile_drop(root: Path) -> dict[str, str | None]:
     """Write the hostile folder under `root` (plus links, a FIFO, a sparse 300 MB file, odd
     mtimes, and the good SAMPLE deployment) and return {file: expected reason code or None}."""
@@ -207,6 +222,9 @@ def write_hostile_drop(root: Path) -> dict[str, str | None]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
         expected[clean_text(raw_name.decode("utf-8", "backslashreplace")) or ""] = code
+    deep = _deep_folder(drop / "deep-dirs", 1200)  # deeper than Python's recursion limit
+    (deep / "m.prom").write_text(PROM_HEAD + f"{VLLM_RUNNING} 6\n", encoding="utf-8")
+    expected[(deep / "m.prom").relative_to(drop).as_posix()] = None
     outside = root / "outside"
     outside.mkdir()
     (outside / "secret.log").write_text(f"vllm serve {MODEL}\nHF_TOKEN={TOKEN}\n" + LOG_KV, encoding="utf-8")

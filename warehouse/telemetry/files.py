@@ -49,22 +49,34 @@ def _inside(target: str, root: str) -> bool:
 
 
 def walk(root: Path) -> list[FoundFile]:
-    """Every file (and every link or special file) under `root`, sorted by relative path."""
+    """Every file (and every link or special file) under `root`, sorted by relative path.
+
+    Iterative (a folder nested 5,000 deep is no RecursionError); a folder that cannot be listed
+    is one entry with its reason, not a silent gap."""
     if not root.is_dir():
         return []
     real_root = os.path.realpath(root)
     found: list[FoundFile] = []
-
-    def unreadable(error: OSError) -> None:  # a folder that cannot be listed is listed, not skipped
-        where = Path(error.filename or root)
-        rel = display_name(where.relative_to(root).as_posix()) if where != root else "."
-        found.append(FoundFile(rel, where, RowError("unreadable", f"cannot list folder: {error.strerror}")))
-
-    for folder, dirs, names in os.walk(root, onerror=unreadable, followlinks=False):
-        links = [d for d in dirs if os.path.islink(os.path.join(folder, d))]
-        dirs[:] = sorted(d for d in dirs if d not in links)
-        for name in sorted([*names, *links]):
-            found.append(_entry(Path(folder) / name, root, real_root))
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                listed = sorted(entries, key=lambda e: e.name)
+        except OSError as exc:
+            rel = display_name(folder.relative_to(root).as_posix())
+            found.append(FoundFile(rel, folder, RowError("unreadable", f"cannot list folder: {exc.strerror}")))
+            continue
+        for entry in listed:
+            path = Path(entry.path)
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            if is_dir:
+                stack.append(path)
+            else:
+                found.append(_entry(path, root, real_root))
     return sorted(found, key=lambda f: f.rel)
 
 
