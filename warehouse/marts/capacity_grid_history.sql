@@ -7,16 +7,20 @@
 --   weights_bytes_per_gpu, activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu,
 --   cuda_graph_bytes_per_gpu, overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, num_blocks,
 --   block_size, kv_cache_tokens, physical_kv_token_slots, max_concurrency, b_max_memory, b_max,
---   fits
--- history: trimmed to the last CAPPLAN_HISTORY_RUNS runs by each publish (usd_per_hour: see
---   marts.capacity_grid, at today's prices).
-create or replace view marts.capacity_grid_history as
+--   fits, usd_per_hour
+-- history: trimmed to the last CAPPLAN_HISTORY_RUNS runs by each publish (usd_per_hour at today's prices).
+-- defines: the table macro marts.capacity_grid_at(latest_only), the one column list of the grid;
+--   this view is capacity_grid_at(false), marts.capacity_grid is capacity_grid_at(true) (the run
+--   filter is applied to both inputs before the join, so reads of the current grid stay fast).
+create or replace macro marts.capacity_grid_at(latest_only) as table
 with grid as (
     select * from staging.capacity_grid
+    where not latest_only or run_id = (select run.run_id from raw.run as run)
 ),
 
 deployments as (
     select * from marts.deployments_history
+    where not latest_only or run_id = (select run.run_id from raw.run as run)
 )
 
 select
@@ -57,9 +61,13 @@ select
     grid.max_concurrency,
     grid.b_max_memory,
     grid.b_max,
-    grid.fits
+    grid.fits,
+    deployments.usd_per_hour
 from grid
 inner join deployments on grid.run_id = deployments.run_id and grid.deployment_id = deployments.deployment_id;
+
+create or replace view marts.capacity_grid_history as
+select * from marts.capacity_grid_at(false);
 
 comment on view marts.capacity_grid_history is 'marts.capacity_grid of every retained run (run_id, run_date on each row).';
 comment on column marts.capacity_grid_history.run_id is 'The nightly run that published this row (marts.runs.run_id).';
@@ -100,3 +108,4 @@ comment on column marts.capacity_grid_history.max_concurrency is 'Maximum concur
 comment on column marts.capacity_grid_history.b_max_memory is 'Whole sequences of context tokens that fit in the KV pool at once (memory bound only).';
 comment on column marts.capacity_grid_history.b_max is 'Concurrent sequences of context tokens: b_max_memory capped by max_num_seqs.';
 comment on column marts.capacity_grid_history.fits is 'True when the engine starts (its own start check at max_model_len) and at least one sequence of context tokens fits.';
+comment on column marts.capacity_grid_history.usd_per_hour is 'On-demand USD per hour of one replica at today''s price (also on past runs): num_gpus * marts.gpus.price_usd_per_gpu_hour.';

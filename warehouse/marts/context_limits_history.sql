@@ -3,13 +3,17 @@
 -- columns: run_id, run_date, deployment_id, model, model_family, gpu, engine, engine_version,
 --   weight_dtype, kv_dtype, tp, pp, num_gpus, concurrency, max_context
 -- history: trimmed to the last CAPPLAN_HISTORY_RUNS runs by each publish.
-create or replace view marts.context_limits_history as
+-- defines: the table macro marts.context_limits_at(latest_only), the one column list; this view is
+--   context_limits_at(false), marts.context_limits is context_limits_at(true).
+create or replace macro marts.context_limits_at(latest_only) as table
 with limits as (
     select * from staging.context_limits
+    where not latest_only or run_id = (select run.run_id from raw.run as run)
 ),
 
 deployments as (
     select * from staging.deployments
+    where not latest_only or run_id = (select run.run_id from raw.run as run)
 )
 
 select
@@ -30,6 +34,9 @@ select
     limits.max_context
 from limits
 inner join deployments on limits.run_id = deployments.run_id and limits.deployment_id = deployments.deployment_id;
+
+create or replace view marts.context_limits_history as
+select * from marts.context_limits_at(false);
 
 comment on view marts.context_limits_history is 'marts.context_limits of every retained run (run_id, run_date on each row).';
 comment on column marts.context_limits_history.run_id is 'The nightly run that published this row (marts.runs.run_id).';

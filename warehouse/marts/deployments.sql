@@ -8,55 +8,9 @@
 --   overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, num_blocks, block_size, kv_cache_tokens,
 --   physical_kv_token_slots, usd_per_hour
 -- history: marts.deployments_history (every retained run, kept in place in raw.deployments); this
---   view is its published run, with today's price, so the two share one column list.
+--   view is it at the published run: one column list, and its column comments (copied when built).
 create or replace view marts.deployments as
-with deployments as (
-    select * from marts.deployments_history
-    where run_id = (select run.run_id from raw.run as run)
-),
-
-gpus as (
-    select gpu, price_usd_per_gpu_hour from staging.gpus
-)
-
-select
-    deployments.*,
-    deployments.num_gpus * gpus.price_usd_per_gpu_hour as usd_per_hour
-from deployments
-left join gpus on deployments.gpu = gpus.gpu;
+select * from marts.deployments_history
+where run_id = (select run.run_id from raw.run as run);
 
 comment on view marts.deployments is 'Every deployment (model x GPU x engine x dtypes x TP x PP) of the latest run: what does not depend on the context.';
-comment on column marts.deployments.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.deployments.run_date is 'UTC date the run started.';
-comment on column marts.deployments.deployment_id is 'Key of the deployment within its run (marts.deployments.deployment_id; join history on run_id and deployment_id).';
-comment on column marts.deployments.model is 'Hugging Face repo id (marts.models.model).';
-comment on column marts.deployments.model_family is 'Model family.';
-comment on column marts.deployments.gpu is 'GPU catalog id (marts.gpus.gpu).';
-comment on column marts.deployments.engine is 'Engine profile whose accounting is reproduced: vllm, sglang, trtllm, plain.';
-comment on column marts.deployments.engine_version is 'Engine version the profile follows (vLLM rules change by release).';
-comment on column marts.deployments.weight_dtype is 'Requested weight dtype, as capplan estimate --dtype: bf16, auto (the checkpoint''s own format), fp8, int4, mxfp4.';
-comment on column marts.deployments.kv_dtype is 'Requested KV cache dtype, as --kv-dtype: auto (the model dtype) or fp8.';
-comment on column marts.deployments.tp is 'Tensor-parallel size.';
-comment on column marts.deployments.pp is 'Pipeline-parallel size.';
-comment on column marts.deployments.num_gpus is 'GPUs per replica: tp * pp.';
-comment on column marts.deployments.weight_format is 'Weight format weight_dtype resolves to for this model (bf16, fp8, int4-awq, mxfp4...).';
-comment on column marts.deployments.kv_cache_dtype is 'KV cache dtype kv_dtype resolves to (bfloat16, float16, fp8...).';
-comment on column marts.deployments.weights_source is 'checkpoint (scaled from model.safetensors.index.json) or modeled (counted from the config).';
-comment on column marts.deployments.gpu_memory_bytes is 'Device memory the engine sees (bytes, as the driver reports it).';
-comment on column marts.deployments.gpu_memory_utilization is 'Fraction of device memory the engine may use.';
-comment on column marts.deployments.max_model_len is 'Engine max model length the deployment is sized with.';
-comment on column marts.deployments.max_num_seqs is 'Engine cap on concurrent sequences (null when none).';
-comment on column marts.deployments.kv_bytes_per_token is 'KV bytes per token over every layer that stores per-token KV, whole model (sliding layers counted as inside the window).';
-comment on column marts.deployments.kv_bytes_per_token_per_gpu is 'kv_bytes_per_token on the most loaded GPU under TP/PP (MLA latents replicated).';
-comment on column marts.deployments.state_bytes_per_sequence_per_gpu is 'Constant per-sequence state of Mamba/linear-attention layers on the most loaded GPU (bytes; 0 for pure attention).';
-comment on column marts.deployments.weights_bytes_per_gpu is 'Weights on the most loaded GPU (bytes).';
-comment on column marts.deployments.activation_peak_bytes_per_gpu is 'Peak activation memory of the engine''s profiling pass (bytes).';
-comment on column marts.deployments.non_torch_bytes_per_gpu is 'CUDA context, NCCL and other non-torch memory (bytes).';
-comment on column marts.deployments.cuda_graph_bytes_per_gpu is 'CUDA-graph memory deducted before sizing the KV cache (bytes; 0 where the release does not).';
-comment on column marts.deployments.overhead_bytes_per_gpu is 'Sum of the overhead terms (bytes).';
-comment on column marts.deployments.kv_budget_bytes_per_gpu is 'Memory left for the KV cache per GPU: usable - weights - overhead (bytes; <= 0 means it does not fit).';
-comment on column marts.deployments.num_blocks is 'KV blocks in the pool: floor(budget / bytes per block).';
-comment on column marts.deployments.block_size is 'Tokens per KV block (page) of the engine.';
-comment on column marts.deployments.kv_cache_tokens is 'What the engine prints as the KV cache size in tokens (meaning per engine version; see README).';
-comment on column marts.deployments.physical_kv_token_slots is 'num_blocks * block_size.';
-comment on column marts.deployments.usd_per_hour is 'On-demand USD per hour of one replica: num_gpus * marts.gpus.price_usd_per_gpu_hour.';

@@ -6,12 +6,17 @@
 --   kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu, weights_bytes_per_gpu,
 --   activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu, cuda_graph_bytes_per_gpu,
 --   overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, num_blocks, block_size, kv_cache_tokens,
---   physical_kv_token_slots
--- history: trimmed to the last CAPPLAN_HISTORY_RUNS runs by each publish (usd_per_hour: see
---   marts.deployments, at today's prices).
+--   physical_kv_token_slots, usd_per_hour
+-- history: trimmed to the last CAPPLAN_HISTORY_RUNS runs by each publish (usd_per_hour at today's
+--   prices). marts.deployments is this view at the published run: one column list, one set of
+--   column comments (the current marts take theirs from their history view when they are built).
 create or replace view marts.deployments_history as
 with deployments as (
     select * from staging.deployments
+),
+
+gpus as (
+    select gpu, price_usd_per_gpu_hour from staging.gpus
 )
 
 select
@@ -47,8 +52,10 @@ select
     deployments.num_blocks,
     deployments.block_size,
     deployments.kv_cache_tokens,
-    deployments.physical_kv_token_slots
-from deployments;
+    deployments.physical_kv_token_slots,
+    deployments.num_gpus * gpus.price_usd_per_gpu_hour as usd_per_hour
+from deployments
+left join gpus on deployments.gpu = gpus.gpu;
 
 comment on view marts.deployments_history is 'marts.deployments of every retained run (run_id, run_date on each row).';
 comment on column marts.deployments_history.run_id is 'The nightly run that published this row (marts.runs.run_id).';
@@ -84,3 +91,4 @@ comment on column marts.deployments_history.num_blocks is 'KV blocks in the pool
 comment on column marts.deployments_history.block_size is 'Tokens per KV block (page) of the engine.';
 comment on column marts.deployments_history.kv_cache_tokens is 'What the engine prints as the KV cache size in tokens (meaning per engine version; see README).';
 comment on column marts.deployments_history.physical_kv_token_slots is 'num_blocks * block_size.';
+comment on column marts.deployments_history.usd_per_hour is 'On-demand USD per hour of one replica at today''s price (also on past runs): num_gpus * marts.gpus.price_usd_per_gpu_hour.';
