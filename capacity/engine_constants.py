@@ -239,6 +239,82 @@ VLLM_OVERHEAD_PROFILES: dict[str, OverheadCoefficients] = {
 }
 
 
+
+# Derived overhead model of vLLM's profiling run (capacity/engines/vllm_overhead.py). The buffers are
+# sized from the model and the settings as the engine allocates them (each named there, with the vLLM
+# function it follows); the coefficients below are the few things that are not read off the source,
+# refit by `python tools/overhead_cv.py --fit` (leave-one-source-out cross-validation on
+# capacity/data/vllm_public_measurements.yaml) and shared by every model family.
+
+
+@dataclass(frozen=True, slots=True)
+class VllmProfilingCoefficients:
+    # forward_scale: the layer-local forward buffers (QKV, attention output, MLP gate/up and SiLU-mul
+    # output, router logits, hidden stream) times this = the forward phase's torch peak; it stands for
+    # what the caching allocator rounds up and what the compiled graph keeps alive beyond the named tensors
+    forward_scale: float
+    # sampler_fp32_copies: logits-sized fp32 tensors alive at the sampler's peak (the fp32 cast, the
+    # top-k/top-p sort values and int64 indices, probabilities), on top of the model-dtype logits
+    sampler_fp32_copies: float
+    non_torch_bytes: int  # CUDA context growth during profiling, cuBLAS/attention workspaces at TP = 1
+    non_torch_tp_bytes: int  # the same at TP > 1: NCCL communicators and custom all-reduce IPC buffers
+    cg_base_bytes: int  # CUDA-graph estimate (profile_cudagraph_memory) where the release deducts it
+    cg_per_layer_bytes: int
+    moe_workspace_persistent: bool  # fused-MoE workspaces held by the WorkspaceManager (V1), not freed
+    source: str
+
+
+VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
+    "v1": VllmProfilingCoefficients(
+        forward_scale=1.45,
+        sampler_fp32_copies=3.35,
+        non_torch_bytes=int(0.25 * GIB),
+        non_torch_tp_bytes=int(2.10 * GIB),
+        cg_base_bytes=int(0.20 * GIB),
+        cg_per_layer_bytes=int(0.02 * GIB),
+        moe_workspace_persistent=True,
+        source="tools/overhead_cv.py --fit on the 0.17+ rows (llm-d-planner 0.19.0 H100 sweep and report); "
+        "CUDA-graph terms kept from the previous fit (no in-budget graph measurement in the set)",
+    ),
+    "v1-mid": VllmProfilingCoefficients(
+        forward_scale=1.45,
+        sampler_fp32_copies=9.2,
+        non_torch_bytes=int(0.13 * GIB),
+        non_torch_tp_bytes=int(0.55 * GIB),
+        cg_base_bytes=0,
+        cg_per_layer_bytes=0,
+        moe_workspace_persistent=True,
+        source="tools/overhead_cv.py --fit on the 0.11-0.16 rows (llm-d-benchmark H100 summary, "
+        "llm-d-planner Qwen3-14B 0.15/0.16); forward_scale shared with v1",
+    ),
+    "v1-early": VllmProfilingCoefficients(
+        forward_scale=1.45,
+        sampler_fp32_copies=2.7,
+        non_torch_bytes=int(0.13 * GIB),
+        non_torch_tp_bytes=int(0.55 * GIB),
+        cg_base_bytes=0,
+        cg_per_layer_bytes=0,
+        moe_workspace_persistent=True,
+        source="tools/overhead_cv.py --fit on the 0.8-0.10 rows (dennislee22/vLLM-benchmarking 0.10.1.1 A100)",
+    ),
+    "v0": VllmProfilingCoefficients(
+        forward_scale=1.3,
+        sampler_fp32_copies=0.0,
+        non_torch_bytes=int(0.35 * GIB),
+        non_torch_tp_bytes=int(0.70 * GIB),
+        cg_base_bytes=0,
+        cg_per_layer_bytes=0,
+        moe_workspace_persistent=False,
+        source="tools/overhead_cv.py --fit on the V0 rows (vllm#10517 RTX 3090, PR#10511 H100); V0 profiles "
+        "max_num_seqs sequences of the whole batch with the sampler folded into the forward peak",
+    ),
+}
+
+# Hidden-sized tensors alive across a decoder layer in the profiling forward: the residual stream,
+# the layer input, its normed copy and the output projection's result (vLLM's fused add-RMSNorm
+# writes in place, so this is a count of live tensors, not of ops)
+VLLM_LIVE_HIDDEN_TENSORS = 4
+
 # SGLang 0.5.23, read in the wheel (sglang-0.5.23-cp311, python/sglang/srt/...). No older release was
 # read, so these are constants of that release, not a table of releases.
 SGLANG_VERSION = "0.5.23"
@@ -294,7 +370,7 @@ SGLANG_RESERVE_PER_PREFILL_GRAPH_MIB = 8
 SGLANG_RESERVE_MLA_PREFILL_GRAPHS_MIB = 1536
 SGLANG_RESERVE_FLOOR_MIB = 10 * 1024
 SGLANG_RESERVE_FLOOR_ABOVE_MIB = 60 * 1024
-SGLANG_MLA_PREFILL_GRAPH_MAX_TOKENS = 8192  # prefill graphs of MLA models stop at 8192 tokens
+SGLANG_PP_PREFILL_GRAPH_MAX_TOKENS = 8192  # memory_hook _DEFAULT_PP_PREFILL_CUDA_GRAPH_MAX_TOKENS (PP > 1)
 # attention_hook.py: the aiter backend (AMD, non-MLA) scales mem_fraction_static by 0.85 above 8192 tokens
 SGLANG_AITER_MEM_FRACTION_FACTOR = 0.85
 SGLANG_AITER_LONG_CONTEXT_TOKENS = 8192
@@ -328,6 +404,11 @@ TRTLLM_TOKENS_PER_BLOCK = 32
 TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.9
 TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
 TRTLLM_DEFAULT_MAX_BATCH_SIZE = 2048
+
+
+def vllm_profiling_coefficients(release: VllmRelease) -> VllmProfilingCoefficients:
+    """Derived-model coefficients in force for a release (capacity/engines/vllm_overhead.py)."""
+    return VLLM_PROFILING_COEFFICIENTS[release.overhead_profile]
 
 
 def vllm_overhead_coefficients(release: VllmRelease) -> OverheadCoefficients:

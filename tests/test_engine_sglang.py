@@ -340,13 +340,81 @@ _ORACLE_PYTHON = Path(__file__).resolve().parent.parent / ".venv-oracle" / "bin"
 _ORACLE_EXTRA_PATH = os.environ.get("SGLANG_ORACLE_PYTHONPATH", "/tmp/sgtv")
 
 _ORACLE_SCRIPT = r"""
-import json, sys
+import json, sys, types
+import sglang.srt.arg_groups.memory_hook as mh
+import sglang.srt.mem_cache.kv_cache_configurator as kc
 from sglang.srt.arg_groups.cuda_graph_hook import generate_prefill_cuda_graph_batch_sizes
-from sglang.srt.model_executor.pool_configurator import (
-    DefaultPoolConfigurator, HybridSWAPoolConfigurator, MemoryPoolConfigurator)
+from sglang.srt.arg_groups.model_override_base import resolved_view
+from sglang.srt.configs.model_config import AttentionArch
+from sglang.srt.model_executor.cuda_graph_config import Backend, default_cuda_graph_config
+from sglang.srt.model_executor.pool_configurator import DefaultPoolConfigurator, HybridSWAPoolConfigurator
+from sglang.srt.server_args import ServerArgs
+
+
+def fraction(case):
+    # handle_gpu_memory_settings on an unresolved ServerArgs: the device memory as nvidia-smi would report
+    # it, the CUDA default graphs (decode full, prefill breakable), a fixture model config
+    mh.get_device_memory_capacity = lambda device=None: case["gpu_mib"]
+    graphs = default_cuda_graph_config()
+    graphs.prefill.backend = Backend.BREAKABLE
+    sa = ServerArgs(model_path="fixture", device="cuda", tp_size=case["tp"], pp_size=case["pp"],
+                    cuda_graph_config=graphs)
+    sa._cuda_graph_config_locked = set()
+    sa._model_config = types.SimpleNamespace(
+        is_multimodal=False, attention_arch=AttentionArch.MLA if case["mla"] else AttentionArch.MHA,
+        hf_config=types.SimpleNamespace(architectures=["Fixture"]))
+    mh.handle_gpu_memory_settings(sa)
+    v = resolved_view(sa)
+    return [v.mem_fraction_static, v.chunked_prefill_size, v.cuda_graph_config.decode.max_bs]
+
+
+class _Configurator(kc.KVCacheConfigurator):
+    def fused_entry_bytes(self, name):
+        return None
+
+
+def mamba(case):
+    # _handle_max_mamba_cache (ratio mode) and resolve_max_num_reqs with the defaults' config bags
+    sched = types.SimpleNamespace(max_mamba_cache_size=None, mamba_full_memory_ratio=0.9,
+                                  max_running_requests=None, disable_overlap_schedule=False)
+    exe = types.SimpleNamespace(mamba=types.SimpleNamespace(
+        enable_linear_replayssm_spec=False, enable_mamba_extra_buffer=case["extra_buffer"],
+        enable_mamba_extra_buffer_lazy=False))
+
+    class Context:
+        def override(self, source, **fields):
+            for key, value in fields.items():
+                setattr(sched, key, value)
+
+    kc.get_schedule, kc.get_exec, kc.get_context = (lambda: sched), (lambda: exe), (lambda: Context())
+    kc.get_memory = lambda: types.SimpleNamespace(disable_radix_cache=False)
+    c = object.__new__(_Configurator)
+    c.mambaish_config = types.SimpleNamespace(
+        mamba2_cache_params=types.SimpleNamespace(layers=[0], mamba_cache_per_req=case["per_req"]))
+    c.pp_size, c.attn_dp_size, c.extra_mamba_cache_bytes_per_req = 1, 1, 0
+    c.spec_algorithm = types.SimpleNamespace(is_none=lambda: True)
+    c.hybrid_gdn_config = c.hybrid_kda_config = None
+    c.model_config = types.SimpleNamespace(context_len=case["context_len"])
+    try:
+        rest_gib = c._handle_max_mamba_cache(case["budget"] / (1 << 30))
+    except RuntimeError:
+        return [0, 0, 0]
+    tokens = int(rest_gib * (1 << 30)) // case["cell"] // case["page"] * case["page"]
+    try:
+        requests = c.resolve_max_num_reqs(tokens)
+    except RuntimeError:
+        requests = 0
+    return [sched.max_mamba_cache_size, tokens, requests]
+
+
+print("@@IMPORTED@@")
 out = []
 for case in json.loads(sys.stdin.read()):
-    if case["kind"] == "graphs":
+    if case["kind"] == "fraction":
+        out.append(fraction(case))
+    elif case["kind"] == "mamba":
+        out.append(mamba(case))
+    elif case["kind"] == "graphs":
         out.append(len(generate_prefill_cuda_graph_batch_sizes(case["max_bs"])))
     elif case["kind"] == "default":
         c = object.__new__(DefaultPoolConfigurator)
@@ -383,6 +451,8 @@ def _oracle(cases: list[dict[str, object]]) -> list[object]:
         env=env, timeout=600, check=False,
     )  # fmt: skip
     marker = [line for line in done.stdout.splitlines() if line.startswith("@@ORACLE@@")]
+    if not marker and "@@IMPORTED@@" in done.stdout:
+        pytest.fail(f"SGLang's own code failed on a case: {done.stderr.strip()[-1000:]}")
     if not marker:
         pytest.skip(f"SGLang 0.5.23's pool configurator does not import here: {done.stderr.strip()[-300:]}")
     return json.loads(marker[0][len("@@ORACLE@@") :])  # type: ignore[no-any-return]
@@ -440,3 +510,45 @@ def test_pool_sizes_equal_sglang_own_configurators() -> None:
               if case["window"] is None and isinstance(b, list) and b[1] <= 8192 + int(case["page"])]  # type: ignore[call-overload]  # fmt: skip
     assert disagree == corner, f"{len(disagree) - len(corner)} of {len(cases)} cases disagree, e.g. {disagree[:3]}"
     assert len(cases) - len(corner) >= 700  # cases compared and agreeing (772 compared, 26 in the corner)
+
+
+_ORACLE_GPUS = ("t4-16gb", "l4-24gb", "a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200-180gb", "mi300x-192gb")
+
+
+@pytest.mark.engine_oracle
+def test_defaults_and_mamba_pools_equal_sglang_own_code() -> None:
+    """mem_fraction_static, chunked prefill and decode graph batch size against `handle_gpu_memory_settings`
+    (catalog GPUs x TP 1/2/4/8 x PP 1/2 x MLA or not), and the Mamba split, KV tokens and
+    max_running_requests against `_handle_max_mamba_cache` / `resolve_max_num_reqs` (Qwen3-Next,
+    Nemotron-H, Jamba at TP 1/2/4/8, budgets from 0.2 to 120 GiB)."""
+    cases: list[dict[str, object]] = []
+    mine: list[object] = []
+    for gpu_id in _ORACLE_GPUS:
+        total = find_gpu_sku(gpu_id).memory_total_bytes
+        for tp in (1, 2, 4, 8):
+            for pp in (1, 2):
+                for mla in (False, True):
+                    cases.append({"kind": "fraction", "gpu_mib": total / (1 << 20), "tp": tp, "pp": pp, "mla": mla})
+                    mine.append([sg.mem_fraction_static(total, tp, pp, mla=mla), sg.chunked_prefill_size(total),
+                                 sg.decode_cuda_graph_max_bs(total, tp)])  # fmt: skip
+    budgets = [GIB // 5, GIB, 3 * GIB + 12_345, 17 * GIB, 50 * GIB, 120 * GIB]
+    for model_id in ("Qwen/Qwen3-Next-80B-A3B-Instruct", "nvidia/Nemotron-H-8B-Base-8K", "ai21labs/AI21-Jamba-1.5-Mini"):
+        spec = _spec(model_id)
+        ratio = sg.mamba_slots_per_request(spec)
+        for tp in (1, 2, 4, 8):
+            if spec.num_kv_heads % tp and tp % spec.num_kv_heads:
+                continue
+            c = sg.cells(spec, 2, 4, tp, 1)
+            for page in (1, 64):
+                for budget in budgets:
+                    cases.append({"kind": "mamba", "budget": budget, "per_req": c.state_bytes, "cell": c.full_cell,
+                                  "page": page, "context_len": spec.context_limit_tokens,
+                                  "extra_buffer": ratio > 3})  # fmt: skip
+                    pool = PROFILE.stage_pools(spec, budget, 2, 4, 2, tp, 1, page, 8192, 8192)[0]
+                    slots = sg.mamba_state_slots(budget, c.state_bytes)
+                    tokens = pool.capacity_units * page
+                    requests = sg.max_running_requests(tokens, spec.context_limit_tokens, slots, ratio)
+                    mine.append([slots, tokens, requests] if slots >= 1 else [0, 0, 0])
+    theirs = _oracle(cases)
+    disagree = [(case, a, b) for case, a, b in zip(cases, mine, theirs, strict=True) if a != b]
+    assert not disagree, f"{len(disagree)} of {len(cases)} cases disagree, e.g. {disagree[:3]}"

@@ -130,6 +130,9 @@ class SglangProfile:
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         return None
 
+    def unmodelled(self, model: ModelSpec) -> str | None:
+        return None
+
     @property
     def overhead_era(self) -> str:
         return self.engine.value
@@ -184,7 +187,9 @@ def reserved_mib(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool) -> float
     if mla:
         reserved += ec.SGLANG_RESERVE_MLA_PREFILL_GRAPHS_MIB
     else:
-        reserved += len(prefill_cuda_graph_sizes(chunked)) * ec.SGLANG_RESERVE_PER_PREFILL_GRAPH_MIB
+        # prefill graphs up to the chunked prefill size; with PP the breakable graphs stop at 8,192 tokens
+        prefill_max = min(chunked, ec.SGLANG_PP_PREFILL_GRAPH_MAX_TOKENS) if pp > 1 else chunked
+        reserved += len(prefill_cuda_graph_sizes(prefill_max)) * ec.SGLANG_RESERVE_PER_PREFILL_GRAPH_MIB
     if gpu_memory_bytes / ec.MIB > ec.SGLANG_RESERVE_FLOOR_ABOVE_MIB:
         reserved = max(reserved, ec.SGLANG_RESERVE_FLOOR_MIB)
     return reserved
