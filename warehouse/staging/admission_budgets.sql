@@ -11,10 +11,6 @@ with source as (
     select * from raw.admission_budgets
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 typed as (
     select
         run.run_id,
@@ -51,7 +47,7 @@ typed as (
         over_capacity::boolean as over_capacity,
         status_reason::varchar as status_reason
     from source
-    cross join run
+    cross join raw.run as run
 )
 
 select * from typed;

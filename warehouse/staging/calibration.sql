@@ -8,10 +8,6 @@ with source as (
     select * from raw.calibration
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 typed as (
     select
         run.run_id,
@@ -35,7 +31,7 @@ typed as (
         min_observations::bigint as min_observations,
         deployments::varchar[] as deployments
     from source
-    cross join run
+    cross join raw.run as run
 )
 
 select * from typed;

@@ -9,10 +9,6 @@ with source as (
     select * from raw.deployment_calibration
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 typed as (
     select
         run.run_id,
@@ -33,7 +29,7 @@ typed as (
         loo_n_observations::bigint as loo_n_observations,
         loo_kv_pool_bytes::bigint as loo_kv_pool_bytes
     from source
-    cross join run
+    cross join raw.run as run
 )
 
 select * from typed;

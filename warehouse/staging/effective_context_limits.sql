@@ -9,10 +9,6 @@ with source as (
     select * from raw.effective_context_limits
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 typed as (
     select
         run.run_id,
@@ -40,7 +36,7 @@ typed as (
         calibration_scope::varchar as calibration_scope,
         n_observations::bigint as n_observations
     from source
-    cross join run
+    cross join raw.run as run
 )
 
 select * from typed;

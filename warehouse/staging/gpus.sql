@@ -10,10 +10,6 @@ with source as (
     select * from raw.gpus
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 renamed as (
     select
         run.run_id,
@@ -45,7 +41,7 @@ renamed as (
         sources::json::varchar[] as sources,
         content_sha256::varchar as content_sha256
     from source
-    cross join run
+    cross join raw.run as run
 )
 
 select * from renamed;

@@ -11,10 +11,6 @@ with source as (
     select * from raw.models
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 renamed as (
     select
         run.run_id,
@@ -51,7 +47,7 @@ renamed as (
         source::varchar as source,
         created_at::timestamptz as registered_at
     from source
-    cross join run
+    cross join raw.run as run
 )
 
 select * from renamed;

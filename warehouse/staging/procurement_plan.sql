@@ -8,10 +8,6 @@ with source as (
     select * from raw.procurement_plan
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 typed as (
     select
         run.run_id,
@@ -33,7 +29,7 @@ typed as (
         unserved::varchar[] as unserved,
         notes::varchar as notes
     from source
-    cross join run
+    cross join raw.run as run
 )
 
 select * from typed;

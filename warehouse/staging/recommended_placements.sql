@@ -11,10 +11,6 @@ with source as (
     select * from raw.recommended_placements
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 typed as (
     select
         run.run_id,
@@ -56,7 +52,7 @@ typed as (
         in_fleet_plan::boolean as in_fleet_plan,
         reason::varchar as reason
     from source
-    cross join run
+    cross join raw.run as run
 )
 
 select * from typed;

@@ -14,10 +14,6 @@ with source as (
     select * from raw.telemetry_deployments
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 typed as (
     select
         run.run_id,
@@ -67,7 +63,7 @@ typed as (
         n_samples::bigint as n_samples,
         telemetry_source::varchar as telemetry_source
     from source
-    cross join run
+    cross join raw.run as run
 )
 
 select * from typed;

@@ -8,10 +8,6 @@ with source as (
     select * from raw.telemetry_files
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 typed as (
     select
         run.run_id,
@@ -33,7 +29,7 @@ typed as (
         telemetry_source::varchar as telemetry_source,
         drop_dir::varchar as drop_dir
     from source
-    cross join run
+    cross join raw.run as run
 )
 
 select * from typed;

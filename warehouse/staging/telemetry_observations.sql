@@ -14,10 +14,6 @@ with source as (
     select * from raw.telemetry_observations
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 typed as (
     select
         run.run_id,
@@ -71,7 +67,7 @@ typed as (
         file::varchar as file,
         line::bigint as line
     from source
-    cross join run
+    cross join raw.run as run
 )
 
 select * from typed;

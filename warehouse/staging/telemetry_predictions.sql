@@ -14,10 +14,6 @@ with source as (
     select * from raw.telemetry_predictions
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 typed as (
     select
         run.run_id,
@@ -63,7 +59,7 @@ typed as (
         measured_b_max::bigint as measured_b_max,
         measured_kv_capacity_tokens::bigint as measured_kv_capacity_tokens
     from source
-    cross join run
+    cross join raw.run as run
 )
 
 select * from typed;

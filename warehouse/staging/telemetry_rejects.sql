@@ -7,10 +7,6 @@ with source as (
     select * from raw.telemetry_rejects
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 typed as (
     select
         run.run_id,
@@ -23,7 +19,7 @@ typed as (
         reason::varchar as reason,
         raw_excerpt::varchar as raw_excerpt
     from source
-    cross join run
+    cross join raw.run as run
 )
 
 select * from typed;

@@ -8,10 +8,6 @@ with source as (
     select * from raw.workloads
 ),
 
-run as (
-    select run_id, run_date from raw.run
-),
-
 typed as (
     select
         run.run_id,
@@ -35,7 +31,7 @@ typed as (
         error::varchar as error,
         source_path::varchar as source_path
     from source
-    cross join run
+    cross join raw.run as run
 )
 
 select * from typed;
