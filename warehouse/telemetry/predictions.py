@@ -129,7 +129,10 @@ def predict_row(row: dict[str, Any], catalog: Catalog) -> tuple[Estimate | None,
     if row.get("gpu_sku") and gpu is None:
         return skip(f"GPU {row['gpu_sku']} is not in the registry")
     if gpu is None and settings.total_gpu_memory_bytes is None:
-        return skip("no GPU and no device total reported: nothing to size the deployment on")
+        return skip(
+            "no GPU and no device total reported: nothing to size the deployment on (name the GPU: "
+            "`nvidia-smi -L` output in the log, or `gpu:` in a deployment.yaml beside it)"
+        )
     try:
         deployment = observed_deployment(model.spec, settings)
         context = _int(row.get("max_concurrency_tokens")) or deployment.max_model_len
