@@ -378,6 +378,7 @@ class OracleRun:
     version: str
     batch_defaults: dict[str, dict[str, Any]]
     kv_dtypes_accepted: dict[str, bool]
+    sglang_defaults: dict[str, dict[str, Any]]
 
 
 def run_oracle(request: dict[str, Any]) -> dict[str, Any]:
@@ -413,6 +414,11 @@ def load_oracle_run() -> OracleRun:
             for g in oracle_gpus()
         ],
         "kv_cache_dtypes": dtypes,
+        "sglang_defaults": [
+            {"id": f"{g.sku.id}|tp{tp}", "memory_mib": mib, "tp": tp}
+            for g, mib in smi_memory_mib().items()
+            for tp in SGLANG_TP_SIZES
+        ],
     }
     reply = run_oracle(request)
     return OracleRun(
@@ -422,6 +428,7 @@ def load_oracle_run() -> OracleRun:
         version=reply["vllm_version"],
         batch_defaults={b["id"]: b for b in reply["batch_defaults"]},
         kv_dtypes_accepted=reply.get("kv_cache_dtypes_accepted", {}),
+        sglang_defaults={r.get("id", "error"): r for r in reply.get("sglang_defaults", [])},
     )
 
 
@@ -592,6 +599,53 @@ def test_batch_defaults(oracle: OracleRun) -> None:
     assert not wrong, "; ".join(wrong)
 
 
+SGLANG_TP_SIZES = (1, 8)
+
+
+def smi_memory_mib() -> dict[OracleGpu, float]:
+    """`nvidia-smi --query-gpu=memory.total` in MiB, what SGLang sizes its defaults by
+    (utils/common.py get_nvgpu_memory_capacity); catalog GPUs that record it."""
+    import yaml
+
+    rows = yaml.safe_load((CATALOG / "gpus.yaml").read_text())
+    rows = rows.get("gpus", rows) if isinstance(rows, dict) else rows
+    mib = {row["id"]: row.get("memory_total_mib_smi") for row in rows}
+    return {g: float(mib[g.sku.id]) for g in oracle_gpus() if mib.get(g.sku.id)}
+
+
+def capplan_sglang_defaults(model: CatalogModel, gpu: OracleGpu, tp: int) -> dict[str, Any]:
+    """capplan's SGLang profile defaults (the adapter to re-point, like capplan_result)."""
+    est = _estimate(model, gpu, DeploymentSpec(tp=tp, engine="sglang"), 8192)
+    from capacity.engines import sglang as sglang_profile
+
+    max_bs = getattr(sglang_profile, "decode_cuda_graph_max_bs", None)
+    return {
+        "chunked_prefill_size": est.pool.max_num_batched_tokens,
+        "mem_fraction_static": est.gpu_memory_utilization,
+        "decode_cuda_graph_max_bs": max_bs(gpu.sku.memory_total_bytes, tp) if max_bs else None,
+    }
+
+
+def test_sglang_defaults(oracle: OracleRun) -> None:
+    """capplan's SGLang 0.5.23 defaults against SGLang's own handle_gpu_memory_settings, per GPU
+    and TP, for a text model without MLA (Llama-3.1-8B-Instruct)."""
+    assert "error" not in oracle.sglang_defaults, oracle.sglang_defaults.get("error")
+    model = next(m for m in catalog_models() if m.repo_id == "meta-llama/Llama-3.1-8B-Instruct")
+    wrong = []
+    for gpu in smi_memory_mib():
+        for tp in SGLANG_TP_SIZES:
+            theirs = oracle.sglang_defaults[f"{gpu.sku.id}|tp{tp}"]
+            ours = capplan_sglang_defaults(model, gpu, tp)
+            for key, value in ours.items():
+                if key == "mem_fraction_static" and theirs["prefill_cuda_graph_backend"] == "disabled":
+                    # SGLang on this CPU host turns prefill CUDA graphs off (cuda_graph_hook.py), so its
+                    # fraction lacks the reserve a CUDA host adds (reserve_for_graph_mb): not comparable.
+                    continue
+                if value is not None and value != theirs[key]:
+                    wrong.append(f"{gpu.sku.id} tp{tp} {key}: capplan {value} vs SGLang {theirs[key]}")
+    assert not wrong, "; ".join(wrong)
+
+
 def test_kv_dtypes_accepted(oracle: OracleRun) -> None:
     """The KV dtypes capplan's vLLM 0.33 profile accepts are the ones vLLM's CacheDType lists."""
     model = next(m for m in catalog_models() if m.repo_id == "meta-llama/Llama-3.1-8B-Instruct")
@@ -622,3 +676,5 @@ def iter_summaries(run: OracleRun) -> Iterator[str]:
         yield f"get_batch_defaults {gpu_id}: {row}"
     refused = sorted(d for d, ok in run.kv_dtypes_accepted.items() if not ok)
     yield f"KV dtypes vLLM refuses among those asked: {refused}"
+    for key, row in run.sglang_defaults.items():
+        yield f"SGLang defaults {key}: {row}"

@@ -468,6 +468,61 @@ def batch_defaults(gpu: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def sglang_defaults(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """SGLang 0.5.23's own `arg_groups/memory_hook.py handle_gpu_memory_settings` (after
+    `cuda_graph_hook.handle_cuda_graph_config`, as `run_resolution_pipeline` orders them) for a text,
+    non-MLA model (`model_path="dummy"`), the GPU's `nvidia-smi` memory.total given in MiB, the
+    platform answering as CUDA.
+
+    Two questions SGLang answers from the model config are answered here instead, because
+    `sglang.srt.configs` imports torchvision, which has no build for the local CPU torch on the
+    package index: `use_mla_backend` (False) and `model_config_of(...).is_multimodal` (False)."""
+    if not rows:
+        return []
+    import sglang
+    import sglang.srt.arg_groups.memory_hook as memory_hook
+    import sglang.srt.arg_groups.overrides as overrides
+    import sglang.srt.utils as sglang_utils
+    from sglang.srt.arg_groups.cuda_graph_hook import handle_cuda_graph_config
+    from sglang.srt.server_args import ServerArgs
+
+    text_model = types.SimpleNamespace(is_multimodal=False)
+    for module in (memory_hook, overrides):
+        module.use_mla_backend = lambda server_args: False  # type: ignore[attr-defined]
+        module.model_config_of = lambda server_args: text_model  # type: ignore[attr-defined]
+    out = []
+    for row in rows:
+        mib = float(row["memory_mib"])
+        memory_hook.get_device_memory_capacity = lambda device=None, mib=mib: mib  # type: ignore[attr-defined]
+        # The platform answers as CUDA while the record is built: prefill CUDA graphs default to
+        # "breakable" there (model_executor/cuda_graph_config.py default_prefill_backend), else "disabled".
+        saved_is_cuda = sglang_utils.is_cuda
+        sglang_utils.is_cuda = lambda: True
+        try:
+            args = ServerArgs(
+                model_path="dummy", tp_size=int(row.get("tp", 1)), pp_size=int(row.get("pp", 1)), device="cuda"
+            )
+        finally:
+            sglang_utils.is_cuda = saved_is_cuda
+        # On this CPU host handle_cuda_graph_config disables prefill graphs again (a CUDA host keeps
+        # "breakable" and reserves len(prefill sizes) x 8 MiB more): reported, for the caller to judge.
+        handle_cuda_graph_config(args)
+        memory_hook.handle_gpu_memory_settings(args)
+        cfg = overrides.resolving_view(args)
+        out.append(
+            {
+                "id": row.get("id"),
+                "sglang_version": sglang.__version__,
+                "chunked_prefill_size": cfg.chunked_prefill_size,
+                "mem_fraction_static": cfg.mem_fraction_static,
+                "decode_cuda_graph_max_bs": cfg.cuda_graph_config.decode.max_bs,
+                "prefill_cuda_graph_backend": str(cfg.cuda_graph_config.prefill.backend),
+                "prefill_cuda_graph_sizes": len(cfg.cuda_graph_config.prefill.bs or []),
+            }
+        )
+    return out
+
+
 def main() -> int:
     request = json.load(sys.stdin)
     results = []
@@ -478,12 +533,18 @@ def main() -> int:
         except Exception as exc:  # one broken case must not hide the others
             results.append({"id": case.get("id"), "oracle_error": _first_error_line(exc)})
     defaults = [batch_defaults(gpu) for gpu in request.get("batch_defaults", [])]
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            sglang = sglang_defaults(request.get("sglang_defaults", []))
+    except Exception as exc:  # SGLang is optional: report why instead of failing the vLLM answers
+        sglang = [{"sglang_error": _first_error_line(exc)}]
     dtypes = {dtype: dtype in KV_CACHE_DTYPES for dtype in request.get("kv_cache_dtypes", [])}
     reply = {
         "vllm_version": vllm.__version__,
         "cases": results,
         "batch_defaults": defaults,
         "kv_cache_dtypes_accepted": dtypes,
+        "sglang_defaults": sglang,
     }
     sys.stdout.write(MARKER + json.dumps(reply) + "\n")
     return 0
