@@ -124,6 +124,16 @@ def test_defaults_of_the_profile() -> None:
     assert PROFILE.defaults(llama, mi300x, mi300x.memory_total_bytes, 8192, 1, 1).gpu_memory_utilization == 0.864
 
 
+def test_vlm_factor() -> None:
+    # adjust_mem_fraction_for_vlm, Gemma-3-27B's SigLIP tower (27 layers, hidden 1152):
+    # c = 27 x 1152^2 / (24 x 1024^2) = 35,831,808 / 25,165,824 = 1.42383; 1 - 0.1 x 0.42383 = 0.957617;
+    # x 0.95 = 0.909736 (on an H100: 0.829 x 0.909736 = 0.7542)
+    assert sg.vlm_mem_fraction_factor(27, 1152) == pytest.approx(0.909736, abs=1e-6)
+    assert sg.vlm_mem_fraction_factor(None, None) == pytest.approx(0.95)  # ViT-L/14 itself
+    assert sg.vlm_mem_fraction_factor(64, 2048) == pytest.approx(0.95 * 0.8)  # clamped at 0.8
+    assert sg.vlm_mem_fraction_factor(6, 512) == pytest.approx(0.95 * 1.05)  # clamped at 1.05
+
+
 @pytest.mark.parametrize(
     ("tokens", "context", "slots", "per_request", "requests"),
     [
@@ -414,6 +424,10 @@ for case in json.loads(sys.stdin.read()):
         out.append(fraction(case))
     elif case["kind"] == "mamba":
         out.append(mamba(case))
+    elif case["kind"] == "vlm":
+        vision = types.SimpleNamespace(**{k: v for k, v in case["vision"].items() if v is not None})
+        config = types.SimpleNamespace(hf_config=types.SimpleNamespace(vision_config=vision))
+        out.append(mh.adjust_mem_fraction_for_vlm(1.0, config, False, 81920.0))
     elif case["kind"] == "graphs":
         out.append(len(generate_prefill_cuda_graph_batch_sizes(case["max_bs"])))
     elif case["kind"] == "default":
@@ -531,6 +545,9 @@ def test_defaults_and_mamba_pools_equal_sglang_own_code() -> None:
                     cases.append({"kind": "fraction", "gpu_mib": total / (1 << 20), "tp": tp, "pp": pp, "mla": mla})
                     mine.append([sg.mem_fraction_static(total, tp, pp, mla=mla), sg.chunked_prefill_size(total),
                                  sg.decode_cuda_graph_max_bs(total, tp)])  # fmt: skip
+    for layers, hidden in ((27, 1152), (32, 1280), (24, 1024), (None, None), (40, 1536), (6, 512), (63, 1664)):
+        cases.append({"kind": "vlm", "vision": {"num_hidden_layers": layers, "hidden_size": hidden}})
+        mine.append(sg.vlm_mem_fraction_factor(layers, hidden))
     budgets = [GIB // 5, GIB, 3 * GIB + 12_345, 17 * GIB, 50 * GIB, 120 * GIB]
     for model_id in ("Qwen/Qwen3-Next-80B-A3B-Instruct", "nvidia/Nemotron-H-8B-Base-8K", "ai21labs/AI21-Jamba-1.5-Mini"):
         spec = _spec(model_id)

@@ -204,6 +204,18 @@ def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = 
     return round((gpu_mib - reserved_mib(gpu_memory_bytes, tp, pp, mla=mla)) / gpu_mib, 3)
 
 
+def vlm_mem_fraction_factor(vision_num_layers: int | None, vision_hidden_size: int | None) -> float:
+    """`memory_hook.adjust_mem_fraction_for_vlm`: multimodal models keep 0.95 x (1 - 0.1 x (c - 1)) of the
+    fraction, clamped to [0.8, 1.05], c = layers x hidden^2 of the vision tower over ViT-L/14's 24 x 1024^2
+    (SGLang's defaults when the vision config omits them). Not applied by `defaults` yet: ModelSpec does not
+    carry the vision tower's shape."""
+    layers = ec.SGLANG_VIT_BASELINE_LAYERS if vision_num_layers is None else vision_num_layers
+    hidden = ec.SGLANG_VIT_BASELINE_HIDDEN if vision_hidden_size is None else vision_hidden_size
+    ratio = layers * hidden**2 / (ec.SGLANG_VIT_BASELINE_LAYERS * ec.SGLANG_VIT_BASELINE_HIDDEN**2)
+    adjustment = max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+    return ec.SGLANG_VLM_MEM_FRACTION_BASE * adjustment
+
+
 def page_size(gpu: GpuSku | None, gpu_memory_bytes: int) -> int:
     """1 for FA3 / FlashInfer / Triton; 64 on SM100 (trtllm_mha, trtllm_mla: `_mla_backend_page_constraints`)."""
     if gpu is not None and gpu.architecture == "blackwell" and gpu_memory_bytes >= ec.SGLANG_SM100_MIN_BYTES:
