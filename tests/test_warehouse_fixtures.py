@@ -89,6 +89,7 @@ class PipelineEnv:
 
     def env(self) -> dict[str, str]:
         self.dagster_home.mkdir(parents=True, exist_ok=True)
+        (self.dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
         return {
             "DAGSTER_HOME": str(self.dagster_home),
             "CAPPLAN_REGISTRY_URL": self.registry_url,
