@@ -201,6 +201,28 @@ def _deep_folder(top: Path, depth: int) -> Path:
     return top.joinpath(*["a"] * depth)
 
 
+def remove_deep_folders(root: Path) -> None:
+    """Remove what `_deep_folder` made under `root/telemetry`, innermost first (shutil.rmtree,
+    and pytest's clean-up of old temporary folders, recurse once per level and would fail)."""
+    top = root / "telemetry" / "deep-dirs"
+    if not top.exists():
+        return
+    fds = [os.open(top, os.O_RDONLY)]
+    try:
+        while "a" in os.listdir(fds[-1]):
+            fds.append(os.open("a", os.O_RDONLY, dir_fd=fds[-1]))
+        while len(fds) > 1:
+            inner = fds.pop()
+            for name in os.listdir(inner):
+                os.unlink(name, dir_fd=inner)
+            os.close(inner)
+            os.rmdir("a", dir_fd=fds[-1])
+    finally:
+        for fd in fds:
+            os.close(fd)
+    shutil.rmtree(top)
+
+
 def write_hostile_drop(root: Path) -> dict[str, str | None]:
     """Write the hostile folder under `root` (plus links, a FIFO, a sparse 300 MB file, odd
     mtimes, and the good SAMPLE deployment) and return {file: expected reason code or None}."""

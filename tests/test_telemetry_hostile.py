@@ -15,6 +15,7 @@ import io
 import json
 import math
 import os
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from hypothesis import strategies as st
 
 from capacity.spec import GpuSku
 from models_registry.sources.gpu_catalog import load_gpu_skus
-from tests.hostile_telemetry import GOOD, MODEL, SECRETS, TOKEN, write_hostile_drop
+from tests.hostile_telemetry import GOOD, MODEL, SECRETS, TOKEN, remove_deep_folders, write_hostile_drop
 from tests.test_telemetry_support import model_ids
 from warehouse.telemetry import REASON_CODES, IngestResult, ingest_dir
 from warehouse.telemetry.drop_folder import fingerprint
@@ -72,10 +73,13 @@ def assert_sound(result: IngestResult) -> None:
 
 
 @pytest.fixture(scope="module")
-def hostile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str | None], IngestResult]:
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str | None], IngestResult]]:
     root = tmp_path_factory.mktemp("hostile")
-    expected = write_hostile_drop(root)
-    return root, expected, ingest(root / "telemetry")
+    try:
+        expected = write_hostile_drop(root)
+        yield root, expected, ingest(root / "telemetry")
+    finally:
+        remove_deep_folders(root)
 
 
 def test_every_hostile_file_is_listed_with_its_outcome(
@@ -445,7 +449,7 @@ def test_reason_codes_are_documented() -> None:
 
 
 @pytest.fixture(scope="module")
-def hostile_nightly(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str | None], str]:
+def hostile_nightly(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str | None], str]]:
     """`capplan nightly` (the Dagster job, a persistent instance under var/dagster) run from a
     fresh directory on a small catalog, with the hostile folder as CAPPLAN_TELEMETRY_DIR."""
     from typer.testing import CliRunner
@@ -454,22 +458,25 @@ def hostile_nightly(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dic
     from tests.test_warehouse_fixtures import write_catalog
 
     root = tmp_path_factory.mktemp("hostile-nightly")
-    expected = write_hostile_drop(root)
-    catalog = write_catalog(root / "catalog", (MODEL,), ("h100-sxm-80gb", "l4-24gb"))
-    env = {
-        "CAPPLAN_REGISTRY_URL": f"sqlite:///{root / 'var' / 'registry.db'}",
-        "CAPPLAN_WAREHOUSE": str(root / "var" / "warehouse.duckdb"),
-        "CAPPLAN_CATALOG_DIR": str(catalog),
-        "CAPPLAN_TELEMETRY_DIR": str(root / "telemetry"),
-    }
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(root)
-        patch.delenv("DAGSTER_HOME", raising=False)
-        for name, value in env.items():
-            patch.setenv(name, value)
-        result = CliRunner().invoke(app, ["nightly"])
-    assert result.exit_code == 0, result.output
-    return root, expected, result.output
+    try:
+        expected = write_hostile_drop(root)
+        catalog = write_catalog(root / "catalog", (MODEL,), ("h100-sxm-80gb", "l4-24gb"))
+        env = {
+            "CAPPLAN_REGISTRY_URL": f"sqlite:///{root / 'var' / 'registry.db'}",
+            "CAPPLAN_WAREHOUSE": str(root / "var" / "warehouse.duckdb"),
+            "CAPPLAN_CATALOG_DIR": str(catalog),
+            "CAPPLAN_TELEMETRY_DIR": str(root / "telemetry"),
+        }
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(root)
+            patch.delenv("DAGSTER_HOME", raising=False)
+            for name, value in env.items():
+                patch.setenv(name, value)
+            result = CliRunner().invoke(app, ["nightly"])
+        assert result.exit_code == 0, result.output
+        yield root, expected, result.output
+    finally:
+        remove_deep_folders(root)
 
 
 def test_a_hostile_drop_folder_still_publishes_a_nightly(

@@ -39,7 +39,8 @@ class RowError(ValueError):
 
 
 def one_line(text: object, limit: int = 300) -> str:
-    line = re.sub(r"\s+", " ", str(text)).strip()
+    """`text` on one line, secrets redacted before it is cut (a cut never leaves half a token)."""
+    line = redact(re.sub(r"\s+", " ", str(text)[: limit * 50]).strip())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
@@ -117,7 +118,7 @@ def parse_int(text: str | int | float, what: str) -> int:
 
 def short(text: object, limit: int = 60) -> str:
     """The start of a value, for a reason (a 1 MB cell is not repeated in the message)."""
-    value = str(text)
+    value = redact(str(text)[: limit * 50])
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 

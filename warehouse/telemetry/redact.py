@@ -17,8 +17,8 @@ MARK = "[REDACTED]"
 # Token formats that are secrets wherever they appear.
 _TOKENS = re.compile(
     r"""
-    \bhf_[A-Za-z0-9]{8,}                      # Hugging Face
-    | \bsk-(?:ant-|proj-)?[A-Za-z0-9_\-]{8,}   # OpenAI / Anthropic style API keys
+    hf_[A-Za-z0-9]{30,}                       # Hugging Face (hf_ + 34), even glued to a word
+    | \bsk-(?:ant-|proj-)?[A-Za-z0-9_\-]{20,}  # OpenAI / Anthropic style API keys
     | \b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{16,} | \bgithub_pat_[A-Za-z0-9_]{16,}
     | \bglpat-[A-Za-z0-9_\-]{16,}             # GitLab
     | \bxox[abprs]-[A-Za-z0-9\-]{8,}           # Slack

@@ -6,6 +6,7 @@ integers, times are UTC microseconds, fractions are in [0, 1].
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import polars as pl
@@ -142,8 +143,15 @@ REASON_CODES: dict[str, str] = {
 }
 
 
+_EMPTY: dict[int, pl.DataFrame] = {}
+
+
 def empty_frame(schema: dict[str, Any]) -> pl.DataFrame:
-    return pl.DataFrame(schema=schema)
+    """A frame with no rows and exactly `schema` (built once per schema)."""
+    key = id(schema)
+    if key not in _EMPTY or dict(_EMPTY[key].schema) != schema:
+        _EMPTY[key] = pl.DataFrame(schema=schema)
+    return _EMPTY[key].clear()
 
 
 def clean_text(value: object) -> str | None:
@@ -151,7 +159,12 @@ def clean_text(value: object) -> str | None:
     escapes, which no UTF-8 column can hold) shown as escapes."""
     if value is None:
         return None
-    text = value if isinstance(value, str) else str(value)
+    return _clean(value if isinstance(value, str) else str(value))
+
+
+@lru_cache(maxsize=1 << 16)
+def _clean(text: str) -> str:
+    """Cached: a frame repeats its labels, ids and file names on every row."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -176,7 +189,7 @@ def frame(rows: list[dict[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
     """Rows (dicts, missing keys = null) -> a frame with exactly `schema`; every string cleaned
     (`clean_text`). Raises when a value does not fit its column: callers range-check first."""
     if not rows:
-        return empty_frame(schema)
+        return empty_frame(schema).clear()  # a zero-row frame costs nothing to copy
     columns = {
         name: [clean_text(row.get(name)) for row in rows] if dtype == pl.String else [row.get(name) for row in rows]
         for name, dtype in schema.items()
