@@ -345,12 +345,28 @@ def test_nemotron_h_on_h100_starts_with_its_state_pool() -> None:
 # --- the oracle: SGLang 0.5.23's own pool configurators ---------------------------------------------
 
 _ORACLE_PYTHON = Path(__file__).resolve().parent.parent / ".venv-oracle" / "bin" / "python"
-# dill, gguf and a torchvision whose CUDA ops are not registered: what `sglang.srt.model_executor.
-# pool_configurator` imports beyond tools/engine_oracle/requirements.txt (see the module docstring)
-_ORACLE_EXTRA_PATH = os.environ.get("SGLANG_ORACLE_PYTHONPATH", "/tmp/sgtv")
+# dill, gguf and torchvision 0.28.0 (--no-deps): what `sglang.srt.model_executor.pool_configurator`
+# imports beyond tools/engine_oracle/requirements.txt; a folder of them on PYTHONPATH until the oracle
+# venv installs them
+_ORACLE_EXTRA_PATH = os.environ.get("SGLANG_ORACLE_PYTHONPATH", "/tmp/sgtv2")
 
 _ORACLE_SCRIPT = r"""
 import json, sys, types
+import torch
+# torchvision (imported by SGLang's image-model configs) is the CUDA build on the package index: its C++
+# ops do not load against the CPU torch, and it must then not register meta kernels for them
+_load_library = torch.ops.load_library
+def _without_vision_ops(path):
+    if "torchvision" in str(path):
+        raise OSError("torchvision C++ ops are not needed for pool sizing")
+    return _load_library(path)
+torch.ops.load_library = _without_vision_ops
+_register_fake = torch.library.register_fake
+def _fake_unless_vision(op, *args, **kwargs):
+    if isinstance(op, str) and op.startswith("torchvision::"):
+        return lambda fn: fn
+    return _register_fake(op, *args, **kwargs)
+torch.library.register_fake = _fake_unless_vision
 import sglang.srt.arg_groups.memory_hook as mh
 import sglang.srt.mem_cache.kv_cache_configurator as kc
 from sglang.srt.arg_groups.cuda_graph_hook import generate_prefill_cuda_graph_batch_sizes
@@ -549,7 +565,11 @@ def test_defaults_and_mamba_pools_equal_sglang_own_code() -> None:
         cases.append({"kind": "vlm", "vision": {"num_hidden_layers": layers, "hidden_size": hidden}})
         mine.append(sg.vlm_mem_fraction_factor(layers, hidden))
     budgets = [GIB // 5, GIB, 3 * GIB + 12_345, 17 * GIB, 50 * GIB, 120 * GIB]
-    for model_id in ("Qwen/Qwen3-Next-80B-A3B-Instruct", "nvidia/Nemotron-H-8B-Base-8K", "ai21labs/AI21-Jamba-1.5-Mini"):
+    for model_id in (
+        "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        "nvidia/Nemotron-H-8B-Base-8K",
+        "ai21labs/AI21-Jamba-1.5-Mini",
+    ):
         spec = _spec(model_id)
         ratio = sg.mamba_slots_per_request(spec)
         for tp in (1, 2, 4, 8):

@@ -71,7 +71,12 @@ class SglangProfile:
         at least 2,048 but for Mamba hybrids), so no sequence cap is set here."""
         tier = memory_tier(gpu_memory_bytes)
         fraction: float = mem_fraction_static(gpu_memory_bytes, tp, pp, mla=model.is_mla)
-        if gpu is not None and gpu.vendor == "amd" and not model.is_mla and max_model_len > ec.SGLANG_AITER_LONG_CONTEXT_TOKENS:
+        if (
+            gpu is not None
+            and gpu.vendor == "amd"
+            and not model.is_mla
+            and max_model_len > ec.SGLANG_AITER_LONG_CONTEXT_TOKENS
+        ):
             fraction *= ec.SGLANG_AITER_MEM_FRACTION_FACTOR
         page = page_size(gpu, gpu_memory_bytes)
         if any(layer.indexer_head_dim for layer in model.layers):
