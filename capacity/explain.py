@@ -112,6 +112,7 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
         f"   overhead = activation peak {_gib(est.activation_peak_bytes_per_gpu)} + non-torch "
         f"{_gib(est.non_torch_bytes_per_gpu)} + CUDA graphs {_gib(est.cuda_graph_bytes_per_gpu)} = "
         f"{_gib(est.overhead_bytes_per_gpu)}",
+        *(f"     {name:<66} {_gib(n)}" for name, n in est.activation_buffers),
         f"   KV budget = {_gib(est.usable_bytes_per_gpu)} - {_gib(est.weights_bytes_per_gpu)} - "
         f"{_gib(est.overhead_bytes_per_gpu)} = {_gib(est.kv_budget_bytes_per_gpu)} ({_b(est.kv_budget_bytes_per_gpu)})",
         "",

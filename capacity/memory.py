@@ -14,7 +14,7 @@ from fractions import Fraction
 from typing import TypeVar
 
 from capacity import engine_constants as ec
-from capacity.engines import ENGINE_NAMES, Engine, engine_profile
+from capacity.engines import ENGINE_NAMES, Engine, EngineProfile, engine_profile
 from capacity.spec import (
     WINDOWED_KINDS,
     DeploymentSpec,
@@ -543,6 +543,7 @@ class Estimate:
     max_in_flight_tokens: int = 0  # tokens in flight a windowed layer holds blocks for
     start_reserved_units: int = 0  # units the start check holds back (vLLM 0.33: the null block)
     not_modelled: str | None = None  # why the engine's accounting of this model is not modelled
+    activation_buffers: tuple[tuple[str, int], ...] = ()  # the activation peak's named terms (Overhead.buffers)
 
     def b_max_at(self, context_tokens: int) -> int:
         return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
@@ -652,6 +653,8 @@ class Overhead:
     activation_peak_bytes: int
     non_torch_bytes: int
     cuda_graph_bytes: int
+    # named terms of the activation peak, (what, bytes per GPU), where the profile models them
+    buffers: tuple[tuple[str, int], ...] = ()
 
     @property
     def total_bytes(self) -> int:
@@ -872,6 +875,8 @@ def estimate(
         budget = d.kv_cache_memory_bytes
     else:
         budget = profile.kv_budget(total, util, weights.per_gpu_bytes, overhead.total_bytes)
+        notes.extend(_assumption_notes(d, model, profile, total, util, weights.per_gpu_bytes, overhead, budget,
+                                       (batched, seqs_cap, act_bytes)))  # fmt: skip
 
     pools = profile.stage_pools(
         model, max(budget, 0), kv_bytes, ssm_bytes, act_bytes, d.tp, d.pp, block_size, batched, in_flight,
@@ -969,7 +974,44 @@ def estimate(
         max_in_flight_tokens=in_flight,
         start_reserved_units=reserved,
         not_modelled=not_modelled,
+        activation_buffers=overhead.buffers,
     )
+
+
+ASSUMPTION_SHARE = 0.05  # an unstated input is named when its plausible range moves the KV budget by more
+
+
+def _assumption_notes(
+    d: DeploymentSpec,
+    model: ModelSpec,
+    profile: EngineProfile,
+    total: int,
+    util: float,
+    weights: int,
+    overhead: Overhead,
+    budget: int,
+    settings: tuple[int, int | None, int],
+) -> list[str]:
+    """What the estimate assumed for inputs the deployment leaves unstated that move the KV budget by
+    more than 5 %: the engine release (where releases size the overhead differently), the memory
+    utilization (the release default, against 0.05 less), and LoRA / CPU offload (assumed off; not modelled)."""
+    if budget <= 0:
+        return []
+    out: list[str] = []
+    batched, seqs, act_bytes = settings
+    if d.engine_version is None and d.overhead_bytes_per_gpu is None and profile.engine is Engine.VLLM:
+        older = engine_profile(profile.engine, "0.11").overhead(model, d.tp, d.pp, batched, seqs, act_bytes)
+        if abs(older.total_bytes - overhead.total_bytes) > ASSUMPTION_SHARE * budget:
+            out.append(f"assumed {profile.engine.value} {profile.version} (no --engine-version): on 0.11-0.16 the "
+                       f"overhead would be {_format_gib(older.total_bytes)} instead of "
+                       f"{_format_gib(overhead.total_bytes)}")  # fmt: skip
+    if d.gpu_memory_utilization is None and total * 0.05 > ASSUMPTION_SHARE * budget:
+        out.append(f"assumed gpu_memory_utilization {util} (the release default); 0.05 less takes "
+                   f"{_format_gib(total * 0.05)} ({total * 0.05 / budget:.0%}) from the KV budget")  # fmt: skip
+    if profile.engine is not Engine.PLAIN:
+        out.append("assumed no LoRA adapters and no CPU offload (neither is modelled: with LoRA, add the adapters' "
+                   "weights and buffers with --overhead-gib)")  # fmt: skip
+    return out
 
 
 def _no_start_reason(pool: KVPool, max_model_len: int, fitted_len: int, reserved: int, budget: int) -> str:

@@ -22,6 +22,7 @@ from functools import cache
 from capacity import engine_constants as ec
 from capacity.engines import Engine
 from capacity.engines.numeric import Num, at_least, truncate
+from capacity.engines.vllm_overhead import vllm_overhead
 from capacity.memory import (
     EngineDefaults,
     KVGroup,
@@ -33,7 +34,6 @@ from capacity.memory import (
     layer_state_bytes,
     serving_dtype,
     stage_layer_counts,
-    transformer_overhead,
 )
 from capacity.spec import GpuSku, KVKind, ModelSpec, StateMixer
 
@@ -93,9 +93,8 @@ class VllmProfile:
     def overhead(
         self, model: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, max_num_seqs: int | None, act_bytes: int
     ) -> Overhead:
-        return transformer_overhead(
-            model, tp, pp, max(max_num_batched_tokens, 1), max_num_seqs or 256, self.release, act_bytes
-        )
+        """The profiling run as vLLM executes it, each buffer named (capacity/engines/vllm_overhead.py)."""
+        return vllm_overhead(model, tp, pp, max(max_num_batched_tokens, 1), max_num_seqs or 256, self.release, act_bytes)
 
     def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
         """requested memory (total x utilization) minus everything that is not KV."""

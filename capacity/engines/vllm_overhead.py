@@ -1,0 +1,164 @@
+"""vLLM's non-KV memory, modelled as the profiling run allocates it, each buffer named.
+
+What vLLM measures (vLLM 0.33.0, `v1/worker/gpu_worker.py` determine_available_memory with
+`utils/mem_utils.py` memory_profiling): non-KV = weights + what the profiling run leaves allocated
+(total consumed since the engine was created: weights, persistent workspaces, non-torch memory) + the
+transient headroom of its torch peak, minus nothing else; then, with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+(on by default), the CUDA-graph estimate of `profile_cudagraph_memory`. Older V1 releases took the torch
+peak increase during profiling (weights and persistent buffers included once, the same total).
+
+The profiling run (`gpu_model_runner.profile_run`, V2 runner `v1/worker/gpu/model_runner.py`) has two
+phases that peak at different times, so the activation peak is their MAX, plus whatever persists:
+
+- forward (`_dummy_run(max_num_tokens)`): one decoder layer's tensors at a time over T =
+  max_num_batched_tokens tokens: the hidden stream (residual, input, normed input, projection output),
+  then the largest sublayer: attention (QKV projection and attention output, per TP rank), dense MLP
+  (gate/up projection 2I/TP and the SiLU-and-mul output I/TP), MoE (router logits T x E in fp32, top-k ids
+  and weights, the shared experts' MLP);
+- sampler (`_dummy_sampler_run`): S = min(max_num_seqs, T) rows of logits over the whole vocabulary on
+  every rank (gathered, not split by TP), in the model dtype, then fp32 copies (the sampler's cast, the
+  top-k/top-p sort's values and indices, the probabilities);
+- persistent: the fused-MoE workspaces (`fused_moe/modular_kernel.py` _allocate_buffers through
+  `v1/worker/workspace.py` WorkspaceManager, which keeps the largest request): the Triton experts'
+  `workspace_shapes` (experts/triton_moe.py) are workspace13 = M x top-k x max(N/2, K) (or the M x K output
+  when larger) and workspace2 = M x top-k x max(N, K), N = 2 x expert intermediate / TP, K = hidden,
+  M = T; MXFP4 experts on the OAI Triton kernels (experts/gpt_oss_triton_kernels_moe.py) need only the
+  M x K output and M x top-k x N/2.
+
+Non-torch memory: a constant at TP = 1 and another at TP > 1 (NCCL communicators, custom all-reduce
+buffers). CUDA graphs: a base plus a per-layer charge, where the release deducts the estimate.
+
+The coefficients that are not read off the source (`ec.VllmProfilingCoefficients`) are few, shared by
+every family, and each says what it stands for. Facts carried over from vLLM, no vLLM code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from capacity import engine_constants as ec
+from capacity.memory import Overhead, cdiv, pp_partition
+from capacity.spec import ModelSpec
+
+FP32_BYTES = 4
+INDEX_BYTES = 4  # top-k ids (int32) and weights (fp32) per routed slot
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilingBuffers:
+    """The byte sizes of the named buffers of one rank's profiling run (before any coefficient)."""
+
+    hidden_stream_bytes: int  # live hidden-sized tensors of the forward over T tokens
+    attention_bytes: int  # QKV projection output + attention output
+    dense_mlp_bytes: int  # gate/up output + SiLU-and-mul output
+    moe_transient_bytes: int  # router logits, top-k ids/weights, shared experts' MLP
+    moe_workspace_bytes: int  # fused-MoE workspace13 + workspace2 (persistent in V1)
+    logits_bytes: int  # S x vocab in the model dtype
+    logits_fp32_bytes: int  # one fp32 copy of them (the unit of the sampler coefficient)
+    graph_layers: int  # decoder layers on the most loaded rank (the CUDA-graph estimate's scale)
+    tp: int
+
+    @property
+    def forward_layer_bytes(self) -> int:
+        """The largest sublayer of a decoder layer plus the hidden stream, before the coefficient."""
+        return self.hidden_stream_bytes + max(self.attention_bytes, self.dense_mlp_bytes, self.moe_transient_bytes)
+
+
+def _layer_intermediates(model: ModelSpec) -> tuple[int, int, int]:
+    """(widest dense MLP intermediate, widest shared-expert intermediate, expert intermediate), read from
+    the per-layer parameter counts (gate, up and down: 3 x hidden x intermediate)."""
+    h = max(model.hidden_size, 1)
+    dense = shared = expert = 0
+    for p in model.layer_params:
+        if p.experts and model.num_experts:
+            expert = max(expert, p.experts // (3 * model.num_experts * h))
+            shared = max(shared, p.mlp // (3 * h))
+        elif p.mlp:
+            dense = max(dense, p.mlp // (3 * h))
+    return dense, shared, expert
+
+
+def profiling_buffers(
+    model: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, max_num_seqs: int, act_bytes: int
+) -> ProfilingBuffers:
+    """Each buffer of the profiling run on one rank, in bytes."""
+    t = max(max_num_batched_tokens, 1)
+    s = min(max(max_num_seqs, 1), t)
+    b = act_bytes
+    dense_i, shared_i, expert_i = _layer_intermediates(model)
+    hidden = ec.VLLM_LIVE_HIDDEN_TENSORS * t * model.hidden_size * b
+    q = model.num_attention_heads * model.head_dim
+    kv = 2 * model.num_kv_heads * model.head_dim
+    attention = t * (cdiv(q + kv, tp) + cdiv(q, tp)) * b
+    dense = t * 3 * cdiv(dense_i, tp) * b  # gate/up (2I/TP) + SiLU-and-mul (I/TP)
+    moe_transient = moe_workspace = 0
+    if model.num_experts and expert_i:
+        k = max(model.num_experts_per_token, 1)
+        moe_transient = t * model.num_experts * FP32_BYTES + t * k * 2 * INDEX_BYTES + t * 3 * cdiv(shared_i, tp) * b
+        n = 2 * cdiv(expert_i, tp)  # w13 output per routed slot
+        hidden_k = model.hidden_size
+        quant = model.quantization
+        if quant is not None and quant.weight_format == "mxfp4":
+            ws13, ws2 = t * hidden_k, t * k * (n // 2)
+        else:
+            ws13, ws2 = max(t * k * max(n // 2, hidden_k), t * hidden_k), t * k * max(n, hidden_k)
+        moe_workspace = (ws13 + ws2) * b
+    logits = s * model.vocab_size
+    return ProfilingBuffers(
+        hidden_stream_bytes=hidden,
+        attention_bytes=attention,
+        dense_mlp_bytes=dense,
+        moe_transient_bytes=moe_transient,
+        moe_workspace_bytes=moe_workspace,
+        logits_bytes=logits * b,
+        logits_fp32_bytes=logits * FP32_BYTES,
+        graph_layers=max(pp_partition(model.num_layers, pp)),
+        tp=tp,
+    )
+
+
+def overhead_from_buffers(
+    buffers: ProfilingBuffers, c: ec.VllmProfilingCoefficients, graphs_in_budget: bool
+) -> Overhead:
+    """The activation peak (max of the phases plus what persists), non-torch memory and CUDA graphs,
+    with the named terms in `Overhead.buffers`."""
+    forward = int(c.forward_scale * buffers.forward_layer_bytes)
+    sampler = (
+        int(buffers.logits_bytes + c.sampler_fp32_copies * buffers.logits_fp32_bytes) if c.sampler_fp32_copies else 0
+    )
+    persistent = buffers.moe_workspace_bytes if c.moe_workspace_persistent else 0
+    if not c.moe_workspace_persistent:
+        forward += int(c.forward_scale * buffers.moe_workspace_bytes)
+    activation = persistent + max(forward, sampler)
+    non_torch = c.non_torch_tp_bytes if buffers.tp > 1 else c.non_torch_bytes
+    cuda_graphs = c.cg_base_bytes + c.cg_per_layer_bytes * buffers.graph_layers if graphs_in_budget else 0
+    phase = "forward" if forward >= sampler else "sampler"
+    named = (
+        ("forward: hidden stream", buffers.hidden_stream_bytes),
+        ("forward: attention (QKV + output)", buffers.attention_bytes),
+        ("forward: dense MLP (gate/up + SiLU-mul)", buffers.dense_mlp_bytes),
+        ("forward: MoE router + shared experts", buffers.moe_transient_bytes),
+        (f"forward phase x {c.forward_scale:g} (largest sublayer + hidden stream)", forward),
+        ("sampler: logits (model dtype)", buffers.logits_bytes),
+        (f"sampler phase: logits + {c.sampler_fp32_copies:g} fp32 copies", sampler),
+        ("MoE workspace (persistent)" if c.moe_workspace_persistent else "MoE workspace (in forward)",
+         buffers.moe_workspace_bytes),
+        (f"activation peak = {'MoE workspace + ' if persistent else ''}max(forward, sampler): {phase}", activation),
+    )  # fmt: skip
+    return Overhead(activation, non_torch, cuda_graphs, tuple((name, n) for name, n in named if n))
+
+
+def vllm_overhead(
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    release: ec.VllmRelease,
+    act_bytes: int,
+    coefficients: ec.VllmProfilingCoefficients | None = None,
+) -> Overhead:
+    """vLLM's non-KV, non-weight memory per GPU for one release."""
+    c = coefficients or ec.vllm_profiling_coefficients(release)
+    buffers = profiling_buffers(model, tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes)
+    return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget)

@@ -1,0 +1,80 @@
+"""In-sample against leave-one-source-out accuracy of capplan's vLLM overhead models.
+
+    python tools/overhead_cv.py [--fit] [--rows]
+
+For the derived model (capacity/engines/vllm_overhead.py, named buffers) and the previous one
+(capacity/memory.py transformer_overhead: a_mlp x F_mlp, a_logits x F_logits), prints the KV-pool and
+KV-token accuracy (n, median |error|, share within 1 % and 5 %, median signed error) with the shipped
+coefficients, refit in-sample, and cross-validated (every source held out in turn), per engine era and
+feature. `--fit` prints the coefficients a refit on every row gives (for engine_constants.py);
+`--rows` each row's signed errors. See models_registry/sources/overhead_cv.py for the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from capacity.spec import ModelSpec
+from models_registry.resolve import load_model
+from models_registry.sources.gpu_catalog import find_gpu_sku
+from models_registry.sources.measurements import compare, load_measurements
+from models_registry.sources.overhead_cv import (
+    DERIVED,
+    PREVIOUS,
+    Accuracy,
+    build_rows,
+    by_tag,
+    cross_validated_scores,
+    fitted_coefficients,
+    in_sample_scores,
+    shipped_scores,
+)
+
+
+def resolve_model(repo_id: str) -> tuple[ModelSpec, int | None]:
+    resolved = load_model(repo_id)
+    return resolved.spec, resolved.checkpoint_bytes
+
+
+def _fmt(a: Accuracy) -> str:
+    if not a.n:
+        return f"{'-':>30}"
+    return f"{a.n:>3} {a.median_abs_error:6.2%} {a.within_1pct:4.0%} {a.within_5pct:4.0%} {a.median_signed_error:+6.2%}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fit", action="store_true", help="print the coefficients of a refit on every row")
+    parser.add_argument("--rows", action="store_true", help="print each row's cross-validated errors")
+    args = parser.parse_args()
+    comparisons = compare(load_measurements(), resolve_model, find_gpu_sku)
+    header = "   n  med|e|  1%   5%  med(e)"
+    for metric in ("pool", "tokens"):
+        print(f"\n== KV {metric}: {header} (shipped | in-sample refit | leave-one-source-out)")
+        for model in (DERIVED, PREVIOUS):
+            rows = build_rows(comparisons, resolve_model, model)
+            runs = [shipped_scores(rows, model), in_sample_scores(rows, model), cross_validated_scores(rows, model)]
+            tables = [by_tag(rows, getattr(s, metric)) for s in runs]
+            print(f"-- {model.name}  (sources: {len({r.group for r in rows})})")
+            for tag in tables[0]:
+                print(f"   {tag:14} " + " | ".join(_fmt(t[tag]) for t in tables))
+            if args.rows and metric == "pool":
+                cv = runs[2]
+                for r in rows:
+                    e, s = cv.pool[r.id], runs[0].pool[r.id]
+                    if e is not None and s is not None:
+                        print(f"      {r.id[:58]:58} {r.group[:32]:32} shipped {s:+7.2%} cv {e:+7.2%}")
+    if args.fit:
+        for model in (DERIVED, PREVIOUS):
+            params = fitted_coefficients(build_rows(comparisons, resolve_model, model), model)
+            print(f"\n{model.name}: refit on every row")
+            for era, p in params.items():
+                print(f"   {era:9} " + ", ".join(f"{k}={v:g}" for k, v in p.items()))
+
+
+if __name__ == "__main__":
+    main()
