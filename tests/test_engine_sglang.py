@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import types
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,17 @@ def test_vlm_factor() -> None:
     assert sg.vlm_mem_fraction_factor(None, None) == pytest.approx(0.95)  # ViT-L/14 itself
     assert sg.vlm_mem_fraction_factor(64, 2048) == pytest.approx(0.95 * 0.8)  # clamped at 0.8
     assert sg.vlm_mem_fraction_factor(6, 512) == pytest.approx(0.95 * 1.05)  # clamped at 1.05
+
+
+def test_nvidia_smi_memory_where_the_sku_carries_it() -> None:
+    # H100 SXM: nvidia-smi memory.total 81,559 MiB: (81,559 - 13,904) / 81,559 = 0.82952 -> 0.830
+    h100 = find_gpu_sku("h100-sxm-80gb")
+    with_smi = types.SimpleNamespace(memory_total_bytes=h100.memory_total_bytes, memory_total_mib_smi=81_559)
+    assert sg.device_memory_bytes(with_smi, h100.memory_total_bytes) == 81_559 << 20  # type: ignore[arg-type]
+    assert sg.mem_fraction_static(81_559 << 20, 1, 1) == 0.830
+    # an overridden device memory (--gpu-memory-gib) is what it says
+    assert sg.device_memory_bytes(with_smi, 80 * GIB) == 80 * GIB  # type: ignore[arg-type]
+    assert sg.device_memory_bytes(None, 80 * GIB) == 80 * GIB
 
 
 @pytest.mark.parametrize(

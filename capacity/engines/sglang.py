@@ -69,8 +69,9 @@ class SglangProfile:
     ) -> EngineDefaults:
         """`handle_gpu_memory_settings`; max_running_requests is sized from the pool (`resolve_max_num_reqs`,
         at least 2,048 but for Mamba hybrids), so no sequence cap is set here."""
-        tier = memory_tier(gpu_memory_bytes)
-        fraction: float = mem_fraction_static(gpu_memory_bytes, tp, pp, mla=model.is_mla)
+        device_bytes = device_memory_bytes(gpu, gpu_memory_bytes)
+        tier = memory_tier(device_bytes)
+        fraction: float = mem_fraction_static(device_bytes, tp, pp, mla=model.is_mla)
         if (
             gpu is not None
             and gpu.vendor == "amd"
@@ -147,6 +148,17 @@ class SglangProfile:
 
 
 # --- defaults -------------------------------------------------------------------------------------
+
+
+def device_memory_bytes(gpu: GpuSku | None, gpu_memory_bytes: int) -> int:
+    """What SGLang sizes its defaults by: `utils/common.py` `get_nvgpu_memory_capacity` reads nvidia-smi's
+    memory.total (MiB), a little more than torch's total (H100 SXM: 81,559 against 81,090.56 MiB). The
+    catalog's `memory_total_mib_smi` where the SKU carries it and the deployment does not override the
+    memory, else the driver total capplan has."""
+    smi_mib = getattr(gpu, "memory_total_mib_smi", None) if gpu is not None else None
+    if smi_mib and gpu is not None and gpu_memory_bytes == gpu.memory_total_bytes:
+        return int(smi_mib) * ec.MIB
+    return gpu_memory_bytes
 
 
 def memory_tier(gpu_memory_bytes: int) -> ec.SglangMemoryTier:
