@@ -834,11 +834,11 @@ def estimate(
         act_dtype = "float32"
     act_bytes = element_bytes(act_dtype)
     kv_name = d.kv_dtype.lower()
-    if kv_name not in KV_DTYPES and kv_name not in _ELEMENT_BYTES:
-        raise SpecError(f"unknown KV dtype {d.kv_dtype!r}; expected one of {', '.join(KV_DTYPES)}")
     problem = profile.kv_dtype_problem(kv_name)
     if problem:
         raise SpecError(problem)
+    if kv_name not in KV_DTYPES and kv_name not in _ELEMENT_BYTES:
+        raise SpecError(f"unknown KV dtype {d.kv_dtype!r}; expected one of {', '.join(KV_DTYPES)}")
     kv_bytes = kv_element_bytes(kv_name, act_dtype)
     ssm_bytes = element_bytes(profile.ssm_cache_dtype(model, act_dtype))
     kv_dtype_name = act_dtype if d.kv_dtype == "auto" else d.kv_dtype

@@ -37,9 +37,17 @@ from capacity.memory import (
 )
 from capacity.spec import GpuSku, KVKind, ModelSpec, StateMixer
 
-# KV cache dtypes `--kv-cache-dtype` accepts (config/cache.py CacheDType in 0.33): no plain int8 or float32
-VLLM_KV_DTYPES = frozenset({"auto", "bfloat16", "float16", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2",
-                            "fp8_inc", "fp8_ds_mla", "nvfp4"})  # fmt: skip
+# `--kv-cache-dtype` values vLLM 0.33 accepts (config/cache.py CacheDType): no plain int8 or float32,
+# and 16-bit types spelled out; the ones whose page capplan sizes, and the packed / scaled layouts
+# (per-token-head scales, NVFP4, TurboQuant...) it does not model
+VLLM_KV_DTYPES_SIZED = frozenset({"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc",
+                                  "fp8_ds_mla"})  # fmt: skip
+VLLM_KV_DTYPES_ACCEPTED = VLLM_KV_DTYPES_SIZED | frozenset({
+    "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
+    "octave_k3v4", "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head",
+    "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
+})  # fmt: skip
+_SPELLED_OUT = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +148,14 @@ class VllmProfile:
         return True
 
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
-        if kv_dtype.lower() in VLLM_KV_DTYPES:
+        name = kv_dtype.lower()
+        if name in VLLM_KV_DTYPES_SIZED:
             return None
-        return f"vLLM does not accept --kv-cache-dtype {kv_dtype} (accepted: {', '.join(sorted(VLLM_KV_DTYPES))})"
+        if name in VLLM_KV_DTYPES_ACCEPTED:
+            return f"vLLM accepts --kv-cache-dtype {kv_dtype}, but capplan does not model its packed / scaled page"
+        if name in _SPELLED_OUT:
+            return f"vLLM does not accept --kv-cache-dtype {kv_dtype}: it spells it {_SPELLED_OUT[name]}"
+        return f"vLLM does not accept --kv-cache-dtype {kv_dtype} (it takes: {', '.join(sorted(VLLM_KV_DTYPES_SIZED))})"
 
     def unmodelled(self, model: ModelSpec) -> str | None:
         return None
