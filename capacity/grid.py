@@ -222,8 +222,9 @@ def weight_dtype_choices(spec: ModelSpec, wanted: Iterable[str]) -> list[tuple[s
 # --- the per-layout part: the scalar helpers, called once per distinct input ----------------------
 
 
-# (shape id, bytes per unit, SGLang SWA denominator, SGLang Mamba state bytes per slot) per stage
-_Candidates = list[tuple[int, int, float | None, int | None]]
+# (shape id, bytes per unit, SGLang SWA denominator, SGLang Mamba state bytes per slot and slots per
+# request) per stage
+_Candidates = list[tuple[int, int, float | None, int | None, int | None]]
 # bytes per token (whole model, per GPU), state bytes per sequence, (base block size, state checkpoints, candidates) or None
 _KVSide = tuple[int, int, int, list[tuple[int, bool, _Candidates]] | None]
 
@@ -299,7 +300,7 @@ class _Tables:
     kv_layouts: list[tuple[object, ...]] = field(default_factory=list)
     layouts: list[tuple[object, ...]] = field(default_factory=list)
     overheads: list[tuple[object, ...]] = field(default_factory=list)
-    candidates: list[tuple[int, int, bool, list[tuple[int, int, float | None, int | None]]]] = field(
+    candidates: list[tuple[int, int, bool, list[tuple[int, int, float | None, int | None, int | None]]]] = field(
         default_factory=list
     )
 
@@ -315,17 +316,19 @@ def _pool_candidates(
     pp: int,
     base_block_size: int,
     state_checkpoints: bool,
-) -> list[tuple[int, int, float | None, int | None]]:
-    """(shape id, bytes per unit, SGLang SWA denominator, SGLang Mamba state bytes) of each pipeline
+) -> list[tuple[int, int, float | None, int | None, int | None]]:
+    """(shape id, bytes per unit, SGLang SWA denominator, SGLang Mamba state bytes and slots) of each pipeline
     stage's pool, first occurrences in stage order: the deployment's budget decides which stage is the
     tightest."""
-    found: list[tuple[int, int, float | None, int | None]] = []
+    found: list[tuple[int, int, float | None, int | None, int | None]] = []
     pools = profile.stage_pools(
         spec, 0, kv_bytes, ssm_bytes, act_bytes, tp, pp, base_block_size, 0, 0, state_checkpoints=state_checkpoints
     )
     for pool in pools:
         state = pool.state_bytes_per_sequence if pool.unit == "token" and pool.state_bytes_per_sequence else None
-        candidate = (t.shape(pool, pool.swa_window_tokens), pool.unit_bytes, pool.swa_bytes_per_full_token, state)
+        slots = pool.swa_window_tokens if state is not None else None  # state slots a request holds
+        candidate = (t.shape(pool, pool.swa_window_tokens), pool.unit_bytes, pool.swa_bytes_per_full_token, state,
+                     slots)  # fmt: skip
         if candidate not in found:
             found.append(candidate)
     return found
@@ -355,10 +358,13 @@ def _kv_side(
     per_token_gpu = memo.get(key)
     if per_token_gpu is None:
         per_token_gpu = memo[key] = kv_bytes_per_token_per_gpu(spec, kv_bytes, tp, pp)
-    key = ("state", vid, act_bytes, ssm_bytes, tp, pp)
+    without_current = profile.conv_state_without_current
+    key = ("state", vid, act_bytes, ssm_bytes, tp, pp, without_current)
     state = memo.get(key)
     if state is None:
-        state = memo[key] = state_bytes_per_sequence_per_gpu(spec, act_bytes, ssm_bytes, tp, pp)
+        state = memo[key] = state_bytes_per_sequence_per_gpu(
+            spec, act_bytes, ssm_bytes, tp, pp, conv_without_current=without_current
+        )
     assert isinstance(per_token, int) and isinstance(per_token_gpu, int) and isinstance(state, int)
     try:
         found = [
@@ -631,12 +637,13 @@ def _candidate_frame(t: _Tables) -> tuple[pl.LazyFrame, int]:
     width = max((len(found) for *_, found in t.candidates), default=1)
     schema: Schema = {"kv_id": _I64, "base_block_size": _I64, "state_checkpoints": pl.Boolean}
     for s in range(width):
-        schema |= {f"_shape_{s}": _I64, f"_unit_{s}": _I64, f"_swa_den_{s}": _F64, f"_state_{s}": _I64}
+        schema |= {f"_shape_{s}": _I64, f"_unit_{s}": _I64, f"_swa_den_{s}": _F64, f"_state_{s}": _I64,
+                   f"_state_slots_{s}": _I64}  # fmt: skip
     rows = []
     for kv_id, base, checkpoints, found in t.candidates:
         row: list[object] = [kv_id, base, checkpoints]
         for s in range(width):
-            row += list(found[s]) if s < len(found) else [None, None, None, None]
+            row += list(found[s]) if s < len(found) else [None, None, None, None, None]
         rows.append(tuple(row))
     return _rows(rows, schema), width
 
@@ -1009,7 +1016,7 @@ def _sized(
             .then((budget_col.cast(_F64) / den).cast(_I64))  # SGLang hybrid: int(budget / denominator)
             .when(state.is_not_null())  # SGLang Mamba hybrid: the state pool first, then the KV pool
             .then(
-                pl.when(sglang_rules.mamba_state_slots(budget_col, state) >= 1)
+                pl.when(sglang_rules.mamba_state_slots(budget_col, state) >= pl.col(f"_state_slots_{s}"))
                 .then(pl.max_horizontal(sglang_rules.mamba_kv_bytes(budget_col, state), pl.lit(0)) // unit)
                 .otherwise(0)
             )
@@ -1024,8 +1031,14 @@ def _sized(
     )
     dep = dep.with_columns(chosen.alias("_shape")).join(shapes, on="_shape", how="left")
 
+    chosen_state = pl.coalesce(
+        pl.when(pl.col(f"_cap_{s}") == pl.col("_capacity")).then(pl.col(f"_state_{s}")) for s in range(width)
+    )
     capacity, page = pl.col("_capacity"), pl.col("block_size")
-    is_swa = pl.col("pool_swa_window") > 0  # SGLang's hybrid SWA pool: tokens rounded to pages
+    # SGLang's second pool: the Mamba state slots (a request holds `pool_swa_window` of them), or the
+    # hybrid SWA pool (tokens rounded to pages; a request holds min(T, window) of them)
+    is_mamba = chosen_state.is_not_null() & (pl.col("pool_swa_window") > 0)
+    is_swa = (pl.col("pool_swa_window") > 0) & ~is_mamba
     full_tokens = capacity - capacity % page
     swa_tokens = (full_tokens.cast(_F64) * ec.SGLANG_SWA_FULL_TOKENS_RATIO).cast(_I64)
     swa_tokens = swa_tokens - swa_tokens % page
@@ -1036,6 +1049,9 @@ def _sized(
         .alias("num_blocks"),
         pl.when(budget_col > 0).then(page).otherwise(pl.col("base_block_size")).alias("block_size"),
         pl.when(is_swa & (budget_col > 0)).then(pl.when(swa_refused).then(0).otherwise(swa_tokens))
+        .when(is_mamba & (budget_col > 0) & (capacity > 0))
+        .then(sglang_rules.mamba_state_slots(budget_col, chosen_state))
+        .when(is_mamba).then(0)
         .alias("pool_swa_capacity"),
         _per_engine(profiles, lambda p: p.start_reserved_units).cast(_I64).alias("_start_reserved"),
         _per_engine(profiles, lambda p: p.refuses_short_pool).cast(pl.Boolean).alias("_refuses_short_pool"),

@@ -205,11 +205,14 @@ def stage_layer_counts(model: ModelSpec, pp: int) -> list[LayerCounts]:
 
 
 def state_bytes_per_sequence_per_gpu(
-    model: ModelSpec, model_bytes: int, ssm_bytes: int, tp: int = 1, pp: int = 1
+    model: ModelSpec, model_bytes: int, ssm_bytes: int, tp: int = 1, pp: int = 1, *, conv_without_current: bool = False
 ) -> int:
-    """Per-sequence state (Mamba / GDN layers) on the most loaded GPU."""
+    """Per-sequence state (Mamba / GDN layers) on the most loaded GPU (`layer_state_bytes`)."""
     return max(
-        sum(layer_state_bytes(layer, model_bytes, ssm_bytes, tp) * n for layer, n in stage)
+        sum(
+            layer_state_bytes(layer, model_bytes, ssm_bytes, tp, conv_without_current=conv_without_current) * n
+            for layer, n in stage
+        )
         for stage in stage_layer_counts(model, pp)
     )
 
@@ -845,7 +848,9 @@ def estimate(
 
     per_token = kv_bytes_per_token(model, kv_bytes)
     per_token_gpu = kv_bytes_per_token_per_gpu(model, kv_bytes, d.tp, d.pp)
-    state_gpu = state_bytes_per_sequence_per_gpu(model, act_bytes, ssm_bytes, d.tp, d.pp)
+    state_gpu = state_bytes_per_sequence_per_gpu(
+        model, act_bytes, ssm_bytes, d.tp, d.pp, conv_without_current=profile.conv_state_without_current
+    )
 
     if d.weights_bytes_per_gpu is not None:
         weights = WeightsEstimate(

@@ -112,6 +112,10 @@ class EngineProfile(Protocol):
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         """Why the engine rejects a KV cache dtype (None: accepted)."""
 
+    @property
+    def conv_state_without_current(self) -> bool:
+        """The conv state keeps `kernel - 1` columns (the current token is not stored), not `kernel`."""
+
     def unmodelled(self, model: ModelSpec) -> str | None:
         """Why this engine's accounting of the model is not modelled (None: it is); the estimate and
         the grid then say so instead of printing a number sized as something else."""

@@ -98,6 +98,11 @@ class PlainProfile:
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         return None
 
+    @property
+    def conv_state_without_current(self) -> bool:
+        """transformers caches the whole conv window"""
+        return False
+
     def unmodelled(self, model: ModelSpec) -> str | None:
         return None
 

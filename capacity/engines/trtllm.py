@@ -110,6 +110,11 @@ class TrtllmProfile:
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         return None
 
+    @property
+    def conv_state_without_current(self) -> bool:
+        """state layers are not modelled"""
+        return False
+
     def unmodelled(self, model: ModelSpec) -> str | None:
         if any(layer.kind in (KVKind.SLIDING, KVKind.CHUNKED) for layer in model.layers):
             return (

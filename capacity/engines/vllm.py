@@ -33,9 +33,9 @@ from capacity.memory import (
     layer_kv_bytes_per_token,
     layer_state_bytes,
     serving_dtype,
-    stage_layer_counts,
+    stage_layers,
 )
-from capacity.spec import GpuSku, KVKind, ModelSpec, StateMixer
+from capacity.spec import GpuSku, KVKind, ModelSpec, SpecError, StateMixer
 
 # `--kv-cache-dtype` values vLLM 0.33 accepts (config/cache.py CacheDType): no plain int8 or float32,
 # and 16-bit types spelled out; the ones whose page capplan sizes, and the packed / scaled layouts
@@ -156,6 +156,11 @@ class VllmProfile:
         if name in _SPELLED_OUT:
             return f"vLLM does not accept --kv-cache-dtype {kv_dtype}: it spells it {_SPELLED_OUT[name]}"
         return f"vLLM does not accept --kv-cache-dtype {kv_dtype} (it takes: {', '.join(sorted(VLLM_KV_DTYPES_SIZED))})"
+
+    @property
+    def conv_state_without_current(self) -> bool:
+        """mamba_utils.MambaStateShapeCalculator: (conv_dim, kernel - 1)"""
+        return True
 
     def unmodelled(self, model: ModelSpec) -> str | None:
         return None
@@ -312,75 +317,95 @@ def stage_pools(
 ) -> list[KVPool]:
     """The pool each pipeline stage would build from the budget, in stage order.
 
-    One spec type (every layer full, or every layer the same window): one group over all layers
-    (`UniformTypeKVCacheSpecs`), each layer its own page. Otherwise (`_get_kv_cache_groups_uniform_page_size`
-    after `unify_kv_cache_spec_page_size`): layers bucketed by their exact spec; pages unified to the
-    largest by multiplying a smaller page's block size when it divides (else padding it; Mamba pages
-    are padded); buckets split into groups of equal size (the smallest bucket, or the largest when it
-    is under 1.5x the smallest), short groups padded; num_blocks = budget // (group size x page).
-    Layouts whose backend packs blocks outermost take vLLM's packed path, which is not modelled."""
+    Groups are planned once for the whole model and projected onto each stage
+    (`get_global_kv_cache_groups`, `_project_kv_cache_groups_to_worker`). One spec type (every layer
+    full, or every layer the same window): one group over all layers (`UniformTypeKVCacheSpecs`), each
+    layer its own page. Otherwise (`_get_kv_cache_groups_uniform_page_size` after
+    `unify_kv_cache_spec_page_size`): layers bucketed by their exact spec; pages unified to the largest
+    by multiplying a smaller page's block size when it divides (else padding it; Mamba pages are
+    padded); buckets split into groups of equal size (the smallest bucket, or the largest when it is
+    under 1.5x the smallest), layer i of a bucket in group i mod n, short groups padded; a stage's
+    bytes per block are its fullest group's layers x page. Layouts whose backend packs blocks
+    outermost take vLLM's packed path, which is not modelled."""
     hybrid = hybrid_manager_on(model, release)
     align_mode = release.mamba_align_with_prefix_caching  # MambaSpec: 2 (+ checkpoint) blocks, else 1
-    pools: list[KVPool] = []
-    for stage in stage_layer_counts(model, pp):
-        layers = [(layer, n) for layer, n in stage if layer.stores_per_token_kv or layer.kind is KVKind.STATE]
-        kinds = {_layer_bucket(layer, hybrid) for layer, _ in layers}
-        if not kinds:
-            continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
-        attn_page_per_token = max(
-            (page_bytes_per_token(layer, kv_bytes, tp) for layer, _ in layers if layer.stores_per_token_kv),
-            default=0,
-        )
-        state_page = max(
-            (layer_state_bytes(layer, model_bytes, ssm_bytes, tp, conv_without_current=True) for layer, _ in layers),
-            default=0,
-        )
-        bs = block_size
-        state_layers = [layer for layer, _ in layers if layer.kind is KVKind.STATE]
-        checkpoints = max((_state_checkpoint_blocks(layer, gdn_checkpoints) for layer in state_layers), default=0)
-        if state_page and attn_page_per_token:
-            # Platform._align_hybrid_block_size: the attention block grows, in steps of the kernel
-            # alignment (its smallest kernel block or the cache block size, and in "align" mode the
-            # checkpoint grid: FlashInfer GDN's 64), until its page holds the state
-            align = max(ec.VLLM_HYBRID_BLOCK_ALIGN, block_size)
-            if align_mode and gdn_checkpoints and any(layer.mixer is StateMixer.GATED_DELTA_NET for layer in state_layers):
-                align = math.lcm(align, ec.VLLM_GDN_CHECKPOINT_ALIGNMENT)
-            bs = max(bs, align * cdiv(state_page, align * attn_page_per_token))
-        state_blocks = 2 + checkpoints if align_mode else 1
-        if len(kinds) == 1 and KVKind.STATE not in {kind for kind, _ in kinds}:
-            ((kind, window),) = kinds
-            page_sum = sum(page_bytes_per_token(layer, kv_bytes, tp) * n for layer, n in layers) * bs
-            groups: tuple[KVGroup, ...] = (KVGroup(kind.value, _layer_count(layers), window),)
-            pools.append(KVPool("block", kv_budget_bytes // page_sum if page_sum else 0, bs, groups,
+    stages = [
+        [layer for layer in stage if layer.stores_per_token_kv or layer.kind is KVKind.STATE]
+        for stage in stage_layers(model, pp)
+    ]
+    layers = [layer for stage in stages for layer in stage]
+    if not layers:
+        return []
+    stage_of = {layer.index: s for s, stage in enumerate(stages) for layer in stage}
+    attn_page_per_token = max(
+        (page_bytes_per_token(layer, kv_bytes, tp) for layer in layers if layer.stores_per_token_kv), default=0
+    )
+    state_layers = [layer for layer in layers if layer.kind is KVKind.STATE]
+    state_page = max(
+        (layer_state_bytes(layer, model_bytes, ssm_bytes, tp, conv_without_current=True) for layer in state_layers),
+        default=0,
+    )
+    bs = block_size
+    checkpoints = max((_state_checkpoint_blocks(layer, gdn_checkpoints) for layer in state_layers), default=0)
+    if state_page and attn_page_per_token:
+        # Platform._align_hybrid_block_size: the attention block grows, in steps of the kernel
+        # alignment (its smallest kernel block or the cache block size, and in "align" mode the
+        # checkpoint grid: FlashInfer GDN's 64), until its page holds the state
+        align = max(ec.VLLM_HYBRID_BLOCK_ALIGN, block_size)
+        if align_mode and gdn_checkpoints and any(layer.mixer is StateMixer.GATED_DELTA_NET for layer in state_layers):
+            align = math.lcm(align, ec.VLLM_GDN_CHECKPOINT_ALIGNMENT)
+        bs = max(bs, align * cdiv(state_page, align * attn_page_per_token))
+    state_blocks = 2 + checkpoints if align_mode else 1
+    kinds = {_layer_bucket(layer, hybrid) for layer in layers}
+
+    if len(kinds) == 1 and KVKind.STATE not in {kind for kind, _ in kinds}:
+        ((kind, window),) = kinds
+        pools: list[KVPool] = []
+        for stage in stages:
+            if not stage:
+                continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
+            page_sum = sum(page_bytes_per_token(layer, kv_bytes, tp) for layer in stage) * bs
+            group = KVGroup(kind.value, len(stage), window)
+            pools.append(KVPool("block", kv_budget_bytes // page_sum if page_sum else 0, bs, (group,),
                                 max_num_batched_tokens, page_sum, max_in_flight_tokens=max_in_flight_tokens))  # fmt: skip
-            continue
-        # buckets by exact spec: type, window and the bytes of one token (equal specs merge)
-        buckets: dict[tuple[KVKind, int | None, int], int] = {}
-        for layer, n in layers:
-            kind, window = _layer_bucket(layer, hybrid)
-            per_token = 0 if kind is KVKind.STATE else page_bytes_per_token(layer, kv_bytes, tp)
-            buckets[(kind, window, per_token)] = buckets.get((kind, window, per_token), 0) + n
-        page = max(attn_page_per_token * bs, state_page)
-        smallest, largest = min(buckets.values()), max(buckets.values())
-        group_size = largest if largest < 1.5 * smallest else smallest
-        group_list: list[KVGroup] = []
-        padded = 0
-        for (kind, window, per_token), count in buckets.items():
-            n_groups = cdiv(count, group_size)
-            padded += n_groups * group_size - count
-            group_bs = bs
-            if per_token and page % (per_token * bs) == 0:
-                group_bs = bs * (page // (per_token * bs))  # a smaller page holds more tokens per block
-            held = state_blocks if kind is KVKind.STATE else None
-            group_list.extend(KVGroup(kind.value, group_size, window, held, group_bs) for _ in range(n_groups))
-        pool_bs = bs  # the cache config's block size; groups with scaled pages say their own
-        groups = tuple(
-            KVGroup(g.kind, g.num_layers, g.window_tokens, g.state_blocks, None if g.block_size == pool_bs else g.block_size)
-            for g in group_list
+        return pools
+
+    # buckets by exact spec: type, window and the bytes of one token (equal specs merge)
+    buckets: dict[tuple[KVKind, int | None, int], list[LayerKVSpec]] = {}
+    for layer in layers:
+        kind, window = _layer_bucket(layer, hybrid)
+        per_token = 0 if kind is KVKind.STATE else page_bytes_per_token(layer, kv_bytes, tp)
+        buckets.setdefault((kind, window, per_token), []).append(layer)
+    if any(not stage for stage in stages) and len({per_token for _, _, per_token in buckets if per_token}) > 1:
+        # validate_kv_cache_layout: a worker without cache layers cannot express mixed page sizes
+        raise SpecError(
+            "vLLM refuses this layout: a pipeline stage holds no cache layer of a model with mixed KV page sizes"
         )
-        unit_bytes = group_size * page
+    page = max(attn_page_per_token * bs, state_page)
+    sizes = [len(members) for members in buckets.values()]
+    smallest, largest = min(sizes), max(sizes)
+    group_size = largest if largest < 1.5 * smallest else smallest
+    groups: list[KVGroup] = []
+    members_per_group: list[list[LayerKVSpec]] = []
+    padded = 0
+    for (kind, window, per_token), members in buckets.items():
+        n_groups = cdiv(len(members), group_size)
+        padded += n_groups * group_size - len(members)
+        group_bs = None
+        if per_token and page % (per_token * bs) == 0 and page // (per_token * bs) > 1:
+            group_bs = bs * (page // (per_token * bs))  # a smaller page holds more tokens per block
+        held = state_blocks if kind is KVKind.STATE else None
+        for i in range(n_groups):
+            groups.append(KVGroup(kind.value, group_size, window, held, group_bs))
+            members_per_group.append(members[i::n_groups])
+    pools = []
+    for s, stage in enumerate(stages):
+        if not stage:
+            continue
+        fullest = max(sum(1 for layer in members if stage_of[layer.index] == s) for members in members_per_group)
+        unit_bytes = fullest * page
         capacity = kv_budget_bytes // unit_bytes if unit_bytes else 0
-        pools.append(KVPool("block", capacity, pool_bs, groups, max_num_batched_tokens, unit_bytes,
+        pools.append(KVPool("block", capacity, bs, tuple(groups), max_num_batched_tokens, unit_bytes,
                             max_in_flight_tokens=max_in_flight_tokens, padded_layer_slots=padded))  # fmt: skip
     return pools
 
