@@ -25,7 +25,7 @@ import pytest
 from capacity.engines import Engine, engine_profile
 from capacity.engines import sglang as sg
 from capacity.hf_config import parse_config
-from capacity.memory import estimate
+from capacity.memory import b_max, estimate, max_concurrency
 from capacity.spec import DeploymentSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
@@ -326,6 +326,10 @@ def test_qwen3_next_mamba_split() -> None:
     assert sg.mamba_kv_bytes(50 * GIB, 77_266_944) == 28_266_266_624
     pool = PROFILE.stage_pools(spec, 50 * GIB, 2, 4, 2, 1, 1, 1, 8192, 8192)[0]
     assert pool.capacity_units == 1_150_157 and pool.state_bytes_per_sequence == 77_266_944
+    # SGLang's second pool: 328 state slots, 5 per running request -> at most 65 sequences at any length
+    assert (pool.swa_capacity_units, pool.swa_window_tokens) == (328, 5)
+    assert b_max(pool, 4096) == 65 and b_max(pool, 65_536) == 1_150_157 // 65_536 == 17
+    assert max_concurrency(pool, 4096) == pytest.approx(328 / 5)
 
 
 def test_nemotron_h_state_and_no_state_slot() -> None:
@@ -339,10 +343,16 @@ def test_nemotron_h_state_and_no_state_slot() -> None:
     # ("Not enough GPU memory for hybrid (mamba/linear-attention) state cache")
     assert sg.mamba_state_slots(3 * 102_137_856, 102_137_856) == 0
     assert PROFILE.stage_pools(spec, 3 * 102_137_856, 2, 4, 2, 1, 1, 1, 8192, 8192)[0].capacity_units == 0
-    # 1 GiB: 1,073,741,824 x 0.9 / 1.9 = 508,614,548.2 -> K = int(3.98) = 3; 4 x 102,137,856 = 408,551,424;
-    # KV 665,190,400 // 16,384 = 40,600 tokens
+    # 1 GiB: 1,073,741,824 x 0.9 / 1.9 = 508,614,548.2 -> K = int(3.98) = 3 slots (KV 665,190,400 // 16,384
+    # = 40,600 tokens), but 3 // 5 slots per request = 0 running requests: resolve_max_num_reqs raises
     assert sg.mamba_state_slots(GIB, 102_137_856) == 3
-    assert PROFILE.stage_pools(spec, GIB, 2, 4, 2, 1, 1, 1, 8192, 8192)[0].capacity_units == 40_600
+    assert PROFILE.stage_pools(spec, GIB, 2, 4, 2, 1, 1, 1, 8192, 8192)[0].capacity_units == 0
+    # 2 GiB: 1,017,229,096.4 / 102,137,856 = 9.96 -> K = 8 (8 // 5 = 1 request); state 9 x 102,137,856 =
+    # 919,240,704; KV 2,147,483,648 - 919,240,704 = 1,228,242,944 // 16,384 = 74,966 tokens
+    pool = PROFILE.stage_pools(spec, 2 * GIB, 2, 4, 2, 1, 1, 1, 8192, 8192)[0]
+    assert (pool.capacity_units, pool.swa_capacity_units, pool.swa_window_tokens) == (74_966, 8, 5)
+    # the state pool caps running requests: min(74,966 // 1,024, 8 // 5) = 1 at 1,024 tokens
+    assert b_max(pool, 1024) == 1
 
 
 def test_nemotron_h_on_h100_starts_with_its_state_pool() -> None:
@@ -352,6 +362,8 @@ def test_nemotron_h_on_h100_starts_with_its_state_pool() -> None:
     slots = sg.mamba_state_slots(est.kv_budget_bytes_per_gpu, state)
     kv = est.kv_budget_bytes_per_gpu - (slots + 1) * state
     assert abs(est.kv_cache_tokens - kv // 16_384) <= 1  # the GiB round trip of rest_memory
+    # at 8,192 tokens memory holds kv_cache_tokens // 8192 sequences; SGLang runs at most slots // 5
+    assert est.b_max == min(est.kv_cache_tokens // 8192, slots // 5) == slots // 5
 
 
 # --- the oracle: SGLang 0.5.23's own pool configurators ---------------------------------------------
@@ -594,10 +606,15 @@ def test_defaults_and_mamba_pools_equal_sglang_own_code() -> None:
                                   "page": page, "context_len": spec.context_limit_tokens,
                                   "extra_buffer": ratio > 3})  # fmt: skip
                     pool = PROFILE.stage_pools(spec, budget, 2, 4, 2, tp, 1, page, 8192, 8192)[0]
-                    slots = sg.mamba_state_slots(budget, c.state_bytes)
                     tokens = pool.capacity_units * page
-                    requests = sg.max_running_requests(tokens, spec.context_limit_tokens, slots, ratio)
-                    mine.append([slots, tokens, requests] if slots >= 1 else [0, 0, 0])
+                    if tokens:  # started: state slots, KV tokens, max_running_requests (the pool's cap)
+                        slots = pool.swa_capacity_units or 0
+                        requests = sg.max_running_requests(tokens, spec.context_limit_tokens, slots, ratio)
+                        assert b_max(pool, 8) == min(pool.capacity_units // 8, slots // ratio)
+                        mine.append([slots, tokens, requests])
+                    else:  # SGLang raises: no state slot, or no running request
+                        mine.append("refused")
     theirs = _oracle(cases)
+    theirs = [t if not (isinstance(t, list) and len(t) == 3 and t[2] == 0) else "refused" for t in theirs]
     disagree = [(case, a, b) for case, a, b in zip(cases, mine, theirs, strict=True) if a != b]
     assert not disagree, f"{len(disagree)} of {len(cases)} cases disagree, e.g. {disagree[:3]}"

@@ -136,6 +136,11 @@ class SglangProfile:
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         return None
 
+    @property
+    def conv_state_without_current(self) -> bool:
+        """configs/mamba_utils.py: conv states of (conv_dim / TP, kernel - 1), as vLLM."""
+        return True
+
     def unmodelled(self, model: ModelSpec) -> str | None:
         return None
 
@@ -281,6 +286,7 @@ class SglangCells:
     swa_layers: int
     window: int  # the widest window of the SWA pool's layers (0 without a hybrid SWA pool)
     state_bytes: int  # `mamba_cache_per_req` on this stage (0 without state layers)
+    state_slots_per_request: int  # `_calculate_mamba_ratio`: state slots one running request holds
     hybrid: bool  # a separate SWA pool (HybridSWAPoolConfigurator)
 
     @property
@@ -325,6 +331,7 @@ def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> 
         swa_layers=sum(n for _, n in swa),
         window=max((layer.window_tokens or 0 for layer, _ in swa), default=0),
         state_bytes=state,
+        state_slots_per_request=mamba_slots_per_request(model),
         hybrid=hybrid and bool(swa) and bool(full),
     )
 
@@ -378,10 +385,18 @@ def pool_from_cells(c: SglangCells, budget: int, page: int, batched: int) -> KVP
                       swa_capacity_units=swa_tokens, swa_window_tokens=c.window,
                       swa_bytes_per_full_token=c.swa_denominator)  # fmt: skip
     cell = c.full_cell + c.swa_cell
-    kv_budget = budget
-    if c.state_bytes and budget > 0:
-        kv_budget = mamba_kv_bytes(budget, c.state_bytes) if mamba_starts(budget, c.state_bytes, 1) else 0
-    tokens = kv_budget // cell if cell and kv_budget > 0 else 0
+    groups = (KVGroup("full", c.full_layers + c.swa_layers),)
+    if c.state_bytes:
+        # the Mamba state pool as SGLang's second pool: K slots, a request holds `slots_per_request` of them
+        # (resolve_max_num_reqs: max_running_requests <= K // slots per request), no start below one request
+        slots = mamba_state_slots(budget, c.state_bytes) if budget > 0 else 0
+        starts = budget > 0 and mamba_starts(budget, c.state_bytes, c.state_slots_per_request)
+        kv_budget = mamba_kv_bytes(budget, c.state_bytes) if starts else 0
+        tokens = kv_budget // cell if cell and kv_budget > 0 else 0
+        tokens -= tokens % page
+        return KVPool("token", tokens // page, page, groups, batched, cell * page,
+                      state_bytes_per_sequence=c.state_bytes, swa_capacity_units=slots if tokens > 0 else 0,
+                      swa_window_tokens=c.state_slots_per_request)  # fmt: skip
+    tokens = budget // cell if cell and budget > 0 else 0
     tokens -= tokens % page
-    return KVPool("token", tokens // page, page, (KVGroup("full", c.full_layers + c.swa_layers),),
-                  batched, cell * page, state_bytes_per_sequence=c.state_bytes)  # fmt: skip
+    return KVPool("token", tokens // page, page, groups, batched, cell * page)
