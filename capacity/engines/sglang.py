@@ -11,7 +11,9 @@ Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
   layers x bytes, MLA one latent per layer; tokens = budget // cell, page-aligned), `HybridSWAPoolConfigurator`
   (only for the architectures of `configs/model_config.py` `is_hybrid_swa_model`: cell = full + ratio x swa;
   the SWA pool is int(full x ratio) page-aligned), the Mamba state pool of hybrids
-  (`_handle_max_mamba_cache`: mamba_full_memory_ratio of the budget, K slots + 1 padding slot);
+  (`_handle_max_mamba_cache`: mamba_full_memory_ratio of the budget, K slots + 1 padding slot), kept as
+  the pool's second pool (`swa_capacity_units` = K, `swa_window_tokens` = the slots a request holds,
+  `_calculate_mamba_ratio`), so `resolve_max_num_reqs`' cap K // slots bounds B_max;
 - start: `MemoryPoolConfig.__post_init__` (no tokens), `_profile_available_bytes` (no budget),
   `MemoryPoolConfigurator.validate_swa_pool_size` (SWA pool <= window + page), `_handle_max_mamba_cache`
   and `resolve_max_num_reqs` (no state slot, no running request). A request longer than the pool does not
