@@ -16,7 +16,7 @@ Rules followed, by upstream function (vLLM 0.33.0 unless a release row says othe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from capacity import engine_constants as ec
@@ -402,10 +402,12 @@ def stage_pools(
     for s, stage in enumerate(stages):
         if not stage:
             continue
-        fullest = max(sum(1 for layer in members if stage_of[layer.index] == s) for members in members_per_group)
-        unit_bytes = fullest * page
+        # every group keeps its block table on every stage, holding that stage's share of its layers
+        on_stage = [sum(1 for layer in members if stage_of[layer.index] == s) for members in members_per_group]
+        unit_bytes = max(on_stage) * page
         capacity = kv_budget_bytes // unit_bytes if unit_bytes else 0
-        pools.append(KVPool("block", capacity, bs, tuple(groups), max_num_batched_tokens, unit_bytes,
+        projected = tuple(replace(group, num_layers=n) for group, n in zip(groups, on_stage, strict=True))
+        pools.append(KVPool("block", capacity, bs, projected, max_num_batched_tokens, unit_bytes,
                             max_in_flight_tokens=max_in_flight_tokens, padded_layer_slots=padded))  # fmt: skip
     return pools
 
