@@ -401,6 +401,9 @@ SGLANG_HYBRID_SWA_FAMILIES = frozenset({"llama4", "gpt_oss", "gemma4", "mimo_v2"
 # the extra_buffer strategy, 2 more state slots per running request
 SGLANG_MAMBA_EXTRA_BUFFER_FAMILIES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h",
                                                 "falcon_h1", "granitemoehybrid", "kimi_linear"})  # fmt: skip
+# families with no model class in the 0.5.23 wheel (python/sglang/srt/models/; configs/hybrid_arch.py
+# mambaish_config knows no Jamba config)
+SGLANG_UNSERVED_FAMILIES = frozenset({"jamba"})
 
 
 # TensorRT-LLM (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator)

@@ -618,3 +618,11 @@ def test_defaults_and_mamba_pools_equal_sglang_own_code() -> None:
     theirs = [t if not (isinstance(t, list) and len(t) == 3 and t[2] == 0) else "refused" for t in theirs]
     disagree = [(case, a, b) for case, a, b in zip(cases, mine, theirs, strict=True) if a != b]
     assert not disagree, f"{len(disagree)} of {len(cases)} cases disagree, e.g. {disagree[:3]}"
+
+
+def test_what_the_profile_does_not_reproduce_is_said() -> None:
+    # no JambaForCausalLM in the 0.5.23 wheel; Gemma 3 is multimodal (adjust_mem_fraction_for_vlm not applied)
+    assert "does not serve" in (PROFILE.unmodelled(_spec("ai21labs/AI21-Jamba-1.5-Mini")) or "")
+    assert "adjust_mem_fraction_for_vlm" in (PROFILE.unmodelled(_spec("google/gemma-3-27b-it")) or "")
+    assert PROFILE.unmodelled(_spec("meta-llama/Llama-3.1-8B-Instruct")) is None
+    assert PROFILE.unmodelled(_spec("Qwen/Qwen3-Next-80B-A3B-Instruct")) is None

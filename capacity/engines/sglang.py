@@ -144,6 +144,14 @@ class SglangProfile:
         return True
 
     def unmodelled(self, model: ModelSpec) -> str | None:
+        """What SGLang 0.5.23 does with the model that this profile does not reproduce."""
+        if model.family in ec.SGLANG_UNSERVED_FAMILIES:
+            return f"SGLang 0.5.23 has no {model.architecture} model class: it does not serve this model"
+        if model.loaded_extra_params and model.architecture.endswith("ForConditionalGeneration"):
+            return (
+                "multimodal: SGLang lowers mem_fraction_static by the vision tower's size "
+                "(adjust_mem_fraction_for_vlm), which needs the tower's shape; the text-model fraction is used"
+            )
         return None
 
     @property
