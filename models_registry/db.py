@@ -11,6 +11,7 @@ The schema is created and upgraded only by Alembic: `upgrade_to_head(url)`.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -137,7 +138,9 @@ def alembic_config(url: str | None = None) -> Any:
     """An Alembic `Config` for this project's migrations, pointed at `url`."""
     from alembic.config import Config
 
-    config = Config(str(ALEMBIC_INI)) if ALEMBIC_INI.exists() else Config()
+    # stdout named now: Config's default is the sys.stdout of when alembic.config was first
+    # imported, which may be a stream captured (and since closed) by a CLI runner.
+    config = Config(str(ALEMBIC_INI), stdout=sys.stdout) if ALEMBIC_INI.exists() else Config(stdout=sys.stdout)
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     # Passed as an attribute, not through the ini parser (which would interpolate '%' in passwords).
     config.attributes["url"] = registry_url(url)
