@@ -626,3 +626,14 @@ def test_what_the_profile_does_not_reproduce_is_said() -> None:
     assert "adjust_mem_fraction_for_vlm" in (PROFILE.unmodelled(_spec("google/gemma-3-27b-it")) or "")
     assert PROFILE.unmodelled(_spec("meta-llama/Llama-3.1-8B-Instruct")) is None
     assert PROFILE.unmodelled(_spec("Qwen/Qwen3-Next-80B-A3B-Instruct")) is None
+
+
+def test_pipeline_stages_split_as_sglang_does() -> None:
+    # get_pp_indices: the remainder goes to the LAST stages (61 layers over 2: 30 + 31; vLLM: 31 + 30)
+    assert sg.pp_partition(61, 2) == [30, 31]
+    assert sg.pp_partition(48, 5) == [9, 9, 10, 10, 10]
+    # Llama 4 Scout at PP 5: the last stage holds layers 38..47, full attention at 39, 43, 47 ((i + 1) % 4 == 0):
+    # 3 x 4,096 = 12,288 full and 7 x 4,096 = 28,672 SWA bytes per token (vLLM's split would put 38..47 last too,
+    # but its first stage 0..9 holds 2 full layers)
+    c = sg.cells(_spec("meta-llama/Llama-4-Scout-17B-16E-Instruct"), 2, 4, 1, 5)
+    assert (c.full_cell, c.swa_cell, c.full_layers, c.swa_layers) == (12_288, 28_672, 3, 7)

@@ -22,7 +22,7 @@ Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from capacity import engine_constants as ec
 from capacity.engines import Engine
@@ -32,11 +32,11 @@ from capacity.memory import (
     EngineDefaults,
     KVGroup,
     KVPool,
+    LayerCounts,
     Overhead,
     layer_kv_bytes_per_token,
     layer_state_bytes,
     serving_dtype,
-    stage_layer_counts,
 )
 from capacity.spec import INDEXER_QUANT_BLOCK, GpuSku, KVKind, LayerKVSpec, ModelSpec
 
@@ -317,6 +317,30 @@ def layer_cell_bytes(layer: LayerKVSpec, kv_bytes: int, tp: int) -> int:
         scaled = layer.k_head_dim + layer.k_head_dim // INDEXER_QUANT_BLOCK * 4 + layer.v_head_dim * 2
         return plain - (layer.k_head_dim + layer.v_head_dim) + scaled
     return plain
+
+
+def pp_partition(num_layers: int, pp: int) -> list[int]:
+    """`distributed/utils.py` `get_pp_indices`: an even split, the remainder on the LAST stages (vLLM puts
+    it on the stages before the last)."""
+    base, remainder = divmod(num_layers, pp)
+    return [base + (1 if rank >= pp - remainder else 0) for rank in range(pp)]
+
+
+def stage_layer_counts(model: ModelSpec, pp: int) -> list[LayerCounts]:
+    """Each pipeline stage's cache-holding layers under SGLang's split, as (a layer, how many share its shape)."""
+    stages: list[LayerCounts] = []
+    start = 0
+    for count in pp_partition(max(model.num_layers, len(model.layers)), pp):
+        firsts: dict[LayerKVSpec, LayerKVSpec] = {}
+        counts: dict[LayerKVSpec, int] = {}
+        for layer in model.layers:
+            if start <= layer.index < start + count:
+                shape = replace(layer, index=0)
+                firsts.setdefault(shape, layer)
+                counts[shape] = counts.get(shape, 0) + 1
+        stages.append(tuple((firsts[shape], n) for shape, n in counts.items()))
+        start += count
+    return stages
 
 
 def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> SglangCells:
