@@ -196,7 +196,7 @@ def test_nightly_on_the_bundled_catalog_from_a_fresh_directory(tmp_path: Path) -
     warehouse = tmp_path / "var" / "warehouse.duckdb"
     assert warehouse.is_file() and (tmp_path / "var" / "registry.db").is_file()
     # no DAGSTER_HOME, no ./dagster.yaml: the run is kept in a persistent instance under var/dagster
-    assert "DAGSTER_HOME=var/dagster dg dev shows it" in result.stdout
+    assert f"DAGSTER_HOME={tmp_path.resolve() / 'var' / 'dagster'} dagster dev" in result.stdout
     import dagster as dg
 
     with dg.DagsterInstance.from_config(str(tmp_path / "var" / "dagster")) as instance:

@@ -58,7 +58,8 @@ def dagster_instance() -> Iterator[tuple[DagsterInstance, str]]:
         if not config.exists():  # Dagster's defaults, without its first-run telemetry banner
             config.write_text("telemetry:\n  enabled: false\nnux:\n  enabled: false\n", encoding="utf-8")
         with DagsterInstance.from_config(str(DAGSTER_BASE_DIR.resolve())) as instance:
-            yield instance, f"{DAGSTER_BASE_DIR} (DAGSTER_HOME={DAGSTER_BASE_DIR} dg dev shows it)"
+            home = DAGSTER_BASE_DIR.resolve()  # DAGSTER_HOME must be absolute
+            yield instance, f"{DAGSTER_BASE_DIR} (see it: DAGSTER_HOME={home} dagster dev -m pipelines.definitions)"
 
 
 def one_line_sql(sql: str) -> str:
