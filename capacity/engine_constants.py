@@ -260,7 +260,9 @@ class VllmProfilingCoefficients:
     non_torch_tp_bytes: int  # the same at TP > 1: NCCL communicators and custom all-reduce IPC buffers
     cg_base_bytes: int  # CUDA-graph estimate (profile_cudagraph_memory) where the release deducts it
     cg_per_layer_bytes: int
-    moe_workspace_persistent: bool  # fused-MoE workspaces held by the WorkspaceManager (V1), not freed
+    # fused-MoE workspaces held by the WorkspaceManager (0.17+ here; 0.19 logs), else freed per call
+    # (0.11.0 wheel: fused_experts_impl allocates its intermediate caches in each layer's forward)
+    moe_workspace_persistent: bool
     source: str
 
 
@@ -280,10 +282,10 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         forward_scale=1.45,
         sampler_fp32_copies=9.25,
         non_torch_bytes=int(0.14 * GIB),
-        non_torch_tp_bytes=int(1.40 * GIB),
+        non_torch_tp_bytes=int(0.55 * GIB),
         cg_base_bytes=0,
         cg_per_layer_bytes=0,
-        moe_workspace_persistent=True,
+        moe_workspace_persistent=False,
         source="tools/overhead_cv.py --fit on the 0.11-0.16 rows (llm-d-benchmark H100 summary, "
         "llm-d-planner Qwen3-14B 0.15/0.16); forward_scale shared with v1",
     ),
@@ -294,7 +296,7 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         non_torch_tp_bytes=int(0.21 * GIB),
         cg_base_bytes=0,
         cg_per_layer_bytes=0,
-        moe_workspace_persistent=True,
+        moe_workspace_persistent=False,
         source="tools/overhead_cv.py --fit on the 0.8-0.10 rows (dennislee22/vLLM-benchmarking 0.10.1.1 A100)",
     ),
     "v0": VllmProfilingCoefficients(

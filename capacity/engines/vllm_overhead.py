@@ -18,12 +18,17 @@ phases that peak at different times, so the activation peak is their MAX, plus w
 - sampler (`_dummy_sampler_run`): S = min(max_num_seqs, T) rows of logits over the whole vocabulary on
   every rank (gathered, not split by TP), in the model dtype, then fp32 copies (the sampler's cast, the
   top-k/top-p sort's values and indices, the probabilities);
-- persistent: the fused-MoE workspaces (`fused_moe/modular_kernel.py` _allocate_buffers through
-  `v1/worker/workspace.py` WorkspaceManager, which keeps the largest request): the Triton experts'
-  `workspace_shapes` (experts/triton_moe.py) are workspace13 = M x top-k x max(N/2, K) (or the M x K output
-  when larger) and workspace2 = M x top-k x max(N, K), N = 2 x expert intermediate / TP, K = hidden,
-  M = T; MXFP4 experts on the OAI Triton kernels (experts/gpt_oss_triton_kernels_moe.py) need only the
-  M x K output and M x top-k x N/2.
+- persistent (0.17 and later here): the fused-MoE workspaces (0.33 `fused_moe/modular_kernel.py`
+  _allocate_buffers through `v1/worker/workspace.py` WorkspaceManager, which keeps the largest request,
+  M unchunked): the Triton experts' `workspace_shapes` (experts/triton_moe.py) are workspace13 =
+  M x top-k x max(N/2, K) (or the M x K output when larger) and workspace2 = M x top-k x max(N, K),
+  N = 2 x expert intermediate / TP, K = hidden, M = T; MXFP4 experts on the OAI Triton kernels
+  (experts/gpt_oss_triton_kernels_moe.py) need only the M x K output and M x top-k x N/2.
+  Before (read in the 0.11.0 wheel: `fused_moe/layer.py` takes the modular kernel only with an
+  all-to-all prepare/finalize, else `fused_moe.fused_experts_impl`): the intermediate caches are
+  allocated per call and freed, so they are a forward-phase sublayer: cache13 = M x top-k x max(N, K)
+  and cache2 = M x top-k x N/2, M = min(T, VLLM_FUSED_MOE_CHUNK_SIZE = 32768). The release where the
+  workspace manager took over (between 0.11 and 0.19) is not pinned: the 0.19 logs show it held.
 
 Non-torch memory: a constant at TP = 1 and another at TP > 1 (NCCL communicators, custom all-reduce
 buffers). CUDA graphs: a base plus a per-layer charge, where the release deducts the estimate.
@@ -42,6 +47,7 @@ from capacity.spec import ModelSpec
 
 FP32_BYTES = 4
 INDEX_BYTES = 4  # top-k ids (int32) and weights (fp32) per routed slot
+MOE_CHUNK_TOKENS = 32768  # VLLM_FUSED_MOE_CHUNK_SIZE default (0.11 envs.py): fused_experts_impl's M chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +58,18 @@ class ProfilingBuffers:
     attention_bytes: int  # QKV projection output + attention output
     dense_mlp_bytes: int  # gate/up output + SiLU-and-mul output
     moe_transient_bytes: int  # router logits, top-k ids/weights, shared experts' MLP
-    moe_workspace_bytes: int  # fused-MoE workspace13 + workspace2 (persistent in V1)
+    moe_workspace_bytes: int  # fused-MoE workspace13 + workspace2 of the modular kernel (held)
+    moe_legacy_bytes: int  # fused_experts_impl's intermediate caches (per call, freed)
     logits_bytes: int  # S x vocab in the model dtype
     logits_fp32_bytes: int  # one fp32 copy of them (the unit of the sampler coefficient)
     graph_layers: int  # decoder layers on the most loaded rank (the CUDA-graph estimate's scale)
     tp: int
 
-    @property
-    def forward_layer_bytes(self) -> int:
-        """The largest sublayer of a decoder layer plus the hidden stream, before the coefficient."""
-        return self.hidden_stream_bytes + max(self.attention_bytes, self.dense_mlp_bytes, self.moe_transient_bytes)
+    def forward_layer_bytes(self, moe_workspace_held: bool) -> int:
+        """The largest sublayer of a decoder layer plus the hidden stream, before the coefficient (the
+        MoE sublayer holds its intermediate caches itself when no workspace manager keeps them)."""
+        moe = self.moe_transient_bytes + (0 if moe_workspace_held else self.moe_legacy_bytes)
+        return self.hidden_stream_bytes + max(self.attention_bytes, self.dense_mlp_bytes, moe)
 
 
 def _layer_intermediates(model: ModelSpec) -> tuple[int, int, int]:
@@ -91,18 +99,21 @@ def profiling_buffers(
     kv = 2 * model.num_kv_heads * model.head_dim
     attention = t * (cdiv(q + kv, tp) + cdiv(q, tp)) * b
     dense = t * 3 * cdiv(dense_i, tp) * b  # gate/up (2I/TP) + SiLU-and-mul (I/TP)
-    moe_transient = moe_workspace = 0
+    moe_transient = moe_workspace = moe_legacy = 0
     if model.num_experts and expert_i:
         k = max(model.num_experts_per_token, 1)
         moe_transient = t * model.num_experts * FP32_BYTES + t * k * 2 * INDEX_BYTES + t * 3 * cdiv(shared_i, tp) * b
         n = 2 * cdiv(expert_i, tp)  # w13 output per routed slot
         hidden_k = model.hidden_size
         quant = model.quantization
+        m = min(t, MOE_CHUNK_TOKENS)
         if quant is not None and quant.weight_format == "mxfp4":
             ws13, ws2 = t * hidden_k, t * k * (n // 2)
+            cache13, cache2 = m * hidden_k, m * k * (n // 2)
         else:
             ws13, ws2 = max(t * k * max(n // 2, hidden_k), t * hidden_k), t * k * max(n, hidden_k)
-        moe_workspace = (ws13 + ws2) * b
+            cache13, cache2 = m * k * max(n, hidden_k), m * k * (n // 2)
+        moe_workspace, moe_legacy = (ws13 + ws2) * b, (cache13 + cache2) * b
     logits = s * model.vocab_size
     return ProfilingBuffers(
         hidden_stream_bytes=hidden,
@@ -110,6 +121,7 @@ def profiling_buffers(
         dense_mlp_bytes=dense,
         moe_transient_bytes=moe_transient,
         moe_workspace_bytes=moe_workspace,
+        moe_legacy_bytes=moe_legacy,
         logits_bytes=logits * b,
         logits_fp32_bytes=logits * FP32_BYTES,
         graph_layers=max(pp_partition(model.num_layers, pp)),
@@ -122,13 +134,11 @@ def overhead_from_buffers(
 ) -> Overhead:
     """The activation peak (max of the phases plus what persists), non-torch memory and CUDA graphs,
     with the named terms in `Overhead.buffers`."""
-    forward = int(c.forward_scale * buffers.forward_layer_bytes)
+    forward = int(c.forward_scale * buffers.forward_layer_bytes(c.moe_workspace_persistent))
     sampler = (
         int(buffers.logits_bytes + c.sampler_fp32_copies * buffers.logits_fp32_bytes) if c.sampler_fp32_copies else 0
     )
     persistent = buffers.moe_workspace_bytes if c.moe_workspace_persistent else 0
-    if not c.moe_workspace_persistent:
-        forward += int(c.forward_scale * buffers.moe_workspace_bytes)
     activation = persistent + max(forward, sampler)
     non_torch = c.non_torch_tp_bytes if buffers.tp > 1 else c.non_torch_bytes
     cuda_graphs = c.cg_base_bytes + c.cg_per_layer_bytes * buffers.graph_layers if graphs_in_budget else 0
@@ -141,8 +151,8 @@ def overhead_from_buffers(
         (f"forward phase x {c.forward_scale:g} (largest sublayer + hidden stream)", forward),
         ("sampler: logits (model dtype)", buffers.logits_bytes),
         (f"sampler phase: logits + {c.sampler_fp32_copies:g} fp32 copies", sampler),
-        ("MoE workspace (persistent)" if c.moe_workspace_persistent else "MoE workspace (in forward)",
-         buffers.moe_workspace_bytes),
+        ("MoE workspace (persistent)", persistent),
+        ("forward: MoE intermediate caches (per call)", 0 if c.moe_workspace_persistent else buffers.moe_legacy_bytes),
         (f"activation peak = {'MoE workspace + ' if persistent else ''}max(forward, sampler): {phase}", activation),
     )  # fmt: skip
     return Overhead(activation, non_torch, cuda_graphs, tuple((name, n) for name, n in named if n))

@@ -66,6 +66,7 @@ class Row:
     activation_bytes: int | None
     non_torch_bytes: int | None
     tags: tuple[str, ...]
+    unmodelled: str | None = None  # what the log's deployment does that no overhead model sizes: scored, not fitted
 
     def pool_error(self, overhead: int) -> float | None:
         if not self.kv_bytes:
@@ -92,6 +93,9 @@ class OverheadModel:
     # (params of the row's era, features) -> (activation, non-torch, total) bytes
     predict: Callable[[Params, dict[str, Any]], tuple[int, int, int]]
     shipped: Callable[[str], Params]  # the coefficients in engine_constants, per era
+    # where a fit starts and what an era keeps when its rows say nothing: the values the engine's source
+    # alone suggests, never the shipped fit (which saw every row and would leak into the held-out fold)
+    prior: Callable[[str], Params]
     grids: dict[str, Sequence[float]]  # searched values per coefficient
     shared: frozenset[str] = field(default_factory=frozenset)  # one value for every V1 era
     fixed: frozenset[tuple[str, str]] = field(default_factory=frozenset)  # (era, coefficient) read off the source
@@ -121,6 +125,20 @@ def _derived_shipped(era: str) -> Params:
             "moe_workspace_persistent": float(c.moe_workspace_persistent)}  # fmt: skip
 
 
+def _derived_prior(era: str) -> Params:
+    """The named buffers as they are (scale 1), the sampler's fp32 cast plus a sort's values and int64
+    indices (4 fp32-sized copies), a quarter GiB of CUDA context and 1 GiB more with NCCL."""
+    c = ec.VLLM_PROFILING_COEFFICIENTS[era]
+    return {
+        **_derived_shipped(era),
+        "forward_scale": 1.0,
+        "sampler_fp32_copies": 0.0 if era == "v0" else 4.0,
+        "non_torch_gib": 0.25,
+        "non_torch_tp_gib": 1.0,
+        "moe_workspace_persistent": float(c.moe_workspace_persistent),
+    }
+
+
 def _previous_features(model: ModelSpec, tp: int, pp: int, t: int, s: int, b: int, r: ec.VllmRelease) -> dict[str, Any]:
     mlp, logits = activation_features(model, tp, t, s, b)
     from capacity.memory import pp_partition
@@ -143,6 +161,17 @@ def _previous_shipped(era: str) -> Params:
             "cg_per_layer_gib": c.cg_per_layer_bytes / GIB}  # fmt: skip
 
 
+def _previous_prior(era: str) -> Params:
+    """One F_mlp-sized tensor, the fp32 logits plus a sort's values and indices (4), as above."""
+    return {
+        **_previous_shipped(era),
+        "a_mlp": 1.0,
+        "a_logits": 0.0 if era == "v0" else 4.0,
+        "nt_base_gib": 0.25,
+        "nt_tp_gib": 1.0,
+    }
+
+
 def _steps(lo: float, hi: float, step: float) -> tuple[float, ...]:
     n = round((hi - lo) / step)
     return tuple(round(lo + i * step, 4) for i in range(n + 1))
@@ -150,7 +179,7 @@ def _steps(lo: float, hi: float, step: float) -> tuple[float, ...]:
 
 NT_GRID = _steps(0.0, 4.0, 0.01)
 DERIVED = OverheadModel(
-    "derived (named buffers)", _derived_features, _derived_predict, _derived_shipped,
+    "derived (named buffers)", _derived_features, _derived_predict, _derived_shipped, _derived_prior,
     {"forward_scale": _steps(0.5, 3.0, 0.05), "sampler_fp32_copies": _steps(0.0, 16.0, 0.05),
      "non_torch_gib": NT_GRID, "non_torch_tp_gib": NT_GRID},
     frozenset({"forward_scale"}),
@@ -158,6 +187,7 @@ DERIVED = OverheadModel(
 )  # fmt: skip
 PREVIOUS = OverheadModel(
     "previous (a_mlp x F_mlp, a_logits x F_logits)", _previous_features, _previous_predict, _previous_shipped,
+    _previous_prior,
     {"a_mlp": _steps(0.5, 4.0, 0.05), "a_logits": _steps(0.0, 12.0, 0.05), "nt_base_gib": NT_GRID,
      "nt_tp_gib": NT_GRID},
     frozenset({"a_mlp"}),
@@ -193,6 +223,19 @@ def row_tags(c: Comparison, model: ModelSpec) -> tuple[str, ...]:
     return tuple(tags)
 
 
+def unmodelled_reason(c: Comparison, model: ModelSpec) -> str | None:
+    """Why a row's non-KV memory holds something the overhead models do not size (the row is still
+    scored, never fitted on): a KV connector (LMCache and the like allocate on the GPU), or the
+    multimodal encoder's profiling pass (vision towers are profiled with their own dummy inputs)."""
+    text = f"{c.row.raw.get('log_excerpt') or ''}"
+    if "kv-transfer-config" in text or "kv_connector" in text:
+        return "KV connector"
+    vision = "ConditionalGeneration" in model.architecture or any("vision" in note for note in model.notes)
+    if vision and c.row.engine_generation == "v0":  # V0 profiles the encoder at max_model_len
+        return "multimodal encoder profiling"
+    return None
+
+
 def build_rows(
     comparisons: Iterable[Comparison],
     resolve_model: Callable[[str], tuple[ModelSpec, int | None]],
@@ -220,16 +263,17 @@ def build_rows(
             kv_tokens=r.kv_cache_tokens if est.kv_cache_tokens else None,
             activation_bytes=round(r.activation_peak_gib * GIB) if r.activation_peak_gib is not None else None,
             non_torch_bytes=round(r.non_torch_gib * GIB) if r.non_torch_gib is not None else None,
-            tags=row_tags(c, spec),
+            tags=(*row_tags(c, spec), "not modelled" if unmodelled_reason(c, spec) else "modelled"),
+            unmodelled=unmodelled_reason(c, spec),
         ))  # fmt: skip
     return rows
 
 
 def _row_loss(row: Row, params: Params, model: OverheadModel) -> float:
-    """Absolute KV-pool error, plus the activation and non-torch misses where the log prints them
-    (as a share of the usable memory beyond the weights, so every term is in the pool's units)."""
+    """Absolute KV-pool error, plus the activation and non-torch misses where the log prints them (each
+    a share of the row's pool, floored, or of the memory beyond the weights: all in the pool's units)."""
     activation, non_torch, total = model.predict(params, row.features)
-    scale = max(row.usable_minus_weights, GIB)
+    scale = max(abs(row.kv_bytes), FIT_POOL_FLOOR_BYTES) if row.kv_bytes else max(row.usable_minus_weights, GIB)
     loss = 0.0
     if row.kv_bytes:  # pool miss relative to the pool, floored so that a near-empty pool does not rule the fit
         loss += abs(row.usable_minus_weights - total - row.kv_bytes) / max(abs(row.kv_bytes), FIT_POOL_FLOOR_BYTES)
@@ -241,10 +285,10 @@ def _row_loss(row: Row, params: Params, model: OverheadModel) -> float:
 
 
 def fit(rows: Sequence[Row], model: OverheadModel, sweeps: int = 3) -> dict[str, Params]:
-    """Coefficients per era by coordinate search from the shipped values (shared ones across V1 eras).
+    """Coefficients per era by coordinate search from the prior (shared ones across V1 eras).
     Eras without rows inherit from their nearest neighbour that has some."""
-    params = {era: dict(model.shipped(era)) for era in ERAS}
-    by_era = {era: [r for r in rows if r.era == era] for era in ERAS}
+    params = {era: dict(model.prior(era)) for era in ERAS}
+    by_era = {era: [r for r in rows if r.era == era and r.unmodelled is None] for era in ERAS}
     v1_eras = [e for e in ERAS if e != "v0"]
     for _ in range(sweeps):
         for name, grid in model.grids.items():
