@@ -179,6 +179,24 @@ def test_links_inside_the_folder_are_followed_links_out_are_not(tmp_path: Path) 
     assert result.samples["file"].to_list() == ["alias/m.prom"]
 
 
+def test_parquet_bombs_are_refused_from_their_footer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 13 KB Parquet file of 2,000,000 dictionary-encoded rows, and one that decompresses to more
+    than the limit, are rejected before a row is decoded."""
+    import warehouse.telemetry.tabular as tabular
+
+    rows = 2_000_000
+    pl.DataFrame({"deployment_id": ["d"] * rows, "model": [MODEL] * rows}).write_parquet(tmp_path / "rows.parquet")
+    wide = {"deployment_id": [str(i) for i in range(20_000)], "model": [f"m{i}" * 300 for i in range(20_000)]}
+    pl.DataFrame(wide).write_parquet(tmp_path / "wide.parquet")
+    monkeypatch.setattr(tabular, "MAX_PARQUET_UNPACKED_BYTES", 10 << 20)
+    result = ingest(tmp_path)
+    assert_sound(result)
+    assert result.rejects.select("file", "reason_code").rows() == [
+        ("rows.parquet", "too_large"),
+        ("wide.parquet", "too_large"),
+    ]
+
+
 # --- numbers and times ---------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from warehouse.telemetry.common import FileContext, FileReport, observation_id
 from warehouse.telemetry.normalize import (
@@ -116,7 +117,8 @@ ALIASES = {
     "max_kv_usage": "peak_kv_usage",
 }
 REQUIRED = ("deployment_id", "model")
-MAX_PARQUET_ROWS = 5_000_000  # an export of observations, not of samples: far more is a mistake
+MAX_PARQUET_ROWS = 1_000_000  # one row per deployment observation: a million is already a mistake
+MAX_PARQUET_UNPACKED_BYTES = 1 << 30  # a small file that decompresses to more is a bomb, not an export
 _STARTUP_OUTCOMES = ("started", "failed", "unknown")
 
 
@@ -180,9 +182,16 @@ def parse_csv(ctx: FileContext, text: DecodedText, report: FileReport, dedupe: D
 
 def parse_parquet(ctx: FileContext, report: FileReport, dedupe: Dedupe) -> None:
     try:
-        rows = pl.scan_parquet(io.BytesIO(ctx.raw)).select(pl.len()).collect().item()
+        meta = pq.ParquetFile(io.BytesIO(ctx.raw)).metadata  # the footer only: sizes before anything is decoded
+        rows = meta.num_rows
+        unpacked = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
         if rows > MAX_PARQUET_ROWS:
             raise RowError("too_large", f"{rows:,} rows, above the {MAX_PARQUET_ROWS:,}-row limit: not read")
+        if unpacked > MAX_PARQUET_UNPACKED_BYTES:
+            raise RowError(
+                "too_large",
+                f"{unpacked:,} bytes once decompressed, above the {MAX_PARQUET_UNPACKED_BYTES:,}-byte limit: not read",
+            )
         table = pl.read_parquet(io.BytesIO(ctx.raw))
     except RowError as exc:
         report.reject(None, exc, None)
