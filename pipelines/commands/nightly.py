@@ -259,7 +259,7 @@ def telemetry_summary(con: duckdb.DuckDBPyConnection) -> list[str]:
         "any_value(telemetry_source), any_value(drop_dir) from marts.telemetry_files"
     ).fetchone()
     n_files, observations, samples, rejected, source, drop_dir = files or (0, 0, 0, 0, None, None)
-    origin = f"{source} {drop_dir}" if drop_dir else str(source or "no drop folder")
+    origin = f"{source} {drop_dir}" if drop_dir else str(source or "no telemetry files found")
     lines = [
         f"  telemetry       {n_files:,} files ({origin}): {observations:,} observations, {samples:,} samples, "
         f"{rejected:,} rows rejected" + (" (see marts.telemetry_rejects)" if rejected else "")
