@@ -254,3 +254,18 @@ def test_nightly_killed_while_publishing_leaves_a_whole_snapshot(runner: CliRunn
     from warehouse.publish import Warehouse
 
     assert Warehouse(pipeline_env.warehouse).builds() == []
+
+
+def test_a_check_without_a_description_is_said_by_its_numbers() -> None:
+    import dagster as dg
+
+    from pipelines.commands.nightly import _metadata_line
+
+    metadata = {
+        "rows": dg.MetadataValue.int(0),
+        "negative_values": dg.MetadataValue.int(3),
+        "problems": dg.MetadataValue.md("- one\n- two"),  # a list, not a reason: left out
+        "scope": dg.MetadataValue.text("vllm 0.11"),
+    }
+    assert _metadata_line(metadata) == "rows=0, negative_values=3, scope=vllm 0.11"
+    assert "see the check in dg dev" in _metadata_line({})

@@ -58,8 +58,8 @@ def dagster_instance() -> Iterator[tuple[DagsterInstance, str]]:
         if not config.exists():  # Dagster's defaults, without its first-run telemetry banner
             config.write_text("telemetry:\n  enabled: false\nnux:\n  enabled: false\n", encoding="utf-8")
         with DagsterInstance.from_config(str(DAGSTER_BASE_DIR.resolve())) as instance:
-            home = DAGSTER_BASE_DIR.resolve()  # DAGSTER_HOME must be absolute
-            yield instance, f"{DAGSTER_BASE_DIR} (see it: DAGSTER_HOME={home} dagster dev -m pipelines.definitions)"
+            absolute = DAGSTER_BASE_DIR.resolve()  # DAGSTER_HOME must be absolute
+            yield instance, f"{DAGSTER_BASE_DIR} (see it: DAGSTER_HOME={absolute} dagster dev -m pipelines.definitions)"
 
 
 def one_line_sql(sql: str) -> str:
@@ -75,6 +75,15 @@ def _error_line(error: Any) -> str:
     cause = error.cause or error
     lines = (cause.message or "").strip().splitlines()
     return lines[-1] if lines else str(cause.cls_name)
+
+
+def _metadata_line(metadata: Any) -> str:
+    """A check without a description, said by its short metadata values (`rows=0, negative_values=3`)."""
+    values = [(k, getattr(v, "value", v)) for k, v in (metadata or {}).items()]
+    short = [
+        f"{k}={v}" for k, v in values if isinstance(v, int | float | str) and len(str(v)) <= 40 and "\n" not in str(v)
+    ]
+    return ", ".join(short[:6]) or "no reason recorded; see the check in dg dev"
 
 
 class Progress:
@@ -110,8 +119,8 @@ class Progress:
             label = f"{evaluation.check_name} on {'.'.join(evaluation.asset_key.path)}"
             warning = getattr(evaluation.severity, "value", "") == "WARN"
             verdict = "passed" if evaluation.passed else ("warning" if warning else "failed")
-            if not evaluation.passed:  # the check's own one-line reason (AssetCheckResult.description)
-                reason = " ".join((evaluation.description or "no reason given; see the check in dg dev").split())
+            if not evaluation.passed:  # the check's own one-line reason, else its numbers
+                reason = " ".join((evaluation.description or _metadata_line(evaluation.metadata)).split())
                 label = f"{label}: {reason}"
                 (self.warnings if verdict == "warning" else self.failed_checks).append(label)
             self.checks[step].append((label, verdict))
