@@ -384,6 +384,10 @@ def _state_mixers(spec: ModelSpec) -> frozenset[StateMixer]:
     return frozenset(layer.mixer for layer in spec.layers if layer.mixer is not None)
 
 
+def _has_indexer(spec: ModelSpec) -> bool:
+    return any(layer.indexer_head_dim for layer in spec.layers)
+
+
 def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
     return tuple(
         engine_profile(engine, options.vllm_version if engine == Engine.VLLM else None) for engine in options.engines
@@ -393,14 +397,14 @@ def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
 def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions) -> _Registry:
     reg = _Registry(options, _profiles(options), gpus)
     gpns = sorted({gpu.gpus_per_node for gpu in gpus})
-    # the engines' defaults read three facts of a model (its context limit, for vLLM's v0 batch rule;
-    # whether it is MLA, for the block size; its state mixers, for prefill checkpoints): one
-    # representative per combination of facts is asked
-    classes: dict[tuple[int, bool, frozenset[StateMixer]], int] = {}
+    # the engines' defaults read four facts of a model (its context limit, for vLLM's v0 batch rule;
+    # whether it is MLA and whether it has a sparse-attention indexer, for the block size; its state
+    # mixers, for prefill checkpoints): one representative per combination of facts is asked
+    classes: dict[tuple[int, bool, frozenset[StateMixer], bool], int] = {}
     representative: list[ModelSpec] = []
     parallel: set[tuple[int, int]] = set()
     for gm in models:
-        key = (gm.spec.context_limit_tokens, gm.spec.is_mla, _state_mixers(gm.spec))
+        key = (gm.spec.context_limit_tokens, gm.spec.is_mla, _state_mixers(gm.spec), _has_indexer(gm.spec))
         if key not in classes:
             classes[key] = len(classes)
             representative.append(gm.spec)

@@ -182,6 +182,7 @@ class GpuSku:
     name: str
     vendor: str
     memory_total_bytes: int  # what the driver reports to the engine, not the marketing number
+    memory_total_mib_smi: int | None = None  # nvidia-smi memory.total (what SGLang sizes its defaults by)
     memory_bandwidth_gbps: float | None = None
     bf16_dense_tflops: float | None = None
     fp8_dense_tflops: float | None = None

@@ -170,7 +170,7 @@ def device_memory_bytes(gpu: GpuSku | None, gpu_memory_bytes: int) -> int:
     memory.total (MiB), a little more than torch's total (H100 SXM: 81,559 against 81,090.56 MiB). The
     catalog's `memory_total_mib_smi` where the SKU carries it and the deployment does not override the
     memory, else the driver total capplan has."""
-    smi_mib = getattr(gpu, "memory_total_mib_smi", None) if gpu is not None else None
+    smi_mib = gpu.memory_total_mib_smi if gpu is not None else None
     if smi_mib and gpu is not None and gpu_memory_bytes == gpu.memory_total_bytes:
         return int(smi_mib) * ec.MIB
     return gpu_memory_bytes

@@ -76,6 +76,7 @@ class GpuRecord:
             name=self.name,
             vendor=self.vendor,
             memory_total_bytes=self.memory_total_bytes,
+            memory_total_mib_smi=self.memory_total_mib_smi,
             memory_bandwidth_gbps=self.memory_bandwidth_gbps,
             bf16_dense_tflops=self.bf16_dense_tflops,
             fp8_dense_tflops=self.fp8_dense_tflops,

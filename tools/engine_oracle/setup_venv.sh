@@ -29,4 +29,8 @@ import vllm.v1.core.kv_cache_utils  # noqa: F401
 import vllm.v1.kv_cache_interface  # noqa: F401
 import sglang.srt.server_args  # noqa: F401
 PY
+# what SGLang's pool configurator imports beyond those, in a folder of its own that only the SGLang
+# oracle puts on PYTHONPATH (tests/test_engine_sglang.py): torchvision (--no-deps; the oracle script keeps
+# its C++ ops from loading against the CPU torch) would break `import vllm` if it sat in the venv
+"${PIP[@]}" --no-deps --target "$VENV/sglang-extra" 'dill==0.4.1' 'gguf==0.19.0' 'torchvision==0.28.0'
 printf '%s' "$HASH" >"$STAMP"
