@@ -53,11 +53,14 @@ def main() -> None:
     args = parser.parse_args()
     comparisons = compare(load_measurements(), resolve_model, find_gpu_sku)
     header = "   n  med|e|  1%   5%  med(e)"
+    evaluated = []
+    for model in (DERIVED, PREVIOUS):
+        rows = build_rows(comparisons, resolve_model, model)
+        evaluated.append((model, rows, [shipped_scores(rows, model), in_sample_scores(rows, model),
+                                        cross_validated_scores(rows, model)]))  # fmt: skip
     for metric in ("pool", "tokens"):
         print(f"\n== KV {metric}: {header} (shipped | in-sample refit | leave-one-source-out)")
-        for model in (DERIVED, PREVIOUS):
-            rows = build_rows(comparisons, resolve_model, model)
-            runs = [shipped_scores(rows, model), in_sample_scores(rows, model), cross_validated_scores(rows, model)]
+        for model, rows, runs in evaluated:
             tables = [by_tag(rows, getattr(s, metric)) for s in runs]
             print(f"-- {model.name}  (sources: {len({r.group for r in rows})})")
             for tag in tables[0]:
