@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from capacity.memory import GIB, UNBOUNDED_TOKENS, Estimate, KVPool, cdiv, kv_heads_per_gpu, stage_layers
+from capacity.performance import Performance
 from capacity.spec import WINDOWED_KINDS, KVKind, ModelSpec
 
 
@@ -189,3 +190,33 @@ def _verdict(est: Estimate) -> str:
     if est.reason.startswith("DOES NOT START"):
         return est.reason
     return f"DOES NOT FIT: {est.reason}"
+
+
+def speed_derivation(pf: Performance) -> list[str]:
+    """The performance block: the decode step's roofline, TPOT, throughput and TTFT."""
+    p, eff = pf.inputs, pf.efficiency
+    if p is None:
+        return []
+    b, ctx = pf.concurrency, pf.input_tokens + pf.output_tokens // 2
+    kv = pf.decode_step_bytes - pf.decode_weight_bytes
+    bw, flops = p.bandwidth_bytes_per_s / 1e9, p.flops_per_s / 1e12
+    lines = [
+        f"6. Speed at concurrency {b:,}: prompts of {pf.input_tokens:,} tokens, {pf.output_tokens:,} generated "
+        f"(decode at the mean context {ctx:,})",
+        f"   decode step reads {pf.decode_weight_bytes / 1e9:,.2f} GB of weights"
+        + (" (the experts B tokens touch in expectation)" if p.num_experts else "")
+        + f" + {kv / 1e9:,.2f} GB of KV/state = {pf.decode_step_bytes / 1e9:,.2f} GB per GPU",
+        f"   memory time  = {pf.decode_step_bytes / 1e9:,.2f} GB / ({eff.memory_bandwidth:.2f} x {bw:,.0f} GB/s) "
+        f"= {pf.decode_memory_ms:,.3f} ms",
+        f"   compute time = {pf.decode_step_flops / 1e12:,.3f} TFLOP / ({eff.compute:.2f} x {flops:,.0f} TFLOPS) "
+        f"= {pf.decode_compute_ms:,.3f} ms ({'memory' if pf.memory_bound else 'compute'}-bound)",
+        f"   TPOT = max + TP all-reduces {pf.decode_comm_ms:,.3f} ms + engine step {eff.step_overhead_s * 1e3:,.2f} ms"
+        + (f", x {p.pp} pipeline stages" if p.pp > 1 else "")
+        + f" = {pf.tpot_ms:,.2f} ms",
+        f"   output throughput = {b:,} / TPOT = {pf.output_tokens_per_second:,.0f} tokens/s per replica",
+        f"   TTFT = {pf.prefill_chunks:,} prefill chunk(s) beside the running batch = {pf.ttft_ms:,.1f} ms "
+        "(steady state, no queueing)",
+        f"   efficiency factors: {eff.source}",
+    ]
+    return lines
+

@@ -9,10 +9,11 @@ from typing import Annotated, NoReturn
 import typer
 
 from capacity.engines import ENGINE_NAMES
-from capacity.explain import derivation
-from capacity.memory import GIB, KV_DTYPES, WEIGHT_DTYPES
+from capacity.explain import derivation, speed_derivation
+from capacity.memory import GIB, KV_DTYPES, WEIGHT_DTYPES, Estimate
 from capacity.memory import estimate as run_estimate
-from capacity.spec import DeploymentSpec, GpuSku, SpecError
+from capacity.performance import Performance, performance
+from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 
 
 def fail(message: str) -> NoReturn:
@@ -70,6 +71,16 @@ def estimate(
     ] = None,
     concurrency: Annotated[
         int | None, typer.Option("--concurrency", metavar="B", help="Target concurrent sequences B.")
+    ] = None,
+    input_len: Annotated[
+        int | None,
+        typer.Option("--input-len", metavar="I", help="Prompt tokens per request, for the speed block (TTFT)."),
+    ] = None,
+    output_len: Annotated[
+        int | None,
+        typer.Option(
+            "--output-len", metavar="O", help="Generated tokens per request (default: min(256, T / 2)); T = I + O."
+        ),
     ] = None,
     max_model_len: Annotated[
         int | None,
@@ -150,6 +161,8 @@ def estimate(
     for name, number in (
         ("--context", context),
         ("--concurrency", concurrency),
+        ("--input-len", input_len),
+        ("--output-len", output_len),
         ("--max-model-len", None if max_model_len == -1 else max_model_len),
         ("--block-size", block_size),
         ("--max-num-batched-tokens", max_num_batched_tokens),
@@ -199,6 +212,8 @@ def estimate(
         overhead_bytes_per_gpu=_gib_to_bytes(overhead_gib),
         kv_cache_memory_bytes=_gib_to_bytes(kv_cache_memory_gib),
     )
+    if context is None and input_len is not None:
+        context = input_len + (output_len if output_len is not None else min(256, input_len))
     try:
         result = run_estimate(
             resolved.spec,
@@ -211,8 +226,44 @@ def estimate(
         )
     except SpecError as exc:
         fail(str(exc))
+    speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len)
     if as_json:
-        sys.stdout.write(json.dumps(result.contract(), indent=2) + "\n")
+        contract = result.contract()
+        if speed is not None:
+            contract |= speed.contract()
+        sys.stdout.write(json.dumps(contract, indent=2) + "\n")
         return
     for line in derivation(result, resolved.spec):
         typer.echo(line)
+    if speed is not None:
+        typer.echo("")
+        for line in speed_derivation(speed):
+            typer.echo(line)
+
+
+def _speed(
+    model: ModelSpec,
+    result: Estimate,
+    sku: GpuSku | None,
+    weight_dtype: str,
+    concurrency: int | None,
+    input_len: int | None,
+    output_len: int | None,
+) -> Performance | None:
+    """The speed block for `--concurrency` requests (or `--input-len`): none without a catalog GPU
+    whose bandwidth and peak FLOPS are known, or where the deployment does not fit."""
+    if sku is None or (concurrency is None and input_len is None) or not result.fits:
+        return None
+    if sku.memory_bandwidth_gbps is None or sku.bf16_dense_tflops is None:
+        return None
+    context = result.context_tokens
+    out = output_len if output_len is not None else min(256, max(1, context // 2))
+    prompt = input_len if input_len is not None else max(1, context - out)
+    chunk = result.pool.max_num_batched_tokens or prompt
+    try:
+        return performance(
+            model, result, sku, concurrency=concurrency or 1, input_tokens=prompt, output_tokens=out,
+            chunk_tokens=chunk, weight_dtype=weight_dtype,
+        )  # fmt: skip
+    except SpecError:
+        return None

@@ -1,0 +1,381 @@
+"""How fast a deployment runs: decode step time, prefill time, TPOT, TTFT and output tokens/s.
+
+A roofline per engine step, pure and vectorizable (every formula reads the same on Python floats and
+Polars expressions, like the engine rules in `capacity.engines.numeric`):
+
+- a step processes `tokens` new tokens (B for a decode step of B sequences; a prefill chunk adds its
+  prompt tokens) while `batch` sequences read their cached context;
+- bytes read per step = the weights on the rank (for MoE, the routed experts the step's tokens activate
+  in expectation, `E x (1 - (1 - k / E) ** tokens)` of E, not all of them) + the KV each sequence holds
+  (windowed layers at most their window, MLA latents, state) ;
+- FLOPs per step = 2 x active parameters per token on the rank x tokens + attention
+  (4 x heads x head dim x cached tokens per new token, per layer);
+- step time = max(bytes / (memory efficiency x bandwidth), FLOPs / (compute efficiency x peak))
+  + tensor-parallel all-reduces over the SKU's interconnect + a per-step engine overhead;
+- PP: each stage holds its layers; a token passes every stage (TPOT = stages x stage time + hops).
+
+The efficiency factors (`PerfEfficiency`) are few and named; `capacity.perf_fit` fits them on public
+benchmark measurements (capacity/data/perf_measurements.yaml) with leave-one-source-out validation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from capacity.engines.numeric import Num, as_float
+from capacity.memory import (
+    Estimate,
+    cdiv,
+    element_bytes,
+    kv_heads_per_gpu,
+    pp_partition,
+    serving_dtype,
+    stage_layers,
+    weight_format,
+)
+from capacity.spec import WINDOWED_KINDS, GpuSku, KVKind, ModelSpec, SpecError
+
+GB = 1e9
+TFLOP = 1e12
+
+
+@dataclass(frozen=True, slots=True)
+class PerfEfficiency:
+    """Achievable shares of the datasheet peaks and fixed costs; each factor says what it stands for."""
+
+    memory_bandwidth: float = 0.80  # share of peak HBM/GDDR bandwidth a decode step's reads reach
+    compute: float = 0.60  # share of the dense peak FLOPS large GEMMs reach (prefill, big batches)
+    step_overhead_s: float = 0.0015  # per engine step: scheduling, sampling, kernel launches between graphs
+    allreduce_latency_s: float = 0.000015  # per all-reduce, beyond the bytes over the link
+    source: str = "defaults before fitting (capacity.perf_fit replaces them)"
+
+
+# the efficiency factors in force, per engine (fitted by tools/perf_fit.py; see capacity/data)
+DEFAULT_EFFICIENCY = PerfEfficiency()
+
+
+@dataclass(frozen=True, slots=True)
+class PerfInputs:
+    """What one rank of a deployment reads and computes per step, independent of B and T."""
+
+    dense_weight_bytes: float  # every step reads these (attention, dense MLP, shared experts, embeddings)
+    expert_weight_bytes: float  # all routed experts on the rank
+    num_experts: int
+    experts_per_token: int
+    active_params: float  # parameters one token multiplies on the rank (2 FLOPs each)
+    full_kv_bytes_per_token: float  # per cached token, layers that keep every token (full, MLA)
+    windowed_kv: tuple[tuple[float, int], ...]  # (bytes per cached token, window) of windowed layers
+    state_bytes_per_sequence: float
+    attention_flops_per_cached_token: float  # per new token and cached token, all layers on the rank
+    windowed_attention: tuple[tuple[float, int], ...]  # the same for windowed layers, with their window
+    hidden_size: int
+    layers_on_rank: int
+    act_bytes: int
+    tp: int
+    pp: int
+    bandwidth_bytes_per_s: float
+    flops_per_s: float
+    link_bytes_per_s: float | None  # None: TP stays inside one GPU (TP = 1)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _peak_flops(gpu: GpuSku, weight_format_name: str) -> float:
+    """Dense peak for the GEMM dtype: fp8 weights use the fp8 peak where the GPU has one."""
+    bf16 = gpu.bf16_dense_tflops
+    if bf16 is None:
+        raise SpecError(f"GPU {gpu.id} has no bf16 dense TFLOPS in the catalog: cannot estimate speed")
+    if weight_format_name.startswith("fp8") and gpu.fp8_dense_tflops:
+        return gpu.fp8_dense_tflops * TFLOP
+    return bf16 * TFLOP
+
+
+def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str = "auto") -> PerfInputs:
+    """The per-rank quantities of the estimate's deployment (its first stage, the most loaded);
+    `weight_dtype` is what the estimate was asked for (`--dtype`)."""
+    if gpu.memory_bandwidth_gbps is None:
+        raise SpecError(f"GPU {gpu.id} has no memory bandwidth in the catalog: cannot estimate speed")
+    tp, pp = est.tp, est.pp
+    fmt = weight_format(model, weight_dtype, est.engine)
+    # the most loaded stage: the first (remainder layers and embeddings go first)
+    stage_index = 0
+    counts = pp_partition(len(model.layer_params), pp)
+    first = sum(counts[:stage_index])
+    stage_params = model.layer_params[first : first + counts[stage_index]]
+    expert_params = sum(p.experts for p in stage_params)
+    expert_bytes = expert_params * float(fmt.linear_bytes_per_param) / tp
+    dense_bytes = max(float(est.weights_bytes_per_gpu) - expert_bytes, 0.0)
+    per_layer_active = sum(
+        p.attention + p.mlp + p.router + p.norms
+        + (p.experts * model.num_experts_per_token / model.num_experts if model.num_experts else p.experts)
+        for p in stage_params
+    )  # fmt: skip
+    head = (model.lm_head_params or model.embedding_params) if stage_index == pp - 1 else 0
+    active = (per_layer_active + head) / tp
+    act_bytes = element_bytes(serving_dtype(model, est.engine))
+    kv_elem_bytes = _kv_element_bytes(est)
+    stage = stage_layers(model, pp)[stage_index]
+    full = 0.0
+    windowed: dict[int, float] = {}
+    attn_full = 0.0
+    attn_windowed: dict[int, float] = {}
+    heads_rank = model.num_attention_heads / tp
+    for layer in stage:
+        if not layer.stores_per_token_kv:
+            continue
+        per_token = kv_heads_per_gpu(layer, tp) * (layer.k_head_dim + layer.v_head_dim) * kv_elem_bytes
+        per_token += layer.indexer_bytes_per_token
+        # QK^T and AV: 2 FLOPs per multiply-add, two matmuls, per query head on the rank
+        head_dim = layer.k_head_dim if layer.kind is KVKind.MLA else (layer.k_head_dim + layer.v_head_dim) / 2
+        flops = 4.0 * heads_rank * head_dim
+        if layer.kind in WINDOWED_KINDS and layer.window_tokens:
+            windowed[layer.window_tokens] = windowed.get(layer.window_tokens, 0.0) + per_token
+            attn_windowed[layer.window_tokens] = attn_windowed.get(layer.window_tokens, 0.0) + flops
+        else:
+            full += per_token
+            attn_full += flops
+    link = gpu.interconnect_gbps * GB if tp > 1 and gpu.interconnect_gbps else None
+    notes: list[str] = []
+    if tp > 1 and link is None:
+        notes.append(f"{gpu.id} has no interconnect bandwidth in the catalog: TP all-reduces not costed")
+    return PerfInputs(
+        dense_weight_bytes=dense_bytes,
+        expert_weight_bytes=expert_bytes,
+        num_experts=model.num_experts,
+        experts_per_token=model.num_experts_per_token,
+        active_params=active,
+        full_kv_bytes_per_token=full,
+        windowed_kv=tuple(sorted((b, w) for w, b in windowed.items())),
+        state_bytes_per_sequence=float(est.state_bytes_per_sequence_per_gpu),
+        attention_flops_per_cached_token=attn_full,
+        windowed_attention=tuple(sorted((f, w) for w, f in attn_windowed.items())),
+        hidden_size=model.hidden_size,
+        layers_on_rank=max(counts),
+        act_bytes=act_bytes,
+        tp=tp,
+        pp=pp,
+        bandwidth_bytes_per_s=gpu.memory_bandwidth_gbps * GB,
+        flops_per_s=_peak_flops(gpu, est.weight_dtype),
+        link_bytes_per_s=link,
+        notes=tuple(notes),
+    )
+
+
+def _kv_element_bytes(est: Estimate) -> int:
+    name = est.kv_dtype.lower()
+    try:
+        return element_bytes(name)
+    except SpecError:
+        return 2
+
+
+def _minimum(a: Num, b: Num) -> Num:
+    """min(a, b) for floats or expressions (`a - relu(a - b)`)."""
+    diff = a - b
+    return a - (diff + abs(diff)) / 2
+
+
+def _maximum(a: Num, b: Num) -> Num:
+    diff = a - b
+    return b + (diff + abs(diff)) / 2
+
+
+def expected_active_experts(num_experts: int, experts_per_token: int, tokens: Num) -> Num:
+    """Distinct routed experts `tokens` tokens touch in expectation under uniform routing:
+    E x (1 - (1 - k / E) ** tokens)."""
+    if not num_experts:
+        return 0.0
+    miss = 1.0 - experts_per_token / num_experts
+    return num_experts * (1.0 - miss**tokens)
+
+
+def step_bytes(p: PerfInputs, tokens: Num, batch: Num, context_tokens: Num) -> Num:
+    """Bytes one rank reads in a step of `tokens` new tokens over `batch` sequences of T cached tokens."""
+    weights = p.dense_weight_bytes
+    if p.num_experts:
+        weights = weights + p.expert_weight_bytes * expected_active_experts(
+            p.num_experts, p.experts_per_token, tokens
+        ) / p.num_experts
+    else:
+        weights = weights + p.expert_weight_bytes
+    kv = p.full_kv_bytes_per_token * context_tokens
+    for per_token, window in p.windowed_kv:
+        kv = kv + per_token * _minimum(context_tokens, window)
+    return weights + batch * (kv + p.state_bytes_per_sequence)
+
+
+def step_flops(p: PerfInputs, tokens: Num, context_tokens: Num) -> Num:
+    """FLOPs of one rank for `tokens` new tokens, each attending to `context_tokens` cached ones."""
+    attention = p.attention_flops_per_cached_token * context_tokens
+    for flops, window in p.windowed_attention:
+        attention = attention + flops * _minimum(context_tokens, window)
+    return tokens * (2.0 * p.active_params + attention)
+
+
+def allreduce_seconds(p: PerfInputs, tokens: Num, eff: PerfEfficiency) -> Num:
+    """Two all-reduces per layer on the rank (attention and MLP outputs), ring algorithm."""
+    if p.tp <= 1 or p.link_bytes_per_s is None:
+        return 0.0
+    payload = tokens * p.hidden_size * p.act_bytes
+    ring = 2.0 * (p.tp - 1) / p.tp * payload / p.link_bytes_per_s
+    return 2 * p.layers_on_rank * (ring + eff.allreduce_latency_s)
+
+
+def step_seconds(p: PerfInputs, tokens: Num, batch: Num, context_tokens: Num, eff: PerfEfficiency) -> Num:
+    """One engine step on one stage: the roofline plus communication plus the engine's fixed cost."""
+    memory = step_bytes(p, tokens, batch, context_tokens) / (eff.memory_bandwidth * p.bandwidth_bytes_per_s)
+    compute = step_flops(p, tokens, context_tokens) / (eff.compute * p.flops_per_s)
+    return _maximum(memory, compute) + allreduce_seconds(p, tokens, eff) + eff.step_overhead_s
+
+
+def _pipeline(p: PerfInputs, stage_seconds: Num, tokens: Num) -> Num:
+    """A token passes every stage; activations hop between stages over the interconnect."""
+    if p.pp <= 1:
+        return stage_seconds
+    hop = tokens * p.hidden_size * p.act_bytes / (p.link_bytes_per_s or 25 * GB)
+    return p.pp * stage_seconds + (p.pp - 1) * hop
+
+
+def tpot_seconds(p: PerfInputs, batch: Num, context_tokens: Num, eff: PerfEfficiency = DEFAULT_EFFICIENCY) -> Num:
+    """Time per output token (= ITL) at steady state: a decode step of `batch` sequences of T tokens."""
+    return _pipeline(p, step_seconds(p, batch, batch, context_tokens, eff), batch)
+
+
+def output_tokens_per_second(
+    p: PerfInputs, batch: Num, context_tokens: Num, eff: PerfEfficiency = DEFAULT_EFFICIENCY
+) -> Num:
+    """Decode throughput of one replica with `batch` sequences in flight (PP keeps PP batches moving)."""
+    per_step = tpot_seconds(p, batch, context_tokens, eff)
+    return batch * p.pp / per_step if p.pp > 1 else batch / per_step
+
+
+def prefill_seconds(
+    p: PerfInputs,
+    prompt_tokens: int,
+    chunk_tokens: int,
+    running_batch: int = 0,
+    context_tokens: int = 0,
+    eff: PerfEfficiency = DEFAULT_EFFICIENCY,
+) -> float:
+    """Time to prefill one prompt in chunks of `chunk_tokens` (chunked prefill at max_num_batched_tokens),
+    each chunk sharing its step with `running_batch` decoding sequences of `context_tokens` tokens."""
+    chunk = max(1, chunk_tokens - running_batch)
+    total = 0.0
+    done = 0
+    for _ in range(cdiv(prompt_tokens, chunk)):
+        n = min(chunk, prompt_tokens - done)
+        # the chunk attends to the prompt so far (causal: on average half the chunk plus what came before)
+        mean_context = done + n / 2
+        step = step_seconds(p, n, 1, mean_context, eff)
+        if running_batch:
+            decode = step_seconds(p, running_batch, running_batch, context_tokens, eff) - eff.step_overhead_s
+            step = float(_maximum(step, decode))
+        total += float(as_float(step))
+        done += n
+    return float(_pipeline(p, total, prompt_tokens))
+
+
+@dataclass(frozen=True, slots=True)
+class Performance:
+    """Speed of one deployment at `concurrency` requests of `input_tokens` + `output_tokens`."""
+
+    concurrency: int
+    input_tokens: int
+    output_tokens: int
+    tpot_ms: float  # time per output token (ITL) at mid-generation context
+    ttft_ms: float  # steady-state time to first token (prefill sharing steps with the running batch)
+    output_tokens_per_second: float  # per replica
+    decode_step_bytes: float
+    decode_step_flops: float
+    memory_bound: bool
+    efficiency: PerfEfficiency
+    decode_weight_bytes: float = 0.0  # of decode_step_bytes: weights (the experts the step touches)
+    decode_memory_ms: float = 0.0  # bytes / achievable bandwidth
+    decode_compute_ms: float = 0.0  # FLOPs / achievable compute
+    decode_comm_ms: float = 0.0  # TP all-reduces
+    prefill_chunks: int = 0
+    inputs: PerfInputs | None = None
+    notes: tuple[str, ...] = ()
+
+    def contract(self) -> dict[str, object]:
+        return {
+            "concurrency": self.concurrency,
+            "input_len": self.input_tokens,
+            "output_len": self.output_tokens,
+            "output_tokens_per_second": round(self.output_tokens_per_second, 1),
+            "tpot_ms": round(self.tpot_ms, 3),
+            "ttft_ms": round(self.ttft_ms, 3),
+            "decode_memory_bound": self.memory_bound,
+        }
+
+
+def performance(
+    model: ModelSpec,
+    est: Estimate,
+    gpu: GpuSku,
+    *,
+    concurrency: int,
+    input_tokens: int,
+    output_tokens: int,
+    chunk_tokens: int,
+    weight_dtype: str = "auto",
+    eff: PerfEfficiency = DEFAULT_EFFICIENCY,
+) -> Performance:
+    """TPOT, TTFT and throughput at steady state: `concurrency` sequences decoding at the mean context
+    of a request (prompt + half the output), prompts prefilled in chunks beside them."""
+    if concurrency < 1 or input_tokens < 1 or output_tokens < 1:
+        raise SpecError("concurrency, input and output lengths must be positive")
+    p = perf_inputs(model, est, gpu, weight_dtype)
+    context = input_tokens + output_tokens // 2
+    tpot = float(tpot_seconds(p, concurrency, context, eff))
+    throughput = float(output_tokens_per_second(p, concurrency, context, eff))
+    ttft = prefill_seconds(p, input_tokens, chunk_tokens, concurrency - 1, context, eff)
+    memory = float(step_bytes(p, concurrency, concurrency, context)) / (eff.memory_bandwidth * p.bandwidth_bytes_per_s)
+    compute = float(step_flops(p, concurrency, context)) / (eff.compute * p.flops_per_s)
+    weights = float(step_bytes(p, concurrency, 0, context))
+    return Performance(
+        concurrency=concurrency,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        tpot_ms=tpot * 1e3,
+        ttft_ms=ttft * 1e3,
+        output_tokens_per_second=throughput,
+        decode_step_bytes=float(step_bytes(p, concurrency, concurrency, context)),
+        decode_step_flops=float(step_flops(p, concurrency, context)),
+        memory_bound=memory >= compute,
+        efficiency=eff,
+        decode_weight_bytes=weights,
+        decode_memory_ms=memory * 1e3,
+        decode_compute_ms=compute * 1e3,
+        decode_comm_ms=float(allreduce_seconds(p, concurrency, eff)) * 1e3,
+        prefill_chunks=cdiv(input_tokens, max(1, chunk_tokens - (concurrency - 1))),
+        inputs=p,
+        notes=p.notes,
+    )
+
+
+def largest_batch_within(
+    p: PerfInputs, context_tokens: int, max_batch: int, tpot_target_s: float, eff: PerfEfficiency = DEFAULT_EFFICIENCY
+) -> int:
+    """The largest B <= max_batch whose TPOT meets the target (TPOT grows with B); 0 when B = 1 misses it."""
+    if max_batch < 1 or float(tpot_seconds(p, 1, context_tokens, eff)) > tpot_target_s:
+        return 0
+    lo, hi = 1, max_batch
+    if float(tpot_seconds(p, hi, context_tokens, eff)) <= tpot_target_s:
+        return hi
+    while hi - lo > 1:  # lo meets, hi misses
+        mid = (lo + hi) // 2
+        if float(tpot_seconds(p, mid, context_tokens, eff)) <= tpot_target_s:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def ttft_at_rate_seconds(prefill_s: float, decode_s_per_request: float, requests_per_s: float) -> float:
+    """TTFT under a Poisson arrival rate, M/M/1 on the replica: service = prefill + a request's share of
+    decode time; waiting = rho / (1 - rho) x service; infinite past saturation."""
+    service = prefill_s + decode_s_per_request
+    rho = requests_per_s * service
+    if rho >= 1:
+        return float("inf")
+    return prefill_s + rho / (1 - rho) * service
