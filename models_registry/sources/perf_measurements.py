@@ -300,7 +300,11 @@ def validate_row(entry: object, gpu_ids: Iterable[str] | None = None) -> PerfMea
     ratio = entry.get("random_range_ratio")
     if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1):
         raise _Bad(f"random_range_ratio {ratio!r} must be within [0, 1]")
-    for lo, hi in (("median_ttft_ms", "p99_ttft_ms"), ("median_tpot_ms", "p99_tpot_ms"), ("median_itl_ms", "p99_itl_ms")):
+    for lo, hi in (
+        ("median_ttft_ms", "p99_ttft_ms"),
+        ("median_tpot_ms", "p99_tpot_ms"),
+        ("median_itl_ms", "p99_itl_ms"),
+    ):
         low_value, high_value = floats[lo], floats[hi]
         if low_value is not None and high_value is not None and low_value > high_value * 1.001:
             raise _Bad(f"{lo}={low_value:g} exceeds {hi}={high_value:g}")
