@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from capacity.calibration import Correction, calibrated_pool
-from capacity.memory import b_max, estimate, pool_starts, valid_tp_sizes, weight_format
+from capacity.memory import Estimate, b_max, estimate, pool_starts, valid_tp_sizes, weight_format
+from capacity.performance import Performance, performance
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 
 DEFAULT_HEADROOM = 0.9
@@ -82,6 +83,10 @@ class WorkloadProfile:
     overhead_bytes_per_gpu: int | None = None  # what-if override (the plain engine has none)
     context_source: str = ""  # how T was chosen, e.g. "p95 of the context distribution"
     description: str = ""
+    # latency targets (None: none); a replica then runs at the largest B that meets them and memory
+    tpot_ms_target: float | None = None  # time per output token (= ITL) at steady state
+    ttft_ms_target: float | None = None  # time to first token, steady state (prefill beside the batch)
+    output_tokens: int | None = None  # generated tokens per request (default: min(256, T / 2))
 
     @property
     def model_len(self) -> int:
@@ -105,6 +110,19 @@ class WorkloadProfile:
             raise SpecError(f"workload {self.name!r}: headroom must be in (0, 1], got {self.headroom}")
         if self.max_gpus_per_replica is not None and self.max_gpus_per_replica < 1:
             raise SpecError(f"workload {self.name!r}: max_gpus_per_replica must be >= 1")
+        for label, target in (("tpot_ms_target", self.tpot_ms_target), ("ttft_ms_target", self.ttft_ms_target)):
+            if target is not None and not 0 < target < 1e7:
+                raise SpecError(f"workload {self.name!r}: {label} must be a positive number of milliseconds")
+        if self.output_tokens is not None and not 0 < self.output_tokens < self.context_tokens:
+            raise SpecError(f"workload {self.name!r}: output_tokens must be between 1 and context_tokens - 1")
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.output_tokens or min(256, max(1, self.context_tokens // 2))
+
+    @property
+    def has_latency_target(self) -> bool:
+        return self.tpot_ms_target is not None or self.ttft_ms_target is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +167,11 @@ class PlacementOption:
     calibration_scope: str | None = None
     n_observations: int = 0
     rank: int = 0
+    binding: str = "memory"  # what sets B per replica: memory | tpot | ttft
+    b_latency: int | None = None  # the largest B that meets the latency targets (None: no target)
+    tpot_ms: float | None = None  # at the planned B per replica
+    ttft_ms: float | None = None
+    output_tokens_per_second: float | None = None  # per replica, at the planned B
 
     @property
     def gpus_per_replica(self) -> int:
@@ -170,6 +193,13 @@ class PlacementOption:
     def planned_capacity(self) -> int:
         """Concurrent sequences the replicas are planned for (>= the target)."""
         return self.replicas * self.planned_per_replica
+
+    @property
+    def usd_per_million_output_tokens(self) -> float | None:
+        """$ per million generated tokens at the planned batch (replica $/hour over its tokens/hour)."""
+        if not self.output_tokens_per_second:
+            return None
+        return self.usd_per_replica_hour / (self.output_tokens_per_second * 3600) * 1e6
 
     def usd_per_sequence_hour(self, target_concurrency: int) -> float:
         """$/hour per concurrent sequence of the workload."""
@@ -319,6 +349,10 @@ def size_layout(
     planned = math.floor(sequences * workload.headroom)
     if planned < 1:
         return f"B_max {sequences} at {workload.context_tokens:,} tokens leaves no sequence at {workload.headroom:.0%} headroom"
+    speed = _speed_at(model, est, layout, workload, planned)
+    if isinstance(speed, str):
+        return speed
+    binding, b_latency, planned, perf = speed
     return PlacementOption(
         workload=workload.name,
         model=model_id,
@@ -342,7 +376,57 @@ def size_layout(
         calibrated=correction is not None,
         calibration_scope=correction.scope.label() if correction is not None else None,
         n_observations=correction.n_observations if correction is not None else 0,
+        binding=binding,
+        b_latency=b_latency,
+        tpot_ms=perf.tpot_ms if perf is not None else None,
+        ttft_ms=perf.ttft_ms if perf is not None else None,
+        output_tokens_per_second=perf.output_tokens_per_second if perf is not None else None,
     )
+
+
+def _speed_at(
+    model: ModelSpec, est: Estimate, layout: Layout, workload: WorkloadProfile, planned: int
+) -> tuple[str, int | None, int, Performance | None] | str:
+    """(binding, latency bound on B, B per replica, speed at that B), or why no B meets the targets.
+    Without targets the speed is reported where the catalog has the GPU's bandwidth and FLOPS."""
+    gpu = layout.gpu
+    known = gpu.memory_bandwidth_gbps is not None and gpu.bf16_dense_tflops is not None
+    if not known:
+        if workload.has_latency_target:
+            return f"{gpu.id} has no bandwidth / TFLOPS in the catalog: latency targets cannot be checked"
+        return "memory", None, planned, None
+    out = workload.generated_tokens
+    prompt = workload.context_tokens - out
+    chunk = est.pool.max_num_batched_tokens or prompt
+
+    def speed(batch: int) -> Performance:
+        return performance(
+            model, est, gpu, concurrency=batch, input_tokens=prompt, output_tokens=out, chunk_tokens=chunk,
+            weight_dtype=layout.weight_dtype,
+        )  # fmt: skip
+
+    def meets(perf: Performance) -> str | None:
+        if workload.tpot_ms_target is not None and perf.tpot_ms > workload.tpot_ms_target:
+            return "tpot"
+        if workload.ttft_ms_target is not None and perf.ttft_ms > workload.ttft_ms_target:
+            return "ttft"
+        return None
+
+    at_planned = speed(planned)
+    if not workload.has_latency_target or meets(at_planned) is None:
+        return "memory", planned if workload.has_latency_target else None, planned, at_planned
+    missed = meets(speed(1))
+    if missed is not None:
+        target = workload.tpot_ms_target if missed == "tpot" else workload.ttft_ms_target
+        return f"even one sequence misses the {missed.upper()} target of {target:,.1f} ms"
+    lo, hi = 1, planned  # lo meets the targets, hi does not (latency grows with B)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if meets(speed(mid)) is None:
+            lo = mid
+        else:
+            hi = mid
+    return meets(at_planned) or "tpot", lo, lo, speed(lo)
 
 
 def place(
