@@ -4,7 +4,8 @@
 --   pp, gpus_per_replica, weight_dtype, kv_dtype, weight_format, kv_cache_dtype, engine,
 --   engine_version, context_tokens, max_model_len, target_concurrency, headroom, b_max,
 --   b_max_predicted, planned_per_replica, replicas, gpus_total, planned_capacity, usd_per_gpu_hour,
---   usd_per_replica_hour, usd_per_hour, usd_per_sequence_hour, calibrated, calibration_scope,
+--   usd_per_replica_hour, usd_per_hour, usd_per_sequence_hour, binding, b_latency, tpot_ms, ttft_ms,
+--   output_tokens_per_second, usd_per_million_output_tokens, calibrated, calibration_scope,
 --   n_observations, feasible_options, in_fleet_plan, reason
 -- history: marts.recommended_placements_history (every retained run).
 create or replace view marts.recommended_placements as
@@ -45,6 +46,12 @@ select
     usd_per_replica_hour,
     usd_per_hour,
     usd_per_sequence_hour,
+    binding,
+    b_latency,
+    tpot_ms,
+    ttft_ms,
+    output_tokens_per_second,
+    usd_per_million_output_tokens,
     calibrated,
     calibration_scope,
     n_observations,
@@ -86,6 +93,12 @@ comment on column marts.recommended_placements.usd_per_gpu_hour is 'GPU price (m
 comment on column marts.recommended_placements.usd_per_replica_hour is '$/hour of one replica.';
 comment on column marts.recommended_placements.usd_per_hour is '$/hour of all replicas.';
 comment on column marts.recommended_placements.usd_per_sequence_hour is 'usd_per_hour / target_concurrency: $/hour per concurrent sequence.';
+comment on column marts.recommended_placements.binding is 'What sets the sequences per replica: memory (B_max x headroom), tpot or ttft (the workload''s latency target).';
+comment on column marts.recommended_placements.b_latency is 'The largest batch per replica that meets the workload''s latency targets (NULL without targets).';
+comment on column marts.recommended_placements.tpot_ms is 'Predicted time per output token at planned_per_replica (capacity.performance roofline).';
+comment on column marts.recommended_placements.ttft_ms is 'Predicted steady-state time to first token at planned_per_replica (prefill beside the running batch).';
+comment on column marts.recommended_placements.output_tokens_per_second is 'Predicted decode throughput of one replica at planned_per_replica.';
+comment on column marts.recommended_placements.usd_per_million_output_tokens is 'usd_per_replica_hour over the replica''s output tokens per hour, x 1e6.';
 comment on column marts.recommended_placements.calibrated is 'True when B_max comes from a calibrated KV pool.';
 comment on column marts.recommended_placements.calibration_scope is 'The calibration scope applied (marts.calibration.scope).';
 comment on column marts.recommended_placements.n_observations is 'Deployments that scope was fitted on.';

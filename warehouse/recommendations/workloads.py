@@ -43,7 +43,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _WORKLOAD_KEYS = {
     "name", "description", "model", "models", "target_concurrency", "context_tokens", "context", "plan_for",
     "max_model_len", "dtype_policy", "headroom", "engine", "engine_version", "gpus", "max_gpus_per_replica",
-    "tp_sizes", "pp_sizes", "gpu_memory_utilization",
+    "tp_sizes", "pp_sizes", "gpu_memory_utilization", "tpot_ms_target", "ttft_ms_target", "output_tokens",
 }  # fmt: skip
 _DEFAULT_KEYS = _WORKLOAD_KEYS - {"name", "description", "model", "models", "target_concurrency", "context",
                                   "context_tokens", "plan_for"}  # fmt: skip
@@ -147,6 +147,12 @@ def _policy(value: object) -> DtypePolicy:
     raise SpecError(f"dtype_policy must be a name or a mapping, got {type(value).__name__}")
 
 
+def _number(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < float(value) < 1e7:
+        raise SpecError(f"{what} must be a positive number of milliseconds, got {value!r}")
+    return float(value)
+
+
 def _int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
         raise SpecError(f"{what} must be a whole number, got {value!r}")
@@ -182,7 +188,10 @@ def profile_from(entry: dict[str, Any], defaults: dict[str, Any]) -> WorkloadPro
     if isinstance(models, str):
         models = [models]
     context, source = _context(merged)
-    optional_ints = {k: _int(merged[k], k) for k in ("max_model_len", "max_gpus_per_replica") if merged.get(k)}
+    optional_ints = {
+        k: _int(merged[k], k) for k in ("max_model_len", "max_gpus_per_replica", "output_tokens") if merged.get(k)
+    }
+    targets = {k: _number(merged[k], k) for k in ("tpot_ms_target", "ttft_ms_target") if merged.get(k) is not None}
     profile = WorkloadProfile(
         name=str(merged.get("name") or ""),
         models=tuple(str(m) for m in models),
@@ -202,6 +211,9 @@ def profile_from(entry: dict[str, Any], defaults: dict[str, Any]) -> WorkloadPro
         else None,
         context_source=source,
         description=str(merged.get("description") or ""),
+        tpot_ms_target=targets.get("tpot_ms_target"),
+        ttft_ms_target=targets.get("ttft_ms_target"),
+        output_tokens=optional_ints.get("output_tokens"),
     )
     profile.validate()
     return profile

@@ -4,7 +4,8 @@
 --   pp, gpus_per_replica, weight_dtype, kv_dtype, weight_format, kv_cache_dtype, engine,
 --   engine_version, context_tokens, max_model_len, target_concurrency, headroom, b_max,
 --   b_max_predicted, planned_per_replica, replicas, gpus_total, planned_capacity, usd_per_gpu_hour,
---   usd_per_replica_hour, usd_per_hour, usd_per_sequence_hour, calibrated, calibration_scope,
+--   usd_per_replica_hour, usd_per_hour, usd_per_sequence_hour, binding, b_latency, tpot_ms, ttft_ms,
+--   output_tokens_per_second, usd_per_million_output_tokens, calibrated, calibration_scope,
 --   n_observations, feasible_options, in_fleet_plan, reason
 create or replace view staging.recommended_placements as
 with source as (
@@ -45,6 +46,12 @@ typed as (
         usd_per_replica_hour::double as usd_per_replica_hour,
         usd_per_hour::double as usd_per_hour,
         usd_per_sequence_hour::double as usd_per_sequence_hour,
+        binding::varchar as binding,
+        b_latency::bigint as b_latency,
+        tpot_ms::double as tpot_ms,
+        ttft_ms::double as ttft_ms,
+        output_tokens_per_second::double as output_tokens_per_second,
+        usd_per_million_output_tokens::double as usd_per_million_output_tokens,
         calibrated::boolean as calibrated,
         calibration_scope::varchar as calibration_scope,
         n_observations::bigint as n_observations,
