@@ -51,7 +51,13 @@ _INT_FIELDS = (
     "total_input_tokens",
     "total_output_tokens",
 )
-_THROUGHPUT_FIELDS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "total_tokens_per_s", "request_throughput")
+_THROUGHPUT_FIELDS = (
+    "output_tokens_per_s",
+    "output_tokens_per_s_per_gpu",
+    "total_tokens_per_s",
+    "total_tokens_per_s_per_gpu",
+    "request_throughput",
+)
 _TTFT_FIELDS = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms")
 _STEP_FIELDS = ("mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms")
 _LATENCY_FIELDS = ("mean_e2e_latency_ms", "batch_latency_s")
@@ -106,6 +112,7 @@ class PerfMeasurement:
     output_tokens_per_s: float | None = None
     output_tokens_per_s_per_gpu: float | None = None
     total_tokens_per_s: float | None = None
+    total_tokens_per_s_per_gpu: float | None = None
     request_throughput: float | None = None
     mean_ttft_ms: float | None = None
     median_ttft_ms: float | None = None
