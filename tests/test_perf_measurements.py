@@ -119,6 +119,9 @@ def test_numbers_are_plausible(rows: list[PerfMeasurement]) -> None:
                 per_user_ceiling = 1000.0 / row.tpot_ms
                 assert row.output_throughput <= per_user_ceiling * row.effective_concurrency * 1.5, row.id
         assert row.tp * row.pp <= row.num_gpus
+        if row.mean_concurrency is not None and row.concurrency is not None:
+            # the tool's time-averaged in-flight count can't exceed the cap (small slack for its rounding)
+            assert row.mean_concurrency <= row.concurrency * 1.01, row.id
 
 
 def test_static_batch_latency_rows_are_self_consistent(rows: list[PerfMeasurement]) -> None:

@@ -107,6 +107,7 @@ class PerfMeasurement:
     batch_size: int | None = None
     request_rate: float | None = None  # requests/s; math.inf for "inf" (all at once)
     num_prompts: int | None = None
+    mean_concurrency: float | None = None  # requests in flight on average, as the benchmark tool reports it
     total_input_tokens: int | None = None
     total_output_tokens: int | None = None
     output_tokens_per_s: float | None = None
@@ -302,6 +303,7 @@ def validate_row(entry: object, gpu_ids: Iterable[str] | None = None) -> PerfMea
         floats[key] = _opt_positive(entry, key, MAX_STEP_MS)
     floats["mean_e2e_latency_ms"] = _opt_positive(entry, "mean_e2e_latency_ms", 24 * MAX_TTFT_MS)
     floats["batch_latency_s"] = _opt_positive(entry, "batch_latency_s", 24 * MAX_TTFT_MS / 1000)
+    mean_concurrency = _opt_positive(entry, "mean_concurrency", float(MAX_LEN))
     if all(floats[key] is None for key in MEASURED_FIELDS):
         raise _Bad("no measured value (throughput, TTFT, TPOT/ITL or latency)")
     ratio = entry.get("random_range_ratio")
@@ -338,6 +340,7 @@ def validate_row(entry: object, gpu_ids: Iterable[str] | None = None) -> PerfMea
         batch_size=ints["batch_size"],
         request_rate=_request_rate(entry),
         num_prompts=ints["num_prompts"],
+        mean_concurrency=mean_concurrency,
         total_input_tokens=ints["total_input_tokens"],
         total_output_tokens=ints["total_output_tokens"],
         raw=dict(entry),
