@@ -130,7 +130,9 @@ def test_static_batch_latency_rows_are_self_consistent(rows: list[PerfMeasuremen
     for row in rows:
         if row.benchmark_kind != "offline_batch_latency":
             continue
-        assert row.batch_size and row.input_len and row.output_len and row.batch_latency_s and row.total_tokens_per_s
+        assert row.batch_size and row.input_len and row.output_len and row.batch_latency_s, row.id
+        if row.total_tokens_per_s is None:
+            continue  # latency-only tables (ROCm dev-docker)
         implied = row.batch_size * (row.input_len + row.output_len) / row.batch_latency_s
         assert implied == pytest.approx(row.total_tokens_per_s, rel=1e-6), row.id
         checked += 1
