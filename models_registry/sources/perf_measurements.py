@@ -60,7 +60,7 @@ _THROUGHPUT_FIELDS = (
 )
 _TTFT_FIELDS = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms")
 _STEP_FIELDS = ("mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms")
-_LATENCY_FIELDS = ("mean_e2e_latency_ms", "batch_latency_s")
+_LATENCY_FIELDS = ("mean_e2e_latency_ms", "median_e2e_latency_ms", "batch_latency_s")
 MEASURED_FIELDS = _THROUGHPUT_FIELDS + _TTFT_FIELDS + _STEP_FIELDS + _LATENCY_FIELDS
 _STR_FIELDS = (
     "source_family",
@@ -125,6 +125,7 @@ class PerfMeasurement:
     median_itl_ms: float | None = None
     p99_itl_ms: float | None = None
     mean_e2e_latency_ms: float | None = None
+    median_e2e_latency_ms: float | None = None
     batch_latency_s: float | None = None
     notes: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -302,6 +303,7 @@ def validate_row(entry: object, gpu_ids: Iterable[str] | None = None) -> PerfMea
     for key in _STEP_FIELDS:
         floats[key] = _opt_positive(entry, key, MAX_STEP_MS)
     floats["mean_e2e_latency_ms"] = _opt_positive(entry, "mean_e2e_latency_ms", 24 * MAX_TTFT_MS)
+    floats["median_e2e_latency_ms"] = _opt_positive(entry, "median_e2e_latency_ms", 24 * MAX_TTFT_MS)
     floats["batch_latency_s"] = _opt_positive(entry, "batch_latency_s", 24 * MAX_TTFT_MS / 1000)
     mean_concurrency = _opt_positive(entry, "mean_concurrency", float(MAX_LEN))
     if all(floats[key] is None for key in MEASURED_FIELDS):
