@@ -47,11 +47,39 @@ class PerfEfficiency:
     compute: float = 0.60  # share of the dense peak FLOPS large GEMMs reach (prefill, big batches)
     step_overhead_s: float = 0.0015  # per engine step: scheduling, sampling, kernel launches between graphs
     allreduce_latency_s: float = 0.000015  # per all-reduce, beyond the bytes over the link
+    request_overhead_s: float = 0.0  # per request before its first prefill step (HTTP, tokenizer, scheduler)
     source: str = "defaults before fitting (capacity.perf_fit replaces them)"
 
 
-# the efficiency factors in force, per engine (fitted by tools/perf_fit.py; see capacity/data)
-DEFAULT_EFFICIENCY = PerfEfficiency()
+# Fitted by `python tools/perf_fit.py` (capacity.perf_fit) on capacity/data/perf_measurements.yaml (public
+# benchmark rows grouped by source, README-perf-measurements.md), minimising the mean absolute log error.
+# Memory and compute efficiency per GPU vendor class, step and request overheads per engine.
+_FIT_SOURCE = "fitted on the public benchmark rows of capacity/data/perf_measurements.yaml (tools/perf_fit.py)"
+MEMORY_EFFICIENCY = {"nvidia": 0.722, "amd": 0.447}
+COMPUTE_EFFICIENCY = {"nvidia": 0.522, "amd": 0.151}
+STEP_OVERHEAD_S = {"vllm": 0.00300, "sglang": 0.00595, "trtllm": 0.00346}
+REQUEST_OVERHEAD_S = {"vllm": 0.0, "sglang": 0.124, "trtllm": 0.167}
+
+DEFAULT_EFFICIENCY = PerfEfficiency(
+    memory_bandwidth=MEMORY_EFFICIENCY["nvidia"],
+    compute=COMPUTE_EFFICIENCY["nvidia"],
+    step_overhead_s=STEP_OVERHEAD_S["vllm"],
+    request_overhead_s=REQUEST_OVERHEAD_S["vllm"],
+    source=f"vLLM on NVIDIA, {_FIT_SOURCE}",
+)
+
+
+def efficiency_for(engine: str, gpu: GpuSku) -> PerfEfficiency:
+    """The fitted factors for an engine on a GPU's vendor class (NVIDIA's where a class has no data)."""
+    vendor = "amd" if gpu.vendor.lower() == "amd" else "nvidia"
+    name = str(engine).lower()
+    return PerfEfficiency(
+        memory_bandwidth=MEMORY_EFFICIENCY.get(vendor, MEMORY_EFFICIENCY["nvidia"]),
+        compute=COMPUTE_EFFICIENCY.get(vendor, COMPUTE_EFFICIENCY["nvidia"]),
+        step_overhead_s=STEP_OVERHEAD_S.get(name, STEP_OVERHEAD_S["vllm"]),
+        request_overhead_s=REQUEST_OVERHEAD_S.get(name, 0.0),
+        source=f"{name} on {vendor}, {_FIT_SOURCE}",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,17 +346,18 @@ def performance(
     output_tokens: int,
     chunk_tokens: int,
     weight_dtype: str = "auto",
-    eff: PerfEfficiency = DEFAULT_EFFICIENCY,
+    eff: PerfEfficiency | None = None,
 ) -> Performance:
     """TPOT, TTFT and throughput at steady state: `concurrency` sequences decoding at the mean context
     of a request (prompt + half the output), prompts prefilled in chunks beside them."""
     if concurrency < 1 or input_tokens < 1 or output_tokens < 1:
         raise SpecError("concurrency, input and output lengths must be positive")
+    eff = eff or efficiency_for(est.engine, gpu)
     p = perf_inputs(model, est, gpu, weight_dtype)
     context = input_tokens + output_tokens // 2
     tpot = float(tpot_seconds(p, concurrency, context, eff))
     throughput = float(output_tokens_per_second(p, concurrency, context, eff))
-    ttft = prefill_seconds(p, input_tokens, chunk_tokens, concurrency - 1, context, eff)
+    ttft = prefill_seconds(p, input_tokens, chunk_tokens, concurrency - 1, context, eff) + eff.request_overhead_s
     memory = float(step_bytes(p, concurrency, concurrency, context)) / (eff.memory_bandwidth * p.bandwidth_bytes_per_s)
     compute = float(step_flops(p, concurrency, context)) / (eff.compute * p.flops_per_s)
     weights = float(step_bytes(p, concurrency, 0, context))

@@ -1,0 +1,59 @@
+"""Fit the performance model's efficiency factors and print in-sample vs cross-validated accuracy.
+
+    python tools/perf_fit.py [--rows]
+
+Fits `capacity.perf_fit.Params` on capacity/data/perf_measurements.yaml and prints, per metric,
+engine, GPU class and feature: in-sample, leave-one-source-group-out (the number to report) and the
+unfitted defaults, as median absolute error and the shares within 15 % and 25 %. The fitted values
+go into capacity/performance.py (MEMORY_EFFICIENCY, COMPUTE_EFFICIENCY, STEP_OVERHEAD_S, REQUEST_OVERHEAD_S).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from models_registry.sources.perf_cv import cv_report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", action="store_true", help="print every observation")
+    args = parser.parse_args()
+    report = cv_report()
+    print(f"{len(report.observations)} observations from {len({o.row_id for o in report.observations})} rows; "
+          f"{len(report.skipped)} rows skipped")  # fmt: skip
+    for skipped in report.skipped:
+        print(f"  skipped {skipped.row_id}: {skipped.reason}")
+    print(f"fitted: {report.params}")
+    header = f"{'':34} {'n':>4}  {'in-sample':>22}  {'cross-validated':>22}  {'defaults':>8}"
+    for title, key in (
+        ("metric", lambda o: o.metric),
+        ("engine / metric", lambda o: f"{o.engine}/{o.metric}"),
+        ("GPU class / metric", lambda o: f"{o.vendor}/{o.metric}"),
+        ("feature / metric", lambda o: None),
+    ):
+        if title.startswith("feature"):
+            continue
+        print(f"\n{title}\n{header}")
+        for value, (ins, cv, base) in report.table(key).items():
+            print(f"{value:34} {ins.n:4}  {ins.median_abs_error_pct:6.1f}% {ins.within_15_pct:5.0%} {ins.within_25_pct:5.0%}"
+                  f"    {cv.median_abs_error_pct:6.1f}% {cv.within_15_pct:5.0%} {cv.within_25_pct:5.0%}"
+                  f"    {base.median_abs_error_pct:6.1f}%")  # fmt: skip
+    tags = sorted({t for o in report.observations for t in o.tags})
+    print(f"\nfeature / metric\n{header}")
+    for tag in tags:
+        for value, (ins, cv, base) in report.table(lambda o, t=tag: f"{t}/{o.metric}" if t in o.tags else None).items():
+            print(f"{value:34} {ins.n:4}  {ins.median_abs_error_pct:6.1f}% {ins.within_15_pct:5.0%} {ins.within_25_pct:5.0%}"
+                  f"    {cv.median_abs_error_pct:6.1f}% {cv.within_15_pct:5.0%} {cv.within_25_pct:5.0%}"
+                  f"    {base.median_abs_error_pct:6.1f}%")  # fmt: skip
+    if args.rows:
+        for o, ins, cv in zip(report.observations, report.in_sample, report.cross_validated, strict=True):
+            print(f"{o.row_id} {o.metric}: measured {o.measured:.4g} in-sample {ins:.4g} cv {cv:.4g}")
+
+
+if __name__ == "__main__":
+    main()
