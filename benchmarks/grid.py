@@ -49,7 +49,7 @@ from capacity.grid import (
     grid_tables_sql,
     iter_grid_tables,
 )
-from capacity.memory import estimate
+from capacity.memory import AUTO_MAX_MODEL_LEN, estimate
 from capacity.spec import DeploymentSpec, GpuSku, LayerParams
 
 RENAMED = {"weight_format": "weight_dtype", "kv_cache_dtype": "kv_dtype"}
@@ -232,8 +232,10 @@ def scalar_sample(
     contracts = []
     for row in rows:
         model = models[row["model"]]
+        # the grid runs each deployment at the max_model_len that starts (vLLM's auto-fit)
         deployment = DeploymentSpec(tp=row["tp"], pp=row["pp"], weight_dtype=row["weight_dtype"],
-                                    kv_dtype=row["kv_dtype"], engine=row["engine"])  # fmt: skip
+                                    kv_dtype=row["kv_dtype"], engine=row["engine"],
+                                    max_model_len=AUTO_MAX_MODEL_LEN)  # fmt: skip
         contracts.append(
             estimate(model.spec, deployment, gpu=gpus[row["gpu"]], model_name=model.repo_id,
                      checkpoint_bytes=model.checkpoint_bytes, context_tokens=row["context"]).contract()
