@@ -53,7 +53,7 @@ READ_METRICS = frozenset({*VLLM_METRICS, *DCGM_METRICS, CACHE_CONFIG_INFO})
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?[ \t]+(\S+)(?:[ \t]+(-?\d{1,16}))?[ \t]*$", re.ASCII)
 _GPU_INDEX = re.compile(r"\d{1,6}", re.ASCII)
 _DIRECTIVE = re.compile(r"^#\s*(scraped_at|deployment_id)\s*:\s*(.*?)\s*$", re.IGNORECASE)
-_DEPLOYMENT_LABELS = ("deployment_id", "deployment")
+DEPLOYMENT_LABELS = ("deployment_id", "deployment")
 _MAX_MIB_UNKNOWN_GPU = 1 << 20  # 1 TiB in MiB: more than any GPU holds
 _FB_SLACK = 1.1  # DCGM's framebuffer total is a little above the driver-visible memory
 
@@ -102,7 +102,16 @@ def looks_like_prometheus(lines: list[str]) -> bool:
     return False
 
 
-def parse_prometheus(ctx: FileContext, text: DecodedText, report: FileReport, dedupe: Dedupe) -> None:
+def parse_prometheus(
+    ctx: FileContext,
+    text: DecodedText,
+    report: FileReport,
+    dedupe: Dedupe,
+    served_models: dict[tuple[str, str], set[str]] | None = None,
+) -> None:
+    """Every line of one snapshot into `report`. `served_models`: {(deployment, engine): model
+    names} seen outside this text (the other queries of a Prometheus API ingest), added to the
+    ones this text names, for `cache_config_info`, which has no `model_name` label."""
     report.lines_total = len(text.lines)
     try:
         default_ts, default_source = ctx.default_time()
@@ -153,10 +162,10 @@ def parse_prometheus(ctx: FileContext, text: DecodedText, report: FileReport, de
             ts, source, error = current_ts, "comment", ts_error
         else:
             ts, source, error = default_ts, default_source, default_error
-        dep = next((labels[k] for k in _DEPLOYMENT_LABELS if labels.get(k)), deployment)
+        dep = next((labels[k] for k in DEPLOYMENT_LABELS if labels.get(k)), deployment)
         parsed.append(_Line(number, raw, name, labels, value, ts, source, error, dep))
 
-    models_by_engine: dict[tuple[str, str], set[str]] = {}
+    models_by_engine: dict[tuple[str, str], set[str]] = {k: set(v) for k, v in (served_models or {}).items()}
     for entry in parsed:
         served = entry.labels.get("model_name")
         if served and entry.name in VLLM_METRICS:
@@ -238,7 +247,7 @@ def _model(ctx: FileContext, name: str | None) -> tuple[str, str | None]:
 
 
 def _series_key(entry: _Line, metric: str) -> tuple[Any, ...]:
-    labels = tuple(sorted((k, v) for k, v in entry.labels.items() if k not in _DEPLOYMENT_LABELS))
+    labels = tuple(sorted((k, v) for k, v in entry.labels.items() if k not in DEPLOYMENT_LABELS))
     assert entry.ts is not None
     return (entry.deployment_id, metric, labels, entry.ts)
 
