@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capacity.engines import Engine
+from capacity.engines.base import ProfileBase
 from capacity.engines.numeric import Num, truncate
 from capacity.memory import (
     EngineDefaults,
@@ -13,27 +14,15 @@ from capacity.memory import (
     Overhead,
     layer_kv_bytes_per_token,
     layer_state_bytes,
-    serving_dtype,
     stage_layers,
 )
 from capacity.spec import GpuSku, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
-class PlainProfile:
+class PlainProfile(ProfileBase):
     requested_version: str | None = None
     engine: Engine = Engine.PLAIN
-
-    @property
-    def version(self) -> str | None:
-        return self.requested_version
-
-    def serving_dtype(self, model: ModelSpec) -> str:
-        return serving_dtype(model, self.engine)
-
-    def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
-        """The config's SSM state dtype, float32 when it says none (transformers' default)."""
-        return model.mamba_ssm_cache_dtype
 
     def defaults(
         self,
@@ -51,9 +40,6 @@ class PlainProfile:
         self, model: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, max_num_seqs: int | None, act_bytes: int
     ) -> Overhead:
         return Overhead(0, 0, 0)
-
-    def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
-        return truncate(total_bytes * utilization) - weights_bytes - overhead_bytes
 
     def stage_pools(
         self,
@@ -86,29 +72,3 @@ class PlainProfile:
         self, num_blocks: Num, num_groups: Num, block_size: Num, concurrency: Num, max_model_len: Num
     ) -> Num:
         return truncate(concurrency * max_model_len)
-
-    @property
-    def start_reserved_units(self) -> int:
-        return 0
-
-    @property
-    def refuses_short_pool(self) -> bool:
-        return False
-
-    def kv_dtype_problem(self, kv_dtype: str) -> str | None:
-        return None
-
-    @property
-    def conv_state_without_current(self) -> bool:
-        """transformers caches the whole conv window"""
-        return False
-
-    def unmodelled(self, model: ModelSpec) -> str | None:
-        return None
-
-    @property
-    def overhead_era(self) -> str:
-        return self.engine.value
-
-    def observed_version(self, version: str | None, generation: str | None) -> str | None:
-        return version

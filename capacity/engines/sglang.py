@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 from capacity import engine_constants as ec
 from capacity.engines import Engine
+from capacity.engines.base import ProfileBase
 from capacity.engines.numeric import Num, as_float, truncate
 from capacity.memory import (
     WINDOWED_KINDS,
@@ -36,7 +37,6 @@ from capacity.memory import (
     Overhead,
     layer_kv_bytes_per_token,
     layer_state_bytes,
-    serving_dtype,
 )
 from capacity.spec import INDEXER_QUANT_BLOCK, GpuSku, KVKind, LayerKVSpec, ModelSpec
 
@@ -44,16 +44,9 @@ GIB_FLOAT = float(1 << 30)
 
 
 @dataclass(frozen=True, slots=True)
-class SglangProfile:
+class SglangProfile(ProfileBase):
     requested_version: str | None = None
     engine: Engine = Engine.SGLANG
-
-    @property
-    def version(self) -> str | None:
-        return self.requested_version
-
-    def serving_dtype(self, model: ModelSpec) -> str:
-        return serving_dtype(model, self.engine)
 
     def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
         """`configs/mamba_utils.py` `mamba2_state_dtype`: the config's `mamba_ssm_dtype`, else float32."""
@@ -117,9 +110,6 @@ class SglangProfile:
         c = cells(model, kv_bytes, ssm_bytes, tp, pp)
         return [pool_from_cells(c, budget_bytes, block_size, max_num_batched_tokens)]
 
-    def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
-        return max_num_batched_tokens
-
     def kv_cache_tokens(
         self, num_blocks: Num, num_groups: Num, block_size: Num, concurrency: Num, max_model_len: Num
     ) -> Num:
@@ -127,16 +117,9 @@ class SglangProfile:
         return num_blocks * block_size
 
     @property
-    def start_reserved_units(self) -> int:
-        return 0
-
-    @property
     def refuses_short_pool(self) -> bool:
         """SGLang starts with any non-empty pool; the scheduler caps a request's length at the pool."""
         return False
-
-    def kv_dtype_problem(self, kv_dtype: str) -> str | None:
-        return None
 
     @property
     def conv_state_without_current(self) -> bool:
@@ -153,13 +136,6 @@ class SglangProfile:
                 "(adjust_mem_fraction_for_vlm), which needs the tower's shape; the text-model fraction is used"
             )
         return None
-
-    @property
-    def overhead_era(self) -> str:
-        return self.engine.value
-
-    def observed_version(self, version: str | None, generation: str | None) -> str | None:
-        return version
 
 
 # --- defaults -------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from capacity import engine_constants as ec
 from capacity.engines import Engine
+from capacity.engines.base import ProfileBase
 from capacity.engines.numeric import Num, truncate
 from capacity.memory import (
     EngineDefaults,
@@ -19,27 +20,15 @@ from capacity.memory import (
     KVPool,
     Overhead,
     kv_bytes_per_token_per_gpu,
-    serving_dtype,
     transformer_overhead,
 )
 from capacity.spec import GpuSku, KVKind, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
-class TrtllmProfile:
+class TrtllmProfile(ProfileBase):
     requested_version: str | None = None
     engine: Engine = Engine.TRTLLM
-
-    @property
-    def version(self) -> str | None:
-        return self.requested_version
-
-    def serving_dtype(self, model: ModelSpec) -> str:
-        return serving_dtype(model, self.engine)
-
-    def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
-        """The config's SSM state dtype, float32 when it says none (transformers' default)."""
-        return model.mamba_ssm_cache_dtype
 
     def defaults(
         self,
@@ -90,31 +79,6 @@ class TrtllmProfile:
         capacity = budget_bytes // unit if unit and budget_bytes > 0 else 0
         return [KVPool("block", capacity, block_size, (KVGroup("full", model.num_layers),), max_num_batched_tokens, unit)]
 
-    def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
-        return max_num_batched_tokens
-
-    def kv_cache_tokens(
-        self, num_blocks: Num, num_groups: Num, block_size: Num, concurrency: Num, max_model_len: Num
-    ) -> Num:
-        """"Allocated X GiB for max tokens in paged KV cache (N)": blocks x tokens per block."""
-        return num_blocks * block_size
-
-    @property
-    def start_reserved_units(self) -> int:
-        return 0
-
-    @property
-    def refuses_short_pool(self) -> bool:
-        return False
-
-    def kv_dtype_problem(self, kv_dtype: str) -> str | None:
-        return None
-
-    @property
-    def conv_state_without_current(self) -> bool:
-        """state layers are not modelled"""
-        return False
-
     def unmodelled(self, model: ModelSpec) -> str | None:
         if any(layer.kind in (KVKind.SLIDING, KVKind.CHUNKED) for layer in model.layers):
             return (
@@ -124,10 +88,3 @@ class TrtllmProfile:
         if model.has_state_layers:
             return "TensorRT-LLM's state managers for Mamba / linear-attention layers are not modelled"
         return None
-
-    @property
-    def overhead_era(self) -> str:
-        return self.engine.value
-
-    def observed_version(self, version: str | None, generation: str | None) -> str | None:
-        return version

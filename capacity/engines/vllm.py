@@ -21,6 +21,7 @@ from functools import cache
 
 from capacity import engine_constants as ec
 from capacity.engines import Engine
+from capacity.engines.base import ProfileBase
 from capacity.engines.numeric import Num, at_least, truncate
 from capacity.engines.vllm_overhead import vllm_overhead
 from capacity.memory import (
@@ -32,7 +33,6 @@ from capacity.memory import (
     cdiv,
     layer_kv_bytes_per_token,
     layer_state_bytes,
-    serving_dtype,
     stage_layers,
 )
 from capacity.spec import GpuSku, KVKind, ModelSpec, SpecError, StateMixer
@@ -51,7 +51,7 @@ _SPELLED_OUT = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 
 
 @dataclass(frozen=True, slots=True)
-class VllmProfile:
+class VllmProfile(ProfileBase):
     """One vLLM release's accounting."""
 
     release: ec.VllmRelease
@@ -65,9 +65,6 @@ class VllmProfile:
     @property
     def version(self) -> str | None:
         return self.requested_version or ec.VLLM_DEFAULT_VERSION
-
-    def serving_dtype(self, model: ModelSpec) -> str:
-        return serving_dtype(model, self.engine)
 
     def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
         """`--mamba-ssm-cache-dtype auto`: the model dtype (mamba_utils._mamba_state_dtype), except

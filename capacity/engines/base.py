@@ -1,0 +1,76 @@
+"""What most engine profiles answer the same way; a profile overrides only where its engine differs.
+
+Every method is the protocol's (`capacity.engines.EngineProfile`); the defaults are the plain
+reading: the model's serving dtype, usable memory minus weights and overhead as the KV budget, one
+batch in flight, the pool's token slots as the printed size, start with any non-empty pool.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from capacity.engines.numeric import Num, truncate
+
+if TYPE_CHECKING:
+    from capacity.engines import Engine
+    from capacity.spec import ModelSpec
+
+
+class ProfileBase:
+    """Defaults shared by the engine profiles (each a frozen dataclass with `engine` and `requested_version`)."""
+
+    __slots__ = ()
+    engine: Engine
+    requested_version: str | None
+
+    @property
+    def version(self) -> str | None:
+        return self.requested_version
+
+    def serving_dtype(self, model: ModelSpec) -> str:
+        from capacity.memory import serving_dtype
+
+        return serving_dtype(model, self.engine)
+
+    def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
+        """The config's SSM state dtype, float32 when it says none (transformers' default)."""
+        return model.mamba_ssm_cache_dtype
+
+    def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
+        """Usable memory (total x utilization) minus everything that is not KV."""
+        return truncate(total_bytes * utilization) - weights_bytes - overhead_bytes
+
+    def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
+        return max_num_batched_tokens
+
+    def kv_cache_tokens(
+        self, num_blocks: Num, num_groups: Num, block_size: Num, concurrency: Num, max_model_len: Num
+    ) -> Num:
+        """The pool's token slots."""
+        return num_blocks * block_size
+
+    @property
+    def start_reserved_units(self) -> int:
+        return 0
+
+    @property
+    def refuses_short_pool(self) -> bool:
+        return False
+
+    def kv_dtype_problem(self, kv_dtype: str) -> str | None:
+        return None
+
+    @property
+    def conv_state_without_current(self) -> bool:
+        """transformers caches the whole conv window (`kernel` columns)."""
+        return False
+
+    def unmodelled(self, model: ModelSpec) -> str | None:
+        return None
+
+    @property
+    def overhead_era(self) -> str:
+        return self.engine.value
+
+    def observed_version(self, version: str | None, generation: str | None) -> str | None:
+        return version
