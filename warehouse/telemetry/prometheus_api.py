@@ -295,7 +295,7 @@ class _QueryReader:
         try:
             self.parse(query, body, report)
         except RowError as exc:
-            error = exc
+            error = RowError(exc.code, f"{self.client.display_url}/api/v1/{query.endpoint}: {exc.reason}")
         except Exception as exc:  # a parser bug costs this query, never the run
             error = RowError("parse_error", f"reading failed: {type(exc).__name__}: {one_line(exc, 160)}")
         else:
@@ -348,7 +348,9 @@ def plan(end_s: int, lookback_s: int, step_s: int) -> tuple[list[_Query], list[s
     queries: list[_Query] = []
     if lookback_s > 0 and lookback_s // step_s + 1 > MAX_POINTS_PER_SERIES:
         wider = math.ceil(lookback_s / (MAX_POINTS_PER_SERIES - 1))
-        notes.append(f"step {step_s} s widened to {wider} s: Prometheus returns at most {MAX_POINTS_PER_SERIES:,} points")
+        notes.append(
+            f"step {step_s} s widened to {wider} s: Prometheus returns at most {MAX_POINTS_PER_SERIES:,} points"
+        )
         step_s = wider
     for metric in SAMPLE_QUERIES:
         if lookback_s > 0:
@@ -403,7 +405,13 @@ def ingest_prometheus(
 def _bad_url(error: RowError) -> IngestResult:
     """A URL that cannot be queried: one file, one reject, the run goes on."""
     name = f"{URL_ENV} ({hashlib.sha256(error.reason.encode()).hexdigest()[:8]})"
-    reject = {"file": name, "line": None, "source_kind": "prometheus", "reason_code": error.code, "reason": error.reason}
+    reject = {
+        "file": name,
+        "line": None,
+        "source_kind": "prometheus",
+        "reason_code": error.code,
+        "reason": error.reason,
+    }
     manifest = {"file": name, "source_kind": "prometheus", "size_bytes": 0, "lines_total": 0, "lines_ignored": 0,
                 "rows_in": 1, "accepted": 0, "rejected": 1, "observations": 0, "samples": 0}  # fmt: skip
     return IngestResult(
