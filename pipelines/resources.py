@@ -24,6 +24,7 @@ from warehouse.lock import RunLock
 from warehouse.publish import DEFAULT_HISTORY_RUNS, DEFAULT_PATH, PublishResult, Warehouse
 from warehouse.sources import catalog_root
 from warehouse.telemetry.drop_folder import DropFolder, resolve_drop_folder
+from warehouse.telemetry.prometheus_api import DEFAULT_LOOKBACK_S, DEFAULT_STEP_S, PrometheusSettings
 
 WAREHOUSE_ENV = "CAPPLAN_WAREHOUSE"
 HISTORY_RUNS_ENV = "CAPPLAN_HISTORY_RUNS"
@@ -31,6 +32,10 @@ LOCK_WAIT_ENV = "CAPPLAN_LOCK_WAIT_S"
 REGISTRY_ENV = db.URL_ENV  # CAPPLAN_REGISTRY_URL
 CATALOG_ENV = "CAPPLAN_CATALOG_DIR"
 TELEMETRY_ENV = "CAPPLAN_TELEMETRY_DIR"
+PROMETHEUS_URL_ENV = "CAPPLAN_PROMETHEUS_URL"
+PROMETHEUS_LOOKBACK_ENV = "CAPPLAN_PROMETHEUS_LOOKBACK_S"
+PROMETHEUS_STEP_ENV = "CAPPLAN_PROMETHEUS_STEP_S"
+PROMETHEUS_TIMEOUT_ENV = "CAPPLAN_PROMETHEUS_TIMEOUT_S"
 WORKLOADS_ENV = "CAPPLAN_WORKLOADS"
 MIN_OBSERVATIONS_ENV = "CAPPLAN_CALIBRATION_MIN_OBSERVATIONS"
 DRIFT_ENV = "CAPPLAN_DRIFT_THRESHOLD_PCT"
@@ -154,6 +159,10 @@ class PlanningResource(dg.ConfigurableResource):
     admission settings (see warehouse/recommendations)."""
 
     telemetry_dir: str = ""  # empty: var/telemetry when it holds files, else the SAMPLE fleet
+    prometheus_url: str = ""  # empty: no Prometheus API ingest (warehouse/telemetry/prometheus_api.py)
+    prometheus_lookback_s: int = DEFAULT_LOOKBACK_S  # range queries cover this much before the run; 0: instant
+    prometheus_step_s: int = DEFAULT_STEP_S
+    prometheus_timeout_s: int = 30  # per query; a dead server costs one timeout
     workloads_path: str = ""  # empty: ./workloads.yaml, else the repository's
     calibration_min_observations: int = 3  # deployments a calibration scope needs to be used
     drift_threshold_pct: int = 10  # |prediction error| above this warns (asset check)
@@ -161,6 +170,13 @@ class PlanningResource(dg.ConfigurableResource):
 
     def drop_folder(self) -> DropFolder:
         return resolve_drop_folder(self.telemetry_dir or None)
+
+    def prometheus(self) -> PrometheusSettings | None:
+        if not self.prometheus_url.strip():
+            return None
+        return PrometheusSettings(
+            self.prometheus_url.strip(), self.prometheus_lookback_s, self.prometheus_step_s, self.prometheus_timeout_s
+        )
 
     @property
     def drift_threshold(self) -> float:
@@ -193,6 +209,10 @@ def build_resources() -> dict[str, Any]:
         ),
         "planning": PlanningResource(
             telemetry_dir=_env(TELEMETRY_ENV, ""),
+            prometheus_url=_env(PROMETHEUS_URL_ENV, ""),
+            prometheus_lookback_s=_env(PROMETHEUS_LOOKBACK_ENV, DEFAULT_LOOKBACK_S),
+            prometheus_step_s=_env(PROMETHEUS_STEP_ENV, DEFAULT_STEP_S),
+            prometheus_timeout_s=_env(PROMETHEUS_TIMEOUT_ENV, 30),
             workloads_path=_env(WORKLOADS_ENV, ""),
             calibration_min_observations=_env(MIN_OBSERVATIONS_ENV, 3),
             drift_threshold_pct=_env(DRIFT_ENV, 10),

@@ -1,8 +1,8 @@
 """Telemetry: the drop folder ingested, every observed deployment predicted, the calibration fit.
 
 Group `telemetry`. `telemetry_ingest` reads the drop folder (`CAPPLAN_TELEMETRY_DIR`, else
-`var/telemetry` when it holds files, else the shipped SAMPLE fleet) into the four
-`raw.telemetry_*` tables, resolving names against the run's registry; `telemetry_predictions`
+`var/telemetry` when it holds files, else the shipped SAMPLE fleet unless a Prometheus URL is set)
+and, with `CAPPLAN_PROMETHEUS_URL`, the Prometheus API, into the four `raw.telemetry_*` tables, resolving names against the run's registry; `telemetry_predictions`
 summarizes one row per deployment and predicts each with capplan; `calibration` fits the
 corrections. The marts are views over staging (`warehouse/marts/*.sql`).
 
@@ -23,14 +23,9 @@ from warehouse.catalog import Catalog, catalog
 from warehouse.sql import load_frame
 from warehouse.telemetry import IngestResult, check_reconciliation
 from warehouse.telemetry.calibration_frames import fit_frames
-from warehouse.telemetry.drop_folder import (
-    deployments_frame,
-    fingerprint,
-    fingerprint_key,
-    ingest_frames,
-    watched_folder,
-)
+from warehouse.telemetry.drop_folder import deployments_frame, fingerprint, fingerprint_key, watched_folder
 from warehouse.telemetry.predictions import predict_deployments
+from warehouse.telemetry.prometheus_api import ingest_sources
 from warehouse.telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA
 
 TELEMETRY_GROUP = "telemetry"
@@ -61,17 +56,17 @@ def _spec(table: str, deps: list[dg.AssetKey]) -> dg.AssetSpec:
 def telemetry_ingest(
     context: dg.AssetExecutionContext, planning: PlanningResource, warehouse: WarehouseResource
 ) -> Iterator[dg.MaterializeResult]:
-    """Read every file of the drop folder; every row is accepted or rejected with a reason."""
-    folder = planning.drop_folder()
-    frames = ingest_frames(folder, run_catalog(warehouse))
+    """Read the drop folder and, with CAPPLAN_PROMETHEUS_URL, the Prometheus API; every row is
+    accepted or rejected with a reason."""
+    frames = ingest_sources(planning.drop_folder(), planning.prometheus(), run_catalog(warehouse))
     summary = frames.result.summary()
     context.log.info(
-        f"telemetry from {folder.describe()}: {summary['files']} files, {summary['rows_in']} rows in, "
+        f"telemetry from {' and '.join(frames.descriptions)}: {summary['files']} files, {summary['rows_in']} rows in, "
         f"{summary['accepted']} accepted, {summary['rejected']} rejected"
     )
     extra = {
-        "drop_dir": str(folder.path),
-        "telemetry_source": folder.source,
+        "drop_dir": ", ".join(str(d) for d in frames.files["drop_dir"].unique(maintain_order=True)),
+        "telemetry_source": frames.source,
         **{name: dg.MetadataValue.int(value) for name, value in summary.items()},
     }
     with warehouse.build() as con:
@@ -104,7 +99,9 @@ def telemetry_predictions(
     with warehouse.build() as con:
         observations = con.sql("select * from raw.telemetry_observations").pl()
         samples = con.sql("select * from raw.telemetry_samples").pl()
-        row = con.execute("select any_value(telemetry_source) from raw.telemetry_files").fetchone()
+        row = con.execute(
+            "select string_agg(distinct telemetry_source, '+' order by telemetry_source) from raw.telemetry_files"
+        ).fetchone()
         source = (row[0] if row else None) or planning.drop_folder().source
         deployments = deployments_frame(observations, samples, source)
         predictions = predict_deployments(deployments, registry)

@@ -48,7 +48,9 @@ from typing import Any
 import polars as pl
 
 from capacity.spec import GpuSku
+from warehouse.catalog import Catalog
 from warehouse.telemetry.common import FileContext, FileReport, Sidecar
+from warehouse.telemetry.drop_folder import SAMPLE, DropFolder, ingest_frames
 from warehouse.telemetry.ingest import IngestResult, _concat
 from warehouse.telemetry.normalize import (
     DecodedText,
@@ -70,6 +72,7 @@ from warehouse.telemetry.redact import redact
 from warehouse.telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA, frame
 
 URL_ENV = "CAPPLAN_PROMETHEUS_URL"
+PROMETHEUS = "prometheus"  # the telemetry_source of what the API gave
 DEFAULT_LOOKBACK_S = 86_400  # the nightly reads the day since the last one
 DEFAULT_STEP_S = 300
 DEFAULT_TIMEOUT_S = 30.0
@@ -428,3 +431,75 @@ def with_source(result: IngestResult, source: str, where: str) -> pl.DataFrame:
     return result.files.with_columns(
         pl.lit(source, pl.String).alias("telemetry_source"), pl.lit(redact(where), pl.String).alias("drop_dir")
     )
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    """`CAPPLAN_PROMETHEUS_URL` and its query settings (see `ingest_prometheus`)."""
+
+    url: str
+    lookback_s: int = DEFAULT_LOOKBACK_S
+    step_s: int = DEFAULT_STEP_S
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def display_url(self) -> str:
+        """The URL as shown and stored: credentials redacted."""
+        try:
+            return PrometheusClient.from_url(self.url).display_url
+        except RowError:
+            return redact(one_line(self.url, 200))
+
+    def describe(self) -> str:
+        window = f"last {self.lookback_s:,} s every {self.step_s:,} s" if self.lookback_s else "instant queries"
+        return f"the Prometheus API at {self.display_url()} ({window})"
+
+
+@dataclass(frozen=True)
+class SourcedFrames:
+    """The frames of every telemetry source of a run, concatenated; `files` carries each file's
+    `telemetry_source` (sample | drop_folder | prometheus) and `drop_dir` (folder or redacted URL)."""
+
+    result: IngestResult
+    files: pl.DataFrame
+    sources: list[str]
+    descriptions: list[str]
+
+    @property
+    def source(self) -> str:
+        return "+".join(self.sources) or "none"
+
+
+def ingest_sources(folder: DropFolder, prometheus: PrometheusSettings | None, registry: Catalog) -> SourcedFrames:
+    """The drop folder and, when configured, the Prometheus API, resolved against `registry`.
+
+    The shipped SAMPLE fleet is only a stand-in for having no telemetry: with a Prometheus URL and
+    no drop folder configured or filled, the SAMPLE is not mixed into real measurements.
+    """
+    parts: list[tuple[IngestResult, pl.DataFrame]] = []
+    sources: list[str] = []
+    descriptions: list[str] = []
+    if prometheus is None or folder.source != SAMPLE or folder.configured:
+        frames = ingest_frames(folder, registry)
+        parts.append((frames.result, frames.files))
+        sources.append(folder.source)
+        descriptions.append(folder.describe())
+    if prometheus is not None:
+        result = ingest_prometheus(
+            prometheus.url,
+            lookback_s=prometheus.lookback_s,
+            step_s=prometheus.step_s,
+            timeout_s=prometheus.timeout_s,
+            model_ids=registry.model_ids(),
+            gpu_skus=list(registry.gpus.values()),
+        )
+        described = prometheus.describe()
+        parts.append((result, with_source(result, PROMETHEUS, prometheus.display_url())))
+        sources.append(PROMETHEUS)
+        descriptions.append(described)
+    merged = IngestResult(
+        observations=_concat([r.observations for r, _ in parts], OBSERVATION_SCHEMA),
+        samples=_concat([r.samples for r, _ in parts], SAMPLE_SCHEMA),
+        rejects=_concat([r.rejects for r, _ in parts], REJECT_SCHEMA),
+        files=_concat([r.files for r, _ in parts], FILE_SCHEMA),
+    )
+    return SourcedFrames(merged, pl.concat([f for _, f in parts], how="vertical"), sources, descriptions)
