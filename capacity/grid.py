@@ -113,6 +113,7 @@ GRID_COLUMNS = (
     "weight_format",
     "kv_cache_dtype",
     "weights_source",
+    "not_modelled",
     "gpu_memory_bytes",
     "gpu_memory_utilization",
     "max_model_len",
@@ -528,7 +529,7 @@ def _build_rows(
                         (kv_id, m, cid, e, k, engine, profile.version, kv_dtype, tp, pp,
                          kv_dtype.startswith("fp8"),
                          act_dtype if kv_dtype == "auto" else kv_dtype,
-                         per_token, per_token_gpu, state)
+                         per_token, per_token_gpu, state, profile.unmodelled(spec))
                     )  # fmt: skip
                     for weight_dtype, w_fp8, w_fp4 in dtypes:
                         w_idx = options.weight_dtypes.index(weight_dtype)
@@ -701,6 +702,7 @@ LAYOUT_COLUMNS = (
     "weight_format",
     "kv_cache_dtype",
     "weights_source",
+    "not_modelled",
     "kv_bytes_per_token",
     "kv_bytes_per_token_per_gpu",
     "state_bytes_per_sequence_per_gpu",
@@ -817,6 +819,7 @@ def _frames_of(t: _Tables) -> _Frames:
             "kv_bytes_per_token": _I64,
             "kv_bytes_per_token_per_gpu": _I64,
             "state_bytes_per_sequence_per_gpu": _I64,
+            "not_modelled": _STR,
         },
     )
     layouts = _rows(

@@ -314,3 +314,16 @@ def test_unmodelled_engine_rules_are_said_not_sized_silently() -> None:
     assert any(note.startswith("not modelled") for note in est.notes)
     full = _estimate("meta-llama/Llama-3.1-8B-Instruct", "h200-sxm-141gb", engine="trtllm", max_model_len=8192)
     assert full.not_modelled is None and full.contract()["modelled"] is True
+
+
+def test_the_grid_says_which_rows_it_does_not_model() -> None:
+    from capacity.grid import GridModel, GridOptions, build_deployments
+
+    gpt = load_model("openai/gpt-oss-20b")
+    llama = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    models = [GridModel("openai/gpt-oss-20b", gpt.spec, gpt.checkpoint_bytes),
+              GridModel("meta-llama/Llama-3.1-8B-Instruct", llama.spec, llama.checkpoint_bytes)]  # fmt: skip
+    options = GridOptions(engines=("vllm", "trtllm"), weight_dtypes=("auto",), kv_dtypes=("auto",))
+    rows = build_deployments(models, [find_gpu_sku("h100-sxm-80gb")], options).collect()
+    flagged = rows.filter(rows["not_modelled"].is_not_null())
+    assert set(zip(flagged["model"], flagged["engine"], strict=True)) == {("openai/gpt-oss-20b", "trtllm")}

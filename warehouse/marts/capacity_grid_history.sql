@@ -2,7 +2,7 @@
 -- grain: one row per run_id x model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x context.
 -- columns: run_id, run_date, deployment_id, model, model_family, gpu, engine, engine_version,
 --   weight_dtype, kv_dtype, tp, pp, num_gpus, context, weight_format, kv_cache_dtype,
---   weights_source, gpu_memory_bytes, gpu_memory_utilization, max_model_len, max_num_seqs,
+--   weights_source, not_modelled, gpu_memory_bytes, gpu_memory_utilization, max_model_len, max_num_seqs,
 --   kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu,
 --   weights_bytes_per_gpu, activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu,
 --   cuda_graph_bytes_per_gpu, overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, num_blocks,
@@ -41,6 +41,7 @@ select
     deployments.weight_format,
     deployments.kv_cache_dtype,
     deployments.weights_source,
+    deployments.not_modelled,
     deployments.gpu_memory_bytes,
     deployments.gpu_memory_utilization,
     deployments.max_model_len,
@@ -87,6 +88,7 @@ comment on column marts.capacity_grid_history.context is 'Tokens per sequence T 
 comment on column marts.capacity_grid_history.weight_format is 'Weight format weight_dtype resolves to for this model (bf16, fp8, int4-awq, mxfp4...).';
 comment on column marts.capacity_grid_history.kv_cache_dtype is 'KV cache dtype kv_dtype resolves to (bfloat16, float16, fp8...).';
 comment on column marts.capacity_grid_history.weights_source is 'checkpoint (scaled from model.safetensors.index.json) or modeled (counted from the config).';
+comment on column marts.capacity_grid_history.not_modelled is 'Why the engine''s accounting of this model is not modelled (e.g. TensorRT-LLM per-window pools): the row''s numbers are then capplan''s approximation; NULL when modelled.';
 comment on column marts.capacity_grid_history.gpu_memory_bytes is 'Device memory the engine sees (bytes, as the driver reports it).';
 comment on column marts.capacity_grid_history.gpu_memory_utilization is 'Fraction of device memory the engine may use.';
 comment on column marts.capacity_grid_history.max_model_len is 'The max_model_len the deployment runs with: the model''s context limit when the engine starts with it, else the largest length that starts (vLLM''s auto-fit, --max-model-len -1); contexts above it do not fit.';
