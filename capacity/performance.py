@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from capacity.engines import Engine
 from capacity.engines.numeric import Num, as_float
 from capacity.memory import (
     Estimate,
@@ -57,14 +58,14 @@ class PerfEfficiency:
 _FIT_SOURCE = "fitted on the public benchmark rows of capacity/data/perf_measurements.yaml (tools/perf_fit.py)"
 MEMORY_EFFICIENCY = {"nvidia": 0.722, "amd": 0.447}
 COMPUTE_EFFICIENCY = {"nvidia": 0.522, "amd": 0.151}
-STEP_OVERHEAD_S = {"vllm": 0.00300, "sglang": 0.00595, "trtllm": 0.00346}
-REQUEST_OVERHEAD_S = {"vllm": 0.0, "sglang": 0.124, "trtllm": 0.167}
+STEP_OVERHEAD_S = {Engine.VLLM: 0.00300, Engine.SGLANG: 0.00595, Engine.TRTLLM: 0.00346}
+REQUEST_OVERHEAD_S = {Engine.VLLM: 0.0, Engine.SGLANG: 0.124, Engine.TRTLLM: 0.167}
 
 DEFAULT_EFFICIENCY = PerfEfficiency(
     memory_bandwidth=MEMORY_EFFICIENCY["nvidia"],
     compute=COMPUTE_EFFICIENCY["nvidia"],
-    step_overhead_s=STEP_OVERHEAD_S["vllm"],
-    request_overhead_s=REQUEST_OVERHEAD_S["vllm"],
+    step_overhead_s=STEP_OVERHEAD_S[Engine.VLLM],
+    request_overhead_s=REQUEST_OVERHEAD_S[Engine.VLLM],
     source=f"vLLM on NVIDIA, {_FIT_SOURCE}",
 )
 
@@ -72,11 +73,14 @@ DEFAULT_EFFICIENCY = PerfEfficiency(
 def efficiency_for(engine: str, gpu: GpuSku) -> PerfEfficiency:
     """The fitted factors for an engine on a GPU's vendor class (NVIDIA's where a class has no data)."""
     vendor = "amd" if gpu.vendor.lower() == "amd" else "nvidia"
-    name = str(engine).lower()
+    try:
+        name = Engine(str(engine).lower())
+    except ValueError:
+        name = Engine.VLLM
     return PerfEfficiency(
         memory_bandwidth=MEMORY_EFFICIENCY.get(vendor, MEMORY_EFFICIENCY["nvidia"]),
         compute=COMPUTE_EFFICIENCY.get(vendor, COMPUTE_EFFICIENCY["nvidia"]),
-        step_overhead_s=STEP_OVERHEAD_S.get(name, STEP_OVERHEAD_S["vllm"]),
+        step_overhead_s=STEP_OVERHEAD_S.get(name, STEP_OVERHEAD_S[Engine.VLLM]),
         request_overhead_s=REQUEST_OVERHEAD_S.get(name, 0.0),
         source=f"{name} on {vendor}, {_FIT_SOURCE}",
     )
