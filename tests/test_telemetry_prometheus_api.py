@@ -366,3 +366,62 @@ def test_basic_auth_is_sent_and_never_shown(hostile: str) -> None:
     for frame in (result.files, result.samples, result.observations):
         text = frame.write_csv()
         assert "s3cr" not in text and "Y2FwcGxh" not in text
+
+
+# --- the Dagster asset -----------------------------------------------------------------------------
+
+
+def test_the_nightly_assets_read_both_sources_twice(prometheus: dict[str, Any], tmp_path: Path) -> None:
+    """Real Dagster runs (registry + telemetry groups) with a drop folder and the Prometheus URL
+    (with credentials that must show up nowhere): both sources land in raw.telemetry_*, the
+    reconciliation check passes, a second run replaces the rows."""
+    import dagster as dg
+    import duckdb
+
+    from pipelines.definitions import build_definitions
+    from pipelines.resources import PlanningResource, RegistryResource, WarehouseResource
+    from tests.test_telemetry_pipeline import Env
+
+    env = Env(tmp_path)
+    url = prometheus["url"].replace("http://", "http://capplan:n0t-shown@")
+    resources = {
+        "registry": RegistryResource(url=env.registry_url, catalog_dir=str(env.catalog)),
+        "warehouse": WarehouseResource(path=str(env.warehouse)),
+        "planning": PlanningResource(telemetry_dir=str(env.drop), prometheus_url=url, prometheus_lookback_s=3,
+                                     prometheus_step_s=1, prometheus_timeout_s=5),
+    }  # fmt: skip
+    defs = build_definitions()
+    selection = dg.AssetSelection.groups("registry", "gpu_catalog", "telemetry") | dg.AssetSelection.assets(
+        dg.AssetKey(["marts", "runs"])
+    )
+    counts = []
+    for _ in range(2):
+        result = dg.materialize(
+            [*(defs.assets or []), *(defs.asset_checks or [])],  # type: ignore[list-item]
+            selection=selection,
+            resources=resources,
+            raise_on_error=False,
+        )
+        assert result.success, [e.message for e in result.all_events if e.is_failure]
+        checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+        assert {c.check_name: c.passed for c in checks}.get("telemetry_reconciles") is True  # type: ignore[union-attr]
+        assert "n0t-shown" not in str([e.event_specific_data for e in result.all_events])
+        con = duckdb.connect(str(env.warehouse), read_only=True)
+        try:
+            sources = dict(con.execute(
+                "select telemetry_source, count(*) from raw.telemetry_files group by all").fetchall())  # fmt: skip
+            assert set(sources) == {"drop_folder", "prometheus"} and sources["prometheus"] == 8
+            assert all(
+                "n0t-shown" not in str(row) for row in con.execute("select * from raw.telemetry_files").fetchall()
+            )
+            counts.append(con.execute(
+                "select (select count(*) from raw.telemetry_observations where file like 'http%'), "
+                "(select count(*) from raw.telemetry_samples where deployment_id = 'chat-llama8b-h100'), "
+                "(select count(*) from (select distinct deployment_id, metric, source_metric, engine_index, "
+                "gpu_index, ts from raw.telemetry_samples)) = (select count(*) from raw.telemetry_samples)"
+            ).fetchone())  # fmt: skip
+        finally:
+            con.close()
+    # the registry knows Llama-3.1-8B: its deployments' cache_config_info are observations, every run once
+    assert counts[0][0] == counts[1][0] == 2
+    assert all(c[1] > 0 and c[2] for c in counts)
