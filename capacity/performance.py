@@ -20,10 +20,11 @@ benchmark measurements (capacity/data/perf_measurements.yaml) with leave-one-sou
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from capacity.engines import Engine
-from capacity.engines.numeric import Num, as_float
+from capacity.engines.numeric import Num, as_float, at_least
 from capacity.memory import (
     Estimate,
     cdiv,
@@ -107,7 +108,7 @@ class PerfInputs:
     pp: int
     bandwidth_bytes_per_s: float
     flops_per_s: float
-    link_bytes_per_s: float | None  # None: TP stays inside one GPU (TP = 1)
+    link_bytes_per_s: float  # the interconnect (inf where the catalog has none: traffic not costed)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -121,70 +122,104 @@ def _peak_flops(gpu: GpuSku, weight_format_name: str) -> float:
     return bf16 * TFLOP
 
 
-def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str = "auto") -> PerfInputs:
-    """The per-rank quantities of the estimate's deployment (its first stage, the most loaded);
-    `weight_dtype` is what the estimate was asked for (`--dtype`)."""
-    if gpu.memory_bandwidth_gbps is None:
-        raise SpecError(f"GPU {gpu.id} has no memory bandwidth in the catalog: cannot estimate speed")
-    tp, pp = est.tp, est.pp
-    fmt = weight_format(model, weight_dtype, est.engine)
-    # the most loaded stage: the first (remainder layers and embeddings go first)
-    stage_index = 0
+@dataclass(frozen=True, slots=True)
+class RankTerms:
+    """The GPU-independent part of `PerfInputs`: what one rank of a layout reads and multiplies."""
+
+    dense_weight_bytes: float
+    expert_weight_bytes: float
+    active_params: float
+    full_kv_bytes_per_token: float
+    attention_flops_per_cached_token: float
+    windowed: tuple[tuple[int, float, float], ...]  # (window, KV bytes per cached token, attention FLOPs)
+    layers_on_rank: int
+    act_bytes: int
+    fp8_gemm: bool  # fp8 weights: the GEMMs run at the fp8 peak where the GPU has one
+
+
+def rank_terms(
+    model: ModelSpec,
+    *,
+    tp: int,
+    pp: int,
+    weight_dtype: str,
+    engine: str,
+    weights_bytes_per_gpu: int,
+    kv_element_bytes: int,
+    weight_format_name: str,
+) -> RankTerms:
+    """Per-rank bytes and FLOPs of a layout on its first stage (the most loaded: remainder layers and
+    the embeddings go first); `weight_dtype` is what was asked for (`--dtype`)."""
+    fmt = weight_format(model, weight_dtype, engine)
     counts = pp_partition(len(model.layer_params), pp)
-    first = sum(counts[:stage_index])
-    stage_params = model.layer_params[first : first + counts[stage_index]]
-    expert_params = sum(p.experts for p in stage_params)
-    expert_bytes = expert_params * float(fmt.linear_bytes_per_param) / tp
-    dense_bytes = max(float(est.weights_bytes_per_gpu) - expert_bytes, 0.0)
+    stage_params = model.layer_params[: counts[0]]
+    expert_bytes = sum(p.experts for p in stage_params) * float(fmt.linear_bytes_per_param) / tp
     per_layer_active = sum(
         p.attention + p.mlp + p.router + p.norms
         + (p.experts * model.num_experts_per_token / model.num_experts if model.num_experts else p.experts)
         for p in stage_params
     )  # fmt: skip
-    head = (model.lm_head_params or model.embedding_params) if stage_index == pp - 1 else 0
-    active = (per_layer_active + head) / tp
-    act_bytes = element_bytes(serving_dtype(model, est.engine))
-    kv_elem_bytes = _kv_element_bytes(est)
-    stage = stage_layers(model, pp)[stage_index]
-    full = 0.0
-    windowed: dict[int, float] = {}
-    attn_full = 0.0
-    attn_windowed: dict[int, float] = {}
+    head = (model.lm_head_params or model.embedding_params) if pp == 1 else 0
+    full = attn_full = 0.0
+    windowed: dict[int, list[float]] = {}
     heads_rank = model.num_attention_heads / tp
-    for layer in stage:
+    for layer in stage_layers(model, pp)[0]:
         if not layer.stores_per_token_kv:
             continue
-        per_token = kv_heads_per_gpu(layer, tp) * (layer.k_head_dim + layer.v_head_dim) * kv_elem_bytes
+        per_token = kv_heads_per_gpu(layer, tp) * (layer.k_head_dim + layer.v_head_dim) * kv_element_bytes
         per_token += layer.indexer_bytes_per_token
         # QK^T and AV: 2 FLOPs per multiply-add, two matmuls, per query head on the rank
         head_dim = layer.k_head_dim if layer.kind is KVKind.MLA else (layer.k_head_dim + layer.v_head_dim) / 2
         flops = 4.0 * heads_rank * head_dim
         if layer.kind in WINDOWED_KINDS and layer.window_tokens:
-            windowed[layer.window_tokens] = windowed.get(layer.window_tokens, 0.0) + per_token
-            attn_windowed[layer.window_tokens] = attn_windowed.get(layer.window_tokens, 0.0) + flops
+            slot = windowed.setdefault(layer.window_tokens, [0.0, 0.0])
+            slot[0] += per_token
+            slot[1] += flops
         else:
             full += per_token
             attn_full += flops
-    link = gpu.interconnect_gbps * GB if tp > 1 and gpu.interconnect_gbps else None
-    notes: list[str] = []
-    if tp > 1 and link is None:
-        notes.append(f"{gpu.id} has no interconnect bandwidth in the catalog: TP all-reduces not costed")
-    return PerfInputs(
-        dense_weight_bytes=dense_bytes,
+    return RankTerms(
+        dense_weight_bytes=max(float(weights_bytes_per_gpu) - expert_bytes, 0.0),
         expert_weight_bytes=expert_bytes,
+        active_params=(per_layer_active + head) / tp,
+        full_kv_bytes_per_token=full,
+        attention_flops_per_cached_token=attn_full,
+        windowed=tuple((w, kv, f) for w, (kv, f) in sorted(windowed.items())),
+        layers_on_rank=max(counts),
+        act_bytes=element_bytes(serving_dtype(model, engine)),
+        fp8_gemm=weight_format_name.startswith("fp8"),
+    )
+
+
+def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str = "auto") -> PerfInputs:
+    """The per-rank quantities of the estimate's deployment on `gpu`."""
+    if gpu.memory_bandwidth_gbps is None:
+        raise SpecError(f"GPU {gpu.id} has no memory bandwidth in the catalog: cannot estimate speed")
+    terms = rank_terms(
+        model, tp=est.tp, pp=est.pp, weight_dtype=weight_dtype, engine=est.engine,
+        weights_bytes_per_gpu=est.weights_bytes_per_gpu, kv_element_bytes=_kv_element_bytes(est),
+        weight_format_name=est.weight_dtype,
+    )  # fmt: skip
+    link = gpu.interconnect_gbps * GB if gpu.interconnect_gbps else math.inf
+    notes: list[str] = []
+    if (est.tp > 1 or est.pp > 1) and math.isinf(link):
+        notes.append(f"{gpu.id} has no interconnect bandwidth in the catalog: TP/PP traffic not costed")
+    return PerfInputs(
+        dense_weight_bytes=terms.dense_weight_bytes,
+        expert_weight_bytes=terms.expert_weight_bytes,
         num_experts=model.num_experts,
         experts_per_token=model.num_experts_per_token,
-        active_params=active,
-        full_kv_bytes_per_token=full,
-        windowed_kv=tuple(sorted((b, w) for w, b in windowed.items())),
+        active_params=terms.active_params,
+        full_kv_bytes_per_token=terms.full_kv_bytes_per_token,
+        windowed_kv=tuple((kv, w) for w, kv, _ in terms.windowed),
         state_bytes_per_sequence=float(est.state_bytes_per_sequence_per_gpu),
-        attention_flops_per_cached_token=attn_full,
-        windowed_attention=tuple(sorted((f, w) for w, f in attn_windowed.items())),
+        attention_flops_per_cached_token=terms.attention_flops_per_cached_token,
+        windowed_attention=tuple((f, w) for w, _, f in terms.windowed),
         hidden_size=model.hidden_size,
-        layers_on_rank=max(counts),
-        act_bytes=act_bytes,
-        tp=tp,
-        pp=pp,
+        layers_on_rank=terms.layers_on_rank,
+        act_bytes=terms.act_bytes,
+        tp=est.tp,
+        pp=est.pp,
         bandwidth_bytes_per_s=gpu.memory_bandwidth_gbps * GB,
         flops_per_s=_peak_flops(gpu, est.weight_dtype),
         link_bytes_per_s=link,
@@ -220,15 +255,17 @@ def expected_active_experts(num_experts: int, experts_per_token: int, tokens: Nu
     return num_experts * (1.0 - miss**tokens)
 
 
+def active_expert_share(num_experts: Num, experts_per_token: Num, tokens: Num) -> Num:
+    """The share of routed experts `tokens` tokens touch: 1 - (1 - k / E) ** tokens (0 for dense models,
+    whose expert bytes are 0 anyway: E is taken as at least 1 so the formula needs no branch)."""
+    return 1.0 - (1.0 - experts_per_token / at_least(num_experts, 1)) ** tokens
+
+
 def step_bytes(p: PerfInputs, tokens: Num, batch: Num, context_tokens: Num) -> Num:
     """Bytes one rank reads in a step of `tokens` new tokens over `batch` sequences of T cached tokens."""
-    weights = p.dense_weight_bytes
-    if p.num_experts:
-        weights = weights + p.expert_weight_bytes * expected_active_experts(
-            p.num_experts, p.experts_per_token, tokens
-        ) / p.num_experts
-    else:
-        weights = weights + p.expert_weight_bytes
+    weights = p.dense_weight_bytes + p.expert_weight_bytes * active_expert_share(
+        p.num_experts, p.experts_per_token, tokens
+    )
     kv = p.full_kv_bytes_per_token * context_tokens
     for per_token, window in p.windowed_kv:
         kv = kv + per_token * _minimum(context_tokens, window)
@@ -244,12 +281,12 @@ def step_flops(p: PerfInputs, tokens: Num, context_tokens: Num) -> Num:
 
 
 def allreduce_seconds(p: PerfInputs, tokens: Num, eff: PerfEfficiency) -> Num:
-    """Two all-reduces per layer on the rank (attention and MLP outputs), ring algorithm."""
-    if p.tp <= 1 or p.link_bytes_per_s is None:
-        return 0.0
+    """Two all-reduces per layer on the rank (attention and MLP outputs), ring algorithm: nothing at
+    TP = 1 (the (TP - 1) / TP factor and the latency indicator vanish), and no bytes where the catalog
+    has no link bandwidth (an infinite link)."""
     payload = tokens * p.hidden_size * p.act_bytes
     ring = 2.0 * (p.tp - 1) / p.tp * payload / p.link_bytes_per_s
-    return 2 * p.layers_on_rank * (ring + eff.allreduce_latency_s)
+    return 2 * p.layers_on_rank * (ring + eff.allreduce_latency_s * as_float(p.tp > 1))
 
 
 def step_seconds(p: PerfInputs, tokens: Num, batch: Num, context_tokens: Num, eff: PerfEfficiency) -> Num:
@@ -261,9 +298,7 @@ def step_seconds(p: PerfInputs, tokens: Num, batch: Num, context_tokens: Num, ef
 
 def _pipeline(p: PerfInputs, stage_seconds: Num, tokens: Num) -> Num:
     """A token passes every stage; activations hop between stages over the interconnect."""
-    if p.pp <= 1:
-        return stage_seconds
-    hop = tokens * p.hidden_size * p.act_bytes / (p.link_bytes_per_s or 25 * GB)
+    hop = tokens * p.hidden_size * p.act_bytes / p.link_bytes_per_s
     return p.pp * stage_seconds + (p.pp - 1) * hop
 
 
@@ -277,7 +312,7 @@ def output_tokens_per_second(
 ) -> Num:
     """Decode throughput of one replica with `batch` sequences in flight (PP keeps PP batches moving)."""
     per_step = tpot_seconds(p, batch, context_tokens, eff)
-    return batch * p.pp / per_step if p.pp > 1 else batch / per_step
+    return batch * p.pp / per_step
 
 
 def prefill_seconds(
