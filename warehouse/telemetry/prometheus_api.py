@@ -34,15 +34,17 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
+import io
 import json
 import math
+import socket
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from http.client import HTTPException, HTTPResponse
+from http.client import HTTPConnection, HTTPException, HTTPResponse, HTTPSConnection
 from typing import Any
 
 import polars as pl
@@ -135,8 +137,9 @@ class PrometheusClient:
         if self.authorization:
             request.add_unredirected_header("Authorization", self.authorization)
         deadline = time.monotonic() + self.timeout_s
+        opener = urllib.request.build_opener(_DeadlineHTTPHandler(deadline), _DeadlineHTTPSHandler(deadline))
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with opener.open(request, timeout=self.timeout_s) as response:
                 return self._read(response, where, deadline)
         except urllib.error.HTTPError as exc:
             detail = _error_detail(exc)
@@ -169,6 +172,71 @@ class PrometheusClient:
             if size > limit:
                 raise RowError("too_large", f"{where} answered more than the {limit:,}-byte limit")
             chunks.append(chunk)
+
+
+class _DeadlineIO(io.RawIOBase):
+    """A socket read under one deadline for the whole answer: each read waits at most what is
+    left, so a server that trickles its status line, headers or body a byte at a time is cut off
+    at `timeout_s`, not after `timeout_s` per byte."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self.sock = sock
+        self.deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("deadline passed")
+        self.sock.settimeout(remaining)
+        return self.sock.recv_into(buffer)
+
+
+def _deadline_response(deadline: float) -> type[HTTPResponse]:
+    class DeadlineResponse(HTTPResponse):
+        def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
+            super().__init__(sock, *args, **kwargs)
+            self._socket_file = self.fp  # holds the socket open after urllib drops the connection's reference
+            self.fp = io.BufferedReader(_DeadlineIO(sock, deadline))
+
+        def close(self) -> None:
+            super().close()
+            self._socket_file.close()
+
+    return DeadlineResponse
+
+
+class _DeadlineHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: float) -> None:
+        super().__init__()
+        self.response_class = _deadline_response(deadline)
+
+    def http_open(self, req: urllib.request.Request) -> HTTPResponse:
+        response_class = self.response_class
+
+        class Connection(HTTPConnection):
+            pass
+
+        Connection.response_class = response_class
+        return self.do_open(Connection, req)
+
+
+class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: float) -> None:
+        super().__init__()
+        self.response_class = _deadline_response(deadline)
+
+    def https_open(self, req: urllib.request.Request) -> HTTPResponse:
+        response_class = self.response_class
+
+        class Connection(HTTPSConnection):
+            pass
+
+        Connection.response_class = response_class
+        return self.do_open(Connection, req, context=self._context)  # type: ignore[attr-defined]
 
 
 def _safe(value: object) -> str:

@@ -37,7 +37,11 @@ _SECRET_KEY = (
     r"[A-Za-z0-9_.\-]*(?:token|secret|password|passwd|pwd|api[_\-]?key|apikey|access[_\-]?key|"
     r"private[_\-]?key|credentials?)(?![A-Za-z0-9_])"
 )
-_ASSIGNMENT = re.compile(r"(?i)(\b" + _SECRET_KEY + r"['\"]?\s*(?:=|:)\s*)(?:'[^']*'|\"[^\"]*\"|[^\s,;&'\"}\])]+)")
+# `\[REDACTED\]` first: a value already redacted is matched whole and kept (redact is idempotent:
+# excerpts are redacted before they are cut, and again with every frame string).
+_ASSIGNMENT = re.compile(
+    r"(?i)(\b" + _SECRET_KEY + r"['\"]?\s*(?:=|:)\s*)(?:\[REDACTED\]|'[^']*'|\"[^\"]*\"|[^\s,;&'\"}\])]+)"
+)
 _FLAG = re.compile(r"(?i)(--" + _SECRET_KEY + r"(?:\s+|=))(?:'[^']*'|\"[^\"]*\"|[^\s'\"-][^\s'\"]*)")
 # scheme://user:password@host
 _URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://[^\s:/@'\"]*:)[^\s@/'\"]+(@)")
