@@ -104,7 +104,7 @@ comment on view marts.prediction_vs_measured is 'Every observed deployment with 
 comment on column marts.prediction_vs_measured.run_id is 'The nightly run that published this row (marts.runs.run_id).';
 comment on column marts.prediction_vs_measured.run_date is 'UTC date the run started.';
 comment on column marts.prediction_vs_measured.deployment_id is 'Observed deployment (marts.telemetry_observations.deployment_id).';
-comment on column marts.prediction_vs_measured.telemetry_source is 'sample (the shipped SAMPLE fleet: made-up numbers) or drop_folder (your telemetry).';
+comment on column marts.prediction_vs_measured.telemetry_source is 'sample (the shipped SAMPLE fleet: made-up numbers), drop_folder or prometheus (your telemetry; drop_folder+prometheus when a run read both).';
 comment on column marts.prediction_vs_measured.model is 'Registry id of the model (marts.models.model).';
 comment on column marts.prediction_vs_measured.model_family is 'Model family.';
 comment on column marts.prediction_vs_measured.gpu is 'GPU catalog id (marts.gpus.gpu).';

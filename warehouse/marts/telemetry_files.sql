@@ -48,6 +48,6 @@ comment on column marts.telemetry_files.rejected is 'Rows rejected (one marts.te
 comment on column marts.telemetry_files.observations is 'Observations built from the file.';
 comment on column marts.telemetry_files.samples is 'Samples read from the file.';
 comment on column marts.telemetry_files.notes is 'Notes (ignored CSV columns, documentation files).';
-comment on column marts.telemetry_files.telemetry_source is 'sample (the shipped SAMPLE fleet) or drop_folder (CAPPLAN_TELEMETRY_DIR / var/telemetry).';
-comment on column marts.telemetry_files.drop_dir is 'The folder the run ingested.';
+comment on column marts.telemetry_files.telemetry_source is 'sample (the shipped SAMPLE fleet), drop_folder (CAPPLAN_TELEMETRY_DIR / var/telemetry) or prometheus (CAPPLAN_PROMETHEUS_URL: one file per query).';
+comment on column marts.telemetry_files.drop_dir is 'The folder the run ingested, or the Prometheus URL (credentials redacted).';
 comment on column marts.telemetry_files.reconciles is 'True when rows_in = accepted + rejected (every row read is accounted for).';
