@@ -350,6 +350,8 @@ def test_a_dead_server_and_a_bad_url() -> None:
     for url in ("ftp://prom", "not a url", "http://[::1"):
         bad = ingest_prometheus(url)
         assert _one_line_rejects(bad) and bad.files.height == 1 and set(bad.rejects["reason_code"]) == {"unreadable"}
+    bad = ingest_prometheus(f"http://127.0.0.1:{port}", step_s=0)
+    assert _one_line_rejects(bad) and set(bad.rejects["reason_code"]) == {"bad_value"}
 
 
 def test_bad_series_and_points_are_rows_rejected_with_a_reason(hostile: str) -> None:

@@ -450,8 +450,9 @@ def ingest_prometheus(
     The end time is rounded down to a multiple of `step_s`, so two runs within one step read the
     same points (a re-run replaces, it does not add). Never raises for what the server does.
     """
-    if step_s < 1 or lookback_s < 0:
-        raise ValueError(f"step_s must be >= 1 and lookback_s >= 0 (got {step_s}, {lookback_s})")
+    if step_s < 1 or lookback_s < 0 or not timeout_s > 0:
+        reason = f"step_s >= 1, lookback_s >= 0 and timeout_s > 0 are needed (got {step_s}, {lookback_s}, {timeout_s})"
+        return _not_queried(RowError("bad_value", f"CAPPLAN_PROMETHEUS_* settings: {reason}"))
     models = ModelResolver.from_ids(model_ids if model_ids is not None else catalog_model_ids())
     gpus = GpuResolver(tuple(gpu_skus)) if gpu_skus is not None else GpuResolver.from_catalog()
     end = (at or dt.datetime.now(dt.UTC)).timestamp()
@@ -460,7 +461,7 @@ def ingest_prometheus(
     try:
         client = PrometheusClient.from_url(url, timeout_s, max_response_bytes)
     except RowError as exc:
-        return _bad_url(exc)
+        return _not_queried(exc)
     reader = _QueryReader(client, models, gpus, Dedupe())
     reports = [reader.read(query) for query in queries]
     for report in reports:
@@ -473,8 +474,8 @@ def ingest_prometheus(
     )
 
 
-def _bad_url(error: RowError) -> IngestResult:
-    """A URL that cannot be queried: one file, one reject, the run goes on."""
+def _not_queried(error: RowError) -> IngestResult:
+    """A URL or settings that cannot be queried: one file, one reject, the run goes on."""
     name = f"{URL_ENV} ({hashlib.sha256(error.reason.encode()).hexdigest()[:8]})"
     reject = {
         "file": name,
