@@ -42,6 +42,7 @@ from capacity.grid import (
     CONTEXT_COLUMNS,
     GRID_COLUMNS,
     GridModel,
+    GridOptions,
     GridTables,
     build_capacity_grid,
     build_deployments,
@@ -225,7 +226,9 @@ def scalar_sample(
     """(rows, seconds, mismatching rows) of `estimate` on the sampled grid rows."""
     rows = list(sample.iter_rows(named=True))
     compared = [
-        c for c in GRID_COLUMNS if c not in ("model", "model_family", "gpu", "weight_dtype", "kv_dtype", "num_gpus")
+        c for c in GRID_COLUMNS
+        if c not in ("model", "model_family", "gpu", "weight_dtype", "kv_dtype", "num_gpus", "tpot_ms",
+                     "output_tokens_per_second")  # the speed columns: tests/test_grid.py checks them
     ]
     mismatches = 0
     start = time.perf_counter()
@@ -262,6 +265,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--baseline", action="store_true", help="also time the warehouse's two-frame star publish (same run)"
     )
+    parser.add_argument(
+        "--no-speed-baseline", action="store_true",
+        help="skip the same-run baseline of the memory-only grid (GridOptions(speed=False))",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     models, skipped = catalog_models()
@@ -309,6 +316,16 @@ def main(argv: list[str] | None = None) -> None:
             con.close()
         n, scalar_s, mismatches = scalar_sample(sample, {m.repo_id: m for m in everything}, {g.id: g for g in gpus})
 
+        memory_only = None
+        if not args.no_speed_baseline:
+            # the same grid without the speed columns (the memory model alone), in the same run
+            begin = time.perf_counter()
+            con = _fresh(path.with_name(path.stem + "-memory.duckdb"), args.duckdb_threads)
+            chunks = iter_grid_tables(everything, gpus, GridOptions(speed=False), chunk_models=args.chunk_models)
+            published = publish_grid_tables(con, chunks, clock=Stopwatch(), writer_thread=args.writer_thread)
+            con.close()
+            memory_only = (time.perf_counter() - begin, published["contexts"])
+
         baseline = None
         if args.baseline:
             # the same grid as the single-frame star of before (one deployments frame with every
@@ -337,6 +354,10 @@ def main(argv: list[str] | None = None) -> None:
     print("queries on the view (best of 3): " + ", ".join(f"{name} {ms:.0f} ms" for name, ms in query_ms.items()))
     print(f"scalar estimate on {n:,} rows sampled from the view: {scalar_s:.2f} s = {scalar_rate:,.0f} rows/s; "
           f"grid build + publish is {rate / scalar_rate:,.0f}x faster per row; {mismatches} sampled rows disagree")  # fmt: skip
+    if memory_only:
+        seconds, height = memory_only
+        print(f"memory-only grid (same run, no speed columns): {seconds:.2f} s = {height / seconds:,.0f} rows/s; "
+              f"the speed model costs {100 * (total_s / seconds - 1):+.0f}% of the build")  # fmt: skip
     if baseline:
         build_s, publish_s, height = baseline
         before = build_s + publish_s

@@ -56,12 +56,14 @@ What the grid enumerates (GridOptions changes it):
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import product
+from typing import Any
 
 import polars as pl
 
@@ -80,6 +82,7 @@ from capacity.memory import (
     state_bytes_per_sequence_per_gpu,
     valid_tp_sizes,
 )
+from capacity.performance import GB, TFLOP, PerfEfficiency, PerfInputs, efficiency_for, rank_terms, tpot_seconds
 from capacity.spec import GpuSku, ModelSpec, SpecError, StateMixer
 
 # `plain` needs its overhead by hand: not a fleet-wide row
@@ -103,7 +106,7 @@ DEPLOYMENT_KEYS = (
     "num_gpus",
 )
 # Per-context columns; everything else in GRID_COLUMNS is a property of the deployment.
-CONTEXT_COLUMNS = ("context", "max_concurrency", "b_max", "b_max_memory", "fits")
+CONTEXT_COLUMNS = ("context", "max_concurrency", "b_max", "b_max_memory", "fits", "tpot_ms", "output_tokens_per_second")
 # The published grid: keys, context, then the breakdown of `capplan estimate --json` (same names).
 # `weight_format` / `kv_cache_dtype` are what `capplan estimate --json` calls weight_dtype / kv_dtype
 # (the resolved names); the grid's weight_dtype / kv_dtype are the values given to --dtype / --kv-dtype.
@@ -135,6 +138,8 @@ GRID_COLUMNS = (
     "b_max",
     "b_max_memory",
     "fits",
+    "tpot_ms",
+    "output_tokens_per_second",
 )
 # The pool's charge terms (`KVPool.charge_terms`), carried after GRID_COLUMNS so that
 # `build_context_limits` can evaluate any context; `pool_window_{j}_groups/_held` follow, one pair
@@ -150,6 +155,19 @@ POOL_COLUMNS = (
 )
 
 _WINDOW_PARTS = ("groups", "held", "block_size")
+# The speed model's per-rank terms (`capacity.performance.RankTerms`) carried from the layouts to the
+# context rows, and the GPU's and engine's: internal columns, not part of the published grid.
+PERF_WINDOW_SLOTS = 4  # windowed layer groups of distinct windows a layout's speed keeps apart
+_PERF_LAYOUT = (
+    "perf_dense_bytes", "perf_expert_bytes", "perf_active_params", "perf_full_kv", "perf_attn_full",
+    "perf_layers", "perf_act_bytes", "perf_fp8_gemm",
+    *(f"perf_win_{j}_{part}" for j in range(PERF_WINDOW_SLOTS) for part in ("tokens", "kv", "attn")),
+)  # fmt: skip
+_PERF_KV = ("perf_num_experts", "perf_experts_per_token", "perf_hidden")
+_PERF_GPU = ("perf_bandwidth", "perf_bf16_flops", "perf_fp8_flops", "perf_link")
+_PERF_SETTINGS = ("perf_eff_memory", "perf_eff_compute", "perf_step_s", "perf_allreduce_s")
+_PERF_PARALLEL = ("perf_tp", "perf_pp")  # copies of tp / pp that travel with the narrow deployment rows
+PERF_COLUMNS = (*_PERF_LAYOUT, *_PERF_KV, *_PERF_GPU, *_PERF_SETTINGS, *_PERF_PARALLEL)
 _I64 = pl.Int64
 _F64 = pl.Float64
 _STR = pl.String
@@ -178,6 +196,7 @@ class GridOptions:
     weight_dtypes: tuple[str, ...] = WEIGHT_CHOICES
     kv_dtypes: tuple[str, ...] = ("auto", "fp8")
     min_context: int = MIN_CONTEXT
+    speed: bool = True  # tpot_ms / output_tokens_per_second (capacity.performance); False: null columns
 
     def __post_init__(self) -> None:
         unknown = (
@@ -426,9 +445,11 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
                     seqs = d.max_num_seqs or None
                     batched = d.max_num_batched_tokens
                     in_flight = profile.max_in_flight_tokens(batched, pp, None)
+                    eff = efficiency_for(engine, gpu)
                     reg.settings.append(
                         (e, cid, tp, pp, k, g, d.gpu_memory_utilization, seqs, batched, in_flight, d.block_size,
-                         d.state_checkpoints)
+                         d.state_checkpoints, eff.memory_bandwidth, eff.compute, eff.step_overhead_s,
+                         eff.allreduce_latency_s)
                     )
                     reg.batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
                     reg.block_sizes.setdefault((engine, cid), set()).add((d.block_size, d.state_checkpoints))
@@ -529,7 +550,8 @@ def _build_rows(
                         (kv_id, m, cid, e, k, engine, profile.version, kv_dtype, tp, pp,
                          kv_dtype.startswith("fp8"),
                          act_dtype if kv_dtype == "auto" else kv_dtype,
-                         per_token, per_token_gpu, state, profile.unmodelled(spec))
+                         per_token, per_token_gpu, state, profile.unmodelled(spec),
+                         spec.num_experts, spec.num_experts_per_token, spec.hidden_size)
                     )  # fmt: skip
                     for weight_dtype, w_fp8, w_fp4 in dtypes:
                         w_idx = options.weight_dtypes.index(weight_dtype)
@@ -542,7 +564,8 @@ def _build_rows(
                         w = weights[wkey]
                         t.layouts.append(
                             (t.rank_base + len(t.layouts), kv_id, w_idx, weight_dtype, w_fp8,
-                             w_fp4, w.format_name, w.source, w.per_gpu_bytes)
+                             w_fp4, w.format_name, w.source, w.per_gpu_bytes,
+                             *_perf_layout_row(spec, tp, pp, weight_dtype, engine, w, kv_bytes))
                         )  # fmt: skip
     return t
 
@@ -625,7 +648,14 @@ def _rows(rows: list[tuple[object, ...]], schema: Schema) -> pl.LazyFrame:
 
 
 def _gpu_frame(gpus: Sequence[GpuSku]) -> pl.LazyFrame:
-    rows = [(g, s.id, s.memory_total_bytes, s.fp8_support, s.fp4_support, s.gpus_per_node) for g, s in enumerate(gpus)]
+    rows = [
+        (g, s.id, s.memory_total_bytes, s.fp8_support, s.fp4_support, s.gpus_per_node,
+         s.memory_bandwidth_gbps * GB if s.memory_bandwidth_gbps else None,
+         s.bf16_dense_tflops * TFLOP if s.bf16_dense_tflops else None,
+         (s.fp8_dense_tflops or s.bf16_dense_tflops or 0) * TFLOP or None,
+         s.interconnect_gbps * GB if s.interconnect_gbps else math.inf)
+        for g, s in enumerate(gpus)
+    ]  # fmt: skip
     schema: Schema = {
         "gpu_idx": _I64,
         "gpu": _STR,
@@ -633,6 +663,7 @@ def _gpu_frame(gpus: Sequence[GpuSku]) -> pl.LazyFrame:
         "fp8_support": pl.Boolean,
         "fp4_support": pl.Boolean,
         "gpus_per_node": _I64,
+        **dict.fromkeys(_PERF_GPU, _F64),
     }
     return _rows(rows, schema)  # type: ignore[arg-type]
 
@@ -737,6 +768,7 @@ def _served(reg: _Registry) -> tuple[pl.DataFrame, pl.DataFrame]:
             "pool_max_in_flight_tokens": _I64,
             "base_block_size": _I64,
             "state_checkpoints": pl.Boolean,
+            **dict.fromkeys(_PERF_SETTINGS, _F64),
         },
     )
     gpu_frame = _gpu_frame(reg.gpus).with_columns(pl.col("gpu").cast(_CAT))
@@ -749,7 +781,8 @@ def _served(reg: _Registry) -> tuple[pl.DataFrame, pl.DataFrame]:
         schema={"needs_fp8": pl.Boolean, "needs_fp4": pl.Boolean},
     )
     served = (
-        settings.join(gpu_frame.select("gpu_idx", "gpu_memory_bytes", "gpus_per_node", "fp8_support", "fp4_support"),
+        settings.join(gpu_frame.select("gpu_idx", "gpu_memory_bytes", "gpus_per_node", "fp8_support", "fp4_support",
+                                       *_PERF_GPU),
                       on="gpu_idx", how="inner")
         .filter(pl.col("tp") <= pl.col("gpus_per_node"))
         .join(needs, how="cross")
@@ -777,6 +810,7 @@ class _Frames:
 _NARROW = (
     "_rank", "kv_id", "model_idx", "model_class", "engine_idx", "weight_idx", "kv_idx", "tp", "pp",
     "needs_fp8", "needs_fp4", "weights_bytes_per_gpu", "max_model_len", "min_context",
+    "state_bytes_per_sequence_per_gpu", *_PERF_LAYOUT, *_PERF_KV,
 )  # fmt: skip
 _SERVED_ON = ["engine_idx", "model_class", "tp", "pp", "kv_idx", "needs_fp8", "needs_fp4"]
 _GROUP = ["model_idx", "engine_idx", "weight_idx", "kv_idx"]
@@ -820,6 +854,7 @@ def _frames_of(t: _Tables) -> _Frames:
             "kv_bytes_per_token_per_gpu": _I64,
             "state_bytes_per_sequence_per_gpu": _I64,
             "not_modelled": _STR,
+            **dict.fromkeys(_PERF_KV, _I64),
         },
     )
     layouts = _rows(
@@ -834,6 +869,7 @@ def _frames_of(t: _Tables) -> _Frames:
             "weight_format": _CAT,
             "weights_source": _CAT,
             "weights_bytes_per_gpu": _I64,
+            **{c: (pl.Boolean if c == "perf_fp8_gemm" else _F64) for c in _PERF_LAYOUT},
         },
     )
     overheads = _rows(
@@ -907,7 +943,7 @@ def _multi(f: _Frames, not_fitting: pl.LazyFrame) -> pl.LazyFrame:
 
 def _keep(windows: int) -> list[str]:
     pool = [*POOL_COLUMNS, *(f"pool_window_{j}_{part}" for j in range(windows) for part in _WINDOW_PARTS)]
-    return ["_rank", "model_idx", "gpu_idx", *DEPLOYMENT_ONLY_COLUMNS, *pool]
+    return ["_rank", "model_idx", "gpu_idx", *DEPLOYMENT_ONLY_COLUMNS, *pool, *_perf_keep()]
 
 
 def _ordered(deployments: pl.LazyFrame, gpus: int, layouts: int) -> pl.LazyFrame:
@@ -1002,7 +1038,9 @@ def _sized(
         on=["model_idx", "engine_idx", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens"],
         how="inner",
         nulls_equal=True,
-    ).join(candidates, on=["kv_id", "base_block_size", "state_checkpoints"], how="inner")
+    ).join(candidates, on=["kv_id", "base_block_size", "state_checkpoints"], how="inner").with_columns(
+        pl.col("tp").alias("perf_tp"), pl.col("pp").alias("perf_pp")
+    )
 
     total, util = pl.col("gpu_memory_bytes"), pl.col("gpu_memory_utilization")
     weights, overhead = pl.col("weights_bytes_per_gpu"), pl.col("overhead_bytes_per_gpu")
@@ -1096,20 +1134,81 @@ def build_capacity_grid(
     models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None = None
 ) -> pl.LazyFrame:
     """Every deployment at every grid context: GRID_COLUMNS, then the pool columns."""
-    return expand_contexts(build_deployments(models, gpus, options))
+    return expand_contexts(build_deployments(models, gpus, options), speed=(options or GridOptions()).speed)
 
 
-def expand_contexts(deployments: pl.LazyFrame, carry: Sequence[str] = ()) -> pl.LazyFrame:
+def expand_contexts(deployments: pl.LazyFrame, carry: Sequence[str] = (), *, speed: bool = True) -> pl.LazyFrame:
     """The deployment frame at each of its `contexts`: B_max, the printed concurrency and the fit.
     Returns GRID_COLUMNS and the pool columns, after the `carry` columns of the deployment frame
     (e.g. a deployment id, for a table that keeps deployments and contexts apart)."""
     windows = _window_count(deployments)
     pool = [c for c in deployments.collect_schema().names() if c.startswith("pool_")]
-    grid = _at_contexts(deployments.explode("contexts").rename({"contexts": "context"}), windows)
+    grid = _at_contexts(deployments.explode("contexts").rename({"contexts": "context"}), windows, speed=speed)
     return grid.select(*carry, *GRID_COLUMNS, *pool)
 
 
-def _at_contexts(rows: pl.LazyFrame, windows: int, scaled: bool = False) -> pl.LazyFrame:
+def _perf_layout_row(
+    spec: ModelSpec, tp: int, pp: int, weight_dtype: str, engine: str, w: WeightsEstimate, kv_bytes: int
+) -> tuple[object, ...]:
+    """`capacity.performance.rank_terms` of one layout as the row's perf columns (windows in slots)."""
+    terms = rank_terms(
+        spec, tp=tp, pp=pp, weight_dtype=weight_dtype, engine=engine, weights_bytes_per_gpu=w.per_gpu_bytes,
+        kv_element_bytes=kv_bytes, weight_format_name=w.format_name,
+    )  # fmt: skip
+    slots: list[object] = []
+    extra_kv = extra_attn = 0.0
+    for j, (window, kv, attn) in enumerate(terms.windowed):
+        if j < PERF_WINDOW_SLOTS:
+            slots += [float(window), kv, attn]
+        else:  # more distinct windows than slots: read as full layers (an over-estimate of the bytes)
+            extra_kv, extra_attn = extra_kv + kv, extra_attn + attn
+    slots += [1.0, 0.0, 0.0] * (PERF_WINDOW_SLOTS - min(len(terms.windowed), PERF_WINDOW_SLOTS))
+    return (
+        terms.dense_weight_bytes, terms.expert_weight_bytes, terms.active_params,
+        terms.full_kv_bytes_per_token + extra_kv, terms.attention_flops_per_cached_token + extra_attn,
+        float(terms.layers_on_rank), float(terms.act_bytes), terms.fp8_gemm, *slots,
+    )  # fmt: skip
+
+
+def _perf_keep() -> list[str]:
+    return ["state_bytes_per_sequence_per_gpu", *PERF_COLUMNS]
+
+
+def _with_speed(rows: pl.LazyFrame, batch: pl.Expr, context: pl.Expr) -> pl.LazyFrame:
+    """TPOT and output tokens/s of a decode step of `batch` sequences of `context` tokens: the same
+    `capacity.performance` formulas, on columns (null where the GPU lacks bandwidth / FLOPS data or
+    no sequence fits)."""
+    col = pl.col
+    columns: dict[str, Any] = dict(
+        dense_weight_bytes=col("perf_dense_bytes"), expert_weight_bytes=col("perf_expert_bytes"),
+        num_experts=col("perf_num_experts"), experts_per_token=col("perf_experts_per_token"),
+        active_params=col("perf_active_params"), full_kv_bytes_per_token=col("perf_full_kv"),
+        windowed_kv=tuple((col(f"perf_win_{j}_kv"), col(f"perf_win_{j}_tokens")) for j in range(PERF_WINDOW_SLOTS)),
+        state_bytes_per_sequence=col("state_bytes_per_sequence_per_gpu"),
+        attention_flops_per_cached_token=col("perf_attn_full"),
+        windowed_attention=tuple(
+            (col(f"perf_win_{j}_attn"), col(f"perf_win_{j}_tokens")) for j in range(PERF_WINDOW_SLOTS)
+        ),
+        hidden_size=col("perf_hidden"), layers_on_rank=col("perf_layers"), act_bytes=col("perf_act_bytes"),
+        tp=col("perf_tp"), pp=col("perf_pp"), bandwidth_bytes_per_s=col("perf_bandwidth"),
+        flops_per_s=pl.when(col("perf_fp8_gemm")).then(col("perf_fp8_flops")).otherwise(col("perf_bf16_flops")),
+        link_bytes_per_s=col("perf_link"),
+    )  # fmt: skip
+    p = PerfInputs(**columns)
+    factors: dict[str, Any] = dict(
+        memory_bandwidth=col("perf_eff_memory"), compute=col("perf_eff_compute"),
+        step_overhead_s=col("perf_step_s"), allreduce_latency_s=col("perf_allreduce_s"),
+    )  # fmt: skip
+    eff = PerfEfficiency(**factors)
+    rows = rows.with_columns(tpot_seconds(p, batch.cast(_F64), context.cast(_F64), eff).alias("_tpot"))
+    ok = (batch >= 1) & col("_tpot").is_not_null() & col("_tpot").is_finite()
+    return rows.with_columns(
+        pl.when(ok).then(col("_tpot") * 1e3).alias("tpot_ms"),
+        pl.when(ok).then(batch.cast(_F64) * col("perf_pp") / col("_tpot")).alias("output_tokens_per_second"),
+    ).drop("_tpot")
+
+
+def _at_contexts(rows: pl.LazyFrame, windows: int, scaled: bool = False, *, speed: bool = True) -> pl.LazyFrame:
     """CONTEXT_COLUMNS of rows that hold a deployment's pool columns and one `context`
     (`max_concurrency_e4` in place of max_concurrency where `scaled`)."""
     t = pl.col("context")
@@ -1130,6 +1229,10 @@ def _at_contexts(rows: pl.LazyFrame, windows: int, scaled: bool = False) -> pl.L
         )
     )
     fits = ((pl.col("kv_budget_bytes_per_gpu") > 0) & (pl.col("b_max") >= 1)).alias("fits")
+    if speed:
+        grid = _with_speed(grid, pl.col("b_max"), t)
+    else:
+        grid = grid.with_columns(pl.lit(None, _F64).alias(c) for c in ("tpot_ms", "output_tokens_per_second"))
     if scaled:
         grid = _python_round_scaled(grid, "_num", "_den", "_conc", 4)
         concurrency = pl.when(blocks > 0).then(pl.col("_conc")).otherwise(0).alias("max_concurrency_e4")
@@ -1347,7 +1450,7 @@ def _collect_tables(
     # one row per deployment and context: a join on the model's contexts (in order) expands them
     model_contexts = f1.model_frame.select("model_idx", pl.col("contexts").alias("context")).explode("context")
     contexts = deployments.lazy().join(model_contexts, on="model_idx", how="inner", maintain_order="left")
-    contexts = _at_contexts(contexts, windows, scaled=True).select(
+    contexts = _at_contexts(contexts, windows, scaled=True, speed=t1.reg.options.speed).select(
         pl.col("deployment_id").cast(_ID), *TABLE_CONTEXT_COLUMNS
     )
     layout_id = used.search_sorted(deployments.select(key).to_series()) + first_layout_id

@@ -36,6 +36,7 @@ from capacity.grid import (
     with_python_round,
 )
 from capacity.memory import AUTO_MAX_MODEL_LEN, estimate
+from capacity.performance import efficiency_for, perf_inputs, tpot_seconds
 from capacity.spec import CheckpointQuant, DeploymentSpec, GpuSku, KVKind, LayerKVSpec, LayerParams, ModelSpec
 from tests.handmade import dense_spec, mla_spec
 
@@ -160,16 +161,33 @@ def _estimate_row(row: dict[str, object], model: GridModel, gpu: GpuSku, concurr
 def _assert_rows_match(
     grid: pl.DataFrame, sample: list[int], by_model: dict[str, GridModel], by_gpu: dict[str, GpuSku]
 ) -> None:
-    compared = [c for c in GRID_COLUMNS if c not in ("model_family", "num_gpus")]
+    compared = [c for c in GRID_COLUMNS if c not in ("model_family", "num_gpus", *SPEED_COLUMNS)]
     for i in sample:
         row = grid.row(i, named=True)
-        contract = _estimate_row(row, by_model[row["model"]], by_gpu[row["gpu"]]).contract()
+        est = _estimate_row(row, by_model[row["model"]], by_gpu[row["gpu"]])
+        _assert_speed_matches(row, est, by_model[row["model"]], by_gpu[row["gpu"]])
+        contract = est.contract()
         expected = {c: contract[RENAMED.get(c, c)] for c in compared if c not in ("weight_dtype", "kv_dtype")}
         got = {c: row[c] for c in expected}
         assert got == expected, {c: (got[c], expected[c]) for c in expected if got[c] != expected[c]} | {
             "row": {k: row[k] for k in (*DEPLOYMENT_KEYS, "context")}
         }
         assert row["num_gpus"] == row["tp"] * row["pp"]
+
+
+SPEED_COLUMNS = ("tpot_ms", "output_tokens_per_second")
+
+
+def _assert_speed_matches(row: dict[str, object], est, model: GridModel, gpu: GpuSku) -> None:  # type: ignore[no-untyped-def]
+    """The grid's speed columns are capacity.performance's formulas at (B_max, T), or null where
+    nothing fits or the GPU has no bandwidth / FLOPS data."""
+    if est.b_max < 1 or gpu.memory_bandwidth_gbps is None or gpu.bf16_dense_tflops is None:
+        assert row["tpot_ms"] is None and row["output_tokens_per_second"] is None, row
+        return
+    inputs = perf_inputs(model.spec, est, gpu, str(row["weight_dtype"]))
+    tpot = tpot_seconds(inputs, est.b_max, int(row["context"]), efficiency_for(est.engine, gpu))  # type: ignore[call-overload]
+    assert row["tpot_ms"] == pytest.approx(tpot * 1e3, rel=1e-9)
+    assert row["output_tokens_per_second"] == pytest.approx(est.b_max * est.pp / tpot, rel=1e-9)
 
 
 def _stratified(grid: pl.DataFrame, per_group: int, seed: int) -> list[int]:

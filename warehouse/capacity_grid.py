@@ -27,7 +27,7 @@ from models_registry.normalize import spec_from_snapshot
 from models_registry.sources.common import ConfigSnapshot, ItemError, StageError, one_line
 from warehouse.sources import ingest_errors_frame
 
-CONTEXT_COLUMNS = ("context", "max_concurrency", "b_max_memory", "b_max", "fits")
+CONTEXT_COLUMNS = ("context", "max_concurrency", "b_max_memory", "b_max", "fits", "tpot_ms", "output_tokens_per_second")
 DEPLOYMENT_COLUMNS = tuple(c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS)
 
 
@@ -93,6 +93,7 @@ def gpu_skus(gpus: pl.DataFrame) -> list[GpuSku]:
                 name=str(row["name"]),
                 vendor=str(row["vendor"]),
                 memory_total_bytes=int(row["memory_total_bytes"]),
+                memory_total_mib_smi=int(row["memory_total_mib_smi"]) if row.get("memory_total_mib_smi") else None,
                 memory_bandwidth_gbps=_optional(row.get("memory_bandwidth_gbps")),
                 bf16_dense_tflops=_optional(row.get("bf16_dense_tflops")),
                 fp8_dense_tflops=_optional(row.get("fp8_dense_tflops")),
@@ -174,7 +175,8 @@ def plan(
         )
     deployments = deployments.with_row_index("deployment_id").with_columns(pl.col("deployment_id").cast(pl.Int64))
     lazy = deployments.lazy()
-    grid = expand_contexts(lazy, carry=("deployment_id",)).select("deployment_id", *CONTEXT_COLUMNS).collect()
+    speed = (options or GridOptions()).speed
+    grid = expand_contexts(lazy, carry=("deployment_id",), speed=speed).select("deployment_id", *CONTEXT_COLUMNS).collect()
     limits = build_context_limits(lazy).collect()
     targets = limits.height // deployments.height if deployments.height else 0
     limits = _with_ids(limits, deployments, pl.lit(targets, pl.UInt32))

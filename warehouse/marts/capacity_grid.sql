@@ -7,7 +7,7 @@
 --   weights_bytes_per_gpu, activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu,
 --   cuda_graph_bytes_per_gpu, overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, num_blocks,
 --   block_size, kv_cache_tokens, physical_kv_token_slots, max_concurrency, b_max_memory, b_max,
---   fits, usd_per_hour
+--   fits, tpot_ms, output_tokens_per_second, usd_per_hour, usd_per_million_output_tokens
 -- history: marts.capacity_grid_history (every retained run, kept in place in raw); this view is
 --   marts.capacity_grid_at(true), the history's rows at the published run (column list and column
 --   comments live with the history view).

@@ -7,7 +7,7 @@
 --   weights_bytes_per_gpu, activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu,
 --   cuda_graph_bytes_per_gpu, overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, num_blocks,
 --   block_size, kv_cache_tokens, physical_kv_token_slots, max_concurrency, b_max_memory, b_max,
---   fits, usd_per_hour
+--   fits, tpot_ms, output_tokens_per_second, usd_per_hour, usd_per_million_output_tokens
 -- history: trimmed to the last CAPPLAN_HISTORY_RUNS runs by each publish (usd_per_hour at today's prices).
 -- defines: the table macro marts.capacity_grid_at(latest_only), the one column list of the grid;
 --   this view is capacity_grid_at(false), marts.capacity_grid is capacity_grid_at(true) (the run
@@ -63,7 +63,10 @@ select
     grid.b_max_memory,
     grid.b_max,
     grid.fits,
-    deployments.usd_per_hour
+    grid.tpot_ms,
+    grid.output_tokens_per_second,
+    deployments.usd_per_hour,
+    deployments.usd_per_hour / nullif(grid.output_tokens_per_second * 3600, 0) * 1e6 as usd_per_million_output_tokens
 from grid
 inner join deployments on grid.run_id = deployments.run_id and grid.deployment_id = deployments.deployment_id;
 
@@ -110,4 +113,7 @@ comment on column marts.capacity_grid_history.max_concurrency is 'Maximum concur
 comment on column marts.capacity_grid_history.b_max_memory is 'Whole sequences of context tokens that fit in the KV pool at once (memory bound only).';
 comment on column marts.capacity_grid_history.b_max is 'Concurrent sequences of context tokens: b_max_memory capped by max_num_seqs.';
 comment on column marts.capacity_grid_history.fits is 'True when the engine starts (its own start check at max_model_len) and at least one sequence of context tokens fits.';
+comment on column marts.capacity_grid_history.tpot_ms is 'Predicted time per output token (ms) with b_max sequences of context tokens decoding (capacity.performance roofline, efficiency fitted on public benchmarks); NULL where nothing fits or the GPU lacks bandwidth / TFLOPS data.';
+comment on column marts.capacity_grid_history.output_tokens_per_second is 'Predicted decode throughput of one replica at b_max sequences (b_max x PP / TPOT).';
+comment on column marts.capacity_grid_history.usd_per_million_output_tokens is 'usd_per_hour over the replica''s output tokens per hour at b_max, x 1e6: the best case of a full pool.';
 comment on column marts.capacity_grid_history.usd_per_hour is 'On-demand USD per hour of one replica at today''s price (also on past runs): num_gpus * marts.gpus.price_usd_per_gpu_hour.';

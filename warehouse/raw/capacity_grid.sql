@@ -1,6 +1,7 @@
 -- raw.capacity_grid: the per-context columns of the capacity grid, as computed.
 -- grain: one row per deployment_id x context.
--- columns: run_id, run_date, deployment_id (raw.deployments), context, max_concurrency, b_max_memory, b_max, fits.
+-- columns: run_id, run_date, deployment_id (raw.deployments), context, max_concurrency, b_max_memory, b_max, fits,
+--   tpot_ms, output_tokens_per_second.
 --   Joined to raw.deployments it is exactly capacity.grid.build_capacity_grid.
 -- history: kept in place. The table holds the rows of every retained run (CAPPLAN_HISTORY_RUNS),
 --   keyed by run_id: each run appends its own (replacing them if it runs again) and publishing

@@ -1,6 +1,7 @@
 -- staging.capacity_grid: the per-context columns of the grid, typed.
 -- grain: one row per run_id x deployment_id x context, for every retained run (the marts pick the published one).
--- columns: run_id, run_date, deployment_id, context, max_concurrency, b_max_memory, b_max, fits
+-- columns: run_id, run_date, deployment_id, context, max_concurrency, b_max_memory, b_max, fits, tpot_ms,
+--   output_tokens_per_second
 create or replace view staging.capacity_grid as
 with source as (
     select * from raw.capacity_grid
@@ -15,7 +16,9 @@ typed as (
         max_concurrency::double as max_concurrency,
         b_max_memory::bigint as b_max_memory,
         b_max::bigint as b_max,
-        fits::boolean as fits
+        fits::boolean as fits,
+        tpot_ms::double as tpot_ms,
+        output_tokens_per_second::double as output_tokens_per_second
     from source
 )
 
