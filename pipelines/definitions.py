@@ -2,8 +2,10 @@
 
 Assets by domain (`pipelines/assets/`): registry sync and GPU catalog -> capacity grid -> marts,
 then `marts/runs` publishes the snapshot atomically. One job, `nightly_job`, selects everything
-(checks included) and runs on the in-process executor: the steps share one process, so no frame is
-pickled between them and the warehouse build is written by one process under one lock.
+(checks included). `capplan nightly` and the tests run it in-process (`execute_in_process`); a run
+an instance launches (schedule, sensor, UI; PostgreSQL storage in production, see deploy/) runs
+each step in its own process, one at a time, with the run's warehouse lock and build held by the
+run worker and the publish step in the `warehouse` concurrency pool (`pipelines.executor`).
 
 `defs` is lazy (`@dg.definitions`, what `dg` loads through `[tool.dg]` in pyproject.toml): the
 schedule's cron and the resources' environment are read when the definitions are built, not when
@@ -17,6 +19,7 @@ import os
 import dagster as dg
 
 from pipelines.assets import capacity, marts, recommendations, registry, telemetry
+from pipelines.executor import warehouse_multiprocess_executor
 from pipelines.resources import build_resources
 
 CRON_ENV = "CAPPLAN_NIGHTLY_CRON"
@@ -32,9 +35,14 @@ nightly_job = dg.define_asset_job(
     "nightly_job",
     selection=dg.AssetSelection.all(),
     description="Sync the registry, compute the capacity grid, build the marts and publish the warehouse.",
-    executor_def=dg.in_process_executor,
+    executor_def=warehouse_multiprocess_executor,
 )
 
+
+def nightly_job_def() -> dg.JobDefinition:
+    """`nightly_job` resolved against the definitions, for `dg.reconstructable` (what a run worker
+    or a step process loads again by module and function name)."""
+    return build_definitions().resolve_job_def("nightly_job")
 
 
 def nightly_job_schedule() -> dg.ScheduleDefinition:
@@ -58,7 +66,7 @@ def build_definitions() -> dg.Definitions:
         schedules=[nightly_job_schedule()],
         sensors=telemetry.sensors,
         resources=build_resources(),
-        executor=dg.in_process_executor,
+        executor=warehouse_multiprocess_executor,  # also for runs of an asset selection from the UI
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +21,7 @@ import duckdb
 from pydantic import PrivateAttr
 
 from models_registry import db
-from warehouse.lock import RunLock
+from warehouse.lock import RunLock, WarehouseBusy, read_owner
 from warehouse.publish import DEFAULT_HISTORY_RUNS, DEFAULT_PATH, PublishResult, Warehouse
 from warehouse.sources import catalog_root
 from warehouse.telemetry.drop_folder import DropFolder, resolve_drop_folder
@@ -42,6 +43,29 @@ DRIFT_ENV = "CAPPLAN_DRIFT_THRESHOLD_PCT"
 HEADROOM_ENV = "CAPPLAN_ADMISSION_HEADROOM_PCT"
 
 
+CONNECT_RETRY_S = 30.0  # a step's process may still be closing the build when the next one starts
+
+
+def duckdb_connect(path: Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """A connection to a DuckDB file, waiting while another process still holds its write lock
+    (steps of a launched run take turns on the build, each in its own process)."""
+    deadline = time.monotonic() + CONNECT_RETRY_S
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _utc(row: tuple[Any, ...] | None) -> dt.datetime:
+    if row is None or not isinstance(row[0], dt.datetime):
+        raise RuntimeError("the run's build has no raw.run row")
+    value: dt.datetime = row[0]
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
 class WarehouseResource(dg.ConfigurableResource):
     """The DuckDB warehouse. A run writes into its own build of the snapshot (taken under the
     refresh lock on first use) and `publish` swaps it in atomically; readers never wait."""
@@ -55,14 +79,15 @@ class WarehouseResource(dg.ConfigurableResource):
     _started_at: dt.datetime | None = PrivateAttr(default=None)
     _published: PublishResult | None = PrivateAttr(default=None)
     _con: duckdb.DuckDBPyConnection | None = PrivateAttr(default=None)
+    _run_owns_build: bool = PrivateAttr(default=False)  # lock and build held by the run worker
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._run_id = context.run.run_id if context.run else None
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self._close()
-        if self._lock is None:
-            return
+        if self._lock is None or self._run_owns_build:
+            return  # a step of a launched run: the run worker discards and releases (pipelines.executor)
         try:
             if self._published is None and self._run_id is not None:
                 self.store().discard(self._run_id)
@@ -89,6 +114,8 @@ class WarehouseResource(dg.ConfigurableResource):
         if self._lock is not None:
             return
         store = self.store()
+        if self._held_by_this_run(store):
+            return
         lock = store.lock(self.run_id, wait_s=self.lock_wait_s)
         lock.acquire()
         try:
@@ -98,6 +125,27 @@ class WarehouseResource(dg.ConfigurableResource):
             lock.release()
             raise
         self._lock = lock
+
+    def _held_by_this_run(self, store: Warehouse) -> bool:
+        """A step of a run launched with the multiprocess executor, in a process of its own: the
+        run worker holds the refresh lock for this run and has begun its build; write into it."""
+        lock = store.lock(self.run_id)
+        try:
+            lock.acquire()
+        except WarehouseBusy:
+            owner = read_owner(store.lock_path)
+            if owner.run_id != self.run_id or not store.build_path(self.run_id).exists():
+                return False  # another run's: wait for it as usual (or fail, naming it)
+            self._lock = lock  # not acquired: released by the run worker
+            self._run_owns_build = True
+            con = duckdb_connect(store.build_path(self.run_id), read_only=True)
+            try:
+                self._started_at = _utc(con.execute("select started_at from raw.run").fetchone())
+            finally:
+                con.close()
+            return True
+        lock.release()
+        return False
 
     def _close(self) -> None:
         if self._con is not None:
@@ -112,13 +160,15 @@ class WarehouseResource(dg.ConfigurableResource):
         """
         self._begin()
         if self._con is None:
-            self._con = duckdb.connect(str(self.store().build_path(self.run_id)))
+            self._con = duckdb_connect(self.store().build_path(self.run_id))
         yield self._con
 
     @contextmanager
     def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """This run's build if it has one (checks see what is about to be published), else the
         published snapshot, read-only."""
+        if self._lock is None and self._run_id is not None:
+            self._held_by_this_run(self.store())  # a step of a launched run reads the run's build
         if self._lock is not None:
             with self.build() as con:
                 yield con

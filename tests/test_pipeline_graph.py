@@ -78,9 +78,12 @@ def test_every_asset_key_is_a_relation_with_its_sql_file() -> None:
         assert sql_path(layer, table).is_file(), f"{key.to_user_string()}: no warehouse/{layer}/{table}.sql"
 
 
-def test_the_nightly_job_runs_everything_in_process_on_a_utc_schedule() -> None:
+def test_the_nightly_job_runs_everything_on_a_utc_schedule_one_step_process_at_a_time() -> None:
+    from pipelines.executor import DEFAULT_CONFIG, WAREHOUSE_POOL, warehouse_multiprocess_executor
+
     job = defs.resolve_job_def("nightly_job")
-    assert job.executor_def is dg.in_process_executor
+    assert job.executor_def is warehouse_multiprocess_executor and DEFAULT_CONFIG["max_concurrent"] == 1
+    assert job.graph.node_named("marts__runs").definition.pool == WAREHOUSE_POOL
     schedule = defs.resolve_schedule_def("nightly_job_schedule")
     assert schedule.execution_timezone == "UTC"
     if not os.environ.get("CAPPLAN_NIGHTLY_CRON"):

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import dagster as dg
 
 from pipelines.assets.common import describe, key, sql_asset
+from pipelines.executor import WAREHOUSE_POOL
 from pipelines.resources import RegistryResource, WarehouseResource
 from warehouse.provenance import frame_sha256, run_provenance
 
@@ -78,6 +79,7 @@ def publish_asset(marts: Iterable[dg.AssetKey]) -> dg.AssetsDefinition:
         group_name=MARTS_GROUP,
         description=describe("marts", "runs"),
         kinds={"duckdb"},
+        pool=WAREHOUSE_POOL,  # limit 1 in the instance config: one run publishes at a time
     )
     def publish(
         context: dg.AssetExecutionContext, registry: RegistryResource, warehouse: WarehouseResource

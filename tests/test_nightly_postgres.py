@@ -1,0 +1,141 @@
+"""`nightly_job` as production runs it: a Dagster instance on PostgreSQL (deploy/dagster.yaml,
+loaded as is) and the job's own executor, each step in a process of its own. Twice, on the same
+registry and warehouse; the published marts equal an in-process run's, run stamps aside.
+
+Needs CAPPLAN_TEST_PG_URL (skipped without it on a developer machine, failed under CI); the
+instance gets a database of its own on that server, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import duckdb
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from models_registry import db
+from pipelines.definitions import nightly_job_def
+from tests.conftest import require_extra
+from tests.test_warehouse_fixtures import PipelineEnv, make_env
+from warehouse.publish import Warehouse
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+STAMP_COLUMNS = {"run_id", "run_date"}
+
+
+def mart_contents(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every current mart's rows in a stable order, without the run stamp and the timestamps
+    (marts.runs and the history relations say which run, not what it computed)."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        tables = [
+            name
+            for (name,) in con.execute(
+                "select table_name from information_schema.tables where table_schema = 'marts' "
+                "and table_name <> 'runs' and table_name not like '%\\_history' escape '\\' order by 1"
+            ).fetchall()
+        ]
+        contents = {}
+        for table in tables:
+            kept = [
+                name
+                for name, dtype in con.execute(
+                    "select column_name, data_type from information_schema.columns "
+                    "where table_schema = 'marts' and table_name = $t order by ordinal_position",
+                    {"t": table},
+                ).fetchall()
+                if name not in STAMP_COLUMNS and not dtype.upper().startswith("TIMESTAMP")
+            ]
+            selected = ", ".join(f'"{name}"' for name in kept)
+            contents[table] = con.execute(f"select {selected} from marts.{table} order by all").fetchall()
+        return contents
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def dagster_pg(pg_admin_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A database of its own for Dagster's storage, exported as deploy/dagster.yaml reads it."""
+    require_extra("postgres", "dagster_postgres")
+    name = f"capplan_dagster_{uuid.uuid4().hex[:12]}"
+    admin = db.make_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(pg_admin_url)
+    for var, value in {
+        "DAGSTER_PG_HOST": url.host or "127.0.0.1",
+        "DAGSTER_PG_PORT": str(url.port or 5432),
+        "DAGSTER_PG_DB": name,
+        "DAGSTER_PG_USER": url.username or "",
+        "DAGSTER_PG_PASSWORD": url.password or "",
+    }.items():
+        monkeypatch.setenv(var, value)
+    try:
+        yield name
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def _export(env: PipelineEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in env.env().items():
+        monkeypatch.setenv(name, value)
+
+
+def test_nightly_on_postgres_with_one_process_per_step_twice_equals_in_process(
+    tmp_path: Path, dagster_pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The reference: the same job in one process, on its own registry and warehouse (same catalog).
+    reference = make_env(tmp_path / "in-process")
+    (reference.root / "var").mkdir(parents=True, exist_ok=True)
+    _export(reference, monkeypatch)
+    with dg.DagsterInstance.ephemeral() as ephemeral:
+        in_process = nightly_job_def().execute_in_process(instance=ephemeral, raise_on_error=False)
+    assert in_process.success
+    expected = mart_contents(reference.warehouse)
+    assert expected["capacity_grid"] and expected["models"]
+
+    env = PipelineEnv(
+        root=tmp_path / "multiprocess",
+        catalog=reference.catalog,
+        registry_url=f"sqlite:///{tmp_path / 'multiprocess' / 'var' / 'registry.db'}",
+        warehouse=tmp_path / "multiprocess" / "var" / "warehouse.duckdb",
+    )
+    (env.root / "var").mkdir(parents=True)
+    _export(env, monkeypatch)  # read by the step processes, forked from this environment
+    shutil.copyfile(PROJECT_ROOT / "deploy" / "dagster.yaml", env.dagster_home / "dagster.yaml")
+    recon = dg.reconstructable(nightly_job_def)
+    run_ids = []
+    with dg.DagsterInstance.from_config(str(env.dagster_home)) as instance:
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        for _ in range(2):
+            result = dg.execute_job(recon, instance=instance, raise_on_error=False)
+            failures = [e.message for e in result.all_events if e.is_failure]
+            assert result.success, failures
+            run_ids.append(result.run_id)
+            started = [e for e in result.all_events if e.event_type_value == "STEP_WORKER_STARTED"]
+            pids = {e.event_specific_data.metadata["pid"].value for e in started}  # type: ignore[union-attr]
+            assert len(started) > 1 and len(pids) == len(started)  # every step in a process of its own
+            assert mart_contents(env.warehouse) == expected
+        for run_id in run_ids:  # recorded in PostgreSQL, visible to the webserver and daemon
+            run = instance.get_run_by_id(run_id)
+            assert run is not None and run.is_success
+        assert instance.event_log_storage.get_concurrency_info("warehouse").slot_count == 1
+
+    con = duckdb.connect(str(env.warehouse), read_only=True)
+    try:
+        published = [r for (r,) in con.execute("select run_id from marts.runs order by started_at").fetchall()]
+    finally:
+        con.close()
+    assert published == run_ids
+    assert not Warehouse(env.warehouse).builds()  # nothing left behind by the run workers
