@@ -1,6 +1,7 @@
 """`nightly_job` as production runs it: a Dagster instance on PostgreSQL (deploy/dagster.yaml,
 loaded as is) and the job's own executor, each step in a process of its own. Twice, on the same
 registry and warehouse; the published marts equal an in-process run's, run stamps aside.
+A run launched while another process holds the warehouse fails before any step starts.
 
 Needs CAPPLAN_TEST_PG_URL (skipped without it on a developer machine, failed under CI); the
 instance gets a database of its own on that server, dropped afterwards.
@@ -9,6 +10,8 @@ instance gets a database of its own on that server, dropped afterwards.
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,3 +142,36 @@ def test_nightly_on_postgres_with_one_process_per_step_twice_equals_in_process(
         con.close()
     assert published == run_ids
     assert not Warehouse(env.warehouse).builds()  # nothing left behind by the run workers
+
+
+def test_a_launched_run_fails_before_any_step_while_another_process_holds_the_warehouse(
+    tmp_path: Path, dagster_pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = make_env(tmp_path)
+    (env.root / "var").mkdir(parents=True)
+    _export(env, monkeypatch)
+    shutil.copyfile(PROJECT_ROOT / "deploy" / "dagster.yaml", env.dagster_home / "dagster.yaml")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from warehouse.publish import Warehouse; "
+            "lock = Warehouse(sys.argv[1]).lock('other-run'); lock.acquire(); print('held', flush=True); "
+            "time.sleep(120)",
+            str(env.warehouse),
+        ],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with dg.DagsterInstance.from_config(str(env.dagster_home)) as instance:
+            result = dg.execute_job(dg.reconstructable(nightly_job_def), instance=instance, raise_on_error=False)
+        assert not result.success
+        assert not [e for e in result.all_events if e.event_type_value == "STEP_START"]
+        assert any("another capplan run is refreshing" in repr(e.event_specific_data) for e in result.all_events)
+        assert not env.warehouse.exists() and not Warehouse(env.warehouse).builds()
+    finally:
+        holder.kill()
+        holder.wait()
