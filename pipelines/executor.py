@@ -14,7 +14,10 @@ executor with the warehouse's rules around it:
   step discards the build when it was not published. Steps see the lock held by their own run and
   write into its build (`WarehouseResource`).
 - Steps start from a forkserver that has already imported the pipeline, not a fresh interpreter
-  each (about 1.5 s of imports saved per step).
+  each (about 1.5 s of imports saved per step). The forkserver is started once per process, with
+  that process's environment: a run worker (`dagster api execute_run`, a Kubernetes run pod) is one
+  process per run; a process that runs several `execute_job`s with different CAPPLAN_* or
+  DAGSTER_PG_* settings must stop it in between (tests/test_nightly_postgres.py does).
 
 The warehouse path and lock wait are read from the environment the run worker sees
 (CAPPLAN_WAREHOUSE, CAPPLAN_LOCK_WAIT_S, CAPPLAN_HISTORY_RUNS), as the resources read them.

@@ -90,6 +90,18 @@ def dagster_pg(pg_admin_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[s
         admin.dispose()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_forkserver() -> Iterator[None]:
+    """Step processes fork from a forkserver that keeps the environment it started with (one per
+    run worker process in production, see pipelines/executor.py); these tests run several
+    instances and warehouses in one process, so each test stops it before and after its runs."""
+    from multiprocessing import forkserver
+
+    forkserver._forkserver._stop()  # type: ignore[attr-defined]
+    yield
+    forkserver._forkserver._stop()  # type: ignore[attr-defined]
+
+
 def _export(env: PipelineEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in env.env().items():
         monkeypatch.setenv(name, value)
@@ -175,3 +187,26 @@ def test_a_launched_run_fails_before_any_step_while_another_process_holds_the_wa
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_launched_run_whose_step_fails_publishes_nothing_and_leaves_no_build_or_lock_behind(
+    tmp_path: Path, dagster_pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = make_env(tmp_path)
+    (env.root / "var").mkdir(parents=True)
+    _export(env, monkeypatch)
+    shutil.copyfile(PROJECT_ROOT / "deploy" / "dagster.yaml", env.dagster_home / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(env.dagster_home)) as instance:
+        result = dg.execute_job(  # publish alone, on a fresh build: it finds no raw.models and fails
+            dg.reconstructable(nightly_job_def),
+            instance=instance,
+            raise_on_error=False,
+            asset_selection=[dg.AssetKey(["marts", "runs"])],
+        )
+    assert not result.success
+    failed = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    started = [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"]
+    assert failed == started == ["marts__runs"]
+    assert not env.warehouse.exists() and not Warehouse(env.warehouse).builds()
+    probe = "import sys; from warehouse.publish import Warehouse; Warehouse(sys.argv[1]).lock('next').acquire()"
+    subprocess.run([sys.executable, "-c", probe, str(env.warehouse)], cwd=PROJECT_ROOT, check=True, timeout=60)
