@@ -407,7 +407,3 @@ def stage_pools(
         pools.append(KVPool("block", capacity, bs, projected, max_num_batched_tokens, unit_bytes,
                             max_in_flight_tokens=max_in_flight_tokens, padded_layer_slots=padded))  # fmt: skip
     return pools
-
-
-def _layer_count(members: list[tuple[LayerKVSpec, int]]) -> int:
-    return sum(n for _, n in members)
