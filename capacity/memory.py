@@ -140,12 +140,16 @@ def pp_partition(num_layers: int, pp: int) -> list[int]:
     return partitions
 
 
-def stage_layers(model: ModelSpec, pp: int) -> list[tuple[LayerKVSpec, ...]]:
+PPPartition = Callable[[int, int], list[int]]
+
+
+def stage_layers(model: ModelSpec, pp: int, partition: PPPartition = pp_partition) -> list[tuple[LayerKVSpec, ...]]:
     """The cache-holding layers of each pipeline stage. Stages split the decoder's `num_layers`
-    (MLP-only layers of hybrids such as Nemotron-H count there but hold no cache)."""
+    (MLP-only layers of hybrids such as Nemotron-H count there but hold no cache) by the engine's
+    `partition` (vLLM's unless told)."""
     stages: list[tuple[LayerKVSpec, ...]] = []
     start = 0
-    for count in pp_partition(max(model.num_layers, len(model.layers)), pp):
+    for count in partition(max(model.num_layers, len(model.layers)), pp):
         stages.append(tuple(layer for layer in model.layers if start <= layer.index < start + count))
         start += count
     return stages
@@ -171,14 +175,14 @@ def _memo(name: str, model: ModelSpec, pp: int, compute: Callable[[], _T]) -> _T
     return value
 
 
-def stage_layer_counts(model: ModelSpec, pp: int) -> list[LayerCounts]:
+def stage_layer_counts(model: ModelSpec, pp: int, partition: PPPartition = pp_partition) -> list[LayerCounts]:
     """Each pipeline stage's layers as (a layer, how many layers share its shape), in order of first
     appearance. Every per-layer rule reads a layer's shape (kind, heads, head dims, window, state
     sizes), never its position, so sums and maxima over these pairs equal those over the layers."""
 
     def compute() -> list[LayerCounts]:
         stages: list[LayerCounts] = []
-        for stage in stage_layers(model, pp):
+        for stage in stage_layers(model, pp, partition):
             counts: dict[tuple[object, ...], list[object]] = {}
             for layer in stage:
                 key = (
@@ -201,7 +205,7 @@ def stage_layer_counts(model: ModelSpec, pp: int) -> list[LayerCounts]:
             stages.append(tuple((first, n) for first, n in counts.values()))  # type: ignore[misc]
         return stages
 
-    return _memo("stage_layer_counts", model, pp, compute)
+    return _memo(f"stage_layer_counts/{partition.__module__}.{partition.__qualname__}", model, pp, compute)
 
 
 def state_bytes_per_sequence_per_gpu(

@@ -22,7 +22,7 @@ Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from capacity import engine_constants as ec
 from capacity.engines import Engine
@@ -33,10 +33,10 @@ from capacity.memory import (
     EngineDefaults,
     KVGroup,
     KVPool,
-    LayerCounts,
     Overhead,
     layer_kv_bytes_per_token,
     layer_state_bytes,
+    stage_layer_counts,
 )
 from capacity.spec import INDEXER_QUANT_BLOCK, GpuSku, KVKind, LayerKVSpec, ModelSpec
 
@@ -302,27 +302,10 @@ def pp_partition(num_layers: int, pp: int) -> list[int]:
     return [base + (1 if rank >= pp - remainder else 0) for rank in range(pp)]
 
 
-def stage_layer_counts(model: ModelSpec, pp: int) -> list[LayerCounts]:
-    """Each pipeline stage's cache-holding layers under SGLang's split, as (a layer, how many share its shape)."""
-    stages: list[LayerCounts] = []
-    start = 0
-    for count in pp_partition(max(model.num_layers, len(model.layers)), pp):
-        firsts: dict[LayerKVSpec, LayerKVSpec] = {}
-        counts: dict[LayerKVSpec, int] = {}
-        for layer in model.layers:
-            if start <= layer.index < start + count:
-                shape = replace(layer, index=0)
-                firsts.setdefault(shape, layer)
-                counts[shape] = counts.get(shape, 0) + 1
-        stages.append(tuple((firsts[shape], n) for shape, n in counts.items()))
-        start += count
-    return stages
-
-
 def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> SglangCells:
     """The cell sizes of the most loaded stage (`_compute_cell_size`; MLA latents replicated under TP)."""
     stage = max(
-        stage_layer_counts(model, pp),
+        stage_layer_counts(model, pp, pp_partition),
         key=lambda s: sum(layer_cell_bytes(layer, kv_bytes, tp) * n for layer, n in s),
     )
     hybrid = is_hybrid_swa(model)
@@ -332,7 +315,7 @@ def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> 
     # `mamba_cache_per_req`: conv state (channels / TP, kernel - 1) in bfloat16, SSM state in its dtype
     state = max(
         sum(layer_state_bytes(layer, MAMBA_CONV_BYTES, ssm_bytes, tp, conv_without_current=True) * n for layer, n in s)
-        for s in stage_layer_counts(model, pp)
+        for s in stage_layer_counts(model, pp, pp_partition)
     )
     return SglangCells(
         full_cell=sum(layer_cell_bytes(layer, kv_bytes, tp) * n for layer, n in full),
