@@ -386,19 +386,23 @@ def performance(
     chunk_tokens: int,
     weight_dtype: str = "auto",
     eff: PerfEfficiency | None = None,
+    inputs: PerfInputs | None = None,
 ) -> Performance:
     """TPOT, TTFT and throughput at steady state: `concurrency` sequences decoding at the mean context
-    of a request (prompt + half the output), prompts prefilled in chunks beside them."""
+    of a request (prompt + half the output), prompts prefilled in chunks beside them. `inputs` is
+    `perf_inputs(model, est, gpu, weight_dtype)` when a caller already holds it (a search over B)."""
     if concurrency < 1 or input_tokens < 1 or output_tokens < 1:
         raise SpecError("concurrency, input and output lengths must be positive")
     eff = eff or efficiency_for(est.engine, gpu)
-    p = perf_inputs(model, est, gpu, weight_dtype)
+    p = inputs if inputs is not None else perf_inputs(model, est, gpu, weight_dtype)
     context = input_tokens + output_tokens // 2
     tpot = float(tpot_seconds(p, concurrency, context, eff))
     throughput = float(output_tokens_per_second(p, concurrency, context, eff))
     ttft = prefill_seconds(p, input_tokens, chunk_tokens, concurrency - 1, context, eff) + eff.request_overhead_s
-    memory = float(step_bytes(p, concurrency, concurrency, context)) / (eff.memory_bandwidth * p.bandwidth_bytes_per_s)
-    compute = float(step_flops(p, concurrency, context)) / (eff.compute * p.flops_per_s)
+    decode_bytes = float(step_bytes(p, concurrency, concurrency, context))
+    decode_flops = float(step_flops(p, concurrency, context))
+    memory = decode_bytes / (eff.memory_bandwidth * p.bandwidth_bytes_per_s)
+    compute = decode_flops / (eff.compute * p.flops_per_s)
     weights = float(step_bytes(p, concurrency, 0, context))
     return Performance(
         concurrency=concurrency,
@@ -407,8 +411,8 @@ def performance(
         tpot_ms=tpot * 1e3,
         ttft_ms=ttft * 1e3,
         output_tokens_per_second=throughput,
-        decode_step_bytes=float(step_bytes(p, concurrency, concurrency, context)),
-        decode_step_flops=float(step_flops(p, concurrency, context)),
+        decode_step_bytes=decode_bytes,
+        decode_step_flops=decode_flops,
         memory_bound=memory >= compute,
         efficiency=eff,
         decode_weight_bytes=weights,

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from capacity.calibration import Correction, calibrated_pool
 from capacity.memory import Estimate, b_max, estimate, pool_starts, valid_tp_sizes, weight_format
-from capacity.performance import Performance, performance
+from capacity.performance import Performance, perf_inputs, performance
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 
 DEFAULT_HEADROOM = 0.9
@@ -398,11 +398,12 @@ def _speed_at(
     out = workload.generated_tokens
     prompt = workload.context_tokens - out
     chunk = est.pool.max_num_batched_tokens or prompt
+    inputs = perf_inputs(model, est, gpu, layout.weight_dtype)  # one layer walk for every B the search tries
 
     def speed(batch: int) -> Performance:
         return performance(
             model, est, gpu, concurrency=batch, input_tokens=prompt, output_tokens=out, chunk_tokens=chunk,
-            weight_dtype=layout.weight_dtype,
+            weight_dtype=layout.weight_dtype, inputs=inputs,
         )  # fmt: skip
 
     def meets(perf: Performance) -> str | None:
