@@ -81,6 +81,7 @@ from capacity.memory import (
     kv_element_bytes,
     state_bytes_per_sequence_per_gpu,
     valid_tp_sizes,
+    with_layout_extra,
 )
 from capacity.performance import GB, TFLOP, PerfEfficiency, PerfInputs, efficiency_for, rank_terms, tpot_seconds
 from capacity.spec import GpuSku, ModelSpec, SpecError, StateMixer
@@ -319,6 +320,7 @@ class _Tables:
     node: list[tuple[object, ...]] = field(default_factory=list)
     kv_layouts: list[tuple[object, ...]] = field(default_factory=list)
     layouts: list[tuple[object, ...]] = field(default_factory=list)
+    allowed: list[tuple[int, int]] = field(default_factory=list)  # (_rank, gpu_idx) of GPU-specific layouts
     overheads: list[tuple[object, ...]] = field(default_factory=list)
     candidates: list[tuple[int, int, bool, list[tuple[int, int, float | None, int | None, int | None]]]] = field(
         default_factory=list
@@ -562,12 +564,28 @@ def _build_rows(
                             # `engine` reaches the weights only through the serving dtype
                             weights[wkey] = estimate_weights(spec, weight_dtype, tp, pp, gm.checkpoint_bytes, engine)
                         w = weights[wkey]
-                        t.layouts.append(
-                            (t.rank_base + len(t.layouts), kv_id, w_idx, weight_dtype, w_fp8,
-                             w_fp4, w.format_name, w.source, w.per_gpu_bytes,
-                             *_perf_layout_row(spec, tp, pp, weight_dtype, engine, w, kv_bytes))
-                        )  # fmt: skip
+                        perf = _perf_layout_row(spec, tp, pp, weight_dtype, engine, w, kv_bytes)
+                        for per_gpu_bytes, gpu_idxs in _weight_variants(reg, profile, spec, tp, pp, w):
+                            rank = t.rank_base + len(t.layouts)
+                            t.layouts.append(
+                                (rank, kv_id, w_idx, weight_dtype, w_fp8, w_fp4, w.format_name, w.source,
+                                 per_gpu_bytes, gpu_idxs is not None, *perf)
+                            )  # fmt: skip
+                            t.allowed.extend((rank, g) for g in gpu_idxs or ())
     return t
+
+
+def _weight_variants(
+    reg: _Registry, profile: EngineProfile, spec: ModelSpec, tp: int, pp: int, w: WeightsEstimate
+) -> list[tuple[int, tuple[int, ...] | None]]:
+    """The layout's weights per GPU as `memory.with_layout_extra` gives them: one value for every GPU
+    (None: no restriction), or one per group of GPUs whose kernels lay the weights out alike."""
+    by_bytes: dict[int, list[int]] = {}
+    for g, gpu in enumerate(reg.gpus):
+        by_bytes.setdefault(with_layout_extra(w, profile, spec, tp, pp, gpu).per_gpu_bytes, []).append(g)
+    if len(by_bytes) <= 1:
+        return [(next(iter(by_bytes), w.per_gpu_bytes), None)]
+    return [(per_gpu, tuple(gpus)) for per_gpu, gpus in by_bytes.items()]
 
 
 # --- the vectorized part ---------------------------------------------------------------------
@@ -803,13 +821,14 @@ class _Frames:
     model_frame: pl.LazyFrame
     gpu_frame: pl.LazyFrame
     sized: Callable[[pl.LazyFrame], pl.LazyFrame]
+    allowed: pl.LazyFrame  # (_rank, gpu_idx) of the layouts served only on some GPUs
     windows: int
     layouts: int  # rows of `full`
 
 
 _NARROW = (
     "_rank", "kv_id", "model_idx", "model_class", "engine_idx", "weight_idx", "kv_idx", "tp", "pp",
-    "needs_fp8", "needs_fp4", "weights_bytes_per_gpu", "max_model_len", "min_context",
+    "needs_fp8", "needs_fp4", "weights_bytes_per_gpu", "gpu_restricted", "max_model_len", "min_context",
     "state_bytes_per_sequence_per_gpu", *_PERF_LAYOUT, *_PERF_KV,
 )  # fmt: skip
 _SERVED_ON = ["engine_idx", "model_class", "tp", "pp", "kv_idx", "needs_fp8", "needs_fp4"]
@@ -869,6 +888,7 @@ def _frames_of(t: _Tables) -> _Frames:
             "weight_format": _CAT,
             "weights_source": _CAT,
             "weights_bytes_per_gpu": _I64,
+            "gpu_restricted": pl.Boolean,
             **{c: (pl.Boolean if c == "perf_fp8_gemm" else _F64) for c in _PERF_LAYOUT},
         },
     )
@@ -903,15 +923,24 @@ def _frames_of(t: _Tables) -> _Frames:
         _sized, overheads=overheads, candidates=candidates, width=width, shapes=shapes, windows=windows,
         profiles=reg.profiles,
     )  # fmt: skip
-    return _Frames(full, served, node, model_frame, gpu_frame, sized, windows, t.rank_base + len(t.layouts))
+    allowed = _rows([(*pair, True) for pair in t.allowed], {"_rank": _I64, "gpu_idx": _I64, "_allowed": pl.Boolean})
+    return _Frames(full, served, node, model_frame, gpu_frame, sized, allowed, windows, t.rank_base + len(t.layouts))
+
+
+def _on_allowed_gpus(f: _Frames, frame: pl.LazyFrame) -> pl.LazyFrame:
+    """Drop the layout x GPU pairs of a GPU-specific layout on other GPUs."""
+    allowed = pl.col("_allowed").fill_null(False)
+    return (
+        frame.join(f.allowed, on=["_rank", "gpu_idx"], how="left")
+        .filter(~pl.col("gpu_restricted") | allowed)
+        .drop("_allowed", "gpu_restricted")
+    )
 
 
 def _single(f: _Frames) -> pl.LazyFrame:
     """The PP = 1 deployments, sized (narrow)."""
     return f.sized(
-        f.full.select(_NARROW)
-        .filter(pl.col("pp") == 1)
-        .join(f.served, on=_SERVED_ON, how="inner")
+        _on_allowed_gpus(f, f.full.select(_NARROW).filter(pl.col("pp") == 1).join(f.served, on=_SERVED_ON, how="inner"))
         .join(f.node, on=["model_idx", "gpus_per_node"], how="left")
     )
 
@@ -934,10 +963,13 @@ def _not_fitting(single: pl.LazyFrame, windows: int) -> pl.LazyFrame:
 def _multi(f: _Frames, not_fitting: pl.LazyFrame) -> pl.LazyFrame:
     """The PP > 1 deployments, sized (narrow)."""
     return f.sized(
-        f.full.select(_NARROW)
-        .filter(pl.col("pp") > 1)
-        .join(not_fitting, left_on=[*_GROUP, "tp"], right_on=[*_GROUP, "node_tp"], how="inner")
-        .join(f.served, on=[*_SERVED_ON, "gpu_idx"], how="inner")
+        _on_allowed_gpus(
+            f,
+            f.full.select(_NARROW)
+            .filter(pl.col("pp") > 1)
+            .join(not_fitting, left_on=[*_GROUP, "tp"], right_on=[*_GROUP, "node_tp"], how="inner")
+            .join(f.served, on=[*_SERVED_ON, "gpu_idx"], how="inner"),
+        )
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TypeVar
 
@@ -399,6 +399,23 @@ def estimate_weights(
         scale = Fraction(checkpoint_bytes) / in_checkpoint
         return WeightsEstimate(math.ceil(per_gpu * scale), math.ceil(loaded_total * scale), fmt.name, "checkpoint")
     return WeightsEstimate(math.ceil(per_gpu), math.ceil(loaded_total), fmt.name, "modeled")
+
+
+def with_layout_extra(
+    weights: WeightsEstimate, profile: EngineProfile, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None,
+    notes: list[str] | None = None,
+) -> WeightsEstimate:
+    """The weights plus what the engine's kernels keep beyond the checkpoint's format (MXFP4 experts in
+    vLLM's fused-MoE layouts); a note names it when it is not zero."""
+    if weights.format_name != "mxfp4":
+        return weights
+    extra = profile.weight_layout_extra_bytes(model, tp, pp, gpu)
+    if not extra:
+        return weights
+    if notes is not None:
+        notes.append(f"weights include {extra / GIB:.2f} GiB per GPU of MXFP4 expert padding and re-layout "
+                     f"({profile.engine.value} {profile.version or ''} on {gpu.id if gpu else 'this GPU'})")  # fmt: skip
+    return replace(weights, per_gpu_bytes=weights.per_gpu_bytes + extra, total_bytes=weights.total_bytes + extra * tp * pp)
 
 
 # --- The KV pool: how an engine lays blocks out and charges a sequence -----------------------
@@ -862,6 +879,7 @@ def estimate(
         )
     else:
         weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, profile.engine)
+        weights = with_layout_extra(weights, profile, model, d.tp, d.pp, gpu, notes)
 
     defaults = profile.defaults(model, gpu, total, max_model_len, d.tp, d.pp, kv_name)
     util = d.gpu_memory_utilization if d.gpu_memory_utilization is not None else defaults.gpu_memory_utilization

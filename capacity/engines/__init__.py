@@ -71,6 +71,9 @@ class EngineProfile(Protocol):
     ) -> Overhead:
         """Non-KV, non-weight memory per GPU: activation peak, non-torch memory, CUDA graphs."""
 
+    def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None) -> int:
+        """Weight bytes per GPU the engine's kernels keep beyond the checkpoint's format (padding, re-layouts)."""
+
     def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
         """Bytes per GPU left for the KV cache (Python ints or Polars expressions)."""
 

@@ -13,7 +13,7 @@ from capacity.engines.numeric import Num, truncate
 
 if TYPE_CHECKING:
     from capacity.engines import Engine
-    from capacity.spec import ModelSpec
+    from capacity.spec import GpuSku, ModelSpec
 
 
 class ProfileBase:
@@ -35,6 +35,10 @@ class ProfileBase:
     def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
         """The config's SSM state dtype, float32 when it says none (transformers' default)."""
         return model.mamba_ssm_cache_dtype
+
+    def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None) -> int:
+        """The checkpoint's format as it is."""
+        return 0
 
     def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
         """Usable memory (total x utilization) minus everything that is not KV."""

@@ -24,6 +24,7 @@ from capacity.engines import Engine
 from capacity.engines.base import ProfileBase
 from capacity.engines.numeric import Num, at_least, truncate
 from capacity.engines.vllm_overhead import vllm_overhead
+from capacity.engines.vllm_weights import mxfp4_expert_extra_bytes
 from capacity.memory import (
     EngineDefaults,
     KVGroup,
@@ -100,6 +101,10 @@ class VllmProfile(ProfileBase):
     ) -> Overhead:
         """The profiling run as vLLM executes it, each buffer named (capacity/engines/vllm_overhead.py)."""
         return vllm_overhead(model, tp, pp, max(max_num_batched_tokens, 1), max_num_seqs or 256, self.release, act_bytes)
+
+    def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None) -> int:
+        """MXFP4 experts as the release's fused-MoE backend lays them out (capacity/engines/vllm_weights.py)."""
+        return mxfp4_expert_extra_bytes(model, tp, pp, gpu, self.version or ec.VLLM_DEFAULT_VERSION)
 
     def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
         """requested memory (total x utilization) minus everything that is not KV."""

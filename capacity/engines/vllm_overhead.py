@@ -79,19 +79,19 @@ def _layer_intermediates(model: ModelSpec) -> tuple[int, int, int]:
     dense = shared = expert = 0
     for p in model.layer_params:
         if p.experts and model.num_experts:
-            expert = max(expert, _intermediate(p.experts // model.num_experts, h))
-            shared = max(shared, _intermediate(p.mlp, h))
+            expert = max(expert, gated_intermediate(p.experts // model.num_experts, h)[0])
+            shared = max(shared, gated_intermediate(p.mlp, h)[0])
         elif p.mlp:
-            dense = max(dense, _intermediate(p.mlp, h))
+            dense = max(dense, gated_intermediate(p.mlp, h)[0])
     return dense, shared, expert
 
 
-def _intermediate(params: int, hidden: int) -> int:
-    """I from one gated MLP's parameters: 3 x H x I, or with biases (gpt-oss) 3 x H x I + 2 x I + H."""
+def gated_intermediate(params: int, hidden: int) -> tuple[int, bool]:
+    """(I, biased) from one gated MLP's parameters: 3 x H x I, or with biases (gpt-oss) 3 x H x I + 2 x I + H."""
     with_bias, rest = divmod(params - hidden, 3 * hidden + 2)
     if rest == 0 and with_bias > 0:
-        return with_bias
-    return params // (3 * hidden)
+        return with_bias, True
+    return params // (3 * hidden), False
 
 
 def profiling_buffers(

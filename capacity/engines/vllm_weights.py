@@ -1,0 +1,155 @@
+"""What vLLM keeps on the GPU for MXFP4 experts, beyond the checkpoint's bytes.
+
+The checkpoint stores a routed expert as 4-bit values plus one 8-bit scale per 32 (17/32 B per
+parameter). vLLM's fused-MoE kernels want other shapes, and the difference is weight memory the KV
+pool never gets (it is in "Model loading took X GiB"): up to 13 % of the experts on A100 and 6 % on
+H100 for gpt-oss. Read in the vLLM wheels (0.19.0, 0.24.0 - 0.27.0, 0.33.0):
+
+- the backend (`fused_moe/oracle/mxfp4.py` select_mxfp4_moe_backend, gpt-oss priority list): FlashInfer
+  TRT-LLM on SM100 (B200/GB200/B300), the OAI Triton kernels on SM90 (H100/H200/GH200: triton_kernels
+  runs for 9.0 <= capability < 11.0), Marlin on Ampere/Ada and on SM120 (RTX PRO 6000, RTX 50xx: the
+  0.33 list puts Triton after Marlin there), AITER on ROCm;
+- `mxfp4_round_up_hidden_size_and_intermediate_size`: Marlin pads the per-rank intermediate to 128 and
+  the hidden size to 256; TRT-LLM pads both to 256 (0.27 and later: intermediate to 128); ROCm pads both to
+  256; every other backend (Triton) pads the intermediate to 64;
+- Triton on SM90 (`quantization/utils/mxfp4_utils.py` _swizzle_mxfp4): the values are swizzled into
+  triton_kernels' HopperMXValueLayout (rows padded to 16, bytes per row to 32) and the scales into
+  HopperMXScaleLayout with 8 warps (rows padded to 256, columns to 2; from 0.26 the scale groups are padded
+  to a multiple of 4 first), the biases cast to fp32; before 0.25 (vllm#46549) the checkpoint's block scales
+  stayed allocated beside their swizzled copies.
+
+Facts carried over from vLLM and triton_kernels, no code. Other backends' re-layouts (Marlin's repack,
+FlashInfer's shuffle) keep the padded sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from capacity import engine_constants as ec
+from capacity.engines.vllm_overhead import gated_intermediate
+from capacity.memory import pp_partition
+from capacity.spec import GpuSku, ModelSpec
+
+MXFP4_BLOCK = 32  # elements per shared 8-bit exponent
+BF16_BYTES = 2
+FP32_BYTES = 4
+HOPPER_VALUE_ROW_MULTIPLE = 16  # HopperMXValueLayout (mma v3): 1 x 2 warps x 4 threads x 2 (scott trick) rows
+HOPPER_VALUE_BYTE_MULTIPLE = 32  # 4 k-tiles x 2 warps x 4 threads bytes per row
+HOPPER_SCALE_ROW_MULTIPLE = 2 * 8 * 2 * 8  # HopperMXScaleLayout: 2 x num_warps (8) x 2 x 8
+HOPPER_SCALE_COLUMN_MULTIPLE = 2
+
+
+class Mxfp4Backend(StrEnum):
+    """The MXFP4 MoE kernels vLLM picks for gpt-oss, as far as they change the bytes."""
+
+    FLASHINFER_TRTLLM = "FlashInfer TRT-LLM"
+    TRITON_HOPPER = "OAI Triton (Hopper layout)"
+    MARLIN = "Marlin"
+    AITER = "AITER"
+    TRITON = "Triton"
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertLayout:
+    """How one rank's MXFP4 experts of a layer sit in memory."""
+
+    backend: Mxfp4Backend
+    intermediate_multiple: int
+    hidden_multiple: int
+    keeps_checkpoint_scales: bool = False  # the Triton path before 0.25
+    pads_scale_groups: bool = False  # the Triton path on SM90 from 0.26 (scale groups to a multiple of 4)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def mxfp4_backend(gpu: GpuSku | None) -> Mxfp4Backend:
+    """The backend vLLM selects for gpt-oss's experts on this GPU (CUDA/ROCm, default settings)."""
+    if gpu is None:  # hardware outside the catalog: only the generic intermediate padding
+        return Mxfp4Backend.TRITON
+    arch = (gpu.architecture or "").lower()
+    if gpu.vendor.lower() == "amd" or arch.startswith("cdna"):
+        return Mxfp4Backend.AITER
+    name = gpu.id.lower()
+    if arch.startswith("blackwell") and not any(word in name for word in ("rtx", "gb10")):
+        return Mxfp4Backend.FLASHINFER_TRTLLM
+    if arch == "hopper":
+        return Mxfp4Backend.TRITON_HOPPER
+    if arch in ("ampere", "ada") or arch.startswith("blackwell"):
+        return Mxfp4Backend.MARLIN
+    return Mxfp4Backend.TRITON
+
+
+def expert_layout(gpu: GpuSku | None, vllm_version: str) -> ExpertLayout:
+    """The padding and the kept buffers of the backend in this vLLM version."""
+    version = ec.parse_version(vllm_version)
+    backend = mxfp4_backend(gpu)
+    if backend is Mxfp4Backend.MARLIN:
+        return ExpertLayout(backend, 128, 256)
+    if backend is Mxfp4Backend.FLASHINFER_TRTLLM:
+        return ExpertLayout(backend, 128 if version >= (0, 27) else 256, 256)
+    if backend is Mxfp4Backend.AITER:
+        return ExpertLayout(backend, 256, 256)
+    if backend is Mxfp4Backend.TRITON_HOPPER:
+        return ExpertLayout(backend, 64, 1, keeps_checkpoint_scales=version < (0, 25),
+                            pads_scale_groups=version >= (0, 26))  # fmt: skip
+    return ExpertLayout(backend, 64, 1)
+
+
+def _hopper_matrix_bytes(experts: int, rows: int, columns: int, pads_scale_groups: bool) -> int:
+    """Swizzled values and scales of an (experts, rows, columns) MXFP4 weight (columns along the MX axis)."""
+    value_bytes = experts * _round_up(rows, HOPPER_VALUE_ROW_MULTIPLE) * _round_up(columns // 2, HOPPER_VALUE_BYTE_MULTIPLE)
+    groups = columns // MXFP4_BLOCK
+    if pads_scale_groups:
+        groups = _round_up(groups, 4)
+    scale_bytes = experts * _round_up(rows, HOPPER_SCALE_ROW_MULTIPLE) * _round_up(groups, HOPPER_SCALE_COLUMN_MULTIPLE)
+    return value_bytes + scale_bytes
+
+
+def expert_layer_bytes(experts: int, intermediate: int, hidden: int, tp: int, layout: ExpertLayout,
+                       biased: bool) -> tuple[int, int]:  # fmt: skip
+    """(bytes vLLM keeps, bytes of the checkpoint's format) for one layer's routed experts on one rank:
+    w13 (experts, 2I/TP, H) and w2 (experts, H, I/TP), MXFP4 along the last axis, plus the biases."""
+    i_rank = intermediate // tp
+    checkpoint = experts * 3 * i_rank * hidden * 17 // MXFP4_BLOCK
+    bias_elements = experts * (2 * i_rank + hidden) if biased else 0
+    checkpoint += bias_elements * BF16_BYTES
+    i_pad = _round_up(i_rank, layout.intermediate_multiple)
+    h_pad = _round_up(hidden, layout.hidden_multiple)
+    if layout.backend is Mxfp4Backend.TRITON_HOPPER:
+        kept = _hopper_matrix_bytes(experts, 2 * i_pad, h_pad, layout.pads_scale_groups)
+        kept += _hopper_matrix_bytes(experts, h_pad, i_pad, layout.pads_scale_groups)
+        if layout.keeps_checkpoint_scales:
+            kept += experts * 3 * i_pad * h_pad // MXFP4_BLOCK
+        kept += experts * (2 * i_pad + h_pad) * FP32_BYTES if biased else 0
+    else:
+        kept = experts * 3 * i_pad * h_pad * 17 // MXFP4_BLOCK
+        kept += experts * (2 * i_pad + h_pad) * BF16_BYTES if biased else 0
+    return kept, checkpoint
+
+
+def mxfp4_expert_extra_bytes(model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, vllm_version: str) -> int:
+    """Weight bytes the most loaded rank holds beyond the checkpoint's MXFP4 experts (0 when the experts
+    are not MXFP4)."""
+    quant = model.quantization
+    if quant is None or quant.weight_format != "mxfp4" or not model.num_experts:
+        return 0
+    layout = expert_layout(gpu, vllm_version)
+    extra_per_stage: list[int] = []
+    start = 0
+    for count in pp_partition(len(model.layer_params), pp):
+        extra = 0
+        for p in model.layer_params[start : start + count]:
+            if not p.experts:
+                continue
+            per_expert = p.experts // model.num_experts
+            intermediate, biased = gated_intermediate(per_expert, model.hidden_size)
+            kept, checkpoint = expert_layer_bytes(model.num_experts, intermediate, model.hidden_size, tp, layout, biased)
+            extra += kept - checkpoint
+        extra_per_stage.append(extra)
+        start += count
+    return max(extra_per_stage, default=0)
+
