@@ -580,6 +580,8 @@ def _weight_variants(
 ) -> list[tuple[int, tuple[int, ...] | None]]:
     """The layout's weights per GPU as `memory.with_layout_extra` gives them: one value for every GPU
     (None: no restriction), or one per group of GPUs whose kernels lay the weights out alike."""
+    if w.format_name != "mxfp4":  # with_layout_extra's own condition, checked once rather than per GPU
+        return [(w.per_gpu_bytes, None)]
     by_bytes: dict[int, list[int]] = {}
     for g, gpu in enumerate(reg.gpus):
         by_bytes.setdefault(with_layout_extra(w, profile, spec, tp, pp, gpu).per_gpu_bytes, []).append(g)
