@@ -75,6 +75,7 @@ class ObservedSettings:
     max_num_batched_tokens: int | None = None
     block_size: int | None = None
     total_gpu_memory_bytes: int | None = None  # what the engine saw as the device total
+    enforce_eager: bool | None = None  # --enforce-eager: no CUDA graphs
 
 
 _KV_DTYPES = {None: "auto", "auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
@@ -120,6 +121,7 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         max_num_batched_tokens=s.max_num_batched_tokens,
         max_num_seqs=s.max_num_seqs,
         gpu_memory_bytes=s.total_gpu_memory_bytes,
+        enforce_eager=s.enforce_eager,
     )
 
 

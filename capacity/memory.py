@@ -896,6 +896,10 @@ def estimate(
         overhead = profile.overhead(model, d.tp, d.pp, batched, seqs_cap, act_bytes)
         if profile.engine is Engine.PLAIN:
             notes.append("plain engine: no overhead unless given with --overhead-gib")
+        if d.enforce_eager and overhead.cuda_graph_bytes:
+            notes.append(f"enforce_eager: no CUDA graphs captured, so none of the {overhead.cuda_graph_bytes / GIB:.2f} GiB "
+                         "graph estimate is deducted")  # fmt: skip
+            overhead = replace(overhead, cuda_graph_bytes=0)
 
     usable = int(total * util)
     if d.kv_cache_memory_bytes is not None:

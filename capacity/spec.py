@@ -217,6 +217,7 @@ class DeploymentSpec:
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     async_scheduling: bool | None = None  # None: the engine's default (vLLM: on for GPUs; the CPU build: off)
+    enforce_eager: bool | None = None  # no CUDA graphs: none captured, none deducted (vLLM --enforce-eager)
     gpu_memory_bytes: int | None = None  # override the device total
     weights_bytes_per_gpu: int | None = None  # override the weights
     overhead_bytes_per_gpu: int | None = None  # override every non-KV, non-weight term

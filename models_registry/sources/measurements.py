@@ -39,6 +39,7 @@ class Measurement:
     max_num_seqs: int | None
     max_num_batched_tokens: int | None
     block_size: int | None
+    enforce_eager: bool | None
     total_gpu_memory_gib: float | None
     weights_gib: float | None
     activation_peak_gib: float | None
@@ -77,6 +78,7 @@ def load_measurements(path: Path = MEASUREMENTS_PATH) -> list[Measurement]:
                 max_num_seqs=entry.get("max_num_seqs"),
                 max_num_batched_tokens=entry.get("max_num_batched_tokens"),
                 block_size=entry.get("block_size"),
+                enforce_eager=bool(entry["enforce_eager"]) if entry.get("enforce_eager") is not None else None,
                 total_gpu_memory_gib=entry.get("total_gpu_memory_gib"),
                 weights_gib=entry.get("weights_gib"),
                 activation_peak_gib=entry.get("activation_peak_gib"),
@@ -119,6 +121,7 @@ def deployment_for(row: Measurement, model: ModelSpec) -> DeploymentSpec:
             max_num_batched_tokens=row.max_num_batched_tokens,
             block_size=row.block_size,
             total_gpu_memory_bytes=round(row.total_gpu_memory_gib * GIB) if row.total_gpu_memory_gib else None,
+            enforce_eager=row.enforce_eager,
         ),
     )
 

@@ -255,6 +255,8 @@ def build_rows(
         act_bytes = 4 if est.weight_dtype == "float32" else 2
         feats = model.features(spec, est.tp, est.pp, est.pool.max_num_batched_tokens, est.max_num_seqs or 256,
                                act_bytes, release)  # fmt: skip
+        if r.enforce_eager:  # no graphs captured: no estimate deducted
+            feats["graphs"] = False
         rows.append(Row(
             id=r.id, group=source_group(str(r.raw.get("source") or ""), r.id), era=release.overhead_profile,
             features=feats, usable_minus_weights=est.usable_bytes_per_gpu - est.weights_bytes_per_gpu,

@@ -98,6 +98,13 @@ def estimate(
             help="vLLM async scheduling (default on, as on GPUs; off keeps one batch in flight, as the CPU build).",
         ),
     ] = None,
+    enforce_eager: Annotated[
+        bool,
+        typer.Option(
+            "--enforce-eager",
+            help="No CUDA graphs (vLLM --enforce-eager): from 0.21 the graph estimate is then not deducted.",
+        ),
+    ] = False,
     gpu_memory_utilization: Annotated[
         float | None,
         typer.Option(
@@ -204,6 +211,7 @@ def estimate(
         gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len,
         async_scheduling=async_scheduling,
+        enforce_eager=enforce_eager or None,
         block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
