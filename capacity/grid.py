@@ -564,8 +564,9 @@ def _build_rows(
                             # `engine` reaches the weights only through the serving dtype
                             weights[wkey] = estimate_weights(spec, weight_dtype, tp, pp, gm.checkpoint_bytes, engine)
                         w = weights[wkey]
-                        perf = _perf_layout_row(spec, tp, pp, weight_dtype, engine, w, kv_bytes)
                         for per_gpu_bytes, gpu_idxs in _weight_variants(reg, profile, spec, tp, pp, w):
+                            variant = w if per_gpu_bytes == w.per_gpu_bytes else replace(w, per_gpu_bytes=per_gpu_bytes)
+                            perf = _perf_layout_row(spec, tp, pp, weight_dtype, engine, variant, kv_bytes)
                             rank = t.rank_base + len(t.layouts)
                             t.layouts.append(
                                 (rank, kv_id, w_idx, weight_dtype, w_fp8, w_fp4, w.format_name, w.source,

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from capacity import engine_constants as ec
+from capacity.memory import GIB
 from capacity.spec import ModelSpec
 from models_registry.resolve import load_model
+from models_registry.sources import cudagraph_estimates as graphs
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from models_registry.sources.measurements import compare, load_measurements
 from models_registry.sources.overhead_cv import (
@@ -46,11 +50,37 @@ def _fmt(a: Accuracy) -> str:
     return f"{a.n:>3} {a.median_abs_error:6.2%} {a.within_1pct:4.0%} {a.within_5pct:4.0%} {a.median_signed_error:+6.2%}"
 
 
+def print_graph_estimates(rows_too: bool) -> None:
+    """vLLM >= 0.21's CUDA-graph estimate: base + per graph, fitted and scored leave-one-source-out."""
+    rows = graphs.load_rows()
+    fitted = graphs.fit(rows)
+    shipped = graphs.GraphCoefficients(ec.CG_BASE_BYTES, ec.CG_PER_GRAPH_BYTES, ec.CG_PER_GRAPH_TP_BYTES)
+    print(f"rows {len(rows)}, fitted {sum(r.excluded is None for r in rows)}; left out: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(Counter(r.excluded for r in rows if r.excluded).items())))
+    print(f"fit: base {fitted.base_bytes / GIB:.2f} GiB, per graph {fitted.per_graph_bytes / 2**20:.1f} MiB "
+          f"(TP > 1: {fitted.per_graph_tp_bytes / 2**20:.1f} MiB); shipped: base {shipped.base_bytes / GIB:.2f} GiB, "
+          f"per graph {shipped.per_graph_bytes / 2**20:.1f} / {shipped.per_graph_tp_bytes / 2**20:.1f} MiB")
+    shipped_errors, cv_errors = graphs.errors_gib(rows, shipped), graphs.cross_validated_errors_gib(rows)
+    for name, ids in (("all", None), ("TP = 1", {r.id for r in rows if r.tp == 1}),
+                      ("TP > 1", {r.id for r in rows if r.tp > 1})):  # fmt: skip
+        print(f"  {name:7} shipped: {graphs.accuracy(shipped_errors, ids)}")
+        print(f"  {'':7} cv:      {graphs.accuracy(cv_errors, ids)}")
+    if rows_too:
+        for r in rows:
+            if r.id in cv_errors:
+                print(f"    {r.id[:52]:52} tp {r.tp} graphs {r.graphs:>3} logged {(r.estimate_bytes or 0) / GIB:5.2f} "
+                      f"shipped {shipped_errors[r.id]:+.2f} cv {cv_errors[r.id]:+.2f} GiB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="print the coefficients of a refit on every row")
     parser.add_argument("--rows", action="store_true", help="print each row's cross-validated errors")
+    parser.add_argument("--graphs", action="store_true", help="the CUDA-graph estimate against the public logs only")
     args = parser.parse_args()
+    if args.graphs:
+        print_graph_estimates(args.rows)
+        return
     comparisons = compare(load_measurements(), resolve_model, find_gpu_sku)
     header = "   n  med|e|  1%   5%  med(e)"
     evaluated = []

@@ -31,7 +31,9 @@ phases that peak at different times, so the activation peak is their MAX, plus w
   workspace manager took over (between 0.11 and 0.19) is not pinned: the 0.19 logs show it held.
 
 Non-torch memory: a constant at TP = 1 and another at TP > 1 (NCCL communicators, custom all-reduce
-buffers). CUDA graphs: a base plus a per-layer charge, where the release deducts the estimate.
+buffers). CUDA graphs, where the release deducts the estimate (0.21+): the first capture plus a charge
+per further graph, the graphs counted from the capture sizes vLLM derives from max_num_seqs and
+max_num_batched_tokens (`cudagraph_capture_counts`).
 
 The coefficients that are not read off the source (`ec.VllmProfilingCoefficients`) are few, shared by
 every family, and each says what it stands for. Facts carried over from vLLM, no vLLM code.
@@ -62,7 +64,8 @@ class ProfilingBuffers:
     moe_legacy_bytes: int  # fused_experts_impl's intermediate caches (per call, freed)
     logits_bytes: int  # S x vocab in the model dtype
     logits_fp32_bytes: int  # one fp32 copy of them (the unit of the sampler coefficient)
-    graph_layers: int  # decoder layers on the most loaded rank (the CUDA-graph estimate's scale)
+    graph_layers: int  # decoder layers on the most loaded rank
+    graph_count: int  # PIECEWISE + FULL CUDA graphs vLLM captures (the CUDA-graph estimate's scale)
     tp: int
 
     def forward_layer_bytes(self, moe_workspace_held: bool) -> int:
@@ -133,8 +136,22 @@ def profiling_buffers(
         logits_bytes=logits * b,
         logits_fp32_bytes=logits * FP32_BYTES,
         graph_layers=max(pp_partition(model.num_layers, pp)),
+        graph_count=sum(cudagraph_capture_counts(max_num_seqs, max_num_batched_tokens)),
         tp=tp,
     )
+
+
+def cudagraph_capture_counts(max_num_seqs: int, max_num_batched_tokens: int) -> tuple[int, int]:
+    """(PIECEWISE, FULL) graphs of the default FULL_AND_PIECEWISE mode (0.33 config/vllm.py
+    _set_cudagraph_sizes): sizes 1, 2, 4, 8..248 by 8, 256.. by 16 up to min(2 x max_num_seqs, 512,
+    max_num_batched_tokens), plus max_num_batched_tokens and max_num_seqs when within it; FULL decode
+    graphs for the sizes up to max_num_seqs. (SM100's 1024 ceiling is not modelled.)"""
+    seqs, tokens = max(max_num_seqs, 1), max(max_num_batched_tokens, 1)
+    largest = min(2 * seqs, 512, tokens)
+    sizes = {n for n in (1, 2, 4) if n <= largest} | set(range(8, min(largest + 1, 256), 8))
+    sizes |= set(range(256, largest + 1, 16))
+    sizes |= {n for n in (tokens, seqs) if n <= largest}
+    return len(sizes), sum(1 for n in sizes if n <= seqs)
 
 
 def overhead_from_buffers(
@@ -149,7 +166,8 @@ def overhead_from_buffers(
     persistent = buffers.moe_workspace_bytes if c.moe_workspace_persistent else 0
     activation = persistent + max(forward, sampler)
     non_torch = c.non_torch_tp_bytes if buffers.tp > 1 else c.non_torch_bytes
-    cuda_graphs = c.cg_base_bytes + c.cg_per_layer_bytes * buffers.graph_layers if graphs_in_budget else 0
+    per_graph = c.cg_per_graph_tp_bytes if buffers.tp > 1 else c.cg_per_graph_bytes
+    cuda_graphs = c.cg_base_bytes + per_graph * buffers.graph_count if graphs_in_budget else 0
     phase = "forward" if forward >= sampler else "sampler"
     named = (
         ("forward: hidden stream", buffers.hidden_stream_bytes),

@@ -110,7 +110,8 @@ def _derived_predict(p: Params, f: dict[str, Any]) -> tuple[int, int, int]:
     c = ec.VllmProfilingCoefficients(
         forward_scale=p["forward_scale"], sampler_fp32_copies=p["sampler_fp32_copies"],
         non_torch_bytes=int(p["non_torch_gib"] * GIB), non_torch_tp_bytes=int(p["non_torch_tp_gib"] * GIB),
-        cg_base_bytes=int(p["cg_base_gib"] * GIB), cg_per_layer_bytes=int(p["cg_per_layer_gib"] * GIB),
+        cg_base_bytes=int(p["cg_base_gib"] * GIB), cg_per_graph_bytes=int(p["cg_per_graph_gib"] * GIB),
+        cg_per_graph_tp_bytes=int(p["cg_per_graph_tp_gib"] * GIB),
         moe_workspace_persistent=bool(p["moe_workspace_persistent"]), source="cv",
     )  # fmt: skip
     o = overhead_from_buffers(buffers, c, f["graphs"])
@@ -121,7 +122,8 @@ def _derived_shipped(era: str) -> Params:
     c = ec.VLLM_PROFILING_COEFFICIENTS[era]
     return {"forward_scale": c.forward_scale, "sampler_fp32_copies": c.sampler_fp32_copies,
             "non_torch_gib": c.non_torch_bytes / GIB, "non_torch_tp_gib": c.non_torch_tp_bytes / GIB,
-            "cg_base_gib": c.cg_base_bytes / GIB, "cg_per_layer_gib": c.cg_per_layer_bytes / GIB,
+            "cg_base_gib": c.cg_base_bytes / GIB, "cg_per_graph_gib": c.cg_per_graph_bytes / GIB,
+            "cg_per_graph_tp_gib": c.cg_per_graph_tp_bytes / GIB,
             "moe_workspace_persistent": float(c.moe_workspace_persistent)}  # fmt: skip
 
 
