@@ -229,7 +229,7 @@ def fitted_overhead(scored: Sequence[Scored]) -> int:
 
 
 def refit_scores(scored: Sequence[Scored], resolve_model: ResolveModel, resolve_gpu: ResolveGpu,
-                 *, cross_validated: bool) -> EngineScores:  # fmt: skip
+                 *, cross_validated: bool, version_aware: bool = True) -> EngineScores:  # fmt: skip
     """SGLang rows re-estimated with the term refit on every row (in-sample) or on the other sources only
     (leave-one-source-out); TensorRT-LLM rows have no fitted term and keep their shipped figures."""
     pool: dict[str, float | None] = {}
@@ -239,7 +239,7 @@ def refit_scores(scored: Sequence[Scored], resolve_model: ResolveModel, resolve_
     for s in scored:
         if s.row.engine == "sglang" and s.predicted is not None:
             term = fitted_overhead([t for t in scored if t.row.group != s.row.group]) if cross_validated else every
-            s = predict(s.row, resolve_model, resolve_gpu, overhead_bytes=term)
+            s = predict(s.row, resolve_model, resolve_gpu, version_aware=version_aware, overhead_bytes=term)
         pool[s.row.id], tokens[s.row.id], starts[s.row.id] = s.pool_error, s.tokens_error, s.start_correct
     return EngineScores(pool, tokens, starts)
 
