@@ -44,7 +44,7 @@ def test_rows_name_their_source_and_era() -> None:
 
 
 def test_every_started_server_is_predicted_as_starting(runs) -> None:  # type: ignore[no-untyped-def]
-    scored, shipped, _ = runs[True]
+    _, shipped, _ = runs[True]
     decided = {k: v for k, v in shipped.starts.items() if v is not None}
     assert len(decided) >= 5 and all(decided.values())
     # the previous model (0.5.23 defaults for a 0.4.3 log: fraction 0.658 on a 24 GB L4) refused this server

@@ -247,7 +247,7 @@ def refit_scores(scored: Sequence[Scored], resolve_model: ResolveModel, resolve_
 def tags(row: EngineLogRow) -> tuple[str, ...]:
     """What a row is reported under: its engine, its engine and era, and 'unmodelled' where it is."""
     out = (row.engine, f"{row.engine} {row.era}")
-    return out + ("unmodelled",) if row.unmodelled else out
+    return (*out, "unmodelled") if row.unmodelled else out
 
 
 def table(rows: Sequence[EngineLogRow], errors: dict[str, float | None]) -> dict[str, Accuracy]:
