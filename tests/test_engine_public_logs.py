@@ -98,3 +98,23 @@ def test_unknown_release_row_within_its_stated_tolerance(runs) -> None:  # type:
     # term it implies (2.1 GiB against the shipped 0.6) cannot be split into its causes
     _, shipped, _ = runs[True]
     assert shipped.pool["vllm21348-sglang-qwen3-235b-a22b-fp8-h100-tp4"] == pytest.approx(0.0898, abs=0.01)
+
+
+def test_unknown_release_and_unmodelled_features_are_said() -> None:
+    from capacity.memory import estimate
+    from capacity.spec import DeploymentSpec
+
+    resolved = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    h100 = find_gpu_sku("H100")
+
+    def notes(**kw: object) -> str:
+        return " | ".join(estimate(resolved.spec, DeploymentSpec(**kw), gpu=h100,  # type: ignore[arg-type]
+                                   checkpoint_bytes=resolved.checkpoint_bytes).notes)  # fmt: skip
+
+    unstated = notes(engine="sglang")
+    # 0.88 (0.4.x, one GPU) against 0.5.23's 0.83 on an H100: 5 % of 79.2 GiB, more than 5 % of the budget
+    assert "no --engine-version" in unstated and "0.88" in unstated
+    assert "speculative decoding" in unstated and "DP attention" in unstated
+    assert "no --engine-version" not in notes(engine="sglang", engine_version="0.4.4")
+    assert "speculative decoding" in notes(engine="trtllm")
+    assert "speculative decoding" not in notes(engine="vllm")
