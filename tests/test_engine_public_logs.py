@@ -46,15 +46,18 @@ def test_rows_name_their_source_and_era() -> None:
 def test_every_started_server_is_predicted_as_starting(runs) -> None:  # type: ignore[no-untyped-def]
     _, shipped, _ = runs[True]
     decided = {k: v for k, v in shipped.starts.items() if v is not None}
-    assert len(decided) >= 5 and all(decided.values())
+    assert len(decided) >= 8 and all(decided.values())
     # the previous model (0.5.23 defaults for a 0.4.3 log: fraction 0.658 on a 24 GB L4) refused this server
     assert runs[False][1].starts["llms-in-clouds-sglang-0.4.3.post4-qwq-32b-l4-tp4"] is False
 
 
 def test_legacy_default_fraction_reproduces_the_logged_pool(runs) -> None:  # type: ignore[no-untyped-def]
-    # measured at introduction: -0.10 % (QwQ-32B, 4 x L4, 0.85) and +0.17 % (Llama-3.1-8B, H100, 0.88)
+    # measured at introduction: -0.10 % (QwQ-32B, 4 x L4, 0.85), +0.17 % and -0.24 % (Llama-3.1-8B, 80 GB, 0.88);
+    # 0.5.18 with the fraction stated: +0.27 % (Qwen3-4B, H100)
     _, shipped, _ = runs[True]
-    for row_id in ("llms-in-clouds-sglang-0.4.3.post4-qwq-32b-l4-tp4", "sglang-pr4760-llama-3.1-8b-instruct-h100-tp1"):
+    for row_id in ("llms-in-clouds-sglang-0.4.3.post4-qwq-32b-l4-tp4", "sglang-pr4760-llama-3.1-8b-instruct-h100-tp1",
+                   "sglang-docs-send-request-2025-01-llama-3.1-8b-instruct-80gb-tp1",
+                   "unresolved-sglang-0.5.18-qwen3-4b-h100-tp1"):  # fmt: skip
         assert abs(shipped.pool[row_id] or 1) < 0.01
         assert abs(shipped.tokens[row_id] or 1) < 0.01
     # the previous model: -7.2 % on the H100 row (0.83 instead of 0.88)
@@ -66,9 +69,10 @@ def test_sglang_table_shipped_and_cross_validated(runs) -> None:  # type: ignore
     _, shipped, cv = runs[True]
     ship = el.table(rows, shipped.pool)["sglang"]
     held_out = el.table(rows, cv.pool)["sglang"]
-    # measured at introduction: shipped n=3 median 0.17 %, 67 % within 5 %; leave-one-source-out 8.72 %, 33 %
-    assert ship.n == 3 and ship.median_abs_error < 0.005 and ship.within_5pct >= 0.66
-    assert held_out.n == 3 and held_out.median_abs_error < 0.10
+    # measured at introduction: shipped n=6 median 0.25 %, 67 % within 1 % and 5 %; leave-one-source-out of the
+    # one fitted term 3.12 %, 50 % within 5 %
+    assert ship.n >= 6 and ship.median_abs_error < 0.005 and ship.within_5pct >= 0.66 and ship.within_1pct >= 0.66
+    assert held_out.n == ship.n and held_out.median_abs_error < 0.04 and held_out.within_5pct >= 0.5
     # refitting the one term out of sample is worse than the shipped constant: it stays as shipped
     assert held_out.median_abs_error > ship.median_abs_error
 
@@ -93,6 +97,8 @@ def test_trtllm_pytorch_backend_pool(runs) -> None:  # type: ignore[no-untyped-d
 
 
 def test_unknown_release_row_within_its_stated_tolerance(runs) -> None:  # type: ignore[no-untyped-def]
+    # the Windows desktop of the RTX 3090 row holds memory capplan cannot see: +7.5 %, a known miss
+    assert shipped_pool(runs, "my-deepseek-r1-sglang-2025-02-r1-distill-qwen-7b-rtx3090-tp1") == pytest.approx(0.0748, abs=0.01)
     # vllm#21348 (July 2025, release not stated, Qwen3-235B-A22B-FP8 on 4 x H100 at 0.93): capplan leaves 9 %
     # more KV memory than SGLang did; the log prints neither the weights nor the free memory, so the non-KV
     # term it implies (2.1 GiB against the shipped 0.6) cannot be split into its causes
@@ -118,3 +124,7 @@ def test_unknown_release_and_unmodelled_features_are_said() -> None:
     assert "no --engine-version" not in notes(engine="sglang", engine_version="0.4.4")
     assert "speculative decoding" in notes(engine="trtllm")
     assert "speculative decoding" not in notes(engine="vllm")
+
+
+def shipped_pool(runs, row_id: str) -> float | None:  # type: ignore[no-untyped-def]
+    return runs[True][1].pool[row_id]  # type: ignore[no-any-return]
