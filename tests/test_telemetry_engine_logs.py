@@ -144,3 +144,22 @@ def test_trtllm_hostile_lines(tmp_path: Path) -> None:
     obs = only_observation(result)
     assert obs["kv_cache_memory_bytes"] == gib(16.05) and "block_size" not in obs
     assert len(observations(result)) == 1
+
+
+def test_trtllm_pool_sized_twice_keeps_the_final_one(tmp_path: Path) -> None:
+    # TensorRT-LLM 1.2's PyTorch backend: the estimation run's small pool first, the final pool after it (lines of
+    # a public 1.2.0rc2 log; the final line's count, cut in the excerpt, is written as 1,444 blocks x 32)
+    body = (
+        "trtllm-serve meta-llama/Llama-3.1-8B-Instruct --max_seq_len 9193\n"
+        "[TensorRT-LLM] TensorRT LLM version: 1.2.0rc2\n"
+        "[TensorRT-LLM][INFO] Max KV cache blocks per sequence: 288 [window size=8224], tokens per block=32, "
+        "primary blocks=257, secondary blocks=0, max sequence length=9193\n"
+        "[TensorRT-LLM][INFO] [MemUsageChange] Allocated 0.56 GiB for max tokens in paged KV cache (8224).\n"
+        "[TensorRT-LLM][INFO] Max KV cache blocks per sequence: 288 [window size=9193], tokens per block=32, "
+        "primary blocks=1444, secondary blocks=0, max sequence length=9193\n"
+        "[TensorRT-LLM][INFO] [MemUsageChange] Allocated 3.17 GiB for max tokens in paged KV cache (46208).\n"
+    )
+    obs = only_observation(ingest(tmp_path, {"d/startup.log": body, "d/deployment.yaml": "gpu: H100\n"}))
+    assert obs["kv_cache_memory_bytes"] == gib(3.17) and obs["kv_cache_tokens"] == 46_208
+    assert obs["num_gpu_blocks"] == 1444 and obs["max_model_len"] == 9193
+    assert (obs["engine"], obs["engine_version"]) == ("trtllm", "1.2.0rc2")

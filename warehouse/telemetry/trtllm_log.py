@@ -3,13 +3,14 @@ dialect of the shared startup-log parser (`vllm_log.parse_engine_log`). The phra
 cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp and tensorrt_llm/_torch/pyexecutor/_util.py:
 
 - "[MemUsageChange] Allocated X GiB for max tokens in paged KV cache (N)" -> kv_cache_memory_bytes,
-  kv_cache_tokens (N = primary blocks x tokens per block);
+  kv_cache_tokens (N = primary blocks x tokens per block); the PyTorch backend of 1.x prints it twice, for the
+  small pool of its memory-estimation run and then for the final pool: the last line wins;
 - "Memory usage when calculating max tokens in paged kv cache: total: X GiB, available: Y GiB" ->
   total_gpu_memory_bytes (what is available is what the fraction applies to);
 - "Number of tokens per block: N." -> block_size; "Number of blocks in KV cache primary pool: N" or
   "primary blocks=N" -> num_gpu_blocks;
 - "max_seq_len=N, max_num_requests=R, max_num_tokens=T" -> max_model_len, max_num_seqs,
-  max_num_batched_tokens; "TensorRT-LLM version: V" -> engine_version;
+  max_num_batched_tokens; "TensorRT-LLM version: V" (1.2: "TensorRT LLM version") -> engine_version;
 - `trtllm-serve MODEL --tp_size ... --kv_cache_free_gpu_memory_fraction F` -> settings (F is the observation's
   gpu_memory_utilization: for TensorRT-LLM the fraction of the memory free after the model, not of the device).
 """
@@ -87,8 +88,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "version",
-        "TensorRT-LLM version",
-        _rx(r"TensorRT-LLM version:\s*v?(\d[\w.+-]*)"),
+        "LLM version:",
+        _rx(r"TensorRT[- ]LLM version:\s*v?(\d[\w.+-]*)"),
         _text("engine_version"),
         priority=P_CONFIG,
         marker=True,
@@ -119,4 +120,6 @@ TRTLLM = LogDialect(
     boolean_flags=frozenset({"trust_remote_code", "rm", "it", "d"}),
     namespace_markers=(),
     markers=("TensorRT-LLM", "TRT-LLM", "trtllm-serve", "paged KV cache"),
+    # the PyTorch backend sizes the pool twice: a small one for its estimation run, then the final one
+    last_fields=frozenset({"kv_cache_memory_bytes", "kv_cache_tokens", "num_gpu_blocks"}),
 )

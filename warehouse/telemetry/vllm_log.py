@@ -548,6 +548,7 @@ class LogDialect:
     namespace_markers: tuple[str, ...]  # "name=Class(key=value, ...)" settings dumps
     markers: tuple[str, ...]  # phrases only this engine's logs print (which dialect reads a file)
     max_fields: frozenset[str] = frozenset()  # fields whose repeats combine by max here (not by _MIN's min)
+    last_fields: frozenset[str] = frozenset()  # fields whose last line wins (a pool sized twice: the final one)
 
 
 def dialects() -> tuple[LogDialect, ...]:
@@ -596,11 +597,15 @@ class _Segment:
             if not self.values[key]:
                 del self.values[key]
 
-    def resolve(self, max_fields: frozenset[str] = frozenset()) -> dict[str, tuple[Any, int]]:
+    def resolve(
+        self, max_fields: frozenset[str] = frozenset(), last_fields: frozenset[str] = frozenset()
+    ) -> dict[str, tuple[Any, int]]:
         """field -> (value, line it came from)."""
         out: dict[str, tuple[Any, int]] = {}
         for key, candidates in self.values.items():
-            if key in _MAX or key in max_fields:
+            if key in last_fields:
+                value, _, line = max(candidates, key=lambda c: c[2])
+            elif key in _MAX or key in max_fields:
                 value, _, line = max(candidates, key=lambda c: c[0])
             elif key in _MIN:
                 value, _, line = min(candidates, key=lambda c: c[0])
@@ -871,7 +876,7 @@ def _finish(
 
     sidecar = ctx.sidecar
     for _ in range(4):
-        resolved = segment.resolve(dialect.max_fields)
+        resolved = segment.resolve(dialect.max_fields, dialect.last_fields)
         values: Values = {k: v for k, (v, _) in resolved.items()}
         model_raw = values.get("model")
         try:
