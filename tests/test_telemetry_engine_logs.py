@@ -163,3 +163,17 @@ def test_trtllm_pool_sized_twice_keeps_the_final_one(tmp_path: Path) -> None:
     assert obs["kv_cache_memory_bytes"] == gib(3.17) and obs["kv_cache_tokens"] == 46_208
     assert obs["num_gpu_blocks"] == 1444 and obs["max_model_len"] == 9193
     assert (obs["engine"], obs["engine_version"]) == ("trtllm", "1.2.0rc2")
+
+
+def test_trtllm_memory_profiling_terms(tmp_path: Path) -> None:
+    # gpt-oss-120b on a 119.70 GiB unified-memory device (a public TensorRT-LLM 1.x log, lines verbatim); the
+    # budget rule is printed: (119.70 - 113.65 + 0.56 estimation pool) x 0.9 = 5.95 GiB
+    sidecar = "model: openai/gpt-oss-120b\n"
+    obs = only_observation(ingest(_log(tmp_path, "trtllm_gpt_oss_120b_gb10.log", {"deployment.yaml": sidecar})))
+    assert obs["engine"] == "trtllm" and obs["total_gpu_memory_bytes"] == gib(119.70)
+    assert (obs["weights_bytes"], obs["activation_peak_bytes"], obs["non_torch_bytes"]) == (gib(63.52), gib(0.85),
+                                                                                           gib(49.28))  # fmt: skip
+    assert obs["non_kv_bytes"] == gib(113.65) and obs["gpu_memory_utilization"] == 0.9
+    assert obs["kv_cache_memory_bytes"] == gib(5.95) and obs["kv_cache_tokens"] == 86_720  # the final pool
+    assert obs["max_model_len"] == 86_720 and obs["startup_outcome"] == "started"
+    assert round((119.70 - 113.65 + 0.56) * 0.9, 2) == 5.95

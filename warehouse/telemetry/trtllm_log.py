@@ -7,6 +7,12 @@ cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp and tensorrt_llm/_torch/pyexec
   small pool of its memory-estimation run and then for the final pool: the last line wins;
 - "Memory usage when calculating max tokens in paged kv cache: total: X GiB, available: Y GiB" ->
   total_gpu_memory_bytes (what is available is what the fraction applies to);
+- 1.x memory profiling: "Memory used after loading model weights (inside torch) ...: X GiB" -> weights_bytes,
+  "Memory dynamically allocated during inference (inside torch) ...: X GiB" -> activation_peak_bytes, "Memory
+  used outside torch (e.g., NCCL and CUDA graphs) ...: X GiB" -> non_torch_bytes, "Peak memory during memory
+  usage profiling (torch + non-torch): P GiB, available KV cache memory ...: A GiB, fraction is set F, ...
+  device total memory T GiB" -> non_kv_bytes, gpu_memory_utilization, total_gpu_memory_bytes (A = (T - P +
+  the estimation pool) x F);
 - "Number of tokens per block: N." -> block_size; "Number of blocks in KV cache primary pool: N" or
   "primary blocks=N" -> num_gpu_blocks;
 - "max_seq_len=N, max_num_requests=R, max_num_tokens=T" -> max_model_len, max_num_seqs,
@@ -31,6 +37,7 @@ from warehouse.telemetry.vllm_log import (
     Values,
     _count,
     _rx,
+    _size,
     _text,
 )
 
@@ -50,7 +57,43 @@ def _limits(m: re.Match[str]) -> Values:
     }
 
 
+def _profiling_peak(m: re.Match[str]) -> Values:
+    """1.x `_util.py` after its estimation run: the KV budget is (total - peak + the estimation pool) x fraction."""
+    return {
+        "non_kv_bytes": size_bytes(m.group(1), m.group(2), "peak memory"),
+        "gpu_memory_utilization": round(float(m.group(5)), 6),
+        "total_gpu_memory_bytes": size_bytes(m.group(6), m.group(7), "device total memory"),
+    }
+
+
 RULES: tuple[Rule, ...] = (
+    Rule(
+        "profiling peak",
+        "Peak memory during memory usage profiling",
+        _rx(
+            r"\(torch \+ non-torch\):\s*" + SIZE + r",\s*available KV cache memory when calculating max tokens:\s*"
+            + SIZE + r",\s*fraction is set\s*" + NUM + r".*?device total memory\s*" + SIZE
+        ),
+        _profiling_peak,
+    ),
+    Rule(
+        "weights",
+        "after loading model weights (inside torch)",
+        _rx(r"after loading model weights \(inside torch\) in memory usage profiling:\s*" + SIZE),
+        _size("weights_bytes"),
+    ),
+    Rule(
+        "activation peak",
+        "allocated during inference (inside torch)",
+        _rx(r"allocated during inference \(inside torch\) in memory usage profiling:\s*" + SIZE),
+        _size("activation_peak_bytes"),
+    ),
+    Rule(
+        "non-torch memory",
+        "Memory used outside torch",
+        _rx(r"Memory used outside torch[^:]*in memory usage profiling:\s*" + SIZE),
+        _size("non_torch_bytes"),
+    ),
     Rule(
         "paged KV cache",
         "for max tokens in paged KV cache",
@@ -120,6 +163,7 @@ TRTLLM = LogDialect(
     boolean_flags=frozenset({"trust_remote_code", "rm", "it", "d"}),
     namespace_markers=(),
     markers=("TensorRT-LLM", "TRT-LLM", "trtllm-serve", "paged KV cache"),
-    # the PyTorch backend sizes the pool twice: a small one for its estimation run, then the final one
-    last_fields=frozenset({"kv_cache_memory_bytes", "kv_cache_tokens", "num_gpu_blocks"}),
+    # the PyTorch backend sizes the pool twice: a small one for its estimation run, then the final one (and
+    # max_seq_len is adjusted to each pool)
+    last_fields=frozenset({"kv_cache_memory_bytes", "kv_cache_tokens", "num_gpu_blocks", "max_model_len"}),
 )
