@@ -177,3 +177,17 @@ def test_trtllm_memory_profiling_terms(tmp_path: Path) -> None:
     assert obs["kv_cache_memory_bytes"] == gib(5.95) and obs["kv_cache_tokens"] == 86_720  # the final pool
     assert obs["max_model_len"] == 86_720 and obs["startup_outcome"] == "started"
     assert round((119.70 - 113.65 + 0.56) * 0.9, 2) == 5.95
+
+
+def test_sglang_observation_is_predicted_with_its_release_rules(tmp_path: Path) -> None:
+    # the observation goes through the same prediction as a vLLM one; its 0.4.4.post1 release takes 0.4.x's
+    # default fraction, and the fraction the log states (0.88) is used: the measured pool is 27.02 + 27.02 GiB
+    from warehouse.catalog import bundled_catalog
+    from warehouse.telemetry.predictions import predict_row
+
+    result = ingest(_log(tmp_path, "sglang_llama8b_h100_speculative.log"))
+    row = result.observations.row(0, named=True)
+    _, out = predict_row(row, bundled_catalog(["meta-llama/Llama-3.1-8B-Instruct"], ["h100-sxm-80gb"]))
+    assert (out["prediction_status"], out["engine"], out["engine_version"]) == ("predicted", "sglang", "0.4.4.post1")
+    assert out["measured_kv_pool_bytes"] == gib(27.02) * 2
+    assert abs(out["predicted_kv_pool_bytes"] / out["measured_kv_pool_bytes"] - 1) < 0.005
