@@ -939,6 +939,11 @@ def estimate(
     if budget > 0 and not starts:
         fits = False
         reason = _no_start_reason(pool, max_model_len, fitted_len, reserved, budget)
+    elif not fits and starts and budget > 0 and not profile.refuses_short_pool and pool.capacity_units:
+        # SGLang / TensorRT-LLM start with a pool shorter than one request: the workload does not fit, the
+        # server does (a "does not fit" read as "does not start" is what users of these engines saw)
+        reason += (f"; the server starts all the same ({profile.engine.value} caps a request at what the pool "
+                   f"holds: {kv_cache_tokens:,} tokens)")  # fmt: skip
     return Estimate(
         model=model_name or model.architecture,
         gpu=gpu.id if gpu else "custom",

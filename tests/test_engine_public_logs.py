@@ -128,3 +128,12 @@ def test_unknown_release_and_unmodelled_features_are_said() -> None:
 
 def shipped_pool(runs, row_id: str) -> float | None:  # type: ignore[no-untyped-def]
     return runs[True][1].pool[row_id]  # type: ignore[no-any-return]
+
+
+def test_a_short_pool_that_starts_says_so(runs) -> None:  # type: ignore[no-untyped-def]
+    # QwQ-32B on 4 x L4 at 131,072 tokens: SGLang started with 46,611 tokens; capplan's verdict must not read
+    # as a refusal: the request of max_model_len does not fit, the server starts
+    scored, _, _ = runs[True]
+    est = next(s.predicted for s in scored if s.row.id == "llms-in-clouds-sglang-0.4.3.post4-qwq-32b-l4-tp4")
+    assert est is not None and est.starts and not est.fits
+    assert "the server starts all the same" in est.reason and f"{est.kv_cache_tokens:,} tokens" in est.reason
