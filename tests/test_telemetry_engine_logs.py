@@ -32,6 +32,9 @@ def test_dialect_is_read_from_the_log() -> None:
     assert dialect_for((LOGS / "sglang_qwq32b_l4_tp4.log").read_text().splitlines()).engine == "sglang"
     assert dialect_for((LOGS / "trtllm_llama8b_fp8_h100.log").read_text().splitlines()).engine == "trtllm"
     assert dialect_for((LOGS / "v1_llama70b_h100_tp4.log").read_text().splitlines()) is VLLM
+    # a vLLM log naming FlashInfer's TensorRT-LLM kernels is still a vLLM log
+    assert dialect_for(["INFO [flashinfer.py:1] Using TRTLLM attention (TensorRT-LLM gen kernels)",
+                        "INFO [gpu_worker.py:1] Available KV cache memory: 56.12 GiB"]) is VLLM  # fmt: skip
 
 
 def test_sglang_log_with_settings_dump_and_a_draft_pool(tmp_path: Path) -> None:

@@ -162,7 +162,8 @@ TRTLLM = LogDialect(
     },
     boolean_flags=frozenset({"trust_remote_code", "rm", "it", "d"}),
     namespace_markers=(),
-    markers=("TensorRT-LLM", "TRT-LLM", "trtllm-serve", "paged KV cache"),
+    # bracketed tags and phrases only TensorRT-LLM prints (vLLM logs name "TRTLLM" attention kernels)
+    markers=("[TensorRT-LLM]", "[TRT-LLM]", "trtllm-serve", "for max tokens in paged KV cache"),
     # the PyTorch backend sizes the pool twice: a small one for its estimation run, then the final one (and
     # max_seq_len is adjusted to each pool)
     last_fields=frozenset({"kv_cache_memory_bytes", "kv_cache_tokens", "num_gpu_blocks", "max_model_len"}),
