@@ -245,8 +245,10 @@ def refit_scores(scored: Sequence[Scored], resolve_model: ResolveModel, resolve_
 
 
 def tags(row: EngineLogRow) -> tuple[str, ...]:
-    """What a row is reported under: its engine, its engine and era, and 'unmodelled' where it is."""
-    out = (row.engine, f"{row.engine} {row.era}")
+    """What a row is reported under: its engine, its engine and era, TP > 1, and 'unmodelled' where it is."""
+    out: tuple[str, ...] = (row.engine, f"{row.engine} {row.era}")
+    if row.tp > 1:
+        out = (*out, f"{row.engine} TP>1")
     return (*out, "unmodelled") if row.unmodelled else out
 
 
