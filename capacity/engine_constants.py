@@ -357,6 +357,12 @@ SGLANG_MAMBA_EXTRA_BUFFER_SLOTS = 2
 # slack seen after the weights load), an observed magnitude, not read from the source
 SGLANG_CONTEXT_BYTES = int(0.6 * GIB)
 SGLANG_FALLBACK_MEM_FRACTION = 0.95  # memory_hook: gpu_mem unknown
+# Releases before 0.5 (server_args.py ServerArgs.__post_init__, read in the 0.4.x sources): without
+# --mem-fraction-static the fraction came from the parallel size alone, not from the device memory:
+# (at least this many ranks, fraction), first match wins. The logs of 0.4.3.post4 (TP 4: 0.85) agree.
+SGLANG_LEGACY_RELEASES_BEFORE = (0, 5)
+SGLANG_LEGACY_MEM_FRACTION_BY_RANKS: tuple[tuple[int, float], ...] = ((16, 0.79), (8, 0.81), (4, 0.85),
+                                                                      (2, 0.87), (1, 0.88))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -961,6 +961,11 @@ def estimate(
     if budget > 0 and not starts:
         fits = False
         reason = _no_start_reason(pool, max_model_len, fitted_len, reserved, budget)
+    elif not fits and starts and budget > 0 and not profile.refuses_short_pool and pool.capacity_units:
+        # SGLang / TensorRT-LLM start with a pool shorter than one request: the workload does not fit, the
+        # server does (a "does not fit" read as "does not start" is what users of these engines saw)
+        reason += (f"; the server starts all the same ({profile.engine.value} caps a request at what the pool "
+                   f"holds: {kv_cache_tokens:,} tokens)")  # fmt: skip
     return Estimate(
         model=model_name or model.architecture,
         gpu=gpu.id if gpu else "custom",
@@ -1039,9 +1044,20 @@ def _assumption_notes(
     if d.gpu_memory_utilization is None and total * 0.05 > ASSUMPTION_SHARE * budget:
         out.append(f"assumed gpu_memory_utilization {util} (the release default); 0.05 less takes "
                    f"{_format_gib(total * 0.05)} ({total * 0.05 / budget:.0%}) from the KV budget")  # fmt: skip
+    if profile.engine is Engine.SGLANG and d.engine_version is None and d.gpu_memory_utilization is None:
+        from capacity.engines.sglang import legacy_mem_fraction_static
+
+        legacy = legacy_mem_fraction_static(d.tp, d.pp)
+        if abs(legacy - util) * total > ASSUMPTION_SHARE * budget:
+            out.append(f"assumed SGLang {ec.SGLANG_VERSION} (no --engine-version): releases before 0.5 default "
+                       f"mem_fraction_static to {legacy} at {d.tp * d.pp} rank(s), not {util}: "
+                       f"{_format_gib(abs(legacy - util) * total)} of KV budget apart")  # fmt: skip
     if profile.engine is not Engine.PLAIN:
         out.append("assumed no LoRA adapters and no CPU offload (neither is modelled: with LoRA, add the adapters' "
                    "weights and buffers with --overhead-gib)")  # fmt: skip
+    if profile.engine in (Engine.SGLANG, Engine.TRTLLM):
+        out.append("assumed no speculative decoding and no DP attention (not modelled: a draft model adds its "
+                   "weights and a second KV pool; DP attention sizes a pool per attention rank)")  # fmt: skip
     return out
 
 

@@ -1,6 +1,6 @@
 """In-sample against leave-one-source-out accuracy of capplan's vLLM overhead models.
 
-    python tools/overhead_cv.py [--fit] [--rows]
+    python tools/overhead_cv.py [--fit] [--rows] [--engines]
 
 For the derived model (capacity/engines/vllm_overhead.py, named buffers) and the previous one
 (capacity/memory.py transformer_overhead: a_mlp x F_mlp, a_logits x F_logits), prints the KV-pool and
@@ -8,6 +8,9 @@ KV-token accuracy (n, median |error|, share within 1 % and 5 %, median signed er
 coefficients, refit in-sample, and cross-validated (every source held out in turn), per engine era and
 feature. `--fit` prints the coefficients a refit on every row gives (for engine_constants.py);
 `--rows` each row's signed errors. See models_registry/sources/overhead_cv.py for the method.
+`--engines` prints the SGLang / TensorRT-LLM table instead (models_registry/sources/engine_logs.py): per engine
+and release era, the release-aware profile against the previous one (newest rules for every log), shipped,
+in-sample refit and leave-one-source-out, and the start decisions.
 """
 
 from __future__ import annotations
@@ -77,9 +80,15 @@ def main() -> None:
     parser.add_argument("--fit", action="store_true", help="print the coefficients of a refit on every row")
     parser.add_argument("--rows", action="store_true", help="print each row's cross-validated errors")
     parser.add_argument("--graphs", action="store_true", help="the CUDA-graph estimate against the public logs only")
+    parser.add_argument("--engines", action="store_true", help="score the SGLang and TensorRT-LLM logs instead")
     args = parser.parse_args()
     if args.graphs:
         print_graph_estimates(args.rows)
+        return
+    if args.engines:
+        from tools.engine_log_cv import print_engine_tables
+
+        print_engine_tables(resolve_model, find_gpu_sku, rows=args.rows)
         return
     comparisons = compare(load_measurements(), resolve_model, find_gpu_sku)
     header = "   n  med|e|  1%   5%  med(e)"

@@ -66,7 +66,11 @@ class SglangProfile(ProfileBase):
         at least 2,048 but for Mamba hybrids), so no sequence cap is set here."""
         device_bytes = device_memory_bytes(gpu, gpu_memory_bytes)
         tier = memory_tier(device_bytes)
-        fraction: float = mem_fraction_static(device_bytes, tp, pp, mla=model.is_mla)
+        fraction: float = (
+            legacy_mem_fraction_static(tp, pp)
+            if is_legacy_release(self.requested_version)
+            else mem_fraction_static(device_bytes, tp, pp, mla=model.is_mla)
+        )
         if (
             gpu is not None
             and gpu.vendor == "amd"
@@ -210,6 +214,23 @@ def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = 
         return ec.SGLANG_FALLBACK_MEM_FRACTION
     gpu_mib = gpu_memory_bytes / ec.MIB
     return round((gpu_mib - reserved_mib(gpu_memory_bytes, tp, pp, mla=mla)) / gpu_mib, 3)
+
+
+def is_legacy_release(version: str | None) -> bool:
+    """A release before 0.5, whose default fraction followed the parallel size (None: the modelled 0.5.23)."""
+    if not version:
+        return False
+    try:
+        return ec.parse_version(version) < ec.SGLANG_LEGACY_RELEASES_BEFORE
+    except ValueError:
+        return False
+
+
+def legacy_mem_fraction_static(tp: int, pp: int) -> float:
+    """0.4.x `ServerArgs.__post_init__`: 0.88 on one GPU down to 0.79 from 16 ranks (the tables counted
+    `tp_size`, later `world_size` = TP x PP; the two agree at PP 1)."""
+    ranks = tp * pp
+    return next(f for at_least, f in ec.SGLANG_LEGACY_MEM_FRACTION_BY_RANKS if ranks >= at_least)
 
 
 def vlm_mem_fraction_factor(vision_num_layers: int | None, vision_hidden_size: int | None) -> float:

@@ -1,4 +1,6 @@
-"""vLLM startup logs as people paste them -> deployment observations.
+"""Serving-engine startup logs as people paste them -> deployment observations (vLLM here; SGLang and
+TensorRT-LLM speak through the same machinery as `LogDialect`s in sglang_log.py and trtllm_log.py: their
+own key phrases, command lines and argument names, the segmenting, combining and checks of this module).
 
 A *row* is a line capplan recognises (a memory-profiling line, "GPU KV cache size", the command
 line, the engine config line...); every other line is ignored. A line whose key phrase is present
@@ -533,8 +535,42 @@ _COMMAND = re.compile(
 _IMAGE = re.compile(r"^vllm/vllm-openai(?::v?(\d[\w.+-]*))?$")
 
 
+@dataclass(frozen=True, slots=True)
+class LogDialect:
+    """What one engine's startup log says in its own words; everything else is shared."""
+
+    engine: str
+    rules: tuple[Rule, ...]
+    command: re.Pattern[str]  # a launch command line; group `cmd` is the program (and module / subcommand)
+    image: re.Pattern[str]  # the engine's docker image (group 1: its version tag)
+    arg_keys: dict[str, str]  # argument / flag name -> observation field
+    boolean_flags: frozenset[str]  # flags that take no value
+    namespace_markers: tuple[str, ...]  # "name=Class(key=value, ...)" settings dumps
+    markers: tuple[str, ...]  # phrases only this engine's logs print (which dialect reads a file)
+    max_fields: frozenset[str] = frozenset()  # fields whose repeats combine by max here (not by _MIN's min)
+    last_fields: frozenset[str] = frozenset()  # fields whose last line wins (a pool sized twice: the final one)
+
+
+def dialects() -> tuple[LogDialect, ...]:
+    """SGLang and TensorRT-LLM first: a vLLM marker ("KV cache") also appears in their logs."""
+    from warehouse.telemetry.sglang_log import SGLANG
+    from warehouse.telemetry.trtllm_log import TRTLLM
+
+    return (SGLANG, TRTLLM, VLLM)
+
+
+def dialect_for(lines: list[str]) -> LogDialect:
+    """The engine whose phrases the first 2,000 lines use (vLLM when none is recognised)."""
+    head = lines[:2000]
+    for dialect in dialects()[:-1]:
+        if any(any(m in line for m in dialect.markers) for line in head):
+            return dialect
+    return VLLM
+
+
 def looks_like_vllm_log(lines: list[str]) -> bool:
-    markers = ("vllm", "vLLM", "KV cache", "GPU blocks", "Model loading took", "Loading model weights took")
+    """A startup log of any engine capplan reads (the name predates SGLang and TensorRT-LLM)."""
+    markers = tuple(m for d in dialects() for m in d.markers)
     return any(any(m in line for m in markers) for line in lines[:2000])
 
 
@@ -561,11 +597,15 @@ class _Segment:
             if not self.values[key]:
                 del self.values[key]
 
-    def resolve(self) -> dict[str, tuple[Any, int]]:
+    def resolve(
+        self, max_fields: frozenset[str] = frozenset(), last_fields: frozenset[str] = frozenset()
+    ) -> dict[str, tuple[Any, int]]:
         """field -> (value, line it came from)."""
         out: dict[str, tuple[Any, int]] = {}
         for key, candidates in self.values.items():
-            if key in _MAX:
+            if key in last_fields:
+                value, _, line = max(candidates, key=lambda c: c[2])
+            elif key in _MAX or key in max_fields:
                 value, _, line = max(candidates, key=lambda c: c[0])
             elif key in _MIN:
                 value, _, line = min(candidates, key=lambda c: c[0])
@@ -632,10 +672,10 @@ def _read_args_dict(text: str) -> Values:
     return {_ARG_KEYS[k]: _convert(_ARG_KEYS[k], v) for k, v in args.items() if k in _ARG_KEYS}
 
 
-def _read_namespace(text: str) -> Values:
+def _read_namespace(text: str, marker: str = "Namespace(", keys: dict[str, str] | None = None) -> Values:
     values: Values = {}
-    body = text[text.index("Namespace(") + len("Namespace(") :]
-    for key, target in _ARG_KEYS.items():
+    body = text[text.index(marker) + len(marker) :]
+    for key, target in (_ARG_KEYS if keys is None else keys).items():
         km = re.search(r"(?<![\w.])" + key + r"=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|[^,)\s]+)", body)
         if km:
             raw = km.group(1)
@@ -643,30 +683,32 @@ def _read_namespace(text: str) -> Values:
                 raw = raw.strip("[]").split(",")[0]
             values[target] = _convert(target, raw)
     if "model" not in values:
-        raise RowError("malformed", "args: Namespace(...) without model= (truncated line?)")
+        raise RowError("malformed", f"settings dump {marker}...) without the model (truncated line?)")
     return values
 
 
-def _read_command(text: str, m: re.Match[str]) -> Values:
+def _read_command(text: str, m: re.Match[str], dialect: LogDialect | None = None) -> Values:
+    dialect = dialect or VLLM
     try:
         tokens = shlex.split(text[m.start("cmd") :], comments=False, posix=True)
     except ValueError as exc:
         raise RowError("malformed", f"command line does not split ({exc}; truncated?)") from None
     values: Values = {}
     if tokens[0] == "docker":
-        image = next((i for i, t in enumerate(tokens) if _IMAGE.match(t)), None)
+        image = next((i for i, t in enumerate(tokens) if dialect.image.match(t)), None)
         if image is None:
-            raise RowError("malformed", "docker run without a vllm/vllm-openai image")
-        version = _IMAGE.match(tokens[image])
+            raise RowError("malformed", f"docker run without a {dialect.engine} image")
+        version = dialect.image.match(tokens[image])
         if version and version.group(1):
             values["engine_version"] = version.group(1)
         args = tokens[image + 1 :]
-    elif tokens[0] == "vllm":
-        args = tokens[2:]
-        if args and not args[0].startswith("-"):
-            values["model"] = args.pop(0)
+        if args and args[0].startswith("python"):  # an image that takes the whole launch command
+            args = args[3:]
     else:
-        args = tokens[3:]
+        program = shlex.split(m.group("cmd"))
+        args = tokens[len(program) :]
+        if not program[0].startswith("python") and args and not args[0].startswith("-"):
+            values["model"] = args.pop(0)  # `vllm serve MODEL`, `trtllm-serve MODEL`
     i = 0
     while i < len(args):
         token = args[i]
@@ -675,7 +717,7 @@ def _read_command(text: str, m: re.Match[str]) -> Values:
             continue
         name, eq, inline = token.lstrip("-").partition("=")
         key = name.replace("-", "_")
-        if key in _BOOLEAN_FLAGS and not eq:
+        if key in dialect.boolean_flags and not eq:
             if key in ("enable_prefix_caching", "no_enable_prefix_caching"):
                 values["enable_prefix_caching"] = key == "enable_prefix_caching"
             continue
@@ -683,8 +725,8 @@ def _read_command(text: str, m: re.Match[str]) -> Values:
         if value is None and i < len(args) and not args[i].startswith("--"):
             value = args[i]
             i += 1
-        if key in _ARG_KEYS and value is not None:
-            values[_ARG_KEYS[key]] = _convert(_ARG_KEYS[key], value)
+        if key in dialect.arg_keys and value is not None:
+            values[dialect.arg_keys[key]] = _convert(dialect.arg_keys[key], value)
     return values
 
 
@@ -694,6 +736,13 @@ def _prefix_free(line: str) -> bool:
 
 
 def parse_vllm_log(ctx: FileContext, text: DecodedText, report: FileReport, dedupe: Dedupe) -> None:
+    """A startup log of whichever engine wrote it (`dialect_for`)."""
+    parse_engine_log(ctx, text, report, dedupe, dialect_for(text.lines))
+
+
+def parse_engine_log(
+    ctx: FileContext, text: DecodedText, report: FileReport, dedupe: Dedupe, dialect: LogDialect
+) -> None:
     lines = text.lines
     report.lines_total = len(lines)
     segments = [_Segment(0)]
@@ -731,7 +780,8 @@ def parse_vllm_log(ctx: FileContext, text: DecodedText, report: FileReport, dedu
         marker = False
         problem: RowError | None = None
         recognized = False
-        command = _COMMAND.match(raw)
+        command = dialect.command.match(raw)
+        namespace = next((marker for marker in dialect.namespace_markers if marker in raw), None)
         config = _CONFIG.search(raw) if "LLM engine" in raw else None
         try:
             if command:
@@ -740,7 +790,7 @@ def parse_vllm_log(ctx: FileContext, text: DecodedText, report: FileReport, dedu
                 while joined.rstrip().endswith("\\") and i < len(lines) and len(joined) <= MAX_LINE_CHARS:
                     joined = joined.rstrip()[:-1] + " " + lines[i]
                     i += 1  # continuation lines belong to this row
-                values = _read_command(joined, _COMMAND.match(joined) or command)
+                values = _read_command(joined, dialect.command.match(joined) or command, dialect)
             elif config:
                 recognized, marker, priority = True, True, P_CONFIG
                 values = _read_config(raw, config)
@@ -761,11 +811,11 @@ def parse_vllm_log(ctx: FileContext, text: DecodedText, report: FileReport, dedu
                             continue
                     else:
                         raise
-            elif "args: Namespace(" in raw:
+            elif namespace:
                 recognized, marker, priority = True, True, P_ARGS
-                values = _read_namespace(raw)
+                values = _read_namespace(raw, namespace, dialect.arg_keys)
             else:
-                for rule in RULES:
+                for rule in dialect.rules:
                     if rule.trigger not in raw:
                         continue
                     m = rule.pattern.search(raw)
@@ -807,7 +857,7 @@ def parse_vllm_log(ctx: FileContext, text: DecodedText, report: FileReport, dedu
         if segment.lines:
             if file_gpu is not None and "gpu_name" not in segment.values:
                 segment.values["gpu_name"] = [(file_gpu, P_OTHER, min(segment.lines))]
-            _finish(ctx, report, dedupe, segment, observed, deployment)
+            _finish(ctx, report, dedupe, segment, observed, deployment, dialect)
 
 
 def _finish(
@@ -817,6 +867,7 @@ def _finish(
     segment: _Segment,
     observed: tuple[dt.datetime, str] | None,
     deployment: str,
+    dialect: LogDialect,
 ) -> None:
     def reject_all(error: RowError) -> None:
         for number, raw in sorted(segment.lines.items()):
@@ -825,7 +876,7 @@ def _finish(
 
     sidecar = ctx.sidecar
     for _ in range(4):
-        resolved = segment.resolve()
+        resolved = segment.resolve(dialect.max_fields, dialect.last_fields)
         values: Values = {k: v for k, (v, _) in resolved.items()}
         model_raw = values.get("model")
         try:
@@ -901,7 +952,7 @@ def _finish(
         "gpu_name_raw": values.get("gpu_name") or sidecar.gpu_raw,
         "tp": values.get("tp") or sidecar.tp,
         "pp": values.get("pp") or sidecar.pp,
-        "engine": sidecar.engine or "vllm",
+        "engine": sidecar.engine or dialect.engine,
         "engine_version": values.get("engine_version") or sidecar.engine_version,
         "startup_outcome": values.get("startup_outcome", "unknown"),
         **{k: v for k, v in values.items() if k not in _INTERNAL and k not in ("startup_outcome",)},
@@ -915,3 +966,21 @@ def _finish(
         reject_all(RowError("duplicate", f"same engine start as {first[0]} line {first[1]}"))
         return
     report.observations.append(observation)
+
+
+# GPU names, failures and the server-up line read the same in every engine's log
+SHARED_RULES: tuple[Rule, ...] = tuple(
+    r for r in RULES if r.label in ("out of memory", "nvidia-smi", "nvidia-smi -L", "nvidia-smi csv", "device name",
+                                    "torch GPU", "rocm GPU") or r.trigger == "Application startup complete"
+)  # fmt: skip
+
+VLLM = LogDialect(
+    engine="vllm",
+    rules=RULES,
+    command=_COMMAND,
+    image=_IMAGE,
+    arg_keys=_ARG_KEYS,
+    boolean_flags=_BOOLEAN_FLAGS,
+    namespace_markers=("args: Namespace(",),
+    markers=("vllm", "vLLM", "KV cache", "GPU blocks", "Model loading took", "Loading model weights took"),
+)

@@ -1,0 +1,139 @@
+"""capplan's SGLang and TensorRT-LLM profiles against public startup logs, as a regression gate.
+
+The measured values are what the engines printed (capacity/data/sglang_public_measurements.yaml,
+trtllm_public_measurements.yaml), never what capplan computed; models_registry/sources/engine_logs.py scores
+them and tools/engine_log_cv.py prints the tables. The gates sit slightly around the figures measured when the
+release-aware SGLang defaults were introduced; they are not targets to tune to.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from capacity.memory import GIB, kv_bytes_per_token_per_gpu
+from capacity.spec import ModelSpec
+from models_registry.resolve import load_model
+from models_registry.sources import engine_logs as el
+from models_registry.sources.gpu_catalog import find_gpu_sku
+
+
+def _resolve(repo_id: str) -> tuple[ModelSpec, int | None]:
+    resolved = load_model(repo_id)
+    return resolved.spec, resolved.checkpoint_bytes
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[bool, tuple[list[el.Scored], el.EngineScores, el.EngineScores]]:
+    rows = el.load_engine_logs()
+    out = {}
+    for aware in (True, False):
+        scored, shipped = el.shipped_scores(rows, _resolve, find_gpu_sku, version_aware=aware)
+        out[aware] = (scored, shipped, el.refit_scores(scored, _resolve, find_gpu_sku, cross_validated=True,
+                                                       version_aware=aware))  # fmt: skip
+    return out
+
+
+def test_rows_name_their_source_and_era() -> None:
+    rows = {r.id: r for r in el.load_engine_logs()}
+    assert len({r.group for r in rows.values()}) == len(rows)  # every row its own thread or repository
+    assert rows["llms-in-clouds-sglang-0.4.3.post4-qwq-32b-l4-tp4"].era == "0.4"
+    assert rows["sglang-pr4760-llama-3.1-8b-instruct-h100-tp1"].era == "0.4"  # release_era: the log's date
+    assert rows["trtllm-issue6294-llama-3.1-8b-fp8-h100-tp1"].unmodelled == el.UNMODELLED_FEATURES["max_tokens"]
+    # a fraction the 0.4.x defaults chose is not taken from the log: the profile must derive it
+    assert rows["llms-in-clouds-sglang-0.4.3.post4-qwq-32b-l4-tp4"].fraction is None
+
+
+def test_every_started_server_is_predicted_as_starting(runs) -> None:  # type: ignore[no-untyped-def]
+    _, shipped, _ = runs[True]
+    decided = {k: v for k, v in shipped.starts.items() if v is not None}
+    assert len(decided) >= 8 and all(decided.values())
+    # the previous model (0.5.23 defaults for a 0.4.3 log: fraction 0.658 on a 24 GB L4) refused this server
+    assert runs[False][1].starts["llms-in-clouds-sglang-0.4.3.post4-qwq-32b-l4-tp4"] is False
+
+
+def test_legacy_default_fraction_reproduces_the_logged_pool(runs) -> None:  # type: ignore[no-untyped-def]
+    # measured at introduction: -0.10 % (QwQ-32B, 4 x L4, 0.85), +0.17 % and -0.24 % (Llama-3.1-8B, 80 GB, 0.88);
+    # 0.5.18 with the fraction stated: +0.27 % (Qwen3-4B, H100)
+    _, shipped, _ = runs[True]
+    for row_id in ("llms-in-clouds-sglang-0.4.3.post4-qwq-32b-l4-tp4", "sglang-pr4760-llama-3.1-8b-instruct-h100-tp1",
+                   "sglang-docs-send-request-2025-01-llama-3.1-8b-instruct-80gb-tp1",
+                   "unresolved-sglang-0.5.18-qwen3-4b-h100-tp1"):  # fmt: skip
+        assert abs(shipped.pool[row_id] or 1) < 0.01
+        assert abs(shipped.tokens[row_id] or 1) < 0.01
+    # the previous model: -7.2 % on the H100 row (0.83 instead of 0.88)
+    assert runs[False][1].pool["sglang-pr4760-llama-3.1-8b-instruct-h100-tp1"] == pytest.approx(-0.0716, abs=0.002)
+
+
+def test_sglang_table_shipped_and_cross_validated(runs) -> None:  # type: ignore[no-untyped-def]
+    rows = el.load_engine_logs()
+    _, shipped, cv = runs[True]
+    ship = el.table(rows, shipped.pool)["sglang"]
+    held_out = el.table(rows, cv.pool)["sglang"]
+    # measured at introduction: shipped n=6 median 0.25 %, 67 % within 1 % and 5 %; leave-one-source-out of the
+    # one fitted term 3.12 %, 50 % within 5 %
+    assert ship.n >= 6 and ship.median_abs_error < 0.005 and ship.within_5pct >= 0.66 and ship.within_1pct >= 0.66
+    assert held_out.n == ship.n and held_out.median_abs_error < 0.04 and held_out.within_5pct >= 0.5
+    # refitting the one term out of sample is worse than the shipped constant: it stays as shipped
+    assert held_out.median_abs_error > ship.median_abs_error
+
+
+def test_trtllm_printed_bytes_are_whole_blocks_of_the_model_cell() -> None:
+    # tokens = blocks x 32, and GiB printed = tokens x the per-token KV of the model (hand: layers x KV heads x
+    # head dim x 2 x bytes): the log's own arithmetic, checked against capplan's per-token bytes
+    cases = [("Qwen/Qwen3-0.6B", 2, 643136, 68.69), ("meta-llama/Llama-3.1-8B-Instruct", 1, 263008, 16.05),
+             ("meta-llama/Llama-3.1-8B-Instruct", 1, 860320, 52.51)]  # fmt: skip
+    for model, kv_bytes, tokens, gib in cases:
+        assert tokens % 32 == 0
+        per_token = kv_bytes_per_token_per_gpu(load_model(model).spec, kv_bytes, 1, 1)
+        assert tokens * per_token / GIB == pytest.approx(gib, abs=0.005)
+    assert -(-860308 // 32) * 32 == 860320  # max_tokens rounded up to whole blocks (issue 6294)
+    assert round(17.83 * 0.9, 2) == 16.05  # the engine row: the fraction of what is free after the engine
+
+
+def test_trtllm_pytorch_backend_pool(runs) -> None:  # type: ignore[no-untyped-def]
+    # measured at introduction: -3.89 % (Qwen3-0.6B class on an H100, default fraction 0.9)
+    _, shipped, _ = runs[True]
+    assert abs(shipped.pool["unresolved-trtllm-pytorch-qwen3-reranker-0.6b-h100-tp1"] or 1) < 0.05
+
+
+def test_unknown_release_row_within_its_stated_tolerance(runs) -> None:  # type: ignore[no-untyped-def]
+    # the Windows desktop of the RTX 3090 row holds memory capplan cannot see: +7.5 %, a known miss
+    assert shipped_pool(runs, "my-deepseek-r1-sglang-2025-02-r1-distill-qwen-7b-rtx3090-tp1") == pytest.approx(0.0748, abs=0.01)
+    # vllm#21348 (July 2025, release not stated, Qwen3-235B-A22B-FP8 on 4 x H100 at 0.93): capplan leaves 9 %
+    # more KV memory than SGLang did; the log prints neither the weights nor the free memory, so the non-KV
+    # term it implies (2.1 GiB against the shipped 0.6) cannot be split into its causes
+    _, shipped, _ = runs[True]
+    assert shipped.pool["vllm21348-sglang-qwen3-235b-a22b-fp8-h100-tp4"] == pytest.approx(0.0898, abs=0.01)
+
+
+def test_unknown_release_and_unmodelled_features_are_said() -> None:
+    from capacity.memory import estimate
+    from capacity.spec import DeploymentSpec
+
+    resolved = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    h100 = find_gpu_sku("H100")
+
+    def notes(**kw: object) -> str:
+        return " | ".join(estimate(resolved.spec, DeploymentSpec(**kw), gpu=h100,  # type: ignore[arg-type]
+                                   checkpoint_bytes=resolved.checkpoint_bytes).notes)  # fmt: skip
+
+    unstated = notes(engine="sglang")
+    # 0.88 (0.4.x, one GPU) against 0.5.23's 0.83 on an H100: 5 % of 79.2 GiB, more than 5 % of the budget
+    assert "no --engine-version" in unstated and "0.88" in unstated
+    assert "speculative decoding" in unstated and "DP attention" in unstated
+    assert "no --engine-version" not in notes(engine="sglang", engine_version="0.4.4")
+    assert "speculative decoding" in notes(engine="trtllm")
+    assert "speculative decoding" not in notes(engine="vllm")
+
+
+def shipped_pool(runs, row_id: str) -> float | None:  # type: ignore[no-untyped-def]
+    return runs[True][1].pool[row_id]  # type: ignore[no-any-return]
+
+
+def test_a_short_pool_that_starts_says_so(runs) -> None:  # type: ignore[no-untyped-def]
+    # QwQ-32B on 4 x L4 at 131,072 tokens: SGLang started with 46,611 tokens; capplan's verdict must not read
+    # as a refusal: the request of max_model_len does not fit, the server starts
+    scored, _, _ = runs[True]
+    est = next(s.predicted for s in scored if s.row.id == "llms-in-clouds-sglang-0.4.3.post4-qwq-32b-l4-tp4")
+    assert est is not None and est.starts and not est.fits
+    assert "the server starts all the same" in est.reason and f"{est.kv_cache_tokens:,} tokens" in est.reason
