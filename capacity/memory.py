@@ -844,6 +844,10 @@ def estimate(
     not_modelled = profile.unmodelled(model)
     if not_modelled:
         notes.append(f"not modelled: {not_modelled}")
+    declared = d.unmodelled_features()
+    if declared:
+        notes.append(f"not modelled: {', '.join(declared)}; sized as if they were off")
+        not_modelled = "; ".join(filter(None, (not_modelled, *declared)))
 
     limit = model.context_limit_tokens
     auto_fit = d.max_model_len == AUTO_MAX_MODEL_LEN
@@ -1052,10 +1056,10 @@ def _assumption_notes(
             out.append(f"assumed SGLang {ec.SGLANG_VERSION} (no --engine-version): releases before 0.5 default "
                        f"mem_fraction_static to {legacy} at {d.tp * d.pp} rank(s), not {util}: "
                        f"{_format_gib(abs(legacy - util) * total)} of KV budget apart")  # fmt: skip
-    if profile.engine is not Engine.PLAIN:
+    if profile.engine is not Engine.PLAIN and not (d.lora or d.cpu_offload_gib):
         out.append("assumed no LoRA adapters and no CPU offload (neither is modelled: with LoRA, add the adapters' "
                    "weights and buffers with --overhead-gib)")  # fmt: skip
-    if profile.engine in (Engine.SGLANG, Engine.TRTLLM):
+    if profile.engine in (Engine.SGLANG, Engine.TRTLLM) and not (d.speculative or d.dp_attention):
         out.append("assumed no speculative decoding and no DP attention (not modelled: a draft model adds its "
                    "weights and a second KV pool; DP attention sizes a pool per attention rank)")  # fmt: skip
     return out

@@ -218,6 +218,22 @@ class DeploymentSpec:
     max_num_seqs: int | None = None
     async_scheduling: bool | None = None  # None: the engine's default (vLLM: on for GPUs; the CPU build: off)
     enforce_eager: bool | None = None  # no CUDA graphs: none captured, none deducted (vLLM --enforce-eager)
+    # engine features that move the memory and that capplan does not size: a deployment that declares
+    # one is flagged `not_modelled` (sized as if the feature were off), never silently
+    lora: bool | None = None  # --enable-lora: adapter weights and LoRA buffers
+    cpu_offload_gib: float | None = None  # --cpu-offload-gb: weights kept in host memory
+    speculative: bool | None = None  # a draft model or MTP head: its weights and its own KV
+    dp_attention: bool | None = None  # SGLang --enable-dp-attention: a KV pool per attention DP rank
+
+    def unmodelled_features(self) -> tuple[str, ...]:
+        """The declared features capplan does not size, as the estimate names them."""
+        named = (
+            (self.lora, "LoRA adapters (their weights and buffers)"),
+            (self.cpu_offload_gib, f"CPU offload of {self.cpu_offload_gib:g} GiB of weights" if self.cpu_offload_gib else ""),
+            (self.speculative, "speculative decoding (the draft's weights and KV)"),
+            (self.dp_attention, "DP attention (a KV pool per attention rank)"),
+        )
+        return tuple(text for flag, text in named if flag)
     gpu_memory_bytes: int | None = None  # override the device total
     weights_bytes_per_gpu: int | None = None  # override the weights
     overhead_bytes_per_gpu: int | None = None  # override every non-KV, non-weight term

@@ -105,6 +105,24 @@ def estimate(
             help="No CUDA graphs (vLLM --enforce-eager): from 0.21 the graph estimate is then not deducted.",
         ),
     ] = False,
+    enable_lora: Annotated[
+        bool, typer.Option("--enable-lora", help="LoRA adapters are served (not sized: the row is flagged not modelled).")
+    ] = False,
+    cpu_offload_gb: Annotated[
+        float | None,
+        typer.Option("--cpu-offload-gb", metavar="GIB", help="Weights offloaded to host memory (not sized: flagged)."),
+    ] = None,
+    speculative: Annotated[
+        bool,
+        typer.Option("--speculative", help="Speculative decoding with a draft model or MTP (not sized: flagged)."),
+    ] = False,
+    speculative_config: Annotated[
+        str | None,
+        typer.Option("--speculative-config", metavar="JSON", help="vLLM's spelling of --speculative (the value is not read)."),
+    ] = None,
+    enable_dp_attention: Annotated[
+        bool, typer.Option("--enable-dp-attention", help="SGLang DP attention (not sized: flagged).")
+    ] = False,
     gpu_memory_utilization: Annotated[
         float | None,
         typer.Option(
@@ -212,6 +230,10 @@ def estimate(
         max_model_len=max_model_len,
         async_scheduling=async_scheduling,
         enforce_eager=enforce_eager or None,
+        lora=enable_lora or None,
+        cpu_offload_gib=cpu_offload_gb or None,
+        speculative=(speculative or speculative_config is not None) or None,
+        dp_attention=enable_dp_attention or None,
         block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,

@@ -1,0 +1,47 @@
+"""Declared engine features capplan does not size (LoRA, CPU offload, speculative decoding, DP
+attention): the estimate flags the deployment (`modelled: false`, the feature named) and sizes it as if
+the feature were off, never silently."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from capacity.memory import estimate
+from capacity.spec import DeploymentSpec
+from models_registry.resolve import load_model
+from models_registry.sources.gpu_catalog import find_gpu_sku
+from pipelines.cli import app
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def _json(*flags: str) -> dict[str, object]:
+    result = CliRunner().invoke(app, ["estimate", MODEL, "--gpu", "H100", "--max-model-len", "8192", "--json", *flags])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_plain_deployment_is_modelled() -> None:
+    out = _json()
+    assert out["modelled"] is True and out["not_modelled"] is None
+
+
+def test_each_declared_feature_flags_the_row_and_keeps_the_numbers() -> None:
+    plain = _json()
+    for flags, word in ((["--enable-lora"], "LoRA"), (["--cpu-offload-gb", "4"], "CPU offload of 4 GiB"),
+                        (["--speculative-config", '{"method": "eagle"}'], "speculative"),
+                        (["--speculative"], "speculative"), (["--enable-dp-attention"], "DP attention")):  # fmt: skip
+        out = _json(*flags)
+        assert out["modelled"] is False and word in str(out["not_modelled"]), flags
+        assert out["kv_budget_bytes_per_gpu"] == plain["kv_budget_bytes_per_gpu"], flags
+
+
+def test_model_level_and_deployment_level_reasons_are_joined() -> None:
+    resolved = load_model(MODEL)
+    est = estimate(resolved.spec, DeploymentSpec(lora=True, dp_attention=True, engine="sglang"), gpu=find_gpu_sku("H100"),
+                   checkpoint_bytes=resolved.checkpoint_bytes)  # fmt: skip
+    assert est.not_modelled == "LoRA adapters (their weights and buffers); DP attention (a KV pool per attention rank)"
+    assert not any(note.startswith("assumed no LoRA") for note in est.notes)
+    assert not any(note.startswith("assumed no speculative") for note in est.notes)
