@@ -66,7 +66,8 @@ from warehouse.telemetry.prometheus import (
     CACHE_CONFIG_INFO,
     DCGM_METRICS,
     DEPLOYMENT_LABELS,
-    VLLM_METRICS,
+    ENGINE_METRICS,
+    HISTOGRAM_PARTS,
     Dedupe,
     parse_prometheus,
 )
@@ -82,7 +83,7 @@ MAX_RESPONSE_BYTES = 64 << 20
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses range queries with more points per series
 _CHUNK_BYTES = 1 << 16
 _ERROR_BODY_BYTES = 1 << 14
-SAMPLE_QUERIES = (*VLLM_METRICS, *DCGM_METRICS)
+SAMPLE_QUERIES = (*ENGINE_METRICS, *HISTOGRAM_PARTS, *DCGM_METRICS)
 
 
 @dataclass(frozen=True)
@@ -391,7 +392,7 @@ class _QueryReader:
         series_list.sort(key=lambda s: (s.name, sorted(s.labels.items())))
         for series in series_list:
             deployment = _deployment(series.labels)
-            if deployment and series.name in VLLM_METRICS and series.labels.get("model_name"):
+            if deployment and series.name in ENGINE_METRICS and series.labels.get("model_name"):
                 key = (deployment, series.labels.get("engine", ""))
                 self.served.setdefault(key, set()).add(series.labels["model_name"])
             for point in series.points:
