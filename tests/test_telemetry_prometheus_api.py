@@ -37,6 +37,10 @@ SAMPLE_COLUMNS = ["deployment_id", "metric", "value", "source_metric", "model_id
                   "engine_index", "gpu_index", "gpu_uuid", "gpu_sku", "hostname", "pod"]  # fmt: skip
 OBSERVATION_SKIP = ["observation_id", "observed_at", "observed_at_source", "file", "line"]
 
+# one query per metric read: 5 vLLM gauges and counters + 2 DCGM + cache_config_info = 8, and for speed
+# 7 token counters / SGLang gauges + 6 latency histograms x (_bucket, _sum, _count) = 25
+QUERIES = 8 + 25
+
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
@@ -188,7 +192,7 @@ def test_instant_queries_give_the_rows_the_files_give(prometheus: dict[str, Any]
     assert_frame_equal(_sorted(result.rejects, reject_columns), _sorted(from_files.rejects, reject_columns))
     assert set(result.rejects["reason_code"]) == {"unknown_model"}
     assert set(result.rejects["deployment_id"]) == {"chat-llama8b-fp8-l40s", "qwen3-next-h200-tp4"}
-    assert set(result.files["encoding"]) == {"json"} and result.files.height == 8
+    assert set(result.files["encoding"]) == {"json"} and result.files.height == QUERIES
 
 
 def test_range_queries_read_every_step_and_a_rerun_is_the_same(prometheus: dict[str, Any], from_files: Any) -> None:
@@ -284,7 +288,7 @@ class Hostile(http.server.BaseHTTPRequestHandler):
             ]
             self._send(200, _answer(kind, result))
         else:
-            self._send(200, _answer(kind, [{"metric": good, key: point}] if "running" in query else []))
+            self._send(200, _answer(kind, [{"metric": good, key: point}] if query == "vllm:num_requests_running" else []))
 
     def _send(self, status: int, body: bytes) -> None:
         self.send_response(status)
@@ -325,7 +329,7 @@ def test_a_broken_answer_is_one_reject_per_query(hostile: str, mode: str, code: 
     result = ingest_prometheus(f"{hostile}/{mode}", lookback_s=60, step_s=60, timeout_s=5,
                                max_response_bytes=1 << 20)  # fmt: skip
     reasons = _one_line_rejects(result)
-    assert result.rejects.height == result.files.height == 8
+    assert result.rejects.height == result.files.height == QUERIES
     assert set(result.rejects["reason_code"]) == {code} and all(says in r for r in reasons)
     assert all(f"{hostile}/{mode}/api/v1/" in r for r in reasons)  # names the URL
     assert not any("hunter2" in r for r in reasons)
@@ -339,15 +343,15 @@ def test_a_slow_server_costs_one_timeout(hostile: str, mode: str) -> None:
     result = ingest_prometheus(f"{hostile}/{mode}", lookback_s=60, step_s=60, timeout_s=0.5)
     assert time.monotonic() - started < 1.8  # one timeout, then the other queries are not sent
     reasons = _one_line_rejects(result)
-    assert set(result.rejects["reason_code"]) == {"unreadable"} and result.rejects.height == 8
-    assert "0.5 s" in reasons[0] and sum("not queried" in r for r in reasons) == 7
+    assert set(result.rejects["reason_code"]) == {"unreadable"} and result.rejects.height == QUERIES
+    assert "0.5 s" in reasons[0] and sum("not queried" in r for r in reasons) == QUERIES - 1
 
 
 def test_a_dead_server_and_a_bad_url() -> None:
     port = _free_port()
     result = ingest_prometheus(f"http://127.0.0.1:{port}", timeout_s=1)
     reasons = _one_line_rejects(result)
-    assert "cannot reach" in reasons[0] and result.rejects.height == 8
+    assert "cannot reach" in reasons[0] and result.rejects.height == QUERIES
     for url in ("ftp://prom", "not a url", "http://[::1"):
         bad = ingest_prometheus(url)
         assert _one_line_rejects(bad) and bad.files.height == 1 and set(bad.rejects["reason_code"]) == {"unreadable"}
@@ -426,7 +430,7 @@ def test_the_nightly_assets_read_both_sources_twice(prometheus: dict[str, Any], 
         try:
             sources = dict(con.execute(
                 "select telemetry_source, count(*) from raw.telemetry_files group by all").fetchall())  # fmt: skip
-            assert set(sources) == {"drop_folder", "prometheus"} and sources["prometheus"] == 8
+            assert set(sources) == {"drop_folder", "prometheus"} and sources["prometheus"] == QUERIES
             assert all(
                 "n0t-shown" not in str(row) for row in con.execute("select * from raw.telemetry_files").fetchall()
             )

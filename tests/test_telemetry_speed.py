@@ -130,12 +130,12 @@ def test_sglang_series_are_summed(tmp_path: Path) -> None:
             "# scraped_at: 2025-06-02T12:00:00Z",
             f"sglang:generation_tokens_total{{{s}}} 100",
             f"sglang:generation_tokens_total{{{n}}} 5000",
-            f'sglang:num_running_reqs{{model_name="Qwen/Qwen3-8B"}} 8',
-            f'sglang:gen_throughput{{model_name="Qwen/Qwen3-8B"}} 999',
+            'sglang:num_running_reqs{model_name="Qwen/Qwen3-8B"} 8',
+            'sglang:gen_throughput{model_name="Qwen/Qwen3-8B"} 999',
             "# scraped_at: 2025-06-02T12:01:40Z",
             f"sglang:generation_tokens_total{{{s}}} 20100",  # +20,000 in 100 s
             f"sglang:generation_tokens_total{{{n}}} 15000",  # +10,000 in 100 s
-            f'sglang:num_running_reqs{{model_name="Qwen/Qwen3-8B"}} 0',  # idle: not in the busy mean
+            'sglang:num_running_reqs{model_name="Qwen/Qwen3-8B"} 0',  # idle: not in the busy mean
         ]
     )
     result = ingest(tmp_path, {"sg/m.prom": text + "\n"})

@@ -10,6 +10,7 @@ lines after it); a sample's own timestamp (milliseconds after the value) wins ov
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -378,7 +379,7 @@ def check_histogram(entries: list[_Line]) -> dict[int, float]:
     if math.inf not in seen:
         raise RowError("bad_histogram", "no le=\"+Inf\" bucket: the total count is unknown")
     ordered = sorted(buckets, key=lambda e: bounds[e.number])
-    for lower, upper in zip(ordered, ordered[1:], strict=False):
+    for lower, upper in itertools.pairwise(ordered):
         if upper.value < lower.value:
             raise RowError(
                 "bad_histogram",
