@@ -172,6 +172,7 @@ class PlacementOption:
     tpot_ms: float | None = None  # at the planned B per replica
     ttft_ms: float | None = None
     output_tokens_per_second: float | None = None  # per replica, at the planned B
+    max_num_seqs: int | None = None  # the engine's batch limit B_max is capped at
 
     @property
     def gpus_per_replica(self) -> int:
@@ -381,6 +382,7 @@ def size_layout(
         tpot_ms=perf.tpot_ms if perf is not None else None,
         ttft_ms=perf.ttft_ms if perf is not None else None,
         output_tokens_per_second=perf.output_tokens_per_second if perf is not None else None,
+        max_num_seqs=seqs,
     )
 
 

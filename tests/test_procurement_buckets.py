@@ -1,0 +1,114 @@
+"""Mélange-style procurement: request-size buckets split across GPU types, solved by HiGHS.
+
+The hand case (two SKUs, two buckets, one workload), derived on paper:
+
+- SKU a: $1/GPU-hour, 1 GPU per node, a replica serves 10 short or 0.5 long requests/s;
+- SKU b: $3/GPU-hour, 1 GPU per node, a replica serves 12 short or 4 long requests/s;
+- load: 10 short requests/s (share 5/6 of 12/s) and 2 long ones (1/6).
+
+Only a: short needs 10/10 = 1 replica, long 2/0.5 = 4: 5 GPUs, $5/h.
+Only b: 10/12 + 2/4 = 1.33 replicas -> 2 GPUs, $6/h.
+Mixed: R_a >= 10 x / 10 + 2 y / 0.5 and R_b >= 10 (1 - x) / 12 + 2 (1 - y) / 4, cost R_a + 3 R_b.
+R_b = 0 forces x = y = 1 and R_a = 5 ($5); R_b = 1 with R_a = 0 needs 1.33 <= 1 (no); R_b = 1, R_a = 1
+is feasible, e.g. y = 0 (long all on b: 0.5) and x = 1: $4/h, the optimum (R_b >= 2 already costs $6).
+So 1 a + 1 b; the split is any (x, y) with x + 4 y <= 1 and (1 - x) 10/12 + (1 - y) / 2 <= 1.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from capacity.procurement import BucketDemand, Candidate, RequestBucket, plan_buckets, request_buckets
+from capacity.spec import SpecError
+from tests.conftest import require_extra
+
+SHORT = RequestBucket("short", 500, 100, 10 / 12)
+LONG = RequestBucket("long", 8000, 500, 2 / 12)
+
+
+def _candidate(gpu: str, price: float, short: float, long: float) -> Candidate:
+    return Candidate(
+        key=f"{gpu} tp=1 pp=1 auto/auto", gpu=gpu, gpus_per_replica=1, gpus_per_node=1, usd_per_gpu_hour=price,
+        requests_per_second={"short": short, "long": long},
+        binding={"short": "latency", "long": "memory"}, batch={"short": 32, "long": 4},
+        tpot_ms={"short": 20.0, "long": 30.0}, ttft_ms={"short": 50.0, "long": 900.0},
+    )  # fmt: skip
+
+
+A = _candidate("a", 1.0, 10.0, 0.5)
+B = _candidate("b", 3.0, 12.0, 4.0)
+
+
+def _demand(*candidates: Candidate) -> BucketDemand:
+    return BucketDemand("chat", "m", 12.0, (SHORT, LONG), candidates)
+
+
+def test_two_skus_two_buckets_by_hand() -> None:
+    require_extra("solver", "highspy")
+    plan = plan_buckets([_demand(A, B)], method="highs")
+    assert plan.method == "highs" and plan.optimal
+    assert plan.gpus_bought == {"a": 1, "b": 1} and plan.usd_per_hour == pytest.approx(4.0)
+    share = {(c.bucket.label, c.candidate.gpu): c.share for c in plan.choices}
+    x, y = share.get(("short", "a"), 0.0), share.get(("long", "a"), 0.0)
+    assert share.get(("short", "b"), 0.0) == pytest.approx(1 - x) and share.get(("long", "b"), 0.0) == pytest.approx(1 - y)
+    assert x + 4 * y <= 1 + 1e-9 and (1 - x) * 10 / 12 + (1 - y) / 2 <= 1 + 1e-9
+    long = [c for c in plan.choices if c.bucket.label == "long" and c.candidate.gpu == "b"]
+    for c in plan.choices:  # every bucket's load is served in full, within the replicas bought
+        assert c.replica_load <= plan.replicas[(c.workload, c.model, c.candidate.key)] + 1e-9
+    assert {c.binding for c in long} == {"memory"}
+    # $ per million output tokens: $4/h over (10 x 100 + 2 x 500) tokens/s x 3600
+    assert plan.usd_per_million_output_tokens == pytest.approx(4.0 / (2000 * 3600) * 1e6)
+    # a long request on b, replica fully used: $3/h over 4 x 500 tokens/s
+    assert long[0].usd_per_million_output_tokens == pytest.approx(3.0 / (4 * 500 * 3600) * 1e6)
+
+
+def test_the_mix_beats_the_best_single_sku_where_it_should() -> None:
+    require_extra("solver", "highspy")
+    mixed = plan_buckets([_demand(A, B)], method="highs").usd_per_hour
+    only_a = plan_buckets([_demand(A)], method="highs").usd_per_hour
+    only_b = plan_buckets([_demand(B)], method="highs").usd_per_hour
+    assert (only_a, only_b, mixed) == (pytest.approx(5.0), pytest.approx(6.0), pytest.approx(4.0))
+    # where one SKU is cheaper per request for every bucket, the mix is that SKU alone
+    cheap = _candidate("c", 1.0, 20.0, 5.0)
+    plan = plan_buckets([_demand(A, B, cheap)], method="highs")
+    assert plan.gpus_bought == {"c": 1} and plan.usd_per_hour == pytest.approx(1.0)  # 10/20 + 2/5 = 0.9
+
+
+def test_caps_and_whole_nodes() -> None:
+    require_extra("solver", "highspy")
+    capped = plan_buckets([_demand(A, B)], method="highs", gpu_limits={"b": 0})
+    assert capped.gpus_bought == {"a": 5}
+    eight = Candidate(**{**{f: getattr(B, f) for f in B.__dataclass_fields__}, "gpus_per_node": 8})
+    nodes = plan_buckets([_demand(A, eight)], method="highs")
+    assert nodes.gpus_bought == {"a": 5}  # a node of 8 b GPUs costs $24/h: a alone is cheaper
+    loose = plan_buckets([_demand(A, eight)], method="highs", whole_nodes=False)
+    assert loose.usd_per_hour == pytest.approx(4.0)
+
+
+def test_without_a_solver_each_bucket_on_its_cheapest_layout() -> None:
+    plan = plan_buckets([_demand(A, B)], method="cheapest-per-request")
+    # $/request: short a 1/10 < b 3/12; long a 1/0.5 = 2 > b 3/4: the same split, here optimal by chance
+    assert plan.gpus_bought == {"a": 1, "b": 1} and not plan.optimal and plan.notes
+
+
+def test_a_bucket_no_layout_serves_is_unserved() -> None:
+    short_only = Candidate(**{**{f: getattr(A, f) for f in A.__dataclass_fields__},
+                              "requests_per_second": {"short": 10.0}})  # fmt: skip
+    plan = plan_buckets([_demand(short_only)], method="cheapest-per-request")
+    assert plan.unserved == (("chat", "m", "no layout serves bucket long (8,000 in + 500 out)"),)
+
+
+def test_request_buckets_from_percentiles() -> None:
+    # inputs p50 = 1,000 and p95 = 6,000; outputs p50 = 200, p90 = 800: intervals (0, p50] with half of
+    # the requests and (p50, max] with the other half (the tail above p95 sized at p95), outputs 0.5 / 0.5
+    buckets = request_buckets([(0.5, 1000), (0.95, 6000)], [(0.5, 200), (0.9, 800)], max_model_len=6500)
+    got = [(b.label, b.input_tokens, b.output_tokens, b.share) for b in buckets]
+    assert got == [
+        ("in<=p50/out<=p50", 1000, 200, 0.25),
+        ("in<=p50/out<=p90", 1000, 800, 0.25),
+        ("in<=p95/out<=p50", 6000, 200, 0.25),
+        ("in<=p95/out<=p90", 5700, 800, 0.25),  # 6,000 + 800 > 6,500: the prompt clipped to fit
+    ]
+    assert sum(b.share for b in buckets) == 1.0
+    with pytest.raises(SpecError, match="leaves no prompt"):
+        request_buckets([(0.5, 10)], [(0.5, 7000)], max_model_len=6500)
