@@ -87,6 +87,11 @@ class WorkloadProfile:
     tpot_ms_target: float | None = None  # time per output token (= ITL) at steady state
     ttft_ms_target: float | None = None  # time to first token, steady state (prefill beside the batch)
     output_tokens: int | None = None  # generated tokens per request (default: min(256, T / 2))
+    # load as a request rate, with length distributions: the Mélange plan (capacity.procurement)
+    request_rate_per_s: float | None = None
+    context_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, tokens) of prompt + output
+    input_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, prompt tokens)
+    output_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, generated tokens)
 
     @property
     def model_len(self) -> int:
@@ -113,6 +118,8 @@ class WorkloadProfile:
         for label, target in (("tpot_ms_target", self.tpot_ms_target), ("ttft_ms_target", self.ttft_ms_target)):
             if target is not None and not 0 < target < 1e7:
                 raise SpecError(f"workload {self.name!r}: {label} must be a positive number of milliseconds")
+        if self.request_rate_per_s is not None and not 0 < self.request_rate_per_s < 1e9:
+            raise SpecError(f"workload {self.name!r}: request_rate must be a positive number of requests/s")
         if self.output_tokens is not None and not 0 < self.output_tokens < self.context_tokens:
             raise SpecError(f"workload {self.name!r}: output_tokens must be between 1 and context_tokens - 1")
 

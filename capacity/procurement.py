@@ -98,6 +98,19 @@ def request_buckets(
     return tuple(buckets)
 
 
+def workload_buckets(workload: WorkloadProfile) -> tuple[RequestBucket, ...]:
+    """A workload's buckets: its input and output percentiles; without input percentiles, the
+    context percentiles less the output (or the planned context alone); without output
+    percentiles, the workload's output length."""
+    generated = workload.output_percentiles or ((1.0, workload.generated_tokens),)
+    typical_out = max(tokens for _q, tokens in generated)
+    prompts = workload.input_percentiles or tuple(
+        (q, max(1, tokens - typical_out))
+        for q, tokens in (workload.context_percentiles or ((1.0, workload.context_tokens),))
+    )
+    return request_buckets(prompts, generated, workload.model_len)
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """One layout a workload x model may run on, with what a replica of it serves per bucket."""
@@ -169,7 +182,7 @@ class BucketPlan:
 
     @property
     def usd_per_hour(self) -> float:
-        return sum(n * self.usd_per_gpu_hour[g] for g, n in self.gpus_bought.items())
+        return float(sum(n * self.usd_per_gpu_hour[g] for g, n in self.gpus_bought.items()))
 
     @property
     def output_tokens_per_hour(self) -> float:

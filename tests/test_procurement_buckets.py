@@ -16,6 +16,7 @@ So 1 a + 1 b; the split is any (x, y) with x + 4 y <= 1 and (1 - x) 10/12 + (1 -
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 
 from capacity.procurement import BucketDemand, Candidate, RequestBucket, plan_buckets, request_buckets
@@ -112,3 +113,49 @@ def test_request_buckets_from_percentiles() -> None:
     assert sum(b.share for b in buckets) == 1.0
     with pytest.raises(SpecError, match="leaves no prompt"):
         request_buckets([(0.5, 10)], [(0.5, 7000)], max_model_len=6500)
+
+
+def test_workload_request_rates_and_buckets_parse() -> None:
+    import yaml
+
+    from warehouse.recommendations.workloads import parse_workloads
+
+    document = yaml.safe_load(
+        """
+        workloads:
+          - {name: rated, model: m, target_concurrency: 4, context: {p50: 2000, p95: 8000}, max_model_len: 9000,
+             request_rate: 3, output_tokens: 500}
+          - {name: explicit, model: m, target_concurrency: 4, context_tokens: 4096, request_rate: 1.5,
+             input: {p90: 3000}, output: {p50: 100, max: 900}}
+          - {name: zero-rate, model: m, target_concurrency: 4, context_tokens: 1024, request_rate: 0}
+          - {name: bad-pct, model: m, target_concurrency: 4, context_tokens: 1024, request_rate: 1, input: {q5: 3}}
+          - {name: shrinking, model: m, target_concurrency: 4, context_tokens: 1024, request_rate: 1,
+             output: {p50: 300, p95: 200}}
+          - {name: too-long, model: m, target_concurrency: 4, context_tokens: 1024, request_rate: 1, output: {p50: 2000}}
+        """
+    )
+    parsed = parse_workloads(document)
+    from capacity.procurement import workload_buckets
+
+    rated, explicit = parsed.profiles
+    # context percentiles less the 500 output tokens: prompts of 1,500 (half) and 7,500 (the other half)
+    assert [(b.input_tokens, b.output_tokens, b.share) for b in workload_buckets(rated)] == [
+        (1500, 500, 0.5),
+        (7500, 500, 0.5),
+    ]
+    # the one input interval holds every request; the output's max bucket has half of them
+    assert [(b.label, b.input_tokens, b.output_tokens, b.share) for b in workload_buckets(explicit)] == [
+        ("in<=p90/out<=p50", 3000, 100, 0.5),
+        ("in<=p90/out<=p100", 3000, 900, 0.5),
+    ]
+    reasons = dict(parsed.errors)
+    assert "request_rate must be a positive number" in reasons["zero-rate"]
+    assert "'q5' is not p1..p100" in reasons["bad-pct"]
+    assert "grow with the percentile" in reasons["shrinking"]
+    assert "leaves no prompt" in reasons["too-long"]
+    frame = parsed.frame().filter(pl.col("valid"))
+    assert frame["request_rate_per_s"].to_list() == [3.0, 1.5]
+    assert frame["request_buckets"][1].to_list() == [
+        "in<=p90/out<=p50: 3000 in + 100 out, 0.5 of requests",
+        "in<=p90/out<=p100: 3000 in + 900 out, 0.5 of requests",
+    ]

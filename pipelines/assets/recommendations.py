@@ -16,6 +16,7 @@ from pipelines.assets.common import describe, key, relation_result, sql_asset
 from pipelines.assets.telemetry import REGISTRY_DEPS, run_catalog
 from pipelines.resources import PlanningResource, WarehouseResource
 from warehouse.recommendations.admission import admission_budgets as budgets_frame
+from warehouse.recommendations.buckets import bucket_plan_frame
 from warehouse.recommendations.limits import effective_limits
 from warehouse.recommendations.placements import placement_frames
 from warehouse.recommendations.workloads import load_workloads, workloads_path
@@ -92,7 +93,7 @@ def admission_budgets(planning: PlanningResource, warehouse: WarehouseResource) 
             deps=[key("raw", "calibration"), *REGISTRY_DEPS],
             kinds={"duckdb", "polars"},
         )
-        for table in ("recommended_placements", "procurement_plan", "workloads")
+        for table in ("recommended_placements", "procurement_plan", "procurement_buckets", "workloads")
     ],
     group_name=RECOMMENDATIONS_GROUP,
 )
@@ -130,6 +131,25 @@ def recommendations(
                 "fleet_usd_per_hour": dg.MetadataValue.float(round(plan.usd_per_hour, 4)),
             },
         )
+        start = time.perf_counter()
+        buckets, bucket_plan = bucket_plan_frame(profiles, registry, fit)
+        seconds = time.perf_counter() - start
+        context.log.info(
+            f"request-size buckets: {len(bucket_plan.choices)} choices, plan {bucket_plan.method}: "
+            f"{sum(bucket_plan.gpus_bought.values())} GPUs, ${bucket_plan.usd_per_hour:,.2f}/h, {seconds:.2f} s"
+        )
+        load_frame(con, "raw", "procurement_buckets", buckets)
+        yield relation_result(
+            con,
+            "raw",
+            "procurement_buckets",
+            {
+                "method": bucket_plan.method,
+                "optimal": bucket_plan.optimal,
+                "usd_per_hour": dg.MetadataValue.float(round(bucket_plan.usd_per_hour, 4)),
+                "compute_seconds": dg.MetadataValue.float(round(seconds, 3)),
+            },
+        )
         load_frame(con, "raw", "workloads", profiles.frame())
         yield relation_result(con, "raw", "workloads", {"workloads_file": str(profiles.path)})
 
@@ -142,7 +162,10 @@ def _mart(table: str) -> dg.AssetsDefinition:
     return sql_asset("marts", table, group_name=RECOMMENDATIONS_GROUP)
 
 
-TABLES = ("effective_context_limits", "admission_budgets", "recommended_placements", "procurement_plan", "workloads")
+TABLES = (
+    "effective_context_limits", "admission_budgets", "recommended_placements", "procurement_plan",
+    "procurement_buckets", "workloads",
+)  # fmt: skip
 STAGING = [_staging(t) for t in TABLES]
 MARTS = [_mart(t) for t in TABLES]
 

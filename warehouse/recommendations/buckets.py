@@ -1,0 +1,137 @@
+"""The request-size bucket plan (`capacity.procurement`, after Mélange) as the `raw.procurement_buckets` frame.
+
+Every workload with a `request_rate` is cut into buckets of its length distributions; each model of
+it is sized per bucket on every priced GPU (`capacity.procurement.bucket_demand`, calibrated where
+the fit applies, like the placements), and one MILP over all of them buys the cheapest GPUs
+(`plan_buckets`, the procurement settings' whole nodes and per-SKU caps). One row per bucket x
+layout that serves part of the bucket, with the plan's totals repeated on each row; a workload x
+model the plan cannot serve is one row with its reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from capacity.calibration import CalibrationFit
+from capacity.procurement import BucketDemand, BucketPlan, bucket_demand, plan_buckets, workload_buckets
+from capacity.spec import SpecError
+from warehouse.catalog import Catalog
+from warehouse.recommendations.placements import correction_lookup
+from warehouse.recommendations.workloads import WorkloadsFile
+
+BUCKET_SCHEMA: dict[str, Any] = {
+    "workload": pl.String,
+    "model": pl.String,
+    "bucket": pl.String,
+    "input_tokens": pl.Int64,
+    "output_tokens": pl.Int64,
+    "bucket_share": pl.Float64,
+    "bucket_requests_per_second": pl.Float64,
+    "gpu": pl.String,
+    "layout": pl.String,
+    "gpus_per_replica": pl.Int64,
+    "share": pl.Float64,
+    "requests_per_second": pl.Float64,
+    "batch_per_replica": pl.Int64,
+    "tpot_ms": pl.Float64,
+    "ttft_ms": pl.Float64,
+    "requests_per_second_per_replica": pl.Float64,
+    "replica_load": pl.Float64,
+    "layout_replicas": pl.Int64,
+    "binding": pl.String,
+    "usd_per_million_output_tokens": pl.Float64,
+    "plan_gpus": pl.List(pl.String),
+    "plan_usd_per_hour": pl.Float64,
+    "plan_usd_per_million_output_tokens": pl.Float64,
+    "method": pl.String,
+    "optimal": pl.Boolean,
+    "whole_nodes": pl.Boolean,
+    "reason": pl.String,
+    "notes": pl.String,
+}
+
+
+def bucket_demands(
+    workloads: WorkloadsFile, catalog: Catalog, fit: CalibrationFit
+) -> tuple[list[BucketDemand], list[tuple[str, str, str]]]:
+    """A demand per model of every workload with a request rate; (workload, model, reason) otherwise."""
+    gpus = list(catalog.gpus.values())
+    allowed = set(workloads.procurement.gpus)
+    if allowed:
+        gpus = [g for g in gpus if g.id in allowed]
+    demands: list[BucketDemand] = []
+    skipped: list[tuple[str, str, str]] = []
+    for profile in workloads.profiles:
+        if profile.request_rate_per_s is None:
+            continue
+        for model_id in profile.models:
+            model = catalog.models.get(model_id)
+            if model is None:
+                skipped.append((profile.name, model_id, catalog.model_errors.get(model_id) or f"{model_id} is not in the registry"))
+                continue
+            try:
+                demands.append(
+                    bucket_demand(
+                        model.spec, profile, workload_buckets(profile), gpus, model_id=model_id,
+                        request_rate_per_s=profile.request_rate_per_s, checkpoint_bytes=model.checkpoint_bytes,
+                        correction_for=correction_lookup(fit),
+                    )
+                )  # fmt: skip
+            except SpecError as exc:
+                skipped.append((profile.name, model_id, str(exc)))
+    return demands, skipped
+
+
+def bucket_frame(plan: BucketPlan, skipped: list[tuple[str, str, str]]) -> pl.DataFrame:
+    totals = {
+        "plan_gpus": [f"{g}: {n}" for g, n in sorted(plan.gpus_bought.items())],
+        "plan_usd_per_hour": plan.usd_per_hour,
+        "plan_usd_per_million_output_tokens": plan.usd_per_million_output_tokens,
+        "method": plan.method,
+        "optimal": plan.optimal,
+        "whole_nodes": plan.whole_nodes,
+        "notes": "; ".join(plan.notes) or None,
+    }
+    rows: list[dict[str, Any]] = []
+    for c in plan.choices:
+        label = c.bucket.label
+        rows.append(
+            {
+                "workload": c.workload,
+                "model": c.model,
+                "bucket": label,
+                "input_tokens": c.bucket.input_tokens,
+                "output_tokens": c.bucket.output_tokens,
+                "bucket_share": c.bucket.share,
+                "bucket_requests_per_second": c.requests_per_second / c.share,
+                "gpu": c.candidate.gpu,
+                "layout": c.candidate.key,
+                "gpus_per_replica": c.candidate.gpus_per_replica,
+                "share": c.share,
+                "requests_per_second": c.requests_per_second,
+                "batch_per_replica": c.candidate.batch[label],
+                "tpot_ms": c.candidate.tpot_ms[label],
+                "ttft_ms": c.candidate.ttft_ms[label],
+                "requests_per_second_per_replica": c.candidate.requests_per_second[label],
+                "replica_load": c.replica_load,
+                "layout_replicas": plan.replicas[(c.workload, c.model, c.candidate.key)],
+                "binding": c.binding,
+                "usd_per_million_output_tokens": c.usd_per_million_output_tokens,
+                **totals,
+            }
+        )
+    for workload, model, reason in [*plan.unserved, *skipped]:
+        rows.append({"workload": workload, "model": model, "reason": reason, **totals})
+    frame = pl.DataFrame([{k: r.get(k) for k in BUCKET_SCHEMA} for r in rows], schema=BUCKET_SCHEMA)
+    return frame.sort("workload", "model", "bucket", "layout", nulls_last=True)
+
+
+def bucket_plan_frame(workloads: WorkloadsFile, catalog: Catalog, fit: CalibrationFit) -> tuple[pl.DataFrame, BucketPlan]:
+    """`raw.procurement_buckets` and the plan."""
+    demands, skipped = bucket_demands(workloads, catalog, fit)
+    settings = workloads.procurement
+    method = settings.method if settings.method in ("highs",) else "auto"
+    plan = plan_buckets(demands, whole_nodes=settings.whole_nodes, gpu_limits=settings.gpu_limits, method=method)
+    return bucket_frame(plan, skipped), plan
