@@ -405,9 +405,11 @@ def frontier_chart(data: ReportData) -> str:
             x=alt.X("tpot_ms:Q", title="TPOT (ms per output token)", scale=alt.Scale(type="log")),
             y=alt.Y("output_tokens_per_second:Q", title="output tokens/s per replica", scale=alt.Scale(type="log")),
             color=alt.Color(
-                "label:N", title="GPU and layout", scale=alt.Scale(scheme=PALETTE),
+                "label:N",
+                title="GPU and layout",
+                scale=alt.Scale(scheme=PALETTE),
                 legend=alt.Legend(labelLimit=0, titleLimit=0, columns=1),
-            ),  # fmt: skip
+            ),
             order="batch:Q",
             tooltip=["label", "batch", "tpot_ms", "output_tokens_per_second", "ttft_ms"],
         )
