@@ -1,7 +1,8 @@
 """Telemetry from a Prometheus-compatible HTTP API (Prometheus, Thanos, Mimir, VictoriaMetrics).
 
 `ingest_prometheus(url)` asks the API for every metric capplan reads: a range query
-(`/api/v1/query_range`, the last `lookback_s` at `step_s`) per vLLM / DCGM gauge and counter, and
+(`/api/v1/query_range`, the last `lookback_s` at `step_s`) per vLLM / SGLang / DCGM gauge and counter
+and per series of each latency histogram (`_bucket`, `_sum`, `_count`), and
 an instant query (`/api/v1/query`) for `vllm:cache_config_info` (the engine's current KV pool: one
 observation per deployment, not one per step). `lookback_s = 0` makes every query instant.
 
