@@ -187,3 +187,34 @@ def test_hostile_histograms_rejected_whole(tmp_path: Path) -> None:
     assert list(result.samples["metric"]) == ["requests_running"]
     files = result.files.row(0, named=True)
     assert files["rows_in"] == files["accepted"] + files["rejected"] == 17
+
+
+def test_prometheus_client_exposition_as_vllm_writes_it(tmp_path: Path) -> None:
+    """The text prometheus_client (what vLLM exports with) writes for vLLM 0.33's histogram and
+    counter, with HELP/TYPE and `_created` lines; one scrape = the distribution since start."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    registry = CollectorRegistry()
+    # vLLM 0.33 INTER_TOKEN_LATENCY_BUCKETS (vllm/v1/metrics/buckets.py)
+    buckets = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+    itl = Histogram("vllm:inter_token_latency_seconds", "ITL", ["model_name", "engine"], buckets=buckets,
+                    registry=registry)  # fmt: skip
+    tokens = Counter("vllm:generation_tokens", "generated", ["model_name", "engine"], registry=registry)
+    series = itl.labels("meta-llama/Llama-3.1-8B-Instruct", "0")
+    for seconds in (0.02, 0.02, 0.02, 0.06):
+        series.observe(seconds)
+    tokens.labels("meta-llama/Llama-3.1-8B-Instruct", "0").inc(5)
+    text = "# scraped_at: 2025-06-02T12:00:00Z\n" + generate_latest(registry).decode()
+    result = ingest(tmp_path, {"dep/metrics.prom": text})
+    assert result.rejects.is_empty()
+    assert sorted(set(result.samples["metric"])) == [
+        "generation_tokens_total", "itl_seconds_bucket", "itl_seconds_count", "itl_seconds_sum"
+    ]  # fmt: skip
+    assert result.samples.filter(result.samples["metric"] == "itl_seconds_bucket").height == len(buckets) + 1
+    got = deployment_summary(result.observations.lazy(), result.samples.lazy()).collect().row(0, named=True)
+    assert got["measured_tpot_mean_ms"] == pytest.approx(30.0, rel=1e-9)  # (3 x 0.02 + 0.06) / 4
+    # rank 2 of 4: 3 observations in (0.01, 0.025]: 0.01 + 0.015 x 2/3
+    assert got["measured_tpot_p50_ms"] == pytest.approx(20.0, rel=1e-9)
+    # rank 3.96: the 4th observation in (0.05, 0.075]: 0.05 + 0.025 x 0.96
+    assert got["measured_tpot_p99_ms"] == pytest.approx(74.0, rel=1e-9)
+    assert got["measured_output_tokens_per_second"] is None  # one scrape: no rate
