@@ -275,6 +275,18 @@ class Hostile(http.server.BaseHTTPRequestHandler):
                     time.sleep(0.05)
             except OSError:
                 pass
+        elif mode == "histograms":  # d1 has a good ITL histogram over two steps, d2 buckets that decrease
+            base = {k: v for k, v in good.items() if k != "__name__"}
+            result = []
+            if query == "vllm:inter_token_latency_seconds_bucket":
+                for deployment, counts in (("d1", ((0, 0, 0), (20, 40, 40))), ("d2", ((5, 3, 6), (5, 3, 6)))):
+                    for i, le in enumerate(("0.02", "0.05", "+Inf")):
+                        values = [[1764547200, str(counts[0][i])], [1764547260, str(counts[1][i])]]
+                        result.append({"metric": {**base, "__name__": query, "deployment": deployment, "le": le},
+                                       "values": values})  # fmt: skip
+            elif query == "vllm:generation_tokens_total":
+                result.append({"metric": {**base, "__name__": query}, "values": [[1764547200, "100"], [1764547260, "6100"]]})
+            self._send(200, _answer(kind, result if range_query else []))
         elif mode == "badseries":
             bad_points = [[1764547200, "NaN"], ["soon", "1"], [1764547200], [1764547260, "1e400"], [1764547320, "-2"]]
             result = [
@@ -445,3 +457,20 @@ def test_the_nightly_assets_read_both_sources_twice(prometheus: dict[str, Any], 
     # the registry knows Llama-3.1-8B: its deployments' cache_config_info are observations, every run once
     assert counts[0][0] == counts[1][0] == 2
     assert all(c[1] > 0 and c[2] for c in counts)
+
+
+def test_histograms_through_the_api_give_the_rows_the_files_give(hostile: str) -> None:
+    """Each bucket series of a range query is one row per point; one time's buckets are checked
+    together as in a file: d2's decreasing buckets are rejected whole, d1's give the quantiles."""
+    from warehouse.telemetry.summary import deployment_summary
+
+    result = ingest_prometheus(f"{hostile}/histograms", lookback_s=60, step_s=60)
+    _one_line_rejects(result)
+    assert set(result.rejects["reason_code"]) == {"bad_histogram"} and result.rejects.height == 6  # 3 le x 2 points
+    assert set(result.rejects["deployment_id"]) == {"d2"}
+    got = {r["deployment_id"]: r for r in deployment_summary(result.observations.lazy(), result.samples.lazy())
+           .collect().iter_rows(named=True)}  # fmt: skip
+    # d1: increases le 0.02: 20, 0.05: 40, +Inf: 40; p50 = rank 20 = the top of (0, 0.02]
+    assert got["d1"]["measured_tpot_p50_ms"] == pytest.approx(20.0, rel=1e-12)
+    assert got["d1"]["measured_tpot_p99_ms"] == pytest.approx(20 + 30 * 19.6 / 20, rel=1e-12)
+    assert got["d1"]["measured_output_tokens_per_second"] == pytest.approx(100.0, rel=1e-12)  # 6,000 in 60 s
