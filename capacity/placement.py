@@ -30,6 +30,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from capacity.calibration import Correction, calibrated_pool
 from capacity.memory import Estimate, b_max, estimate, pool_starts, valid_tp_sizes, weight_format
@@ -652,6 +653,18 @@ def _quiet_stdout() -> Iterator[None]:
         os.close(saved)
 
 
+def new_highs(time_limit_s: float) -> Any:
+    """A silent HiGHS instance that proves optimality (gap 0) within `time_limit_s`."""
+    import highspy
+
+    with _quiet_stdout():
+        h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("mip_rel_gap", 0.0)
+    return h
+
+
 def _solve_highs(
     demands: Sequence[Demand], options: Mapping[Demand, list[PlacementOption]], whole_nodes: bool,
     limits: Mapping[str, int], time_limit_s: float,
@@ -662,11 +675,7 @@ def _solve_highs(
     import highspy
     import numpy as np
 
-    with _quiet_stdout():
-        h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit_s))
-    h.setOptionValue("mip_rel_gap", 0.0)
+    h = new_highs(time_limit_s)
     inf = highspy.kHighsInf
     columns: list[tuple[Demand, PlacementOption]] = [(d, o) for d in demands for o in options[d]]
     skus: dict[str, tuple[int, float]] = {}

@@ -37,7 +37,7 @@ from capacity.placement import (
     CorrectionFor,
     PlacementOption,
     WorkloadProfile,
-    _quiet_stdout,
+    new_highs,
     place,
     solver_available,
 )
@@ -141,7 +141,7 @@ class BucketDemand:
     buckets: tuple[RequestBucket, ...]
     candidates: tuple[Candidate, ...]
 
-    def load(self, bucket: RequestBucket) -> float:
+    def bucket_requests_per_second(self, bucket: RequestBucket) -> float:
         return self.request_rate_per_s * bucket.share
 
 
@@ -325,7 +325,7 @@ def _plan(
         d = demands[i]
         bucket = next(b for b in d.buckets if b.label == label)
         candidate = next(c for c in d.candidates if c.key == key)
-        rate = d.load(bucket) * share
+        rate = d.bucket_requests_per_second(bucket) * share
         replica_load = rate / candidate.requests_per_second[label]
         choices.append(BucketChoice(d.workload, d.model, bucket, candidate, share, rate, replica_load))
         load[(i, key)] = load.get((i, key), 0.0) + replica_load
@@ -355,11 +355,7 @@ def _solve_highs(
     import highspy
     import numpy as np
 
-    with _quiet_stdout():
-        h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit_s))
-    h.setOptionValue("mip_rel_gap", 0.0)
+    h = new_highs(time_limit_s)
     inf = highspy.kHighsInf
     x_cols: list[tuple[int, RequestBucket, Candidate]] = [
         (i, b, c) for i, d in enumerate(demands) for b in d.buckets for c in d.candidates if b.label in c.requests_per_second
@@ -387,7 +383,7 @@ def _solve_highs(
             h.addRow(1.0, 1.0, len(idx), np.array(idx, dtype=np.int32), np.ones(len(idx)))
     for r, (i, c) in enumerate(r_cols):  # replica time: sum_b x lambda_b / mu_bc - R_c <= 0
         idx = [k for k, (ii, _b, cc) in enumerate(x_cols) if ii == i and cc.key == c.key]
-        values = [demands[i].load(x_cols[k][1]) / c.requests_per_second[x_cols[k][1].label] for k in idx]
+        values = [demands[i].bucket_requests_per_second(x_cols[k][1]) / c.requests_per_second[x_cols[k][1].label] for k in idx]
         h.addRow(-inf, 0.0, len(idx) + 1, np.array([*idx, n_x + r], dtype=np.int32), np.array([*values, -1.0]))
     for j, gpu in enumerate(sku_ids):  # GPUs of the replicas on a SKU <= GPUs bought
         idx = [r for r, (_i, c) in enumerate(r_cols) if c.gpu == gpu]

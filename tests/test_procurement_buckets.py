@@ -159,3 +159,30 @@ def test_workload_request_rates_and_buckets_parse() -> None:
         "in<=p90/out<=p50: 3000 in + 100 out, 0.5 of requests",
         "in<=p90/out<=p100: 3000 in + 900 out, 0.5 of requests",
     ]
+
+
+def test_the_shipped_workloads_bucket_plan() -> None:
+    """workloads.yaml's rated workloads (chat, batch-summarization) on the bundled catalog."""
+    require_extra("solver", "highspy")
+    from pathlib import Path
+
+    from capacity.calibration import fit_calibration
+    from warehouse.catalog import bundled_catalog
+    from warehouse.recommendations.buckets import BUCKET_SCHEMA, bucket_plan_frame
+    from warehouse.recommendations.workloads import load_workloads
+
+    workloads = load_workloads(Path(__file__).resolve().parent.parent / "workloads.yaml")
+    models = [m for p in workloads.profiles if p.request_rate_per_s for m in p.models]
+    frame, plan = bucket_plan_frame(workloads, bundled_catalog(models), fit_calibration([]))
+    assert frame.schema == pl.Schema(BUCKET_SCHEMA) and plan.method == "highs" and plan.optimal
+    assert set(frame["workload"]) == {"chat", "batch-summarization"} and frame["reason"].null_count() == frame.height
+    served = frame.group_by("workload", "bucket").agg(pl.col("share").sum(), pl.col("bucket_share").first())
+    assert served["share"].to_list() == pytest.approx([1.0] * served.height)  # every bucket served in full
+    chat = served.filter(pl.col("workload") == "chat")
+    assert chat.height == 6 and chat["bucket_share"].sum() == pytest.approx(1.0)  # 3 input x 2 output intervals
+    assert (frame["replica_load"] <= frame["layout_replicas"] + 1e-9).all()
+    assert set(frame["binding"]) <= {"memory", "latency", "throughput"}
+    # chat's TPOT target of 40 ms holds wherever its buckets run
+    assert (frame.filter(pl.col("workload") == "chat")["tpot_ms"] <= 40).all()
+    total = sum(n * plan.usd_per_gpu_hour[g] for g, n in plan.gpus_bought.items())
+    assert total > 0 and frame["plan_usd_per_hour"][0] == pytest.approx(total)
