@@ -18,7 +18,7 @@ from capacity.calibration import CalibrationFit
 from capacity.procurement import BucketDemand, BucketPlan, bucket_demand, plan_buckets, workload_buckets
 from capacity.spec import SpecError
 from warehouse.catalog import Catalog
-from warehouse.recommendations.placements import correction_lookup
+from warehouse.recommendations.placements import correction_lookup, procurement_gpus, unplannable
 from warehouse.recommendations.workloads import WorkloadsFile
 
 BUCKET_SCHEMA: dict[str, Any] = {
@@ -57,10 +57,7 @@ def bucket_demands(
     workloads: WorkloadsFile, catalog: Catalog, fit: CalibrationFit
 ) -> tuple[list[BucketDemand], list[tuple[str, str, str]]]:
     """A demand per model of every workload with a request rate; (workload, model, reason) otherwise."""
-    gpus = list(catalog.gpus.values())
-    allowed = set(workloads.procurement.gpus)
-    if allowed:
-        gpus = [g for g in gpus if g.id in allowed]
+    gpus = procurement_gpus(workloads, catalog)
     demands: list[BucketDemand] = []
     skipped: list[tuple[str, str, str]] = []
     for profile in workloads.profiles:
@@ -69,7 +66,7 @@ def bucket_demands(
         for model_id in profile.models:
             model = catalog.models.get(model_id)
             if model is None:
-                skipped.append((profile.name, model_id, catalog.model_errors.get(model_id) or f"{model_id} is not in the registry"))
+                skipped.append((profile.name, model_id, unplannable(catalog, model_id)))
                 continue
             try:
                 demands.append(

@@ -96,22 +96,29 @@ def correction_lookup(fit: CalibrationFit) -> Any:
     return correction_for
 
 
+def procurement_gpus(workloads: WorkloadsFile, catalog: Catalog) -> list[GpuSku]:
+    """The registry's GPUs procurement may choose from (`procurement.gpus`; empty: all)."""
+    allowed = set(workloads.procurement.gpus)
+    return [g for g in catalog.gpus.values() if not allowed or g.id in allowed]
+
+
+def unplannable(catalog: Catalog, model_id: str) -> str:
+    """Why a workload's model cannot be placed: the registry's error, or that it is not there."""
+    return catalog.model_errors.get(model_id) or f"{model_id} is not in the registry"
+
+
 def placement_results(
     workloads: WorkloadsFile, catalog: Catalog, fit: CalibrationFit
 ) -> tuple[list[PlacementResult], list[tuple[str, str, str]]]:
     """`place` for every model of every workload; (workload, model, reason) for those that cannot run."""
-    gpus = list(catalog.gpus.values())
-    allowed = set(workloads.procurement.gpus)
-    if allowed:
-        gpus = [g for g in gpus if g.id in allowed]
+    gpus = procurement_gpus(workloads, catalog)
     results: list[PlacementResult] = []
     skipped: list[tuple[str, str, str]] = []
     for profile in workloads.profiles:
         for model_id in profile.models:
             model = catalog.models.get(model_id)
             if model is None:
-                why = catalog.model_errors.get(model_id) or f"{model_id} is not in the registry"
-                skipped.append((profile.name, model_id, why))
+                skipped.append((profile.name, model_id, unplannable(catalog, model_id)))
                 continue
             try:
                 result = place(

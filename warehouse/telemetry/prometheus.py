@@ -312,25 +312,31 @@ def _vllm_sample(ctx: FileContext, report: FileReport, dedupe: Dedupe, entry: _L
         raise RowError(
             "wrong_unit", f"{entry.name} = {entry.value:g} > 1: vLLM reports a fraction in [0, 1] (a percent?)"
         )
-    model_id, model_raw = _model(ctx, entry.labels.get("model_name"))
+    model = _model(ctx, entry.labels.get("model_name"))
     _not_duplicate(ctx, dedupe, entry, metric)
-    report.samples.append(
-        {
-            "deployment_id": entry.deployment_id,
-            "ts": entry.ts,
-            "ts_source": entry.ts_source,
-            "metric": metric,
-            "value": entry.value,
-            "source_metric": entry.name,
-            "model_id": model_id,
-            "model_name_raw": model_raw,
-            "engine_index": entry.labels.get("engine"),
-            "series": _series_labels(entry.labels) if entry.name in SPEED_METRICS else None,
-            "file": ctx.rel,
-            "line": entry.number,
-        }
-    )
+    series = _series_labels(entry.labels) if entry.name in SPEED_METRICS else None
+    report.samples.append(_engine_row(ctx, entry, metric, model, series=series))
     report.accepted += 1
+
+
+def _engine_row(
+    ctx: FileContext, entry: _Line, metric: str, model: tuple[str, str | None], **extra: object
+) -> dict[str, Any]:
+    """One vLLM / SGLang sample row (`extra`: le, series)."""
+    return {
+        "deployment_id": entry.deployment_id,
+        "ts": entry.ts,
+        "ts_source": entry.ts_source,
+        "metric": metric,
+        "value": entry.value,
+        "source_metric": entry.name,
+        "model_id": model[0],
+        "model_name_raw": model[1],
+        "engine_index": entry.labels.get("engine"),
+        **extra,
+        "file": ctx.rel,
+        "line": entry.number,
+    }
 
 
 def _histogram_key(entry: _Line) -> tuple[Any, ...]:
@@ -403,33 +409,16 @@ def _histogram(ctx: FileContext, report: FileReport, dedupe: Dedupe, key: tuple[
         rows = []
         for entry in entries:
             _, metric = HISTOGRAM_PARTS[entry.name]
-            model_id, model_raw = _model(ctx, entry.labels.get("model_name"))
+            model = _model(ctx, entry.labels.get("model_name"))
             _not_duplicate(ctx, dedupe, entry, metric)
-            rows.append((entry, metric, model_id, model_raw))
+            rows.append(_engine_row(ctx, entry, metric, model, le=bounds.get(entry.number), series=key[2]))
     except RowError as exc:
         error = RowError(exc.code, f"{where}: {exc.reason}; its {len(entries)} line(s) rejected")
         for entry in entries:
             report.reject(entry.number, error, entry.raw, entry.deployment_id)
         return
-    for entry, metric, model_id, model_raw in rows:
-        report.samples.append(
-            {
-                "deployment_id": entry.deployment_id,
-                "ts": entry.ts,
-                "ts_source": entry.ts_source,
-                "metric": metric,
-                "value": entry.value,
-                "source_metric": entry.name,
-                "model_id": model_id,
-                "model_name_raw": model_raw,
-                "engine_index": entry.labels.get("engine"),
-                "le": bounds.get(entry.number),
-                "series": key[2],
-                "file": ctx.rel,
-                "line": entry.number,
-            }
-        )
-        report.accepted += 1
+    report.samples.extend(rows)
+    report.accepted += len(rows)
 
 
 def _dcgm_sample(ctx: FileContext, report: FileReport, dedupe: Dedupe, entry: _Line) -> None:
