@@ -18,7 +18,8 @@ per SKU. Minimize $/hour of the GPUs bought. Whole nodes couple the demands (two
 share a node), so this is an integer program: solved with HiGHS (`highspy`, extra `solver`) when
 installed, else by exact enumeration when the number of combinations is small, else greedily
 (each demand's cheapest option, then single moves while the total falls). The plan names its method
-and whether it is proven optimal.
+and whether it is proven optimal. Workloads with a request rate join the same MILP split by request
+size (`capacity.procurement.plan_fleet`).
 """
 
 from __future__ import annotations
@@ -30,12 +31,15 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capacity.calibration import Correction, calibrated_pool
 from capacity.memory import Estimate, b_max, estimate, pool_starts, valid_tp_sizes, weight_format
 from capacity.performance import Performance, perf_inputs, performance
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
+
+if TYPE_CHECKING:
+    from capacity.procurement import BucketPlan
 
 DEFAULT_HEADROOM = 0.9
 DEFAULT_TP_SIZES = (1, 2, 4, 8)
@@ -517,6 +521,7 @@ class ProcurementPlan:
     purchases: tuple[SkuPurchase, ...]
     unserved: tuple[tuple[str, str, str], ...] = ()  # (workload, model, reason)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    buckets: BucketPlan | None = None  # the request-size bucket part (capacity.procurement.plan_fleet)
 
     @property
     def usd_per_hour(self) -> float:

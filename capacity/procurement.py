@@ -22,6 +22,10 @@ Mélange profiles on hardware:
   (`highspy`, the `solver` extra); without it each bucket goes to its cheapest layout per request
   (the LP optimum when replicas may be fractional), rounded up: a plan, not proven optimal.
 
+`plan_fleet` is the fleet's plan: the same MILP with the concurrency-sized workloads of
+`capacity.placement.plan_procurement` as binary one-option-each columns, so placements and bucket
+replicas share the SKUs' nodes (`marts.procurement_plan`); `plan_buckets` plans buckets alone.
+
 Each choice reports its binding constraint: memory (the KV pool sets B), latency (a TPOT or TTFT
 target sets B) or throughput (the engine's max_num_seqs sets B: the replica serves requests as fast
 as its steps run, memory and latency have room), and $ per million output tokens.
@@ -35,10 +39,16 @@ from dataclasses import dataclass, replace
 
 from capacity.placement import (
     CorrectionFor,
+    Demand,
     PlacementOption,
+    PlacementResult,
+    ProcurementPlan,
+    SkuPurchase,
     WorkloadProfile,
+    _procurement_options,
     new_highs,
     place,
+    plan_procurement,
     solver_available,
 )
 from capacity.spec import GpuSku, ModelSpec, SpecError
@@ -290,7 +300,7 @@ def plan_buckets(
             for d in served:
                 unserved.append((d.workload, d.model, "no plan serves every bucket within the per-GPU limits"))
             return BucketPlan("highs", True, whole_nodes, (), {}, {}, {}, tuple(unserved))
-        shares, optimal = solved
+        shares, _none, optimal = solved
         label = "highs"
         if not optimal:
             notes.append("HiGHS stopped before proving optimality (time limit): best plan found")
@@ -349,47 +359,61 @@ def _plan(
 
 
 def _solve_highs(
-    demands: Sequence[BucketDemand], whole_nodes: bool, limits: Mapping[str, int], time_limit_s: float
-) -> tuple[Share, bool] | None:
-    """The MILP of the module docstring; None when it is infeasible (the per-SKU caps)."""
+    demands: Sequence[BucketDemand], whole_nodes: bool, limits: Mapping[str, int], time_limit_s: float,
+    fixed: Mapping[Demand, Sequence[PlacementOption]] | None = None,
+) -> tuple[Share, dict[Demand, PlacementOption], bool] | None:  # fmt: skip
+    """The MILP of the module docstring; None when it is infeasible (the per-SKU caps). `fixed`:
+    concurrency-sized demands that take one of their options whole (binary y, as
+    `capacity.placement.plan_procurement`), sharing the SKUs' nodes with the buckets."""
     import highspy
     import numpy as np
 
     h = new_highs(time_limit_s)
     inf = highspy.kHighsInf
+    y_cols: list[tuple[Demand, PlacementOption]] = [(d, o) for d in sorted(fixed or {}) for o in (fixed or {})[d]]
+    n_y = len(y_cols)
     x_cols: list[tuple[int, RequestBucket, Candidate]] = [
         (i, b, c) for i, d in enumerate(demands) for b in d.buckets for c in d.candidates if b.label in c.requests_per_second
     ]
     r_cols: list[tuple[int, Candidate]] = [(i, c) for i, d in enumerate(demands) for c in d.candidates]
     skus: dict[str, tuple[int, float]] = {}
-    for _i, c in r_cols:
-        skus.setdefault(c.gpu, (c.gpus_per_node if whole_nodes else 1, c.usd_per_gpu_hour))
+    for gpu, per_node, price in [(c.gpu, c.gpus_per_node, c.usd_per_gpu_hour) for _i, c in r_cols] + [
+        (o.gpu, o.gpus_per_node, o.usd_per_gpu_hour) for _d, o in y_cols
+    ]:
+        skus.setdefault(gpu, (per_node if whole_nodes else 1, price))
     sku_ids = sorted(skus)
     n_x, n_r, n_s = len(x_cols), len(r_cols), len(sku_ids)
-    n = n_x + n_r + n_s
-    upper = np.concatenate([np.ones(n_x), np.full(n_r + n_s, inf)])
+    n = n_y + n_x + n_r + n_s
+    # columns: y (fixed options, binary) | x (bucket shares) | R (replicas) | nodes per SKU
+    x0, r0, s0 = n_y, n_y + n_x, n_y + n_x + n_r
+    upper = np.concatenate([np.ones(n_y + n_x), np.full(n_r + n_s, inf)])
     for j, gpu in enumerate(sku_ids):
         if gpu in limits:
-            upper[n_x + n_r + j] = limits[gpu] // skus[gpu][0]
+            upper[s0 + j] = limits[gpu] // skus[gpu][0]
     h.addVars(n, np.zeros(n), upper)
-    integer = np.arange(n_x, n, dtype=np.int32)
+    integer = np.array([*range(n_y), *range(r0, n)], dtype=np.int32)
     h.changeColsIntegrality(len(integer), integer, np.array([highspy.HighsVarType.kInteger] * len(integer)))
-    costs = [0.0] * n_x + [TIE_BREAK * c.usd_per_replica_hour for _i, c in r_cols]
-    costs += [skus[g][0] * skus[g][1] for g in sku_ids]
+    costs = [TIE_BREAK * o.usd_per_hour for _d, o in y_cols] + [0.0] * n_x
+    costs += [TIE_BREAK * c.usd_per_replica_hour for _i, c in r_cols] + [skus[g][0] * skus[g][1] for g in sku_ids]
     h.changeColsCost(n, np.arange(n, dtype=np.int32), np.array(costs, dtype=float))
+    for demand in sorted(fixed or {}):  # a concurrency-sized demand takes one option
+        idx = [k for k, (d, _o) in enumerate(y_cols) if d == demand]
+        h.addRow(1.0, 1.0, len(idx), np.array(idx, dtype=np.int32), np.ones(len(idx)))
     for i, d in enumerate(demands):  # every bucket's load is served in full
         for b in d.buckets:
-            idx = [k for k, (ii, bb, _c) in enumerate(x_cols) if ii == i and bb.label == b.label]
+            idx = [x0 + k for k, (ii, bb, _c) in enumerate(x_cols) if ii == i and bb.label == b.label]
             h.addRow(1.0, 1.0, len(idx), np.array(idx, dtype=np.int32), np.ones(len(idx)))
     for r, (i, c) in enumerate(r_cols):  # replica time: sum_b x lambda_b / mu_bc - R_c <= 0
         idx = [k for k, (ii, _b, cc) in enumerate(x_cols) if ii == i and cc.key == c.key]
         values = [demands[i].bucket_requests_per_second(x_cols[k][1]) / c.requests_per_second[x_cols[k][1].label] for k in idx]
-        h.addRow(-inf, 0.0, len(idx) + 1, np.array([*idx, n_x + r], dtype=np.int32), np.array([*values, -1.0]))
-    for j, gpu in enumerate(sku_ids):  # GPUs of the replicas on a SKU <= GPUs bought
-        idx = [r for r, (_i, c) in enumerate(r_cols) if c.gpu == gpu]
-        values = [float(r_cols[r][1].gpus_per_replica) for r in idx] + [-float(skus[gpu][0])]
-        h.addRow(-inf, 0.0, len(idx) + 1, np.array([n_x + r for r in idx] + [n_x + n_r + j], dtype=np.int32),
-                 np.array(values))  # fmt: skip
+        columns = np.array([*(x0 + k for k in idx), r0 + r], dtype=np.int32)
+        h.addRow(-inf, 0.0, len(idx) + 1, columns, np.array([*values, -1.0]))
+    for j, gpu in enumerate(sku_ids):  # GPUs of the options and replicas on a SKU <= GPUs bought
+        ys = [k for k, (_d, o) in enumerate(y_cols) if o.gpu == gpu]
+        rs = [r for r, (_i, c) in enumerate(r_cols) if c.gpu == gpu]
+        values = [float(y_cols[k][1].gpus_total) for k in ys] + [float(r_cols[r][1].gpus_per_replica) for r in rs]
+        columns = np.array([*ys, *(r0 + r for r in rs), s0 + j], dtype=np.int32)
+        h.addRow(-inf, 0.0, len(columns), columns, np.array([*values, -float(skus[gpu][0])]))
     h.changeObjectiveSense(highspy.ObjSense.kMinimize)
     h.run()
     status = h.getModelStatus()
@@ -398,5 +422,103 @@ def _solve_highs(
     values = h.getSolution().col_value
     if not values or len(values) < n:
         return None
-    shares: Share = {(i, b.label, c.key): float(v) for (i, b, c), v in zip(x_cols, values[:n_x], strict=True) if v > 1e-9}
-    return shares, status == highspy.HighsModelStatus.kOptimal
+    shares: Share = {
+        (i, b.label, c.key): float(v) for (i, b, c), v in zip(x_cols, values[x0:r0], strict=True) if v > 1e-9
+    }
+    chosen = {d: o for (d, o), v in zip(y_cols, values[:n_y], strict=True) if v > 0.5}
+    if len(chosen) != len(fixed or {}):
+        return None
+    return shares, chosen, status == highspy.HighsModelStatus.kOptimal
+
+
+def plan_fleet(
+    results: Sequence[PlacementResult],
+    bucket_demands: Sequence[BucketDemand],
+    *,
+    whole_nodes: bool = True,
+    gpu_limits: Mapping[str, int] | None = None,
+    method: str = "auto",
+    time_limit_s: float = 30.0,
+) -> ProcurementPlan:
+    """The fleet's procurement over every workload: concurrency-sized demands take one placement
+    each (`results`, as `plan_procurement`), rated ones are split by request size
+    (`bucket_demands`), and with HiGHS one MILP buys for both, so they share the SKUs' nodes. A
+    workload x model in both is planned by its buckets. Without HiGHS (or with `method`
+    enumeration / greedy) the two are planned apart and their GPUs added up: not proven optimal.
+    The plan's `buckets` holds the bucket choices (its GPUs: what the bucket replicas use)."""
+    rated = {(d.workload, d.model) for d in bucket_demands}
+    fixed_results = [r for r in results if (r.workload.name, r.model) not in rated]
+    settings = {"whole_nodes": whole_nodes, "gpu_limits": gpu_limits}
+    if not bucket_demands:
+        return plan_procurement(fixed_results, method=method, time_limit_s=time_limit_s, **settings)  # type: ignore[arg-type]
+    limits = dict(gpu_limits or {})
+    if method in ("enumeration", "greedy") or (method == "auto" and not solver_available()):
+        plan = plan_procurement(fixed_results, method=method, time_limit_s=time_limit_s, **settings)  # type: ignore[arg-type]
+        buckets = plan_buckets(bucket_demands, whole_nodes=False, method="cheapest-per-request")
+        note = "request-size buckets planned apart from the other workloads (no solver): not proven optimal"
+        return replace(
+            plan, method=f"{plan.method}+cheapest-per-request", optimal=False,
+            purchases=_fleet_purchases(plan.assignments, buckets, whole_nodes),
+            unserved=(*plan.unserved, *buckets.unserved), notes=(*plan.notes, *buckets.notes, note), buckets=buckets,
+        )  # fmt: skip
+    if method == "highs" and not solver_available():
+        raise RuntimeError("method 'highs' needs the solver extra: pip install 'capplan[solver]'")
+    options: dict[Demand, list[PlacementOption]] = {}
+    unserved: list[tuple[str, str, str]] = []
+    for result in fixed_results:
+        kept = _procurement_options(result)
+        if kept:
+            options[(result.workload.name, result.model)] = kept
+        else:
+            unserved.append((result.workload.name, result.model, result.reason()))
+    served: list[BucketDemand] = []
+    bucket_unserved: list[tuple[str, str, str]] = []
+    for demand in bucket_demands:
+        why = _unservable(demand)
+        if why is None:
+            served.append(demand)
+        else:
+            bucket_unserved.append((demand.workload, demand.model, why))
+    solved = _solve_highs(served, whole_nodes, limits, time_limit_s, fixed=options)
+    if solved is None:
+        why = "no plan serves every workload within the per-GPU limits"
+        every = [*unserved, *bucket_unserved, *((*d, why) for d in options), *((d.workload, d.model, why) for d in served)]
+        empty = BucketPlan("highs", True, whole_nodes, (), {}, {}, {}, tuple(bucket_unserved))
+        return ProcurementPlan("highs", True, whole_nodes, {}, (), tuple(every), (), buckets=empty)
+    shares, choice, optimal = solved
+    notes = [] if optimal else ["HiGHS stopped before proving optimality (time limit): best plan found"]
+    buckets = _plan(served, shares, False, limits, "highs", optimal, bucket_unserved, list(notes))
+    return ProcurementPlan(
+        "highs", optimal, whole_nodes, dict(sorted(choice.items())), _fleet_purchases(choice, buckets, whole_nodes),
+        (*unserved, *bucket_unserved), tuple(notes), buckets=buckets,
+    )  # fmt: skip
+
+
+def _fleet_purchases(
+    choice: Mapping[Demand, PlacementOption], buckets: BucketPlan, whole_nodes: bool
+) -> tuple[SkuPurchase, ...]:
+    """GPUs per SKU for the chosen placements and the bucket replicas together."""
+    used: dict[str, list[tuple[int, int, float, str]]] = {}  # gpu -> (gpus, per node, price, workload:model)
+    for (workload, model), option in choice.items():
+        used.setdefault(option.gpu, []).append(
+            (option.gpus_total, option.gpus_per_node, option.usd_per_gpu_hour, f"{workload}:{model}")
+        )
+    for (workload, model, key), replicas in buckets.replicas.items():
+        candidate = next(c.candidate for c in buckets.choices if c.candidate.key == key and c.workload == workload)
+        used.setdefault(candidate.gpu, []).append(
+            (replicas * candidate.gpus_per_replica, candidate.gpus_per_node, candidate.usd_per_gpu_hour,
+             f"{workload}:{model}")
+        )  # fmt: skip
+    purchases = []
+    for gpu in sorted(used):
+        members = used[gpu]
+        gpus = sum(m[0] for m in members)
+        per_node = members[0][1] if whole_nodes else 1
+        nodes = math.ceil(gpus / per_node)
+        purchases.append(
+            SkuPurchase(
+                gpu=gpu, gpus_used=gpus, gpus_bought=nodes * per_node, nodes=nodes if whole_nodes else None,
+                usd_per_gpu_hour=members[0][2], workloads=tuple(sorted({m[3] for m in members})),
+            )
+        )  # fmt: skip
+    return tuple(purchases)

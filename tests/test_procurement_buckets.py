@@ -161,20 +161,62 @@ def test_workload_request_rates_and_buckets_parse() -> None:
     ]
 
 
+def test_the_fleet_plan_shares_nodes_between_placements_and_buckets() -> None:
+    """A concurrency-sized workload takes 4 GPUs of n (nodes of 8 at $1/GPU-hour, its only option);
+    the rated one's buckets need 10 x 1/10 + 2 x 1/4 = 1.5 -> 2 one-GPU replicas on n, or the same on
+    s ($2/GPU-hour, 1 per node). Together on n: 6 of 8 GPUs, one node, $8/h. Bought apart, the
+    buckets alone would take s (2 x $2 < a node of n at $8) beside w1's node of n: $12/h."""
+    require_extra("solver", "highspy")
+    from capacity.placement import PlacementOption, PlacementResult
+    from capacity.procurement import plan_fleet
+    from tests.test_placement import demand, option
+
+    fixed: PlacementResult = demand("w1", option("w1", "n", 4, 1.0))
+    on_n = Candidate(**{**{f: getattr(A, f) for f in A.__dataclass_fields__}, "key": "n tp=1 pp=1 auto/auto",
+                        "gpu": "n", "gpus_per_node": 8, "requests_per_second": {"short": 10.0, "long": 4.0}})  # fmt: skip
+    on_s = Candidate(**{**{f: getattr(on_n, f) for f in on_n.__dataclass_fields__}, "key": "s tp=1 pp=1 auto/auto",
+                        "gpu": "s", "gpus_per_node": 1, "usd_per_gpu_hour": 2.0})  # fmt: skip
+    rated = _demand(on_n, on_s)
+    plan = plan_fleet([fixed], [rated], method="highs")
+    assert plan.method == "highs" and plan.optimal and plan.usd_per_hour == pytest.approx(8.0)
+    (purchase,) = plan.purchases
+    assert (purchase.gpu, purchase.gpus_used, purchase.gpus_bought, purchase.nodes) == ("n", 6, 8, 1)
+    assert purchase.workloads == ("chat:m", "w1:m")
+    assert isinstance(plan.assignments[("w1", "m")], PlacementOption)
+    assert plan.buckets is not None and plan.buckets.replicas == {("chat", "m", "n tp=1 pp=1 auto/auto"): 2}
+    from capacity.placement import plan_procurement
+
+    alone = plan_procurement([fixed], method="greedy").usd_per_hour + plan_buckets([rated], method="highs").usd_per_hour
+    assert alone == pytest.approx(12.0)
+    # without the MILP: the greedy placements, each bucket on its cheapest layout per request, GPUs added
+    # up per SKU before rounding to nodes (here the same node), not proven optimal
+    fallback = plan_fleet([fixed], [rated], method="greedy")
+    assert fallback.method == "greedy+cheapest-per-request" and not fallback.optimal
+    assert fallback.usd_per_hour == pytest.approx(8.0)
+    # a workload given both ways is planned by its buckets only
+    both = plan_fleet([fixed, demand("chat", option("chat", "n", 8, 1.0))], [rated], method="highs")
+    assert set(both.assignments) == {("w1", "m")} and both.usd_per_hour == pytest.approx(8.0)
+
+
 def test_the_shipped_workloads_bucket_plan() -> None:
-    """workloads.yaml's rated workloads (chat, batch-summarization) on the bundled catalog."""
+    """workloads.yaml's rated workloads (chat, batch-summarization) in the fleet plan, bundled catalog."""
     require_extra("solver", "highspy")
     from pathlib import Path
 
     from capacity.calibration import fit_calibration
     from warehouse.catalog import bundled_catalog
-    from warehouse.recommendations.buckets import BUCKET_SCHEMA, bucket_plan_frame
+    from warehouse.recommendations.buckets import BUCKET_SCHEMA, bucket_demands, bucket_frame
+    from warehouse.recommendations.placements import placement_frames
     from warehouse.recommendations.workloads import load_workloads
 
     workloads = load_workloads(Path(__file__).resolve().parent.parent / "workloads.yaml")
-    models = [m for p in workloads.profiles if p.request_rate_per_s for m in p.models]
-    frame, plan = bucket_plan_frame(workloads, bundled_catalog(models), fit_calibration([]))
-    assert frame.schema == pl.Schema(BUCKET_SCHEMA) and plan.method == "highs" and plan.optimal
+    catalog = bundled_catalog([m for p in workloads.profiles for m in p.models])
+    fit = fit_calibration([])
+    demands, skipped = bucket_demands(workloads, catalog, fit)
+    placements, procurement, plan = placement_frames(workloads, catalog, fit, bucket_demands=demands)
+    assert plan.method == "highs" and plan.optimal and plan.buckets is not None
+    frame = bucket_frame(plan.buckets, skipped)
+    assert frame.schema == pl.Schema(BUCKET_SCHEMA)
     assert set(frame["workload"]) == {"chat", "batch-summarization"} and frame["reason"].null_count() == frame.height
     served = frame.group_by("workload", "bucket").agg(pl.col("share").sum(), pl.col("bucket_share").first())
     assert served["share"].to_list() == pytest.approx([1.0] * served.height)  # every bucket served in full
@@ -182,7 +224,11 @@ def test_the_shipped_workloads_bucket_plan() -> None:
     assert chat.height == 6 and chat["bucket_share"].sum() == pytest.approx(1.0)  # 3 input x 2 output intervals
     assert (frame["replica_load"] <= frame["layout_replicas"] + 1e-9).all()
     assert set(frame["binding"]) <= {"memory", "latency", "throughput"}
-    # chat's TPOT target of 40 ms holds wherever its buckets run
-    assert (frame.filter(pl.col("workload") == "chat")["tpot_ms"] <= 40).all()
-    total = sum(n * plan.usd_per_gpu_hour[g] for g, n in plan.gpus_bought.items())
-    assert total > 0 and frame["plan_usd_per_hour"][0] == pytest.approx(total)
+    assert (frame.filter(pl.col("workload") == "chat")["tpot_ms"] <= 40).all()  # chat's TPOT target holds
+    # the rated workloads are bought for in the fleet plan, not as a placement each
+    assert not placements.filter(pl.col("workload").is_in(["chat", "batch-summarization"]))["in_fleet_plan"].any()
+    bought = {r["gpu"]: r for r in procurement.iter_rows(named=True)}
+    for (workload, model, _key), replicas in plan.buckets.replicas.items():
+        gpu = next(c.candidate.gpu for c in plan.buckets.choices if c.workload == workload)
+        assert f"{workload}:{model}" in bought[gpu]["workloads"] and replicas >= 1
+    assert procurement["fleet_usd_per_hour"][0] == pytest.approx(sum(r["usd_per_hour"] for r in bought.values()))

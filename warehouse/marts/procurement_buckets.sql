@@ -67,11 +67,11 @@ comment on column marts.procurement_buckets.replica_load is 'Replicas'' worth of
 comment on column marts.procurement_buckets.layout_replicas is 'Replicas of this layout bought for the workload x model (all its buckets on the layout share them): ceil of the summed replica_load.';
 comment on column marts.procurement_buckets.binding is 'What sets B: memory (the KV pool), latency (a TPOT or TTFT target) or throughput (the engine''s max_num_seqs: memory and latency have room).';
 comment on column marts.procurement_buckets.usd_per_million_output_tokens is '$ per million generated tokens of this bucket on this layout with the replica fully used: replica $/hour / (requests_per_second_per_replica x output_tokens x 3600) x 1e6.';
-comment on column marts.procurement_buckets.plan_gpus is 'GPUs the whole bucket plan buys, per SKU (gpu: count).';
-comment on column marts.procurement_buckets.plan_usd_per_hour is '$/hour of the whole bucket plan.';
-comment on column marts.procurement_buckets.plan_usd_per_million_output_tokens is 'The plan''s $/hour over the output tokens per hour all its workloads ask for, x 1e6.';
-comment on column marts.procurement_buckets.method is 'highs (the MILP, proven optimal when optimal) or cheapest-per-request (no solver installed: each bucket on its cheapest layout per request).';
+comment on column marts.procurement_buckets.plan_gpus is 'GPUs the bucket replicas of all rated workloads use, per SKU (gpu: count); what is bought, in whole nodes shared with the other workloads, is marts.procurement_plan.';
+comment on column marts.procurement_buckets.plan_usd_per_hour is '$/hour of the GPUs the bucket replicas use (spare GPUs of partly used nodes not counted).';
+comment on column marts.procurement_buckets.plan_usd_per_million_output_tokens is 'plan_usd_per_hour over the output tokens per hour the rated workloads ask for (request_rate x output tokens), x 1e6.';
+comment on column marts.procurement_buckets.method is 'highs (the fleet MILP, proven optimal when optimal) or cheapest-per-request (no solver: each bucket on its cheapest layout per request); none when no workload has a request_rate.';
 comment on column marts.procurement_buckets.optimal is 'True when HiGHS proved the plan optimal.';
-comment on column marts.procurement_buckets.whole_nodes is 'True when GPUs are bought in whole nodes.';
+comment on column marts.procurement_buckets.whole_nodes is 'False: the bucket part counts GPUs used; nodes are bought for the whole fleet (marts.procurement_plan.whole_nodes).';
 comment on column marts.procurement_buckets.reason is 'For a workload x model the plan cannot serve (no layout for a bucket, per-GPU limits): why; the layout columns are null.';
 comment on column marts.procurement_buckets.notes is 'Solver notes.';

@@ -1,11 +1,13 @@
-"""The request-size bucket plan (`capacity.procurement`, after Mélange) as the `raw.procurement_buckets` frame.
+"""The request-size bucket part of the fleet plan (`capacity.procurement`, after Mélange) as `raw.procurement_buckets`.
 
 Every workload with a `request_rate` is cut into buckets of its length distributions; each model of
-it is sized per bucket on every priced GPU (`capacity.procurement.bucket_demand`, calibrated where
-the fit applies, like the placements), and one MILP over all of them buys the cheapest GPUs
-(`plan_buckets`, the procurement settings' whole nodes and per-SKU caps). One row per bucket x
-layout that serves part of the bucket, with the plan's totals repeated on each row; a workload x
-model the plan cannot serve is one row with its reason.
+it is sized per bucket on every priced GPU (`bucket_demands`: `capacity.procurement.bucket_demand`,
+calibrated where the fit applies, like the placements). The fleet plan
+(`warehouse.recommendations.placements.placement_frames`, `capacity.procurement.plan_fleet`) buys
+for them and the other workloads in one MILP; `bucket_frame(plan.buckets, ...)` has one row per
+bucket x layout that serves part of the bucket, with the bucket part's totals repeated on each
+row (the GPUs its replicas use; `raw.procurement_plan` has what is bought, in whole nodes); a
+workload x model it cannot serve is one row with its reason.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from capacity.calibration import CalibrationFit
-from capacity.procurement import BucketDemand, BucketPlan, bucket_demand, plan_buckets, workload_buckets
+from capacity.procurement import BucketDemand, BucketPlan, bucket_demand, workload_buckets
 from capacity.spec import SpecError
 from warehouse.catalog import Catalog
 from warehouse.recommendations.placements import correction_lookup, procurement_gpus, unplannable
@@ -123,12 +125,3 @@ def bucket_frame(plan: BucketPlan, skipped: list[tuple[str, str, str]]) -> pl.Da
         rows.append({"workload": workload, "model": model, "reason": reason, **totals})
     frame = pl.DataFrame([{k: r.get(k) for k in BUCKET_SCHEMA} for r in rows], schema=BUCKET_SCHEMA)
     return frame.sort("workload", "model", "bucket", "layout", nulls_last=True)
-
-
-def bucket_plan_frame(workloads: WorkloadsFile, catalog: Catalog, fit: CalibrationFit) -> tuple[pl.DataFrame, BucketPlan]:
-    """`raw.procurement_buckets` and the plan."""
-    demands, skipped = bucket_demands(workloads, catalog, fit)
-    settings = workloads.procurement
-    method = settings.method if settings.method in ("highs",) else "auto"
-    plan = plan_buckets(demands, whole_nodes=settings.whole_nodes, gpu_limits=settings.gpu_limits, method=method)
-    return bucket_frame(plan, skipped), plan

@@ -14,7 +14,8 @@ from typing import Any
 import polars as pl
 
 from capacity.calibration import CalibrationFit, Correction
-from capacity.placement import PlacementOption, PlacementResult, ProcurementPlan, place, plan_procurement
+from capacity.placement import PlacementOption, PlacementResult, ProcurementPlan, place
+from capacity.procurement import BucketDemand, plan_fleet
 from capacity.spec import GpuSku, ModelSpec, SpecError
 from warehouse.catalog import Catalog
 from warehouse.recommendations.limits import grid_weight_dtype
@@ -191,13 +192,17 @@ def placement_frames(
     fit: CalibrationFit,
     *,
     alternatives: int = DEFAULT_ALTERNATIVES,
+    bucket_demands: list[BucketDemand] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, ProcurementPlan]:
-    """`raw.recommended_placements` and `raw.procurement_plan` (and the plan itself)."""
+    """`raw.recommended_placements` and `raw.procurement_plan` (and the plan itself). Workloads
+    with a request rate (`bucket_demands`, `warehouse.recommendations.buckets`) are planned by
+    request size in the same plan (`capacity.procurement.plan_fleet`; `plan.buckets`)."""
     results, skipped = placement_results(workloads, catalog, fit)
     settings = workloads.procurement
-    plan = plan_procurement(
-        results, whole_nodes=settings.whole_nodes, gpu_limits=settings.gpu_limits, method=settings.method
-    )
+    plan = plan_fleet(
+        results, bucket_demands or [], whole_nodes=settings.whole_nodes, gpu_limits=settings.gpu_limits,
+        method=settings.method,
+    )  # fmt: skip
     planned = {(o.workload, o.model, o.rank) for o in plan.assignments.values()}
     rows: list[dict[str, Any]] = []
     for result in results:
