@@ -535,7 +535,7 @@ class ProcurementPlan:
 Demand = tuple[str, str]  # (workload, model)
 
 
-def _procurement_options(result: PlacementResult) -> list[PlacementOption]:
+def procurement_options(result: PlacementResult) -> list[PlacementOption]:
     """Per SKU, the option with the fewest GPUs (cost depends only on SKU and GPU count), best rank first."""
     best: dict[str, PlacementOption] = {}
     for option in result.options:
@@ -751,7 +751,7 @@ def plan_procurement(
         demand = (result.workload.name, result.model)
         if demand in options:
             raise ValueError(f"demand {demand} given twice")
-        kept = _procurement_options(result)
+        kept = procurement_options(result)
         if kept:
             options[demand] = kept
         else:

@@ -45,10 +45,10 @@ from capacity.placement import (
     ProcurementPlan,
     SkuPurchase,
     WorkloadProfile,
-    _procurement_options,
     new_highs,
     place,
     plan_procurement,
+    procurement_options,
     solver_available,
 )
 from capacity.spec import GpuSku, ModelSpec, SpecError
@@ -466,7 +466,7 @@ def plan_fleet(
     options: dict[Demand, list[PlacementOption]] = {}
     unserved: list[tuple[str, str, str]] = []
     for result in fixed_results:
-        kept = _procurement_options(result)
+        kept = procurement_options(result)
         if kept:
             options[(result.workload.name, result.model)] = kept
         else:
