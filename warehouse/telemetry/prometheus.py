@@ -406,10 +406,10 @@ def _histogram(ctx: FileContext, report: FileReport, dedupe: Dedupe, key: tuple[
     where = f"histogram {base}{{{key[2]}}} at {key[3].isoformat() if key[3] else '?'}"
     try:
         bounds = check_histogram(entries)
+        model = _model(ctx, entries[0].labels.get("model_name"))  # one label set (le aside): one model
         rows = []
         for entry in entries:
             _, metric = HISTOGRAM_PARTS[entry.name]
-            model = _model(ctx, entry.labels.get("model_name"))
             _not_duplicate(ctx, dedupe, entry, metric)
             rows.append(_engine_row(ctx, entry, metric, model, le=bounds.get(entry.number), series=key[2]))
     except RowError as exc:
