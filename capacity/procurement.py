@@ -54,6 +54,7 @@ from capacity.placement import (
 from capacity.spec import GpuSku, ModelSpec, SpecError
 
 TIE_BREAK = 1e-6
+MAX_BUCKETS = 64  # input x output intervals of one workload: each is placed on every layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +94,11 @@ def request_buckets(
     served (an output that leaves no room for a prompt in max_model_len)."""
     if not input_percentiles or not output_percentiles:
         raise SpecError("request buckets need input and output length percentiles")
+    if len(input_percentiles) * len(output_percentiles) > MAX_BUCKETS:
+        raise SpecError(
+            f"{len(input_percentiles)} input x {len(output_percentiles)} output percentiles make more than "
+            f"{MAX_BUCKETS} request buckets"
+        )
     for q, tokens in (*input_percentiles, *output_percentiles):
         if not 0 < q <= 1 or tokens < 1:
             raise SpecError(f"percentile p{q * 100:g} = {tokens}: percentiles are in (0, 100], lengths >= 1")

@@ -113,6 +113,9 @@ def test_request_buckets_from_percentiles() -> None:
     assert sum(b.share for b in buckets) == 1.0
     with pytest.raises(SpecError, match="leaves no prompt"):
         request_buckets([(0.5, 10)], [(0.5, 7000)], max_model_len=6500)
+    many = [(q / 100, q) for q in range(1, 10)]
+    with pytest.raises(SpecError, match="9 input x 9 output percentiles make more than 64 request buckets"):
+        request_buckets(many, many, max_model_len=6500)
 
 
 def test_workload_request_rates_and_buckets_parse() -> None:
