@@ -51,6 +51,10 @@ TERM_KIND = {"weights": RATIO, "activation_peak": RATIO, "non_torch": DELTA, "kv
 # the KV pool after calibration, leave-one-out: measured / calibrated (the band of calibrated limits)
 CALIBRATED_TERM = "kv_pool_calibrated"
 ALL_TERMS = (*TERMS, CALIBRATED_TERM)
+# How fast: measured / predicted of the performance model's TPOT, TTFT and output tokens/s (ratios
+# that say how far capacity.performance's fitted efficiencies are off for a scope; reported, not
+# applied to the memory terms, and never counted towards a memory scope's observations)
+SPEED_TERMS = ("tpot", "ttft", "output_throughput")
 IDENTITY = {RATIO: 1.0, DELTA: 0.0}
 
 
@@ -527,6 +531,47 @@ def fit_calibration(
                 )
             )
     return CalibrationFit(rows, corrections, min_observations)
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedObservation:
+    """Measured / predicted speed of one observed deployment, per SPEED_TERMS (None: not measured)."""
+
+    deployment_id: str
+    engine: str
+    engine_version: str | None
+    gpu: str | None
+    model_family: str
+    ratios: Mapping[str, float | None]
+
+
+def fit_speed(
+    observations: Sequence[SpeedObservation],
+    *,
+    min_observations: int = DEFAULT_MIN_OBSERVATIONS,
+    confidence: float = DEFAULT_CONFIDENCE,
+    resamples: int = DEFAULT_RESAMPLES,
+) -> list[tuple[CalibrationRow, int]]:
+    """Per scope and speed term: the median measured / predicted ratio with its band, and the
+    deployments in the scope that measured any speed term (what `usable` is judged on)."""
+    groups: dict[ScopeKey, list[SpeedObservation]] = {}
+    for obs in observations:
+        for key in scope_keys(obs.engine, obs.engine_version, obs.gpu, obs.model_family):
+            groups.setdefault(key, []).append(obs)
+    rows: list[tuple[CalibrationRow, int]] = []
+    for key in sorted(groups, key=lambda k: (k.rank, k)):
+        members = groups[key]
+        measured = {o.deployment_id for o in members if any(v is not None for v in o.ratios.values())}
+        for term in SPEED_TERMS:
+            pairs = [(o.deployment_id, r) for o in members if (r := o.ratios.get(term)) is not None and r > 0]
+            if not pairs:
+                continue
+            fitted = band([r for _d, r in pairs], confidence=confidence, resamples=resamples, seed=f"{key.label()}:{term}")
+            row = CalibrationRow(
+                key, term, RATIO, len(pairs), fitted, len(measured) >= min_observations, tuple(d for d, _r in pairs)
+            )
+            rows.append((row, len(measured)))
+    return rows
 
 
 @dataclass(frozen=True, slots=True)

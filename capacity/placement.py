@@ -18,7 +18,8 @@ per SKU. Minimize $/hour of the GPUs bought. Whole nodes couple the demands (two
 share a node), so this is an integer program: solved with HiGHS (`highspy`, extra `solver`) when
 installed, else by exact enumeration when the number of combinations is small, else greedily
 (each demand's cheapest option, then single moves while the total falls). The plan names its method
-and whether it is proven optimal.
+and whether it is proven optimal. Workloads with a request rate join the same MILP split by request
+size (`capacity.procurement.plan_fleet`).
 """
 
 from __future__ import annotations
@@ -30,11 +31,15 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from capacity.calibration import Correction, calibrated_pool
 from capacity.memory import Estimate, b_max, estimate, pool_starts, valid_tp_sizes, weight_format
 from capacity.performance import Performance, perf_inputs, performance
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
+
+if TYPE_CHECKING:
+    from capacity.procurement import BucketPlan
 
 DEFAULT_HEADROOM = 0.9
 DEFAULT_TP_SIZES = (1, 2, 4, 8)
@@ -87,6 +92,11 @@ class WorkloadProfile:
     tpot_ms_target: float | None = None  # time per output token (= ITL) at steady state
     ttft_ms_target: float | None = None  # time to first token, steady state (prefill beside the batch)
     output_tokens: int | None = None  # generated tokens per request (default: min(256, T / 2))
+    # load as a request rate, with length distributions: the Mélange plan (capacity.procurement)
+    request_rate_per_s: float | None = None
+    context_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, tokens) of prompt + output
+    input_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, prompt tokens)
+    output_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, generated tokens)
 
     @property
     def model_len(self) -> int:
@@ -113,6 +123,8 @@ class WorkloadProfile:
         for label, target in (("tpot_ms_target", self.tpot_ms_target), ("ttft_ms_target", self.ttft_ms_target)):
             if target is not None and not 0 < target < 1e7:
                 raise SpecError(f"workload {self.name!r}: {label} must be a positive number of milliseconds")
+        if self.request_rate_per_s is not None and not 0 < self.request_rate_per_s < 1e9:
+            raise SpecError(f"workload {self.name!r}: request_rate must be a positive number of requests/s")
         if self.output_tokens is not None and not 0 < self.output_tokens < self.context_tokens:
             raise SpecError(f"workload {self.name!r}: output_tokens must be between 1 and context_tokens - 1")
 
@@ -172,6 +184,7 @@ class PlacementOption:
     tpot_ms: float | None = None  # at the planned B per replica
     ttft_ms: float | None = None
     output_tokens_per_second: float | None = None  # per replica, at the planned B
+    max_num_seqs: int | None = None  # the engine's batch limit B_max is capped at
 
     @property
     def gpus_per_replica(self) -> int:
@@ -381,6 +394,7 @@ def size_layout(
         tpot_ms=perf.tpot_ms if perf is not None else None,
         ttft_ms=perf.ttft_ms if perf is not None else None,
         output_tokens_per_second=perf.output_tokens_per_second if perf is not None else None,
+        max_num_seqs=seqs,
     )
 
 
@@ -507,6 +521,7 @@ class ProcurementPlan:
     purchases: tuple[SkuPurchase, ...]
     unserved: tuple[tuple[str, str, str], ...] = ()  # (workload, model, reason)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    buckets: BucketPlan | None = None  # the request-size bucket part (capacity.procurement.plan_fleet)
 
     @property
     def usd_per_hour(self) -> float:
@@ -520,7 +535,7 @@ class ProcurementPlan:
 Demand = tuple[str, str]  # (workload, model)
 
 
-def _procurement_options(result: PlacementResult) -> list[PlacementOption]:
+def procurement_options(result: PlacementResult) -> list[PlacementOption]:
     """Per SKU, the option with the fewest GPUs (cost depends only on SKU and GPU count), best rank first."""
     best: dict[str, PlacementOption] = {}
     for option in result.options:
@@ -643,6 +658,18 @@ def _quiet_stdout() -> Iterator[None]:
         os.close(saved)
 
 
+def new_highs(time_limit_s: float) -> Any:
+    """A silent HiGHS instance that proves optimality (gap 0) within `time_limit_s`."""
+    import highspy
+
+    with _quiet_stdout():
+        h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("mip_rel_gap", 0.0)
+    return h
+
+
 def _solve_highs(
     demands: Sequence[Demand], options: Mapping[Demand, list[PlacementOption]], whole_nodes: bool,
     limits: Mapping[str, int], time_limit_s: float,
@@ -653,11 +680,7 @@ def _solve_highs(
     import highspy
     import numpy as np
 
-    with _quiet_stdout():
-        h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit_s))
-    h.setOptionValue("mip_rel_gap", 0.0)
+    h = new_highs(time_limit_s)
     inf = highspy.kHighsInf
     columns: list[tuple[Demand, PlacementOption]] = [(d, o) for d in demands for o in options[d]]
     skus: dict[str, tuple[int, float]] = {}
@@ -728,7 +751,7 @@ def plan_procurement(
         demand = (result.workload.name, result.model)
         if demand in options:
             raise ValueError(f"demand {demand} given twice")
-        kept = _procurement_options(result)
+        kept = procurement_options(result)
         if kept:
             options[demand] = kept
         else:

@@ -92,7 +92,9 @@ def test_calibration_rows_and_usable_scopes(fleet: dict[str, Any]) -> None:
     usable = calibration.filter(pl.col("usable"))
     assert usable.height > 0
     assert (usable["scope_observations"] >= 3).all()
-    assert set(calibration["term"]) == {"weights", "activation_peak", "non_torch", "kv_pool", "kv_pool_calibrated"}
+    assert set(calibration["term"]) == {
+        "weights", "activation_peak", "non_torch", "kv_pool", "kv_pool_calibrated", "tpot", "ttft", "output_throughput"
+    }  # fmt: skip
     assert (calibration["ci_low"] <= calibration["median"]).all() and (
         calibration["median"] <= calibration["ci_high"]
     ).all()
@@ -359,3 +361,44 @@ def test_an_empty_drop_folder_gives_empty_typed_frames(tmp_path: Path) -> None:
     assert limits.filter(pl.col("kind") == "model_gpu_tp").height == 4 * 5  # TP 1, 2, 4, 8 x 5 concurrencies
     budgets = admission_budgets(deployments, predictions, per_deployment, limits, frames.result.observations)
     assert budgets.is_empty() and budgets.schema == pl.Schema(ADMISSION_SCHEMA)
+
+
+def test_speed_predicted_at_the_observed_load(fleet: dict[str, Any]) -> None:
+    """prediction_vs_measured's speed: capacity.performance at the rounded busy-time concurrency and
+    the observed mean lengths (the SAMPLE's speed files are made 8 % slower than that model)."""
+    from capacity.memory import estimate
+    from capacity.performance import performance
+
+    rows = _by_id(fleet["predictions"])
+    deployments = _by_id(fleet["deployments"])
+    row, seen = rows["chat-llama8b-h100"], deployments["chat-llama8b-h100"]
+    assert row["speed_concurrency"] == round(seen["observed_concurrency"]) >= 1
+    assert row["speed_input_tokens"] == round(seen["observed_input_tokens"])
+    assert row["speed_output_tokens"] == round(seen["observed_output_tokens"])
+    catalog: Catalog = fleet["catalog"]
+    model = catalog.models["meta-llama/Llama-3.1-8B-Instruct"]
+    gpu = catalog.gpus["h100-sxm-80gb"]
+    from capacity.calibration import observed_deployment
+    from warehouse.telemetry.predictions import settings_of
+
+    deployment = observed_deployment(model.spec, settings_of(seen))
+    est = estimate(
+        model.spec, deployment, gpu=gpu, model_name="meta-llama/Llama-3.1-8B-Instruct", checkpoint_bytes=model.checkpoint_bytes,
+        context_tokens=seen["max_concurrency_tokens"] or deployment.max_model_len,
+    )  # fmt: skip
+    perf = performance(
+        model.spec, est, gpu, concurrency=row["speed_concurrency"], input_tokens=row["speed_input_tokens"],
+        output_tokens=row["speed_output_tokens"], chunk_tokens=est.pool.max_num_batched_tokens,
+        weight_dtype=deployment.weight_dtype,
+    )  # fmt: skip
+    assert (row["predicted_tpot_ms"], row["predicted_ttft_ms"]) == (perf.tpot_ms, perf.ttft_ms)
+    assert row["predicted_output_tokens_per_second"] == perf.output_tokens_per_second  # one engine
+    assert row["speed_reason"] is None
+    assert seen["measured_tpot_mean_ms"] > row["predicted_tpot_ms"]  # the sample's engine decodes slower
+    # deployments without speed telemetry carry no speed columns and no reason
+    quiet = rows["qwen14b-l40s"]
+    assert quiet["predicted_tpot_ms"] is None and quiet["speed_reason"] is None
+    speed = fleet["calibration"].filter(pl.col("term") == "tpot")
+    widest = speed.filter(pl.col("level") == "engine_profile", pl.col("usable"))
+    assert widest.height == 1 and widest["n_observations"].to_list() == [5]
+    assert 1.0 < widest["median"][0] < 1.3  # measured / predicted: 8 % slower per token, B rounded

@@ -165,3 +165,50 @@ def test_export_admission_for_routers(built: Env, runner: CliRunner) -> None:
     assert [r["deployment_id"] for r in rows] == sorted(by_id)
     bad = runner.invoke(app, ["export", "admission", "--format", "xml", "--warehouse", str(built.warehouse)])
     assert bad.exit_code == 2 and "unknown --format" in bad.output
+
+
+def test_the_frontier_is_the_performance_model_at_each_batch(page: str, built: Env) -> None:
+    """Chart data = capacity.performance at B = 1, 2, 4 ... B_max; the page carries the chart."""
+    import duckdb
+
+    from capacity.memory import estimate
+    from capacity.performance import performance
+    from capacity.spec import DeploymentSpec
+    from warehouse.catalog import bundled_catalog
+    from warehouse.recommendations.html_report import (
+        FRONTIER_INPUT_TOKENS,
+        FRONTIER_OUTPUT_TOKENS,
+        frontier_batches,
+        read_report,
+    )
+
+    assert frontier_batches(1) == [1] and frontier_batches(8) == [1, 2, 4, 8] and frontier_batches(11) == [1, 2, 4, 8, 11]
+    assert frontier_batches(0) == []
+    con = duckdb.connect(str(built.warehouse), read_only=True)
+    try:
+        data = read_report(con, "codellama/CodeLlama-7b-hf")
+    finally:
+        con.close()
+    h100 = data.frontier.filter(pl.col("gpu") == "h100-sxm-80gb").sort("batch")
+    assert h100.height >= 5 and h100["label"][0] == "h100-sxm-80gb TP1"
+    registry = bundled_catalog(["codellama/CodeLlama-7b-hf"], ["h100-sxm-80gb"])
+    model, gpu = registry.models["codellama/CodeLlama-7b-hf"], registry.gpus["h100-sxm-80gb"]
+    context = FRONTIER_INPUT_TOKENS + FRONTIER_OUTPUT_TOKENS
+    est = estimate(
+        model.spec, DeploymentSpec(tp=1, pp=1, max_model_len=context), gpu=gpu, model_name=model.repo_id,
+        checkpoint_bytes=model.checkpoint_bytes, context_tokens=context,
+    )  # fmt: skip
+    assert h100["batch"].to_list() == frontier_batches(est.b_max)
+    for row in h100.iter_rows(named=True):
+        perf = performance(
+            model.spec, est, gpu, concurrency=row["batch"], input_tokens=FRONTIER_INPUT_TOKENS,
+            output_tokens=FRONTIER_OUTPUT_TOKENS, chunk_tokens=est.pool.max_num_batched_tokens or context,
+        )  # fmt: skip
+        assert (row["tpot_ms"], row["output_tokens_per_second"], row["ttft_ms"]) == (
+            perf.tpot_ms, perf.output_tokens_per_second, perf.ttft_ms
+        )  # fmt: skip
+    # more sequences: more tokens per replica, each stream slower
+    assert h100["output_tokens_per_second"].is_sorted() and h100["tpot_ms"].is_sorted()
+    assert "id='frontier'" in page and "Throughput vs latency: codellama/CodeLlama-7b-hf" in page
+    assert "output tokens/s per replica" in page and "TPOT (ms per output token)" in page
+    assert page.count("<svg") >= 3

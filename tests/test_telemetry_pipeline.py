@@ -56,7 +56,8 @@ UNKNOWN_LOG = """$ vllm serve acme/secret-llm-13b --max-model-len 16384
 """
 WORKLOADS = {
     "workloads": [
-        {"name": "chat", "model": "meta-llama/Llama-3.1-8B-Instruct", "target_concurrency": 64, "context_tokens": 4096},
+        {"name": "chat", "model": "meta-llama/Llama-3.1-8B-Instruct", "target_concurrency": 64, "context_tokens": 4096,
+         "request_rate": 4},
         {"name": "code", "model": "codellama/CodeLlama-7b-hf", "target_concurrency": 16, "context_tokens": 8192},
     ]
 }
@@ -137,6 +138,7 @@ MARTS = (
     "admission_budgets",
     "recommended_placements",
     "procurement_plan",
+    "procurement_buckets",
     "workloads",
 )
 

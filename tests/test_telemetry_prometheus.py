@@ -34,6 +34,7 @@ def test_vllm_v1_scrape(tmp_path: Path) -> None:
         "requests_waiting": 3,
         "kv_cache_usage": 0.8731,
         "preemptions_total": 14,
+        "prompt_tokens_total": 41230511,  # a speed counter (warehouse.telemetry.speed)
     }
     assert set(result.samples["ts"]) == {T0} and set(result.samples["ts_source"]) == {"comment"}
     assert set(result.samples["model_id"]) == {"meta-llama/Llama-3.1-8B-Instruct"}
@@ -47,9 +48,9 @@ def test_vllm_v1_scrape(tmp_path: Path) -> None:
     assert (obs["gpu_memory_utilization"], obs["kv_cache_dtype"], obs["enable_prefix_caching"]) == (0.9, "auto", True)
     assert obs["source_kind"] == "prometheus" and obs["observed_at"] == T0 and "num_cpu_blocks" not in obs
     files = result.files.row(0, named=True)
-    # 5 rows read (4 samples + cache_config_info); comments, gc, token counters and histograms ignored
-    assert (files["rows_in"], files["accepted"], files["lines_total"]) == (5, 5, 29)
-    assert files["lines_ignored"] == 24
+    # 6 rows read (5 samples + cache_config_info); comments, gc and the e2e latency histogram ignored
+    assert (files["rows_in"], files["accepted"], files["lines_total"]) == (6, 6, 29)
+    assert files["lines_ignored"] == 23
 
 
 def test_vllm_v0_names_and_local_model_path(tmp_path: Path) -> None:

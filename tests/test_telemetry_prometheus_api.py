@@ -37,6 +37,10 @@ SAMPLE_COLUMNS = ["deployment_id", "metric", "value", "source_metric", "model_id
                   "engine_index", "gpu_index", "gpu_uuid", "gpu_sku", "hostname", "pod"]  # fmt: skip
 OBSERVATION_SKIP = ["observation_id", "observed_at", "observed_at_source", "file", "line"]
 
+# one query per metric read: 5 vLLM gauges and counters + 2 DCGM + cache_config_info = 8, and for speed
+# 7 token counters / SGLang gauges + 6 latency histograms x (_bucket, _sum, _count) = 25
+QUERIES = 8 + 25
+
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
@@ -188,7 +192,7 @@ def test_instant_queries_give_the_rows_the_files_give(prometheus: dict[str, Any]
     assert_frame_equal(_sorted(result.rejects, reject_columns), _sorted(from_files.rejects, reject_columns))
     assert set(result.rejects["reason_code"]) == {"unknown_model"}
     assert set(result.rejects["deployment_id"]) == {"chat-llama8b-fp8-l40s", "qwen3-next-h200-tp4"}
-    assert set(result.files["encoding"]) == {"json"} and result.files.height == 8
+    assert set(result.files["encoding"]) == {"json"} and result.files.height == QUERIES
 
 
 def test_range_queries_read_every_step_and_a_rerun_is_the_same(prometheus: dict[str, Any], from_files: Any) -> None:
@@ -271,6 +275,18 @@ class Hostile(http.server.BaseHTTPRequestHandler):
                     time.sleep(0.05)
             except OSError:
                 pass
+        elif mode == "histograms":  # d1 has a good ITL histogram over two steps, d2 buckets that decrease
+            base = {k: v for k, v in good.items() if k != "__name__"}
+            result = []
+            if query == "vllm:inter_token_latency_seconds_bucket":
+                for deployment, counts in (("d1", ((0, 0, 0), (20, 40, 40))), ("d2", ((5, 3, 6), (5, 3, 6)))):
+                    for i, le in enumerate(("0.02", "0.05", "+Inf")):
+                        values = [[1764547200, str(counts[0][i])], [1764547260, str(counts[1][i])]]
+                        result.append({"metric": {**base, "__name__": query, "deployment": deployment, "le": le},
+                                       "values": values})  # fmt: skip
+            elif query == "vllm:generation_tokens_total":
+                result.append({"metric": {**base, "__name__": query}, "values": [[1764547200, "100"], [1764547260, "6100"]]})
+            self._send(200, _answer(kind, result if range_query else []))
         elif mode == "badseries":
             bad_points = [[1764547200, "NaN"], ["soon", "1"], [1764547200], [1764547260, "1e400"], [1764547320, "-2"]]
             result = [
@@ -284,7 +300,7 @@ class Hostile(http.server.BaseHTTPRequestHandler):
             ]
             self._send(200, _answer(kind, result))
         else:
-            self._send(200, _answer(kind, [{"metric": good, key: point}] if "running" in query else []))
+            self._send(200, _answer(kind, [{"metric": good, key: point}] if query == "vllm:num_requests_running" else []))
 
     def _send(self, status: int, body: bytes) -> None:
         self.send_response(status)
@@ -325,7 +341,7 @@ def test_a_broken_answer_is_one_reject_per_query(hostile: str, mode: str, code: 
     result = ingest_prometheus(f"{hostile}/{mode}", lookback_s=60, step_s=60, timeout_s=5,
                                max_response_bytes=1 << 20)  # fmt: skip
     reasons = _one_line_rejects(result)
-    assert result.rejects.height == result.files.height == 8
+    assert result.rejects.height == result.files.height == QUERIES
     assert set(result.rejects["reason_code"]) == {code} and all(says in r for r in reasons)
     assert all(f"{hostile}/{mode}/api/v1/" in r for r in reasons)  # names the URL
     assert not any("hunter2" in r for r in reasons)
@@ -339,15 +355,15 @@ def test_a_slow_server_costs_one_timeout(hostile: str, mode: str) -> None:
     result = ingest_prometheus(f"{hostile}/{mode}", lookback_s=60, step_s=60, timeout_s=0.5)
     assert time.monotonic() - started < 1.8  # one timeout, then the other queries are not sent
     reasons = _one_line_rejects(result)
-    assert set(result.rejects["reason_code"]) == {"unreadable"} and result.rejects.height == 8
-    assert "0.5 s" in reasons[0] and sum("not queried" in r for r in reasons) == 7
+    assert set(result.rejects["reason_code"]) == {"unreadable"} and result.rejects.height == QUERIES
+    assert "0.5 s" in reasons[0] and sum("not queried" in r for r in reasons) == QUERIES - 1
 
 
 def test_a_dead_server_and_a_bad_url() -> None:
     port = _free_port()
     result = ingest_prometheus(f"http://127.0.0.1:{port}", timeout_s=1)
     reasons = _one_line_rejects(result)
-    assert "cannot reach" in reasons[0] and result.rejects.height == 8
+    assert "cannot reach" in reasons[0] and result.rejects.height == QUERIES
     for url in ("ftp://prom", "not a url", "http://[::1"):
         bad = ingest_prometheus(url)
         assert _one_line_rejects(bad) and bad.files.height == 1 and set(bad.rejects["reason_code"]) == {"unreadable"}
@@ -426,7 +442,7 @@ def test_the_nightly_assets_read_both_sources_twice(prometheus: dict[str, Any], 
         try:
             sources = dict(con.execute(
                 "select telemetry_source, count(*) from raw.telemetry_files group by all").fetchall())  # fmt: skip
-            assert set(sources) == {"drop_folder", "prometheus"} and sources["prometheus"] == 8
+            assert set(sources) == {"drop_folder", "prometheus"} and sources["prometheus"] == QUERIES
             assert all(
                 "n0t-shown" not in str(row) for row in con.execute("select * from raw.telemetry_files").fetchall()
             )
@@ -441,3 +457,20 @@ def test_the_nightly_assets_read_both_sources_twice(prometheus: dict[str, Any], 
     # the registry knows Llama-3.1-8B: its deployments' cache_config_info are observations, every run once
     assert counts[0][0] == counts[1][0] == 2
     assert all(c[1] > 0 and c[2] for c in counts)
+
+
+def test_histograms_through_the_api_give_the_rows_the_files_give(hostile: str) -> None:
+    """Each bucket series of a range query is one row per point; one time's buckets are checked
+    together as in a file: d2's decreasing buckets are rejected whole, d1's give the quantiles."""
+    from warehouse.telemetry.summary import deployment_summary
+
+    result = ingest_prometheus(f"{hostile}/histograms", lookback_s=60, step_s=60)
+    _one_line_rejects(result)
+    assert set(result.rejects["reason_code"]) == {"bad_histogram"} and result.rejects.height == 6  # 3 le x 2 points
+    assert set(result.rejects["deployment_id"]) == {"d2"}
+    got = {r["deployment_id"]: r for r in deployment_summary(result.observations.lazy(), result.samples.lazy())
+           .collect().iter_rows(named=True)}  # fmt: skip
+    # d1: increases le 0.02: 20, 0.05: 40, +Inf: 40; p50 = rank 20 = the top of (0, 0.02]
+    assert got["d1"]["measured_tpot_p50_ms"] == pytest.approx(20.0, rel=1e-12)
+    assert got["d1"]["measured_tpot_p99_ms"] == pytest.approx(20 + 30 * 19.6 / 20, rel=1e-12)
+    assert got["d1"]["measured_output_tokens_per_second"] == pytest.approx(100.0, rel=1e-12)  # 6,000 in 60 s

@@ -20,13 +20,15 @@ def sample() -> IngestResult:
 def test_sample_fleet_counts_and_reconciles() -> None:
     result = sample()
     assert result.check_reconciliation() == []
+    # the speed files: 7 deployments x 8 scrapes x (2 counters + ITL 19 bounds, +Inf, _count, _sum
+    # + TTFT 22 bounds, +Inf, _count, _sum) = 7 x 8 x 49 = 2,744 samples; malformed/ adds 5 histogram lines
     assert result.summary() == {
-        "files": 97,
-        "rows_in": 4092,
-        "accepted": 4068,
-        "rejected": 24,
+        "files": 105,
+        "rows_in": 4092 + 2744 + 5,
+        "accepted": 4068 + 2744,
+        "rejected": 24 + 5,
         "observations": 555,
-        "samples": 3093,
+        "samples": 3093 + 2744,
     }
     assert Counter(result.observations["source_kind"]) == {"prometheus": 528, "vllm_log": 24, "csv": 3}
     assert Counter(result.rejects["reason_code"]) == {
@@ -37,6 +39,7 @@ def test_sample_fleet_counts_and_reconciles() -> None:
         "negative": 1,
         "unknown_gpu": 1,
         "unknown_file_type": 1,
+        "bad_histogram": 5,  # decreasing buckets (3 lines), no +Inf bucket (2)
     }
     assert all(f.startswith(("malformed/", "fleet-export.csv")) for f in result.rejects["file"])
 
@@ -71,3 +74,15 @@ def test_sample_fleet_summary_has_one_row_per_deployment() -> None:
     saturated = summary.filter((pl.col("peak_kv_usage") >= 0.95) & (pl.col("peak_requests_waiting") > 0))
     assert saturated.height >= 3 and saturated["preemptions_in_window"].max() > 0
     assert summary.filter(pl.col("deployment_id") == "chat-llama8b-l4")["failed_starts"].to_list() == [1]
+
+
+def test_sample_fleet_measures_speed() -> None:
+    """The speed files give every speed deployment a measured rate, TPOT and TTFT percentiles."""
+    result = sample()
+    summary = deployment_summary(result.observations.lazy(), result.samples.lazy()).collect()
+    speed = summary.filter(pl.col("measured_output_tokens_per_second").is_not_null())
+    assert speed.height == 7 and speed["speed_window_s"].to_list() == [21 * 3600.0] * 7
+    for column in ("measured_tpot_mean_ms", "measured_tpot_p50_ms", "measured_tpot_p99_ms", "measured_ttft_p90_ms"):
+        assert speed[column].null_count() == 0 and speed[column].min() > 0
+    assert (speed["measured_tpot_p50_ms"] <= speed["measured_tpot_p99_ms"]).all()
+    assert speed["observed_input_tokens"].min() > 0 and speed["observed_concurrency"].min() >= 1

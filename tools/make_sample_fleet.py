@@ -27,12 +27,18 @@ Assumptions (each a documented, deliberate error between capplan and "the engine
 * load: each deployment gets a daily profile (UTC, peak mid-afternoon); "normal" peaks at 55-80 %
   of its sequence capacity, "busy" near 95 %, "saturating" at 130-160 %, where requests queue
   (waiting > 0), KV usage pins near 1.0 and preemptions climb.
+* speed (`vllm-speed.prom`, the deployments in SPEED_DEPLOYMENTS, every 3 hours): capplan's own
+  performance model (capacity.performance) at the hour's running requests, with prompts of
+  0.9 x the mean running context and outputs of a fifth of it; the engine decodes 8 % slower than
+  predicted (TPOT x lognormal(0.08, 0.05) per deployment, x lognormal(0, 0.03) per hour) and its
+  TTFT is 1.3 x the steady-state prediction (queueing); per-token ITL and per-request TTFT are
+  lognormal about those means (sigma 0.3 and 0.5), bucketed with vLLM's own bounds.
 * DCGM framebuffer used = requested memory + CUDA graphs + CUDA context (0.5 GiB) + jitter;
   free = the nvidia-smi total - used - 0.45 GiB reserved. AMD GPUs have no DCGM (none written).
 
 Also written: one CSV export from "another team's platform" (three deployments without logs, two
 bad rows) and malformed/ files (truncated lines, a percent where a fraction belongs, negative
-values, framebuffer in bytes, an unknown model, a duplicate scrape, an unknown file type), so a
+values, framebuffer in bytes, latency histograms whose buckets decrease or lack +Inf, an unknown model, a duplicate scrape, an unknown file type), so a
 default run shows rejects.
 """
 
@@ -48,6 +54,7 @@ from pathlib import Path
 
 from capacity import engine_constants as ec
 from capacity.memory import Estimate, estimate
+from capacity.performance import performance
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec
 from models_registry.normalize import spec_from_snapshot
 from models_registry.sources.bundled import find_entry, snapshot_of
@@ -741,6 +748,85 @@ def vllm_metrics(d: Deployment, m: Measured, series: list[Series]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# vLLM's bucket bounds (vllm/v1/metrics/buckets.py in 0.33.0: INTER_TOKEN_LATENCY_BUCKETS,
+# TIME_TO_FIRST_TOKEN_BUCKETS; the same lists as the older time_per_output_token / ttft histograms)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+SPEED_DEPLOYMENTS = frozenset(
+    {"chat-llama8b-h100", "chat-llama8b-l4", "rag-llama70b-h100-tp4", "qwen3-30b-moe-h100", "deepseek-v3-h200-tp8",
+     "gpt-oss-20b-l40s", "qwen72b-h200-tp2"}
+)  # fmt: skip
+
+
+def _lognormal_cdf(x: float, mean: float, sigma: float) -> float:
+    """P(X <= x) for a lognormal with this mean (not median) and log-sd."""
+    mu = math.log(mean) - sigma * sigma / 2
+    return 0.5 * (1 + math.erf((math.log(x) - mu) / (sigma * math.sqrt(2))))
+
+
+def _histogram(name: str, labels: str, bounds: tuple[float, ...], counts: list[float], total: float, sums: float) -> list[str]:
+    lines = [f'{name}_bucket{{{labels},le="{le}"}} {float(c)}' for le, c in zip(bounds, counts, strict=True)]
+    lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {float(total)}')
+    lines.append(f"{name}_count{{{labels}}} {float(total)}")
+    lines.append(f"{name}_sum{{{labels}}} {round(sums, 6)}")
+    return lines
+
+
+def speed_metrics(d: Deployment, model: ModelSpec, m: Measured, gpu: GpuSku, series: list[Series]) -> str:
+    """Token counters and latency histograms every 3 hours (cumulative since the engine started)."""
+    rng = random.Random(f"{SEED}:speed:{d.id}")
+    v = _version(d.version)
+    label = f'model_name="{d.served_name or d.model_path or d.model}"'
+    labels = label if v < (0, 8) else f'engine="0",{label}'
+    itl_name = "vllm:inter_token_latency_seconds" if v >= (0, 11) else "vllm:time_per_output_token_seconds"
+    mean_tokens = max(256, int(d.max_model_len * d.context_fraction))
+    output = max(32, mean_tokens // 5)
+    prompt = max(1, round(mean_tokens * 0.9))
+    slow = rng.lognormvariate(0.08, 0.05)
+    chunk = m.est.pool.max_num_batched_tokens or prompt
+    generated = prompted = requests = 0.0
+    itl = [0.0] * len(ITL_BUCKETS)
+    ttft = [0.0] * len(TTFT_BUCKETS)
+    itl_n = itl_sum = ttft_sum = 0.0
+    lines = [
+        "# SAMPLE data (tools/make_sample_fleet.py): scrapes every 3 hours of",
+        "#   curl -s http://$POD:8000/metrics | grep -E '^vllm:(generation_tokens|prompt_tokens)_total|"
+        "^vllm:(inter_token_latency|time_per_output_token|time_to_first_token)_seconds'",
+    ]
+    hours = 6.0  # the engine started at 18:00 the evening before: six quiet hours at the first scrape's load
+    for s in series[::3]:
+        running = max(1, s.running)
+        perf = performance(
+            model, m.est, gpu, concurrency=running, input_tokens=prompt, output_tokens=output, chunk_tokens=chunk,
+            weight_dtype=d.weight_dtype,
+        )  # fmt: skip
+        tpot_s = perf.tpot_ms / 1e3 * slow * rng.lognormvariate(0, 0.03)
+        ttft_s = perf.ttft_ms / 1e3 * 1.3
+        tokens = round(running * 3600 * hours / tpot_s)
+        n_requests = round(tokens / output)
+        steps = tokens - n_requests  # the first token of a request is its TTFT, not an inter-token gap
+        generated += tokens
+        prompted += n_requests * prompt
+        requests += n_requests
+        itl_n += steps
+        itl_sum += steps * tpot_s
+        ttft_sum += n_requests * ttft_s
+        for i, le in enumerate(ITL_BUCKETS):
+            itl[i] += round(steps * _lognormal_cdf(le, tpot_s, 0.3))
+        for i, le in enumerate(TTFT_BUCKETS):
+            ttft[i] += round(n_requests * _lognormal_cdf(le, ttft_s, 0.5))
+        hours = 3.0
+        lines += [
+            f"# scraped_at: {s.ts.strftime('%Y-%m-%dT%H:%M:%SZ')}",
+            f"vllm:generation_tokens_total{{{labels}}} {generated}",
+            f"vllm:prompt_tokens_total{{{labels}}} {prompted}",
+            *_histogram(itl_name, labels, ITL_BUCKETS, itl, itl_n, itl_sum),
+            *_histogram("vllm:time_to_first_token_seconds", labels, TTFT_BUCKETS, ttft, requests, ttft_sum),
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def dcgm_metrics(d: Deployment, m: Measured, gpu: GpuSku, smi_mib: int, rng: random.Random) -> str:
     name, _ = DCGM_NAMES[gpu.id]
     host = f"gpu-node-{rng.randrange(1, 60):02d}"
@@ -844,6 +930,17 @@ def malformed(out: Path, first_metrics: str) -> None:
         f'vllm:kv_cache_usage_perc{{engine="0",{model}}} 0.91\n',
         encoding="utf-8",
     )
+    (root / "qwen14b-l40s-b" / "vllm-speed.prom").write_text(
+        "# SAMPLE: histograms from a buggy exporter: buckets that decrease, and one without its +Inf bucket\n"
+        "# scraped_at: 2025-06-02T12:00:00Z\n"
+        f'vllm:time_per_output_token_seconds_bucket{{engine="0",{model},le="0.025"}} 120.0\n'
+        f'vllm:time_per_output_token_seconds_bucket{{engine="0",{model},le="0.05"}} 90.0\n'
+        f'vllm:time_per_output_token_seconds_bucket{{engine="0",{model},le="+Inf"}} 130.0\n'
+        "# scraped_at: 2025-06-02T13:00:00Z\n"
+        f'vllm:time_to_first_token_seconds_bucket{{engine="0",{model},le="0.5"}} 40.0\n'
+        f'vllm:time_to_first_token_seconds_bucket{{engine="0",{model},le="1.0"}} 52.0\n',
+        encoding="utf-8",
+    )
     gpu = 'gpu="0",UUID="GPU-5e1f0a77-0001",device="nvidia0",modelName="NVIDIA L40S",Hostname="gpu-node-61"'
     (root / "qwen14b-l40s-b" / "dcgm.prom").write_text(
         "# SAMPLE: an exporter relabelled to bytes\n"
@@ -883,6 +980,7 @@ Layout (one folder per deployment; the folder name is the deployment id):
 - `<deployment>/startup.log` — the vLLM startup log as pasted from a terminal
 - `<deployment>/deployment.yaml` — sidecar: start time, and the GPU when the log does not show it
 - `<deployment>/vllm-metrics.prom` — 24 hourly scrapes of vLLM's /metrics (the lines capplan reads)
+- `<deployment>/vllm-speed.prom` — {n_speed} deployments: token counters and the ITL / TTFT histograms every 3 hours
 - `<deployment>/dcgm.prom` — DCGM exporter framebuffer used/free per GPU (NVIDIA only)
 - `fleet-export.csv` — an export from another team's platform: {n_csv} deployments seen only there,
   plus two bad rows
@@ -937,6 +1035,8 @@ def main() -> None:
         metrics = vllm_metrics(d, m, series)
         first_metrics = first_metrics or metrics
         (folder / "vllm-metrics.prom").write_text(metrics, encoding="utf-8")
+        if d.id in SPEED_DEPLOYMENTS:
+            (folder / "vllm-speed.prom").write_text(speed_metrics(d, model, m, gpu, series), encoding="utf-8")
         if gpu.vendor.lower() == "nvidia":
             mib = smi_mib.get(gpu.id) or round(gpu.memory_total_bytes / MIB) + 469
             (folder / "dcgm.prom").write_text(dcgm_metrics(d, m, gpu, mib, rng), encoding="utf-8")
@@ -952,6 +1052,7 @@ def main() -> None:
             seed=SEED,
             day=DAY.date(),
             n_csv=sum(d.csv_only for d in FLEET),
+            n_speed=len(SPEED_DEPLOYMENTS),
             table="\n".join(table),
             assumptions=ASSUMPTIONS,
         ),

@@ -12,10 +12,12 @@ from collections.abc import Iterator
 import dagster as dg
 import polars as pl
 
+from capacity.procurement import BucketPlan
 from pipelines.assets.common import describe, key, relation_result, sql_asset
 from pipelines.assets.telemetry import REGISTRY_DEPS, run_catalog
 from pipelines.resources import PlanningResource, WarehouseResource
 from warehouse.recommendations.admission import admission_budgets as budgets_frame
+from warehouse.recommendations.buckets import bucket_demands, bucket_frame
 from warehouse.recommendations.limits import effective_limits
 from warehouse.recommendations.placements import placement_frames
 from warehouse.recommendations.workloads import load_workloads, workloads_path
@@ -92,7 +94,7 @@ def admission_budgets(planning: PlanningResource, warehouse: WarehouseResource) 
             deps=[key("raw", "calibration"), *REGISTRY_DEPS],
             kinds={"duckdb", "polars"},
         )
-        for table in ("recommended_placements", "procurement_plan", "workloads")
+        for table in ("recommended_placements", "procurement_plan", "procurement_buckets", "workloads")
     ],
     group_name=RECOMMENDATIONS_GROUP,
 )
@@ -107,7 +109,8 @@ def recommendations(
     with warehouse.build() as con:
         fit = fit_from_frame(con.sql("select * from raw.calibration").pl(), planning.calibration_min_observations)
         start = time.perf_counter()
-        placements, procurement, plan = placement_frames(profiles, registry, fit)
+        demands, unbucketed = bucket_demands(profiles, registry, fit)
+        placements, procurement, plan = placement_frames(profiles, registry, fit, bucket_demands=demands)
         seconds = time.perf_counter() - start
         context.log.info(
             f"{len(profiles.profiles)} workloads: {placements.filter(pl.col('feasible')).height} placements, "
@@ -130,6 +133,14 @@ def recommendations(
                 "fleet_usd_per_hour": dg.MetadataValue.float(round(plan.usd_per_hour, 4)),
             },
         )
+        bucket_plan = plan.buckets or BucketPlan("none", True, False, (), {}, {}, {})
+        load_frame(con, "raw", "procurement_buckets", bucket_frame(bucket_plan, unbucketed))
+        yield relation_result(
+            con,
+            "raw",
+            "procurement_buckets",
+            {"choices": len(bucket_plan.choices), "usd_per_hour": dg.MetadataValue.float(round(bucket_plan.usd_per_hour, 4))},
+        )
         load_frame(con, "raw", "workloads", profiles.frame())
         yield relation_result(con, "raw", "workloads", {"workloads_file": str(profiles.path)})
 
@@ -142,7 +153,10 @@ def _mart(table: str) -> dg.AssetsDefinition:
     return sql_asset("marts", table, group_name=RECOMMENDATIONS_GROUP)
 
 
-TABLES = ("effective_context_limits", "admission_budgets", "recommended_placements", "procurement_plan", "workloads")
+TABLES = (
+    "effective_context_limits", "admission_budgets", "recommended_placements", "procurement_plan",
+    "procurement_buckets", "workloads",
+)  # fmt: skip
 STAGING = [_staging(t) for t in TABLES]
 MARTS = [_mart(t) for t in TABLES]
 

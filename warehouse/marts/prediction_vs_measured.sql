@@ -12,9 +12,15 @@
 --   max_concurrency_error, calibrated, calibration_scope, calibration_observations,
 --   calibrated_kv_pool_bytes, calibrated_kv_pool_error, loo_kv_pool_bytes, loo_kv_pool_error,
 --   predicted_b_max, measured_b_max, peak_kv_usage, p95_kv_usage, peak_requests_running,
---   peak_requests_waiting, preemptions_in_window, running_vs_b_max, saturation, n_samples,
---   last_observed_at
--- errors: (predicted - measured) / measured, null where either side is missing.
+--   peak_requests_waiting, preemptions_in_window, running_vs_b_max, saturation,
+--   observed_concurrency, observed_input_tokens, observed_output_tokens, requests_in_window,
+--   speed_window_s, engines_seen, speed_concurrency, speed_input_tokens, speed_output_tokens,
+--   measured_output_tokens_per_second, measured_throughput_source,
+--   predicted_output_tokens_per_second, output_tokens_per_second_error, measured_tpot_mean_ms,
+--   measured_tpot_p50_ms, measured_tpot_p90_ms, measured_tpot_p99_ms, predicted_tpot_ms,
+--   tpot_error, measured_ttft_mean_ms, measured_ttft_p50_ms, measured_ttft_p90_ms,
+--   measured_ttft_p99_ms, predicted_ttft_ms, ttft_error, speed_reason, n_samples, last_observed_at
+-- errors: (predicted - measured) / measured, null where either side is missing (tpot / ttft: against the measured mean).
 -- history: marts.prediction_vs_measured_history (every retained run).
 create or replace view marts.prediction_vs_measured as
 with deployments as (
@@ -94,6 +100,32 @@ select
         when d.peak_kv_usage >= 0.8 then 'busy'
         else 'ok'
     end as saturation,
+    d.observed_concurrency as observed_concurrency,
+    d.observed_input_tokens as observed_input_tokens,
+    d.observed_output_tokens as observed_output_tokens,
+    d.requests_in_window as requests_in_window,
+    d.speed_window_s as speed_window_s,
+    d.engines_seen as engines_seen,
+    p.speed_concurrency as speed_concurrency,
+    p.speed_input_tokens as speed_input_tokens,
+    p.speed_output_tokens as speed_output_tokens,
+    d.measured_output_tokens_per_second as measured_output_tokens_per_second,
+    d.measured_throughput_source as measured_throughput_source,
+    p.predicted_output_tokens_per_second as predicted_output_tokens_per_second,
+    (p.predicted_output_tokens_per_second - d.measured_output_tokens_per_second) / nullif(d.measured_output_tokens_per_second, 0) as output_tokens_per_second_error,
+    d.measured_tpot_mean_ms as measured_tpot_mean_ms,
+    d.measured_tpot_p50_ms as measured_tpot_p50_ms,
+    d.measured_tpot_p90_ms as measured_tpot_p90_ms,
+    d.measured_tpot_p99_ms as measured_tpot_p99_ms,
+    p.predicted_tpot_ms as predicted_tpot_ms,
+    (p.predicted_tpot_ms - d.measured_tpot_mean_ms) / nullif(d.measured_tpot_mean_ms, 0) as tpot_error,
+    d.measured_ttft_mean_ms as measured_ttft_mean_ms,
+    d.measured_ttft_p50_ms as measured_ttft_p50_ms,
+    d.measured_ttft_p90_ms as measured_ttft_p90_ms,
+    d.measured_ttft_p99_ms as measured_ttft_p99_ms,
+    p.predicted_ttft_ms as predicted_ttft_ms,
+    (p.predicted_ttft_ms - d.measured_ttft_mean_ms) / nullif(d.measured_ttft_mean_ms, 0) as ttft_error,
+    p.speed_reason as speed_reason,
     d.n_samples as n_samples,
     d.last_observed_at as last_observed_at
 from deployments as d
@@ -159,5 +191,31 @@ comment on column marts.prediction_vs_measured.peak_requests_waiting is 'Most wa
 comment on column marts.prediction_vs_measured.preemptions_in_window is 'Preemptions during the observed window (counter increase, resets counted).';
 comment on column marts.prediction_vs_measured.running_vs_b_max is 'peak_requests_running / B_max at max_model_len (measured, else predicted): above 1 the deployment relies on requests shorter than max_model_len.';
 comment on column marts.prediction_vs_measured.saturation is 'saturated (KV cache >= 95 % with requests waiting or preempted), busy (>= 80 %), ok, or unknown (no usage seen).';
+comment on column marts.prediction_vs_measured.observed_concurrency is 'Requests running per engine, mean over the scrapes with at least one running (vllm:num_requests_running, sglang:num_running_reqs): the busy-time batch.';
+comment on column marts.prediction_vs_measured.observed_input_tokens is 'Mean prompt length: increase of prompt_tokens_total / requests_in_window.';
+comment on column marts.prediction_vs_measured.observed_output_tokens is 'Mean generated length: increase of generation_tokens_total / requests_in_window.';
+comment on column marts.prediction_vs_measured.requests_in_window is 'Requests that got a first token in the window: increase of the TTFT histogram''s _count (one observation per request).';
+comment on column marts.prediction_vs_measured.speed_window_s is 'Seconds between the first and last generation_tokens_total sample (the window the rate is over).';
+comment on column marts.prediction_vs_measured.engines_seen is 'Engines (vLLM engine label / data-parallel ranks) in the token counters; predicted throughput is per engine times this.';
+comment on column marts.prediction_vs_measured.speed_concurrency is 'B capplan''s speed was predicted at: observed_concurrency rounded (at least 1).';
+comment on column marts.prediction_vs_measured.speed_input_tokens is 'Prompt length the speed was predicted at: observed_input_tokens rounded.';
+comment on column marts.prediction_vs_measured.speed_output_tokens is 'Output length the speed was predicted at: observed_output_tokens rounded (decode runs at prompt + half of it).';
+comment on column marts.prediction_vs_measured.measured_output_tokens_per_second is 'Measured output tokens/s of the deployment: sum over series of increase(generation_tokens_total) / their span (PromQL sum(rate(...))); SGLang without counters: mean of its non-zero gen_throughput gauge.';
+comment on column marts.prediction_vs_measured.measured_throughput_source is 'generation_tokens_total (counter rate) or gen_throughput (SGLang''s gauge).';
+comment on column marts.prediction_vs_measured.predicted_output_tokens_per_second is 'capplan''s output tokens/s (capacity.performance) at speed_concurrency and the observed lengths, per engine times engines_seen.';
+comment on column marts.prediction_vs_measured.output_tokens_per_second_error is '(predicted - measured) / measured output tokens/s.';
+comment on column marts.prediction_vs_measured.measured_tpot_mean_ms is 'Mean inter-token latency (= TPOT) in ms: increase of the histogram''s _sum / _count over the window (vllm:inter_token_latency_seconds, or the older vllm:time_per_output_token_seconds; SGLang''s equivalents).';
+comment on column marts.prediction_vs_measured.measured_tpot_p50_ms is 'Median TPOT in ms from the bucket increases, interpolated as Prometheus histogram_quantile.';
+comment on column marts.prediction_vs_measured.measured_tpot_p90_ms is '90th percentile TPOT in ms (histogram_quantile).';
+comment on column marts.prediction_vs_measured.measured_tpot_p99_ms is '99th percentile TPOT in ms (histogram_quantile; the highest finite bucket bound when it falls in +Inf).';
+comment on column marts.prediction_vs_measured.predicted_tpot_ms is 'capplan''s TPOT in ms at speed_concurrency and the observed lengths (capacity.performance).';
+comment on column marts.prediction_vs_measured.tpot_error is '(predicted - measured mean) / measured mean TPOT.';
+comment on column marts.prediction_vs_measured.measured_ttft_mean_ms is 'Mean time to first token in ms: increase of _sum / _count of vllm:time_to_first_token_seconds (sglang:time_to_first_token_seconds).';
+comment on column marts.prediction_vs_measured.measured_ttft_p50_ms is 'Median TTFT in ms (histogram_quantile over the window''s bucket increases).';
+comment on column marts.prediction_vs_measured.measured_ttft_p90_ms is '90th percentile TTFT in ms.';
+comment on column marts.prediction_vs_measured.measured_ttft_p99_ms is '99th percentile TTFT in ms.';
+comment on column marts.prediction_vs_measured.predicted_ttft_ms is 'capplan''s steady-state TTFT in ms (chunked prefill beside the running batch plus the engine''s request overhead; no queueing).';
+comment on column marts.prediction_vs_measured.ttft_error is '(predicted - measured mean) / measured mean TTFT: queueing in the measurement shows up as a negative error.';
+comment on column marts.prediction_vs_measured.speed_reason is 'Why the speed was not predicted (no request lengths, no GPU bandwidth in the catalog...), null when it was or when nothing was measured.';
 comment on column marts.prediction_vs_measured.n_samples is 'Metric samples of the deployment.';
 comment on column marts.prediction_vs_measured.last_observed_at is 'Latest observation (UTC).';

@@ -103,5 +103,5 @@ comment on column marts.recommended_placements.calibrated is 'True when B_max co
 comment on column marts.recommended_placements.calibration_scope is 'The calibration scope applied (marts.calibration.scope).';
 comment on column marts.recommended_placements.n_observations is 'Deployments that scope was fitted on.';
 comment on column marts.recommended_placements.feasible_options is 'Feasible placements found for this model x workload.';
-comment on column marts.recommended_placements.in_fleet_plan is 'True for the placement marts.procurement_plan uses.';
+comment on column marts.recommended_placements.in_fleet_plan is 'True for the placement marts.procurement_plan uses (false for every row of a workload with a request_rate: the plan serves it by request size, marts.procurement_buckets).';
 comment on column marts.recommended_placements.reason is 'Why there is no feasible placement (feasible = false).';

@@ -2,7 +2,8 @@
 -- grain: one workload entry.
 -- columns: run_id, run_date, workload, description, models, target_concurrency, context_tokens,
 --   context_source, max_model_len, dtype_policy, weight_dtypes, kv_dtypes, headroom, engine,
---   engine_version, gpus, max_gpus_per_replica, valid, error, source_path
+--   engine_version, gpus, max_gpus_per_replica, request_rate_per_s, request_buckets, valid, error,
+--   source_path
 -- history: marts.workloads_history (every retained run).
 create or replace view marts.workloads as
 with profiles as (
@@ -27,6 +28,8 @@ select
     engine_version,
     gpus,
     max_gpus_per_replica,
+    request_rate_per_s,
+    request_buckets,
     valid,
     error,
     source_path
@@ -50,6 +53,8 @@ comment on column marts.workloads.engine is 'Serving engine.';
 comment on column marts.workloads.engine_version is 'Engine version (null: capplan''s default release).';
 comment on column marts.workloads.gpus is 'SKUs allowed (empty: every GPU with a price).';
 comment on column marts.workloads.max_gpus_per_replica is 'Largest replica allowed.';
+comment on column marts.workloads.request_rate_per_s is 'Requests per second to serve (request_rate): the load of the request-size bucket plan (marts.procurement_buckets); null = planned by concurrency only.';
+comment on column marts.workloads.request_buckets is 'The request-size buckets of that plan: label (input and output percentile intervals), prompt and output tokens each is sized at (the interval''s upper edge), share of the requests.';
 comment on column marts.workloads.valid is 'False for an entry that could not be read (error says why).';
 comment on column marts.workloads.error is 'Why the entry could not be read.';
 comment on column marts.workloads.source_path is 'The workloads file read (CAPPLAN_WORKLOADS, default workloads.yaml).';

@@ -8,7 +8,11 @@
 --   max_concurrency_tokens, latest_startup_outcome, failed_starts, sources, n_observations,
 --   last_observed_at, peak_kv_usage, p95_kv_usage, peak_requests_running, peak_requests_waiting,
 --   preemptions_in_window, peak_fb_used_bytes, gpus_seen, first_sample_at, last_sample_at,
---   n_samples, telemetry_source
+--   n_samples, speed_window_s, measured_output_tokens_per_second, measured_throughput_source,
+--   requests_in_window, observed_input_tokens, observed_output_tokens, observed_concurrency,
+--   engines_seen, measured_tpot_mean_ms, measured_tpot_p50_ms, measured_tpot_p90_ms,
+--   measured_tpot_p99_ms, measured_ttft_mean_ms, measured_ttft_p50_ms, measured_ttft_p90_ms,
+--   measured_ttft_p99_ms, telemetry_source
 -- written by: the `telemetry_predictions` asset, from the frame registered as `incoming`.
 create or replace table raw.telemetry_deployments as
 select * from incoming;

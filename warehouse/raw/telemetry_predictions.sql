@@ -8,7 +8,9 @@
 --   predicted_kv_pool_bytes, predicted_num_gpu_blocks, predicted_kv_cache_tokens,
 --   predicted_max_concurrency, predicted_b_max, predicted_kv_capacity_tokens, predicted_fits,
 --   predicted_fit_reason, kv_block_bytes, measured_kv_pool_bytes, measured_kv_pool_source,
---   measured_b_max, measured_kv_capacity_tokens
+--   measured_b_max, measured_kv_capacity_tokens, speed_concurrency, speed_input_tokens,
+--   speed_output_tokens, predicted_output_tokens_per_second, predicted_tpot_ms, predicted_ttft_ms,
+--   speed_reason
 -- written by: the `telemetry_predictions` asset, from the frame registered as `incoming`.
 create or replace table raw.telemetry_predictions as
 select * from incoming;

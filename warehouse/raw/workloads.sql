@@ -2,7 +2,7 @@
 -- grain: one workload entry.
 -- columns: workload, description, models, target_concurrency, context_tokens, context_source,
 --   max_model_len, dtype_policy, weight_dtypes, kv_dtypes, headroom, engine, engine_version, gpus,
---   max_gpus_per_replica, valid, error, source_path
+--   max_gpus_per_replica, request_rate_per_s, request_buckets, valid, error, source_path
 -- written by: the `recommendations` asset, from the frame registered as `incoming`.
 create or replace table raw.workloads as
 select * from incoming;

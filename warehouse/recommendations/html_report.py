@@ -10,8 +10,11 @@ The page leads with the answers: where the model fits (per GPU, the smallest rep
 sequence, its B_max and $/hour), the recommended placements and the procurement plan, and how
 capplan's predictions compare with what the fleet measured. Then the charts: B_max against context
 per GPU, each line labelled with its layout ("h100-sxm-80gb TP1", GPUs with identical curves share a
-line that names them all), and predicted vs measured KV pool with the error band. Long tables come
-last, collapsed (`<details>`), each with the SQL that produces it (`capplan sql` runs it).
+line that names them all), predicted vs measured KV pool with the error band, and the throughput vs
+latency frontier per GPU (`frontier_frame`: output tokens/s per replica against TPOT as the batch B
+grows from 1 to the memory limit B_max, from `capacity.performance` on the run's registry, for
+requests of FRONTIER_INPUT_TOKENS + FRONTIER_OUTPUT_TOKENS). Long tables come last, collapsed
+(`<details>`), each with the SQL that produces it (`capplan sql` runs it).
 """
 
 from __future__ import annotations
@@ -20,11 +23,16 @@ import datetime as dt
 import html
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 import polars as pl
+
+from capacity.memory import estimate
+from capacity.performance import performance
+from capacity.spec import DeploymentSpec, GpuSku, SpecError
+from warehouse.catalog import Catalog, catalog
 
 GIB = 1 << 30
 MAX_CURVES = 20  # the palette below has 20 distinct colours; more GPUs are spread from smallest to largest
@@ -34,6 +42,10 @@ ANSWER_CONTEXTS = (8192, 32768)  # the B_max columns of "where it fits", with th
 WORST_SHOWN = 3
 FITS_SHOWN = 12  # rows of "where it fits" shown open; the rest are one click away
 PER_SEQUENCE = f"usd_per_sequence_hour_at_{ANSWER_CONTEXTS[0] // 1024}k"
+FRONTIER_INPUT_TOKENS = 2048  # the request the frontier is drawn for: a 2k prompt, 256 generated tokens
+FRONTIER_OUTPUT_TOKENS = 256
+FRONTIER_SCHEMA = {"label": pl.String, "gpu": pl.String, "tp": pl.Int64, "pp": pl.Int64, "batch": pl.Int64,
+                   "tpot_ms": pl.Float64, "output_tokens_per_second": pl.Float64, "ttft_ms": pl.Float64}  # fmt: skip
 
 # What each section reads: shown under its table, so a reader can run it with `capplan sql`.
 GRID_SQL = (
@@ -90,6 +102,7 @@ class ReportData:
     procurement: pl.DataFrame
     calibration: pl.DataFrame
     limits: pl.DataFrame  # effective context limits of the model, per GPU x TP at concurrency 8 and 32
+    frontier: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=FRONTIER_SCHEMA))  # per GPU, over B
 
 
 def _exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
@@ -217,6 +230,61 @@ def fits_frame(grid: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def frontier_batches(b_max: int) -> list[int]:
+    """1, 2, 4, ... below B_max, and B_max itself: where the frontier is evaluated."""
+    batches = [1 << i for i in range(max(b_max, 1).bit_length()) if 1 << i < b_max]
+    return [*batches, b_max] if b_max >= 1 else []
+
+
+def frontier_frame(registry: Catalog, model_id: str, replicas: pl.DataFrame) -> pl.DataFrame:
+    """Per GPU at its replica (`smallest_replicas`: gpu, tp, pp), vLLM with the checkpoint's weights
+    and KV dtype: TPOT, TTFT and output tokens/s per replica at each B of `frontier_batches(B_max)`,
+    B_max the memory limit for FRONTIER_INPUT + FRONTIER_OUTPUT tokens. GPUs whose bandwidth or
+    TFLOPS the catalog lacks, or where the request does not fit, are left out."""
+    model = registry.models.get(model_id)
+    rows: list[dict[str, Any]] = []
+    if model is None or replicas.is_empty():
+        return pl.DataFrame(schema=FRONTIER_SCHEMA)
+    context = FRONTIER_INPUT_TOKENS + FRONTIER_OUTPUT_TOKENS
+    for replica in replicas.iter_rows(named=True):
+        gpu: GpuSku | None = registry.gpus.get(replica["gpu"])
+        if gpu is None or gpu.memory_bandwidth_gbps is None or gpu.bf16_dense_tflops is None:
+            continue
+        tp, pp = int(replica["tp"]), int(replica["pp"])
+        try:
+            est = estimate(
+                model.spec, DeploymentSpec(tp=tp, pp=pp, max_model_len=context),
+                gpu=gpu, model_name=model_id, checkpoint_bytes=model.checkpoint_bytes, context_tokens=context,
+            )  # fmt: skip
+        except SpecError:
+            continue
+        if not est.fits:
+            continue
+        label = f"{gpu.id} {layout(tp, pp)}"
+        for batch in frontier_batches(est.b_max):
+            perf = performance(
+                model.spec, est, gpu, concurrency=batch, input_tokens=FRONTIER_INPUT_TOKENS,
+                output_tokens=FRONTIER_OUTPUT_TOKENS, chunk_tokens=est.pool.max_num_batched_tokens or context,
+            )  # fmt: skip
+            rows.append(
+                {"label": label, "gpu": gpu.id, "tp": tp, "pp": pp, "batch": batch, "tpot_ms": perf.tpot_ms,
+                 "output_tokens_per_second": perf.output_tokens_per_second, "ttft_ms": perf.ttft_ms}
+            )  # fmt: skip
+    return pl.DataFrame(rows, schema=FRONTIER_SCHEMA)
+
+
+def _registry(con: duckdb.DuckDBPyConnection, model: str) -> Catalog:
+    """The run's registry rows for `model` and every GPU (what the frontier is computed from)."""
+    tables = {
+        r[0]
+        for r in con.execute("select table_name from duckdb_tables() where schema_name = 'raw'").fetchall()
+    }
+    if not {"models", "gpus"} <= tables:
+        return Catalog({}, {}, {})
+    models = con.execute("select * from raw.models where repo_id = $m", {"m": model}).pl()
+    return catalog(models, con.execute("select * from raw.gpus").pl())
+
+
 def read_report(con: duckdb.DuckDBPyConnection, model: str | None = None) -> ReportData:
     """Everything the page shows, from the marts of the published run."""
     chosen = model or default_model(con)
@@ -256,6 +324,8 @@ def read_report(con: duckdb.DuckDBPyConnection, model: str | None = None) -> Rep
         procurement=procurement,
         calibration=calibration,
         limits=limits,
+        frontier=frontier_frame(_registry(con, chosen), chosen, smallest_replicas(grid)) if grid.height else
+        pl.DataFrame(schema=FRONTIER_SCHEMA),
     )
 
 
@@ -312,6 +382,42 @@ def curves_chart(data: ReportData) -> str:
             width=640,
             height=380,
             title=f"B_max vs context: {data.model} (vLLM, checkpoint weights, KV auto; one replica per line)",
+        )
+    )
+    return _svg(chart)
+
+
+def frontier_chart(data: ReportData) -> str:
+    """Output tokens/s per replica against TPOT, one line per GPU, a point per batch size."""
+    alt, _gt = _modules()
+    if data.frontier.is_empty():
+        return "<p class='empty'>No GPU of the grid has the bandwidth and TFLOPS the performance model needs.</p>"
+    labels = data.frontier["label"].unique(maintain_order=True).to_list()
+    if len(labels) > MAX_CURVES:
+        keep = [labels[round(i * (len(labels) - 1) / (MAX_CURVES - 1))] for i in range(MAX_CURVES)]
+        frame = data.frontier.filter(pl.col("label").is_in(keep))
+    else:
+        frame = data.frontier
+    chart = (
+        alt.Chart(frame)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("tpot_ms:Q", title="TPOT (ms per output token)", scale=alt.Scale(type="log")),
+            y=alt.Y("output_tokens_per_second:Q", title="output tokens/s per replica", scale=alt.Scale(type="log")),
+            color=alt.Color(
+                "label:N",
+                title="GPU and layout",
+                scale=alt.Scale(scheme=PALETTE),
+                legend=alt.Legend(labelLimit=0, titleLimit=0, columns=1),
+            ),
+            order="batch:Q",
+            tooltip=["label", "batch", "tpot_ms", "output_tokens_per_second", "ttft_ms"],
+        )
+        .properties(
+            width=640,
+            height=380,
+            title=f"Throughput vs latency: {data.model} ({FRONTIER_INPUT_TOKENS:,} + {FRONTIER_OUTPUT_TOKENS} "
+            "tokens per request, B = 1, 2, 4 ... B_max)",
         )
     )
     return _svg(chart)
@@ -594,6 +700,11 @@ def render_report(data: ReportData) -> str:
         f"<figure>{comparison_chart(data)}</figure>",
         "<h2 id='b-max'>B_max vs context</h2>",
         f"<figure>{curves_chart(data)}</figure>",
+        "<h2 id='frontier'>Throughput vs latency</h2>",
+        "<p>Per GPU at the replica above, vLLM with the checkpoint's weights: as the batch B grows from 1 to the "
+        "memory limit B_max, each replica makes more tokens per second and each stream gets them more slowly "
+        "(capacity.performance's roofline; a point per B). Pick the rightmost point within your TPOT target.</p>",
+        f"<figure>{frontier_chart(data)}</figure>",
         "<h2 id='details'>Details</h2>" if details else "",
         *details,
         "</body></html>",

@@ -14,7 +14,8 @@ from typing import Any
 import polars as pl
 
 from capacity.calibration import CalibrationFit, Correction
-from capacity.placement import PlacementOption, PlacementResult, ProcurementPlan, place, plan_procurement
+from capacity.placement import PlacementOption, PlacementResult, ProcurementPlan, place
+from capacity.procurement import BucketDemand, plan_fleet
 from capacity.spec import GpuSku, ModelSpec, SpecError
 from warehouse.catalog import Catalog
 from warehouse.recommendations.limits import grid_weight_dtype
@@ -96,22 +97,29 @@ def correction_lookup(fit: CalibrationFit) -> Any:
     return correction_for
 
 
+def procurement_gpus(workloads: WorkloadsFile, catalog: Catalog) -> list[GpuSku]:
+    """The registry's GPUs procurement may choose from (`procurement.gpus`; empty: all)."""
+    allowed = set(workloads.procurement.gpus)
+    return [g for g in catalog.gpus.values() if not allowed or g.id in allowed]
+
+
+def unplannable(catalog: Catalog, model_id: str) -> str:
+    """Why a workload's model cannot be placed: the registry's error, or that it is not there."""
+    return catalog.model_errors.get(model_id) or f"{model_id} is not in the registry"
+
+
 def placement_results(
     workloads: WorkloadsFile, catalog: Catalog, fit: CalibrationFit
 ) -> tuple[list[PlacementResult], list[tuple[str, str, str]]]:
     """`place` for every model of every workload; (workload, model, reason) for those that cannot run."""
-    gpus = list(catalog.gpus.values())
-    allowed = set(workloads.procurement.gpus)
-    if allowed:
-        gpus = [g for g in gpus if g.id in allowed]
+    gpus = procurement_gpus(workloads, catalog)
     results: list[PlacementResult] = []
     skipped: list[tuple[str, str, str]] = []
     for profile in workloads.profiles:
         for model_id in profile.models:
             model = catalog.models.get(model_id)
             if model is None:
-                why = catalog.model_errors.get(model_id) or f"{model_id} is not in the registry"
-                skipped.append((profile.name, model_id, why))
+                skipped.append((profile.name, model_id, unplannable(catalog, model_id)))
                 continue
             try:
                 result = place(
@@ -184,13 +192,17 @@ def placement_frames(
     fit: CalibrationFit,
     *,
     alternatives: int = DEFAULT_ALTERNATIVES,
+    bucket_demands: list[BucketDemand] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, ProcurementPlan]:
-    """`raw.recommended_placements` and `raw.procurement_plan` (and the plan itself)."""
+    """`raw.recommended_placements` and `raw.procurement_plan` (and the plan itself). Workloads
+    with a request rate (`bucket_demands`, `warehouse.recommendations.buckets`) are planned by
+    request size in the same plan (`capacity.procurement.plan_fleet`; `plan.buckets`)."""
     results, skipped = placement_results(workloads, catalog, fit)
     settings = workloads.procurement
-    plan = plan_procurement(
-        results, whole_nodes=settings.whole_nodes, gpu_limits=settings.gpu_limits, method=settings.method
-    )
+    plan = plan_fleet(
+        results, bucket_demands or [], whole_nodes=settings.whole_nodes, gpu_limits=settings.gpu_limits,
+        method=settings.method,
+    )  # fmt: skip
     planned = {(o.workload, o.model, o.rank) for o in plan.assignments.values()}
     rows: list[dict[str, Any]] = []
     for result in results:

@@ -25,6 +25,7 @@ error (name, reason) per entry it could not, so one typo does not hide the other
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ import polars as pl
 import yaml
 
 from capacity.placement import DTYPE_POLICIES, DtypePolicy, WorkloadProfile
+from capacity.procurement import workload_buckets
 from capacity.spec import SpecError
 
 ENV_VAR = "CAPPLAN_WORKLOADS"
@@ -44,9 +46,10 @@ _WORKLOAD_KEYS = {
     "name", "description", "model", "models", "target_concurrency", "context_tokens", "context", "plan_for",
     "max_model_len", "dtype_policy", "headroom", "engine", "engine_version", "gpus", "max_gpus_per_replica",
     "tp_sizes", "pp_sizes", "gpu_memory_utilization", "tpot_ms_target", "ttft_ms_target", "output_tokens",
+    "request_rate", "input", "output",
 }  # fmt: skip
 _DEFAULT_KEYS = _WORKLOAD_KEYS - {"name", "description", "model", "models", "target_concurrency", "context",
-                                  "context_tokens", "plan_for"}  # fmt: skip
+                                  "context_tokens", "plan_for", "request_rate", "input", "output"}  # fmt: skip
 _PROCUREMENT_KEYS = {"whole_nodes", "gpu_limits", "gpus", "method"}
 
 WORKLOAD_SCHEMA: dict[str, Any] = {
@@ -65,6 +68,8 @@ WORKLOAD_SCHEMA: dict[str, Any] = {
     "engine_version": pl.String,
     "gpus": pl.List(pl.String),
     "max_gpus_per_replica": pl.Int64,
+    "request_rate_per_s": pl.Float64,
+    "request_buckets": pl.List(pl.String),
     "valid": pl.Boolean,
     "error": pl.String,
     "source_path": pl.String,
@@ -107,6 +112,13 @@ class WorkloadsFile:
                     "engine_version": p.engine_version,
                     "gpus": list(p.gpus),
                     "max_gpus_per_replica": p.max_gpus_per_replica,
+                    "request_rate_per_s": p.request_rate_per_s,
+                    "request_buckets": [
+                        f"{b.label}: {b.input_tokens} in + {b.output_tokens} out, {b.share:.4g} of requests"
+                        for b in workload_buckets(p)
+                    ]
+                    if p.request_rate_per_s is not None
+                    else None,
                     "valid": True,
                     "error": None,
                 }
@@ -153,10 +165,40 @@ def _number(value: object, what: str) -> float:
     return float(value)
 
 
+def _rate(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < float(value) < 1e9:
+        raise SpecError(f"request_rate must be a positive number of requests per second, got {value!r}")
+    return float(value)
+
+
 def _int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
         raise SpecError(f"{what} must be a whole number, got {value!r}")
     return int(value)
+
+
+def _quantile(key: object) -> float:
+    """`p50` -> 0.5, `p99.9` -> 0.999, `max` / `p100` -> 1.0."""
+    text = str(key).strip().lower()
+    if text == "max":
+        return 1.0
+    try:
+        q = float(text[1:]) / 100 if text.startswith("p") else math.nan
+    except ValueError:
+        q = math.nan
+    if not 0 < q <= 1:
+        raise SpecError(f"percentile {key!r} is not p1..p100 or max")
+    return q
+
+
+def _percentiles(value: object, what: str) -> tuple[tuple[float, int], ...]:
+    if not isinstance(value, dict) or not value:
+        raise SpecError(f"{what} must be percentiles of token counts, e.g. {{p50: 1000, p95: 4000}}")
+    out = tuple(sorted((_quantile(k), _int(v, f"{what}.{k}")) for k, v in value.items()))
+    tokens = [t for _q, t in out]
+    if any(t < 1 for t in tokens) or tokens != sorted(tokens):
+        raise SpecError(f"{what}: token counts must be >= 1 and grow with the percentile")
+    return out
 
 
 def _context(entry: dict[str, Any]) -> tuple[int, str]:
@@ -214,8 +256,14 @@ def profile_from(entry: dict[str, Any], defaults: dict[str, Any]) -> WorkloadPro
         tpot_ms_target=targets.get("tpot_ms_target"),
         ttft_ms_target=targets.get("ttft_ms_target"),
         output_tokens=optional_ints.get("output_tokens"),
+        request_rate_per_s=_rate(merged["request_rate"]) if merged.get("request_rate") is not None else None,
+        context_percentiles=_percentiles(merged["context"], "context") if "context" in merged else (),
+        input_percentiles=_percentiles(merged["input"], "input") if "input" in merged else (),
+        output_percentiles=_percentiles(merged["output"], "output") if "output" in merged else (),
     )
     profile.validate()
+    if profile.request_rate_per_s is not None:
+        workload_buckets(profile)  # lengths that cannot be served are this entry's error
     return profile
 
 

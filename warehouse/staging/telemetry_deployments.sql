@@ -8,7 +8,11 @@
 --   max_concurrency, max_concurrency_tokens, latest_startup_outcome, failed_starts, sources,
 --   n_observations, last_observed_at, peak_kv_usage, p95_kv_usage, peak_requests_running,
 --   peak_requests_waiting, preemptions_in_window, peak_fb_used_bytes, gpus_seen, first_sample_at,
---   last_sample_at, n_samples, telemetry_source
+--   last_sample_at, n_samples, speed_window_s, measured_output_tokens_per_second,
+--   measured_throughput_source, requests_in_window, observed_input_tokens, observed_output_tokens,
+--   observed_concurrency, engines_seen, measured_tpot_mean_ms, measured_tpot_p50_ms,
+--   measured_tpot_p90_ms, measured_tpot_p99_ms, measured_ttft_mean_ms, measured_ttft_p50_ms,
+--   measured_ttft_p90_ms, measured_ttft_p99_ms, telemetry_source
 create or replace view staging.telemetry_deployments as
 with source as (
     select * from raw.telemetry_deployments
@@ -61,6 +65,22 @@ typed as (
         first_sample_at::timestamptz as first_sample_at,
         last_sample_at::timestamptz as last_sample_at,
         n_samples::bigint as n_samples,
+        speed_window_s::double as speed_window_s,
+        measured_output_tokens_per_second::double as measured_output_tokens_per_second,
+        measured_throughput_source::varchar as measured_throughput_source,
+        requests_in_window::double as requests_in_window,
+        observed_input_tokens::double as observed_input_tokens,
+        observed_output_tokens::double as observed_output_tokens,
+        observed_concurrency::double as observed_concurrency,
+        engines_seen::integer as engines_seen,
+        measured_tpot_mean_ms::double as measured_tpot_mean_ms,
+        measured_tpot_p50_ms::double as measured_tpot_p50_ms,
+        measured_tpot_p90_ms::double as measured_tpot_p90_ms,
+        measured_tpot_p99_ms::double as measured_tpot_p99_ms,
+        measured_ttft_mean_ms::double as measured_ttft_mean_ms,
+        measured_ttft_p50_ms::double as measured_ttft_p50_ms,
+        measured_ttft_p90_ms::double as measured_ttft_p90_ms,
+        measured_ttft_p99_ms::double as measured_ttft_p99_ms,
         telemetry_source::varchar as telemetry_source
     from source
     cross join raw.run as run

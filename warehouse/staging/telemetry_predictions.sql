@@ -8,7 +8,9 @@
 --   predicted_cuda_graph_bytes, predicted_kv_pool_bytes, predicted_num_gpu_blocks,
 --   predicted_kv_cache_tokens, predicted_max_concurrency, predicted_b_max,
 --   predicted_kv_capacity_tokens, predicted_fits, predicted_fit_reason, kv_block_bytes,
---   measured_kv_pool_bytes, measured_kv_pool_source, measured_b_max, measured_kv_capacity_tokens
+--   measured_kv_pool_bytes, measured_kv_pool_source, measured_b_max, measured_kv_capacity_tokens,
+--   speed_concurrency, speed_input_tokens, speed_output_tokens, predicted_output_tokens_per_second,
+--   predicted_tpot_ms, predicted_ttft_ms, speed_reason
 create or replace view staging.telemetry_predictions as
 with source as (
     select * from raw.telemetry_predictions
@@ -57,7 +59,14 @@ typed as (
         measured_kv_pool_bytes::bigint as measured_kv_pool_bytes,
         measured_kv_pool_source::varchar as measured_kv_pool_source,
         measured_b_max::bigint as measured_b_max,
-        measured_kv_capacity_tokens::bigint as measured_kv_capacity_tokens
+        measured_kv_capacity_tokens::bigint as measured_kv_capacity_tokens,
+        speed_concurrency::bigint as speed_concurrency,
+        speed_input_tokens::bigint as speed_input_tokens,
+        speed_output_tokens::bigint as speed_output_tokens,
+        predicted_output_tokens_per_second::double as predicted_output_tokens_per_second,
+        predicted_tpot_ms::double as predicted_tpot_ms,
+        predicted_ttft_ms::double as predicted_ttft_ms,
+        speed_reason::varchar as speed_reason
     from source
     cross join raw.run as run
 )

@@ -2,7 +2,8 @@
 -- grain: one workload entry.
 -- columns: run_id, run_date, workload, description, models, target_concurrency, context_tokens,
 --   context_source, max_model_len, dtype_policy, weight_dtypes, kv_dtypes, headroom, engine,
---   engine_version, gpus, max_gpus_per_replica, valid, error, source_path
+--   engine_version, gpus, max_gpus_per_replica, request_rate_per_s, request_buckets, valid, error,
+--   source_path
 create or replace view staging.workloads as
 with source as (
     select * from raw.workloads
@@ -27,6 +28,8 @@ typed as (
         engine_version::varchar as engine_version,
         gpus::varchar[] as gpus,
         max_gpus_per_replica::bigint as max_gpus_per_replica,
+        request_rate_per_s::double as request_rate_per_s,
+        request_buckets::varchar[] as request_buckets,
         valid::boolean as valid,
         error::varchar as error,
         source_path::varchar as source_path

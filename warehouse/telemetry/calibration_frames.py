@@ -2,7 +2,9 @@
 
 - `observations(deployments, predictions)`: one `Observation` per predicted deployment that
   measured at least one term (weights, activation peak, non-torch, KV pool).
-- `calibration_frame(fit)`: the `raw.calibration` rows (scope x term).
+- `calibration_frame(fit)`: the `raw.calibration` rows (scope x term); `speed_observations` and
+  `capacity.calibration.fit_speed` add the speed terms (tpot, ttft, output_throughput: measured /
+  predicted of capacity.performance at the observed load), reported beside the memory terms.
 - `deployment_calibration_frame(...)`: per observed deployment, the correction applied (full fit)
   and the leave-one-out KV pool (`raw.deployment_calibration`).
 - `fit_from_frame(frame)`: the fit rebuilt from `raw.calibration`, for the assets downstream
@@ -18,6 +20,7 @@ import polars as pl
 
 from capacity.calibration import (
     CALIBRATED_TERM,
+    SPEED_TERMS,
     TERM_KIND,
     TERMS,
     Band,
@@ -27,8 +30,10 @@ from capacity.calibration import (
     DeploymentCalibration,
     Observation,
     ScopeKey,
+    SpeedObservation,
     calibrated_pool,
     fit_calibration,
+    fit_speed,
     leave_one_out,
     pool_numbers,
 )
@@ -139,8 +144,40 @@ def _row(r: CalibrationRow, scope_n: int, min_observations: int) -> dict[str, An
     }
 
 
-def calibration_frame(fit: CalibrationFit) -> pl.DataFrame:
+_SPEED_COLUMNS = {  # term -> (measured column in deployments, predicted column in predictions)
+    "tpot": ("measured_tpot_mean_ms", "predicted_tpot_ms"),
+    "ttft": ("measured_ttft_mean_ms", "predicted_ttft_ms"),
+    "output_throughput": ("measured_output_tokens_per_second", "predicted_output_tokens_per_second"),
+}
+
+
+def speed_observations(deployments: pl.DataFrame, predictions: pl.DataFrame) -> list[SpeedObservation]:
+    """Predicted deployments with a measured and a predicted speed term, in deployment order."""
+    measured = [m for m, _ in _SPEED_COLUMNS.values() if m in deployments.columns]
+    if not measured or "predicted_tpot_ms" not in predictions.columns:
+        return []
+    joined = predictions.filter(pl.col("prediction_status") == "predicted").join(
+        deployments.select("deployment_id", *measured), on="deployment_id", how="inner"
+    )
+    result: list[SpeedObservation] = []
+    for row in joined.sort("deployment_id").iter_rows(named=True):
+        ratios: dict[str, float | None] = {}
+        for term, (m, p) in _SPEED_COLUMNS.items():
+            got, want = row.get(m), row.get(p)
+            ratios[term] = got / want if got is not None and want and got > 0 else None
+        if any(r is not None for r in ratios.values()):
+            result.append(
+                SpeedObservation(
+                    row["deployment_id"], row["engine"], row["engine_version"], row["gpu"], row["model_family"], ratios
+                )
+            )
+    return result
+
+
+def calibration_frame(fit: CalibrationFit, speed: list[tuple[CalibrationRow, int]] | None = None) -> pl.DataFrame:
+    """`raw.calibration`: the memory fit's rows, then the speed terms' (`fit_speed`)."""
     rows = [_row(r, fit.corrections[r.scope].n_observations, fit.min_observations) for r in fit.rows]
+    rows += [_row(r, n, fit.min_observations) for r, n in speed or ()]
     return pl.DataFrame(rows, schema=CALIBRATION_SCHEMA)
 
 
@@ -151,7 +188,8 @@ def fit_frames(
     observed = observations(deployments, predictions)
     fit = fit_calibration(observed, min_observations=min_observations)
     loo = {r.deployment_id: r for r in leave_one_out(observed, fit)}
-    return calibration_frame(fit), deployment_calibration_frame(deployments, catalog, fit, loo)
+    speed = fit_speed(speed_observations(deployments, predictions), min_observations=min_observations)
+    return calibration_frame(fit, speed), deployment_calibration_frame(deployments, catalog, fit, loo)
 
 
 def deployment_calibration_frame(
@@ -215,6 +253,8 @@ def fit_from_frame(frame: pl.DataFrame, min_observations: int | None = None) -> 
     rows: list[CalibrationRow] = []
     found_min = min_observations
     for row in frame.iter_rows(named=True):
+        if row["term"] in SPEED_TERMS:  # reported beside the memory fit, not part of it
+            continue
         key = ScopeKey(
             row["level"], row["engine"], row["engine_version"], row["engine_profile"], row["gpu"], row["model_family"]
         )
@@ -238,10 +278,12 @@ __all__ = [
     "CALIBRATED_TERM",
     "CALIBRATION_SCHEMA",
     "DEPLOYMENT_CALIBRATION_SCHEMA",
+    "SPEED_TERMS",
     "TERM_KIND",
     "calibration_frame",
     "deployment_calibration_frame",
     "fit_frames",
     "fit_from_frame",
     "observations",
+    "speed_observations",
 ]

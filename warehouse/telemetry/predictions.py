@@ -7,6 +7,11 @@ set uses too), `capacity.memory.estimate`'s terms for it, and what the engine's 
 in capplan's pool terms (a KV pool reported only as a block count is converted to bytes with the
 predicted block size; the reported blocks give the measured B_max and KV capacity).
 
+Speed: where the samples measured it (`warehouse.telemetry.speed`), capplan's performance model
+(`capacity.performance.performance`) at the observed busy-time concurrency per engine and the
+observed mean prompt and output lengths: TPOT, TTFT and output tokens/s (per engine, times the
+engines seen, like the measured rate over the whole deployment). `speed_reason` says why not.
+
 A deployment that cannot be predicted (no model, a model the registry cannot plan, no GPU and
 no device total, settings the engine profile rejects) gets `prediction_status = 'skipped'` and
 the reason; it is never dropped.
@@ -28,7 +33,8 @@ from capacity.calibration import (
     pool_with_units,
 )
 from capacity.memory import Estimate, estimate
-from capacity.spec import SpecError
+from capacity.performance import performance
+from capacity.spec import GpuSku, ModelSpec, SpecError
 from warehouse.catalog import Catalog
 from warehouse.telemetry.normalize import one_line
 from warehouse.telemetry.schema import schema_problem
@@ -74,6 +80,13 @@ PREDICTION_SCHEMA: dict[str, Any] = {
     "measured_kv_pool_source": pl.String,  # log | blocks
     "measured_b_max": pl.Int64,
     "measured_kv_capacity_tokens": pl.Int64,
+    "speed_concurrency": pl.Int64,  # B the speed was predicted at (observed concurrency per engine, rounded)
+    "speed_input_tokens": pl.Int64,  # prompt length predicted at (observed mean, rounded)
+    "speed_output_tokens": pl.Int64,  # output length predicted at (observed mean, rounded)
+    "predicted_output_tokens_per_second": pl.Float64,  # per replica x engines seen
+    "predicted_tpot_ms": pl.Float64,
+    "predicted_ttft_ms": pl.Float64,
+    "speed_reason": pl.String,  # why no speed prediction (null when predicted)
 }
 
 
@@ -181,6 +194,7 @@ def predict_row(row: dict[str, Any], catalog: Catalog) -> tuple[Estimate | None,
         "predicted_fit_reason": est.reason,
         "kv_block_bytes": est.pool.unit_bytes or None,
     }
+    out |= _speed(row, model.spec, est, gpu, deployment.weight_dtype)
     try:
         out |= _measured(row, est)
     except Exception as exc:  # the reported pool does not convert (absurd block counts): keep the prediction
@@ -189,6 +203,41 @@ def predict_row(row: dict[str, Any], catalog: Catalog) -> tuple[Estimate | None,
     if problem is not None:
         return skip(f"cannot store the prediction: {problem}")
     return est, out
+
+
+def _speed(
+    row: dict[str, Any], model: ModelSpec, est: Estimate, gpu: GpuSku | None, weight_dtype: str
+) -> dict[str, Any]:
+    """capplan's TPOT, TTFT and throughput at the deployment's observed load, or why not."""
+    concurrency = row.get("observed_concurrency")
+    prompt, generated = row.get("observed_input_tokens"), row.get("observed_output_tokens")
+    if concurrency is None and prompt is None:
+        return {}  # no speed telemetry: nothing to compare, nothing to explain
+    if concurrency is None or prompt is None or generated is None:
+        return {
+            "speed_reason": "speed not predicted: needs requests running and the request lengths "
+            "(prompt / generation token counters and the TTFT histogram's _count)"
+        }
+    if gpu is None or gpu.memory_bandwidth_gbps is None or gpu.bf16_dense_tflops is None:
+        return {"speed_reason": "speed not predicted: the GPU's bandwidth and TFLOPS are not in the catalog"}
+    batch = max(1, round(concurrency))
+    input_tokens, output_tokens = max(1, round(prompt)), max(1, round(generated))
+    engines = max(1, _int(row.get("engines_seen")) or 1)
+    try:
+        perf = performance(
+            model, est, gpu, concurrency=batch, input_tokens=input_tokens, output_tokens=output_tokens,
+            chunk_tokens=est.pool.max_num_batched_tokens or input_tokens, weight_dtype=weight_dtype,
+        )  # fmt: skip
+    except (SpecError, ValueError, ArithmeticError) as exc:
+        return {"speed_reason": f"speed not predicted: {one_line(exc, 160)}"}
+    return {
+        "speed_concurrency": batch,
+        "speed_input_tokens": input_tokens,
+        "speed_output_tokens": output_tokens,
+        "predicted_output_tokens_per_second": perf.output_tokens_per_second * engines,
+        "predicted_tpot_ms": perf.tpot_ms,
+        "predicted_ttft_ms": perf.ttft_ms,
+    }
 
 
 def _measured(row: dict[str, Any], est: Estimate) -> dict[str, Any]:

@@ -10,6 +10,7 @@ lines after it); a sample's own timestamp (milliseconds after the value) wins ov
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -47,8 +48,38 @@ DCGM_METRICS: dict[str, tuple[str, str]] = {
     "DCGM_FI_DEV_FB_USED": ("fb_used_bytes", "mib"),
     "DCGM_FI_DEV_FB_FREE": ("fb_free_bytes", "mib"),
 }
+# How fast: token counters and SGLang's gauges (vLLM 0.33 `vllm:generation_tokens` is exposed as
+# `vllm:generation_tokens_total`; SGLang 0.5 splits its counters by an `is_streaming` label).
+SPEED_METRICS: dict[str, tuple[str, str]] = {
+    "vllm:generation_tokens_total": ("generation_tokens_total", "count"),
+    "vllm:prompt_tokens_total": ("prompt_tokens_total", "count"),
+    "sglang:generation_tokens_total": ("generation_tokens_total", "count"),
+    "sglang:prompt_tokens_total": ("prompt_tokens_total", "count"),
+    "sglang:num_running_reqs": ("requests_running", "count"),
+    "sglang:num_queue_reqs": ("requests_waiting", "count"),
+    "sglang:gen_throughput": ("gen_throughput", "tokens_per_second"),
+}
+ENGINE_METRICS: dict[str, tuple[str, str]] = {**VLLM_METRICS, **SPEED_METRICS}
+# Latency histograms: Prometheus base name -> canonical base. Each is read as its `_bucket` (with
+# `le`), `_sum` and `_count` series. The inter-token latency (= TPOT at steady state) was
+# `vllm:time_per_output_token_seconds` before vLLM 0.11 and is `vllm:inter_token_latency_seconds`
+# since (0.33 has only the new name; `request_time_per_output_token_seconds` is a per-request mean,
+# not read).
+HISTOGRAMS: dict[str, str] = {
+    "vllm:inter_token_latency_seconds": "itl_seconds",
+    "vllm:time_per_output_token_seconds": "itl_seconds",
+    "sglang:inter_token_latency_seconds": "itl_seconds",
+    "sglang:time_per_output_token_seconds": "itl_seconds",
+    "vllm:time_to_first_token_seconds": "ttft_seconds",
+    "sglang:time_to_first_token_seconds": "ttft_seconds",
+}
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+# full series name -> (histogram base name, canonical metric of the sample)
+HISTOGRAM_PARTS: dict[str, tuple[str, str]] = {
+    base + suffix: (base, canonical + suffix) for base, canonical in HISTOGRAMS.items() for suffix in HISTOGRAM_SUFFIXES
+}
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
-READ_METRICS = frozenset({*VLLM_METRICS, *DCGM_METRICS, CACHE_CONFIG_INFO})
+READ_METRICS = frozenset({*ENGINE_METRICS, *HISTOGRAM_PARTS, *DCGM_METRICS, CACHE_CONFIG_INFO})
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?[ \t]+(\S+)(?:[ \t]+(-?\d{1,16}))?[ \t]*$", re.ASCII)
 _GPU_INDEX = re.compile(r"\d{1,6}", re.ASCII)
@@ -97,7 +128,7 @@ def looks_like_prometheus(lines: list[str]) -> bool:
         text = line.strip()
         if text.startswith(("# TYPE ", "# HELP ")) or _DIRECTIVE.match(text):
             return True
-        if re.match(r"^(vllm:[a-z_]+|DCGM_FI_[A-Z_]+)(\{|\s)", text):
+        if re.match(r"^(vllm:[a-z_]+|sglang:[a-z_]+|DCGM_FI_[A-Z_]+)(\{|\s)", text):
             return True
     return False
 
@@ -168,21 +199,27 @@ def parse_prometheus(
     models_by_engine: dict[tuple[str, str], set[str]] = {k: set(v) for k, v in (served_models or {}).items()}
     for entry in parsed:
         served = entry.labels.get("model_name")
-        if served and entry.name in VLLM_METRICS:
+        if served and (entry.name in ENGINE_METRICS or entry.name in HISTOGRAM_PARTS):
             models_by_engine.setdefault((entry.deployment_id, entry.labels.get("engine", "")), set()).add(served)
 
+    histograms: dict[tuple[Any, ...], list[_Line]] = {}
     for entry in parsed:
+        if entry.name in HISTOGRAM_PARTS and entry.ts_error is None:
+            histograms.setdefault(_histogram_key(entry), []).append(entry)
+            continue
         try:
             if entry.ts_error is not None:
                 raise entry.ts_error
             if entry.name == CACHE_CONFIG_INFO:
                 _cache_config(ctx, report, dedupe, entry, models_by_engine)
-            elif entry.name in VLLM_METRICS:
+            elif entry.name in ENGINE_METRICS:
                 _vllm_sample(ctx, report, dedupe, entry)
             else:
                 _dcgm_sample(ctx, report, dedupe, entry)
         except RowError as exc:
             report.reject(entry.number, exc, entry.raw, entry.deployment_id)
+    for key, entries in histograms.items():
+        _histogram(ctx, report, dedupe, key, entries)
 
 
 def _parse_with_client(line: str) -> tuple[str, dict[str, str], float, float | None]:
@@ -262,31 +299,126 @@ def _not_duplicate(ctx: FileContext, dedupe: Dedupe, entry: _Line, metric: str) 
         )
 
 
+def _series_labels(labels: dict[str, str]) -> str:
+    """The labels that tell one series of a metric from another within a deployment (not the
+    deployment labels, not `le`), as `k=v,...`: SGLang's `is_streaming` halves, vLLM's engines."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in DEPLOYMENT_LABELS and k != "le")
+
+
 def _vllm_sample(ctx: FileContext, report: FileReport, dedupe: Dedupe, entry: _Line) -> None:
-    metric, kind = VLLM_METRICS[entry.name]
+    metric, kind = ENGINE_METRICS[entry.name]
     _check_value(entry, entry.name)
     if kind == "fraction" and entry.value > 1:
         raise RowError(
             "wrong_unit", f"{entry.name} = {entry.value:g} > 1: vLLM reports a fraction in [0, 1] (a percent?)"
         )
-    model_id, model_raw = _model(ctx, entry.labels.get("model_name"))
+    model = _model(ctx, entry.labels.get("model_name"))
     _not_duplicate(ctx, dedupe, entry, metric)
-    report.samples.append(
-        {
-            "deployment_id": entry.deployment_id,
-            "ts": entry.ts,
-            "ts_source": entry.ts_source,
-            "metric": metric,
-            "value": entry.value,
-            "source_metric": entry.name,
-            "model_id": model_id,
-            "model_name_raw": model_raw,
-            "engine_index": entry.labels.get("engine"),
-            "file": ctx.rel,
-            "line": entry.number,
-        }
-    )
+    series = _series_labels(entry.labels) if entry.name in SPEED_METRICS else None
+    report.samples.append(_engine_row(ctx, entry, metric, model, series=series))
     report.accepted += 1
+
+
+def _engine_row(
+    ctx: FileContext, entry: _Line, metric: str, model: tuple[str, str | None], **extra: object
+) -> dict[str, Any]:
+    """One vLLM / SGLang sample row (`extra`: le, series)."""
+    return {
+        "deployment_id": entry.deployment_id,
+        "ts": entry.ts,
+        "ts_source": entry.ts_source,
+        "metric": metric,
+        "value": entry.value,
+        "source_metric": entry.name,
+        "model_id": model[0],
+        "model_name_raw": model[1],
+        "engine_index": entry.labels.get("engine"),
+        **extra,
+        "file": ctx.rel,
+        "line": entry.number,
+    }
+
+
+def _histogram_key(entry: _Line) -> tuple[Any, ...]:
+    """One histogram = one base name, one label set without `le`, one time, in one deployment."""
+    base, _ = HISTOGRAM_PARTS[entry.name]
+    return (entry.deployment_id, base, _series_labels(entry.labels), entry.ts)
+
+
+def _bucket_bound(entry: _Line) -> float:
+    text = entry.labels.get("le")
+    if text is None:
+        raise RowError("bad_histogram", f"line {entry.number}: a _bucket sample without an le label")
+    try:
+        if "_" in text:
+            raise ValueError(text)
+        bound = float(text)
+    except ValueError:
+        raise RowError("bad_histogram", f"line {entry.number}: le={text!r} is not a number") from None
+    if math.isnan(bound):
+        raise RowError("bad_histogram", f"line {entry.number}: le is NaN")
+    return bound
+
+
+def check_histogram(entries: list[_Line]) -> dict[int, float]:
+    """The bucket bounds of one histogram's lines ({line number: le}), or RowError saying why the
+    lines are not one histogram: a NaN / infinite / negative count, a missing or repeated `le`, no
+    `+Inf` bucket, cumulative counts that decrease as `le` grows, a `_count` other than the `+Inf`
+    bucket. A group of only `_sum` / `_count` lines (a Prometheus API query per series name) is
+    checked as counters."""
+    for entry in entries:
+        try:
+            _check_value(entry, entry.name)
+        except RowError as exc:
+            raise RowError(exc.code, f"line {entry.number}: {exc.reason}") from None
+    bounds: dict[int, float] = {}
+    seen: dict[float, int] = {}
+    buckets = [e for e in entries if e.name.endswith("_bucket")]
+    for entry in buckets:
+        bound = _bucket_bound(entry)
+        if bound in seen:
+            raise RowError("bad_histogram", f"le={entry.labels['le']} twice (lines {seen[bound]} and {entry.number})")
+        seen[bound] = entry.number
+        bounds[entry.number] = bound
+    if not buckets:
+        return bounds
+    if math.inf not in seen:
+        raise RowError("bad_histogram", "no le=\"+Inf\" bucket: the total count is unknown")
+    ordered = sorted(buckets, key=lambda e: bounds[e.number])
+    for lower, upper in itertools.pairwise(ordered):
+        if upper.value < lower.value:
+            raise RowError(
+                "bad_histogram",
+                f"cumulative counts decrease: le={upper.labels['le']} has {upper.value:g} < "
+                f"{lower.value:g} at le={lower.labels['le']}",
+            )
+    total = ordered[-1].value
+    for entry in entries:
+        if entry.name.endswith("_count") and not math.isclose(entry.value, total, rel_tol=1e-9, abs_tol=1e-9):
+            raise RowError("bad_histogram", f"_count is {entry.value:g} but the +Inf bucket holds {total:g}")
+    return bounds
+
+
+def _histogram(ctx: FileContext, report: FileReport, dedupe: Dedupe, key: tuple[Any, ...], entries: list[_Line]) -> None:
+    """The lines of one histogram, all accepted or all rejected with one reason (a quantile from a
+    histogram with a bad bucket would be wrong without saying so)."""
+    base = key[1]
+    where = f"histogram {base}{{{key[2]}}} at {key[3].isoformat() if key[3] else '?'}"
+    try:
+        bounds = check_histogram(entries)
+        model = _model(ctx, entries[0].labels.get("model_name"))  # one label set (le aside): one model
+        rows = []
+        for entry in entries:
+            _, metric = HISTOGRAM_PARTS[entry.name]
+            _not_duplicate(ctx, dedupe, entry, metric)
+            rows.append(_engine_row(ctx, entry, metric, model, le=bounds.get(entry.number), series=key[2]))
+    except RowError as exc:
+        error = RowError(exc.code, f"{where}: {exc.reason}; its {len(entries)} line(s) rejected")
+        for entry in entries:
+            report.reject(entry.number, error, entry.raw, entry.deployment_id)
+        return
+    report.samples.extend(rows)
+    report.accepted += len(rows)
 
 
 def _dcgm_sample(ctx: FileContext, report: FileReport, dedupe: Dedupe, entry: _Line) -> None:

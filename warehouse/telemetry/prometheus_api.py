@@ -1,7 +1,8 @@
 """Telemetry from a Prometheus-compatible HTTP API (Prometheus, Thanos, Mimir, VictoriaMetrics).
 
 `ingest_prometheus(url)` asks the API for every metric capplan reads: a range query
-(`/api/v1/query_range`, the last `lookback_s` at `step_s`) per vLLM / DCGM gauge and counter, and
+(`/api/v1/query_range`, the last `lookback_s` at `step_s`) per vLLM / SGLang / DCGM gauge and counter
+and per series of each latency histogram (`_bucket`, `_sum`, `_count`), and
 an instant query (`/api/v1/query`) for `vllm:cache_config_info` (the engine's current KV pool: one
 observation per deployment, not one per step). `lookback_s = 0` makes every query instant.
 
@@ -66,7 +67,8 @@ from warehouse.telemetry.prometheus import (
     CACHE_CONFIG_INFO,
     DCGM_METRICS,
     DEPLOYMENT_LABELS,
-    VLLM_METRICS,
+    ENGINE_METRICS,
+    HISTOGRAM_PARTS,
     Dedupe,
     parse_prometheus,
 )
@@ -82,7 +84,7 @@ MAX_RESPONSE_BYTES = 64 << 20
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses range queries with more points per series
 _CHUNK_BYTES = 1 << 16
 _ERROR_BODY_BYTES = 1 << 14
-SAMPLE_QUERIES = (*VLLM_METRICS, *DCGM_METRICS)
+SAMPLE_QUERIES = (*ENGINE_METRICS, *HISTOGRAM_PARTS, *DCGM_METRICS)
 
 
 @dataclass(frozen=True)
@@ -391,7 +393,7 @@ class _QueryReader:
         series_list.sort(key=lambda s: (s.name, sorted(s.labels.items())))
         for series in series_list:
             deployment = _deployment(series.labels)
-            if deployment and series.name in VLLM_METRICS and series.labels.get("model_name"):
+            if deployment and series.name in ENGINE_METRICS and series.labels.get("model_name"):
                 key = (deployment, series.labels.get("engine", ""))
                 self.served.setdefault(key, set()).add(series.labels["model_name"])
             for point in series.points:

@@ -73,12 +73,14 @@ SAMPLE_SCHEMA: dict[str, Any] = {
     "deployment_id": pl.String,
     "ts": UTC_US,
     "ts_source": pl.String,  # sample | comment | sidecar | mtime
-    "metric": pl.String,  # kv_cache_usage | requests_running | requests_waiting | preemptions_total | fb_used_bytes | fb_free_bytes
+    "metric": pl.String,  # kv_cache_usage | requests_running | requests_waiting | preemptions_total | fb_used_bytes | fb_free_bytes | generation_tokens_total | prompt_tokens_total | gen_throughput | itl_seconds_{bucket,sum,count} | ttft_seconds_{bucket,sum,count}
     "value": pl.Float64,
     "source_metric": pl.String,
     "model_id": pl.String,
     "model_name_raw": pl.String,
     "engine_index": pl.String,
+    "le": pl.Float64,  # a histogram bucket's upper bound (seconds; inf for +Inf), null for other metrics
+    "series": pl.String,  # speed metrics: the series' labels besides the deployment and le (k=v,...)
     "gpu_index": pl.Int32,
     "gpu_uuid": pl.String,
     "gpu_sku": pl.String,
@@ -129,6 +131,7 @@ REASON_CODES: dict[str, str] = {
     "unknown_gpu": "the GPU name matches no catalog SKU or alias",
     "missing_field": "a required field is absent (no model name, no deployment id, no measured value)",
     "bad_timestamp": "the scrape or observation time cannot be read",
+    "bad_histogram": "a histogram's buckets at one time are not a histogram (no +Inf bucket, a missing or repeated le, cumulative counts that decrease, _count other than the +Inf bucket): all its lines rejected",
     "duplicate": "the same series and timestamp, or the same observation, was already ingested",
     "encoding": "the line or file is not UTF-8 (or UTF-16 with a BOM) text",
     "empty": "the file holds nothing but whitespace",

@@ -6,12 +6,15 @@ Pure LazyFrame -> LazyFrame transforms over the `raw.telemetry_*` frames (see RE
 Which observation wins, per column (first non-null): startup logs of engine starts that did not
 fail, then CSV/Parquet rows, then `vllm:cache_config_info`, then failed starts; the latest
 first within each. Usage comes from the samples (and the observations' own peaks, for
-deployments only seen in an export).
+deployments only seen in an export); speed (measured tokens/s, TPOT, TTFT, observed concurrency
+and request lengths) from `warehouse.telemetry.speed.sample_speed`.
 """
 
 from __future__ import annotations
 
 import polars as pl
+
+from warehouse.telemetry.speed import sample_speed
 
 SETTINGS = (
     "model_id",
@@ -110,6 +113,7 @@ def deployment_summary(observations: pl.LazyFrame, samples: pl.LazyFrame) -> pl.
     return (
         ids.join(chosen, on="deployment_id", how="left")
         .join(usage, on="deployment_id", how="left")
+        .join(sample_speed(samples), on="deployment_id", how="left")
         .with_columns(
             pl.coalesce("gpu_sku", "_dcgm_gpu_sku").alias("gpu_sku"),
             pl.coalesce("model_id", "_sample_model_id").alias("model_id"),

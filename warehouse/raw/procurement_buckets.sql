@@ -1,0 +1,12 @@
+-- raw.procurement_buckets: The request-size bucket plan (after Mélange): each bucket of every workload with a request rate, split across GPU layouts by a MILP (capacity.procurement.plan_buckets).
+-- grain: one bucket x layout serving part of it (one row per workload x model it cannot serve).
+-- columns: workload, model, bucket, input_tokens, output_tokens, bucket_share,
+--   bucket_requests_per_second, gpu, layout, gpus_per_replica, share, requests_per_second,
+--   batch_per_replica, tpot_ms, ttft_ms, requests_per_second_per_replica, replica_load,
+--   layout_replicas, binding, usd_per_million_output_tokens, plan_gpus, plan_usd_per_hour,
+--   plan_usd_per_million_output_tokens, method, optimal, whole_nodes, reason, notes
+-- written by: the `recommendations` asset, from the frame registered as `incoming`.
+create or replace table raw.procurement_buckets as
+select * from incoming;
+
+comment on table raw.procurement_buckets is 'The request-size bucket plan (after Mélange): each bucket of every workload with a request rate, split across GPU layouts by a MILP (capacity.procurement.plan_buckets).';
