@@ -275,6 +275,11 @@ class _Registry:
     lock: threading.Lock = field(default_factory=threading.Lock)
     _served: tuple[pl.DataFrame, pl.DataFrame] | None = None
 
+    @property
+    def multicast_kinds(self) -> tuple[bool, ...]:
+        """The `GpuSku.nvlink_multicast` values among the GPUs (the overhead differs by it at TP > 1)."""
+        return tuple(sorted({gpu.nvlink_multicast for gpu in self.gpus}))
+
     def kv_view(self, spec: ModelSpec) -> tuple[int, ModelSpec]:
         """(id, spec) of the model's KV structure: the spec without its parameter counts, one object
         per distinct structure. The KV helpers are called with this view, never with the spec, so a
@@ -515,11 +520,12 @@ def _build_rows(
                 act_bytes = element_bytes(act_dtype)
                 ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
                 for seqs, batched in sorted(batches.get((engine, cid), ())):
-                    o = profile.overhead(spec, tp, pp, batched, seqs or None, act_bytes)
-                    t.overheads.append(
-                        (m, e, tp, pp, seqs or None, batched, o.activation_peak_bytes, o.non_torch_bytes,
-                         o.cuda_graph_bytes, o.total_bytes)
-                    )  # fmt: skip
+                    for multicast in reg.multicast_kinds:
+                        o = profile.overhead(spec, tp, pp, batched, seqs or None, act_bytes, nvlink_multicast=multicast)
+                        t.overheads.append(
+                            (m, e, tp, pp, seqs or None, batched, multicast, o.activation_peak_bytes,
+                             o.non_torch_bytes, o.cuda_graph_bytes, o.total_bytes)
+                        )  # fmt: skip
                 bases = sorted(block_sizes.get((engine, cid), ()))
                 for k, kv_dtype in enumerate(options.kv_dtypes):
                     if wanted is not None and not any(g[:2] == (e, k) for g in wanted):
@@ -670,7 +676,7 @@ def _rows(rows: list[tuple[object, ...]], schema: Schema) -> pl.LazyFrame:
 
 def _gpu_frame(gpus: Sequence[GpuSku]) -> pl.LazyFrame:
     rows = [
-        (g, s.id, s.memory_total_bytes, s.fp8_support, s.fp4_support, s.gpus_per_node,
+        (g, s.id, s.memory_total_bytes, s.fp8_support, s.fp4_support, s.gpus_per_node, s.nvlink_multicast,
          s.memory_bandwidth_gbps * GB if s.memory_bandwidth_gbps else None,
          s.bf16_dense_tflops * TFLOP if s.bf16_dense_tflops else None,
          (s.fp8_dense_tflops or s.bf16_dense_tflops or 0) * TFLOP or None,
@@ -684,6 +690,7 @@ def _gpu_frame(gpus: Sequence[GpuSku]) -> pl.LazyFrame:
         "fp8_support": pl.Boolean,
         "fp4_support": pl.Boolean,
         "gpus_per_node": _I64,
+        "nvlink_multicast": pl.Boolean,
         **dict.fromkeys(_PERF_GPU, _F64),
     }
     return _rows(rows, schema)  # type: ignore[arg-type]
@@ -803,7 +810,7 @@ def _served(reg: _Registry) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     served = (
         settings.join(gpu_frame.select("gpu_idx", "gpu_memory_bytes", "gpus_per_node", "fp8_support", "fp4_support",
-                                       *_PERF_GPU),
+                                       "nvlink_multicast", *_PERF_GPU),
                       on="gpu_idx", how="inner")
         .filter(pl.col("tp") <= pl.col("gpus_per_node"))
         .join(needs, how="cross")
@@ -904,6 +911,7 @@ def _frames_of(t: _Tables) -> _Frames:
             "pp": _I64,
             "max_num_seqs": _I64,
             "pool_max_num_batched_tokens": _I64,
+            "nvlink_multicast": pl.Boolean,
             "activation_peak_bytes_per_gpu": _I64,
             "non_torch_bytes_per_gpu": _I64,
             "cuda_graph_bytes_per_gpu": _I64,
@@ -1070,7 +1078,7 @@ def _sized(
     and the printed KV cache size per deployment."""
     dep = dep.join(
         overheads,
-        on=["model_idx", "engine_idx", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens"],
+        on=["model_idx", "engine_idx", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens", "nvlink_multicast"],
         how="inner",
         nulls_equal=True,
     ).join(candidates, on=["kv_id", "base_block_size", "state_checkpoints"], how="inner").with_columns(

@@ -197,6 +197,16 @@ class GpuSku:
     architecture: str | None = None
     aliases: tuple[str, ...] = ()
 
+    @property
+    def nvlink_multicast(self) -> bool:
+        """GPUs joined by an NVLink4/5 switch fabric (H100/H200/B200 SXM, GB200/GB300): where NCCL's NVLink
+        SHARP (NVLS) buffers and the NVLink all-reduce workspaces are allocated at TP > 1. PCIe cards, NVLink
+        bridges and pre-Hopper NVLink have neither, and their TP > 1 non-torch memory stays the TP = 1 figure."""
+        link = (self.interconnect or "").lower()
+        arch = (self.architecture or "").lower()
+        return (self.vendor.lower() == "nvidia" and arch.startswith(("hopper", "blackwell"))
+                and link.startswith("nvlink") and "bridge" not in link and not link.startswith("nvlink-c2c"))  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class DeploymentSpec:

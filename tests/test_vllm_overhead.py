@@ -78,3 +78,24 @@ def test_estimate_shows_each_named_buffer(model: str) -> None:
     assert ("MoE workspace (persistent)" in text) == (model == "Qwen/Qwen3-30B-A3B")
     assert any(note.startswith("assumed vllm 0.33") or note.startswith("assumed gpu_memory_utilization")
                for note in est.notes)  # fmt: skip
+
+
+def test_tp_non_torch_term_only_on_an_nvlink_switch_fabric() -> None:
+    """NCCL's NVLS buffers and the NVLink all-reduce workspaces exist only on NVLink4/5 switch fabrics:
+    H100 SXM at TP 2 charges the TP > 1 term, L4 (PCIe) and RTX 4090 keep the TP = 1 one (public logs:
+    0.25 GiB non-torch at TP 2 on 2 x RTX 4090, vllm#13061; 2.07 GiB on H100 SXM, llm-d-planner 0.19)."""
+    from capacity import engine_constants as ec
+    from capacity.engines.vllm_overhead import vllm_overhead
+    from models_registry.resolve import load_model
+    from models_registry.sources.gpu_catalog import find_gpu_sku
+
+    assert find_gpu_sku("H100").nvlink_multicast and find_gpu_sku("B200").nvlink_multicast
+    assert not any(find_gpu_sku(g).nvlink_multicast for g in ("L4", "RTX 4090", "A100-80GB", "L40S"))
+    spec = load_model("meta-llama/Llama-3.1-8B-Instruct").spec
+    release = ec.vllm_release("0.19.0")
+    coefficients = ec.vllm_profiling_coefficients(release)
+    switch = vllm_overhead(spec, 2, 1, 8192, 256, release, 2, nvlink_multicast=True)
+    pcie = vllm_overhead(spec, 2, 1, 8192, 256, release, 2, nvlink_multicast=False)
+    assert switch.non_torch_bytes == coefficients.non_torch_tp_bytes
+    assert pcie.non_torch_bytes == coefficients.non_torch_bytes
+    assert switch.activation_peak_bytes == pcie.activation_peak_bytes

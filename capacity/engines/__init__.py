@@ -67,7 +67,14 @@ class EngineProfile(Protocol):
         """Utilization, batch limits and block size the engine picks when the deployment does not say."""
 
     def overhead(
-        self, model: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, max_num_seqs: int | None, act_bytes: int
+        self,
+        model: ModelSpec,
+        tp: int,
+        pp: int,
+        max_num_batched_tokens: int,
+        max_num_seqs: int | None,
+        act_bytes: int,
+        nvlink_multicast: bool = True,
     ) -> Overhead:
         """Non-KV, non-weight memory per GPU: activation peak, non-torch memory, CUDA graphs."""
 

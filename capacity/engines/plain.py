@@ -37,7 +37,14 @@ class PlainProfile(ProfileBase):
         return EngineDefaults(1.0, 0, 0, 1)
 
     def overhead(
-        self, model: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, max_num_seqs: int | None, act_bytes: int
+        self,
+        model: ModelSpec,
+        tp: int,
+        pp: int,
+        max_num_batched_tokens: int,
+        max_num_seqs: int | None,
+        act_bytes: int,
+        nvlink_multicast: bool = True,
     ) -> Overhead:
         return Overhead(0, 0, 0)
 

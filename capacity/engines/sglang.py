@@ -84,7 +84,14 @@ class SglangProfile(ProfileBase):
         return EngineDefaults(fraction, 0, tier.chunked_prefill_size, page)
 
     def overhead(
-        self, model: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, max_num_seqs: int | None, act_bytes: int
+        self,
+        model: ModelSpec,
+        tp: int,
+        pp: int,
+        max_num_batched_tokens: int,
+        max_num_seqs: int | None,
+        act_bytes: int,
+        nvlink_multicast: bool = True,
     ) -> Overhead:
         """What SGLang's fraction does not already leave free: `_profile_available_bytes` takes
         free_after_weights - free_before_load x (1 - f) = (total - ctx) x f - weights - load leftovers, i.e.

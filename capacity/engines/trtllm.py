@@ -48,7 +48,14 @@ class TrtllmProfile(ProfileBase):
         )
 
     def overhead(
-        self, model: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, max_num_seqs: int | None, act_bytes: int
+        self,
+        model: ModelSpec,
+        tp: int,
+        pp: int,
+        max_num_batched_tokens: int,
+        max_num_seqs: int | None,
+        act_bytes: int,
+        nvlink_multicast: bool = True,
     ) -> Overhead:
         """vLLM's profiling-pass model without CUDA graphs (captured after the KV allocation)."""
         release = ec.vllm_release(None)

@@ -97,10 +97,18 @@ class VllmProfile(ProfileBase):
         )
 
     def overhead(
-        self, model: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, max_num_seqs: int | None, act_bytes: int
+        self,
+        model: ModelSpec,
+        tp: int,
+        pp: int,
+        max_num_batched_tokens: int,
+        max_num_seqs: int | None,
+        act_bytes: int,
+        nvlink_multicast: bool = True,
     ) -> Overhead:
         """The profiling run as vLLM executes it, each buffer named (capacity/engines/vllm_overhead.py)."""
-        return vllm_overhead(model, tp, pp, max(max_num_batched_tokens, 1), max_num_seqs or 256, self.release, act_bytes)
+        return vllm_overhead(model, tp, pp, max(max_num_batched_tokens, 1), max_num_seqs or 256, self.release, act_bytes,
+                             nvlink_multicast=nvlink_multicast)  # fmt: skip
 
     def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None) -> int:
         """MXFP4 experts as the release's fused-MoE backend lays them out (capacity/engines/vllm_weights.py)."""

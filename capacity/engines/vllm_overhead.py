@@ -30,8 +30,10 @@ phases that peak at different times, so the activation peak is their MAX, plus w
   and cache2 = M x top-k x N/2, M = min(T, VLLM_FUSED_MOE_CHUNK_SIZE = 32768). The release where the
   workspace manager took over (between 0.11 and 0.19) is not pinned: the 0.19 logs show it held.
 
-Non-torch memory: a constant at TP = 1 and another at TP > 1 (NCCL communicators, custom all-reduce
-buffers). CUDA graphs, where the release deducts the estimate (0.21+): the first capture plus a charge
+Non-torch memory: a constant at TP = 1 and another at TP > 1 on an NVLink4/5 switch fabric (NCCL's
+NVLS buffers and the NVLink all-reduce workspaces; `GpuSku.nvlink_multicast`); PCIe cards and NVLink
+bridges keep the TP = 1 figure (public logs: 0.20-0.25 GiB at TP 2 on RTX 3090/4090 and L4, 2.07 GiB on
+H100 SXM). CUDA graphs, where the release deducts the estimate (0.21+): the first capture plus a charge
 per further graph, the graphs counted from the capture sizes vLLM derives from max_num_seqs and
 max_num_batched_tokens (`cudagraph_capture_counts`).
 
@@ -67,6 +69,7 @@ class ProfilingBuffers:
     graph_layers: int  # decoder layers on the most loaded rank
     graph_count: int  # PIECEWISE + FULL CUDA graphs vLLM captures (the CUDA-graph estimate's scale)
     tp: int
+    nvlink_multicast: bool = True  # GpuSku.nvlink_multicast: the TP > 1 non-torch term applies
 
     def forward_layer_bytes(self, moe_workspace_held: bool) -> int:
         """The largest sublayer of a decoder layer plus the hidden stream, before the coefficient (the
@@ -98,7 +101,13 @@ def gated_intermediate(params: int, hidden: int) -> tuple[int, bool]:
 
 
 def profiling_buffers(
-    model: ModelSpec, tp: int, pp: int, max_num_batched_tokens: int, max_num_seqs: int, act_bytes: int
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    act_bytes: int,
+    nvlink_multicast: bool = True,
 ) -> ProfilingBuffers:
     """Each buffer of the profiling run on one rank, in bytes."""
     t = max(max_num_batched_tokens, 1)
@@ -138,6 +147,7 @@ def profiling_buffers(
         graph_layers=max(pp_partition(model.num_layers, pp)),
         graph_count=sum(cudagraph_capture_counts(max_num_seqs, max_num_batched_tokens)),
         tp=tp,
+        nvlink_multicast=nvlink_multicast,
     )
 
 
@@ -165,7 +175,7 @@ def overhead_from_buffers(
     )
     persistent = buffers.moe_workspace_bytes if c.moe_workspace_persistent else 0
     activation = persistent + max(forward, sampler)
-    non_torch = c.non_torch_tp_bytes if buffers.tp > 1 else c.non_torch_bytes
+    non_torch = c.non_torch_tp_bytes if buffers.tp > 1 and buffers.nvlink_multicast else c.non_torch_bytes
     per_graph = c.cg_per_graph_tp_bytes if buffers.tp > 1 else c.cg_per_graph_bytes
     cuda_graphs = c.cg_base_bytes + per_graph * buffers.graph_count if graphs_in_budget else 0
     phase = "forward" if forward >= sampler else "sampler"
@@ -193,8 +203,9 @@ def vllm_overhead(
     release: ec.VllmRelease,
     act_bytes: int,
     coefficients: ec.VllmProfilingCoefficients | None = None,
+    nvlink_multicast: bool = True,
 ) -> Overhead:
     """vLLM's non-KV, non-weight memory per GPU for one release."""
     c = coefficients or ec.vllm_profiling_coefficients(release)
-    buffers = profiling_buffers(model, tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes)
+    buffers = profiling_buffers(model, tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, nvlink_multicast)
     return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget)

@@ -25,7 +25,8 @@ from typing import Any
 from capacity import engine_constants as ec
 from capacity.engines.vllm_overhead import ProfilingBuffers, overhead_from_buffers, profiling_buffers
 from capacity.memory import GIB, activation_features
-from capacity.spec import ModelSpec
+from capacity.spec import GpuSku, ModelSpec
+from models_registry.sources.gpu_catalog import find_gpu_sku
 from models_registry.sources.measurements import Comparison
 
 FIT_POOL_FLOOR_BYTES = 8 * GIB
@@ -89,7 +90,8 @@ class OverheadModel:
     """An overhead model as CV sees it: per-row features, coefficients, and which of them a fit moves."""
 
     name: str
-    features: Callable[[ModelSpec, int, int, int, int, int, ec.VllmRelease], dict[str, Any]]
+    # (model, tp, pp, batched tokens, seqs, activation bytes, release, NVLink multicast) -> features
+    features: Callable[[ModelSpec, int, int, int, int, int, ec.VllmRelease, bool], dict[str, Any]]
     # (params of the row's era, features) -> (activation, non-torch, total) bytes
     predict: Callable[[Params, dict[str, Any]], tuple[int, int, int]]
     shipped: Callable[[str], Params]  # the coefficients in engine_constants, per era
@@ -101,8 +103,10 @@ class OverheadModel:
     fixed: frozenset[tuple[str, str]] = field(default_factory=frozenset)  # (era, coefficient) read off the source
 
 
-def _derived_features(model: ModelSpec, tp: int, pp: int, t: int, s: int, b: int, r: ec.VllmRelease) -> dict[str, Any]:
-    return {"buffers": profiling_buffers(model, tp, pp, t, s, b), "graphs": r.cudagraph_memory_in_budget}
+def _derived_features(
+    model: ModelSpec, tp: int, pp: int, t: int, s: int, b: int, r: ec.VllmRelease, multicast: bool
+) -> dict[str, Any]:
+    return {"buffers": profiling_buffers(model, tp, pp, t, s, b, multicast), "graphs": r.cudagraph_memory_in_budget}
 
 
 def _derived_predict(p: Params, f: dict[str, Any]) -> tuple[int, int, int]:
@@ -141,7 +145,10 @@ def _derived_prior(era: str) -> Params:
     }
 
 
-def _previous_features(model: ModelSpec, tp: int, pp: int, t: int, s: int, b: int, r: ec.VllmRelease) -> dict[str, Any]:
+def _previous_features(
+    model: ModelSpec, tp: int, pp: int, t: int, s: int, b: int, r: ec.VllmRelease, multicast: bool
+) -> dict[str, Any]:
+    """The previous model as it was: one TP > 1 non-torch term whatever the interconnect."""
     mlp, logits = activation_features(model, tp, t, s, b)
     from capacity.memory import pp_partition
 
@@ -238,6 +245,14 @@ def unmodelled_reason(c: Comparison, model: ModelSpec) -> str | None:
     return None
 
 
+def find_sku(gpu_id: str) -> GpuSku | None:
+    """The catalog SKU of an estimate's GPU (None for hardware sized by its memory alone)."""
+    try:
+        return find_gpu_sku(gpu_id)
+    except LookupError:
+        return None
+
+
 def build_rows(
     comparisons: Iterable[Comparison],
     resolve_model: Callable[[str], tuple[ModelSpec, int | None]],
@@ -255,8 +270,9 @@ def build_rows(
         spec, _ = resolve_model(r.model)
         release = ec.vllm_release(est.engine_version)
         act_bytes = 4 if est.weight_dtype == "float32" else 2
+        gpu = find_sku(est.gpu)
         feats = model.features(spec, est.tp, est.pp, est.pool.max_num_batched_tokens, est.max_num_seqs or 256,
-                               act_bytes, release)  # fmt: skip
+                               act_bytes, release, gpu.nvlink_multicast if gpu is not None else True)  # fmt: skip
         if r.enforce_eager:  # no graphs captured: no estimate deducted
             feats["graphs"] = False
         rows.append(Row(
