@@ -137,3 +137,81 @@ def test_a_short_pool_that_starts_says_so(runs) -> None:  # type: ignore[no-unty
     est = next(s.predicted for s in scored if s.row.id == "llms-in-clouds-sglang-0.4.3.post4-qwq-32b-l4-tp4")
     assert est is not None and est.starts and not est.fits
     assert "the server starts all the same" in est.reason and f"{est.kv_cache_tokens:,} tokens" in est.reason
+
+
+# the numbers a row records, each of which must be printed in its verbatim log_excerpt
+LOGGED_FIELDS = {
+    "sglang": ("max_total_num_tokens", "k_size_gb", "v_size_gb", "kv_size_gb", "avail_mem_gb", "weights_gb",
+               "mem_fraction_static", "context_length"),
+    "trtllm": ("kv_cache_gib", "kv_cache_bytes", "kv_cache_tokens", "num_blocks", "total_gib", "available_gib",
+               "free_gpu_memory_fraction", "tokens_per_block", "max_tokens"),
+}  # fmt: skip
+
+
+def _printed_numbers(text: str) -> set[float]:
+    """Every number in a log excerpt, and a percentage as the fraction it states ('99.0%' -> 0.99)."""
+    import re
+
+    out: set[float] = set()
+    for match in re.finditer(r"(?<![\w.])(\d+(?:\.\d+)?)(%?)", text.replace(",", "")):
+        value = float(match.group(1))
+        out.add(value / 100 if match.group(2) else value)
+    return out
+
+
+def test_every_recorded_number_is_printed_in_its_log_excerpt() -> None:
+    import math
+
+    misses = []
+    for row in el.load_engine_logs():
+        printed = _printed_numbers(str(row.raw.get("log_excerpt") or ""))
+        for key in LOGGED_FIELDS[row.engine]:
+            value = row.raw.get(key)
+            if value is None or isinstance(value, bool):
+                continue
+            # float32 as the engine prints it: gpt-oss's "0.8999999761581421" is the 0.9 it was given
+            if not any(math.isclose(float(value), p, rel_tol=1e-7, abs_tol=0) for p in printed):
+                misses.append(f"{row.id}: {key}={value}")
+    assert not misses, misses
+
+
+def test_the_log_formats_of_mla_pools_and_old_trtllm_are_read() -> None:
+    rows = {r.id: r for r in el.load_engine_logs()}
+    # "KV Cache is allocated. #tokens: 2454421, KV size: 160.63 GB" (an MLA pool has no K/V split)
+    assert rows["unresolved-sglang-0.5.8.post1-rocm-kimi-k2.5-mi355x-tp8"].pool_bytes == round(160.63 * GIB)
+    # hand: 61 layers x (512 + 64) latent x 2 B = 70,272 B per token; 2,454,421 tokens = 160.63 GiB as printed
+    assert round(2454421 * 61 * 576 * 2 / GIB, 2) == 160.63
+    # TensorRT-LLM 0.8-0.10: "Allocate 69524783104 bytes for k/v cache" = 132,608 tokens x 512 KiB (Llama-2-7B shape)
+    assert rows["trtllm-issue1400-v0.8-smoothquant-7b-class-a100"].pool_bytes == 69524783104 == 132608 * 32 * 32 * 128 * 2 * 2
+    assert rows["trtllm-backend-issue456-gemma-7b-a100-80gb-oom"].pool_bytes == 54022635520 == 117760 * 28 * 16 * 256 * 2 * 2
+
+
+def test_outcomes_and_what_is_not_scored_are_said() -> None:
+    rows = {r.id: r for r in el.load_engine_logs()}
+    assert rows["trtllm-backend-issue456-gemma-7b-a100-80gb-oom"].outcome == "failed"
+    assert rows["sglang-issue6027-deepseek-mla-dp-attention"].outcome == "started"  # "started; later CUDA OOM ..."
+    kimi = rows["unresolved-sglang-0.5.8.post1-rocm-kimi-k2.5-mi355x-tp8"]  # graph-capture error after the KV pool
+    assert kimi.outcome == "unknown" and kimi.start_note and "not a memory failure" in kimi.start_note
+    # TRT-LLM #5872: KV creation failed with 108.86 GiB free (an engine failure): marked, never a start decision
+    oom = rows["trtllm-issue5872-qwen3-235b-a22b-fp8-h200-tp8-oom"]
+    assert oom.outcome == "unknown" and oom.start_note and "108.86 GiB free" in oom.start_note
+    # 0.12 dev docs run: 4,607 blocks x 64 at 256 KiB (fp8 Llama-2-7B) would be 71.98 GiB, not the printed 62.99
+    suite = rows["trtllm-suite-0.12.0.dev-llama-2-7b-fp8-h100-tp1"]
+    assert suite.tokens is None and suite.tokens_note and suite.pool_bytes == round(62.99 * GIB)
+    assert round(4607 * 64 * 32 * 32 * 128 * 2 / GIB, 2) == 71.98
+    # features capplan does not size: scored, never fitted, with the reason; a tag nobody knows is said too
+    assert rows["unresolved-sglang-dev-2026-04-qwen3.5-9b-rtx4090-tp2"].unmodelled == el.UNMODELLED_FEATURES["hybrid_mamba"]
+    assert el.UNMODELLED_FEATURES["unified_memory"] in (rows["unresolved-trtllm-1.1.0rc3-gpt-oss-120b-dgx-spark-tp1"].unmodelled or "")
+    assert oom.unmodelled is None  # block reuse off does not change the pool's size
+    odd = el._unmodelled({"engine": "sglang", "features": ["warp_drive"]})
+    assert odd == "unrecognised feature tag 'warp_drive'"
+
+
+def test_rows_the_log_or_catalog_cannot_place_are_unscored_with_a_reason(runs) -> None:  # type: ignore[no-untyped-def]
+    scored = {s.row.id: s for s in runs[True][0]}
+    assert scored["dynamo-trtllm-readme-2025-02-llama-8b-class-h100-tp1"].skipped == "model not stated in the log"
+    assert scored["sglang-issue2468-mistral-7b-instruct-v0.1-tp1"].skipped == "GPU not stated in the log"
+    assert scored["unresolved-sglang-0.5.11-qwen3.6-27b-fp8-rtxpro6000"].skipped == "tensor-parallel size not stated in the log"
+    # a not-modelled row is scored and reported apart, never in the engine's own figures nor in the fit
+    kt = scored["unresolved-sglang-kt-qwen3-30b-a3b-cpu-experts-h100-tp1"]
+    assert kt.pool_error is not None and el.tags(kt.row) == ("sglang not modelled",)
