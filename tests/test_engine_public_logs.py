@@ -46,7 +46,10 @@ def test_rows_name_their_source_and_era() -> None:
 def test_every_started_server_is_predicted_as_starting(runs) -> None:  # type: ignore[no-untyped-def]
     _, shipped, _ = runs[True]
     decided = {k: v for k, v in shipped.starts.items() if v is not None}
-    assert len(decided) >= 8 and all(decided.values())
+    # measured with the 2026-12 rows: 13 decisions (9 SGLang, 4 TensorRT-LLM, 4 of them not modelled), all
+    # started and all predicted as starting; the failed starts are unscored (their model or GPU is not in the
+    # catalog: Gemma-7B) or marked as the engine's failure (TRT-LLM #5872)
+    assert len(decided) >= 12 and all(decided.values())
     # the previous model (0.5.23 defaults for a 0.4.3 log: fraction 0.658 on a 24 GB L4) refused this server
     assert runs[False][1].starts["llms-in-clouds-sglang-0.4.3.post4-qwq-32b-l4-tp4"] is False
 
@@ -69,10 +72,11 @@ def test_sglang_table_shipped_and_cross_validated(runs) -> None:  # type: ignore
     _, shipped, cv = runs[True]
     ship = el.table(rows, shipped.pool)["sglang"]
     held_out = el.table(rows, cv.pool)["sglang"]
-    # measured at introduction: shipped n=6 median 0.25 %, 67 % within 1 % and 5 %; leave-one-source-out of the
-    # one fitted term 3.12 %, 50 % within 5 %
-    assert ship.n >= 6 and ship.median_abs_error < 0.005 and ship.within_5pct >= 0.66 and ship.within_1pct >= 0.66
-    assert held_out.n == ship.n and held_out.median_abs_error < 0.04 and held_out.within_5pct >= 0.5
+    # measured with the 2026-12 rows (modelled rows only; the not-modelled ones are reported apart): shipped n=8,
+    # median 0.25 %, 75 % within 1 % and within 5 %; leave-one-source-out of the one fitted term median 0.96 %,
+    # 50 % within 1 %, 75 % within 5 %
+    assert ship.n >= 8 and ship.median_abs_error < 0.004 and ship.within_5pct >= 0.74 and ship.within_1pct >= 0.74
+    assert held_out.n == ship.n and held_out.median_abs_error < 0.011 and held_out.within_5pct >= 0.74
     # refitting the one term out of sample is worse than the shipped constant: it stays as shipped
     assert held_out.median_abs_error > ship.median_abs_error
 
@@ -94,6 +98,11 @@ def test_trtllm_pytorch_backend_pool(runs) -> None:  # type: ignore[no-untyped-d
     # measured at introduction: -3.89 % (Qwen3-0.6B class on an H100, default fraction 0.9)
     _, shipped, _ = runs[True]
     assert abs(shipped.pool["unresolved-trtllm-pytorch-qwen3-reranker-0.6b-h100-tp1"] or 1) < 0.05
+    # prebuilt engines are not modelled but scored: +2.86 % on the 0.12 dev FP8 Llama-2-7B docs run (GiB line; 0.99
+    # of 63.62 GiB available), +49.6 % tokens on the 0.5-era A10 engine (capplan cannot see the engine's runtime
+    # buffers and decoder memory): reported under 'trtllm not modelled'
+    assert shipped.pool["trtllm-suite-0.12.0.dev-llama-2-7b-fp8-h100-tp1"] == pytest.approx(0.0286, abs=0.01)
+    assert shipped.tokens["trtllm-issue224-llama-2-7b-a10-tp1"] == pytest.approx(0.496, abs=0.02)
 
 
 def test_unknown_release_row_within_its_stated_tolerance(runs) -> None:  # type: ignore[no-untyped-def]
@@ -215,3 +224,11 @@ def test_rows_the_log_or_catalog_cannot_place_are_unscored_with_a_reason(runs) -
     # a not-modelled row is scored and reported apart, never in the engine's own figures nor in the fit
     kt = scored["unresolved-sglang-kt-qwen3-30b-a3b-cpu-experts-h100-tp1"]
     assert kt.pool_error is not None and el.tags(kt.row) == ("sglang not modelled",)
+
+
+def test_sglang_default_fraction_on_a_b200(runs) -> None:  # type: ignore[no-untyped-def]
+    # SGLang's own reference startup log (Qwen3-8B, Blackwell, April 2026, fraction chosen by the engine):
+    # measured +0.08 % pool and tokens with the 0.5 defaults (992,896 tokens, K + V = 136.36 GiB printed)
+    _, shipped, _ = runs[True]
+    assert abs(shipped.pool["sglang-skill-clean-startup-log-qwen3-8b-b200-tp1"] or 1) < 0.005
+    assert abs(shipped.tokens["sglang-skill-clean-startup-log-qwen3-8b-b200-tp1"] or 1) < 0.005
