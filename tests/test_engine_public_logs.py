@@ -44,12 +44,16 @@ def test_rows_name_their_source_and_era() -> None:
 
 
 def test_every_started_server_is_predicted_as_starting(runs) -> None:  # type: ignore[no-untyped-def]
-    _, shipped, _ = runs[True]
+    scored, shipped, _ = runs[True]
+    unmodelled = {s.row.id for s in scored if s.row.unmodelled}
     decided = {k: v for k, v in shipped.starts.items() if v is not None}
     # measured with the 2026-12 rows: 13 decisions (9 SGLang, 4 TensorRT-LLM, 4 of them not modelled), all
     # started and all predicted as starting; the failed starts are unscored (their model or GPU is not in the
-    # catalog: Gemma-7B) or marked as the engine's failure (TRT-LLM #5872)
-    assert len(decided) >= 12 and all(decided.values())
+    # catalog: Gemma-7B) or marked as the engine's failure (TRT-LLM #5872). Every modelled decision must be
+    # right; a not-modelled one (a prebuilt engine's OOM once Gemma-7B is in the catalog) is reported
+    modelled = {k: v for k, v in decided.items() if k not in unmodelled}
+    assert len(modelled) >= 9 and all(modelled.values())
+    assert sum(v for k, v in decided.items() if k in unmodelled) >= 4
     # the previous model (0.5.23 defaults for a 0.4.3 log: fraction 0.658 on a 24 GB L4) refused this server
     assert runs[False][1].starts["llms-in-clouds-sglang-0.4.3.post4-qwq-32b-l4-tp4"] is False
 
