@@ -44,9 +44,16 @@ def test_rows_name_their_source_and_era() -> None:
 
 
 def test_every_started_server_is_predicted_as_starting(runs) -> None:  # type: ignore[no-untyped-def]
-    _, shipped, _ = runs[True]
+    scored, shipped, _ = runs[True]
+    unmodelled = {s.row.id for s in scored if s.row.unmodelled}
     decided = {k: v for k, v in shipped.starts.items() if v is not None}
-    assert len(decided) >= 8 and all(decided.values())
+    # measured with the 2026-12 rows: 13 decisions (9 SGLang, 4 TensorRT-LLM, 4 of them not modelled), all
+    # started and all predicted as starting; the failed starts are unscored (their model or GPU is not in the
+    # catalog: Gemma-7B) or marked as the engine's failure (TRT-LLM #5872). Every modelled decision must be
+    # right; a not-modelled one (a prebuilt engine's OOM once Gemma-7B is in the catalog) is reported
+    modelled = {k: v for k, v in decided.items() if k not in unmodelled}
+    assert len(modelled) >= 9 and all(modelled.values())
+    assert sum(v for k, v in decided.items() if k in unmodelled) >= 4
     # the previous model (0.5.23 defaults for a 0.4.3 log: fraction 0.658 on a 24 GB L4) refused this server
     assert runs[False][1].starts["llms-in-clouds-sglang-0.4.3.post4-qwq-32b-l4-tp4"] is False
 
@@ -69,10 +76,11 @@ def test_sglang_table_shipped_and_cross_validated(runs) -> None:  # type: ignore
     _, shipped, cv = runs[True]
     ship = el.table(rows, shipped.pool)["sglang"]
     held_out = el.table(rows, cv.pool)["sglang"]
-    # measured at introduction: shipped n=6 median 0.25 %, 67 % within 1 % and 5 %; leave-one-source-out of the
-    # one fitted term 3.12 %, 50 % within 5 %
-    assert ship.n >= 6 and ship.median_abs_error < 0.005 and ship.within_5pct >= 0.66 and ship.within_1pct >= 0.66
-    assert held_out.n == ship.n and held_out.median_abs_error < 0.04 and held_out.within_5pct >= 0.5
+    # measured with the 2026-12 rows (modelled rows only; the not-modelled ones are reported apart): shipped n=8,
+    # median 0.25 %, 75 % within 1 % and within 5 %; leave-one-source-out of the one fitted term median 0.96 %,
+    # 50 % within 1 %, 75 % within 5 %
+    assert ship.n >= 8 and ship.median_abs_error < 0.004 and ship.within_5pct >= 0.74 and ship.within_1pct >= 0.74
+    assert held_out.n == ship.n and held_out.median_abs_error < 0.011 and held_out.within_5pct >= 0.74
     # refitting the one term out of sample is worse than the shipped constant: it stays as shipped
     assert held_out.median_abs_error > ship.median_abs_error
 
@@ -94,6 +102,11 @@ def test_trtllm_pytorch_backend_pool(runs) -> None:  # type: ignore[no-untyped-d
     # measured at introduction: -3.89 % (Qwen3-0.6B class on an H100, default fraction 0.9)
     _, shipped, _ = runs[True]
     assert abs(shipped.pool["unresolved-trtllm-pytorch-qwen3-reranker-0.6b-h100-tp1"] or 1) < 0.05
+    # prebuilt engines are not modelled but scored: +2.86 % on the 0.12 dev FP8 Llama-2-7B docs run (GiB line; 0.99
+    # of 63.62 GiB available), +49.6 % tokens on the 0.5-era A10 engine (capplan cannot see the engine's runtime
+    # buffers and decoder memory): reported under 'trtllm not modelled'
+    assert shipped.pool["trtllm-suite-0.12.0.dev-llama-2-7b-fp8-h100-tp1"] == pytest.approx(0.0286, abs=0.01)
+    assert shipped.tokens["trtllm-issue224-llama-2-7b-a10-tp1"] == pytest.approx(0.496, abs=0.02)
 
 
 def test_unknown_release_row_within_its_stated_tolerance(runs) -> None:  # type: ignore[no-untyped-def]
@@ -137,3 +150,89 @@ def test_a_short_pool_that_starts_says_so(runs) -> None:  # type: ignore[no-unty
     est = next(s.predicted for s in scored if s.row.id == "llms-in-clouds-sglang-0.4.3.post4-qwq-32b-l4-tp4")
     assert est is not None and est.starts and not est.fits
     assert "the server starts all the same" in est.reason and f"{est.kv_cache_tokens:,} tokens" in est.reason
+
+
+# the numbers a row records, each of which must be printed in its verbatim log_excerpt
+LOGGED_FIELDS = {
+    "sglang": ("max_total_num_tokens", "k_size_gb", "v_size_gb", "kv_size_gb", "avail_mem_gb", "weights_gb",
+               "mem_fraction_static", "context_length"),
+    "trtllm": ("kv_cache_gib", "kv_cache_bytes", "kv_cache_tokens", "num_blocks", "total_gib", "available_gib",
+               "free_gpu_memory_fraction", "tokens_per_block", "max_tokens"),
+}  # fmt: skip
+
+
+def _printed_numbers(text: str) -> set[float]:
+    """Every number in a log excerpt, and a percentage as the fraction it states ('99.0%' -> 0.99)."""
+    import re
+
+    out: set[float] = set()
+    for match in re.finditer(r"(?<![\w.])(\d+(?:\.\d+)?)(%?)", text.replace(",", "")):
+        value = float(match.group(1))
+        out.add(value / 100 if match.group(2) else value)
+    return out
+
+
+def test_every_recorded_number_is_printed_in_its_log_excerpt() -> None:
+    import math
+
+    misses = []
+    for row in el.load_engine_logs():
+        printed = _printed_numbers(str(row.raw.get("log_excerpt") or ""))
+        for key in LOGGED_FIELDS[row.engine]:
+            value = row.raw.get(key)
+            if value is None or isinstance(value, bool):
+                continue
+            # float32 as the engine prints it: gpt-oss's "0.8999999761581421" is the 0.9 it was given
+            if not any(math.isclose(float(value), p, rel_tol=1e-7, abs_tol=0) for p in printed):
+                misses.append(f"{row.id}: {key}={value}")
+    assert not misses, misses
+
+
+def test_the_log_formats_of_mla_pools_and_old_trtllm_are_read() -> None:
+    rows = {r.id: r for r in el.load_engine_logs()}
+    # "KV Cache is allocated. #tokens: 2454421, KV size: 160.63 GB" (an MLA pool has no K/V split)
+    assert rows["unresolved-sglang-0.5.8.post1-rocm-kimi-k2.5-mi355x-tp8"].pool_bytes == round(160.63 * GIB)
+    # hand: 61 layers x (512 + 64) latent x 2 B = 70,272 B per token; 2,454,421 tokens = 160.63 GiB as printed
+    assert round(2454421 * 61 * 576 * 2 / GIB, 2) == 160.63
+    # TensorRT-LLM 0.8-0.10: "Allocate 69524783104 bytes for k/v cache" = 132,608 tokens x 512 KiB (Llama-2-7B shape)
+    assert rows["trtllm-issue1400-v0.8-smoothquant-7b-class-a100"].pool_bytes == 69524783104 == 132608 * 32 * 32 * 128 * 2 * 2
+    assert rows["trtllm-backend-issue456-gemma-7b-a100-80gb-oom"].pool_bytes == 54022635520 == 117760 * 28 * 16 * 256 * 2 * 2
+
+
+def test_outcomes_and_what_is_not_scored_are_said() -> None:
+    rows = {r.id: r for r in el.load_engine_logs()}
+    assert rows["trtllm-backend-issue456-gemma-7b-a100-80gb-oom"].outcome == "failed"
+    assert rows["sglang-issue6027-deepseek-mla-dp-attention"].outcome == "started"  # "started; later CUDA OOM ..."
+    kimi = rows["unresolved-sglang-0.5.8.post1-rocm-kimi-k2.5-mi355x-tp8"]  # graph-capture error after the KV pool
+    assert kimi.outcome == "unknown" and kimi.start_note and "not a memory failure" in kimi.start_note
+    # TRT-LLM #5872: KV creation failed with 108.86 GiB free (an engine failure): marked, never a start decision
+    oom = rows["trtllm-issue5872-qwen3-235b-a22b-fp8-h200-tp8-oom"]
+    assert oom.outcome == "unknown" and oom.start_note and "108.86 GiB free" in oom.start_note
+    # 0.12 dev docs run: 4,607 blocks x 64 at 256 KiB (fp8 Llama-2-7B) would be 71.98 GiB, not the printed 62.99
+    suite = rows["trtllm-suite-0.12.0.dev-llama-2-7b-fp8-h100-tp1"]
+    assert suite.tokens is None and suite.tokens_note and suite.pool_bytes == round(62.99 * GIB)
+    assert round(4607 * 64 * 32 * 32 * 128 * 2 / GIB, 2) == 71.98
+    # features capplan does not size: scored, never fitted, with the reason; a tag nobody knows is said too
+    assert rows["unresolved-sglang-dev-2026-04-qwen3.5-9b-rtx4090-tp2"].unmodelled == el.UNMODELLED_FEATURES["hybrid_mamba"]
+    assert el.UNMODELLED_FEATURES["unified_memory"] in (rows["unresolved-trtllm-1.1.0rc3-gpt-oss-120b-dgx-spark-tp1"].unmodelled or "")
+    assert oom.unmodelled is None  # block reuse off does not change the pool's size
+    odd = el._unmodelled({"engine": "sglang", "features": ["warp_drive"]})
+    assert odd == "unrecognised feature tag 'warp_drive'"
+
+
+def test_rows_the_log_or_catalog_cannot_place_are_unscored_with_a_reason(runs) -> None:  # type: ignore[no-untyped-def]
+    scored = {s.row.id: s for s in runs[True][0]}
+    assert scored["dynamo-trtllm-readme-2025-02-llama-8b-class-h100-tp1"].skipped == "model not stated in the log"
+    assert scored["sglang-issue2468-mistral-7b-instruct-v0.1-tp1"].skipped == "GPU not stated in the log"
+    assert scored["unresolved-sglang-0.5.11-qwen3.6-27b-fp8-rtxpro6000"].skipped == "tensor-parallel size not stated in the log"
+    # a not-modelled row is scored and reported apart, never in the engine's own figures nor in the fit
+    kt = scored["unresolved-sglang-kt-qwen3-30b-a3b-cpu-experts-h100-tp1"]
+    assert kt.pool_error is not None and el.tags(kt.row) == ("sglang not modelled",)
+
+
+def test_sglang_default_fraction_on_a_b200(runs) -> None:  # type: ignore[no-untyped-def]
+    # SGLang's own reference startup log (Qwen3-8B, Blackwell, April 2026, fraction chosen by the engine):
+    # measured +0.08 % pool and tokens with the 0.5 defaults (992,896 tokens, K + V = 136.36 GiB printed)
+    _, shipped, _ = runs[True]
+    assert abs(shipped.pool["sglang-skill-clean-startup-log-qwen3-8b-b200-tp1"] or 1) < 0.005
+    assert abs(shipped.tokens["sglang-skill-clean-startup-log-qwen3-8b-b200-tp1"] or 1) < 0.005

@@ -44,9 +44,23 @@ def print_engine_tables(resolve_model: el.ResolveModel, resolve_gpu: el.ResolveG
         print("-- start decisions right / scored: " + ", ".join(f"{t} {r}/{n}" for t, (r, n) in starts.items()))
         if rows:
             for s in scored:
-                pool, cv = s.pool_error, runs[2].pool.get(s.row.id)
-                shown = "skipped: " + s.skipped if s.skipped else f"pool {pool:+7.2%} cv {cv:+7.2%} starts {s.start_correct}"
-                print(f"      {s.row.id[:58]:58} {shown}" + (f"  [unmodelled: {s.row.unmodelled}]" if s.row.unmodelled else ""))
+                print(f"      {s.row.id[:58]:58} {_row_line(s, runs[2])}"
+                      + (f"  [not modelled: {s.row.unmodelled}]" if s.row.unmodelled else ""))
+
+
+def _pct(error: float | None) -> str:
+    return f"{error:+7.2%}" if error is not None else f"{'-':>7}"
+
+
+def _row_line(s: el.Scored, cv: el.EngineScores) -> str:
+    """One row's figures: pool and tokens shipped, the pool leave-one-source-out, the start decision (each
+    '-' where the log does not print it, with the reason where a figure is deliberately not scored)."""
+    if s.skipped:
+        return "unscored: " + s.skipped
+    line = f"pool {_pct(s.pool_error)} cv {_pct(cv.pool.get(s.row.id))} tokens {_pct(s.tokens_error)} starts {s.start_correct}"
+    notes = [f"tokens not scored: {s.row.tokens_note}"] if s.row.tokens_note else []
+    notes += [f"start not scored: {s.row.start_note}"] if s.row.start_note else []
+    return line + "".join(f"  [{n}]" for n in notes)
 
 
 def main() -> None:

@@ -38,7 +38,16 @@ UNMODELLED_FEATURES = {
     "speculative": "speculative decoding draft model and its KV pool",
     "dp_attention": "DP attention (per-rank pools of a data-parallel attention group)",
     "max_tokens": "a max_tokens / max_total_tokens cap on the pool",
+    "hybrid_mamba": "a hybrid model's Mamba / linear-attention state pool, which shares the static budget with the KV pool",
+    "dsa": "DeepSeek sparse attention (an indexer key cache next to the MLA latent)",
+    "amd_rocm": "an AMD ROCm build (no ROCm profile: HIP graphs, RCCL and ROCm's memory accounting)",
+    "unified_memory": "unified CPU/GPU memory (Jetson, GB10): what is free is what the OS and other processes leave",
+    "shared_gpu": "memory other processes held at load begin, which capplan cannot see",
+    "bench_one_batch": "sglang.bench_one_batch (a benchmark process, not a server)",
+    "prebuilt_engine": "a prebuilt TensorRT engine (engine, runtime buffers and decoder memory)",
 }
+# tags that do not change what the engine allocates before serving (the row stays modelled)
+NEUTRAL_FEATURES = {"block_reuse_off": "KV-cache block reuse off (it changes reuse, not the pool's size)"}
 
 ResolveModel = Callable[[str], tuple[ModelSpec, int | None]]
 ResolveGpu = Callable[[str], GpuSku]
@@ -62,9 +71,11 @@ class EngineLogRow:
     context_length: int | None
     pool_bytes: int | None
     tokens: int | None
-    outcome: str
+    outcome: str  # 'started', 'failed' (out of memory) or 'unknown' (not a start decision capplan can be held to)
     unmodelled: str | None
-    raw: dict[str, Any] = field(repr=False)
+    start_note: str | None = None  # why the start decision is not scored, where it is not
+    tokens_note: str | None = None  # why the logged token count is not scored, where it is not
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 def _era(entry: dict[str, Any]) -> str:
@@ -79,12 +90,48 @@ def _era(entry: dict[str, Any]) -> str:
 
 
 def _unmodelled(entry: dict[str, Any]) -> str | None:
-    reasons = [UNMODELLED_FEATURES[f] for f in entry.get("features") or [] if f in UNMODELLED_FEATURES]
+    reasons: list[str] = []
+    for tag in entry.get("features") or []:
+        if tag in UNMODELLED_FEATURES:
+            reasons.append(UNMODELLED_FEATURES[tag])
+        elif tag not in NEUTRAL_FEATURES:
+            reasons.append(f"unrecognised feature tag {str(tag)[:40]!r}")
     if entry.get("max_tokens"):
         reasons.append(UNMODELLED_FEATURES["max_tokens"])
     if entry["engine"] == "trtllm" and entry.get("backend") == "tensorrt":
-        reasons.append("a prebuilt TensorRT engine (engine, runtime buffers and decoder memory)")
-    return "; ".join(reasons) or None
+        reasons.append(UNMODELLED_FEATURES["prebuilt_engine"])
+    return "; ".join(dict.fromkeys(reasons)) or None
+
+
+def _outcome(entry: dict[str, Any]) -> tuple[str, str | None]:
+    """The start outcome the decision is scored against, and why it is not scored where it is not: a server
+    that started ('started', 'started; later ...'), one that ran out of memory starting ('oom', 'failed'), or
+    neither: an error after the KV pool was allocated (a kernel or graph-capture failure says nothing about
+    memory), a failure the row marks as the engine's (`start_not_scored`), or no outcome."""
+    text = str(entry.get("outcome") or "unknown").strip()
+    if entry.get("start_not_scored"):
+        return "unknown", str(entry["start_not_scored"])
+    if text.startswith("started"):
+        return "started", None
+    if text.startswith(("oom", "failed")):
+        return "failed", None
+    if text.startswith("error"):
+        return "unknown", f"not a memory failure: {text}"
+    return "unknown", f"outcome {text[:60]!r}"
+
+
+def _pool_bytes(entry: dict[str, Any]) -> int | None:
+    """The KV pool as logged: SGLang K size + V size, or the one "KV size" of an MLA / DSA pool; TensorRT-LLM
+    "Allocated X GiB for max tokens in paged KV cache", or the bytes of "Allocate N bytes for k/v cache" (<= 0.9)."""
+    if entry["engine"] == "sglang":
+        k, v, kv = entry.get("k_size_gb"), entry.get("v_size_gb"), entry.get("kv_size_gb")
+        if k is not None and v is not None:
+            return round((float(k) + float(v)) * GIB)
+        return round(float(kv) * GIB) if kv is not None else None
+    gib, exact = entry.get("kv_cache_gib"), entry.get("kv_cache_bytes")
+    if gib is not None:
+        return round(float(gib) * GIB)
+    return int(exact) if exact is not None else None
 
 
 def load_engine_logs(paths: Sequence[Path] = ENGINE_LOG_FILES) -> list[EngineLogRow]:
@@ -92,15 +139,10 @@ def load_engine_logs(paths: Sequence[Path] = ENGINE_LOG_FILES) -> list[EngineLog
     for path in paths:
         for entry in yaml.safe_load(path.read_text(encoding="utf-8"))["measurements"]:
             sglang = entry["engine"] == "sglang"
-            if sglang:
-                k, v = entry.get("k_size_gb"), entry.get("v_size_gb")
-                pool = round((float(k) + float(v)) * GIB) if k is not None and v is not None else None
-                tokens = entry.get("max_total_num_tokens")
-            else:
-                gib = entry.get("kv_cache_gib")
-                pool = round(float(gib) * GIB) if gib is not None else None
-                tokens = entry.get("kv_cache_tokens")
+            tokens = entry.get("max_total_num_tokens" if sglang else "kv_cache_tokens")
             fraction = entry.get("mem_fraction_static" if sglang else "free_gpu_memory_fraction")
+            outcome, start_note = _outcome(entry)
+            tokens_note = entry.get("tokens_not_scored")
             rows.append(
                 EngineLogRow(
                     id=str(entry["id"]),
@@ -108,18 +150,20 @@ def load_engine_logs(paths: Sequence[Path] = ENGINE_LOG_FILES) -> list[EngineLog
                     engine=str(entry["engine"]),
                     version=entry.get("sglang_version" if sglang else "trtllm_version"),
                     era=_era(entry),
-                    model=str(entry.get("config_model") or entry["model"]),
-                    gpu=entry.get("gpu"),
-                    tp=int(entry.get("tensor_parallel_size") or 1),
+                    model=str(entry.get("config_model") or entry.get("model") or ""),
+                    gpu=entry.get("catalog_gpu") or entry.get("gpu"),
+                    tp=int(entry.get("tensor_parallel_size") or 0),
                     pp=int(entry.get("pipeline_parallel_size") or 1),
                     fraction=float(fraction) if fraction is not None and entry.get("mem_fraction_static_stated", True)
                     else None,
                     kv_dtype=str(entry.get("kv_cache_dtype") or "auto"),
                     context_length=entry.get("context_length"),
-                    pool_bytes=pool,
-                    tokens=int(tokens) if tokens is not None else None,
-                    outcome=str(entry.get("outcome") or "unknown"),
+                    pool_bytes=_pool_bytes(entry),
+                    tokens=int(tokens) if tokens is not None and not tokens_note else None,
+                    outcome=outcome,
                     unmodelled=_unmodelled(entry),
+                    start_note=start_note,
+                    tokens_note=str(tokens_note) if tokens_note else None,
                     raw=entry,
                 )
             )
@@ -174,7 +218,14 @@ def predict(
     version_aware: bool = True,
     overhead_bytes: int | None = None,
 ) -> Scored:
-    """capplan's estimate of one logged deployment (a skip reason where the catalog lacks the model or GPU)."""
+    """capplan's estimate of one logged deployment (a skip reason where the log does not say the model, GPU
+    or TP size, or the catalog lacks the model or GPU)."""
+    if not row.model:
+        return Scored(row, None, "model not stated in the log")
+    if not row.gpu:
+        return Scored(row, None, "GPU not stated in the log")
+    if row.tp < 1:
+        return Scored(row, None, "tensor-parallel size not stated in the log")
     try:
         spec, checkpoint = resolve_model(row.model)
     except (LookupError, SpecError) as exc:
@@ -245,11 +296,13 @@ def refit_scores(scored: Sequence[Scored], resolve_model: ResolveModel, resolve_
 
 
 def tags(row: EngineLogRow) -> tuple[str, ...]:
-    """What a row is reported under: its engine, its engine and era, TP > 1, and 'unmodelled' where it is."""
+    """What a row is reported under: its engine, its engine and era, TP > 1; a row whose deployment uses
+    what no profile sizes only under '<engine> not modelled' (as the vLLM tables do: scored, reported apart,
+    never fitted), so the per-engine figures are those of the deployments capplan claims to size."""
+    if row.unmodelled:
+        return (f"{row.engine} not modelled",)
     out: tuple[str, ...] = (row.engine, f"{row.engine} {row.era}")
-    if row.tp > 1:
-        out = (*out, f"{row.engine} TP>1")
-    return (*out, "unmodelled") if row.unmodelled else out
+    return (*out, f"{row.engine} TP>1") if row.tp > 1 else out
 
 
 def table(rows: Sequence[EngineLogRow], errors: dict[str, float | None]) -> dict[str, Accuracy]:

@@ -5,6 +5,10 @@ cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp and tensorrt_llm/_torch/pyexec
 - "[MemUsageChange] Allocated X GiB for max tokens in paged KV cache (N)" -> kv_cache_memory_bytes,
   kv_cache_tokens (N = primary blocks x tokens per block); the PyTorch backend of 1.x prints it twice, for the
   small pool of its memory-estimation run and then for the final pool: the last line wins;
+- before the GiB line, as the public logs of the 0.5-0.10 lines print it (TensorRT-LLM issues #224, #1400,
+  tensorrtllm_backend#456): "Allocate N bytes for k/v cache." (0.8), "Max tokens in paged KV cache: T.
+  Allocating N bytes." (0.10 dev) -> kv_cache_memory_bytes (and kv_cache_tokens); "Using T tokens in paged KV
+  cache." -> kv_cache_tokens;
 - "Memory usage when calculating max tokens in paged kv cache: total: X GiB, available: Y GiB" ->
   total_gpu_memory_bytes (what is available is what the fraction applies to);
 - 1.x memory profiling: "Memory used after loading model weights (inside torch) ...: X GiB" -> weights_bytes,
@@ -46,6 +50,13 @@ def _allocated(m: re.Match[str]) -> Values:
     return {
         "kv_cache_memory_bytes": size_bytes(m.group(1), m.group(2), "paged KV cache"),
         "kv_cache_tokens": parse_int(m.group(3), "max tokens in paged KV cache"),
+    }
+
+
+def _tokens_and_bytes(m: re.Match[str]) -> Values:
+    return {
+        "kv_cache_tokens": parse_int(m.group(1), "max tokens in paged KV cache"),
+        "kv_cache_memory_bytes": parse_int(m.group(2), "paged KV cache bytes"),
     }
 
 
@@ -99,6 +110,25 @@ RULES: tuple[Rule, ...] = (
         "for max tokens in paged KV cache",
         _rx(r"Allocated\s+" + SIZE + r"\s+for max tokens in paged KV cache\s*\(\s*" + NUM + r"\s*\)"),
         _allocated,
+    ),
+    Rule(
+        "paged KV cache bytes",
+        "Allocating",
+        _rx(r"Max tokens in paged KV cache:\s*" + NUM + r"\.\s*Allocating\s+" + NUM + r"\s+bytes"),
+        _tokens_and_bytes,
+        strict=False,
+    ),
+    Rule(
+        "k/v cache bytes",
+        "bytes for k/v cache",
+        _rx(r"Allocate\s+" + NUM + r"\s+bytes for k/v cache"),
+        lambda m: {"kv_cache_memory_bytes": parse_int(m.group(1), "k/v cache bytes")},
+    ),
+    Rule(
+        "tokens in paged KV cache",
+        "tokens in paged KV cache.",
+        _rx(r"Using\s+" + NUM + r"\s+tokens in paged KV cache"),
+        _count("kv_cache_tokens"),
     ),
     Rule(
         "memory for the KV cache",
