@@ -51,6 +51,7 @@ import fsspec
 import polars as pl
 from fsspec.implementations.local import LocalFileSystem
 
+from warehouse.telemetry.ingest import IngestResult
 from warehouse.telemetry.normalize import one_line
 from warehouse.telemetry.redact import redact
 from warehouse.telemetry.schema import REJECT_SCHEMA, SAMPLE_SCHEMA, UTC_US, clean_text
@@ -473,3 +474,33 @@ def store_from_env(storage_options: Mapping[str, Any] | None = None) -> SampleSt
     """`CAPPLAN_TELEMETRY_STORE` as a store, or None when unset."""
     url = os.environ.get(STORE_ENV, "").strip()
     return SampleStore.from_url(url, storage_options) if url else None
+
+
+def with_store_rejects(result: IngestResult, appended: AppendResult) -> IngestResult:
+    """`result` with the samples the store refused moved to `rejects` (matched by file and line)
+    and each file's counts moved with them, so rows in = accepted + rejected still holds.
+    The parsers check more than the store does, so this is normally `result` unchanged."""
+    refused = appended.rejects
+    if not refused.height:
+        return result
+    keys = refused.select("file", "line").unique()
+    samples = result.samples.join(keys, on=["file", "line"], how="anti", nulls_equal=True)
+    moved = result.samples.join(keys, on=["file", "line"], how="semi", nulls_equal=True)
+    per_file = moved.group_by("file").len("n")
+    files = (
+        result.files.join(per_file, on="file", how="left")
+        .with_columns(pl.col("n").fill_null(0))
+        .with_columns(
+            (pl.col("accepted") - pl.col("n")).alias("accepted"),
+            (pl.col("rejected") + pl.col("n")).alias("rejected"),
+            (pl.col("samples") - pl.col("n")).alias("samples"),
+        )
+        .drop("n")
+    )
+    rejects = refused.join(moved.select("file", "line"), on=["file", "line"], how="semi", nulls_equal=True)
+    return IngestResult(
+        observations=result.observations,
+        samples=samples,
+        rejects=pl.concat([result.rejects, rejects], how="vertical"),
+        files=files,
+    )
