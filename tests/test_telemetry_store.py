@@ -169,7 +169,7 @@ def test_unreadable_files_and_links_out_are_left_out_with_a_reason(tmp_path: Pat
     assert usage.filter(pl.col("deployment_id") == "d1")["n_samples"].item() == 26, "the hostile files added nothing"
     assert any("part-0123456789abcdef.parquet: not readable as Parquet" in p for p in store.problems)
     assert any("part-fedcba9876543210.parquet: a link out of the store" in p for p in store.problems)
-    with pytest.raises(StoreError, match="s3fs|protocol|install"):
+    with pytest.raises(StoreError, match=r"s3fs|protocol|install"):
         SampleStore.from_url("nosuchprotocol://bucket/x")
 
 
