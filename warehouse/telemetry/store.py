@@ -304,14 +304,15 @@ class SampleStore:
             return part
         con = self.connect()
         try:
-            stored = self.relation(con, [day])
+            files = self._readable(con, self.files([day]))
+            if not files:
+                return part
             keys = ", ".join(_ident(c) for c in KEY_COLUMNS)
-            lo, hi = part["ts"].min(), part["ts"].max()
-            existing = (
-                stored.filter(duckdb.ColumnExpression("ts").between(duckdb.ConstantExpression(lo), duckdb.ConstantExpression(hi)))
-                .select(keys)
-                .pl()
-            )
+            existing = con.execute(  # Parquet statistics on ts skip every file outside [lo, hi]
+                f"select {keys} from read_parquet($files, hive_partitioning = true, union_by_name = true) "
+                "where ts between $lo and $hi",
+                {"files": [self._uri(f) for f in files], "lo": part["ts"].min(), "hi": part["ts"].max()},
+            ).pl()
         finally:
             con.close()
         if not existing.height:
@@ -365,7 +366,6 @@ def check_samples(samples: pl.DataFrame, batch: str) -> tuple[pl.DataFrame, pl.D
         "_capplan_row",
         *casts,
         pl.coalesce(failed).alias("_bad_column") if failed else pl.lit(None, pl.String).alias("_bad_column"),
-        _excerpt(incoming),
     )
     missing = pl.coalesce([pl.when(pl.col(c).is_null()).then(pl.lit(c)) for c in _REQUIRED])
     too_long = pl.coalesce([pl.when(pl.col(c).str.len_chars() > MAX_ID_CHARS).then(pl.lit(c)) for c in ("deployment_id", "metric")])
@@ -383,9 +383,15 @@ def check_samples(samples: pl.DataFrame, batch: str) -> tuple[pl.DataFrame, pl.D
         .when((pl.col("ts") < _TS_MIN) | (pl.col("ts") >= _TS_MAX)).then(pl.format("time {} is outside 2000-2100", pl.col("ts")))
         .when(too_long.is_not_null()).then(pl.format("{} longer than {} characters", too_long, pl.lit(MAX_ID_CHARS)))
     )  # fmt: skip
-    judged = typed.with_columns(code.alias("_code"), reason.alias("_reason"))
-    rejected = judged.filter(pl.col("_code").is_not_null())
-    kept = judged.filter(pl.col("_code").is_null()).select("_capplan_row", *SAMPLE_SCHEMA)
+    judged = typed.with_columns(code.alias("_code"))
+    kept = judged.filter(pl.col("_code").is_null()).drop("_code", "_bad_column")
+    if kept.height == judged.height:  # the common case: nothing to explain
+        return _cleaned(kept), pl.DataFrame(schema=REJECT_SCHEMA)
+    rejected = judged.filter(pl.col("_code").is_not_null()).with_columns(reason.alias("_reason"))
+    excerpts = incoming.join(rejected.select("_capplan_row"), on="_capplan_row", how="semi").select(
+        "_capplan_row", _excerpt(incoming)
+    )
+    rejected = rejected.join(excerpts, on="_capplan_row", how="left")
     return _cleaned(kept), _rejects(rejected, batch)
 
 
@@ -403,7 +409,7 @@ def _first_of_each(checked: pl.DataFrame, batch: str) -> tuple[pl.DataFrame, pl.
     if not checked.height:
         return checked.drop("_capplan_row"), pl.DataFrame(schema=REJECT_SCHEMA)
     numbered = checked
-    repeat = numbered.select(pl.int_range(pl.len()).over(list(KEY_COLUMNS)).alias("_n"))["_n"] > 0
+    repeat = ~numbered.select(pl.struct(*KEY_COLUMNS).is_first_distinct().alias("_first"))["_first"]
     if not repeat.any():
         return checked.drop("_capplan_row"), pl.DataFrame(schema=REJECT_SCHEMA)
     dupes = numbered.filter(repeat).with_columns(
