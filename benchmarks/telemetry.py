@@ -162,7 +162,7 @@ def observations(ids: list[str]) -> pl.DataFrame:
          "observed_at_source": "sample", "model_id": MODELS[i % len(MODELS)], "gpu_sku": GPU_SKU,
          "gpu_name_raw": GPU_NAME, "tp": 1, "pp": 1, "engine": "vllm", "engine_version": "0.11.0",
          "gpu_memory_utilization": 0.9, "max_model_len": 8192, "block_size": 16,
-         "num_gpu_blocks": 28_000 + (i % 50), "input_rows": 1, "file": "benchmark", "line": None}  # fmt: skip
+         "num_gpu_blocks": 28_000 + (i % 50), "input_rows": 1, "file": "benchmark", "line": None}
         for i, d in enumerate(ids)
     ]
     return frame(rows, OBSERVATION_SCHEMA)
