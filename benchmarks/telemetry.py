@@ -228,6 +228,7 @@ def warehouse(path: Path) -> duckdb.DuckDBPyConnection:
     from warehouse.sql import LAYERS, build_relation, ident
 
     con = duckdb.connect(str(path))
+    con.execute("set enable_progress_bar = false")
     for layer in LAYERS:
         con.execute(f"create schema if not exists {ident(layer)}")
     build_relation(con, "raw", "run", {"run_id": "benchmark", "run_date": START.date(), "started_at": START})
