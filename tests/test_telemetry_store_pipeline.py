@@ -13,20 +13,22 @@ import pytest
 
 from pipelines.resources import PlanningResource
 from tests.test_telemetry_pipeline import Env, materialize
+from tests.test_telemetry_store import s3  # noqa: F401 (the moto S3 server fixture)
 from warehouse.telemetry.store import SampleStore
 
 DEPLOYMENT = "codellama-h100"
 
 
 class StoreEnv(Env):
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, store_url: str | None = None) -> None:
         super().__init__(root)
         self.store = root / "telemetry-store"
+        self.store_url = store_url or str(self.store)
 
     def resources(self) -> dict[str, Any]:
         return super().resources() | {
             "planning": PlanningResource(
-                telemetry_dir=str(self.drop), workloads_path=str(self.workloads), telemetry_store=str(self.store)
+                telemetry_dir=str(self.drop), workloads_path=str(self.workloads), telemetry_store=self.store_url
             )
         }
 
@@ -95,3 +97,32 @@ def test_the_telemetry_job_refreshes_telemetry_without_the_nightly(runs: dict[st
     assert env.query(f"select n_samples from marts.prediction_vs_measured where deployment_id = '{DEPLOYMENT}'") == [(6,)]
     assert env.query("select count(*) > 0 from marts.recommended_placements") == [(True,)]
     assert ingest_metadata(result)["store_written"] == 0
+
+
+def test_a_store_that_cannot_be_written_fails_the_ingest_with_one_line(tmp_path: Path) -> None:
+    env = StoreEnv(tmp_path)
+    env.store.write_text("a file where the store's folder should be", encoding="utf-8")
+    result = materialize(env)
+    assert not result.success
+    failures = [e for e in result.all_events if e.is_step_failure and e.step_key == "telemetry_ingest"]
+    (failure,) = failures
+    description = failure.event_specific_data.error.message  # type: ignore[union-attr]
+    assert description.startswith("dagster._core.definitions.events.Failure: telemetry store:"), description
+    assert description.count("\n") <= 1
+    assert env.store.read_text(encoding="utf-8").startswith("a file"), "nothing overwritten"
+
+
+def test_the_ingest_appends_to_s3_and_a_rerun_adds_nothing(
+    s3: dict[str, Any],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in {"AWS_ENDPOINT_URL": s3["endpoint"], "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    env = StoreEnv(tmp_path, "s3://fleet/pipeline-test")
+    first, second = materialize(env), materialize(env)
+    assert first.success and second.success
+    assert (ingest_metadata(first)["store_written"], ingest_metadata(second)["store_written"]) == (6, 0)
+    assert ingest_metadata(second)["store_already_stored"] == 6
+    assert env.query(f"select n_samples from marts.prediction_vs_measured where deployment_id = '{DEPLOYMENT}'") == [(6,)]

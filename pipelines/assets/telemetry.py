@@ -83,7 +83,7 @@ def telemetry_ingest(
     try:
         store = planning.sample_store()
         if store is not None:
-            appended = store.append(result.samples, batch=f"run {context.run_id}")
+            appended = store.append(result.samples, batch=f"run {context.run.run_id}")
             result, stored = with_store_rejects(result, appended), appended.summary()
             context.log.info(
                 f"sample store {store.display_url()}: {appended.written} samples written in {len(appended.files)} "
