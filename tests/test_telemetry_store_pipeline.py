@@ -112,6 +112,7 @@ def test_a_store_that_cannot_be_written_fails_the_ingest_with_one_line(tmp_path:
     assert env.store.read_text(encoding="utf-8").startswith("a file"), "nothing overwritten"
 
 
+@pytest.mark.slow  # two more Dagster runs; the local store above covers the same assets
 def test_the_ingest_appends_to_s3_and_a_rerun_adds_nothing(
     s3: dict[str, Any],  # noqa: F811
     tmp_path: Path,
