@@ -62,7 +62,7 @@ def build_definitions() -> dg.Definitions:
     return dg.Definitions(
         assets=[*_assets, publish],
         asset_checks=[c for module in _modules for c in module.asset_checks],
-        jobs=[nightly_job],
+        jobs=[nightly_job, *telemetry.jobs],
         schedules=[nightly_job_schedule()],
         sensors=telemetry.sensors,
         resources=build_resources(),

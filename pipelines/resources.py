@@ -26,6 +26,7 @@ from warehouse.publish import DEFAULT_HISTORY_RUNS, DEFAULT_PATH, PublishResult,
 from warehouse.sources import catalog_root
 from warehouse.telemetry.drop_folder import DropFolder, resolve_drop_folder
 from warehouse.telemetry.prometheus_api import DEFAULT_LOOKBACK_S, DEFAULT_STEP_S, PrometheusSettings
+from warehouse.telemetry.store import DEFAULT_WINDOW_DAYS, STORE_ENV, SampleStore
 
 WAREHOUSE_ENV = "CAPPLAN_WAREHOUSE"
 HISTORY_RUNS_ENV = "CAPPLAN_HISTORY_RUNS"
@@ -37,6 +38,8 @@ PROMETHEUS_URL_ENV = "CAPPLAN_PROMETHEUS_URL"
 PROMETHEUS_LOOKBACK_ENV = "CAPPLAN_PROMETHEUS_LOOKBACK_S"
 PROMETHEUS_STEP_ENV = "CAPPLAN_PROMETHEUS_STEP_S"
 PROMETHEUS_TIMEOUT_ENV = "CAPPLAN_PROMETHEUS_TIMEOUT_S"
+TELEMETRY_STORE_ENV = STORE_ENV  # CAPPLAN_TELEMETRY_STORE
+TELEMETRY_WINDOW_ENV = "CAPPLAN_TELEMETRY_WINDOW_DAYS"
 WORKLOADS_ENV = "CAPPLAN_WORKLOADS"
 MIN_OBSERVATIONS_ENV = "CAPPLAN_CALIBRATION_MIN_OBSERVATIONS"
 DRIFT_ENV = "CAPPLAN_DRIFT_THRESHOLD_PCT"
@@ -213,6 +216,8 @@ class PlanningResource(dg.ConfigurableResource):
     prometheus_lookback_s: int = DEFAULT_LOOKBACK_S  # range queries cover this much before the run; 0: instant
     prometheus_step_s: int = DEFAULT_STEP_S
     prometheus_timeout_s: int = 30  # per query; a dead server costs one timeout
+    telemetry_store: str = ""  # empty: samples only in the run's warehouse; else a folder or s3:// URL (store.py)
+    telemetry_window_days: int = DEFAULT_WINDOW_DAYS  # days of the store the usage columns summarize
     workloads_path: str = ""  # empty: ./workloads.yaml, else the repository's
     calibration_min_observations: int = 3  # deployments a calibration scope needs to be used
     drift_threshold_pct: int = 10  # |prediction error| above this warns (asset check)
@@ -227,6 +232,11 @@ class PlanningResource(dg.ConfigurableResource):
         return PrometheusSettings(
             self.prometheus_url.strip(), self.prometheus_lookback_s, self.prometheus_step_s, self.prometheus_timeout_s
         )
+
+    def sample_store(self) -> SampleStore | None:
+        """The telemetry sample store (Hive-partitioned Parquet), or None when not configured.
+        S3 credentials and endpoint come from the usual AWS variables (AWS_ENDPOINT_URL, ...)."""
+        return SampleStore.from_url(self.telemetry_store) if self.telemetry_store.strip() else None
 
     @property
     def drift_threshold(self) -> float:
@@ -263,6 +273,8 @@ def build_resources() -> dict[str, Any]:
             prometheus_lookback_s=_env(PROMETHEUS_LOOKBACK_ENV, DEFAULT_LOOKBACK_S),
             prometheus_step_s=_env(PROMETHEUS_STEP_ENV, DEFAULT_STEP_S),
             prometheus_timeout_s=_env(PROMETHEUS_TIMEOUT_ENV, 30),
+            telemetry_store=_env(TELEMETRY_STORE_ENV, ""),
+            telemetry_window_days=_env(TELEMETRY_WINDOW_ENV, DEFAULT_WINDOW_DAYS),
             workloads_path=_env(WORKLOADS_ENV, ""),
             calibration_min_observations=_env(MIN_OBSERVATIONS_ENV, 3),
             drift_threshold_pct=_env(DRIFT_ENV, 10),

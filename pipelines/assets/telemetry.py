@@ -6,8 +6,16 @@ and, with `CAPPLAN_PROMETHEUS_URL`, the Prometheus API, into the four `raw.telem
 summarizes one row per deployment and predicts each with capplan; `calibration` fits the
 corrections. The marts are views over staging (`warehouse/marts/*.sql`).
 
+With `CAPPLAN_TELEMETRY_STORE` the ingest also appends the samples it read to the sample store
+(Hive-partitioned Parquet by day, `warehouse/telemetry/store.py`: new files only, a sample stored
+once however often it is read), and `telemetry_predictions` takes the usage columns from DuckDB
+over the store's last `CAPPLAN_TELEMETRY_WINDOW_DAYS` days instead of from this run's samples.
+
 `telemetry_sensor` watches the drop folder (file paths and sha256 as its cursor) and starts
-`nightly_job` when anything in it changes. Checks: the ingest reconciles (blocking), and a
+`telemetry_job` when anything in it changes: the telemetry group and what depends on it
+(calibration, recommendations, their marts, the publish step), not the registry sync or the grid;
+the run's build starts from the published warehouse, so the registry and grid it reads are the
+last nightly's. Checks: the ingest reconciles (blocking), and a
 deployment whose prediction is off by more than the drift threshold warns.
 """
 
@@ -15,22 +23,34 @@ import json
 from collections.abc import Iterator
 
 import dagster as dg
+import duckdb
 import polars as pl
 
 from pipelines.assets.common import describe, key, relation_result, sql_asset
+from pipelines.executor import warehouse_multiprocess_executor
 from pipelines.resources import PlanningResource, WarehouseResource
 from warehouse.catalog import Catalog, catalog
 from warehouse.sql import load_frame
 from warehouse.telemetry import IngestResult, check_reconciliation
 from warehouse.telemetry.calibration_frames import fit_frames
 from warehouse.telemetry.drop_folder import deployments_frame, fingerprint, fingerprint_key, watched_folder
+from warehouse.telemetry.normalize import one_line
 from warehouse.telemetry.predictions import predict_deployments
 from warehouse.telemetry.prometheus_api import ingest_sources
 from warehouse.telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA
+from warehouse.telemetry.store import StoreError, with_store_rejects
 
 TELEMETRY_GROUP = "telemetry"
 REGISTRY_DEPS = [key("raw", "models"), key("raw", "gpus")]
 SENSOR_INTERVAL_S = 60
+
+
+STORE_ERRORS = (StoreError, OSError, ValueError, duckdb.Error)
+
+
+def store_failure(exc: Exception) -> dg.Failure:
+    """A sample store that cannot be read or written fails the step with one line, no traceback."""
+    return dg.Failure(description=f"telemetry store: {one_line(exc, 240)}", allow_retries=False)
 
 
 def run_catalog(warehouse: WarehouseResource) -> Catalog:
@@ -59,7 +79,19 @@ def telemetry_ingest(
     """Read the drop folder and, with CAPPLAN_PROMETHEUS_URL, the Prometheus API; every row is
     accepted or rejected with a reason."""
     frames = ingest_sources(planning.drop_folder(), planning.prometheus(), run_catalog(warehouse))
-    summary = frames.result.summary()
+    result, stored = frames.result, {}
+    try:
+        store = planning.sample_store()
+        if store is not None:
+            appended = store.append(result.samples, batch=f"run {context.run.run_id}")
+            result, stored = with_store_rejects(result, appended), appended.summary()
+            context.log.info(
+                f"sample store {store.display_url()}: {appended.written} samples written in {len(appended.files)} "
+                f"new files, {appended.already_stored} already stored, {appended.rejected} rejected"
+            )
+    except STORE_ERRORS as exc:
+        raise store_failure(exc) from None
+    summary = result.summary()
     context.log.info(
         f"telemetry from {' and '.join(frames.descriptions)}: {summary['files']} files, {summary['rows_in']} rows in, "
         f"{summary['accepted']} accepted, {summary['rejected']} rejected"
@@ -67,13 +99,13 @@ def telemetry_ingest(
     extra = {
         "drop_dir": ", ".join(str(d) for d in frames.files["drop_dir"].unique(maintain_order=True)),
         "telemetry_source": frames.source,
-        **{name: dg.MetadataValue.int(value) for name, value in summary.items()},
+        **{name: dg.MetadataValue.int(value) for name, value in (summary | stored).items()},
     }
     with warehouse.build() as con:
         for table, frame in (
-            ("telemetry_observations", frames.result.observations),
-            ("telemetry_samples", frames.result.samples),
-            ("telemetry_rejects", frames.result.rejects),
+            ("telemetry_observations", result.observations),
+            ("telemetry_samples", result.samples),
+            ("telemetry_rejects", result.rejects),
             ("telemetry_files", frames.files),
         ):
             load_frame(con, "raw", table, frame)
@@ -103,7 +135,12 @@ def telemetry_predictions(
             "select string_agg(distinct telemetry_source, '+' order by telemetry_source) from raw.telemetry_files"
         ).fetchone()
         source = (row[0] if row else None) or planning.drop_folder().source
-        deployments = deployments_frame(observations, samples, source)
+        try:
+            store = planning.sample_store()
+            usage = store.usage(planning.telemetry_window_days) if store is not None else None
+        except STORE_ERRORS as exc:
+            raise store_failure(exc) from None
+        deployments = deployments_frame(observations, samples, source, usage)
         predictions = predict_deployments(deployments, registry)
         predicted = predictions.filter(pl.col("prediction_status") == "predicted").height
         context.log.info(f"{deployments.height} observed deployments, {predicted} predicted")
@@ -283,12 +320,21 @@ def _pct(value: object) -> str:
 # --- sensor ------------------------------------------------------------------------------------------
 
 
+telemetry_job = dg.define_asset_job(
+    "telemetry_job",
+    selection=dg.AssetSelection.groups(TELEMETRY_GROUP).downstream(),
+    description="Telemetry only: ingest, predictions, calibration and what depends on them, then publish "
+    "(the registry and the grid as the last nightly published them).",
+    executor_def=warehouse_multiprocess_executor,
+)
+
+
 @dg.sensor(
     name="telemetry_sensor",
-    job_name="nightly_job",
+    job=telemetry_job,
     minimum_interval_seconds=SENSOR_INTERVAL_S,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Starts nightly_job when a file in the telemetry drop folder (CAPPLAN_TELEMETRY_DIR, default "
+    description="Starts telemetry_job when a file in the telemetry drop folder (CAPPLAN_TELEMETRY_DIR, default "
     "var/telemetry) is added, changed or removed. Cursor: every file's path and sha256.",
 )
 def telemetry_sensor(context: dg.SensorEvaluationContext, planning: PlanningResource) -> dg.SensorResult:
@@ -321,3 +367,4 @@ def telemetry_sensor(context: dg.SensorEvaluationContext, planning: PlanningReso
 assets = [telemetry_ingest, telemetry_predictions, calibration, *STAGING, *MARTS]
 asset_checks = [telemetry_reconciles, prediction_drift]
 sensors = [telemetry_sensor]
+jobs = [telemetry_job]

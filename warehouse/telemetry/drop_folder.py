@@ -103,7 +103,11 @@ def ingest_frames(folder: DropFolder, catalog: Catalog) -> TelemetryFrames:
     return TelemetryFrames(folder, result, files)
 
 
-def deployments_frame(observations: pl.DataFrame, samples: pl.DataFrame, source: str) -> pl.DataFrame:
-    """`raw.telemetry_deployments`: deployment_summary, labelled with the telemetry source."""
-    summary = deployment_summary(observations.lazy(), samples.lazy()).collect()
+def deployments_frame(
+    observations: pl.DataFrame, samples: pl.DataFrame, source: str, usage: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """`raw.telemetry_deployments`: deployment_summary, labelled with the telemetry source.
+    `usage`: the sample store's (`SampleStore.usage`) instead of one computed from `samples`."""
+    lazy_usage = usage.lazy() if usage is not None else None
+    summary = deployment_summary(observations.lazy(), samples.lazy(), lazy_usage).collect()
     return summary.with_columns(pl.lit(source, pl.String).alias("telemetry_source"))

@@ -94,8 +94,12 @@ def sample_usage(samples: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def deployment_summary(observations: pl.LazyFrame, samples: pl.LazyFrame) -> pl.LazyFrame:
-    """One row per deployment_id seen in observations or samples."""
+def deployment_summary(
+    observations: pl.LazyFrame, samples: pl.LazyFrame, usage: pl.LazyFrame | None = None
+) -> pl.LazyFrame:
+    """One row per deployment_id seen in observations or samples. `usage`: `sample_usage` computed
+    elsewhere (the sample store's, by DuckDB over Parquet: `SampleStore.usage`); then `samples`
+    is not read."""
     ranked = ranked_observations(observations)
     chosen = ranked.group_by("deployment_id", maintain_order=True).agg(
         *(pl.col(c).drop_nulls().first() for c in (*SETTINGS, *MEASURED)),
@@ -108,7 +112,7 @@ def deployment_summary(observations: pl.LazyFrame, samples: pl.LazyFrame) -> pl.
         pl.len().cast(pl.Int32).alias("n_observations"),
         pl.col("observed_at").max().alias("last_observed_at"),
     )
-    usage = sample_usage(samples)
+    usage = sample_usage(samples) if usage is None else usage
     ids = pl.concat([chosen.select("deployment_id"), usage.select("deployment_id")]).unique()
     return (
         ids.join(chosen, on="deployment_id", how="left")
