@@ -143,7 +143,8 @@ def chunk_frame(ids: list[str], first: int, scrapes: int) -> pl.DataFrame:
         pl.lit("benchmark").alias("file"),
         pl.lit(None, pl.Int64).alias("line"),
     )
-    return frame.select([pl.col(c).cast(t) for c, t in SAMPLE_SCHEMA.items()])
+    missing = [pl.lit(None, t).alias(c) for c, t in SAMPLE_SCHEMA.items() if c not in frame.columns]  # le, series
+    return frame.with_columns(missing).select([pl.col(c).cast(t) for c, t in SAMPLE_SCHEMA.items()])
 
 
 def chunks(ids: list[str], scrapes: int, chunk_scrapes: int) -> Iterator[tuple[pl.DataFrame, float]]:

@@ -225,3 +225,16 @@ def test_s3_store_from_the_environment_as_the_pipeline_builds_it(s3: dict[str, A
     assert math.isclose(store.usage(2).filter(pl.col("deployment_id") == "d1")["p95_kv_usage"].item(), 0.95)
     assert "testing" not in store.display_url() and os.environ["AWS_ENDPOINT_URL"] == s3["endpoint"]
 
+
+
+def test_a_batch_of_repeated_sample_fleet_rows_reconciles(tmp_path: Path) -> None:
+    """Histogram buckets (`le`) and series labels are part of a sample's key; repeats of a whole
+    concatenated batch are `duplicate` rejects (Polars once panicked formatting their reasons)."""
+    result = ingest_dir(SAMPLE_DIR)
+    assert result.samples.get_column("le").is_not_null().any()
+    batch = pl.concat([result.samples, result.samples, result.samples.head(500)])
+    store = SampleStore.from_url(str(tmp_path / "store"))
+    out = store.append(batch, "repeated")
+    assert out.written == result.samples.height
+    assert out.rows_in == out.written + out.already_stored + out.rejects.height == batch.height
+    assert set(out.rejects.get_column("reason_code")) == {"duplicate"}

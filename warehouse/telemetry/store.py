@@ -74,6 +74,8 @@ SERIES_COLUMNS = (
     "gpu_uuid",
     "hostname",
     "pod",
+    "series",  # a speed metric's other labels (one histogram or counter series among several)
+    "le",  # a histogram bucket's upper bound
 )
 KEY_COLUMNS = (*SERIES_COLUMNS, "ts")
 _REQUIRED = ("deployment_id", "metric", "ts", "value")
@@ -417,7 +419,8 @@ def _first_of_each(checked: pl.DataFrame, batch: str) -> tuple[pl.DataFrame, pl.
     repeat = ~numbered.select(pl.struct(*KEY_COLUMNS).is_first_distinct().alias("_first"))["_first"]
     if not repeat.any():
         return checked.drop("_capplan_row"), pl.DataFrame(schema=REJECT_SCHEMA)
-    dupes = numbered.filter(repeat).with_columns(
+    # rechunked first: Polars 2.1 panics in `format` on the string views of a filtered concatenation
+    dupes = numbered.filter(repeat).rechunk().with_columns(
         pl.lit("duplicate").alias("_code"),
         pl.format("duplicate sample: {} at {} earlier in the batch", pl.col("metric"), pl.col("ts")).alias("_reason"),
         pl.format("{} {} {}", pl.col("deployment_id"), pl.col("metric"), pl.col("value")).str.slice(0, 200).alias("_excerpt"),
