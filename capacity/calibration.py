@@ -80,12 +80,14 @@ class ObservedSettings:
     block_size: int | None = None
     total_gpu_memory_bytes: int | None = None  # what the engine saw as the device total
     enforce_eager: bool | None = None  # --enforce-eager: no CUDA graphs
+    unmodelled_features: tuple[str, ...] = ()  # lora | speculative | cpu_offload | dp_attention, as the log says
 
 
 _KV_DTYPES = {None: "auto", "auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 _WEIGHT_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
                   "float32": "float32", "auto": "auto"}  # fmt: skip
-_ONLINE_QUANT = {"fp8": "fp8"}  # --quantization X on an unquantized checkpoint -> weight dtype
+_ONLINE_QUANT = {"fp8": "fp8"}
+UNKNOWN_OFFLOAD_GIB = float("nan")  # CPU offload on, amount not carried: flags the estimate, sizes nothing  # --quantization X on an unquantized checkpoint -> weight dtype
 
 
 def engine_version_for(version: str | None, generation: str | None) -> str:
@@ -126,6 +128,10 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         max_num_seqs=s.max_num_seqs,
         gpu_memory_bytes=s.total_gpu_memory_bytes,
         enforce_eager=s.enforce_eager,
+        lora="lora" in s.unmodelled_features or None,
+        speculative="speculative" in s.unmodelled_features or None,
+        dp_attention="dp_attention" in s.unmodelled_features or None,
+        cpu_offload_gib=UNKNOWN_OFFLOAD_GIB if "cpu_offload" in s.unmodelled_features else None,
     )
 
 

@@ -6,6 +6,7 @@ is derived from these, so they carry exactly the facts a config.json or a SKU sh
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -239,7 +240,7 @@ class DeploymentSpec:
         """The declared features capplan does not size, as the estimate names them."""
         named = (
             (self.lora, "LoRA adapters (their weights and buffers)"),
-            (self.cpu_offload_gib, f"CPU offload of {self.cpu_offload_gib:g} GiB of weights" if self.cpu_offload_gib else ""),
+            (self.cpu_offload_gib, _offload_text(self.cpu_offload_gib)),
             (self.speculative, "speculative decoding (the draft's weights and KV)"),
             (self.dp_attention, "DP attention (a KV pool per attention rank)"),
         )
@@ -248,6 +249,12 @@ class DeploymentSpec:
     weights_bytes_per_gpu: int | None = None  # override the weights
     overhead_bytes_per_gpu: int | None = None  # override every non-KV, non-weight term
     kv_cache_memory_bytes: int | None = None  # use this KV budget per GPU (vLLM --kv-cache-memory-bytes)
+
+
+def _offload_text(gib: float | None) -> str:
+    if gib is None or gib == 0:
+        return ""
+    return "CPU offload of weights" if math.isnan(gib) else f"CPU offload of {gib:g} GiB of weights"
 
 
 class SpecError(ValueError):

@@ -2,7 +2,7 @@
 -- grain: one observed deployment (latest run).
 -- columns: run_id, run_date, deployment_id, telemetry_source, model, model_family, gpu, engine,
 --   engine_version, engine_version_predicted, tp, pp, weight_dtype, kv_dtype, max_model_len,
---   gpu_memory_utilization, startup_outcome, prediction_status, prediction_reason,
+--   gpu_memory_utilization, startup_outcome, prediction_status, prediction_reason, not_modelled,
 --   measured_weights_bytes, predicted_weights_bytes, weights_error, measured_activation_peak_bytes,
 --   predicted_activation_peak_bytes, activation_peak_error, measured_non_torch_bytes,
 --   predicted_non_torch_bytes, non_torch_error, measured_kv_pool_bytes, measured_kv_pool_source,
@@ -55,6 +55,7 @@ select
     d.latest_startup_outcome as startup_outcome,
     coalesce(p.prediction_status, 'skipped') as prediction_status,
     p.prediction_reason as prediction_reason,
+    p.not_modelled as not_modelled,
     d.weights_bytes as measured_weights_bytes,
     p.predicted_weights_bytes as predicted_weights_bytes,
     ((p.predicted_weights_bytes)::double - (d.weights_bytes)::double) / nullif((d.weights_bytes)::double, 0) as weights_error,
@@ -152,6 +153,7 @@ comment on column marts.prediction_vs_measured.gpu_memory_utilization is 'GPU me
 comment on column marts.prediction_vs_measured.startup_outcome is 'Outcome of the latest engine start in a log: started, failed or unknown.';
 comment on column marts.prediction_vs_measured.prediction_status is 'predicted, or skipped (prediction_reason says why).';
 comment on column marts.prediction_vs_measured.prediction_reason is 'Why no prediction, or the estimate''s notes.';
+comment on column marts.prediction_vs_measured.not_modelled is 'What capplan does not size in this deployment (LoRA, speculative decoding, CPU offload, DP attention, an engine path it does not model); null when modelled. Such rows are reported, never fitted into the calibration.';
 comment on column marts.prediction_vs_measured.measured_weights_bytes is 'Weights per GPU the engine reported (bytes).';
 comment on column marts.prediction_vs_measured.predicted_weights_bytes is 'Weights per GPU capplan predicted (bytes).';
 comment on column marts.prediction_vs_measured.weights_error is '(predicted - measured) / measured: positive = capplan predicts more than the engine took.';

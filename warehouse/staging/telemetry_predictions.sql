@@ -1,6 +1,6 @@
 -- staging.telemetry_predictions: capplan's prediction for every observed deployment, with the settings it reported (warehouse.telemetry.predictions), typed and stamped with the run.
 -- grain: one deployment id.
--- columns: run_id, run_date, deployment_id, prediction_status, prediction_reason, model,
+-- columns: run_id, run_date, deployment_id, prediction_status, prediction_reason, not_modelled, model,
 --   model_family, gpu, engine, engine_version, engine_series, engine_profile, weight_dtype,
 --   kv_dtype, weight_format, kv_cache_dtype, tp, pp, gpu_memory_bytes, gpu_memory_utilization,
 --   max_model_len, max_num_seqs, max_num_batched_tokens, block_size, context_tokens,
@@ -23,6 +23,7 @@ typed as (
         deployment_id::varchar as deployment_id,
         prediction_status::varchar as prediction_status,
         prediction_reason::varchar as prediction_reason,
+        not_modelled::varchar as not_modelled,
         model_id::varchar as model,
         model_family::varchar as model_family,
         gpu::varchar as gpu,

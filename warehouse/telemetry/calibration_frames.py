@@ -96,7 +96,7 @@ _PREDICTED = {
 def observations(deployments: pl.DataFrame, predictions: pl.DataFrame) -> list[Observation]:
     """Predicted deployments with at least one measured term, in deployment order."""
     measured_columns = [c for c in _MEASURED.values() if c in deployments.columns]
-    joined = predictions.filter(pl.col("prediction_status") == "predicted").join(
+    joined = predictions.filter((pl.col("prediction_status") == "predicted") & pl.col("not_modelled").is_null()).join(
         deployments.select("deployment_id", *measured_columns), on="deployment_id", how="left"
     )
     result: list[Observation] = []
@@ -156,7 +156,7 @@ def speed_observations(deployments: pl.DataFrame, predictions: pl.DataFrame) -> 
     measured = [m for m, _ in _SPEED_COLUMNS.values() if m in deployments.columns]
     if not measured or "predicted_tpot_ms" not in predictions.columns:
         return []
-    joined = predictions.filter(pl.col("prediction_status") == "predicted").join(
+    joined = predictions.filter((pl.col("prediction_status") == "predicted") & pl.col("not_modelled").is_null()).join(
         deployments.select("deployment_id", *measured), on="deployment_id", how="inner"
     )
     result: list[SpeedObservation] = []

@@ -43,6 +43,7 @@ PREDICTION_SCHEMA: dict[str, Any] = {
     "deployment_id": pl.String,
     "prediction_status": pl.String,  # predicted | skipped
     "prediction_reason": pl.String,
+    "not_modelled": pl.String,  # what capplan does not size in this deployment (Estimate.not_modelled); null: modelled
     "model_id": pl.String,
     "model_family": pl.String,
     "gpu": pl.String,
@@ -113,6 +114,8 @@ def settings_of(row: dict[str, Any]) -> ObservedSettings:
         max_num_batched_tokens=_int(row.get("max_num_batched_tokens")),
         block_size=_int(row.get("block_size")),
         total_gpu_memory_bytes=_int(row.get("total_gpu_memory_bytes")),
+        enforce_eager=row.get("enforce_eager"),
+        unmodelled_features=tuple(f for f in str(row.get("unmodelled_features") or "").split(",") if f),
     )
 
 
@@ -166,6 +169,7 @@ def predict_row(row: dict[str, Any], catalog: Catalog) -> tuple[Estimate | None,
     out |= {
         "prediction_status": "predicted",
         "prediction_reason": "; ".join(est.notes) or None,
+        "not_modelled": est.not_modelled,
         "engine_version": est.engine_version,
         "engine_series": engine_series(est.engine, est.engine_version),
         "engine_profile": engine_profile(est.engine, est.engine_version),

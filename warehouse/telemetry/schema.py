@@ -42,6 +42,10 @@ OBSERVATION_SCHEMA: dict[str, Any] = {
     "kv_cache_dtype": pl.String,
     "block_size": pl.Int32,
     "enable_prefix_caching": pl.Boolean,
+    "enforce_eager": pl.Boolean,  # no CUDA graphs (--enforce-eager)
+    # features the engine ran with that capplan does not size: lora, speculative, cpu_offload, dp_attention
+    # (comma-separated; the prediction of such a deployment is flagged not modelled)
+    "unmodelled_features": pl.String,
     "startup_outcome": pl.String,  # started | failed | unknown
     "startup_error": pl.String,
     "total_gpu_memory_bytes": pl.Int64,

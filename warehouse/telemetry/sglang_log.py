@@ -20,6 +20,7 @@ import re
 
 from warehouse.telemetry.normalize import RowError, parse_int, size_bytes
 from warehouse.telemetry.vllm_log import (
+    FEATURE_KEYS,
     NUM,
     P_ARGS,
     P_CONFIG,
@@ -132,6 +133,8 @@ ARG_KEYS = {
     "page_size": "block_size",
     "max_running_requests": "max_num_seqs",
     "chunked_prefill_size": "max_num_batched_tokens",
+    "disable_cuda_graph": "enforce_eager",
+    **FEATURE_KEYS,
 }
 
 BOOLEAN_FLAGS = frozenset({

@@ -33,6 +33,8 @@ SETTINGS = (
     "kv_cache_dtype",
     "block_size",
     "enable_prefix_caching",
+    "enforce_eager",
+    "unmodelled_features",
 )
 MEASURED = (
     "total_gpu_memory_bytes",

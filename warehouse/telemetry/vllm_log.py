@@ -488,6 +488,18 @@ _CONFIG_KEYS = {
     "quantization": "quantization",
     "kv_cache_dtype": "kv_cache_dtype",
     "enable_prefix_caching": "enable_prefix_caching",
+    "enforce_eager": "enforce_eager",
+}
+# engine settings that switch on what capplan does not size -> `feature:<name>` fields, folded into the
+# observation's `unmodelled_features` (`_fold_features`); a value that says "off" (0, None, False) is no feature
+FEATURE_KEYS = {
+    "enable_lora": "feature:lora",
+    "speculative_config": "feature:speculative",
+    "speculative_model": "feature:speculative",
+    "speculative_algorithm": "feature:speculative",
+    "num_speculative_tokens": "feature:speculative",
+    "cpu_offload_gb": "feature:cpu_offload",
+    "enable_dp_attention": "feature:dp_attention",
 }
 _ARG_KEYS = {
     "model": "model",
@@ -507,6 +519,8 @@ _ARG_KEYS = {
     "max_num_seqs": "max_num_seqs",
     "max_num_batched_tokens": "max_num_batched_tokens",
     "enable_prefix_caching": "enable_prefix_caching",
+    "enforce_eager": "enforce_eager",
+    **FEATURE_KEYS,
 }
 _BOOLEAN_FLAGS = frozenset(
     {
@@ -638,9 +652,21 @@ def _convert(key: str, value: Any) -> Any:
         return canonical_dtype(text)
     if key == "quantization":
         return text.lower()
-    if key == "enable_prefix_caching":
+    if key in ("enable_prefix_caching", "enforce_eager"):
         return parse_bool(text, key)
+    if key.startswith("feature:"):
+        return text.strip().lower() not in ("", "0", "0.0", "none", "null", "false", "{}")
     return text
+
+
+def _fold_features(values: Values) -> Values:
+    """The `feature:<name>` fields that are on, as the observation's sorted, comma-separated
+    `unmodelled_features` (absent when none is on)."""
+    on = sorted({k.removeprefix("feature:") for k, v in values.items() if k.startswith("feature:") and v})
+    out = {k: v for k, v in values.items() if not k.startswith("feature:")}
+    if on:
+        out["unmodelled_features"] = ",".join(on)
+    return out
 
 
 def _read_config(line: str, m: re.Match[str]) -> Values:
@@ -669,7 +695,7 @@ def _read_args_dict(text: str) -> Values:
         raise RowError("malformed", "non-default args is not a complete Python dict (truncated line?)") from None
     if not isinstance(args, dict):
         raise RowError("malformed", "non-default args is not a dict")
-    return {_ARG_KEYS[k]: _convert(_ARG_KEYS[k], v) for k, v in args.items() if k in _ARG_KEYS}
+    return _fold_features({_ARG_KEYS[k]: _convert(_ARG_KEYS[k], str(v)) for k, v in args.items() if k in _ARG_KEYS})
 
 
 def _read_namespace(text: str, marker: str = "Namespace(", keys: dict[str, str] | None = None) -> Values:
@@ -684,7 +710,7 @@ def _read_namespace(text: str, marker: str = "Namespace(", keys: dict[str, str] 
             values[target] = _convert(target, raw)
     if "model" not in values:
         raise RowError("malformed", f"settings dump {marker}...) without the model (truncated line?)")
-    return values
+    return _fold_features(values)
 
 
 def _read_command(text: str, m: re.Match[str], dialect: LogDialect | None = None) -> Values:
@@ -720,6 +746,10 @@ def _read_command(text: str, m: re.Match[str], dialect: LogDialect | None = None
         if key in dialect.boolean_flags and not eq:
             if key in ("enable_prefix_caching", "no_enable_prefix_caching"):
                 values["enable_prefix_caching"] = key == "enable_prefix_caching"
+            elif dialect.arg_keys.get(key) == "enforce_eager":  # --enforce-eager, SGLang's --disable-cuda-graph
+                values["enforce_eager"] = True
+            elif key in FEATURE_KEYS:  # --enable-lora, --enable-dp-attention
+                values[FEATURE_KEYS[key]] = True
             continue
         value: str | None = inline if eq else None
         if value is None and i < len(args) and not args[i].startswith("--"):
@@ -727,7 +757,7 @@ def _read_command(text: str, m: re.Match[str], dialect: LogDialect | None = None
             i += 1
         if key in dialect.arg_keys and value is not None:
             values[dialect.arg_keys[key]] = _convert(dialect.arg_keys[key], value)
-    return values
+    return _fold_features(values)
 
 
 def _prefix_free(line: str) -> bool:

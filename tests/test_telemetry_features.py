@@ -1,0 +1,54 @@
+"""Engine settings that change the memory capplan predicts (--enforce-eager) or that it does not size
+(LoRA, speculative decoding, CPU offload, DP attention), read from pasted vLLM and SGLang logs into
+the observation, and carried to the prediction: no graph estimate deducted without graphs, and the
+deployment flagged not modelled (reported, never fitted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from capacity.calibration import observed_deployment
+from capacity.memory import estimate
+from models_registry.resolve import load_model
+from models_registry.sources.gpu_catalog import find_gpu_sku
+from tests.test_telemetry_support import ingest, only_observation
+from warehouse.telemetry.predictions import settings_of
+
+VLLM = (
+    "$ vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192 --enforce-eager --enable-lora \\\n"
+    "    --speculative-config '{\"method\": \"eagle\", \"num_speculative_tokens\": 3}' --cpu-offload-gb 0\n"
+    "INFO 10-14 08:03:41 [gpu_model_runner.py:2653] Model loading took 14.99 GiB and 9.9 seconds\n"
+)
+SGLANG = (
+    "[2025-03-08 12:29:04] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=2, mem_fraction_static=0.85, "
+    "disable_cuda_graph=True, enable_dp_attention=True, speculative_algorithm=None, enable_lora=None, cpu_offload_gb=4)\n"
+    "[2025-03-08 12:29:20 TP0] KV Cache is allocated. #tokens: 46611, K size: 1.42 GB, V size: 1.42 GB\n"
+)
+
+
+def test_vllm_flags_become_settings_and_features(tmp_path: Path) -> None:
+    obs = only_observation(ingest(tmp_path, {"d/startup.log": VLLM}))
+    assert obs["enforce_eager"] is True
+    assert obs["unmodelled_features"] == "lora,speculative"  # --cpu-offload-gb 0 offloads nothing
+
+
+def test_sglang_server_args_become_settings_and_features(tmp_path: Path) -> None:
+    obs = only_observation(ingest(tmp_path, {"s/startup.log": SGLANG}))
+    assert obs["engine"] == "sglang" and obs["enforce_eager"] is True  # --disable-cuda-graph
+    assert obs["unmodelled_features"] == "cpu_offload,dp_attention"  # None and 0 switch nothing on
+
+
+def test_no_flags_no_features(tmp_path: Path) -> None:
+    plain = "$ vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192\n" + VLLM.splitlines()[-1] + "\n"
+    obs = only_observation(ingest(tmp_path, {"p/startup.log": plain}))
+    assert obs.get("enforce_eager") is None and obs.get("unmodelled_features") is None
+
+
+def test_the_prediction_deducts_no_graphs_and_is_flagged(tmp_path: Path) -> None:
+    obs = only_observation(ingest(tmp_path, {"d/startup.log": VLLM}))
+    resolved = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    deployment = observed_deployment(resolved.spec, settings_of(obs | {"engine_version": "0.33.0"}))
+    assert deployment.enforce_eager and deployment.lora and deployment.speculative
+    est = estimate(resolved.spec, deployment, gpu=find_gpu_sku("H100"), checkpoint_bytes=resolved.checkpoint_bytes)
+    assert est.cuda_graph_bytes_per_gpu == 0
+    assert est.not_modelled is not None and "LoRA" in est.not_modelled and "speculative" in est.not_modelled
