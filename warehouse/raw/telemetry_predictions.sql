@@ -1,6 +1,6 @@
 -- raw.telemetry_predictions: capplan's prediction for every observed deployment, with the settings it reported (warehouse.telemetry.predictions).
 -- grain: one deployment id.
--- columns: deployment_id, prediction_status, prediction_reason, model_id, model_family, gpu,
+-- columns: deployment_id, prediction_status, prediction_reason, not_modelled, model_id, model_family, gpu,
 --   engine, engine_version, engine_series, engine_profile, weight_dtype, kv_dtype, weight_format,
 --   kv_cache_dtype, tp, pp, gpu_memory_bytes, gpu_memory_utilization, max_model_len, max_num_seqs,
 --   max_num_batched_tokens, block_size, context_tokens, predicted_weights_bytes,

@@ -141,7 +141,9 @@ class SampleStore:
         if not text:
             raise StoreError(f"{STORE_ENV} is empty")
         try:
-            fs, root = fsspec.core.url_to_fs(text, **dict(storage_options or {}))
+            # a fresh filesystem per store: fsspec's instance cache would hand back one built from an
+            # earlier environment (a rotated credential, another endpoint) for the same arguments
+            fs, root = fsspec.core.url_to_fs(text, skip_instance_cache=True, **dict(storage_options or {}))
         except (ImportError, ValueError) as exc:
             hint = " (install the extra: pip install -e '.[s3]')" if isinstance(exc, ImportError) else ""
             raise StoreError(f"telemetry store {redact(one_line(text, 200))!r}: {one_line(exc, 160)}{hint}") from None
