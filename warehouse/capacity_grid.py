@@ -3,14 +3,28 @@
 The grid is `capacity.grid.build_capacity_grid` (vectorized Polars); this module only turns the
 warehouse rows back into domain objects, keeps one bad model from sinking the rest, and records
 every model left out with a reason (`raw.grid_errors`).
+
+The grid is computed per **partition**: the models of one family (`partition_name`). A partition's
+key (`GridPartition.part_key`) is the sha256 of everything its rows follow from (its models' raw
+rows, every GPU, the grid options, the capacity code); `refresh_partitions` recomputes only the
+partitions whose key the warehouse does not hold yet (or those a backfill names), writes each one's
+frames as Parquet under the run's staging area, loads them into the run's build, and maps the run
+to the partition versions it publishes (`raw.grid_partitions`). Rows are stored once per key: an
+unchanged partition costs no new rows, whatever the number of runs of history.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import re
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
+import duckdb
 import polars as pl
 
 from capacity.grid import (
@@ -25,7 +39,9 @@ from capacity.grid import (
 from capacity.spec import GpuSku
 from models_registry.normalize import spec_from_snapshot
 from models_registry.sources.common import ConfigSnapshot, ItemError, StageError, one_line
+from warehouse.provenance import CAPACITY_DIR, sha256_tree
 from warehouse.sources import ingest_errors_frame
+from warehouse.sql import load_frame
 
 CONTEXT_COLUMNS = ("context", "max_concurrency", "b_max_memory", "b_max", "fits", "tpot_ms", "output_tokens_per_second")
 DEPLOYMENT_COLUMNS = tuple(c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS)
@@ -162,8 +178,11 @@ def plan(
     skus: Sequence[GpuSku],
     options: GridOptions | None = None,
     errors: list[ItemError] | None = None,
+    *,
+    id_offset: int = 0,
 ) -> CapacityFrames:
-    """The grid frames for parsed models and GPUs (`errors`: models already left out, with why)."""
+    """The grid frames for parsed models and GPUs (`errors`: models already left out, with why);
+    deployment ids count from `id_offset` (a partition's own range, `partition_id_offset`)."""
     errors = list(errors or [])
     try:
         deployments = build_deployments(specs, skus, options).collect()
@@ -185,13 +204,268 @@ def plan(
         if model.repo_id not in planned and not any(e.item_key == model.repo_id for e in errors):
             reason = f"{model.repo_id}: no deployment in the grid (no valid parallelism on any GPU in the catalog)"
             errors.append(ItemError("model", model.repo_id, "grid", reason))
+    offset = pl.col("deployment_id") + id_offset
     return CapacityFrames(
-        deployments=deployments.select("deployment_id", *DEPLOYMENT_COLUMNS),
-        grid=grid,
-        context_limits=limits.select("deployment_id", "concurrency", "max_context"),
+        deployments=deployments.select("deployment_id", *DEPLOYMENT_COLUMNS).with_columns(offset),
+        grid=grid.with_columns(offset),
+        context_limits=limits.select("deployment_id", "concurrency", "max_context").with_columns(offset),
         errors=ingest_errors_frame(errors),
         models=len(planned),
     )
+
+
+# --- partitions ----------------------------------------------------------------------------------
+
+PARTITION_ID_SHIFT = 32  # a partition's deployment ids: prefix << 32 | row (2**32 deployments each)
+PARTITION_PREFIX_HEX = 6  # 24-bit prefix from the name's sha256: ids stay below 2**56 (BIGINT)
+PART_ID_HEX = 15  # part_id: the key's first 60 bits, a BIGINT join key for the raw tables
+OTHER_PARTITION = "other"
+GRID_TABLES = ("deployments", "capacity_grid", "context_limits")
+PARTITIONS_TABLE = "grid_partitions"
+# This run's partitions, for SQL over the content-keyed raw grid tables (checks, counts).
+THIS_RUN_PARTS = "(select part_id from raw.grid_partitions where run_id = (select run_id from raw.run))"
+
+
+class PartitionError(ValueError):
+    """A backfill names a partition the catalog does not have, or two partitions' id ranges collide."""
+
+
+def partition_name(family: object) -> str:
+    """The partition of a model: its family, lowercased, as a safe file name (`other` when unknown)."""
+    text = re.sub(r"[^a-z0-9_-]+", "_", str(family or "").strip().lower()).strip("_")[:64]
+    return text or OTHER_PARTITION
+
+
+def partition_id_offset(name: str) -> int:
+    """The first deployment id of a partition: fixed by its name, so ids of an unchanged partition
+    stay the same from run to run whatever the other partitions do."""
+    prefix = int(hashlib.sha256(name.encode()).hexdigest()[:PARTITION_PREFIX_HEX], 16)
+    return prefix << PARTITION_ID_SHIFT
+
+
+def grid_code_version() -> str:
+    """sha256 over the capacity package (code and data) and Polars' version: a grid row follows from
+    its inputs and these only, so a partition computed by other code is computed again."""
+    digest = hashlib.sha256()
+    for pattern in ("**/*.py", "**/*.yaml"):
+        digest.update((sha256_tree(CAPACITY_DIR, pattern) or "").encode())
+    digest.update(pl.__version__.encode())
+    return digest.hexdigest()
+
+
+MODEL_KEY_COLUMNS = ("repo_id", "config_json", "checkpoint_bytes", "family", "source", "source_path", "revision")
+
+
+@dataclass(frozen=True, slots=True)
+class GridPartition:
+    """One partition of the run's catalog: its name, its models' raw rows and its content key."""
+
+    name: str
+    models: pl.DataFrame  # raw.models rows of the partition, by repo_id
+    part_key: str  # sha256 hex of the inputs
+
+    @property
+    def part_id(self) -> int:
+        return int(self.part_key[:PART_ID_HEX], 16)
+
+
+def grid_partitions(
+    models: pl.DataFrame, gpus: pl.DataFrame, options: GridOptions | None = None, code_version: str | None = None
+) -> list[GridPartition]:
+    """The run's models split by family, each with the key of what its grid rows follow from."""
+    if models.height == 0:
+        return []
+    code = code_version or grid_code_version()
+    shared = json.dumps(
+        {"code": code, "options": repr(options or GridOptions()), "gpus": [repr(s) for s in gpu_skus(gpus)]},
+        sort_keys=True,
+    )
+    present = [c for c in MODEL_KEY_COLUMNS if c in models.columns]
+    named = models.with_columns(
+        pl.col("family").map_elements(partition_name, return_dtype=pl.String).alias("_partition")
+        if "family" in models.columns
+        else pl.lit(OTHER_PARTITION).alias("_partition")
+    ).sort("repo_id")
+    parts: list[GridPartition] = []
+    offsets: dict[int, str] = {}
+    for (name,), rows in sorted(named.group_by(["_partition"]), key=lambda item: str(item[0][0])):
+        name = str(name)
+        other = offsets.setdefault(partition_id_offset(name), name)
+        if other != name:
+            raise PartitionError(f"partitions {other!r} and {name!r} have the same deployment id range; rename one family")
+        digest = hashlib.sha256(shared.encode())
+        digest.update(b"\0" + name.encode() + b"\0")
+        for row in rows.select(present).iter_rows():
+            digest.update(json.dumps(row, default=str).encode() + b"\n")
+        parts.append(GridPartition(name, rows.drop("_partition"), digest.hexdigest()))
+    return parts
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRefresh:
+    """What `refresh_partitions` did: the partitions it computed, those it reused, the rows."""
+
+    computed: list[str]
+    reused: list[str]
+    models: int  # models with grid rows in this run
+    deployments: int
+    grid_rows: int
+    context_limit_rows: int
+    errors: pl.DataFrame
+    parquet_bytes: int  # Parquet written to the staging area by this run
+    compute_seconds: float
+    load_seconds: float
+    files: list[str] = field(default_factory=list)  # staged Parquet files, relative to the staging area
+
+
+def _errors_json(errors: Sequence[ItemError]) -> str:
+    return json.dumps(
+        [[e.item_kind, e.item_key, e.stage, e.reason, e.source_path, e.raw_excerpt] for e in errors], sort_keys=False
+    )
+
+
+def _errors_of(text: str | None) -> list[ItemError]:
+    return [ItemError(*item) for item in json.loads(text or "[]")]
+
+
+def _stored(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, dict[str, object]], dict[str, dict[str, object]]]:
+    """Partition versions the build holds: by part_key (any retained run), and the latest
+    published run's by partition name."""
+    from warehouse.sql import relation_kind
+
+    if relation_kind(con, "raw", PARTITIONS_TABLE) != "table":
+        return {}, {}
+    frame = con.execute(
+        "select p.*, r.started_at from raw.grid_partitions as p "
+        "left join (select run_id, started_at from marts.runs) as r using (run_id) "
+        "where p.run_id <> (select run_id from raw.run) order by r.started_at nulls first, p.run_id"
+        if relation_kind(con, "marts", "runs") is not None
+        else "select * from raw.grid_partitions where run_id <> (select run_id from raw.run)"
+    ).pl()
+    by_key: dict[str, dict[str, object]] = {}
+    latest: dict[str, dict[str, object]] = {}
+    for row in frame.iter_rows(named=True):  # oldest first: the latest run's rows win
+        by_key[str(row["part_key"])] = row
+        latest[str(row["partition"])] = row
+    return by_key, latest
+
+
+def refresh_partitions(
+    con: duckdb.DuckDBPyConnection,
+    models: pl.DataFrame,
+    gpus: pl.DataFrame,
+    *,
+    stage_dir: Path,
+    run: dict[str, object],
+    backfill: Sequence[str] | None = None,
+    options: GridOptions | None = None,
+) -> PartitionRefresh:
+    """Bring the run's build up to date with the catalog, one partition at a time.
+
+    Without `backfill` (the nightly): a partition whose key the build already holds (from any
+    retained run) is reused as is; any other is computed. With `backfill` (partition names): those
+    are computed again, every other partition is published as the last run published it (a
+    partition no run has published yet is computed). Each computed partition is written as
+    Parquet under `stage_dir/<partition>/<key>/` and loaded from there into the raw tables
+    (rows keyed by `part_id`); `raw.grid_partitions` maps this run to its partition versions.
+    """
+    parts = grid_partitions(models, gpus, options)
+    names = {p.name for p in parts}
+    unknown = sorted(set(backfill or ()) - names)
+    if unknown:
+        raise PartitionError(
+            f"no partition {', '.join(repr(u) for u in unknown)} in the catalog; partitions: {', '.join(sorted(names))}"
+        )
+    by_key, latest = _stored(con)
+    skus = gpu_skus(gpus)
+    computed: list[str] = []
+    reused: list[str] = []
+    rows: list[dict[str, object]] = []
+    errors: list[ItemError] = []
+    files: list[str] = []
+    parquet_bytes = 0
+    compute_s = load_s = 0.0
+    for part in parts:
+        if backfill is not None:  # a backfill: the named partitions again, the others as last published
+            previous = None if part.name in backfill else latest.get(part.name)
+        else:
+            previous = by_key.get(part.part_key)
+        if previous is not None:
+            reused.append(part.name)
+            errors += _errors_of(previous.get("errors_json"))  # type: ignore[arg-type]
+            keep = ("part_key", "part_id", "computed_by_run_id", "models", "deployments", "grid_rows",
+                    "context_limit_rows", "errors_json")  # fmt: skip
+            rows.append({"partition": part.name, "computed": False} | {k: previous[k] for k in keep})
+            continue
+        start = time.perf_counter()
+        specs, parse_errors = grid_models(part.models)
+        frames = plan(specs, skus, options, parse_errors, id_offset=partition_id_offset(part.name))
+        part_errors = [ItemError(*r) for r in frames.errors.select(
+            "item_kind", "item_key", "stage", "reason", "source_path", "raw_excerpt").iter_rows()]  # fmt: skip
+        folder = stage_dir / part.name / part.part_key[:16]
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = {}
+        for table, frame in zip(GRID_TABLES, (frames.deployments, frames.grid, frames.context_limits), strict=True):
+            path = folder / f"{table}.parquet"
+            frame.write_parquet(path, compression="lz4", statistics=False)
+            paths[table] = path
+            parquet_bytes += path.stat().st_size
+            files.append(path.relative_to(stage_dir).as_posix())
+        del frames
+        mid = time.perf_counter()
+        compute_s += mid - start
+        for table in GRID_TABLES:
+            load_frame(con, "raw", table, paths[table], {"part_id": part.part_id})
+        load_s += time.perf_counter() - mid
+        counts = {
+            table: int(pl.scan_parquet(paths[table]).select(pl.len()).collect().item()) for table in GRID_TABLES
+        }
+        planned = pl.scan_parquet(paths["deployments"]).select(pl.col("model").n_unique()).collect().item()
+        computed.append(part.name)
+        errors += part_errors
+        rows.append(
+            {
+                "partition": part.name,
+                "part_key": part.part_key,
+                "part_id": part.part_id,
+                "computed_by_run_id": run["run_id"],
+                "computed": True,
+                "models": int(planned),
+                "deployments": counts["deployments"],
+                "grid_rows": counts["capacity_grid"],
+                "context_limit_rows": counts["context_limits"],
+                "errors_json": _errors_json(part_errors),
+            }
+        )
+    frame = pl.DataFrame(rows, schema=PARTITION_SCHEMA)
+    load_frame(con, "raw", PARTITIONS_TABLE, frame, run)
+    return PartitionRefresh(
+        computed=computed,
+        reused=reused,
+        models=int(frame.get_column("models").sum() or 0),
+        deployments=int(frame.get_column("deployments").sum() or 0),
+        grid_rows=int(frame.get_column("grid_rows").sum() or 0),
+        context_limit_rows=int(frame.get_column("context_limit_rows").sum() or 0),
+        errors=ingest_errors_frame(errors),
+        parquet_bytes=parquet_bytes,
+        compute_seconds=compute_s,
+        load_seconds=load_s,
+        files=files,
+    )
+
+
+PARTITION_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    "partition": pl.String,
+    "part_key": pl.String,
+    "part_id": pl.Int64,
+    "computed_by_run_id": pl.String,
+    "computed": pl.Boolean,
+    "models": pl.Int64,
+    "deployments": pl.Int64,
+    "grid_rows": pl.Int64,
+    "context_limit_rows": pl.Int64,
+    "errors_json": pl.String,
+}
 
 
 # --- the grid against the scalar engine ---------------------------------------------------------

@@ -150,8 +150,19 @@ def nightly(
             help="Seconds to wait if another run holds the warehouse (default CAPPLAN_LOCK_WAIT_S, else 0).",
         ),
     ] = None,
+    partition: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--partition",
+            metavar="FAMILY",
+            help="Backfill: recompute only this capacity-grid partition (a model family, as in "
+            "raw.grid_partitions; repeatable); the others are published as the last run published them.",
+        ),
+    ] = None,
 ) -> None:
-    """Refresh everything: registry sync, capacity grid, marts; publish the warehouse atomically."""
+    """Refresh everything: registry sync, capacity grid, marts; publish the warehouse atomically.
+
+    The grid is recomputed only for the partitions (model families) whose inputs changed."""
     from rich.console import Console
 
     started = time.perf_counter()
@@ -190,7 +201,10 @@ def nightly(
                 instance=instance,
                 run_id=run_id,
                 raise_on_error=False,
-                run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+                run_config={
+                    "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+                    **({"ops": {"capacity_grid": {"config": {"partitions": list(partition)}}}} if partition else {}),
+                },
                 tags={"capplan/trigger": "capplan nightly"},
             )
     finally:
