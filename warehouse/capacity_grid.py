@@ -41,7 +41,7 @@ from models_registry.normalize import spec_from_snapshot
 from models_registry.sources.common import ConfigSnapshot, ItemError, StageError, one_line
 from warehouse.provenance import CAPACITY_DIR, sha256_tree
 from warehouse.sources import ingest_errors_frame
-from warehouse.sql import load_frame
+from warehouse.sql import load_frame, relation_kind
 
 CONTEXT_COLUMNS = ("context", "max_concurrency", "b_max_memory", "b_max", "fits", "tpot_ms", "output_tokens_per_second")
 DEPLOYMENT_COLUMNS = tuple(c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS)
@@ -222,6 +222,7 @@ PART_ID_HEX = 15  # part_id: the key's first 60 bits, a BIGINT join key for the 
 OTHER_PARTITION = "other"
 GRID_TABLES = ("deployments", "capacity_grid", "context_limits")
 PARTITIONS_TABLE = "grid_partitions"
+NO_PART = -1  # the part_id an empty table is created with (no part_key maps to a negative id)
 # This run's partitions, for SQL over the content-keyed raw grid tables (checks, counts).
 THIS_RUN_PARTS = "(select part_id from raw.grid_partitions where run_id = (select run_id from raw.run))"
 
@@ -301,6 +302,16 @@ def grid_partitions(
     return parts
 
 
+def stage_parquet(frame: pl.DataFrame, stage_dir: Path, part: GridPartition, table: str) -> Path:
+    """Write one partition's frame for `raw.<table>` as `<stage>/<partition>/<key[:16]>/<table>.parquet`
+    (lz4: the file is read once, by DuckDB, right after)."""
+    folder = stage_dir / part.name / part.part_key[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{table}.parquet"
+    frame.write_parquet(path, compression="lz4", statistics=False)
+    return path
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionRefresh:
     """What `refresh_partitions` did: the partitions it computed, those it reused, the rows."""
@@ -328,26 +339,42 @@ def _errors_of(text: str | None) -> list[ItemError]:
     return [ItemError(*item) for item in json.loads(text or "[]")]
 
 
-def _stored(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, dict[str, object]], dict[str, dict[str, object]]]:
-    """Partition versions the build holds: by part_key (any retained run), and the latest
-    published run's by partition name."""
-    from warehouse.sql import relation_kind
+@dataclass(frozen=True, slots=True)
+class StoredVersions:
+    """The partition versions a build holds in a map table (`raw.grid_partitions`...): by key (any
+    retained run) and, by partition name, the one the latest earlier run published."""
 
-    if relation_kind(con, "raw", PARTITIONS_TABLE) != "table":
-        return {}, {}
-    frame = con.execute(
-        "select p.*, r.started_at from raw.grid_partitions as p "
-        "left join (select run_id, started_at from marts.runs) as r using (run_id) "
-        "where p.run_id <> (select run_id from raw.run) order by r.started_at nulls first, p.run_id"
-        if relation_kind(con, "marts", "runs") is not None
-        else "select * from raw.grid_partitions where run_id <> (select run_id from raw.run)"
-    ).pl()
-    by_key: dict[str, dict[str, object]] = {}
-    latest: dict[str, dict[str, object]] = {}
-    for row in frame.iter_rows(named=True):  # oldest first: the latest run's rows win
-        by_key[str(row["part_key"])] = row
-        latest[str(row["partition"])] = row
-    return by_key, latest
+    by_key: dict[str, dict[str, object]]
+    latest: dict[str, dict[str, object]]
+
+    @classmethod
+    def read(cls, con: duckdb.DuckDBPyConnection, table: str) -> StoredVersions:
+        from warehouse.sql import qualified
+
+        if relation_kind(con, "raw", table) != "table":
+            return cls({}, {})
+        source = qualified("raw", table)
+        frame = con.execute(
+            f"select p.*, r.started_at from {source} as p "
+            "left join (select run_id, started_at from marts.runs) as r using (run_id) "
+            "where p.run_id <> (select run_id from raw.run) order by r.started_at nulls first, p.run_id"
+            if relation_kind(con, "marts", "runs") is not None
+            else f"select * from {source} where run_id <> (select run_id from raw.run)"
+        ).pl()
+        by_key: dict[str, dict[str, object]] = {}
+        latest: dict[str, dict[str, object]] = {}
+        for row in frame.iter_rows(named=True):  # oldest first: the latest run's rows win
+            by_key[str(row["part_key"])] = row
+            latest[str(row["partition"])] = row
+        return cls(by_key, latest)
+
+    def reusable(self, name: str, part_key: str, backfill: Sequence[str] | None) -> dict[str, object] | None:
+        """The stored version to publish again, or None to compute the partition: without a backfill
+        the version with this key; in a backfill, none for the partitions it names, the latest
+        published one for the others (None if no run published one yet)."""
+        if backfill is not None:
+            return None if name in backfill else self.latest.get(name)
+        return self.by_key.get(part_key)
 
 
 def refresh_partitions(
@@ -376,7 +403,7 @@ def refresh_partitions(
         raise PartitionError(
             f"no partition {', '.join(repr(u) for u in unknown)} in the catalog; partitions: {', '.join(sorted(names))}"
         )
-    by_key, latest = _stored(con)
+    stored = StoredVersions.read(con, PARTITIONS_TABLE)
     skus = gpu_skus(gpus)
     computed: list[str] = []
     reused: list[str] = []
@@ -386,10 +413,7 @@ def refresh_partitions(
     parquet_bytes = 0
     compute_s = load_s = 0.0
     for part in parts:
-        if backfill is not None:  # a backfill: the named partitions again, the others as last published
-            previous = None if part.name in backfill else latest.get(part.name)
-        else:
-            previous = by_key.get(part.part_key)
+        previous = stored.reusable(part.name, part.part_key, backfill)
         if previous is not None:
             reused.append(part.name)
             errors += _errors_of(previous.get("errors_json"))  # type: ignore[arg-type]
@@ -402,15 +426,11 @@ def refresh_partitions(
         frames = plan(specs, skus, options, parse_errors, id_offset=partition_id_offset(part.name))
         part_errors = [ItemError(*r) for r in frames.errors.select(
             "item_kind", "item_key", "stage", "reason", "source_path", "raw_excerpt").iter_rows()]  # fmt: skip
-        folder = stage_dir / part.name / part.part_key[:16]
-        folder.mkdir(parents=True, exist_ok=True)
         paths = {}
         for table, frame in zip(GRID_TABLES, (frames.deployments, frames.grid, frames.context_limits), strict=True):
-            path = folder / f"{table}.parquet"
-            frame.write_parquet(path, compression="lz4", statistics=False)
-            paths[table] = path
-            parquet_bytes += path.stat().st_size
-            files.append(path.relative_to(stage_dir).as_posix())
+            paths[table] = stage_parquet(frame, stage_dir, part, table)
+            parquet_bytes += paths[table].stat().st_size
+            files.append(paths[table].relative_to(stage_dir).as_posix())
         del frames
         mid = time.perf_counter()
         compute_s += mid - start
@@ -437,6 +457,12 @@ def refresh_partitions(
                 "errors_json": _errors_json(part_errors),
             }
         )
+    missing = [t for t in GRID_TABLES if relation_kind(con, "raw", t) != "table"]
+    if missing:  # nothing computed into a new warehouse: the tables still exist, empty
+        empty = plan([], skus, options)
+        for table, part in zip(GRID_TABLES, (empty.deployments, empty.grid, empty.context_limits), strict=True):
+            if table in missing:
+                load_frame(con, "raw", table, part, {"part_id": NO_PART})
     frame = pl.DataFrame(rows, schema=PARTITION_SCHEMA)
     load_frame(con, "raw", PARTITIONS_TABLE, frame, run)
     return PartitionRefresh(

@@ -54,7 +54,6 @@ RUNS_TABLE = "runs"
 BUILD_SUFFIX = ".build"
 STAGE_SUFFIX = ".stage"
 CONTENT_KEY = "part_id"  # raw tables keyed by content: rows kept while a retained run refers to them
-CONTENT_MAP = "grid_partitions"  # the run-keyed raw table that refers to them
 
 
 class WarehouseMissing(FileNotFoundError):
@@ -223,10 +222,12 @@ class Warehouse:
                 con.execute(
                     f"delete from {qualified('raw', table)} where not list_contains($keep, run_id)", {"keep": keep}
                 )
+            referred = " union all ".join(
+                f"select {ident(CONTENT_KEY)} from {qualified('raw', m)}" for m in content_maps(con)
+            )
             for table in content_keyed_tables(con):
                 con.execute(
-                    f"delete from {qualified('raw', table)} where {ident(CONTENT_KEY)} not in "
-                    f"(select {ident(CONTENT_KEY)} from {qualified('raw', CONTENT_MAP)})"
+                    f"delete from {qualified('raw', table)} where {ident(CONTENT_KEY)} not in ({referred or 'select null'})"
                 )
             mark = lap("raw_history", mark)
             counts: dict[str, int] = {}
@@ -342,21 +343,29 @@ def run_keyed_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-def content_keyed_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Tables in `raw` whose rows are keyed by content (`part_id`), not by run: history in place,
-    each row once, referred to by the runs of `raw.grid_partitions`."""
-    if relation_kind(con, "raw", CONTENT_MAP) != "table":
-        return []
+def _raw_tables_with_key(con: duckdb.DuckDBPyConnection, *, run_keyed: bool) -> list[str]:
     rows = con.execute(
         "select c.table_name from duckdb_columns() c "
         "join duckdb_tables() t on t.database_name = c.database_name and t.schema_name = c.schema_name "
         "and t.table_name = c.table_name "
         "where c.schema_name = 'raw' and c.database_name = current_database() "
-        "group by c.table_name having bool_or(c.column_name = $key) and not bool_or(c.column_name = 'run_id') "
+        "group by c.table_name having bool_or(c.column_name = $key) and bool_or(c.column_name = 'run_id') = $runs "
         "order by 1",
-        {"key": CONTENT_KEY},
+        {"key": CONTENT_KEY, "runs": run_keyed},
     ).fetchall()
     return [str(r[0]) for r in rows]
+
+
+def content_keyed_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Tables in `raw` whose rows are keyed by content (`part_id`), not by run: history in place,
+    each row once, referred to by the runs of a map (`content_maps`)."""
+    return _raw_tables_with_key(con, run_keyed=False)
+
+
+def content_maps(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Run-keyed tables in `raw` with a `part_id`: which content-keyed rows each retained run
+    publishes (`raw.grid_partitions`, `raw.limit_partitions`)."""
+    return _raw_tables_with_key(con, run_keyed=True)
 
 
 def _remove_tree(path: Path) -> None:
