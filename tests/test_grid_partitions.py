@@ -1,0 +1,212 @@
+"""The partitioned grid through `capplan nightly`: one partition per model family, recomputed only
+when its inputs change or a backfill names it, its rows stored once however many runs publish it.
+
+Runs, on the small test catalog (Llama-3.1-8B and -70B: partition `llama`; Qwen3-32B: `qwen3`):
+1. a nightly; 2. the same again (nothing changed); then Qwen3-32B's config is edited in the catalog
+(max_position_embeddings 40,960 -> 32,768) and 3. `capplan nightly --partition qwen3` backfills it;
+and, in a fresh directory with the edited catalog, 4. a full recompute to compare against.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from pipelines.cli import app
+from tests.test_warehouse_fixtures import PipelineEnv, make_env
+from warehouse.publish import Warehouse
+
+QWEN = "Qwen/Qwen3-32B"
+QWEN_CONFIG = Path("configs/Qwen/Qwen3-32B/config.json")
+GRID_MARTS = ("deployments", "capacity_grid", "context_limits")
+HISTORY_MARTS = (*GRID_MARTS, "effective_context_limits")
+
+
+def _query(path: Path, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute(sql, params or {}).fetchall()
+    finally:
+        con.close()
+
+
+def _nightly(env: PipelineEnv, *args: str) -> str:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.env().items():
+            patch.setenv(name, value)
+        result = CliRunner().invoke(app, ["nightly", *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _run_ids(env: PipelineEnv) -> list[str]:
+    return [r[0] for r in _query(env.warehouse, "select run_id from marts.runs order by started_at")]
+
+
+def _partitions(env: PipelineEnv, run_id: str) -> dict[str, tuple[Any, ...]]:
+    rows = _query(
+        env.warehouse,
+        "select partition, part_key, part_id, computed_by_run_id, computed, grid_rows, deployments "
+        "from raw.grid_partitions where run_id = $run order by partition",
+        {"run": run_id},
+    )
+    return {r[0]: r[1:] for r in rows}
+
+
+def _current(path: Path, mart: str) -> list[tuple[Any, ...]]:
+    return _query(path, f"select * exclude (run_id, run_date) from marts.{mart} order by all")
+
+
+def _staged_files(env: PipelineEnv) -> list[str]:
+    with dg.DagsterInstance.from_config(str(env.dagster_home)) as instance:
+        event = instance.get_latest_materialization_event(dg.AssetKey(["raw", "grid_partitions"]))
+        assert event is not None and event.asset_materialization is not None
+        return list(event.asset_materialization.metadata["staged_parquet_files"].value)  # type: ignore[arg-type]
+
+
+def _edit_qwen(catalog: Path) -> None:
+    path = catalog / QWEN_CONFIG
+    config = json.loads(path.read_text(encoding="utf-8"))
+    assert config["max_position_embeddings"] == 40960
+    config["max_position_embeddings"] = 32768
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    env = make_env(tmp_path_factory.mktemp("partitions"))
+    snapshots: list[dict[str, list[tuple[Any, ...]]]] = []
+    staged: list[list[str]] = []
+
+    def one(*args: str) -> None:
+        _nightly(env, *args)
+        # what a full copy per run would have kept: each mart as published, run stamp included
+        snapshots.append({m: _query(env.warehouse, f"select * from marts.{m} order by all") for m in HISTORY_MARTS})
+        staged.append(_staged_files(env))
+
+    one()
+    one()
+    _edit_qwen(env.catalog)
+    one("--partition", "qwen3")
+    fresh = make_env(tmp_path_factory.mktemp("fresh"))
+    _edit_qwen(fresh.catalog)
+    _nightly(fresh)
+    yield {"env": env, "fresh": fresh, "snapshots": snapshots, "staged": staged, "run_ids": _run_ids(env)}
+
+
+@pytest.mark.slow  # four whole nightlies in the module fixture (~90 s on 2 cores)
+def test_the_grid_is_partitioned_by_model_family(runs: dict[str, Any]) -> None:
+    env: PipelineEnv = runs["env"]
+    first = _partitions(env, runs["run_ids"][0])
+    assert sorted(first) == ["llama", "qwen3"]
+    assert all(row[3] for row in first.values())  # computed by the first run
+    by_model = _query(
+        env.warehouse,
+        "select model, count(distinct deployment_id // (1::bigint << 32)) from marts.deployments group by model",
+    )
+    assert all(n == 1 for _model, n in by_model)  # a partition's deployment ids share their high bits
+    assert not Warehouse(env.warehouse).stages()  # the staging area went with the publish
+
+
+@pytest.mark.slow  # four whole nightlies in the module fixture (~90 s on 2 cores)
+def test_an_unchanged_night_reuses_every_partition_and_stores_no_rows_again(runs: dict[str, Any]) -> None:
+    env: PipelineEnv = runs["env"]
+    run1, run2, _run3 = runs["run_ids"]
+    first, second = _partitions(env, run1), _partitions(env, run2)
+    assert {name: row[:3] for name, row in second.items()} == {name: row[:3] for name, row in first.items()}
+    assert not any(row[3] for row in second.values())  # nothing computed
+    assert all(row[2] == run1 for row in second.values())
+    assert runs["staged"][1] == []  # and nothing staged
+    # the grid of two runs is stored once: one row per row of each partition version
+    stored = _query(env.warehouse, "select count(*) from raw.capacity_grid")[0][0]
+    versions = _query(env.warehouse, "select sum(grid_rows) from (select distinct part_id, grid_rows from raw.grid_partitions)")
+    assert stored == versions[0][0]
+
+
+@pytest.mark.slow  # four whole nightlies in the module fixture (~90 s on 2 cores)
+def test_a_backfill_recomputes_only_its_partition(runs: dict[str, Any]) -> None:
+    env: PipelineEnv = runs["env"]
+    run1, run2, run3 = runs["run_ids"]
+    before, after = _partitions(env, run2), _partitions(env, run3)
+    assert after["llama"] == before["llama"]  # same version, computed by run 1, reused
+    assert after["qwen3"][0] != before["qwen3"][0] and after["qwen3"][2:4] == (run3, True)
+    assert runs["staged"][2] and all(f.startswith("qwen3/") for f in runs["staged"][2])
+    assert {f.rsplit("/", 1)[1] for f in runs["staged"][2]} == {
+        "deployments.parquet",
+        "capacity_grid.parquet",
+        "context_limits.parquet",
+    }
+    old, new = runs["snapshots"][1], runs["snapshots"][2]
+    for mart in GRID_MARTS:  # llama's rows untouched, ids included; qwen3's changed
+        llama = [[r[2:] for r in s[mart] if r[3] != QWEN] for s in (old, new)]
+        assert llama[0] == llama[1] and llama[0], mart
+        qwen = [[r[2:] for r in s[mart] if r[3] == QWEN] for s in (old, new)]
+        assert qwen[0] != qwen[1] and qwen[1], mart
+    # the edit removes the 40,960-token context: one grid row fewer per Qwen3 deployment
+    deployments = after["qwen3"][5]
+    assert deployments == before["qwen3"][5] and after["qwen3"][4] == before["qwen3"][4] - deployments
+    contexts = _query(env.warehouse, "select max(context) from marts.capacity_grid where model = $m", {"m": QWEN})
+    assert contexts == [(32768,)]
+
+
+@pytest.mark.slow  # four whole nightlies in the module fixture (~90 s on 2 cores)
+def test_the_backfilled_marts_equal_a_full_recompute(runs: dict[str, Any]) -> None:
+    env: PipelineEnv = runs["env"]
+    fresh: PipelineEnv = runs["fresh"]
+    for mart in (*GRID_MARTS, "effective_context_limits", "recommended_placements", "procurement_plan"):
+        assert _current(env.warehouse, mart) == _current(fresh.warehouse, mart), mart
+
+
+@pytest.mark.slow  # four whole nightlies in the module fixture (~90 s on 2 cores)
+def test_history_reads_as_the_old_full_copy_per_run_would(runs: dict[str, Any]) -> None:
+    env: PipelineEnv = runs["env"]
+    for mart in HISTORY_MARTS:
+        copies = sorted(row for snapshot in runs["snapshots"] for row in snapshot[mart])
+        history = _query(env.warehouse, f"select * from marts.{mart}_history order by all")
+        assert history == copies, mart
+    runs_by_version = _query(
+        env.warehouse, "select count(distinct run_id), count(distinct part_id) from raw.limit_partitions"
+    )
+    assert runs_by_version == [(3, 3)]  # 3 runs x 2 partitions publish 3 versions of the limits
+
+
+@pytest.mark.slow  # four whole nightlies in the module fixture (~90 s on 2 cores)
+def test_a_backfill_of_an_unknown_partition_says_which_exist(runs: dict[str, Any]) -> None:
+    env: PipelineEnv = runs["env"]
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.env().items():
+            patch.setenv(name, value)
+        result = CliRunner().invoke(app, ["nightly", "--partition", "nope"])
+    assert result.exit_code == 1
+    assert "no partition 'nope' in the catalog; partitions: llama, qwen3" in result.output
+    assert "Traceback" not in result.output
+    assert _run_ids(env) == runs["run_ids"]  # nothing published
+
+
+def test_publish_drops_partition_versions_no_retained_run_refers_to(tmp_path: Path) -> None:
+    store = Warehouse(tmp_path / "wh.duckdb", history_runs=1)
+    for run, parts in (("r1", (1, 2)), ("r2", (2, 3))):
+        with store.lock(run):
+            store.begin(run)
+            with store.connect(run) as con:
+                con.execute(
+                    "create table if not exists raw.grid_partitions (run_id varchar, run_date date, part_id bigint)"
+                )
+                con.execute("create table if not exists raw.capacity_grid (part_id bigint, context bigint)")
+                for part in parts:
+                    con.execute("insert into raw.grid_partitions values ($run, current_date, $p)", {"run": run, "p": part})
+                    con.execute("delete from raw.capacity_grid where part_id = $p", {"p": part})
+                    con.execute("insert into raw.capacity_grid values ($p, 1024), ($p, 2048)", {"p": part})
+            store.stage_path(run).mkdir()
+            store.publish(run, {"started_at": dt.datetime.now(dt.UTC)})
+        assert not store.stage_path(run).exists()
+    kept = _query(store.path, "select part_id, count(*) from raw.capacity_grid group by 1 order by 1")
+    assert kept == [(2, 2), (3, 2)]  # r1 trimmed (history_runs=1): its part 1 went with it
