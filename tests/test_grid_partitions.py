@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from pipelines.cli import app
 from tests.test_warehouse_fixtures import PipelineEnv, make_env
+from warehouse.capacity_grid import PARTITION_ID_SHIFT
 from warehouse.publish import Warehouse
 
 QWEN = "Qwen/Qwen3-32B"
@@ -110,7 +111,8 @@ def test_the_grid_is_partitioned_by_model_family(runs: dict[str, Any]) -> None:
     assert all(row[3] for row in first.values())  # computed by the first run
     by_model = _query(
         env.warehouse,
-        "select model, count(distinct deployment_id // (1::bigint << 32)) from marts.deployments group by model",
+        "select model, count(distinct deployment_id // (1::bigint << $shift)) from marts.deployments group by model",
+        {"shift": PARTITION_ID_SHIFT},
     )
     assert all(n == 1 for _model, n in by_model)  # a partition's deployment ids share their high bits
     assert not Warehouse(env.warehouse).stages()  # the staging area went with the publish

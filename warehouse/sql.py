@@ -10,7 +10,8 @@ through `ident`, which quotes them.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -179,6 +180,19 @@ def load_frame(
         else:
             con.unregister(INCOMING)
     return int(counted[0]) if counted else 0
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """One transaction around many writes to a file: committed once (each autocommitted insert
+    appends to the write-ahead log, and a large one checkpoints), rolled back on any error."""
+    con.execute("begin transaction")
+    try:
+        yield
+    except BaseException:
+        con.execute("rollback")
+        raise
+    con.execute("commit")
 
 
 def is_run_keyed(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> bool:

@@ -35,7 +35,7 @@ from warehouse.capacity_grid import (
 from warehouse.catalog import Catalog
 from warehouse.provenance import sha256_file
 from warehouse.recommendations.limits import LIMIT_SCHEMA, grid_limits
-from warehouse.sql import load_frame, relation_kind
+from warehouse.sql import load_frame, relation_kind, transaction
 
 LIMITS_TABLE = "grid_limits"
 MAP_TABLE = "limit_partitions"
@@ -96,8 +96,24 @@ def refresh_limit_partitions(
     backfill: Sequence[str] | None = None,
 ) -> LimitRefresh:
     """Publish this run's model_gpu_tp limits, computing only the versions the build lacks."""
-    version = ec.VLLM_DEFAULT_VERSION
     stored = StoredVersions.read(con, MAP_TABLE)
+    with transaction(con):  # one commit for every partition
+        return _refresh(con, models, gpus, catalog, fit, stored, stage_dir=stage_dir, run=run, backfill=backfill)
+
+
+def _refresh(
+    con: duckdb.DuckDBPyConnection,
+    models: pl.DataFrame,
+    gpus: pl.DataFrame,
+    catalog: Catalog,
+    fit: CalibrationFit,
+    stored: StoredVersions,
+    *,
+    stage_dir: Path,
+    run: dict[str, object],
+    backfill: Sequence[str] | None,
+) -> LimitRefresh:
+    version = ec.VLLM_DEFAULT_VERSION
     computed: list[str] = []
     reused: list[str] = []
     rows: list[dict[str, object]] = []
