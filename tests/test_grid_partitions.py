@@ -136,7 +136,7 @@ def test_an_unchanged_night_reuses_every_partition_and_stores_no_rows_again(runs
 @pytest.mark.slow  # four whole nightlies in the module fixture (~90 s on 2 cores)
 def test_a_backfill_recomputes_only_its_partition(runs: dict[str, Any]) -> None:
     env: PipelineEnv = runs["env"]
-    run1, run2, run3 = runs["run_ids"]
+    _run1, run2, run3 = runs["run_ids"]
     before, after = _partitions(env, run2), _partitions(env, run3)
     assert after["llama"] == before["llama"]  # same version, computed by run 1, reused
     assert after["qwen3"][0] != before["qwen3"][0] and after["qwen3"][2:4] == (run3, True)
@@ -212,3 +212,44 @@ def test_publish_drops_partition_versions_no_retained_run_refers_to(tmp_path: Pa
         assert not store.stage_path(run).exists()
     kept = _query(store.path, "select part_id, count(*) from raw.capacity_grid group by 1 order by 1")
     assert kept == [(2, 2), (3, 2)]  # r1 trimmed (history_runs=1): its part 1 went with it
+
+
+def _to_layout_before_partitions(path: Path) -> None:
+    """Rewrite a published warehouse as the nightly before partitions wrote it: the grid's raw
+    tables keyed by run_id (every run's rows), effective_context_limits_history a table of copies."""
+    con = duckdb.connect(str(path))
+    try:
+        for table in GRID_MARTS:
+            con.execute(f"create table raw.{table}_old as select * from staging.{table}")
+        con.execute(
+            "create table marts.ecl_old as select * from marts.effective_context_limits_history; "
+            "drop view marts.effective_context_limits; drop view marts.effective_context_limits_history; "
+            "alter table marts.ecl_old rename to effective_context_limits_history; "
+            "create or replace view marts.effective_context_limits as "
+            "select * from marts.effective_context_limits_history where run_id = (select run_id from raw.run); "
+            "create or replace table raw.effective_context_limits as "
+            "select * exclude (run_id, run_date) from marts.effective_context_limits_history; "
+            "drop table raw.grid_limits; drop table raw.limit_partitions; drop table raw.grid_partitions"
+        )
+        for table in GRID_MARTS:
+            con.execute(f"drop table raw.{table}; alter table raw.{table}_old rename to {table}")
+    finally:
+        con.close()
+
+
+@pytest.mark.slow  # two whole nightlies (~40 s on 2 cores)
+def test_a_warehouse_from_before_partitions_keeps_its_history(tmp_path: Path) -> None:
+    env = make_env(tmp_path)
+    _nightly(env)
+    before = {m: _query(env.warehouse, f"select * from marts.{m} order by all") for m in HISTORY_MARTS}
+    _to_layout_before_partitions(env.warehouse)
+    assert "part_id" not in {r[0] for r in _query(env.warehouse, "describe raw.capacity_grid")}
+    _nightly(env)
+    first, second = _run_ids(env)
+    for mart in HISTORY_MARTS:
+        kept = _query(env.warehouse, f"select * from marts.{mart}_history where run_id = $r order by all", {"r": first})
+        assert kept == before[mart], mart
+        assert _current(env.warehouse, mart) == [row[2:] for row in before[mart]], mart  # same catalog, same rows
+    legacy = _query(env.warehouse, "select partition, computed_by_run_id from raw.grid_partitions where run_id = $r", {"r": first})
+    assert legacy == [("all", first)]
+    assert sorted(_partitions(env, second)) == ["llama", "qwen3"]

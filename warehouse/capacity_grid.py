@@ -42,7 +42,7 @@ from models_registry.normalize import spec_from_snapshot
 from models_registry.sources.common import ConfigSnapshot, ItemError, StageError, one_line
 from warehouse.provenance import CAPACITY_DIR, sha256_tree
 from warehouse.sources import ingest_errors_frame
-from warehouse.sql import load_frame, relation_kind, transaction
+from warehouse.sql import columns, load_frame, qualified, relation_kind, transaction
 
 CONTEXT_COLUMNS = ("context", "max_concurrency", "b_max_memory", "b_max", "fits", "tpot_ms", "output_tokens_per_second")
 DEPLOYMENT_COLUMNS = tuple(c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS)
@@ -332,6 +332,79 @@ def stage_parquet(frame: pl.DataFrame, stage_dir: Path, part: GridPartition, tab
     return path
 
 
+LEGACY_PARTITION = "all"  # a run of a warehouse written before partitions: its whole grid
+
+
+def legacy_part_key(run_id: object) -> str:
+    """The key a run's whole grid gets when a warehouse from before partitions is adopted."""
+    return hashlib.sha256(f"run:{run_id}".encode()).hexdigest()
+
+
+def adopt_rows_per_run(
+    con: duckdb.DuckDBPyConnection, tables: Sequence[str], source: str | None = None
+) -> list[tuple[str, object, int, str]]:
+    """Re-key run-keyed rows by content: every run's rows of `raw.<table>` (or of `source`, a
+    relation with run_id and run_date, written to each table) become one partition version,
+    `part_id` = legacy_part_key(run_id), without run_id and run_date. Returns (run_id, run_date,
+    part_id, part_key) per run; nothing when the tables are keyed by content already."""
+    first = source or qualified("raw", tables[0])
+    runs = con.execute(f"select distinct run_id, run_date from {first} order by run_id").fetchall()
+    mapping = pl.DataFrame(
+        {
+            "run_id": [str(r[0]) for r in runs],
+            "part_id": [int(legacy_part_key(r[0])[:PART_ID_HEX], 16) for r in runs],
+        },
+        schema={"run_id": pl.String, "part_id": pl.Int64},
+    )
+    con.register("legacy_parts", mapping)
+    try:
+        for table in tables:
+            origin = source or qualified("raw", table)
+            con.execute(
+                f"create or replace table {qualified('raw', table)} as select m.part_id, t.* exclude (run_id, run_date) "
+                f"from {origin} as t inner join legacy_parts as m using (run_id)"
+            )
+    finally:
+        con.unregister("legacy_parts")
+    return [(str(r[0]), r[1], int(legacy_part_key(r[0])[:PART_ID_HEX], 16), legacy_part_key(r[0])) for r in runs]
+
+
+def adopt_run_keyed_grid(con: duckdb.DuckDBPyConnection) -> int:
+    """A warehouse written before partitions kept the grid's raw rows per run (run_id columns):
+    each retained run's grid becomes one partition version (`all`) that run published, so its
+    history stays; the next partitioned run computes its partitions anew. Returns the runs adopted."""
+    if relation_kind(con, "raw", "deployments") != "table":
+        return 0
+    present = {name for name, _t, _c in columns(con, "raw", "deployments")}
+    if "run_id" not in present or "part_id" in present:
+        return 0
+    tables = [t for t in GRID_TABLES if relation_kind(con, "raw", t) == "table"]
+    counts = {
+        t: dict(con.execute(f"select run_id, count(*) from {qualified('raw', t)} group by 1").fetchall()) for t in tables
+    }
+    models = dict(con.execute("select run_id, count(distinct model) from raw.deployments group by 1").fetchall())
+    adopted = adopt_rows_per_run(con, tables)
+    rows = [
+        {
+            "partition": LEGACY_PARTITION,
+            "part_key": part_key,
+            "part_id": part_id,
+            "computed_by_run_id": run_id,
+            "computed": True,
+            "models": int(models.get(run_id, 0)),
+            "deployments": int(counts.get("deployments", {}).get(run_id, 0)),
+            "grid_rows": int(counts.get("capacity_grid", {}).get(run_id, 0)),
+            "context_limit_rows": int(counts.get("context_limits", {}).get(run_id, 0)),
+            "errors_json": "[]",
+        }
+        for run_id, _date, part_id, part_key in adopted
+    ]
+    for (run_id, run_date, _p, _k), row in zip(adopted, rows, strict=True):
+        load_frame(con, "raw", PARTITIONS_TABLE, pl.DataFrame([row], schema=PARTITION_SCHEMA),
+                   {"run_id": run_id, "run_date": run_date})  # fmt: skip
+    return len(adopted)
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionRefresh:
     """What `refresh_partitions` did: the partitions it computed, those it reused, the rows."""
@@ -369,8 +442,6 @@ class StoredVersions:
 
     @classmethod
     def read(cls, con: duckdb.DuckDBPyConnection, table: str) -> StoredVersions:
-        from warehouse.sql import qualified
-
         if relation_kind(con, "raw", table) != "table":
             return cls({}, {})
         source = qualified("raw", table)
@@ -423,6 +494,8 @@ def refresh_partitions(
         raise PartitionError(
             f"no partition {', '.join(repr(u) for u in unknown)} in the catalog; partitions: {', '.join(sorted(names))}"
         )
+    with transaction(con):
+        adopt_run_keyed_grid(con)
     stored = StoredVersions.read(con, PARTITIONS_TABLE)
     with transaction(con):  # one commit for every partition
         return _refresh(con, parts, stored, gpus, stage_dir=stage_dir, run=run, backfill=backfill, options=options)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 
 import dagster as dg
+from pydantic import Field
 
 from models_registry.sources.bundled import read_catalog_entries
 from pipelines.assets.common import describe, key, relation_result, sql_asset
@@ -29,7 +30,7 @@ class GridConfig(dg.Config):
     every other one is published as the last run published it. Empty (the nightly): recompute
     each partition whose inputs changed."""
 
-    partitions: list[str] = []
+    partitions: list[str] = Field(default_factory=list, description="Partitions to recompute (empty: what changed).")
 
 
 def _raw_spec(table: str, kinds: set[str]) -> dg.AssetSpec:

@@ -25,10 +25,12 @@ from capacity import engine_constants as ec
 from capacity.calibration import CalibrationFit
 from capacity.grid import TARGET_CONCURRENCIES
 from warehouse.capacity_grid import (
+    LEGACY_PARTITION,
     NO_PART,
     PART_ID_HEX,
     GridPartition,
     StoredVersions,
+    adopt_rows_per_run,
     grid_partitions,
     stage_parquet,
 )
@@ -84,6 +86,32 @@ class LimitRefresh:
     files: list[str] = field(default_factory=list)
 
 
+HISTORY = "effective_context_limits_history"
+
+
+def adopt_copied_history(con: duckdb.DuckDBPyConnection) -> int:
+    """A warehouse written before partitions kept `marts.effective_context_limits_history` as a
+    table, a copy of the mart per run: its deployment rows go to raw.effective_context_limits and
+    its model_gpu_tp rows become one version per run in raw.grid_limits (mapped in
+    raw.limit_partitions), so the history view that replaces the table reads the same runs.
+    Returns the runs adopted."""
+    if relation_kind(con, "marts", HISTORY) != "table" or relation_kind(con, "raw", LIMITS_TABLE) == "table":
+        return 0
+    old = f"marts.{HISTORY}"
+    con.execute(
+        f"insert into raw.effective_context_limits by name select * from {old} "
+        "where kind = 'deployment' and run_id <> (select run_id from raw.run)"
+    )
+    adopted = adopt_rows_per_run(con, [LIMITS_TABLE], source=f"(select * from {old} where kind = 'model_gpu_tp')")
+    for run_id, run_date, part_id, part_key in adopted:
+        rows = con.execute(f"select count(*), count(distinct model) from raw.{LIMITS_TABLE} where part_id = $p", {"p": part_id}).fetchone()
+        row = {"partition": LEGACY_PARTITION, "part_key": part_key, "part_id": part_id, "computed_by_run_id": run_id,
+               "computed": True, "models": int(rows[1]) if rows else 0, "limit_rows": int(rows[0]) if rows else 0}  # fmt: skip
+        load_frame(con, "raw", MAP_TABLE, pl.DataFrame([row], schema=MAP_SCHEMA), {"run_id": run_id, "run_date": run_date})
+    con.execute(f"drop table {old}")
+    return len(adopted)
+
+
 def refresh_limit_partitions(
     con: duckdb.DuckDBPyConnection,
     models: pl.DataFrame,
@@ -96,6 +124,8 @@ def refresh_limit_partitions(
     backfill: Sequence[str] | None = None,
 ) -> LimitRefresh:
     """Publish this run's model_gpu_tp limits, computing only the versions the build lacks."""
+    with transaction(con):
+        adopt_copied_history(con)
     stored = StoredVersions.read(con, MAP_TABLE)
     with transaction(con):  # one commit for every partition
         return _refresh(con, models, gpus, catalog, fit, stored, stage_dir=stage_dir, run=run, backfill=backfill)
