@@ -570,9 +570,9 @@ def _refresh(
     missing = [t for t in GRID_TABLES if relation_kind(con, "raw", t) != "table"]
     if missing:  # nothing computed into a new warehouse: the tables still exist, empty
         empty = plan([], skus, options)
-        for table, part in zip(GRID_TABLES, (empty.deployments, empty.grid, empty.context_limits), strict=True):
+        for table, nothing in zip(GRID_TABLES, (empty.deployments, empty.grid, empty.context_limits), strict=True):
             if table in missing:
-                load_frame(con, "raw", table, part, {"part_id": NO_PART})
+                load_frame(con, "raw", table, nothing, {"part_id": NO_PART})
     frame = pl.DataFrame(rows, schema=PARTITION_SCHEMA)
     load_frame(con, "raw", PARTITIONS_TABLE, frame, run)
     return PartitionRefresh(
