@@ -253,3 +253,43 @@ def test_a_warehouse_from_before_partitions_keeps_its_history(tmp_path: Path) ->
     legacy = _query(env.warehouse, "select partition, computed_by_run_id from raw.grid_partitions where run_id = $r", {"r": first})
     assert legacy == [("all", first)]
     assert sorted(_partitions(env, second)) == ["llama", "qwen3"]
+
+
+def _models(rows: list[tuple[str, str | None, str]]) -> Any:
+    import polars as pl
+
+    return pl.DataFrame(
+        {"repo_id": [r[0] for r in rows], "family": [r[1] for r in rows], "config_json": [r[2] for r in rows]},
+        schema={"repo_id": pl.String, "family": pl.String, "config_json": pl.String},
+    )
+
+
+def test_partition_names_are_safe_file_names_and_big_families_split_in_buckets() -> None:
+    from warehouse.capacity_grid import MODELS_PER_PARTITION, partition_name, partition_names
+
+    assert partition_name("Qwen3 MoE/../x") == "qwen3_moe_x"
+    assert partition_name(None) == partition_name("") == partition_name("../") == "other"
+    assert MODELS_PER_PARTITION == 32
+    small = partition_names(_models([(f"a/m{i}", "llama", "{}") for i in range(32)]))
+    assert set(small.to_list()) == {"llama"}
+    big = partition_names(_models([(f"a/m{i}", "llama", "{}") for i in range(33)]))
+    assert set(big.to_list()) <= {"llama-0", "llama-1"} and big.n_unique() == 2  # ceil(33 / 32) buckets
+    again = partition_names(_models([(f"a/m{i}", "llama", "{}") for i in range(33)][::-1]))
+    assert dict(zip([f"a/m{i}" for i in range(33)][::-1], again.to_list(), strict=True)) == dict(
+        zip([f"a/m{i}" for i in range(33)], big.to_list(), strict=True)
+    )  # by repo id, not by row order
+
+
+def test_a_partition_key_follows_its_own_models_only() -> None:
+    import polars as pl
+
+    from warehouse.capacity_grid import grid_partitions
+
+    gpus = pl.DataFrame(schema={"slug": pl.String})
+    rows = [("a/l1", "llama", '{"x": 1}'), ("a/l2", "llama", '{"x": 2}'), ("b/q1", "qwen3", '{"y": 1}')]
+    before = {p.name: p.part_key for p in grid_partitions(_models(rows), gpus, code_version="c")}
+    edited = [*rows[:2], ("b/q1", "qwen3", '{"y": 2}')]
+    after = {p.name: p.part_key for p in grid_partitions(_models(edited), gpus, code_version="c")}
+    assert after["llama"] == before["llama"] and after["qwen3"] != before["qwen3"]
+    other_code = {p.name: p.part_key for p in grid_partitions(_models(rows), gpus, code_version="d")}
+    assert other_code["llama"] != before["llama"]  # other capacity code: every partition again
