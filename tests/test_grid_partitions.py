@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -255,7 +255,7 @@ def test_a_warehouse_from_before_partitions_keeps_its_history(tmp_path: Path) ->
     assert sorted(_partitions(env, second)) == ["llama", "qwen3"]
 
 
-def _models(rows: list[tuple[str, str | None, str]]) -> Any:
+def _models(rows: Sequence[tuple[str, str | None, str]]) -> Any:
     import polars as pl
 
     return pl.DataFrame(
