@@ -87,8 +87,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     snapshots: list[dict[str, list[tuple[Any, ...]]]] = []
     staged: list[list[str]] = []
 
+    outputs: list[str] = []
+
     def one(*args: str) -> None:
-        _nightly(env, *args)
+        outputs.append(_nightly(env, *args))
         # what a full copy per run would have kept: each mart as published, run stamp included
         snapshots.append({m: _query(env.warehouse, f"select * from marts.{m} order by all") for m in HISTORY_MARTS})
         staged.append(_staged_files(env))
@@ -100,7 +102,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     fresh = make_env(tmp_path_factory.mktemp("fresh"))
     _edit_qwen(fresh.catalog)
     _nightly(fresh)
-    yield {"env": env, "fresh": fresh, "snapshots": snapshots, "staged": staged, "run_ids": _run_ids(env)}
+    yield {
+        "env": env,
+        "fresh": fresh,
+        "snapshots": snapshots,
+        "staged": staged,
+        "outputs": outputs,
+        "run_ids": _run_ids(env),
+    }
 
 
 @pytest.mark.slow  # four whole nightlies in the module fixture (~90 s on 2 cores)
@@ -125,6 +134,8 @@ def test_an_unchanged_night_reuses_every_partition_and_stores_no_rows_again(runs
     first, second = _partitions(env, run1), _partitions(env, run2)
     assert {name: row[:3] for name, row in second.items()} == {name: row[:3] for name, row in first.items()}
     assert not any(row[3] for row in second.values())  # nothing computed
+    assert "partitions      2 (0 computed, 2 unchanged: reused; see raw.grid_partitions)" in runs["outputs"][1]
+    assert "partitions      2 (2 computed, 0 unchanged" in runs["outputs"][0]
     assert all(row[2] == run1 for row in second.values())
     assert runs["staged"][1] == []  # and nothing staged
     # the grid of two runs is stored once: one row per row of each partition version

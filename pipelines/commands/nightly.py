@@ -225,6 +225,10 @@ def nightly(
             {"run_id": run_id},
         ).fetchone()
         telemetry_lines = telemetry_summary(con)
+        parts = con.execute(
+            "select count(*), count(*) filter (where computed) from raw.grid_partitions where run_id = $run_id",
+            {"run_id": run_id},
+        ).fetchone()
     except duckdb.Error as exc:
         fail(f"the run finished but its marts.runs row cannot be read: {exc}", code=1)
     finally:
@@ -240,6 +244,11 @@ def nightly(
     )
     console.print(f"  GPUs            {gpus:,}")
     console.print(f"  grid rows       {grid_rows:,}  (context limits: {limit_rows:,})")
+    if parts and parts[0]:
+        console.print(
+            f"  partitions      {parts[0]:,} ({parts[1]:,} computed, {parts[0] - parts[1]:,} unchanged: reused; "
+            "see raw.grid_partitions)"
+        )
     for line in telemetry_lines:
         console.print(line, markup=False)
     if progress.warnings:
