@@ -40,7 +40,7 @@ from capacity.grid import (
 from capacity.spec import GpuSku
 from models_registry.normalize import spec_from_snapshot
 from models_registry.sources.common import ConfigSnapshot, ItemError, StageError, one_line
-from warehouse.provenance import CAPACITY_DIR, sha256_tree
+from warehouse.provenance import CAPACITY_DIR, sha256_file, sha256_tree
 from warehouse.sources import ingest_errors_frame
 from warehouse.sql import columns, load_frame, qualified, relation_kind, transaction
 
@@ -268,12 +268,17 @@ def partition_names(models: pl.DataFrame) -> pl.Series:
     return pl.Series("_partition", names, dtype=pl.String)
 
 
+REGISTRY_DIR = Path(__file__).resolve().parent.parent / "models_registry"
+
+
 def grid_code_version() -> str:
-    """sha256 over the capacity package (code and data) and Polars' version: a grid row follows from
-    its inputs and these only, so a partition computed by other code is computed again."""
+    """sha256 over the code a grid row follows from: the capacity package (code and data), the
+    registry's config parsing (models_registry), this module, and Polars' version; a partition
+    computed by other code is computed again."""
     digest = hashlib.sha256()
-    for pattern in ("**/*.py", "**/*.yaml"):
-        digest.update((sha256_tree(CAPACITY_DIR, pattern) or "").encode())
+    for root, pattern in ((CAPACITY_DIR, "**/*.py"), (CAPACITY_DIR, "**/*.yaml"), (REGISTRY_DIR, "**/*.py")):
+        digest.update((sha256_tree(root, pattern) or "").encode())
+    digest.update((sha256_file(Path(__file__)) or "").encode())
     digest.update(pl.__version__.encode())
     return digest.hexdigest()
 
