@@ -4,7 +4,7 @@
 --   deployments, grid_rows, context_limit_rows, errors_json
 -- meaning: partition is the model family, as a file name; part_key the sha256 of what the
 --   partition's rows follow from (its models' registry rows, every GPU, the grid options, the
---   capacity code); part_id its first 60 bits, the key of the rows in raw.deployments,
+--   code: capacity, the registry's config parsing); part_id its first 60 bits, the key of the rows in raw.deployments,
 --   raw.capacity_grid and raw.context_limits; computed_by_run_id the run that computed them;
 --   computed whether this run did (false: reused); errors_json the partition's grid errors (as
 --   raw.grid_errors rows).
