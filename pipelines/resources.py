@@ -182,6 +182,13 @@ class WarehouseResource(dg.ConfigurableResource):
         finally:
             con.close()
 
+    def stage_dir(self) -> Path:
+        """This run's staging area (created empty; deleted when the build is published or discarded)."""
+        self._begin()
+        stage = self.store().stage_path(self.run_id)
+        stage.mkdir(exist_ok=True)
+        return stage
+
     def run_params(self) -> dict[str, object]:
         """`$run_id` and `$run_date` for the SQL of run-keyed raw tables (history kept in place)."""
         return {"run_id": self.run_id, "run_date": self.started_at.date()}

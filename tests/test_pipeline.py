@@ -285,8 +285,15 @@ def test_checks_are_plain_functions(tmp_path: Path) -> None:
         with store.connect("bad") as con:
             con.execute(
                 """
+                create table raw.grid_partitions as
+                select 'bad' as run_id, current_date as run_date, 'llama' as partition, 7::bigint as part_id,
+                    true as computed
+                """
+            )
+            con.execute(
+                """
                 create table raw.deployments as
-                select 'bad' as run_id, current_date as run_date, * from (values
+                select 7::bigint as part_id, * from (values
                     (0::bigint, -1::bigint, 10::bigint, 100::bigint, 1::bigint, 1::bigint, 1::bigint),
                     (1::bigint, 5::bigint, 0::bigint, 0::bigint, 1::bigint, 1::bigint, 1::bigint)
                 ) as t(deployment_id, kv_budget_bytes_per_gpu, num_blocks, kv_cache_tokens,
@@ -296,7 +303,7 @@ def test_checks_are_plain_functions(tmp_path: Path) -> None:
             con.execute(
                 """
                 create table raw.capacity_grid as
-                select 'bad' as run_id, current_date as run_date, * from (values
+                select 7::bigint as part_id, * from (values
                                       (0::bigint, 1024, 1.5, 5::bigint, 5::bigint, true),
                                       (1::bigint, 1024, 0.0, 0::bigint, 0::bigint, false))
                     as t(deployment_id, context, max_concurrency, b_max_memory, b_max, fits)

@@ -270,7 +270,8 @@ def test_every_relation_is_documented_and_lists_its_columns(twice: dict[str, Any
         for k in graph.get_all_asset_keys()
         if graph.get(k).group_name in ("telemetry", "recommendations")
     )
-    assert {t for layer, t in ours if layer == "marts"} == set(MARTS)
+    # a history kept in place is an asset of its own (a view); the others are tables publish keeps
+    assert {t for layer, t in ours if layer == "marts"} == set(MARTS) | {"effective_context_limits_history"}
     con = duckdb.connect(str(env.warehouse), read_only=True)
     try:
         for layer, table in ours:

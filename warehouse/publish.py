@@ -13,10 +13,17 @@ run never writes to the published file at all:
    then fsyncs the directory.
 
 History, keyed by `run_id` and `run_date`, trimmed to the last `history_runs` runs:
-- in place for the big tables: the capacity grid's raw tables keep every retained run's rows
-  (each run appends its own), and `marts.<table>_history` are views over them; nothing is copied.
-  A run that did not write one of them publishes the previous run's rows under its own id.
+- in place, each row once, for the big tables: the capacity grid's raw tables hold the rows of
+  every grid partition version (keyed by its content key `part_id`) a retained run published, and
+  `raw.grid_partitions` maps each run to its versions; `marts.<table>_history` are views that join
+  them. A partition unchanged since the last run costs a row in the map, not its rows again.
+  After trimming the runs, publishing drops the rows of part_ids no retained run refers to.
+  A run that did not write a run-keyed raw table publishes the previous run's rows under its own id.
 - by copy for every other mart (`marts.<table>_history` tables, one copy of a small mart per run).
+
+A run may also stage files (the grid partitions' Parquet) in `.<name>.<run_id>.stage/` next to the
+build; the staging area is deleted once the build is published (or discarded), and by the next
+run's `begin` if the run crashed.
 
 A reader that opened the old file keeps reading the old inode; one that opens after the rename
 reads the new snapshot. A run killed at any point before the rename leaves the published file
@@ -45,6 +52,8 @@ DEFAULT_HISTORY_RUNS = 7
 HISTORY_SUFFIX = "_history"
 RUNS_TABLE = "runs"
 BUILD_SUFFIX = ".build"
+STAGE_SUFFIX = ".stage"
+CONTENT_KEY = "part_id"  # raw tables keyed by content: rows kept while a retained run refers to them
 
 
 class WarehouseMissing(FileNotFoundError):
@@ -100,6 +109,19 @@ class Warehouse:
         safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in run_id)
         return self.path.with_name(f".{self.path.name}.{safe}{BUILD_SUFFIX}")
 
+    def stage_path(self, run_id: str) -> Path:
+        """The run's staging area: files a run writes before they are loaded into its build."""
+        return self.build_path(run_id).with_suffix(STAGE_SUFFIX)
+
+    def stages(self) -> list[Path]:
+        """Staging areas of runs in the warehouse's directory."""
+        if not self.path.parent.exists():
+            return []
+        prefix = f".{self.path.name}."
+        return sorted(
+            p for p in self.path.parent.iterdir() if p.name.startswith(prefix) and p.name.endswith(STAGE_SUFFIX)
+        )
+
     def builds(self) -> list[Path]:
         """Build files (and their WALs) in the warehouse's directory."""
         if not self.path.parent.exists():
@@ -131,6 +153,9 @@ class Warehouse:
         for leftover in self.builds():
             if leftover.name not in (build.name, build.name + ".wal"):
                 leftover.unlink(missing_ok=True)
+        for stage in self.stages():
+            if stage != self.stage_path(run_id):
+                _remove_tree(stage)
         if build.exists():  # this run's own build (a resource set up twice in one run): go on with it
             return build
         if self.exists:
@@ -169,6 +194,7 @@ class Warehouse:
         build = self.build_path(run_id)
         build.unlink(missing_ok=True)
         build.with_name(build.name + ".wal").unlink(missing_ok=True)
+        _remove_tree(self.stage_path(run_id))
 
     # --- publish -----------------------------------------------------------------------------
 
@@ -196,6 +222,13 @@ class Warehouse:
                 con.execute(
                     f"delete from {qualified('raw', table)} where not list_contains($keep, run_id)", {"keep": keep}
                 )
+            referred = " union all ".join(
+                f"select {ident(CONTENT_KEY)} from {qualified('raw', m)}" for m in content_maps(con)
+            )
+            for table in content_keyed_tables(con):
+                con.execute(
+                    f"delete from {qualified('raw', table)} where {ident(CONTENT_KEY)} not in ({referred or 'select null'})"
+                )
             mark = lap("raw_history", mark)
             counts: dict[str, int] = {}
             for table in mart_tables(con):
@@ -212,6 +245,7 @@ class Warehouse:
         _fsync(build)
         os.replace(build, self.path)
         _fsync(self.path.parent)
+        _remove_tree(self.stage_path(run_id))  # loaded into the snapshot: no longer needed
         lap("fsync_and_replace", mark)
         return PublishResult(
             path=self.path,
@@ -307,6 +341,39 @@ def run_keyed_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
         "and c.table_name <> 'run' order by 1"
     ).fetchall()
     return [str(r[0]) for r in rows]
+
+
+def _raw_tables_with_key(con: duckdb.DuckDBPyConnection, *, run_keyed: bool) -> list[str]:
+    rows = con.execute(
+        "select c.table_name from duckdb_columns() c "
+        "join duckdb_tables() t on t.database_name = c.database_name and t.schema_name = c.schema_name "
+        "and t.table_name = c.table_name "
+        "where c.schema_name = 'raw' and c.database_name = current_database() "
+        "group by c.table_name having bool_or(c.column_name = $key) and bool_or(c.column_name = 'run_id') = $runs "
+        "order by 1",
+        {"key": CONTENT_KEY, "runs": run_keyed},
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def content_keyed_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Tables in `raw` whose rows are keyed by content (`part_id`), not by run: history in place,
+    each row once, referred to by the runs of a map (`content_maps`)."""
+    return _raw_tables_with_key(con, run_keyed=False)
+
+
+def content_maps(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Run-keyed tables in `raw` with a `part_id`: which content-keyed rows each retained run
+    publishes (`raw.grid_partitions`, `raw.limit_partitions`)."""
+    return _raw_tables_with_key(con, run_keyed=True)
+
+
+def _remove_tree(path: Path) -> None:
+    """Delete a staging area; a symlink in its place is unlinked, never followed."""
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.is_dir():
+        shutil.rmtree(path)
 
 
 def _carry_forward(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> None:

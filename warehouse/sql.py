@@ -10,7 +10,8 @@ through `ident`, which quotes them.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -149,17 +150,23 @@ def load_frame(
     frame: object,
     params: Mapping[str, object] | None = None,
 ) -> int:
-    """Write a Polars frame into `layer.table` through its SQL file, which reads the relation
-    `incoming` (and may bind `params`). Returns the rows the frame had.
+    """Write a Polars frame (or a Parquet file, given its Path) into `layer.table` through its SQL
+    file, which reads the relation `incoming` (and may bind `params`). Returns the rows it had.
 
-    A run-keyed table (its file appends `$run_id` rows to a table that keeps earlier runs) gains
-    any column the frame brings that it does not have yet, so that code changes never drop history.
+    A table that keeps rows across runs (its file appends rows keyed by `$run_id`, or by the
+    content key `$part_id`) gains any column the frame brings that it does not have yet, so that
+    code changes never drop history.
     """
-    con.register(INCOMING, frame)
+    if isinstance(frame, Path):
+        con.read_parquet(str(frame)).create_view(INCOMING, replace=True)
+    else:
+        con.register(INCOMING, frame)
     try:
-        if relation_kind(con, layer, table) == "table" and "$run_id" in read_sql(layer, table):
+        sql = read_sql(layer, table)
+        key = "part_id" if "$part_id" in sql else "run_id" if "$run_id" in sql else None
+        if key is not None and relation_kind(con, layer, table) == "table":
             present = {name for name, _type, _comment in columns(con, layer, table)}
-            if "run_id" not in present:  # written by a version that kept one run: start its history
+            if key not in present:  # written by a version that kept one run: start its history
                 con.execute(f"drop table {qualified(layer, table)}")
             else:
                 for name, dtype, *_ in con.execute(f"describe select * from {INCOMING}").fetchall():
@@ -168,8 +175,24 @@ def load_frame(
         build_relation(con, layer, table, params)
         counted = con.execute(f"select count(*) from {INCOMING}").fetchone()
     finally:
-        con.unregister(INCOMING)
+        if isinstance(frame, Path):
+            con.execute(f"drop view if exists {INCOMING}")
+        else:
+            con.unregister(INCOMING)
     return int(counted[0]) if counted else 0
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """One transaction around many writes to a file: committed once (each autocommitted insert
+    appends to the write-ahead log, and a large one checkpoints), rolled back on any error."""
+    con.execute("begin transaction")
+    try:
+        yield
+    except BaseException:
+        con.execute("rollback")
+        raise
+    con.execute("commit")
 
 
 def is_run_keyed(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> bool:

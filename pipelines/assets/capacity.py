@@ -1,25 +1,36 @@
 """Capacity grid: every model x GPU x dtype x KV dtype x parallelism x context x engine profile.
 
 Group `capacity`. One asset computes the grid and the context limits with
-`capacity.grid` (Polars) from the run's `raw.models` and `raw.gpus`, and writes them to `raw`
-itself (no IO manager pickles the frame). Blocking checks guard the publish: a grid that fails
-one never reaches the marts.
+`capacity.grid` (Polars) from the run's `raw.models` and `raw.gpus`, partition by partition (one
+model family each, `warehouse.capacity_grid.refresh_partitions`): only the partitions whose inputs
+changed, or those a backfill names (`partitions` in the asset's config), each staged as Parquet and
+loaded into the run's build. Blocking checks guard the publish: a grid that fails one never
+reaches the marts.
 """
 
 import time
 from collections.abc import Iterator
 
 import dagster as dg
+from pydantic import Field
 
 from models_registry.sources.bundled import read_catalog_entries
 from pipelines.assets.common import describe, key, relation_result, sql_asset
 from pipelines.resources import RegistryResource, WarehouseResource
-from warehouse.capacity_grid import capacity_frames, compare_sample
+from warehouse.capacity_grid import THIS_RUN_PARTS, PartitionError, compare_sample, refresh_partitions
 from warehouse.sql import load_frame
 
 CAPACITY_GROUP = "capacity"
 GRID = key("raw", "capacity_grid")
 SAMPLE_ROWS_PER_MODEL = 2
+
+
+class GridConfig(dg.Config):
+    """A backfill: recompute only these partitions (model families, as in raw.grid_partitions);
+    every other one is published as the last run published it. Empty (the nightly): recompute
+    each partition whose inputs changed."""
+
+    partitions: list[str] = Field(default_factory=list, description="Partitions to recompute (empty: what changed).")
 
 
 def _raw_spec(table: str, kinds: set[str]) -> dg.AssetSpec:
@@ -38,38 +49,55 @@ def _raw_spec(table: str, kinds: set[str]) -> dg.AssetSpec:
         _raw_spec("capacity_grid", {"duckdb", "polars"}),
         _raw_spec("context_limits", {"duckdb", "polars"}),
         _raw_spec("grid_errors", {"duckdb"}),
+        _raw_spec("grid_partitions", {"duckdb", "parquet"}),
     ],
     group_name=CAPACITY_GROUP,
 )
-def capacity_grid(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> Iterator[dg.MaterializeResult]:
-    """Compute the grid and the context limits for the run's models and GPUs; write them to raw."""
+def capacity_grid(
+    context: dg.AssetExecutionContext, config: GridConfig, warehouse: WarehouseResource
+) -> Iterator[dg.MaterializeResult]:
+    """Bring the grid and the context limits up to date with the run's models and GPUs, one
+    partition (model family) at a time; write them to raw."""
     with warehouse.build() as con:
         models = con.sql("select * from raw.models").pl()
         gpus = con.sql("select * from raw.gpus").pl()
         start = time.perf_counter()
-        frames = capacity_frames(models, gpus)
-        computed = time.perf_counter() - start
+        try:
+            refresh = refresh_partitions(
+                con,
+                models,
+                gpus,
+                stage_dir=warehouse.stage_dir(),
+                run=warehouse.run_params(),
+                backfill=config.partitions or None,
+            )
+        except PartitionError as exc:
+            raise dg.Failure(description=str(exc)) from None
+        load_frame(con, "raw", "grid_errors", refresh.errors)
+        elapsed = time.perf_counter() - start
         context.log.info(
-            f"grid: {frames.grid.height:,} rows, {frames.deployments.height:,} deployments, {frames.models} models "
-            f"x {gpus.height} GPUs in {computed:.2f} s"
+            f"grid: {refresh.grid_rows:,} rows, {refresh.deployments:,} deployments, {refresh.models} models "
+            f"x {gpus.height} GPUs; partitions computed {len(refresh.computed)} ({refresh.compute_seconds:.2f} s, "
+            f"loaded in {refresh.load_seconds:.2f} s), reused {len(refresh.reused)}"
         )
-        start = time.perf_counter()
-        run = warehouse.run_params()  # these three keep every retained run's rows, keyed by run_id
-        load_frame(con, "raw", "deployments", frames.deployments, run)
-        load_frame(con, "raw", "capacity_grid", frames.grid, run)
-        load_frame(con, "raw", "context_limits", frames.context_limits, run)
-        load_frame(con, "raw", "grid_errors", frames.errors)
-        written = time.perf_counter() - start
         timing = {
-            "compute_seconds": dg.MetadataValue.float(round(computed, 3)),
-            "write_seconds": dg.MetadataValue.float(round(written, 3)),
-            "models": frames.models,
+            "seconds": dg.MetadataValue.float(round(elapsed, 3)),
+            "compute_seconds": dg.MetadataValue.float(round(refresh.compute_seconds, 3)),
+            "load_seconds": dg.MetadataValue.float(round(refresh.load_seconds, 3)),
+            "models": refresh.models,
             "gpus": gpus.height,
+        }
+        partitions = {
+            "partitions_computed": dg.MetadataValue.json(refresh.computed),
+            "partitions_reused": dg.MetadataValue.json(refresh.reused),
+            "staged_parquet_files": dg.MetadataValue.json(refresh.files),
+            "staged_parquet_bytes": refresh.parquet_bytes,
         }
         yield relation_result(con, "raw", "deployments")
         yield relation_result(con, "raw", "capacity_grid", timing)
         yield relation_result(con, "raw", "context_limits")
         yield relation_result(con, "raw", "grid_errors")
+        yield relation_result(con, "raw", "grid_partitions", partitions)
 
 
 staging_deployments = sql_asset("staging", "deployments", group_name=CAPACITY_GROUP)
@@ -77,19 +105,23 @@ staging_capacity_grid = sql_asset("staging", "capacity_grid", group_name=CAPACIT
 staging_context_limits = sql_asset("staging", "context_limits", group_name=CAPACITY_GROUP)
 
 # Checks read raw (this run's rows): they run right after the grid asset, before any staging view.
-RAW_WIDE_GRID = """
-    select d.* exclude (run_id, run_date), g.context, g.max_concurrency, g.b_max_memory, g.b_max, g.fits
+RAW_WIDE_GRID = f"""
+    select d.* exclude (part_id), g.context, g.max_concurrency, g.b_max_memory, g.b_max, g.fits
     from raw.capacity_grid as g
-    inner join raw.deployments as d on g.run_id = d.run_id and g.deployment_id = d.deployment_id
-    where g.run_id = (select run_id from raw.run)
+    inner join raw.deployments as d on g.part_id = d.part_id and g.deployment_id = d.deployment_id
+    where g.part_id in {THIS_RUN_PARTS}
 """
+# partitions this run computed: the scalar cross-check samples those (reused ones were checked when computed)
+COMPUTED_PARTS = (
+    "(select part_id from raw.grid_partitions where run_id = (select run_id from raw.run) and computed)"
+)
 
 
 @dg.asset_check(asset=GRID, blocking=True, description="The grid has rows.")
 def grid_not_empty(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     with warehouse.read() as con:
         row = con.execute(
-            "select count(*) from raw.capacity_grid where run_id = (select run_id from raw.run)"
+            f"select count(*) from raw.capacity_grid where part_id in {THIS_RUN_PARTS}"
         ).fetchone()
     rows = int(row[0]) if row else 0
     return dg.AssetCheckResult(passed=rows > 0, metadata={"rows": rows})
@@ -140,7 +172,7 @@ def every_catalog_model_planned_or_reported(
         planned = {
             str(r[0])
             for r in con.execute(
-                "select distinct model from raw.deployments where run_id = (select run_id from raw.run)"
+                f"select distinct model from raw.deployments where part_id in {THIS_RUN_PARTS}"
             ).fetchall()
         }
         reported = {
@@ -165,15 +197,15 @@ def every_catalog_model_planned_or_reported(
     asset=GRID,
     blocking=True,
     additional_deps=[key("raw", "deployments")],
-    description=f"A repeatable sample of {SAMPLE_ROWS_PER_MODEL} grid rows per model equals the scalar "
-    "`capplan estimate` (capacity.memory.estimate) in every shared column.",
+    description=f"A repeatable sample of {SAMPLE_ROWS_PER_MODEL} grid rows per model of every partition this "
+    "run computed equals the scalar `capplan estimate` (capacity.memory.estimate) in every shared column.",
 )
 def grid_matches_scalar_estimate(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     with warehouse.read() as con:
         sample = con.execute(
             "select * from ("
             + RAW_WIDE_GRID
-            + """)
+            + f""" and g.part_id in {COMPUTED_PARTS})
             qualify row_number() over (
                 partition by model
                 order by hash(gpu, engine, engine_version, weight_dtype, kv_dtype, tp, pp, context)
@@ -181,12 +213,18 @@ def grid_matches_scalar_estimate(warehouse: WarehouseResource) -> dg.AssetCheckR
             """,
             {"per_model": SAMPLE_ROWS_PER_MODEL},
         ).pl()
-        models = con.sql("select * from raw.models").pl()
+        computed = con.execute(f"select count(*) from raw.deployments where part_id in {COMPUTED_PARTS}").fetchone()
+        models = con.execute(
+            "select * from raw.models where list_contains($models, repo_id)",
+            {"models": sample.get_column("model").unique().to_list() if sample.height else []},
+        ).pl()
         gpus = con.sql("select * from raw.gpus").pl()
     checked, mismatches = compare_sample(sample, models, gpus)
+    computed_rows = int(computed[0]) if computed else 0
     return dg.AssetCheckResult(
-        passed=checked > 0 and not mismatches,
+        passed=(checked > 0 or computed_rows == 0) and not mismatches,
         metadata={
+            "computed_deployments": computed_rows,
             "rows_checked": checked,
             "mismatches": len(mismatches),
             "first_mismatches": dg.MetadataValue.md("\n".join(f"- {m.line()}" for m in mismatches[:10]) or "none"),

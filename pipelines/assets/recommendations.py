@@ -18,7 +18,8 @@ from pipelines.assets.telemetry import REGISTRY_DEPS, run_catalog
 from pipelines.resources import PlanningResource, WarehouseResource
 from warehouse.recommendations.admission import admission_budgets as budgets_frame
 from warehouse.recommendations.buckets import bucket_demands, bucket_frame
-from warehouse.recommendations.limits import effective_limits
+from warehouse.recommendations.limit_partitions import LIMITS_TABLE, MAP_TABLE, refresh_limit_partitions
+from warehouse.recommendations.limits import deployment_limits
 from warehouse.recommendations.placements import placement_frames
 from warehouse.recommendations.workloads import load_workloads, workloads_path
 from warehouse.sql import load_frame
@@ -27,32 +28,62 @@ from warehouse.telemetry.calibration_frames import fit_from_frame
 RECOMMENDATIONS_GROUP = "recommendations"
 
 
-@dg.asset(
-    key=key("raw", "effective_context_limits"),
-    deps=[key("raw", "telemetry_deployments"), key("raw", "calibration"), *REGISTRY_DEPS],
+@dg.multi_asset(
+    name="effective_context_limits",
+    specs=[
+        dg.AssetSpec(
+            key("raw", table),
+            description=describe("raw", table),
+            deps=[key("raw", "telemetry_deployments"), key("raw", "calibration"), *REGISTRY_DEPS],
+            kinds={"duckdb", "polars"},
+        )
+        for table in ("effective_context_limits", LIMITS_TABLE, MAP_TABLE)
+    ],
     group_name=RECOMMENDATIONS_GROUP,
-    description=describe("raw", "effective_context_limits"),
-    kinds={"duckdb", "polars"},
 )
 def effective_context_limits(
     context: dg.AssetExecutionContext, planning: PlanningResource, warehouse: WarehouseResource
-) -> dg.MaterializeResult:
-    """min(model limit, memory-derived limit, calibrated limit) per deployment and per model x GPU x TP."""
+) -> Iterator[dg.MaterializeResult]:
+    """min(model limit, memory-derived limit, calibrated limit) per deployment (every run) and per
+    model x GPU x TP (only for the partitions whose models or corrections changed)."""
     registry = run_catalog(warehouse)
     with warehouse.build() as con:
         deployments = con.sql("select * from raw.telemetry_deployments").pl()
         fit = fit_from_frame(con.sql("select * from raw.calibration").pl(), planning.calibration_min_observations)
         start = time.perf_counter()
-        limits = effective_limits(deployments, registry, fit)
+        limits = deployment_limits(deployments, registry, fit)
+        load_frame(con, "raw", "effective_context_limits", limits, warehouse.run_params())
+        refresh = refresh_limit_partitions(
+            con,
+            con.sql("select * from raw.models").pl(),
+            con.sql("select * from raw.gpus").pl(),
+            registry,
+            fit,
+            stage_dir=warehouse.stage_dir(),
+            run=warehouse.run_params(),
+        )
         seconds = time.perf_counter() - start
-        context.log.info(f"{limits.height:,} effective context limits in {seconds:.2f} s")
-        load_frame(con, "raw", "effective_context_limits", limits)
+        context.log.info(
+            f"{limits.height + refresh.rows:,} effective context limits in {seconds:.2f} s "
+            f"(partitions computed {len(refresh.computed)}, reused {len(refresh.reused)})"
+        )
         calibrated = limits.filter(pl.col("calibrated")).height
-        return relation_result(
+        yield relation_result(
             con,
             "raw",
             "effective_context_limits",
-            {"compute_seconds": dg.MetadataValue.float(round(seconds, 3)), "calibrated_rows": calibrated},
+            {"compute_seconds": dg.MetadataValue.float(round(seconds, 3)), "calibrated_deployment_rows": calibrated},
+        )
+        yield relation_result(con, "raw", LIMITS_TABLE)
+        yield relation_result(
+            con,
+            "raw",
+            MAP_TABLE,
+            {
+                "partitions_computed": dg.MetadataValue.json(refresh.computed),
+                "partitions_reused": dg.MetadataValue.json(refresh.reused),
+                "staged_parquet_files": dg.MetadataValue.json(refresh.files),
+            },
         )
 
 
@@ -76,7 +107,10 @@ def admission_budgets(planning: PlanningResource, warehouse: WarehouseResource) 
             con.sql("select * from raw.telemetry_deployments").pl(),
             con.sql("select * from raw.telemetry_predictions").pl(),
             con.sql("select * from raw.deployment_calibration").pl(),
-            con.sql("select * from raw.effective_context_limits where kind = 'deployment'").pl(),
+            con.sql(
+                "select * exclude (run_id, run_date) from raw.effective_context_limits "
+                "where kind = 'deployment' and run_id = (select run_id from raw.run)"
+            ).pl(),
             con.sql("select * from raw.telemetry_observations").pl(),
             headroom=planning.admission_headroom,
         )
@@ -158,7 +192,7 @@ TABLES = (
     "procurement_buckets", "workloads",
 )  # fmt: skip
 STAGING = [_staging(t) for t in TABLES]
-MARTS = [_mart(t) for t in TABLES]
+MARTS = [_mart(t) for t in TABLES] + [_mart("effective_context_limits_history")]  # history kept in place
 
 
 # --- checks ------------------------------------------------------------------------------------------

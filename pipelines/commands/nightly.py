@@ -150,8 +150,19 @@ def nightly(
             help="Seconds to wait if another run holds the warehouse (default CAPPLAN_LOCK_WAIT_S, else 0).",
         ),
     ] = None,
+    partition: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--partition",
+            metavar="FAMILY",
+            help="Backfill: recompute only this capacity-grid partition (a model family, as in "
+            "raw.grid_partitions; repeatable); the others are published as the last run published them.",
+        ),
+    ] = None,
 ) -> None:
-    """Refresh everything: registry sync, capacity grid, marts; publish the warehouse atomically."""
+    """Refresh everything: registry sync, capacity grid, marts; publish the warehouse atomically.
+
+    The grid is recomputed only for the partitions (model families) whose inputs changed."""
     from rich.console import Console
 
     started = time.perf_counter()
@@ -190,7 +201,10 @@ def nightly(
                 instance=instance,
                 run_id=run_id,
                 raise_on_error=False,
-                run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+                run_config={
+                    "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+                    **({"ops": {"capacity_grid": {"config": {"partitions": list(partition)}}}} if partition else {}),
+                },
                 tags={"capplan/trigger": "capplan nightly"},
             )
     finally:
@@ -211,6 +225,10 @@ def nightly(
             {"run_id": run_id},
         ).fetchone()
         telemetry_lines = telemetry_summary(con)
+        parts = con.execute(
+            "select count(*), count(*) filter (where computed) from raw.grid_partitions where run_id = $run_id",
+            {"run_id": run_id},
+        ).fetchone()
     except duckdb.Error as exc:
         fail(f"the run finished but its marts.runs row cannot be read: {exc}", code=1)
     finally:
@@ -226,6 +244,11 @@ def nightly(
     )
     console.print(f"  GPUs            {gpus:,}")
     console.print(f"  grid rows       {grid_rows:,}  (context limits: {limit_rows:,})")
+    if parts and parts[0]:
+        console.print(
+            f"  partitions      {parts[0]:,} ({parts[1]:,} computed, {parts[0] - parts[1]:,} unchanged: reused; "
+            "see raw.grid_partitions)"
+        )
     for line in telemetry_lines:
         console.print(line, markup=False)
     if progress.warnings:

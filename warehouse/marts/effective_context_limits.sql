@@ -4,61 +4,10 @@
 --   weight_dtype, kv_dtype, tp, pp, max_model_len, concurrency, model_limit, memory_limit,
 --   calibrated_limit, measured_limit, effective_limit, binding, calibrated, calibration_scope,
 --   n_observations
--- history: marts.effective_context_limits_history (every retained run).
+-- history: marts.effective_context_limits_history (every retained run, kept in place in raw); this
+--   view is it at the published run (column list and comments live with the history view).
 create or replace view marts.effective_context_limits as
-with limits as (
-    select * from staging.effective_context_limits
-)
-
-select
-    run_id,
-    run_date,
-    kind,
-    deployment_id,
-    model,
-    model_family,
-    gpu,
-    engine,
-    engine_version,
-    weight_dtype,
-    kv_dtype,
-    tp,
-    pp,
-    max_model_len,
-    concurrency,
-    model_limit,
-    memory_limit,
-    calibrated_limit,
-    measured_limit,
-    effective_limit,
-    binding,
-    calibrated,
-    calibration_scope,
-    n_observations
-from limits;
+select * from marts.effective_context_limits_history
+where run_id = (select run.run_id from raw.run as run);
 
 comment on view marts.effective_context_limits is 'The context to enforce per deployment and per model x GPU x TP at target concurrencies (latest run), with which limit binds.';
-comment on column marts.effective_context_limits.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.effective_context_limits.run_date is 'UTC date the run started.';
-comment on column marts.effective_context_limits.kind is 'deployment (an observed deployment, its own settings) or model_gpu_tp (a registry model on a GPU at a TP x PP, vLLM at capplan''s default release, checkpoint weights, KV in the model dtype).';
-comment on column marts.effective_context_limits.deployment_id is 'Observed deployment (kind = deployment); null for model_gpu_tp rows.';
-comment on column marts.effective_context_limits.model is 'Registry id (marts.models.model).';
-comment on column marts.effective_context_limits.model_family is 'Model family.';
-comment on column marts.effective_context_limits.gpu is 'GPU catalog id; null for a deployment that named only its device total.';
-comment on column marts.effective_context_limits.engine is 'Serving engine.';
-comment on column marts.effective_context_limits.engine_version is 'Engine version the limits are computed for.';
-comment on column marts.effective_context_limits.weight_dtype is '--dtype: auto (the checkpoint as published), bf16, fp8...';
-comment on column marts.effective_context_limits.kv_dtype is '--kv-cache-dtype: auto (the model dtype), fp8...';
-comment on column marts.effective_context_limits.tp is 'Tensor-parallel size.';
-comment on column marts.effective_context_limits.pp is 'Pipeline-parallel size.';
-comment on column marts.effective_context_limits.max_model_len is 'The engine''s max_model_len (model_gpu_tp: the model''s context limit).';
-comment on column marts.effective_context_limits.concurrency is 'Target concurrent sequences: 1, 8, 32, 128, 512.';
-comment on column marts.effective_context_limits.model_limit is 'The model''s context limit (rope scaling included); for a deployment also capped by its max_model_len.';
-comment on column marts.effective_context_limits.memory_limit is 'Largest context (a multiple of the block size) at which `concurrency` sequences fit capplan''s predicted KV pool; 0 when none.';
-comment on column marts.effective_context_limits.calibrated_limit is 'The same on the calibrated KV pool; null when no calibration scope with enough observations applies.';
-comment on column marts.effective_context_limits.measured_limit is 'The same on the engine''s reported block count (deployments that reported one).';
-comment on column marts.effective_context_limits.effective_limit is 'min(model_limit, memory_limit, calibrated_limit): the context to enforce at this concurrency.';
-comment on column marts.effective_context_limits.binding is 'Which limit binds: model, calibrated or memory (ties in that order); weights when the weights alone exceed the usable memory (limit 0).';
-comment on column marts.effective_context_limits.calibrated is 'True when a calibration scope applies (calibrated_limit is set).';
-comment on column marts.effective_context_limits.calibration_scope is 'The scope applied (marts.calibration.scope).';
-comment on column marts.effective_context_limits.n_observations is 'Deployments the applied scope was fitted on (0 when not calibrated).';

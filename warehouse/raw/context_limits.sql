@@ -1,19 +1,22 @@
 -- raw.context_limits: the largest context per deployment at each target concurrency, as computed.
--- grain: one row per deployment_id x concurrency (1, 8, 32, 128, 512).
--- columns: run_id, run_date, deployment_id (raw.deployments), concurrency, max_context.
--- history: kept in place. The table holds the rows of every retained run (CAPPLAN_HISTORY_RUNS),
---   keyed by run_id: each run appends its own (replacing them if it runs again) and publishing
---   trims the oldest; staging shows the published run, marts.*_history every retained run.
--- written by: the `capacity_grid` asset, from the frame registered as `incoming`.
+-- grain: one row per part_id x deployment_id x concurrency (1, 8, 32, 128, 512).
+-- columns: part_id (raw.grid_partitions), deployment_id (raw.deployments), concurrency, max_context.
+-- history: kept in place, each row once. Rows are keyed by part_id, the content key of the grid
+--   partition (model family) they belong to; raw.grid_partitions maps every retained run
+--   (CAPPLAN_HISTORY_RUNS) to the part_ids it published, so a partition unchanged from one run to
+--   the next adds no rows. Publishing drops the rows no retained run refers to; staging joins the
+--   map back (run_id, run_date on every row), marts.*_history shows every retained run.
+-- written by: the `capacity_grid` asset (warehouse.capacity_grid.refresh_partitions), one
+--   partition at a time from its Parquet file in the run's staging area, registered as `incoming`.
 create table if not exists raw.context_limits as
-select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming
+select $part_id::bigint as part_id, * from incoming
 with no data;
 
-delete from raw.context_limits where run_id = $run_id;
+delete from raw.context_limits where part_id = $part_id;
 
 -- stored by concurrency first: a query for one concurrency reads a few row groups (zone maps)
 insert into raw.context_limits by name
-select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming
+select $part_id::bigint as part_id, * from incoming
 order by concurrency, deployment_id;
 
 comment on table raw.context_limits is 'Max context per deployment (raw.deployments) for target concurrencies 1, 8, 32, 128, 512.';

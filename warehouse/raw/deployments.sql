@@ -1,18 +1,21 @@
 -- raw.deployments: every deployment of the capacity grid (what does not depend on the context).
--- grain: one row per model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp.
--- columns: run_id, run_date, deployment_id (this run's key of the deployment) and the grid's deployment columns:
+-- grain: one row per part_id x model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp.
+-- columns: part_id (raw.grid_partitions), deployment_id (the key of the deployment, fixed by its partition) and the grid's deployment columns:
 --   keys, dtypes, memory breakdown, KV pool (capacity.grid.GRID_COLUMNS minus the per-context ones).
--- history: kept in place. The table holds the rows of every retained run (CAPPLAN_HISTORY_RUNS),
---   keyed by run_id: each run appends its own (replacing them if it runs again) and publishing
---   trims the oldest; staging shows the published run, marts.*_history every retained run.
--- written by: the `capacity_grid` asset, from the frame registered as `incoming`.
+-- history: kept in place, each row once. Rows are keyed by part_id, the content key of the grid
+--   partition (model family) they belong to; raw.grid_partitions maps every retained run
+--   (CAPPLAN_HISTORY_RUNS) to the part_ids it published, so a partition unchanged from one run to
+--   the next adds no rows. Publishing drops the rows no retained run refers to; staging joins the
+--   map back (run_id, run_date on every row), marts.*_history shows every retained run.
+-- written by: the `capacity_grid` asset (warehouse.capacity_grid.refresh_partitions), one
+--   partition at a time from its Parquet file in the run's staging area, registered as `incoming`.
 create table if not exists raw.deployments as
-select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming
+select $part_id::bigint as part_id, * from incoming
 with no data;
 
-delete from raw.deployments where run_id = $run_id;
+delete from raw.deployments where part_id = $part_id;
 
 insert into raw.deployments by name
-select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming;
+select $part_id::bigint as part_id, * from incoming;
 
 comment on table raw.deployments is 'The capacity grid''s deployments: one row each, with the memory breakdown and KV pool.';

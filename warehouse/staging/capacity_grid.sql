@@ -2,9 +2,13 @@
 -- grain: one row per run_id x deployment_id x context, for every retained run (the marts pick the published one).
 -- columns: run_id, run_date, deployment_id, context, max_concurrency, b_max_memory, b_max, fits, tpot_ms,
 --   output_tokens_per_second
+-- history: each raw row is stored once per partition version (part_id); the join with
+--   raw.grid_partitions gives it to every retained run that published that version.
 create or replace view staging.capacity_grid as
 with source as (
-    select * from raw.capacity_grid
+    select parts.run_id, parts.run_date, stored.* exclude (part_id)
+    from raw.capacity_grid as stored
+    inner join raw.grid_partitions as parts on stored.part_id = parts.part_id
 ),
 
 typed as (

@@ -8,9 +8,13 @@
 --   activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu, cuda_graph_bytes_per_gpu,
 --   overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, num_blocks, block_size, kv_cache_tokens,
 --   physical_kv_token_slots
+-- history: each raw row is stored once per partition version (part_id); the join with
+--   raw.grid_partitions gives it to every retained run that published that version.
 create or replace view staging.deployments as
 with source as (
-    select * from raw.deployments
+    select parts.run_id, parts.run_date, stored.* exclude (part_id)
+    from raw.deployments as stored
+    inner join raw.grid_partitions as parts on stored.part_id = parts.part_id
 ),
 
 typed as (
