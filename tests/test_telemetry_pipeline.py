@@ -10,6 +10,7 @@ replaces the marts. Sensors and checks are called as plain functions.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -244,7 +245,10 @@ def test_limits_budgets_and_placements_for_the_observed_fleet(twice: dict[str, A
     )
     assert [r[0] for r in placed] == ["chat", "code"] and all(r[3] > 0 for r in placed)
     plan = env.query("select sum(gpus_bought), any_value(method), any_value(optimal) from marts.procurement_plan")
-    assert plan[0][0] > 0 and plan[0][2] is True
+    # optimal with HiGHS (the `solver` extra); without it each request-size bucket takes its cheapest
+    # layout and the plan says it is not optimal
+    solver = importlib.util.find_spec("highspy") is not None
+    assert plan[0][0] > 0 and plan[0][2] is solver
 
 
 def _header_columns(sql: str) -> list[str]:

@@ -9,6 +9,7 @@ meta device.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -126,8 +127,11 @@ print(json.dumps(out))
 @pytest.mark.engine_oracle
 def test_hopper_layout_sizes_equal_triton_kernels() -> None:
     """The swizzled bytes of one layer's experts (w13 and w2) at TP 1-8, from triton_kernels itself."""
-    if not ORACLE_PYTHON.exists():
-        pytest.fail(f"{ORACLE_PYTHON} missing: bash tools/engine_oracle/setup_venv.sh", pytrace=False)
+    if not ORACLE_PYTHON.exists():  # skipped on a developer machine, failed under CI (as tests/test_engine_oracle.py)
+        message = f"the engine-oracle venv is missing ({ORACLE_PYTHON}): bash tools/engine_oracle/setup_venv.sh"
+        if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
     third_party = subprocess.run(
         [str(ORACLE_PYTHON), "-c", "import vllm, pathlib; print(pathlib.Path(vllm.__file__).parent / 'third_party')"],
         capture_output=True, text=True, check=True, timeout=300,
