@@ -199,6 +199,10 @@ class GridOptions:
     min_context: int = MIN_CONTEXT
     speed: bool = True  # tpot_ms / output_tokens_per_second (capacity.performance); False: null columns
 
+    def engine_version(self, engine: str) -> str | None:
+        """The release the grid plans an engine at: vLLM's is an option, the others' profiles are one release."""
+        return {Engine.VLLM: self.vllm_version}.get(Engine(engine))
+
     def __post_init__(self) -> None:
         unknown = (
             [e for e in self.engines if e not in ENGINES]
@@ -417,7 +421,7 @@ def _has_indexer(spec: ModelSpec) -> bool:
 
 def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
     return tuple(
-        engine_profile(engine, options.vllm_version if engine == Engine.VLLM else None) for engine in options.engines
+        engine_profile(engine, options.engine_version(engine)) for engine in options.engines
     )
 
 
@@ -512,6 +516,7 @@ def _build_rows(
         dtypes = weight_dtype_choices(spec, options.weight_dtypes)
         vid, kv_spec = reg.kv_view(spec)
         weights: dict[tuple[str, int, int, str], WeightsEstimate] = {}
+        multicast_kinds = reg.multicast_kinds
         for tp, pp in combos:
             for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
                 if wanted is not None and not any(g[0] == e for g in wanted):
@@ -520,8 +525,11 @@ def _build_rows(
                 act_bytes = element_bytes(act_dtype)
                 ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
                 for seqs, batched in sorted(batches.get((engine, cid), ())):
-                    for multicast in reg.multicast_kinds:
-                        o = profile.overhead(spec, tp, pp, batched, seqs or None, act_bytes, nvlink_multicast=multicast)
+                    o = None
+                    for multicast in multicast_kinds:
+                        if o is None or tp > 1:  # the NVLink fabric moves only the TP > 1 terms
+                            o = profile.overhead(spec, tp, pp, batched, seqs or None, act_bytes,
+                                                 nvlink_multicast=multicast)  # fmt: skip
                         t.overheads.append(
                             (m, e, tp, pp, seqs or None, batched, multicast, o.activation_peak_bytes,
                              o.non_torch_bytes, o.cuda_graph_bytes, o.total_bytes)

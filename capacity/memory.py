@@ -1058,10 +1058,11 @@ def _assumption_notes(
             out.append(f"assumed SGLang {ec.SGLANG_VERSION} (no --engine-version): releases before 0.5 default "
                        f"mem_fraction_static to {legacy} at {d.tp * d.pp} rank(s), not {util}: "
                        f"{_format_gib(abs(legacy - util) * total)} of KV budget apart")  # fmt: skip
-    if profile.engine is not Engine.PLAIN and not (d.lora or d.cpu_offload_gib):
+    assumed_off = profile.assumed_off
+    if {"lora", "cpu_offload"} <= assumed_off and not (d.lora or d.cpu_offload_gib):
         out.append("assumed no LoRA adapters and no CPU offload (neither is modelled: with LoRA, add the adapters' "
                    "weights and buffers with --overhead-gib)")  # fmt: skip
-    if profile.engine in (Engine.SGLANG, Engine.TRTLLM) and not (d.speculative or d.dp_attention):
+    if {"speculative", "dp_attention"} <= assumed_off and not (d.speculative or d.dp_attention):
         out.append("assumed no speculative decoding and no DP attention (not modelled: a draft model adds its "
                    "weights and a second KV pool; DP attention sizes a pool per attention rank)")  # fmt: skip
     return out

@@ -76,7 +76,8 @@ class EngineProfile(Protocol):
         act_bytes: int,
         nvlink_multicast: bool = True,
     ) -> Overhead:
-        """Non-KV, non-weight memory per GPU: activation peak, non-torch memory, CUDA graphs."""
+        """Non-KV, non-weight memory per GPU: activation peak, non-torch memory, CUDA graphs.
+        `nvlink_multicast` (`GpuSku.nvlink_multicast`) may move only what TP > 1 adds."""
 
     def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None) -> int:
         """Weight bytes per GPU the engine's kernels keep beyond the checkpoint's format (padding, re-layouts)."""
@@ -129,6 +130,11 @@ class EngineProfile(Protocol):
     def unmodelled(self, model: ModelSpec) -> str | None:
         """Why this engine's accounting of the model is not modelled (None: it is); the estimate and
         the grid then say so instead of printing a number sized as something else."""
+
+    @property
+    def assumed_off(self) -> frozenset[str]:
+        """Engine features this profile does not size and the estimate says it assumed off when the
+        deployment does not declare them: lora, cpu_offload, speculative, dp_attention."""
 
     @property
     def overhead_era(self) -> str:

@@ -16,6 +16,11 @@ if TYPE_CHECKING:
     from capacity.spec import GpuSku, ModelSpec
 
 
+# features of `DeploymentSpec.unmodelled_features` a profile may assume off (its `assumed_off`)
+ADAPTER_FEATURES = frozenset({"lora", "cpu_offload"})
+UNSIZED_FEATURES = ADAPTER_FEATURES | {"speculative", "dp_attention"}
+
+
 class ProfileBase:
     """Defaults shared by the engine profiles (each a frozen dataclass with `engine` and `requested_version`)."""
 
@@ -71,6 +76,11 @@ class ProfileBase:
 
     def unmodelled(self, model: ModelSpec) -> str | None:
         return None
+
+    @property
+    def assumed_off(self) -> frozenset[str]:
+        """A serving engine loads adapters and offloads weights on request; neither is sized."""
+        return ADAPTER_FEATURES
 
     @property
     def overhead_era(self) -> str:

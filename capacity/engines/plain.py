@@ -36,6 +36,11 @@ class PlainProfile(ProfileBase):
     ) -> EngineDefaults:
         return EngineDefaults(1.0, 0, 0, 1)
 
+    @property
+    def assumed_off(self) -> frozenset[str]:
+        """No engine behind it: nothing assumed."""
+        return frozenset()
+
     def overhead(
         self,
         model: ModelSpec,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from capacity import engine_constants as ec
 from capacity.engines import Engine
-from capacity.engines.base import ProfileBase
+from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
 from capacity.engines.numeric import Num, as_float, truncate
 from capacity.memory import (
     WINDOWED_KINDS,
@@ -136,6 +136,12 @@ class SglangProfile(ProfileBase):
     def conv_state_without_current(self) -> bool:
         """configs/mamba_utils.py: conv states of (conv_dim / TP, kernel - 1), as vLLM."""
         return True
+
+    @property
+    def assumed_off(self) -> frozenset[str]:
+        """Speculative decoding (a draft model and its KV pool) and DP attention (a pool per attention
+        rank) besides LoRA and CPU offload: none of them sized here."""
+        return UNSIZED_FEATURES
 
     def unmodelled(self, model: ModelSpec) -> str | None:
         """What SGLang 0.5.23 does with the model that this profile does not reproduce."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from capacity import engine_constants as ec
 from capacity.engines import Engine
-from capacity.engines.base import ProfileBase
+from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
 from capacity.engines.numeric import Num, truncate
 from capacity.memory import (
     EngineDefaults,
@@ -85,6 +85,12 @@ class TrtllmProfile(ProfileBase):
         unit = kv_bytes_per_token_per_gpu(model, kv_bytes, tp, pp) * block_size
         capacity = budget_bytes // unit if unit and budget_bytes > 0 else 0
         return [KVPool("block", capacity, block_size, (KVGroup("full", model.num_layers),), max_num_batched_tokens, unit)]
+
+    @property
+    def assumed_off(self) -> frozenset[str]:
+        """Speculative decoding (a draft model and its KV pool) and DP attention (a pool per attention
+        rank) besides LoRA and CPU offload: none of them sized here."""
+        return UNSIZED_FEATURES
 
     def unmodelled(self, model: ModelSpec) -> str | None:
         if any(layer.kind in (KVKind.SLIDING, KVKind.CHUNKED) for layer in model.layers):

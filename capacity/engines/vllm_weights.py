@@ -29,7 +29,7 @@ from enum import StrEnum
 
 from capacity import engine_constants as ec
 from capacity.engines.vllm_overhead import gated_intermediate
-from capacity.memory import pp_partition
+from capacity.memory import cdiv, pp_partition
 from capacity.spec import GpuSku, ModelSpec
 
 MXFP4_BLOCK = 32  # elements per shared 8-bit exponent
@@ -63,7 +63,7 @@ class ExpertLayout:
 
 
 def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
+    return cdiv(value, multiple) * multiple
 
 
 def mxfp4_backend(gpu: GpuSku | None) -> Mxfp4Backend:
