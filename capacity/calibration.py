@@ -35,7 +35,8 @@ from dataclasses import dataclass, field, replace
 
 from capacity import engine_constants as ec
 from capacity import engines
-from capacity.engines import Engine
+from capacity.engines import Engine, numeric
+from capacity.engines.numeric import Num
 from capacity.engines.vllm import VllmProfile
 from capacity.memory import ChargeTerms, Estimate, KVPool, b_max, max_concurrency, max_context
 from capacity.spec import DeploymentSpec, ModelSpec
@@ -315,14 +316,15 @@ class Correction:
             bands=dict(bands),
         )
 
-    def overhead_delta_bytes(self, weights: int, activation: int, non_torch: int) -> int:
-        """How many more bytes per GPU the corrected weights and overhead take than predicted."""
+    def overhead_delta_bytes(self, weights: Num, activation: Num, non_torch: Num) -> Num:
+        """How many more bytes per GPU the corrected weights and overhead take than predicted
+        (integers, or columns: the fleet-wide limits apply the same rule to every grid row)."""
         delta = (
             weights * (self.weights_ratio - 1) + activation * (self.activation_ratio - 1) + self.non_torch_delta_bytes
         )
-        return math.ceil(delta)
+        return numeric.ceil(delta)
 
-    def kv_budget(self, predicted_budget: int, weights: int, activation: int, non_torch: int) -> int:
+    def kv_budget(self, predicted_budget: Num, weights: Num, activation: Num, non_torch: Num) -> Num:
         """The calibrated KV budget per GPU (the engine's budget minus the corrected terms' excess)."""
         return predicted_budget - self.overhead_delta_bytes(weights, activation, non_torch)
 
@@ -350,9 +352,14 @@ def resized_pool(pool: KVPool, old_budget: int, new_budget: int) -> KVPool:
         units = int(pool.capacity_units * scale)
         units -= units % max(pool.block_size, 1)
         return replace(pool, capacity_units=units, swa_capacity_units=int(pool.swa_capacity_units * scale))
-    if pool.unit_bytes <= 0:
-        return pool
-    return replace(pool, capacity_units=new_budget // pool.unit_bytes)
+    return replace(pool, capacity_units=resized_units(pool.capacity_units, pool.unit_bytes, new_budget))
+
+
+def resized_units(units: Num, unit_bytes: Num, new_budget: Num) -> Num:
+    """A block or token pool's units at another budget: `budget // unit_bytes`, none without a budget,
+    unchanged where the pool has no unit size (integers, or columns for the fleet-wide limits)."""
+    divided = new_budget // numeric.at_least(unit_bytes, 1)
+    return numeric.choose(new_budget <= 0, 0, numeric.choose(unit_bytes <= 0, units, divided))
 
 
 def pool_with_units(pool: KVPool, units: int) -> KVPool:

@@ -66,6 +66,7 @@ from itertools import product
 from typing import Any
 
 import polars as pl
+import polars.selectors as cs
 
 from capacity import engine_constants as ec
 from capacity.engines import Engine, EngineProfile, engine_profile
@@ -146,6 +147,7 @@ GRID_COLUMNS = (
 # `build_context_limits` can evaluate any context; `pool_window_{j}_groups/_held` follow, one pair
 # per distinct window of the models in the build. Not part of the published grid.
 POOL_COLUMNS = (
+    "pool_unit_bytes",  # bytes of one unit of the tightest stage (`KVPool.unit_bytes`): what a resized budget divides
     "pool_max_num_batched_tokens",
     "pool_max_in_flight_tokens",
     "pool_fixed_units",
@@ -1125,7 +1127,12 @@ def _sized(
     chosen = pl.coalesce(
         pl.when(pl.col(f"_cap_{s}") == pl.col("_capacity")).then(pl.col(f"_shape_{s}")) for s in range(width)
     )
-    dep = dep.with_columns(chosen.alias("_shape")).join(shapes, on="_shape", how="left")
+    chosen_unit = pl.coalesce(
+        pl.when(pl.col(f"_cap_{s}") == pl.col("_capacity")).then(pl.col(f"_unit_{s}")) for s in range(width)
+    )
+    dep = dep.with_columns(chosen.alias("_shape"), chosen_unit.alias("pool_unit_bytes")).join(
+        shapes, on="_shape", how="left"
+    )
 
     chosen_state = pl.coalesce(
         pl.when(pl.col(f"_cap_{s}") == pl.col("_capacity")).then(pl.col(f"_state_{s}")) for s in range(width)
@@ -1320,6 +1327,8 @@ class GridTables:
     contexts: pl.DataFrame
     # deployment_id, concurrency, max_context (`build_context_limits`), where asked for
     context_limits: pl.DataFrame | None = None
+    # deployment_id and the pool columns `max_contexts` reads, where asked for (`pools=True`)
+    pools: pl.DataFrame | None = None
 
     def context_rows(self) -> pl.DataFrame:
         """deployment_id, CONTEXT_COLUMNS: the contexts with max_concurrency as a Float64 (exactly
@@ -1384,14 +1393,19 @@ def grid_tables(
     concurrencies: Sequence[int] | None = None,
     first_layout_id: int = 0,
     first_deployment_id: int = 0,
+    pools: bool = False,
+    contexts: bool = True,
 ) -> GridTables:
     """The grid of `models` x `gpus` as GridTables (collected), with the context limits at
-    `concurrencies` if given; see `iter_grid_tables` for a fleet in chunks, which also overlaps the
-    Python and the Polars parts."""
+    `concurrencies` if given and the deployments' pools if `pools`; `contexts=False` leaves the
+    context rows empty (a caller that needs only the deployments). See `iter_grid_tables` for a fleet
+    in chunks, which also overlaps the Python and the Polars parts."""
     options = options or GridOptions()
     reg = _registry(models, gpus, options)
     t = _build_tables(reg, models, pp1_only=True)
-    return _collect_tables(t, models, 0, first_layout_id, first_deployment_id, concurrencies)
+    return _collect_tables(
+        t, models, 0, first_layout_id, first_deployment_id, concurrencies, pools=pools, contexts=contexts
+    )
 
 
 def iter_grid_tables(
@@ -1454,6 +1468,9 @@ def _collect_tables(
     first_layout_id: int,
     first_deployment_id: int,
     concurrencies: Sequence[int] | None = None,
+    *,
+    pools: bool = False,
+    contexts: bool = True,
 ) -> GridTables:
     """The tables of one chunk from its PP = 1 rows `t1`. The PP = 1 deployments are sized first;
     the PP > 1 layouts are then planned only where they are needed (the node's TP, where PP = 1
@@ -1500,19 +1517,15 @@ def _collect_tables(
     )
     # one row per deployment and context: a join on the model's contexts (in order) expands them
     model_contexts = f1.model_frame.select("model_idx", pl.col("contexts").alias("context")).explode("context")
-    contexts = deployments.lazy().join(model_contexts, on="model_idx", how="inner", maintain_order="left")
-    contexts = _at_contexts(contexts, windows, scaled=True, speed=t1.reg.options.speed).select(
+    if not contexts:
+        model_contexts = model_contexts.head(0)
+    context_rows = deployments.lazy().join(model_contexts, on="model_idx", how="inner", maintain_order="left")
+    context_rows = _at_contexts(context_rows, windows, scaled=True, speed=t1.reg.options.speed).select(
         pl.col("deployment_id").cast(_ID), *TABLE_CONTEXT_COLUMNS
     )
     layout_id = used.search_sorted(deployments.select(key).to_series()) + first_layout_id
     gpus = f1.gpu_frame.select(pl.col("gpu_idx").cast(_ID).alias("gpu_id"), *GPU_COLUMNS)
-    limits = None
-    if concurrencies is not None:
-        bound = deployments.select((pl.col("max_model_len") // pl.col("block_size")).max()).item()
-        steps = max(1, int(bound or 0).bit_length())
-        limits = _max_contexts(deployments.lazy(), ["deployment_id"], concurrencies, steps).select(
-            pl.col("deployment_id").cast(_ID), "concurrency", "max_context"
-        )
+    limits = max_contexts(deployments, concurrencies) if concurrencies is not None else None
     return GridTables(
         gpus=gpus.collect(),
         layouts=layouts,
@@ -1522,8 +1535,31 @@ def _collect_tables(
             pl.col("gpu_idx").cast(_ID).alias("gpu_id"),
             *DEPLOYMENT_ONLY_COLUMNS,
         ),
-        contexts=contexts.collect(),
-        context_limits=limits.collect() if limits is not None else None,
+        contexts=context_rows.collect(),
+        context_limits=limits,
+        pools=deployments.select(pl.col("deployment_id").cast(_ID), *_LIMIT_INPUTS, cs.starts_with("pool_"))
+        if pools
+        else None,
+    )
+
+
+_LIMIT_INPUTS = ("num_blocks", "block_size", "max_model_len", "max_num_seqs")
+
+
+def max_contexts(
+    deployments: pl.DataFrame, concurrencies: Sequence[int], num_blocks: pl.Expr | None = None
+) -> pl.DataFrame:
+    """deployment_id, concurrency, max_context of deployments with their pool columns
+    (`GridTables.pools`): `memory.max_context` on every row, at the pool's own block count or at
+    `num_blocks` (the same pool at another budget, e.g. `calibration.resized_units`)."""
+    if num_blocks is not None:
+        deployments = deployments.with_columns(num_blocks.alias("num_blocks"))
+    bound = deployments.select((pl.col("max_model_len") // pl.col("block_size")).max()).item()
+    steps = max(1, int(bound or 0).bit_length())
+    return (
+        _max_contexts(deployments.lazy(), ["deployment_id"], concurrencies, steps)
+        .select(pl.col("deployment_id").cast(_ID), "concurrency", "max_context")
+        .collect()
     )
 
 

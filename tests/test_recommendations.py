@@ -11,11 +11,14 @@ import polars as pl
 import pytest
 import yaml
 
-from capacity.calibration import CalibrationFit, fit_calibration
-from capacity.grid import GridModel, GridOptions, build_capacity_grid, build_context_limits
+from capacity import engine_constants as ec
+from capacity.calibration import CalibrationFit, calibrated_pool, fit_calibration, pool_numbers
+from capacity.grid import TARGET_CONCURRENCIES, grid_contexts
+from capacity.memory import AUTO_MAX_MODEL_LEN, b_max, estimate, valid_tp_sizes
+from capacity.spec import DeploymentSpec, SpecError
 from warehouse.catalog import Catalog, bundled_catalog
 from warehouse.recommendations.admission import ADMISSION_SCHEMA, budget_row
-from warehouse.recommendations.limits import LIMIT_SCHEMA, deployment_limits, effective, grid_limits
+from warehouse.recommendations.limits import LIMIT_SCHEMA, deployment_limits, effective, grid_limits, grid_weight_dtype
 from warehouse.recommendations.placements import PLACEMENT_SCHEMA, placement_frames
 from warehouse.recommendations.workloads import load_workloads, parse_workloads
 from warehouse.telemetry import SAMPLE_DIR, deployment_summary, ingest_dir
@@ -158,27 +161,75 @@ def test_weights_that_do_not_fit_bind_not_the_calibration() -> None:
     assert set(rows["weight_dtype"]) == {"bf16"}, "a bf16 checkpoint served as published is the grid's bf16"
 
 
-def test_grid_limits_equal_the_capacity_grid(fleet: dict[str, Any]) -> None:
-    ids = ["meta-llama/Llama-3.1-8B-Instruct", "google/gemma-2-9b-it", "meta-llama/Llama-3.1-70B-Instruct"]
-    catalog = bundled_catalog(ids, ["l4-24gb", "h100-sxm-80gb"])
-    ours = grid_limits(catalog, NO_CALIBRATION)
+def _scalar_grid_limits(catalog: Catalog, fit: CalibrationFit) -> list[dict[str, Any]]:
+    """The model_gpu_tp rows the scalar engine gives: `memory.estimate` per layout at vLLM's auto-fit
+    max_model_len (TP at most the node; PP 2/4 at the node's TP only where PP = 1 there holds no
+    sequence of the smallest grid context), `pool_numbers` on the predicted pool and on the pool at
+    the calibrated budget, and the smallest limit by hand (ties: model, calibrated, memory)."""
+    rows = []
+    for model_id in sorted(catalog.models):
+        grid_model = catalog.models[model_id]
+        spec = grid_model.spec
+        smallest = grid_contexts(spec.context_limit_tokens)[0]
+        for gpu_id in sorted(catalog.gpus):
+            gpu = catalog.gpus[gpu_id]
+            correction = fit.lookup("vllm", ec.VLLM_DEFAULT_VERSION, gpu.id, spec.family)
+            tps = [tp for tp in valid_tp_sizes(spec, (1, 2, 4, 8)) if tp <= gpu.gpus_per_node]
+            layouts = [(tp, 1) for tp in tps] + ([(max(tps), pp) for pp in (2, 4) if pp <= spec.num_layers] if tps else [])
+            node_fits = True
+            for tp, pp in layouts:
+                if pp > 1 and node_fits:
+                    break
+                deployment = DeploymentSpec(tp=tp, pp=pp, weight_dtype=grid_weight_dtype(spec), kv_dtype="auto",
+                                            max_model_len=AUTO_MAX_MODEL_LEN)  # fmt: skip
+                try:
+                    est = estimate(spec, deployment, gpu=gpu, model_name=model_id,
+                                   checkpoint_bytes=grid_model.checkpoint_bytes)  # fmt: skip
+                except SpecError:
+                    continue
+                if (tp, pp) == (max(tps), 1):
+                    node_fits = est.starts and est.max_model_len >= smallest and b_max(est.pool, smallest) >= 1
+                length = est.max_model_len
+                numbers = {"pred": pool_numbers(est.pool, context=length, max_model_len=length,
+                                                max_num_seqs=est.max_num_seqs, concurrencies=TARGET_CONCURRENCIES)}  # fmt: skip
+                if correction is not None:
+                    numbers["cal"] = pool_numbers(calibrated_pool(est, correction), context=length,
+                                                  max_model_len=length, max_num_seqs=est.max_num_seqs,
+                                                  concurrencies=TARGET_CONCURRENCIES)  # fmt: skip
+                for b in TARGET_CONCURRENCIES:
+                    memory = numbers["pred"].max_context[b]
+                    calibrated = numbers["cal"].max_context[b] if "cal" in numbers else None
+                    candidates = [("model", spec.context_limit_tokens), ("calibrated", calibrated), ("memory", memory)]
+                    value = min(v for _, v in candidates if v is not None)
+                    binding = next(name for name, v in candidates if v == value)
+                    if est.weights_bytes_per_gpu > est.usable_bytes_per_gpu:
+                        value, binding = 0, "weights"
+                    rows.append({"model": model_id, "gpu": gpu_id, "tp": tp, "pp": pp, "concurrency": b,
+                                 "max_model_len": length, "memory_limit": memory, "calibrated_limit": calibrated,
+                                 "effective_limit": value, "binding": binding})  # fmt: skip
+    return rows
+
+
+def test_grid_limits_equal_the_scalar_estimate(fleet: dict[str, Any]) -> None:
+    """The fleet-wide limits are computed on the grid's frames, every row at once; the scalar engine,
+    one estimate per layout, is the oracle: dense, sliding-window, hybrid Mamba, MLA, MXFP4 (per-GPU
+    expert layouts) and AWQ models, PP > 1 where one node is not enough, with the fleet's calibration."""
+    ids = ["meta-llama/Llama-3.1-8B-Instruct", "google/gemma-2-9b-it", "meta-llama/Llama-3.1-70B-Instruct",
+           "ai21labs/AI21-Jamba-1.5-Mini", "deepseek-ai/DeepSeek-V2-Lite-Chat", "openai/gpt-oss-20b",
+           "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "meta-llama/Llama-3.1-405B-Instruct"]  # fmt: skip
+    catalog = bundled_catalog(ids, ["l4-24gb", "a100-sxm-80gb", "h100-sxm-80gb", "b200-180gb", "rtx-4090-24gb"])
+    fit = fit_from_frame(fleet["calibration"])
+    ours = grid_limits(catalog, fit)
     assert ours.schema == pl.Schema(LIMIT_SCHEMA)
-    assert not ours["calibrated"].any() and ours["calibrated_limit"].null_count() == ours.height
-    models = [GridModel(m, catalog.models[m].spec, catalog.models[m].checkpoint_bytes) for m in ids]
-    grid = build_capacity_grid(
-        models,
-        list(catalog.gpus.values()),
-        GridOptions(engines=("vllm",), weight_dtypes=("bf16", "auto"), kv_dtypes=("auto",)),
-    )
-    theirs = build_context_limits(grid).collect()
-    theirs = theirs.with_columns(pl.col(c).cast(pl.String) for c in ("model", "gpu", "weight_dtype"))
-    keys = ["model", "gpu", "weight_dtype", "tp", "pp", "concurrency"]
-    joined = ours.join(theirs.select(*keys, "max_context"), on=keys, how="inner")
-    pp1 = ours.filter(pl.col("pp") == 1)
-    assert joined.filter(pl.col("pp") == 1).height == pp1.height, "every PP=1 row is in the grid"
-    mismatch = joined.filter(pl.col("memory_limit") != pl.col("max_context"))
-    assert mismatch.is_empty(), mismatch
-    assert (ours["effective_limit"] <= ours["model_limit"]).all()
+    expected = _scalar_grid_limits(catalog, fit)
+    assert {r["calibrated_limit"] is not None for r in expected} == {True}, "the fleet's fit calibrates these rows"
+    assert {(r["pp"] > 1) for r in expected} == {True, False}, "some rows need PP > 1"
+    columns = list(expected[0])
+    assert ours.select(columns).to_dicts() == expected
+    assert (ours["calibrated_limit"] != ours["memory_limit"]).any(), "the correction moves some limits"
+    uncalibrated = grid_limits(catalog, NO_CALIBRATION)
+    assert not uncalibrated["calibrated"].any() and uncalibrated["calibrated_limit"].null_count() == uncalibrated.height
+    assert uncalibrated["memory_limit"].equals(ours["memory_limit"])
 
 
 def test_calibrated_limits_per_deployment(fleet: dict[str, Any]) -> None:

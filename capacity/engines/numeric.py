@@ -7,6 +7,7 @@ Python's `int()` truncates toward zero, as a Float64 -> Int64 cast does; `//` fl
 
 from __future__ import annotations
 
+import math
 from typing import Any, TypeAlias
 
 import polars as pl
@@ -32,3 +33,17 @@ def at_least(value: Num, floor: int) -> Num:
     if isinstance(value, pl.Expr):
         return pl.max_horizontal(value, pl.lit(floor))
     return max(value, floor)
+
+
+def ceil(value: Num) -> Num:
+    """`math.ceil(value)` as an integer (Int64 for an expression)."""
+    if isinstance(value, pl.Expr):
+        return value.cast(pl.Float64).ceil().cast(pl.Int64)
+    return math.ceil(value)
+
+
+def choose(condition: Num, then: Num, otherwise: Num) -> Num:
+    """`then if condition else otherwise`, row by row for expressions."""
+    if isinstance(condition, pl.Expr):
+        return pl.when(condition).then(then).otherwise(otherwise)
+    return then if condition else otherwise

@@ -24,10 +24,18 @@ from typing import Any
 import polars as pl
 
 from capacity import engine_constants as ec
-from capacity.calibration import CalibrationFit, Correction, calibrated_pool, pool_numbers, pool_with_units
-from capacity.grid import TARGET_CONCURRENCIES, grid_contexts, weight_dtype_choices
-from capacity.memory import AUTO_MAX_MODEL_LEN, Estimate, b_max, estimate, valid_tp_sizes
-from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
+from capacity.calibration import (
+    CalibrationFit,
+    Correction,
+    calibrated_pool,
+    pool_numbers,
+    pool_with_units,
+    resized_units,
+)
+from capacity.engines import Engine, numeric
+from capacity.grid import TARGET_CONCURRENCIES, GridOptions, grid_tables, max_contexts, weight_dtype_choices
+from capacity.memory import Estimate
+from capacity.spec import ModelSpec
 from warehouse.catalog import Catalog
 from warehouse.telemetry.predictions import predict_row
 
@@ -57,19 +65,38 @@ LIMIT_SCHEMA: dict[str, Any] = {
 }
 
 
+def with_effective(frame: pl.DataFrame) -> pl.DataFrame:
+    """`effective_limit` and `binding` from model_limit, memory_limit, calibrated_limit (null: no
+    calibration) and `_weights_fit`: the smallest limit and which binds (ties: model, then calibrated,
+    then memory); `weights` when the weights alone exceed the usable memory (no KV at all, whatever a
+    calibration says). One rule for both kinds of rows."""
+    model, memory, calibrated = pl.col("model_limit"), pl.col("memory_limit"), pl.col("calibrated_limit")
+    weights_fit = pl.col("_weights_fit")
+    value = pl.when(weights_fit).then(pl.min_horizontal(model, calibrated, memory)).otherwise(0)
+    binding = (
+        pl.when(~weights_fit)
+        .then(pl.lit("weights"))
+        .when(model == value)
+        .then(pl.lit("model"))
+        .when(calibrated == value)
+        .then(pl.lit("calibrated"))
+        .otherwise(pl.lit("memory"))
+    )
+    return frame.with_columns(value.alias("effective_limit")).with_columns(binding.alias("binding"))
+
+
 def effective(
     model_limit: int, memory_limit: int, calibrated_limit: int | None, *, weights_fit: bool = True
 ) -> tuple[int, str]:
-    """The smallest limit and which binds (ties: model, then calibrated, then memory); `weights`
-    when the weights alone exceed the usable memory (no KV at all, whatever a calibration says)."""
-    if not weights_fit:
-        return 0, "weights"
-    candidates = [("model", model_limit)]
-    if calibrated_limit is not None:
-        candidates.append(("calibrated", calibrated_limit))
-    candidates.append(("memory", memory_limit))
-    value = min(v for _name, v in candidates)
-    return value, next(name for name, v in candidates if v == value)
+    """`with_effective` on one row: (effective limit, what binds)."""
+    row = pl.DataFrame(
+        {"model_limit": [model_limit], "memory_limit": [memory_limit], "calibrated_limit": [calibrated_limit],
+         "_weights_fit": [weights_fit]},
+        schema={"model_limit": pl.Int64, "memory_limit": pl.Int64, "calibrated_limit": pl.Int64,
+                "_weights_fit": pl.Boolean},
+    )  # fmt: skip
+    value, binding = with_effective(row).select("effective_limit", "binding").row(0)
+    return int(value), str(binding)
 
 
 def _rows(
@@ -106,18 +133,15 @@ def _rows(
     rows = []
     weights_fit = est.weights_bytes_per_gpu <= est.usable_bytes_per_gpu
     for b in concurrencies:
-        calibrated_limit = calibrated.max_context[b] if calibrated is not None else None
-        value, binding = effective(model_limit, predicted.max_context[b], calibrated_limit, weights_fit=weights_fit)
         rows.append(
             base
             | {
                 "concurrency": b,
                 "model_limit": model_limit,
                 "memory_limit": predicted.max_context[b],
-                "calibrated_limit": calibrated_limit,
+                "calibrated_limit": calibrated.max_context[b] if calibrated is not None else None,
                 "measured_limit": measured.max_context[b] if measured is not None else None,
-                "effective_limit": value,
-                "binding": binding,
+                "_weights_fit": weights_fit,
                 "calibrated": correction is not None,
                 "calibration_scope": correction.scope.label() if correction is not None else None,
                 "n_observations": correction.n_observations if correction is not None else 0,
@@ -162,7 +186,16 @@ def deployment_limits(
             est, correction, model_limit=model_limit, concurrencies=concurrencies, base=base,
             measured_blocks=int(blocks) if blocks is not None else None,
         )  # fmt: skip
-    return pl.DataFrame(rows, schema=LIMIT_SCHEMA)
+    return _limit_frame(pl.DataFrame(rows, schema=_ROW_SCHEMA))
+
+
+_ROW_SCHEMA = {k: v for k, v in LIMIT_SCHEMA.items() if k not in ("effective_limit", "binding")} | {
+    "_weights_fit": pl.Boolean
+}
+
+
+def _limit_frame(rows: pl.DataFrame) -> pl.DataFrame:
+    return with_effective(rows).select(pl.col(k).cast(v) for k, v in LIMIT_SCHEMA.items())
 
 
 def grid_weight_dtype(spec: ModelSpec, weight_dtype: str = "auto") -> str:
@@ -174,14 +207,6 @@ def grid_weight_dtype(spec: ModelSpec, weight_dtype: str = "auto") -> str:
     return weight_dtype
 
 
-def _layouts(spec: ModelSpec, gpu: GpuSku, valid_tp: Sequence[int], pp_sizes: Sequence[int]) -> list[tuple[int, int]]:
-    tps = [tp for tp in valid_tp if tp <= gpu.gpus_per_node]
-    layouts = [(tp, 1) for tp in tps]
-    if tps:
-        layouts += [(max(tps), pp) for pp in pp_sizes if 1 < pp <= spec.num_layers]
-    return layouts
-
-
 def grid_limits(
     catalog: Catalog,
     fit: CalibrationFit,
@@ -191,56 +216,87 @@ def grid_limits(
     tp_sizes: Sequence[int] = (1, 2, 4, 8),
     pp_sizes: Sequence[int] = (2, 4),
 ) -> pl.DataFrame:
-    """Rows of kind `model_gpu_tp`. PP > 1 only at the node's largest TP and only where PP = 1 there
-    holds no sequence of 1,024 tokens (the capacity grid's rule)."""
+    """Rows of kind `model_gpu_tp`: the capacity grid's deployments of that configuration (vLLM at
+    the release, the grid's weight label, KV auto; PP > 1 only at the node's largest TP and only
+    where PP = 1 there holds no sequence of the model's smallest grid context, the grid's rule),
+    each at the max_model_len it starts with. The memory limit is the grid's max context; the
+    calibrated one the same search on the pool at the corrected budget (`Correction.kv_budget`,
+    `calibration.resized_units`), every rule evaluated on all rows at once."""
     version = engine_version or ec.VLLM_DEFAULT_VERSION
-    rows: list[dict[str, Any]] = []
-    for model_id in sorted(catalog.models):
-        grid_model = catalog.models[model_id]
-        spec = grid_model.spec
-        weight = grid_weight_dtype(spec)
-        smallest = grid_contexts(spec.context_limit_tokens)[0]
-        valid_tp = valid_tp_sizes(spec, tp_sizes)  # the GPU's node size is applied per GPU
-        for gpu_id in sorted(catalog.gpus):
-            gpu = catalog.gpus[gpu_id]
-            correction = fit.lookup("vllm", version, gpu.id, spec.family)
-            layouts = _layouts(spec, gpu, valid_tp, pp_sizes)
-            node_tp = max((tp for tp, pp in layouts if pp == 1), default=0)
-            node_fits = True
-            for tp, pp in layouts:
-                if pp > 1 and node_fits:
-                    break
-                # each layout at the max_model_len it starts with (vLLM's auto-fit), as the grid runs it
-                deployment = DeploymentSpec(
-                    tp=tp, pp=pp, weight_dtype=weight, kv_dtype="auto", engine_version=version,
-                    max_model_len=AUTO_MAX_MODEL_LEN,
-                )  # fmt: skip
-                try:
-                    est = estimate(
-                        spec, deployment, gpu=gpu, model_name=model_id, checkpoint_bytes=grid_model.checkpoint_bytes
-                    )
-                except SpecError:
-                    continue
-                if (tp, pp) == (node_tp, 1):
-                    node_fits = est.starts and est.max_model_len >= smallest and b_max(est.pool, smallest) >= 1
-                base = {
-                    "kind": "model_gpu_tp",
-                    "deployment_id": None,
-                    "model": model_id,
-                    "model_family": spec.family,
-                    "gpu": gpu.id,
-                    "engine": "vllm",
-                    "engine_version": est.engine_version,
-                    "weight_dtype": weight,
-                    "kv_dtype": "auto",
-                    "tp": tp,
-                    "pp": pp,
-                    "max_model_len": est.max_model_len,
-                }
-                rows += _rows(
-                    est, correction, model_limit=spec.context_limit_tokens, concurrencies=concurrencies, base=base
-                )
-    return pl.DataFrame(rows, schema=LIMIT_SCHEMA)
+    if not catalog.models or not catalog.gpus:
+        return pl.DataFrame(schema=LIMIT_SCHEMA)
+    models = [catalog.models[m] for m in sorted(catalog.models)]
+    options = GridOptions(
+        engines=(Engine.VLLM.value,), vllm_version=version, tp_sizes=tuple(tp_sizes), pp_sizes=tuple(pp_sizes),
+        weight_dtypes=("bf16", "auto"), kv_dtypes=("auto",), speed=False,
+    )  # fmt: skip
+    tables = grid_tables(
+        models, [catalog.gpus[g] for g in sorted(catalog.gpus)], options, concurrencies=concurrencies, pools=True,
+        contexts=False,
+    )  # fmt: skip
+    assert tables.pools is not None and tables.context_limits is not None
+    labels = pl.DataFrame(
+        {"model": [m.repo_id for m in models], "_label": [grid_weight_dtype(m.spec) for m in models],
+         "model_limit": [m.spec.context_limit_tokens for m in models]},
+        schema={"model": pl.String, "_label": pl.String, "model_limit": pl.Int64},
+    )  # fmt: skip
+    deployments = (
+        tables.deployments.join(tables.layouts, on="layout_id")
+        .join(tables.gpus, on="gpu_id")
+        .with_columns(pl.col(c).cast(pl.String) for c in ("model", "model_family", "gpu", "engine", "engine_version",
+                                                           "weight_dtype", "kv_dtype"))
+        .join(labels, on="model")
+        .filter(pl.col("weight_dtype") == pl.col("_label"))
+    )  # fmt: skip
+    found = _lookups(fit, version, deployments)
+    deployments = deployments.join(_corrections(found), on=["gpu", "model_family"], how="left")
+    calibrated = deployments.filter(pl.col("_calibrated"))
+    budget = pl.col("kv_budget_bytes_per_gpu")
+    corrected_budget = pl.lit(None, pl.Int64)
+    for label, correction in {c.scope.label(): c for c in found.values() if c is not None}.items():
+        here = pl.col("calibration_scope") == label
+        corrected = correction.kv_budget(budget, pl.col("weights_bytes_per_gpu"),
+                                         pl.col("activation_peak_bytes_per_gpu"), pl.col("non_torch_bytes_per_gpu"))  # fmt: skip
+        corrected_budget = pl.when(here).then(corrected).otherwise(corrected_budget)
+    pools = tables.pools.join(calibrated.select("deployment_id", corrected_budget.alias("_budget")), on="deployment_id")
+    resized = resized_units(pl.col("num_blocks"), pl.col("pool_unit_bytes"), pl.col("_budget"))
+    calibrated_limits = max_contexts(pools, concurrencies, resized).rename({"max_context": "calibrated_limit"})
+    usable = numeric.truncate(pl.col("gpu_memory_bytes") * pl.col("gpu_memory_utilization"))
+    rows = (
+        deployments.join(tables.context_limits.rename({"max_context": "memory_limit"}), on="deployment_id")
+        .join(calibrated_limits, on=["deployment_id", "concurrency"], how="left")
+        .with_columns(
+            pl.lit("model_gpu_tp").alias("kind"),
+            pl.lit(None, pl.String).alias("deployment_id"),
+            pl.lit(None, pl.Int64).alias("measured_limit"),
+            (pl.col("weights_bytes_per_gpu") <= usable).alias("_weights_fit"),
+            pl.col("_calibrated").fill_null(False).alias("calibrated"),
+            pl.col("n_observations").fill_null(0),
+        )
+        .sort("model", "gpu", "pp", "tp", "concurrency")
+    )
+    return _limit_frame(rows.select(*_ROW_SCHEMA))
+
+
+def _lookups(fit: CalibrationFit, version: str, deployments: pl.DataFrame) -> dict[tuple[str, str], Correction | None]:
+    """The correction each (GPU, model family) of the rows looks up."""
+    pairs = deployments.select("gpu", "model_family").unique().iter_rows()
+    return {(gpu, family): fit.lookup(Engine.VLLM.value, version, gpu, family) for gpu, family in pairs}
+
+
+def _corrections(found: dict[tuple[str, str], Correction | None]) -> pl.DataFrame:
+    """gpu, model_family -> whether a correction applies, its scope and observations."""
+    return pl.DataFrame(
+        {
+            "gpu": [gpu for gpu, _ in found],
+            "model_family": [family for _, family in found],
+            "_calibrated": [c is not None for c in found.values()],
+            "calibration_scope": [c.scope.label() if c is not None else None for c in found.values()],
+            "n_observations": [c.n_observations if c is not None else None for c in found.values()],
+        },
+        schema={"gpu": pl.String, "model_family": pl.String, "_calibrated": pl.Boolean,
+                "calibration_scope": pl.String, "n_observations": pl.Int64},
+    )  # fmt: skip
 
 
 def effective_limits(
