@@ -363,6 +363,21 @@ SGLANG_FALLBACK_MEM_FRACTION = 0.95  # memory_hook: gpu_mem unknown
 SGLANG_LEGACY_RELEASES_BEFORE = (0, 5)
 SGLANG_LEGACY_MEM_FRACTION_BY_RANKS: tuple[tuple[int, float], ...] = ((16, 0.79), (8, 0.81), (4, 0.85),
                                                                       (2, 0.87), (1, 0.88))  # fmt: skip
+# 0.4.8 to 0.5.2 (server_args.py ServerArgs.__post_init__, read in the 0.4.8, 0.4.10.post2, 0.5.0rc0 and 0.5.2
+# wheels; 0.4.7 still has the table above, 0.5.3 moved to _handle_gpu_memory_settings): without
+# --mem-fraction-static, fraction = round((gpu - reserved) / gpu, 3), gpu = nvidia-smi memory.total (MiB) and
+# reserved (MiB) by tier: (below this many MiB, base GiB, GiB per rank of TP x PP), first match wins, the last
+# tier flat 32 GiB; + 2 GiB with speculative decoding, + 4 GiB with DP attention (neither sized here)
+SGLANG_TIERED_RELEASES_FROM = (0, 4, 8)
+SGLANG_TIERED_RELEASES_BEFORE = (0, 5, 3)
+SGLANG_TIERED_RESERVE_GIB: tuple[tuple[int | None, float, float], ...] = (
+    (20 * 1024, 2.8, 0.1),  # T4, 4080
+    (35 * 1024, 2.8, 0.1),  # A10, L40, 4090, 5090
+    (90 * 1024, 9.5, 0.5),  # H100, A100
+    (100 * 1024, 12.0, 0.5),  # H20
+    (160 * 1024, 12.0, 0.5),  # H200
+    (None, 32.0, 0.0),  # B200, MI300
+)
 
 
 @dataclass(frozen=True, slots=True)

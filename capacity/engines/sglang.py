@@ -66,11 +66,13 @@ class SglangProfile(ProfileBase):
         at least 2,048 but for Mamba hybrids), so no sequence cap is set here."""
         device_bytes = device_memory_bytes(gpu, gpu_memory_bytes)
         tier = memory_tier(device_bytes)
-        fraction: float = (
-            legacy_mem_fraction_static(tp, pp)
-            if is_legacy_release(self.requested_version)
-            else mem_fraction_static(device_bytes, tp, pp, mla=model.is_mla)
-        )
+        fraction: float
+        if is_tiered_release(self.requested_version):
+            fraction = tiered_mem_fraction_static(device_bytes, tp, pp)
+        elif is_legacy_release(self.requested_version):
+            fraction = legacy_mem_fraction_static(tp, pp)
+        else:
+            fraction = mem_fraction_static(device_bytes, tp, pp, mla=model.is_mla)
         if (
             gpu is not None
             and gpu.vendor == "amd"
@@ -230,13 +232,40 @@ def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = 
 
 
 def is_legacy_release(version: str | None) -> bool:
-    """A release before 0.5, whose default fraction followed the parallel size (None: the modelled 0.5.23)."""
+    """A release before 0.5 (None: the modelled 0.5.23); before 0.4.8 its default fraction followed the
+    parallel size alone (`legacy_mem_fraction_static`), from 0.4.8 the device tier (`is_tiered_release`)."""
     if not version:
         return False
     try:
         return ec.parse_version(version) < ec.SGLANG_LEGACY_RELEASES_BEFORE
     except ValueError:
         return False
+
+
+def is_tiered_release(version: str | None) -> bool:
+    """0.4.8 <= release < 0.5.3: the default fraction reserved a fixed amount per device-memory tier
+    (`SGLANG_TIERED_RESERVE_GIB`); 0.4.7 and earlier used the parallel-size table, 0.5.3 on
+    `_handle_gpu_memory_settings`."""
+    if not version:
+        return False
+    try:
+        parsed = ec.parse_version(version)
+    except ValueError:
+        return False
+    return ec.SGLANG_TIERED_RELEASES_FROM <= parsed < ec.SGLANG_TIERED_RELEASES_BEFORE
+
+
+def tiered_mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int) -> float:
+    """0.4.8-0.5.2 `ServerArgs.__post_init__`: round((gpu - reserved) / gpu, 3) in nvidia-smi MiB, reserved =
+    (base + TP x PP x per rank) GiB of the device's tier (no speculative decoding, no DP attention)."""
+    if gpu_memory_bytes <= 0:
+        return ec.SGLANG_LEGACY_MEM_FRACTION_BY_RANKS[-1][1]  # gpu_mem unknown: 0.88
+    gpu_mib = gpu_memory_bytes / ec.MIB
+    ranks = tp * pp
+    base_gib, per_rank_gib = next((base, per) for below, base, per in ec.SGLANG_TIERED_RESERVE_GIB
+                                  if below is None or gpu_mib < below)  # fmt: skip
+    reserved_mib = (base_gib + ranks * per_rank_gib) * 1024
+    return round((gpu_mib - reserved_mib) / gpu_mib, 3)
 
 
 def legacy_mem_fraction_static(tp: int, pp: int) -> float:
