@@ -644,3 +644,40 @@ def test_pipeline_stages_split_as_sglang_does() -> None:
     # but its first stage 0..9 holds 2 full layers)
     c = sg.cells(_spec("meta-llama/Llama-4-Scout-17B-16E-Instruct"), 2, 4, 1, 5)
     assert (c.full_cell, c.swa_cell, c.full_layers, c.swa_layers) == (12_288, 28_672, 3, 7)
+
+
+@pytest.mark.parametrize(
+    ("smi_mib", "tp", "expected"),
+    [
+        # 0.4.8-0.5.2 server_args.py __post_init__: gpu_mem < 20 GiB tier, reserved (2.8 + 1 / 10) x 1024 = 2,969.6;
+        # RTX 5080 (nvidia-smi 16,303 MiB): (16,303 - 2,969.6) / 16,303 = 0.81785 -> 0.818
+        (16303, 1, 0.818),
+        # 4 x RTX 4090 (24,564 MiB, < 35 GiB tier): (2.8 + 4 / 10) x 1024 = 3,276.8; 21,287.2 / 24,564 = 0.86660 -> 0.867
+        (24564, 4, 0.867),
+        # H100 SXM (81,559 MiB, < 90 GiB): (9.5 + 1 / 2) x 1024 = 10,240; 71,319 / 81,559 = 0.87445 -> 0.874
+        (81559, 1, 0.874),
+        # 8 x H200 (143,771 MiB, < 160 GiB): (12 + 8 / 2) x 1024 = 16,384; 127,387 / 143,771 = 0.88604 -> 0.886
+        (143771, 8, 0.886),
+        # B200 (183,359 MiB, the last tier): a flat 32 x 1024 = 32,768; 150,591 / 183,359 = 0.82129 -> 0.821
+        (183359, 8, 0.821),
+    ],
+)
+def test_tiered_release_default_fraction(smi_mib: int, tp: int, expected: float) -> None:
+    assert sg.tiered_mem_fraction_static(smi_mib * 1024 * 1024, tp, 1) == expected
+
+
+def test_default_fraction_follows_the_release_era() -> None:
+    # 0.4.7's server_args still has the parallel-size table (0.88 at TP 1 on <= 80 GiB); 0.4.8 and 0.5.0rc0-0.5.2
+    # the tiers; 0.5.3 moved to _handle_gpu_memory_settings (the 0.5.23 rules capplan models)
+    rtx5080 = find_gpu_sku("NVIDIA GeForce RTX 5080")
+    spec = _spec("Qwen/Qwen3-0.6B")
+
+    def fraction(version: str | None) -> float:
+        profile = engine_profile(Engine.SGLANG, version)
+        return profile.defaults(spec, rtx5080, rtx5080.memory_total_bytes, 40960, 1, 1).gpu_memory_utilization
+
+    assert sg.is_tiered_release("0.4.8") and sg.is_tiered_release("0.5.2rc2") and sg.is_tiered_release("0.4.10.post2")
+    assert not sg.is_tiered_release("0.4.7") and not sg.is_tiered_release("0.5.3") and not sg.is_tiered_release(None)
+    assert fraction("0.4.7") == 0.88
+    assert fraction("0.4.10") == fraction("0.5.0rc0") == 0.818
+    assert fraction("0.5.3") == fraction(None) != 0.818

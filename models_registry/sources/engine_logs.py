@@ -41,6 +41,7 @@ UNMODELLED_FEATURES = {
     "hybrid_mamba": "a hybrid model's Mamba / linear-attention state pool, which shares the static budget with the KV pool",
     "dsa": "DeepSeek sparse attention (an indexer key cache next to the MLA latent)",
     "amd_rocm": "an AMD ROCm build (no ROCm profile: HIP graphs, RCCL and ROCm's memory accounting)",
+    "ascend_npu": "an Ascend NPU build (no NPU profile: NPU graphs and the NPU runtime's memory accounting)",
     "unified_memory": "unified CPU/GPU memory (Jetson, GB10): what is free is what the OS and other processes leave",
     "shared_gpu": "memory other processes held at load begin, which capplan cannot see",
     "bench_one_batch": "sglang.bench_one_batch (a benchmark process, not a server)",
