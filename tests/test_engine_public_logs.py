@@ -247,3 +247,23 @@ def test_tiered_release_default_reproduces_the_rtx5080_pool(runs) -> None:  # ty
     # (fraction 0.747 by its reserve) gave -11.4 %
     assert shipped_pool(runs, "unresolved-sglang-2025-08-qwen3-0.6b-rtx5080-tp1") == pytest.approx(-0.021, abs=0.01)
     assert runs[False][1].pool["unresolved-sglang-2025-08-qwen3-0.6b-rtx5080-tp1"] == pytest.approx(-0.114, abs=0.01)
+
+
+def test_tiered_default_is_the_logs_own_arithmetic() -> None:
+    # 0.4.8-0.5.2: rest = avail_after_weights - free_before_load x (1 - f), f = the tiered default of the device's
+    # nvidia-smi total, must give the logged K + V (GB as printed) for the rows of that era that print the weights:
+    # grok-2 on 8 x H100 (0.5.2rc2, 81,559 MiB: f 0.831), Llama-3.1-8B on a 24 GB card (July 2025: f 0.879),
+    # Qwen3-0.6B on an RTX 5080 (August 2025: f 0.818); from the yaml's logged numbers, not capplan's estimate
+    from capacity.engines import sglang as sg
+
+    rows = {r.id: r.raw for r in el.load_engine_logs()}
+    cases = [("unresolved-sglang-0.5.2rc2-grok-2-fp8-h100-tp8", "h100-sxm-80gb", 8, 0.831),
+             ("sglang-docker-desktop-readme-2025-07-llama-3.1-8b-24gb-tp1", "rtx-4090-24gb", 1, 0.879),
+             ("unresolved-sglang-2025-08-qwen3-0.6b-rtx5080-tp1", "rtx-5080-16gb", 1, 0.818)]  # fmt: skip
+    for row_id, sku, tp, fraction in cases:
+        raw = rows[row_id]
+        smi_mib = find_gpu_sku(sku).memory_total_mib_smi
+        assert sg.tiered_mem_fraction_static(smi_mib * 2**20, tp, 1) == fraction
+        before = raw["avail_mem_gb"] + raw["weights_gb"]
+        rest = raw["avail_mem_gb"] - before * (1 - fraction)
+        assert rest == pytest.approx(raw["k_size_gb"] + raw["v_size_gb"], abs=0.04)
