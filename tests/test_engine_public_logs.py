@@ -77,12 +77,12 @@ def test_sglang_table_shipped_and_cross_validated(runs) -> None:  # type: ignore
     _, shipped, cv = runs[True]
     ship = el.table(rows, shipped.pool)["sglang"]
     held_out = el.table(rows, cv.pool)["sglang"]
-    # measured with the 2026-12 rows (modelled rows only; the not-modelled ones are reported apart): shipped n=9
-    # (was 8: the RTX 5080 row once the catalog has the GPU), median 0.27 % (was 0.25), 67 % within 1 % (was 75),
-    # 78 % within 5 % (was 75); leave-one-source-out of the one fitted term median 1.44 % (was 0.96), 44 % within
-    # 1 % (was 50), 78 % within 5 % (was 75)
-    assert ship.n >= 9 and ship.median_abs_error < 0.004 and ship.within_5pct >= 0.77 and ship.within_1pct >= 0.66
-    assert held_out.n == ship.n and held_out.median_abs_error < 0.016 and held_out.within_5pct >= 0.77
+    # measured with the 2026-12 rows (modelled rows only; the not-modelled ones are reported apart): shipped n=8
+    # (+1 the RTX 5080 row once the catalog has the GPU and the 0.4.8-0.5.2 default; -1 the WSL2 RTX 3090 row, now
+    # shared_gpu), median 0.25 % (was 0.25), 75 % within 1 % (was 75), 88 % within 5 % (was 75); leave-one-source-
+    # out of the one fitted term median 0.89 % (was 0.96), 50 % within 1 % (was 50), 88 % within 5 % (was 75)
+    assert ship.n >= 8 and ship.median_abs_error < 0.004 and ship.within_5pct >= 0.87 and ship.within_1pct >= 0.74
+    assert held_out.n == ship.n and held_out.median_abs_error < 0.011 and held_out.within_5pct >= 0.87
     # refitting the one term out of sample is worse than the shipped constant: it stays as shipped
     assert held_out.median_abs_error > ship.median_abs_error
 
@@ -112,7 +112,11 @@ def test_trtllm_pytorch_backend_pool(runs) -> None:  # type: ignore[no-untyped-d
 
 
 def test_unknown_release_row_within_its_stated_tolerance(runs) -> None:  # type: ignore[no-untyped-def]
-    # the Windows desktop of the RTX 3090 row holds memory capplan cannot see: +7.5 %, a known miss
+    rows = {r.id: r for r in el.load_engine_logs()}
+    assert rows["my-deepseek-r1-sglang-2025-02-r1-distill-qwen-7b-rtx3090-tp1"].unmodelled == el.UNMODELLED_FEATURES[
+        "shared_gpu"]
+    # the Windows desktop of the RTX 3090 row holds memory capplan cannot see: +7.5 %, a known miss, reported under
+    # "sglang not modelled" (shared_gpu) since 2026-12
     assert shipped_pool(runs, "my-deepseek-r1-sglang-2025-02-r1-distill-qwen-7b-rtx3090-tp1") == pytest.approx(0.0748, abs=0.01)
     # vllm#21348 (July 2025, release not stated, Qwen3-235B-A22B-FP8 on 4 x H100 at 0.93): capplan leaves 9 %
     # more KV memory than SGLang did; the log prints neither the weights nor the free memory, so the non-KV
