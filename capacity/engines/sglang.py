@@ -1,5 +1,9 @@
 """SGLang 0.5.23: a token pool sized from `mem_fraction_static` of the memory free before the weights load.
 
+Older releases differ in the default `mem_fraction_static` only (`defaults`): before 0.4.8 a table by TP x PP
+(`legacy_mem_fraction_static`), 0.4.8-0.5.2 a reserve per device-memory tier (`tiered_mem_fraction_static`),
+both read in those releases' `server_args.py`; `profile_max_num_token` sized the pool as below in all of them.
+
 Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
 - defaults: `arg_groups/memory_hook.py` `handle_gpu_memory_settings` (chunked prefill size and decode
   CUDA-graph batch size by device memory tier; `mem_fraction_static = (gpu - reserved) / gpu` with the
