@@ -398,6 +398,15 @@ SGLANG_MEMORY_TIERS: tuple[SglangMemoryTier, ...] = (
     SglangMemoryTier(160 * 1024, 8192, 256, 512),  # H20, H200
     SglangMemoryTier(None, 16384, 512, 512),  # B200, MI300
 )
+# Older 0.5.x releases (server_args.py _handle_gpu_memory_settings, read in the 0.5.3 to 0.5.19 wheels): the
+# < 35 GiB tier took chunked_prefill_size 2048 and 16 (0.5.3-0.5.4) / 24 (0.5.5-0.5.19) decode graphs below TP 4,
+# 80 from TP 4 (0.5.20 on: the tier above); the prefill (piecewise) CUDA graphs were reserved for only from 0.5.10,
+# when they became the default (disable_piecewise_cuda_graph = False); the rest of the reserve is the same
+SGLANG_TIER35_OLD_BEFORE = (0, 5, 20)
+SGLANG_TIER35_BS16_BEFORE = (0, 5, 5)
+SGLANG_TIER35_OLD = (2048, 24, 80)  # chunked_prefill_size, decode max bs below TP 4 / from TP 4
+SGLANG_TIER35_OLD_BS_BEFORE_0_5_5 = 16
+SGLANG_PREFILL_GRAPH_RESERVE_FROM = (0, 5, 10)
 # memory_hook.py reserved_mem (MiB): 512 + 1.5 x max(chunked_prefill_size, 2048) + TP x PP / 8 x 1024
 # + reserve_for_graph_mb (2 per decode graph batch size; 8 per prefill graph size, or 1536 with MLA),
 # at least 10 GiB on devices above 60 GiB; mem_fraction_static = round((gpu - reserved) / gpu, 3)

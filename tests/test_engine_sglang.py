@@ -680,4 +680,33 @@ def test_default_fraction_follows_the_release_era() -> None:
     assert not sg.is_tiered_release("0.4.7") and not sg.is_tiered_release("0.5.3") and not sg.is_tiered_release(None)
     assert fraction("0.4.7") == 0.88
     assert fraction("0.4.10") == fraction("0.5.0rc0") == 0.818
-    assert fraction("0.5.3") == fraction(None) != 0.818
+    # 0.5.3-0.5.9 (no prefill-graph reserve): 512 + 1.5 x 2048 + 2 x 8 + 1 / 8 x 1024 = 3,728; 12,575 / 16,303 -> 0.771;
+    # 0.5.10 on adds 42 prefill graph sizes up to 2048 x 8 = 336: 4,064; 12,239 / 16,303 = 0.75072 -> 0.751
+    assert fraction("0.5.3") == fraction("0.5.9") == 0.771
+    assert fraction("0.5.10") == fraction(None) == 0.751
+
+
+@pytest.mark.parametrize(
+    ("smi_mib", "tp", "version", "expected"),
+    [
+        # L40S (46,068 MiB, the < 60 GiB tier: chunked 4096, decode bs 32): 0.5.5 reserved 512 + 6,144 + 64 + 128 =
+        # 6,848; 39,220 / 46,068 = 0.85135 -> 0.851, the fraction sgl-project/sglang#13023's L40S log prints
+        # (server_args of 2025-11-11, the 0.5.5 line); 0.5.10 on + 50 prefill sizes up to 4096 x 8 = 400: 0.843
+        (46068, 1, "0.5.5", 0.851),
+        (46068, 1, "0.5.12", 0.843),
+        # RTX 4090 (24,564 MiB, the < 35 GiB tier): 0.5.3 chunked 2048, bs 16: 512 + 3,072 + 32 + 128 = 3,744;
+        # 20,820 / 24,564 = 0.84758 -> 0.848; 0.5.5 bs 24: 3,760 -> 0.847; 0.5.10-0.5.19 + 42 x 8 = 336: 4,096 ->
+        # 0.833; 0.5.20 on: chunked 4096, bs 48 and 50 prefill sizes: 512 + 6,144 + 96 + 128 + 400 = 7,280 -> 0.704
+        (24564, 1, "0.5.3", 0.848),
+        (24564, 1, "0.5.5", 0.847),
+        (24564, 1, "0.5.19", 0.833),
+        (24564, 1, "0.5.20", 0.704),
+        # 4 x RTX 4090 on 0.5.8: bs 80 from TP 4: 512 + 3,072 + 160 + 512 = 4,256; 20,308 / 24,564 = 0.82674 -> 0.827
+        (24564, 4, "0.5.8", 0.827),
+        # H100 SXM (81,559 MiB) on 0.5.5: 512 + 12,288 + 512 + 128 = 13,440 (above the 10 GiB floor);
+        # 68,119 / 81,559 = 0.83521 -> 0.835
+        (81559, 1, "0.5.5", 0.835),
+    ],
+)
+def test_older_0_5_release_default_fraction(smi_mib: int, tp: int, version: str, expected: float) -> None:
+    assert sg.mem_fraction_static(smi_mib * 1024 * 1024, tp, 1, version=version) == expected
