@@ -44,6 +44,7 @@ UNMODELLED_FEATURES = {
     "ascend_npu": "an Ascend NPU build (no NPU profile: NPU graphs and the NPU runtime's memory accounting)",
     "unified_memory": "unified CPU/GPU memory (Jetson, GB10): what is free is what the OS and other processes leave",
     "shared_gpu": "memory other processes held at load begin, which capplan cannot see",
+    "memory_saver": "torch_memory_saver (--enable-memory-saver, which release/resume_memory_occupation need): weights and KV through its virtual-memory pools",
     "bench_one_batch": "sglang.bench_one_batch (a benchmark process, not a server)",
     "prebuilt_engine": "a prebuilt TensorRT engine (engine, runtime buffers and decoder memory)",
 }
