@@ -267,25 +267,16 @@ def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = 
 def is_legacy_release(version: str | None) -> bool:
     """A release before 0.5 (None: the modelled 0.5.23); before 0.4.8 its default fraction followed the
     parallel size alone (`legacy_mem_fraction_static`), from 0.4.8 the device tier (`is_tiered_release`)."""
-    if not version:
-        return False
-    try:
-        return ec.parse_version(version) < ec.SGLANG_LEGACY_RELEASES_BEFORE
-    except ValueError:
-        return False
+    release = _release(version)
+    return release is not None and release < ec.SGLANG_LEGACY_RELEASES_BEFORE
 
 
 def is_tiered_release(version: str | None) -> bool:
     """0.4.8 <= release < 0.5.3: the default fraction reserved a fixed amount per device-memory tier
     (`SGLANG_TIERED_RESERVE_GIB`); 0.4.7 and earlier used the parallel-size table, 0.5.3 on
     `_handle_gpu_memory_settings`."""
-    if not version:
-        return False
-    try:
-        parsed = ec.parse_version(version)
-    except ValueError:
-        return False
-    return ec.SGLANG_TIERED_RELEASES_FROM <= parsed < ec.SGLANG_TIERED_RELEASES_BEFORE
+    release = _release(version)
+    return release is not None and ec.SGLANG_TIERED_RELEASES_FROM <= release < ec.SGLANG_TIERED_RELEASES_BEFORE
 
 
 def tiered_mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int) -> float:
@@ -299,6 +290,22 @@ def tiered_mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int) -> float
                                   if below is None or gpu_mib < below)  # fmt: skip
     reserved_mib = (base_gib + ranks * per_rank_gib) * 1024
     return round((gpu_mib - reserved_mib) / gpu_mib, 3)
+
+
+# a release of each era whose default fraction differs (for the "no --engine-version" assumption note)
+RELEASE_ERA_REPRESENTATIVES = (("before 0.4.8", "0.4.7"), ("0.4.8-0.5.2", "0.5.2"), ("0.5.3-0.5.4", "0.5.4"),
+                               ("0.5.5-0.5.9", "0.5.9"), ("0.5.10-0.5.19", "0.5.19"))  # fmt: skip
+
+
+def release_default_fractions(model: ModelSpec, gpu: GpuSku | None, gpu_memory_bytes: int, tp: int,
+                              pp: int) -> dict[str, float]:  # fmt: skip
+    """The default `mem_fraction_static` of each older release era on this deployment, by era name: what an
+    estimate without --engine-version (0.5.23's rules) should say it assumed where they differ."""
+    out: dict[str, float] = {}
+    for era, version in RELEASE_ERA_REPRESENTATIVES:
+        profile = SglangProfile(requested_version=version)
+        out[era] = profile.defaults(model, gpu, gpu_memory_bytes, 0, tp, pp).gpu_memory_utilization
+    return out
 
 
 def legacy_mem_fraction_static(tp: int, pp: int) -> float:
