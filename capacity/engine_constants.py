@@ -363,6 +363,21 @@ SGLANG_FALLBACK_MEM_FRACTION = 0.95  # memory_hook: gpu_mem unknown
 SGLANG_LEGACY_RELEASES_BEFORE = (0, 5)
 SGLANG_LEGACY_MEM_FRACTION_BY_RANKS: tuple[tuple[int, float], ...] = ((16, 0.79), (8, 0.81), (4, 0.85),
                                                                       (2, 0.87), (1, 0.88))  # fmt: skip
+# 0.4.8 to 0.5.2 (server_args.py ServerArgs.__post_init__, read in the 0.4.8, 0.4.10.post2, 0.5.0rc0 and 0.5.2
+# wheels; 0.4.7 still has the table above, 0.5.3 moved to _handle_gpu_memory_settings): without
+# --mem-fraction-static, fraction = round((gpu - reserved) / gpu, 3), gpu = nvidia-smi memory.total (MiB) and
+# reserved (MiB) by tier: (below this many MiB, base GiB, GiB per rank of TP x PP), first match wins, the last
+# tier flat 32 GiB; + 2 GiB with speculative decoding, + 4 GiB with DP attention (neither sized here)
+SGLANG_TIERED_RELEASES_FROM = (0, 4, 8)
+SGLANG_TIERED_RELEASES_BEFORE = (0, 5, 3)
+SGLANG_TIERED_RESERVE_GIB: tuple[tuple[int | None, float, float], ...] = (
+    (20 * 1024, 2.8, 0.1),  # T4, 4080
+    (35 * 1024, 2.8, 0.1),  # A10, L40, 4090, 5090
+    (90 * 1024, 9.5, 0.5),  # H100, A100
+    (100 * 1024, 12.0, 0.5),  # H20
+    (160 * 1024, 12.0, 0.5),  # H200
+    (None, 32.0, 0.0),  # B200, MI300
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +398,15 @@ SGLANG_MEMORY_TIERS: tuple[SglangMemoryTier, ...] = (
     SglangMemoryTier(160 * 1024, 8192, 256, 512),  # H20, H200
     SglangMemoryTier(None, 16384, 512, 512),  # B200, MI300
 )
+# Older 0.5.x releases (server_args.py _handle_gpu_memory_settings, read in the 0.5.3 to 0.5.19 wheels): the
+# < 35 GiB tier took chunked_prefill_size 2048 and 16 (0.5.3-0.5.4) / 24 (0.5.5-0.5.19) decode graphs below TP 4,
+# 80 from TP 4 (0.5.20 on: the tier above); the prefill (piecewise) CUDA graphs were reserved for only from 0.5.10,
+# when they became the default (disable_piecewise_cuda_graph = False); the rest of the reserve is the same
+SGLANG_TIER35_OLD_BEFORE = (0, 5, 20)
+SGLANG_TIER35_BS16_BEFORE = (0, 5, 5)
+SGLANG_TIER35_OLD = (2048, 24, 80)  # chunked_prefill_size, decode max bs below TP 4 / from TP 4
+SGLANG_TIER35_OLD_BS_BEFORE_0_5_5 = 16
+SGLANG_PREFILL_GRAPH_RESERVE_FROM = (0, 5, 10)
 # memory_hook.py reserved_mem (MiB): 512 + 1.5 x max(chunked_prefill_size, 2048) + TP x PP / 8 x 1024
 # + reserve_for_graph_mb (2 per decode graph batch size; 8 per prefill graph size, or 1536 with MLA),
 # at least 10 GiB on devices above 60 GiB; mem_fraction_static = round((gpu - reserved) / gpu, 3)

@@ -47,10 +47,11 @@ def test_every_started_server_is_predicted_as_starting(runs) -> None:  # type: i
     scored, shipped, _ = runs[True]
     unmodelled = {s.row.id for s in scored if s.row.unmodelled}
     decided = {k: v for k, v in shipped.starts.items() if v is not None}
-    # measured with the 2026-12 rows: 13 decisions (9 SGLang, 4 TensorRT-LLM, 4 of them not modelled), all
-    # started and all predicted as starting; the failed starts are unscored (their model or GPU is not in the
-    # catalog: Gemma-7B) or marked as the engine's failure (TRT-LLM #5872). Every modelled decision must be
-    # right; a not-modelled one (a prebuilt engine's OOM once Gemma-7B is in the catalog) is reported
+    # measured with the 2026-12 rows: 19 decisions (14 SGLang, 5 of them not modelled; 5 TensorRT-LLM, 3 not
+    # modelled); the one scored failed start is not modelled (ROCm + DP attention, sglang#7691: predicted as
+    # starting, wrong); the other failed starts are unscored (their model is not in the catalog: Gemma-7B,
+    # DeepSeek-V4-Pro) or marked as the engine's failure (TRT-LLM #5872). Every modelled decision must be
+    # right; a not-modelled one is reported
     modelled = {k: v for k, v in decided.items() if k not in unmodelled}
     assert len(modelled) >= 9 and all(modelled.values())
     assert sum(v for k, v in decided.items() if k in unmodelled) >= 4
@@ -76,11 +77,12 @@ def test_sglang_table_shipped_and_cross_validated(runs) -> None:  # type: ignore
     _, shipped, cv = runs[True]
     ship = el.table(rows, shipped.pool)["sglang"]
     held_out = el.table(rows, cv.pool)["sglang"]
-    # measured with the 2026-12 rows (modelled rows only; the not-modelled ones are reported apart): shipped n=8,
-    # median 0.25 %, 75 % within 1 % and within 5 %; leave-one-source-out of the one fitted term median 0.96 %,
-    # 50 % within 1 %, 75 % within 5 %
-    assert ship.n >= 8 and ship.median_abs_error < 0.004 and ship.within_5pct >= 0.74 and ship.within_1pct >= 0.74
-    assert held_out.n == ship.n and held_out.median_abs_error < 0.011 and held_out.within_5pct >= 0.74
+    # measured with the 2026-12 rows (modelled rows only; the not-modelled ones are reported apart): shipped n=8
+    # (+1 the RTX 5080 row once the catalog has the GPU and the 0.4.8-0.5.2 default; -1 the WSL2 RTX 3090 row, now
+    # shared_gpu), median 0.25 % (was 0.25), 75 % within 1 % (was 75), 88 % within 5 % (was 75); leave-one-source-
+    # out of the one fitted term median 0.89 % (was 0.96), 50 % within 1 % (was 50), 88 % within 5 % (was 75)
+    assert ship.n >= 8 and ship.median_abs_error < 0.004 and ship.within_5pct >= 0.87 and ship.within_1pct >= 0.74
+    assert held_out.n == ship.n and held_out.median_abs_error < 0.011 and held_out.within_5pct >= 0.87
     # refitting the one term out of sample is worse than the shipped constant: it stays as shipped
     assert held_out.median_abs_error > ship.median_abs_error
 
@@ -110,7 +112,11 @@ def test_trtllm_pytorch_backend_pool(runs) -> None:  # type: ignore[no-untyped-d
 
 
 def test_unknown_release_row_within_its_stated_tolerance(runs) -> None:  # type: ignore[no-untyped-def]
-    # the Windows desktop of the RTX 3090 row holds memory capplan cannot see: +7.5 %, a known miss
+    rows = {r.id: r for r in el.load_engine_logs()}
+    assert rows["my-deepseek-r1-sglang-2025-02-r1-distill-qwen-7b-rtx3090-tp1"].unmodelled == el.UNMODELLED_FEATURES[
+        "shared_gpu"]
+    # the Windows desktop of the RTX 3090 row holds memory capplan cannot see: +7.5 %, a known miss, reported under
+    # "sglang not modelled" (shared_gpu) since 2026-12
     assert shipped_pool(runs, "my-deepseek-r1-sglang-2025-02-r1-distill-qwen-7b-rtx3090-tp1") == pytest.approx(0.0748, abs=0.01)
     # vllm#21348 (July 2025, release not stated, Qwen3-235B-A22B-FP8 on 4 x H100 at 0.93): capplan leaves 9 %
     # more KV memory than SGLang did; the log prints neither the weights nor the free memory, so the non-KV
@@ -236,3 +242,32 @@ def test_sglang_default_fraction_on_a_b200(runs) -> None:  # type: ignore[no-unt
     _, shipped, _ = runs[True]
     assert abs(shipped.pool["sglang-skill-clean-startup-log-qwen3-8b-b200-tp1"] or 1) < 0.005
     assert abs(shipped.tokens["sglang-skill-clean-startup-log-qwen3-8b-b200-tp1"] or 1) < 0.005
+
+
+def test_tiered_release_default_reproduces_the_rtx5080_pool(runs) -> None:  # type: ignore[no-untyped-def]
+    # August 2025, fraction not printed: 0.4.10 / 0.5.0rc both default to (16,303 - 2,969.6) / 16,303 = 0.818, which
+    # the log implies (13.91 - 15.16 x (1 - f) = 11.14 GB: f ~ 0.82). Measured at introduction: -2.1 % (the pool
+    # 11.14 GB, capplan 10.90 GiB: the shipped 0.6 GiB term is most of a 16 GB card's miss); the 0.5.23 rules
+    # (fraction 0.747 by its reserve) gave -11.4 %
+    assert shipped_pool(runs, "unresolved-sglang-2025-08-qwen3-0.6b-rtx5080-tp1") == pytest.approx(-0.021, abs=0.01)
+    assert runs[False][1].pool["unresolved-sglang-2025-08-qwen3-0.6b-rtx5080-tp1"] == pytest.approx(-0.114, abs=0.01)
+
+
+def test_tiered_default_is_the_logs_own_arithmetic() -> None:
+    # 0.4.8-0.5.2: rest = avail_after_weights - free_before_load x (1 - f), f = the tiered default of the device's
+    # nvidia-smi total, must give the logged K + V (GB as printed) for the rows of that era that print the weights:
+    # grok-2 on 8 x H100 (0.5.2rc2, 81,559 MiB: f 0.831), Llama-3.1-8B on a 24 GB card (July 2025: f 0.879),
+    # Qwen3-0.6B on an RTX 5080 (August 2025: f 0.818); from the yaml's logged numbers, not capplan's estimate
+    from capacity.engines import sglang as sg
+
+    rows = {r.id: r.raw for r in el.load_engine_logs()}
+    cases = [("unresolved-sglang-0.5.2rc2-grok-2-fp8-h100-tp8", "h100-sxm-80gb", 8, 0.831),
+             ("sglang-docker-desktop-readme-2025-07-llama-3.1-8b-24gb-tp1", "rtx-4090-24gb", 1, 0.879),
+             ("unresolved-sglang-2025-08-qwen3-0.6b-rtx5080-tp1", "rtx-5080-16gb", 1, 0.818)]  # fmt: skip
+    for row_id, sku, tp, fraction in cases:
+        raw = rows[row_id]
+        smi_mib = find_gpu_sku(sku).memory_total_mib_smi
+        assert sg.tiered_mem_fraction_static(smi_mib * 2**20, tp, 1) == fraction
+        before = raw["avail_mem_gb"] + raw["weights_gb"]
+        rest = raw["avail_mem_gb"] - before * (1 - fraction)
+        assert rest == pytest.approx(raw["k_size_gb"] + raw["v_size_gb"], abs=0.04)

@@ -644,3 +644,79 @@ def test_pipeline_stages_split_as_sglang_does() -> None:
     # but its first stage 0..9 holds 2 full layers)
     c = sg.cells(_spec("meta-llama/Llama-4-Scout-17B-16E-Instruct"), 2, 4, 1, 5)
     assert (c.full_cell, c.swa_cell, c.full_layers, c.swa_layers) == (12_288, 28_672, 3, 7)
+
+
+@pytest.mark.parametrize(
+    ("smi_mib", "tp", "expected"),
+    [
+        # 0.4.8-0.5.2 server_args.py __post_init__: gpu_mem < 20 GiB tier, reserved (2.8 + 1 / 10) x 1024 = 2,969.6;
+        # RTX 5080 (nvidia-smi 16,303 MiB): (16,303 - 2,969.6) / 16,303 = 0.81785 -> 0.818
+        (16303, 1, 0.818),
+        # 4 x RTX 4090 (24,564 MiB, < 35 GiB tier): (2.8 + 4 / 10) x 1024 = 3,276.8; 21,287.2 / 24,564 = 0.86660 -> 0.867
+        (24564, 4, 0.867),
+        # H100 SXM (81,559 MiB, < 90 GiB): (9.5 + 1 / 2) x 1024 = 10,240; 71,319 / 81,559 = 0.87445 -> 0.874
+        (81559, 1, 0.874),
+        # 8 x H200 (143,771 MiB, < 160 GiB): (12 + 8 / 2) x 1024 = 16,384; 127,387 / 143,771 = 0.88604 -> 0.886
+        (143771, 8, 0.886),
+        # B200 (183,359 MiB, the last tier): a flat 32 x 1024 = 32,768; 150,591 / 183,359 = 0.82129 -> 0.821
+        (183359, 8, 0.821),
+    ],
+)
+def test_tiered_release_default_fraction(smi_mib: int, tp: int, expected: float) -> None:
+    assert sg.tiered_mem_fraction_static(smi_mib * 1024 * 1024, tp, 1) == expected
+
+
+def test_default_fraction_follows_the_release_era() -> None:
+    # 0.4.7's server_args still has the parallel-size table (0.88 at TP 1 on <= 80 GiB); 0.4.8 and 0.5.0rc0-0.5.2
+    # the tiers; 0.5.3 moved to _handle_gpu_memory_settings (the 0.5.23 rules capplan models)
+    rtx5080 = find_gpu_sku("NVIDIA GeForce RTX 5080")
+    spec = _spec("Qwen/Qwen3-0.6B")
+
+    def fraction(version: str | None) -> float:
+        profile = engine_profile(Engine.SGLANG, version)
+        return profile.defaults(spec, rtx5080, rtx5080.memory_total_bytes, 40960, 1, 1).gpu_memory_utilization
+
+    assert sg.is_tiered_release("0.4.8") and sg.is_tiered_release("0.5.2rc2") and sg.is_tiered_release("0.4.10.post2")
+    assert not sg.is_tiered_release("0.4.7") and not sg.is_tiered_release("0.5.3") and not sg.is_tiered_release(None)
+    assert fraction("0.4.7") == 0.88
+    assert fraction("0.4.10") == fraction("0.5.0rc0") == 0.818
+    # 0.5.3-0.5.9 (no prefill-graph reserve): 512 + 1.5 x 2048 + 2 x 8 + 1 / 8 x 1024 = 3,728; 12,575 / 16,303 -> 0.771;
+    # 0.5.10 on adds 42 prefill graph sizes up to 2048 x 8 = 336: 4,064; 12,239 / 16,303 = 0.75072 -> 0.751
+    assert fraction("0.5.3") == fraction("0.5.9") == 0.771
+    assert fraction("0.5.10") == fraction(None) == 0.751
+
+
+@pytest.mark.parametrize(
+    ("smi_mib", "tp", "version", "expected"),
+    [
+        # L40S (46,068 MiB, the < 60 GiB tier: chunked 4096, decode bs 32): 0.5.5 reserved 512 + 6,144 + 64 + 128 =
+        # 6,848; 39,220 / 46,068 = 0.85135 -> 0.851, the fraction sgl-project/sglang#13023's L40S log prints
+        # (server_args of 2025-11-11, the 0.5.5 line); 0.5.10 on + 50 prefill sizes up to 4096 x 8 = 400: 0.843
+        (46068, 1, "0.5.5", 0.851),
+        (46068, 1, "0.5.12", 0.843),
+        # RTX 4090 (24,564 MiB, the < 35 GiB tier): 0.5.3 chunked 2048, bs 16: 512 + 3,072 + 32 + 128 = 3,744;
+        # 20,820 / 24,564 = 0.84758 -> 0.848; 0.5.5 bs 24: 3,760 -> 0.847; 0.5.10-0.5.19 + 42 x 8 = 336: 4,096 ->
+        # 0.833; 0.5.20 on: chunked 4096, bs 48 and 50 prefill sizes: 512 + 6,144 + 96 + 128 + 400 = 7,280 -> 0.704
+        (24564, 1, "0.5.3", 0.848),
+        (24564, 1, "0.5.5", 0.847),
+        (24564, 1, "0.5.19", 0.833),
+        (24564, 1, "0.5.20", 0.704),
+        # 4 x RTX 4090 on 0.5.8: bs 80 from TP 4: 512 + 3,072 + 160 + 512 = 4,256; 20,308 / 24,564 = 0.82674 -> 0.827
+        (24564, 4, "0.5.8", 0.827),
+        # H100 SXM (81,559 MiB) on 0.5.5: 512 + 12,288 + 512 + 128 = 13,440 (above the 10 GiB floor);
+        # 68,119 / 81,559 = 0.83521 -> 0.835
+        (81559, 1, "0.5.5", 0.835),
+    ],
+)
+def test_older_0_5_release_default_fraction(smi_mib: int, tp: int, version: str, expected: float) -> None:
+    assert sg.mem_fraction_static(smi_mib * 1024 * 1024, tp, 1, version=version) == expected
+
+
+def test_release_default_fractions_name_every_older_era() -> None:
+    # an RTX 4090 at TP 1 (24,564 MiB): the values of test_older_0_5_release_default_fraction and the 0.4.x rules:
+    # before 0.4.8 the table (0.88), 0.4.8-0.5.2 (24,564 - 2,969.6) / 24,564 = 0.8791 -> 0.879, 0.5.3-0.5.4 0.848,
+    # 0.5.5-0.5.9 0.847, 0.5.10-0.5.19 0.833; 0.5.23 (no version) 0.704
+    rtx4090 = find_gpu_sku("rtx-4090-24gb")
+    fractions = sg.release_default_fractions(_spec("Qwen/Qwen3-8B"), rtx4090, rtx4090.memory_total_bytes, 1, 1)
+    assert fractions == {"before 0.4.8": 0.88, "0.4.8-0.5.2": 0.879, "0.5.3-0.5.4": 0.848, "0.5.5-0.5.9": 0.847,
+                         "0.5.10-0.5.19": 0.833}  # fmt: skip

@@ -1,5 +1,10 @@
 """SGLang 0.5.23: a token pool sized from `mem_fraction_static` of the memory free before the weights load.
 
+Older releases differ in the default `mem_fraction_static` only (`defaults`), each read in that release's
+`server_args.py`: before 0.4.8 a table by TP x PP (`legacy_mem_fraction_static`); 0.4.8-0.5.2 a reserve per
+device-memory tier (`tiered_mem_fraction_static`); 0.5.3-0.5.19 the reserve below with a smaller < 35 GiB tier
+(`memory_tiers`), and before 0.5.10 no prefill-graph term; `profile_max_num_token` sized the pool as below.
+
 Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
 - defaults: `arg_groups/memory_hook.py` `handle_gpu_memory_settings` (chunked prefill size and decode
   CUDA-graph batch size by device memory tier; `mem_fraction_static = (gpu - reserved) / gpu` with the
@@ -65,12 +70,14 @@ class SglangProfile(ProfileBase):
         """`handle_gpu_memory_settings`; max_running_requests is sized from the pool (`resolve_max_num_reqs`,
         at least 2,048 but for Mamba hybrids), so no sequence cap is set here."""
         device_bytes = device_memory_bytes(gpu, gpu_memory_bytes)
-        tier = memory_tier(device_bytes)
-        fraction: float = (
-            legacy_mem_fraction_static(tp, pp)
-            if is_legacy_release(self.requested_version)
-            else mem_fraction_static(device_bytes, tp, pp, mla=model.is_mla)
-        )
+        tier = memory_tier(device_bytes, self.requested_version)
+        fraction: float
+        if is_tiered_release(self.requested_version):
+            fraction = tiered_mem_fraction_static(device_bytes, tp, pp)
+        elif is_legacy_release(self.requested_version):
+            fraction = legacy_mem_fraction_static(tp, pp)
+        else:
+            fraction = mem_fraction_static(device_bytes, tp, pp, mla=model.is_mla, version=self.requested_version)
         if (
             gpu is not None
             and gpu.vendor == "amd"
@@ -169,21 +176,45 @@ def device_memory_bytes(gpu: GpuSku | None, gpu_memory_bytes: int) -> int:
     return gpu_memory_bytes
 
 
-def memory_tier(gpu_memory_bytes: int) -> ec.SglangMemoryTier:
+def _release(version: str | None) -> tuple[int, ...] | None:
+    """The release as a tuple (None: not given or unreadable, i.e. the modelled 0.5.23)."""
+    if not version:
+        return None
+    try:
+        return ec.parse_version(version)
+    except ValueError:
+        return None
+
+
+def memory_tiers(version: str | None = None) -> tuple[ec.SglangMemoryTier, ...]:
+    """`_handle_gpu_memory_settings`'s tiers of the release: 0.5.3-0.5.19 had a smaller < 35 GiB tier (chunked
+    prefill 2048, decode graphs to 16 / 24 below TP 4 and 80 from TP 4) than 0.5.20 on (4096, 48 / 160)."""
+    release = _release(version)
+    if release is None or release >= ec.SGLANG_TIER35_OLD_BEFORE:
+        return ec.SGLANG_MEMORY_TIERS
+    chunked, bs, bs_tp4 = ec.SGLANG_TIER35_OLD
+    if release < ec.SGLANG_TIER35_BS16_BEFORE:
+        bs = ec.SGLANG_TIER35_OLD_BS_BEFORE_0_5_5
+    return tuple(ec.SglangMemoryTier(t.below_mib, chunked, bs, bs_tp4) if t.below_mib == 35 * 1024 else t
+                 for t in ec.SGLANG_MEMORY_TIERS)  # fmt: skip
+
+
+def memory_tier(gpu_memory_bytes: int, version: str | None = None) -> ec.SglangMemoryTier:
     """`handle_gpu_memory_settings`: the tier of a device by its memory in MiB (nvidia-smi memory.total)."""
     gpu_mib = gpu_memory_bytes / ec.MIB
-    for tier in ec.SGLANG_MEMORY_TIERS:
+    tiers = memory_tiers(version)
+    for tier in tiers:
         if tier.below_mib is None or gpu_mib < tier.below_mib:
             return tier
-    return ec.SGLANG_MEMORY_TIERS[-1]
+    return tiers[-1]
 
 
-def chunked_prefill_size(gpu_memory_bytes: int) -> int:
-    return memory_tier(gpu_memory_bytes).chunked_prefill_size
+def chunked_prefill_size(gpu_memory_bytes: int, version: str | None = None) -> int:
+    return memory_tier(gpu_memory_bytes, version).chunked_prefill_size
 
 
-def decode_cuda_graph_max_bs(gpu_memory_bytes: int, tp: int) -> int:
-    tier = memory_tier(gpu_memory_bytes)
+def decode_cuda_graph_max_bs(gpu_memory_bytes: int, tp: int, version: str | None = None) -> int:
+    tier = memory_tier(gpu_memory_bytes, version)
     return tier.cuda_graph_max_bs if tp < 4 else tier.cuda_graph_max_bs_tp4
 
 
@@ -200,18 +231,21 @@ def prefill_cuda_graph_sizes(max_tokens: int) -> list[int]:
     return [s for s in sizes if s <= max_tokens]
 
 
-def reserved_mib(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool) -> float:
+def reserved_mib(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool, version: str | None = None) -> float:
     """`handle_gpu_memory_settings` reserved_mem (MiB) with the default graphs (decode: full; prefill:
-    breakable on CUDA, `cuda_graph_config.default_prefill_backend`) and no DP attention / DeepEP."""
-    chunked = chunked_prefill_size(gpu_memory_bytes)
+    breakable on CUDA, `cuda_graph_config.default_prefill_backend`) and no DP attention / DeepEP; for a 0.5.3-0.5.19
+    `version` that release's tiers (`memory_tiers`), before 0.5.10 no prefill-graph term (piecewise graphs off)."""
+    chunked = chunked_prefill_size(gpu_memory_bytes, version)
     reserved: float = ec.SGLANG_RESERVE_BASE_MIB
     reserved += max(chunked, ec.SGLANG_RESERVE_MIN_ACTIVATION_TOKENS) * ec.SGLANG_RESERVE_PER_ACTIVATION_TOKEN_MIB
     reserved += tp * pp / 8 * ec.SGLANG_RESERVE_PER_8_RANKS_MIB
     # reserve_for_graph_mb: decode graphs, then prefill graphs (non-torch memory only; MLA a flat 1.5 GiB)
-    reserved += decode_cuda_graph_max_bs(gpu_memory_bytes, tp) * ec.SGLANG_RESERVE_PER_DECODE_GRAPH_BS_MIB
-    if mla:
+    reserved += decode_cuda_graph_max_bs(gpu_memory_bytes, tp, version) * ec.SGLANG_RESERVE_PER_DECODE_GRAPH_BS_MIB
+    release = _release(version)
+    prefill_graphs = release is None or release >= ec.SGLANG_PREFILL_GRAPH_RESERVE_FROM  # 0.5.3-0.5.9: off
+    if prefill_graphs and mla:
         reserved += ec.SGLANG_RESERVE_MLA_PREFILL_GRAPHS_MIB
-    else:
+    elif prefill_graphs:
         # prefill graphs up to the chunked prefill size; with PP the breakable graphs stop at 8,192 tokens
         prefill_max = min(chunked, ec.SGLANG_PP_PREFILL_GRAPH_MAX_TOKENS) if pp > 1 else chunked
         reserved += len(prefill_cuda_graph_sizes(prefill_max)) * ec.SGLANG_RESERVE_PER_PREFILL_GRAPH_MIB
@@ -220,23 +254,58 @@ def reserved_mib(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool) -> float
     return reserved
 
 
-def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = False) -> float:
+def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = False,
+                        version: str | None = None) -> float:  # fmt: skip
     """`handle_gpu_memory_settings`: round((gpu - reserved) / gpu, 3) in MiB (the VLM factor of
     `adjust_mem_fraction_for_vlm` needs the vision tower's shape, which ModelSpec does not carry)."""
     if gpu_memory_bytes <= 0:
         return ec.SGLANG_FALLBACK_MEM_FRACTION
     gpu_mib = gpu_memory_bytes / ec.MIB
-    return round((gpu_mib - reserved_mib(gpu_memory_bytes, tp, pp, mla=mla)) / gpu_mib, 3)
+    return round((gpu_mib - reserved_mib(gpu_memory_bytes, tp, pp, mla=mla, version=version)) / gpu_mib, 3)
 
 
 def is_legacy_release(version: str | None) -> bool:
-    """A release before 0.5, whose default fraction followed the parallel size (None: the modelled 0.5.23)."""
-    if not version:
-        return False
-    try:
-        return ec.parse_version(version) < ec.SGLANG_LEGACY_RELEASES_BEFORE
-    except ValueError:
-        return False
+    """A release before 0.5 (None: the modelled 0.5.23); before 0.4.8 its default fraction followed the
+    parallel size alone (`legacy_mem_fraction_static`), from 0.4.8 the device tier (`is_tiered_release`)."""
+    release = _release(version)
+    return release is not None and release < ec.SGLANG_LEGACY_RELEASES_BEFORE
+
+
+def is_tiered_release(version: str | None) -> bool:
+    """0.4.8 <= release < 0.5.3: the default fraction reserved a fixed amount per device-memory tier
+    (`SGLANG_TIERED_RESERVE_GIB`); 0.4.7 and earlier used the parallel-size table, 0.5.3 on
+    `_handle_gpu_memory_settings`."""
+    release = _release(version)
+    return release is not None and ec.SGLANG_TIERED_RELEASES_FROM <= release < ec.SGLANG_TIERED_RELEASES_BEFORE
+
+
+def tiered_mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int) -> float:
+    """0.4.8-0.5.2 `ServerArgs.__post_init__`: round((gpu - reserved) / gpu, 3) in nvidia-smi MiB, reserved =
+    (base + TP x PP x per rank) GiB of the device's tier (no speculative decoding, no DP attention)."""
+    if gpu_memory_bytes <= 0:
+        return ec.SGLANG_LEGACY_MEM_FRACTION_BY_RANKS[-1][1]  # gpu_mem unknown: 0.88
+    gpu_mib = gpu_memory_bytes / ec.MIB
+    ranks = tp * pp
+    base_gib, per_rank_gib = next((base, per) for below, base, per in ec.SGLANG_TIERED_RESERVE_GIB
+                                  if below is None or gpu_mib < below)  # fmt: skip
+    reserved_mib = (base_gib + ranks * per_rank_gib) * 1024
+    return round((gpu_mib - reserved_mib) / gpu_mib, 3)
+
+
+# a release of each era whose default fraction differs (for the "no --engine-version" assumption note)
+RELEASE_ERA_REPRESENTATIVES = (("before 0.4.8", "0.4.7"), ("0.4.8-0.5.2", "0.5.2"), ("0.5.3-0.5.4", "0.5.4"),
+                               ("0.5.5-0.5.9", "0.5.9"), ("0.5.10-0.5.19", "0.5.19"))  # fmt: skip
+
+
+def release_default_fractions(model: ModelSpec, gpu: GpuSku | None, gpu_memory_bytes: int, tp: int,
+                              pp: int) -> dict[str, float]:  # fmt: skip
+    """The default `mem_fraction_static` of each older release era on this deployment, by era name: what an
+    estimate without --engine-version (0.5.23's rules) should say it assumed where they differ."""
+    out: dict[str, float] = {}
+    for era, version in RELEASE_ERA_REPRESENTATIVES:
+        profile = SglangProfile(requested_version=version)
+        out[era] = profile.defaults(model, gpu, gpu_memory_bytes, 0, tp, pp).gpu_memory_utilization
+    return out
 
 
 def legacy_mem_fraction_static(tp: int, pp: int) -> float:

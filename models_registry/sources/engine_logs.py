@@ -41,8 +41,10 @@ UNMODELLED_FEATURES = {
     "hybrid_mamba": "a hybrid model's Mamba / linear-attention state pool, which shares the static budget with the KV pool",
     "dsa": "DeepSeek sparse attention (an indexer key cache next to the MLA latent)",
     "amd_rocm": "an AMD ROCm build (no ROCm profile: HIP graphs, RCCL and ROCm's memory accounting)",
+    "ascend_npu": "an Ascend NPU build (no NPU profile: NPU graphs and the NPU runtime's memory accounting)",
     "unified_memory": "unified CPU/GPU memory (Jetson, GB10): what is free is what the OS and other processes leave",
     "shared_gpu": "memory other processes held at load begin, which capplan cannot see",
+    "memory_saver": "torch_memory_saver (--enable-memory-saver, which release/resume_memory_occupation need): weights and KV through its virtual-memory pools",
     "bench_one_batch": "sglang.bench_one_batch (a benchmark process, not a server)",
     "prebuilt_engine": "a prebuilt TensorRT engine (engine, runtime buffers and decoder memory)",
 }
@@ -83,7 +85,7 @@ def _era(entry: dict[str, Any]) -> str:
     'unknown'; TensorRT-LLM: the backend ('pytorch' or 'tensorrt' engines)."""
     if entry["engine"] == "trtllm":
         return str(entry.get("backend") or "unknown")
-    version = entry.get("sglang_version")
+    version = entry.get("sglang_version") or entry.get("rules_version")
     if version:
         return "0.4" if is_legacy_release(str(version)) else "0.5"
     return str(entry.get("release_era") or "unknown")
@@ -171,11 +173,15 @@ def load_engine_logs(paths: Sequence[Path] = ENGINE_LOG_FILES) -> list[EngineLog
 
 
 def _version(row: EngineLogRow, version_aware: bool) -> str | None:
-    """The release whose rules predict the row: the logged one, or a representative of its era."""
+    """The release whose rules predict the row: the logged one, else `rules_version` (a release whose rules
+    every release the log's date allows shares, e.g. 0.4.10 for August 2025: 0.4.10 and 0.5.0rc both take the
+    tiered default fraction), else a representative of its era."""
     if not version_aware or row.engine != "sglang":
         return None
     if row.version:
         return row.version
+    if row.raw.get("rules_version"):
+        return str(row.raw["rules_version"])
     return "0.4" if row.era == "0.4" else None
 
 
