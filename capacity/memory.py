@@ -911,7 +911,7 @@ def estimate(
         budget = d.kv_cache_memory_bytes
     else:
         budget = profile.kv_budget(total, util, weights.per_gpu_bytes, overhead.total_bytes)
-        notes.extend(_assumption_notes(d, model, profile, total, util, weights.per_gpu_bytes, overhead, budget,
+        notes.extend(_assumption_notes(d, model, gpu, profile, total, util, weights.per_gpu_bytes, overhead, budget,
                                        (batched, seqs_cap, act_bytes, multicast)))  # fmt: skip
 
     pools = profile.stage_pools(
@@ -1025,6 +1025,7 @@ ASSUMPTION_SHARE = 0.05  # an unstated input is named when its plausible range m
 def _assumption_notes(
     d: DeploymentSpec,
     model: ModelSpec,
+    gpu: GpuSku | None,
     profile: EngineProfile,
     total: int,
     util: float,
@@ -1051,13 +1052,15 @@ def _assumption_notes(
         out.append(f"assumed gpu_memory_utilization {util} (the release default); 0.05 less takes "
                    f"{_format_gib(total * 0.05)} ({total * 0.05 / budget:.0%}) from the KV budget")  # fmt: skip
     if profile.engine is Engine.SGLANG and d.engine_version is None and d.gpu_memory_utilization is None:
-        from capacity.engines.sglang import legacy_mem_fraction_static
+        from capacity.engines.sglang import release_default_fractions
 
-        legacy = legacy_mem_fraction_static(d.tp, d.pp)
-        if abs(legacy - util) * total > ASSUMPTION_SHARE * budget:
-            out.append(f"assumed SGLang {ec.SGLANG_VERSION} (no --engine-version): releases before 0.5 default "
-                       f"mem_fraction_static to {legacy} at {d.tp * d.pp} rank(s), not {util}: "
-                       f"{_format_gib(abs(legacy - util) * total)} of KV budget apart")  # fmt: skip
+        eras = {era: f for era, f in release_default_fractions(model, gpu, total, d.tp, d.pp).items()
+                if abs(f - util) * total > ASSUMPTION_SHARE * budget}  # fmt: skip
+        if eras:
+            apart = max(abs(f - util) for f in eras.values()) * total
+            out.append(f"assumed SGLang {ec.SGLANG_VERSION} (no --engine-version): older releases default "
+                       f"mem_fraction_static to " + ", ".join(f"{f} ({era})" for era, f in eras.items())
+                       + f" at {d.tp * d.pp} rank(s), not {util}: up to {_format_gib(apart)} of KV budget apart")  # fmt: skip
     assumed_off = profile.assumed_off
     if {"lora", "cpu_offload"} <= assumed_off and not (d.lora or d.cpu_offload_gib):
         out.append("assumed no LoRA adapters and no CPU offload (neither is modelled: with LoRA, add the adapters' "

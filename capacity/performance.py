@@ -151,33 +151,10 @@ def rank_terms(
     """Per-rank bytes and FLOPs of a layout on its first stage (the most loaded: remainder layers and
     the embeddings go first); `weight_dtype` is what was asked for (`--dtype`)."""
     fmt = weight_format(model, weight_dtype, engine)
-    counts = pp_partition(len(model.layer_params), pp)
-    stage_params = model.layer_params[: counts[0]]
-    expert_bytes = sum(p.experts for p in stage_params) * float(fmt.linear_bytes_per_param) / tp
-    per_layer_active = sum(
-        p.attention + p.mlp + p.router + p.norms
-        + (p.experts * model.num_experts_per_token / model.num_experts if model.num_experts else p.experts)
-        for p in stage_params
-    )  # fmt: skip
+    counts, experts, per_layer_active = _stage_param_sums(model, pp)
+    expert_bytes = experts * float(fmt.linear_bytes_per_param) / tp
     head = (model.lm_head_params or model.embedding_params) if pp == 1 else 0
-    full = attn_full = 0.0
-    windowed: dict[int, list[float]] = {}
-    heads_rank = model.num_attention_heads / tp
-    for layer in stage_layers(model, pp)[0]:
-        if not layer.stores_per_token_kv:
-            continue
-        per_token = kv_heads_per_gpu(layer, tp) * (layer.k_head_dim + layer.v_head_dim) * kv_element_bytes
-        per_token += layer.indexer_bytes_per_token
-        # QK^T and AV: 2 FLOPs per multiply-add, two matmuls, per query head on the rank
-        head_dim = layer.k_head_dim if layer.kind is KVKind.MLA else (layer.k_head_dim + layer.v_head_dim) / 2
-        flops = 4.0 * heads_rank * head_dim
-        if layer.kind in WINDOWED_KINDS and layer.window_tokens:
-            slot = windowed.setdefault(layer.window_tokens, [0.0, 0.0])
-            slot[0] += per_token
-            slot[1] += flops
-        else:
-            full += per_token
-            attn_full += flops
+    full, attn_full, windowed = _stage_attention_sums(model, tp, pp, kv_element_bytes)
     return RankTerms(
         dense_weight_bytes=max(float(weights_bytes_per_gpu) - expert_bytes, 0.0),
         expert_weight_bytes=expert_bytes,
@@ -189,6 +166,72 @@ def rank_terms(
         act_bytes=element_bytes(serving_dtype(model, engine)),
         fp8_gemm=weight_format_name.startswith("fp8"),
     )
+
+
+# Per-layer sums of a model, memoized by the model object (specs are immutable; identity, not
+# equality, so that a lookup does not hash every layer): the grid asks for the same model at many
+# dtypes and engines, and a sum over a hundred layers each time was most of its per-layout work.
+_MEMO_MODELS = 64
+_memo: dict[int, tuple[ModelSpec, dict[tuple[object, ...], object]]] = {}
+
+
+def _memo_of(model: ModelSpec) -> dict[tuple[object, ...], object]:
+    entry = _memo.get(id(model))
+    if entry is None or entry[0] is not model:
+        if len(_memo) >= _MEMO_MODELS:
+            _memo.clear()  # a fresh start rather than an LRU: the grid visits models in order
+        entry = (model, {})
+        _memo[id(model)] = entry
+    return entry[1]
+
+
+def _stage_param_sums(model: ModelSpec, pp: int) -> tuple[list[int], float, float]:
+    """(layers per stage, expert parameters and active parameters per token of the first stage's layers)."""
+    memo = _memo_of(model)
+    key = ("params", pp)
+    found = memo.get(key)
+    if found is None:
+        counts = pp_partition(len(model.layer_params), pp)
+        stage_params = model.layer_params[: counts[0]]
+        experts = sum(p.experts for p in stage_params)
+        per_layer_active = sum(
+            p.attention + p.mlp + p.router + p.norms
+            + (p.experts * model.num_experts_per_token / model.num_experts if model.num_experts else p.experts)
+            for p in stage_params
+        )  # fmt: skip
+        found = memo[key] = (counts, experts, per_layer_active)
+    return found  # type: ignore[return-value]
+
+
+def _stage_attention_sums(
+    model: ModelSpec, tp: int, pp: int, kv_element_bytes: int
+) -> tuple[float, float, dict[int, list[float]]]:
+    """KV bytes per cached token and attention FLOPs of the first stage's layers on a rank: (full
+    layers' bytes, full layers' FLOPs, {window: [bytes, FLOPs]} of windowed layers)."""
+    memo = _memo_of(model)
+    key = ("attention", tp, pp, kv_element_bytes)
+    found = memo.get(key)
+    if found is None:
+        full = attn_full = 0.0
+        windowed: dict[int, list[float]] = {}
+        heads_rank = model.num_attention_heads / tp
+        for layer in stage_layers(model, pp)[0]:
+            if not layer.stores_per_token_kv:
+                continue
+            per_token = kv_heads_per_gpu(layer, tp) * (layer.k_head_dim + layer.v_head_dim) * kv_element_bytes
+            per_token += layer.indexer_bytes_per_token
+            # QK^T and AV: 2 FLOPs per multiply-add, two matmuls, per query head on the rank
+            head_dim = layer.k_head_dim if layer.kind is KVKind.MLA else (layer.k_head_dim + layer.v_head_dim) / 2
+            flops = 4.0 * heads_rank * head_dim
+            if layer.kind in WINDOWED_KINDS and layer.window_tokens:
+                slot = windowed.setdefault(layer.window_tokens, [0.0, 0.0])
+                slot[0] += per_token
+                slot[1] += flops
+            else:
+                full += per_token
+                attn_full += flops
+        found = memo[key] = (full, attn_full, windowed)
+    return found  # type: ignore[return-value]
 
 
 def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str = "auto") -> PerfInputs:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -49,13 +50,32 @@ HEADROOM_ENV = "CAPPLAN_ADMISSION_HEADROOM_PCT"
 CONNECT_RETRY_S = 30.0  # a step's process may still be closing the build when the next one starts
 
 
-def duckdb_connect(path: Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+DUCKDB_MEMORY_ENV = "CAPPLAN_DUCKDB_MEMORY_LIMIT"
+# DuckDB's own default is 80 % of the machine's memory, most of it kept as a cache of the blocks a
+# run wrote; capped, a nightly at ten times the catalog stays within 1.5 GiB, spilling large joins
+# to the run's staging area instead (benchmarks/nightly.py)
+DEFAULT_DUCKDB_MEMORY_LIMIT = "1GB"
+_MEMORY_SIZE = re.compile(r"\d+(\.\d+)?\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)", re.IGNORECASE)
+
+
+def duckdb_connect(
+    path: Path, *, read_only: bool = False, memory_limit: str | None = None, spill_dir: Path | None = None
+) -> duckdb.DuckDBPyConnection:
     """A connection to a DuckDB file, waiting while another process still holds its write lock
-    (steps of a launched run take turns on the build, each in its own process)."""
+    (steps of a launched run take turns on the build, each in its own process); with DuckDB's
+    memory capped at `memory_limit` (spilling to `spill_dir`) where given."""
+    config: dict[str, str | bool | int | float | list[str]] = {}
+    if memory_limit:
+        if not _MEMORY_SIZE.fullmatch(memory_limit.strip()):
+            raise ValueError(f"{DUCKDB_MEMORY_ENV}={memory_limit!r}: not a memory size (e.g. 1GB, 512MB, 2GiB)")
+        config["memory_limit"] = memory_limit.strip()
+    if spill_dir is not None and not read_only:
+        spill_dir.parent.mkdir(parents=True, exist_ok=True)  # DuckDB creates the folder, not its parents
+        config["temp_directory"] = str(spill_dir)
     deadline = time.monotonic() + CONNECT_RETRY_S
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            return duckdb.connect(str(path), read_only=read_only, config=config)
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
                 raise
@@ -76,6 +96,7 @@ class WarehouseResource(dg.ConfigurableResource):
     path: str = DEFAULT_PATH
     history_runs: int = DEFAULT_HISTORY_RUNS
     lock_wait_s: int = 0  # seconds a run waits for another run's lock before it gives up
+    duckdb_memory_limit: str = DEFAULT_DUCKDB_MEMORY_LIMIT  # DuckDB's memory_limit for the run's build
 
     _run_id: str | None = PrivateAttr(default=None)
     _lock: RunLock | None = PrivateAttr(default=None)
@@ -163,7 +184,11 @@ class WarehouseResource(dg.ConfigurableResource):
         """
         self._begin()
         if self._con is None:
-            self._con = duckdb_connect(self.store().build_path(self.run_id))
+            store = self.store()
+            spill = store.stage_path(self.run_id) / "duckdb-spill"  # removed with the run's staged files
+            self._con = duckdb_connect(
+                store.build_path(self.run_id), memory_limit=self.duckdb_memory_limit, spill_dir=spill
+            )
         yield self._con
 
     @contextmanager
@@ -269,6 +294,7 @@ def build_resources() -> dict[str, Any]:
             path=_env(WAREHOUSE_ENV, DEFAULT_PATH),
             history_runs=_env(HISTORY_RUNS_ENV, DEFAULT_HISTORY_RUNS),
             lock_wait_s=_env(LOCK_WAIT_ENV, 0),
+            duckdb_memory_limit=_env(DUCKDB_MEMORY_ENV, DEFAULT_DUCKDB_MEMORY_LIMIT),
         ),
         "registry": RegistryResource(
             url=_env(REGISTRY_ENV, db.DEFAULT_URL),

@@ -141,6 +141,10 @@ def test_unknown_release_and_unmodelled_features_are_said() -> None:
     assert "no --engine-version" in unstated and "0.88" in unstated
     assert "speculative decoding" in unstated and "DP attention" in unstated
     assert "no --engine-version" not in notes(engine="sglang", engine_version="0.4.4")
+    # a 24 GB card: 0.5.20+ reserve more (0.704) than 0.5.10-0.5.19 did (0.833; server_args.py of those wheels)
+    rtx = " | ".join(estimate(resolved.spec, DeploymentSpec(engine="sglang"), gpu=find_gpu_sku("RTX 4090"),
+                              checkpoint_bytes=resolved.checkpoint_bytes).notes)  # fmt: skip
+    assert "0.833 (0.5.10-0.5.19)" in rtx and "not 0.704" in rtx
     assert "speculative decoding" in notes(engine="trtllm")
     assert "speculative decoding" not in notes(engine="vllm")
 

@@ -18,7 +18,6 @@ from models_registry.sources.gpu_catalog import load_gpu_skus
 from warehouse.capacity_grid import (
     CONTEXT_COLUMNS,
     DEPLOYMENT_COLUMNS,
-    _with_ids,
     compare_sample,
     gpu_skus,
     grid_models,
@@ -118,19 +117,6 @@ def test_the_star_joins_back_to_exactly_the_grid(parsed: Parsed) -> None:
     limits = build_context_limits(build_capacity_grid(specs, skus)).collect()
     joined = frames.context_limits.join(frames.deployments, on="deployment_id").select(limits.columns)
     assert_frame_equal(joined.sort(limits.columns), limits.sort(limits.columns))
-
-
-def test_ids_fall_back_to_a_join_when_rows_are_not_in_deployment_order(parsed: Parsed) -> None:
-    specs, skus = parsed
-    frames = plan(specs, skus)
-    limits = frames.context_limits.join(frames.deployments, on="deployment_id").drop("deployment_id")
-    shuffled = limits.sample(fraction=1.0, shuffle=True, seed=7)
-    targets = limits.height // frames.deployments.height
-    relabelled = _with_ids(shuffled, frames.deployments, pl.lit(targets, pl.UInt32))
-    assert_frame_equal(
-        relabelled.select("deployment_id", "concurrency", "max_context").sort("deployment_id", "concurrency"),
-        frames.context_limits.sort("deployment_id", "concurrency"),
-    )
 
 
 def test_a_config_that_does_not_parse_is_an_error_and_the_rest_is_planned() -> None:

@@ -22,6 +22,7 @@ import math
 import re
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,13 +30,12 @@ import duckdb
 import polars as pl
 
 from capacity.grid import (
-    DEPLOYMENT_KEYS,
     GRID_COLUMNS,
+    TARGET_CONCURRENCIES,
     GridModel,
     GridOptions,
-    build_context_limits,
-    build_deployments,
-    expand_contexts,
+    GridTables,
+    grid_tables,
 )
 from capacity.spec import GpuSku
 from models_registry.normalize import spec_from_snapshot
@@ -128,43 +128,30 @@ def gpu_skus(gpus: pl.DataFrame) -> list[GpuSku]:
     return skus
 
 
-def _deployments_per_model(
+def _grid_tables(
     models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None
-) -> tuple[list[pl.DataFrame], list[ItemError]]:
-    """The slow path, taken only when the whole-catalog build raised: one model at a time."""
-    frames: list[pl.DataFrame] = []
+) -> tuple[list[GridTables], list[ItemError]]:
+    """The grid's tables with the context limits; when the build of all models raises, one model at
+    a time (ids continuing), each failure reported and the rest planned."""
+    try:
+        return [grid_tables(models, gpus, options, concurrencies=TARGET_CONCURRENCIES)], []
+    except Exception:
+        pass
+    tables: list[GridTables] = []
     errors: list[ItemError] = []
+    layouts = deployments = 0
     for model in models:
         try:
-            frame = build_deployments([model], gpus, options).collect()
+            one = grid_tables([model], gpus, options, concurrencies=TARGET_CONCURRENCIES, first_layout_id=layouts,
+                              first_deployment_id=deployments)  # fmt: skip
         except Exception as exc:  # one model's failure must not stop the run; it is reported
             reason = one_line(f"{model.repo_id}: capacity grid failed: {type(exc).__name__}: {exc}")
             errors.append(ItemError("model", model.repo_id, "grid", reason))
             continue
-        frames.append(frame)
-    return frames, errors
-
-
-def _aligned(frame: pl.DataFrame, deployments: pl.DataFrame, ids: pl.Series) -> bool:
-    """True when row i of `frame` belongs to deployment ids[i] (the keys agree)."""
-    if frame.height != ids.len():
-        return False
-    if frame.height == 0:
-        return True
-    expected = deployments.select(DEPLOYMENT_KEYS)[ids]
-    keys = [k for k in ("model", "gpu", "engine", "weight_dtype", "kv_dtype", "tp", "pp") if k in DEPLOYMENT_KEYS]
-    return all(frame.get_column(k).equals(expected.get_column(k)) for k in keys)
-
-
-def _with_ids(frame: pl.DataFrame, deployments: pl.DataFrame, repeats: pl.Expr) -> pl.DataFrame:
-    """`frame` (rows in deployment order, `repeats` rows each: build_context_limits keeps the
-    deployment order) with its deployment_id; a join on the deployment keys if the order ever
-    does not hold."""
-    ids = deployments.select(pl.col("deployment_id").repeat_by(repeats).explode()).to_series()
-    if _aligned(frame, deployments, ids):
-        return frame.with_columns(ids)
-    keyed = deployments.select("deployment_id", *DEPLOYMENT_KEYS)
-    return frame.join(keyed, on=list(DEPLOYMENT_KEYS), how="left", nulls_equal=True)
+        layouts += one.layouts.height
+        deployments += one.deployments.height
+        tables.append(one)
+    return tables, errors
 
 
 def capacity_frames(models: pl.DataFrame, gpus: pl.DataFrame, options: GridOptions | None = None) -> CapacityFrames:
@@ -185,21 +172,15 @@ def plan(
     """The grid frames for parsed models and GPUs (`errors`: models already left out, with why);
     deployment ids count from `id_offset` (a partition's own range, `partition_id_offset`)."""
     errors = list(errors or [])
-    try:
-        deployments = build_deployments(specs, skus, options).collect()
-    except Exception:
-        parts, more = _deployments_per_model(specs, skus, options)
-        errors += more
-        deployments = (
-            pl.concat(parts, how="vertical_relaxed") if parts else build_deployments([], skus, options).collect()
-        )
-    deployments = deployments.with_row_index("deployment_id").with_columns(pl.col("deployment_id").cast(pl.Int64))
-    lazy = deployments.lazy()
-    speed = (options or GridOptions()).speed
-    grid = expand_contexts(lazy, carry=("deployment_id",), speed=speed).select("deployment_id", *CONTEXT_COLUMNS).collect()
-    limits = build_context_limits(lazy).collect()
-    targets = limits.height // deployments.height if deployments.height else 0
-    limits = _with_ids(limits, deployments, pl.lit(targets, pl.UInt32))
+    # the PP = 1 deployments first, PP > 1 planned only where those do not fit (`grid_tables`)
+    tables, more = _grid_tables(specs, skus, options)
+    errors += more
+    if not tables:
+        tables = [grid_tables([], skus, options, concurrencies=TARGET_CONCURRENCIES)]
+    ids = pl.col("deployment_id").cast(pl.Int64)
+    deployments = pl.concat([t.deployment_rows() for t in tables]).with_columns(ids)
+    grid = pl.concat([t.context_rows() for t in tables]).select("deployment_id", *CONTEXT_COLUMNS).with_columns(ids)
+    limits = pl.concat([t.context_limits for t in tables if t.context_limits is not None]).with_columns(ids)
     planned = set(deployments.get_column("model").unique().to_list()) if deployments.height else set()
     for model in specs:
         if model.repo_id not in planned and not any(e.item_key == model.repo_id for e in errors):
@@ -525,53 +506,64 @@ def _refresh(
     files: list[str] = []
     parquet_bytes = 0
     compute_s = load_s = 0.0
-    for part in parts:
-        previous = stored.reusable(part.name, part.part_key, backfill)
-        if previous is not None:
-            reused.append(part.name)
-            errors += _errors_of(previous.get("errors_json"))  # type: ignore[arg-type]
-            keep = ("part_key", "part_id", "computed_by_run_id", "models", "deployments", "grid_rows",
-                    "context_limit_rows", "errors_json")  # fmt: skip
-            rows.append({"partition": part.name, "computed": False} | {k: previous[k] for k in keep})
-            continue
+
+    def load(part: GridPartition, paths: dict[str, Path]) -> float:
         start = time.perf_counter()
-        specs, parse_errors = grid_models(part.models)
-        frames = plan(specs, skus, options, parse_errors, id_offset=partition_id_offset(part.name))
-        if frames.deployments.height >= 1 << PARTITION_ID_SHIFT:
-            raise PartitionError(f"partition {part.name!r} has {frames.deployments.height:,} deployments, more than its id range")
-        part_errors = [ItemError(*r) for r in frames.errors.select(
-            "item_kind", "item_key", "stage", "reason", "source_path", "raw_excerpt").iter_rows()]  # fmt: skip
-        paths = {}
-        for table, frame in zip(GRID_TABLES, (frames.deployments, frames.grid, frames.context_limits), strict=True):
-            paths[table] = stage_parquet(frame, stage_dir, part, table)
-            parquet_bytes += paths[table].stat().st_size
-            files.append(paths[table].relative_to(stage_dir).as_posix())
-        del frames
-        mid = time.perf_counter()
-        compute_s += mid - start
         for table in GRID_TABLES:
             load_frame(con, "raw", table, paths[table], {"part_id": part.part_id})
-        load_s += time.perf_counter() - mid
-        counts = {
-            table: int(pl.scan_parquet(paths[table]).select(pl.len()).collect().item()) for table in GRID_TABLES
-        }
-        planned = pl.scan_parquet(paths["deployments"]).select(pl.col("model").n_unique()).collect().item()
-        computed.append(part.name)
-        errors += part_errors
-        rows.append(
-            {
-                "partition": part.name,
-                "part_key": part.part_key,
-                "part_id": part.part_id,
-                "computed_by_run_id": run["run_id"],
-                "computed": True,
-                "models": int(planned),
-                "deployments": counts["deployments"],
-                "grid_rows": counts["capacity_grid"],
-                "context_limit_rows": counts["context_limits"],
-                "errors_json": _errors_json(part_errors),
-            }
-        )
+        return time.perf_counter() - start
+
+    # each partition is loaded into the build by a worker thread while the next one is planned:
+    # DuckDB and Polars release the GIL, so the planning's Python part runs beside the load (only
+    # the worker uses the connection until the loop ends; loads stay in partition order)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid-load") as loader:
+        loads: list[Future[float]] = []
+        for part in parts:
+            previous = stored.reusable(part.name, part.part_key, backfill)
+            if previous is not None:
+                reused.append(part.name)
+                errors += _errors_of(previous.get("errors_json"))  # type: ignore[arg-type]
+                keep = ("part_key", "part_id", "computed_by_run_id", "models", "deployments", "grid_rows",
+                        "context_limit_rows", "errors_json")  # fmt: skip
+                rows.append({"partition": part.name, "computed": False} | {k: previous[k] for k in keep})
+                continue
+            start = time.perf_counter()
+            specs, parse_errors = grid_models(part.models)
+            frames = plan(specs, skus, options, parse_errors, id_offset=partition_id_offset(part.name))
+            if frames.deployments.height >= 1 << PARTITION_ID_SHIFT:
+                raise PartitionError(f"partition {part.name!r} has {frames.deployments.height:,} deployments, more than its id range")
+            part_errors = [ItemError(*r) for r in frames.errors.select(
+                "item_kind", "item_key", "stage", "reason", "source_path", "raw_excerpt").iter_rows()]  # fmt: skip
+            counts = {"deployments": frames.deployments.height, "capacity_grid": frames.grid.height,
+                      "context_limits": frames.context_limits.height}  # fmt: skip
+            paths = {}
+            for table, frame in zip(GRID_TABLES, (frames.deployments, frames.grid, frames.context_limits), strict=True):
+                paths[table] = stage_parquet(frame, stage_dir, part, table)
+                parquet_bytes += paths[table].stat().st_size
+                files.append(paths[table].relative_to(stage_dir).as_posix())
+            planned = frames.models
+            del frames
+            compute_s += time.perf_counter() - start
+            if loads:
+                loads[-1].result()  # one load at a time, and its error now rather than after every plan
+            loads.append(loader.submit(load, part, paths))
+            computed.append(part.name)
+            errors += part_errors
+            rows.append(
+                {
+                    "partition": part.name,
+                    "part_key": part.part_key,
+                    "part_id": part.part_id,
+                    "computed_by_run_id": run["run_id"],
+                    "computed": True,
+                    "models": int(planned),
+                    "deployments": counts["deployments"],
+                    "grid_rows": counts["capacity_grid"],
+                    "context_limit_rows": counts["context_limits"],
+                    "errors_json": _errors_json(part_errors),
+                }
+            )
+        load_s = sum((done.result() for done in loads), 0.0)
     missing = [t for t in GRID_TABLES if relation_kind(con, "raw", t) != "table"]
     if missing:  # nothing computed into a new warehouse: the tables still exist, empty
         empty = plan([], skus, options)
