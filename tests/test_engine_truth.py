@@ -179,7 +179,14 @@ def test_nemotron_h_state_groups_hold_three_blocks_per_request() -> None:
     kinds = [g.kind for g in est.pool.groups]
     assert kinds.count(KVKind.STATE) == 6 and kinds.count(KVKind.FULL) == 1
     assert est.pool.sequence_units(8192, 8192) == 6 * 3 + -(-8192 // est.block_size) == 26
-    before = _estimate("nvidia/Nemotron-H-8B-Base-8K", "h100-sxm-80gb", max_model_len=8192, engine_version="0.32")
+    # 0.26-0.31: "align" mode without the checkpoint block (Mamba-2 exports it from 0.32: the 0.31.0
+    # wheel's mamba_mixer2 has no num_prefill_checkpoint_blocks); before 0.26 one block a state group
+    # (hybrid models ran without prefix caching)
+    align = _estimate("nvidia/Nemotron-H-8B-Base-8K", "h100-sxm-80gb", max_model_len=8192, engine_version="0.31")
+    assert align.pool.sequence_units(8192, 8192) == 6 * 2 + -(-8192 // align.block_size) == 20
+    at_032 = _estimate("nvidia/Nemotron-H-8B-Base-8K", "h100-sxm-80gb", max_model_len=8192, engine_version="0.32")
+    assert at_032.pool.sequence_units(8192, 8192) == 26
+    before = _estimate("nvidia/Nemotron-H-8B-Base-8K", "h100-sxm-80gb", max_model_len=8192, engine_version="0.25")
     assert before.pool.sequence_units(8192, 8192) == 6 * 1 + -(-8192 // before.block_size)
 
 
@@ -235,6 +242,31 @@ def test_qwen3_next_state_follows_the_model_dtype() -> None:
     hopper = _estimate("Qwen/Qwen3-Next-80B-A3B-Instruct", "h200-sxm-141gb", tp=4, max_model_len=8192)
     assert hopper.block_size == 320
     assert hopper.pool.unit_bytes == 12 * 320 * 1024
+
+
+def test_hybrid_state_groups_hold_two_blocks_from_0_26_and_gdn_checkpoints_by_gpu_and_release() -> None:
+    # Qwen3.8-27B (48 GDN + 16 full-attention layers: 3 state groups + 1 full group of 16) on an RTX PRO
+    # 6000 under 0.29.0, max_model_len 8,192, block 784 (a public startup log): 652 blocks printed
+    # "GPU KV cache size: 314,187 tokens", concurrency 38.35x = 652 / 17 blocks a request: the full group
+    # cdiv(8192, 784) = 11, each state group 2 ("align" mode: hybrid models default to prefix caching
+    # from 0.26, config/model.py is_prefix_caching_supported), no prefill checkpoint (GDN mixers export
+    # one from 0.33). int(652 / 17 x 8192) = 314,187.
+    from capacity.calibration import pool_numbers, pool_with_units
+
+    deployment = {"max_model_len": 8192, "max_num_seqs": 256, "gpu_memory_utilization": 0.9}
+    est = _estimate("Qwen/Qwen3.8-27B", "rtx-pro-6000-blackwell-server-96gb", engine_version="0.29.0", **deployment)
+    assert est.block_size == 784 and [g.state_blocks for g in est.pool.groups if g.kind == "state"] == [2, 2, 2]
+    printed = pool_numbers(pool_with_units(est.pool, 652), context=8192, max_model_len=8192, max_num_seqs=256)
+    assert printed.kv_tokens == 314_187
+    # before 0.26 hybrid models ran without prefix caching: one state block a request
+    old = _estimate("Qwen/Qwen3.8-27B", "rtx-pro-6000-blackwell-server-96gb", engine_version="0.25.0", **deployment)
+    assert {g.state_blocks for g in old.pool.groups if g.kind == "state"} == {1}
+    # a GDN checkpoint block per state group only from 0.33, where FlashInfer's GDN prefill runs (Hopper,
+    # Blackwell); the 0.32.0 wheel's qwen_gdn_linear_attn exports none
+    for gpu, version, blocks in (("h100-sxm-80gb", "0.32.0", 2), ("h100-sxm-80gb", "0.33", 3),
+                                 ("rtx-pro-6000-blackwell-server-96gb", "0.33", 3), ("a100-sxm-80gb", "0.33", 2)):  # fmt: skip
+        other = _estimate("Qwen/Qwen3.8-27B", gpu, engine_version=version, **deployment)
+        assert {g.state_blocks for g in other.pool.groups if g.kind == "state"} == {blocks}, (gpu, version)
 
 
 def test_gemma4_unequal_pages_scale_the_smaller_pages_block() -> None:

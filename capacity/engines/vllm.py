@@ -262,20 +262,21 @@ def _is_sm120(gpu: GpuSku | None) -> bool:
 
 def gdn_prefill_checkpoints(model: ModelSpec, gpu: GpuSku | None, release: ec.VllmRelease) -> bool:
     """Gated-delta-net layers export prefill checkpoints in "align" mode when FlashInfer's GDN prefill
-    kernel runs (`qwen_gdn_linear_attn._resolve_gdn_prefill_backend`: CUDA on Hopper, and Blackwell with
-    128-dim key heads on CUDA 13; Triton elsewhere). Assumed here: every Blackwell GPU qualifies."""
-    if not release.mamba_align_with_prefix_caching or gpu is None or gpu.vendor.lower() != "nvidia":
+    kernel runs (0.33 `qwen_gdn_linear_attn._resolve_gdn_prefill_backend`: CUDA on Hopper, and Blackwell
+    SM10.x / SM12.x with 128-dim key heads on CUDA 13; Triton elsewhere). Assumed here: every Blackwell
+    GPU qualifies."""
+    if not release.gdn_prefill_checkpoints or gpu is None or gpu.vendor.lower() != "nvidia":
         return False
     if not any(layer.mixer is StateMixer.GATED_DELTA_NET for layer in model.layers):
         return False
     return (gpu.architecture or "").lower() in ("hopper", "blackwell")
 
 
-def _state_checkpoint_blocks(layer: LayerKVSpec, gdn_checkpoints: bool) -> int:
-    """`num_prefill_checkpoint_blocks` of a state layer's MambaSpec: Mamba-2 mixers always export one
+def _state_checkpoint_blocks(layer: LayerKVSpec, gdn_checkpoints: bool, release: ec.VllmRelease) -> int:
+    """`num_prefill_checkpoint_blocks` of a state layer's MambaSpec: Mamba-2 mixers export one from 0.32
     (mamba_mixer2.get_kv_cache_spec), GDN mixers when FlashInfer's prefill runs, Mamba-1 none."""
     if layer.mixer is StateMixer.MAMBA2:
-        return 1
+        return 1 if release.mamba2_prefill_checkpoints else 0
     if layer.mixer is StateMixer.GATED_DELTA_NET and gdn_checkpoints:
         return 1
     return 0
@@ -356,7 +357,7 @@ def stage_pools(
         default=0,
     )
     bs = block_size
-    checkpoints = max((_state_checkpoint_blocks(layer, gdn_checkpoints) for layer in state_layers), default=0)
+    checkpoints = max((_state_checkpoint_blocks(layer, gdn_checkpoints, release) for layer in state_layers), default=0)
     if state_page and attn_page_per_token:
         # Platform._align_hybrid_block_size: the attention block grows, in steps of the kernel
         # alignment (its smallest kernel block or the cache block size, and in "align" mode the
