@@ -96,7 +96,7 @@ def _load_source_modules(root: Path) -> None:
     """Replace the installed sampler modules by the ones of an unpacked older release."""
     import vllm.utils
     import vllm.utils.torch_utils
-    import vllm.v1.sample  # noqa: F401  (the package object stays the installed one)
+    import vllm.v1.sample
 
     for moved in ("is_pin_memory_available", "make_tensor_with_pad"):  # in vllm.utils before 0.12
         if not hasattr(vllm.utils, moved) and hasattr(vllm.utils.torch_utils, moved):
@@ -149,7 +149,7 @@ def _dummy_sampler_run(root: Path) -> types.FunctionType:
                         except ImportError:
                             pass
                     exec(compile(module, str(root), "exec"), namespace)
-                    return namespace["_dummy_sampler_run"]  # type: ignore[no-any-return]
+                    return namespace["_dummy_sampler_run"]  # type: ignore[no-any-return,unused-ignore]
     raise SystemExit(f"no GPUModelRunner._dummy_sampler_run in {root}")
 
 
@@ -169,7 +169,7 @@ class _NoKernel:
 def _enable_triton(num_sm: int) -> None:
     """Take the CUDA branch of `apply_top_k_top_p`: the Triton top-k/top-p with its kernels stubbed."""
     topk = sys.modules["vllm.v1.sample.ops.topk_topp_sampler"]
-    path = Path(topk.__file__).with_name("topk_topp_triton.py")
+    path = Path(str(topk.__file__)).with_name("topk_topp_triton.py")
     spec = importlib.util.spec_from_file_location("vllm.v1.sample.ops.topk_topp_triton", path)
     assert spec is not None and spec.loader is not None
     triton_ops = importlib.util.module_from_spec(spec)
@@ -208,8 +208,8 @@ def measure(num_reqs: int, vocab: int, dtype: str, source: str | None, triton: b
     root = Path(source) if source else Path(vllm.__file__).parent.parent
     if source:
         _load_source_modules(root)
-    import vllm.v1.sample.metadata  # noqa: F401
-    import vllm.v1.sample.sampler  # noqa: F401
+    import vllm.v1.sample.metadata
+    import vllm.v1.sample.sampler
 
     if triton:
         _enable_triton(num_sm)
