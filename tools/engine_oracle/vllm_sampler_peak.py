@@ -105,7 +105,7 @@ def _load_source_modules(root: Path) -> None:
     import vllm.config.model
 
     if not hasattr(vllm.config, "LogprobsMode"):  # vllm.config.LogprobsMode before the config split
-        vllm.config.LogprobsMode = vllm.config.model.LogprobsMode  # type: ignore[attr-defined]
+        vllm.config.LogprobsMode = vllm.config.model.LogprobsMode  # type: ignore[attr-defined,unused-ignore]
 
     for name in SAMPLE_MODULES:
         path = root / (name.replace(".", "/") + ".py")
