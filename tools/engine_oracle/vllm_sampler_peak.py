@@ -4,9 +4,9 @@ Run with the oracle venv's interpreter (tools/engine_oracle/setup_venv.sh builds
 project venv: it imports vLLM. Arguments: one JSON document
 
     {"num_reqs": S, "vocab": V, "dtype": "bfloat16", "source": null | "/path/to/unpacked/wheel",
-     "triton": false, "num_sm": 132}
+     "triton": false, "num_sm": 132}      (or the same with "cases": [{"num_reqs": ..., "num_sm": ...}, ...])
 
-and it prints one JSON document {"vllm_version", "peak_bytes", "logits_bytes", "fp32_units",
+and it prints one JSON document (a list of them for "cases") {"vllm_version", "peak_bytes", "logits_bytes", "fp32_units",
 "live_at_peak": [[shape, dtype, bytes], ...]}: the most bytes of tensor storage alive at once while
 the V1 model runner's `_dummy_sampler_run` (v1/worker/gpu_model_runner.py) runs, the model-dtype
 logits included, and `fp32_units` = (peak - logits_bytes) / (S x V x 4), the count capplan models.
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import enum
 import importlib.util
 import json
 import sys
@@ -92,6 +93,15 @@ class LiveBytes(TorchDispatchMode):
         return out
 
 
+class _LogprobsMode(enum.StrEnum):
+    """vllm.config.LogprobsMode as 0.10-0.11 had it (an enum; 0.33 has a Literal)."""
+
+    RAW_LOGPROBS = "raw_logprobs"
+    RAW_LOGITS = "raw_logits"
+    PROCESSED_LOGPROBS = "processed_logprobs"
+    PROCESSED_LOGITS = "processed_logits"
+
+
 def _load_source_modules(root: Path) -> None:
     """Replace the installed sampler modules by the ones of an unpacked older release."""
     import vllm.utils
@@ -104,8 +114,8 @@ def _load_source_modules(root: Path) -> None:
     import vllm.config
     import vllm.config.model
 
-    if not hasattr(vllm.config, "LogprobsMode"):  # vllm.config.LogprobsMode before the config split
-        vllm.config.LogprobsMode = vllm.config.model.LogprobsMode  # type: ignore[attr-defined,unused-ignore]
+    if not hasattr(vllm.config, "LogprobsMode"):  # vllm.config.LogprobsMode before the config split, an enum
+        vllm.config.LogprobsMode = _LogprobsMode  # type: ignore[attr-defined,unused-ignore]
 
     for name in SAMPLE_MODULES:
         path = root / (name.replace(".", "/") + ".py")
@@ -127,7 +137,9 @@ def _dummy_sampler_run(root: Path) -> types.FunctionType:
                 if isinstance(item, ast.FunctionDef) and item.name == "_dummy_sampler_run":
                     item.decorator_list = []
                     module = ast.Module(body=[item], type_ignores=[])
-                    namespace: dict[str, Any] = {"torch": torch, "replace": dataclasses.replace}
+                    namespace: dict[str, Any] = {"torch": torch, "replace": dataclasses.replace,
+                                                 # 0.14: the stand-in model is no multimodal encoder
+                                                 "supports_mm_encoder_only": lambda model: False}
                     sample_metadata = sys.modules["vllm.v1.sample.metadata"]
                     namespace["SamplingMetadata"] = sample_metadata.SamplingMetadata
                     try:
@@ -246,7 +258,14 @@ def measure(num_reqs: int, vocab: int, dtype: str, source: str | None, triton: b
     }
 
 
+def _measure_case(case: dict[str, Any]) -> dict[str, Any]:
+    return measure(int(case["num_reqs"]), int(case["vocab"]), case.get("dtype", "bfloat16"), case.get("source"),
+                   bool(case.get("triton")), int(case.get("num_sm", 132)))  # fmt: skip
+
+
 if __name__ == "__main__":
-    case = json.loads(sys.argv[1])
-    print(json.dumps(measure(int(case["num_reqs"]), int(case["vocab"]), case.get("dtype", "bfloat16"),
-                             case.get("source"), bool(case.get("triton")), int(case.get("num_sm", 132)))))  # fmt: skip
+    document = json.loads(sys.argv[1])
+    if "cases" in document:  # several sizes in one process (same source and path: the modules are patched once)
+        print(json.dumps([_measure_case({**document, **case}) for case in document["cases"]]))
+    else:
+        print(json.dumps(_measure_case(document)))
