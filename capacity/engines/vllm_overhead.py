@@ -228,6 +228,9 @@ def overhead_from_buffers(
     per_graph = c.cg_per_graph_tp_bytes if buffers.tp > 1 else c.cg_per_graph_bytes
     cuda_graphs = c.cg_base_bytes + per_graph * buffers.graph_count if graphs_in_budget else 0
     phase = "forward" if forward >= sampler else "sampler"
+    held_parts = [name for name, n in (("MoE workspace", persistent - buffers.sampler_bins_bytes),
+                                       ("penalty bins", buffers.sampler_bins_bytes)) if n]  # fmt: skip
+    held = "".join(f"{name} + " for name in held_parts)
     named = (
         ("forward: hidden stream", buffers.hidden_stream_bytes),
         ("forward: attention (QKV + output)", buffers.attention_bytes),
@@ -241,7 +244,7 @@ def overhead_from_buffers(
         ("MoE workspace (persistent)", persistent - buffers.sampler_bins_bytes),
         ("sampler: penalty bins (persistent, V2 runner)", buffers.sampler_bins_bytes),
         ("forward: MoE intermediate caches (per call)", 0 if c.moe_workspace_persistent else buffers.moe_legacy_bytes),
-        (f"activation peak = {'MoE workspace + ' if persistent else ''}max(forward, sampler): {phase}", activation),
+        (f"activation peak = {held}max(forward, sampler): {phase}", activation),
     )  # fmt: skip
     return Overhead(activation, non_torch, cuda_graphs, tuple((name, n) for name, n in named if n))
 
