@@ -18,8 +18,9 @@ phases that peak at different times, so the activation peak is their MAX, plus w
 - sampler (`_dummy_sampler_run`): S = min(max_num_seqs, T) rows of logits over the whole vocabulary on
   every rank (gathered, not split by TP), in the model dtype, then what the release's sampler keeps alive
   at its peak, a RULE read off each release's code (`ec.VLLM_SAMPLER_RULES`, `sampler_units`; derivations
-  in capacity/data/README-sampler.md): 6.5 fp32-sized copies of the logits up to 0.16 (the fp32 cast, the
-  torch sort's values and int64 indices, two bool masks, the softmax, the scatter), 3 from 0.17 (the
+  in capacity/data/README-sampler.md): up to 0.16 the torch sort's peak, 9 fp32-sized copies of the
+  logits at 128+ rows (the fp32 cast, the sorted values and int64 indices, and the CUDA sort's own iota
+  indices and cub buffers; 6.5 tensors stay alive afterwards: masks, softmax, scatter), 3 from 0.17 (the
   Triton top-k/top-p works in place; cast, softmax, exponential draws) plus its cached per-program buffer
   of min(next_pow2(min(SMs, S)), SMs) rows, 3 with FlashInfer's sampler where the release turns it on,
   and on the 0.33 V2 runner 3 (FlashInfer) or 1 + the buffer, with the penalties' per-request bins
