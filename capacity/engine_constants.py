@@ -277,9 +277,6 @@ class VllmProfilingCoefficients:
     # output, router logits, hidden stream) times this = the forward phase's torch peak; it stands for
     # what the caching allocator rounds up and what the compiled graph keeps alive beyond the named tensors
     forward_scale: float
-    # sampler_fp32_copies: logits-sized fp32 tensors alive at the sampler's peak (the fp32 cast, the
-    # top-k/top-p sort values and int64 indices, probabilities), on top of the model-dtype logits
-    sampler_fp32_copies: float
     non_torch_bytes: int  # CUDA context growth during profiling, cuBLAS/attention workspaces at TP = 1
     non_torch_tp_bytes: int  # the same at TP > 1: NCCL communicators and custom all-reduce IPC buffers
     # CUDA-graph estimate (profile_cudagraph_memory) where the release deducts it: base + per graph x
@@ -296,21 +293,20 @@ class VllmProfilingCoefficients:
 
 VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
     "v1": VllmProfilingCoefficients(
-        forward_scale=1.45,
-        sampler_fp32_copies=3.3,
-        non_torch_bytes=int(0.25 * GIB),
+        forward_scale=1.3,
+        non_torch_bytes=int(0.26 * GIB),
         non_torch_tp_bytes=int(2.07 * GIB),
         cg_base_bytes=CG_BASE_BYTES,
         cg_per_graph_bytes=CG_PER_GRAPH_BYTES,
         cg_per_graph_tp_bytes=CG_PER_GRAPH_TP_BYTES,
         moe_workspace_persistent=True,
         source="tools/overhead_cv.py --fit on the 0.17+ rows (llm-d-planner 0.19.0 H100 sweep and report); "
-        "CUDA-graph terms fitted on the public 'Estimated CUDA graph memory' lines (tools/overhead_cv.py --graphs)",
+        "CUDA-graph terms fitted on the public 'Estimated CUDA graph memory' lines (tools/overhead_cv.py --graphs); "
+        "the sampler is a rule per release (VLLM_SAMPLER_RULES), not a coefficient",
     ),
     "v1-mid": VllmProfilingCoefficients(
-        forward_scale=1.45,
-        sampler_fp32_copies=9.25,
-        non_torch_bytes=int(0.14 * GIB),
+        forward_scale=1.3,
+        non_torch_bytes=int(0.20 * GIB),
         non_torch_tp_bytes=int(0.55 * GIB),
         cg_base_bytes=0,
         cg_per_graph_bytes=0,
@@ -320,10 +316,9 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         "llm-d-planner Qwen3-14B 0.15/0.16); forward_scale shared with v1",
     ),
     "v1-early": VllmProfilingCoefficients(
-        forward_scale=1.45,
-        sampler_fp32_copies=2.8,
-        non_torch_bytes=int(0.13 * GIB),
-        non_torch_tp_bytes=int(0.21 * GIB),
+        forward_scale=1.3,
+        non_torch_bytes=int(0.10 * GIB),
+        non_torch_tp_bytes=int(0.21 * GIB),  # no NVLink-switch row in this era constrains it (kept)
         cg_base_bytes=0,
         cg_per_graph_bytes=0,
         cg_per_graph_tp_bytes=0,
@@ -332,7 +327,6 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
     ),
     "v0": VllmProfilingCoefficients(
         forward_scale=0.95,
-        sampler_fp32_copies=0.0,
         non_torch_bytes=int(0.35 * GIB),
         non_torch_tp_bytes=int(3.58 * GIB),
         cg_base_bytes=0,
@@ -343,6 +337,86 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         "max_num_seqs sequences of the whole batch with the sampler folded into the forward peak",
     ),
 }
+
+# The sampler dummy run (`gpu_model_runner._dummy_sampler_run`, V2 runner `v1/worker/gpu/model_runner.py`):
+# what it keeps alive at its peak, read off each release's code, not fitted. Units: logits-sized tensors
+# of S x vocab (S = the dummy run's requests) in fp32 units (int64 = 2, int32/fp32 = 1, bf16 = 0.5,
+# bool = 0.25), on top of the model-dtype logits. Derivations step by step, with the functions, in
+# capacity/data/README-sampler.md; the tensor-level peaks of the V1 runner are also measured by running
+# each release's own sampler code on the CPU (tools/engine_oracle/vllm_sampler_peak.py,
+# tests/test_vllm_sampler_rule.py). Where the path sorts the logits (torch.sort), the CUDA sort's own
+# scratch comes on top while it runs (`VLLM_TORCH_SORT_LIVE_UNITS` + `torch_sort_scratch_units`).
+
+
+@dataclass(frozen=True, slots=True)
+class VllmSamplerRule:
+    version: str  # first release with this rule ("0.11.2"); a version uses the last row <= it
+    native_units: float  # FlashInfer sampler off: the tensor-level peak of the PyTorch top-k/top-p path
+    flashinfer_units: float  # FlashInfer sampler on (fp32 logits + FlashInfer's masked logits and probs)
+    flashinfer_default: bool  # on without VLLM_USE_FLASHINFER_SAMPLER (pip install, FlashInfer-capable GPU)
+    # rows from which `apply_top_k_top_p` takes the Triton kernel (in place, plus a cached per-program
+    # buffer of min(next_pow2(min(SMs, S)), SMs) x vocab fp32); None: the torch sort at every size
+    triton_min_rows: int | None
+    small_batch_units: float  # below triton_min_rows: the torch sort path's tensor-level peak
+    # V2 runner: PenaltiesState.output_bin_counts (max_num_seqs x vocab int32) and prompt_bin_mask
+    # (max_num_seqs x cdiv(vocab, 32) int32), allocated with the sampler at load, held through profiling
+    penalty_bins: bool
+    source: str
+    warms_native: bool = False  # the dummy run also calls the native path (generators set) after FlashInfer
+
+
+# Ordered oldest -> newest. V0 (< 0.8) has no row: its sampler is part of the forward peak.
+VLLM_SAMPLER_RULES: tuple[VllmSamplerRule, ...] = (
+    VllmSamplerRule("0.8", 6.5, 6.5, False, None, 6.5, False,
+                    "0.8.5: Sampler.forward fp32 cast (1) + apply_top_k_top_p sort values (1), int64 indices (2), "
+                    "top-k and top-p bool masks (0.5), softmax (1), scatter result (1); FlashInfer >= 0.2.3 refused"),
+    VllmSamplerRule("0.9", 6.5, 3.0, False, None, 6.5, False,
+                    "0.9.0-0.11.0: as 0.8.5 natively; FlashInfer when installed and the env unset (fp32 cast + "
+                    "top_k_top_p_sampling_from_logits: masked logits + probs); the wheel's METADATA lists "
+                    "flashinfer-python only as an extra (read 0.10.1.1, 0.10.2, 0.11.0), so pip installs run native"),
+    VllmSamplerRule("0.11.1", 6.5, 3.0, True, None, 6.5, False,
+                    "0.11.1 and 0.11.2 wheels require flashinfer-python 0.5.2: FlashInfer on by default (env None "
+                    "is 'not False')"),
+    VllmSamplerRule("0.12", 6.5, 3.0, False, None, 6.5, False,
+                    "0.12.0-0.16.0 topk_topp_sampler: FlashInfer only with VLLM_USE_FLASHINFER_SAMPLER=1 (env None)"),
+    VllmSamplerRule("0.17", 3.0, 3.0, False, 8, 5.5, False,
+                    "0.17.1-0.20.2: apply_top_k_top_p_triton in place from 8 rows (topk_topp_triton.py): fp32 cast "
+                    "(1) + softmax (1) + random_sample's exponential draws (1) + the cached buffer"),
+    VllmSamplerRule("0.21", 3.0, 3.0, True, 8, 5.5, False,
+                    "0.21.0-0.28.0: FlashInfer on by default (envs True), and _dummy_sampler_run warms forward_native "
+                    "too (generators set), so the peak is the native call's whatever the switch", warms_native=True),
+    VllmSamplerRule("0.30", 3.0, 3.0, True, 1, 3.0, False,
+                    "0.30.0 apply_top_k_top_p: the Triton path at any batch size (0.28.0 still from 8 rows; "
+                    "0.29 not read)", warms_native=True),
+    VllmSamplerRule("0.33", 1.0, 3.0, True, 1, 1.0, True,
+                    "0.33.0 V2 runner _dummy_sampler_run: the warmup-param pass (SamplingParams.for_sampler_warmup) "
+                    "copies the logits to fp32 (1) and samples with FlashInfer (masked logits + probs: 3 in all) or "
+                    "with the Triton top-k/top-p and gumbel_sample (1 + the buffer); PenaltiesState bins held"),
+)  # fmt: skip
+VLLM_ASSUMED_SM_COUNT = 132  # H100 SXM / H200: the Triton top-k/top-p buffer's rows when the GPU's SMs are unknown
+# While torch.sort runs on the fp32 logits: the input (1), the sorted values (1) and int64 indices (2)
+VLLM_TORCH_SORT_LIVE_UNITS = 4.0
+
+
+def torch_sort_scratch_units(rows: int) -> float:
+    """The CUDA sort's own scratch over `rows` rows of the vocabulary, in fp32 logits units (PyTorch
+    aten/src/ATen/native/cuda/SortStable.cu do_launch_stable_sort_kernel): 1 or >= 128 rows,
+    segmented_sort_pairs / segmented_sort_large_segments: the int64 iota indices (2) + cub's third keys
+    (fp32, 1) and values (int64, 2) buffers of a non-overwriting radix sort = 5; 2-127 rows,
+    segmented_sort_pairs_by_full_sort: two int2 index-and-segment buffers (2 + 2), the keys output
+    at::cuda::cub::radix_sort_pairs allocates (1) and cub's third keys (1) and int2 values (2) = 8."""
+    return 5.0 if rows == 1 or rows >= 128 else 8.0
+
+
+def vllm_sampler_rule(version: str) -> VllmSamplerRule | None:
+    """The sampler rule in force for a vLLM version; None before the V1 engine (0.8)."""
+    wanted = parse_version(version)
+    chosen: VllmSamplerRule | None = None
+    for rule in VLLM_SAMPLER_RULES:
+        if parse_version(rule.version) <= wanted:
+            chosen = rule
+    return chosen
+
 
 # Hidden-sized tensors alive across a decoder layer in the profiling forward: the residual stream,
 # the layer input, its normed copy and the output projection's result (vLLM's fused add-RMSNorm

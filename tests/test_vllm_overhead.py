@@ -58,8 +58,13 @@ def test_activation_is_the_larger_phase_plus_what_persists() -> None:
     c = ec.VLLM_PROFILING_COEFFICIENTS["v1"]
     o = overhead_from_buffers(b, c, graphs_in_budget=True)
     forward = int(c.forward_scale * b.forward_layer_bytes(True))
-    sampler = int(b.logits_bytes + c.sampler_fp32_copies * b.logits_fp32_bytes)
-    assert o.activation_peak_bytes == b.moe_workspace_bytes + max(forward, sampler)
+    # 0.33 V2 runner, FlashInfer on by default: bf16 logits + fp32 copy + FlashInfer's masked logits and probs
+    # (3 fp32 copies); the penalties' bins (1,024 x 151,936 int32 + 1,024 x cdiv(151,936, 32) int32) held from load
+    vocab = 151_936
+    sampler = S * vocab * BF16 + 3 * S * vocab * 4
+    bins = S * vocab * 4 + S * -(-vocab // 32) * 4
+    assert b.sampler_phase_bytes == sampler and b.sampler_bins_bytes == bins
+    assert o.activation_peak_bytes == b.moe_workspace_bytes + bins + max(forward, sampler)
     legacy = overhead_from_buffers(b, ec.VLLM_PROFILING_COEFFICIENTS["v1-mid"], graphs_in_budget=False)
     assert legacy.cuda_graph_bytes == 0
     assert dict(legacy.buffers)["forward: MoE intermediate caches (per call)"] == b.moe_legacy_bytes

@@ -16,8 +16,15 @@ phases that peak at different times, so the activation peak is their MAX, plus w
   (gate/up projection 2I/TP and the SiLU-and-mul output I/TP), MoE (router logits T x E in fp32, top-k ids
   and weights, the shared experts' MLP);
 - sampler (`_dummy_sampler_run`): S = min(max_num_seqs, T) rows of logits over the whole vocabulary on
-  every rank (gathered, not split by TP), in the model dtype, then fp32 copies (the sampler's cast, the
-  top-k/top-p sort's values and indices, the probabilities);
+  every rank (gathered, not split by TP), in the model dtype, then what the release's sampler keeps alive
+  at its peak, a RULE read off each release's code (`ec.VLLM_SAMPLER_RULES`, `sampler_units`; derivations
+  in capacity/data/README-sampler.md): up to 0.16 the torch sort's peak, 9 fp32-sized copies of the
+  logits at 128+ rows (the fp32 cast, the sorted values and int64 indices, and the CUDA sort's own iota
+  indices and cub buffers; 6.5 tensors stay alive afterwards: masks, softmax, scatter), 3 from 0.17 (the
+  Triton top-k/top-p works in place; cast, softmax, exponential draws) plus its cached per-program buffer
+  of min(next_pow2(min(SMs, S)), SMs) rows, 3 with FlashInfer's sampler where the release turns it on,
+  and on the 0.33 V2 runner 3 (FlashInfer) or 1 + the buffer, with the penalties' per-request bins
+  (max_num_seqs x vocab int32) held from load;
 - persistent (0.17 and later here): the fused-MoE workspaces (0.33 `fused_moe/modular_kernel.py`
   _allocate_buffers through `v1/worker/workspace.py` WorkspaceManager, which keeps the largest request,
   M unchunked): the Triton experts' `workspace_shapes` (experts/triton_moe.py) are workspace13 =
@@ -65,11 +72,22 @@ class ProfilingBuffers:
     moe_workspace_bytes: int  # fused-MoE workspace13 + workspace2 of the modular kernel (held)
     moe_legacy_bytes: int  # fused_experts_impl's intermediate caches (per call, freed)
     logits_bytes: int  # S x vocab in the model dtype
-    logits_fp32_bytes: int  # one fp32 copy of them (the unit of the sampler coefficient)
+    logits_fp32_bytes: int  # one fp32 copy of them (the unit of the sampler rule)
+    sampler_units: float  # fp32 logits-sized tensors alive at the sampler's peak (ec.VLLM_SAMPLER_RULES)
+    sampler_buffer_bytes: int  # the Triton top-k/top-p per-program buffer (cached, so held from then on)
+    sampler_bins_bytes: int  # V2 runner: the penalties' per-request bins, allocated at load (persistent)
     graph_layers: int  # decoder layers on the most loaded rank
     graph_count: int  # PIECEWISE + FULL CUDA graphs vLLM captures (the CUDA-graph estimate's scale)
     tp: int
     nvlink_multicast: bool = True  # GpuSku.nvlink_multicast: the TP > 1 non-torch term applies
+    sampler_rule: str = ""  # the first release of the sampler rule applied ("" before V1: no sampler phase)
+
+    @property
+    def sampler_phase_bytes(self) -> int:
+        """The sampler dummy run's peak: model-dtype logits + the rule's fp32 copies + the Triton buffer."""
+        if not self.sampler_rule:
+            return 0
+        return self.logits_bytes + round(self.sampler_units * self.logits_fp32_bytes) + self.sampler_buffer_bytes
 
     def forward_layer_bytes(self, moe_workspace_held: bool) -> int:
         """The largest sublayer of a decoder layer plus the hidden stream, before the coefficient (the
@@ -100,6 +118,26 @@ def gated_intermediate(params: int, hidden: int) -> tuple[int, bool]:
     return params // (3 * hidden), False
 
 
+def sampler_units(
+    rule: ec.VllmSamplerRule, rows: int, sm_count: int | None = None, flashinfer: bool | None = None
+) -> tuple[float, int]:
+    """(fp32 logits-sized copies, Triton buffer rows) the release's sampler dummy run keeps alive at its
+    peak over `rows` requests; `flashinfer` None takes the release's default for VLLM_USE_FLASHINFER_SAMPLER."""
+    if rule.triton_min_rows is None or rows < rule.triton_min_rows:  # the torch sort, with its CUDA scratch
+        tensors = rule.native_units if rule.triton_min_rows is None else rule.small_batch_units
+        native = (max(tensors, ec.VLLM_TORCH_SORT_LIVE_UNITS + ec.torch_sort_scratch_units(rows)), 0)
+    else:
+        sms = sm_count or ec.VLLM_ASSUMED_SM_COUNT
+        programs = min(sms, rows)  # topk_topp_triton.apply_top_k_top_p_triton: NUM_PROGRAMS = min(num_sm, batch)
+        native = (rule.native_units, min(1 << (programs - 1).bit_length(), sms))
+    if not (rule.flashinfer_default if flashinfer is None else flashinfer):
+        return native
+    fused = (rule.flashinfer_units, 0)
+    if not rule.warms_native:
+        return fused
+    return max(fused, native, key=lambda u: u[0] * rows + u[1])  # both calls run: the larger peak
+
+
 def profiling_buffers(
     model: ModelSpec,
     tp: int,
@@ -108,8 +146,11 @@ def profiling_buffers(
     max_num_seqs: int,
     act_bytes: int,
     nvlink_multicast: bool = True,
+    version: str = ec.VLLM_DEFAULT_VERSION,
+    sm_count: int | None = None,
+    flashinfer_sampler: bool | None = None,
 ) -> ProfilingBuffers:
-    """Each buffer of the profiling run on one rank, in bytes."""
+    """Each buffer of the profiling run on one rank, in bytes (`version` picks the sampler rule)."""
     t = max(max_num_batched_tokens, 1)
     s = min(max(max_num_seqs, 1), t)
     b = act_bytes
@@ -135,6 +176,13 @@ def profiling_buffers(
             cache13, cache2 = m * k * max(n, hidden_k), m * k * (n // 2)
         moe_workspace, moe_legacy = (ws13 + ws2) * b, (cache13 + cache2) * b
     logits = s * model.vocab_size
+    rule = ec.vllm_sampler_rule(version)
+    units, buffer_rows, bins = 0.0, 0, 0
+    if rule is not None:
+        units, buffer_rows = sampler_units(rule, s, sm_count, flashinfer_sampler)
+        if rule.penalty_bins:  # output_bin_counts + prompt_bin_mask, max_num_reqs rows of int32
+            seqs = max(max_num_seqs, 1)
+            bins = seqs * model.vocab_size * 4 + seqs * cdiv(model.vocab_size, 32) * 4
     return ProfilingBuffers(
         hidden_stream_bytes=hidden,
         attention_bytes=attention,
@@ -144,10 +192,14 @@ def profiling_buffers(
         moe_legacy_bytes=moe_legacy,
         logits_bytes=logits * b,
         logits_fp32_bytes=logits * FP32_BYTES,
+        sampler_units=units,
+        sampler_buffer_bytes=buffer_rows * model.vocab_size * FP32_BYTES,
+        sampler_bins_bytes=bins,
         graph_layers=max(pp_partition(model.num_layers, pp)),
         graph_count=sum(cudagraph_capture_counts(max_num_seqs, max_num_batched_tokens)),
         tp=tp,
         nvlink_multicast=nvlink_multicast,
+        sampler_rule=rule.version if rule is not None else "",
     )
 
 
@@ -170,26 +222,30 @@ def overhead_from_buffers(
     """The activation peak (max of the phases plus what persists), non-torch memory and CUDA graphs,
     with the named terms in `Overhead.buffers`."""
     forward = int(c.forward_scale * buffers.forward_layer_bytes(c.moe_workspace_persistent))
-    sampler = (
-        int(buffers.logits_bytes + c.sampler_fp32_copies * buffers.logits_fp32_bytes) if c.sampler_fp32_copies else 0
-    )
-    persistent = buffers.moe_workspace_bytes if c.moe_workspace_persistent else 0
+    sampler = buffers.sampler_phase_bytes
+    persistent = (buffers.moe_workspace_bytes if c.moe_workspace_persistent else 0) + buffers.sampler_bins_bytes
     activation = persistent + max(forward, sampler)
     non_torch = c.non_torch_tp_bytes if buffers.tp > 1 and buffers.nvlink_multicast else c.non_torch_bytes
     per_graph = c.cg_per_graph_tp_bytes if buffers.tp > 1 else c.cg_per_graph_bytes
     cuda_graphs = c.cg_base_bytes + per_graph * buffers.graph_count if graphs_in_budget else 0
     phase = "forward" if forward >= sampler else "sampler"
+    held_parts = [name for name, n in (("MoE workspace", persistent - buffers.sampler_bins_bytes),
+                                       ("penalty bins", buffers.sampler_bins_bytes)) if n]  # fmt: skip
+    held = "".join(f"{name} + " for name in held_parts)
     named = (
         ("forward: hidden stream", buffers.hidden_stream_bytes),
         ("forward: attention (QKV + output)", buffers.attention_bytes),
         ("forward: dense MLP (gate/up + SiLU-mul)", buffers.dense_mlp_bytes),
         ("forward: MoE router + shared experts", buffers.moe_transient_bytes),
         (f"forward phase x {c.forward_scale:g} (largest sublayer + hidden stream)", forward),
-        ("sampler: logits (model dtype)", buffers.logits_bytes),
-        (f"sampler phase: logits + {c.sampler_fp32_copies:g} fp32 copies", sampler),
-        ("MoE workspace (persistent)", persistent),
+        ("sampler: logits (model dtype)", buffers.logits_bytes if sampler else 0),
+        ("sampler: Triton top-k/top-p buffer", buffers.sampler_buffer_bytes if sampler else 0),
+        (f"sampler phase: logits + {buffers.sampler_units:g} fp32 copies (rule of vLLM {buffers.sampler_rule}"
+         f"{'' if not buffers.sampler_buffer_bytes else ' + Triton buffer'})", sampler),
+        ("MoE workspace (persistent)", persistent - buffers.sampler_bins_bytes),
+        ("sampler: penalty bins (persistent, V2 runner)", buffers.sampler_bins_bytes),
         ("forward: MoE intermediate caches (per call)", 0 if c.moe_workspace_persistent else buffers.moe_legacy_bytes),
-        (f"activation peak = {'MoE workspace + ' if persistent else ''}max(forward, sampler): {phase}", activation),
+        (f"activation peak = {held}max(forward, sampler): {phase}", activation),
     )  # fmt: skip
     return Overhead(activation, non_torch, cuda_graphs, tuple((name, n) for name, n in named if n))
 
@@ -204,8 +260,11 @@ def vllm_overhead(
     act_bytes: int,
     coefficients: ec.VllmProfilingCoefficients | None = None,
     nvlink_multicast: bool = True,
+    version: str | None = None,
 ) -> Overhead:
-    """vLLM's non-KV, non-weight memory per GPU for one release."""
+    """vLLM's non-KV, non-weight memory per GPU for one release (`version`, the exact release when known,
+    picks the sampler rule; else the first release of `release`'s row)."""
     c = coefficients or ec.vllm_profiling_coefficients(release)
-    buffers = profiling_buffers(model, tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, nvlink_multicast)
+    buffers = profiling_buffers(model, tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, nvlink_multicast,
+                                version or release.version)  # fmt: skip
     return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget)

@@ -36,6 +36,11 @@ ERA_FALLBACK = {"v1": ("v1-mid", "v1-early", "v0"), "v1-mid": ("v1", "v1-early",
                 "v1-early": ("v1-mid", "v1", "v0"), "v0": ("v1-early", "v1-mid", "v1")}  # fmt: skip
 
 
+def _stated_bool(value: object) -> bool | None:
+    """A yes/no setting a log states (`flashinfer_sampler: true`), None when the row says nothing."""
+    return value if isinstance(value, bool) else None
+
+
 def source_group(source: str, row_id: str) -> str:
     """The thread, repository or campaign a row comes from: `owner/repo#N` for an issue or PR,
     `owner/repo` for repository files, the host for web pages, else the row itself."""
@@ -90,8 +95,9 @@ class OverheadModel:
     """An overhead model as CV sees it: per-row features, coefficients, and which of them a fit moves."""
 
     name: str
-    # (model, tp, pp, batched tokens, seqs, activation bytes, release, NVLink multicast) -> features
-    features: Callable[[ModelSpec, int, int, int, int, int, ec.VllmRelease, bool], dict[str, Any]]
+    # (model, tp, pp, batched tokens, seqs, activation bytes, release, NVLink multicast, exact version,
+    #  FlashInfer sampler as the log states it or None) -> features
+    features: Callable[[ModelSpec, int, int, int, int, int, ec.VllmRelease, bool, str, bool | None], dict[str, Any]]
     # (params of the row's era, features) -> (activation, non-torch, total) bytes
     predict: Callable[[Params, dict[str, Any]], tuple[int, int, int]]
     shipped: Callable[[str], Params]  # the coefficients in engine_constants, per era
@@ -104,15 +110,18 @@ class OverheadModel:
 
 
 def _derived_features(
-    model: ModelSpec, tp: int, pp: int, t: int, s: int, b: int, r: ec.VllmRelease, multicast: bool
+    model: ModelSpec, tp: int, pp: int, t: int, s: int, b: int, r: ec.VllmRelease, multicast: bool, version: str,
+    flashinfer: bool | None,
 ) -> dict[str, Any]:
-    return {"buffers": profiling_buffers(model, tp, pp, t, s, b, multicast), "graphs": r.cudagraph_memory_in_budget}
+    """The named buffers, the sampler's by the rule of the row's own release (not a fitted coefficient)."""
+    return {"buffers": profiling_buffers(model, tp, pp, t, s, b, multicast, version, flashinfer_sampler=flashinfer),
+            "graphs": r.cudagraph_memory_in_budget}  # fmt: skip
 
 
 def _derived_predict(p: Params, f: dict[str, Any]) -> tuple[int, int, int]:
     buffers: ProfilingBuffers = f["buffers"]
     c = ec.VllmProfilingCoefficients(
-        forward_scale=p["forward_scale"], sampler_fp32_copies=p["sampler_fp32_copies"],
+        forward_scale=p["forward_scale"],
         non_torch_bytes=int(p["non_torch_gib"] * GIB), non_torch_tp_bytes=int(p["non_torch_tp_gib"] * GIB),
         cg_base_bytes=int(p["cg_base_gib"] * GIB), cg_per_graph_bytes=int(p["cg_per_graph_gib"] * GIB),
         cg_per_graph_tp_bytes=int(p["cg_per_graph_tp_gib"] * GIB),
@@ -124,7 +133,7 @@ def _derived_predict(p: Params, f: dict[str, Any]) -> tuple[int, int, int]:
 
 def _derived_shipped(era: str) -> Params:
     c = ec.VLLM_PROFILING_COEFFICIENTS[era]
-    return {"forward_scale": c.forward_scale, "sampler_fp32_copies": c.sampler_fp32_copies,
+    return {"forward_scale": c.forward_scale,
             "non_torch_gib": c.non_torch_bytes / GIB, "non_torch_tp_gib": c.non_torch_tp_bytes / GIB,
             "cg_base_gib": c.cg_base_bytes / GIB, "cg_per_graph_gib": c.cg_per_graph_bytes / GIB,
             "cg_per_graph_tp_gib": c.cg_per_graph_tp_bytes / GIB,
@@ -132,13 +141,12 @@ def _derived_shipped(era: str) -> Params:
 
 
 def _derived_prior(era: str) -> Params:
-    """The named buffers as they are (scale 1), the sampler's fp32 cast plus a sort's values and int64
-    indices (4 fp32-sized copies), a quarter GiB of CUDA context and 1 GiB more with NCCL."""
+    """The named buffers as they are (scale 1), a quarter GiB of CUDA context and 1 GiB more with NCCL
+    (the sampler is a rule read off each release, ec.VLLM_SAMPLER_RULES, not a coefficient)."""
     c = ec.VLLM_PROFILING_COEFFICIENTS[era]
     return {
         **_derived_shipped(era),
         "forward_scale": 1.0,
-        "sampler_fp32_copies": 0.0 if era == "v0" else 4.0,
         "non_torch_gib": 0.25,
         "non_torch_tp_gib": 1.0,
         "moe_workspace_persistent": float(c.moe_workspace_persistent),
@@ -146,7 +154,8 @@ def _derived_prior(era: str) -> Params:
 
 
 def _previous_features(
-    model: ModelSpec, tp: int, pp: int, t: int, s: int, b: int, r: ec.VllmRelease, multicast: bool
+    model: ModelSpec, tp: int, pp: int, t: int, s: int, b: int, r: ec.VllmRelease, multicast: bool, version: str,
+    flashinfer: bool | None,
 ) -> dict[str, Any]:
     """The previous model as it was: one TP > 1 non-torch term whatever the interconnect."""
     mlp, logits = activation_features(model, tp, t, s, b)
@@ -189,10 +198,8 @@ def _steps(lo: float, hi: float, step: float) -> tuple[float, ...]:
 NT_GRID = _steps(0.0, 4.0, 0.01)
 DERIVED = OverheadModel(
     "derived (named buffers)", _derived_features, _derived_predict, _derived_shipped, _derived_prior,
-    {"forward_scale": _steps(0.5, 3.0, 0.05), "sampler_fp32_copies": _steps(0.0, 16.0, 0.05),
-     "non_torch_gib": NT_GRID, "non_torch_tp_gib": NT_GRID},
+    {"forward_scale": _steps(0.5, 3.0, 0.05), "non_torch_gib": NT_GRID, "non_torch_tp_gib": NT_GRID},
     frozenset({"forward_scale"}),
-    frozenset({("v0", "sampler_fp32_copies")}),  # V0: the sampler's logits are part of the forward peak
 )  # fmt: skip
 PREVIOUS = OverheadModel(
     "previous (a_mlp x F_mlp, a_logits x F_logits)", _previous_features, _previous_predict, _previous_shipped,
@@ -272,7 +279,8 @@ def build_rows(
         act_bytes = 4 if est.weight_dtype == "float32" else 2
         gpu = find_sku(est.gpu)
         feats = model.features(spec, est.tp, est.pp, est.pool.max_num_batched_tokens, est.max_num_seqs or 256,
-                               act_bytes, release, gpu.nvlink_multicast if gpu is not None else True)  # fmt: skip
+                               act_bytes, release, gpu.nvlink_multicast if gpu is not None else True,
+                               est.engine_version or release.version, _stated_bool(r.raw.get("flashinfer_sampler")))  # fmt: skip
         if r.enforce_eager:  # no graphs captured: no estimate deducted
             feats["graphs"] = False
         rows.append(Row(
@@ -410,6 +418,6 @@ def fitted_coefficients(rows: Sequence[Row], model: OverheadModel) -> dict[str, 
 def derived_with(params: Params, era: str) -> ec.VllmProfilingCoefficients:
     """A coefficient row from fitted values (for printing)."""
     base = ec.VLLM_PROFILING_COEFFICIENTS[era]
-    return replace(base, forward_scale=params["forward_scale"], sampler_fp32_copies=params["sampler_fp32_copies"],
+    return replace(base, forward_scale=params["forward_scale"],
                    non_torch_bytes=int(params["non_torch_gib"] * GIB),
                    non_torch_tp_bytes=int(params["non_torch_tp_gib"] * GIB))  # fmt: skip
