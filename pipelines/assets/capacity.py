@@ -15,7 +15,7 @@ import dagster as dg
 from pydantic import Field
 
 from models_registry.sources.bundled import read_catalog_entries
-from pipelines.assets.common import describe, key, relation_result, sql_asset
+from pipelines.assets.common import describe, key, relation_result, sql_asset, sum_over_partitions
 from pipelines.resources import RegistryResource, WarehouseResource
 from warehouse.capacity_grid import THIS_RUN_PARTS, PartitionError, compare_sample, refresh_partitions
 from warehouse.sql import load_frame
@@ -105,12 +105,6 @@ staging_capacity_grid = sql_asset("staging", "capacity_grid", group_name=CAPACIT
 staging_context_limits = sql_asset("staging", "context_limits", group_name=CAPACITY_GROUP)
 
 # Checks read raw (this run's rows): they run right after the grid asset, before any staging view.
-RAW_WIDE_GRID = f"""
-    select d.* exclude (part_id), g.context, g.max_concurrency, g.b_max_memory, g.b_max, g.fits
-    from raw.capacity_grid as g
-    inner join raw.deployments as d on g.part_id = d.part_id and g.deployment_id = d.deployment_id
-    where g.part_id in {THIS_RUN_PARTS}
-"""
 # partitions this run computed: the scalar cross-check samples those (reused ones were checked when computed)
 COMPUTED_PARTS = (
     "(select part_id from raw.grid_partitions where run_id = (select run_id from raw.run) and computed)"
@@ -136,7 +130,8 @@ def grid_not_empty(warehouse: WarehouseResource) -> dg.AssetCheckResult:
 )
 def no_negative_budgets(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     with warehouse.read() as con:
-        row = con.execute(
+        row = sum_over_partitions(
+            con,
             """
             select
                 count(*) filter (where fits and (kv_budget_bytes_per_gpu <= 0 or num_blocks <= 0 or b_max < 1)),
@@ -145,11 +140,11 @@ def no_negative_budgets(warehouse: WarehouseResource) -> dg.AssetCheckResult:
                     or weights_bytes_per_gpu < 0 or overhead_bytes_per_gpu < 0 or kv_bytes_per_token < 0
                 ),
                 count(*) filter (where fits)
-            from (
-            """
-            + RAW_WIDE_GRID
-            + ")"
-        ).fetchone()
+            from raw.capacity_grid as g
+            inner join raw.deployments as d on g.part_id = d.part_id and g.deployment_id = d.deployment_id
+            where g.part_id = $p and d.part_id = $p
+            """,
+        )
     bad_fits, negatives, fitting = (int(v) for v in row) if row else (0, 0, 0)
     return dg.AssetCheckResult(
         passed=bad_fits == 0 and negatives == 0,

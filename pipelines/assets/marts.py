@@ -9,10 +9,9 @@ from collections.abc import Iterable
 
 import dagster as dg
 
-from pipelines.assets.common import describe, key, sql_asset
+from pipelines.assets.common import describe, key, sql_asset, sum_over_partitions
 from pipelines.executor import WAREHOUSE_POOL
 from pipelines.resources import RegistryResource, WarehouseResource
-from warehouse.capacity_grid import THIS_RUN_PARTS
 from warehouse.provenance import frame_sha256, run_provenance
 
 MARTS_GROUP = "marts"
@@ -40,23 +39,28 @@ marts_ingest_errors = sql_asset("marts", "ingest_errors", group_name=MARTS_GROUP
 def capacity_grid_unique(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     with warehouse.read() as con:
         row = con.execute(
-            f"""
+            """
             select
                 (select count(*) from marts.capacity_grid),
-                (select count(*) from raw.capacity_grid where part_id in {THIS_RUN_PARTS}),
-                (select count(*) from (select distinct deployment_id, context from staging.capacity_grid
-                    where run_id = (select run_id from raw.run))),
-                (select count(*) from raw.deployments where part_id in {THIS_RUN_PARTS}),
-                (select count(*) from (
-                    select distinct model, gpu, engine, engine_version, weight_dtype, kv_dtype, tp, pp
-                    from raw.deployments where part_id in {THIS_RUN_PARTS}
-                )),
                 (select count(*) - count(distinct gpu) from staging.gpus)
             """
         ).fetchone()
-    mart_rows, raw_rows, distinct, deployments, distinct_deployments, duplicate_gpus = (
-        (int(v) for v in row) if row else (0, 0, 0, 0, 0, 0)
-    )
+        mart_rows, duplicate_gpus = (int(v) for v in row) if row else (0, 0)
+        counts = sum_over_partitions(
+            con,
+            """
+            select
+                (select count(*) from raw.capacity_grid where part_id = $p),
+                (select count(*) from (select distinct deployment_id, context from raw.capacity_grid
+                    where part_id = $p)),
+                (select count(*) from raw.deployments where part_id = $p),
+                (select count(*) from (
+                    select distinct model, gpu, engine, engine_version, weight_dtype, kv_dtype, tp, pp
+                    from raw.deployments where part_id = $p
+                ))
+            """,
+        )
+    raw_rows, distinct, deployments, distinct_deployments = counts or (0, 0, 0, 0)
     return dg.AssetCheckResult(
         passed=mart_rows == raw_rows == distinct and deployments == distinct_deployments and duplicate_gpus == 0,
         metadata={
