@@ -1048,6 +1048,21 @@ def _assumption_notes(
             out.append(f"assumed {profile.engine.value} {profile.version} (no --engine-version): on 0.11-0.16 the "
                        f"overhead would be {_format_gib(older.total_bytes)} instead of "
                        f"{_format_gib(overhead.total_bytes)}")  # fmt: skip
+    if profile.engine is Engine.VLLM and d.overhead_bytes_per_gpu is None:
+        from capacity.engines.vllm_overhead import vllm_overhead
+
+        version = profile.version or ec.VLLM_DEFAULT_VERSION
+        rule = ec.vllm_sampler_rule(version)
+        if rule is not None and rule.flashinfer_units != rule.native_units:
+            flipped = vllm_overhead(model, d.tp, d.pp, max(batched, 1), seqs or 256, ec.vllm_release(version),
+                                    act_bytes, nvlink_multicast=multicast, version=version,
+                                    flashinfer_sampler=not rule.flashinfer_default)  # fmt: skip
+            if abs(flipped.total_bytes - overhead.total_bytes) > ASSUMPTION_SHARE * budget:
+                state, other = ("on", "off") if rule.flashinfer_default else ("off", "on")
+                out.append(f"assumed the FlashInfer sampler {state}, vLLM {version}'s default with "
+                           "VLLM_USE_FLASHINFER_SAMPLER unset (0.9-0.11.0 take it wherever FlashInfer is installed); "
+                           f"{other}, the overhead would be {_format_gib(flipped.total_bytes)} "
+                           f"instead of {_format_gib(overhead.total_bytes)}")  # fmt: skip
     if d.gpu_memory_utilization is None and total * 0.05 > ASSUMPTION_SHARE * budget:
         out.append(f"assumed gpu_memory_utilization {util} (the release default); 0.05 less takes "
                    f"{_format_gib(total * 0.05)} ({total * 0.05 / budget:.0%}) from the KV budget")  # fmt: skip

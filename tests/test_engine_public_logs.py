@@ -145,6 +145,13 @@ def test_unknown_release_and_unmodelled_features_are_said() -> None:
     rtx = " | ".join(estimate(resolved.spec, DeploymentSpec(engine="sglang"), gpu=find_gpu_sku("RTX 4090"),
                               checkpoint_bytes=resolved.checkpoint_bytes).notes)  # fmt: skip
     assert "0.833 (0.5.10-0.5.19)" in rtx and "not 0.704" in rtx
+    # the FlashInfer sampler (3 fp32 logits copies against the torch sort's 9 at 256 rows): off by default on
+    # 0.10.1.1 unless installed and on 0.12-0.20 unless asked for; from 0.21 the dummy run warms both paths
+    l4 = find_gpu_sku("L4")
+    for version, said in (("0.10.1.1", True), ("0.15.1", True), ("0.33", False)):
+        text = " | ".join(estimate(resolved.spec, DeploymentSpec(engine_version=version), gpu=l4,
+                                   checkpoint_bytes=resolved.checkpoint_bytes).notes)  # fmt: skip
+        assert ("assumed the FlashInfer sampler off" in text) is said, version
     assert "speculative decoding" in notes(engine="trtllm")
     assert "speculative decoding" not in notes(engine="vllm")
 

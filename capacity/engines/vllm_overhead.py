@@ -261,10 +261,12 @@ def vllm_overhead(
     coefficients: ec.VllmProfilingCoefficients | None = None,
     nvlink_multicast: bool = True,
     version: str | None = None,
+    flashinfer_sampler: bool | None = None,
 ) -> Overhead:
     """vLLM's non-KV, non-weight memory per GPU for one release (`version`, the exact release when known,
-    picks the sampler rule; else the first release of `release`'s row)."""
+    picks the sampler rule; else the first release of `release`'s row); `flashinfer_sampler` None takes
+    the release's default for the FlashInfer sampler."""
     c = coefficients or ec.vllm_profiling_coefficients(release)
     buffers = profiling_buffers(model, tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, nvlink_multicast,
-                                version or release.version)  # fmt: skip
+                                version or release.version, flashinfer_sampler=flashinfer_sampler)  # fmt: skip
     return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget)
