@@ -14,10 +14,10 @@ all-reduce the graphs capture: vLLM's custom all-reduce (it registers the graphs
 buffers) or NCCL's. Which one a row ran is what its log states (`custom_all_reduce`: "Registering N cuda
 graph addresses", --disable-custom-all-reduce), else the engine's rule (`custom_all_reduce_on`) on the
 row's GPU when `gpu` names a catalog SKU, else the rule for an unknown GPU (on, as the estimate assumes).
-The four coefficients are fitted by least absolute deviation and scored leave-one-source-out. Rows a deployment-independent model cannot speak
-for are kept in the data and left out of the fit, each with its reason: unified-memory GPUs (GB10:
-the driver's free memory is not the pool's), speculative decoding (its own capture sizes and drafter
-graphs), logs without the capture counts.
+The four coefficients are fitted by least absolute deviation and scored leave-one-source-out. Rows a
+deployment-independent model cannot speak for are kept in the data and left out of the fit, each with its
+reason: unified-memory GPUs (GB10: the driver's free memory is not the pool's), speculative decoding (its
+own capture sizes and drafter graphs), logs without the capture counts.
 """
 
 from __future__ import annotations
