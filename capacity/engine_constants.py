@@ -262,7 +262,12 @@ VLLM_OVERHEAD_PROFILES: dict[str, OverheadCoefficients] = {
 # 22 fitted rows of capacity/data/vllm_cudagraph_estimates.yaml; tests/test_cudagraph_estimates.py)
 CG_BASE_BYTES = int(0.24 * GIB)  # the largest first capture (the pool of the biggest graph)
 CG_PER_GRAPH_BYTES = int(5.2 * 2**20)  # every further graph at TP = 1
-CG_PER_GRAPH_TP_BYTES = int(29.6 * 2**20)  # every further graph at TP > 1 (all-reduce buffers per graph)
+# at TP > 1 by how the graphs all-reduce (capacity/engines/vllm_overhead.py custom_all_reduce_on, the rule
+# of vLLM's CustomAllreduce.__init__): vLLM's custom all-reduce registers each graph's input addresses in
+# its IPC buffers, a small cost per graph; without it the graphs capture NCCL's all-reduce kernels, which
+# keep far more per graph (the L40S TP 4 log: 2.73 GiB for 86 graphs)
+CG_PER_GRAPH_TP_CUSTOM_AR_BYTES = int(8.2 * 2**20)  # every further graph at TP > 1, custom all-reduce on
+CG_PER_GRAPH_TP_NCCL_BYTES = int(29.6 * 2**20)  # every further graph at TP > 1, custom all-reduce off (NCCL)
 
 # Derived overhead model of vLLM's profiling run (capacity/engines/vllm_overhead.py). The buffers are
 # sized from the model and the settings as the engine allocates them (each named there, with the vLLM
@@ -280,11 +285,13 @@ class VllmProfilingCoefficients:
     non_torch_bytes: int  # CUDA context growth during profiling, cuBLAS/attention workspaces at TP = 1
     non_torch_tp_bytes: int  # the same at TP > 1: NCCL communicators and custom all-reduce IPC buffers
     # CUDA-graph estimate (profile_cudagraph_memory) where the release deducts it: base + per graph x
-    # (PIECEWISE + FULL captures); per graph at TP > 1 is larger (all-reduce buffers registered per graph).
+    # (PIECEWISE + FULL captures); per graph at TP > 1 by all-reduce path: vLLM's custom all-reduce (graph
+    # addresses registered in its IPC buffers) or NCCL's kernels captured in every graph (custom all-reduce off).
     # Fitted on capacity/data/vllm_cudagraph_estimates.yaml (models_registry/sources/cudagraph_estimates.py)
     cg_base_bytes: int
     cg_per_graph_bytes: int
-    cg_per_graph_tp_bytes: int
+    cg_per_graph_tp_custom_ar_bytes: int
+    cg_per_graph_tp_nccl_bytes: int
     # fused-MoE workspaces held by the WorkspaceManager (0.17+ here; 0.19 logs), else freed per call
     # (0.11.0 wheel: fused_experts_impl allocates its intermediate caches in each layer's forward)
     moe_workspace_persistent: bool
@@ -298,7 +305,8 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         non_torch_tp_bytes=int(2.07 * GIB),
         cg_base_bytes=CG_BASE_BYTES,
         cg_per_graph_bytes=CG_PER_GRAPH_BYTES,
-        cg_per_graph_tp_bytes=CG_PER_GRAPH_TP_BYTES,
+        cg_per_graph_tp_custom_ar_bytes=CG_PER_GRAPH_TP_CUSTOM_AR_BYTES,
+        cg_per_graph_tp_nccl_bytes=CG_PER_GRAPH_TP_NCCL_BYTES,
         moe_workspace_persistent=True,
         source="tools/overhead_cv.py --fit on the 0.17+ rows (llm-d-planner 0.19.0 H100 sweep and report); "
         "CUDA-graph terms fitted on the public 'Estimated CUDA graph memory' lines (tools/overhead_cv.py --graphs); "
@@ -310,7 +318,8 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         non_torch_tp_bytes=int(0.55 * GIB),
         cg_base_bytes=0,
         cg_per_graph_bytes=0,
-        cg_per_graph_tp_bytes=0,
+        cg_per_graph_tp_custom_ar_bytes=0,
+        cg_per_graph_tp_nccl_bytes=0,
         moe_workspace_persistent=False,
         source="tools/overhead_cv.py --fit on the 0.11-0.16 rows (llm-d-benchmark H100 summary, "
         "llm-d-planner Qwen3-14B 0.15/0.16); forward_scale shared with v1",
@@ -321,7 +330,8 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         non_torch_tp_bytes=int(0.21 * GIB),  # no NVLink-switch row in this era constrains it (kept)
         cg_base_bytes=0,
         cg_per_graph_bytes=0,
-        cg_per_graph_tp_bytes=0,
+        cg_per_graph_tp_custom_ar_bytes=0,
+        cg_per_graph_tp_nccl_bytes=0,
         moe_workspace_persistent=False,
         source="tools/overhead_cv.py --fit on the 0.8-0.10 rows (dennislee22/vLLM-benchmarking 0.10.1.1 A100)",
     ),
@@ -331,7 +341,8 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         non_torch_tp_bytes=int(3.58 * GIB),
         cg_base_bytes=0,
         cg_per_graph_bytes=0,
-        cg_per_graph_tp_bytes=0,
+        cg_per_graph_tp_custom_ar_bytes=0,
+        cg_per_graph_tp_nccl_bytes=0,
         moe_workspace_persistent=False,
         source="tools/overhead_cv.py --fit on the V0 rows (vllm#10517 RTX 3090, PR#10511 H100); V0 profiles "
         "max_num_seqs sequences of the whole batch with the sampler folded into the forward peak",

@@ -282,9 +282,10 @@ class _Registry:
     _served: tuple[pl.DataFrame, pl.DataFrame] | None = None
 
     @property
-    def multicast_kinds(self) -> tuple[bool, ...]:
-        """The `GpuSku.nvlink_multicast` values among the GPUs (the overhead differs by it at TP > 1)."""
-        return tuple(sorted({gpu.nvlink_multicast for gpu in self.gpus}))
+    def link_kinds(self) -> tuple[tuple[bool, int], ...]:
+        """The (`GpuSku.nvlink_multicast`, `GpuSku.peer_link_gpus`) pairs among the GPUs (the overhead differs
+        by them at TP > 1: non-torch memory, and the custom all-reduce's CUDA-graph charge)."""
+        return tuple(sorted({(gpu.nvlink_multicast, gpu.peer_link_gpus) for gpu in self.gpus}))
 
     def kv_view(self, spec: ModelSpec) -> tuple[int, ModelSpec]:
         """(id, spec) of the model's KV structure: the spec without its parameter counts, one object
@@ -518,7 +519,7 @@ def _build_rows(
         dtypes = weight_dtype_choices(spec, options.weight_dtypes)
         vid, kv_spec = reg.kv_view(spec)
         weights: dict[tuple[str, int, int, str], WeightsEstimate] = {}
-        multicast_kinds = reg.multicast_kinds
+        link_kinds = reg.link_kinds
         for tp, pp in combos:
             for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
                 if wanted is not None and not any(g[0] == e for g in wanted):
@@ -528,12 +529,12 @@ def _build_rows(
                 ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
                 for seqs, batched in sorted(batches.get((engine, cid), ())):
                     o = None
-                    for multicast in multicast_kinds:
-                        if o is None or tp > 1:  # the NVLink fabric moves only the TP > 1 terms
+                    for multicast, peers in link_kinds:
+                        if o is None or tp > 1:  # the GPU's links move only the TP > 1 terms
                             o = profile.overhead(spec, tp, pp, batched, seqs or None, act_bytes,
-                                                 nvlink_multicast=multicast)  # fmt: skip
+                                                 nvlink_multicast=multicast, peer_link_gpus=peers)  # fmt: skip
                         t.overheads.append(
-                            (m, e, tp, pp, seqs or None, batched, multicast, o.activation_peak_bytes,
+                            (m, e, tp, pp, seqs or None, batched, multicast, peers, o.activation_peak_bytes,
                              o.non_torch_bytes, o.cuda_graph_bytes, o.total_bytes)
                         )  # fmt: skip
                 bases = sorted(block_sizes.get((engine, cid), ()))
@@ -686,7 +687,7 @@ def _rows(rows: list[tuple[object, ...]], schema: Schema) -> pl.LazyFrame:
 
 def _gpu_frame(gpus: Sequence[GpuSku]) -> pl.LazyFrame:
     rows = [
-        (g, s.id, s.memory_total_bytes, s.fp8_support, s.fp4_support, s.gpus_per_node, s.nvlink_multicast,
+        (g, s.id, s.memory_total_bytes, s.fp8_support, s.fp4_support, s.gpus_per_node, s.nvlink_multicast, s.peer_link_gpus,
          s.memory_bandwidth_gbps * GB if s.memory_bandwidth_gbps else None,
          s.bf16_dense_tflops * TFLOP if s.bf16_dense_tflops else None,
          (s.fp8_dense_tflops or s.bf16_dense_tflops or 0) * TFLOP or None,
@@ -701,6 +702,7 @@ def _gpu_frame(gpus: Sequence[GpuSku]) -> pl.LazyFrame:
         "fp4_support": pl.Boolean,
         "gpus_per_node": _I64,
         "nvlink_multicast": pl.Boolean,
+        "peer_link_gpus": _I64,
         **dict.fromkeys(_PERF_GPU, _F64),
     }
     return _rows(rows, schema)  # type: ignore[arg-type]
@@ -820,7 +822,7 @@ def _served(reg: _Registry) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     served = (
         settings.join(gpu_frame.select("gpu_idx", "gpu_memory_bytes", "gpus_per_node", "fp8_support", "fp4_support",
-                                       "nvlink_multicast", *_PERF_GPU),
+                                       "nvlink_multicast", "peer_link_gpus", *_PERF_GPU),
                       on="gpu_idx", how="inner")
         .filter(pl.col("tp") <= pl.col("gpus_per_node"))
         .join(needs, how="cross")
@@ -922,6 +924,7 @@ def _frames_of(t: _Tables) -> _Frames:
             "max_num_seqs": _I64,
             "pool_max_num_batched_tokens": _I64,
             "nvlink_multicast": pl.Boolean,
+            "peer_link_gpus": _I64,
             "activation_peak_bytes_per_gpu": _I64,
             "non_torch_bytes_per_gpu": _I64,
             "cuda_graph_bytes_per_gpu": _I64,
@@ -1088,7 +1091,8 @@ def _sized(
     and the printed KV cache size per deployment."""
     dep = dep.join(
         overheads,
-        on=["model_idx", "engine_idx", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens", "nvlink_multicast"],
+        on=["model_idx", "engine_idx", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens", "nvlink_multicast",
+            "peer_link_gpus"],
         how="inner",
         nulls_equal=True,
     ).join(candidates, on=["kv_id", "base_block_size", "state_checkpoints"], how="inner").with_columns(

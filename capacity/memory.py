@@ -895,10 +895,12 @@ def estimate(
     in_flight = profile.max_in_flight_tokens(batched, d.pp, d.async_scheduling)
 
     multicast = gpu.nvlink_multicast if gpu is not None else True
+    peers = gpu.peer_link_gpus if gpu is not None else None
     if d.overhead_bytes_per_gpu is not None:
         overhead = Overhead(0, d.overhead_bytes_per_gpu, 0)
     else:
-        overhead = profile.overhead(model, d.tp, d.pp, batched, seqs_cap, act_bytes, nvlink_multicast=multicast)
+        overhead = profile.overhead(model, d.tp, d.pp, batched, seqs_cap, act_bytes, nvlink_multicast=multicast,
+                                    peer_link_gpus=peers)
         if profile.engine is Engine.PLAIN:
             notes.append("plain engine: no overhead unless given with --overhead-gib")
         if d.enforce_eager and overhead.cuda_graph_bytes:
@@ -912,7 +914,7 @@ def estimate(
     else:
         budget = profile.kv_budget(total, util, weights.per_gpu_bytes, overhead.total_bytes)
         notes.extend(_assumption_notes(d, model, gpu, profile, total, util, weights.per_gpu_bytes, overhead, budget,
-                                       (batched, seqs_cap, act_bytes, multicast)))  # fmt: skip
+                                       (batched, seqs_cap, act_bytes, multicast, peers)))  # fmt: skip
 
     pools = profile.stage_pools(
         model, max(budget, 0), kv_bytes, ssm_bytes, act_bytes, d.tp, d.pp, block_size, batched, in_flight,
@@ -1032,7 +1034,7 @@ def _assumption_notes(
     weights: int,
     overhead: Overhead,
     budget: int,
-    settings: tuple[int, int | None, int, bool],
+    settings: tuple[int, int | None, int, bool, int | None],
 ) -> list[str]:
     """What the estimate assumed for inputs the deployment leaves unstated that move the KV budget by
     more than 5 %: the engine release (where releases size the overhead differently), the memory
@@ -1040,10 +1042,11 @@ def _assumption_notes(
     if budget <= 0:
         return []
     out: list[str] = []
-    batched, seqs, act_bytes, multicast = settings
+    batched, seqs, act_bytes, multicast, peers = settings
     if d.engine_version is None and d.overhead_bytes_per_gpu is None and profile.engine is Engine.VLLM:
         older = engine_profile(profile.engine, "0.11").overhead(model, d.tp, d.pp, batched, seqs, act_bytes,
-                                                                nvlink_multicast=multicast)  # fmt: skip
+                                                                nvlink_multicast=multicast,
+                                                                peer_link_gpus=peers)  # fmt: skip
         if abs(older.total_bytes - overhead.total_bytes) > ASSUMPTION_SHARE * budget:
             out.append(f"assumed {profile.engine.value} {profile.version} (no --engine-version): on 0.11-0.16 the "
                        f"overhead would be {_format_gib(older.total_bytes)} instead of "
@@ -1056,7 +1059,7 @@ def _assumption_notes(
         if rule is not None and rule.flashinfer_units != rule.native_units:
             flipped = vllm_overhead(model, d.tp, d.pp, max(batched, 1), seqs or 256, ec.vllm_release(version),
                                     act_bytes, nvlink_multicast=multicast, version=version,
-                                    flashinfer_sampler=not rule.flashinfer_default)  # fmt: skip
+                                    flashinfer_sampler=not rule.flashinfer_default, peer_link_gpus=peers)  # fmt: skip
             if abs(flipped.total_bytes - overhead.total_bytes) > ASSUMPTION_SHARE * budget:
                 state, other = ("on", "off") if rule.flashinfer_default else ("off", "on")
                 out.append(f"assumed the FlashInfer sampler {state}, vLLM {version}'s default with "

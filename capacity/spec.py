@@ -208,6 +208,25 @@ class GpuSku:
         return (self.vendor.lower() == "nvidia" and arch.startswith(("hopper", "blackwell"))
                 and link.startswith("nvlink") and "bridge" not in link and not link.startswith("nvlink-c2c"))  # fmt: skip
 
+    @property
+    def peer_link_gpus(self) -> int:
+        """How many GPUs of a node have a direct NVLink (AMD: XGMI) link between every pair of them, read from
+        `interconnect`: the whole node on an NVLink switch fabric or an Infinity Fabric mesh (A100/H100/H200/
+        B200 SXM, GB200/GB300, MI300-class), 4 on V100 SXM2 (the hybrid cube mesh joins quads), 2 on NVLink-
+        bridged pairs sold bridged (H100/H200 NVL), 1 elsewhere: PCIe cards, where a bridge is only optional,
+        and NVLink-C2C. PCIe peer access is assumed off: GeForce drivers refuse it and on data-centre cards it
+        depends on the host (IOMMU/ACS, VMs); the public L40S TP 2 log says "no P2P". vLLM's custom
+        all-reduce needs these links (capacity/engines/vllm_overhead.py custom_all_reduce_on)."""
+        link = (self.interconnect or "").lower()
+        arch = (self.architecture or "").lower()
+        if self.vendor.lower() == "amd":
+            return self.gpus_per_node if "infinity fabric" in link else 1
+        if self.vendor.lower() != "nvidia" or not link.startswith("nvlink") or link.startswith("nvlink-c2c"):
+            return 1
+        if "bridge" in link:
+            return min(2, self.gpus_per_node)
+        return min(4, self.gpus_per_node) if arch == "volta" else self.gpus_per_node
+
 
 @dataclass(frozen=True, slots=True)
 class DeploymentSpec:

@@ -589,3 +589,22 @@ def test_models_sharing_layers_share_the_kv_side_and_still_match_estimate() -> N
     _assert_rows_match(grid, _stratified(grid, 20, seed=6), by_model, {g.id: g for g in gpus()})
     weights = grid.group_by("model").agg(pl.col("weights_bytes_per_gpu").max()).sort("model")
     assert weights.get_column("weights_bytes_per_gpu").n_unique() == 2  # not shared: the weights differ
+
+
+def test_grid_charges_the_graphs_by_the_gpus_all_reduce_path_like_estimate() -> None:
+    """Two GPUs with the same nvlink_multicast (False) but different links: A100 SXM's NVSwitch runs vLLM's
+    custom all-reduce at TP 4, L40S (PCIe) does not, so their CUDA-graph charges differ at TP 4 only; every
+    row equals `estimate` (the rule is applied once, in vllm_overhead.custom_all_reduce_on)."""
+    skus = [
+        GpuSku("a100-sxm-80gb", "A100", "nvidia", 84_987_740_160, architecture="ampere", interconnect="NVLink3"),
+        GpuSku("l40s-48gb", "L40S", "nvidia", 47_697_362_944, fp8_support=True, architecture="ada",
+               interconnect="PCIe Gen4 x16 (no NVLink)"),
+    ]  # fmt: skip
+    assert [g.nvlink_multicast for g in skus] == [False, False] and [g.peer_link_gpus for g in skus] == [8, 1]
+    llama = models()[:1]
+    grid = build_capacity_grid(llama, skus, GridOptions(engines=("vllm",), tp_sizes=(1, 4))).collect()
+    _assert_rows_match(grid, list(range(grid.height)), {m.repo_id: m for m in llama}, {g.id: g for g in skus})
+    per = grid.group_by("gpu", "tp").agg(pl.col("overhead_bytes_per_gpu").first()).sort("gpu", "tp")
+    overhead = {(r["gpu"], r["tp"]): r["overhead_bytes_per_gpu"] for r in per.iter_rows(named=True)}
+    assert overhead["a100-sxm-80gb", 1] == overhead["l40s-48gb", 1]
+    assert overhead["l40s-48gb", 4] > overhead["a100-sxm-80gb", 4]

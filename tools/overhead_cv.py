@@ -57,22 +57,29 @@ def print_graph_estimates(rows_too: bool) -> None:
     """vLLM >= 0.21's CUDA-graph estimate: base + per graph, fitted and scored leave-one-source-out."""
     rows = graphs.load_rows()
     fitted = graphs.fit(rows)
-    shipped = graphs.GraphCoefficients(ec.CG_BASE_BYTES, ec.CG_PER_GRAPH_BYTES, ec.CG_PER_GRAPH_TP_BYTES)
+    shipped = graphs.GraphCoefficients(ec.CG_BASE_BYTES, ec.CG_PER_GRAPH_BYTES, ec.CG_PER_GRAPH_TP_CUSTOM_AR_BYTES,
+                                       ec.CG_PER_GRAPH_TP_NCCL_BYTES)
     print(f"rows {len(rows)}, fitted {sum(r.excluded is None for r in rows)}; left out: "
           + ", ".join(f"{k} {v}" for k, v in sorted(Counter(r.excluded for r in rows if r.excluded).items())))
     print(f"fit: base {fitted.base_bytes / GIB:.2f} GiB, per graph {fitted.per_graph_bytes / 2**20:.1f} MiB "
-          f"(TP > 1: {fitted.per_graph_tp_bytes / 2**20:.1f} MiB); shipped: base {shipped.base_bytes / GIB:.2f} GiB, "
-          f"per graph {shipped.per_graph_bytes / 2**20:.1f} / {shipped.per_graph_tp_bytes / 2**20:.1f} MiB")
+          f"(TP > 1: custom all-reduce {fitted.per_graph_custom_ar_bytes / 2**20:.1f} MiB, NCCL "
+          f"{fitted.per_graph_nccl_bytes / 2**20:.1f} MiB); shipped: base {shipped.base_bytes / GIB:.2f} GiB, per graph "
+          f"{shipped.per_graph_bytes / 2**20:.1f} / {shipped.per_graph_custom_ar_bytes / 2**20:.1f} / "
+          f"{shipped.per_graph_nccl_bytes / 2**20:.1f} MiB")
     shipped_errors, cv_errors = graphs.errors_gib(rows, shipped), graphs.cross_validated_errors_gib(rows)
     for name, ids in (("all", None), ("TP = 1", {r.id for r in rows if r.tp == 1}),
-                      ("TP > 1", {r.id for r in rows if r.tp > 1})):  # fmt: skip
-        print(f"  {name:7} shipped: {graphs.accuracy(shipped_errors, ids)}")
-        print(f"  {'':7} cv:      {graphs.accuracy(cv_errors, ids)}")
+                      ("TP > 1", {r.id for r in rows if r.tp > 1}),
+                      ("TP>1 CAR", {r.id for r in rows if r.tp > 1 and r.custom_all_reduce}),
+                      ("TP>1 NCCL", {r.id for r in rows if r.tp > 1 and not r.custom_all_reduce})):  # fmt: skip
+        print(f"  {name:9} shipped: {graphs.accuracy(shipped_errors, ids)}")
+        print(f"  {'':9} cv:      {graphs.accuracy(cv_errors, ids)}")
     if rows_too:
         for r in rows:
             if r.id in cv_errors:
                 print(f"    {r.id[:52]:52} tp {r.tp} graphs {r.graphs:>3} logged {(r.estimate_bytes or 0) / GIB:5.2f} "
-                      f"shipped {shipped_errors[r.id]:+.2f} cv {cv_errors[r.id]:+.2f} GiB")
+                      f"shipped {shipped_errors[r.id]:+.2f} cv {cv_errors[r.id]:+.2f} GiB"
+                      + (f"  custom all-reduce {'on' if r.custom_all_reduce else 'off'} ({r.custom_all_reduce_from})"
+                         if r.tp > 1 else ""))
 
 
 def main() -> None:

@@ -75,9 +75,10 @@ class EngineProfile(Protocol):
         max_num_seqs: int | None,
         act_bytes: int,
         nvlink_multicast: bool = True,
+        peer_link_gpus: int | None = None,
     ) -> Overhead:
         """Non-KV, non-weight memory per GPU: activation peak, non-torch memory, CUDA graphs.
-        `nvlink_multicast` (`GpuSku.nvlink_multicast`) may move only what TP > 1 adds."""
+        `nvlink_multicast` and `peer_link_gpus` (`GpuSku`'s; None: unknown GPU) may move only what TP > 1 adds."""
 
     def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None) -> int:
         """Weight bytes per GPU the engine's kernels keep beyond the checkpoint's format (padding, re-layouts)."""

@@ -50,6 +50,7 @@ class PlainProfile(ProfileBase):
         max_num_seqs: int | None,
         act_bytes: int,
         nvlink_multicast: bool = True,
+        peer_link_gpus: int | None = None,
     ) -> Overhead:
         return Overhead(0, 0, 0)
 

@@ -99,6 +99,7 @@ class SglangProfile(ProfileBase):
         max_num_seqs: int | None,
         act_bytes: int,
         nvlink_multicast: bool = True,
+        peer_link_gpus: int | None = None,
     ) -> Overhead:
         """What SGLang's fraction does not already leave free: `_profile_available_bytes` takes
         free_after_weights - free_before_load x (1 - f) = (total - ctx) x f - weights - load leftovers, i.e.

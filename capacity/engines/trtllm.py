@@ -56,6 +56,7 @@ class TrtllmProfile(ProfileBase):
         max_num_seqs: int | None,
         act_bytes: int,
         nvlink_multicast: bool = True,
+        peer_link_gpus: int | None = None,
     ) -> Overhead:
         """vLLM's profiling-pass model without CUDA graphs (captured after the KV allocation)."""
         release = ec.vllm_release(None)

@@ -105,10 +105,12 @@ class VllmProfile(ProfileBase):
         max_num_seqs: int | None,
         act_bytes: int,
         nvlink_multicast: bool = True,
+        peer_link_gpus: int | None = None,
     ) -> Overhead:
         """The profiling run as vLLM executes it, each buffer named (capacity/engines/vllm_overhead.py)."""
         return vllm_overhead(model, tp, pp, max(max_num_batched_tokens, 1), max_num_seqs or 256, self.release, act_bytes,
-                             nvlink_multicast=nvlink_multicast, version=self.version)  # fmt: skip
+                             nvlink_multicast=nvlink_multicast, version=self.version,
+                             peer_link_gpus=peer_link_gpus)  # fmt: skip
 
     def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None) -> int:
         """MXFP4 experts as the release's fused-MoE backend lays them out (capacity/engines/vllm_weights.py)."""

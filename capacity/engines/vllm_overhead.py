@@ -42,7 +42,9 @@ NVLS buffers and the NVLink all-reduce workspaces; `GpuSku.nvlink_multicast`); P
 bridges keep the TP = 1 figure (public logs: 0.20-0.25 GiB at TP 2 on RTX 3090/4090 and L4, 2.07 GiB on
 H100 SXM). CUDA graphs, where the release deducts the estimate (0.21+): the first capture plus a charge
 per further graph, the graphs counted from the capture sizes vLLM derives from max_num_seqs and
-max_num_batched_tokens (`cudagraph_capture_counts`).
+max_num_batched_tokens (`cudagraph_capture_counts`). At TP > 1 the charge per graph depends on the
+all-reduce the graphs capture: vLLM's custom all-reduce where it turns on (`custom_all_reduce_on`, the
+rule of `CustomAllreduce.__init__`), else NCCL's kernels, which hold far more per graph.
 
 The coefficients that are not read off the source (`ec.VllmProfilingCoefficients`) are few, shared by
 every family, and each says what it stands for. Facts carried over from vLLM, no vLLM code.
@@ -59,6 +61,23 @@ from capacity.spec import ModelSpec
 FP32_BYTES = 4
 INDEX_BYTES = 4  # top-k ids (int32) and weights (fp32) per routed slot
 MOE_CHUNK_TOKENS = 32768  # VLLM_FUSED_MOE_CHUNK_SIZE default (0.11 envs.py): fused_experts_impl's M chunk
+# CustomAllreduce._SUPPORTED_WORLD_SIZES (distributed/device_communicators/custom_all_reduce.py): [2, 4, 6, 8]
+# read in the 0.20.0, 0.21.0, 0.24.0 and 0.26.0 wheels; 0.29.0 and 0.33.0 add 16, which needs a 16-GPU node
+# or a multi-node MNNVL group (Blackwell), neither planned here (TP <= GPUs per node)
+CUSTOM_ALL_REDUCE_WORLD_SIZES = (2, 4, 6, 8, 16)
+
+
+def custom_all_reduce_on(tp: int, peer_link_gpus: int | None) -> bool:
+    """Whether vLLM's custom all-reduce runs for a TP group (else the graphs capture NCCL's all-reduce):
+    vLLM 0.20-0.33 `CustomAllreduce.__init__` returns disabled unless the world size is one of
+    _SUPPORTED_WORLD_SIZES, the group is on one node, more than 2 GPUs are fully connected by NVLink
+    (`platforms/cuda.py` is_fully_connected: NVML P2P status over NVLink for every pair; ROCm: XGMI) and
+    the P2P test passes (`_can_p2p` -> all_reduce_utils.gpu_p2p_access_check). `peer_link_gpus` is
+    `GpuSku.peer_link_gpus` (PCIe peer access assumed off; None, an unknown GPU: a switch fabric, as
+    `nvlink_multicast`'s default). --disable-custom-all-reduce is not modelled (it turns it off)."""
+    if tp not in CUSTOM_ALL_REDUCE_WORLD_SIZES:
+        return False
+    return peer_link_gpus is None or tp <= peer_link_gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +99,7 @@ class ProfilingBuffers:
     graph_count: int  # PIECEWISE + FULL CUDA graphs vLLM captures (the CUDA-graph estimate's scale)
     tp: int
     nvlink_multicast: bool = True  # GpuSku.nvlink_multicast: the TP > 1 non-torch term applies
+    custom_all_reduce: bool = True  # custom_all_reduce_on(tp, GpuSku.peer_link_gpus): which TP > 1 graph charge
     sampler_rule: str = ""  # the first release of the sampler rule applied ("" before V1: no sampler phase)
 
     @property
@@ -149,6 +169,7 @@ def profiling_buffers(
     version: str = ec.VLLM_DEFAULT_VERSION,
     sm_count: int | None = None,
     flashinfer_sampler: bool | None = None,
+    peer_link_gpus: int | None = None,
 ) -> ProfilingBuffers:
     """Each buffer of the profiling run on one rank, in bytes (`version` picks the sampler rule)."""
     t = max(max_num_batched_tokens, 1)
@@ -199,6 +220,7 @@ def profiling_buffers(
         graph_count=sum(cudagraph_capture_counts(max_num_seqs, max_num_batched_tokens)),
         tp=tp,
         nvlink_multicast=nvlink_multicast,
+        custom_all_reduce=custom_all_reduce_on(tp, peer_link_gpus),
         sampler_rule=rule.version if rule is not None else "",
     )
 
@@ -226,7 +248,9 @@ def overhead_from_buffers(
     persistent = (buffers.moe_workspace_bytes if c.moe_workspace_persistent else 0) + buffers.sampler_bins_bytes
     activation = persistent + max(forward, sampler)
     non_torch = c.non_torch_tp_bytes if buffers.tp > 1 and buffers.nvlink_multicast else c.non_torch_bytes
-    per_graph = c.cg_per_graph_tp_bytes if buffers.tp > 1 else c.cg_per_graph_bytes
+    per_graph = c.cg_per_graph_bytes
+    if buffers.tp > 1:
+        per_graph = c.cg_per_graph_tp_custom_ar_bytes if buffers.custom_all_reduce else c.cg_per_graph_tp_nccl_bytes
     cuda_graphs = c.cg_base_bytes + per_graph * buffers.graph_count if graphs_in_budget else 0
     phase = "forward" if forward >= sampler else "sampler"
     held_parts = [name for name, n in (("MoE workspace", persistent - buffers.sampler_bins_bytes),
@@ -262,11 +286,14 @@ def vllm_overhead(
     nvlink_multicast: bool = True,
     version: str | None = None,
     flashinfer_sampler: bool | None = None,
+    peer_link_gpus: int | None = None,
 ) -> Overhead:
     """vLLM's non-KV, non-weight memory per GPU for one release (`version`, the exact release when known,
     picks the sampler rule; else the first release of `release`'s row); `flashinfer_sampler` None takes
-    the release's default for the FlashInfer sampler."""
+    the release's default for the FlashInfer sampler; `peer_link_gpus`, GpuSku's, says whether the custom
+    all-reduce runs at TP > 1."""
     c = coefficients or ec.vllm_profiling_coefficients(release)
     buffers = profiling_buffers(model, tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, nvlink_multicast,
-                                version or release.version, flashinfer_sampler=flashinfer_sampler)  # fmt: skip
+                                version or release.version, flashinfer_sampler=flashinfer_sampler,
+                                peer_link_gpus=peer_link_gpus)  # fmt: skip
     return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget)

@@ -96,8 +96,9 @@ class OverheadModel:
 
     name: str
     # (model, tp, pp, batched tokens, seqs, activation bytes, release, NVLink multicast, exact version,
-    #  FlashInfer sampler as the log states it or None) -> features
-    features: Callable[[ModelSpec, int, int, int, int, int, ec.VllmRelease, bool, str, bool | None], dict[str, Any]]
+    #  FlashInfer sampler as the log states it or None, GpuSku.peer_link_gpus or None) -> features
+    features: Callable[[ModelSpec, int, int, int, int, int, ec.VllmRelease, bool, str, bool | None, int | None],
+                       dict[str, Any]]
     # (params of the row's era, features) -> (activation, non-torch, total) bytes
     predict: Callable[[Params, dict[str, Any]], tuple[int, int, int]]
     shipped: Callable[[str], Params]  # the coefficients in engine_constants, per era
@@ -111,10 +112,11 @@ class OverheadModel:
 
 def _derived_features(
     model: ModelSpec, tp: int, pp: int, t: int, s: int, b: int, r: ec.VllmRelease, multicast: bool, version: str,
-    flashinfer: bool | None,
+    flashinfer: bool | None, peers: int | None = None,
 ) -> dict[str, Any]:
     """The named buffers, the sampler's by the rule of the row's own release (not a fitted coefficient)."""
-    return {"buffers": profiling_buffers(model, tp, pp, t, s, b, multicast, version, flashinfer_sampler=flashinfer),
+    return {"buffers": profiling_buffers(model, tp, pp, t, s, b, multicast, version, flashinfer_sampler=flashinfer,
+                                         peer_link_gpus=peers),
             "graphs": r.cudagraph_memory_in_budget}  # fmt: skip
 
 
@@ -124,7 +126,8 @@ def _derived_predict(p: Params, f: dict[str, Any]) -> tuple[int, int, int]:
         forward_scale=p["forward_scale"],
         non_torch_bytes=int(p["non_torch_gib"] * GIB), non_torch_tp_bytes=int(p["non_torch_tp_gib"] * GIB),
         cg_base_bytes=int(p["cg_base_gib"] * GIB), cg_per_graph_bytes=int(p["cg_per_graph_gib"] * GIB),
-        cg_per_graph_tp_bytes=int(p["cg_per_graph_tp_gib"] * GIB),
+        cg_per_graph_tp_custom_ar_bytes=int(p["cg_per_graph_tp_custom_ar_gib"] * GIB),
+        cg_per_graph_tp_nccl_bytes=int(p["cg_per_graph_tp_nccl_gib"] * GIB),
         moe_workspace_persistent=bool(p["moe_workspace_persistent"]), source="cv",
     )  # fmt: skip
     o = overhead_from_buffers(buffers, c, f["graphs"])
@@ -136,7 +139,8 @@ def _derived_shipped(era: str) -> Params:
     return {"forward_scale": c.forward_scale,
             "non_torch_gib": c.non_torch_bytes / GIB, "non_torch_tp_gib": c.non_torch_tp_bytes / GIB,
             "cg_base_gib": c.cg_base_bytes / GIB, "cg_per_graph_gib": c.cg_per_graph_bytes / GIB,
-            "cg_per_graph_tp_gib": c.cg_per_graph_tp_bytes / GIB,
+            "cg_per_graph_tp_custom_ar_gib": c.cg_per_graph_tp_custom_ar_bytes / GIB,
+            "cg_per_graph_tp_nccl_gib": c.cg_per_graph_tp_nccl_bytes / GIB,
             "moe_workspace_persistent": float(c.moe_workspace_persistent)}  # fmt: skip
 
 
@@ -155,7 +159,7 @@ def _derived_prior(era: str) -> Params:
 
 def _previous_features(
     model: ModelSpec, tp: int, pp: int, t: int, s: int, b: int, r: ec.VllmRelease, multicast: bool, version: str,
-    flashinfer: bool | None,
+    flashinfer: bool | None, peers: int | None = None,
 ) -> dict[str, Any]:
     """The previous model as it was: one TP > 1 non-torch term whatever the interconnect."""
     mlp, logits = activation_features(model, tp, t, s, b)
@@ -280,7 +284,8 @@ def build_rows(
         gpu = find_sku(est.gpu)
         feats = model.features(spec, est.tp, est.pp, est.pool.max_num_batched_tokens, est.max_num_seqs or 256,
                                act_bytes, release, gpu.nvlink_multicast if gpu is not None else True,
-                               est.engine_version or release.version, _stated_bool(r.raw.get("flashinfer_sampler")))  # fmt: skip
+                               est.engine_version or release.version, _stated_bool(r.raw.get("flashinfer_sampler")),
+                               gpu.peer_link_gpus if gpu is not None else None)  # fmt: skip
         if r.enforce_eager:  # no graphs captured: no estimate deducted
             feats["graphs"] = False
         rows.append(Row(
