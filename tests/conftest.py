@@ -31,6 +31,21 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
 
 
+ORACLE_PYTHON = Path(
+    os.environ.get("ENGINE_ORACLE_PYTHON", str(Path(__file__).resolve().parents[1] / ".venv-oracle" / "bin" / "python"))
+)
+
+
+def require_oracle_venv() -> None:
+    """Skip (a developer machine) or fail (CI) when the engine-oracle venv (vLLM, SGLang) is missing."""
+    if ORACLE_PYTHON.exists():
+        return
+    message = f"the engine-oracle venv is missing ({ORACLE_PYTHON}): bash tools/engine_oracle/setup_venv.sh"
+    if _in_ci():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
 def require_extra(extra: str, *modules: str) -> None:
     """Skip (a developer machine) or fail (CI) when the optional extra's modules are not installed."""
     missing = [m for m in modules if importlib.util.find_spec(m) is None]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -37,13 +36,12 @@ import pytest
 from capacity import memory
 from capacity.hf_config import parse_config
 from capacity.spec import DeploymentSpec, GpuSku, KVKind, ModelSpec, SpecError
-from tests.conftest import _in_ci
+from tests.conftest import ORACLE_PYTHON, require_oracle_venv
 
 pytestmark = pytest.mark.engine_oracle
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOG = ROOT / "models_registry" / "catalog"
-ORACLE_PYTHON = Path(os.environ.get("ENGINE_ORACLE_PYTHON", str(ROOT / ".venv-oracle" / "bin" / "python")))
 RUNNER = ROOT / "tools" / "engine_oracle" / "vllm_oracle.py"
 MARKER = "@@vllm-oracle@@ "
 VLLM_VERSION = "0.33"  # capplan's release row the oracle checks
@@ -434,11 +432,7 @@ def load_oracle_run() -> OracleRun:
 
 @pytest.fixture(scope="session")
 def oracle() -> OracleRun:
-    if not ORACLE_PYTHON.exists():
-        message = f"the engine-oracle venv is missing ({ORACLE_PYTHON}): bash tools/engine_oracle/setup_venv.sh"
-        if _in_ci():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    require_oracle_venv()
     return load_oracle_run()
 
 

@@ -9,9 +9,7 @@ meta device.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -26,8 +24,8 @@ from capacity.memory import GIB, estimate
 from capacity.spec import DeploymentSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
+from tests.conftest import ORACLE_PYTHON, require_oracle_venv
 
-ORACLE_PYTHON = Path(__file__).resolve().parents[1] / ".venv-oracle" / "bin" / "python"
 GPT_OSS_EXPERTS = {"20b": (32, 24), "120b": (128, 36)}  # (experts, layers); I = H = 2880 in both
 HIDDEN = INTERMEDIATE = 2880
 
@@ -127,11 +125,7 @@ print(json.dumps(out))
 @pytest.mark.engine_oracle
 def test_hopper_layout_sizes_equal_triton_kernels() -> None:
     """The swizzled bytes of one layer's experts (w13 and w2) at TP 1-8, from triton_kernels itself."""
-    if not ORACLE_PYTHON.exists():  # skipped on a developer machine, failed under CI (as tests/test_engine_oracle.py)
-        message = f"the engine-oracle venv is missing ({ORACLE_PYTHON}): bash tools/engine_oracle/setup_venv.sh"
-        if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    require_oracle_venv()
     third_party = subprocess.run(
         [str(ORACLE_PYTHON), "-c", "import vllm, pathlib; print(pathlib.Path(vllm.__file__).parent / 'third_party')"],
         capture_output=True, text=True, check=True, timeout=300,

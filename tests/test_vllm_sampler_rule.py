@@ -23,9 +23,9 @@ from capacity.engines.vllm_overhead import profiling_buffers, sampler_units
 from capacity.memory import GIB
 from models_registry.resolve import load_model
 from models_registry.sources.measurements import load_measurements
+from tests.conftest import ORACLE_PYTHON, require_oracle_venv
 
 ROOT = Path(__file__).resolve().parents[1]
-ORACLE_PYTHON = Path(os.environ.get("ENGINE_ORACLE_PYTHON", str(ROOT / ".venv-oracle" / "bin" / "python")))
 RUNNER = ROOT / "tools" / "engine_oracle" / "vllm_sampler_peak.py"
 # unpacked older wheels (pip download vllm==X --no-deps; unzip vllm/v1/sample/* vllm/v1/worker/* vllm/envs.py):
 # one folder per version under this path; optional (the installed 0.33.0 is always measured)
@@ -111,14 +111,6 @@ def _oracle(case: dict[str, object]) -> Any:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _require_oracle() -> None:
-    if not ORACLE_PYTHON.exists():  # skipped on a developer machine, failed under CI (as tests/test_engine_oracle.py)
-        message = f"the engine-oracle venv is missing ({ORACLE_PYTHON}): bash tools/engine_oracle/setup_venv.sh"
-        if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-
-
 def _units(measured: dict[str, Any], rows: int, vocab: int, buffer_rows: int) -> float:
     """The oracle's peak in fp32 logits units, less the Triton buffer and the per-request scalars (< 0.01)."""
     units = float(measured["fp32_units"]) - buffer_rows / rows
@@ -130,7 +122,7 @@ def test_installed_release_sampler_peak_equals_the_rule() -> None:
     """vLLM 0.33.0's V1 runner `_dummy_sampler_run` run as shipped: with the Triton top-k/top-p (kernels
     stubbed, their allocations kept) the peak is 3 fp32 copies + the buffer, the rule from 0.30 (the V1 runner
     has the same sampler code as 0.30); the torch-sort path's tensors are the 0.17-0.28 small-batch figure."""
-    _require_oracle()
+    require_oracle_venv()
     vocab, sizes = 32_000, ((64, 20), (100, 132), (4, 132))
     runs = _oracle({"vocab": vocab, "triton": True, "cases": [{"num_reqs": r, "num_sm": m} for r, m in sizes]})
     assert isinstance(runs, list)
@@ -155,7 +147,7 @@ if OLDER_WHEELS:  # collected only where unpacked older wheels are named (how: c
     def test_older_release_sampler_tensors_equal_the_rule(version: str) -> None:
         """Each older release's own sampler code (its files loaded over the installed package): the tensor-level
         peak of the native path is the rule's (the CUDA sort's scratch is below the dispatcher, added by rule)."""
-        _require_oracle()
+        require_oracle_venv()
         assert OLDER_WHEELS is not None
         rule, vocab, rows = _rule(version), 32_000, 64
         source = str(Path(OLDER_WHEELS) / version)
