@@ -17,6 +17,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -85,6 +86,33 @@ def _get_json(url: str) -> Any:
         return json.loads(response.read())
 
 
+_EXPORTER = """
+import http.server, json, sys
+pages = json.load(open(sys.argv[1], encoding="utf-8"))
+class Metrics(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = pages.get(self.path)
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        self.wfile.write((body or "").encode())
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), Metrics).serve_forever()
+"""
+
+
+def _wait_for(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"the metrics endpoint {url} did not answer within {timeout_s:g} s")
+
+
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     binary = shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None)
@@ -94,20 +122,18 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
     pages = sample_exposition()
-
-    class Metrics(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = pages.get(self.path)
-            self.send_response(200 if body is not None else 404)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write((body or "").encode())
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    exporter, exporter_url = serve(Metrics)
     root = tmp_path_factory.mktemp("prometheus")
+    # the scrape target runs in a process of its own: served from a thread of the test process, a
+    # scrape could miss its 1 s timeout while a Dagster run holds the GIL, and Prometheus then marks
+    # the series stale (an instant query finds nothing)
+    (root / "pages.json").write_text(json.dumps(pages), encoding="utf-8")
+    exporter_port = _free_port()
+    exporter = subprocess.Popen(
+        [sys.executable, "-c", _EXPORTER, str(root / "pages.json"), str(exporter_port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    exporter_url = f"http://127.0.0.1:{exporter_port}"
+    _wait_for(f"{exporter_url}{next(iter(pages))}", exporter)
     groups: dict[str, list[dict[str, Any]]] = {"vllm": [], "dcgm": []}
     for path in pages:
         _, deployment, kind = path.split("/")
@@ -157,7 +183,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
             process.kill()
             process.wait(timeout=10)
         log.close()
-        exporter.shutdown()
+        exporter.terminate()
+        exporter.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
