@@ -73,6 +73,7 @@ from capacity.engines import Engine, EngineProfile, engine_profile
 from capacity.engines import sglang as sglang_rules
 from capacity.memory import (
     KVPool,
+    OverheadInputs,
     WeightsEstimate,
     cdiv,
     element_bytes,
@@ -531,8 +532,8 @@ def _build_rows(
                     o = None
                     for multicast, peers in link_kinds:
                         if o is None or tp > 1:  # the GPU's links move only the TP > 1 terms
-                            o = profile.overhead(spec, tp, pp, batched, seqs or None, act_bytes,
-                                                 nvlink_multicast=multicast, peer_link_gpus=peers)  # fmt: skip
+                            o = profile.overhead(OverheadInputs(spec, tp, pp, batched, seqs or None, act_bytes,
+                                                                multicast, peers))  # fmt: skip
                         t.overheads.append(
                             (m, e, tp, pp, seqs or None, batched, multicast, peers, o.activation_peak_bytes,
                              o.non_torch_bytes, o.cuda_graph_bytes, o.total_bytes)

@@ -685,6 +685,23 @@ class Overhead:
         return self.activation_peak_bytes + self.non_torch_bytes + self.cuda_graph_bytes
 
 
+@dataclass(frozen=True, slots=True)
+class OverheadInputs:
+    """What an engine profile's non-KV memory (`EngineProfile.overhead`) follows from: the model and its
+    layout, the batch limits of the profiling run, the activation width, and what the GPU's links and
+    the sampler switch move (only the terms TP > 1 or vLLM's sampler adds read them)."""
+
+    model: ModelSpec
+    tp: int
+    pp: int
+    max_num_batched_tokens: int
+    max_num_seqs: int | None
+    act_bytes: int
+    nvlink_multicast: bool = True  # GpuSku's; True for an unknown GPU
+    peer_link_gpus: int | None = None  # GpuSku's; None for an unknown GPU
+    flashinfer_sampler: bool | None = None  # vLLM's FlashInfer sampler; None: the release's default
+
+
 def activation_features(
     model: ModelSpec, tp: int, batched_tokens: int, num_seqs: int, act_bytes: int
 ) -> tuple[int, int]:
@@ -894,13 +911,15 @@ def estimate(
     seqs_cap: int | None = d.max_num_seqs or (defaults.max_num_seqs or None)
     in_flight = profile.max_in_flight_tokens(batched, d.pp, d.async_scheduling)
 
-    multicast = gpu.nvlink_multicast if gpu is not None else True
-    peers = gpu.peer_link_gpus if gpu is not None else None
+    inputs = OverheadInputs(
+        model, d.tp, d.pp, batched, seqs_cap, act_bytes,
+        nvlink_multicast=gpu.nvlink_multicast if gpu is not None else True,
+        peer_link_gpus=gpu.peer_link_gpus if gpu is not None else None,
+    )  # fmt: skip
     if d.overhead_bytes_per_gpu is not None:
         overhead = Overhead(0, d.overhead_bytes_per_gpu, 0)
     else:
-        overhead = profile.overhead(model, d.tp, d.pp, batched, seqs_cap, act_bytes, nvlink_multicast=multicast,
-                                    peer_link_gpus=peers)
+        overhead = profile.overhead(inputs)
         if profile.engine is Engine.PLAIN:
             notes.append("plain engine: no overhead unless given with --overhead-gib")
         if d.enforce_eager and overhead.cuda_graph_bytes:
@@ -913,8 +932,7 @@ def estimate(
         budget = d.kv_cache_memory_bytes
     else:
         budget = profile.kv_budget(total, util, weights.per_gpu_bytes, overhead.total_bytes)
-        notes.extend(_assumption_notes(d, model, gpu, profile, total, util, weights.per_gpu_bytes, overhead, budget,
-                                       (batched, seqs_cap, act_bytes, multicast, peers)))  # fmt: skip
+        notes.extend(_assumption_notes(d, gpu, profile, total, util, overhead, budget, inputs))
 
     pools = profile.stage_pools(
         model, max(budget, 0), kv_bytes, ssm_bytes, act_bytes, d.tp, d.pp, block_size, batched, in_flight,
@@ -1026,15 +1044,13 @@ ASSUMPTION_SHARE = 0.05  # an unstated input is named when its plausible range m
 
 def _assumption_notes(
     d: DeploymentSpec,
-    model: ModelSpec,
     gpu: GpuSku | None,
     profile: EngineProfile,
     total: int,
     util: float,
-    weights: int,
     overhead: Overhead,
     budget: int,
-    settings: tuple[int, int | None, int, bool, int | None],
+    inputs: OverheadInputs,
 ) -> list[str]:
     """What the estimate assumed for inputs the deployment leaves unstated that move the KV budget by
     more than 5 %: the engine release (where releases size the overhead differently), the memory
@@ -1042,24 +1058,18 @@ def _assumption_notes(
     if budget <= 0:
         return []
     out: list[str] = []
-    batched, seqs, act_bytes, multicast, peers = settings
+    model = inputs.model
     if d.engine_version is None and d.overhead_bytes_per_gpu is None and profile.engine is Engine.VLLM:
-        older = engine_profile(profile.engine, "0.11").overhead(model, d.tp, d.pp, batched, seqs, act_bytes,
-                                                                nvlink_multicast=multicast,
-                                                                peer_link_gpus=peers)  # fmt: skip
+        older = engine_profile(profile.engine, "0.11").overhead(inputs)
         if abs(older.total_bytes - overhead.total_bytes) > ASSUMPTION_SHARE * budget:
             out.append(f"assumed {profile.engine.value} {profile.version} (no --engine-version): on 0.11-0.16 the "
                        f"overhead would be {_format_gib(older.total_bytes)} instead of "
                        f"{_format_gib(overhead.total_bytes)}")  # fmt: skip
     if profile.engine is Engine.VLLM and d.overhead_bytes_per_gpu is None:
-        from capacity.engines.vllm_overhead import vllm_overhead
-
         version = profile.version or ec.VLLM_DEFAULT_VERSION
         rule = ec.vllm_sampler_rule(version)
         if rule is not None and rule.flashinfer_units != rule.native_units:
-            flipped = vllm_overhead(model, d.tp, d.pp, max(batched, 1), seqs or 256, ec.vllm_release(version),
-                                    act_bytes, nvlink_multicast=multicast, version=version,
-                                    flashinfer_sampler=not rule.flashinfer_default, peer_link_gpus=peers)  # fmt: skip
+            flipped = profile.overhead(replace(inputs, flashinfer_sampler=not rule.flashinfer_default))
             if abs(flipped.total_bytes - overhead.total_bytes) > ASSUMPTION_SHARE * budget:
                 state, other = ("on", "off") if rule.flashinfer_default else ("off", "on")
                 out.append(f"assumed the FlashInfer sampler {state}, vLLM {version}'s default with "

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from capacity.engines.numeric import Num
-    from capacity.memory import EngineDefaults, KVPool, Overhead
+    from capacity.memory import EngineDefaults, KVPool, Overhead, OverheadInputs
     from capacity.spec import GpuSku, ModelSpec
 
 
@@ -66,19 +66,9 @@ class EngineProfile(Protocol):
     ) -> EngineDefaults:
         """Utilization, batch limits and block size the engine picks when the deployment does not say."""
 
-    def overhead(
-        self,
-        model: ModelSpec,
-        tp: int,
-        pp: int,
-        max_num_batched_tokens: int,
-        max_num_seqs: int | None,
-        act_bytes: int,
-        nvlink_multicast: bool = True,
-        peer_link_gpus: int | None = None,
-    ) -> Overhead:
-        """Non-KV, non-weight memory per GPU: activation peak, non-torch memory, CUDA graphs.
-        `nvlink_multicast` and `peer_link_gpus` (`GpuSku`'s; None: unknown GPU) may move only what TP > 1 adds."""
+    def overhead(self, inputs: OverheadInputs) -> Overhead:
+        """Non-KV, non-weight memory per GPU: activation peak, non-torch memory, CUDA graphs. The GPU's
+        links (`inputs.nvlink_multicast`, `peer_link_gpus`) may move only what TP > 1 adds."""
 
     def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None) -> int:
         """Weight bytes per GPU the engine's kernels keep beyond the checkpoint's format (padding, re-layouts)."""

@@ -12,6 +12,7 @@ from capacity.memory import (
     KVGroup,
     KVPool,
     Overhead,
+    OverheadInputs,
     layer_kv_bytes_per_token,
     layer_state_bytes,
     stage_layers,
@@ -41,17 +42,7 @@ class PlainProfile(ProfileBase):
         """No engine behind it: nothing assumed."""
         return frozenset()
 
-    def overhead(
-        self,
-        model: ModelSpec,
-        tp: int,
-        pp: int,
-        max_num_batched_tokens: int,
-        max_num_seqs: int | None,
-        act_bytes: int,
-        nvlink_multicast: bool = True,
-        peer_link_gpus: int | None = None,
-    ) -> Overhead:
+    def overhead(self, inputs: OverheadInputs) -> Overhead:
         return Overhead(0, 0, 0)
 
     def stage_pools(

@@ -39,6 +39,7 @@ from capacity.memory import (
     KVGroup,
     KVPool,
     Overhead,
+    OverheadInputs,
     layer_kv_bytes_per_token,
     layer_state_bytes,
     stage_layer_counts,
@@ -90,17 +91,7 @@ class SglangProfile(ProfileBase):
             page = ec.SGLANG_DSA_PAGE_SIZE  # model_overrides/deepseek_v2.py: 64 x index_kpool for DSA on CUDA
         return EngineDefaults(fraction, 0, tier.chunked_prefill_size, page)
 
-    def overhead(
-        self,
-        model: ModelSpec,
-        tp: int,
-        pp: int,
-        max_num_batched_tokens: int,
-        max_num_seqs: int | None,
-        act_bytes: int,
-        nvlink_multicast: bool = True,
-        peer_link_gpus: int | None = None,
-    ) -> Overhead:
+    def overhead(self, inputs: OverheadInputs) -> Overhead:
         """What SGLang's fraction does not already leave free: `_profile_available_bytes` takes
         free_after_weights - free_before_load x (1 - f) = (total - ctx) x f - weights - load leftovers, i.e.
         total x f - weights - (ctx x f + leftovers); the one observed term stands for the bracket.

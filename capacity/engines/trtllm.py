@@ -19,6 +19,7 @@ from capacity.memory import (
     KVGroup,
     KVPool,
     Overhead,
+    OverheadInputs,
     kv_bytes_per_token_per_gpu,
     transformer_overhead,
 )
@@ -47,22 +48,11 @@ class TrtllmProfile(ProfileBase):
             ec.TRTLLM_TOKENS_PER_BLOCK,
         )
 
-    def overhead(
-        self,
-        model: ModelSpec,
-        tp: int,
-        pp: int,
-        max_num_batched_tokens: int,
-        max_num_seqs: int | None,
-        act_bytes: int,
-        nvlink_multicast: bool = True,
-        peer_link_gpus: int | None = None,
-    ) -> Overhead:
+    def overhead(self, inputs: OverheadInputs) -> Overhead:
         """vLLM's profiling-pass model without CUDA graphs (captured after the KV allocation)."""
-        release = ec.vllm_release(None)
-        return transformer_overhead(
-            model, tp, pp, max(max_num_batched_tokens, 1), max_num_seqs or 256, release, act_bytes, graphs=False
-        )
+        i = inputs
+        return transformer_overhead(i.model, i.tp, i.pp, max(i.max_num_batched_tokens, 1), i.max_num_seqs or 256,
+                                    ec.vllm_release(None), i.act_bytes, graphs=False)  # fmt: skip
 
     def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
         """free_gpu_memory_fraction of what is free after the profiling run."""

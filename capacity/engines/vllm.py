@@ -31,6 +31,7 @@ from capacity.memory import (
     KVPool,
     LayerKVSpec,
     Overhead,
+    OverheadInputs,
     cdiv,
     layer_kv_bytes_per_token,
     layer_state_bytes,
@@ -96,21 +97,12 @@ class VllmProfile(ProfileBase):
             gdn_prefill_checkpoints(model, gpu, self.release),
         )
 
-    def overhead(
-        self,
-        model: ModelSpec,
-        tp: int,
-        pp: int,
-        max_num_batched_tokens: int,
-        max_num_seqs: int | None,
-        act_bytes: int,
-        nvlink_multicast: bool = True,
-        peer_link_gpus: int | None = None,
-    ) -> Overhead:
+    def overhead(self, inputs: OverheadInputs) -> Overhead:
         """The profiling run as vLLM executes it, each buffer named (capacity/engines/vllm_overhead.py)."""
-        return vllm_overhead(model, tp, pp, max(max_num_batched_tokens, 1), max_num_seqs or 256, self.release, act_bytes,
-                             nvlink_multicast=nvlink_multicast, version=self.version,
-                             peer_link_gpus=peer_link_gpus)  # fmt: skip
+        i = inputs
+        return vllm_overhead(i.model, i.tp, i.pp, max(i.max_num_batched_tokens, 1), i.max_num_seqs or 256, self.release,
+                             i.act_bytes, nvlink_multicast=i.nvlink_multicast, version=self.version,
+                             flashinfer_sampler=i.flashinfer_sampler, peer_link_gpus=i.peer_link_gpus)  # fmt: skip
 
     def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None) -> int:
         """MXFP4 experts as the release's fused-MoE backend lays them out (capacity/engines/vllm_weights.py)."""
