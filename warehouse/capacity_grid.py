@@ -21,7 +21,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -318,6 +318,26 @@ def stage_parquet(frame: pl.DataFrame, stage_dir: Path, part: GridPartition, tab
     return path
 
 
+def map_run_to_versions(
+    con: duckdb.DuckDBPyConnection,
+    tables: Sequence[str],
+    empty: Callable[[], Mapping[str, pl.DataFrame]],
+    map_table: str,
+    versions: pl.DataFrame,
+    run: dict[str, object],
+) -> pl.DataFrame:
+    """The end of a refresh of content-keyed tables: any of `tables` no version was ever loaded into
+    (a new warehouse that computed nothing) is created empty, keyed NO_PART, so its views still
+    resolve; then `raw.<map_table>` maps this run to the `versions` it publishes. Returns `versions`."""
+    missing = [t for t in tables if relation_kind(con, "raw", t) != "table"]
+    if missing:
+        frames = empty()
+        for table in missing:
+            load_frame(con, "raw", table, frames[table], {"part_id": NO_PART})
+    load_frame(con, "raw", map_table, versions, run)
+    return versions
+
+
 LEGACY_PARTITION = "all"  # a run of a warehouse written before partitions: its whole grid
 
 
@@ -564,14 +584,11 @@ def _refresh(
                 }
             )
         load_s = sum((done.result() for done in loads), 0.0)
-    missing = [t for t in GRID_TABLES if relation_kind(con, "raw", t) != "table"]
-    if missing:  # nothing computed into a new warehouse: the tables still exist, empty
-        empty = plan([], skus, options)
-        for table, nothing in zip(GRID_TABLES, (empty.deployments, empty.grid, empty.context_limits), strict=True):
-            if table in missing:
-                load_frame(con, "raw", table, nothing, {"part_id": NO_PART})
-    frame = pl.DataFrame(rows, schema=PARTITION_SCHEMA)
-    load_frame(con, "raw", PARTITIONS_TABLE, frame, run)
+    def empty() -> dict[str, pl.DataFrame]:
+        frames = plan([], skus, options)
+        return dict(zip(GRID_TABLES, (frames.deployments, frames.grid, frames.context_limits), strict=True))
+
+    frame = map_run_to_versions(con, GRID_TABLES, empty, PARTITIONS_TABLE, pl.DataFrame(rows, schema=PARTITION_SCHEMA), run)
     return PartitionRefresh(
         computed=computed,
         reused=reused,

@@ -26,12 +26,12 @@ from capacity.calibration import CalibrationFit
 from capacity.grid import TARGET_CONCURRENCIES
 from warehouse.capacity_grid import (
     LEGACY_PARTITION,
-    NO_PART,
     PART_ID_HEX,
     GridPartition,
     StoredVersions,
     adopt_rows_per_run,
     grid_partitions,
+    map_run_to_versions,
     stage_parquet,
 )
 from warehouse.catalog import Catalog
@@ -181,10 +181,8 @@ def _refresh(
                 "limit_rows": frame.height,
             }
         )
-    if relation_kind(con, "raw", LIMITS_TABLE) != "table":  # nothing computed into a new warehouse
-        load_frame(con, "raw", LIMITS_TABLE, pl.DataFrame(schema=LIMIT_SCHEMA), {"part_id": NO_PART})
-    frame = pl.DataFrame(rows, schema=MAP_SCHEMA)
-    load_frame(con, "raw", MAP_TABLE, frame, run)
+    frame = map_run_to_versions(con, [LIMITS_TABLE], lambda: {LIMITS_TABLE: pl.DataFrame(schema=LIMIT_SCHEMA)},
+                                MAP_TABLE, pl.DataFrame(rows, schema=MAP_SCHEMA), run)  # fmt: skip
     return LimitRefresh(
         computed=computed,
         reused=reused,
