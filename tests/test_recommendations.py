@@ -18,7 +18,13 @@ from capacity.memory import AUTO_MAX_MODEL_LEN, b_max, estimate, valid_tp_sizes
 from capacity.spec import DeploymentSpec, SpecError
 from warehouse.catalog import Catalog, bundled_catalog
 from warehouse.recommendations.admission import ADMISSION_SCHEMA, budget_row
-from warehouse.recommendations.limits import LIMIT_SCHEMA, deployment_limits, effective, grid_limits, grid_weight_dtype
+from warehouse.recommendations.limits import (
+    LIMIT_SCHEMA,
+    deployment_limits,
+    grid_limits,
+    grid_weight_dtype,
+    with_effective,
+)
 from warehouse.recommendations.placements import PLACEMENT_SCHEMA, placement_frames
 from warehouse.recommendations.workloads import load_workloads, parse_workloads
 from warehouse.telemetry import SAMPLE_DIR, deployment_summary, ingest_dir
@@ -134,6 +140,20 @@ def test_calibrated_deployments_say_so(fleet: dict[str, Any]) -> None:
 
 
 # --- limits ----------------------------------------------------------------------------------------
+
+
+def effective(
+    model_limit: int, memory_limit: int, calibrated_limit: int | None, *, weights_fit: bool = True
+) -> tuple[int, str]:
+    """`with_effective` on one row: (effective limit, what binds)."""
+    row = pl.DataFrame(
+        {"model_limit": [model_limit], "memory_limit": [memory_limit], "calibrated_limit": [calibrated_limit],
+         "_weights_fit": [weights_fit]},
+        schema={"model_limit": pl.Int64, "memory_limit": pl.Int64, "calibrated_limit": pl.Int64,
+                "_weights_fit": pl.Boolean},
+    )  # fmt: skip
+    value, binding = with_effective(row).select("effective_limit", "binding").row(0)
+    return int(value), str(binding)
 
 
 @pytest.mark.parametrize(

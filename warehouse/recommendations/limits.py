@@ -85,20 +85,6 @@ def with_effective(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(value.alias("effective_limit")).with_columns(binding.alias("binding"))
 
 
-def effective(
-    model_limit: int, memory_limit: int, calibrated_limit: int | None, *, weights_fit: bool = True
-) -> tuple[int, str]:
-    """`with_effective` on one row: (effective limit, what binds)."""
-    row = pl.DataFrame(
-        {"model_limit": [model_limit], "memory_limit": [memory_limit], "calibrated_limit": [calibrated_limit],
-         "_weights_fit": [weights_fit]},
-        schema={"model_limit": pl.Int64, "memory_limit": pl.Int64, "calibrated_limit": pl.Int64,
-                "_weights_fit": pl.Boolean},
-    )  # fmt: skip
-    value, binding = with_effective(row).select("effective_limit", "binding").row(0)
-    return int(value), str(binding)
-
-
 def _rows(
     est: Estimate,
     correction: Correction | None,
