@@ -1129,19 +1129,17 @@ def _sized(
         )
         caps.append(cap.alias(f"_cap_{s}"))
     dep = dep.with_columns(caps).with_columns(pl.min_horizontal(f"_cap_{s}" for s in range(width)).alias("_capacity"))
-    chosen = pl.coalesce(
-        pl.when(pl.col(f"_cap_{s}") == pl.col("_capacity")).then(pl.col(f"_shape_{s}")) for s in range(width)
-    )
-    chosen_unit = pl.coalesce(
-        pl.when(pl.col(f"_cap_{s}") == pl.col("_capacity")).then(pl.col(f"_unit_{s}")) for s in range(width)
-    )
-    dep = dep.with_columns(chosen.alias("_shape"), chosen_unit.alias("pool_unit_bytes")).join(
+    def of_tightest(column: str) -> pl.Expr:
+        """`<column>_<s>` of the first stage with the fewest units (the stage every rank is sized to)."""
+        return pl.coalesce(
+            pl.when(pl.col(f"_cap_{s}") == pl.col("_capacity")).then(pl.col(f"{column}_{s}")) for s in range(width)
+        )
+
+    dep = dep.with_columns(of_tightest("_shape").alias("_shape"), of_tightest("_unit").alias("pool_unit_bytes")).join(
         shapes, on="_shape", how="left"
     )
 
-    chosen_state = pl.coalesce(
-        pl.when(pl.col(f"_cap_{s}") == pl.col("_capacity")).then(pl.col(f"_state_{s}")) for s in range(width)
-    )
+    chosen_state = of_tightest("_state")
     capacity, page = pl.col("_capacity"), pl.col("block_size")
     # SGLang's second pool: the Mamba state slots (a request holds `pool_swa_window` of them), or the
     # hybrid SWA pool (tokens rounded to pages; a request holds min(T, window) of them)
