@@ -1546,6 +1546,7 @@ def _collect_tables(
     )
 
 
+# the deployment columns the max-context search reads besides the pool_* ones
 _LIMIT_INPUTS = ("num_blocks", "block_size", "max_model_len", "max_num_seqs")
 
 
@@ -1586,7 +1587,7 @@ def _max_contexts(
     names = frame.collect_schema().names()
     windows = _window_count(frame)
     pool = [c for c in names if c.startswith("pool_")]
-    frame = frame.select(*keys, "num_blocks", "block_size", "max_model_len", "max_num_seqs", *pool)
+    frame = frame.select(*keys, *_LIMIT_INPUTS, *pool)
     targets = pl.LazyFrame({"concurrency": list(concurrencies)}, schema={"concurrency": _I64})
     b, bs, limit = pl.col("concurrency"), pl.col("block_size"), pl.col("max_model_len")
     lo, hi = pl.col("_lo"), pl.col("_hi")
