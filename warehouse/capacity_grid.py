@@ -177,7 +177,7 @@ def plan(
     errors += more
     if not tables:
         tables = [grid_tables([], skus, options, concurrencies=TARGET_CONCURRENCIES)]
-    ids = pl.col("deployment_id").cast(pl.Int64)
+    ids = pl.col("deployment_id").cast(pl.Int64) + id_offset  # a partition's own id range
     deployments = pl.concat([t.deployment_rows() for t in tables]).with_columns(ids)
     grid = pl.concat([t.context_rows() for t in tables]).select("deployment_id", *CONTEXT_COLUMNS).with_columns(ids)
     limits = pl.concat([t.context_limits for t in tables if t.context_limits is not None]).with_columns(ids)
@@ -186,11 +186,10 @@ def plan(
         if model.repo_id not in planned and not any(e.item_key == model.repo_id for e in errors):
             reason = f"{model.repo_id}: no deployment in the grid (no valid parallelism on any GPU in the catalog)"
             errors.append(ItemError("model", model.repo_id, "grid", reason))
-    offset = pl.col("deployment_id") + id_offset
     return CapacityFrames(
-        deployments=deployments.select("deployment_id", *DEPLOYMENT_COLUMNS).with_columns(offset),
-        grid=grid.with_columns(offset),
-        context_limits=limits.select("deployment_id", "concurrency", "max_context").with_columns(offset),
+        deployments=deployments.select("deployment_id", *DEPLOYMENT_COLUMNS),
+        grid=grid,
+        context_limits=limits.select("deployment_id", "concurrency", "max_context"),
         errors=ingest_errors_frame(errors),
         models=len(planned),
     )
