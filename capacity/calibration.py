@@ -81,6 +81,7 @@ class ObservedSettings:
     block_size: int | None = None
     total_gpu_memory_bytes: int | None = None  # what the engine saw as the device total
     enforce_eager: bool | None = None  # --enforce-eager: no CUDA graphs
+    triton_kernels: bool | None = None  # the optional package ran (vLLM 0.10.2-0.11.x MXFP4 on Hopper)
     unmodelled_features: tuple[str, ...] = ()  # lora | speculative | cpu_offload | dp_attention, as the log says
 
 
@@ -129,6 +130,7 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         max_num_seqs=s.max_num_seqs,
         gpu_memory_bytes=s.total_gpu_memory_bytes,
         enforce_eager=s.enforce_eager,
+        triton_kernels=s.triton_kernels,
         lora="lora" in s.unmodelled_features or None,
         speculative="speculative" in s.unmodelled_features or None,
         dp_attention="dp_attention" in s.unmodelled_features or None,

@@ -314,7 +314,7 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
     ),
     "v1-mid": VllmProfilingCoefficients(
         forward_scale=1.3,
-        non_torch_bytes=int(0.20 * GIB),
+        non_torch_bytes=int(0.28 * GIB),
         non_torch_tp_bytes=int(0.55 * GIB),
         cg_base_bytes=0,
         cg_per_graph_bytes=0,

@@ -403,13 +403,13 @@ def estimate_weights(
 
 def with_layout_extra(
     weights: WeightsEstimate, profile: EngineProfile, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None,
-    notes: list[str] | None = None,
+    notes: list[str] | None = None, triton_kernels: bool | None = None,
 ) -> WeightsEstimate:
     """The weights plus what the engine's kernels keep beyond the checkpoint's format (MXFP4 experts in
     vLLM's fused-MoE layouts); a note names it when it is not zero."""
     if weights.format_name != "mxfp4":
         return weights
-    extra = profile.weight_layout_extra_bytes(model, tp, pp, gpu)
+    extra = profile.weight_layout_extra_bytes(model, tp, pp, gpu, triton_kernels)
     if not extra:
         return weights
     if notes is not None:
@@ -900,7 +900,7 @@ def estimate(
         )
     else:
         weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, profile.engine)
-        weights = with_layout_extra(weights, profile, model, d.tp, d.pp, gpu, notes)
+        weights = with_layout_extra(weights, profile, model, d.tp, d.pp, gpu, notes, d.triton_kernels)
 
     defaults = profile.defaults(model, gpu, total, max_model_len, d.tp, d.pp, kv_name)
     util = d.gpu_memory_utilization if d.gpu_memory_utilization is not None else defaults.gpu_memory_utilization
@@ -1054,11 +1054,23 @@ def _assumption_notes(
 ) -> list[str]:
     """What the estimate assumed for inputs the deployment leaves unstated that move the KV budget by
     more than 5 %: the engine release (where releases size the overhead differently), the memory
-    utilization (the release default, against 0.05 less), and LoRA / CPU offload (assumed off; not modelled)."""
-    if budget <= 0:
-        return []
+    utilization (the release default, against 0.05 less), the MXFP4 backend where an optional package picks it,
+    and LoRA / CPU offload (assumed off; not modelled)."""
     out: list[str] = []
     model = inputs.model
+    if profile.engine is Engine.VLLM and d.triton_kernels is None and d.weights_bytes_per_gpu is None:
+        from capacity.engines.vllm_weights import triton_kernels_decides
+
+        version = profile.version or ec.VLLM_DEFAULT_VERSION
+        if triton_kernels_decides(gpu, version):
+            marlin, triton = (profile.weight_layout_extra_bytes(model, d.tp, d.pp, gpu, on) for on in (False, True))
+            if marlin != triton and (budget <= 0 or abs(marlin - triton) > ASSUMPTION_SHARE * budget):
+                out.append(f"assumed vLLM {version} without the triton_kernels package (a pip install): the MXFP4 "
+                           "experts run Marlin on this GPU; with it installed by hand (--triton-kernels) "
+                           f"they run the OAI Triton kernels and the weights take {_format_gib(marlin - triton)} "
+                           "less per GPU")  # fmt: skip
+    if budget <= 0:  # the rest are shares of a budget; this one can decide whether the engine starts
+        return out
     if d.engine_version is None and d.overhead_bytes_per_gpu is None and profile.engine is Engine.VLLM:
         older = engine_profile(profile.engine, "0.11").overhead(inputs)
         if abs(older.total_bytes - overhead.total_bytes) > ASSUMPTION_SHARE * budget:

@@ -254,6 +254,9 @@ class DeploymentSpec:
     cpu_offload_gib: float | None = None  # --cpu-offload-gb: weights kept in host memory
     speculative: bool | None = None  # a draft model or MTP head: its weights and its own KV
     dp_attention: bool | None = None  # SGLang --enable-dp-attention: a KV pool per attention DP rank
+    # the optional `triton_kernels` package installed beside vLLM 0.10.2-0.11.x (bundled from 0.12): gpt-oss's
+    # MXFP4 experts on Hopper run the OAI Triton kernels with it, Marlin without (None: a plain install, without)
+    triton_kernels: bool | None = None
 
     def unmodelled_features(self) -> tuple[str, ...]:
         """The declared features capplan does not size, as the estimate names them."""

@@ -30,9 +30,10 @@ GPT_OSS_EXPERTS = {"20b": (32, 24), "120b": (128, 36)}  # (experts, layers); I =
 HIDDEN = INTERMEDIATE = 2880
 
 
-def _weights_gib(repo: str, gpu: str, tp: int, version: str) -> float:
+def _weights_gib(repo: str, gpu: str, tp: int, version: str, triton_kernels: bool | None = None) -> float:
     resolved = load_model(repo)
-    est = estimate(resolved.spec, DeploymentSpec(tp=tp, engine_version=version), gpu=find_gpu_sku(gpu),
+    est = estimate(resolved.spec, DeploymentSpec(tp=tp, engine_version=version, triton_kernels=triton_kernels),
+                   gpu=find_gpu_sku(gpu),
                    checkpoint_bytes=resolved.checkpoint_bytes)  # fmt: skip
     return est.weights_bytes_per_gpu / GIB
 
@@ -43,6 +44,37 @@ def test_backend_per_gpu_class() -> None:
     assert mxfp4_backend(find_gpu_sku("L4")) is Mxfp4Backend.MARLIN
     assert mxfp4_backend(find_gpu_sku("B200")) is Mxfp4Backend.FLASHINFER_TRTLLM
     assert mxfp4_backend(None) is Mxfp4Backend.TRITON
+
+
+def test_hopper_runs_marlin_until_triton_kernels_is_bundled() -> None:
+    """0.10.1.1-0.11.2 wheels neither vendor nor require triton_kernels (Marlin on SM90 without it); 0.10.1.1's
+    Triton path also wants torch 2.8 while the wheel pins 2.7.1; 0.12.0 vendors the package."""
+    h100 = find_gpu_sku("H100")
+    assert mxfp4_backend(h100, "0.10.1.1") is Mxfp4Backend.MARLIN
+    assert mxfp4_backend(h100, "0.10.1.1", triton_kernels=True) is Mxfp4Backend.MARLIN
+    assert mxfp4_backend(h100, "0.11.0") is Mxfp4Backend.MARLIN
+    assert mxfp4_backend(h100, "0.11.2", triton_kernels=True) is Mxfp4Backend.TRITON_HOPPER
+    assert mxfp4_backend(h100, "0.12.0") is Mxfp4Backend.TRITON_HOPPER
+    assert mxfp4_backend(h100, "0.12.0", triton_kernels=False) is Mxfp4Backend.TRITON_HOPPER  # bundled
+    # Marlin pads H 2880 -> 3072 and I 2880 -> 2944 (17/32 B a value): 1.7 GiB more than the Triton layout
+    marlin = _weights_gib("openai/gpt-oss-120b", "H100", 1, "0.11.0")
+    triton = _weights_gib("openai/gpt-oss-120b", "H100", 1, "0.11.0", triton_kernels=True)
+    assert 1.4 < marlin - triton < 2.0
+
+
+def test_the_estimate_names_the_triton_kernels_assumption() -> None:
+    resolved = load_model("openai/gpt-oss-120b")
+    h100 = find_gpu_sku("H100")
+    unstated = estimate(resolved.spec, DeploymentSpec(engine_version="0.11.0", max_model_len=8192), gpu=h100,
+                        checkpoint_bytes=resolved.checkpoint_bytes)  # fmt: skip
+    assert any("triton_kernels" in note and "Marlin" in note for note in unstated.notes), unstated.notes
+    stated = estimate(resolved.spec, DeploymentSpec(engine_version="0.11.0", max_model_len=8192, triton_kernels=True),
+                      gpu=h100, checkpoint_bytes=resolved.checkpoint_bytes)  # fmt: skip
+    assert not any("triton_kernels" in note for note in stated.notes)
+    assert stated.weights_bytes_per_gpu < unstated.weights_bytes_per_gpu
+    newer = estimate(resolved.spec, DeploymentSpec(engine_version="0.12.0", max_model_len=8192), gpu=h100,
+                     checkpoint_bytes=resolved.checkpoint_bytes)  # fmt: skip
+    assert not any("triton_kernels" in note for note in newer.notes)
 
 
 def test_marlin_pads_intermediate_to_128_and_hidden_to_256() -> None:
@@ -75,9 +107,12 @@ def test_hopper_triton_kept_the_checkpoint_scales_before_0_25() -> None:
         ("dennislee-v01011-gpt-oss-120b-a100-tp4-multinode", "openai/gpt-oss-120b", "A100-80GB", 4, "0.10.1.1", 17.22),
         # myoceane.fr, 0.19.0, A100 (Marlin)
         ("myoceane-v0190-gpt-oss-20b-a100-131k-util065", "openai/gpt-oss-20b", "A100-80GB", 1, "0.19.0", 13.72),
-        # llm-d-benchmark summary, H100 (Triton, scales kept; version not stated: before 0.25)
-        ("llmd-bench-gpt-oss-120b-h100-tp1-16000", "openai/gpt-oss-120b", "H100", 1, "0.19.0", 64.38),
-        ("llmd-bench-gpt-oss-20b-h100-tp1-16000", "openai/gpt-oss-20b", "H100", 1, "0.19.0", 13.47),
+        # llm-d-benchmark summary, H100 (Triton, scales kept; version not stated: 0.12-0.16 inferred)
+        ("llmd-bench-gpt-oss-120b-h100-tp1-16000", "openai/gpt-oss-120b", "H100", 1, "0.12", 64.38),
+        ("llmd-bench-gpt-oss-20b-h100-tp1-16000", "openai/gpt-oss-20b", "H100", 1, "0.12", 13.47),
+        # vllm#23278, H100, the 0.10.1 era: the log prints Marlin's weight-only FP4 warning
+        ("vllm23278-gpt-oss-120b-h100-tp1-failed", "openai/gpt-oss-120b", "H100", 1, "0.10.1.1", 65.9651),
+        ("vllm23278-gpt-oss-120b-h100-tp1-failed", "openai/gpt-oss-120b", "H100", 1, "0.11.0", 65.9651),
         # llm-d-planner raw log, 0.19.0, H100, TP 2
         ("llmd-planner-v0190-gpt-oss-20b-h100-tp2-8k", "openai/gpt-oss-20b", "H100", 2, "0.19.0", 7.01),
     ],

@@ -70,8 +70,10 @@ class EngineProfile(Protocol):
         """Non-KV, non-weight memory per GPU: activation peak, non-torch memory, CUDA graphs. The GPU's
         links (`inputs.nvlink_multicast`, `peer_link_gpus`) may move only what TP > 1 adds."""
 
-    def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None) -> int:
-        """Weight bytes per GPU the engine's kernels keep beyond the checkpoint's format (padding, re-layouts)."""
+    def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None,
+                                  triton_kernels: bool | None = None) -> int:  # fmt: skip
+        """Weight bytes per GPU the engine's kernels keep beyond the checkpoint's format (padding, re-layouts);
+        `triton_kernels`: the optional package beside the engine (None: a plain install)."""
 
     def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
         """Bytes per GPU left for the KV cache (Python ints or Polars expressions)."""

@@ -41,7 +41,8 @@ class ProfileBase:
         """The config's SSM state dtype, float32 when it says none (transformers' default)."""
         return model.mamba_ssm_cache_dtype
 
-    def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None) -> int:
+    def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None,
+                                  triton_kernels: bool | None = None) -> int:  # fmt: skip
         """The checkpoint's format as it is."""
         return 0
 

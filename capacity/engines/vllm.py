@@ -104,9 +104,10 @@ class VllmProfile(ProfileBase):
                              i.act_bytes, nvlink_multicast=i.nvlink_multicast, version=self.version,
                              flashinfer_sampler=i.flashinfer_sampler, peer_link_gpus=i.peer_link_gpus)  # fmt: skip
 
-    def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None) -> int:
+    def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None,
+                                  triton_kernels: bool | None = None) -> int:  # fmt: skip
         """MXFP4 experts as the release's fused-MoE backend lays them out (capacity/engines/vllm_weights.py)."""
-        return mxfp4_expert_extra_bytes(model, tp, pp, gpu, self.version or ec.VLLM_DEFAULT_VERSION)
+        return mxfp4_expert_extra_bytes(model, tp, pp, gpu, self.version or ec.VLLM_DEFAULT_VERSION, triton_kernels)
 
     def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
         """requested memory (total x utilization) minus everything that is not KV."""

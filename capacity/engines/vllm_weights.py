@@ -8,7 +8,12 @@ H100 for gpt-oss. Read in the vLLM wheels (0.19.0, 0.24.0 - 0.27.0, 0.33.0):
 - the backend (`fused_moe/oracle/mxfp4.py` select_mxfp4_moe_backend, gpt-oss priority list): FlashInfer
   TRT-LLM on SM100 (B200/GB200/B300), the OAI Triton kernels on SM90 (H100/H200/GH200: triton_kernels
   runs for 9.0 <= capability < 11.0), Marlin on Ampere/Ada and on SM120 (RTX PRO 6000, RTX 50xx: the
-  0.33 list puts Triton after Marlin there), AITER on ROCm;
+  0.33 list puts Triton after Marlin there), AITER on ROCm. Before 0.12 SM90 ran Marlin too: the Triton
+  path needs the `triton_kernels` package (`has_triton_kernels`), which the wheels of 0.10.1.1 - 0.11.2
+  neither vendor nor require; 0.12.0 vendors it as `vllm.third_party.triton_kernels` (read in the
+  0.10.1.1, 0.10.2, 0.11.0, 0.11.2 and 0.12.0 wheels: `_should_use_marlin` / `get_mxfp4_backend`; the
+  vllm#23278 log on an H100 prints Marlin's "Weight-only FP4 compression" warning and 65.97 GiB loaded).
+  0.10.1.x runs Marlin there even with the package: its Triton path wants torch >= 2.8, the wheel pins 2.7.1;
 - `mxfp4_round_up_hidden_size_and_intermediate_size`: Marlin pads the per-rank intermediate to 128 and
   the hidden size to 256; TRT-LLM pads both to 256 (0.27 and later: intermediate to 128); ROCm pads both to
   256; every other backend (Triton) pads the intermediate to 64;
@@ -39,6 +44,8 @@ HOPPER_VALUE_ROW_MULTIPLE = 16  # HopperMXValueLayout (mma v3): 1 x 2 warps x 4 
 HOPPER_VALUE_BYTE_MULTIPLE = 32  # 4 k-tiles x 2 warps x 4 threads bytes per row
 HOPPER_SCALE_ROW_MULTIPLE = 2 * 8 * 2 * 8  # HopperMXScaleLayout: 2 x num_warps (8) x 2 x 8
 HOPPER_SCALE_COLUMN_MULTIPLE = 2
+TRITON_KERNELS_BUNDLED_FROM = (0, 12)  # the first wheel with vllm/third_party/triton_kernels
+TRITON_MXFP4_TORCH_FROM = (0, 10, 2)  # the first wheel on torch 2.8, which the Triton path needs
 
 
 class Mxfp4Backend(StrEnum):
@@ -66,8 +73,20 @@ def _round_up(value: int, multiple: int) -> int:
     return cdiv(value, multiple) * multiple
 
 
-def mxfp4_backend(gpu: GpuSku | None) -> Mxfp4Backend:
-    """The backend vLLM selects for gpt-oss's experts on this GPU (CUDA/ROCm, default settings)."""
+def triton_kernels_decides(gpu: GpuSku | None, vllm_version: str) -> bool:
+    """Whether the backend on this GPU and release turns on the optional `triton_kernels` package: SM90
+    on 0.10.2 - 0.11.x, where an install without it runs Marlin and one with it (installed by hand: "users
+    have to install triton_kernels manually", vllm#27370, 2025-10-22) the OAI Triton kernels."""
+    version = ec.parse_version(vllm_version)
+    return (gpu is not None and (gpu.architecture or "").lower() == "hopper"
+            and TRITON_MXFP4_TORCH_FROM <= version < TRITON_KERNELS_BUNDLED_FROM)  # fmt: skip
+
+
+def mxfp4_backend(gpu: GpuSku | None, vllm_version: str = ec.VLLM_DEFAULT_VERSION,
+                  triton_kernels: bool | None = None) -> Mxfp4Backend:  # fmt: skip
+    """The backend vLLM selects for gpt-oss's experts on this GPU and release (CUDA/ROCm, default
+    settings). `triton_kernels`: the package is installed beside a release that does not bundle it
+    (None: a plain pip install, without it)."""
     if gpu is None:  # hardware outside the catalog: only the generic intermediate padding
         return Mxfp4Backend.TRITON
     arch = (gpu.architecture or "").lower()
@@ -77,16 +96,19 @@ def mxfp4_backend(gpu: GpuSku | None) -> Mxfp4Backend:
     if arch.startswith("blackwell") and not any(word in name for word in ("rtx", "gb10")):
         return Mxfp4Backend.FLASHINFER_TRTLLM
     if arch == "hopper":
-        return Mxfp4Backend.TRITON_HOPPER
+        if ec.parse_version(vllm_version) >= TRITON_KERNELS_BUNDLED_FROM:
+            return Mxfp4Backend.TRITON_HOPPER
+        with_package = bool(triton_kernels) and triton_kernels_decides(gpu, vllm_version)
+        return Mxfp4Backend.TRITON_HOPPER if with_package else Mxfp4Backend.MARLIN
     if arch in ("ampere", "ada") or arch.startswith("blackwell"):
         return Mxfp4Backend.MARLIN
     return Mxfp4Backend.TRITON
 
 
-def expert_layout(gpu: GpuSku | None, vllm_version: str) -> ExpertLayout:
+def expert_layout(gpu: GpuSku | None, vllm_version: str, triton_kernels: bool | None = None) -> ExpertLayout:
     """The padding and the kept buffers of the backend in this vLLM version."""
     version = ec.parse_version(vllm_version)
-    backend = mxfp4_backend(gpu)
+    backend = mxfp4_backend(gpu, vllm_version, triton_kernels)
     if backend is Mxfp4Backend.MARLIN:
         return ExpertLayout(backend, 128, 256)
     if backend is Mxfp4Backend.FLASHINFER_TRTLLM:
@@ -131,13 +153,14 @@ def expert_layer_bytes(experts: int, intermediate: int, hidden: int, tp: int, la
     return kept, checkpoint
 
 
-def mxfp4_expert_extra_bytes(model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, vllm_version: str) -> int:
+def mxfp4_expert_extra_bytes(model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, vllm_version: str,
+                             triton_kernels: bool | None = None) -> int:  # fmt: skip
     """Weight bytes the most loaded rank holds beyond the checkpoint's MXFP4 experts (0 when the experts
     are not MXFP4)."""
     quant = model.quantization
     if quant is None or quant.weight_format != "mxfp4" or not model.num_experts:
         return 0
-    layout = expert_layout(gpu, vllm_version)
+    layout = expert_layout(gpu, vllm_version, triton_kernels)
     extra_per_stage: list[int] = []
     start = 0
     for count in pp_partition(len(model.layer_params), pp):

@@ -51,16 +51,34 @@ class Measurement:
     max_concurrency_tokens: int | None
     outcome: str | None
     raw: dict[str, Any]
+    # a release the source implies without printing it (the row's `inferred:`, its evidence in `notes`):
+    # used for the prediction, never reported as a stated version
+    vllm_version_inferred: str | None = None
+    triton_kernels: bool | None = None  # the log shows whether the optional package ran (DeploymentSpec.triton_kernels)
 
 
 def _clean_model(name: str) -> str:
     return re.sub(r"\s*\(.*\)\s*$", "", name).strip()
 
 
+INFERRED_SETTINGS = frozenset({"vllm_version", "gpu_memory_utilization"})
+
+
+def _inferred_settings(entry: dict[str, Any]) -> dict[str, Any]:
+    """A row's `inferred:` block: settings its source implies but does not print (a release dated by the
+    code paths it shows, a utilization its own figures add up to), kept apart from the copied numbers."""
+    inferred = entry.get("inferred") or {}
+    unknown = set(inferred) - INFERRED_SETTINGS
+    if not isinstance(inferred, dict) or unknown:
+        raise ValueError(f"measurement {entry.get('id')}: inferred may hold only {sorted(INFERRED_SETTINGS)}")
+    return inferred
+
+
 def load_measurements(path: Path = MEASUREMENTS_PATH) -> list[Measurement]:
     document = yaml.safe_load(path.read_text(encoding="utf-8"))
     rows: list[Measurement] = []
     for entry in document["measurements"]:
+        inferred = _inferred_settings(entry)
         rows.append(
             Measurement(
                 id=entry["id"],
@@ -73,7 +91,7 @@ def load_measurements(path: Path = MEASUREMENTS_PATH) -> list[Measurement]:
                 quantization=entry.get("quantization"),
                 dtype=entry.get("dtype"),
                 kv_cache_dtype=entry.get("kv_cache_dtype"),
-                gpu_memory_utilization=entry.get("gpu_memory_utilization"),
+                gpu_memory_utilization=inferred.get("gpu_memory_utilization", entry.get("gpu_memory_utilization")),
                 max_model_len=entry.get("max_model_len"),
                 max_num_seqs=entry.get("max_num_seqs"),
                 max_num_batched_tokens=entry.get("max_num_batched_tokens"),
@@ -90,6 +108,8 @@ def load_measurements(path: Path = MEASUREMENTS_PATH) -> list[Measurement]:
                 max_concurrency_tokens=entry.get("max_concurrency_tokens"),
                 outcome=entry.get("outcome"),
                 raw=entry,
+                vllm_version_inferred=str(inferred["vllm_version"]) if inferred.get("vllm_version") else None,
+                triton_kernels=entry["triton_kernels"] if isinstance(entry.get("triton_kernels"), bool) else None,
             )
         )
     return rows
@@ -98,7 +118,7 @@ def load_measurements(path: Path = MEASUREMENTS_PATH) -> list[Measurement]:
 def measurement_version(row: Measurement) -> str:
     """The row's vLLM version; when unstated, a representative release of its generation
     (`capacity.calibration.engine_version_for`)."""
-    return engine_version_for(row.vllm_version, row.engine_generation)
+    return engine_version_for(row.vllm_version or row.vllm_version_inferred, row.engine_generation)
 
 
 def deployment_for(row: Measurement, model: ModelSpec) -> DeploymentSpec:
@@ -113,8 +133,9 @@ def deployment_for(row: Measurement, model: ModelSpec) -> DeploymentSpec:
             quantization=row.quantization,
             kv_cache_dtype=row.kv_cache_dtype,
             engine="vllm",
-            engine_version=row.vllm_version,
+            engine_version=row.vllm_version or row.vllm_version_inferred,
             engine_generation=row.engine_generation,
+            triton_kernels=row.triton_kernels,
             gpu_memory_utilization=row.gpu_memory_utilization,
             max_model_len=row.max_model_len,
             max_num_seqs=row.max_num_seqs,

@@ -105,6 +105,15 @@ def estimate(
             help="No CUDA graphs (vLLM --enforce-eager): from 0.21 the graph estimate is then not deducted.",
         ),
     ] = False,
+    triton_kernels: Annotated[
+        bool | None,
+        typer.Option(
+            "--triton-kernels/--no-triton-kernels",
+            metavar="",
+            help="The triton_kernels package installed beside vLLM 0.10.2-0.11.x (0.12+ bundles it): "
+            "gpt-oss's MXFP4 experts on Hopper run the OAI Triton kernels, else Marlin (default: a pip install, without).",
+        ),
+    ] = None,
     enable_lora: Annotated[
         bool, typer.Option("--enable-lora", help="LoRA adapters are served (not sized: the row is flagged not modelled).")
     ] = False,
@@ -230,6 +239,7 @@ def estimate(
         max_model_len=max_model_len,
         async_scheduling=async_scheduling,
         enforce_eager=enforce_eager or None,
+        triton_kernels=triton_kernels,
         lora=enable_lora or None,
         cpu_offload_gib=cpu_offload_gb or None,
         speculative=(speculative or speculative_config is not None) or None,
