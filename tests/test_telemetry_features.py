@@ -52,3 +52,38 @@ def test_the_prediction_deducts_no_graphs_and_is_flagged(tmp_path: Path) -> None
     est = estimate(resolved.spec, deployment, gpu=find_gpu_sku("H100"), checkpoint_bytes=resolved.checkpoint_bytes)
     assert est.cuda_graph_bytes_per_gpu == 0
     assert est.not_modelled is not None and "LoRA" in est.not_modelled and "speculative" in est.not_modelled
+
+
+# vllm#23278's H100 log (the 0.10.1 era) and the 0.10.2-0.11.x selection lines, as vLLM prints them
+MARLIN_WARNING = (
+    "(EngineCore_0 pid=5839) WARNING 08-20 18:04:08 [marlin_utils_fp4.py:196] Your GPU does not have native support "
+    "for FP4 computation but FP4 quantization is being used. Weight-only FP4 compression will be used leveraging the "
+    "Marlin kernel. This may degrade performance for compute-heavy workloads.\n"
+)
+
+
+def _gpt_oss_log(backend_line: str) -> str:
+    return ("$ vllm serve openai/gpt-oss-120b --max-model-len 8192\n" + backend_line
+            + "INFO 10-14 08:03:41 [gpu_model_runner.py:2653] Model loading took 64.38 GiB and 9.9 seconds\n")  # fmt: skip
+
+
+def test_the_mxfp4_backend_line_says_whether_triton_kernels_ran(tmp_path: Path) -> None:
+    triton = "(EngineCore_DP0 pid=1) INFO 10-14 08:03:30 [mxfp4.py:94] Using Triton backend\n"
+    marlin = "(EngineCore_DP0 pid=1) INFO 10-14 08:03:30 [mxfp4.py:91] Using Marlin backend\n"
+    attention = "(EngineCore_DP0 pid=1) INFO 10-14 08:03:30 [cuda.py:300] Using Triton backend on V1 engine.\n"
+    cases = {"t": triton, "m": marlin, "w": MARLIN_WARNING, "a": attention}
+    seen = {key: only_observation(ingest(tmp_path / key, {f"{key}/startup.log": _gpt_oss_log(line)})).get("triton_kernels")
+            for key, line in cases.items()}  # fmt: skip
+    assert seen == {"t": True, "m": False, "w": False, "a": None}  # an attention backend's line is not the MoE's
+
+
+def test_the_prediction_takes_the_backend_the_log_shows(tmp_path: Path) -> None:
+    """0.11 on an H100: Marlin pads gpt-oss-120b's experts (H 2880 -> 3072, I 2880 -> 2944), 1.59 GiB more."""
+    resolved = load_model("openai/gpt-oss-120b")
+    weights = {}
+    for key, line in {"t": "INFO [mxfp4.py:94] Using Triton backend\n", "m": MARLIN_WARNING}.items():
+        obs = only_observation(ingest(tmp_path / key, {f"{key}/startup.log": _gpt_oss_log(line)}))
+        deployment = observed_deployment(resolved.spec, settings_of(obs | {"engine_version": "0.11.0"}))
+        est = estimate(resolved.spec, deployment, gpu=find_gpu_sku("H100"), checkpoint_bytes=resolved.checkpoint_bytes)
+        weights[key] = est.weights_bytes_per_gpu / 2**30
+    assert 1.4 < weights["m"] - weights["t"] < 2.0

@@ -115,6 +115,7 @@ def settings_of(row: dict[str, Any]) -> ObservedSettings:
         block_size=_int(row.get("block_size")),
         total_gpu_memory_bytes=_int(row.get("total_gpu_memory_bytes")),
         enforce_eager=row.get("enforce_eager"),
+        triton_kernels=row.get("triton_kernels"),
         unmodelled_features=tuple(f for f in str(row.get("unmodelled_features") or "").split(",") if f),
     )
 

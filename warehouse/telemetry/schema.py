@@ -43,6 +43,9 @@ OBSERVATION_SCHEMA: dict[str, Any] = {
     "block_size": pl.Int32,
     "enable_prefix_caching": pl.Boolean,
     "enforce_eager": pl.Boolean,  # no CUDA graphs (--enforce-eager)
+    # vLLM 0.10.2-0.11.x on Hopper: the optional triton_kernels package ran the MXFP4 experts (the log's
+    # "Using Triton backend"), or Marlin did ("Using Marlin backend", Marlin's weight-only FP4 warning)
+    "triton_kernels": pl.Boolean,
     # features the engine ran with that capplan does not size: lora, speculative, cpu_offload, dp_attention
     # (comma-separated; the prediction of such a deployment is flagged not modelled)
     "unmodelled_features": pl.String,

@@ -34,6 +34,7 @@ SETTINGS = (
     "block_size",
     "enable_prefix_caching",
     "enforce_eager",
+    "triton_kernels",
     "unmodelled_features",
 )
 MEASURED = (

@@ -392,6 +392,20 @@ RULES: tuple[Rule, ...] = (
         _failed("free memory below the requested utilization"),
     ),
     Rule(
+        "MXFP4 backend",
+        "backend",
+        _rx(r"\[mxfp4\.py:\d+\] Using (Marlin|Triton) backend"),
+        lambda m: {"triton_kernels": m.group(1) == "Triton"},
+        strict=False,
+    ),
+    Rule(
+        "MXFP4 backend",
+        "leveraging the Marlin kernel",
+        _rx(r"Weight-only FP4 compression will be used leveraging the Marlin kernel"),
+        lambda m: {"triton_kernels": False},
+        strict=False,
+    ),
+    Rule(
         "started",
         "Application startup complete",
         _rx(r"Application startup complete"),
