@@ -456,6 +456,13 @@ SGLANG_MAMBA_EXTRA_BUFFER_SLOTS = 2
 # = total x f - weights - (ctx x f + leftovers); this stands for the bracket (CUDA context, NCCL, allocator
 # slack seen after the weights load), an observed magnitude, not read from the source
 SGLANG_CONTEXT_BYTES = int(0.6 * GIB)
+# At TP > 1 on an NVLink switch (GpuSku.nvlink_multicast) NCCL's communicators (NVLS buffers) and the custom
+# all-reduce hold more before the weights load, and the same formula deducts it x f. Read off two public logs'
+# "Load weight begin. avail mem": 8 x H100 80GB HBM3 (grok-2, 0.5.2rc2) 77.43 GB free, one H100 80GB (the
+# SGLang docs, 0.4.x) 78.81 GB: 1.38 GiB more in use, deducted at f = 0.9 (the fraction is not an input of
+# the overhead; 0.83-0.93 move it by 0.1 GiB). PCIe cards and NVLink bridges: none (the L4 and RTX 4090 TP 4
+# logs fit the constant alone). Neither log is a scored row (grok-2 is not in the catalog).
+SGLANG_TP_SWITCH_CONTEXT_BYTES = int(1.38 * 0.9 * GIB)
 SGLANG_FALLBACK_MEM_FRACTION = 0.95  # memory_hook: gpu_mem unknown
 # Releases before 0.5 (server_args.py ServerArgs.__post_init__, read in the 0.4.x sources): without
 # --mem-fraction-static the fraction came from the parallel size alone, not from the device memory:

@@ -80,9 +80,11 @@ def test_sglang_table_shipped_and_cross_validated(runs) -> None:  # type: ignore
     # measured with the 2026-12 rows (modelled rows only; the not-modelled ones are reported apart): shipped n=8
     # (+1 the RTX 5080 row once the catalog has the GPU and the 0.4.8-0.5.2 default; -1 the WSL2 RTX 3090 row, now
     # shared_gpu), median 0.25 % (was 0.25), 75 % within 1 % (was 75), 88 % within 5 % (was 75); leave-one-source-
-    # out of the one fitted term median 0.89 % (was 0.96), 50 % within 1 % (was 50), 88 % within 5 % (was 75)
-    assert ship.n >= 8 and ship.median_abs_error < 0.004 and ship.within_5pct >= 0.87 and ship.within_1pct >= 0.74
-    assert held_out.n == ship.n and held_out.median_abs_error < 0.011 and held_out.within_5pct >= 0.87
+    # out of the one fitted term median 0.89 % (was 0.96), 50 % within 1 % (was 50), 88 % within 5 % (was 75). With
+    # the TP > 1 NVLink-switch context term (read off two other logs, not refit): 100 % within 5 % shipped and
+    # held out, medians unchanged (the one row it moves, Qwen3-235B on 4 x H100, +9.0 % -> +1.4 %)
+    assert ship.n >= 8 and ship.median_abs_error < 0.004 and ship.within_5pct >= 0.99 and ship.within_1pct >= 0.74
+    assert held_out.n == ship.n and held_out.median_abs_error < 0.011 and held_out.within_5pct >= 0.99
     # refitting the one term out of sample is worse than the shipped constant: it stays as shipped
     assert held_out.median_abs_error > ship.median_abs_error
 
@@ -118,11 +120,12 @@ def test_unknown_release_row_within_its_stated_tolerance(runs) -> None:  # type:
     # the Windows desktop of the RTX 3090 row holds memory capplan cannot see: +7.5 %, a known miss, reported under
     # "sglang not modelled" (shared_gpu) since 2026-12
     assert shipped_pool(runs, "my-deepseek-r1-sglang-2025-02-r1-distill-qwen-7b-rtx3090-tp1") == pytest.approx(0.0748, abs=0.01)
-    # vllm#21348 (July 2025, release not stated, Qwen3-235B-A22B-FP8 on 4 x H100 at 0.93): capplan leaves 9 %
-    # more KV memory than SGLang did; the log prints neither the weights nor the free memory, so the non-KV
-    # term it implies (2.1 GiB against the shipped 0.6) cannot be split into its causes
+    # vllm#21348 (July 2025, release not stated, Qwen3-235B-A22B-FP8 on 4 x H100 at 0.93): the constant alone
+    # left 9 % more KV memory than SGLang did (a non-KV term of 2.1 GiB implied against 0.6); the NVLink-switch
+    # context at TP > 1, read off the grok-2 8 x H100 log's free memory at load begin against one H100's (1.38 GiB
+    # more in use, x 0.9), takes it to +1.4 %
     _, shipped, _ = runs[True]
-    assert shipped.pool["vllm21348-sglang-qwen3-235b-a22b-fp8-h100-tp4"] == pytest.approx(0.0898, abs=0.01)
+    assert shipped.pool["vllm21348-sglang-qwen3-235b-a22b-fp8-h100-tp4"] == pytest.approx(0.0144, abs=0.005)
 
 
 def test_unknown_release_and_unmodelled_features_are_said() -> None:

@@ -49,6 +49,12 @@ from capacity.spec import INDEXER_QUANT_BLOCK, GpuSku, KVKind, LayerKVSpec, Mode
 GIB_FLOAT = float(1 << 30)
 
 
+def tp_switch_context_bytes(tp: int, nvlink_multicast: bool) -> int:
+    """What NCCL (NVLS) and the custom all-reduce add to the context at TP > 1 on an NVLink switch, as the
+    KV formula deducts it (`ec.SGLANG_TP_SWITCH_CONTEXT_BYTES`); 0 at TP 1 and on PCIe or bridged cards."""
+    return ec.SGLANG_TP_SWITCH_CONTEXT_BYTES if tp > 1 and nvlink_multicast else 0
+
+
 @dataclass(frozen=True, slots=True)
 class SglangProfile(ProfileBase):
     requested_version: str | None = None
@@ -95,8 +101,9 @@ class SglangProfile(ProfileBase):
         """What SGLang's fraction does not already leave free: `_profile_available_bytes` takes
         free_after_weights - free_before_load x (1 - f) = (total - ctx) x f - weights - load leftovers, i.e.
         total x f - weights - (ctx x f + leftovers); the one observed term stands for the bracket.
-        Activations and CUDA graphs live in the 1 - f the fraction leaves free."""
-        return Overhead(0, ec.SGLANG_CONTEXT_BYTES, 0)
+        Activations and CUDA graphs live in the 1 - f the fraction leaves free; at TP > 1 on an NVLink
+        switch the communicators' share of the context comes on top (`tp_switch_context_bytes`)."""
+        return Overhead(0, ec.SGLANG_CONTEXT_BYTES + tp_switch_context_bytes(inputs.tp, inputs.nvlink_multicast), 0)
 
     def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
         """`_profile_available_bytes` (see `overhead`): total x mem_fraction_static - weights - overhead."""

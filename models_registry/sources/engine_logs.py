@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from capacity import engine_constants as ec
-from capacity.engines.sglang import is_legacy_release
+from capacity.engines.sglang import is_legacy_release, tp_switch_context_bytes
 from capacity.memory import GIB, Estimate, estimate
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from models_registry.sources.overhead_cv import Accuracy, accuracy, source_group
@@ -190,6 +190,7 @@ class Scored:
     row: EngineLogRow
     predicted: Estimate | None
     skipped: str | None = None
+    link_bytes: int = 0  # the part of SGLang's non-KV term the GPU's links set (not refit: read off two logs)
 
     def _error(self, measured: int | None, predicted: int | None) -> float | None:
         if not measured or predicted is None:
@@ -240,6 +241,7 @@ def predict(
         gpu = resolve_gpu(str(row.gpu or "").split("(")[0].strip())
     except LookupError:
         return Scored(row, None, f"unknown GPU {row.gpu!r}")
+    link_bytes = tp_switch_context_bytes(row.tp, gpu.nvlink_multicast) if row.engine == "sglang" else 0
     deployment = DeploymentSpec(
         tp=row.tp,
         pp=row.pp,
@@ -248,10 +250,11 @@ def predict(
         engine_version=_version(row, version_aware),
         gpu_memory_utilization=row.fraction,
         max_model_len=row.context_length,
-        overhead_bytes_per_gpu=overhead_bytes,
+        overhead_bytes_per_gpu=None if overhead_bytes is None else overhead_bytes + link_bytes,
     )
     try:
-        return Scored(row, estimate(spec, deployment, gpu=gpu, model_name=row.model, checkpoint_bytes=checkpoint))
+        return Scored(row, estimate(spec, deployment, gpu=gpu, model_name=row.model, checkpoint_bytes=checkpoint),
+                      link_bytes=link_bytes)  # fmt: skip
     except SpecError as exc:
         return Scored(row, None, f"cannot estimate: {exc}")
 
@@ -273,10 +276,11 @@ def shipped_scores(rows: Sequence[EngineLogRow], resolve_model: ResolveModel, re
 
 
 def implied_overhead(s: Scored) -> int | None:
-    """The SGLang non-KV term a log implies: what makes the predicted budget equal the measured pool."""
+    """The SGLang non-KV term a log implies: what makes the predicted budget equal the measured pool, less the
+    part the GPU's links set (`Scored.link_bytes`), which is not refit."""
     if s.predicted is None or s.row.pool_bytes is None or s.row.engine != "sglang":
         return None
-    return s.predicted.overhead_bytes_per_gpu + s.predicted.kv_budget_bytes_per_gpu - s.row.pool_bytes
+    return s.predicted.overhead_bytes_per_gpu - s.link_bytes + s.predicted.kv_budget_bytes_per_gpu - s.row.pool_bytes
 
 
 def fitted_overhead(scored: Sequence[Scored]) -> int:
