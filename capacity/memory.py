@@ -1055,7 +1055,7 @@ def _assumption_notes(
     """What the estimate assumed for inputs the deployment leaves unstated that move the KV budget by
     more than 5 %: the engine release (where releases size the overhead differently), the memory
     utilization (the release default, against 0.05 less), the MXFP4 backend where an optional package picks it,
-    and LoRA / CPU offload (assumed off; not modelled)."""
+    GPU peer access where it decides vLLM's all-reduce, and LoRA / CPU offload (assumed off; not modelled)."""
     out: list[str] = []
     model = inputs.model
     if profile.engine is Engine.VLLM and d.triton_kernels is None and d.weights_bytes_per_gpu is None:
@@ -1088,6 +1088,18 @@ def _assumption_notes(
                            "VLLM_USE_FLASHINFER_SAMPLER unset (0.9-0.11.0 take it wherever FlashInfer is installed); "
                            f"{other}, the overhead would be {_format_gib(flipped.total_bytes)} "
                            f"instead of {_format_gib(overhead.total_bytes)}")  # fmt: skip
+    if profile.engine is Engine.VLLM and d.overhead_bytes_per_gpu is None and overhead.cuda_graph_bytes:
+        from capacity.engines.vllm_overhead import custom_all_reduce_on
+
+        # two GPUs need only the P2P test (more need every pair on NVLink, which peer access does not give)
+        geforce = gpu is not None and "geforce" in gpu.name.lower()  # the driver refuses peer access: no unknown
+        if inputs.tp == 2 and not geforce and not custom_all_reduce_on(inputs.tp, inputs.peer_link_gpus):
+            peer = profile.overhead(replace(inputs, peer_link_gpus=inputs.tp))
+            if abs(peer.cuda_graph_bytes - overhead.cuda_graph_bytes) > ASSUMPTION_SHARE * budget:
+                out.append("assumed no GPU peer access between the 2 GPUs (PCIe: vLLM's P2P test fails on many "
+                           "hosts): custom all-reduce off, the CUDA graphs capture NCCL's; where "
+                           f"the test passes, the graph estimate is {_format_gib(peer.cuda_graph_bytes)} instead of "
+                           f"{_format_gib(overhead.cuda_graph_bytes)}")  # fmt: skip
     if d.gpu_memory_utilization is None and total * 0.05 > ASSUMPTION_SHARE * budget:
         out.append(f"assumed gpu_memory_utilization {util} (the release default); 0.05 less takes "
                    f"{_format_gib(total * 0.05)} ({total * 0.05 / budget:.0%}) from the KV budget")  # fmt: skip

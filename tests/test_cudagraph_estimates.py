@@ -8,6 +8,8 @@ TP > 1 charge split by custom all-reduce on / off: all 0.26 -> 0.23 GiB, TP > 1 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from capacity import engine_constants as ec
@@ -119,3 +121,25 @@ def test_rows_take_the_log_statement_else_the_rule() -> None:
     assert (rows["gh_vllm_39610_a100_tp4_nightly"].custom_all_reduce, rows["gh_vllm_39610_a100_tp4_nightly"].custom_all_reduce_from) == (True, "log")
     assert (rows["qwen25_72b_l40s_tp4_v0190"].custom_all_reduce, rows["qwen25_72b_l40s_tp4_v0190"].custom_all_reduce_from) == (False, "rule on l40s-48gb")
     assert rows["gh_club3090_pr44_dual4_tp4"].custom_all_reduce is False
+
+
+def test_the_estimate_names_the_peer_access_assumption_at_tp_2_on_pcie() -> None:
+    """Two PCIe data-centre GPUs: custom all-reduce runs only where vLLM's P2P test passes, which capplan does
+    not assume; the estimate says what the graphs would take with it (custom all-reduce's per-graph charge).
+    GeForce cards refuse peer access (nothing unknown), TP 4 on PCIe never runs it (every pair needs NVLink)."""
+    from capacity.memory import estimate
+    from capacity.spec import DeploymentSpec
+
+    resolved = load_model("Qwen/Qwen3-14B")
+
+    def notes(gpu: str, tp: int) -> list[str]:
+        est = estimate(resolved.spec, DeploymentSpec(tp=tp, engine_version="0.28.0", max_model_len=8192),
+                       gpu=find_gpu_sku(gpu), checkpoint_bytes=resolved.checkpoint_bytes)  # fmt: skip
+        return [n for n in est.notes if "peer access" in n]
+
+    (l4,) = notes("L4", 2)
+    custom_gib, nccl_gib = (float(x) for x in re.findall(r"is ([\d.]+) GiB instead of ([\d.]+) GiB", l4)[0])
+    count = sum(cudagraph_capture_counts(256, 2048))  # L4 defaults: 256 sequences, 2048 batched tokens; 51 + 35
+    assert custom_gib == pytest.approx((ec.CG_BASE_BYTES + count * ec.CG_PER_GRAPH_TP_CUSTOM_AR_BYTES) / 2**30, abs=0.02)
+    assert nccl_gib == pytest.approx((ec.CG_BASE_BYTES + count * ec.CG_PER_GRAPH_TP_NCCL_BYTES) / 2**30, abs=0.02)
+    assert notes("RTX-4090", 2) == [] and notes("L4", 4) == [] and notes("H100", 2) == []
