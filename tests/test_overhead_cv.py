@@ -97,9 +97,10 @@ def test_cross_validated_kv_pool_gate(runs: dict[str, tuple[list[Row], Scores, S
 
 def test_cross_validated_kv_tokens_gate(runs: dict[str, tuple[list[Row], Scores, Scores]]) -> None:
     # measured at introduction: V1 n=19 median 3.57 %, 63 % within 5 %; n=30 median 2.41 %, 77 % within 5 %;
-    # with the sampler rule 0.87 %, 50 % within 1 %, 80 % within 5 %
+    # with the sampler rule 0.87 %, 50 % within 1 %, 80 % within 5 %; n=29 once the robotmunki row lost the H100
+    # its own numbers rule out (now unscored): 0.68 %, 52 %, 86 %
     v1 = _tag(runs, "derived", 1, "tokens", "V1")
-    assert v1.n >= 28 and v1.median_abs_error < 0.011 and v1.within_5pct >= 0.77
+    assert v1.n >= 28 and v1.median_abs_error < 0.008 and v1.within_5pct >= 0.84
 
 
 def test_in_sample_with_shipped_coefficients(runs: dict[str, tuple[list[Row], Scores, Scores]]) -> None:
