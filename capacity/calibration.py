@@ -82,6 +82,8 @@ class ObservedSettings:
     total_gpu_memory_bytes: int | None = None  # what the engine saw as the device total
     enforce_eager: bool | None = None  # --enforce-eager: no CUDA graphs
     triton_kernels: bool | None = None  # the optional package ran (vLLM 0.10.2-0.11.x MXFP4 on Hopper)
+    disable_custom_all_reduce: bool | None = None  # vLLM --disable-custom-all-reduce
+    gpu_peer_access: bool | None = None  # False: vLLM said the P2P test failed
     unmodelled_features: tuple[str, ...] = ()  # lora | speculative | cpu_offload | dp_attention, as the log says
 
 
@@ -131,6 +133,8 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         gpu_memory_bytes=s.total_gpu_memory_bytes,
         enforce_eager=s.enforce_eager,
         triton_kernels=s.triton_kernels,
+        disable_custom_all_reduce=s.disable_custom_all_reduce,
+        gpu_peer_access=s.gpu_peer_access,
         lora="lora" in s.unmodelled_features or None,
         speculative="speculative" in s.unmodelled_features or None,
         dp_attention="dp_attention" in s.unmodelled_features or None,

@@ -914,7 +914,7 @@ def estimate(
     inputs = OverheadInputs(
         model, d.tp, d.pp, batched, seqs_cap, act_bytes,
         nvlink_multicast=gpu.nvlink_multicast if gpu is not None else True,
-        peer_link_gpus=gpu.peer_link_gpus if gpu is not None else None,
+        peer_link_gpus=d.all_reduce_peer_gpus(gpu.peer_link_gpus if gpu is not None else None),
     )  # fmt: skip
     if d.overhead_bytes_per_gpu is not None:
         overhead = Overhead(0, d.overhead_bytes_per_gpu, 0)
@@ -1088,7 +1088,8 @@ def _assumption_notes(
                            "VLLM_USE_FLASHINFER_SAMPLER unset (0.9-0.11.0 take it wherever FlashInfer is installed); "
                            f"{other}, the overhead would be {_format_gib(flipped.total_bytes)} "
                            f"instead of {_format_gib(overhead.total_bytes)}")  # fmt: skip
-    if profile.engine is Engine.VLLM and d.overhead_bytes_per_gpu is None and overhead.cuda_graph_bytes:
+    if (profile.engine is Engine.VLLM and d.overhead_bytes_per_gpu is None and overhead.cuda_graph_bytes
+            and d.gpu_peer_access is None and not d.disable_custom_all_reduce):  # fmt: skip
         from capacity.engines.vllm_overhead import custom_all_reduce_on
 
         # two GPUs need only the P2P test (more need every pair on NVLink, which peer access does not give)
@@ -1098,7 +1099,7 @@ def _assumption_notes(
             if abs(peer.cuda_graph_bytes - overhead.cuda_graph_bytes) > ASSUMPTION_SHARE * budget:
                 out.append("assumed no GPU peer access between the 2 GPUs (PCIe: vLLM's P2P test fails on many "
                            "hosts): custom all-reduce off, the CUDA graphs capture NCCL's; where "
-                           f"the test passes, the graph estimate is {_format_gib(peer.cuda_graph_bytes)} instead of "
+                           f"the test passes (--gpu-peer-access), the graph estimate is {_format_gib(peer.cuda_graph_bytes)} instead of "
                            f"{_format_gib(overhead.cuda_graph_bytes)}")  # fmt: skip
     if d.gpu_memory_utilization is None and total * 0.05 > ASSUMPTION_SHARE * budget:
         out.append(f"assumed gpu_memory_utilization {util} (the release default); 0.05 less takes "

@@ -257,6 +257,21 @@ class DeploymentSpec:
     # the optional `triton_kernels` package installed beside vLLM 0.10.2-0.11.x (bundled from 0.12): gpt-oss's
     # MXFP4 experts on Hopper run the OAI Triton kernels with it, Marlin without (None: a plain install, without)
     triton_kernels: bool | None = None
+    # vLLM's custom all-reduce at TP > 1 (else the CUDA graphs capture NCCL's all-reduce): off with
+    # --disable-custom-all-reduce; at TP 2 on PCIe it runs where the GPUs have peer access (vLLM's P2P test),
+    # which capplan does not assume (None: GpuSku.peer_link_gpus decides)
+    disable_custom_all_reduce: bool | None = None
+    gpu_peer_access: bool | None = None
+
+    def all_reduce_peer_gpus(self, gpu_peer_link_gpus: int | None) -> int | None:
+        """The GPUs among which vLLM's custom all-reduce can run for this deployment (the `peer_link_gpus`
+        its rule reads): the GPU's NVLink group, none when disabled or without peer access, the pair at TP 2
+        with peer access over PCIe."""
+        if self.disable_custom_all_reduce or self.gpu_peer_access is False:
+            return 1
+        if self.gpu_peer_access and self.tp == 2 and gpu_peer_link_gpus is not None:
+            return max(gpu_peer_link_gpus, 2)
+        return gpu_peer_link_gpus
 
     def unmodelled_features(self) -> tuple[str, ...]:
         """The declared features capplan does not size, as the estimate names them."""

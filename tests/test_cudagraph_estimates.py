@@ -143,3 +143,18 @@ def test_the_estimate_names_the_peer_access_assumption_at_tp_2_on_pcie() -> None
     assert custom_gib == pytest.approx((ec.CG_BASE_BYTES + count * ec.CG_PER_GRAPH_TP_CUSTOM_AR_BYTES) / 2**30, abs=0.02)
     assert nccl_gib == pytest.approx((ec.CG_BASE_BYTES + count * ec.CG_PER_GRAPH_TP_NCCL_BYTES) / 2**30, abs=0.02)
     assert notes("RTX-4090", 2) == [] and notes("L4", 4) == [] and notes("H100", 2) == []
+
+
+def test_deployment_settings_decide_the_all_reduce_path() -> None:
+    """--gpu-peer-access turns vLLM's custom all-reduce on at TP 2 over PCIe (its rule: two GPUs need only the
+    P2P test), not at TP 4 (every pair on NVLink); --disable-custom-all-reduce or a failed P2P test turns it off."""
+    from capacity.spec import DeploymentSpec
+
+    l4, h100 = find_gpu_sku("L4").peer_link_gpus, find_gpu_sku("H100").peer_link_gpus
+    assert DeploymentSpec(tp=2).all_reduce_peer_gpus(l4) == l4 == 1
+    assert custom_all_reduce_on(2, DeploymentSpec(tp=2, gpu_peer_access=True).all_reduce_peer_gpus(l4))
+    assert not custom_all_reduce_on(4, DeploymentSpec(tp=4, gpu_peer_access=True).all_reduce_peer_gpus(l4))
+    assert custom_all_reduce_on(8, DeploymentSpec(tp=8).all_reduce_peer_gpus(h100))
+    assert not custom_all_reduce_on(8, DeploymentSpec(tp=8, disable_custom_all_reduce=True).all_reduce_peer_gpus(h100))
+    assert not custom_all_reduce_on(2, DeploymentSpec(tp=2, gpu_peer_access=False).all_reduce_peer_gpus(h100))
+    assert DeploymentSpec(tp=2, gpu_peer_access=True).all_reduce_peer_gpus(None) is None  # unknown GPU: the rule's default

@@ -87,3 +87,27 @@ def test_the_prediction_takes_the_backend_the_log_shows(tmp_path: Path) -> None:
         est = estimate(resolved.spec, deployment, gpu=find_gpu_sku("H100"), checkpoint_bytes=resolved.checkpoint_bytes)
         weights[key] = est.weights_bytes_per_gpu / 2**30
     assert 1.4 < weights["m"] - weights["t"] < 2.0
+
+
+def test_custom_all_reduce_flag_and_p2p_warning_reach_the_prediction(tmp_path: Path) -> None:
+    """--disable-custom-all-reduce and vLLM's "lacks GPU P2P capability" warning (a public 0.4.2 CI log's
+    wording) both mean NCCL's all-reduce in the graphs: the TP 2 estimate charges NCCL's per-graph memory."""
+    flag = ("$ vllm serve Qwen/Qwen3-14B --tensor-parallel-size 2 --disable-custom-all-reduce\n"
+            "INFO 10-14 08:03:41 [gpu_model_runner.py:2653] Model loading took 13.99 GiB and 9.9 seconds\n")  # fmt: skip
+    warning = ("$ vllm serve Qwen/Qwen3-14B --tensor-parallel-size 2\n"
+               "(Worker pid=3040) WARNING 05-13 08:48:35 custom_all_reduce.py:166] Custom allreduce is disabled because "
+               "your platform lacks GPU P2P capability or P2P test failed. To silence this warning, specify "
+               "disable_custom_all_reduce=True explicitly.\n"
+               "INFO 10-14 08:03:41 [gpu_model_runner.py:2653] Model loading took 13.99 GiB and 9.9 seconds\n")  # fmt: skip
+    flagged = only_observation(ingest(tmp_path / "f", {"f/startup.log": flag}))
+    warned = only_observation(ingest(tmp_path / "w", {"w/startup.log": warning}))
+    assert flagged["disable_custom_all_reduce"] is True and flagged.get("gpu_peer_access") is None
+    assert warned["gpu_peer_access"] is False and warned.get("disable_custom_all_reduce") is None
+    resolved = load_model("Qwen/Qwen3-14B")
+    graphs = {}
+    for key, obs in {"flag": flagged, "warning": warned, "plain": {**warned, "gpu_peer_access": None}}.items():
+        deployment = observed_deployment(resolved.spec, settings_of(obs | {"engine_version": "0.28.0"}))
+        est = estimate(resolved.spec, deployment, gpu=find_gpu_sku("H100"), checkpoint_bytes=resolved.checkpoint_bytes)
+        graphs[key] = est.cuda_graph_bytes_per_gpu
+    # H100 SXM pairs are on NVLink: custom all-reduce runs unless the log turns it off
+    assert graphs["flag"] == graphs["warning"] > graphs["plain"]

@@ -114,6 +114,22 @@ def estimate(
             "gpt-oss's MXFP4 experts on Hopper run the OAI Triton kernels, else Marlin (default: a pip install, without).",
         ),
     ] = None,
+    disable_custom_all_reduce: Annotated[
+        bool,
+        typer.Option(
+            "--disable-custom-all-reduce",
+            help="vLLM without its custom all-reduce: at TP > 1 the CUDA graphs capture NCCL's all-reduce.",
+        ),
+    ] = False,
+    gpu_peer_access: Annotated[
+        bool | None,
+        typer.Option(
+            "--gpu-peer-access/--no-gpu-peer-access",
+            metavar="",
+            help="Whether the GPUs pass vLLM's P2P test (default: over NVLink yes, over PCIe no): at TP 2 on PCIe, "
+            "with it vLLM's custom all-reduce runs.",
+        ),
+    ] = None,
     enable_lora: Annotated[
         bool, typer.Option("--enable-lora", help="LoRA adapters are served (not sized: the row is flagged not modelled).")
     ] = False,
@@ -240,6 +256,8 @@ def estimate(
         async_scheduling=async_scheduling,
         enforce_eager=enforce_eager or None,
         triton_kernels=triton_kernels,
+        disable_custom_all_reduce=disable_custom_all_reduce or None,
+        gpu_peer_access=gpu_peer_access,
         lora=enable_lora or None,
         cpu_offload_gib=cpu_offload_gb or None,
         speculative=(speculative or speculative_config is not None) or None,

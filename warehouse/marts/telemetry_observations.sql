@@ -4,7 +4,7 @@
 --   observed_at_source, model, model_name_raw, served_model_name, gpu, gpu_name_raw, tp, pp,
 --   engine, engine_version, engine_generation, gpu_memory_utilization, max_model_len, max_num_seqs,
 --   max_num_batched_tokens, weight_dtype, quantization, kv_cache_dtype, block_size,
---   enable_prefix_caching, enforce_eager, triton_kernels, unmodelled_features, startup_outcome, startup_error, total_gpu_memory_bytes,
+--   enable_prefix_caching, enforce_eager, triton_kernels, disable_custom_all_reduce, gpu_peer_access, unmodelled_features, startup_outcome, startup_error, total_gpu_memory_bytes,
 --   requested_memory_bytes, weights_bytes, activation_peak_bytes, non_torch_bytes,
 --   cuda_graph_bytes, non_kv_bytes, kv_cache_memory_bytes, num_gpu_blocks, num_cpu_blocks,
 --   kv_cache_tokens, max_concurrency, max_concurrency_tokens, peak_kv_usage, peak_requests_running,
@@ -44,6 +44,8 @@ select
     enable_prefix_caching,
     enforce_eager,
     triton_kernels,
+    disable_custom_all_reduce,
+    gpu_peer_access,
     unmodelled_features,
     startup_outcome,
     startup_error,
@@ -100,6 +102,8 @@ comment on column marts.telemetry_observations.block_size is 'Tokens per KV bloc
 comment on column marts.telemetry_observations.enable_prefix_caching is 'Whether prefix caching was on.';
 comment on column marts.telemetry_observations.enforce_eager is 'No CUDA graphs (--enforce-eager, SGLang --disable-cuda-graph): no graph estimate is deducted.';
 comment on column marts.telemetry_observations.triton_kernels is 'vLLM 0.10.2-0.11.x on Hopper: whether the optional triton_kernels package ran the MXFP4 experts (the log''s Using Triton / Marlin backend line); Marlin''s layout takes more weight memory.';
+comment on column marts.telemetry_observations.disable_custom_all_reduce is 'vLLM --disable-custom-all-reduce: at TP > 1 the CUDA graphs capture NCCL''s all-reduce, which the graph estimate charges more for.';
+comment on column marts.telemetry_observations.gpu_peer_access is 'False where vLLM said the P2P test failed (custom all-reduce off); null where the log does not say.';
 comment on column marts.telemetry_observations.unmodelled_features is 'Features the engine ran with that capplan does not size (lora, speculative, cpu_offload, dp_attention; comma-separated); its prediction is flagged not modelled.';
 comment on column marts.telemetry_observations.startup_outcome is 'started, failed (KV too small, OOM) or unknown (a fragment).';
 comment on column marts.telemetry_observations.startup_error is 'The startup error, one line, when failed.';

@@ -2,7 +2,7 @@
 -- grain: one deployment id.
 -- columns: run_id, run_date, deployment_id, model, gpu, tp, pp, engine, engine_version,
 --   engine_generation, gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
---   weight_dtype, quantization, kv_cache_dtype, block_size, enable_prefix_caching, enforce_eager, triton_kernels, unmodelled_features,
+--   weight_dtype, quantization, kv_cache_dtype, block_size, enable_prefix_caching, enforce_eager, triton_kernels, disable_custom_all_reduce, gpu_peer_access, unmodelled_features,
 --   total_gpu_memory_bytes, requested_memory_bytes, weights_bytes, activation_peak_bytes,
 --   non_torch_bytes, cuda_graph_bytes, kv_cache_memory_bytes, num_gpu_blocks, kv_cache_tokens,
 --   max_concurrency, max_concurrency_tokens, latest_startup_outcome, failed_starts, sources,
@@ -41,6 +41,8 @@ typed as (
         enable_prefix_caching::boolean as enable_prefix_caching,
         enforce_eager::boolean as enforce_eager,
         triton_kernels::boolean as triton_kernels,
+        disable_custom_all_reduce::boolean as disable_custom_all_reduce,
+        gpu_peer_access::boolean as gpu_peer_access,
         unmodelled_features::varchar as unmodelled_features,
         total_gpu_memory_bytes::bigint as total_gpu_memory_bytes,
         requested_memory_bytes::bigint as requested_memory_bytes,

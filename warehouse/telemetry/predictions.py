@@ -116,6 +116,8 @@ def settings_of(row: dict[str, Any]) -> ObservedSettings:
         total_gpu_memory_bytes=_int(row.get("total_gpu_memory_bytes")),
         enforce_eager=row.get("enforce_eager"),
         triton_kernels=row.get("triton_kernels"),
+        disable_custom_all_reduce=row.get("disable_custom_all_reduce"),
+        gpu_peer_access=row.get("gpu_peer_access"),
         unmodelled_features=tuple(f for f in str(row.get("unmodelled_features") or "").split(",") if f),
     )
 

@@ -46,6 +46,8 @@ OBSERVATION_SCHEMA: dict[str, Any] = {
     # vLLM 0.10.2-0.11.x on Hopper: the optional triton_kernels package ran the MXFP4 experts (the log's
     # "Using Triton backend"), or Marlin did ("Using Marlin backend", Marlin's weight-only FP4 warning)
     "triton_kernels": pl.Boolean,
+    "disable_custom_all_reduce": pl.Boolean,  # vLLM --disable-custom-all-reduce (the graphs capture NCCL's)
+    "gpu_peer_access": pl.Boolean,  # False where vLLM says the P2P test failed (custom all-reduce off)
     # features the engine ran with that capplan does not size: lora, speculative, cpu_offload, dp_attention
     # (comma-separated; the prediction of such a deployment is flagged not modelled)
     "unmodelled_features": pl.String,

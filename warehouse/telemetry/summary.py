@@ -35,6 +35,8 @@ SETTINGS = (
     "enable_prefix_caching",
     "enforce_eager",
     "triton_kernels",
+    "disable_custom_all_reduce",
+    "gpu_peer_access",
     "unmodelled_features",
 )
 MEASURED = (

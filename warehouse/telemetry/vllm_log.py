@@ -392,6 +392,13 @@ RULES: tuple[Rule, ...] = (
         _failed("free memory below the requested utilization"),
     ),
     Rule(
+        "no GPU peer access",
+        "lacks GPU P2P capability",
+        _rx(r"Custom allreduce is disabled because your platform lacks GPU P2P capability"),
+        lambda m: {"gpu_peer_access": False},
+        strict=False,
+    ),
+    Rule(
         "MXFP4 backend",
         "backend",
         _rx(r"\[mxfp4\.py:\d+\] Using (Marlin|Triton) backend"),
@@ -503,6 +510,7 @@ _CONFIG_KEYS = {
     "kv_cache_dtype": "kv_cache_dtype",
     "enable_prefix_caching": "enable_prefix_caching",
     "enforce_eager": "enforce_eager",
+    "disable_custom_all_reduce": "disable_custom_all_reduce",
 }
 # engine settings that switch on what capplan does not size -> `feature:<name>` fields, folded into the
 # observation's `unmodelled_features` (`_fold_features`); a value that says "off" (0, None, False) is no feature
@@ -534,8 +542,10 @@ _ARG_KEYS = {
     "max_num_batched_tokens": "max_num_batched_tokens",
     "enable_prefix_caching": "enable_prefix_caching",
     "enforce_eager": "enforce_eager",
+    "disable_custom_all_reduce": "disable_custom_all_reduce",
     **FEATURE_KEYS,
 }
+_SWITCHES = frozenset({"enforce_eager", "disable_custom_all_reduce"})  # settings a bare flag turns on
 _BOOLEAN_FLAGS = frozenset(
     {
         "enable_prefix_caching",
@@ -666,7 +676,7 @@ def _convert(key: str, value: Any) -> Any:
         return canonical_dtype(text)
     if key == "quantization":
         return text.lower()
-    if key in ("enable_prefix_caching", "enforce_eager"):
+    if key == "enable_prefix_caching" or key in _SWITCHES:
         return parse_bool(text, key)
     if key.startswith("feature:"):
         return text.strip().lower() not in ("", "0", "0.0", "none", "null", "false", "{}")
@@ -760,8 +770,8 @@ def _read_command(text: str, m: re.Match[str], dialect: LogDialect | None = None
         if key in dialect.boolean_flags and not eq:
             if key in ("enable_prefix_caching", "no_enable_prefix_caching"):
                 values["enable_prefix_caching"] = key == "enable_prefix_caching"
-            elif dialect.arg_keys.get(key) == "enforce_eager":  # --enforce-eager, SGLang's --disable-cuda-graph
-                values["enforce_eager"] = True
+            elif dialect.arg_keys.get(key) in _SWITCHES:  # --enforce-eager (SGLang's --disable-cuda-graph) ...
+                values[dialect.arg_keys[key]] = True
             elif key in FEATURE_KEYS:  # --enable-lora, --enable-dp-attention
                 values[FEATURE_KEYS[key]] = True
             continue
