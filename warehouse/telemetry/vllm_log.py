@@ -162,6 +162,11 @@ def _tokens_exceeded(m: re.Match[str]) -> Values:
     }
 
 
+def _says(label: str, phrase: str, values: Values) -> Rule:
+    """A line whose fixed wording states a setting (a warning that names what the engine turned off)."""
+    return Rule(label, phrase, _rx(re.escape(phrase)), lambda m: dict(values), strict=False)
+
+
 def _failed(message: str) -> Callable[[re.Match[str]], Values]:
     return lambda m: {"startup_outcome": "failed", "startup_error": message}
 
@@ -391,13 +396,8 @@ RULES: tuple[Rule, ...] = (
         _rx(r"less than desired GPU memory utilization"),
         _failed("free memory below the requested utilization"),
     ),
-    Rule(
-        "no GPU peer access",
-        "lacks GPU P2P capability",
-        _rx(r"Custom allreduce is disabled because your platform lacks GPU P2P capability"),
-        lambda m: {"gpu_peer_access": False},
-        strict=False,
-    ),
+    _says("no GPU peer access", "Custom allreduce is disabled because your platform lacks GPU P2P capability",
+          {"gpu_peer_access": False}),
     Rule(
         "MXFP4 backend",
         "backend",
@@ -405,13 +405,8 @@ RULES: tuple[Rule, ...] = (
         lambda m: {"triton_kernels": m.group(1) == "Triton"},
         strict=False,
     ),
-    Rule(
-        "MXFP4 backend",
-        "leveraging the Marlin kernel",
-        _rx(r"Weight-only FP4 compression will be used leveraging the Marlin kernel"),
-        lambda m: {"triton_kernels": False},
-        strict=False,
-    ),
+    _says("MXFP4 backend", "Weight-only FP4 compression will be used leveraging the Marlin kernel",
+          {"triton_kernels": False}),
     Rule(
         "started",
         "Application startup complete",
