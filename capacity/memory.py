@@ -698,7 +698,9 @@ class OverheadInputs:
     max_num_seqs: int | None
     act_bytes: int
     nvlink_multicast: bool = True  # GpuSku's; True for an unknown GPU
-    peer_link_gpus: int | None = None  # GpuSku's; None for an unknown GPU
+    # the GPUs vLLM's custom all-reduce can span (DeploymentSpec.all_reduce_peer_gpus of GpuSku.peer_link_gpus);
+    # None for an unknown GPU
+    peer_link_gpus: int | None = None
     flashinfer_sampler: bool | None = None  # vLLM's FlashInfer sampler; None: the release's default
 
 
@@ -932,7 +934,7 @@ def estimate(
         budget = d.kv_cache_memory_bytes
     else:
         budget = profile.kv_budget(total, util, weights.per_gpu_bytes, overhead.total_bytes)
-        notes.extend(_assumption_notes(d, gpu, profile, total, util, overhead, budget, inputs))
+        notes.extend(_assumption_notes(d, gpu, profile, total, util, overhead, budget, inputs, weights.format_name))
 
     pools = profile.stage_pools(
         model, max(budget, 0), kv_bytes, ssm_bytes, act_bytes, d.tp, d.pp, block_size, batched, in_flight,
@@ -1051,6 +1053,7 @@ def _assumption_notes(
     overhead: Overhead,
     budget: int,
     inputs: OverheadInputs,
+    weight_format: str,
 ) -> list[str]:
     """What the estimate assumed for inputs the deployment leaves unstated that move the KV budget by
     more than 5 %: the engine release (where releases size the overhead differently), the memory
@@ -1058,7 +1061,7 @@ def _assumption_notes(
     GPU peer access where it decides vLLM's all-reduce, and LoRA / CPU offload (assumed off; not modelled)."""
     out: list[str] = []
     model = inputs.model
-    if profile.engine is Engine.VLLM and d.triton_kernels is None and d.weights_bytes_per_gpu is None:
+    if profile.engine is Engine.VLLM and d.triton_kernels is None and weight_format == "mxfp4":
         from capacity.engines.vllm_weights import triton_kernels_decides
 
         version = profile.version or ec.VLLM_DEFAULT_VERSION
@@ -1093,14 +1096,14 @@ def _assumption_notes(
         from capacity.engines.vllm_overhead import custom_all_reduce_on
 
         # two GPUs need only the P2P test (more need every pair on NVLink, which peer access does not give)
-        geforce = gpu is not None and "geforce" in gpu.name.lower()  # the driver refuses peer access: no unknown
+        geforce = gpu is not None and gpu.geforce  # peer access refused by the stock driver: nothing to assume
         if inputs.tp == 2 and not geforce and not custom_all_reduce_on(inputs.tp, inputs.peer_link_gpus):
             peer = profile.overhead(replace(inputs, peer_link_gpus=inputs.tp))
             if abs(peer.cuda_graph_bytes - overhead.cuda_graph_bytes) > ASSUMPTION_SHARE * budget:
+                with_peer, without = _format_gib(peer.cuda_graph_bytes), _format_gib(overhead.cuda_graph_bytes)
                 out.append("assumed no GPU peer access between the 2 GPUs (PCIe: vLLM's P2P test fails on many "
-                           "hosts): custom all-reduce off, the CUDA graphs capture NCCL's; where "
-                           f"the test passes (--gpu-peer-access), the graph estimate is {_format_gib(peer.cuda_graph_bytes)} instead of "
-                           f"{_format_gib(overhead.cuda_graph_bytes)}")  # fmt: skip
+                           "hosts): custom all-reduce off, the CUDA graphs capture NCCL's; where the test passes "
+                           f"(--gpu-peer-access), the graph estimate is {with_peer} instead of {without}")  # fmt: skip
     if d.gpu_memory_utilization is None and total * 0.05 > ASSUMPTION_SHARE * budget:
         out.append(f"assumed gpu_memory_utilization {util} (the release default); 0.05 less takes "
                    f"{_format_gib(total * 0.05)} ({total * 0.05 / budget:.0%}) from the KV budget")  # fmt: skip

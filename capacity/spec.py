@@ -199,6 +199,11 @@ class GpuSku:
     aliases: tuple[str, ...] = ()
 
     @property
+    def geforce(self) -> bool:
+        """A GeForce card: the stock driver refuses GPU peer access over PCIe (patched drivers aside)."""
+        return "geforce" in self.name.lower()
+
+    @property
     def nvlink_multicast(self) -> bool:
         """GPUs joined by an NVLink4/5 switch fabric (H100/H200/B200 SXM, GB200/GB300): where NCCL's NVLink
         SHARP (NVLS) buffers and the NVLink all-reduce workspaces are allocated at TP > 1. PCIe cards, NVLink
@@ -254,8 +259,9 @@ class DeploymentSpec:
     cpu_offload_gib: float | None = None  # --cpu-offload-gb: weights kept in host memory
     speculative: bool | None = None  # a draft model or MTP head: its weights and its own KV
     dp_attention: bool | None = None  # SGLang --enable-dp-attention: a KV pool per attention DP rank
-    # the optional `triton_kernels` package installed beside vLLM 0.10.2-0.11.x (bundled from 0.12): gpt-oss's
-    # MXFP4 experts on Hopper run the OAI Triton kernels with it, Marlin without (None: a plain install, without)
+    # whether gpt-oss's MXFP4 experts on Hopper run the OAI Triton kernels: the optional `triton_kernels`
+    # package installed beside vLLM 0.10.2-0.11.x (bundled from 0.12); False: Marlin (the package missing, or
+    # VLLM_MXFP4_USE_MARLIN=1); None: a plain install with default settings
     triton_kernels: bool | None = None
     # vLLM's custom all-reduce at TP > 1 (else the CUDA graphs capture NCCL's all-reduce): off with
     # --disable-custom-all-reduce; at TP 2 on PCIe it runs where the GPUs have peer access (vLLM's P2P test),
@@ -265,8 +271,8 @@ class DeploymentSpec:
 
     def all_reduce_peer_gpus(self, gpu_peer_link_gpus: int | None) -> int | None:
         """The GPUs among which vLLM's custom all-reduce can run for this deployment (the `peer_link_gpus`
-        its rule reads): the GPU's NVLink group, none when disabled or without peer access, the pair at TP 2
-        with peer access over PCIe."""
+        its rule reads): the GPU's NVLink group; 1 (each GPU alone, so never at TP > 1) when disabled or
+        without peer access; the pair at TP 2 with peer access over PCIe."""
         if self.disable_custom_all_reduce or self.gpu_peer_access is False:
             return 1
         if self.gpu_peer_access and self.tp == 2 and gpu_peer_link_gpus is not None:

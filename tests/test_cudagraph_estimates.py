@@ -126,7 +126,8 @@ def test_rows_take_the_log_statement_else_the_rule() -> None:
 def test_the_estimate_names_the_peer_access_assumption_at_tp_2_on_pcie() -> None:
     """Two PCIe data-centre GPUs: custom all-reduce runs only where vLLM's P2P test passes, which capplan does
     not assume; the estimate says what the graphs would take with it (custom all-reduce's per-graph charge).
-    GeForce cards refuse peer access (nothing unknown), TP 4 on PCIe never runs it (every pair needs NVLink)."""
+    GeForce cards' stock driver refuses peer access (nothing to assume), TP 4 on PCIe never runs it (every pair
+    needs NVLink)."""
     from capacity.memory import estimate
     from capacity.spec import DeploymentSpec
 

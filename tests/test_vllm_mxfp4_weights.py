@@ -55,7 +55,9 @@ def test_hopper_runs_marlin_until_triton_kernels_is_bundled() -> None:
     assert mxfp4_backend(h100, "0.11.0") is Mxfp4Backend.MARLIN
     assert mxfp4_backend(h100, "0.11.2", triton_kernels=True) is Mxfp4Backend.TRITON_HOPPER
     assert mxfp4_backend(h100, "0.12.0") is Mxfp4Backend.TRITON_HOPPER
-    assert mxfp4_backend(h100, "0.12.0", triton_kernels=False) is Mxfp4Backend.TRITON_HOPPER  # bundled
+    assert mxfp4_backend(h100, "0.12.0", triton_kernels=True) is Mxfp4Backend.TRITON_HOPPER  # bundled
+    # a log that shows Marlin (VLLM_MXFP4_USE_MARLIN=1, read in the 0.12.0 get_mxfp4_backend) is taken as it is
+    assert mxfp4_backend(h100, "0.12.0", triton_kernels=False) is Mxfp4Backend.MARLIN
     # Marlin pads H 2880 -> 3072 and I 2880 -> 2944 (17/32 B a value): 1.7 GiB more than the Triton layout
     marlin = _weights_gib("openai/gpt-oss-120b", "H100", 1, "0.11.0")
     triton = _weights_gib("openai/gpt-oss-120b", "H100", 1, "0.11.0", triton_kernels=True)
@@ -184,3 +186,11 @@ def test_no_extra_without_mxfp4_experts() -> None:
     assert not any("MXFP4" in note for note in est.notes)
     bf16 = estimate(load_model("openai/gpt-oss-20b").spec, DeploymentSpec(weight_dtype="bf16"), gpu=find_gpu_sku("A100-80GB"))
     assert not any("MXFP4" in note for note in bf16.notes)  # served as bf16: no MXFP4 layout
+
+
+def test_no_triton_kernels_note_when_the_experts_are_not_mxfp4() -> None:
+    """Served as bf16, the checkpoint's MXFP4 layouts do not apply, and neither does the assumption."""
+    resolved = load_model("openai/gpt-oss-20b")
+    est = estimate(resolved.spec, DeploymentSpec(engine_version="0.11.0", weight_dtype="bf16", max_model_len=8192),
+                   gpu=find_gpu_sku("H100"), checkpoint_bytes=resolved.checkpoint_bytes)  # fmt: skip
+    assert not any("triton_kernels" in note for note in est.notes)

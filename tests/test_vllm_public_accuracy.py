@@ -59,3 +59,23 @@ def test_single_logs_within_one_percent(
     assert predicted is not None
     assert predicted.kv_budget_bytes_per_gpu / GIB == pytest.approx(kv_gib, rel=0.01)
     assert predicted.kv_cache_tokens == pytest.approx(tokens, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ("  inferred: 5\n", "must be a mapping"),
+        ("  inferred:\n    engine: sglang\n", "must be a mapping"),
+        ("  inferred:\n    vllm_version: 0.10\n", "quoted release"),  # YAML reads 0.10 as the number 0.1
+        ("  inferred:\n    vllm_version: latest\n", "quoted release"),
+        ("  inferred:\n    gpu_memory_utilization: 1.7\n", "in (0, 1]"),
+        ("  inferred:\n    gpu_memory_utilization: true\n", "in (0, 1]"),
+        ("  triton_kernels: 'true'\n", "true, false or null"),
+    ],
+)
+def test_a_malformed_row_setting_is_refused_in_one_line(tmp_path, extra: str, reason: str) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "rows.yaml"
+    path.write_text("schema_version: 1\nmeasurements:\n- id: bad-row\n  model: Qwen/Qwen3-8B\n" + extra, encoding="utf-8")
+    with pytest.raises(ValueError, match="bad-row") as refused:
+        load_measurements(path)
+    assert reason in str(refused.value) and "\n" not in str(refused.value)

@@ -51,7 +51,8 @@ GIB_FLOAT = float(1 << 30)
 
 def tp_switch_context_bytes(tp: int, nvlink_multicast: bool) -> int:
     """What NCCL (NVLS) and the custom all-reduce add to the context at TP > 1 on an NVLink switch, as the
-    KV formula deducts it (`ec.SGLANG_TP_SWITCH_CONTEXT_BYTES`); 0 at TP 1 and on PCIe or bridged cards."""
+    KV formula deducts it (`ec.SGLANG_TP_SWITCH_CONTEXT_BYTES`); 0 at TP 1 and on PCIe or bridged cards. A GPU
+    outside the catalog counts as a switch fabric (`OverheadInputs.nvlink_multicast`'s default), as for vLLM."""
     return ec.SGLANG_TP_SWITCH_CONTEXT_BYTES if tp > 1 and nvlink_multicast else 0
 
 

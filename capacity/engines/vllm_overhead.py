@@ -74,7 +74,8 @@ def custom_all_reduce_on(tp: int, peer_link_gpus: int | None) -> bool:
     (`platforms/cuda.py` is_fully_connected: NVML P2P status over NVLink for every pair; ROCm: XGMI) and
     the P2P test passes (`_can_p2p` -> all_reduce_utils.gpu_p2p_access_check). `peer_link_gpus` is
     `GpuSku.peer_link_gpus` (PCIe peer access assumed off; None, an unknown GPU: a switch fabric, as
-    `nvlink_multicast`'s default). --disable-custom-all-reduce is not modelled (it turns it off)."""
+    `nvlink_multicast`'s default); --disable-custom-all-reduce and a failed P2P test reach it as 1
+    (`DeploymentSpec.all_reduce_peer_gpus`)."""
     if tp not in CUSTOM_ALL_REDUCE_WORLD_SIZES:
         return False
     return peer_link_gpus is None or tp <= peer_link_gpus

@@ -85,8 +85,9 @@ def triton_kernels_decides(gpu: GpuSku | None, vllm_version: str) -> bool:
 def mxfp4_backend(gpu: GpuSku | None, vllm_version: str = ec.VLLM_DEFAULT_VERSION,
                   triton_kernels: bool | None = None) -> Mxfp4Backend:  # fmt: skip
     """The backend vLLM selects for gpt-oss's experts on this GPU and release (CUDA/ROCm, default
-    settings). `triton_kernels`: the package is installed beside a release that does not bundle it
-    (None: a plain pip install, without it)."""
+    settings). `triton_kernels`: whether the OAI Triton kernels ran: True, the package installed beside a
+    release that does not bundle it; False, Marlin (the package missing, or VLLM_MXFP4_USE_MARLIN=1 on any
+    release); None, a plain install with default settings."""
     if gpu is None:  # hardware outside the catalog: only the generic intermediate padding
         return Mxfp4Backend.TRITON
     arch = (gpu.architecture or "").lower()
@@ -96,6 +97,8 @@ def mxfp4_backend(gpu: GpuSku | None, vllm_version: str = ec.VLLM_DEFAULT_VERSIO
     if arch.startswith("blackwell") and not any(word in name for word in ("rtx", "gb10")):
         return Mxfp4Backend.FLASHINFER_TRTLLM
     if arch == "hopper":
+        if triton_kernels is False:  # observed Marlin (before 0.12 the package missing; any release VLLM_MXFP4_USE_MARLIN)
+            return Mxfp4Backend.MARLIN
         if ec.parse_version(vllm_version) >= TRITON_KERNELS_BUNDLED_FROM:
             return Mxfp4Backend.TRITON_HOPPER
         with_package = bool(triton_kernels) and triton_kernels_decides(gpu, vllm_version)

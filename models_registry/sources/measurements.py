@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from capacity import engine_constants as ec
 from capacity.calibration import ObservedSettings, engine_version_for, observed_deployment
 from capacity.memory import GIB, Estimate, estimate
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
@@ -56,6 +57,11 @@ class Measurement:
     vllm_version_inferred: str | None = None
     triton_kernels: bool | None = None  # the log shows whether the optional package ran (DeploymentSpec.triton_kernels)
 
+    @property
+    def prediction_version(self) -> str | None:
+        """The release the prediction takes: the stated one, else the inferred one (None: neither)."""
+        return self.vllm_version or self.vllm_version_inferred
+
 
 def _clean_model(name: str) -> str:
     return re.sub(r"\s*\(.*\)\s*$", "", name).strip()
@@ -68,10 +74,29 @@ def _inferred_settings(entry: dict[str, Any]) -> dict[str, Any]:
     """A row's `inferred:` block: settings its source implies but does not print (a release dated by the
     code paths it shows, a utilization its own figures add up to), kept apart from the copied numbers."""
     inferred = entry.get("inferred") or {}
-    unknown = set(inferred) - INFERRED_SETTINGS
-    if not isinstance(inferred, dict) or unknown:
-        raise ValueError(f"measurement {entry.get('id')}: inferred may hold only {sorted(INFERRED_SETTINGS)}")
+    where = f"measurement {entry.get('id')}: inferred"
+    if not isinstance(inferred, dict) or set(inferred) - INFERRED_SETTINGS:
+        raise ValueError(f"{where} must be a mapping of {sorted(INFERRED_SETTINGS)}")
+    version = inferred.get("vllm_version")
+    if version is not None:
+        try:
+            if not isinstance(version, str):
+                raise ValueError
+            ec.parse_version(version)
+        except ValueError:
+            raise ValueError(f"{where}.vllm_version must be a quoted release like '0.12', got {version!r}") from None
+    util = inferred.get("gpu_memory_utilization")
+    if util is not None and (isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1):
+        raise ValueError(f"{where}.gpu_memory_utilization must be a number in (0, 1], got {util!r}")
     return inferred
+
+
+def _stated_flag(entry: dict[str, Any], key: str) -> bool | None:
+    """A yes/no the row states (absent or null: not said); anything else is a data error, said in one line."""
+    value = entry.get(key)
+    if value is None or isinstance(value, bool):
+        return value
+    raise ValueError(f"measurement {entry.get('id')}: {key} must be true, false or null, got {value!r}")
 
 
 def load_measurements(path: Path = MEASUREMENTS_PATH) -> list[Measurement]:
@@ -109,7 +134,7 @@ def load_measurements(path: Path = MEASUREMENTS_PATH) -> list[Measurement]:
                 outcome=entry.get("outcome"),
                 raw=entry,
                 vllm_version_inferred=str(inferred["vllm_version"]) if inferred.get("vllm_version") else None,
-                triton_kernels=entry["triton_kernels"] if isinstance(entry.get("triton_kernels"), bool) else None,
+                triton_kernels=_stated_flag(entry, "triton_kernels"),
             )
         )
     return rows
@@ -118,7 +143,7 @@ def load_measurements(path: Path = MEASUREMENTS_PATH) -> list[Measurement]:
 def measurement_version(row: Measurement) -> str:
     """The row's vLLM version; when unstated, a representative release of its generation
     (`capacity.calibration.engine_version_for`)."""
-    return engine_version_for(row.vllm_version or row.vllm_version_inferred, row.engine_generation)
+    return engine_version_for(row.prediction_version, row.engine_generation)
 
 
 def deployment_for(row: Measurement, model: ModelSpec) -> DeploymentSpec:
@@ -133,7 +158,7 @@ def deployment_for(row: Measurement, model: ModelSpec) -> DeploymentSpec:
             quantization=row.quantization,
             kv_cache_dtype=row.kv_cache_dtype,
             engine="vllm",
-            engine_version=row.vllm_version or row.vllm_version_inferred,
+            engine_version=row.prediction_version,
             engine_generation=row.engine_generation,
             triton_kernels=row.triton_kernels,
             gpu_memory_utilization=row.gpu_memory_utilization,

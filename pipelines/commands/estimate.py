@@ -111,7 +111,8 @@ def estimate(
             "--triton-kernels/--no-triton-kernels",
             metavar="",
             help="The triton_kernels package installed beside vLLM 0.10.2-0.11.x (0.12+ bundles it): "
-            "gpt-oss's MXFP4 experts on Hopper run the OAI Triton kernels, else Marlin (default: a pip install, without).",
+            "gpt-oss's MXFP4 experts on Hopper run the OAI Triton kernels, else Marlin (default: a pip install, without; "
+            "--no-triton-kernels: Marlin on any release, as VLLM_MXFP4_USE_MARLIN=1).",
         ),
     ] = None,
     disable_custom_all_reduce: Annotated[

@@ -101,7 +101,7 @@ comment on column marts.telemetry_observations.kv_cache_dtype is 'KV cache dtype
 comment on column marts.telemetry_observations.block_size is 'Tokens per KV block (hybrid models: the forced attention block size).';
 comment on column marts.telemetry_observations.enable_prefix_caching is 'Whether prefix caching was on.';
 comment on column marts.telemetry_observations.enforce_eager is 'No CUDA graphs (--enforce-eager, SGLang --disable-cuda-graph): no graph estimate is deducted.';
-comment on column marts.telemetry_observations.triton_kernels is 'vLLM 0.10.2-0.11.x on Hopper: whether the optional triton_kernels package ran the MXFP4 experts (the log''s Using Triton / Marlin backend line); Marlin''s layout takes more weight memory.';
+comment on column marts.telemetry_observations.triton_kernels is 'Whether gpt-oss''s MXFP4 experts ran the OAI Triton kernels (the log''s Using Triton / Marlin backend line; false also from Marlin''s FP4 warning, which NVFP4 models on pre-Blackwell GPUs print too and where it sizes nothing): on Hopper Marlin''s layout takes more weight memory.';
 comment on column marts.telemetry_observations.disable_custom_all_reduce is 'vLLM --disable-custom-all-reduce: at TP > 1 the CUDA graphs capture NCCL''s all-reduce, which the graph estimate charges more for.';
 comment on column marts.telemetry_observations.gpu_peer_access is 'False where vLLM said the P2P test failed (custom all-reduce off); null where the log does not say.';
 comment on column marts.telemetry_observations.unmodelled_features is 'Features the engine ran with that capplan does not size (lora, speculative, cpu_offload, dp_attention; comma-separated); its prediction is flagged not modelled.';

@@ -43,8 +43,8 @@ OBSERVATION_SCHEMA: dict[str, Any] = {
     "block_size": pl.Int32,
     "enable_prefix_caching": pl.Boolean,
     "enforce_eager": pl.Boolean,  # no CUDA graphs (--enforce-eager)
-    # vLLM 0.10.2-0.11.x on Hopper: the optional triton_kernels package ran the MXFP4 experts (the log's
-    # "Using Triton backend"), or Marlin did ("Using Marlin backend", Marlin's weight-only FP4 warning)
+    # whether gpt-oss's MXFP4 experts ran the OAI Triton kernels (the log's "Using Triton backend") or Marlin
+    # ("Using Marlin backend", Marlin's weight-only FP4 warning, which NVFP4 on pre-Blackwell GPUs prints too)
     "triton_kernels": pl.Boolean,
     "disable_custom_all_reduce": pl.Boolean,  # vLLM --disable-custom-all-reduce (the graphs capture NCCL's)
     "gpu_peer_access": pl.Boolean,  # False where vLLM says the P2P test failed (custom all-reduce off)
