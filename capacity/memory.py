@@ -1091,14 +1091,13 @@ def _assumption_notes(
                            "VLLM_USE_FLASHINFER_SAMPLER unset (0.9-0.11.0 take it wherever FlashInfer is installed); "
                            f"{other}, the overhead would be {_format_gib(flipped.total_bytes)} "
                            f"instead of {_format_gib(overhead.total_bytes)}")  # fmt: skip
+    geforce = gpu is not None and gpu.geforce  # peer access refused by the stock driver: nothing to assume
     if (profile.engine is Engine.VLLM and d.overhead_bytes_per_gpu is None and overhead.cuda_graph_bytes
-            and d.gpu_peer_access is None and not d.disable_custom_all_reduce):  # fmt: skip
-        from capacity.engines.vllm_overhead import custom_all_reduce_on
-
-        # two GPUs need only the P2P test (more need every pair on NVLink, which peer access does not give)
-        geforce = gpu is not None and gpu.geforce  # peer access refused by the stock driver: nothing to assume
-        if inputs.tp == 2 and not geforce and not custom_all_reduce_on(inputs.tp, inputs.peer_link_gpus):
-            peer = profile.overhead(replace(inputs, peer_link_gpus=inputs.tp))
+            and d.gpu_peer_access is None and not d.disable_custom_all_reduce and not geforce):  # fmt: skip
+        # what --gpu-peer-access would give (DeploymentSpec's rule: it moves only TP 2 over PCIe)
+        with_access = replace(d, gpu_peer_access=True).all_reduce_peer_gpus(gpu.peer_link_gpus if gpu else None)
+        if with_access != inputs.peer_link_gpus:
+            peer = profile.overhead(replace(inputs, peer_link_gpus=with_access))
             if abs(peer.cuda_graph_bytes - overhead.cuda_graph_bytes) > ASSUMPTION_SHARE * budget:
                 with_peer, without = _format_gib(peer.cuda_graph_bytes), _format_gib(overhead.cuda_graph_bytes)
                 out.append("assumed no GPU peer access between the 2 GPUs (PCIe: vLLM's P2P test fails on many "

@@ -133,7 +133,7 @@ def load_measurements(path: Path = MEASUREMENTS_PATH) -> list[Measurement]:
                 max_concurrency_tokens=entry.get("max_concurrency_tokens"),
                 outcome=entry.get("outcome"),
                 raw=entry,
-                vllm_version_inferred=str(inferred["vllm_version"]) if inferred.get("vllm_version") else None,
+                vllm_version_inferred=inferred.get("vllm_version"),  # a release string (`_inferred_settings`)
                 triton_kernels=_stated_flag(entry, "triton_kernels"),
             )
         )
