@@ -614,6 +614,10 @@ class Estimate:
             "modelled": self.not_modelled is None,
             "not_modelled": self.not_modelled,
             "reason": self.reason,
+            # what the estimate assumed where an input was not given, and what it would move (one line each)
+            "notes": list(self.notes),
+            # the activation peak's named terms, as the derivation shows them (bytes per GPU)
+            "activation_terms": [{"term": name, "bytes": n} for name, n in self.activation_buffers],
         }
 
 

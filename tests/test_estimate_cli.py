@@ -65,6 +65,24 @@ def test_done_when_command_shows_the_derivation_and_the_contract() -> None:
     assert out["weights_bytes_per_gpu"] == 16_060_522_496
 
 
+def test_json_carries_the_assumptions_and_the_named_activation_terms() -> None:
+    """A script reading --json learns what the estimate assumed (engine release, utilization, peer
+    access) and the activation peak's terms, the same lines the derivation prints."""
+    args = ["Qwen/Qwen3-14B-AWQ", "--gpu", "l4-24gb", "--tp", "2"]
+    text = runner.invoke(app, ["estimate", *args])
+    assert text.exit_code == 0, text.output
+    out = run_json(*args)
+    printed_notes = [line.removeprefix("note: ") for line in text.stdout.splitlines() if line.startswith("note: ")]
+    assert out["notes"] == printed_notes
+    assert any("assumed vllm" in n for n in out["notes"]) and any("peer access" in n for n in out["notes"])
+    assert any("gpu_memory_utilization" in n for n in out["notes"])
+    terms = {t["term"]: t["bytes"] for t in out["activation_terms"]}
+    peak = [n for name, n in terms.items() if name.startswith("activation peak")]
+    assert peak == [out["activation_peak_bytes_per_gpu"]]
+    given = run_json(*args, "--engine-version", "0.33", "--gpu-memory-utilization", "0.9", "--gpu-peer-access")
+    assert not any("assumed vllm" in n or "peer access" in n or "utilization" in n for n in given["notes"])
+
+
 @pytest.mark.parametrize(
     ("model", "args", "per_token", "per_gpu"),
     [
