@@ -83,10 +83,10 @@ def test_predictions_sit_next_to_the_engine_numbers(fleet: dict[str, Any]) -> No
     assert h100["measured_kv_pool_source"] == "log"
     assert h100["measured_kv_pool_bytes"] == deployments["chat-llama8b-h100"]["kv_cache_memory_bytes"]
     assert abs(h100["predicted_kv_pool_bytes"] / h100["measured_kv_pool_bytes"] - 1) < 0.02
-    # the engine's block count in capplan's pool terms: 26,374 blocks of 16 tokens, one group, and a
-    # 32,768-token sequence takes 2,048 blocks: 12 such sequences, 421,984 tokens
-    assert deployments["chat-llama8b-h100"]["num_gpu_blocks"] == 26_374
-    assert (h100["measured_b_max"], h100["measured_kv_capacity_tokens"]) == (12, 26_374 * 16)
+    # the engine's block count in capplan's pool terms: 26,366 blocks of 16 tokens, one group, and a
+    # 32,768-token sequence takes 2,048 blocks: 12 such sequences, 421,856 tokens
+    assert deployments["chat-llama8b-h100"]["num_gpu_blocks"] == 26_366
+    assert (h100["measured_b_max"], h100["measured_kv_capacity_tokens"]) == (12, 26_366 * 16)
     # a V0 log printed only "# GPU blocks": the pool in bytes comes from the predicted block size
     v0 = rows["qwen7b-a100-v0"]
     assert v0["measured_kv_pool_source"] == "blocks"

@@ -3,13 +3,18 @@ tools/make_sample_fleet.py and update the numbers here when the generator change
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections import Counter
 from functools import cache
+from pathlib import Path
 
 import polars as pl
 
 from tests.test_telemetry_support import model_ids
 from warehouse.telemetry import SAMPLE_DIR, IngestResult, deployment_summary, ingest_dir
+
+SAMPLE_GENERATOR = Path(__file__).resolve().parents[1] / "tools" / "make_sample_fleet.py"
 
 
 @cache
@@ -60,7 +65,8 @@ def test_sample_fleet_shows_the_whole_flow() -> None:
     saturated = usage.filter(pl.col("value") >= 0.95)["deployment_id"].to_list()
     assert len(saturated) >= 3
     waiting = result.samples.filter((pl.col("metric") == "requests_waiting") & (pl.col("value") > 0))
-    assert set(saturated) <= set(waiting["deployment_id"]) | {"rag-llama70b-h100-tp4"}
+    # a full KV cache comes with a queue, except where the generator runs a "busy" load just under capacity
+    assert set(saturated) <= set(waiting["deployment_id"]) | _busy_deployments()
     size = sum(p.stat().st_size for p in SAMPLE_DIR.rglob("*") if p.is_file())
     assert size < 2_000_000
     assert "SAMPLE" in (SAMPLE_DIR / "README.md").read_text()
@@ -86,3 +92,13 @@ def test_sample_fleet_measures_speed() -> None:
         assert speed[column].null_count() == 0 and speed[column].min() > 0
     assert (speed["measured_tpot_p50_ms"] <= speed["measured_tpot_p99_ms"]).all()
     assert speed["observed_input_tokens"].min() > 0 and speed["observed_concurrency"].min() >= 1
+
+
+def _busy_deployments() -> set[str]:
+    """The deployments tools/make_sample_fleet.py gives a "busy" load (90-98 % of their capacity)."""
+    spec = importlib.util.spec_from_file_location("make_sample_fleet", SAMPLE_GENERATOR)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("make_sample_fleet", module)
+    spec.loader.exec_module(module)
+    return {d.id for d in module.FLEET if d.load == "busy"}

@@ -710,7 +710,7 @@ def load_series(d: Deployment, m: Measured, rng: random.Random) -> list[Series]:
     out: list[Series] = []
     for hour in range(24):
         demand = seq_cap * factor * (0.15 + 0.85 * diurnal(hour)) * rng.uniform(0.9, 1.1)
-        running = min(round(demand), int(seq_cap * 0.98) if demand > seq_cap else seq_cap)
+        running = min(round(demand), seq_cap)  # past capacity every slot runs and the rest queue
         waiting = max(0, round(demand) - running)
         usage = min(1.0, running * mean_tokens * rng.uniform(0.85, 1.1) / slots)
         if waiting and usage > 0.9:
