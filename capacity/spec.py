@@ -259,6 +259,7 @@ class DeploymentSpec:
     cpu_offload_gib: float | None = None  # --cpu-offload-gb: weights kept in host memory
     speculative: bool | None = None  # a draft model or MTP head: its weights and its own KV
     dp_attention: bool | None = None  # SGLang --enable-dp-attention: a KV pool per attention DP rank
+    kv_connector: bool | None = None  # vLLM --kv-transfer-config (LMCache and the like): the connector's GPU buffers
     # whether gpt-oss's MXFP4 experts on Hopper run the OAI Triton kernels: the optional `triton_kernels`
     # package installed beside vLLM 0.10.2-0.11.x (bundled from 0.12); False: Marlin (the package missing, or
     # VLLM_MXFP4_USE_MARLIN=1); None: a plain install with default settings
@@ -286,6 +287,7 @@ class DeploymentSpec:
             (self.cpu_offload_gib, _offload_text(self.cpu_offload_gib)),
             (self.speculative, "speculative decoding (the draft's weights and KV)"),
             (self.dp_attention, "DP attention (a KV pool per attention rank)"),
+            (self.kv_connector, "a KV connector (--kv-transfer-config: its GPU buffers)"),
         )
         return tuple(text for flag, text in named if flag)
     gpu_memory_bytes: int | None = None  # override the device total

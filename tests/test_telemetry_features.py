@@ -38,6 +38,15 @@ def test_sglang_server_args_become_settings_and_features(tmp_path: Path) -> None
     assert obs["unmodelled_features"] == "cpu_offload,dp_attention"  # None and 0 switch nothing on
 
 
+def test_a_kv_connector_is_a_feature(tmp_path: Path) -> None:
+    lmcache = (  # vllm#21348's command (LMCache's connector)
+        "$ vllm serve Qwen/Qwen3-8B --kv-transfer-config '{\"kv_connector\":\"LMCacheConnectorV1\",\"kv_role\":\"kv_both\"}'\n"
+        + VLLM.splitlines()[-1] + "\n"
+    )
+    obs = only_observation(ingest(tmp_path, {"l/startup.log": lmcache}))
+    assert obs["unmodelled_features"] == "kv_connector"
+
+
 def test_no_flags_no_features(tmp_path: Path) -> None:
     plain = "$ vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192\n" + VLLM.splitlines()[-1] + "\n"
     obs = only_observation(ingest(tmp_path, {"p/startup.log": plain}))

@@ -32,7 +32,8 @@ def test_each_declared_feature_flags_the_row_and_keeps_the_numbers() -> None:
     plain = _json()
     for flags, word in ((["--enable-lora"], "LoRA"), (["--cpu-offload-gb", "4"], "CPU offload of 4 GiB"),
                         (["--speculative-config", '{"method": "eagle"}'], "speculative"),
-                        (["--speculative"], "speculative"), (["--enable-dp-attention"], "DP attention")):  # fmt: skip
+                        (["--speculative"], "speculative"), (["--enable-dp-attention"], "DP attention"),
+                        (["--kv-transfer-config", '{"kv_connector": "LMCacheConnectorV1"}'], "KV connector")):  # fmt: skip
         out = _json(*flags)
         assert out["modelled"] is False and word in str(out["not_modelled"]), flags
         assert out["kv_budget_bytes_per_gpu"] == plain["kv_budget_bytes_per_gpu"], flags
@@ -45,3 +46,20 @@ def test_model_level_and_deployment_level_reasons_are_joined() -> None:
     assert est.not_modelled == "LoRA adapters (their weights and buffers); DP attention (a KV pool per attention rank)"
     assert not any(note.startswith("assumed no LoRA") for note in est.notes)
     assert not any(note.startswith("assumed no speculative") for note in est.notes)
+
+
+def test_a_vllm_estimate_says_it_assumed_no_kv_connector() -> None:
+    """LMCache's connector holds GPU buffers of its own (vllm#21348: a 25 % smaller pool than capplan's):
+    the estimate says it assumed none, and one declared is flagged instead."""
+    assert any(note.startswith("assumed no KV connector") for note in _json()["notes"])
+    declared = _json("--kv-transfer-config", "{}")
+    assert not any(note.startswith("assumed no KV connector") for note in declared["notes"])
+
+
+def test_a_vllm_estimate_on_rocm_says_its_rules_are_cudas() -> None:
+    """The public MI300X logs (recipes#273, xbill9/gemma4-dev) sit 3-5 % below capplan's pools and print graph
+    estimates several times CUDA's: a ROCm estimate says so; a CUDA one does not."""
+    rocm = CliRunner().invoke(app, ["estimate", MODEL, "--gpu", "mi300x-192gb", "--max-model-len", "8192", "--json"])
+    assert rocm.exit_code == 0, rocm.output
+    assert any(note.startswith("ROCm:") for note in json.loads(rocm.output)["notes"])
+    assert not any(note.startswith("ROCm:") for note in _json()["notes"])

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from capacity import engine_constants as ec
-from capacity.engines.vllm_overhead import profiling_buffers, sampler_units
+from capacity.engines.vllm_overhead import profiling_buffers, runs_v2_model_runner, sampler_units
 from capacity.memory import GIB
 from models_registry.resolve import load_model
 from models_registry.sources.measurements import load_measurements
@@ -32,8 +32,8 @@ RUNNER = ROOT / "tools" / "engine_oracle" / "vllm_sampler_peak.py"
 OLDER_WHEELS = os.environ.get("VLLM_SAMPLER_WHEELS")
 
 
-def _rule(version: str) -> ec.VllmSamplerRule:
-    rule = ec.vllm_sampler_rule(version)
+def _rule(version: str, v2_runner: bool = False) -> ec.VllmSamplerRule:
+    rule = ec.vllm_sampler_rule(version, v2_runner)
     assert rule is not None
     return rule
 
@@ -41,7 +41,46 @@ def _rule(version: str) -> ec.VllmSamplerRule:
 def test_rules_by_release() -> None:
     assert ec.vllm_sampler_rule("0.7.3") is None  # V0: the sampler is part of the forward peak
     assert [_rule(v).version for v in ("0.8.5", "0.10.1.1", "0.11.0", "0.11.1", "0.15.1", "0.19.0", "0.24", "0.33")] \
-        == ["0.8", "0.9", "0.9", "0.11.1", "0.12", "0.17", "0.21", "0.33"]  # fmt: skip
+        == ["0.8", "0.9", "0.9", "0.11.1", "0.12", "0.17", "0.21", "0.30"]  # fmt: skip
+    # the V2 model runner's own dummy run: the default pass from 0.22, the warmup-param pass too from 0.33
+    assert [_rule(v, v2_runner=True).version for v in ("0.22.0", "0.26.0", "0.32.0", "0.33.0")] \
+        == ["0.22", "0.22", "0.22", "0.33"]  # fmt: skip
+    assert ec.vllm_sampler_rule("0.21.0", v2_runner=True) is None  # no V2 runner by default yet (opt-in)
+
+
+def test_which_models_run_the_v2_model_runner() -> None:
+    """`VllmConfig.use_v2_model_runner` with VLLM_USE_V2_MODEL_RUNNER unset, as each wheel's config/vllm.py
+    reads: 0.22 Qwen3 dense unquantized; 0.23 + Llama / Mistral; 0.24 the list, quantized or MoE too;
+    0.25-0.26 any dense non-hybrid model or a listed MoE; 0.27-0.28 a listed hybrid too; 0.29 every model."""
+    llama, qwen3 = load_model("meta-llama/Llama-3.1-8B-Instruct").spec, load_model("Qwen/Qwen3-14B").spec
+    awq, moe = load_model("Qwen/Qwen3-14B-AWQ").spec, load_model("Qwen/Qwen3-30B-A3B").spec
+    listed_moe, hybrid = load_model("Qwen/Qwen1.5-MoE-A2.7B").spec, load_model("Qwen/Qwen3-Next-80B-A3B-Instruct").spec
+    gemma = load_model("google/gemma-3-27b-it").spec  # Gemma3ForConditionalGeneration, never listed
+    table = {
+        "0.21.0": (False, False, False, False, False, False, False),
+        "0.22.0": (False, True, False, False, False, False, False),
+        "0.23.0": (True, True, False, False, False, False, False),
+        "0.24.0": (True, True, True, False, True, False, False),
+        "0.26.0": (True, True, True, False, True, False, True),
+        "0.28.0": (True, True, True, False, True, False, True),
+        "0.29.0": (True, True, True, True, True, True, True),
+    }
+    for version, expected in table.items():
+        got = tuple(runs_v2_model_runner(m, version) for m in (llama, qwen3, awq, moe, listed_moe, hybrid, gemma))
+        assert got == expected, version
+
+
+def test_v2_default_pass_keeps_only_the_model_dtype_logits() -> None:
+    """0.22-0.32 V2 runner: the dummy batch adds no request, so `apply_sampling_params` returns the logits as
+    they are (no fp32 copy) and no top-k/top-p runs; the penalties' bins are held from load."""
+    spec = load_model("meta-llama/Llama-3.1-8B-Instruct").spec  # vocab 128,256
+    vocab, s = 128_256, 1024
+    assert sampler_units(_rule("0.28.0", v2_runner=True), s, sm_count=132) == (0.0, 0)
+    v2 = profiling_buffers(spec, 1, 1, 8192, s, 2, version="0.28.0", sm_count=132)
+    assert v2.sampler_phase_bytes == s * vocab * 2
+    assert v2.sampler_bins_bytes == s * vocab * 4 + s * -(-vocab // 32) * 4
+    v1 = profiling_buffers(spec, 1, 1, 8192, s, 2, version="0.22.0", sm_count=132)  # Llama joins the list at 0.23
+    assert v1.sampler_phase_bytes == s * vocab * 2 + 3 * s * vocab * 4 + 132 * vocab * 4 and not v1.sampler_bins_bytes
 
 
 def test_torch_sort_path_with_its_cuda_scratch() -> None:
@@ -76,8 +115,8 @@ def test_flashinfer_switch_per_release() -> None:
     assert sampler_units(_rule("0.24.0"), 256, sm_count=132) == (3.0, 132)
     assert sampler_units(_rule("0.24.0"), 4, sm_count=132) == (12.0, 0)
     # 0.33 V2 runner: FlashInfer (3) by default; off: the fp32 copy (1) + the Triton buffer
-    assert sampler_units(_rule("0.33.0"), 1024, sm_count=132) == (3.0, 0)
-    assert sampler_units(_rule("0.33.0"), 1024, sm_count=132, flashinfer=False) == (1.0, 132)
+    assert sampler_units(_rule("0.33.0", v2_runner=True), 1024, sm_count=132) == (3.0, 0)
+    assert sampler_units(_rule("0.33.0", v2_runner=True), 1024, sm_count=132, flashinfer=False) == (1.0, 132)
 
 
 def test_sampler_bytes_in_the_profiling_buffers() -> None:

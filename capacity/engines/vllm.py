@@ -21,7 +21,7 @@ from functools import cache
 
 from capacity import engine_constants as ec
 from capacity.engines import Engine
-from capacity.engines.base import ProfileBase
+from capacity.engines.base import ADAPTER_FEATURES, KV_CONNECTOR, ProfileBase
 from capacity.engines.numeric import Num, at_least, truncate
 from capacity.engines.vllm_overhead import vllm_overhead
 from capacity.engines.vllm_weights import mxfp4_expert_extra_bytes
@@ -96,6 +96,11 @@ class VllmProfile(ProfileBase):
             block_size(model, gpu, kv_dtype, self.release),
             gdn_prefill_checkpoints(model, gpu, self.release),
         )
+
+    @property
+    def assumed_off(self) -> frozenset[str]:
+        """LoRA and CPU offload, and a KV connector (--kv-transfer-config): its GPU buffers are not sized."""
+        return ADAPTER_FEATURES | {KV_CONNECTOR}
 
     def overhead(self, inputs: OverheadInputs) -> Overhead:
         """The profiling run as vLLM executes it, each buffer named (capacity/engines/vllm_overhead.py)."""
@@ -220,7 +225,8 @@ def batch_defaults(
     is_a100 = gpu is not None and ("a100" in gpu.id.lower() or "a100" in gpu.name.lower())
     if gpu_memory_bytes >= ec.VLLM_HUGE_GPU_MIN_BYTES:
         seqs, batched = huge
-    elif gpu_memory_bytes >= ec.VLLM_BIG_GPU_MIN_BYTES and not is_a100 and not _is_gb10(gpu):
+    elif (gpu_memory_bytes >= ec.VLLM_BIG_GPU_MIN_BYTES and not is_a100
+          and not (release.batch_defaults is ec.BatchDefaults.V1_BY_GPU_160_GB10 and _is_gb10(gpu))):  # fmt: skip
         seqs, batched = big
     else:
         seqs, batched = small

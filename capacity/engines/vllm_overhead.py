@@ -56,7 +56,7 @@ from dataclasses import dataclass
 
 from capacity import engine_constants as ec
 from capacity.memory import Overhead, cdiv, pp_partition
-from capacity.spec import ModelSpec
+from capacity.spec import KVKind, ModelSpec
 
 FP32_BYTES = 4
 INDEX_BYTES = 4  # top-k ids (int32) and weights (fp32) per routed slot
@@ -144,6 +144,8 @@ def sampler_units(
 ) -> tuple[float, int]:
     """(fp32 logits-sized copies, Triton buffer rows) the release's sampler dummy run keeps alive at its
     peak over `rows` requests; `flashinfer` None takes the release's default for VLLM_USE_FLASHINFER_SAMPLER."""
+    if rule.default_pass_only:  # default parameters: the model-dtype logits and the sampled ids only
+        return 0.0, 0
     if rule.triton_min_rows is None or rows < rule.triton_min_rows:  # the torch sort, with its CUDA scratch
         tensors = rule.native_units if rule.triton_min_rows is None else rule.small_batch_units
         native = (max(tensors, ec.VLLM_TORCH_SORT_LIVE_UNITS + ec.torch_sort_scratch_units(rows)), 0)
@@ -198,7 +200,7 @@ def profiling_buffers(
             cache13, cache2 = m * k * max(n, hidden_k), m * k * (n // 2)
         moe_workspace, moe_legacy = (ws13 + ws2) * b, (cache13 + cache2) * b
     logits = s * model.vocab_size
-    rule = ec.vllm_sampler_rule(version)
+    rule = ec.vllm_sampler_rule(version, runs_v2_model_runner(model, version))
     units, buffer_rows, bins = 0.0, 0, 0
     if rule is not None:
         units, buffer_rows = sampler_units(rule, s, sm_count, flashinfer_sampler)
@@ -222,8 +224,32 @@ def profiling_buffers(
         tp=tp,
         nvlink_multicast=nvlink_multicast,
         custom_all_reduce=custom_all_reduce_on(tp, peer_link_gpus),
-        sampler_rule=rule.version if rule is not None else "",
+        sampler_rule=(rule.version + (", V2 model runner" if rule.v2_runner else "")) if rule is not None else "",
     )
+
+
+def runs_v2_model_runner(model: ModelSpec, version: str) -> bool:
+    """Whether the release serves this model on the V2 model runner by default (ec.VLLM_RUNNER_RULES:
+    `VllmConfig.use_v2_model_runner`); its profiling run has its own sampler pass (ec.VLLM_SAMPLER_RULES).
+    `model.architecture` is the config's first `architectures` entry. Not modelled: ROCm keeping
+    ec.ROCM_V1_RUNNER_ARCHITECTURES on V1, and the features that fall back to V1 (some speculative methods)."""
+    rule = ec.vllm_runner_rule(version)
+    listed = model.architecture in rule.architectures
+    moe, hybrid = model.num_experts > 0, model.has_state_layers
+    attention_free = all(layer.kind is KVKind.STATE for layer in model.layers)
+    match rule.default:
+        case ec.V2RunnerDefault.NEVER:
+            return False
+        case ec.V2RunnerDefault.LISTED_DENSE:
+            return listed and not moe and model.quantization is None
+        case ec.V2RunnerDefault.LISTED:
+            return listed
+        case ec.V2RunnerDefault.DENSE_OR_LISTED:
+            return not hybrid and not attention_free and (listed or not moe)
+        case ec.V2RunnerDefault.DENSE_OR_LISTED_HYBRID:
+            return (listed or not hybrid) and not attention_free and (listed or not moe)
+        case ec.V2RunnerDefault.ALL:
+            return True
 
 
 def cudagraph_capture_counts(max_num_seqs: int, max_num_batched_tokens: int) -> tuple[int, int]:

@@ -78,6 +78,9 @@ class EngineLogRow:
     start_note: str | None = None  # why the start decision is not scored, where it is not
     tokens_note: str | None = None  # why the logged token count is not scored, where it is not
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    # the checkpoint's weight format where it differs from `config_model`'s (a block-FP8 release of a bf16
+    # config: the log's "quant=fp8"); "auto": the config's own
+    weight_dtype: str = "auto"
 
 
 def _era(entry: dict[str, Any]) -> str:
@@ -167,6 +170,7 @@ def load_engine_logs(paths: Sequence[Path] = ENGINE_LOG_FILES) -> list[EngineLog
                     start_note=start_note,
                     tokens_note=str(tokens_note) if tokens_note else None,
                     raw=entry,
+                    weight_dtype=str(entry.get("weight_dtype") or "auto"),
                 )
             )
     return rows
@@ -245,6 +249,7 @@ def predict(
     deployment = DeploymentSpec(
         tp=row.tp,
         pp=row.pp,
+        weight_dtype=row.weight_dtype,
         kv_dtype=row.kv_dtype,
         engine=row.engine,
         engine_version=_version(row, version_aware),

@@ -56,6 +56,14 @@ class Measurement:
     # used for the prediction, never reported as a stated version
     vllm_version_inferred: str | None = None
     triton_kernels: bool | None = None  # the log shows whether the optional package ran (DeploymentSpec.triton_kernels)
+    # the catalog repo whose config.json the served checkpoint has, where `model` is a variant the catalog
+    # lacks (an -Instruct-2507 or -it release of the same architecture; a quantized upload with `quantization`)
+    config_model: str | None = None
+
+    @property
+    def config_repo(self) -> str:
+        """The repo the prediction reads the architecture from: `config_model`, else the served `model`."""
+        return self.config_model or self.model
 
     @property
     def prediction_version(self) -> str | None:
@@ -135,6 +143,7 @@ def load_measurements(path: Path = MEASUREMENTS_PATH) -> list[Measurement]:
                 raw=entry,
                 vllm_version_inferred=inferred.get("vllm_version"),  # a release string (`_inferred_settings`)
                 triton_kernels=_stated_flag(entry, "triton_kernels"),
+                config_model=_clean_model(str(entry["config_model"])) if entry.get("config_model") else None,
             )
         )
     return rows
@@ -210,7 +219,7 @@ def compare(
             results.append(Comparison(row, None, f"data/expert parallel over {gpus} GPUs is not modeled"))
             continue
         try:
-            spec, checkpoint = resolve_model(row.model)
+            spec, checkpoint = resolve_model(row.config_repo)
         except (LookupError, SpecError) as exc:
             results.append(Comparison(row, None, f"model not in catalog: {exc}"))
             continue
@@ -230,7 +239,8 @@ def compare(
                 deployment,
                 gpu=gpu,
                 model_name=row.model,
-                checkpoint_bytes=checkpoint,
+                # a variant's own checkpoint is not the config repo's: its weights are modelled
+                checkpoint_bytes=None if row.config_model else checkpoint,
                 context_tokens=row.max_concurrency_tokens or row.max_model_len,
             )
         except SpecError as exc:

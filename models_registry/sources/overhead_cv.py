@@ -243,13 +243,25 @@ def row_tags(c: Comparison, model: ModelSpec) -> tuple[str, ...]:
     return tuple(tags)
 
 
+def _with_modelled_tags(tags: tuple[str, ...], unmodelled: str | None) -> tuple[str, ...]:
+    """`tags` plus whether the overhead models size the row, and "V1 modelled": the V1 rows capplan
+    claims to size (the headline set; a flagged row is reported apart, as `capplan estimate` flags it)."""
+    if unmodelled:
+        return (*tags, "not modelled")
+    return (*tags, "modelled", *(("V1 modelled",) if "V1" in tags else ()))
+
+
 def unmodelled_reason(c: Comparison, model: ModelSpec) -> str | None:
     """Why a row's non-KV memory holds something the overhead models do not size (the row is still
-    scored, never fitted on): a KV connector (LMCache and the like allocate on the GPU), or the
-    multimodal encoder's profiling pass (vision towers are profiled with their own dummy inputs)."""
+    scored, never fitted on): a KV connector (LMCache and the like allocate on the GPU), the
+    multimodal encoder's profiling pass (vision towers are profiled with their own dummy inputs), or a
+    ROCm build (HIP graphs and ROCm's memory accounting: the public MI300X logs give the pool GiBs beyond
+    the requested budget, and their graph estimates are several times CUDA's; the coefficients are CUDA's)."""
     text = f"{c.row.raw.get('log_excerpt') or ''}"
     if "kv-transfer-config" in text or "kv_connector" in text:
         return "KV connector"
+    if c.predicted is not None and (gpu := find_sku(c.predicted.gpu)) is not None and gpu.vendor.lower() == "amd":
+        return "ROCm build"
     vision = "ConditionalGeneration" in model.architecture or any("vision" in note for note in model.notes)
     if vision and c.row.engine_generation == "v0":  # V0 profiles the encoder at max_model_len
         return "multimodal encoder profiling"
@@ -278,7 +290,7 @@ def build_rows(
         if r.kv_cache_memory_gib is None and r.kv_cache_tokens is None and r.activation_peak_gib is None \
                 and r.non_torch_gib is None:  # fmt: skip
             continue
-        spec, _ = resolve_model(r.model)
+        spec, _ = resolve_model(r.config_repo)
         release = ec.vllm_release(est.engine_version)
         act_bytes = 4 if est.weight_dtype == "float32" else 2
         gpu = find_sku(est.gpu)
@@ -296,7 +308,7 @@ def build_rows(
             kv_tokens=r.kv_cache_tokens if est.kv_cache_tokens else None,
             activation_bytes=round(r.activation_peak_gib * GIB) if r.activation_peak_gib is not None else None,
             non_torch_bytes=round(r.non_torch_gib * GIB) if r.non_torch_gib is not None else None,
-            tags=(*row_tags(c, spec), "not modelled" if unmodelled_reason(c, spec) else "modelled"),
+            tags=_with_modelled_tags(row_tags(c, spec), unmodelled_reason(c, spec)),
             unmodelled=unmodelled_reason(c, spec),
         ))  # fmt: skip
     return rows

@@ -149,6 +149,11 @@ def estimate(
     enable_dp_attention: Annotated[
         bool, typer.Option("--enable-dp-attention", help="SGLang DP attention (not sized: flagged).")
     ] = False,
+    kv_transfer_config: Annotated[
+        str | None,
+        typer.Option("--kv-transfer-config", metavar="JSON",
+                     help="vLLM KV connector, e.g. LMCache (its GPU buffers not sized: flagged; the value is not read)."),
+    ] = None,
     gpu_memory_utilization: Annotated[
         float | None,
         typer.Option(
@@ -262,6 +267,7 @@ def estimate(
         lora=enable_lora or None,
         cpu_offload_gib=cpu_offload_gb or None,
         speculative=(speculative or speculative_config is not None) or None,
+        kv_connector=kv_transfer_config is not None or None,
         dp_attention=enable_dp_attention or None,
         block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens,

@@ -517,6 +517,7 @@ FEATURE_KEYS = {
     "num_speculative_tokens": "feature:speculative",
     "cpu_offload_gb": "feature:cpu_offload",
     "enable_dp_attention": "feature:dp_attention",
+    "kv_transfer_config": "feature:kv_connector",
 }
 _ARG_KEYS = {
     "model": "model",
