@@ -898,8 +898,8 @@ def malformed(out: Path, first_metrics: str) -> None:
         "(APIServer pid=1) INFO 06-01 19:02:44 [api_server.py:1805] vLLM API server version 0.10.1.1\n"
         "(APIServer pid=1) INFO 06-01 19:02:44 [utils.py:326] non-default args: {'model_tag': 'meta-llama/Llama-3.1-8B-Instruct', 'model': 'meta-llama/Ll\n"
         "(EngineCore_0 pid=180) INFO 06-01 19:03:40 [gpu_model_runner.py:1953] Model loading took 14.9889 GiB and 37.225461 seconds\n"
-        "(EngineCore_0 pid=180) INFO 06-01 19:03:55 [gpu_worker.py:276] Available KV cache memory: 4.61 GiB\n"
-        "(EngineCore_0 pid=180) INFO 06-01 19:03:55 [kv_cache_utils.py:849] GPU KV cache size: 37,7\n"
+        "(EngineCore_0 pid=180) INFO 06-01 19:03:55 [gpu_worker.py:276] Available KV cache memory: 3.62 GiB\n"
+        "(EngineCore_0 pid=180) INFO 06-01 19:03:55 [kv_cache_utils.py:849] GPU KV cache size: 29,6\n"
         "(EngineCore_0 pid=180) INFO 06-01 19:03:55 [kv_cache_utils.py:853] Maximum concurrency for 8,192 tokens per req\n",
         encoding="utf-8",
     )
