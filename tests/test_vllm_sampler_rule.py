@@ -43,8 +43,8 @@ def test_rules_by_release() -> None:
     assert [_rule(v).version for v in ("0.8.5", "0.10.1.1", "0.11.0", "0.11.1", "0.15.1", "0.19.0", "0.24", "0.33")] \
         == ["0.8", "0.9", "0.9", "0.11.1", "0.12", "0.17", "0.21", "0.30"]  # fmt: skip
     # the V2 model runner's own dummy run: the default pass from 0.22, the warmup-param pass too from 0.33
-    assert [_rule(v, v2_runner=True).version for v in ("0.22.0", "0.26.0", "0.32.0", "0.33.0")] \
-        == ["0.22", "0.22", "0.22", "0.33"]  # fmt: skip
+    assert [_rule(v, v2_runner=True).version for v in ("0.22.0", "0.25.0", "0.26.0", "0.32.0", "0.33.0")] \
+        == ["0.22", "0.22", "0.26", "0.26", "0.33"]  # fmt: skip
     assert ec.vllm_sampler_rule("0.21.0", v2_runner=True) is None  # no V2 runner by default yet (opt-in)
 
 
@@ -81,6 +81,10 @@ def test_v2_default_pass_keeps_only_the_model_dtype_logits() -> None:
     assert v2.sampler_bins_bytes == s * vocab * 4 + s * -(-vocab // 32) * 4
     v1 = profiling_buffers(spec, 1, 1, 8192, s, 2, version="0.22.0", sm_count=132)  # Llama joins the list at 0.23
     assert v1.sampler_phase_bytes == s * vocab * 2 + 3 * s * vocab * 4 + 132 * vocab * 4 and not v1.sampler_bins_bytes
+    # 0.22-0.25: apply_sampling_params copies the logits to fp32 whatever the parameters (one copy)
+    for version in ("0.23.0", "0.25.0"):
+        early = profiling_buffers(spec, 1, 1, 8192, s, 2, version=version, sm_count=132)
+        assert early.sampler_phase_bytes == s * vocab * 2 + s * vocab * 4, version
 
 
 def test_torch_sort_path_with_its_cuda_scratch() -> None:

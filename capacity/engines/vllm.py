@@ -198,7 +198,9 @@ def _profile(version: str | None) -> VllmProfile:
 
 def max_concurrent_batches(release: ec.VllmRelease, pp: int, async_scheduling: bool | None) -> int:
     """`VllmConfig.max_concurrent_batches`: async scheduling (on by default on GPUs) keeps a second
-    batch in flight; the V2 model runner (0.33 default) adds one to PP; off (the CPU build): PP."""
+    batch in flight; the V2 model runner (every model's from 0.29) adds one to PP; off (the CPU build): PP.
+    On 0.25-0.28 the dense models already run V2 (ec.VLLM_RUNNER_RULES) while this takes the release's V1
+    rule: the PP > 1 windowed charge of those is one batch short (not modelled per model)."""
     if release.in_flight is ec.InFlightRule.ONE_BATCH:
         return 1
     if async_scheduling is False:

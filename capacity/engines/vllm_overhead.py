@@ -23,8 +23,9 @@ phases that peak at different times, so the activation peak is their MAX, plus w
   indices and cub buffers; 6.5 tensors stay alive afterwards: masks, softmax, scatter), 3 from 0.17 (the
   Triton top-k/top-p works in place; cast, softmax, exponential draws) plus its cached per-program buffer
   of min(next_pow2(min(SMs, S)), SMs) rows, 3 with FlashInfer's sampler where the release turns it on,
-  and on the 0.33 V2 runner 3 (FlashInfer) or 1 + the buffer, with the penalties' per-request bins
-  (max_num_seqs x vocab int32) held from load;
+  and on the V2 model runner (the default by release and model: `runs_v2_model_runner`) a pass with the
+  default parameters (one fp32 copy on 0.22-0.25, none on 0.26-0.32), on 0.33 then a warmup-param pass:
+  3 (FlashInfer) or 1 + the buffer; the penalties' per-request bins (max_num_seqs x vocab int32) held from load;
 - persistent (0.17 and later here): the fused-MoE workspaces (0.33 `fused_moe/modular_kernel.py`
   _allocate_buffers through `v1/worker/workspace.py` WorkspaceManager, which keeps the largest request,
   M unchunked): the Triton experts' `workspace_shapes` (experts/triton_moe.py) are workspace13 =
@@ -144,8 +145,8 @@ def sampler_units(
 ) -> tuple[float, int]:
     """(fp32 logits-sized copies, Triton buffer rows) the release's sampler dummy run keeps alive at its
     peak over `rows` requests; `flashinfer` None takes the release's default for VLLM_USE_FLASHINFER_SAMPLER."""
-    if rule.default_pass_only:  # default parameters: the model-dtype logits and the sampled ids only
-        return 0.0, 0
+    if rule.default_pass_only:  # default parameters: no top-k/top-p, only what the logits processing keeps
+        return rule.native_units, 0
     if rule.triton_min_rows is None or rows < rule.triton_min_rows:  # the torch sort, with its CUDA scratch
         tensors = rule.native_units if rule.triton_min_rows is None else rule.small_batch_units
         native = (max(tensors, ec.VLLM_TORCH_SORT_LIVE_UNITS + ec.torch_sort_scratch_units(rows)), 0)

@@ -258,6 +258,8 @@ def predict(
         overhead_bytes_per_gpu=None if overhead_bytes is None else overhead_bytes + link_bytes,
     )
     try:
+        # a variant's own checkpoint is not the config repo's: its weights are modelled (as for the vLLM rows)
+        checkpoint = None if row.raw.get("config_model") else checkpoint
         return Scored(row, estimate(spec, deployment, gpu=gpu, model_name=row.model, checkpoint_bytes=checkpoint),
                       link_bytes=link_bytes)  # fmt: skip
     except SpecError as exc:

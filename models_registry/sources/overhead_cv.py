@@ -73,6 +73,10 @@ class Row:
     non_torch_bytes: int | None
     tags: tuple[str, ...]
     unmodelled: str | None = None  # what the log's deployment does that no overhead model sizes: scored, not fitted
+    # the log's "peak activation" is 0.28+'s breakdown ("... for consumed memory (weights + non-torch), Y GiB
+    # for peak activation"): gpu_worker's peak_activation_memory = transient_peak_headroom + the CUDA-graph
+    # estimate it deducts (read in the 0.28.0, 0.29.0, 0.31.0 and 0.33.0 wheels; 0.26.0 printed torch_peak_increase)
+    activation_with_graphs: bool = False
 
     def pool_error(self, overhead: int) -> float | None:
         if not self.kv_bytes:
@@ -310,6 +314,7 @@ def build_rows(
             non_torch_bytes=round(r.non_torch_gib * GIB) if r.non_torch_gib is not None else None,
             tags=_with_modelled_tags(row_tags(c, spec), unmodelled_reason(c, spec)),
             unmodelled=unmodelled_reason(c, spec),
+            activation_with_graphs="for consumed memory" in str(r.raw.get("log_excerpt") or ""),
         ))  # fmt: skip
     return rows
 
@@ -318,6 +323,8 @@ def _row_loss(row: Row, params: Params, model: OverheadModel) -> float:
     """Absolute KV-pool error, plus the activation and non-torch misses where the log prints them (each
     a share of the row's pool, floored, or of the memory beyond the weights: all in the pool's units)."""
     activation, non_torch, total = model.predict(params, row.features)
+    if row.activation_with_graphs:  # compare like with like: the printed figure holds the graph estimate
+        activation = total - non_torch
     scale = max(abs(row.kv_bytes), FIT_POOL_FLOOR_BYTES) if row.kv_bytes else max(row.usable_minus_weights, GIB)
     loss = 0.0
     if row.kv_bytes:  # pool miss relative to the pool, floored so that a near-empty pool does not rule the fit
