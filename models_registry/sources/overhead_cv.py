@@ -30,10 +30,11 @@ from models_registry.sources.gpu_catalog import find_gpu_sku
 from models_registry.sources.measurements import Comparison
 
 FIT_POOL_FLOOR_BYTES = 8 * GIB
-ERAS = ("v1", "v1-mid", "v1-early", "v0")
+ERAS = ("v1-late", "v1", "v1-mid", "v1-early", "v0")
 # an era with no training row in a fold takes the coefficients of its nearest neighbour that has some
-ERA_FALLBACK = {"v1": ("v1-mid", "v1-early", "v0"), "v1-mid": ("v1", "v1-early", "v0"),
-                "v1-early": ("v1-mid", "v1", "v0"), "v0": ("v1-early", "v1-mid", "v1")}  # fmt: skip
+ERA_FALLBACK = {"v1-late": ("v1", "v1-mid", "v1-early", "v0"), "v1": ("v1-late", "v1-mid", "v1-early", "v0"),
+                "v1-mid": ("v1", "v1-early", "v1-late", "v0"), "v1-early": ("v1-mid", "v1", "v1-late", "v0"),
+                "v0": ("v1-early", "v1-mid", "v1", "v1-late")}  # fmt: skip
 
 
 def _stated_bool(value: object) -> bool | None:
@@ -208,6 +209,8 @@ DERIVED = OverheadModel(
     "derived (named buffers)", _derived_features, _derived_predict, _derived_shipped, _derived_prior,
     {"forward_scale": _steps(0.5, 3.0, 0.05), "non_torch_gib": NT_GRID, "non_torch_tp_gib": NT_GRID},
     frozenset({"forward_scale"}),
+    # no 0.28+ row runs TP > 1 on an NVLink switch: that term is v1's (engine_constants), not a fit of nothing
+    frozenset({("v1-late", "non_torch_tp_gib")}),
 )  # fmt: skip
 PREVIOUS = OverheadModel(
     "previous (a_mlp x F_mlp, a_logits x F_logits)", _previous_features, _previous_predict, _previous_shipped,
