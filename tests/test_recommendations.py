@@ -471,5 +471,6 @@ def test_speed_predicted_at_the_observed_load(fleet: dict[str, Any]) -> None:
     assert quiet["predicted_tpot_ms"] is None and quiet["speed_reason"] is None
     speed = fleet["calibration"].filter(pl.col("term") == "tpot")
     widest = speed.filter(pl.col("level") == "engine_profile", pl.col("usable"))
-    assert widest.height == 1 and widest["n_observations"].to_list() == [5]
+    # the speed deployments on the 0.11-0.16 era (gpt-oss-20b-l40s runs 0.33 in the sample: another era)
+    assert widest.height == 1 and widest["n_observations"].to_list() == [4]
     assert 1.0 < widest["median"][0] < 1.3  # measured / predicted: 8 % slower per token, B rounded

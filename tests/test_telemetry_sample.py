@@ -29,8 +29,8 @@ def test_sample_fleet_counts_and_reconciles() -> None:
     # + TTFT 22 bounds, +Inf, _count, _sum) = 7 x 8 x 49 = 2,744 samples; malformed/ adds 5 histogram lines
     assert result.summary() == {
         "files": 105,
-        "rows_in": 4092 + 2744 + 5,
-        "accepted": 4068 + 2744,
+        "rows_in": 4094 + 2744 + 5,
+        "accepted": 4070 + 2744,
         "rejected": 24 + 5,
         "observations": 555,
         "samples": 3093 + 2744,
