@@ -59,10 +59,21 @@ def mart_contents(path: Path) -> dict[str, list[tuple[Any, ...]]]:
                 if name not in STAMP_COLUMNS and not dtype.upper().startswith("TIMESTAMP")
             ]
             selected = ", ".join(f'"{name}"' for name in kept)
-            contents[table] = con.execute(f"select {selected} from marts.{table} order by all").fetchall()
+            rows = con.execute(f"select {selected} from marts.{table} order by all").fetchall()
+            contents[table] = sorted((_settled(row) for row in rows), key=repr)
         return contents
     finally:
         con.close()
+
+
+def _settled(value: Any) -> Any:
+    """Floats to 12 significant digits: a float sum polars spreads over threads can end one ulp apart from
+    one process to the next (the sample fleet's TTFT means did); every other value is compared exactly."""
+    if isinstance(value, float):
+        return float(f"{value:.12g}")
+    if isinstance(value, tuple | list):
+        return type(value)(_settled(v) for v in value)
+    return value
 
 
 @pytest.fixture
