@@ -7,7 +7,7 @@ refit with `python tools/fit_overheads.py`); everything else is read off the eng
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 GIB = 1 << 30
@@ -223,16 +223,6 @@ class OverheadCoefficients:
 
 
 VLLM_OVERHEAD_PROFILES: dict[str, OverheadCoefficients] = {
-    "v1-late": OverheadCoefficients(
-        a_mlp=2.29,
-        a_logits=3.86,
-        a_base_bytes=0,
-        nt_base_bytes=int(0.25 * GIB),
-        nt_tp_bytes=int(2.10 * GIB),
-        cg_base_bytes=int(0.20 * GIB),
-        cg_per_layer_bytes=int(0.02 * GIB),
-        source="the v1 coefficients (the previous model has no term for 0.28's accounting)",
-    ),
     "v1": OverheadCoefficients(
         a_mlp=2.29,
         a_logits=3.86,
@@ -274,6 +264,8 @@ VLLM_OVERHEAD_PROFILES: dict[str, OverheadCoefficients] = {
         source="V0 0.6.x profiler logs (vllm#10517 RTX 3090 at 20k/29k tokens: peak - weights = 1.93 x F_mlp)",
     ),
 }
+# the previous model has no term for 0.28's accounting: its 0.28+ era is v1's coefficients
+VLLM_OVERHEAD_PROFILES["v1-late"] = replace(VLLM_OVERHEAD_PROFILES["v1"], source="the v1 coefficients")
 
 
 
@@ -318,24 +310,6 @@ class VllmProfilingCoefficients:
 
 
 VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
-    # 0.28.0 changed what the profiler counts (utils/mem_utils.py memory_profiling, read in the 0.28.0-0.33.0
-    # wheels): non-KV = total_consumed + transient_peak_headroom, total_consumed being the fall of
-    # mem_get_info's free memory since the instance was created. That holds what the caching allocator keeps
-    # reserved after profiling (segments a live block pins, which empty_cache cannot return) besides the
-    # weights and non-torch memory; before, torch counted only its allocated peak. non_torch_bytes stands
-    # for both here; the other terms are v1's.
-    "v1-late": VllmProfilingCoefficients(
-        forward_scale=1.3,
-        non_torch_bytes=int(0.66 * GIB),
-        non_torch_tp_bytes=int(2.07 * GIB),
-        cg_base_bytes=CG_BASE_BYTES,
-        cg_per_graph_bytes=CG_PER_GRAPH_BYTES,
-        cg_per_graph_tp_custom_ar_bytes=CG_PER_GRAPH_TP_CUSTOM_AR_BYTES,
-        cg_per_graph_tp_nccl_bytes=CG_PER_GRAPH_TP_NCCL_BYTES,
-        moe_workspace_persistent=True,
-        source="tools/overhead_cv.py --fit on the 0.28+ rows (a 0.28.0 blog's L40S / L4 runs, a 0.29.0 RTX PRO 6000 "
-        "and a 0.31.0 A100 log); forward_scale shared with the other V1 eras",
-    ),
     "v1": VllmProfilingCoefficients(
         forward_scale=1.3,
         non_torch_bytes=int(0.26 * GIB),
@@ -388,6 +362,17 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         "max_num_seqs sequences of the whole batch with the sampler folded into the forward peak",
     ),
 }
+# 0.28.0 changed what the profiler counts (utils/mem_utils.py memory_profiling, read in the 0.28.0-0.33.0
+# wheels): non-KV = total_consumed + transient_peak_headroom, total_consumed being the fall of mem_get_info's
+# free memory since the instance was created. That holds what the caching allocator keeps reserved after
+# profiling (segments a live block pins, which empty_cache cannot return) besides the weights and non-torch
+# memory; before, torch counted only its allocated peak. v1's terms, with non_torch_bytes standing for both.
+VLLM_PROFILING_COEFFICIENTS["v1-late"] = replace(
+    VLLM_PROFILING_COEFFICIENTS["v1"],
+    non_torch_bytes=int(0.66 * GIB),
+    source="tools/overhead_cv.py --fit on the 0.28+ rows (a 0.28.0 blog's L40S / L4 runs, a 0.29.0 RTX PRO 6000 "
+    "and a 0.31.0 A100 log); the other terms v1's (forward_scale shared; no 0.28+ row on an NVLink switch)",
+)
 
 # The sampler dummy run (`gpu_model_runner._dummy_sampler_run`, V2 runner `v1/worker/gpu/model_runner.py`):
 # what it keeps alive at its peak, read off each release's code, not fitted. Units: logits-sized tensors

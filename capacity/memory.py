@@ -1066,7 +1066,7 @@ def _assumption_notes(
     GPU peer access where it decides vLLM's all-reduce, and LoRA / CPU offload (assumed off; not modelled)."""
     out: list[str] = []
     model = inputs.model
-    if profile.engine is Engine.VLLM and gpu is not None and gpu.vendor.lower() == "amd" and d.overhead_bytes_per_gpu is None:
+    if profile.engine is Engine.VLLM and gpu is not None and gpu.amd and d.overhead_bytes_per_gpu is None:
         out.append("ROCm: the overhead terms are vLLM's CUDA rules; HIP graphs and ROCm's memory accounting differ "
                    "(public MI300X logs: pools 3-5 % below these estimates, graph estimates several times CUDA's)")  # fmt: skip
     if profile.engine is Engine.VLLM and d.triton_kernels is None and weight_format == "mxfp4":

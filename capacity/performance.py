@@ -73,7 +73,7 @@ DEFAULT_EFFICIENCY = PerfEfficiency(
 
 def efficiency_for(engine: str, gpu: GpuSku) -> PerfEfficiency:
     """The fitted factors for an engine on a GPU's vendor class (NVIDIA's where a class has no data)."""
-    vendor = "amd" if gpu.vendor.lower() == "amd" else "nvidia"
+    vendor = "amd" if gpu.amd else "nvidia"
     try:
         name = Engine(str(engine).lower())
     except ValueError:

@@ -199,6 +199,11 @@ class GpuSku:
     aliases: tuple[str, ...] = ()
 
     @property
+    def amd(self) -> bool:
+        """An AMD GPU: ROCm's engines, RCCL and HIP graphs instead of CUDA's."""
+        return self.vendor.lower() == "amd"
+
+    @property
     def geforce(self) -> bool:
         """A GeForce card: the stock driver refuses GPU peer access over PCIe (patched drivers aside)."""
         return "geforce" in self.name.lower()
@@ -224,7 +229,7 @@ class GpuSku:
         all-reduce needs these links (capacity/engines/vllm_overhead.py custom_all_reduce_on)."""
         link = (self.interconnect or "").lower()
         arch = (self.architecture or "").lower()
-        if self.vendor.lower() == "amd":
+        if self.amd:
             return self.gpus_per_node if "infinity fabric" in link else 1
         if self.vendor.lower() != "nvidia" or not link.startswith("nvlink") or link.startswith("nvlink-c2c"):
             return 1

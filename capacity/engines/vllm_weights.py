@@ -91,7 +91,7 @@ def mxfp4_backend(gpu: GpuSku | None, vllm_version: str = ec.VLLM_DEFAULT_VERSIO
     if gpu is None:  # hardware outside the catalog: only the generic intermediate padding
         return Mxfp4Backend.TRITON
     arch = (gpu.architecture or "").lower()
-    if gpu.vendor.lower() == "amd" or arch.startswith("cdna"):
+    if gpu.amd or arch.startswith("cdna"):
         return Mxfp4Backend.AITER
     name = gpu.id.lower()
     if arch.startswith("blackwell") and not any(word in name for word in ("rtx", "gb10")):

@@ -267,7 +267,7 @@ def unmodelled_reason(c: Comparison, model: ModelSpec) -> str | None:
     text = f"{c.row.raw.get('log_excerpt') or ''}"
     if "kv-transfer-config" in text or "kv_connector" in text:
         return "KV connector"
-    if c.predicted is not None and (gpu := find_sku(c.predicted.gpu)) is not None and gpu.vendor.lower() == "amd":
+    if c.predicted is not None and (gpu := find_sku(c.predicted.gpu)) is not None and gpu.amd:
         return "ROCm build"
     vision = "ConditionalGeneration" in model.architecture or any("vision" in note for note in model.notes)
     if vision and c.row.engine_generation == "v0":  # V0 profiles the encoder at max_model_len
@@ -307,6 +307,7 @@ def build_rows(
                                gpu.peer_link_gpus if gpu is not None else None)  # fmt: skip
         if r.enforce_eager:  # no graphs captured: no estimate deducted
             feats["graphs"] = False
+        unmodelled = unmodelled_reason(c, spec)
         rows.append(Row(
             id=r.id, group=source_group(str(r.raw.get("source") or ""), r.id), era=release.overhead_profile,
             features=feats, usable_minus_weights=est.usable_bytes_per_gpu - est.weights_bytes_per_gpu,
@@ -315,8 +316,8 @@ def build_rows(
             kv_tokens=r.kv_cache_tokens if est.kv_cache_tokens else None,
             activation_bytes=round(r.activation_peak_gib * GIB) if r.activation_peak_gib is not None else None,
             non_torch_bytes=round(r.non_torch_gib * GIB) if r.non_torch_gib is not None else None,
-            tags=_with_modelled_tags(row_tags(c, spec), unmodelled_reason(c, spec)),
-            unmodelled=unmodelled_reason(c, spec),
+            tags=_with_modelled_tags(row_tags(c, spec), unmodelled),
+            unmodelled=unmodelled,
             activation_with_graphs="for consumed memory" in str(r.raw.get("log_excerpt") or ""),
         ))  # fmt: skip
     return rows

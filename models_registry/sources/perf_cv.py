@@ -104,7 +104,7 @@ def observations_for(
     chunk = est.pool.max_num_batched_tokens or _TRTLLM_CHUNK
     decode_ctx = i_len + o_len / 2
     decode = _terms(p, running, running, decode_ctx)
-    vendor = "amd" if gpu.vendor.lower() == "amd" else "nvidia"
+    vendor = "amd" if gpu.amd else "nvidia"
     tags = tuple(
         t for t, on in (("moe", model.num_experts > 0), ("tp>1", row.tp > 1), ("pp>1", row.pp > 1),
                         ("fp8", deployment.weight_dtype == "fp8" or "fp8" in est.weight_dtype),
