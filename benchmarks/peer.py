@@ -143,6 +143,8 @@ class PeerResult:
     sampled: int  # rows sampled from the view (GPUs and engines ridgepoint knows)
     left_out: int  # of those, rows with a weight / KV dtype ridgepoint does not have
     report: dict[str, Any]  # what ridgepoint_peer.py printed
+    load_before: float  # 1-minute load average when the peer started and when it ended
+    load_after: float
 
     def rate(self, loop: str) -> float:
         part = self.report[loop]
@@ -159,6 +161,7 @@ def run_peer(
     """Sample, write the payload, run ridgepoint_peer.py in the peer's venv (isolated: `python -I`)."""
     sample = sample_rows(con, rows, seed)
     payload, left_out = payload_of(sample, fleet)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "peer.json"
         path.write_text(json.dumps(payload))
@@ -167,7 +170,7 @@ def run_peer(
         done = subprocess.run(command, capture_output=True, text=True, cwd=tmp, env=env, check=False)
     if done.returncode:
         raise SystemExit(f"ridgepoint peer failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-    return PeerResult(sample.height, left_out, json.loads(done.stdout))
+    return PeerResult(sample.height, left_out, json.loads(done.stdout), load_before, os.getloadavg()[0])
 
 
 def peer_lines(result: PeerResult, rows: int, wall_s: float, cpu_s: float, cores: int) -> list[str]:
@@ -181,7 +184,8 @@ def peer_lines(result: PeerResult, rows: int, wall_s: float, cpu_s: float, cores
         f"and engine ({len(set(RIDGEPOINT_GPUS.values()))} cards for {len(RIDGEPOINT_GPUS)} catalog GPUs; "
         f"vllm, sglang); {result.left_out:,} left out for weights it has no dtype for (mxfp4, nvfp4); "
         f"{r['models']} model configs through its own adapter ({len(r['models_refused'])} refused), "
-        f"{r['deployments']:,} deployments ({sum(r['deployments_refused'].values())} refused)",
+        f"{r['deployments']:,} deployments ({sum(r['deployments_refused'].values())} refused); load average "
+        f"{result.load_before:.2f} before, {result.load_after:.2f} after",
         f"  fit, one estimate per grid row (model config, GPU x TP*PP, engine, weight and KV dtype, the row's "
         f"context): {fit['estimates']:,} in {fit['wall_s']:.2f} s (best of {fit['passes']}) = "
         f"{result.rate('fit'):,.0f} estimates/s on 1 core",
@@ -192,7 +196,8 @@ def peer_lines(result: PeerResult, rows: int, wall_s: float, cpu_s: float, cores
         f"{capplan_cpu_rate:,.0f} rows per CPU-second); ratio {capplan_rate / result.rate('fit'):.1f}x vs fit "
         f"(per CPU-second {capplan_cpu_rate / result.cpu_rate('fit'):.1f}x), "
         f"{capplan_rate / result.rate('scan'):.1f}x vs scan (per CPU-second "
-        f"{capplan_cpu_rate / result.cpu_rate('scan'):.1f}x)",
+        f"{capplan_cpu_rate / result.cpu_rate('scan'):.1f}x); on a loaded machine the per-CPU-second ratios are "
+        "the fairer ones (the two ran one after the other)",
         "  like for like: a capplan row is one (deployment, context) of the whole grid, computed (budget, pool, "
         "B_max, concurrency, fit, max_model_len auto-fit, speed) and published to DuckDB; a ridgepoint estimate "
         "is one (deployment, context) answer (weights, overhead and KV pool intervals, max sequences, TTFT and "
