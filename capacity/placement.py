@@ -31,15 +31,13 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from capacity.calibration import Correction, calibrated_pool
 from capacity.memory import Estimate, b_max, estimate, pool_starts, valid_tp_sizes, weight_format
 from capacity.performance import Performance, perf_inputs, performance
+from capacity.procurement_types import BucketPlan
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
-
-if TYPE_CHECKING:
-    from capacity.procurement import BucketPlan
 
 DEFAULT_HEADROOM = 0.9
 DEFAULT_TP_SIZES = (1, 2, 4, 8)

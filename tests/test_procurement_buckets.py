@@ -19,7 +19,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from capacity.procurement import BucketDemand, Candidate, RequestBucket, plan_buckets, request_buckets
+from capacity.procurement import plan_buckets, request_buckets
+from capacity.procurement_types import BucketDemand, Candidate, RequestBucket
 from capacity.spec import SpecError
 from tests.conftest import require_extra
 

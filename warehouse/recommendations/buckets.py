@@ -17,7 +17,8 @@ from typing import Any
 import polars as pl
 
 from capacity.calibration import CalibrationFit
-from capacity.procurement import BucketDemand, BucketPlan, bucket_demand, workload_buckets
+from capacity.procurement import bucket_demand, workload_buckets
+from capacity.procurement_types import BucketDemand, BucketPlan
 from capacity.spec import SpecError
 from warehouse.catalog import Catalog
 from warehouse.recommendations.placements import correction_lookup, procurement_gpus, unplannable

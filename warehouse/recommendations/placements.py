@@ -15,7 +15,8 @@ import polars as pl
 
 from capacity.calibration import CalibrationFit, Correction
 from capacity.placement import PlacementOption, PlacementResult, ProcurementPlan, place
-from capacity.procurement import BucketDemand, plan_fleet
+from capacity.procurement import plan_fleet
+from capacity.procurement_types import BucketDemand
 from capacity.spec import GpuSku, ModelSpec, SpecError
 from warehouse.catalog import Catalog
 from warehouse.recommendations.limits import grid_weight_dtype
