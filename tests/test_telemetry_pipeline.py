@@ -22,11 +22,11 @@ import pytest
 import yaml
 
 from pipelines.resources import PlanningResource, RegistryResource, WarehouseResource
+from telemetry import SAMPLE_DIR
+from telemetry.drop_folder import SAMPLE, fingerprint, resolve_drop_folder
 from tests.test_warehouse_fixtures import write_catalog
 from warehouse.publish import Warehouse
 from warehouse.sql import columns, header_comment, sql_path
-from warehouse.telemetry import SAMPLE_DIR
-from warehouse.telemetry.drop_folder import SAMPLE, fingerprint, resolve_drop_folder
 
 GIB = 1 << 30
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from telemetry import ingest_dir
 from tests.test_telemetry_support import GIB, model_ids, write
-from warehouse.telemetry import ingest_dir
 
 MEASUREMENTS = Path(__file__).resolve().parent.parent / "capacity" / "data" / "vllm_public_measurements.yaml"
 # recorded field -> (observation column, scale, tolerance in recorded units)

@@ -16,6 +16,7 @@ from capacity.procurement_types import BucketPlan
 from pipelines.assets.common import describe, key, relation_result, sql_asset
 from pipelines.assets.telemetry import REGISTRY_DEPS, run_catalog
 from pipelines.resources import PlanningResource, WarehouseResource
+from telemetry.calibration_frames import fit_from_frame
 from warehouse.recommendations.admission import admission_budgets as budgets_frame
 from warehouse.recommendations.buckets import bucket_demands, bucket_frame
 from warehouse.recommendations.limit_partitions import LIMITS_TABLE, MAP_TABLE, refresh_limit_partitions
@@ -23,7 +24,6 @@ from warehouse.recommendations.limits import deployment_limits
 from warehouse.recommendations.placements import placement_frames
 from warehouse.recommendations.workloads import load_workloads, workloads_path
 from warehouse.sql import load_frame
-from warehouse.telemetry.calibration_frames import fit_from_frame
 
 RECOMMENDATIONS_GROUP = "recommendations"
 

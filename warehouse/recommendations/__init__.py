@@ -4,7 +4,7 @@ Pure functions over Polars frames (the warehouse's `raw` tables as read by a Dag
 Dagster and no database here except `read_*` helpers that take an open DuckDB connection.
 
 The telemetry side (the drop folder, every observed deployment predicted, the calibration fit as
-frames) lives in `warehouse.telemetry` (`drop_folder`, `predictions`, `calibration_frames`); the
+frames) lives in `telemetry` (`drop_folder`, `predictions`, `calibration_frames`); the
 run's registry as engine objects is `warehouse.catalog`.
 
 - `limits`: effective context limits per deployment and per model x GPU x TP.

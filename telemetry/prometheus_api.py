@@ -51,11 +51,10 @@ from typing import Any
 import polars as pl
 
 from capacity.spec import GpuSku
-from warehouse.catalog import Catalog
-from warehouse.telemetry.common import FileContext, FileReport, Sidecar
-from warehouse.telemetry.drop_folder import SAMPLE, DropFolder, ingest_frames
-from warehouse.telemetry.ingest import IngestResult, _concat
-from warehouse.telemetry.normalize import (
+from telemetry.common import FileContext, FileReport, Sidecar
+from telemetry.drop_folder import SAMPLE, DropFolder, ingest_frames
+from telemetry.ingest import IngestResult, _concat
+from telemetry.normalize import (
     DecodedText,
     GpuResolver,
     ModelResolver,
@@ -63,7 +62,7 @@ from warehouse.telemetry.normalize import (
     catalog_model_ids,
     one_line,
 )
-from warehouse.telemetry.prometheus import (
+from telemetry.prometheus import (
     CACHE_CONFIG_INFO,
     DCGM_METRICS,
     DEPLOYMENT_LABELS,
@@ -72,8 +71,9 @@ from warehouse.telemetry.prometheus import (
     Dedupe,
     parse_prometheus,
 )
-from warehouse.telemetry.redact import redact
-from warehouse.telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA, frame
+from telemetry.redact import redact
+from telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA, frame
+from warehouse.catalog import Catalog
 
 URL_ENV = "CAPPLAN_PROMETHEUS_URL"
 PROMETHEUS = "prometheus"  # the telemetry_source of what the API gave

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from capacity.spec import GpuSku
-from warehouse.telemetry.redact import redact
+from telemetry.redact import redact
 
 GIB = 1 << 30
 MIB = 1 << 20

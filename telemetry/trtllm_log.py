@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import re
 
-from warehouse.telemetry.normalize import parse_int, size_bytes
-from warehouse.telemetry.vllm_log import (
+from telemetry.normalize import parse_int, size_bytes
+from telemetry.vllm_log import (
     NUM,
     P_ARGS,
     P_CONFIG,

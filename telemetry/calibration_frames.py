@@ -37,9 +37,9 @@ from capacity.calibration import (
     leave_one_out,
     pool_numbers,
 )
+from telemetry.predictions import predict_row
+from telemetry.schema import schema_problem
 from warehouse.catalog import Catalog
-from warehouse.telemetry.predictions import predict_row
-from warehouse.telemetry.schema import schema_problem
 
 CALIBRATION_SCHEMA: dict[str, Any] = {
     "scope": pl.String,  # label: level(field=value, ...)

@@ -18,7 +18,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from warehouse.telemetry.normalize import RowError
+from telemetry.normalize import RowError
 
 MAX_FILE_BYTES = 256 << 20  # a day of scrapes of a large fleet fits; more is split by whoever exports it
 MAX_SIDECAR_BYTES = 1 << 20

@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any
 
-from warehouse.telemetry.normalize import FLOAT_LIMIT, RowError
+from telemetry.normalize import FLOAT_LIMIT, RowError
 
 # Per-GPU memory values: never negative, never above the GPU's memory.
 PER_GPU_BYTES = (

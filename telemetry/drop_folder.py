@@ -1,10 +1,10 @@
 """Which telemetry folder a run ingests, what is in it, and the frames it gives.
 
 - `resolve_drop_folder(configured)`: `CAPPLAN_TELEMETRY_DIR` when set; else `var/telemetry` when
-  it holds any file; else the shipped SAMPLE fleet (`warehouse/telemetry/sample`), so a default
+  it holds any file; else the shipped SAMPLE fleet (`telemetry/sample`), so a default
   run fills every mart. Every row the run writes says which (`telemetry_source`).
 - `fingerprint(folder)`: {relative path: sha256} of every file: the telemetry sensor's cursor.
-- `ingest_frames(folder, catalog)`: `warehouse.telemetry.ingest_dir` resolved against the run's
+- `ingest_frames(folder, catalog)`: `telemetry.ingest_dir` resolved against the run's
   registry (model ids and GPU SKUs with their aliases), files labelled with the source.
 """
 
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import polars as pl
 
+from telemetry import SAMPLE_DIR, IngestResult, deployment_summary, ingest_dir
+from telemetry.files import read_bounded, walk
+from telemetry.ingest import DEFAULT_DIR
+from telemetry.normalize import RowError
+from telemetry.schema import clean_text
 from warehouse.catalog import Catalog
-from warehouse.telemetry import SAMPLE_DIR, IngestResult, deployment_summary, ingest_dir
-from warehouse.telemetry.files import read_bounded, walk
-from warehouse.telemetry.ingest import DEFAULT_DIR
-from warehouse.telemetry.normalize import RowError
-from warehouse.telemetry.schema import clean_text
 
 SAMPLE = "sample"
 DROP_FOLDER = "drop_folder"
@@ -67,7 +67,7 @@ def watched_folder(configured: str | Path | None, default: Path = DEFAULT_DIR) -
 def fingerprint(folder: Path) -> dict[str, str]:
     """{path relative to the folder: sha256 of its bytes} for every file (empty for a missing folder).
 
-    Walked and read as the ingest reads (`warehouse.telemetry.files`): links out of the folder,
+    Walked and read as the ingest reads (`telemetry.files`): links out of the folder,
     FIFOs and devices are not opened, and stand for their reason code instead of a hash."""
     result: dict[str, str] = {}
     for found in walk(folder):

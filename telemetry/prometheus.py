@@ -19,8 +19,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from warehouse.telemetry.common import FileContext, FileReport, observation_id
-from warehouse.telemetry.normalize import (
+from telemetry.common import FileContext, FileReport, observation_id
+from telemetry.normalize import (
     MAX_LINE_CHARS,
     MIB,
     DecodedText,
@@ -34,7 +34,7 @@ from warehouse.telemetry.normalize import (
     parse_number,
     parse_timestamp,
 )
-from warehouse.telemetry.observation import field_problems
+from telemetry.observation import field_problems
 
 # source metric -> (canonical metric, kind)
 VLLM_METRICS: dict[str, tuple[str, str]] = {

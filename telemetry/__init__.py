@@ -1,14 +1,14 @@
 """Telemetry ingest: a drop folder of vLLM / DCGM metrics, vLLM startup logs and CSV/Parquet
 exports -> Polars frames of deployment observations, metric samples, rejects and files.
 
-    from warehouse.telemetry import ingest_dir
+    from telemetry import ingest_dir
     result = ingest_dir("var/telemetry")
     result.observations, result.samples, result.rejects, result.files
 
 No Dagster and no database here: the frames are what `raw.telemetry_*` tables hold (README.md).
 """
 
-from warehouse.telemetry.ingest import (
+from telemetry.ingest import (
     ENV_VAR,
     SAMPLE_DIR,
     IngestResult,
@@ -16,14 +16,14 @@ from warehouse.telemetry.ingest import (
     default_drop_dir,
     ingest_dir,
 )
-from warehouse.telemetry.schema import (
+from telemetry.schema import (
     FILE_SCHEMA,
     OBSERVATION_SCHEMA,
     REASON_CODES,
     REJECT_SCHEMA,
     SAMPLE_SCHEMA,
 )
-from warehouse.telemetry.summary import deployment_summary, sample_usage
+from telemetry.summary import deployment_summary, sample_usage
 
 __all__ = [
     "ENV_VAR",

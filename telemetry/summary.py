@@ -7,14 +7,14 @@ Which observation wins, per column (first non-null): startup logs of engine star
 fail, then CSV/Parquet rows, then `vllm:cache_config_info`, then failed starts; the latest
 first within each. Usage comes from the samples (and the observations' own peaks, for
 deployments only seen in an export); speed (measured tokens/s, TPOT, TTFT, observed concurrency
-and request lengths) from `warehouse.telemetry.speed.sample_speed`.
+and request lengths) from `telemetry.speed.sample_speed`.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from warehouse.telemetry.speed import sample_speed
+from telemetry.speed import sample_speed
 
 SETTINGS = (
     "model_id",

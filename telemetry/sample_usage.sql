@@ -1,6 +1,6 @@
--- sample usage: per deployment, what warehouse.telemetry.summary.sample_usage computes from a
+-- sample usage: per deployment, what telemetry.summary.sample_usage computes from a
 -- frame, computed by DuckDB over the relation `samples` (the sample store's Parquet files, see
--- warehouse/telemetry/store.py), so 100M samples never pass through Python.
+-- telemetry/store.py), so 100M samples never pass through Python.
 -- grain: one deployment id.
 -- columns: deployment_id, peak_kv_usage, p95_kv_usage, peak_requests_running,
 --   peak_requests_waiting, preemptions_in_window, peak_fb_used_bytes, gpus_seen, _dcgm_gpu_sku,

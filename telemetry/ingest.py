@@ -20,7 +20,7 @@ import polars as pl
 import yaml
 
 from capacity.spec import GpuSku
-from warehouse.telemetry.common import (
+from telemetry.common import (
     MAX_SIDECAR_DEPTH,
     FileContext,
     FileReport,
@@ -29,8 +29,8 @@ from warehouse.telemetry.common import (
     nesting_problem,
     read_sidecar,
 )
-from warehouse.telemetry.files import MAX_FILE_BYTES, MAX_SIDECAR_BYTES, FoundFile, read_bounded, walk
-from warehouse.telemetry.normalize import (
+from telemetry.files import MAX_FILE_BYTES, MAX_SIDECAR_BYTES, FoundFile, read_bounded, walk
+from telemetry.normalize import (
     GpuResolver,
     ModelResolver,
     RowError,
@@ -38,10 +38,10 @@ from warehouse.telemetry.normalize import (
     decode_text,
     one_line,
 )
-from warehouse.telemetry.prometheus import Dedupe, looks_like_prometheus, parse_prometheus
-from warehouse.telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA, frame
-from warehouse.telemetry.tabular import parse_csv, parse_parquet
-from warehouse.telemetry.vllm_log import looks_like_vllm_log, parse_vllm_log
+from telemetry.prometheus import Dedupe, looks_like_prometheus, parse_prometheus
+from telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA, frame
+from telemetry.tabular import parse_csv, parse_parquet
+from telemetry.vllm_log import looks_like_vllm_log, parse_vllm_log
 
 ENV_VAR = "CAPPLAN_TELEMETRY_DIR"
 DEFAULT_DIR = Path("var/telemetry")

@@ -51,11 +51,11 @@ import fsspec
 import polars as pl
 from fsspec.implementations.local import LocalFileSystem
 
-from warehouse.telemetry.ingest import IngestResult
-from warehouse.telemetry.normalize import one_line
-from warehouse.telemetry.redact import redact
-from warehouse.telemetry.schema import REJECT_SCHEMA, SAMPLE_SCHEMA, UTC_US, clean_text
-from warehouse.telemetry.summary import sample_usage
+from telemetry.ingest import IngestResult
+from telemetry.normalize import one_line
+from telemetry.redact import redact
+from telemetry.schema import REJECT_SCHEMA, SAMPLE_SCHEMA, UTC_US, clean_text
+from telemetry.summary import sample_usage
 
 STORE_ENV = "CAPPLAN_TELEMETRY_STORE"
 SAMPLES_DIR = "samples"

@@ -1,13 +1,13 @@
 """capplan's prediction for every observed deployment, with the same settings the engine reported.
 
-`predict_deployments(deployments, catalog)` takes `warehouse.telemetry.deployment_summary` (one
+`predict_deployments(deployments, catalog)` takes `telemetry.deployment_summary` (one
 row per deployment) and returns one row per deployment (`PREDICTION_SCHEMA`): the DeploymentSpec
 the settings map to (`capacity.calibration.observed_deployment`, the rule the public-log accuracy
 set uses too), `capacity.memory.estimate`'s terms for it, and what the engine's own numbers mean
 in capplan's pool terms (a KV pool reported only as a block count is converted to bytes with the
 predicted block size; the reported blocks give the measured B_max and KV capacity).
 
-Speed: where the samples measured it (`warehouse.telemetry.speed`), capplan's performance model
+Speed: where the samples measured it (`telemetry.speed`), capplan's performance model
 (`capacity.performance.performance`) at the observed busy-time concurrency per engine and the
 observed mean prompt and output lengths: TPOT, TTFT and output tokens/s (per engine, times the
 engines seen, like the measured rate over the whole deployment). `speed_reason` says why not.
@@ -35,9 +35,9 @@ from capacity.calibration import (
 from capacity.memory import Estimate, estimate
 from capacity.performance import performance
 from capacity.spec import GpuSku, ModelSpec, SpecError
+from telemetry.normalize import one_line
+from telemetry.schema import schema_problem
 from warehouse.catalog import Catalog
-from warehouse.telemetry.normalize import one_line
-from warehouse.telemetry.schema import schema_problem
 
 PREDICTION_SCHEMA: dict[str, Any] = {
     "deployment_id": pl.String,

@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from warehouse.telemetry.normalize import (
+from telemetry.normalize import (
     EARLIEST,
     LATEST,
     GpuResolver,
@@ -21,8 +21,8 @@ from warehouse.telemetry.normalize import (
     parse_int,
     parse_timestamp,
 )
-from warehouse.telemetry.observation import PLAUSIBLE_MAX
-from warehouse.telemetry.schema import OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA, frame
+from telemetry.observation import PLAUSIBLE_MAX
+from telemetry.schema import OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA, frame
 
 MAX_SIDECAR_DEPTH = 16  # a sidecar is a flat mapping; 16 levels is already nonsense
 

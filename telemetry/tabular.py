@@ -16,8 +16,8 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
-from warehouse.telemetry.common import FileContext, FileReport, observation_id
-from warehouse.telemetry.normalize import (
+from telemetry.common import FileContext, FileReport, observation_id
+from telemetry.normalize import (
     GIB,
     MIB,
     DecodedText,
@@ -30,8 +30,8 @@ from warehouse.telemetry.normalize import (
     parse_number,
     parse_timestamp,
 )
-from warehouse.telemetry.observation import field_problems, fingerprint
-from warehouse.telemetry.prometheus import Dedupe
+from telemetry.observation import field_problems, fingerprint
+from telemetry.prometheus import Dedupe
 
 
 def _text(value: Any) -> str:

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from warehouse.telemetry.common import FileContext, FileReport, observation_id
-from warehouse.telemetry.normalize import (
+from telemetry.common import FileContext, FileReport, observation_id
+from telemetry.normalize import (
     MAX_LINE_CHARS,
     DecodedText,
     RowError,
@@ -40,8 +40,8 @@ from warehouse.telemetry.normalize import (
     parse_timestamp,
     size_bytes,
 )
-from warehouse.telemetry.observation import field_problems, fingerprint, has_measurement
-from warehouse.telemetry.prometheus import Dedupe
+from telemetry.observation import field_problems, fingerprint, has_measurement
+from telemetry.prometheus import Dedupe
 
 NUM = r"(-?\d+(?:,\d{3})*(?:\.\d+)?)"
 SIZE = NUM + r"\s*(GiB|GB|MiB|MB|KiB|KB|TiB|TB)\b"
@@ -587,8 +587,8 @@ class LogDialect:
 
 def dialects() -> tuple[LogDialect, ...]:
     """SGLang and TensorRT-LLM first: a vLLM marker ("KV cache") also appears in their logs."""
-    from warehouse.telemetry.sglang_log import SGLANG
-    from warehouse.telemetry.trtllm_log import TRTLLM
+    from telemetry.sglang_log import SGLANG
+    from telemetry.trtllm_log import TRTLLM
 
     return (SGLANG, TRTLLM, VLLM)
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import re
 
-from warehouse.telemetry.normalize import RowError, parse_int, size_bytes
-from warehouse.telemetry.vllm_log import (
+from telemetry.normalize import RowError, parse_int, size_bytes
+from telemetry.vllm_log import (
     FEATURE_KEYS,
     NUM,
     P_ARGS,
