@@ -241,7 +241,7 @@ class RegistryResource(dg.ConfigurableResource):
 
 class PlanningResource(dg.ConfigurableResource):
     """Telemetry and recommendations: the drop folder, the workload profiles, calibration and
-    admission settings (see warehouse/recommendations)."""
+    admission settings (see recommendations)."""
 
     telemetry_dir: str = ""  # empty: var/telemetry when it holds files, else the SAMPLE fleet
     prometheus_url: str = ""  # empty: no Prometheus API ingest (telemetry/prometheus_api.py)

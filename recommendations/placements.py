@@ -18,9 +18,9 @@ from capacity.placement import PlacementOption, PlacementResult, ProcurementPlan
 from capacity.procurement import plan_fleet
 from capacity.procurement_types import BucketDemand
 from capacity.spec import GpuSku, ModelSpec, SpecError
+from recommendations.limits import grid_weight_dtype
+from recommendations.workloads import WorkloadsFile
 from warehouse.catalog import Catalog
-from warehouse.recommendations.limits import grid_weight_dtype
-from warehouse.recommendations.workloads import WorkloadsFile
 
 DEFAULT_ALTERNATIVES = 10
 
@@ -196,7 +196,7 @@ def placement_frames(
     bucket_demands: list[BucketDemand] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, ProcurementPlan]:
     """`raw.recommended_placements` and `raw.procurement_plan` (and the plan itself). Workloads
-    with a request rate (`bucket_demands`, `warehouse.recommendations.buckets`) are planned by
+    with a request rate (`bucket_demands`, `recommendations.buckets`) are planned by
     request size in the same plan (`capacity.procurement.plan_fleet`; `plan.buckets`)."""
     results, skipped = placement_results(workloads, catalog, fit)
     settings = workloads.procurement

@@ -3,7 +3,7 @@
 Every workload with a `request_rate` is cut into buckets of its length distributions; each model of
 it is sized per bucket on every priced GPU (`bucket_demands`: `capacity.procurement.bucket_demand`,
 calibrated where the fit applies, like the placements). The fleet plan
-(`warehouse.recommendations.placements.placement_frames`, `capacity.procurement.plan_fleet`) buys
+(`recommendations.placements.placement_frames`, `capacity.procurement.plan_fleet`) buys
 for them and the other workloads in one MILP; `bucket_frame(plan.buckets, ...)` has one row per
 bucket x layout that serves part of the bucket, with the bucket part's totals repeated on each
 row (the GPUs its replicas use; `raw.procurement_plan` has what is bought, in whole nodes); a
@@ -20,9 +20,9 @@ from capacity.calibration import CalibrationFit
 from capacity.procurement import bucket_demand, workload_buckets
 from capacity.procurement_types import BucketDemand, BucketPlan
 from capacity.spec import SpecError
+from recommendations.placements import correction_lookup, procurement_gpus, unplannable
+from recommendations.workloads import WorkloadsFile
 from warehouse.catalog import Catalog
-from warehouse.recommendations.placements import correction_lookup, procurement_gpus, unplannable
-from warehouse.recommendations.workloads import WorkloadsFile
 
 BUCKET_SCHEMA: dict[str, Any] = {
     "workload": pl.String,

@@ -1,6 +1,6 @@
 """The `model_gpu_tp` effective context limits, per grid partition, stored once per version.
 
-Those rows (`warehouse.recommendations.limits.grid_limits`: every model x GPU x TP [x PP] of the
+Those rows (`recommendations.limits.grid_limits`: every model x GPU x TP [x PP] of the
 registry, each a scalar `estimate`) are most of the effective limits' cost and rows. A partition's
 rows follow from its grid partition (`warehouse.capacity_grid.GridPartition`: models, GPUs, capacity
 code), the limits code, and the calibration corrections its models look up; their sha256 is the
@@ -24,6 +24,7 @@ import polars as pl
 from capacity import engine_constants as ec
 from capacity.calibration import CalibrationFit
 from capacity.grid import TARGET_CONCURRENCIES
+from recommendations.limits import LIMIT_SCHEMA, grid_limits
 from warehouse.capacity_grid import (
     LEGACY_PARTITION,
     PART_ID_HEX,
@@ -36,7 +37,6 @@ from warehouse.capacity_grid import (
 )
 from warehouse.catalog import Catalog
 from warehouse.provenance import sha256_file
-from warehouse.recommendations.limits import LIMIT_SCHEMA, grid_limits
 from warehouse.sql import load_frame, relation_kind, transaction
 
 LIMITS_TABLE = "grid_limits"

@@ -40,7 +40,7 @@ from capacity.spec import SpecError
 
 ENV_VAR = "CAPPLAN_WORKLOADS"
 FILE_NAME = "workloads.yaml"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 _WORKLOAD_KEYS = {
     "name", "description", "model", "models", "target_concurrency", "context_tokens", "context", "plan_for",
