@@ -2,7 +2,7 @@
 trtllm_log.py: dialects of the shared parser), and pasted junk is rejected line by line with a reason.
 
 Fixtures: tests/fixtures/telemetry/logs/sglang_*.log, trtllm_*.log, built from the public logs of
-capacity/data/sglang_public_measurements.yaml and trtllm_public_measurements.yaml (their lines verbatim; the
+evaluation/data/sglang_public_measurements.yaml and trtllm_public_measurements.yaml (their lines verbatim; the
 GPU line, settings dump, version line and the speculative draft's second pool of the H100 SGLang log, and the
 trtllm-serve command of the engine log, were added to exercise those rules). Expected values are what the
 engine printed.

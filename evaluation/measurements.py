@@ -1,4 +1,4 @@
-"""Public vLLM startup-log measurements (capacity/data/vllm_public_measurements.yaml) and how
+"""Public vLLM startup-log measurements (evaluation/data/vllm_public_measurements.yaml) and how
 capplan's predictions compare with them: the reference set behind the overhead fit and the
 accuracy figures.
 """
@@ -18,7 +18,7 @@ from capacity.calibration import ObservedSettings, engine_version_for, observed_
 from capacity.memory import GIB, Estimate, estimate
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 
-MEASUREMENTS_PATH = Path(__file__).resolve().parents[2] / "capacity" / "data" / "vllm_public_measurements.yaml"
+MEASUREMENTS_PATH = Path(__file__).resolve().parent / "data" / "vllm_public_measurements.yaml"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""capplan's SGLang and TensorRT-LLM profiles scored on public startup logs (capacity/data/
+"""capplan's SGLang and TensorRT-LLM profiles scored on public startup logs (evaluation/data/
 sglang_public_measurements.yaml, trtllm_public_measurements.yaml).
 
 Each row is predicted twice: with the release rules the log's version calls for (`version_aware`: an SGLang
@@ -27,9 +27,9 @@ from capacity import engine_constants as ec
 from capacity.engines.sglang import is_legacy_release, tp_switch_context_bytes
 from capacity.memory import GIB, Estimate, estimate
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
-from models_registry.sources.overhead_cv import Accuracy, accuracy, source_group
+from evaluation.overhead_cv import Accuracy, accuracy, source_group
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "capacity" / "data"
+DATA_DIR = Path(__file__).resolve().parent / "data"
 ENGINE_LOG_FILES = (DATA_DIR / "sglang_public_measurements.yaml", DATA_DIR / "trtllm_public_measurements.yaml")
 # what a row's `features` may name, and why each makes the row unmodelled (scored, never fitted)
 UNMODELLED_FEATURES = {

@@ -1,4 +1,4 @@
-"""The performance model against public benchmark measurements (capacity/data/perf_measurements.yaml).
+"""The performance model against public benchmark measurements (evaluation/data/perf_measurements.yaml).
 
 Turns each measured row into `capacity.perf_fit` observations (the deployment sized by
 `capacity.memory.estimate`, the step terms by `capacity.performance`), then reports in-sample and
@@ -20,7 +20,7 @@ from capacity.memory import Estimate, cdiv, estimate
 from capacity.perf_fit import Accuracy, Observation, Params, StepTerms, accuracy, fit, leave_one_group_out, predict
 from capacity.performance import PerfEfficiency, PerfInputs, allreduce_seconds, perf_inputs, step_bytes, step_flops
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
-from models_registry.sources.perf_measurements import PerfMeasurement, load_perf_measurements
+from evaluation.perf_measurements import PerfMeasurement, load_perf_measurements
 
 _LATENCY_ONLY = PerfEfficiency(memory_bandwidth=1.0, compute=1.0, step_overhead_s=0.0)
 _TRTLLM_CHUNK = 8192  # max_num_tokens default

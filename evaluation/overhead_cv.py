@@ -1,5 +1,5 @@
 """Out-of-sample accuracy of vLLM overhead models: leave-one-source-out cross-validation on the
-public startup logs (capacity/data/vllm_public_measurements.yaml).
+public startup logs (evaluation/data/vllm_public_measurements.yaml).
 
 Each row is predicted once with capplan (`measurements.compare`), which fixes everything but the
 overhead: usable memory, weights, the pool layout. An overhead model is then a function of a few
@@ -26,8 +26,8 @@ from capacity import engine_constants as ec
 from capacity.engines.vllm_overhead import ProfilingBuffers, overhead_from_buffers, profiling_buffers
 from capacity.memory import GIB, activation_features
 from capacity.spec import GpuSku, ModelSpec
+from evaluation.measurements import Comparison
 from models_registry.sources.gpu_catalog import find_gpu_sku
-from models_registry.sources.measurements import Comparison
 
 FIT_POOL_FLOOR_BYTES = 8 * GIB
 ERAS = ("v1-late", "v1", "v1-mid", "v1-early", "v0")

@@ -2,7 +2,7 @@
 
 `profile_cudagraph_memory` (0.33.0 `v1/worker/gpu_model_runner.py`) captures the first two graphs of
 each mode and charges the largest first capture once plus the second capture's cost for every other
-graph. The public logs (capacity/data/vllm_cudagraph_estimates.yaml) show the total barely moves with
+graph. The public logs (evaluation/data/vllm_cudagraph_estimates.yaml) show the total barely moves with
 model size (0.52-0.79 GiB for 4B-31B models with the default 51 + 35 graphs) but with the number of
 graphs, so the model is
 
@@ -33,10 +33,10 @@ import yaml
 
 from capacity.engines.vllm_overhead import custom_all_reduce_on
 from capacity.memory import GIB
+from evaluation.overhead_cv import source_group
 from models_registry.sources.gpu_catalog import find_gpu_sku
-from models_registry.sources.overhead_cv import source_group
 
-ESTIMATES_PATH = Path(__file__).resolve().parents[2] / "capacity" / "data" / "vllm_cudagraph_estimates.yaml"
+ESTIMATES_PATH = Path(__file__).resolve().parent / "data" / "vllm_cudagraph_estimates.yaml"
 MIB = 1 << 20
 BASE_GRID_GIB = tuple(i / 100 for i in range(101))
 PER_GRAPH_GRID_MIB = tuple(i / 10 for i in range(601))

@@ -1,4 +1,4 @@
-"""Public LLM serving throughput / latency measurements (capacity/data/perf_measurements.yaml): the
+"""Public LLM serving throughput / latency measurements (evaluation/data/perf_measurements.yaml): the
 reference set the performance model is fitted on and scored against (leave-one-source_group-out).
 
 `load_perf_measurements()` returns the valid rows as typed `PerfMeasurement`s and, for every bad
@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-PERF_MEASUREMENTS_PATH = Path(__file__).resolve().parents[2] / "capacity" / "data" / "perf_measurements.yaml"
+PERF_MEASUREMENTS_PATH = Path(__file__).resolve().parent / "data" / "perf_measurements.yaml"
 
 ENGINES = frozenset({"vllm", "sglang", "trtllm"})
 BENCHMARK_KINDS = frozenset(
