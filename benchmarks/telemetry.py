@@ -200,10 +200,10 @@ def refresh(
     `calibrate=False`: the calibration fit is given no deployments (its leave-one-out grows much
     faster than linearly with the deployments of one scope: 12 s at 100, 67 s at 200 here), so
     the figure is the telemetry path's own; `--calibrate` includes it."""
+    from models_registry.planning import bundled_catalog
     from telemetry.calibration_frames import fit_frames
     from telemetry.drop_folder import deployments_frame
     from telemetry.predictions import predict_deployments
-    from warehouse.catalog import bundled_catalog
     from warehouse.sql import build_relation, load_frame
 
     registry = bundled_catalog(MODELS, [GPU_SKU])
@@ -285,9 +285,9 @@ def store_path(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def baseline_path(args: dict[str, Any]) -> dict[str, Any]:
+    from models_registry.planning import bundled_catalog
     from telemetry import ingest_dir
     from telemetry.summary import sample_usage
-    from warehouse.catalog import bundled_catalog
     from warehouse.sql import load_frame
 
     ids = deployment_ids(args["deployments"])

@@ -5,7 +5,7 @@ Dagster and no database here except `read_*` helpers that take an open DuckDB co
 
 The telemetry side (the drop folder, every observed deployment predicted, the calibration fit as
 frames) lives in `telemetry` (`drop_folder`, `predictions`, `calibration_frames`); the
-run's registry as engine objects is `warehouse.catalog`.
+run's registry as engine objects is `models_registry.planning`.
 
 - `limits`: effective context limits per deployment and per model x GPU x TP.
 - `admission`: the token and sequence budget each deployment should admit.

@@ -20,9 +20,9 @@ from capacity.calibration import CalibrationFit
 from capacity.procurement import bucket_demand, workload_buckets
 from capacity.procurement_types import BucketDemand, BucketPlan
 from capacity.spec import SpecError
+from models_registry.planning import Catalog
 from recommendations.placements import correction_lookup, procurement_gpus, unplannable
 from recommendations.workloads import WorkloadsFile
-from warehouse.catalog import Catalog
 
 BUCKET_SCHEMA: dict[str, Any] = {
     "workload": pl.String,

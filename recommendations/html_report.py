@@ -32,7 +32,7 @@ import polars as pl
 from capacity.memory import estimate
 from capacity.performance import performance
 from capacity.spec import DeploymentSpec, GpuSku, SpecError
-from warehouse.catalog import Catalog, catalog
+from models_registry.planning import Catalog, catalog
 
 GIB = 1 << 30
 MAX_CURVES = 20  # the palette below has 20 distinct colours; more GPUs are spread from smallest to largest

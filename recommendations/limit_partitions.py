@@ -24,6 +24,7 @@ import polars as pl
 from capacity import engine_constants as ec
 from capacity.calibration import CalibrationFit
 from capacity.grid import TARGET_CONCURRENCIES
+from models_registry.planning import Catalog
 from recommendations.limits import LIMIT_SCHEMA, grid_limits
 from warehouse.capacity_grid import (
     LEGACY_PARTITION,
@@ -35,7 +36,6 @@ from warehouse.capacity_grid import (
     map_run_to_versions,
     stage_parquet,
 )
-from warehouse.catalog import Catalog
 from warehouse.provenance import sha256_file
 from warehouse.sql import load_frame, relation_kind, transaction
 

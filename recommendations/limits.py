@@ -36,8 +36,8 @@ from capacity.engines import Engine, numeric
 from capacity.grid import TARGET_CONCURRENCIES, GridOptions, grid_tables, max_contexts, weight_dtype_choices
 from capacity.memory import Estimate
 from capacity.spec import ModelSpec
+from models_registry.planning import Catalog
 from telemetry.predictions import predict_row
-from warehouse.catalog import Catalog
 
 LIMIT_SCHEMA: dict[str, Any] = {
     "kind": pl.String,  # deployment | model_gpu_tp

@@ -18,9 +18,9 @@ from capacity.placement import PlacementOption, PlacementResult, ProcurementPlan
 from capacity.procurement import plan_fleet
 from capacity.procurement_types import BucketDemand
 from capacity.spec import GpuSku, ModelSpec, SpecError
+from models_registry.planning import Catalog
 from recommendations.limits import grid_weight_dtype
 from recommendations.workloads import WorkloadsFile
-from warehouse.catalog import Catalog
 
 DEFAULT_ALTERNATIVES = 10
 

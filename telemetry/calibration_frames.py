@@ -37,9 +37,9 @@ from capacity.calibration import (
     leave_one_out,
     pool_numbers,
 )
+from models_registry.planning import Catalog
 from telemetry.predictions import predict_row
 from telemetry.schema import schema_problem
-from warehouse.catalog import Catalog
 
 CALIBRATION_SCHEMA: dict[str, Any] = {
     "scope": pl.String,  # label: level(field=value, ...)

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import polars as pl
 
+from models_registry.planning import Catalog
 from telemetry import SAMPLE_DIR, IngestResult, deployment_summary, ingest_dir
 from telemetry.files import read_bounded, walk
 from telemetry.ingest import DEFAULT_DIR
 from telemetry.normalize import RowError
 from telemetry.schema import clean_text
-from warehouse.catalog import Catalog
 
 SAMPLE = "sample"
 DROP_FOLDER = "drop_folder"

@@ -35,9 +35,9 @@ from capacity.calibration import (
 from capacity.memory import Estimate, estimate
 from capacity.performance import performance
 from capacity.spec import GpuSku, ModelSpec, SpecError
+from models_registry.planning import Catalog
 from telemetry.normalize import one_line
 from telemetry.schema import schema_problem
-from warehouse.catalog import Catalog
 
 PREDICTION_SCHEMA: dict[str, Any] = {
     "deployment_id": pl.String,

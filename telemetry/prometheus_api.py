@@ -51,6 +51,7 @@ from typing import Any
 import polars as pl
 
 from capacity.spec import GpuSku
+from models_registry.planning import Catalog
 from telemetry.common import FileContext, FileReport, Sidecar
 from telemetry.drop_folder import SAMPLE, DropFolder, ingest_frames
 from telemetry.ingest import IngestResult, _concat
@@ -73,7 +74,6 @@ from telemetry.prometheus import (
 )
 from telemetry.redact import redact
 from telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA, frame
-from warehouse.catalog import Catalog
 
 URL_ENV = "CAPPLAN_PROMETHEUS_URL"
 PROMETHEUS = "prometheus"  # the telemetry_source of what the API gave

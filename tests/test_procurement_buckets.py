@@ -208,10 +208,10 @@ def test_the_shipped_workloads_bucket_plan() -> None:
     from pathlib import Path
 
     from capacity.calibration import fit_calibration
+    from models_registry.planning import bundled_catalog
     from recommendations.buckets import BUCKET_SCHEMA, bucket_demands, bucket_frame
     from recommendations.placements import placement_frames
     from recommendations.workloads import load_workloads
-    from warehouse.catalog import bundled_catalog
 
     workloads = load_workloads(Path(__file__).resolve().parent.parent / "workloads.yaml")
     catalog = bundled_catalog([m for p in workloads.profiles for m in p.models])

@@ -16,6 +16,7 @@ from capacity.calibration import CalibrationFit, calibrated_pool, fit_calibratio
 from capacity.grid import TARGET_CONCURRENCIES, grid_contexts
 from capacity.memory import AUTO_MAX_MODEL_LEN, b_max, estimate, valid_tp_sizes
 from capacity.spec import DeploymentSpec, SpecError
+from models_registry.planning import Catalog, bundled_catalog
 from recommendations.admission import ADMISSION_SCHEMA, budget_row
 from recommendations.limits import (
     LIMIT_SCHEMA,
@@ -29,7 +30,6 @@ from recommendations.workloads import load_workloads, parse_workloads
 from telemetry import SAMPLE_DIR, deployment_summary, ingest_dir
 from telemetry.calibration_frames import fit_frames, fit_from_frame, observations
 from telemetry.predictions import PREDICTION_SCHEMA, predict_deployments
-from warehouse.catalog import Catalog, bundled_catalog
 
 GIB = 1 << 30
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

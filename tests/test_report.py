@@ -174,13 +174,13 @@ def test_the_frontier_is_the_performance_model_at_each_batch(page: str, built: E
     from capacity.memory import estimate
     from capacity.performance import performance
     from capacity.spec import DeploymentSpec
+    from models_registry.planning import bundled_catalog
     from recommendations.html_report import (
         FRONTIER_INPUT_TOKENS,
         FRONTIER_OUTPUT_TOKENS,
         frontier_batches,
         read_report,
     )
-    from warehouse.catalog import bundled_catalog
 
     assert frontier_batches(1) == [1] and frontier_batches(8) == [1, 2, 4, 8] and frontier_batches(11) == [1, 2, 4, 8, 11]
     assert frontier_batches(0) == []

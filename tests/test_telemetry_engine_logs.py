@@ -185,8 +185,8 @@ def test_trtllm_memory_profiling_terms(tmp_path: Path) -> None:
 def test_sglang_observation_is_predicted_with_its_release_rules(tmp_path: Path) -> None:
     # the observation goes through the same prediction as a vLLM one; its 0.4.4.post1 release takes 0.4.x's
     # default fraction, and the fraction the log states (0.88) is used: the measured pool is 27.02 + 27.02 GiB
+    from models_registry.planning import bundled_catalog
     from telemetry.predictions import predict_row
-    from warehouse.catalog import bundled_catalog
 
     result = ingest(_log(tmp_path, "sglang_llama8b_h100_speculative.log"))
     row = result.observations.row(0, named=True)

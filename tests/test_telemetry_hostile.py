@@ -298,10 +298,10 @@ def test_no_secret_reaches_a_frame(hostile: tuple[Path, dict[str, str | None], I
 def test_absurd_settings_are_skipped_with_a_reason_never_raised(tmp_path: Path) -> None:
     """Values that pass the range checks (TP 1,024, 2^50 blocks and tokens) still reach the capacity
     engine: each deployment is predicted or skipped with why, and the frames hold every row."""
+    from models_registry.planning import bundled_catalog
     from telemetry.calibration_frames import fit_frames
     from telemetry.drop_folder import deployments_frame
     from telemetry.predictions import PREDICTION_SCHEMA, predict_deployments
-    from warehouse.catalog import bundled_catalog
 
     big = 2**50
     header = "deployment_id,model,gpu,tp,pp,max_model_len,block_size,num_gpu_blocks,kv_cache_memory_bytes,"

@@ -26,6 +26,7 @@ import dagster as dg
 import duckdb
 import polars as pl
 
+from models_registry.planning import Catalog, catalog
 from pipelines.assets.common import describe, key, relation_result, sql_asset
 from pipelines.executor import warehouse_multiprocess_executor
 from pipelines.resources import PlanningResource, WarehouseResource
@@ -37,7 +38,6 @@ from telemetry.predictions import predict_deployments
 from telemetry.prometheus_api import ingest_sources
 from telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA
 from telemetry.store import StoreError, with_store_rejects
-from warehouse.catalog import Catalog, catalog
 from warehouse.sql import load_frame
 
 TELEMETRY_GROUP = "telemetry"
