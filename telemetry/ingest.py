@@ -30,6 +30,7 @@ from telemetry.common import (
     read_sidecar,
 )
 from telemetry.files import MAX_FILE_BYTES, MAX_SIDECAR_BYTES, FoundFile, read_bounded, walk
+from telemetry.log_dialects import looks_like_startup_log, parse_startup_log
 from telemetry.normalize import (
     GpuResolver,
     ModelResolver,
@@ -41,7 +42,6 @@ from telemetry.normalize import (
 from telemetry.prometheus import Dedupe, looks_like_prometheus, parse_prometheus
 from telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA, frame
 from telemetry.tabular import parse_csv, parse_parquet
-from telemetry.vllm_log import looks_like_vllm_log, parse_vllm_log
 
 ENV_VAR = "CAPPLAN_TELEMETRY_DIR"
 DEFAULT_DIR = Path("var/telemetry")
@@ -296,7 +296,7 @@ class _Ingest:
         if kind == "sniff":
             if looks_like_prometheus(text.lines):
                 kind = "prometheus"
-            elif looks_like_vllm_log(text.lines):
+            elif looks_like_startup_log(text.lines):
                 kind = "vllm_log"
             else:
                 report.reject(
@@ -309,7 +309,7 @@ class _Ingest:
         if not any(line.strip() for line in text.lines):
             report.reject(None, RowError("empty", "no text in the file"), None)
             return report
-        parser: Any = {"prometheus": parse_prometheus, "vllm_log": parse_vllm_log, "csv": parse_csv}[kind]
+        parser: Any = {"prometheus": parse_prometheus, "vllm_log": parse_startup_log, "csv": parse_csv}[kind]
         parser(ctx, text, report, self.dedupe)
         if report.rows_in == 0:
             reason = f"nothing capplan reads in {report.lines_total} line(s) of this {kind} file"

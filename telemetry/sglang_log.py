@@ -1,5 +1,5 @@
 """SGLang startup logs: the phrases SGLang prints (read in its sources, 0.3-0.5 era formats), as a dialect of
-the shared startup-log parser (`vllm_log.parse_engine_log`).
+the shared startup-log parser (`startup_log.parse_engine_log`).
 
 - "KV Cache is allocated. [dtype: ..., ]#tokens: N, K size: X GB, V size: Y GB" (or "KV size: X GB"; older
   releases print only the sizes) -> kv_cache_tokens, kv_cache_memory_bytes = K + V. SGLang's "GB" is bytes /
@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from telemetry.normalize import RowError, parse_int, size_bytes
-from telemetry.vllm_log import (
+from telemetry.startup_log import (
     FEATURE_KEYS,
     NUM,
     P_ARGS,
@@ -29,11 +29,11 @@ from telemetry.vllm_log import (
     LogDialect,
     Rule,
     Values,
-    _count,
-    _failed,
-    _rx,
-    _size,
-    _text,
+    count_field,
+    failed_start,
+    rx,
+    size_field,
+    text_field,
 )
 
 
@@ -74,7 +74,7 @@ def _resolved_settings(m: re.Match[str]) -> Values:
     return values
 
 
-_KV_POOL = _rx(
+_KV_POOL = rx(
     r"KV Cache is allocated\.(?:\s*dtype:\s*[\w.]+,)?\s*(?:#tokens:\s*" + NUM.replace("(", "(?P<tokens>", 1) + r",\s*)?"
     r"(?:K size:\s*(?P<k>-?\d+(?:\.\d+)?)\s*(?P<ku>GB|GiB|MB|MiB),\s*V size:\s*(?P<v>-?\d+(?:\.\d+)?)\s*(?P<vu>GB|GiB|MB|MiB)"
     r"|KV size:\s*(?P<kv>-?\d+(?:\.\d+)?)\s*(?P<kvu>GB|GiB|MB|MiB))"
@@ -85,34 +85,34 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "weights",
         "Load weight end",
-        _rx(r"Load weight end\..*?mem usage=\s*" + SIZE),
-        _size("weights_bytes"),
+        rx(r"Load weight end\..*?mem usage=\s*" + SIZE),
+        size_field("weights_bytes"),
         strict=False,  # releases before 0.4.3 print only avail mem
     ),
-    Rule("pool summary", "max_total_num_tokens=", _rx(r"max_total_num_tokens="), _resolved_settings, priority=P_ARGS),
+    Rule("pool summary", "max_total_num_tokens=", rx(r"max_total_num_tokens="), _resolved_settings, priority=P_ARGS),
     Rule(
         "not enough memory",
         "Not enough memory",
-        _rx(r"Not enough memory\. Please try to increase --mem-fraction-static"),
-        _failed("no memory left for the KV cache pool (Not enough memory: increase --mem-fraction-static)"),
+        rx(r"Not enough memory\. Please try to increase --mem-fraction-static"),
+        failed_start("no memory left for the KV cache pool (Not enough memory: increase --mem-fraction-static)"),
         strict=False,
     ),
     Rule(
         "started",
         "fired up and ready to roll",
-        _rx(r"fired up and ready to roll"),
+        rx(r"fired up and ready to roll"),
         lambda m: {"startup_outcome": "started"},
         strict=False,
     ),
     Rule(
         "version",
         "sglang",
-        _rx(r"^\s*sglang(?:\s+version)?\s*[:=]\s*v?(\d+\.\d[\w.+-]*)\s*$"),
-        _text("engine_version"),
+        rx(r"^\s*sglang(?:\s+version)?\s*[:=]\s*v?(\d+\.\d[\w.+-]*)\s*$"),
+        text_field("engine_version"),
         strict=False,
         priority=P_CONFIG,
     ),
-    Rule("page size", "page_size=", _rx(r"\bpage_size=\s*" + NUM), _count("block_size"), strict=False),
+    Rule("page size", "page_size=", rx(r"\bpage_size=\s*" + NUM), count_field("block_size"), strict=False),
     *SHARED_RULES,
 )
 

@@ -1,5 +1,5 @@
 """TensorRT-LLM startup logs (the PyTorch backend of trtllm-serve / the LLM API, and prebuilt engines), as a
-dialect of the shared startup-log parser (`vllm_log.parse_engine_log`). The phrases, read in
+dialect of the shared startup-log parser (`startup_log.parse_engine_log`). The phrases, read in
 cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp and tensorrt_llm/_torch/pyexecutor/_util.py:
 
 - "[MemUsageChange] Allocated X GiB for max tokens in paged KV cache (N)" -> kv_cache_memory_bytes,
@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 
 from telemetry.normalize import parse_int, size_bytes
-from telemetry.vllm_log import (
+from telemetry.startup_log import (
     NUM,
     P_ARGS,
     P_CONFIG,
@@ -39,10 +39,10 @@ from telemetry.vllm_log import (
     LogDialect,
     Rule,
     Values,
-    _count,
-    _rx,
-    _size,
-    _text,
+    count_field,
+    rx,
+    size_field,
+    text_field,
 )
 
 
@@ -81,7 +81,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "profiling peak",
         "Peak memory during memory usage profiling",
-        _rx(
+        rx(
             r"\(torch \+ non-torch\):\s*" + SIZE + r",\s*available KV cache memory when calculating max tokens:\s*"
             + SIZE + r",\s*fraction is set\s*" + NUM + r".*?device total memory\s*" + SIZE
         ),
@@ -90,71 +90,71 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "weights",
         "after loading model weights (inside torch)",
-        _rx(r"after loading model weights \(inside torch\) in memory usage profiling:\s*" + SIZE),
-        _size("weights_bytes"),
+        rx(r"after loading model weights \(inside torch\) in memory usage profiling:\s*" + SIZE),
+        size_field("weights_bytes"),
     ),
     Rule(
         "activation peak",
         "allocated during inference (inside torch)",
-        _rx(r"allocated during inference \(inside torch\) in memory usage profiling:\s*" + SIZE),
-        _size("activation_peak_bytes"),
+        rx(r"allocated during inference \(inside torch\) in memory usage profiling:\s*" + SIZE),
+        size_field("activation_peak_bytes"),
     ),
     Rule(
         "non-torch memory",
         "Memory used outside torch",
-        _rx(r"Memory used outside torch[^:]*in memory usage profiling:\s*" + SIZE),
-        _size("non_torch_bytes"),
+        rx(r"Memory used outside torch[^:]*in memory usage profiling:\s*" + SIZE),
+        size_field("non_torch_bytes"),
     ),
     Rule(
         "paged KV cache",
         "for max tokens in paged KV cache",
-        _rx(r"Allocated\s+" + SIZE + r"\s+for max tokens in paged KV cache\s*\(\s*" + NUM + r"\s*\)"),
+        rx(r"Allocated\s+" + SIZE + r"\s+for max tokens in paged KV cache\s*\(\s*" + NUM + r"\s*\)"),
         _allocated,
     ),
     Rule(
         "paged KV cache bytes",
         "Allocating",
-        _rx(r"Max tokens in paged KV cache:\s*" + NUM + r"\.\s*Allocating\s+" + NUM + r"\s+bytes"),
+        rx(r"Max tokens in paged KV cache:\s*" + NUM + r"\.\s*Allocating\s+" + NUM + r"\s+bytes"),
         _tokens_and_bytes,
         strict=False,
     ),
     Rule(
         "k/v cache bytes",
         "bytes for k/v cache",
-        _rx(r"Allocate\s+" + NUM + r"\s+bytes for k/v cache"),
+        rx(r"Allocate\s+" + NUM + r"\s+bytes for k/v cache"),
         lambda m: {"kv_cache_memory_bytes": parse_int(m.group(1), "k/v cache bytes")},
     ),
     Rule(
         "tokens in paged KV cache",
         "tokens in paged KV cache.",
-        _rx(r"Using\s+" + NUM + r"\s+tokens in paged KV cache"),
-        _count("kv_cache_tokens"),
+        rx(r"Using\s+" + NUM + r"\s+tokens in paged KV cache"),
+        count_field("kv_cache_tokens"),
     ),
     Rule(
         "memory for the KV cache",
         "Memory usage when calculating max tokens",
-        _rx(r"total:\s*" + SIZE + r",\s*available:\s*" + SIZE),
+        rx(r"total:\s*" + SIZE + r",\s*available:\s*" + SIZE),
         lambda m: {"total_gpu_memory_bytes": size_bytes(m.group(1), m.group(2), "total GPU memory")},
     ),
-    Rule("tokens per block", "Number of tokens per block", _rx(r"tokens per block:\s*" + NUM), _count("block_size")),
+    Rule("tokens per block", "Number of tokens per block", rx(r"tokens per block:\s*" + NUM), count_field("block_size")),
     Rule(
         "primary pool",
         "KV cache primary pool:",
-        _rx(r"KV cache primary pool:\s*" + NUM),
-        _count("num_gpu_blocks"),
+        rx(r"KV cache primary pool:\s*" + NUM),
+        count_field("num_gpu_blocks"),
     ),
-    Rule("primary pool", "primary blocks=", _rx(r"primary blocks=\s*" + NUM), _count("num_gpu_blocks"), strict=False),
+    Rule("primary pool", "primary blocks=", rx(r"primary blocks=\s*" + NUM), count_field("num_gpu_blocks"), strict=False),
     Rule(
         "limits",
         "max_num_requests=",
-        _rx(r"max_seq_len=\s*" + NUM + r",\s*max_num_requests=\s*" + NUM + r",\s*max_num_tokens=\s*" + NUM),
+        rx(r"max_seq_len=\s*" + NUM + r",\s*max_num_requests=\s*" + NUM + r",\s*max_num_tokens=\s*" + NUM),
         _limits,
         priority=P_ARGS,
     ),
     Rule(
         "fraction",
         "free_gpu_memory_fraction and max_tokens are set",
-        _rx(r"\(to\s*" + NUM + r"\s+and\s+" + NUM),
+        rx(r"\(to\s*" + NUM + r"\s+and\s+" + NUM),
         lambda m: {"gpu_memory_utilization": round(float(m.group(1)), 6)},
         strict=False,
         priority=P_ARGS,
@@ -162,8 +162,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "version",
         "LLM version:",
-        _rx(r"TensorRT[- ]LLM version:\s*v?(\d[\w.+-]*)"),
-        _text("engine_version"),
+        rx(r"TensorRT[- ]LLM version:\s*v?(\d[\w.+-]*)"),
+        text_field("engine_version"),
         priority=P_CONFIG,
         marker=True,
     ),

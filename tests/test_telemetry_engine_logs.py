@@ -13,7 +13,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from telemetry.vllm_log import VLLM, dialect_for
+from telemetry.log_dialects import dialect_for
+from telemetry.vllm_log import VLLM
 from tests.test_telemetry_support import FIXTURES, gib, ingest, observations, only_observation, rejects
 
 LOGS = FIXTURES / "logs"
