@@ -22,12 +22,12 @@ import duckdb
 from pydantic import PrivateAttr
 
 from models_registry import db
+from models_registry.frames import catalog_root
 from telemetry.drop_folder import DropFolder, resolve_drop_folder
 from telemetry.prometheus_api import DEFAULT_LOOKBACK_S, DEFAULT_STEP_S, PrometheusSettings
 from telemetry.store import DEFAULT_WINDOW_DAYS, STORE_ENV, SampleStore
 from warehouse.lock import RunLock, WarehouseBusy, read_owner
 from warehouse.publish import DEFAULT_HISTORY_RUNS, DEFAULT_PATH, PublishResult, Warehouse
-from warehouse.sources import catalog_root
 
 WAREHOUSE_ENV = "CAPPLAN_WAREHOUSE"
 HISTORY_RUNS_ENV = "CAPPLAN_HISTORY_RUNS"

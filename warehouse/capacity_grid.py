@@ -38,10 +38,10 @@ from capacity.grid import (
     grid_tables,
 )
 from capacity.spec import GpuSku
+from models_registry.frames import ingest_errors_frame
 from models_registry.planning import gpu_skus, grid_models
 from models_registry.sources.common import ItemError, one_line
 from warehouse.provenance import CAPACITY_DIR, sha256_file, sha256_tree
-from warehouse.sources import ingest_errors_frame
 from warehouse.sql import columns, load_frame, qualified, relation_kind, transaction
 
 CONTEXT_COLUMNS = ("context", "max_concurrency", "b_max_memory", "b_max", "fits", "tpot_ms", "output_tokens_per_second")
