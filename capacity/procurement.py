@@ -44,14 +44,13 @@ from capacity.placement import (
     PlacementResult,
     ProcurementPlan,
     SkuPurchase,
-    WorkloadProfile,
     new_highs,
     place,
     plan_procurement,
     procurement_options,
     solver_available,
 )
-from capacity.procurement_types import BucketChoice, BucketDemand, BucketPlan, Candidate, RequestBucket
+from capacity.planning_types import BucketChoice, BucketDemand, BucketPlan, Candidate, RequestBucket, WorkloadProfile
 from capacity.spec import GpuSku, ModelSpec, SpecError
 
 TIE_BREAK = 1e-6

@@ -17,8 +17,8 @@ from typing import Any
 import polars as pl
 
 from capacity.calibration import CalibrationFit
+from capacity.planning_types import BucketDemand, BucketPlan
 from capacity.procurement import bucket_demand, workload_buckets
-from capacity.procurement_types import BucketDemand, BucketPlan
 from capacity.spec import SpecError
 from models_registry.planning import Catalog
 from recommendations.placements import correction_lookup, procurement_gpus, unplannable

@@ -15,8 +15,8 @@ import polars as pl
 
 from capacity.calibration import CalibrationFit, Correction
 from capacity.placement import PlacementOption, PlacementResult, ProcurementPlan, place
+from capacity.planning_types import BucketDemand
 from capacity.procurement import plan_fleet
-from capacity.procurement_types import BucketDemand
 from capacity.spec import GpuSku, ModelSpec, SpecError
 from models_registry.planning import Catalog
 from recommendations.limits import grid_weight_dtype

@@ -34,7 +34,7 @@ from typing import Any
 import polars as pl
 import yaml
 
-from capacity.placement import DTYPE_POLICIES, DtypePolicy, WorkloadProfile
+from capacity.planning_types import DTYPE_POLICIES, DtypePolicy, WorkloadProfile
 from capacity.procurement import workload_buckets
 from capacity.spec import SpecError
 

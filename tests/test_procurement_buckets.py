@@ -19,8 +19,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from capacity.planning_types import BucketDemand, Candidate, RequestBucket
 from capacity.procurement import plan_buckets, request_buckets
-from capacity.procurement_types import BucketDemand, Candidate, RequestBucket
 from capacity.spec import SpecError
 from tests.conftest import require_extra
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import dagster as dg
 import polars as pl
 
-from capacity.procurement_types import BucketPlan
+from capacity.planning_types import BucketPlan
 from pipelines.assets.common import describe, key, relation_result, sql_asset
 from pipelines.assets.telemetry import REGISTRY_DEPS, run_catalog
 from pipelines.resources import PlanningResource, WarehouseResource
