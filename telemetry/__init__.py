@@ -5,7 +5,8 @@ exports -> Polars frames of deployment observations, metric samples, rejects and
     result = ingest_dir("var/telemetry")
     result.observations, result.samples, result.rejects, result.files
 
-No Dagster and no database here: the frames are what `raw.telemetry_*` tables hold (README.md).
+No Dagster and no warehouse here: the frames are what `raw.telemetry_*` tables hold (README.md); DuckDB
+only reads the sample store's Parquet (`store`). Imports `capacity` and `models_registry`, nothing above.
 """
 
 from telemetry.ingest import (
