@@ -544,20 +544,20 @@ def parse_engine_log(
             continue
         row = _read_row(raw, lines, i, dialect)
         i = row.next_index
-        values, priority, marker, recognized, problem = row.values, row.priority, row.marker, row.recognized, row.problem
-        if not recognized:
+        if not row.recognized:
             report.lines_ignored += 1
             continue
-        if problem is not None:
-            report.reject(number, problem, raw, deployment)
+        if row.problem is not None:
+            report.reject(number, row.problem, raw, deployment)
             continue
+        values = row.values
         negatives = [k for k, v in values.items() if isinstance(v, int | float) and not isinstance(v, bool) and v < 0]
         if negatives:
             report.reject(number, RowError("negative", f"negative {negatives[0].replace('_', ' ')}"), raw, deployment)
             continue
-        if marker and segments[-1].measured:
+        if row.marker and segments[-1].measured:
             segments.append(_Segment(len(segments)))
-        segments[-1].add(number, raw, values, priority)
+        segments[-1].add(number, raw, values, row.priority)
         report.accepted += 1
 
     # The GPU is a fact about the machine, not one engine start: an nvidia-smi paste at the top

@@ -136,14 +136,25 @@ RULES: tuple[Rule, ...] = (
         rx(r"total:\s*" + SIZE + r",\s*available:\s*" + SIZE),
         lambda m: {"total_gpu_memory_bytes": size_bytes(m.group(1), m.group(2), "total GPU memory")},
     ),
-    Rule("tokens per block", "Number of tokens per block", rx(r"tokens per block:\s*" + NUM), count_field("block_size")),
+    Rule(
+        "tokens per block",
+        "Number of tokens per block",
+        rx(r"tokens per block:\s*" + NUM),
+        count_field("block_size"),
+    ),
     Rule(
         "primary pool",
         "KV cache primary pool:",
         rx(r"KV cache primary pool:\s*" + NUM),
         count_field("num_gpu_blocks"),
     ),
-    Rule("primary pool", "primary blocks=", rx(r"primary blocks=\s*" + NUM), count_field("num_gpu_blocks"), strict=False),
+    Rule(
+        "primary pool",
+        "primary blocks=",
+        rx(r"primary blocks=\s*" + NUM),
+        count_field("num_gpu_blocks"),
+        strict=False,
+    ),
     Rule(
         "limits",
         "max_num_requests=",

@@ -119,7 +119,12 @@ RULES: tuple[Rule, ...] = (
         size_field("kv_cache_memory_bytes"),
     ),
     Rule("KV cache memory", "kv_cache_size=", rx(r"kv_cache_size=\s*" + SIZE), size_field("kv_cache_memory_bytes")),
-    Rule("KV cache size", "KV cache size:", rx(r"KV cache size:\s*" + NUM + r"\s*tokens"), count_field("kv_cache_tokens")),
+    Rule(
+        "KV cache size",
+        "KV cache size:",
+        rx(r"KV cache size:\s*" + NUM + r"\s*tokens"),
+        count_field("kv_cache_tokens"),
+    ),
     Rule(
         "maximum concurrency",
         "Maximum concurrency for",
@@ -189,7 +194,12 @@ RULES: tuple[Rule, ...] = (
         rx(r"torch peak memory increase:\s*" + SIZE),
         size_field("activation_peak_bytes"),
     ),
-    Rule("peak torch memory", "peak_torch_memory=", rx(r"peak_torch_memory=\s*" + SIZE), size_field("peak_torch_bytes")),
+    Rule(
+        "peak torch memory",
+        "peak_torch_memory=",
+        rx(r"peak_torch_memory=\s*" + SIZE),
+        size_field("peak_torch_bytes"),
+    ),
     Rule(
         "non-KV memory",
         "Total non KV cache memory",
