@@ -80,7 +80,8 @@ class WorkloadProfile:
             raise SpecError(f"workload {self.name!r}: context_tokens must be >= 1, got {self.context_tokens}")
         if self.model_len < self.context_tokens:
             raise SpecError(
-                f"workload {self.name!r}: max_model_len {self.model_len:,} is below context_tokens {self.context_tokens:,}"
+                f"workload {self.name!r}: max_model_len {self.model_len:,} "
+                f"is below context_tokens {self.context_tokens:,}"
             )
         if not 0 < self.headroom <= 1:
             raise SpecError(f"workload {self.name!r}: headroom must be in (0, 1], got {self.headroom}")
