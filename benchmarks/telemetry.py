@@ -7,7 +7,7 @@ measured and reported apart) and goes two ways, each in a process of its own (so
 its own):
 
 1. **store** (`--samples`, default 100,000,000): every chunk appended to a `SampleStore`
-   (`warehouse/telemetry/store.py`: checks, duplicates, the keys already stored, Parquet by day);
+   (`telemetry/store.py`: checks, duplicates, the keys already stored, Parquet by day);
    then the last chunk appended again (must write nothing); then the refresh: usage by DuckDB over
    the Parquet files, `deployments_frame`, `predict_deployments`, the calibration fit, the raw
    tables and views, and `select count(*)` of `marts.prediction_vs_measured`.
@@ -134,7 +134,7 @@ def chunk_frame(ids: list[str], first: int, scrapes: int) -> pl.DataFrame:
                 pl.col("gpu_index").cast(pl.Int32),
             )
         )
-    from warehouse.telemetry.schema import SAMPLE_SCHEMA
+    from telemetry.schema import SAMPLE_SCHEMA
 
     frame = pl.concat(parts, how="diagonal_relaxed")
     frame = frame.with_columns(
@@ -156,7 +156,7 @@ def chunks(ids: list[str], scrapes: int, chunk_scrapes: int) -> Iterator[tuple[p
 
 def observations(ids: list[str]) -> pl.DataFrame:
     """One `vllm:cache_config_info`-like observation per deployment (what predictions need)."""
-    from warehouse.telemetry.schema import OBSERVATION_SCHEMA, frame
+    from telemetry.schema import OBSERVATION_SCHEMA, frame
 
     rows = [
         {"observation_id": f"obs-{d}", "deployment_id": d, "source_kind": "prometheus", "observed_at": START,
@@ -200,11 +200,11 @@ def refresh(
     `calibrate=False`: the calibration fit is given no deployments (its leave-one-out grows much
     faster than linearly with the deployments of one scope: 12 s at 100, 67 s at 200 here), so
     the figure is the telemetry path's own; `--calibrate` includes it."""
-    from warehouse.catalog import bundled_catalog
+    from models_registry.planning import bundled_catalog
+    from telemetry.calibration_frames import fit_frames
+    from telemetry.drop_folder import deployments_frame
+    from telemetry.predictions import predict_deployments
     from warehouse.sql import build_relation, load_frame
-    from warehouse.telemetry.calibration_frames import fit_frames
-    from warehouse.telemetry.drop_folder import deployments_frame
-    from warehouse.telemetry.predictions import predict_deployments
 
     registry = bundled_catalog(MODELS, [GPU_SKU])
     deployments = deployments_frame(obs, samples, "benchmark", usage)
@@ -240,7 +240,7 @@ def warehouse(path: Path) -> duckdb.DuckDBPyConnection:
 
 
 def store_path(args: dict[str, Any]) -> dict[str, Any]:
-    from warehouse.telemetry.store import SampleStore
+    from telemetry.store import SampleStore
 
     ids = deployment_ids(args["deployments"])
     scrapes = -(-args["samples"] // (len(ids) * SERIES))
@@ -270,7 +270,7 @@ def store_path(args: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     usage = store.usage(window_days=3650)
     usage_s = time.perf_counter() - t0
-    from warehouse.telemetry.schema import SAMPLE_SCHEMA
+    from telemetry.schema import SAMPLE_SCHEMA
 
     predicted = refresh(con, observations(ids), pl.DataFrame(schema=SAMPLE_SCHEMA), usage, args["calibrate"])
     refresh_s = time.perf_counter() - t0
@@ -285,10 +285,10 @@ def store_path(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def baseline_path(args: dict[str, Any]) -> dict[str, Any]:
-    from warehouse.catalog import bundled_catalog
+    from models_registry.planning import bundled_catalog
+    from telemetry import ingest_dir
+    from telemetry.summary import sample_usage
     from warehouse.sql import load_frame
-    from warehouse.telemetry import ingest_dir
-    from warehouse.telemetry.summary import sample_usage
 
     ids = deployment_ids(args["deployments"])
     scrapes = -(-args["samples"] // (len(ids) * SERIES))

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from benchmarks.estimate import cores
-from warehouse.telemetry import deployment_summary, ingest_dir
+from telemetry import deployment_summary, ingest_dir
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)

@@ -4,7 +4,7 @@ Pure functions, no I/O. The flow:
 
 1. `observed_deployment` turns the settings a startup log / metrics export reports into the
    `DeploymentSpec` capplan predicts for (shared with the public-log accuracy set,
-   `models_registry.sources.measurements`).
+   `evaluation.measurements`).
 2. Each observed deployment with its prediction is an `Observation`: per term, measured and
    predicted bytes per GPU. `residual` gives the correction that would have made the prediction
    right: a ratio `measured / predicted` for terms that scale with the model (weights, the

@@ -1,7 +1,7 @@
 """Engine facts by version, each with its source. The one data file behind the engine profiles.
 
 Plain data (no logic beyond lookup) so that a version bump is a reviewable diff of numbers.
-Overhead coefficients are fitted to public startup logs (capacity/data/vllm_public_measurements.yaml,
+Overhead coefficients are fitted to public startup logs (evaluation/data/vllm_public_measurements.yaml,
 refit with `python tools/fit_overheads.py`); everything else is read off the engines' source.
 """
 
@@ -199,7 +199,7 @@ VLLM_BATCH_DEFAULTS: dict[BatchDefaults, tuple[tuple[int, int | None], ...]] = {
 # vLLM's CPU build has no async scheduling: one batch in flight (tests/fixtures/vllm_cpu)
 
 # Non-KV overhead model (per GPU), each a named term, fitted by tools/fit_overheads.py on the public
-# startup logs in capacity/data/vllm_public_measurements.yaml (see README-measurements.md):
+# startup logs in evaluation/data/vllm_public_measurements.yaml (see README-measurements.md):
 #   activation_peak = max(a_mlp * F_mlp, a_logits * F_logits) + a_base
 #       F_mlp    = M * widest per-token projection / TP * act_bytes   (forward pass of the profile run)
 #       F_logits = S * vocab * 4                                       (sampler dummy run: fp32 logits,
@@ -270,7 +270,7 @@ VLLM_OVERHEAD_PROFILES["v1-late"] = replace(VLLM_OVERHEAD_PROFILES["v1"], source
 
 
 # CUDA-graph estimate, vLLM >= 0.21 (tools/overhead_cv.py --graphs: least absolute deviation on the
-# 22 fitted rows of capacity/data/vllm_cudagraph_estimates.yaml; tests/test_cudagraph_estimates.py)
+# 22 fitted rows of evaluation/data/vllm_cudagraph_estimates.yaml; tests/test_cudagraph_estimates.py)
 CG_BASE_BYTES = int(0.24 * GIB)  # the largest first capture (the pool of the biggest graph)
 CG_PER_GRAPH_BYTES = int(5.2 * 2**20)  # every further graph at TP = 1
 # at TP > 1 by how the graphs all-reduce (capacity/engines/vllm_overhead.py custom_all_reduce_on, the rule
@@ -284,7 +284,7 @@ CG_PER_GRAPH_TP_NCCL_BYTES = int(29.6 * 2**20)  # every further graph at TP > 1,
 # sized from the model and the settings as the engine allocates them (each named there, with the vLLM
 # function it follows); the coefficients below are the few things that are not read off the source,
 # refit by `python tools/overhead_cv.py --fit` (leave-one-source-out cross-validation on
-# capacity/data/vllm_public_measurements.yaml) and shared by every model family.
+# evaluation/data/vllm_public_measurements.yaml) and shared by every model family.
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +298,7 @@ class VllmProfilingCoefficients:
     # CUDA-graph estimate (profile_cudagraph_memory) where the release deducts it: base + per graph x
     # (PIECEWISE + FULL captures); per graph at TP > 1 by all-reduce path: vLLM's custom all-reduce (graph
     # addresses registered in its IPC buffers) or NCCL's kernels captured in every graph (custom all-reduce off).
-    # Fitted on capacity/data/vllm_cudagraph_estimates.yaml (models_registry/sources/cudagraph_estimates.py)
+    # Fitted on evaluation/data/vllm_cudagraph_estimates.yaml (evaluation/cudagraph_estimates.py)
     cg_base_bytes: int
     cg_per_graph_bytes: int
     cg_per_graph_tp_custom_ar_bytes: int
@@ -378,7 +378,7 @@ VLLM_PROFILING_COEFFICIENTS["v1-late"] = replace(
 # what it keeps alive at its peak, read off each release's code, not fitted. Units: logits-sized tensors
 # of S x vocab (S = the dummy run's requests) in fp32 units (int64 = 2, int32/fp32 = 1, bf16 = 0.5,
 # bool = 0.25), on top of the model-dtype logits. Derivations step by step, with the functions, in
-# capacity/data/README-sampler.md; the tensor-level peaks of the V1 runner are also measured by running
+# evaluation/data/README-sampler.md; the tensor-level peaks of the V1 runner are also measured by running
 # each release's own sampler code on the CPU (tools/engine_oracle/vllm_sampler_peak.py,
 # tests/test_vllm_sampler_rule.py). Where the path sorts the logits (torch.sort), the CUDA sort's own
 # scratch comes on top while it runs (`VLLM_TORCH_SORT_LIVE_UNITS` + `torch_sort_scratch_units`).

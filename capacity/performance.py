@@ -15,7 +15,7 @@ Polars expressions, like the engine rules in `capacity.engines.numeric`):
 - PP: each stage holds its layers; a token passes every stage (TPOT = stages x stage time + hops).
 
 The efficiency factors (`PerfEfficiency`) are few and named; `capacity.perf_fit` fits them on public
-benchmark measurements (capacity/data/perf_measurements.yaml) with leave-one-source-out validation.
+benchmark measurements (evaluation/data/perf_measurements.yaml) with leave-one-source-out validation.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ class PerfEfficiency:
     source: str = "defaults before fitting (capacity.perf_fit replaces them)"
 
 
-# Fitted by `python tools/perf_fit.py` (capacity.perf_fit) on capacity/data/perf_measurements.yaml (public
+# Fitted by `python tools/perf_fit.py` (capacity.perf_fit) on evaluation/data/perf_measurements.yaml (public
 # benchmark rows grouped by source, README-perf-measurements.md), minimising the mean absolute log error.
 # Memory and compute efficiency per GPU vendor class, step and request overheads per engine.
-_FIT_SOURCE = "fitted on the public benchmark rows of capacity/data/perf_measurements.yaml (tools/perf_fit.py)"
+_FIT_SOURCE = "fitted on the public benchmark rows of evaluation/data/perf_measurements.yaml (tools/perf_fit.py)"
 MEMORY_EFFICIENCY = {"nvidia": 0.722, "amd": 0.447}
 COMPUTE_EFFICIENCY = {"nvidia": 0.522, "amd": 0.151}
 STEP_OVERHEAD_S = {Engine.VLLM: 0.00300, Engine.SGLANG: 0.00595, Engine.TRTLLM: 0.00346}

@@ -31,110 +31,16 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from capacity.calibration import Correction, calibrated_pool
 from capacity.memory import Estimate, b_max, estimate, pool_starts, valid_tp_sizes, weight_format
 from capacity.performance import Performance, perf_inputs, performance
+from capacity.planning_types import BucketPlan, DtypePolicy, WorkloadProfile
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 
-if TYPE_CHECKING:
-    from capacity.procurement import BucketPlan
-
-DEFAULT_HEADROOM = 0.9
-DEFAULT_TP_SIZES = (1, 2, 4, 8)
-DEFAULT_PP_SIZES = (1, 2, 4)
 ENUMERATION_LIMIT = 200_000
 SOLVER_TIME_LIMIT_S = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class DtypePolicy:
-    """Which weight and KV dtypes a workload accepts (values of `--dtype` / `--kv-dtype`).
-
-    `auto` is the checkpoint's own format (a quantized checkpoint is only served as published)."""
-
-    name: str
-    weight_dtypes: tuple[str, ...]
-    kv_dtypes: tuple[str, ...]
-
-
-DTYPE_POLICIES: dict[str, DtypePolicy] = {
-    "native": DtypePolicy("native", ("auto",), ("auto",)),
-    "fp8-kv": DtypePolicy("fp8-kv", ("auto",), ("auto", "fp8")),
-    "fp8": DtypePolicy("fp8", ("auto", "fp8"), ("auto", "fp8")),
-    "any": DtypePolicy("any", ("auto", "fp8", "int4"), ("auto", "fp8")),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadProfile:
-    """What one workload needs: concurrent sequences of a context length, served by these models."""
-
-    name: str
-    models: tuple[str, ...]
-    target_concurrency: int
-    context_tokens: int  # T: tokens per sequence to plan capacity for (prompt + output)
-    max_model_len: int | None = None  # L: the deployment's max_model_len (default T)
-    dtype_policy: DtypePolicy = DTYPE_POLICIES["native"]
-    headroom: float = DEFAULT_HEADROOM  # plan at headroom x B_max
-    engine: str = "vllm"
-    engine_version: str | None = None
-    gpus: tuple[str, ...] = ()  # allowed SKUs (empty: every SKU with a price)
-    max_gpus_per_replica: int | None = None
-    tp_sizes: tuple[int, ...] = DEFAULT_TP_SIZES
-    pp_sizes: tuple[int, ...] = DEFAULT_PP_SIZES
-    gpu_memory_utilization: float | None = None
-    overhead_bytes_per_gpu: int | None = None  # what-if override (the plain engine has none)
-    context_source: str = ""  # how T was chosen, e.g. "p95 of the context distribution"
-    description: str = ""
-    # latency targets (None: none); a replica then runs at the largest B that meets them and memory
-    tpot_ms_target: float | None = None  # time per output token (= ITL) at steady state
-    ttft_ms_target: float | None = None  # time to first token, steady state (prefill beside the batch)
-    output_tokens: int | None = None  # generated tokens per request (default: min(256, T / 2))
-    # load as a request rate, with length distributions: the Mélange plan (capacity.procurement)
-    request_rate_per_s: float | None = None
-    context_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, tokens) of prompt + output
-    input_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, prompt tokens)
-    output_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, generated tokens)
-
-    @property
-    def model_len(self) -> int:
-        return self.max_model_len or self.context_tokens
-
-    def validate(self) -> None:
-        """Raise SpecError with a one-line reason for a profile that cannot be planned."""
-        if not self.name:
-            raise SpecError("a workload profile needs a name")
-        if not self.models:
-            raise SpecError(f"workload {self.name!r}: no model")
-        if self.target_concurrency < 1:
-            raise SpecError(f"workload {self.name!r}: target_concurrency must be >= 1, got {self.target_concurrency}")
-        if self.context_tokens < 1:
-            raise SpecError(f"workload {self.name!r}: context_tokens must be >= 1, got {self.context_tokens}")
-        if self.model_len < self.context_tokens:
-            raise SpecError(
-                f"workload {self.name!r}: max_model_len {self.model_len:,} is below context_tokens {self.context_tokens:,}"
-            )
-        if not 0 < self.headroom <= 1:
-            raise SpecError(f"workload {self.name!r}: headroom must be in (0, 1], got {self.headroom}")
-        if self.max_gpus_per_replica is not None and self.max_gpus_per_replica < 1:
-            raise SpecError(f"workload {self.name!r}: max_gpus_per_replica must be >= 1")
-        for label, target in (("tpot_ms_target", self.tpot_ms_target), ("ttft_ms_target", self.ttft_ms_target)):
-            if target is not None and not 0 < target < 1e7:
-                raise SpecError(f"workload {self.name!r}: {label} must be a positive number of milliseconds")
-        if self.request_rate_per_s is not None and not 0 < self.request_rate_per_s < 1e9:
-            raise SpecError(f"workload {self.name!r}: request_rate must be a positive number of requests/s")
-        if self.output_tokens is not None and not 0 < self.output_tokens < self.context_tokens:
-            raise SpecError(f"workload {self.name!r}: output_tokens must be between 1 and context_tokens - 1")
-
-    @property
-    def generated_tokens(self) -> int:
-        return self.output_tokens or min(256, max(1, self.context_tokens // 2))
-
-    @property
-    def has_latency_target(self) -> bool:
-        return self.tpot_ms_target is not None or self.ttft_ms_target is not None
 
 
 @dataclass(frozen=True, slots=True)

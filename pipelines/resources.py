@@ -22,12 +22,12 @@ import duckdb
 from pydantic import PrivateAttr
 
 from models_registry import db
+from models_registry.frames import catalog_root
+from telemetry.drop_folder import DropFolder, resolve_drop_folder
+from telemetry.prometheus_api import DEFAULT_LOOKBACK_S, DEFAULT_STEP_S, PrometheusSettings
+from telemetry.store import DEFAULT_WINDOW_DAYS, STORE_ENV, SampleStore
 from warehouse.lock import RunLock, WarehouseBusy, read_owner
 from warehouse.publish import DEFAULT_HISTORY_RUNS, DEFAULT_PATH, PublishResult, Warehouse
-from warehouse.sources import catalog_root
-from warehouse.telemetry.drop_folder import DropFolder, resolve_drop_folder
-from warehouse.telemetry.prometheus_api import DEFAULT_LOOKBACK_S, DEFAULT_STEP_S, PrometheusSettings
-from warehouse.telemetry.store import DEFAULT_WINDOW_DAYS, STORE_ENV, SampleStore
 
 WAREHOUSE_ENV = "CAPPLAN_WAREHOUSE"
 HISTORY_RUNS_ENV = "CAPPLAN_HISTORY_RUNS"
@@ -241,10 +241,10 @@ class RegistryResource(dg.ConfigurableResource):
 
 class PlanningResource(dg.ConfigurableResource):
     """Telemetry and recommendations: the drop folder, the workload profiles, calibration and
-    admission settings (see warehouse/recommendations)."""
+    admission settings (see recommendations)."""
 
     telemetry_dir: str = ""  # empty: var/telemetry when it holds files, else the SAMPLE fleet
-    prometheus_url: str = ""  # empty: no Prometheus API ingest (warehouse/telemetry/prometheus_api.py)
+    prometheus_url: str = ""  # empty: no Prometheus API ingest (telemetry/prometheus_api.py)
     prometheus_lookback_s: int = DEFAULT_LOOKBACK_S  # range queries cover this much before the run; 0: instant
     prometheus_step_s: int = DEFAULT_STEP_S
     prometheus_timeout_s: int = 30  # per query; a dead server costs one timeout

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import polars as pl
 
-from warehouse.telemetry import SAMPLE_DIR
-from warehouse.telemetry.schema import clean_text
+from telemetry import SAMPLE_DIR
+from telemetry.schema import clean_text
 
 # A planted secret: must never appear in anything capplan stores or prints.
 TOKEN = "hf_PlantedSecretTokenDoNotStore0123456789"

@@ -14,8 +14,8 @@ import pytest
 
 from capacity import engine_constants as ec
 from capacity.engines.vllm_overhead import cudagraph_capture_counts, custom_all_reduce_on, vllm_overhead
+from evaluation import cudagraph_estimates as graphs
 from models_registry.resolve import load_model
-from models_registry.sources import cudagraph_estimates as graphs
 from models_registry.sources.gpu_catalog import find_gpu_sku
 
 

@@ -1,7 +1,7 @@
 """capplan's SGLang and TensorRT-LLM profiles against public startup logs, as a regression gate.
 
-The measured values are what the engines printed (capacity/data/sglang_public_measurements.yaml,
-trtllm_public_measurements.yaml), never what capplan computed; models_registry/sources/engine_logs.py scores
+The measured values are what the engines printed (evaluation/data/sglang_public_measurements.yaml,
+trtllm_public_measurements.yaml), never what capplan computed; evaluation/engine_logs.py scores
 them and tools/engine_log_cv.py prints the tables. The gates sit slightly around the figures measured when the
 release-aware SGLang defaults were introduced; they are not targets to tune to.
 """
@@ -12,8 +12,8 @@ import pytest
 
 from capacity.memory import GIB, kv_bytes_per_token_per_gpu
 from capacity.spec import ModelSpec
+from evaluation import engine_logs as el
 from models_registry.resolve import load_model
-from models_registry.sources import engine_logs as el
 from models_registry.sources.gpu_catalog import find_gpu_sku
 
 

@@ -27,10 +27,10 @@ from sqlalchemy import inspect, select, text
 from sqlalchemy.engine import make_url
 
 from models_registry import db, orm
+from models_registry.frames import sync_gpus, sync_models
 from models_registry.ingest import store_gpu
 from models_registry.sources.gpu_catalog import read_gpu_catalog
 from tests.test_warehouse_fixtures import write_catalog
-from warehouse.sources import sync_gpus, sync_models
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CATALOG_CONFIGS = PROJECT_ROOT / "models_registry" / "catalog" / "configs"

@@ -98,7 +98,7 @@ def test_a_pasted_log_without_a_gpu_is_kept_and_says_why_it_was_not_predicted(
 ) -> None:
     drop = tmp_path / "drop"
     drop.mkdir()
-    log = (PROJECT_ROOT / "warehouse/telemetry/sample/chat-llama8b-h100/startup.log").read_text()
+    log = (PROJECT_ROOT / "telemetry/sample/chat-llama8b-h100/startup.log").read_text()
     pasted = "\n".join(line for line in log.splitlines() if "nvidia-smi" not in line and "GPU 0:" not in line)
     (drop / "pasted.log").write_text(pasted + "\n")
     monkeypatch.setenv("CAPPLAN_TELEMETRY_DIR", str(drop))

@@ -1,7 +1,7 @@
 """Out-of-sample accuracy of the vLLM overhead model, as a regression gate.
 
-Leave-one-source-out cross-validation on the public startup logs (capacity/data/vllm_public_measurements.yaml;
-models_registry/sources/overhead_cv.py): a log is scored only by a fit that never saw its thread, repository
+Leave-one-source-out cross-validation on the public startup logs (evaluation/data/vllm_public_measurements.yaml;
+evaluation/overhead_cv.py): a log is scored only by a fit that never saw its thread, repository
 or campaign. The gates sit slightly below the figures measured when the derived model was introduced
 (tools/overhead_cv.py prints them); they are not targets to tune to. The measured values are what vLLM
 printed in those logs, never what capplan computed.
@@ -12,10 +12,8 @@ from __future__ import annotations
 import pytest
 
 from capacity.spec import ModelSpec
-from models_registry.resolve import load_model
-from models_registry.sources.gpu_catalog import find_gpu_sku
-from models_registry.sources.measurements import compare, load_measurements
-from models_registry.sources.overhead_cv import (
+from evaluation.measurements import compare, load_measurements
+from evaluation.overhead_cv import (
     DERIVED,
     PREVIOUS,
     Accuracy,
@@ -28,6 +26,8 @@ from models_registry.sources.overhead_cv import (
     shipped_scores,
     source_group,
 )
+from models_registry.resolve import load_model
+from models_registry.sources.gpu_catalog import find_gpu_sku
 
 
 def _resolve(repo_id: str) -> tuple[ModelSpec, int | None]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from capacity import performance
-from models_registry.sources.perf_cv import CvReport, cv_report
-from models_registry.sources.perf_measurements import load_perf_measurements
+from evaluation.perf_cv import CvReport, cv_report
+from evaluation.perf_measurements import load_perf_measurements
 
 # cross-validated median absolute error (%) and share within 25 %, per metric: measured on the
 # shipped data (tools/perf_fit.py) and pinned a little looser

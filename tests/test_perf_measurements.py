@@ -1,4 +1,4 @@
-"""The public throughput / latency reference set (capacity/data/perf_measurements.yaml) and its loader.
+"""The public throughput / latency reference set (evaluation/data/perf_measurements.yaml) and its loader.
 
 The file is what the performance model is fitted on and scored against by leave-one-source-group-out
 cross-validation, so these tests guard its shape: every row cites a source and a group, ids are unique,
@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from models_registry.sources.bundled import bundled_ids
-from models_registry.sources.perf_measurements import (
+from evaluation.perf_measurements import (
     BENCHMARK_KINDS,
     ENGINES,
     PERF_MEASUREMENTS_PATH,
@@ -24,6 +23,7 @@ from models_registry.sources.perf_measurements import (
     catalog_gpu_ids,
     load_perf_measurements,
 )
+from models_registry.sources.bundled import bundled_ids
 
 
 @pytest.fixture(scope="module")

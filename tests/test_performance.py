@@ -24,7 +24,8 @@ from capacity.performance import (
     tpot_seconds,
     ttft_at_rate_seconds,
 )
-from capacity.placement import WorkloadProfile, place
+from capacity.placement import place
+from capacity.planning_types import WorkloadProfile
 from capacity.spec import DeploymentSpec, GpuSku, KVKind
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku

@@ -20,14 +20,13 @@ from hypothesis import strategies as st
 
 from capacity.calibration import Correction, ScopeKey
 from capacity.placement import (
-    DTYPE_POLICIES,
     PlacementOption,
     PlacementResult,
-    WorkloadProfile,
     place,
     plan_procurement,
     solver_available,
 )
+from capacity.planning_types import DTYPE_POLICIES, WorkloadProfile
 from capacity.spec import GpuSku, SpecError
 from tests.conftest import require_extra
 from tests.handmade import dense_spec

@@ -19,7 +19,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from capacity.procurement import BucketDemand, Candidate, RequestBucket, plan_buckets, request_buckets
+from capacity.planning_types import BucketDemand, Candidate, RequestBucket
+from capacity.procurement import plan_buckets, request_buckets
 from capacity.spec import SpecError
 from tests.conftest import require_extra
 
@@ -121,7 +122,7 @@ def test_request_buckets_from_percentiles() -> None:
 def test_workload_request_rates_and_buckets_parse() -> None:
     import yaml
 
-    from warehouse.recommendations.workloads import parse_workloads
+    from recommendations.workloads import parse_workloads
 
     document = yaml.safe_load(
         """
@@ -207,10 +208,10 @@ def test_the_shipped_workloads_bucket_plan() -> None:
     from pathlib import Path
 
     from capacity.calibration import fit_calibration
-    from warehouse.catalog import bundled_catalog
-    from warehouse.recommendations.buckets import BUCKET_SCHEMA, bucket_demands, bucket_frame
-    from warehouse.recommendations.placements import placement_frames
-    from warehouse.recommendations.workloads import load_workloads
+    from models_registry.planning import bundled_catalog
+    from recommendations.buckets import BUCKET_SCHEMA, bucket_demands, bucket_frame
+    from recommendations.placements import placement_frames
+    from recommendations.workloads import load_workloads
 
     workloads = load_workloads(Path(__file__).resolve().parent.parent / "workloads.yaml")
     catalog = bundled_catalog([m for p in workloads.profiles for m in p.models])

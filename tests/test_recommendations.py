@@ -1,4 +1,4 @@
-"""warehouse.recommendations: predictions for observed deployments, the calibration frames, limits,
+"""recommendations: predictions for observed deployments, the calibration frames, limits,
 admission budgets, workload profiles and placements — pure functions over frames, checked on the
 shipped SAMPLE fleet and on hand-built rows."""
 
@@ -16,20 +16,20 @@ from capacity.calibration import CalibrationFit, calibrated_pool, fit_calibratio
 from capacity.grid import TARGET_CONCURRENCIES, grid_contexts
 from capacity.memory import AUTO_MAX_MODEL_LEN, b_max, estimate, valid_tp_sizes
 from capacity.spec import DeploymentSpec, SpecError
-from warehouse.catalog import Catalog, bundled_catalog
-from warehouse.recommendations.admission import ADMISSION_SCHEMA, budget_row
-from warehouse.recommendations.limits import (
+from models_registry.planning import Catalog, bundled_catalog
+from recommendations.admission import ADMISSION_SCHEMA, budget_row
+from recommendations.limits import (
     LIMIT_SCHEMA,
     deployment_limits,
     grid_limits,
     grid_weight_dtype,
     with_effective,
 )
-from warehouse.recommendations.placements import PLACEMENT_SCHEMA, placement_frames
-from warehouse.recommendations.workloads import load_workloads, parse_workloads
-from warehouse.telemetry import SAMPLE_DIR, deployment_summary, ingest_dir
-from warehouse.telemetry.calibration_frames import fit_frames, fit_from_frame, observations
-from warehouse.telemetry.predictions import PREDICTION_SCHEMA, predict_deployments
+from recommendations.placements import PLACEMENT_SCHEMA, placement_frames
+from recommendations.workloads import load_workloads, parse_workloads
+from telemetry import SAMPLE_DIR, deployment_summary, ingest_dir
+from telemetry.calibration_frames import fit_frames, fit_from_frame, observations
+from telemetry.predictions import PREDICTION_SCHEMA, predict_deployments
 
 GIB = 1 << 30
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -415,9 +415,9 @@ def test_placements_use_the_calibration_where_it_applies(fleet: dict[str, Any]) 
 
 
 def test_an_empty_drop_folder_gives_empty_typed_frames(tmp_path: Path) -> None:
-    from warehouse.recommendations.admission import admission_budgets
-    from warehouse.recommendations.limits import effective_limits
-    from warehouse.telemetry.drop_folder import deployments_frame, ingest_frames, resolve_drop_folder
+    from recommendations.admission import admission_budgets
+    from recommendations.limits import effective_limits
+    from telemetry.drop_folder import deployments_frame, ingest_frames, resolve_drop_folder
 
     catalog = bundled_catalog(["meta-llama/Llama-3.1-8B-Instruct"], ["l4-24gb"])
     (tmp_path / "empty").mkdir()
@@ -450,7 +450,7 @@ def test_speed_predicted_at_the_observed_load(fleet: dict[str, Any]) -> None:
     model = catalog.models["meta-llama/Llama-3.1-8B-Instruct"]
     gpu = catalog.gpus["h100-sxm-80gb"]
     from capacity.calibration import observed_deployment
-    from warehouse.telemetry.predictions import settings_of
+    from telemetry.predictions import settings_of
 
     deployment = observed_deployment(model.spec, settings_of(seen))
     est = estimate(

@@ -107,7 +107,7 @@ def _grid(gpus: dict[str, tuple[int, list[int]]]) -> pl.DataFrame:
 
 
 def test_curves_name_every_merged_gpu_and_say_their_layout() -> None:
-    from warehouse.recommendations.html_report import MAX_CURVES, curves_frame, fits_frame
+    from recommendations.html_report import MAX_CURVES, curves_frame, fits_frame
 
     same = [40, 20, 10]
     curves = curves_frame(
@@ -137,7 +137,7 @@ def test_report_for_another_model_and_errors(built: Env, runner: CliRunner, tmp_
 def test_without_the_report_extra_the_error_says_what_to_install(built: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     import duckdb
 
-    from warehouse.recommendations.html_report import ReportUnavailable, read_report, render_report
+    from recommendations.html_report import ReportUnavailable, read_report, render_report
 
     con = duckdb.connect(str(built.warehouse), read_only=True)
     try:
@@ -174,8 +174,8 @@ def test_the_frontier_is_the_performance_model_at_each_batch(page: str, built: E
     from capacity.memory import estimate
     from capacity.performance import performance
     from capacity.spec import DeploymentSpec
-    from warehouse.catalog import bundled_catalog
-    from warehouse.recommendations.html_report import (
+    from models_registry.planning import bundled_catalog
+    from recommendations.html_report import (
         FRONTIER_INPUT_TOKENS,
         FRONTIER_OUTPUT_TOKENS,
         frontier_batches,

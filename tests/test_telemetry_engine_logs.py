@@ -1,8 +1,8 @@
-"""SGLang and TensorRT-LLM startup logs become observations like vLLM logs do (warehouse/telemetry/sglang_log.py,
+"""SGLang and TensorRT-LLM startup logs become observations like vLLM logs do (telemetry/sglang_log.py,
 trtllm_log.py: dialects of the shared parser), and pasted junk is rejected line by line with a reason.
 
 Fixtures: tests/fixtures/telemetry/logs/sglang_*.log, trtllm_*.log, built from the public logs of
-capacity/data/sglang_public_measurements.yaml and trtllm_public_measurements.yaml (their lines verbatim; the
+evaluation/data/sglang_public_measurements.yaml and trtllm_public_measurements.yaml (their lines verbatim; the
 GPU line, settings dump, version line and the speculative draft's second pool of the H100 SGLang log, and the
 trtllm-serve command of the engine log, were added to exercise those rules). Expected values are what the
 engine printed.
@@ -13,8 +13,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from telemetry.log_dialects import dialect_for
+from telemetry.vllm_log import VLLM
 from tests.test_telemetry_support import FIXTURES, gib, ingest, observations, only_observation, rejects
-from warehouse.telemetry.vllm_log import VLLM, dialect_for
 
 LOGS = FIXTURES / "logs"
 
@@ -185,8 +186,8 @@ def test_trtllm_memory_profiling_terms(tmp_path: Path) -> None:
 def test_sglang_observation_is_predicted_with_its_release_rules(tmp_path: Path) -> None:
     # the observation goes through the same prediction as a vLLM one; its 0.4.4.post1 release takes 0.4.x's
     # default fraction, and the fraction the log states (0.88) is used: the measured pool is 27.02 + 27.02 GiB
-    from warehouse.catalog import bundled_catalog
-    from warehouse.telemetry.predictions import predict_row
+    from models_registry.planning import bundled_catalog
+    from telemetry.predictions import predict_row
 
     result = ingest(_log(tmp_path, "sglang_llama8b_h100_speculative.log"))
     row = result.observations.row(0, named=True)

@@ -11,8 +11,8 @@ from capacity.calibration import observed_deployment
 from capacity.memory import estimate
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
+from telemetry.predictions import settings_of
 from tests.test_telemetry_support import ingest, only_observation
-from warehouse.telemetry.predictions import settings_of
 
 VLLM = (
     "$ vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192 --enforce-eager --enable-lora \\\n"

@@ -29,13 +29,13 @@ from hypothesis import strategies as st
 
 from capacity.spec import GpuSku
 from models_registry.sources.gpu_catalog import load_gpu_skus
+from telemetry import REASON_CODES, IngestResult, ingest_dir
+from telemetry.drop_folder import fingerprint
+from telemetry.files import display_name, read_bounded, walk
+from telemetry.normalize import RowError, parse_int, parse_number, parse_timestamp
+from telemetry.redact import MARK, redact
 from tests.hostile_telemetry import GOOD, MODEL, SECRETS, TOKEN, remove_deep_folders, write_hostile_drop
 from tests.test_telemetry_support import model_ids
-from warehouse.telemetry import REASON_CODES, IngestResult, ingest_dir
-from warehouse.telemetry.drop_folder import fingerprint
-from warehouse.telemetry.files import display_name, read_bounded, walk
-from warehouse.telemetry.normalize import RowError, parse_int, parse_number, parse_timestamp
-from warehouse.telemetry.redact import MARK, redact
 
 # Examples per property test: 60 by default (the whole file runs in ~15 s); a deeper run:
 # CAPPLAN_PROPERTY_EXAMPLES=2000 .venv/bin/pytest tests/test_telemetry_hostile.py -k random
@@ -182,7 +182,7 @@ def test_links_inside_the_folder_are_followed_links_out_are_not(tmp_path: Path) 
 def test_parquet_bombs_are_refused_from_their_footer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A 13 KB Parquet file of 2,000,000 dictionary-encoded rows, and one that decompresses to more
     than the limit, are rejected before a row is decoded."""
-    import warehouse.telemetry.tabular as tabular
+    import telemetry.tabular as tabular
 
     rows = 2_000_000
     pl.DataFrame({"deployment_id": ["d"] * rows, "model": [MODEL] * rows}).write_parquet(tmp_path / "rows.parquet")
@@ -298,10 +298,10 @@ def test_no_secret_reaches_a_frame(hostile: tuple[Path, dict[str, str | None], I
 def test_absurd_settings_are_skipped_with_a_reason_never_raised(tmp_path: Path) -> None:
     """Values that pass the range checks (TP 1,024, 2^50 blocks and tokens) still reach the capacity
     engine: each deployment is predicted or skipped with why, and the frames hold every row."""
-    from warehouse.catalog import bundled_catalog
-    from warehouse.telemetry.calibration_frames import fit_frames
-    from warehouse.telemetry.drop_folder import deployments_frame
-    from warehouse.telemetry.predictions import PREDICTION_SCHEMA, predict_deployments
+    from models_registry.planning import bundled_catalog
+    from telemetry.calibration_frames import fit_frames
+    from telemetry.drop_folder import deployments_frame
+    from telemetry.predictions import PREDICTION_SCHEMA, predict_deployments
 
     big = 2**50
     header = "deployment_id,model,gpu,tp,pp,max_model_len,block_size,num_gpu_blocks,kv_cache_memory_bytes,"
@@ -458,7 +458,7 @@ def test_random_numbers_in_parquet_exports(
 
 
 def test_reason_codes_are_documented() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "warehouse" / "telemetry" / "README.md").read_text()
+    readme = (Path(__file__).resolve().parent.parent / "telemetry" / "README.md").read_text()
     missing = [code for code in REASON_CODES if f"`{code}`" not in readme]
     assert missing == []
 

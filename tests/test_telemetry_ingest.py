@@ -10,8 +10,7 @@ import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_telemetry_support import ingest, model_ids, observations, rejects
-from warehouse.telemetry import (
+from telemetry import (
     ENV_VAR,
     FILE_SCHEMA,
     OBSERVATION_SCHEMA,
@@ -21,6 +20,7 @@ from warehouse.telemetry import (
     default_drop_dir,
     ingest_dir,
 )
+from tests.test_telemetry_support import ingest, model_ids, observations, rejects
 
 LOG = (
     "vllm serve meta-llama/Llama-3.1-8B-Instruct\n"

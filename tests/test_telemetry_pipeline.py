@@ -1,7 +1,7 @@
 """The telemetry and recommendation assets of the real definitions, materialized in-process.
 
 A drop folder under tmp_path holds a real vLLM V1 startup log (the llm-d-planner vLLM 0.19.0
-CodeLlama-7b H100 excerpt of capacity/data/vllm_public_measurements.yaml, as a user pastes it,
+CodeLlama-7b H100 excerpt of evaluation/data/vllm_public_measurements.yaml, as a user pastes it,
 with a sidecar naming the GPU and the image's version), its metrics with malformed rows, a log of
 a model the registry does not know and a file capplan does not read. Only the registry, telemetry
 and recommendation groups run (the capacity grid is not needed here), twice: the second run
@@ -22,15 +22,15 @@ import pytest
 import yaml
 
 from pipelines.resources import PlanningResource, RegistryResource, WarehouseResource
+from telemetry import SAMPLE_DIR
+from telemetry.drop_folder import SAMPLE, fingerprint, resolve_drop_folder
 from tests.test_warehouse_fixtures import write_catalog
 from warehouse.publish import Warehouse
 from warehouse.sql import columns, header_comment, sql_path
-from warehouse.telemetry import SAMPLE_DIR
-from warehouse.telemetry.drop_folder import SAMPLE, fingerprint, resolve_drop_folder
 
 GIB = 1 << 30
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-MEASUREMENTS = PROJECT_ROOT / "capacity" / "data" / "vllm_public_measurements.yaml"
+MEASUREMENTS = PROJECT_ROOT / "evaluation" / "data" / "vllm_public_measurements.yaml"
 LOG_ID = "llmd-planner-v0190-codellama-7b-h100-tp1-8k"
 MODELS = ("codellama/CodeLlama-7b-hf", "meta-llama/Llama-3.1-8B-Instruct")
 GPUS = ("h100-sxm-80gb", "l4-24gb")

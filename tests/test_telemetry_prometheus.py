@@ -34,7 +34,7 @@ def test_vllm_v1_scrape(tmp_path: Path) -> None:
         "requests_waiting": 3,
         "kv_cache_usage": 0.8731,
         "preemptions_total": 14,
-        "prompt_tokens_total": 41230511,  # a speed counter (warehouse.telemetry.speed)
+        "prompt_tokens_total": 41230511,  # a speed counter (telemetry.speed)
     }
     assert set(result.samples["ts"]) == {T0} and set(result.samples["ts_source"]) == {"comment"}
     assert set(result.samples["model_id"]) == {"meta-llama/Llama-3.1-8B-Instruct"}

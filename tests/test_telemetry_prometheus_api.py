@@ -30,8 +30,8 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from warehouse.telemetry import SAMPLE_DIR, ingest_dir
-from warehouse.telemetry.prometheus_api import ingest_prometheus
+from telemetry import SAMPLE_DIR, ingest_dir
+from telemetry.prometheus_api import ingest_prometheus
 
 READY_TIMEOUT_S = 60  # bounded: ~5 s on a quiet machine, more under a loaded CI
 SAMPLE_COLUMNS = ["deployment_id", "metric", "value", "source_metric", "model_id", "model_name_raw",
@@ -494,7 +494,7 @@ def test_the_nightly_assets_read_both_sources_twice(prometheus: dict[str, Any], 
 def test_histograms_through_the_api_give_the_rows_the_files_give(hostile: str) -> None:
     """Each bucket series of a range query is one row per point; one time's buckets are checked
     together as in a file: d2's decreasing buckets are rejected whole, d1's give the quantiles."""
-    from warehouse.telemetry.summary import deployment_summary
+    from telemetry.summary import deployment_summary
 
     result = ingest_prometheus(f"{hostile}/histograms", lookback_s=60, step_s=60)
     _one_line_rejects(result)

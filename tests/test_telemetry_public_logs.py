@@ -1,4 +1,4 @@
-"""Real startup-log excerpts (capacity/data/vllm_public_measurements.yaml, copied from public
+"""Real startup-log excerpts (evaluation/data/vllm_public_measurements.yaml, copied from public
 issue threads and benchmark logs) parse to the numbers recorded next to them."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
+from telemetry import ingest_dir
 from tests.test_telemetry_support import GIB, model_ids, write
-from warehouse.telemetry import ingest_dir
 
-MEASUREMENTS = Path(__file__).resolve().parent.parent / "capacity" / "data" / "vllm_public_measurements.yaml"
+MEASUREMENTS = Path(__file__).resolve().parent.parent / "evaluation" / "data" / "vllm_public_measurements.yaml"
 # recorded field -> (observation column, scale, tolerance in recorded units)
 FIELDS = {
     "weights_gib": ("weights_bytes", GIB, 0.006),

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import polars as pl
 
+from telemetry import SAMPLE_DIR, IngestResult, deployment_summary, ingest_dir
 from tests.test_telemetry_support import model_ids
-from warehouse.telemetry import SAMPLE_DIR, IngestResult, deployment_summary, ingest_dir
 
 SAMPLE_GENERATOR = Path(__file__).resolve().parents[1] / "tools" / "make_sample_fleet.py"
 

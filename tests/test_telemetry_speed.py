@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from telemetry.speed import histogram_quantile
+from telemetry.summary import deployment_summary
 from tests.test_telemetry_support import ingest, rejects
-from warehouse.telemetry.speed import histogram_quantile
-from warehouse.telemetry.summary import deployment_summary
 
 INF = math.inf
 LLAMA = 'engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"'

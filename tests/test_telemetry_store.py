@@ -1,4 +1,4 @@
-"""The telemetry sample store (warehouse/telemetry/store.py): Hive-partitioned Parquet by day, on a
+"""The telemetry sample store (telemetry/store.py): Hive-partitioned Parquet by day, on a
 local folder and on S3 (moto's real S3 server on 127.0.0.1, extra `s3`).
 
 Expected usage figures are derived by hand below (and, on the SAMPLE fleet, must equal what
@@ -18,10 +18,10 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from telemetry import SAMPLE_DIR, ingest_dir, sample_usage
+from telemetry.schema import REJECT_SCHEMA, SAMPLE_SCHEMA, frame
+from telemetry.store import SampleStore, StoreError, with_store_rejects
 from tests.conftest import require_extra
-from warehouse.telemetry import SAMPLE_DIR, ingest_dir, sample_usage
-from warehouse.telemetry.schema import REJECT_SCHEMA, SAMPLE_SCHEMA, frame
-from warehouse.telemetry.store import SampleStore, StoreError, with_store_rejects
 
 UTC = dt.UTC
 T0 = dt.datetime(2026, 11, 30, 23, 59, 0, tzinfo=UTC)

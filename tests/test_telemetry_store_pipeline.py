@@ -12,9 +12,9 @@ import dagster as dg
 import pytest
 
 from pipelines.resources import PlanningResource
+from telemetry.store import SampleStore
 from tests.test_telemetry_pipeline import Env, materialize
 from tests.test_telemetry_store import s3  # noqa: F401 (the moto S3 server fixture)
-from warehouse.telemetry.store import SampleStore
 
 DEPLOYMENT = "codellama-h100"
 

@@ -8,8 +8,8 @@ from typing import Any
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from warehouse.telemetry.schema import OBSERVATION_SCHEMA, SAMPLE_SCHEMA, frame
-from warehouse.telemetry.summary import deployment_summary
+from telemetry.schema import OBSERVATION_SCHEMA, SAMPLE_SCHEMA, frame
+from telemetry.summary import deployment_summary
 
 T = dt.datetime(2025, 6, 2, tzinfo=dt.UTC)
 

@@ -6,8 +6,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from warehouse.telemetry import IngestResult, ingest_dir
-from warehouse.telemetry.normalize import catalog_model_ids
+from telemetry import IngestResult, ingest_dir
+from telemetry.normalize import catalog_model_ids
 
 FIXTURES = Path(__file__).parent / "fixtures" / "telemetry"
 GIB = 1 << 30

@@ -1,7 +1,7 @@
 """MXFP4 experts as vLLM's fused-MoE backends keep them (capacity/engines/vllm_weights.py).
 
 Expected numbers: hand derivations from the padding rules read in the vLLM wheels, the public
-startup logs' "Model loading took X GiB" (capacity/data/vllm_public_measurements.yaml), and, under the
+startup logs' "Model loading took X GiB" (evaluation/data/vllm_public_measurements.yaml), and, under the
 engine_oracle marker, triton_kernels' own Hopper layouts (vLLM 0.33.0's bundled copy) run on torch's
 meta device.
 """

@@ -1,4 +1,4 @@
-"""capplan's vLLM profile against public vLLM startup logs (capacity/data/vllm_public_measurements.yaml).
+"""capplan's vLLM profile against public vLLM startup logs (evaluation/data/vllm_public_measurements.yaml).
 
 The numbers on the right-hand side are what vLLM printed in those logs, not what capplan computed.
 """
@@ -9,9 +9,9 @@ import pytest
 
 from capacity.memory import GIB
 from capacity.spec import ModelSpec
+from evaluation.measurements import Comparison, compare, load_measurements, summarize
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
-from models_registry.sources.measurements import Comparison, compare, load_measurements, summarize
 
 
 def _resolve(repo_id: str) -> tuple[ModelSpec, int | None]:

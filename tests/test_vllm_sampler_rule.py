@@ -1,6 +1,6 @@
 """The sampler term of vLLM's profiling run: a rule per release read off the code, not a fit.
 
-Expected numbers come from the engine's code, step by step in capacity/data/README-sampler.md (the vLLM
+Expected numbers come from the engine's code, step by step in evaluation/data/README-sampler.md (the vLLM
 wheels 0.8.5-0.33.0: v1/worker/gpu_model_runner.py `_dummy_sampler_run`, v1/sample/sampler.py,
 v1/sample/ops/topk_topp_sampler.py and topk_topp_triton.py, the V2 runner's v1/worker/gpu/sample/; PyTorch's
 aten/src/ATen/native/cuda/SortStable.cu for the CUDA sort's scratch), from a public startup log, and, under
@@ -21,8 +21,8 @@ import pytest
 from capacity import engine_constants as ec
 from capacity.engines.vllm_overhead import profiling_buffers, runs_v2_model_runner, sampler_units
 from capacity.memory import GIB
+from evaluation.measurements import load_measurements
 from models_registry.resolve import load_model
-from models_registry.sources.measurements import load_measurements
 from tests.conftest import ORACLE_PYTHON, require_oracle_venv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -183,7 +183,7 @@ def _older() -> list[str]:
     return sorted(p.name for p in Path(OLDER_WHEELS).iterdir() if (p / "vllm/v1/sample/sampler.py").exists())
 
 
-if OLDER_WHEELS:  # collected only where unpacked older wheels are named (how: capacity/data/README-sampler.md)
+if OLDER_WHEELS:  # collected only where unpacked older wheels are named (how: evaluation/data/README-sampler.md)
 
     @pytest.mark.engine_oracle
     @pytest.mark.parametrize("version", _older())

@@ -13,14 +13,13 @@ from polars.testing import assert_frame_equal
 
 from capacity.grid import GRID_COLUMNS, GridModel, build_capacity_grid, build_context_limits
 from capacity.spec import GpuSku
+from models_registry.planning import gpu_skus, grid_models
 from models_registry.sources.bundled import CATALOG_DIR
 from models_registry.sources.gpu_catalog import load_gpu_skus
 from warehouse.capacity_grid import (
     CONTEXT_COLUMNS,
     DEPLOYMENT_COLUMNS,
     compare_sample,
-    gpu_skus,
-    grid_models,
     plan,
 )
 

@@ -78,7 +78,7 @@ class PipelineEnv:
 
     @property
     def telemetry_dir(self) -> Path:
-        from warehouse.telemetry import SAMPLE_DIR
+        from telemetry import SAMPLE_DIR
 
         return SAMPLE_DIR
 

@@ -5,7 +5,7 @@
 Two models side by side: release-aware (the rules of the release the log names) and previous (the newest
 modelled release's rules for every log). For each: KV pool and KV tokens (n, median |error|, share within
 1 % and 5 %, median signed error) shipped | in-sample refit | leave-one-source-out of SGLang's one fitted
-term, and the start decisions right / scored. Method: models_registry/sources/engine_logs.py.
+term, and the start decisions right / scored. Method: evaluation/engine_logs.py.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models_registry.sources import engine_logs as el
-from models_registry.sources.overhead_cv import Accuracy
+from evaluation import engine_logs as el
+from evaluation.overhead_cv import Accuracy
 
 
 def _fmt(a: Accuracy) -> str:

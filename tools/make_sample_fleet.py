@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Write the SAMPLE telemetry fleet shipped in warehouse/telemetry/sample/.
+"""Write the SAMPLE telemetry fleet shipped in telemetry/sample/.
 
-    .venv/bin/python tools/make_sample_fleet.py            # rewrite warehouse/telemetry/sample/
+    .venv/bin/python tools/make_sample_fleet.py            # rewrite telemetry/sample/
     .venv/bin/python tools/make_sample_fleet.py --out DIR  # somewhere else
 
 Everything here is made up, seeded (SEED) and deterministic for a given capacity engine: each
@@ -65,7 +65,7 @@ DAY = dt.datetime(2025, 6, 2, tzinfo=dt.UTC)  # the metrics day (UTC)
 STARTED = dt.datetime(2025, 6, 1, 18, 0, tzinfo=dt.UTC)  # engines start the evening before
 GIB = 1 << 30
 MIB = 1 << 20
-OUT = Path(__file__).resolve().parent.parent / "warehouse" / "telemetry" / "sample"
+OUT = Path(__file__).resolve().parent.parent / "telemetry" / "sample"
 
 # vLLM / DCGM names of the GPUs in the fleet
 DCGM_NAMES = {

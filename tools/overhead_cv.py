@@ -7,8 +7,8 @@ For the derived model (capacity/engines/vllm_overhead.py, named buffers) and the
 KV-token accuracy (n, median |error|, share within 1 % and 5 %, median signed error) with the shipped
 coefficients, refit in-sample, and cross-validated (every source held out in turn), per engine era and
 feature. `--fit` prints the coefficients a refit on every row gives (for engine_constants.py);
-`--rows` each row's signed errors. See models_registry/sources/overhead_cv.py for the method.
-`--engines` prints the SGLang / TensorRT-LLM table instead (models_registry/sources/engine_logs.py): per engine
+`--rows` each row's signed errors. See evaluation/overhead_cv.py for the method.
+`--engines` prints the SGLang / TensorRT-LLM table instead (evaluation/engine_logs.py): per engine
 and release era, the release-aware profile against the previous one (newest rules for every log), shipped,
 in-sample refit and leave-one-source-out, and the start decisions.
 """
@@ -25,11 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from capacity import engine_constants as ec
 from capacity.memory import GIB
 from capacity.spec import ModelSpec
-from models_registry.resolve import load_model
-from models_registry.sources import cudagraph_estimates as graphs
-from models_registry.sources.gpu_catalog import find_gpu_sku
-from models_registry.sources.measurements import compare, load_measurements
-from models_registry.sources.overhead_cv import (
+from evaluation import cudagraph_estimates as graphs
+from evaluation.measurements import compare, load_measurements
+from evaluation.overhead_cv import (
     DERIVED,
     PREVIOUS,
     Accuracy,
@@ -40,6 +38,8 @@ from models_registry.sources.overhead_cv import (
     in_sample_scores,
     shipped_scores,
 )
+from models_registry.resolve import load_model
+from models_registry.sources.gpu_catalog import find_gpu_sku
 
 
 def resolve_model(repo_id: str) -> tuple[ModelSpec, int | None]:

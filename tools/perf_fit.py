@@ -2,7 +2,7 @@
 
     python tools/perf_fit.py [--rows]
 
-Fits `capacity.perf_fit.Params` on capacity/data/perf_measurements.yaml and prints, per metric,
+Fits `capacity.perf_fit.Params` on evaluation/data/perf_measurements.yaml and prints, per metric,
 engine, GPU class and feature: in-sample, leave-one-source-group-out (the number to report) and the
 unfitted defaults, as median absolute error and the shares within 15 % and 25 %. The fitted values
 go into capacity/performance.py (MEMORY_EFFICIENCY, COMPUTE_EFFICIENCY, STEP_OVERHEAD_S, REQUEST_OVERHEAD_S).
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models_registry.sources.perf_cv import cv_report
+from evaluation.perf_cv import cv_report
 
 
 def main() -> None:

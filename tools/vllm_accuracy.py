@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from capacity.memory import GIB
 from capacity.spec import ModelSpec
+from evaluation.measurements import compare, load_measurements, summarize
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
-from models_registry.sources.measurements import compare, load_measurements, summarize
 
 
 def resolve_model(repo_id: str) -> tuple[ModelSpec, int | None]:

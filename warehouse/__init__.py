@@ -4,6 +4,7 @@ staging and marts, one SQL file per relation (`warehouse/<layer>/<table>.sql`).
 - `sql`: running those files with bound parameters, loading frames into raw.
 - `publish`: each run builds a private copy and swaps it in atomically; history by run.
 - `lock`: one refresh at a time.
-- `sources`, `capacity_grid`, `provenance`: what the nightly run reads and computes (no Dagster).
+- `capacity_grid`, `provenance`: the grid's partitions stored by key, and what a run was built from
+  (no Dagster). The registry's rows come as frames from `models_registry.frames`.
 - `queries/`: example queries for platform teams (`capplan sql --file ...`).
 """

@@ -1,8 +1,8 @@
 """From the run's `raw.models` and `raw.gpus` to the capacity grid and the context limits.
 
-The grid is `capacity.grid.build_capacity_grid` (vectorized Polars); this module only turns the
-warehouse rows back into domain objects, keeps one bad model from sinking the rest, and records
-every model left out with a reason (`raw.grid_errors`).
+The grid is `capacity.grid.build_capacity_grid` (vectorized Polars); this module reads the
+warehouse rows back as domain objects (`models_registry.planning`), keeps one bad model from sinking
+the rest, and records every model left out with a reason (`raw.grid_errors`).
 
 The grid is computed per **partition**: the models of one family (`partition_names`; a family of
 more than 32 models is split into buckets by repo id, so one partition's frames stay small). A partition's
@@ -38,10 +38,10 @@ from capacity.grid import (
     grid_tables,
 )
 from capacity.spec import GpuSku
-from models_registry.normalize import spec_from_snapshot
-from models_registry.sources.common import ConfigSnapshot, ItemError, StageError, one_line
+from models_registry.frames import ingest_errors_frame
+from models_registry.planning import gpu_skus, grid_models
+from models_registry.sources.common import ItemError, one_line
 from warehouse.provenance import CAPACITY_DIR, sha256_file, sha256_tree
-from warehouse.sources import ingest_errors_frame
 from warehouse.sql import columns, load_frame, qualified, relation_kind, transaction
 
 CONTEXT_COLUMNS = ("context", "max_concurrency", "b_max_memory", "b_max", "fits", "tpot_ms", "output_tokens_per_second")
@@ -68,64 +68,6 @@ class CapacityFrames:
     def wide_grid(self) -> pl.DataFrame:
         """The grid as `build_capacity_grid` returns it (GRID_COLUMNS), joined back."""
         return self.grid.join(self.deployments, on="deployment_id", how="left").select(GRID_COLUMNS)
-
-
-def _optional(value: object) -> float | None:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return float(value)  # type: ignore[arg-type]
-
-
-def grid_models(models: pl.DataFrame) -> tuple[list[GridModel], list[ItemError]]:
-    """Each `raw.models` row parsed back into a ModelSpec (the registry's own parser and checks)."""
-    parsed: list[GridModel] = []
-    errors: list[ItemError] = []
-    for row in models.sort("repo_id").iter_rows(named=True):
-        repo_id = str(row["repo_id"])
-        snapshot = ConfigSnapshot(
-            repo_id=repo_id,
-            config_bytes=str(row["config_json"]).encode("utf-8"),
-            source=str(row.get("source") or "bundled"),
-            source_path=row.get("source_path"),
-            revision=row.get("revision"),
-            checkpoint_bytes=row.get("checkpoint_bytes"),
-            family=row.get("family"),
-        )
-        try:
-            _config, spec = spec_from_snapshot(snapshot)
-        except StageError as exc:
-            errors.append(ItemError("model", repo_id, "grid", str(exc), row.get("source_path")))
-            continue
-        parsed.append(GridModel(repo_id, spec, row.get("checkpoint_bytes")))
-    return parsed, errors
-
-
-def gpu_skus(gpus: pl.DataFrame) -> list[GpuSku]:
-    """`raw.gpus` rows as the capacity engine's GpuSku (aliases are not needed to plan)."""
-    skus = []
-    for row in gpus.sort("slug").iter_rows(named=True):
-        skus.append(
-            GpuSku(
-                id=str(row["slug"]),
-                name=str(row["name"]),
-                vendor=str(row["vendor"]),
-                memory_total_bytes=int(row["memory_total_bytes"]),
-                memory_total_mib_smi=int(row["memory_total_mib_smi"]) if row.get("memory_total_mib_smi") else None,
-                memory_bandwidth_gbps=_optional(row.get("memory_bandwidth_gbps")),
-                bf16_dense_tflops=_optional(row.get("bf16_dense_tflops")),
-                fp8_dense_tflops=_optional(row.get("fp8_dense_tflops")),
-                fp4_dense_tflops=_optional(row.get("fp4_dense_tflops")),
-                fp8_support=bool(row.get("fp8_support")),
-                fp4_support=bool(row.get("fp4_support")),
-                int8_support=bool(row.get("int8_support", True)),
-                gpus_per_node=int(row.get("gpus_per_node") or 8),
-                interconnect=row.get("interconnect"),
-                interconnect_gbps=_optional(row.get("interconnect_gbps")),
-                price_usd_per_gpu_hour=_optional(row.get("price_usd_per_gpu_hour")),
-                architecture=row.get("architecture"),
-            )
-        )
-    return skus
 
 
 def _grid_tables(

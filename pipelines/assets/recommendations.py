@@ -1,7 +1,7 @@
 """Recommendations: effective context limits, admission budgets, placements and procurement.
 
 Group `recommendations`. Each asset reads the run's registry and calibration from `raw` and calls
-the pure functions of `warehouse.recommendations`; the marts are views over staging. Checks warn
+the pure functions of `recommendations`; the marts are views over staging. Checks warn
 when a deployment admits more than its (calibrated) capacity, and when a workload has no feasible
 placement or the procurement plan leaves one unserved.
 """
@@ -12,18 +12,18 @@ from collections.abc import Iterator
 import dagster as dg
 import polars as pl
 
-from capacity.procurement import BucketPlan
+from capacity.planning_types import BucketPlan
 from pipelines.assets.common import describe, key, relation_result, sql_asset
 from pipelines.assets.telemetry import REGISTRY_DEPS, run_catalog
 from pipelines.resources import PlanningResource, WarehouseResource
-from warehouse.recommendations.admission import admission_budgets as budgets_frame
-from warehouse.recommendations.buckets import bucket_demands, bucket_frame
-from warehouse.recommendations.limit_partitions import LIMITS_TABLE, MAP_TABLE, refresh_limit_partitions
-from warehouse.recommendations.limits import deployment_limits
-from warehouse.recommendations.placements import placement_frames
-from warehouse.recommendations.workloads import load_workloads, workloads_path
+from recommendations.admission import admission_budgets as budgets_frame
+from recommendations.buckets import bucket_demands, bucket_frame
+from recommendations.limit_partitions import LIMITS_TABLE, MAP_TABLE, refresh_limit_partitions
+from recommendations.limits import deployment_limits
+from recommendations.placements import placement_frames
+from recommendations.workloads import load_workloads, workloads_path
+from telemetry.calibration_frames import fit_from_frame
 from warehouse.sql import load_frame
-from warehouse.telemetry.calibration_frames import fit_from_frame
 
 RECOMMENDATIONS_GROUP = "recommendations"
 

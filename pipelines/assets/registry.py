@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import dagster as dg
 
+from models_registry.frames import current_models_frame, gpu_skus_frame, ingest_errors_frame, sync_gpus, sync_models
 from pipelines.assets.common import describe, key, relation_result, sql_asset
 from pipelines.resources import RegistryResource, WarehouseResource
-from warehouse.sources import current_models_frame, gpu_skus_frame, ingest_errors_frame, sync_gpus, sync_models
 from warehouse.sql import load_frame
 
 REGISTRY_GROUP = "registry"

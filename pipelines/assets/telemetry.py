@@ -7,7 +7,7 @@ summarizes one row per deployment and predicts each with capplan; `calibration` 
 corrections. The marts are views over staging (`warehouse/marts/*.sql`).
 
 With `CAPPLAN_TELEMETRY_STORE` the ingest also appends the samples it read to the sample store
-(Hive-partitioned Parquet by day, `warehouse/telemetry/store.py`: new files only, a sample stored
+(Hive-partitioned Parquet by day, `telemetry/store.py`: new files only, a sample stored
 once however often it is read), and `telemetry_predictions` takes the usage columns from DuckDB
 over the store's last `CAPPLAN_TELEMETRY_WINDOW_DAYS` days instead of from this run's samples.
 
@@ -26,19 +26,19 @@ import dagster as dg
 import duckdb
 import polars as pl
 
+from models_registry.planning import Catalog, catalog
 from pipelines.assets.common import describe, key, relation_result, sql_asset
 from pipelines.executor import warehouse_multiprocess_executor
 from pipelines.resources import PlanningResource, WarehouseResource
-from warehouse.catalog import Catalog, catalog
+from telemetry import IngestResult, check_reconciliation
+from telemetry.calibration_frames import fit_frames
+from telemetry.drop_folder import deployments_frame, fingerprint, fingerprint_key, watched_folder
+from telemetry.normalize import one_line
+from telemetry.predictions import predict_deployments
+from telemetry.prometheus_api import ingest_sources
+from telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA
+from telemetry.store import StoreError, with_store_rejects
 from warehouse.sql import load_frame
-from warehouse.telemetry import IngestResult, check_reconciliation
-from warehouse.telemetry.calibration_frames import fit_frames
-from warehouse.telemetry.drop_folder import deployments_frame, fingerprint, fingerprint_key, watched_folder
-from warehouse.telemetry.normalize import one_line
-from warehouse.telemetry.predictions import predict_deployments
-from warehouse.telemetry.prometheus_api import ingest_sources
-from warehouse.telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA
-from warehouse.telemetry.store import StoreError, with_store_rejects
 
 TELEMETRY_GROUP = "telemetry"
 REGISTRY_DEPS = [key("raw", "models"), key("raw", "gpus")]

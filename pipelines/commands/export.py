@@ -46,8 +46,8 @@ def admission(
     """Admission budgets per deployment: max request tokens, token budget, sequence budget."""
     import duckdb
 
+    from recommendations.admission import EXPORT_FIELDS, admission_document
     from warehouse.publish import Warehouse, WarehouseMissing
-    from warehouse.recommendations.admission import EXPORT_FIELDS, admission_document
 
     if fmt not in FORMATS:
         fail(f"unknown --format {fmt!r}; expected one of {', '.join(FORMATS)}")

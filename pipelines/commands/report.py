@@ -2,7 +2,7 @@
 
 Answers first (where the model fits and at what cost, the recommended placements and the procurement
 plan, predicted vs measured), then the charts, then the long tables folded with their SQL
-(`warehouse.recommendations.html_report`; extra `report`). Reads the warehouse read-only.
+(`recommendations.html_report`; extra `report`). Reads the warehouse read-only.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def report(
     """Write the HTML report: B_max curves, predicted vs measured, placements, procurement."""
     import duckdb
 
+    from recommendations.html_report import ReportUnavailable, read_report, render_report
     from warehouse.publish import Warehouse, WarehouseMissing
-    from warehouse.recommendations.html_report import ReportUnavailable, read_report, render_report
 
     try:
         con = Warehouse(warehouse).connect_read_only()

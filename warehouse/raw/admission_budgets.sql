@@ -1,4 +1,4 @@
--- raw.admission_budgets: per observed deployment, the token and sequence budget a router should enforce (warehouse.recommendations.admission).
+-- raw.admission_budgets: per observed deployment, the token and sequence budget a router should enforce (recommendations.admission).
 -- grain: one deployment id.
 -- columns: deployment_id, model, served_model_name, gpu, tp, pp, engine, engine_version,
 --   max_model_len, max_num_seqs, capacity_source, kv_capacity_tokens, b_max_at_max_len, headroom,
@@ -10,4 +10,4 @@
 create or replace table raw.admission_budgets as
 select * from incoming;
 
-comment on table raw.admission_budgets is 'Per observed deployment, the token and sequence budget a router should enforce (warehouse.recommendations.admission).';
+comment on table raw.admission_budgets is 'Per observed deployment, the token and sequence budget a router should enforce (recommendations.admission).';

@@ -1,4 +1,4 @@
--- raw.effective_context_limits: effective context limits per deployment and per model x GPU x TP at target concurrencies (warehouse.recommendations.limits).
+-- raw.effective_context_limits: effective context limits per deployment and per model x GPU x TP at target concurrencies (recommendations.limits).
 -- grain: one kind x deployment (or model x gpu x tp x pp) x concurrency.
 -- columns: run_id, run_date, kind, deployment_id, model, model_family, gpu, engine, engine_version, weight_dtype,
 --   kv_dtype, tp, pp, max_model_len, concurrency, model_limit, memory_limit, calibrated_limit,
@@ -17,4 +17,4 @@ delete from raw.effective_context_limits where run_id = $run_id;
 insert into raw.effective_context_limits by name
 select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming;
 
-comment on table raw.effective_context_limits is 'Effective context limits per deployment and per model x GPU x TP at target concurrencies (warehouse.recommendations.limits).';
+comment on table raw.effective_context_limits is 'Effective context limits per deployment and per model x GPU x TP at target concurrencies (recommendations.limits).';

@@ -7,7 +7,7 @@
 --   (kind = model_gpu_tp, deployment_id null).
 -- history: kept in place, each row once: raw.limit_partitions maps every retained run to the
 --   part_ids it published; publishing drops the rows no retained run refers to.
--- written by: the `effective_context_limits` asset (warehouse.recommendations.limit_partitions), one
+-- written by: the `effective_context_limits` asset (recommendations.limit_partitions), one
 --   partition at a time from its Parquet file in the run's staging area, registered as `incoming`.
 create table if not exists raw.grid_limits as
 select $part_id::bigint as part_id, * from incoming

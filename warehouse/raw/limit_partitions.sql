@@ -6,7 +6,7 @@
 --   bits (the key of raw.grid_limits); computed_by_run_id the run that computed the rows; computed
 --   whether this run did (false: reused).
 -- history: kept in place, keyed by run_id (CAPPLAN_HISTORY_RUNS).
--- written by: the `effective_context_limits` asset (warehouse.recommendations.limit_partitions),
+-- written by: the `effective_context_limits` asset (recommendations.limit_partitions),
 --   from the frame registered as `incoming`.
 create table if not exists raw.limit_partitions as
 select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming

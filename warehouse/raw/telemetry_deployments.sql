@@ -1,4 +1,4 @@
--- raw.telemetry_deployments: one row per observed deployment: its preferred settings and measurements, and its usage (warehouse.telemetry.deployment_summary).
+-- raw.telemetry_deployments: one row per observed deployment: its preferred settings and measurements, and its usage (telemetry.deployment_summary).
 -- grain: one deployment id.
 -- columns: deployment_id, model_id, gpu_sku, tp, pp, engine, engine_version, engine_generation,
 --   gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens, weight_dtype,
@@ -17,4 +17,4 @@
 create or replace table raw.telemetry_deployments as
 select * from incoming;
 
-comment on table raw.telemetry_deployments is 'One row per observed deployment: its preferred settings and measurements, and its usage (warehouse.telemetry.deployment_summary).';
+comment on table raw.telemetry_deployments is 'One row per observed deployment: its preferred settings and measurements, and its usage (telemetry.deployment_summary).';

@@ -1,4 +1,4 @@
--- raw.telemetry_observations: deployment observations read from the telemetry drop folder (warehouse.telemetry).
+-- raw.telemetry_observations: deployment observations read from the telemetry drop folder (telemetry).
 -- grain: one deployment observation per source record (a startup-log engine start, a CSV/Parquet row, a vllm:cache_config_info sample).
 -- columns: observation_id, deployment_id, source_kind, observed_at, observed_at_source, model_id,
 --   model_name_raw, served_model_name, gpu_sku, gpu_name_raw, tp, pp, engine, engine_version,
@@ -13,4 +13,4 @@
 create or replace table raw.telemetry_observations as
 select * from incoming;
 
-comment on table raw.telemetry_observations is 'Deployment observations read from the telemetry drop folder (warehouse.telemetry).';
+comment on table raw.telemetry_observations is 'Deployment observations read from the telemetry drop folder (telemetry).';

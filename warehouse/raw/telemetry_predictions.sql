@@ -1,4 +1,4 @@
--- raw.telemetry_predictions: capplan's prediction for every observed deployment, with the settings it reported (warehouse.telemetry.predictions).
+-- raw.telemetry_predictions: capplan's prediction for every observed deployment, with the settings it reported (telemetry.predictions).
 -- grain: one deployment id.
 -- columns: deployment_id, prediction_status, prediction_reason, not_modelled, model_id, model_family, gpu,
 --   engine, engine_version, engine_series, engine_profile, weight_dtype, kv_dtype, weight_format,
@@ -15,4 +15,4 @@
 create or replace table raw.telemetry_predictions as
 select * from incoming;
 
-comment on table raw.telemetry_predictions is 'Capplan''s prediction for every observed deployment, with the settings it reported (warehouse.telemetry.predictions).';
+comment on table raw.telemetry_predictions is 'Capplan''s prediction for every observed deployment, with the settings it reported (telemetry.predictions).';

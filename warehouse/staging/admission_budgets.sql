@@ -1,4 +1,4 @@
--- staging.admission_budgets: per observed deployment, the token and sequence budget a router should enforce (warehouse.recommendations.admission), typed and stamped with the run.
+-- staging.admission_budgets: per observed deployment, the token and sequence budget a router should enforce (recommendations.admission), typed and stamped with the run.
 -- grain: one deployment id.
 -- columns: run_id, run_date, deployment_id, model, served_model_name, gpu, tp, pp, engine,
 --   engine_version, max_model_len, max_num_seqs, capacity_source, kv_capacity_tokens,

@@ -1,4 +1,4 @@
--- staging.effective_context_limits: effective context limits per deployment and per model x GPU x TP at target concurrencies (warehouse.recommendations.limits), typed, for every retained run (the marts pick the published one).
+-- staging.effective_context_limits: effective context limits per deployment and per model x GPU x TP at target concurrencies (recommendations.limits), typed, for every retained run (the marts pick the published one).
 -- grain: one run_id x kind x deployment (or model x gpu x tp x pp) x concurrency.
 -- columns: run_id, run_date, kind, deployment_id, model, model_family, gpu, engine, engine_version,
 --   weight_dtype, kv_dtype, tp, pp, max_model_len, concurrency, model_limit, memory_limit,

@@ -1,4 +1,4 @@
--- staging.telemetry_deployments: one row per observed deployment: its preferred settings and measurements, and its usage (warehouse.telemetry.deployment_summary), typed and stamped with the run.
+-- staging.telemetry_deployments: one row per observed deployment: its preferred settings and measurements, and its usage (telemetry.deployment_summary), typed and stamped with the run.
 -- grain: one deployment id.
 -- columns: run_id, run_date, deployment_id, model, gpu, tp, pp, engine, engine_version,
 --   engine_generation, gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,

@@ -1,4 +1,4 @@
--- staging.telemetry_observations: deployment observations read from the telemetry drop folder (warehouse.telemetry), typed and stamped with the run.
+-- staging.telemetry_observations: deployment observations read from the telemetry drop folder (telemetry), typed and stamped with the run.
 -- grain: one deployment observation per source record (a startup-log engine start, a CSV/Parquet row, a vllm:cache_config_info sample).
 -- columns: run_id, run_date, observation_id, deployment_id, source_kind, observed_at,
 --   observed_at_source, model, model_name_raw, served_model_name, gpu, gpu_name_raw, tp, pp,

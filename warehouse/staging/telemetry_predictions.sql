@@ -1,4 +1,4 @@
--- staging.telemetry_predictions: capplan's prediction for every observed deployment, with the settings it reported (warehouse.telemetry.predictions), typed and stamped with the run.
+-- staging.telemetry_predictions: capplan's prediction for every observed deployment, with the settings it reported (telemetry.predictions), typed and stamped with the run.
 -- grain: one deployment id.
 -- columns: run_id, run_date, deployment_id, prediction_status, prediction_reason, not_modelled, model,
 --   model_family, gpu, engine, engine_version, engine_series, engine_profile, weight_dtype,

@@ -1,0 +1,241 @@
+"""The performance model against public benchmark measurements (evaluation/data/perf_measurements.yaml).
+
+Turns each measured row into `capacity.perf_fit` observations (the deployment sized by
+`capacity.memory.estimate`, the step terms by `capacity.performance`), then reports in-sample and
+leave-one-source-group-out accuracy per metric, engine and GPU class (`tools/perf_fit.py` prints it).
+A row capplan cannot size (model or GPU not in the catalog, no bandwidth / FLOPS, does not fit,
+unbounded concurrency) is skipped with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from capacity.memory import Estimate, cdiv, estimate
+from capacity.perf_fit import Accuracy, Observation, Params, StepTerms, accuracy, fit, leave_one_group_out, predict
+from capacity.performance import PerfEfficiency, PerfInputs, allreduce_seconds, perf_inputs, step_bytes, step_flops
+from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
+from evaluation.perf_measurements import PerfMeasurement, load_perf_measurements
+
+_LATENCY_ONLY = PerfEfficiency(memory_bandwidth=1.0, compute=1.0, step_overhead_s=0.0)
+_TRTLLM_CHUNK = 8192  # max_num_tokens default
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    row_id: str
+    reason: str
+
+
+def _weight_dtype(row: PerfMeasurement, model: ModelSpec) -> str:
+    stated = (row.weight_dtype or "").lower()
+    if model.quantization is not None:
+        return "auto"  # the checkpoint is served as published
+    if stated.startswith("fp8"):
+        return "fp8"
+    if stated.startswith("fp4") or stated.startswith("nvfp4"):
+        return "nvfp4"
+    if stated.startswith("int4") or "awq" in stated or "gptq" in stated:
+        return "int4"
+    if stated.startswith("fp16") or stated.startswith("float16"):
+        return "fp16"
+    return "bf16" if model.torch_dtype == "bfloat16" else "auto"
+
+
+def _kv_dtype(row: PerfMeasurement) -> str:
+    return "fp8" if (row.kv_cache_dtype or "").lower().startswith("fp8") else "auto"
+
+
+def _terms(p: PerfInputs, tokens: float, batch: float, context: float, prefill_context: float | None = None) -> StepTerms:
+    """A step at efficiency 1; `prefill_context` when `tokens` are prompt tokens beside `batch` decodes."""
+    if prefill_context is None:
+        flops = float(step_flops(p, tokens, context))
+    else:
+        flops = float(step_flops(p, tokens, prefill_context)) + float(step_flops(p, batch, context))
+    return StepTerms(
+        memory_s=float(step_bytes(p, tokens + batch, batch, context)) / p.bandwidth_bytes_per_s,
+        compute_s=flops / p.flops_per_s,
+        comm_s=float(allreduce_seconds(p, tokens, PerfEfficiency())),
+    )
+
+
+def _chunks(total: int, chunk: int) -> list[int]:
+    return [min(chunk, total - i * chunk) for i in range(cdiv(total, chunk))]
+
+
+def observations_for(
+    row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint_bytes: int | None
+) -> list[Observation] | str:
+    """The row's measured metrics as observations, or why it cannot be sized."""
+    if gpu.memory_bandwidth_gbps is None or gpu.bf16_dense_tflops is None:
+        return f"{gpu.id} has no bandwidth / TFLOPS in the catalog"
+    prompt, out = row.mean_input_len, row.mean_output_len
+    if not prompt or not out:
+        return "no input / output length"
+    i_len, o_len = max(1, round(prompt)), max(1, round(out))
+    deployment = DeploymentSpec(
+        tp=row.tp, pp=row.pp, weight_dtype=_weight_dtype(row, model), kv_dtype=_kv_dtype(row), engine=row.engine,
+        max_model_len=max(i_len + o_len, 16),
+    )  # fmt: skip
+    try:
+        est: Estimate = estimate(model, deployment, gpu=gpu, checkpoint_bytes=checkpoint_bytes,
+                                 context_tokens=i_len + o_len)  # fmt: skip
+    except SpecError as exc:
+        return str(exc)
+    if not est.fits:
+        return f"does not fit: {est.reason}"
+    batch = row.effective_concurrency
+    burst = row.request_rate is not None and math.isinf(row.request_rate)
+    if batch is None:
+        if burst:
+            batch = row.num_prompts or est.b_max  # all queued at once
+        else:
+            return "neither a concurrency nor a batch size (a finite request rate)"
+    if batch < 1:
+        return "no sequence in flight"
+    running = max(1, min(batch, est.b_max))  # what the KV pool (and max_num_seqs) holds at once
+    waves = cdiv(batch, running)
+    p = perf_inputs(model, est, gpu, deployment.weight_dtype)
+    chunk = est.pool.max_num_batched_tokens or _TRTLLM_CHUNK
+    decode_ctx = i_len + o_len / 2
+    decode = _terms(p, running, running, decode_ctx)
+    vendor = "amd" if gpu.amd else "nvidia"
+    tags = tuple(
+        t for t, on in (("moe", model.num_experts > 0), ("tp>1", row.tp > 1), ("pp>1", row.pp > 1),
+                        ("fp8", deployment.weight_dtype == "fp8" or "fp8" in est.weight_dtype),
+                        ("burst", burst)) if on
+    )  # fmt: skip
+    # a prompt prefilled beside the running batch (steady serving), chunk by chunk
+    room = max(1, chunk - (running - 1))
+    beside: list[StepTerms] = []
+    done = 0
+    for n in _chunks(i_len, room):
+        beside.append(_terms(p, n, running - 1, decode_ctx, prefill_context=done + n / 2))
+        done += n
+    # a wave of prompts prefilled together (each attends within its own prompt)
+    together = tuple(_terms(p, n, 0, 0, prefill_context=i_len / 2) for n in _chunks(running * i_len, chunk))
+
+    def observation(metric: str, measured: float, **terms: object) -> Observation:
+        return Observation(
+            row_id=row.id, group=row.source_group, metric=metric, measured=measured, vendor=vendor,
+            engine=row.engine, pp=row.pp, tags=tags, **terms,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    found: list[Observation] = []
+    if row.tpot_ms:
+        found.append(observation("tpot", row.tpot_ms / 1e3, decode=decode, decode_steps=1))
+    static = row.benchmark_kind in ("static_batch", "static_batch_ttft", "offline_batch_latency")
+    if row.ttft_ms:
+        if static:
+            found.append(observation("ttft", row.ttft_ms / 1e3, decode=None, decode_steps=0, prefill=together))
+        elif burst:
+            # all requests at once: on average a request waits for half its wave's prefills, and for
+            # (waves - 1) / 2 earlier waves to finish generating
+            found.append(observation(
+                "ttft", row.ttft_ms / 1e3, decode=decode, decode_steps=o_len * (waves - 1) / 2, prefill=together,
+                prefill_repeats=(running + 1) / (2 * running) + (waves - 1) / 2, requests=1.0,
+            ))  # fmt: skip
+        else:
+            found.append(observation("ttft", row.ttft_ms / 1e3, decode=None, decode_steps=0, prefill=tuple(beside),
+                                     requests=1.0))  # fmt: skip
+    if row.batch_latency_s:
+        found.append(observation("batch_latency", row.batch_latency_s, decode=decode, decode_steps=o_len,
+                                 prefill=together))  # fmt: skip
+    throughput = row.output_throughput
+    if throughput and row.benchmark_kind != "static_batch_ttft":
+        if static or burst:
+            # waves of `running` requests: each wave prefilled together, then o_len decode steps
+            prefill, repeats = together, float(waves)
+        else:
+            # steady serving: each of the `running` requests in a generation is prefilled beside the others
+            prefill, repeats = tuple(beside), float(running)
+        found.append(observation("output_throughput", throughput, decode=decode, decode_steps=o_len * waves,
+                                 prefill=prefill, prefill_repeats=repeats,
+                                 tokens=float(running * waves * o_len)))  # fmt: skip
+    return found or "no metric capplan predicts (TPOT, TTFT, output throughput, batch latency)"
+
+
+Resolver = Callable[[str], tuple[ModelSpec, int | None]]
+GpuFinder = Callable[[str], GpuSku]
+
+
+def build(rows: Iterable[PerfMeasurement], resolve: Resolver, find_gpu: GpuFinder) -> tuple[list[Observation], list[Skipped]]:
+    observations: list[Observation] = []
+    skipped: list[Skipped] = []
+    for row in rows:
+        try:
+            model, checkpoint = resolve(row.config_model)
+            gpu = find_gpu(row.gpu)
+        except (LookupError, SpecError, OSError) as exc:
+            skipped.append(Skipped(row.id, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+            continue
+        found = observations_for(row, model, gpu, checkpoint)
+        if isinstance(found, str):
+            skipped.append(Skipped(row.id, found))
+        else:
+            observations.extend(found)
+    return observations, skipped
+
+
+@cache
+def _catalog_resolver() -> tuple[Resolver, GpuFinder]:
+    from models_registry.resolve import load_model
+    from models_registry.sources.gpu_catalog import find_gpu_sku, load_gpu_skus
+
+    skus = load_gpu_skus()
+
+    @cache
+    def resolve(repo_id: str) -> tuple[ModelSpec, int | None]:
+        resolved = load_model(repo_id)
+        return resolved.spec, resolved.checkpoint_bytes
+
+    def find(gpu_id: str) -> GpuSku:
+        return find_gpu_sku(gpu_id, skus)
+
+    return resolve, find
+
+
+@dataclass(frozen=True, slots=True)
+class CvReport:
+    observations: list[Observation]
+    skipped: list[Skipped]
+    params: Params
+    in_sample: np.ndarray
+    cross_validated: np.ndarray
+    baseline: np.ndarray  # the defaults before fitting, for comparison in the same run
+
+    def table(self, key: Callable[[Observation], str | None]) -> dict[str, tuple[Accuracy, Accuracy, Accuracy]]:
+        """(in-sample, cross-validated, defaults) accuracy per value of `key` (None: left out)."""
+        measured = np.array([o.measured for o in self.observations])
+        out: dict[str, tuple[Accuracy, Accuracy, Accuracy]] = {}
+        for value in sorted({k for o in self.observations if (k := key(o)) is not None}):
+            mask = np.array([key(o) == value for o in self.observations])
+            out[value] = (
+                accuracy(measured[mask], self.in_sample[mask]),
+                accuracy(measured[mask], self.cross_validated[mask]),
+                accuracy(measured[mask], self.baseline[mask]),
+            )
+        return out
+
+
+def cv_report(rows: Iterable[PerfMeasurement] | None = None) -> CvReport:
+    """Fit on every row, score in-sample and leave-one-source-group-out (the number to report)."""
+    from capacity.perf_fit import default_params
+
+    resolve, find = _catalog_resolver()
+    data = list(rows) if rows is not None else load_perf_measurements().rows
+    observations, skipped = build(data, resolve, find)
+    params = fit(observations)
+    return CvReport(
+        observations=observations,
+        skipped=skipped,
+        params=params,
+        in_sample=predict(observations, params),
+        cross_validated=leave_one_group_out(observations),
+        baseline=predict(observations, default_params(observations)),
+    )

@@ -1,0 +1,155 @@
+"""Finding and reading the drop folder's files without being led out of it, hung or flooded.
+
+- `walk(root)`: every entry under `root`, depth first, sorted, never following a symbolic link to a
+  directory. A link to a file is read only when its target (fully resolved) is a regular file
+  inside the drop folder; a link out of it is listed and rejected (`outside_folder`) without being
+  opened, so nothing outside the folder (`/etc/passwd`, `/dev/zero`) is ever read.
+- `read_bounded(path, limit)`: regular files only, checked before opening (`lstat`) and again on
+  the open descriptor (`fstat`: the file cannot be swapped in between); opened non-blocking and
+  without following links (a FIFO or a device never blocks the run); at most `limit` bytes.
+- `display_name(rel)`: a path as text that any column can hold (bytes that are not UTF-8 shown as
+  `\\xff` escapes).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from telemetry.normalize import RowError
+
+MAX_FILE_BYTES = 256 << 20  # a day of scrapes of a large fleet fits; more is split by whoever exports it
+MAX_SIDECAR_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class FoundFile:
+    """One entry of the drop folder: its path relative to the folder (display-safe), the path to
+    open (a link's resolved target), and why it cannot be read, when it cannot."""
+
+    rel: str
+    path: Path
+    problem: RowError | None = None
+    link_target: str | None = None
+
+
+def display_name(name: str) -> str:
+    """`name` with undecodable bytes (surrogate escapes from the file system) shown as `\\xNN`."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def _inside(target: str, root: str) -> bool:
+    return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def walk(root: Path) -> list[FoundFile]:
+    """Every file (and every link or special file) under `root`, sorted by relative path.
+
+    Iterative (a folder nested 5,000 deep is no RecursionError); a folder that cannot be listed
+    is one entry with its reason, not a silent gap."""
+    if not root.is_dir():
+        return []
+    real_root = os.path.realpath(root)
+    found: list[FoundFile] = []
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                listed = sorted(entries, key=lambda e: e.name)
+        except OSError as exc:
+            rel = display_name(folder.relative_to(root).as_posix())
+            found.append(FoundFile(rel, folder, RowError("unreadable", f"cannot list folder: {exc.strerror}")))
+            continue
+        for entry in listed:
+            path = Path(entry.path)
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            if is_dir:
+                stack.append(path)
+            else:
+                found.append(_entry(path, root, real_root))
+    return sorted(found, key=lambda f: f.rel)
+
+
+def _entry(path: Path, root: Path, real_root: str) -> FoundFile:
+    rel = display_name(path.relative_to(root).as_posix())
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        return FoundFile(rel, path, RowError("unreadable", f"cannot stat: {exc.strerror}"))
+    if stat.S_ISLNK(info.st_mode):
+        target = os.path.realpath(path)
+        shown = display_name(os.readlink(path))
+        if not _inside(target, real_root):
+            return FoundFile(
+                rel,
+                path,
+                RowError("outside_folder", f"symbolic link to {shown}, outside the drop folder: not read"),
+                shown,
+            )
+        try:
+            info = os.stat(target)
+        except OSError:
+            return FoundFile(rel, path, RowError("unreadable", f"broken symbolic link to {shown}"), shown)
+        if not stat.S_ISREG(info.st_mode):
+            return FoundFile(
+                rel, path, RowError("not_a_file", f"symbolic link to {_what(info.st_mode)}: not read"), shown
+            )
+        return FoundFile(rel, Path(target), None, shown)
+    if not stat.S_ISREG(info.st_mode):
+        return FoundFile(rel, path, RowError("not_a_file", f"{_what(info.st_mode)}, not a regular file: not read"))
+    return FoundFile(rel, path)
+
+
+def _what(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a special file"
+
+
+def read_bounded(path: Path, limit: int = MAX_FILE_BYTES) -> tuple[bytes, os.stat_result]:
+    """The bytes of the regular file at `path` (at most `limit`) and its fstat; RowError otherwise."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        before = os.lstat(path)
+        if not stat.S_ISREG(before.st_mode):
+            raise RowError("not_a_file", f"{_what(before.st_mode)}, not a regular file: not read")
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise RowError("unreadable", f"cannot open: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RowError("not_a_file", f"{_what(info.st_mode)}, not a regular file: not read")
+        if info.st_size > limit:
+            raise RowError("too_large", f"{info.st_size:,} bytes, above the {limit:,}-byte limit: not read")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise RowError("too_large", f"grew above the {limit:,}-byte limit while read: not read")
+        return b"".join(chunks), info
+    except OSError as exc:
+        raise RowError("unreadable", f"cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
