@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from capacity.hf_config.fields import DEFAULT_MAX_LEN, MAX_POSITIONS, MAX_ROPE_FACTOR, clip
@@ -37,8 +38,26 @@ DTYPES = {
 }
 
 
-def rope_entries(m: Model) -> list[tuple[str, Mapping[str, Any]]]:
-    """(rope_type, params) for every rope scaling entry (transformers 5 may nest them per layer type)."""
+class RopeScaling(Enum):
+    """How a rope scaling entry changes the context limit (vLLM's `_get_and_verify_max_len`)."""
+
+    BY_FACTOR = "by_factor"  # linear, dynamic, default...: the length times `factor`
+    YARN = "yarn"  # `original_max_position_embeddings` times `factor`
+    LONGROPE = "longrope"  # su / longrope: the limit already holds the long context
+    LLAMA3 = "llama3"  # the limit already holds the long context
+
+
+_ROPE_SCALING = {
+    "yarn": RopeScaling.YARN,
+    "su": RopeScaling.LONGROPE,
+    "longrope": RopeScaling.LONGROPE,
+    "llama3": RopeScaling.LLAMA3,
+}
+_UNSCALED = (RopeScaling.LONGROPE, RopeScaling.LLAMA3)
+
+
+def rope_entries(m: Model) -> list[tuple[RopeScaling, Mapping[str, Any]]]:
+    """(scaling, params) for every rope scaling entry (transformers 5 may nest them per layer type)."""
     raw = m.cfg.raw("rope_parameters")
     if raw is None:
         raw = m.cfg.raw("rope_scaling")
@@ -53,7 +72,7 @@ def rope_entries(m: Model) -> list[tuple[str, Mapping[str, Any]]]:
         rope_type = entry.get("rope_type", entry.get("type", "default"))
         if not isinstance(rope_type, str):
             m.fail(f"rope type must be a string, got {clip(rope_type)}")
-        out.append((rope_type, entry))
+        out.append((_ROPE_SCALING.get(rope_type, RopeScaling.BY_FACTOR), entry))
     return out
 
 
@@ -74,15 +93,15 @@ def context_limit(m: Model) -> tuple[int, int]:
     before_rope = derived
     if entries and m.rope_scales_context:
         factor = 1.0
-        for rope_type, entry in entries:
-            if rope_type in ("su", "longrope", "llama3"):
+        for scaling, entry in entries:
+            if scaling in _UNSCALED:
                 continue
             value = entry.get("factor", factor)
             if value is not None:
                 if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_ROPE_FACTOR:
                     m.fail(f"rope scaling `factor` must be a number in (0, {MAX_ROPE_FACTOR:,}], got {clip(value)}")
                 factor = float(value)
-            if rope_type == "yarn":
+            if scaling is RopeScaling.YARN:
                 orig = entry.get("original_max_position_embeddings")
                 if orig is None:
                     orig = c.raw("original_max_position_embeddings") or max_pos

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from capacity.hf_config import vision
-from capacity.hf_config.context import rope_entries
+from capacity.hf_config.context import RopeScaling, rope_entries
 from capacity.hf_config.family import (
     Built,
     Family,
@@ -96,7 +96,7 @@ class Phi3(SlidesEveryLayer):
         return gated_mlp(m.hidden, m.intermediate)
 
     def build(self, m: Model, kinds: list[Kind]) -> Built:
-        if any(rope_type in ("longrope", "su") for rope_type, _ in rope_entries(m)):
+        if any(scaling is RopeScaling.LONGROPE for scaling, _ in rope_entries(m)):
             orig = m.cfg.opt_int("original_max_position_embeddings", hi=MAX_POSITIONS)
             if orig:
                 m.notes.append(f"LongRoPE: vLLM defaults max_model_len to original_max_position_embeddings ({orig})")

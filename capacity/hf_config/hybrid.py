@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from enum import StrEnum
 
 from capacity.hf_config import vision
 from capacity.hf_config.family import (
@@ -105,16 +106,25 @@ def _mamba1_params(m: Model, inner: int, d_state: int, d_conv: int) -> int:
     return in_proj + conv1d + x_proj + dt_proj + a_log_d + out_proj + inner_norms
 
 
-# Nemotron-H per-layer block codes: 'M' mamba2, '*' attention, '-' MLP, 'E' MoE
-_NEMOTRON_CODES = {
-    "mamba": "M",
-    "linear_attention": "M",
-    "attention": "*",
-    "full_attention": "*",
-    "mlp": "-",
-    "moe": "E",
+class Block(StrEnum):
+    """A Nemotron-H layer, by its code in `hybrid_override_pattern`."""
+
+    MAMBA = "M"
+    ATTENTION = "*"
+    MLP = "-"
+    MOE = "E"
+
+
+# `layers_block_type` / `layer_types` names of the same blocks
+_BLOCK_NAMES = {
+    "mamba": Block.MAMBA,
+    "linear_attention": Block.MAMBA,
+    "attention": Block.ATTENTION,
+    "full_attention": Block.ATTENTION,
+    "mlp": Block.MLP,
+    "moe": Block.MOE,
 }
-_NEMOTRON_MIXERS = {"M": Mixer.STATE, "*": Mixer.FULL, "-": Mixer.NONE, "E": Mixer.NONE}
+_BLOCK_MIXERS = {Block.MAMBA: Mixer.STATE, Block.ATTENTION: Mixer.FULL, Block.MLP: Mixer.NONE, Block.MOE: Mixer.NONE}
 
 
 class NemotronH(Family):
@@ -122,24 +132,24 @@ class NemotronH(Family):
     nothing and have no `LayerKVSpec`. Mamba-2 conv = (I + 2 * n_groups * d_state) * conv_kernel,
     recurrent = I * d_state with I = heads * head_dim."""
 
-    def pattern(self, m: Model) -> list[str]:
+    def pattern(self, m: Model) -> list[Block]:
         c = m.cfg
         if c.has("hybrid_override_pattern"):
             pattern = c.text("hybrid_override_pattern") or ""
-            bad = sorted(set(pattern) - set("M*-E"))
+            bad = sorted(set(pattern) - {block.value for block in Block})
             if bad:
                 m.fail(f"`hybrid_override_pattern` has unknown layer codes {''.join(bad)!r} (expected M * - E)")
             if not pattern:
                 m.fail("`hybrid_override_pattern` is empty")
-            return list(pattern)
+            return [Block(code) for code in pattern]
         for key in ("layers_block_type", "layer_types"):
             types = c.texts(key)
             if types is not None:
                 out = []
                 for i, t in enumerate(types):
-                    if t not in _NEMOTRON_CODES:
+                    if t not in _BLOCK_NAMES:
                         m.fail(f"`{key}[{i}]` is an unknown layer type {t!r}")
-                    out.append(_NEMOTRON_CODES[t])
+                    out.append(_BLOCK_NAMES[t])
                 if not out:
                     m.fail(f"`{key}` is empty")
                 return out
@@ -156,7 +166,7 @@ class NemotronH(Family):
         return n
 
     def layer_kinds(self, m: Model) -> list[Kind]:
-        return [Kind(_NEMOTRON_MIXERS[ch]) for ch in self.pattern(m)]
+        return [Kind(_BLOCK_MIXERS[block]) for block in self.pattern(m)]
 
     def build(self, m: Model, kinds: list[Kind]) -> Built:
         c = m.cfg
@@ -180,22 +190,22 @@ class NemotronH(Family):
         mamba = in_proj + conv1d + 3 * heads + inner + out_proj  # + dt_bias, A_log, D; gated norm
         attn = attn_params(h, m.heads, m.kv_heads, m.head_dim)
         mlp_bias = c.flag("mlp_bias", False)
-        by_code = {
-            "M": LayerParams(attention=mamba, norms=h),
-            "*": LayerParams(attention=attn, norms=h),
-            "-": LayerParams(mlp=plain_mlp(h, m.intermediate, mlp_bias), norms=h),  # relu^2, not gated
+        by_block = {
+            Block.MAMBA: LayerParams(attention=mamba, norms=h),
+            Block.ATTENTION: LayerParams(attention=attn, norms=h),
+            Block.MLP: LayerParams(mlp=plain_mlp(h, m.intermediate, mlp_bias), norms=h),  # relu^2, not gated
         }
-        if "E" in pattern:
-            by_code["E"] = _nemotron_moe(m, mlp_bias)
+        if Block.MOE in pattern:
+            by_block[Block.MOE] = _nemotron_moe(m, mlp_bias)
         layers: list[LayerKVSpec] = []
-        for i, ch in enumerate(pattern):
-            if ch == "M":
+        for i, block in enumerate(pattern):
+            if block is Block.MAMBA:
                 layers.append(_state_layer(i, conv_dim * kernel, inner * d_state, kernel, StateMixer.MAMBA2))
-            elif ch == "*":
+            elif block is Block.ATTENTION:
                 kind = kinds[i] if kinds[i].mixer is Mixer.FULL else FULL
                 layers.append(kind.attention_layer(i, m.kv_heads, m.head_dim))
-        params = [by_code[ch] for ch in pattern]
-        no_cache = sum(1 for ch in pattern if ch in "-E")
+        params = [by_block[block] for block in pattern]
+        no_cache = sum(1 for block in pattern if _BLOCK_MIXERS[block] is Mixer.NONE)
         if no_cache:
             m.notes.append(f"{no_cache} MLP/MoE-only layers hold no cache and have no entry in `layers`")
         return layers, params, 0
