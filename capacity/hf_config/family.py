@@ -347,15 +347,17 @@ def check_routing(m: Model, params: list[LayerParams]) -> None:
         )
 
 
-def shared_expert_moe(m: Model, attn: int, experts: int, moe_inter: int, shared: int) -> LayerParams:
-    """A DeepSeek-style MoE layer: `shared` always-on experts, routed experts, a router with the
-    score-correction bias (noaux_tc), two norms."""
+def shared_expert_moe(
+    m: Model, attn: int, experts: int, moe_inter: int, shared: int, *, router_bias: bool = True
+) -> LayerParams:
+    """A DeepSeek-style MoE layer: `shared` always-on experts, routed experts, a router (with the
+    score-correction bias of noaux_tc routing where `router_bias`), two norms."""
     h = m.hidden
     return LayerParams(
         attention=attn,
         mlp=shared * gated_mlp(h, moe_inter),
         experts=experts * 3 * h * moe_inter,
-        router=h * experts + experts,
+        router=h * experts + (experts if router_bias else 0),
         norms=2 * h,
     )
 

@@ -11,6 +11,7 @@ from capacity.hf_config.family import (
     Model,
     deepseek_mtp_params,
     gated_mlp,
+    shared_expert_moe,
 )
 from capacity.hf_config.fields import MAX_DIM, MAX_EXPERTS, MAX_HEADS, MAX_LAYERS
 from capacity.spec import KVKind, LayerKVSpec, LayerParams
@@ -85,13 +86,8 @@ class Mla(Family):
                 m.fail(f"`mlp_layer_types` must list 'dense'/'sparse' for each of the {m.num_layers} layers")
             sparse = [t == "sparse" for t in mlp_types]
         topk_method = c.text("topk_method", "noaux_tc" if self.noaux_tc_by_default else "greedy")
-        moe = LayerParams(
-            attention=attn,
-            mlp=shared * gated_mlp(h, moe_inter),
-            experts=n_routed * 3 * h * moe_inter,
-            router=h * n_routed + (n_routed if topk_method == "noaux_tc" else 0),
-            norms=2 * h,
-        )
+        noaux_tc = topk_method == "noaux_tc"
+        moe = shared_expert_moe(m, attn, n_routed, moe_inter, shared, router_bias=noaux_tc)
         return [moe if is_sparse else dense for is_sparse in sparse], moe.total
 
 
