@@ -110,10 +110,11 @@ class Family:
     loads_extra_params = False  # the engine loads `extra_params` (not only MTP kept on disk)
     has_state_layer_types = False  # `layer_types` may name linear-attention / mamba layers
     vision_model_types: tuple[str | None, ...] = ()  # vision towers whose structure is counted
-    # identity details, read from the checkpoint's family (not a wrapper's inner rules)
+    # identity details: read from the checkpoint's own family (`Model.family`), so a multimodal
+    # wrapper's text model (Mistral 3 around another family) is parsed without them
     qk_norm_moe = False  # Qwen3-MoE: q/k norms and no shared expert
     sparse_indexer = False  # DeepSeek-V3.2: the lightning indexer
-    generic = False
+    generic = False  # an unknown model type (ModelSpec.is_generic), parsed by the base rules
 
     def __init__(self, name: str) -> None:
         self.name = name
