@@ -1,0 +1,138 @@
+"""Multi-head latent attention (DeepSeek-V2/V3/R1/V3.2, Kimi-K2, GLM-4.7-Flash, unknown types with
+`kv_lora_rank`): one latent "head" of `kv_lora_rank` (K) + `qk_rope_head_dim` (V) per layer."""
+
+from __future__ import annotations
+
+from capacity.hf_config.family import (
+    Built,
+    Family,
+    Kind,
+    Mixer,
+    Model,
+    deepseek_mtp_params,
+    gated_mlp,
+    shared_expert_moe,
+)
+from capacity.hf_config.fields import MAX_DIM, MAX_EXPERTS, MAX_HEADS, MAX_LAYERS
+from capacity.spec import KVKind, LayerKVSpec, LayerParams
+
+
+class Mla(Family):
+    """DeepSeek-V2's rules; `noaux_tc` routers (V3 and after) and dense first layers are attributes."""
+
+    noaux_tc_by_default = False  # V3 / Kimi-K2: a score-correction bias (transformers 5 writes null)
+    first_dense_by_default = 0  # GLM-4.7-Flash defaults to one dense layer
+
+    def read_head_dim(self, m: Model) -> int:
+        # MLA configs carry head_dim = qk_rope_head_dim: never used for KV
+        return m.cfg.integer("qk_nope_head_dim") + m.cfg.integer("qk_rope_head_dim")
+
+    def layer_kinds(self, m: Model) -> list[Kind]:
+        return [Kind(Mixer.MLA)] * m.num_layers
+
+    def build(self, m: Model, kinds: list[Kind]) -> Built:
+        c = m.cfg
+        kv_rank = c.integer("kv_lora_rank")
+        rope = c.integer("qk_rope_head_dim")
+        # DeepSeek-V3.2 sparse attention (DSA): every layer also caches its lightning indexer's key
+        index_dim = c.integer("index_head_dim", 0, lo=0, hi=MAX_DIM) if m.family.sparse_indexer else 0
+        layers = [
+            LayerKVSpec(
+                index=i,
+                kind=KVKind.MLA,
+                num_kv_heads=1,
+                k_head_dim=kv_rank,
+                v_head_dim=rope,
+                indexer_head_dim=index_dim,
+            )
+            for i in range(m.num_layers)
+        ]
+        m.kv_heads = 1
+        attn = _attention(m) + _indexer(m, index_dim)
+        params, moe_total = self._mlp_layers(m, attn)
+        extra = deepseek_mtp_params(m, moe_total)
+        if m.family.generic:
+            m.notes.append("generic path: `kv_lora_rank` present, parsed as DeepSeek-style MLA")
+        return layers, params, extra
+
+    def _mlp_layers(self, m: Model, attn: int) -> tuple[list[LayerParams], int]:
+        """Per-layer parameters and the MoE layer's total (what an MTP module stores)."""
+        c = m.cfg
+        h = m.hidden
+        n_routed = c.integer("n_routed_experts", 0, lo=0, hi=MAX_EXPERTS)
+        dense = LayerParams(attention=attn, mlp=gated_mlp(h, m.intermediate), norms=2 * h)
+        if not n_routed:
+            declared = c.has("n_routed_experts") and c.has("moe_intermediate_size")
+            if declared and m.num_layers > c.integer("first_k_dense_replace", 0, lo=0, hi=MAX_LAYERS):
+                # DeepSeek-V3 with `n_routed_experts: 0` would be planned as a 39 GB dense model
+                m.fail(
+                    "`n_routed_experts` is 0, but the config has MoE layers (`moe_intermediate_size`, "
+                    "`first_k_dense_replace`): a model that routes tokens needs at least one expert"
+                )
+            return [dense] * m.num_layers, dense.total
+        m.num_experts = n_routed
+        m.experts_per_token = c.integer("num_experts_per_tok", hi=MAX_EXPERTS)
+        if m.experts_per_token > n_routed:
+            m.fail(f"`num_experts_per_tok` ({m.experts_per_token}) exceeds `n_routed_experts` ({n_routed})")
+        moe_inter = c.integer("moe_intermediate_size")
+        shared = c.integer("n_shared_experts", 0, lo=0, hi=MAX_EXPERTS)
+        # transformers 5 may write `mlp_layer_types` ("dense" / "sparse") instead
+        first_dense = c.integer("first_k_dense_replace", self.first_dense_by_default, lo=0, hi=MAX_LAYERS)
+        freq = c.integer("moe_layer_freq", 1, hi=MAX_LAYERS)
+        sparse = [i >= first_dense and i % freq == 0 for i in range(m.num_layers)]
+        mlp_types = c.texts("mlp_layer_types")
+        if mlp_types is not None:
+            if len(mlp_types) != m.num_layers or not set(mlp_types) <= {"dense", "sparse"}:
+                m.fail(f"`mlp_layer_types` must list 'dense'/'sparse' for each of the {m.num_layers} layers")
+            sparse = [t == "sparse" for t in mlp_types]
+        topk_method = c.text("topk_method", "noaux_tc" if self.noaux_tc_by_default else "greedy")
+        noaux_tc = topk_method == "noaux_tc"
+        moe = shared_expert_moe(m, attn, n_routed, moe_inter, shared, router_bias=noaux_tc)
+        return [moe if is_sparse else dense for is_sparse in sparse], moe.total
+
+
+class MlaNoauxTc(Mla):
+    """DeepSeek-V3 / V3.2 / R1 and Kimi-K2: routers with the score-correction bias (noaux_tc)."""
+
+    noaux_tc_by_default = True
+
+
+class DeepSeekV32(MlaNoauxTc):
+    sparse_indexer = True
+
+
+class Glm4MoeLite(MlaNoauxTc):
+    first_dense_by_default = 1
+
+
+def _attention(m: Model) -> int:
+    """q (direct or through the q_lora_rank bottleneck), kv_a, kv_a_layernorm, kv_b, o."""
+    c = m.cfg
+    h, heads = m.hidden, m.heads
+    kv_rank = c.integer("kv_lora_rank")
+    rope = c.integer("qk_rope_head_dim")
+    nope = c.integer("qk_nope_head_dim")
+    v = c.integer("v_head_dim")
+    q_rank = c.opt_int("q_lora_rank")
+    bias = c.flag("attention_bias", False)
+    if q_rank is None:
+        q = h * heads * (nope + rope)
+    else:
+        q = h * q_rank + (q_rank if bias else 0) + q_rank + q_rank * heads * (nope + rope)  # q_a, norm, q_b
+    kv_a = h * (kv_rank + rope) + ((kv_rank + rope) if bias else 0)
+    kv_b = kv_rank * heads * (nope + v)
+    o = heads * v * h + (h if bias else 0)
+    return q + kv_a + kv_rank + kv_b + o
+
+
+def _indexer(m: Model, index_dim: int) -> int:
+    """DSA's lightning indexer: wq_b (q_lora_rank -> heads x dim), wk (hidden -> dim), k_norm
+    (LayerNorm), weights_proj."""
+    if not index_dim:
+        return 0
+    c = m.cfg
+    h = m.hidden
+    index_heads = c.integer("index_n_heads", hi=MAX_HEADS)
+    q_rank = c.integer("q_lora_rank")
+    m.notes.append(f"DSA: lightning indexer key of {index_dim} per token per layer, cached as fp8 + scales")
+    return q_rank * index_heads * index_dim + h * index_dim + 2 * index_dim + h * index_heads

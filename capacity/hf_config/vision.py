@@ -1,0 +1,89 @@
+"""Vision towers and multimodal projectors whose structure is known, counted from `vision_config`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from capacity.hf_config.fields import MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, Fields
+
+if TYPE_CHECKING:
+    from capacity.hf_config.family import Model
+
+
+def llama4(m: Model, v: Fields) -> int:
+    h = v.integer("hidden_size")
+    layers = v.integer("num_hidden_layers", hi=MAX_LAYERS)
+    inter = v.integer("intermediate_size")
+    patch = v.integer("patch_size")
+    image = v.integer("image_size", hi=1 << 20)
+    channels = v.integer("num_channels", 3)
+    proj_in = v.integer("projector_input_dim")
+    proj_out = v.integer("projector_output_dim")
+    out_dim = v.integer("vision_output_dim")
+    per_layer = 4 * (h * h + h) + (h * inter + inter) + (inter * h + h) + 4 * h  # q/k/v/o, fc1, fc2, 2 LN
+    patches = (image // patch) ** 2 + 1
+    embeddings = h + patches * h + channels * patch * patch * h  # class, positional, patch (no bias)
+    outer_norms = 4 * h  # layernorm_pre / layernorm_post, weight + bias
+    adapter = inter * proj_in + proj_out * proj_out  # vision_adapter.mlp fc1 / fc2, no bias
+    bias = v.flag("multi_modal_projector_bias", False)
+    projector = out_dim * m.hidden + (m.hidden if bias else 0)
+    return embeddings + outer_norms + layers * per_layer + adapter + projector
+
+
+def siglip(v: Fields) -> int:
+    h = v.integer("hidden_size", 768)
+    layers = v.integer("num_hidden_layers", 12, hi=MAX_LAYERS)
+    inter = v.integer("intermediate_size", 3072)
+    patch = v.integer("patch_size", 16)
+    image = v.integer("image_size", 224, hi=1 << 20)
+    channels = v.integer("num_channels", 3)
+    per_layer = 4 * (h * h + h) + (h * inter + inter) + (inter * h + h) + 4 * h
+    embeddings = channels * patch * patch * h + h + (image // patch) ** 2 * h  # conv + bias, positions
+    head = 0
+    if v.flag("vision_use_head", True):
+        # probe, nn.MultiheadAttention (in/out projections with bias), layernorm, MLP
+        head = h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (h * inter + inter) + (inter * h + h)
+    return embeddings + layers * per_layer + 2 * h + head  # + post_layernorm
+
+
+def gemma3_projector(m: Model, v: Fields) -> int:
+    vh = v.integer("hidden_size", 768)
+    return vh * m.hidden + vh  # mm_input_projection_weight, mm_soft_emb_norm
+
+
+def pixtral(v: Fields) -> int:
+    h = v.integer("hidden_size", 1024)
+    layers = v.integer("num_hidden_layers", 24, hi=MAX_LAYERS)
+    inter = v.integer("intermediate_size", 4096)
+    heads = v.integer("num_attention_heads", 16, hi=MAX_HEADS)
+    head_dim = v.integer("head_dim", h // heads)
+    patch = v.integer("patch_size", 16)
+    channels = v.integer("num_channels", 3)
+    per_layer = 4 * h * heads * head_dim + 3 * h * inter + 2 * h  # q/k/v/o, gated FFN, 2 RMSNorms
+    return channels * patch * patch * h + h + layers * per_layer  # patch_conv, ln_pre
+
+
+def qwen3_5(v: Fields) -> int:
+    h = v.integer("hidden_size", 1152)
+    depth = v.integer("depth", 27, hi=MAX_LAYERS)
+    inter = v.integer("intermediate_size", 4304)
+    patch = v.integer("patch_size", 16)
+    temporal = v.integer("temporal_patch_size", 2)
+    channels = v.integer("in_channels", 3)
+    positions = v.integer("num_position_embeddings", 2304, hi=MAX_POSITIONS)
+    merge = v.integer("spatial_merge_size", 2, hi=64)
+    out = v.integer("out_hidden_size")
+    block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * inter + inter) + (inter * h + h)  # 2 LN, qkv, proj, MLP
+    merged = h * merge * merge
+    merger = 2 * h + (merged * merged + merged) + (merged * out + out)  # LayerNorm, fc1, fc2
+    return channels * temporal * patch * patch * h + h + positions * h + depth * block + merger
+
+
+def mistral3_projector(m: Model, v: Fields) -> int:
+    vh = v.integer("hidden_size", 1024)
+    merge = m.outer.integer("spatial_merge_size", 2, hi=64)
+    bias = m.outer.flag("multimodal_projector_bias", False)
+    merger = vh * merge * merge * vh  # patch_merger.merging_layer, no bias
+    linear_1 = vh * m.hidden + (m.hidden if bias else 0)
+    linear_2 = m.hidden * m.hidden + (m.hidden if bias else 0)
+    return vh + merger + linear_1 + linear_2  # + norm
