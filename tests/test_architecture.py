@@ -380,7 +380,8 @@ def test_no_function_over_100_lines() -> None:
 
 def test_fmt_skip_count() -> None:
     count = sum(m.text.count("# fmt: skip") for m in modules().values())
-    assert count <= FMT_SKIP_ALLOWED, f"{count} `# fmt: skip` in the packages, FMT_SKIP_ALLOWED is {FMT_SKIP_ALLOWED}"
+    bound = f"FMT_SKIP_ALLOWED is {FMT_SKIP_ALLOWED}; issue 20 brings it to {FMT_SKIP_TARGET} or fewer"
+    assert count <= FMT_SKIP_ALLOWED, f"{count} `# fmt: skip` in the packages: {bound}"
     assert count == FMT_SKIP_ALLOWED, f"improved: {count} `# fmt: skip` left: lower FMT_SKIP_ALLOWED to {count}"
 
 
