@@ -44,11 +44,17 @@ ROOT = Path(__file__).resolve().parents[1]
 # Each top-level package and the other top-level packages it may import; imports inside a package are
 # always allowed. A new package needs a row here (the test says so), and belongs in the rows of the
 # packages that may import it.
+# Rows for a package that does not exist (yet) are harmless.
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "capacity": frozenset(),  # the floor: pure, no I/O, imports none of the others
     "models_registry": frozenset({"capacity"}),
     "warehouse": frozenset({"capacity", "models_registry"}),
-    "pipelines": frozenset({"capacity", "models_registry", "warehouse"}),  # the roof: nothing imports it
+    # the rooms issue 20 moves out of warehouse/ and models_registry/sources/, with the imports they have there
+    "telemetry": frozenset({"capacity", "models_registry", "warehouse"}),
+    "recommendations": frozenset({"capacity", "models_registry", "warehouse", "telemetry"}),
+    "evaluation": frozenset({"capacity", "models_registry", "telemetry"}),  # tools/ and tests/ call it, no package
+    # the roof: nothing imports it
+    "pipelines": frozenset({"capacity", "models_registry", "warehouse", "telemetry", "recommendations"}),
 }
 # Imports across layers that break the table today (importer module, imported module).
 LAYER_ALLOWED: set[tuple[str, str]] = set()
@@ -307,6 +313,7 @@ def test_packages_are_discovered_and_placed_in_the_layer_table() -> None:
     assert {"capacity", "pipelines"} <= set(packages), packages
     missing = [p for p in packages if p not in MAY_IMPORT]
     assert not missing, f"packages without a row in MAY_IMPORT (say which packages each may import): {missing}"
+    assert strongly_connected(MAY_IMPORT) == [], "MAY_IMPORT must be an order: no two packages may import each other"
     assert len(modules()) > 20
 
 
