@@ -4,6 +4,10 @@ test schema), and a hub-layout Hugging Face cache in tmp_path. Keep this file sm
 PostgreSQL: tests marked `postgres` use CAPPLAN_TEST_PG_URL. When it is unset they fail under CI
 (CI=true) and are skipped, with the reason, on a developer machine. Tests of an optional extra
 (`report`, `solver`, `oracle`) call `require_extra` the same way: skipped without it, failed under CI.
+
+Slow tests (marker `slow`: whole-pipeline runs, engine-oracle subprocesses, large sweeps) are deselected
+by pyproject's addopts (`-m "not slow"`) and run by `.venv/bin/pytest -m slow`; CI (.ci/run) runs both.
+Every `engine_oracle` test is also `slow` (the hook below): each starts vLLM or SGLang in .venv-oracle.
 """
 
 from __future__ import annotations
@@ -55,6 +59,13 @@ def require_extra(extra: str, *modules: str) -> None:
     if _in_ci():
         pytest.fail(message, pytrace=False)
     pytest.skip(message, allow_module_level=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("engine_oracle") is not None:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -67,6 +67,7 @@ def test_accuracy_summary() -> None:
     assert a.within_1pct == pytest.approx(1 / 3) and a.within_5pct == pytest.approx(2 / 3)
 
 
+@pytest.mark.slow  # `runs` refits both models once per held-out source (~35 s on 2 cores)
 def test_unmodelled_rows_are_flagged_not_fitted(runs: dict[str, tuple[list[Row], Scores, Scores]]) -> None:
     rows = {r.id: r for r in runs["derived"][0]}
     assert rows["vllm21348-qwen3-235b-a22b-fp8-h100-tp4"].unmodelled == "KV connector"  # LMCacheConnectorV1
@@ -79,12 +80,14 @@ def test_unmodelled_rows_are_flagged_not_fitted(runs: dict[str, tuple[list[Row],
     assert all("V1 modelled" not in r.tags for r in rows.values() if r.unmodelled)
 
 
+@pytest.mark.slow
 def test_every_fold_holds_out_a_whole_source(runs: dict[str, tuple[list[Row], Scores, Scores]]) -> None:
     rows, _, cv = runs["derived"]
     assert len({r.group for r in rows}) >= 10
     assert set(cv.pool) == {r.id for r in rows}
 
 
+@pytest.mark.slow
 def test_cross_validated_kv_pool_gate(runs: dict[str, tuple[list[Row], Scores, Scores]]) -> None:
     # measured at introduction: V1 n=30 median 2.25 %, 73 % within 5 %. After the MXFP4 layouts, enforce_eager,
     # the per-graph CUDA-graph estimate, the NVLink-multicast non-torch term and the rows of the second
@@ -107,6 +110,7 @@ def test_cross_validated_kv_pool_gate(runs: dict[str, tuple[list[Row], Scores, S
     assert every.median_abs_error < 0.013 and every.within_5pct >= 0.85
 
 
+@pytest.mark.slow
 def test_cross_validated_kv_tokens_gate(runs: dict[str, tuple[list[Row], Scores, Scores]]) -> None:
     # measured at introduction: V1 n=19 median 3.57 %, 63 % within 5 %; n=30 median 2.41 %, 77 % within 5 %;
     # with the sampler rule 0.87 %, 50 % within 1 %, 80 % within 5 %; n=29 once the robotmunki row lost the H100
@@ -119,6 +123,7 @@ def test_cross_validated_kv_tokens_gate(runs: dict[str, tuple[list[Row], Scores,
     assert modelled.n >= 27 and modelled.median_abs_error < 0.014 and modelled.within_5pct >= 0.90
 
 
+@pytest.mark.slow
 def test_in_sample_with_shipped_coefficients(runs: dict[str, tuple[list[Row], Scores, Scores]]) -> None:
     # measured at introduction: V1 pool median 0.15 %, 87 % within 5 % (30 rows); 0.49 %, 83 % (41 rows);
     # with the sampler rule 0.28 %, 85 %; with Marlin's layout before 0.12 0.26 %, 90 %
@@ -126,6 +131,7 @@ def test_in_sample_with_shipped_coefficients(runs: dict[str, tuple[list[Row], Sc
     assert v1.median_abs_error < 0.004 and v1.within_5pct >= 0.88
 
 
+@pytest.mark.slow
 def test_moe_out_of_sample_against_the_previous_model(runs: dict[str, tuple[list[Row], Scores, Scores]]) -> None:
     # measured at introduction: MoE pool CV median 3.20 % (derived) against 3.60 % (previous); 2.83 % against
     # 3.31 % before the sampler rule. With the rule 3.44 % (30 % within 1 %, 60 % within 5 %) against 3.31 %

@@ -172,6 +172,7 @@ def test_reads_are_bounded_and_never_block(tmp_path: Path) -> None:
         read_bytes(tmp_path / "ok.json", root=tmp_path / "elsewhere")
 
 
+@pytest.mark.slow  # a whole nightly; tests/test_nightly.py keeps a nightly in the default run
 def test_a_hostile_catalog_folder_still_publishes_a_nightly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Done-when of issue 9: the real `capplan nightly` (Dagster job) on a catalog folder holding
     every bad kind next to a good model publishes, with every bad config in marts.ingest_errors."""
