@@ -16,8 +16,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from capacity.estimate import estimate
 from capacity.grid import GridModel, GridOptions, grid_contexts, weight_dtype_choices
-from capacity.memory import estimate, validate_parallelism
+from capacity.parallel import validate_parallelism
 from capacity.spec import DeploymentSpec, GpuSku, SpecError
 
 CATALOG = Path(__file__).resolve().parent.parent / "models_registry" / "catalog"

@@ -38,6 +38,7 @@ import duckdb
 import polars as pl
 
 from benchmarks.estimate import catalog_gpus, catalog_models, cores
+from capacity.estimate import AUTO_MAX_MODEL_LEN, estimate
 from capacity.grid import (
     CONTEXT_COLUMNS,
     GRID_COLUMNS,
@@ -50,7 +51,6 @@ from capacity.grid import (
     grid_tables_sql,
     iter_grid_tables,
 )
-from capacity.memory import AUTO_MAX_MODEL_LEN, estimate
 from capacity.spec import DeploymentSpec, GpuSku, LayerParams
 
 RENAMED = {"weight_format": "weight_dtype", "kv_cache_dtype": "kv_dtype"}

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from capacity.memory import GIB, UNBOUNDED_TOKENS, Estimate, KVPool, cdiv, kv_heads_per_gpu, stage_layers
+from capacity.dtypes import GIB
+from capacity.estimate import Estimate
+from capacity.kv_bytes import kv_heads_per_gpu
+from capacity.numeric import cdiv
+from capacity.parallel import stage_layers
 from capacity.performance import Performance
+from capacity.pool import UNBOUNDED_TOKENS, KVPool
 from capacity.spec import WINDOWED_KINDS, KVKind, ModelSpec
 
 

@@ -3,7 +3,7 @@
 Pure and vectorized: `build_capacity_grid` returns a LazyFrame, nothing is collected there
 (`grid_tables` collects: it sizes the PP = 1 deployments before planning the PP > 1 ones).
 
-How the work is split, so that the scalar engine (`capacity.memory`) stays the one place for the rules:
+How the work is split, so that the scalar engine (`capacity.estimate` over `capacity.pool`) stays the one place for the rules:
 - Per *layout* (model, engine, weight dtype, KV dtype, TP, PP), a Python loop calls the scalar helpers
   (`kv_bytes_per_token_per_gpu`, `estimate_weights`, `engine_overhead`, `vllm_stage_pools`,
   `sglang_cells`, `KVPool.charge_terms`...): bytes per token, weights, overhead, and the *shape* of the
@@ -12,10 +12,10 @@ How the work is split, so that the scalar engine (`capacity.memory`) stays the o
   (a small table); the cross product with the layouts is a join.
 - Per deployment (layout x GPU) and per context the arithmetic is Polars expressions: the usable
   memory, the KV budget, the block count of the tightest pipeline stage, the units a sequence of T
-  tokens takes (`charge_terms` evaluated with `memory.cdiv`), B_max, the printed concurrency (rounded
+  tokens takes (`charge_terms` evaluated with `numeric.cdiv`), B_max, the printed concurrency (rounded
   exactly as Python's `round(x, 4)`), and the max context per target concurrency (a vectorized
-  bisection, the same search as `memory.max_context`).
-`tests/test_grid.py` proves grid rows equal `memory.estimate(...).contract()` column by column.
+  bisection, the same search as `pool.max_context`).
+`tests/test_grid.py` proves grid rows equal `estimate(...).contract()` column by column.
 
 Frames: `build_deployments` gives one row per deployment (PP = 1 first; PP > 1 only where that does
 not fit), `expand_contexts` one row per deployment and context, `build_capacity_grid` both in one
@@ -46,7 +46,7 @@ What the grid enumerates (GridOptions changes it):
   is int4; `mxfp4` (routed experts only, as gpt-oss ships) for MoE models on GPUs with `fp4_support`,
   unless the checkpoint already is mxfp4 (a dense model has no experts: mxfp4 would equal bf16).
 - KV dtypes (`kv_dtype`, resolved in `kv_cache_dtype`): `auto`; `fp8` on GPUs with `fp8_support`.
-- parallelism: TP in {1, 2, 4, 8} that passes `memory.validate_parallelism` (divides the attention
+- parallelism: TP in {1, 2, 4, 8} that passes `parallel.validate_parallelism` (divides the attention
   heads, KV heads divisible either way) and is at most the GPU's `gpus_per_node`. PP in {2, 4} only at
   the node's TP (the largest valid TP on that GPU) and only where the PP=1 deployment at that TP does
   not fit: no KV budget, or not one sequence of the model's smallest grid context.
@@ -69,24 +69,18 @@ import polars as pl
 import polars.selectors as cs
 
 from capacity import engine_constants as ec
-from capacity.engines import Engine, EngineProfile, engine_profile
+from capacity.dtypes import element_bytes, kv_element_bytes
+from capacity.engines import DefaultsRequest, Engine, EngineProfile, PoolRequest
 from capacity.engines import sglang as sglang_rules
-from capacity.memory import (
-    KVPool,
-    OverheadInputs,
-    WeightsEstimate,
-    cdiv,
-    element_bytes,
-    estimate_weights,
-    kv_bytes_per_token,
-    kv_bytes_per_token_per_gpu,
-    kv_element_bytes,
-    state_bytes_per_sequence_per_gpu,
-    valid_tp_sizes,
-    with_layout_extra,
-)
+from capacity.engines.registry import engine_profile
+from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
+from capacity.numeric import cdiv
+from capacity.overhead import OverheadInputs
+from capacity.parallel import valid_tp_sizes
 from capacity.performance import GB, TFLOP, PerfEfficiency, PerfInputs, efficiency_for, rank_terms, tpot_seconds
+from capacity.pool import KVPool
 from capacity.spec import GpuSku, ModelSpec, SpecError, StateMixer
+from capacity.weights import WeightsEstimate, estimate_weights, with_layout_extra
 
 # `plain` needs its overhead by hand: not a fleet-wide row
 ENGINES = (Engine.VLLM.value, Engine.SGLANG.value, Engine.TRTLLM.value)
@@ -178,8 +172,8 @@ _STR = pl.String
 _CAT = pl.Categorical
 Schema = dict[str, pl.DataType | type[pl.DataType]]
 
-# memory.cdiv is `-(-a // b)`: the same function evaluates Polars expressions
-_cdiv: Callable[[pl.Expr, pl.Expr], pl.Expr] = cdiv  # type: ignore[assignment]
+# numeric.cdiv is `-(-a // b)`: the same function evaluates Polars expressions
+_cdiv: Callable[[pl.Expr, pl.Expr], pl.Expr] = cdiv
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,7 +351,7 @@ def _pool_candidates(
     tightest."""
     found: list[tuple[int, int, float | None, int | None, int | None]] = []
     pools = profile.stage_pools(
-        spec, 0, kv_bytes, ssm_bytes, act_bytes, tp, pp, base_block_size, 0, 0, state_checkpoints=state_checkpoints
+        PoolRequest(spec, 0, kv_bytes, ssm_bytes, act_bytes, tp, pp, base_block_size, 0, 0, state_checkpoints)
     )
     for pool in pools:
         state = pool.state_bytes_per_sequence if pool.unit == "token" and pool.state_bytes_per_sequence else None
@@ -456,7 +450,8 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
         for cid, rep in enumerate(representative):
             for g, gpu in enumerate(gpus):
                 for (tp, pp), (k, kv_dtype) in product(sorted(parallel), enumerate(options.kv_dtypes)):
-                    d = profile.defaults(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens, tp, pp, kv_dtype)
+                    d = profile.defaults(DefaultsRequest(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens, tp, pp,
+                                                         kv_dtype))
                     seqs = d.max_num_seqs or None
                     batched = d.max_num_batched_tokens
                     in_flight = profile.max_in_flight_tokens(batched, pp, None)
@@ -630,7 +625,7 @@ def _swa_tokens(t: pl.Expr) -> pl.Expr:
 
 
 def _b_max_memory(units: pl.Expr, swa: pl.Expr) -> pl.Expr:
-    """`memory.b_max(pool, T)` without the max_num_seqs cap (0 for an empty pool), from the units
+    """`pool.b_max(pool, T)` without the max_num_seqs cap (0 for an empty pool), from the units
     a sequence takes and the tokens it holds in SGLang's window pool (null: no such pool)."""
     blocks = pl.col("num_blocks")
     bound = blocks // units

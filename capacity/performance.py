@@ -23,19 +23,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from capacity.dtypes import element_bytes, serving_dtype
 from capacity.engines import Engine
-from capacity.engines.numeric import Num, as_float, at_least
-from capacity.memory import (
-    Estimate,
-    cdiv,
-    element_bytes,
-    kv_heads_per_gpu,
-    pp_partition,
-    serving_dtype,
-    stage_layers,
-    weight_format,
-)
+from capacity.estimate import Estimate
+from capacity.kv_bytes import kv_heads_per_gpu
+from capacity.numeric import Num, as_float, at_least, cdiv
+from capacity.parallel import pp_partition, stage_layers
 from capacity.spec import WINDOWED_KINDS, GpuSku, KVKind, ModelSpec, SpecError
+from capacity.weights import weight_format
 
 GB = 1e9
 TFLOP = 1e12

@@ -34,9 +34,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from capacity.calibration import Correction, calibrated_pool
-from capacity.memory import Estimate, b_max, estimate, pool_starts, valid_tp_sizes, weight_format
+from capacity.estimate import Estimate, estimate, pool_starts
+from capacity.parallel import valid_tp_sizes
 from capacity.performance import Performance, perf_inputs, performance
+from capacity.pool import b_max
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
+from capacity.weights import weight_format
 
 if TYPE_CHECKING:
     from capacity.procurement import BucketPlan

@@ -26,7 +26,8 @@ from capacity.calibration import (
     resized_pool,
     scope_keys,
 )
-from capacity.memory import KVGroup, KVPool, estimate
+from capacity.estimate import estimate
+from capacity.pool import KVGroup, KVPool
 from capacity.spec import CheckpointQuant, DeploymentSpec
 from tests.handmade import dense_spec
 

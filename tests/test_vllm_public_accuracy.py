@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from capacity.memory import GIB
+from capacity.dtypes import GIB
 from capacity.spec import ModelSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku

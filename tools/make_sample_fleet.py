@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capacity import engine_constants as ec
-from capacity.memory import Estimate, estimate
+from capacity.estimate import Estimate, estimate
 from capacity.performance import performance
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec
 from models_registry.normalize import spec_from_snapshot

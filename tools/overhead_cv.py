@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from capacity import engine_constants as ec
-from capacity.memory import GIB
+from capacity.dtypes import GIB
 from capacity.spec import ModelSpec
 from models_registry.resolve import load_model
 from models_registry.sources import cudagraph_estimates as graphs

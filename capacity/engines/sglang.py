@@ -30,21 +30,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capacity import engine_constants as ec
-from capacity.engines import Engine
+from capacity.dtypes import format_gib
 from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
-from capacity.engines.numeric import Num, as_float, truncate
-from capacity.memory import (
-    WINDOWED_KINDS,
-    EngineDefaults,
-    KVGroup,
-    KVPool,
-    Overhead,
-    OverheadInputs,
-    layer_kv_bytes_per_token,
-    layer_state_bytes,
-    stage_layer_counts,
-)
-from capacity.spec import INDEXER_QUANT_BLOCK, GpuSku, KVKind, LayerKVSpec, ModelSpec
+from capacity.engines.kinds import Engine
+from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest
+from capacity.kv_bytes import layer_kv_bytes_per_token, layer_state_bytes
+from capacity.numeric import Num, as_float, truncate
+from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
+from capacity.parallel import stage_layer_counts
+from capacity.pool import KVGroup, KVPool
+from capacity.spec import INDEXER_QUANT_BLOCK, WINDOWED_KINDS, GpuSku, KVKind, LayerKVSpec, ModelSpec
 
 GIB_FLOAT = float(1 << 30)
 
@@ -65,18 +60,11 @@ class SglangProfile(ProfileBase):
         """`configs/mamba_utils.py` `mamba2_state_dtype`: the config's `mamba_ssm_dtype`, else float32."""
         return model.mamba_ssm_cache_dtype if model.mamba_ssm_dtype_stated else "float32"
 
-    def defaults(
-        self,
-        model: ModelSpec,
-        gpu: GpuSku | None,
-        gpu_memory_bytes: int,
-        max_model_len: int,
-        tp: int,
-        pp: int,
-        kv_dtype: str = "auto",
-    ) -> EngineDefaults:
+    def defaults(self, request: DefaultsRequest) -> EngineDefaults:
         """`handle_gpu_memory_settings`; max_running_requests is sized from the pool (`resolve_max_num_reqs`,
         at least 2,048 but for Mamba hybrids), so no sequence cap is set here."""
+        model, gpu, tp, pp = request.model, request.gpu, request.tp, request.pp
+        gpu_memory_bytes = request.gpu_memory_bytes
         device_bytes = device_memory_bytes(gpu, gpu_memory_bytes)
         tier = memory_tier(device_bytes, self.requested_version)
         fraction: float
@@ -90,7 +78,7 @@ class SglangProfile(ProfileBase):
             gpu is not None
             and gpu.vendor == "amd"
             and not model.is_mla
-            and max_model_len > ec.SGLANG_AITER_LONG_CONTEXT_TOKENS
+            and request.max_model_len > ec.SGLANG_AITER_LONG_CONTEXT_TOKENS
         ):
             fraction *= ec.SGLANG_AITER_MEM_FRACTION_FACTOR
         page = page_size(gpu, gpu_memory_bytes)
@@ -110,23 +98,10 @@ class SglangProfile(ProfileBase):
         """`_profile_available_bytes` (see `overhead`): total x mem_fraction_static - weights - overhead."""
         return truncate(total_bytes * utilization) - weights_bytes - overhead_bytes
 
-    def stage_pools(
-        self,
-        model: ModelSpec,
-        budget_bytes: int,
-        kv_bytes: int,
-        ssm_bytes: int,
-        act_bytes: int,
-        tp: int,
-        pp: int,
-        block_size: int,
-        max_num_batched_tokens: int,
-        max_in_flight_tokens: int,
-        *,
-        state_checkpoints: bool = False,
-    ) -> list[KVPool]:
-        c = cells(model, kv_bytes, ssm_bytes, tp, pp)
-        return [pool_from_cells(c, budget_bytes, block_size, max_num_batched_tokens)]
+    def stage_pools(self, request: PoolRequest) -> list[KVPool]:
+        r = request
+        c = cells(r.model, r.kv_bytes, r.ssm_bytes, r.tp, r.pp)
+        return [pool_from_cells(c, r.budget_bytes, r.block_size, r.max_num_batched_tokens)]
 
     def kv_cache_tokens(
         self, num_blocks: Num, num_groups: Num, block_size: Num, concurrency: Num, max_model_len: Num
@@ -149,6 +124,23 @@ class SglangProfile(ProfileBase):
         """Speculative decoding (a draft model and its KV pool) and DP attention (a pool per attention
         rank) besides LoRA and CPU offload: none of them sized here."""
         return UNSIZED_FEATURES
+
+    def utilization_notes(self, context: AssumptionContext) -> list[str]:
+        """The release default, against 0.05 less; then, without --engine-version, the older releases'
+        default `mem_fraction_static` where it moves the KV budget."""
+        out = ProfileBase.utilization_notes(self, context)
+        c, d = context, context.deployment
+        if d.engine_version is not None or d.gpu_memory_utilization is not None:
+            return out
+        fractions = release_default_fractions(c.inputs.model, c.gpu, c.total_bytes, d.tp, d.pp)
+        eras = {era: f for era, f in fractions.items()
+                if abs(f - c.utilization) * c.total_bytes > ASSUMPTION_SHARE * c.budget_bytes}
+        if eras:
+            apart = max(abs(f - c.utilization) for f in eras.values()) * c.total_bytes
+            out.append(f"assumed SGLang {ec.SGLANG_VERSION} (no --engine-version): older releases default "
+                       f"mem_fraction_static to " + ", ".join(f"{f} ({era})" for era, f in eras.items())
+                       + f" at {d.tp * d.pp} rank(s), not {c.utilization}: up to {format_gib(apart)} of KV budget apart")
+        return out
 
     def unmodelled(self, model: ModelSpec) -> str | None:
         """What SGLang 0.5.23 does with the model that this profile does not reproduce."""
@@ -304,7 +296,7 @@ def release_default_fractions(model: ModelSpec, gpu: GpuSku | None, gpu_memory_b
     out: dict[str, float] = {}
     for era, version in RELEASE_ERA_REPRESENTATIVES:
         profile = SglangProfile(requested_version=version)
-        out[era] = profile.defaults(model, gpu, gpu_memory_bytes, 0, tp, pp).gpu_memory_utilization
+        out[era] = profile.defaults(DefaultsRequest(model, gpu, gpu_memory_bytes, 0, tp, pp)).gpu_memory_utilization
     return out
 
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
-from capacity.engines.vllm_overhead import custom_all_reduce_on
-from capacity.memory import GIB
+from capacity.dtypes import GIB
+from capacity.engines.vllm.overhead import custom_all_reduce_on
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from models_registry.sources.overhead_cv import source_group
 

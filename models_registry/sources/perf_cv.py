@@ -16,7 +16,8 @@ from functools import cache
 
 import numpy as np
 
-from capacity.memory import Estimate, cdiv, estimate
+from capacity.estimate import Estimate, estimate
+from capacity.numeric import cdiv
 from capacity.perf_fit import Accuracy, Observation, Params, StepTerms, accuracy, fit, leave_one_group_out, predict
 from capacity.performance import PerfEfficiency, PerfInputs, allreduce_seconds, perf_inputs, step_bytes, step_flops
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError

@@ -24,6 +24,7 @@ from typing import Any
 import polars as pl
 
 from capacity import engine_constants as ec
+from capacity import numeric
 from capacity.calibration import (
     CalibrationFit,
     Correction,
@@ -32,9 +33,9 @@ from capacity.calibration import (
     pool_with_units,
     resized_units,
 )
-from capacity.engines import Engine, numeric
+from capacity.engines import Engine
+from capacity.estimate import Estimate
 from capacity.grid import TARGET_CONCURRENCIES, GridOptions, grid_tables, max_contexts, weight_dtype_choices
-from capacity.memory import Estimate
 from capacity.spec import ModelSpec
 from warehouse.catalog import Catalog
 from warehouse.telemetry.predictions import predict_row

@@ -32,7 +32,7 @@ from capacity.calibration import (
     pool_numbers,
     pool_with_units,
 )
-from capacity.memory import Estimate, estimate
+from capacity.estimate import Estimate, estimate
 from capacity.performance import performance
 from capacity.spec import GpuSku, ModelSpec, SpecError
 from warehouse.catalog import Catalog

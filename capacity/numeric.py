@@ -47,3 +47,8 @@ def choose(condition: Num, then: Num, otherwise: Num) -> Num:
     if isinstance(condition, pl.Expr):
         return pl.when(condition).then(then).otherwise(otherwise)
     return then if condition else otherwise
+
+
+def cdiv(a: Num, b: Num) -> Num:
+    """Ceiling division, `-(-a // b)`: `//` floors on Python ints and Int64 columns alike."""
+    return -(-a // b)

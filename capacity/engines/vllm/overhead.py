@@ -56,7 +56,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capacity import engine_constants as ec
-from capacity.memory import Overhead, cdiv, pp_partition
+from capacity.numeric import cdiv
+from capacity.overhead import Overhead
+from capacity.parallel import pp_partition
 from capacity.spec import KVKind, ModelSpec
 
 FP32_BYTES = 4
