@@ -39,7 +39,7 @@ from capacity.engines import Engine, registry
 from capacity.engines.vllm.profile import VllmProfile
 from capacity.estimate import Estimate
 from capacity.numeric import Num
-from capacity.pool import ChargeTerms, KVPool, b_max, max_concurrency, max_context
+from capacity.pool import ChargeTerms, KVPool, PoolUnit, b_max, max_concurrency, max_context
 from capacity.spec import DeploymentSpec, ModelSpec
 
 DEFAULT_MIN_OBSERVATIONS = 3
@@ -351,7 +351,7 @@ def resized_pool(pool: KVPool, old_budget: int, new_budget: int) -> KVPool:
     has the largest unit), byte pools the budget itself; SGLang's hybrid SWA pool scales."""
     if new_budget <= 0:
         return replace(pool, capacity_units=0, swa_capacity_units=0 if pool.swa_capacity_units is not None else None)
-    if pool.unit == "byte":
+    if pool.unit is PoolUnit.BYTE:
         return replace(pool, capacity_units=new_budget)
     if pool.swa_capacity_units is not None:
         if old_budget <= 0:
@@ -395,17 +395,17 @@ class _TermsPool(KVPool):
     """A KVPool whose charge terms are computed once: the same rules (`KVPool.sequence_units`
     reads `charge_terms()`), without recomputing them on every step of a max-context search."""
 
-    terms: ChargeTerms | None = None
+    cached_terms: ChargeTerms | None = None
 
     def charge_terms(self) -> ChargeTerms:
-        return self.terms if self.terms is not None else KVPool.charge_terms(self)
+        return self.cached_terms if self.cached_terms is not None else KVPool.charge_terms(self)
 
 
 def with_cached_terms(pool: KVPool) -> KVPool:
-    if isinstance(pool, _TermsPool) or pool.unit == "byte":
+    if isinstance(pool, _TermsPool) or pool.unit is PoolUnit.BYTE:
         return pool
     fields = {name: getattr(pool, name) for name in KVPool.__dataclass_fields__}
-    return _TermsPool(**fields, terms=pool.charge_terms())
+    return _TermsPool(**fields, cached_terms=pool.charge_terms())
 
 
 def pool_numbers(

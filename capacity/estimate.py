@@ -18,6 +18,7 @@ from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.parallel import validate_parallelism
 from capacity.pool import (
     KVPool,
+    PoolUnit,
     b_max,
     engine_starts,
     largest_starting_len,
@@ -312,7 +313,7 @@ def _pool_figures(
     if context <= 0:
         raise SpecError(f"context must be a positive number of tokens, got {context}")
 
-    if pool.unit == "byte":
+    if pool.unit is PoolUnit.BYTE:
         kv_cache_tokens = physical = (budget // per_token_gpu) if per_token_gpu and budget > 0 else 0
     elif pool.capacity_units:
         printed_concurrency = max_concurrency(pool, max_model_len)
@@ -323,7 +324,7 @@ def _pool_figures(
     else:
         kv_cache_tokens = physical = 0
     block_size = pool.block_size if budget > 0 else lim.block_size
-    num_blocks = pool.capacity_units if pool.unit == "block" else kv_cache_tokens // max(block_size, 1)
+    num_blocks = pool.capacity_units if pool.unit is PoolUnit.BLOCK else kv_cache_tokens // max(block_size, 1)
 
     seqs_cap = lim.seqs_cap
     conc = max_concurrency(pool, context) if pool.capacity_units else 0.0
@@ -489,7 +490,7 @@ def _fit_reason(
     if seqs_cap is not None and bmax == seqs_cap:
         return False, f"{need:,} sequences exceed the engine's max_num_seqs {seqs_cap:,}"
     units = pool.sequence_units(context, context)
-    per_seq = units if pool.unit == "byte" else units * pool.unit_bytes
+    per_seq = units if pool.unit is PoolUnit.BYTE else units * pool.unit_bytes
     return False, (
         f"{need:,} sequence(s) of {context:,} tokens need {format_gib(per_seq * need)} of KV per GPU; "
         f"the budget is {format_gib(budget)}"

@@ -78,7 +78,7 @@ from capacity.numeric import cdiv
 from capacity.overhead import OverheadInputs
 from capacity.parallel import valid_tp_sizes
 from capacity.performance import GB, TFLOP, PerfEfficiency, PerfInputs, efficiency_for, rank_terms, tpot_seconds
-from capacity.pool import KVPool
+from capacity.pool import KVPool, PoolUnit
 from capacity.spec import GpuSku, ModelSpec, SpecError, StateMixer
 from capacity.weights import WeightsEstimate, estimate_weights, with_layout_extra
 
@@ -354,7 +354,7 @@ def _pool_candidates(
         PoolRequest(spec, 0, kv_bytes, ssm_bytes, act_bytes, tp, pp, base_block_size, 0, 0, state_checkpoints)
     )
     for pool in pools:
-        state = pool.state_bytes_per_sequence if pool.unit == "token" and pool.state_bytes_per_sequence else None
+        state = pool.state_bytes_per_sequence if pool.unit is PoolUnit.TOKEN and pool.state_bytes_per_sequence else None
         slots = pool.swa_window_tokens if state is not None else None  # state slots a request holds
         candidate = (t.shape(pool, pool.swa_window_tokens), pool.unit_bytes, pool.swa_bytes_per_full_token, state,
                      slots)  # fmt: skip

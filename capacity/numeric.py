@@ -1,13 +1,15 @@
 """Arithmetic that reads the same on Python numbers and Polars expressions.
 
-The engine rules the grid evaluates per row (the KV budget, the printed KV cache size) are written
-once with these helpers; `estimate()` calls them with integers, the grid with column expressions.
+The rules the grid evaluates per row (the KV budget, the printed KV cache size, the pool rules of
+`capacity.pool`, the bisections) are written once with these helpers; `estimate()` calls them with
+integers, the grid with column expressions.
 Python's `int()` truncates toward zero, as a Float64 -> Int64 cast does; `//` floors in both.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import polars as pl
@@ -52,3 +54,34 @@ def choose(condition: Num, then: Num, otherwise: Num) -> Num:
 def cdiv(a: Num, b: Num) -> Num:
     """Ceiling division, `-(-a // b)`: `//` floors on Python ints and Int64 columns alike."""
     return -(-a // b)
+
+
+def minimum(a: Num, b: Num) -> Num:
+    """min(a, b), row by row for expressions."""
+    if isinstance(a, pl.Expr) or isinstance(b, pl.Expr):
+        return pl.min_horizontal(a, b)
+    return min(a, b)
+
+
+def both(a: Num, b: Num) -> Num:
+    """`a and b` (`&` of two boolean columns)."""
+    if isinstance(a, pl.Expr) or isinstance(b, pl.Expr):
+        return a & b
+    return bool(a and b)
+
+
+def negate(a: Num) -> Num:
+    """`not a` (`~` of a boolean column)."""
+    if isinstance(a, pl.Expr):
+        return ~a
+    return not a
+
+
+def bisect_step(lo: Num, hi: Num, fits: Callable[[Num], Num]) -> tuple[Num, Num]:
+    """One halving of [lo, hi], where `lo` fits (or is the floor) and `hi` does not: the middle
+    becomes `lo` when it fits, else `hi`; a settled interval (hi - lo <= 1) stays. The scalar rules
+    step until settled; the grid runs a fixed number of steps, every row at once."""
+    mid = (lo + hi) // 2
+    ok = fits(mid)
+    open_ = hi - lo > 1
+    return choose(both(open_, ok), mid, lo), choose(both(open_, negate(ok)), mid, hi)

@@ -11,7 +11,7 @@ from capacity.kv_bytes import layer_kv_bytes_per_token, layer_state_bytes
 from capacity.numeric import Num, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.parallel import stage_layers
-from capacity.pool import KVGroup, KVPool
+from capacity.pool import KVGroup, KVPool, PoolUnit
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,7 @@ class PlainProfile(ProfileBase):
         per_token = tuple(layer_kv_bytes_per_token(layer, r.kv_bytes, r.tp) for layer in cached)
         groups = tuple(KVGroup(layer.kind.value, 1, layer.window_tokens) for layer in cached)
         state = sum(layer_state_bytes(layer, r.act_bytes, r.ssm_bytes, r.tp) for layer in stage)
-        return [KVPool("byte", max(r.budget_bytes, 0), 1, groups, 0, 1, per_token, state)]
+        return [KVPool(PoolUnit.BYTE, max(r.budget_bytes, 0), 1, groups, 0, 1, per_token, state)]
 
     def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
         return 0

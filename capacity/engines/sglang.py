@@ -38,7 +38,7 @@ from capacity.kv_bytes import layer_kv_bytes_per_token, layer_state_bytes
 from capacity.numeric import Num, as_float, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.parallel import stage_layer_counts
-from capacity.pool import KVGroup, KVPool
+from capacity.pool import KVGroup, KVPool, PoolUnit
 from capacity.spec import INDEXER_QUANT_BLOCK, WINDOWED_KINDS, GpuSku, KVKind, LayerKVSpec, ModelSpec
 
 GIB_FLOAT = float(1 << 30)
@@ -469,7 +469,7 @@ def pool_from_cells(c: SglangCells, budget: int, page: int, batched: int) -> KVP
         swa_tokens -= swa_tokens % page
         if full_tokens > 0 and not swa_pool_starts(swa_tokens, c.window, page):
             full_tokens = swa_tokens = 0
-        return KVPool("token", full_tokens, page, (KVGroup("full", c.full_layers),), batched, c.full_cell,
+        return KVPool(PoolUnit.TOKEN, full_tokens, page, (KVGroup("full", c.full_layers),), batched, c.full_cell,
                       swa_capacity_units=swa_tokens, swa_window_tokens=c.window,
                       swa_bytes_per_full_token=c.swa_denominator)  # fmt: skip
     cell = c.full_cell + c.swa_cell
@@ -482,9 +482,9 @@ def pool_from_cells(c: SglangCells, budget: int, page: int, batched: int) -> KVP
         kv_budget = mamba_kv_bytes(budget, c.state_bytes) if starts else 0
         tokens = kv_budget // cell if cell and kv_budget > 0 else 0
         tokens -= tokens % page
-        return KVPool("token", tokens // page, page, groups, batched, cell * page,
+        return KVPool(PoolUnit.TOKEN, tokens // page, page, groups, batched, cell * page,
                       state_bytes_per_sequence=c.state_bytes, swa_capacity_units=slots if tokens > 0 else 0,
                       swa_window_tokens=c.state_slots_per_request)  # fmt: skip
     tokens = budget // cell if cell and budget > 0 else 0
     tokens -= tokens % page
-    return KVPool("token", tokens // page, page, groups, batched, cell * page)
+    return KVPool(PoolUnit.TOKEN, tokens // page, page, groups, batched, cell * page)

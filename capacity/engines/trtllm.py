@@ -17,7 +17,7 @@ from capacity.engines.protocol import DefaultsRequest, PoolRequest
 from capacity.kv_bytes import kv_bytes_per_token_per_gpu
 from capacity.numeric import Num, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs, transformer_overhead
-from capacity.pool import KVGroup, KVPool
+from capacity.pool import KVGroup, KVPool, PoolUnit
 from capacity.spec import KVKind, ModelSpec
 
 
@@ -49,7 +49,7 @@ class TrtllmProfile(ProfileBase):
         unit = kv_bytes_per_token_per_gpu(r.model, r.kv_bytes, r.tp, r.pp) * r.block_size
         capacity = r.budget_bytes // unit if unit and r.budget_bytes > 0 else 0
         group = KVGroup("full", r.model.num_layers)
-        return [KVPool("block", capacity, r.block_size, (group,), r.max_num_batched_tokens, unit)]
+        return [KVPool(PoolUnit.BLOCK, capacity, r.block_size, (group,), r.max_num_batched_tokens, unit)]
 
     @property
     def assumed_off(self) -> frozenset[str]:

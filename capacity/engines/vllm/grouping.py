@@ -14,7 +14,7 @@ from capacity.engines.protocol import PoolRequest
 from capacity.kv_bytes import layer_kv_bytes_per_token, layer_state_bytes
 from capacity.numeric import cdiv
 from capacity.parallel import stage_layers
-from capacity.pool import KVGroup, KVPool
+from capacity.pool import KVGroup, KVPool, PoolUnit
 from capacity.spec import KVKind, LayerKVSpec, ModelSpec, SpecError, StateMixer
 
 
@@ -112,7 +112,7 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
                 continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
             page_sum = sum(page_bytes_per_token(layer, kv_bytes, tp) for layer in stage) * bs
             group = KVGroup(kind.value, len(stage), window)
-            pools.append(KVPool("block", kv_budget_bytes // page_sum if page_sum else 0, bs, (group,),
+            pools.append(KVPool(PoolUnit.BLOCK, kv_budget_bytes // page_sum if page_sum else 0, bs, (group,),
                                 r.max_num_batched_tokens, page_sum, max_in_flight_tokens=r.max_in_flight_tokens))  # fmt: skip
         return pools
 
@@ -153,6 +153,6 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
         unit_bytes = max(on_stage) * page
         capacity = kv_budget_bytes // unit_bytes if unit_bytes else 0
         projected = tuple(replace(group, num_layers=n) for group, n in zip(groups, on_stage, strict=True))
-        pools.append(KVPool("block", capacity, bs, projected, r.max_num_batched_tokens, unit_bytes,
+        pools.append(KVPool(PoolUnit.BLOCK, capacity, bs, projected, r.max_num_batched_tokens, unit_bytes,
                             max_in_flight_tokens=r.max_in_flight_tokens, padded_layer_slots=padded))  # fmt: skip
     return pools
