@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from capacity.dtypes import GIB
 from capacity.estimate import Estimate
+from capacity.kv.kinds import UNBOUNDED_TOKENS
 from capacity.kv_bytes import kv_heads_per_gpu
 from capacity.numeric import cdiv
 from capacity.parallel import stage_layers
 from capacity.performance import Performance
-from capacity.pool import UNBOUNDED_TOKENS, KVPool, PoolUnit
+from capacity.pool import KVPool, PoolUnit
 from capacity.spec import WINDOWED_KINDS, KVKind, ModelSpec
 
 

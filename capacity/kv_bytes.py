@@ -7,9 +7,10 @@ profiles build their pools from these.
 
 from __future__ import annotations
 
+from capacity.kv.kinds import layer_cache
 from capacity.numeric import cdiv
 from capacity.parallel import stage_layer_counts, stage_layers
-from capacity.spec import WINDOWED_KINDS, KVKind, LayerKVSpec, ModelSpec
+from capacity.spec import LayerKVSpec, ModelSpec
 
 
 def kv_heads_per_gpu(layer: LayerKVSpec, tp: int) -> int:
@@ -21,29 +22,16 @@ def kv_heads_per_gpu(layer: LayerKVSpec, tp: int) -> int:
 
 def layer_kv_bytes_per_token(layer: LayerKVSpec, kv_bytes: int, tp: int = 1) -> int:
     """Bytes one token occupies in one layer on one GPU (0 for state and shared layers), the DSA
-    indexer key included (replicated like the MLA latent)."""
-    if not layer.stores_per_token_kv:
-        return 0
-    heads = kv_heads_per_gpu(layer, tp) * (layer.k_head_dim + layer.v_head_dim) * kv_bytes
-    return heads + layer.indexer_bytes_per_token
+    indexer key included (replicated like the MLA latent): the layer kind's own rule."""
+    return layer_cache(layer).bytes_per_token(kv_bytes, tp)
 
 
 def layer_state_bytes(
     layer: LayerKVSpec, model_bytes: int, ssm_bytes: int, tp: int = 1, *, conv_without_current: bool = False
 ) -> int:
-    """Constant per-sequence state of a Mamba / gated-delta-net layer on one GPU (split by TP).
-
-    transformers caches `conv_kernel` columns of the conv input; vLLM's state shape keeps
-    `conv_kernel - 1` (`mamba_utils.MambaStateShapeCalculator`: the current token is not stored),
-    which `conv_without_current` selects."""
-    if layer.kind is not KVKind.STATE:
-        return 0
-    conv_elements = layer.conv_state_elements
-    if conv_without_current and layer.conv_kernel > 1:
-        conv_elements = conv_elements // layer.conv_kernel * (layer.conv_kernel - 1)
-    conv = cdiv(conv_elements, tp) * model_bytes
-    recurrent = cdiv(layer.recurrent_state_elements, tp) * ssm_bytes
-    return conv + recurrent
+    """Constant per-sequence state of a Mamba / gated-delta-net layer on one GPU (split by TP; 0 for
+    other kinds). `conv_without_current`: vLLM's conv state keeps `conv_kernel - 1` columns."""
+    return layer_cache(layer).state_bytes(model_bytes, ssm_bytes, tp, conv_without_current=conv_without_current)
 
 
 def state_bytes_per_sequence_per_gpu(
@@ -75,11 +63,7 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, kv_bytes: int, tp: int = 1, pp:
 def layer_cached_tokens(layer: LayerKVSpec, context_tokens: int) -> int:
     """Tokens a layer keeps for a sequence of T tokens in a cache that drops what left the window
     (transformers keeps W - 1 for sliding and chunk - 1 for chunked layers)."""
-    if not layer.stores_per_token_kv:
-        return 0
-    if layer.kind in WINDOWED_KINDS and layer.window_tokens:
-        return min(context_tokens, layer.window_tokens - 1)
-    return context_tokens
+    return layer_cache(layer).cached_tokens(context_tokens)
 
 
 def kv_bytes_per_sequence(

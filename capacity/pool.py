@@ -15,8 +15,9 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from capacity.kv.kinds import group_charge
 from capacity.numeric import Num, at_least, bisect_step, both, cdiv, choose, minimum
-from capacity.spec import WINDOWED_KINDS, KVKind
+from capacity.spec import KVKind
 
 
 class PoolUnit(StrEnum):
@@ -31,14 +32,13 @@ class PoolUnit(StrEnum):
 class KVGroup:
     """Layers sharing one block table (vLLM) or one token pool; `charge` says how T becomes units."""
 
-    kind: str  # a KVKind value: full | sliding | chunked | mla | state
+    kind: KVKind  # its charge is the kind class's (`capacity.kv.kinds.group_charge`)
     num_layers: int
     window_tokens: int | None = None
     state_blocks: int | None = None  # STATE: blocks a request holds (vLLM "align" mode: 2, else 1)
     block_size: int | None = None  # tokens per block of this group when not the pool's (page unification)
 
 
-UNBOUNDED_TOKENS = 1 << 50  # a "window" longer than any max_model_len: the group keeps every token
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,17 +112,11 @@ class KVPool:
         blocks = self.unit is PoolUnit.BLOCK
         for group in self.groups:
             bs = group.block_size or self.block_size
-            if group.kind == KVKind.STATE:
-                fixed += group.state_blocks or 1
-            elif group.kind == KVKind.SLIDING and group.window_tokens and blocks:
-                windowed[(group.window_tokens - 1, bs)] = windowed.get((group.window_tokens - 1, bs), 0) + 1
-                fixed += 1
-            elif group.kind == KVKind.CHUNKED and group.window_tokens and blocks:
-                windowed[(group.window_tokens, bs)] = windowed.get((group.window_tokens, bs), 0) + 1
-            elif bs != self.block_size:
-                windowed[(UNBOUNDED_TOKENS, bs)] = windowed.get((UNBOUNDED_TOKENS, bs), 0) + 1
-            else:
-                per_block += 1
+            charge = group_charge(group.kind).charge(group.window_tokens, group.state_blocks, bs, self.block_size, blocks)
+            fixed += charge.fixed_units
+            per_block += charge.per_block_groups
+            if charge.windowed is not None:
+                windowed[charge.windowed] = windowed.get(charge.windowed, 0) + 1
         return ChargeTerms(fixed, per_block, tuple((n, held, bs) for (held, bs), n in sorted(windowed.items())))
 
     def _byte_charge_terms(self) -> ChargeTerms:
@@ -130,8 +124,9 @@ class KVPool:
         per_token_bytes = 0
         windowed: list[tuple[int, int, int]] = []
         for group, per_token in zip(self.groups, self.group_bytes_per_token, strict=True):
-            if group.kind in WINDOWED_KINDS and group.window_tokens:
-                windowed.append((per_token, group.window_tokens - 1, 1))
+            window = group_charge(group.kind).byte_window(group.window_tokens)
+            if window is not None:
+                windowed.append((per_token, window, 1))
             else:
                 per_token_bytes += per_token
         return ChargeTerms(self.state_bytes_per_sequence, per_token_bytes, tuple(windowed))

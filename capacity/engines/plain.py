@@ -43,7 +43,7 @@ class PlainProfile(ProfileBase):
         )
         cached = [layer for layer in stage if layer.stores_per_token_kv]
         per_token = tuple(layer_kv_bytes_per_token(layer, r.kv_bytes, r.tp) for layer in cached)
-        groups = tuple(KVGroup(layer.kind.value, 1, layer.window_tokens) for layer in cached)
+        groups = tuple(KVGroup(layer.kind, 1, layer.window_tokens) for layer in cached)
         state = sum(layer_state_bytes(layer, r.act_bytes, r.ssm_bytes, r.tp) for layer in stage)
         return [KVPool(PoolUnit.BYTE, max(r.budget_bytes, 0), 1, groups, 0, 1, per_token, state)]
 

@@ -469,11 +469,11 @@ def pool_from_cells(c: SglangCells, budget: int, page: int, batched: int) -> KVP
         swa_tokens -= swa_tokens % page
         if full_tokens > 0 and not swa_pool_starts(swa_tokens, c.window, page):
             full_tokens = swa_tokens = 0
-        return KVPool(PoolUnit.TOKEN, full_tokens, page, (KVGroup("full", c.full_layers),), batched, c.full_cell,
+        return KVPool(PoolUnit.TOKEN, full_tokens, page, (KVGroup(KVKind.FULL, c.full_layers),), batched, c.full_cell,
                       swa_capacity_units=swa_tokens, swa_window_tokens=c.window,
                       swa_bytes_per_full_token=c.swa_denominator)  # fmt: skip
     cell = c.full_cell + c.swa_cell
-    groups = (KVGroup("full", c.full_layers + c.swa_layers),)
+    groups = (KVGroup(KVKind.FULL, c.full_layers + c.swa_layers),)
     if c.state_bytes:
         # the Mamba state pool as SGLang's second pool: K slots, a request holds `slots_per_request` of them
         # (resolve_max_num_reqs: max_running_requests <= K // slots per request), no start below one request

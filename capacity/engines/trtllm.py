@@ -48,7 +48,7 @@ class TrtllmProfile(ProfileBase):
         r = request
         unit = kv_bytes_per_token_per_gpu(r.model, r.kv_bytes, r.tp, r.pp) * r.block_size
         capacity = r.budget_bytes // unit if unit and r.budget_bytes > 0 else 0
-        group = KVGroup("full", r.model.num_layers)
+        group = KVGroup(KVKind.FULL, r.model.num_layers)
         return [KVPool(PoolUnit.BLOCK, capacity, r.block_size, (group,), r.max_num_batched_tokens, unit)]
 
     @property

@@ -111,7 +111,7 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
             if not stage:
                 continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
             page_sum = sum(page_bytes_per_token(layer, kv_bytes, tp) for layer in stage) * bs
-            group = KVGroup(kind.value, len(stage), window)
+            group = KVGroup(kind, len(stage), window)
             pools.append(KVPool(PoolUnit.BLOCK, kv_budget_bytes // page_sum if page_sum else 0, bs, (group,),
                                 r.max_num_batched_tokens, page_sum, max_in_flight_tokens=r.max_in_flight_tokens))  # fmt: skip
         return pools
@@ -142,7 +142,7 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
             group_bs = bs * (page // (per_token * bs))  # a smaller page holds more tokens per block
         held = state_blocks if kind is KVKind.STATE else None
         for i in range(n_groups):
-            groups.append(KVGroup(kind.value, group_size, window, held, group_bs))
+            groups.append(KVGroup(kind, group_size, window, held, group_bs))
             members_per_group.append(members[i::n_groups])
     pools = []
     for s, stage in enumerate(stages):
