@@ -34,12 +34,13 @@ from capacity.dtypes import format_gib
 from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
 from capacity.engines.kinds import Engine
 from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest
-from capacity.kv_bytes import layer_kv_bytes_per_token, layer_state_bytes
+from capacity.kv.kinds import layer_cache
+from capacity.kv_bytes import layer_state_bytes
 from capacity.numeric import Num, as_float, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.parallel import stage_layer_counts
 from capacity.pool import KVGroup, KVPool, PoolUnit
-from capacity.spec import INDEXER_QUANT_BLOCK, WINDOWED_KINDS, GpuSku, KVKind, LayerKVSpec, ModelSpec
+from capacity.spec import GpuSku, KVKind, LayerKVSpec, ModelSpec
 
 GIB_FLOAT = float(1 << 30)
 
@@ -381,13 +382,9 @@ def layer_cell_bytes(layer: LayerKVSpec, kv_bytes: int, tp: int) -> int:
     """One token of one layer in SGLang's pool (`_compute_cell_size`): heads x (K + V) x bytes, MLA one
     latent replicated on every rank; DSA layers add the indexer key (`_compute_dsa_indexer_cell_size`:
     index_head_dim + 4 per 128, uint8) and, with an fp8 cache, the scaled latent of
-    `calculate_mla_kv_cache_dim` (512 + 512 / 128 x 4 + 64 x 2 = 656 B) used by flashmla_kv, the Hopper
+    `calculate_mla_kv_cache_dim` (`LatentAttention.page_bytes_per_token`) used by flashmla_kv, the Hopper
     default; SM100's trtllm backend keeps the raw 576 (not told apart here: 80 B per layer over)."""
-    plain = layer_kv_bytes_per_token(layer, kv_bytes, tp)
-    if layer.indexer_head_dim and kv_bytes == 1 and layer.kind is KVKind.MLA:
-        scaled = layer.k_head_dim + layer.k_head_dim // INDEXER_QUANT_BLOCK * 4 + layer.v_head_dim * 2
-        return plain - (layer.k_head_dim + layer.v_head_dim) + scaled
-    return plain
+    return layer_cache(layer).page_bytes_per_token(kv_bytes, tp)
 
 
 def pp_partition(num_layers: int, pp: int) -> list[int]:
@@ -404,7 +401,7 @@ def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> 
         key=lambda s: sum(layer_cell_bytes(layer, kv_bytes, tp) * n for layer, n in s),
     )
     hybrid = is_hybrid_swa(model)
-    windowed = [(layer, n) for layer, n in stage if layer.kind in WINDOWED_KINDS and layer.window_tokens]
+    windowed = [(layer, n) for layer, n in stage if layer_cache(layer).window is not None]
     swa = windowed if hybrid else []
     full = [(layer, n) for layer, n in stage if layer.stores_per_token_kv and (layer, n) not in swa]
     # `mamba_cache_per_req`: conv state (channels / TP, kernel - 1) in bfloat16, SSM state in its dtype

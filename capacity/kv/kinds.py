@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import ClassVar
 
 from capacity.numeric import cdiv
-from capacity.spec import KVKind, LayerKVSpec, StateMixer
+from capacity.spec import INDEXER_QUANT_BLOCK, KVKind, LayerKVSpec, StateMixer
 
 UNBOUNDED_TOKENS = 1 << 50  # a "window" longer than any max_model_len: the group keeps every token
 
@@ -42,8 +43,24 @@ class FullAttention:
     v_head_dim: int
     indexer_bytes_per_token: int = 0
 
-    stores_per_token_kv = True
-    replicated_under_tp = False
+    kind: ClassVar[KVKind] = KVKind.FULL
+    stores_per_token_kv: ClassVar[bool] = True
+    replicated_under_tp: ClassVar[bool] = False
+    holds_state: ClassVar[bool] = False
+
+    @property
+    def window(self) -> int | None:
+        """The tokens a windowed layer keeps (None: every token)."""
+        return None
+
+    def spec_key(self, keep_windows: bool) -> tuple[KVKind, int | None]:
+        """The cache spec the layer has in an engine's grouping: its kind and window; windowed kinds
+        read as full attention where the engine does not keep windows (vLLM without the hybrid manager)."""
+        return (KVKind.FULL, None)
+
+    def page_bytes_per_token(self, kv_bytes: int, tp: int = 1) -> int:
+        """Bytes one token takes in the layer's page: its bytes per token, but for packed layouts."""
+        return self.bytes_per_token(kv_bytes, tp)
 
     def heads_per_gpu(self, tp: int) -> int:
         """KV heads one tensor-parallel rank holds: ceil(H_kv / TP), at least one."""
@@ -81,6 +98,15 @@ class SlidingWindowAttention(FullAttention):
 
     window_tokens: int = 0
 
+    kind: ClassVar[KVKind] = KVKind.SLIDING
+
+    @property
+    def window(self) -> int | None:
+        return self.window_tokens
+
+    def spec_key(self, keep_windows: bool) -> tuple[KVKind, int | None]:
+        return (self.kind, self.window_tokens) if keep_windows else (KVKind.FULL, None)
+
     def cached_tokens(self, context_tokens: int) -> int:
         """transformers keeps W - 1 tokens of a sliding layer."""
         return min(context_tokens, self.window_tokens - 1)
@@ -103,6 +129,8 @@ class SlidingWindowAttention(FullAttention):
 class ChunkedLocalAttention(SlidingWindowAttention):
     """Chunked-local attention (Llama 4): a window that resets per chunk."""
 
+    kind: ClassVar[KVKind] = KVKind.CHUNKED
+
     @staticmethod
     def charge(window_tokens: int | None, state_blocks: int | None, block_size: int, pool_block_size: int,
                counts_blocks: bool) -> Charge:  # fmt: skip
@@ -117,10 +145,24 @@ class LatentAttention(FullAttention):
     """MLA: one compressed latent per token (`k_head_dim` = kv_lora_rank, `v_head_dim` = rope dim),
     not split across tensor-parallel ranks."""
 
-    replicated_under_tp = True
+    kind: ClassVar[KVKind] = KVKind.MLA
+    replicated_under_tp: ClassVar[bool] = True
 
     def heads_per_gpu(self, tp: int) -> int:
         return self.num_kv_heads
+
+    def spec_key(self, keep_windows: bool) -> tuple[KVKind, int | None]:
+        return (KVKind.MLA, None)
+
+    def page_bytes_per_token(self, kv_bytes: int, tp: int = 1) -> int:
+        """DSA layers with an 8-bit cache store the latent in the packed fp8_ds_mla layout: fp8 latent,
+        one fp32 scale per 128 elements, the rope part in bf16 (656 B at DeepSeek-V3.2's 512 + 64;
+        vLLM's sparse FlashMLA, SGLang's `calculate_mla_kv_cache_dim`) rather than 576 B."""
+        plain = self.bytes_per_token(kv_bytes, tp)
+        if not (self.indexer_bytes_per_token and kv_bytes == 1):
+            return plain
+        packed = self.k_head_dim + self.k_head_dim // INDEXER_QUANT_BLOCK * 4 + self.v_head_dim * 2
+        return plain - (self.k_head_dim + self.v_head_dim) + packed
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,10 +174,22 @@ class RecurrentState:
     conv_kernel: int = 0
     mixer: StateMixer | None = None
 
-    stores_per_token_kv = False
-    replicated_under_tp = False
+    kind: ClassVar[KVKind] = KVKind.STATE
+    stores_per_token_kv: ClassVar[bool] = False
+    replicated_under_tp: ClassVar[bool] = False
+    holds_state: ClassVar[bool] = True
+
+    @property
+    def window(self) -> int | None:
+        return None
+
+    def spec_key(self, keep_windows: bool) -> tuple[KVKind, int | None]:
+        return (KVKind.STATE, None)
 
     def bytes_per_token(self, kv_bytes: int, tp: int = 1) -> int:
+        return 0
+
+    def page_bytes_per_token(self, kv_bytes: int, tp: int = 1) -> int:
         return 0
 
     def state_bytes(self, model_bytes: int, ssm_bytes: int, tp: int = 1, *, conv_without_current: bool = False) -> int:
@@ -166,6 +220,9 @@ class RecurrentState:
 @dataclass(frozen=True, slots=True)
 class SharedKV(RecurrentState):
     """Reads another layer's cache (Gemma 3n/4 KV sharing): stores nothing, neither tokens nor state."""
+
+    kind: ClassVar[KVKind] = KVKind.SHARED
+    holds_state: ClassVar[bool] = False
 
     def state_bytes(self, model_bytes: int, ssm_bytes: int, tp: int = 1, *, conv_without_current: bool = False) -> int:
         return 0

@@ -1,6 +1,7 @@
 """vLLM's KV cache grouping: the block pool of each pipeline stage (`v1/core/kv_cache_planning.py`).
 
-Groups by spec, page unification, num_blocks = budget // bytes per block, every rank sized to the
+A layer's spec and page are its kind class's (`capacity.kv.kinds`: `spec_key`, `page_bytes_per_token`);
+groups by spec, page unification, num_blocks = budget // bytes per block, every rank sized to the
 tightest; per-request charges as `v1/kv_cache_interface.py` states them (KVPool.charge_terms).
 """
 
@@ -11,7 +12,8 @@ from dataclasses import replace
 
 from capacity import engine_constants as ec
 from capacity.engines.protocol import PoolRequest
-from capacity.kv_bytes import layer_kv_bytes_per_token, layer_state_bytes
+from capacity.kv.kinds import layer_cache
+from capacity.kv_bytes import layer_state_bytes
 from capacity.numeric import cdiv
 from capacity.parallel import stage_layers
 from capacity.pool import KVGroup, KVPool, PoolUnit
@@ -26,27 +28,6 @@ def _state_checkpoint_blocks(layer: LayerKVSpec, gdn_checkpoints: bool, release:
     if layer.mixer is StateMixer.GATED_DELTA_NET and gdn_checkpoints:
         return 1
     return 0
-
-
-def page_bytes_per_token(layer: LayerKVSpec, kv_bytes: int, tp: int) -> int:
-    """Bytes one token takes in a layer's page. DSA layers with an 8-bit KV cache are served by the
-    sparse FlashMLA backend in its packed fp8_ds_mla layout (mla_attention: 656 B per token: 512 fp8
-    latent, 4 fp32 scales, 64 bf16 rope) rather than 576 B; B200-class GPUs pick FlashInfer's sparse
-    MLA with plain fp8 there, which this does not model (an over-charge of 80 B per token and layer)."""
-    plain = layer_kv_bytes_per_token(layer, kv_bytes, tp)
-    if layer.indexer_head_dim and kv_bytes == 1 and layer.kind is KVKind.MLA:
-        return plain + ec.VLLM_FP8_DS_MLA_BYTES - (layer.k_head_dim + layer.v_head_dim)
-    return plain
-
-
-def _layer_bucket(layer: LayerKVSpec, hybrid_manager: bool) -> tuple[KVKind, int | None]:
-    """The spec type a layer's cache has in vLLM's grouping (windowed kinds collapse to full
-    attention without the hybrid manager: `unify_hybrid_kv_cache_specs`; MLA keeps its own spec)."""
-    if layer.kind in (KVKind.STATE, KVKind.MLA):
-        return (layer.kind, None)
-    if hybrid_manager and layer.kind in (KVKind.SLIDING, KVKind.CHUNKED) and layer.window_tokens:
-        return (layer.kind, layer.window_tokens)
-    return (KVKind.FULL, None)
 
 
 def hybrid_manager_on(model: ModelSpec, release: ec.VllmRelease) -> bool:
@@ -76,7 +57,7 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
     hybrid = hybrid_manager_on(model, release)
     align_mode = release.mamba_align_with_prefix_caching  # MambaSpec: 2 (+ checkpoint) blocks, else 1
     stages = [
-        [layer for layer in stage if layer.stores_per_token_kv or layer.kind is KVKind.STATE]
+        [layer for layer in stage if layer.stores_per_token_kv or layer_cache(layer).holds_state]
         for stage in stage_layers(model, r.pp)
     ]
     layers = [layer for stage in stages for layer in stage]
@@ -84,9 +65,9 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
         return []
     stage_of = {layer.index: s for s, stage in enumerate(stages) for layer in stage}
     attn_page_per_token = max(
-        (page_bytes_per_token(layer, kv_bytes, tp) for layer in layers if layer.stores_per_token_kv), default=0
+        (layer_cache(layer).page_bytes_per_token(kv_bytes, tp) for layer in layers if layer.stores_per_token_kv), default=0
     )
-    state_layers = [layer for layer in layers if layer.kind is KVKind.STATE]
+    state_layers = [layer for layer in layers if layer_cache(layer).holds_state]
     state_page = max(
         (layer_state_bytes(layer, r.act_bytes, r.ssm_bytes, tp, conv_without_current=True) for layer in state_layers),
         default=0,
@@ -102,7 +83,7 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
             align = math.lcm(align, ec.VLLM_GDN_CHECKPOINT_ALIGNMENT)
         bs = max(bs, align * cdiv(state_page, align * attn_page_per_token))
     state_blocks = 2 + checkpoints if align_mode else 1
-    kinds = {_layer_bucket(layer, hybrid) for layer in layers}
+    kinds = {layer_cache(layer).spec_key(hybrid) for layer in layers}
 
     if len(kinds) == 1 and KVKind.STATE not in {kind for kind, _ in kinds}:
         ((kind, window),) = kinds
@@ -110,7 +91,7 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
         for stage in stages:
             if not stage:
                 continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
-            page_sum = sum(page_bytes_per_token(layer, kv_bytes, tp) for layer in stage) * bs
+            page_sum = sum(layer_cache(layer).page_bytes_per_token(kv_bytes, tp) for layer in stage) * bs
             group = KVGroup(kind, len(stage), window)
             pools.append(KVPool(PoolUnit.BLOCK, kv_budget_bytes // page_sum if page_sum else 0, bs, (group,),
                                 r.max_num_batched_tokens, page_sum, max_in_flight_tokens=r.max_in_flight_tokens))  # fmt: skip
@@ -119,8 +100,9 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
     # buckets by exact spec: type, window and the bytes of one token (equal specs merge)
     buckets: dict[tuple[KVKind, int | None, int], list[LayerKVSpec]] = {}
     for layer in layers:
-        kind, window = _layer_bucket(layer, hybrid)
-        per_token = 0 if kind is KVKind.STATE else page_bytes_per_token(layer, kv_bytes, tp)
+        cache_kind = layer_cache(layer)
+        kind, window = cache_kind.spec_key(hybrid)
+        per_token = cache_kind.page_bytes_per_token(kv_bytes, tp)
         buckets.setdefault((kind, window, per_token), []).append(layer)
     if any(not stage for stage in stages) and len({per_token for _, _, per_token in buckets if per_token}) > 1:
         # validate_kv_cache_layout: a worker without cache layers cannot express mixed page sizes

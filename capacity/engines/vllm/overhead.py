@@ -56,10 +56,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capacity import engine_constants as ec
+from capacity.kv.kinds import layer_cache
 from capacity.numeric import cdiv
 from capacity.overhead import Overhead
 from capacity.parallel import pp_partition
-from capacity.spec import KVKind, ModelSpec
+from capacity.spec import ModelSpec
 
 FP32_BYTES = 4
 INDEX_BYTES = 4  # top-k ids (int32) and weights (fp32) per routed slot
@@ -239,7 +240,7 @@ def runs_v2_model_runner(model: ModelSpec, version: str) -> bool:
     rule = ec.vllm_runner_rule(version)
     listed = model.architecture in rule.architectures
     moe, hybrid = model.num_experts > 0, model.has_state_layers
-    attention_free = all(layer.kind is KVKind.STATE for layer in model.layers)
+    attention_free = all(layer_cache(layer).holds_state for layer in model.layers)
     match rule.default:
         case ec.V2RunnerDefault.NEVER:
             return False
