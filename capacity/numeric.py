@@ -84,4 +84,6 @@ def bisect_step(lo: Num, hi: Num, fits: Callable[[Num], Num]) -> tuple[Num, Num]
     mid = (lo + hi) // 2
     ok = fits(mid)
     open_ = hi - lo > 1
+    if not isinstance(ok, pl.Expr):  # integers: the same update, without the expression helpers
+        return (mid if open_ and ok else lo), (mid if open_ and not ok else hi)
     return choose(both(open_, ok), mid, lo), choose(both(open_, negate(ok)), mid, hi)

@@ -15,7 +15,6 @@ per kind that owns its page size and its charge).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from typing import ClassVar
 
 from capacity.numeric import cdiv
@@ -251,9 +250,23 @@ def group_charge(kind: str) -> type[FullAttention] | type[RecurrentState]:
     return _GROUP_CHARGE[KVKind(kind)]
 
 
-@cache
+_BY_LAYER: dict[int, tuple[LayerKVSpec, LayerCache]] = {}
+_BY_LAYER_LIMIT = 1 << 16
+
+
 def layer_cache(layer: LayerKVSpec) -> LayerCache:
-    """The layer's cache as its kind's class (memoized: a spec is frozen and hashable)."""
+    """The layer's cache as its kind's class. Memoized by identity (the rules ask per layer, often;
+    hashing a spec compares every field); the entry keeps the spec alive, so ids stay unique."""
+    hit = _BY_LAYER.get(id(layer))
+    if hit is not None and hit[0] is layer:
+        return hit[1]
+    if len(_BY_LAYER) >= _BY_LAYER_LIMIT:
+        _BY_LAYER.clear()
+    found = _BY_LAYER[id(layer)] = (layer, _read(layer))
+    return found[1]
+
+
+def _read(layer: LayerKVSpec) -> LayerCache:
     if layer.kind is KVKind.STATE:
         return RecurrentState(layer.conv_state_elements, layer.recurrent_state_elements, layer.conv_kernel, layer.mixer)
     if layer.kind is KVKind.SHARED:

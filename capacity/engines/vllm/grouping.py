@@ -56,18 +56,18 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
     block_size, gdn_checkpoints = r.block_size, r.state_checkpoints
     hybrid = hybrid_manager_on(model, release)
     align_mode = release.mamba_align_with_prefix_caching  # MambaSpec: 2 (+ checkpoint) blocks, else 1
+    cache_of = {layer.index: layer_cache(layer) for layer in model.layers}  # each layer's kind, asked once
     stages = [
-        [layer for layer in stage if layer.stores_per_token_kv or layer_cache(layer).holds_state]
+        [layer for layer in stage if layer.stores_per_token_kv or cache_of[layer.index].holds_state]
         for stage in stage_layers(model, r.pp)
     ]
     layers = [layer for stage in stages for layer in stage]
     if not layers:
         return []
     stage_of = {layer.index: s for s, stage in enumerate(stages) for layer in stage}
-    attn_page_per_token = max(
-        (layer_cache(layer).page_bytes_per_token(kv_bytes, tp) for layer in layers if layer.stores_per_token_kv), default=0
-    )
-    state_layers = [layer for layer in layers if layer_cache(layer).holds_state]
+    page_of = {layer.index: cache_of[layer.index].page_bytes_per_token(kv_bytes, tp) for layer in layers}
+    attn_page_per_token = max((page_of[layer.index] for layer in layers if layer.stores_per_token_kv), default=0)
+    state_layers = [layer for layer in layers if cache_of[layer.index].holds_state]
     state_page = max(
         (layer_state_bytes(layer, r.act_bytes, r.ssm_bytes, tp, conv_without_current=True) for layer in state_layers),
         default=0,
@@ -83,7 +83,7 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
             align = math.lcm(align, ec.VLLM_GDN_CHECKPOINT_ALIGNMENT)
         bs = max(bs, align * cdiv(state_page, align * attn_page_per_token))
     state_blocks = 2 + checkpoints if align_mode else 1
-    kinds = {layer_cache(layer).spec_key(hybrid) for layer in layers}
+    kinds = {cache_of[layer.index].spec_key(hybrid) for layer in layers}
 
     if len(kinds) == 1 and KVKind.STATE not in {kind for kind, _ in kinds}:
         ((kind, window),) = kinds
@@ -91,7 +91,7 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
         for stage in stages:
             if not stage:
                 continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
-            page_sum = sum(layer_cache(layer).page_bytes_per_token(kv_bytes, tp) for layer in stage) * bs
+            page_sum = sum(page_of[layer.index] for layer in stage) * bs
             group = KVGroup(kind, len(stage), window)
             pools.append(KVPool(PoolUnit.BLOCK, kv_budget_bytes // page_sum if page_sum else 0, bs, (group,),
                                 r.max_num_batched_tokens, page_sum, max_in_flight_tokens=r.max_in_flight_tokens))  # fmt: skip
@@ -100,9 +100,8 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
     # buckets by exact spec: type, window and the bytes of one token (equal specs merge)
     buckets: dict[tuple[KVKind, int | None, int], list[LayerKVSpec]] = {}
     for layer in layers:
-        cache_kind = layer_cache(layer)
-        kind, window = cache_kind.spec_key(hybrid)
-        per_token = cache_kind.page_bytes_per_token(kv_bytes, tp)
+        kind, window = cache_of[layer.index].spec_key(hybrid)
+        per_token = page_of[layer.index]
         buckets.setdefault((kind, window, per_token), []).append(layer)
     if any(not stage for stage in stages) and len({per_token for _, _, per_token in buckets if per_token}) > 1:
         # validate_kv_cache_layout: a worker without cache layers cannot express mixed page sizes
