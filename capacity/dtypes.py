@@ -63,7 +63,6 @@ def kv_element_bytes(kv_dtype: str, activation_dtype: str) -> int:
     return element_bytes(kv_dtype)
 
 
-
 def format_gib(n: int | float) -> str:
     """Bytes as messages print them: GiB with two decimals."""
     return f"{n / GIB:,.2f} GiB"

@@ -195,11 +195,17 @@ def _max_model_len(model: ModelSpec, d: DeploymentSpec, notes: list[str]) -> tup
 
 
 def _weights(
-    model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, gpu: GpuSku | None, checkpoint_bytes: int | None,
+    model: ModelSpec,
+    d: DeploymentSpec,
+    profile: EngineProfile,
+    gpu: GpuSku | None,
+    checkpoint_bytes: int | None,
     notes: list[str],
 ) -> WeightsEstimate:
     if d.weights_bytes_per_gpu is not None:
-        return WeightsEstimate(d.weights_bytes_per_gpu, d.weights_bytes_per_gpu * d.tp * d.pp, d.weight_dtype, "override")
+        return WeightsEstimate(
+            d.weights_bytes_per_gpu, d.weights_bytes_per_gpu * d.tp * d.pp, d.weight_dtype, "override"
+        )
     weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, profile.engine)
     return with_layout_extra(weights, profile, model, d.tp, d.pp, gpu, notes, d.triton_kernels)
 
@@ -212,8 +218,10 @@ def _overhead(d: DeploymentSpec, profile: EngineProfile, inputs: OverheadInputs,
     if profile.overhead_note:
         notes.append(profile.overhead_note)
     if d.enforce_eager and overhead.cuda_graph_bytes:
-        notes.append(f"enforce_eager: no CUDA graphs captured, so none of the {overhead.cuda_graph_bytes / GIB:.2f} "
-                     "GiB graph estimate is deducted")
+        notes.append(
+            f"enforce_eager: no CUDA graphs captured, so none of the {overhead.cuda_graph_bytes / GIB:.2f} "
+            "GiB graph estimate is deducted"
+        )
         overhead = replace(overhead, cuda_graph_bytes=0)
     return overhead
 
@@ -254,14 +262,20 @@ def assumed_off_notes(d: DeploymentSpec, assumed_off: frozenset[str]) -> list[st
     """The features the profile does not size and the deployment does not declare, said assumed off."""
     out: list[str] = []
     if {"lora", "cpu_offload"} <= assumed_off and not (d.lora or d.cpu_offload_gib):
-        out.append("assumed no LoRA adapters and no CPU offload (neither is modelled: with LoRA, add the adapters' "
-                   "weights and buffers with --overhead-gib)")
+        out.append(
+            "assumed no LoRA adapters and no CPU offload (neither is modelled: with LoRA, add the adapters' "
+            "weights and buffers with --overhead-gib)"
+        )
     if KV_CONNECTOR in assumed_off and not d.kv_connector:
-        out.append("assumed no KV connector (--kv-transfer-config: LMCache and the like hold GPU buffers capplan "
-                   "does not size; a public LMCache log has a 25 % smaller pool than the estimate)")
+        out.append(
+            "assumed no KV connector (--kv-transfer-config: LMCache and the like hold GPU buffers capplan "
+            "does not size; a public LMCache log has a 25 % smaller pool than the estimate)"
+        )
     if {"speculative", "dp_attention"} <= assumed_off and not (d.speculative or d.dp_attention):
-        out.append("assumed no speculative decoding and no DP attention (not modelled: a draft model adds its "
-                   "weights and a second KV pool; DP attention sizes a pool per attention rank)")
+        out.append(
+            "assumed no speculative decoding and no DP attention (not modelled: a draft model adds its "
+            "weights and a second KV pool; DP attention sizes a pool per attention rank)"
+        )
     return out
 
 
@@ -277,26 +291,41 @@ def _assumption_notes(profile: EngineProfile, context: AssumptionContext) -> lis
 
 @dataclass(frozen=True, slots=True)
 class _PoolFigures:
-    """What the tightest pool answers: whether the engine starts, what it prints, B_max, max context."""
+    """What the tightest pool answers, under the names `Estimate` gives them: whether the engine starts
+    (and the auto-fitted length), what it prints, B_max, the max context, whether the workload fits."""
 
-    max_model_len: int  # auto-fitted where asked
+    max_model_len: int
     context_tokens: int
     starts: bool
-    fitted_len: int
+    max_model_len_that_starts: int
     kv_cache_tokens: int
-    physical_slots: int
+    physical_kv_token_slots: int
     num_blocks: int
-    concurrency: float
+    block_size: int
+    max_concurrency: float
     b_max: int
     b_max_memory: int
-    max_context: int
+    max_context_at_concurrency: int
     fits: bool
     reason: str
 
+    def fields(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
 
 def _pool_figures(
-    profile: EngineProfile, pool: KVPool, budget: int, weights: WeightsEstimate, usable: int, per_token_gpu: int,
-    limit: int, max_model_len: int, auto_fit: bool, lim: _Limits, context_tokens: int | None, concurrency: int | None,
+    profile: EngineProfile,
+    pool: KVPool,
+    budget: int,
+    weights: WeightsEstimate,
+    usable: int,
+    per_token_gpu: int,
+    limit: int,
+    max_model_len: int,
+    auto_fit: bool,
+    lim: _Limits,
+    context_tokens: int | None,
+    concurrency: int | None,
 ) -> _PoolFigures:
     """Ask the pool: the start check (and the auto-fit), the printed KV cache size, B_max at the
     context, the max context at the target concurrency, and whether the workload fits, with why."""
@@ -345,10 +374,26 @@ def _pool_figures(
     elif not fits and starts and budget > 0 and not profile.refuses_short_pool and pool.capacity_units:
         # SGLang / TensorRT-LLM start with a pool shorter than one request: the workload does not fit, the
         # server does (a "does not fit" read as "does not start" is what users of these engines saw)
-        reason += (f"; the server starts all the same ({profile.engine.value} caps a request at what the pool "
-                   f"holds: {kv_cache_tokens:,} tokens)")
-    return _PoolFigures(max_model_len, context, starts, fitted_len, kv_cache_tokens, physical, num_blocks,
-                        round(conc, 4), bmax, bmax_memory, max_ctx, fits, reason)
+        reason += (
+            f"; the server starts all the same ({profile.engine.value} caps a request at what the pool "
+            f"holds: {kv_cache_tokens:,} tokens)"
+        )
+    return _PoolFigures(
+        max_model_len,
+        context,
+        starts,
+        fitted_len,
+        kv_cache_tokens,
+        physical,
+        num_blocks,
+        block_size,
+        round(conc, 4),
+        bmax,
+        bmax_memory,
+        max_ctx,
+        fits,
+        reason,
+    )
 
 
 def estimate(
@@ -383,11 +428,7 @@ def estimate(
     weights = _weights(model, d, profile, gpu, checkpoint_bytes, notes)
     defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
     lim = _limits(d, profile, defaults)
-    inputs = OverheadInputs(
-        model, d.tp, d.pp, lim.batched_tokens, lim.seqs_cap, dt.act_bytes,
-        nvlink_multicast=gpu.nvlink_multicast if gpu is not None else True,
-        peer_link_gpus=d.all_reduce_peer_gpus(gpu.peer_link_gpus if gpu is not None else None),
-    )  # fmt: skip
+    inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes)
     overhead = _overhead(d, profile, inputs, notes)
     usable = int(total * lim.utilization)
     if d.kv_cache_memory_bytes is not None:
@@ -396,12 +437,23 @@ def estimate(
         budget = profile.kv_budget(total, lim.utilization, weights.per_gpu_bytes, overhead.total_bytes)
         context = AssumptionContext(d, gpu, total, lim.utilization, overhead, budget, inputs, weights.format_name)
         notes.extend(_assumption_notes(profile, context))
-    request = PoolRequest(model, max(budget, 0), dt.kv_bytes, dt.ssm_bytes, dt.act_bytes, d.tp, d.pp, lim.block_size,
-                          lim.batched_tokens, lim.in_flight_tokens, defaults.state_checkpoints)
+    request = _pool_request(model, d, budget, dt, lim, defaults.state_checkpoints)
     pool = _tightest_pool(profile, request, notes)
     limit = model.context_limit_tokens
-    f = _pool_figures(profile, pool, budget, weights, usable, per_token_gpu, limit, max_model_len, auto_fit, lim,
-                      context_tokens, concurrency)
+    f = _pool_figures(
+        profile,
+        pool,
+        budget,
+        weights,
+        usable,
+        per_token_gpu,
+        limit,
+        max_model_len,
+        auto_fit,
+        lim,
+        context_tokens,
+        concurrency,
+    )
     return Estimate(
         model=model_name or model.architecture,
         gpu=gpu.id if gpu else "custom",
@@ -413,8 +465,6 @@ def estimate(
         kv_dtype=dt.kv_dtype_name,
         gpu_memory_bytes=total,
         gpu_memory_utilization=lim.utilization,
-        max_model_len=f.max_model_len,
-        context_tokens=f.context_tokens,
         target_concurrency=concurrency,
         kv_bytes_per_token=per_token,
         kv_bytes_per_token_per_gpu=per_token_gpu,
@@ -430,23 +480,47 @@ def estimate(
         pool=pool,
         max_num_seqs=lim.seqs_cap,
         model_context_limit=limit,
-        num_blocks=f.num_blocks,
-        block_size=pool.block_size if budget > 0 else lim.block_size,
-        kv_cache_tokens=f.kv_cache_tokens,
-        physical_kv_token_slots=f.physical_slots,
-        max_concurrency=f.concurrency,
-        b_max=f.b_max,
-        b_max_memory=f.b_max_memory,
-        max_context_at_concurrency=f.max_context,
-        fits=f.fits,
-        reason=f.reason,
         notes=tuple(notes),
-        starts=f.starts,
-        max_model_len_that_starts=f.fitted_len,
         max_in_flight_tokens=lim.in_flight_tokens,
         start_reserved_units=profile.start_reserved_units,
         not_modelled=not_modelled,
         activation_buffers=overhead.buffers,
+        **f.fields(),  # type: ignore[arg-type]
+    )
+
+
+def _overhead_inputs(
+    model: ModelSpec, d: DeploymentSpec, gpu: GpuSku | None, lim: _Limits, act_bytes: int
+) -> OverheadInputs:
+    """What the profile's overhead follows from; an unknown GPU counts as a switch fabric."""
+    return OverheadInputs(
+        model,
+        d.tp,
+        d.pp,
+        lim.batched_tokens,
+        lim.seqs_cap,
+        act_bytes,
+        nvlink_multicast=gpu.nvlink_multicast if gpu is not None else True,
+        peer_link_gpus=d.all_reduce_peer_gpus(gpu.peer_link_gpus if gpu is not None else None),
+    )
+
+
+def _pool_request(
+    model: ModelSpec, d: DeploymentSpec, budget: int, dt: _Dtypes, lim: _Limits, state_checkpoints: bool
+) -> PoolRequest:
+    """What each stage's pool is built from (a negative budget builds an empty pool)."""
+    return PoolRequest(
+        model,
+        max(budget, 0),
+        dt.kv_bytes,
+        dt.ssm_bytes,
+        dt.act_bytes,
+        d.tp,
+        d.pp,
+        lim.block_size,
+        lim.batched_tokens,
+        lim.in_flight_tokens,
+        state_checkpoints,
     )
 
 

@@ -612,8 +612,16 @@ def _pool_terms(windows: int) -> PoolTerms:
         (col(f"pool_window_{j}_groups"), col(f"pool_window_{j}_held"), col(f"pool_window_{j}_block_size"))
         for j in range(windows)
     )
-    return PoolTerms(col("num_blocks"), col("block_size"), col("pool_fixed_units"), col("pool_per_block_groups"),
-                     windowed, col("pool_max_in_flight_tokens"), col("pool_swa_capacity"), col("pool_swa_window"))  # fmt: skip
+    return PoolTerms(
+        capacity_units=col("num_blocks"),
+        block_size=col("block_size"),
+        fixed_units=col("pool_fixed_units"),
+        per_block_groups=col("pool_per_block_groups"),
+        windowed=windowed,
+        in_flight_tokens=col("pool_max_in_flight_tokens"),
+        second_capacity=col("pool_swa_capacity"),
+        second_window=col("pool_swa_window"),
+    )
 
 
 def _bisect(frame: pl.LazyFrame, steps: int, fits: Callable[[pl.Expr], pl.Expr]) -> pl.LazyFrame:

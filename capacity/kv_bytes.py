@@ -86,5 +86,3 @@ def kv_bytes_per_sequence(
         )
         for stage in stage_layers(model, pp)
     )
-
-

@@ -96,5 +96,3 @@ class EngineDefaults:
     # state layers export prefill checkpoints on this GPU (vLLM: FlashInfer's GDN prefill kernel),
     # which costs a block per request and aligns the attention block to the checkpoint grid
     state_checkpoints: bool = False
-
-

@@ -13,6 +13,7 @@ from capacity.spec import GpuSku, LayerKVSpec, ModelSpec, SpecError
 
 _T = TypeVar("_T")
 
+
 def pp_partition(num_layers: int, pp: int) -> list[int]:
     """Layers per pipeline stage, as vLLM splits them (vllm/distributed/utils.py get_pp_indices):
     an even split, the remainder added to the stages before the last (which holds the LM head)."""
@@ -94,8 +95,6 @@ def stage_layer_counts(model: ModelSpec, pp: int, partition: PPPartition = pp_pa
     return memo_per_model(f"stage_layer_counts/{partition.__module__}.{partition.__qualname__}", model, pp, compute)
 
 
-
-
 def validate_parallelism(model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None) -> None:
     """TP must divide the attention heads and fit in one node; PP must not exceed the layers."""
     if tp < 1 or pp < 1:
@@ -121,4 +120,3 @@ def valid_tp_sizes(model: ModelSpec, sizes: Iterable[int], gpu: GpuSku | None = 
             continue
         valid.append(tp)
     return valid
-

@@ -39,8 +39,6 @@ class KVGroup:
     block_size: int | None = None  # tokens per block of this group when not the pool's (page unification)
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class ChargeTerms:
     """Units one sequence takes in a block or token pool, as terms of the context T and the
@@ -90,9 +88,14 @@ class KVPool:
         """The pool as the arithmetic every pool rule reads (`PoolTerms`), in Python integers."""
         terms = self.charge_terms()
         return PoolTerms(
-            self.capacity_units, self.block_size, terms.fixed_units, terms.per_block_groups, terms.windowed,
+            self.capacity_units,
+            self.block_size,
+            terms.fixed_units,
+            terms.per_block_groups,
+            terms.windowed,
             0 if self.unit is PoolUnit.BYTE else self.in_flight_tokens,
-            self.swa_capacity_units or 0, self.swa_window_tokens if self.swa_capacity_units is not None else 0,
+            self.swa_capacity_units or 0,
+            self.swa_window_tokens if self.swa_capacity_units is not None else 0,
         )
 
     def charge_terms(self) -> ChargeTerms:
@@ -112,7 +115,9 @@ class KVPool:
         blocks = self.unit is PoolUnit.BLOCK
         for group in self.groups:
             bs = group.block_size or self.block_size
-            charge = group_charge(group.kind).charge(group.window_tokens, group.state_blocks, bs, self.block_size, blocks)
+            charge = group_charge(group.kind).charge(
+                group.window_tokens, group.state_blocks, bs, self.block_size, blocks
+            )
             fixed += charge.fixed_units
             per_block += charge.per_block_groups
             if charge.windowed is not None:
@@ -194,8 +199,8 @@ class PoolTerms:
         """The largest length that starts, from the bisection's `lo` over [1, limit]: the limit when it
         starts, `lo` when one token does, else 0."""
         one = limit_tokens * 0 + 1  # 1, shaped like the limit
-        return choose(self.starts(limit_tokens, reserved_units), limit_tokens,
-                      choose(self.starts(one, reserved_units), lo, 0))  # fmt: skip
+        below = choose(self.starts(one, reserved_units), lo, 0)
+        return choose(self.starts(limit_tokens, reserved_units), limit_tokens, below)
 
     def settle_max_context(self, lo: Num, concurrency: Num, limit_tokens: Num, max_num_seqs: Num = 0) -> Num:
         """The max context from the bisection's `lo` over [0, limit // bs] blocks: 0 beyond the sequence

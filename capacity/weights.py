@@ -15,6 +15,7 @@ from capacity.spec import GpuSku, ModelSpec, SpecError
 if TYPE_CHECKING:
     from capacity.engines.protocol import EngineProfile
 
+
 @dataclass(frozen=True, slots=True)
 class WeightFormat:
     """Bytes per parameter of the quantized linear layers and which layers it applies to."""
@@ -148,8 +149,14 @@ def estimate_weights(
 
 
 def with_layout_extra(
-    weights: WeightsEstimate, profile: EngineProfile, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None,
-    notes: list[str] | None = None, triton_kernels: bool | None = None,
+    weights: WeightsEstimate,
+    profile: EngineProfile,
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    gpu: GpuSku | None,
+    notes: list[str] | None = None,
+    triton_kernels: bool | None = None,
 ) -> WeightsEstimate:
     """The weights plus what the engine's kernels keep beyond the checkpoint's format (MXFP4 experts in
     vLLM's fused-MoE layouts); a note names it when it is not zero."""
@@ -161,6 +168,6 @@ def with_layout_extra(
     if notes is not None:
         notes.append(f"weights include {extra / GIB:.2f} GiB per GPU of MXFP4 expert padding and re-layout "
                      f"({profile.engine.value} {profile.version or ''} on {gpu.id if gpu else 'this GPU'})")  # fmt: skip
-    return replace(weights, per_gpu_bytes=weights.per_gpu_bytes + extra, total_bytes=weights.total_bytes + extra * tp * pp)
-
-
+    return replace(
+        weights, per_gpu_bytes=weights.per_gpu_bytes + extra, total_bytes=weights.total_bytes + extra * tp * pp
+    )

@@ -77,8 +77,9 @@ class FullAttention:
         return context_tokens
 
     @staticmethod
-    def charge(window_tokens: int | None, state_blocks: int | None, block_size: int, pool_block_size: int,
-               counts_blocks: bool) -> Charge:  # fmt: skip
+    def charge(
+        window_tokens: int | None, state_blocks: int | None, block_size: int, pool_block_size: int, counts_blocks: bool
+    ) -> Charge:
         """`cdiv(T, bs)` blocks (FullAttentionSpec); a group whose block is not the pool's is a window
         that holds every token."""
         if block_size != pool_block_size:
@@ -111,8 +112,9 @@ class SlidingWindowAttention(FullAttention):
         return min(context_tokens, self.window_tokens - 1)
 
     @staticmethod
-    def charge(window_tokens: int | None, state_blocks: int | None, block_size: int, pool_block_size: int,
-               counts_blocks: bool) -> Charge:  # fmt: skip
+    def charge(
+        window_tokens: int | None, state_blocks: int | None, block_size: int, pool_block_size: int, counts_blocks: bool
+    ) -> Charge:
         """SlidingWindowSpec: `cdiv(min(W - 1 + in_flight, L), bs) + 1` blocks (+1: the window may not
         start at a block boundary); a token pool keeps every token."""
         if not (window_tokens and counts_blocks):
@@ -131,8 +133,9 @@ class ChunkedLocalAttention(SlidingWindowAttention):
     kind: ClassVar[KVKind] = KVKind.CHUNKED
 
     @staticmethod
-    def charge(window_tokens: int | None, state_blocks: int | None, block_size: int, pool_block_size: int,
-               counts_blocks: bool) -> Charge:  # fmt: skip
+    def charge(
+        window_tokens: int | None, state_blocks: int | None, block_size: int, pool_block_size: int, counts_blocks: bool
+    ) -> Charge:
         """ChunkedLocalAttentionSpec: `cdiv(min(W + in_flight, L), bs)` blocks."""
         if not (window_tokens and counts_blocks):
             return FullAttention.charge(window_tokens, state_blocks, block_size, pool_block_size, counts_blocks)
@@ -206,8 +209,9 @@ class RecurrentState:
         return 0
 
     @staticmethod
-    def charge(window_tokens: int | None, state_blocks: int | None, block_size: int, pool_block_size: int,
-               counts_blocks: bool) -> Charge:  # fmt: skip
+    def charge(
+        window_tokens: int | None, state_blocks: int | None, block_size: int, pool_block_size: int, counts_blocks: bool
+    ) -> Charge:
         """MambaSpec: the blocks a request holds (1, or 2 and the checkpoints in vLLM's "align" mode)."""
         return Charge(fixed_units=state_blocks or 1)
 
@@ -227,8 +231,9 @@ class SharedKV(RecurrentState):
         return 0
 
     @staticmethod
-    def charge(window_tokens: int | None, state_blocks: int | None, block_size: int, pool_block_size: int,
-               counts_blocks: bool) -> Charge:  # fmt: skip
+    def charge(
+        window_tokens: int | None, state_blocks: int | None, block_size: int, pool_block_size: int, counts_blocks: bool
+    ) -> Charge:
         """Never a pool group of its own (it holds nothing); read as full attention if it were."""
         return FullAttention.charge(window_tokens, state_blocks, block_size, pool_block_size, counts_blocks)
 

@@ -123,7 +123,7 @@ class VllmProfile(ProfileBase):
     def kv_cache_tokens(
         self, num_blocks: Num, num_groups: Num, block_size: Num, concurrency: Num, max_model_len: Num
     ) -> Num:
-        """"GPU KV cache size: N tokens" as the release prints it."""
+        """ "GPU KV cache size: N tokens" as the release prints it."""
         if self.release.kv_cache_size_tokens_rule is ec.KVCacheSizeRule.CONCURRENCY:
             return truncate(concurrency * max_model_len)
         return num_blocks // at_least(num_groups, 1) * block_size
@@ -163,8 +163,10 @@ class VllmProfile(ProfileBase):
             return self._mxfp4_backend_notes(c)
         out: list[str] = []
         if gpu is not None and gpu.amd:
-            out.append("ROCm: the overhead terms are vLLM's CUDA rules; HIP graphs and ROCm's memory accounting differ "
-                       "(public MI300X logs: pools 3-5 % below these estimates, graph estimates several times CUDA's)")
+            out.append(
+                "ROCm: the overhead terms are vLLM's CUDA rules; HIP graphs and ROCm's memory accounting differ "
+                "(public MI300X logs: pools 3-5 % below these estimates, graph estimates several times CUDA's)"
+            )
         out += self._mxfp4_backend_notes(c)
         if c.budget_bytes <= 0:  # the rest are shares of a budget; the one above can decide whether vLLM starts
             return out
@@ -178,10 +180,12 @@ class VllmProfile(ProfileBase):
         marlin, triton = (self.weight_layout_extra_bytes(model, d.tp, d.pp, c.gpu, on) for on in (False, True))
         if marlin == triton or (c.budget_bytes > 0 and abs(marlin - triton) <= ASSUMPTION_SHARE * c.budget_bytes):
             return []
-        return [f"assumed vLLM {version} without the triton_kernels package (a pip install): the MXFP4 "
-                "experts run Marlin on this GPU; with it installed by hand (--triton-kernels) "
-                f"they run the OAI Triton kernels and the weights take {format_gib(marlin - triton)} "
-                "less per GPU"]
+        return [
+            f"assumed vLLM {version} without the triton_kernels package (a pip install): the MXFP4 "
+            "experts run Marlin on this GPU; with it installed by hand (--triton-kernels) "
+            f"they run the OAI Triton kernels and the weights take {format_gib(marlin - triton)} "
+            "less per GPU"
+        ]
 
     def _release_notes(self, c: AssumptionContext) -> list[str]:
         if c.deployment.engine_version is not None:
@@ -189,9 +193,11 @@ class VllmProfile(ProfileBase):
         older = _profile("0.11").overhead(c.inputs)
         if abs(older.total_bytes - c.overhead.total_bytes) <= ASSUMPTION_SHARE * c.budget_bytes:
             return []
-        return [f"assumed {self.engine.value} {self.version} (no --engine-version): on 0.11-0.16 the "
-                f"overhead would be {format_gib(older.total_bytes)} instead of "
-                f"{format_gib(c.overhead.total_bytes)}"]
+        return [
+            f"assumed {self.engine.value} {self.version} (no --engine-version): on 0.11-0.16 the "
+            f"overhead would be {format_gib(older.total_bytes)} instead of "
+            f"{format_gib(c.overhead.total_bytes)}"
+        ]
 
     def _sampler_notes(self, c: AssumptionContext) -> list[str]:
         version = self.version or ec.VLLM_DEFAULT_VERSION
@@ -202,10 +208,12 @@ class VllmProfile(ProfileBase):
         if abs(flipped.total_bytes - c.overhead.total_bytes) <= ASSUMPTION_SHARE * c.budget_bytes:
             return []
         state, other = ("on", "off") if rule.flashinfer_default else ("off", "on")
-        return [f"assumed the FlashInfer sampler {state}, vLLM {version}'s default with "
-                "VLLM_USE_FLASHINFER_SAMPLER unset (0.9-0.11.0 take it wherever FlashInfer is installed); "
-                f"{other}, the overhead would be {format_gib(flipped.total_bytes)} "
-                f"instead of {format_gib(c.overhead.total_bytes)}"]
+        return [
+            f"assumed the FlashInfer sampler {state}, vLLM {version}'s default with "
+            "VLLM_USE_FLASHINFER_SAMPLER unset (0.9-0.11.0 take it wherever FlashInfer is installed); "
+            f"{other}, the overhead would be {format_gib(flipped.total_bytes)} "
+            f"instead of {format_gib(c.overhead.total_bytes)}"
+        ]
 
     def _peer_access_notes(self, c: AssumptionContext) -> list[str]:
         d, gpu = c.deployment, c.gpu
@@ -220,9 +228,11 @@ class VllmProfile(ProfileBase):
         if abs(peer.cuda_graph_bytes - c.overhead.cuda_graph_bytes) <= ASSUMPTION_SHARE * c.budget_bytes:
             return []
         with_peer, without = format_gib(peer.cuda_graph_bytes), format_gib(c.overhead.cuda_graph_bytes)
-        return ["assumed no GPU peer access between the 2 GPUs (PCIe: vLLM's P2P test fails on many "
-                "hosts): custom all-reduce off, the CUDA graphs capture NCCL's; where the test passes "
-                f"(--gpu-peer-access), the graph estimate is {with_peer} instead of {without}"]
+        return [
+            "assumed no GPU peer access between the 2 GPUs (PCIe: vLLM's P2P test fails on many "
+            "hosts): custom all-reduce off, the CUDA graphs capture NCCL's; where the test passes "
+            f"(--gpu-peer-access), the graph estimate is {with_peer} instead of {without}"
+        ]
 
     @property
     def overhead_era(self) -> str:
@@ -243,5 +253,3 @@ class VllmProfile(ProfileBase):
 @cache
 def _profile(version: str | None) -> VllmProfile:
     return VllmProfile(ec.vllm_release(version), version)
-
-

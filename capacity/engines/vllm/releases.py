@@ -89,5 +89,3 @@ def gdn_prefill_checkpoints(model: ModelSpec, gpu: GpuSku | None, release: ec.Vl
     if not any(layer.mixer is StateMixer.GATED_DELTA_NET for layer in model.layers):
         return False
     return (gpu.architecture or "").lower() in ("hopper", "blackwell")
-
-
