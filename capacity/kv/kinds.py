@@ -61,6 +61,11 @@ class FullAttention:
         """Bytes one token takes in the layer's page: its bytes per token, but for packed layouts."""
         return self.bytes_per_token(kv_bytes, tp)
 
+    @property
+    def query_head_dim(self) -> float:
+        """The dimension QK^T and AV multiply over per query head: (K + V) / 2."""
+        return (self.k_head_dim + self.v_head_dim) / 2
+
     def heads_per_gpu(self, tp: int) -> int:
         """KV heads one tensor-parallel rank holds: ceil(H_kv / TP), at least one."""
         return max(1, cdiv(self.num_kv_heads, tp))
@@ -149,6 +154,11 @@ class LatentAttention(FullAttention):
 
     kind: ClassVar[KVKind] = KVKind.MLA
     replicated_under_tp: ClassVar[bool] = True
+
+    @property
+    def query_head_dim(self) -> float:
+        """Absorbed MLA attends over the latent: its rank."""
+        return self.k_head_dim
 
     def heads_per_gpu(self, tp: int) -> int:
         return self.num_kv_heads
