@@ -240,7 +240,9 @@ class _Limits:
 def _limits(d: DeploymentSpec, profile: EngineProfile, defaults: EngineDefaults) -> _Limits:
     util = d.gpu_memory_utilization if d.gpu_memory_utilization is not None else defaults.gpu_memory_utilization
     block_size = d.block_size or defaults.block_size
-    if not 0 < util <= 1:
+    # a fraction the user gives must be one; a default the engine derives is taken as the engine takes it
+    # (SGLang's (gpu - reserved) / gpu is <= 0 where the reserve exceeds the card: no KV budget, no start)
+    if d.gpu_memory_utilization is not None and not 0 < util <= 1:
         raise SpecError(f"GPU memory utilization must be in (0, 1], got {util}")
     batched = d.max_num_batched_tokens or defaults.max_num_batched_tokens
     seqs_cap: int | None = d.max_num_seqs or (defaults.max_num_seqs or None)
