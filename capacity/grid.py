@@ -3,18 +3,20 @@
 Pure and vectorized: `build_capacity_grid` returns a LazyFrame, nothing is collected there
 (`grid_tables` collects: it sizes the PP = 1 deployments before planning the PP > 1 ones).
 
-How the work is split, so that the scalar engine (`capacity.estimate` over `capacity.pool`) stays the one place for the rules:
+How the work is split, so that each rule is written once (the engine profiles, `capacity.pool`):
 - Per *layout* (model, engine, weight dtype, KV dtype, TP, PP), a Python loop calls the scalar helpers
-  (`kv_bytes_per_token_per_gpu`, `estimate_weights`, `engine_overhead`, `vllm_stage_pools`,
+  (`kv_bytes_per_token_per_gpu`, `estimate_weights`, the profile's `overhead` and `stage_pools`,
   `sglang_cells`, `KVPool.charge_terms`...): bytes per token, weights, overhead, and the *shape* of the
   KV pool (bytes per block, block size, how a sequence is charged). Layouts are a few per cent of rows.
-- Per GPU, `engine_defaults` gives utilization, batch defaults and block size for each GPU x TP x PP
+- Per GPU, the profile's `defaults` gives utilization, batch defaults and block size for each GPU x TP x PP
   (a small table); the cross product with the layouts is a join.
 - Per deployment (layout x GPU) and per context the arithmetic is Polars expressions: the usable
-  memory, the KV budget, the block count of the tightest pipeline stage, the units a sequence of T
-  tokens takes (`charge_terms` evaluated with `numeric.cdiv`), B_max, the printed concurrency (rounded
-  exactly as Python's `round(x, 4)`), and the max context per target concurrency (a vectorized
-  bisection, the same search as `pool.max_context`).
+  memory, the KV budget (the profile's `kv_budget` over columns), the block count of the tightest
+  pipeline stage, and then the pool's rules asked of `capacity.pool.PoolTerms` built from the pool
+  columns (`_pool_terms`): the units a sequence of T tokens takes, B_max, the start check and the
+  largest length that starts, the printed concurrency (its exact ratio, rounded as Python's
+  `round(x, 4)`), and the max context per target concurrency; both searches step with
+  `numeric.bisect_step`, every row at once, as `pool.largest_starting_len` / `pool.max_context` do.
 `tests/test_grid.py` proves grid rows equal `estimate(...).contract()` column by column.
 
 Frames: `build_deployments` gives one row per deployment (PP = 1 first; PP > 1 only where that does
