@@ -1,4 +1,4 @@
-"""Estimates per second of the scalar path (`capacity.memory.estimate`), one deployment at a time.
+"""Estimates per second of the scalar path (`capacity.estimate.estimate`), one deployment at a time.
 
 Walks the bundled catalog x GPUs x weight dtypes x TP x grid contexts (the grid's own rules, in a
 shuffled order) until the time budget or the walk runs out, and prints the rate.
@@ -16,8 +16,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from capacity.estimate import estimate
 from capacity.grid import GridModel, GridOptions, grid_contexts, weight_dtype_choices
-from capacity.memory import estimate, validate_parallelism
+from capacity.parallel import validate_parallelism
 from capacity.spec import DeploymentSpec, GpuSku, SpecError
 
 CATALOG = Path(__file__).resolve().parent.parent / "models_registry" / "catalog"

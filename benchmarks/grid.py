@@ -41,6 +41,7 @@ import polars as pl
 
 from benchmarks.estimate import catalog_gpus, catalog_models, cores
 from benchmarks.peer import DEFAULT_VENV, PeerResult, peer_lines, run_peer
+from capacity.estimate import AUTO_MAX_MODEL_LEN, estimate
 from capacity.grid import (
     CONTEXT_COLUMNS,
     GRID_COLUMNS,
@@ -53,7 +54,6 @@ from capacity.grid import (
     grid_tables_sql,
     iter_grid_tables,
 )
-from capacity.memory import AUTO_MAX_MODEL_LEN, estimate
 from capacity.spec import DeploymentSpec, GpuSku, LayerParams
 
 RENAMED = {"weight_format": "weight_dtype", "kv_cache_dtype": "kv_dtype"}

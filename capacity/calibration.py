@@ -18,7 +18,7 @@ Pure functions, no I/O. The flow:
    `Correction.kv_budget` applies it to a prediction (KV budget = usable memory - corrected
    weights - corrected activation - corrected non-torch - CUDA graphs where the engine deducts
    them), and `calibrated_pool` resizes the engine's KV pool to that budget with the engine's own
-   block arithmetic, so B_max, max context and KV tokens follow from `capacity.memory` unchanged.
+   block arithmetic, so B_max, max context and KV tokens follow from `capacity.pool` unchanged.
 
 `leave_one_out` gives, per deployment, the calibrated KV pool predicted *without* that deployment
 in the fit: the honest error of calibrated predictions (an in-sample fit would flatter itself).
@@ -34,11 +34,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from capacity import engine_constants as ec
-from capacity import engines
-from capacity.engines import Engine, numeric
-from capacity.engines.numeric import Num
-from capacity.engines.vllm import VllmProfile
-from capacity.memory import ChargeTerms, Estimate, KVPool, b_max, max_concurrency, max_context
+from capacity import numeric
+from capacity.engines import Engine, registry
+from capacity.engines.vllm.profile import VllmProfile
+from capacity.estimate import Estimate
+from capacity.numeric import Num
+from capacity.pool import ChargeTerms, KVPool, PoolUnit, b_max, max_concurrency, max_context
 from capacity.spec import DeploymentSpec, ModelSpec
 
 DEFAULT_MIN_OBSERVATIONS = 3
@@ -117,7 +118,7 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
     kv_raw = (s.kv_cache_dtype or "").lower() or None
     kv = _KV_DTYPES.get(kv_raw, str(kv_raw))
     engine = Engine(str(s.engine or Engine.VLLM).lower())
-    version = engines.engine_profile(engine).observed_version(s.engine_version, s.engine_generation)
+    version = registry.engine_profile(engine).observed_version(s.engine_version, s.engine_generation)
     return DeploymentSpec(
         tp=s.tp,
         pp=s.pp,
@@ -157,8 +158,8 @@ def engine_series(engine: str, version: str | None) -> str | None:
 def engine_profile(engine: str, version: str | None) -> str:
     """The era of capplan's fitted overhead coefficients for this engine version (vLLM: the
     `overhead_profile` of the release, e.g. 'v1-mid'); other engines: the engine name."""
-    base = engines.engine_profile(engine)
-    return engines.engine_profile(engine, base.observed_version(version, None)).overhead_era
+    base = registry.engine_profile(engine)
+    return registry.engine_profile(engine, base.observed_version(version, None)).overhead_era
 
 
 # --- one observed deployment next to its prediction ------------------------------------------------
@@ -350,7 +351,7 @@ def resized_pool(pool: KVPool, old_budget: int, new_budget: int) -> KVPool:
     has the largest unit), byte pools the budget itself; SGLang's hybrid SWA pool scales."""
     if new_budget <= 0:
         return replace(pool, capacity_units=0, swa_capacity_units=0 if pool.swa_capacity_units is not None else None)
-    if pool.unit == "byte":
+    if pool.unit is PoolUnit.BYTE:
         return replace(pool, capacity_units=new_budget)
     if pool.swa_capacity_units is not None:
         if old_budget <= 0:
@@ -394,17 +395,17 @@ class _TermsPool(KVPool):
     """A KVPool whose charge terms are computed once: the same rules (`KVPool.sequence_units`
     reads `charge_terms()`), without recomputing them on every step of a max-context search."""
 
-    terms: ChargeTerms | None = None
+    cached_terms: ChargeTerms | None = None
 
     def charge_terms(self) -> ChargeTerms:
-        return self.terms if self.terms is not None else KVPool.charge_terms(self)
+        return self.cached_terms if self.cached_terms is not None else KVPool.charge_terms(self)
 
 
 def with_cached_terms(pool: KVPool) -> KVPool:
-    if isinstance(pool, _TermsPool) or pool.unit == "byte":
+    if isinstance(pool, _TermsPool) or pool.unit is PoolUnit.BYTE:
         return pool
     fields = {name: getattr(pool, name) for name in KVPool.__dataclass_fields__}
-    return _TermsPool(**fields, terms=pool.charge_terms())
+    return _TermsPool(**fields, cached_terms=pool.charge_terms())
 
 
 def pool_numbers(

@@ -273,14 +273,14 @@ VLLM_OVERHEAD_PROFILES["v1-late"] = replace(VLLM_OVERHEAD_PROFILES["v1"], source
 # 22 fitted rows of evaluation/data/vllm_cudagraph_estimates.yaml; tests/test_cudagraph_estimates.py)
 CG_BASE_BYTES = int(0.24 * GIB)  # the largest first capture (the pool of the biggest graph)
 CG_PER_GRAPH_BYTES = int(5.2 * 2**20)  # every further graph at TP = 1
-# at TP > 1 by how the graphs all-reduce (capacity/engines/vllm_overhead.py custom_all_reduce_on, the rule
+# at TP > 1 by how the graphs all-reduce (capacity/engines/vllm/overhead.py custom_all_reduce_on, the rule
 # of vLLM's CustomAllreduce.__init__): vLLM's custom all-reduce registers each graph's input addresses in
 # its IPC buffers, a small cost per graph; without it the graphs capture NCCL's all-reduce kernels, which
 # keep far more per graph (the L40S TP 4 log: 2.73 GiB for 86 graphs)
 CG_PER_GRAPH_TP_CUSTOM_AR_BYTES = int(8.2 * 2**20)  # every further graph at TP > 1, custom all-reduce on
 CG_PER_GRAPH_TP_NCCL_BYTES = int(29.6 * 2**20)  # every further graph at TP > 1, custom all-reduce off (NCCL)
 
-# Derived overhead model of vLLM's profiling run (capacity/engines/vllm_overhead.py). The buffers are
+# Derived overhead model of vLLM's profiling run (capacity/engines/vllm/overhead.py). The buffers are
 # sized from the model and the settings as the engine allocates them (each named there, with the vLLM
 # function it follows); the coefficients below are the few things that are not read off the source,
 # refit by `python tools/overhead_cv.py --fit` (leave-one-source-out cross-validation on
@@ -670,7 +670,7 @@ TRTLLM_DEFAULT_MAX_BATCH_SIZE = 2048
 
 
 def vllm_profiling_coefficients(release: VllmRelease) -> VllmProfilingCoefficients:
-    """Derived-model coefficients in force for a release (capacity/engines/vllm_overhead.py)."""
+    """Derived-model coefficients in force for a release (capacity/engines/vllm/overhead.py)."""
     return VLLM_PROFILING_COEFFICIENTS[release.overhead_profile]
 
 

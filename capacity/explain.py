@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from capacity.memory import GIB, UNBOUNDED_TOKENS, Estimate, KVPool, cdiv, kv_heads_per_gpu, stage_layers
+from capacity.dtypes import GIB
+from capacity.estimate import Estimate
+from capacity.kv.kinds import UNBOUNDED_TOKENS
+from capacity.kv_bytes import kv_heads_per_gpu
+from capacity.numeric import cdiv
+from capacity.parallel import stage_layers
 from capacity.performance import Performance
+from capacity.pool import KVPool, PoolUnit
 from capacity.spec import WINDOWED_KINDS, KVKind, ModelSpec
 
 
@@ -120,7 +126,7 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
         "3. KV pool",
     ]
     pool = est.pool
-    if pool.unit == "block":
+    if pool.unit is PoolUnit.BLOCK:
         groups = ", ".join(
             f"{_group_kind(g.kind, model)}{f'(W={g.window_tokens})' if g.window_tokens else ''}x{g.num_layers}"
             for g in pool.groups
@@ -129,7 +135,7 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
             f"   block = {pool.block_size} tokens; groups [{groups}]; one block across its layers = {_b(pool.unit_bytes)}",
             f"   num_blocks = floor({_b(est.kv_budget_bytes_per_gpu)} / {_b(pool.unit_bytes)}) = {est.num_blocks:,}",
         ]
-    elif pool.unit == "token":
+    elif pool.unit is PoolUnit.TOKEN:
         lines.append(f"   token pool: floor(budget / {_b(pool.unit_bytes)} per token) = {pool.capacity_units:,} tokens")
     else:
         lines.append(
@@ -142,7 +148,7 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
         f"4. Concurrency at {est.context_tokens:,} tokens per sequence",
     ]
     units = pool.sequence_units(est.context_tokens, est.context_tokens)
-    unit = {"block": "blocks", "token": "tokens", "byte": "bytes"}[pool.unit]
+    unit = {PoolUnit.BLOCK: "blocks", PoolUnit.TOKEN: "tokens", PoolUnit.BYTE: "bytes"}[pool.unit]
     lines += [
         f"   one sequence takes {units:,} {unit}",
         *_charge_breakdown(pool, est.context_tokens, est.context_tokens, units),
@@ -167,7 +173,7 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
 def _start_check(est: Estimate) -> list[str]:
     """The engine's own start check at max_model_len (vLLM `_check_enough_kv_cache_memory`)."""
     pool = est.pool
-    if pool.unit != "block" or est.kv_budget_bytes_per_gpu <= 0:
+    if pool.unit is not PoolUnit.BLOCK or est.kv_budget_bytes_per_gpu <= 0:
         return [f"5. Start check: {'starts' if est.starts else 'does not start'} (a pool of {pool.capacity_units:,})"]
     need = pool.sequence_units(est.max_model_len, est.max_model_len)
     lines = [

@@ -3,19 +3,21 @@
 Pure and vectorized: `build_capacity_grid` returns a LazyFrame, nothing is collected there
 (`grid_tables` collects: it sizes the PP = 1 deployments before planning the PP > 1 ones).
 
-How the work is split, so that the scalar engine (`capacity.memory`) stays the one place for the rules:
+How the work is split, so that each rule is written once (the engine profiles, `capacity.pool`):
 - Per *layout* (model, engine, weight dtype, KV dtype, TP, PP), a Python loop calls the scalar helpers
-  (`kv_bytes_per_token_per_gpu`, `estimate_weights`, `engine_overhead`, `vllm_stage_pools`,
+  (`kv_bytes_per_token_per_gpu`, `estimate_weights`, the profile's `overhead` and `stage_pools`,
   `sglang_cells`, `KVPool.charge_terms`...): bytes per token, weights, overhead, and the *shape* of the
   KV pool (bytes per block, block size, how a sequence is charged). Layouts are a few per cent of rows.
-- Per GPU, `engine_defaults` gives utilization, batch defaults and block size for each GPU x TP x PP
+- Per GPU, the profile's `defaults` gives utilization, batch defaults and block size for each GPU x TP x PP
   (a small table); the cross product with the layouts is a join.
 - Per deployment (layout x GPU) and per context the arithmetic is Polars expressions: the usable
-  memory, the KV budget, the block count of the tightest pipeline stage, the units a sequence of T
-  tokens takes (`charge_terms` evaluated with `memory.cdiv`), B_max, the printed concurrency (rounded
-  exactly as Python's `round(x, 4)`), and the max context per target concurrency (a vectorized
-  bisection, the same search as `memory.max_context`).
-`tests/test_grid.py` proves grid rows equal `memory.estimate(...).contract()` column by column.
+  memory, the KV budget (the profile's `kv_budget` over columns), the block count of the tightest
+  pipeline stage, and then the pool's rules asked of `capacity.pool.PoolTerms` built from the pool
+  columns (`_pool_terms`): the units a sequence of T tokens takes, B_max, the start check and the
+  largest length that starts, the printed concurrency (its exact ratio, rounded as Python's
+  `round(x, 4)`), and the max context per target concurrency; both searches step with
+  `numeric.bisect_step`, every row at once, as `pool.largest_starting_len` / `pool.max_context` do.
+`tests/test_grid.py` proves grid rows equal `estimate(...).contract()` column by column.
 
 Frames: `build_deployments` gives one row per deployment (PP = 1 first; PP > 1 only where that does
 not fit), `expand_contexts` one row per deployment and context, `build_capacity_grid` both in one
@@ -46,7 +48,7 @@ What the grid enumerates (GridOptions changes it):
   is int4; `mxfp4` (routed experts only, as gpt-oss ships) for MoE models on GPUs with `fp4_support`,
   unless the checkpoint already is mxfp4 (a dense model has no experts: mxfp4 would equal bf16).
 - KV dtypes (`kv_dtype`, resolved in `kv_cache_dtype`): `auto`; `fp8` on GPUs with `fp8_support`.
-- parallelism: TP in {1, 2, 4, 8} that passes `memory.validate_parallelism` (divides the attention
+- parallelism: TP in {1, 2, 4, 8} that passes `parallel.validate_parallelism` (divides the attention
   heads, KV heads divisible either way) and is at most the GPU's `gpus_per_node`. PP in {2, 4} only at
   the node's TP (the largest valid TP on that GPU) and only where the PP=1 deployment at that TP does
   not fit: no KV budget, or not one sequence of the model's smallest grid context.
@@ -69,24 +71,18 @@ import polars as pl
 import polars.selectors as cs
 
 from capacity import engine_constants as ec
-from capacity.engines import Engine, EngineProfile, engine_profile
+from capacity.dtypes import element_bytes, kv_element_bytes
+from capacity.engines import DefaultsRequest, Engine, EngineProfile, PoolRequest
 from capacity.engines import sglang as sglang_rules
-from capacity.memory import (
-    KVPool,
-    OverheadInputs,
-    WeightsEstimate,
-    cdiv,
-    element_bytes,
-    estimate_weights,
-    kv_bytes_per_token,
-    kv_bytes_per_token_per_gpu,
-    kv_element_bytes,
-    state_bytes_per_sequence_per_gpu,
-    valid_tp_sizes,
-    with_layout_extra,
-)
+from capacity.engines.registry import engine_profile
+from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
+from capacity.numeric import bisect_step
+from capacity.overhead import OverheadInputs
+from capacity.parallel import valid_tp_sizes
 from capacity.performance import GB, TFLOP, PerfEfficiency, PerfInputs, efficiency_for, rank_terms, tpot_seconds
+from capacity.pool import KVPool, PoolTerms, PoolUnit
 from capacity.spec import GpuSku, ModelSpec, SpecError, StateMixer
+from capacity.weights import WeightsEstimate, estimate_weights, with_layout_extra
 
 # `plain` needs its overhead by hand: not a fleet-wide row
 ENGINES = (Engine.VLLM.value, Engine.SGLANG.value, Engine.TRTLLM.value)
@@ -177,9 +173,6 @@ _F64 = pl.Float64
 _STR = pl.String
 _CAT = pl.Categorical
 Schema = dict[str, pl.DataType | type[pl.DataType]]
-
-# memory.cdiv is `-(-a // b)`: the same function evaluates Polars expressions
-_cdiv: Callable[[pl.Expr, pl.Expr], pl.Expr] = cdiv  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,10 +350,10 @@ def _pool_candidates(
     tightest."""
     found: list[tuple[int, int, float | None, int | None, int | None]] = []
     pools = profile.stage_pools(
-        spec, 0, kv_bytes, ssm_bytes, act_bytes, tp, pp, base_block_size, 0, 0, state_checkpoints=state_checkpoints
+        PoolRequest(spec, 0, kv_bytes, ssm_bytes, act_bytes, tp, pp, base_block_size, 0, 0, state_checkpoints)
     )
     for pool in pools:
-        state = pool.state_bytes_per_sequence if pool.unit == "token" and pool.state_bytes_per_sequence else None
+        state = pool.state_bytes_per_sequence if pool.unit is PoolUnit.TOKEN and pool.state_bytes_per_sequence else None
         slots = pool.swa_window_tokens if state is not None else None  # state slots a request holds
         candidate = (t.shape(pool, pool.swa_window_tokens), pool.unit_bytes, pool.swa_bytes_per_full_token, state,
                      slots)  # fmt: skip
@@ -456,7 +449,8 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
         for cid, rep in enumerate(representative):
             for g, gpu in enumerate(gpus):
                 for (tp, pp), (k, kv_dtype) in product(sorted(parallel), enumerate(options.kv_dtypes)):
-                    d = profile.defaults(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens, tp, pp, kv_dtype)
+                    d = profile.defaults(DefaultsRequest(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens, tp, pp,
+                                                         kv_dtype))
                     seqs = d.max_num_seqs or None
                     batched = d.max_num_batched_tokens
                     in_flight = profile.max_in_flight_tokens(batched, pp, None)
@@ -612,32 +606,33 @@ def _weight_variants(
 # --- the vectorized part ---------------------------------------------------------------------
 
 
-def _units(t: pl.Expr, windows: int) -> pl.Expr:
-    """`KVPool.sequence_units(T, T)` from the charge terms: fixed + per_block * cdiv(T, bs)
-    + sum(n * cdiv(min(held + in_flight, T), bs))."""
-    bs = pl.col("block_size")
-    units = pl.col("pool_fixed_units") + pl.col("pool_per_block_groups") * _cdiv(t, bs)
-    for j in range(windows):
-        held = pl.col(f"pool_window_{j}_held") + pl.col("pool_max_in_flight_tokens")
-        window_bs = pl.col(f"pool_window_{j}_block_size")
-        units = units + pl.col(f"pool_window_{j}_groups") * _cdiv(pl.min_horizontal(held, t), window_bs)
-    return units
-
-
-def _swa_tokens(t: pl.Expr) -> pl.Expr:
-    """SGLang's window pool: a sequence holds min(T, W) tokens there (null without a window pool)."""
-    return pl.when(pl.col("pool_swa_window") > 0).then(pl.min_horizontal(t, pl.col("pool_swa_window")))
-
-
-def _b_max_memory(units: pl.Expr, swa: pl.Expr) -> pl.Expr:
-    """`memory.b_max(pool, T)` without the max_num_seqs cap (0 for an empty pool), from the units
-    a sequence takes and the tokens it holds in SGLang's window pool (null: no such pool)."""
-    blocks = pl.col("num_blocks")
-    bound = blocks // units
-    bound = (
-        pl.when(swa.is_not_null()).then(pl.min_horizontal(bound, pl.col("pool_swa_capacity") // swa)).otherwise(bound)
+def _pool_terms(windows: int) -> PoolTerms:
+    """The deployment's pool as `capacity.pool.PoolTerms` over its columns: the grid asks it the same
+    rules the estimate asks `KVPool.terms()` (null window parts are padded by `_with_windows`)."""
+    col = pl.col
+    windowed = tuple(
+        (col(f"pool_window_{j}_groups"), col(f"pool_window_{j}_held"), col(f"pool_window_{j}_block_size"))
+        for j in range(windows)
     )
-    return pl.when(blocks > 0).then(bound).otherwise(0)
+    return PoolTerms(
+        capacity_units=col("num_blocks"),
+        block_size=col("block_size"),
+        fixed_units=col("pool_fixed_units"),
+        per_block_groups=col("pool_per_block_groups"),
+        windowed=windowed,
+        in_flight_tokens=col("pool_max_in_flight_tokens"),
+        second_capacity=col("pool_swa_capacity"),
+        second_window=col("pool_swa_window"),
+    )
+
+
+def _bisect(frame: pl.LazyFrame, steps: int, fits: Callable[[pl.Expr], pl.Expr]) -> pl.LazyFrame:
+    """`numeric.bisect_step` on every row, `steps` times, over the `_lo` / `_hi` columns (each step
+    materialized, so the expression stays one step deep)."""
+    for _ in range(steps):
+        lo, hi = bisect_step(pl.col("_lo"), pl.col("_hi"), fits)
+        frame = frame.with_columns(lo.alias("_lo"), hi.alias("_hi"))
+    return frame
 
 
 def with_python_round(frame: pl.LazyFrame, numerator: str, denominator: str, out: str, digits: int = 4) -> pl.LazyFrame:
@@ -980,7 +975,7 @@ def _not_fitting(single: pl.LazyFrame, windows: int) -> pl.LazyFrame:
         & ~(
             (budget > 0)
             & (pl.col("max_model_len") >= t_min)
-            & (_b_max_memory(_units(t_min, windows), _swa_tokens(t_min)) >= 1)
+            & _pool_terms(windows).fits(t_min, 1)
         )
     ).select(*_GROUP, "gpu_idx", "node_tp")
 
@@ -1055,28 +1050,21 @@ def _per_engine(profiles: Sequence[EngineProfile], rule: Callable[[EngineProfile
 
 
 def _starts(windows: int, length: pl.Expr) -> pl.Expr:
-    """The engine's start check at max_model_len `length` (`memory.engine_starts`): one request fits
-    the pool less what the check holds back; engines that start with any pool only need a block."""
-    blocks = pl.col("num_blocks")
-    fits_one = blocks >= _units(length, windows) + pl.col("_start_reserved")
-    return (pl.col("kv_budget_bytes_per_gpu") > 0) & (blocks > 0) & (~pl.col("_refuses_short_pool") | fits_one)
+    """The engine's start check at max_model_len `length` (`PoolTerms.starts`); engines that start with
+    any pool only need a block."""
+    starts = _pool_terms(windows).starts(length, pl.col("_start_reserved"))
+    return (pl.col("kv_budget_bytes_per_gpu") > 0) & (pl.col("num_blocks") > 0) & (~pl.col("_refuses_short_pool") | starts)
 
 
 def _largest_starting_len(frame: pl.LazyFrame, windows: int, steps: int = _BISECTION_STEPS + 4) -> pl.LazyFrame:
-    """`memory.largest_starting_len` on every row: the largest max_model_len in [1, limit] that
+    """`pool.largest_starting_len` on every row: the largest max_model_len in [1, limit] that
     starts, by bisection over tokens (`_fitted_len`, 0 when not even one token does)."""
-    limit, lo, hi = pl.col("max_model_len"), pl.col("_lo"), pl.col("_hi")
+    limit = pl.col("max_model_len")
     frame = frame.with_columns(pl.lit(1, _I64).alias("_lo"), limit.alias("_hi"))
-    for _ in range(steps):
-        mid = (lo + hi) // 2
-        frame = frame.with_columns(_starts(windows, mid).alias("_ok"), mid.alias("_mid")).with_columns(
-            pl.when((hi - lo > 1) & pl.col("_ok")).then(pl.col("_mid")).otherwise(lo).alias("_lo"),
-            pl.when((hi - lo > 1) & ~pl.col("_ok")).then(pl.col("_mid")).otherwise(hi).alias("_hi"),
-        )
-    fitted = (
-        pl.when(_starts(windows, limit)).then(limit).when(_starts(windows, pl.lit(1, _I64))).then(lo).otherwise(0)
-    )
-    return frame.with_columns(fitted.alias("_fitted_len")).drop("_lo", "_hi", "_mid", "_ok")
+    frame = _bisect(frame, steps, lambda length: _starts(windows, length))
+    one = pl.lit(1, _I64)
+    fitted = pl.when(_starts(windows, limit)).then(limit).when(_starts(windows, one)).then(pl.col("_lo")).otherwise(0)
+    return frame.with_columns(fitted.alias("_fitted_len")).drop("_lo", "_hi")
 
 
 def _sized(
@@ -1173,17 +1161,16 @@ def _sized(
 
     # "GPU KV cache size" at max_model_len, as the engine version prints it
     limit, blocks, bs = pl.col("max_model_len"), pl.col("num_blocks"), pl.col("block_size")
-    dep = dep.with_columns(_units(limit, windows).alias("_units_limit"), _swa_tokens(limit).alias("_swa_limit"))
-    conc = blocks.cast(_F64) / pl.col("_units_limit")
-    swa_conc = pl.col("pool_swa_capacity").cast(_F64) / pl.col("_swa_limit")
-    conc = pl.when(pl.col("_swa_limit").is_not_null()).then(pl.min_horizontal(conc, swa_conc)).otherwise(conc)
+    numerator, denominator = _pool_terms(windows).concurrency_ratio(limit)
+    dep = dep.with_columns(numerator.alias("_conc_num"), denominator.alias("_conc_den"))
+    conc = pl.col("_conc_num").cast(_F64) / pl.col("_conc_den")
     printed = _per_engine(
         profiles, lambda p: p.kv_cache_tokens(blocks, pl.col("pool_num_groups"), bs, conc, limit)
     ).cast(_I64)
     return dep.with_columns(
         pl.when((blocks <= 0) | (limit <= 0)).then(0).otherwise(printed).alias("kv_cache_tokens"),
         (blocks * bs).alias("physical_kv_token_slots"),
-    ).drop("_start_reserved", "_refuses_short_pool", "_fitted_len")
+    ).drop("_start_reserved", "_refuses_short_pool", "_fitted_len", "_conc_num", "_conc_den")
 
 
 def _window_count(frame: pl.LazyFrame) -> int:
@@ -1274,18 +1261,16 @@ def _at_contexts(rows: pl.LazyFrame, windows: int, scaled: bool = False, *, spee
     (`max_concurrency_e4` in place of max_concurrency where `scaled`)."""
     t = pl.col("context")
     blocks, seqs = pl.col("num_blocks"), pl.col("max_num_seqs")
-    units, swa = pl.col("_units"), pl.col("_swa")
+    terms = _pool_terms(windows)
+    numerator, denominator = terms.concurrency_ratio(t)  # the window pool's quotient when it binds
     grid = (
-        rows.with_columns(_units(t, windows).alias("_units"), _swa_tokens(t).alias("_swa"))
-        .with_columns(
+        rows.with_columns(
             # nothing of more than max_model_len tokens is admitted (0 there: the engine does not start)
-            pl.when(t > pl.col("max_model_len")).then(0).otherwise(_b_max_memory(units, swa)).alias("b_max_memory"),
-            # the printed concurrency is the smaller quotient: the window pool's when it binds
-            (swa.is_not_null() & (pl.col("pool_swa_capacity") * units < blocks * swa)).alias("_use_swa"),
+            pl.when(t > pl.col("max_model_len")).then(0).otherwise(terms.b_max_memory(t)).alias("b_max_memory"),
+            numerator.alias("_num"),
+            denominator.alias("_den"),
         )
         .with_columns(
-            pl.when(pl.col("_use_swa")).then(pl.col("pool_swa_capacity")).otherwise(blocks).alias("_num"),
-            pl.when(pl.col("_use_swa")).then(swa).otherwise(units).alias("_den"),
             pl.when(seqs > 0).then(pl.min_horizontal("b_max_memory", seqs)).otherwise("b_max_memory").alias("b_max"),
         )
     )
@@ -1300,7 +1285,7 @@ def _at_contexts(rows: pl.LazyFrame, windows: int, scaled: bool = False, *, spee
     else:
         grid = with_python_round(grid, "_num", "_den", "_conc")
         concurrency = pl.when(blocks > 0).then(pl.col("_conc")).otherwise(0.0).alias("max_concurrency")
-    return grid.with_columns(concurrency, fits).drop("_units", "_swa", "_use_swa", "_num", "_den", "_conc")
+    return grid.with_columns(concurrency, fits).drop("_num", "_den", "_conc")
 
 
 @dataclass(frozen=True, slots=True)
@@ -1590,25 +1575,8 @@ def _max_contexts(
     frame = frame.select(*keys, *_LIMIT_INPUTS, *pool)
     targets = pl.LazyFrame({"concurrency": list(concurrencies)}, schema={"concurrency": _I64})
     b, bs, limit = pl.col("concurrency"), pl.col("block_size"), pl.col("max_model_len")
-    lo, hi = pl.col("_lo"), pl.col("_hi")
+    terms = _pool_terms(windows)
     frame = frame.join(targets, how="cross").with_columns(pl.lit(0, _I64).alias("_lo"), (limit // bs).alias("_hi"))
-    for _ in range(steps):
-        frame = frame.with_columns(((lo + hi) // 2).alias("_mid"))
-        tokens = pl.col("_mid") * bs
-        frame = frame.with_columns(
-            (_b_max_memory(_units(tokens, windows), _swa_tokens(tokens)) >= b).alias("_fits"),
-        ).with_columns(
-            pl.when((hi - lo > 1) & pl.col("_fits")).then(pl.col("_mid")).otherwise(lo).alias("_lo"),
-            pl.when((hi - lo > 1) & ~pl.col("_fits")).then(pl.col("_mid")).otherwise(hi).alias("_hi"),
-        )
-    seqs = pl.col("max_num_seqs")
-    max_context = (
-        pl.when((seqs > 0) & (b > seqs))
-        .then(0)
-        .when(pl.col("num_blocks") <= 0)
-        .then(0)
-        .when(_b_max_memory(_units(limit, windows), _swa_tokens(limit)) >= b)
-        .then(limit)
-        .otherwise(lo * bs)
-    )
+    frame = _bisect(frame, steps, lambda blocks: terms.fits(blocks * bs, b))
+    max_context = terms.settle_max_context(pl.col("_lo"), b, limit, pl.col("max_num_seqs"))
     return frame.select(*keys, "concurrency", max_context.alias("max_context"))

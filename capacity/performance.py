@@ -1,7 +1,7 @@
 """How fast a deployment runs: decode step time, prefill time, TPOT, TTFT and output tokens/s.
 
 A roofline per engine step, pure and vectorizable (every formula reads the same on Python floats and
-Polars expressions, like the engine rules in `capacity.engines.numeric`):
+Polars expressions, like the engine rules in `capacity.numeric`):
 
 - a step processes `tokens` new tokens (B for a decode step of B sequences; a prefill chunk adds its
   prompt tokens) while `batch` sequences read their cached context;
@@ -23,19 +23,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from capacity.dtypes import element_bytes, serving_dtype
 from capacity.engines import Engine
-from capacity.engines.numeric import Num, as_float, at_least
-from capacity.memory import (
-    Estimate,
-    cdiv,
-    element_bytes,
-    kv_heads_per_gpu,
-    pp_partition,
-    serving_dtype,
-    stage_layers,
-    weight_format,
-)
-from capacity.spec import WINDOWED_KINDS, GpuSku, KVKind, ModelSpec, SpecError
+from capacity.estimate import Estimate
+from capacity.kv.kinds import FullAttention, layer_cache
+from capacity.numeric import Num, as_float, at_least, cdiv
+from capacity.parallel import pp_partition, stage_layers
+from capacity.spec import GpuSku, ModelSpec, SpecError
+from capacity.weights import weight_format
 
 GB = 1e9
 TFLOP = 1e12
@@ -216,15 +211,14 @@ def _stage_attention_sums(
         windowed: dict[int, list[float]] = {}
         heads_rank = model.num_attention_heads / tp
         for layer in stage_layers(model, pp)[0]:
-            if not layer.stores_per_token_kv:
+            cache = layer_cache(layer)
+            if not isinstance(cache, FullAttention):  # state and shared layers: nothing per token
                 continue
-            per_token = kv_heads_per_gpu(layer, tp) * (layer.k_head_dim + layer.v_head_dim) * kv_element_bytes
-            per_token += layer.indexer_bytes_per_token
+            per_token = cache.bytes_per_token(kv_element_bytes, tp)
             # QK^T and AV: 2 FLOPs per multiply-add, two matmuls, per query head on the rank
-            head_dim = layer.k_head_dim if layer.kind is KVKind.MLA else (layer.k_head_dim + layer.v_head_dim) / 2
-            flops = 4.0 * heads_rank * head_dim
-            if layer.kind in WINDOWED_KINDS and layer.window_tokens:
-                slot = windowed.setdefault(layer.window_tokens, [0.0, 0.0])
+            flops = 4.0 * heads_rank * cache.query_head_dim
+            if cache.window is not None:
+                slot = windowed.setdefault(cache.window, [0.0, 0.0])
                 slot[0] += per_token
                 slot[1] += flops
             else:

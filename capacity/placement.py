@@ -1,6 +1,6 @@
 """Placement: the cheapest way to serve a workload, and the GPUs to buy for a fleet of workloads.
 
-Pure functions over capacity.spec types; every number comes from `capacity.memory.estimate`.
+Pure functions over capacity.spec types; every number comes from `capacity.estimate.estimate`.
 
 **One model x one workload profile** (`place`): every candidate layout (GPU SKU, TP x PP, weight
 and KV dtype the profile's dtype policy allows and the GPU supports) is sized for the profile's
@@ -34,10 +34,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from capacity.calibration import Correction, calibrated_pool
-from capacity.memory import Estimate, b_max, estimate, pool_starts, valid_tp_sizes, weight_format
+from capacity.estimate import Estimate, estimate, pool_starts
+from capacity.parallel import valid_tp_sizes
 from capacity.performance import Performance, perf_inputs, performance
 from capacity.planning_types import BucketPlan, DtypePolicy, WorkloadProfile
+from capacity.pool import b_max
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
+from capacity.weights import weight_format
 
 ENUMERATION_LIMIT = 200_000
 SOLVER_TIME_LIMIT_S = 30.0

@@ -226,7 +226,7 @@ class GpuSku:
         bridged pairs sold bridged (H100/H200 NVL), 1 elsewhere: PCIe cards, where a bridge is only optional,
         and NVLink-C2C. PCIe peer access is assumed off: GeForce drivers refuse it and on data-centre cards it
         depends on the host (IOMMU/ACS, VMs); the public L40S TP 2 log says "no P2P". vLLM's custom
-        all-reduce needs these links (capacity/engines/vllm_overhead.py custom_all_reduce_on)."""
+        all-reduce needs these links (capacity/engines/vllm/overhead.py custom_all_reduce_on)."""
         link = (self.interconnect or "").lower()
         arch = (self.architecture or "").lower()
         if self.amd:

@@ -8,7 +8,7 @@ graphs, so the model is
 
     estimate = base + per_graph x graphs      (TP > 1: per_graph_custom_ar or per_graph_nccl x graphs)
 
-with `graphs` the PIECEWISE + FULL capture counts (`capacity.engines.vllm_overhead.cudagraph_capture_counts`
+with `graphs` the PIECEWISE + FULL capture counts (`capacity.engines.vllm.overhead.cudagraph_capture_counts`
 derives them from max_num_seqs and max_num_batched_tokens). At TP > 1 the charge per graph follows the
 all-reduce the graphs capture: vLLM's custom all-reduce (it registers the graphs' addresses in its IPC
 buffers) or NCCL's. Which one a row ran is what its log states (`custom_all_reduce`: "Registering N cuda
@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
-from capacity.engines.vllm_overhead import custom_all_reduce_on
-from capacity.memory import GIB
+from capacity.dtypes import GIB
+from capacity.engines.vllm.overhead import custom_all_reduce_on
 from evaluation.overhead_cv import source_group
 from models_registry.sources.gpu_catalog import find_gpu_sku
 

@@ -24,8 +24,9 @@ from typing import Any
 import yaml
 
 from capacity import engine_constants as ec
+from capacity.dtypes import GIB
 from capacity.engines.sglang import is_legacy_release, tp_switch_context_bytes
-from capacity.memory import GIB, Estimate, estimate
+from capacity.estimate import Estimate, estimate
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from evaluation.overhead_cv import Accuracy, accuracy, source_group
 

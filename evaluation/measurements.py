@@ -15,7 +15,8 @@ import yaml
 
 from capacity import engine_constants as ec
 from capacity.calibration import ObservedSettings, engine_version_for, observed_deployment
-from capacity.memory import GIB, Estimate, estimate
+from capacity.dtypes import GIB
+from capacity.estimate import Estimate, estimate
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 
 MEASUREMENTS_PATH = Path(__file__).resolve().parent / "data" / "vllm_public_measurements.yaml"

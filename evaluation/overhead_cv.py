@@ -3,7 +3,7 @@ public startup logs (evaluation/data/vllm_public_measurements.yaml).
 
 Each row is predicted once with capplan (`measurements.compare`), which fixes everything but the
 overhead: usable memory, weights, the pool layout. An overhead model is then a function of a few
-coefficients over per-row features (the named buffers of `capacity.engines.vllm_overhead`, or the
+coefficients over per-row features (the named buffers of `capacity.engines.vllm.overhead`, or the
 previous model's two activation features), so refitting for a fold is arithmetic:
 
     KV pool(c)   = usable - weights - overhead(c)             (bytes per GPU, as vLLM computes it)
@@ -23,8 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from capacity import engine_constants as ec
-from capacity.engines.vllm_overhead import ProfilingBuffers, overhead_from_buffers, profiling_buffers
-from capacity.memory import GIB, activation_features
+from capacity.dtypes import GIB
+from capacity.engines.vllm.overhead import ProfilingBuffers, overhead_from_buffers, profiling_buffers
+from capacity.overhead import activation_features
 from capacity.spec import GpuSku, ModelSpec
 from evaluation.measurements import Comparison
 from models_registry.sources.gpu_catalog import find_gpu_sku
@@ -168,7 +169,7 @@ def _previous_features(
 ) -> dict[str, Any]:
     """The previous model as it was: one TP > 1 non-torch term whatever the interconnect."""
     mlp, logits = activation_features(model, tp, t, s, b)
-    from capacity.memory import pp_partition
+    from capacity.parallel import pp_partition
 
     return {"mlp": mlp, "logits": logits, "tp": tp, "graphs": r.cudagraph_memory_in_budget,
             "layers": max(pp_partition(model.num_layers, pp))}  # fmt: skip

@@ -1,7 +1,7 @@
 """The performance model against public benchmark measurements (evaluation/data/perf_measurements.yaml).
 
 Turns each measured row into `capacity.perf_fit` observations (the deployment sized by
-`capacity.memory.estimate`, the step terms by `capacity.performance`), then reports in-sample and
+`capacity.estimate.estimate`, the step terms by `capacity.performance`), then reports in-sample and
 leave-one-source-group-out accuracy per metric, engine and GPU class (`tools/perf_fit.py` prints it).
 A row capplan cannot size (model or GPU not in the catalog, no bandwidth / FLOPS, does not fit,
 unbounded concurrency) is skipped with a one-line reason.
@@ -16,7 +16,8 @@ from functools import cache
 
 import numpy as np
 
-from capacity.memory import Estimate, cdiv, estimate
+from capacity.estimate import Estimate, estimate
+from capacity.numeric import cdiv
 from capacity.perf_fit import Accuracy, Observation, Params, StepTerms, accuracy, fit, leave_one_group_out, predict
 from capacity.performance import PerfEfficiency, PerfInputs, allreduce_seconds, perf_inputs, step_bytes, step_flops
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from capacity.memory import element_bytes
+from capacity.dtypes import element_bytes
 from capacity.spec import PER_TOKEN_KINDS, SpecError
 from models_registry import orm
 from models_registry.resolve import ResolvedModel, registry_row

@@ -29,7 +29,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from capacity.memory import estimate
+from capacity.estimate import estimate
 from capacity.performance import performance
 from capacity.spec import DeploymentSpec, GpuSku, SpecError
 from models_registry.planning import Catalog, catalog

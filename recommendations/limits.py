@@ -5,7 +5,7 @@ binds (ties go to the model, then the calibration, then the prediction):
 
 - model limit: the model's context limit (max_position_embeddings, rope scaling); for an observed
   deployment also its configured max_model_len (the engine refuses longer requests anyway);
-- memory-derived limit: `capacity.memory.max_context` on capplan's predicted KV pool;
+- memory-derived limit: `capacity.pool.max_context` on capplan's predicted KV pool;
 - calibrated limit: the same on the pool resized to the calibrated KV budget, where a calibration
   scope with enough observations applies (else null, and `calibrated` is false).
 
@@ -24,6 +24,7 @@ from typing import Any
 import polars as pl
 
 from capacity import engine_constants as ec
+from capacity import numeric
 from capacity.calibration import (
     CalibrationFit,
     Correction,
@@ -32,9 +33,9 @@ from capacity.calibration import (
     pool_with_units,
     resized_units,
 )
-from capacity.engines import Engine, numeric
+from capacity.engines import Engine
+from capacity.estimate import Estimate
 from capacity.grid import TARGET_CONCURRENCIES, GridOptions, grid_tables, max_contexts, weight_dtype_choices
-from capacity.memory import Estimate
 from capacity.spec import ModelSpec
 from models_registry.planning import Catalog
 from telemetry.predictions import predict_row

@@ -3,7 +3,7 @@
 `predict_deployments(deployments, catalog)` takes `telemetry.deployment_summary` (one
 row per deployment) and returns one row per deployment (`PREDICTION_SCHEMA`): the DeploymentSpec
 the settings map to (`capacity.calibration.observed_deployment`, the rule the public-log accuracy
-set uses too), `capacity.memory.estimate`'s terms for it, and what the engine's own numbers mean
+set uses too), `capacity.estimate.estimate`'s terms for it, and what the engine's own numbers mean
 in capplan's pool terms (a KV pool reported only as a block count is converted to bytes with the
 predicted block size; the reported blocks give the measured B_max and KV capacity).
 
@@ -32,7 +32,7 @@ from capacity.calibration import (
     pool_numbers,
     pool_with_units,
 )
-from capacity.memory import Estimate, estimate
+from capacity.estimate import Estimate, estimate
 from capacity.performance import performance
 from capacity.spec import GpuSku, ModelSpec, SpecError
 from models_registry.planning import Catalog

@@ -62,46 +62,27 @@ LAYER_ALLOWED: set[tuple[str, str]] = set()
 # --- (a) import circles ----------------------------------------------------------------------------
 # The strongly connected components of the module graph today, each a set of modules that reach one
 # another. A component that shrinks fails too: replace its entry with the smaller one the message names.
-CYCLES_ALLOWED: list[frozenset[str]] = [
-    # memory.py defines the types the engines build and also calls them (estimate); three
-    # function-local imports close the loop
-    frozenset(
-        {
-            "capacity.memory",
-            "capacity.engines",
-            "capacity.engines.base",
-            "capacity.engines.plain",
-            "capacity.engines.sglang",
-            "capacity.engines.trtllm",
-            "capacity.engines.vllm",
-            "capacity.engines.vllm_overhead",
-            "capacity.engines.vllm_weights",
-        }
-    ),
-]
+CYCLES_ALLOWED: list[frozenset[str]] = []
 
 # --- (c) module length -----------------------------------------------------------------------------
 MAX_MODULE_LINES = 1000
 # module: its line count today, a ceiling (it may shrink, not grow)
 LONG_MODULES_ALLOWED: dict[str, int] = {
-    "capacity.memory": 1188,
-    "capacity.grid": 1614,
+    "capacity.grid": 1582,
 }
 
 # --- (d) function length ---------------------------------------------------------------------------
 MAX_FUNCTION_LINES = 100  # from the `def` line to the last line of the body
 # "module:Qualified.name": its line count today, a ceiling
 LONG_FUNCTIONS_ALLOWED: dict[str, int] = {
-    "capacity.engines.vllm:stage_pools": 110,
-    "capacity.grid:_sized": 105,
-    "capacity.memory:estimate": 202,
+    "capacity.grid:_sized": 104,
     "pipelines.commands.estimate:estimate": 270,
     "pipelines.commands.nightly:nightly": 126,
 }
 
 # --- (e) `# fmt: skip` -----------------------------------------------------------------------------
 FMT_SKIP_TARGET = 40  # issue 20's bound
-FMT_SKIP_ALLOWED = 159  # today's count in the packages, exact: lower it as skips go, down to the target
+FMT_SKIP_ALLOWED = 139  # today's count in the packages, exact: lower it as skips go, down to the target
 
 # --- (f) engines and layer kinds chosen by comparing strings ---------------------------------------
 ENGINE_NAMES = frozenset({"vllm", "sglang", "trtllm", "plain"})  # compared with anything
@@ -122,16 +103,6 @@ PARSING_MODULES = (
 )
 # "module:function" (the enclosing function, or <module>): the number of such comparisons today, exact
 STRING_CHOICES_ALLOWED: dict[str, int] = {
-    "capacity.calibration:resized_pool": 1,
-    "capacity.calibration:with_cached_terms": 1,
-    "capacity.explain:_start_check": 1,
-    "capacity.explain:derivation": 2,
-    "capacity.grid:_pool_candidates": 1,
-    "capacity.memory:KVPool.charge_terms": 2,
-    "capacity.memory:KVPool.sequence_units": 1,
-    "capacity.memory:_fit_reason": 1,
-    "capacity.memory:engine_starts": 1,
-    "capacity.memory:estimate": 2,
     "evaluation.engine_logs:_era": 1,
     "evaluation.engine_logs:_unmodelled": 1,
     "evaluation.engine_logs:_pool_bytes": 1,

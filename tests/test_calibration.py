@@ -26,7 +26,8 @@ from capacity.calibration import (
     resized_pool,
     scope_keys,
 )
-from capacity.memory import KVGroup, KVPool, estimate
+from capacity.estimate import estimate
+from capacity.pool import KVGroup, KVPool, PoolUnit
 from capacity.spec import CheckpointQuant, DeploymentSpec
 from tests.handmade import dense_spec
 
@@ -188,10 +189,10 @@ def test_leave_one_out_predicts_each_pool_without_itself() -> None:
 
 
 def test_resized_pools_follow_the_engine_arithmetic() -> None:
-    block = KVPool("block", 1000, 16, (KVGroup("full", 32),), 8192, 2 * MIB)
+    block = KVPool(PoolUnit.BLOCK, 1000, 16, (KVGroup("full", 32),), 8192, 2 * MIB)
     assert resized_pool(block, 2000 * MIB, 1001 * MIB).capacity_units == 500
     assert resized_pool(block, 2000 * MIB, -5).capacity_units == 0
-    byte = KVPool("byte", 10 * GIB, 1, (KVGroup("full", 32),), 0, 1, (524_288,))
+    byte = KVPool(PoolUnit.BYTE, 10 * GIB, 1, (KVGroup("full", 32),), 0, 1, (524_288,))
     assert resized_pool(byte, 10 * GIB, 6 * GIB).capacity_units == 6 * GIB
 
 

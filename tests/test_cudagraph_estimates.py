@@ -13,7 +13,7 @@ import re
 import pytest
 
 from capacity import engine_constants as ec
-from capacity.engines.vllm_overhead import cudagraph_capture_counts, custom_all_reduce_on, vllm_overhead
+from capacity.engines.vllm.overhead import cudagraph_capture_counts, custom_all_reduce_on, vllm_overhead
 from evaluation import cudagraph_estimates as graphs
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
@@ -128,7 +128,7 @@ def test_the_estimate_names_the_peer_access_assumption_at_tp_2_on_pcie() -> None
     not assume; the estimate says what the graphs would take with it (custom all-reduce's per-graph charge).
     GeForce cards' stock driver refuses peer access (nothing to assume), TP 4 on PCIe never runs it (every pair
     needs NVLink)."""
-    from capacity.memory import estimate
+    from capacity.estimate import estimate
     from capacity.spec import DeploymentSpec
 
     resolved = load_model("Qwen/Qwen3-14B")

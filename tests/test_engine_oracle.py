@@ -33,8 +33,13 @@ from typing import Any
 
 import pytest
 
-from capacity import memory
+from capacity.dtypes import KV_DTYPES as CAPPLAN_KV_DTYPES
+from capacity.dtypes import serving_dtype
+from capacity.estimate import estimate
 from capacity.hf_config import parse_config
+from capacity.kv_bytes import kv_heads_per_gpu
+from capacity.numeric import cdiv
+from capacity.parallel import valid_tp_sizes
 from capacity.spec import DeploymentSpec, GpuSku, KVKind, ModelSpec, SpecError
 from tests.conftest import ORACLE_PYTHON, require_oracle_venv
 
@@ -202,7 +207,7 @@ class OracleCase:
 
 
 def _estimate(model: CatalogModel, gpu: OracleGpu, deployment: DeploymentSpec, context_tokens: int) -> Any:
-    return memory.estimate(
+    return estimate(
         model.spec,
         deployment,
         gpu=gpu.sku,
@@ -254,8 +259,8 @@ def _layers_json(model: CatalogModel, tp: int) -> list[dict[str, Any]]:
                 {
                     "kind": "state",
                     "state_shapes": [
-                        [memory.cdiv(layer.conv_state_elements, tp)],
-                        [memory.cdiv(layer.recurrent_state_elements, tp)],
+                        [cdiv(layer.conv_state_elements, tp)],
+                        [cdiv(layer.recurrent_state_elements, tp)],
                     ],
                     "state_dtypes": [_model_dtype(model), _ssm_dtype(model)],
                 }
@@ -266,7 +271,7 @@ def _layers_json(model: CatalogModel, tp: int) -> list[dict[str, Any]]:
             continue
         entry: dict[str, Any] = {
             "kind": str(kind),
-            "num_kv_heads": memory.kv_heads_per_gpu(layer, tp),
+            "num_kv_heads": kv_heads_per_gpu(layer, tp),
             "head_size": layer.k_head_dim,
             "head_size_v": layer.v_head_dim,
         }
@@ -277,7 +282,7 @@ def _layers_json(model: CatalogModel, tp: int) -> list[dict[str, Any]]:
 
 
 def _model_dtype(model: CatalogModel) -> str:
-    return memory.serving_dtype(model.spec)
+    return serving_dtype(model.spec)
 
 
 def _ssm_dtype(model: CatalogModel) -> str:
@@ -326,13 +331,13 @@ def _deployments(model: CatalogModel) -> Iterator[tuple[OracleGpu, int, int, str
         batched_set = {vllm_batch_tier_tokens(gpu)}
         if special and gpu.sku.id == PP_GPU:
             batched_set |= set(WINDOWED_BATCHED_TOKENS)
-        for tp in memory.valid_tp_sizes(model.spec, TP_SIZES, gpu.sku):
+        for tp in valid_tp_sizes(model.spec, TP_SIZES, gpu.sku):
             for kv in KV_DTYPES:
                 for max_len in lengths:
                     for batched in sorted(batched_set):
                         yield gpu, tp, 1, kv, max_len, batched
         if (special or model.spec.is_mla) and gpu.sku.id == PP_GPU:
-            tps = memory.valid_tp_sizes(model.spec, TP_SIZES, gpu.sku, pp=2)
+            tps = valid_tp_sizes(model.spec, TP_SIZES, gpu.sku, pp=2)
             for max_len in lengths:
                 if tps:
                     yield gpu, tps[-1], 2, "auto", max_len, vllm_batch_tier_tokens(gpu)
@@ -399,7 +404,7 @@ def run_oracle(request: dict[str, Any]) -> dict[str, Any]:
 def load_oracle_run() -> OracleRun:
     """Build every case, ask vLLM once, keep both answers."""
     cases, not_compared = build_cases()
-    dtypes = sorted(set(memory.KV_DTYPES) | {"fp8_e4m3", "fp8_e5m2", "nvfp4", "int8_per_token_head"})
+    dtypes = sorted(set(CAPPLAN_KV_DTYPES) | {"fp8_e4m3", "fp8_e5m2", "nvfp4", "int8_per_token_head"})
     request = {
         "cases": [oracle_case_json(c) for c in cases],
         "batch_defaults": [

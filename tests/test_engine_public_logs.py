@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from capacity.memory import GIB, kv_bytes_per_token_per_gpu
+from capacity.dtypes import GIB
+from capacity.kv_bytes import kv_bytes_per_token_per_gpu
 from capacity.spec import ModelSpec
 from evaluation import engine_logs as el
 from models_registry.resolve import load_model
@@ -129,7 +130,7 @@ def test_unknown_release_row_within_its_stated_tolerance(runs) -> None:  # type:
 
 
 def test_unknown_release_and_unmodelled_features_are_said() -> None:
-    from capacity.memory import estimate
+    from capacity.estimate import estimate
     from capacity.spec import DeploymentSpec
 
     resolved = load_model("meta-llama/Llama-3.1-8B-Instruct")

@@ -22,10 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from capacity.engines import Engine, engine_profile
+from capacity.engines import DefaultsRequest, Engine, PoolRequest
 from capacity.engines import sglang as sg
+from capacity.engines.registry import engine_profile
+from capacity.estimate import estimate
 from capacity.hf_config import parse_config
-from capacity.memory import b_max, estimate, max_concurrency
+from capacity.pool import b_max, max_concurrency
 from capacity.spec import DeploymentSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
@@ -111,19 +113,19 @@ def test_floor_of_ten_gib_above_60_gib() -> None:
 def test_defaults_of_the_profile() -> None:
     h100 = find_gpu_sku("h100-sxm-80gb")
     llama = _spec("meta-llama/Llama-3.1-8B-Instruct")
-    d = PROFILE.defaults(llama, h100, h100.memory_total_bytes, 131072, 1, 1)
+    d = PROFILE.defaults(DefaultsRequest(llama, h100, h100.memory_total_bytes, 131072, 1, 1))
     # no sequence cap here: resolve_max_num_reqs sizes it from the pool (at least 2,048); the fraction by
     # nvidia-smi's memory.total, 81,559 MiB: (81,559 - 13,904) / 81,559 = 0.8295 -> 0.830
     assert (d.gpu_memory_utilization, d.max_num_seqs, d.max_num_batched_tokens, d.block_size) == (0.83, 0, 8192, 1)
     b200 = find_gpu_sku("b200-180gb")
     # SM100: trtllm_mha (model_override_base.get_default_attn_backend) -> page 64 (_mla_backend_page_constraints)
-    assert PROFILE.defaults(llama, b200, b200.memory_total_bytes, 131072, 1, 1).block_size == 64
+    assert PROFILE.defaults(DefaultsRequest(llama, b200, b200.memory_total_bytes, 131072, 1, 1)).block_size == 64
     mi300x = find_gpu_sku("mi300x-192gb")
     # AMD: the aiter backend; context 131,072 > 8,192 -> 0.85 x 0.864 (196,587.52 MiB: 26,832 reserved, 0.864)
-    assert PROFILE.defaults(llama, mi300x, mi300x.memory_total_bytes, 131072, 1, 1).gpu_memory_utilization == (
+    assert PROFILE.defaults(DefaultsRequest(llama, mi300x, mi300x.memory_total_bytes, 131072, 1, 1)).gpu_memory_utilization == (
         pytest.approx(0.864 * 0.85)
     )
-    assert PROFILE.defaults(llama, mi300x, mi300x.memory_total_bytes, 8192, 1, 1).gpu_memory_utilization == 0.864
+    assert PROFILE.defaults(DefaultsRequest(llama, mi300x, mi300x.memory_total_bytes, 8192, 1, 1)).gpu_memory_utilization == 0.864
 
 
 def test_vlm_factor() -> None:
@@ -213,7 +215,7 @@ def test_deepseek_v3_mla_cell() -> None:
         c = sg.cells(spec, 2, 4, tp, 1)
         assert (c.full_cell, c.full_layers, c.swa_layers, c.state_bytes, c.hybrid) == (70_272, 61, 0, 0, False)
     # a 10 GiB budget: 10,737,418,240 / 70,272 = 152,797.9 -> 152,797 tokens
-    pool = PROFILE.stage_pools(spec, 10 * GIB, 2, 4, 2, 8, 1, 1, 8192, 8192)[0]
+    pool = PROFILE.stage_pools(PoolRequest(spec, 10 * GIB, 2, 4, 2, 8, 1, 1, 8192, 8192))[0]
     assert pool.capacity_units == 152_797 and pool.unit_bytes == 70_272
 
 
@@ -229,7 +231,7 @@ def test_deepseek_v32_dsa_cell_and_page() -> None:
     assert sg.cells(spec, 1, 4, 8, 1).full_cell == 48_068
     # page 64 x index_kpool for DSA on CUDA (model_overrides/deepseek_v2.py)
     h200 = find_gpu_sku("h200-sxm-141gb")
-    assert PROFILE.defaults(spec, h200, h200.memory_total_bytes, 163840, 8, 1).block_size == 64
+    assert PROFILE.defaults(DefaultsRequest(spec, h200, h200.memory_total_bytes, 163840, 8, 1)).block_size == 64
 
 
 # --- hybrid SWA pools: is_hybrid_swa_model, HybridSWAPoolConfigurator ------------------------------
@@ -243,7 +245,7 @@ def test_gemma_3_has_no_hybrid_swa_pool() -> None:
     c = sg.cells(spec, 2, 4, 1, 1)
     assert not sg.is_hybrid_swa(spec)
     assert (c.full_cell, c.full_layers, c.swa_cell, c.hybrid) == (507_904, 62, 0, False)
-    pool = PROFILE.stage_pools(spec, 40 * GIB, 2, 4, 2, 1, 1, 1, 8192, 8192)[0]
+    pool = PROFILE.stage_pools(PoolRequest(spec, 40 * GIB, 2, 4, 2, 1, 1, 1, 8192, 8192))[0]
     # 42,949,672,960 // 507,904 = 84,562
     assert pool.swa_capacity_units is None and pool.capacity_units == 84_562
 
@@ -258,10 +260,10 @@ def test_gpt_oss_120b_hybrid_swa_split() -> None:
         36_864, 36_864, 18, 18, 128, True
     )  # fmt: skip
     assert c.swa_denominator == pytest.approx(66_355.2)
-    pool = PROFILE.stage_pools(spec, 40 * GIB, 2, 4, 2, 1, 1, 1, 8192, 8192)[0]
+    pool = PROFILE.stage_pools(PoolRequest(spec, 40 * GIB, 2, 4, 2, 1, 1, 1, 8192, 8192))[0]
     assert (pool.capacity_units, pool.swa_capacity_units, pool.swa_window_tokens) == (647_269, 517_815, 128)
     # page 64 (B200): full 647,269 -> 647,232; SWA int(647,232 x 0.8) = 517,785 -> 517,760
-    paged = PROFILE.stage_pools(spec, 40 * GIB, 2, 4, 2, 1, 1, 64, 8192, 8192)[0]
+    paged = PROFILE.stage_pools(PoolRequest(spec, 40 * GIB, 2, 4, 2, 1, 1, 64, 8192, 8192))[0]
     assert (paged.capacity_units, paged.swa_capacity_units) == (647_232, 517_760)
 
 
@@ -269,9 +271,9 @@ def test_gpt_oss_swa_pool_too_small_does_not_start() -> None:
     # validate_swa_pool_size: window 128 + page 1 >= SWA tokens refuses. A budget of 160 x 66,355.2 B:
     # full 160, SWA 128 -> 129 >= 128: ValueError; 163 full -> SWA int(130.4) = 130 > 129 starts
     spec = _spec("openai/gpt-oss-120b")
-    refused = PROFILE.stage_pools(spec, int(160 * 66_355.2), 2, 4, 2, 1, 1, 1, 8192, 8192)[0]
+    refused = PROFILE.stage_pools(PoolRequest(spec, int(160 * 66_355.2), 2, 4, 2, 1, 1, 1, 8192, 8192))[0]
     assert refused.capacity_units == 0 and refused.swa_capacity_units == 0
-    started = PROFILE.stage_pools(spec, int(163 * 66_355.2) + 1, 2, 4, 2, 1, 1, 1, 8192, 8192)[0]
+    started = PROFILE.stage_pools(PoolRequest(spec, int(163 * 66_355.2) + 1, 2, 4, 2, 1, 1, 1, 8192, 8192))[0]
     assert (started.capacity_units, started.swa_capacity_units) == (163, 130)
     assert sg.swa_pool_starts(130, 128, 1) and not sg.swa_pool_starts(129, 128, 1)
 
@@ -299,7 +301,7 @@ def test_gemma_4_hybrid_swa_with_unequal_layers() -> None:
     spec = _spec("google/gemma-4-26B-A4B")
     c = sg.cells(spec, 2, 4, 1, 1)
     assert (c.full_cell, c.swa_cell, c.window, c.hybrid) == (20_480, 204_800, 1024, True)
-    pool = PROFILE.stage_pools(spec, 20 * GIB, 2, 4, 2, 1, 1, 1, 8192, 8192)[0]
+    pool = PROFILE.stage_pools(PoolRequest(spec, 20 * GIB, 2, 4, 2, 1, 1, 1, 8192, 8192))[0]
     assert (pool.capacity_units, pool.swa_capacity_units) == (116_508, 93_206)
 
 
@@ -327,7 +329,7 @@ def test_qwen3_next_mamba_split() -> None:
     spec = _spec("Qwen/Qwen3-Next-80B-A3B-Instruct")
     assert sg.mamba_state_slots(50 * GIB, 77_266_944) == 328
     assert sg.mamba_kv_bytes(50 * GIB, 77_266_944) == 28_266_266_624
-    pool = PROFILE.stage_pools(spec, 50 * GIB, 2, 4, 2, 1, 1, 1, 8192, 8192)[0]
+    pool = PROFILE.stage_pools(PoolRequest(spec, 50 * GIB, 2, 4, 2, 1, 1, 1, 8192, 8192))[0]
     assert pool.capacity_units == 1_150_157 and pool.state_bytes_per_sequence == 77_266_944
     # SGLang's second pool: 328 state slots, 5 per running request -> at most 65 sequences at any length
     assert (pool.swa_capacity_units, pool.swa_window_tokens) == (328, 5)
@@ -345,14 +347,14 @@ def test_nemotron_h_state_and_no_state_slot() -> None:
     # a budget of 3 states: 306,413,568 x 0.9 / 1.9 = 145,143,269 -> K = int(0.42) = 0: RuntimeError
     # ("Not enough GPU memory for hybrid (mamba/linear-attention) state cache")
     assert sg.mamba_state_slots(3 * 102_137_856, 102_137_856) == 0
-    assert PROFILE.stage_pools(spec, 3 * 102_137_856, 2, 4, 2, 1, 1, 1, 8192, 8192)[0].capacity_units == 0
+    assert PROFILE.stage_pools(PoolRequest(spec, 3 * 102_137_856, 2, 4, 2, 1, 1, 1, 8192, 8192))[0].capacity_units == 0
     # 1 GiB: 1,073,741,824 x 0.9 / 1.9 = 508,614,548.2 -> K = int(3.98) = 3 slots (KV 665,190,400 // 16,384
     # = 40,600 tokens), but 3 // 5 slots per request = 0 running requests: resolve_max_num_reqs raises
     assert sg.mamba_state_slots(GIB, 102_137_856) == 3
-    assert PROFILE.stage_pools(spec, GIB, 2, 4, 2, 1, 1, 1, 8192, 8192)[0].capacity_units == 0
+    assert PROFILE.stage_pools(PoolRequest(spec, GIB, 2, 4, 2, 1, 1, 1, 8192, 8192))[0].capacity_units == 0
     # 2 GiB: 1,017,229,096.4 / 102,137,856 = 9.96 -> K = 8 (8 // 5 = 1 request); state 9 x 102,137,856 =
     # 919,240,704; KV 2,147,483,648 - 919,240,704 = 1,228,242,944 // 16,384 = 74,966 tokens
-    pool = PROFILE.stage_pools(spec, 2 * GIB, 2, 4, 2, 1, 1, 1, 8192, 8192)[0]
+    pool = PROFILE.stage_pools(PoolRequest(spec, 2 * GIB, 2, 4, 2, 1, 1, 1, 8192, 8192))[0]
     assert (pool.capacity_units, pool.swa_capacity_units, pool.swa_window_tokens) == (74_966, 8, 5)
     # the state pool caps running requests: min(74,966 // 1,024, 8 // 5) = 1 at 1,024 tokens
     assert b_max(pool, 1024) == 1
@@ -551,7 +553,7 @@ def test_pool_sizes_equal_sglang_own_configurators() -> None:
                 c = sg.cells(spec, kv_bytes, 4, tp, 1)
                 for page in (1, 64):
                     for budget in budgets:
-                        pool = PROFILE.stage_pools(spec, budget, kv_bytes, 4, 2, tp, 1, page, 8192, 8192)[0]
+                        pool = PROFILE.stage_pools(PoolRequest(spec, budget, kv_bytes, 4, 2, tp, 1, page, 8192, 8192))[0]
                         if c.hybrid:
                             cases.append({"kind": "swa", "full_per_token": c.full_cell // c.full_layers,
                                           "swa_per_token": c.swa_cell // c.swa_layers, "full_layers": c.full_layers,
@@ -612,7 +614,7 @@ def test_defaults_and_mamba_pools_equal_sglang_own_code() -> None:
                     cases.append({"kind": "mamba", "budget": budget, "per_req": c.state_bytes, "cell": c.full_cell,
                                   "page": page, "context_len": spec.context_limit_tokens,
                                   "extra_buffer": ratio > 3})  # fmt: skip
-                    pool = PROFILE.stage_pools(spec, budget, 2, 4, 2, tp, 1, page, 8192, 8192)[0]
+                    pool = PROFILE.stage_pools(PoolRequest(spec, budget, 2, 4, 2, tp, 1, page, 8192, 8192))[0]
                     tokens = pool.capacity_units * page
                     if tokens:  # started: state slots, KV tokens, max_running_requests (the pool's cap)
                         slots = pool.swa_capacity_units or 0
@@ -674,7 +676,7 @@ def test_default_fraction_follows_the_release_era() -> None:
 
     def fraction(version: str | None) -> float:
         profile = engine_profile(Engine.SGLANG, version)
-        return profile.defaults(spec, rtx5080, rtx5080.memory_total_bytes, 40960, 1, 1).gpu_memory_utilization
+        return profile.defaults(DefaultsRequest(spec, rtx5080, rtx5080.memory_total_bytes, 40960, 1, 1)).gpu_memory_utilization
 
     assert sg.is_tiered_release("0.4.8") and sg.is_tiered_release("0.5.2rc2") and sg.is_tiered_release("0.4.10.post2")
     assert not sg.is_tiered_release("0.4.7") and not sg.is_tiered_release("0.5.3") and not sg.is_tiered_release(None)

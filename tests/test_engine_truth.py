@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from capacity.engines import Engine, engine_profile
-from capacity.engines.vllm import VllmProfile, batch_defaults, max_concurrent_batches
-from capacity.memory import AUTO_MAX_MODEL_LEN, estimate
+from capacity.engines import Engine
+from capacity.engines.registry import engine_profile
+from capacity.engines.vllm.profile import VllmProfile
+from capacity.engines.vllm.releases import batch_defaults, max_concurrent_batches
+from capacity.estimate import AUTO_MAX_MODEL_LEN, estimate
 from capacity.spec import DeploymentSpec, GpuSku, KVKind, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku

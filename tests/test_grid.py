@@ -1,5 +1,5 @@
 """The vectorized grid against the scalar engine: every column of sampled rows equals
-`memory.estimate(...).contract()`, the context limits equal `memory.max_context`, and the byte
+`estimate(...).contract()`, the context limits equal `pool.max_context`, and the byte
 arithmetic equals plain Python integers (stack-notes G4: Polars literals do not widen)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from capacity.estimate import AUTO_MAX_MODEL_LEN, estimate
 from capacity.grid import (
     CONTEXT_COLUMNS,
     DEPLOYMENT_KEYS,
@@ -35,7 +36,6 @@ from capacity.grid import (
     weight_dtype_choices,
     with_python_round,
 )
-from capacity.memory import AUTO_MAX_MODEL_LEN, estimate
 from capacity.performance import efficiency_for, perf_inputs, tpot_seconds
 from capacity.spec import CheckpointQuant, DeploymentSpec, GpuSku, KVKind, LayerKVSpec, LayerParams, ModelSpec
 from tests.handmade import dense_spec, mla_spec
@@ -594,7 +594,7 @@ def test_models_sharing_layers_share_the_kv_side_and_still_match_estimate() -> N
 def test_grid_charges_the_graphs_by_the_gpus_all_reduce_path_like_estimate() -> None:
     """Two GPUs with the same nvlink_multicast (False) but different links: A100 SXM's NVSwitch runs vLLM's
     custom all-reduce at TP 4, L40S (PCIe) does not, so their CUDA-graph charges differ at TP 4 only; every
-    row equals `estimate` (the rule is applied once, in vllm_overhead.custom_all_reduce_on)."""
+    row equals `estimate` (the rule is applied once, in engines.vllm.overhead.custom_all_reduce_on)."""
     skus = [
         GpuSku("a100-sxm-80gb", "A100", "nvidia", 84_987_740_160, architecture="ampere", interconnect="NVLink3"),
         GpuSku("l40s-48gb", "L40S", "nvidia", 47_697_362_944, fp8_support=True, architecture="ada",

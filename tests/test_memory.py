@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from capacity.engines.vllm import VllmProfile
-from capacity.memory import (
-    b_max,
-    estimate,
-    estimate_weights,
-    kv_bytes_per_sequence,
-    kv_bytes_per_token,
-    kv_bytes_per_token_per_gpu,
-    max_concurrency,
-    max_context,
-    pp_partition,
-)
+from capacity.engines import PoolRequest
+from capacity.engines.vllm.profile import VllmProfile
+from capacity.estimate import estimate
+from capacity.kv_bytes import kv_bytes_per_sequence, kv_bytes_per_token, kv_bytes_per_token_per_gpu
+from capacity.parallel import pp_partition
+from capacity.pool import b_max, max_concurrency, max_context
 from capacity.spec import DeploymentSpec, KVKind, SpecError
+from capacity.weights import estimate_weights
 from tests.handmade import dense_spec, mla_spec
 
 GIB = 2**30
@@ -26,7 +21,7 @@ CPU_BUILD = VllmProfile.for_version("0.32")
 
 def vllm_cpu_pool(spec, budget: int, block: int, batched: int):  # type: ignore[no-untyped-def]
     in_flight = CPU_BUILD.max_in_flight_tokens(batched, 1, async_scheduling=False)
-    pools = CPU_BUILD.stage_pools(spec, budget, 2, 4, 2, 1, 1, block, batched, in_flight)
+    pools = CPU_BUILD.stage_pools(PoolRequest(spec, budget, 2, 4, 2, 1, 1, block, batched, in_flight))
     return min(pools, key=lambda p: p.capacity_units)
 
 

@@ -12,7 +12,7 @@ import math
 import polars as pl
 import pytest
 
-from capacity.memory import estimate
+from capacity.estimate import estimate
 from capacity.performance import (
     DEFAULT_EFFICIENCY,
     PerfEfficiency,

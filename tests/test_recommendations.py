@@ -13,8 +13,10 @@ import yaml
 
 from capacity import engine_constants as ec
 from capacity.calibration import CalibrationFit, calibrated_pool, fit_calibration, pool_numbers
+from capacity.estimate import AUTO_MAX_MODEL_LEN, estimate
 from capacity.grid import TARGET_CONCURRENCIES, grid_contexts
-from capacity.memory import AUTO_MAX_MODEL_LEN, b_max, estimate, valid_tp_sizes
+from capacity.parallel import valid_tp_sizes
+from capacity.pool import b_max
 from capacity.spec import DeploymentSpec, SpecError
 from models_registry.planning import Catalog, bundled_catalog
 from recommendations.admission import ADMISSION_SCHEMA, budget_row
@@ -437,7 +439,7 @@ def test_an_empty_drop_folder_gives_empty_typed_frames(tmp_path: Path) -> None:
 def test_speed_predicted_at_the_observed_load(fleet: dict[str, Any]) -> None:
     """prediction_vs_measured's speed: capacity.performance at the rounded busy-time concurrency and
     the observed mean lengths (the SAMPLE's speed files are made 8 % slower than that model)."""
-    from capacity.memory import estimate
+    from capacity.estimate import estimate
     from capacity.performance import performance
 
     rows = _by_id(fleet["predictions"])

@@ -171,7 +171,7 @@ def test_the_frontier_is_the_performance_model_at_each_batch(page: str, built: E
     """Chart data = capacity.performance at B = 1, 2, 4 ... B_max; the page carries the chart."""
     import duckdb
 
-    from capacity.memory import estimate
+    from capacity.estimate import estimate
     from capacity.performance import performance
     from capacity.spec import DeploymentSpec
     from models_registry.planning import bundled_catalog

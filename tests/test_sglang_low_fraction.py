@@ -12,8 +12,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from capacity.estimate import AUTO_MAX_MODEL_LEN, estimate
 from capacity.grid import GRID_COLUMNS, GridModel, GridOptions, build_capacity_grid
-from capacity.memory import AUTO_MAX_MODEL_LEN, estimate
 from capacity.spec import DeploymentSpec, GpuSku, SpecError
 from tests.handmade import dense_spec
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from capacity.calibration import observed_deployment
-from capacity.memory import estimate
+from capacity.estimate import estimate
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from telemetry.predictions import settings_of

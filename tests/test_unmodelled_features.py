@@ -8,7 +8,7 @@ import json
 
 from typer.testing import CliRunner
 
-from capacity.memory import estimate
+from capacity.estimate import estimate
 from capacity.spec import DeploymentSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from capacity.estimate import estimate
 from capacity.hf_config import parse_config
-from capacity.memory import estimate
 from capacity.spec import DeploymentSpec
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "vllm_cpu").glob("*.json"))

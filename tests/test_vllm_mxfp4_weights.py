@@ -1,4 +1,4 @@
-"""MXFP4 experts as vLLM's fused-MoE backends keep them (capacity/engines/vllm_weights.py).
+"""MXFP4 experts as vLLM's fused-MoE backends keep them (capacity/engines/vllm/weights.py).
 
 Expected numbers: hand derivations from the padding rules read in the vLLM wheels, the public
 startup logs' "Model loading took X GiB" (evaluation/data/vllm_public_measurements.yaml), and, under the
@@ -14,13 +14,9 @@ import subprocess
 import pytest
 
 from capacity import engine_constants as ec
-from capacity.engines.vllm_weights import (
-    Mxfp4Backend,
-    expert_layer_bytes,
-    expert_layout,
-    mxfp4_backend,
-)
-from capacity.memory import GIB, estimate
+from capacity.dtypes import GIB
+from capacity.engines.vllm.weights import Mxfp4Backend, expert_layer_bytes, expert_layout, mxfp4_backend
+from capacity.estimate import estimate
 from capacity.spec import DeploymentSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku

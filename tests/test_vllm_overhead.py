@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from capacity import engine_constants as ec
-from capacity.engines.vllm_overhead import overhead_from_buffers, profiling_buffers
+from capacity.engines.vllm.overhead import overhead_from_buffers, profiling_buffers
+from capacity.estimate import estimate
 from capacity.explain import derivation
-from capacity.memory import estimate
 from capacity.spec import DeploymentSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
@@ -90,7 +90,7 @@ def test_tp_non_torch_term_only_on_an_nvlink_switch_fabric() -> None:
     H100 SXM at TP 2 charges the TP > 1 term, L4 (PCIe) and RTX 4090 keep the TP = 1 one (public logs:
     0.25 GiB non-torch at TP 2 on 2 x RTX 4090, vllm#13061; 2.07 GiB on H100 SXM, llm-d-planner 0.19)."""
     from capacity import engine_constants as ec
-    from capacity.engines.vllm_overhead import vllm_overhead
+    from capacity.engines.vllm.overhead import vllm_overhead
     from models_registry.resolve import load_model
     from models_registry.sources.gpu_catalog import find_gpu_sku
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from capacity.memory import GIB
+from capacity.dtypes import GIB
 from capacity.spec import ModelSpec
 from evaluation.measurements import Comparison, compare, load_measurements, summarize
 from models_registry.resolve import load_model

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from capacity import engine_constants as ec
-from capacity.engines.vllm_overhead import profiling_buffers, runs_v2_model_runner, sampler_units
-from capacity.memory import GIB
+from capacity.dtypes import GIB
+from capacity.engines.vllm.overhead import profiling_buffers, runs_v2_model_runner, sampler_units
 from evaluation.measurements import load_measurements
 from models_registry.resolve import load_model
 from tests.conftest import ORACLE_PYTHON, require_oracle_venv

@@ -5,7 +5,7 @@
     .venv/bin/python tools/make_sample_fleet.py --out DIR  # somewhere else
 
 Everything here is made up, seeded (SEED) and deterministic for a given capacity engine: each
-deployment's "measured" numbers are capplan's own prediction (capacity.memory.estimate) perturbed
+deployment's "measured" numbers are capplan's own prediction (capacity.estimate.estimate) perturbed
 by the errors below, then printed the way that vLLM version prints them. Rerun after a change to
 the capacity engine or the catalog to refresh the sample (and the counts in
 tests/test_telemetry_sample.py).
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capacity import engine_constants as ec
-from capacity.memory import Estimate, estimate
+from capacity.estimate import Estimate, estimate
 from capacity.performance import performance
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec
 from models_registry.normalize import spec_from_snapshot

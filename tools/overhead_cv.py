@@ -2,8 +2,8 @@
 
     python tools/overhead_cv.py [--fit] [--rows] [--engines]
 
-For the derived model (capacity/engines/vllm_overhead.py, named buffers) and the previous one
-(capacity/memory.py transformer_overhead: a_mlp x F_mlp, a_logits x F_logits), prints the KV-pool and
+For the derived model (capacity/engines/vllm/overhead.py, named buffers) and the previous one
+(capacity/overhead.py transformer_overhead: a_mlp x F_mlp, a_logits x F_logits), prints the KV-pool and
 KV-token accuracy (n, median |error|, share within 1 % and 5 %, median signed error) with the shipped
 coefficients, refit in-sample, and cross-validated (every source held out in turn), per engine era and
 feature. `--fit` prints the coefficients a refit on every row gives (for engine_constants.py);
@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from capacity import engine_constants as ec
-from capacity.memory import GIB
+from capacity.dtypes import GIB
 from capacity.spec import ModelSpec
 from evaluation import cudagraph_estimates as graphs
 from evaluation.measurements import compare, load_measurements

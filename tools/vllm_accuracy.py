@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from capacity.memory import GIB
+from capacity.dtypes import GIB
 from capacity.spec import ModelSpec
 from evaluation.measurements import compare, load_measurements, summarize
 from models_registry.resolve import load_model

@@ -595,7 +595,7 @@ def estimate_for_row(
     row: dict[str, object], spec: object, sku: GpuSku, checkpoint_bytes: int | None
 ) -> dict[str, object]:
     """`capplan estimate --json` for the deployment and context of one grid row."""
-    from capacity.memory import estimate
+    from capacity.estimate import estimate
     from capacity.spec import DeploymentSpec, ModelSpec
 
     assert isinstance(spec, ModelSpec)

@@ -23,7 +23,10 @@ from capacity import engine_constants
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CAPACITY_DIR = Path(capacity.__file__).resolve().parent
-FORMULA_FILES = ("memory.py", "grid.py", "spec.py", "engine_constants.py")
+FORMULA_FILES = (
+    "estimate.py", "pool.py", "kv_bytes.py", "weights.py", "overhead.py", "dtypes.py", "parallel.py", "numeric.py",
+    "grid.py", "spec.py", "engine_constants.py",
+)
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -1,6 +1,6 @@
 """What most engine profiles answer the same way; a profile overrides only where its engine differs.
 
-Every method is the protocol's (`capacity.engines.EngineProfile`); the defaults are the plain
+Every method is the protocol's (`capacity.engines.protocol.EngineProfile`); the defaults are the plain
 reading: the model's serving dtype, usable memory minus weights and overhead as the KV budget, one
 batch in flight, the pool's token slots as the printed size, start with any non-empty pool.
 """
@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from capacity.engines.numeric import Num, truncate
+from capacity.dtypes import format_gib, serving_dtype
+from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext
+from capacity.numeric import Num, truncate
 
 if TYPE_CHECKING:
-    from capacity.engines import Engine
+    from capacity.engines.kinds import Engine
     from capacity.spec import GpuSku, ModelSpec
 
 
@@ -33,17 +35,25 @@ class ProfileBase:
     def version(self) -> str | None:
         return self.requested_version
 
-    def serving_dtype(self, model: ModelSpec) -> str:
-        from capacity.memory import serving_dtype
+    @property
+    def overhead_calibrated(self) -> bool:
+        """No fitted overhead coefficients or calibration rows: the modelled overhead stands as it is."""
+        return False
 
+    @property
+    def overhead_note(self) -> str | None:
+        return None
+
+    def serving_dtype(self, model: ModelSpec) -> str:
         return serving_dtype(model, self.engine)
 
     def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
         """The config's SSM state dtype, float32 when it says none (transformers' default)."""
         return model.mamba_ssm_cache_dtype
 
-    def weight_layout_extra_bytes(self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None,
-                                  triton_kernels: bool | None = None) -> int:  # fmt: skip
+    def weight_layout_extra_bytes(
+        self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, triton_kernels: bool | None = None
+    ) -> int:
         """The checkpoint's format as it is."""
         return 0
 
@@ -83,6 +93,17 @@ class ProfileBase:
     def assumed_off(self) -> frozenset[str]:
         """A serving engine loads adapters and offloads weights on request; neither is sized."""
         return ADAPTER_FEATURES
+
+    def assumption_notes(self, context: AssumptionContext) -> list[str]:
+        return []
+
+    def utilization_notes(self, context: AssumptionContext) -> list[str]:
+        """The release default, against 0.05 less."""
+        c = context
+        if c.deployment.gpu_memory_utilization is not None or c.total_bytes * 0.05 <= ASSUMPTION_SHARE * c.budget_bytes:
+            return []
+        return [f"assumed gpu_memory_utilization {c.utilization} (the release default); 0.05 less takes "
+                f"{format_gib(c.total_bytes * 0.05)} ({c.total_bytes * 0.05 / c.budget_bytes:.0%}) from the KV budget"]
 
     @property
     def overhead_era(self) -> str:

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from capacity.engines import Engine
 from capacity.engines.base import ProfileBase
-from capacity.engines.numeric import Num, truncate
-from capacity.memory import (
-    EngineDefaults,
-    KVGroup,
-    KVPool,
-    Overhead,
-    OverheadInputs,
-    layer_kv_bytes_per_token,
-    layer_state_bytes,
-    stage_layers,
-)
-from capacity.spec import GpuSku, ModelSpec
+from capacity.engines.kinds import Engine
+from capacity.engines.protocol import DefaultsRequest, PoolRequest
+from capacity.kv_bytes import layer_kv_bytes_per_token, layer_state_bytes
+from capacity.numeric import Num, truncate
+from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
+from capacity.parallel import stage_layers
+from capacity.pool import KVGroup, KVPool, PoolUnit
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,17 +19,12 @@ class PlainProfile(ProfileBase):
     requested_version: str | None = None
     engine: Engine = Engine.PLAIN
 
-    def defaults(
-        self,
-        model: ModelSpec,
-        gpu: GpuSku | None,
-        gpu_memory_bytes: int,
-        max_model_len: int,
-        tp: int,
-        pp: int,
-        kv_dtype: str = "auto",
-    ) -> EngineDefaults:
+    def defaults(self, request: DefaultsRequest) -> EngineDefaults:
         return EngineDefaults(1.0, 0, 0, 1)
+
+    @property
+    def overhead_note(self) -> str | None:
+        return "plain engine: no overhead unless given with --overhead-gib"
 
     @property
     def assumed_off(self) -> frozenset[str]:
@@ -45,29 +34,18 @@ class PlainProfile(ProfileBase):
     def overhead(self, inputs: OverheadInputs) -> Overhead:
         return Overhead(0, 0, 0)
 
-    def stage_pools(
-        self,
-        model: ModelSpec,
-        budget_bytes: int,
-        kv_bytes: int,
-        ssm_bytes: int,
-        act_bytes: int,
-        tp: int,
-        pp: int,
-        block_size: int,
-        max_num_batched_tokens: int,
-        max_in_flight_tokens: int,
-        *,
-        state_checkpoints: bool = False,
-    ) -> list[KVPool]:
+    def stage_pools(self, request: PoolRequest) -> list[KVPool]:
         """Bytes, each layer keeping what its window allows, on the tightest stage."""
+        r = request
         stage = max(
-            stage_layers(model, pp), key=lambda s: sum(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in s)
+            stage_layers(r.model, r.pp),
+            key=lambda s: sum(layer_kv_bytes_per_token(layer, r.kv_bytes, r.tp) for layer in s),
         )
-        per_token = tuple(layer_kv_bytes_per_token(layer, kv_bytes, tp) for layer in stage if layer.stores_per_token_kv)
-        groups = tuple(KVGroup(layer.kind.value, 1, layer.window_tokens) for layer in stage if layer.stores_per_token_kv)
-        state = sum(layer_state_bytes(layer, act_bytes, ssm_bytes, tp) for layer in stage)
-        return [KVPool("byte", max(budget_bytes, 0), 1, groups, 0, 1, per_token, state)]
+        cached = [layer for layer in stage if layer.stores_per_token_kv]
+        per_token = tuple(layer_kv_bytes_per_token(layer, r.kv_bytes, r.tp) for layer in cached)
+        groups = tuple(KVGroup(layer.kind, 1, layer.window_tokens) for layer in cached)
+        state = sum(layer_state_bytes(layer, r.act_bytes, r.ssm_bytes, r.tp) for layer in stage)
+        return [KVPool(PoolUnit.BYTE, max(r.budget_bytes, 0), 1, groups, 0, 1, per_token, state)]
 
     def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
         return 0

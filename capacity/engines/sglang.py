@@ -30,21 +30,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capacity import engine_constants as ec
-from capacity.engines import Engine
+from capacity.dtypes import format_gib
 from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
-from capacity.engines.numeric import Num, as_float, truncate
-from capacity.memory import (
-    WINDOWED_KINDS,
-    EngineDefaults,
-    KVGroup,
-    KVPool,
-    Overhead,
-    OverheadInputs,
-    layer_kv_bytes_per_token,
-    layer_state_bytes,
-    stage_layer_counts,
-)
-from capacity.spec import INDEXER_QUANT_BLOCK, GpuSku, KVKind, LayerKVSpec, ModelSpec
+from capacity.engines.kinds import Engine
+from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest
+from capacity.kv.kinds import layer_cache
+from capacity.kv_bytes import layer_state_bytes
+from capacity.numeric import Num, as_float, truncate
+from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
+from capacity.parallel import stage_layer_counts
+from capacity.pool import KVGroup, KVPool, PoolUnit
+from capacity.spec import GpuSku, KVKind, LayerKVSpec, ModelSpec
 
 GIB_FLOAT = float(1 << 30)
 
@@ -65,18 +61,11 @@ class SglangProfile(ProfileBase):
         """`configs/mamba_utils.py` `mamba2_state_dtype`: the config's `mamba_ssm_dtype`, else float32."""
         return model.mamba_ssm_cache_dtype if model.mamba_ssm_dtype_stated else "float32"
 
-    def defaults(
-        self,
-        model: ModelSpec,
-        gpu: GpuSku | None,
-        gpu_memory_bytes: int,
-        max_model_len: int,
-        tp: int,
-        pp: int,
-        kv_dtype: str = "auto",
-    ) -> EngineDefaults:
+    def defaults(self, request: DefaultsRequest) -> EngineDefaults:
         """`handle_gpu_memory_settings`; max_running_requests is sized from the pool (`resolve_max_num_reqs`,
         at least 2,048 but for Mamba hybrids), so no sequence cap is set here."""
+        model, gpu, tp, pp = request.model, request.gpu, request.tp, request.pp
+        gpu_memory_bytes = request.gpu_memory_bytes
         device_bytes = device_memory_bytes(gpu, gpu_memory_bytes)
         tier = memory_tier(device_bytes, self.requested_version)
         fraction: float
@@ -90,7 +79,7 @@ class SglangProfile(ProfileBase):
             gpu is not None
             and gpu.vendor == "amd"
             and not model.is_mla
-            and max_model_len > ec.SGLANG_AITER_LONG_CONTEXT_TOKENS
+            and request.max_model_len > ec.SGLANG_AITER_LONG_CONTEXT_TOKENS
         ):
             fraction *= ec.SGLANG_AITER_MEM_FRACTION_FACTOR
         page = page_size(gpu, gpu_memory_bytes)
@@ -110,23 +99,10 @@ class SglangProfile(ProfileBase):
         """`_profile_available_bytes` (see `overhead`): total x mem_fraction_static - weights - overhead."""
         return truncate(total_bytes * utilization) - weights_bytes - overhead_bytes
 
-    def stage_pools(
-        self,
-        model: ModelSpec,
-        budget_bytes: int,
-        kv_bytes: int,
-        ssm_bytes: int,
-        act_bytes: int,
-        tp: int,
-        pp: int,
-        block_size: int,
-        max_num_batched_tokens: int,
-        max_in_flight_tokens: int,
-        *,
-        state_checkpoints: bool = False,
-    ) -> list[KVPool]:
-        c = cells(model, kv_bytes, ssm_bytes, tp, pp)
-        return [pool_from_cells(c, budget_bytes, block_size, max_num_batched_tokens)]
+    def stage_pools(self, request: PoolRequest) -> list[KVPool]:
+        r = request
+        c = cells(r.model, r.kv_bytes, r.ssm_bytes, r.tp, r.pp)
+        return [pool_from_cells(c, r.budget_bytes, r.block_size, r.max_num_batched_tokens)]
 
     def kv_cache_tokens(
         self, num_blocks: Num, num_groups: Num, block_size: Num, concurrency: Num, max_model_len: Num
@@ -149,6 +125,23 @@ class SglangProfile(ProfileBase):
         """Speculative decoding (a draft model and its KV pool) and DP attention (a pool per attention
         rank) besides LoRA and CPU offload: none of them sized here."""
         return UNSIZED_FEATURES
+
+    def utilization_notes(self, context: AssumptionContext) -> list[str]:
+        """The release default, against 0.05 less; then, without --engine-version, the older releases'
+        default `mem_fraction_static` where it moves the KV budget."""
+        out = ProfileBase.utilization_notes(self, context)
+        c, d = context, context.deployment
+        if d.engine_version is not None or d.gpu_memory_utilization is not None:
+            return out
+        fractions = release_default_fractions(c.inputs.model, c.gpu, c.total_bytes, d.tp, d.pp)
+        eras = {era: f for era, f in fractions.items()
+                if abs(f - c.utilization) * c.total_bytes > ASSUMPTION_SHARE * c.budget_bytes}
+        if eras:
+            apart = max(abs(f - c.utilization) for f in eras.values()) * c.total_bytes
+            out.append(f"assumed SGLang {ec.SGLANG_VERSION} (no --engine-version): older releases default "
+                       f"mem_fraction_static to " + ", ".join(f"{f} ({era})" for era, f in eras.items())
+                       + f" at {d.tp * d.pp} rank(s), not {c.utilization}: up to {format_gib(apart)} of KV budget apart")
+        return out
 
     def unmodelled(self, model: ModelSpec) -> str | None:
         """What SGLang 0.5.23 does with the model that this profile does not reproduce."""
@@ -304,7 +297,7 @@ def release_default_fractions(model: ModelSpec, gpu: GpuSku | None, gpu_memory_b
     out: dict[str, float] = {}
     for era, version in RELEASE_ERA_REPRESENTATIVES:
         profile = SglangProfile(requested_version=version)
-        out[era] = profile.defaults(model, gpu, gpu_memory_bytes, 0, tp, pp).gpu_memory_utilization
+        out[era] = profile.defaults(DefaultsRequest(model, gpu, gpu_memory_bytes, 0, tp, pp)).gpu_memory_utilization
     return out
 
 
@@ -389,13 +382,9 @@ def layer_cell_bytes(layer: LayerKVSpec, kv_bytes: int, tp: int) -> int:
     """One token of one layer in SGLang's pool (`_compute_cell_size`): heads x (K + V) x bytes, MLA one
     latent replicated on every rank; DSA layers add the indexer key (`_compute_dsa_indexer_cell_size`:
     index_head_dim + 4 per 128, uint8) and, with an fp8 cache, the scaled latent of
-    `calculate_mla_kv_cache_dim` (512 + 512 / 128 x 4 + 64 x 2 = 656 B) used by flashmla_kv, the Hopper
+    `calculate_mla_kv_cache_dim` (`LatentAttention.page_bytes_per_token`) used by flashmla_kv, the Hopper
     default; SM100's trtllm backend keeps the raw 576 (not told apart here: 80 B per layer over)."""
-    plain = layer_kv_bytes_per_token(layer, kv_bytes, tp)
-    if layer.indexer_head_dim and kv_bytes == 1 and layer.kind is KVKind.MLA:
-        scaled = layer.k_head_dim + layer.k_head_dim // INDEXER_QUANT_BLOCK * 4 + layer.v_head_dim * 2
-        return plain - (layer.k_head_dim + layer.v_head_dim) + scaled
-    return plain
+    return layer_cache(layer).page_bytes_per_token(kv_bytes, tp)
 
 
 def pp_partition(num_layers: int, pp: int) -> list[int]:
@@ -412,7 +401,7 @@ def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> 
         key=lambda s: sum(layer_cell_bytes(layer, kv_bytes, tp) * n for layer, n in s),
     )
     hybrid = is_hybrid_swa(model)
-    windowed = [(layer, n) for layer, n in stage if layer.kind in WINDOWED_KINDS and layer.window_tokens]
+    windowed = [(layer, n) for layer, n in stage if layer_cache(layer).window is not None]
     swa = windowed if hybrid else []
     full = [(layer, n) for layer, n in stage if layer.stores_per_token_kv and (layer, n) not in swa]
     # `mamba_cache_per_req`: conv state (channels / TP, kernel - 1) in bfloat16, SSM state in its dtype
@@ -477,11 +466,11 @@ def pool_from_cells(c: SglangCells, budget: int, page: int, batched: int) -> KVP
         swa_tokens -= swa_tokens % page
         if full_tokens > 0 and not swa_pool_starts(swa_tokens, c.window, page):
             full_tokens = swa_tokens = 0
-        return KVPool("token", full_tokens, page, (KVGroup("full", c.full_layers),), batched, c.full_cell,
+        return KVPool(PoolUnit.TOKEN, full_tokens, page, (KVGroup(KVKind.FULL, c.full_layers),), batched, c.full_cell,
                       swa_capacity_units=swa_tokens, swa_window_tokens=c.window,
                       swa_bytes_per_full_token=c.swa_denominator)  # fmt: skip
     cell = c.full_cell + c.swa_cell
-    groups = (KVGroup("full", c.full_layers + c.swa_layers),)
+    groups = (KVGroup(KVKind.FULL, c.full_layers + c.swa_layers),)
     if c.state_bytes:
         # the Mamba state pool as SGLang's second pool: K slots, a request holds `slots_per_request` of them
         # (resolve_max_num_reqs: max_running_requests <= K // slots per request), no start below one request
@@ -490,9 +479,9 @@ def pool_from_cells(c: SglangCells, budget: int, page: int, batched: int) -> KVP
         kv_budget = mamba_kv_bytes(budget, c.state_bytes) if starts else 0
         tokens = kv_budget // cell if cell and kv_budget > 0 else 0
         tokens -= tokens % page
-        return KVPool("token", tokens // page, page, groups, batched, cell * page,
+        return KVPool(PoolUnit.TOKEN, tokens // page, page, groups, batched, cell * page,
                       state_bytes_per_sequence=c.state_bytes, swa_capacity_units=slots if tokens > 0 else 0,
                       swa_window_tokens=c.state_slots_per_request)  # fmt: skip
     tokens = budget // cell if cell and budget > 0 else 0
     tokens -= tokens % page
-    return KVPool("token", tokens // page, page, groups, batched, cell * page)
+    return KVPool(PoolUnit.TOKEN, tokens // page, page, groups, batched, cell * page)

@@ -11,19 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capacity import engine_constants as ec
-from capacity.engines import Engine
 from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
-from capacity.engines.numeric import Num, truncate
-from capacity.memory import (
-    EngineDefaults,
-    KVGroup,
-    KVPool,
-    Overhead,
-    OverheadInputs,
-    kv_bytes_per_token_per_gpu,
-    transformer_overhead,
-)
-from capacity.spec import GpuSku, KVKind, ModelSpec
+from capacity.engines.kinds import Engine
+from capacity.engines.protocol import DefaultsRequest, PoolRequest
+from capacity.kv_bytes import kv_bytes_per_token_per_gpu
+from capacity.numeric import Num, truncate
+from capacity.overhead import EngineDefaults, Overhead, OverheadInputs, transformer_overhead
+from capacity.pool import KVGroup, KVPool, PoolUnit
+from capacity.spec import KVKind, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,16 +26,7 @@ class TrtllmProfile(ProfileBase):
     requested_version: str | None = None
     engine: Engine = Engine.TRTLLM
 
-    def defaults(
-        self,
-        model: ModelSpec,
-        gpu: GpuSku | None,
-        gpu_memory_bytes: int,
-        max_model_len: int,
-        tp: int,
-        pp: int,
-        kv_dtype: str = "auto",
-    ) -> EngineDefaults:
+    def defaults(self, request: DefaultsRequest) -> EngineDefaults:
         return EngineDefaults(
             ec.TRTLLM_FREE_GPU_MEMORY_FRACTION,
             ec.TRTLLM_DEFAULT_MAX_BATCH_SIZE,
@@ -58,24 +44,12 @@ class TrtllmProfile(ProfileBase):
         """free_gpu_memory_fraction of what is free after the profiling run."""
         return truncate((total_bytes - weights_bytes - overhead_bytes) * utilization)
 
-    def stage_pools(
-        self,
-        model: ModelSpec,
-        budget_bytes: int,
-        kv_bytes: int,
-        ssm_bytes: int,
-        act_bytes: int,
-        tp: int,
-        pp: int,
-        block_size: int,
-        max_num_batched_tokens: int,
-        max_in_flight_tokens: int,
-        *,
-        state_checkpoints: bool = False,
-    ) -> list[KVPool]:
-        unit = kv_bytes_per_token_per_gpu(model, kv_bytes, tp, pp) * block_size
-        capacity = budget_bytes // unit if unit and budget_bytes > 0 else 0
-        return [KVPool("block", capacity, block_size, (KVGroup("full", model.num_layers),), max_num_batched_tokens, unit)]
+    def stage_pools(self, request: PoolRequest) -> list[KVPool]:
+        r = request
+        unit = kv_bytes_per_token_per_gpu(r.model, r.kv_bytes, r.tp, r.pp) * r.block_size
+        capacity = r.budget_bytes // unit if unit and r.budget_bytes > 0 else 0
+        group = KVGroup(KVKind.FULL, r.model.num_layers)
+        return [KVPool(PoolUnit.BLOCK, capacity, r.block_size, (group,), r.max_num_batched_tokens, unit)]
 
     @property
     def assumed_off(self) -> frozenset[str]:

@@ -193,7 +193,7 @@ def every_catalog_model_planned_or_reported(
     blocking=True,
     additional_deps=[key("raw", "deployments")],
     description=f"A repeatable sample of {SAMPLE_ROWS_PER_MODEL} grid rows per model of every partition this "
-    "run computed equals the scalar `capplan estimate` (capacity.memory.estimate) in every shared column.",
+    "run computed equals the scalar `capplan estimate` (capacity.estimate.estimate) in every shared column.",
 )
 def grid_matches_scalar_estimate(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     with warehouse.read() as con:

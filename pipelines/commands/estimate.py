@@ -8,10 +8,11 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from capacity.dtypes import GIB, KV_DTYPES, WEIGHT_DTYPES
 from capacity.engines import ENGINE_NAMES
+from capacity.estimate import Estimate
+from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
-from capacity.memory import GIB, KV_DTYPES, WEIGHT_DTYPES, Estimate
-from capacity.memory import estimate as run_estimate
 from capacity.performance import Performance, performance
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from capacity import engine_constants as ec
-from capacity.engines.vllm_overhead import gated_intermediate
-from capacity.memory import cdiv, pp_partition
+from capacity.engines.vllm.overhead import gated_intermediate
+from capacity.numeric import cdiv
+from capacity.parallel import pp_partition
 from capacity.spec import GpuSku, ModelSpec
 
 MXFP4_BLOCK = 32  # elements per shared 8-bit exponent

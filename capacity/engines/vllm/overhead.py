@@ -18,7 +18,7 @@ phases that peak at different times, so the activation peak is their MAX, plus w
 - sampler (`_dummy_sampler_run`): S = min(max_num_seqs, T) rows of logits over the whole vocabulary on
   every rank (gathered, not split by TP), in the model dtype, then what the release's sampler keeps alive
   at its peak, a RULE read off each release's code (`ec.VLLM_SAMPLER_RULES`, `sampler_units`; derivations
-  in capacity/data/README-sampler.md): up to 0.16 the torch sort's peak, 9 fp32-sized copies of the
+  in evaluation/data/README-sampler.md): up to 0.16 the torch sort's peak, 9 fp32-sized copies of the
   logits at 128+ rows (the fp32 cast, the sorted values and int64 indices, and the CUDA sort's own iota
   indices and cub buffers; 6.5 tensors stay alive afterwards: masks, softmax, scatter), 3 from 0.17 (the
   Triton top-k/top-p works in place; cast, softmax, exponential draws) plus its cached per-program buffer
@@ -56,8 +56,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capacity import engine_constants as ec
-from capacity.memory import Overhead, cdiv, pp_partition
-from capacity.spec import KVKind, ModelSpec
+from capacity.kv.kinds import layer_cache
+from capacity.numeric import cdiv
+from capacity.overhead import Overhead
+from capacity.parallel import pp_partition
+from capacity.spec import ModelSpec
 
 FP32_BYTES = 4
 INDEX_BYTES = 4  # top-k ids (int32) and weights (fp32) per routed slot
@@ -237,7 +240,7 @@ def runs_v2_model_runner(model: ModelSpec, version: str) -> bool:
     rule = ec.vllm_runner_rule(version)
     listed = model.architecture in rule.architectures
     moe, hybrid = model.num_experts > 0, model.has_state_layers
-    attention_free = all(layer.kind is KVKind.STATE for layer in model.layers)
+    attention_free = all(layer_cache(layer).holds_state for layer in model.layers)
     match rule.default:
         case ec.V2RunnerDefault.NEVER:
             return False

@@ -1,0 +1,158 @@
+"""What capplan asks a serving engine (`EngineProfile`), and the requests it asks with.
+
+The requests are frozen dataclasses, so a new input is one field, not an eleventh positional parameter
+copied into every profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from capacity.engines.kinds import Engine
+    from capacity.numeric import Num
+    from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
+    from capacity.pool import KVPool
+    from capacity.spec import DeploymentSpec, GpuSku, ModelSpec
+
+ASSUMPTION_SHARE = 0.05  # an unstated input is named when its plausible range moves the KV budget by more
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultsRequest:
+    """What an engine's defaults depend on: the model, the GPU, the length and layout served, the KV dtype."""
+
+    model: ModelSpec
+    gpu: GpuSku | None
+    gpu_memory_bytes: int
+    max_model_len: int
+    tp: int
+    pp: int
+    kv_dtype: str = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRequest:
+    """What a pipeline stage's KV pool is built from: the budget, the element sizes, the layout and
+    batch limits. `state_checkpoints`: what `EngineProfile.defaults` says for the GPU."""
+
+    model: ModelSpec
+    budget_bytes: int
+    kv_bytes: int
+    ssm_bytes: int
+    act_bytes: int
+    tp: int
+    pp: int
+    block_size: int
+    max_num_batched_tokens: int
+    max_in_flight_tokens: int
+    state_checkpoints: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AssumptionContext:
+    """What the estimate resolved, for the notes that name an input the deployment leaves unstated
+    when its plausible range moves the KV budget by more than `ASSUMPTION_SHARE`."""
+
+    deployment: DeploymentSpec
+    gpu: GpuSku | None
+    total_bytes: int
+    utilization: float
+    overhead: Overhead
+    budget_bytes: int
+    inputs: OverheadInputs
+    weight_format: str
+
+
+class EngineProfile(Protocol):
+    """What capplan asks a serving engine (one release of it)."""
+
+    @property
+    def engine(self) -> Engine:
+        """Which engine this profile speaks for."""
+
+    @property
+    def version(self) -> str | None:
+        """The release whose rules are in force (None: the engine has no versioned rules here)."""
+
+    @property
+    def overhead_calibrated(self) -> bool:
+        """Whether fitted overhead coefficients and calibration rows exist for this engine (vLLM only)."""
+
+    def serving_dtype(self, model: ModelSpec) -> str:
+        """The dtype activations and `auto` KV use."""
+
+    def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
+        """The dtype of a state layer's recurrent (SSM) state."""
+
+    def defaults(self, request: DefaultsRequest) -> EngineDefaults:
+        """Utilization, batch limits and block size the engine picks when the deployment does not say."""
+
+    def overhead(self, inputs: OverheadInputs) -> Overhead:
+        """Non-KV, non-weight memory per GPU: activation peak, non-torch memory, CUDA graphs. The GPU's
+        links (`inputs.nvlink_multicast`, `peer_link_gpus`) may move only what TP > 1 adds."""
+
+    @property
+    def overhead_note(self) -> str | None:
+        """What the estimate says about the overhead it charges when none is given (plain: none)."""
+
+    def weight_layout_extra_bytes(
+        self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, triton_kernels: bool | None = None
+    ) -> int:
+        """Weight bytes per GPU the engine's kernels keep beyond the checkpoint's format (padding, re-layouts);
+        `triton_kernels`: the optional package beside the engine (None: a plain install)."""
+
+    def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
+        """Bytes per GPU left for the KV cache (Python ints or Polars expressions)."""
+
+    def stage_pools(self, request: PoolRequest) -> list[KVPool]:
+        """The pool each pipeline stage builds from `request.budget_bytes`, in stage order (the engine
+        sizes every rank to the tightest one). Raises SpecError / ValueError where the engine cannot."""
+
+    def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
+        """Tokens scheduled but not settled that a windowed layer keeps blocks for."""
+
+    def kv_cache_tokens(
+        self, num_blocks: Num, num_groups: Num, block_size: Num, concurrency: Num, max_model_len: Num
+    ) -> Num:
+        """What the engine prints as its KV cache size in tokens."""
+
+    @property
+    def start_reserved_units(self) -> int:
+        """Units of the pool the start check holds back (vLLM 0.33: the null block)."""
+
+    @property
+    def refuses_short_pool(self) -> bool:
+        """True when the engine refuses to start unless one request of max_model_len fits."""
+
+    def kv_dtype_problem(self, kv_dtype: str) -> str | None:
+        """Why the engine rejects a KV cache dtype (None: accepted)."""
+
+    @property
+    def conv_state_without_current(self) -> bool:
+        """The conv state keeps `kernel - 1` columns (the current token is not stored), not `kernel`."""
+
+    def unmodelled(self, model: ModelSpec) -> str | None:
+        """Why this engine's accounting of the model is not modelled (None: it is); the estimate and
+        the grid then say so instead of printing a number sized as something else."""
+
+    @property
+    def assumed_off(self) -> frozenset[str]:
+        """Engine features this profile does not size and the estimate says it assumed off when the
+        deployment does not declare them: lora, cpu_offload, speculative, dp_attention."""
+
+    def assumption_notes(self, context: AssumptionContext) -> list[str]:
+        """The engine's own assumptions about unstated inputs (release, kernels, links) that move the
+        KV budget, or decide whether the engine starts."""
+
+    def utilization_notes(self, context: AssumptionContext) -> list[str]:
+        """What the default memory utilization assumed, where 0.05 less (or an older release's
+        default) moves the KV budget; asked only when there is a budget."""
+
+    @property
+    def overhead_era(self) -> str:
+        """Which fitted overhead coefficients apply (vLLM: the release's era, e.g. 'v1-mid')."""
+
+    def observed_version(self, version: str | None, generation: str | None) -> str | None:
+        """The release to predict an observed deployment with, from what its log says."""

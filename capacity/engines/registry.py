@@ -1,0 +1,26 @@
+"""The engine registry: the profile of an engine and release. It sits above the profiles it imports."""
+
+from __future__ import annotations
+
+from capacity.engines.kinds import ENGINE_NAMES, Engine
+from capacity.engines.plain import PlainProfile
+from capacity.engines.protocol import EngineProfile
+from capacity.engines.sglang import SglangProfile
+from capacity.engines.trtllm import TrtllmProfile
+from capacity.engines.vllm.profile import VllmProfile
+from capacity.spec import SpecError
+
+
+def engine_profile(engine: str | Engine, version: str | None = None) -> EngineProfile:
+    """The profile of an engine (and, for vLLM, of a release). Raises SpecError for an unknown name."""
+    try:
+        kind = Engine(str(engine).lower())
+    except ValueError:
+        raise SpecError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}") from None
+    if kind is Engine.VLLM:
+        return VllmProfile.for_version(version)
+    if kind is Engine.SGLANG:
+        return SglangProfile(version)
+    if kind is Engine.TRTLLM:
+        return TrtllmProfile(version)
+    return PlainProfile(version)

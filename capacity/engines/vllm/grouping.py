@@ -1,0 +1,139 @@
+"""vLLM's KV cache grouping: the block pool of each pipeline stage (`v1/core/kv_cache_planning.py`).
+
+A layer's spec and page are its kind class's (`capacity.kv.kinds`: `spec_key`, `page_bytes_per_token`);
+groups by spec, page unification, num_blocks = budget // bytes per block, every rank sized to the
+tightest; per-request charges as `v1/kv_cache_interface.py` states them (KVPool.charge_terms).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from capacity import engine_constants as ec
+from capacity.engines.protocol import PoolRequest
+from capacity.kv.kinds import layer_cache
+from capacity.kv_bytes import layer_state_bytes
+from capacity.numeric import cdiv
+from capacity.parallel import stage_layers
+from capacity.pool import KVGroup, KVPool, PoolUnit
+from capacity.spec import KVKind, LayerKVSpec, ModelSpec, SpecError, StateMixer
+
+
+def _state_checkpoint_blocks(layer: LayerKVSpec, gdn_checkpoints: bool, release: ec.VllmRelease) -> int:
+    """`num_prefill_checkpoint_blocks` of a state layer's MambaSpec: Mamba-2 mixers export one from 0.32
+    (mamba_mixer2.get_kv_cache_spec), GDN mixers when FlashInfer's prefill runs, Mamba-1 none."""
+    if layer.mixer is StateMixer.MAMBA2:
+        return 1 if release.mamba2_prefill_checkpoints else 0
+    if layer.mixer is StateMixer.GATED_DELTA_NET and gdn_checkpoints:
+        return 1
+    return 0
+
+
+def hybrid_manager_on(model: ModelSpec, release: ec.VllmRelease) -> bool:
+    """Whether the release runs this model with the hybrid KV cache manager."""
+    if not release.hybrid_kv_cache_manager:
+        return False
+    has_chunked = any(layer.kind is KVKind.CHUNKED for layer in model.layers)
+    return release.hybrid_chunked_local or not has_chunked
+
+
+def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
+    """The pool each pipeline stage would build from the budget, in stage order.
+
+    Groups are planned once for the whole model and projected onto each stage
+    (`get_global_kv_cache_groups`, `_project_kv_cache_groups_to_worker`). One spec type (every layer
+    full, or every layer the same window): one group over all layers (`UniformTypeKVCacheSpecs`), each
+    layer its own page. Otherwise (`_get_kv_cache_groups_uniform_page_size` after
+    `unify_kv_cache_spec_page_size`): layers bucketed by their exact spec; pages unified to the largest
+    by multiplying a smaller page's block size when it divides (else padding it; Mamba pages are
+    padded); buckets split into groups of equal size (the smallest bucket, or the largest when it is
+    under 1.5x the smallest), layer i of a bucket in group i mod n, short groups padded; a stage's
+    bytes per block are its fullest group's layers x page. Layouts whose backend packs blocks
+    outermost take vLLM's packed path, which is not modelled."""
+    r = request
+    model, kv_budget_bytes, kv_bytes, tp = r.model, r.budget_bytes, r.kv_bytes, r.tp
+    block_size, gdn_checkpoints = r.block_size, r.state_checkpoints
+    hybrid = hybrid_manager_on(model, release)
+    align_mode = release.mamba_align_with_prefix_caching  # MambaSpec: 2 (+ checkpoint) blocks, else 1
+    cache_of = {layer.index: layer_cache(layer) for layer in model.layers}  # each layer's kind, asked once
+    stages = [
+        [layer for layer in stage if layer.stores_per_token_kv or cache_of[layer.index].holds_state]
+        for stage in stage_layers(model, r.pp)
+    ]
+    layers = [layer for stage in stages for layer in stage]
+    if not layers:
+        return []
+    stage_of = {layer.index: s for s, stage in enumerate(stages) for layer in stage}
+    page_of = {layer.index: cache_of[layer.index].page_bytes_per_token(kv_bytes, tp) for layer in layers}
+    attn_page_per_token = max((page_of[layer.index] for layer in layers if layer.stores_per_token_kv), default=0)
+    state_layers = [layer for layer in layers if cache_of[layer.index].holds_state]
+    state_page = max(
+        (layer_state_bytes(layer, r.act_bytes, r.ssm_bytes, tp, conv_without_current=True) for layer in state_layers),
+        default=0,
+    )
+    bs = block_size
+    checkpoints = max((_state_checkpoint_blocks(layer, gdn_checkpoints, release) for layer in state_layers), default=0)
+    if state_page and attn_page_per_token:
+        # Platform._align_hybrid_block_size: the attention block grows, in steps of the kernel
+        # alignment (its smallest kernel block or the cache block size, and in "align" mode the
+        # checkpoint grid: FlashInfer GDN's 64), until its page holds the state
+        align = max(ec.VLLM_HYBRID_BLOCK_ALIGN, block_size)
+        if align_mode and gdn_checkpoints and any(layer.mixer is StateMixer.GATED_DELTA_NET for layer in state_layers):
+            align = math.lcm(align, ec.VLLM_GDN_CHECKPOINT_ALIGNMENT)
+        bs = max(bs, align * cdiv(state_page, align * attn_page_per_token))
+    state_blocks = 2 + checkpoints if align_mode else 1
+    kinds = {cache_of[layer.index].spec_key(hybrid) for layer in layers}
+
+    if len(kinds) == 1 and KVKind.STATE not in {kind for kind, _ in kinds}:
+        ((kind, window),) = kinds
+        pools: list[KVPool] = []
+        for stage in stages:
+            if not stage:
+                continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
+            page_sum = sum(page_of[layer.index] for layer in stage) * bs
+            group = KVGroup(kind, len(stage), window)
+            pools.append(KVPool(PoolUnit.BLOCK, kv_budget_bytes // page_sum if page_sum else 0, bs, (group,),
+                                r.max_num_batched_tokens, page_sum, max_in_flight_tokens=r.max_in_flight_tokens))  # fmt: skip
+        return pools
+
+    # buckets by exact spec: type, window and the bytes of one token (equal specs merge)
+    buckets: dict[tuple[KVKind, int | None, int], list[LayerKVSpec]] = {}
+    for layer in layers:
+        kind, window = cache_of[layer.index].spec_key(hybrid)
+        per_token = page_of[layer.index]
+        buckets.setdefault((kind, window, per_token), []).append(layer)
+    if any(not stage for stage in stages) and len({per_token for _, _, per_token in buckets if per_token}) > 1:
+        # validate_kv_cache_layout: a worker without cache layers cannot express mixed page sizes
+        raise SpecError(
+            "vLLM refuses this layout: a pipeline stage holds no cache layer of a model with mixed KV page sizes"
+        )
+    page = max(attn_page_per_token * bs, state_page)
+    sizes = [len(members) for members in buckets.values()]
+    smallest, largest = min(sizes), max(sizes)
+    group_size = largest if largest < 1.5 * smallest else smallest
+    groups: list[KVGroup] = []
+    members_per_group: list[list[LayerKVSpec]] = []
+    padded = 0
+    for (kind, window, per_token), members in buckets.items():
+        n_groups = cdiv(len(members), group_size)
+        padded += n_groups * group_size - len(members)
+        group_bs = None
+        if per_token and page % (per_token * bs) == 0 and page // (per_token * bs) > 1:
+            group_bs = bs * (page // (per_token * bs))  # a smaller page holds more tokens per block
+        held = state_blocks if kind is KVKind.STATE else None
+        for i in range(n_groups):
+            groups.append(KVGroup(kind, group_size, window, held, group_bs))
+            members_per_group.append(members[i::n_groups])
+    pools = []
+    for s, stage in enumerate(stages):
+        if not stage:
+            continue
+        # every group keeps its block table on every stage, holding that stage's share of its layers
+        on_stage = [sum(1 for layer in members if stage_of[layer.index] == s) for members in members_per_group]
+        unit_bytes = max(on_stage) * page
+        capacity = kv_budget_bytes // unit_bytes if unit_bytes else 0
+        projected = tuple(replace(group, num_layers=n) for group, n in zip(groups, on_stage, strict=True))
+        pools.append(KVPool(PoolUnit.BLOCK, capacity, bs, projected, r.max_num_batched_tokens, unit_bytes,
+                            max_in_flight_tokens=r.max_in_flight_tokens, padded_layer_slots=padded))  # fmt: skip
+    return pools

@@ -1,0 +1,255 @@
+"""vLLM: the block pool of the hybrid KV cache manager, per release (capacity/engine_constants.py rows).
+
+Rules followed, by upstream function (vLLM 0.33.0 unless a release row says otherwise):
+- budget: `v1/worker/gpu_worker.py` determine_available_memory: total x utilization - weights -
+  activation peak - non-torch memory [- CUDA-graph estimate from 0.21];
+- defaults: `engine/arg_utils.py` get_batch_defaults (by device memory and name), `platforms/cuda.py`
+  block sizes (16; MLA backends force 64 on Hopper and older, 128 on Blackwell);
+- in-flight tokens: `config/vllm.py` VllmConfig.max_concurrent_batches x max_num_batched_tokens;
+- pools: `v1/core/kv_cache_planning.py` (groups by spec, page unification, num_blocks = budget //
+  bytes per block, every rank sized to the tightest), `v1/kv_cache_interface.py` (per-request charges);
+- printed size: `v1/core/kv_cache_utils.py` (get_max_concurrency_for_kv_cache_config, the log line);
+- start: `kv_cache_planning.get_kv_cache_configs` (`_check_enough_kv_cache_memory` against num_blocks
+  minus the null block, `_auto_fit_max_model_len` for max_model_len -1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cache
+
+from capacity import engine_constants as ec
+from capacity.dtypes import format_gib
+from capacity.engines.base import ADAPTER_FEATURES, KV_CONNECTOR, ProfileBase
+from capacity.engines.kinds import Engine
+from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest
+from capacity.engines.vllm.grouping import stage_pools
+from capacity.engines.vllm.overhead import runs_v2_model_runner, vllm_overhead
+from capacity.engines.vllm.releases import (
+    batch_defaults,
+    block_size,
+    gdn_prefill_checkpoints,
+    max_concurrent_batches,
+)
+from capacity.engines.vllm.weights import mxfp4_expert_extra_bytes, triton_kernels_decides
+from capacity.numeric import Num, at_least, truncate
+from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
+from capacity.pool import KVPool
+from capacity.spec import GpuSku, ModelSpec
+
+# `--kv-cache-dtype` values vLLM 0.33 accepts (config/cache.py CacheDType): no plain int8 or float32,
+# and 16-bit types spelled out; the ones whose page capplan sizes, and the packed / scaled layouts
+# (per-token-head scales, NVFP4, TurboQuant...) it does not model
+VLLM_KV_DTYPES_SIZED = frozenset({"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc",
+                                  "fp8_ds_mla"})  # fmt: skip
+VLLM_KV_DTYPES_ACCEPTED = VLLM_KV_DTYPES_SIZED | frozenset({
+    "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
+    "octave_k3v4", "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head",
+    "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
+})  # fmt: skip
+_SPELLED_OUT = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+
+
+@dataclass(frozen=True, slots=True)
+class VllmProfile(ProfileBase):
+    """One vLLM release's accounting."""
+
+    release: ec.VllmRelease
+    requested_version: str | None = None
+    engine: Engine = Engine.VLLM
+
+    @classmethod
+    def for_version(cls, version: str | None) -> VllmProfile:
+        return _profile(version)
+
+    @property
+    def version(self) -> str | None:
+        return self.requested_version or ec.VLLM_DEFAULT_VERSION
+
+    @property
+    def overhead_calibrated(self) -> bool:
+        """Fitted overhead coefficients and calibration rows exist for vLLM's releases only."""
+        return True
+
+    def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
+        """`--mamba-ssm-cache-dtype auto`: the model dtype (mamba_utils._mamba_state_dtype), except
+        where a model config class overrides it (model_executor/models/config.py): Nemotron-H takes
+        the config's value, else float32; Qwen3.5 the config's `mamba_ssm_dtype`."""
+        if model.family == "nemotron_h":
+            return model.mamba_ssm_cache_dtype if model.mamba_ssm_dtype_stated else "float32"
+        if model.family.startswith("qwen3_5") and model.mamba_ssm_dtype_stated:
+            return model.mamba_ssm_cache_dtype
+        return act_dtype
+
+    def defaults(self, request: DefaultsRequest) -> EngineDefaults:
+        r = request
+        seqs, batched = batch_defaults(self.release, r.gpu, r.gpu_memory_bytes, r.max_model_len)
+        return EngineDefaults(
+            self.release.default_gpu_memory_utilization,
+            seqs,
+            batched,
+            block_size(r.model, r.gpu, r.kv_dtype, self.release),
+            gdn_prefill_checkpoints(r.model, r.gpu, self.release),
+        )
+
+    @property
+    def assumed_off(self) -> frozenset[str]:
+        """LoRA and CPU offload, and a KV connector (--kv-transfer-config): its GPU buffers are not sized."""
+        return ADAPTER_FEATURES | {KV_CONNECTOR}
+
+    def overhead(self, inputs: OverheadInputs) -> Overhead:
+        """The profiling run as vLLM executes it, each buffer named (capacity/engines/vllm/overhead.py)."""
+        i = inputs
+        return vllm_overhead(i.model, i.tp, i.pp, max(i.max_num_batched_tokens, 1), i.max_num_seqs or 256, self.release,
+                             i.act_bytes, nvlink_multicast=i.nvlink_multicast, version=self.version,
+                             flashinfer_sampler=i.flashinfer_sampler, peer_link_gpus=i.peer_link_gpus)  # fmt: skip
+
+    def weight_layout_extra_bytes(
+        self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, triton_kernels: bool | None = None
+    ) -> int:
+        """MXFP4 experts as the release's fused-MoE backend lays them out (capacity/engines/vllm/weights.py)."""
+        return mxfp4_expert_extra_bytes(model, tp, pp, gpu, self.version or ec.VLLM_DEFAULT_VERSION, triton_kernels)
+
+    def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
+        """requested memory (total x utilization) minus everything that is not KV."""
+        return truncate(total_bytes * utilization) - weights_bytes - overhead_bytes
+
+    def stage_pools(self, request: PoolRequest) -> list[KVPool]:
+        return stage_pools(request, self.release)
+
+    def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
+        return max_concurrent_batches(self.release, pp, async_scheduling) * max_num_batched_tokens
+
+    def kv_cache_tokens(
+        self, num_blocks: Num, num_groups: Num, block_size: Num, concurrency: Num, max_model_len: Num
+    ) -> Num:
+        """ "GPU KV cache size: N tokens" as the release prints it."""
+        if self.release.kv_cache_size_tokens_rule is ec.KVCacheSizeRule.CONCURRENCY:
+            return truncate(concurrency * max_model_len)
+        return num_blocks // at_least(num_groups, 1) * block_size
+
+    @property
+    def start_reserved_units(self) -> int:
+        return 1 if self.release.start_reserves_null_block else 0
+
+    @property
+    def refuses_short_pool(self) -> bool:
+        return True
+
+    def kv_dtype_problem(self, kv_dtype: str) -> str | None:
+        name = kv_dtype.lower()
+        if name in VLLM_KV_DTYPES_SIZED:
+            return None
+        if name in VLLM_KV_DTYPES_ACCEPTED:
+            return f"vLLM accepts --kv-cache-dtype {kv_dtype}, but capplan does not model its packed / scaled page"
+        if name in _SPELLED_OUT:
+            return f"vLLM does not accept --kv-cache-dtype {kv_dtype}: it spells it {_SPELLED_OUT[name]}"
+        return f"vLLM does not accept --kv-cache-dtype {kv_dtype} (it takes: {', '.join(sorted(VLLM_KV_DTYPES_SIZED))})"
+
+    @property
+    def conv_state_without_current(self) -> bool:
+        """mamba_utils.MambaStateShapeCalculator: (conv_dim, kernel - 1)"""
+        return True
+
+    def unmodelled(self, model: ModelSpec) -> str | None:
+        return None
+
+    def assumption_notes(self, context: AssumptionContext) -> list[str]:
+        """ROCm (the overhead terms are CUDA's), the MXFP4 backend where an optional package picks it, and,
+        where there is a budget, the release (where releases size the overhead differently), the FlashInfer
+        sampler default and GPU peer access where it decides the all-reduce the CUDA graphs capture."""
+        c, d, gpu = context, context.deployment, context.gpu
+        if d.overhead_bytes_per_gpu is not None:
+            return self._mxfp4_backend_notes(c)
+        out: list[str] = []
+        if gpu is not None and gpu.amd:
+            out.append(
+                "ROCm: the overhead terms are vLLM's CUDA rules; HIP graphs and ROCm's memory accounting differ "
+                "(public MI300X logs: pools 3-5 % below these estimates, graph estimates several times CUDA's)"
+            )
+        out += self._mxfp4_backend_notes(c)
+        if c.budget_bytes <= 0:  # the rest are shares of a budget; the one above can decide whether vLLM starts
+            return out
+        return out + self._release_notes(c) + self._sampler_notes(c) + self._peer_access_notes(c)
+
+    def _mxfp4_backend_notes(self, c: AssumptionContext) -> list[str]:
+        d, version = c.deployment, self.version or ec.VLLM_DEFAULT_VERSION
+        if d.triton_kernels is not None or c.weight_format != "mxfp4" or not triton_kernels_decides(c.gpu, version):
+            return []
+        model = c.inputs.model
+        marlin, triton = (self.weight_layout_extra_bytes(model, d.tp, d.pp, c.gpu, on) for on in (False, True))
+        if marlin == triton or (c.budget_bytes > 0 and abs(marlin - triton) <= ASSUMPTION_SHARE * c.budget_bytes):
+            return []
+        return [
+            f"assumed vLLM {version} without the triton_kernels package (a pip install): the MXFP4 "
+            "experts run Marlin on this GPU; with it installed by hand (--triton-kernels) "
+            f"they run the OAI Triton kernels and the weights take {format_gib(marlin - triton)} "
+            "less per GPU"
+        ]
+
+    def _release_notes(self, c: AssumptionContext) -> list[str]:
+        if c.deployment.engine_version is not None:
+            return []
+        older = _profile("0.11").overhead(c.inputs)
+        if abs(older.total_bytes - c.overhead.total_bytes) <= ASSUMPTION_SHARE * c.budget_bytes:
+            return []
+        return [
+            f"assumed {self.engine.value} {self.version} (no --engine-version): on 0.11-0.16 the "
+            f"overhead would be {format_gib(older.total_bytes)} instead of "
+            f"{format_gib(c.overhead.total_bytes)}"
+        ]
+
+    def _sampler_notes(self, c: AssumptionContext) -> list[str]:
+        version = self.version or ec.VLLM_DEFAULT_VERSION
+        rule = ec.vllm_sampler_rule(version, runs_v2_model_runner(c.inputs.model, version))
+        if rule is None or rule.flashinfer_units == rule.native_units:
+            return []
+        flipped = self.overhead(replace(c.inputs, flashinfer_sampler=not rule.flashinfer_default))
+        if abs(flipped.total_bytes - c.overhead.total_bytes) <= ASSUMPTION_SHARE * c.budget_bytes:
+            return []
+        state, other = ("on", "off") if rule.flashinfer_default else ("off", "on")
+        return [
+            f"assumed the FlashInfer sampler {state}, vLLM {version}'s default with "
+            "VLLM_USE_FLASHINFER_SAMPLER unset (0.9-0.11.0 take it wherever FlashInfer is installed); "
+            f"{other}, the overhead would be {format_gib(flipped.total_bytes)} "
+            f"instead of {format_gib(c.overhead.total_bytes)}"
+        ]
+
+    def _peer_access_notes(self, c: AssumptionContext) -> list[str]:
+        d, gpu = c.deployment, c.gpu
+        geforce = gpu is not None and gpu.geforce  # peer access refused by the stock driver: nothing to assume
+        if not c.overhead.cuda_graph_bytes or d.gpu_peer_access is not None or d.disable_custom_all_reduce or geforce:
+            return []
+        # what --gpu-peer-access would give (DeploymentSpec's rule: it moves only TP 2 over PCIe)
+        with_access = replace(d, gpu_peer_access=True).all_reduce_peer_gpus(gpu.peer_link_gpus if gpu else None)
+        if with_access == c.inputs.peer_link_gpus:
+            return []
+        peer = self.overhead(replace(c.inputs, peer_link_gpus=with_access))
+        if abs(peer.cuda_graph_bytes - c.overhead.cuda_graph_bytes) <= ASSUMPTION_SHARE * c.budget_bytes:
+            return []
+        with_peer, without = format_gib(peer.cuda_graph_bytes), format_gib(c.overhead.cuda_graph_bytes)
+        return [
+            "assumed no GPU peer access between the 2 GPUs (PCIe: vLLM's P2P test fails on many "
+            "hosts): custom all-reduce off, the CUDA graphs capture NCCL's; where the test passes "
+            f"(--gpu-peer-access), the graph estimate is {with_peer} instead of {without}"
+        ]
+
+    @property
+    def overhead_era(self) -> str:
+        return self.release.overhead_profile
+
+    def observed_version(self, version: str | None, generation: str | None) -> str | None:
+        """The stated version, else a representative release of the generation (V0 -> 0.4, V1 -> 0.11:
+        most undated V1 logs in the public set are from the 0.11-0.16 era)."""
+        if version:
+            try:
+                ec.parse_version(version)
+                return version
+            except ValueError:
+                pass
+        return "0.4" if (generation or "").lower() == "v0" else "0.11"
+
+
+@cache
+def _profile(version: str | None) -> VllmProfile:
+    return VllmProfile(ec.vllm_release(version), version)

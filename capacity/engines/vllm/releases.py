@@ -1,0 +1,91 @@
+"""vLLM's release-dependent defaults: batch limits, block sizes, batches in flight, GDN prefill checkpoints.
+
+Rules followed, by upstream function (vLLM 0.33.0 unless a release row says otherwise):
+`engine/arg_utils.py` get_batch_defaults (by device memory and name), `platforms/cuda.py` block sizes
+(16; MLA backends force 64 on Hopper and older, 128 on Blackwell), `config/vllm.py`
+VllmConfig.max_concurrent_batches.
+"""
+
+from __future__ import annotations
+
+from capacity import engine_constants as ec
+from capacity.spec import GpuSku, ModelSpec, StateMixer
+
+
+def max_concurrent_batches(release: ec.VllmRelease, pp: int, async_scheduling: bool | None) -> int:
+    """`VllmConfig.max_concurrent_batches`: async scheduling (on by default on GPUs) keeps a second
+    batch in flight; the V2 model runner (every model's from 0.29) adds one to PP; off (the CPU build): PP.
+    On 0.25-0.28 the dense models already run V2 (ec.VLLM_RUNNER_RULES) while this takes the release's V1
+    rule: the PP > 1 windowed charge of those is one batch short (not modelled per model)."""
+    if release.in_flight is ec.InFlightRule.ONE_BATCH:
+        return 1
+    if async_scheduling is False:
+        return pp
+    if release.in_flight is ec.InFlightRule.V2_RUNNER:
+        return pp + 1
+    return 2 if pp <= 1 else pp
+
+
+def _is_gb10(gpu: GpuSku | None) -> bool:
+    """DGX Spark (GB10, compute capability 12.1): large memory, small-GPU batch defaults."""
+    if gpu is None:
+        return False
+    names = (gpu.id, gpu.name, *gpu.aliases)
+    return any(name.lower().replace(" ", "").replace("-", "").startswith(("gb10", "nvidiagb10")) and "gb100" not in
+               name.lower() for name in names)  # fmt: skip
+
+
+def batch_defaults(
+    release: ec.VllmRelease, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int
+) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) that `vllm serve` picks when not given."""
+    huge, big, small = ec.VLLM_BATCH_DEFAULTS[release.batch_defaults]
+    is_a100 = gpu is not None and ("a100" in gpu.id.lower() or "a100" in gpu.name.lower())
+    if gpu_memory_bytes >= ec.VLLM_HUGE_GPU_MIN_BYTES:
+        seqs, batched = huge
+    elif (gpu_memory_bytes >= ec.VLLM_BIG_GPU_MIN_BYTES and not is_a100
+          and not (release.batch_defaults is ec.BatchDefaults.V1_BY_GPU_160_GB10 and _is_gb10(gpu))):  # fmt: skip
+        seqs, batched = big
+    else:
+        seqs, batched = small
+    if batched is None:
+        batched = max(max_model_len, 2048) if max_model_len <= 32768 else 2048
+    return seqs, batched
+
+
+def block_size(
+    model: ModelSpec, gpu: GpuSku | None, kv_dtype: str = "auto", release: ec.VllmRelease | None = None
+) -> int:
+    """CUDA platform block-size rules: 16, or what the MLA backend's kernels need."""
+    if not model.is_mla:
+        return ec.VLLM_DEFAULT_BLOCK_SIZE
+    arch = (gpu.architecture or "").lower() if gpu is not None else "hopper"
+    rule = (release or ec.vllm_release(None)).mla_block
+    if rule is ec.MlaBlockRule.FLASHMLA:
+        return ec.VLLM_MLA_BLOCK_SIZE_BLACKWELL if arch == "blackwell" else ec.VLLM_MLA_BLOCK_SIZE_HOPPER
+    if any(layer.indexer_head_dim for layer in model.layers):
+        # DSA: DeepseekV32IndexerBackend takes kernel blocks of 64 on CUDA, the sparse MLA backends
+        # multiples of 64 (or 32): the common block is 64
+        return ec.VLLM_DSA_BLOCK_SIZE
+    if arch == "hopper":  # SM90: FLASH_ATTN_MLA (bf16/fp16 KV only, any multiple of 16), else FLASHMLA (64)
+        return ec.VLLM_MLA_BLOCK_SIZE_HOPPER if kv_dtype.lower().startswith("fp8") else ec.VLLM_DEFAULT_BLOCK_SIZE
+    if arch == "blackwell" and not _is_sm120(gpu):  # SM100: FLASHINFER_MLA (32 or 64)
+        return ec.VLLM_FLASHINFER_MLA_BLOCK_SIZE
+    return ec.VLLM_DEFAULT_BLOCK_SIZE  # TRITON_MLA (SM120, Ampere, Ada) and ROCm AITER MLA take 16
+
+
+def _is_sm120(gpu: GpuSku | None) -> bool:
+    """Workstation Blackwell (RTX PRO 6000, RTX 50xx: compute capability 12.x), not B200/GB200/B300."""
+    return gpu is not None and any(word in gpu.id.lower() for word in ("rtx", "gb10"))
+
+
+def gdn_prefill_checkpoints(model: ModelSpec, gpu: GpuSku | None, release: ec.VllmRelease) -> bool:
+    """Gated-delta-net layers export prefill checkpoints in "align" mode when FlashInfer's GDN prefill
+    kernel runs (0.33 `qwen_gdn_linear_attn._resolve_gdn_prefill_backend`: CUDA on Hopper, and Blackwell
+    SM10.x / SM12.x with 128-dim key heads on CUDA 13; Triton elsewhere). Assumed here: every Blackwell
+    GPU qualifies."""
+    if not release.gdn_prefill_checkpoints or gpu is None or gpu.vendor.lower() != "nvidia":
+        return False
+    if not any(layer.mixer is StateMixer.GATED_DELTA_NET for layer in model.layers):
+        return False
+    return (gpu.architecture or "").lower() in ("hopper", "blackwell")

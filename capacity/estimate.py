@@ -1,0 +1,573 @@
+"""The estimate: one deployment on one GPU type, composed from the engine profile's answers.
+
+This module sits above the engines: it asks the profile (defaults, weights layout, overhead, budget,
+the pool of each pipeline stage, the notes on what it assumed), builds the tightest pool and asks the
+pool (`capacity.pool`: B_max, concurrency, start, max context). The types it composes live below it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from capacity.dtypes import ELEMENT_BYTES, GIB, KV_DTYPES, element_bytes, format_gib, kv_element_bytes
+from capacity.engines.base import KV_CONNECTOR
+from capacity.engines.protocol import AssumptionContext, DefaultsRequest, EngineProfile, PoolRequest
+from capacity.engines.registry import engine_profile
+from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
+from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
+from capacity.parallel import validate_parallelism
+from capacity.pool import (
+    KVPool,
+    PoolUnit,
+    b_max,
+    engine_starts,
+    largest_starting_len,
+    max_concurrency,
+    max_context,
+    start_units,
+)
+from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
+from capacity.weights import WeightsEstimate, estimate_weights, with_layout_extra
+
+AUTO_MAX_MODEL_LEN = -1  # vLLM's `--max-model-len -1`: the largest length that starts (auto-fit)
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """One deployment, every term named: the `capplan estimate --json` contract and more."""
+
+    model: str
+    gpu: str
+    engine: str
+    engine_version: str | None
+    tp: int
+    pp: int
+    weight_dtype: str
+    kv_dtype: str
+    gpu_memory_bytes: int
+    gpu_memory_utilization: float
+    max_model_len: int
+    context_tokens: int
+    target_concurrency: int | None
+    kv_bytes_per_token: int
+    kv_bytes_per_token_per_gpu: int
+    state_bytes_per_sequence_per_gpu: int
+    weights_bytes_per_gpu: int
+    weights_source: str
+    activation_peak_bytes_per_gpu: int
+    non_torch_bytes_per_gpu: int
+    cuda_graph_bytes_per_gpu: int
+    overhead_bytes_per_gpu: int
+    usable_bytes_per_gpu: int
+    kv_budget_bytes_per_gpu: int
+    pool: KVPool
+    max_num_seqs: int | None
+    model_context_limit: int
+    num_blocks: int
+    block_size: int
+    kv_cache_tokens: int
+    physical_kv_token_slots: int
+    max_concurrency: float
+    b_max: int
+    b_max_memory: int
+    max_context_at_concurrency: int
+    fits: bool
+    reason: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    starts: bool = True  # the engine starts with this max_model_len (its own start check)
+    max_model_len_that_starts: int = 0  # the largest max_model_len that starts (vLLM's auto-fit); 0: none
+    max_in_flight_tokens: int = 0  # tokens in flight a windowed layer holds blocks for
+    start_reserved_units: int = 0  # units the start check holds back (vLLM 0.33: the null block)
+    not_modelled: str | None = None  # why the engine's accounting of this model is not modelled
+    activation_buffers: tuple[tuple[str, int], ...] = ()  # the activation peak's named terms (Overhead.buffers)
+
+    def b_max_at(self, context_tokens: int) -> int:
+        return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
+
+    def contract(self) -> dict[str, object]:
+        """The one JSON object of the `capplan estimate --json` contract (bytes as integers)."""
+        return {
+            "model": self.model,
+            "gpu": self.gpu,
+            "tp": self.tp,
+            "pp": self.pp,
+            "weight_dtype": self.weight_dtype,
+            "kv_dtype": self.kv_dtype,
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "max_model_len": self.max_model_len,
+            "context": self.context_tokens,
+            "concurrency": self.target_concurrency,
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
+            "state_bytes_per_sequence_per_gpu": self.state_bytes_per_sequence_per_gpu,
+            "weights_bytes_per_gpu": self.weights_bytes_per_gpu,
+            "weights_source": self.weights_source,
+            "activation_peak_bytes_per_gpu": self.activation_peak_bytes_per_gpu,
+            "non_torch_bytes_per_gpu": self.non_torch_bytes_per_gpu,
+            "cuda_graph_bytes_per_gpu": self.cuda_graph_bytes_per_gpu,
+            "overhead_bytes_per_gpu": self.overhead_bytes_per_gpu,
+            "kv_budget_bytes_per_gpu": self.kv_budget_bytes_per_gpu,
+            "num_blocks": self.num_blocks,
+            "block_size": self.block_size,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "physical_kv_token_slots": self.physical_kv_token_slots,
+            "max_concurrency": self.max_concurrency,
+            "b_max": self.b_max,
+            "b_max_memory": self.b_max_memory,
+            "max_num_seqs": self.max_num_seqs,
+            "max_context_at_concurrency": self.max_context_at_concurrency,
+            "fits": self.fits,
+            "starts": self.starts,
+            "max_model_len_that_starts": self.max_model_len_that_starts,
+            "max_in_flight_tokens": self.max_in_flight_tokens,
+            "modelled": self.not_modelled is None,
+            "not_modelled": self.not_modelled,
+            "reason": self.reason,
+            # what the estimate assumed where an input was not given, and what it would move (one line each)
+            "notes": list(self.notes),
+            # the activation peak's named terms, as the derivation shows them (bytes per GPU)
+            "activation_terms": [{"term": name, "bytes": n} for name, n in self.activation_buffers],
+        }
+
+
+def pool_starts(est: Estimate, pool: KVPool | None = None) -> bool:
+    """Whether the engine of `est` starts with `pool` (default: the estimate's own; a calibrated
+    pool where one is given) at the estimate's max_model_len: the same check as `estimate`."""
+    pool = est.pool if pool is None else pool
+    if est.kv_budget_bytes_per_gpu <= 0 or pool.capacity_units <= 0:
+        return False
+    if not engine_profile(est.engine, est.engine_version).refuses_short_pool:
+        return True
+    return engine_starts(pool, est.max_model_len, est.start_reserved_units)
+
+
+@dataclass(frozen=True, slots=True)
+class _Dtypes:
+    """The element sizes a deployment resolves to: activations, KV cache, SSM state."""
+
+    act_bytes: int
+    kv_bytes: int
+    ssm_bytes: int
+    kv_name: str  # the `--kv-dtype` value, lower case
+    kv_dtype_name: str  # what the contract prints: the activation dtype for `auto`
+
+
+def _dtypes(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile) -> _Dtypes:
+    act_dtype = profile.serving_dtype(model)
+    if d.weight_dtype.lower() in ("float32", "fp32"):
+        act_dtype = "float32"
+    kv_name = d.kv_dtype.lower()
+    problem = profile.kv_dtype_problem(kv_name)
+    if problem:
+        raise SpecError(problem)
+    if kv_name not in KV_DTYPES and kv_name not in ELEMENT_BYTES:
+        raise SpecError(f"unknown KV dtype {d.kv_dtype!r}; expected one of {', '.join(KV_DTYPES)}")
+    ssm_bytes = element_bytes(profile.ssm_cache_dtype(model, act_dtype))
+    kv_dtype_name = act_dtype if d.kv_dtype == "auto" else d.kv_dtype
+    return _Dtypes(element_bytes(act_dtype), kv_element_bytes(kv_name, act_dtype), ssm_bytes, kv_name, kv_dtype_name)
+
+
+def _unmodelled(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, notes: list[str]) -> str | None:
+    """Why the engine's accounting (or a declared feature) is not modelled; each reason noted."""
+    not_modelled = profile.unmodelled(model)
+    if not_modelled:
+        notes.append(f"not modelled: {not_modelled}")
+    declared = d.unmodelled_features()
+    if declared:
+        notes.append(f"not modelled: {', '.join(declared)}; sized as if they were off")
+        not_modelled = "; ".join(filter(None, (not_modelled, *declared)))
+    return not_modelled
+
+
+def _max_model_len(model: ModelSpec, d: DeploymentSpec, notes: list[str]) -> tuple[int, bool]:
+    """The max_model_len served (the model's limit unless given) and whether it is auto-fitted."""
+    limit = model.context_limit_tokens
+    auto_fit = d.max_model_len == AUTO_MAX_MODEL_LEN
+    max_model_len = d.max_model_len if d.max_model_len is not None and not auto_fit else limit
+    if max_model_len <= 0:
+        raise SpecError(f"max model length must be positive (or -1 to auto-fit), got {max_model_len}")
+    if max_model_len > limit:
+        notes.append(f"max_model_len {max_model_len:,} exceeds the model's context limit {limit:,}")
+    return max_model_len, auto_fit
+
+
+def _weights(
+    model: ModelSpec,
+    d: DeploymentSpec,
+    profile: EngineProfile,
+    gpu: GpuSku | None,
+    checkpoint_bytes: int | None,
+    notes: list[str],
+) -> WeightsEstimate:
+    if d.weights_bytes_per_gpu is not None:
+        return WeightsEstimate(
+            d.weights_bytes_per_gpu, d.weights_bytes_per_gpu * d.tp * d.pp, d.weight_dtype, "override"
+        )
+    weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, profile.engine)
+    return with_layout_extra(weights, profile, model, d.tp, d.pp, gpu, notes, d.triton_kernels)
+
+
+def _overhead(d: DeploymentSpec, profile: EngineProfile, inputs: OverheadInputs, notes: list[str]) -> Overhead:
+    """The overhead given by hand, else the profile's (without CUDA graphs under enforce_eager)."""
+    if d.overhead_bytes_per_gpu is not None:
+        return Overhead(0, d.overhead_bytes_per_gpu, 0)
+    overhead = profile.overhead(inputs)
+    if profile.overhead_note:
+        notes.append(profile.overhead_note)
+    if d.enforce_eager and overhead.cuda_graph_bytes:
+        notes.append(
+            f"enforce_eager: no CUDA graphs captured, so none of the {overhead.cuda_graph_bytes / GIB:.2f} "
+            "GiB graph estimate is deducted"
+        )
+        overhead = replace(overhead, cuda_graph_bytes=0)
+    return overhead
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """The batch limits in force: the deployment's, else the engine's defaults."""
+
+    utilization: float
+    block_size: int
+    batched_tokens: int
+    seqs_cap: int | None
+    in_flight_tokens: int
+
+
+def _limits(d: DeploymentSpec, profile: EngineProfile, defaults: EngineDefaults) -> _Limits:
+    util = d.gpu_memory_utilization if d.gpu_memory_utilization is not None else defaults.gpu_memory_utilization
+    block_size = d.block_size or defaults.block_size
+    # a fraction the user gives must be one; a default the engine derives is taken as the engine takes it
+    # (SGLang's (gpu - reserved) / gpu is <= 0 where the reserve exceeds the card: no KV budget, no start)
+    if d.gpu_memory_utilization is not None and not 0 < util <= 1:
+        raise SpecError(f"GPU memory utilization must be in (0, 1], got {util}")
+    batched = d.max_num_batched_tokens or defaults.max_num_batched_tokens
+    seqs_cap: int | None = d.max_num_seqs or (defaults.max_num_seqs or None)
+    return _Limits(util, block_size, batched, seqs_cap, profile.max_in_flight_tokens(batched, d.pp, d.async_scheduling))
+
+
+def _tightest_pool(profile: EngineProfile, request: PoolRequest, notes: list[str]) -> KVPool:
+    """Every rank is sized to the tightest stage's pool; padded group slots are noted."""
+    pools = profile.stage_pools(request)
+    if not pools:
+        raise SpecError("no layer of this model holds a KV cache or state: nothing to size")
+    padded = max(p.padded_layer_slots for p in pools)
+    if padded:
+        notes.append(f"hybrid KV groups padded with {padded} empty layer slot(s) (wasted memory)")
+    return min(pools, key=lambda p: p.capacity_units)
+
+
+def assumed_off_notes(d: DeploymentSpec, assumed_off: frozenset[str]) -> list[str]:
+    """The features the profile does not size and the deployment does not declare, said assumed off."""
+    out: list[str] = []
+    if {"lora", "cpu_offload"} <= assumed_off and not (d.lora or d.cpu_offload_gib):
+        out.append(
+            "assumed no LoRA adapters and no CPU offload (neither is modelled: with LoRA, add the adapters' "
+            "weights and buffers with --overhead-gib)"
+        )
+    if KV_CONNECTOR in assumed_off and not d.kv_connector:
+        out.append(
+            "assumed no KV connector (--kv-transfer-config: LMCache and the like hold GPU buffers capplan "
+            "does not size; a public LMCache log has a 25 % smaller pool than the estimate)"
+        )
+    if {"speculative", "dp_attention"} <= assumed_off and not (d.speculative or d.dp_attention):
+        out.append(
+            "assumed no speculative decoding and no DP attention (not modelled: a draft model adds its "
+            "weights and a second KV pool; DP attention sizes a pool per attention rank)"
+        )
+    return out
+
+
+def _assumption_notes(profile: EngineProfile, context: AssumptionContext) -> list[str]:
+    """What the estimate assumed for unstated inputs that move the KV budget by more than 5 %: the
+    engine's own (release, kernels, links), then, where there is a budget, the memory utilization and
+    the features assumed off."""
+    out = profile.assumption_notes(context)
+    if context.budget_bytes <= 0:  # the rest are shares of a budget
+        return out
+    return out + profile.utilization_notes(context) + assumed_off_notes(context.deployment, profile.assumed_off)
+
+
+@dataclass(frozen=True, slots=True)
+class _PoolFigures:
+    """What the tightest pool answers, under the names `Estimate` gives them: whether the engine starts
+    (and the auto-fitted length), what it prints, B_max, the max context, whether the workload fits."""
+
+    max_model_len: int
+    context_tokens: int
+    starts: bool
+    max_model_len_that_starts: int
+    kv_cache_tokens: int
+    physical_kv_token_slots: int
+    num_blocks: int
+    block_size: int
+    max_concurrency: float
+    b_max: int
+    b_max_memory: int
+    max_context_at_concurrency: int
+    fits: bool
+    reason: str
+
+    def fields(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+def _pool_figures(
+    profile: EngineProfile,
+    pool: KVPool,
+    budget: int,
+    weights: WeightsEstimate,
+    usable: int,
+    per_token_gpu: int,
+    limit: int,
+    max_model_len: int,
+    auto_fit: bool,
+    lim: _Limits,
+    context_tokens: int | None,
+    concurrency: int | None,
+) -> _PoolFigures:
+    """Ask the pool: the start check (and the auto-fit), the printed KV cache size, B_max at the
+    context, the max context at the target concurrency, and whether the workload fits, with why."""
+    reserved = profile.start_reserved_units
+    if profile.refuses_short_pool:
+        fitted_len = largest_starting_len(pool, limit, reserved) if budget > 0 else 0
+        if auto_fit:
+            max_model_len = fitted_len or max_model_len
+        starts = budget > 0 and engine_starts(pool, max_model_len, reserved)
+    else:  # starts with any pool; a request longer than the pool waits or is refused at admission
+        starts = budget > 0 and pool.capacity_units > 0
+        fitted_len = limit if starts else 0
+    context = context_tokens if context_tokens is not None else max_model_len
+    if context <= 0:
+        raise SpecError(f"context must be a positive number of tokens, got {context}")
+
+    if pool.unit is PoolUnit.BYTE:
+        kv_cache_tokens = physical = (budget // per_token_gpu) if per_token_gpu and budget > 0 else 0
+    elif pool.capacity_units:
+        printed_concurrency = max_concurrency(pool, max_model_len)
+        kv_cache_tokens = profile.kv_cache_tokens(
+            pool.capacity_units, len(pool.groups), pool.block_size, printed_concurrency, max_model_len
+        )
+        physical = pool.capacity_units * pool.block_size
+    else:
+        kv_cache_tokens = physical = 0
+    block_size = pool.block_size if budget > 0 else lim.block_size
+    num_blocks = pool.capacity_units if pool.unit is PoolUnit.BLOCK else kv_cache_tokens // max(block_size, 1)
+
+    seqs_cap = lim.seqs_cap
+    conc = max_concurrency(pool, context) if pool.capacity_units else 0.0
+    bmax_memory = b_max(pool, context) if pool.capacity_units else 0
+    bmax = min(bmax_memory, seqs_cap) if seqs_cap else bmax_memory
+    if context > max_model_len or not starts:
+        bmax = bmax_memory = 0
+    target = concurrency if concurrency is not None else 1
+    max_ctx = max_context(pool, target, max_model_len, seqs_cap) if pool.capacity_units and starts else 0
+
+    need = concurrency or 1
+    fits, reason = _fit_reason(
+        pool, budget, weights.per_gpu_bytes, usable, context, need, bmax, max_model_len, seqs_cap, limit
+    )
+    if budget > 0 and not starts:
+        fits = False
+        reason = _no_start_reason(pool, max_model_len, fitted_len, reserved, budget)
+    elif not fits and starts and budget > 0 and not profile.refuses_short_pool and pool.capacity_units:
+        # SGLang / TensorRT-LLM start with a pool shorter than one request: the workload does not fit, the
+        # server does (a "does not fit" read as "does not start" is what users of these engines saw)
+        reason += (
+            f"; the server starts all the same ({profile.engine.value} caps a request at what the pool "
+            f"holds: {kv_cache_tokens:,} tokens)"
+        )
+    return _PoolFigures(
+        max_model_len,
+        context,
+        starts,
+        fitted_len,
+        kv_cache_tokens,
+        physical,
+        num_blocks,
+        block_size,
+        round(conc, 4),
+        bmax,
+        bmax_memory,
+        max_ctx,
+        fits,
+        reason,
+    )
+
+
+def estimate(
+    model: ModelSpec,
+    deployment: DeploymentSpec,
+    *,
+    gpu: GpuSku | None = None,
+    model_name: str | None = None,
+    checkpoint_bytes: int | None = None,
+    context_tokens: int | None = None,
+    concurrency: int | None = None,
+) -> Estimate:
+    """Size one deployment on one GPU type. Raises SpecError with a one-line reason.
+
+    A short composition of the engine profile's answers: defaults, weights, overhead, budget, the
+    tightest stage's pool; then the pool's: whether it starts, what the engine prints, B_max, max context."""
+    d = deployment
+    profile = engine_profile(d.engine, d.engine_version)
+    if gpu is None and d.gpu_memory_bytes is None and d.kv_cache_memory_bytes is None:
+        raise SpecError("no GPU: give --gpu, or --gpu-memory-gib for hardware not in the catalog")
+    validate_parallelism(model, d.tp, d.pp, gpu)
+    total = d.gpu_memory_bytes if d.gpu_memory_bytes is not None else (gpu.memory_total_bytes if gpu else 0)
+    notes: list[str] = []
+    not_modelled = _unmodelled(model, d, profile, notes)
+    max_model_len, auto_fit = _max_model_len(model, d, notes)
+    dt = _dtypes(model, d, profile)
+    per_token = kv_bytes_per_token(model, dt.kv_bytes)
+    per_token_gpu = kv_bytes_per_token_per_gpu(model, dt.kv_bytes, d.tp, d.pp)
+    state_gpu = state_bytes_per_sequence_per_gpu(
+        model, dt.act_bytes, dt.ssm_bytes, d.tp, d.pp, conv_without_current=profile.conv_state_without_current
+    )
+    weights = _weights(model, d, profile, gpu, checkpoint_bytes, notes)
+    defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
+    lim = _limits(d, profile, defaults)
+    inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes)
+    overhead = _overhead(d, profile, inputs, notes)
+    usable = int(total * lim.utilization)
+    if d.kv_cache_memory_bytes is not None:
+        budget = d.kv_cache_memory_bytes
+    else:
+        budget = profile.kv_budget(total, lim.utilization, weights.per_gpu_bytes, overhead.total_bytes)
+        context = AssumptionContext(d, gpu, total, lim.utilization, overhead, budget, inputs, weights.format_name)
+        notes.extend(_assumption_notes(profile, context))
+    request = _pool_request(model, d, budget, dt, lim, defaults.state_checkpoints)
+    pool = _tightest_pool(profile, request, notes)
+    limit = model.context_limit_tokens
+    f = _pool_figures(
+        profile,
+        pool,
+        budget,
+        weights,
+        usable,
+        per_token_gpu,
+        limit,
+        max_model_len,
+        auto_fit,
+        lim,
+        context_tokens,
+        concurrency,
+    )
+    return Estimate(
+        model=model_name or model.architecture,
+        gpu=gpu.id if gpu else "custom",
+        engine=profile.engine.value,
+        engine_version=profile.version,
+        tp=d.tp,
+        pp=d.pp,
+        weight_dtype=weights.format_name,
+        kv_dtype=dt.kv_dtype_name,
+        gpu_memory_bytes=total,
+        gpu_memory_utilization=lim.utilization,
+        target_concurrency=concurrency,
+        kv_bytes_per_token=per_token,
+        kv_bytes_per_token_per_gpu=per_token_gpu,
+        state_bytes_per_sequence_per_gpu=state_gpu,
+        weights_bytes_per_gpu=weights.per_gpu_bytes,
+        weights_source=weights.source,
+        activation_peak_bytes_per_gpu=overhead.activation_peak_bytes,
+        non_torch_bytes_per_gpu=overhead.non_torch_bytes,
+        cuda_graph_bytes_per_gpu=overhead.cuda_graph_bytes,
+        overhead_bytes_per_gpu=overhead.total_bytes,
+        usable_bytes_per_gpu=usable,
+        kv_budget_bytes_per_gpu=budget,
+        pool=pool,
+        max_num_seqs=lim.seqs_cap,
+        model_context_limit=limit,
+        notes=tuple(notes),
+        max_in_flight_tokens=lim.in_flight_tokens,
+        start_reserved_units=profile.start_reserved_units,
+        not_modelled=not_modelled,
+        activation_buffers=overhead.buffers,
+        **f.fields(),  # type: ignore[arg-type]
+    )
+
+
+def _overhead_inputs(
+    model: ModelSpec, d: DeploymentSpec, gpu: GpuSku | None, lim: _Limits, act_bytes: int
+) -> OverheadInputs:
+    """What the profile's overhead follows from; an unknown GPU counts as a switch fabric."""
+    return OverheadInputs(
+        model,
+        d.tp,
+        d.pp,
+        lim.batched_tokens,
+        lim.seqs_cap,
+        act_bytes,
+        nvlink_multicast=gpu.nvlink_multicast if gpu is not None else True,
+        peer_link_gpus=d.all_reduce_peer_gpus(gpu.peer_link_gpus if gpu is not None else None),
+    )
+
+
+def _pool_request(
+    model: ModelSpec, d: DeploymentSpec, budget: int, dt: _Dtypes, lim: _Limits, state_checkpoints: bool
+) -> PoolRequest:
+    """What each stage's pool is built from (a negative budget builds an empty pool)."""
+    return PoolRequest(
+        model,
+        max(budget, 0),
+        dt.kv_bytes,
+        dt.ssm_bytes,
+        dt.act_bytes,
+        d.tp,
+        d.pp,
+        lim.block_size,
+        lim.batched_tokens,
+        lim.in_flight_tokens,
+        state_checkpoints,
+    )
+
+
+def _no_start_reason(pool: KVPool, max_model_len: int, fitted_len: int, reserved: int, budget: int) -> str:
+    """The engine's own refusal, in one line (vLLM: 'To serve at least one request ...')."""
+    need_units = start_units(pool, max_model_len, reserved)
+    need = need_units * pool.unit_bytes
+    fix = (
+        f"the largest max_model_len that starts is {fitted_len:,} (--max-model-len {fitted_len} or -1 to auto-fit)"
+        if fitted_len
+        else "no max_model_len starts: not even one token fits"
+    )
+    return (
+        f"DOES NOT START: one request of max_model_len {max_model_len:,} needs {need_units:,} blocks "
+        f"({format_gib(need)} of KV per GPU) but the pool has {pool.capacity_units:,} "
+        f"({format_gib(budget)}); {fix}"
+    )
+
+
+def _fit_reason(
+    pool: KVPool,
+    budget: int,
+    weights: int,
+    usable: int,
+    context: int,
+    need: int,
+    bmax: int,
+    max_model_len: int,
+    seqs_cap: int | None,
+    limit: int,
+) -> tuple[bool, str]:
+    if budget <= 0:
+        return False, (
+            f"weights ({format_gib(weights)}) and overhead leave no KV budget out of "
+            f"{format_gib(usable)} usable per GPU"
+        )
+    if context > max_model_len:
+        return False, f"context {context:,} exceeds max_model_len {max_model_len:,}"
+    if bmax >= need:
+        return True, (f"{need:,} sequence(s) of {context:,} tokens fit; up to {bmax:,} at once")
+    if seqs_cap is not None and bmax == seqs_cap:
+        return False, f"{need:,} sequences exceed the engine's max_num_seqs {seqs_cap:,}"
+    units = pool.sequence_units(context, context)
+    per_seq = units if pool.unit is PoolUnit.BYTE else units * pool.unit_bytes
+    return False, (
+        f"{need:,} sequence(s) of {context:,} tokens need {format_gib(per_seq * need)} of KV per GPU; "
+        f"the budget is {format_gib(budget)}"
+    )

@@ -1,0 +1,173 @@
+"""Weights per GPU: the served format's bytes per parameter over the parameter model, or the checkpoint's size."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from capacity.dtypes import CANONICAL_DTYPE, GIB, WEIGHT_DTYPES, element_bytes, serving_dtype
+from capacity.engines.kinds import Engine
+from capacity.parallel import memo_per_model, pp_partition
+from capacity.spec import GpuSku, ModelSpec, SpecError
+
+if TYPE_CHECKING:
+    from capacity.engines.protocol import EngineProfile
+
+
+@dataclass(frozen=True, slots=True)
+class WeightFormat:
+    """Bytes per parameter of the quantized linear layers and which layers it applies to."""
+
+    name: str
+    linear_bytes_per_param: Fraction
+    dense_bytes_per_param: Fraction  # embeddings, lm_head, norms, router, unquantized layers
+    experts_only: bool = False
+    attention_dense: bool = False  # attention projections kept 16-bit (NVFP4 exports)
+
+
+def _int4_bytes(group_size: int) -> Fraction:
+    # 4-bit weights + an fp16 scale and a packed 4-bit zero point per group (AWQ / GPTQ layout)
+    return Fraction(1, 2) + Fraction(2, group_size) + Fraction(1, 2 * group_size)
+
+
+def weight_format(model: ModelSpec, weight_dtype: str, engine: str = Engine.VLLM) -> WeightFormat:
+    """Resolve `--dtype` against the checkpoint: auto = what the checkpoint stores."""
+    base = Fraction(element_bytes(serving_dtype(model, engine)))
+    wanted = weight_dtype.lower()
+    quant = model.quantization
+    if wanted == "auto" and quant is not None:
+        wanted = quant.weight_format
+        group = quant.group_size or 128
+        if wanted == "int4":
+            return WeightFormat(f"int4 ({quant.method}, group {group})", _int4_bytes(group), base)
+        if wanted == "mxfp4":
+            return WeightFormat("mxfp4", Fraction(17, 32), base, experts_only=quant.experts_only)
+        if wanted == "nvfp4":
+            return WeightFormat("nvfp4", Fraction(9, 16), base, attention_dense=not quant.attention_quantized)
+    if wanted == "auto":
+        return WeightFormat(serving_dtype(model, engine), base, base)
+    if wanted in ("bf16", "bfloat16", "fp16", "float16"):
+        two = Fraction(2)
+        return WeightFormat(CANONICAL_DTYPE[wanted], two, two)
+    if wanted in ("float32", "fp32"):
+        four = Fraction(4)
+        return WeightFormat("float32", four, four)
+    if wanted in ("fp8", "int8"):
+        return WeightFormat(wanted, Fraction(1), base)
+    if wanted == "int4":
+        return WeightFormat("int4 (group 128)", _int4_bytes(128), base)
+    if wanted == "mxfp4":
+        # 4-bit elements + one 8-bit shared exponent per 32 elements = 4.25 bits
+        return WeightFormat("mxfp4", Fraction(17, 32), base, experts_only=True)
+    if wanted == "nvfp4":
+        # 4-bit elements + one fp8 scale per 16 elements = 4.5 bits
+        return WeightFormat("nvfp4", Fraction(9, 16), base)
+    raise SpecError(f"unknown weight dtype {weight_dtype!r}; expected one of {', '.join(WEIGHT_DTYPES)}")
+
+
+@dataclass(frozen=True, slots=True)
+class WeightsEstimate:
+    per_gpu_bytes: int  # the most loaded rank
+    total_bytes: int  # what the serving engine loads, all ranks together, without replication
+    format_name: str
+    source: str  # "checkpoint" (real size, scaled per rank) | "modeled" | "override"
+
+
+def _rank_weight_bytes(model: ModelSpec, fmt: WeightFormat, tp: int, pp: int) -> list[Fraction]:
+    """Weight bytes of every pipeline stage for one TP rank (sharded parts / TP, replicated whole)."""
+    dense = fmt.dense_bytes_per_param
+    linear = fmt.linear_bytes_per_param
+    mlp_bytes = dense if fmt.experts_only else linear
+    attention_bytes = dense if fmt.experts_only or fmt.attention_dense else linear
+    # Exact rationals with one Fraction per stage: every term as an integer over tp * lcm(denominators)
+    common = math.lcm(dense.denominator, linear.denominator)
+    per_attention = attention_bytes.numerator * (common // attention_bytes.denominator)  # split by TP
+    per_mlp = mlp_bytes.numerator * (common // mlp_bytes.denominator)  # dense MLP / shared experts, by TP
+    per_expert = linear.numerator * (common // linear.denominator)  # routed experts, split by TP
+    per_dense = dense.numerator * (common // dense.denominator)  # embeddings and head, split by TP
+    per_replicated = per_dense * tp  # norms and router, whole on every rank
+    stages: list[Fraction] = []
+    sums = _stage_param_sums(model, pp)
+    for stage_index, (attention, mlp, experts, replicated) in enumerate(sums):
+        total = attention * per_attention + mlp * per_mlp + experts * per_expert + replicated * per_replicated
+        if stage_index == 0:
+            total += (model.embedding_params + model.loaded_extra_params) * per_dense
+        if stage_index == len(sums) - 1:
+            head = model.lm_head_params or (model.embedding_params if pp > 1 else 0)
+            total += head * per_dense + model.final_norm_params * per_replicated
+        stages.append(Fraction(total, tp * common))
+    return stages
+
+
+def _stage_param_sums(model: ModelSpec, pp: int) -> list[tuple[int, int, int, int]]:
+    """Per pipeline stage: attention and MLP parameters (split by TP), routed experts, replicated."""
+
+    def compute() -> list[tuple[int, int, int, int]]:
+        sums = []
+        start = 0
+        for count in pp_partition(len(model.layer_params), pp):
+            layers = model.layer_params[start : start + count]
+            start += count
+            sums.append(
+                (
+                    sum(params.attention for params in layers),
+                    sum(params.mlp for params in layers),
+                    sum(params.experts for params in layers),
+                    sum(params.router + params.norms for params in layers),
+                )
+            )
+        return sums
+
+    return memo_per_model("stage_param_sums", model, pp, compute)
+
+
+def estimate_weights(
+    model: ModelSpec,
+    weight_dtype: str = "auto",
+    tp: int = 1,
+    pp: int = 1,
+    checkpoint_bytes: int | None = None,
+    engine: str = Engine.VLLM,
+) -> WeightsEstimate:
+    """Weights on the most loaded GPU. The checkpoint's real size wins when the served format is
+    the checkpoint's own; it is spread over ranks in the proportions the parameter model gives."""
+    fmt = weight_format(model, weight_dtype, engine)
+    stages = _rank_weight_bytes(model, fmt, tp, pp)
+    per_gpu = max(stages)
+    loaded_total = sum(_rank_weight_bytes(model, fmt, 1, 1))
+    native = weight_dtype.lower() == "auto" or (
+        model.quantization is None and CANONICAL_DTYPE.get(weight_dtype.lower()) == model.torch_dtype
+    )
+    if checkpoint_bytes and native and loaded_total > 0:
+        # The checkpoint also holds parts the engine skips (extra_params it does not load: MTP heads).
+        in_checkpoint = loaded_total + (model.extra_params - model.loaded_extra_params) * fmt.dense_bytes_per_param
+        scale = Fraction(checkpoint_bytes) / in_checkpoint
+        return WeightsEstimate(math.ceil(per_gpu * scale), math.ceil(loaded_total * scale), fmt.name, "checkpoint")
+    return WeightsEstimate(math.ceil(per_gpu), math.ceil(loaded_total), fmt.name, "modeled")
+
+
+def with_layout_extra(
+    weights: WeightsEstimate,
+    profile: EngineProfile,
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    gpu: GpuSku | None,
+    notes: list[str] | None = None,
+    triton_kernels: bool | None = None,
+) -> WeightsEstimate:
+    """The weights plus what the engine's kernels keep beyond the checkpoint's format (MXFP4 experts in
+    vLLM's fused-MoE layouts); a note names it when it is not zero."""
+    if weights.format_name != "mxfp4":
+        return weights
+    extra = profile.weight_layout_extra_bytes(model, tp, pp, gpu, triton_kernels)
+    if not extra:
+        return weights
+    if notes is not None:
+        notes.append(f"weights include {extra / GIB:.2f} GiB per GPU of MXFP4 expert padding and re-layout "
+                     f"({profile.engine.value} {profile.version or ''} on {gpu.id if gpu else 'this GPU'})")  # fmt: skip
+    return replace(
+        weights, per_gpu_bytes=weights.per_gpu_bytes + extra, total_bytes=weights.total_bytes + extra * tp * pp
+    )
