@@ -5,7 +5,7 @@ has one, its description (the comment the warehouse puts on the column), its gra
 `capplan estimate --json` reports it, its name in that contract. `COLUMNS` is in the published
 order (`marts.capacity_grid_history`, run stamp first, prices last); what is generated from it:
 
-- `GRID_COLUMNS`, `CONTEXT_COLUMNS`, `DEPLOYMENT_KEYS`, `DEPLOYMENT_COLUMNS` and `GRID_SCHEMA` (the
+- `GRID_COLUMNS`, `CONTEXT_COLUMNS`, `DEPLOYMENT_KEYS`, `DEPLOYMENT_COLUMNS` and `grid_schema()` (the
   grid's `{name: Polars dtype}`), which `capacity.grid` and `warehouse.capacity_grid` import;
 - the column comments of the grid relations (`MART_GRID_COLUMNS`, `MART_DEPLOYMENT_COLUMNS`), which
   `warehouse.sql.build_relation` applies after running their SQL files;
@@ -20,8 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:
+    import polars as pl
+
+    PolarsType = pl.DataType | type[pl.DataType]
 
 
 class ColumnType(Enum):
@@ -36,22 +40,26 @@ class ColumnType(Enum):
     DATE = "date"
 
     @property
-    def polars(self) -> pl.DataType | type[pl.DataType]:
-        return _POLARS[self]
+    def polars(self) -> PolarsType:
+        # imported here: warehouse.sql reads the comments on `capplan sql`'s light path, which loads no Polars
+        import polars as pl
+
+        dtype: PolarsType = getattr(pl, _POLARS[self])
+        return dtype
 
     @property
     def duckdb(self) -> str:
         return _DUCKDB[self]
 
 
-_POLARS: dict[ColumnType, pl.DataType | type[pl.DataType]] = {
-    ColumnType.LABEL: pl.Categorical,
-    ColumnType.TEXT: pl.String,
-    ColumnType.SIZE: pl.Int64,
-    ColumnType.INT: pl.Int64,
-    ColumnType.FLOAT: pl.Float64,
-    ColumnType.BOOL: pl.Boolean,
-    ColumnType.DATE: pl.Date,
+_POLARS = {  # names of the Polars dtypes
+    ColumnType.LABEL: "Categorical",
+    ColumnType.TEXT: "String",
+    ColumnType.SIZE: "Int64",
+    ColumnType.INT: "Int64",
+    ColumnType.FLOAT: "Float64",
+    ColumnType.BOOL: "Boolean",
+    ColumnType.DATE: "Date",
 }
 _DUCKDB = {
     ColumnType.LABEL: "VARCHAR",
@@ -369,8 +377,6 @@ GRID_COLUMNS = (
     *(c.name for c in _GRID if c.grain is Grain.DEPLOYMENT),
     *(name for name in CONTEXT_COLUMNS if name != "context"),
 )
-# The grid's dtypes, declared once: the output frame is cast to this.
-GRID_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {name: BY_NAME[name].type.polars for name in GRID_COLUMNS}
 # What does not depend on the context (the warehouse's raw.deployments, after deployment_id).
 DEPLOYMENT_COLUMNS = tuple(name for name in GRID_COLUMNS if name not in CONTEXT_COLUMNS)
 
@@ -473,6 +479,13 @@ _CONTRACT_ATTRIBUTES: dict[str, str | None] = {
 CONTRACT: tuple[tuple[str, str | None], ...] = tuple((key, _CONTRACT_ATTRIBUTES[key]) for key in CONTRACT_KEYS)
 
 
+def grid_schema() -> dict[str, PolarsType]:
+    """The grid's dtypes, declared once: `{name: Polars dtype}` of GRID_COLUMNS."""
+    return {name: BY_NAME[name].type.polars for name in GRID_COLUMNS}
+
+
 def grid_select() -> list[pl.Expr]:
-    """GRID_COLUMNS cast to GRID_SCHEMA: the select at the grid's output, where its dtypes are declared."""
-    return [pl.col(name).cast(dtype) for name, dtype in GRID_SCHEMA.items()]
+    """GRID_COLUMNS cast to `grid_schema()`: the select at the grid's output, where its dtypes are declared."""
+    import polars as pl
+
+    return [pl.col(name).cast(dtype) for name, dtype in grid_schema().items()]

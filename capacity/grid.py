@@ -97,7 +97,7 @@ TARGET_CONCURRENCIES = (1, 8, 32, 128, 512)
 MIN_CONTEXT = 1024
 _BISECTION_STEPS = 34  # max_model_len // block_size < 2**34 for any context limit a config states
 
-# DEPLOYMENT_KEYS, CONTEXT_COLUMNS, GRID_COLUMNS and their dtypes (GRID_SCHEMA, grid_select): capacity.columns
+# DEPLOYMENT_KEYS, CONTEXT_COLUMNS, GRID_COLUMNS and their dtypes (grid_schema, grid_select): capacity.columns
 # The pool's charge terms (`KVPool.charge_terms`), carried after GRID_COLUMNS so that
 # `build_context_limits` can evaluate any context; `pool_window_{j}_groups/_held` follow, one pair
 # per distinct window of the models in the build. Not part of the published grid.

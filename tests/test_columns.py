@@ -43,13 +43,13 @@ def test_the_grid_tuples_are_the_dictionarys() -> None:
     # the grid is the published grid less what the warehouse adds, in the published order
     assert list(cols.GRID_COLUMNS) == [c.name for c in cols.COLUMNS if not c.warehouse]
     assert set(cols.CONTEXT_COLUMNS) | set(cols.DEPLOYMENT_COLUMNS) == set(cols.GRID_COLUMNS)
-    assert list(cols.GRID_SCHEMA) == list(cols.GRID_COLUMNS)
+    assert list(cols.grid_schema()) == list(cols.GRID_COLUMNS)
 
 
 def test_the_grid_frames_have_the_dictionarys_schema() -> None:
     built = build_capacity_grid(models()[:3], gpus()).collect()
-    assert dict(built.select(cols.GRID_COLUMNS).schema) == cols.GRID_SCHEMA
-    assert dict(grid_tables(models()[:3], gpus()).grid().schema) == cols.GRID_SCHEMA
+    assert dict(built.select(cols.GRID_COLUMNS).schema) == cols.grid_schema()
+    assert dict(grid_tables(models()[:3], gpus()).grid().schema) == cols.grid_schema()
 
 
 # --- the warehouse --------------------------------------------------------------------------------
