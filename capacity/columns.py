@@ -10,7 +10,7 @@ order (`marts.capacity_grid_history`, run stamp first, prices last); what is gen
 - the column comments of the grid relations (`MART_GRID_COLUMNS`, `MART_DEPLOYMENT_COLUMNS`), which
   `warehouse.sql.build_relation` applies after running their SQL files;
 - the `capplan estimate --json` keys (`CONTRACT`, in the contract's own order), which
-  `capacity.memory.Estimate.contract` follows.
+  `Estimate.contract` (the scalar estimate) follows.
 
 A new output column is one entry here plus its rule (and, in the warehouse, its line in the SQL
 select lists, which `tests/test_columns.py` holds to this order). Pure data, no I/O.
@@ -392,7 +392,7 @@ def comment(column: Column, *, deployments: bool = False) -> str:
     return column.description
 
 
-# --- what `capplan estimate --json` prints (capacity.memory.Estimate.contract) -----------------------
+# --- what `capplan estimate --json` prints (Estimate.contract, the scalar estimate) ------------------
 
 
 @dataclass(frozen=True, slots=True)
