@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from capacity.columns import CONTRACT
 from capacity.dtypes import ELEMENT_BYTES, GIB, KV_DTYPES, element_bytes, format_gib, kv_element_bytes
 from capacity.engines.base import KV_CONNECTOR
 from capacity.engines.protocol import AssumptionContext, DefaultsRequest, EngineProfile, PoolRequest
@@ -85,52 +86,16 @@ class Estimate:
         return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
 
     def contract(self) -> dict[str, object]:
-        """The one JSON object of the `capplan estimate --json` contract (bytes as integers)."""
-        return {
-            "model": self.model,
-            "gpu": self.gpu,
-            "tp": self.tp,
-            "pp": self.pp,
-            "weight_dtype": self.weight_dtype,
-            "kv_dtype": self.kv_dtype,
-            "engine": self.engine,
-            "engine_version": self.engine_version,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "max_model_len": self.max_model_len,
-            "context": self.context_tokens,
-            "concurrency": self.target_concurrency,
-            "gpu_memory_bytes": self.gpu_memory_bytes,
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
-            "state_bytes_per_sequence_per_gpu": self.state_bytes_per_sequence_per_gpu,
-            "weights_bytes_per_gpu": self.weights_bytes_per_gpu,
-            "weights_source": self.weights_source,
-            "activation_peak_bytes_per_gpu": self.activation_peak_bytes_per_gpu,
-            "non_torch_bytes_per_gpu": self.non_torch_bytes_per_gpu,
-            "cuda_graph_bytes_per_gpu": self.cuda_graph_bytes_per_gpu,
-            "overhead_bytes_per_gpu": self.overhead_bytes_per_gpu,
-            "kv_budget_bytes_per_gpu": self.kv_budget_bytes_per_gpu,
-            "num_blocks": self.num_blocks,
-            "block_size": self.block_size,
-            "kv_cache_tokens": self.kv_cache_tokens,
-            "physical_kv_token_slots": self.physical_kv_token_slots,
-            "max_concurrency": self.max_concurrency,
-            "b_max": self.b_max,
-            "b_max_memory": self.b_max_memory,
-            "max_num_seqs": self.max_num_seqs,
-            "max_context_at_concurrency": self.max_context_at_concurrency,
-            "fits": self.fits,
-            "starts": self.starts,
-            "max_model_len_that_starts": self.max_model_len_that_starts,
-            "max_in_flight_tokens": self.max_in_flight_tokens,
+        """The one JSON object of the `capplan estimate --json` contract (bytes as integers), keys in
+        `capacity.columns.CONTRACT` order."""
+        derived: dict[str, object] = {
             "modelled": self.not_modelled is None,
-            "not_modelled": self.not_modelled,
-            "reason": self.reason,
             # what the estimate assumed where an input was not given, and what it would move (one line each)
             "notes": list(self.notes),
             # the activation peak's named terms, as the derivation shows them (bytes per GPU)
             "activation_terms": [{"term": name, "bytes": n} for name, n in self.activation_buffers],
         }
+        return {key: derived[key] if attribute is None else getattr(self, attribute) for key, attribute in CONTRACT}
 
 
 def pool_starts(est: Estimate, pool: KVPool | None = None) -> bool:

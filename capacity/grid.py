@@ -71,6 +71,7 @@ import polars as pl
 import polars.selectors as cs
 
 from capacity import engine_constants as ec
+from capacity.columns import CONTEXT_COLUMNS, DEPLOYMENT_KEYS, GRID_COLUMNS, grid_select
 from capacity.dtypes import element_bytes, kv_element_bytes
 from capacity.engines import DefaultsRequest, Engine, EngineProfile, PoolRequest
 from capacity.engines import sglang as sglang_rules
@@ -92,54 +93,7 @@ TARGET_CONCURRENCIES = (1, 8, 32, 128, 512)
 MIN_CONTEXT = 1024
 _BISECTION_STEPS = 34  # max_model_len // block_size < 2**34 for any context limit a config states
 
-DEPLOYMENT_KEYS = (
-    "model",
-    "model_family",
-    "gpu",
-    "engine",
-    "engine_version",
-    "weight_dtype",
-    "kv_dtype",
-    "tp",
-    "pp",
-    "num_gpus",
-)
-# Per-context columns; everything else in GRID_COLUMNS is a property of the deployment.
-CONTEXT_COLUMNS = ("context", "max_concurrency", "b_max", "b_max_memory", "fits", "tpot_ms", "output_tokens_per_second")
-# The published grid: keys, context, then the breakdown of `capplan estimate --json` (same names).
-# `weight_format` / `kv_cache_dtype` are what `capplan estimate --json` calls weight_dtype / kv_dtype
-# (the resolved names); the grid's weight_dtype / kv_dtype are the values given to --dtype / --kv-dtype.
-GRID_COLUMNS = (
-    *DEPLOYMENT_KEYS,
-    "context",
-    "weight_format",
-    "kv_cache_dtype",
-    "weights_source",
-    "not_modelled",
-    "gpu_memory_bytes",
-    "gpu_memory_utilization",
-    "max_model_len",
-    "max_num_seqs",
-    "kv_bytes_per_token",
-    "kv_bytes_per_token_per_gpu",
-    "state_bytes_per_sequence_per_gpu",
-    "weights_bytes_per_gpu",
-    "activation_peak_bytes_per_gpu",
-    "non_torch_bytes_per_gpu",
-    "cuda_graph_bytes_per_gpu",
-    "overhead_bytes_per_gpu",
-    "kv_budget_bytes_per_gpu",
-    "num_blocks",
-    "block_size",
-    "kv_cache_tokens",
-    "physical_kv_token_slots",
-    "max_concurrency",
-    "b_max",
-    "b_max_memory",
-    "fits",
-    "tpot_ms",
-    "output_tokens_per_second",
-)
+# DEPLOYMENT_KEYS, CONTEXT_COLUMNS, GRID_COLUMNS and their dtypes (grid_schema, grid_select): capacity.columns
 # The pool's charge terms (`KVPool.charge_terms`), carried after GRID_COLUMNS so that
 # `build_context_limits` can evaluate any context; `pool_window_{j}_groups/_held` follow, one pair
 # per distinct window of the models in the build. Not part of the published grid.
@@ -1192,7 +1146,7 @@ def expand_contexts(deployments: pl.LazyFrame, carry: Sequence[str] = (), *, spe
     windows = _window_count(deployments)
     pool = [c for c in deployments.collect_schema().names() if c.startswith("pool_")]
     grid = _at_contexts(deployments.explode("contexts").rename({"contexts": "context"}), windows, speed=speed)
-    return grid.select(*carry, *GRID_COLUMNS, *pool)
+    return grid.select(*carry, *grid_select(), *pool)
 
 
 def _perf_layout_row(
@@ -1342,7 +1296,7 @@ class GridTables:
             .join(self.deployments, on="deployment_id", how="left", maintain_order="left")
             .join(self.layouts, on="layout_id", how="left", maintain_order="left")
             .join(self.gpus, on="gpu_id", how="left", maintain_order="left")
-            .select(GRID_COLUMNS)
+            .select(grid_select())
         )
 
 

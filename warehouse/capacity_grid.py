@@ -29,8 +29,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from capacity.columns import CONTEXT_COLUMNS, DEPLOYMENT_COLUMNS, GRID_COLUMNS
 from capacity.grid import (
-    GRID_COLUMNS,
     TARGET_CONCURRENCIES,
     GridModel,
     GridOptions,
@@ -43,9 +43,6 @@ from models_registry.planning import gpu_skus, grid_models
 from models_registry.sources.common import ItemError, one_line
 from warehouse.provenance import CAPACITY_DIR, sha256_file, sha256_tree
 from warehouse.sql import columns, load_frame, qualified, relation_kind, transaction
-
-CONTEXT_COLUMNS = ("context", "max_concurrency", "b_max_memory", "b_max", "fits", "tpot_ms", "output_tokens_per_second")
-DEPLOYMENT_COLUMNS = tuple(c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS)
 
 
 @dataclass(frozen=True, slots=True)

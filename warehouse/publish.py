@@ -44,7 +44,16 @@ from pathlib import Path
 import duckdb
 
 from warehouse.lock import RunLock
-from warehouse.sql import LAYERS, build_relation, columns, connect_reader, ident, qualified, relation_kind
+from warehouse.sql import (
+    LAYERS,
+    build_relation,
+    columns,
+    connect_reader,
+    ident,
+    qualified,
+    relation_kind,
+    sql_string,
+)
 
 PATH_ENV = "CAPPLAN_WAREHOUSE"
 DEFAULT_PATH = "var/warehouse.duckdb"
@@ -63,12 +72,6 @@ class WarehouseMissing(FileNotFoundError):
 def warehouse_path(path: str | Path | None = None) -> Path:
     """The published warehouse file: the argument, else `CAPPLAN_WAREHOUSE`, else `var/warehouse.duckdb`."""
     return Path(path or os.environ.get(PATH_ENV) or DEFAULT_PATH)
-
-
-def _sql_string(text: str) -> str:
-    """A SQL string literal. Only for `COMMENT ON`, which DuckDB cannot bind, and only for comment
-    text read back from the warehouse's own catalog (the column comments of `warehouse/*.sql`)."""
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _fsync(path: Path) -> None:
@@ -409,7 +412,7 @@ def _append_history(con: duckdb.DuckDBPyConnection, table: str, run_id: str, kee
     if kind == "view":
         for column, _dtype, _comment in columns(con, "marts", history):
             if column in documented:
-                con.execute(f"comment on column {target}.{ident(column)} is {_sql_string(documented[column])}")
+                con.execute(f"comment on column {target}.{ident(column)} is {sql_string(documented[column])}")
         counted = con.execute(f"select count(*) from {source}").fetchone()
         return int(counted[0]) if counted else 0
     source_columns = columns(con, "marts", table)
@@ -422,9 +425,9 @@ def _append_history(con: duckdb.DuckDBPyConnection, table: str, run_id: str, kee
                 con.execute(f"alter table {target} add column {ident(column)} {dtype}")
     for column, _dtype, _comment in source_columns:
         if column in documented:
-            con.execute(f"comment on column {target}.{ident(column)} is {_sql_string(documented[column])}")
+            con.execute(f"comment on column {target}.{ident(column)} is {sql_string(documented[column])}")
     note = f"Every retained run's rows of marts.{table} (run_id, run_date on each row)."
-    con.execute(f"comment on table {target} is {_sql_string(note)}")
+    con.execute(f"comment on table {target} is {sql_string(note)}")
     con.execute(
         f"delete from {target} where run_id = $run_id or not list_contains($keep, run_id)",
         {"run_id": run_id, "keep": keep},

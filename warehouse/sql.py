@@ -16,9 +16,20 @@ from pathlib import Path
 
 import duckdb
 
+from capacity.columns import MART_DEPLOYMENT_COLUMNS, MART_GRID_COLUMNS, comment
+
 WAREHOUSE_DIR = Path(__file__).resolve().parent
 LAYERS = ("raw", "staging", "marts")
 QUERIES_DIR = WAREHOUSE_DIR / "queries"
+
+
+# The relations whose column comments come from the column dictionary (capacity.columns) rather than
+# their SQL file: {column: comment}, applied by `build_relation` after the file runs (the current marts
+# copy them from these history views, `pipelines.assets.common.inherit_column_comments`).
+DICTIONARY_COMMENTS: dict[tuple[str, str], dict[str, str]] = {
+    ("marts", "capacity_grid_history"): {c.name: comment(c) for c in MART_GRID_COLUMNS},
+    ("marts", "deployments_history"): {c.name: comment(c, deployments=True) for c in MART_DEPLOYMENT_COLUMNS},
+}
 
 
 class WarehouseSqlError(RuntimeError):
@@ -108,11 +119,19 @@ def build_relation(
         if existing is not None and existing != kind.lower():
             con.execute(f"drop {existing} {qualified(schema.lower(), name.lower())}")
     execute_sql(con, sql, params, name=f"warehouse/{layer}/{table}.sql")
+    for column, text in DICTIONARY_COMMENTS.get((layer, table), {}).items():
+        con.execute(f"comment on column {qualified(layer, table)}.{ident(column)} is {sql_string(text)}")
 
 
 def ident(name: str) -> str:
     """A quoted SQL identifier."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def sql_string(text: str) -> str:
+    """A SQL string literal. Only for `COMMENT ON`, which DuckDB cannot bind, and only for comment text
+    of the project's own (the column dictionary, or comments read back from the warehouse's catalog)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def qualified(layer: str, table: str) -> str:

@@ -9,6 +9,8 @@
 --   block_size, kv_cache_tokens, physical_kv_token_slots, max_concurrency, b_max_memory, b_max,
 --   fits, tpot_ms, output_tokens_per_second, usd_per_hour, usd_per_million_output_tokens
 -- history: trimmed to the last CAPPLAN_HISTORY_RUNS runs by each publish (usd_per_hour at today's prices).
+-- column comments: capacity/columns.py (the column dictionary), applied when the file is run
+--   (warehouse.sql.build_relation); the columns here follow its order (tests/test_columns.py).
 -- defines: the table macro marts.capacity_grid_at(latest_only), the one column list of the grid;
 --   this view is capacity_grid_at(false), marts.capacity_grid is capacity_grid_at(true) (the run
 --   filter is applied to both inputs before the join, so reads of the current grid stay fast).
@@ -74,46 +76,3 @@ create or replace view marts.capacity_grid_history as
 select * from marts.capacity_grid_at(false);
 
 comment on view marts.capacity_grid_history is 'marts.capacity_grid of every retained run (run_id, run_date on each row).';
-comment on column marts.capacity_grid_history.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.capacity_grid_history.run_date is 'UTC date the run started.';
-comment on column marts.capacity_grid_history.deployment_id is 'Key of the deployment within its run (marts.deployments.deployment_id; join history on run_id and deployment_id).';
-comment on column marts.capacity_grid_history.model is 'Hugging Face repo id (marts.models.model).';
-comment on column marts.capacity_grid_history.model_family is 'Model family.';
-comment on column marts.capacity_grid_history.gpu is 'GPU catalog id (marts.gpus.gpu).';
-comment on column marts.capacity_grid_history.engine is 'Engine profile whose accounting is reproduced: vllm, sglang, trtllm, plain.';
-comment on column marts.capacity_grid_history.engine_version is 'Engine version the profile follows (vLLM rules change by release).';
-comment on column marts.capacity_grid_history.weight_dtype is 'Requested weight dtype, as capplan estimate --dtype: bf16, auto (the checkpoint''s own format), fp8, int4, mxfp4.';
-comment on column marts.capacity_grid_history.kv_dtype is 'Requested KV cache dtype, as --kv-dtype: auto (the model dtype) or fp8.';
-comment on column marts.capacity_grid_history.tp is 'Tensor-parallel size.';
-comment on column marts.capacity_grid_history.pp is 'Pipeline-parallel size.';
-comment on column marts.capacity_grid_history.num_gpus is 'GPUs per replica: tp * pp.';
-comment on column marts.capacity_grid_history.context is 'Tokens per sequence T (prompt included): powers of two from 1,024, plus the model limit.';
-comment on column marts.capacity_grid_history.weight_format is 'Weight format weight_dtype resolves to for this model (bf16, fp8, int4-awq, mxfp4...).';
-comment on column marts.capacity_grid_history.kv_cache_dtype is 'KV cache dtype kv_dtype resolves to (bfloat16, float16, fp8...).';
-comment on column marts.capacity_grid_history.weights_source is 'checkpoint (scaled from model.safetensors.index.json) or modeled (counted from the config).';
-comment on column marts.capacity_grid_history.not_modelled is 'Why the engine''s accounting of this model is not modelled (e.g. TensorRT-LLM per-window pools): the row''s numbers are then capplan''s approximation; NULL when modelled.';
-comment on column marts.capacity_grid_history.gpu_memory_bytes is 'Device memory the engine sees (bytes, as the driver reports it).';
-comment on column marts.capacity_grid_history.gpu_memory_utilization is 'Fraction of device memory the engine may use.';
-comment on column marts.capacity_grid_history.max_model_len is 'The max_model_len the deployment runs with: the model''s context limit when the engine starts with it, else the largest length that starts (vLLM''s auto-fit, --max-model-len -1); contexts above it do not fit.';
-comment on column marts.capacity_grid_history.max_num_seqs is 'Engine cap on concurrent sequences (null when none).';
-comment on column marts.capacity_grid_history.kv_bytes_per_token is 'KV bytes per token over every layer that stores per-token KV, whole model (sliding layers counted as inside the window).';
-comment on column marts.capacity_grid_history.kv_bytes_per_token_per_gpu is 'kv_bytes_per_token on the most loaded GPU under TP/PP (MLA latents replicated).';
-comment on column marts.capacity_grid_history.state_bytes_per_sequence_per_gpu is 'Constant per-sequence state of Mamba/linear-attention layers on the most loaded GPU (bytes; 0 for pure attention).';
-comment on column marts.capacity_grid_history.weights_bytes_per_gpu is 'Weights on the most loaded GPU (bytes).';
-comment on column marts.capacity_grid_history.activation_peak_bytes_per_gpu is 'Peak activation memory of the engine''s profiling pass (bytes).';
-comment on column marts.capacity_grid_history.non_torch_bytes_per_gpu is 'CUDA context, NCCL and other non-torch memory (bytes).';
-comment on column marts.capacity_grid_history.cuda_graph_bytes_per_gpu is 'CUDA-graph memory deducted before sizing the KV cache (bytes; 0 where the release does not).';
-comment on column marts.capacity_grid_history.overhead_bytes_per_gpu is 'Sum of the overhead terms (bytes).';
-comment on column marts.capacity_grid_history.kv_budget_bytes_per_gpu is 'Memory left for the KV cache per GPU: usable - weights - overhead (bytes; <= 0 means it does not fit).';
-comment on column marts.capacity_grid_history.num_blocks is 'KV blocks in the pool: floor(budget / bytes per block).';
-comment on column marts.capacity_grid_history.block_size is 'Tokens per KV block (page) of the engine.';
-comment on column marts.capacity_grid_history.kv_cache_tokens is 'What the engine prints as the KV cache size in tokens (meaning per engine version; see README).';
-comment on column marts.capacity_grid_history.physical_kv_token_slots is 'num_blocks * block_size.';
-comment on column marts.capacity_grid_history.max_concurrency is 'Maximum concurrency for context tokens per request, as vLLM prints it (fractional).';
-comment on column marts.capacity_grid_history.b_max_memory is 'Whole sequences of context tokens that fit in the KV pool at once (memory bound only).';
-comment on column marts.capacity_grid_history.b_max is 'Concurrent sequences of context tokens: b_max_memory capped by max_num_seqs.';
-comment on column marts.capacity_grid_history.fits is 'True when the engine starts (its own start check at max_model_len) and at least one sequence of context tokens fits.';
-comment on column marts.capacity_grid_history.tpot_ms is 'Predicted time per output token (ms) with b_max sequences of context tokens decoding (capacity.performance roofline, efficiency fitted on public benchmarks); NULL where nothing fits or the GPU lacks bandwidth / TFLOPS data.';
-comment on column marts.capacity_grid_history.output_tokens_per_second is 'Predicted decode throughput of one replica at b_max sequences (b_max x PP / TPOT).';
-comment on column marts.capacity_grid_history.usd_per_million_output_tokens is 'usd_per_hour over the replica''s output tokens per hour at b_max, x 1e6: the best case of a full pool.';
-comment on column marts.capacity_grid_history.usd_per_hour is 'On-demand USD per hour of one replica at today''s price (also on past runs): num_gpus * marts.gpus.price_usd_per_gpu_hour.';

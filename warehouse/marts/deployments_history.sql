@@ -7,6 +7,8 @@
 --   activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu, cuda_graph_bytes_per_gpu,
 --   overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, num_blocks, block_size, kv_cache_tokens,
 --   physical_kv_token_slots, usd_per_hour
+-- column comments: capacity/columns.py (the column dictionary), applied when the file is run
+--   (warehouse.sql.build_relation); the columns here follow its order (tests/test_columns.py).
 -- history: trimmed to the last CAPPLAN_HISTORY_RUNS runs by each publish (usd_per_hour at today's
 --   prices). marts.deployments is this view at the published run: one column list, one set of
 --   column comments (the current marts take theirs from their history view when they are built).
@@ -59,38 +61,3 @@ from deployments
 left join gpus on deployments.gpu = gpus.gpu;
 
 comment on view marts.deployments_history is 'marts.deployments of every retained run (run_id, run_date on each row).';
-comment on column marts.deployments_history.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.deployments_history.run_date is 'UTC date the run started.';
-comment on column marts.deployments_history.deployment_id is 'Key of the deployment within its run (marts.deployments.deployment_id; join history on run_id and deployment_id).';
-comment on column marts.deployments_history.model is 'Hugging Face repo id (marts.models.model).';
-comment on column marts.deployments_history.model_family is 'Model family.';
-comment on column marts.deployments_history.gpu is 'GPU catalog id (marts.gpus.gpu).';
-comment on column marts.deployments_history.engine is 'Engine profile whose accounting is reproduced: vllm, sglang, trtllm, plain.';
-comment on column marts.deployments_history.engine_version is 'Engine version the profile follows (vLLM rules change by release).';
-comment on column marts.deployments_history.weight_dtype is 'Requested weight dtype, as capplan estimate --dtype: bf16, auto (the checkpoint''s own format), fp8, int4, mxfp4.';
-comment on column marts.deployments_history.kv_dtype is 'Requested KV cache dtype, as --kv-dtype: auto (the model dtype) or fp8.';
-comment on column marts.deployments_history.tp is 'Tensor-parallel size.';
-comment on column marts.deployments_history.pp is 'Pipeline-parallel size.';
-comment on column marts.deployments_history.num_gpus is 'GPUs per replica: tp * pp.';
-comment on column marts.deployments_history.weight_format is 'Weight format weight_dtype resolves to for this model (bf16, fp8, int4-awq, mxfp4...).';
-comment on column marts.deployments_history.kv_cache_dtype is 'KV cache dtype kv_dtype resolves to (bfloat16, float16, fp8...).';
-comment on column marts.deployments_history.weights_source is 'checkpoint (scaled from model.safetensors.index.json) or modeled (counted from the config).';
-comment on column marts.deployments_history.not_modelled is 'Why the engine''s accounting of this model is not modelled (e.g. TensorRT-LLM per-window pools): the row''s numbers are then capplan''s approximation; NULL when modelled.';
-comment on column marts.deployments_history.gpu_memory_bytes is 'Device memory the engine sees (bytes, as the driver reports it).';
-comment on column marts.deployments_history.gpu_memory_utilization is 'Fraction of device memory the engine may use.';
-comment on column marts.deployments_history.max_model_len is 'Engine max model length the deployment is sized with.';
-comment on column marts.deployments_history.max_num_seqs is 'Engine cap on concurrent sequences (null when none).';
-comment on column marts.deployments_history.kv_bytes_per_token is 'KV bytes per token over every layer that stores per-token KV, whole model (sliding layers counted as inside the window).';
-comment on column marts.deployments_history.kv_bytes_per_token_per_gpu is 'kv_bytes_per_token on the most loaded GPU under TP/PP (MLA latents replicated).';
-comment on column marts.deployments_history.state_bytes_per_sequence_per_gpu is 'Constant per-sequence state of Mamba/linear-attention layers on the most loaded GPU (bytes; 0 for pure attention).';
-comment on column marts.deployments_history.weights_bytes_per_gpu is 'Weights on the most loaded GPU (bytes).';
-comment on column marts.deployments_history.activation_peak_bytes_per_gpu is 'Peak activation memory of the engine''s profiling pass (bytes).';
-comment on column marts.deployments_history.non_torch_bytes_per_gpu is 'CUDA context, NCCL and other non-torch memory (bytes).';
-comment on column marts.deployments_history.cuda_graph_bytes_per_gpu is 'CUDA-graph memory deducted before sizing the KV cache (bytes; 0 where the release does not).';
-comment on column marts.deployments_history.overhead_bytes_per_gpu is 'Sum of the overhead terms (bytes).';
-comment on column marts.deployments_history.kv_budget_bytes_per_gpu is 'Memory left for the KV cache per GPU: usable - weights - overhead (bytes; <= 0 means it does not fit).';
-comment on column marts.deployments_history.num_blocks is 'KV blocks in the pool: floor(budget / bytes per block).';
-comment on column marts.deployments_history.block_size is 'Tokens per KV block (page) of the engine.';
-comment on column marts.deployments_history.kv_cache_tokens is 'What the engine prints as the KV cache size in tokens (meaning per engine version; see README).';
-comment on column marts.deployments_history.physical_kv_token_slots is 'num_blocks * block_size.';
-comment on column marts.deployments_history.usd_per_hour is 'On-demand USD per hour of one replica at today''s price (also on past runs): num_gpus * marts.gpus.price_usd_per_gpu_hour.';
