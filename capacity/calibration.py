@@ -89,8 +89,12 @@ class ObservedSettings:
 
 
 _KV_DTYPES = {None: "auto", "auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
-_WEIGHT_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
-                  "float32": "float32", "auto": "auto"}  # fmt: skip
+_WEIGHT_DTYPES = {
+    **dict.fromkeys(("bfloat16", "bf16"), "bf16"),
+    **dict.fromkeys(("float16", "fp16", "half"), "fp16"),
+    "float32": "float32",
+    "auto": "auto",
+}
 _ONLINE_QUANT = {"fp8": "fp8"}  # --quantization X on an unquantized checkpoint -> weight dtype
 UNKNOWN_OFFLOAD_GIB = float("nan")  # CPU offload on, amount not carried: flags the estimate, sizes nothing
 

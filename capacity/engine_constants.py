@@ -568,8 +568,13 @@ SGLANG_FALLBACK_MEM_FRACTION = 0.95  # memory_hook: gpu_mem unknown
 # --mem-fraction-static the fraction came from the parallel size alone, not from the device memory:
 # (at least this many ranks, fraction), first match wins. The logs of 0.4.3.post4 (TP 4: 0.85) agree.
 SGLANG_LEGACY_RELEASES_BEFORE = (0, 5)
-SGLANG_LEGACY_MEM_FRACTION_BY_RANKS: tuple[tuple[int, float], ...] = ((16, 0.79), (8, 0.81), (4, 0.85),
-                                                                      (2, 0.87), (1, 0.88))  # fmt: skip
+SGLANG_LEGACY_MEM_FRACTION_BY_RANKS: tuple[tuple[int, float], ...] = (
+    (16, 0.79),
+    (8, 0.81),
+    (4, 0.85),
+    (2, 0.87),
+    (1, 0.88),
+)
 # 0.4.8 to 0.5.2 (server_args.py ServerArgs.__post_init__, read in the 0.4.8, 0.4.10.post2, 0.5.0rc0 and 0.5.2
 # wheels; 0.4.7 still has the table above, 0.5.3 moved to _handle_gpu_memory_settings): without
 # --mem-fraction-static, fraction = round((gpu - reserved) / gpu, 3), gpu = nvidia-smi memory.total (MiB) and
@@ -655,8 +660,9 @@ SGLANG_HYBRID_SWA_ARCHITECTURES = frozenset({
 SGLANG_HYBRID_SWA_FAMILIES = frozenset({"llama4", "gpt_oss", "gemma4", "mimo_v2", "step3p5"})
 # overrides.py _MAMBA_EXTRA_BUFFER_ARCHS: with the overlap scheduler (default) the mamba radix cache takes
 # the extra_buffer strategy, 2 more state slots per running request
-SGLANG_MAMBA_EXTRA_BUFFER_FAMILIES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h",
-                                                "falcon_h1", "granitemoehybrid", "kimi_linear"})  # fmt: skip
+SGLANG_MAMBA_EXTRA_BUFFER_FAMILIES = frozenset(
+    {"qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h", "falcon_h1", "granitemoehybrid", "kimi_linear"}
+)
 # families with no model class in the 0.5.23 wheel (python/sglang/srt/models/; configs/hybrid_arch.py
 # mambaish_config knows no Jamba config)
 SGLANG_UNSERVED_FAMILIES = frozenset({"jamba"})

@@ -190,12 +190,15 @@ def _stage_param_sums(model: ModelSpec, pp: int) -> tuple[list[int], float, floa
         stage_params = model.layer_params[: counts[0]]
         experts = sum(p.experts for p in stage_params)
         per_layer_active = sum(
-            p.attention + p.mlp + p.router + p.norms
-            + (p.experts * model.num_experts_per_token / model.num_experts if model.num_experts else p.experts)
-            for p in stage_params
-        )  # fmt: skip
+            p.attention + p.mlp + p.router + p.norms + _active_expert_params(model, p.experts) for p in stage_params
+        )
         found = memo[key] = (counts, experts, per_layer_active)
     return found  # type: ignore[return-value]
+
+
+def _active_expert_params(model: ModelSpec, expert_params: int) -> float:
+    """The routed experts' parameters a token passes through: k of the n experts' share."""
+    return expert_params * model.num_experts_per_token / model.num_experts if model.num_experts else expert_params
 
 
 def _stage_attention_sums(
@@ -233,10 +236,15 @@ def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str 
     if gpu.memory_bandwidth_gbps is None:
         raise SpecError(f"GPU {gpu.id} has no memory bandwidth in the catalog: cannot estimate speed")
     terms = rank_terms(
-        model, tp=est.tp, pp=est.pp, weight_dtype=weight_dtype, engine=est.engine,
-        weights_bytes_per_gpu=est.weights_bytes_per_gpu, kv_element_bytes=_kv_element_bytes(est),
+        model,
+        tp=est.tp,
+        pp=est.pp,
+        weight_dtype=weight_dtype,
+        engine=est.engine,
+        weights_bytes_per_gpu=est.weights_bytes_per_gpu,
+        kv_element_bytes=_kv_element_bytes(est),
         weight_format_name=est.weight_dtype,
-    )  # fmt: skip
+    )
     link = gpu.interconnect_gbps * GB if gpu.interconnect_gbps else math.inf
     notes: list[str] = []
     if (est.tp > 1 or est.pp > 1) and math.isinf(link):
