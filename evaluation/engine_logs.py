@@ -260,8 +260,11 @@ def predict(
     try:
         # a variant's own checkpoint is not the config repo's: its weights are modelled (as for the vLLM rows)
         checkpoint = None if row.raw.get("config_model") else checkpoint
-        return Scored(row, estimate(spec, deployment, gpu=gpu, model_name=row.model, checkpoint_bytes=checkpoint),
-                      link_bytes=link_bytes)  # fmt: skip
+        return Scored(
+            row,
+            estimate(spec, deployment, gpu=gpu, model_name=row.model, checkpoint_bytes=checkpoint),
+            link_bytes=link_bytes,
+        )
     except SpecError as exc:
         return Scored(row, None, f"cannot estimate: {exc}")
 
@@ -275,11 +278,15 @@ class EngineScores:
     starts: dict[str, bool | None]
 
 
-def shipped_scores(rows: Sequence[EngineLogRow], resolve_model: ResolveModel, resolve_gpu: ResolveGpu,
-                   *, version_aware: bool = True) -> tuple[list[Scored], EngineScores]:  # fmt: skip
+def shipped_scores(
+    rows: Sequence[EngineLogRow], resolve_model: ResolveModel, resolve_gpu: ResolveGpu, *, version_aware: bool = True
+) -> tuple[list[Scored], EngineScores]:
     scored = [predict(r, resolve_model, resolve_gpu, version_aware=version_aware) for r in rows]
-    return scored, EngineScores({s.row.id: s.pool_error for s in scored}, {s.row.id: s.tokens_error for s in scored},
-                                {s.row.id: s.start_correct for s in scored})  # fmt: skip
+    return scored, EngineScores(
+        {s.row.id: s.pool_error for s in scored},
+        {s.row.id: s.tokens_error for s in scored},
+        {s.row.id: s.start_correct for s in scored},
+    )
 
 
 def implied_overhead(s: Scored) -> int | None:
@@ -296,8 +303,14 @@ def fitted_overhead(scored: Sequence[Scored]) -> int:
     return round(statistics.median(implied)) if implied else ec.SGLANG_CONTEXT_BYTES
 
 
-def refit_scores(scored: Sequence[Scored], resolve_model: ResolveModel, resolve_gpu: ResolveGpu,
-                 *, cross_validated: bool, version_aware: bool = True) -> EngineScores:  # fmt: skip
+def refit_scores(
+    scored: Sequence[Scored],
+    resolve_model: ResolveModel,
+    resolve_gpu: ResolveGpu,
+    *,
+    cross_validated: bool,
+    version_aware: bool = True,
+) -> EngineScores:
     """SGLang rows re-estimated with the term refit on every row (in-sample) or on the other sources only
     (leave-one-source-out); TensorRT-LLM rows have no fitted term and keep their shipped figures."""
     pool: dict[str, float | None] = {}

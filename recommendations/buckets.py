@@ -74,11 +74,16 @@ def bucket_demands(
             try:
                 demands.append(
                     bucket_demand(
-                        model.spec, profile, workload_buckets(profile), gpus, model_id=model_id,
-                        request_rate_per_s=profile.request_rate_per_s, checkpoint_bytes=model.checkpoint_bytes,
+                        model.spec,
+                        profile,
+                        workload_buckets(profile),
+                        gpus,
+                        model_id=model_id,
+                        request_rate_per_s=profile.request_rate_per_s,
+                        checkpoint_bytes=model.checkpoint_bytes,
                         correction_for=correction_lookup(fit),
                     )
-                )  # fmt: skip
+                )
             except SpecError as exc:
                 skipped.append((profile.name, model_id, str(exc)))
     return demands, skipped

@@ -105,8 +105,15 @@ def adopt_copied_history(con: duckdb.DuckDBPyConnection) -> int:
     adopted = adopt_rows_per_run(con, [LIMITS_TABLE], source=f"(select * from {old} where kind = 'model_gpu_tp')")
     for run_id, run_date, part_id, part_key in adopted:
         rows = con.execute(f"select count(*), count(distinct model) from raw.{LIMITS_TABLE} where part_id = $p", {"p": part_id}).fetchone()
-        row = {"partition": LEGACY_PARTITION, "part_key": part_key, "part_id": part_id, "computed_by_run_id": run_id,
-               "computed": True, "models": int(rows[1]) if rows else 0, "limit_rows": int(rows[0]) if rows else 0}  # fmt: skip
+        row = {
+            "partition": LEGACY_PARTITION,
+            "part_key": part_key,
+            "part_id": part_id,
+            "computed_by_run_id": run_id,
+            "computed": True,
+            "models": int(rows[1]) if rows else 0,
+            "limit_rows": int(rows[0]) if rows else 0,
+        }
         load_frame(con, "raw", MAP_TABLE, pl.DataFrame([row], schema=MAP_SCHEMA), {"run_id": run_id, "run_date": run_date})
     con.execute(f"drop table {old}")
     return len(adopted)
@@ -181,8 +188,14 @@ def _refresh(
                 "limit_rows": frame.height,
             }
         )
-    frame = map_run_to_versions(con, [LIMITS_TABLE], lambda: {LIMITS_TABLE: pl.DataFrame(schema=LIMIT_SCHEMA)},
-                                MAP_TABLE, pl.DataFrame(rows, schema=MAP_SCHEMA), run)  # fmt: skip
+    frame = map_run_to_versions(
+        con,
+        [LIMITS_TABLE],
+        lambda: {LIMITS_TABLE: pl.DataFrame(schema=LIMIT_SCHEMA)},
+        MAP_TABLE,
+        pl.DataFrame(rows, schema=MAP_SCHEMA),
+        run,
+    )
     return LimitRefresh(
         computed=computed,
         reused=reused,

@@ -201,9 +201,12 @@ def placement_frames(
     results, skipped = placement_results(workloads, catalog, fit)
     settings = workloads.procurement
     plan = plan_fleet(
-        results, bucket_demands or [], whole_nodes=settings.whole_nodes, gpu_limits=settings.gpu_limits,
+        results,
+        bucket_demands or [],
+        whole_nodes=settings.whole_nodes,
+        gpu_limits=settings.gpu_limits,
         method=settings.method,
-    )  # fmt: skip
+    )
     planned = {(o.workload, o.model, o.rank) for o in plan.assignments.values()}
     rows: list[dict[str, Any]] = []
     for result in results:
@@ -223,8 +226,9 @@ def placement_frames(
     for workload, model_id, reason in skipped:
         profile = next(p for p in workloads.profiles if p.name == workload)
         known = catalog.models.get(model_id)
-        rows.append(_infeasible(workload, model_id, known.spec.family if known else None, profile.target_concurrency,
-                                reason))  # fmt: skip
+        rows.append(
+            _infeasible(workload, model_id, known.spec.family if known else None, profile.target_concurrency, reason)
+        )
     placements = pl.DataFrame(rows, schema=PLACEMENT_SCHEMA).sort("workload", "model", "rank", nulls_last=True)
     return placements, procurement_frame(plan, catalog, skipped), plan
 

@@ -266,10 +266,15 @@ def fit_from_frame(frame: pl.DataFrame, min_observations: int | None = None) -> 
             bands.setdefault(key, {})[row["term"]] = fitted
         rows.append(
             CalibrationRow(
-                key, row["term"], row["correction_kind"], fitted.n, fitted, bool(row["usable"]),
+                key,
+                row["term"],
+                row["correction_kind"],
+                fitted.n,
+                fitted,
+                bool(row["usable"]),
                 tuple(row["deployments"] or ()),
             )
-        )  # fmt: skip
+        )
     corrections = {key: Correction.from_bands(key, scope_n[key], bands.get(key, {})) for key in scope_n}
     return CalibrationFit(rows, corrections, found_min if found_min is not None else 3)
 

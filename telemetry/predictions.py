@@ -232,9 +232,15 @@ def _speed(
     engines = max(1, _int(row.get("engines_seen")) or 1)
     try:
         perf = performance(
-            model, est, gpu, concurrency=batch, input_tokens=input_tokens, output_tokens=output_tokens,
-            chunk_tokens=est.pool.max_num_batched_tokens or input_tokens, weight_dtype=weight_dtype,
-        )  # fmt: skip
+            model,
+            est,
+            gpu,
+            concurrency=batch,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            chunk_tokens=est.pool.max_num_batched_tokens or input_tokens,
+            weight_dtype=weight_dtype,
+        )
     except (SpecError, ValueError, ArithmeticError) as exc:
         return {"speed_reason": f"speed not predicted: {one_line(exc, 160)}"}
     return {

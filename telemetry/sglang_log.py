@@ -137,13 +137,31 @@ ARG_KEYS = {
     **FEATURE_KEYS,
 }
 
-BOOLEAN_FLAGS = frozenset({
-    "trust_remote_code", "enable_p2p_check", "enable_metrics", "disable_radix_cache", "disable_cuda_graph",
-    "enable_dp_attention", "enable_torch_compile", "rm", "it", "d", "enable_mixed_chunk", "disable_overlap_schedule",
-    "enable_ep_moe",
-})  # fmt: skip
-MARKERS = ("KV Cache is allocated", "sglang.launch_server", "server_args=ServerArgs(", "max_total_num_tokens=",
-           "Load weight end", "fired up and ready to roll")  # fmt: skip
+BOOLEAN_FLAGS = frozenset(
+    {
+        "trust_remote_code",
+        "enable_p2p_check",
+        "enable_metrics",
+        "disable_radix_cache",
+        "disable_cuda_graph",
+        "enable_dp_attention",
+        "enable_torch_compile",
+        "rm",
+        "it",
+        "d",
+        "enable_mixed_chunk",
+        "disable_overlap_schedule",
+        "enable_ep_moe",
+    }
+)
+MARKERS = (
+    "KV Cache is allocated",
+    "sglang.launch_server",
+    "server_args=ServerArgs(",
+    "max_total_num_tokens=",
+    "Load weight end",
+    "fired up and ready to roll",
+)
 
 SGLANG = LogDialect(
     engine="sglang",

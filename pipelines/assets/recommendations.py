@@ -188,9 +188,13 @@ def _mart(table: str) -> dg.AssetsDefinition:
 
 
 TABLES = (
-    "effective_context_limits", "admission_budgets", "recommended_placements", "procurement_plan",
-    "procurement_buckets", "workloads",
-)  # fmt: skip
+    "effective_context_limits",
+    "admission_budgets",
+    "recommended_placements",
+    "procurement_plan",
+    "procurement_buckets",
+    "workloads",
+)
 STAGING = [_staging(t) for t in TABLES]
 MARTS = [_mart(t) for t in TABLES] + [_mart("effective_context_limits_history")]  # history kept in place
 

@@ -327,8 +327,14 @@ def _speed(
     chunk = result.pool.max_num_batched_tokens or prompt
     try:
         return performance(
-            model, result, sku, concurrency=concurrency or 1, input_tokens=prompt, output_tokens=out,
-            chunk_tokens=chunk, weight_dtype=weight_dtype,
-        )  # fmt: skip
+            model,
+            result,
+            sku,
+            concurrency=concurrency or 1,
+            input_tokens=prompt,
+            output_tokens=out,
+            chunk_tokens=chunk,
+            weight_dtype=weight_dtype,
+        )
     except SpecError:
         return None
