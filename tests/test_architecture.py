@@ -95,8 +95,6 @@ LONG_FUNCTIONS_ALLOWED: dict[str, int] = {
     "capacity.engines.vllm:stage_pools": 110,
     "capacity.grid:_sized": 105,
     "capacity.memory:estimate": 202,
-    "pipelines.commands.estimate:estimate": 270,
-    "pipelines.commands.nightly:nightly": 126,
 }
 
 # --- (e) `# fmt: skip` -----------------------------------------------------------------------------
