@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from capacity import engine_constants as ec
+from capacity.engines import Engine
 from capacity.engines.vllm_overhead import ProfilingBuffers, overhead_from_buffers, profiling_buffers
 from capacity.memory import GIB, activation_features
 from capacity.spec import GpuSku, ModelSpec
@@ -327,7 +328,7 @@ def build_rows(
     rows: list[Row] = []
     for c in comparisons:
         est, r = c.predicted, c.row
-        if est is None or est.engine != "vllm":
+        if est is None or est.engine != Engine.VLLM:  # calibrated: vLLM only (the study fits its coefficients)
             continue
         if (
             r.kv_cache_memory_gib is None

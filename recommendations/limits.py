@@ -153,7 +153,9 @@ def deployment_limits(
             continue
         model = catalog.models[predicted["model_id"]].spec
         correction = (
-            fit.lookup(est.engine, est.engine_version, predicted["gpu"], model.family) if est.engine == "vllm" else None
+            fit.lookup(est.engine, est.engine_version, predicted["gpu"], model.family)
+            if est.engine == Engine.VLLM  # calibrated: vLLM only
+            else None
         )
         blocks = row.get("num_gpu_blocks")
         base = {

@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from capacity.calibration import CalibrationFit, Correction
+from capacity.engines import Engine
 from capacity.placement import PlacementOption, PlacementResult, ProcurementPlan, place
 from capacity.planning_types import BucketDemand
 from capacity.procurement import plan_fleet
@@ -91,7 +92,7 @@ PROCUREMENT_SCHEMA: dict[str, Any] = {
 
 def correction_lookup(fit: CalibrationFit) -> Any:
     def correction_for(gpu: GpuSku, engine: str, version: str | None, family: str) -> Correction | None:
-        if engine != "vllm":
+        if engine != Engine.VLLM:  # calibrated: vLLM only
             return None
         return fit.lookup(engine, version, gpu.id, family)
 

@@ -37,6 +37,7 @@ from capacity.calibration import (
     leave_one_out,
     pool_numbers,
 )
+from capacity.engines import Engine
 from models_registry.planning import Catalog
 from telemetry.predictions import predict_row
 from telemetry.schema import schema_problem
@@ -204,7 +205,7 @@ def deployment_calibration_frame(
             continue
         applied = (
             fit.lookup(est.engine, est.engine_version, predicted["gpu"], predicted["model_family"])
-            if est.engine == "vllm"
+            if est.engine == Engine.VLLM  # calibrated: vLLM only
             else None
         )
 
