@@ -54,6 +54,10 @@ FRONTIER_SCHEMA = {
     "output_tokens_per_second": pl.Float64,
     "ttft_ms": pl.Float64,
 }
+CURVES_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    **dict.fromkeys(("label", "gpu"), pl.String),
+    **dict.fromkeys(("tp", "pp", "context", "b_max"), pl.Int64),
+}
 
 # What each section reads: shown under its table, so a reader can run it with `capplan sql`.
 GRID_SQL = (
@@ -181,16 +185,7 @@ def curves_frame(grid: pl.DataFrame) -> pl.DataFrame:
     """B_max per context for each GPU at its smallest replica, labelled with the layout ("l4-24gb TP2");
     GPUs with the same curve at the same layout share one line, named after all of them."""
     if grid.is_empty():
-        return pl.DataFrame(
-            schema={
-                "label": pl.String,
-                "gpu": pl.String,
-                "tp": pl.Int64,
-                "pp": pl.Int64,
-                "context": pl.Int64,
-                "b_max": pl.Int64,
-            }
-        )
+        return pl.DataFrame(schema=CURVES_SCHEMA)
     rows = _served_as_published(grid)
     chosen = rows.join(smallest_replicas(grid), on=["gpu", "tp", "pp"], how="inner").filter(pl.col("b_max") > 0)
     groups: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], list[str]] = {}
@@ -269,7 +264,8 @@ def frontier_frame(registry: Catalog, model_id: str, replicas: pl.DataFrame) -> 
     rows: list[dict[str, Any]] = []
     if model is None or replicas.is_empty():
         return pl.DataFrame(schema=FRONTIER_SCHEMA)
-    context = FRONTIER_INPUT_TOKENS + FRONTIER_OUTPUT_TOKENS
+    prompt, out = FRONTIER_INPUT_TOKENS, FRONTIER_OUTPUT_TOKENS
+    context = prompt + out
     for replica in replicas.iter_rows(named=True):
         gpu: GpuSku | None = registry.gpus.get(replica["gpu"])
         if gpu is None or gpu.memory_bandwidth_gbps is None or gpu.bf16_dense_tflops is None:
@@ -289,15 +285,10 @@ def frontier_frame(registry: Catalog, model_id: str, replicas: pl.DataFrame) -> 
         if not est.fits:
             continue
         label = f"{gpu.id} {layout(tp, pp)}"
-        for batch in frontier_batches(est.b_max):
+        chunk = est.pool.max_num_batched_tokens or context
+        for b in frontier_batches(est.b_max):
             perf = performance(
-                model.spec,
-                est,
-                gpu,
-                concurrency=batch,
-                input_tokens=FRONTIER_INPUT_TOKENS,
-                output_tokens=FRONTIER_OUTPUT_TOKENS,
-                chunk_tokens=est.pool.max_num_batched_tokens or context,
+                model.spec, est, gpu, concurrency=b, input_tokens=prompt, output_tokens=out, chunk_tokens=chunk
             )
             rows.append(
                 {
@@ -305,7 +296,7 @@ def frontier_frame(registry: Catalog, model_id: str, replicas: pl.DataFrame) -> 
                     "gpu": gpu.id,
                     "tp": tp,
                     "pp": pp,
-                    "batch": batch,
+                    "batch": b,
                     "tpot_ms": perf.tpot_ms,
                     "output_tokens_per_second": perf.output_tokens_per_second,
                     "ttft_ms": perf.ttft_ms,
