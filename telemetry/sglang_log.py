@@ -33,6 +33,7 @@ from telemetry.startup_log import (
     failed_start,
     rx,
     size_field,
+    started_on,
     text_field,
 )
 
@@ -97,13 +98,7 @@ RULES: tuple[Rule, ...] = (
         failed_start("no memory left for the KV cache pool (Not enough memory: increase --mem-fraction-static)"),
         strict=False,
     ),
-    Rule(
-        "started",
-        "fired up and ready to roll",
-        rx(r"fired up and ready to roll"),
-        lambda m: {"startup_outcome": "started"},
-        strict=False,
-    ),
+    started_on("fired up and ready to roll"),
     Rule(
         "version",
         "sglang",

@@ -25,6 +25,7 @@ from telemetry.startup_log import (
     failed_start,
     rx,
     size_field,
+    started_on,
     text_field,
 )
 
@@ -323,13 +324,7 @@ RULES: tuple[Rule, ...] = (
     _says("MXFP4 backend", "Weight-only FP4 compression will be used leveraging the Marlin kernel",
           {"triton_kernels": False}),
     SERVER_UP,
-    Rule(
-        "started",
-        "Starting vLLM API server",
-        rx(r"Starting vLLM API server"),
-        lambda m: {"startup_outcome": "started"},
-        strict=False,
-    ),
+    started_on("Starting vLLM API server"),
     Rule(
         "model",
         "Starting to load model",

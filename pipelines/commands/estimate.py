@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,15 +14,10 @@ from capacity.memory import GIB, KV_DTYPES, WEIGHT_DTYPES, Estimate
 from capacity.memory import estimate as run_estimate
 from capacity.performance import Performance, performance
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
+from pipelines.commands.common import fail
 
 if TYPE_CHECKING:
     from models_registry.resolve import ResolvedModel
-
-
-def fail(message: str) -> NoReturn:
-    """A user error: one line on stderr, exit code 2."""
-    typer.echo(f"capplan: error: {message}", err=True)
-    raise typer.Exit(2)
 
 
 def _gib_to_bytes(value: float | None) -> int | None:

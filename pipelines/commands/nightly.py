@@ -20,9 +20,11 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from pipelines.commands.common import fail
 
 if TYPE_CHECKING:
     import duckdb
@@ -33,11 +35,6 @@ if TYPE_CHECKING:
 
 DAGSTER_BASE_DIR = Path("var/dagster")
 SUMMARY_QUERIES = ("b_max_by_gpu", "cheapest_deployment", "max_context_at_concurrency")
-
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"capplan: error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 @contextmanager
