@@ -29,6 +29,7 @@ from recommendations.limits import LIMIT_SCHEMA, grid_limits
 from warehouse.capacity_grid import (
     LEGACY_PARTITION,
     PART_ID_HEX,
+    PARTITION_KEY_SCHEMA,
     GridPartition,
     StoredVersions,
     adopt_rows_per_run,
@@ -42,15 +43,7 @@ from warehouse.sql import load_frame, relation_kind, transaction
 LIMITS_TABLE = "grid_limits"
 MAP_TABLE = "limit_partitions"
 LIMITS_CODE = Path(__file__).resolve().parent / "limits.py"
-MAP_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
-    "partition": pl.String,
-    "part_key": pl.String,
-    "part_id": pl.Int64,
-    "computed_by_run_id": pl.String,
-    "computed": pl.Boolean,
-    "models": pl.Int64,
-    "limit_rows": pl.Int64,
-}
+MAP_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {**PARTITION_KEY_SCHEMA, "limit_rows": pl.Int64}
 
 
 def limits_key(part: GridPartition, catalog: Catalog, fit: CalibrationFit, engine_version: str) -> str:

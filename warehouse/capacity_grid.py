@@ -570,13 +570,18 @@ def _refresh(
     )
 
 
-PARTITION_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+# the columns every partition map starts with: the partition, its key and id range, the run that computed
+# it, whether this run did, and its models (raw.grid_partitions, raw.limit_partitions)
+PARTITION_KEY_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "partition": pl.String,
     "part_key": pl.String,
     "part_id": pl.Int64,
     "computed_by_run_id": pl.String,
     "computed": pl.Boolean,
     "models": pl.Int64,
+}
+PARTITION_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    **PARTITION_KEY_SCHEMA,
     "deployments": pl.Int64,
     "grid_rows": pl.Int64,
     "context_limit_rows": pl.Int64,
