@@ -121,6 +121,16 @@ def failed_start(message: str) -> Callable[[re.Match[str]], Values]:
     return lambda m: {"startup_outcome": "failed", "startup_error": message}
 
 
+def sized(label: str, trigger: str, before: str, field_name: str) -> Rule:
+    """A rule that reads one size (`before` it, the pattern up to the number and its unit) into `field_name`."""
+    return Rule(label, trigger, rx(before + SIZE), size_field(field_name))
+
+
+def counted(label: str, trigger: str, before: str, field_name: str) -> Rule:
+    """A rule that reads one integer (`before` it, the pattern up to the number) into `field_name`."""
+    return Rule(label, trigger, rx(before + NUM), count_field(field_name))
+
+
 def started_on(phrase: str) -> Rule:
     """The line by which an engine says it serves: `phrase` itself (plain words, no pattern characters)."""
     return Rule("started", phrase, rx(phrase), lambda m: {"startup_outcome": "started"}, strict=False)
