@@ -394,6 +394,12 @@ def _svg(chart: Any) -> str:
     return buffer.getvalue()
 
 
+def _line_colors(alt: Any, title: str) -> Any:
+    """A colour per line (GPU and layout), the legend in one column with its labels whole."""
+    legend = alt.Legend(labelLimit=0, titleLimit=0, columns=1)
+    return alt.Color("label:N", title=title, scale=alt.Scale(scheme=PALETTE), legend=legend)
+
+
 def curves_chart(data: ReportData) -> str:
     alt, _gt = _modules()
     if data.curves.is_empty():
@@ -404,12 +410,7 @@ def curves_chart(data: ReportData) -> str:
         .encode(
             x=alt.X("context:Q", title="context (tokens per sequence)", scale=alt.Scale(type="log", base=2)),
             y=alt.Y("b_max:Q", title="B_max (concurrent sequences)", scale=alt.Scale(type="log")),
-            color=alt.Color(
-                "label:N",
-                title="GPU and layout (the smallest replica that holds a sequence)",
-                scale=alt.Scale(scheme=PALETTE),
-                legend=alt.Legend(labelLimit=0, titleLimit=0, columns=1),
-            ),
+            color=_line_colors(alt, "GPU and layout (the smallest replica that holds a sequence)"),
             tooltip=["label", "gpu", "tp", "pp", "context", "b_max"],
         )
         .properties(
@@ -438,12 +439,7 @@ def frontier_chart(data: ReportData) -> str:
         .encode(
             x=alt.X("tpot_ms:Q", title="TPOT (ms per output token)", scale=alt.Scale(type="log")),
             y=alt.Y("output_tokens_per_second:Q", title="output tokens/s per replica", scale=alt.Scale(type="log")),
-            color=alt.Color(
-                "label:N",
-                title="GPU and layout",
-                scale=alt.Scale(scheme=PALETTE),
-                legend=alt.Legend(labelLimit=0, titleLimit=0, columns=1),
-            ),
+            color=_line_colors(alt, "GPU and layout"),
             order="batch:Q",
             tooltip=["label", "batch", "tpot_ms", "output_tokens_per_second", "ttft_ms"],
         )
