@@ -251,9 +251,13 @@ def size_layout(
     )
     try:
         est = estimate(
-            model, deployment, gpu=gpu, model_name=model_id, checkpoint_bytes=checkpoint_bytes,
+            model,
+            deployment,
+            gpu=gpu,
+            model_name=model_id,
+            checkpoint_bytes=checkpoint_bytes,
             context_tokens=workload.context_tokens,
-        )  # fmt: skip
+        )
     except SpecError as exc:
         return str(exc)
     if workload.model_len > model.context_limit_tokens:
@@ -325,9 +329,16 @@ def _speed_at(
 
     def speed(batch: int) -> Performance:
         return performance(
-            model, est, gpu, concurrency=batch, input_tokens=prompt, output_tokens=out, chunk_tokens=chunk,
-            weight_dtype=layout.weight_dtype, inputs=inputs,
-        )  # fmt: skip
+            model,
+            est,
+            gpu,
+            concurrency=batch,
+            input_tokens=prompt,
+            output_tokens=out,
+            chunk_tokens=chunk,
+            weight_dtype=layout.weight_dtype,
+            inputs=inputs,
+        )
 
     def meets(perf: Performance) -> str | None:
         if workload.tpot_ms_target is not None and perf.tpot_ms > workload.tpot_ms_target:
@@ -485,9 +496,11 @@ def _tie_break(choice: Mapping[Demand, PlacementOption]) -> tuple[float, int, in
 
 
 def _enumerate(
-    demands: Sequence[Demand], options: Mapping[Demand, list[PlacementOption]], whole_nodes: bool,
+    demands: Sequence[Demand],
+    options: Mapping[Demand, list[PlacementOption]],
+    whole_nodes: bool,
     limits: Mapping[str, int],
-) -> dict[Demand, PlacementOption] | None:  # fmt: skip
+) -> dict[Demand, PlacementOption] | None:
     best: dict[Demand, PlacementOption] | None = None
     best_key: tuple[float, float, int, int] | None = None
     for combo in itertools.product(*(options[d] for d in demands)):
@@ -502,9 +515,11 @@ def _enumerate(
 
 
 def _greedy(
-    demands: Sequence[Demand], options: Mapping[Demand, list[PlacementOption]], whole_nodes: bool,
+    demands: Sequence[Demand],
+    options: Mapping[Demand, list[PlacementOption]],
+    whole_nodes: bool,
     limits: Mapping[str, int],
-) -> dict[Demand, PlacementOption] | None:  # fmt: skip
+) -> dict[Demand, PlacementOption] | None:
     """Demands with the fewest options first, each to its cheapest option that keeps the caps (moving
     one earlier demand to another option when that makes room); then single moves while the total falls."""
     choice: dict[Demand, PlacementOption] = {}
@@ -530,9 +545,12 @@ def _greedy(
 
 
 def _place_one(
-    choice: dict[Demand, PlacementOption], demand: Demand, options: Mapping[Demand, list[PlacementOption]],
-    whole_nodes: bool, limits: Mapping[str, int],
-) -> dict[Demand, PlacementOption] | None:  # fmt: skip
+    choice: dict[Demand, PlacementOption],
+    demand: Demand,
+    options: Mapping[Demand, list[PlacementOption]],
+    whole_nodes: bool,
+    limits: Mapping[str, int],
+) -> dict[Demand, PlacementOption] | None:
     for option in options[demand]:
         trial = {**choice, demand: option}
         if _cost(trial, whole_nodes, limits) is not None:
@@ -580,9 +598,12 @@ def new_highs(time_limit_s: float) -> Any:
 
 
 def _solve_highs(
-    demands: Sequence[Demand], options: Mapping[Demand, list[PlacementOption]], whole_nodes: bool,
-    limits: Mapping[str, int], time_limit_s: float,
-) -> tuple[dict[Demand, PlacementOption] | None, bool]:  # fmt: skip
+    demands: Sequence[Demand],
+    options: Mapping[Demand, list[PlacementOption]],
+    whole_nodes: bool,
+    limits: Mapping[str, int],
+    time_limit_s: float,
+) -> tuple[dict[Demand, PlacementOption] | None, bool]:
     """min sum_s price_s * bought_s  s.t. each demand takes one option; GPUs used on s <= bought_s;
     bought_s = gpus_per_node * nodes_s (whole nodes) and <= the cap. A tiny second objective
     (1e-6 x the options' own cost) breaks ties toward cheaper, smaller options."""
@@ -697,9 +718,14 @@ def plan_procurement(
             unserved.append((*demand, "no plan serves every workload within the per-GPU limits"))
         return ProcurementPlan(method, optimal, whole_nodes, {}, (), tuple(unserved), tuple(notes))
     return ProcurementPlan(
-        method, optimal, whole_nodes, dict(sorted(choice.items())), _purchases(choice, whole_nodes),
-        tuple(unserved), tuple(notes),
-    )  # fmt: skip
+        method,
+        optimal,
+        whole_nodes,
+        dict(sorted(choice.items())),
+        _purchases(choice, whole_nodes),
+        tuple(unserved),
+        tuple(notes),
+    )
 
 
 def _purchases(choice: Mapping[Demand, PlacementOption], whole_nodes: bool) -> tuple[SkuPurchase, ...]:

@@ -232,9 +232,15 @@ def _cheapest_per_request(demands: Sequence[BucketDemand]) -> Share:
 
 
 def _plan(
-    demands: Sequence[BucketDemand], shares: Share, whole_nodes: bool, limits: Mapping[str, int], method: str,
-    optimal: bool, unserved: list[tuple[str, str, str]], notes: list[str],
-) -> BucketPlan:  # fmt: skip
+    demands: Sequence[BucketDemand],
+    shares: Share,
+    whole_nodes: bool,
+    limits: Mapping[str, int],
+    method: str,
+    optimal: bool,
+    unserved: list[tuple[str, str, str]],
+    notes: list[str],
+) -> BucketPlan:
     choices: list[BucketChoice] = []
     load: dict[tuple[int, str], float] = {}
     for (i, label, key), share in sorted(shares.items()):
@@ -267,9 +273,12 @@ def _plan(
 
 
 def _solve_highs(
-    demands: Sequence[BucketDemand], whole_nodes: bool, limits: Mapping[str, int], time_limit_s: float,
+    demands: Sequence[BucketDemand],
+    whole_nodes: bool,
+    limits: Mapping[str, int],
+    time_limit_s: float,
     fixed: Mapping[Demand, Sequence[PlacementOption]] | None = None,
-) -> tuple[Share, dict[Demand, PlacementOption], bool] | None:  # fmt: skip
+) -> tuple[Share, dict[Demand, PlacementOption], bool] | None:
     """The MILP of the module docstring; None when it is infeasible (the per-SKU caps). `fixed`:
     concurrency-sized demands that take one of their options whole (binary y, as
     `capacity.placement.plan_procurement`), sharing the SKUs' nodes with the buckets."""
@@ -365,10 +374,14 @@ def plan_fleet(
         buckets = plan_buckets(bucket_demands, whole_nodes=False, method="cheapest-per-request")
         note = "request-size buckets planned apart from the other workloads (no solver): not proven optimal"
         return replace(
-            plan, method=f"{plan.method}+cheapest-per-request", optimal=False,
+            plan,
+            method=f"{plan.method}+cheapest-per-request",
+            optimal=False,
             purchases=_fleet_purchases(plan.assignments, buckets, whole_nodes),
-            unserved=(*plan.unserved, *buckets.unserved), notes=(*plan.notes, *buckets.notes, note), buckets=buckets,
-        )  # fmt: skip
+            unserved=(*plan.unserved, *buckets.unserved),
+            notes=(*plan.notes, *buckets.notes, note),
+            buckets=buckets,
+        )
     if method == "highs" and not solver_available():
         raise RuntimeError("method 'highs' needs the solver extra: pip install 'capplan[solver]'")
     options: dict[Demand, list[PlacementOption]] = {}
@@ -397,9 +410,15 @@ def plan_fleet(
     notes = [] if optimal else ["HiGHS stopped before proving optimality (time limit): best plan found"]
     buckets = _plan(served, shares, False, limits, "highs", optimal, bucket_unserved, list(notes))
     return ProcurementPlan(
-        "highs", optimal, whole_nodes, dict(sorted(choice.items())), _fleet_purchases(choice, buckets, whole_nodes),
-        (*unserved, *bucket_unserved), tuple(notes), buckets=buckets,
-    )  # fmt: skip
+        "highs",
+        optimal,
+        whole_nodes,
+        dict(sorted(choice.items())),
+        _fleet_purchases(choice, buckets, whole_nodes),
+        (*unserved, *bucket_unserved),
+        tuple(notes),
+        buckets=buckets,
+    )
 
 
 def _fleet_purchases(
@@ -414,9 +433,13 @@ def _fleet_purchases(
     for (workload, model, key), replicas in buckets.replicas.items():
         candidate = next(c.candidate for c in buckets.choices if c.candidate.key == key and c.workload == workload)
         used.setdefault(candidate.gpu, []).append(
-            (replicas * candidate.gpus_per_replica, candidate.gpus_per_node, candidate.usd_per_gpu_hour,
-             f"{workload}:{model}")
-        )  # fmt: skip
+            (
+                replicas * candidate.gpus_per_replica,
+                candidate.gpus_per_node,
+                candidate.usd_per_gpu_hour,
+                f"{workload}:{model}",
+            )
+        )
     purchases = []
     for gpu in sorted(used):
         members = used[gpu]
@@ -425,8 +448,12 @@ def _fleet_purchases(
         nodes = math.ceil(gpus / per_node)
         purchases.append(
             SkuPurchase(
-                gpu=gpu, gpus_used=gpus, gpus_bought=nodes * per_node, nodes=nodes if whole_nodes else None,
-                usd_per_gpu_hour=members[0][2], workloads=tuple(sorted({m[3] for m in members})),
+                gpu=gpu,
+                gpus_used=gpus,
+                gpus_bought=nodes * per_node,
+                nodes=nodes if whole_nodes else None,
+                usd_per_gpu_hour=members[0][2],
+                workloads=tuple(sorted({m[3] for m in members})),
             )
-        )  # fmt: skip
+        )
     return tuple(purchases)

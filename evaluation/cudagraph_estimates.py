@@ -104,16 +104,20 @@ def load_rows(path: Path = ESTIMATES_PATH) -> list[GraphRow]:
         graphs = entry.get("piecewise_count")
         tp = int(entry.get("tp") or 1)
         custom_ar, custom_ar_from = _custom_all_reduce(entry, tp) if tp > 1 else (False, "")
-        rows.append(GraphRow(
-            id=str(entry["id"]),
-            group=str(entry.get("source_group") or source_group(str(entry.get("source_url") or ""), str(entry["id"]))),
-            tp=tp,
-            graphs=int(graphs) + int(entry.get("full_count") or 0) if graphs is not None else None,
-            estimate_bytes=round(float(estimate) * GIB) if isinstance(estimate, int | float) else None,
-            excluded=_excluded(entry),
-            custom_all_reduce=custom_ar,
-            custom_all_reduce_from=custom_ar_from,
-        ))  # fmt: skip
+        rows.append(
+            GraphRow(
+                id=str(entry["id"]),
+                group=str(
+                    entry.get("source_group") or source_group(str(entry.get("source_url") or ""), str(entry["id"]))
+                ),
+                tp=tp,
+                graphs=int(graphs) + int(entry.get("full_count") or 0) if graphs is not None else None,
+                estimate_bytes=round(float(estimate) * GIB) if isinstance(estimate, int | float) else None,
+                excluded=_excluded(entry),
+                custom_all_reduce=custom_ar,
+                custom_all_reduce_from=custom_ar_from,
+            )
+        )
     return rows
 
 
@@ -153,8 +157,11 @@ def fit(rows: Sequence[GraphRow]) -> GraphCoefficients:
 def errors_gib(rows: Sequence[GraphRow], coefficients: GraphCoefficients) -> dict[str, float]:
     """predicted - logged, GiB, per fitted row (absolute: most estimates are a fraction of a GiB, so a
     share of the estimate says little about the KV budget it comes out of)."""
-    return {r.id: (coefficients.predict(r.tp, r.graphs or 0, r.custom_all_reduce) - (r.estimate_bytes or 0)) / GIB
-            for r in rows if r.excluded is None and r.estimate_bytes is not None}  # fmt: skip
+    return {
+        r.id: (coefficients.predict(r.tp, r.graphs or 0, r.custom_all_reduce) - (r.estimate_bytes or 0)) / GIB
+        for r in rows
+        if r.excluded is None and r.estimate_bytes is not None
+    }
 
 
 def cross_validated_errors_gib(rows: Sequence[GraphRow]) -> dict[str, float]:
@@ -176,13 +183,19 @@ class GraphAccuracy:
     def __str__(self) -> str:
         if not self.n:
             return "n 0"
-        return (f"n {self.n:>2}  median |error| {self.median_abs_error_gib:.2f} GiB  within 0.25 GiB "
-                f"{self.within_quarter_gib:4.0%}  within 0.5 GiB {self.within_half_gib:4.0%}")  # fmt: skip
+        return (
+            f"n {self.n:>2}  median |error| {self.median_abs_error_gib:.2f} GiB  within 0.25 GiB "
+            f"{self.within_quarter_gib:4.0%}  within 0.5 GiB {self.within_half_gib:4.0%}"
+        )
 
 
 def accuracy(errors: dict[str, float], ids: set[str] | None = None) -> GraphAccuracy:
     values = [abs(e) for k, e in errors.items() if ids is None or k in ids]
     if not values:
         return GraphAccuracy(0, float("nan"), float("nan"), float("nan"))
-    return GraphAccuracy(len(values), statistics.median(values), sum(v <= 0.25 for v in values) / len(values),
-                         sum(v <= 0.5 for v in values) / len(values))  # fmt: skip
+    return GraphAccuracy(
+        len(values),
+        statistics.median(values),
+        sum(v <= 0.25 for v in values) / len(values),
+        sum(v <= 0.5 for v in values) / len(values),
+    )

@@ -25,6 +25,7 @@ import yaml
 
 from capacity import engine_constants as ec
 from capacity.dtypes import GIB
+from capacity.engines import Engine
 from capacity.engines.sglang import is_legacy_release, tp_switch_context_bytes
 from capacity.estimate import Estimate, estimate
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
@@ -62,7 +63,7 @@ class EngineLogRow:
 
     id: str
     group: str
-    engine: str
+    engine: Engine
     version: str | None
     era: str
     model: str
@@ -87,7 +88,7 @@ class EngineLogRow:
 def _era(entry: dict[str, Any]) -> str:
     """SGLang: '0.4' / '0.5' by the logged release (or `release_era` where the log implies it), else
     'unknown'; TensorRT-LLM: the backend ('pytorch' or 'tensorrt' engines)."""
-    if entry["engine"] == "trtllm":
+    if Engine(entry["engine"]) is Engine.TRTLLM:
         return str(entry.get("backend") or "unknown")
     version = entry.get("sglang_version") or entry.get("rules_version")
     if version:
@@ -104,7 +105,7 @@ def _unmodelled(entry: dict[str, Any]) -> str | None:
             reasons.append(f"unrecognised feature tag {str(tag)[:40]!r}")
     if entry.get("max_tokens"):
         reasons.append(UNMODELLED_FEATURES["max_tokens"])
-    if entry["engine"] == "trtllm" and entry.get("backend") == "tensorrt":
+    if Engine(entry["engine"]) is Engine.TRTLLM and entry.get("backend") == "tensorrt":
         reasons.append(UNMODELLED_FEATURES["prebuilt_engine"])
     return "; ".join(dict.fromkeys(reasons)) or None
 
@@ -129,7 +130,7 @@ def _outcome(entry: dict[str, Any]) -> tuple[str, str | None]:
 def _pool_bytes(entry: dict[str, Any]) -> int | None:
     """The KV pool as logged: SGLang K size + V size, or the one "KV size" of an MLA / DSA pool; TensorRT-LLM
     "Allocated X GiB for max tokens in paged KV cache", or the bytes of "Allocate N bytes for k/v cache" (<= 0.9)."""
-    if entry["engine"] == "sglang":
+    if Engine(entry["engine"]) is Engine.SGLANG:
         k, v, kv = entry.get("k_size_gb"), entry.get("v_size_gb"), entry.get("kv_size_gb")
         if k is not None and v is not None:
             return round((float(k) + float(v)) * GIB)
@@ -144,7 +145,8 @@ def load_engine_logs(paths: Sequence[Path] = ENGINE_LOG_FILES) -> list[EngineLog
     rows: list[EngineLogRow] = []
     for path in paths:
         for entry in yaml.safe_load(path.read_text(encoding="utf-8"))["measurements"]:
-            sglang = entry["engine"] == "sglang"
+            engine = Engine(entry["engine"])  # the edge: the yaml's engine name becomes an Engine
+            sglang = engine is Engine.SGLANG
             tokens = entry.get("max_total_num_tokens" if sglang else "kv_cache_tokens")
             fraction = entry.get("mem_fraction_static" if sglang else "free_gpu_memory_fraction")
             outcome, start_note = _outcome(entry)
@@ -153,7 +155,7 @@ def load_engine_logs(paths: Sequence[Path] = ENGINE_LOG_FILES) -> list[EngineLog
                 EngineLogRow(
                     id=str(entry["id"]),
                     group=source_group(str(entry["source"]), str(entry["id"])),
-                    engine=str(entry["engine"]),
+                    engine=engine,
                     version=entry.get("sglang_version" if sglang else "trtllm_version"),
                     era=_era(entry),
                     model=str(entry.get("config_model") or entry.get("model") or ""),
@@ -181,7 +183,7 @@ def _version(row: EngineLogRow, version_aware: bool) -> str | None:
     """The release whose rules predict the row: the logged one, else `rules_version` (a release whose rules
     every release the log's date allows shares, e.g. 0.4.10 for August 2025: 0.4.10 and 0.5.0rc both take the
     tiered default fraction), else a representative of its era."""
-    if not version_aware or row.engine != "sglang":
+    if not version_aware or row.engine != Engine.SGLANG:
         return None
     if row.version:
         return row.version
@@ -246,7 +248,7 @@ def predict(
         gpu = resolve_gpu(str(row.gpu or "").split("(")[0].strip())
     except LookupError:
         return Scored(row, None, f"unknown GPU {row.gpu!r}")
-    link_bytes = tp_switch_context_bytes(row.tp, gpu.nvlink_multicast) if row.engine == "sglang" else 0
+    link_bytes = tp_switch_context_bytes(row.tp, gpu.nvlink_multicast) if row.engine == Engine.SGLANG else 0
     deployment = DeploymentSpec(
         tp=row.tp,
         pp=row.pp,
@@ -261,8 +263,11 @@ def predict(
     try:
         # a variant's own checkpoint is not the config repo's: its weights are modelled (as for the vLLM rows)
         checkpoint = None if row.raw.get("config_model") else checkpoint
-        return Scored(row, estimate(spec, deployment, gpu=gpu, model_name=row.model, checkpoint_bytes=checkpoint),
-                      link_bytes=link_bytes)  # fmt: skip
+        return Scored(
+            row,
+            estimate(spec, deployment, gpu=gpu, model_name=row.model, checkpoint_bytes=checkpoint),
+            link_bytes=link_bytes,
+        )
     except SpecError as exc:
         return Scored(row, None, f"cannot estimate: {exc}")
 
@@ -276,17 +281,21 @@ class EngineScores:
     starts: dict[str, bool | None]
 
 
-def shipped_scores(rows: Sequence[EngineLogRow], resolve_model: ResolveModel, resolve_gpu: ResolveGpu,
-                   *, version_aware: bool = True) -> tuple[list[Scored], EngineScores]:  # fmt: skip
+def shipped_scores(
+    rows: Sequence[EngineLogRow], resolve_model: ResolveModel, resolve_gpu: ResolveGpu, *, version_aware: bool = True
+) -> tuple[list[Scored], EngineScores]:
     scored = [predict(r, resolve_model, resolve_gpu, version_aware=version_aware) for r in rows]
-    return scored, EngineScores({s.row.id: s.pool_error for s in scored}, {s.row.id: s.tokens_error for s in scored},
-                                {s.row.id: s.start_correct for s in scored})  # fmt: skip
+    return scored, EngineScores(
+        {s.row.id: s.pool_error for s in scored},
+        {s.row.id: s.tokens_error for s in scored},
+        {s.row.id: s.start_correct for s in scored},
+    )
 
 
 def implied_overhead(s: Scored) -> int | None:
     """The SGLang non-KV term a log implies: what makes the predicted budget equal the measured pool, less the
     part the GPU's links set (`Scored.link_bytes`), which is not refit."""
-    if s.predicted is None or s.row.pool_bytes is None or s.row.engine != "sglang":
+    if s.predicted is None or s.row.pool_bytes is None or s.row.engine != Engine.SGLANG:
         return None
     return s.predicted.overhead_bytes_per_gpu - s.link_bytes + s.predicted.kv_budget_bytes_per_gpu - s.row.pool_bytes
 
@@ -297,8 +306,14 @@ def fitted_overhead(scored: Sequence[Scored]) -> int:
     return round(statistics.median(implied)) if implied else ec.SGLANG_CONTEXT_BYTES
 
 
-def refit_scores(scored: Sequence[Scored], resolve_model: ResolveModel, resolve_gpu: ResolveGpu,
-                 *, cross_validated: bool, version_aware: bool = True) -> EngineScores:  # fmt: skip
+def refit_scores(
+    scored: Sequence[Scored],
+    resolve_model: ResolveModel,
+    resolve_gpu: ResolveGpu,
+    *,
+    cross_validated: bool,
+    version_aware: bool = True,
+) -> EngineScores:
     """SGLang rows re-estimated with the term refit on every row (in-sample) or on the other sources only
     (leave-one-source-out); TensorRT-LLM rows have no fitted term and keep their shipped figures."""
     pool: dict[str, float | None] = {}
@@ -306,7 +321,7 @@ def refit_scores(scored: Sequence[Scored], resolve_model: ResolveModel, resolve_
     starts: dict[str, bool | None] = {}
     every = fitted_overhead(scored)
     for s in scored:
-        if s.row.engine == "sglang" and s.predicted is not None:
+        if s.row.engine == Engine.SGLANG and s.predicted is not None:
             term = fitted_overhead([t for t in scored if t.row.group != s.row.group]) if cross_validated else every
             s = predict(s.row, resolve_model, resolve_gpu, version_aware=version_aware, overhead_bytes=term)
         pool[s.row.id], tokens[s.row.id], starts[s.row.id] = s.pool_error, s.tokens_error, s.start_correct

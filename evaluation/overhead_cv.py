@@ -24,6 +24,7 @@ from typing import Any
 
 from capacity import engine_constants as ec
 from capacity.dtypes import GIB
+from capacity.engines import Engine
 from capacity.engines.vllm.overhead import ProfilingBuffers, overhead_from_buffers, profiling_buffers
 from capacity.overhead import activation_features
 from capacity.spec import GpuSku, ModelSpec
@@ -33,9 +34,13 @@ from models_registry.sources.gpu_catalog import find_gpu_sku
 FIT_POOL_FLOOR_BYTES = 8 * GIB
 ERAS = ("v1-late", "v1", "v1-mid", "v1-early", "v0")
 # an era with no training row in a fold takes the coefficients of its nearest neighbour that has some
-ERA_FALLBACK = {"v1-late": ("v1", "v1-mid", "v1-early", "v0"), "v1": ("v1-late", "v1-mid", "v1-early", "v0"),
-                "v1-mid": ("v1", "v1-early", "v1-late", "v0"), "v1-early": ("v1-mid", "v1", "v1-late", "v0"),
-                "v0": ("v1-early", "v1-mid", "v1", "v1-late")}  # fmt: skip
+ERA_FALLBACK = {
+    "v1-late": ("v1", "v1-mid", "v1-early", "v0"),
+    "v1": ("v1-late", "v1-mid", "v1-early", "v0"),
+    "v1-mid": ("v1", "v1-early", "v1-late", "v0"),
+    "v1-early": ("v1-mid", "v1", "v1-late", "v0"),
+    "v0": ("v1-early", "v1-mid", "v1", "v1-late"),
+}
 
 
 def _stated_bool(value: object) -> bool | None:
@@ -121,33 +126,43 @@ def _derived_features(
     flashinfer: bool | None, peers: int | None = None,
 ) -> dict[str, Any]:
     """The named buffers, the sampler's by the rule of the row's own release (not a fitted coefficient)."""
-    return {"buffers": profiling_buffers(model, tp, pp, t, s, b, multicast, version, flashinfer_sampler=flashinfer,
-                                         peer_link_gpus=peers),
-            "graphs": r.cudagraph_memory_in_budget}  # fmt: skip
+    return {
+        "buffers": profiling_buffers(
+            model, tp, pp, t, s, b, multicast, version, flashinfer_sampler=flashinfer, peer_link_gpus=peers
+        ),
+        "graphs": r.cudagraph_memory_in_budget,
+    }
 
 
 def _derived_predict(p: Params, f: dict[str, Any]) -> tuple[int, int, int]:
     buffers: ProfilingBuffers = f["buffers"]
     c = ec.VllmProfilingCoefficients(
         forward_scale=p["forward_scale"],
-        non_torch_bytes=int(p["non_torch_gib"] * GIB), non_torch_tp_bytes=int(p["non_torch_tp_gib"] * GIB),
-        cg_base_bytes=int(p["cg_base_gib"] * GIB), cg_per_graph_bytes=int(p["cg_per_graph_gib"] * GIB),
+        non_torch_bytes=int(p["non_torch_gib"] * GIB),
+        non_torch_tp_bytes=int(p["non_torch_tp_gib"] * GIB),
+        cg_base_bytes=int(p["cg_base_gib"] * GIB),
+        cg_per_graph_bytes=int(p["cg_per_graph_gib"] * GIB),
         cg_per_graph_tp_custom_ar_bytes=int(p["cg_per_graph_tp_custom_ar_gib"] * GIB),
         cg_per_graph_tp_nccl_bytes=int(p["cg_per_graph_tp_nccl_gib"] * GIB),
-        moe_workspace_persistent=bool(p["moe_workspace_persistent"]), source="cv",
-    )  # fmt: skip
+        moe_workspace_persistent=bool(p["moe_workspace_persistent"]),
+        source="cv",
+    )
     o = overhead_from_buffers(buffers, c, f["graphs"])
     return o.activation_peak_bytes, o.non_torch_bytes, o.total_bytes
 
 
 def _derived_shipped(era: str) -> Params:
     c = ec.VLLM_PROFILING_COEFFICIENTS[era]
-    return {"forward_scale": c.forward_scale,
-            "non_torch_gib": c.non_torch_bytes / GIB, "non_torch_tp_gib": c.non_torch_tp_bytes / GIB,
-            "cg_base_gib": c.cg_base_bytes / GIB, "cg_per_graph_gib": c.cg_per_graph_bytes / GIB,
-            "cg_per_graph_tp_custom_ar_gib": c.cg_per_graph_tp_custom_ar_bytes / GIB,
-            "cg_per_graph_tp_nccl_gib": c.cg_per_graph_tp_nccl_bytes / GIB,
-            "moe_workspace_persistent": float(c.moe_workspace_persistent)}  # fmt: skip
+    return {
+        "forward_scale": c.forward_scale,
+        "non_torch_gib": c.non_torch_bytes / GIB,
+        "non_torch_tp_gib": c.non_torch_tp_bytes / GIB,
+        "cg_base_gib": c.cg_base_bytes / GIB,
+        "cg_per_graph_gib": c.cg_per_graph_bytes / GIB,
+        "cg_per_graph_tp_custom_ar_gib": c.cg_per_graph_tp_custom_ar_bytes / GIB,
+        "cg_per_graph_tp_nccl_gib": c.cg_per_graph_tp_nccl_bytes / GIB,
+        "moe_workspace_persistent": float(c.moe_workspace_persistent),
+    }
 
 
 def _derived_prior(era: str) -> Params:
@@ -171,8 +186,13 @@ def _previous_features(
     mlp, logits = activation_features(model, tp, t, s, b)
     from capacity.parallel import pp_partition
 
-    return {"mlp": mlp, "logits": logits, "tp": tp, "graphs": r.cudagraph_memory_in_budget,
-            "layers": max(pp_partition(model.num_layers, pp))}  # fmt: skip
+    return {
+        "mlp": mlp,
+        "logits": logits,
+        "tp": tp,
+        "graphs": r.cudagraph_memory_in_budget,
+        "layers": max(pp_partition(model.num_layers, pp)),
+    }
 
 
 def _previous_predict(p: Params, f: dict[str, Any]) -> tuple[int, int, int]:
@@ -184,9 +204,14 @@ def _previous_predict(p: Params, f: dict[str, Any]) -> tuple[int, int, int]:
 
 def _previous_shipped(era: str) -> Params:
     c = ec.VLLM_OVERHEAD_PROFILES[era]
-    return {"a_mlp": c.a_mlp, "a_logits": c.a_logits, "nt_base_gib": c.nt_base_bytes / GIB,
-            "nt_tp_gib": c.nt_tp_bytes / GIB, "cg_base_gib": c.cg_base_bytes / GIB,
-            "cg_per_layer_gib": c.cg_per_layer_bytes / GIB}  # fmt: skip
+    return {
+        "a_mlp": c.a_mlp,
+        "a_logits": c.a_logits,
+        "nt_base_gib": c.nt_base_bytes / GIB,
+        "nt_tp_gib": c.nt_tp_bytes / GIB,
+        "cg_base_gib": c.cg_base_bytes / GIB,
+        "cg_per_layer_gib": c.cg_per_layer_bytes / GIB,
+    }
 
 
 def _previous_prior(era: str) -> Params:
@@ -207,20 +232,31 @@ def _steps(lo: float, hi: float, step: float) -> tuple[float, ...]:
 
 NT_GRID = _steps(0.0, 4.0, 0.01)
 DERIVED = OverheadModel(
-    "derived (named buffers)", _derived_features, _derived_predict, _derived_shipped, _derived_prior,
+    "derived (named buffers)",
+    _derived_features,
+    _derived_predict,
+    _derived_shipped,
+    _derived_prior,
     {"forward_scale": _steps(0.5, 3.0, 0.05), "non_torch_gib": NT_GRID, "non_torch_tp_gib": NT_GRID},
     frozenset({"forward_scale"}),
     # no 0.28+ row runs TP > 1 on an NVLink switch: that term is v1's (engine_constants), not a fit of nothing
     frozenset({("v1-late", "non_torch_tp_gib")}),
-)  # fmt: skip
+)
 PREVIOUS = OverheadModel(
-    "previous (a_mlp x F_mlp, a_logits x F_logits)", _previous_features, _previous_predict, _previous_shipped,
+    "previous (a_mlp x F_mlp, a_logits x F_logits)",
+    _previous_features,
+    _previous_predict,
+    _previous_shipped,
     _previous_prior,
-    {"a_mlp": _steps(0.5, 4.0, 0.05), "a_logits": _steps(0.0, 12.0, 0.05), "nt_base_gib": NT_GRID,
-     "nt_tp_gib": NT_GRID},
+    {
+        "a_mlp": _steps(0.5, 4.0, 0.05),
+        "a_logits": _steps(0.0, 12.0, 0.05),
+        "nt_base_gib": NT_GRID,
+        "nt_tp_gib": NT_GRID,
+    },
     frozenset({"a_mlp"}),
     frozenset({("v0", "a_logits")}),
-)  # fmt: skip
+)
 
 
 def row_tags(c: Comparison, model: ModelSpec) -> tuple[str, ...]:
@@ -293,34 +329,53 @@ def build_rows(
     rows: list[Row] = []
     for c in comparisons:
         est, r = c.predicted, c.row
-        if est is None or est.engine != "vllm":
+        if est is None or est.engine != Engine.VLLM:  # calibrated: vLLM only (the study fits its coefficients)
             continue
-        if r.kv_cache_memory_gib is None and r.kv_cache_tokens is None and r.activation_peak_gib is None \
-                and r.non_torch_gib is None:  # fmt: skip
+        if (
+            r.kv_cache_memory_gib is None
+            and r.kv_cache_tokens is None
+            and r.activation_peak_gib is None
+            and r.non_torch_gib is None
+        ):
             continue
         spec, _ = resolve_model(r.config_repo)
         release = ec.vllm_release(est.engine_version)
         act_bytes = 4 if est.weight_dtype == "float32" else 2
         gpu = find_sku(est.gpu)
-        feats = model.features(spec, est.tp, est.pp, est.pool.max_num_batched_tokens, est.max_num_seqs or 256,
-                               act_bytes, release, gpu.nvlink_multicast if gpu is not None else True,
-                               est.engine_version or release.version, _stated_bool(r.raw.get("flashinfer_sampler")),
-                               gpu.peer_link_gpus if gpu is not None else None)  # fmt: skip
+        feats = model.features(
+            spec,
+            est.tp,
+            est.pp,
+            est.pool.max_num_batched_tokens,
+            est.max_num_seqs or 256,
+            act_bytes,
+            release,
+            gpu.nvlink_multicast if gpu is not None else True,
+            est.engine_version or release.version,
+            _stated_bool(r.raw.get("flashinfer_sampler")),
+            gpu.peer_link_gpus if gpu is not None else None,
+        )
         if r.enforce_eager:  # no graphs captured: no estimate deducted
             feats["graphs"] = False
         unmodelled = unmodelled_reason(c, spec)
-        rows.append(Row(
-            id=r.id, group=source_group(str(r.raw.get("source") or ""), r.id), era=release.overhead_profile,
-            features=feats, usable_minus_weights=est.usable_bytes_per_gpu - est.weights_bytes_per_gpu,
-            own_budget=est.kv_budget_bytes_per_gpu, own_tokens=est.kv_cache_tokens,
-            kv_bytes=round(r.kv_cache_memory_gib * GIB) if r.kv_cache_memory_gib is not None else None,
-            kv_tokens=r.kv_cache_tokens if est.kv_cache_tokens else None,
-            activation_bytes=round(r.activation_peak_gib * GIB) if r.activation_peak_gib is not None else None,
-            non_torch_bytes=round(r.non_torch_gib * GIB) if r.non_torch_gib is not None else None,
-            tags=_with_modelled_tags(row_tags(c, spec), unmodelled),
-            unmodelled=unmodelled,
-            activation_with_graphs="for consumed memory" in str(r.raw.get("log_excerpt") or ""),
-        ))  # fmt: skip
+        rows.append(
+            Row(
+                id=r.id,
+                group=source_group(str(r.raw.get("source") or ""), r.id),
+                era=release.overhead_profile,
+                features=feats,
+                usable_minus_weights=est.usable_bytes_per_gpu - est.weights_bytes_per_gpu,
+                own_budget=est.kv_budget_bytes_per_gpu,
+                own_tokens=est.kv_cache_tokens,
+                kv_bytes=round(r.kv_cache_memory_gib * GIB) if r.kv_cache_memory_gib is not None else None,
+                kv_tokens=r.kv_cache_tokens if est.kv_cache_tokens else None,
+                activation_bytes=round(r.activation_peak_gib * GIB) if r.activation_peak_gib is not None else None,
+                non_torch_bytes=round(r.non_torch_gib * GIB) if r.non_torch_gib is not None else None,
+                tags=_with_modelled_tags(row_tags(c, spec), unmodelled),
+                unmodelled=unmodelled,
+                activation_with_graphs="for consumed memory" in str(r.raw.get("log_excerpt") or ""),
+            )
+        )
     return rows
 
 
@@ -366,9 +421,15 @@ def fit(rows: Sequence[Row], model: OverheadModel, sweeps: int = 3) -> dict[str,
         if not by_era[era]:
             donor = next((d for d in ERA_FALLBACK[era] if by_era[d]), None)
             if donor is not None:
-                params[era] = {**params[donor], **{k: v for k, v in params[era].items() if k.startswith("cg_")},
-                               **({"moe_workspace_persistent": params[era]["moe_workspace_persistent"]}
-                                  if "moe_workspace_persistent" in params[era] else {})}  # fmt: skip
+                params[era] = {
+                    **params[donor],
+                    **{k: v for k, v in params[era].items() if k.startswith("cg_")},
+                    **(
+                        {"moe_workspace_persistent": params[era]["moe_workspace_persistent"]}
+                        if "moe_workspace_persistent" in params[era]
+                        else {}
+                    ),
+                }
     return params
 
 
@@ -428,8 +489,13 @@ def accuracy(errors: Iterable[float | None]) -> Accuracy:
         nan = float("nan")
         return Accuracy(0, nan, nan, nan, nan)
     absolute = [abs(e) for e in values]
-    return Accuracy(len(values), statistics.median(absolute), sum(a <= 0.01 for a in absolute) / len(values),
-                    sum(a <= 0.05 for a in absolute) / len(values), statistics.median(values))  # fmt: skip
+    return Accuracy(
+        len(values),
+        statistics.median(absolute),
+        sum(a <= 0.01 for a in absolute) / len(values),
+        sum(a <= 0.05 for a in absolute) / len(values),
+        statistics.median(values),
+    )
 
 
 def by_tag(rows: Sequence[Row], errors: dict[str, float | None]) -> dict[str, Accuracy]:
@@ -447,6 +513,9 @@ def fitted_coefficients(rows: Sequence[Row], model: OverheadModel) -> dict[str, 
 def derived_with(params: Params, era: str) -> ec.VllmProfilingCoefficients:
     """A coefficient row from fitted values (for printing)."""
     base = ec.VLLM_PROFILING_COEFFICIENTS[era]
-    return replace(base, forward_scale=params["forward_scale"],
-                   non_torch_bytes=int(params["non_torch_gib"] * GIB),
-                   non_torch_tp_bytes=int(params["non_torch_tp_gib"] * GIB))  # fmt: skip
+    return replace(
+        base,
+        forward_scale=params["forward_scale"],
+        non_torch_bytes=int(params["non_torch_gib"] * GIB),
+        non_torch_tp_bytes=int(params["non_torch_tp_gib"] * GIB),
+    )

@@ -69,6 +69,51 @@ def _chunks(total: int, chunk: int) -> list[int]:
     return [min(chunk, total - i * chunk) for i in range(cdiv(total, chunk))]
 
 
+def _sized(
+    row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint_bytes: int | None, context: int
+) -> tuple[DeploymentSpec, Estimate] | str:
+    """The row's deployment and its estimate at `context` tokens, or why it cannot be sized."""
+    deployment = DeploymentSpec(
+        tp=row.tp,
+        pp=row.pp,
+        weight_dtype=_weight_dtype(row, model),
+        kv_dtype=_kv_dtype(row),
+        engine=row.engine,
+        max_model_len=max(context, 16),
+    )
+    try:
+        est = estimate(model, deployment, gpu=gpu, checkpoint_bytes=checkpoint_bytes, context_tokens=context)
+    except SpecError as exc:
+        return str(exc)
+    if not est.fits:
+        return f"does not fit: {est.reason}"
+    return deployment, est
+
+
+def _tags(
+    row: PerfMeasurement, model: ModelSpec, deployment: DeploymentSpec, est: Estimate, burst: bool
+) -> tuple[str, ...]:
+    fp8 = deployment.weight_dtype == "fp8" or "fp8" in est.weight_dtype
+    named = {"moe": model.num_experts > 0, "tp>1": row.tp > 1, "pp>1": row.pp > 1, "fp8": fp8, "burst": burst}
+    return tuple(t for t, on in named.items() if on)
+
+
+def _prefills(
+    p: PerfInputs, i_len: int, running: int, chunk: int, decode_ctx: float
+) -> tuple[tuple[StepTerms, ...], tuple[StepTerms, ...]]:
+    """A prompt's prefill steps beside the running batch, and a wave's prefill steps together."""
+    # a prompt prefilled beside the running batch (steady serving), chunk by chunk
+    room = max(1, chunk - (running - 1))
+    beside: list[StepTerms] = []
+    done = 0
+    for n in _chunks(i_len, room):
+        beside.append(_terms(p, n, running - 1, decode_ctx, prefill_context=done + n / 2))
+        done += n
+    # a wave of prompts prefilled together (each attends within its own prompt)
+    together = tuple(_terms(p, n, 0, 0, prefill_context=i_len / 2) for n in _chunks(running * i_len, chunk))
+    return tuple(beside), together
+
+
 def observations_for(
     row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint_bytes: int | None
 ) -> list[Observation] | str:
@@ -79,17 +124,10 @@ def observations_for(
     if not prompt or not out:
         return "no input / output length"
     i_len, o_len = max(1, round(prompt)), max(1, round(out))
-    deployment = DeploymentSpec(
-        tp=row.tp, pp=row.pp, weight_dtype=_weight_dtype(row, model), kv_dtype=_kv_dtype(row), engine=row.engine,
-        max_model_len=max(i_len + o_len, 16),
-    )  # fmt: skip
-    try:
-        est: Estimate = estimate(model, deployment, gpu=gpu, checkpoint_bytes=checkpoint_bytes,
-                                 context_tokens=i_len + o_len)  # fmt: skip
-    except SpecError as exc:
-        return str(exc)
-    if not est.fits:
-        return f"does not fit: {est.reason}"
+    sized = _sized(row, model, gpu, checkpoint_bytes, i_len + o_len)
+    if isinstance(sized, str):
+        return sized
+    deployment, est = sized
     batch = row.effective_concurrency
     burst = row.request_rate is not None and math.isinf(row.request_rate)
     if batch is None:
@@ -106,26 +144,21 @@ def observations_for(
     decode_ctx = i_len + o_len / 2
     decode = _terms(p, running, running, decode_ctx)
     vendor = "amd" if gpu.amd else "nvidia"
-    tags = tuple(
-        t for t, on in (("moe", model.num_experts > 0), ("tp>1", row.tp > 1), ("pp>1", row.pp > 1),
-                        ("fp8", deployment.weight_dtype == "fp8" or "fp8" in est.weight_dtype),
-                        ("burst", burst)) if on
-    )  # fmt: skip
-    # a prompt prefilled beside the running batch (steady serving), chunk by chunk
-    room = max(1, chunk - (running - 1))
-    beside: list[StepTerms] = []
-    done = 0
-    for n in _chunks(i_len, room):
-        beside.append(_terms(p, n, running - 1, decode_ctx, prefill_context=done + n / 2))
-        done += n
-    # a wave of prompts prefilled together (each attends within its own prompt)
-    together = tuple(_terms(p, n, 0, 0, prefill_context=i_len / 2) for n in _chunks(running * i_len, chunk))
+    tags = _tags(row, model, deployment, est, burst)
+    beside, together = _prefills(p, i_len, running, chunk, decode_ctx)
 
     def observation(metric: str, measured: float, **terms: object) -> Observation:
         return Observation(
-            row_id=row.id, group=row.source_group, metric=metric, measured=measured, vendor=vendor,
-            engine=row.engine, pp=row.pp, tags=tags, **terms,  # type: ignore[arg-type]
-        )  # fmt: skip
+            row_id=row.id,
+            group=row.source_group,
+            metric=metric,
+            measured=measured,
+            vendor=vendor,
+            engine=row.engine,
+            pp=row.pp,
+            tags=tags,
+            **terms,  # type: ignore[arg-type]
+        )
 
     found: list[Observation] = []
     if row.tpot_ms:
@@ -137,16 +170,25 @@ def observations_for(
         elif burst:
             # all requests at once: on average a request waits for half its wave's prefills, and for
             # (waves - 1) / 2 earlier waves to finish generating
-            found.append(observation(
-                "ttft", row.ttft_ms / 1e3, decode=decode, decode_steps=o_len * (waves - 1) / 2, prefill=together,
-                prefill_repeats=(running + 1) / (2 * running) + (waves - 1) / 2, requests=1.0,
-            ))  # fmt: skip
+            found.append(
+                observation(
+                    "ttft",
+                    row.ttft_ms / 1e3,
+                    decode=decode,
+                    decode_steps=o_len * (waves - 1) / 2,
+                    prefill=together,
+                    prefill_repeats=(running + 1) / (2 * running) + (waves - 1) / 2,
+                    requests=1.0,
+                )
+            )
         else:
-            found.append(observation("ttft", row.ttft_ms / 1e3, decode=None, decode_steps=0, prefill=tuple(beside),
-                                     requests=1.0))  # fmt: skip
+            found.append(
+                observation("ttft", row.ttft_ms / 1e3, decode=None, decode_steps=0, prefill=beside, requests=1.0)
+            )
     if row.batch_latency_s:
-        found.append(observation("batch_latency", row.batch_latency_s, decode=decode, decode_steps=o_len,
-                                 prefill=together))  # fmt: skip
+        found.append(
+            observation("batch_latency", row.batch_latency_s, decode=decode, decode_steps=o_len, prefill=together)
+        )
     throughput = row.output_throughput
     if throughput and row.benchmark_kind != "static_batch_ttft":
         if static or burst:
@@ -154,10 +196,18 @@ def observations_for(
             prefill, repeats = together, float(waves)
         else:
             # steady serving: each of the `running` requests in a generation is prefilled beside the others
-            prefill, repeats = tuple(beside), float(running)
-        found.append(observation("output_throughput", throughput, decode=decode, decode_steps=o_len * waves,
-                                 prefill=prefill, prefill_repeats=repeats,
-                                 tokens=float(running * waves * o_len)))  # fmt: skip
+            prefill, repeats = beside, float(running)
+        found.append(
+            observation(
+                "output_throughput",
+                throughput,
+                decode=decode,
+                decode_steps=o_len * waves,
+                prefill=prefill,
+                prefill_repeats=repeats,
+                tokens=float(running * waves * o_len),
+            )
+        )
     return found or "no metric capplan predicts (TPOT, TTFT, output throughput, batch latency)"
 
 

@@ -17,11 +17,11 @@ from typing import Any
 import polars as pl
 
 from capacity.calibration import CalibrationFit
-from capacity.planning_types import BucketDemand, BucketPlan
+from capacity.grid import GridModel
+from capacity.planning_types import BucketDemand, BucketPlan, WorkloadProfile
 from capacity.procurement import bucket_demand, workload_buckets
-from capacity.spec import SpecError
 from models_registry.planning import Catalog
-from recommendations.placements import correction_lookup, procurement_gpus, unplannable
+from recommendations.placements import Skipped, correction_lookup, plan_each, procurement_gpus
 from recommendations.workloads import WorkloadsFile
 
 BUCKET_SCHEMA: dict[str, Any] = {
@@ -58,30 +58,25 @@ BUCKET_SCHEMA: dict[str, Any] = {
 
 def bucket_demands(
     workloads: WorkloadsFile, catalog: Catalog, fit: CalibrationFit
-) -> tuple[list[BucketDemand], list[tuple[str, str, str]]]:
+) -> tuple[list[BucketDemand], list[Skipped]]:
     """A demand per model of every workload with a request rate; (workload, model, reason) otherwise."""
     gpus = procurement_gpus(workloads, catalog)
-    demands: list[BucketDemand] = []
-    skipped: list[tuple[str, str, str]] = []
-    for profile in workloads.profiles:
-        if profile.request_rate_per_s is None:
-            continue
-        for model_id in profile.models:
-            model = catalog.models.get(model_id)
-            if model is None:
-                skipped.append((profile.name, model_id, unplannable(catalog, model_id)))
-                continue
-            try:
-                demands.append(
-                    bucket_demand(
-                        model.spec, profile, workload_buckets(profile), gpus, model_id=model_id,
-                        request_rate_per_s=profile.request_rate_per_s, checkpoint_bytes=model.checkpoint_bytes,
-                        correction_for=correction_lookup(fit),
-                    )
-                )  # fmt: skip
-            except SpecError as exc:
-                skipped.append((profile.name, model_id, str(exc)))
-    return demands, skipped
+
+    def demand(profile: WorkloadProfile, model_id: str, model: GridModel) -> BucketDemand:
+        assert profile.request_rate_per_s is not None  # only profiles with a rate are planned
+        return bucket_demand(
+            model.spec,
+            profile,
+            workload_buckets(profile),
+            gpus,
+            model_id=model_id,
+            request_rate_per_s=profile.request_rate_per_s,
+            checkpoint_bytes=model.checkpoint_bytes,
+            correction_for=correction_lookup(fit),
+        )
+
+    rated = [p for p in workloads.profiles if p.request_rate_per_s is not None]
+    return plan_each(rated, catalog, demand)
 
 
 def bucket_frame(plan: BucketPlan, skipped: list[tuple[str, str, str]]) -> pl.DataFrame:

@@ -44,8 +44,20 @@ FITS_SHOWN = 12  # rows of "where it fits" shown open; the rest are one click aw
 PER_SEQUENCE = f"usd_per_sequence_hour_at_{ANSWER_CONTEXTS[0] // 1024}k"
 FRONTIER_INPUT_TOKENS = 2048  # the request the frontier is drawn for: a 2k prompt, 256 generated tokens
 FRONTIER_OUTPUT_TOKENS = 256
-FRONTIER_SCHEMA = {"label": pl.String, "gpu": pl.String, "tp": pl.Int64, "pp": pl.Int64, "batch": pl.Int64,
-                   "tpot_ms": pl.Float64, "output_tokens_per_second": pl.Float64, "ttft_ms": pl.Float64}  # fmt: skip
+FRONTIER_SCHEMA = {
+    "label": pl.String,
+    "gpu": pl.String,
+    "tp": pl.Int64,
+    "pp": pl.Int64,
+    "batch": pl.Int64,
+    "tpot_ms": pl.Float64,
+    "output_tokens_per_second": pl.Float64,
+    "ttft_ms": pl.Float64,
+}
+CURVES_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    **dict.fromkeys(("label", "gpu"), pl.String),
+    **dict.fromkeys(("tp", "pp", "context", "b_max"), pl.Int64),
+}
 
 # What each section reads: shown under its table, so a reader can run it with `capplan sql`.
 GRID_SQL = (
@@ -173,8 +185,7 @@ def curves_frame(grid: pl.DataFrame) -> pl.DataFrame:
     """B_max per context for each GPU at its smallest replica, labelled with the layout ("l4-24gb TP2");
     GPUs with the same curve at the same layout share one line, named after all of them."""
     if grid.is_empty():
-        return pl.DataFrame(schema={"label": pl.String, "gpu": pl.String, "tp": pl.Int64, "pp": pl.Int64,
-                                    "context": pl.Int64, "b_max": pl.Int64})  # fmt: skip
+        return pl.DataFrame(schema=CURVES_SCHEMA)
     rows = _served_as_published(grid)
     chosen = rows.join(smallest_replicas(grid), on=["gpu", "tp", "pp"], how="inner").filter(pl.col("b_max") > 0)
     groups: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], list[str]] = {}
@@ -203,10 +214,18 @@ def fits_frame(grid: pl.DataFrame) -> pl.DataFrame:
     per sequence (at the first of ANSWER_CONTEXTS) first."""
     columns = [f"b_max_at_{c // 1024}k" for c in ANSWER_CONTEXTS]
     if grid.is_empty():
-        return pl.DataFrame(schema={"gpu": pl.String, "layout": pl.String, "gpus": pl.Int64,
-                                    "usd_per_hour": pl.Float64, PER_SEQUENCE: pl.Float64,
-                                    **dict.fromkeys(columns, pl.Int64),
-                                    "longest_context": pl.Int64, "b_max_at_longest": pl.Int64})  # fmt: skip
+        return pl.DataFrame(
+            schema={
+                "gpu": pl.String,
+                "layout": pl.String,
+                "gpus": pl.Int64,
+                "usd_per_hour": pl.Float64,
+                PER_SEQUENCE: pl.Float64,
+                **dict.fromkeys(columns, pl.Int64),
+                "longest_context": pl.Int64,
+                "b_max_at_longest": pl.Int64,
+            }
+        )
     rows = _served_as_published(grid).join(smallest_replicas(grid), on=["gpu", "tp", "pp"], how="inner")
     longest = rows["context"].max()
     at = {c: pl.col("b_max").filter(pl.col("context") == c).first() for c in ANSWER_CONTEXTS}
@@ -245,7 +264,8 @@ def frontier_frame(registry: Catalog, model_id: str, replicas: pl.DataFrame) -> 
     rows: list[dict[str, Any]] = []
     if model is None or replicas.is_empty():
         return pl.DataFrame(schema=FRONTIER_SCHEMA)
-    context = FRONTIER_INPUT_TOKENS + FRONTIER_OUTPUT_TOKENS
+    prompt, out = FRONTIER_INPUT_TOKENS, FRONTIER_OUTPUT_TOKENS
+    context = prompt + out
     for replica in replicas.iter_rows(named=True):
         gpu: GpuSku | None = registry.gpus.get(replica["gpu"])
         if gpu is None or gpu.memory_bandwidth_gbps is None or gpu.bf16_dense_tflops is None:
@@ -253,23 +273,35 @@ def frontier_frame(registry: Catalog, model_id: str, replicas: pl.DataFrame) -> 
         tp, pp = int(replica["tp"]), int(replica["pp"])
         try:
             est = estimate(
-                model.spec, DeploymentSpec(tp=tp, pp=pp, max_model_len=context),
-                gpu=gpu, model_name=model_id, checkpoint_bytes=model.checkpoint_bytes, context_tokens=context,
-            )  # fmt: skip
+                model.spec,
+                DeploymentSpec(tp=tp, pp=pp, max_model_len=context),
+                gpu=gpu,
+                model_name=model_id,
+                checkpoint_bytes=model.checkpoint_bytes,
+                context_tokens=context,
+            )
         except SpecError:
             continue
         if not est.fits:
             continue
         label = f"{gpu.id} {layout(tp, pp)}"
-        for batch in frontier_batches(est.b_max):
+        chunk = est.pool.max_num_batched_tokens or context
+        for b in frontier_batches(est.b_max):
             perf = performance(
-                model.spec, est, gpu, concurrency=batch, input_tokens=FRONTIER_INPUT_TOKENS,
-                output_tokens=FRONTIER_OUTPUT_TOKENS, chunk_tokens=est.pool.max_num_batched_tokens or context,
-            )  # fmt: skip
+                model.spec, est, gpu, concurrency=b, input_tokens=prompt, output_tokens=out, chunk_tokens=chunk
+            )
             rows.append(
-                {"label": label, "gpu": gpu.id, "tp": tp, "pp": pp, "batch": batch, "tpot_ms": perf.tpot_ms,
-                 "output_tokens_per_second": perf.output_tokens_per_second, "ttft_ms": perf.ttft_ms}
-            )  # fmt: skip
+                {
+                    "label": label,
+                    "gpu": gpu.id,
+                    "tp": tp,
+                    "pp": pp,
+                    "batch": b,
+                    "tpot_ms": perf.tpot_ms,
+                    "output_tokens_per_second": perf.output_tokens_per_second,
+                    "ttft_ms": perf.ttft_ms,
+                }
+            )
     return pl.DataFrame(rows, schema=FRONTIER_SCHEMA)
 
 
@@ -296,9 +328,11 @@ def read_report(con: duckdb.DuckDBPyConnection, model: str | None = None) -> Rep
             raise ReportUnavailable(
                 f'model {chosen!r} is not in marts.models (see `capplan sql "select model from marts.models"`)'
             )
-    run = con.execute("select run_id, run_date from marts.runs order by started_at desc limit 1").fetchone() if _exists(
-        con, "runs"
-    ) else None  # fmt: skip
+    run = (
+        con.execute("select run_id, run_date from marts.runs order by started_at desc limit 1").fetchone()
+        if _exists(con, "runs")
+        else None
+    )
     grid = _frame(con, "capacity_grid", GRID_SQL, {"m": chosen})
     comparison = _frame(con, "prediction_vs_measured", COMPARISON_SQL)
     band = _quantile(comparison, "kv_pool_error")
@@ -360,6 +394,12 @@ def _svg(chart: Any) -> str:
     return buffer.getvalue()
 
 
+def _line_colors(alt: Any, title: str) -> Any:
+    """A colour per line (GPU and layout), the legend in one column with its labels whole."""
+    legend = alt.Legend(labelLimit=0, titleLimit=0, columns=1)
+    return alt.Color("label:N", title=title, scale=alt.Scale(scheme=PALETTE), legend=legend)
+
+
 def curves_chart(data: ReportData) -> str:
     alt, _gt = _modules()
     if data.curves.is_empty():
@@ -370,12 +410,7 @@ def curves_chart(data: ReportData) -> str:
         .encode(
             x=alt.X("context:Q", title="context (tokens per sequence)", scale=alt.Scale(type="log", base=2)),
             y=alt.Y("b_max:Q", title="B_max (concurrent sequences)", scale=alt.Scale(type="log")),
-            color=alt.Color(
-                "label:N",
-                title="GPU and layout (the smallest replica that holds a sequence)",
-                scale=alt.Scale(scheme=PALETTE),
-                legend=alt.Legend(labelLimit=0, titleLimit=0, columns=1),
-            ),
+            color=_line_colors(alt, "GPU and layout (the smallest replica that holds a sequence)"),
             tooltip=["label", "gpu", "tp", "pp", "context", "b_max"],
         )
         .properties(
@@ -404,12 +439,7 @@ def frontier_chart(data: ReportData) -> str:
         .encode(
             x=alt.X("tpot_ms:Q", title="TPOT (ms per output token)", scale=alt.Scale(type="log")),
             y=alt.Y("output_tokens_per_second:Q", title="output tokens/s per replica", scale=alt.Scale(type="log")),
-            color=alt.Color(
-                "label:N",
-                title="GPU and layout",
-                scale=alt.Scale(scheme=PALETTE),
-                legend=alt.Legend(labelLimit=0, titleLimit=0, columns=1),
-            ),
+            color=_line_colors(alt, "GPU and layout"),
             order="batch:Q",
             tooltip=["label", "batch", "tpot_ms", "output_tokens_per_second", "ttft_ms"],
         )
@@ -534,9 +564,12 @@ def answers_html(data: ReportData) -> dict[str, str]:
         if shown.height > FITS_SHOWN:
             rest = shown.slice(FITS_SHOWN)
             out["fits"] += _details(
-                f"{rest.height} more GPUs", rest.height, fits_table(rest, "Where it fits (continued)"),
-                GRID_SQL, data.model,
-            )  # fmt: skip
+                f"{rest.height} more GPUs",
+                rest.height,
+                fits_table(rest, "Where it fits (continued)"),
+                GRID_SQL,
+                data.model,
+            )
     if data.no_fit:
         out["fits"] = out.get("fits", "") + (
             f"<p class='nofit'>Does not fit on any replica of: {html.escape(', '.join(data.no_fit))}.</p>"
@@ -549,9 +582,18 @@ def answers_html(data: ReportData) -> dict[str, str]:
             .alias("layout")
         )
         shown = best.select(
-            "workload", "model", "gpu", "layout", "weight_dtype", "kv_dtype", "replicas", "gpus_total",
-            "usd_per_hour", "in_fleet_plan", *(["reason"] if best["reason"].is_not_null().any() else []),
-        )  # fmt: skip
+            "workload",
+            "model",
+            "gpu",
+            "layout",
+            "weight_dtype",
+            "kv_dtype",
+            "replicas",
+            "gpus_total",
+            "usd_per_hour",
+            "in_fleet_plan",
+            *(["reason"] if best["reason"].is_not_null().any() else []),
+        )
         out["placements"] = (
             _table(gt, shown, "Recommended placements", "the cheapest feasible placement per model x workload")
             .fmt_currency(columns=["usd_per_hour"], currency="USD")
@@ -594,32 +636,57 @@ def details_html(data: ReportData) -> list[str]:
             .fmt_percent(columns=["kv_pool_error", "loo_kv_pool_error"], decimals=2)
             .sub_missing(missing_text="")
         )
-        out.append(_details("Prediction vs measured, every observed deployment", shown.height,
-                            table.as_raw_html(), COMPARISON_SQL, data.model))  # fmt: skip
+        out.append(
+            _details(
+                "Prediction vs measured, every observed deployment",
+                shown.height,
+                table.as_raw_html(),
+                COMPARISON_SQL,
+                data.model,
+            )
+        )
     if not data.limits.is_empty():
-        table = _table(
-            gt, data.limits, f"Effective context limits: {data.model}", "per GPU x TP at 8 and 32 concurrent sequences"
-        ).fmt_integer(columns=["model_limit", "memory_limit", "calibrated_limit", "effective_limit"]).sub_missing(
-            missing_text=""
-        )  # fmt: skip
-        out.append(_details("Effective context limits", data.limits.height, table.as_raw_html(), LIMITS_SQL,
-                            data.model))  # fmt: skip
+        table = (
+            _table(
+                gt,
+                data.limits,
+                f"Effective context limits: {data.model}",
+                "per GPU x TP at 8 and 32 concurrent sequences",
+            )
+            .fmt_integer(columns=["model_limit", "memory_limit", "calibrated_limit", "effective_limit"])
+            .sub_missing(missing_text="")
+        )
+        out.append(
+            _details("Effective context limits", data.limits.height, table.as_raw_html(), LIMITS_SQL, data.model)
+        )
     if not data.calibration.is_empty():
         table = _table(gt, data.calibration, "Calibration in use", "usable scopes (enough observations)").fmt_number(
             columns=["median", "mad", "ci_low", "ci_high"], n_sigfig=4
         )
-        out.append(_details("Calibration in use", data.calibration.height, table.as_raw_html(), CALIBRATION_SQL,
-                            data.model))  # fmt: skip
+        out.append(
+            _details("Calibration in use", data.calibration.height, table.as_raw_html(), CALIBRATION_SQL, data.model)
+        )
     if not data.placements.is_empty():
         table = (
-            _table(gt, data.placements, "Recommended placements, every column",
-                   "rank 1 per model x workload, the fleet plan's choice, and the infeasible")
+            _table(
+                gt,
+                data.placements,
+                "Recommended placements, every column",
+                "rank 1 per model x workload, the fleet plan's choice, and the infeasible",
+            )
             .fmt_currency(columns=["usd_per_hour"], currency="USD")
             .fmt_currency(columns=["usd_per_sequence_hour"], currency="USD", decimals=4)
             .sub_missing(missing_text="")
-        )  # fmt: skip
-        out.append(_details("Recommended placements, every column", data.placements.height, table.as_raw_html(),
-                            PLACEMENTS_SQL, data.model))  # fmt: skip
+        )
+        out.append(
+            _details(
+                "Recommended placements, every column",
+                data.placements.height,
+                table.as_raw_html(),
+                PLACEMENTS_SQL,
+                data.model,
+            )
+        )
     return out
 
 

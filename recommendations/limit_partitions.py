@@ -29,6 +29,7 @@ from recommendations.limits import LIMIT_SCHEMA, grid_limits
 from warehouse.capacity_grid import (
     LEGACY_PARTITION,
     PART_ID_HEX,
+    PARTITION_KEY_SCHEMA,
     GridPartition,
     StoredVersions,
     adopt_rows_per_run,
@@ -42,15 +43,7 @@ from warehouse.sql import load_frame, relation_kind, transaction
 LIMITS_TABLE = "grid_limits"
 MAP_TABLE = "limit_partitions"
 LIMITS_CODE = Path(__file__).resolve().parent / "limits.py"
-MAP_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
-    "partition": pl.String,
-    "part_key": pl.String,
-    "part_id": pl.Int64,
-    "computed_by_run_id": pl.String,
-    "computed": pl.Boolean,
-    "models": pl.Int64,
-    "limit_rows": pl.Int64,
-}
+MAP_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {**PARTITION_KEY_SCHEMA, "limit_rows": pl.Int64}
 
 
 def limits_key(part: GridPartition, catalog: Catalog, fit: CalibrationFit, engine_version: str) -> str:
@@ -105,8 +98,15 @@ def adopt_copied_history(con: duckdb.DuckDBPyConnection) -> int:
     adopted = adopt_rows_per_run(con, [LIMITS_TABLE], source=f"(select * from {old} where kind = 'model_gpu_tp')")
     for run_id, run_date, part_id, part_key in adopted:
         rows = con.execute(f"select count(*), count(distinct model) from raw.{LIMITS_TABLE} where part_id = $p", {"p": part_id}).fetchone()
-        row = {"partition": LEGACY_PARTITION, "part_key": part_key, "part_id": part_id, "computed_by_run_id": run_id,
-               "computed": True, "models": int(rows[1]) if rows else 0, "limit_rows": int(rows[0]) if rows else 0}  # fmt: skip
+        row = {
+            "partition": LEGACY_PARTITION,
+            "part_key": part_key,
+            "part_id": part_id,
+            "computed_by_run_id": run_id,
+            "computed": True,
+            "models": int(rows[1]) if rows else 0,
+            "limit_rows": int(rows[0]) if rows else 0,
+        }
         load_frame(con, "raw", MAP_TABLE, pl.DataFrame([row], schema=MAP_SCHEMA), {"run_id": run_id, "run_date": run_date})
     con.execute(f"drop table {old}")
     return len(adopted)
@@ -181,8 +181,14 @@ def _refresh(
                 "limit_rows": frame.height,
             }
         )
-    frame = map_run_to_versions(con, [LIMITS_TABLE], lambda: {LIMITS_TABLE: pl.DataFrame(schema=LIMIT_SCHEMA)},
-                                MAP_TABLE, pl.DataFrame(rows, schema=MAP_SCHEMA), run)  # fmt: skip
+    frame = map_run_to_versions(
+        con,
+        [LIMITS_TABLE],
+        lambda: {LIMITS_TABLE: pl.DataFrame(schema=LIMIT_SCHEMA)},
+        MAP_TABLE,
+        pl.DataFrame(rows, schema=MAP_SCHEMA),
+        run,
+    )
     return LimitRefresh(
         computed=computed,
         reused=reused,

@@ -34,8 +34,10 @@ from capacity.calibration import (
     resized_units,
 )
 from capacity.engines import Engine
+from capacity.engines.registry import engine_profile
 from capacity.estimate import Estimate
 from capacity.grid import TARGET_CONCURRENCIES, GridOptions, grid_tables, max_contexts, weight_dtype_choices
+from capacity.pool import PoolUnit
 from capacity.spec import ModelSpec
 from models_registry.planning import Catalog
 from telemetry.predictions import predict_row
@@ -111,12 +113,15 @@ def _rows(
     )
     measured = (
         pool_numbers(
-            pool_with_units(est.pool, measured_blocks), context=cap, max_model_len=cap, max_num_seqs=seqs,
+            pool_with_units(est.pool, measured_blocks),
+            context=cap,
+            max_model_len=cap,
+            max_num_seqs=seqs,
             concurrencies=concurrencies,
         )
-        if measured_blocks is not None and est.pool.unit == "block"
+        if measured_blocks is not None and est.pool.unit is PoolUnit.BLOCK
         else None
-    )  # fmt: skip
+    )
     rows = []
     weights_fit = est.weights_bytes_per_gpu <= est.usable_bytes_per_gpu
     for b in concurrencies:
@@ -151,7 +156,9 @@ def deployment_limits(
             continue
         model = catalog.models[predicted["model_id"]].spec
         correction = (
-            fit.lookup(est.engine, est.engine_version, predicted["gpu"], model.family) if est.engine == "vllm" else None
+            fit.lookup(est.engine, est.engine_version, predicted["gpu"], model.family)
+            if engine_profile(est.engine, est.engine_version).overhead_calibrated
+            else None
         )
         blocks = row.get("num_gpu_blocks")
         base = {
@@ -170,9 +177,13 @@ def deployment_limits(
         }
         model_limit = min(model.context_limit_tokens, est.max_model_len)
         rows += _rows(
-            est, correction, model_limit=model_limit, concurrencies=concurrencies, base=base,
+            est,
+            correction,
+            model_limit=model_limit,
+            concurrencies=concurrencies,
+            base=base,
             measured_blocks=int(blocks) if blocks is not None else None,
-        )  # fmt: skip
+        )
     return _limit_frame(pl.DataFrame(rows, schema=_ROW_SCHEMA))
 
 
@@ -214,27 +225,41 @@ def grid_limits(
         return pl.DataFrame(schema=LIMIT_SCHEMA)
     models = [catalog.models[m] for m in sorted(catalog.models)]
     options = GridOptions(
-        engines=(Engine.VLLM.value,), vllm_version=version, tp_sizes=tuple(tp_sizes), pp_sizes=tuple(pp_sizes),
-        weight_dtypes=("bf16", "auto"), kv_dtypes=("auto",), speed=False,
-    )  # fmt: skip
+        engines=(Engine.VLLM.value,),
+        vllm_version=version,
+        tp_sizes=tuple(tp_sizes),
+        pp_sizes=tuple(pp_sizes),
+        weight_dtypes=("bf16", "auto"),
+        kv_dtypes=("auto",),
+        speed=False,
+    )
     tables = grid_tables(
-        models, [catalog.gpus[g] for g in sorted(catalog.gpus)], options, concurrencies=concurrencies, pools=True,
+        models,
+        [catalog.gpus[g] for g in sorted(catalog.gpus)],
+        options,
+        concurrencies=concurrencies,
+        pools=True,
         contexts=False,
-    )  # fmt: skip
+    )
     assert tables.pools is not None and tables.context_limits is not None
     labels = pl.DataFrame(
-        {"model": [m.repo_id for m in models], "_label": [grid_weight_dtype(m.spec) for m in models],
-         "model_limit": [m.spec.context_limit_tokens for m in models]},
+        {
+            "model": [m.repo_id for m in models],
+            "_label": [grid_weight_dtype(m.spec) for m in models],
+            "model_limit": [m.spec.context_limit_tokens for m in models],
+        },
         schema={"model": pl.String, "_label": pl.String, "model_limit": pl.Int64},
-    )  # fmt: skip
+    )
     deployments = (
         tables.deployments.join(tables.layouts, on="layout_id")
         .join(tables.gpus, on="gpu_id")
-        .with_columns(pl.col(c).cast(pl.String) for c in ("model", "model_family", "gpu", "engine", "engine_version",
-                                                           "weight_dtype", "kv_dtype"))
+        .with_columns(
+            pl.col(c).cast(pl.String)
+            for c in ("model", "model_family", "gpu", "engine", "engine_version", "weight_dtype", "kv_dtype")
+        )
         .join(labels, on="model")
         .filter(pl.col("weight_dtype") == pl.col("_label"))
-    )  # fmt: skip
+    )
     found = _lookups(fit, version, deployments)
     deployments = deployments.join(_corrections(found), on=["gpu", "model_family"], how="left")
     calibrated = deployments.filter(pl.col("_calibrated"))
@@ -242,8 +267,12 @@ def grid_limits(
     corrected_budget = pl.lit(None, pl.Int64)
     for label, correction in {c.scope.label(): c for c in found.values() if c is not None}.items():
         here = pl.col("calibration_scope") == label
-        corrected = correction.kv_budget(budget, pl.col("weights_bytes_per_gpu"),
-                                         pl.col("activation_peak_bytes_per_gpu"), pl.col("non_torch_bytes_per_gpu"))  # fmt: skip
+        corrected = correction.kv_budget(
+            budget,
+            pl.col("weights_bytes_per_gpu"),
+            pl.col("activation_peak_bytes_per_gpu"),
+            pl.col("non_torch_bytes_per_gpu"),
+        )
         corrected_budget = pl.when(here).then(corrected).otherwise(corrected_budget)
     pools = tables.pools.join(calibrated.select("deployment_id", corrected_budget.alias("_budget")), on="deployment_id")
     resized = resized_units(pl.col("num_blocks"), pl.col("pool_unit_bytes"), pl.col("_budget"))
@@ -281,9 +310,14 @@ def _corrections(found: dict[tuple[str, str], Correction | None]) -> pl.DataFram
             "calibration_scope": [c.scope.label() if c is not None else None for c in found.values()],
             "n_observations": [c.n_observations if c is not None else None for c in found.values()],
         },
-        schema={"gpu": pl.String, "model_family": pl.String, "_calibrated": pl.Boolean,
-                "calibration_scope": pl.String, "n_observations": pl.Int64},
-    )  # fmt: skip
+        schema={
+            "gpu": pl.String,
+            "model_family": pl.String,
+            "_calibrated": pl.Boolean,
+            "calibration_scope": pl.String,
+            "n_observations": pl.Int64,
+        },
+    )
 
 
 def effective_limits(

@@ -9,13 +9,16 @@ the registry does not hold, is one row with `feasible = false` and the reason.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import polars as pl
 
 from capacity.calibration import CalibrationFit, Correction
+from capacity.engines.registry import engine_profile
+from capacity.grid import GridModel
 from capacity.placement import PlacementOption, PlacementResult, ProcurementPlan, place
-from capacity.planning_types import BucketDemand
+from capacity.planning_types import BucketDemand, WorkloadProfile
 from capacity.procurement import plan_fleet
 from capacity.spec import GpuSku, ModelSpec, SpecError
 from models_registry.planning import Catalog
@@ -23,6 +26,7 @@ from recommendations.limits import grid_weight_dtype
 from recommendations.workloads import WorkloadsFile
 
 DEFAULT_ALTERNATIVES = 10
+T = TypeVar("T")
 
 PLACEMENT_SCHEMA: dict[str, Any] = {
     "workload": pl.String,
@@ -91,7 +95,7 @@ PROCUREMENT_SCHEMA: dict[str, Any] = {
 
 def correction_lookup(fit: CalibrationFit) -> Any:
     def correction_for(gpu: GpuSku, engine: str, version: str | None, family: str) -> Correction | None:
-        if engine != "vllm":
+        if not engine_profile(engine, version).overhead_calibrated:
             return None
         return fit.lookup(engine, version, gpu.id, family)
 
@@ -109,33 +113,46 @@ def unplannable(catalog: Catalog, model_id: str) -> str:
     return catalog.model_errors.get(model_id) or f"{model_id} is not in the registry"
 
 
-def placement_results(
-    workloads: WorkloadsFile, catalog: Catalog, fit: CalibrationFit
-) -> tuple[list[PlacementResult], list[tuple[str, str, str]]]:
-    """`place` for every model of every workload; (workload, model, reason) for those that cannot run."""
-    gpus = procurement_gpus(workloads, catalog)
-    results: list[PlacementResult] = []
-    skipped: list[tuple[str, str, str]] = []
-    for profile in workloads.profiles:
+Skipped = tuple[str, str, str]  # (workload, model, why it cannot run)
+
+
+def plan_each(
+    profiles: Iterable[WorkloadProfile], catalog: Catalog, plan: Callable[[WorkloadProfile, str, GridModel], T]
+) -> tuple[list[T], list[Skipped]]:
+    """`plan(profile, model_id, model)` for every model of every profile, in order; (workload, model, reason)
+    for a model the registry cannot plan or `plan` refuses (SpecError)."""
+    planned: list[T] = []
+    skipped: list[Skipped] = []
+    for profile in profiles:
         for model_id in profile.models:
             model = catalog.models.get(model_id)
             if model is None:
                 skipped.append((profile.name, model_id, unplannable(catalog, model_id)))
                 continue
             try:
-                result = place(
-                    model.spec,
-                    profile,
-                    gpus,
-                    model_id=model_id,
-                    checkpoint_bytes=model.checkpoint_bytes,
-                    correction_for=correction_lookup(fit),
-                )
+                planned.append(plan(profile, model_id, model))
             except SpecError as exc:
                 skipped.append((profile.name, model_id, str(exc)))
-                continue
-            results.append(result)
-    return results, skipped
+    return planned, skipped
+
+
+def placement_results(
+    workloads: WorkloadsFile, catalog: Catalog, fit: CalibrationFit
+) -> tuple[list[PlacementResult], list[Skipped]]:
+    """`place` for every model of every workload; (workload, model, reason) for those that cannot run."""
+    gpus = procurement_gpus(workloads, catalog)
+
+    def placed(profile: WorkloadProfile, model_id: str, model: GridModel) -> PlacementResult:
+        return place(
+            model.spec,
+            profile,
+            gpus,
+            model_id=model_id,
+            checkpoint_bytes=model.checkpoint_bytes,
+            correction_for=correction_lookup(fit),
+        )
+
+    return plan_each(workloads.profiles, catalog, placed)
 
 
 def _option_row(option: PlacementOption, result: PlacementResult, spec: ModelSpec, in_plan: bool) -> dict[str, Any]:
@@ -201,9 +218,12 @@ def placement_frames(
     results, skipped = placement_results(workloads, catalog, fit)
     settings = workloads.procurement
     plan = plan_fleet(
-        results, bucket_demands or [], whole_nodes=settings.whole_nodes, gpu_limits=settings.gpu_limits,
+        results,
+        bucket_demands or [],
+        whole_nodes=settings.whole_nodes,
+        gpu_limits=settings.gpu_limits,
         method=settings.method,
-    )  # fmt: skip
+    )
     planned = {(o.workload, o.model, o.rank) for o in plan.assignments.values()}
     rows: list[dict[str, Any]] = []
     for result in results:
@@ -223,8 +243,9 @@ def placement_frames(
     for workload, model_id, reason in skipped:
         profile = next(p for p in workloads.profiles if p.name == workload)
         known = catalog.models.get(model_id)
-        rows.append(_infeasible(workload, model_id, known.spec.family if known else None, profile.target_concurrency,
-                                reason))  # fmt: skip
+        rows.append(
+            _infeasible(workload, model_id, known.spec.family if known else None, profile.target_concurrency, reason)
+        )
     placements = pl.DataFrame(rows, schema=PLACEMENT_SCHEMA).sort("workload", "model", "rank", nulls_last=True)
     return placements, procurement_frame(plan, catalog, skipped), plan
 

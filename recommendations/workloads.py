@@ -43,13 +43,44 @@ FILE_NAME = "workloads.yaml"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 _WORKLOAD_KEYS = {
-    "name", "description", "model", "models", "target_concurrency", "context_tokens", "context", "plan_for",
-    "max_model_len", "dtype_policy", "headroom", "engine", "engine_version", "gpus", "max_gpus_per_replica",
-    "tp_sizes", "pp_sizes", "gpu_memory_utilization", "tpot_ms_target", "ttft_ms_target", "output_tokens",
-    "request_rate", "input", "output",
-}  # fmt: skip
-_DEFAULT_KEYS = _WORKLOAD_KEYS - {"name", "description", "model", "models", "target_concurrency", "context",
-                                  "context_tokens", "plan_for", "request_rate", "input", "output"}  # fmt: skip
+    "name",
+    "description",
+    "model",
+    "models",
+    "target_concurrency",
+    "context_tokens",
+    "context",
+    "plan_for",
+    "max_model_len",
+    "dtype_policy",
+    "headroom",
+    "engine",
+    "engine_version",
+    "gpus",
+    "max_gpus_per_replica",
+    "tp_sizes",
+    "pp_sizes",
+    "gpu_memory_utilization",
+    "tpot_ms_target",
+    "ttft_ms_target",
+    "output_tokens",
+    "request_rate",
+    "input",
+    "output",
+}
+_DEFAULT_KEYS = _WORKLOAD_KEYS - {
+    "name",
+    "description",
+    "model",
+    "models",
+    "target_concurrency",
+    "context",
+    "context_tokens",
+    "plan_for",
+    "request_rate",
+    "input",
+    "output",
+}
 _PROCUREMENT_KEYS = {"whole_nodes", "gpu_limits", "gpus", "method"}
 
 WORKLOAD_SCHEMA: dict[str, Any] = {

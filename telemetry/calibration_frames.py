@@ -37,6 +37,7 @@ from capacity.calibration import (
     leave_one_out,
     pool_numbers,
 )
+from capacity.engines.registry import engine_profile
 from models_registry.planning import Catalog
 from telemetry.predictions import predict_row
 from telemetry.schema import schema_problem
@@ -204,7 +205,7 @@ def deployment_calibration_frame(
             continue
         applied = (
             fit.lookup(est.engine, est.engine_version, predicted["gpu"], predicted["model_family"])
-            if est.engine == "vllm"
+            if engine_profile(est.engine, est.engine_version).overhead_calibrated
             else None
         )
 
@@ -266,10 +267,15 @@ def fit_from_frame(frame: pl.DataFrame, min_observations: int | None = None) -> 
             bands.setdefault(key, {})[row["term"]] = fitted
         rows.append(
             CalibrationRow(
-                key, row["term"], row["correction_kind"], fitted.n, fitted, bool(row["usable"]),
+                key,
+                row["term"],
+                row["correction_kind"],
+                fitted.n,
+                fitted,
+                bool(row["usable"]),
                 tuple(row["deployments"] or ()),
             )
-        )  # fmt: skip
+        )
     corrections = {key: Correction.from_bands(key, scope_n[key], bands.get(key, {})) for key in scope_n}
     return CalibrationFit(rows, corrections, found_min if found_min is not None else 3)
 

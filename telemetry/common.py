@@ -12,10 +12,13 @@ import polars as pl
 from telemetry.normalize import (
     EARLIEST,
     LATEST,
+    MAX_LINE_CHARS,
+    DecodedText,
     GpuResolver,
     ModelResolver,
     RowError,
     excerpt,
+    line_too_long,
     null_text,
     one_line,
     parse_int,
@@ -193,6 +196,19 @@ class FileReport:
                 "raw_excerpt": excerpt(raw),
             }
         )
+
+    def rejects_unreadable(
+        self, text: DecodedText, number: int, raw: str, length: int, deployment_id: str | None
+    ) -> bool:
+        """Reject line `number` where it was not UTF-8 or is longer than MAX_LINE_CHARS (`length`: as its
+        format measures it); True when it did, and the reader moves on to the next line."""
+        if number in text.bad_lines:
+            self.reject(number, RowError("encoding", "line is not UTF-8"), raw, deployment_id)
+            return True
+        if length > MAX_LINE_CHARS:
+            self.reject(number, line_too_long(length), raw, deployment_id)
+            return True
+        return False
 
     def reset(self) -> None:
         """Forget every row read so far (the file is about to be rejected as a whole)."""

@@ -34,6 +34,7 @@ from capacity.calibration import (
 )
 from capacity.estimate import Estimate, estimate
 from capacity.performance import performance
+from capacity.pool import PoolUnit
 from capacity.spec import GpuSku, ModelSpec, SpecError
 from models_registry.planning import Catalog
 from telemetry.normalize import one_line
@@ -232,9 +233,15 @@ def _speed(
     engines = max(1, _int(row.get("engines_seen")) or 1)
     try:
         perf = performance(
-            model, est, gpu, concurrency=batch, input_tokens=input_tokens, output_tokens=output_tokens,
-            chunk_tokens=est.pool.max_num_batched_tokens or input_tokens, weight_dtype=weight_dtype,
-        )  # fmt: skip
+            model,
+            est,
+            gpu,
+            concurrency=batch,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            chunk_tokens=est.pool.max_num_batched_tokens or input_tokens,
+            weight_dtype=weight_dtype,
+        )
     except (SpecError, ValueError, ArithmeticError) as exc:
         return {"speed_reason": f"speed not predicted: {one_line(exc, 160)}"}
     return {
@@ -252,7 +259,7 @@ def _measured(row: dict[str, Any], est: Estimate) -> dict[str, Any]:
     printed no size), sequences of max_model_len, and tokens they hold."""
     blocks = _int(row.get("num_gpu_blocks"))
     memory = _int(row.get("kv_cache_memory_bytes"))
-    unit = est.pool.unit_bytes if est.pool.unit == "block" else 0
+    unit = est.pool.unit_bytes if est.pool.unit is PoolUnit.BLOCK else 0
     out: dict[str, Any] = {}
     if memory is not None:
         out |= {"measured_kv_pool_bytes": memory, "measured_kv_pool_source": "log"}
@@ -260,7 +267,7 @@ def _measured(row: dict[str, Any], est: Estimate) -> dict[str, Any]:
         out |= {"measured_kv_pool_bytes": blocks * unit, "measured_kv_pool_source": "blocks"}
     if blocks is None and memory is not None and unit:
         blocks = memory // unit
-    if blocks is not None and est.pool.unit == "block":
+    if blocks is not None and est.pool.unit is PoolUnit.BLOCK:
         limit = est.max_model_len
         numbers = pool_numbers(
             pool_with_units(est.pool, blocks), context=limit, max_model_len=limit, max_num_seqs=est.max_num_seqs

@@ -21,13 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from telemetry.common import FileContext, FileReport, observation_id
 from telemetry.normalize import (
-    MAX_LINE_CHARS,
     MIB,
     DecodedText,
     RowError,
     canonical_dtype,
     check_float,
-    line_too_long,
     null_text,
     parse_bool,
     parse_int,
@@ -158,11 +156,7 @@ def parse_prometheus(
         if not stripped:
             report.lines_ignored += 1
             continue
-        if number in text.bad_lines:
-            report.reject(number, RowError("encoding", "line is not UTF-8"), raw, deployment)
-            continue
-        if len(stripped) > MAX_LINE_CHARS:
-            report.reject(number, line_too_long(len(stripped)), raw, deployment)
+        if report.rejects_unreadable(text, number, raw, len(stripped), deployment):
             continue
         if stripped.startswith("#"):
             report.lines_ignored += 1

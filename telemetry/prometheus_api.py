@@ -486,8 +486,18 @@ def _not_queried(error: RowError) -> IngestResult:
         "reason_code": error.code,
         "reason": error.reason,
     }
-    manifest = {"file": name, "source_kind": "prometheus", "size_bytes": 0, "lines_total": 0, "lines_ignored": 0,
-                "rows_in": 1, "accepted": 0, "rejected": 1, "observations": 0, "samples": 0}  # fmt: skip
+    manifest = {
+        "file": name,
+        "source_kind": "prometheus",
+        "size_bytes": 0,
+        "lines_total": 0,
+        "lines_ignored": 0,
+        "rows_in": 1,
+        "accepted": 0,
+        "rejected": 1,
+        "observations": 0,
+        "samples": 0,
+    }
     return IngestResult(
         observations=frame([], OBSERVATION_SCHEMA),
         samples=frame([], SAMPLE_SCHEMA),

@@ -33,6 +33,7 @@ from telemetry.startup_log import (
     failed_start,
     rx,
     size_field,
+    started_on,
     text_field,
 )
 
@@ -97,13 +98,7 @@ RULES: tuple[Rule, ...] = (
         failed_start("no memory left for the KV cache pool (Not enough memory: increase --mem-fraction-static)"),
         strict=False,
     ),
-    Rule(
-        "started",
-        "fired up and ready to roll",
-        rx(r"fired up and ready to roll"),
-        lambda m: {"startup_outcome": "started"},
-        strict=False,
-    ),
+    started_on("fired up and ready to roll"),
     Rule(
         "version",
         "sglang",
@@ -137,13 +132,31 @@ ARG_KEYS = {
     **FEATURE_KEYS,
 }
 
-BOOLEAN_FLAGS = frozenset({
-    "trust_remote_code", "enable_p2p_check", "enable_metrics", "disable_radix_cache", "disable_cuda_graph",
-    "enable_dp_attention", "enable_torch_compile", "rm", "it", "d", "enable_mixed_chunk", "disable_overlap_schedule",
-    "enable_ep_moe",
-})  # fmt: skip
-MARKERS = ("KV Cache is allocated", "sglang.launch_server", "server_args=ServerArgs(", "max_total_num_tokens=",
-           "Load weight end", "fired up and ready to roll")  # fmt: skip
+BOOLEAN_FLAGS = frozenset(
+    {
+        "trust_remote_code",
+        "enable_p2p_check",
+        "enable_metrics",
+        "disable_radix_cache",
+        "disable_cuda_graph",
+        "enable_dp_attention",
+        "enable_torch_compile",
+        "rm",
+        "it",
+        "d",
+        "enable_mixed_chunk",
+        "disable_overlap_schedule",
+        "enable_ep_moe",
+    }
+)
+MARKERS = (
+    "KV Cache is allocated",
+    "sglang.launch_server",
+    "server_args=ServerArgs(",
+    "max_total_num_tokens=",
+    "Load weight end",
+    "fired up and ready to roll",
+)
 
 SGLANG = LogDialect(
     engine="sglang",

@@ -36,7 +36,6 @@ from telemetry.normalize import (
     RowError,
     canonical_dtype,
     human_int,
-    line_too_long,
     null_text,
     parse_bool,
     parse_int,
@@ -122,6 +121,21 @@ def failed_start(message: str) -> Callable[[re.Match[str]], Values]:
     return lambda m: {"startup_outcome": "failed", "startup_error": message}
 
 
+def sized(label: str, trigger: str, before: str, field_name: str) -> Rule:
+    """A rule that reads one size (`before` it, the pattern up to the number and its unit) into `field_name`."""
+    return Rule(label, trigger, rx(before + SIZE), size_field(field_name))
+
+
+def counted(label: str, trigger: str, before: str, field_name: str) -> Rule:
+    """A rule that reads one integer (`before` it, the pattern up to the number) into `field_name`."""
+    return Rule(label, trigger, rx(before + NUM), count_field(field_name))
+
+
+def started_on(phrase: str) -> Rule:
+    """The line by which an engine says it serves: `phrase` itself (plain words, no pattern characters)."""
+    return Rule("started", phrase, rx(phrase), lambda m: {"startup_outcome": "started"}, strict=False)
+
+
 # Failures, the server-up line and GPU names read the same in every engine's log.
 OUT_OF_MEMORY = Rule(
     "out of memory",
@@ -130,13 +144,7 @@ OUT_OF_MEMORY = Rule(
     failed_start("CUDA out of memory"),
     strict=False,
 )
-SERVER_UP = Rule(
-    "started",
-    "Application startup complete",
-    rx(r"Application startup complete"),
-    lambda m: {"startup_outcome": "started"},
-    strict=False,
-)
+SERVER_UP = started_on("Application startup complete")
 # GPU names: opportunistic (the word NVIDIA appears in many unrelated lines).
 GPU_NAME_RULES: tuple[Rule, ...] = (
     Rule(
@@ -522,11 +530,7 @@ def parse_engine_log(
         if not raw.strip():
             report.lines_ignored += 1
             continue
-        if number in text.bad_lines:
-            report.reject(number, RowError("encoding", "line is not UTF-8"), raw, deployment)
-            continue
-        if len(raw) > MAX_LINE_CHARS:
-            report.reject(number, line_too_long(len(raw)), raw, deployment)
+        if report.rejects_unreadable(text, number, raw, len(raw), deployment):
             continue
         directive = _DIRECTIVE.match(raw.strip())
         if directive:

@@ -40,8 +40,9 @@ from telemetry.startup_log import (
     Rule,
     Values,
     count_field,
+    counted,
     rx,
-    size_field,
+    sized,
     text_field,
 )
 
@@ -87,23 +88,23 @@ RULES: tuple[Rule, ...] = (
         ),
         _profiling_peak,
     ),
-    Rule(
+    sized(
         "weights",
         "after loading model weights (inside torch)",
-        rx(r"after loading model weights \(inside torch\) in memory usage profiling:\s*" + SIZE),
-        size_field("weights_bytes"),
+        r"after loading model weights \(inside torch\) in memory usage profiling:\s*",
+        "weights_bytes",
     ),
-    Rule(
+    sized(
         "activation peak",
         "allocated during inference (inside torch)",
-        rx(r"allocated during inference \(inside torch\) in memory usage profiling:\s*" + SIZE),
-        size_field("activation_peak_bytes"),
+        r"allocated during inference \(inside torch\) in memory usage profiling:\s*",
+        "activation_peak_bytes",
     ),
-    Rule(
+    sized(
         "non-torch memory",
         "Memory used outside torch",
-        rx(r"Memory used outside torch[^:]*in memory usage profiling:\s*" + SIZE),
-        size_field("non_torch_bytes"),
+        r"Memory used outside torch[^:]*in memory usage profiling:\s*",
+        "non_torch_bytes",
     ),
     Rule(
         "paged KV cache",
@@ -136,18 +137,8 @@ RULES: tuple[Rule, ...] = (
         rx(r"total:\s*" + SIZE + r",\s*available:\s*" + SIZE),
         lambda m: {"total_gpu_memory_bytes": size_bytes(m.group(1), m.group(2), "total GPU memory")},
     ),
-    Rule(
-        "tokens per block",
-        "Number of tokens per block",
-        rx(r"tokens per block:\s*" + NUM),
-        count_field("block_size"),
-    ),
-    Rule(
-        "primary pool",
-        "KV cache primary pool:",
-        rx(r"KV cache primary pool:\s*" + NUM),
-        count_field("num_gpu_blocks"),
-    ),
+    counted("tokens per block", "Number of tokens per block", r"tokens per block:\s*", "block_size"),
+    counted("primary pool", "KV cache primary pool:", r"KV cache primary pool:\s*", "num_gpu_blocks"),
     Rule(
         "primary pool",
         "primary blocks=",

@@ -76,13 +76,11 @@ MAX_FUNCTION_LINES = 100  # from the `def` line to the last line of the body
 # "module:Qualified.name": its line count today, a ceiling
 LONG_FUNCTIONS_ALLOWED: dict[str, int] = {
     "capacity.grid:_sized": 104,
-    "pipelines.commands.estimate:estimate": 270,
-    "pipelines.commands.nightly:nightly": 126,
 }
 
 # --- (e) `# fmt: skip` -----------------------------------------------------------------------------
 FMT_SKIP_TARGET = 40  # issue 20's bound
-FMT_SKIP_ALLOWED = 134  # today's count in the packages, exact: lower it as skips go, down to the target
+FMT_SKIP_ALLOWED = 46  # today's count in the packages, exact: lower it as skips go, down to the target
 
 # --- (f) engines and layer kinds chosen by comparing strings ---------------------------------------
 ENGINE_NAMES = frozenset({"vllm", "sglang", "trtllm", "plain"})  # compared with anything
@@ -102,22 +100,7 @@ PARSING_MODULES = (
     "*telemetry.normalize",
 )
 # "module:function" (the enclosing function, or <module>): the number of such comparisons today, exact
-STRING_CHOICES_ALLOWED: dict[str, int] = {
-    "evaluation.engine_logs:_era": 1,
-    "evaluation.engine_logs:_unmodelled": 1,
-    "evaluation.engine_logs:_pool_bytes": 1,
-    "evaluation.engine_logs:load_engine_logs": 1,
-    "evaluation.engine_logs:_version": 1,
-    "evaluation.engine_logs:predict": 1,
-    "evaluation.engine_logs:implied_overhead": 1,
-    "evaluation.engine_logs:refit_scores": 1,
-    "evaluation.overhead_cv:build_rows": 1,
-    "recommendations.limits:_rows": 1,
-    "recommendations.limits:deployment_limits": 1,
-    "recommendations.placements:correction_lookup.correction_for": 1,
-    "telemetry.calibration_frames:deployment_calibration_frame": 1,
-    "telemetry.predictions:_measured": 2,
-}
+STRING_CHOICES_ALLOWED: dict[str, int] = {}
 
 
 # --- reading the code ------------------------------------------------------------------------------

@@ -81,8 +81,14 @@ def _grid_tables(
     layouts = deployments = 0
     for model in models:
         try:
-            one = grid_tables([model], gpus, options, concurrencies=TARGET_CONCURRENCIES, first_layout_id=layouts,
-                              first_deployment_id=deployments)  # fmt: skip
+            one = grid_tables(
+                [model],
+                gpus,
+                options,
+                concurrencies=TARGET_CONCURRENCIES,
+                first_layout_id=layouts,
+                first_deployment_id=deployments,
+            )
         except Exception as exc:  # one model's failure must not stop the run; it is reported
             reason = one_line(f"{model.repo_id}: capacity grid failed: {type(exc).__name__}: {exc}")
             errors.append(ItemError("model", model.repo_id, "grid", reason))
@@ -344,8 +350,13 @@ def adopt_run_keyed_grid(con: duckdb.DuckDBPyConnection) -> int:
         for run_id, _date, part_id, part_key in adopted
     ]
     for (run_id, run_date, _p, _k), row in zip(adopted, rows, strict=True):
-        load_frame(con, "raw", PARTITIONS_TABLE, pl.DataFrame([row], schema=PARTITION_SCHEMA),
-                   {"run_id": run_id, "run_date": run_date})  # fmt: skip
+        load_frame(
+            con,
+            "raw",
+            PARTITIONS_TABLE,
+            pl.DataFrame([row], schema=PARTITION_SCHEMA),
+            {"run_id": run_id, "run_date": run_date},
+        )
     return len(adopted)
 
 
@@ -445,6 +456,20 @@ def refresh_partitions(
         return _refresh(con, parts, stored, gpus, stage_dir=stage_dir, run=run, backfill=backfill, options=options)
 
 
+# a reused partition's row, as the run that computed it recorded it
+_REUSED_COLUMNS = (
+    "part_key",
+    "part_id",
+    "computed_by_run_id",
+    "models",
+    "deployments",
+    "grid_rows",
+    "context_limit_rows",
+    "errors_json",
+)
+_ITEM_ERROR_COLUMNS = ("item_kind", "item_key", "stage", "reason", "source_path", "raw_excerpt")
+
+
 def _refresh(
     con: duckdb.DuckDBPyConnection,
     parts: Sequence[GridPartition],
@@ -481,19 +506,19 @@ def _refresh(
             if previous is not None:
                 reused.append(part.name)
                 errors += _errors_of(previous.get("errors_json"))  # type: ignore[arg-type]
-                keep = ("part_key", "part_id", "computed_by_run_id", "models", "deployments", "grid_rows",
-                        "context_limit_rows", "errors_json")  # fmt: skip
-                rows.append({"partition": part.name, "computed": False} | {k: previous[k] for k in keep})
+                rows.append({"partition": part.name, "computed": False} | {k: previous[k] for k in _REUSED_COLUMNS})
                 continue
             start = time.perf_counter()
             specs, parse_errors = grid_models(part.models)
             frames = plan(specs, skus, options, parse_errors, id_offset=partition_id_offset(part.name))
             if frames.deployments.height >= 1 << PARTITION_ID_SHIFT:
                 raise PartitionError(f"partition {part.name!r} has {frames.deployments.height:,} deployments, more than its id range")
-            part_errors = [ItemError(*r) for r in frames.errors.select(
-                "item_kind", "item_key", "stage", "reason", "source_path", "raw_excerpt").iter_rows()]  # fmt: skip
-            counts = {"deployments": frames.deployments.height, "capacity_grid": frames.grid.height,
-                      "context_limits": frames.context_limits.height}  # fmt: skip
+            part_errors = [ItemError(*r) for r in frames.errors.select(*_ITEM_ERROR_COLUMNS).iter_rows()]
+            counts = {
+                "deployments": frames.deployments.height,
+                "capacity_grid": frames.grid.height,
+                "context_limits": frames.context_limits.height,
+            }
             paths = {}
             for table, frame in zip(GRID_TABLES, (frames.deployments, frames.grid, frames.context_limits), strict=True):
                 paths[table] = stage_parquet(frame, stage_dir, part, table)
@@ -542,13 +567,18 @@ def _refresh(
     )
 
 
-PARTITION_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+# the columns every partition map starts with: the partition, its key and id range, the run that computed
+# it, whether this run did, and its models (raw.grid_partitions, raw.limit_partitions)
+PARTITION_KEY_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "partition": pl.String,
     "part_key": pl.String,
     "part_id": pl.Int64,
     "computed_by_run_id": pl.String,
     "computed": pl.Boolean,
     "models": pl.Int64,
+}
+PARTITION_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    **PARTITION_KEY_SCHEMA,
     "deployments": pl.Int64,
     "grid_rows": pl.Int64,
     "context_limit_rows": pl.Int64,

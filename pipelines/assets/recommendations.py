@@ -187,10 +187,9 @@ def _mart(table: str) -> dg.AssetsDefinition:
     return sql_asset("marts", table, group_name=RECOMMENDATIONS_GROUP)
 
 
-TABLES = (
-    "effective_context_limits", "admission_budgets", "recommended_placements", "procurement_plan",
-    "procurement_buckets", "workloads",
-)  # fmt: skip
+LIMIT_TABLES = ("effective_context_limits", "admission_budgets")
+PLACEMENT_TABLES = ("recommended_placements", "procurement_plan", "procurement_buckets", "workloads")
+TABLES = LIMIT_TABLES + PLACEMENT_TABLES
 STAGING = [_staging(t) for t in TABLES]
 MARTS = [_mart(t) for t in TABLES] + [_mart("effective_context_limits_history")]  # history kept in place
 

@@ -8,8 +8,10 @@ first and then the registry's idempotent ingest; a rejected item becomes a row o
 from collections.abc import Iterator
 
 import dagster as dg
+import polars as pl
 
 from models_registry.frames import current_models_frame, gpu_skus_frame, ingest_errors_frame, sync_gpus, sync_models
+from models_registry.ingest import KindCounts
 from pipelines.assets.common import describe, key, relation_result, sql_asset
 from pipelines.resources import RegistryResource, WarehouseResource
 from warehouse.sql import load_frame
@@ -35,25 +37,12 @@ def registry_models(
 ) -> Iterator[dg.MaterializeResult]:
     """Migrate the registry, ingest the catalog's models, copy the current revisions to raw."""
     report = sync_models(registry.url, registry.catalog_path())
-    context.log.info(
-        f"registry {registry.safe_url()}: {report.models.seen} models seen, {report.models.added} added, "
-        f"{report.models.updated} updated, {report.models.failed} rejected"
-    )
-    models = current_models_frame(registry.url)
+    context.log.info(_sync_line(registry, "models", report.models))
+    counts = _sync_counts("models", report.models) | {"registry_ingest_run_id": report.run_id or 0}
     errors = ingest_errors_frame(report.errors, report.run_id)
-    counts = {
-        "models_seen": report.models.seen,
-        "models_added": report.models.added,
-        "models_updated": report.models.updated,
-        "models_unchanged": report.models.unchanged,
-        "models_rejected": report.models.failed,
-        "registry_ingest_run_id": report.run_id or 0,
-    }
-    with warehouse.build() as con:
-        load_frame(con, "raw", "models", models)
-        yield relation_result(con, "raw", "models", counts)
-        load_frame(con, "raw", "model_ingest_errors", errors)
-        yield relation_result(con, "raw", "model_ingest_errors")
+    yield from _copy_to_raw(
+        warehouse, "models", current_models_frame(registry.url), counts, "model_ingest_errors", errors
+    )
 
 
 @dg.multi_asset(
@@ -71,24 +60,40 @@ def gpu_catalog(
 ) -> Iterator[dg.MaterializeResult]:
     """Migrate the registry, ingest the GPU catalog, copy every SKU to raw."""
     report = sync_gpus(registry.url, registry.catalog_path())
-    context.log.info(
-        f"registry {registry.safe_url()}: {report.gpus.seen} GPU SKUs seen, {report.gpus.added} added, "
-        f"{report.gpus.updated} updated, {report.gpus.failed} rejected"
-    )
-    gpus = gpu_skus_frame(registry.url)
+    context.log.info(_sync_line(registry, "GPU SKUs", report.gpus))
     errors = ingest_errors_frame(report.errors, report.run_id)
-    counts = {
-        "gpus_seen": report.gpus.seen,
-        "gpus_added": report.gpus.added,
-        "gpus_updated": report.gpus.updated,
-        "gpus_unchanged": report.gpus.unchanged,
-        "gpus_rejected": report.gpus.failed,
-    }
+    yield from _copy_to_raw(
+        warehouse, "gpus", gpu_skus_frame(registry.url), _sync_counts("gpus", report.gpus), "gpu_ingest_errors", errors
+    )
+
+
+def _sync_line(registry: RegistryResource, items: str, counts: KindCounts) -> str:
+    return (
+        f"registry {registry.safe_url()}: {counts.seen} {items} seen, {counts.added} added, "
+        f"{counts.updated} updated, {counts.failed} rejected"
+    )
+
+
+def _sync_counts(prefix: str, counts: KindCounts) -> dict[str, int]:
+    """What one sync did to one kind, as the raw table's metadata (`models_seen`, `gpus_added`...)."""
+    done = {"seen": counts.seen, "added": counts.added, "updated": counts.updated, "unchanged": counts.unchanged}
+    return {f"{prefix}_{k}": v for k, v in done.items()} | {f"{prefix}_rejected": counts.failed}
+
+
+def _copy_to_raw(
+    warehouse: WarehouseResource,
+    table: str,
+    frame: pl.DataFrame,
+    counts: dict[str, int],
+    errors_table: str,
+    errors: pl.DataFrame,
+) -> Iterator[dg.MaterializeResult]:
+    """The registry's rows and the sync's rejects into raw, one result each."""
     with warehouse.build() as con:
-        load_frame(con, "raw", "gpus", gpus)
-        yield relation_result(con, "raw", "gpus", counts)
-        load_frame(con, "raw", "gpu_ingest_errors", errors)
-        yield relation_result(con, "raw", "gpu_ingest_errors")
+        load_frame(con, "raw", table, frame)
+        yield relation_result(con, "raw", table, counts)
+        load_frame(con, "raw", errors_table, errors)
+        yield relation_result(con, "raw", errors_table)
 
 
 staging_models = sql_asset("staging", "models", group_name=REGISTRY_GROUP)

@@ -175,9 +175,11 @@ def calibration(planning: PlanningResource, warehouse: WarehouseResource) -> Ite
         usable = fit.filter(pl.col("usable")).select("scope").unique().height
         load_frame(con, "raw", "calibration", fit)
         yield relation_result(
-            con, "raw", "calibration",
+            con,
+            "raw",
+            "calibration",
             {"usable_scopes": usable, "min_observations": planning.calibration_min_observations},
-        )  # fmt: skip
+        )
         load_frame(con, "raw", "deployment_calibration", per_deployment)
         calibrated = per_deployment.filter(pl.col("calibrated")).height
         yield relation_result(con, "raw", "deployment_calibration", {"calibrated_deployments": calibrated})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,12 +15,10 @@ from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
 from capacity.performance import Performance, performance
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
+from pipelines.commands.common import fail
 
-
-def fail(message: str) -> NoReturn:
-    """A user error: one line on stderr, exit code 2."""
-    typer.echo(f"capplan: error: {message}", err=True)
-    raise typer.Exit(2)
+if TYPE_CHECKING:
+    from models_registry.resolve import ResolvedModel
 
 
 def _gib_to_bytes(value: float | None) -> int | None:
@@ -35,222 +33,248 @@ def _dtype_name(value: str) -> str:
     return _VLLM_DTYPES.get(value.lower(), value.lower())
 
 
+# `capplan estimate`'s arguments and options, one alias each (typer reads them from the annotations).
+ModelArgument = Annotated[
+    str, typer.Argument(metavar="MODEL", help="Registry id, path to a config.json, or a directory with one.")
+]
+GpuOption = Annotated[
+    str | None, typer.Option("--gpu", metavar="SKU", help="GPU catalog id or alias (nvidia-smi/DCGM names too).")
+]
+TpOption = Annotated[
+    int, typer.Option("--tp", "--tensor-parallel-size", "-tp", metavar="N", help="Tensor-parallel size.")
+]
+PpOption = Annotated[
+    int, typer.Option("--pp", "--pipeline-parallel-size", "-pp", metavar="N", help="Pipeline-parallel size.")
+]
+DtypeOption = Annotated[
+    str,
+    typer.Option(
+        "--dtype",
+        metavar="DTYPE",
+        callback=_dtype_name,
+        help=f"Weight dtype: {', '.join(WEIGHT_DTYPES)} (vLLM's bfloat16, float16, half, float too).",
+    ),
+]
+KvDtypeOption = Annotated[
+    str,
+    typer.Option(
+        "--kv-dtype",
+        "--kv-cache-dtype",
+        metavar="DTYPE",
+        callback=_dtype_name,
+        help=f"KV cache dtype: {', '.join(KV_DTYPES)}.",
+    ),
+]
+ContextOption = Annotated[
+    int | None, typer.Option("--context", metavar="T", help="Tokens per sequence T (default: max model len).")
+]
+ConcurrencyOption = Annotated[
+    int | None, typer.Option("--concurrency", metavar="B", help="Target concurrent sequences B.")
+]
+InputLenOption = Annotated[
+    int | None,
+    typer.Option("--input-len", metavar="I", help="Prompt tokens per request, for the speed block (TTFT)."),
+]
+OutputLenOption = Annotated[
+    int | None,
+    typer.Option(
+        "--output-len", metavar="O", help="Generated tokens per request (default: min(256, T / 2)); T = I + O."
+    ),
+]
+MaxModelLenOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-model-len",
+        metavar="T",
+        help="Engine max model length (-1: the largest that starts, vLLM's auto-fit).",
+    ),
+]
+AsyncSchedulingOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--async-scheduling/--no-async-scheduling",
+        metavar="",
+        help="vLLM async scheduling (default on, as on GPUs; off keeps one batch in flight, as the CPU build).",
+    ),
+]
+EnforceEagerOption = Annotated[
+    bool,
+    typer.Option(
+        "--enforce-eager",
+        help="No CUDA graphs (vLLM --enforce-eager): from 0.21 the graph estimate is then not deducted.",
+    ),
+]
+TritonKernelsOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--triton-kernels/--no-triton-kernels",
+        metavar="",
+        help="The triton_kernels package installed beside vLLM 0.10.2-0.11.x (0.12+ bundles it): "
+        "gpt-oss's MXFP4 experts on Hopper run the OAI Triton kernels, else Marlin (default: a pip install, without; "
+        "--no-triton-kernels: Marlin on any release, as VLLM_MXFP4_USE_MARLIN=1).",
+    ),
+]
+DisableCustomAllReduceOption = Annotated[
+    bool,
+    typer.Option(
+        "--disable-custom-all-reduce",
+        help="vLLM without its custom all-reduce: at TP > 1 the CUDA graphs capture NCCL's all-reduce.",
+    ),
+]
+GpuPeerAccessOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--gpu-peer-access/--no-gpu-peer-access",
+        metavar="",
+        help="Whether the GPUs pass vLLM's P2P test (default: over NVLink yes, over PCIe no): at TP 2 on PCIe, "
+        "with it vLLM's custom all-reduce runs.",
+    ),
+]
+EnableLoraOption = Annotated[
+    bool, typer.Option("--enable-lora", help="LoRA adapters are served (not sized: the row is flagged not modelled).")
+]
+CpuOffloadGbOption = Annotated[
+    float | None,
+    typer.Option("--cpu-offload-gb", metavar="GIB", help="Weights offloaded to host memory (not sized: flagged)."),
+]
+SpeculativeOption = Annotated[
+    bool,
+    typer.Option("--speculative", help="Speculative decoding with a draft model or MTP (not sized: flagged)."),
+]
+SpeculativeConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        "--speculative-config", metavar="JSON", help="vLLM's spelling of --speculative (the value is not read)."
+    ),
+]
+EnableDpAttentionOption = Annotated[
+    bool, typer.Option("--enable-dp-attention", help="SGLang DP attention (not sized: flagged).")
+]
+KvTransferConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-transfer-config",
+        metavar="JSON",
+        help="vLLM KV connector, e.g. LMCache (its GPU buffers not sized: flagged; the value is not read).",
+    ),
+]
+GpuMemoryUtilizationOption = Annotated[
+    float | None,
+    typer.Option(
+        "--gpu-memory-utilization",
+        metavar="FRACTION",
+        help="Share of device memory the engine may use (engine default: vLLM 0.9).",
+    ),
+]
+EngineOption = Annotated[
+    str, typer.Option("--engine", metavar="ENGINE", help=f"Serving engine: {', '.join(ENGINE_NAMES)}.")
+]
+EngineVersionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--engine-version",
+        metavar="VERSION",
+        help="Engine release whose rules apply (default: the latest profile).",
+    ),
+]
+BlockSizeOption = Annotated[
+    int | None, typer.Option("--block-size", metavar="TOKENS", help="KV block size (default: the engine's).")
+]
+MaxNumBatchedTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-batched-tokens", metavar="TOKENS", help="Tokens per scheduler step (sizes the activation peak)."
+    ),
+]
+MaxNumSeqsOption = Annotated[
+    int | None,
+    typer.Option("--max-num-seqs", metavar="N", help="Most sequences the engine runs at once (caps B_max)."),
+]
+GpuMemoryGibOption = Annotated[
+    float | None,
+    typer.Option("--gpu-memory-gib", metavar="GIB", help="Device total (GiB), for hardware not in the catalog."),
+]
+WeightsGibOption = Annotated[
+    float | None,
+    typer.Option("--weights-gib", metavar="GIB", help="Weights per GPU (GiB), overriding the checkpoint."),
+]
+OverheadGibOption = Annotated[
+    float | None, typer.Option("--overhead-gib", metavar="GIB", help="All non-KV overhead per GPU (GiB).")
+]
+KvCacheMemoryGibOption = Annotated[
+    float | None,
+    typer.Option("--kv-cache-memory-gib", metavar="GIB", help="KV budget per GPU (GiB), skipping the budget."),
+]
+KvCacheMemoryBytesOption = Annotated[
+    int | None,
+    typer.Option("--kv-cache-memory-bytes", metavar="BYTES", help="The same in bytes, as vLLM spells it."),
+]
+AsJsonOption = Annotated[bool, typer.Option("--json", metavar="", help="Print the contract JSON object.")]
+
+
 def estimate(
-    model: Annotated[
-        str, typer.Argument(metavar="MODEL", help="Registry id, path to a config.json, or a directory with one.")
-    ],
-    gpu: Annotated[
-        str | None, typer.Option("--gpu", metavar="SKU", help="GPU catalog id or alias (nvidia-smi/DCGM names too).")
-    ] = None,
-    tp: Annotated[
-        int, typer.Option("--tp", "--tensor-parallel-size", "-tp", metavar="N", help="Tensor-parallel size.")
-    ] = 1,
-    pp: Annotated[
-        int, typer.Option("--pp", "--pipeline-parallel-size", "-pp", metavar="N", help="Pipeline-parallel size.")
-    ] = 1,
-    dtype: Annotated[
-        str,
-        typer.Option(
-            "--dtype",
-            metavar="DTYPE",
-            callback=_dtype_name,
-            help=f"Weight dtype: {', '.join(WEIGHT_DTYPES)} (vLLM's bfloat16, float16, half, float too).",
-        ),
-    ] = "auto",
-    kv_dtype: Annotated[
-        str,
-        typer.Option(
-            "--kv-dtype",
-            "--kv-cache-dtype",
-            metavar="DTYPE",
-            callback=_dtype_name,
-            help=f"KV cache dtype: {', '.join(KV_DTYPES)}.",
-        ),
-    ] = "auto",
-    context: Annotated[
-        int | None, typer.Option("--context", metavar="T", help="Tokens per sequence T (default: max model len).")
-    ] = None,
-    concurrency: Annotated[
-        int | None, typer.Option("--concurrency", metavar="B", help="Target concurrent sequences B.")
-    ] = None,
-    input_len: Annotated[
-        int | None,
-        typer.Option("--input-len", metavar="I", help="Prompt tokens per request, for the speed block (TTFT)."),
-    ] = None,
-    output_len: Annotated[
-        int | None,
-        typer.Option(
-            "--output-len", metavar="O", help="Generated tokens per request (default: min(256, T / 2)); T = I + O."
-        ),
-    ] = None,
-    max_model_len: Annotated[
-        int | None,
-        typer.Option(
-            "--max-model-len",
-            metavar="T",
-            help="Engine max model length (-1: the largest that starts, vLLM's auto-fit).",
-        ),
-    ] = None,
-    async_scheduling: Annotated[
-        bool | None,
-        typer.Option(
-            "--async-scheduling/--no-async-scheduling",
-            metavar="",
-            help="vLLM async scheduling (default on, as on GPUs; off keeps one batch in flight, as the CPU build).",
-        ),
-    ] = None,
-    enforce_eager: Annotated[
-        bool,
-        typer.Option(
-            "--enforce-eager",
-            help="No CUDA graphs (vLLM --enforce-eager): from 0.21 the graph estimate is then not deducted.",
-        ),
-    ] = False,
-    triton_kernels: Annotated[
-        bool | None,
-        typer.Option(
-            "--triton-kernels/--no-triton-kernels",
-            metavar="",
-            help="The triton_kernels package installed beside vLLM 0.10.2-0.11.x (0.12+ bundles it): "
-            "gpt-oss's MXFP4 experts on Hopper run the OAI Triton kernels, else Marlin (default: a pip install, without; "
-            "--no-triton-kernels: Marlin on any release, as VLLM_MXFP4_USE_MARLIN=1).",
-        ),
-    ] = None,
-    disable_custom_all_reduce: Annotated[
-        bool,
-        typer.Option(
-            "--disable-custom-all-reduce",
-            help="vLLM without its custom all-reduce: at TP > 1 the CUDA graphs capture NCCL's all-reduce.",
-        ),
-    ] = False,
-    gpu_peer_access: Annotated[
-        bool | None,
-        typer.Option(
-            "--gpu-peer-access/--no-gpu-peer-access",
-            metavar="",
-            help="Whether the GPUs pass vLLM's P2P test (default: over NVLink yes, over PCIe no): at TP 2 on PCIe, "
-            "with it vLLM's custom all-reduce runs.",
-        ),
-    ] = None,
-    enable_lora: Annotated[
-        bool, typer.Option("--enable-lora", help="LoRA adapters are served (not sized: the row is flagged not modelled).")
-    ] = False,
-    cpu_offload_gb: Annotated[
-        float | None,
-        typer.Option("--cpu-offload-gb", metavar="GIB", help="Weights offloaded to host memory (not sized: flagged)."),
-    ] = None,
-    speculative: Annotated[
-        bool,
-        typer.Option("--speculative", help="Speculative decoding with a draft model or MTP (not sized: flagged)."),
-    ] = False,
-    speculative_config: Annotated[
-        str | None,
-        typer.Option("--speculative-config", metavar="JSON", help="vLLM's spelling of --speculative (the value is not read)."),
-    ] = None,
-    enable_dp_attention: Annotated[
-        bool, typer.Option("--enable-dp-attention", help="SGLang DP attention (not sized: flagged).")
-    ] = False,
-    kv_transfer_config: Annotated[
-        str | None,
-        typer.Option("--kv-transfer-config", metavar="JSON",
-                     help="vLLM KV connector, e.g. LMCache (its GPU buffers not sized: flagged; the value is not read)."),
-    ] = None,
-    gpu_memory_utilization: Annotated[
-        float | None,
-        typer.Option(
-            "--gpu-memory-utilization",
-            metavar="FRACTION",
-            help="Share of device memory the engine may use (engine default: vLLM 0.9).",
-        ),
-    ] = None,
-    engine: Annotated[
-        str, typer.Option("--engine", metavar="ENGINE", help=f"Serving engine: {', '.join(ENGINE_NAMES)}.")
-    ] = "vllm",
-    engine_version: Annotated[
-        str | None,
-        typer.Option(
-            "--engine-version",
-            metavar="VERSION",
-            help="Engine release whose rules apply (default: the latest profile).",
-        ),
-    ] = None,
-    block_size: Annotated[
-        int | None, typer.Option("--block-size", metavar="TOKENS", help="KV block size (default: the engine's).")
-    ] = None,
-    max_num_batched_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--max-num-batched-tokens", metavar="TOKENS", help="Tokens per scheduler step (sizes the activation peak)."
-        ),
-    ] = None,
-    max_num_seqs: Annotated[
-        int | None,
-        typer.Option("--max-num-seqs", metavar="N", help="Most sequences the engine runs at once (caps B_max)."),
-    ] = None,
-    gpu_memory_gib: Annotated[
-        float | None,
-        typer.Option("--gpu-memory-gib", metavar="GIB", help="Device total (GiB), for hardware not in the catalog."),
-    ] = None,
-    weights_gib: Annotated[
-        float | None,
-        typer.Option("--weights-gib", metavar="GIB", help="Weights per GPU (GiB), overriding the checkpoint."),
-    ] = None,
-    overhead_gib: Annotated[
-        float | None, typer.Option("--overhead-gib", metavar="GIB", help="All non-KV overhead per GPU (GiB).")
-    ] = None,
-    kv_cache_memory_gib: Annotated[
-        float | None,
-        typer.Option("--kv-cache-memory-gib", metavar="GIB", help="KV budget per GPU (GiB), skipping the budget."),
-    ] = None,
-    kv_cache_memory_bytes: Annotated[
-        int | None,
-        typer.Option("--kv-cache-memory-bytes", metavar="BYTES", help="The same in bytes, as vLLM spells it."),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the contract JSON object.")] = False,
+    model: ModelArgument,
+    gpu: GpuOption = None,
+    tp: TpOption = 1,
+    pp: PpOption = 1,
+    dtype: DtypeOption = "auto",
+    kv_dtype: KvDtypeOption = "auto",
+    context: ContextOption = None,
+    concurrency: ConcurrencyOption = None,
+    input_len: InputLenOption = None,
+    output_len: OutputLenOption = None,
+    max_model_len: MaxModelLenOption = None,
+    async_scheduling: AsyncSchedulingOption = None,
+    enforce_eager: EnforceEagerOption = False,
+    triton_kernels: TritonKernelsOption = None,
+    disable_custom_all_reduce: DisableCustomAllReduceOption = False,
+    gpu_peer_access: GpuPeerAccessOption = None,
+    enable_lora: EnableLoraOption = False,
+    cpu_offload_gb: CpuOffloadGbOption = None,
+    speculative: SpeculativeOption = False,
+    speculative_config: SpeculativeConfigOption = None,
+    enable_dp_attention: EnableDpAttentionOption = False,
+    kv_transfer_config: KvTransferConfigOption = None,
+    gpu_memory_utilization: GpuMemoryUtilizationOption = None,
+    engine: EngineOption = "vllm",
+    engine_version: EngineVersionOption = None,
+    block_size: BlockSizeOption = None,
+    max_num_batched_tokens: MaxNumBatchedTokensOption = None,
+    max_num_seqs: MaxNumSeqsOption = None,
+    gpu_memory_gib: GpuMemoryGibOption = None,
+    weights_gib: WeightsGibOption = None,
+    overhead_gib: OverheadGibOption = None,
+    kv_cache_memory_gib: KvCacheMemoryGibOption = None,
+    kv_cache_memory_bytes: KvCacheMemoryBytesOption = None,
+    as_json: AsJsonOption = False,
 ) -> None:
     """Estimate one deployment: KV bytes per token, weights, budget, blocks, B_max, max context."""
-    from models_registry.resolve import load_model
-    from models_registry.sources.gpu_catalog import find_gpu_sku
-
-    for name, value in (("--tp", tp), ("--pp", pp)):
-        if value < 1:
-            fail(f"{name} must be >= 1, got {value}")
-    for name, number in (
-        ("--context", context),
-        ("--concurrency", concurrency),
-        ("--input-len", input_len),
-        ("--output-len", output_len),
-        ("--max-model-len", None if max_model_len == -1 else max_model_len),
-        ("--block-size", block_size),
-        ("--max-num-batched-tokens", max_num_batched_tokens),
-        ("--max-num-seqs", max_num_seqs),
-    ):
-        if number is not None and number < 1:
-            fail(f"{name} must be a positive integer, got {number}")
-    for name, gib in (
-        ("--gpu-memory-gib", gpu_memory_gib),
-        ("--weights-gib", weights_gib),
-        ("--overhead-gib", overhead_gib),
-        ("--kv-cache-memory-gib", kv_cache_memory_gib),
-    ):
-        if gib is not None and gib < 0:
-            fail(f"{name} must not be negative, got {gib}")
+    _check_ranges(
+        {"--tp": tp, "--pp": pp},
+        {
+            "--context": context,
+            "--concurrency": concurrency,
+            "--input-len": input_len,
+            "--output-len": output_len,
+            "--max-model-len": None if max_model_len == -1 else max_model_len,
+            "--block-size": block_size,
+            "--max-num-batched-tokens": max_num_batched_tokens,
+            "--max-num-seqs": max_num_seqs,
+        },
+        {
+            "--gpu-memory-gib": gpu_memory_gib,
+            "--weights-gib": weights_gib,
+            "--overhead-gib": overhead_gib,
+            "--kv-cache-memory-gib": kv_cache_memory_gib,
+        },
+    )
     if kv_cache_memory_bytes is not None:
         if kv_cache_memory_gib is not None:
             fail("give --kv-cache-memory-gib or --kv-cache-memory-bytes, not both")
         kv_cache_memory_gib = kv_cache_memory_bytes / GIB
     if gpu is None and gpu_memory_gib is None and kv_cache_memory_gib is None:
         fail("give --gpu SKU, or --gpu-memory-gib for hardware not in the catalog")
-    try:
-        resolved = load_model(model)
-    except (LookupError, SpecError, OSError) as exc:
-        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-    sku: GpuSku | None = None
-    if gpu is not None:
-        try:
-            sku = find_gpu_sku(gpu)
-        except LookupError as exc:
-            fail(str(exc).strip("'\""))
+    resolved, sku = _resolved(model, gpu)
     deployment = DeploymentSpec(
         tp=tp,
         pp=pp,
@@ -280,8 +304,51 @@ def estimate(
     )
     if context is None and input_len is not None:
         context = input_len + (output_len if output_len is not None else min(256, input_len))
+    result = _sized(resolved, deployment, sku, context, concurrency)
+    speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len)
+    _print(result, resolved.spec, speed, as_json=as_json)
+
+
+def _check_ranges(sizes: dict[str, int], counts: dict[str, int | None], gibs: dict[str, float | None]) -> None:
+    """Fail on the first option out of range: a parallel size below 1, a count below 1, a GiB below 0."""
+    for name, value in sizes.items():
+        if value < 1:
+            fail(f"{name} must be >= 1, got {value}")
+    for name, number in counts.items():
+        if number is not None and number < 1:
+            fail(f"{name} must be a positive integer, got {number}")
+    for name, gib in gibs.items():
+        if gib is not None and gib < 0:
+            fail(f"{name} must not be negative, got {gib}")
+
+
+def _resolved(model: str, gpu: str | None) -> tuple[ResolvedModel, GpuSku | None]:
+    """The model and the catalog GPU the command names (none for `--gpu-memory-gib` hardware)."""
+    from models_registry.resolve import load_model
+    from models_registry.sources.gpu_catalog import find_gpu_sku
+
     try:
-        result = run_estimate(
+        resolved = load_model(model)
+    except (LookupError, SpecError, OSError) as exc:
+        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    sku: GpuSku | None = None
+    if gpu is not None:
+        try:
+            sku = find_gpu_sku(gpu)
+        except LookupError as exc:
+            fail(str(exc).strip("'\""))
+    return resolved, sku
+
+
+def _sized(
+    resolved: ResolvedModel,
+    deployment: DeploymentSpec,
+    sku: GpuSku | None,
+    context: int | None,
+    concurrency: int | None,
+) -> Estimate:
+    try:
+        return run_estimate(
             resolved.spec,
             deployment,
             gpu=sku,
@@ -292,14 +359,17 @@ def estimate(
         )
     except SpecError as exc:
         fail(str(exc))
-    speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len)
+
+
+def _print(result: Estimate, model: ModelSpec, speed: Performance | None, *, as_json: bool) -> None:
+    """The contract JSON object, or the derivation (and the speed block) as lines."""
     if as_json:
         contract = result.contract()
         if speed is not None:
             contract |= speed.contract()
         sys.stdout.write(json.dumps(contract, indent=2) + "\n")
         return
-    for line in derivation(result, resolved.spec):
+    for line in derivation(result, model):
         typer.echo(line)
     if speed is not None:
         typer.echo("")
@@ -328,8 +398,14 @@ def _speed(
     chunk = result.pool.max_num_batched_tokens or prompt
     try:
         return performance(
-            model, result, sku, concurrency=concurrency or 1, input_tokens=prompt, output_tokens=out,
-            chunk_tokens=chunk, weight_dtype=weight_dtype,
-        )  # fmt: skip
+            model,
+            result,
+            sku,
+            concurrency=concurrency or 1,
+            input_tokens=prompt,
+            output_tokens=out,
+            chunk_tokens=chunk,
+            weight_dtype=weight_dtype,
+        )
     except SpecError:
         return None

@@ -11,21 +11,16 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
+from pipelines.commands.common import WarehouseOption, fail, open_warehouse
 from pipelines.commands.sql import _json_value
 
 FORMATS = ("json", "csv")
 
 app = typer.Typer(help="Export published answers (admission budgets for routers).", no_args_is_help=True)
-
-
-def fail(message: str) -> NoReturn:
-    """A user error: one line on stderr, exit code 2."""
-    typer.echo(f"capplan: error: {message}", err=True)
-    raise typer.Exit(2)
 
 
 @app.command("admission")
@@ -36,27 +31,16 @@ def admission(
     out: Annotated[
         Path | None, typer.Option("--out", "-o", metavar="FILE", help="File to write (default: stdout).")
     ] = None,
-    warehouse: Annotated[
-        Path | None,
-        typer.Option(
-            "--warehouse", metavar="FILE", help="DuckDB file (default: CAPPLAN_WAREHOUSE, else var/warehouse.duckdb)."
-        ),
-    ] = None,
+    warehouse: WarehouseOption = None,
 ) -> None:
     """Admission budgets per deployment: max request tokens, token budget, sequence budget."""
     import duckdb
 
     from recommendations.admission import EXPORT_FIELDS, admission_document
-    from warehouse.publish import Warehouse, WarehouseMissing
 
     if fmt not in FORMATS:
         fail(f"unknown --format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    try:
-        con = Warehouse(warehouse).connect_read_only()
-    except WarehouseMissing as exc:
-        fail(str(exc))
-    except duckdb.Error as exc:
-        fail(f"cannot open the warehouse: {str(exc).splitlines()[0]}")
+    con = open_warehouse(warehouse)
     try:
         document = admission_document(con)
     except duckdb.Error as exc:

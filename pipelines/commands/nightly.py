@@ -20,22 +20,21 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from pipelines.commands.common import fail
 
 if TYPE_CHECKING:
     import duckdb
     from dagster import DagsterInstance
     from dagster._core.events.log import EventLogEntry
 
+    from warehouse.publish import Warehouse
+
 DAGSTER_BASE_DIR = Path("var/dagster")
 SUMMARY_QUERIES = ("b_max_by_gpu", "cheapest_deployment", "max_context_at_concurrency")
-
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"capplan: error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 @contextmanager
@@ -170,13 +169,8 @@ def nightly(
     warnings.filterwarnings("ignore", module="dagster")
     warnings.filterwarnings("ignore", message=".*is currently in beta.*")
 
-    import duckdb
-
     from models_registry import db
-    from pipelines.definitions import build_definitions
-    from warehouse.lock import WarehouseBusy
     from warehouse.publish import Warehouse
-    from warehouse.sql import example_queries
 
     wait_s = wait if wait is not None else int(os.environ.get("CAPPLAN_LOCK_WAIT_S") or 0)
     if wait_s < 0:
@@ -185,6 +179,31 @@ def nightly(
     registry_url = db.registry_url()
     console.print(f"capplan nightly: registry [bold]{db.safe_url(registry_url)}[/] -> warehouse [bold]{store.path}[/]")
     run_id = str(uuid.uuid4())  # what Dagster itself uses for run ids
+    progress = Progress(console)
+    success, instance_label = _run_locked(store, run_id, wait_s, partition, progress, console)
+    elapsed = time.perf_counter() - started
+    if not success:
+        reasons = progress.failures + [f"blocking check failed: {c}" for c in progress.failed_checks]
+        console.print(f"[red]nightly run {run_id} failed after {elapsed:.1f} s; nothing was published[/]")
+        for reason in reasons or [f"see the run in dg dev ({instance_label})"]:
+            typer.echo(f"  {reason}", err=True)
+        raise typer.Exit(1)
+    row, telemetry_lines, parts = _published_run(store, run_id)
+    _print_summary(console, store, run_id, elapsed, row, telemetry_lines, parts, progress, instance_label)
+
+
+def _run_locked(
+    store: Warehouse,
+    run_id: str,
+    wait_s: int,
+    partition: list[str] | None,
+    progress: Progress,
+    console: Any,
+) -> tuple[bool, str]:
+    """`nightly_job` in this process under the warehouse lock: whether it succeeded, and the instance's name."""
+    from pipelines.definitions import build_definitions
+    from warehouse.lock import WarehouseBusy
+
     lock = store.lock(run_id, wait_s=wait_s)
     if wait_s:
         console.print(f"  waiting up to {wait_s} s for the warehouse lock…", style="dim")
@@ -192,7 +211,6 @@ def nightly(
         lock.acquire()
     except WarehouseBusy as exc:
         fail(str(exc))
-    progress = Progress(console)
     try:
         with dagster_instance() as (instance, instance_label):
             instance.add_event_listener(run_id, progress)
@@ -209,13 +227,12 @@ def nightly(
             )
     finally:
         lock.release()
-    elapsed = time.perf_counter() - started
-    if not result.success:
-        reasons = progress.failures + [f"blocking check failed: {c}" for c in progress.failed_checks]
-        console.print(f"[red]nightly run {run_id} failed after {elapsed:.1f} s; nothing was published[/]")
-        for reason in reasons or [f"see the run in dg dev ({instance_label})"]:
-            typer.echo(f"  {reason}", err=True)
-        raise typer.Exit(1)
+    return result.success, instance_label
+
+
+def _published_run(store: Warehouse, run_id: str) -> tuple[tuple[Any, ...], list[str], tuple[Any, ...] | None]:
+    """The run's marts.runs row, its telemetry lines and its partition counts (computed, all)."""
+    import duckdb
 
     con = store.connect_read_only()
     try:
@@ -235,6 +252,23 @@ def nightly(
         con.close()
     if row is None:
         fail(f"the run finished but published no marts.runs row for {run_id}", code=1)
+    return row, telemetry_lines, parts
+
+
+def _print_summary(
+    console: Any,
+    store: Warehouse,
+    run_id: str,
+    elapsed: float,
+    row: tuple[Any, ...],
+    telemetry_lines: list[str],
+    parts: tuple[Any, ...] | None,
+    progress: Progress,
+    instance_label: str,
+) -> None:
+    """What the published run holds, where to see it, and queries to try."""
+    from warehouse.sql import example_queries
+
     models, gpus, grid_rows, limit_rows, errors, _duration = row
     size_mb = store.path.stat().st_size / 1e6
     console.print()

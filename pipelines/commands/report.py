@@ -8,17 +8,13 @@ plan, predicted vs measured), then the charts, then the long tables folded with 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
+from pipelines.commands.common import WarehouseOption, fail, open_warehouse
+
 DEFAULT_OUT = Path("var/capplan-report.html")
-
-
-def fail(message: str) -> NoReturn:
-    """A user error: one line on stderr, exit code 2."""
-    typer.echo(f"capplan: error: {message}", err=True)
-    raise typer.Exit(2)
 
 
 def report(
@@ -32,25 +28,14 @@ def report(
         ),
     ] = None,
     out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE", help="HTML file to write.")] = DEFAULT_OUT,
-    warehouse: Annotated[
-        Path | None,
-        typer.Option(
-            "--warehouse", metavar="FILE", help="DuckDB file (default: CAPPLAN_WAREHOUSE, else var/warehouse.duckdb)."
-        ),
-    ] = None,
+    warehouse: WarehouseOption = None,
 ) -> None:
     """Write the HTML report: B_max curves, predicted vs measured, placements, procurement."""
     import duckdb
 
     from recommendations.html_report import ReportUnavailable, read_report, render_report
-    from warehouse.publish import Warehouse, WarehouseMissing
 
-    try:
-        con = Warehouse(warehouse).connect_read_only()
-    except WarehouseMissing as exc:
-        fail(str(exc))
-    except duckdb.Error as exc:
-        fail(f"cannot open the warehouse: {str(exc).splitlines()[0]}")
+    con = open_warehouse(warehouse)
     try:
         data = read_report(con, model)
         page = render_report(data)
