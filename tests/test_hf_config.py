@@ -295,7 +295,8 @@ def test_gemma4_k_eq_v_global_kv_heads_and_per_layer_config() -> None:
         num_kv_shared_layers=0, num_key_value_heads=4, num_global_key_value_heads=2, attention_k_eq_v=True
     )
     s = parse_config(raw)
-    assert {(layer.cache.num_kv_heads, layer.cache.k_head_dim) for layer in s.layers if layer.kind is KVKind.FULL} == {(2, 512)}
+    full = [layer.cache for layer in s.layers if layer.kind is KVKind.FULL]
+    assert {(cache.num_kv_heads, cache.k_head_dim) for cache in full} == {(2, 512)}
     assert any("attention_k_eq_v" in note for note in s.notes)
     # the form transformers 5 writes: per_layer_config instead of global_head_dim / num_global_*
     written = gemma4_e2b_like(num_kv_shared_layers=0, num_key_value_heads=4, attention_k_eq_v=True)

@@ -57,18 +57,17 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
     block_size, gdn_checkpoints = r.block_size, r.state_checkpoints
     hybrid = hybrid_manager_on(model, release)
     align_mode = release.mamba_align_with_prefix_caching  # MambaSpec: 2 (+ checkpoint) blocks, else 1
-    cache_of = {layer.index: layer.cache for layer in model.layers}
     stages = [
-        [layer for layer in stage if cache_of[layer.index].stores_per_token_kv or cache_of[layer.index].holds_state]
+        [layer for layer in stage if layer.cache.stores_per_token_kv or layer.cache.holds_state]
         for stage in stage_layers(model, r.pp)
     ]
     layers = [layer for stage in stages for layer in stage]
     if not layers:
         return []
     stage_of = {layer.index: s for s, stage in enumerate(stages) for layer in stage}
-    page_of = {layer.index: cache_of[layer.index].page_bytes_per_token(kv_bytes, tp) for layer in layers}
-    attn_page_per_token = max((page_of[layer.index] for layer in layers if cache_of[layer.index].stores_per_token_kv), default=0)
-    state_layers = [layer for layer in layers if cache_of[layer.index].holds_state]
+    page_of = {layer.index: layer.cache.page_bytes_per_token(kv_bytes, tp) for layer in layers}
+    attn_page_per_token = max((page_of[layer.index] for layer in layers if layer.cache.stores_per_token_kv), default=0)
+    state_layers = [layer for layer in layers if layer.cache.holds_state]
     state_page = max(
         (layer_state_bytes(layer, r.act_bytes, r.ssm_bytes, tp, conv_without_current=True) for layer in state_layers),
         default=0,
@@ -80,11 +79,12 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
         # alignment (its smallest kernel block or the cache block size, and in "align" mode the
         # checkpoint grid: FlashInfer GDN's 64), until its page holds the state
         align = max(ec.VLLM_HYBRID_BLOCK_ALIGN, block_size)
-        if align_mode and gdn_checkpoints and any(layer.cache.state_mixer is StateMixer.GATED_DELTA_NET for layer in state_layers):
+        gdn = any(layer.cache.state_mixer is StateMixer.GATED_DELTA_NET for layer in state_layers)
+        if align_mode and gdn_checkpoints and gdn:
             align = math.lcm(align, ec.VLLM_GDN_CHECKPOINT_ALIGNMENT)
         bs = max(bs, align * cdiv(state_page, align * attn_page_per_token))
     state_blocks = 2 + checkpoints if align_mode else 1
-    kinds = {cache_of[layer.index].spec_key(hybrid) for layer in layers}
+    kinds = {layer.cache.spec_key(hybrid) for layer in layers}
 
     if len(kinds) == 1 and not state_layers:
         ((kind, window),) = kinds
@@ -101,7 +101,7 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
     # buckets by exact spec: type, window and the bytes of one token (equal specs merge)
     buckets: dict[tuple[KVKind, int | None, int], list[LayerKVSpec]] = {}
     for layer in layers:
-        kind, window = cache_of[layer.index].spec_key(hybrid)
+        kind, window = layer.cache.spec_key(hybrid)
         per_token = page_of[layer.index]
         buckets.setdefault((kind, window, per_token), []).append(layer)
     if any(not stage for stage in stages) and len({per_token for _, _, per_token in buckets if per_token}) > 1:
