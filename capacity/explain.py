@@ -45,8 +45,8 @@ def _group_kind(kind: KVKind, model: ModelSpec) -> str:
     """A pool group's label: engines pool MLA layers as full attention (MLAAttentionSpec is a
     FullAttentionSpec), but what they cache is the latent, so a model without plain attention
     layers shows its full groups as `mla`."""
-    classes = {type(layer.cache) for layer in model.layers if layer.cache.stores_per_token_kv}
-    if group_charge(kind) is FullAttention and classes == {LatentAttention}:
+    caches = [layer.cache for layer in model.layers if layer.cache.stores_per_token_kv]
+    if group_charge(kind) is FullAttention and caches and all(cache.latent for cache in caches):
         return LatentAttention.kind.value
     return KVKind(kind).value
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 # KVKind and StateMixer are re-exported: the kinds' enums, named where the domain types are
 from capacity.kv.kinds import KVKind as KVKind
-from capacity.kv.kinds import LatentAttention, LayerCache
+from capacity.kv.kinds import LayerCache
 from capacity.kv.kinds import StateMixer as StateMixer
 
 
@@ -114,7 +114,7 @@ class ModelSpec:
 
     @property
     def is_mla(self) -> bool:
-        return any(isinstance(layer.cache, LatentAttention) for layer in self.layers)
+        return any(layer.cache.latent for layer in self.layers)
 
     @property
     def has_state_layers(self) -> bool:

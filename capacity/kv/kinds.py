@@ -80,6 +80,7 @@ class LayerCache:
     kind: ClassVar[KVKind]
     stores_per_token_kv: ClassVar[bool] = False  # a cache that grows with the tokens
     replicated_under_tp: ClassVar[bool] = False  # every TP rank holds all of it (MLA)
+    latent: ClassVar[bool] = False  # one compressed latent per token (MLA), not K and V
     holds_state: ClassVar[bool] = False  # a constant per-sequence state (Mamba / GDN)
     windowed: ClassVar[bool] = False  # keeps a window of tokens (sliding, chunked)
     chunked_local: ClassVar[bool] = False  # the window resets per chunk (Llama 4)
@@ -103,6 +104,11 @@ class LayerCache:
     def state_mixer(self) -> StateMixer | None:
         """The recurrent mixer of a state layer (None for every other kind)."""
         return None
+
+    @property
+    def query_head_dim(self) -> float:
+        """The dimension QK^T and AV multiply over per query head (0: no attention)."""
+        return 0.0
 
     @property
     def shape_key(self) -> Hashable:
@@ -278,6 +284,7 @@ class LatentAttention(LayerCache):
     kind: ClassVar[KVKind] = KVKind.MLA
     stores_per_token_kv: ClassVar[bool] = True
     replicated_under_tp: ClassVar[bool] = True
+    latent: ClassVar[bool] = True
 
     @property
     def kv_elements_per_token(self) -> int:
