@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from capacity.dtypes import GIB
 from capacity.estimate import Estimate
-from capacity.kv.kinds import UNBOUNDED_TOKENS
-from capacity.kv_bytes import kv_heads_per_gpu
+from capacity.kv.kinds import UNBOUNDED_TOKENS, FullAttention, KVKind, LatentAttention, group_charge
 from capacity.numeric import cdiv
 from capacity.parallel import stage_layers
 from capacity.performance import Performance
 from capacity.pool import KVPool, PoolUnit
-from capacity.spec import WINDOWED_KINDS, KVKind, ModelSpec
+from capacity.spec import ModelSpec
 
 
 def _gib(n: float) -> str:
@@ -25,16 +24,8 @@ def layer_summary(model: ModelSpec) -> list[tuple[str, int, int]]:
     """(description, layer count, elements per token) per distinct layer shape, in layer order."""
     rows: dict[str, tuple[int, int]] = {}
     for layer in model.layers:
-        if layer.kind is KVKind.MLA:
-            desc = f"mla: latent {layer.k_head_dim} + rope {layer.v_head_dim}"
-        elif layer.kind is KVKind.STATE:
-            desc = f"state: conv {layer.conv_state_elements:,} + recurrent {layer.recurrent_state_elements:,} elements"
-        elif layer.kind is KVKind.SHARED:
-            desc = f"shared: reads layer {layer.kv_source_layer}'s cache"
-        else:
-            window = f", window {layer.window_tokens:,}" if layer.window_tokens else ""
-            desc = f"{layer.kind.value}: {layer.num_kv_heads} KV heads x (K {layer.k_head_dim} + V {layer.v_head_dim}){window}"
-        count, elements = rows.get(desc, (0, layer.kv_elements_per_token))
+        desc = layer.cache.describe()
+        count, elements = rows.get(desc, (0, layer.cache.kv_elements_per_token))
         rows[desc] = (count + 1, elements)
     return [(desc, count, elements) for desc, (count, elements) in rows.items()]
 
@@ -42,20 +33,22 @@ def layer_summary(model: ModelSpec) -> list[tuple[str, int, int]]:
 def _per_rank(model: ModelSpec, tp: int) -> str:
     """What each TP rank caches per token: KV heads of the attention layers (ceil(H_kv / TP), at
     least 1), and for MLA one latent per token that every rank holds whole (replicated, not split)."""
-    layers = [layer for layer in model.layers if layer.stores_per_token_kv]
-    heads = sorted({kv_heads_per_gpu(layer, tp) for layer in layers if layer.kind is not KVKind.MLA})
+    caches = [layer.cache for layer in model.layers if layer.cache.stores_per_token_kv]
+    heads = sorted({cache.heads_per_gpu(tp) for cache in caches if not cache.replicated_under_tp})
     parts = [f"{', '.join(map(str, heads))} KV head(s) per rank"] if heads else []
-    if any(layer.kind is KVKind.MLA for layer in layers):
+    if any(cache.replicated_under_tp for cache in caches):
         parts.append("MLA latent (no heads) replicated on every rank")
     return ", ".join(parts) or "no per-token KV"
 
 
-def _group_kind(kind: str, model: ModelSpec) -> str:
-    """A pool group's label: vLLM pools MLA layers as full attention (MLAAttentionSpec is a
+def _group_kind(kind: KVKind, model: ModelSpec) -> str:
+    """A pool group's label: engines pool MLA layers as full attention (MLAAttentionSpec is a
     FullAttentionSpec), but what they cache is the latent, so a model without plain attention
     layers shows its full groups as `mla`."""
-    kinds = {layer.kind for layer in model.layers if layer.stores_per_token_kv}
-    return KVKind.MLA.value if kind == KVKind.FULL.value and kinds == {KVKind.MLA} else kind
+    caches = [layer.cache for layer in model.layers if layer.cache.stores_per_token_kv]
+    if group_charge(kind) is FullAttention and caches and all(cache.latent for cache in caches):
+        return LatentAttention.kind.value
+    return KVKind(kind).value
 
 
 def _charge_breakdown(pool: KVPool, tokens: int, limit: int, total: int) -> list[str]:
@@ -74,7 +67,7 @@ def _charge_breakdown(pool: KVPool, tokens: int, limit: int, total: int) -> list
             rule = f"{n} x cdiv(min({held:,} + {in_flight:,} in flight, {limit:,}), {bs})"
             parts.append((f"{n} windowed group(s): {rule}", n * cdiv(min(held + in_flight, limit), bs)))
     if terms.fixed_units:
-        states = [g.state_blocks or 1 for g in pool.groups if g.kind == KVKind.STATE]
+        states = [g.state_blocks or 1 for g in pool.groups if group_charge(g.kind).holds_state]
         sliding = terms.fixed_units - sum(states)
         why = [f"{len(states)} state group(s) x {states[0]} block(s)"] if states and len(set(states)) == 1 else []
         why += [f"+1 per sliding group (x{sliding}: a window may not start at a block boundary)"] if sliding else []
@@ -86,7 +79,7 @@ def _charge_breakdown(pool: KVPool, tokens: int, limit: int, total: int) -> list
 
 def derivation(est: Estimate, model: ModelSpec) -> list[str]:
     """Lines that show how every number of the estimate was reached."""
-    elements = sum(layer.kv_elements_per_token for layer in model.layers)
+    elements = sum(layer.cache.kv_elements_per_token for layer in model.layers)
     kv_b = est.kv_bytes_per_token // elements if elements else 0
     lines = [
         f"Model {est.model}: {model.family} ({model.architecture}), {model.num_layers} layers, "
@@ -185,7 +178,7 @@ def _start_check(est: Estimate) -> list[str]:
         f"   {'starts' if est.starts else 'DOES NOT START'}; the largest max_model_len that starts = "
         f"{est.max_model_len_that_starts:,} tokens",
     ]
-    if est.max_in_flight_tokens and any(g.kind in WINDOWED_KINDS and g.window_tokens for g in pool.groups):
+    if est.max_in_flight_tokens and any(group_charge(g.kind).windowed and g.window_tokens for g in pool.groups):
         lines.append(f"   windowed layers keep blocks for {est.max_in_flight_tokens:,} in-flight tokens")
     return lines
 

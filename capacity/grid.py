@@ -363,11 +363,11 @@ def _kv_side(
 
 
 def _state_mixers(spec: ModelSpec) -> frozenset[StateMixer]:
-    return frozenset(layer.mixer for layer in spec.layers if layer.mixer is not None)
+    return frozenset(layer.cache.state_mixer for layer in spec.layers if layer.cache.state_mixer is not None)
 
 
 def _has_indexer(spec: ModelSpec) -> bool:
-    return any(layer.indexer_head_dim for layer in spec.layers)
+    return any(layer.cache.indexer_bytes_per_token for layer in spec.layers)
 
 
 def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:

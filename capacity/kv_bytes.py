@@ -7,23 +7,19 @@ profiles build their pools from these.
 
 from __future__ import annotations
 
-from capacity.kv.kinds import layer_cache
-from capacity.numeric import cdiv
 from capacity.parallel import stage_layer_counts, stage_layers
 from capacity.spec import LayerKVSpec, ModelSpec
 
 
 def kv_heads_per_gpu(layer: LayerKVSpec, tp: int) -> int:
     """KV heads one tensor-parallel rank holds: ceil(H_kv / TP), at least one; MLA replicated."""
-    if layer.replicated_under_tp:
-        return layer.num_kv_heads
-    return max(1, cdiv(layer.num_kv_heads, tp))
+    return layer.cache.heads_per_gpu(tp)
 
 
 def layer_kv_bytes_per_token(layer: LayerKVSpec, kv_bytes: int, tp: int = 1) -> int:
     """Bytes one token occupies in one layer on one GPU (0 for state and shared layers), the DSA
     indexer key included (replicated like the MLA latent): the layer kind's own rule."""
-    return layer_cache(layer).bytes_per_token(kv_bytes, tp)
+    return layer.cache.bytes_per_token(kv_bytes, tp)
 
 
 def layer_state_bytes(
@@ -31,7 +27,7 @@ def layer_state_bytes(
 ) -> int:
     """Constant per-sequence state of a Mamba / gated-delta-net layer on one GPU (split by TP; 0 for
     other kinds). `conv_without_current`: vLLM's conv state keeps `conv_kernel - 1` columns."""
-    return layer_cache(layer).state_bytes(model_bytes, ssm_bytes, tp, conv_without_current=conv_without_current)
+    return layer.cache.state_bytes(model_bytes, ssm_bytes, tp, conv_without_current=conv_without_current)
 
 
 def state_bytes_per_sequence_per_gpu(
@@ -63,7 +59,7 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, kv_bytes: int, tp: int = 1, pp:
 def layer_cached_tokens(layer: LayerKVSpec, context_tokens: int) -> int:
     """Tokens a layer keeps for a sequence of T tokens in a cache that drops what left the window
     (transformers keeps W - 1 for sliding and chunk - 1 for chunked layers)."""
-    return layer_cache(layer).cached_tokens(context_tokens)
+    return layer.cache.cached_tokens(context_tokens)
 
 
 def kv_bytes_per_sequence(

@@ -6,7 +6,7 @@ shares them, and hashing a ModelSpec walks every layer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import TypeVar
 
 from capacity.spec import GpuSku, LayerKVSpec, ModelSpec, SpecError
@@ -70,20 +70,9 @@ def stage_layer_counts(model: ModelSpec, pp: int, partition: PPPartition = pp_pa
     def compute() -> list[LayerCounts]:
         stages: list[LayerCounts] = []
         for stage in stage_layers(model, pp, partition):
-            counts: dict[tuple[object, ...], list[object]] = {}
+            counts: dict[Hashable, list[object]] = {}
             for layer in stage:
-                key = (
-                    layer.kind,
-                    layer.num_kv_heads,
-                    layer.k_head_dim,
-                    layer.v_head_dim,
-                    layer.window_tokens,
-                    layer.conv_state_elements,
-                    layer.conv_kernel,
-                    layer.mixer,
-                    layer.indexer_head_dim,
-                    layer.recurrent_state_elements,
-                )
+                key = layer.cache.shape_key
                 entry = counts.get(key)
                 if entry is None:
                     counts[key] = [layer, 1]
@@ -102,8 +91,8 @@ def validate_parallelism(model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None)
     if model.num_attention_heads % tp:
         raise SpecError(f"tensor parallel size {tp} does not divide the {model.num_attention_heads} attention heads")
     for layer in model.layers:
-        heads = layer.num_kv_heads
-        if layer.stores_per_token_kv and not layer.replicated_under_tp and heads and heads % tp and tp % heads:
+        heads = layer.cache.uneven_kv_heads(tp)
+        if heads is not None:
             raise SpecError(f"tensor parallel size {tp} and {heads} KV heads: neither divides the other")
     if gpu is not None and tp > gpu.gpus_per_node:
         raise SpecError(f"tensor parallel size {tp} exceeds the {gpu.gpus_per_node} GPUs per node of {gpu.id}")

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from capacity.dtypes import element_bytes, serving_dtype
 from capacity.engines import Engine
 from capacity.estimate import Estimate
-from capacity.kv.kinds import FullAttention, layer_cache
 from capacity.numeric import Num, as_float, at_least, cdiv
 from capacity.parallel import pp_partition, stage_layers
 from capacity.spec import GpuSku, ModelSpec, SpecError
@@ -214,8 +213,8 @@ def _stage_attention_sums(
         windowed: dict[int, list[float]] = {}
         heads_rank = model.num_attention_heads / tp
         for layer in stage_layers(model, pp)[0]:
-            cache = layer_cache(layer)
-            if not isinstance(cache, FullAttention):  # state and shared layers: nothing per token
+            cache = layer.cache
+            if not cache.stores_per_token_kv:  # state and shared layers: nothing per token
                 continue
             per_token = cache.bytes_per_token(kv_element_bytes, tp)
             # QK^T and AV: 2 FLOPs per multiply-add, two matmuls, per query head on the rank

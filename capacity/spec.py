@@ -8,79 +8,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import StrEnum
 
-
-class KVKind(StrEnum):
-    """What one decoder layer keeps per sequence."""
-
-    FULL = "full"  # K and V for every token (MHA / GQA / MQA)
-    SLIDING = "sliding"  # K and V for at most a window of tokens
-    CHUNKED = "chunked"  # chunked-local attention (Llama 4): a window that resets per chunk
-    MLA = "mla"  # one compressed latent per token (DeepSeek-V2/V3, Kimi-K2)
-    STATE = "state"  # Mamba / gated-delta-net: a constant per-sequence state, no per-token KV
-    SHARED = "shared"  # reads another layer's cache, stores nothing (Gemma 3n/4 KV sharing)
-
-
-class StateMixer(StrEnum):
-    """Which recurrent mixer a STATE layer is: engines shape and checkpoint their states differently."""
-
-    MAMBA1 = "mamba1"  # Jamba, Falcon-Mamba: conv (I, k) + SSM (I, d_state)
-    MAMBA2 = "mamba2"  # Nemotron-H, Bamba, Granite-4.0-H: conv (I + 2 G d_state, k) + SSM (H, P, d_state)
-    GATED_DELTA_NET = "gated-delta-net"  # Qwen3-Next, Qwen3.5: conv (2 Hk Dk + Hv Dv, k) + state (Hv, Dv, Dk)
-
-
-INDEXER_QUANT_BLOCK = 128  # elements per fp32 scale of the DSA indexer key cache
-
-PER_TOKEN_KINDS = frozenset({KVKind.FULL, KVKind.SLIDING, KVKind.CHUNKED, KVKind.MLA})
-WINDOWED_KINDS = frozenset({KVKind.SLIDING, KVKind.CHUNKED})
+# KVKind and StateMixer are re-exported: the kinds' enums, named where the domain types are
+from capacity.kv.kinds import KVKind as KVKind
+from capacity.kv.kinds import LayerCache
+from capacity.kv.kinds import StateMixer as StateMixer
 
 
 @dataclass(frozen=True, slots=True)
 class LayerKVSpec:
-    """The cache one decoder layer holds.
-
-    For MLA the latent is stored as one "head": `k_head_dim = kv_lora_rank` and
-    `v_head_dim = qk_rope_head_dim`, so `kv_elements_per_token` is 576 for DeepSeek-V3, with no
-    factor 2 and no dependence on the attention head count.
-    """
+    """One decoder layer that has a token mixer: its index and its cache, an instance of its kind's
+    class (`capacity.kv.kinds`), which holds that kind's fields and answers its rules."""
 
     index: int
-    kind: KVKind
-    num_kv_heads: int = 0
-    k_head_dim: int = 0
-    v_head_dim: int = 0
-    window_tokens: int | None = None  # sliding window W, or the chunk size for CHUNKED
-    conv_state_elements: int = 0  # STATE: per sequence, stored in the model dtype
-    recurrent_state_elements: int = 0  # STATE: per sequence, stored in the SSM cache dtype
-    kv_source_layer: int | None = None  # SHARED: the layer whose cache this one reads
-    conv_kernel: int = 0  # STATE: the conv window; conv_state_elements = channels x conv_kernel (transformers)
-    mixer: StateMixer | None = None  # STATE: which recurrent mixer
-    indexer_head_dim: int = 0  # MLA with DeepSeek sparse attention: the lightning indexer's key per token
+    cache: LayerCache
 
     @property
-    def stores_per_token_kv(self) -> bool:
-        return self.kind in PER_TOKEN_KINDS
-
-    @property
-    def kv_elements_per_token(self) -> int:
-        """Elements cached per token in this layer (0 for state and shared layers)."""
-        if not self.stores_per_token_kv:
-            return 0
-        return self.num_kv_heads * (self.k_head_dim + self.v_head_dim)
-
-    @property
-    def indexer_bytes_per_token(self) -> int:
-        """DeepSeek sparse attention's indexer key: fp8 elements and one fp32 scale per 128 of them,
-        one vector per token, not split by TP (vLLM DeepseekV32IndexerCache, SGLang's index buffer)."""
-        if not self.indexer_head_dim:
-            return 0
-        return self.indexer_head_dim + self.indexer_head_dim // INDEXER_QUANT_BLOCK * 4
-
-    @property
-    def replicated_under_tp(self) -> bool:
-        """MLA latents are not split across tensor-parallel ranks: every rank holds all of it."""
-        return self.kind is KVKind.MLA
+    def kind(self) -> KVKind:
+        """The kind's enum value (what the registry's tables and the JSON contract carry)."""
+        return self.cache.kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,11 +114,11 @@ class ModelSpec:
 
     @property
     def is_mla(self) -> bool:
-        return any(layer.kind is KVKind.MLA for layer in self.layers)
+        return any(layer.cache.latent for layer in self.layers)
 
     @property
     def has_state_layers(self) -> bool:
-        return any(layer.kind is KVKind.STATE for layer in self.layers)
+        return any(layer.cache.holds_state for layer in self.layers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -249,14 +249,16 @@ def check_spec(spec: ModelSpec, *, name: str) -> None:
     if len(set(indices)) != len(indices):
         fail("two layer specs share a layer index")
     for layer in spec.layers:
+        columns = layer.cache.columns()
         for key in ("num_kv_heads", "k_head_dim", "v_head_dim"):
-            value = getattr(layer, key)
+            value = columns[key] or 0
             if not 0 <= value <= INT32_MAX:
                 fail(f"layer {layer.index}: {key} = {value} is out of range")
-        if layer.stores_per_token_kv and layer.kv_elements_per_token <= 0:
+        if layer.cache.stores_per_token_kv and layer.cache.kv_elements_per_token <= 0:
             fail(f"layer {layer.index} ({layer.kind}) stores no KV elements per token")
-        if layer.window_tokens is not None and not 0 < layer.window_tokens <= INT32_MAX:
-            fail(f"layer {layer.index}: window of {layer.window_tokens} tokens is out of range")
+        window = layer.cache.window
+        if window is not None and not 0 < window <= INT32_MAX:
+            fail(f"layer {layer.index}: window of {window} tokens is out of range")
     total = spec.total_params
     if not 0 < total < 2**53:
         fail(f"parameter count {total:,} is not plausible")

@@ -10,7 +10,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from capacity.dtypes import element_bytes
-from capacity.spec import PER_TOKEN_KINDS, SpecError
+from capacity.kv.kinds import PER_TOKEN_KINDS
+from capacity.spec import SpecError
 from models_registry import orm
 from models_registry.resolve import ResolvedModel, registry_row
 from models_registry.sources.gpu_catalog import GpuRecord
@@ -150,11 +151,9 @@ def view_from_resolved(resolved: ResolvedModel) -> ModelView:
         architecture=spec.architecture,
         is_generic=spec.is_generic,
         fields=_fields(spec),
-        layer_groups=group_layers((str(x.kind), x.window_tokens) for x in spec.layers),
-        kv_bytes_per_token=sum(x.kv_elements_per_token for x in spec.layers) * dtype_bytes,
-        state_bytes_per_sequence=sum(
-            x.conv_state_elements * dtype_bytes + x.recurrent_state_elements * ssm_bytes for x in spec.layers
-        ),
+        layer_groups=group_layers((str(x.kind), x.cache.window) for x in spec.layers),
+        kv_bytes_per_token=sum(x.cache.kv_elements_per_token for x in spec.layers) * dtype_bytes,
+        state_bytes_per_sequence=sum(x.cache.state_bytes(dtype_bytes, ssm_bytes) for x in spec.layers),
         total_params=spec.total_params,
         active_params=spec.active_params,
         embedding_params=spec.embedding_params,

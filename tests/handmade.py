@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from capacity.kv.kinds import ChunkedLocalAttention, FullAttention, LatentAttention, SlidingWindowAttention
 from capacity.spec import KVKind, LayerKVSpec, LayerParams, ModelSpec
+
+_WINDOWED = {KVKind.SLIDING: SlidingWindowAttention, KVKind.CHUNKED: ChunkedLocalAttention}
 
 
 def dense_spec(
@@ -20,8 +23,10 @@ def dense_spec(
 ) -> ModelSpec:
     """A Llama-shaped model: gated MLP, RMSNorm, optional per-layer (kind, window) pattern."""
     pattern = kinds or [(KVKind.FULL, None)] * layers
+    dims = (kv_heads, head_dim, head_dim)
     layer_specs = tuple(
-        LayerKVSpec(i, kind, kv_heads, head_dim, head_dim, window) for i, (kind, window) in enumerate(pattern)
+        LayerKVSpec(i, _WINDOWED[kind](*dims, window) if window else FullAttention(*dims))
+        for i, (kind, window) in enumerate(pattern)
     )
     attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
     params = tuple(
@@ -54,7 +59,7 @@ def mla_spec(layers: int = 61, kv_lora_rank: int = 512, rope_dim: int = 64, head
     """DeepSeek-V3-shaped KV (one latent of rank + rope elements per token per layer)."""
     base = dense_spec(layers=layers, heads=heads, kv_heads=heads, head_dim=rope_dim, hidden=7168,
                       intermediate=18432, vocab=129280, context=163840)
-    mla_layers = tuple(LayerKVSpec(i, KVKind.MLA, 1, kv_lora_rank, rope_dim) for i in range(layers))
+    mla_layers = tuple(LayerKVSpec(i, LatentAttention(kv_lora_rank, rope_dim)) for i in range(layers))
     return ModelSpec(**{**_fields(base), "layers": mla_layers, "model_type": "deepseek_v3", "family": "deepseek_v3"})
 
 

@@ -250,7 +250,7 @@ def _layers_json(model: CatalogModel, tp: int) -> list[dict[str, Any]]:
     keep their place: pipeline stages split decoder layers, cached or not."""
     out: list[dict[str, Any]] = []
     for layer in model.spec.layers:
-        kind = layer.kind
+        kind, cache = layer.kind, layer.cache
         if kind is KVKind.SHARED:
             out.append({"kind": "shared"})
             continue
@@ -259,24 +259,24 @@ def _layers_json(model: CatalogModel, tp: int) -> list[dict[str, Any]]:
                 {
                     "kind": "state",
                     "state_shapes": [
-                        [cdiv(layer.conv_state_elements, tp)],
-                        [cdiv(layer.recurrent_state_elements, tp)],
+                        [cdiv(cache.conv_state_elements, tp)],
+                        [cdiv(cache.recurrent_state_elements, tp)],
                     ],
                     "state_dtypes": [_model_dtype(model), _ssm_dtype(model)],
                 }
             )
             continue
         if kind is KVKind.MLA:
-            out.append({"kind": "mla", "num_kv_heads": 1, "head_size": layer.k_head_dim + layer.v_head_dim})
+            out.append({"kind": "mla", "num_kv_heads": 1, "head_size": cache.kv_lora_rank + cache.rope_head_dim})
             continue
         entry: dict[str, Any] = {
             "kind": str(kind),
             "num_kv_heads": kv_heads_per_gpu(layer, tp),
-            "head_size": layer.k_head_dim,
-            "head_size_v": layer.v_head_dim,
+            "head_size": cache.k_head_dim,
+            "head_size_v": cache.v_head_dim,
         }
         if kind in (KVKind.SLIDING, KVKind.CHUNKED):
-            entry["window"] = layer.window_tokens
+            entry["window"] = cache.window_tokens
         out.append(entry)
     return out
 

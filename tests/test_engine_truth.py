@@ -348,7 +348,7 @@ def test_deepseek_v32_caches_the_indexer_key_beside_the_latent() -> None:
 
     config = json.loads((Path(__file__).parent / "configs" / "deepseek_v32-deepseek-v3.2.json").read_text())
     spec = parse_config(config)
-    assert {layer.indexer_bytes_per_token for layer in spec.layers} == {132}
+    assert {layer.cache.indexer_bytes_per_token for layer in spec.layers} == {132}
     h200 = find_gpu_sku("h200-sxm-141gb")
     bf16 = estimate(spec, DeploymentSpec(tp=8, max_model_len=32768), gpu=h200)
     assert bf16.kv_bytes_per_token_per_gpu == 61 * (576 * 2 + 132) == 78_324

@@ -36,6 +36,7 @@ from capacity.grid import (
     weight_dtype_choices,
     with_python_round,
 )
+from capacity.kv.kinds import FullAttention, RecurrentState
 from capacity.performance import efficiency_for, perf_inputs, tpot_seconds
 from capacity.spec import CheckpointQuant, DeploymentSpec, GpuSku, KVKind, LayerKVSpec, LayerParams, ModelSpec
 from tests.handmade import dense_spec, mla_spec
@@ -69,9 +70,9 @@ def hybrid_mamba_spec() -> ModelSpec:
     """Jamba-shaped: one attention layer in eight, Mamba state elsewhere (conv + fp32 recurrent)."""
     base = dense_spec(layers=32, heads=32, kv_heads=8, hidden=4096, context=262144)
     layers = tuple(
-        LayerKVSpec(i, KVKind.FULL, 8, 128, 128)
+        LayerKVSpec(i, FullAttention(8, 128, 128))
         if i % 8 == 4
-        else LayerKVSpec(i, KVKind.STATE, conv_state_elements=3 * 8192, recurrent_state_elements=8192 * 16)
+        else LayerKVSpec(i, RecurrentState(conv_state_elements=3 * 8192, recurrent_state_elements=8192 * 16))
         for i in range(32)
     )
     return replace(base, layers=layers, family="jamba")
@@ -81,9 +82,9 @@ def gdn_spec() -> ModelSpec:
     """Qwen3-Next-shaped: gated-delta-net state in three layers of four, MoE."""
     base = moe_spec()
     layers = tuple(
-        LayerKVSpec(i, KVKind.FULL, 2, 256, 256)
+        LayerKVSpec(i, FullAttention(2, 256, 256))
         if i % 4 == 3
-        else LayerKVSpec(i, KVKind.STATE, conv_state_elements=4 * 8192, recurrent_state_elements=16 * 128 * 128)
+        else LayerKVSpec(i, RecurrentState(conv_state_elements=4 * 8192, recurrent_state_elements=16 * 128 * 128))
         for i in range(32)
     )
     return replace(base, layers=layers, family="qwen3_next", context_limit_tokens=262144)

@@ -30,7 +30,7 @@ def spec(name: str) -> ModelSpec:
 
 
 def kv_elements_per_token(s: ModelSpec) -> int:
-    return sum(layer.kv_elements_per_token for layer in s.layers)
+    return sum(layer.cache.kv_elements_per_token for layer in s.layers)
 
 
 def kinds(s: ModelSpec) -> list[KVKind]:
@@ -40,7 +40,8 @@ def kinds(s: ModelSpec) -> list[KVKind]:
 def assert_uniform(s: ModelSpec, kind: KVKind, heads: int, k_dim: int, v_dim: int, window: int | None) -> None:
     assert [layer.index for layer in s.layers] == list(range(s.num_layers))
     for layer in s.layers:
-        assert (layer.kind, layer.num_kv_heads, layer.k_head_dim, layer.v_head_dim, layer.window_tokens) == (
+        c = layer.cache.columns()  # the registry's reading (MLA: one latent "head", K = rank, V = rope)
+        assert (layer.kind, c["num_kv_heads"], c["k_head_dim"], c["v_head_dim"], c["window_tokens"]) == (
             kind,
             heads,
             k_dim,
@@ -158,8 +159,8 @@ def test_qwen2_sliding_layers_from_max_window_layers() -> None:
     cfg.update(use_sliding_window=True, sliding_window=4096, max_window_layers=20)
     s = parse_config(cfg)
     assert kinds(s) == [KVKind.FULL] * 20 + [KVKind.SLIDING] * 8
-    assert {layer.window_tokens for layer in s.layers[20:]} == {4096}
-    assert all(layer.window_tokens is None for layer in s.layers[:20])
+    assert {layer.cache.window for layer in s.layers[20:]} == {4096}
+    assert all(layer.cache.window is None for layer in s.layers[:20])
 
 
 def test_qwen3_dense_and_moe() -> None:
@@ -191,17 +192,17 @@ def test_qwen3_next_hybrid_state_layers() -> None:
     assert [layer.index for layer in s.layers if layer.kind is KVKind.FULL] == full
     assert s.kind_counts() == {KVKind.STATE: 36, KVKind.FULL: 12}
     attn = s.layers[3]
-    assert (attn.num_kv_heads, attn.k_head_dim, attn.v_head_dim) == (2, 256, 256)
+    assert (attn.cache.num_kv_heads, attn.cache.k_head_dim, attn.cache.v_head_dim) == (2, 256, 256)
     assert kv_elements_per_token(s) == 12 * 2 * 512 == 12_288
     state = s.layers[0]
     # conv: (2 * Hk * Dk + Hv * Dv) * kernel; recurrent: Hv * Dk * Dv
-    assert state.conv_state_elements == (2 * 16 * 128 + 32 * 128) * 4 == 32_768
-    assert state.recurrent_state_elements == 32 * 128 * 128 == 524_288
-    assert state.kv_elements_per_token == 0
+    assert state.cache.conv_state_elements == (2 * 16 * 128 + 32 * 128) * 4 == 32_768
+    assert state.cache.recurrent_state_elements == 32 * 128 * 128 == 524_288
+    assert state.cache.kv_elements_per_token == 0
     assert s.mamba_ssm_cache_dtype == "float32"
     # per sequence: conv in bf16 + recurrent in fp32, 36 layers
     per_seq = sum(
-        layer.conv_state_elements * BF16 + layer.recurrent_state_elements * 4
+        layer.cache.conv_state_elements * BF16 + layer.cache.recurrent_state_elements * 4
         for layer in s.layers
         if layer.kind is KVKind.STATE
     )
@@ -214,8 +215,8 @@ def test_qwen3_5_dense_hybrid_nested() -> None:
     assert s.kind_counts() == {KVKind.STATE: 48, KVKind.FULL: 16}
     assert kv_elements_per_token(s) == 16 * 4 * 512 == 32_768
     state = s.layers[0]
-    assert state.conv_state_elements == (2 * 16 * 128 + 48 * 128) * 4 == 40_960
-    assert state.recurrent_state_elements == 48 * 128 * 128 == 786_432
+    assert state.cache.conv_state_elements == (2 * 16 * 128 + 48 * 128) * 4 == 40_960
+    assert state.cache.recurrent_state_elements == 48 * 128 * 128 == 786_432
     assert s.mamba_ssm_cache_dtype == "float32"  # from `mamba_ssm_dtype`
     assert s.torch_dtype == "bfloat16"  # transformers-5 `dtype` key
 
@@ -234,8 +235,8 @@ def test_gemma2_alternates_even_layers_sliding() -> None:
     s = spec("gemma2-gemma-2-9b")
     assert s.family == "gemma2"
     assert kinds(s) == [KVKind.SLIDING, KVKind.FULL] * 21
-    assert {layer.window_tokens for layer in s.layers[0::2]} == {4096}
-    assert all(layer.num_kv_heads == 8 and layer.k_head_dim == 256 for layer in s.layers)
+    assert {layer.cache.window for layer in s.layers[0::2]} == {4096}
+    assert all(layer.cache.num_kv_heads == 8 and layer.cache.k_head_dim == 256 for layer in s.layers)
     assert kv_elements_per_token(s) == 42 * 8 * 512 == 172_032
     assert s.torch_dtype == "float32"
     assert s.tie_word_embeddings
@@ -247,8 +248,8 @@ def test_gemma3_nested_pattern_and_transformers_defaults() -> None:
     # sliding_window_pattern 6 (default): layer i is full iff (i + 1) % 6 == 0
     assert [layer.index for layer in s.layers if layer.kind is KVKind.FULL] == list(range(5, 62, 6))
     assert s.kind_counts() == {KVKind.SLIDING: 52, KVKind.FULL: 10}
-    assert {layer.window_tokens for layer in s.layers if layer.kind is KVKind.SLIDING} == {1024}
-    assert all((layer.num_kv_heads, layer.k_head_dim) == (16, 128) for layer in s.layers)
+    assert {layer.cache.window for layer in s.layers if layer.kind is KVKind.SLIDING} == {1024}
+    assert all((layer.cache.num_kv_heads, layer.cache.k_head_dim) == (16, 128) for layer in s.layers)
     # vocab_size / max_position_embeddings are absent from the published text_config
     assert (s.vocab_size, s.max_position_embeddings) == (262_208, 131_072)
     assert any("vocab_size=262208" in note for note in s.notes)
@@ -279,13 +280,13 @@ def test_gemma4_global_head_dim_and_kv_sharing() -> None:
     full = [5, 11]  # pattern 5:1 over the 15 layers that store KV
     for layer in s.layers[:15]:
         expected = (KVKind.FULL, 1, 512) if layer.index in full else (KVKind.SLIDING, 1, 256)
-        assert (layer.kind, layer.num_kv_heads, layer.k_head_dim) == expected
+        assert (layer.kind, layer.cache.num_kv_heads, layer.cache.k_head_dim) == expected
     # the last 20 layers read the last storing layer of their own type: 14 (sliding) or 11 (full);
     # full layers: (i + 1) % 6 == 0, and the last layer, which transformers forces to full
     shared = s.layers[15:]
     assert all(layer.kind is KVKind.SHARED for layer in shared)
     full_shared = [i for i in range(15, 35) if (i + 1) % 6 == 0 or i == 34]
-    assert [layer.kv_source_layer for layer in shared] == [11 if i in full_shared else 14 for i in range(15, 35)]
+    assert [layer.cache.kv_source_layer for layer in shared] == [11 if i in full_shared else 14 for i in range(15, 35)]
     assert kv_elements_per_token(s) == 13 * 1 * 512 + 2 * 1 * 1024 == 8704
 
 
@@ -294,18 +295,19 @@ def test_gemma4_k_eq_v_global_kv_heads_and_per_layer_config() -> None:
         num_kv_shared_layers=0, num_key_value_heads=4, num_global_key_value_heads=2, attention_k_eq_v=True
     )
     s = parse_config(raw)
-    assert {(layer.num_kv_heads, layer.k_head_dim) for layer in s.layers if layer.kind is KVKind.FULL} == {(2, 512)}
+    full = [layer.cache for layer in s.layers if layer.kind is KVKind.FULL]
+    assert {(cache.num_kv_heads, cache.k_head_dim) for cache in full} == {(2, 512)}
     assert any("attention_k_eq_v" in note for note in s.notes)
     # the form transformers 5 writes: per_layer_config instead of global_head_dim / num_global_*
     written = gemma4_e2b_like(num_kv_shared_layers=0, num_key_value_heads=4, attention_k_eq_v=True)
     del written["global_head_dim"]
     written["per_layer_config"] = {str(i): {"head_dim": 512, "num_key_value_heads": 2} for i in (5, 11, 17, 23, 29, 34)}
-    assert [(x.kind, x.num_kv_heads, x.k_head_dim) for x in parse_config(written).layers] == [
-        (x.kind, x.num_kv_heads, x.k_head_dim) for x in s.layers
+    assert [(x.kind, x.cache.num_kv_heads, x.cache.k_head_dim) for x in parse_config(written).layers] == [
+        (x.kind, x.cache.num_kv_heads, x.cache.k_head_dim) for x in s.layers
     ]
     # without attention_k_eq_v, num_global_key_value_heads is ignored (transformers' rule)
     plain = parse_config(gemma4_e2b_like(num_kv_shared_layers=0, num_key_value_heads=4, num_global_key_value_heads=2))
-    assert {layer.num_kv_heads for layer in plain.layers} == {4}
+    assert {layer.cache.num_kv_heads for layer in plain.layers} == {4}
 
 
 def test_gemma4_last_layer_forced_full() -> None:
@@ -360,7 +362,7 @@ def test_mla_one_latent_per_layer(name: str, layers: int) -> None:
     s = spec(name)
     assert s.is_mla
     assert_uniform(s, KVKind.MLA, 1, 512, 64, None)  # kv_lora_rank, qk_rope_head_dim
-    assert all(layer.replicated_under_tp for layer in s.layers)
+    assert all(layer.cache.replicated_under_tp for layer in s.layers)
     assert kv_elements_per_token(s) == layers * (512 + 64)
     assert s.num_kv_heads == 1
 
@@ -414,7 +416,7 @@ def test_gpt_oss_layer_types_and_mxfp4(name: str, layers: int) -> None:
     s = spec(name)
     assert s.family == "gpt_oss"
     assert kinds(s) == [KVKind.SLIDING, KVKind.FULL] * (layers // 2)
-    assert {layer.window_tokens for layer in s.layers if layer.kind is KVKind.SLIDING} == {128}
+    assert {layer.cache.window for layer in s.layers if layer.kind is KVKind.SLIDING} == {128}
     assert kv_elements_per_token(s) == layers * 8 * 128
     q = s.quantization
     assert q is not None and (q.method, q.weight_format, q.experts_only) == ("mxfp4", "mxfp4", True)
@@ -431,7 +433,7 @@ def test_llama4_scout_chunked_and_nested() -> None:
     # no_rope_layers[i] == 0 (every 4th layer) -> global full attention; others chunked (8192)
     assert [layer.index for layer in s.layers if layer.kind is KVKind.FULL] == list(range(3, 48, 4))
     chunked = [layer for layer in s.layers if layer.kind is KVKind.CHUNKED]
-    assert len(chunked) == 36 and {layer.window_tokens for layer in chunked} == {8192}
+    assert len(chunked) == 36 and {layer.cache.window for layer in chunked} == {8192}
     assert kv_elements_per_token(s) == 48 * 8 * 256 == 98_304
     assert (s.num_experts, s.num_experts_per_token) == (16, 1)
     assert s.intermediate_size == 16384  # intermediate_size_mlp (dense); experts use 8192
@@ -489,8 +491,8 @@ def test_jamba_attention_period_and_mamba_state() -> None:
     assert kv_elements_per_token(s) == 4 * 8 * 256 == 8192
     mamba = s.layers[0]
     inner = 2 * 4096  # mamba_expand * hidden
-    assert mamba.conv_state_elements == inner * 4 == 32_768  # * d_conv
-    assert mamba.recurrent_state_elements == inner * 16 == 131_072  # * d_state
+    assert mamba.cache.conv_state_elements == inner * 4 == 32_768  # * d_conv
+    assert mamba.cache.recurrent_state_elements == inner * 16 == 131_072  # * d_state
     assert (s.num_experts, s.num_experts_per_token) == (16, 2)
     assert [i for i, p in enumerate(s.layer_params) if p.experts] == list(range(1, 32, 2))
 
@@ -508,8 +510,8 @@ def test_nemotron_h_pattern_only_mixer_layers_listed() -> None:
     assert s.kind_counts() == {KVKind.STATE: 24, KVKind.FULL: 4}
     mamba = s.layers[0]
     inner = 128 * 64  # mamba_num_heads * mamba_head_dim
-    assert mamba.conv_state_elements == (inner + 2 * 8 * 128) * 4 == 40_960
-    assert mamba.recurrent_state_elements == inner * 128 == 1_048_576
+    assert mamba.cache.conv_state_elements == (inner + 2 * 8 * 128) * 4 == 40_960
+    assert mamba.cache.recurrent_state_elements == inner * 128 == 1_048_576
     assert kv_elements_per_token(s) == 4 * 8 * 256
     assert any("MLP/MoE-only" in note for note in s.notes)
 
@@ -598,8 +600,8 @@ def test_generic_layer_types_windows_and_kv_sharing() -> None:
     s = parse_config(cfg)
     assert kinds(s) == [KVKind.SLIDING, KVKind.SLIDING, KVKind.FULL, KVKind.SLIDING, KVKind.SHARED, KVKind.SHARED]
     # a shared layer reads the last non-shared layer of its own attention type
-    assert (s.layers[4].kv_source_layer, s.layers[5].kv_source_layer) == (3, 2)
-    assert s.layers[4].kv_elements_per_token == 0
+    assert (s.layers[4].cache.kv_source_layer, s.layers[5].cache.kv_source_layer) == (3, 2)
+    assert s.layers[4].cache.kv_elements_per_token == 0
     assert kv_elements_per_token(s) == 4 * 4 * 128
 
 
@@ -921,4 +923,4 @@ def test_every_published_config_parses_with_consistent_layers() -> None:
         for layer in s.layers:
             assert isinstance(layer, LayerKVSpec)
             if layer.kind in (KVKind.SLIDING, KVKind.CHUNKED):
-                assert layer.window_tokens and layer.window_tokens > 0
+                assert layer.cache.window and layer.cache.window > 0

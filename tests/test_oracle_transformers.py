@@ -32,7 +32,8 @@ from typing import Any
 import pytest
 
 from capacity.hf_config import parse_config
-from capacity.spec import WINDOWED_KINDS, KVKind, ModelSpec
+from capacity.kv.kinds import WINDOWED_KINDS
+from capacity.spec import KVKind, ModelSpec
 from tests.conftest import require_extra
 
 require_extra("oracle", "torch", "transformers")
@@ -328,11 +329,11 @@ def _capplan_layer_bytes(spec: ModelSpec, tokens: int, b: int) -> list[tuple[int
         if layer is None or layer.kind is KVKind.SHARED:
             out.append((0, 0))
         elif layer.kind is KVKind.STATE:
-            out.append((0, layer.conv_state_elements * b + layer.recurrent_state_elements * ssm_bytes))
+            out.append((0, layer.cache.conv_state_elements * b + layer.cache.recurrent_state_elements * ssm_bytes))
         else:
-            window = layer.window_tokens
+            window = layer.cache.window
             held = min(tokens, window - 1) if layer.kind in WINDOWED_KINDS and window else tokens
-            out.append((layer.kv_elements_per_token * b * held, 0))
+            out.append((layer.cache.kv_elements_per_token * b * held, 0))
     return out
 
 
@@ -364,13 +365,13 @@ def test_falcon_new_architecture_overcaching_is_the_documented_difference() -> N
     model = _model("falcon-40b-newarch", "bfloat16")
     spec = _spec_of(model)
     heads, kv_heads, head_dim = 8, 2, HIDDEN // 8
-    assert {layer.num_kv_heads for layer in spec.layers} == {kv_heads}
+    assert {layer.cache.num_kv_heads for layer in spec.layers} == {kv_heads}
     with torch.no_grad():
         output = model(input_ids=torch.zeros(1, 8, dtype=torch.long), use_cache=True)
     cache = getattr(output, "cache", None) or output.past_key_values
     per_layer = _hf_layer_bytes(cache)[0][0]
     assert per_layer == 2 * heads * head_dim * 2 * 8  # transformers: all query heads
-    assert spec.layers[0].kv_elements_per_token * 2 * 8 == 2 * kv_heads * head_dim * 2 * 8  # capplan
+    assert spec.layers[0].cache.kv_elements_per_token * 2 * 8 == 2 * kv_heads * head_dim * 2 * 8  # capplan
 
 
 def _checkpoint_params(model: Any) -> int:

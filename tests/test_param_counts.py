@@ -439,4 +439,4 @@ def test_opt_125m() -> None:
     norms = 2 * 2 * 768  # two LayerNorms with bias
     assert s.total_params == embed + positions + 12 * (attention + mlp + norms) + 2 * 768 == 125_239_296
     assert s.lm_head_params == 0 and s.extra_params == s.loaded_extra_params == positions
-    assert [layer.num_kv_heads for layer in s.layers] == [12] * 12 and s.head_dim == 64
+    assert [layer.cache.num_kv_heads for layer in s.layers] == [12] * 12 and s.head_dim == 64

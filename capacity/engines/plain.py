@@ -41,9 +41,9 @@ class PlainProfile(ProfileBase):
             stage_layers(r.model, r.pp),
             key=lambda s: sum(layer_kv_bytes_per_token(layer, r.kv_bytes, r.tp) for layer in s),
         )
-        cached = [layer for layer in stage if layer.stores_per_token_kv]
+        cached = [layer for layer in stage if layer.cache.stores_per_token_kv]
         per_token = tuple(layer_kv_bytes_per_token(layer, r.kv_bytes, r.tp) for layer in cached)
-        groups = tuple(KVGroup(layer.kind, 1, layer.window_tokens) for layer in cached)
+        groups = tuple(KVGroup(layer.kind, 1, layer.cache.window) for layer in cached)
         state = sum(layer_state_bytes(layer, r.act_bytes, r.ssm_bytes, r.tp) for layer in stage)
         return [KVPool(PoolUnit.BYTE, max(r.budget_bytes, 0), 1, groups, 0, 1, per_token, state)]
 

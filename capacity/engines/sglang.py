@@ -34,7 +34,6 @@ from capacity.dtypes import format_gib
 from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
 from capacity.engines.kinds import Engine
 from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest
-from capacity.kv.kinds import layer_cache
 from capacity.kv_bytes import layer_state_bytes
 from capacity.numeric import Num, as_float, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -83,7 +82,7 @@ class SglangProfile(ProfileBase):
         ):
             fraction *= ec.SGLANG_AITER_MEM_FRACTION_FACTOR
         page = page_size(gpu, gpu_memory_bytes)
-        if any(layer.indexer_head_dim for layer in model.layers):
+        if any(layer.cache.indexer_bytes_per_token for layer in model.layers):
             page = ec.SGLANG_DSA_PAGE_SIZE  # model_overrides/deepseek_v2.py: 64 x index_kpool for DSA on CUDA
         return EngineDefaults(fraction, 0, tier.chunked_prefill_size, page)
 
@@ -384,7 +383,7 @@ def layer_cell_bytes(layer: LayerKVSpec, kv_bytes: int, tp: int) -> int:
     index_head_dim + 4 per 128, uint8) and, with an fp8 cache, the scaled latent of
     `calculate_mla_kv_cache_dim` (`LatentAttention.page_bytes_per_token`) used by flashmla_kv, the Hopper
     default; SM100's trtllm backend keeps the raw 576 (not told apart here: 80 B per layer over)."""
-    return layer_cache(layer).page_bytes_per_token(kv_bytes, tp)
+    return layer.cache.page_bytes_per_token(kv_bytes, tp)
 
 
 def pp_partition(num_layers: int, pp: int) -> list[int]:
@@ -401,9 +400,9 @@ def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> 
         key=lambda s: sum(layer_cell_bytes(layer, kv_bytes, tp) * n for layer, n in s),
     )
     hybrid = is_hybrid_swa(model)
-    windowed = [(layer, n) for layer, n in stage if layer_cache(layer).window is not None]
+    windowed = [(layer, n) for layer, n in stage if layer.cache.window is not None]
     swa = windowed if hybrid else []
-    full = [(layer, n) for layer, n in stage if layer.stores_per_token_kv and (layer, n) not in swa]
+    full = [(layer, n) for layer, n in stage if layer.cache.stores_per_token_kv and (layer, n) not in swa]
     # `mamba_cache_per_req`: conv state (channels / TP, kernel - 1) in bfloat16, SSM state in its dtype
     state = max(
         sum(layer_state_bytes(layer, MAMBA_CONV_BYTES, ssm_bytes, tp, conv_without_current=True) * n for layer, n in s)
@@ -414,7 +413,7 @@ def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> 
         swa_cell=sum(layer_cell_bytes(layer, kv_bytes, tp) * n for layer, n in swa),
         full_layers=sum(n for _, n in full),
         swa_layers=sum(n for _, n in swa),
-        window=max((layer.window_tokens or 0 for layer, _ in swa), default=0),
+        window=max((layer.cache.window or 0 for layer, _ in swa), default=0),
         state_bytes=state,
         state_slots_per_request=mamba_slots_per_request(model),
         hybrid=hybrid and bool(swa) and bool(full),

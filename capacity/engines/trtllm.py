@@ -58,7 +58,7 @@ class TrtllmProfile(ProfileBase):
         return UNSIZED_FEATURES
 
     def unmodelled(self, model: ModelSpec) -> str | None:
-        if any(layer.kind in (KVKind.SLIDING, KVKind.CHUNKED) for layer in model.layers):
+        if any(layer.cache.windowed for layer in model.layers):
             return (
                 "TensorRT-LLM keeps one KV pool per attention window (variable sliding window attention, "
                 "a static split): not modelled, windowed layers sized as full attention"

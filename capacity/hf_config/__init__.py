@@ -11,7 +11,9 @@ How a config becomes a model
   The vision tower (and projector) goes into `extra_params` where the parser knows its structure
   (Llama 4, Gemma 3 SigLIP, Mistral 3 Pixtral, Qwen3.5); otherwise a note says it is not counted.
 * **Layers.** `ModelSpec.layers` holds one `LayerKVSpec` per decoder layer that has a token mixer
-  (attention, MLA, Mamba, gated delta-net), with `index` = the decoder layer index. Nemotron-H's
+  (attention, MLA, Mamba, gated delta-net), with `index` = the decoder layer index and `cache` an
+  instance of its kind's class (`capacity.kv.kinds`: `FullAttention`, `SlidingWindowAttention`,
+  `ChunkedLocalAttention`, `LatentAttention`, `RecurrentState`, `SharedKV`). Nemotron-H's
   MLP-only and MoE-only layers (`-` and `E` in `hybrid_override_pattern`) cache nothing and have
   no `LayerKVSpec`; for every other family `len(layers) == num_layers`. `layer_params` always has
   one entry per decoder layer (`num_layers`).
@@ -24,9 +26,9 @@ How a config becomes a model
   layers are SHARED and read the last non-shared layer of the same attention type. Gemma 4 global
   layers take `global_head_dim` and, with `attention_k_eq_v`, `num_global_key_value_heads` (or
   `per_layer_config`, the form transformers 5 writes).
-* **MLA** (`kv_lora_rank` set: DeepSeek-V2/V3/R1, Kimi-K2, GLM-4.7-Flash): one latent "head" of
-  `kv_lora_rank` (K) + `qk_rope_head_dim` (V); the config's `head_dim` (= qk_rope_head_dim in
-  DeepSeek configs) is never used for KV.
+* **MLA** (`kv_lora_rank` set: DeepSeek-V2/V3/R1, Kimi-K2, GLM-4.7-Flash): one latent of
+  `kv_lora_rank` + `qk_rope_head_dim` per token (`LatentAttention`; the registry stores it as one "head",
+  K = rank, V = rope); the config's `head_dim` (= qk_rope_head_dim in DeepSeek configs) is never used for KV.
 * **State layers** carry per-sequence element counts: Mamba-1 (Jamba) conv = I * d_conv,
   recurrent = I * d_state with I = expand * hidden; Mamba-2 (Nemotron-H) conv =
   (I + 2 * n_groups * d_state) * conv_kernel, recurrent = I * d_state with I = heads * head_dim;

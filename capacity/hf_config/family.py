@@ -13,7 +13,8 @@ from enum import StrEnum
 from typing import Any, NoReturn
 
 from capacity.hf_config.fields import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, Fields
-from capacity.spec import KVKind, LayerKVSpec, LayerParams
+from capacity.kv.kinds import ChunkedLocalAttention, FullAttention, SharedKV, SlidingWindowAttention
+from capacity.spec import LayerKVSpec, LayerParams
 
 
 class Mixer(StrEnum):
@@ -27,7 +28,7 @@ class Mixer(StrEnum):
     NONE = "none"  # MLP-only / MoE-only layers (Nemotron-H): no mixer, no cache
 
 
-_ATTENTION_KV = {Mixer.FULL: KVKind.FULL, Mixer.SLIDING: KVKind.SLIDING, Mixer.CHUNKED: KVKind.CHUNKED}
+_WINDOWED = {Mixer.SLIDING: SlidingWindowAttention, Mixer.CHUNKED: ChunkedLocalAttention}
 
 
 @dataclass(frozen=True)
@@ -39,18 +40,14 @@ class Kind:
 
     @property
     def is_attention(self) -> bool:
-        return self.mixer in _ATTENTION_KV
+        return self.mixer is Mixer.FULL or self.mixer in _WINDOWED
 
     def attention_layer(self, index: int, kv_heads: int, k_dim: int, v_dim: int | None = None) -> LayerKVSpec:
-        kv_kind = _ATTENTION_KV[self.mixer]
-        return LayerKVSpec(
-            index=index,
-            kind=kv_kind,
-            num_kv_heads=kv_heads,
-            k_head_dim=k_dim,
-            v_head_dim=k_dim if v_dim is None else v_dim,
-            window_tokens=self.window if kv_kind is not KVKind.FULL else None,
-        )
+        heads = (kv_heads, k_dim, k_dim if v_dim is None else v_dim)
+        windowed = _WINDOWED.get(self.mixer)
+        if windowed is not None and self.window:
+            return LayerKVSpec(index, windowed(*heads, window_tokens=self.window))
+        return LayerKVSpec(index, FullAttention(*heads))
 
 
 FULL = Kind(Mixer.FULL)
@@ -270,7 +267,7 @@ def apply_kv_sharing(m: Model, layers: list[LayerKVSpec], kinds: list[Kind]) -> 
         source = next((j for j in range(first - 1, -1, -1) if kinds[j].mixer == kinds[i].mixer), None)
         if source is None:
             m.fail(f"layer {i} shares KV but no earlier layer has its type {kinds[i].mixer.value!r}")
-        out.append(LayerKVSpec(index=i, kind=KVKind.SHARED, kv_source_layer=source))
+        out.append(LayerKVSpec(i, SharedKV(kv_source_layer=source)))
     return out
 
 

@@ -23,20 +23,14 @@ from capacity.hf_config.family import (
 )
 from capacity.hf_config.fields import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, Fields
 from capacity.hf_config.moe import sparse_step_layers
-from capacity.spec import KVKind, LayerKVSpec, LayerParams, StateMixer
+from capacity.kv.kinds import RecurrentState, StateMixer
+from capacity.spec import LayerKVSpec, LayerParams
 
 
 def _state_layer(
     index: int, conv_elements: int, recurrent_elements: int, kernel: int, mixer: StateMixer
 ) -> LayerKVSpec:
-    return LayerKVSpec(
-        index=index,
-        kind=KVKind.STATE,
-        conv_state_elements=conv_elements,
-        recurrent_state_elements=recurrent_elements,
-        conv_kernel=kernel,
-        mixer=mixer,
-    )
+    return LayerKVSpec(index, RecurrentState(conv_elements, recurrent_elements, kernel, mixer))
 
 
 class Jamba(Family):

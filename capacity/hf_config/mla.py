@@ -14,7 +14,8 @@ from capacity.hf_config.family import (
     shared_expert_moe,
 )
 from capacity.hf_config.fields import MAX_DIM, MAX_EXPERTS, MAX_HEADS, MAX_LAYERS
-from capacity.spec import KVKind, LayerKVSpec, LayerParams
+from capacity.kv.kinds import LatentAttention
+from capacity.spec import LayerKVSpec, LayerParams
 
 
 class Mla(Family):
@@ -36,17 +37,8 @@ class Mla(Family):
         rope = c.integer("qk_rope_head_dim")
         # DeepSeek-V3.2 sparse attention (DSA): every layer also caches its lightning indexer's key
         index_dim = c.integer("index_head_dim", 0, lo=0, hi=MAX_DIM) if m.family.sparse_indexer else 0
-        layers = [
-            LayerKVSpec(
-                index=i,
-                kind=KVKind.MLA,
-                num_kv_heads=1,
-                k_head_dim=kv_rank,
-                v_head_dim=rope,
-                indexer_head_dim=index_dim,
-            )
-            for i in range(m.num_layers)
-        ]
+        latent = LatentAttention(kv_rank, rope, index_dim)
+        layers = [LayerKVSpec(i, latent) for i in range(m.num_layers)]
         m.kv_heads = 1
         attn = _attention(m) + _indexer(m, index_dim)
         params, moe_total = self._mlp_layers(m, attn)

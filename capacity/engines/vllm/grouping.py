@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from capacity import engine_constants as ec
 from capacity.engines.protocol import PoolRequest
-from capacity.kv.kinds import layer_cache
+from capacity.kv.kinds import group_charge
 from capacity.kv_bytes import layer_state_bytes
 from capacity.numeric import cdiv
 from capacity.parallel import stage_layers
@@ -23,9 +23,10 @@ from capacity.spec import KVKind, LayerKVSpec, ModelSpec, SpecError, StateMixer
 def _state_checkpoint_blocks(layer: LayerKVSpec, gdn_checkpoints: bool, release: ec.VllmRelease) -> int:
     """`num_prefill_checkpoint_blocks` of a state layer's MambaSpec: Mamba-2 mixers export one from 0.32
     (mamba_mixer2.get_kv_cache_spec), GDN mixers when FlashInfer's prefill runs, Mamba-1 none."""
-    if layer.mixer is StateMixer.MAMBA2:
+    mixer = layer.cache.state_mixer
+    if mixer is StateMixer.MAMBA2:
         return 1 if release.mamba2_prefill_checkpoints else 0
-    if layer.mixer is StateMixer.GATED_DELTA_NET and gdn_checkpoints:
+    if mixer is StateMixer.GATED_DELTA_NET and gdn_checkpoints:
         return 1
     return 0
 
@@ -34,7 +35,7 @@ def hybrid_manager_on(model: ModelSpec, release: ec.VllmRelease) -> bool:
     """Whether the release runs this model with the hybrid KV cache manager."""
     if not release.hybrid_kv_cache_manager:
         return False
-    has_chunked = any(layer.kind is KVKind.CHUNKED for layer in model.layers)
+    has_chunked = any(layer.cache.chunked_local for layer in model.layers)
     return release.hybrid_chunked_local or not has_chunked
 
 
@@ -56,18 +57,17 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
     block_size, gdn_checkpoints = r.block_size, r.state_checkpoints
     hybrid = hybrid_manager_on(model, release)
     align_mode = release.mamba_align_with_prefix_caching  # MambaSpec: 2 (+ checkpoint) blocks, else 1
-    cache_of = {layer.index: layer_cache(layer) for layer in model.layers}  # each layer's kind, asked once
     stages = [
-        [layer for layer in stage if layer.stores_per_token_kv or cache_of[layer.index].holds_state]
+        [layer for layer in stage if layer.cache.stores_per_token_kv or layer.cache.holds_state]
         for stage in stage_layers(model, r.pp)
     ]
     layers = [layer for stage in stages for layer in stage]
     if not layers:
         return []
     stage_of = {layer.index: s for s, stage in enumerate(stages) for layer in stage}
-    page_of = {layer.index: cache_of[layer.index].page_bytes_per_token(kv_bytes, tp) for layer in layers}
-    attn_page_per_token = max((page_of[layer.index] for layer in layers if layer.stores_per_token_kv), default=0)
-    state_layers = [layer for layer in layers if cache_of[layer.index].holds_state]
+    page_of = {layer.index: layer.cache.page_bytes_per_token(kv_bytes, tp) for layer in layers}
+    attn_page_per_token = max((page_of[layer.index] for layer in layers if layer.cache.stores_per_token_kv), default=0)
+    state_layers = [layer for layer in layers if layer.cache.holds_state]
     state_page = max(
         (layer_state_bytes(layer, r.act_bytes, r.ssm_bytes, tp, conv_without_current=True) for layer in state_layers),
         default=0,
@@ -79,13 +79,14 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
         # alignment (its smallest kernel block or the cache block size, and in "align" mode the
         # checkpoint grid: FlashInfer GDN's 64), until its page holds the state
         align = max(ec.VLLM_HYBRID_BLOCK_ALIGN, block_size)
-        if align_mode and gdn_checkpoints and any(layer.mixer is StateMixer.GATED_DELTA_NET for layer in state_layers):
+        gdn = any(layer.cache.state_mixer is StateMixer.GATED_DELTA_NET for layer in state_layers)
+        if align_mode and gdn_checkpoints and gdn:
             align = math.lcm(align, ec.VLLM_GDN_CHECKPOINT_ALIGNMENT)
         bs = max(bs, align * cdiv(state_page, align * attn_page_per_token))
     state_blocks = 2 + checkpoints if align_mode else 1
-    kinds = {cache_of[layer.index].spec_key(hybrid) for layer in layers}
+    kinds = {layer.cache.spec_key(hybrid) for layer in layers}
 
-    if len(kinds) == 1 and KVKind.STATE not in {kind for kind, _ in kinds}:
+    if len(kinds) == 1 and not state_layers:
         ((kind, window),) = kinds
         pools: list[KVPool] = []
         for stage in stages:
@@ -100,7 +101,7 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
     # buckets by exact spec: type, window and the bytes of one token (equal specs merge)
     buckets: dict[tuple[KVKind, int | None, int], list[LayerKVSpec]] = {}
     for layer in layers:
-        kind, window = cache_of[layer.index].spec_key(hybrid)
+        kind, window = layer.cache.spec_key(hybrid)
         per_token = page_of[layer.index]
         buckets.setdefault((kind, window, per_token), []).append(layer)
     if any(not stage for stage in stages) and len({per_token for _, _, per_token in buckets if per_token}) > 1:
@@ -121,7 +122,7 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
         group_bs = None
         if per_token and page % (per_token * bs) == 0 and page // (per_token * bs) > 1:
             group_bs = bs * (page // (per_token * bs))  # a smaller page holds more tokens per block
-        held = state_blocks if kind is KVKind.STATE else None
+        held = state_blocks if group_charge(kind).holds_state else None
         for i in range(n_groups):
             groups.append(KVGroup(kind, group_size, window, held, group_bs))
             members_per_group.append(members[i::n_groups])

@@ -56,7 +56,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capacity import engine_constants as ec
-from capacity.kv.kinds import layer_cache
 from capacity.numeric import cdiv
 from capacity.overhead import Overhead
 from capacity.parallel import pp_partition
@@ -240,7 +239,7 @@ def runs_v2_model_runner(model: ModelSpec, version: str) -> bool:
     rule = ec.vllm_runner_rule(version)
     listed = model.architecture in rule.architectures
     moe, hybrid = model.num_experts > 0, model.has_state_layers
-    attention_free = all(layer_cache(layer).holds_state for layer in model.layers)
+    attention_free = all(layer.cache.holds_state for layer in model.layers)
     match rule.default:
         case ec.V2RunnerDefault.NEVER:
             return False

@@ -63,7 +63,7 @@ def block_size(
     rule = (release or ec.vllm_release(None)).mla_block
     if rule is ec.MlaBlockRule.FLASHMLA:
         return ec.VLLM_MLA_BLOCK_SIZE_BLACKWELL if arch == "blackwell" else ec.VLLM_MLA_BLOCK_SIZE_HOPPER
-    if any(layer.indexer_head_dim for layer in model.layers):
+    if any(layer.cache.indexer_bytes_per_token for layer in model.layers):
         # DSA: DeepseekV32IndexerBackend takes kernel blocks of 64 on CUDA, the sparse MLA backends
         # multiples of 64 (or 32): the common block is 64
         return ec.VLLM_DSA_BLOCK_SIZE
@@ -86,6 +86,6 @@ def gdn_prefill_checkpoints(model: ModelSpec, gpu: GpuSku | None, release: ec.Vl
     GPU qualifies."""
     if not release.gdn_prefill_checkpoints or gpu is None or gpu.vendor.lower() != "nvidia":
         return False
-    if not any(layer.mixer is StateMixer.GATED_DELTA_NET for layer in model.layers):
+    if not any(layer.cache.state_mixer is StateMixer.GATED_DELTA_NET for layer in model.layers):
         return False
     return (gpu.architecture or "").lower() in ("hopper", "blackwell")
