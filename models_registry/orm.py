@@ -38,6 +38,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeEngine
 
+from capacity.kv.kinds import KVKind
+
 NAMING_CONVENTION: dict[str, str] = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -51,7 +53,7 @@ Bytes = BigInteger
 Count = BigInteger
 JsonList: TypeEngine[Any] = JSON().with_variant(postgresql.JSONB(), "postgresql")
 
-KV_KINDS = ("full", "sliding", "chunked", "mla", "state", "shared")
+KV_KINDS = tuple(kind.value for kind in KVKind)  # the CHECK list comes from the domain enum, not retyped
 MODEL_SOURCES = ("bundled", "local", "hf-cache", "hub")
 INGEST_SOURCE_KINDS = ("catalog", "dir", "hub")
 INGEST_STATUSES = ("running", "succeeded", "partial", "failed")
