@@ -20,12 +20,10 @@ from typing import Any
 import dagster as dg
 import duckdb
 import pytest
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from models_registry import db
 from pipelines.definitions import nightly_job_def
-from tests.conftest import require_extra
+from tests.conftest import pg_scratch, require_extra
 from tests.test_warehouse_fixtures import PipelineEnv, make_env, warehouse_lock_held
 from warehouse.publish import Warehouse
 
@@ -81,24 +79,17 @@ def dagster_pg(pg_admin_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[s
     """A database of its own for Dagster's storage, exported as deploy/dagster.yaml reads it."""
     require_extra("postgres", "dagster_postgres")
     name = f"capplan_dagster_{uuid.uuid4().hex[:12]}"
-    admin = db.make_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(pg_admin_url)
-    for var, value in {
-        "DAGSTER_PG_HOST": url.host or "127.0.0.1",
-        "DAGSTER_PG_PORT": str(url.port or 5432),
-        "DAGSTER_PG_DB": name,
-        "DAGSTER_PG_USER": url.username or "",
-        "DAGSTER_PG_PASSWORD": url.password or "",
-    }.items():
-        monkeypatch.setenv(var, value)
-    try:
+    with pg_scratch(pg_admin_url, f'CREATE DATABASE "{name}"', f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'):
+        url = make_url(pg_admin_url)
+        for var, value in {
+            "DAGSTER_PG_HOST": url.host or "127.0.0.1",
+            "DAGSTER_PG_PORT": str(url.port or 5432),
+            "DAGSTER_PG_DB": name,
+            "DAGSTER_PG_USER": url.username or "",
+            "DAGSTER_PG_PASSWORD": url.password or "",
+        }.items():
+            monkeypatch.setenv(var, value)
         yield name
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 @pytest.fixture(autouse=True)
