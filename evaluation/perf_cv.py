@@ -235,15 +235,11 @@ def build(rows: Iterable[PerfMeasurement], resolve: Resolver, find_gpu: GpuFinde
 
 @cache
 def _catalog_resolver() -> tuple[Resolver, GpuFinder]:
-    from models_registry.resolve import load_model
+    from models_registry.resolve import spec_and_checkpoint
     from models_registry.sources.gpu_catalog import find_gpu_sku, load_gpu_skus
 
     skus = load_gpu_skus()
-
-    @cache
-    def resolve(repo_id: str) -> tuple[ModelSpec, int | None]:
-        resolved = load_model(repo_id)
-        return resolved.spec, resolved.checkpoint_bytes
+    resolve = cache(spec_and_checkpoint)
 
     def find(gpu_id: str) -> GpuSku:
         return find_gpu_sku(gpu_id, skus)

@@ -167,3 +167,9 @@ def load_model(ref: str, *, session: Session | None = None) -> ResolvedModel:
             f"cache{hint} (or pass a path to a config.json)"
         )
     )
+
+
+def spec_and_checkpoint(ref: str) -> tuple[ModelSpec, int | None]:
+    """`load_model(ref)` as the accuracy studies take a model: its spec and its checkpoint's bytes."""
+    resolved = load_model(ref)
+    return resolved.spec, resolved.checkpoint_bytes

@@ -5,13 +5,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from capacity.dtypes import element_bytes
 from capacity.kv.kinds import PER_TOKEN_KINDS
-from capacity.spec import SpecError
+from capacity.spec import ModelSpec, SpecError
 from models_registry import orm
 from models_registry.resolve import ResolvedModel, registry_row
 from models_registry.sources.gpu_catalog import GpuRecord
@@ -82,29 +83,39 @@ def _kv_elements(kind: str, heads: int, k: int, v: int) -> int:
     return heads * (k + v) if kind in PER_TOKEN_KINDS else 0
 
 
+def _view(ids: orm.Model | ResolvedModel, spec: orm.Model | ModelSpec, **derived: Any) -> ModelView:
+    """A model's view from what a registry row and a resolved model both say: `ids` names the
+    revision, `spec` the shape (a registry row is both); `derived` the fields each works out its own way."""
+    return ModelView(
+        repo_id=ids.repo_id,
+        revision=ids.revision,
+        config_sha256=ids.config_sha256,
+        source=ids.source,
+        family=spec.family,
+        model_type=spec.model_type,
+        architecture=spec.architecture,
+        is_generic=spec.is_generic,
+        fields=_fields(spec),
+        total_params=spec.total_params,
+        active_params=spec.active_params,
+        embedding_params=spec.embedding_params,
+        checkpoint_bytes=ids.checkpoint_bytes,
+        **derived,
+    )
+
+
 def view_from_row(session: Session, row: orm.Model) -> ModelView:
     dtype_bytes = _dtype_bytes(row.torch_dtype)
     layers = row.layers
     kv = sum(_kv_elements(x.kv_kind, x.num_kv_heads, x.k_head_dim, x.v_head_dim) for x in layers) * dtype_bytes
     state = sum(x.conv_state_elements * dtype_bytes + x.recurrent_state_elements * SSM_STATE_BYTES for x in layers)
     history = session.scalars(select(orm.Model).where(orm.Model.repo_id == row.repo_id).order_by(orm.Model.id)).all()
-    return ModelView(
-        repo_id=row.repo_id,
-        revision=row.revision,
-        config_sha256=row.config_sha256,
-        source=row.source,
-        family=row.family,
-        model_type=row.model_type,
-        architecture=row.architecture,
-        is_generic=row.is_generic,
-        fields=_fields(row),
+    return _view(
+        row,
+        row,
         layer_groups=group_layers((x.kv_kind, x.window_tokens) for x in layers),
         kv_bytes_per_token=kv,
         state_bytes_per_sequence=state,
-        total_params=row.total_params,
-        active_params=row.active_params,
-        embedding_params=row.embedding_params,
-        checkpoint_bytes=row.checkpoint_bytes,
         published_parameters=row.published_parameters,
         history=tuple(Revision(h.revision, h.config_sha256, h.source, h.created_at, h.is_current) for h in history),
         notes=(row.notes,) if row.notes else (),
@@ -141,23 +152,12 @@ def view_from_resolved(resolved: ResolvedModel) -> ModelView:
     spec = resolved.spec
     dtype_bytes = _dtype_bytes(spec.torch_dtype)
     ssm_bytes = _dtype_bytes(spec.mamba_ssm_cache_dtype)
-    return ModelView(
-        repo_id=resolved.repo_id,
-        revision=resolved.revision,
-        config_sha256=resolved.config_sha256,
-        source=resolved.source,
-        family=spec.family,
-        model_type=spec.model_type,
-        architecture=spec.architecture,
-        is_generic=spec.is_generic,
-        fields=_fields(spec),
+    return _view(
+        resolved,
+        spec,
         layer_groups=group_layers((str(x.kind), x.cache.window) for x in spec.layers),
         kv_bytes_per_token=sum(x.cache.kv_elements_per_token for x in spec.layers) * dtype_bytes,
         state_bytes_per_sequence=sum(x.cache.state_bytes(dtype_bytes, ssm_bytes) for x in spec.layers),
-        total_params=spec.total_params,
-        active_params=spec.active_params,
-        embedding_params=spec.embedding_params,
-        checkpoint_bytes=resolved.checkpoint_bytes,
         published_parameters=None,
         history=None,
         notes=spec.notes,

@@ -18,6 +18,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -110,17 +111,24 @@ def pg_admin_url() -> str:
 def pg_url(pg_admin_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """An empty schema of its own on the test server (search_path set in the URL); dropped after."""
     schema = f"capplan_test_{uuid.uuid4().hex[:12]}"
-    admin = db.make_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-    url = make_url(pg_admin_url).update_query_dict({"options": f"-csearch_path={schema}"})
-    rendered = url.render_as_string(hide_password=False)
-    monkeypatch.setenv(db.URL_ENV, rendered)
-    try:
+    with pg_scratch(pg_admin_url, f'CREATE SCHEMA "{schema}"', f'DROP SCHEMA "{schema}" CASCADE'):
+        url = make_url(pg_admin_url).update_query_dict({"options": f"-csearch_path={schema}"})
+        rendered = url.render_as_string(hide_password=False)
+        monkeypatch.setenv(db.URL_ENV, rendered)
         yield rendered
+
+
+@contextmanager
+def pg_scratch(admin_url: str, create: str, drop: str) -> Iterator[None]:
+    """Something of a test's own on the PostgreSQL test server (`create`), dropped afterwards (`drop`)."""
+    admin = db.make_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(create))
+    try:
+        yield
     finally:
         with admin.connect() as connection:
-            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+            connection.execute(text(drop))
         admin.dispose()
 
 

@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,13 @@ import pytest
 from typer.testing import CliRunner
 
 from pipelines.cli import app
-from tests.test_warehouse_fixtures import CATALOG_MODELS, PipelineEnv, exported_env, make_env
+from tests.test_warehouse_fixtures import (
+    CATALOG_MODELS,
+    PipelineEnv,
+    exported_env,
+    make_env,
+    warehouse_lock_held,
+)
 from warehouse.sql import example_queries
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -151,34 +156,13 @@ def test_sql_without_a_warehouse_says_how_to_build_one(runner: CliRunner, tmp_pa
     assert runner.invoke(app, ["sql", "select 1", "--format", "xml"]).exit_code == 2
 
 
-HOLD_LOCK = textwrap.dedent(
-    """
-    import sys, time
-    from warehouse.publish import Warehouse
-    Warehouse(sys.argv[1]).lock("other-nightly").acquire()
-    print("locked", flush=True)
-    time.sleep(60)
-    """
-)
-
-
 def test_a_second_nightly_exits_with_a_clear_message(runner: CliRunner, pipeline_env: PipelineEnv) -> None:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(pipeline_env.warehouse)],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=PROJECT_ROOT,
-    )
-    try:
-        assert holder.stdout is not None and "locked" in holder.stdout.readline()
+    with warehouse_lock_held(pipeline_env.warehouse, "other-nightly", 60) as holder:
         result = runner.invoke(app, ["nightly", "--wait", "1"])
         assert result.exit_code == 2
         assert f"pid {holder.pid}" in result.output and "run other-nightly" in result.output
         assert "after waiting 1 s" in result.output
         assert not pipeline_env.warehouse.exists()
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
 
 
 @pytest.mark.slow

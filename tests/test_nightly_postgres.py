@@ -20,13 +20,11 @@ from typing import Any
 import dagster as dg
 import duckdb
 import pytest
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from models_registry import db
 from pipelines.definitions import nightly_job_def
-from tests.conftest import require_extra
-from tests.test_warehouse_fixtures import PipelineEnv, make_env
+from tests.conftest import pg_scratch, require_extra
+from tests.test_warehouse_fixtures import PipelineEnv, make_env, warehouse_lock_held
 from warehouse.publish import Warehouse
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -81,24 +79,17 @@ def dagster_pg(pg_admin_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[s
     """A database of its own for Dagster's storage, exported as deploy/dagster.yaml reads it."""
     require_extra("postgres", "dagster_postgres")
     name = f"capplan_dagster_{uuid.uuid4().hex[:12]}"
-    admin = db.make_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(pg_admin_url)
-    for var, value in {
-        "DAGSTER_PG_HOST": url.host or "127.0.0.1",
-        "DAGSTER_PG_PORT": str(url.port or 5432),
-        "DAGSTER_PG_DB": name,
-        "DAGSTER_PG_USER": url.username or "",
-        "DAGSTER_PG_PASSWORD": url.password or "",
-    }.items():
-        monkeypatch.setenv(var, value)
-    try:
+    with pg_scratch(pg_admin_url, f'CREATE DATABASE "{name}"', f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'):
+        url = make_url(pg_admin_url)
+        for var, value in {
+            "DAGSTER_PG_HOST": url.host or "127.0.0.1",
+            "DAGSTER_PG_PORT": str(url.port or 5432),
+            "DAGSTER_PG_DB": name,
+            "DAGSTER_PG_USER": url.username or "",
+            "DAGSTER_PG_PASSWORD": url.password or "",
+        }.items():
+            monkeypatch.setenv(var, value)
         yield name
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 @pytest.fixture(autouse=True)
@@ -116,6 +107,15 @@ def _fresh_forkserver() -> Iterator[None]:
 def _export(env: PipelineEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in env.env().items():
         monkeypatch.setenv(name, value)
+
+
+def _production(env: PipelineEnv, monkeypatch: pytest.MonkeyPatch) -> PipelineEnv:
+    """`env` exported (read by the step processes, forked from this environment), with
+    deploy/dagster.yaml as its Dagster instance's configuration."""
+    (env.root / "var").mkdir(parents=True)
+    _export(env, monkeypatch)
+    shutil.copyfile(PROJECT_ROOT / "deploy" / "dagster.yaml", env.dagster_home / "dagster.yaml")
+    return env
 
 
 def test_nightly_on_postgres_with_one_process_per_step_twice_equals_in_process(
@@ -137,9 +137,7 @@ def test_nightly_on_postgres_with_one_process_per_step_twice_equals_in_process(
         registry_url=f"sqlite:///{tmp_path / 'multiprocess' / 'var' / 'registry.db'}",
         warehouse=tmp_path / "multiprocess" / "var" / "warehouse.duckdb",
     )
-    (env.root / "var").mkdir(parents=True)
-    _export(env, monkeypatch)  # read by the step processes, forked from this environment
-    shutil.copyfile(PROJECT_ROOT / "deploy" / "dagster.yaml", env.dagster_home / "dagster.yaml")
+    _production(env, monkeypatch)
     recon = dg.reconstructable(nightly_job_def)
     run_ids = []
     with dg.DagsterInstance.from_config(str(env.dagster_home)) as instance:
@@ -170,43 +168,20 @@ def test_nightly_on_postgres_with_one_process_per_step_twice_equals_in_process(
 def test_a_launched_run_fails_before_any_step_while_another_process_holds_the_warehouse(
     tmp_path: Path, dagster_pg: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    env = make_env(tmp_path)
-    (env.root / "var").mkdir(parents=True)
-    _export(env, monkeypatch)
-    shutil.copyfile(PROJECT_ROOT / "deploy" / "dagster.yaml", env.dagster_home / "dagster.yaml")
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time; from warehouse.publish import Warehouse; "
-            "lock = Warehouse(sys.argv[1]).lock('other-run'); lock.acquire(); print('held', flush=True); "
-            "time.sleep(120)",
-            str(env.warehouse),
-        ],
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    env = _production(make_env(tmp_path), monkeypatch)
+    with warehouse_lock_held(env.warehouse, "other-run", 120):
         with dg.DagsterInstance.from_config(str(env.dagster_home)) as instance:
             result = dg.execute_job(dg.reconstructable(nightly_job_def), instance=instance, raise_on_error=False)
         assert not result.success
         assert not [e for e in result.all_events if e.event_type_value == "STEP_START"]
         assert any("another capplan run is refreshing" in repr(e.event_specific_data) for e in result.all_events)
         assert not env.warehouse.exists() and not Warehouse(env.warehouse).builds()
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_a_launched_run_whose_step_fails_publishes_nothing_and_leaves_no_build_or_lock_behind(
     tmp_path: Path, dagster_pg: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    env = make_env(tmp_path)
-    (env.root / "var").mkdir(parents=True)
-    _export(env, monkeypatch)
-    shutil.copyfile(PROJECT_ROOT / "deploy" / "dagster.yaml", env.dagster_home / "dagster.yaml")
+    env = _production(make_env(tmp_path), monkeypatch)
     with dg.DagsterInstance.from_config(str(env.dagster_home)) as instance:
         result = dg.execute_job(  # publish alone, on a fresh build: it finds no raw.models and fails
             dg.reconstructable(nightly_job_def),

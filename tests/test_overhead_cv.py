@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 
-from capacity.spec import ModelSpec
 from evaluation.measurements import compare, load_measurements
 from evaluation.overhead_cv import (
     DERIVED,
@@ -26,21 +25,16 @@ from evaluation.overhead_cv import (
     shipped_scores,
     source_group,
 )
-from models_registry.resolve import load_model
+from models_registry.resolve import spec_and_checkpoint
 from models_registry.sources.gpu_catalog import find_gpu_sku
-
-
-def _resolve(repo_id: str) -> tuple[ModelSpec, int | None]:
-    resolved = load_model(repo_id)
-    return resolved.spec, resolved.checkpoint_bytes
 
 
 @pytest.fixture(scope="module")
 def runs() -> dict[str, tuple[list[Row], Scores, Scores]]:
-    comparisons = compare(load_measurements(), _resolve, find_gpu_sku)
+    comparisons = compare(load_measurements(), spec_and_checkpoint, find_gpu_sku)
     out = {}
     for name, model in (("derived", DERIVED), ("previous", PREVIOUS)):
-        rows = build_rows(comparisons, _resolve, model)
+        rows = build_rows(comparisons, spec_and_checkpoint, model)
         out[name] = (rows, shipped_scores(rows, model), cross_validated_scores(rows, model))
     return out
 

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +25,11 @@ from tests.test_warehouse_fixtures import (
     exported_env,
     make_env,
     materialize_everything,
+    warehouse_lock_held,
 )
 from warehouse.lock import read_owner
 from warehouse.publish import Warehouse
 from warehouse.sql import WAREHOUSE_DIR, columns, header_comment
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -226,27 +221,8 @@ def test_a_failing_blocking_check_publishes_nothing(pipeline_env: PipelineEnv, m
     assert not Warehouse(pipeline_env.warehouse).builds(), "the failed run's build was discarded"
 
 
-HOLD_LOCK = textwrap.dedent(
-    """
-    import sys, time
-    from warehouse.publish import Warehouse
-    lock = Warehouse(sys.argv[1]).lock("holder")
-    lock.acquire()
-    print("locked", flush=True)
-    time.sleep(float(sys.argv[2]))
-    """
-)
-
-
 def test_a_second_run_stops_with_a_clear_message_while_one_runs(pipeline_env: PipelineEnv) -> None:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(pipeline_env.warehouse), "60"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=PROJECT_ROOT,
-    )
-    try:
-        assert holder.stdout is not None and "locked" in holder.stdout.readline()
+    with warehouse_lock_held(pipeline_env.warehouse, "holder", 60) as holder:
         result = materialize_everything(pipeline_env)
         assert not result.success
         failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
@@ -254,25 +230,12 @@ def test_a_second_run_stops_with_a_clear_message_while_one_runs(pipeline_env: Pi
         assert "WarehouseBusy" in failure.step_failure_data.error.cause.cls_name  # type: ignore[union-attr]
         assert f"pid {holder.pid}" in message and "run holder" in message
         assert not pipeline_env.warehouse.exists(), "nothing was published"
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
     assert materialize_everything(pipeline_env).success, "the lock died with its holder"
 
 
 def test_a_second_run_can_wait_for_the_first(pipeline_env: PipelineEnv) -> None:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(pipeline_env.warehouse), "2"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=PROJECT_ROOT,
-    )
-    try:
-        assert holder.stdout is not None and "locked" in holder.stdout.readline()
+    with warehouse_lock_held(pipeline_env.warehouse, "holder", 2):
         assert materialize_everything(pipeline_env, lock_wait_s=60).success
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_checks_are_plain_functions(tmp_path: Path) -> None:

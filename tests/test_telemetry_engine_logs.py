@@ -18,6 +18,7 @@ from telemetry.vllm_log import VLLM
 from tests.test_telemetry_support import FIXTURES, gib, ingest, observations, only_observation, rejects
 
 LOGS = FIXTURES / "logs"
+LLAMA2_A100 = "model: meta-llama/Llama-2-7b-hf\ngpu: A100\n"  # a deployment.yaml sidecar
 
 
 def _log(tmp_path: Path, name: str, extra: dict[str, str] | None = None) -> Path:
@@ -200,15 +201,12 @@ def test_sglang_observation_is_predicted_with_its_release_rules(tmp_path: Path) 
 def test_trtllm_pre_1_0_pool_in_bytes(tmp_path: Path) -> None:
     # TensorRT-LLM issue #1400 (v0.8, a Llama-2-7B-shaped engine on an A100; lines verbatim, the model sidecar is
     # this test's inference: 69,524,783,104 B / 132,608 tokens = 512 KiB = 32 layers x 32 heads x 128 x 2 x fp16)
-    folder = tmp_path / "v08"
-    folder.mkdir()
-    (folder / "startup.log").write_text(
+    log = (
         "[TensorRT-LLM][INFO] [MemUsageChange] TensorRT-managed allocation in IExecutionContext creation: CPU +0, GPU +0, now: CPU 0, GPU 6683 (MiB)\n"
         "[TensorRT-LLM][INFO] Allocate 69524783104 bytes for k/v cache. \n"
         "[TensorRT-LLM][INFO] Using 132608 tokens in paged KV cache.\n"
     )
-    (folder / "deployment.yaml").write_text("model: meta-llama/Llama-2-7b-hf\ngpu: A100\n")
-    obs = only_observation(ingest(tmp_path))
+    obs = only_observation(ingest(tmp_path, {"v08/startup.log": log, "v08/deployment.yaml": LLAMA2_A100}))
     assert obs["engine"] == "trtllm"
     assert obs["kv_cache_memory_bytes"] == 69_524_783_104 and obs["kv_cache_tokens"] == 132_608
 
@@ -216,12 +214,9 @@ def test_trtllm_pre_1_0_pool_in_bytes(tmp_path: Path) -> None:
 def test_trtllm_0_10_tokens_and_bytes_on_one_line(tmp_path: Path) -> None:
     # tensorrtllm_backend#456 (May 2024, TensorRT-LLM main e239adcf): the line verbatim; a Llama-2-7B sidecar
     # stands in for Gemma-7B (not in the catalog): only the parse is under test
-    folder = tmp_path / "v010"
-    folder.mkdir()
-    (folder / "startup.log").write_text(
+    log = (
         "[TensorRT-LLM][INFO] Max KV cache pages per sequence: 25\n"
         "[TensorRT-LLM][INFO] Max tokens in paged KV cache: 117760. Allocating 54022635520 bytes.\n"
     )
-    (folder / "deployment.yaml").write_text("model: meta-llama/Llama-2-7b-hf\ngpu: A100\n")
-    obs = only_observation(ingest(tmp_path))
+    obs = only_observation(ingest(tmp_path, {"v010/startup.log": log, "v010/deployment.yaml": LLAMA2_A100}))
     assert obs["kv_cache_memory_bytes"] == 54_022_635_520 and obs["kv_cache_tokens"] == 117_760

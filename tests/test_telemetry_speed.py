@@ -43,28 +43,39 @@ def _hist(name: str, labels: str, buckets: dict[str, float], total_sum: float) -
     return lines
 
 
+def _scrape(
+    at: str,
+    counters: tuple[float, float, float],
+    itl: tuple[dict[str, float], float],
+    ttft: tuple[dict[str, float], float],
+) -> list[str]:
+    """One vLLM 0.33 scrape of LLAMA: (running requests, generated and prompt token counters), then the
+    inter-token latency and time-to-first-token histograms as (buckets, sum)."""
+    running, generated, prompt = counters
+    return [
+        f"# scraped_at: {at}",
+        f"vllm:num_requests_running{{{LLAMA}}} {running}",
+        f"vllm:generation_tokens_total{{{LLAMA}}} {generated}",
+        f"vllm:prompt_tokens_total{{{LLAMA}}} {prompt}",
+        *_hist("vllm:inter_token_latency_seconds", LLAMA, *itl),
+        *_hist("vllm:time_to_first_token_seconds", LLAMA, *ttft),
+    ]
+
+
 def _two_scrapes() -> str:
     """vLLM 0.33 names, scrapes 600 s apart."""
-    first = [
-        "# scraped_at: 2025-06-02T12:00:00Z",
-        f"vllm:num_requests_running{{{LLAMA}}} 30.0",
-        f"vllm:generation_tokens_total{{{LLAMA}}} 1000000.0",
-        f"vllm:prompt_tokens_total{{{LLAMA}}} 5000000.0",
-        *_hist("vllm:inter_token_latency_seconds", LLAMA,
-               {"0.01": 100, "0.025": 50000, "0.05": 90000, "+Inf": 100000}, 2500.0),
-        *_hist("vllm:time_to_first_token_seconds", LLAMA,
-               {"0.1": 1000, "0.5": 8000, "1.0": 9900, "+Inf": 10000}, 3000.0),
-    ]  # fmt: skip
-    second = [
-        "# scraped_at: 2025-06-02T12:10:00Z",
-        f"vllm:num_requests_running{{{LLAMA}}} 50.0",
-        f"vllm:generation_tokens_total{{{LLAMA}}} 1600000.0",
-        f"vllm:prompt_tokens_total{{{LLAMA}}} 5800000.0",
-        *_hist("vllm:inter_token_latency_seconds", LLAMA,
-               {"0.01": 100, "0.025": 350000, "0.05": 690000, "+Inf": 700000}, 20500.0),
-        *_hist("vllm:time_to_first_token_seconds", LLAMA,
-               {"0.1": 1100, "0.5": 8300, "1.0": 10300, "+Inf": 10400}, 3120.0),
-    ]  # fmt: skip
+    first = _scrape(
+        "2025-06-02T12:00:00Z",
+        (30.0, 1000000.0, 5000000.0),
+        ({"0.01": 100, "0.025": 50000, "0.05": 90000, "+Inf": 100000}, 2500.0),
+        ({"0.1": 1000, "0.5": 8000, "1.0": 9900, "+Inf": 10000}, 3000.0),
+    )
+    second = _scrape(
+        "2025-06-02T12:10:00Z",
+        (50.0, 1600000.0, 5800000.0),
+        ({"0.01": 100, "0.025": 350000, "0.05": 690000, "+Inf": 700000}, 20500.0),
+        ({"0.1": 1100, "0.5": 8300, "1.0": 10300, "+Inf": 10400}, 3120.0),
+    )
     return "\n".join(first + second) + "\n"
 
 

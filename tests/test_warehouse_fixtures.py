@@ -8,7 +8,10 @@ the same environment variables the product reads.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,35 @@ CATALOG_MODELS = (
 )
 CATALOG_GPUS = ("h100-sxm-80gb", "l4-24gb")
 BROKEN_MODEL = "acme/broken-model"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+# A second process that takes the warehouse's lock as run `argv[2]`, says "locked" and holds it
+# for `argv[3]` seconds (or until it is killed).
+HOLD_LOCK = """
+import sys, time
+from warehouse.publish import Warehouse
+Warehouse(sys.argv[1]).lock(sys.argv[2]).acquire()
+print("locked", flush=True)
+time.sleep(float(sys.argv[3]))
+"""
+
+
+@contextmanager
+def warehouse_lock_held(warehouse: Path, owner: str, seconds: float) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding `warehouse`'s lock as run `owner`, for `seconds` at the most; killed
+    on the way out (a lock dies with its holder)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(warehouse), owner, str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=PROJECT_ROOT,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def write_catalog(

@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from capacity import engine_constants as ec
 from capacity.dtypes import GIB
-from capacity.spec import ModelSpec
 from evaluation import cudagraph_estimates as graphs
 from evaluation.measurements import compare, load_measurements
 from evaluation.overhead_cv import (
@@ -38,13 +37,8 @@ from evaluation.overhead_cv import (
     in_sample_scores,
     shipped_scores,
 )
-from models_registry.resolve import load_model
+from models_registry.resolve import spec_and_checkpoint
 from models_registry.sources.gpu_catalog import find_gpu_sku
-
-
-def resolve_model(repo_id: str) -> tuple[ModelSpec, int | None]:
-    resolved = load_model(repo_id)
-    return resolved.spec, resolved.checkpoint_bytes
 
 
 def _fmt(a: Accuracy) -> str:
@@ -95,13 +89,13 @@ def main() -> None:
     if args.engines:
         from tools.engine_log_cv import print_engine_tables
 
-        print_engine_tables(resolve_model, find_gpu_sku, rows=args.rows)
+        print_engine_tables(spec_and_checkpoint, find_gpu_sku, rows=args.rows)
         return
-    comparisons = compare(load_measurements(), resolve_model, find_gpu_sku)
+    comparisons = compare(load_measurements(), spec_and_checkpoint, find_gpu_sku)
     header = "   n  med|e|  1%   5%  med(e)"
     evaluated = []
     for model in (DERIVED, PREVIOUS):
-        rows = build_rows(comparisons, resolve_model, model)
+        rows = build_rows(comparisons, spec_and_checkpoint, model)
         evaluated.append((model, rows, [shipped_scores(rows, model), in_sample_scores(rows, model),
                                         cross_validated_scores(rows, model)]))  # fmt: skip
     for metric in ("pool", "tokens"):
@@ -119,7 +113,7 @@ def main() -> None:
                         print(f"      {r.id[:58]:58} {r.group[:32]:32} shipped {s:+7.2%} cv {e:+7.2%}")
     if args.fit:
         for model in (DERIVED, PREVIOUS):
-            params = fitted_coefficients(build_rows(comparisons, resolve_model, model), model)
+            params = fitted_coefficients(build_rows(comparisons, spec_and_checkpoint, model), model)
             print(f"\n{model.name}: refit on every row")
             for era, p in params.items():
                 print(f"   {era:9} " + ", ".join(f"{k}={v:g}" for k, v in p.items()))

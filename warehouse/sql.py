@@ -90,19 +90,15 @@ _CREATES = re.compile(
 
 def relation_kind(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> str | None:
     """'table', 'view' or None."""
-    if con.execute(
-        "select 1 from duckdb_tables() where schema_name = $schema and table_name = $table "
-        "and database_name = current_database()",
+    row = con.execute(
+        "select table_type from information_schema.tables "
+        "where table_schema = $schema and table_name = $table and table_catalog = current_database()",
         {"schema": layer, "table": table},
-    ).fetchone():
-        return "table"
-    if con.execute(
-        "select 1 from duckdb_views() where schema_name = $schema and view_name = $table "
-        "and database_name = current_database()",
-        {"schema": layer, "table": table},
-    ).fetchone():
-        return "view"
-    return None
+    ).fetchone()
+    return None if row is None else _RELATION_KINDS[row[0]]
+
+
+_RELATION_KINDS = {"BASE TABLE": "table", "VIEW": "view"}  # information_schema.tables.table_type
 
 
 def build_relation(
