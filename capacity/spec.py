@@ -161,8 +161,13 @@ class GpuSku:
         bridges and pre-Hopper NVLink have neither, and their TP > 1 non-torch memory stays the TP = 1 figure."""
         link = (self.interconnect or "").lower()
         arch = (self.architecture or "").lower()
-        return (self.vendor.lower() == "nvidia" and arch.startswith(("hopper", "blackwell"))
-                and link.startswith("nvlink") and "bridge" not in link and not link.startswith("nvlink-c2c"))  # fmt: skip
+        return (
+            self.vendor.lower() == "nvidia"
+            and arch.startswith(("hopper", "blackwell"))
+            and link.startswith("nvlink")
+            and "bridge" not in link
+            and not link.startswith("nvlink-c2c")
+        )
 
     @property
     def peer_link_gpus(self) -> int:

@@ -166,8 +166,10 @@ def with_layout_extra(
     if not extra:
         return weights
     if notes is not None:
-        notes.append(f"weights include {extra / GIB:.2f} GiB per GPU of MXFP4 expert padding and re-layout "
-                     f"({profile.engine.value} {profile.version or ''} on {gpu.id if gpu else 'this GPU'})")  # fmt: skip
+        notes.append(
+            f"weights include {extra / GIB:.2f} GiB per GPU of MXFP4 expert padding and re-layout "
+            f"({profile.engine.value} {profile.version or ''} on {gpu.id if gpu else 'this GPU'})"
+        )
     return replace(
         weights, per_gpu_bytes=weights.per_gpu_bytes + extra, total_bytes=weights.total_bytes + extra * tp * pp
     )

@@ -88,15 +88,7 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
 
     if len(kinds) == 1 and not state_layers:
         ((kind, window),) = kinds
-        pools: list[KVPool] = []
-        for stage in stages:
-            if not stage:
-                continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
-            page_sum = sum(page_of[layer.index] for layer in stage) * bs
-            group = KVGroup(kind, len(stage), window)
-            pools.append(KVPool(PoolUnit.BLOCK, kv_budget_bytes // page_sum if page_sum else 0, bs, (group,),
-                                r.max_num_batched_tokens, page_sum, max_in_flight_tokens=r.max_in_flight_tokens))  # fmt: skip
-        return pools
+        return _uniform_pools(r, stages, page_of, bs, KVGroup(kind, 0, window))
 
     # buckets by exact spec: type, window and the bytes of one token (equal specs merge)
     buckets: dict[tuple[KVKind, int | None, int], list[LayerKVSpec]] = {}
@@ -110,6 +102,56 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
             "vLLM refuses this layout: a pipeline stage holds no cache layer of a model with mixed KV page sizes"
         )
     page = max(attn_page_per_token * bs, state_page)
+    groups, members_per_group, padded = _split_buckets(buckets, page, bs, state_blocks)
+    pools: list[KVPool] = []
+    for s, stage in enumerate(stages):
+        if not stage:
+            continue
+        # every group keeps its block table on every stage, holding that stage's share of its layers
+        on_stage = [sum(1 for layer in members if stage_of[layer.index] == s) for members in members_per_group]
+        unit_bytes = max(on_stage) * page
+        capacity = kv_budget_bytes // unit_bytes if unit_bytes else 0
+        projected = tuple(replace(group, num_layers=n) for group, n in zip(groups, on_stage, strict=True))
+        pools.append(_block_pool(r, capacity, bs, projected, unit_bytes, padded))
+    return pools
+
+
+def _block_pool(
+    r: PoolRequest, capacity_units: int, bs: int, groups: tuple[KVGroup, ...], unit_bytes: int, padded: int = 0
+) -> KVPool:
+    """A stage's block pool: `capacity_units` blocks of `bs` tokens, `unit_bytes` each over its groups."""
+    return KVPool(
+        PoolUnit.BLOCK,
+        capacity_units,
+        bs,
+        groups,
+        r.max_num_batched_tokens,
+        unit_bytes,
+        max_in_flight_tokens=r.max_in_flight_tokens,
+        padded_layer_slots=padded,
+    )
+
+
+def _uniform_pools(
+    r: PoolRequest, stages: list[list[LayerKVSpec]], page_of: dict[int, int], bs: int, group: KVGroup
+) -> list[KVPool]:
+    """One spec type (`UniformTypeKVCacheSpecs`): one group over each stage's layers, each layer its own page."""
+    pools: list[KVPool] = []
+    for stage in stages:
+        if not stage:
+            continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
+        page_sum = sum(page_of[layer.index] for layer in stage) * bs
+        capacity = r.budget_bytes // page_sum if page_sum else 0
+        pools.append(_block_pool(r, capacity, bs, (replace(group, num_layers=len(stage)),), page_sum))
+    return pools
+
+
+def _split_buckets(
+    buckets: dict[tuple[KVKind, int | None, int], list[LayerKVSpec]], page: int, bs: int, state_blocks: int
+) -> tuple[list[KVGroup], list[list[LayerKVSpec]], int]:
+    """`_get_kv_cache_groups_uniform_page_size`: buckets split into groups of equal size (the smallest
+    bucket, or the largest when it is under 1.5x the smallest), layer i of a bucket in group i mod n;
+    returns the groups, each group's layers, and the empty layer slots the short groups were padded with."""
     sizes = [len(members) for members in buckets.values()]
     smallest, largest = min(sizes), max(sizes)
     group_size = largest if largest < 1.5 * smallest else smallest
@@ -126,15 +168,4 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
         for i in range(n_groups):
             groups.append(KVGroup(kind, group_size, window, held, group_bs))
             members_per_group.append(members[i::n_groups])
-    pools = []
-    for s, stage in enumerate(stages):
-        if not stage:
-            continue
-        # every group keeps its block table on every stage, holding that stage's share of its layers
-        on_stage = [sum(1 for layer in members if stage_of[layer.index] == s) for members in members_per_group]
-        unit_bytes = max(on_stage) * page
-        capacity = kv_budget_bytes // unit_bytes if unit_bytes else 0
-        projected = tuple(replace(group, num_layers=n) for group, n in zip(groups, on_stage, strict=True))
-        pools.append(KVPool(PoolUnit.BLOCK, capacity, bs, projected, r.max_num_batched_tokens, unit_bytes,
-                            max_in_flight_tokens=r.max_in_flight_tokens, padded_layer_slots=padded))  # fmt: skip
-    return pools
+    return groups, members_per_group, padded

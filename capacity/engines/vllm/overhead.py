@@ -283,8 +283,14 @@ def overhead_from_buffers(
         per_graph = c.cg_per_graph_tp_custom_ar_bytes if buffers.custom_all_reduce else c.cg_per_graph_tp_nccl_bytes
     cuda_graphs = c.cg_base_bytes + per_graph * buffers.graph_count if graphs_in_budget else 0
     phase = "forward" if forward >= sampler else "sampler"
-    held_parts = [name for name, n in (("MoE workspace", persistent - buffers.sampler_bins_bytes),
-                                       ("penalty bins", buffers.sampler_bins_bytes)) if n]  # fmt: skip
+    held_parts = [
+        name
+        for name, n in (
+            ("MoE workspace", persistent - buffers.sampler_bins_bytes),
+            ("penalty bins", buffers.sampler_bins_bytes),
+        )
+        if n
+    ]
     held = "".join(f"{name} + " for name in held_parts)
     named = (
         ("forward: hidden stream", buffers.hidden_stream_bytes),
@@ -294,13 +300,16 @@ def overhead_from_buffers(
         (f"forward phase x {c.forward_scale:g} (largest sublayer + hidden stream)", forward),
         ("sampler: logits (model dtype)", buffers.logits_bytes if sampler else 0),
         ("sampler: Triton top-k/top-p buffer", buffers.sampler_buffer_bytes if sampler else 0),
-        (f"sampler phase: logits + {buffers.sampler_units:g} fp32 copies (rule of vLLM {buffers.sampler_rule}"
-         f"{'' if not buffers.sampler_buffer_bytes else ' + Triton buffer'})", sampler),
+        (
+            f"sampler phase: logits + {buffers.sampler_units:g} fp32 copies (rule of vLLM {buffers.sampler_rule}"
+            f"{'' if not buffers.sampler_buffer_bytes else ' + Triton buffer'})",
+            sampler,
+        ),
         ("MoE workspace (persistent)", persistent - buffers.sampler_bins_bytes),
         ("sampler: penalty bins (persistent, V2 runner)", buffers.sampler_bins_bytes),
         ("forward: MoE intermediate caches (per call)", 0 if c.moe_workspace_persistent else buffers.moe_legacy_bytes),
         (f"activation peak = {held}max(forward, sampler): {phase}", activation),
-    )  # fmt: skip
+    )
     return Overhead(activation, non_torch, cuda_graphs, tuple((name, n) for name, n in named if n))
 
 
@@ -323,7 +332,16 @@ def vllm_overhead(
     the release's default for the FlashInfer sampler; `peer_link_gpus`, GpuSku's, says whether the custom
     all-reduce runs at TP > 1."""
     c = coefficients or ec.vllm_profiling_coefficients(release)
-    buffers = profiling_buffers(model, tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, nvlink_multicast,
-                                version or release.version, flashinfer_sampler=flashinfer_sampler,
-                                peer_link_gpus=peer_link_gpus)  # fmt: skip
+    buffers = profiling_buffers(
+        model,
+        tp,
+        pp,
+        max_num_batched_tokens,
+        max_num_seqs,
+        act_bytes,
+        nvlink_multicast,
+        version or release.version,
+        flashinfer_sampler=flashinfer_sampler,
+        peer_link_gpus=peer_link_gpus,
+    )
     return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget)

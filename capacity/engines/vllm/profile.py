@@ -40,13 +40,27 @@ from capacity.spec import GpuSku, ModelSpec
 # `--kv-cache-dtype` values vLLM 0.33 accepts (config/cache.py CacheDType): no plain int8 or float32,
 # and 16-bit types spelled out; the ones whose page capplan sizes, and the packed / scaled layouts
 # (per-token-head scales, NVFP4, TurboQuant...) it does not model
-VLLM_KV_DTYPES_SIZED = frozenset({"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc",
-                                  "fp8_ds_mla"})  # fmt: skip
-VLLM_KV_DTYPES_ACCEPTED = VLLM_KV_DTYPES_SIZED | frozenset({
-    "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
-    "octave_k3v4", "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head",
-    "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
-})  # fmt: skip
+VLLM_KV_DTYPES_SIZED = frozenset(
+    {"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"}
+)
+VLLM_KV_DTYPES_ACCEPTED = VLLM_KV_DTYPES_SIZED | frozenset(
+    {
+        "nvfp4_ds_mla",
+        "turboquant_k8v4",
+        "turboquant_4bit_nc",
+        "turboquant_k3v4_nc",
+        "turboquant_3bit_nc",
+        "octave_k3v4",
+        "octave_k3v3",
+        "octave_k3v3_compact",
+        "ultraquant_4bit",
+        "int4_per_token_head",
+        "int8_per_token_head",
+        "fp8_per_token_head",
+        "nvfp4",
+        "nvfp4_4over6",
+    }
+)
 _SPELLED_OUT = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 
 
@@ -100,9 +114,19 @@ class VllmProfile(ProfileBase):
     def overhead(self, inputs: OverheadInputs) -> Overhead:
         """The profiling run as vLLM executes it, each buffer named (capacity/engines/vllm/overhead.py)."""
         i = inputs
-        return vllm_overhead(i.model, i.tp, i.pp, max(i.max_num_batched_tokens, 1), i.max_num_seqs or 256, self.release,
-                             i.act_bytes, nvlink_multicast=i.nvlink_multicast, version=self.version,
-                             flashinfer_sampler=i.flashinfer_sampler, peer_link_gpus=i.peer_link_gpus)  # fmt: skip
+        return vllm_overhead(
+            i.model,
+            i.tp,
+            i.pp,
+            max(i.max_num_batched_tokens, 1),
+            i.max_num_seqs or 256,
+            self.release,
+            i.act_bytes,
+            nvlink_multicast=i.nvlink_multicast,
+            version=self.version,
+            flashinfer_sampler=i.flashinfer_sampler,
+            peer_link_gpus=i.peer_link_gpus,
+        )
 
     def weight_layout_extra_bytes(
         self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, triton_kernels: bool | None = None

@@ -31,8 +31,11 @@ def _is_gb10(gpu: GpuSku | None) -> bool:
     if gpu is None:
         return False
     names = (gpu.id, gpu.name, *gpu.aliases)
-    return any(name.lower().replace(" ", "").replace("-", "").startswith(("gb10", "nvidiagb10")) and "gb100" not in
-               name.lower() for name in names)  # fmt: skip
+    return any(
+        name.lower().replace(" ", "").replace("-", "").startswith(("gb10", "nvidiagb10"))
+        and "gb100" not in name.lower()
+        for name in names
+    )
 
 
 def batch_defaults(
@@ -43,8 +46,11 @@ def batch_defaults(
     is_a100 = gpu is not None and ("a100" in gpu.id.lower() or "a100" in gpu.name.lower())
     if gpu_memory_bytes >= ec.VLLM_HUGE_GPU_MIN_BYTES:
         seqs, batched = huge
-    elif (gpu_memory_bytes >= ec.VLLM_BIG_GPU_MIN_BYTES and not is_a100
-          and not (release.batch_defaults is ec.BatchDefaults.V1_BY_GPU_160_GB10 and _is_gb10(gpu))):  # fmt: skip
+    elif (
+        gpu_memory_bytes >= ec.VLLM_BIG_GPU_MIN_BYTES
+        and not is_a100
+        and not (release.batch_defaults is ec.BatchDefaults.V1_BY_GPU_160_GB10 and _is_gb10(gpu))
+    ):
         seqs, batched = big
     else:
         seqs, batched = small

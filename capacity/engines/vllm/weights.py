@@ -79,12 +79,16 @@ def triton_kernels_decides(gpu: GpuSku | None, vllm_version: str) -> bool:
     on 0.10.2 - 0.11.x, where an install without it runs Marlin and one with it (installed by hand: "users
     have to install triton_kernels manually", vllm#27370, 2025-10-22) the OAI Triton kernels."""
     version = ec.parse_version(vllm_version)
-    return (gpu is not None and (gpu.architecture or "").lower() == "hopper"
-            and TRITON_MXFP4_TORCH_FROM <= version < TRITON_KERNELS_BUNDLED_FROM)  # fmt: skip
+    return (
+        gpu is not None
+        and (gpu.architecture or "").lower() == "hopper"
+        and TRITON_MXFP4_TORCH_FROM <= version < TRITON_KERNELS_BUNDLED_FROM
+    )
 
 
-def mxfp4_backend(gpu: GpuSku | None, vllm_version: str = ec.VLLM_DEFAULT_VERSION,
-                  triton_kernels: bool | None = None) -> Mxfp4Backend:  # fmt: skip
+def mxfp4_backend(
+    gpu: GpuSku | None, vllm_version: str = ec.VLLM_DEFAULT_VERSION, triton_kernels: bool | None = None
+) -> Mxfp4Backend:
     """The backend vLLM selects for gpt-oss's experts on this GPU and release (CUDA/ROCm, default
     settings). `triton_kernels`: whether the OAI Triton kernels ran: True, the package installed beside a
     release that does not bundle it; False, Marlin (the package missing, or VLLM_MXFP4_USE_MARLIN=1 on any
@@ -120,8 +124,9 @@ def expert_layout(gpu: GpuSku | None, vllm_version: str, triton_kernels: bool | 
     if backend is Mxfp4Backend.AITER:
         return ExpertLayout(backend, 256, 256)
     if backend is Mxfp4Backend.TRITON_HOPPER:
-        return ExpertLayout(backend, 64, 1, keeps_checkpoint_scales=version < (0, 25),
-                            pads_scale_groups=version >= (0, 26))  # fmt: skip
+        return ExpertLayout(
+            backend, 64, 1, keeps_checkpoint_scales=version < (0, 25), pads_scale_groups=version >= (0, 26)
+        )
     return ExpertLayout(backend, 64, 1)
 
 
@@ -135,8 +140,9 @@ def _hopper_matrix_bytes(experts: int, rows: int, columns: int, pads_scale_group
     return value_bytes + scale_bytes
 
 
-def expert_layer_bytes(experts: int, intermediate: int, hidden: int, tp: int, layout: ExpertLayout,
-                       biased: bool) -> tuple[int, int]:  # fmt: skip
+def expert_layer_bytes(
+    experts: int, intermediate: int, hidden: int, tp: int, layout: ExpertLayout, biased: bool
+) -> tuple[int, int]:
     """(bytes vLLM keeps, bytes of the checkpoint's format) for one layer's routed experts on one rank:
     w13 (experts, 2I/TP, H) and w2 (experts, H, I/TP), MXFP4 along the last axis, plus the biases."""
     i_rank = intermediate // tp
@@ -157,8 +163,9 @@ def expert_layer_bytes(experts: int, intermediate: int, hidden: int, tp: int, la
     return kept, checkpoint
 
 
-def mxfp4_expert_extra_bytes(model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, vllm_version: str,
-                             triton_kernels: bool | None = None) -> int:  # fmt: skip
+def mxfp4_expert_extra_bytes(
+    model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, vllm_version: str, triton_kernels: bool | None = None
+) -> int:
     """Weight bytes the most loaded rank holds beyond the checkpoint's MXFP4 experts (0 when the experts
     are not MXFP4)."""
     quant = model.quantization
