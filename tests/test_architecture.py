@@ -67,15 +67,12 @@ CYCLES_ALLOWED: list[frozenset[str]] = []
 # --- (c) module length -----------------------------------------------------------------------------
 MAX_MODULE_LINES = 1000
 # module: its line count today, a ceiling (it may shrink, not grow)
-LONG_MODULES_ALLOWED: dict[str, int] = {
-    "capacity.grid": 1582,
-}
+LONG_MODULES_ALLOWED: dict[str, int] = {}
 
 # --- (d) function length ---------------------------------------------------------------------------
 MAX_FUNCTION_LINES = 100  # from the `def` line to the last line of the body
 # "module:Qualified.name": its line count today, a ceiling
 LONG_FUNCTIONS_ALLOWED: dict[str, int] = {
-    "capacity.grid:_sized": 104,
     "pipelines.commands.estimate:estimate": 270,
     "pipelines.commands.nightly:nightly": 126,
 }
