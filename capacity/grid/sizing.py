@@ -7,7 +7,6 @@ from collections.abc import Callable, Sequence
 
 import polars as pl
 
-from capacity import engine_constants as ec
 from capacity.engines import EngineProfile
 from capacity.engines import sglang as sglang_rules
 from capacity.grid.columns import _F64, _I64
@@ -82,14 +81,10 @@ def _stage_capacity(s: int, budget_col: pl.Expr) -> pl.Expr:
         .then(None)
         .when(budget_col <= 0)
         .then(0)
-        .when(den.is_not_null())
-        .then((budget_col.cast(_F64) / den).cast(_I64))  # SGLang hybrid: int(budget / denominator)
+        .when(den.is_not_null())  # SGLang hybrid SWA: the full pool's tokens, aligned once the stage is chosen
+        .then(sglang_rules.hybrid_full_tokens(budget_col, den))
         .when(state.is_not_null())  # SGLang Mamba hybrid: the state pool first, then the KV pool
-        .then(
-            pl.when(sglang_rules.mamba_state_slots(budget_col, state) >= pl.col(f"_state_slots_{s}"))
-            .then(pl.max_horizontal(sglang_rules.mamba_kv_bytes(budget_col, state), pl.lit(0)) // unit)
-            .otherwise(0)
-        )
+        .then(sglang_rules.mamba_pool_pages(budget_col, state, pl.col(f"_state_slots_{s}"), unit))
         .when(unit > 0)
         .then(budget_col // unit)
         .otherwise(0)
@@ -137,24 +132,17 @@ def _sized(
     )
 
     chosen_state = of_tightest("_state")
-    capacity, page = pl.col("_capacity"), pl.col("block_size")
+    capacity, page, window = pl.col("_capacity"), pl.col("block_size"), pl.col("pool_swa_window")
     # SGLang's second pool: the Mamba state slots (a request holds `pool_swa_window` of them), or the
     # hybrid SWA pool (tokens rounded to pages; a request holds min(T, window) of them)
-    is_mamba = chosen_state.is_not_null() & (pl.col("pool_swa_window") > 0)
-    is_swa = (pl.col("pool_swa_window") > 0) & ~is_mamba
-    full_tokens = capacity - capacity % page
-    swa_tokens = (full_tokens.cast(_F64) * ec.SGLANG_SWA_FULL_TOKENS_RATIO).cast(_I64)
-    swa_tokens = swa_tokens - swa_tokens % page
-    # SGLang validate_swa_pool_size: no start when the window + page >= the SWA pool
-    swa_refused = is_swa & (pl.col("pool_swa_window") + page >= swa_tokens)
+    is_mamba = chosen_state.is_not_null() & (window > 0)
+    is_swa = (window > 0) & ~is_mamba
+    full_tokens, swa_tokens = sglang_rules.hybrid_swa_pools(capacity, window, page)
     dep = dep.with_columns(
-        pl.when((budget_col <= 0) | swa_refused).then(0).when(is_swa).then(full_tokens).otherwise(capacity)
-        .alias("num_blocks"),
+        pl.when(budget_col <= 0).then(0).when(is_swa).then(full_tokens).otherwise(capacity).alias("num_blocks"),
         pl.when(budget_col > 0).then(page).otherwise(pl.col("base_block_size")).alias("block_size"),
-        pl.when(is_swa & (budget_col > 0)).then(pl.when(swa_refused).then(0).otherwise(swa_tokens))
-        .when(is_mamba & (budget_col > 0) & (capacity > 0))
-        .then(sglang_rules.mamba_state_slots(budget_col, chosen_state))
-        .when(is_mamba).then(0)
+        pl.when(is_swa & (budget_col > 0)).then(swa_tokens)
+        .when(is_mamba).then(sglang_rules.mamba_pool_slots(budget_col, chosen_state, capacity))
         .alias("pool_swa_capacity"),
         _per_engine(profiles, lambda p: p.start_reserved_units).cast(_I64).alias("_start_reserved"),
         _per_engine(profiles, lambda p: p.refuses_short_pool).cast(pl.Boolean).alias("_refuses_short_pool"),
