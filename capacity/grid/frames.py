@@ -283,7 +283,7 @@ def _frames_of(t: _Tables) -> _Frames:
     )
     sized = partial(
         _sized, overheads=overheads, candidates=candidates, width=width, shapes=shapes, windows=windows,
-        profiles=reg.profiles,
+        profiles=reg.profiles, max_limit=t.max_limit,
     )  # fmt: skip
     allowed = _rows([(*pair, True) for pair in t.allowed], {"_rank": _I64, "gpu_idx": _I64, "_allowed": pl.Boolean})
     return _Frames(full, served, node, model_frame, gpu_frame, sized, allowed, windows, t.rank_base + len(t.layouts))

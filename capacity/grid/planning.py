@@ -8,6 +8,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import product
+from typing import cast
 
 import polars as pl
 
@@ -109,6 +110,11 @@ class _Tables:
     candidates: list[tuple[int, int, bool, list[tuple[int, int, float | None, int | None, int | None]]]] = field(
         default_factory=list
     )
+
+    @property
+    def max_limit(self) -> int:
+        """The largest context limit among `models` (their max_model_len before any fitting)."""
+        return max((cast(int, row[3]) for row in self.models), default=1)
 
 
 def _pool_candidates(

@@ -99,9 +99,11 @@ def _sized(
     shapes: pl.LazyFrame,
     windows: int,
     profiles: Sequence[EngineProfile],
+    max_limit: int | None = None,
 ) -> pl.LazyFrame:
     """Overhead, KV budget, the tightest stage's pool, the max_model_len the engine starts with
-    and the printed KV cache size per deployment."""
+    and the printed KV cache size per deployment. `max_limit`, the largest max_model_len among the
+    rows where known, bounds the steps of the start search (its bit length settles every row)."""
     dep = dep.join(
         overheads,
         on=["model_idx", "engine_idx", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens", "nvlink_multicast",
@@ -152,7 +154,8 @@ def _sized(
     # else the largest length that starts (vLLM's auto-fit; the limit again when none does, and
     # then nothing fits: no budget, or not one block)
     fitted = pl.col("_fitted_len")
-    dep = _largest_starting_len(dep, windows).with_columns(
+    steps = _BISECTION_STEPS + 4 if max_limit is None else max(1, max_limit.bit_length())
+    dep = _largest_starting_len(dep, windows, steps).with_columns(
         pl.when(fitted > 0).then(fitted).otherwise(pl.col("max_model_len")).alias("max_model_len")
     )
 
