@@ -230,15 +230,16 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
         parallel.update(combos)
 
     for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
+        efficiency = [efficiency_for(engine, gpu) for gpu in gpus]  # by engine and GPU only
         for cid, rep in enumerate(representative):
             for g, gpu in enumerate(gpus):
+                eff = efficiency[g]
                 for (tp, pp), (k, kv_dtype) in product(sorted(parallel), enumerate(options.kv_dtypes)):
                     d = profile.defaults(DefaultsRequest(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens, tp, pp,
                                                          kv_dtype))
                     seqs = d.max_num_seqs or None
                     batched = d.max_num_batched_tokens
                     in_flight = profile.max_in_flight_tokens(batched, pp, None)
-                    eff = efficiency_for(engine, gpu)
                     reg.settings.append(
                         (e, cid, tp, pp, k, g, d.gpu_memory_utilization, seqs, batched, in_flight, d.block_size,
                          d.state_checkpoints, eff.memory_bandwidth, eff.compute, eff.step_overhead_s,
