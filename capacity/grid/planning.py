@@ -5,7 +5,7 @@ per-GPU variants, overheads), gathered as rows for the frames (`_Tables`)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import product
 from typing import cast
@@ -299,7 +299,6 @@ def _build_rows(
         dtypes = weight_dtype_choices(spec, options.weight_dtypes)
         vid, kv_spec = reg.kv_view(spec)
         weights: dict[tuple[str, int, int, str], WeightsEstimate] = {}
-        link_kinds = reg.link_kinds
         for tp, pp in combos:
             for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
                 if wanted is not None and not any(g[0] == e for g in wanted):
@@ -307,16 +306,7 @@ def _build_rows(
                 act_dtype = profile.serving_dtype(spec)
                 act_bytes = element_bytes(act_dtype)
                 ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
-                for seqs, batched in sorted(batches.get((engine, cid), ())):
-                    o = None
-                    for multicast, peers in link_kinds:
-                        if o is None or tp > 1:  # the GPU's links move only the TP > 1 terms
-                            o = profile.overhead(OverheadInputs(spec, tp, pp, batched, seqs or None, act_bytes,
-                                                                multicast, peers))  # fmt: skip
-                        t.overheads.append(
-                            (m, e, tp, pp, seqs or None, batched, multicast, peers, o.activation_peak_bytes,
-                             o.non_torch_bytes, o.cuda_graph_bytes, o.total_bytes)
-                        )  # fmt: skip
+                _overhead_rows(t, m, e, profile, spec, tp, pp, act_bytes, batches.get((engine, cid), ()))
                 bases = sorted(block_sizes.get((engine, cid), ()))
                 for k, kv_dtype in enumerate(options.kv_dtypes):
                     if wanted is not None and not any(g[:2] == (e, k) for g in wanted):
@@ -371,6 +361,29 @@ def _build_rows(
                             )  # fmt: skip
                             t.allowed.extend((rank, g) for g in gpu_idxs or ())
     return t
+
+
+def _overhead_rows(
+    t: _Tables,
+    m: int,
+    e: int,
+    profile: EngineProfile,
+    spec: ModelSpec,
+    tp: int,
+    pp: int,
+    act_bytes: int,
+    batches: Iterable[tuple[int, int]],
+) -> None:
+    """The overhead rows of model `m` on engine `e` at TP x PP: one per batch setting and kind of GPU link."""
+    for seqs, batched in sorted(batches):
+        o = None
+        for multicast, peers in t.reg.link_kinds:
+            if o is None or tp > 1:  # the GPU's links move only the TP > 1 terms
+                o = profile.overhead(OverheadInputs(spec, tp, pp, batched, seqs or None, act_bytes, multicast, peers))
+            t.overheads.append(
+                (m, e, tp, pp, seqs or None, batched, multicast, peers, o.activation_peak_bytes,
+                 o.non_torch_bytes, o.cuda_graph_bytes, o.total_bytes)
+            )  # fmt: skip
 
 
 def _weight_variants(
