@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from functools import cache
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -695,8 +696,9 @@ def vllm_release(version: str | None) -> VllmRelease:
     return chosen
 
 
+@cache  # pure, and asked for the same few release strings by every overhead and sampler rule
 def parse_version(text: str) -> tuple[int, ...]:
-    """'0.11.2rc1' -> (0, 11, 2); raises ValueError on a string with no leading number."""
+    """'0.11.2rc1' -> (0, 11, 2); raises ValueError on a string with no leading number (not cached)."""
     parts: list[int] = []
     for piece in text.strip().lstrip("vV").split("."):
         digits = ""

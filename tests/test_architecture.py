@@ -67,20 +67,17 @@ CYCLES_ALLOWED: list[frozenset[str]] = []
 # --- (c) module length -----------------------------------------------------------------------------
 MAX_MODULE_LINES = 1000
 # module: its line count today, a ceiling (it may shrink, not grow)
-LONG_MODULES_ALLOWED: dict[str, int] = {
-    "capacity.grid": 1582,
-}
+LONG_MODULES_ALLOWED: dict[str, int] = {}
 
 # --- (d) function length ---------------------------------------------------------------------------
 MAX_FUNCTION_LINES = 100  # from the `def` line to the last line of the body
 # "module:Qualified.name": its line count today, a ceiling
 LONG_FUNCTIONS_ALLOWED: dict[str, int] = {
-    "capacity.grid:_sized": 104,
 }
 
 # --- (e) `# fmt: skip` -----------------------------------------------------------------------------
 FMT_SKIP_TARGET = 40  # issue 20's bound
-FMT_SKIP_ALLOWED = 28  # today's count in the packages, exact: lower it as skips go, down to the target
+FMT_SKIP_ALLOWED = 27  # today's count in the packages, exact: lower it as skips go, down to the target
 
 # --- (f) engines and layer kinds chosen by comparing strings ---------------------------------------
 ENGINE_NAMES = frozenset({"vllm", "sglang", "trtllm", "plain"})  # compared with anything

@@ -22,6 +22,15 @@ CORE = (
     "capacity.weights",
     "capacity.engines",
     "capacity.estimate",
+    "capacity.grid.columns",
+    "capacity.grid.options",
+    "capacity.grid.speed",
+    "capacity.grid.planning",
+    "capacity.grid.sizing",
+    "capacity.grid.frames",
+    "capacity.grid.contexts",
+    "capacity.grid.limits",
+    "capacity.grid.tables",
     "capacity.grid",
     "capacity.calibration",
     "capacity.explain",
@@ -150,3 +159,13 @@ def test_the_engine_package_root_imports_no_engine() -> None:
         "capacity.engines.protocol",
     }
     assert not (ROOT / "capacity" / "memory.py").exists()
+
+
+def test_the_grid_modules_import_one_way() -> None:
+    """Each module of the `capacity.grid` package imports only the grid modules listed before it in CORE,
+    and CORE lists them all."""
+    grid = tuple(name for name in CORE if name.startswith("capacity.grid."))
+    assert {name for name in _modules() if name.startswith("capacity.grid.")} == set(grid)
+    edges = _graph()
+    wrong = [(name, target) for i, name in enumerate(grid) for target in edges[name] if target in grid[i:]]
+    assert wrong == []

@@ -25,7 +25,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CAPACITY_DIR = Path(capacity.__file__).resolve().parent
 FORMULA_FILES = (
     "estimate.py", "pool.py", "kv_bytes.py", "weights.py", "overhead.py", "dtypes.py", "parallel.py", "numeric.py",
-    "grid.py", "spec.py", "engine_constants.py",
+    "spec.py", "engine_constants.py",
+    *sorted(f"grid/{path.name}" for path in (CAPACITY_DIR / "grid").glob("*.py")),  # the grid package
 )
 
 

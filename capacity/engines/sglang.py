@@ -35,7 +35,7 @@ from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
 from capacity.engines.kinds import Engine
 from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest
 from capacity.kv_bytes import layer_state_bytes
-from capacity.numeric import Num, as_float, truncate
+from capacity.numeric import Num, as_float, at_least, both, choose, negate, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.parallel import stage_layer_counts
 from capacity.pool import KVGroup, KVPool, PoolUnit
@@ -445,26 +445,51 @@ def _floor(value: Num) -> Num:
     return math.floor(value)
 
 
-def mamba_starts(budget_bytes: int, state_bytes: int, slots_per_request: int) -> bool:
-    """`_handle_max_mamba_cache` (max_mamba_cache_size > 0) and `resolve_max_num_reqs` (at least one
-    running request: slots // slots per request >= 1)."""
-    return budget_bytes > 0 and mamba_state_slots(budget_bytes, state_bytes) >= max(1, slots_per_request)
-
-
-def swa_pool_starts(swa_tokens: int, sliding_window: int, page: int) -> bool:
+def swa_pool_starts(swa_tokens: Num, sliding_window: Num, page: Num) -> Num:
     """`MemoryPoolConfigurator.validate_swa_pool_size`: refused when window + page >= the SWA pool."""
-    return not sliding_window or sliding_window + page < swa_tokens
+    return negate(both(sliding_window != 0, sliding_window + page >= swa_tokens))
+
+
+# The pool sizes below are SGLang's rules written once over `capacity.numeric.Num`: `pool_from_cells` calls
+# them with integers, the grid (`capacity.grid.sizing`) with its columns.
+
+
+def hybrid_full_tokens(budget_bytes: Num, swa_denominator: Num) -> Num:
+    """`HybridSWAPoolConfigurator`: the full pool's tokens before page alignment, int(budget / (full cell +
+    ratio x SWA cell)) (`SglangCells.swa_denominator`); 0 without a budget."""
+    return choose(budget_bytes > 0, truncate(as_float(budget_bytes) / swa_denominator), 0)
+
+
+def hybrid_swa_pools(full_tokens: Num, sliding_window: Num, page: Num) -> tuple[Num, Num]:
+    """(full pool tokens, SWA pool tokens) from the full pool's unaligned tokens (`hybrid_full_tokens`): both
+    page-aligned, the SWA pool int(full x `swa_full_tokens_ratio`); (0, 0) where `validate_swa_pool_size`
+    refuses to start (`swa_pool_starts`)."""
+    full = full_tokens - full_tokens % page
+    swa = truncate(as_float(full) * ec.SGLANG_SWA_FULL_TOKENS_RATIO)
+    swa = swa - swa % page
+    refused = both(full > 0, negate(swa_pool_starts(swa, sliding_window, page)))
+    return choose(refused, 0, full), choose(refused, 0, swa)
+
+
+def mamba_pool_pages(budget_bytes: Num, state_bytes: Num, slots_per_request: Num, page_bytes: Num) -> Num:
+    """Pages of the KV pool of a Mamba hybrid: the state pool of K + 1 slots first (`mamba_kv_bytes`), the
+    rest in pages of `page_bytes`; 0 where `_handle_max_mamba_cache` (K > 0) or `resolve_max_num_reqs` (K //
+    slots per request >= 1 running request) refuses to start."""
+    starts = both(budget_bytes > 0, mamba_state_slots(budget_bytes, state_bytes) >= at_least(slots_per_request, 1))
+    kv_bytes = mamba_kv_bytes(budget_bytes, state_bytes)
+    return choose(both(starts, both(kv_bytes > 0, page_bytes > 0)), kv_bytes // at_least(page_bytes, 1), 0)
+
+
+def mamba_pool_slots(budget_bytes: Num, state_bytes: Num, pages: Num) -> Num:
+    """The state slots K of the pool (SGLang's second pool) where the KV pool has `pages` (`mamba_pool_pages`),
+    else 0."""
+    return choose(pages > 0, mamba_state_slots(budget_bytes, state_bytes), 0)
 
 
 def pool_from_cells(c: SglangCells, budget: int, page: int, batched: int) -> KVPool:
     """The pool `calculate_pool_sizes` builds from `budget` bytes (capacity 0 where SGLang refuses to start)."""
     if c.hybrid:
-        full_tokens: int = truncate(budget / c.swa_denominator) if budget > 0 else 0
-        full_tokens -= full_tokens % page
-        swa_tokens: int = int(full_tokens * ec.SGLANG_SWA_FULL_TOKENS_RATIO)
-        swa_tokens -= swa_tokens % page
-        if full_tokens > 0 and not swa_pool_starts(swa_tokens, c.window, page):
-            full_tokens = swa_tokens = 0
+        full_tokens, swa_tokens = hybrid_swa_pools(hybrid_full_tokens(budget, c.swa_denominator), c.window, page)
         return KVPool(PoolUnit.TOKEN, full_tokens, page, (KVGroup(KVKind.FULL, c.full_layers),), batched, c.full_cell,
                       swa_capacity_units=swa_tokens, swa_window_tokens=c.window,
                       swa_bytes_per_full_token=c.swa_denominator)  # fmt: skip
@@ -473,13 +498,10 @@ def pool_from_cells(c: SglangCells, budget: int, page: int, batched: int) -> KVP
     if c.state_bytes:
         # the Mamba state pool as SGLang's second pool: K slots, a request holds `slots_per_request` of them
         # (resolve_max_num_reqs: max_running_requests <= K // slots per request), no start below one request
-        slots = mamba_state_slots(budget, c.state_bytes) if budget > 0 else 0
-        starts = budget > 0 and mamba_starts(budget, c.state_bytes, c.state_slots_per_request)
-        kv_budget = mamba_kv_bytes(budget, c.state_bytes) if starts else 0
-        tokens = kv_budget // cell if cell and kv_budget > 0 else 0
-        tokens -= tokens % page
-        return KVPool(PoolUnit.TOKEN, tokens // page, page, groups, batched, cell * page,
-                      state_bytes_per_sequence=c.state_bytes, swa_capacity_units=slots if tokens > 0 else 0,
+        pages = mamba_pool_pages(budget, c.state_bytes, c.state_slots_per_request, cell * page)
+        return KVPool(PoolUnit.TOKEN, pages, page, groups, batched, cell * page,
+                      state_bytes_per_sequence=c.state_bytes,
+                      swa_capacity_units=mamba_pool_slots(budget, c.state_bytes, pages),
                       swa_window_tokens=c.state_slots_per_request)  # fmt: skip
     tokens = budget // cell if cell and budget > 0 else 0
     tokens -= tokens % page

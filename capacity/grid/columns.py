@@ -1,0 +1,72 @@
+"""The grid's columns: the published grid (GRID_COLUMNS), the pool and speed columns that travel with
+the deployments, the column split of `GridTables`, and the dtypes of the frames."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from capacity.columns import CONTEXT_COLUMNS, DEPLOYMENT_KEYS, GRID_COLUMNS  # re-exported for the grid modules
+
+# DEPLOYMENT_KEYS, CONTEXT_COLUMNS, GRID_COLUMNS and their dtypes (grid_schema, grid_select): capacity.columns
+# The pool's charge terms (`KVPool.charge_terms`), carried after GRID_COLUMNS so that
+# `build_context_limits` can evaluate any context; `pool_window_{j}_groups/_held` follow, one pair
+# per distinct window of the models in the build. Not part of the published grid.
+POOL_COLUMNS = (
+    "pool_unit_bytes",  # bytes of one unit of the tightest stage (`KVPool.unit_bytes`): what a resized budget divides
+    "pool_max_num_batched_tokens",
+    "pool_max_in_flight_tokens",
+    "pool_fixed_units",
+    "pool_per_block_groups",
+    "pool_num_groups",
+    "pool_swa_capacity",
+    "pool_swa_window",
+)
+
+_WINDOW_PARTS = ("groups", "held", "block_size")
+# The speed model's per-rank terms (`capacity.performance.RankTerms`) carried from the layouts to the
+# context rows, and the GPU's and engine's: internal columns, not part of the published grid.
+PERF_WINDOW_SLOTS = 4  # windowed layer groups of distinct windows a layout's speed keeps apart
+_PERF_LAYOUT = (
+    "perf_dense_bytes", "perf_expert_bytes", "perf_active_params", "perf_full_kv", "perf_attn_full",
+    "perf_layers", "perf_act_bytes", "perf_fp8_gemm",
+    *(f"perf_win_{j}_{part}" for j in range(PERF_WINDOW_SLOTS) for part in ("tokens", "kv", "attn")),
+)  # fmt: skip
+_PERF_KV = ("perf_num_experts", "perf_experts_per_token", "perf_hidden")
+_PERF_GPU = ("perf_bandwidth", "perf_bf16_flops", "perf_fp8_flops", "perf_link")
+_PERF_SETTINGS = ("perf_eff_memory", "perf_eff_compute", "perf_step_s", "perf_allreduce_s")
+_PERF_PARALLEL = ("perf_tp", "perf_pp")  # copies of tp / pp that travel with the narrow deployment rows
+PERF_COLUMNS = (*_PERF_LAYOUT, *_PERF_KV, *_PERF_GPU, *_PERF_SETTINGS, *_PERF_PARALLEL)
+_I64 = pl.Int64
+_F64 = pl.Float64
+_STR = pl.String
+_CAT = pl.Categorical
+Schema = dict[str, pl.DataType | type[pl.DataType]]
+
+
+LAYOUT_COLUMNS = (
+    "model",
+    "model_family",
+    "engine",
+    "engine_version",
+    "weight_dtype",
+    "kv_dtype",
+    "tp",
+    "pp",
+    "num_gpus",
+    "weight_format",
+    "kv_cache_dtype",
+    "weights_source",
+    "not_modelled",
+    "kv_bytes_per_token",
+    "kv_bytes_per_token_per_gpu",
+    "state_bytes_per_sequence_per_gpu",
+    "weights_bytes_per_gpu",
+)
+GPU_COLUMNS = ("gpu", "gpu_memory_bytes")
+# what a deployment does not share with its layout and GPU
+DEPLOYMENT_ONLY_COLUMNS = tuple(
+    c for c in GRID_COLUMNS if c not in (*DEPLOYMENT_KEYS, *CONTEXT_COLUMNS, *LAYOUT_COLUMNS, *GPU_COLUMNS)
+)
+
+_ID = pl.Int32
+TABLE_CONTEXT_COLUMNS = tuple("max_concurrency_e4" if c == "max_concurrency" else c for c in CONTEXT_COLUMNS)

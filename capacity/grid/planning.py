@@ -1,0 +1,401 @@
+"""The per-layout part, in Python: the scalar helpers called once per distinct input (engine settings
+per model class x GPU x TP x PP, the KV side of a KV structure, pool shapes, weights and their
+per-GPU variants, overheads), gathered as rows for the frames (`_Tables`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import product
+from typing import cast
+
+import polars as pl
+
+from capacity.dtypes import element_bytes, kv_element_bytes
+from capacity.engines import DefaultsRequest, EngineProfile, PoolRequest
+from capacity.engines.registry import engine_profile
+from capacity.grid.options import GridModel, GridOptions, grid_contexts, weight_dtype_choices
+from capacity.grid.speed import _perf_layout_row
+from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
+from capacity.overhead import OverheadInputs
+from capacity.parallel import valid_tp_sizes
+from capacity.performance import efficiency_for
+from capacity.pool import KVPool, PoolUnit
+from capacity.spec import GpuSku, ModelSpec, SpecError, StateMixer
+from capacity.weights import WeightsEstimate, estimate_weights, with_layout_extra
+
+# --- the per-layout part: the scalar helpers, called once per distinct input ----------------------
+
+
+# (shape id, bytes per unit, SGLang SWA denominator, SGLang Mamba state bytes per slot and slots per
+# request) per stage
+_Candidates = list[tuple[int, int, float | None, int | None, int | None]]
+# bytes per token (whole model, per GPU), state bytes per sequence, (base block size, state checkpoints, candidates) or None
+_KVSide = tuple[int, int, int, list[tuple[int, bool, _Candidates]] | None]
+
+
+@dataclass(slots=True)
+class _Registry:
+    """What every model of a build shares, whichever chunk of the fleet it is planned in: the engine
+    settings per (engine, model class, TP, PP, GPU), the pool shapes and the KV side of layouts."""
+
+    options: GridOptions
+    profiles: tuple[EngineProfile, ...]  # one per options.engines
+    gpus: Sequence[GpuSku]
+    model_class: list[int] = field(default_factory=list)  # per model of the build
+    plans: list[tuple[list[tuple[int, int]], dict[int, int | None]]] = field(default_factory=list)
+    settings: list[tuple[object, ...]] = field(default_factory=list)
+    batches: dict[tuple[str, int], set[tuple[int, int]]] = field(default_factory=dict)
+    block_sizes: dict[tuple[str, int], set[tuple[int, bool]]] = field(default_factory=dict)
+    shapes: list[tuple[int, int, int, int, int, int, tuple[tuple[int, int, int], ...]]] = field(default_factory=list)
+    shape_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
+    # the KV side of a layout depends on the model's layers only (not its parameter counts): models
+    # that share them (fine-tunes, re-quantizations) share these results, keyed by `kv_view` id
+    kv_views: dict[ModelSpec, int] = field(default_factory=dict)
+    kv_specs: list[ModelSpec] = field(default_factory=list)
+    kv_cache: dict[tuple[object, ...], object] = field(default_factory=dict)
+    kv_sides: dict[tuple[int, str, int, int, int, int], _KVSide] = field(default_factory=dict)
+    # held while rows are built from, or added to, the registry (chunks are planned in two threads)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    # the GPU frame and the settings served per GPU (`frames.served_frames`), built once per build
+    served: tuple[pl.DataFrame, pl.DataFrame] | None = None
+
+    @property
+    def link_kinds(self) -> tuple[tuple[bool, int], ...]:
+        """The (`GpuSku.nvlink_multicast`, `GpuSku.peer_link_gpus`) pairs among the GPUs (the overhead differs
+        by them at TP > 1: non-torch memory, and the custom all-reduce's CUDA-graph charge)."""
+        return tuple(sorted({(gpu.nvlink_multicast, gpu.peer_link_gpus) for gpu in self.gpus}))
+
+    def kv_view(self, spec: ModelSpec) -> tuple[int, ModelSpec]:
+        """(id, spec) of the model's KV structure: the spec without its parameter counts, one object
+        per distinct structure. The KV helpers are called with this view, never with the spec, so a
+        helper that ever read a parameter count would disagree with `estimate` in the tests."""
+        view = replace(
+            spec, layer_params=(), embedding_params=0, lm_head_params=0, final_norm_params=0, extra_params=0, notes=()
+        )
+        found = self.kv_views.get(view)
+        if found is None:
+            found = self.kv_views[view] = len(self.kv_views)
+            self.kv_specs.append(view)
+        return found, self.kv_specs[found]
+
+    def shape(self, pool: KVPool, swa_window: int) -> int:
+        """Id of a pool shape: block size and charge terms (what a sequence of T tokens takes)."""
+        terms = pool.charge_terms()
+        key = (pool.block_size, terms.fixed_units, terms.per_block_groups, terms.windowed, len(pool.groups), swa_window)
+        found = self.shape_ids.get(key)
+        if found is None:
+            found = self.shape_ids[key] = len(self.shape_ids)
+            self.shapes.append(
+                (found, pool.block_size, terms.fixed_units, terms.per_block_groups, len(pool.groups), swa_window, terms.windowed)
+            )  # fmt: skip
+        return found
+
+
+@dataclass(slots=True)
+class _Tables:
+    """Rows of the small frames built in Python for some models of a build; the deployment frame is
+    their join (with the registry's settings and shapes)."""
+
+    reg: _Registry
+    rank_base: int = 0  # the first layout's `_rank`
+    kv_base: int = 0  # the first KV layout's `kv_id`
+    models: list[tuple[object, ...]] = field(default_factory=list)
+    node: list[tuple[object, ...]] = field(default_factory=list)
+    kv_layouts: list[tuple[object, ...]] = field(default_factory=list)
+    layouts: list[tuple[object, ...]] = field(default_factory=list)
+    allowed: list[tuple[int, int]] = field(default_factory=list)  # (_rank, gpu_idx) of GPU-specific layouts
+    overheads: list[tuple[object, ...]] = field(default_factory=list)
+    candidates: list[tuple[int, int, bool, list[tuple[int, int, float | None, int | None, int | None]]]] = field(
+        default_factory=list
+    )
+
+    @property
+    def max_limit(self) -> int:
+        """The largest context limit among `models` (their max_model_len before any fitting)."""
+        return max((cast(int, row[3]) for row in self.models), default=1)
+
+
+def _pool_candidates(
+    t: _Registry,
+    profile: EngineProfile,
+    spec: ModelSpec,
+    kv_bytes: int,
+    ssm_bytes: int,
+    act_bytes: int,
+    tp: int,
+    pp: int,
+    base_block_size: int,
+    state_checkpoints: bool,
+) -> list[tuple[int, int, float | None, int | None, int | None]]:
+    """(shape id, bytes per unit, SGLang SWA denominator, SGLang Mamba state bytes and slots) of each pipeline
+    stage's pool, first occurrences in stage order: the deployment's budget decides which stage is the
+    tightest."""
+    found: list[tuple[int, int, float | None, int | None, int | None]] = []
+    pools = profile.stage_pools(
+        PoolRequest(spec, 0, kv_bytes, ssm_bytes, act_bytes, tp, pp, base_block_size, 0, 0, state_checkpoints)
+    )
+    for pool in pools:
+        state = pool.state_bytes_per_sequence if pool.unit is PoolUnit.TOKEN and pool.state_bytes_per_sequence else None
+        slots = pool.swa_window_tokens if state is not None else None  # state slots a request holds
+        candidate = (t.shape(pool, pool.swa_window_tokens), pool.unit_bytes, pool.swa_bytes_per_full_token, state,
+                     slots)  # fmt: skip
+        if candidate not in found:
+            found.append(candidate)
+    return found
+
+
+def _kv_side(
+    t: _Registry,
+    vid: int,
+    spec: ModelSpec,
+    profile: EngineProfile,
+    kv_bytes: int,
+    ssm_bytes: int,
+    act_bytes: int,
+    tp: int,
+    pp: int,
+    bases: list[tuple[int, bool]],
+) -> _KVSide:
+    """Bytes per token (whole model, per GPU), state bytes per sequence and, per base block size,
+    the pool candidates of one KV layout of the KV view `vid` (`spec`); None for the candidates
+    where the scalar engine refuses the layout (it raises)."""
+    memo = t.kv_cache
+    key: tuple[object, ...] = ("token", vid, kv_bytes)
+    per_token = memo.get(key)
+    if per_token is None:
+        per_token = memo[key] = kv_bytes_per_token(spec, kv_bytes)
+    key = ("token_gpu", vid, kv_bytes, tp, pp)
+    per_token_gpu = memo.get(key)
+    if per_token_gpu is None:
+        per_token_gpu = memo[key] = kv_bytes_per_token_per_gpu(spec, kv_bytes, tp, pp)
+    without_current = profile.conv_state_without_current
+    key = ("state", vid, act_bytes, ssm_bytes, tp, pp, without_current)
+    state = memo.get(key)
+    if state is None:
+        state = memo[key] = state_bytes_per_sequence_per_gpu(
+            spec, act_bytes, ssm_bytes, tp, pp, conv_without_current=without_current
+        )
+    assert isinstance(per_token, int) and isinstance(per_token_gpu, int) and isinstance(state, int)
+    try:
+        found = [
+            (
+                base,
+                checkpoints,
+                _pool_candidates(t, profile, spec, kv_bytes, ssm_bytes, act_bytes, tp, pp, base, checkpoints),
+            )
+            for base, checkpoints in bases
+        ]
+    except (ValueError, SpecError):
+        return per_token, per_token_gpu, state, None
+    return per_token, per_token_gpu, state, found
+
+
+def _state_mixers(spec: ModelSpec) -> frozenset[StateMixer]:
+    return frozenset(layer.cache.state_mixer for layer in spec.layers if layer.cache.state_mixer is not None)
+
+
+def _has_indexer(spec: ModelSpec) -> bool:
+    return any(layer.cache.indexer_bytes_per_token for layer in spec.layers)
+
+
+def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
+    return tuple(
+        engine_profile(engine, options.engine_version(engine)) for engine in options.engines
+    )
+
+
+def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions) -> _Registry:
+    reg = _Registry(options, _profiles(options), gpus)
+    gpns = sorted({gpu.gpus_per_node for gpu in gpus})
+    # the engines' defaults read four facts of a model (its context limit, for vLLM's v0 batch rule;
+    # whether it is MLA and whether it has a sparse-attention indexer, for the block size; its state
+    # mixers, for prefill checkpoints): one representative per combination of facts is asked
+    classes: dict[tuple[int, bool, frozenset[StateMixer], bool], int] = {}
+    representative: list[ModelSpec] = []
+    parallel: set[tuple[int, int]] = set()
+    for gm in models:
+        key = (gm.spec.context_limit_tokens, gm.spec.is_mla, _state_mixers(gm.spec), _has_indexer(gm.spec))
+        if key not in classes:
+            classes[key] = len(classes)
+            representative.append(gm.spec)
+        reg.model_class.append(classes[key])
+        valid = valid_tp_sizes(gm.spec, options.tp_sizes)
+        node = {gpn: max((tp for tp in valid if tp <= gpn), default=None) for gpn in gpns}
+        combos = [(tp, 1) for tp in valid]
+        for tp in sorted({tp for tp in node.values() if tp is not None}):
+            combos += [(tp, pp) for pp in options.pp_sizes if pp <= gm.spec.num_layers]
+        reg.plans.append((combos, node))
+        parallel.update(combos)
+
+    for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
+        efficiency = [efficiency_for(engine, gpu) for gpu in gpus]  # by engine and GPU only
+        for cid, rep in enumerate(representative):
+            for g, gpu in enumerate(gpus):
+                eff = efficiency[g]
+                for (tp, pp), (k, kv_dtype) in product(sorted(parallel), enumerate(options.kv_dtypes)):
+                    d = profile.defaults(DefaultsRequest(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens, tp, pp,
+                                                         kv_dtype))
+                    seqs = d.max_num_seqs or None
+                    batched = d.max_num_batched_tokens
+                    in_flight = profile.max_in_flight_tokens(batched, pp, None)
+                    reg.settings.append(
+                        (e, cid, tp, pp, k, g, d.gpu_memory_utilization, seqs, batched, in_flight, d.block_size,
+                         d.state_checkpoints, eff.memory_bandwidth, eff.compute, eff.step_overhead_s,
+                         eff.allreduce_latency_s)
+                    )
+                    reg.batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
+                    reg.block_sizes.setdefault((engine, cid), set()).add((d.block_size, d.state_checkpoints))
+    return reg
+
+
+# for the PP > 1 layouts planned after the PP = 1 deployments are sized: per model (index in the
+# chunk), the node TPs and the (engine, KV dtype, weight dtype) indices where PP = 1 does not fit
+_PPGroups = Mapping[int, tuple[set[int], set[tuple[int, int, int]]]]
+
+
+def _build_tables(
+    reg: _Registry,
+    models: Sequence[GridModel],
+    first: int = 0,
+    *,
+    pp1_only: bool = False,
+    pp_groups: _PPGroups | None = None,
+    rank_base: int = 0,
+    kv_base: int = 0,
+) -> _Tables:
+    """The rows of `models`, models first..first + len(models) - 1 of the registry's build: every
+    layout, only the PP = 1 ones (`pp1_only`) or only the PP > 1 ones of `pp_groups`."""
+    with reg.lock:
+        return _build_rows(reg, models, first, pp1_only, pp_groups, _Tables(reg, rank_base, kv_base))
+
+
+def _build_rows(
+    reg: _Registry,
+    models: Sequence[GridModel],
+    first: int,
+    pp1_only: bool,
+    pp_groups: _PPGroups | None,
+    t: _Tables,
+) -> _Tables:
+    options = reg.options
+    batches, block_sizes = reg.batches, reg.block_sizes
+    wanted: set[tuple[int, int, int]] | None = None
+    for m, gm in enumerate(models):
+        spec = gm.spec
+        cid = reg.model_class[first + m]
+        combos, node = reg.plans[first + m]
+        if pp1_only:
+            combos = [(tp, pp) for tp, pp in combos if pp == 1]
+        elif pp_groups is not None:
+            if m not in pp_groups:
+                continue
+            tps, wanted = pp_groups[m]
+            combos = [(tp, pp) for tp, pp in combos if pp > 1 and tp in tps]
+        contexts = grid_contexts(spec.context_limit_tokens, options.min_context)
+        t.models.append((m, gm.repo_id, spec.family, spec.context_limit_tokens, contexts[0], contexts))
+        t.node.extend((m, gpn, tp) for gpn, tp in node.items())
+        dtypes = weight_dtype_choices(spec, options.weight_dtypes)
+        vid, kv_spec = reg.kv_view(spec)
+        weights: dict[tuple[str, int, int, str], WeightsEstimate] = {}
+        for tp, pp in combos:
+            for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
+                if wanted is not None and not any(g[0] == e for g in wanted):
+                    continue
+                act_dtype = profile.serving_dtype(spec)
+                act_bytes = element_bytes(act_dtype)
+                ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
+                _overhead_rows(t, m, e, profile, spec, tp, pp, act_bytes, batches.get((engine, cid), ()))
+                bases = sorted(block_sizes.get((engine, cid), ()))
+                for k, kv_dtype in enumerate(options.kv_dtypes):
+                    if wanted is not None and not any(g[:2] == (e, k) for g in wanted):
+                        continue
+                    kv_bytes = kv_element_bytes(kv_dtype, act_dtype)
+                    side_key = (vid, engine, kv_bytes, act_bytes, tp, pp)
+                    side = reg.kv_sides.get(side_key)
+                    if side is None:
+                        side = reg.kv_sides[side_key] = _kv_side(
+                            reg,
+                            vid,
+                            kv_spec,
+                            profile,
+                            kv_bytes,
+                            ssm_bytes,
+                            act_bytes,
+                            tp,
+                            pp,
+                            bases,
+                        )
+                    per_token, per_token_gpu, state, found = side
+                    if found is None:
+                        # the scalar engine cannot size this layout either (e.g. a pipeline stage
+                        # that holds only KV-shared layers): no rows rather than rows it would not give
+                        continue
+                    kv_id = t.kv_base + len(t.kv_layouts)
+                    candidates = [(kv_id, base, checkpoints, stages) for base, checkpoints, stages in found]
+                    t.candidates.extend(candidates)
+                    t.kv_layouts.append(
+                        (kv_id, m, cid, e, k, engine, profile.version, kv_dtype, tp, pp,
+                         kv_dtype.startswith("fp8"),
+                         act_dtype if kv_dtype == "auto" else kv_dtype,
+                         per_token, per_token_gpu, state, profile.unmodelled(spec),
+                         spec.num_experts, spec.num_experts_per_token, spec.hidden_size)
+                    )  # fmt: skip
+                    for weight_dtype, w_fp8, w_fp4 in dtypes:
+                        w_idx = options.weight_dtypes.index(weight_dtype)
+                        if wanted is not None and (e, k, w_idx) not in wanted:
+                            continue
+                        wkey = (weight_dtype, tp, pp, act_dtype)
+                        if wkey not in weights:
+                            # `engine` reaches the weights only through the serving dtype
+                            weights[wkey] = estimate_weights(spec, weight_dtype, tp, pp, gm.checkpoint_bytes, engine)
+                        w = weights[wkey]
+                        for per_gpu_bytes, gpu_idxs in _weight_variants(reg, profile, spec, tp, pp, w):
+                            variant = w if per_gpu_bytes == w.per_gpu_bytes else replace(w, per_gpu_bytes=per_gpu_bytes)
+                            perf = _perf_layout_row(spec, tp, pp, weight_dtype, engine, variant, kv_bytes)
+                            rank = t.rank_base + len(t.layouts)
+                            t.layouts.append(
+                                (rank, kv_id, w_idx, weight_dtype, w_fp8, w_fp4, w.format_name, w.source,
+                                 per_gpu_bytes, gpu_idxs is not None, *perf)
+                            )  # fmt: skip
+                            t.allowed.extend((rank, g) for g in gpu_idxs or ())
+    return t
+
+
+def _overhead_rows(
+    t: _Tables,
+    m: int,
+    e: int,
+    profile: EngineProfile,
+    spec: ModelSpec,
+    tp: int,
+    pp: int,
+    act_bytes: int,
+    batches: Iterable[tuple[int, int]],
+) -> None:
+    """The overhead rows of model `m` on engine `e` at TP x PP: one per batch setting and kind of GPU link."""
+    for seqs, batched in sorted(batches):
+        o = None
+        for multicast, peers in t.reg.link_kinds:
+            if o is None or tp > 1:  # the GPU's links move only the TP > 1 terms
+                o = profile.overhead(OverheadInputs(spec, tp, pp, batched, seqs or None, act_bytes, multicast, peers))
+            t.overheads.append(
+                (m, e, tp, pp, seqs or None, batched, multicast, peers, o.activation_peak_bytes,
+                 o.non_torch_bytes, o.cuda_graph_bytes, o.total_bytes)
+            )  # fmt: skip
+
+
+def _weight_variants(
+    reg: _Registry, profile: EngineProfile, spec: ModelSpec, tp: int, pp: int, w: WeightsEstimate
+) -> list[tuple[int, tuple[int, ...] | None]]:
+    """The layout's weights per GPU as `memory.with_layout_extra` gives them: one value for every GPU
+    (None: no restriction), or one per group of GPUs whose kernels lay the weights out alike."""
+    if w.format_name != "mxfp4":  # with_layout_extra's own condition, checked once rather than per GPU
+        return [(w.per_gpu_bytes, None)]
+    by_bytes: dict[int, list[int]] = {}
+    for g, gpu in enumerate(reg.gpus):
+        by_bytes.setdefault(with_layout_extra(w, profile, spec, tp, pp, gpu).per_gpu_bytes, []).append(g)
+    if len(by_bytes) <= 1:
+        return [(next(iter(by_bytes), w.per_gpu_bytes), None)]
+    return [(per_gpu, tuple(gpus)) for per_gpu, gpus in by_bytes.items()]

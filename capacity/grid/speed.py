@@ -1,0 +1,74 @@
+"""The speed columns: a layout's `capacity.performance.rank_terms` as row values, and TPOT / output
+tokens per second of the context rows (the same formulas, on columns)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from capacity.grid.columns import _F64, PERF_COLUMNS, PERF_WINDOW_SLOTS
+from capacity.performance import PerfEfficiency, PerfInputs, rank_terms, tpot_seconds
+from capacity.spec import ModelSpec
+from capacity.weights import WeightsEstimate
+
+
+def _perf_layout_row(
+    spec: ModelSpec, tp: int, pp: int, weight_dtype: str, engine: str, w: WeightsEstimate, kv_bytes: int
+) -> tuple[object, ...]:
+    """`capacity.performance.rank_terms` of one layout as the row's perf columns (windows in slots)."""
+    terms = rank_terms(
+        spec, tp=tp, pp=pp, weight_dtype=weight_dtype, engine=engine, weights_bytes_per_gpu=w.per_gpu_bytes,
+        kv_element_bytes=kv_bytes, weight_format_name=w.format_name,
+    )  # fmt: skip
+    slots: list[object] = []
+    extra_kv = extra_attn = 0.0
+    for j, (window, kv, attn) in enumerate(terms.windowed):
+        if j < PERF_WINDOW_SLOTS:
+            slots += [float(window), kv, attn]
+        else:  # more distinct windows than slots: read as full layers (an over-estimate of the bytes)
+            extra_kv, extra_attn = extra_kv + kv, extra_attn + attn
+    slots += [1.0, 0.0, 0.0] * (PERF_WINDOW_SLOTS - min(len(terms.windowed), PERF_WINDOW_SLOTS))
+    return (
+        terms.dense_weight_bytes, terms.expert_weight_bytes, terms.active_params,
+        terms.full_kv_bytes_per_token + extra_kv, terms.attention_flops_per_cached_token + extra_attn,
+        float(terms.layers_on_rank), float(terms.act_bytes), terms.fp8_gemm, *slots,
+    )  # fmt: skip
+
+
+def _perf_keep() -> list[str]:
+    return ["state_bytes_per_sequence_per_gpu", *PERF_COLUMNS]
+
+
+def _with_speed(rows: pl.LazyFrame, batch: pl.Expr, context: pl.Expr) -> pl.LazyFrame:
+    """TPOT and output tokens/s of a decode step of `batch` sequences of `context` tokens: the same
+    `capacity.performance` formulas, on columns (null where the GPU lacks bandwidth / FLOPS data or
+    no sequence fits)."""
+    col = pl.col
+    columns: dict[str, Any] = dict(
+        dense_weight_bytes=col("perf_dense_bytes"), expert_weight_bytes=col("perf_expert_bytes"),
+        num_experts=col("perf_num_experts"), experts_per_token=col("perf_experts_per_token"),
+        active_params=col("perf_active_params"), full_kv_bytes_per_token=col("perf_full_kv"),
+        windowed_kv=tuple((col(f"perf_win_{j}_kv"), col(f"perf_win_{j}_tokens")) for j in range(PERF_WINDOW_SLOTS)),
+        state_bytes_per_sequence=col("state_bytes_per_sequence_per_gpu"),
+        attention_flops_per_cached_token=col("perf_attn_full"),
+        windowed_attention=tuple(
+            (col(f"perf_win_{j}_attn"), col(f"perf_win_{j}_tokens")) for j in range(PERF_WINDOW_SLOTS)
+        ),
+        hidden_size=col("perf_hidden"), layers_on_rank=col("perf_layers"), act_bytes=col("perf_act_bytes"),
+        tp=col("perf_tp"), pp=col("perf_pp"), bandwidth_bytes_per_s=col("perf_bandwidth"),
+        flops_per_s=pl.when(col("perf_fp8_gemm")).then(col("perf_fp8_flops")).otherwise(col("perf_bf16_flops")),
+        link_bytes_per_s=col("perf_link"),
+    )  # fmt: skip
+    p = PerfInputs(**columns)
+    factors: dict[str, Any] = dict(
+        memory_bandwidth=col("perf_eff_memory"), compute=col("perf_eff_compute"),
+        step_overhead_s=col("perf_step_s"), allreduce_latency_s=col("perf_allreduce_s"),
+    )  # fmt: skip
+    eff = PerfEfficiency(**factors)
+    rows = rows.with_columns(tpot_seconds(p, batch.cast(_F64), context.cast(_F64), eff).alias("_tpot"))
+    ok = (batch >= 1) & col("_tpot").is_not_null() & col("_tpot").is_finite()
+    return rows.with_columns(
+        pl.when(ok).then(col("_tpot") * 1e3).alias("tpot_ms"),
+        pl.when(ok).then(batch.cast(_F64) * col("perf_pp") / col("_tpot")).alias("output_tokens_per_second"),
+    ).drop("_tpot")

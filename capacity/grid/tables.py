@@ -1,0 +1,259 @@
+"""The grid as four tables at their own grain (`GridTables`), the SQL that joins them back, and their
+collection for a fleet in chunks (`iter_grid_tables`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import polars as pl
+import polars.selectors as cs
+
+from capacity.columns import grid_select
+from capacity.grid.columns import (
+    _F64,
+    _ID,
+    CONTEXT_COLUMNS,
+    DEPLOYMENT_ONLY_COLUMNS,
+    GPU_COLUMNS,
+    GRID_COLUMNS,
+    LAYOUT_COLUMNS,
+    TABLE_CONTEXT_COLUMNS,
+)
+from capacity.grid.contexts import _at_contexts, _exact_divisor
+from capacity.grid.frames import _GROUP, _frames, _keep, _multi, _not_fitting, _ordered, _single, _with_windows
+from capacity.grid.limits import _LIMIT_INPUTS, max_contexts
+from capacity.grid.options import GridModel, GridOptions
+from capacity.grid.planning import _build_tables, _registry, _Tables
+from capacity.spec import GpuSku
+
+
+@dataclass(frozen=True, slots=True)
+class GridTables:
+    """The grid as four tables that join back to `build_capacity_grid` exactly, each column stored at
+    its own grain, so that a 10M-row grid writes a tenth of the values:
+
+    - `gpus`: gpu_id, GPU_COLUMNS (one row per GPU);
+    - `layouts`: layout_id, LAYOUT_COLUMNS (model x engine x dtypes x TP x PP: what the deployments
+      of a layout on every GPU share, the strings among it);
+    - `deployments`: deployment_id, layout_id, gpu_id, DEPLOYMENT_ONLY_COLUMNS (settings, overhead,
+      budget and pool of a layout on a GPU);
+    - `contexts`: deployment_id, TABLE_CONTEXT_COLUMNS (one row per deployment and grid context):
+      CONTEXT_COLUMNS with `max_concurrency_e4`, the printed concurrency times 10,000 as an exact
+      Int64, in place of max_concurrency. max_concurrency is `max_concurrency_e4 / 10000`, one
+      correctly rounded division (Polars with a column divisor, DuckDB's `/` on a BIGINT and an
+      INTEGER): stored so, the column compresses as an integer, at a fraction of a double's cost.
+
+    Ids are Int32, dense and in `build_capacity_grid`'s order (deployments by model, GPU, layout;
+    contexts by deployment, context), counting from the `first_*` ids given: tables of consecutive
+    model chunks concatenate into the tables of all of them. Strings are Categorical, every other
+    column has the grid's dtype. `grid()` joins them back."""
+
+    gpus: pl.DataFrame
+    layouts: pl.DataFrame
+    deployments: pl.DataFrame
+    contexts: pl.DataFrame
+    # deployment_id, concurrency, max_context (`build_context_limits`), where asked for
+    context_limits: pl.DataFrame | None = None
+    # deployment_id and the pool columns `max_contexts` reads, where asked for (`pools=True`)
+    pools: pl.DataFrame | None = None
+
+    def context_rows(self) -> pl.DataFrame:
+        """deployment_id, CONTEXT_COLUMNS: the contexts with max_concurrency as a Float64 (exactly
+        `build_capacity_grid`'s: a division by a column, which Polars does not turn into a
+        multiplication by the reciprocal as it does a division by a literal)."""
+        e4 = pl.col("max_concurrency_e4")
+        concurrency = (e4.cast(_F64) / _exact_divisor(e4, 10_000)).alias("max_concurrency")
+        return self.contexts.with_columns(concurrency).select("deployment_id", *CONTEXT_COLUMNS)
+
+    def deployment_rows(self) -> pl.DataFrame:
+        """deployment_id, then every context-free column of GRID_COLUMNS (layout and GPU joined)."""
+        deployment_columns = [c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS]
+        return (
+            self.deployments.join(self.layouts, on="layout_id", how="left", maintain_order="left")
+            .join(self.gpus, on="gpu_id", how="left", maintain_order="left")
+            .select("deployment_id", *deployment_columns)
+        )
+
+    def grid(self) -> pl.DataFrame:
+        """GRID_COLUMNS, one row per deployment and context (`build_capacity_grid` without the pool columns)."""
+        return (
+            self.context_rows()
+            .join(self.deployments, on="deployment_id", how="left", maintain_order="left")
+            .join(self.layouts, on="layout_id", how="left", maintain_order="left")
+            .join(self.gpus, on="gpu_id", how="left", maintain_order="left")
+            .select(grid_select())
+        )
+
+
+def grid_tables_sql(
+    contexts: str = "grid_contexts",
+    deployments: str = "grid_deployments",
+    layouts: str = "grid_layouts",
+    gpus: str = "grid_gpus",
+) -> str:
+    """A SQL SELECT (DuckDB) of GRID_COLUMNS over the four GridTables stored under these names: the
+    grid, one row per deployment and context, as `build_capacity_grid` gives it (same values, the
+    doubles included: max_concurrency is `max_concurrency_e4 / 10000`, which DuckDB divides as
+    doubles, correctly rounded)."""
+    source = {c: "c" for c in CONTEXT_COLUMNS} | {c: "l" for c in LAYOUT_COLUMNS} | {c: "g" for c in GPU_COLUMNS}
+    source |= {c: "d" for c in DEPLOYMENT_ONLY_COLUMNS}
+    expression = {c: f"{source[c]}.{c}" for c in GRID_COLUMNS}
+    expression["max_concurrency"] = "c.max_concurrency_e4 / 10000 AS max_concurrency"
+    columns = ",\n    ".join(expression[c] for c in GRID_COLUMNS)
+    return (
+        f"SELECT\n    {columns}\nFROM {contexts} AS c\n"
+        f"JOIN {deployments} AS d USING (deployment_id)\n"
+        f"JOIN {layouts} AS l USING (layout_id)\n"
+        f"JOIN {gpus} AS g USING (gpu_id)"
+    )
+
+
+
+def grid_tables(
+    models: Sequence[GridModel],
+    gpus: Sequence[GpuSku],
+    options: GridOptions | None = None,
+    *,
+    concurrencies: Sequence[int] | None = None,
+    first_layout_id: int = 0,
+    first_deployment_id: int = 0,
+    pools: bool = False,
+    contexts: bool = True,
+) -> GridTables:
+    """The grid of `models` x `gpus` as GridTables (collected), with the context limits at
+    `concurrencies` if given and the deployments' pools if `pools`; `contexts=False` leaves the
+    context rows empty (a caller that needs only the deployments). See `iter_grid_tables` for a fleet
+    in chunks, which also overlaps the Python and the Polars parts."""
+    options = options or GridOptions()
+    reg = _registry(models, gpus, options)
+    t = _build_tables(reg, models, pp1_only=True)
+    return _collect_tables(
+        t, models, 0, first_layout_id, first_deployment_id, concurrencies, pools=pools, contexts=contexts
+    )
+
+
+def iter_grid_tables(
+    models: Sequence[GridModel],
+    gpus: Sequence[GpuSku],
+    options: GridOptions | None = None,
+    *,
+    concurrencies: Sequence[int] | None = None,
+    chunk_models: int = 192,
+) -> Iterator[GridTables]:
+    """`grid_tables` of consecutive chunks of `chunk_models` models, ids continuing from chunk to
+    chunk: concatenated, the chunks' layouts, deployments and contexts are `grid_tables(models, gpus,
+    options)`'s (every chunk carries the same `gpus`). A chunk is collected by Polars in a worker
+    thread (Polars releases the GIL) while the next one is planned (the per-layout Python part), so
+    that on two cores the two overlap; a consumer that writes each chunk from a thread of its own
+    overlaps that too. The models share one registry (engine settings, pool shapes, KV layouts)."""
+    if not models:
+        yield grid_tables(models, gpus, options, concurrencies=concurrencies)
+        return
+    options = options or GridOptions()
+    reg = _registry(models, gpus, options)
+    step = max(1, chunk_models)
+    next_ids = [0, 0]  # layout, deployment
+
+    def collect(t: _Tables, start: int) -> GridTables:
+        # one worker: chunks are collected in order, each after the one before has its ids
+        layout_id, deployment_id = next_ids
+        tables = _collect_tables(t, models[start : start + step], start, layout_id, deployment_id, concurrencies)
+        next_ids[0] += tables.layouts.height
+        next_ids[1] += tables.deployments.height
+        return tables
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid") as worker:
+        pending: Future[GridTables] | None = None
+        for start in range(0, len(models), step):
+            t = _build_tables(reg, models[start : start + step], start, pp1_only=True)
+            submitted = worker.submit(collect, t, start)
+            if pending is not None:
+                yield pending.result()
+            pending = submitted
+        if pending is not None:
+            yield pending.result()
+
+
+
+def _collect_tables(
+    t1: _Tables,
+    models: Sequence[GridModel],
+    first: int,
+    first_layout_id: int,
+    first_deployment_id: int,
+    concurrencies: Sequence[int] | None = None,
+    *,
+    pools: bool = False,
+    contexts: bool = True,
+) -> GridTables:
+    """The tables of one chunk from its PP = 1 rows `t1`. The PP = 1 deployments are sized first;
+    the PP > 1 layouts are then planned only where they are needed (the node's TP, where PP = 1
+    does not fit): most PP > 1 layouts would have no deployment, and planning them is half the
+    per-layout Python work."""
+    f1 = _frames(t1)
+    extra = [c for c in (*_GROUP, "tp", "node_tp", "min_context", "max_model_len") if c not in _keep(0)]
+    single = _single(f1).select(*_keep(f1.windows), *extra).collect()
+    not_fitting = _not_fitting(single.lazy(), f1.windows).collect()
+    groups: dict[int, tuple[set[int], set[tuple[int, int, int]]]] = {}
+    for m, e, w, k, _gpu, node_tp in not_fitting.iter_rows():
+        tps, wanted = groups.setdefault(m, (set(), set()))
+        tps.add(node_tp)
+        wanted.add((e, k, w))
+    parts = [(f1, single.lazy())]
+    if groups:
+        rank_base, kv_base = f1.layouts, t1.kv_base + len(t1.kv_layouts)
+        t2 = _build_tables(t1.reg, models, first, pp_groups=groups, rank_base=rank_base, kv_base=kv_base)
+        f2 = _frames(t2)
+        parts.append((f2, _multi(f2, not_fitting.lazy())))
+    windows = max(f.windows for f, _ in parts)
+    keep = _keep(windows)
+    deployments = (
+        _ordered(
+            pl.concat([_with_windows(frame, f.windows, windows).select(keep) for f, frame in parts]),
+            len(t1.reg.gpus),
+            parts[-1][0].layouts,
+        )
+        .with_row_index("deployment_id", offset=first_deployment_id)
+        .collect()
+    )
+    # the layouts some GPU serves, numbered densely by model, then PP = 1 before PP > 1 (the order
+    # of a model's layouts whatever the chunks)
+    ranks = parts[-1][0].layouts
+    key = pl.col("model_idx") * ranks + pl.col("_rank")
+    used = deployments.select(key.unique().sort()).to_series()
+    layouts = (
+        pl.concat([f.full.select("model_idx", "_rank", *LAYOUT_COLUMNS) for f, _ in parts])
+        .filter(key.is_in(used.implode()))
+        .sort(key)
+        .with_row_index("layout_id", offset=first_layout_id)
+        .select(pl.col("layout_id").cast(_ID), *LAYOUT_COLUMNS)
+        .collect()
+    )
+    # one row per deployment and context: a join on the model's contexts (in order) expands them
+    model_contexts = f1.model_frame.select("model_idx", pl.col("contexts").alias("context")).explode("context")
+    if not contexts:
+        model_contexts = model_contexts.head(0)
+    context_rows = deployments.lazy().join(model_contexts, on="model_idx", how="inner", maintain_order="left")
+    context_rows = _at_contexts(context_rows, windows, scaled=True, speed=t1.reg.options.speed).select(
+        pl.col("deployment_id").cast(_ID), *TABLE_CONTEXT_COLUMNS
+    )
+    layout_id = used.search_sorted(deployments.select(key).to_series()) + first_layout_id
+    gpus = f1.gpu_frame.select(pl.col("gpu_idx").cast(_ID).alias("gpu_id"), *GPU_COLUMNS)
+    limits = max_contexts(deployments, concurrencies) if concurrencies is not None else None
+    return GridTables(
+        gpus=gpus.collect(),
+        layouts=layouts,
+        deployments=deployments.select(
+            pl.col("deployment_id").cast(_ID),
+            layout_id.cast(_ID).alias("layout_id"),
+            pl.col("gpu_idx").cast(_ID).alias("gpu_id"),
+            *DEPLOYMENT_ONLY_COLUMNS,
+        ),
+        contexts=context_rows.collect(),
+        context_limits=limits,
+        pools=deployments.select(pl.col("deployment_id").cast(_ID), *_LIMIT_INPUTS, cs.starts_with("pool_"))
+        if pools
+        else None,
+    )
