@@ -23,10 +23,13 @@ from capacity import engine_constants
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CAPACITY_DIR = Path(capacity.__file__).resolve().parent
+# the modules whose rules size a deployment: the estimate, the pool, the layer kinds, the engine profiles
+# and the grid (packages by every module in them)
 FORMULA_FILES = (
     "estimate.py", "pool.py", "kv_bytes.py", "weights.py", "overhead.py", "dtypes.py", "parallel.py", "numeric.py",
-    "spec.py", "engine_constants.py",
-    *sorted(f"grid/{path.name}" for path in (CAPACITY_DIR / "grid").glob("*.py")),  # the grid package
+    "spec.py", "engine_constants.py", "columns.py",
+    *sorted(str(path.relative_to(CAPACITY_DIR)) for package in ("kv", "engines", "grid")
+            for path in (CAPACITY_DIR / package).rglob("*.py")),
 )
 
 

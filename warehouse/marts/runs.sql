@@ -44,7 +44,7 @@ comment on column marts.runs.status is 'published (a run that fails publishes no
 comment on column marts.runs.capplan_version is 'capplan package version.';
 comment on column marts.runs.git_sha is 'Git commit of the code, when run from a checkout.';
 comment on column marts.runs.git_dirty is 'True when the checkout had uncommitted changes.';
-comment on column marts.runs.formula_version is 'sha256 (first 16 hex) of the capacity formulas: capacity/memory.py, grid.py, spec.py, engine_constants.py.';
+comment on column marts.runs.formula_version is 'sha256 (first 16 hex) of the capacity formula modules (warehouse/provenance.py FORMULA_FILES: the estimate, pool, layer kinds, engine profiles, grid, spec and engine_constants).';
 comment on column marts.runs.engine_profiles_sha256 is 'sha256 of engine_profiles.';
 comment on column marts.runs.engine_profiles is 'The engine-profile constants of capacity.engine_constants in force (vLLM releases and defaults, SGLang, TRT-LLM).';
 comment on column marts.runs.input_hashes is 'sha256 of each input: catalog models.yaml, gpus.yaml, config files; registry models and GPUs as read.';
