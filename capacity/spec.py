@@ -114,11 +114,31 @@ class ModelSpec:
 
     @property
     def is_mla(self) -> bool:
-        return any(layer.cache.latent for layer in self.layers)
+        return _layer_facts(self)[0]
 
     @property
     def has_state_layers(self) -> bool:
-        return any(layer.cache.holds_state for layer in self.layers)
+        return _layer_facts(self)[1]
+
+
+# (is_mla, has_state_layers) per ModelSpec object, read once (a spec is frozen; the planners ask these
+# per GPU, TP and dtype): each entry keeps its spec so that the id stays its own; cleared when full
+_LAYER_FACTS: dict[int, tuple[ModelSpec, tuple[bool, bool]]] = {}
+_LAYER_FACTS_MAX = 4096
+
+
+def _layer_facts(spec: ModelSpec) -> tuple[bool, bool]:
+    found = _LAYER_FACTS.get(id(spec))
+    if found is not None and found[0] is spec:
+        return found[1]
+    facts = (
+        any(layer.cache.latent for layer in spec.layers),
+        any(layer.cache.holds_state for layer in spec.layers),
+    )
+    if len(_LAYER_FACTS) >= _LAYER_FACTS_MAX:
+        _LAYER_FACTS.clear()
+    _LAYER_FACTS[id(spec)] = (spec, facts)
+    return facts
 
 
 @dataclass(frozen=True, slots=True)

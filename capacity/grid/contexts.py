@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from capacity.columns import grid_select
-from capacity.grid.columns import _F64
+from capacity.grid.columns import _F64, PERF_WINDOW_SLOTS
 from capacity.grid.frames import build_deployments
 from capacity.grid.options import GridModel, GridOptions
 from capacity.grid.sizing import _pool_terms, _window_count
@@ -78,9 +78,17 @@ def expand_contexts(deployments: pl.LazyFrame, carry: Sequence[str] = (), *, spe
 
 
 
-def _at_contexts(rows: pl.LazyFrame, windows: int, scaled: bool = False, *, speed: bool = True) -> pl.LazyFrame:
+def _at_contexts(
+    rows: pl.LazyFrame,
+    windows: int,
+    scaled: bool = False,
+    *,
+    speed: bool = True,
+    slots: Sequence[int] = tuple(range(PERF_WINDOW_SLOTS)),
+) -> pl.LazyFrame:
     """CONTEXT_COLUMNS of rows that hold a deployment's pool columns and one `context`
-    (`max_concurrency_e4` in place of max_concurrency where `scaled`)."""
+    (`max_concurrency_e4` in place of max_concurrency where `scaled`); the speed reads the perf window
+    `slots` given (`speed.used_window_slots`)."""
     t = pl.col("context")
     blocks, seqs = pl.col("num_blocks"), pl.col("max_num_seqs")
     terms = _pool_terms(windows)
@@ -98,7 +106,7 @@ def _at_contexts(rows: pl.LazyFrame, windows: int, scaled: bool = False, *, spee
     )
     fits = ((pl.col("kv_budget_bytes_per_gpu") > 0) & (pl.col("b_max") >= 1)).alias("fits")
     if speed:
-        grid = _with_speed(grid, pl.col("b_max"), t)
+        grid = _with_speed(grid, pl.col("b_max"), t, slots)
     else:
         grid = grid.with_columns(pl.lit(None, _F64).alias(c) for c in ("tpot_ms", "output_tokens_per_second"))
     if scaled:

@@ -60,12 +60,12 @@ class _Registry:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # the GPU frame and the settings served per GPU (`frames.served_frames`), built once per build
     served: tuple[pl.DataFrame, pl.DataFrame] | None = None
+    # the (`GpuSku.nvlink_multicast`, `GpuSku.peer_link_gpus`) pairs among the GPUs (the overhead differs
+    # by them at TP > 1: non-torch memory, and the custom all-reduce's CUDA-graph charge); read once
+    link_kinds: tuple[tuple[bool, int], ...] = ()
 
-    @property
-    def link_kinds(self) -> tuple[tuple[bool, int], ...]:
-        """The (`GpuSku.nvlink_multicast`, `GpuSku.peer_link_gpus`) pairs among the GPUs (the overhead differs
-        by them at TP > 1: non-torch memory, and the custom all-reduce's CUDA-graph charge)."""
-        return tuple(sorted({(gpu.nvlink_multicast, gpu.peer_link_gpus) for gpu in self.gpus}))
+    def __post_init__(self) -> None:
+        self.link_kinds = tuple(sorted({(gpu.nvlink_multicast, gpu.peer_link_gpus) for gpu in self.gpus}))
 
     def kv_view(self, spec: ModelSpec) -> tuple[int, ModelSpec]:
         """(id, spec) of the model's KV structure: the spec without its parameter counts, one object

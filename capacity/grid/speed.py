@@ -3,6 +3,7 @@ tokens per second of the context rows (the same formulas, on columns)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
@@ -40,20 +41,40 @@ def _perf_keep() -> list[str]:
     return ["state_bytes_per_sequence_per_gpu", *PERF_COLUMNS]
 
 
-def _with_speed(rows: pl.LazyFrame, batch: pl.Expr, context: pl.Expr) -> pl.LazyFrame:
+def used_window_slots(deployments: pl.DataFrame) -> tuple[int, ...]:
+    """The perf window slots that some row of `deployments` fills. A slot left at its padding on every
+    row (0 KV bytes, 0 attention FLOPs, a finite window) adds 0.0 x min(T, window) = 0.0 to the KV
+    and FLOP sums, which are never negative: those sums are the same without it, so `_with_speed`
+    may leave it out (fewer operations on every context row)."""
+    if deployments.height == 0:
+        return tuple(range(PERF_WINDOW_SLOTS))
+    padding = [
+        ((pl.col(f"perf_win_{j}_kv") == 0) & (pl.col(f"perf_win_{j}_attn") == 0) & pl.col(f"perf_win_{j}_tokens").is_finite())
+        .fill_null(False)
+        .all()
+        .alias(str(j))
+        for j in range(PERF_WINDOW_SLOTS)
+    ]
+    unused = deployments.select(padding).row(0)
+    return tuple(j for j in range(PERF_WINDOW_SLOTS) if not unused[j])
+
+
+def _with_speed(
+    rows: pl.LazyFrame, batch: pl.Expr, context: pl.Expr, slots: Sequence[int] = tuple(range(PERF_WINDOW_SLOTS))
+) -> pl.LazyFrame:
     """TPOT and output tokens/s of a decode step of `batch` sequences of `context` tokens: the same
     `capacity.performance` formulas, on columns (null where the GPU lacks bandwidth / FLOPS data or
-    no sequence fits)."""
+    no sequence fits). Only the window `slots` given are read (`used_window_slots`)."""
     col = pl.col
     columns: dict[str, Any] = dict(
         dense_weight_bytes=col("perf_dense_bytes"), expert_weight_bytes=col("perf_expert_bytes"),
         num_experts=col("perf_num_experts"), experts_per_token=col("perf_experts_per_token"),
         active_params=col("perf_active_params"), full_kv_bytes_per_token=col("perf_full_kv"),
-        windowed_kv=tuple((col(f"perf_win_{j}_kv"), col(f"perf_win_{j}_tokens")) for j in range(PERF_WINDOW_SLOTS)),
+        windowed_kv=tuple((col(f"perf_win_{j}_kv"), col(f"perf_win_{j}_tokens")) for j in slots),
         state_bytes_per_sequence=col("state_bytes_per_sequence_per_gpu"),
         attention_flops_per_cached_token=col("perf_attn_full"),
         windowed_attention=tuple(
-            (col(f"perf_win_{j}_attn"), col(f"perf_win_{j}_tokens")) for j in range(PERF_WINDOW_SLOTS)
+            (col(f"perf_win_{j}_attn"), col(f"perf_win_{j}_tokens")) for j in slots
         ),
         hidden_size=col("perf_hidden"), layers_on_rank=col("perf_layers"), act_bytes=col("perf_act_bytes"),
         tp=col("perf_tp"), pp=col("perf_pp"), bandwidth_bytes_per_s=col("perf_bandwidth"),

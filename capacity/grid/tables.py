@@ -26,6 +26,7 @@ from capacity.grid.frames import _GROUP, _frames, _keep, _multi, _not_fitting, _
 from capacity.grid.limits import _LIMIT_INPUTS, max_contexts
 from capacity.grid.options import GridModel, GridOptions
 from capacity.grid.planning import _build_tables, _registry, _Tables
+from capacity.grid.speed import used_window_slots
 from capacity.spec import GpuSku
 
 
@@ -236,7 +237,8 @@ def _collect_tables(
     if not contexts:
         model_contexts = model_contexts.head(0)
     context_rows = deployments.lazy().join(model_contexts, on="model_idx", how="inner", maintain_order="left")
-    context_rows = _at_contexts(context_rows, windows, scaled=True, speed=t1.reg.options.speed).select(
+    slots = used_window_slots(deployments)
+    context_rows = _at_contexts(context_rows, windows, scaled=True, speed=t1.reg.options.speed, slots=slots).select(
         pl.col("deployment_id").cast(_ID), *TABLE_CONTEXT_COLUMNS
     )
     layout_id = used.search_sorted(deployments.select(key).to_series()) + first_layout_id

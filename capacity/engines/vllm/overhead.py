@@ -53,7 +53,9 @@ every family, and each says what it stands for. Facts carried over from vLLM, no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from capacity import engine_constants as ec
 from capacity.numeric import cdiv
@@ -120,9 +122,31 @@ class ProfilingBuffers:
         return self.hidden_stream_bytes + max(self.attention_bytes, self.dense_mlp_bytes, moe)
 
 
+_T = TypeVar("_T")
+# results per model object and arguments (a ModelSpec is frozen: the same object gives the same figures),
+# each entry holding its model so that its id stays its own; cleared when full
+_MEMO: dict[tuple[object, ...], tuple[ModelSpec, object]] = {}
+_MEMO_MAX = 16384
+
+
+def _memo(model: ModelSpec, key: tuple[object, ...], compute: Callable[[], _T]) -> _T:
+    found = _MEMO.get((id(model), *key))
+    if found is not None and found[0] is model:
+        return found[1]  # type: ignore[return-value]
+    value = compute()
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.clear()
+    _MEMO[(id(model), *key)] = (model, value)
+    return value
+
+
 def _layer_intermediates(model: ModelSpec) -> tuple[int, int, int]:
     """(widest dense MLP intermediate, widest shared-expert intermediate, expert intermediate), read from
     the per-layer parameter counts (gate, up and down: 3 x hidden x intermediate)."""
+    return _memo(model, ("intermediates",), lambda: _read_intermediates(model))
+
+
+def _read_intermediates(model: ModelSpec) -> tuple[int, int, int]:
     h = max(model.hidden_size, 1)
     dense = shared = expert = 0
     for p in model.layer_params:
@@ -178,6 +202,33 @@ def profiling_buffers(
     peer_link_gpus: int | None = None,
 ) -> ProfilingBuffers:
     """Each buffer of the profiling run on one rank, in bytes (`version` picks the sampler rule)."""
+    # what the GPU's links move (two flags) is set on the buffers of the other inputs, computed once
+    key = ("buffers", tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, version, sm_count, flashinfer_sampler)
+    buffers = _memo(
+        model,
+        key,
+        lambda: _link_free_buffers(
+            model, tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, version, sm_count, flashinfer_sampler
+        ),
+    )
+    custom = custom_all_reduce_on(tp, peer_link_gpus)
+    if buffers.nvlink_multicast == nvlink_multicast and buffers.custom_all_reduce == custom:
+        return buffers
+    return replace(buffers, nvlink_multicast=nvlink_multicast, custom_all_reduce=custom)
+
+
+def _link_free_buffers(
+    model: ModelSpec,
+    tp: int,
+    pp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    act_bytes: int,
+    version: str,
+    sm_count: int | None,
+    flashinfer_sampler: bool | None,
+) -> ProfilingBuffers:
+    """`profiling_buffers` with the link flags at their defaults (multicast, custom all-reduce on)."""
     t = max(max_num_batched_tokens, 1)
     s = min(max(max_num_seqs, 1), t)
     b = act_bytes
@@ -225,8 +276,6 @@ def profiling_buffers(
         graph_layers=max(pp_partition(model.num_layers, pp)),
         graph_count=sum(cudagraph_capture_counts(max_num_seqs, max_num_batched_tokens)),
         tp=tp,
-        nvlink_multicast=nvlink_multicast,
-        custom_all_reduce=custom_all_reduce_on(tp, peer_link_gpus),
         sampler_rule=(rule.version + (", V2 model runner" if rule.v2_runner else "")) if rule is not None else "",
     )
 

@@ -92,6 +92,6 @@ def gdn_prefill_checkpoints(model: ModelSpec, gpu: GpuSku | None, release: ec.Vl
     GPU qualifies."""
     if not release.gdn_prefill_checkpoints or gpu is None or gpu.vendor.lower() != "nvidia":
         return False
-    if not any(layer.cache.state_mixer is StateMixer.GATED_DELTA_NET for layer in model.layers):
+    if (gpu.architecture or "").lower() not in ("hopper", "blackwell"):  # before the scan of the layers
         return False
-    return (gpu.architecture or "").lower() in ("hopper", "blackwell")
+    return any(layer.cache.state_mixer is StateMixer.GATED_DELTA_NET for layer in model.layers)
