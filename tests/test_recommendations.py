@@ -184,7 +184,7 @@ def test_weights_that_do_not_fit_bind_not_the_calibration() -> None:
 
 
 def _scalar_grid_limits(catalog: Catalog, fit: CalibrationFit) -> list[dict[str, Any]]:
-    """The model_gpu_tp rows the scalar engine gives: `memory.estimate` per layout at vLLM's auto-fit
+    """The model_gpu_tp rows the scalar engine gives: `estimate.estimate` per layout at vLLM's auto-fit
     max_model_len (TP at most the node; PP 2/4 at the node's TP only where PP = 1 there holds no
     sequence of the smallest grid context), `pool_numbers` on the predicted pool and on the pool at
     the calibrated budget, and the smallest limit by hand (ties: model, calibrated, memory)."""

@@ -1,4 +1,4 @@
-"""The max context per deployment and target concurrency: `memory.max_context`'s bisection on every row."""
+"""The max context per deployment and target concurrency: `pool.max_context`'s bisection on every row."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def max_contexts(
     deployments: pl.DataFrame, concurrencies: Sequence[int], num_blocks: pl.Expr | None = None
 ) -> pl.DataFrame:
     """deployment_id, concurrency, max_context of deployments with their pool columns
-    (`GridTables.pools`): `memory.max_context` on every row, at the pool's own block count or at
+    (`GridTables.pools`): `pool.max_context` on every row, at the pool's own block count or at
     `num_blocks` (the same pool at another budget, e.g. `calibration.resized_units`)."""
     if num_blocks is not None:
         deployments = deployments.with_columns(num_blocks.alias("num_blocks"))
@@ -33,7 +33,7 @@ def max_contexts(
 
 def build_context_limits(grid: pl.LazyFrame, concurrencies: Sequence[int] = TARGET_CONCURRENCIES) -> pl.LazyFrame:
     """`max_context` per deployment and target concurrency: the largest T (a multiple of the block
-    size, or the limit itself) at which B sequences fit, the same bisection as `memory.max_context`,
+    size, or the limit itself) at which B sequences fit, the same bisection as `pool.max_context`,
     run on every row at once. Takes the grid (it reads the row where context == max_model_len, one per
     deployment) or the deployment frame."""
     names = grid.collect_schema().names()

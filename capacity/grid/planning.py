@@ -389,7 +389,7 @@ def _overhead_rows(
 def _weight_variants(
     reg: _Registry, profile: EngineProfile, spec: ModelSpec, tp: int, pp: int, w: WeightsEstimate
 ) -> list[tuple[int, tuple[int, ...] | None]]:
-    """The layout's weights per GPU as `memory.with_layout_extra` gives them: one value for every GPU
+    """The layout's weights per GPU as `weights.with_layout_extra` gives them: one value for every GPU
     (None: no restriction), or one per group of GPUs whose kernels lay the weights out alike."""
     if w.format_name != "mxfp4":  # with_layout_extra's own condition, checked once rather than per GPU
         return [(w.per_gpu_bytes, None)]
