@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import TypeVar
 
+from capacity.memo import per_object
 from capacity.spec import GpuSku, LayerKVSpec, ModelSpec, SpecError
 
 _T = TypeVar("_T")
@@ -44,22 +45,9 @@ def stage_layers(model: ModelSpec, pp: int, partition: PPPartition = pp_partitio
 
 LayerCounts = tuple[tuple[LayerKVSpec, int], ...]
 
-_MEMO: dict[tuple[str, int, int], tuple[ModelSpec, object]] = {}
-_MEMO_LIMIT = 4096
-
-
 def memo_per_model(name: str, model: ModelSpec, pp: int, compute: Callable[[], _T]) -> _T:
-    """Per (model object, pp) results that every deployment of a model shares. Keyed by identity
-    (hashing a ModelSpec walks every layer); the entry keeps the model alive, so ids stay unique."""
-    key = (name, id(model), pp)
-    hit = _MEMO.get(key)
-    if hit is not None and hit[0] is model:
-        return hit[1]  # type: ignore[return-value]
-    value = compute()
-    if len(_MEMO) >= _MEMO_LIMIT:
-        _MEMO.clear()
-    _MEMO[key] = (model, value)
-    return value
+    """Per (model object, pp) results that every deployment of a model shares (`capacity.memo`)."""
+    return per_object(model, (name, pp), compute)
 
 
 def stage_layer_counts(model: ModelSpec, pp: int, partition: PPPartition = pp_partition) -> list[LayerCounts]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from capacity.dtypes import element_bytes, serving_dtype
 from capacity.engines import Engine
 from capacity.estimate import Estimate
+from capacity.memo import per_object
 from capacity.numeric import Num, as_float, at_least, cdiv
 from capacity.parallel import pp_partition, stage_layers
 from capacity.spec import GpuSku, ModelSpec, SpecError
@@ -162,37 +163,20 @@ def rank_terms(
     )
 
 
-# Per-layer sums of a model, memoized by the model object (specs are immutable; identity, not
-# equality, so that a lookup does not hash every layer): the grid asks for the same model at many
-# dtypes and engines, and a sum over a hundred layers each time was most of its per-layout work.
-_MEMO_MODELS = 64
-_memo: dict[int, tuple[ModelSpec, dict[tuple[object, ...], object]]] = {}
-
-
-def _memo_of(model: ModelSpec) -> dict[tuple[object, ...], object]:
-    entry = _memo.get(id(model))
-    if entry is None or entry[0] is not model:
-        if len(_memo) >= _MEMO_MODELS:
-            _memo.clear()  # a fresh start rather than an LRU: the grid visits models in order
-        entry = (model, {})
-        _memo[id(model)] = entry
-    return entry[1]
-
-
 def _stage_param_sums(model: ModelSpec, pp: int) -> tuple[list[int], float, float]:
     """(layers per stage, expert parameters and active parameters per token of the first stage's layers)."""
-    memo = _memo_of(model)
-    key = ("params", pp)
-    found = memo.get(key)
-    if found is None:
+
+    def compute() -> tuple[list[int], float, float]:
         counts = pp_partition(len(model.layer_params), pp)
         stage_params = model.layer_params[: counts[0]]
         experts = sum(p.experts for p in stage_params)
         per_layer_active = sum(
             p.attention + p.mlp + p.router + p.norms + _active_expert_params(model, p.experts) for p in stage_params
         )
-        found = memo[key] = (counts, experts, per_layer_active)
-    return found  # type: ignore[return-value]
+        return counts, experts, per_layer_active
+
+    # per model object: the grid asks for the same model at many dtypes and engines
+    return per_object(model, ("performance/params", pp), compute)
 
 
 def _active_expert_params(model: ModelSpec, expert_params: int) -> float:
@@ -205,10 +189,8 @@ def _stage_attention_sums(
 ) -> tuple[float, float, dict[int, list[float]]]:
     """KV bytes per cached token and attention FLOPs of the first stage's layers on a rank: (full
     layers' bytes, full layers' FLOPs, {window: [bytes, FLOPs]} of windowed layers)."""
-    memo = _memo_of(model)
-    key = ("attention", tp, pp, kv_element_bytes)
-    found = memo.get(key)
-    if found is None:
+
+    def compute() -> tuple[float, float, dict[int, list[float]]]:
         full = attn_full = 0.0
         windowed: dict[int, list[float]] = {}
         heads_rank = model.num_attention_heads / tp
@@ -226,8 +208,9 @@ def _stage_attention_sums(
             else:
                 full += per_token
                 attn_full += flops
-        found = memo[key] = (full, attn_full, windowed)
-    return found  # type: ignore[return-value]
+        return full, attn_full, windowed
+
+    return per_object(model, ("performance/attention", tp, pp, kv_element_bytes), compute)
 
 
 def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str = "auto") -> PerfInputs:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from capacity.kv.kinds import KVKind as KVKind
 from capacity.kv.kinds import LayerCache
 from capacity.kv.kinds import StateMixer as StateMixer
+from capacity.memo import per_object
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,24 +122,13 @@ class ModelSpec:
         return _layer_facts(self)[1]
 
 
-# (is_mla, has_state_layers) per ModelSpec object, read once (a spec is frozen; the planners ask these
-# per GPU, TP and dtype): each entry keeps its spec so that the id stays its own; cleared when full
-_LAYER_FACTS: dict[int, tuple[ModelSpec, tuple[bool, bool]]] = {}
-_LAYER_FACTS_MAX = 4096
-
-
 def _layer_facts(spec: ModelSpec) -> tuple[bool, bool]:
-    found = _LAYER_FACTS.get(id(spec))
-    if found is not None and found[0] is spec:
-        return found[1]
-    facts = (
-        any(layer.cache.latent for layer in spec.layers),
-        any(layer.cache.holds_state for layer in spec.layers),
+    """(is_mla, has_state_layers), read once per spec object: the planners ask them per GPU, TP and dtype."""
+    return per_object(
+        spec,
+        ("layer_facts",),
+        lambda: (any(layer.cache.latent for layer in spec.layers), any(layer.cache.holds_state for layer in spec.layers)),
     )
-    if len(_LAYER_FACTS) >= _LAYER_FACTS_MAX:
-        _LAYER_FACTS.clear()
-    _LAYER_FACTS[id(spec)] = (spec, facts)
-    return facts
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ PACKAGES = ("capacity", "models_registry", "warehouse", "pipelines")
 
 # the modules of the core; another room's loops (placement / procurement) are not this test's
 CORE = (
+    "capacity.memo",
     "capacity.numeric",
     "capacity.dtypes",
     "capacity.parallel",

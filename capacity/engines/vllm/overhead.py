@@ -53,11 +53,12 @@ every family, and each says what it stands for. Facts carried over from vLLM, no
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from capacity import engine_constants as ec
+from capacity.memo import per_object
 from capacity.numeric import cdiv
 from capacity.overhead import Overhead
 from capacity.parallel import pp_partition
@@ -123,21 +124,11 @@ class ProfilingBuffers:
 
 
 _T = TypeVar("_T")
-# results per model object and arguments (a ModelSpec is frozen: the same object gives the same figures),
-# each entry holding its model so that its id stays its own; cleared when full
-_MEMO: dict[tuple[object, ...], tuple[ModelSpec, object]] = {}
-_MEMO_MAX = 16384
 
 
-def _memo(model: ModelSpec, key: tuple[object, ...], compute: Callable[[], _T]) -> _T:
-    found = _MEMO.get((id(model), *key))
-    if found is not None and found[0] is model:
-        return found[1]  # type: ignore[return-value]
-    value = compute()
-    if len(_MEMO) >= _MEMO_MAX:
-        _MEMO.clear()
-    _MEMO[(id(model), *key)] = (model, value)
-    return value
+def _memo(model: ModelSpec, key: tuple[Hashable, ...], compute: Callable[[], _T]) -> _T:
+    """Results per model object and arguments (`capacity.memo`)."""
+    return per_object(model, ("vllm_overhead", *key), compute)
 
 
 def _layer_intermediates(model: ModelSpec) -> tuple[int, int, int]:
