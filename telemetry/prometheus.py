@@ -13,6 +13,7 @@ import datetime as dt
 import itertools
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -83,6 +84,10 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?[ \t]+(\S+)(?:[ \t]+(
 _GPU_INDEX = re.compile(r"\d{1,6}", re.ASCII)
 _DIRECTIVE = re.compile(r"^#\s*(scraped_at|deployment_id)\s*:\s*(.*?)\s*$", re.IGNORECASE)
 DEPLOYMENT_LABELS = ("deployment_id", "deployment")
+MAX_DEPLOYMENT_ID_CHARS = 200
+# Control, format (bidi overrides and marks, zero-width), surrogate, private-use, unassigned,
+# line and paragraph separators: an id holding one would not read as what it is.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _MAX_MIB_UNKNOWN_GPU = 1 << 20  # 1 TiB in MiB: more than any GPU holds
 _FB_SLACK = 1.1  # DCGM's framebuffer total is a little above the driver-visible memory
 
@@ -120,6 +125,18 @@ class Dedupe:
         return first
 
 
+def deployment_problem(value: str) -> str | None:
+    """Why `value` cannot be a deployment id (None when it can): longer than
+    MAX_DEPLOYMENT_ID_CHARS, or holding a control / format / separator character."""
+    if len(value) > MAX_DEPLOYMENT_ID_CHARS:
+        return f"a deployment id of {len(value):,} characters, more than {MAX_DEPLOYMENT_ID_CHARS}"
+    hidden = next((c for c in value if unicodedata.category(c) in _HIDDEN_CATEGORIES), None)
+    if hidden is not None:
+        name = unicodedata.name(hidden, f"U+{ord(hidden):04X}")
+        return f"a deployment id holding a control or invisible character ({name}, U+{ord(hidden):04X})"
+    return None
+
+
 def looks_like_prometheus(lines: list[str]) -> bool:
     """Sniff: `# TYPE`/`# HELP`/`# scraped_at` comments, or a sample line of a metric capplan reads."""
     for line in lines[:200]:
@@ -137,10 +154,12 @@ def parse_prometheus(
     report: FileReport,
     dedupe: Dedupe,
     served_models: dict[tuple[str, str], set[str]] | None = None,
+    first_line: int = 1,
 ) -> None:
     """Every line of one snapshot into `report`. `served_models`: {(deployment, engine): model
     names} seen outside this text (the other queries of a Prometheus API ingest), added to the
-    ones this text names, for `cache_config_info`, which has no `model_name` label."""
+    ones this text names, for `cache_config_info`, which has no `model_name` label. `first_line`:
+    the number of the text's first line (a Prometheus answer is read a batch of series at a time)."""
     report.lines_total = len(text.lines)
     try:
         default_ts, default_source = ctx.default_time()
@@ -151,7 +170,7 @@ def parse_prometheus(
     ts_error: RowError | None = None
     deployment = ctx.deployment_id
     parsed: list[_Line] = []
-    for number, raw in enumerate(text.lines, start=1):
+    for number, raw in enumerate(text.lines, start=first_line):
         stripped = raw.strip()
         if not stripped:
             report.lines_ignored += 1
@@ -188,6 +207,10 @@ def parse_prometheus(
         else:
             ts, source, error = default_ts, default_source, default_error
         dep = next((labels[k] for k in DEPLOYMENT_LABELS if labels.get(k)), deployment)
+        problem = deployment_problem(dep)
+        if problem is not None:
+            report.reject(number, RowError("bad_value", problem), raw, None)
+            continue
         parsed.append(_Line(number, raw, name, labels, value, ts, source, error, dep))
 
     models_by_engine: dict[tuple[str, str], set[str]] = {k: set(v) for k, v in (served_models or {}).items()}
@@ -377,7 +400,7 @@ def check_histogram(entries: list[_Line]) -> dict[int, float]:
     if not buckets:
         return bounds
     if math.inf not in seen:
-        raise RowError("bad_histogram", "no le=\"+Inf\" bucket: the total count is unknown")
+        raise RowError("bad_histogram", 'no le="+Inf" bucket: the total count is unknown')
     ordered = sorted(buckets, key=lambda e: bounds[e.number])
     for lower, upper in itertools.pairwise(ordered):
         if upper.value < lower.value:
@@ -393,7 +416,9 @@ def check_histogram(entries: list[_Line]) -> dict[int, float]:
     return bounds
 
 
-def _histogram(ctx: FileContext, report: FileReport, dedupe: Dedupe, key: tuple[Any, ...], entries: list[_Line]) -> None:
+def _histogram(
+    ctx: FileContext, report: FileReport, dedupe: Dedupe, key: tuple[Any, ...], entries: list[_Line]
+) -> None:
     """The lines of one histogram, all accepted or all rejected with one reason (a quantile from a
     histogram with a bad bucket would be wrong without saying so)."""
     base = key[1]
