@@ -472,18 +472,22 @@ class _QueryReader:
         for error, excerpt in answer.entries:
             batch.rejected(error, excerpt)
         answer.entries.clear()
+        stopped = answer.stopped
         previous = None
         while answer.series:
-            series = answer.series.pop()  # each series' columns freed once it is text
-            group = series.group()
+            group = answer.series[-1].group()
             if len(batch.lines) >= _BATCH_LINES and group != previous:
                 batch = self.flush(query, batch, answered)
-            batch.series(series)
+                if self.budget.left_s() <= 0:  # the series not yet parsed are dropped whole
+                    stopped = RowError("too_large", f"the ingest's time budget ({self.budget.budget_s:g} s) is spent")
+                    break
+            batch.series(answer.series.pop())  # each series' columns freed once it is text
             previous = group
         self.flush(query, batch, answered)
-        if answer.stopped is not None:
-            answered.reject(RowError(answer.stopped.code, f"{answer.stopped.reason}: the rest of this answer was not read "
-                                     "(the series read whole before it are kept)"))  # fmt: skip
+        if stopped is not None:
+            left = f" ({len(answer.series):,} series read but not parsed dropped)" if answer.series else ""
+            reason = f"{stopped.reason}: the rest of this answer was not read{left}; the series before it are kept"
+            answered.reject(RowError(stopped.code, reason))
 
     def flush(self, query: _Query, batch: _Batch, answered: _Answered) -> _Batch:
         """The batch's lines through the text parser, made into frames now; the next batch."""

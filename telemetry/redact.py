@@ -47,14 +47,19 @@ _FLAG = re.compile(r"(?i)(--" + _SECRET_KEY + r"(?:\s+|=))(?:'[^']*'|\"[^\"]*\"|
 # scheme:// (or a bare ://): the userinfo of what follows is everything up to the LAST `@` of the text
 # (see `_userinfo`).
 _SCHEME = re.compile(r"(?i)(?:\b[a-z][a-z0-9+.\-]*)?://")
-_QUICK = re.compile(
-    r"(?i)hf_|sk-|gh[pousr]_|github_pat|glpat|xox|AKIA|ASIA|eyJ|authorization|bearer|token|secret|passw|pwd|key|credential|://"
-)
+# Words one of the patterns needs: a text holding none of them (most telemetry lines) is returned
+# as it is after a few substring searches of its lower-case form (one case-insensitive regex
+# alternation of these costs ~40 us a line, the searches ~2 us).
+_NEEDLES = (
+    "hf_", "sk-", "gh", "glpat", "xox", "akia", "asia", "eyj", "auth", "bearer", "token", "secret",
+    "passw", "pwd", "key", "credential", "signature", "://",
+)  # fmt: skip
 
 
 def redact(text: str) -> str:
     """`text` with every secret it holds replaced by `[REDACTED]`."""
-    if not _QUICK.search(text):
+    lower = text.lower()
+    if not any(needle in lower for needle in _NEEDLES):
         return text
     text = _userinfo(text)
     text = _AUTH.sub(lambda m: m.group(1) + MARK, text)
