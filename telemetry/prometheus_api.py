@@ -172,9 +172,9 @@ class PrometheusClient:
         except RowError:
             raise
         except TimeoutError:
-            raise _Unreachable("unreadable", f"no answer from {where} within {timeout:g} s") from None
+            raise _Unreachable("unreadable", f"no answer from {where} within {timeout:.3g} s") from None
         except urllib.error.URLError as exc:
-            reason = exc.reason if not isinstance(exc.reason, TimeoutError) else f"timed out ({timeout:g} s)"
+            reason = exc.reason if not isinstance(exc.reason, TimeoutError) else f"timed out ({timeout:.3g} s)"
             raise _Unreachable("unreadable", f"cannot reach {where}: {_safe(reason)}") from None
         except (HTTPException, OSError, ValueError) as exc:
             raise _Unreachable("unreadable", f"{where}: {type(exc).__name__}: {_safe(exc)}") from None
@@ -188,7 +188,7 @@ class PrometheusClient:
         size = 0
         while True:
             if time.monotonic() > deadline:
-                raise _Unreachable("unreadable", f"{where} took longer than {timeout:g} s to answer")
+                raise _Unreachable("unreadable", f"{where} took longer than {timeout:.3g} s to answer")
             chunk = response.read1(_CHUNK_BYTES)
             if not chunk:
                 return b"".join(chunks)
@@ -437,9 +437,14 @@ class _QueryReader:
         if self.down is not None:
             answered.reject(RowError(self.down.code, f"not queried: {self.down.reason}"))
             return answered.finish()
+        left = self.budget.left_s()
         try:
-            body = self.client.get(query.endpoint, query.params, min(self.client.timeout_s, self.budget.left_s()))
+            body = self.client.get(query.endpoint, query.params, min(self.client.timeout_s, left))
         except RowError as exc:
+            if left < self.client.timeout_s and any(w in exc.reason for w in ("within", "longer than", "timed out")):
+                exc = _Unreachable(
+                    exc.code, f"{exc.reason} (what was left of the ingest's {self.budget.budget_s:g} s budget)"
+                )
             if isinstance(exc, _Unreachable):
                 self.down = exc
             answered.reject(exc)
@@ -488,6 +493,7 @@ class _QueryReader:
             left = f" ({len(answer.series):,} series read but not parsed dropped)" if answer.series else ""
             reason = f"{stopped.reason}: the rest of this answer was not read{left}; the series before it are kept"
             answered.reject(RowError(stopped.code, reason))
+            self.down = stopped  # the budget is spent: the other queries are not sent
 
     def flush(self, query: _Query, batch: _Batch, answered: _Answered) -> _Batch:
         """The batch's lines through the text parser, made into frames now; the next batch."""
