@@ -11,9 +11,13 @@ their timestamps (`name{labels} value ts_ms`) and read by the drop folder's own 
 (`prometheus.parse_prometheus`), so one series gives the same samples, observations, rejects and
 reasons whether it was scraped into a file or queried here. Each query is one "file" of the
 `files` frame (named by the redacted URL and the query), each point of a series one row: rows in
-= accepted + rejected, checked by the same `check_reconciliation`. A series without a
-`deployment` / `deployment_id` label (add one with relabelling) rejects its points
-(`missing_field`).
+= accepted + rejected, checked by the same `check_reconciliation`. Deployment ids come from the
+one label `deployment_label` names (default `deployment`; add it with relabelling): a series
+without it rejects its points (`missing_field`). Answers are read series by series into columns
+(`prometheus_answer.read_answer`: points checked one by one, ids checked, labels that cannot
+change the id) and parsed a batch of series at a time; the whole ingest keeps at most
+`max_points` points and takes at most `budget_s` seconds (what was read whole is kept, the rest
+is one `too_large` row saying why, the other queries are not sent).
 
 Failures are rows, never exceptions: an HTTP error, a refused connection, a timeout, a body above
 `max_response_bytes` or JSON that is not a Prometheus answer rejects that query as one row with a
@@ -25,9 +29,10 @@ Why plain `urllib.request` and not a client library: no new dependency (`prometh
 is not installed and pulls pandas/matplotlib), every read bounded (a size cap checked while
 reading, a timeout per socket operation and a deadline on the whole body, no compressed
 responses asked for), and credentials handled here: basic auth written in the URL
-(`https://user:pass@prom/`) is sent as an `Authorization` header that is not forwarded on
-redirects, and only the redacted URL (`redact.redact`) is ever shown or stored. Proxies follow
-the usual `http_proxy` / `no_proxy` variables.
+(`https://user:pass@prom/`, the password anything up to the URL's last `@`) is sent as an
+`Authorization` header that is not forwarded on redirects (followed only within http(s), never
+down from https, at most MAX_REDIRECTS), and only the redacted URL (`redact.redact`) is ever
+shown or stored. Proxies follow the usual `http_proxy` / `no_proxy` variables.
 """
 
 from __future__ import annotations
