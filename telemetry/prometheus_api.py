@@ -334,9 +334,15 @@ class _Answered:
     def add(self, report: FileReport) -> None:
         report.finish()
         self.parts.append(report.frames)
-        for name, value in (("lines_total", report.lines_total), ("lines_ignored", report.lines_ignored),
-                            ("accepted", report.accepted), ("rejected", report.rejected),
-                            ("observations", report.frames[0].height), ("samples", report.frames[1].height)):  # fmt: skip
+        counts = {
+            "lines_total": report.lines_total,
+            "lines_ignored": report.lines_ignored,
+            "accepted": report.accepted,
+            "rejected": report.rejected,
+            "observations": report.frames[0].height,
+            "samples": report.frames[1].height,
+        }
+        for name, value in counts.items():
             self.counts[name] += value
 
     def reject(self, error: RowError) -> None:
@@ -353,9 +359,16 @@ class _Answered:
 
     def manifest(self) -> dict[str, Any]:
         rows_in = self.counts["accepted"] + self.counts["rejected"]
-        return {"file": self.ctx.rel, "source_kind": self.ctx.kind, "size_bytes": self.size_bytes,
-                "sha256": self.sha256, "encoding": self.encoding, "deployment_id": self.ctx.deployment_id,
-                **self.counts, "rows_in": rows_in, "notes": "; ".join(self.notes) or None}  # fmt: skip
+        ctx = self.ctx
+        where = {"file": ctx.rel, "source_kind": ctx.kind, "size_bytes": self.size_bytes, "sha256": self.sha256}
+        return {
+            **where,
+            "encoding": self.encoding,
+            "deployment_id": ctx.deployment_id,
+            **self.counts,
+            "rows_in": rows_in,
+            "notes": "; ".join(self.notes) or None,
+        }
 
 
 def _escape(value: str) -> str:
