@@ -108,12 +108,13 @@ def main() -> None:
     started = time.monotonic()
     peak = [base_mb]
 
-    def watchdog() -> None:
+    def watchdog() -> None:  # the server is stopped too: os._exit skips multiprocessing's cleanup
         while True:
             peak[0] = max(peak[0], _rss_mb())
             if peak[0] > args.kill_mb:
                 print(json.dumps({"killed_at_mb": round(peak[0]), "after_s": round(time.monotonic() - started, 1),
                                   "start_mb": round(base_mb)}), flush=True)  # fmt: skip
+                server.kill()
                 os._exit(3)
             time.sleep(0.05)
 

@@ -41,6 +41,7 @@ import base64
 import datetime as dt
 import hashlib
 import io
+import itertools
 import json
 import math
 import re
@@ -49,7 +50,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.client import HTTPConnection, HTTPException, HTTPResponse, HTTPSConnection
 from typing import Any
@@ -311,7 +312,7 @@ def _error_detail(exc: urllib.error.HTTPError) -> str:
     return _safe(body.decode("utf-8", "replace")) if body.strip() else ""
 
 
-_BATCH_LINES = 1 << 16  # points given to the text parser at a time (then made into frames)
+_BATCH_LINES = 1 << 14  # points given to the text parser at a time (then made into frames)
 
 
 @dataclass
@@ -391,24 +392,46 @@ class _Batch:
         self.early.append((self.next_line, error, excerpt, deployment))
         self.lines.append("")
 
-    def series(self, series: Series) -> None:
+    def series(self, series: Series, good: range, bad: range) -> None:
+        """The points `good` (positions in its columns) and `bad` (in its rejected points) of `series`."""
         labels = dict(series.labels)
         if series.deployment is not None:
             labels["deployment_id"] = series.deployment
         text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
         head = f"{series.name}{{{text}}}"
-        bad = {index: (error, excerpt) for index, error, excerpt in series.bad}
-        good = iter(zip(series.stamps, series.values, strict=True))
-        for index in range(series.size):
-            if index in bad:
-                error, excerpt = bad[index]
-                self.rejected(error, f"{head} {excerpt}"[:200], series.deployment)
-                continue
-            stamp, value = next(good)
+        for index in bad:
+            _, error, excerpt = series.bad[index]
+            self.rejected(error, f"{head} {excerpt}"[:200], series.deployment)
+        stamps, values = series.stamps, series.values
+        for index in good:
+            stamp, value = stamps[index], values[index]
             if series.problem is not None:
                 self.rejected(series.problem, f"{series.name}{series.labels} [{stamp:g}, {value!r}]"[:200])
             else:
                 self.lines.append(f"{head} {value!r} {round(stamp * 1000)}")
+
+
+def _windows(members: list[Series], size: int) -> Iterator[list[tuple[Series, range, range]]]:
+    """The points of one group of series (the buckets of a histogram, or one series) in windows
+    of about `size` points: the same stretch of time from every member, so the buckets of one time
+    stay together (points in time order, as Prometheus gives them), then the points rejected on
+    their own, `size` at a time. (series, positions in its columns, positions in its rejects)."""
+    per = max(1, size // len(members))
+    longest = max(members, key=lambda m: len(m.stamps)).stamps
+    starts = [0] * len(members)
+    for k in range(per, len(longest) + per, per):
+        bound = longest[k] if k < len(longest) else math.inf
+        window = []
+        for j, member in enumerate(members):
+            end, stamps = starts[j], member.stamps
+            while end < len(stamps) and stamps[end] < bound:
+                end += 1
+            window.append((member, range(starts[j], end), range(0)))
+            starts[j] = end
+        yield window
+    for member in members:
+        for low in range(0, len(member.bad), size):
+            yield [(member, range(0), range(low, min(low + size, len(member.bad))))]
 
 
 class _QueryReader:
@@ -490,28 +513,35 @@ class _QueryReader:
             if series.deployment and series.name in ENGINE_METRICS and series.labels.get("model_name"):
                 key = (series.deployment, series.labels.get("engine", ""))
                 self.served.setdefault(key, set()).add(series.labels["model_name"])
-        answer.series.sort(key=Series.sort_key, reverse=True)  # popped from the end: in order
         batch = _Batch(1)
         for error, excerpt in answer.entries:
             batch.rejected(error, excerpt)
         answer.entries.clear()
-        stopped = answer.stopped
-        previous = None
-        while answer.series:
-            group = answer.series[-1].group()
-            if len(batch.lines) >= _BATCH_LINES and group != previous:
-                batch = self.flush(query, batch, answered)
-                if self.budget.left_s() <= 0:  # the series not yet parsed are dropped whole
-                    stopped = RowError("too_large", f"the ingest's time budget ({self.budget.budget_s:g} s) is spent")
-                    break
-            batch.series(answer.series.pop())  # each series' columns freed once it is text
-            previous = group
+        batch, stopped = self.windows(query, sorted(answer.series, key=Series.sort_key), batch, answered)
+        answer.series.clear()
         self.flush(query, batch, answered)
+        stopped = answer.stopped or stopped
         if stopped is not None:
-            left = f" ({len(answer.series):,} series read but not parsed dropped)" if answer.series else ""
-            reason = f"{stopped.reason}: the rest of this answer was not read{left}; the series before it are kept"
+            reason = f"{stopped.reason}: the rest of this answer was not read; the series before it are kept"
             answered.reject(RowError(stopped.code, reason))
             self.down = stopped  # the budget is spent: the other queries are not sent
+
+    def windows(
+        self, query: _Query, series: list[Series], batch: _Batch, answered: _Answered
+    ) -> tuple[_Batch, RowError | None]:
+        """Every series into batches of at most about _BATCH_LINES lines, each parsed when full;
+        the last batch, and why the rest was dropped when the time budget ran out."""
+        for _, group in itertools.groupby(series, key=Series.group):
+            for window in _windows(list(group), _BATCH_LINES):
+                size = sum(len(good) + len(bad) for _, good, bad in window)
+                if batch.lines and len(batch.lines) + size > _BATCH_LINES:
+                    batch = self.flush(query, batch, answered)
+                    if self.budget.left_s() <= 0:
+                        spent = f"the ingest's time budget ({self.budget.budget_s:g} s) is spent"
+                        return batch, RowError("too_large", spent)
+                for member, good, bad in window:
+                    batch.series(member, good, bad)
+        return batch, None
 
     def flush(self, query: _Query, batch: _Batch, answered: _Answered) -> _Batch:
         """The batch's lines through the text parser, made into frames now; the next batch."""

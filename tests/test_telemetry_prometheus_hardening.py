@@ -373,3 +373,37 @@ def test_a_nightly_with_such_a_url_leaves_the_credentials_nowhere(server: str, t
     assert leaks == []
     assert rejects and all(file.startswith(f"{server}/claims/api/v1/") for file, _ in rejects)
     assert {code for _, code in rejects} >= {"bad_value", "malformed", "missing_field"}
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 64])
+def test_batches_of_any_size_give_the_same_rows(server: str, size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer is parsed a batch of points at a time (a long series split, the buckets of a
+    histogram at one time kept together): the rows do not depend on the batch size."""
+    from telemetry import prometheus_api
+    from tests.test_telemetry_prometheus_api import Hostile
+
+    httpd, hostile = serve(Hostile)
+    try:
+        cases = [f"{hostile}/histograms", f"{hostile}/badseries", f"{server}/big", f"{server}/stamps"]
+        whole = [ingest_prometheus(url, lookback_s=60, step_s=60) for url in cases]
+        monkeypatch.setattr(prometheus_api, "_BATCH_LINES", size)
+        batched = [ingest_prometheus(url, lookback_s=60, step_s=60) for url in cases]
+    finally:
+        httpd.shutdown()
+    for one, other in zip(whole, batched, strict=True):
+        _reconciles(other)
+        assert one.summary() == other.summary()
+        columns = [c for c in one.samples.columns if c != "line"]
+        assert (
+            one.samples.select(columns)
+            .sort(columns, nulls_last=True)
+            .equals(other.samples.select(columns).sort(columns, nulls_last=True))
+        )
+        codes = ["file", "reason_code", "deployment_id"]
+        assert (
+            one.rejects.select(codes)
+            .sort(codes, nulls_last=True)
+            .equals(other.rejects.select(codes).sort(codes, nulls_last=True))
+        )
+        assert one.observations.height == other.observations.height
+    assert set(batched[0].rejects["reason_code"]) == {"bad_histogram"}  # d2's buckets, found across batches too
