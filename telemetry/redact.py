@@ -12,6 +12,7 @@ warehouse, Dagster's run storage (metadata previews) or the logs.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 MARK = "[REDACTED]"
 
@@ -83,6 +84,17 @@ def redact(text: str) -> str:
     text = _FLAG.sub(lambda m: m.group(1) + MARK, text)
     text = _ASSIGNMENT.sub(_assignment, text)
     return _TOKENS.sub(MARK, text)
+
+
+def redact_head(text: str, length: int, prepare: Callable[[str], str] | None = None) -> str:
+    """`redact(prepare(text[:length]))`, safe when the cut falls inside a URL's userinfo: when an
+    `@` follows the cut, everything after the head's first `scheme://` is replaced (the head cannot
+    tell where that userinfo ends). For messages and excerpts cut before they are redacted."""
+    head = text[:length]
+    head = prepare(head) if prepare is not None else head
+    if len(text) > length and "@" in text[length:] and (m := _SCHEME.search(head)) is not None:
+        head = head[: m.end()] + MARK
+    return redact(head)
 
 
 def redact_url(url: str) -> str:

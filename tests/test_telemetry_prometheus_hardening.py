@@ -426,3 +426,15 @@ def test_peak_memory_of_big_answers_is_bounded() -> None:
     assert measured["samples"] == 300_000  # the first query's series whole, the second's not at all
     assert any("budget of 450,000 points is spent" in r for r in measured["first_reasons"])
     assert measured["peak_rss_mb"] - measured["start_mb"] < 400, measured
+
+
+@pytest.mark.parametrize("length", [10, 2_000, 20_000, 100_000])
+def test_a_cut_inside_a_long_password_leaves_none_of_it(length: int) -> None:
+    """Messages and excerpts are cut before they are redacted (a 1 MB line is not redacted whole):
+    a cut inside the userinfo must not leave its start behind."""
+    from telemetry.normalize import excerpt, short
+
+    secret = ("Zq9/#" * length)[:length]
+    text = f"GET http://capplan:{secret}@prom:9090/api failed"
+    for cut in (one_line(text, 80), one_line(text), excerpt(text) or "", short(text), redact(text)):
+        assert "Zq9" not in cut and MARK in cut
