@@ -88,7 +88,7 @@ DEFAULT_LOOKBACK_S = 86_400  # the nightly reads the day since the last one
 DEFAULT_STEP_S = 300
 DEFAULT_TIMEOUT_S = 30.0
 MAX_RESPONSE_BYTES = 64 << 20
-DEFAULT_MAX_POINTS = 5_000_000  # points kept by one whole ingest (the memory budget)
+DEFAULT_MAX_POINTS = 2_000_000  # points kept by one whole ingest (the memory budget: ~1 KB a point at the peak)
 DEFAULT_BUDGET_S = 900.0  # seconds one whole ingest may take, every query included
 DEFAULT_DEPLOYMENT_LABEL = "deployment"  # the one label deployment ids are read from
 MAX_POINTS_PER_SERIES = 11_000
@@ -520,9 +520,12 @@ class _QueryReader:
         batch, stopped = self.windows(query, sorted(answer.series, key=Series.sort_key), batch, answered)
         answer.series.clear()
         self.flush(query, batch, answered)
-        stopped = answer.stopped or stopped
+        if answer.stopped is not None:  # the points budget, or time, while reading: whole series kept
+            stopped = answer.stopped
+            reason = f"{stopped.reason}: the rest of this answer was not read; the series read whole before it are kept"
+        elif stopped is not None:  # time, while parsing: the points parsed so far kept
+            reason = f"{stopped.reason}: the rest of this answer was not parsed; the points parsed before it are kept"
         if stopped is not None:
-            reason = f"{stopped.reason}: the rest of this answer was not read; the series before it are kept"
             answered.reject(RowError(stopped.code, reason))
             self.down = stopped  # the budget is spent: the other queries are not sent
 
