@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from capacity.perf_fit import Observation
 from evaluation.perf_cv import HoldoutReport, holdout_report
-from evaluation.perf_measurements import load_perf_holdout
+from evaluation.perf_measurements import PerfMeasurement, load_perf_holdout
 
 HEADER = f"{'':44} {'n':>4}  {'|error|':>8}  {'signed':>8}  {'<=15%':>6}  {'<=25%':>6}"
 
@@ -33,6 +33,13 @@ def _print_table(report: HoldoutReport, title: str, key: Callable[[Observation],
         signed_text = f"{signed:+7.1f}%" if not math.isnan(signed) else "     n/a"
         print(f"{value:44} {acc.n:4}  {acc.median_abs_error_pct:7.1f}%  {signed_text}  "
               f"{acc.within_15_pct:6.0%}  {acc.within_25_pct:6.0%}")  # fmt: skip
+
+
+def _regime(row: PerfMeasurement) -> str:
+    """Capped client concurrency, all requests at once, or Poisson arrivals at a finite rate."""
+    if row.effective_concurrency is not None:
+        return "capped concurrency"
+    return "all at once" if row.request_rate is not None and math.isinf(row.request_rate) else "finite rate"
 
 
 def main() -> None:
@@ -49,9 +56,11 @@ def main() -> None:
         print(f"  skipped {skipped.row_id}: {skipped.reason}")
     print(f"shipped factors (not refitted): {report.params}")
     family = report.family
+    regime = {row.id: _regime(row) for row in loaded.rows}
     _print_table(report, "metric", lambda o: o.metric)
     _print_table(report, "engine / metric", lambda o: f"{o.engine}/{o.metric}")
-    _print_table(report, "source family / metric", lambda o: f"{family.get(o.row_id, o.group)[:36]}/{o.metric}")
+    _print_table(report, "source family / metric", lambda o: f"{family.get(o.row_id, o.group)[:26]}/{o.metric}")
+    _print_table(report, "load / metric", lambda o: f"{regime.get(o.row_id, '?')}/{o.metric}")
     _print_table(report, "GPU class / metric", lambda o: f"{o.vendor}/{o.metric}")
     for tag in sorted({t for o in report.observations for t in o.tags}):
         _print_table(report, f"feature {tag} / metric", lambda o, t=tag: f"{t}/{o.metric}" if t in o.tags else None)
