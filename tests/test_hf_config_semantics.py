@@ -28,7 +28,7 @@ NO_LENGTH = {k: v for k, v in LLAMA.items() if k != "max_position_embeddings"}
         (LLAMA | {"num_experts": 0, "num_experts_per_tok": 2}, "is 0 but `num_experts_per_tok` is 2"),
         (NO_LENGTH | {"seq_length": 1e30}, "`seq_length` must be an integer"),
         (NO_LENGTH | {"seq_length": 2**60}, "`seq_length`"),
-        (LLAMA | {"model_max_length": -1}, "`model_max_length` must be >= 1"),
+        (LLAMA | {"model_max_length": -1}, "`model_max_length` must be positive"),
         (LLAMA | {"n_positions": True}, "`n_positions` must be an integer"),
         (LLAMA | {"max_position_embeddings": 4096.5}, "`max_position_embeddings` must be an integer"),
         (LLAMA | {"rope_scaling": {"rope_type": "linear", "factor": float("nan")}}, "`factor`"),
