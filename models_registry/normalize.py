@@ -69,7 +69,9 @@ def decode_config(raw: bytes, *, name: str) -> dict[str, Any]:
         raise StageError("json", f"{name}: config.json is not UTF-8 text (byte {exc.start})") from None
     if not text.strip():
         raise StageError("json", f"{name}: config.json is empty")
-    separators = _STRINGS.sub(b'""', raw).count(b",")  # outside strings: each separates two values or more
+    separators = raw.count(b",")  # outside strings, each separates two values or more
+    if separators >= MAX_CONFIG_VALUES:  # then count only those outside strings (0.25 s for 8 MB)
+        separators = _STRINGS.sub(b'""', raw).count(b",")
     if separators >= MAX_CONFIG_VALUES:  # refused before spending a second parsing it
         raise StageError(
             "json",

@@ -63,7 +63,9 @@ def test_a_killed_writers_temporary_is_removed_by_the_next_append_a_live_ones_ke
         live.kill()
         live.wait()
     # the live writer has died now: the next append removes its file too
-    assert store.append(hand_frame(), "third").cleaned == [f"day=2026-11-30/{held.name} (its writer, process {live.pid}, is gone)"]
+    assert store.append(hand_frame(), "third").cleaned == [
+        f"day=2026-11-30/{held.name} (its writer, process {live.pid}, is gone)"
+    ]
     assert fresh_legacy.is_file()
 
 
