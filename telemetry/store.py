@@ -357,9 +357,10 @@ class SampleStore:
 
         No lock guards the store, so staleness is decided from the name and the age: a temporary
         is named `.part-<host>-<pid>-<id>.tmp`; on this host it is stale when that process is gone
-        (`os.kill(pid, 0)`), and it is kept while the process lives. A name from another host, or
-        without a pid (written before this rule), is stale once untouched for STALE_TEMPORARY_SECONDS
-        (a writer writes one file in seconds). Links and anything that is not a regular file are
+        (`os.kill(pid, 0)`), and it is kept while the process lives, up to STALE_TEMPORARY_SECONDS
+        untouched (a writer writes one file in seconds; older, the pid belongs to another program).
+        A name from another host, or without a pid (written before this rule), is stale once
+        untouched for STALE_TEMPORARY_SECONDS. Links and anything that is not a regular file are
         left alone."""
         if not self.local:
             return []
@@ -419,13 +420,17 @@ def _stale(path: str, name: str, now: float) -> str | None:
         return None
     if not stat.S_ISREG(info.st_mode):
         return None
+    age = now - info.st_mtime
     match = _TEMPORARY.match(name)
     if match is not None and match.group("host") == _HOST and match.group("pid"):
         pid = int(match.group("pid"))
         alive = _alive(pid)
-        if alive is not None:
-            return None if alive else f"its writer, process {pid}, is gone"
-    age = now - info.st_mtime
+        if alive is False:
+            return f"its writer, process {pid}, is gone"
+        if alive and age <= STALE_TEMPORARY_SECONDS:
+            return None  # a live writer's
+        if alive:  # no writer holds a file for hours: the pid was reused by another program
+            return f"untouched for {age / 3600:.0f} h although process {pid} runs: a reused pid, not its writer"
     if age > STALE_TEMPORARY_SECONDS:
         return f"untouched for {age / 3600:.0f} h, no live writer on this host"
     return None

@@ -50,14 +50,18 @@ def test_a_killed_writers_temporary_is_removed_by_the_next_append_a_live_ones_ke
         os.utime(old_legacy, (hours_ago, hours_ago))
         fresh_legacy = folder / f".part-{'b' * 32}.tmp"
         fresh_legacy.write_bytes(b"PAR1")
+        reused = folder / f".part-{_HOST}-{os.getppid()}-{'c' * 32}.tmp"  # a live pid, hours old: reused
+        reused.write_bytes(b"PAR1")
+        os.utime(reused, (hours_ago, hours_ago))
         appended = store.append(hand_frame(), "second")
-        assert not orphan.exists() and not old_legacy.exists()
+        assert not orphan.exists() and not old_legacy.exists() and not reused.exists()
         assert held.is_file() and fresh_legacy.is_file()
         line = appended.cleaned_line()
         assert line is not None and "\n" not in line
-        assert line.startswith("removed 2 stale temporary file(s) left by a killed writer")
-        assert f"process {dead_pid}, is gone" in line and "untouched for 7 h" in line
-        assert appended.summary()["store_temporaries_removed"] == 2
+        assert line.startswith("removed 3 stale temporary file(s) left by a killed writer")
+        why = " ".join(appended.cleaned)
+        assert f"process {dead_pid}, is gone" in why and "untouched for 7 h" in why and "a reused pid" in why
+        assert appended.summary()["store_temporaries_removed"] == 3
         assert appended.already_stored == 28  # the orphans were never read as data
     finally:
         live.kill()
