@@ -52,8 +52,9 @@ def walk_tree(
     max_entries: int = MAX_ENTRIES,
     max_seconds: float = MAX_SECONDS,
 ) -> Walk:
-    """Every non-directory entry under `root`; with `name`, only the entries called `name`
-    (a folder too, so the caller can say it is not a file). See the module docstring. `skip_hidden_dirs`: folders whose name starts with "." are not entered."""
+    """Every non-directory entry under `root`; with `name`, only the entries called `name` (a
+    folder too, so the caller can say it is not a file). `skip_hidden_dirs`: folders whose name
+    starts with "." are not entered. See the module docstring for the bounds."""
     result = Walk()
     if not root.is_dir():
         return result
