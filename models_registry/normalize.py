@@ -214,8 +214,12 @@ def _lint_level(config: Mapping[str, Any], *, name: str, where: str) -> None:
     for key, (low, high) in _SIZE_FIELDS.items():
         value = config.get(key)
         if value is not None:
-            try:  # the parser's own reader: the same rules and words at every level
-                ints[key] = read_int(value, f"{where}{key}", lo=low, hi=high)
+            # the parser's own reader: the same rules and words at every level. These keys are read in
+            # every family: `num_experts: 8.0` in a Llama config is a field LlamaConfig does not type,
+            # kept as is and never read, so an engine runs it; the parser refuses 16.0 where the
+            # family reads the field (its config class types it)
+            try:
+                ints[key] = read_int(value, f"{where}{key}", lo=low, hi=high, integral_float=True)
             except ConfigError as exc:
                 raise StageError("config", f"{name}: {exc}") from None
     for heads_key, kv_key in (("num_attention_heads", "num_key_value_heads"), ("n_head", "num_kv_heads")):

@@ -111,7 +111,7 @@ def test_a_cycle_or_a_deep_python_dict_is_a_config_error() -> None:
 def test_integral_float_is_refused_as_the_engines_config_loader_refuses_it() -> None:
     reason = _reason(json.dumps(LLAMA | {"num_hidden_layers": 16.0}).encode())
     assert reason == (
-        "t/model: num_hidden_layers must be an integer, got 16.0: transformers' config loader (used by vLLM and "
+        "t/model: `num_hidden_layers` must be an integer, got 16.0: transformers' config loader (used by vLLM and "
         "SGLang) refuses a float in an integer field"
     )
     half = _reason(json.dumps(LLAMA | {"num_hidden_layers": 16.5}).encode())
@@ -130,6 +130,14 @@ def test_the_engine_rule_holds_in_the_installed_transformers() -> None:
         with pytest.raises(Exception, match="expected int"):
             transformers.LlamaConfig(**(base | {key: value}))
         assert _reason(json.dumps(LLAMA | {key: value}).encode()) is not None
+
+
+def test_an_integral_float_in_a_field_the_family_does_not_read_is_accepted() -> None:
+    """ "A check must not refuse what the engine runs": LlamaConfig does not type `num_experts`,
+    keeps 8.0 as it is, and no Llama model reads it."""
+    assert _reason(json.dumps(LLAMA | {"num_experts": 8.0, "n_shared_experts": 1.0}).encode()) is None
+    transformers = pytest.importorskip("transformers")
+    assert transformers.LlamaConfig(num_experts=8.0).num_experts == 8.0
 
 
 # --- a 7.9 MB config of many keys ------------------------------------------------------------------
@@ -230,7 +238,7 @@ def test_numeric_fields_share_one_reader(field: str, bad: str) -> None:
 @pytest.mark.parametrize(
     ("config", "words"),
     [
-        (LLAMA | {"model_type": "mistral", "sliding_window": 4096.0}, "sliding_window must be an integer"),
+        (LLAMA | {"model_type": "mistral", "sliding_window": 4096.0}, "`sliding_window` must be an integer, got 4096.0"),
         (LLAMA | {"model_type": "mistral", "sliding_window": -1}, "sliding_window must be non-negative"),
         (LLAMA | {"layer_types": ["full_attention", 3]}, "layer_types"),
         (LLAMA | {"rope_scaling": {"rope_type": "linear", "factor": math.nan}}, "`factor` must be a finite number"),

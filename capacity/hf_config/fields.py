@@ -70,9 +70,13 @@ def _kind(value: Any) -> str:
     return ""
 
 
-def read_int(value: Any, shown: str, *, lo: int = 1, hi: int = MAX_DIM) -> int:
+def read_int(value: Any, shown: str, *, lo: int = 1, hi: int = MAX_DIM, integral_float: bool = False) -> int:
     """`value` as an integer field named `shown` in [lo, hi]; ConfigError (one line, without the
-    config's label) otherwise. See the module docstring for why `16.0` is refused."""
+    config's label) otherwise. See the module docstring for why `16.0` is refused.
+    `integral_float`: take `16.0` as 16, for a reader that does not know whether the model's config
+    class types the field (transformers keeps a field it does not type as it is, and nothing reads it)."""
+    if integral_float and isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         raise ConfigError(
             f"{shown} must be an integer, got {clip(value)}: transformers' config loader (used by vLLM and "
