@@ -140,6 +140,16 @@ def test_an_integral_float_in_a_field_the_family_does_not_read_is_accepted() -> 
     assert transformers.LlamaConfig(num_experts=8.0).num_experts == 8.0
 
 
+def test_a_secondary_length_key_takes_an_integral_float_as_vllm_does() -> None:
+    """vLLM reads `seq_length` & co. with getattr, takes their min() and returns int() of it: 4096.0
+    runs. `max_position_embeddings` is a typed field of the config class: 4096.0 is refused."""
+    spec = parse_config(LLAMA | {"seq_length": 4096.0}, name="t/model")
+    assert spec.context_limit_tokens == 4096 and isinstance(spec.context_limit_tokens, int)
+    assert _reason(json.dumps(LLAMA | {"seq_length": 4096.0}).encode()) is None
+    assert "must be an integer" in (_parse_reason(LLAMA | {"max_position_embeddings": 4096.0}) or "")
+    assert "must be an integer" in (_parse_reason(LLAMA | {"seq_length": 4096.5}) or "")
+
+
 # --- a 7.9 MB config of many keys ------------------------------------------------------------------
 
 

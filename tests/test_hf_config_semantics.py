@@ -26,7 +26,7 @@ NO_LENGTH = {k: v for k, v in LLAMA.items() if k != "max_position_embeddings"}
         (V3 | {"first_k_dense_replace": 61}, "declares 256 experts but none of its 61 layers holds them"),
         (V3 | {"moe_layer_freq": 1000, "first_k_dense_replace": 3}, "none of its 61 layers holds them"),
         (LLAMA | {"num_experts": 0, "num_experts_per_tok": 2}, "is 0 but `num_experts_per_tok` is 2"),
-        (NO_LENGTH | {"seq_length": 1e30}, "`seq_length` must be an integer"),
+        (NO_LENGTH | {"seq_length": 1e30}, "`seq_length` = 1e+30 is implausibly large"),
         (NO_LENGTH | {"seq_length": 2**60}, "`seq_length`"),
         (LLAMA | {"model_max_length": -1}, "`model_max_length` must be positive"),
         (LLAMA | {"n_positions": True}, "`n_positions` must be an integer"),

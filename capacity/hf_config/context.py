@@ -88,7 +88,13 @@ def context_limit(m: Model) -> tuple[int, int]:
     c = m.cfg
     # every length key present must be a length: `seq_length: 1e30` is a broken config, and
     # skipping it would silently plan the model at vLLM's 2,048-token default
-    lengths = [c.integer(key, hi=MAX_POSITIONS) for key in _LENGTH_KEYS if c.has(key)]
+    # `max_position_embeddings` is a typed field of every transformers config class (16.0 refused);
+    # the other keys are read by vLLM with getattr, taken by min() and returned as int(): 4096.0 runs
+    lengths = [
+        c.integer(key, hi=MAX_POSITIONS, integral_float=key != "max_position_embeddings")
+        for key in _LENGTH_KEYS
+        if c.has(key)
+    ]
     if lengths:
         derived: float = min(lengths)
         if c.has("max_position_embeddings") and derived < lengths[0]:

@@ -8,7 +8,10 @@ Integral floats (`num_hidden_layers: 16.0`) are refused like any other float: tr
 config classes (the loader vLLM and SGLang build models from) validate every integer field as a
 strict dataclass field and raise on `16.0` (`expected int, got float`); transformers 4 kept the
 float and the model then failed in `range()` / `nn.Linear`. No engine runs such a config, so a
-check that refused it refuses nothing an engine runs.
+check that refused it refuses nothing an engine runs. Where an engine does take one, the reader
+is told so (`integral_float`): vLLM's secondary length keys (`seq_length: 4096.0`; min() then
+int()), and the registry lint's generic keys, which a family's config class may not type (kept as
+they are, never read).
 
 `check_shape` bounds a config's nesting and size iteratively (no recursion anywhere that walks
 it), and `clip` shows a value with a bounded repr.
@@ -73,23 +76,23 @@ def _kind(value: Any) -> str:
 def read_int(value: Any, shown: str, *, lo: int = 1, hi: int = MAX_DIM, integral_float: bool = False) -> int:
     """`value` as an integer field named `shown` in [lo, hi]; ConfigError (one line, without the
     config's label) otherwise. See the module docstring for why `16.0` is refused.
-    `integral_float`: take `16.0` as 16, for a reader that does not know whether the model's config
-    class types the field (transformers keeps a field it does not type as it is, and nothing reads it)."""
-    if integral_float and isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+    `integral_float`: take `16.0` as 16 where the engine does (a field transformers does not type is
+    kept as it is; vLLM reads the secondary length keys with getattr and returns int() of their min)."""
+    integral = isinstance(value, float) and math.isfinite(value) and value.is_integer()
+    if integral and not integral_float:
         raise ConfigError(
             f"{shown} must be an integer, got {clip(value)}: transformers' config loader (used by vLLM and "
             "SGLang) refuses a float in an integer field"
         )
-    if isinstance(value, bool) or not isinstance(value, int):
+    number = int(value) if integral else value
+    if isinstance(number, bool) or not isinstance(number, int):
         raise ConfigError(f"{shown} must be an integer, got {clip(value)}{_kind(value)}")
-    if value < lo:
+    if number < lo:
         expected = {1: "positive", 0: "non-negative"}.get(lo, f">= {lo}")
         raise ConfigError(f"{shown} must be {expected}, got {clip(value)}")
-    if value > hi:
+    if number > hi:
         raise ConfigError(f"{shown} = {clip(value)} is implausibly large (max {hi:,})")
-    return value
+    return number
 
 
 def read_number(value: Any, shown: str, *, lo: float = -math.inf, hi: float = math.inf, open_lo: bool = False) -> float:
@@ -156,14 +159,16 @@ class Fields:
     def raw(self, key: str) -> Any:
         return self.data.get(key)
 
-    def integer(self, key: str, default: Any = REQUIRED, *, lo: int = 1, hi: int = MAX_DIM) -> int:
+    def integer(
+        self, key: str, default: Any = REQUIRED, *, lo: int = 1, hi: int = MAX_DIM, integral_float: bool = False
+    ) -> int:
         value = self.data.get(key)
         if value is None:
             if default is REQUIRED:
                 self.fail(f"missing required field {self.key(key)}")
             return int(default)
         try:
-            return read_int(value, self.key(key), lo=lo, hi=hi)
+            return read_int(value, self.key(key), lo=lo, hi=hi, integral_float=integral_float)
         except ConfigError as exc:
             self.fail(str(exc))
 
