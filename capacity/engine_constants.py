@@ -310,6 +310,24 @@ class VllmProfilingCoefficients:
     source: str
 
 
+def _without_graph_estimate(
+    *, forward_scale: float, non_torch_bytes: int, non_torch_tp_bytes: int, source: str
+) -> VllmProfilingCoefficients:
+    """The coefficients of an era before 0.17 (v1-mid, v1-early, v0): the release deducts no CUDA-graph
+    estimate before sizing the KV cache (every graph term 0) and frees the fused-MoE workspaces per call."""
+    return VllmProfilingCoefficients(
+        forward_scale=forward_scale,
+        non_torch_bytes=non_torch_bytes,
+        non_torch_tp_bytes=non_torch_tp_bytes,
+        cg_base_bytes=0,
+        cg_per_graph_bytes=0,
+        cg_per_graph_tp_custom_ar_bytes=0,
+        cg_per_graph_tp_nccl_bytes=0,
+        moe_workspace_persistent=False,
+        source=source,
+    )
+
+
 VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
     "v1": VllmProfilingCoefficients(
         forward_scale=1.3,
@@ -324,41 +342,26 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         "CUDA-graph terms fitted on the public 'Estimated CUDA graph memory' lines (tools/overhead_cv.py --graphs); "
         "the sampler is a rule per release (VLLM_SAMPLER_RULES), not a coefficient",
     ),
-    "v1-mid": VllmProfilingCoefficients(
+    "v1-mid": _without_graph_estimate(
         forward_scale=1.3,
         non_torch_bytes=int(0.28 * GIB),
         non_torch_tp_bytes=int(0.55 * GIB),
-        cg_base_bytes=0,
-        cg_per_graph_bytes=0,
-        cg_per_graph_tp_custom_ar_bytes=0,
-        cg_per_graph_tp_nccl_bytes=0,
-        moe_workspace_persistent=False,
         source="tools/overhead_cv.py --fit on the 0.11-0.16 rows (llm-d-benchmark H100 summary, "
         "llm-d-planner Qwen3-14B 0.15/0.16); forward_scale shared with v1",
     ),
-    "v1-early": VllmProfilingCoefficients(
+    "v1-early": _without_graph_estimate(
         forward_scale=1.3,
         non_torch_bytes=int(0.10 * GIB),
         # at TP > 1 on an NVLink switch: the 0.10.2 H200 TP 2 log prints "1.38 GiB for non-torch memory"
         # (unresolved-v0102-qwen3-next-80b-a3b-h200-tp2-262k; the refit's value too)
         non_torch_tp_bytes=int(1.38 * GIB),
-        cg_base_bytes=0,
-        cg_per_graph_bytes=0,
-        cg_per_graph_tp_custom_ar_bytes=0,
-        cg_per_graph_tp_nccl_bytes=0,
-        moe_workspace_persistent=False,
         source="tools/overhead_cv.py --fit on the 0.8-0.10 rows (dennislee22/vLLM-benchmarking 0.10.1.1 A100; "
         "the 0.10.2 H200 TP 2 breakdown for the NVLink-switch term)",
     ),
-    "v0": VllmProfilingCoefficients(
+    "v0": _without_graph_estimate(
         forward_scale=0.95,
         non_torch_bytes=int(0.35 * GIB),
         non_torch_tp_bytes=int(3.58 * GIB),
-        cg_base_bytes=0,
-        cg_per_graph_bytes=0,
-        cg_per_graph_tp_custom_ar_bytes=0,
-        cg_per_graph_tp_nccl_bytes=0,
-        moe_workspace_persistent=False,
         source="tools/overhead_cv.py --fit on the V0 rows (vllm#10517 RTX 3090, PR#10511 H100); V0 profiles "
         "max_num_seqs sequences of the whole batch with the sampler folded into the forward peak",
     ),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from capacity.spec import SpecError
@@ -29,6 +29,10 @@ REQUIRED: Any = object()
 def clip(value: Any) -> str:
     text = repr(value).replace("\n", " ")
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_finite_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 class Fields:
@@ -70,36 +74,29 @@ class Fields:
             return None
         return self.integer(key, lo=lo, hi=hi)
 
-    def flag(self, key: str, default: bool) -> bool:
+    def _checked(self, key: str, accepts: Callable[[Any], bool], kind: str) -> Any:
+        """The value at `key`, None when absent; one `accepts` refuses fails the config as not `kind`."""
         value = self.data.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            self.fail(f"{self.key(key)} must be true or false, got {clip(value)}")
+        if value is not None and not accepts(value):
+            self.fail(f"{self.key(key)} must be {kind}, got {clip(value)}")
         return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self._checked(key, lambda v: isinstance(v, bool), "true or false")
+        return default if value is None else bool(value)
 
     def text(self, key: str, default: str | None = None) -> str | None:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            self.fail(f"{self.key(key)} must be a string, got {clip(value)}")
-        return value
+        value = self._checked(key, lambda v: isinstance(v, str), "a string")
+        return default if value is None else str(value)
 
     def number(self, key: str, default: float) -> float:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            self.fail(f"{self.key(key)} must be a number, got {clip(value)}")
-        return float(value)
+        value = self._checked(key, _is_finite_number, "a number")
+        return default if value is None else float(value)
 
     def ints(self, key: str, *, lo: int = 0, hi: int = MAX_LAYERS) -> list[int] | None:
-        value = self.data.get(key)
+        value = self._checked(key, lambda v: isinstance(v, list | tuple), "a list of integers")
         if value is None:
             return None
-        if not isinstance(value, list | tuple):
-            self.fail(f"{self.key(key)} must be a list of integers, got {clip(value)}")
         out: list[int] = []
         for item in value:
             if isinstance(item, bool) or not isinstance(item, int) or not lo <= item <= hi:
@@ -108,19 +105,13 @@ class Fields:
         return out
 
     def texts(self, key: str) -> list[str] | None:
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
-            self.fail(f"{self.key(key)} must be a list of strings, got {clip(value)}")
-        return list(value)
+        value = self._checked(
+            key, lambda v: isinstance(v, list | tuple) and all(isinstance(item, str) for item in v), "a list of strings"
+        )
+        return None if value is None else list(value)
 
     def mapping(self, key: str) -> Mapping[str, Any] | None:
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, Mapping):
-            self.fail(f"{self.key(key)} must be an object, got {clip(value)}")
+        value: Mapping[str, Any] | None = self._checked(key, lambda v: isinstance(v, Mapping), "an object")
         return value
 
     def sub(self, key: str) -> Fields | None:
