@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -71,26 +71,8 @@ class GpuRecord:
     sources: tuple[str, ...] = field(default_factory=tuple)
 
     def to_sku(self) -> GpuSku:
-        return GpuSku(
-            id=self.id,
-            name=self.name,
-            vendor=self.vendor,
-            memory_total_bytes=self.memory_total_bytes,
-            memory_total_mib_smi=self.memory_total_mib_smi,
-            memory_bandwidth_gbps=self.memory_bandwidth_gbps,
-            bf16_dense_tflops=self.bf16_dense_tflops,
-            fp8_dense_tflops=self.fp8_dense_tflops,
-            fp4_dense_tflops=self.fp4_dense_tflops,
-            fp8_support=self.fp8_support,
-            fp4_support=self.fp4_support,
-            int8_support=self.int8_support,
-            gpus_per_node=self.gpus_per_node,
-            interconnect=self.interconnect,
-            interconnect_gbps=self.interconnect_gbps,
-            price_usd_per_gpu_hour=self.price_usd_per_gpu_hour,
-            architecture=self.architecture,
-            aliases=self.aliases,
-        )
+        """The domain type: every field a GpuSku has, as this record has it (the rest are catalog-only)."""
+        return GpuSku(**{f.name: getattr(self, f.name) for f in fields(GpuSku)})
 
     @property
     def content_sha256(self) -> str:
