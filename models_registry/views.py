@@ -83,25 +83,16 @@ def _kv_elements(kind: str, heads: int, k: int, v: int) -> int:
     return heads * (k + v) if kind in PER_TOKEN_KINDS else 0
 
 
+# What a model's view takes, by name, from what names its revision and from what gives its shape
+_REVISION_FIELDS = ("repo_id", "revision", "config_sha256", "source", "checkpoint_bytes")
+_SHAPE_FIELDS = ("family", "model_type", "architecture", "is_generic", "total_params", "active_params", "embedding_params")
+
+
 def _view(ids: orm.Model | ResolvedModel, spec: orm.Model | ModelSpec, **derived: Any) -> ModelView:
     """A model's view from what a registry row and a resolved model both say: `ids` names the
     revision, `spec` the shape (a registry row is both); `derived` the fields each works out its own way."""
-    return ModelView(
-        repo_id=ids.repo_id,
-        revision=ids.revision,
-        config_sha256=ids.config_sha256,
-        source=ids.source,
-        family=spec.family,
-        model_type=spec.model_type,
-        architecture=spec.architecture,
-        is_generic=spec.is_generic,
-        fields=_fields(spec),
-        total_params=spec.total_params,
-        active_params=spec.active_params,
-        embedding_params=spec.embedding_params,
-        checkpoint_bytes=ids.checkpoint_bytes,
-        **derived,
-    )
+    named = {name: getattr(ids, name) for name in _REVISION_FIELDS} | {name: getattr(spec, name) for name in _SHAPE_FIELDS}
+    return ModelView(fields=_fields(spec), **named, **derived)
 
 
 def view_from_row(session: Session, row: orm.Model) -> ModelView:
