@@ -288,7 +288,7 @@ CG_PER_GRAPH_TP_NCCL_BYTES = int(29.6 * 2**20)  # every further graph at TP > 1,
 # evaluation/data/vllm_public_measurements.yaml) and shared by every model family.
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VllmProfilingCoefficients:
     # forward_scale: the layer-local forward buffers (QKV, attention output, MLP gate/up and SiLU-mul
     # output, router logits, hidden stream) times this = the forward phase's torch peak; it stands for
@@ -299,33 +299,16 @@ class VllmProfilingCoefficients:
     # CUDA-graph estimate (profile_cudagraph_memory) where the release deducts it: base + per graph x
     # (PIECEWISE + FULL captures); per graph at TP > 1 by all-reduce path: vLLM's custom all-reduce (graph
     # addresses registered in its IPC buffers) or NCCL's kernels captured in every graph (custom all-reduce off).
-    # Fitted on evaluation/data/vllm_cudagraph_estimates.yaml (evaluation/cudagraph_estimates.py)
-    cg_base_bytes: int
-    cg_per_graph_bytes: int
-    cg_per_graph_tp_custom_ar_bytes: int
-    cg_per_graph_tp_nccl_bytes: int
+    # Fitted on evaluation/data/vllm_cudagraph_estimates.yaml (evaluation/cudagraph_estimates.py); 0 for the
+    # eras before 0.17 (v1-mid, v1-early, v0), whose releases deduct none
+    cg_base_bytes: int = 0
+    cg_per_graph_bytes: int = 0
+    cg_per_graph_tp_custom_ar_bytes: int = 0
+    cg_per_graph_tp_nccl_bytes: int = 0
     # fused-MoE workspaces held by the WorkspaceManager (0.17+ here; 0.19 logs), else freed per call
     # (0.11.0 wheel: fused_experts_impl allocates its intermediate caches in each layer's forward)
-    moe_workspace_persistent: bool
+    moe_workspace_persistent: bool = False
     source: str
-
-
-def _without_graph_estimate(
-    *, forward_scale: float, non_torch_bytes: int, non_torch_tp_bytes: int, source: str
-) -> VllmProfilingCoefficients:
-    """The coefficients of an era before 0.17 (v1-mid, v1-early, v0): the release deducts no CUDA-graph
-    estimate before sizing the KV cache (every graph term 0) and frees the fused-MoE workspaces per call."""
-    return VllmProfilingCoefficients(
-        forward_scale=forward_scale,
-        non_torch_bytes=non_torch_bytes,
-        non_torch_tp_bytes=non_torch_tp_bytes,
-        cg_base_bytes=0,
-        cg_per_graph_bytes=0,
-        cg_per_graph_tp_custom_ar_bytes=0,
-        cg_per_graph_tp_nccl_bytes=0,
-        moe_workspace_persistent=False,
-        source=source,
-    )
 
 
 VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
@@ -342,14 +325,14 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         "CUDA-graph terms fitted on the public 'Estimated CUDA graph memory' lines (tools/overhead_cv.py --graphs); "
         "the sampler is a rule per release (VLLM_SAMPLER_RULES), not a coefficient",
     ),
-    "v1-mid": _without_graph_estimate(
+    "v1-mid": VllmProfilingCoefficients(
         forward_scale=1.3,
         non_torch_bytes=int(0.28 * GIB),
         non_torch_tp_bytes=int(0.55 * GIB),
         source="tools/overhead_cv.py --fit on the 0.11-0.16 rows (llm-d-benchmark H100 summary, "
         "llm-d-planner Qwen3-14B 0.15/0.16); forward_scale shared with v1",
     ),
-    "v1-early": _without_graph_estimate(
+    "v1-early": VllmProfilingCoefficients(
         forward_scale=1.3,
         non_torch_bytes=int(0.10 * GIB),
         # at TP > 1 on an NVLink switch: the 0.10.2 H200 TP 2 log prints "1.38 GiB for non-torch memory"
@@ -358,7 +341,7 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         source="tools/overhead_cv.py --fit on the 0.8-0.10 rows (dennislee22/vLLM-benchmarking 0.10.1.1 A100; "
         "the 0.10.2 H200 TP 2 breakdown for the NVLink-switch term)",
     ),
-    "v0": _without_graph_estimate(
+    "v0": VllmProfilingCoefficients(
         forward_scale=0.95,
         non_torch_bytes=int(0.35 * GIB),
         non_torch_tp_bytes=int(3.58 * GIB),
