@@ -41,33 +41,16 @@ def _without_vendor(key: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class GpuRecord:
-    """One validated catalog entry: every field of gpus.yaml (`to_sku()` gives the domain type)."""
+class GpuRecord(GpuSku):
+    """One validated catalog entry: every field of gpus.yaml, a GpuSku's and the catalog's own below
+    (`to_sku()` gives the domain type alone)."""
 
-    id: str
-    name: str
-    vendor: str
-    memory_total_bytes: int
-    architecture: str | None = None
     form_factor: str | None = None
     memory_marketing_gb: float | None = None
     memory_type: str | None = None
-    memory_total_mib_smi: int | None = None
     memory_total_basis: str | None = None
-    memory_bandwidth_gbps: float | None = None
-    bf16_dense_tflops: float | None = None
-    fp8_dense_tflops: float | None = None
-    fp4_dense_tflops: float | None = None
-    fp8_support: bool = False
-    fp4_support: bool = False
-    int8_support: bool = True
-    interconnect: str | None = None
-    interconnect_gbps: float | None = None
-    gpus_per_node: int = 8
-    price_usd_per_gpu_hour: float | None = None
     price_source: str | None = None
     price_date: dt.date | None = None
-    aliases: tuple[str, ...] = ()
     sources: tuple[str, ...] = field(default_factory=tuple)
 
     def to_sku(self) -> GpuSku:
