@@ -4,7 +4,8 @@ A relation's name is the same everywhere (STYLE.md §2): the Dagster asset key `
 the DuckDB relation `layer.table` and this file. Files are run statement by statement, each with
 the named parameters (`$run_id`, `$run_date`...) it uses bound from a mapping — values are never
 formatted into SQL. Identifiers (schema, table and column names, which DuckDB cannot bind) go
-through `ident`, which quotes them.
+through `ident`, which quotes them. A raw table that keeps rows across runs says so in one line,
+`append incoming to raw.<table> keyed by run_id|part_id`, which `read_sql` writes out (`keyed_append`).
 """
 
 from __future__ import annotations
