@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from capacity.spec import SpecError
@@ -177,21 +177,20 @@ class Fields:
             return None
         return self.integer(key, lo=lo, hi=hi)
 
-    def flag(self, key: str, default: bool) -> bool:
+    def _checked(self, key: str, accepts: Callable[[Any], bool], kind: str) -> Any:
+        """The value at `key`, None when absent; one `accepts` refuses fails the config as not `kind`."""
         value = self.data.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            self.fail(f"{self.key(key)} must be true or false, got {clip(value)}")
+        if value is not None and not accepts(value):
+            self.fail(f"{self.key(key)} must be {kind}, got {clip(value)}")
         return value
 
+    def flag(self, key: str, default: bool) -> bool:
+        value = self._checked(key, lambda v: isinstance(v, bool), "true or false")
+        return default if value is None else bool(value)
+
     def text(self, key: str, default: str | None = None) -> str | None:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            self.fail(f"{self.key(key)} must be a string, got {clip(value)}")
-        return value
+        value = self._checked(key, lambda v: isinstance(v, str), "a string")
+        return default if value is None else str(value)
 
     def number(self, key: str, default: float) -> float:
         value = self.data.get(key)
@@ -220,19 +219,13 @@ class Fields:
         return out
 
     def texts(self, key: str) -> list[str] | None:
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
-            self.fail(f"{self.key(key)} must be a list of strings, got {clip(value)}")
-        return list(value)
+        value = self._checked(
+            key, lambda v: isinstance(v, list | tuple) and all(isinstance(item, str) for item in v), "a list of strings"
+        )
+        return None if value is None else list(value)
 
     def mapping(self, key: str) -> Mapping[str, Any] | None:
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, Mapping):
-            self.fail(f"{self.key(key)} must be an object, got {clip(value)}")
+        value: Mapping[str, Any] | None = self._checked(key, lambda v: isinstance(v, Mapping), "an object")
         return value
 
     def sub(self, key: str) -> Fields | None:
