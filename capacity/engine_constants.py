@@ -288,7 +288,7 @@ CG_PER_GRAPH_TP_NCCL_BYTES = int(29.6 * 2**20)  # every further graph at TP > 1,
 # evaluation/data/vllm_public_measurements.yaml) and shared by every model family.
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VllmProfilingCoefficients:
     # forward_scale: the layer-local forward buffers (QKV, attention output, MLP gate/up and SiLU-mul
     # output, router logits, hidden stream) times this = the forward phase's torch peak; it stands for
@@ -299,14 +299,15 @@ class VllmProfilingCoefficients:
     # CUDA-graph estimate (profile_cudagraph_memory) where the release deducts it: base + per graph x
     # (PIECEWISE + FULL captures); per graph at TP > 1 by all-reduce path: vLLM's custom all-reduce (graph
     # addresses registered in its IPC buffers) or NCCL's kernels captured in every graph (custom all-reduce off).
-    # Fitted on evaluation/data/vllm_cudagraph_estimates.yaml (evaluation/cudagraph_estimates.py)
-    cg_base_bytes: int
-    cg_per_graph_bytes: int
-    cg_per_graph_tp_custom_ar_bytes: int
-    cg_per_graph_tp_nccl_bytes: int
+    # Fitted on evaluation/data/vllm_cudagraph_estimates.yaml (evaluation/cudagraph_estimates.py); 0 for the
+    # eras before 0.17 (v1-mid, v1-early, v0), whose releases deduct none
+    cg_base_bytes: int = 0
+    cg_per_graph_bytes: int = 0
+    cg_per_graph_tp_custom_ar_bytes: int = 0
+    cg_per_graph_tp_nccl_bytes: int = 0
     # fused-MoE workspaces held by the WorkspaceManager (0.17+ here; 0.19 logs), else freed per call
     # (0.11.0 wheel: fused_experts_impl allocates its intermediate caches in each layer's forward)
-    moe_workspace_persistent: bool
+    moe_workspace_persistent: bool = False
     source: str
 
 
@@ -328,11 +329,6 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         forward_scale=1.3,
         non_torch_bytes=int(0.28 * GIB),
         non_torch_tp_bytes=int(0.55 * GIB),
-        cg_base_bytes=0,
-        cg_per_graph_bytes=0,
-        cg_per_graph_tp_custom_ar_bytes=0,
-        cg_per_graph_tp_nccl_bytes=0,
-        moe_workspace_persistent=False,
         source="tools/overhead_cv.py --fit on the 0.11-0.16 rows (llm-d-benchmark H100 summary, "
         "llm-d-planner Qwen3-14B 0.15/0.16); forward_scale shared with v1",
     ),
@@ -342,11 +338,6 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         # at TP > 1 on an NVLink switch: the 0.10.2 H200 TP 2 log prints "1.38 GiB for non-torch memory"
         # (unresolved-v0102-qwen3-next-80b-a3b-h200-tp2-262k; the refit's value too)
         non_torch_tp_bytes=int(1.38 * GIB),
-        cg_base_bytes=0,
-        cg_per_graph_bytes=0,
-        cg_per_graph_tp_custom_ar_bytes=0,
-        cg_per_graph_tp_nccl_bytes=0,
-        moe_workspace_persistent=False,
         source="tools/overhead_cv.py --fit on the 0.8-0.10 rows (dennislee22/vLLM-benchmarking 0.10.1.1 A100; "
         "the 0.10.2 H200 TP 2 breakdown for the NVLink-switch term)",
     ),
@@ -354,11 +345,6 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         forward_scale=0.95,
         non_torch_bytes=int(0.35 * GIB),
         non_torch_tp_bytes=int(3.58 * GIB),
-        cg_base_bytes=0,
-        cg_per_graph_bytes=0,
-        cg_per_graph_tp_custom_ar_bytes=0,
-        cg_per_graph_tp_nccl_bytes=0,
-        moe_workspace_persistent=False,
         source="tools/overhead_cv.py --fit on the V0 rows (vllm#10517 RTX 3090, PR#10511 H100); V0 profiles "
         "max_num_seqs sequences of the whole batch with the sampler folded into the forward peak",
     ),

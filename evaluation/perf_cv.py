@@ -286,3 +286,65 @@ def cv_report(rows: Iterable[PerfMeasurement] | None = None) -> CvReport:
         cross_validated=leave_one_group_out(observations),
         baseline=predict(observations, default_params(observations)),
     )
+
+
+def shipped_params() -> Params:
+    """The efficiency factors capplan ships (capacity/performance.py), as `Params` for `predict`."""
+    from capacity.performance import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY, REQUEST_OVERHEAD_S, STEP_OVERHEAD_S
+
+    return Params(
+        memory_bandwidth=dict(MEMORY_EFFICIENCY),
+        compute=dict(COMPUTE_EFFICIENCY),
+        step_overhead_s={str(engine): value for engine, value in STEP_OVERHEAD_S.items()},
+        request_overhead_s={str(engine): value for engine, value in REQUEST_OVERHEAD_S.items()},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HoldoutReport:
+    """Blind scores: every observation predicted with the shipped factors, nothing fitted on these rows."""
+
+    observations: list[Observation]
+    skipped: list[Skipped]
+    params: Params
+    predicted: np.ndarray
+    family: dict[str, str]  # row id -> source family (the group where the row names none)
+
+    def signed_errors_pct(self) -> np.ndarray:
+        """(predicted / measured - 1) x 100 per observation (NaN where the model gives no number)."""
+        measured = np.array([o.measured for o in self.observations], dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            errors = (self.predicted / measured - 1) * 100
+        ok = np.isfinite(self.predicted) & (self.predicted > 0)
+        return np.where(ok, errors, np.nan)
+
+    def table(self, key: Callable[[Observation], str | None]) -> dict[str, tuple[Accuracy, float]]:
+        """(accuracy, median signed error %) per value of `key` (None: left out)."""
+        measured = np.array([o.measured for o in self.observations], dtype=float)
+        signed = self.signed_errors_pct()
+        out: dict[str, tuple[Accuracy, float]] = {}
+        for value in sorted({k for o in self.observations if (k := key(o)) is not None}):
+            mask = np.array([key(o) == value for o in self.observations])
+            chosen = signed[mask]
+            chosen = chosen[np.isfinite(chosen)]
+            median = float(np.median(chosen)) if len(chosen) else math.nan
+            out[value] = (accuracy(measured[mask], self.predicted[mask]), median)
+        return out
+
+
+def holdout_report(rows: Iterable[PerfMeasurement] | None = None, params: Params | None = None) -> HoldoutReport:
+    """Score the blind holdout (evaluation/data/perf_holdout.yaml) with the shipped factors: the same
+    observations and the same `predict` as the cross-validation, no fitting."""
+    from evaluation.perf_measurements import load_perf_holdout
+
+    resolve, find = _catalog_resolver()
+    data = list(rows) if rows is not None else load_perf_holdout().rows
+    observations, skipped = build(data, resolve, find)
+    chosen = params if params is not None else shipped_params()
+    return HoldoutReport(
+        observations=observations,
+        skipped=skipped,
+        params=chosen,
+        predicted=predict(observations, chosen),
+        family={row.id: row.source_family or row.source_group for row in data},
+    )

@@ -18,6 +18,8 @@ from typing import Any
 import yaml
 
 PERF_MEASUREMENTS_PATH = Path(__file__).resolve().parent / "data" / "perf_measurements.yaml"
+# The blind holdout (README-perf-holdout.md): same schema, other source families, never fitted on.
+PERF_HOLDOUT_PATH = Path(__file__).resolve().parent / "data" / "perf_holdout.yaml"
 
 ENGINES = frozenset({"vllm", "sglang", "trtllm"})
 BENCHMARK_KINDS = frozenset(
@@ -388,3 +390,8 @@ def load_perf_measurements(
         seen.add(row.id)
         rows.append(row)
     return PerfLoadResult(rows, skipped)
+
+
+def load_perf_holdout(gpu_ids: Iterable[str] | None = None, *, check_gpus: bool = True) -> PerfLoadResult:
+    """The blind holdout rows (evaluation/data/perf_holdout.yaml), read by the same rules. Score on them; never fit on them."""
+    return load_perf_measurements(PERF_HOLDOUT_PATH, gpu_ids, check_gpus=check_gpus)

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from capacity.hf_config import ConfigError, checkpoint_size_problem, parse_config
+from capacity.hf_config.fields import MAX_CONFIG_VALUES, MAX_JSON_DEPTH, ShapeError, check_shape, read_int
 from capacity.spec import ModelSpec
 from models_registry.sources.common import ConfigSnapshot, StageError, json_value_error, one_line
 
 INT32_MAX = 2**31 - 1
-MAX_JSON_DEPTH = 32  # published configs nest 5 levels at most (quantization_config.config_groups...)
 
 # field -> (minimum, maximum); minimum 1 for sizes that can never be zero.
 _SIZE_FIELDS: dict[str, tuple[int, int]] = {
@@ -56,6 +57,7 @@ _SIZE_FIELDS: dict[str, tuple[int, int]] = {
     "attention_chunk_size": (0, 2**30),
 }
 _STR_FIELDS = ("model_type", "torch_dtype", "dtype")
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # a JSON string literal, escapes included
 _NESTED = ("text_config", "llm_config", "language_config")
 
 
@@ -67,6 +69,15 @@ def decode_config(raw: bytes, *, name: str) -> dict[str, Any]:
         raise StageError("json", f"{name}: config.json is not UTF-8 text (byte {exc.start})") from None
     if not text.strip():
         raise StageError("json", f"{name}: config.json is empty")
+    separators = raw.count(b",")  # outside strings, each separates two values or more
+    if separators >= MAX_CONFIG_VALUES:  # then count only those outside strings (0.25 s for 8 MB)
+        separators = _STRINGS.sub(b'""', raw).count(b",")
+    if separators >= MAX_CONFIG_VALUES:  # refused before spending a second parsing it
+        raise StageError(
+            "json",
+            f"{name}: config.json holds more than {MAX_CONFIG_VALUES:,} keys and values ({separators:,} separators); "
+            "published configs hold a few thousand: not a model config",
+        )
     try:
         value = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
@@ -74,7 +85,9 @@ def decode_config(raw: bytes, *, name: str) -> dict[str, Any]:
             "json", f"{name}: config.json is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         ) from None
     except RecursionError:
-        raise StageError("json", f"{name}: config.json is nested too deeply (more than {MAX_JSON_DEPTH} levels)") from None
+        raise StageError(
+            "json", f"{name}: config.json is nested too deeply (more than {MAX_JSON_DEPTH} levels)"
+        ) from None
     except ValueError as exc:
         raise StageError("json", f"{name}: config.json is not valid JSON: {json_value_error(exc)}") from None
     if not isinstance(value, dict):
@@ -84,36 +97,72 @@ def decode_config(raw: bytes, *, name: str) -> dict[str, Any]:
 
 
 def check_tree(value: object, *, name: str) -> None:
-    """A parsed config every later step can handle: at most MAX_JSON_DEPTH levels of nesting
-    (a `text_config` chain or a deep list would make recursive code fail far from here), and text
-    without lone surrogates (JSON's `\\ud800` decodes to one; no database driver can store it) or
-    NUL characters (PostgreSQL refuses them).
-    Iterative, so the check itself cannot overflow the stack (StageError 'json')."""
-    stack: list[tuple[object, int, str]] = [(value, 1, "")]
+    """A parsed config every later step can handle: at most MAX_JSON_DEPTH levels of nesting and
+    MAX_CONFIG_VALUES keys and values (`capacity.hf_config.fields.check_shape`; a `text_config`
+    chain or a deep list would make recursive code fail far from here, and a million values is no
+    config), and text without lone surrogates (JSON's `\\ud800` decodes to one; no database driver
+    can store it) or NUL characters (PostgreSQL refuses them).
+    Iterative, so the check itself cannot overflow the stack (StageError 'json'). The path of a
+    value is built only when it is reported (MAX_CONFIG_VALUES values are checked in a fraction of a second)."""
+    if isinstance(value, str) and (problem := _text_problem(value)):
+        raise StageError("json", f"{name}: config.json holds {problem} at the top level")
+    if not isinstance(value, dict | list):
+        return
+    try:
+        check_shape(value, name)
+    except ShapeError as exc:
+        raise StageError("json", f"{exc}{_deepest(value) if exc.too_deep else ''}") from None
+    stack: list[tuple[dict[Any, Any] | list[Any], tuple[object, ...]]] = [(value, ())]
+    while stack:
+        item, where = stack.pop()
+        pairs: Iterable[tuple[Any, Any]] = item.items() if isinstance(item, dict) else enumerate(item)
+        for key, child in pairs:
+            if isinstance(key, str) and (problem := _text_problem(key)):
+                raise StageError("json", f"{name}: config.json holds {problem} in a key ({_path((where, key))})")
+            if isinstance(child, str):
+                if problem := _text_problem(child):
+                    raise StageError("json", f"{name}: config.json holds {problem} in {_path((where, key))}")
+            elif isinstance(child, dict | list):
+                stack.append((child, (where, key)))
+
+
+def _path(where: tuple[object, ...]) -> str:
+    """`a.b[0].c` from the chain (((), "a"), "b"), 0)... that `check_tree` keeps per value."""
+    parts: list[str] = []
+    node: Any = where
+    while node:
+        node, step = node
+        parts.append(f"[{step}]" if isinstance(step, int) else f".{ascii(step)[1:-1]}")
+    return "".join(reversed(parts)).removeprefix(".")
+
+
+def _deepest(value: object) -> str | None:
+    """` (at a.b.c...)`: the path to the first value deeper than MAX_JSON_DEPTH, for the reason."""
+    stack: list[tuple[object, int, tuple[object, ...]]] = [(value, 1, ())]
     while stack:
         item, depth, where = stack.pop()
         if depth > MAX_JSON_DEPTH:
-            at = where if len(where) <= 60 else where[:57] + "..."
-            raise StageError("json", f"{name}: config.json is nested more than {MAX_JSON_DEPTH} levels deep (at {at})")
+            at = _path(where)
+            return f" (at {at if len(at) <= 60 else at[:57] + '...'})"
         if isinstance(item, dict):
-            for key, child in item.items():
-                path = f"{where}.{ascii(key)[1:-1]}" if where else ascii(key)[1:-1]
-                _check_text(key, name=name, where=f"a key ({path})")
-                stack.append((child, depth + 1, path))
+            stack.extend((child, depth + 1, (where, key)) for key, child in item.items())
         elif isinstance(item, list):
-            stack.extend((child, depth + 1, f"{where}[{i}]") for i, child in enumerate(item))
-        elif isinstance(item, str):
-            _check_text(item, name=name, where=where or "the top level")
+            stack.extend((child, depth + 1, (where, i)) for i, child in enumerate(item))
+    return None
 
 
-def _check_text(text: str, *, name: str, where: str) -> None:
+def _text_problem(text: str) -> str | None:
+    """What a backend cannot store in `text`, or None."""
+    if text.isascii() and "\x00" not in text:  # the common case, at C speed
+        return None
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         bad = text[exc.start : exc.end].encode("utf-8", "backslashreplace").decode("ascii")
-        raise StageError("json", f"{name}: config.json holds a lone surrogate ({bad}) in {where}") from None
+        return f"a lone surrogate ({bad})"
     if "\x00" in text:  # PostgreSQL text cannot hold it, SQLite can: reject on both alike
-        raise StageError("json", f"{name}: config.json holds a NUL character (\\u0000) in {where}")
+        return "a NUL character (\\u0000)"
+    return None
 
 
 def _reject_constant(token: str) -> Any:
@@ -164,20 +213,15 @@ def _lint_level(config: Mapping[str, Any], *, name: str, where: str) -> None:
     ints: dict[str, int] = {}
     for key, (low, high) in _SIZE_FIELDS.items():
         value = config.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise StageError("config", f"{name}: {where}{key} must be an integer, got {_describe(value)}")
-        if isinstance(value, float):
-            if not (math.isfinite(value) and value.is_integer()):
-                raise StageError("config", f"{name}: {where}{key} must be an integer, got {_describe(value)}")
-            value = int(value)
-        if value < low:
-            expected = "positive" if low >= 1 else "non-negative"
-            raise StageError("config", f"{name}: {where}{key} must be {expected}, got {value}")
-        if value > high:
-            raise StageError("config", f"{name}: {where}{key} = {value:,} is implausibly large (at most {high:,})")
-        ints[key] = value
+        if value is not None:
+            # the parser's own reader: the same rules and words at every level. These keys are read in
+            # every family: `num_experts: 8.0` in a Llama config is a field LlamaConfig does not type,
+            # kept as is and never read, so an engine runs it; the parser refuses 16.0 where the
+            # family reads the field (its config class types it)
+            try:
+                ints[key] = read_int(value, f"{where}{key}", lo=low, hi=high, integral_float=True)
+            except ConfigError as exc:
+                raise StageError("config", f"{name}: {exc}") from None
     for heads_key, kv_key in (("num_attention_heads", "num_key_value_heads"), ("n_head", "num_kv_heads")):
         heads, kv = ints.get(heads_key), ints.get(kv_key)
         if heads and kv:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sqlalchemy import func, select
@@ -83,25 +83,16 @@ def _kv_elements(kind: str, heads: int, k: int, v: int) -> int:
     return heads * (k + v) if kind in PER_TOKEN_KINDS else 0
 
 
+# What a model's view takes, by name, from what names its revision and from what gives its shape
+_REVISION_FIELDS = ("repo_id", "revision", "config_sha256", "source", "checkpoint_bytes")
+_SHAPE_FIELDS = ("family", "model_type", "architecture", "is_generic", "total_params", "active_params", "embedding_params")
+
+
 def _view(ids: orm.Model | ResolvedModel, spec: orm.Model | ModelSpec, **derived: Any) -> ModelView:
     """A model's view from what a registry row and a resolved model both say: `ids` names the
     revision, `spec` the shape (a registry row is both); `derived` the fields each works out its own way."""
-    return ModelView(
-        repo_id=ids.repo_id,
-        revision=ids.revision,
-        config_sha256=ids.config_sha256,
-        source=ids.source,
-        family=spec.family,
-        model_type=spec.model_type,
-        architecture=spec.architecture,
-        is_generic=spec.is_generic,
-        fields=_fields(spec),
-        total_params=spec.total_params,
-        active_params=spec.active_params,
-        embedding_params=spec.embedding_params,
-        checkpoint_bytes=ids.checkpoint_bytes,
-        **derived,
-    )
+    named = {name: getattr(ids, name) for name in _REVISION_FIELDS} | {name: getattr(spec, name) for name in _SHAPE_FIELDS}
+    return ModelView(fields=_fields(spec), **named, **derived)
 
 
 def view_from_row(session: Session, row: orm.Model) -> ModelView:
@@ -219,39 +210,16 @@ class GpuListRow:
     aliases: tuple[str, ...]
 
 
+def _gpu_row(sku: orm.GpuSku | GpuRecord, gpu_id: str, aliases: Iterable[str]) -> GpuListRow:
+    """A GPU's list row from a registry row or a catalog record: its id and aliases, the rest named alike in both."""
+    alike = {f.name: getattr(sku, f.name) for f in fields(GpuListRow) if f.name not in ("id", "aliases")}
+    return GpuListRow(id=gpu_id, aliases=tuple(sorted(aliases)), **alike)
+
+
 def list_gpus(session: Session) -> list[GpuListRow]:
     skus = session.scalars(select(orm.GpuSku).options(selectinload(orm.GpuSku.aliases)).order_by(orm.GpuSku.slug)).all()
-    return [
-        GpuListRow(
-            id=s.slug,
-            name=s.name,
-            vendor=s.vendor,
-            memory_total_bytes=s.memory_total_bytes,
-            memory_bandwidth_gbps=s.memory_bandwidth_gbps,
-            bf16_dense_tflops=s.bf16_dense_tflops,
-            fp8_dense_tflops=s.fp8_dense_tflops,
-            price_usd_per_gpu_hour=s.price_usd_per_gpu_hour,
-            aliases=tuple(sorted(a.alias for a in s.aliases)),
-        )
-        for s in skus
-    ]
+    return [_gpu_row(s, s.slug, (a.alias for a in s.aliases)) for s in skus]
 
 
 def gpu_rows_from_catalog(records: Iterable[GpuRecord]) -> list[GpuListRow]:
-    return sorted(
-        (
-            GpuListRow(
-                id=r.id,
-                name=r.name,
-                vendor=r.vendor,
-                memory_total_bytes=r.memory_total_bytes,
-                memory_bandwidth_gbps=r.memory_bandwidth_gbps,
-                bf16_dense_tflops=r.bf16_dense_tflops,
-                fp8_dense_tflops=r.fp8_dense_tflops,
-                price_usd_per_gpu_hour=r.price_usd_per_gpu_hour,
-                aliases=tuple(sorted(set(r.alias_keys().values()))),
-            )
-            for r in records
-        ),
-        key=lambda row: row.id,
-    )
+    return sorted((_gpu_row(r, r.id, set(r.alias_keys().values())) for r in records), key=lambda row: row.id)

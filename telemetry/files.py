@@ -1,7 +1,7 @@
 """Finding and reading the drop folder's files without being led out of it, hung or flooded.
 
-- `walk(root)`: every entry under `root`, depth first, sorted, never following a symbolic link to a
-  directory. A link to a file is read only when its target (fully resolved) is a regular file
+- `walk(root)`: every entry under `root`, sorted, never following a symbolic link to a directory,
+  bounded in depth, entries and time (`models_registry.walk`, the walk `registry ingest --dir` uses). A link to a file is read only when its target (fully resolved) is a regular file
   inside the drop folder; a link out of it is listed and rejected (`outside_folder`) without being
   opened, so nothing outside the folder (`/etc/passwd`, `/dev/zero`) is ever read.
 - `read_bounded(path, limit)`: regular files only, checked before opening (`lstat`) and again on
@@ -18,6 +18,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from models_registry.walk import walk_tree
 from telemetry.normalize import RowError
 
 MAX_FILE_BYTES = 256 << 20  # a day of scrapes of a large fleet fits; more is split by whoever exports it
@@ -51,32 +52,21 @@ def _inside(target: str, root: str) -> bool:
 def walk(root: Path) -> list[FoundFile]:
     """Every file (and every link or special file) under `root`, sorted by relative path.
 
-    Iterative (a folder nested 5,000 deep is no RecursionError); a folder that cannot be listed
-    is one entry with its reason, not a silent gap."""
+    The walk is `models_registry.walk.walk_tree` (shared with `registry ingest --dir`): iterative,
+    bounded in depth (`MAX_DEPTH` levels), entries and time, never following a link to a folder.
+    A folder that cannot be listed is one entry with its reason (`unreadable`), and what the
+    limits left out is one entry (`too_large`) whose reason says what was not searched."""
     if not root.is_dir():
         return []
     real_root = os.path.realpath(root)
-    found: list[FoundFile] = []
-    stack = [root]
-    while stack:
-        folder = stack.pop()
-        try:
-            with os.scandir(folder) as entries:
-                listed = sorted(entries, key=lambda e: e.name)
-        except OSError as exc:
-            rel = display_name(folder.relative_to(root).as_posix())
-            found.append(FoundFile(rel, folder, RowError("unreadable", f"cannot list folder: {exc.strerror}")))
-            continue
-        for entry in listed:
-            path = Path(entry.path)
-            try:
-                is_dir = entry.is_dir(follow_symlinks=False)
-            except OSError:
-                is_dir = False
-            if is_dir:
-                stack.append(path)
-            else:
-                found.append(_entry(path, root, real_root))
+    tree = walk_tree(root)
+    found = [_entry(path, root, real_root) for path in tree.files]
+    for folder, problem in tree.unreadable:
+        rel = display_name(folder.relative_to(root).as_posix())
+        found.append(FoundFile(rel, folder, RowError("unreadable", problem)))
+    if tree.limited is not None:
+        rel = tree.limited_at or "."
+        found.append(FoundFile(rel, root, RowError("too_large", f"folder tree past the walk's limits: {tree.limited}")))
     return sorted(found, key=lambda f: f.rel)
 
 

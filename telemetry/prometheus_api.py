@@ -263,34 +263,27 @@ def _deadline_response(deadline: float) -> type[HTTPResponse]:
     return DeadlineResponse
 
 
+def _deadline_connection(base: type[HTTPConnection], deadline: float) -> type[HTTPConnection]:
+    """`base` (HTTPConnection or HTTPSConnection) whose responses stop reading at `deadline`."""
+    return type(f"Deadline{base.__name__}", (base,), {"response_class": _deadline_response(deadline)})
+
+
 class _DeadlineHTTPHandler(urllib.request.HTTPHandler):
     def __init__(self, deadline: float) -> None:
         super().__init__()
-        self.response_class = _deadline_response(deadline)
+        self.connection = _deadline_connection(HTTPConnection, deadline)
 
     def http_open(self, req: urllib.request.Request) -> HTTPResponse:
-        response_class = self.response_class
-
-        class Connection(HTTPConnection):
-            pass
-
-        Connection.response_class = response_class
-        return self.do_open(Connection, req)
+        return self.do_open(self.connection, req)
 
 
 class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
     def __init__(self, deadline: float) -> None:
         super().__init__()
-        self.response_class = _deadline_response(deadline)
+        self.connection = _deadline_connection(HTTPSConnection, deadline)
 
     def https_open(self, req: urllib.request.Request) -> HTTPResponse:
-        response_class = self.response_class
-
-        class Connection(HTTPSConnection):
-            pass
-
-        Connection.response_class = response_class
-        return self.do_open(Connection, req, context=self._context)  # type: ignore[attr-defined]
+        return self.do_open(self.connection, req, context=self._context)  # type: ignore[attr-defined]
 
 
 def _safe(value: object) -> str:

@@ -9,7 +9,8 @@ Layout: `<url>/samples/day=YYYY-MM-DD/part-<hash>.parquet`, the columns of `SAMP
 day is the folder, not a column). Nothing in a folder is ever rewritten: an append writes one new
 file per day its samples fall on, written under a hidden temporary name and renamed (local), or put
 as one object (S3: an object appears whole or not at all). Readers list `day=*/part-*.parquet`
-only, so a crashed writer's temporary file is never read.
+only, so a crashed writer's temporary file is never read; the next append removes it
+(`remove_stale_temporaries`: its writer's process is gone, or it is hours old) and says so in a line.
 
 Idempotent: a sample is its series (`SERIES_COLUMNS`) at a time `ts`. Before writing, the keys
 the store already holds for the batch's days and time span are read back (Parquet statistics on
@@ -40,6 +41,9 @@ import datetime as dt
 import hashlib
 import os
 import re
+import socket
+import stat
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -100,6 +104,14 @@ class AppendResult:
     rejects: pl.DataFrame  # REJECT_SCHEMA
     files: list[str]  # paths written, relative to the store
     days: list[str]
+    cleaned: list[str] = field(default_factory=list)  # stale temporary files removed first, with why
+
+    def cleaned_line(self) -> str | None:
+        """One line naming the temporary files a killed writer had left and this append removed."""
+        if not self.cleaned:
+            return None
+        shown = "; ".join(self.cleaned[:3]) + (f"; and {len(self.cleaned) - 3} more" if len(self.cleaned) > 3 else "")
+        return one_line(f"removed {len(self.cleaned)} stale temporary file(s) left by a killed writer: {shown}", 400)
 
     @property
     def rejected(self) -> int:
@@ -121,6 +133,7 @@ class AppendResult:
             "store_already_stored": self.already_stored,
             "store_rejected": self.rejected,
             "store_files_written": len(self.files),
+            "store_temporaries_removed": len(self.cleaned),
         }
 
 
@@ -192,7 +205,9 @@ class SampleStore:
             try:
                 entries = self.fs.ls(folder, detail=False) if self.fs.exists(folder) else []
             except OSError as exc:
-                raise StoreError(f"telemetry store {self.display_url()}: cannot list {day}: {one_line(exc, 120)}") from None
+                raise StoreError(
+                    f"telemetry store {self.display_url()}: cannot list {day}: {one_line(exc, 120)}"
+                ) from None
             for entry in entries:
                 path = str(entry).rstrip("/")
                 if _PART_FILE.match(path.rsplit("/", 1)[-1]) and self._inside(path):
@@ -286,6 +301,7 @@ class SampleStore:
 
     def append(self, samples: pl.DataFrame, batch: str = "batch") -> AppendResult:
         """Write the samples the store does not hold yet; see the module docstring."""
+        cleaned = self.remove_stale_temporaries()
         checked, rejects = check_samples(samples, batch)
         unique, duplicates = _first_of_each(checked, batch)
         rejects = pl.concat([rejects, duplicates], how="vertical") if duplicates.height else rejects
@@ -304,7 +320,13 @@ class SampleStore:
                     days.append(str(day))
         written = fresh - already
         return AppendResult(
-            rows_in=samples.height, written=written, already_stored=already, rejects=rejects, files=files, days=days
+            rows_in=samples.height,
+            written=written,
+            already_stored=already,
+            rejects=rejects,
+            files=files,
+            days=days,
+            cleaned=cleaned,
         )
 
     def _not_stored(self, part: pl.DataFrame, day: str) -> pl.DataFrame:
@@ -329,6 +351,39 @@ class SampleStore:
         existing = existing.select([pl.col(c).cast(SAMPLE_SCHEMA[c]) for c in KEY_COLUMNS])
         return part.join(existing, on=list(KEY_COLUMNS), how="anti", nulls_equal=True)
 
+    def remove_stale_temporaries(self, now: float | None = None) -> list[str]:
+        """Remove the `.part-*.tmp` files a killed writer left in the day folders (local stores;
+        an S3 put leaves nothing behind); returns one "path (why)" per file removed.
+
+        No lock guards the store, so staleness is decided from the name and the age: a temporary
+        is named `.part-<host>-<pid>-<id>.tmp`; on this host it is stale when that process is gone
+        (`os.kill(pid, 0)`), and it is kept while the process lives, up to STALE_TEMPORARY_SECONDS
+        untouched (a writer writes one file in seconds; older, the pid belongs to another program).
+        A name from another host, or without a pid (written before this rule), is stale once
+        untouched for STALE_TEMPORARY_SECONDS. Links and anything that is not a regular file are
+        left alone."""
+        if not self.local:
+            return []
+        removed: list[str] = []
+        clock = time.time() if now is None else now
+        for day in self.days():
+            folder = self._path(SAMPLES_DIR, f"day={day}")
+            try:
+                with os.scandir(folder) as entries:
+                    names = [e.name for e in entries if _TEMPORARY.match(e.name)]
+            except OSError:
+                continue
+            for name in names:
+                why = _stale(f"{folder}/{name}", name, clock)
+                if why is None:
+                    continue
+                try:
+                    os.unlink(f"{folder}/{name}")
+                except OSError:
+                    continue
+                removed.append(f"day={day}/{name} ({why})")
+        return removed
+
     def _write(self, part: pl.DataFrame, day: str) -> str:
         """One new file in the day's folder, named by its content; returns its path in the store."""
         part = part.sort(["deployment_id", "metric", "ts"], nulls_last=True)
@@ -337,7 +392,7 @@ class SampleStore:
         final = f"{folder}/part-{digest}.parquet"
         self.fs.makedirs(folder, exist_ok=True)
         if self.local:
-            temporary = f"{folder}/.part-{uuid.uuid4().hex}.tmp"
+            temporary = f"{folder}/.part-{_HOST}-{os.getpid()}-{uuid.uuid4().hex}.tmp"  # see remove_stale_temporaries
             try:
                 part.write_parquet(temporary, compression="zstd", statistics=True)
                 os.replace(temporary, final)
@@ -348,6 +403,52 @@ class SampleStore:
             with self.fs.open(final, "wb") as out:
                 part.write_parquet(out, compression="zstd", statistics=True)
         return self._rel(final)
+
+
+# --- temporaries ---------------------------------------------------------------------------------
+
+STALE_TEMPORARY_SECONDS = 6 * 3600
+_HOST = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:64] or "host"
+_TEMPORARY = re.compile(r"^\.part-(?:(?P<host>[A-Za-z0-9_.]+)-(?P<pid>\d{1,10})-)?[0-9a-f]{32}\.tmp$")
+
+
+def _stale(path: str, name: str, now: float) -> str | None:
+    """Why the temporary file at `path` is stale, or None while a writer may still hold it."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    age = now - info.st_mtime
+    match = _TEMPORARY.match(name)
+    if match is not None and match.group("host") == _HOST and match.group("pid"):
+        pid = int(match.group("pid"))
+        alive = _alive(pid)
+        if alive is False:
+            return f"its writer, process {pid}, is gone"
+        if alive and age <= STALE_TEMPORARY_SECONDS:
+            return None  # a live writer's
+        if alive:  # no writer holds a file for hours: the pid was reused by another program
+            return f"untouched for {age / 3600:.0f} h although process {pid} runs: a reused pid, not its writer"
+    if age > STALE_TEMPORARY_SECONDS:
+        return f"untouched for {age / 3600:.0f} h, no live writer on this host"
+    return None
+
+
+def _alive(pid: int) -> bool | None:
+    """Whether process `pid` runs on this host (None: not a pid this host can have; the age decides)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)  # signal 0: nothing is sent, only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    except (OverflowError, ValueError, OSError):
+        return None
+    return True
 
 
 # --- checks --------------------------------------------------------------------------------------
@@ -377,7 +478,9 @@ def check_samples(samples: pl.DataFrame, batch: str) -> tuple[pl.DataFrame, pl.D
         pl.coalesce(failed).alias("_bad_column") if failed else pl.lit(None, pl.String).alias("_bad_column"),
     )
     missing = pl.coalesce([pl.when(pl.col(c).is_null()).then(pl.lit(c)) for c in _REQUIRED])
-    too_long = pl.coalesce([pl.when(pl.col(c).str.len_chars() > MAX_ID_CHARS).then(pl.lit(c)) for c in ("deployment_id", "metric")])
+    too_long = pl.coalesce(
+        [pl.when(pl.col(c).str.len_chars() > MAX_ID_CHARS).then(pl.lit(c)) for c in ("deployment_id", "metric")]
+    )
     code = (
         pl.when(pl.col("_bad_column").is_not_null())
         .then(pl.lit("bad_value"))
@@ -416,7 +519,11 @@ def check_samples(samples: pl.DataFrame, batch: str) -> tuple[pl.DataFrame, pl.D
 
 def _excerpt(incoming: pl.DataFrame) -> pl.Expr:
     """The row as text (its scalar columns), for `raw_excerpt`."""
-    scalar = [c for c, t in incoming.schema.items() if c != "_capplan_row" and (t.is_numeric() or t.is_temporal() or t in (pl.String, pl.Boolean))]
+    scalar = [
+        c
+        for c, t in incoming.schema.items()
+        if c != "_capplan_row" and (t.is_numeric() or t.is_temporal() or t in (pl.String, pl.Boolean))
+    ]
     if not scalar:
         return pl.lit("").alias("_excerpt")
     text = [pl.col(c).cast(pl.String).fill_null("") for c in scalar]
@@ -432,10 +539,18 @@ def _first_of_each(checked: pl.DataFrame, batch: str) -> tuple[pl.DataFrame, pl.
     if not repeat.any():
         return checked.drop("_capplan_row"), pl.DataFrame(schema=REJECT_SCHEMA)
     # rechunked first: Polars 2.1 panics in `format` on the string views of a filtered concatenation
-    dupes = numbered.filter(repeat).rechunk().with_columns(
-        pl.lit("duplicate").alias("_code"),
-        pl.format("duplicate sample: {} at {} earlier in the batch", pl.col("metric"), pl.col("ts")).alias("_reason"),
-        pl.format("{} {} {}", pl.col("deployment_id"), pl.col("metric"), pl.col("value")).str.slice(0, 200).alias("_excerpt"),
+    dupes = (
+        numbered.filter(repeat)
+        .rechunk()
+        .with_columns(
+            pl.lit("duplicate").alias("_code"),
+            pl.format("duplicate sample: {} at {} earlier in the batch", pl.col("metric"), pl.col("ts")).alias(
+                "_reason"
+            ),
+            pl.format("{} {} {}", pl.col("deployment_id"), pl.col("metric"), pl.col("value"))
+            .str.slice(0, 200)
+            .alias("_excerpt"),
+        )
     )
     return numbered.filter(~repeat).drop("_capplan_row"), _rejects(dupes, batch)
 
@@ -446,7 +561,9 @@ def _rejects(rows: pl.DataFrame, batch: str) -> pl.DataFrame:
     file = pl.col("file").fill_null(pl.lit(batch)) if "file" in rows.columns else pl.lit(batch)
     line = pl.col("line").cast(pl.Int64, strict=False) if "line" in rows.columns else pl.lit(None, pl.Int64)
     line = pl.coalesce(line, pl.col("_capplan_row").cast(pl.Int64) + 1)  # no line: the row in the batch, 1-based
-    deployment = pl.col("deployment_id").cast(pl.String, strict=False) if "deployment_id" in rows.columns else pl.lit(None)
+    deployment = (
+        pl.col("deployment_id").cast(pl.String, strict=False) if "deployment_id" in rows.columns else pl.lit(None)
+    )
     out = rows.select(
         file.cast(pl.String, strict=False).alias("file"),
         line.alias("line"),

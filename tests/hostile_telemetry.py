@@ -16,6 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
+from models_registry.walk import MAX_DEPTH
 from telemetry import SAMPLE_DIR
 from telemetry.schema import clean_text
 
@@ -246,7 +247,8 @@ def write_hostile_drop(root: Path) -> dict[str, str | None]:
         expected[clean_text(raw_name.decode("utf-8", "backslashreplace")) or ""] = code
     deep = _deep_folder(drop / "deep-dirs", 1200)  # deeper than Python's recursion limit
     (deep / "m.prom").write_text(PROM_HEAD + f"{VLLM_RUNNING} 6\n", encoding="utf-8")
-    expected[(deep / "m.prom").relative_to(drop).as_posix()] = None
+    # the walk's depth limit (models_registry.walk.MAX_DEPTH): the first folder past it is one entry
+    expected["deep-dirs/" + "/".join(["a"] * MAX_DEPTH)] = "too_large"
     outside = root / "outside"
     outside.mkdir()
     (outside / "secret.log").write_text(f"vllm serve {MODEL}\nHF_TOKEN={TOKEN}\n" + LOG_KV, encoding="utf-8")

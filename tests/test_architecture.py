@@ -33,7 +33,8 @@ from __future__ import annotations
 import ast
 import fnmatch
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -179,7 +180,7 @@ def import_graph() -> dict[str, frozenset[str]]:
     return {name: frozenset(t for t, _ in imported_modules(m, mods) if t != name) for name, m in mods.items()}
 
 
-def strongly_connected(graph: dict[str, frozenset[str]]) -> list[frozenset[str]]:
+def strongly_connected(graph: Mapping[str, AbstractSet[str]]) -> list[frozenset[str]]:
     """Tarjan's components of more than one module (iterative: no recursion limit to meet)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}

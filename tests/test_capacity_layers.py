@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.test_architecture import strongly_connected
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("capacity", "models_registry", "warehouse", "pipelines")
 
@@ -88,43 +90,8 @@ def _in_core(name: str, roots: tuple[str, ...] = CORE) -> bool:
     return any(name == root or name.startswith(root + ".") for root in roots)
 
 
-def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in edges[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                out.append(sorted(component))
-
-    for v in edges:
-        if v not in index:
-            visit(v)
-    return out
-
-
 def test_no_import_cycle_through_the_core() -> None:
-    cycles = [c for c in _cycles(_graph()) if any(_in_core(name) for name in c)]
+    cycles = [c for c in strongly_connected(_graph()) if any(_in_core(name) for name in c)]
     assert cycles == []
 
 

@@ -237,6 +237,11 @@ def test_deepseek_v32_dsa_cell_and_page() -> None:
 # --- hybrid SWA pools: is_hybrid_swa_model, HybridSWAPoolConfigurator ------------------------------
 
 
+def _swa_split(c: sg.SglangCells) -> tuple[int, int, int, int, int, bool]:
+    """How a hybrid-SWA model's cells split: full and SWA bytes per token, their layers, the window, hybrid."""
+    return (c.full_cell, c.swa_cell, c.full_layers, c.swa_layers, c.window, c.hybrid)
+
+
 def test_gemma_3_has_no_hybrid_swa_pool() -> None:
     # Gemma3ForConditionalGeneration is not in is_hybrid_swa_model's list (and model_overrides/
     # gemma2_gemma3.py sets disable_hybrid_swa_memory): all 62 layers keep every token in one pool,
@@ -256,9 +261,7 @@ def test_gpt_oss_120b_hybrid_swa_split() -> None:
     # 40 GiB: full = int(42,949,672,960 / 66,355.2) = 647,269; SWA = int(647,269 x 0.8) = 517,815
     spec = _spec("openai/gpt-oss-120b")
     c = sg.cells(spec, 2, 4, 1, 1)
-    assert (c.full_cell, c.swa_cell, c.full_layers, c.swa_layers, c.window, c.hybrid) == (
-        36_864, 36_864, 18, 18, 128, True
-    )  # fmt: skip
+    assert _swa_split(c) == (36_864, 36_864, 18, 18, 128, True)
     assert c.swa_denominator == pytest.approx(66_355.2)
     pool = PROFILE.stage_pools(PoolRequest(spec, 40 * GIB, 2, 4, 2, 1, 1, 1, 8192, 8192))[0]
     assert (pool.capacity_units, pool.swa_capacity_units, pool.swa_window_tokens) == (647_269, 517_815, 128)
@@ -283,9 +286,7 @@ def test_llama_4_chunked_layers_in_the_swa_pool() -> None:
     # 8 KV heads x 128: 12 x 4,096 = 49,152 full, 36 x 4,096 = 147,456 SWA per token
     spec = _spec("meta-llama/Llama-4-Scout-17B-16E-Instruct")
     c = sg.cells(spec, 2, 4, 1, 1)
-    assert (c.full_cell, c.swa_cell, c.full_layers, c.swa_layers, c.window, c.hybrid) == (
-        49_152, 147_456, 12, 36, 8192, True
-    )  # fmt: skip
+    assert _swa_split(c) == (49_152, 147_456, 12, 36, 8192, True)
 
 
 def test_gemma_2_sliding_layers_stay_in_the_full_pool() -> None:

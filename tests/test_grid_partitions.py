@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipelines.cli import app
-from tests.test_warehouse_fixtures import PipelineEnv, make_env
+from tests.test_warehouse_fixtures import PipelineEnv, make_env, query
 from warehouse.capacity_grid import PARTITION_ID_SHIFT
 from warehouse.publish import Warehouse
 
@@ -29,14 +29,6 @@ QWEN = "Qwen/Qwen3-32B"
 QWEN_CONFIG = Path("configs/Qwen/Qwen3-32B/config.json")
 GRID_MARTS = ("deployments", "capacity_grid", "context_limits")
 HISTORY_MARTS = (*GRID_MARTS, "effective_context_limits")
-
-
-def _query(path: Path, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        return con.execute(sql, params or {}).fetchall()
-    finally:
-        con.close()
 
 
 def _nightly(env: PipelineEnv, *args: str) -> str:
@@ -49,11 +41,11 @@ def _nightly(env: PipelineEnv, *args: str) -> str:
 
 
 def _run_ids(env: PipelineEnv) -> list[str]:
-    return [r[0] for r in _query(env.warehouse, "select run_id from marts.runs order by started_at")]
+    return [r[0] for r in query(env.warehouse, "select run_id from marts.runs order by started_at")]
 
 
 def _partitions(env: PipelineEnv, run_id: str) -> dict[str, tuple[Any, ...]]:
-    rows = _query(
+    rows = query(
         env.warehouse,
         "select partition, part_key, part_id, computed_by_run_id, computed, grid_rows, deployments "
         "from raw.grid_partitions where run_id = $run order by partition",
@@ -63,7 +55,7 @@ def _partitions(env: PipelineEnv, run_id: str) -> dict[str, tuple[Any, ...]]:
 
 
 def _current(path: Path, mart: str) -> list[tuple[Any, ...]]:
-    return _query(path, f"select * exclude (run_id, run_date) from marts.{mart} order by all")
+    return query(path, f"select * exclude (run_id, run_date) from marts.{mart} order by all")
 
 
 def _staged_files(env: PipelineEnv) -> list[str]:
@@ -92,7 +84,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     def one(*args: str) -> None:
         outputs.append(_nightly(env, *args))
         # what a full copy per run would have kept: each mart as published, run stamp included
-        snapshots.append({m: _query(env.warehouse, f"select * from marts.{m} order by all") for m in HISTORY_MARTS})
+        snapshots.append({m: query(env.warehouse, f"select * from marts.{m} order by all") for m in HISTORY_MARTS})
         staged.append(_staged_files(env))
 
     one()
@@ -118,7 +110,7 @@ def test_the_grid_is_partitioned_by_model_family(runs: dict[str, Any]) -> None:
     first = _partitions(env, runs["run_ids"][0])
     assert sorted(first) == ["llama", "qwen3"]
     assert all(row[3] for row in first.values())  # computed by the first run
-    by_model = _query(
+    by_model = query(
         env.warehouse,
         "select model, count(distinct deployment_id // (1::bigint << $shift)) from marts.deployments group by model",
         {"shift": PARTITION_ID_SHIFT},
@@ -139,8 +131,8 @@ def test_an_unchanged_night_reuses_every_partition_and_stores_no_rows_again(runs
     assert all(row[2] == run1 for row in second.values())
     assert runs["staged"][1] == []  # and nothing staged
     # the grid of two runs is stored once: one row per row of each partition version
-    stored = _query(env.warehouse, "select count(*) from raw.capacity_grid")[0][0]
-    versions = _query(env.warehouse, "select sum(grid_rows) from (select distinct part_id, grid_rows from raw.grid_partitions)")
+    stored = query(env.warehouse, "select count(*) from raw.capacity_grid")[0][0]
+    versions = query(env.warehouse, "select sum(grid_rows) from (select distinct part_id, grid_rows from raw.grid_partitions)")
     assert stored == versions[0][0]
 
 
@@ -166,7 +158,7 @@ def test_a_backfill_recomputes_only_its_partition(runs: dict[str, Any]) -> None:
     # the edit removes the 40,960-token context: one grid row fewer per Qwen3 deployment
     deployments = after["qwen3"][5]
     assert deployments == before["qwen3"][5] and after["qwen3"][4] == before["qwen3"][4] - deployments
-    contexts = _query(env.warehouse, "select max(context) from marts.capacity_grid where model = $m", {"m": QWEN})
+    contexts = query(env.warehouse, "select max(context) from marts.capacity_grid where model = $m", {"m": QWEN})
     assert contexts == [(32768,)]
 
 
@@ -183,9 +175,9 @@ def test_history_reads_as_the_old_full_copy_per_run_would(runs: dict[str, Any]) 
     env: PipelineEnv = runs["env"]
     for mart in HISTORY_MARTS:
         copies = sorted(row for snapshot in runs["snapshots"] for row in snapshot[mart])
-        history = _query(env.warehouse, f"select * from marts.{mart}_history order by all")
+        history = query(env.warehouse, f"select * from marts.{mart}_history order by all")
         assert history == copies, mart
-    runs_by_version = _query(
+    runs_by_version = query(
         env.warehouse, "select count(distinct run_id), count(distinct part_id) from raw.limit_partitions"
     )
     assert runs_by_version == [(3, 3)]  # 3 runs x 2 partitions publish 3 versions of the limits
@@ -221,7 +213,7 @@ def test_publish_drops_partition_versions_no_retained_run_refers_to(tmp_path: Pa
             store.stage_path(run).mkdir()
             store.publish(run, {"started_at": dt.datetime.now(dt.UTC)})
         assert not store.stage_path(run).exists()
-    kept = _query(store.path, "select part_id, count(*) from raw.capacity_grid group by 1 order by 1")
+    kept = query(store.path, "select part_id, count(*) from raw.capacity_grid group by 1 order by 1")
     assert kept == [(2, 2), (3, 2)]  # r1 trimmed (history_runs=1): its part 1 went with it
 
 
@@ -252,16 +244,16 @@ def _to_layout_before_partitions(path: Path) -> None:
 def test_a_warehouse_from_before_partitions_keeps_its_history(tmp_path: Path) -> None:
     env = make_env(tmp_path)
     _nightly(env)
-    before = {m: _query(env.warehouse, f"select * from marts.{m} order by all") for m in HISTORY_MARTS}
+    before = {m: query(env.warehouse, f"select * from marts.{m} order by all") for m in HISTORY_MARTS}
     _to_layout_before_partitions(env.warehouse)
-    assert "part_id" not in {r[0] for r in _query(env.warehouse, "describe raw.capacity_grid")}
+    assert "part_id" not in {r[0] for r in query(env.warehouse, "describe raw.capacity_grid")}
     _nightly(env)
     first, second = _run_ids(env)
     for mart in HISTORY_MARTS:
-        kept = _query(env.warehouse, f"select * from marts.{mart}_history where run_id = $r order by all", {"r": first})
+        kept = query(env.warehouse, f"select * from marts.{mart}_history where run_id = $r order by all", {"r": first})
         assert kept == before[mart], mart
         assert _current(env.warehouse, mart) == [row[2:] for row in before[mart]], mart  # same catalog, same rows
-    legacy = _query(env.warehouse, "select partition, computed_by_run_id from raw.grid_partitions where run_id = $r", {"r": first})
+    legacy = query(env.warehouse, "select partition, computed_by_run_id from raw.grid_partitions where run_id = $r", {"r": first})
     assert legacy == [("all", first)]
     assert sorted(_partitions(env, second)) == ["llama", "qwen3"]
 

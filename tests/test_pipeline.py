@@ -25,6 +25,7 @@ from tests.test_warehouse_fixtures import (
     exported_env,
     make_env,
     materialize_everything,
+    query,
     warehouse_lock_held,
 )
 from warehouse.lock import read_owner
@@ -39,14 +40,6 @@ def pipeline_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineEnv
 
 MARTS = ("models", "gpus", "deployments", "capacity_grid", "context_limits", "ingest_errors")
 RUN_COLUMNS = ("run_id", "run_date")
-
-
-def _query(path: Path, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        return con.execute(sql, params or {}).fetchall()
-    finally:
-        con.close()
 
 
 def _marts_without_run_stamp(path: Path) -> dict[str, list[tuple[Any, ...]]]:
@@ -122,19 +115,19 @@ def test_every_check_passes(twice: dict[str, Any]) -> None:
 def test_a_second_run_replaces_the_marts_and_keeps_both_in_history(twice: dict[str, Any]) -> None:
     env: PipelineEnv = twice["env"]
     first, second = (r.run_id for r in twice["results"])
-    runs = _query(env.warehouse, "select run_id, models, gpus, capacity_grid_rows from marts.runs order by started_at")
+    runs = query(env.warehouse, "select run_id, models, gpus, capacity_grid_rows from marts.runs order by started_at")
     assert [r[0] for r in runs] == [first, second]
     assert runs[0][1:] == runs[1][1:]
     grid_rows = runs[1][3]
     assert grid_rows > 0
-    assert _query(env.warehouse, "select count(*), min(run_id), max(run_id) from marts.capacity_grid") == [
+    assert query(env.warehouse, "select count(*), min(run_id), max(run_id) from marts.capacity_grid") == [
         (grid_rows, second, second)
     ], "the current mart holds only the latest run"
     for table in MARTS:
-        history = _query(
+        history = query(
             env.warehouse, f"select run_id, count(*) from marts.{table}_history group by 1 order by min(run_date), 1"
         )
-        current = _query(env.warehouse, f"select count(*) from marts.{table}")[0][0]
+        current = query(env.warehouse, f"select count(*) from marts.{table}")[0][0]
         if current:
             assert sorted(history) == sorted([(first, current), (second, current)]), table
     assert not Warehouse(env.warehouse).builds(), "no build left behind"
@@ -150,7 +143,7 @@ def test_two_runs_back_to_back_give_identical_marts(twice: dict[str, Any]) -> No
 
 def test_the_issue_query_answers(twice: dict[str, Any]) -> None:
     env: PipelineEnv = twice["env"]
-    rows = _query(
+    rows = query(
         env.warehouse,
         "select gpu, max(b_max) from marts.capacity_grid "
         "where model = 'meta-llama/Llama-3.1-70B-Instruct' and context = 32768 group by gpu order by gpu",
@@ -182,7 +175,7 @@ def test_every_mart_column_is_documented_and_listed_in_the_header(twice: dict[st
 
 def test_runs_record_provenance(twice: dict[str, Any]) -> None:
     env: PipelineEnv = twice["env"]
-    (row,) = _query(
+    (row,) = query(
         env.warehouse,
         "select formula_version, engine_profiles_sha256, input_hashes->>'catalog_models_yaml', "
         "input_hashes->>'registry_models', duration_s, capplan_version, dagster_version "
@@ -199,17 +192,17 @@ def test_a_model_that_fails_to_parse_is_reported_and_the_rest_goes_on(tmp_path: 
     result = materialize_everything(env)
     assert result.success
     assert _check_results(result)["every_catalog_model_planned_or_reported"]
-    errors = _query(env.warehouse, "select source, item_key, stage, reason from marts.ingest_errors")
+    errors = query(env.warehouse, "select source, item_key, stage, reason from marts.ingest_errors")
     assert [(e[0], e[1]) for e in errors] == [("registry_models", BROKEN_MODEL)]
     stage, reason = errors[0][2], errors[0][3]
     assert stage == "json" and "JSON" in reason and BROKEN_MODEL in reason
-    planned = _query(env.warehouse, "select distinct model from marts.capacity_grid order by 1")
+    planned = query(env.warehouse, "select distinct model from marts.capacity_grid order by 1")
     assert [m for (m,) in planned] == sorted(CATALOG_MODELS)
 
 
 def test_a_failing_blocking_check_publishes_nothing(pipeline_env: PipelineEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     assert materialize_everything(pipeline_env).success
-    before = _query(pipeline_env.warehouse, "select run_id from marts.runs")
+    before = query(pipeline_env.warehouse, "select run_id from marts.runs")
     from pipelines.assets import capacity
     from warehouse.capacity_grid import Mismatch
 
@@ -217,7 +210,7 @@ def test_a_failing_blocking_check_publishes_nothing(pipeline_env: PipelineEnv, m
     result = materialize_everything(pipeline_env)
     assert not result.success
     assert _check_results(result)["grid_matches_scalar_estimate"] is False
-    assert _query(pipeline_env.warehouse, "select run_id from marts.runs") == before
+    assert query(pipeline_env.warehouse, "select run_id from marts.runs") == before
     assert not Warehouse(pipeline_env.warehouse).builds(), "the failed run's build was discarded"
 
 

@@ -108,7 +108,7 @@ def _hostile(folder: Path, outside: Path) -> dict[str, str]:
         "config-is-a-directory": "not a file",
         "deepseek-no-experts": "`n_routed_experts` is 0",
         "index-total-size-1": "checkpoint total_size 1 bytes does not fit",
-        "seq-length-1e30": "`seq_length` must be an integer",
+        "seq-length-1e30": "`seq_length` = 1e+30 is implausibly large",
         "topk-exceeds-experts": "`num_experts_per_tok` (9) exceeds `num_local_experts` (8)",
         "bool-layers": "num_hidden_layers must be an integer",
         "huge-int": "an integer has more than 4,300 digits",

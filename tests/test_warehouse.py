@@ -27,6 +27,8 @@ from warehouse.sql import (
     execute_sql,
     header_comment,
     ident,
+    keyed_append,
+    read_sql,
 )
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -41,9 +43,9 @@ def _relation_files() -> list[Path]:
 
 @pytest.mark.parametrize("path", _relation_files(), ids=lambda p: f"{p.parent.name}.{p.stem}")
 def test_each_sql_file_defines_its_own_relation_with_a_header(path: Path) -> None:
-    sql = path.read_text(encoding="utf-8")
-    header = header_comment(sql)
     layer, table = path.parent.name, path.stem
+    sql = read_sql(layer, table)  # as run: with an `append incoming` line written out
+    header = header_comment(sql)
     assert header.startswith(f"{layer}.{table}:"), "the header names the relation first"
     assert "grain:" in header and "columns:" in header
     created = re.findall(r"create (?:or replace )?(?:table|view)(?: if not exists)? ([a-z_]+\.[a-z_]+)", sql)
@@ -63,6 +65,22 @@ def test_execute_sql_binds_named_parameters_per_statement() -> None:
         execute_sql(con, "select $missing", {}, name="q.sql")
     with pytest.raises(WarehouseSqlError, match=r"q\.sql: .*nope"):
         execute_sql(con, "select * from nope", name="q.sql")
+
+
+def test_an_append_incoming_line_is_written_out_as_its_three_statements() -> None:
+    sql = read_sql("raw", "context_limits")
+    assert "append incoming" not in sql
+    assert (
+        "create table if not exists raw.context_limits as\nselect $part_id::bigint as part_id, * from incoming\n"
+        "with no data;\n\ndelete from raw.context_limits where part_id = $part_id;\n\n"
+        "insert into raw.context_limits by name\nselect $part_id::bigint as part_id, * from incoming\n"
+        "order by concurrency, deployment_id;"
+    ) in sql
+    assert "select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming;" in read_sql(
+        "raw", "grid_partitions"
+    )
+    with pytest.raises(WarehouseSqlError, match=r"appends to raw\.other, not to its own table"):
+        keyed_append("raw", "deployments", "raw", "other", "part_id")
 
 
 def test_ident_quotes_identifiers() -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 import yaml
 
@@ -170,3 +171,12 @@ def materialize_everything(env: PipelineEnv, **warehouse_options: Any) -> Any:
         resources=env.resources(**warehouse_options),
         raise_on_error=False,
     )
+
+
+def query(path: Path, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    """The rows of one query on a warehouse file, read-only (the connection closed after)."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute(sql, params or {}).fetchall()
+    finally:
+        con.close()

@@ -4,7 +4,8 @@ A relation's name is the same everywhere (STYLE.md §2): the Dagster asset key `
 the DuckDB relation `layer.table` and this file. Files are run statement by statement, each with
 the named parameters (`$run_id`, `$run_date`...) it uses bound from a mapping — values are never
 formatted into SQL. Identifiers (schema, table and column names, which DuckDB cannot bind) go
-through `ident`, which quotes them.
+through `ident`, which quotes them. A raw table that keeps rows across runs says so in one line,
+`append incoming to raw.<table> keyed by run_id|part_id`, which `read_sql` writes out (`keyed_append`).
 """
 
 from __future__ import annotations
@@ -44,11 +45,39 @@ def sql_path(layer: str, table: str) -> Path:
 
 
 def read_sql(layer: str, table: str) -> str:
+    """The SQL that defines `layer.table`: its file, with an `append incoming` line written out."""
     path = sql_path(layer, table)
     try:
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise WarehouseSqlError(f"no SQL file for {layer}.{table} ({path})") from None
+    return _APPEND.sub(lambda match: keyed_append(layer, table, *match.groups()), text)
+
+
+# A raw table that keeps rows across runs is written the same way each time: created from `incoming`
+# with its key column(s) in front, the rows of this key deleted, `incoming` inserted by name. Its file
+# says so in one line, `append incoming to raw.<table> keyed by run_id|part_id [order by <columns>];`,
+# and `read_sql` puts the three statements of `keyed_append` in its place.
+_APPEND = re.compile(
+    r"^append incoming to ([a-z_]+)\.([a-z_]+) keyed by (run_id|part_id)(?: order by ([a-z_, ]+))?;$", re.MULTILINE
+)
+_KEY_COLUMNS = {
+    "run_id": "$run_id::varchar as run_id, $run_date::date as run_date",
+    "part_id": "$part_id::bigint as part_id",
+}
+
+
+def keyed_append(layer: str, table: str, schema: str, name: str, key: str, order_by: str | None = None) -> str:
+    """The statements that append `incoming` to `layer.table`, replacing the rows of the same `key`."""
+    if (schema, name) != (layer, table):
+        raise WarehouseSqlError(f"warehouse/{layer}/{table}.sql appends to {schema}.{name}, not to its own table")
+    rows = f"select {_KEY_COLUMNS[key]}, * from incoming"
+    order = f"\norder by {order_by}" if order_by else ""
+    return (
+        f"create table if not exists {layer}.{table} as\n{rows}\nwith no data;\n\n"
+        f"delete from {layer}.{table} where {key} = ${key};\n\n"
+        f"insert into {layer}.{table} by name\n{rows}{order};"
+    )
 
 
 def header_comment(sql: str) -> str:

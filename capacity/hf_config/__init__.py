@@ -47,6 +47,12 @@ How a config becomes a model
   holds what is outside the decoder stack: MTP modules as the checkpoint stores them, vision
   towers, Gemma 4 per-layer embeddings. Checked exactly against transformers 5.24 instantiations
   (tests/test_oracle_transformers.py) and published safetensors totals (tests/test_param_counts.py).
+* **Numbers** are read by one reader (`fields.read_int` / `read_number`, behind every `Fields`
+  accessor and the registry's lint): a boolean is not an integer, NaN / infinities / negatives /
+  absurd sizes are refused, and so is an integral float (`num_hidden_layers: 16.0`), because
+  transformers 5's config classes refuse it (strict integer fields; vLLM and SGLang load configs
+  through them). `fields.check_shape` bounds nesting (32 levels) and size (250,000 keys and values)
+  first, without recursion; fp8 `weight_block_size` must be two positive integers (vLLM's rule).
 * **Published configs omit fields** transformers fills from its class defaults (Gemma 3's
   text_config has no vocab_size): those defaults are applied and listed in `notes`.
 

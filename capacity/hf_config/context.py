@@ -6,7 +6,15 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from capacity.hf_config.fields import DEFAULT_MAX_LEN, MAX_POSITIONS, MAX_ROPE_FACTOR, clip
+from capacity.hf_config.fields import (
+    DEFAULT_MAX_LEN,
+    MAX_POSITIONS,
+    MAX_ROPE_FACTOR,
+    ConfigError,
+    clip,
+    read_int,
+    read_number,
+)
 
 if TYPE_CHECKING:
     from capacity.hf_config.family import Model
@@ -80,7 +88,13 @@ def context_limit(m: Model) -> tuple[int, int]:
     c = m.cfg
     # every length key present must be a length: `seq_length: 1e30` is a broken config, and
     # skipping it would silently plan the model at vLLM's 2,048-token default
-    lengths = [c.integer(key, hi=MAX_POSITIONS) for key in _LENGTH_KEYS if c.has(key)]
+    # `max_position_embeddings` is a typed field of every transformers config class (16.0 refused);
+    # the other keys are read by vLLM with getattr, taken by min() and returned as int(): 4096.0 runs
+    lengths = [
+        c.integer(key, hi=MAX_POSITIONS, integral_float=key != "max_position_embeddings")
+        for key in _LENGTH_KEYS
+        if c.has(key)
+    ]
     if lengths:
         derived: float = min(lengths)
         if c.has("max_position_embeddings") and derived < lengths[0]:
@@ -98,16 +112,12 @@ def context_limit(m: Model) -> tuple[int, int]:
                 continue
             value = entry.get("factor", factor)
             if value is not None:
-                if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_ROPE_FACTOR:
-                    m.fail(f"rope scaling `factor` must be a number in (0, {MAX_ROPE_FACTOR:,}], got {clip(value)}")
-                factor = float(value)
+                factor = _read(m, read_number, value, "rope scaling `factor`", lo=0, hi=MAX_ROPE_FACTOR, open_lo=True)
             if scaling is RopeScaling.YARN:
                 orig = entry.get("original_max_position_embeddings")
                 if orig is None:
                     orig = c.raw("original_max_position_embeddings") or max_pos
-                if isinstance(orig, bool) or not isinstance(orig, int) or not 1 <= orig <= MAX_POSITIONS:
-                    m.fail(f"yarn `original_max_position_embeddings` must be a positive integer, got {clip(orig)}")
-                derived = orig
+                derived = _read(m, read_int, orig, "yarn `original_max_position_embeddings`", hi=MAX_POSITIONS)
         derived *= factor
     context = int(derived)
     if context < 1 or context > MAX_POSITIONS:
@@ -115,6 +125,14 @@ def context_limit(m: Model) -> tuple[int, int]:
     if derived != before_rope:
         m.notes.append(f"context limit {context} tokens from rope scaling (max_position_embeddings {max_pos})")
     return max_pos, context
+
+
+def _read(m: Model, reader: Any, value: Any, shown: str, **bounds: Any) -> Any:
+    """`reader(value, shown, **bounds)` with the config's label on its ConfigError."""
+    try:
+        return reader(value, shown, **bounds)
+    except ConfigError as exc:
+        m.fail(str(exc))
 
 
 def dtype(m: Model) -> str:

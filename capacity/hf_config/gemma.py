@@ -18,7 +18,7 @@ from capacity.hf_config.family import (
     gated_mlp,
     read_experts,
 )
-from capacity.hf_config.fields import MAX_HEADS, MAX_LAYERS, MAX_VOCAB, Fields
+from capacity.hf_config.fields import MAX_HEADS, MAX_LAYERS, MAX_VOCAB, Fields, clip
 from capacity.spec import LayerKVSpec, LayerParams
 
 
@@ -136,10 +136,9 @@ def _layer_dims(m: Model, kinds: list[Kind]) -> list[tuple[int, int]]:
     per_layer = c.mapping("per_layer_config")
     if per_layer is not None:
         for key, override in per_layer.items():
-            try:
-                i = int(key)
-            except ValueError:
-                m.fail(f"`per_layer_config` key {key!r} is not a layer index")
+            if not (isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 9):  # not " 1", "1_0", "١"
+                m.fail(f"`per_layer_config` key {clip(key)} is not a layer index")
+            i = int(key)
             if not 0 <= i < m.num_layers or not isinstance(override, Mapping):
                 m.fail(f"`per_layer_config` entry {key!r} is not an object for an existing layer")
             f = Fields(override, m.label, f"{c.prefix}per_layer_config.{key}.")

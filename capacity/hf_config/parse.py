@@ -8,13 +8,24 @@ from typing import Any
 
 from capacity.hf_config.context import context_limit, dtype, ssm_state_dtype
 from capacity.hf_config.family import Built, Model, check_routing
-from capacity.hf_config.fields import ConfigError, Fields
+from capacity.hf_config.fields import ConfigError, Fields, check_shape
 from capacity.hf_config.quantization import quantization
 from capacity.hf_config.registry import select
 from capacity.spec import ModelSpec
 
 # What malformed input can provoke inside the parser; each becomes a one-line ConfigError.
-_MALFORMED = (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError, AttributeError, OverflowError)
+# RecursionError: nothing here recurses over the config (`check_shape` bounds its depth first); kept
+# so that a bug never shows as a traceback.
+_MALFORMED = (
+    KeyError,
+    TypeError,
+    ValueError,
+    ZeroDivisionError,
+    IndexError,
+    AttributeError,
+    OverflowError,
+    RecursionError,
+)
 
 
 def parse_config(config: Mapping[str, Any], *, name: str | None = None) -> ModelSpec:
@@ -26,6 +37,7 @@ def parse_config(config: Mapping[str, Any], *, name: str | None = None) -> Model
         guess = config.get("_name_or_path") or config.get("model_type")
         label = guess if isinstance(guess, str) and guess else "config"
     try:
+        check_shape(config, label)
         return _parse(config, label)
     except ConfigError:
         raise

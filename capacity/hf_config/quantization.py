@@ -58,6 +58,9 @@ def quantization(m: Model) -> CheckpointQuant | None:
         return None
     method = (q.text("quant_method") or "").lower().replace("_", "-")
     if method == "fp8" or method == "fbgemm-fp8":
+        # vLLM's Fp8Config refuses a block that is not 2 dimensions, and divides by each: two
+        # positive integers, else a one-line reason (the block changes no size the plan counts)
+        q.ints("weight_block_size", lo=1, hi=MAX_DIM, length=2)
         return CheckpointQuant(method="fp8", weight_format="fp8")
     if method in ("awq", "gptq"):
         bits = q.integer("bits", q.integer("w_bit", 4, hi=64), hi=64)

@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -41,56 +41,21 @@ def _without_vendor(key: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class GpuRecord:
-    """One validated catalog entry: every field of gpus.yaml (`to_sku()` gives the domain type)."""
+class GpuRecord(GpuSku):
+    """One validated catalog entry: every field of gpus.yaml, a GpuSku's and the catalog's own below
+    (`to_sku()` gives the domain type alone)."""
 
-    id: str
-    name: str
-    vendor: str
-    memory_total_bytes: int
-    architecture: str | None = None
     form_factor: str | None = None
     memory_marketing_gb: float | None = None
     memory_type: str | None = None
-    memory_total_mib_smi: int | None = None
     memory_total_basis: str | None = None
-    memory_bandwidth_gbps: float | None = None
-    bf16_dense_tflops: float | None = None
-    fp8_dense_tflops: float | None = None
-    fp4_dense_tflops: float | None = None
-    fp8_support: bool = False
-    fp4_support: bool = False
-    int8_support: bool = True
-    interconnect: str | None = None
-    interconnect_gbps: float | None = None
-    gpus_per_node: int = 8
-    price_usd_per_gpu_hour: float | None = None
     price_source: str | None = None
     price_date: dt.date | None = None
-    aliases: tuple[str, ...] = ()
     sources: tuple[str, ...] = field(default_factory=tuple)
 
     def to_sku(self) -> GpuSku:
-        return GpuSku(
-            id=self.id,
-            name=self.name,
-            vendor=self.vendor,
-            memory_total_bytes=self.memory_total_bytes,
-            memory_total_mib_smi=self.memory_total_mib_smi,
-            memory_bandwidth_gbps=self.memory_bandwidth_gbps,
-            bf16_dense_tflops=self.bf16_dense_tflops,
-            fp8_dense_tflops=self.fp8_dense_tflops,
-            fp4_dense_tflops=self.fp4_dense_tflops,
-            fp8_support=self.fp8_support,
-            fp4_support=self.fp4_support,
-            int8_support=self.int8_support,
-            gpus_per_node=self.gpus_per_node,
-            interconnect=self.interconnect,
-            interconnect_gbps=self.interconnect_gbps,
-            price_usd_per_gpu_hour=self.price_usd_per_gpu_hour,
-            architecture=self.architecture,
-            aliases=self.aliases,
-        )
+        """The domain type: every field a GpuSku has, as this record has it (the rest are catalog-only)."""
+        return GpuSku(**{f.name: getattr(self, f.name) for f in fields(GpuSku)})
 
     @property
     def content_sha256(self) -> str:

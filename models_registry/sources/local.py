@@ -19,6 +19,7 @@ from models_registry.sources.common import (
     one_line,
     read_bytes,
 )
+from models_registry.walk import walk_tree
 
 
 def model_id_for(config_path: Path, root: Path) -> str:
@@ -50,22 +51,31 @@ def read_config_file(config_path: Path, *, repo_id: str | None = None, root: Pat
 
 
 def scan_dir(root: Path) -> tuple[list[ConfigSnapshot], list[ItemError]]:
-    """Every config under `root` (sorted by path), plus an error for each one that cannot be read."""
+    """Every config under `root` (sorted by path), plus an error for each one that cannot be read.
+
+    The walk is `models_registry.walk.walk_tree`: iterative, bounded in depth, entries and time,
+    never following a link to a folder, hidden folders (.git, .cache) skipped. What its limits
+    left out, and each folder it could not list, is one `catalog` error; the configs found are
+    still read."""
     if not root.is_dir():
         raise NotADirectoryError(f"not a directory: {root}")
     snapshots: list[ConfigSnapshot] = []
     errors: list[ItemError] = []
-    for config_path in sorted(root.rglob(CONFIG_NAME)):
-        if any(part.startswith(".") for part in config_path.relative_to(root).parts[:-1]):
-            continue  # .git, .cache and friends
+    found = walk_tree(root, skip_hidden_dirs=True, name=CONFIG_NAME)
+    for folder, problem in found.unreadable:
+        shown = _shown(folder, root)
+        errors.append(ItemError("catalog", shown, "read", one_line(f"{shown}: {problem}"), _text(str(folder))))
+    if found.limited is not None:
+        errors.append(ItemError("catalog", root.name or str(root), "read", one_line(found.limited), _text(str(root))))
+    for config_path in found.files:
         try:
             repo_id = model_id_for(config_path, root)
         except ValueError:  # the folder itself is a link out of root
             repo_id = config_path.parent.name
         if not _is_text(repo_id):  # a folder name that is not UTF-8 (os.fsdecode gave surrogates)
-            shown = repo_id.encode("utf-8", "backslashreplace").decode("ascii")
+            shown = _text(repo_id)
             reason = f"{shown}: the folder name is not valid UTF-8, so it cannot be a registry id"
-            errors.append(ItemError("model", shown, "read", reason, str(config_path).encode("utf-8", "backslashreplace").decode()))
+            errors.append(ItemError("model", shown, "read", reason, _text(str(config_path))))
             continue
         try:
             snapshots.append(read_config_file(config_path, repo_id=repo_id, root=root))
@@ -75,6 +85,15 @@ def scan_dir(root: Path) -> tuple[list[ConfigSnapshot], list[ItemError]]:
             reason = one_line(f"{repo_id}: cannot read {config_path.name}: {type(exc).__name__}: {exc}")
             errors.append(ItemError("model", repo_id, "read", reason, str(config_path)))
     return snapshots, errors
+
+
+def _text(name: str) -> str:
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _shown(folder: Path, root: Path) -> str:
+    relative = folder.relative_to(root).as_posix() if folder != root else (root.name or str(root))
+    return one_line(_text(relative), 120)
 
 
 def _is_text(name: str) -> bool:

@@ -155,7 +155,7 @@ def sql_creators() -> dict[tuple[str, str], tuple[str, str]]:
     creators: dict[tuple[str, str], tuple[str, str]] = {}
     for layer in LAYERS:
         for path in sorted((WAREHOUSE_DIR / layer).glob("*.sql")):
-            for schema, name in _CREATES.findall(_code(path.read_text(encoding="utf-8"))):
+            for schema, name in _CREATES.findall(_code(read_sql(layer, path.stem))):
                 creators[(schema.lower(), name.lower())] = (layer, path.stem)
     return creators
 

@@ -89,6 +89,8 @@ def telemetry_ingest(
                 f"sample store {store.display_url()}: {appended.written} samples written in {len(appended.files)} "
                 f"new files, {appended.already_stored} already stored, {appended.rejected} rejected"
             )
+            if (cleaned := appended.cleaned_line()) is not None:
+                context.log.info(f"sample store {store.display_url()}: {cleaned}")
     except STORE_ERRORS as exc:
         raise store_failure(exc) from None
     summary = result.summary()

@@ -10,15 +10,8 @@
 --   map back (run_id, run_date on every row), marts.*_history shows every retained run.
 -- written by: the `capacity_grid` asset (warehouse.capacity_grid.refresh_partitions), one
 --   partition at a time from its Parquet file in the run's staging area, registered as `incoming`.
-create table if not exists raw.capacity_grid as
-select $part_id::bigint as part_id, * from incoming
-with no data;
-
-delete from raw.capacity_grid where part_id = $part_id;
 
 -- stored by context first: a query for one context reads a few row groups (zone maps)
-insert into raw.capacity_grid by name
-select $part_id::bigint as part_id, * from incoming
-order by context, deployment_id;
+append incoming to raw.capacity_grid keyed by part_id order by context, deployment_id;
 
 comment on table raw.capacity_grid is 'B_max and concurrency per deployment (raw.deployments) and context.';

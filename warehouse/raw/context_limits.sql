@@ -8,15 +8,8 @@
 --   map back (run_id, run_date on every row), marts.*_history shows every retained run.
 -- written by: the `capacity_grid` asset (warehouse.capacity_grid.refresh_partitions), one
 --   partition at a time from its Parquet file in the run's staging area, registered as `incoming`.
-create table if not exists raw.context_limits as
-select $part_id::bigint as part_id, * from incoming
-with no data;
-
-delete from raw.context_limits where part_id = $part_id;
 
 -- stored by concurrency first: a query for one concurrency reads a few row groups (zone maps)
-insert into raw.context_limits by name
-select $part_id::bigint as part_id, * from incoming
-order by concurrency, deployment_id;
+append incoming to raw.context_limits keyed by part_id order by concurrency, deployment_id;
 
 comment on table raw.context_limits is 'Max context per deployment (raw.deployments) for target concurrencies 1, 8, 32, 128, 512.';

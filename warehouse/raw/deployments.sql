@@ -9,13 +9,6 @@
 --   map back (run_id, run_date on every row), marts.*_history shows every retained run.
 -- written by: the `capacity_grid` asset (warehouse.capacity_grid.refresh_partitions), one
 --   partition at a time from its Parquet file in the run's staging area, registered as `incoming`.
-create table if not exists raw.deployments as
-select $part_id::bigint as part_id, * from incoming
-with no data;
-
-delete from raw.deployments where part_id = $part_id;
-
-insert into raw.deployments by name
-select $part_id::bigint as part_id, * from incoming;
+append incoming to raw.deployments keyed by part_id;
 
 comment on table raw.deployments is 'The capacity grid''s deployments: one row each, with the memory breakdown and KV pool.';

@@ -8,13 +8,6 @@
 -- history: kept in place, keyed by run_id: each run appends its own rows (replacing them if it runs
 --   again) and publishing trims the runs beyond CAPPLAN_HISTORY_RUNS.
 -- written by: the `effective_context_limits` asset, from the frame registered as `incoming`.
-create table if not exists raw.effective_context_limits as
-select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming
-with no data;
-
-delete from raw.effective_context_limits where run_id = $run_id;
-
-insert into raw.effective_context_limits by name
-select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming;
+append incoming to raw.effective_context_limits keyed by run_id;
 
 comment on table raw.effective_context_limits is 'Effective context limits per deployment and per model x GPU x TP at target concurrencies (recommendations.limits).';

@@ -9,13 +9,6 @@
 --   part_ids it published; publishing drops the rows no retained run refers to.
 -- written by: the `effective_context_limits` asset (recommendations.limit_partitions), one
 --   partition at a time from its Parquet file in the run's staging area, registered as `incoming`.
-create table if not exists raw.grid_limits as
-select $part_id::bigint as part_id, * from incoming
-with no data;
-
-delete from raw.grid_limits where part_id = $part_id;
-
-insert into raw.grid_limits by name
-select $part_id::bigint as part_id, * from incoming;
+append incoming to raw.grid_limits keyed by part_id;
 
 comment on table raw.grid_limits is 'Effective context limits of every model x GPU x TP (kind model_gpu_tp), stored once per partition version.';

@@ -12,13 +12,6 @@
 --   and then the grid rows of part_ids no retained run refers to.
 -- written by: the `capacity_grid` asset (warehouse.capacity_grid.refresh_partitions), from the
 --   frame registered as `incoming`.
-create table if not exists raw.grid_partitions as
-select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming
-with no data;
-
-delete from raw.grid_partitions where run_id = $run_id;
-
-insert into raw.grid_partitions by name
-select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming;
+append incoming to raw.grid_partitions keyed by run_id;
 
 comment on table raw.grid_partitions is 'The grid partition versions (part_id) each retained run published; computed or reused.';

@@ -8,13 +8,6 @@
 -- history: kept in place, keyed by run_id (CAPPLAN_HISTORY_RUNS).
 -- written by: the `effective_context_limits` asset (recommendations.limit_partitions),
 --   from the frame registered as `incoming`.
-create table if not exists raw.limit_partitions as
-select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming
-with no data;
-
-delete from raw.limit_partitions where run_id = $run_id;
-
-insert into raw.limit_partitions by name
-select $run_id::varchar as run_id, $run_date::date as run_date, * from incoming;
+append incoming to raw.limit_partitions keyed by run_id;
 
 comment on table raw.limit_partitions is 'The limits partition versions (part_id) each retained run published; computed or reused.';

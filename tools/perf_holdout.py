@@ -1,0 +1,75 @@
+"""Score the shipped performance model blind on the holdout set (evaluation/data/perf_holdout.yaml).
+
+    python -m tools.perf_holdout [--rows]
+
+Every holdout row goes through the same observations and `predict` as the cross-validation
+(`evaluation/perf_cv.py`), with the efficiency factors capplan ships (capacity/performance.py).
+Nothing is fitted. Prints, per metric, engine, source family, GPU class and feature: n, median
+absolute error, median signed error (predicted / measured - 1; + means capplan predicts more:
+higher tokens/s or a longer latency) and the shares within 15 % and 25 %. The holdout is never
+fitted on (README-perf-holdout.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from capacity.perf_fit import Observation
+from evaluation.perf_cv import HoldoutReport, holdout_report
+from evaluation.perf_measurements import PerfMeasurement, load_perf_holdout
+
+HEADER = f"{'':44} {'n':>4}  {'|error|':>8}  {'signed':>8}  {'<=15%':>6}  {'<=25%':>6}"
+
+
+def _print_table(report: HoldoutReport, title: str, key: Callable[[Observation], str | None]) -> None:
+    print(f"\n{title}\n{HEADER}")
+    for value, (acc, signed) in report.table(key).items():
+        signed_text = f"{signed:+7.1f}%" if not math.isnan(signed) else "     n/a"
+        print(f"{value:44} {acc.n:4}  {acc.median_abs_error_pct:7.1f}%  {signed_text}  "
+              f"{acc.within_15_pct:6.0%}  {acc.within_25_pct:6.0%}")  # fmt: skip
+
+
+def _regime(row: PerfMeasurement) -> str:
+    """Capped client concurrency, all requests at once, or Poisson arrivals at a finite rate."""
+    if row.effective_concurrency is not None:
+        return "capped concurrency"
+    return "all at once" if row.request_rate is not None and math.isinf(row.request_rate) else "finite rate"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", action="store_true", help="print every observation")
+    args = parser.parse_args()
+    loaded = load_perf_holdout()
+    for bad in loaded.skipped:
+        print(f"  not loaded {bad.key}: {bad.reason}")
+    report = holdout_report(loaded.rows)
+    print(f"{len(report.observations)} observations from {len({o.row_id for o in report.observations})} rows; "
+          f"{len(report.skipped)} rows skipped")  # fmt: skip
+    for skipped in report.skipped:
+        print(f"  skipped {skipped.row_id}: {skipped.reason}")
+    print(f"shipped factors (not refitted): {report.params}")
+    family = report.family
+    regime = {row.id: _regime(row) for row in loaded.rows}
+    _print_table(report, "metric", lambda o: o.metric)
+    _print_table(report, "engine / metric", lambda o: f"{o.engine}/{o.metric}")
+    _print_table(report, "source family / metric", lambda o: f"{family.get(o.row_id, o.group)[:26]}/{o.metric}")
+    _print_table(report, "load / metric", lambda o: f"{regime.get(o.row_id, '?')}/{o.metric}")
+    _print_table(report, "GPU class / metric", lambda o: f"{o.vendor}/{o.metric}")
+    for tag in sorted({t for o in report.observations for t in o.tags}):
+        _print_table(report, f"feature {tag} / metric", lambda o, t=tag: f"{t}/{o.metric}" if t in o.tags else None)
+    if args.rows:
+        print()
+        for o, predicted in zip(report.observations, report.predicted, strict=True):
+            print(f"{o.row_id} {o.metric}: measured {o.measured:.4g} predicted {predicted:.4g} "
+                  f"({(predicted / o.measured - 1) * 100:+.1f}%)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
