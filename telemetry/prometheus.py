@@ -174,11 +174,14 @@ def parse_prometheus(
     dedupe: Dedupe,
     served_models: dict[tuple[str, str], set[str]] | None = None,
     first_line: int = 1,
+    known_series: KnownSeries | None = None,
 ) -> None:
     """Every line of one snapshot into `report`. `served_models`: {(deployment, engine): model
     names} seen outside this text (the other queries of a Prometheus API ingest), added to the
     ones this text names, for `cache_config_info`, which has no `model_name` label. `first_line`:
-    the number of the text's first line (a Prometheus answer is read a batch of series at a time)."""
+    the number of the text's first line (a Prometheus answer is read a batch of series at a time);
+    `known_series`: {(name, '{labels}' as written): (name, labels)} for lines whose writer already
+    holds the labels (the API's), so that 500,000 distinct series are not each parsed again."""
     report.lines_total = len(text.lines)
     try:
         default_ts, default_source = ctx.default_time()
@@ -209,7 +212,7 @@ def parse_prometheus(
                 deployment = directive.group(2) or ctx.deployment_id
             continue
         try:
-            name, labels, value, stamp = parse_sample_line(stripped)
+            name, labels, value, stamp = parse_sample_line(stripped, known_series)
         except ValueError as exc:
             report.reject(number, RowError("malformed", f"not a Prometheus sample line ({exc})"), raw, deployment)
             continue
@@ -280,7 +283,10 @@ def _series(name: str, labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return parsed, tuple(parsed_labels.items())
 
 
-def parse_sample_line(line: str) -> tuple[str, dict[str, str], float, float | None]:
+KnownSeries = dict[tuple[str, str], tuple[str, tuple[tuple[str, str], ...]]]
+
+
+def parse_sample_line(line: str, known: KnownSeries | None = None) -> tuple[str, dict[str, str], float, float | None]:
     """(name, labels, value, timestamp seconds or None); ValueError for a line that is not a sample.
 
     prometheus_client parses the name and labels (cached per distinct series, so a day of scrapes
@@ -294,7 +300,8 @@ def parse_sample_line(line: str) -> tuple[str, dict[str, str], float, float | No
         return _parse_with_client(line)
     if "_" in m.group(3):  # Python's float() reads 1_000, Prometheus does not
         return _parse_with_client(line)
-    name, labels = _series(m.group(1), m.group(2) or "")
+    series = known.get((m.group(1), m.group(2) or "")) if known else None
+    name, labels = series if series is not None else _series(m.group(1), m.group(2) or "")
     try:
         value = float(m.group(3))
     except ValueError:

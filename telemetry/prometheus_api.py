@@ -76,6 +76,7 @@ from telemetry.prometheus import (
     ENGINE_METRICS,
     HISTOGRAM_PARTS,
     Dedupe,
+    KnownSeries,
     parse_prometheus,
 )
 from telemetry.prometheus_answer import Budget, Series, read_answer
@@ -376,6 +377,7 @@ class _Batch:
         self.first_line = first_line
         self.lines: list[str] = []
         self.early: list[tuple[int, RowError, str | None, str | None]] = []  # line, error, excerpt, deployment
+        self.known: KnownSeries = {}  # the label sets written, so the text parser need not parse them again
 
     @property
     def next_line(self) -> int:
@@ -390,8 +392,11 @@ class _Batch:
         labels = dict(series.labels)
         if series.deployment is not None:
             labels["deployment_id"] = series.deployment
-        text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-        head = f"{series.name}{{{text}}}"
+        ordered = sorted(labels.items())
+        text = "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in ordered) + "}"
+        head = series.name + text
+        if series.problem is None and good:
+            self.known[(series.name, text)] = (series.name, tuple(ordered))
         for index in bad:
             _, error, excerpt = series.bad[index]
             self.rejected(error, f"{head} {excerpt}"[:200], series.deployment)
@@ -543,7 +548,8 @@ class _QueryReader:
         """The batch's lines through the text parser, made into frames now; the next batch."""
         report = FileReport(answered.ctx)
         served = self.served if query.metric == CACHE_CONFIG_INFO else None
-        parse_prometheus(report.ctx, DecodedText(batch.lines, "json"), report, self.dedupe, served, batch.first_line)
+        text = DecodedText(batch.lines, "json")
+        parse_prometheus(report.ctx, text, report, self.dedupe, served, batch.first_line, batch.known)
         report.lines_ignored -= len(batch.early)  # their placeholder lines were counted as blank
         for number, error, excerpt, deployment in batch.early:
             report.reject(number, error, excerpt, deployment)
