@@ -12,6 +12,18 @@ measured without taking the machine down.
 
 Run from another checkout (`cd ../main && python /path/to/benchmarks/prometheus_answers.py`) it
 measures that checkout's reader (options it does not know are not passed).
+
+Measured 2026-12-05 on the shared 2-core machine (start RSS 99 MB each time):
+
+- `--shape mixed --queries 33` (50 MB answers: one series of 2,000,000 points, 500,000 series of
+  one point, in turn): before issue 25, killed by the watchdog at 5,005 MB after 189 s, still
+  reading; after, `--max-points 3000000`: peak 2,899 MB, 189 s, 2,499,998 samples kept (the first
+  answer whole, the second up to the budget, whole series only), one `too_large` row saying why,
+  the 31 other queries not sent.
+- `--shape points --points 300000 --queries 1`: peak 646 MB before (one batch of 300,000 lines),
+  329 MB after (16,384-point batches); the same 300,000 samples.
+- `--shape mixed --points 100000 --series 20000 --queries 4`: 533 MB, 26 s before; 315 MB, 23 s
+  after with `--max-points 250000` (224,998 samples, the budget named in one line).
 """
 
 from __future__ import annotations
