@@ -438,3 +438,20 @@ def test_a_cut_inside_a_long_password_leaves_none_of_it(length: int) -> None:
     text = f"GET http://capplan:{secret}@prom:9090/api failed"
     for cut in (one_line(text, 80), one_line(text), excerpt(text) or "", short(text), redact(text)):
         assert "Zq9" not in cut and MARK in cut
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(user=st.text(max_size=12).filter(lambda u: ":" not in u), password=st.text(max_size=24))
+def test_any_generated_credentials_are_sent_and_never_stored(server: str, user: str, password: str) -> None:
+    """The real path, Hypothesis's passwords: an ingest against the local server sends exactly the
+    credentials written (percent-decoded), reads the answer, and no frame holds them."""
+    secret = "Zq9" + password
+    url = server.replace("http://", f"http://{user}:{secret}@") + "/ok"
+    SEEN.clear()
+    result = ingest_prometheus(url, lookback_s=60, step_s=60)
+    assert result.samples.height == 2 and result.rejects.is_empty()
+    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(secret)}".encode()
+    assert {auth for _, auth in SEEN} == {"Basic " + base64.b64encode(pair).decode()}
+    text = _text(result)
+    assert secret not in text and urllib.parse.unquote(secret) not in text
+    assert base64.b64encode(pair).decode() not in text
