@@ -490,6 +490,7 @@ class _QueryReader:
             return answered.finish()
         answered.size_bytes, answered.sha256, answered.encoding = len(body), hashlib.sha256(body).hexdigest(), "json"
         where = f"{self.client.display_url}/api/v1/{query.endpoint}"
+        points_before = self.budget.points
         try:
             self.parse(query, body, answered)
         except RowError as exc:
@@ -500,6 +501,7 @@ class _QueryReader:
             return answered.finish()
         answered.parts.clear()
         answered.counts = dict.fromkeys(answered.counts, 0)
+        self.budget.points = points_before  # nothing of this answer is kept
         answered.reject(error)
         return answered.finish()
 
