@@ -24,7 +24,14 @@ from pydantic import PrivateAttr
 from models_registry import db
 from models_registry.frames import catalog_root
 from telemetry.drop_folder import DropFolder, resolve_drop_folder
-from telemetry.prometheus_api import DEFAULT_LOOKBACK_S, DEFAULT_STEP_S, PrometheusSettings
+from telemetry.prometheus_api import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_DEPLOYMENT_LABEL,
+    DEFAULT_LOOKBACK_S,
+    DEFAULT_MAX_POINTS,
+    DEFAULT_STEP_S,
+    PrometheusSettings,
+)
 from telemetry.store import DEFAULT_WINDOW_DAYS, STORE_ENV, SampleStore
 from warehouse.lock import RunLock, WarehouseBusy, read_owner
 from warehouse.publish import DEFAULT_HISTORY_RUNS, DEFAULT_PATH, PublishResult, Warehouse
@@ -39,6 +46,9 @@ PROMETHEUS_URL_ENV = "CAPPLAN_PROMETHEUS_URL"
 PROMETHEUS_LOOKBACK_ENV = "CAPPLAN_PROMETHEUS_LOOKBACK_S"
 PROMETHEUS_STEP_ENV = "CAPPLAN_PROMETHEUS_STEP_S"
 PROMETHEUS_TIMEOUT_ENV = "CAPPLAN_PROMETHEUS_TIMEOUT_S"
+PROMETHEUS_MAX_POINTS_ENV = "CAPPLAN_PROMETHEUS_MAX_POINTS"
+PROMETHEUS_BUDGET_ENV = "CAPPLAN_PROMETHEUS_BUDGET_S"
+PROMETHEUS_LABEL_ENV = "CAPPLAN_PROMETHEUS_DEPLOYMENT_LABEL"
 TELEMETRY_STORE_ENV = STORE_ENV  # CAPPLAN_TELEMETRY_STORE
 TELEMETRY_WINDOW_ENV = "CAPPLAN_TELEMETRY_WINDOW_DAYS"
 WORKLOADS_ENV = "CAPPLAN_WORKLOADS"
@@ -248,6 +258,9 @@ class PlanningResource(dg.ConfigurableResource):
     prometheus_lookback_s: int = DEFAULT_LOOKBACK_S  # range queries cover this much before the run; 0: instant
     prometheus_step_s: int = DEFAULT_STEP_S
     prometheus_timeout_s: int = 30  # per query; a dead server costs one timeout
+    prometheus_max_points: int = DEFAULT_MAX_POINTS  # points one whole API ingest keeps (its memory budget)
+    prometheus_budget_s: int = int(DEFAULT_BUDGET_S)  # seconds one whole API ingest may take
+    prometheus_deployment_label: str = DEFAULT_DEPLOYMENT_LABEL  # the only label deployment ids come from
     telemetry_store: str = ""  # empty: samples only in the run's warehouse; else a folder or s3:// URL (store.py)
     telemetry_window_days: int = DEFAULT_WINDOW_DAYS  # days of the store the usage columns summarize
     workloads_path: str = ""  # empty: ./workloads.yaml, else the repository's
@@ -262,7 +275,13 @@ class PlanningResource(dg.ConfigurableResource):
         if not self.prometheus_url.strip():
             return None
         return PrometheusSettings(
-            self.prometheus_url.strip(), self.prometheus_lookback_s, self.prometheus_step_s, self.prometheus_timeout_s
+            self.prometheus_url.strip(),
+            self.prometheus_lookback_s,
+            self.prometheus_step_s,
+            self.prometheus_timeout_s,
+            self.prometheus_max_points,
+            self.prometheus_budget_s,
+            self.prometheus_deployment_label,
         )
 
     def sample_store(self) -> SampleStore | None:
@@ -306,6 +325,9 @@ def build_resources() -> dict[str, Any]:
             prometheus_lookback_s=_env(PROMETHEUS_LOOKBACK_ENV, DEFAULT_LOOKBACK_S),
             prometheus_step_s=_env(PROMETHEUS_STEP_ENV, DEFAULT_STEP_S),
             prometheus_timeout_s=_env(PROMETHEUS_TIMEOUT_ENV, 30),
+            prometheus_max_points=_env(PROMETHEUS_MAX_POINTS_ENV, DEFAULT_MAX_POINTS),
+            prometheus_budget_s=_env(PROMETHEUS_BUDGET_ENV, int(DEFAULT_BUDGET_S)),
+            prometheus_deployment_label=_env(PROMETHEUS_LABEL_ENV, DEFAULT_DEPLOYMENT_LABEL),
             telemetry_store=_env(TELEMETRY_STORE_ENV, ""),
             telemetry_window_days=_env(TELEMETRY_WINDOW_ENV, DEFAULT_WINDOW_DAYS),
             workloads_path=_env(WORKLOADS_ENV, ""),

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from capacity.spec import GpuSku
-from telemetry.redact import redact
+from telemetry.redact import redact_head
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -40,7 +40,7 @@ class RowError(ValueError):
 
 def one_line(text: object, limit: int = 300) -> str:
     """`text` on one line, secrets redacted before it is cut (a cut never leaves half a token)."""
-    line = redact(re.sub(r"\s+", " ", str(text)[: limit * 50]).strip())
+    line = redact_head(str(text), limit * 50, lambda head: re.sub(r"\s+", " ", head).strip())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
@@ -48,7 +48,7 @@ def excerpt(text: str | None, limit: int = 200) -> str | None:
     """The start of a raw line, secrets redacted first (so a cut never leaves half a token)."""
     if text is None:
         return None
-    text = redact(text[: limit * 50].rstrip("\r\n"))
+    text = redact_head(text, limit * 50, lambda head: head.rstrip("\r\n"))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -118,7 +118,7 @@ def parse_int(text: str | int | float, what: str) -> int:
 
 def short(text: object, limit: int = 60) -> str:
     """The start of a value, for a reason (a 1 MB cell is not repeated in the message)."""
-    value = redact(str(text)[: limit * 50])
+    value = redact_head(str(text), limit * 50)
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 

@@ -13,6 +13,7 @@ import datetime as dt
 import itertools
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -83,6 +84,12 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?[ \t]+(\S+)(?:[ \t]+(
 _GPU_INDEX = re.compile(r"\d{1,6}", re.ASCII)
 _DIRECTIVE = re.compile(r"^#\s*(scraped_at|deployment_id)\s*:\s*(.*?)\s*$", re.IGNORECASE)
 DEPLOYMENT_LABELS = ("deployment_id", "deployment")
+MAX_DEPLOYMENT_ID_CHARS = 200
+# Control, format (bidi overrides and marks, zero-width), surrogate, private-use, unassigned,
+# line and paragraph separators: an id holding one would not read as what it is.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MICROSECOND = dt.timedelta(microseconds=1)
 _MAX_MIB_UNKNOWN_GPU = 1 << 20  # 1 TiB in MiB: more than any GPU holds
 _FB_SLACK = 1.1  # DCGM's framebuffer total is a little above the driver-visible memory
 
@@ -101,23 +108,52 @@ class _Line:
 
 
 class Dedupe:
-    """Series + timestamp keys and observation fingerprints seen so far in one ingest."""
+    """Series + timestamp keys and observation fingerprints seen so far in one ingest.
+
+    A sample's key costs one int to int entry (about 100 bytes, not the 300 of a tuple holding a
+    datetime and a where-tuple): its series (deployment, metric, labels) numbered once, its time
+    in microseconds, the file numbered once and the line, packed exactly (no hashing, no collision).
+    """
 
     def __init__(self) -> None:
-        self.series: dict[tuple[Any, ...], tuple[str, int]] = {}
+        self.series: dict[int, int] = {}
+        self.series_ids: dict[tuple[Any, ...], int] = {}
+        self.files: dict[str, int] = {}
+        self.file_names: list[str] = []
         self.observations: dict[str, tuple[str, int | None]] = {}
 
     def series_seen(self, key: tuple[Any, ...], where: tuple[str, int]) -> tuple[str, int] | None:
-        first = self.series.get(key)
+        """`key`: (deployment, metric, labels, ts as an aware datetime); where it was first seen."""
+        *series, ts = key
+        number = self.series_ids.setdefault(tuple(series), len(self.series_ids))
+        packed = number << 64 | (ts - _EPOCH) // _MICROSECOND
+        first = self.series.get(packed)
         if first is None:
-            self.series[key] = where
-        return first
+            file = self.files.get(where[0])
+            if file is None:
+                file = self.files[where[0]] = len(self.file_names)
+                self.file_names.append(where[0])
+            self.series[packed] = file << 40 | where[1]
+            return None
+        return self.file_names[first >> 40], first & ((1 << 40) - 1)
 
     def observation_seen(self, fp: str, where: tuple[str, int | None]) -> tuple[str, int | None] | None:
         first = self.observations.get(fp)
         if first is None:
             self.observations[fp] = where
         return first
+
+
+def deployment_problem(value: str) -> str | None:
+    """Why `value` cannot be a deployment id (None when it can): longer than
+    MAX_DEPLOYMENT_ID_CHARS, or holding a control / format / separator character."""
+    if len(value) > MAX_DEPLOYMENT_ID_CHARS:
+        return f"a deployment id of {len(value):,} characters, more than {MAX_DEPLOYMENT_ID_CHARS}"
+    hidden = next((c for c in value if unicodedata.category(c) in _HIDDEN_CATEGORIES), None)
+    if hidden is not None:
+        name = unicodedata.name(hidden, f"U+{ord(hidden):04X}")
+        return f"a deployment id holding a control or invisible character ({name}, U+{ord(hidden):04X})"
+    return None
 
 
 def looks_like_prometheus(lines: list[str]) -> bool:
@@ -137,10 +173,15 @@ def parse_prometheus(
     report: FileReport,
     dedupe: Dedupe,
     served_models: dict[tuple[str, str], set[str]] | None = None,
+    first_line: int = 1,
+    known_series: KnownSeries | None = None,
 ) -> None:
     """Every line of one snapshot into `report`. `served_models`: {(deployment, engine): model
     names} seen outside this text (the other queries of a Prometheus API ingest), added to the
-    ones this text names, for `cache_config_info`, which has no `model_name` label."""
+    ones this text names, for `cache_config_info`, which has no `model_name` label. `first_line`:
+    the number of the text's first line (a Prometheus answer is read a batch of series at a time);
+    `known_series`: {(name, '{labels}' as written): (name, labels)} for lines whose writer already
+    holds the labels (the API's), so that 500,000 distinct series are not each parsed again."""
     report.lines_total = len(text.lines)
     try:
         default_ts, default_source = ctx.default_time()
@@ -151,7 +192,7 @@ def parse_prometheus(
     ts_error: RowError | None = None
     deployment = ctx.deployment_id
     parsed: list[_Line] = []
-    for number, raw in enumerate(text.lines, start=1):
+    for number, raw in enumerate(text.lines, start=first_line):
         stripped = raw.strip()
         if not stripped:
             report.lines_ignored += 1
@@ -171,7 +212,7 @@ def parse_prometheus(
                 deployment = directive.group(2) or ctx.deployment_id
             continue
         try:
-            name, labels, value, stamp = parse_sample_line(stripped)
+            name, labels, value, stamp = parse_sample_line(stripped, known_series)
         except ValueError as exc:
             report.reject(number, RowError("malformed", f"not a Prometheus sample line ({exc})"), raw, deployment)
             continue
@@ -188,6 +229,10 @@ def parse_prometheus(
         else:
             ts, source, error = default_ts, default_source, default_error
         dep = next((labels[k] for k in DEPLOYMENT_LABELS if labels.get(k)), deployment)
+        problem = deployment_problem(dep)
+        if problem is not None:
+            report.reject(number, RowError("bad_value", problem), raw, None)
+            continue
         parsed.append(_Line(number, raw, name, labels, value, ts, source, error, dep))
 
     models_by_engine: dict[tuple[str, str], set[str]] = {k: set(v) for k, v in (served_models or {}).items()}
@@ -238,7 +283,10 @@ def _series(name: str, labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return parsed, tuple(parsed_labels.items())
 
 
-def parse_sample_line(line: str) -> tuple[str, dict[str, str], float, float | None]:
+KnownSeries = dict[tuple[str, str], tuple[str, tuple[tuple[str, str], ...]]]
+
+
+def parse_sample_line(line: str, known: KnownSeries | None = None) -> tuple[str, dict[str, str], float, float | None]:
     """(name, labels, value, timestamp seconds or None); ValueError for a line that is not a sample.
 
     prometheus_client parses the name and labels (cached per distinct series, so a day of scrapes
@@ -252,7 +300,8 @@ def parse_sample_line(line: str) -> tuple[str, dict[str, str], float, float | No
         return _parse_with_client(line)
     if "_" in m.group(3):  # Python's float() reads 1_000, Prometheus does not
         return _parse_with_client(line)
-    name, labels = _series(m.group(1), m.group(2) or "")
+    series = known.get((m.group(1), m.group(2) or "")) if known else None
+    name, labels = series if series is not None else _series(m.group(1), m.group(2) or "")
     try:
         value = float(m.group(3))
     except ValueError:
@@ -377,7 +426,7 @@ def check_histogram(entries: list[_Line]) -> dict[int, float]:
     if not buckets:
         return bounds
     if math.inf not in seen:
-        raise RowError("bad_histogram", "no le=\"+Inf\" bucket: the total count is unknown")
+        raise RowError("bad_histogram", 'no le="+Inf" bucket: the total count is unknown')
     ordered = sorted(buckets, key=lambda e: bounds[e.number])
     for lower, upper in itertools.pairwise(ordered):
         if upper.value < lower.value:
@@ -393,7 +442,9 @@ def check_histogram(entries: list[_Line]) -> dict[int, float]:
     return bounds
 
 
-def _histogram(ctx: FileContext, report: FileReport, dedupe: Dedupe, key: tuple[Any, ...], entries: list[_Line]) -> None:
+def _histogram(
+    ctx: FileContext, report: FileReport, dedupe: Dedupe, key: tuple[Any, ...], entries: list[_Line]
+) -> None:
     """The lines of one histogram, all accepted or all rejected with one reason (a quantile from a
     histogram with a bad bucket would be wrong without saying so)."""
     base = key[1]
