@@ -11,16 +11,20 @@ The schema is created and upgraded only by Alembic: `upgrade_to_head(url)`.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+
+from models_registry.redact import redact, redact_url
 
 URL_ENV = "CAPPLAN_REGISTRY_URL"
 DEFAULT_URL = "sqlite:///var/registry.db"
@@ -40,11 +44,30 @@ def registry_url(url: str | None = None) -> str:
     return url or os.environ.get(URL_ENV) or DEFAULT_URL
 
 
+# scheme://userinfo@rest, the userinfo up to the LAST `@`: a password may hold `@ / # ?` unencoded
+_USERINFO_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)(.*)@([^@]*)$", re.S)
+_RAW_PASSWORD_CHARS = frozenset("@/#?")
+
+
 def _parse(url: str) -> URL:
+    """The URL as SQLAlchemy takes it. Its parser ends the password at the first `@` (or `/`, `#`,
+    `?`) and expects the rest percent-encoded; a password pasted as it is would connect as someone
+    else's host and show its tail in errors. So the userinfo runs to the last `@`, as in the
+    Prometheus URL: a password holding one of those characters is taken as written, any other one
+    is percent-decoded as SQLAlchemy does (`p%40ss` stays `p@ss`)."""
     try:
-        return make_url(url)
-    except ArgumentError as exc:
-        raise RegistryError(f"invalid registry URL in {URL_ENV}: {exc}") from None
+        match = _USERINFO_URL.match(url)
+        if match is None or url.startswith("sqlite"):  # a SQLite path may hold `@`; it has no userinfo
+            return make_url(url)
+        scheme, userinfo, rest = match.groups()
+        user, has_password, password = userinfo.partition(":")
+        parsed = make_url(scheme + rest)
+        raw = any(char in _RAW_PASSWORD_CHARS for char in password)
+        return parsed.set(
+            username=unquote(user), password=(password if raw else unquote(password)) if has_password else None
+        )
+    except (ArgumentError, ValueError):
+        raise RegistryError(f"invalid registry URL in {URL_ENV}: {safe_url(url)}") from None
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -56,8 +79,9 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def safe_url(url: str) -> str:
-    """The URL with any password masked, for messages and logs."""
-    return _parse(url).render_as_string(hide_password=True)
+    """The URL with its userinfo masked (`models_registry.redact`, the one rule), for messages and logs.
+    A SQLite URL has no userinfo (its path may hold an `@`) and is shown as it is."""
+    return url if url.startswith("sqlite") else redact_url(url)
 
 
 def make_engine(url: str | None = None, *, foreign_keys: bool = True, **kwargs: Any) -> Engine:
@@ -71,9 +95,9 @@ def make_engine(url: str | None = None, *, foreign_keys: bool = True, **kwargs: 
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        engine = create_engine(resolved, **kwargs)
+        engine = create_engine(_parse(resolved), **kwargs)
     except (ArgumentError, ImportError) as exc:
-        raise RegistryError(f"cannot use registry URL {safe_url(resolved)}: {exc}") from None
+        raise RegistryError(f"cannot use registry URL {safe_url(resolved)}: {redact(str(exc))}") from None
     if engine.dialect.name == "sqlite":
         _configure_sqlite(engine, foreign_keys=foreign_keys)
     return engine
@@ -160,7 +184,7 @@ def upgrade_to_head(url: str | None = None) -> None:
         command.upgrade(alembic_config(resolved), "head")
     except SQLAlchemyError as exc:
         reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        raise RegistryError(f"cannot migrate the registry at {safe_url(resolved)}: {reason}") from None
+        raise RegistryError(f"cannot migrate the registry at {safe_url(resolved)}: {redact(reason)}") from None
 
 
 def registry_exists(url: str | None = None) -> bool:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from capacity.spec import GpuSku
-from telemetry.redact import redact_head
+from models_registry.redact import redact_head
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -59,6 +59,7 @@ import polars as pl
 
 from capacity.spec import GpuSku
 from models_registry.planning import Catalog
+from models_registry.redact import redact, redact_url
 from telemetry.common import FileContext, FileReport, Sidecar
 from telemetry.drop_folder import SAMPLE, DropFolder, ingest_frames
 from telemetry.ingest import IngestResult, _concat
@@ -80,7 +81,6 @@ from telemetry.prometheus import (
     parse_prometheus,
 )
 from telemetry.prometheus_answer import Budget, Series, read_answer
-from telemetry.redact import redact, redact_url
 from telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA, frame
 
 URL_ENV = "CAPPLAN_PROMETHEUS_URL"

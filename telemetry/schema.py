@@ -11,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from telemetry.redact import redact
+from models_registry.redact import redact
 
 UTC_US = pl.Datetime("us", "UTC")
 

@@ -55,9 +55,9 @@ import fsspec
 import polars as pl
 from fsspec.implementations.local import LocalFileSystem
 
+from models_registry.redact import redact
 from telemetry.ingest import IngestResult
 from telemetry.normalize import one_line
-from telemetry.redact import redact
 from telemetry.schema import REJECT_SCHEMA, SAMPLE_SCHEMA, UTC_US, clean_text
 from telemetry.summary import sample_usage
 

@@ -28,12 +28,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from capacity.spec import GpuSku
+from models_registry.redact import MARK, redact
 from models_registry.sources.gpu_catalog import load_gpu_skus
 from telemetry import REASON_CODES, IngestResult, ingest_dir
 from telemetry.drop_folder import fingerprint
 from telemetry.files import display_name, read_bounded, walk
 from telemetry.normalize import RowError, parse_int, parse_number, parse_timestamp
-from telemetry.redact import MARK, redact
 from tests.hostile_telemetry import GOOD, MODEL, SECRETS, TOKEN, remove_deep_folders, write_hostile_drop
 from tests.test_telemetry_support import model_ids
 

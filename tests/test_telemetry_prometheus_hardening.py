@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from models_registry.redact import MARK, redact, redact_url
 from telemetry.ingest import ingest_dir
 from telemetry.normalize import RowError, one_line
 from telemetry.prometheus_api import PrometheusClient, PrometheusSettings, ingest_prometheus
-from telemetry.redact import MARK, redact, redact_url
 from tests.test_telemetry_prometheus_api import serve
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"

@@ -1,12 +1,14 @@
-"""Secrets out of everything capplan stores or shows from telemetry.
+"""Secrets out of everything capplan stores or shows: telemetry, registry URLs, error messages.
 
 People paste logs and commands as they are: `HF_TOKEN=hf_...` on a `docker run` line, `'hf_token':
 'hf_...'` in vLLM's non-default args, `Authorization: Bearer ...` from a curl, an `--api-key`, a
 database URL with its password. `redact(text)` replaces the secret part with `[REDACTED]` and keeps
 the rest (so the line still says what it was). A URL's userinfo (`scheme://user:pass@host`) is
-replaced whole, up to the last `@`, whatever characters the password holds (`_userinfo`). It is
-applied to every string column of every telemetry frame (excerpts, reasons, labels, names, notes), so no path around it reaches the
-warehouse, Dagster's run storage (metadata previews) or the logs.
+replaced whole, up to the last `@`, whatever characters the password holds (`_userinfo`). Telemetry
+applies it to every string column of every frame (excerpts, reasons, labels, names, notes), so no
+path around it reaches the warehouse, Dagster's run storage (metadata previews) or the logs; the
+registry applies it to its URL and to every database error it shows. It lives in the registry's
+package, the lowest layer that shows or stores text, so both can use the one rule.
 """
 
 from __future__ import annotations
