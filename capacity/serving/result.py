@@ -126,6 +126,7 @@ class ServingResult:
     steps: int  # scheduler steps simulated
     bulk_steps: int  # of them, decode steps advanced in bulk
     source: str  # the scheduler rules followed
+    ttft_by_request_s: tuple[float, ...] = ()  # in the order requests were sent
 
     def contract(self) -> dict[str, object]:
         """The JSON object `capplan estimate --json` shows under `simulation`."""

@@ -536,4 +536,5 @@ def _result(replica: _Replica, rules: SchedulerRules, load: Load) -> ServingResu
         steps=replica.steps,
         bulk_steps=replica.bulk_steps,
         source=rules.source,
+        ttft_by_request_s=tuple(ttft),
     )
