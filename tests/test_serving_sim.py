@@ -249,3 +249,54 @@ def test_scheduler_defaults_match_the_engines_own_code() -> None:
     assert (sglang["schedule_policy"], sglang["retraction_policy"]) == ("fcfs", "length")
     assert sglang["schedule_conservativeness"] == 1.0 and sglang["max_running_requests"] is None
     assert sglang["num_continuous_decode_steps"] == 1
+
+
+# --- `capplan estimate`: the simulation past B_max and on request --------------------------------------
+
+LLAMA = ["meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100-sxm-80gb"]
+
+
+def _cli(*args: str) -> dict[str, object]:
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    result = CliRunner().invoke(app, ["estimate", *LLAMA, *args, "--json"])
+    assert result.exit_code == 0, result.output
+    out: dict[str, object] = json.loads(result.stdout)
+    return out
+
+
+def test_a_concurrency_past_b_max_returns_simulated_figures_marked_queued() -> None:
+    out = _cli("--concurrency", "512", "--context", "4096", "--num-prompts", "600")
+    assert out["fits"] is False and isinstance(out["b_max"], int) and out["b_max"] < 512
+    sim = out["simulation"]
+    assert isinstance(sim, dict) and sim["queued"] is True and out["queued"] is True
+    assert (
+        out["output_tokens_per_second"] == sim["output_tokens_per_second"]
+        and float(sim["output_tokens_per_second"]) > 0
+    )
+    assert out["tpot_ms"] == sim["tpot"]["mean_ms"] and out["ttft_ms"] == sim["ttft"]["mean_ms"]
+    assert sim["load"] == "closed loop at concurrency 512, 600 requests of 3840 in / 256 out"
+
+
+def test_below_b_max_the_steady_state_answers_unless_a_simulation_is_asked_for() -> None:
+    plain = _cli("--concurrency", "8", "--context", "4096")
+    assert "simulation" not in plain and "queued" not in plain and plain["fits"] is True
+    asked = _cli("--concurrency", "8", "--context", "4096", "--simulate", "--num-prompts", "40")
+    sim = asked["simulation"]
+    assert isinstance(sim, dict) and sim["queued"] is False and sim["peak_running"] == 8
+    assert asked["tpot_ms"] == plain["tpot_ms"]  # the steady-state keys stay the steady state's
+
+
+def test_burst_and_request_rate_loads() -> None:
+    burst = _cli("--burst", "50", "--input-len", "500", "--output-len", "100")
+    assert burst["simulation"]["load"] == "burst of 50 requests of 500 in / 100 out"  # type: ignore[index]
+    rate = _cli("--request-rate", "2", "--num-prompts", "30", "--input-len", "500", "--output-len", "100")
+    assert rate["simulation"]["load"] == "Poisson at 2 req/s, 30 requests of 500 in / 100 out"  # type: ignore[index]
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    both = CliRunner().invoke(app, ["estimate", *LLAMA, "--burst", "5", "--request-rate", "1"])
+    assert both.exit_code == 2 and "not both" in both.output

@@ -128,6 +128,38 @@ class ServingResult:
     source: str  # the scheduler rules followed
     ttft_by_request_s: tuple[float, ...] = ()  # in the order requests were sent
 
+    def speed_contract(self) -> dict[str, object]:
+        """The steady-state speed keys of `capplan estimate --json`, from the simulation (means)."""
+        return {
+            "output_tokens_per_second": round(self.output_tokens_per_second, 1),
+            "tpot_ms": round(self.tpot.mean_ms, 3),
+            "ttft_ms": round(self.ttft.mean_ms, 3),
+            "queued": self.queued,
+        }
+
+    def lines(self) -> list[str]:
+        """The simulated benchmark as `capplan estimate` prints it."""
+
+        def row(name: str, d: Distribution) -> str:
+            return f"   {name:<5} mean {d.mean_ms:,.2f} ms, median {d.median_ms:,.2f} ms, p99 {d.p99_ms:,.2f} ms"
+
+        waited = (
+            f"requests queued for KV blocks or a running slot (mean wait {self.mean_queue_ms:,.1f} ms)"
+            if self.queued
+            else "no request waited for KV blocks or a running slot"
+        )
+        return [
+            f"7. Simulated benchmark ({self.engine} scheduler): {self.load}",
+            f"   {self.num_requests:,} requests in {self.duration_s:,.2f} s: {self.request_throughput:,.2f} req/s, "
+            f"{self.output_tokens_per_second:,.0f} output tokens/s, {self.total_tokens_per_second:,.0f} total tokens/s",
+            row("TTFT", self.ttft),
+            row("TPOT", self.tpot),
+            row("ITL", self.itl),
+            row("E2E", self.e2e),
+            f"   {waited}; peak {self.peak_running:,} running; {self.preemptions:,} preemption(s)",
+            f"   scheduler: {self.source}; {self.steps:,} steps simulated",
+        ]
+
     def contract(self) -> dict[str, object]:
         """The JSON object `capplan estimate --json` shows under `simulation`."""
         return {
