@@ -300,3 +300,30 @@ def test_burst_and_request_rate_loads() -> None:
 
     both = CliRunner().invoke(app, ["estimate", *LLAMA, "--burst", "5", "--request-rate", "1"])
     assert both.exit_code == 2 and "not both" in both.output
+
+
+# --- the benchmark each public measurement ran ---------------------------------------------------------
+
+
+def _row(**fields: object) -> object:
+    from evaluation.perf_measurements import PerfMeasurement
+
+    base: dict[str, object] = {"id": "r", "source": "s", "source_group": "g", "engine": "vllm", "model": "m"}
+    base |= {"gpu": "h100-sxm-80gb", "tp": 1, "pp": 1, "num_gpus": 1, "benchmark_kind": "serving"}
+    return PerfMeasurement(**(base | fields))  # type: ignore[arg-type]
+
+
+def test_each_measured_row_becomes_the_load_it_ran() -> None:
+    from evaluation.perf_sim import row_load
+
+    closed = row_load(_row(concurrency=16, num_prompts=200), 1000, 100)  # type: ignore[arg-type]
+    assert closed == Load.closed(16, 200, Lengths(1000, 100))
+    burst = row_load(_row(request_rate=math.inf, num_prompts=500), 1000, 100)  # type: ignore[arg-type]
+    assert burst == Load.burst(500, Lengths(1000, 100))
+    offline = row_load(_row(benchmark_kind="offline_throughput", num_prompts=300), 10, 10)  # type: ignore[arg-type]
+    assert offline == Load.burst(300, Lengths(10, 10))
+    rate = row_load(_row(request_rate=4.0, random_range_ratio=0.5), 1000, 100)  # type: ignore[arg-type]
+    assert rate == Load.poisson(4.0, 1000, Lengths(1000, 100, 0.5))  # vllm bench's 1,000 prompts by default
+    static = row_load(_row(benchmark_kind="static_batch", batch_size=8), 128, 128)  # type: ignore[arg-type]
+    assert static == Load.burst(8, Lengths(128, 128))
+    assert isinstance(row_load(_row(), 10, 10), str)  # type: ignore[arg-type]
