@@ -15,6 +15,7 @@ the offline LLM class's larger token budget (the API server's defaults are used)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -78,7 +79,8 @@ def row_load(row: PerfMeasurement, input_tokens: int, output_tokens: int) -> Loa
 
 def _measured_and_simulated(row: PerfMeasurement, sim: ServingResult) -> list[tuple[str, float, float]]:
     """(metric, measured, simulated) for each metric the row states, the simulated statistic matching the
-    stated one (mean TPOT, else median TPOT, else mean / median ITL; mean TTFT, else median)."""
+    stated one (mean TPOT, else median TPOT, else mean / median ITL; mean TTFT, else median; a static
+    batch's TTFT is the batch's, when its last request has its first token)."""
     out: list[tuple[str, float, float]] = []
     if row.output_throughput and row.benchmark_kind != "static_batch_ttft":
         out.append(("output_throughput", row.output_throughput, sim.output_tokens_per_second))
@@ -96,6 +98,8 @@ def _measured_and_simulated(row: PerfMeasurement, sim: ServingResult) -> list[tu
         if row.mean_ttft_ms is not None
         else (row.median_ttft_ms, sim.ttft.median_ms)
     )
+    if regime(row) == "static batch":  # a static batch's first token: its whole context phase
+        ttft = (ttft[0], max(sim.ttft_by_request_s) * 1e3)
     if ttft[0] is not None:
         out.append(("ttft", ttft[0] / 1e3, ttft[1] / 1e3))
     if row.batch_latency_s:
@@ -120,9 +124,12 @@ def simulate_row(
     load = row_load(row, i_len, o_len)
     if isinstance(load, str):
         return load
+    eff = efficiency_for(est.engine, gpu)
+    if regime(row) == "static batch":  # no server: no per-request overhead before the batch (as perf_cv)
+        eff = dataclasses.replace(eff, request_overhead_s=0.0)
     try:
         inputs = perf_inputs(model, est, gpu, deployment.weight_dtype)
-        sim = simulate(est, inputs, load, efficiency_for(est.engine, gpu))
+        sim = simulate(est, inputs, load, eff)
     except SpecError as exc:
         return str(exc)
     return _measured_and_simulated(row, sim) or "no metric the simulation gives"

@@ -8,6 +8,8 @@ bisection over the segments instead of expanding a list of every token.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -54,31 +56,46 @@ def distribution_s(values_s: list[float]) -> Distribution:
 Segment = tuple[float, float, int, int]
 
 
-def _count_at_most(segments: list[Segment], value: float) -> int:
-    total = 0
-    for first, slope, count, weight in segments:
-        if slope == 0.0:
-            inside = count if first <= value else 0
-        elif slope > 0.0:
-            inside = 0 if value < first else min(count, math.floor((value - first) / slope) + 1)
-        else:
-            last = first + slope * (count - 1)
-            inside = count if value >= first else (0 if value < last else count - math.ceil((value - first) / slope))
-        total += inside * weight
-    return total
+class _Gaps:
+    """The segments split for counting: single values sorted with running weights (bisected), and the
+    sloped runs (few: one per linear piece of a bulk run), counted one by one."""
 
+    def __init__(self, segments: list[Segment]) -> None:
+        points: dict[float, int] = {}
+        self.sloped: list[Segment] = []
+        for first, slope, count, weight in segments:
+            if slope == 0.0 or count == 1:
+                points[first] = points.get(first, 0) + count * weight
+            else:
+                self.sloped.append((first, slope, count, weight))
+        self.values = sorted(points)
+        self.cumulative = list(itertools.accumulate(points[v] for v in self.values))
 
-def _kth_smallest(segments: list[Segment], k: int, low: float, high: float) -> float:
-    """The k-th smallest gap (0-based), by bisection on the value."""
-    for _ in range(64):
-        mid = (low + high) / 2
-        if _count_at_most(segments, mid) >= k + 1:
-            high = mid
-        else:
-            low = mid
-        if high - low <= 1e-12 * max(abs(high), 1e-9):
-            break
-    return high
+    def at_most(self, value: float) -> int:
+        i = bisect.bisect_right(self.values, value)
+        total = self.cumulative[i - 1] if i else 0
+        for first, slope, count, weight in self.sloped:
+            if slope > 0.0:
+                inside = 0 if value < first else min(count, math.floor((value - first) / slope) + 1)
+            else:
+                last = first + slope * (count - 1)
+                inside = (
+                    count if value >= first else (0 if value < last else count - math.ceil((value - first) / slope))
+                )
+            total += inside * weight
+        return total
+
+    def kth_smallest(self, k: int, low: float, high: float) -> float:
+        """The k-th smallest gap (0-based), by bisection on the value."""
+        for _ in range(64):
+            mid = (low + high) / 2
+            if self.at_most(mid) >= k + 1:
+                high = mid
+            else:
+                low = mid
+            if high - low <= 1e-12 * max(abs(high), 1e-9):
+                break
+        return high
 
 
 def segment_distribution_s(segments: list[Segment]) -> Distribution:
@@ -91,14 +108,15 @@ def segment_distribution_s(segments: list[Segment]) -> Distribution:
     )
     ends = [v for first, slope, count, _ in segments for v in (first, first + slope * (count - 1))]
     low, high = min(ends), max(ends)
+    gaps = _Gaps(segments)
 
     def at(q: float) -> float:
         position = q * (n - 1)
         below = math.floor(position)
-        a = _kth_smallest(segments, below, low, high)
+        a = gaps.kth_smallest(below, low, high)
         if position == below:
             return a
-        b = _kth_smallest(segments, below + 1, low, high)
+        b = gaps.kth_smallest(below + 1, low, high)
         return a + (b - a) * (position - below)
 
     return Distribution(total / n * 1e3, at(0.5) * 1e3, at(0.99) * 1e3)

@@ -192,15 +192,20 @@ class _Replica:
         budget = self.rules.token_budget
         plan: list[tuple[_Request, int]] = []
         units = self.units
+        period, per_block = units.period, units.per_block
         running = self.running
         preempted = False
         i = 0
         while i < len(running) and budget > 0:
             request = running[i]
-            tokens = request.prompt + request.generated - request.computed
+            computed = request.computed
+            tokens = request.prompt + request.generated - computed
             if tokens > budget:
                 tokens = budget
-            need = units(request.computed + tokens) - request.units
+            if tokens == 1 and period:  # a decode takes a block when its last one is full
+                need = per_block if computed % period == 0 else 0
+            else:
+                need = units(computed + tokens) - request.units
             if need > self.free:
                 preempted = True
                 if not self._make_room(request, need):
@@ -311,25 +316,32 @@ class _Replica:
         if self.blocked:
             self.queued = True
         self.peak_running = max(self.peak_running, len(self.running) + (self.chunked is not None))
-        duration = self._duration(plan)
+        duration, decodes = self._duration(plan)
         start = self.now
         self.now += duration
         self.steps += 1
         finished = self._advance(plan, start, duration)
-        decodes = all(tokens == 1 and r.computed > r.prompt for r, tokens in plan)
         unchanged = not finished and not arrived and evicted == self.preemptions and self.chunked is None
         self.steady = decodes and unchanged and len(plan) == len(self.running) == before
         return True
 
-    def _duration(self, plan: list[tuple[_Request, int]]) -> float:
+    def _duration(self, plan: list[tuple[_Request, int]]) -> tuple[float, bool]:
+        """The step's time, and whether it only decodes (every request one token past its prompt)."""
         tokens = held = 0
         attended = 0.0
+        decodes = True
         for request, n in plan:
+            computed = request.computed
             tokens += n
-            held += request.computed + n
-            # each new token attends to the cache up to itself: a chunk of n after c tokens, c + (n + 1) / 2
-            attended += n * (request.computed + (n + 1) / 2)
-        return self.step_s(tokens, len(plan), held / len(plan), attended / tokens)
+            held += computed + n
+            if n == 1:
+                attended += computed + 1
+                decodes = decodes and computed >= request.prompt
+            else:
+                # each new token attends to the cache up to itself: a chunk of n after c tokens, c + (n + 1) / 2
+                attended += n * (computed + (n + 1) / 2)
+                decodes = False
+        return self.step_s(tokens, len(plan), held / len(plan), attended / tokens), decodes
 
     def _advance(self, plan: list[tuple[_Request, int]], start: float, duration: float) -> bool:
         """Apply a step: computed tokens, samples at the end of the step, completions."""
@@ -351,11 +363,12 @@ class _Replica:
             gap = duration if previous == start else self.now - previous
             self.itl_points[gap] = self.itl_points.get(gap, 0) + count
         if finished:
-            for request, _ in plan:
-                if request.generated >= request.output and request.finished_at < 0:
-                    if request in self.running:
-                        self.running.remove(request)
-                    self._finish(request)
+            done = [r for r, _ in plan if r.generated >= r.output and r.finished_at < 0]
+            for request in done:
+                request.finished_at = self.now  # marked first: the running list is filtered once
+            self.running = [r for r in self.running if r.finished_at < 0]
+            for request in done:
+                self._finish(request)
         return finished
 
     # -- decode runs in bulk --------------------------------------------------------------------------
