@@ -327,3 +327,22 @@ def test_each_measured_row_becomes_the_load_it_ran() -> None:
     static = row_load(_row(benchmark_kind="static_batch", batch_size=8), 128, 128)  # type: ignore[arg-type]
     assert static == Load.burst(8, Lengths(128, 128))
     assert isinstance(row_load(_row(), 10, 10), str)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_new_prompt_mixes_with_decodes_in_vllm_and_runs_alone_first_in_sglang(engine: str) -> None:
+    """A (16 + 10) and B (16 + 3) start together; when B finishes, C (16 + 2) replaces it. vLLM puts C's
+    prefill in A's decode step; SGLang runs C's prefill batch alone, then decodes A and C."""
+    est, p = _deployment(engine)
+    lengths = Lengths(1, 1, explicit=((16, 10), (16, 3), (16, 2)))
+    result = simulate(est, p, Load.closed(2, 3, lengths), EFF)
+    together = _step(p, 32, 2, 16, 8.5)  # A and B's prompts in one step
+    start = together + _step(p, 2, 2, 17) + _step(p, 2, 2, 18)  # B's 2nd and 3rd tokens: C arrives
+    if engine == "vllm":
+        c_prefill = _step(p, 17, 2, (19 + 16) / 2, (19 + 16 * 8.5) / 17)  # A's 4th token beside C's prompt
+        rest = _step(p, 2, 2, (20 + 17) / 2) + sum(_step(p, 1, 1, held) for held in range(21, 26))
+    else:
+        c_prefill = _step(p, 16, 1, 16, 8.5)  # C's prefill batch alone: A waits
+        rest = _step(p, 2, 2, (19 + 17) / 2) + sum(_step(p, 1, 1, held) for held in range(20, 26))
+    assert result.ttft_by_request_s[2] == pytest.approx(c_prefill)
+    assert result.duration_s == pytest.approx(start + c_prefill + rest)
