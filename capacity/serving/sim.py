@@ -127,8 +127,10 @@ class _Replica:
         self.itl_points: dict[float, int] = {}  # single gaps and how many tokens had them
         self.preemptions = self.peak_running = self.steps = self.bulk_steps = 0
         self.queued = False
+        self.reserved_total = 0  # SGLang / TensorRT-LLM: units the holders reserved
+        self.fixed_reservations = max(o for _, o in self.pairs) <= rules.reserve_clip_tokens
         self.blocked = False  # the queue's head could not be admitted in the last step (memory or slots)
-        self.steady = False  # the last step decoded every running request and changed nothing else
+        self.steady = False  # every running request sampled at the last step's end, nothing else changed
 
     # -- arrivals and completions ---------------------------------------------------------------------
     def _arrive(self, at: float) -> None:
@@ -138,15 +140,13 @@ class _Replica:
         self.requests.append(request)
         heapq.heappush(self.arrivals, (request.enqueued, index))
 
-    def _admit_arrivals(self) -> bool:
-        moved = False
+    def _admit_arrivals(self) -> None:
         while self.arrivals and self.arrivals[0][0] <= self.now:
             self.waiting.append(self.requests[heapq.heappop(self.arrivals)[1]])
-            moved = True
-        return moved
 
     def _finish(self, request: _Request) -> None:
         request.finished_at = self.now
+        self._hold(request, -1)
         self.free += request.units
         request.units = 0
         self.done.append(request)
@@ -156,6 +156,7 @@ class _Replica:
 
     def _evict(self, request: _Request) -> None:
         """Free a running request's KV; it waits at the head of the queue to recompute what it had."""
+        self._hold(request, -1)
         self.free += request.units
         request.units = 0
         request.computed = 0
@@ -168,12 +169,26 @@ class _Replica:
         ahead = min(request.output - request.generated, self.rules.reserve_clip_tokens)
         return self.units(request.prompt + request.generated + ahead)
 
-    def _admissible(self, request: _Request, holders: list[_Request]) -> bool:
+    def _reserved(self, holders: list[_Request]) -> int:
+        """Units the holders hold or have reserved (SGLang / TensorRT-LLM admission; vLLM reserves none).
+        Where no output exceeds the clip a reservation is units(prompt + output), fixed from admission to
+        completion, so the running total kept at admission, completion and eviction is the sum."""
+        if self.rules.admission is Admission.PROMPT or not self.waiting:
+            return 0
+        if self.fixed_reservations:
+            return self.reserved_total
+        return sum(self._reservation(r) for r in holders)
+
+    def _hold(self, request: _Request, sign: int) -> None:
+        """A request starts (+1) or stops (-1) holding its reservation."""
+        if self.rules.admission is Admission.PROMPT_AND_OUTPUT:
+            self.reserved_total += sign * self._reservation(request)
+
+    def _admissible(self, request: _Request, reserved: int) -> bool:
         """Whether the queue's head may start: vLLM needs its whole prompt free; SGLang and TensorRT-LLM
-        its prompt and output beside what every running request reserved."""
+        its prompt and output beside what the running requests reserved (`_reserved`)."""
         if self.rules.admission is Admission.PROMPT:
             return self.units(request.prompt + request.generated) <= self.free
-        reserved = sum(self._reservation(r) for r in holders)
         return reserved + self._reservation(request) <= self.rules.capacity_units
 
     def _take(self, request: _Request, tokens: int) -> bool:
@@ -233,15 +248,18 @@ class _Replica:
         return True
 
     def _admit_mixed(self, plan: list[tuple[_Request, int]], budget: int) -> None:
+        reserved = self._reserved(self.running)
         while self.waiting and budget > 0:
             request = self.waiting[0]
-            if len(self.running) >= self.rules.max_running or not self._admissible(request, self.running):
+            if len(self.running) >= self.rules.max_running or not self._admissible(request, reserved):
                 self.blocked = True
                 return
             tokens = min(request.pending, budget)
             if not self._take(request, tokens):
                 self.blocked = True
                 return
+            reserved += self._reservation(request)
+            self._hold(request, +1)
             self.waiting.popleft()
             self.running.append(request)
             if request.scheduled_at < 0:
@@ -257,7 +275,7 @@ class _Replica:
         if plan:
             return plan
         batch = list(self.running)
-        while batch and sum(self.units(r.computed + 1) - r.units for r in batch) > self.free:
+        while batch and self._decode_need(batch) > self.free:
             if len(batch) == 1:
                 raise SpecError(f"a request of {batch[0].prompt + batch[0].output:,} tokens does not fit the KV pool")
             victim = max(batch, key=lambda r: (-r.generated, r.prompt))  # pop() of the length-sorted list
@@ -267,6 +285,13 @@ class _Replica:
         for request in batch:
             self._take(request, 1)
         return [(r, 1) for r in batch]
+
+    def _decode_need(self, batch: list[_Request]) -> int:
+        """Units a decode step of `batch` takes: a block for each request whose last one is full."""
+        units = self.units
+        if units.period:
+            return units.per_block * sum(1 for r in batch if r.computed % units.period == 0)
+        return sum(units(r.computed + 1) - r.units for r in batch)
 
     def _prefill_batch(self) -> list[tuple[_Request, int]]:
         rem_chunk = self.rules.token_budget
@@ -282,15 +307,18 @@ class _Replica:
             self.chunked = request if tokens < request.pending else None
         self.blocked = False
         holders = self.running + [r for r, _ in plan]
+        reserved = self._reserved(holders)
         while self.waiting and rem_chunk > 0 and rem_input > 0 and self.chunked is None:
             request = self.waiting[0]
-            if len(holders) >= self.rules.max_running or not self._admissible(request, holders):
+            if len(holders) >= self.rules.max_running or not self._admissible(request, reserved):
                 self.blocked = True
                 break
             tokens = min(request.pending, rem_chunk)
             if not self._take(request, tokens):
                 self.blocked = True
                 break
+            reserved += self._reservation(request)
+            self._hold(request, +1)
             self.waiting.popleft()
             holders.append(request)
             if request.scheduled_at < 0:
@@ -306,7 +334,7 @@ class _Replica:
 
     def _step(self) -> bool:
         """One scheduler step; False when nothing could run (the replica idles to the next arrival)."""
-        arrived = self._admit_arrivals()
+        self._admit_arrivals()  # seen by this step's admission: they change nothing past it
         before = len(self.running)
         evicted = self.preemptions
         mixed = self.rules.shape is StepShape.MIXED
@@ -321,8 +349,13 @@ class _Replica:
         self.now += duration
         self.steps += 1
         finished = self._advance(plan, start, duration)
-        unchanged = not finished and not arrived and evicted == self.preemptions and self.chunked is None
-        self.steady = decodes and unchanged and len(plan) == len(self.running) == before
+        # steady: the next step is a decode of every running request that nothing this step set in motion
+        # can change (a completion frees blocks the admission did not see; an eviction waits at the head)
+        steady = not finished and evicted == self.preemptions and self.chunked is None
+        if steady and not (decodes and len(plan) == len(self.running) == before):
+            now = self.now  # e.g. a prompt admitted whole: it sampled with the others
+            steady = all(r.last_token_at == now and r.computed == r.prompt + r.generated - 1 for r in self.running)
+        self.steady = steady
         return True
 
     def _duration(self, plan: list[tuple[_Request, int]]) -> tuple[float, bool]:
