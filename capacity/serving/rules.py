@@ -1,34 +1,39 @@
 """Each engine's scheduler, as the rules the simulation follows, read from the engines' own source.
 
-vLLM V1 (0.33.0, `vllm/v1/core/sched/scheduler.py` `Scheduler.schedule`):
-- one token budget per step, `max_num_batched_tokens` (`engine/arg_utils.py` `get_batch_defaults`:
+vLLM V1 (0.33.0, `vllm/v1/core/sched/scheduler.py` `Scheduler.schedule`, line 699):
+- one token budget per step, `max_num_batched_tokens` (`engine/arg_utils.py:2940` `get_batch_defaults`:
   16,384 at >= 160 GiB, 8,192 on >= 70 GiB GPUs but A100 and GB10, else 2,048, for the API server;
-  `config/scheduler.py` 2,048 when not derived), and `max_num_seqs` (1,024 / 1,024 / 256);
+  `config/scheduler.py:41-43` 2,048 and 128 when not derived), and `max_num_seqs` (1,024 / 1,024 / 256);
   capplan's vLLM profile already derives both (`capacity/engines/vllm/releases.py` `batch_defaults`);
-- running requests first, in admission order: a decode takes 1 token, a request still prefilling its next
-  chunk (chunked prefill is on: `config/scheduler.py` `enable_chunked_prefill = True`,
-  `long_prefill_token_threshold = 0`); then waiting requests, FCFS (`policy = "fcfs"`), each a chunk of what
-  the budget leaves, while fewer than `max_num_seqs` run;
-- a waiting request is admitted only if its whole prompt fits the free blocks (`scheduler_reserve_full_isl =
-  True`, `watermark = 0.0`); the first that does not stops admission (`break`);
-- when a running request cannot get a block, the newest running request (`self.running[-1]`) is preempted:
-  its blocks freed, it goes back to the front of the queue and recomputes prompt + output so far
-  (`_preempt_request`); no request is admitted in a step that preempted.
+- running requests first, in admission order (the loop at line 795): a decode takes 1 token, a request
+  still prefilling its next chunk (chunked prefill is on: `config/scheduler.py:134`
+  `enable_chunked_prefill = True`, `:79` `long_prefill_token_threshold = 0`); then waiting requests
+  (line 1062), FCFS (`:159` `policy = "fcfs"`), each a chunk of what the budget leaves, while fewer than
+  `max_num_seqs` run;
+- a waiting request is admitted only if its whole prompt fits the free blocks (`:190`
+  `scheduler_reserve_full_isl = True`, `:196` `watermark = 0.0`; `full_sequence_must_fit`, line 1449);
+  the first that does not stops admission (`break`, line 1461);
+- when a running request cannot get a block, the newest running request (`self.running[-1]`, line 938)
+  is preempted: its blocks freed, it goes back to the front of the queue and recomputes prompt + output
+  so far (`_preempt_request`); no request is admitted in a step that preempted (line 1050).
 
-SGLang (0.5.23, `sglang/srt/managers/scheduler.py` `get_next_batch_to_run`, `schedule_policy.py`
+SGLang (0.5.23, `sglang/srt/managers/scheduler.py:3894` `get_next_batch_to_run`, `schedule_policy.py`
 `PrefillAdder`):
-- prefill first: whenever a prefill batch can be formed it runs alone, else one decode batch of every running
-  request (`enable_mixed_chunk = False` by default, `arg_groups/fields/schedule.py`);
-- a prefill batch takes at most `chunked_prefill_size` new tokens (`arg_groups/memory_hook.py` by GPU memory:
-  capplan's `capacity/engines/sglang.py` `chunked_prefill_size`) and `max_prefill_tokens` (16,384); one
-  request at a time is chunked, and continues first in the next prefill batch;
-- admission reserves each running request's remaining output, `min(max_new - out, CLIP_MAX_NEW_TOKENS = 4096)`
-  x the new-token ratio (1.0 for fixed-length requests, `ignore_eos`, as benchmarks send them:
-  `_get_running_request_total_token_offset`), and needs input + min(max_new, 4096) free beside it;
+- prefill first: whenever a prefill batch can be formed it runs alone (line 3991), else one decode batch
+  of every running request (`enable_mixed_chunk = False` by default, `arg_groups/fields/schedule.py:208`);
+- a prefill batch takes at most `chunked_prefill_size` new tokens (`arg_groups/memory_hook.py` by GPU
+  memory: capplan's `capacity/engines/sglang.py` `chunked_prefill_size`) and `max_prefill_tokens`
+  (16,384, `fields/schedule.py:71`); one request at a time is chunked, and continues first in the next
+  prefill batch;
+- admission reserves each running request's remaining output, `min(max_new - out, CLIP_MAX_NEW_TOKENS =
+  4096)` (`schedule_policy.py:89`) x the new-token ratio (1.0 for fixed-length requests, `ignore_eos`, as
+  benchmarks send them: `_get_running_request_total_token_offset`, line 781), and needs input +
+  min(max_new, 4096) free beside it;
 - `max_running_requests` = min(max(min(pool tokens / context length x 512, 4096), 2048), pool tokens / 2)
-  (`mem_cache/kv_cache_configurator.py` `resolve_max_num_reqs`);
+  (`mem_cache/kv_cache_configurator.py:3119` `resolve_max_num_reqs`);
 - a decode batch that does not fit retracts requests, fewest output tokens then longest input first
-  (`schedule_batch.py` `_get_decode_retraction_order`, `retraction_policy = "length"`), back to the queue.
+  (`schedule_batch.py:3552` `_get_decode_retraction_order`, `fields/schedule.py:126`
+  `retraction_policy = "length"`), back to the queue.
 
 TensorRT-LLM (PyTorch backend): in-flight batching like vLLM's (decodes and context chunks in one step, a
 token budget `max_num_tokens` 8,192 and `max_batch_size` 2,048 from capplan's profile), but its default
