@@ -6,7 +6,7 @@ One deployment (Llama-3.1-8B-Instruct on one H100 SXM, each engine's defaults) u
 wall time, simulated requests/s and scheduler steps/s, with `--naive` the same run taking every step one
 at a time (the baseline: no decode run advanced in bulk) and the speed-up, then the process's peak RSS.
 
-    .venv/bin/python -m benchmarks.serving [--naive] [--engine vllm|sglang|trtllm]
+    .venv/bin/python -m benchmarks.serving [--naive] [--engine vllm|sglang|trtllm] [--model REPO_ID]
 """
 
 from __future__ import annotations
@@ -42,14 +42,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--naive", action="store_true", help="also run the step-at-a-time baseline")
     parser.add_argument("--engine", default="vllm", choices=("vllm", "sglang", "trtllm"))
+    parser.add_argument("--model", default=MODEL, help=f"catalog model (default {MODEL})")
     args = parser.parse_args(argv)
     print(cores())
-    model = load_model(MODEL)
+    model = load_model(args.model)
     gpu = find_gpu_sku(GPU)
     est = estimate(model.spec, DeploymentSpec(engine=args.engine), gpu=gpu, checkpoint_bytes=model.checkpoint_bytes)
     inputs = perf_inputs(model.spec, est, gpu)
     eff = efficiency_for(est.engine, gpu)
-    print(f"{MODEL} on {GPU}, {args.engine}: {est.kv_cache_tokens:,} KV tokens, B_max at 2,000 = {est.b_max_at(2000)}")
+    print(
+        f"{args.model} on {GPU}, {args.engine}: {est.kv_cache_tokens:,} KV tokens, B_max at 2,000 = {est.b_max_at(2000)}"
+    )
     header = f"{'load':<13} {'wall s':>7} {'req/s':>8} {'steps':>7} {'steps/s':>9} {'bulk %':>6} {'out tok/s':>9}"
     print(header + ("  naive s  naive req/s  speed-up" if args.naive else ""))
     for name, load in LOADS.items():

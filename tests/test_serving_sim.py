@@ -346,3 +346,23 @@ def test_a_new_prompt_mixes_with_decodes_in_vllm_and_runs_alone_first_in_sglang(
         rest = _step(p, 2, 2, (19 + 17) / 2) + sum(_step(p, 1, 1, held) for held in range(20, 26))
     assert result.ttft_by_request_s[2] == pytest.approx(c_prefill)
     assert result.duration_s == pytest.approx(start + c_prefill + rest)
+
+
+@pytest.mark.parametrize(
+    "kinds",
+    [
+        None,
+        [(KVKind.SLIDING, 128), (KVKind.FULL, None)] * 2,
+        [(KVKind.SLIDING, 4096), (KVKind.SLIDING, 100), (KVKind.FULL, None)],
+    ],
+)
+def test_the_unit_counter_is_the_pools_own_charge(kinds: list[tuple[KVKind, int | None]] | None) -> None:
+    spec = dense_spec(layers=4 if kinds is None else len(kinds), heads=32, kv_heads=8, head_dim=128, kinds=kinds)
+    est = estimate(spec, DeploymentSpec(max_model_len=8192, weights_bytes_per_gpu=10 * 2**30), gpu=GPU)
+    terms = est.pool.terms()
+    units = UnitCounter(terms)
+    for tokens in range(0, 9000, 7):
+        assert units(tokens) == terms.sequence_units(tokens), tokens
+        assert units.decode_need(tokens) == units(tokens + 1) - units(tokens), tokens
+        key = units.growth_key(tokens)
+        assert all(units(key + k) - units(key) == units(tokens + k) - units(tokens) for k in (1, 5, 16, 300)), tokens

@@ -75,23 +75,40 @@ class _Request:
 
 
 class UnitCounter:
-    """Units a request holding T tokens is charged (`PoolTerms.sequence_units`), with a fast path for
-    pools without windowed groups; `period`: the growth over k tokens depends on T only modulo it (the
-    block size; 0 where windowed groups make it depend on T itself)."""
+    """Units a request holding T tokens is charged, `PoolTerms.sequence_units` in Python integers:
+    `fixed + per_block x cdiv(T, bs) + sum(n x cdiv(min(held + in_flight, T), bs_j))` (a test holds the two
+    equal), with what the simulation asks of it often: a decode's need, and a representative T that grows
+    alike (a windowed term stops growing past its cap, the rest depends on T modulo the block)."""
 
-    __slots__ = ("block", "fixed", "per_block", "period", "terms")
+    __slots__ = ("block", "cap", "fixed", "per_block", "windowed")
 
     def __init__(self, terms: PoolTerms) -> None:
-        self.terms = terms
         self.fixed = int(terms.fixed_units)
         self.per_block = int(terms.per_block_groups)
-        self.block = int(terms.block_size)
-        self.period = 0 if terms.windowed else max(self.block, 1)
+        self.block = max(int(terms.block_size), 1)
+        in_flight = int(terms.in_flight_tokens)
+        self.windowed = tuple((int(n), int(held) + in_flight, max(int(bs), 1)) for n, held, bs in terms.windowed)
+        top = max((cap for _, cap, _ in self.windowed), default=0)
+        self.cap = -(-top // self.block) * self.block  # past it, growth depends on T modulo the block only
 
     def __call__(self, tokens: int) -> int:
-        if self.period:
-            return self.fixed + self.per_block * -(-tokens // self.block)
-        return int(self.terms.sequence_units(tokens))
+        units = self.fixed + self.per_block * -(-tokens // self.block)
+        for n, cap, bs in self.windowed:
+            units += n * -(-min(cap, tokens) // bs)
+        return units
+
+    def decode_need(self, tokens: int) -> int:
+        """units(T + 1) - units(T): a block for each group whose last block is full (a windowed group
+        only below its cap)."""
+        need = self.per_block if tokens % self.block == 0 else 0
+        for n, cap, bs in self.windowed:
+            if tokens < cap and tokens % bs == 0:
+                need += n
+        return need
+
+    def growth_key(self, tokens: int) -> int:
+        """A token count whose growth over any k tokens equals that of `tokens`."""
+        return tokens if tokens < self.cap else self.cap + tokens % self.block
 
 
 class _Replica:
@@ -207,7 +224,6 @@ class _Replica:
         budget = self.rules.token_budget
         plan: list[tuple[_Request, int]] = []
         units = self.units
-        period, per_block = units.period, units.per_block
         running = self.running
         preempted = False
         i = 0
@@ -217,10 +233,8 @@ class _Replica:
             tokens = request.prompt + request.generated - computed
             if tokens > budget:
                 tokens = budget
-            if tokens == 1 and period:  # a decode takes a block when its last one is full
-                need = per_block if computed % period == 0 else 0
-            else:
-                need = units(computed + tokens) - request.units
+            # a decode takes a block when its last one is full (r.units == units(r.computed) while running)
+            need = units.decode_need(computed) if tokens == 1 else units(computed + tokens) - request.units
             if need > self.free:
                 preempted = True
                 if not self._make_room(request, need):
@@ -288,10 +302,8 @@ class _Replica:
 
     def _decode_need(self, batch: list[_Request]) -> int:
         """Units a decode step of `batch` takes: a block for each request whose last one is full."""
-        units = self.units
-        if units.period:
-            return units.per_block * sum(1 for r in batch if r.computed % units.period == 0)
-        return sum(units(r.computed + 1) - r.units for r in batch)
+        need = self.units.decode_need
+        return sum(need(r.computed) for r in batch)
 
     def _prefill_batch(self) -> list[tuple[_Request, int]]:
         rem_chunk = self.rules.token_budget
@@ -415,24 +427,29 @@ class _Replica:
         steps = min(r.output - r.generated for r in self.running) - 1
         if steps < 2:
             return 0
-        # running requests by tokens held (r.units == units(r.computed)), modulo the block where that suffices
+        # running requests by tokens held (r.units == units(r.computed)), grouped where they grow alike
         units = self.units
-        period = units.period
         contexts: dict[int, int] = {}
         for request in self.running:
-            key = request.computed % period + period if period else request.computed
+            key = units.growth_key(request.computed)
             contexts[key] = contexts.get(key, 0) + 1
 
         def growth(k: int) -> int:
             return sum(n * (units(c + k) - units(c)) for c, n in contexts.items())
 
-        if growth(steps) > self.free:
-            low, high = 0, steps  # low fits, high does not
-            while high - low > 1:
-                mid = (low + high) // 2
-                low, high = (mid, high) if growth(mid) <= self.free else (low, mid)
-            steps = low
-        return steps
+        free = self.free
+        if growth(steps) <= free:
+            return steps
+        if growth(2) > free:  # a pool about to run short (vLLM thrashing): step by step
+            return 0
+        low, high = 2, 4  # gallop, then bisect: low fits, high does not
+        while high < steps and growth(high) <= free:
+            low, high = high, 2 * high
+        high = min(high, steps)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if growth(mid) <= free else (low, mid)
+        return low
 
     def _bulk(self) -> bool:
         steps = self._bulk_horizon()
