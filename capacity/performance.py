@@ -316,10 +316,22 @@ def allreduce_seconds(p: PerfInputs, tokens: Num, eff: PerfEfficiency) -> Num:
     return 2 * p.layers_on_rank * (ring + eff.allreduce_latency_s * as_float(p.tp > 1))
 
 
-def step_seconds(p: PerfInputs, tokens: Num, batch: Num, context_tokens: Num, eff: PerfEfficiency) -> Num:
-    """One engine step on one stage: the roofline plus communication plus the engine's fixed cost."""
+def step_seconds(
+    p: PerfInputs,
+    tokens: Num,
+    batch: Num,
+    context_tokens: Num,
+    eff: PerfEfficiency,
+    attention_context_tokens: Num | None = None,
+) -> Num:
+    """One engine step on one stage: the roofline plus communication plus the engine's fixed cost.
+
+    `context_tokens` is the mean cached context per sequence (the KV the step reads);
+    `attention_context_tokens` the mean context per new token (what the attention FLOPs follow),
+    the same unless given: a mixed step (a prefill chunk beside decodes) has them apart."""
+    attended = context_tokens if attention_context_tokens is None else attention_context_tokens
     memory = step_bytes(p, tokens, batch, context_tokens) / (eff.memory_bandwidth * p.bandwidth_bytes_per_s)
-    compute = step_flops(p, tokens, context_tokens) / (eff.compute * p.flops_per_s)
+    compute = step_flops(p, tokens, attended) / (eff.compute * p.flops_per_s)
     return _maximum(memory, compute) + allreduce_seconds(p, tokens, eff) + eff.step_overhead_s
 
 
@@ -327,6 +339,19 @@ def _pipeline(p: PerfInputs, stage_seconds: Num, tokens: Num) -> Num:
     """A token passes every stage; activations hop between stages over the interconnect."""
     hop = tokens * p.hidden_size * p.act_bytes / p.link_bytes_per_s
     return p.pp * stage_seconds + (p.pp - 1) * hop
+
+
+def replica_step_seconds(
+    p: PerfInputs,
+    tokens: int,
+    batch: int,
+    context_tokens: float,
+    eff: PerfEfficiency,
+    attention_context_tokens: float | None = None,
+) -> float:
+    """One scheduler step of the replica, every pipeline stage passed (the serving simulation's clock)."""
+    stage = step_seconds(p, tokens, batch, context_tokens, eff, attention_context_tokens)
+    return float(_pipeline(p, stage, tokens))
 
 
 def tpot_seconds(p: PerfInputs, batch: Num, context_tokens: Num, eff: PerfEfficiency = DEFAULT_EFFICIENCY) -> Num:

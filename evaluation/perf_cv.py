@@ -69,7 +69,7 @@ def _chunks(total: int, chunk: int) -> list[int]:
     return [min(chunk, total - i * chunk) for i in range(cdiv(total, chunk))]
 
 
-def _sized(
+def sized_row(
     row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint_bytes: int | None, context: int
 ) -> tuple[DeploymentSpec, Estimate] | str:
     """The row's deployment and its estimate at `context` tokens, or why it cannot be sized."""
@@ -124,7 +124,7 @@ def observations_for(
     if not prompt or not out:
         return "no input / output length"
     i_len, o_len = max(1, round(prompt)), max(1, round(out))
-    sized = _sized(row, model, gpu, checkpoint_bytes, i_len + o_len)
+    sized = sized_row(row, model, gpu, checkpoint_bytes, i_len + o_len)
     if isinstance(sized, str):
         return sized
     deployment, est = sized

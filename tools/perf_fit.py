@@ -1,11 +1,13 @@
 """Fit the performance model's efficiency factors and print in-sample vs cross-validated accuracy.
 
-    python tools/perf_fit.py [--rows]
+    python tools/perf_fit.py [--rows] [--simulate]
 
 Fits `capacity.perf_fit.Params` on evaluation/data/perf_measurements.yaml and prints, per metric,
 engine, GPU class and feature: in-sample, leave-one-source-group-out (the number to report) and the
 unfitted defaults, as median absolute error and the shares within 15 % and 25 %. The fitted values
 go into capacity/performance.py (MEMORY_EFFICIENCY, COMPUTE_EFFICIENCY, STEP_OVERHEAD_S, REQUEST_OVERHEAD_S).
+`--simulate` fits nothing: it scores the serving simulation (capacity/serving/) with the shipped factors on
+the same rows, beside the steady-state model (evaluation/perf_sim.py).
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from evaluation.perf_cv import cv_report
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", action="store_true", help="print every observation")
+    parser.add_argument("--simulate", action="store_true", help="score the serving simulation (nothing fitted)")
     args = parser.parse_args()
+    if args.simulate:
+        from evaluation.perf_measurements import load_perf_measurements
+        from evaluation.perf_sim import print_sim_report, sim_report
+
+        print_sim_report(sim_report(load_perf_measurements().rows), "reference set (shipped factors)", args.rows)
+        return
     report = cv_report()
     print(f"{len(report.observations)} observations from {len({o.row_id for o in report.observations})} rows; "
           f"{len(report.skipped)} rows skipped")  # fmt: skip

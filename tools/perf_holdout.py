@@ -1,13 +1,14 @@
 """Score the shipped performance model blind on the holdout set (evaluation/data/perf_holdout.yaml).
 
-    python -m tools.perf_holdout [--rows]
+    python -m tools.perf_holdout [--rows] [--simulate]
 
 Every holdout row goes through the same observations and `predict` as the cross-validation
 (`evaluation/perf_cv.py`), with the efficiency factors capplan ships (capacity/performance.py).
 Nothing is fitted. Prints, per metric, engine, source family, GPU class and feature: n, median
 absolute error, median signed error (predicted / measured - 1; + means capplan predicts more:
 higher tokens/s or a longer latency) and the shares within 15 % and 25 %. The holdout is never
-fitted on (README-perf-holdout.md).
+fitted on (README-perf-holdout.md). `--simulate` scores the serving simulation (capacity/serving/) on the
+same rows instead, beside the steady-state model (evaluation/perf_sim.py).
 """
 
 from __future__ import annotations
@@ -45,10 +46,16 @@ def _regime(row: PerfMeasurement) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", action="store_true", help="print every observation")
+    parser.add_argument("--simulate", action="store_true", help="score the serving simulation instead")
     args = parser.parse_args()
     loaded = load_perf_holdout()
     for bad in loaded.skipped:
         print(f"  not loaded {bad.key}: {bad.reason}")
+    if args.simulate:
+        from evaluation.perf_sim import print_sim_report, sim_report
+
+        print_sim_report(sim_report(loaded.rows), "holdout (blind)", args.rows)
+        return
     report = holdout_report(loaded.rows)
     print(f"{len(report.observations)} observations from {len({o.row_id for o in report.observations})} rows; "
           f"{len(report.skipped)} rows skipped")  # fmt: skip

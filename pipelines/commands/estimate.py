@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -13,7 +14,8 @@ from capacity.engines import ENGINE_NAMES
 from capacity.estimate import Estimate
 from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
-from capacity.performance import Performance, performance
+from capacity.performance import Performance, efficiency_for, perf_inputs, performance
+from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from pipelines.commands.common import fail
 
@@ -209,6 +211,32 @@ KvCacheMemoryBytesOption = Annotated[
     int | None,
     typer.Option("--kv-cache-memory-bytes", metavar="BYTES", help="The same in bytes, as vLLM spells it."),
 ]
+RequestRateOption = Annotated[
+    float | None,
+    typer.Option(
+        "--request-rate",
+        metavar="R",
+        help="Simulate Poisson arrivals at R requests/s on one replica (vllm bench serve --request-rate).",
+    ),
+]
+BurstOption = Annotated[
+    int | None,
+    typer.Option(
+        "--burst", metavar="N", help="Simulate N requests sent at once (vllm bench serve --request-rate inf)."
+    ),
+]
+NumPromptsOption = Annotated[
+    int,
+    typer.Option("--num-prompts", metavar="N", help="Requests a simulated closed or open loop sends (default 1000)."),
+]
+SimulateOption = Annotated[
+    bool,
+    typer.Option(
+        "--simulate",
+        help="Also simulate --concurrency as a closed loop (vllm bench serve --max-concurrency); "
+        "above B_max the simulation is the answer whether or not this is given.",
+    ),
+]
 AsJsonOption = Annotated[bool, typer.Option("--json", metavar="", help="Print the contract JSON object.")]
 
 
@@ -246,6 +274,10 @@ def estimate(
     overhead_gib: OverheadGibOption = None,
     kv_cache_memory_gib: KvCacheMemoryGibOption = None,
     kv_cache_memory_bytes: KvCacheMemoryBytesOption = None,
+    request_rate: RequestRateOption = None,
+    burst: BurstOption = None,
+    num_prompts: NumPromptsOption = 1000,
+    simulate_load: SimulateOption = False,
     as_json: AsJsonOption = False,
 ) -> None:
     """Estimate one deployment: KV bytes per token, weights, budget, blocks, B_max, max context."""
@@ -268,12 +300,10 @@ def estimate(
             "--kv-cache-memory-gib": kv_cache_memory_gib,
         },
     )
-    if kv_cache_memory_bytes is not None:
-        if kv_cache_memory_gib is not None:
-            fail("give --kv-cache-memory-gib or --kv-cache-memory-bytes, not both")
-        kv_cache_memory_gib = kv_cache_memory_bytes / GIB
+    kv_cache_memory_gib = _kv_cache_gib(kv_cache_memory_gib, kv_cache_memory_bytes)
     if gpu is None and gpu_memory_gib is None and kv_cache_memory_gib is None:
         fail("give --gpu SKU, or --gpu-memory-gib for hardware not in the catalog")
+    bench = _Bench.checked(request_rate, burst, num_prompts, simulate_load)
     resolved, sku = _resolved(model, gpu)
     deployment = DeploymentSpec(
         tp=tp,
@@ -306,7 +336,17 @@ def estimate(
         context = input_len + (output_len if output_len is not None else min(256, input_len))
     result = _sized(resolved, deployment, sku, context, concurrency)
     speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len)
-    _print(result, resolved.spec, speed, as_json=as_json)
+    sim = bench.run(resolved.spec, result, sku, dtype, _Lengths(concurrency, input_len, output_len))
+    _print(result, resolved.spec, speed, sim, as_json=as_json)
+
+
+def _kv_cache_gib(gib: float | None, kv_bytes: int | None) -> float | None:
+    """--kv-cache-memory-gib, or vLLM's --kv-cache-memory-bytes in GiB (not both)."""
+    if kv_bytes is None:
+        return gib
+    if gib is not None:
+        fail("give --kv-cache-memory-gib or --kv-cache-memory-bytes, not both")
+    return kv_bytes / GIB
 
 
 def _check_ranges(sizes: dict[str, int], counts: dict[str, int | None], gibs: dict[str, float | None]) -> None:
@@ -361,20 +401,109 @@ def _sized(
         fail(str(exc))
 
 
-def _print(result: Estimate, model: ModelSpec, speed: Performance | None, *, as_json: bool) -> None:
-    """The contract JSON object, or the derivation (and the speed block) as lines."""
+def _print(
+    result: Estimate, model: ModelSpec, speed: Performance | None, sim: ServingResult | None, *, as_json: bool
+) -> None:
+    """The contract JSON object, or the derivation (and the speed and simulation blocks) as lines. Past
+    B_max the steady-state keys come from the simulated closed loop, with `queued`."""
     if as_json:
         contract = result.contract()
         if speed is not None:
             contract |= speed.contract()
+        elif sim is not None and result.target_concurrency is not None:
+            contract |= sim.speed_contract()
+        if sim is not None:
+            contract["simulation"] = sim.contract()
         sys.stdout.write(json.dumps(contract, indent=2) + "\n")
         return
     for line in derivation(result, model):
         typer.echo(line)
-    if speed is not None:
-        typer.echo("")
-        for line in speed_derivation(speed):
-            typer.echo(line)
+    for block in (speed_derivation(speed) if speed is not None else [], sim.lines() if sim is not None else []):
+        if block:
+            typer.echo("")
+            for line in block:
+                typer.echo(line)
+
+
+def _lengths(result: Estimate, input_len: int | None, output_len: int | None) -> tuple[int, int]:
+    """(prompt, output) tokens of a request: as given, else the context split as the speed block splits it."""
+    context = result.context_tokens
+    out = output_len if output_len is not None else min(256, max(1, context // 2))
+    prompt = input_len if input_len is not None else max(1, context - out)
+    return prompt, out
+
+
+@dataclass(frozen=True, slots=True)
+class _Lengths:
+    """What the command was told of the requests: how many at once, how long."""
+
+    concurrency: int | None
+    input_len: int | None
+    output_len: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Bench:
+    """The simulated benchmark options: a Poisson rate, a burst, the requests a loop sends, --simulate."""
+
+    request_rate: float | None
+    burst: int | None
+    num_prompts: int
+    forced: bool
+
+    @classmethod
+    def checked(cls, request_rate: float | None, burst: int | None, num_prompts: int, forced: bool) -> _Bench:
+        if request_rate is not None and not request_rate > 0:
+            fail(f"--request-rate must be positive, got {request_rate}")
+        if request_rate is not None and burst is not None:
+            fail("give --request-rate or --burst, not both")
+        for name, count in (("--burst", burst), ("--num-prompts", num_prompts)):
+            if count is not None and count < 1:
+                fail(f"{name} must be a positive integer, got {count}")
+        return cls(request_rate, burst, num_prompts, forced)
+
+    @property
+    def asked(self) -> bool:
+        return self.request_rate is not None or self.burst is not None or self.forced
+
+    def load(self, result: Estimate, asked: _Lengths) -> Load | None:
+        """The benchmark to simulate: the one asked for, else a closed loop at --concurrency past B_max."""
+        lengths = Lengths(*_lengths(result, asked.input_len, asked.output_len))
+        if self.burst is not None:
+            return Load.burst(self.burst, lengths)
+        if self.request_rate is not None:
+            return Load.poisson(self.request_rate, self.num_prompts, lengths)
+        c = asked.concurrency
+        if c is not None and (self.forced or (result.starts and c > result.b_max)):
+            return Load.closed(c, max(self.num_prompts, c), lengths)
+        return None
+
+    def run(
+        self, model: ModelSpec, result: Estimate, sku: GpuSku | None, weight_dtype: str, asked: _Lengths
+    ) -> ServingResult | None:
+        return _simulated(model, result, sku, weight_dtype, self.load(result, asked), required=self.asked)
+
+
+def _simulated(
+    model: ModelSpec, result: Estimate, sku: GpuSku | None, weight_dtype: str, load: Load | None, *, required: bool
+) -> ServingResult | None:
+    """The simulated benchmark (none without a load, a catalog GPU with bandwidth and FLOPS, or a pool);
+    a simulation asked for that cannot run fails with its reason."""
+    if load is None or sku is None or sku.memory_bandwidth_gbps is None or sku.bf16_dense_tflops is None:
+        if required and load is not None:
+            fail("simulating a benchmark needs a catalog GPU with memory bandwidth and peak FLOPS (--gpu)")
+        return None
+    if not result.starts or result.kv_budget_bytes_per_gpu <= 0:
+        if required:
+            fail(f"nothing to simulate: {result.reason}")
+        return None
+    try:
+        inputs = perf_inputs(model, result, sku, weight_dtype)
+        return simulate(result, inputs, load, efficiency_for(result.engine, sku))
+    except SpecError as exc:
+        if required:
+            fail(str(exc))
+        return None
 
 
 def _speed(
@@ -392,9 +521,7 @@ def _speed(
         return None
     if sku.memory_bandwidth_gbps is None or sku.bf16_dense_tflops is None:
         return None
-    context = result.context_tokens
-    out = output_len if output_len is not None else min(256, max(1, context // 2))
-    prompt = input_len if input_len is not None else max(1, context - out)
+    prompt, out = _lengths(result, input_len, output_len)
     chunk = result.pool.max_num_batched_tokens or prompt
     try:
         return performance(

@@ -1,0 +1,20 @@
+"""Serving simulation: one replica's scheduler, per engine, under a benchmark's load (pure, no I/O).
+
+`simulate(est, perf_inputs(...), Load.closed(...), efficiency_for(...))` -> `ServingResult`.
+"""
+
+from capacity.serving.result import Distribution, ServingResult
+from capacity.serving.rules import SchedulerRules, scheduler_rules
+from capacity.serving.sim import simulate
+from capacity.serving.workload import Lengths, Load, LoadKind
+
+__all__ = [
+    "Distribution",
+    "Lengths",
+    "Load",
+    "LoadKind",
+    "SchedulerRules",
+    "ServingResult",
+    "scheduler_rules",
+    "simulate",
+]

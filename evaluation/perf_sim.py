@@ -1,0 +1,213 @@
+"""The serving simulation (`capacity.serving`) scored on the public measurements, beside the steady state.
+
+Each measured row becomes the benchmark it ran: a closed loop at its concurrency (`--max-concurrency`), a
+burst of its prompts (`--request-rate inf`, offline throughput), Poisson arrivals at its finite rate (rows
+the steady-state model cannot score), or a static batch (a burst of the batch); its deployment sized by
+`capacity.estimate.estimate` as `evaluation.perf_cv` sizes it, the step cost with the shipped efficiency
+factors (`capacity.performance.efficiency_for`). Nothing is fitted: the factors were fitted on the
+reference set for the steady-state model and are used here as they are.
+
+Each simulated metric is paired with the steady-state model's prediction of the same row and metric
+(`evaluation.perf_cv.predict` with the shipped factors), so a table shows both on the same rows.
+Left out: datasets' length distributions (mean lengths, or vLLM's range ratio where the row gives one),
+the offline LLM class's larger token budget (the API server's defaults are used), data-parallel replicas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from capacity.perf_fit import Accuracy, accuracy, predict
+from capacity.performance import efficiency_for, perf_inputs
+from capacity.serving import Lengths, Load, ServingResult, simulate
+from capacity.spec import GpuSku, ModelSpec, SpecError
+from evaluation.perf_cv import Skipped, _catalog_resolver, build, shipped_params, sized_row
+from evaluation.perf_measurements import PerfMeasurement
+
+DEFAULT_PROMPTS = 1000  # vllm bench serve --num-prompts default
+MAX_PROMPTS = 2000  # a row sending more is simulated with this many (the rate settles long before)
+STATIC_KINDS = ("static_batch", "static_batch_ttft", "offline_batch_latency")
+
+
+@dataclass(frozen=True, slots=True)
+class SimScore:
+    """One measured metric of one row: what it measured, simulated, and what the steady state predicts."""
+
+    row_id: str
+    group: str
+    engine: str
+    regime: str
+    metric: str
+    measured: float
+    simulated: float
+    steady: float  # NaN where the steady-state model does not score this row
+
+
+def regime(row: PerfMeasurement) -> str:
+    """Capped client concurrency, all requests at once, a static batch, or Poisson arrivals at a finite rate."""
+    if row.benchmark_kind in STATIC_KINDS:
+        return "static batch"
+    if row.concurrency is not None:
+        return "capped concurrency"
+    if row.benchmark_kind == "offline_throughput" or (row.request_rate is not None and math.isinf(row.request_rate)):
+        return "all at once"
+    return "finite rate"
+
+
+def row_load(row: PerfMeasurement, input_tokens: int, output_tokens: int) -> Load | str:
+    """The benchmark the row ran, as a `Load` (or why there is none)."""
+    ratio = row.random_range_ratio if row.random_range_ratio and row.total_input_tokens is None else 0.0
+    lengths = Lengths(input_tokens, output_tokens, min(ratio, 0.99))
+    prompts = min(row.num_prompts or DEFAULT_PROMPTS, MAX_PROMPTS)
+    kind = regime(row)
+    if kind == "static batch":
+        batch = row.batch_size or row.concurrency
+        return Load.burst(batch, lengths) if batch else "a static batch without its size"
+    if kind == "capped concurrency" and row.concurrency is not None:
+        return Load.closed(row.concurrency, max(prompts, row.concurrency), lengths)
+    if kind == "all at once":
+        return Load.burst(prompts, lengths)
+    if row.request_rate is not None and row.request_rate > 0:
+        return Load.poisson(row.request_rate, prompts, lengths)
+    return "neither a concurrency, a batch, nor a request rate"
+
+
+def _measured_and_simulated(row: PerfMeasurement, sim: ServingResult) -> list[tuple[str, float, float]]:
+    """(metric, measured, simulated) for each metric the row states, the simulated statistic matching the
+    stated one (mean TPOT, else median TPOT, else mean / median ITL; mean TTFT, else median; a static
+    batch's TTFT is the batch's, when its last request has its first token)."""
+    out: list[tuple[str, float, float]] = []
+    if row.output_throughput and row.benchmark_kind != "static_batch_ttft":
+        out.append(("output_throughput", row.output_throughput, sim.output_tokens_per_second))
+    step = (
+        (row.mean_tpot_ms, sim.tpot.mean_ms),
+        (row.median_tpot_ms, sim.tpot.median_ms),
+        (row.mean_itl_ms, sim.itl.mean_ms),
+        (row.median_itl_ms, sim.itl.median_ms),
+    )
+    stated = next(((m, s) for m, s in step if m is not None), None)
+    if stated is not None:
+        out.append(("tpot", stated[0] / 1e3, stated[1] / 1e3))
+    ttft = (
+        (row.mean_ttft_ms, sim.ttft.mean_ms)
+        if row.mean_ttft_ms is not None
+        else (row.median_ttft_ms, sim.ttft.median_ms)
+    )
+    if regime(row) == "static batch":  # a static batch's first token: its whole context phase
+        ttft = (ttft[0], max(sim.ttft_by_request_s) * 1e3)
+    if ttft[0] is not None:
+        out.append(("ttft", ttft[0] / 1e3, ttft[1] / 1e3))
+    if row.batch_latency_s:
+        out.append(("batch_latency", row.batch_latency_s, sim.duration_s))
+    return out
+
+
+def simulate_row(
+    row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint_bytes: int | None
+) -> list[tuple[str, float, float]] | str:
+    """The row's metrics as (metric, measured, simulated), or why it cannot be simulated."""
+    if gpu.memory_bandwidth_gbps is None or gpu.bf16_dense_tflops is None:
+        return f"{gpu.id} has no bandwidth / TFLOPS in the catalog"
+    prompt, out = row.mean_input_len, row.mean_output_len
+    if not prompt or not out:
+        return "no input / output length"
+    i_len, o_len = max(1, round(prompt)), max(1, round(out))
+    sized = sized_row(row, model, gpu, checkpoint_bytes, i_len + o_len)
+    if isinstance(sized, str):
+        return sized
+    deployment, est = sized
+    load = row_load(row, i_len, o_len)
+    if isinstance(load, str):
+        return load
+    eff = efficiency_for(est.engine, gpu)
+    if regime(row) == "static batch":  # no server: no per-request overhead before the batch (as perf_cv)
+        eff = dataclasses.replace(eff, request_overhead_s=0.0)
+    try:
+        inputs = perf_inputs(model, est, gpu, deployment.weight_dtype)
+        sim = simulate(est, inputs, load, eff)
+    except SpecError as exc:
+        return str(exc)
+    return _measured_and_simulated(row, sim) or "no metric the simulation gives"
+
+
+@dataclass(frozen=True, slots=True)
+class SimReport:
+    scores: list[SimScore]
+    skipped: list[Skipped]
+
+    def table(self, key: Callable[[SimScore], str | None]) -> dict[str, tuple[Accuracy, Accuracy, Accuracy]]:
+        """(simulated on every scored row, simulated where the steady state scores too, the steady state
+        on those rows) per value of `key` (None: left out)."""
+        out: dict[str, tuple[Accuracy, Accuracy, Accuracy]] = {}
+        for value in sorted({k for s in self.scores if (k := key(s)) is not None}):
+            chosen = [s for s in self.scores if key(s) == value]
+            both = [s for s in chosen if math.isfinite(s.steady)]
+            measured, both_measured = np.array([s.measured for s in chosen]), np.array([s.measured for s in both])
+            out[value] = (
+                accuracy(measured, np.array([s.simulated for s in chosen])),
+                accuracy(both_measured, np.array([s.simulated for s in both])),
+                accuracy(both_measured, np.array([s.steady for s in both])),
+            )
+        return out
+
+
+def sim_report(rows: Iterable[PerfMeasurement]) -> SimReport:
+    """Simulate every row, and pair each metric with the steady state's prediction (shipped factors)."""
+    resolve, find = _catalog_resolver()
+    data = list(rows)
+    observations, _ = build(data, resolve, find)
+    steady_predicted = predict(observations, shipped_params()) if observations else np.array([])
+    steady = {(o.row_id, o.metric): float(v) for o, v in zip(observations, steady_predicted, strict=True)}
+    scores: list[SimScore] = []
+    skipped: list[Skipped] = []
+    for row in data:
+        try:
+            model, checkpoint = resolve(row.config_model)
+            gpu = find(row.gpu)
+        except (LookupError, SpecError, OSError) as exc:
+            skipped.append(Skipped(row.id, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+            continue
+        found = simulate_row(row, model, gpu, checkpoint)
+        if isinstance(found, str):
+            skipped.append(Skipped(row.id, found))
+            continue
+        for metric, measured, simulated in found:
+            prior = steady.get((row.id, metric), math.nan)
+            scores.append(
+                SimScore(row.id, row.source_group, row.engine, regime(row), metric, measured, simulated, prior)
+            )
+    return SimReport(scores, skipped)
+
+
+def print_sim_report(report: SimReport, title: str, show_rows: bool = False) -> None:
+    """The tables `tools/perf_fit.py --simulate` and `tools/perf_holdout.py --simulate` print."""
+    rows = len({s.row_id for s in report.scores})
+    print(f"{title}: {len(report.scores)} metrics simulated from {rows} rows; {len(report.skipped)} rows skipped")
+    for skipped in report.skipped:
+        print(f"  skipped {skipped.row_id}: {skipped.reason}")
+    header = f"{'':40} {'n':>4} {'simulated':>17}  {'n':>4} {'simulated':>17} {'steady state':>17}"
+    keys: tuple[tuple[str, Callable[[SimScore], str | None]], ...] = (
+        ("metric", lambda s: s.metric),
+        ("load / metric", lambda s: f"{s.regime}/{s.metric}"),
+        ("engine / metric", lambda s: f"{s.engine}/{s.metric}"),
+    )
+    for name, key in keys:
+        print(f"\n{name}  (median |error|, share within 25 %; right: the rows both score)\n{header}")
+        for value, (alone, both, steady) in report.table(key).items():
+            print(
+                f"{value:40} {alone.n:4} {alone.median_abs_error_pct:8.1f}% {alone.within_25_pct:6.0%}  "
+                f"{both.n:4} {both.median_abs_error_pct:8.1f}% {both.within_25_pct:6.0%} "
+                f"{steady.median_abs_error_pct:8.1f}% {steady.within_25_pct:6.0%}"
+            )
+    if show_rows:
+        print()
+        for s in report.scores:
+            print(
+                f"{s.row_id} {s.metric}: measured {s.measured:.4g} simulated {s.simulated:.4g} "
+                f"({(s.simulated / s.measured - 1) * 100:+.1f}%) steady {s.steady:.4g}"
+            )
