@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,34 @@ SIDECAR_KEYS = frozenset(
     {"deployment_id", "model", "gpu", "tp", "pp", "engine", "engine_version", "observed_at", "scraped_at", "notes"}
 )
 
+
+MAX_DEPLOYMENT_ID_CHARS = 200
+# Control, format (bidi overrides and marks, zero-width), private-use, unassigned, line and
+# paragraph separators: an id holding one would not read as what it is. A lone surrogate (a file
+# name that is not UTF-8) is kept: `schema.clean_text` shows it as a visible `\udcXX` escape.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cn", "Zl", "Zp"})
+
+
+def deployment_problem(value: str) -> str | None:
+    """Why `value` cannot be a deployment id (None when it can): longer than
+    MAX_DEPLOYMENT_ID_CHARS, or holding a control / format / separator character."""
+    if len(value) > MAX_DEPLOYMENT_ID_CHARS:
+        return f"a deployment id of {len(value):,} characters, more than {MAX_DEPLOYMENT_ID_CHARS}"
+    hidden = next((c for c in value if unicodedata.category(c) in _HIDDEN_CATEGORIES), None)
+    if hidden is not None:
+        name = unicodedata.name(hidden, f"U+{ord(hidden):04X}")
+        return f"a deployment id holding a control or invisible character ({name}, U+{ord(hidden):04X})"
+    return None
+
+
+def checked_deployment_id(value: str | None) -> str | None:
+    """`value` when it can be a deployment id (or is None); RowError('bad_value') saying why not.
+    Every way an id comes in (a sidecar, a folder name, a CSV column, a log directive, a label)
+    passes this one check."""
+    problem = None if value is None else deployment_problem(value)
+    if problem is not None:
+        raise RowError("bad_value", problem)
+    return value
 
 @dataclass(frozen=True, slots=True)
 class Sidecar:
@@ -78,7 +107,7 @@ def read_sidecar(document: object, path: str, models: ModelResolver, gpus: GpuRe
             raise RowError("bad_sidecar", f"sidecar {name} must be a number, got {type(value).__name__}")
     sidecar = Sidecar(
         path=path,
-        deployment_id=null_text(document.get("deployment_id")),
+        deployment_id=checked_deployment_id(null_text(document.get("deployment_id"))),
         model_id=models.resolve(model_raw) if model_raw else None,
         model_raw=model_raw,
         gpu_sku=gpus.resolve(gpu_raw).id if gpu_raw else None,
@@ -190,7 +219,8 @@ class FileReport:
                 "file": self.ctx.rel,
                 "line": line,
                 "source_kind": self.ctx.kind,
-                "deployment_id": deployment_id,
+                # an id that cannot be one (a hidden character, too long) is not kept, here either
+                "deployment_id": None if deployment_id is None or deployment_problem(deployment_id) else deployment_id,
                 "reason_code": error.code,
                 "reason": error.reason,
                 "raw_excerpt": excerpt(raw),

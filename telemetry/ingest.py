@@ -25,6 +25,7 @@ from telemetry.common import (
     FileContext,
     FileReport,
     Sidecar,
+    checked_deployment_id,
     mtime_of,
     nesting_problem,
     read_sidecar,
@@ -266,6 +267,7 @@ class _Ingest:
     def data_file(self, entry: FoundFile, report: FileReport) -> FileReport:
         ctx = report.ctx
         ctx.sidecar = self.sidecar_for(PurePosixPath(entry.rel))
+        checked_deployment_id(ctx.deployment_id)  # a folder or file name is an id too
         raw = ctx.raw
         kind = ctx.kind
         if kind == "ignored":

@@ -13,14 +13,13 @@ import datetime as dt
 import itertools
 import math
 import re
-import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from telemetry.common import FileContext, FileReport, observation_id
+from telemetry.common import FileContext, FileReport, deployment_problem, observation_id
 from telemetry.normalize import (
     MIB,
     DecodedText,
@@ -84,10 +83,6 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?[ \t]+(\S+)(?:[ \t]+(
 _GPU_INDEX = re.compile(r"\d{1,6}", re.ASCII)
 _DIRECTIVE = re.compile(r"^#\s*(scraped_at|deployment_id)\s*:\s*(.*?)\s*$", re.IGNORECASE)
 DEPLOYMENT_LABELS = ("deployment_id", "deployment")
-MAX_DEPLOYMENT_ID_CHARS = 200
-# Control, format (bidi overrides and marks, zero-width), surrogate, private-use, unassigned,
-# line and paragraph separators: an id holding one would not read as what it is.
-_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
 _MAX_MIB_UNKNOWN_GPU = 1 << 20  # 1 TiB in MiB: more than any GPU holds
@@ -142,18 +137,6 @@ class Dedupe:
         if first is None:
             self.observations[fp] = where
         return first
-
-
-def deployment_problem(value: str) -> str | None:
-    """Why `value` cannot be a deployment id (None when it can): longer than
-    MAX_DEPLOYMENT_ID_CHARS, or holding a control / format / separator character."""
-    if len(value) > MAX_DEPLOYMENT_ID_CHARS:
-        return f"a deployment id of {len(value):,} characters, more than {MAX_DEPLOYMENT_ID_CHARS}"
-    hidden = next((c for c in value if unicodedata.category(c) in _HIDDEN_CATEGORIES), None)
-    if hidden is not None:
-        name = unicodedata.name(hidden, f"U+{ord(hidden):04X}")
-        return f"a deployment id holding a control or invisible character ({name}, U+{ord(hidden):04X})"
-    return None
 
 
 def looks_like_prometheus(lines: list[str]) -> bool:

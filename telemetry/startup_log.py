@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry.common import FileContext, FileReport, observation_id
+from telemetry.common import FileContext, FileReport, checked_deployment_id, observation_id
 from telemetry.normalize import (
     MAX_LINE_CHARS,
     DecodedText,
@@ -534,11 +534,11 @@ def parse_engine_log(
             continue
         directive = _DIRECTIVE.match(raw.strip())
         if directive:
-            if directive.group(1).lower() == "deployment_id":
-                deployment = directive.group(2) or deployment
-                report.lines_ignored += 1
-                continue
             try:
+                if directive.group(1).lower() == "deployment_id":
+                    deployment = checked_deployment_id(directive.group(2)) or deployment
+                    report.lines_ignored += 1
+                    continue
                 observed = (parse_timestamp(directive.group(2), f"# {directive.group(1)}"), "comment")
             except RowError as exc:
                 report.reject(number, exc, raw, deployment)

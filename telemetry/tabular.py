@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
-from telemetry.common import FileContext, FileReport, observation_id
+from telemetry.common import FileContext, FileReport, checked_deployment_id, observation_id
 from telemetry.normalize import (
     GIB,
     MIB,
@@ -210,6 +210,7 @@ def parse_parquet(ctx: FileContext, report: FileReport, dedupe: Dedupe) -> None:
 def _row(ctx: FileContext, report: FileReport, dedupe: Dedupe, number: int, raw: str, row: dict[str, Any]) -> None:
     deployment = null_text(row.get("deployment_id")) or None
     try:
+        checked_deployment_id(deployment)
         values = _convert(row)
         missing = [c for c in REQUIRED if values.get(COLUMNS[c][0]) is None]
         if missing:

@@ -455,3 +455,32 @@ def test_any_generated_credentials_are_sent_and_never_stored(server: str, user: 
     text = _text(result)
     assert secret not in text and urllib.parse.unquote(secret) not in text
     assert base64.b64encode(pair).decode() not in text
+
+
+@pytest.mark.parametrize("bad", ["rtl\u202eid", "bell\x07id", "zero\u200bwidth", "x" * 300])
+def test_every_way_an_id_comes_in_passes_the_same_check(tmp_path: Path, bad: str) -> None:
+    """A CSV column, a sidecar, a folder name and a log's `# deployment_id:` line: each refuses an id
+    with a hidden character or over the length limit (`bad_value`), keeps the good rows beside it,
+    and stores the refused id nowhere."""
+    log = "INFO 12-01 00:00:00 [gpu_worker.py:1] GPU KV cache size: 1,000 tokens\n"
+    (tmp_path / "rows.csv").write_text(
+        f"deployment_id,model,kv_cache_memory_gib\ngood,{MODEL},50\n{bad},{MODEL},50\n", encoding="utf-8"
+    )
+    (tmp_path / "start.log").write_text(f"# deployment_id: {bad}\n{log}", encoding="utf-8")
+    sidecar_dir = tmp_path / "sidecar"
+    sidecar_dir.mkdir()
+    (sidecar_dir / "deployment.json").write_text(json.dumps({"deployment_id": bad}), encoding="utf-8")
+    (sidecar_dir / "server.log").write_text(log, encoding="utf-8")
+    folder = bad if len(bad) < 200 else "long"  # a file name holds at most 255 bytes
+    named = tmp_path / folder
+    named.mkdir()
+    (named / "server.log").write_text(log, encoding="utf-8")
+    result = ingest_dir(tmp_path)
+    _reconciles(result)
+    refused = result.rejects.filter(pl.col("reason_code") == "bad_value")
+    expected = 3 if len(bad) > 200 else 4  # the csv row, the directive, the sidecar (+ the folder's log)
+    assert refused.height == expected, result.rejects.to_dicts()
+    assert all("deployment id" in reason for reason in refused["reason"])
+    assert "good" in set(result.observations["deployment_id"])
+    for frame_ in (result.observations, result.samples, result.rejects):
+        assert not any(bad in str(v) for v in frame_["deployment_id"].to_list())
