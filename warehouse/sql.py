@@ -335,6 +335,8 @@ def _refuse_file_statements(sql: str) -> None:
         word = raw[:1] if kind == duckdb.token_type.operator else _token_word(raw)
         if kind == duckdb.token_type.keyword and word in _FILE_STATEMENTS and _at_head(head):
             raise ReadOnlyViolation(f"the warehouse is read-only here: {word.upper()} statements are not allowed")
+        if word == "import_database" and kind in (duckdb.token_type.identifier, duckdb.token_type.keyword):
+            raise ReadOnlyViolation("the warehouse is read-only here: IMPORT statements are not allowed")  # PRAGMA form
         head.append(word if kind != duckdb.token_type.string_const else "'")
 
 
