@@ -340,9 +340,36 @@ class Warehouse:
         if not self.exists:
             raise WarehouseMissing(f"no warehouse at {self.given}; run `capplan nightly` to build it")
         try:
-            return connect_reader(self.path, memory_limit=memory_limit)
+            con = connect_reader(self.path, memory_limit=memory_limit)
         except duckdb.Error as exc:
             raise WarehouseCorrupt(corrupt_message(self.given, exc)) from exc
+        try:
+            short = truncation(con, self.path)
+        except duckdb.Error as exc:
+            con.close()
+            raise WarehouseCorrupt(corrupt_message(self.given, exc)) from exc
+        if short:
+            con.close()
+            raise WarehouseCorrupt(f"the warehouse {self.given} {short}; {RECOVERY_HINT}")
+        return con
+
+
+HEADER_BYTES = 3 * 4096  # a DuckDB file's main header and its two database headers, before the first block
+_CORRUPT_SIGNS = ("Could not read enough bytes", "Corrupt database file", "not a valid DuckDB database file")
+
+
+def truncation(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
+    """'is truncated: ...' when the file is shorter than its blocks (it often still opens, and
+    fails at the first query that reads a missing block), else None."""
+    blocks = con.execute("select block_size, total_blocks from pragma_database_size()").fetchone()
+    needed = HEADER_BYTES + int(blocks[0]) * int(blocks[1]) if blocks else 0
+    size = path.stat().st_size
+    return f"is truncated: {size:,} bytes, its blocks need {needed:,}" if size < needed else None
+
+
+def looks_corrupt(exc: BaseException) -> bool:
+    """Whether a DuckDB error met while reading says the file is damaged (then RECOVERY_HINT applies)."""
+    return any(sign in str(exc) for sign in _CORRUPT_SIGNS)
 
 
 def corrupt_message(path: Path, exc: BaseException) -> str:

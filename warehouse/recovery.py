@@ -1,8 +1,8 @@
 """A corrupt warehouse: found with a one-line cause, moved aside, and its readable history carried over.
 
 `check_warehouse(store)` opens the published file the way readers do (read-only, locked down) and
-checks what every command expects of it: a DuckDB file, the `raw`/`staging`/`marts` schemas and a
-readable `marts.runs`. It returns None when the file is fine, else one line saying what is wrong.
+checks what every command expects of it: a DuckDB file, the `raw`/`staging`/`marts` schemas, as
+many bytes as its blocks need (a truncated file often still opens) and a readable `marts.runs`. It returns None when the file is fine, else one line saying what is wrong.
 
 `capplan nightly --rebuild` (under the warehouse lock) then calls `move_aside`, which renames the
 file to `<name>.corrupt-<UTC timestamp>` beside it (or `.before-rebuild-<timestamp>` when it was
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import duckdb
 
-from warehouse.publish import RUNS_TABLE, Warehouse, _fsync, content_keyed_tables, run_keyed_tables
+from warehouse.publish import RUNS_TABLE, Warehouse, _fsync, content_keyed_tables, run_keyed_tables, truncation
 from warehouse.sql import LAYERS, build_relation, connect_reader, ident, qualified, sql_string
 
 DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of every DuckDB database file
@@ -61,7 +61,10 @@ def check_warehouse(store: Warehouse, *, deep: bool = False) -> str | None:
         missing = [layer for layer in LAYERS if layer not in schemas]
         if missing:
             return f"{store.given} is a DuckDB file but not a capplan warehouse (no schema {', '.join(missing)})"
-        con.execute(f"select count(*) from {qualified('marts', RUNS_TABLE)}").fetchone()
+        short = truncation(con, path)
+        if short:
+            return f"{store.given} {short}"
+        con.execute(f"select bit_xor(hash(columns(*))) from {qualified('marts', RUNS_TABLE)}").fetchall()
         if deep:
             for schema, table in con.execute(
                 "select schema_name, table_name from duckdb_tables() where database_name = current_database() "
@@ -102,14 +105,16 @@ def salvage_history(old: Path, store: Warehouse) -> list[str]:
         try:
             con.execute(f"attach {sql_string(str(old))} as {SALVAGE_ALIAS} (read_only)")
         except duckdb.Error as exc:
-            return [f"history not carried over: {old.name} does not open ({one_line(exc)})"]
-        lines = _copy_history(con)
-        con.execute(f"detach {SALVAGE_ALIAS}")
-        con.execute("checkpoint")
+            lines = [f"history not carried over: {old.name} does not open ({one_line(exc)})"]
+        else:
+            lines = _copy_history(con)
+            con.execute(f"detach {SALVAGE_ALIAS}")
+            con.execute("checkpoint")
     finally:
         con.close()
     if not any(line.startswith("carried over") for line in lines):
         seed.unlink(missing_ok=True)
+        seed.with_name(seed.name + ".wal").unlink(missing_ok=True)
         return lines
     _fsync(seed)
     os.replace(seed, store.path)

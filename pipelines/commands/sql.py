@@ -300,7 +300,14 @@ def sql(
 
     import duckdb
 
-    from warehouse.publish import Warehouse, WarehouseCorrupt, WarehouseMissing, WarehouseUnusable
+    from warehouse.publish import (
+        RECOVERY_HINT,
+        Warehouse,
+        WarehouseCorrupt,
+        WarehouseMissing,
+        WarehouseUnusable,
+        looks_corrupt,
+    )
     from warehouse.sql import ReadOnlyViolation, reader_statements
 
     statements: list[str] = []
@@ -321,7 +328,7 @@ def sql(
         reason = duckdb_error_line(exc).split(" Database is launched in in-memory mode")[0]  # no spilling here, by design
         fail(f"{reason} (the memory limit is {memory}: --memory-limit SIZE, or {MEMORY_ENV})")
     except duckdb.Error as exc:
-        fail(duckdb_error_line(exc))
+        fail(duckdb_error_line(exc) + (f"; {RECOVERY_HINT}" if looks_corrupt(exc) else ""))
     finally:
         con.close()
     if note and fmt in ("table", "line"):
