@@ -13,6 +13,8 @@ import datetime as dt
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -24,6 +26,7 @@ from tests.test_warehouse_fixtures import warehouse_lock_held
 from warehouse.publish import Warehouse
 from warehouse.recovery import check_warehouse, move_aside, salvage_history
 
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 T0 = dt.datetime(2026, 1, 1, 2, tzinfo=dt.UTC)
 
 
@@ -138,6 +141,26 @@ def test_doctor_on_the_lock_leftovers_registry_and_telemetry(
     with warehouse_lock_held(healthy, "busy-run", 60) as holder:
         code, checks, _ = _doctor()
         assert code == 0 and f"held by a running nightly (pid {holder.pid}" in str(checks["lock"]["detail"])
+    stuck = """
+import json, sys, time
+from warehouse.publish import Warehouse
+lock = Warehouse(sys.argv[1]).lock("stuck-run")
+lock.acquire()
+lock.path.write_text(json.dumps({"pid": __import__("os").getpid(), "run_id": "stuck-run",
+                                 "started_at": "2026-01-01T00:00:00+00:00"}))
+print("locked", flush=True)
+time.sleep(60)
+"""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", stuck, str(healthy)], stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        code, checks, _ = _doctor()
+        assert code == 1 and checks["lock"]["fix"] == f"if that run is stuck: kill {holder.pid} (the lock is released when it exits)"
+    finally:
+        holder.kill()
+        holder.wait()
     store.lock_path.write_text(json.dumps({"pid": 2**22 + 12345, "run_id": "dead-run"}), encoding="utf-8")
     code, checks, _ = _doctor()
     assert code == 0 and "a run that died" in str(checks["lock"]["detail"]), checks["lock"]

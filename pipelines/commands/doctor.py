@@ -25,6 +25,7 @@ import typer
 from pipelines.commands.common import WarehouseOption, fail
 
 MIN_FREE_BYTES = 1 << 30  # and at least twice the warehouse: a run writes a full copy before the rename
+STUCK_AFTER_S = 6 * 3600  # a lock held this long is a stuck run's (a nightly takes minutes)
 ORPHAN_AGE_S = 3600  # a telemetry temporary file older than this is no writer's any more
 
 
@@ -95,6 +96,14 @@ def check_lock(path: Path | None) -> Check:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.flock(fd, fcntl.LOCK_UN)
         except BlockingIOError:
+            held_s = _age_s(owner.started_at)
+            if held_s is not None and held_s > STUCK_AFTER_S and owner.pid:
+                return Check(
+                    "lock",
+                    False,
+                    f"held for {held_s / 3600:,.1f} h by {owner.describe()}: longer than any nightly should take",
+                    f"if that run is stuck: kill {owner.pid} (the lock is released when it exits)",
+                )
             return Check("lock", True, f"held by a running nightly ({owner.describe()})")
     finally:
         os.close(fd)
@@ -193,6 +202,18 @@ def check_disk(path: Path | None) -> Check:
     if free < need:
         return Check("disk", False, detail, f"free space in {directory} (old *.corrupt-* files, var/dagster logs)")
     return Check("disk", True, detail)
+
+
+def _age_s(started_at: str | None) -> float | None:
+    import datetime as dt
+
+    try:
+        started = dt.datetime.fromisoformat(started_at or "")
+    except ValueError:
+        return None
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=dt.UTC)
+    return (dt.datetime.now(dt.UTC) - started).total_seconds()
 
 
 def _alive(pid: int) -> bool:
