@@ -192,7 +192,10 @@ def nightly(
     elapsed = time.perf_counter() - started
     if not success:
         reasons = progress.failures + [f"blocking check failed: {c}" for c in progress.failed_checks]
-        console.print(f"[red]nightly run {run_id} failed after {elapsed:.1f} s; nothing was published[/]")
+        console.print(
+            f"[red]nightly run {run_id} failed after {elapsed:.1f} s; nothing was published[/] "
+            "(capplan doctor checks the warehouse, registry, telemetry store, lock and disk)"
+        )
         for reason in reasons or [f"see the run in dg dev ({instance_label})"]:
             typer.echo(f"  {reason}", err=True)
         raise typer.Exit(1)
