@@ -361,10 +361,12 @@ _CORRUPT_SIGNS = ("Could not read enough bytes", "Corrupt database file", "not a
 def truncation(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
     """'is truncated: ...' when the file is shorter than its blocks (it often still opens, and
     fails at the first query that reads a missing block), else None."""
-    blocks = con.execute("select block_size, total_blocks from pragma_database_size()").fetchone()
+    # used_blocks, not total_blocks: a checkpoint cuts free blocks off the end of the file, and
+    # total_blocks still counts them. Every used block lies in the file, so this never misfires.
+    blocks = con.execute("select block_size, used_blocks from pragma_database_size()").fetchone()
     needed = HEADER_BYTES + int(blocks[0]) * int(blocks[1]) if blocks else 0
     size = path.stat().st_size
-    return f"is truncated: {size:,} bytes, its blocks need {needed:,}" if size < needed else None
+    return f"is truncated: {size:,} bytes, its used blocks need at least {needed:,}" if size < needed else None
 
 
 def looks_corrupt(exc: BaseException) -> bool:

@@ -2,7 +2,8 @@
 
 `check_warehouse(store)` opens the published file the way readers do (read-only, locked down) and
 checks what every command expects of it: a DuckDB file, the `raw`/`staging`/`marts` schemas, as
-many bytes as its blocks need (a truncated file often still opens) and a readable `marts.runs`. It returns None when the file is fine, else one line saying what is wrong.
+many bytes as its used blocks need (a truncated file often still opens) and a readable
+`marts.runs`. It returns None when the file is fine, else one line saying what is wrong.
 
 `capplan nightly --rebuild` (under the warehouse lock) then calls `move_aside`, which renames the
 file to `<name>.corrupt-<UTC timestamp>` beside it (or `.before-rebuild-<timestamp>` when it was
