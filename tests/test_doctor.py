@@ -290,3 +290,12 @@ def test_rebuild_salvage_of_a_truncated_file_keeps_what_it_can_read(healthy: Pat
     if healthy.exists():  # what was published is a whole warehouse
         assert check_warehouse(store, deep=True) is None
     assert store.builds() == []
+
+
+def test_moving_aside_twice_in_one_second_keeps_both_files(healthy: Path) -> None:
+    store = Warehouse(healthy)
+    now = dt.datetime(2026, 12, 4, 23, 0, tzinfo=dt.UTC)
+    first = move_aside(store, "corrupt", now)
+    healthy.write_bytes(b"second")
+    second = move_aside(store, "corrupt", now)
+    assert first != second and first.exists() and second.read_bytes() == b"second"

@@ -38,7 +38,31 @@ def _grid_history_runs(path: Path) -> int:
         con.close()
 
 
-@pytest.mark.slow  # three whole nightlies (~90 s on 2 cores)
+def _damage_a_history_table(path: Path) -> str:
+    """Overwrite the start of two data blocks of the biggest copied mart history; returns its name."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        table = con.execute(
+            "select table_name from duckdb_tables() where schema_name = 'marts' and table_name like '%_history' "
+            "order by estimated_size desc limit 1"
+        ).fetchone()
+        assert table is not None
+        blocks = con.execute(
+            "select distinct block_id from pragma_storage_info($t) where block_id >= 0 order by 1 limit 2",
+            {"t": f"marts.{table[0]}"},
+        ).fetchall()
+        block_size = con.execute("select block_size from pragma_database_size()").fetchone()
+    finally:
+        con.close()
+    assert blocks and block_size
+    with path.open("r+b") as handle:
+        for (block,) in blocks:
+            handle.seek(3 * 4096 + int(block) * int(block_size[0]) + 8)
+            handle.write(b"\xff" * 64)
+    return str(table[0])
+
+
+@pytest.mark.slow  # five whole nightlies (~150 s on 2 cores)
 def test_rebuild_keeps_readable_history_and_recovers_a_corrupt_file(pipeline_env: PipelineEnv) -> None:
     runner = CliRunner()
     warehouse = pipeline_env.warehouse
@@ -55,6 +79,17 @@ def test_rebuild_keeps_readable_history_and_recovers_a_corrupt_file(pipeline_env
     assert _grid_history_runs(warehouse) == 2, "the grid's history kept in place came along"
     assert len(list(warehouse.parent.glob("warehouse.duckdb.before-rebuild-*"))) == 1
 
+    damaged = _damage_a_history_table(warehouse)  # opens fine; the run fails where it reads that table
+    failed = runner.invoke(app, ["nightly"])
+    assert failed.exit_code == 1, failed.output
+    assert "Corrupt database file" in failed.stderr and "capplan nightly --rebuild" in failed.stderr
+    assert "Traceback" not in failed.output
+    salvaged = runner.invoke(app, ["nightly", "--rebuild"])
+    assert salvaged.exit_code == 0, salvaged.output
+    assert f"marts.{damaged} cannot be read" in salvaged.output, "a rebuild reads every table to say why"
+    assert f"history lost: marts.{damaged} (" in salvaged.output and "carried over marts.runs (2 runs)" in salvaged.output
+    assert len(_runs(warehouse)) == 3 and _grid_history_runs(warehouse) == 3
+
     warehouse.write_bytes(os.urandom(200_000))
     refused = runner.invoke(app, ["nightly"])
     assert refused.exit_code == 2, refused.output
@@ -66,6 +101,6 @@ def test_rebuild_keeps_readable_history_and_recovers_a_corrupt_file(pipeline_env
     assert recovered.exit_code == 0, recovered.output
     assert "history not carried over: warehouse.duckdb.corrupt-" in recovered.output
     assert len(_runs(warehouse)) == 1, "a new warehouse, from the registry and the telemetry"
-    assert len(list(warehouse.parent.glob("warehouse.duckdb.corrupt-*"))) == 1, "the corrupt file is kept"
+    assert len(list(warehouse.parent.glob("warehouse.duckdb.corrupt-*"))) == 2, "the corrupt files are kept"
     doctor = runner.invoke(app, ["doctor"])
     assert "ok      warehouse" in doctor.stdout, doctor.stdout

@@ -86,6 +86,10 @@ def move_aside(store: Warehouse, label: str, now: dt.datetime | None = None) -> 
     """Rename the published file (and a WAL beside it) to `<name>.<label>-<timestamp>`; returns the new path."""
     stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
     aside = store.path.with_name(f"{store.path.name}.{label}-{stamp}")
+    count = 1
+    while aside.exists() or aside.is_symlink():  # two rebuilds in one second: never overwrite a kept file
+        count += 1
+        aside = store.path.with_name(f"{store.path.name}.{label}-{stamp}-{count}")
     os.replace(store.path, aside)
     wal = store.path.with_name(store.path.name + ".wal")
     if wal.exists():

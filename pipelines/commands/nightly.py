@@ -178,7 +178,7 @@ def nightly(
     warnings.filterwarnings("ignore", message=".*is currently in beta.*")
 
     from models_registry import db
-    from warehouse.publish import Warehouse
+    from warehouse.publish import RECOVERY_HINT, Warehouse, looks_corrupt
 
     wait_s = wait if wait is not None else int(os.environ.get("CAPPLAN_LOCK_WAIT_S") or 0)
     if wait_s < 0:
@@ -198,6 +198,8 @@ def nightly(
         )
         for reason in reasons or [f"see the run in dg dev ({instance_label})"]:
             typer.echo(f"  {reason}", err=True)
+        if any(looks_corrupt(reason) for reason in reasons):
+            typer.echo(f"  the warehouse is damaged; {RECOVERY_HINT}", err=True)
         raise typer.Exit(1)
     row, telemetry_lines, parts = _published_run(store, run_id)
     _print_summary(console, store, run_id, elapsed, row, telemetry_lines, parts, progress, instance_label)
@@ -260,7 +262,7 @@ def _prepare_warehouse(store: Warehouse, console: Any, *, rebuild: bool) -> None
         if rebuild:
             console.print(f"  no warehouse at {store.given}: building a new one", markup=False)
         return
-    problem = check_warehouse(store)
+    problem = check_warehouse(store, deep=rebuild)  # a rebuild reads every table: is it corrupt, or moved for nothing?
     if problem and not rebuild:
         fail(f"{problem}; {RECOVERY_HINT}")
     if not rebuild:
