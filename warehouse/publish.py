@@ -369,7 +369,7 @@ def truncation(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
     return f"is truncated: {size:,} bytes, its used blocks need at least {needed:,}" if size < needed else None
 
 
-def looks_corrupt(exc: BaseException) -> bool:
+def looks_corrupt(exc: BaseException | str) -> bool:
     """Whether a DuckDB error met while reading says the file is damaged (then RECOVERY_HINT applies)."""
     return any(sign in str(exc) for sign in _CORRUPT_SIGNS)
 
