@@ -299,3 +299,27 @@ def test_moving_aside_twice_in_one_second_keeps_both_files(healthy: Path) -> Non
     healthy.write_bytes(b"second")
     second = move_aside(store, "corrupt", now)
     assert first != second and first.exists() and second.read_bytes() == b"second"
+
+
+def test_a_warehouse_held_by_a_writer_is_not_called_corrupt(healthy: Path) -> None:
+    """Only a damaged file gets the rebuild hint: a file another process holds read-write is not one."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('open', flush=True); time.sleep(60)",
+            str(healthy),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        result = CliRunner().invoke(app, ["sql", "select 1"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "does not open" in lines[0] and "lock" in lines[0].lower(), lines
+    assert "--rebuild" not in lines[0] and lines[0].endswith("check it: capplan doctor")

@@ -82,7 +82,8 @@ class WarehouseUnusable(ValueError):
 
 
 class WarehouseCorrupt(RuntimeError):
-    """The published file does not open as a DuckDB warehouse (one line: the cause, and the recovery)."""
+    """The published file does not open as a DuckDB warehouse (one line: the cause, and the recovery
+    where the file is damaged)."""
 
 
 RECOVERY_HINT = "check it: capplan doctor; rebuild it (history kept where readable): capplan nightly --rebuild"
@@ -375,9 +376,11 @@ def looks_corrupt(exc: BaseException | str) -> bool:
 
 
 def corrupt_message(path: Path, exc: BaseException) -> str:
-    """One line: the warehouse does not open, DuckDB's first line of why, and the recovery."""
+    """One line: the warehouse does not open, DuckDB's first line of why, and the recovery when
+    that says the file is damaged (not for a lock held by a writer or a permission)."""
     first = " ".join(str(exc).strip().split("\n\n", 1)[0].split()) or type(exc).__name__
-    return f"the warehouse {path} does not open: {first}; {RECOVERY_HINT}"
+    hint = f"; {RECOVERY_HINT}" if looks_corrupt(exc) else "; check it: capplan doctor"
+    return f"the warehouse {path} does not open: {first}{hint}"
 
 
 def mart_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
