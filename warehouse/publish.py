@@ -333,6 +333,12 @@ class Warehouse:
 
     # --- read --------------------------------------------------------------------------------
 
+    def _stat(self) -> os.stat_result:
+        try:
+            return os.stat(self.path)
+        except FileNotFoundError:  # moved aside by a rebuild as we looked
+            raise WarehouseMissing(f"no warehouse at {self.given} (a rebuild is under way?); try again") from None
+
     def connect_read_only(self, *, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
         """A read-only connection to the published snapshot (never blocks a refresh) that can
         reach nothing else: no files, no network, no extensions (`warehouse.sql.connect_reader`)."""
@@ -340,15 +346,28 @@ class Warehouse:
             raise WarehouseUnusable(self._unusable)
         if not self.exists:
             raise WarehouseMissing(f"no warehouse at {self.given}; run `capplan nightly` to build it")
-        try:
-            con = connect_reader(self.path, memory_limit=memory_limit)
-        except duckdb.Error as exc:
-            raise WarehouseCorrupt(corrupt_message(self.given, exc)) from exc
-        try:
-            short = truncation(con, self.path)
-        except duckdb.Error as exc:
-            con.close()
-            raise WarehouseCorrupt(corrupt_message(self.given, exc)) from exc
+        for attempt in range(3):
+            before = self._stat()
+            try:
+                con = connect_reader(self.path, memory_limit=memory_limit)
+            except duckdb.Error as exc:
+                raise WarehouseCorrupt(corrupt_message(self.given, exc)) from exc
+            try:
+                short = truncation(con, before.st_size)
+            except duckdb.Error as exc:
+                con.close()
+                raise WarehouseCorrupt(corrupt_message(self.given, exc)) from exc
+            try:
+                after = self._stat()
+            except WarehouseMissing:
+                con.close()
+                raise
+            if (before.st_ino, before.st_dev) == (after.st_ino, after.st_dev):
+                break
+            if attempt < 2:  # a publish renamed a new file in while this one opened: look again
+                con.close()
+                continue
+            short = None  # still changing: the size read may not be the opened file's, so no verdict
         if short:
             con.close()
             raise WarehouseCorrupt(f"the warehouse {self.given} {short}; {RECOVERY_HINT}")
@@ -359,14 +378,13 @@ HEADER_BYTES = 3 * 4096  # a DuckDB file's main header and its two database head
 _CORRUPT_SIGNS = ("Could not read enough bytes", "Corrupt database file", "not a valid DuckDB database file")
 
 
-def truncation(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
-    """'is truncated: ...' when the file is shorter than its blocks (it often still opens, and
-    fails at the first query that reads a missing block), else None."""
+def truncation(con: duckdb.DuckDBPyConnection, size: int) -> str | None:
+    """'is truncated: ...' when the file `con` opened (`size` bytes) is shorter than its blocks (it
+    often still opens, and fails at the first query that reads a missing block), else None."""
     # used_blocks, not total_blocks: a checkpoint cuts free blocks off the end of the file, and
     # total_blocks still counts them. Every used block lies in the file, so this never misfires.
     blocks = con.execute("select block_size, used_blocks from pragma_database_size()").fetchone()
     needed = HEADER_BYTES + int(blocks[0]) * int(blocks[1]) if blocks else 0
-    size = path.stat().st_size
     return f"is truncated: {size:,} bytes, its used blocks need at least {needed:,}" if size < needed else None
 
 

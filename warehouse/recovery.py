@@ -62,7 +62,7 @@ def check_warehouse(store: Warehouse, *, deep: bool = False) -> str | None:
         missing = [layer for layer in LAYERS if layer not in schemas]
         if missing:
             return f"{store.given} is a DuckDB file but not a capplan warehouse (no schema {', '.join(missing)})"
-        short = truncation(con, path)
+        short = truncation(con, path.stat().st_size)  # under the lock, or a doctor's look: no publish races
         if short:
             return f"{store.given} {short}"
         con.execute(f"select bit_xor(hash(columns(*))) from {qualified('marts', RUNS_TABLE)}").fetchall()
