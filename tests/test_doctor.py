@@ -323,3 +323,41 @@ def test_a_warehouse_held_by_a_writer_is_not_called_corrupt(healthy: Path) -> No
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "does not open" in lines[0] and "lock" in lines[0].lower(), lines
     assert "--rebuild" not in lines[0] and lines[0].endswith("check it: capplan doctor")
+
+
+def test_readers_racing_publishes_never_call_the_warehouse_truncated(tmp_path: Path) -> None:
+    """A publish alternating a big and an empty mart (one run of history) makes the file grow and
+    shrink; a reader that opened the big one and then measured the small one renamed in meanwhile
+    would call it truncated (it did, 5 times in 20 s, before the check compared the same inode)."""
+    import threading
+    import time
+
+    from warehouse.publish import WarehouseCorrupt
+
+    store = Warehouse(tmp_path / "w.duckdb", history_runs=1)
+    publish_toy(store, "run-0", 0)
+    done = threading.Event()
+    sizes: set[int] = set()
+
+    def writer() -> None:
+        day = 1
+        while not done.is_set():
+            publish_toy(store, f"run-{day}", day % 300, big_rows=400_000 if day % 2 else 0)
+            sizes.add(store.path.stat().st_size)
+            day += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    false_verdicts: list[str] = []
+    try:
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            try:
+                store.connect_read_only().close()
+            except WarehouseCorrupt as exc:
+                false_verdicts.append(str(exc))
+    finally:
+        done.set()
+        thread.join()
+    assert len(sizes) >= 2, "the file grew and shrank"
+    assert false_verdicts == []
