@@ -361,3 +361,11 @@ def test_readers_racing_publishes_never_call_the_warehouse_truncated(tmp_path: P
         thread.join()
     assert len(sizes) >= 2, "the file grew and shrank"
     assert false_verdicts == []
+
+
+def test_rebuild_with_partitions_is_refused_in_one_line(healthy: Path) -> None:
+    result = CliRunner().invoke(app, ["nightly", "--rebuild", "--partition", "llama"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        "capplan: error: --rebuild recomputes every partition (the old grid may be unreadable): drop --partition"
+    )

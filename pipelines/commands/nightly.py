@@ -183,6 +183,8 @@ def nightly(
     wait_s = wait if wait is not None else int(os.environ.get("CAPPLAN_LOCK_WAIT_S") or 0)
     if wait_s < 0:
         fail(f"--wait must be >= 0, got {wait_s}")
+    if rebuild and partition:
+        fail("--rebuild recomputes every partition (the old grid may be unreadable): drop --partition")
     store = Warehouse(history_runs=int(os.environ.get("CAPPLAN_HISTORY_RUNS") or 7))
     registry_url = db.registry_url()
     console.print(f"capplan nightly: registry [bold]{db.safe_url(registry_url)}[/] -> warehouse [bold]{store.path}[/]")
