@@ -38,7 +38,7 @@ def _root(
 @cache
 def build_app() -> typer.Typer:
     """The whole `capplan` app, every command group registered."""
-    from pipelines.commands import estimate, export, nightly, registry, report, sql
+    from pipelines.commands import doctor, estimate, export, nightly, registry, report, sql
 
     app = typer.Typer(
         name="capplan",
@@ -55,6 +55,7 @@ def build_app() -> typer.Typer:
     app.command("sql")(sql.sql)
     app.command("report")(report.report)
     app.add_typer(export.app, name="export")
+    app.command("doctor")(doctor.doctor)
     return app
 
 

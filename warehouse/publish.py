@@ -25,6 +25,13 @@ A run may also stage files (the grid partitions' Parquet) in `.<name>.<run_id>.s
 build; the staging area is deleted once the build is published (or discarded), and by the next
 run's `begin` if the run crashed.
 
+A warehouse path that is a symbolic link (or runs through one) names the file it leads to: the
+lock, the build, the staging area and the rename are all beside the resolved file (`resolve_warehouse`),
+so two names for one file share one lock and a run through a link replaces the file it points at,
+keeping the link. A link that leads nowhere a run can rename into (a loop, a missing directory, a
+directory that is not writable, something other than a file) is refused with a one-line reason
+(`WarehouseUnusable`) before anything is written.
+
 A reader that opened the old file keeps reading the old inode; one that opens after the rename
 reads the new snapshot. A run killed at any point before the rename leaves the published file
 untouched (its build is deleted by the next run); after it, the new snapshot is complete.
@@ -33,6 +40,7 @@ untouched (its build is deleted by the next run); after it, the new snapshot is 
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import os
 import shutil
 import time
@@ -69,6 +77,35 @@ class WarehouseMissing(FileNotFoundError):
     """No published warehouse at the path yet."""
 
 
+class WarehouseUnusable(ValueError):
+    """The warehouse path leads nowhere a run can lock and rename into (one line, says why)."""
+
+
+class WarehouseCorrupt(RuntimeError):
+    """The published file does not open as a DuckDB warehouse (one line: the cause, and the recovery
+    where the file is damaged)."""
+
+
+RECOVERY_HINT = "check it: capplan doctor; rebuild it (history kept where readable): capplan nightly --rebuild"
+
+
+def resolve_warehouse(path: Path) -> tuple[Path, str | None]:
+    """The file `path` names, every symbolic link followed, and why it cannot be used (or None).
+
+    A path that does not exist yet resolves as far as its links go (a first run creates the file
+    where the last link points). A loop cannot be resolved: the path itself, with the reason."""
+    given = Path(os.path.abspath(path))
+    try:
+        return Path(os.path.realpath(given, strict=True)), None
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return given, f"{path} is a symbolic link loop; point it at a file or remove it"
+        return given, f"cannot follow {path}: {exc.strerror or exc}"
+    return Path(os.path.realpath(given)), None
+
+
 def warehouse_path(path: str | Path | None = None) -> Path:
     """The published warehouse file: the argument, else `CAPPLAN_WAREHOUSE`, else `var/warehouse.duckdb`."""
     return Path(path or os.environ.get(PATH_ENV) or DEFAULT_PATH)
@@ -99,8 +136,31 @@ class Warehouse:
     def __init__(self, path: str | Path | None = None, *, history_runs: int = DEFAULT_HISTORY_RUNS) -> None:
         if history_runs < 1:
             raise ValueError(f"history_runs must be >= 1, got {history_runs}")
-        self.path = warehouse_path(path)
+        self.given = warehouse_path(path)  # the name the caller used (maybe a link)
+        self.path, self._unusable = resolve_warehouse(self.given)  # the file it leads to
         self.history_runs = history_runs
+
+    @property
+    def via_link(self) -> bool:
+        """Whether the path given leads through a symbolic link to a file by another name."""
+        return self.path != Path(os.path.abspath(self.given))
+
+    def check_writable(self) -> None:
+        """WarehouseUnusable, with the reason, unless a run can lock and rename into the resolved path."""
+        if self._unusable:
+            raise WarehouseUnusable(self._unusable)
+        shown = f"{self.given} (a link to {self.path})" if self.via_link else str(self.given)
+        if self.path.exists() and not self.path.is_file():
+            raise WarehouseUnusable(f"{shown} is not a file; point it at a DuckDB file")
+        directory = self.path.parent
+        if not directory.is_dir():
+            if self.via_link:
+                raise WarehouseUnusable(f"{shown} leads to a directory that does not exist ({directory})")
+            return  # created by begin()
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise WarehouseUnusable(
+                f"cannot publish {shown}: its directory {directory} is not writable (a run renames a new file into it)"
+            )
 
     # --- paths -------------------------------------------------------------------------------
 
@@ -137,6 +197,8 @@ class Warehouse:
         )
 
     def lock(self, run_id: str | None = None, *, wait_s: float = 0.0) -> RunLock:
+        """The refresh lock, beside the resolved file (WarehouseUnusable where a run cannot publish)."""
+        self.check_writable()
         return RunLock(self.lock_path, run_id=run_id, wait_s=wait_s)
 
     @property
@@ -151,6 +213,7 @@ class Warehouse:
         The caller holds the refresh lock, so every other build file is a crashed run's: removed.
         Idempotent within a run: an existing build of the same run is kept.
         """
+        self.check_writable()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         build = self.build_path(run_id)
         for leftover in self.builds():
@@ -270,12 +333,72 @@ class Warehouse:
 
     # --- read --------------------------------------------------------------------------------
 
-    def connect_read_only(self) -> duckdb.DuckDBPyConnection:
+    def _stat(self) -> os.stat_result:
+        try:
+            return os.stat(self.path)
+        except FileNotFoundError:  # moved aside by a rebuild as we looked
+            raise WarehouseMissing(f"no warehouse at {self.given} (a rebuild is under way?); try again") from None
+
+    def connect_read_only(self, *, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
         """A read-only connection to the published snapshot (never blocks a refresh) that can
         reach nothing else: no files, no network, no extensions (`warehouse.sql.connect_reader`)."""
+        if self._unusable:
+            raise WarehouseUnusable(self._unusable)
         if not self.exists:
-            raise WarehouseMissing(f"no warehouse at {self.path}; run `capplan nightly` to build it")
-        return connect_reader(self.path)
+            raise WarehouseMissing(f"no warehouse at {self.given}; run `capplan nightly` to build it")
+        for attempt in range(3):
+            before = self._stat()
+            try:
+                con = connect_reader(self.path, memory_limit=memory_limit)
+            except duckdb.Error as exc:
+                raise WarehouseCorrupt(corrupt_message(self.given, exc)) from exc
+            try:
+                short = truncation(con, before.st_size)
+            except duckdb.Error as exc:
+                con.close()
+                raise WarehouseCorrupt(corrupt_message(self.given, exc)) from exc
+            try:
+                after = self._stat()
+            except WarehouseMissing:
+                con.close()
+                raise
+            if (before.st_ino, before.st_dev) == (after.st_ino, after.st_dev):
+                break
+            if attempt < 2:  # a publish renamed a new file in while this one opened: look again
+                con.close()
+                continue
+            short = None  # still changing: the size read may not be the opened file's, so no verdict
+        if short:
+            con.close()
+            raise WarehouseCorrupt(f"the warehouse {self.given} {short}; {RECOVERY_HINT}")
+        return con
+
+
+HEADER_BYTES = 3 * 4096  # a DuckDB file's main header and its two database headers, before the first block
+_CORRUPT_SIGNS = ("Could not read enough bytes", "Corrupt database file", "not a valid DuckDB database file")
+
+
+def truncation(con: duckdb.DuckDBPyConnection, size: int) -> str | None:
+    """'is truncated: ...' when the file `con` opened (`size` bytes) is shorter than its blocks (it
+    often still opens, and fails at the first query that reads a missing block), else None."""
+    # used_blocks, not total_blocks: a checkpoint cuts free blocks off the end of the file, and
+    # total_blocks still counts them. Every used block lies in the file, so this never misfires.
+    blocks = con.execute("select block_size, used_blocks from pragma_database_size()").fetchone()
+    needed = HEADER_BYTES + int(blocks[0]) * int(blocks[1]) if blocks else 0
+    return f"is truncated: {size:,} bytes, its used blocks need at least {needed:,}" if size < needed else None
+
+
+def looks_corrupt(exc: BaseException | str) -> bool:
+    """Whether a DuckDB error met while reading says the file is damaged (then RECOVERY_HINT applies)."""
+    return any(sign in str(exc) for sign in _CORRUPT_SIGNS)
+
+
+def corrupt_message(path: Path, exc: BaseException) -> str:
+    """One line: the warehouse does not open, DuckDB's first line of why, and the recovery when
+    that says the file is damaged (not for a lock held by a writer or a permission)."""
+    first = " ".join(str(exc).strip().split("\n\n", 1)[0].split()) or type(exc).__name__
+    hint = f"; {RECOVERY_HINT}" if looks_corrupt(exc) else "; check it: capplan doctor"
+    return f"the warehouse {path} does not open: {first}{hint}"
 
 
 def mart_tables(con: duckdb.DuckDBPyConnection) -> list[str]:

@@ -96,7 +96,7 @@ def execute_sql(
 ) -> None:
     """Run every statement of `sql`, binding the named parameters each statement uses."""
     values = dict(params or {})
-    for statement in duckdb.extract_statements(sql):
+    for statement in con.extract_statements(sql):
         wanted = statement.named_parameters
         missing = wanted - values.keys()
         if missing:
@@ -289,9 +289,14 @@ class ReadOnlyViolation(WarehouseSqlError):
     """A statement a reader may not run (one line, names the statement kind or function)."""
 
 
-def connect_reader(path: str | Path) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to a published warehouse file that cannot reach anything else."""
-    return duckdb.connect(str(path), read_only=True, config=dict(READER_CONFIG))
+def connect_reader(path: str | Path, *, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to a published warehouse file that cannot reach anything else
+    (`memory_limit`: DuckDB's, e.g. '2GB'; set before the configuration is locked)."""
+    config: dict[str, str | bool | int | float | list[str]] = (
+        {"memory_limit": memory_limit} if memory_limit else {}
+    )
+    config.update(READER_CONFIG)  # lock_configuration last
+    return duckdb.connect(str(path), read_only=True, config=config)
 
 
 def _allowed_statement_types() -> frozenset[duckdb.StatementType]:
@@ -300,7 +305,7 @@ def _allowed_statement_types() -> frozenset[duckdb.StatementType]:
     return frozenset(getattr(kinds, name) for name in names if hasattr(kinds, name))
 
 
-def reader_statements(sql: str) -> list[str]:
+def reader_statements(sql: str, con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
     """The statements of `sql` a reader may run, in order (ReadOnlyViolation otherwise).
 
     Defence in depth next to READER_CONFIG: only statements that read (SELECT, and what DuckDB
@@ -309,9 +314,20 @@ def reader_statements(sql: str) -> list[str]:
     still bound), so a COPY, ATTACH, EXPORT, INSTALL, LOAD, CHECKPOINT, DDL statement or a PRAGMA
     that changes the session (`enable_checkpoint_on_shutdown`...) is refused by name before it
     reaches DuckDB.
+
+    The splitting itself runs on a locked-down connection (`con`, a reader's, else an in-memory
+    one with READER_CONFIG): DuckDB expands `IMPORT DATABASE '<dir>'` while it splits, reading
+    `<dir>/schema.sql`, so an unrestricted splitter would read (and leak) files. Before that, the
+    statements that name files or the session's extensions (IMPORT, EXPORT, ATTACH, COPY,
+    INSTALL, LOAD...) are refused by their first word (`_refuse_file_statements`), so nothing is read.
     """
     allowed = _allowed_statement_types()
-    statements = duckdb.extract_statements(sql)
+    _refuse_file_statements(sql)
+    if con is None:
+        with duckdb.connect(":memory:", config=dict(READER_CONFIG)) as locked:
+            statements = locked.extract_statements(sql)
+    else:
+        statements = con.extract_statements(sql)
     out: list[str] = []
     for statement in statements:
         kind = statement.type
@@ -324,6 +340,41 @@ def reader_statements(sql: str) -> list[str]:
         _refuse_session_functions(text)
         out.append(text)
     return out
+
+
+# Statements refused by their first word (after EXPLAIN [ANALYZE], FORCE or `PREPARE name AS`, and
+# leading parentheses), before DuckDB parses anything: each reads or writes files or extensions.
+_FILE_STATEMENTS = frozenset(
+    {"import", "export", "attach", "detach", "copy", "install", "load", "checkpoint", "vacuum", "update"}
+)
+_HEAD_WORDS = frozenset({"(", "explain", "analyze", "analyse", "force"})
+
+
+def _refuse_file_statements(sql: str) -> None:
+    """ReadOnlyViolation for a statement whose first word is in _FILE_STATEMENTS (tokens only:
+    the tokenizer reads no file)."""
+    tokens = duckdb.tokenize(sql)
+    head: list[str] = []  # the words of the current statement so far
+    for position, (offset, kind) in enumerate(tokens):
+        end = tokens[position + 1][0] if position + 1 < len(tokens) else len(sql)
+        raw = sql[offset:end].strip()
+        if kind == duckdb.token_type.operator and raw.startswith(";"):
+            head = []
+            continue
+        word = raw[:1] if kind == duckdb.token_type.operator else _token_word(raw)
+        if kind == duckdb.token_type.keyword and word in _FILE_STATEMENTS and _at_head(head):
+            raise ReadOnlyViolation(f"the warehouse is read-only here: {word.upper()} statements are not allowed")
+        if word == "import_database" and kind in (duckdb.token_type.identifier, duckdb.token_type.keyword):
+            raise ReadOnlyViolation("the warehouse is read-only here: IMPORT statements are not allowed")  # PRAGMA form
+        head.append(word if kind != duckdb.token_type.string_const else "'")
+
+
+def _at_head(words: list[str]) -> bool:
+    """Whether the next word starts the statement (`words`: the statement's words before it)."""
+    if all(w in _HEAD_WORDS for w in words):
+        return True
+    rest = [w for w in words if w != "("]
+    return len(rest) == 3 and rest[0] == "prepare" and rest[2] == "as"
 
 
 _CHECKPOINT = re.compile(r"\s*(force\s+)?checkpoint\b", re.IGNORECASE)

@@ -44,6 +44,10 @@ def admission(
     try:
         document = admission_document(con)
     except duckdb.Error as exc:
+        from warehouse.publish import RECOVERY_HINT, looks_corrupt
+
+        if looks_corrupt(exc):
+            fail(f"the warehouse is damaged: {str(exc).splitlines()[0]}; {RECOVERY_HINT}")
         fail(f"no admission budgets in this warehouse (run `capplan nightly`): {str(exc).splitlines()[0]}")
     finally:
         con.close()

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pipelines.commands.common import fail
+from pipelines.commands.common import fail, open_store
 
 if TYPE_CHECKING:
     import duckdb
@@ -158,6 +158,14 @@ def nightly(
             "raw.grid_partitions; repeatable); the others are published as the last run published them.",
         ),
     ] = None,
+    rebuild: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild",
+            help="Move the warehouse aside (<file>.corrupt-<time>) and rebuild it from the registry and the "
+            "telemetry store, carrying over the history the old file still lets us read.",
+        ),
+    ] = False,
 ) -> None:
     """Refresh everything: registry sync, capacity grid, marts; publish the warehouse atomically.
 
@@ -170,23 +178,30 @@ def nightly(
     warnings.filterwarnings("ignore", message=".*is currently in beta.*")
 
     from models_registry import db
-    from warehouse.publish import Warehouse
+    from warehouse.publish import RECOVERY_HINT, Warehouse, looks_corrupt
 
     wait_s = wait if wait is not None else int(os.environ.get("CAPPLAN_LOCK_WAIT_S") or 0)
     if wait_s < 0:
         fail(f"--wait must be >= 0, got {wait_s}")
+    if rebuild and partition:
+        fail("--rebuild recomputes every partition (the old grid may be unreadable): drop --partition")
     store = Warehouse(history_runs=int(os.environ.get("CAPPLAN_HISTORY_RUNS") or 7))
     registry_url = db.registry_url()
     console.print(f"capplan nightly: registry [bold]{db.safe_url(registry_url)}[/] -> warehouse [bold]{store.path}[/]")
     run_id = str(uuid.uuid4())  # what Dagster itself uses for run ids
     progress = Progress(console)
-    success, instance_label = _run_locked(store, run_id, wait_s, partition, progress, console)
+    success, instance_label = _run_locked(store, run_id, wait_s, partition, progress, console, rebuild=rebuild)
     elapsed = time.perf_counter() - started
     if not success:
         reasons = progress.failures + [f"blocking check failed: {c}" for c in progress.failed_checks]
-        console.print(f"[red]nightly run {run_id} failed after {elapsed:.1f} s; nothing was published[/]")
+        console.print(
+            f"[red]nightly run {run_id} failed after {elapsed:.1f} s; nothing was published[/] "
+            "(capplan doctor checks the warehouse, registry, telemetry store, lock and disk)"
+        )
         for reason in reasons or [f"see the run in dg dev ({instance_label})"]:
             typer.echo(f"  {reason}", err=True)
+        if any(looks_corrupt(reason) for reason in reasons):
+            typer.echo(f"  the warehouse is damaged; {RECOVERY_HINT}", err=True)
         raise typer.Exit(1)
     row, telemetry_lines, parts = _published_run(store, run_id)
     _print_summary(console, store, run_id, elapsed, row, telemetry_lines, parts, progress, instance_label)
@@ -199,19 +214,28 @@ def _run_locked(
     partition: list[str] | None,
     progress: Progress,
     console: Any,
+    *,
+    rebuild: bool = False,
 ) -> tuple[bool, str]:
     """`nightly_job` in this process under the warehouse lock: whether it succeeded, and the instance's name."""
     from pipelines.definitions import build_definitions
     from warehouse.lock import WarehouseBusy
+    from warehouse.publish import WarehouseUnusable
 
-    lock = store.lock(run_id, wait_s=wait_s)
+    try:
+        lock = store.lock(run_id, wait_s=wait_s)
+    except WarehouseUnusable as exc:
+        fail(str(exc))
     if wait_s:
         console.print(f"  waiting up to {wait_s} s for the warehouse lock…", style="dim")
     try:
         lock.acquire()
     except WarehouseBusy as exc:
         fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot take the warehouse lock {store.lock_path}: {exc.strerror or exc}")
     try:
+        _prepare_warehouse(store, console, rebuild=rebuild)
         with dagster_instance() as (instance, instance_label):
             instance.add_event_listener(run_id, progress)
             job = build_definitions().resolve_job_def("nightly_job")
@@ -230,11 +254,35 @@ def _run_locked(
     return result.success, instance_label
 
 
+def _prepare_warehouse(store: Warehouse, console: Any, *, rebuild: bool) -> None:
+    """Under the lock: stop with a one-line cause (and the recovery) when the published file is
+    corrupt; with `rebuild`, move it aside and publish the history it still lets us read."""
+    from warehouse.publish import RECOVERY_HINT
+    from warehouse.recovery import check_warehouse, move_aside, salvage_history
+
+    if not store.exists:
+        if rebuild:
+            console.print(f"  no warehouse at {store.given}: building a new one", markup=False)
+        return
+    problem = check_warehouse(store, deep=rebuild)  # a rebuild reads every table: is it corrupt, or moved for nothing?
+    if problem and not rebuild:
+        fail(f"{problem}; {RECOVERY_HINT}")
+    if not rebuild:
+        return
+    try:
+        aside = move_aside(store, "corrupt" if problem else "before-rebuild")
+    except OSError as exc:
+        fail(f"cannot move {store.path} aside: {exc.strerror or exc}")
+    console.print(f"  {problem or 'the warehouse opens'}; moved it aside to {aside}", markup=False)
+    for line in salvage_history(aside, store):
+        console.print(f"  {line}", markup=False)
+
+
 def _published_run(store: Warehouse, run_id: str) -> tuple[tuple[Any, ...], list[str], tuple[Any, ...] | None]:
     """The run's marts.runs row, its telemetry lines and its partition counts (computed, all)."""
     import duckdb
 
-    con = store.connect_read_only()
+    con = open_store(store)
     try:
         row = con.execute(
             "select models, gpus, capacity_grid_rows, context_limits_rows, ingest_errors, duration_s "

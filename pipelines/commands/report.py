@@ -42,6 +42,10 @@ def report(
     except ReportUnavailable as exc:
         fail(str(exc))
     except duckdb.Error as exc:
+        from warehouse.publish import RECOVERY_HINT, looks_corrupt
+
+        if looks_corrupt(exc):
+            fail(f"the warehouse is damaged: {str(exc).splitlines()[0]}; {RECOVERY_HINT}")
         fail(f"the warehouse cannot answer the report's queries: {str(exc).splitlines()[0]}")
     finally:
         con.close()

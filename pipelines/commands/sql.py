@@ -6,6 +6,11 @@ is printed as a table (wide results wrap their widest column, or turn vertical w
 not fit the terminal; piped output is never cut), vertically (`--vertical` / `--format line`), or as
 CSV, JSON or Markdown. `--describe RELATION` lists a relation's columns with their comments.
 
+Limits: a query runs at most `--timeout` seconds (`CAPPLAN_SQL_TIMEOUT_S`, default 60; 0: none)
+and within DuckDB's `--memory-limit` (`CAPPLAN_SQL_MEMORY_LIMIT`, default 2GB; nothing spills to
+disk, so a query that needs more fails with DuckDB's out-of-memory error). Ctrl-C cancels the
+running query (exit code 130). Both go through DuckDB's `interrupt()` (`run_guarded`).
+
 The warehouse is opened by `warehouse.sql.connect_reader`: read-only, and unable to reach any other
 file, the network or an extension, so no statement typed here can change a byte on disk. Errors
 are one line on stderr (DuckDB's "Did you mean ..." hint kept) and exit code 2.
@@ -21,24 +26,35 @@ import datetime as dt
 import decimal
 import json
 import math
+import os
+import re
 import shutil
 import sys
 import textwrap
+import threading
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar, cast
 
 import typer
 
 FORMATS = ("table", "line", "csv", "json", "markdown")
+TIMEOUT_ENV = "CAPPLAN_SQL_TIMEOUT_S"
+MEMORY_ENV = "CAPPLAN_SQL_MEMORY_LIMIT"
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MEMORY_LIMIT = "2GB"
+WATCH_S = 0.05  # how often the main thread looks at the clock (and lets Ctrl-C in)
+CANCEL_WAIT_S = 10.0  # how long a cancelled query may take to notice the interrupt
+T = TypeVar("T")
 MIN_WRAPPED_CHARS = 24  # a wrapped column narrower than this reads worse than vertical output
 
 
-def fail(message: str) -> NoReturn:
-    """A user error: one line on stderr, exit code 2."""
+def fail(message: str, code: int = 2) -> NoReturn:
+    """A user error: one line on stderr, exit code 2 (130: interrupted)."""
     typer.echo(f"capplan: error: {' '.join(message.split())}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
 
 
 def duckdb_error_line(exc: BaseException) -> str:
@@ -249,6 +265,24 @@ def sql(
         typer.Option("--warehouse", help="DuckDB file (default: CAPPLAN_WAREHOUSE, else var/warehouse.duckdb)."),
     ] = None,
     max_rows: Annotated[int, typer.Option("--max-rows", help="Rows shown by the table and line formats.")] = 200,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            help=f"Cancel the query after this long (default {TIMEOUT_ENV}, else {DEFAULT_TIMEOUT_S:g}; 0: no limit).",
+            show_default=False,
+        ),
+    ] = None,
+    memory_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-limit",
+            metavar="SIZE",
+            help=f"DuckDB's memory limit, e.g. 500MB (default {MEMORY_ENV}, else {DEFAULT_MEMORY_LIMIT}).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run SQL against the published warehouse, read-only (marts.capacity_grid, marts.context_limits...)."""
     if fmt not in FORMATS:
@@ -257,6 +291,7 @@ def sql(
         fmt = "line"
     if max_rows < 1:
         fail(f"--max-rows must be >= 1, got {max_rows}")
+    timeout_s, memory = _limits(timeout, memory_limit)
     text: str | None = None
     if describe is None or any(v is not None for v in (query, command, file)):
         text = _read_sql(query, command, file)
@@ -265,7 +300,14 @@ def sql(
 
     import duckdb
 
-    from warehouse.publish import Warehouse, WarehouseMissing
+    from warehouse.publish import (
+        RECOVERY_HINT,
+        Warehouse,
+        WarehouseCorrupt,
+        WarehouseMissing,
+        WarehouseUnusable,
+        looks_corrupt,
+    )
     from warehouse.sql import ReadOnlyViolation, reader_statements
 
     statements: list[str] = []
@@ -277,30 +319,116 @@ def sql(
         except duckdb.Error as exc:
             fail(duckdb_error_line(exc))
     try:
-        con = Warehouse(warehouse).connect_read_only()
-    except WarehouseMissing as exc:
+        con = Warehouse(warehouse).connect_read_only(memory_limit=memory)
+    except (WarehouseMissing, WarehouseUnusable, WarehouseCorrupt) as exc:
         fail(str(exc))
-    except duckdb.Error as exc:
-        fail(f"cannot open the warehouse: {duckdb_error_line(exc)}")
-    results: list[tuple[list[str], list[tuple[Any, ...]]]] = []
-    note = None
     try:
-        if describe is not None:
-            names, rows, note = _describe(con, describe)
-            results.append((names, rows))
-        for statement in statements:
-            result = con.execute(statement)
-            names = [d[0] for d in result.description] if result.description else []
-            if names:
-                results.append((names, result.fetchall()))
+        results, note = run_guarded(con, lambda stop: _execute(con, describe, statements, stop), timeout_s)
+    except duckdb.OutOfMemoryException as exc:
+        reason = duckdb_error_line(exc).split(" Database is launched in in-memory mode")[0]  # no spilling here, by design
+        fail(f"{reason} (the memory limit is {memory}: --memory-limit SIZE, or {MEMORY_ENV})")
     except duckdb.Error as exc:
-        fail(duckdb_error_line(exc))
+        fail(duckdb_error_line(exc) + (f"; {RECOVERY_HINT}" if looks_corrupt(exc) else ""))
     finally:
         con.close()
     if note and fmt in ("table", "line"):
         sys.stdout.write(f"{describe}: {' '.join(note.split())}\n")
     for names, rows in results:
         write_result(names, rows, fmt, max_rows)
+
+
+Result = tuple[list[str], list[tuple[Any, ...]]]
+
+
+def _limits(timeout: float | None, memory_limit: str | None) -> tuple[float, str]:
+    """The time limit (seconds, 0: none) and the memory limit: the options, else the environment, else the defaults."""
+    raw = str(timeout) if timeout is not None else os.environ.get(TIMEOUT_ENV) or str(DEFAULT_TIMEOUT_S)
+    try:
+        timeout_s = float(raw)
+    except ValueError:
+        fail(f"{TIMEOUT_ENV} must be a number of seconds, got {raw!r}")
+    if not math.isfinite(timeout_s) or timeout_s < 0:
+        fail(f"the time limit must be >= 0 seconds (0: none), got {raw}")
+    memory = (memory_limit or os.environ.get(MEMORY_ENV) or DEFAULT_MEMORY_LIMIT).strip()
+    if not _SIZE.fullmatch(memory):
+        fail(f"the memory limit must be a size such as 500MB or 4GB, got {memory!r}")
+    return timeout_s, memory.replace(" ", "")
+
+
+_SIZE = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+
+
+def _execute(
+    con: Any, describe: str | None, statements: list[str], stop: threading.Event
+) -> tuple[list[Result], str | None]:
+    """Every statement's result set (and --describe's), in order; stops early once `stop` is set."""
+    results: list[Result] = []
+    note = None
+    if describe is not None:
+        names, rows, note = _describe(con, describe)
+        results.append((names, rows))
+    for statement in statements:
+        if stop.is_set():
+            break
+        result = con.execute(statement)
+        names = [d[0] for d in result.description] if result.description else []
+        if names:
+            results.append((names, result.fetchall()))
+    return results, note
+
+
+def run_guarded(con: Any, work: Callable[[threading.Event], T], timeout_s: float) -> T:
+    """`work(stop)` in a worker thread, the main thread waiting: on Ctrl-C (exit code 130) or after
+    `timeout_s` (exit code 2) it sets `stop` and interrupts `con` (DuckDB's `interrupt()`) until the
+    worker returns, then stops with one line. DuckDB runs a query with the GIL released and Python
+    delivers a signal to the main thread only between bytecodes, so the main thread must not be the
+    one running the query."""
+    outcome: dict[str, Any] = {}
+    stop = threading.Event()
+    done = threading.Event()  # not Thread.is_alive(): a join cut short by Ctrl-C can leave it wrong (3.11)
+
+    def target() -> None:
+        try:
+            outcome["value"] = work(stop)
+        except BaseException as exc:  # re-raised in the main thread
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=target, name="capplan-sql", daemon=True)
+    deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
+    reason = None
+    worker.start()
+    try:
+        while not done.wait(WATCH_S):
+            if deadline is not None and time.monotonic() >= deadline:
+                reason = "timeout"
+                break
+    except KeyboardInterrupt:
+        reason = "interrupt"
+    if reason is not None:
+        _cancel(con, done, stop)
+        if reason == "interrupt":
+            fail("interrupted: the query was cancelled", code=130)
+        fail(
+            f"the query ran longer than the time limit of {timeout_s:g} s and was cancelled "
+            f"(--timeout SECONDS, or {TIMEOUT_ENV}; 0: no limit)"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return cast(T, outcome["value"])
+
+
+def _cancel(con: Any, done: threading.Event, stop: threading.Event) -> None:
+    """Interrupt `con` until the worker is done (a few seconds at most; Ctrl-C again is ignored)."""
+    stop.set()
+    give_up = time.monotonic() + CANCEL_WAIT_S
+    while not done.is_set() and time.monotonic() < give_up:
+        try:
+            con.interrupt()
+            done.wait(WATCH_S)
+        except KeyboardInterrupt:
+            continue
 
 
 app = typer.Typer(
