@@ -38,7 +38,27 @@ from benchmarks.estimate import CATALOG
 from capacity.grid import GridModel
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_VENV = ROOT / ".venv-ridgepoint"
+
+
+def default_venv(root: Path = ROOT) -> Path:
+    """ridgepoint's venv: $RIDGEPOINT_VENV (as for setup_ridgepoint.sh), else `.venv-ridgepoint` at the repo
+    root; in a linked git worktree (`.git` is a file `gitdir: <main>/.git/worktrees/<name>`) without one of
+    its own, the main checkout's, so that a worktree runs the peer the main checkout set up."""
+    if env := os.environ.get("RIDGEPOINT_VENV"):
+        return Path(env)
+    own = root / ".venv-ridgepoint"
+    dot_git = root / ".git"
+    if own.exists() or not dot_git.is_file():
+        return own
+    gitdir = Path(dot_git.read_text().partition("gitdir:")[2].strip())
+    if gitdir.parent.name == "worktrees" and gitdir.parent.parent.name == ".git":
+        main = gitdir.parent.parent.parent / ".venv-ridgepoint"
+        if main.exists():
+            return main
+    return own
+
+
+DEFAULT_VENV = default_venv()
 PEER_SCRIPT = Path(__file__).resolve().parent / "ridgepoint_peer.py"
 PROMPT_TOKENS = 2048  # ridgepoint's default prompt (its TTFT term); capplan's grid has no prompt length
 

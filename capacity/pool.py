@@ -169,18 +169,20 @@ class PoolTerms:
         """Units of SGLang's second pool a sequence of T tokens holds: min(T, W) (0: no second pool)."""
         return choose(self.second_window > 0, minimum(context_tokens, self.second_window), 0)
 
-    def b_max_memory(self, context_tokens: Num) -> Num:
-        """Whole sequences of T tokens the pool (and its second pool) holds at once; 0 for an empty pool."""
-        units = self.sequence_units(context_tokens)
+    def b_max_memory(self, context_tokens: Num, units: Num | None = None) -> Num:
+        """Whole sequences of T tokens the pool (and its second pool) holds at once; 0 for an empty pool.
+        `units` is `sequence_units(T)` where the caller holds it already (the grid: a column)."""
+        units = self.sequence_units(context_tokens) if units is None else units
         bound = self.capacity_units // at_least(units, 1)
         second = self.second_units(context_tokens)
         bound = choose(second > 0, minimum(bound, self.second_capacity // at_least(second, 1)), bound)
         return choose(both(self.capacity_units > 0, units > 0), bound, 0)
 
-    def concurrency_ratio(self, context_tokens: Num) -> tuple[Num, Num]:
+    def concurrency_ratio(self, context_tokens: Num, units: Num | None = None) -> tuple[Num, Num]:
         """(numerator, denominator) of the printed concurrency at T: the smaller of capacity / units
-        and the second pool's quotient, chosen exactly (the grid rounds the quotient as Python does)."""
-        units = self.sequence_units(context_tokens)
+        and the second pool's quotient, chosen exactly (the grid rounds the quotient as Python does);
+        `units` as for `b_max_memory`."""
+        units = self.sequence_units(context_tokens) if units is None else units
         second = self.second_units(context_tokens)
         use_second = both(second > 0, self.second_capacity * units < self.capacity_units * second)
         return choose(use_second, self.second_capacity, self.capacity_units), choose(use_second, second, units)

@@ -16,7 +16,8 @@ How the work is split, so that each rule is written once (the engine profiles, `
   columns (`_pool_terms`): the units a sequence of T tokens takes, B_max, the start check and the
   largest length that starts, the printed concurrency (its exact ratio, rounded as Python's
   `round(x, 4)`), and the max context per target concurrency; both searches step with
-  `numeric.bisect_step`, every row at once, as `pool.largest_starting_len` / `pool.max_context` do.
+  `numeric.bisect_step`, every row at once, as `pool.largest_starting_len` / `pool.max_context` do
+  (the start search, like the scalar rule, only on the rows where one token starts and the limit does not).
 `tests/test_grid.py` proves grid rows equal `estimate(...).contract()` column by column.
 
 Frames: `build_deployments` gives one row per deployment (PP = 1 first; PP > 1 only where that does

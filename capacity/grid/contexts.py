@@ -92,11 +92,15 @@ def _at_contexts(
     t = pl.col("context")
     blocks, seqs = pl.col("num_blocks"), pl.col("max_num_seqs")
     terms = _pool_terms(windows)
-    numerator, denominator = terms.concurrency_ratio(t)  # the window pool's quotient when it binds
+    # the units of a sequence of T tokens, once per row: B_max and the concurrency both divide by them
+    # (Polars' common-subexpression pass computed them twice)
+    units = pl.col("_units")
+    numerator, denominator = terms.concurrency_ratio(t, units)  # the window pool's quotient when it binds
     grid = (
-        rows.with_columns(
+        rows.with_columns(terms.sequence_units(t).alias("_units"))
+        .with_columns(
             # nothing of more than max_model_len tokens is admitted (0 there: the engine does not start)
-            pl.when(t > pl.col("max_model_len")).then(0).otherwise(terms.b_max_memory(t)).alias("b_max_memory"),
+            pl.when(t > pl.col("max_model_len")).then(0).otherwise(terms.b_max_memory(t, units)).alias("b_max_memory"),
             numerator.alias("_num"),
             denominator.alias("_den"),
         )
@@ -115,4 +119,4 @@ def _at_contexts(
     else:
         grid = with_python_round(grid, "_num", "_den", "_conc")
         concurrency = pl.when(blocks > 0).then(pl.col("_conc")).otherwise(0.0).alias("max_concurrency")
-    return grid.with_columns(concurrency, fits).drop("_num", "_den", "_conc")
+    return grid.with_columns(concurrency, fits).drop("_units", "_num", "_den", "_conc")

@@ -64,13 +64,19 @@ def _starts(windows: int, length: pl.Expr) -> pl.Expr:
 
 def _largest_starting_len(frame: pl.LazyFrame, windows: int, steps: int = _BISECTION_STEPS + 4) -> pl.LazyFrame:
     """`pool.largest_starting_len` on every row: the largest max_model_len in [1, limit] that
-    starts, by bisection over tokens (`_fitted_len`, 0 when not even one token does)."""
-    limit = pl.col("max_model_len")
-    frame = frame.with_columns(pl.lit(1, _I64).alias("_lo"), limit.alias("_hi"))
-    frame = _bisect(frame, steps, lambda length: _starts(windows, length))
-    one = pl.lit(1, _I64)
-    fitted = pl.when(_starts(windows, limit)).then(limit).when(_starts(windows, one)).then(pl.col("_lo")).otherwise(0)
-    return frame.with_columns(fitted.alias("_fitted_len")).drop("_lo", "_hi")
+    starts (`_fitted_len`, 0 when not even one token does). As there, only the rows where one token
+    starts and the limit does not are searched (by bisection over tokens): most deployments start at
+    the model's limit, and the others' rows are a small part of the frame."""
+    limit, one = pl.col("max_model_len"), pl.lit(1, _I64)
+    frame = frame.with_columns(_starts(windows, limit).alias("_at_limit"), _starts(windows, one).alias("_at_one"))
+    search = ~pl.col("_at_limit") & pl.col("_at_one")
+    settled = frame.filter(~search).with_columns(
+        pl.when(pl.col("_at_limit")).then(limit).otherwise(pl.lit(0, _I64)).alias("_fitted_len")
+    )
+    searched = frame.filter(search).with_columns(pl.lit(1, _I64).alias("_lo"), limit.alias("_hi"))
+    searched = _bisect(searched, steps, lambda length: _starts(windows, length))
+    searched = searched.with_columns(pl.col("_lo").alias("_fitted_len")).drop("_lo", "_hi")
+    return pl.concat([settled, searched]).drop("_at_limit", "_at_one")
 
 
 def _stage_capacity(s: int, budget_col: pl.Expr) -> pl.Expr:

@@ -195,7 +195,10 @@ def _collect_tables(
     per-layout Python work."""
     f1 = _frames(t1)
     extra = [c for c in (*_GROUP, "tp", "node_tp", "min_context", "max_model_len") if c not in _keep(0)]
-    single = _single(f1).select(*_keep(f1.windows), *extra).collect()
+    # the sizing (joins, then column arithmetic on a few hundred thousand rows) costs less CPU on
+    # Polars' in-memory engine; the context rows (a join that multiplies rows, then arithmetic) less
+    # on the streaming engine, its default
+    single = _single(f1).select(*_keep(f1.windows), *extra).collect(engine="in-memory")
     not_fitting = _not_fitting(single.lazy(), f1.windows).collect()
     groups: dict[int, tuple[set[int], set[tuple[int, int, int]]]] = {}
     for m, e, w, k, _gpu, node_tp in not_fitting.iter_rows():
@@ -217,7 +220,7 @@ def _collect_tables(
             parts[-1][0].layouts,
         )
         .with_row_index("deployment_id", offset=first_deployment_id)
-        .collect()
+        .collect(engine="in-memory")
     )
     # the layouts some GPU serves, numbered densely by model, then PP = 1 before PP > 1 (the order
     # of a model's layouts whatever the chunks)
