@@ -41,6 +41,11 @@ class OverheadInputs:
     peer_link_gpus: int | None = None
     flashinfer_sampler: bool | None = None  # vLLM's FlashInfer sampler; None: the release's default
 
+    def profiled_batch(self) -> tuple[int, int]:
+        """The batched tokens and sequences of the profiling pass: at least one token, and 256 sequences
+        (vLLM's default) where the deployment sets no cap."""
+        return max(self.max_num_batched_tokens, 1), self.max_num_seqs or 256
+
 
 def activation_features(
     model: ModelSpec, tp: int, batched_tokens: int, num_seqs: int, act_bytes: int
@@ -61,26 +66,23 @@ def activation_features(
 
 
 def transformer_overhead(
-    model: ModelSpec,
-    tp: int,
-    pp: int,
-    max_num_batched_tokens: int,
-    max_num_seqs: int,
+    inputs: OverheadInputs,
     release: ec.VllmRelease,
-    act_bytes: int = 2,
     coefficients: ec.OverheadCoefficients | None = None,
     *,
     graphs: bool = True,
 ) -> Overhead:
     """Activation peak of the profiling pass, non-torch memory and the CUDA-graph estimate (vLLM's
     profiling run; TensorRT-LLM's is the same pass without graphs in the budget, `graphs=False`)."""
+    i = inputs
     c = coefficients or ec.vllm_overhead_coefficients(release)
-    mlp, logits = activation_features(model, tp, max_num_batched_tokens, max_num_seqs, act_bytes)
+    tokens, seqs = i.profiled_batch()
+    mlp, logits = activation_features(i.model, i.tp, tokens, seqs, i.act_bytes)
     activation = int(max(c.a_mlp * mlp, c.a_logits * logits)) + c.a_base_bytes
-    non_torch = c.nt_tp_bytes if tp > 1 else c.nt_base_bytes
+    non_torch = c.nt_tp_bytes if i.tp > 1 else c.nt_base_bytes
     cuda_graphs = 0
     if graphs and release.cudagraph_memory_in_budget:
-        layers_local = max(pp_partition(model.num_layers, pp))
+        layers_local = max(pp_partition(i.model.num_layers, i.pp))
         cuda_graphs = c.cg_base_bytes + c.cg_per_layer_bytes * layers_local
     return Overhead(activation, non_torch, cuda_graphs)
 

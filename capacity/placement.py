@@ -37,13 +37,10 @@ from capacity.calibration import Correction, calibrated_pool
 from capacity.estimate import Estimate, estimate, pool_starts
 from capacity.parallel import valid_tp_sizes
 from capacity.performance import Performance, perf_inputs, performance
-from capacity.planning_types import BucketPlan, DtypePolicy, WorkloadProfile
+from capacity.planning_types import DEFAULT_SOLVER, BucketPlan, DtypePolicy, SolverOptions, WorkloadProfile
 from capacity.pool import b_max
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from capacity.weights import weight_format
-
-ENUMERATION_LIMIT = 200_000
-SOLVER_TIME_LIMIT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -658,23 +655,15 @@ def solver_available() -> bool:
     return True
 
 
-def plan_procurement(
-    results: Sequence[PlacementResult],
-    *,
-    whole_nodes: bool = True,
-    gpu_limits: Mapping[str, int] | None = None,
-    method: str = "auto",
-    enumeration_limit: int = ENUMERATION_LIMIT,
-    time_limit_s: float = SOLVER_TIME_LIMIT_S,
-) -> ProcurementPlan:
+def plan_procurement(results: Sequence[PlacementResult], solver: SolverOptions = DEFAULT_SOLVER) -> ProcurementPlan:
     """The GPUs to buy to serve every demand with one of its feasible placements, at least cost.
 
-    `method`: auto (HiGHS if installed, else enumeration when small, else greedy), highs,
+    `solver.method`: auto (HiGHS if installed, else enumeration when small, else greedy), highs,
     enumeration, greedy. Demands without a feasible option are reported in `unserved`.
     """
+    method, whole_nodes, limits = solver.method, solver.whole_nodes, solver.limits()
     if method not in ("auto", "highs", "enumeration", "greedy"):
         raise ValueError(f"unknown method {method!r}; expected auto, highs, enumeration or greedy")
-    limits = dict(gpu_limits or {})
     options: dict[Demand, list[PlacementOption]] = {}
     unserved: list[tuple[str, str, str]] = []
     for result in results:
@@ -692,21 +681,21 @@ def plan_procurement(
     if method == "auto":
         if solver_available():
             method = "highs"
-        elif combos <= enumeration_limit:
+        elif combos <= solver.enumeration_limit:
             method = "enumeration"
         else:
             method = "greedy"
             notes.append(f"highspy not installed and {combos:,} combinations: greedy plan, not proven optimal")
     if method == "highs" and not solver_available():
         raise RuntimeError("method 'highs' needs the solver extra: pip install 'capplan[solver]'")
-    if method == "enumeration" and combos > enumeration_limit:
-        raise ValueError(f"{combos:,} combinations exceed the enumeration limit {enumeration_limit:,}")
+    if method == "enumeration" and combos > solver.enumeration_limit:
+        raise ValueError(f"{combos:,} combinations exceed the enumeration limit {solver.enumeration_limit:,}")
     choice: dict[Demand, PlacementOption] | None
     optimal = False
     if not demands:
         choice, optimal = {}, True
     elif method == "highs":
-        choice, optimal = _solve_highs(demands, options, whole_nodes, limits, time_limit_s)
+        choice, optimal = _solve_highs(demands, options, whole_nodes, limits, solver.time_limit_s)
         if not optimal and choice is not None:
             notes.append("HiGHS stopped before proving optimality (time limit): best plan found")
     elif method == "enumeration":

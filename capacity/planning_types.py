@@ -9,6 +9,27 @@ from dataclasses import dataclass
 
 from capacity.spec import SpecError
 
+ENUMERATION_LIMIT = 200_000
+SOLVER_TIME_LIMIT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class SolverOptions:
+    """How a procurement is solved (`plan_procurement`, `plan_buckets`, `plan_fleet`): GPUs bought in whole
+    nodes (else one by one), at most `gpu_limits` of a SKU, by `method`, within the solver's limits."""
+
+    whole_nodes: bool = True
+    gpu_limits: Mapping[str, int] | None = None
+    method: str = "auto"
+    time_limit_s: float = SOLVER_TIME_LIMIT_S
+    enumeration_limit: int = ENUMERATION_LIMIT  # plan_procurement's exact search, in combinations
+
+    def limits(self) -> dict[str, int]:
+        return dict(self.gpu_limits or {})
+
+
+DEFAULT_SOLVER = SolverOptions()
+
 DEFAULT_HEADROOM = 0.9
 DEFAULT_TP_SIZES = (1, 2, 4, 8)
 DEFAULT_PP_SIZES = (1, 2, 4)

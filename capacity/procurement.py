@@ -50,7 +50,16 @@ from capacity.placement import (
     procurement_options,
     solver_available,
 )
-from capacity.planning_types import BucketChoice, BucketDemand, BucketPlan, Candidate, RequestBucket, WorkloadProfile
+from capacity.planning_types import (
+    DEFAULT_SOLVER,
+    BucketChoice,
+    BucketDemand,
+    BucketPlan,
+    Candidate,
+    RequestBucket,
+    SolverOptions,
+    WorkloadProfile,
+)
 from capacity.spec import GpuSku, ModelSpec, SpecError
 
 TIE_BREAK = 1e-6
@@ -176,24 +185,24 @@ def _unservable(demand: BucketDemand) -> str | None:
     return None
 
 
-def plan_buckets(
-    demands: Sequence[BucketDemand],
-    *,
-    whole_nodes: bool = True,
-    gpu_limits: Mapping[str, int] | None = None,
-    method: str = "auto",
-    time_limit_s: float = 30.0,
-) -> BucketPlan:
-    """The cheapest GPUs (and each bucket's split across layouts) that serve every demand's rate."""
-    limits = dict(gpu_limits or {})
-    unserved: list[tuple[str, str, str]] = []
+def _servable(demands: Sequence[BucketDemand]) -> tuple[list[BucketDemand], list[tuple[str, str, str]]]:
+    """The demands each of whose buckets some layout serves, and (workload, model, why) for the others."""
     served: list[BucketDemand] = []
+    unserved: list[tuple[str, str, str]] = []
     for demand in demands:
         why = _unservable(demand)
         if why is None:
             served.append(demand)
         else:
             unserved.append((demand.workload, demand.model, why))
+    return served, unserved
+
+
+def plan_buckets(demands: Sequence[BucketDemand], solver: SolverOptions = DEFAULT_SOLVER) -> BucketPlan:
+    """The cheapest GPUs (and each bucket's split across layouts) that serve every demand's rate
+    (`solver.method`: auto, highs or cheapest-per-request)."""
+    method, whole_nodes, limits = solver.method, solver.whole_nodes, solver.limits()
+    served, unserved = _servable(demands)
     if method not in ("auto", "highs", "cheapest-per-request"):
         raise ValueError(f"unknown method {method!r}")
     use_highs = method == "highs" or (method == "auto" and solver_available())
@@ -203,7 +212,7 @@ def plan_buckets(
     if not served:
         return BucketPlan("none", True, whole_nodes, (), {}, {}, {}, tuple(unserved))
     if use_highs:
-        solved = _solve_highs(served, whole_nodes, limits, time_limit_s)
+        solved = _solve_highs(served, whole_nodes, limits, solver.time_limit_s)
         if solved is None:
             for d in served:
                 unserved.append((d.workload, d.model, "no plan serves every bucket within the per-GPU limits"))
@@ -349,13 +358,7 @@ def _solve_highs(
 
 
 def plan_fleet(
-    results: Sequence[PlacementResult],
-    bucket_demands: Sequence[BucketDemand],
-    *,
-    whole_nodes: bool = True,
-    gpu_limits: Mapping[str, int] | None = None,
-    method: str = "auto",
-    time_limit_s: float = 30.0,
+    results: Sequence[PlacementResult], bucket_demands: Sequence[BucketDemand], solver: SolverOptions = DEFAULT_SOLVER
 ) -> ProcurementPlan:
     """The fleet's procurement over every workload: concurrency-sized demands take one placement
     each (`results`, as `plan_procurement`), rated ones are split by request size
@@ -365,13 +368,12 @@ def plan_fleet(
     The plan's `buckets` holds the bucket choices (its GPUs: what the bucket replicas use)."""
     rated = {(d.workload, d.model) for d in bucket_demands}
     fixed_results = [r for r in results if (r.workload.name, r.model) not in rated]
-    settings = {"whole_nodes": whole_nodes, "gpu_limits": gpu_limits}
     if not bucket_demands:
-        return plan_procurement(fixed_results, method=method, time_limit_s=time_limit_s, **settings)  # type: ignore[arg-type]
-    limits = dict(gpu_limits or {})
+        return plan_procurement(fixed_results, solver)
+    method, whole_nodes, limits = solver.method, solver.whole_nodes, solver.limits()
     if method in ("enumeration", "greedy") or (method == "auto" and not solver_available()):
-        plan = plan_procurement(fixed_results, method=method, time_limit_s=time_limit_s, **settings)  # type: ignore[arg-type]
-        buckets = plan_buckets(bucket_demands, whole_nodes=False, method="cheapest-per-request")
+        plan = plan_procurement(fixed_results, solver)
+        buckets = plan_buckets(bucket_demands, SolverOptions(whole_nodes=False, method="cheapest-per-request"))
         note = "request-size buckets planned apart from the other workloads (no solver): not proven optimal"
         return replace(
             plan,
@@ -392,15 +394,8 @@ def plan_fleet(
             options[(result.workload.name, result.model)] = kept
         else:
             unserved.append((result.workload.name, result.model, result.reason()))
-    served: list[BucketDemand] = []
-    bucket_unserved: list[tuple[str, str, str]] = []
-    for demand in bucket_demands:
-        why = _unservable(demand)
-        if why is None:
-            served.append(demand)
-        else:
-            bucket_unserved.append((demand.workload, demand.model, why))
-    solved = _solve_highs(served, whole_nodes, limits, time_limit_s, fixed=options)
+    served, bucket_unserved = _servable(bucket_demands)
+    solved = _solve_highs(served, whole_nodes, limits, solver.time_limit_s, fixed=options)
     if solved is None:
         why = "no plan serves every workload within the per-GPU limits"
         every = [*unserved, *bucket_unserved, *((*d, why) for d in options), *((d.workload, d.model, why) for d in served)]

@@ -26,7 +26,7 @@ from capacity import engine_constants as ec
 from capacity.dtypes import GIB
 from capacity.engines import Engine
 from capacity.engines.vllm.overhead import ProfilingBuffers, overhead_from_buffers, profiling_buffers
-from capacity.overhead import activation_features
+from capacity.overhead import OverheadInputs, activation_features
 from capacity.spec import GpuSku, ModelSpec
 from evaluation.measurements import Comparison
 from models_registry.sources.gpu_catalog import find_gpu_sku
@@ -106,10 +106,8 @@ class OverheadModel:
     """An overhead model as CV sees it: per-row features, coefficients, and which of them a fit moves."""
 
     name: str
-    # (model, tp, pp, batched tokens, seqs, activation bytes, release, NVLink multicast, exact version,
-    #  FlashInfer sampler as the log states it or None, GpuSku.peer_link_gpus or None) -> features
-    features: Callable[[ModelSpec, int, int, int, int, int, ec.VllmRelease, bool, str, bool | None, int | None],
-                       dict[str, Any]]
+    # (the row's overhead inputs, its release, its exact version) -> features
+    features: Callable[[OverheadInputs, ec.VllmRelease, str], dict[str, Any]]
     # (params of the row's era, features) -> (activation, non-torch, total) bytes
     predict: Callable[[Params, dict[str, Any]], tuple[int, int, int]]
     shipped: Callable[[str], Params]  # the coefficients in engine_constants, per era
@@ -121,17 +119,22 @@ class OverheadModel:
     fixed: frozenset[tuple[str, str]] = field(default_factory=frozenset)  # (era, coefficient) read off the source
 
 
-def _derived_features(
-    model: ModelSpec, tp: int, pp: int, t: int, s: int, b: int, r: ec.VllmRelease, multicast: bool, version: str,
-    flashinfer: bool | None, peers: int | None = None,
-) -> dict[str, Any]:
+def _derived_features(i: OverheadInputs, r: ec.VllmRelease, version: str) -> dict[str, Any]:
     """The named buffers, the sampler's by the rule of the row's own release (not a fitted coefficient)."""
-    return {
-        "buffers": profiling_buffers(
-            model, tp, pp, t, s, b, multicast, version, flashinfer_sampler=flashinfer, peer_link_gpus=peers
-        ),
-        "graphs": r.cudagraph_memory_in_budget,
-    }
+    t, s = i.profiled_batch()
+    buffers = profiling_buffers(
+        i.model,
+        i.tp,
+        i.pp,
+        t,
+        s,
+        i.act_bytes,
+        i.nvlink_multicast,
+        version,
+        flashinfer_sampler=i.flashinfer_sampler,
+        peer_link_gpus=i.peer_link_gpus,
+    )
+    return {"buffers": buffers, "graphs": r.cudagraph_memory_in_budget}
 
 
 def _derived_predict(p: Params, f: dict[str, Any]) -> tuple[int, int, int]:
@@ -178,20 +181,17 @@ def _derived_prior(era: str) -> Params:
     }
 
 
-def _previous_features(
-    model: ModelSpec, tp: int, pp: int, t: int, s: int, b: int, r: ec.VllmRelease, multicast: bool, version: str,
-    flashinfer: bool | None, peers: int | None = None,
-) -> dict[str, Any]:
+def _previous_features(i: OverheadInputs, r: ec.VllmRelease, version: str) -> dict[str, Any]:
     """The previous model as it was: one TP > 1 non-torch term whatever the interconnect."""
-    mlp, logits = activation_features(model, tp, t, s, b)
+    mlp, logits = activation_features(i.model, i.tp, *i.profiled_batch(), i.act_bytes)
     from capacity.parallel import pp_partition
 
     return {
         "mlp": mlp,
         "logits": logits,
-        "tp": tp,
+        "tp": i.tp,
         "graphs": r.cudagraph_memory_in_budget,
-        "layers": max(pp_partition(model.num_layers, pp)),
+        "layers": max(pp_partition(i.model.num_layers, i.pp)),
     }
 
 
@@ -342,19 +342,18 @@ def build_rows(
         release = ec.vllm_release(est.engine_version)
         act_bytes = 4 if est.weight_dtype == "float32" else 2
         gpu = find_sku(est.gpu)
-        feats = model.features(
+        inputs = OverheadInputs(
             spec,
             est.tp,
             est.pp,
             est.pool.max_num_batched_tokens,
-            est.max_num_seqs or 256,
+            est.max_num_seqs,
             act_bytes,
-            release,
-            gpu.nvlink_multicast if gpu is not None else True,
-            est.engine_version or release.version,
-            _stated_bool(r.raw.get("flashinfer_sampler")),
-            gpu.peer_link_gpus if gpu is not None else None,
+            nvlink_multicast=gpu.nvlink_multicast if gpu is not None else True,
+            peer_link_gpus=gpu.peer_link_gpus if gpu is not None else None,
+            flashinfer_sampler=_stated_bool(r.raw.get("flashinfer_sampler")),
         )
+        feats = model.features(inputs, release, est.engine_version or release.version)
         if r.enforce_eager:  # no graphs captured: no estimate deducted
             feats["graphs"] = False
         unmodelled = unmodelled_reason(c, spec)

@@ -216,14 +216,7 @@ def placement_frames(
     with a request rate (`bucket_demands`, `recommendations.buckets`) are planned by
     request size in the same plan (`capacity.procurement.plan_fleet`; `plan.buckets`)."""
     results, skipped = placement_results(workloads, catalog, fit)
-    settings = workloads.procurement
-    plan = plan_fleet(
-        results,
-        bucket_demands or [],
-        whole_nodes=settings.whole_nodes,
-        gpu_limits=settings.gpu_limits,
-        method=settings.method,
-    )
+    plan = plan_fleet(results, bucket_demands or [], workloads.procurement.solver())
     planned = {(o.workload, o.model, o.rank) for o in plan.assignments.values()}
     rows: list[dict[str, Any]] = []
     for result in results:

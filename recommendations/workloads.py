@@ -34,7 +34,7 @@ from typing import Any
 import polars as pl
 import yaml
 
-from capacity.planning_types import DTYPE_POLICIES, DtypePolicy, WorkloadProfile
+from capacity.planning_types import DTYPE_POLICIES, DtypePolicy, SolverOptions, WorkloadProfile
 from capacity.procurement import workload_buckets
 from capacity.spec import SpecError
 
@@ -113,6 +113,9 @@ class ProcurementSettings:
     gpu_limits: dict[str, int] = field(default_factory=dict)
     gpus: tuple[str, ...] = ()
     method: str = "auto"
+
+    def solver(self) -> SolverOptions:
+        return SolverOptions(whole_nodes=self.whole_nodes, gpu_limits=self.gpu_limits, method=self.method)
 
 
 @dataclass(frozen=True)

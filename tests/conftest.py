@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import yaml
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
@@ -49,6 +50,15 @@ def require_oracle_venv() -> None:
     if _in_ci():
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
+
+
+def measurement_entries(path: Path) -> list[dict[str, object]]:
+    """The `measurements` list of a schema-1 measurements file, as written (before any loader's checks)."""
+    document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert document["schema_version"] == 1
+    entries = document["measurements"]
+    assert isinstance(entries, list)
+    return entries
 
 
 def require_extra(extra: str, *modules: str) -> None:

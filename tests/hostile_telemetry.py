@@ -12,6 +12,7 @@ import io
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
@@ -187,40 +188,49 @@ RAW_NAMES: dict[bytes, tuple[bytes, str | None]] = {
 }
 
 
-def _deep_folder(top: Path, depth: int) -> Path:
-    """`top/a/a/.../a`, `depth` levels (made relative to an open folder: no long paths, no chdir)."""
+def deep_folder(top: Path, depth: int, name: str = "a", files: Mapping[str, str] | None = None) -> Path:
+    """`top/name/name/.../name`, `depth` levels (made relative to an open folder: no long paths, no
+    chdir), with `files` (file name: text) written in the innermost; returns the innermost folder."""
     top.mkdir(parents=True)
     fd = os.open(top, os.O_RDONLY)
     try:
         for _ in range(depth):
-            os.mkdir("a", dir_fd=fd)
-            inner = os.open("a", os.O_RDONLY, dir_fd=fd)
+            os.mkdir(name, dir_fd=fd)
+            inner = os.open(name, os.O_RDONLY, dir_fd=fd)
             os.close(fd)
             fd = inner
+        for file, text in (files or {}).items():
+            with open(os.open(file, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w", encoding="utf-8") as out:
+                out.write(text)
     finally:
         os.close(fd)
-    return top.joinpath(*["a"] * depth)
+    return top.joinpath(*[name] * depth)
 
 
-def remove_deep_folders(root: Path) -> None:
-    """Remove what `_deep_folder` made under `root/telemetry`, innermost first (shutil.rmtree,
-    and pytest's clean-up of old temporary folders, recurse once per level and would fail)."""
-    top = root / "telemetry" / "deep-dirs"
-    if not top.exists():
-        return
+def remove_deep_folder(top: Path, name: str = "a") -> None:
+    """Remove what `deep_folder` made below `top`, innermost first (shutil.rmtree, and pytest's
+    clean-up of old temporary folders, recurse once per level and would fail)."""
     fds = [os.open(top, os.O_RDONLY)]
     try:
-        while "a" in os.listdir(fds[-1]):
-            fds.append(os.open("a", os.O_RDONLY, dir_fd=fds[-1]))
+        while name in os.listdir(fds[-1]):
+            fds.append(os.open(name, os.O_RDONLY, dir_fd=fds[-1]))
         while len(fds) > 1:
             inner = fds.pop()
-            for name in os.listdir(inner):
-                os.unlink(name, dir_fd=inner)
+            for entry in os.listdir(inner):
+                os.unlink(entry, dir_fd=inner)
             os.close(inner)
-            os.rmdir("a", dir_fd=fds[-1])
+            os.rmdir(name, dir_fd=fds[-1])
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def remove_deep_folders(root: Path) -> None:
+    """Remove the deep folder `write_hostile_drop` made under `root/telemetry`."""
+    top = root / "telemetry" / "deep-dirs"
+    if not top.exists():
+        return
+    remove_deep_folder(top)
     shutil.rmtree(top)
 
 
@@ -245,7 +255,7 @@ def write_hostile_drop(root: Path) -> dict[str, str | None]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
         expected[clean_text(raw_name.decode("utf-8", "backslashreplace")) or ""] = code
-    deep = _deep_folder(drop / "deep-dirs", 1200)  # deeper than Python's recursion limit
+    deep = deep_folder(drop / "deep-dirs", 1200)  # deeper than Python's recursion limit
     (deep / "m.prom").write_text(PROM_HEAD + f"{VLLM_RUNNING} 6\n", encoding="utf-8")
     # the walk's depth limit (models_registry.walk.MAX_DEPTH): the first folder past it is one entry
     expected["deep-dirs/" + "/".join(["a"] * MAX_DEPTH)] = "too_large"

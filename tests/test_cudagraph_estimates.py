@@ -14,6 +14,7 @@ import pytest
 
 from capacity import engine_constants as ec
 from capacity.engines.vllm.overhead import cudagraph_capture_counts, custom_all_reduce_on, vllm_overhead
+from capacity.overhead import OverheadInputs
 from evaluation import cudagraph_estimates as graphs
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
@@ -108,8 +109,9 @@ def test_scalar_overhead_charges_the_graphs_by_all_reduce_path() -> None:
     sizes = {}
     for gpu in ("A100-SXM4-80GB", "L40S"):
         for tp in (1, 4):
-            o = vllm_overhead(spec, tp, 1, 8192, 256, release, 2, nvlink_multicast=False,
-                              peer_link_gpus=find_gpu_sku(gpu).peer_link_gpus)  # fmt: skip
+            peers = find_gpu_sku(gpu).peer_link_gpus
+            inputs = OverheadInputs(spec, tp, 1, 8192, 256, 2, nvlink_multicast=False, peer_link_gpus=peers)
+            o = vllm_overhead(inputs, release)
             sizes[gpu, tp] = o.cuda_graph_bytes
     assert sizes["A100-SXM4-80GB", 1] == sizes["L40S", 1] == ec.CG_BASE_BYTES + 86 * ec.CG_PER_GRAPH_BYTES
     assert sizes["A100-SXM4-80GB", 4] == ec.CG_BASE_BYTES + 86 * ec.CG_PER_GRAPH_TP_CUSTOM_AR_BYTES

@@ -40,6 +40,7 @@ from capacity.kv.kinds import FullAttention, RecurrentState
 from capacity.performance import efficiency_for, perf_inputs, tpot_seconds
 from capacity.spec import CheckpointQuant, DeploymentSpec, GpuSku, KVKind, LayerKVSpec, LayerParams, ModelSpec
 from tests.handmade import dense_spec, mla_spec
+from warehouse.capacity_grid import row_deployment
 
 GIB = 1 << 30
 CATALOG = Path(__file__).resolve().parent.parent / "models_registry" / "catalog"
@@ -139,14 +140,8 @@ def gpus() -> list[GpuSku]:
 
 
 def _estimate_row(row: dict[str, object], model: GridModel, gpu: GpuSku, concurrency: int | None = None):  # type: ignore[no-untyped-def]
-    deployment = DeploymentSpec(
-        tp=int(row["tp"]),  # type: ignore[call-overload]
-        pp=int(row["pp"]),  # type: ignore[call-overload]
-        weight_dtype=str(row["weight_dtype"]),
-        kv_dtype=str(row["kv_dtype"]),
-        engine=str(row["engine"]),
-        max_model_len=AUTO_MAX_MODEL_LEN,  # the grid runs each deployment at the length that starts
-    )
+    # the grid runs each deployment at the length that starts, and the engine's default release
+    deployment = row_deployment(row, AUTO_MAX_MODEL_LEN)
     context = int(row["context"]) if "context" in row else None  # type: ignore[call-overload]
     return estimate(
         model.spec,

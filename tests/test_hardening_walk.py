@@ -5,7 +5,6 @@ walk's entry bound; links to folders never followed."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from sqlalchemy import select
@@ -15,41 +14,14 @@ from models_registry import db, orm
 from models_registry.walk import MAX_DEPTH, walk_tree
 from pipelines.cli import app
 from telemetry.files import walk
+from tests.hostile_telemetry import deep_folder, remove_deep_folder
 from tests.test_registry_hostile import GOOD, _bundled_config
 
 
 def _deep(top: Path, depth: int) -> Path:
-    """`top/d/d/.../d`, `depth` levels, made relative to an open folder (no long paths)."""
-    top.mkdir(parents=True)
-    fd = os.open(top, os.O_RDONLY)
-    try:
-        for _ in range(depth):
-            os.mkdir("d", dir_fd=fd)
-            inner = os.open("d", os.O_RDONLY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-        with open(os.open("config.json", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w", encoding="utf-8") as out:
-            out.write(json.dumps(_bundled_config(GOOD)))
-    finally:
-        os.close(fd)
+    """`top/d/d/.../d`, `depth` levels, a good config in the innermost."""
+    deep_folder(top, depth, "d", {"config.json": json.dumps(_bundled_config(GOOD))})
     return top
-
-
-def _remove_deep(top: Path) -> None:
-    """Innermost first (shutil.rmtree and pytest's clean-up recurse once per level)."""
-    fds = [os.open(top, os.O_RDONLY)]
-    try:
-        while "d" in os.listdir(fds[-1]):
-            fds.append(os.open("d", os.O_RDONLY, dir_fd=fds[-1]))
-        while len(fds) > 1:
-            inner = fds.pop()
-            for name in os.listdir(inner):
-                os.unlink(name, dir_fd=inner)
-            os.close(inner)
-            os.rmdir("d", dir_fd=fds[-1])
-    finally:
-        for fd in fds:
-            os.close(fd)
 
 
 def test_a_folder_1100_deep_beside_a_good_config_is_one_line_and_the_good_one_ingested(
@@ -62,7 +34,7 @@ def test_a_folder_1100_deep_beside_a_good_config_is_one_line_and_the_good_one_in
     try:
         result = CliRunner().invoke(app, ["registry", "ingest", "--dir", str(root)])
     finally:
-        _remove_deep(deep)
+        remove_deep_folder(deep, "d")
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output and "RecursionError" not in result.output
     assert f"nested more than {MAX_DEPTH} levels" in result.output
@@ -80,7 +52,7 @@ def test_the_drop_folder_walk_has_the_same_limit(tmp_path: Path) -> None:
     try:
         found = walk(tmp_path)
     finally:
-        _remove_deep(deep)
+        remove_deep_folder(deep, "d")
     rels = {f.rel: f.problem for f in found}
     assert rels["good/m.prom"] is None
     limited = [(rel, p) for rel, p in rels.items() if p is not None]

@@ -71,6 +71,18 @@ def _base(**kwargs: Any) -> dict[str, Any]:
 
 
 _MOE = {"num_local_experts": 4, "num_experts_per_tok": 2}
+_GATED_DELTA_NET = {  # Qwen3-Next / Qwen3.5 linear-attention layers
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 24,
+}
+_SHARED_EXPERT_MOE = {  # Qwen3-Next / Qwen3.5 MoE: routed experts beside a shared one
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64,
+}
 _MLA = {
     "num_hidden_layers": 3,
     "num_key_value_heads": 4,
@@ -121,15 +133,9 @@ CASES = [
         "qwen3_next",
         _base(
             head_dim=64,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            linear_key_head_dim=16,
-            linear_value_head_dim=24,
+            **_GATED_DELTA_NET,
             linear_conv_kernel_dim=4,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=64,
-            shared_expert_intermediate_size=64,
+            **_SHARED_EXPERT_MOE,
         ),
     ),
     Case(
@@ -137,28 +143,11 @@ CASES = [
         "qwen3_5_text",
         _base(
             head_dim=32,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            linear_key_head_dim=16,
-            linear_value_head_dim=24,
+            **_GATED_DELTA_NET,
             layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
         ),
     ),
-    Case(
-        "qwen3.5-moe-hybrid",
-        "qwen3_5_moe_text",
-        _base(
-            head_dim=32,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            linear_key_head_dim=16,
-            linear_value_head_dim=24,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=64,
-            shared_expert_intermediate_size=64,
-        ),
-    ),
+    Case("qwen3.5-moe-hybrid", "qwen3_5_moe_text", _base(head_dim=32, **_GATED_DELTA_NET, **_SHARED_EXPERT_MOE)),
     Case("gemma-mqa", "gemma", _base(num_key_value_heads=1, head_dim=32)),
     Case("gemma2-alt", "gemma2", _base(head_dim=64, sliding_window=W)),
     Case(

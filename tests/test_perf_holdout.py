@@ -13,7 +13,6 @@ import re
 from collections import Counter
 
 import pytest
-import yaml
 
 from evaluation.perf_measurements import (
     BENCHMARK_KINDS,
@@ -26,6 +25,7 @@ from evaluation.perf_measurements import (
     load_perf_measurements,
 )
 from models_registry.sources.bundled import bundled_ids
+from tests.conftest import measurement_entries
 
 _PINNED_BLOB = re.compile(r"^https://github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/[^\s#]+(#L\d+(-L\d+)?)?$")
 _THREAD = re.compile(r"^https://github\.com/[^/]+/[^/]+/(issues|pull)/\d+(#[\w-]+)?$")
@@ -33,11 +33,7 @@ _THREAD = re.compile(r"^https://github\.com/[^/]+/[^/]+/(issues|pull)/\d+(#[\w-]
 
 @pytest.fixture(scope="module")
 def raw_rows() -> list[dict[str, object]]:
-    document = yaml.safe_load(PERF_HOLDOUT_PATH.read_text(encoding="utf-8"))
-    assert document["schema_version"] == 1
-    rows = document["measurements"]
-    assert isinstance(rows, list)
-    return rows
+    return measurement_entries(PERF_HOLDOUT_PATH)
 
 
 @pytest.fixture(scope="module")

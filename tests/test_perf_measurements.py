@@ -24,15 +24,12 @@ from evaluation.perf_measurements import (
     load_perf_measurements,
 )
 from models_registry.sources.bundled import bundled_ids
+from tests.conftest import measurement_entries
 
 
 @pytest.fixture(scope="module")
 def raw_rows() -> list[dict[str, object]]:
-    document = yaml.safe_load(PERF_MEASUREMENTS_PATH.read_text(encoding="utf-8"))
-    assert document["schema_version"] == 1
-    rows = document["measurements"]
-    assert isinstance(rows, list)
-    return rows
+    return measurement_entries(PERF_MEASUREMENTS_PATH)
 
 
 @pytest.fixture(scope="module")

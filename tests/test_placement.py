@@ -26,7 +26,7 @@ from capacity.placement import (
     plan_procurement,
     solver_available,
 )
-from capacity.planning_types import DTYPE_POLICIES, WorkloadProfile
+from capacity.planning_types import DTYPE_POLICIES, SolverOptions, WorkloadProfile
 from capacity.spec import GpuSku, SpecError
 from tests.conftest import require_extra
 from tests.handmade import dense_spec
@@ -172,7 +172,7 @@ SHARED = [
 
 @pytest.mark.parametrize("method", ["enumeration", "greedy", *(["highs"] if solver_available() else [])])
 def test_whole_nodes_make_two_workloads_share_one(method: str) -> None:
-    plan = plan_procurement(SHARED, method=method)
+    plan = plan_procurement(SHARED, SolverOptions(method=method))
     assert plan.usd_per_hour == pytest.approx(8.8)
     assert {d: o.gpu for d, o in plan.assignments.items()} == {("w1", "m"): "b", ("w2", "m"): "b"}
     (purchase,) = plan.purchases
@@ -184,7 +184,7 @@ def test_whole_nodes_make_two_workloads_share_one(method: str) -> None:
 
 
 def test_gpus_one_by_one_each_workload_takes_its_cheapest() -> None:
-    plan = plan_procurement(SHARED, whole_nodes=False, method="enumeration")
+    plan = plan_procurement(SHARED, SolverOptions(whole_nodes=False, method="enumeration"))
     assert {d[0]: o.gpu for d, o in plan.assignments.items()} == {"w1": "a", "w2": "b"}
     assert plan.usd_per_hour == pytest.approx(6 * 1.0 + 2 * 1.1)
     assert all(p.nodes is None for p in plan.purchases)
@@ -194,10 +194,10 @@ def test_gpus_one_by_one_each_workload_takes_its_cheapest() -> None:
 def test_a_cap_per_sku_moves_the_overflow(method: str) -> None:
     # three workloads of 4 GPUs, A ($1) capped at 8: two go to A, the third to B ($2): 8 + 16 = 24 $/h
     results = [demand(f"w{i}", option(f"w{i}", "a", 4, 1.0), option(f"w{i}", "b", 4, 2.0)) for i in (1, 2, 3)]
-    plan = plan_procurement(results, gpu_limits={"a": 8}, method=method)
+    plan = plan_procurement(results, SolverOptions(gpu_limits={"a": 8}, method=method))
     assert sorted(o.gpu for o in plan.assignments.values()) == ["a", "a", "b"]
     assert plan.usd_per_hour == pytest.approx(24.0)
-    impossible = plan_procurement(results, gpu_limits={"a": 8, "b": 0}, method=method)
+    impossible = plan_procurement(results, SolverOptions(gpu_limits={"a": 8, "b": 0}, method=method))
     assert impossible.assignments == {} and len(impossible.unserved) == 3
 
 
@@ -209,15 +209,15 @@ def test_auto_uses_the_solver_when_installed_else_enumerates(monkeypatch: pytest
     monkeypatch.setattr(placement, "solver_available", lambda: False)
     plan = plan_procurement(SHARED)
     assert plan.method == "enumeration" and plan.optimal and plan.usd_per_hour == pytest.approx(8.8)
-    big = plan_procurement(SHARED, enumeration_limit=1)
+    big = plan_procurement(SHARED, SolverOptions(enumeration_limit=1))
     assert big.method == "greedy" and not big.optimal and "greedy" in big.notes[0]
     with pytest.raises(RuntimeError, match="solver"):
-        plan_procurement(SHARED, method="highs")
+        plan_procurement(SHARED, SolverOptions(method="highs"))
 
 
 def test_a_demand_without_options_is_unserved_not_dropped() -> None:
     empty = PlacementResult(WorkloadProfile("huge", ("m",), 1, 1024), "m", (), (("x", "does not fit"),))
-    plan = plan_procurement([*SHARED, empty], method="enumeration")
+    plan = plan_procurement([*SHARED, empty], SolverOptions(method="enumeration"))
     assert plan.unserved == (("huge", "m", "no feasible placement among 1 layouts; most common: does not fit (1)"),)
     assert len(plan.assignments) == 2
 
@@ -241,9 +241,9 @@ def test_solver_matches_enumeration_on_random_fleets() -> None:
             if opts:
                 results.append(demand(f"w{w}", *opts))
         limits = {"a": rng.choice([8, 16, 64])}
-        exact = plan_procurement(results, gpu_limits=limits, method="enumeration")
-        solved = plan_procurement(results, gpu_limits=limits, method="highs")
-        greedy = plan_procurement(results, gpu_limits=limits, method="greedy")
+        exact = plan_procurement(results, SolverOptions(gpu_limits=limits, method="enumeration"))
+        solved = plan_procurement(results, SolverOptions(gpu_limits=limits, method="highs"))
+        greedy = plan_procurement(results, SolverOptions(gpu_limits=limits, method="greedy"))
         assert solved.usd_per_hour == pytest.approx(exact.usd_per_hour)
         assert len(greedy.assignments) == len(exact.assignments), "greedy finds a plan where one exists"
         assert greedy.usd_per_hour >= exact.usd_per_hour - 1e-9

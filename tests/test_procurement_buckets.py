@@ -19,11 +19,14 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from capacity.planning_types import BucketDemand, Candidate, RequestBucket
+from capacity.planning_types import BucketDemand, Candidate, RequestBucket, SolverOptions
 from capacity.procurement import plan_buckets, request_buckets
 from capacity.spec import SpecError
 from tests.conftest import require_extra
 
+HIGHS = SolverOptions(method="highs")
+CHEAPEST = SolverOptions(method="cheapest-per-request")
+GREEDY = SolverOptions(method="greedy")
 SHORT = RequestBucket("short", 500, 100, 10 / 12)
 LONG = RequestBucket("long", 8000, 500, 2 / 12)
 
@@ -47,7 +50,7 @@ def _demand(*candidates: Candidate) -> BucketDemand:
 
 def test_two_skus_two_buckets_by_hand() -> None:
     require_extra("solver", "highspy")
-    plan = plan_buckets([_demand(A, B)], method="highs")
+    plan = plan_buckets([_demand(A, B)], HIGHS)
     assert plan.method == "highs" and plan.optimal
     assert plan.gpus_bought == {"a": 1, "b": 1} and plan.usd_per_hour == pytest.approx(4.0)
     share = {(c.bucket.label, c.candidate.gpu): c.share for c in plan.choices}
@@ -66,29 +69,29 @@ def test_two_skus_two_buckets_by_hand() -> None:
 
 def test_the_mix_beats_the_best_single_sku_where_it_should() -> None:
     require_extra("solver", "highspy")
-    mixed = plan_buckets([_demand(A, B)], method="highs").usd_per_hour
-    only_a = plan_buckets([_demand(A)], method="highs").usd_per_hour
-    only_b = plan_buckets([_demand(B)], method="highs").usd_per_hour
+    mixed = plan_buckets([_demand(A, B)], HIGHS).usd_per_hour
+    only_a = plan_buckets([_demand(A)], HIGHS).usd_per_hour
+    only_b = plan_buckets([_demand(B)], HIGHS).usd_per_hour
     assert (only_a, only_b, mixed) == (pytest.approx(5.0), pytest.approx(6.0), pytest.approx(4.0))
     # where one SKU is cheaper per request for every bucket, the mix is that SKU alone
     cheap = _candidate("c", 1.0, 20.0, 5.0)
-    plan = plan_buckets([_demand(A, B, cheap)], method="highs")
+    plan = plan_buckets([_demand(A, B, cheap)], HIGHS)
     assert plan.gpus_bought == {"c": 1} and plan.usd_per_hour == pytest.approx(1.0)  # 10/20 + 2/5 = 0.9
 
 
 def test_caps_and_whole_nodes() -> None:
     require_extra("solver", "highspy")
-    capped = plan_buckets([_demand(A, B)], method="highs", gpu_limits={"b": 0})
+    capped = plan_buckets([_demand(A, B)], SolverOptions(method="highs", gpu_limits={"b": 0}))
     assert capped.gpus_bought == {"a": 5}
     eight = Candidate(**{**{f: getattr(B, f) for f in B.__dataclass_fields__}, "gpus_per_node": 8})
-    nodes = plan_buckets([_demand(A, eight)], method="highs")
+    nodes = plan_buckets([_demand(A, eight)], HIGHS)
     assert nodes.gpus_bought == {"a": 5}  # a node of 8 b GPUs costs $24/h: a alone is cheaper
-    loose = plan_buckets([_demand(A, eight)], method="highs", whole_nodes=False)
+    loose = plan_buckets([_demand(A, eight)], SolverOptions(method="highs", whole_nodes=False))
     assert loose.usd_per_hour == pytest.approx(4.0)
 
 
 def test_without_a_solver_each_bucket_on_its_cheapest_layout() -> None:
-    plan = plan_buckets([_demand(A, B)], method="cheapest-per-request")
+    plan = plan_buckets([_demand(A, B)], CHEAPEST)
     # $/request: short a 1/10 < b 3/12; long a 1/0.5 = 2 > b 3/4: the same split, here optimal by chance
     assert plan.gpus_bought == {"a": 1, "b": 1} and not plan.optimal and plan.notes
 
@@ -96,7 +99,7 @@ def test_without_a_solver_each_bucket_on_its_cheapest_layout() -> None:
 def test_a_bucket_no_layout_serves_is_unserved() -> None:
     short_only = Candidate(**{**{f: getattr(A, f) for f in A.__dataclass_fields__},
                               "requests_per_second": {"short": 10.0}})  # fmt: skip
-    plan = plan_buckets([_demand(short_only)], method="cheapest-per-request")
+    plan = plan_buckets([_demand(short_only)], CHEAPEST)
     assert plan.unserved == (("chat", "m", "no layout serves bucket long (8,000 in + 500 out)"),)
 
 
@@ -181,7 +184,7 @@ def test_the_fleet_plan_shares_nodes_between_placements_and_buckets() -> None:
     on_s = Candidate(**{**{f: getattr(on_n, f) for f in on_n.__dataclass_fields__}, "key": "s tp=1 pp=1 auto/auto",
                         "gpu": "s", "gpus_per_node": 1, "usd_per_gpu_hour": 2.0})  # fmt: skip
     rated = _demand(on_n, on_s)
-    plan = plan_fleet([fixed], [rated], method="highs")
+    plan = plan_fleet([fixed], [rated], HIGHS)
     assert plan.method == "highs" and plan.optimal and plan.usd_per_hour == pytest.approx(8.0)
     (purchase,) = plan.purchases
     assert (purchase.gpu, purchase.gpus_used, purchase.gpus_bought, purchase.nodes) == ("n", 6, 8, 1)
@@ -190,15 +193,15 @@ def test_the_fleet_plan_shares_nodes_between_placements_and_buckets() -> None:
     assert plan.buckets is not None and plan.buckets.replicas == {("chat", "m", "n tp=1 pp=1 auto/auto"): 2}
     from capacity.placement import plan_procurement
 
-    alone = plan_procurement([fixed], method="greedy").usd_per_hour + plan_buckets([rated], method="highs").usd_per_hour
+    alone = plan_procurement([fixed], GREEDY).usd_per_hour + plan_buckets([rated], HIGHS).usd_per_hour
     assert alone == pytest.approx(12.0)
     # without the MILP: the greedy placements, each bucket on its cheapest layout per request, GPUs added
     # up per SKU before rounding to nodes (here the same node), not proven optimal
-    fallback = plan_fleet([fixed], [rated], method="greedy")
+    fallback = plan_fleet([fixed], [rated], GREEDY)
     assert fallback.method == "greedy+cheapest-per-request" and not fallback.optimal
     assert fallback.usd_per_hour == pytest.approx(8.0)
     # a workload given both ways is planned by its buckets only
-    both = plan_fleet([fixed, demand("chat", option("chat", "n", 8, 1.0))], [rated], method="highs")
+    both = plan_fleet([fixed, demand("chat", option("chat", "n", 8, 1.0))], [rated], HIGHS)
     assert set(both.assignments) == {("w1", "m")} and both.usd_per_hour == pytest.approx(8.0)
 
 

@@ -14,6 +14,7 @@ from capacity import engine_constants as ec
 from capacity.engines.vllm.overhead import overhead_from_buffers, profiling_buffers
 from capacity.estimate import estimate
 from capacity.explain import derivation
+from capacity.overhead import OverheadInputs
 from capacity.spec import DeploymentSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
@@ -99,8 +100,8 @@ def test_tp_non_torch_term_only_on_an_nvlink_switch_fabric() -> None:
     spec = load_model("meta-llama/Llama-3.1-8B-Instruct").spec
     release = ec.vllm_release("0.19.0")
     coefficients = ec.vllm_profiling_coefficients(release)
-    switch = vllm_overhead(spec, 2, 1, 8192, 256, release, 2, nvlink_multicast=True)
-    pcie = vllm_overhead(spec, 2, 1, 8192, 256, release, 2, nvlink_multicast=False)
+    switch = vllm_overhead(OverheadInputs(spec, 2, 1, 8192, 256, 2, nvlink_multicast=True), release)
+    pcie = vllm_overhead(OverheadInputs(spec, 2, 1, 8192, 256, 2, nvlink_multicast=False), release)
     assert switch.non_torch_bytes == coefficients.non_torch_tp_bytes
     assert pcie.non_torch_bytes == coefficients.non_torch_bytes
     assert switch.activation_peak_bytes == pcie.activation_peak_bytes

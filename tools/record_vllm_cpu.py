@@ -79,13 +79,19 @@ KV_LOG_MARKERS = ("KV cache size", "Maximum concurrency", "may waste", "num_gpu_
 
 
 @dataclass(frozen=True)
-class Case:
-    """One engine run: a tiny model config plus the engine settings."""
+class TinyModel:
+    """A tiny model: its transformers ``model_type`` (the family its fixtures name) and its config."""
 
-    name: str
-    family: str
     model_type: str
     config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One engine run: a tiny model plus the engine settings."""
+
+    name: str
+    model: TinyModel
     max_model_len: int
     max_num_batched_tokens: int
     kv_cache_dtype: str = "auto"
@@ -93,9 +99,14 @@ class Case:
     needs_avx512_or_amx: bool = False
     extra_llm_kwargs: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def family(self) -> str:
+        return self.model.model_type
 
-def _common(**overrides: Any) -> dict[str, Any]:
-    """Config keys shared by every tiny model (vocab, special ids, sizes)."""
+
+def _tiny(model_type: str, **overrides: Any) -> TinyModel:
+    """A tiny model of `model_type`: the config keys every tiny model shares (vocab, special ids,
+    sizes) with `overrides`."""
     base: dict[str, Any] = {
         "vocab_size": VOCAB_SIZE,
         "bos_token_id": BOS_ID,
@@ -106,7 +117,7 @@ def _common(**overrides: Any) -> dict[str, Any]:
         "rms_norm_eps": 1e-6,
     }
     base.update(overrides)
-    return base
+    return TinyModel(model_type, base)
 
 
 def _alternating(n: int, period: int) -> list[str]:
@@ -114,7 +125,8 @@ def _alternating(n: int, period: int) -> list[str]:
     return ["full_attention" if (i + 1) % period == 0 else "sliding_attention" for i in range(n)]
 
 
-_LLAMA_MHA = _common(
+_LLAMA_MHA = _tiny(
+    "llama",
     hidden_size=256,
     intermediate_size=512,
     num_hidden_layers=2,
@@ -122,7 +134,8 @@ _LLAMA_MHA = _common(
     num_key_value_heads=4,
     head_dim=64,
 )
-_QWEN2_GQA = _common(
+_QWEN2_GQA = _tiny(
+    "qwen2",
     hidden_size=256,
     intermediate_size=512,
     num_hidden_layers=4,
@@ -130,7 +143,8 @@ _QWEN2_GQA = _common(
     num_key_value_heads=1,
     use_sliding_window=False,
 )
-_MISTRAL_SWA = _common(
+_MISTRAL_SWA = _tiny(
+    "mistral",
     hidden_size=256,
     intermediate_size=512,
     num_hidden_layers=2,
@@ -139,7 +153,8 @@ _MISTRAL_SWA = _common(
     head_dim=64,
     sliding_window=64,
 )
-_GEMMA2_ALT = _common(
+_GEMMA2_ALT = _tiny(
+    "gemma2",
     tie_word_embeddings=True,  # vLLM's Gemma2 has no lm_head: it always ties
     hidden_size=512,
     intermediate_size=512,
@@ -151,7 +166,8 @@ _GEMMA2_ALT = _common(
     sliding_window=64,
     layer_types=_alternating(4, 2),
 )
-_GEMMA2_PAD = _common(
+_GEMMA2_PAD = _tiny(
+    "gemma2",
     tie_word_embeddings=True,
     hidden_size=512,
     intermediate_size=512,
@@ -163,7 +179,8 @@ _GEMMA2_PAD = _common(
     sliding_window=64,
     layer_types=_alternating(5, 2),
 )
-_GEMMA3_5TO1 = _common(
+_GEMMA3_5TO1 = _tiny(
+    "gemma3_text",
     hidden_size=256,
     intermediate_size=512,
     num_hidden_layers=6,
@@ -174,7 +191,8 @@ _GEMMA3_5TO1 = _common(
     sliding_window=64,
     layer_types=_alternating(6, 6),
 )
-_DEEPSEEK_V3_MLA = _common(
+_DEEPSEEK_V3_MLA = _tiny(
+    "deepseek_v3",
     hidden_size=256,
     intermediate_size=512,
     moe_intermediate_size=128,
@@ -199,7 +217,8 @@ _DEEPSEEK_V3_MLA = _common(
     scoring_func="sigmoid",
     norm_topk_prob=True,
 )
-_QWEN3_HEADDIM = _common(
+_QWEN3_HEADDIM = _tiny(
+    "qwen3",
     hidden_size=128,
     intermediate_size=256,
     num_hidden_layers=4,
@@ -208,7 +227,8 @@ _QWEN3_HEADDIM = _common(
     head_dim=64,
     use_sliding_window=False,
 )
-_GPT_OSS_ALT = _common(
+_GPT_OSS_ALT = _tiny(
+    "gpt_oss",
     hidden_size=256,
     intermediate_size=256,
     num_hidden_layers=4,
@@ -220,7 +240,8 @@ _GPT_OSS_ALT = _common(
     sliding_window=64,
     layer_types=_alternating(4, 2),
 )
-_PHI3_MHA = _common(
+_PHI3_MHA = _tiny(
+    "phi3",
     hidden_size=256,
     intermediate_size=512,
     num_hidden_layers=4,
@@ -228,7 +249,8 @@ _PHI3_MHA = _common(
     num_key_value_heads=4,
     sliding_window=None,
 )
-_PHI3_SWA = _common(
+_PHI3_SWA = _tiny(
+    "phi3",
     hidden_size=256,
     intermediate_size=512,
     num_hidden_layers=4,
@@ -242,27 +264,21 @@ CASES: dict[str, Case] = {
     for c in [
         Case(
             name="llama-mha-1024",
-            family="llama",
-            model_type="llama",
-            config=_LLAMA_MHA,
+            model=_LLAMA_MHA,
             max_model_len=1024,
             max_num_batched_tokens=4096,
             description="Llama MHA, 2 layers, H 4->4, D 64, all full",
         ),
         Case(
             name="llama-mha-1000",
-            family="llama",
-            model_type="llama",
-            config=_LLAMA_MHA,
+            model=_LLAMA_MHA,
             max_model_len=1000,
             max_num_batched_tokens=1000,
             description="Llama MHA with max_model_len not a multiple of the block",
         ),
         Case(
             name="llama-mha-fp8-1024",
-            family="llama",
-            model_type="llama",
-            config=_LLAMA_MHA,
+            model=_LLAMA_MHA,
             max_model_len=1024,
             max_num_batched_tokens=4096,
             kv_cache_dtype="fp8",
@@ -271,117 +287,91 @@ CASES: dict[str, Case] = {
         ),
         Case(
             name="qwen2-gqa-1024",
-            family="qwen2",
-            model_type="qwen2",
-            config=_QWEN2_GQA,
+            model=_QWEN2_GQA,
             max_model_len=1024,
             max_num_batched_tokens=4096,
             description="Qwen2 GQA, 4 layers, H 4->1, D 64, all full",
         ),
         Case(
             name="mistral-swa-1024",
-            family="mistral",
-            model_type="mistral",
-            config=_MISTRAL_SWA,
+            model=_MISTRAL_SWA,
             max_model_len=1024,
             max_num_batched_tokens=4096,
             description="Mistral all-sliding W=64, 2 layers, H 4->2, D 64",
         ),
         Case(
             name="mistral-swa-2048",
-            family="mistral",
-            model_type="mistral",
-            config=_MISTRAL_SWA,
+            model=_MISTRAL_SWA,
             max_model_len=2048,
             max_num_batched_tokens=256,
             description="Mistral all-sliding W=64 with a small batched-token budget",
         ),
         Case(
             name="gemma2-alt-1024",
-            family="gemma2",
-            model_type="gemma2",
-            config=_GEMMA2_ALT,
+            model=_GEMMA2_ALT,
             max_model_len=1024,
             max_num_batched_tokens=4096,
             description="Gemma2 alternating 2 sliding (W=64) + 2 full, H 4->2, D 128",
         ),
         Case(
             name="gemma2-alt-2048",
-            family="gemma2",
-            model_type="gemma2",
-            config=_GEMMA2_ALT,
+            model=_GEMMA2_ALT,
             max_model_len=2048,
             max_num_batched_tokens=256,
             description="Gemma2 alternating, small batched-token budget",
         ),
         Case(
             name="gemma2-pad-1000",
-            family="gemma2",
-            model_type="gemma2",
-            config=_GEMMA2_PAD,
+            model=_GEMMA2_PAD,
             max_model_len=1000,
             max_num_batched_tokens=512,
             description="Gemma2 with 5 layers (3 sliding + 2 full): padded group",
         ),
         Case(
             name="gemma3-5to1-1024",
-            family="gemma3_text",
-            model_type="gemma3_text",
-            config=_GEMMA3_5TO1,
+            model=_GEMMA3_5TO1,
             max_model_len=1024,
             max_num_batched_tokens=4096,
             description="Gemma3 text 5 sliding : 1 full, H 4->1, D 256",
         ),
         Case(
             name="gemma3-5to1-4096",
-            family="gemma3_text",
-            model_type="gemma3_text",
-            config=_GEMMA3_5TO1,
+            model=_GEMMA3_5TO1,
             max_model_len=4096,
             max_num_batched_tokens=512,
             description="Gemma3 text 5:1 where the window saves memory",
         ),
         Case(
             name="deepseek-v3-mla-1024",
-            family="deepseek_v3",
-            model_type="deepseek_v3",
-            config=_DEEPSEEK_V3_MLA,
+            model=_DEEPSEEK_V3_MLA,
             max_model_len=1024,
             max_num_batched_tokens=2048,
             description="DeepSeek-V3 MLA, kv_lora_rank 512 + rope 64, 2 layers",
         ),
         Case(
             name="qwen3-headdim-1024",
-            family="qwen3",
-            model_type="qwen3",
-            config=_QWEN3_HEADDIM,
+            model=_QWEN3_HEADDIM,
             max_model_len=1024,
             max_num_batched_tokens=4096,
             description="Qwen3 with head_dim 64 != hidden/heads (32), H 4->2",
         ),
         Case(
             name="gpt-oss-alt-1024",
-            family="gpt_oss",
-            model_type="gpt_oss",
-            config=_GPT_OSS_ALT,
+            model=_GPT_OSS_ALT,
             max_model_len=1024,
             max_num_batched_tokens=4096,
             description="GPT-OSS alternating sliding (W=64)/full, MoE, sinks",
         ),
         Case(
             name="phi3-mha-1024",
-            family="phi3",
-            model_type="phi3",
-            config=_PHI3_MHA,
+            model=_PHI3_MHA,
             max_model_len=1024,
             max_num_batched_tokens=4096,
             description="Phi3 MHA (fused qkv), 4 layers, H 4->4, D 64",
         ),
         Case(
             name="phi3-swa-2048",
-            family="phi3",
-            model_type="phi3",
-            config=_PHI3_SWA,
+            model=_PHI3_SWA,
             max_model_len=2048,
             max_num_batched_tokens=256,
             description="Phi3 GQA with sliding_window=64 as Phi-3-mini-4k ships it",
@@ -443,7 +433,7 @@ def build_model(case: Case, out_dir: Path) -> dict[str, Any]:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(0)
-    config = AutoConfig.for_model(case.model_type, **case.config)
+    config = AutoConfig.for_model(case.model.model_type, **case.model.config)
     model = AutoModelForCausalLM.from_config(config)
     model = model.to(torch.bfloat16)
     model.config.dtype = torch.bfloat16

@@ -37,7 +37,7 @@ from capacity.grid import (
     GridTables,
     grid_tables,
 )
-from capacity.spec import GpuSku
+from capacity.spec import DeploymentSpec, GpuSku
 from models_registry.frames import ingest_errors_frame
 from models_registry.planning import gpu_skus, grid_models
 from models_registry.sources.common import ItemError, one_line
@@ -618,23 +618,29 @@ def _same(a: object, b: object) -> bool:
     return a == b
 
 
-def estimate_for_row(
-    row: dict[str, object], spec: object, sku: GpuSku, checkpoint_bytes: int | None
-) -> dict[str, object]:
-    """`capplan estimate --json` for the deployment and context of one grid row."""
-    from capacity.estimate import estimate
-    from capacity.spec import DeploymentSpec, ModelSpec
-
-    assert isinstance(spec, ModelSpec)
-    deployment = DeploymentSpec(
+def row_deployment(row: Mapping[str, object], max_model_len: int, engine_version: str | None = None) -> DeploymentSpec:
+    """The deployment a grid row keys (tp, pp, the asked dtypes, the engine) at `max_model_len`."""
+    return DeploymentSpec(
         tp=int(row["tp"]),  # type: ignore[call-overload]
         pp=int(row["pp"]),  # type: ignore[call-overload]
         weight_dtype=str(row["weight_dtype"]),
         kv_dtype=str(row["kv_dtype"]),
         engine=str(row["engine"]),
-        engine_version=str(row["engine_version"]) if row.get("engine_version") is not None else None,
-        max_model_len=int(row["max_model_len"]),  # type: ignore[call-overload]
+        engine_version=engine_version,
+        max_model_len=max_model_len,
     )
+
+
+def estimate_for_row(
+    row: dict[str, object], spec: object, sku: GpuSku, checkpoint_bytes: int | None
+) -> dict[str, object]:
+    """`capplan estimate --json` for the deployment and context of one grid row."""
+    from capacity.estimate import estimate
+    from capacity.spec import ModelSpec
+
+    assert isinstance(spec, ModelSpec)
+    version = str(row["engine_version"]) if row.get("engine_version") is not None else None
+    deployment = row_deployment(row, int(row["max_model_len"]), version)  # type: ignore[call-overload]
     result = estimate(
         spec,
         deployment,

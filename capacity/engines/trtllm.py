@@ -36,17 +36,7 @@ class TrtllmProfile(ProfileBase):
 
     def overhead(self, inputs: OverheadInputs) -> Overhead:
         """vLLM's profiling-pass model without CUDA graphs (captured after the KV allocation)."""
-        i = inputs
-        return transformer_overhead(
-            i.model,
-            i.tp,
-            i.pp,
-            max(i.max_num_batched_tokens, 1),
-            i.max_num_seqs or 256,
-            ec.vllm_release(None),
-            i.act_bytes,
-            graphs=False,
-        )
+        return transformer_overhead(inputs, ec.vllm_release(None), graphs=False)
 
     def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
         """free_gpu_memory_fraction of what is free after the profiling run."""

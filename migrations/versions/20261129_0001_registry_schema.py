@@ -16,11 +16,18 @@ down_revision: str | Sequence[str] | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # keys: BIGINT, SQLite's INTEGER (its rowid)
+
+
+def _set_on_insert(name: str) -> sa.Column:
+    """A time the database sets when the row is inserted."""
+    return sa.Column(name, sa.DateTime(timezone=True), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False)
+
 
 def upgrade() -> None:
     op.create_table(
         "gpu_skus",
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("id", ID, nullable=False),
         sa.Column("slug", sa.String(length=64), nullable=False),
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column("vendor", sa.String(length=32), nullable=False),
@@ -50,18 +57,8 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("content_sha256", sa.String(length=64), nullable=False),
-        sa.Column(
-            "created_at",
-            sa.DateTime(timezone=True),
-            server_default=sa.text("(CURRENT_TIMESTAMP)"),
-            nullable=False,
-        ),
-        sa.Column(
-            "updated_at",
-            sa.DateTime(timezone=True),
-            server_default=sa.text("(CURRENT_TIMESTAMP)"),
-            nullable=False,
-        ),
+        _set_on_insert("created_at"),
+        _set_on_insert("updated_at"),
         sa.CheckConstraint("gpus_per_node > 0", name=op.f("ck_gpu_skus_gpus_per_node_positive")),
         sa.CheckConstraint("memory_total_bytes > 0", name=op.f("ck_gpu_skus_memory_positive")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_gpu_skus")),
@@ -69,27 +66,17 @@ def upgrade() -> None:
     )
     op.create_table(
         "ingest_runs",
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
-        sa.Column(
-            "started_at",
-            sa.DateTime(timezone=True),
-            server_default=sa.text("(CURRENT_TIMESTAMP)"),
-            nullable=False,
-        ),
+        sa.Column("id", ID, nullable=False),
+        _set_on_insert("started_at"),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("source_kind", sa.String(length=16), nullable=False),
         sa.Column("source", sa.Text(), nullable=True),
         sa.Column("status", sa.String(length=16), server_default="running", nullable=False),
-        sa.Column("models_seen", sa.Integer(), server_default="0", nullable=False),
-        sa.Column("models_added", sa.Integer(), server_default="0", nullable=False),
-        sa.Column("models_unchanged", sa.Integer(), server_default="0", nullable=False),
-        sa.Column("models_updated", sa.Integer(), server_default="0", nullable=False),
-        sa.Column("models_failed", sa.Integer(), server_default="0", nullable=False),
-        sa.Column("gpus_seen", sa.Integer(), server_default="0", nullable=False),
-        sa.Column("gpus_added", sa.Integer(), server_default="0", nullable=False),
-        sa.Column("gpus_unchanged", sa.Integer(), server_default="0", nullable=False),
-        sa.Column("gpus_updated", sa.Integer(), server_default="0", nullable=False),
-        sa.Column("gpus_failed", sa.Integer(), server_default="0", nullable=False),
+        *(
+            sa.Column(f"{kind}_{count}", sa.Integer(), server_default="0", nullable=False)
+            for kind in ("models", "gpus")
+            for count in ("seen", "added", "unchanged", "updated", "failed")
+        ),
         sa.CheckConstraint("source_kind IN ('catalog', 'dir', 'hub')", name=op.f("ck_ingest_runs_source_kind")),
         sa.CheckConstraint(
             "status IN ('running', 'succeeded', 'partial', 'failed')", name=op.f("ck_ingest_runs_status")
@@ -98,7 +85,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "models",
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("id", ID, nullable=False),
         sa.Column("repo_id", sa.String(length=200), nullable=False),
         sa.Column("revision", sa.String(length=64), nullable=True),
         sa.Column("config_sha256", sa.String(length=64), nullable=False),
@@ -131,12 +118,7 @@ def upgrade() -> None:
         sa.Column("source", sa.String(length=16), nullable=False),
         sa.Column("source_path", sa.Text(), nullable=True),
         sa.Column("config_json", sa.Text(), nullable=False),
-        sa.Column(
-            "created_at",
-            sa.DateTime(timezone=True),
-            server_default=sa.text("(CURRENT_TIMESTAMP)"),
-            nullable=False,
-        ),
+        _set_on_insert("created_at"),
         sa.Column("is_current", sa.Boolean(), nullable=False),
         sa.CheckConstraint("source IN ('bundled', 'local', 'hf-cache', 'hub')", name=op.f("ck_models_source")),
         sa.CheckConstraint(
@@ -156,8 +138,8 @@ def upgrade() -> None:
 
     op.create_table(
         "gpu_aliases",
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
-        sa.Column("gpu_sku_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("id", ID, nullable=False),
+        sa.Column("gpu_sku_id", ID, nullable=False),
         sa.Column("alias", sa.String(length=200), nullable=False),
         sa.Column("normalized_alias", sa.String(length=200), nullable=False),
         sa.ForeignKeyConstraint(
@@ -173,8 +155,8 @@ def upgrade() -> None:
 
     op.create_table(
         "ingest_errors",
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
-        sa.Column("run_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("id", ID, nullable=False),
+        sa.Column("run_id", ID, nullable=False),
         sa.Column("item_kind", sa.String(length=16), nullable=False),
         sa.Column("item_key", sa.Text(), nullable=False),
         sa.Column("source_path", sa.Text(), nullable=True),
@@ -194,8 +176,8 @@ def upgrade() -> None:
 
     op.create_table(
         "model_layers",
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
-        sa.Column("model_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("id", ID, nullable=False),
+        sa.Column("model_id", ID, nullable=False),
         sa.Column("layer_index", sa.Integer(), nullable=False),
         sa.Column("kv_kind", sa.String(length=16), nullable=False),
         sa.Column("num_kv_heads", sa.Integer(), nullable=False),

@@ -20,18 +20,15 @@ REGISTRY_GROUP = "registry"
 GPU_GROUP = "gpu_catalog"
 
 
-@dg.multi_asset(
-    name="registry_models",
-    specs=[
-        dg.AssetSpec(key("raw", "models"), description=describe("raw", "models"), kinds={"duckdb", "sqlalchemy"}),
-        dg.AssetSpec(
-            key("raw", "model_ingest_errors"),
-            description=describe("raw", "model_ingest_errors"),
-            kinds={"duckdb"},
-        ),
-    ],
-    group_name=REGISTRY_GROUP,
-)
+def _raw_specs(table: str, errors_table: str) -> list[dg.AssetSpec]:
+    """The raw copy of a registry table and the raw table of the sync's rejects."""
+    return [
+        dg.AssetSpec(key("raw", table), description=describe("raw", table), kinds={"duckdb", "sqlalchemy"}),
+        dg.AssetSpec(key("raw", errors_table), description=describe("raw", errors_table), kinds={"duckdb"}),
+    ]
+
+
+@dg.multi_asset(name="registry_models", specs=_raw_specs("models", "model_ingest_errors"), group_name=REGISTRY_GROUP)
 def registry_models(
     context: dg.AssetExecutionContext, registry: RegistryResource, warehouse: WarehouseResource
 ) -> Iterator[dg.MaterializeResult]:
@@ -45,16 +42,7 @@ def registry_models(
     )
 
 
-@dg.multi_asset(
-    name="gpu_catalog",
-    specs=[
-        dg.AssetSpec(key("raw", "gpus"), description=describe("raw", "gpus"), kinds={"duckdb", "sqlalchemy"}),
-        dg.AssetSpec(
-            key("raw", "gpu_ingest_errors"), description=describe("raw", "gpu_ingest_errors"), kinds={"duckdb"}
-        ),
-    ],
-    group_name=GPU_GROUP,
-)
+@dg.multi_asset(name="gpu_catalog", specs=_raw_specs("gpus", "gpu_ingest_errors"), group_name=GPU_GROUP)
 def gpu_catalog(
     context: dg.AssetExecutionContext, registry: RegistryResource, warehouse: WarehouseResource
 ) -> Iterator[dg.MaterializeResult]:

@@ -60,7 +60,7 @@ from typing import TypeVar
 from capacity import engine_constants as ec
 from capacity.memo import per_object
 from capacity.numeric import cdiv
-from capacity.overhead import Overhead
+from capacity.overhead import Overhead, OverheadInputs
 from capacity.parallel import pp_partition
 from capacity.spec import ModelSpec
 
@@ -354,34 +354,28 @@ def overhead_from_buffers(
 
 
 def vllm_overhead(
-    model: ModelSpec,
-    tp: int,
-    pp: int,
-    max_num_batched_tokens: int,
-    max_num_seqs: int,
+    inputs: OverheadInputs,
     release: ec.VllmRelease,
-    act_bytes: int,
     coefficients: ec.VllmProfilingCoefficients | None = None,
-    nvlink_multicast: bool = True,
     version: str | None = None,
-    flashinfer_sampler: bool | None = None,
-    peer_link_gpus: int | None = None,
 ) -> Overhead:
     """vLLM's non-KV, non-weight memory per GPU for one release (`version`, the exact release when known,
-    picks the sampler rule; else the first release of `release`'s row); `flashinfer_sampler` None takes
-    the release's default for the FlashInfer sampler; `peer_link_gpus`, GpuSku's, says whether the custom
-    all-reduce runs at TP > 1."""
+    picks the sampler rule; else the first release of `release`'s row); the inputs' `flashinfer_sampler`
+    None takes the release's default for the FlashInfer sampler; their `peer_link_gpus`, GpuSku's, says
+    whether the custom all-reduce runs at TP > 1."""
+    i = inputs
     c = coefficients or ec.vllm_profiling_coefficients(release)
+    tokens, seqs = i.profiled_batch()
     buffers = profiling_buffers(
-        model,
-        tp,
-        pp,
-        max_num_batched_tokens,
-        max_num_seqs,
-        act_bytes,
-        nvlink_multicast,
+        i.model,
+        i.tp,
+        i.pp,
+        tokens,
+        seqs,
+        i.act_bytes,
+        i.nvlink_multicast,
         version or release.version,
-        flashinfer_sampler=flashinfer_sampler,
-        peer_link_gpus=peer_link_gpus,
+        flashinfer_sampler=i.flashinfer_sampler,
+        peer_link_gpus=i.peer_link_gpus,
     )
     return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget)

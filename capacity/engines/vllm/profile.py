@@ -113,20 +113,7 @@ class VllmProfile(ProfileBase):
 
     def overhead(self, inputs: OverheadInputs) -> Overhead:
         """The profiling run as vLLM executes it, each buffer named (capacity/engines/vllm/overhead.py)."""
-        i = inputs
-        return vllm_overhead(
-            i.model,
-            i.tp,
-            i.pp,
-            max(i.max_num_batched_tokens, 1),
-            i.max_num_seqs or 256,
-            self.release,
-            i.act_bytes,
-            nvlink_multicast=i.nvlink_multicast,
-            version=self.version,
-            flashinfer_sampler=i.flashinfer_sampler,
-            peer_link_gpus=i.peer_link_gpus,
-        )
+        return vllm_overhead(inputs, self.release, version=self.version)
 
     def weight_layout_extra_bytes(
         self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, triton_kernels: bool | None = None
