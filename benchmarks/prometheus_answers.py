@@ -3,7 +3,8 @@
 A local server (its own process, so its bodies are not counted) answers every range query with
 the same big body: `--shape points` one series of `--points` points, `--shape series` `--series`
 series of one point each, `--shape mixed` the two in turn. The ingest runs in this process; the
-peak RSS (ru_maxrss) and the wall time are printed as one JSON line. A watchdog stops the run when
+peak RSS (the process's VmHWM: unlike ru_maxrss, which Linux carries over an exec from the
+forked parent, it starts afresh in this process) and the wall time are printed as one JSON line. A watchdog stops the run when
 the RSS passes `--kill-mb` (the numbers up to then are printed), so an unbounded reader is
 measured without taking the machine down.
 
@@ -35,7 +36,6 @@ import inspect
 import json
 import multiprocessing
 import os
-import resource
 import sys
 import threading
 import time
@@ -85,6 +85,12 @@ def serve(port: Any, shape: str, points: int, series: int) -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     port.value = server.server_address[1]
     server.serve_forever()
+
+
+def _peak_rss_mb() -> float:
+    """This process's own high-water mark (VmHWM); ru_maxrss would report a large parent's RSS."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
 def _rss_mb() -> float:
@@ -137,7 +143,7 @@ def main() -> None:
     print(json.dumps({
         "shape": args.shape, "queries": args.queries, "options": options,
         "samples": result.samples.height, "rejects": result.rejects.height,
-        "start_mb": round(base_mb), "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "start_mb": round(base_mb), "peak_rss_mb": round(_peak_rss_mb()),
         "seconds": round(elapsed, 1), "first_reasons": sorted(set(reasons))[:3],
     }))  # fmt: skip
     server.terminate()
