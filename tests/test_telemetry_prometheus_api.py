@@ -257,7 +257,20 @@ def _answer(result_type: str, result: list[Any]) -> bytes:
     return json.dumps({"status": "success", "data": {"resultType": result_type, "result": result}}).encode()
 
 
-class Hostile(http.server.BaseHTTPRequestHandler):
+class Answering(http.server.BaseHTTPRequestHandler):
+    """A test server's handler: `_send` one whole answer; no request log on stderr."""
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class Hostile(Answering):
     """/<mode>/api/v1/...: how a broken server or proxy answers."""
 
     protocol_version = "HTTP/1.0"
@@ -333,14 +346,6 @@ class Hostile(http.server.BaseHTTPRequestHandler):
         else:
             self._send(200, _answer(kind, [{"metric": good, key: point}] if query == "vllm:num_requests_running" else []))
 
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ the URL the user sets and looked for in every frame, reason, output and file the
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import string
 import time
@@ -25,7 +24,7 @@ from models_registry.redact import MARK, redact, redact_url
 from telemetry.ingest import ingest_dir
 from telemetry.normalize import RowError, one_line
 from telemetry.prometheus_api import PrometheusClient, PrometheusSettings, ingest_prometheus
-from tests.test_telemetry_prometheus_api import serve
+from tests.test_telemetry_prometheus_api import Answering, serve
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 QUERIES = 33
@@ -41,7 +40,7 @@ def _series(query: str, labels: dict[str, str], points: list[Any]) -> dict[str, 
     return {"metric": {"__name__": query, "engine": "0", "model_name": MODEL, **labels}, "values": points}
 
 
-class Server(http.server.BaseHTTPRequestHandler):
+class Server(Answering):
     """/<mode>/api/v1/...: the answers of the cases below."""
 
     protocol_version = "HTTP/1.0"
@@ -104,14 +103,6 @@ class Server(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
