@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from typer._click import exceptions as cx  # typer 0.29 vendors click: its usage errors are these classes
+from typer.core import TyperCommand, TyperGroup
 
 if TYPE_CHECKING:
     import duckdb
@@ -17,6 +20,60 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """A user error: one line on stderr, exit code 2 (`code` 1: a run that failed after it started)."""
     typer.echo(f"capplan: error: {' '.join(str(message).split())}", err=True)
     raise typer.Exit(code)
+
+
+def usage_line(exc: cx.UsageError) -> str:
+    """A usage error as one line: `no such option --foo (did you mean --tp?); see capplan estimate -h`."""
+    if isinstance(exc, cx.NoSuchOption):
+        close = sorted(exc.possibilities or ())
+        text = f"no such option {exc.option_name}" + (f" (did you mean {' or '.join(close[:3])}?)" if close else "")
+    else:
+        message = " ".join(exc.format_message().split())
+        text = (message[:1].lower() + message[1:]).rstrip(".")
+    if exc.ctx is not None:
+        text += f"; see {exc.ctx.command_path} -h"
+    return text
+
+
+class _OneLineErrors:
+    """typer's `main` with click's errors as one line on stderr (`capplan: error: ...`, exit 2 for usage errors)
+    instead of the usage block and a boxed message; help and exit codes as click gives them."""
+
+    def main(  # noqa: PLR0913 - click's signature
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            value = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)  # type: ignore[misc]
+        except cx.UsageError as exc:
+            if isinstance(exc, cx.NoArgsIsHelpError):  # no arguments: the help, as click shows it
+                exc.show()
+            else:
+                typer.echo(f"capplan: error: {usage_line(exc)}", err=True)
+            code = 2
+        except cx.ClickException as exc:
+            typer.echo(f"capplan: error: {' '.join(exc.format_message().split())}", err=True)
+            code = exc.exit_code
+        except typer.Abort:
+            typer.echo("capplan: aborted", err=True)
+            code = 1
+        else:
+            code = value if isinstance(value, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+class OneLineGroup(_OneLineErrors, TyperGroup):
+    """The root `capplan` group, errors as one line."""
+
+
+class OneLineCommand(_OneLineErrors, TyperCommand):
+    """A single-command app (`capplan sql`'s fast path), errors as one line."""
 
 
 WarehouseOption = Annotated[
