@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from capacity.dtypes import GIB, KV_DTYPES, WEIGHT_DTYPES
 from capacity.engines import ENGINE_NAMES
+from capacity.engines.command_line import CommandLineError, EngineCommand, read_command
 from capacity.estimate import Estimate
 from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
@@ -37,7 +39,23 @@ def _dtype_name(value: str) -> str:
 
 # `capplan estimate`'s arguments and options, one alias each (typer reads them from the annotations).
 ModelArgument = Annotated[
-    str, typer.Argument(metavar="MODEL", help="Registry id, path to a config.json, or a directory with one.")
+    str | None,
+    typer.Argument(
+        metavar="MODEL",
+        show_default=False,
+        help="Registry id, path to a config.json, or a directory with one (or --from-command).",
+    ),
+]
+FromCommandOption = Annotated[
+    str | None,
+    typer.Option(
+        "--from-command",
+        metavar="CMDLINE",
+        help="A whole engine command, quoted: `vllm serve M ...`, `python -m sglang.launch_server ...`, "
+        "`trtllm-serve M ...`, `docker run ... IMAGE ...`, with NAME=value prefixes and \\ continuations. "
+        "Every flag the engine accepts is taken: the sizing ones applied, the rest named in one note, "
+        "unsized ones (LoRA, drafts, offload) flagged; a capplan option given beside it wins.",
+    ),
 ]
 GpuOption = Annotated[
     str | None, typer.Option("--gpu", metavar="SKU", help="GPU catalog id or alias (nvidia-smi/DCGM names too).")
@@ -165,7 +183,9 @@ GpuMemoryUtilizationOption = Annotated[
     typer.Option(
         "--gpu-memory-utilization",
         metavar="FRACTION",
-        help="Share of device memory the engine may use (engine default: vLLM 0.9).",
+        help="Share of device memory the engine may use (vLLM --gpu-memory-utilization, SGLang "
+        "--mem-fraction-static, TensorRT-LLM --free_gpu_memory_fraction). Default: the release's: vLLM 0.92 "
+        "from 0.22 (0.9 before), SGLang by GPU memory and TP, TensorRT-LLM 0.9 of the free memory.",
     ),
 ]
 EngineOption = Annotated[
@@ -209,7 +229,11 @@ KvCacheMemoryGibOption = Annotated[
 ]
 KvCacheMemoryBytesOption = Annotated[
     int | None,
-    typer.Option("--kv-cache-memory-bytes", metavar="BYTES", help="The same in bytes, as vLLM spells it."),
+    typer.Option(
+        "--kv-cache-memory-bytes",
+        metavar="BYTES",
+        help="KV budget per GPU in bytes, skipping the budget (vLLM's spelling; not with --kv-cache-memory-gib).",
+    ),
 ]
 RequestRateOption = Annotated[
     float | None,
@@ -241,7 +265,8 @@ AsJsonOption = Annotated[bool, typer.Option("--json", metavar="", help="Print th
 
 
 def estimate(
-    model: ModelArgument,
+    ctx: typer.Context,
+    model: ModelArgument = None,
     gpu: GpuOption = None,
     tp: TpOption = 1,
     pp: PpOption = 1,
@@ -279,8 +304,33 @@ def estimate(
     num_prompts: NumPromptsOption = 1000,
     simulate_load: SimulateOption = False,
     as_json: AsJsonOption = False,
+    from_command: FromCommandOption = None,
 ) -> None:
     """Estimate one deployment: KV bytes per token, weights, budget, blocks, B_max, max context."""
+    pasted: _Pasted | None = None
+    if from_command is not None:
+        pasted = _Pasted.read(ctx, from_command, model)
+        model = pasted.command.model
+        v = pasted.values
+        tp, pp = v.get("tp", tp), v.get("pp", pp)
+        dtype, kv_dtype = _dtype_name(v.get("dtype", dtype)), _dtype_name(v.get("kv_dtype", kv_dtype))
+        engine, engine_version = v.get("engine", engine), v.get("engine_version", engine_version)
+        max_model_len = v.get("max_model_len", max_model_len)
+        gpu_memory_utilization = v.get("gpu_memory_utilization", gpu_memory_utilization)
+        max_num_seqs = v.get("max_num_seqs", max_num_seqs)
+        max_num_batched_tokens = v.get("max_num_batched_tokens", max_num_batched_tokens)
+        block_size = v.get("block_size", block_size)
+        enforce_eager = v.get("enforce_eager", enforce_eager)
+        async_scheduling = v.get("async_scheduling", async_scheduling)
+        disable_custom_all_reduce = v.get("disable_custom_all_reduce", disable_custom_all_reduce)
+        kv_cache_memory_bytes = v.get("kv_cache_memory_bytes", kv_cache_memory_bytes)
+        enable_lora, cpu_offload_gb = v.get("enable_lora", enable_lora), v.get("cpu_offload_gb", cpu_offload_gb)
+        speculative = v.get("speculative", speculative)
+        speculative_config = v.get("speculative_config", speculative_config)
+        kv_transfer_config = v.get("kv_transfer_config", kv_transfer_config)
+        enable_dp_attention = v.get("enable_dp_attention", enable_dp_attention)
+    if model is None:
+        fail("give MODEL, or the engine's command line with --from-command")
     _check_ranges(
         {"--tp": tp, "--pp": pp},
         {
@@ -335,9 +385,75 @@ def estimate(
     if context is None and input_len is not None:
         context = input_len + (output_len if output_len is not None else min(256, input_len))
     result = _sized(resolved, deployment, sku, context, concurrency)
+    if pasted is not None:
+        result = pasted.noted(result)
     speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len)
     sim = bench.run(resolved.spec, result, sku, dtype, _Lengths(concurrency, input_len, output_len))
     _print(result, resolved.spec, speed, sim, as_json=as_json)
+
+
+# `capplan estimate` parameters a pasted command can set, with the capplan option that sets them
+_PASTED_OPTIONS = {
+    "tp": "--tp", "pp": "--pp", "dtype": "--dtype", "kv_dtype": "--kv-dtype", "max_model_len": "--max-model-len",
+    "gpu_memory_utilization": "--gpu-memory-utilization", "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens", "block_size": "--block-size",
+    "enforce_eager": "--enforce-eager", "async_scheduling": "--async-scheduling",
+    "disable_custom_all_reduce": "--disable-custom-all-reduce", "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
+    "enable_lora": "--enable-lora", "cpu_offload_gb": "--cpu-offload-gb", "speculative": "--speculative",
+    "speculative_config": "--speculative-config", "kv_transfer_config": "--kv-transfer-config",
+    "enable_dp_attention": "--enable-dp-attention", "engine": "--engine", "engine_version": "--engine-version",
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class _Pasted:
+    """A pasted engine command: the values it sets (a capplan option given on the command line wins),
+    and the lines the estimate gains (what was ignored, what was overridden, what is not sized)."""
+
+    command: EngineCommand
+    values: dict[str, Any]
+    notes: tuple[str, ...]
+
+    @classmethod
+    def read(cls, ctx: typer.Context, text: str, model: str | None) -> _Pasted:
+        from models_registry.redact import redact
+
+        if model is not None:
+            fail("give MODEL or --from-command, not both (the command names its model)")
+        try:
+            command = read_command(text)
+        except CommandLineError as exc:
+            fail(redact(str(exc)))
+        asked: dict[str, Any] = dict(command.options)
+        asked["engine"] = command.engine
+        if command.release is not None:
+            asked["engine_version"] = command.release
+        values: dict[str, Any] = {}
+        won: list[str] = []
+        for name, value in asked.items():
+            source = ctx.get_parameter_source(name)
+            if source is not None and source.name == "COMMANDLINE":
+                if name == "engine" and ctx.params.get("engine") != command.engine:
+                    fail(f"--engine {ctx.params.get('engine')} does not match the pasted {command.engine} command")
+                won.append(_PASTED_OPTIONS[name])
+                continue
+            values[name] = value
+        notes = list(command.notes)
+        if won:
+            notes.append(f"given beside --from-command, these capplan options win over the command: {', '.join(won)}")
+        if command.ignored:
+            notes.append(f"ignored for capacity: {', '.join(command.ignored)}")
+        return cls(command, values, tuple(notes))
+
+    def noted(self, result: Estimate) -> Estimate:
+        """`result` with the pasted command's lines; flags capplan cannot size make it not modelled."""
+        notes = (*result.notes, *self.notes)
+        unsized = self.command.unsized_text()
+        if unsized is None:
+            return dataclasses.replace(result, notes=notes)
+        reason = "; ".join(filter(None, (result.not_modelled, unsized)))
+        return dataclasses.replace(result, notes=(*notes, f"not modelled: {unsized}; sized as if they were off"),
+                                   not_modelled=reason)
 
 
 def _kv_cache_gib(gib: float | None, kv_bytes: int | None) -> float | None:
