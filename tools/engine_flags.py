@@ -20,7 +20,6 @@ import argparse
 import ast
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -122,7 +121,7 @@ def _current() -> dict[str, dict[str, Any]]:
     if not TABLE.exists():
         return {}
     namespace: dict[str, Any] = {}
-    exec(compile(TABLE.read_text(), str(TABLE), "exec"), namespace)  # noqa: S102 - our own generated table
+    exec(compile(TABLE.read_text(), str(TABLE), "exec"), namespace)
     return namespace["ENGINE_FLAGS"]
 
 

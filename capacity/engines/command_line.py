@@ -287,7 +287,6 @@ def _unknown(engine: str, option: str, release: str | None) -> CommandLineError:
 
 
 def _read_args(engine: str, release: str | None, args: list[str]) -> EngineCommand:
-    flags = flag_table(engine)
     applied_map = _APPLIED[engine]
     options: dict[str, object] = {}
     applied: list[str] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -35,45 +36,68 @@ def usage_line(exc: cx.UsageError) -> str:
     return text
 
 
-class _OneLineErrors:
-    """typer's `main` with click's errors as one line on stderr (`capplan: error: ...`, exit 2 for usage errors)
-    instead of the usage block and a boxed message; help and exit codes as click gives them."""
+def _one_line_errors(run: Callable[[], Any], standalone_mode: bool) -> Any:
+    """typer's `main` (run non-standalone) with click's errors as one line on stderr (`capplan: error: ...`,
+    exit 2 for usage errors) instead of the usage block and a boxed message; help and exit codes kept."""
+    try:
+        value = run()
+    except cx.UsageError as exc:
+        if isinstance(exc, cx.NoArgsIsHelpError):  # no arguments: the help, as click shows it
+            exc.show()
+        else:
+            typer.echo(f"capplan: error: {usage_line(exc)}", err=True)
+        code = 2
+    except cx.ClickException as exc:
+        typer.echo(f"capplan: error: {' '.join(exc.format_message().split())}", err=True)
+        code = exc.exit_code
+    except typer.Abort:
+        typer.echo("capplan: aborted", err=True)
+        code = 1
+    else:
+        code = value if isinstance(value, int) else 0
+    if standalone_mode:
+        sys.exit(code)
+    return code
 
-    def main(  # noqa: PLR0913 - click's signature
+
+class OneLineGroup(TyperGroup):
+    """The root `capplan` group, errors as one line."""
+
+    def main(
         self,
-        args: Any = None,
+        args: Sequence[str] | None = None,
         prog_name: str | None = None,
         complete_var: str | None = None,
         standalone_mode: bool = True,
+        windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
-        try:
-            value = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)  # type: ignore[misc]
-        except cx.UsageError as exc:
-            if isinstance(exc, cx.NoArgsIsHelpError):  # no arguments: the help, as click shows it
-                exc.show()
-            else:
-                typer.echo(f"capplan: error: {usage_line(exc)}", err=True)
-            code = 2
-        except cx.ClickException as exc:
-            typer.echo(f"capplan: error: {' '.join(exc.format_message().split())}", err=True)
-            code = exc.exit_code
-        except typer.Abort:
-            typer.echo("capplan: aborted", err=True)
-            code = 1
-        else:
-            code = value if isinstance(value, int) else 0
-        if standalone_mode:
-            sys.exit(code)
-        return code
+        def run() -> Any:
+            return super(OneLineGroup, self).main(
+                args, prog_name, complete_var, False, windows_expand_args, **extra
+            )
+
+        return _one_line_errors(run, standalone_mode)
 
 
-class OneLineGroup(_OneLineErrors, TyperGroup):
-    """The root `capplan` group, errors as one line."""
-
-
-class OneLineCommand(_OneLineErrors, TyperCommand):
+class OneLineCommand(TyperCommand):
     """A single-command app (`capplan sql`'s fast path), errors as one line."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        def run() -> Any:
+            return super(OneLineCommand, self).main(
+                args, prog_name, complete_var, False, windows_expand_args, **extra
+            )
+
+        return _one_line_errors(run, standalone_mode)
 
 
 WarehouseOption = Annotated[
