@@ -92,9 +92,8 @@ def _render(tables: dict[str, dict[str, Any]]) -> str:
         "",
         "ENGINE_FLAGS[engine]: release, how the table was made, whether the parser takes a unique prefix of a",
         "long option (argparse's allow_abbrev: `--tp` for SGLang's `--tp-size`), and flags: option string ->",
-        "(destination,",
-        'arity), arity "0" (a switch), "1", "?", "+" or "*". tests/test_oracle_engine_flags.py checks it',
-        'against the engines\' parsers in .venv-oracle."""',
+        '(destination, arity), arity "0" (a switch), "1", "?", "+" or "*". tests/test_oracle_engine_flags.py',
+        'checks it against the engines\' parsers in .venv-oracle."""',
         "",
         "from __future__ import annotations",
         "",
@@ -109,8 +108,14 @@ def _render(tables: dict[str, dict[str, Any]]) -> str:
         lines.append(f"        'source': {table['source']!r},")
         lines.append(f"        'abbrev': {table['abbrev']!r},")
         lines.append("        'flags': {")
+        line = "           "
         for option, (dest, arity) in table["flags"].items():
-            lines.append(f"            {option!r}: ({dest!r}, {arity!r}),")
+            entry = f" {option!r}: ({dest!r}, {arity!r}),"
+            if len(line) + len(entry) > 116:
+                lines.append(line)
+                line = "           "
+            line += entry
+        lines.append(line)
         lines.append("        },")
         lines.append("    },")
     lines += ["}", "# fmt: on", ""]

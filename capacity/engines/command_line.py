@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from capacity.engines.command_flags import ENGINE_FLAGS
+from capacity.engines.kinds import Engine
 
-ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
-_COMMANDS = {"vllm": "vllm serve", "sglang": "sglang.launch_server", "trtllm": "trtllm-serve"}
+ENGINE_LABELS = {Engine.VLLM: "vLLM", Engine.SGLANG: "SGLang", Engine.TRTLLM: "TensorRT-LLM"}
+_COMMANDS = {Engine.VLLM: "vllm serve", Engine.SGLANG: "sglang.launch_server", Engine.TRTLLM: "trtllm-serve"}
 
 
 class CommandLineError(ValueError):
@@ -38,7 +39,7 @@ class CommandLineError(ValueError):
 class EngineCommand:
     """What a pasted engine command asks for, in `capplan estimate`'s terms."""
 
-    engine: str
+    engine: Engine
     release: str | None  # the release the command names (a docker image tag), else None
     model: str
     options: dict[str, object]  # capplan estimate parameter name -> value
@@ -72,8 +73,8 @@ _QUANTIZATION_DTYPES = {
 
 # destination -> capplan estimate parameter, per engine; the value is converted by the parameter's kind
 _INT, _FLOAT, _TEXT, _SWITCH = "int", "float", "text", "switch"
-_APPLIED: dict[str, dict[str, tuple[str, str]]] = {
-    "vllm": {
+_APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
+    Engine.VLLM: {
         "tensor_parallel_size": ("tp", _INT),
         "pipeline_parallel_size": ("pp", _INT),
         "dtype": ("dtype", _TEXT),
@@ -93,7 +94,7 @@ _APPLIED: dict[str, dict[str, tuple[str, str]]] = {
         "kv_transfer_config": ("kv_transfer_config", _TEXT),
         "quantization": ("dtype", "quantization"),
     },
-    "sglang": {
+    Engine.SGLANG: {
         "tp_size": ("tp", _INT),
         "pp_size": ("pp", _INT),
         "dtype": ("dtype", _TEXT),
@@ -110,7 +111,7 @@ _APPLIED: dict[str, dict[str, tuple[str, str]]] = {
         "enable_dp_attention": ("enable_dp_attention", _SWITCH),
         "quantization": ("dtype", "quantization"),
     },
-    "trtllm": {
+    Engine.TRTLLM: {
         "tensor_parallel_size": ("tp", _INT),
         "pipeline_parallel_size": ("pp", _INT),
         "max_seq_len": ("max_model_len", _INT),
@@ -121,8 +122,8 @@ _APPLIED: dict[str, dict[str, tuple[str, str]]] = {
 }
 
 # flags that move the memory and that capplan does not size (beyond the named estimate options)
-_UNSIZED: dict[str, frozenset[str]] = {
-    "vllm": frozenset({
+_UNSIZED: dict[Engine, frozenset[str]] = {
+    Engine.VLLM: frozenset({
         "kv_offloading_size", "kv_offloading_backend", "lora_modules", "enable_expert_parallel", "enable_eplb", "eplb_config",
         "decode_context_parallel_size", "prefill_context_parallel_size", "compilation_config",
         "cudagraph_capture_sizes", "max_cudagraph_capture_size", "max_loras", "max_lora_rank",
@@ -131,7 +132,7 @@ _UNSIZED: dict[str, frozenset[str]] = {
         "limit_mm_per_prompt", "max_logprobs", "hf_overrides", "override_generation_config", "load_format",
         "pooler_config", "runner", "convert", "enable_sleep_mode", "config",
     }),
-    "sglang": frozenset({
+    Engine.SGLANG: frozenset({
         "max_total_tokens", "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "ep_size",
         "moe_a2a_backend", "enable_eplb", "dp_size", "attn_cp_size", "max_lora_rank", "max_loaded_loras",
         "speculative_draft_model_path", "enable_hierarchical_cache", "hicache_ratio", "hicache_size",
@@ -139,7 +140,7 @@ _UNSIZED: dict[str, frozenset[str]] = {
         "load_format", "enable_mixed_chunk", "disaggregation_mode", "config", "enable_memory_saver",
         "enable_torch_compile", "torch_compile_max_bs", "piecewise_cuda_graph_max_tokens",
     }),
-    "trtllm": frozenset({
+    Engine.TRTLLM: frozenset({
         "extra_llm_api_options", "context_parallel_size", "moe_expert_parallel_size", "moe_cluster_parallel_size",
         "max_beam_width", "backend", "custom_module_dirs", "server_role", "disagg_cluster_uri",
         "metadata_server_config_file",
@@ -157,10 +158,15 @@ _DOCKER_VALUED = frozenset({
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _MODULES = {
-    "vllm.entrypoints.openai.api_server": "vllm",
-    "vllm.entrypoints.api_server": "vllm",
-    "sglang.launch_server": "sglang",
+    "vllm.entrypoints.openai.api_server": Engine.VLLM,
+    "vllm.entrypoints.api_server": Engine.VLLM,
+    "sglang.launch_server": Engine.SGLANG,
 }
+# (launcher, subcommand) -> engine; a None subcommand: the launcher alone, an optional `serve` after it
+_LAUNCHERS = {("vllm", "serve"): Engine.VLLM, ("sglang", "serve"): Engine.SGLANG, ("trtllm-serve", None): Engine.TRTLLM}
+# words in an image's name -> the engine it runs
+_IMAGE_WORDS = (("vllm", Engine.VLLM), ("sglang", Engine.SGLANG), ("tensorrt-llm", Engine.TRTLLM),
+                ("tensorrt_llm", Engine.TRTLLM), ("trtllm", Engine.TRTLLM))
 _RELEASE_IN_TAG = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?)")
 _HUMAN_INT = re.compile(r"^(-?\d+(?:\.\d+)?)([kKmMgGtT]?)$")
 
@@ -170,7 +176,7 @@ def read_command(text: str) -> EngineCommand:
     tokens = _tokens(text)
     tokens = _without_env(tokens)
     release: str | None = None
-    image_engine: str | None = None
+    image_engine: Engine | None = None
     if tokens and PurePosixPath(tokens[0]).name in ("docker", "podman", "nerdctl"):
         tokens, image = _after_image(tokens)
         image_engine, release = _image_engine(image)
@@ -207,60 +213,56 @@ def _after_image(tokens: list[str]) -> tuple[list[str], str]:
     raise CommandLineError("the docker command names no image")
 
 
-def _image_engine(image: str) -> tuple[str | None, str | None]:
-    """The engine an image runs and the release its tag names (`vllm/vllm-openai:v0.33.0` -> vllm, 0.33.0)."""
+def _image_engine(image: str) -> tuple[Engine | None, str | None]:
+    """The engine an image runs and the release its tag names (`vllm/vllm-openai:v0.33.0` -> vLLM, 0.33.0)."""
     name, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "")
     lowered = name.lower()
-    engine = (
-        "vllm" if "vllm" in lowered else "sglang" if "sglang" in lowered else
-        "trtllm" if "tensorrt-llm" in lowered or "tensorrt_llm" in lowered or "trtllm" in lowered else None
-    )
+    engine = next((e for word, e in _IMAGE_WORDS if word in lowered), None)
     match = _RELEASE_IN_TAG.match(tag)
     return engine, match.group(1) if match else None
 
 
-def _launcher(tokens: list[str], image_engine: str | None) -> tuple[str, list[str]]:
+def _launcher(tokens: list[str], image_engine: Engine | None) -> tuple[Engine, list[str]]:
     """The engine and its arguments after the launcher (`vllm serve`, `python -m sglang.launch_server`, ...)."""
     if not tokens:
-        if image_engine == "vllm":
-            return "vllm", []
+        if image_engine is Engine.VLLM:
+            return Engine.VLLM, []
         raise CommandLineError("no engine command found (vllm serve, python -m sglang.launch_server, trtllm-serve)")
     head = PurePosixPath(tokens[0]).name
-    if head == "vllm" and tokens[1:2] == ["serve"]:
-        return "vllm", tokens[2:]
-    if head == "sglang" and tokens[1:2] == ["serve"]:
-        return "sglang", tokens[2:]
-    if head == "trtllm-serve":
-        return "trtllm", tokens[2:] if tokens[1:2] == ["serve"] else tokens[1:]
+    second = tokens[1] if len(tokens) > 1 else None
+    if (head, second) in _LAUNCHERS:
+        return _LAUNCHERS[(head, second)], tokens[2:]
+    if (head, None) in _LAUNCHERS:
+        return _LAUNCHERS[(head, None)], tokens[2:] if second == "serve" else tokens[1:]
     if _PYTHON.match(head):
         i = 1
         while i < len(tokens) and tokens[i].startswith("-") and tokens[i] != "-m":
             i += 1
         if tokens[i : i + 1] == ["-m"] and i + 1 < len(tokens) and tokens[i + 1] in _MODULES:
             return _MODULES[tokens[i + 1]], tokens[i + 2 :]
-    if image_engine == "vllm" and (tokens[0].startswith("-") or len(tokens) == 1 or tokens[1].startswith("-")):
-        return "vllm", tokens  # vllm/vllm-openai's entrypoint is `vllm serve`
+    if image_engine is Engine.VLLM and (tokens[0].startswith("-") or len(tokens) == 1 or tokens[1].startswith("-")):
+        return Engine.VLLM, tokens  # vllm/vllm-openai's entrypoint is `vllm serve`
     raise CommandLineError(
         f"not an engine command: {head!r} (read: vllm serve, python -m vllm.entrypoints.openai.api_server, "
         "sglang serve, python -m sglang.launch_server, trtllm-serve, docker run IMAGE ...)"
     )
 
 
-def flag_table(engine: str) -> dict[str, tuple[str, str]]:
+def flag_table(engine: Engine) -> dict[str, tuple[str, str]]:
     flags: dict[str, tuple[str, str]] = ENGINE_FLAGS[engine]["flags"]
     return flags
 
 
-def table_release(engine: str) -> str:
+def table_release(engine: Engine) -> str:
     release: str = ENGINE_FLAGS[engine]["release"]
     return release
 
 
-def _lookup(engine: str, option: str) -> tuple[str, tuple[str, str]] | None:
+def _lookup(engine: Engine, option: str) -> tuple[str, tuple[str, str]] | None:
     """The table's spelling and entry for `option` (vLLM also takes `_` for `-` and `--x.y` for `--x`)."""
     flags = flag_table(engine)
     candidates = [option]
-    if engine == "vllm" and option.startswith("--"):
+    if engine is Engine.VLLM and option.startswith("--"):  # FlexibleArgumentParser: `_` for `-`, `--x.y`
         base = option.split(".", 1)[0]
         candidates += [option.replace("_", "-"), base, base.replace("_", "-")]
     for candidate in candidates:
@@ -277,7 +279,7 @@ def _lookup(engine: str, option: str) -> tuple[str, tuple[str, str]] | None:
     return None
 
 
-def _unknown(engine: str, option: str, release: str | None) -> CommandLineError:
+def _unknown(engine: Engine, option: str, release: str | None) -> CommandLineError:
     flags = flag_table(engine)
     close = difflib.get_close_matches(option, list(flags), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
@@ -286,7 +288,7 @@ def _unknown(engine: str, option: str, release: str | None) -> CommandLineError:
     return CommandLineError(f"{option} is not a flag of {named}'s {_COMMANDS[engine]}{hint}{asked}")
 
 
-def _read_args(engine: str, release: str | None, args: list[str]) -> EngineCommand:
+def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCommand:
     applied_map = _APPLIED[engine]
     options: dict[str, object] = {}
     applied: list[str] = []
@@ -337,10 +339,7 @@ def _read_args(engine: str, release: str | None, args: list[str]) -> EngineComma
             unsized.append(option)
         else:
             ignored.append(option)
-    if engine == "vllm":
-        if positionals:
-            model = model or positionals.pop(0)
-    elif engine == "trtllm" and positionals:
+    if positionals and engine in (Engine.VLLM, Engine.TRTLLM) and model is None:  # the model as a positional
         model = positionals.pop(0)
     if positionals:
         raise CommandLineError(

@@ -12,7 +12,7 @@ import typer
 
 from capacity.dtypes import GIB, KV_DTYPES, WEIGHT_DTYPES
 from capacity.engines import ENGINE_NAMES
-from capacity.engines.command_line import CommandLineError, EngineCommand, read_command
+from capacity.engines.command_line import CommandLineError, EngineCommand, read_command, table_release
 from capacity.estimate import Estimate
 from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
@@ -307,28 +307,28 @@ def estimate(
     from_command: FromCommandOption = None,
 ) -> None:
     """Estimate one deployment: KV bytes per token, weights, budget, blocks, B_max, max context."""
+    params = {name: value for name, value in locals().items() if name not in ("ctx", "from_command")}
     pasted: _Pasted | None = None
     if from_command is not None:
         pasted = _Pasted.read(ctx, from_command, model)
-        model = pasted.command.model
-        v = pasted.values
-        tp, pp = v.get("tp", tp), v.get("pp", pp)
-        dtype, kv_dtype = _dtype_name(v.get("dtype", dtype)), _dtype_name(v.get("kv_dtype", kv_dtype))
-        engine, engine_version = v.get("engine", engine), v.get("engine_version", engine_version)
-        max_model_len = v.get("max_model_len", max_model_len)
-        gpu_memory_utilization = v.get("gpu_memory_utilization", gpu_memory_utilization)
-        max_num_seqs = v.get("max_num_seqs", max_num_seqs)
-        max_num_batched_tokens = v.get("max_num_batched_tokens", max_num_batched_tokens)
-        block_size = v.get("block_size", block_size)
-        enforce_eager = v.get("enforce_eager", enforce_eager)
-        async_scheduling = v.get("async_scheduling", async_scheduling)
-        disable_custom_all_reduce = v.get("disable_custom_all_reduce", disable_custom_all_reduce)
-        kv_cache_memory_bytes = v.get("kv_cache_memory_bytes", kv_cache_memory_bytes)
-        enable_lora, cpu_offload_gb = v.get("enable_lora", enable_lora), v.get("cpu_offload_gb", cpu_offload_gb)
-        speculative = v.get("speculative", speculative)
-        speculative_config = v.get("speculative_config", speculative_config)
-        kv_transfer_config = v.get("kv_transfer_config", kv_transfer_config)
-        enable_dp_attention = v.get("enable_dp_attention", enable_dp_attention)
+        params |= pasted.values | {"model": pasted.command.model}
+        params["dtype"], params["kv_dtype"] = _dtype_name(params["dtype"]), _dtype_name(params["kv_dtype"])
+    _estimate(pasted=pasted, **params)
+
+
+def _estimate(
+    *, pasted: _Pasted | None, model: str | None, gpu: str | None, tp: int, pp: int, dtype: str, kv_dtype: str,
+    context: int | None, concurrency: int | None, input_len: int | None, output_len: int | None,
+    max_model_len: int | None, async_scheduling: bool | None, enforce_eager: bool, triton_kernels: bool | None,
+    disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool, cpu_offload_gb: float | None,
+    speculative: bool, speculative_config: str | None, enable_dp_attention: bool, kv_transfer_config: str | None,
+    gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
+    max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
+    weights_gib: float | None, overhead_gib: float | None, kv_cache_memory_gib: float | None,
+    kv_cache_memory_bytes: int | None, request_rate: float | None, burst: int | None, num_prompts: int,
+    simulate_load: bool, as_json: bool,
+) -> None:
+    """The estimate of the options as given (or as a pasted command set them)."""
     if model is None:
         fail("give MODEL, or the engine's command line with --from-command")
     _check_ranges(
@@ -394,15 +394,14 @@ def estimate(
 
 # `capplan estimate` parameters a pasted command can set, with the capplan option that sets them
 _PASTED_OPTIONS = {
-    "tp": "--tp", "pp": "--pp", "dtype": "--dtype", "kv_dtype": "--kv-dtype", "max_model_len": "--max-model-len",
-    "gpu_memory_utilization": "--gpu-memory-utilization", "max_num_seqs": "--max-num-seqs",
-    "max_num_batched_tokens": "--max-num-batched-tokens", "block_size": "--block-size",
-    "enforce_eager": "--enforce-eager", "async_scheduling": "--async-scheduling",
-    "disable_custom_all_reduce": "--disable-custom-all-reduce", "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
-    "enable_lora": "--enable-lora", "cpu_offload_gb": "--cpu-offload-gb", "speculative": "--speculative",
-    "speculative_config": "--speculative-config", "kv_transfer_config": "--kv-transfer-config",
-    "enable_dp_attention": "--enable-dp-attention", "engine": "--engine", "engine_version": "--engine-version",
-}  # fmt: skip
+    name: "--" + name.replace("_", "-")
+    for name in (
+        "tp", "pp", "dtype", "kv_dtype", "max_model_len", "gpu_memory_utilization", "max_num_seqs",
+        "max_num_batched_tokens", "block_size", "enforce_eager", "async_scheduling", "disable_custom_all_reduce",
+        "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
+        "kv_transfer_config", "enable_dp_attention", "engine", "engine_version",
+    )
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,6 +438,9 @@ class _Pasted:
                 continue
             values[name] = value
         notes = list(command.notes)
+        table = table_release(command.engine)
+        if command.release is not None and not table.startswith(command.release):
+            notes.append(f"flags read against {command.engine} {table}'s table (the command names {command.release})")
         if won:
             notes.append(f"given beside --from-command, these capplan options win over the command: {', '.join(won)}")
         if command.ignored:
