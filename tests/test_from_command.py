@@ -91,6 +91,19 @@ def test_docker_image_tag_names_the_release() -> None:
     assert pasted == {**_json(str(LLAMA), "--tp", "2", "--engine-version", "0.21.0"), "notes": pasted["notes"]}
 
 
+def test_vllm_spellings() -> None:
+    command = read_command(
+        "vllm serve M --tensor_parallel_size 2 --max-model-len auto --tensor-parallel 2 -O3 -cc.mode 3 "
+        "--gpu-memory-utilization=0.85 --max-num-batched-tokens 8K --disable-prefix-caching --no-enforce-eager"
+    )
+    assert command.options == {
+        "tp": 2, "max_model_len": -1, "gpu_memory_utilization": 0.85, "max_num_batched_tokens": 8192,
+        "enforce_eager": False,
+    }
+    assert command.unsized == ("--optimization-level", "-cc.mode")
+    assert command.ignored == ("--disable-prefix-caching",)
+
+
 def test_python_module_launchers() -> None:
     vllm = read_command(f"python3 -m vllm.entrypoints.openai.api_server --model {LLAMA} --gpu-memory-utilization 0.8")
     assert (vllm.engine, vllm.options) == ("vllm", {"gpu_memory_utilization": 0.8})

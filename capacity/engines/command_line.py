@@ -130,7 +130,7 @@ _UNSIZED: dict[Engine, frozenset[str]] = {
         "max_cpu_loras", "swap_space", "num_gpu_blocks_override", "calculate_kv_scales", "kv_sharing_fast_prefill",
         "mamba_cache_dtype", "mamba_ssm_cache_dtype", "mamba_cache_mode", "mm_encoder_tp_mode",
         "limit_mm_per_prompt", "max_logprobs", "hf_overrides", "override_generation_config", "load_format",
-        "pooler_config", "runner", "convert", "enable_sleep_mode", "config",
+        "pooler_config", "runner", "convert", "enable_sleep_mode", "config", "optimization_level",
     }),
     Engine.SGLANG: frozenset({
         "max_total_tokens", "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "ep_size",
@@ -262,9 +262,9 @@ def _lookup(engine: Engine, option: str) -> tuple[str, tuple[str, str]] | None:
     """The table's spelling and entry for `option` (vLLM also takes `_` for `-` and `--x.y` for `--x`)."""
     flags = flag_table(engine)
     candidates = [option]
-    if engine is Engine.VLLM and option.startswith("--"):  # FlexibleArgumentParser: `_` for `-`, `--x.y`
+    if engine is Engine.VLLM:  # FlexibleArgumentParser: `_` for `-` in long options, `--x.y` / `-x.y` for `--x`
         base = option.split(".", 1)[0]
-        candidates += [option.replace("_", "-"), base, base.replace("_", "-")]
+        candidates += [option.replace("_", "-"), base, base.replace("_", "-")] if option.startswith("--") else [base]
     for candidate in candidates:
         if candidate in flags:
             return candidate, flags[candidate]
@@ -288,7 +288,22 @@ def _unknown(engine: Engine, option: str, release: str | None) -> CommandLineErr
     return CommandLineError(f"{option} is not a flag of {named}'s {_COMMANDS[engine]}{hint}{asked}")
 
 
+def _vllm_optimization_level(args: list[str]) -> list[str]:
+    """vLLM's `-O3`, `-O=3`, `-O 3` as `--optimization-level 3` (FlexibleArgumentParser.parse_args)."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg.startswith("-O") and arg != "-O" and (i == 0 or args[i - 1] != "-O"):
+            out += ["--optimization-level", arg[3:] if arg[2:3] == "=" else arg[2:]]
+        elif arg == "-O" and i + 1 < len(args) and args[i + 1] in {"0", "1", "2", "3"}:
+            out.append("--optimization-level")
+        else:
+            out.append(arg)
+    return out
+
+
 def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCommand:
+    if engine is Engine.VLLM:
+        args = _vllm_optimization_level(args)
     applied_map = _APPLIED[engine]
     options: dict[str, object] = {}
     applied: list[str] = []
@@ -386,6 +401,8 @@ def _value(option: str, spelled: str, dest: str, kind: str, values: list[str], n
 
 def _human_int(value: str) -> int:
     """vLLM's human-readable integers: 32k = 32,000, 32K = 32,768 (m/M, g/G alike); plain integers as is."""
+    if value.strip().lower() == "auto":  # vLLM's human_readable_int_or_auto (--max-model-len auto = -1)
+        return -1
     match = _HUMAN_INT.match(value.strip())
     if match is None:
         raise ValueError(value)
