@@ -193,9 +193,10 @@ def _tokens(text: str) -> list[str]:
 
 
 def _without_env(tokens: list[str]) -> list[str]:
-    """The command without `NAME=value` prefixes (an `env` before them too); the values are never kept."""
+    """The command without `NAME=value` prefixes (and `env`, `sudo`, `exec`, `nohup` before or between them);
+    the values are never kept."""
     i = 0
-    while i < len(tokens) and (_ENV_ASSIGNMENT.match(tokens[i]) or (tokens[i] == "env" and i == 0)):
+    while i < len(tokens) and (_ENV_ASSIGNMENT.match(tokens[i]) or tokens[i] in ("env", "sudo", "exec", "nohup")):
         i += 1
     return tokens[i:]
 
