@@ -215,3 +215,16 @@ def test_no_two_options_share_a_help_text() -> None:
     command = typer.main.get_command(app).commands["estimate"]  # type: ignore[attr-defined]
     helps = [p.help for p in command.params if getattr(p, "help", None)]
     assert len(helps) == len(set(helps))
+
+
+def test_the_sql_fast_path_usage_error_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipelines.cli import main
+
+    monkeypatch.setattr("sys.argv", ["capplan", "sql", "--bogus"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err == ["capplan: error: no such option --bogus; see capplan sql -h"]
