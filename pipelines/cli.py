@@ -1,6 +1,9 @@
 """The `capplan` command line: one typer app, one module per command group.
 
-User errors are one line on stderr and exit code 2; tracebacks are for bugs only.
+User errors are one line on stderr and exit code 2, click's usage errors too (`common.OneLineGroup`:
+"capplan: error: no such option --foo (did you mean --tp?); see capplan estimate -h"); tracebacks are
+for bugs only. Help is click's plain formatter (no rich boxes): wrapped to the terminal, never cut,
+the same in a pipe.
 
 The app is built on first use (`pipelines.cli.app`, or `main()`), not at import: `capplan sql` is
 one process per query and runs without importing the other commands (the registry's import
@@ -39,13 +42,16 @@ def _root(
 def build_app() -> typer.Typer:
     """The whole `capplan` app, every command group registered."""
     from pipelines.commands import doctor, estimate, export, nightly, registry, report, sql
+    from pipelines.commands.common import OneLineGroup
 
     app = typer.Typer(
+        cls=OneLineGroup,
         name="capplan",
         help="Fleet-wide capacity planner for LLM serving.",
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        rich_markup_mode=None,
         context_settings=CONTEXT_SETTINGS,
     )
     app.callback()(_root)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from typer._click import exceptions as cx  # typer 0.29 vendors click: its usage errors are these classes
+from typer.core import TyperCommand, TyperGroup
 
 if TYPE_CHECKING:
     import duckdb
@@ -17,6 +21,83 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """A user error: one line on stderr, exit code 2 (`code` 1: a run that failed after it started)."""
     typer.echo(f"capplan: error: {' '.join(str(message).split())}", err=True)
     raise typer.Exit(code)
+
+
+def usage_line(exc: cx.UsageError) -> str:
+    """A usage error as one line: `no such option --foo (did you mean --tp?); see capplan estimate -h`."""
+    if isinstance(exc, cx.NoSuchOption):
+        close = sorted(exc.possibilities or ())
+        text = f"no such option {exc.option_name}" + (f" (did you mean {' or '.join(close[:3])}?)" if close else "")
+    else:
+        message = " ".join(exc.format_message().split())
+        text = (message[:1].lower() + message[1:]).rstrip(".")
+    if exc.ctx is not None:
+        text += f"; see {exc.ctx.command_path} -h"
+    return text
+
+
+def _one_line_errors(run: Callable[[], Any], standalone_mode: bool) -> Any:
+    """typer's `main` (run non-standalone) with click's errors as one line on stderr (`capplan: error: ...`,
+    exit 2 for usage errors) instead of the usage block and a boxed message; help and exit codes kept."""
+    try:
+        value = run()
+    except cx.UsageError as exc:
+        if isinstance(exc, cx.NoArgsIsHelpError):  # no arguments: the help, as click shows it
+            exc.show()
+        else:
+            typer.echo(f"capplan: error: {usage_line(exc)}", err=True)
+        code = 2
+    except cx.ClickException as exc:
+        typer.echo(f"capplan: error: {' '.join(exc.format_message().split())}", err=True)
+        code = exc.exit_code
+    except typer.Abort:
+        typer.echo("capplan: aborted", err=True)
+        code = 1
+    else:
+        code = value if isinstance(value, int) else 0
+    if standalone_mode:
+        sys.exit(code)
+    return code
+
+
+class OneLineGroup(TyperGroup):
+    """The root `capplan` group, errors as one line."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        def run() -> Any:
+            return super(OneLineGroup, self).main(
+                args, prog_name, complete_var, False, windows_expand_args, **extra
+            )
+
+        return _one_line_errors(run, standalone_mode)
+
+
+class OneLineCommand(TyperCommand):
+    """A single-command app (`capplan sql`'s fast path), errors as one line."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        def run() -> Any:
+            return super(OneLineCommand, self).main(
+                args, prog_name, complete_var, False, windows_expand_args, **extra
+            )
+
+        return _one_line_errors(run, standalone_mode)
 
 
 WarehouseOption = Annotated[

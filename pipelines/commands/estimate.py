@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from capacity.dtypes import GIB, KV_DTYPES, WEIGHT_DTYPES
 from capacity.engines import ENGINE_NAMES
+from capacity.engines.command_line import CommandLineError, EngineCommand, read_command, table_release
 from capacity.estimate import Estimate
 from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
@@ -37,7 +39,23 @@ def _dtype_name(value: str) -> str:
 
 # `capplan estimate`'s arguments and options, one alias each (typer reads them from the annotations).
 ModelArgument = Annotated[
-    str, typer.Argument(metavar="MODEL", help="Registry id, path to a config.json, or a directory with one.")
+    str | None,
+    typer.Argument(
+        metavar="MODEL",
+        show_default=False,
+        help="Registry id, path to a config.json, or a directory with one (or --from-command).",
+    ),
+]
+FromCommandOption = Annotated[
+    str | None,
+    typer.Option(
+        "--from-command",
+        metavar="CMDLINE",
+        help="A whole engine command, quoted: `vllm serve M ...`, `python -m sglang.launch_server ...`, "
+        "`trtllm-serve M ...`, `docker run ... IMAGE ...`, with NAME=value prefixes and \\ continuations. "
+        "Every flag the engine accepts is taken: the sizing ones applied, the rest named in one note, "
+        "unsized ones (LoRA, drafts, offload) flagged; a capplan option given beside it wins.",
+    ),
 ]
 GpuOption = Annotated[
     str | None, typer.Option("--gpu", metavar="SKU", help="GPU catalog id or alias (nvidia-smi/DCGM names too).")
@@ -165,7 +183,9 @@ GpuMemoryUtilizationOption = Annotated[
     typer.Option(
         "--gpu-memory-utilization",
         metavar="FRACTION",
-        help="Share of device memory the engine may use (engine default: vLLM 0.9).",
+        help="Share of device memory the engine may use (vLLM --gpu-memory-utilization, SGLang "
+        "--mem-fraction-static, TensorRT-LLM --free_gpu_memory_fraction). Default: the release's: vLLM 0.92 "
+        "from 0.22 (0.9 before), SGLang by GPU memory and TP, TensorRT-LLM 0.9 of the free memory.",
     ),
 ]
 EngineOption = Annotated[
@@ -209,7 +229,11 @@ KvCacheMemoryGibOption = Annotated[
 ]
 KvCacheMemoryBytesOption = Annotated[
     int | None,
-    typer.Option("--kv-cache-memory-bytes", metavar="BYTES", help="The same in bytes, as vLLM spells it."),
+    typer.Option(
+        "--kv-cache-memory-bytes",
+        metavar="BYTES",
+        help="KV budget per GPU in bytes, skipping the budget (vLLM's spelling; not with --kv-cache-memory-gib).",
+    ),
 ]
 RequestRateOption = Annotated[
     float | None,
@@ -241,7 +265,8 @@ AsJsonOption = Annotated[bool, typer.Option("--json", metavar="", help="Print th
 
 
 def estimate(
-    model: ModelArgument,
+    ctx: typer.Context,
+    model: ModelArgument = None,
     gpu: GpuOption = None,
     tp: TpOption = 1,
     pp: PpOption = 1,
@@ -279,8 +304,33 @@ def estimate(
     num_prompts: NumPromptsOption = 1000,
     simulate_load: SimulateOption = False,
     as_json: AsJsonOption = False,
+    from_command: FromCommandOption = None,
 ) -> None:
     """Estimate one deployment: KV bytes per token, weights, budget, blocks, B_max, max context."""
+    params = {name: value for name, value in locals().items() if name not in ("ctx", "from_command")}
+    pasted: _Pasted | None = None
+    if from_command is not None:
+        pasted = _Pasted.read(ctx, from_command, model)
+        params |= pasted.values | {"model": pasted.command.model}
+        params["dtype"], params["kv_dtype"] = _dtype_name(params["dtype"]), _dtype_name(params["kv_dtype"])
+    _estimate(pasted=pasted, **params)
+
+
+def _estimate(
+    *, pasted: _Pasted | None, model: str | None, gpu: str | None, tp: int, pp: int, dtype: str, kv_dtype: str,
+    context: int | None, concurrency: int | None, input_len: int | None, output_len: int | None,
+    max_model_len: int | None, async_scheduling: bool | None, enforce_eager: bool, triton_kernels: bool | None,
+    disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool, cpu_offload_gb: float | None,
+    speculative: bool, speculative_config: str | None, enable_dp_attention: bool, kv_transfer_config: str | None,
+    gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
+    max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
+    weights_gib: float | None, overhead_gib: float | None, kv_cache_memory_gib: float | None,
+    kv_cache_memory_bytes: int | None, request_rate: float | None, burst: int | None, num_prompts: int,
+    simulate_load: bool, as_json: bool,
+) -> None:
+    """The estimate of the options as given (or as a pasted command set them)."""
+    if model is None:
+        fail("give MODEL, or the engine's command line with --from-command")
     _check_ranges(
         {"--tp": tp, "--pp": pp},
         {
@@ -335,9 +385,77 @@ def estimate(
     if context is None and input_len is not None:
         context = input_len + (output_len if output_len is not None else min(256, input_len))
     result = _sized(resolved, deployment, sku, context, concurrency)
+    if pasted is not None:
+        result = pasted.noted(result)
     speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len)
     sim = bench.run(resolved.spec, result, sku, dtype, _Lengths(concurrency, input_len, output_len))
     _print(result, resolved.spec, speed, sim, as_json=as_json)
+
+
+# `capplan estimate` parameters a pasted command can set, with the capplan option that sets them
+_PASTED_OPTIONS = {
+    name: "--" + name.replace("_", "-")
+    for name in (
+        "tp", "pp", "dtype", "kv_dtype", "max_model_len", "gpu_memory_utilization", "max_num_seqs",
+        "max_num_batched_tokens", "block_size", "enforce_eager", "async_scheduling", "disable_custom_all_reduce",
+        "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
+        "kv_transfer_config", "enable_dp_attention", "engine", "engine_version",
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Pasted:
+    """A pasted engine command: the values it sets (a capplan option given on the command line wins),
+    and the lines the estimate gains (what was ignored, what was overridden, what is not sized)."""
+
+    command: EngineCommand
+    values: dict[str, Any]
+    notes: tuple[str, ...]
+
+    @classmethod
+    def read(cls, ctx: typer.Context, text: str, model: str | None) -> _Pasted:
+        from models_registry.redact import redact
+
+        if model is not None:
+            fail("give MODEL or --from-command, not both (the command names its model)")
+        try:
+            command = read_command(text)
+        except CommandLineError as exc:
+            fail(redact(str(exc)))
+        asked: dict[str, Any] = dict(command.options)
+        asked["engine"] = command.engine
+        if command.release is not None:
+            asked["engine_version"] = command.release
+        values: dict[str, Any] = {}
+        won: list[str] = []
+        for name, value in asked.items():
+            source = ctx.get_parameter_source(name)
+            if source is not None and source.name == "COMMANDLINE":
+                if name == "engine" and ctx.params.get("engine") != command.engine:
+                    fail(f"--engine {ctx.params.get('engine')} does not match the pasted {command.engine} command")
+                won.append(_PASTED_OPTIONS[name])
+                continue
+            values[name] = value
+        notes = list(command.notes)
+        table = table_release(command.engine)
+        if command.release is not None and not table.startswith(command.release):
+            notes.append(f"flags read against {command.engine} {table}'s table (the command names {command.release})")
+        if won:
+            notes.append(f"given beside --from-command, these capplan options win over the command: {', '.join(won)}")
+        if command.ignored:
+            notes.append(f"ignored for capacity: {', '.join(command.ignored)}")
+        return cls(command, values, tuple(notes))
+
+    def noted(self, result: Estimate) -> Estimate:
+        """`result` with the pasted command's lines; flags capplan cannot size make it not modelled."""
+        notes = (*result.notes, *self.notes)
+        unsized = self.command.unsized_text()
+        if unsized is None:
+            return dataclasses.replace(result, notes=notes)
+        reason = "; ".join(filter(None, (result.not_modelled, unsized)))
+        return dataclasses.replace(result, notes=(*notes, f"not modelled: {unsized}; sized as if they were off"),
+                                   not_modelled=reason)
 
 
 def _kv_cache_gib(gib: float | None, kv_bytes: int | None) -> float | None:

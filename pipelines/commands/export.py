@@ -20,7 +20,7 @@ from pipelines.commands.sql import _json_value
 
 FORMATS = ("json", "csv")
 
-app = typer.Typer(help="Export published answers (admission budgets for routers).", no_args_is_help=True)
+app = typer.Typer(help="Export published answers (admission budgets for routers).", no_args_is_help=True, rich_markup_mode=None)
 
 
 @app.command("admission")

@@ -18,7 +18,7 @@ from models_registry import ingest as ingest_mod
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import read_gpu_catalog
 
-app = typer.Typer(help="Model and GPU registry: ingest, list, show.", no_args_is_help=True)
+app = typer.Typer(help="Model and GPU registry: ingest, list, show.", no_args_is_help=True, rich_markup_mode=None)
 
 GIB = 2**30
 

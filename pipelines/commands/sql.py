@@ -40,6 +40,8 @@ from typing import Annotated, Any, NoReturn, TypeVar, cast
 
 import typer
 
+from pipelines.commands.common import OneLineCommand
+
 FORMATS = ("table", "line", "csv", "json", "markdown")
 TIMEOUT_ENV = "CAPPLAN_SQL_TIMEOUT_S"
 MEMORY_ENV = "CAPPLAN_SQL_MEMORY_LIMIT"
@@ -432,6 +434,9 @@ def _cancel(con: Any, done: threading.Event, stop: threading.Event) -> None:
 
 
 app = typer.Typer(
-    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.command()(sql)
+app.command(cls=OneLineCommand)(sql)

@@ -1,0 +1,415 @@
+"""Read a pasted engine command line (`vllm serve ...`, SGLang's `launch_server`, `trtllm-serve ...`).
+
+Every flag the engine's own parser accepts is accepted (capacity/engines/command_flags.py, generated
+from the parsers by tools/engine_flags.py). Each flag is one of three things here:
+
+* applied: it maps to a `capplan estimate` option (`-tp 2` -> tp=2, `--quantization fp8` -> weight dtype fp8);
+* unsized: it moves memory capplan does not size (LoRA, a draft model, CPU offload, a KV connector, ...):
+  the estimate is flagged not modelled, the flag named;
+* ignored: it does not change the memory or the batch (`--host`, `--port`, `--served-model-name`,
+  `--api-key`, logging, `--enable-chunked-prefill`, ...): named in one note line.
+
+A flag the engine does not know is a `CommandLineError` naming it, the engine and release, and the
+closest flag. Values are read only for applied flags and are never echoed (an `--api-key`'s value, an
+`HF_TOKEN=` prefix stay out of every message). Handled around the command: `NAME=value` environment
+prefixes (and `env`), `\\` line continuations, `docker run [options] IMAGE [args]` (the image tag gives
+the release; vLLM's image runs `vllm serve`), `python -m ...` launchers.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from capacity.engines.command_flags import ENGINE_FLAGS
+from capacity.engines.kinds import Engine
+
+ENGINE_LABELS = {Engine.VLLM: "vLLM", Engine.SGLANG: "SGLang", Engine.TRTLLM: "TensorRT-LLM"}
+_COMMANDS = {Engine.VLLM: "vllm serve", Engine.SGLANG: "sglang.launch_server", Engine.TRTLLM: "trtllm-serve"}
+
+
+class CommandLineError(ValueError):
+    """The command line cannot be read (one line, no values echoed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCommand:
+    """What a pasted engine command asks for, in `capplan estimate`'s terms."""
+
+    engine: Engine
+    release: str | None  # the release the command names (a docker image tag), else None
+    model: str
+    options: dict[str, object]  # capplan estimate parameter name -> value
+    applied: tuple[str, ...]  # the flags applied, as spelled
+    ignored: tuple[str, ...]  # flags that do not change capacity, as spelled
+    unsized: tuple[str, ...]  # flags whose memory capplan does not size, as spelled
+    notes: tuple[str, ...] = field(default=())  # how an applied flag was read, where it needs saying
+
+    def unsized_text(self) -> str | None:
+        """The not-modelled reason for the flags the named estimate options do not already flag."""
+        return f"engine flags not sized: {', '.join(self.unsized)}" if self.unsized else None
+
+
+# --quantization methods that set the weights' storage dtype (online quantization of a 16-bit checkpoint,
+# or the format's own element size); any other method names the checkpoint's own quantization config,
+# which the weight sizing reads from the checkpoint
+_QUANTIZATION_DTYPES = {
+    "fp8": "fp8",
+    "fbgemm_fp8": "fp8",
+    "ptpc_fp8": "fp8",
+    "fp8_e4m3": "fp8",
+    "w8a8_fp8": "fp8",
+    "modelopt": "fp8",
+    "mxfp4": "mxfp4",
+    "modelopt_fp4": "nvfp4",
+    "nvfp4": "nvfp4",
+    "experts_int8": "int8",
+    "w8a8_int8": "int8",
+    "int8": "int8",
+}
+
+# destination -> capplan estimate parameter, per engine; the value is converted by the parameter's kind
+_INT, _FLOAT, _TEXT, _SWITCH = "int", "float", "text", "switch"
+_APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
+    Engine.VLLM: {
+        "tensor_parallel_size": ("tp", _INT),
+        "pipeline_parallel_size": ("pp", _INT),
+        "dtype": ("dtype", _TEXT),
+        "kv_cache_dtype": ("kv_dtype", _TEXT),
+        "max_model_len": ("max_model_len", _INT),
+        "gpu_memory_utilization": ("gpu_memory_utilization", _FLOAT),
+        "max_num_seqs": ("max_num_seqs", _INT),
+        "max_num_batched_tokens": ("max_num_batched_tokens", _INT),
+        "block_size": ("block_size", _INT),
+        "enforce_eager": ("enforce_eager", _SWITCH),
+        "async_scheduling": ("async_scheduling", _SWITCH),
+        "disable_custom_all_reduce": ("disable_custom_all_reduce", _SWITCH),
+        "kv_cache_memory_bytes": ("kv_cache_memory_bytes", _INT),
+        "enable_lora": ("enable_lora", _SWITCH),
+        "cpu_offload_gb": ("cpu_offload_gb", _FLOAT),
+        "speculative_config": ("speculative_config", _TEXT),
+        "kv_transfer_config": ("kv_transfer_config", _TEXT),
+        "quantization": ("dtype", "quantization"),
+    },
+    Engine.SGLANG: {
+        "tp_size": ("tp", _INT),
+        "pp_size": ("pp", _INT),
+        "dtype": ("dtype", _TEXT),
+        "kv_cache_dtype": ("kv_dtype", _TEXT),
+        "context_length": ("max_model_len", _INT),
+        "mem_fraction_static": ("gpu_memory_utilization", _FLOAT),
+        "max_running_requests": ("max_num_seqs", _INT),
+        "chunked_prefill_size": ("max_num_batched_tokens", _INT),
+        "page_size": ("block_size", _INT),
+        "enable_lora": ("enable_lora", _SWITCH),
+        "lora_paths": ("enable_lora", "present"),
+        "cpu_offload_gb": ("cpu_offload_gb", _FLOAT),
+        "speculative_algorithm": ("speculative", "present"),
+        "enable_dp_attention": ("enable_dp_attention", _SWITCH),
+        "quantization": ("dtype", "quantization"),
+    },
+    Engine.TRTLLM: {
+        "tensor_parallel_size": ("tp", _INT),
+        "pipeline_parallel_size": ("pp", _INT),
+        "max_seq_len": ("max_model_len", _INT),
+        "max_batch_size": ("max_num_seqs", _INT),
+        "max_num_tokens": ("max_num_batched_tokens", _INT),
+        "free_gpu_memory_fraction": ("gpu_memory_utilization", _FLOAT),
+    },
+}
+
+# flags that move the memory and that capplan does not size (beyond the named estimate options)
+_UNSIZED: dict[Engine, frozenset[str]] = {
+    Engine.VLLM: frozenset({
+        "kv_offloading_size", "kv_offloading_backend", "lora_modules", "enable_expert_parallel", "enable_eplb", "eplb_config",
+        "decode_context_parallel_size", "prefill_context_parallel_size", "compilation_config",
+        "cudagraph_capture_sizes", "max_cudagraph_capture_size", "max_loras", "max_lora_rank",
+        "max_cpu_loras", "swap_space", "num_gpu_blocks_override", "calculate_kv_scales", "kv_sharing_fast_prefill",
+        "mamba_cache_dtype", "mamba_ssm_cache_dtype", "mamba_cache_mode", "mm_encoder_tp_mode",
+        "limit_mm_per_prompt", "max_logprobs", "hf_overrides", "override_generation_config", "load_format",
+        "pooler_config", "runner", "convert", "enable_sleep_mode", "config", "optimization_level",
+    }),
+    Engine.SGLANG: frozenset({
+        "max_total_tokens", "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "ep_size",
+        "moe_a2a_backend", "enable_eplb", "dp_size", "attn_cp_size", "max_lora_rank", "max_loaded_loras",
+        "speculative_draft_model_path", "enable_hierarchical_cache", "hicache_ratio", "hicache_size",
+        "mamba_ssm_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio", "json_model_override_args",
+        "load_format", "enable_mixed_chunk", "disaggregation_mode", "config", "enable_memory_saver",
+        "enable_torch_compile", "torch_compile_max_bs", "piecewise_cuda_graph_max_tokens",
+    }),
+    Engine.TRTLLM: frozenset({
+        "extra_llm_api_options", "context_parallel_size", "moe_expert_parallel_size", "moe_cluster_parallel_size",
+        "max_beam_width", "backend", "custom_module_dirs", "server_role", "disagg_cluster_uri",
+        "metadata_server_config_file",
+    }),
+}
+
+# docker run options that take a value (the rest are switches)
+_DOCKER_VALUED = frozenset({
+    "-e", "--env", "--env-file", "-v", "--volume", "-p", "--publish", "--name", "--gpus", "--ipc", "--shm-size",
+    "--runtime", "--network", "--net", "-w", "--workdir", "--entrypoint", "--mount", "--device", "--ulimit",
+    "-u", "--user", "-l", "--label", "--restart", "--cpus", "-m", "--memory", "--platform", "-h", "--hostname",
+    "--add-host", "--security-opt", "--cap-add", "--cap-drop", "--pid", "--cpuset-cpus", "--log-driver",
+    "--log-opt", "--memory-swap", "--tmpfs", "--pull", "--stop-signal", "--group-add", "--dns",
+})
+_ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+_MODULES = {
+    "vllm.entrypoints.openai.api_server": Engine.VLLM,
+    "vllm.entrypoints.api_server": Engine.VLLM,
+    "sglang.launch_server": Engine.SGLANG,
+}
+# (launcher, subcommand) -> engine; a None subcommand: the launcher alone, an optional `serve` after it
+_LAUNCHERS = {("vllm", "serve"): Engine.VLLM, ("sglang", "serve"): Engine.SGLANG, ("trtllm-serve", None): Engine.TRTLLM}
+# words in an image's name -> the engine it runs
+_IMAGE_WORDS = (("vllm", Engine.VLLM), ("sglang", Engine.SGLANG), ("tensorrt-llm", Engine.TRTLLM),
+                ("tensorrt_llm", Engine.TRTLLM), ("trtllm", Engine.TRTLLM))
+_RELEASE_IN_TAG = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?)")
+_HUMAN_INT = re.compile(r"^(-?\d+(?:\.\d+)?)([kKmMgGtT]?)$")
+
+
+def read_command(text: str) -> EngineCommand:
+    """The engine command in `text`, read against the engine's flag table."""
+    tokens = _tokens(text)
+    tokens = _without_env(tokens)
+    release: str | None = None
+    image_engine: Engine | None = None
+    if tokens and PurePosixPath(tokens[0]).name in ("docker", "podman", "nerdctl"):
+        tokens, image = _after_image(tokens)
+        image_engine, release = _image_engine(image)
+    engine, args = _launcher(tokens, image_engine)
+    return _read_args(engine, release, args)
+
+
+def _tokens(text: str) -> list[str]:
+    joined = re.sub(r"\\[ \t]*\r?\n", " ", text)
+    try:
+        return shlex.split(joined)
+    except ValueError as exc:
+        raise CommandLineError(f"cannot split the command line: {exc}") from None
+
+
+def _without_env(tokens: list[str]) -> list[str]:
+    """The command without `NAME=value` prefixes (and `env`, `sudo`, `exec`, `nohup` before or between them);
+    the values are never kept."""
+    i = 0
+    while i < len(tokens) and (_ENV_ASSIGNMENT.match(tokens[i]) or tokens[i] in ("env", "sudo", "exec", "nohup")):
+        i += 1
+    return tokens[i:]
+
+
+def _after_image(tokens: list[str]) -> tuple[list[str], str]:
+    """`docker run [options] IMAGE [args]` -> (args, IMAGE)."""
+    if len(tokens) < 2 or tokens[1] != "run":
+        raise CommandLineError(f"only `{PurePosixPath(tokens[0]).name} run ...` is read, not `{tokens[0]} {tokens[1] if len(tokens) > 1 else ''}`")
+    i = 2
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("-"):
+            return tokens[i + 1 :], token
+        i += 2 if token in _DOCKER_VALUED else 1
+    raise CommandLineError("the docker command names no image")
+
+
+def _image_engine(image: str) -> tuple[Engine | None, str | None]:
+    """The engine an image runs and the release its tag names (`vllm/vllm-openai:v0.33.0` -> vLLM, 0.33.0)."""
+    name, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "")
+    lowered = name.lower()
+    engine = next((e for word, e in _IMAGE_WORDS if word in lowered), None)
+    match = _RELEASE_IN_TAG.match(tag)
+    return engine, match.group(1) if match else None
+
+
+def _launcher(tokens: list[str], image_engine: Engine | None) -> tuple[Engine, list[str]]:
+    """The engine and its arguments after the launcher (`vllm serve`, `python -m sglang.launch_server`, ...)."""
+    if not tokens:
+        if image_engine is Engine.VLLM:
+            return Engine.VLLM, []
+        raise CommandLineError("no engine command found (vllm serve, python -m sglang.launch_server, trtllm-serve)")
+    head = PurePosixPath(tokens[0]).name
+    second = tokens[1] if len(tokens) > 1 else None
+    if (head, second) in _LAUNCHERS:
+        return _LAUNCHERS[(head, second)], tokens[2:]
+    if (head, None) in _LAUNCHERS:
+        return _LAUNCHERS[(head, None)], tokens[2:] if second == "serve" else tokens[1:]
+    if _PYTHON.match(head):
+        i = 1
+        while i < len(tokens) and tokens[i].startswith("-") and tokens[i] != "-m":
+            i += 1
+        if tokens[i : i + 1] == ["-m"] and i + 1 < len(tokens) and tokens[i + 1] in _MODULES:
+            return _MODULES[tokens[i + 1]], tokens[i + 2 :]
+    if image_engine is Engine.VLLM and (tokens[0].startswith("-") or len(tokens) == 1 or tokens[1].startswith("-")):
+        return Engine.VLLM, tokens  # vllm/vllm-openai's entrypoint is `vllm serve`
+    raise CommandLineError(
+        f"not an engine command: {head!r} (read: vllm serve, python -m vllm.entrypoints.openai.api_server, "
+        "sglang serve, python -m sglang.launch_server, trtllm-serve, docker run IMAGE ...)"
+    )
+
+
+def flag_table(engine: Engine) -> dict[str, tuple[str, str]]:
+    flags: dict[str, tuple[str, str]] = ENGINE_FLAGS[engine]["flags"]
+    return flags
+
+
+def table_release(engine: Engine) -> str:
+    release: str = ENGINE_FLAGS[engine]["release"]
+    return release
+
+
+def _lookup(engine: Engine, option: str) -> tuple[str, tuple[str, str]] | None:
+    """The table's spelling and entry for `option` (vLLM also takes `_` for `-` and `--x.y` for `--x`)."""
+    flags = flag_table(engine)
+    candidates = [option]
+    if engine is Engine.VLLM:  # FlexibleArgumentParser: `_` for `-` in long options, `--x.y` / `-x.y` for `--x`
+        base = option.split(".", 1)[0]
+        candidates += [option.replace("_", "-"), base, base.replace("_", "-")] if option.startswith("--") else [base]
+    for candidate in candidates:
+        if candidate in flags:
+            return candidate, flags[candidate]
+    if ENGINE_FLAGS[engine]["abbrev"] and option.startswith("--"):  # argparse: a unique prefix of a long option
+        prefix = candidates[-1]
+        matches = sorted(flag for flag in flags if flag.startswith(prefix) and flag.startswith("--"))
+        if len(matches) == 1:
+            return matches[0], flags[matches[0]]
+        if len(matches) > 1:
+            raise CommandLineError(f"{option} is ambiguous for {ENGINE_LABELS[engine]} {table_release(engine)}: "
+                                   f"{', '.join(matches[:4])}{', ...' if len(matches) > 4 else ''}")
+    return None
+
+
+def _unknown(engine: Engine, option: str, release: str | None) -> CommandLineError:
+    flags = flag_table(engine)
+    close = difflib.get_close_matches(option, list(flags), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    named = f"{ENGINE_LABELS[engine]} {table_release(engine)}"
+    asked = f"; the command names {release}" if release and not table_release(engine).startswith(release) else ""
+    return CommandLineError(f"{option} is not a flag of {named}'s {_COMMANDS[engine]}{hint}{asked}")
+
+
+def _vllm_optimization_level(args: list[str]) -> list[str]:
+    """vLLM's `-O3`, `-O=3`, `-O 3` as `--optimization-level 3` (FlexibleArgumentParser.parse_args)."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg.startswith("-O") and arg != "-O" and (i == 0 or args[i - 1] != "-O"):
+            out += ["--optimization-level", arg[3:] if arg[2:3] == "=" else arg[2:]]
+        elif arg == "-O" and i + 1 < len(args) and args[i + 1] in {"0", "1", "2", "3"}:
+            out.append("--optimization-level")
+        else:
+            out.append(arg)
+    return out
+
+
+def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCommand:
+    if engine is Engine.VLLM:
+        args = _vllm_optimization_level(args)
+    applied_map = _APPLIED[engine]
+    options: dict[str, object] = {}
+    applied: list[str] = []
+    ignored: list[str] = []
+    unsized: list[str] = []
+    notes: list[str] = []
+    positionals: list[str] = []
+    model: str | None = None
+    i = 0
+    while i < len(args):
+        token = args[i]
+        i += 1
+        if token == "--":
+            positionals += args[i:]
+            break
+        if not token.startswith("-") or token == "-" or re.match(r"^-\d", token):
+            positionals.append(token)
+            continue
+        option, eq, inline = token.partition("=")
+        found = _lookup(engine, option)
+        if found is None:
+            raise _unknown(engine, option, release)
+        spelled, (dest, arity) = found
+        values: list[str] = [inline] if eq else []
+        if not eq and arity == "1":
+            if i >= len(args):
+                raise CommandLineError(f"{option} needs a value ({ENGINE_LABELS[engine]} {_COMMANDS[engine]})")
+            values = [args[i]]
+            i += 1
+        elif not eq and arity in ("?", "+", "*"):
+            while i < len(args) and not (args[i].startswith("-") and not re.match(r"^-\d", args[i])):
+                values.append(args[i])
+                i += 1
+                if arity == "?":
+                    break
+            if arity == "+" and not values:
+                raise CommandLineError(f"{option} needs a value ({ENGINE_LABELS[engine]} {_COMMANDS[engine]})")
+        if dest in ("model", "model_path", "model_tag"):
+            model = values[0] if values else model
+            continue
+        if dest == "help":
+            raise CommandLineError(f"{option} asks the engine for its help; nothing to size")
+        if dest in applied_map:
+            name, kind = applied_map[dest]
+            options[name] = _value(option, spelled, dest, kind, values, notes)
+            applied.append(option)
+        elif dest in _UNSIZED[engine]:
+            unsized.append(option)
+        else:
+            ignored.append(option)
+    if positionals and engine in (Engine.VLLM, Engine.TRTLLM) and model is None:  # the model as a positional
+        model = positionals.pop(0)
+    if positionals:
+        raise CommandLineError(
+            f"unexpected argument #{len(args) - len(positionals) + 1} after the model "
+            f"({ENGINE_LABELS[engine]} {_COMMANDS[engine]} takes one model)"
+        )
+    if model is None:
+        raise CommandLineError(f"the command names no model ({ENGINE_LABELS[engine]} {_COMMANDS[engine]})")
+    return EngineCommand(
+        engine, release, model, options, tuple(applied), tuple(_unique(ignored)), tuple(_unique(unsized)),
+        tuple(notes),
+    )
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _value(option: str, spelled: str, dest: str, kind: str, values: list[str], notes: list[str]) -> object:
+    """An applied flag's value, converted for its capplan option."""
+    if kind == _SWITCH:
+        if values:  # --flag=false, as some parsers accept
+            return values[0].lower() not in ("0", "false", "no", "off")
+        negative = spelled.startswith("--no-") or (spelled.startswith("--disable-") and not dest.startswith("disable"))
+        return not negative
+    if kind == "present":
+        return True
+    value = " ".join(values)
+    if kind == _TEXT:
+        return value
+    if kind == "quantization":
+        method = value.lower()
+        if method in _QUANTIZATION_DTYPES:
+            return _QUANTIZATION_DTYPES[method]
+        notes.append(f"{option} {method}: the checkpoint's own quantization config sizes the weights")
+        return "auto"
+    try:
+        if kind == _FLOAT:
+            return float(value)
+        return _human_int(value)
+    except ValueError:
+        raise CommandLineError(f"{option} wants a number") from None
+
+
+def _human_int(value: str) -> int:
+    """vLLM's human-readable integers: 32k = 32,000, 32K = 32,768 (m/M, g/G alike); plain integers as is."""
+    if value.strip().lower() == "auto":  # vLLM's human_readable_int_or_auto (--max-model-len auto = -1)
+        return -1
+    match = _HUMAN_INT.match(value.strip())
+    if match is None:
+        raise ValueError(value)
+    number, suffix = match.groups()
+    if not suffix:
+        return int(number)
+    power = "kmgt".index(suffix.lower()) + 1
+    base = 1000 if suffix.islower() else 1024
+    return int(float(number) * base**power)

@@ -1,0 +1,39 @@
+"""The engines' own parsers as the oracle for capacity/engines/command_flags.py (what `capplan estimate
+--from-command` accepts): vLLM 0.33.0's `vllm serve` parser and SGLang 0.5.23's ServerArgs parser, built
+in .venv-oracle by tools/engine_flags.py --dump, give exactly the table's flags, destinations, arities,
+releases and abbreviation rule. Regenerate the table with `.venv-oracle/bin/python tools/engine_flags.py`.
+TensorRT-LLM has no wheel in the oracle venv: its table is read from trtllm-serve's click options."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from capacity.engines.command_flags import ENGINE_FLAGS
+from tests.conftest import ORACLE_PYTHON, require_oracle_venv
+
+TOOL = Path(__file__).resolve().parents[1] / "tools" / "engine_flags.py"
+
+pytestmark = pytest.mark.engine_oracle
+
+
+@pytest.fixture(scope="module")
+def parsers() -> dict[str, dict[str, object]]:
+    require_oracle_venv()
+    done = subprocess.run(
+        [str(ORACLE_PYTHON), str(TOOL), "--dump"], capture_output=True, text=True, timeout=600, check=True
+    )
+    dumped: dict[str, dict[str, object]] = json.loads(done.stdout)
+    return dumped
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_the_table_is_the_engines_parser(parsers: dict[str, dict[str, object]], engine: str) -> None:
+    parser, table = parsers[engine], ENGINE_FLAGS[engine]
+    assert parser["release"] == table["release"]
+    assert parser["abbrev"] == table["abbrev"]
+    flags = {option: tuple(entry) for option, entry in parser["flags"].items()}  # type: ignore[attr-defined]
+    assert flags == table["flags"]
