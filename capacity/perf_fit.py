@@ -33,6 +33,15 @@ class StepTerms:
     memory_s: float
     compute_s: float
     comm_s: float
+    # the same step taken apart by operation (evaluation/step_cost_candidate.py fits a form over them):
+    weight_s: float = 0.0  # of memory_s: the weights (the experts the step touches)
+    kv_s: float = 0.0  # of memory_s: the KV cache and state the decoding sequences read
+    gemm_s: float = 0.0  # of compute_s: 2 x active parameters x tokens
+    attention_s: float = 0.0  # of compute_s: QK^T and AV (the prefill's quadratic term)
+    comm_bytes_s: float = 0.0  # of comm_s: the ring all-reduces' bytes over the link
+    comm_calls: float = 0.0  # all-reduces in the step (2 per layer at TP > 1)
+    sequences: float = 0.0  # sequences in the step (decoding, plus the one prefilling)
+    tokens: float = 0.0  # new tokens in the step
 
 
 @dataclass(frozen=True, slots=True)

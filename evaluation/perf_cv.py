@@ -58,10 +58,24 @@ def _terms(p: PerfInputs, tokens: float, batch: float, context: float, prefill_c
         flops = float(step_flops(p, tokens, context))
     else:
         flops = float(step_flops(p, tokens, prefill_context)) + float(step_flops(p, batch, context))
+    new_tokens = tokens + batch if prefill_context is not None else tokens
+    memory = float(step_bytes(p, tokens + batch, batch, context))
+    weights = float(step_bytes(p, tokens + batch, 0, context))
+    gemm = 2.0 * p.active_params * new_tokens
+    unit = PerfEfficiency(allreduce_latency_s=0.0)
+    comm_bytes = float(allreduce_seconds(p, tokens, unit))
     return StepTerms(
-        memory_s=float(step_bytes(p, tokens + batch, batch, context)) / p.bandwidth_bytes_per_s,
+        memory_s=memory / p.bandwidth_bytes_per_s,
         compute_s=flops / p.flops_per_s,
         comm_s=float(allreduce_seconds(p, tokens, PerfEfficiency())),
+        weight_s=weights / p.bandwidth_bytes_per_s,
+        kv_s=(memory - weights) / p.bandwidth_bytes_per_s,
+        gemm_s=gemm / p.flops_per_s,
+        attention_s=max(flops - gemm, 0.0) / p.flops_per_s,
+        comm_bytes_s=comm_bytes,
+        comm_calls=2.0 * p.layers_on_rank * float(p.tp > 1),
+        sequences=float(batch + (prefill_context is not None)),
+        tokens=float(new_tokens),
     )
 
 
