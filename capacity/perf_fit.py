@@ -211,13 +211,17 @@ def _golden(f: Callable[[float], float], lo: float, hi: float, steps: int = 28) 
     return round((a + b) / 2, 5)
 
 
-def leave_one_group_out(observations: Sequence[Observation]) -> np.ndarray:
-    """Each observation predicted by a fit that never saw its source group."""
+def leave_one_group_out(
+    observations: Sequence[Observation], group_of: Callable[[Observation], str] | None = None
+) -> np.ndarray:
+    """Each observation predicted by a fit that never saw its source group (`group_of`: another unit,
+    such as the source family, the coarser owner of several groups)."""
+    key = group_of or (lambda o: o.group)
     out = np.full(len(observations), np.nan)
-    groups = sorted({o.group for o in observations})
+    groups = sorted({key(o) for o in observations})
     for group in groups:
-        train = [o for o in observations if o.group != group]
-        test_index = [i for i, o in enumerate(observations) if o.group == group]
+        train = [o for o in observations if key(o) != group]
+        test_index = [i for i, o in enumerate(observations) if key(o) == group]
         if not train:
             continue
         params = fit(train)

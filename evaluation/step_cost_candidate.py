@@ -34,7 +34,7 @@ from capacity.perf_fit import Observation, Params, _golden, predict
 # (kind, bounds) of each coefficient; kinds keyed per vendor class, per engine, or global ("*")
 BOUNDS: dict[str, tuple[float, float]] = {
     "e_weights": (0.2, 1.0),
-    "e_kv": (0.1, 1.0),
+    "e_kv": (0.2, 1.5),
     "e_compute": (0.1, 1.0),
     "allreduce_latency_s": (0.0, 0.0001),
     "o_step_s": (0.0, 0.03),
@@ -42,11 +42,11 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "hidden": (0.0, 1.0),
     "request_overhead_s": (0.0, 0.5),
 }
-PER_VENDOR = ("e_weights", "e_kv", "e_compute")
+PER_VENDOR = ("e_weights", "e_compute")
 PER_ENGINE = ("o_step_s", "o_seq_s", "hidden", "request_overhead_s")
 START = {
     "e_weights": 0.8,
-    "e_kv": 0.6,
+    "e_kv": 1.0,
     "e_compute": 0.6,
     "allreduce_latency_s": 0.000015,
     "o_step_s": 0.0015,
@@ -62,9 +62,20 @@ class Candidate:
 
     values: dict[str, dict[str, float]]
     fixed: tuple[str, ...] = field(default_factory=tuple)
+    shared: tuple[str, ...] = field(default_factory=tuple)  # one value for every vendor / engine
 
     def get(self, name: str, key: str) -> float:
-        return self.values[name].get(key, START[name])
+        """A class the fit never saw (a left-out family's engine or vendor) takes NVIDIA's value, or the
+        mean over the engines fitted, as `capacity.performance.efficiency_for` falls back."""
+        return _fallback(self.values[name], key, START[name])
+
+
+def _fallback(values: dict[str, float], key: str, default: float) -> float:
+    if key in values:
+        return values[key]
+    if "nvidia" in values:
+        return values["nvidia"]
+    return float(np.mean(list(values.values()))) if values else default
 
 
 @dataclass(slots=True)
@@ -113,6 +124,8 @@ def _terms(obs: Sequence[Observation]) -> _Terms:
 
 
 def _per(t: _Terms, c: Candidate, name: str) -> np.ndarray:
+    if name in c.shared:
+        return np.full(len(t.term_obs), c.get(name, "*"))
     if name in PER_VENDOR:
         return np.array([c.get(name, v) for v in t.vendors])[t.term_vendor]
     if name in PER_ENGINE:
@@ -123,8 +136,9 @@ def _per(t: _Terms, c: Candidate, name: str) -> np.ndarray:
 def _step(t: _Terms, c: Candidate) -> np.ndarray:
     k = t.cols
     e_c = _per(t, c, "e_compute")
-    gemm = np.maximum(k["weight_s"] / _per(t, c, "e_weights"), k["gemm_s"] / e_c)
-    attention = np.maximum(k["kv_s"] / _per(t, c, "e_kv"), k["attention_s"] / e_c)
+    e_w = _per(t, c, "e_weights")
+    gemm = np.maximum(k["weight_s"] / e_w, k["gemm_s"] / e_c)
+    attention = np.maximum(k["kv_s"] / (e_w * _per(t, c, "e_kv")), k["attention_s"] / e_c)
     comm = k["comm_bytes_s"] + k["comm_calls"] * _per(t, c, "allreduce_latency_s")
     gpu = gemm + attention + comm
     cpu = _per(t, c, "o_step_s") + _per(t, c, "o_seq_s") * k["sequences"]
@@ -133,30 +147,38 @@ def _step(t: _Terms, c: Candidate) -> np.ndarray:
 
 def _predict(t: _Terms, c: Candidate) -> np.ndarray:
     seconds = np.bincount(t.term_obs, weights=t.term_weight * _step(t, c), minlength=t.n)
-    fixed = np.array([c.get("request_overhead_s", e) for e in t.engines])[t.obs_engine]
+    fixed = _per_obs(t, c, "request_overhead_s")
     seconds = seconds + t.requests * fixed
     with np.errstate(divide="ignore"):
         return np.where(t.tokens > 0, t.tokens / seconds, seconds)
+
+
+def _per_obs(t: _Terms, c: Candidate, name: str) -> np.ndarray:
+    if name in c.shared:
+        return np.full(t.n, c.get(name, "*"))
+    return np.array([c.get(name, e) for e in t.engines])[t.obs_engine]
 
 
 def predict_candidate(observations: Sequence[Observation], c: Candidate) -> np.ndarray:
     return _predict(_terms(observations), c)
 
 
-def start(observations: Sequence[Observation], fixed: tuple[str, ...] = ()) -> Candidate:
+def start(observations: Sequence[Observation], fixed: tuple[str, ...] = (), shared: tuple[str, ...] = ()) -> Candidate:
     vendors = sorted({o.vendor for o in observations}) or ["nvidia"]
     engines = sorted({o.engine for o in observations}) or ["vllm"]
     values: dict[str, dict[str, float]] = {}
     for name, value in START.items():
-        keys = vendors if name in PER_VENDOR else engines if name in PER_ENGINE else ["*"]
+        keys = ["*"] if name in shared else vendors if name in PER_VENDOR else engines if name in PER_ENGINE else ["*"]
         values[name] = dict.fromkeys(keys, value)
-    return Candidate(values, fixed)
+    return Candidate(values, fixed, shared)
 
 
-def fit_candidate(observations: Sequence[Observation], fixed: tuple[str, ...] = (), sweeps: int = 5) -> Candidate:
+def fit_candidate(
+    observations: Sequence[Observation], fixed: tuple[str, ...] = (), shared: tuple[str, ...] = (), sweeps: int = 10
+) -> Candidate:
     """Coordinate golden-section search of every free coefficient, minimising the mean |log error|."""
     t = _terms(observations)
-    c = start(observations, fixed)
+    c = start(observations, fixed, shared)
     if not observations:
         return c
     for _ in range(sweeps):
@@ -166,12 +188,12 @@ def fit_candidate(observations: Sequence[Observation], fixed: tuple[str, ...] = 
             for key in list(c.values[name]):
                 lo, hi = BOUNDS[name]
 
-                def loss(value: float, name: str = name, key: str = key) -> float:
-                    trial = Candidate({**c.values, name: {**c.values[name], key: value}}, fixed)
+                def loss(value: float, name: str = name, key: str = key, c: Candidate = c) -> float:
+                    trial = Candidate({**c.values, name: {**c.values[name], key: value}}, fixed, shared)
                     return float(np.mean(np.abs(np.log(_predict(t, trial) / t.measured))))
 
                 best = _golden(loss, lo, hi, steps=30)
-                c = Candidate({**c.values, name: {**c.values[name], key: best}}, fixed)
+                c = Candidate({**c.values, name: {**c.values[name], key: best}}, fixed, shared)
     return c
 
 
@@ -191,16 +213,31 @@ def leave_one_out(
 
 
 def shipped_fit_and_predict(train: Sequence[Observation], test: Sequence[Observation]) -> np.ndarray:
+    """The shipped form refitted on `train`; classes it never saw fall back as in `Candidate.get`."""
     from capacity.perf_fit import fit
 
-    return predict(test, fit(train))
+    p = fit(train)
+    vendors, engines = {o.vendor for o in test}, {o.engine for o in test}
+
+    def filled(values: dict[str, float], keys: set[str]) -> dict[str, float]:
+        return {**{k: _fallback(values, k, 0.0) for k in keys}, **values}
+
+    return predict(
+        test,
+        Params(
+            memory_bandwidth=filled(p.memory_bandwidth, vendors),
+            compute=filled(p.compute, vendors),
+            step_overhead_s=filled(p.step_overhead_s, engines),
+            request_overhead_s=filled(p.request_overhead_s, engines),
+        ),
+    )
 
 
 def candidate_fit_and_predict(
-    fixed: tuple[str, ...] = (),
+    fixed: tuple[str, ...] = (), shared: tuple[str, ...] = ()
 ) -> Callable[[Sequence[Observation], Sequence[Observation]], np.ndarray]:
     def run(train: Sequence[Observation], test: Sequence[Observation]) -> np.ndarray:
-        return predict_candidate(test, fit_candidate(train, fixed))
+        return predict_candidate(test, fit_candidate(train, fixed, shared))
 
     return run
 

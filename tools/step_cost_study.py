@@ -46,7 +46,9 @@ def _shape(row: PerfMeasurement) -> str:
     return "prefill-heavy" if i >= 4 * o else "decode-heavy" if o >= 4 * i else "balanced"
 
 
-def _print(title: str, keys: dict[str, Callable[[Observation], str]], obs: list[Observation], preds: dict[str, np.ndarray]) -> None:
+def _print(
+    title: str, keys: dict[str, Callable[[Observation], str]], obs: list[Observation], preds: dict[str, np.ndarray]
+) -> None:
     measured = np.array([o.measured for o in obs])
     print(f"\n{title}")
     print(f"{'':46} {'n':>4}  " + "  ".join(f"{name:>26}" for name in preds))
@@ -58,7 +60,9 @@ def _print(title: str, keys: dict[str, Callable[[Observation], str]], obs: list[
                 if not mask.any():
                     continue
                 scores: list[Score] = [score(measured[mask], p[mask]) for p in preds.values()]
-                cells = "  ".join(f"{s.median_abs_pct:7.1f}%{s.p90_abs_pct:7.1f}%{s.median_signed_pct:+9.1f}%" for s in scores)
+                cells = "  ".join(
+                    f"{s.median_abs_pct:7.1f}%{s.p90_abs_pct:7.1f}%{s.median_signed_pct:+9.1f}%" for s in scores
+                )
                 print(f"{key_name + ' ' + value + '/' + metric:46} {scores[0].n:4}  {cells}")
 
 
@@ -66,18 +70,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--diagnose", action="store_true", help="the shipped model's misses per family and regime")
     parser.add_argument("--fixed", default="", help="candidate coefficients held at their start, comma-separated")
+    parser.add_argument("--shared", default="", help="candidate coefficients with one value for all classes")
+    parser.add_argument("--tpot-interference", action="store_true", help="TPOT carries the joining prompts' prefills")
     args = parser.parse_args()
     rows = load_perf_measurements().rows
     by_id = {r.id: r for r in rows}
     resolve, find = _catalog_resolver()
-    obs, _ = build(rows, resolve, find)
+    obs, _ = build(rows, resolve, find, args.tpot_interference)
 
     def family(o: Observation) -> str:
         row = by_id[o.row_id]
         return (row.source_family or row.source_group)[:24]
 
     shipped = predict(obs, shipped_params())
-    everything = {"all": lambda o: ""}
     if args.diagnose:
         regimes: dict[str, Callable[[Observation], str]] = {
             "family": family,
@@ -87,12 +92,15 @@ def main() -> None:
             "shape": lambda o: _shape(by_id[o.row_id]),
             "engine": lambda o: o.engine,
             "eng x B": lambda o: f"{o.engine} {_batch(o)}",
-            "moe x tp x B": lambda o: f"{'MoE' if 'moe' in o.tags else 'dense'} {'TP>1' if 'tp>1' in o.tags else 'TP1'} {_batch(o)}",
+            "moe x tp x B": lambda o: (
+                f"{'MoE' if 'moe' in o.tags else 'dense'} {'TP>1' if 'tp>1' in o.tags else 'TP1'} {_batch(o)}"
+            ),
         }
         _print("shipped factors, in sample", regimes, obs, {"shipped": shipped})
         return
     fixed = tuple(f for f in args.fixed.split(",") if f)
-    cand = fit_candidate(obs, fixed)
+    shared = tuple(f for f in args.shared.split(",") if f)
+    cand = fit_candidate(obs, fixed, shared)
     print("candidate (in-sample fit):")
     for name, values in cand.values.items():
         print(f"  {name}: " + ", ".join(f"{k}={v:.6g}" for k, v in values.items()))
@@ -101,10 +109,10 @@ def main() -> None:
         "shipped in-sample": shipped,
         "shipped LOFO": leave_one_out(obs, family, shipped_fit_and_predict),
         "candidate in-sample": predict_candidate(obs, cand),
-        "candidate LOFO": leave_one_out(obs, family, candidate_fit_and_predict(fixed)),
+        "candidate LOFO": leave_one_out(obs, family, candidate_fit_and_predict(fixed, shared)),
     }
     _print("scores (median |error|, p90 |error|, median signed error: + predicts more)",
-           {"": lambda o: "all", "engine": lambda o: o.engine, "family": family}, obs, preds)  # fmt: skip
+           {"": lambda o: "all", "engine": lambda o: o.engine, "family": family, "batch": _batch}, obs, preds)  # fmt: skip
 
 
 if __name__ == "__main__":
