@@ -234,10 +234,10 @@ def shipped_fit_and_predict(train: Sequence[Observation], test: Sequence[Observa
 
 
 def candidate_fit_and_predict(
-    fixed: tuple[str, ...] = (), shared: tuple[str, ...] = ()
+    fixed: tuple[str, ...] = (), shared: tuple[str, ...] = (), sweeps: int = 10
 ) -> Callable[[Sequence[Observation], Sequence[Observation]], np.ndarray]:
     def run(train: Sequence[Observation], test: Sequence[Observation]) -> np.ndarray:
-        return predict_candidate(test, fit_candidate(train, fixed, shared))
+        return predict_candidate(test, fit_candidate(train, fixed, shared, sweeps))
 
     return run
 
@@ -261,3 +261,45 @@ def score(measured: np.ndarray, predicted: np.ndarray) -> Score:
         float(np.percentile(np.abs(signed), 90)),
         float(np.median(signed)),
     )
+
+
+# the forms compared: (name, fixed, shared); "full" is the form stated above, the others hold terms out
+VARIANTS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("full", (), ()),
+    ("no hidden, KV at the weights' share, one o_seq", ("hidden", "e_kv"), ("o_seq_s",)),
+    ("ops summed, fitted all-reduce latency only", ("o_seq_s", "hidden", "e_kv"), ()),
+    ("one o_seq, one hidden, KV at the weights' share", ("e_kv",), ("o_seq_s", "hidden")),
+)
+SELECTED_METRICS = ("output_throughput", "tpot")
+
+
+def _selection_loss(observations: Sequence[Observation], predicted: np.ndarray) -> float:
+    """Mean over throughput and TPOT of the median |error| (the switching rule's two metrics)."""
+    measured = np.array([o.measured for o in observations])
+    losses = []
+    for metric in SELECTED_METRICS:
+        mask = np.array([o.metric == metric for o in observations])
+        if mask.any():
+            losses.append(score(measured[mask], predicted[mask]).median_abs_pct)
+    return float(np.mean(losses)) if losses else math.inf
+
+
+def nested_fit_and_predict(
+    group_of: Callable[[Observation], str], sweeps: int = 5
+) -> Callable[[Sequence[Observation], Sequence[Observation]], np.ndarray]:
+    """Choose the variant by leave-one-family-out INSIDE the training families, then fit it on all of them:
+    scored by an outer leave-one-family-out, the choice among variants is out of sample too."""
+
+    def run(train: Sequence[Observation], test: Sequence[Observation]) -> np.ndarray:
+        best, best_loss = VARIANTS[0], math.inf
+        for variant in VARIANTS:
+            _, fixed, shared = variant
+            inner = candidate_fit_and_predict(fixed, shared, sweeps)
+            loss = _selection_loss(train, leave_one_out(train, group_of, inner))
+            if loss < best_loss:
+                best, best_loss = variant, loss
+        _, fixed, shared = best
+        print(f"  outer fold without {sorted({group_of(o) for o in test})}: chose {best[0]!r}", flush=True)
+        return predict_candidate(test, fit_candidate(train, fixed, shared, sweeps))
+
+    return run

@@ -28,6 +28,7 @@ from evaluation.step_cost_candidate import (
     candidate_fit_and_predict,
     fit_candidate,
     leave_one_out,
+    nested_fit_and_predict,
     predict_candidate,
     score,
     shipped_fit_and_predict,
@@ -70,6 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--diagnose", action="store_true", help="the shipped model's misses per family and regime")
     parser.add_argument("--fixed", default="", help="candidate coefficients held at their start, comma-separated")
+    parser.add_argument("--nested", action="store_true", help="choose among VARIANTS inside each left-out fold")
     parser.add_argument("--shared", default="", help="candidate coefficients with one value for all classes")
     parser.add_argument("--tpot-interference", action="store_true", help="TPOT carries the joining prompts' prefills")
     args = parser.parse_args()
@@ -97,6 +99,11 @@ def main() -> None:
             ),
         }
         _print("shipped factors, in sample", regimes, obs, {"shipped": shipped})
+        return
+    if args.nested:
+        nested = leave_one_out(obs, family, nested_fit_and_predict(family))
+        _print("nested: variant chosen inside each fold, scored on the left-out family", {"": lambda o: "all",
+               "engine": lambda o: o.engine}, obs, {"shipped": shipped, "nested candidate LOFO": nested})  # fmt: skip
         return
     fixed = tuple(f for f in args.fixed.split(",") if f)
     shared = tuple(f for f in args.shared.split(",") if f)
