@@ -334,13 +334,20 @@ def cv_report(rows: Iterable[PerfMeasurement] | None = None, by_family: bool = F
 
 def shipped_params() -> Params:
     """The efficiency factors capplan ships (capacity/performance.py), as `Params` for `predict`."""
-    from capacity.performance import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY, REQUEST_OVERHEAD_S, STEP_OVERHEAD_S
+    from capacity.performance import (
+        ALLREDUCE_LATENCY_S,
+        COMPUTE_EFFICIENCY,
+        MEMORY_EFFICIENCY,
+        REQUEST_OVERHEAD_S,
+        STEP_OVERHEAD_S,
+    )
 
     return Params(
         memory_bandwidth=dict(MEMORY_EFFICIENCY),
         compute=dict(COMPUTE_EFFICIENCY),
         step_overhead_s={str(engine): value for engine, value in STEP_OVERHEAD_S.items()},
         request_overhead_s={str(engine): value for engine, value in REQUEST_OVERHEAD_S.items()},
+        allreduce_latency_s={"*": ALLREDUCE_LATENCY_S},
     )
 
 

@@ -5,7 +5,8 @@
 Fits `capacity.perf_fit.Params` on evaluation/data/perf_measurements.yaml and prints, per metric,
 engine, GPU class and feature: in-sample, leave-one-source-group-out (the number to report) and the
 unfitted defaults, as median absolute error and the shares within 15 % and 25 %. The fitted values
-go into capacity/performance.py (MEMORY_EFFICIENCY, COMPUTE_EFFICIENCY, STEP_OVERHEAD_S, REQUEST_OVERHEAD_S).
+go into capacity/performance.py (MEMORY_EFFICIENCY, COMPUTE_EFFICIENCY, STEP_OVERHEAD_S, REQUEST_OVERHEAD_S,
+ALLREDUCE_LATENCY_S). `--family` adds leave-one-source-family-out (the stricter unit).
 `--simulate` fits nothing: it scores the serving simulation (capacity/serving/) with the shipped factors on
 the same rows, beside the steady-state model (evaluation/perf_sim.py).
 """
