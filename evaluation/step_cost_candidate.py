@@ -229,6 +229,7 @@ def shipped_fit_and_predict(train: Sequence[Observation], test: Sequence[Observa
             compute=filled(p.compute, vendors),
             step_overhead_s=filled(p.step_overhead_s, engines),
             request_overhead_s=filled(p.request_overhead_s, engines),
+            allreduce_latency_s=p.allreduce_latency_s,
         ),
     )
 
