@@ -209,7 +209,7 @@ def speed_derivation(pf: Performance) -> list[str]:
         f"= {pf.decode_memory_ms:,.3f} ms",
         f"   compute time = {pf.decode_step_flops / 1e12:,.3f} TFLOP / ({eff.compute:.2f} x {flops:,.0f} TFLOPS) "
         f"= {pf.decode_compute_ms:,.3f} ms ({'memory' if pf.memory_bound else 'compute'}-bound)",
-        f"   TPOT = max + TP all-reduces {pf.decode_comm_ms:,.3f} ms + engine step {eff.step_overhead_s * 1e3:,.2f} ms"
+        f"   TPOT = linear layers' roofline + attention's + TP all-reduces {pf.decode_comm_ms:,.3f} ms + engine step {eff.step_overhead_s * 1e3:,.2f} ms"
         + (f", x {p.pp} pipeline stages" if p.pp > 1 else "")
         + f" = {pf.tpot_ms:,.2f} ms",
         f"   output throughput = {b:,} / TPOT = {pf.output_tokens_per_second:,.0f} tokens/s per replica",

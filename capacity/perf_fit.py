@@ -2,8 +2,9 @@
 
 Pure (numpy, no I/O). Each measured metric of a benchmark row becomes an `Observation` whose
 prediction is a closed form of the efficiency factors, because every step time of
-`capacity.performance` is `max(bytes / (e_mem x bandwidth), flops / (e_compute x peak)) + comm + o`:
-the bytes and FLOPs terms are computed once per row (at efficiency 1), and a fit only rescales them.
+`capacity.performance` is `max(weight bytes / (e_mem x bandwidth), GEMM flops / (e_compute x peak))
++ max(KV bytes / (e_mem x bandwidth), attention flops / (e_compute x peak)) + comm + o`: the bytes and
+FLOPs terms are computed once per row (at efficiency 1), and a fit only rescales them.
 
 The factors (`Params`): achievable memory bandwidth and compute per GPU vendor class, and a per-step
 engine overhead per engine: few, shared across models and GPUs. `fit` minimises the mean absolute
@@ -24,6 +25,7 @@ import numpy as np
 from capacity.performance import PerfEfficiency
 
 METRICS = ("tpot", "ttft", "output_throughput", "batch_latency")
+_ALLREDUCE_LATENCY_S = PerfEfficiency().allreduce_latency_s  # before fitting
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,15 @@ class StepTerms:
     memory_s: float
     compute_s: float
     comm_s: float
+    # the same step taken apart by operation (evaluation/step_cost_candidate.py fits a form over them):
+    weight_s: float = 0.0  # of memory_s: the weights (the experts the step touches)
+    kv_s: float = 0.0  # of memory_s: the KV cache and state the decoding sequences read
+    gemm_s: float = 0.0  # of compute_s: 2 x active parameters x tokens
+    attention_s: float = 0.0  # of compute_s: QK^T and AV (the prefill's quadratic term)
+    comm_bytes_s: float = 0.0  # of comm_s: the ring all-reduces' bytes over the link
+    comm_calls: float = 0.0  # all-reduces in the step (2 per layer at TP > 1)
+    sequences: float = 0.0  # sequences in the step (decoding, plus the one prefilling)
+    tokens: float = 0.0  # new tokens in the step
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +76,15 @@ class Params:
     step_overhead_s: dict[str, float]  # per engine
     # per engine: what a request waits before its first prefill step (HTTP, tokenization, scheduling)
     request_overhead_s: dict[str, float] = field(default_factory=dict)
+    # one value ("*"): the latency of one tensor-parallel all-reduce beyond its bytes over the link
+    allreduce_latency_s: dict[str, float] = field(default_factory=lambda: {"*": _ALLREDUCE_LATENCY_S})
 
     def efficiency(self, vendor: str, engine: str, source: str) -> PerfEfficiency:
         return PerfEfficiency(
             memory_bandwidth=self.memory_bandwidth.get(vendor, 0.8),
             compute=self.compute.get(vendor, 0.6),
             step_overhead_s=self.step_overhead_s.get(engine, 0.0015),
+            allreduce_latency_s=self.allreduce_latency_s.get("*", _ALLREDUCE_LATENCY_S),
             request_overhead_s=self.request_overhead_s.get(engine, 0.0),
             source=source,
         )
@@ -99,9 +113,12 @@ class _Arrays:
     obs_engine: np.ndarray
     term_obs: np.ndarray  # observation index of each step term
     term_weight: np.ndarray  # how many times the term counts (decode steps x pp, or pp)
-    memory_s: np.ndarray
-    compute_s: np.ndarray
-    comm_s: np.ndarray
+    weight_s: np.ndarray
+    kv_s: np.ndarray
+    gemm_s: np.ndarray
+    attention_s: np.ndarray
+    comm_bytes_s: np.ndarray
+    comm_calls: np.ndarray
     term_vendor: np.ndarray  # index into vendors
     term_engine: np.ndarray
     vendors: list[str]
@@ -126,9 +143,12 @@ def _arrays(obs: Sequence[Observation]) -> _Arrays:
         obs_engine=np.array([engines.index(o.engine) for o in obs], dtype=int),
         term_obs=np.array([r[0] for r in rows], dtype=int),
         term_weight=np.array([r[1] for r in rows], dtype=float),
-        memory_s=np.array([r[2].memory_s for r in rows], dtype=float),
-        compute_s=np.array([r[2].compute_s for r in rows], dtype=float),
-        comm_s=np.array([r[2].comm_s for r in rows], dtype=float),
+        weight_s=np.array([r[2].weight_s for r in rows], dtype=float),
+        kv_s=np.array([r[2].kv_s for r in rows], dtype=float),
+        gemm_s=np.array([r[2].gemm_s for r in rows], dtype=float),
+        attention_s=np.array([r[2].attention_s for r in rows], dtype=float),
+        comm_bytes_s=np.array([r[2].comm_bytes_s for r in rows], dtype=float),
+        comm_calls=np.array([r[2].comm_calls for r in rows], dtype=float),
         term_vendor=np.array([r[3] for r in rows], dtype=int),
         term_engine=np.array([r[4] for r in rows], dtype=int),
         vendors=vendors,
@@ -140,7 +160,11 @@ def _predict(a: _Arrays, p: Params) -> np.ndarray:
     mem = np.array([p.memory_bandwidth.get(v, 0.8) for v in a.vendors])[a.term_vendor]
     comp = np.array([p.compute.get(v, 0.6) for v in a.vendors])[a.term_vendor]
     over = np.array([p.step_overhead_s.get(e, 0.0015) for e in a.engines])[a.term_engine]
-    step = np.maximum(a.memory_s / mem, a.compute_s / comp) + a.comm_s + over
+    # capacity.performance.step_seconds: the linear layers' roofline, then attention's, then the all-reduces
+    linear = np.maximum(a.weight_s / mem, a.gemm_s / comp)
+    attention = np.maximum(a.kv_s / mem, a.attention_s / comp)
+    latency = p.allreduce_latency_s.get("*", _ALLREDUCE_LATENCY_S)
+    step = linear + attention + a.comm_bytes_s + a.comm_calls * latency + over
     seconds = np.bincount(a.term_obs, weights=a.term_weight * step, minlength=a.n)
     fixed = np.array([p.request_overhead_s.get(e, 0.0) for e in a.engines])[a.obs_engine]
     seconds = seconds + a.requests * fixed
@@ -163,6 +187,7 @@ _BOUNDS = {
     "compute": (0.1, 1.0),
     "step_overhead_s": (0.0, 0.03),
     "request_overhead_s": (0.0, 0.5),
+    "allreduce_latency_s": (0.0, 0.0001),
 }
 
 
@@ -173,7 +198,7 @@ def fit(observations: Sequence[Observation], start: Params | None = None, sweeps
     if not observations:
         return params
     for _ in range(sweeps):
-        for kind in ("memory_bandwidth", "compute", "step_overhead_s", "request_overhead_s"):
+        for kind in _BOUNDS:
             for key in list(getattr(params, kind)):
                 lo, hi = _BOUNDS[kind]
                 best = _golden(partial(_loss_with, a, params, kind, key), lo, hi)
@@ -199,16 +224,20 @@ def _golden(f: Callable[[float], float], lo: float, hi: float, steps: int = 28) 
             a, c, fc = c, d, fd
             d = a + g * (b - a)
             fd = f(d)
-    return round((a + b) / 2, 5)
+    return float(f"{(a + b) / 2:.5g}")
 
 
-def leave_one_group_out(observations: Sequence[Observation]) -> np.ndarray:
-    """Each observation predicted by a fit that never saw its source group."""
+def leave_one_group_out(
+    observations: Sequence[Observation], group_of: Callable[[Observation], str] | None = None
+) -> np.ndarray:
+    """Each observation predicted by a fit that never saw its source group (`group_of`: another unit,
+    such as the source family, the coarser owner of several groups)."""
+    key = group_of or (lambda o: o.group)
     out = np.full(len(observations), np.nan)
-    groups = sorted({o.group for o in observations})
+    groups = sorted({key(o) for o in observations})
     for group in groups:
-        train = [o for o in observations if o.group != group]
-        test_index = [i for i, o in enumerate(observations) if o.group == group]
+        train = [o for o in observations if key(o) != group]
+        test_index = [i for i, o in enumerate(observations) if key(o) == group]
         if not train:
             continue
         params = fit(train)

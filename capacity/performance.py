@@ -10,8 +10,11 @@ Polars expressions, like the engine rules in `capacity.numeric`):
   (windowed layers at most their window, MLA latents, state) ;
 - FLOPs per step = 2 x active parameters per token on the rank x tokens + attention
   (4 x heads x head dim x cached tokens per new token, per layer);
-- step time = max(bytes / (memory efficiency x bandwidth), FLOPs / (compute efficiency x peak))
-  + tensor-parallel all-reduces over the SKU's interconnect + a per-step engine overhead;
+- step time = each operation on its own roofline, one after the other: the linear layers
+  max(weight bytes / (memory efficiency x bandwidth), 2 x active params x tokens / (compute efficiency x peak))
+  + attention max(KV bytes / (memory efficiency x bandwidth), attention FLOPs / (compute efficiency x peak))
+  + tensor-parallel all-reduces over the SKU's interconnect (bytes over the link + a fitted latency per call)
+  + a per-step engine overhead;
 - PP: each stage holds its layers; a token passes every stage (TPOT = stages x stage time + hops).
 
 The efficiency factors (`PerfEfficiency`) are few and named; `capacity.perf_fit` fits them on public
@@ -50,17 +53,20 @@ class PerfEfficiency:
 
 # Fitted by `python tools/perf_fit.py` (capacity.perf_fit) on evaluation/data/perf_measurements.yaml (public
 # benchmark rows grouped by source, README-perf-measurements.md), minimising the mean absolute log error.
-# Memory and compute efficiency per GPU vendor class, step and request overheads per engine.
+# Memory and compute efficiency per GPU vendor class, step and request overheads per engine, one all-reduce
+# latency. Leave-one-source-family-out scores: README-perf-measurements.md ("Step costs from operations").
 _FIT_SOURCE = "fitted on the public benchmark rows of evaluation/data/perf_measurements.yaml (tools/perf_fit.py)"
-MEMORY_EFFICIENCY = {"nvidia": 0.722, "amd": 0.447}
-COMPUTE_EFFICIENCY = {"nvidia": 0.522, "amd": 0.151}
-STEP_OVERHEAD_S = {Engine.VLLM: 0.00300, Engine.SGLANG: 0.00595, Engine.TRTLLM: 0.00346}
+MEMORY_EFFICIENCY = {"nvidia": 0.733, "amd": 0.471}
+COMPUTE_EFFICIENCY = {"nvidia": 0.530, "amd": 0.141}
+STEP_OVERHEAD_S = {Engine.VLLM: 0.00306, Engine.SGLANG: 0.00600, Engine.TRTLLM: 0.00353}
 REQUEST_OVERHEAD_S = {Engine.VLLM: 0.0, Engine.SGLANG: 0.124, Engine.TRTLLM: 0.167}
+ALLREDUCE_LATENCY_S = 0.0000145  # per tensor-parallel all-reduce, beyond its bytes over the link
 
 DEFAULT_EFFICIENCY = PerfEfficiency(
     memory_bandwidth=MEMORY_EFFICIENCY["nvidia"],
     compute=COMPUTE_EFFICIENCY["nvidia"],
     step_overhead_s=STEP_OVERHEAD_S[Engine.VLLM],
+    allreduce_latency_s=ALLREDUCE_LATENCY_S,
     request_overhead_s=REQUEST_OVERHEAD_S[Engine.VLLM],
     source=f"vLLM on NVIDIA, {_FIT_SOURCE}",
 )
@@ -77,6 +83,7 @@ def efficiency_for(engine: str, gpu: GpuSku) -> PerfEfficiency:
         memory_bandwidth=MEMORY_EFFICIENCY.get(vendor, MEMORY_EFFICIENCY["nvidia"]),
         compute=COMPUTE_EFFICIENCY.get(vendor, COMPUTE_EFFICIENCY["nvidia"]),
         step_overhead_s=STEP_OVERHEAD_S.get(name, STEP_OVERHEAD_S[Engine.VLLM]),
+        allreduce_latency_s=ALLREDUCE_LATENCY_S,
         request_overhead_s=REQUEST_OVERHEAD_S.get(name, 0.0),
         source=f"{name} on {vendor}, {_FIT_SOURCE}",
     )
@@ -288,23 +295,42 @@ def active_expert_share(num_experts: Num, experts_per_token: Num, tokens: Num) -
     return 1.0 - (1.0 - experts_per_token / at_least(num_experts, 1)) ** tokens
 
 
-def step_bytes(p: PerfInputs, tokens: Num, batch: Num, context_tokens: Num) -> Num:
-    """Bytes one rank reads in a step of `tokens` new tokens over `batch` sequences of T cached tokens."""
-    weights = p.dense_weight_bytes + p.expert_weight_bytes * active_expert_share(
+def step_weight_bytes(p: PerfInputs, tokens: Num) -> Num:
+    """Weight bytes one rank reads in a step of `tokens` new tokens (MoE: the experts they touch)."""
+    return p.dense_weight_bytes + p.expert_weight_bytes * active_expert_share(
         p.num_experts, p.experts_per_token, tokens
     )
+
+
+def step_kv_bytes(p: PerfInputs, batch: Num, context_tokens: Num) -> Num:
+    """KV and state bytes `batch` sequences of T cached tokens read (windowed layers at most their window)."""
     kv = p.full_kv_bytes_per_token * context_tokens
     for per_token, window in p.windowed_kv:
         kv = kv + per_token * _minimum(context_tokens, window)
-    return weights + batch * (kv + p.state_bytes_per_sequence)
+    return batch * (kv + p.state_bytes_per_sequence)
+
+
+def step_bytes(p: PerfInputs, tokens: Num, batch: Num, context_tokens: Num) -> Num:
+    """Bytes one rank reads in a step of `tokens` new tokens over `batch` sequences of T cached tokens."""
+    return step_weight_bytes(p, tokens) + step_kv_bytes(p, batch, context_tokens)
+
+
+def step_gemm_flops(p: PerfInputs, tokens: Num) -> Num:
+    """The linear layers' FLOPs of one rank for `tokens` new tokens: 2 x active parameters each."""
+    return tokens * 2.0 * p.active_params
+
+
+def step_attention_flops(p: PerfInputs, tokens: Num, context_tokens: Num) -> Num:
+    """QK^T and AV FLOPs of one rank for `tokens` new tokens, each attending to `context_tokens` cached ones."""
+    attention = p.attention_flops_per_cached_token * context_tokens
+    for flops, window in p.windowed_attention:
+        attention = attention + flops * _minimum(context_tokens, window)
+    return tokens * attention
 
 
 def step_flops(p: PerfInputs, tokens: Num, context_tokens: Num) -> Num:
     """FLOPs of one rank for `tokens` new tokens, each attending to `context_tokens` cached ones."""
-    attention = p.attention_flops_per_cached_token * context_tokens
-    for flops, window in p.windowed_attention:
-        attention = attention + flops * _minimum(context_tokens, window)
-    return tokens * (2.0 * p.active_params + attention)
+    return step_gemm_flops(p, tokens) + step_attention_flops(p, tokens, context_tokens)
 
 
 def allreduce_seconds(p: PerfInputs, tokens: Num, eff: PerfEfficiency) -> Num:
@@ -324,15 +350,22 @@ def step_seconds(
     eff: PerfEfficiency,
     attention_context_tokens: Num | None = None,
 ) -> Num:
-    """One engine step on one stage: the roofline plus communication plus the engine's fixed cost.
+    """One engine step on one stage: the linear layers' roofline, then attention's, plus communication
+    plus the engine's fixed cost.
 
     `context_tokens` is the mean cached context per sequence (the KV the step reads);
     `attention_context_tokens` the mean context per new token (what the attention FLOPs follow),
     the same unless given: a mixed step (a prefill chunk beside decodes) has them apart."""
     attended = context_tokens if attention_context_tokens is None else attention_context_tokens
-    memory = step_bytes(p, tokens, batch, context_tokens) / (eff.memory_bandwidth * p.bandwidth_bytes_per_s)
-    compute = step_flops(p, tokens, attended) / (eff.compute * p.flops_per_s)
-    return _maximum(memory, compute) + allreduce_seconds(p, tokens, eff) + eff.step_overhead_s
+    bandwidth = eff.memory_bandwidth * p.bandwidth_bytes_per_s
+    peak = eff.compute * p.flops_per_s
+    # each operation on its own roofline, one after the other: the linear layers (weights read or GEMM
+    # FLOPs), then attention (KV read or its FLOPs)
+    linear = _maximum(step_weight_bytes(p, tokens) / bandwidth, step_gemm_flops(p, tokens) / peak)
+    attention = _maximum(
+        step_kv_bytes(p, batch, context_tokens) / bandwidth, step_attention_flops(p, tokens, attended) / peak
+    )
+    return linear + attention + allreduce_seconds(p, tokens, eff) + eff.step_overhead_s
 
 
 def _pipeline(p: PerfInputs, stage_seconds: Num, tokens: Num) -> Num:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import numpy as np
@@ -58,10 +58,24 @@ def _terms(p: PerfInputs, tokens: float, batch: float, context: float, prefill_c
         flops = float(step_flops(p, tokens, context))
     else:
         flops = float(step_flops(p, tokens, prefill_context)) + float(step_flops(p, batch, context))
+    new_tokens = tokens + batch if prefill_context is not None else tokens
+    memory = float(step_bytes(p, tokens + batch, batch, context))
+    weights = float(step_bytes(p, tokens + batch, 0, context))
+    gemm = 2.0 * p.active_params * new_tokens
+    unit = PerfEfficiency(allreduce_latency_s=0.0)
+    comm_bytes = float(allreduce_seconds(p, tokens, unit))
     return StepTerms(
-        memory_s=float(step_bytes(p, tokens + batch, batch, context)) / p.bandwidth_bytes_per_s,
+        memory_s=memory / p.bandwidth_bytes_per_s,
         compute_s=flops / p.flops_per_s,
         comm_s=float(allreduce_seconds(p, tokens, PerfEfficiency())),
+        weight_s=weights / p.bandwidth_bytes_per_s,
+        kv_s=(memory - weights) / p.bandwidth_bytes_per_s,
+        gemm_s=gemm / p.flops_per_s,
+        attention_s=max(flops - gemm, 0.0) / p.flops_per_s,
+        comm_bytes_s=comm_bytes,
+        comm_calls=2.0 * p.layers_on_rank * float(p.tp > 1),
+        sequences=float(batch + (prefill_context is not None)),
+        tokens=float(new_tokens),
     )
 
 
@@ -115,9 +129,11 @@ def _prefills(
 
 
 def observations_for(
-    row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint_bytes: int | None
+    row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint_bytes: int | None, tpot_interference: bool = False
 ) -> list[Observation] | str:
-    """The row's measured metrics as observations, or why it cannot be sized."""
+    """The row's measured metrics as observations, or why it cannot be sized. `tpot_interference`: a
+    served row's TPOT also carries the prefills of the requests that join while it decodes ((B - 1) / o
+    prompts per decode step, beside the batch; evaluation/step_cost_candidate.py), not the bare step."""
     if gpu.memory_bandwidth_gbps is None or gpu.bf16_dense_tflops is None:
         return f"{gpu.id} has no bandwidth / TFLOPS in the catalog"
     prompt, out = row.mean_input_len, row.mean_output_len
@@ -161,9 +177,11 @@ def observations_for(
         )
 
     found: list[Observation] = []
-    if row.tpot_ms:
-        found.append(observation("tpot", row.tpot_ms / 1e3, decode=decode, decode_steps=1))
     static = row.benchmark_kind in ("static_batch", "static_batch_ttft", "offline_batch_latency")
+    joined = (running - 1) / o_len if tpot_interference and not static and (waves > 1 or not burst) else 0.0
+    if row.tpot_ms:
+        tpot_prefill = {"prefill": beside, "prefill_repeats": joined} if joined else {}
+        found.append(observation("tpot", row.tpot_ms / 1e3, decode=decode, decode_steps=1, **tpot_prefill))
     if row.ttft_ms:
         if static:
             found.append(observation("ttft", row.ttft_ms / 1e3, decode=None, decode_steps=0, prefill=together))
@@ -215,7 +233,9 @@ Resolver = Callable[[str], tuple[ModelSpec, int | None]]
 GpuFinder = Callable[[str], GpuSku]
 
 
-def build(rows: Iterable[PerfMeasurement], resolve: Resolver, find_gpu: GpuFinder) -> tuple[list[Observation], list[Skipped]]:
+def build(
+    rows: Iterable[PerfMeasurement], resolve: Resolver, find_gpu: GpuFinder, tpot_interference: bool = False
+) -> tuple[list[Observation], list[Skipped]]:
     observations: list[Observation] = []
     skipped: list[Skipped] = []
     for row in rows:
@@ -225,7 +245,7 @@ def build(rows: Iterable[PerfMeasurement], resolve: Resolver, find_gpu: GpuFinde
         except (LookupError, SpecError, OSError) as exc:
             skipped.append(Skipped(row.id, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
             continue
-        found = observations_for(row, model, gpu, checkpoint)
+        found = observations_for(row, model, gpu, checkpoint, tpot_interference)
         if isinstance(found, str):
             skipped.append(Skipped(row.id, found))
         else:
@@ -255,6 +275,21 @@ class CvReport:
     in_sample: np.ndarray
     cross_validated: np.ndarray
     baseline: np.ndarray  # the defaults before fitting, for comparison in the same run
+    # leave-one-source-FAMILY-out (each owner's rows predicted by a fit that saw none of them); empty
+    # where the report was built without it
+    family_out: np.ndarray = field(default_factory=lambda: np.array([]))
+
+    def family_table(self, key: Callable[[Observation], str | None]) -> dict[str, tuple[Accuracy, float]]:
+        """(leave-one-family-out accuracy, median signed error %) per value of `key` (None: left out)."""
+        measured = np.array([o.measured for o in self.observations])
+        out: dict[str, tuple[Accuracy, float]] = {}
+        for value in sorted({k for o in self.observations if (k := key(o)) is not None}):
+            mask = np.array([key(o) == value for o in self.observations])
+            predicted = self.family_out[mask]
+            ok = np.isfinite(predicted) & (predicted > 0)
+            signed = (predicted[ok] / measured[mask][ok] - 1) * 100
+            out[value] = (accuracy(measured[mask], predicted), float(np.median(signed)) if len(signed) else math.nan)
+        return out
 
     def table(self, key: Callable[[Observation], str | None]) -> dict[str, tuple[Accuracy, Accuracy, Accuracy]]:
         """(in-sample, cross-validated, defaults) accuracy per value of `key` (None: left out)."""
@@ -270,8 +305,16 @@ class CvReport:
         return out
 
 
-def cv_report(rows: Iterable[PerfMeasurement] | None = None) -> CvReport:
-    """Fit on every row, score in-sample and leave-one-source-group-out (the number to report)."""
+def family_of(rows: Iterable[PerfMeasurement]) -> Callable[[Observation], str]:
+    """An observation's source family (its group where the row names none): the leave-out unit of the
+    stricter cross-validation."""
+    family = {row.id: row.source_family or row.source_group for row in rows}
+    return lambda o: family.get(o.row_id, o.group)
+
+
+def cv_report(rows: Iterable[PerfMeasurement] | None = None, by_family: bool = False) -> CvReport:
+    """Fit on every row, score in-sample and leave-one-source-group-out (the number to report);
+    `by_family`: also leave one source family out at a time."""
     from capacity.perf_fit import default_params
 
     resolve, find = _catalog_resolver()
@@ -285,18 +328,26 @@ def cv_report(rows: Iterable[PerfMeasurement] | None = None) -> CvReport:
         in_sample=predict(observations, params),
         cross_validated=leave_one_group_out(observations),
         baseline=predict(observations, default_params(observations)),
+        family_out=leave_one_group_out(observations, family_of(data)) if by_family else np.array([]),
     )
 
 
 def shipped_params() -> Params:
     """The efficiency factors capplan ships (capacity/performance.py), as `Params` for `predict`."""
-    from capacity.performance import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY, REQUEST_OVERHEAD_S, STEP_OVERHEAD_S
+    from capacity.performance import (
+        ALLREDUCE_LATENCY_S,
+        COMPUTE_EFFICIENCY,
+        MEMORY_EFFICIENCY,
+        REQUEST_OVERHEAD_S,
+        STEP_OVERHEAD_S,
+    )
 
     return Params(
         memory_bandwidth=dict(MEMORY_EFFICIENCY),
         compute=dict(COMPUTE_EFFICIENCY),
         step_overhead_s={str(engine): value for engine, value in STEP_OVERHEAD_S.items()},
         request_overhead_s={str(engine): value for engine, value in REQUEST_OVERHEAD_S.items()},
+        allreduce_latency_s={"*": ALLREDUCE_LATENCY_S},
     )
 
 

@@ -56,3 +56,5 @@ def test_the_shipped_factors_are_the_fit(report: CvReport) -> None:
         assert value == pytest.approx(p.step_overhead_s[engine], abs=0.001)
     for engine, value in performance.REQUEST_OVERHEAD_S.items():
         assert value == pytest.approx(p.request_overhead_s[engine], abs=0.03)
+    latency = performance.ALLREDUCE_LATENCY_S
+    assert latency == pytest.approx(p.allreduce_latency_s["*"], abs=5e-6)

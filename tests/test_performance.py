@@ -20,7 +20,11 @@ from capacity.performance import (
     largest_batch_within,
     perf_inputs,
     performance,
+    step_attention_flops,
     step_bytes,
+    step_gemm_flops,
+    step_kv_bytes,
+    step_weight_bytes,
     tpot_seconds,
     ttft_at_rate_seconds,
 )
@@ -54,6 +58,22 @@ def test_decode_step_is_bytes_over_bandwidth_when_memory_bound() -> None:
     # memory time = read / (0.5 x 1e12); compute = 8 x 2 x active params / (0.5 x 1e14) is far smaller
     expected = read / (0.5 * 1e12) + 0.001
     assert tpot_seconds(p, 8, 4096, EFF) == pytest.approx(expected)
+
+
+def test_a_step_is_the_linear_layers_roofline_then_attentions() -> None:
+    # a big batch: the GEMMs are compute-bound while attention is bound by its KV reads; the step pays both
+    # (one after the other), not the max of all bytes and all FLOPs
+    spec = dense_spec(layers=4, heads=32, kv_heads=8, head_dim=128, hidden=4096, intermediate=11008)
+    p = perf_inputs(spec, _est(spec, weights_bytes_per_gpu=2**30), GPU, "bf16")
+    b, t = 512, 4096
+    weights, kv = step_weight_bytes(p, b), step_kv_bytes(p, b, t)
+    assert weights == 2**30 and kv == b * t * 16_384 and step_bytes(p, b, b, t) == weights + kv
+    gemm, attention = step_gemm_flops(p, b), step_attention_flops(p, b, t)
+    assert gemm == b * 2 * p.active_params and attention == b * 4 * 32 * 128 * 4 * t  # 4 x heads x dim, 4 layers
+    linear_s = max(weights / 0.5e12, gemm / 0.5e14)
+    attention_s = max(kv / 0.5e12, attention / 0.5e14)
+    assert gemm / 0.5e14 > weights / 0.5e12 and kv / 0.5e12 > attention / 0.5e14  # the two bounds differ
+    assert tpot_seconds(p, b, t, EFF) == pytest.approx(linear_s + attention_s + 0.001)
 
 
 def test_windowed_layers_read_at_most_their_window() -> None:
