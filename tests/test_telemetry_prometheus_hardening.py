@@ -125,11 +125,13 @@ def _reconciles(result: Any) -> None:
 # --- credentials with every reserved character ----------------------------------------------------
 
 
-@pytest.mark.parametrize("char", RESERVED)
-@pytest.mark.parametrize("where", ["user", "password"])
+# every reserved character in the password; in the user name all but ':', which is where the
+# password starts (RFC 3986: a user name writes it %3A)
+CREDENTIAL_CASES = [("password", c) for c in RESERVED] + [("user", c) for c in RESERVED if ":" not in c]
+
+
+@pytest.mark.parametrize(("where", "char"), CREDENTIAL_CASES)
 def test_a_reserved_character_in_the_credentials_is_sent_and_never_shown(server: str, char: str, where: str) -> None:
-    if where == "user" and char in (":", "://"):
-        pytest.skip("a ':' in the user name is where the password starts (RFC 3986: write it %3A)")
     user = f"usrSEKRa{char}Qz" if where == "user" else "capplan"
     password = f"pwSEKRb{char}Qz" if where == "password" else "pw"
     url = server.replace("http://", f"http://{user}:{password}@") + "/ok"
