@@ -60,44 +60,32 @@ def _one_line_errors(run: Callable[[], Any], standalone_mode: bool) -> Any:
     return code
 
 
-class OneLineGroup(TyperGroup):
+class _OneLineMain:
+    """click's `main` with errors as one line; mixed in before a click command class."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        parent: Any = super()  # the click class this is mixed into
+
+        def run() -> Any:
+            return parent.main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+
+        return _one_line_errors(run, standalone_mode)
+
+
+class OneLineGroup(_OneLineMain, TyperGroup):
     """The root `capplan` group, errors as one line."""
 
-    def main(
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        windows_expand_args: bool = True,
-        **extra: Any,
-    ) -> Any:
-        def run() -> Any:
-            return super(OneLineGroup, self).main(
-                args, prog_name, complete_var, False, windows_expand_args, **extra
-            )
 
-        return _one_line_errors(run, standalone_mode)
-
-
-class OneLineCommand(TyperCommand):
+class OneLineCommand(_OneLineMain, TyperCommand):
     """A single-command app (`capplan sql`'s fast path), errors as one line."""
-
-    def main(
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        windows_expand_args: bool = True,
-        **extra: Any,
-    ) -> Any:
-        def run() -> Any:
-            return super(OneLineCommand, self).main(
-                args, prog_name, complete_var, False, windows_expand_args, **extra
-            )
-
-        return _one_line_errors(run, standalone_mode)
 
 
 WarehouseOption = Annotated[
