@@ -102,9 +102,14 @@ def default_params(observations: Iterable[Observation]) -> Params:
     )
 
 
+STEP_COLUMNS = ("weight_s", "kv_s", "gemm_s", "attention_s", "comm_bytes_s", "comm_calls", "sequences")
+
+
 @dataclass(slots=True)
-class _Arrays:
-    """Observations flattened into arrays: one row per step term, summed per observation."""
+class StepArrays:
+    """Observations flattened into arrays: one row per step term, summed per observation. `cols` holds
+    the StepTerms fields named in STEP_COLUMNS, one array each (a form over them is fitted here and in
+    evaluation/step_cost_candidate.py)."""
 
     n: int
     measured: np.ndarray
@@ -113,19 +118,14 @@ class _Arrays:
     obs_engine: np.ndarray
     term_obs: np.ndarray  # observation index of each step term
     term_weight: np.ndarray  # how many times the term counts (decode steps x pp, or pp)
-    weight_s: np.ndarray
-    kv_s: np.ndarray
-    gemm_s: np.ndarray
-    attention_s: np.ndarray
-    comm_bytes_s: np.ndarray
-    comm_calls: np.ndarray
+    cols: dict[str, np.ndarray]
     term_vendor: np.ndarray  # index into vendors
     term_engine: np.ndarray
     vendors: list[str]
     engines: list[str]
 
 
-def _arrays(obs: Sequence[Observation]) -> _Arrays:
+def step_arrays(obs: Sequence[Observation]) -> StepArrays:
     vendors = sorted({o.vendor for o in obs})
     engines = sorted({o.engine for o in obs})
     rows: list[tuple[int, float, StepTerms, int, int]] = []
@@ -135,7 +135,7 @@ def _arrays(obs: Sequence[Observation]) -> _Arrays:
             rows.append((i, o.decode_steps * o.pp, o.decode, v, e))
         for chunk in o.prefill:
             rows.append((i, float(o.pp) * o.prefill_repeats, chunk, v, e))
-    return _Arrays(
+    return StepArrays(
         n=len(obs),
         measured=np.array([o.measured for o in obs], dtype=float),
         tokens=np.array([o.tokens for o in obs], dtype=float),
@@ -143,12 +143,7 @@ def _arrays(obs: Sequence[Observation]) -> _Arrays:
         obs_engine=np.array([engines.index(o.engine) for o in obs], dtype=int),
         term_obs=np.array([r[0] for r in rows], dtype=int),
         term_weight=np.array([r[1] for r in rows], dtype=float),
-        weight_s=np.array([r[2].weight_s for r in rows], dtype=float),
-        kv_s=np.array([r[2].kv_s for r in rows], dtype=float),
-        gemm_s=np.array([r[2].gemm_s for r in rows], dtype=float),
-        attention_s=np.array([r[2].attention_s for r in rows], dtype=float),
-        comm_bytes_s=np.array([r[2].comm_bytes_s for r in rows], dtype=float),
-        comm_calls=np.array([r[2].comm_calls for r in rows], dtype=float),
+        cols={c: np.array([getattr(r[2], c) for r in rows], dtype=float) for c in STEP_COLUMNS},
         term_vendor=np.array([r[3] for r in rows], dtype=int),
         term_engine=np.array([r[4] for r in rows], dtype=int),
         vendors=vendors,
@@ -156,15 +151,16 @@ def _arrays(obs: Sequence[Observation]) -> _Arrays:
     )
 
 
-def _predict(a: _Arrays, p: Params) -> np.ndarray:
+def _predict(a: StepArrays, p: Params) -> np.ndarray:
     mem = np.array([p.memory_bandwidth.get(v, 0.8) for v in a.vendors])[a.term_vendor]
     comp = np.array([p.compute.get(v, 0.6) for v in a.vendors])[a.term_vendor]
     over = np.array([p.step_overhead_s.get(e, 0.0015) for e in a.engines])[a.term_engine]
     # capacity.performance.step_seconds: the linear layers' roofline, then attention's, then the all-reduces
-    linear = np.maximum(a.weight_s / mem, a.gemm_s / comp)
-    attention = np.maximum(a.kv_s / mem, a.attention_s / comp)
+    k = a.cols
+    linear = np.maximum(k["weight_s"] / mem, k["gemm_s"] / comp)
+    attention = np.maximum(k["kv_s"] / mem, k["attention_s"] / comp)
     latency = p.allreduce_latency_s.get("*", _ALLREDUCE_LATENCY_S)
-    step = linear + attention + a.comm_bytes_s + a.comm_calls * latency + over
+    step = linear + attention + k["comm_bytes_s"] + k["comm_calls"] * latency + over
     seconds = np.bincount(a.term_obs, weights=a.term_weight * step, minlength=a.n)
     fixed = np.array([p.request_overhead_s.get(e, 0.0) for e in a.engines])[a.obs_engine]
     seconds = seconds + a.requests * fixed
@@ -174,10 +170,10 @@ def _predict(a: _Arrays, p: Params) -> np.ndarray:
 
 def predict(observations: Sequence[Observation], params: Params) -> np.ndarray:
     """Predicted values in the observations' units (seconds or tokens/s)."""
-    return _predict(_arrays(observations), params)
+    return _predict(step_arrays(observations), params)
 
 
-def _loss(a: _Arrays, p: Params) -> float:
+def _loss(a: StepArrays, p: Params) -> float:
     pred = _predict(a, p)
     return float(np.mean(np.abs(np.log(pred / a.measured))))
 
@@ -193,7 +189,7 @@ _BOUNDS = {
 
 def fit(observations: Sequence[Observation], start: Params | None = None, sweeps: int = 4) -> Params:
     """Coordinate search on each factor in its plausible range (golden section, then the next)."""
-    a = _arrays(observations)
+    a = step_arrays(observations)
     params = start or default_params(observations)
     if not observations:
         return params
@@ -206,7 +202,7 @@ def fit(observations: Sequence[Observation], start: Params | None = None, sweeps
     return params
 
 
-def _loss_with(a: _Arrays, params: Params, kind: str, key: str, value: float) -> float:
+def _loss_with(a: StepArrays, params: Params, kind: str, key: str, value: float) -> float:
     return _loss(a, replace(params, **{kind: {**getattr(params, kind), key: value}}))
 
 

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -83,10 +84,22 @@ def _chunks(total: int, chunk: int) -> list[int]:
     return [min(chunk, total - i * chunk) for i in range(cdiv(total, chunk))]
 
 
-def sized_row(
-    row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint_bytes: int | None, context: int
-) -> tuple[DeploymentSpec, Estimate] | str:
-    """The row's deployment and its estimate at `context` tokens, or why it cannot be sized."""
+class SizedRow(NamedTuple):
+    input_len: int
+    output_len: int
+    deployment: DeploymentSpec
+    est: Estimate
+
+
+def sized_row(row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint_bytes: int | None) -> SizedRow | str:
+    """The row's mean lengths, its deployment and the estimate at their sum, or why it cannot be sized."""
+    if gpu.memory_bandwidth_gbps is None or gpu.bf16_dense_tflops is None:
+        return f"{gpu.id} has no bandwidth / TFLOPS in the catalog"
+    prompt, out = row.mean_input_len, row.mean_output_len
+    if not prompt or not out:
+        return "no input / output length"
+    i_len, o_len = max(1, round(prompt)), max(1, round(out))
+    context = i_len + o_len
     deployment = DeploymentSpec(
         tp=row.tp,
         pp=row.pp,
@@ -101,7 +114,7 @@ def sized_row(
         return str(exc)
     if not est.fits:
         return f"does not fit: {est.reason}"
-    return deployment, est
+    return SizedRow(i_len, o_len, deployment, est)
 
 
 def _tags(
@@ -134,16 +147,10 @@ def observations_for(
     """The row's measured metrics as observations, or why it cannot be sized. `tpot_interference`: a
     served row's TPOT also carries the prefills of the requests that join while it decodes ((B - 1) / o
     prompts per decode step, beside the batch; evaluation/step_cost_candidate.py), not the bare step."""
-    if gpu.memory_bandwidth_gbps is None or gpu.bf16_dense_tflops is None:
-        return f"{gpu.id} has no bandwidth / TFLOPS in the catalog"
-    prompt, out = row.mean_input_len, row.mean_output_len
-    if not prompt or not out:
-        return "no input / output length"
-    i_len, o_len = max(1, round(prompt)), max(1, round(out))
-    sized = sized_row(row, model, gpu, checkpoint_bytes, i_len + o_len)
+    sized = sized_row(row, model, gpu, checkpoint_bytes)
     if isinstance(sized, str):
         return sized
-    deployment, est = sized
+    i_len, o_len, deployment, est = sized
     batch = row.effective_concurrency
     burst = row.request_rate is not None and math.isinf(row.request_rate)
     if batch is None:

@@ -111,16 +111,10 @@ def simulate_row(
     row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint_bytes: int | None
 ) -> list[tuple[str, float, float]] | str:
     """The row's metrics as (metric, measured, simulated), or why it cannot be simulated."""
-    if gpu.memory_bandwidth_gbps is None or gpu.bf16_dense_tflops is None:
-        return f"{gpu.id} has no bandwidth / TFLOPS in the catalog"
-    prompt, out = row.mean_input_len, row.mean_output_len
-    if not prompt or not out:
-        return "no input / output length"
-    i_len, o_len = max(1, round(prompt)), max(1, round(out))
-    sized = sized_row(row, model, gpu, checkpoint_bytes, i_len + o_len)
+    sized = sized_row(row, model, gpu, checkpoint_bytes)
     if isinstance(sized, str):
         return sized
-    deployment, est = sized
+    i_len, o_len, deployment, est = sized
     load = row_load(row, i_len, o_len)
     if isinstance(load, str):
         return load

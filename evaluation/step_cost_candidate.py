@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from capacity.perf_fit import Observation, Params, _golden, predict
+from capacity.perf_fit import Observation, Params, StepArrays, _golden, predict, step_arrays
 
 # (kind, bounds) of each coefficient; kinds keyed per vendor class, per engine, or global ("*")
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -78,52 +78,7 @@ def _fallback(values: dict[str, float], key: str, default: float) -> float:
     return float(np.mean(list(values.values()))) if values else default
 
 
-@dataclass(slots=True)
-class _Terms:
-    n: int
-    measured: np.ndarray
-    tokens: np.ndarray
-    requests: np.ndarray
-    obs_engine: np.ndarray
-    term_obs: np.ndarray
-    term_weight: np.ndarray
-    cols: dict[str, np.ndarray]
-    term_vendor: np.ndarray
-    term_engine: np.ndarray
-    vendors: list[str]
-    engines: list[str]
-
-
-_COLS = ("weight_s", "kv_s", "gemm_s", "attention_s", "comm_bytes_s", "comm_calls", "sequences")
-
-
-def _terms(obs: Sequence[Observation]) -> _Terms:
-    vendors = sorted({o.vendor for o in obs})
-    engines = sorted({o.engine for o in obs})
-    rows = []
-    for i, o in enumerate(obs):
-        v, e = vendors.index(o.vendor), engines.index(o.engine)
-        if o.decode is not None and o.decode_steps:
-            rows.append((i, o.decode_steps * o.pp, o.decode, v, e))
-        for chunk in o.prefill:
-            rows.append((i, float(o.pp) * o.prefill_repeats, chunk, v, e))
-    return _Terms(
-        n=len(obs),
-        measured=np.array([o.measured for o in obs], dtype=float),
-        tokens=np.array([o.tokens for o in obs], dtype=float),
-        requests=np.array([o.requests for o in obs], dtype=float),
-        obs_engine=np.array([engines.index(o.engine) for o in obs], dtype=int),
-        term_obs=np.array([r[0] for r in rows], dtype=int),
-        term_weight=np.array([r[1] for r in rows], dtype=float),
-        cols={c: np.array([getattr(r[2], c) for r in rows], dtype=float) for c in _COLS},
-        term_vendor=np.array([r[3] for r in rows], dtype=int),
-        term_engine=np.array([r[4] for r in rows], dtype=int),
-        vendors=vendors,
-        engines=engines,
-    )
-
-
-def _per(t: _Terms, c: Candidate, name: str) -> np.ndarray:
+def _per(t: StepArrays, c: Candidate, name: str) -> np.ndarray:
     if name in c.shared:
         return np.full(len(t.term_obs), c.get(name, "*"))
     if name in PER_VENDOR:
@@ -133,7 +88,7 @@ def _per(t: _Terms, c: Candidate, name: str) -> np.ndarray:
     return np.full(len(t.term_obs), c.get(name, "*"))
 
 
-def _step(t: _Terms, c: Candidate) -> np.ndarray:
+def _step(t: StepArrays, c: Candidate) -> np.ndarray:
     k = t.cols
     e_c = _per(t, c, "e_compute")
     e_w = _per(t, c, "e_weights")
@@ -145,7 +100,7 @@ def _step(t: _Terms, c: Candidate) -> np.ndarray:
     return gpu + cpu - _per(t, c, "hidden") * np.minimum(gpu, cpu)
 
 
-def _predict(t: _Terms, c: Candidate) -> np.ndarray:
+def _predict(t: StepArrays, c: Candidate) -> np.ndarray:
     seconds = np.bincount(t.term_obs, weights=t.term_weight * _step(t, c), minlength=t.n)
     fixed = _per_obs(t, c, "request_overhead_s")
     seconds = seconds + t.requests * fixed
@@ -153,14 +108,14 @@ def _predict(t: _Terms, c: Candidate) -> np.ndarray:
         return np.where(t.tokens > 0, t.tokens / seconds, seconds)
 
 
-def _per_obs(t: _Terms, c: Candidate, name: str) -> np.ndarray:
+def _per_obs(t: StepArrays, c: Candidate, name: str) -> np.ndarray:
     if name in c.shared:
         return np.full(t.n, c.get(name, "*"))
     return np.array([c.get(name, e) for e in t.engines])[t.obs_engine]
 
 
 def predict_candidate(observations: Sequence[Observation], c: Candidate) -> np.ndarray:
-    return _predict(_terms(observations), c)
+    return _predict(step_arrays(observations), c)
 
 
 def start(observations: Sequence[Observation], fixed: tuple[str, ...] = (), shared: tuple[str, ...] = ()) -> Candidate:
@@ -177,7 +132,7 @@ def fit_candidate(
     observations: Sequence[Observation], fixed: tuple[str, ...] = (), shared: tuple[str, ...] = (), sweeps: int = 10
 ) -> Candidate:
     """Coordinate golden-section search of every free coefficient, minimising the mean |log error|."""
-    t = _terms(observations)
+    t = step_arrays(observations)
     c = start(observations, fixed, shared)
     if not observations:
         return c
