@@ -27,9 +27,6 @@ from pathlib import PurePosixPath
 from capacity.engines.command_flags import ENGINE_FLAGS
 from capacity.engines.kinds import Engine
 
-ENGINE_LABELS = {Engine.VLLM: "vLLM", Engine.SGLANG: "SGLang", Engine.TRTLLM: "TensorRT-LLM"}
-_COMMANDS = {Engine.VLLM: "vllm serve", Engine.SGLANG: "sglang.launch_server", Engine.TRTLLM: "trtllm-serve"}
-
 
 class CommandLineError(ValueError):
     """The command line cannot be read (one line, no values echoed)."""
@@ -147,6 +144,40 @@ _UNSIZED: dict[Engine, frozenset[str]] = {
     }),
 }
 
+
+@dataclass(frozen=True, slots=True)
+class _CommandRules:
+    """How one engine's server command reads: its names, what its flags mean for capacity, and the
+    quirks of its parser and image."""
+
+    label: str
+    command: str
+    applied: dict[str, tuple[str, str]]
+    unsized: frozenset[str]
+    model_positional: bool  # `vllm serve MODEL`, `trtllm-serve MODEL`; SGLang names it with --model-path only
+    flexible_parser: bool  # vLLM's FlexibleArgumentParser: `_` for `-`, `--x.y` for `--x`, `-O3`
+    image_runs_server: bool  # the engine's docker image starts its server (vllm/vllm-openai: `vllm serve`)
+
+    @property
+    def named(self) -> str:
+        return f"{self.label} {self.command}"
+
+
+_RULES = {
+    Engine.VLLM: _CommandRules(
+        "vLLM", "vllm serve", _APPLIED[Engine.VLLM], _UNSIZED[Engine.VLLM],
+        model_positional=True, flexible_parser=True, image_runs_server=True,
+    ),
+    Engine.SGLANG: _CommandRules(
+        "SGLang", "sglang.launch_server", _APPLIED[Engine.SGLANG], _UNSIZED[Engine.SGLANG],
+        model_positional=False, flexible_parser=False, image_runs_server=False,
+    ),
+    Engine.TRTLLM: _CommandRules(
+        "TensorRT-LLM", "trtllm-serve", _APPLIED[Engine.TRTLLM], _UNSIZED[Engine.TRTLLM],
+        model_positional=True, flexible_parser=False, image_runs_server=False,
+    ),
+}
+
 # docker run options that take a value (the rest are switches)
 _DOCKER_VALUED = frozenset({
     "-e", "--env", "--env-file", "-v", "--volume", "-p", "--publish", "--name", "--gpus", "--ipc", "--shm-size",
@@ -226,8 +257,8 @@ def _image_engine(image: str) -> tuple[Engine | None, str | None]:
 def _launcher(tokens: list[str], image_engine: Engine | None) -> tuple[Engine, list[str]]:
     """The engine and its arguments after the launcher (`vllm serve`, `python -m sglang.launch_server`, ...)."""
     if not tokens:
-        if image_engine is Engine.VLLM:
-            return Engine.VLLM, []
+        if image_engine is not None and _RULES[image_engine].image_runs_server:
+            return image_engine, []
         raise CommandLineError("no engine command found (vllm serve, python -m sglang.launch_server, trtllm-serve)")
     head = PurePosixPath(tokens[0]).name
     second = tokens[1] if len(tokens) > 1 else None
@@ -241,8 +272,12 @@ def _launcher(tokens: list[str], image_engine: Engine | None) -> tuple[Engine, l
             i += 1
         if tokens[i : i + 1] == ["-m"] and i + 1 < len(tokens) and tokens[i + 1] in _MODULES:
             return _MODULES[tokens[i + 1]], tokens[i + 2 :]
-    if image_engine is Engine.VLLM and (tokens[0].startswith("-") or len(tokens) == 1 or tokens[1].startswith("-")):
-        return Engine.VLLM, tokens  # vllm/vllm-openai's entrypoint is `vllm serve`
+    if (
+        image_engine is not None
+        and _RULES[image_engine].image_runs_server
+        and (tokens[0].startswith("-") or len(tokens) == 1 or tokens[1].startswith("-"))
+    ):
+        return image_engine, tokens  # the image's entrypoint is the server: these are its arguments
     raise CommandLineError(
         f"not an engine command: {head!r} (read: vllm serve, python -m vllm.entrypoints.openai.api_server, "
         "sglang serve, python -m sglang.launch_server, trtllm-serve, docker run IMAGE ...)"
@@ -263,7 +298,7 @@ def _lookup(engine: Engine, option: str) -> tuple[str, tuple[str, str]] | None:
     """The table's spelling and entry for `option` (vLLM also takes `_` for `-` and `--x.y` for `--x`)."""
     flags = flag_table(engine)
     candidates = [option]
-    if engine is Engine.VLLM:  # FlexibleArgumentParser: `_` for `-` in long options, `--x.y` / `-x.y` for `--x`
+    if _RULES[engine].flexible_parser:  # `_` for `-` in long options, `--x.y` / `-x.y` for `--x`
         base = option.split(".", 1)[0]
         candidates += [option.replace("_", "-"), base, base.replace("_", "-")] if option.startswith("--") else [base]
     for candidate in candidates:
@@ -275,7 +310,7 @@ def _lookup(engine: Engine, option: str) -> tuple[str, tuple[str, str]] | None:
         if len(matches) == 1:
             return matches[0], flags[matches[0]]
         if len(matches) > 1:
-            raise CommandLineError(f"{option} is ambiguous for {ENGINE_LABELS[engine]} {table_release(engine)}: "
+            raise CommandLineError(f"{option} is ambiguous for {_RULES[engine].label} {table_release(engine)}: "
                                    f"{', '.join(matches[:4])}{', ...' if len(matches) > 4 else ''}")
     return None
 
@@ -284,9 +319,9 @@ def _unknown(engine: Engine, option: str, release: str | None) -> CommandLineErr
     flags = flag_table(engine)
     close = difflib.get_close_matches(option, list(flags), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    named = f"{ENGINE_LABELS[engine]} {table_release(engine)}"
+    named = f"{_RULES[engine].label} {table_release(engine)}"
     asked = f"; the command names {release}" if release and not table_release(engine).startswith(release) else ""
-    return CommandLineError(f"{option} is not a flag of {named}'s {_COMMANDS[engine]}{hint}{asked}")
+    return CommandLineError(f"{option} is not a flag of {named}'s {_RULES[engine].command}{hint}{asked}")
 
 
 def _vllm_optimization_level(args: list[str]) -> list[str]:
@@ -303,9 +338,10 @@ def _vllm_optimization_level(args: list[str]) -> list[str]:
 
 
 def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCommand:
-    if engine is Engine.VLLM:
+    rules = _RULES[engine]
+    if rules.flexible_parser:
         args = _vllm_optimization_level(args)
-    applied_map = _APPLIED[engine]
+    applied_map = rules.applied
     options: dict[str, object] = {}
     applied: list[str] = []
     ignored: list[str] = []
@@ -331,7 +367,7 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
         values: list[str] = [inline] if eq else []
         if not eq and arity == "1":
             if i >= len(args):
-                raise CommandLineError(f"{option} needs a value ({ENGINE_LABELS[engine]} {_COMMANDS[engine]})")
+                raise CommandLineError(f"{option} needs a value ({rules.named})")
             values = [args[i]]
             i += 1
         elif not eq and arity in ("?", "+", "*"):
@@ -341,7 +377,7 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
                 if arity == "?":
                     break
             if arity == "+" and not values:
-                raise CommandLineError(f"{option} needs a value ({ENGINE_LABELS[engine]} {_COMMANDS[engine]})")
+                raise CommandLineError(f"{option} needs a value ({rules.named})")
         if dest in ("model", "model_path", "model_tag"):
             model = values[0] if values else model
             continue
@@ -351,19 +387,19 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
             name, kind = applied_map[dest]
             options[name] = _value(option, spelled, dest, kind, values, notes)
             applied.append(option)
-        elif dest in _UNSIZED[engine]:
+        elif dest in rules.unsized:
             unsized.append(option)
         else:
             ignored.append(option)
-    if positionals and engine in (Engine.VLLM, Engine.TRTLLM) and model is None:  # the model as a positional
+    if positionals and rules.model_positional and model is None:
         model = positionals.pop(0)
     if positionals:
         raise CommandLineError(
             f"unexpected argument #{len(args) - len(positionals) + 1} after the model "
-            f"({ENGINE_LABELS[engine]} {_COMMANDS[engine]} takes one model)"
+            f"({rules.named} takes one model)"
         )
     if model is None:
-        raise CommandLineError(f"the command names no model ({ENGINE_LABELS[engine]} {_COMMANDS[engine]})")
+        raise CommandLineError(f"the command names no model ({rules.named})")
     return EngineCommand(
         engine, release, model, options, tuple(applied), tuple(_unique(ignored)), tuple(_unique(unsized)),
         tuple(notes),
