@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -236,14 +236,19 @@ def observations_for(
     return found or "no metric capplan predicts (TPOT, TTFT, output throughput, batch latency)"
 
 
+T = TypeVar("T")
 Resolver = Callable[[str], tuple[ModelSpec, int | None]]
 GpuFinder = Callable[[str], GpuSku]
 
 
-def build(
-    rows: Iterable[PerfMeasurement], resolve: Resolver, find_gpu: GpuFinder, tpot_interference: bool = False
-) -> tuple[list[Observation], list[Skipped]]:
-    observations: list[Observation] = []
+def read_rows(
+    rows: Iterable[PerfMeasurement],
+    resolve: Resolver,
+    find_gpu: GpuFinder,
+    read: Callable[[PerfMeasurement, ModelSpec, GpuSku, int | None], T | str],
+) -> tuple[list[tuple[PerfMeasurement, T]], list[Skipped]]:
+    """`read` on each row whose model and GPU resolve; the rows it cannot read, with the reason."""
+    done: list[tuple[PerfMeasurement, T]] = []
     skipped: list[Skipped] = []
     for row in rows:
         try:
@@ -252,12 +257,22 @@ def build(
         except (LookupError, SpecError, OSError) as exc:
             skipped.append(Skipped(row.id, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
             continue
-        found = observations_for(row, model, gpu, checkpoint, tpot_interference)
+        found = read(row, model, gpu, checkpoint)
         if isinstance(found, str):
             skipped.append(Skipped(row.id, found))
         else:
-            observations.extend(found)
-    return observations, skipped
+            done.append((row, found))
+    return done, skipped
+
+
+def build(
+    rows: Iterable[PerfMeasurement], resolve: Resolver, find_gpu: GpuFinder, tpot_interference: bool = False
+) -> tuple[list[Observation], list[Skipped]]:
+    def read(row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint: int | None) -> list[Observation] | str:
+        return observations_for(row, model, gpu, checkpoint, tpot_interference)
+
+    done, skipped = read_rows(rows, resolve, find_gpu, read)
+    return [o for _, found in done for o in found], skipped
 
 
 @cache

@@ -26,7 +26,7 @@ from capacity.perf_fit import Accuracy, accuracy, predict
 from capacity.performance import efficiency_for, perf_inputs
 from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.spec import GpuSku, ModelSpec, SpecError
-from evaluation.perf_cv import Skipped, _catalog_resolver, build, shipped_params, sized_row
+from evaluation.perf_cv import Skipped, _catalog_resolver, build, read_rows, shipped_params, sized_row
 from evaluation.perf_measurements import PerfMeasurement
 
 DEFAULT_PROMPTS = 1000  # vllm bench serve --num-prompts default
@@ -158,18 +158,8 @@ def sim_report(rows: Iterable[PerfMeasurement]) -> SimReport:
     steady_predicted = predict(observations, shipped_params()) if observations else np.array([])
     steady = {(o.row_id, o.metric): float(v) for o, v in zip(observations, steady_predicted, strict=True)}
     scores: list[SimScore] = []
-    skipped: list[Skipped] = []
-    for row in data:
-        try:
-            model, checkpoint = resolve(row.config_model)
-            gpu = find(row.gpu)
-        except (LookupError, SpecError, OSError) as exc:
-            skipped.append(Skipped(row.id, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
-            continue
-        found = simulate_row(row, model, gpu, checkpoint)
-        if isinstance(found, str):
-            skipped.append(Skipped(row.id, found))
-            continue
+    done, skipped = read_rows(data, resolve, find, simulate_row)
+    for row, found in done:
         for metric, measured, simulated in found:
             prior = steady.get((row.id, metric), math.nan)
             scores.append(
