@@ -44,7 +44,8 @@ def _flags(parser: argparse.ArgumentParser) -> dict[str, tuple[str, str]]:
     return dict(sorted(out.items()))
 
 
-def vllm_flags() -> tuple[str, dict[str, tuple[str, str]], bool]:
+def vllm_parser() -> tuple[str, argparse.ArgumentParser]:
+    """vLLM's release and its `vllm serve` argument parser."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     import vllm
@@ -55,17 +56,27 @@ def vllm_flags() -> tuple[str, dict[str, tuple[str, str]], bool]:
     from vllm.entrypoints.common.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = make_arg_parser(FlexibleArgumentParser())
-    return vllm.__version__, _flags(parser), parser.allow_abbrev
+    return vllm.__version__, make_arg_parser(FlexibleArgumentParser())
 
 
-def sglang_flags() -> tuple[str, dict[str, tuple[str, str]], bool]:
+def sglang_parser() -> tuple[str, argparse.ArgumentParser]:
+    """SGLang's release and its server's argument parser (`sglang.launch_server`)."""
     import sglang
     from sglang.srt.server_args import ServerArgs
 
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
-    return sglang.__version__, _flags(parser), parser.allow_abbrev
+    return sglang.__version__, parser
+
+
+def vllm_flags() -> tuple[str, dict[str, tuple[str, str]], bool]:
+    release, parser = vllm_parser()
+    return release, _flags(parser), parser.allow_abbrev
+
+
+def sglang_flags() -> tuple[str, dict[str, tuple[str, str]], bool]:
+    release, parser = sglang_parser()
+    return release, _flags(parser), parser.allow_abbrev
 
 
 def trtllm_flags(serve_py: Path) -> dict[str, tuple[str, str]]:

@@ -1,0 +1,187 @@
+"""The serving plan a deployment is rendered from: one placement, as the engine and the cluster need it.
+
+A `ServingPlan` is built from a `capacity.placement.PlacementOption` (`from_option`) or from the
+`plan` object of `capplan place --json` (`from_mapping`); every renderer reads only this object.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from capacity.engines.command_line import table_release
+from capacity.engines.kinds import Engine
+from capacity.placement import PlacementOption
+from capacity.planning_types import WorkloadProfile
+
+
+class DeployError(ValueError):
+    """The plan cannot be rendered as asked (one line: what is missing or not expressible, and why)."""
+
+
+# The engine images a plan runs when it names none: the engines' own published images, tagged with the
+# release capplan's flag tables were generated from (capacity/engines/command_flags.py), so the command
+# line is read by the same parser the image runs. TensorRT-LLM's table comes from a source checkout, not
+# a release: its image needs the plan's engine_version (or an explicit image).
+ENGINE_IMAGES: dict[Engine, str] = {
+    Engine.VLLM: "docker.io/vllm/vllm-openai:v{release}",
+    Engine.SGLANG: "docker.io/lmsysorg/sglang:v{release}",
+    Engine.TRTLLM: "nvcr.io/nvidia/tensorrt-llm/release:{release}",
+}
+_RELEASE = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+-]*)$")
+_DNS_LABEL_BYTES = 63  # a Kubernetes object name that is also a Service name (RFC 1035 label)
+
+
+@dataclass(frozen=True, slots=True)
+class ServingPlan:
+    """One placement as a deployment: what to serve, on which GPUs, with which engine settings.
+
+    `gpu_memory_utilization` / `kv_cache_memory_bytes`: the budget the estimate planned (vLLM takes
+    either; SGLang's --mem-fraction-static and TensorRT-LLM's --kv_cache_free_gpu_memory_fraction take
+    the fraction); None leaves the engine's default, which the estimate also assumed."""
+
+    model: str  # capplan registry id
+    engine: Engine
+    gpu: str  # catalog GPU id
+    tp: int = 1
+    pp: int = 1
+    replicas: int = 1
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    weight_dtype: str = "auto"  # as given to `capplan estimate --dtype`
+    kv_dtype: str = "auto"  # as given to `capplan estimate --kv-dtype`
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: int | None = None
+    hf_repo: str | None = None  # what the engine loads; the registry id when None
+    engine_version: str | None = None
+    image: str | None = None  # None: ENGINE_IMAGES at the plan's release
+    gpus_per_node: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "replicas", "gpus_per_node"):
+            if getattr(self, name) < 1:
+                raise DeployError(f"{name} must be >= 1, not {getattr(self, name)}")
+        for name in ("max_model_len", "max_num_seqs", "kv_cache_memory_bytes"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise DeployError(f"{name} must be >= 1, not {value}")
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
+            raise DeployError(f"gpu_memory_utilization must be in (0, 1], not {self.gpu_memory_utilization}")
+        if self.gpu_memory_utilization is not None and self.kv_cache_memory_bytes is not None:
+            raise DeployError("give gpu_memory_utilization or kv_cache_memory_bytes, not both")
+        if not self.model.strip():
+            raise DeployError("the plan names no model")
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def served_model(self) -> str:
+        """What the engine loads (a Hugging Face repo id or a path)."""
+        return self.hf_repo or self.model
+
+    @property
+    def release(self) -> str | None:
+        """The engine release the image runs: the plan's, else the flag table's (None: not a release)."""
+        release = self.engine_version or table_release(self.engine)
+        return release if _RELEASE.match(release) else None
+
+    @property
+    def container_image(self) -> str:
+        if self.image:
+            return self.image
+        release = self.release
+        if release is None or self.engine not in ENGINE_IMAGES:
+            raise DeployError(f"no default {self.engine} image without a release: give engine_version or an image")
+        return ENGINE_IMAGES[self.engine].format(release=release)
+
+    @property
+    def name(self) -> str:
+        """A Kubernetes object name for the deployment (RFC 1035 label: lowercase, digits, '-')."""
+        base = re.sub(r"[^a-z0-9]+", "-", f"{self.served_model.rsplit('/', 1)[-1]}-{self.engine}".lower()).strip("-")
+        base = base[:_DNS_LABEL_BYTES].rstrip("-")
+        return base if base[:1].isalpha() else f"m-{base}"[:_DNS_LABEL_BYTES].rstrip("-")
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The plan as plain JSON values (`from_mapping`'s input)."""
+        out = asdict(self)
+        out["engine"] = self.engine.value
+        return out
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> ServingPlan:
+        """A plan from `capplan place --json`'s `plan` object (keys other than the fields are ignored)."""
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key in ("model", "engine", "gpu"):
+            if data.get(key) in (None, ""):
+                raise DeployError(f"the plan has no {key!r}")
+        for key, value in data.items():
+            if key not in known or value is None:
+                continue
+            values[key] = _checked(key, value)
+        return cls(**values)
+
+    @classmethod
+    def from_option(
+        cls,
+        option: PlacementOption,
+        workload: WorkloadProfile | None = None,
+        *,
+        hf_repo: str | None = None,
+        image: str | None = None,
+    ) -> ServingPlan:
+        """The plan that realizes a placement option: its layout and dtypes, the workload's memory budget,
+        and --max-num-seqs at the planned batch where a latency target set it (`binding` tpot / ttft),
+        else the engine's batch limit the option was sized with."""
+        latency_bound = option.binding != "memory"
+        return cls(
+            model=option.model,
+            engine=_engine(option.engine),
+            gpu=option.gpu,
+            tp=option.tp,
+            pp=option.pp,
+            replicas=option.replicas,
+            max_model_len=option.max_model_len,
+            max_num_seqs=option.planned_per_replica if latency_bound else option.max_num_seqs,
+            weight_dtype=option.weight_dtype,
+            kv_dtype=option.kv_dtype,
+            gpu_memory_utilization=workload.gpu_memory_utilization if workload is not None else None,
+            hf_repo=hf_repo,
+            engine_version=option.engine_version,
+            image=image,
+            gpus_per_node=option.gpus_per_node,
+        )
+
+
+_INT_FIELDS = frozenset(
+    {"tp", "pp", "replicas", "max_model_len", "max_num_seqs", "kv_cache_memory_bytes", "gpus_per_node"}
+)
+_TEXT_FIELDS = frozenset({"model", "gpu", "weight_dtype", "kv_dtype", "hf_repo", "engine_version", "image"})
+
+
+def _checked(key: str, value: Any) -> Any:
+    """One mapping value, type-checked for its field (JSON has no int/bool distinction worth trusting)."""
+    if key == "engine":
+        return _engine(value)
+    if key in _INT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise DeployError(f"plan field {key!r} must be an integer, not {type(value).__name__}")
+        return value
+    if key == "gpu_memory_utilization":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise DeployError(f"plan field {key!r} must be a number, not {type(value).__name__}")
+        return float(value)
+    if key in _TEXT_FIELDS and not isinstance(value, str):
+        raise DeployError(f"plan field {key!r} must be text, not {type(value).__name__}")
+    return value
+
+
+def _engine(value: object) -> Engine:
+    try:
+        return Engine(str(value).lower())
+    except ValueError:
+        raise DeployError(f"unknown engine {value!r}; expected one of {', '.join(e.value for e in Engine)}") from None
