@@ -1,0 +1,121 @@
+"""The engines' own parsers read the command lines recommendations/deploy writes: vLLM 0.33.0's `vllm
+serve` parser and SGLang 0.5.23's server parser (in .venv-oracle, via tools/engine_oracle/parse_commands.py)
+accept every line and parse each planned setting to the value the plan holds, in the engine's units."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capacity.engines.kinds import Engine
+from recommendations.deploy import ServingPlan, engine_command
+from tests.conftest import ORACLE_PYTHON, require_oracle_venv
+
+TOOL = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "parse_commands.py"
+GIB = 1 << 30
+
+pytestmark = pytest.mark.engine_oracle
+
+
+def _plan(engine: Engine, **overrides: Any) -> ServingPlan:
+    fields: dict[str, Any] = {
+        "model": "llama-3.1-70b",
+        "hf_repo": "meta-llama/Llama-3.1-70B-Instruct",
+        "engine": engine,
+        "gpu": "h100",
+        "tp": 4,
+        "pp": 2,
+        "max_model_len": 32768,
+        "max_num_seqs": 48,
+        "weight_dtype": "fp8",
+        "kv_dtype": "fp8",
+        "gpu_memory_utilization": 0.88,
+    }
+    return ServingPlan(**(fields | overrides))
+
+
+# (plan, the parser's destinations and the values they must hold); the names are each engine's own
+CASES: list[tuple[ServingPlan, dict[str, Any]]] = [
+    (
+        _plan(Engine.VLLM),
+        {
+            "model_tag": "meta-llama/Llama-3.1-70B-Instruct",
+            "tensor_parallel_size": 4,
+            "pipeline_parallel_size": 2,
+            "quantization": "fp8",
+            "kv_cache_dtype": "fp8",
+            "max_model_len": 32768,
+            "max_num_seqs": 48,
+            "gpu_memory_utilization": 0.88,
+            "port": 8000,
+        },
+    ),
+    (
+        _plan(
+            Engine.VLLM,
+            weight_dtype="bf16",
+            kv_dtype="fp8_e5m2",
+            gpu_memory_utilization=None,
+            kv_cache_memory_bytes=30 * GIB,
+        ),
+        {"dtype": "bfloat16", "kv_cache_dtype": "fp8_e5m2", "kv_cache_memory_bytes": 30 * GIB},
+    ),
+    (
+        _plan(Engine.SGLANG),
+        {
+            "model_path": "meta-llama/Llama-3.1-70B-Instruct",
+            "tp_size": 4,
+            "pp_size": 2,
+            "quantization": "fp8",
+            "kv_cache_dtype": "fp8_e4m3",
+            "context_length": 32768,
+            "max_running_requests": 48,
+            "mem_fraction_static": 0.88,
+            "port": 8000,
+        },
+    ),
+    (_plan(Engine.SGLANG, weight_dtype="fp16", kv_dtype="bf16"), {"dtype": "float16", "kv_cache_dtype": "bfloat16"}),
+]
+
+
+@pytest.fixture(scope="module")
+def parsed() -> list[dict[str, Any]]:
+    require_oracle_venv()
+    commands = [{"engine": plan.engine.value, "args": list(engine_command(plan).args)} for plan, _ in CASES]
+    done = subprocess.run(
+        [str(ORACLE_PYTHON), str(TOOL)],
+        input=json.dumps(commands),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    answers: list[dict[str, Any]] = json.loads(done.stdout)
+    return answers
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[f"{p.engine}-{p.weight_dtype}-{p.kv_dtype}" for p, _ in CASES])
+def test_the_engine_parses_the_planned_settings(parsed: list[dict[str, Any]], case: int) -> None:
+    answer = parsed[case]
+    assert answer["ok"], answer.get("error")
+    _plan_case, expected = CASES[case]
+    assert {dest: answer["values"][dest] for dest in expected} == expected
+
+
+def test_the_parser_refuses_what_it_should() -> None:
+    """The oracle can fail: a value outside the engine's choices is refused."""
+    require_oracle_venv()
+    commands = [{"engine": "sglang", "args": ["--model-path", "m", "--kv-cache-dtype", "fp8"]}]
+    done = subprocess.run(
+        [str(ORACLE_PYTHON), str(TOOL)],
+        input=json.dumps(commands),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    assert json.loads(done.stdout)[0]["ok"] is False
