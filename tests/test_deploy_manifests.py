@@ -269,6 +269,11 @@ def test_images_default_to_the_flag_tables_release() -> None:
     assert _plan(Engine.VLLM).container_image == f"docker.io/vllm/vllm-openai:v{ENGINE_FLAGS['vllm']['release']}"
     assert _plan(Engine.SGLANG).container_image == f"docker.io/lmsysorg/sglang:v{ENGINE_FLAGS['sglang']['release']}"
     assert _plan(Engine.VLLM, engine_version="0.21.0").container_image.endswith(":v0.21.0")
+    assert _plan(Engine.VLLM, engine_version="0.33").container_image.endswith(":v0.33.0")  # the table's, on that line
+    assert _plan(Engine.VLLM, engine_version="0.21").container_image.endswith(":v0.21.0")  # the line's first
+    assert _plan(Engine.TRTLLM, engine_version="1.2.0rc2").container_image.endswith("/release:1.2.0rc2")
+    option = _best(_workload(Engine.VLLM))  # an estimate names vLLM's release by its line
+    assert ServingPlan.from_option(option).container_image.endswith(f":v{ENGINE_FLAGS['vllm']['release']}")
     assert _plan(Engine.VLLM, image="my/vllm:1").container_image == "my/vllm:1"
 
 
@@ -309,12 +314,25 @@ def _validators() -> dict[str, jsonschema.protocols.Validator]:
             _strict(_load("dynamo_dynamographdeployment_v1alpha1.json"))
         ),
         "llm-d values": jsonschema.Draft7Validator(_load("llmd_modelservice_values.schema.json")),
+        "Container": jsonschema.Draft202012Validator(
+            {"$ref": f"{definitions['$id']}#/$defs/io.k8s.api.core.v1.Container"}, registry=registry
+        ),
     }
 
 
+# keys of an llm-d decode container that the chart reads itself (charts/llm-d-modelservice/values.yaml)
+LLMD_CHART_KEYS = ("modelCommand", "mountModelVolume")
+
+
 def _errors(document: dict[str, Any]) -> list[str]:
+    """Schema errors; an llm-d decode container (its schema takes any object) is also held to core/v1 Container."""
     validator = _validators()[document.get("kind", "llm-d values")]
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(document)]
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(document)]
+    if "kind" not in document:
+        for container in document.get("decode", {}).get("containers", []):
+            plain = {key: value for key, value in container.items() if key not in LLMD_CHART_KEYS}
+            errors += [f"decode container: {e.message}" for e in _validators()["Container"].iter_errors(plain)]
+    return errors
 
 
 PLANS = {
@@ -396,6 +414,8 @@ def test_a_broken_manifest_fails_its_schema() -> None:
         _with(isvc, 1, "spec", "predictor", "gpus"),  # undeclared: kubectl's strict validation refuses it
         _with(values, "3", "decode", "replicas"),
         _with(values, {"tensor": 2, "pipeline": 2}, "decode", "parallelism"),
+        _without(values, "decode", "containers", 0, "name"),
+        _with(values, "2", "decode", "containers", 0, "ports", 0, "containerPort"),
         _with(dgd, "plain", "spec", "backendFramework"),
         _with(dgd, 2, "spec", "services", "worker", "resources", "limits", "gpu"),
         _with(dgd, ["vllm"], "spec", "services", "worker", "extraPodSpec", "mainContainer", "cmd"),

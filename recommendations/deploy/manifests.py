@@ -82,7 +82,9 @@ def _labels(plan: ServingPlan) -> dict[str, str]:
 
 
 def _metadata(plan: ServingPlan) -> dict[str, Any]:
-    plan_json = json.dumps(plan.to_mapping(), sort_keys=True)
+    plan_json = json.dumps(
+        {key: value for key, value in plan.to_mapping().items() if value is not None}, sort_keys=True
+    )
     return {"name": plan.name, "labels": _labels(plan), "annotations": {PLAN_ANNOTATION: plan_json}}
 
 

@@ -30,7 +30,8 @@ ENGINE_IMAGES: dict[Engine, str] = {
     Engine.SGLANG: "docker.io/lmsysorg/sglang:v{release}",
     Engine.TRTLLM: "nvcr.io/nvidia/tensorrt-llm/release:{release}",
 }
-_RELEASE = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+-]*)$")
+_RELEASE = re.compile(r"^\d+\.\d+\.\d+[a-z0-9.+-]*$")  # an image tag's release: 0.33.0, 1.2.0rc2, 0.10.1.1
+_RELEASE_LINE = re.compile(r"^\d+\.\d+$")  # what capplan's estimates name a release by: 0.33
 _DNS_LABEL_BYTES = 63  # a Kubernetes object name that is also a Service name (RFC 1035 label)
 
 
@@ -85,8 +86,13 @@ class ServingPlan:
 
     @property
     def release(self) -> str | None:
-        """The engine release the image runs: the plan's, else the flag table's (None: not a release)."""
-        release = self.engine_version or table_release(self.engine)
+        """The engine release the image runs: the plan's, else the flag table's (None: not a release).
+        A release line (`0.33`, as estimates name it) is the table's release on that line, else its first
+        release (`0.21` -> 0.21.0)."""
+        table = table_release(self.engine)
+        release = self.engine_version or table
+        if _RELEASE_LINE.match(release):
+            release = table if table.startswith(f"{release}.") else f"{release}.0"
         return release if _RELEASE.match(release) else None
 
     @property
