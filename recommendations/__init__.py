@@ -15,4 +15,6 @@ run's registry as engine objects is `models_registry.planning`.
 - `workloads` / `placements` / `buckets`: workload profiles (workloads.yaml), the cheapest placements,
   the procurement plan and its request-size buckets.
 - `html_report`: the HTML report (extra `report`).
+- `deploy`: a planned layout as the engine command line that realizes its budget and as Kubernetes,
+  KServe, llm-d and Dynamo manifests (pure; no I/O).
 """
