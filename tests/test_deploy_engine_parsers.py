@@ -32,7 +32,7 @@ def _plan(engine: Engine, **overrides: Any) -> ServingPlan:
         "max_model_len": 32768,
         "max_num_seqs": 48,
         "weight_dtype": "fp8",
-        "kv_dtype": "fp8",
+        "kv_cache_dtype": "fp8",
         "gpu_memory_utilization": 0.88,
     }
     return ServingPlan(**(fields | overrides))
@@ -58,7 +58,7 @@ CASES: list[tuple[ServingPlan, dict[str, Any]]] = [
         _plan(
             Engine.VLLM,
             weight_dtype="bf16",
-            kv_dtype="fp8_e5m2",
+            kv_cache_dtype="fp8_e5m2",
             gpu_memory_utilization=None,
             kv_cache_memory_bytes=30 * GIB,
         ),
@@ -78,7 +78,10 @@ CASES: list[tuple[ServingPlan, dict[str, Any]]] = [
             "port": 8000,
         },
     ),
-    (_plan(Engine.SGLANG, weight_dtype="fp16", kv_dtype="bf16"), {"dtype": "float16", "kv_cache_dtype": "bfloat16"}),
+    (
+        _plan(Engine.SGLANG, weight_dtype="fp16", kv_cache_dtype="bf16"),
+        {"dtype": "float16", "kv_cache_dtype": "bfloat16"},
+    ),
 ]
 
 
@@ -102,7 +105,9 @@ def parsed() -> list[dict[str, Any]]:
     return _parse([{"engine": plan.engine.value, "args": list(engine_command(plan).args)} for plan, _ in CASES])
 
 
-@pytest.mark.parametrize("case", range(len(CASES)), ids=[f"{p.engine}-{p.weight_dtype}-{p.kv_dtype}" for p, _ in CASES])
+@pytest.mark.parametrize(
+    "case", range(len(CASES)), ids=[f"{p.engine}-{p.weight_dtype}-{p.kv_cache_dtype}" for p, _ in CASES]
+)
 def test_the_engine_parses_the_planned_settings(parsed: list[dict[str, Any]], case: int) -> None:
     answer = parsed[case]
     assert answer["ok"], answer.get("error")

@@ -97,7 +97,7 @@ def _plan(engine: Engine = Engine.VLLM, **overrides: Any) -> ServingPlan:
 
 @pytest.mark.parametrize("engine", SERVER_ENGINES)
 def test_every_flag_written_is_the_engines_own(engine: Engine) -> None:
-    kv = {"kv_dtype": "fp8", "weight_dtype": "fp8"} if engine is not Engine.TRTLLM else {}
+    kv = {"kv_cache_dtype": "fp8", "weight_dtype": "fp8"} if engine is not Engine.TRTLLM else {}
     line = engine_command(_plan(engine, pp=2, **kv))
     flags = {arg for arg in line.args if arg.startswith("--")}
     assert flags <= set(ENGINE_FLAGS[engine]["flags"]), flags - set(ENGINE_FLAGS[engine]["flags"])
@@ -164,12 +164,12 @@ def test_the_command_sizes_the_placements_budget(engine: Engine, policy: str, tp
 )
 def test_the_command_is_the_plans_deployment(engine: Engine, weight: str, kv: str, budget: dict[str, Any]) -> None:
     """Each dtype and budget spelling reads back to the KV budget and pool of the plan's own settings."""
-    plan = _plan(engine, tp=2, pp=2, weight_dtype=weight, kv_dtype=kv, max_model_len=16384, **budget)
+    plan = _plan(engine, tp=2, pp=2, weight_dtype=weight, kv_cache_dtype=kv, max_model_len=16384, **budget)
     by_plan = DeploymentSpec(
         tp=plan.tp,
         pp=plan.pp,
         weight_dtype=plan.weight_dtype,
-        kv_dtype=plan.kv_dtype,
+        kv_dtype=plan.kv_cache_dtype,
         engine=plan.engine.value,
         gpu_memory_utilization=plan.gpu_memory_utilization,
         max_model_len=plan.max_model_len,
@@ -188,7 +188,7 @@ def test_the_command_is_the_plans_deployment(engine: Engine, weight: str, kv: st
 def test_a_pasted_plan_command_is_the_same_estimate_as_the_options_by_hand() -> None:
     """Through the CLI: the rendered line, pasted, sizes as `capplan estimate` given the plan's options,
     and only the listening address is noted as ignored."""
-    plan = _plan(Engine.VLLM, hf_repo=str(LLAMA), tp=1, kv_dtype="fp8", max_model_len=8192)
+    plan = _plan(Engine.VLLM, hf_repo=str(LLAMA), tp=1, kv_cache_dtype="fp8", max_model_len=8192)
     runner = CliRunner()
     pasted = runner.invoke(app, ["estimate", "--gpu", "H100", "--json", "--from-command", engine_command(plan).text])
     by_hand = runner.invoke(
@@ -219,7 +219,7 @@ def test_a_pasted_plan_command_is_the_same_estimate_as_the_options_by_hand() -> 
 @pytest.mark.parametrize(
     ("plan", "says"),
     [
-        (lambda: _plan(Engine.TRTLLM, kv_dtype="fp8"), "cannot set a fp8 KV cache"),
+        (lambda: _plan(Engine.TRTLLM, kv_cache_dtype="fp8"), "cannot set a fp8 KV cache"),
         (lambda: _plan(Engine.SGLANG, gpu_memory_utilization=None, kv_cache_memory_bytes=20 * GIB), "fraction only"),
         (lambda: _plan(Engine.VLLM, weight_dtype="int4"), "no flag that serves weights as int4"),
         (lambda: _plan(Engine.PLAIN), "engine-free baseline"),
@@ -237,7 +237,7 @@ def test_what_an_engine_cannot_express_is_one_line(plan: Any, says: str) -> None
 
 
 def test_a_plan_round_trips_through_its_mapping() -> None:
-    plan = _plan(Engine.SGLANG, kv_dtype="fp8", image="registry.local/sglang:custom")
+    plan = _plan(Engine.SGLANG, kv_cache_dtype="fp8", image="registry.local/sglang:custom")
     assert ServingPlan.from_mapping(json.loads(json.dumps(plan.to_mapping()))) == plan
     assert ServingPlan.from_mapping({**plan.to_mapping(), "usd_per_hour": 12.0}) == plan  # extra keys ignored
 
@@ -250,13 +250,49 @@ def test_a_plan_round_trips_through_its_mapping() -> None:
         ({"tp": True}, "'tp' must be an integer"),
         ({"tp": 0}, "tp must be >= 1"),
         ({"gpu_memory_utilization": 1.5}, r"must be in \(0, 1\]"),
-        ({"kv_cache_memory_bytes": 1 << 30}, "not both"),
         ({"model": None}, "no 'model'"),
     ],
 )
 def test_a_bad_plan_mapping_is_one_line(change: dict[str, Any], says: str) -> None:
     with pytest.raises(DeployError, match=says):
         ServingPlan.from_mapping({**_plan().to_mapping(), **change})
+
+
+def test_a_place_plan_object_renders() -> None:
+    """The `plan` object of `capplan place --json` (its fields, the estimate's names, both budgets): the
+    fraction is the budget written, the byte budget and the descriptive keys are not needed."""
+    place_plan = {
+        "model": "llama-3.1-8b",
+        "hf_repo": "meta-llama/Llama-3.1-8B-Instruct",
+        "engine": "vllm",
+        "engine_version": "0.33",
+        "gpu": "H100",
+        "gpu_name": "NVIDIA H100 80GB HBM3",
+        "gpus_per_node": 8,
+        "tp": 2,
+        "pp": 1,
+        "gpus_per_replica": 2,
+        "replicas": 4,
+        "weight_dtype": "auto",
+        "weight_format": "bf16",
+        "quantization": None,
+        "kv_cache_dtype": "fp8",
+        "kv_cache_format": "fp8_e4m3",
+        "max_model_len": 32768,
+        "max_num_seqs": 57,
+        "max_num_batched_tokens": 8192,
+        "block_size": 16,
+        "gpu_memory_utilization": 0.9,
+        "kv_cache_memory_bytes": 51_539_607_552,
+    }
+    plan = ServingPlan.from_mapping(place_plan)
+    assert (plan.kv_cache_dtype, plan.gpu_memory_utilization, plan.kv_cache_memory_bytes) == ("fp8", 0.9, None)
+    line = engine_command(plan).args
+    assert "--kv-cache-memory-bytes" not in line and line[line.index("--gpu-memory-utilization") + 1] == "0.9"
+    assert plan.container_image.endswith(":v0.33.0")
+    assert (
+        ServingPlan.from_mapping({**place_plan, "gpu_memory_utilization": None}).kv_cache_memory_bytes == 51_539_607_552
+    )
 
 
 def test_a_replica_wider_than_a_node_is_refused() -> None:
@@ -336,9 +372,9 @@ def _errors(document: dict[str, Any]) -> list[str]:
 
 
 PLANS = {
-    "vllm-tp2": lambda: _plan(Engine.VLLM, kv_dtype="fp8"),
+    "vllm-tp2": lambda: _plan(Engine.VLLM, kv_cache_dtype="fp8"),
     "vllm-kv-bytes": lambda: _plan(Engine.VLLM, gpu_memory_utilization=None, kv_cache_memory_bytes=40 * GIB),
-    "sglang-fp8": lambda: _plan(Engine.SGLANG, weight_dtype="fp8", kv_dtype="fp8", tp=4, replicas=1),
+    "sglang-fp8": lambda: _plan(Engine.SGLANG, weight_dtype="fp8", kv_cache_dtype="fp8", tp=4, replicas=1),
     "trtllm": lambda: _plan(Engine.TRTLLM, tp=8, max_num_seqs=None),
 }
 KINDS_BY_ENGINE = {
@@ -360,7 +396,7 @@ def test_every_manifest_validates_against_its_published_schema(name: str) -> Non
 
 
 def test_the_manifests_carry_the_plan() -> None:
-    plan = _plan(Engine.VLLM, kv_dtype="fp8", pp=2, tp=2)
+    plan = _plan(Engine.VLLM, kv_cache_dtype="fp8", pp=2, tp=2)
     line = engine_command(plan)
     deployment, service = documents(plan, ManifestKind.KUBERNETES)
     container = deployment["spec"]["template"]["spec"]["containers"][0]

@@ -144,7 +144,7 @@ def engine_command(plan: ServingPlan) -> EngineCommandLine:
 
 def _dtype_args(plan: ServingPlan, s: _Spelling) -> list[str]:
     args: list[str] = []
-    weight, kv = plan.weight_dtype.lower(), plan.kv_dtype.lower()
+    weight, kv = plan.weight_dtype.lower(), plan.kv_cache_dtype.lower()
     if weight != "auto":
         if weight not in s.weight_flags:
             raise DeployError(

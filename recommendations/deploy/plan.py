@@ -52,7 +52,7 @@ class ServingPlan:
     max_model_len: int | None = None
     max_num_seqs: int | None = None
     weight_dtype: str = "auto"  # as given to `capplan estimate --dtype`
-    kv_dtype: str = "auto"  # as given to `capplan estimate --kv-dtype`
+    kv_cache_dtype: str = "auto"  # as given to `capplan estimate --kv-dtype`
     gpu_memory_utilization: float | None = None
     kv_cache_memory_bytes: int | None = None
     hf_repo: str | None = None  # what the engine loads; the registry id when None
@@ -119,16 +119,22 @@ class ServingPlan:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> ServingPlan:
-        """A plan from `capplan place --json`'s `plan` object (keys other than the fields are ignored)."""
-        known = {f.name: f for f in fields(cls)}
+        """A plan from `capplan place --json`'s `plan` object (keys other than the fields are ignored).
+
+        Given both budgets, the fraction is kept: the engine then measures its own overhead, where the byte
+        budget would pin capplan's estimate of it."""
+        known = {f.name for f in fields(cls)}
         values: dict[str, Any] = {}
         for key in ("model", "engine", "gpu"):
             if data.get(key) in (None, ""):
                 raise DeployError(f"the plan has no {key!r}")
         for key, value in data.items():
+            key = _ALIASES.get(key, key)
             if key not in known or value is None:
                 continue
             values[key] = _checked(key, value)
+        if values.get("gpu_memory_utilization") is not None:
+            values.pop("kv_cache_memory_bytes", None)
         return cls(**values)
 
     @classmethod
@@ -154,7 +160,7 @@ class ServingPlan:
             max_model_len=option.max_model_len,
             max_num_seqs=option.planned_per_replica if latency_bound else option.max_num_seqs,
             weight_dtype=option.weight_dtype,
-            kv_dtype=option.kv_dtype,
+            kv_cache_dtype=option.kv_dtype,
             gpu_memory_utilization=workload.gpu_memory_utilization if workload is not None else None,
             hf_repo=hf_repo,
             engine_version=option.engine_version,
@@ -166,7 +172,8 @@ class ServingPlan:
 _INT_FIELDS = frozenset(
     {"tp", "pp", "replicas", "max_model_len", "max_num_seqs", "kv_cache_memory_bytes", "gpus_per_node"}
 )
-_TEXT_FIELDS = frozenset({"model", "gpu", "weight_dtype", "kv_dtype", "hf_repo", "engine_version", "image"})
+_TEXT_FIELDS = frozenset({"model", "gpu", "weight_dtype", "kv_cache_dtype", "hf_repo", "engine_version", "image"})
+_ALIASES = {"kv_dtype": "kv_cache_dtype"}  # capplan estimate's option name
 
 
 def _checked(key: str, value: Any) -> Any:
