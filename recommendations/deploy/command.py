@@ -112,6 +112,7 @@ class EngineCommandLine:
 
 
 def spelling(engine: Engine) -> _Spelling:
+    """The engine's spelling; the plain baseline has no server, so nothing to write."""
     if engine not in SPELLINGS:
         raise DeployError(f"{engine} is capplan's engine-free baseline, not a server to deploy")
     return SPELLINGS[engine]

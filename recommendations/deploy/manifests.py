@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -29,9 +30,21 @@ PLAN_ANNOTATION = "capplan/plan"
 # NVIDIA Dynamo's runtime images (they bundle their own engine release) and worker modules; the release
 # is the one Dynamo's own documentation deploys in its Kubernetes examples (docs/kubernetes, 2026)
 DYNAMO_RELEASE = "0.9.0"
-_DYNAMO_WORKERS: dict[Engine, tuple[str, str]] = {  # engine -> (runtime image, worker module)
-    Engine.VLLM: ("nvcr.io/nvidia/ai-dynamo/vllm-runtime", "dynamo.vllm"),
-    Engine.SGLANG: ("nvcr.io/nvidia/ai-dynamo/sglang-runtime", "dynamo.sglang"),
+
+
+@dataclass(frozen=True, slots=True)
+class _DynamoWorker:
+    """How Dynamo runs one engine: its runtime image, the worker module, and the flag naming the model where
+    the engine's own server takes it as a positional argument (`vllm serve MODEL`; dynamo.vllm: --model)."""
+
+    runtime_image: str
+    module: str
+    model_flag: str | None
+
+
+_DYNAMO_WORKERS: dict[Engine, _DynamoWorker] = {
+    Engine.VLLM: _DynamoWorker("nvcr.io/nvidia/ai-dynamo/vllm-runtime", "dynamo.vllm", "--model"),
+    Engine.SGLANG: _DynamoWorker("nvcr.io/nvidia/ai-dynamo/sglang-runtime", "dynamo.sglang", None),
 }
 
 
@@ -183,7 +196,7 @@ def llmd(plan: ServingPlan) -> list[dict[str, Any]]:
         raise DeployError(
             "llm-d's chart sizes a pod as tensor x data parallel: pipeline parallelism is not expressible"
         )
-    container = _container(plan, "vllm" if plan.engine is Engine.VLLM else str(plan.engine), engine_command(plan))
+    container = _container(plan, plan.engine.value, engine_command(plan))  # the chart's default name: vllm
     container |= {"modelCommand": "custom", "mountModelVolume": True}
     return [
         {
@@ -209,18 +222,18 @@ def dynamo(plan: ServingPlan) -> list[dict[str, Any]]:
     _one_node(plan, "a Dynamo worker")
     if plan.engine not in _DYNAMO_WORKERS:
         raise DeployError(f"capplan writes Dynamo workers for vLLM and SGLang, not {plan.engine}")
-    runtime, module = _DYNAMO_WORKERS[plan.engine]
-    image = plan.image or f"{runtime}:{DYNAMO_RELEASE}"
+    runner = _DYNAMO_WORKERS[plan.engine]
+    image = plan.image or f"{runner.runtime_image}:{DYNAMO_RELEASE}"
     args = list(engine_command(plan).args)
     args = args[: args.index("--host")]  # the frontend serves HTTP; the worker talks to it over Dynamo's runtime
-    if plan.engine is Engine.VLLM:
-        args = ["--model", *args]  # dynamo.vllm names the model with --model
+    if runner.model_flag is not None:
+        args = [runner.model_flag, *args]
     worker = {
         "componentType": "worker",
         "replicas": plan.replicas,
         "resources": {"limits": {"gpu": str(plan.gpus_per_replica)}},
         "sharedMemory": {"size": SHM_SIZE},
-        "extraPodSpec": {"mainContainer": {"image": image, "command": ["python3", "-m", module], "args": args}},
+        "extraPodSpec": {"mainContainer": {"image": image, "command": ["python3", "-m", runner.module], "args": args}},
     }
     frontend = {"componentType": "frontend", "replicas": 1, "extraPodSpec": {"mainContainer": {"image": image}}}
     return [

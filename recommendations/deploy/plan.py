@@ -77,6 +77,7 @@ class ServingPlan:
 
     @property
     def gpus_per_replica(self) -> int:
+        """One replica's GPUs: a pod's `nvidia.com/gpu` request."""
         return self.tp * self.pp
 
     @property
@@ -97,6 +98,7 @@ class ServingPlan:
 
     @property
     def container_image(self) -> str:
+        """The image the pods run: the plan's, else the engine's published image at the plan's release."""
         if self.image:
             return self.image
         release = self.release
