@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -458,3 +459,13 @@ def test_a_broken_manifest_fails_its_schema() -> None:
     ]
     for document in broken:
         assert _errors(document), document
+
+
+@pytest.mark.parametrize(
+    "repo",
+    ["Qwen/Qwen2.5-72B-Instruct-AWQ", "/models/Llama 3.1 (70B)/", "01-ai/Yi-34B", "___", "a" * 200, "x/..-..-"],
+)
+def test_object_names_are_rfc_1035_labels(repo: str) -> None:
+    """Kubernetes refuses a Service name that is not an RFC 1035 label (the JSON schemas do not say so)."""
+    name = _plan(hf_repo=repo).name
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63, name
