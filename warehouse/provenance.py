@@ -20,6 +20,7 @@ import polars as pl
 
 import capacity
 from capacity import engine_constants
+from models_registry.sources.user_catalog import user_catalog_path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CAPACITY_DIR = Path(capacity.__file__).resolve().parent
@@ -124,10 +125,12 @@ def frame_sha256(frame: pl.DataFrame, columns: Iterable[str]) -> str:
 
 
 def catalog_hashes(catalog_dir: Path) -> dict[str, str | None]:
+    """sha256 of each catalog input, the user catalog (`CAPPLAN_USER_CATALOG`) included: a price change shows."""
     return {
         "catalog_models_yaml": sha256_file(catalog_dir / "models.yaml"),
         "catalog_gpus_yaml": sha256_file(catalog_dir / "gpus.yaml"),
         "catalog_configs": sha256_tree(catalog_dir / "configs"),
+        "user_catalog_yaml": sha256_file(user) if (user := user_catalog_path()) else None,
     }
 
 

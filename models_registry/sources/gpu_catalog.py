@@ -13,12 +13,14 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from capacity.spec import GpuSku
+from capacity.spec import GpuSku, PriceBasis
 from models_registry.sources.bundled import CATALOG_DIR, load_yaml
 from models_registry.sources.common import ItemError, excerpt, one_line, short_repr
 
@@ -26,6 +28,7 @@ GPUS_YAML = "gpus.yaml"
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _VENDOR_PREFIXES = ("nvidia", "amd", "intel")
 GIB = 2**30
+_Choice = TypeVar("_Choice", bound=StrEnum)
 
 
 def normalize_alias(name: str) -> str:
@@ -40,6 +43,15 @@ def _without_vendor(key: str) -> str:
     return key
 
 
+class Commitment(StrEnum):
+    """The term a price is for: on demand, interruptible, or reserved for one or three years."""
+
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+    ONE_YEAR = "1y"
+    THREE_YEAR = "3y"
+
+
 @dataclass(frozen=True, slots=True)
 class GpuRecord(GpuSku):
     """One validated catalog entry: every field of gpus.yaml, a GpuSku's and the catalog's own below
@@ -51,6 +63,9 @@ class GpuRecord(GpuSku):
     memory_total_basis: str | None = None
     price_source: str | None = None
     price_date: dt.date | None = None
+    price_provider: str | None = None
+    price_region: str | None = None
+    price_commitment: Commitment | None = None
     sources: tuple[str, ...] = field(default_factory=tuple)
 
     def to_sku(self) -> GpuSku:
@@ -162,6 +177,17 @@ def _date(entry: dict[str, Any], key: str) -> dt.date | None:
     raise _Invalid(f"{key} must be a date (YYYY-MM-DD), got {short_repr(value)}")
 
 
+def _choice(entry: dict[str, Any], key: str, kind: type[_Choice]) -> _Choice | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(member.value for member in kind)
+        raise _Invalid(f"{key} must be one of {allowed}, got {short_repr(value)}") from None
+
+
 def validate_gpu_entry(entry: object) -> GpuRecord:
     """One gpus.yaml entry -> a GpuRecord; ValueError with a one-line reason otherwise."""
     if not isinstance(entry, dict):
@@ -186,6 +212,7 @@ def validate_gpu_entry(entry: object) -> GpuRecord:
     name = _str(entry, "name", required=True)
     vendor = _str(entry, "vendor", required=True, limit=32)
     assert name is not None and vendor is not None
+    price = _float(entry, "price_usd_per_gpu_hour", 1000, allow_zero=True)
     return GpuRecord(
         id=sku_id,
         name=name,
@@ -207,24 +234,46 @@ def validate_gpu_entry(entry: object) -> GpuRecord:
         interconnect=_str(entry, "interconnect", limit=2000),
         interconnect_gbps=_float(entry, "interconnect_gbps", 1e6),
         gpus_per_node=_int(entry, "gpus_per_node", 1, 1024) or 8,
-        price_usd_per_gpu_hour=_float(entry, "price_usd_per_gpu_hour", 1000, allow_zero=True),
+        price_usd_per_gpu_hour=price,
         price_source=_str(entry, "price_source", limit=2000),
         price_date=_date(entry, "price_date"),
+        # a price that does not say what it rests on is not one someone was seen to pay
+        price_basis=(_choice(entry, "price_basis", PriceBasis) or PriceBasis.ESTIMATE) if price is not None else None,
+        price_provider=_str(entry, "price_provider", limit=64),
+        price_region=_str(entry, "price_region", limit=64),
+        price_commitment=_choice(entry, "price_commitment", Commitment),
+        max_gpus_available=_int(entry, "max_gpus_available", 1, 10**7),
         aliases=_strings(entry, "aliases"),
         sources=_strings(entry, "sources"),
     )
 
 
 def read_gpu_catalog(path: Path | None = None) -> tuple[list[GpuRecord], list[ItemError]]:
-    """Every valid SKU of gpus.yaml, and an error for each bad entry (duplicate ids and aliases
-    claimed by an earlier SKU included)."""
+    """Every valid SKU of one gpus.yaml (the bundled one by default), and an error for each bad entry
+    (duplicate ids and aliases claimed by an earlier SKU included)."""
     source = path or CATALOG_DIR / GPUS_YAML
     entries, errors = load_yaml(source, list_key="gpus")
+    return check_gpu_entries(entries, source, errors)
+
+
+def check_gpu_entries(
+    entries: list[Any],
+    source: Path,
+    errors: list[ItemError],
+    *,
+    taken: Sequence[GpuRecord] = (),
+    label: str | None = None,
+) -> tuple[list[GpuRecord], list[ItemError]]:
+    """`entries` validated in order; an id or alias already used (by `taken` or an earlier entry) is an
+    error. With `label` (a user catalog's section), each reason names the file, the entry and its id."""
     records: list[GpuRecord] = []
     owners: dict[str, str] = {}  # normalized alias -> sku id
+    for record in taken:
+        for normalized in record.alias_keys():
+            owners[normalized] = record.id
     for position, entry in enumerate(entries, start=1):
         raw_id = entry.get("id") if isinstance(entry, dict) else None
-        key = raw_id if isinstance(raw_id, str) and raw_id else f"{GPUS_YAML}#{position}"
+        key = raw_id if isinstance(raw_id, str) and raw_id else f"{source.name}#{position}"
         try:
             record = validate_gpu_entry(entry)
             if normalize_alias(record.id) in owners:
@@ -235,6 +284,9 @@ def read_gpu_catalog(path: Path | None = None) -> tuple[list[GpuRecord], list[It
                     raise _Invalid(f"{spelling!r} already names {owner}")
         except Exception as exc:  # whatever one entry provokes, the others are still read
             reason = one_line(exc) if isinstance(exc, ValueError) else one_line(f"{type(exc).__name__}: {exc}")
+            if label is not None:
+                named = f" ({raw_id})" if isinstance(raw_id, str) and raw_id else ""
+                reason = f"{source.name}: {label}[{position - 1}]{named}: {reason}"
             errors.append(ItemError("gpu", key, "validate", reason, str(source), excerpt(short_repr(entry))))
             continue
         for normalized in record.alias_keys():
@@ -244,14 +296,20 @@ def read_gpu_catalog(path: Path | None = None) -> tuple[list[GpuRecord], list[It
 
 
 @lru_cache(maxsize=8)
-def _cached_skus(path: Path | None) -> tuple[GpuSku, ...]:
+def _cached_skus(path: Path) -> tuple[GpuSku, ...]:
     records, _ = read_gpu_catalog(path)
     return tuple(record.to_sku() for record in records)
 
 
 def load_gpu_skus(path: Path | str | None = None) -> list[GpuSku]:
-    """The valid SKUs of the GPU catalog (bad entries are skipped; the ingest records them)."""
-    return list(_cached_skus(Path(path) if path is not None else None))
+    """The valid SKUs of one gpus.yaml, or (no path) of the catalog every command uses: `CAPPLAN_CATALOG_DIR`
+    or the bundled one, with `CAPPLAN_USER_CATALOG` layered over it (`user_catalog`). Bad entries of a
+    catalog are skipped (the ingest records them); an error in the user's file raises UserCatalogError."""
+    if path is not None:
+        return list(_cached_skus(Path(path)))
+    from models_registry.sources.user_catalog import effective_gpu_records  # it builds on this module
+
+    return [record.to_sku() for record in effective_gpu_records()]
 
 
 def find_gpu_sku(name: str, skus: list[GpuSku] | tuple[GpuSku, ...] | None = None) -> GpuSku:

@@ -16,7 +16,7 @@ from capacity.spec import SpecError
 from models_registry import db, views
 from models_registry import ingest as ingest_mod
 from models_registry.resolve import load_model
-from models_registry.sources.gpu_catalog import read_gpu_catalog
+from models_registry.sources.user_catalog import gpu_catalog_for
 
 app = typer.Typer(help="Model and GPU registry: ingest, list, show.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -123,8 +123,8 @@ def list_(
                 with db.session_scope() as session:
                     gpu_rows = views.list_gpus(session)
             else:
-                typer.echo("registry not ingested; showing the bundled GPU catalog", err=True)
-                gpu_rows = views.gpu_rows_from_catalog(read_gpu_catalog()[0])
+                typer.echo("registry not ingested; showing the GPU catalog", err=True)
+                gpu_rows = views.gpu_rows_from_catalog(gpu_catalog_for()[0])
             _print_table(
                 ["id", "name", "memory", "GB/s", "BF16 TF", "FP8 TF", "$/GPU-h"],
                 [
