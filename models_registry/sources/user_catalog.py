@@ -155,6 +155,7 @@ class UserCatalog:
     path: Path
     gpus: tuple[Any, ...] = ()
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sections: dict[str, str] = field(default_factory=dict)  # GPU id -> the section that changed it (overrides/nodes)
     prices: dict[str, tuple[PriceOffer, ...]] = field(default_factory=dict)
     policy: PricePolicy = PricePolicy()
     errors: tuple[ItemError, ...] = ()
@@ -176,17 +177,17 @@ def _policy(raw: object) -> PricePolicy:
     if raw is None:
         return PricePolicy()
     if not isinstance(raw, dict) or set(raw) - _POLICY_KEYS:
-        raise _Bad(f"price_policy must be a mapping of {', '.join(sorted(_POLICY_KEYS))}, got {short_repr(raw)}")
+        raise _Bad(f"must be a mapping of {', '.join(sorted(_POLICY_KEYS))}, got {short_repr(raw)}")
     commitments = []
-    for name in _strings(raw.get("commitments"), "price_policy.commitments"):
+    for name in _strings(raw.get("commitments"), "commitments"):
         try:
             commitments.append(Commitment(name))
         except ValueError:
             allowed = ", ".join(c.value for c in Commitment)
-            raise _Bad(f"price_policy.commitments: {name!r} is not one of {allowed}") from None
+            raise _Bad(f"commitments: {name!r} is not one of {allowed}") from None
     return PricePolicy(
-        _strings(raw.get("providers"), "price_policy.providers"),
-        _strings(raw.get("regions"), "price_policy.regions"),
+        _strings(raw.get("providers"), "providers"),
+        _strings(raw.get("regions"), "regions"),
         tuple(commitments),
     )
 
@@ -265,6 +266,7 @@ def read_user_catalog(path: Path) -> UserCatalog:
     if unknown:
         bad(sorted(unknown)[0], f"unknown section (known: {', '.join(sorted(_TOP_KEYS))})")
     overrides: dict[str, dict[str, Any]] = {}
+    sections: dict[str, str] = {}
     offers: dict[str, tuple[PriceOffer, ...]] = {}
     policy = PricePolicy()
     for section in ("overrides", "nodes"):
@@ -286,6 +288,7 @@ def read_user_catalog(path: Path) -> UserCatalog:
                 )
             else:
                 overrides.setdefault(str(gpu_id), {}).update(fields_)
+                sections.setdefault(str(gpu_id), section)
     try:
         price_lists = _mapping(document, "prices")
     except _Bad as exc:
@@ -302,8 +305,8 @@ def read_user_catalog(path: Path) -> UserCatalog:
     try:
         policy = _policy(document.get("price_policy"))
     except _Bad as exc:
-        bad("price_policy", str(exc).removeprefix("price_policy "))
-    return UserCatalog(path, tuple(gpus), overrides, offers, policy, tuple(problems))
+        bad("price_policy", str(exc))
+    return UserCatalog(path, tuple(gpus), overrides, sections, offers, policy, tuple(problems))
 
 
 def layered_gpu_catalog(base: Path, user: UserCatalog | None) -> tuple[list[GpuRecord], list[ItemError]]:
@@ -316,7 +319,7 @@ def layered_gpu_catalog(base: Path, user: UserCatalog | None) -> tuple[list[GpuR
     merged: list[Any] = list(entries)
     for gpu_id, fields_ in user.overrides.items():
         if gpu_id not in by_id:
-            key = "nodes" if set(fields_) <= NODE_FIELDS else "overrides"
+            key = user.sections.get(gpu_id, "overrides")
             reason = one_line(f"{user.path.name}: {key}.{gpu_id}: no GPU {gpu_id!r} in the catalog or under gpus:")
             if gpu_id not in {e.get("id") for e in user.gpus if isinstance(e, dict)}:
                 errors.append(ItemError("gpu", f"{key}.{gpu_id}", "user-catalog", reason, str(user.path)))
@@ -327,7 +330,7 @@ def layered_gpu_catalog(base: Path, user: UserCatalog | None) -> tuple[list[GpuR
             try:
                 validate_gpu_entry(candidate)
             except ValueError as exc:  # the override is the user's: say so, and keep the catalog's entry
-                key = f"overrides.{gpu_id}"
+                key = f"{user.sections.get(gpu_id, 'overrides')}.{gpu_id}"
                 reason = one_line(f"{user.path.name}: {key}: {exc}")
                 errors.append(
                     ItemError("gpu", key, "user-catalog", reason, str(user.path), excerpt(short_repr(fields_)))
