@@ -42,7 +42,7 @@ from typing import Any
 from capacity.spec import PriceBasis
 from models_registry.sources.bundled import CATALOG_DIR, load_yaml
 from models_registry.sources.common import ItemError, excerpt, one_line, short_repr
-from models_registry.sources.gpu_catalog import (
+from models_registry.sources.gpu_entries import (
     GPUS_YAML,
     Commitment,
     GpuRecord,
