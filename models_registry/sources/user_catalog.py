@@ -39,6 +39,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from capacity.spec import PriceBasis
 from models_registry.sources.bundled import CATALOG_DIR, load_yaml
 from models_registry.sources.common import ItemError, excerpt, one_line, short_repr
@@ -245,9 +247,7 @@ def read_user_catalog(path: Path) -> UserCatalog:
     gpus, errors = load_yaml(path, list_key="gpus")
     if errors:
         return UserCatalog(path, errors=tuple(errors))
-    import yaml  # the document again, for the keys beside `gpus` (load_yaml checked it parses)
-
-    document = yaml.safe_load(path.read_bytes()) or {}
+    document = yaml.safe_load(path.read_bytes()) or {}  # again, for the sections beside `gpus` (it parses)
     problems: list[ItemError] = []
 
     def bad(key: str, reason: str, raw: object = None) -> None:
@@ -317,26 +317,23 @@ def layered_gpu_catalog(base: Path, user: UserCatalog | None) -> tuple[list[GpuR
     errors += user.errors
     by_id = {e.get("id"): position for position, e in enumerate(entries) if isinstance(e, dict)}
     merged: list[Any] = list(entries)
+    own_ids = {e.get("id") for e in user.gpus if isinstance(e, dict)}
     for gpu_id, fields_ in user.overrides.items():
-        if gpu_id not in by_id:
-            key = user.sections.get(gpu_id, "overrides")
-            reason = one_line(f"{user.path.name}: {key}.{gpu_id}: no GPU {gpu_id!r} in the catalog or under gpus:")
-            if gpu_id not in {e.get("id") for e in user.gpus if isinstance(e, dict)}:
-                errors.append(ItemError("gpu", f"{key}.{gpu_id}", "user-catalog", reason, str(user.path)))
-                continue
+        key = f"{user.sections.get(gpu_id, 'overrides')}.{gpu_id}"
         position = by_id.get(gpu_id)
-        if position is not None:
-            candidate = {**merged[position], **fields_}
-            try:
-                validate_gpu_entry(candidate)
-            except ValueError as exc:  # the override is the user's: say so, and keep the catalog's entry
-                key = f"{user.sections.get(gpu_id, 'overrides')}.{gpu_id}"
-                reason = one_line(f"{user.path.name}: {key}: {exc}")
-                errors.append(
-                    ItemError("gpu", key, "user-catalog", reason, str(user.path), excerpt(short_repr(fields_)))
-                )
-                continue
-            merged[position] = candidate
+        if position is None:
+            if gpu_id not in own_ids:  # (the user's own GPUs take their node and overrides below)
+                reason = one_line(f"{user.path.name}: {key}: no GPU {gpu_id!r} in the catalog or under gpus:")
+                errors.append(ItemError("gpu", key, "user-catalog", reason, str(user.path)))
+            continue
+        candidate = {**merged[position], **fields_}
+        try:
+            validate_gpu_entry(candidate)
+        except ValueError as exc:  # the override is the user's: say so, and keep the catalog's entry
+            reason = one_line(f"{user.path.name}: {key}: {exc}")
+            errors.append(ItemError("gpu", key, "user-catalog", reason, str(user.path), excerpt(short_repr(fields_))))
+            continue
+        merged[position] = candidate
     added: list[Any] = []
     for entry in user.gpus:
         if isinstance(entry, dict) and entry.get("id") in user.overrides:
@@ -382,7 +379,10 @@ def gpu_catalog_for(base_dir: Path | None = None) -> tuple[list[GpuRecord], list
     """The layered GPU catalog every command uses: `base_dir` (default `catalog_dir()`) and the user catalog."""
     user_path = user_catalog_path()
     base = (base_dir or catalog_dir()) / GPUS_YAML
-    return _layered(_stamp(base) or ("", 0, 0), _stamp(user_path), str(base), str(user_path) if user_path else None)
+    records, errors = _layered(
+        _stamp(base) or ("", 0, 0), _stamp(user_path), str(base), str(user_path) if user_path else None
+    )
+    return list(records), list(errors)  # copies: the cached lists stay as read
 
 
 @lru_cache(maxsize=8)
