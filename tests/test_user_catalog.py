@@ -133,8 +133,11 @@ def test_estimate_sizes_a_user_gpu_with_the_files_memory(monkeypatch: pytest.Mon
     assert json.loads(out)["gpu_memory_bytes"] == added["memory_total_bytes"]
 
 
-def test_a_gpu_added_through_catalog_dir_is_known_to_estimate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The issue's report: a GPU in CAPPLAN_CATALOG_DIR reached the grid but estimate said 'unknown GPU'."""
+def test_a_gpu_added_through_catalog_dir_is_known_to_estimate_and_registry_ingest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str
+) -> None:
+    """The issue's report: a GPU in CAPPLAN_CATALOG_DIR reached the grid, but estimate said 'unknown GPU'
+    and `registry ingest` ignored the variable."""
     catalog = tmp_path / "catalog"
     shutil.copytree(CATALOG_DIR, catalog)
     document = yaml.safe_load((catalog / "gpus.yaml").read_text(encoding="utf-8"))
@@ -146,6 +149,11 @@ def test_a_gpu_added_through_catalog_dir_is_known_to_estimate(tmp_path: Path, mo
     code, out, err = _cli("estimate", MODEL, "--gpu", "acme-x1-64gb", "--json")
     assert code == 0, err
     assert json.loads(out)["gpu"] == "acme-x1-64gb"
+    code, _out, err = _cli("registry", "ingest")
+    assert code == 0, err
+    assert "acme-x1-64gb" in set(gpu_skus_frame(sqlite_url)["slug"])
+    code, out, err = _cli("registry", "list", "--gpus")
+    assert code == 0 and "acme-x1-64gb" in out, err
 
 
 def test_registry_ingest_and_the_grid_see_the_user_gpu_and_its_price(
