@@ -29,9 +29,10 @@ from sqlalchemy.orm import Session
 from capacity.spec import ModelSpec
 from models_registry import orm
 from models_registry.normalize import spec_from_snapshot
-from models_registry.sources import bundled, hub, local, user_catalog
+from models_registry.sources import bundled, hub, local
 from models_registry.sources.common import ConfigSnapshot, ItemError, StageError, excerpt, one_line, storable
 from models_registry.sources.gpu_catalog import GpuRecord
+from models_registry.sources.user_catalog import default_catalog_dir, gpu_catalog_for
 
 KINDS = ("model", "gpu")
 
@@ -418,18 +419,23 @@ def run_ingest(
 
 
 def ingest_catalog(
-    session: Session, catalog_dir: Path | None = None, *, models: bool = True, gpus: bool = True
+    session: Session,
+    catalog_dir: Path | None = None,
+    *,
+    models: bool = True,
+    gpus: bool = True,
+    user_catalog: Path | None = None,
 ) -> IngestReport:
     """The catalog (`catalog_dir`, else `CAPPLAN_CATALOG_DIR`, else the bundled one): all models, and all
-    GPUs with the user catalog (`CAPPLAN_USER_CATALOG`) layered over them."""
-    root = catalog_dir or user_catalog.catalog_dir()
+    GPUs with the user catalog (`user_catalog`, else `CAPPLAN_USER_CATALOG`) layered over them."""
+    root = catalog_dir or default_catalog_dir()
     snapshots: list[ConfigSnapshot] = []
     records: list[GpuRecord] = []
     errors: list[ItemError] = []
     if models:
         snapshots, errors = bundled.read_catalog(root)
     if gpus:
-        records, gpu_errors = user_catalog.gpu_catalog_for(root)
+        records, gpu_errors = gpu_catalog_for(root, user_catalog)
         errors += gpu_errors
     return run_ingest(session, source_kind="catalog", source=str(root), models=snapshots, gpus=records, errors=errors)
 

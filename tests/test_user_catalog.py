@@ -375,3 +375,24 @@ def _check_price_columns(procurement: pl.DataFrame) -> None:
         ).fetchall()
     }
     assert {"price_basis", "price_provider", "price_region", "price_commitment", "max_gpus_available"} <= mart_gpus
+
+
+def test_the_nightly_syncs_the_user_catalog_its_resource_names(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry resource takes CAPPLAN_USER_CATALOG when the definitions load (shown in the Dagster UI);
+    the nightly's GPU sync layers that file, and the run's provenance hashes it."""
+    from models_registry.frames import sync_gpus
+    from pipelines.resources import build_resources
+    from warehouse.provenance import catalog_hashes, sha256_file
+
+    monkeypatch.setenv(USER_ENV, str(EXAMPLE))
+    registry = build_resources()["registry"].process_config_and_initialize()
+    assert registry.user_catalog_path() == EXAMPLE
+    monkeypatch.delenv(USER_ENV)
+    report = sync_gpus(sqlite_url, registry.catalog_path(), registry.user_catalog_path())
+    assert report.errors == [] and "acme-x1-64gb" in set(gpu_skus_frame(sqlite_url)["slug"])
+    hashes = catalog_hashes(registry.catalog_path(), registry.user_catalog_path())
+    assert (
+        hashes["user_catalog_yaml"] == sha256_file(EXAMPLE) and catalog_hashes(CATALOG_DIR)["user_catalog_yaml"] is None
+    )

@@ -20,7 +20,6 @@ import polars as pl
 
 import capacity
 from capacity import engine_constants
-from models_registry.sources.user_catalog import user_catalog_path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CAPACITY_DIR = Path(capacity.__file__).resolve().parent
@@ -124,17 +123,17 @@ def frame_sha256(frame: pl.DataFrame, columns: Iterable[str]) -> str:
     return sha256_bytes("\n".join(rows).encode())
 
 
-def catalog_hashes(catalog_dir: Path) -> dict[str, str | None]:
+def catalog_hashes(catalog_dir: Path, user_catalog: Path | None = None) -> dict[str, str | None]:
     """sha256 of each catalog input, the user catalog (`CAPPLAN_USER_CATALOG`) included: a price change shows."""
     return {
         "catalog_models_yaml": sha256_file(catalog_dir / "models.yaml"),
         "catalog_gpus_yaml": sha256_file(catalog_dir / "gpus.yaml"),
         "catalog_configs": sha256_tree(catalog_dir / "configs"),
-        "user_catalog_yaml": sha256_file(user) if (user := user_catalog_path()) else None,
+        "user_catalog_yaml": sha256_file(user_catalog) if user_catalog else None,
     }
 
 
-def run_provenance(catalog_dir: Path) -> dict[str, Any]:
+def run_provenance(catalog_dir: Path, user_catalog: Path | None = None) -> dict[str, Any]:
     """The provenance columns of `marts.runs` that do not depend on the run's data."""
     sha, dirty = git_state()
     profiles = engine_profiles()
@@ -150,5 +149,5 @@ def run_provenance(catalog_dir: Path) -> dict[str, Any]:
         "duckdb_version": _version("duckdb"),
         "polars_version": _version("polars"),
         "dagster_version": _version("dagster"),
-        "input_hashes": catalog_hashes(catalog_dir),
+        "input_hashes": catalog_hashes(catalog_dir, user_catalog),
     }

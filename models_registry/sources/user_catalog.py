@@ -354,7 +354,7 @@ def layered_gpu_catalog(base: Path, user: UserCatalog | None) -> tuple[list[GpuR
     return priced, errors
 
 
-def catalog_dir() -> Path:
+def default_catalog_dir() -> Path:
     """The base catalog directory: `CAPPLAN_CATALOG_DIR` when set, else the bundled one."""
     return Path(os.environ.get(CATALOG_DIR_ENV) or CATALOG_DIR)
 
@@ -375,10 +375,13 @@ def _stamp(path: Path | None) -> tuple[str, int, int] | None:
     return (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
 
 
-def gpu_catalog_for(base_dir: Path | None = None) -> tuple[list[GpuRecord], list[ItemError]]:
-    """The layered GPU catalog every command uses: `base_dir` (default `catalog_dir()`) and the user catalog."""
-    user_path = user_catalog_path()
-    base = (base_dir or catalog_dir()) / GPUS_YAML
+def gpu_catalog_for(
+    base_dir: Path | None = None, user_file: Path | None = None
+) -> tuple[list[GpuRecord], list[ItemError]]:
+    """The layered GPU catalog every command uses: `base_dir` (default `default_catalog_dir()`) and the user
+    catalog `user_file` (default `CAPPLAN_USER_CATALOG`'s)."""
+    user_path = user_file or user_catalog_path()
+    base = (base_dir or default_catalog_dir()) / GPUS_YAML
     records, errors = _layered(
         _stamp(base) or ("", 0, 0), _stamp(user_path), str(base), str(user_path) if user_path else None
     )
