@@ -209,6 +209,11 @@ def test_registry_ingest_and_the_grid_see_the_user_gpu_and_its_price(
             "overrides.l4-24gb: memory_bandwidth_gbps must be a number",
         ),
         ("schema_version: 1\nnodes:\n  l4-24gb: {price: 1}\n", "nodes.l4-24gb: unknown field 'price'"),
+        ("schema_version: 1\noverrides:\n  l4-24gb: {bandwidth: 1}\n", "overrides.l4-24gb: unknown field 'bandwidth'"),
+        (
+            "schema_version: 1\ngpus:\n  - {id: acme-x2, name: X2, vendor: acme, memory_total_bytes: 2147483648, hbm: 2}\n",
+            "gpus[0] (acme-x2): unknown field 'hbm'",
+        ),
         ("schema_version: 1\nprice_policy: {providers: aws}\n", "price_policy: providers must be a list"),
         ("schema_version: 1\ngpu: []\n", "gpu: unknown section"),
         ("schema_version: 1\ngpus: [\n", "is not valid YAML"),

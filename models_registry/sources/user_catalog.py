@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from models_registry.sources.gpu_entries import (
 USER_CATALOG_ENV = "CAPPLAN_USER_CATALOG"
 CATALOG_DIR_ENV = "CAPPLAN_CATALOG_DIR"
 NODE_FIELDS = frozenset({"gpus_per_node", "interconnect", "interconnect_gbps"})
+GPU_FIELDS = frozenset(f.name for f in fields(GpuRecord))  # what a gpus.yaml entry may set
 _TOP_KEYS = frozenset({"schema_version", "gpus", "overrides", "nodes", "prices", "price_policy"})
 _OFFER_KEYS = frozenset({"provider", "region", "commitment", "usd_per_gpu_hour", "source", "date", "basis", "max_gpus"})
 _POLICY_KEYS = frozenset({"providers", "regions", "commitments"})
@@ -264,7 +265,15 @@ def read_user_catalog(path: Path) -> UserCatalog:
 
     unknown = set(document) - _TOP_KEYS
     if unknown:
-        bad(sorted(unknown)[0], f"unknown section (known: {', '.join(sorted(_TOP_KEYS))})")
+        bad(sorted(unknown, key=str)[0], f"unknown section (known: {', '.join(sorted(_TOP_KEYS))})")
+    known_gpus: list[Any] = []
+    for position, entry in enumerate(gpus):  # a misspelt field would be ignored, and its value lost
+        extra = sorted(set(entry) - GPU_FIELDS, key=str) if isinstance(entry, dict) else []
+        if extra:
+            named = f" ({entry.get('id')})" if isinstance(entry.get("id"), str) else ""
+            bad(f"gpus[{position}]{named}", f"unknown field {extra[0]!r} (known: the fields of gpus.yaml)", entry)
+        else:
+            known_gpus.append(entry)
     overrides: dict[str, dict[str, Any]] = {}
     sections: dict[str, str] = {}
     offers: dict[str, tuple[PriceOffer, ...]] = {}
@@ -277,15 +286,15 @@ def read_user_catalog(path: Path) -> UserCatalog:
             continue
         for gpu_id, fields_ in items.items():
             key = f"{section}.{gpu_id}"
-            allowed = NODE_FIELDS if section == "nodes" else None
+            allowed = NODE_FIELDS if section == "nodes" else GPU_FIELDS
             if not isinstance(fields_, dict):
                 bad(key, f"must be a mapping of fields, got {short_repr(fields_)}", fields_)
             elif "id" in fields_:
                 bad(key, "id cannot be overridden; add a GPU under gpus: instead", fields_)
-            elif allowed is not None and set(fields_) - allowed:
-                bad(
-                    key, f"unknown field {sorted(set(fields_) - allowed)[0]!r} (nodes set {', '.join(sorted(allowed))})"
-                )
+            elif set(fields_) - allowed:
+                field_ = sorted(set(fields_) - allowed, key=str)[0]
+                known = ", ".join(sorted(allowed)) if section == "nodes" else "the fields of gpus.yaml"
+                bad(key, f"unknown field {field_!r} (known: {known})", fields_)
             else:
                 overrides.setdefault(str(gpu_id), {}).update(fields_)
                 sections.setdefault(str(gpu_id), section)
@@ -306,7 +315,7 @@ def read_user_catalog(path: Path) -> UserCatalog:
         policy = _policy(document.get("price_policy"))
     except _Bad as exc:
         bad("price_policy", str(exc))
-    return UserCatalog(path, tuple(gpus), overrides, sections, offers, policy, tuple(problems))
+    return UserCatalog(path, tuple(known_gpus), overrides, sections, offers, policy, tuple(problems))
 
 
 def layered_gpu_catalog(base: Path, user: UserCatalog | None) -> tuple[list[GpuRecord], list[ItemError]]:
