@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 # KVKind and StateMixer are re-exported: the kinds' enums, named where the domain types are
 from capacity.kv.kinds import KVKind as KVKind
@@ -131,6 +132,19 @@ def _layer_facts(spec: ModelSpec) -> tuple[bool, bool]:
     )
 
 
+class PriceBasis(StrEnum):
+    """What a GPU's price rests on: procurement buys only what someone can actually pay by default."""
+
+    LIST = "list"  # a provider's published on-demand (or committed) price that can be looked up
+    CONTRACT = "contract"  # the user's own quote or negotiated price (their catalog)
+    ESTIMATE = "estimate"  # no public list price: a guess, bought only when the workloads file opts in
+
+    @property
+    def buyable_by_default(self) -> bool:
+        """A price someone can pay (list or contract), so the default plan may buy at it."""
+        return self is not PriceBasis.ESTIMATE
+
+
 @dataclass(frozen=True, slots=True)
 class GpuSku:
     """One accelerator model as the serving engine sees it."""
@@ -153,6 +167,8 @@ class GpuSku:
     price_usd_per_gpu_hour: float | None = None
     architecture: str | None = None
     aliases: tuple[str, ...] = ()
+    price_basis: PriceBasis | None = None  # what price_usd_per_gpu_hour rests on (None: no price)
+    max_gpus_available: int | None = None  # GPUs obtainable at that price (None: no limit known)
 
     @property
     def amd(self) -> bool:
@@ -256,6 +272,7 @@ class DeploymentSpec:
             (self.kv_connector, "a KV connector (--kv-transfer-config: its GPU buffers)"),
         )
         return tuple(text for flag, text in named if flag)
+
     gpu_memory_bytes: int | None = None  # override the device total
     weights_bytes_per_gpu: int | None = None  # override the weights
     overhead_bytes_per_gpu: int | None = None  # override every non-KV, non-weight term

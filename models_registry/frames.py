@@ -44,11 +44,11 @@ def sync_models(url: str, catalog_dir: str | Path | None = None) -> IngestReport
         return ingest_catalog(session, catalog_root(catalog_dir), models=True, gpus=False)
 
 
-def sync_gpus(url: str, catalog_dir: str | Path | None = None) -> IngestReport:
-    """Migrate the registry, then ingest the catalog's GPU SKUs (`gpus.yaml`)."""
+def sync_gpus(url: str, catalog_dir: str | Path | None = None, user_catalog: Path | None = None) -> IngestReport:
+    """Migrate the registry, then ingest the catalog's GPU SKUs (`gpus.yaml`, the user catalog over it)."""
     migrate(url)
     with db.session_scope(url) as session:
-        return ingest_catalog(session, catalog_root(catalog_dir), models=False, gpus=True)
+        return ingest_catalog(session, catalog_root(catalog_dir), models=False, gpus=True, user_catalog=user_catalog)
 
 
 def _polars_type(column: sa.ColumnElement[Any]) -> pl.DataType:

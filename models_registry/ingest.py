@@ -31,7 +31,8 @@ from models_registry import orm
 from models_registry.normalize import spec_from_snapshot
 from models_registry.sources import bundled, hub, local
 from models_registry.sources.common import ConfigSnapshot, ItemError, StageError, excerpt, one_line, storable
-from models_registry.sources.gpu_catalog import GpuRecord, read_gpu_catalog
+from models_registry.sources.gpu_catalog import GpuRecord
+from models_registry.sources.user_catalog import default_catalog_dir, gpu_catalog_for
 
 KINDS = ("model", "gpu")
 
@@ -241,6 +242,11 @@ def _gpu_values(record: GpuRecord) -> dict[str, Any]:
         "price_usd_per_gpu_hour": record.price_usd_per_gpu_hour,
         "price_source": record.price_source,
         "price_date": record.price_date,
+        "price_basis": record.price_basis,
+        "price_provider": record.price_provider,
+        "price_region": record.price_region,
+        "price_commitment": record.price_commitment,
+        "max_gpus_available": record.max_gpus_available,
         "sources": list(record.sources),
         "content_sha256": record.content_sha256,
     }
@@ -413,17 +419,23 @@ def run_ingest(
 
 
 def ingest_catalog(
-    session: Session, catalog_dir: Path | None = None, *, models: bool = True, gpus: bool = True
+    session: Session,
+    catalog_dir: Path | None = None,
+    *,
+    models: bool = True,
+    gpus: bool = True,
+    user_catalog: Path | None = None,
 ) -> IngestReport:
-    """The bundled catalog (or a directory laid out like it): all models and all GPUs."""
-    root = catalog_dir or bundled.CATALOG_DIR
+    """The catalog (`catalog_dir`, else `CAPPLAN_CATALOG_DIR`, else the bundled one): all models, and all
+    GPUs with the user catalog (`user_catalog`, else `CAPPLAN_USER_CATALOG`) layered over them."""
+    root = catalog_dir or default_catalog_dir()
     snapshots: list[ConfigSnapshot] = []
     records: list[GpuRecord] = []
     errors: list[ItemError] = []
     if models:
         snapshots, errors = bundled.read_catalog(root)
     if gpus:
-        records, gpu_errors = read_gpu_catalog(root / "gpus.yaml")
+        records, gpu_errors = gpu_catalog_for(root, user_catalog)
         errors += gpu_errors
     return run_ingest(session, source_kind="catalog", source=str(root), models=snapshots, gpus=records, errors=errors)
 

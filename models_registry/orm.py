@@ -39,6 +39,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeEngine
 
 from capacity.kv.kinds import KVKind
+from capacity.spec import PriceBasis
 
 NAMING_CONVENTION: dict[str, str] = {
     "ix": "ix_%(column_0_label)s",
@@ -58,6 +59,7 @@ MODEL_SOURCES = ("bundled", "local", "hf-cache", "hub")
 INGEST_SOURCE_KINDS = ("catalog", "dir", "hub")
 INGEST_STATUSES = ("running", "succeeded", "partial", "failed")
 ITEM_KINDS = ("model", "gpu", "catalog")
+PRICE_BASES = tuple(basis.value for basis in PriceBasis)
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -183,6 +185,7 @@ class GpuSku(Base):
         UniqueConstraint("slug"),
         CheckConstraint("memory_total_bytes > 0", name="memory_positive"),
         CheckConstraint("gpus_per_node > 0", name="gpus_per_node_positive"),
+        CheckConstraint(_in("price_basis", PRICE_BASES), name="price_basis"),
     )
 
     id: Mapped[int] = mapped_column(PrimaryKey, primary_key=True)
@@ -209,6 +212,11 @@ class GpuSku(Base):
     price_usd_per_gpu_hour: Mapped[float | None] = mapped_column(Double)
     price_source: Mapped[str | None] = mapped_column(Text)
     price_date: Mapped[dt.date | None] = mapped_column(Date)
+    price_basis: Mapped[str | None] = mapped_column(String(16))  # list | contract | estimate
+    price_provider: Mapped[str | None] = mapped_column(String(64))
+    price_region: Mapped[str | None] = mapped_column(String(64))
+    price_commitment: Mapped[str | None] = mapped_column(String(16))  # on-demand | spot | 1y | 3y
+    max_gpus_available: Mapped[int | None] = mapped_column(Integer)
     sources: Mapped[list[str]] = mapped_column(JsonList)
     content_sha256: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow, server_default=func.now())

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import polars as pl
 
 from capacity.grid import GridModel
-from capacity.spec import GpuSku
+from capacity.spec import GpuSku, PriceBasis
 from models_registry.normalize import spec_from_snapshot
 from models_registry.sources.common import ConfigSnapshot, ItemError, StageError
 
@@ -74,6 +74,8 @@ def gpu_skus(gpus: pl.DataFrame) -> list[GpuSku]:
                 interconnect_gbps=_optional(row.get("interconnect_gbps")),
                 price_usd_per_gpu_hour=_optional(row.get("price_usd_per_gpu_hour")),
                 architecture=row.get("architecture"),
+                price_basis=PriceBasis(row["price_basis"]) if row.get("price_basis") else None,
+                max_gpus_available=int(row["max_gpus_available"]) if row.get("max_gpus_available") else None,
             )
         )
     return skus

@@ -207,6 +207,7 @@ class GpuListRow:
     bf16_dense_tflops: float | None
     fp8_dense_tflops: float | None
     price_usd_per_gpu_hour: float | None
+    price_basis: str | None  # list | contract | estimate (PriceBasis)
     aliases: tuple[str, ...]
 
 

@@ -23,6 +23,7 @@ from pydantic import PrivateAttr
 
 from models_registry import db
 from models_registry.frames import catalog_root
+from models_registry.sources.user_catalog import USER_CATALOG_ENV as USER_CATALOG_ENV
 from telemetry.drop_folder import DropFolder, resolve_drop_folder
 from telemetry.prometheus_api import (
     DEFAULT_BUDGET_S,
@@ -241,9 +242,13 @@ class RegistryResource(dg.ConfigurableResource):
 
     url: str = db.DEFAULT_URL
     catalog_dir: str = ""  # empty: the bundled catalog (models_registry/catalog)
+    user_catalog: str = ""  # your GPUs, nodes and prices over it (models_registry/sources/user_catalog.py)
 
     def catalog_path(self) -> Path:
         return catalog_root(self.catalog_dir or None)
+
+    def user_catalog_path(self) -> Path | None:
+        return Path(self.user_catalog).expanduser() if self.user_catalog.strip() else None
 
     def safe_url(self) -> str:
         return db.safe_url(self.url)
@@ -318,6 +323,7 @@ def build_resources() -> dict[str, Any]:
         "registry": RegistryResource(
             url=_env(REGISTRY_ENV, db.DEFAULT_URL),
             catalog_dir=_env(CATALOG_ENV, ""),
+            user_catalog=_env(USER_CATALOG_ENV, ""),
         ),
         "planning": PlanningResource(
             telemetry_dir=_env(TELEMETRY_ENV, ""),

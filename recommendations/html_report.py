@@ -79,7 +79,7 @@ PLACEMENTS_SQL = (
 )
 PROCUREMENT_SQL = (
     "select gpu, gpu_name, nodes, gpus_used, gpus_bought, spare_gpus, usd_per_gpu_hour, usd_per_hour, "
-    "array_to_string(workloads, ', ') as workloads, fleet_usd_per_hour, method, optimal "
+    "price_basis, price_source, array_to_string(workloads, ', ') as workloads, fleet_usd_per_hour, method, optimal "
     "from marts.procurement_plan order by usd_per_hour desc, gpu"
 )
 CALIBRATION_SQL = (

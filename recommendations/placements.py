@@ -103,9 +103,9 @@ def correction_lookup(fit: CalibrationFit) -> Any:
 
 
 def procurement_gpus(workloads: WorkloadsFile, catalog: Catalog) -> list[GpuSku]:
-    """The registry's GPUs procurement may choose from (`procurement.gpus`; empty: all)."""
-    allowed = set(workloads.procurement.gpus)
-    return [g for g in catalog.gpus.values() if not allowed or g.id in allowed]
+    """The registry's GPUs procurement may choose from (`ProcurementSettings.buys`: allowed, and by default
+    priced at a list or contract price)."""
+    return [g for g in catalog.gpus.values() if workloads.procurement.buys(g)]
 
 
 def unplannable(catalog: Catalog, model_id: str) -> str:
@@ -216,7 +216,8 @@ def placement_frames(
     with a request rate (`bucket_demands`, `recommendations.buckets`) are planned by
     request size in the same plan (`capacity.procurement.plan_fleet`; `plan.buckets`)."""
     results, skipped = placement_results(workloads, catalog, fit)
-    plan = plan_fleet(results, bucket_demands or [], workloads.procurement.solver())
+    available = {g.id: g.max_gpus_available for g in catalog.gpus.values() if g.max_gpus_available}
+    plan = plan_fleet(results, bucket_demands or [], workloads.procurement.solver(available))
     planned = {(o.workload, o.model, o.rank) for o in plan.assignments.values()}
     rows: list[dict[str, Any]] = []
     for result in results:

@@ -9,6 +9,7 @@ procurement:
   whole_nodes: true  # buy GPUs in nodes of gpus_per_node
   gpu_limits: {h100-sxm-80gb: 64}   # at most this many GPUs of a SKU
   gpus: []           # SKUs to consider (empty: every GPU with a price)
+  allow_estimated_prices: false  # true: also buy parts whose price is an estimate (gpus.yaml price_basis)
 workloads:
   - name: chat
     models: [meta-llama/Llama-3.1-8B-Instruct]   # or `model: X`
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ import yaml
 
 from capacity.planning_types import DTYPE_POLICIES, DtypePolicy, SolverOptions, WorkloadProfile
 from capacity.procurement import workload_buckets
-from capacity.spec import SpecError
+from capacity.spec import GpuSku, SpecError
 
 ENV_VAR = "CAPPLAN_WORKLOADS"
 FILE_NAME = "workloads.yaml"
@@ -81,7 +83,7 @@ _DEFAULT_KEYS = _WORKLOAD_KEYS - {
     "input",
     "output",
 }
-_PROCUREMENT_KEYS = {"whole_nodes", "gpu_limits", "gpus", "method"}
+_PROCUREMENT_KEYS = {"whole_nodes", "gpu_limits", "gpus", "method", "allow_estimated_prices"}
 
 WORKLOAD_SCHEMA: dict[str, Any] = {
     "workload": pl.String,
@@ -113,9 +115,22 @@ class ProcurementSettings:
     gpu_limits: dict[str, int] = field(default_factory=dict)
     gpus: tuple[str, ...] = ()
     method: str = "auto"
+    allow_estimated_prices: bool = False  # buy parts whose price is an estimate (price_basis: estimate)
 
-    def solver(self) -> SolverOptions:
-        return SolverOptions(whole_nodes=self.whole_nodes, gpu_limits=self.gpu_limits, method=self.method)
+    def buys(self, gpu: GpuSku) -> bool:
+        """A GPU procurement and placement may choose: allowed by `gpus`, and priced at what someone can pay
+        (a list or contract price) unless estimated prices are opted in."""
+        if self.gpus and gpu.id not in self.gpus:
+            return False
+        return self.allow_estimated_prices or (gpu.price_basis is not None and gpu.price_basis.buyable_by_default)
+
+    def solver(self, available: Mapping[str, int] | None = None) -> SolverOptions:
+        """The solver's options; `available` (GPUs obtainable per SKU, from the catalog's prices) caps
+        `gpu_limits` where it is lower."""
+        limits = dict(self.gpu_limits)
+        for gpu, count in (available or {}).items():
+            limits[gpu] = min(limits.get(gpu, count), count)
+        return SolverOptions(whole_nodes=self.whole_nodes, gpu_limits=limits, method=self.method)
 
 
 @dataclass(frozen=True)
@@ -203,6 +218,12 @@ def _rate(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < float(value) < 1e9:
         raise SpecError(f"request_rate must be a positive number of requests per second, got {value!r}")
     return float(value)
+
+
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(f"allow_estimated_prices must be true or false, got {value!r}")
+    return value
 
 
 def _int(value: object, what: str) -> int:
@@ -324,6 +345,7 @@ def parse_workloads(document: object, path: Path | None = None) -> WorkloadsFile
                 },
                 gpus=tuple(str(g) for g in raw_procurement.get("gpus") or ()),
                 method=str(raw_procurement.get("method") or "auto"),
+                allow_estimated_prices=_flag(raw_procurement.get("allow_estimated_prices", False)),
             )
         except SpecError as exc:
             errors.append(("<procurement>", str(exc)))

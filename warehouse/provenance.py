@@ -123,15 +123,17 @@ def frame_sha256(frame: pl.DataFrame, columns: Iterable[str]) -> str:
     return sha256_bytes("\n".join(rows).encode())
 
 
-def catalog_hashes(catalog_dir: Path) -> dict[str, str | None]:
+def catalog_hashes(catalog_dir: Path, user_catalog: Path | None = None) -> dict[str, str | None]:
+    """sha256 of each catalog input, the user catalog (`CAPPLAN_USER_CATALOG`) included: a price change shows."""
     return {
         "catalog_models_yaml": sha256_file(catalog_dir / "models.yaml"),
         "catalog_gpus_yaml": sha256_file(catalog_dir / "gpus.yaml"),
         "catalog_configs": sha256_tree(catalog_dir / "configs"),
+        "user_catalog_yaml": sha256_file(user_catalog) if user_catalog else None,
     }
 
 
-def run_provenance(catalog_dir: Path) -> dict[str, Any]:
+def run_provenance(catalog_dir: Path, user_catalog: Path | None = None) -> dict[str, Any]:
     """The provenance columns of `marts.runs` that do not depend on the run's data."""
     sha, dirty = git_state()
     profiles = engine_profiles()
@@ -147,5 +149,5 @@ def run_provenance(catalog_dir: Path) -> dict[str, Any]:
         "duckdb_version": _version("duckdb"),
         "polars_version": _version("polars"),
         "dagster_version": _version("dagster"),
-        "input_hashes": catalog_hashes(catalog_dir),
+        "input_hashes": catalog_hashes(catalog_dir, user_catalog),
     }

@@ -89,7 +89,7 @@ def publish_asset(marts: Iterable[dg.AssetKey]) -> dg.AssetsDefinition:
     def publish(
         context: dg.AssetExecutionContext, registry: RegistryResource, warehouse: WarehouseResource
     ) -> dg.MaterializeResult:
-        provenance = run_provenance(registry.catalog_path())
+        provenance = run_provenance(registry.catalog_path(), registry.user_catalog_path())
         with warehouse.build() as con:
             provenance["input_hashes"] |= {
                 "registry_models": frame_sha256(

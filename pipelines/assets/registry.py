@@ -47,7 +47,7 @@ def gpu_catalog(
     context: dg.AssetExecutionContext, registry: RegistryResource, warehouse: WarehouseResource
 ) -> Iterator[dg.MaterializeResult]:
     """Migrate the registry, ingest the GPU catalog, copy every SKU to raw."""
-    report = sync_gpus(registry.url, registry.catalog_path())
+    report = sync_gpus(registry.url, registry.catalog_path(), registry.user_catalog_path())
     context.log.info(_sync_line(registry, "GPU SKUs", report.gpus))
     errors = ingest_errors_frame(report.errors, report.run_id)
     yield from _copy_to_raw(

@@ -493,7 +493,7 @@ def _resolved(model: str, gpu: str | None) -> tuple[ResolvedModel, GpuSku | None
     if gpu is not None:
         try:
             sku = find_gpu_sku(gpu)
-        except LookupError as exc:
+        except (LookupError, ValueError) as exc:  # ValueError: the user catalog's one-line UserCatalogError
             fail(str(exc).strip("'\""))
     return resolved, sku
 

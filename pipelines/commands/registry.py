@@ -16,7 +16,7 @@ from capacity.spec import SpecError
 from models_registry import db, views
 from models_registry import ingest as ingest_mod
 from models_registry.resolve import load_model
-from models_registry.sources.gpu_catalog import read_gpu_catalog
+from models_registry.sources.user_catalog import UserCatalogError, effective_gpu_records
 
 app = typer.Typer(help="Model and GPU registry: ingest, list, show.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -123,10 +123,10 @@ def list_(
                 with db.session_scope() as session:
                     gpu_rows = views.list_gpus(session)
             else:
-                typer.echo("registry not ingested; showing the bundled GPU catalog", err=True)
-                gpu_rows = views.gpu_rows_from_catalog(read_gpu_catalog()[0])
+                typer.echo("registry not ingested; showing the GPU catalog", err=True)
+                gpu_rows = views.gpu_rows_from_catalog(effective_gpu_records())
             _print_table(
-                ["id", "name", "memory", "GB/s", "BF16 TF", "FP8 TF", "$/GPU-h"],
+                ["id", "name", "memory", "GB/s", "BF16 TF", "FP8 TF", "$/GPU-h", "price"],
                 [
                     [
                         g.id,
@@ -136,6 +136,7 @@ def list_(
                         f"{g.bf16_dense_tflops:,.0f}" if g.bf16_dense_tflops else "-",
                         f"{g.fp8_dense_tflops:,.0f}" if g.fp8_dense_tflops else "-",
                         f"{g.price_usd_per_gpu_hour:.2f}" if g.price_usd_per_gpu_hour is not None else "-",
+                        g.price_basis or "-",
                     ]
                     for g in gpu_rows
                 ],
@@ -147,7 +148,7 @@ def list_(
             _fail(f"no registry at {db.safe_url(db.registry_url())}; run `capplan registry ingest` first")
         with db.session_scope() as session:
             model_rows = views.list_models(session)
-    except db.RegistryError as exc:
+    except (db.RegistryError, UserCatalogError) as exc:
         _fail(exc)
     _print_table(
         ["model", "family", "type", "params", "context", "dtype", "revs", "layers (KV kind)"],

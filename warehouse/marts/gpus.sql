@@ -4,7 +4,8 @@
 --   memory_total_gib, memory_total_basis, memory_marketing_gb, memory_type, memory_bandwidth_gbps,
 --   bf16_dense_tflops, fp8_dense_tflops, fp4_dense_tflops, fp8_support, fp4_support, int8_support,
 --   interconnect, interconnect_gbps, gpus_per_node, price_usd_per_gpu_hour, price_source,
---   price_date, aliases
+--   price_date, price_basis, price_provider, price_region, price_commitment, max_gpus_available,
+--   aliases
 -- history: marts.gpus_history (every retained run).
 create or replace view marts.gpus as
 with gpus as (
@@ -37,6 +38,11 @@ select
     price_usd_per_gpu_hour,
     price_source,
     price_date,
+    price_basis,
+    price_provider,
+    price_region,
+    price_commitment,
+    max_gpus_available,
     aliases
 from gpus;
 
@@ -63,7 +69,12 @@ comment on column marts.gpus.int8_support is 'True when the SKU runs int8 kernel
 comment on column marts.gpus.interconnect is 'GPU interconnect (NVLink 4, PCIe 5, Infinity Fabric...).';
 comment on column marts.gpus.interconnect_gbps is 'Interconnect bandwidth per GPU (GB/s).';
 comment on column marts.gpus.gpus_per_node is 'GPUs per node: the largest tensor-parallel size the grid uses.';
-comment on column marts.gpus.price_usd_per_gpu_hour is 'On-demand USD per GPU-hour (see price_source, price_date).';
+comment on column marts.gpus.price_usd_per_gpu_hour is 'USD per GPU-hour the planner uses: the catalog''s price or, with a user catalog, the offer its price_policy chose (see the price_* columns).';
 comment on column marts.gpus.price_source is 'Where the price comes from.';
 comment on column marts.gpus.price_date is 'When the price was read.';
+comment on column marts.gpus.price_basis is 'What the price rests on: list (a provider''s published offer), contract (your own catalog''s price) or estimate (no public list price; bought only when the workloads file sets procurement.allow_estimated_prices).';
+comment on column marts.gpus.price_provider is 'Who sells at that price (aws, gcp, azure, lambda, coreweave, or your catalog''s provider); null when the source names none.';
+comment on column marts.gpus.price_region is 'Region of the offer, where the source states one.';
+comment on column marts.gpus.price_commitment is 'Term of the offer: on-demand, spot, 1y or 3y.';
+comment on column marts.gpus.max_gpus_available is 'GPUs obtainable at that price (the offer''s max_gpus): procurement buys at most this many; null when not known.';
 comment on column marts.gpus.aliases is 'Other names of the SKU (nvidia-smi and DCGM product names included).';

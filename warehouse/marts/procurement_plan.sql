@@ -1,12 +1,18 @@
 -- marts.procurement_plan: gPUs to buy per SKU, and their cost, to serve every workload profile with the recommended placements (latest run).
 -- grain: one GPU SKU bought.
 -- columns: run_id, run_date, gpu, gpu_name, gpus_used, gpus_bought, nodes, spare_gpus,
---   usd_per_gpu_hour, usd_per_hour, workloads, fleet_gpus, fleet_usd_per_hour, method, optimal,
+--   usd_per_gpu_hour, price_basis, price_provider, price_region, price_commitment, price_source,
+--   price_date, usd_per_hour, workloads, fleet_gpus, fleet_usd_per_hour, method, optimal,
 --   whole_nodes, unserved, notes
 -- history: marts.procurement_plan_history (every retained run).
 create or replace view marts.procurement_plan as
 with plan as (
     select * from staging.procurement_plan
+),
+
+prices as (
+    select gpu, price_basis, price_provider, price_region, price_commitment, price_source, price_date
+    from staging.gpus
 )
 
 select
@@ -19,6 +25,12 @@ select
     nodes,
     spare_gpus,
     usd_per_gpu_hour,
+    price_basis,
+    price_provider,
+    price_region,
+    price_commitment,
+    price_source,
+    price_date,
     usd_per_hour,
     workloads,
     fleet_gpus,
@@ -28,7 +40,8 @@ select
     whole_nodes,
     unserved,
     notes
-from plan;
+from plan
+left join prices using (gpu);
 
 comment on view marts.procurement_plan is 'GPUs to buy per SKU, and their cost, to serve every workload profile (latest run): one recommended placement per workload x model, or, for a workload with a request_rate, its request-size buckets split across GPU types (marts.procurement_buckets); one MILP for both, so they share nodes.';
 comment on column marts.procurement_plan.run_id is 'The nightly run that published this row (marts.runs.run_id).';
@@ -40,6 +53,12 @@ comment on column marts.procurement_plan.gpus_bought is 'GPUs to buy (whole node
 comment on column marts.procurement_plan.nodes is 'Nodes to buy; null when GPUs are bought one by one.';
 comment on column marts.procurement_plan.spare_gpus is 'gpus_bought - gpus_used.';
 comment on column marts.procurement_plan.usd_per_gpu_hour is 'GPU price.';
+comment on column marts.procurement_plan.price_basis is 'What the price rests on: list (a provider''s published offer), contract (your own catalog''s price) or estimate (no public list price; bought only when the workloads file sets procurement.allow_estimated_prices).';
+comment on column marts.procurement_plan.price_provider is 'Who sells at that price (aws, gcp, azure, lambda, coreweave, or your catalog''s provider); null when the source names none.';
+comment on column marts.procurement_plan.price_region is 'Region of the offer, where the source states one.';
+comment on column marts.procurement_plan.price_commitment is 'Term of the offer: on-demand, spot, 1y or 3y.';
+comment on column marts.procurement_plan.price_source is 'Where the price comes from (source text of the catalog or of your user catalog, CAPPLAN_USER_CATALOG).';
+comment on column marts.procurement_plan.price_date is 'When the price was read.';
 comment on column marts.procurement_plan.usd_per_hour is 'gpus_bought x usd_per_gpu_hour.';
 comment on column marts.procurement_plan.workloads is 'workload:model pairs served on this SKU (by a placement, or by some of their request-size buckets).';
 comment on column marts.procurement_plan.fleet_gpus is 'GPUs of the whole plan.';

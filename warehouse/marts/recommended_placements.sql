@@ -4,6 +4,7 @@
 --   pp, gpus_per_replica, weight_dtype, kv_dtype, weight_format, kv_cache_dtype, engine,
 --   engine_version, context_tokens, max_model_len, target_concurrency, headroom, b_max,
 --   b_max_predicted, planned_per_replica, replicas, gpus_total, planned_capacity, usd_per_gpu_hour,
+--   price_basis, price_provider, price_region, price_commitment, price_source, price_date,
 --   usd_per_replica_hour, usd_per_hour, usd_per_sequence_hour, binding, b_latency, tpot_ms, ttft_ms,
 --   output_tokens_per_second, usd_per_million_output_tokens, calibrated, calibration_scope,
 --   n_observations, feasible_options, in_fleet_plan, reason
@@ -11,6 +12,11 @@
 create or replace view marts.recommended_placements as
 with placements as (
     select * from staging.recommended_placements
+),
+
+prices as (
+    select gpu, price_basis, price_provider, price_region, price_commitment, price_source, price_date
+    from staging.gpus
 )
 
 select
@@ -43,6 +49,12 @@ select
     gpus_total,
     planned_capacity,
     usd_per_gpu_hour,
+    price_basis,
+    price_provider,
+    price_region,
+    price_commitment,
+    price_source,
+    price_date,
     usd_per_replica_hour,
     usd_per_hour,
     usd_per_sequence_hour,
@@ -58,7 +70,8 @@ select
     feasible_options,
     in_fleet_plan,
     reason
-from placements;
+from placements
+left join prices using (gpu);
 
 comment on view marts.recommended_placements is 'Cheapest feasible placements per model x workload profile and ranked alternatives (latest run).';
 comment on column marts.recommended_placements.run_id is 'The nightly run that published this row (marts.runs.run_id).';
@@ -90,6 +103,12 @@ comment on column marts.recommended_placements.replicas is 'ceil(target_concurre
 comment on column marts.recommended_placements.gpus_total is 'replicas x gpus_per_replica.';
 comment on column marts.recommended_placements.planned_capacity is 'replicas x planned_per_replica (>= target_concurrency).';
 comment on column marts.recommended_placements.usd_per_gpu_hour is 'GPU price (marts.gpus.price_usd_per_gpu_hour).';
+comment on column marts.recommended_placements.price_basis is 'What the price rests on: list (a provider''s published offer), contract (your own catalog''s price) or estimate (no public list price; bought only when the workloads file sets procurement.allow_estimated_prices).';
+comment on column marts.recommended_placements.price_provider is 'Who sells at that price (aws, gcp, azure, lambda, coreweave, or your catalog''s provider); null when the source names none.';
+comment on column marts.recommended_placements.price_region is 'Region of the offer, where the source states one.';
+comment on column marts.recommended_placements.price_commitment is 'Term of the offer: on-demand, spot, 1y or 3y.';
+comment on column marts.recommended_placements.price_source is 'Where the price comes from (source text of the catalog or of your user catalog, CAPPLAN_USER_CATALOG).';
+comment on column marts.recommended_placements.price_date is 'When the price was read.';
 comment on column marts.recommended_placements.usd_per_replica_hour is '$/hour of one replica.';
 comment on column marts.recommended_placements.usd_per_hour is '$/hour of all replicas.';
 comment on column marts.recommended_placements.usd_per_sequence_hour is 'usd_per_hour / target_concurrency: $/hour per concurrent sequence.';

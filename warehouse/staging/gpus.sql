@@ -4,7 +4,8 @@
 --   memory_type, memory_total_mib_smi, memory_total_bytes, memory_total_basis,
 --   memory_bandwidth_gbps, bf16_dense_tflops, fp8_dense_tflops, fp4_dense_tflops, fp8_support,
 --   fp4_support, int8_support, interconnect, interconnect_gbps, gpus_per_node,
---   price_usd_per_gpu_hour, price_source, price_date, aliases, sources, content_sha256
+--   price_usd_per_gpu_hour, price_source, price_date, price_basis, price_provider, price_region,
+--   price_commitment, max_gpus_available, aliases, sources, content_sha256
 create or replace view staging.gpus as
 with source as (
     select * from raw.gpus
@@ -37,6 +38,11 @@ renamed as (
         price_usd_per_gpu_hour::double as price_usd_per_gpu_hour,
         price_source::varchar as price_source,
         price_date::date as price_date,
+        price_basis::varchar as price_basis,
+        price_provider::varchar as price_provider,
+        price_region::varchar as price_region,
+        price_commitment::varchar as price_commitment,
+        max_gpus_available::bigint as max_gpus_available,
         aliases::json::varchar[] as aliases,
         sources::json::varchar[] as sources,
         content_sha256::varchar as content_sha256
