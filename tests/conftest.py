@@ -73,6 +73,16 @@ def require_extra(extra: str, *modules: str) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+# A developer's own fleet must not change what the tests expect: their catalog layers are dropped for
+# the whole run (subprocesses included); tests that want one set it themselves.
+_USER_LAYERS = ("CAPPLAN_USER_CATALOG", "CAPPLAN_CATALOG_DIR")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name in _USER_LAYERS:
+        os.environ.pop(name, None)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("engine_oracle") is not None:
