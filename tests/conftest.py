@@ -72,7 +72,6 @@ def require_extra(extra: str, *modules: str) -> None:
     pytest.skip(message, allow_module_level=True)
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
 # A developer's own fleet must not change what the tests expect: their catalog layers are dropped for
 # the whole run (subprocesses included); tests that want one set it themselves.
 _USER_LAYERS = ("CAPPLAN_USER_CATALOG", "CAPPLAN_CATALOG_DIR")
@@ -83,6 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.pop(name, None)
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("engine_oracle") is not None:
