@@ -24,7 +24,9 @@ benchmark measurements (evaluation/data/perf_measurements.yaml) with leave-one-s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from capacity.dtypes import element_bytes, serving_dtype
 from capacity.engines import Engine
@@ -508,6 +510,68 @@ def performance(
         inputs=p,
         notes=p.notes,
     )
+
+
+class LatencyTarget(StrEnum):
+    """Which latency a target bounds (the `binding` a latency-bound batch names)."""
+
+    TPOT = "tpot"
+    TTFT = "ttft"
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyTargets:
+    """Steady-state latency targets, milliseconds (None: no target)."""
+
+    tpot_ms: float | None = None
+    ttft_ms: float | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.tpot_ms is not None or self.ttft_ms is not None
+
+    def target_ms(self, which: LatencyTarget) -> float | None:
+        return self.tpot_ms if which is LatencyTarget.TPOT else self.ttft_ms
+
+    def missed(self, perf: Performance) -> LatencyTarget | None:
+        """The first target `perf` misses (TPOT before TTFT), or None when it meets them all."""
+        if self.tpot_ms is not None and perf.tpot_ms > self.tpot_ms:
+            return LatencyTarget.TPOT
+        if self.ttft_ms is not None and perf.ttft_ms > self.ttft_ms:
+            return LatencyTarget.TTFT
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchWithin:
+    """The largest batch meeting latency targets: `batch` 0 when one sequence misses them; `binding` the
+    target the next batch misses (None: `max_batch` itself meets them); `perf` the speed at `batch`."""
+
+    batch: int
+    binding: LatencyTarget | None
+    perf: Performance | None
+
+
+def largest_batch_meeting(speed: Callable[[int], Performance], max_batch: int, targets: LatencyTargets) -> BatchWithin:
+    """Bisect B in [1, max_batch] for the largest whose steady-state `speed(B)` meets `targets`. TPOT and
+    TTFT both grow with B (more KV read per step, more decode tokens sharing a prefill step), so the
+    sequences that meet them are a prefix of 1..max_batch."""
+    at_max = speed(max_batch)
+    missed = targets.missed(at_max)
+    if missed is None:
+        return BatchWithin(max_batch, None, at_max)
+    one = speed(1) if max_batch > 1 else at_max
+    if targets.missed(one) is not None:
+        return BatchWithin(0, targets.missed(one), None)
+    lo, hi, at_lo = 1, max_batch, one  # lo meets the targets, hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        at_mid = speed(mid)
+        if targets.missed(at_mid) is None:
+            lo, at_lo = mid, at_mid
+        else:
+            hi, missed = mid, targets.missed(at_mid)
+    return BatchWithin(lo, missed, at_lo)
 
 
 def largest_batch_within(

@@ -36,7 +36,14 @@ from typing import Any
 from capacity.calibration import Correction, calibrated_pool
 from capacity.estimate import Estimate, estimate, pool_starts
 from capacity.parallel import valid_tp_sizes
-from capacity.performance import Performance, perf_inputs, performance
+from capacity.performance import (
+    LatencyTarget,
+    LatencyTargets,
+    Performance,
+    largest_batch_meeting,
+    perf_inputs,
+    performance,
+)
 from capacity.planning_types import DEFAULT_SOLVER, BucketPlan, DtypePolicy, SolverOptions, WorkloadProfile
 from capacity.pool import b_max
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
@@ -337,28 +344,16 @@ def _speed_at(
             inputs=inputs,
         )
 
-    def meets(perf: Performance) -> str | None:
-        if workload.tpot_ms_target is not None and perf.tpot_ms > workload.tpot_ms_target:
-            return "tpot"
-        if workload.ttft_ms_target is not None and perf.ttft_ms > workload.ttft_ms_target:
-            return "ttft"
-        return None
-
-    at_planned = speed(planned)
-    if not workload.has_latency_target or meets(at_planned) is None:
-        return "memory", planned if workload.has_latency_target else None, planned, at_planned
-    missed = meets(speed(1))
-    if missed is not None:
-        target = workload.tpot_ms_target if missed == "tpot" else workload.ttft_ms_target
-        return f"even one sequence misses the {missed.upper()} target of {target:,.1f} ms"
-    lo, hi = 1, planned  # lo meets the targets, hi does not (latency grows with B)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if meets(speed(mid)) is None:
-            lo = mid
-        else:
-            hi = mid
-    return meets(at_planned) or "tpot", lo, lo, speed(lo)
+    targets = LatencyTargets(workload.tpot_ms_target, workload.ttft_ms_target)
+    if not targets.any:
+        return "memory", None, planned, speed(planned)
+    within = largest_batch_meeting(speed, planned, targets)
+    if within.batch == 0:
+        missed = within.binding or LatencyTarget.TPOT
+        return f"even one sequence misses the {missed.upper()} target of {targets.target_ms(missed):,.1f} ms"
+    if within.binding is None:
+        return "memory", planned, planned, within.perf
+    return within.binding.value, within.batch, within.batch, within.perf
 
 
 def place(
