@@ -14,6 +14,8 @@ from typer.core import TyperCommand, TyperGroup
 if TYPE_CHECKING:
     import duckdb
 
+    from capacity.spec import GpuSku
+    from models_registry.resolve import ResolvedModel
     from warehouse.publish import Warehouse
 
 
@@ -86,6 +88,27 @@ class OneLineGroup(_OneLineMain, TyperGroup):
 
 class OneLineCommand(_OneLineMain, TyperCommand):
     """A single-command app (`capplan sql`'s fast path), errors as one line."""
+
+
+def resolve_model(ref: str) -> ResolvedModel:
+    """MODEL as the commands take it (registry id, bundled id, path to a config.json); a one-line error."""
+    from capacity.spec import SpecError
+    from models_registry.resolve import load_model
+
+    try:
+        return load_model(ref)
+    except (LookupError, SpecError, OSError) as exc:
+        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def resolve_gpu(name: str) -> GpuSku:
+    """A catalog GPU by id, name or alias (nvidia-smi / DCGM names too); a one-line error."""
+    from models_registry.sources.gpu_catalog import find_gpu_sku
+
+    try:
+        return find_gpu_sku(name)
+    except LookupError as exc:
+        fail(str(exc).strip("'\""))
 
 
 WarehouseOption = Annotated[

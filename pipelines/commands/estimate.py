@@ -19,7 +19,7 @@ from capacity.explain import derivation, speed_derivation
 from capacity.performance import Performance, efficiency_for, perf_inputs, performance
 from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
-from pipelines.commands.common import fail
+from pipelines.commands.common import fail, resolve_gpu, resolve_model
 
 if TYPE_CHECKING:
     from models_registry.resolve import ResolvedModel
@@ -482,20 +482,7 @@ def _check_ranges(sizes: dict[str, int], counts: dict[str, int | None], gibs: di
 
 def _resolved(model: str, gpu: str | None) -> tuple[ResolvedModel, GpuSku | None]:
     """The model and the catalog GPU the command names (none for `--gpu-memory-gib` hardware)."""
-    from models_registry.resolve import load_model
-    from models_registry.sources.gpu_catalog import find_gpu_sku
-
-    try:
-        resolved = load_model(model)
-    except (LookupError, SpecError, OSError) as exc:
-        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-    sku: GpuSku | None = None
-    if gpu is not None:
-        try:
-            sku = find_gpu_sku(gpu)
-        except LookupError as exc:
-            fail(str(exc).strip("'\""))
-    return resolved, sku
+    return resolve_model(model), resolve_gpu(gpu) if gpu is not None else None
 
 
 def _sized(
