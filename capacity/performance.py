@@ -27,6 +27,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Generic, Protocol, TypeVar
 
 from capacity.dtypes import element_bytes, serving_dtype
 from capacity.engines import Engine
@@ -512,6 +513,19 @@ def performance(
     )
 
 
+class Latencies(Protocol):
+    """What a latency target is checked on: a steady-state `Performance`, or a simulated percentile."""
+
+    @property
+    def tpot_ms(self) -> float: ...
+
+    @property
+    def ttft_ms(self) -> float: ...
+
+
+L = TypeVar("L", bound=Latencies)
+
+
 class LatencyTarget(StrEnum):
     """Which latency a target bounds (the `binding` a latency-bound batch names)."""
 
@@ -533,7 +547,7 @@ class LatencyTargets:
     def target_ms(self, which: LatencyTarget) -> float | None:
         return self.tpot_ms if which is LatencyTarget.TPOT else self.ttft_ms
 
-    def missed(self, perf: Performance) -> LatencyTarget | None:
+    def missed(self, perf: Latencies) -> LatencyTarget | None:
         """The first target `perf` misses (TPOT before TTFT), or None when it meets them all."""
         if self.tpot_ms is not None and perf.tpot_ms > self.tpot_ms:
             return LatencyTarget.TPOT
@@ -543,19 +557,19 @@ class LatencyTargets:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchWithin:
+class BatchWithin(Generic[L]):
     """The largest batch meeting latency targets: `batch` 0 when one sequence misses them; `binding` the
-    target the next batch misses (None: `max_batch` itself meets them); `perf` the speed at `batch`."""
+    target the next batch misses (None: `max_batch` itself meets them); `perf` the latencies at `batch`."""
 
     batch: int
     binding: LatencyTarget | None
-    perf: Performance | None
+    perf: L | None
 
 
-def largest_batch_meeting(speed: Callable[[int], Performance], max_batch: int, targets: LatencyTargets) -> BatchWithin:
-    """Bisect B in [1, max_batch] for the largest whose steady-state `speed(B)` meets `targets`. TPOT and
-    TTFT both grow with B (more KV read per step, more decode tokens sharing a prefill step), so the
-    sequences that meet them are a prefix of 1..max_batch."""
+def largest_batch_meeting(speed: Callable[[int], L], max_batch: int, targets: LatencyTargets) -> BatchWithin[L]:
+    """Bisect B in [1, max_batch] for the largest whose `speed(B)` meets `targets`. TPOT and TTFT both grow
+    with B (more KV read per step, more decode tokens sharing a prefill step, in a closed loop more
+    requests ahead in the queue), so the batches that meet them are a prefix of 1..max_batch."""
     at_max = speed(max_batch)
     missed = targets.missed(at_max)
     if missed is None:
