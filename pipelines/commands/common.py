@@ -135,3 +135,17 @@ def open_store(store: Warehouse, *, memory_limit: str | None = None) -> duckdb.D
         return store.connect_read_only(memory_limit=memory_limit)
     except (WarehouseMissing, WarehouseUnusable, WarehouseCorrupt) as exc:
         fail(str(exc))
+
+
+def published_or_none(path: Path | None) -> tuple[duckdb.DuckDBPyConnection | None, str | None]:
+    """The published warehouse, read-only, when there is one that opens; else None and why (a note, not
+    an error: the commands that read it compute their answer directly instead)."""
+    from warehouse.publish import Warehouse, WarehouseCorrupt, WarehouseMissing, WarehouseUnusable
+
+    store = Warehouse(path)
+    if not store.exists:
+        return None, "no published warehouse: computed directly"
+    try:
+        return store.connect_read_only(), None
+    except (WarehouseMissing, WarehouseUnusable, WarehouseCorrupt) as exc:
+        return None, f"the published warehouse did not open ({' '.join(str(exc).split())}): computed directly"
