@@ -588,6 +588,38 @@ def largest_batch_meeting(speed: Callable[[int], L], max_batch: int, targets: La
     return BatchWithin(lo, missed, at_lo)
 
 
+def speed_at(
+    model: ModelSpec,
+    est: Estimate,
+    gpu: GpuSku,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    weight_dtype: str = "auto",
+    eff: PerfEfficiency | None = None,
+) -> Callable[[int], Performance]:
+    """`performance` of requests of these lengths as a function of B, for a search over B: the layer walk
+    (`perf_inputs`) done once; prompts prefilled in chunks of the engine's max_num_batched_tokens."""
+    inputs = perf_inputs(model, est, gpu, weight_dtype)
+    chunk = est.pool.max_num_batched_tokens or input_tokens
+
+    def speed(batch: int) -> Performance:
+        return performance(
+            model,
+            est,
+            gpu,
+            concurrency=batch,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            chunk_tokens=chunk,
+            weight_dtype=weight_dtype,
+            eff=eff,
+            inputs=inputs,
+        )
+
+    return speed
+
+
 def largest_batch_within(
     p: PerfInputs, context_tokens: int, max_batch: int, tpot_target_s: float, eff: PerfEfficiency = DEFAULT_EFFICIENCY
 ) -> int:

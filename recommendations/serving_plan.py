@@ -28,11 +28,11 @@ from enum import StrEnum
 from capacity.estimate import Estimate, estimate
 from capacity.explain import derivation
 from capacity.performance import efficiency_for, perf_inputs
-from capacity.placement import PlacementOption, place
+from capacity.placement import Layout, PlacementOption, place
 from capacity.planning_types import DTYPE_POLICIES, WorkloadProfile
 from capacity.procurement import binding_of, replica_requests_per_second
 from capacity.serving import Distribution, Lengths, Load, ServingResult, simulate
-from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
+from capacity.spec import GpuSku, ModelSpec, SpecError
 
 DEFAULT_TOP = 5
 NO_PRICE = "no price in the catalog"
@@ -293,16 +293,8 @@ class PlaceAnswer:
 
 def _estimate_for(model: ServedModel, option: PlacementOption, gpu: GpuSku, profile: WorkloadProfile) -> Estimate:
     """The option's deployment, its batch limit set to the planned B (what the plan starts the engine with)."""
-    deployment = DeploymentSpec(
-        tp=option.tp,
-        pp=option.pp,
-        weight_dtype=option.weight_dtype,
-        kv_dtype=option.kv_dtype,
-        engine=profile.engine,
-        engine_version=profile.engine_version,
-        max_model_len=option.max_model_len,
-        max_num_seqs=option.planned_per_replica,
-    )
+    layout = Layout(gpu, option.tp, option.pp, option.weight_dtype, option.kv_dtype)
+    deployment = layout.deployment(profile, max_model_len=option.max_model_len, max_num_seqs=option.planned_per_replica)
     return estimate(
         model.spec,
         deployment,

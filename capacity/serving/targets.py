@@ -23,7 +23,7 @@ from capacity.performance import (
     efficiency_for,
     largest_batch_meeting,
     perf_inputs,
-    performance,
+    speed_at,
 )
 from capacity.serving.sim import simulate
 from capacity.serving.workload import Lengths, Load
@@ -114,21 +114,9 @@ def batch_within_targets(
     inputs = perf_inputs(model, est, gpu, weight_dtype)
     eff = efficiency_for(est.engine, gpu)
     lengths = Lengths(input_tokens, output_tokens)
-    chunk = est.pool.max_num_batched_tokens or input_tokens
-
-    def steady(batch: int) -> Performance:
-        return performance(
-            model,
-            est,
-            gpu,
-            concurrency=batch,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            chunk_tokens=chunk,
-            weight_dtype=weight_dtype,
-            eff=eff,
-            inputs=inputs,
-        )
+    steady = speed_at(
+        model, est, gpu, input_tokens=input_tokens, output_tokens=output_tokens, weight_dtype=weight_dtype, eff=eff
+    )
 
     def closed_loop(batch: int) -> P99:
         requests = max(MIN_SIMULATED_REQUESTS, REQUESTS_PER_SLOT * batch)
