@@ -27,9 +27,9 @@ from enum import StrEnum
 
 from capacity.estimate import Estimate, estimate
 from capacity.explain import derivation
-from capacity.performance import efficiency_for, perf_inputs
+from capacity.performance import efficiency_for, perf_inputs, speed_at
 from capacity.placement import Layout, PlacementOption, place
-from capacity.planning_types import DTYPE_POLICIES, WorkloadProfile
+from capacity.planning_types import DTYPE_POLICIES, DtypePolicy, WorkloadProfile
 from capacity.procurement import binding_of, replica_requests_per_second
 from capacity.serving import Distribution, Lengths, Load, ServingResult, simulate
 from capacity.spec import GpuSku, ModelSpec, SpecError
@@ -37,8 +37,11 @@ from capacity.spec import GpuSku, ModelSpec, SpecError
 DEFAULT_TOP = 5
 NO_PRICE = "no price in the catalog"
 SIMULATED_REQUESTS = 400  # per simulated replica: enough for a stable p99 (4 requests above it)
-MAX_SIMULATIONS = 60  # the check stops here; the answer then says so
-MAX_EXTRA_REPLICAS_FACTOR = 4  # a layout that needs 4x the screen's replicas to meet a percentile is dropped
+MAX_SIMULATIONS = 120  # the check stops here (about 10 s on a laptop core); the answer then says so
+MAX_EXTRA_REPLICAS_FACTOR = 4  # a layout that needs 4x its throughput's replicas to meet a percentile is dropped
+REPLICA_STEP = 0.1  # a miss within 2x of the target adds 10 % more replicas (at least one): near the least price
+FAR_REPLICA_STEP = 0.5  # a miss by more than 2x adds half as many again
+DOWN_TRIES = 4  # a candidate that passes is tried with fewer replicas this many times at most
 
 
 class Percentile(StrEnum):
@@ -69,17 +72,16 @@ class PlaceQuery:
     ttft_ms: float | None = None
     percentile: Percentile = Percentile.P99
     max_model_len: int | None = None
-    dtype_policy: str = "fp8"
+    dtype_policy: DtypePolicy = DTYPE_POLICIES["fp8"]
     engine: str = "vllm"
     engine_version: str | None = None
     gpus: tuple[str, ...] = ()  # catalog ids (empty: every GPU with a price)
     top: int = DEFAULT_TOP
     workload: str = "ad-hoc"
+    max_simulations: int = MAX_SIMULATIONS
 
     def profile(self, model_id: str) -> WorkloadProfile:
         """The steady-state screen's workload profile; SpecError for a query that cannot be planned."""
-        if self.dtype_policy not in DTYPE_POLICIES:
-            raise SpecError(f"unknown dtype policy {self.dtype_policy!r}; expected one of {', '.join(DTYPE_POLICIES)}")
         if self.input_tokens < 1 or self.output_tokens < 1:
             raise SpecError("--input-len and --output-len must be positive")
         if self.top < 1:
@@ -91,7 +93,7 @@ class PlaceQuery:
             target_concurrency=self.concurrency or 1,
             context_tokens=context,
             max_model_len=self.max_model_len,
-            dtype_policy=DTYPE_POLICIES[self.dtype_policy],
+            dtype_policy=self.dtype_policy,
             engine=self.engine,
             engine_version=self.engine_version,
             gpus=self.gpus,
@@ -113,7 +115,7 @@ class PlaceQuery:
             "ttft_ms": self.ttft_ms,
             "percentile": self.percentile.value,
             "max_model_len": self.max_model_len or self.input_tokens + self.output_tokens,
-            "dtype_policy": self.dtype_policy,
+            "dtype_policy": self.dtype_policy.name,
             "engine": self.engine,
             "engine_version": self.engine_version,
             "gpus": list(self.gpus),
@@ -139,8 +141,11 @@ class ServingOption:
     screened_replicas: int
     gpu: GpuSku
     est: Estimate
+    screened_rate: float = 0.0  # requests/s a replica serves at steady state (`_replica_rate`; 0: no rate asked)
     sim: ServingResult | None = None
-    replicas_binding: str = "concurrency"  # request_rate | concurrency | simulated <percentile> <target>
+    replicas_binding: str = "concurrency"  # request_rate | concurrency | simulated throughput | simulated p99 ttft
+    throughput_checked: bool = False  # the simulated check has measured the replica's throughput at B
+    check_base: int = 0  # replicas after that measurement: the check adds at most 3x more
 
     @property
     def usd_per_hour(self) -> float:
@@ -205,7 +210,7 @@ class ServingOption:
             "b_max": o.b_max,
             "binding": _batch_binding(o),
             "replicas_binding": self.replicas_binding,
-            "requests_per_second_per_replica": _rounded(replica_requests_per_second(o, query.output_tokens)),
+            "requests_per_second_per_replica": _rounded(self.screened_rate) if rate else None,
             "steady_state": {"tpot_ms": _rounded(o.tpot_ms), "ttft_ms": _rounded(o.ttft_ms)},
             "simulated": None if self.sim is None else _simulated(self.sim, rate / self.replicas if rate else None),
             "plan": self.plan(model),
@@ -274,9 +279,10 @@ class PlaceAnswer:
         if q.request_rate_per_s is not None:
             per = replica_requests_per_second(o, q.output_tokens)
             lines.append(
-                f"   a replica serves B / (TTFT + O x TPOT) = {o.planned_per_replica:,} / "
-                f"({(o.ttft_ms or 0) / 1e3:.3f} s + {q.output_tokens:,} x {(o.tpot_ms or 0) / 1e3:.4f} s) = "
-                f"{per:,.3f} req/s; {q.request_rate_per_s:g} req/s -> {best.screened_replicas:,} replica(s)"
+                f"   a replica serves min(B / (TTFT + O x TPOT), 1 / (prefill alone + O x TPOT / B)) = "
+                f"min({o.planned_per_replica:,} / ({(o.ttft_ms or 0) / 1e3:.3f} s + {q.output_tokens:,} x "
+                f"{(o.tpot_ms or 0) / 1e3:.4f} s) = {per:,.3f}, ...) = {best.screened_rate:,.3f} req/s; "
+                f"{q.request_rate_per_s:g} req/s -> {best.screened_replicas:,} replica(s)"
             )
         if best.sim is not None:
             lines.append(
@@ -305,35 +311,115 @@ def _estimate_for(model: ServedModel, option: PlacementOption, gpu: GpuSku, prof
     )
 
 
-def _screened_replicas(option: PlacementOption, query: PlaceQuery) -> tuple[int, str] | str:
+def _replica_rate(option: PlacementOption, served: ServedModel, est: Estimate, gpu: GpuSku, query: PlaceQuery) -> float:
+    """Requests/s a replica serves at B, steady state: the lesser of B / (TTFT + O x TPOT) (a sequence holds
+    its slot from arrival to its last token) and 1 / (prefill alone + O x TPOT / B) (the replica's time
+    per request: its prompt's prefill steps, which no other sequence shares, and its share of the decode
+    steps). 0 where the catalog has no bandwidth / FLOPS for the GPU."""
+    by_slots = replica_requests_per_second(option, query.output_tokens)
+    if by_slots <= 0 or option.tpot_ms is None:
+        return 0.0
+    speed = speed_at(
+        served.spec,
+        est,
+        gpu,
+        input_tokens=query.input_tokens,
+        output_tokens=query.output_tokens,
+        weight_dtype=option.weight_dtype,
+    )
+    prefill_s = speed(1).ttft_ms / 1e3
+    by_time = 1 / (prefill_s + query.output_tokens * option.tpot_ms / 1e3 / option.planned_per_replica)
+    return min(by_slots, by_time)
+
+
+def _screened_replicas(option: PlacementOption, query: PlaceQuery, rate_per_replica: float) -> tuple[int, str] | str:
     """Replicas the steady state asks for, and what sets them; or why a rate cannot be sized."""
     by_concurrency = option.replicas if query.concurrency is not None else 1
     if query.request_rate_per_s is None:
         return by_concurrency, "concurrency"
-    per_replica = replica_requests_per_second(option, query.output_tokens)
-    if per_replica <= 0:
+    if rate_per_replica <= 0:
         return f"{option.gpu} has no bandwidth / TFLOPS in the catalog: a request rate cannot be sized"
-    by_rate = max(1, math.ceil(query.request_rate_per_s / per_replica - 1e-9))
+    by_rate = max(1, math.ceil(query.request_rate_per_s / rate_per_replica - 1e-9))
     return (by_rate, "request_rate") if by_rate >= by_concurrency else (by_concurrency, "concurrency")
 
 
-def _missed(sim: ServingResult, query: PlaceQuery) -> tuple[str, str] | None:
-    """The first target the simulated percentile misses, as (`p99 ttft`, `p99 ttft 612.3 ms > 500 ms`)."""
+def _missed(sim: ServingResult, query: PlaceQuery) -> tuple[str, str, float] | None:
+    """The first target the simulated percentile misses: (`p99 ttft`, `p99 ttft 612.3 ms > 500 ms`, 1.22)."""
     p = query.percentile
     for name, target, distribution in (("ttft", query.ttft_ms, sim.ttft), ("tpot", query.tpot_ms, sim.tpot)):
         if target is not None and p.of(distribution) > target:
-            return f"{p.value} {name}", f"{p.value} {name} {p.of(distribution):,.1f} ms > {target:g} ms"
+            seen = p.of(distribution)
+            return f"{p.value} {name}", f"{p.value} {name} {seen:,.1f} ms > {target:g} ms", seen / target
     return None
 
 
-def _simulate(model: ServedModel, option: ServingOption, query: PlaceQuery) -> ServingResult:
-    assert query.request_rate_per_s is not None
-    est, gpu = option.est, option.gpu
-    lengths = Lengths(query.input_tokens, query.output_tokens)
-    load = Load.poisson(query.request_rate_per_s / option.replicas, SIMULATED_REQUESTS, lengths)
-    return simulate(
-        est, perf_inputs(model.spec, est, gpu, option.option.weight_dtype), load, efficiency_for(est.engine, gpu)
-    )
+@dataclass
+class _Checker:
+    """The simulated check of one candidate at a time (`place_model` keeps the queue): first its replica's
+    throughput at B (a closed loop of B requests: prefills and decodes sharing steps, which the steady
+    state's `B / (TTFT + O x TPOT)` leaves out), then Poisson arrivals at its share of the rate against the
+    percentile targets."""
+
+    model: ServedModel
+    query: PlaceQuery
+    rejected: dict[str, list[str]]
+    simulations: int = 0
+
+    def check(self, served: ServingOption) -> tuple[ServingOption | None, bool]:
+        """(the candidate, True) when it passes; (the candidate with more replicas, False) to queue again at
+        its new price; (None, False) when it cannot pass (the reason kept in `rejected`)."""
+        rate = self.query.request_rate_per_s
+        assert rate is not None
+        try:
+            if not served.throughput_checked:
+                batch = served.option.planned_per_replica
+                closed = Load.closed(batch, max(SIMULATED_REQUESTS, 3 * batch), self._lengths())
+                throughput = self._run(served, closed)
+                needed = max(served.replicas, math.ceil(rate / throughput.request_throughput - 1e-9))
+                base = replace(served, throughput_checked=True, check_base=needed)
+                if needed > served.replicas:
+                    return replace(base, replicas=needed, replicas_binding="simulated throughput"), False
+                served = base
+            sim = self._run(served, Load.poisson(rate / served.replicas, SIMULATED_REQUESTS, self._lengths()))
+        except SpecError as exc:
+            self.rejected.setdefault(served.option.gpu, []).append(str(exc))
+            return None, False
+        missed = _missed(sim, self.query)
+        if missed is None:
+            return self._fewest(replace(served, sim=sim)), True
+        if served.replicas >= MAX_EXTRA_REPLICAS_FACTOR * served.check_base:
+            why = f"simulated {missed[1]} at {served.replicas} replicas"
+            self.rejected.setdefault(served.option.gpu, []).append(why)
+            return None, False
+        step = max(1, math.ceil(served.replicas * (REPLICA_STEP if missed[2] <= 2 else FAR_REPLICA_STEP)))
+        return replace(served, replicas=served.replicas + step, replicas_binding=f"simulated {missed[0]}"), False
+
+    def _fewest(self, passed: ServingOption) -> ServingOption:
+        """`passed` with fewer replicas while those pass too (10 % fewer a try, at most `DOWN_TRIES` tries):
+        the steady state's replica count is an estimate, and the simulation may need fewer."""
+        rate = self.query.request_rate_per_s
+        assert rate is not None
+        for _ in range(DOWN_TRIES):
+            fewer = passed.replicas - max(1, math.floor(passed.replicas * REPLICA_STEP))
+            if fewer < 1:
+                break
+            try:
+                sim = self._run(passed, Load.poisson(rate / fewer, SIMULATED_REQUESTS, self._lengths()))
+            except SpecError:
+                break
+            if _missed(sim, self.query) is not None:
+                break
+            passed = replace(passed, replicas=fewer, sim=sim, replicas_binding="simulated: fewer pass")
+        return passed
+
+    def _lengths(self) -> Lengths:
+        return Lengths(self.query.input_tokens, self.query.output_tokens)
+
+    def _run(self, served: ServingOption, load: Load) -> ServingResult:
+        self.simulations += 1
+        est, gpu = served.est, served.gpu
+        inputs = perf_inputs(self.model.spec, est, gpu, served.option.weight_dtype)
+        return simulate(est, inputs, load, efficiency_for(est.engine, gpu))
 
 
 def place_model(model: ServedModel, query: PlaceQuery, gpus: Sequence[GpuSku]) -> PlaceAnswer:
@@ -346,46 +432,40 @@ def place_model(model: ServedModel, query: PlaceQuery, gpus: Sequence[GpuSku]) -
         rejected.setdefault(label.split(" ")[0], []).append(why)
     queue: list[tuple[tuple[object, ...], int, ServingOption]] = []
     for i, option in enumerate(screened.options):
-        replicas = _screened_replicas(option, query)
-        if isinstance(replicas, str):
-            rejected.setdefault(option.gpu, []).append(replicas)
-            continue
         gpu = by_id[option.gpu]
         try:
             est = _estimate_for(model, option, gpu, profile)
+            rate = _replica_rate(option, model, est, gpu, query) if query.request_rate_per_s is not None else 0.0
         except SpecError as exc:
             rejected.setdefault(option.gpu, []).append(str(exc))
             continue
-        served = ServingOption(option, replicas[0], replicas[0], gpu, est, replicas_binding=replicas[1])
+        replicas = _screened_replicas(option, query, rate)
+        if isinstance(replicas, str):
+            rejected.setdefault(option.gpu, []).append(replicas)
+            continue
+        served = ServingOption(option, replicas[0], replicas[0], gpu, est, rate, replicas_binding=replicas[1])
         heapq.heappush(queue, (served.sort_key(), i, served))
-    check = query.request_rate_per_s is not None and (query.tpot_ms is not None or query.ttft_ms is not None)
-    simulate_all = query.request_rate_per_s is not None
+    checker = _Checker(model, query, rejected)
     answers: list[ServingOption] = []
-    simulations = 0
     notes: list[str] = []
     while queue and len(answers) < query.top:
         _key, i, served = heapq.heappop(queue)
-        if not simulate_all:
+        if query.request_rate_per_s is None:
             answers.append(served)
             continue
-        if simulations >= MAX_SIMULATIONS:
-            notes.append(f"the simulated check stopped after {MAX_SIMULATIONS} simulations; fewer options than asked")
+        if checker.simulations >= query.max_simulations:
+            notes.append(
+                f"the simulated check stopped after {checker.simulations} simulations (--max-simulations); "
+                f"fewer options than asked"
+            )
             break
-        try:
-            sim = _simulate(model, served, query)
-        except SpecError as exc:
-            rejected.setdefault(served.option.gpu, []).append(str(exc))
-            continue
-        simulations += 1
-        missed = _missed(sim, query) if check else None
-        if missed is None:
-            answers.append(replace(served, sim=sim))
-            continue
-        if served.replicas >= MAX_EXTRA_REPLICAS_FACTOR * served.screened_replicas:
-            rejected.setdefault(served.option.gpu, []).append(f"simulated {missed[1]} at {served.replicas} replicas")
-            continue
-        more = replace(served, replicas=served.replicas + 1, replicas_binding=f"simulated {missed[0]}")
-        heapq.heappush(queue, (more.sort_key(), i, more))
+        checked, passed = checker.check(served)
+        if checked is not None and passed:
+            answers.append(checked)
+        elif checked is not None:
+            heapq.heappush(queue, (checked.sort_key(), i, checked))
+    simulations = checker.simulations
+    answers.sort(key=ServingOption.sort_key)  # a check may have found a candidate needs fewer replicas
     placed = {a.option.gpu for a in answers} | {s.option.gpu for _k, _i, s in queue}
     infeasible = sorted(
         ((gpu.id, _most_common(rejected.get(gpu.id)) or NO_PRICE) for gpu in gpus if gpu.id not in placed),

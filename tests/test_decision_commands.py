@@ -446,3 +446,16 @@ def test_procure_buys_the_cheapest_whole_nodes_and_reads_a_published_plan_of_the
 
 def test_procure_without_a_workloads_file_is_one_line(tmp_path: Path) -> None:
     assert "no workloads file" in one_line_error("procure", "--workloads", str(tmp_path / "missing.yaml"))
+
+
+def test_place_takes_a_workload_and_the_command_line_wins(tmp_path: Path) -> None:
+    workloads = tmp_path / "workloads.yaml"
+    entry = {"name": "long", "models": [LLAMA_8B], "target_concurrency": 64, "context_tokens": 8192}
+    workloads.write_text(yaml.safe_dump({"schema_version": 1, "workloads": [entry | {"max_model_len": 16384}]}))
+    out = run_json("place", "--workload", "long", "--workloads", str(workloads), "--top", "1", "--gpu", "h100-sxm-80gb")
+    # the file's numbers: 8,192 tokens = 8,192 - 256 prompt + 256 generated (min(256, T / 2)); 64 at once
+    query = out["query"]
+    assert (query["input_len"], query["output_len"]) == (8192 - 256, 256)
+    assert (query["concurrency"], query["max_model_len"], query["request_rate"]) == (64, 16384, None)
+    assert out["query"]["gpus"] == ["h100-sxm-80gb"] and out["options"][0]["plan"]["max_model_len"] == 16384
+    assert "no workload 'nope'" in one_line_error("place", "--workload", "nope", "--workloads", str(workloads))

@@ -5,16 +5,34 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
+from capacity.planning_types import DTYPE_POLICIES
 from capacity.spec import SpecError
 from pipelines.commands.common import fail, resolve_gpu, resolve_model
-from pipelines.commands.estimate import AsJsonOption, EngineOption, EngineVersionOption, MaxModelLenOption
-from recommendations.serving_plan import DEFAULT_TOP, Percentile, PlaceAnswer, PlaceQuery, ServedModel, place_model
+from pipelines.commands.estimate import AsJsonOption, EngineOption, EngineVersionOption
+from pipelines.commands.procure import WorkloadsOption
+from recommendations.serving_plan import (
+    DEFAULT_TOP,
+    MAX_SIMULATIONS,
+    Percentile,
+    PlaceAnswer,
+    PlaceQuery,
+    ServedModel,
+    place_model,
+)
 
-ModelArgument = Annotated[str, typer.Argument(metavar="MODEL", help="Registry id, or a path to a config.json.")]
+ModelArgument = Annotated[
+    str | None,
+    typer.Argument(metavar="MODEL", show_default=False, help="Registry id, or a path to a config.json."),
+]
+PlaceMaxModelLenOption = Annotated[
+    int | None,
+    typer.Option("--max-model-len", metavar="T", help="Engine max model length (default: input + output)."),
+]
 TpotOption = Annotated[
     float | None,
     typer.Option("--tpot-ms", metavar="MS", help="Time per output token each request must meet (at --percentile)."),
@@ -60,11 +78,27 @@ DtypePolicyOption = Annotated[
     ),
 ]
 TopOption = Annotated[int, typer.Option("--top", metavar="N", help="Options to show, cheapest first.")]
+MaxSimulationsOption = Annotated[
+    int,
+    typer.Option("--max-simulations", metavar="N", help="Replica simulations the check may run before it answers."),
+]
 ExplainOption = Annotated[bool, typer.Option("--explain", help="Show the derivation of the cheapest option.")]
 
 
+WorkloadOption = Annotated[
+    str | None,
+    typer.Option(
+        "--workload",
+        metavar="NAME",
+        help="Take the load, lengths, targets, dtype policy, engine and GPUs from this workload of --workloads "
+        "(an option given beside it wins; MODEL defaults to its model).",
+    ),
+]
+
+
 def place(
-    model: ModelArgument,
+    ctx: typer.Context,
+    model: ModelArgument = None,
     tpot_ms: TpotOption = None,
     ttft_ms: TtftOption = None,
     request_rate: RateOption = None,
@@ -75,38 +109,23 @@ def place(
     gpu: GpusOption = None,
     engine: EngineOption = "vllm",
     engine_version: EngineVersionOption = None,
-    max_model_len: MaxModelLenOption = None,
+    max_model_len: PlaceMaxModelLenOption = None,
     dtype_policy: DtypePolicyOption = "fp8",
     top: TopOption = DEFAULT_TOP,
+    max_simulations: MaxSimulationsOption = MAX_SIMULATIONS,
     explain: ExplainOption = False,
+    workload: WorkloadOption = None,
+    workloads: WorkloadsOption = None,
     as_json: AsJsonOption = False,
 ) -> None:
     """The cheapest layouts (GPU, TP x PP, dtypes, replicas) serving MODEL at a load within TPOT / TTFT targets."""
-    for name, value in (("--tpot-ms", tpot_ms), ("--ttft-ms", ttft_ms), ("--request-rate", request_rate)):
-        if value is not None and not 0 < value < 1e9:
-            fail(f"{name} must be a positive number, got {value:g}")
-    for name, count in (("--concurrency", concurrency), ("--input-len", input_len), ("--output-len", output_len)):
-        if count is not None and count < 1:
-            fail(f"{name} must be a positive integer, got {count}")
-    if max_model_len is not None and max_model_len < input_len + output_len:
-        fail(f"--max-model-len {max_model_len:,} is below --input-len + --output-len ({input_len + output_len:,})")
-    resolved = resolve_model(model)
-    skus = [resolve_gpu(name) for name in gpu or ()]
-    query = PlaceQuery(
-        input_tokens=input_len,
-        output_tokens=output_len,
-        request_rate_per_s=request_rate,
-        concurrency=concurrency,
-        tpot_ms=tpot_ms,
-        ttft_ms=ttft_ms,
-        percentile=percentile,
-        max_model_len=max_model_len,
-        dtype_policy=dtype_policy,
-        engine=engine,
-        engine_version=engine_version,
-        gpus=tuple(dict.fromkeys(s.id for s in skus)),
-        top=top,
-    )
+    asked = {k: v for k, v in locals().items() if k not in ("ctx", "workload", "workloads", "explain", "as_json")}
+    if workload is not None:
+        asked = _from_workload(ctx, asked, workload, workloads)
+    if asked["model"] is None:
+        fail("give MODEL, or --workload NAME")
+    query = _query(asked)
+    resolved = resolve_model(asked["model"])
     served = ServedModel(
         resolved.spec,
         resolved.repo_id,
@@ -126,6 +145,80 @@ def place(
         return
     for line in _lines(answer, explain=explain):
         typer.echo(line)
+
+
+def _query(asked: dict[str, Any]) -> PlaceQuery:
+    """The options, checked (a one-line error for the first out of range), as a query."""
+    for name in ("tpot_ms", "ttft_ms", "request_rate"):
+        value = asked[name]
+        if value is not None and not 0 < value < 1e9:
+            fail(f"--{name.replace('_', '-')} must be a positive number, got {value:g}")
+    for name in ("concurrency", "input_len", "output_len", "top", "max_simulations"):
+        count = asked[name]
+        if count is not None and count < 1:
+            fail(f"--{name.replace('_', '-')} must be a positive integer, got {count}")
+    prompt, out, limit = asked["input_len"], asked["output_len"], asked["max_model_len"]
+    if limit is not None and limit < prompt + out:
+        fail(f"--max-model-len {limit:,} is below --input-len + --output-len ({prompt + out:,})")
+    policy = asked["dtype_policy"]
+    if isinstance(policy, str):
+        if policy not in DTYPE_POLICIES:
+            fail(f"unknown --dtype-policy {policy!r}; expected one of {', '.join(DTYPE_POLICIES)}")
+        policy = DTYPE_POLICIES[policy]
+    skus = [resolve_gpu(name) for name in asked["gpu"] or ()]
+    return PlaceQuery(
+        input_tokens=prompt,
+        output_tokens=out,
+        request_rate_per_s=asked["request_rate"],
+        concurrency=asked["concurrency"],
+        tpot_ms=asked["tpot_ms"],
+        ttft_ms=asked["ttft_ms"],
+        percentile=asked["percentile"],
+        max_model_len=limit,
+        dtype_policy=policy,
+        engine=asked["engine"],
+        engine_version=asked["engine_version"],
+        gpus=tuple(dict.fromkeys(s.id for s in skus)),
+        top=asked["top"],
+        max_simulations=asked["max_simulations"],
+        workload=asked.get("workload_name") or "ad-hoc",
+    )
+
+
+def _from_workload(ctx: typer.Context, asked: dict[str, Any], name: str, path: Path | None) -> dict[str, Any]:
+    """`asked` with what the workload profile sets, where the command line did not set it."""
+    from recommendations.workloads import load_workloads
+
+    profiles = load_workloads(path)
+    profile = next((p for p in profiles.profiles if p.name == name), None)
+    if profile is None:
+        why = dict(profiles.errors).get(name) or dict(profiles.errors).get("<file>")
+        known = ", ".join(p.name for p in profiles.profiles)
+        fail(f"workload {name!r}: {why}" if why else f"no workload {name!r} in {profiles.path} (there: {known})")
+    out = profile.generated_tokens
+    from_profile = {
+        "model": profile.models[0] if len(profile.models) == 1 else None,
+        "tpot_ms": profile.tpot_ms_target,
+        "ttft_ms": profile.ttft_ms_target,
+        "request_rate": profile.request_rate_per_s,
+        "concurrency": None if profile.request_rate_per_s is not None else profile.target_concurrency,
+        "input_len": profile.context_tokens - out,
+        "output_len": out,
+        "gpu": list(profile.gpus) or None,
+        "engine": profile.engine,
+        "engine_version": profile.engine_version,
+        "max_model_len": profile.model_len,
+        "dtype_policy": profile.dtype_policy,
+    }
+    merged = dict(asked)
+    for key, value in from_profile.items():
+        source = ctx.get_parameter_source(key)
+        if source is None or source.name != "COMMANDLINE":
+            merged[key] = value
+    if merged["model"] is None:
+        fail(f"workload {name!r} serves {', '.join(profile.models)}: name one as MODEL")
+    merged["workload_name"] = name
+    return merged
 
 
 def _why_none(answer: PlaceAnswer) -> str:
