@@ -1,18 +1,21 @@
 """`capplan place`: the cheapest layouts that serve one model at a load within latency targets.
 
-Two stages, so an answer takes a second or two:
+Two stages, so an answer takes seconds, not minutes:
 
 1. **Screen** (steady state): `capacity.placement.place` sizes every layout (GPU SKU x TP x PP x the
    dtypes the policy allows) for requests of I + O tokens: the batch B per replica is the largest that
    fits memory (at the headroom) and meets the steady-state TPOT / TTFT targets
-   (`capacity.performance.largest_batch_meeting`). At a request rate R a replica serves
-   `B / (TTFT + O x TPOT)` requests/s (`capacity.procurement.replica_requests_per_second`), so a layout
-   needs `ceil(R / that)` replicas; at a concurrency C, `ceil(C / B)`.
-2. **Check** (simulation, only with a request rate): best first by $/hour, each candidate's replica
-   is simulated (`capacity.serving.simulate`, the engine's scheduler, Poisson arrivals at R / replicas,
-   `max_num_seqs` = B) and its TTFT / TPOT at the asked percentile compared with the targets; one that
-   misses gets another replica and goes back in the queue at its new price. The first `top` that pass
-   are the answer, cheapest first: a layout is only ever passed over for one that costs no more.
+   (`capacity.performance.largest_batch_meeting`). At a request rate R a replica serves the lesser of
+   `B / (TTFT + O x TPOT)` (slots held from arrival to last token) and `1 / (prefill alone + O x TPOT / B)`
+   (the replica's time per request), so a layout needs `ceil(R / that)` replicas; at a concurrency C,
+   `ceil(C / B)`.
+2. **Check** (simulation, only with a request rate), cheapest candidate first: the replica's throughput
+   at B is measured (a closed loop of B requests through the engine's scheduler, `capacity.serving`,
+   `max_num_seqs` = B) and the replicas raised where it is lower than the screen's; then Poisson arrivals
+   at R / replicas, and the TTFT / TPOT at the asked percentile against the targets. A miss adds replicas
+   (10 %, or 50 % when the miss is more than 2x) and the candidate goes back in line at its new price; a
+   pass is tried with 10 % fewer replicas while those pass too. The first `top` that pass are the answer,
+   cheapest first. The screen is an estimate, not a bound: a layout it ranks far down is not simulated.
 
 Each option carries `plan`: what a deploy step needs to start the engine with the planned budget.
 """
@@ -448,7 +451,7 @@ def place_model(model: ServedModel, query: PlaceQuery, gpus: Sequence[GpuSku]) -
     checker = _Checker(model, query, rejected)
     answers: list[ServingOption] = []
     notes: list[str] = []
-    while queue and len(answers) < query.top:
+    while queue and _worth_a_look(queue[0][2], answers, query.top):
         _key, i, served = heapq.heappop(queue)
         if query.request_rate_per_s is None:
             answers.append(served)
@@ -465,7 +468,7 @@ def place_model(model: ServedModel, query: PlaceQuery, gpus: Sequence[GpuSku]) -
         elif checked is not None:
             heapq.heappush(queue, (checked.sort_key(), i, checked))
     simulations = checker.simulations
-    answers.sort(key=ServingOption.sort_key)  # a check may have found a candidate needs fewer replicas
+    answers = sorted(answers, key=ServingOption.sort_key)[: query.top]  # a check may have found fewer replicas
     placed = {a.option.gpu for a in answers} | {s.option.gpu for _k, _i, s in queue}
     infeasible = sorted(
         ((gpu.id, _most_common(rejected.get(gpu.id)) or NO_PRICE) for gpu in gpus if gpu.id not in placed),
@@ -476,6 +479,15 @@ def place_model(model: ServedModel, query: PlaceQuery, gpus: Sequence[GpuSku]) -
     if not screened.options:
         notes.append(screened.reason())
     return PlaceAnswer(model, query, tuple(answers), tuple(infeasible), simulations, tuple(notes))
+
+
+def _worth_a_look(candidate: ServingOption, answers: list[ServingOption], top: int) -> bool:
+    """Whether to check `candidate`: fewer answers than asked, or it costs no more than the `top`-th found
+    (a candidate that passes may pass with fewer replicas, and so come in under an answer found before)."""
+    if len(answers) < top:
+        return True
+    kept = sorted(a.usd_per_hour for a in answers)[top - 1]
+    return candidate.usd_per_hour <= kept + 1e-9
 
 
 def _most_common(reasons: list[str] | None) -> str | None:
