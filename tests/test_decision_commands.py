@@ -459,3 +459,49 @@ def test_place_takes_a_workload_and_the_command_line_wins(tmp_path: Path) -> Non
     assert (query["concurrency"], query["max_model_len"], query["request_rate"]) == (64, 16384, None)
     assert out["query"]["gpus"] == ["h100-sxm-80gb"] and out["options"][0]["plan"]["max_model_len"] == 16384
     assert "no workload 'nope'" in one_line_error("place", "--workload", "nope", "--workloads", str(workloads))
+
+
+def test_limits_reads_the_published_rows_of_the_same_deployment(tmp_path: Path) -> None:
+    """A published `marts.effective_context_limits` with a calibrated limit: read where its memory limits
+    are the ones computed now, not where they differ (another model config or catalog went in)."""
+    computed = run_json("limits", LLAMA_8B, "--gpu", "h100-sxm-80gb", "--warehouse", str(tmp_path / "none.duckdb"))
+
+    def publish(path: Path, memory_shift: int) -> None:
+        con = duckdb.connect(str(path))
+        con.execute("create schema raw; create schema marts; create table raw.run as select 'run-7' as run_id")
+        con.execute(
+            "create table marts.effective_context_limits (run_id varchar, kind varchar, model varchar, gpu varchar, "
+            "engine varchar, engine_version varchar, weight_dtype varchar, kv_dtype varchar, tp int, pp int, "
+            "max_model_len bigint, concurrency bigint, model_limit bigint, memory_limit bigint, "
+            "calibrated_limit bigint, effective_limit bigint, binding varchar, calibrated boolean, "
+            "calibration_scope varchar, n_observations bigint)"
+        )
+        for row in computed["limits"]:
+            calibrated = row["memory_limit"] // 2  # what a calibration might say: half the predicted pool
+            con.execute(
+                "insert into marts.effective_context_limits values "
+                "('run-7', 'model_gpu_tp', ?, 'h100-sxm-80gb', 'vllm', ?, 'bf16', 'auto', 1, 1, ?, ?, ?, ?, ?, ?, "
+                "'calibrated', true, 'vllm/h100', 5)",
+                [
+                    LLAMA_8B,
+                    computed["engine_version"],
+                    computed["max_model_len"],
+                    row["concurrency"],
+                    row["model_limit"],
+                    row["memory_limit"] + memory_shift,
+                    calibrated,
+                    calibrated,
+                ],
+            )
+        con.close()
+
+    same, other = tmp_path / "same.duckdb", tmp_path / "other.duckdb"
+    publish(same, 0)
+    publish(other, 16)
+    read = run_json("limits", LLAMA_8B, "--gpu", "h100-sxm-80gb", "--warehouse", str(same))
+    assert read["source"] == "warehouse" and read["run_id"] == "run-7"
+    assert [r["calibrated_limit"] for r in read["limits"]] == [r["memory_limit"] // 2 for r in computed["limits"]]
+    assert all(r["calibrated"] and r["binding"] == "calibrated" for r in read["limits"])
+    again = run_json("limits", LLAMA_8B, "--gpu", "h100-sxm-80gb", "--warehouse", str(other))
+    assert again["source"] == "computed" and again["limits"] == computed["limits"]
+    assert any("other inputs" in note for note in again["notes"])
