@@ -24,7 +24,10 @@ benchmark measurements (evaluation/data/perf_measurements.yaml) with leave-one-s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Generic, Protocol, TypeVar
 
 from capacity.dtypes import element_bytes, serving_dtype
 from capacity.engines import Engine
@@ -508,6 +511,113 @@ def performance(
         inputs=p,
         notes=p.notes,
     )
+
+
+class Latencies(Protocol):
+    """What a latency target is checked on: a steady-state `Performance`, or a simulated percentile."""
+
+    @property
+    def tpot_ms(self) -> float: ...
+
+    @property
+    def ttft_ms(self) -> float: ...
+
+
+L = TypeVar("L", bound=Latencies)
+
+
+class LatencyTarget(StrEnum):
+    """Which latency a target bounds (the `binding` a latency-bound batch names)."""
+
+    TPOT = "tpot"
+    TTFT = "ttft"
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyTargets:
+    """Steady-state latency targets, milliseconds (None: no target)."""
+
+    tpot_ms: float | None = None
+    ttft_ms: float | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.tpot_ms is not None or self.ttft_ms is not None
+
+    def target_ms(self, which: LatencyTarget) -> float | None:
+        return self.tpot_ms if which is LatencyTarget.TPOT else self.ttft_ms
+
+    def missed(self, perf: Latencies) -> LatencyTarget | None:
+        """The first target `perf` misses (TPOT before TTFT), or None when it meets them all."""
+        if self.tpot_ms is not None and perf.tpot_ms > self.tpot_ms:
+            return LatencyTarget.TPOT
+        if self.ttft_ms is not None and perf.ttft_ms > self.ttft_ms:
+            return LatencyTarget.TTFT
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchWithin(Generic[L]):
+    """The largest batch meeting latency targets: `batch` 0 when one sequence misses them; `binding` the
+    target the next batch misses (None: `max_batch` itself meets them); `perf` the latencies at `batch`."""
+
+    batch: int
+    binding: LatencyTarget | None
+    perf: L | None
+
+
+def largest_batch_meeting(speed: Callable[[int], L], max_batch: int, targets: LatencyTargets) -> BatchWithin[L]:
+    """Bisect B in [1, max_batch] for the largest whose `speed(B)` meets `targets`. TPOT and TTFT both grow
+    with B (more KV read per step, more decode tokens sharing a prefill step, in a closed loop more
+    requests ahead in the queue), so the batches that meet them are a prefix of 1..max_batch."""
+    at_max = speed(max_batch)
+    missed = targets.missed(at_max)
+    if missed is None:
+        return BatchWithin(max_batch, None, at_max)
+    one = speed(1) if max_batch > 1 else at_max
+    if targets.missed(one) is not None:
+        return BatchWithin(0, targets.missed(one), None)
+    lo, hi, at_lo = 1, max_batch, one  # lo meets the targets, hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        at_mid = speed(mid)
+        if targets.missed(at_mid) is None:
+            lo, at_lo = mid, at_mid
+        else:
+            hi, missed = mid, targets.missed(at_mid)
+    return BatchWithin(lo, missed, at_lo)
+
+
+def speed_at(
+    model: ModelSpec,
+    est: Estimate,
+    gpu: GpuSku,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    weight_dtype: str = "auto",
+    eff: PerfEfficiency | None = None,
+) -> Callable[[int], Performance]:
+    """`performance` of requests of these lengths as a function of B, for a search over B: the layer walk
+    (`perf_inputs`) done once; prompts prefilled in chunks of the engine's max_num_batched_tokens."""
+    inputs = perf_inputs(model, est, gpu, weight_dtype)
+    chunk = est.pool.max_num_batched_tokens or input_tokens
+
+    def speed(batch: int) -> Performance:
+        return performance(
+            model,
+            est,
+            gpu,
+            concurrency=batch,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            chunk_tokens=chunk,
+            weight_dtype=weight_dtype,
+            eff=eff,
+            inputs=inputs,
+        )
+
+    return speed
 
 
 def largest_batch_within(

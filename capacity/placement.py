@@ -36,7 +36,7 @@ from typing import Any
 from capacity.calibration import Correction, calibrated_pool
 from capacity.estimate import Estimate, estimate, pool_starts
 from capacity.parallel import valid_tp_sizes
-from capacity.performance import Performance, perf_inputs, performance
+from capacity.performance import LatencyTarget, LatencyTargets, Performance, largest_batch_meeting, speed_at
 from capacity.planning_types import DEFAULT_SOLVER, BucketPlan, DtypePolicy, SolverOptions, WorkloadProfile
 from capacity.pool import b_max
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
@@ -56,6 +56,23 @@ class Layout:
     @property
     def label(self) -> str:
         return f"{self.gpu.id} tp={self.tp} pp={self.pp} {self.weight_dtype}/{self.kv_dtype}"
+
+    def deployment(
+        self, workload: WorkloadProfile, *, max_model_len: int | None = None, max_num_seqs: int | None = None
+    ) -> DeploymentSpec:
+        """This layout serving `workload` (at its max_model_len unless given; the engine's batch limit unless given)."""
+        return DeploymentSpec(
+            tp=self.tp,
+            pp=self.pp,
+            weight_dtype=self.weight_dtype,
+            kv_dtype=self.kv_dtype,
+            engine=workload.engine,
+            engine_version=workload.engine_version,
+            gpu_memory_utilization=workload.gpu_memory_utilization,
+            max_model_len=max_model_len or workload.model_len,
+            overhead_bytes_per_gpu=workload.overhead_bytes_per_gpu,
+            max_num_seqs=max_num_seqs,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,17 +252,7 @@ def size_layout(
     gpu = layout.gpu
     if gpu.price_usd_per_gpu_hour is None:
         return "no price for this GPU"
-    deployment = DeploymentSpec(
-        tp=layout.tp,
-        pp=layout.pp,
-        weight_dtype=layout.weight_dtype,
-        kv_dtype=layout.kv_dtype,
-        engine=workload.engine,
-        engine_version=workload.engine_version,
-        gpu_memory_utilization=workload.gpu_memory_utilization,
-        max_model_len=workload.model_len,
-        overhead_bytes_per_gpu=workload.overhead_bytes_per_gpu,
-    )
+    deployment = layout.deployment(workload)
     try:
         est = estimate(
             model,
@@ -320,45 +327,19 @@ def _speed_at(
             return f"{gpu.id} has no bandwidth / TFLOPS in the catalog: latency targets cannot be checked"
         return "memory", None, planned, None
     out = workload.generated_tokens
-    prompt = workload.context_tokens - out
-    chunk = est.pool.max_num_batched_tokens or prompt
-    inputs = perf_inputs(model, est, gpu, layout.weight_dtype)  # one layer walk for every B the search tries
-
-    def speed(batch: int) -> Performance:
-        return performance(
-            model,
-            est,
-            gpu,
-            concurrency=batch,
-            input_tokens=prompt,
-            output_tokens=out,
-            chunk_tokens=chunk,
-            weight_dtype=layout.weight_dtype,
-            inputs=inputs,
-        )
-
-    def meets(perf: Performance) -> str | None:
-        if workload.tpot_ms_target is not None and perf.tpot_ms > workload.tpot_ms_target:
-            return "tpot"
-        if workload.ttft_ms_target is not None and perf.ttft_ms > workload.ttft_ms_target:
-            return "ttft"
-        return None
-
-    at_planned = speed(planned)
-    if not workload.has_latency_target or meets(at_planned) is None:
-        return "memory", planned if workload.has_latency_target else None, planned, at_planned
-    missed = meets(speed(1))
-    if missed is not None:
-        target = workload.tpot_ms_target if missed == "tpot" else workload.ttft_ms_target
-        return f"even one sequence misses the {missed.upper()} target of {target:,.1f} ms"
-    lo, hi = 1, planned  # lo meets the targets, hi does not (latency grows with B)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if meets(speed(mid)) is None:
-            lo = mid
-        else:
-            hi = mid
-    return meets(at_planned) or "tpot", lo, lo, speed(lo)
+    speed = speed_at(
+        model, est, gpu, input_tokens=workload.context_tokens - out, output_tokens=out, weight_dtype=layout.weight_dtype
+    )
+    targets = LatencyTargets(workload.tpot_ms_target, workload.ttft_ms_target)
+    if not targets.any:
+        return "memory", None, planned, speed(planned)
+    within = largest_batch_meeting(speed, planned, targets)
+    if within.batch == 0:
+        missed = within.binding or LatencyTarget.TPOT
+        return f"even one sequence misses the {missed.upper()} target of {targets.target_ms(missed):,.1f} ms"
+    if within.binding is None:
+        return "memory", planned, planned, within.perf
+    return within.binding.value, within.batch, within.batch, within.perf
 
 
 def place(

@@ -131,6 +131,15 @@ def binding_of(option: PlacementOption) -> str:
     return "memory"
 
 
+def replica_requests_per_second(option: PlacementOption, output_tokens: int) -> float:
+    """Requests/s one replica of `option` serves at its planned batch: a sequence holds its slot from
+    arrival to its last token, TTFT + output x TPOT (Little's law), so B / that. 0 without a speed."""
+    if option.tpot_ms is None or option.ttft_ms is None:
+        return 0.0
+    seconds = option.ttft_ms / 1e3 + output_tokens * option.tpot_ms / 1e3
+    return option.planned_per_replica / seconds
+
+
 def bucket_demand(
     model: ModelSpec,
     workload: WorkloadProfile,
@@ -153,9 +162,9 @@ def bucket_demand(
         for option in result.options:
             if option.tpot_ms is None or option.ttft_ms is None:
                 continue  # no bandwidth / FLOPS in the catalog: no request rate
-            seconds = option.ttft_ms / 1e3 + bucket.output_tokens * option.tpot_ms / 1e3
             key = f"{option.gpu} tp={option.tp} pp={option.pp} {option.weight_dtype}/{option.kv_dtype}"
-            per_layout.setdefault(key, {})[bucket.label] = (option, option.planned_per_replica / seconds)
+            rate = replica_requests_per_second(option, bucket.output_tokens)
+            per_layout.setdefault(key, {})[bucket.label] = (option, rate)
             first.setdefault(key, option)
     candidates = []
     for key in sorted(per_layout):

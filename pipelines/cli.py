@@ -41,7 +41,7 @@ def _root(
 @cache
 def build_app() -> typer.Typer:
     """The whole `capplan` app, every command group registered."""
-    from pipelines.commands import doctor, estimate, export, nightly, registry, report, sql
+    from pipelines.commands import doctor, estimate, export, limits, nightly, place, procure, registry, report, sql
     from pipelines.commands.common import OneLineGroup
 
     app = typer.Typer(
@@ -57,6 +57,9 @@ def build_app() -> typer.Typer:
     app.callback()(_root)
     app.add_typer(registry.app, name="registry")
     app.command("estimate")(estimate.estimate)
+    app.command("place")(place.place)
+    app.command("limits")(limits.limits)
+    app.command("procure")(procure.procure)
     app.command("nightly")(nightly.nightly)
     app.command("sql")(sql.sql)
     app.command("report")(report.report)

@@ -325,3 +325,33 @@ def effective_limits(
 ) -> pl.DataFrame:
     """Both kinds of rows: deployments first, then model x GPU x TP."""
     return pl.concat([deployment_limits(deployments, catalog, fit), grid_limits(catalog, fit, **grid_options)])
+
+
+def estimate_limits(
+    est: Estimate,
+    model: ModelSpec,
+    model_id: str,
+    weight_dtype: str = "auto",
+    kv_dtype: str = "auto",
+    concurrencies: Sequence[int] = TARGET_CONCURRENCIES,
+) -> pl.DataFrame:
+    """One deployment's limits at each concurrency (`capplan limits`), by the rule of the marts' rows:
+    the model limit (its context limit, and the deployment's max_model_len), the memory-derived limit on
+    capplan's predicted pool, no calibration (the published marts carry the calibrated limit)."""
+    base = {
+        "kind": "deployment",
+        "deployment_id": None,
+        "model": model_id,
+        "model_family": model.family,
+        "gpu": est.gpu,
+        "engine": est.engine,
+        "engine_version": est.engine_version,
+        "weight_dtype": grid_weight_dtype(model, weight_dtype),
+        "kv_dtype": kv_dtype,  # as given (`auto`), the label the marts use
+        "tp": est.tp,
+        "pp": est.pp,
+        "max_model_len": est.max_model_len,
+    }
+    model_limit = min(model.context_limit_tokens, est.max_model_len)
+    rows = _rows(est, None, model_limit=model_limit, concurrencies=concurrencies, base=base)
+    return _limit_frame(pl.DataFrame(rows, schema=_ROW_SCHEMA))

@@ -469,3 +469,51 @@ def test_object_names_are_rfc_1035_labels(repo: str) -> None:
     """Kubernetes refuses a Service name that is not an RFC 1035 label (the JSON schemas do not say so)."""
     name = _plan(hf_repo=repo).name
     assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63, name
+
+
+@pytest.mark.parametrize("kind", [ManifestKind.KUBERNETES, ManifestKind.KSERVE, ManifestKind.DYNAMO])
+def test_place_answers_the_issues_question_with_a_command_and_a_valid_manifest(kind: ManifestKind) -> None:
+    """`capplan place` at p99 TTFT 500 ms and 20 requests/s: the cheapest option's command line is the one
+    its manifest runs, reads back (capplan's parser) to the option's budget, and the manifest validates."""
+    args = ["place", "meta-llama/Llama-3.1-8B-Instruct", "--ttft-ms", "500", "--request-rate", "20"]
+    args += ["--input-len", "2048", "--output-len", "256", "--top", "1", "--manifest", kind.value, "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    (best,) = out["options"]
+    assert best["simulated"]["ttft"]["p99_ms"] <= 500
+    command, plan = best["command"], best["plan"]
+    assert command["argv"] and command["reason"] is None
+    spec = _spec_from(command["text"], plan["engine_version"])
+    assert (spec.tp, spec.max_model_len, spec.max_num_seqs) == (plan["tp"], plan["max_model_len"], plan["max_num_seqs"])
+    assert spec.gpu_memory_utilization == plan["gpu_memory_utilization"]
+    manifest = out["manifest"]
+    assert (manifest["kind"], manifest["rank"]) == (kind.value, 1)
+    parsed = list(yaml.safe_load_all(manifest["yaml"]))
+    for document in parsed:
+        assert _errors(document) == [], document.get("kind")
+    budget = ("--max-model-len", "--max-num-seqs", "--gpu-memory-utilization")
+    pairs = {(flag, command["argv"][command["argv"].index(flag) + 1]) for flag in budget}
+    runs = [_args_of(document) for document in parsed if _args_of(document)]
+    assert runs and all(pairs <= set(zip(args, args[1:], strict=False)) for args in runs)
+
+
+def _args_of(document: dict[str, Any]) -> list[str]:
+    """The engine arguments a manifest's first container runs (Deployment, InferenceService or Dynamo worker)."""
+    spec = document.get("spec", {})
+    if "template" in spec:
+        container = spec["template"]["spec"]["containers"][0]
+    elif "predictor" in spec:
+        container = spec["predictor"]["containers"][0]
+    elif "services" in spec:
+        container = spec["services"]["worker"]["extraPodSpec"]["mainContainer"]
+    else:
+        return []
+    return list(container.get("args", []))
+
+
+def test_place_manifest_of_a_missing_rank_is_one_line() -> None:
+    args = ["place", "meta-llama/Llama-3.1-8B-Instruct", "--concurrency", "8", "--top", "1"]
+    result = CliRunner().invoke(app, [*args, "--manifest", "kubernetes", "--rank", "3"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "--rank 3 is not an option" in result.output

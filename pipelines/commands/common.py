@@ -14,6 +14,8 @@ from typer.core import TyperCommand, TyperGroup
 if TYPE_CHECKING:
     import duckdb
 
+    from capacity.spec import GpuSku
+    from models_registry.resolve import ResolvedModel
     from warehouse.publish import Warehouse
 
 
@@ -88,6 +90,27 @@ class OneLineCommand(_OneLineMain, TyperCommand):
     """A single-command app (`capplan sql`'s fast path), errors as one line."""
 
 
+def resolve_model(ref: str) -> ResolvedModel:
+    """MODEL as the commands take it (registry id, bundled id, path to a config.json); a one-line error."""
+    from capacity.spec import SpecError
+    from models_registry.resolve import load_model
+
+    try:
+        return load_model(ref)
+    except (LookupError, SpecError, OSError) as exc:
+        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def resolve_gpu(name: str) -> GpuSku:
+    """A catalog GPU by id, name or alias (nvidia-smi / DCGM names too); a one-line error."""
+    from models_registry.sources.gpu_catalog import find_gpu_sku
+
+    try:
+        return find_gpu_sku(name)
+    except (LookupError, ValueError) as exc:  # ValueError: the user catalog's one-line UserCatalogError
+        fail(str(exc).strip("'\""))
+
+
 WarehouseOption = Annotated[
     Path | None,
     typer.Option(
@@ -112,3 +135,17 @@ def open_store(store: Warehouse, *, memory_limit: str | None = None) -> duckdb.D
         return store.connect_read_only(memory_limit=memory_limit)
     except (WarehouseMissing, WarehouseUnusable, WarehouseCorrupt) as exc:
         fail(str(exc))
+
+
+def published_or_none(path: Path | None) -> tuple[duckdb.DuckDBPyConnection | None, str | None]:
+    """The published warehouse, read-only, when there is one that opens; else None and why (a note, not
+    an error: the commands that read it compute their answer directly instead)."""
+    from warehouse.publish import Warehouse, WarehouseCorrupt, WarehouseMissing, WarehouseUnusable
+
+    store = Warehouse(path)
+    if not store.exists:
+        return None, "no published warehouse: computed directly"
+    try:
+        return store.connect_read_only(), None
+    except (WarehouseMissing, WarehouseUnusable, WarehouseCorrupt) as exc:
+        return None, f"the published warehouse did not open ({' '.join(str(exc).split())}): computed directly"

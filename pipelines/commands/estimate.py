@@ -16,10 +16,11 @@ from capacity.engines.command_line import CommandLineError, EngineCommand, read_
 from capacity.estimate import Estimate
 from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
-from capacity.performance import Performance, efficiency_for, perf_inputs, performance
+from capacity.performance import LatencyTargets, Performance, efficiency_for, perf_inputs, performance
 from capacity.serving import Lengths, Load, ServingResult, simulate
+from capacity.serving.targets import WithinTargets, batch_within_targets
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
-from pipelines.commands.common import fail
+from pipelines.commands.common import fail, resolve_gpu, resolve_model
 
 if TYPE_CHECKING:
     from models_registry.resolve import ResolvedModel
@@ -262,6 +263,19 @@ SimulateOption = Annotated[
     ),
 ]
 AsJsonOption = Annotated[bool, typer.Option("--json", metavar="", help="Print the contract JSON object.")]
+TpotMsOption = Annotated[
+    float | None,
+    typer.Option(
+        "--tpot-ms",
+        metavar="MS",
+        help="Find the largest batch whose TPOT is at most MS: steady state, or the simulated closed loop's p99 "
+        "with --simulate or --request-rate (JSON: latency_targets).",
+    ),
+]
+TtftMsOption = Annotated[
+    float | None,
+    typer.Option("--ttft-ms", metavar="MS", help="The same for the time to first token (with or beside --tpot-ms)."),
+]
 
 
 def estimate(
@@ -305,6 +319,8 @@ def estimate(
     simulate_load: SimulateOption = False,
     as_json: AsJsonOption = False,
     from_command: FromCommandOption = None,
+    tpot_ms: TpotMsOption = None,
+    ttft_ms: TtftMsOption = None,
 ) -> None:
     """Estimate one deployment: KV bytes per token, weights, budget, blocks, B_max, max context."""
     params = {name: value for name, value in locals().items() if name not in ("ctx", "from_command")}
@@ -326,7 +342,7 @@ def _estimate(
     max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
     weights_gib: float | None, overhead_gib: float | None, kv_cache_memory_gib: float | None,
     kv_cache_memory_bytes: int | None, request_rate: float | None, burst: int | None, num_prompts: int,
-    simulate_load: bool, as_json: bool,
+    simulate_load: bool, as_json: bool, tpot_ms: float | None = None, ttft_ms: float | None = None,
 ) -> None:
     """The estimate of the options as given (or as a pasted command set them)."""
     if model is None:
@@ -388,8 +404,46 @@ def _estimate(
     if pasted is not None:
         result = pasted.noted(result)
     speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len)
-    sim = bench.run(resolved.spec, result, sku, dtype, _Lengths(concurrency, input_len, output_len))
-    _print(result, resolved.spec, speed, sim, as_json=as_json)
+    asked = _Lengths(concurrency, input_len, output_len)
+    sim = bench.run(resolved.spec, result, sku, dtype, asked)
+    within = _within(resolved.spec, result, sku, dtype, LatencyTargets(tpot_ms, ttft_ms), asked, bench.asked)
+    _print(result, resolved.spec, speed, sim, within, as_json=as_json)
+
+
+def _within(
+    model: ModelSpec,
+    result: Estimate,
+    sku: GpuSku | None,
+    weight_dtype: str,
+    targets: LatencyTargets,
+    asked: _Lengths,
+    simulated: bool,
+) -> WithinTargets | None:
+    """The largest batch within --tpot-ms / --ttft-ms (none without a target); a one-line error where
+    the targets cannot be checked."""
+    if not targets.any:
+        return None
+    for name, value in (("--tpot-ms", targets.tpot_ms), ("--ttft-ms", targets.ttft_ms)):
+        if value is not None and not 0 < value < 1e9:
+            fail(f"{name} must be a positive number of milliseconds, got {value:g}")
+    if sku is None or sku.memory_bandwidth_gbps is None or sku.bf16_dense_tflops is None:
+        fail("--tpot-ms / --ttft-ms need a catalog GPU with memory bandwidth and peak FLOPS (--gpu)")
+    if not result.starts or result.b_max < 1:
+        fail(f"no batch to search: {result.reason}")
+    prompt, out = _lengths(result, asked.input_len, asked.output_len)
+    try:
+        return batch_within_targets(
+            model,
+            result,
+            sku,
+            targets,
+            input_tokens=prompt,
+            output_tokens=out,
+            weight_dtype=weight_dtype,
+            simulated=simulated,
+        )
+    except SpecError as exc:
+        fail(str(exc))
 
 
 # `capplan estimate` parameters a pasted command can set, with the capplan option that sets them
@@ -482,20 +536,7 @@ def _check_ranges(sizes: dict[str, int], counts: dict[str, int | None], gibs: di
 
 def _resolved(model: str, gpu: str | None) -> tuple[ResolvedModel, GpuSku | None]:
     """The model and the catalog GPU the command names (none for `--gpu-memory-gib` hardware)."""
-    from models_registry.resolve import load_model
-    from models_registry.sources.gpu_catalog import find_gpu_sku
-
-    try:
-        resolved = load_model(model)
-    except (LookupError, SpecError, OSError) as exc:
-        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-    sku: GpuSku | None = None
-    if gpu is not None:
-        try:
-            sku = find_gpu_sku(gpu)
-        except (LookupError, ValueError) as exc:  # ValueError: the user catalog's one-line UserCatalogError
-            fail(str(exc).strip("'\""))
-    return resolved, sku
+    return resolve_model(model), resolve_gpu(gpu) if gpu is not None else None
 
 
 def _sized(
@@ -520,7 +561,13 @@ def _sized(
 
 
 def _print(
-    result: Estimate, model: ModelSpec, speed: Performance | None, sim: ServingResult | None, *, as_json: bool
+    result: Estimate,
+    model: ModelSpec,
+    speed: Performance | None,
+    sim: ServingResult | None,
+    within: WithinTargets | None,
+    *,
+    as_json: bool,
 ) -> None:
     """The contract JSON object, or the derivation (and the speed and simulation blocks) as lines. Past
     B_max the steady-state keys come from the simulated closed loop, with `queued`."""
@@ -532,11 +579,14 @@ def _print(
             contract |= sim.speed_contract()
         if sim is not None:
             contract["simulation"] = sim.contract()
+        if within is not None:
+            contract["latency_targets"] = within.contract()
         sys.stdout.write(json.dumps(contract, indent=2) + "\n")
         return
     for line in derivation(result, model):
         typer.echo(line)
-    for block in (speed_derivation(speed) if speed is not None else [], sim.lines() if sim is not None else []):
+    blocks = (speed_derivation(speed) if speed is not None else [], sim.lines() if sim is not None else [])
+    for block in (*blocks, within.lines() if within is not None else []):
         if block:
             typer.echo("")
             for line in block:
