@@ -204,8 +204,6 @@ def _read_sql(query: str | None, command: str | None, file: Path | None) -> str:
             fail(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
     if query is not None or command is not None:
         return query if query is not None else command or ""
-    if sys.stdin.isatty():
-        fail('give the SQL as an argument, with -c, --file or on stdin, e.g. capplan sql "select * from marts.runs"')
     return sys.stdin.read()
 
 
@@ -230,7 +228,7 @@ def _describe(con: Any, name: str) -> tuple[list[str], list[tuple[Any, ...]], st
         {"t": table, "s": schema},
     ).fetchall()
     if not found:
-        fail(f"no relation {name!r} in the warehouse (list them: capplan sql \"show all tables\")")
+        fail(f'no relation {name!r} in the warehouse (list them: capplan sql "show all tables")')
     if len(found) > 1 and not schema:
         options = ", ".join(f"{s}.{table}" for s, _c in found)
         fail(f"{table!r} is in several schemas ({options}): name one")
@@ -285,6 +283,15 @@ def sql(
             show_default=False,
         ),
     ] = None,
+    interactive: Annotated[
+        bool,
+        typer.Option(
+            "--interactive",
+            "-i",
+            help="A prompt (.tables, .schema NAME, statements ending in ';'): the default on a terminal "
+            "without SQL; this flag reads the prompt's lines from a pipe too.",
+        ),
+    ] = False,
 ) -> None:
     """Run SQL against the published warehouse, read-only (marts.capacity_grid, marts.context_limits...)."""
     if fmt not in FORMATS:
@@ -294,6 +301,18 @@ def sql(
     if max_rows < 1:
         fail(f"--max-rows must be >= 1, got {max_rows}")
     timeout_s, memory = _limits(timeout, memory_limit)
+    given = any(v is not None for v in (query, command, file, describe))
+    if interactive and given:
+        fail("--interactive reads the SQL from the prompt: give no query, -c, --file or --describe with it")
+    if interactive or (not given and sys.stdin.isatty()):
+        from pipelines.commands.sql_prompt import SqlPrompt
+
+        con = _connect(warehouse, memory)
+        try:
+            code = SqlPrompt(con, fmt, max_rows, timeout_s, memory, sys.stdin, tty=sys.stdin.isatty()).run()
+        finally:
+            con.close()
+        raise typer.Exit(code)
     text: str | None = None
     if describe is None or any(v is not None for v in (query, command, file)):
         text = _read_sql(query, command, file)
@@ -302,14 +321,7 @@ def sql(
 
     import duckdb
 
-    from warehouse.publish import (
-        RECOVERY_HINT,
-        Warehouse,
-        WarehouseCorrupt,
-        WarehouseMissing,
-        WarehouseUnusable,
-        looks_corrupt,
-    )
+    from warehouse.publish import RECOVERY_HINT, looks_corrupt
     from warehouse.sql import ReadOnlyViolation, reader_statements
 
     statements: list[str] = []
@@ -320,14 +332,13 @@ def sql(
             fail(str(exc))
         except duckdb.Error as exc:
             fail(duckdb_error_line(exc))
-    try:
-        con = Warehouse(warehouse).connect_read_only(memory_limit=memory)
-    except (WarehouseMissing, WarehouseUnusable, WarehouseCorrupt) as exc:
-        fail(str(exc))
+    con = _connect(warehouse, memory)
     try:
         results, note = run_guarded(con, lambda stop: _execute(con, describe, statements, stop), timeout_s)
     except duckdb.OutOfMemoryException as exc:
-        reason = duckdb_error_line(exc).split(" Database is launched in in-memory mode")[0]  # no spilling here, by design
+        reason = duckdb_error_line(exc).split(" Database is launched in in-memory mode")[
+            0
+        ]  # no spilling here, by design
         fail(f"{reason} (the memory limit is {memory}: --memory-limit SIZE, or {MEMORY_ENV})")
     except duckdb.Error as exc:
         fail(duckdb_error_line(exc) + (f"; {RECOVERY_HINT}" if looks_corrupt(exc) else ""))
@@ -340,6 +351,16 @@ def sql(
 
 
 Result = tuple[list[str], list[tuple[Any, ...]]]
+
+
+def _connect(warehouse: Path | None, memory: str) -> Any:
+    """The published warehouse, read-only, within `memory`; a one-line error where it does not open."""
+    from warehouse.publish import Warehouse, WarehouseCorrupt, WarehouseMissing, WarehouseUnusable
+
+    try:
+        return Warehouse(warehouse).connect_read_only(memory_limit=memory)
+    except (WarehouseMissing, WarehouseUnusable, WarehouseCorrupt) as exc:
+        fail(str(exc))
 
 
 def _limits(timeout: float | None, memory_limit: str | None) -> tuple[float, str]:
