@@ -329,27 +329,10 @@ def sql(
         text = _read_sql(query, command, file)
         if not text.strip():
             fail("empty query")
-
-    import duckdb
-
-    from warehouse.publish import RECOVERY_HINT, looks_corrupt
-    from warehouse.sql import ReadOnlyViolation, reader_statements
-
-    statements: list[str] = []
-    if text is not None:
-        try:
-            statements = reader_statements(text)
-        except ReadOnlyViolation as exc:
-            fail(str(exc))
-        except duckdb.Error as exc:
-            fail(duckdb_error_line(exc))
+    statements = checked_statements(text) if text is not None else []
     con = _connect(warehouse, memory)
     try:
-        results, note = run_guarded(con, lambda stop: _execute(con, describe, statements, stop), timeout_s)
-    except duckdb.OutOfMemoryException as exc:
-        fail(memory_error_line(exc, memory))
-    except duckdb.Error as exc:
-        fail(duckdb_error_line(exc) + (f"; {RECOVERY_HINT}" if looks_corrupt(exc) else ""))
+        results, note = guarded_results(con, lambda stop: _execute(con, describe, statements, stop), timeout_s, memory)
     finally:
         con.close()
     if note and fmt in ("table", "line"):
@@ -369,6 +352,36 @@ def _prompt(warehouse: Path | None, fmt: str, max_rows: int, timeout_s: float, m
     finally:
         con.close()
     raise typer.Exit(code)
+
+
+def checked_statements(text: str) -> list[str]:
+    """The statements of `text` a reader may run (`warehouse.sql.reader_statements`); a one-line
+    error for a statement that is not a read or SQL that does not parse."""
+    import duckdb
+
+    from warehouse.sql import ReadOnlyViolation, reader_statements
+
+    try:
+        return reader_statements(text)
+    except ReadOnlyViolation as exc:
+        fail(str(exc))
+    except duckdb.Error as exc:
+        fail(duckdb_error_line(exc))
+
+
+def guarded_results(con: Any, work: Callable[[threading.Event], T], timeout_s: float, memory: str) -> T:
+    """`run_guarded(con, work, timeout_s)` with DuckDB's errors as one line: out of memory names the
+    limit, a damaged file the recovery command."""
+    import duckdb
+
+    from warehouse.publish import RECOVERY_HINT, looks_corrupt
+
+    try:
+        return run_guarded(con, work, timeout_s)
+    except duckdb.OutOfMemoryException as exc:
+        fail(memory_error_line(exc, memory))
+    except duckdb.Error as exc:
+        fail(duckdb_error_line(exc) + (f"; {RECOVERY_HINT}" if looks_corrupt(exc) else ""))
 
 
 def _connect(warehouse: Path | None, memory: str) -> Any:
@@ -472,7 +485,6 @@ def _cancel(con: Any, done: threading.Event, stop: threading.Event) -> None:
             continue
 
 
-
 # --- the interactive prompt ----------------------------------------------------------------------
 
 PROMPT = "capplan> "
@@ -565,28 +577,12 @@ class SqlPrompt:
 
     def _statements(self, text: str) -> None:
         """Each statement of `text` under the one-shot command's guards, its result printed."""
-        import duckdb
-
-        from warehouse.sql import ReadOnlyViolation, reader_statements
-
-        try:
-            statements = reader_statements(text)
-        except ReadOnlyViolation as exc:
-            fail(str(exc))
-        except duckdb.Error as exc:
-            fail(duckdb_error_line(exc))
+        statements = checked_statements(text)
         self._show(lambda stop: _execute(self.con, None, statements, stop))
 
     def _show(self, work: Callable[[Any], tuple[list[Result], str | None]], label: str = "") -> None:
         """`work(stop)` under the time limit and Ctrl-C, its result sets printed (`label`: its note's prefix)."""
-        import duckdb
-
-        try:
-            results, note = run_guarded(self.con, work, self.timeout_s)
-        except duckdb.OutOfMemoryException as exc:
-            fail(memory_error_line(exc, self.memory))
-        except duckdb.Error as exc:
-            fail(duckdb_error_line(exc))
+        results, note = guarded_results(self.con, work, self.timeout_s, self.memory)
         if note and self.fmt in ("table", "line"):  # as the one-shot command: csv, json stay parseable
             typer.echo(f"{label}: {' '.join(note.split())}")
         for names, rows in results:
