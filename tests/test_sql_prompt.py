@@ -18,30 +18,32 @@ import pytest
 from typer.testing import CliRunner
 
 from pipelines.cli import app
+from tests.test_sql_limits import HUNGRY as LIMITS_HUNGRY
+from tests.test_sql_limits import RUNAWAY as LIMITS_RUNAWAY
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-HUNGRY = (  # a window of lists over ten million rows, then a sort: far more than 50MB
-    "select count(*) from (select range, list(range) over (order by range rows between 1000 preceding "
-    "and current row) l from range(10000000) order by random());"
-)
-RUNAWAY = "select sum(a.range * b.range) from range(100000000) a, range(100000000) b;"  # hours of work
+HUNGRY = LIMITS_HUNGRY + ";"  # more than 50MB
+RUNAWAY = LIMITS_RUNAWAY + ";"  # hours of work
+WAREHOUSE_SQL = """
+create schema raw; create schema marts;
+create table raw.inputs as select 1 as x;
+create table marts.gpus as select * from (values ('h100-sxm-80gb', 80), ('l4-24gb', 24)) t(gpu, gb);
+comment on table marts.gpus is 'One row per GPU SKU.
+A second line the listing leaves out.';
+comment on column marts.gpus.gb is 'device memory, GB as marketed';
+create view marts.big as select gpu from marts.gpus where gb > 40;
+comment on view marts.big is 'GPUs over 40 GB.';
+"""
 
 
 @pytest.fixture
 def warehouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "warehouse.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("create schema raw; create schema marts")
-    con.execute("create table raw.inputs as select 1 as x")
-    con.execute("create table marts.gpus as select * from (values ('h100-sxm-80gb', 80), ('l4-24gb', 24)) t(gpu, gb)")
-    con.execute("comment on table marts.gpus is 'One row per GPU SKU.\nA second line the listing leaves out.'")
-    con.execute("comment on column marts.gpus.gb is 'device memory, GB as marketed'")
-    con.execute("create view marts.big as select gpu from marts.gpus where gb > 40")
-    con.execute("comment on view marts.big is 'GPUs over 40 GB.'")
-    con.close()
+    with duckdb.connect(str(path)) as con:
+        con.execute(WAREHOUSE_SQL)
+    for name in ("CAPPLAN_SQL_TIMEOUT_S", "CAPPLAN_SQL_MEMORY_LIMIT"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CAPPLAN_WAREHOUSE", str(path))
-    monkeypatch.delenv("CAPPLAN_SQL_TIMEOUT_S", raising=False)
-    monkeypatch.delenv("CAPPLAN_SQL_MEMORY_LIMIT", raising=False)
     return path
 
 
