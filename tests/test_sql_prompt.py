@@ -7,6 +7,7 @@ the limits the options set."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -170,3 +171,41 @@ def test_ctrl_c_cancels_the_running_query_and_the_prompt_goes_on(warehouse: Path
         "capplan: error: interrupted: the query was cancelled"
     ]
     assert out.splitlines() == ["answer", "42"]
+
+
+def test_on_a_terminal_it_is_the_prompt_by_default_and_keeps_a_history(warehouse: Path, tmp_path: Path) -> None:
+    import pty
+
+    history = tmp_path / "history"
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "CAPPLAN_SQL_HISTORY": str(history), "TERM": "dumb"}
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from pipelines.cli import main; main()", "sql", "--format", "csv"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=env,
+        close_fds=True,
+    )
+    os.close(terminal)
+    try:
+        os.write(controller, b"select 6 * 7 as answer;\n.quit\n")
+        output = b""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if not select.select([controller], [], [], 0.5)[0]:
+                if process.poll() is not None:
+                    break
+                continue
+            try:
+                output += os.read(controller, 4096)
+            except OSError:  # the terminal closed: the process is gone
+                break
+        process.wait(timeout=10)
+    finally:
+        process.kill()
+        os.close(controller)
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text
+    assert "capplan> " in text and "answer\r\n42" in text, text
+    assert "select 6 * 7 as answer;" in history.read_text(encoding="utf-8").splitlines()
