@@ -55,3 +55,23 @@ def test_a_deployment_with_a_log_is_told_to_name_the_gpu_in_it(catalog: Catalog)
     out = predict_row(row, catalog)[1]
     assert out["prediction_status"] == "skipped"
     assert "`nvidia-smi -L` output in the log" in out["prediction_reason"]
+
+
+def test_the_sensor_says_prometheus_telemetry_comes_with_runs_not_files(tmp_path: Path) -> None:
+    import dagster as dg
+
+    from pipelines.assets.telemetry import telemetry_sensor
+    from pipelines.resources import PlanningResource
+
+    def skip_reason(planning: PlanningResource) -> str:
+        result = telemetry_sensor(dg.build_sensor_context(cursor=None, resources={"planning": planning}))
+        assert isinstance(result, dg.SensorResult) and not result.run_requests
+        return str(result.skip_reason)
+
+    empty = str(tmp_path / "nothing-here")
+    files_only = skip_reason(PlanningResource(telemetry_dir=empty))
+    assert "no telemetry files in" in files_only and "Prometheus" not in files_only
+    url = "http://capplan:s3cr3t@127.0.0.1:9090/"  # never queried: the sensor reads files only
+    prometheus_only = skip_reason(PlanningResource(telemetry_dir=empty, prometheus_url=url))
+    assert "telemetry from Prometheus" in prometheus_only and "telemetry_job" in prometheus_only
+    assert "127.0.0.1:9090" in prometheus_only and "s3cr3t" not in prometheus_only
