@@ -542,8 +542,8 @@ class SqlPrompt:
                     self._submit("\n".join(buffer))
                 break
             stripped = line.strip()
-            if not buffer and (stripped.startswith(".") or stripped.startswith("\\")):
-                if self._dot(stripped) is _QUIT:
+            if not buffer and stripped.startswith((".", "\\")):
+                if self._dot(stripped):
                     break
                 continue
             if not buffer and not stripped:
@@ -589,34 +589,46 @@ class SqlPrompt:
             write_result(names, rows, self.fmt, self.max_rows)
         sys.stdout.flush()
 
-    def _dot(self, command: str) -> object:
-        """A dot command; `_QUIT` to leave."""
+    def _dot(self, command: str) -> bool:
+        """Run a dot command (an unknown one is a one-line error); True to leave the prompt."""
         word, _, rest = command.partition(" ")
-        rest = rest.strip().rstrip(";").strip()
-        if word in (".quit", ".exit", "\\q"):
-            return _QUIT
-        if word == ".help":
-            typer.echo(HELP, nl=False)
-        elif word == ".tables" or (word == "\\d" and not rest):
-            self._guarded(lambda: self._show(lambda stop: ([(TABLES_COLUMNS, self._tables())], None)))
-        elif word in (".schema", "\\d"):
-            if not rest:
-                typer.echo("capplan: error: .schema takes a relation, e.g. .schema marts.capacity_grid", err=True)
-            else:
-                self._guarded(lambda: self._show(lambda stop: _execute(self.con, rest, [], stop), rest))
-        elif word in (".format", ".mode") and rest in FORMATS:
-            self.fmt = rest
-        elif word in (".format", ".mode"):
-            typer.echo(f"capplan: error: .format takes one of {', '.join(FORMATS)}", err=True)
-        else:
-            typer.echo(f"capplan: error: unknown command {word} (.help lists them)", err=True)
-        return None
+        if word in QUIT_WORDS:
+            return True
+        handlers: dict[str, Callable[[str], None]] = {
+            ".help": self._help,
+            ".tables": self._list_tables,
+            ".schema": self._schema,
+            "\\d": self._schema_or_tables,
+            ".format": self._format,
+            ".mode": self._format,  # the DuckDB CLI's name
+        }
+        handler = handlers.get(word)
+        argument = rest.strip().rstrip(";").strip()
+        self._guarded(lambda: handler(argument) if handler else fail(f"unknown command {word} (.help lists them)"))
+        return False
 
-    def _tables(self) -> list[tuple[Any, ...]]:
-        return list(self.con.execute(TABLES_SQL).fetchall())
+    def _help(self, _argument: str) -> None:
+        typer.echo(HELP, nl=False)
+
+    def _list_tables(self, _argument: str) -> None:
+        self._show(lambda stop: ([(TABLES_COLUMNS, self.con.execute(TABLES_SQL).fetchall())], None))
+
+    def _schema(self, name: str) -> None:
+        if not name:
+            fail(".schema takes a relation, e.g. .schema marts.capacity_grid")
+        self._show(lambda stop: _execute(self.con, name, [], stop), name)
+
+    def _schema_or_tables(self, name: str) -> None:
+        """psql's `\\d`: a relation's columns, or with no name every relation."""
+        (self._schema if name else self._list_tables)(name)
+
+    def _format(self, fmt: str) -> None:
+        if fmt not in FORMATS:
+            fail(f".format takes one of {', '.join(FORMATS)}")
+        self.fmt = fmt
 
 
-_QUIT = object()
+QUIT_WORDS = frozenset({".quit", ".exit", "\\q"})
 
 
 def _history_file() -> Path | None:
