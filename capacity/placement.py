@@ -668,7 +668,7 @@ def plan_procurement(results: Sequence[PlacementResult], solver: SolverOptions =
             method = "greedy"
             notes.append(f"highspy not installed and {combos:,} combinations: greedy plan, not proven optimal")
     if method == "highs" and not solver_available():
-        raise RuntimeError("method 'highs' needs the solver extra: pip install 'capplan[solver]'")
+        raise RuntimeError("method 'highs' needs the solver extra: pip install -e '.[solver]' in the capplan checkout")
     if method == "enumeration" and combos > solver.enumeration_limit:
         raise ValueError(f"{combos:,} combinations exceed the enumeration limit {solver.enumeration_limit:,}")
     choice: dict[Demand, PlacementOption] | None

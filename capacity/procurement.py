@@ -216,7 +216,7 @@ def plan_buckets(demands: Sequence[BucketDemand], solver: SolverOptions = DEFAUL
         raise ValueError(f"unknown method {method!r}")
     use_highs = method == "highs" or (method == "auto" and solver_available())
     if method == "highs" and not solver_available():
-        raise RuntimeError("method 'highs' needs the solver extra: pip install 'capplan[solver]'")
+        raise RuntimeError("method 'highs' needs the solver extra: pip install -e '.[solver]' in the capplan checkout")
     notes: list[str] = []
     if not served:
         return BucketPlan("none", True, whole_nodes, (), {}, {}, {}, tuple(unserved))
@@ -394,7 +394,7 @@ def plan_fleet(
             buckets=buckets,
         )
     if method == "highs" and not solver_available():
-        raise RuntimeError("method 'highs' needs the solver extra: pip install 'capplan[solver]'")
+        raise RuntimeError("method 'highs' needs the solver extra: pip install -e '.[solver]' in the capplan checkout")
     options: dict[Demand, list[PlacementOption]] = {}
     unserved: list[tuple[str, str, str]] = []
     for result in fixed_results:

@@ -10,7 +10,7 @@ The page leads with the answers: where the model fits (per GPU, the smallest rep
 sequence, its B_max and $/hour), the recommended placements and the procurement plan, and how
 capplan's predictions compare with what the fleet measured. Then the charts: B_max against context
 per GPU, each line labelled with its layout ("h100-sxm-80gb TP1", GPUs with identical curves share a
-line that names them all), predicted vs measured KV pool with the error band, and the throughput vs
+line that names them all; more lines than the palette's colours make several charts, none dropped), predicted vs measured KV pool with the error band, and the throughput vs
 latency frontier per GPU (`frontier_frame`: output tokens/s per replica against TPOT as the batch B
 grows from 1 to the memory limit B_max, from `capacity.performance` on the run's registry, for
 requests of FRONTIER_INPUT_TOKENS + FRONTIER_OUTPUT_TOKENS). Long tables come last, collapsed
@@ -33,9 +33,9 @@ from capacity.estimate import estimate
 from capacity.performance import performance
 from capacity.spec import DeploymentSpec, GpuSku, SpecError
 from models_registry.planning import Catalog, catalog
+from recommendations.report_layout import chart_panels, column_label, panel_title
 
 GIB = 1 << 30
-MAX_CURVES = 20  # the palette below has 20 distinct colours; more GPUs are spread from smallest to largest
 PALETTE = "tableau20"
 BAND_QUANTILE = 0.9
 ANSWER_CONTEXTS = (8192, 32768)  # the B_max columns of "where it fits", with the longest context
@@ -189,19 +189,13 @@ def curves_frame(grid: pl.DataFrame) -> pl.DataFrame:
     rows = _served_as_published(grid)
     chosen = rows.join(smallest_replicas(grid), on=["gpu", "tp", "pp"], how="inner").filter(pl.col("b_max") > 0)
     groups: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], list[str]] = {}
-    peak: dict[str, int] = {}
     for gpu, part in chosen.sort("gpu", "context").group_by("gpu", maintain_order=True):
         b_max = tuple(int(b) for b in part["b_max"])
         signature = (int(part["tp"][0]), int(part["pp"][0]), tuple(int(c) for c in part["context"]), b_max)
         groups.setdefault(signature, []).append(str(gpu[0]))
-        peak[str(gpu[0])] = max(b_max)
     labels = {gpus[0]: f"{' = '.join(gpus)} {layout(tp, pp)}" for (tp, pp, _c, _b), gpus in groups.items()}
-    # at most MAX_CURVES lines, spread from the smallest to the largest capacity
-    ordered = sorted(labels, key=lambda g: (peak[g], g))
-    if len(ordered) > MAX_CURVES:
-        ordered = [ordered[round(i * (len(ordered) - 1) / (MAX_CURVES - 1))] for i in range(MAX_CURVES)]
     return (
-        chosen.filter(pl.col("gpu").is_in(ordered))
+        chosen.filter(pl.col("gpu").is_in(list(labels)))
         .with_columns(pl.col("gpu").replace_strict(labels, default=None).alias("label"))
         .select("label", "gpu", pl.col("tp").cast(pl.Int64), pl.col("pp").cast(pl.Int64), "context", "b_max")
         .sort("label", "context")
@@ -383,7 +377,8 @@ def _modules() -> tuple[Any, Any]:
         import vl_convert  # noqa: F401  (altair's SVG renderer)
     except ImportError as exc:
         raise ReportUnavailable(
-            f"the report needs the extra 'report' ({exc.name} is missing): pip install 'capplan[report]'"
+            f"the report needs the extra 'report' ({exc.name} is missing): from the capplan checkout, "
+            "pip install -e '.[report]' (.venv/bin/pip after the quickstart)"
         ) from None
     return alt, gt
 
@@ -404,8 +399,14 @@ def curves_chart(data: ReportData) -> str:
     alt, _gt = _modules()
     if data.curves.is_empty():
         return "<p class='empty'>No capacity grid rows for this model (run <code>capplan nightly</code>).</p>"
+    panels = chart_panels(data.curves, "b_max")
+    return "".join(_curves_panel(alt, data, frame, i, len(panels)) for i, frame in enumerate(panels))
+
+
+def _curves_panel(alt: Any, data: ReportData, frame: pl.DataFrame, index: int, panels: int) -> str:
+    title = f"B_max vs context: {data.model} (vLLM, checkpoint weights, KV auto; one replica per line)"
     chart = (
-        alt.Chart(data.curves)
+        alt.Chart(frame)
         .mark_line(point=True)
         .encode(
             x=alt.X("context:Q", title="context (tokens per sequence)", scale=alt.Scale(type="log", base=2)),
@@ -416,7 +417,7 @@ def curves_chart(data: ReportData) -> str:
         .properties(
             width=640,
             height=380,
-            title=f"B_max vs context: {data.model} (vLLM, checkpoint weights, KV auto; one replica per line)",
+            title=panel_title(title, index, panels),
         )
     )
     return _svg(chart)
@@ -427,12 +428,22 @@ def frontier_chart(data: ReportData) -> str:
     alt, _gt = _modules()
     if data.frontier.is_empty():
         return "<p class='empty'>No GPU of the grid has the bandwidth and TFLOPS the performance model needs.</p>"
-    labels = data.frontier["label"].unique(maintain_order=True).to_list()
-    if len(labels) > MAX_CURVES:
-        keep = [labels[round(i * (len(labels) - 1) / (MAX_CURVES - 1))] for i in range(MAX_CURVES)]
-        frame = data.frontier.filter(pl.col("label").is_in(keep))
-    else:
-        frame = data.frontier
+    panels = chart_panels(data.frontier, "output_tokens_per_second")
+    charts = "".join(_frontier_panel(alt, data, frame, i, len(panels)) for i, frame in enumerate(panels))
+    missing = sorted(set(data.fits["gpu"]) - set(data.frontier["gpu"]))
+    return charts + (
+        f"<p class='nofit'>Not drawn (no bandwidth or TFLOPS in the catalog, or a {FRONTIER_INPUT_TOKENS:,} + "
+        f"{FRONTIER_OUTPUT_TOKENS}-token request does not fit): {html.escape(', '.join(missing))}.</p>"
+        if missing
+        else ""
+    )
+
+
+def _frontier_panel(alt: Any, data: ReportData, frame: pl.DataFrame, index: int, panels: int) -> str:
+    title = (
+        f"Throughput vs latency: {data.model} ({FRONTIER_INPUT_TOKENS:,} + {FRONTIER_OUTPUT_TOKENS} "
+        "tokens per request, B = 1, 2, 4 ... B_max)"
+    )
     chart = (
         alt.Chart(frame)
         .mark_line(point=True)
@@ -446,8 +457,7 @@ def frontier_chart(data: ReportData) -> str:
         .properties(
             width=640,
             height=380,
-            title=f"Throughput vs latency: {data.model} ({FRONTIER_INPUT_TOKENS:,} + {FRONTIER_OUTPUT_TOKENS} "
-            "tokens per request, B = 1, 2, 4 ... B_max)",
+            title=panel_title(title, index, panels),
         )
     )
     return _svg(chart)
@@ -517,7 +527,9 @@ def comparison_chart(data: ReportData) -> str:
 
 
 def _table(gt: Any, frame: pl.DataFrame, title: str, subtitle: str = "") -> Any:
-    return gt.GT(frame).tab_header(title=title, subtitle=subtitle or None).opt_row_striping()
+    """A table with a human header over each column (`report_labels.column_label`: words and units)."""
+    labels = {column: column_label(column) for column in frame.columns}
+    return gt.GT(frame).tab_header(title=title, subtitle=subtitle or None).cols_label(cases=labels).opt_row_striping()
 
 
 def _sql_literal(sql: str, model: str) -> str:

@@ -40,6 +40,8 @@ from models_registry.planning import Catalog
 from telemetry.normalize import one_line
 from telemetry.schema import schema_problem
 
+METRICS_SOURCE = "prometheus"  # the source_kind of Prometheus text, scraped into a file or queried from the API
+
 PREDICTION_SCHEMA: dict[str, Any] = {
     "deployment_id": pl.String,
     "prediction_status": pl.String,  # predicted | skipped
@@ -123,6 +125,18 @@ def settings_of(row: dict[str, Any]) -> ObservedSettings:
     )
 
 
+def _name_the_gpu(row: dict[str, Any]) -> str:
+    """How to tell capplan the GPU, for where this deployment's telemetry came from: metrics alone
+    (Prometheus, scraped or queried) have no log to add `nvidia-smi -L` to, nor a folder for a sidecar."""
+    sources = set(filter(None, str(row.get("sources") or "").split(",")))
+    if sources <= {METRICS_SOURCE}:
+        return (
+            "its telemetry is Prometheus metrics only: scrape the DCGM exporter too, its DCGM_FI_DEV_FB_USED / "
+            "DCGM_FI_DEV_FB_FREE series (their modelName label names the GPU) carrying the same deployment label"
+        )
+    return "name the GPU: `nvidia-smi -L` output in the log, or `gpu:` in a deployment.yaml beside it"
+
+
 def predict_row(row: dict[str, Any], catalog: Catalog) -> tuple[Estimate | None, dict[str, Any]]:
     """The estimate for one deployment_summary row and its PREDICTION_SCHEMA row."""
     out: dict[str, Any] = {"deployment_id": row["deployment_id"], "model_id": row.get("model_id")}
@@ -149,10 +163,7 @@ def predict_row(row: dict[str, Any], catalog: Catalog) -> tuple[Estimate | None,
     if row.get("gpu_sku") and gpu is None:
         return skip(f"GPU {row['gpu_sku']} is not in the registry")
     if gpu is None and settings.total_gpu_memory_bytes is None:
-        return skip(
-            "no GPU and no device total reported: nothing to size the deployment on (name the GPU: "
-            "`nvidia-smi -L` output in the log, or `gpu:` in a deployment.yaml beside it)"
-        )
+        return skip(f"no GPU and no device total reported: nothing to size the deployment on ({_name_the_gpu(row)})")
     try:
         deployment = observed_deployment(model.spec, settings)
         context = _int(row.get("max_concurrency_tokens")) or deployment.max_model_len

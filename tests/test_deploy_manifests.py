@@ -16,6 +16,7 @@ import copy
 import json
 import re
 from functools import cache
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -495,7 +496,7 @@ def test_place_answers_the_issues_question_with_a_command_and_a_valid_manifest(k
     budget = ("--max-model-len", "--max-num-seqs", "--gpu-memory-utilization")
     pairs = {(flag, command["argv"][command["argv"].index(flag) + 1]) for flag in budget}
     runs = [_args_of(document) for document in parsed if _args_of(document)]
-    assert runs and all(pairs <= set(zip(args, args[1:], strict=False)) for args in runs)
+    assert runs and all(pairs <= set(pairwise(args)) for args in runs)
 
 
 def _args_of(document: dict[str, Any]) -> list[str]:

@@ -88,11 +88,19 @@ def test_the_report_shows_curves_the_comparison_and_the_plans(page: str) -> None
 def test_the_page_leads_with_the_answers_and_folds_the_long_tables(page: str) -> None:
     order = [page.index(h) for h in ("id='fits'", "id='placements'", "id='predicted-vs-measured'", "id='b-max'")]
     assert order == sorted(order), "where it fits, placements, predicted vs measured, then the curves"
-    assert "cheapest per sequence first" in page and "usd_per_sequence_hour_at_8k" in page
+    assert "cheapest per sequence first" in page and "$ per sequence-hour at 8k tokens" in page
     assert re.search(r"(h100-sxm-80gb|l4-24gb)[^<]* TP\d", page), "curves and rows say their layout"
     details = re.findall(r"<details>.*?</details>", page, flags=re.DOTALL)
     assert details and all("capplan sql" in d for d in details), "every folded table shows the SQL behind it"
     assert any("marts.prediction_vs_measured" in d for d in details)
+
+
+def test_table_headers_are_words_not_column_names(page: str) -> None:
+    headers = [h.strip() for h in re.findall(r"<th[^>]*>([^<]*)</th>", page) if h.strip()]
+    assert headers, "the tables have headers"
+    raw = [h for h in headers if re.fullmatch(r"[a-z0-9_,]+", h) and "_" in h]
+    assert not raw, f"raw column names as headers: {raw}"
+    assert "$ per hour" in headers and "GPUs per replica" in headers
 
 
 def _grid(gpus: dict[str, tuple[int, list[int]]]) -> pl.DataFrame:
@@ -107,7 +115,7 @@ def _grid(gpus: dict[str, tuple[int, list[int]]]) -> pl.DataFrame:
 
 
 def test_curves_name_every_merged_gpu_and_say_their_layout() -> None:
-    from recommendations.html_report import MAX_CURVES, curves_frame, fits_frame
+    from recommendations.html_report import curves_frame, fits_frame
 
     same = [40, 20, 10]
     curves = curves_frame(
@@ -115,7 +123,7 @@ def test_curves_name_every_merged_gpu_and_say_their_layout() -> None:
     )
     assert set(curves["label"]) == {"a100 = h100 TP1", "b200 TP1", "t4 TP4"}
     many = curves_frame(_grid({f"gpu{i:02d}": (1, [i + 1, i + 1, i + 1]) for i in range(30)}))
-    assert many["label"].n_unique() == MAX_CURVES
+    assert many["label"].n_unique() == 30, "every GPU has its line (charts of at most 20 are drawn from them)"
     fits = fits_frame(_grid({"cheap": (1, [40, 20, 10]), "dear": (2, [40, 20, 10]), "none": (1, [0, 0, 0])}))
     assert fits["gpu"].to_list() == ["cheap", "dear"] and fits["layout"].to_list() == ["TP1", "TP2"]
 
@@ -145,7 +153,7 @@ def test_without_the_report_extra_the_error_says_what_to_install(built: Env, mon
     finally:
         con.close()
     monkeypatch.setitem(sys.modules, "altair", None)
-    with pytest.raises(ReportUnavailable, match=r"capplan\[report\]"):
+    with pytest.raises(ReportUnavailable, match=re.escape("pip install -e '.[report]'")):
         render_report(data)
 
 

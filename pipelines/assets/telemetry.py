@@ -21,6 +21,7 @@ deployment whose prediction is off by more than the drift threshold warns.
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import dagster as dg
 import duckdb
@@ -35,7 +36,7 @@ from telemetry.calibration_frames import fit_frames
 from telemetry.drop_folder import deployments_frame, fingerprint, fingerprint_key, watched_folder
 from telemetry.normalize import one_line
 from telemetry.predictions import predict_deployments
-from telemetry.prometheus_api import ingest_sources
+from telemetry.prometheus_api import PrometheusSettings, ingest_sources
 from telemetry.schema import FILE_SCHEMA, OBSERVATION_SCHEMA, REJECT_SCHEMA, SAMPLE_SCHEMA
 from telemetry.store import StoreError, with_store_rejects
 from warehouse.sql import load_frame
@@ -346,7 +347,7 @@ def telemetry_sensor(context: dg.SensorEvaluationContext, planning: PlanningReso
     current = fingerprint(folder)
     previous: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     if current == previous:
-        reason = f"no change in {folder}" if current else f"no telemetry files in {folder}"
+        reason = f"no change in {folder}" if current else _no_files(folder, planning.prometheus())
         return dg.SensorResult(skip_reason=dg.SkipReason(reason))
     added = sorted(set(current) - set(previous))
     changed = sorted(p for p in set(current) & set(previous) if current[p] != previous[p])
@@ -366,6 +367,18 @@ def telemetry_sensor(context: dg.SensorEvaluationContext, planning: PlanningReso
     )
     context.log.info(f"{folder}: {len(added)} added, {len(changed)} changed, {len(removed)} removed")
     return dg.SensorResult(run_requests=[request], cursor=cursor)
+
+
+def _no_files(folder: Path, prometheus: PrometheusSettings | None) -> str:
+    """Why the sensor has nothing to do with an empty drop folder: with the Prometheus API configured
+    that is the normal state, and what refreshes its telemetry is a run, not a file."""
+    if prometheus is None:
+        return f"no telemetry files in {folder}"
+    return (
+        f"no telemetry files in {folder}, as expected with telemetry from Prometheus ({prometheus.display_url()}): "
+        "this sensor watches files only; every nightly run queries Prometheus, and telemetry_job (launch it, "
+        "or schedule it) refreshes the telemetry marts in between"
+    )
 
 
 assets = [telemetry_ingest, telemetry_predictions, calibration, *STAGING, *MARTS]

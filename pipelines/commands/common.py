@@ -82,7 +82,25 @@ class _OneLineMain:
         return _one_line_errors(run, standalone_mode)
 
 
-class OneLineGroup(_OneLineMain, TyperGroup):
+class WholeHelpGroup(TyperGroup):
+    """A command group whose help lists each command with its whole first sentence, wrapped to the
+    terminal (click cuts it to one line with "..." at 80 columns: `capplan -h` lost half of each)."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=WHOLE_SENTENCE_CHARS)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+WHOLE_SENTENCE_CHARS = 10_000  # `get_short_help_str`'s limit: the first sentence whole, never cut
+
+
+class OneLineGroup(_OneLineMain, WholeHelpGroup):
     """The root `capplan` group, errors as one line."""
 
 

@@ -15,12 +15,17 @@ from typing import Annotated
 
 import typer
 
-from pipelines.commands.common import WarehouseOption, fail, open_warehouse
+from pipelines.commands.common import WarehouseOption, WholeHelpGroup, fail, open_warehouse
 from pipelines.commands.sql import _json_value
 
 FORMATS = ("json", "csv")
 
-app = typer.Typer(help="Export published answers (admission budgets for routers).", no_args_is_help=True, rich_markup_mode=None)
+app = typer.Typer(
+    cls=WholeHelpGroup,
+    help="Export published answers (admission budgets for routers).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 
 
 @app.command("admission")

@@ -17,8 +17,11 @@ from models_registry import db, views
 from models_registry import ingest as ingest_mod
 from models_registry.resolve import load_model
 from models_registry.sources.user_catalog import UserCatalogError, effective_gpu_records
+from pipelines.commands.common import WholeHelpGroup
 
-app = typer.Typer(help="Model and GPU registry: ingest, list, show.", no_args_is_help=True, rich_markup_mode=None)
+app = typer.Typer(
+    cls=WholeHelpGroup, help="Model and GPU registry: ingest, list, show.", no_args_is_help=True, rich_markup_mode=None
+)
 
 GIB = 2**30
 

@@ -15,12 +15,22 @@ The warehouse is opened by `warehouse.sql.connect_reader`: read-only, and unable
 file, the network or an extension, so no statement typed here can change a byte on disk. Errors
 are one line on stderr (DuckDB's "Did you mean ..." hint kept) and exit code 2.
 
+Without SQL on a terminal (or with `--interactive`, stdin piped, as the tests drive it) it is a
+prompt (`SqlPrompt`): a statement may span lines and ends with `;`, and each one goes through the
+same guards as a one-shot query (`reader_statements`, the locked read-only connection with its
+memory limit, `run_guarded`'s time limit and Ctrl-C, which cancels the query and keeps the prompt).
+An error is one line and the prompt goes on; Ctrl-C while typing drops the statement, Ctrl-D or
+`.quit` leaves. Dot commands at the start of a statement: `.tables` (every relation with the first
+line of its comment, marts first), `.schema NAME` / `\\d NAME`, `.format FMT`, `.help`. On a terminal
+readline gives line editing and a history kept in CAPPLAN_SQL_HISTORY (default ~/.capplan_sql_history).
+
 Start-up matters (one process per query): this module imports only typer at load time, and
 `capplan sql` skips building the rest of the CLI (`pipelines.cli.main`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import decimal
@@ -35,8 +45,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar, cast
+from typing import Annotated, Any, NoReturn, TextIO, TypeVar, cast
 
 import typer
 
@@ -66,6 +77,13 @@ def duckdb_error_line(exc: BaseException) -> str:
     if not text:
         return type(exc).__name__
     return " ".join(text.split("\n\n", 1)[0].split())
+
+
+def memory_error_line(exc: BaseException, memory: str) -> str:
+    """DuckDB's out-of-memory error as one line naming the limit and how to raise it (its advice to
+    spill to disk left out: nothing spills here, by design)."""
+    reason = duckdb_error_line(exc).split(" Database is launched in in-memory mode")[0]
+    return f"{reason} (the memory limit is {memory}: --memory-limit SIZE, or {MEMORY_ENV})"
 
 
 def _json_value(value: Any) -> Any:
@@ -204,8 +222,6 @@ def _read_sql(query: str | None, command: str | None, file: Path | None) -> str:
             fail(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
     if query is not None or command is not None:
         return query if query is not None else command or ""
-    if sys.stdin.isatty():
-        fail('give the SQL as an argument, with -c, --file or on stdin, e.g. capplan sql "select * from marts.runs"')
     return sys.stdin.read()
 
 
@@ -285,6 +301,15 @@ def sql(
             show_default=False,
         ),
     ] = None,
+    interactive: Annotated[
+        bool,
+        typer.Option(
+            "--interactive",
+            "-i",
+            help="A prompt (.tables, .schema NAME, statements ending in ';'): the default on a terminal "
+            "without SQL; this flag reads the prompt's lines from a pipe too.",
+        ),
+    ] = False,
 ) -> None:
     """Run SQL against the published warehouse, read-only (marts.capacity_grid, marts.context_limits...)."""
     if fmt not in FORMATS:
@@ -294,43 +319,20 @@ def sql(
     if max_rows < 1:
         fail(f"--max-rows must be >= 1, got {max_rows}")
     timeout_s, memory = _limits(timeout, memory_limit)
+    given = any(v is not None for v in (query, command, file, describe))
+    if interactive and given:
+        fail("--interactive reads the SQL from the prompt: give no query, -c, --file or --describe with it")
+    if interactive or (not given and sys.stdin.isatty()):
+        _prompt(warehouse, fmt, max_rows, timeout_s, memory)
     text: str | None = None
     if describe is None or any(v is not None for v in (query, command, file)):
         text = _read_sql(query, command, file)
         if not text.strip():
             fail("empty query")
-
-    import duckdb
-
-    from warehouse.publish import (
-        RECOVERY_HINT,
-        Warehouse,
-        WarehouseCorrupt,
-        WarehouseMissing,
-        WarehouseUnusable,
-        looks_corrupt,
-    )
-    from warehouse.sql import ReadOnlyViolation, reader_statements
-
-    statements: list[str] = []
-    if text is not None:
-        try:
-            statements = reader_statements(text)
-        except ReadOnlyViolation as exc:
-            fail(str(exc))
-        except duckdb.Error as exc:
-            fail(duckdb_error_line(exc))
+    statements = checked_statements(text) if text is not None else []
+    con = _connect(warehouse, memory)
     try:
-        con = Warehouse(warehouse).connect_read_only(memory_limit=memory)
-    except (WarehouseMissing, WarehouseUnusable, WarehouseCorrupt) as exc:
-        fail(str(exc))
-    try:
-        results, note = run_guarded(con, lambda stop: _execute(con, describe, statements, stop), timeout_s)
-    except duckdb.OutOfMemoryException as exc:
-        reason = duckdb_error_line(exc).split(" Database is launched in in-memory mode")[0]  # no spilling here, by design
-        fail(f"{reason} (the memory limit is {memory}: --memory-limit SIZE, or {MEMORY_ENV})")
-    except duckdb.Error as exc:
-        fail(duckdb_error_line(exc) + (f"; {RECOVERY_HINT}" if looks_corrupt(exc) else ""))
+        results, note = guarded_results(con, lambda stop: _execute(con, describe, statements, stop), timeout_s, memory)
     finally:
         con.close()
     if note and fmt in ("table", "line"):
@@ -340,6 +342,56 @@ def sql(
 
 
 Result = tuple[list[str], list[tuple[Any, ...]]]
+
+
+def _prompt(warehouse: Path | None, fmt: str, max_rows: int, timeout_s: float, memory: str) -> NoReturn:
+    """The interactive prompt on the published warehouse, until end of input or `.quit`."""
+    con = _connect(warehouse, memory)
+    try:
+        code = SqlPrompt(con, fmt, max_rows, timeout_s, memory, sys.stdin, tty=sys.stdin.isatty()).run()
+    finally:
+        con.close()
+    raise typer.Exit(code)
+
+
+def checked_statements(text: str) -> list[str]:
+    """The statements of `text` a reader may run (`warehouse.sql.reader_statements`); a one-line
+    error for a statement that is not a read or SQL that does not parse."""
+    import duckdb
+
+    from warehouse.sql import ReadOnlyViolation, reader_statements
+
+    try:
+        return reader_statements(text)
+    except ReadOnlyViolation as exc:
+        fail(str(exc))
+    except duckdb.Error as exc:
+        fail(duckdb_error_line(exc))
+
+
+def guarded_results(con: Any, work: Callable[[threading.Event], T], timeout_s: float, memory: str) -> T:
+    """`run_guarded(con, work, timeout_s)` with DuckDB's errors as one line: out of memory names the
+    limit, a damaged file the recovery command."""
+    import duckdb
+
+    from warehouse.publish import RECOVERY_HINT, looks_corrupt
+
+    try:
+        return run_guarded(con, work, timeout_s)
+    except duckdb.OutOfMemoryException as exc:
+        fail(memory_error_line(exc, memory))
+    except duckdb.Error as exc:
+        fail(duckdb_error_line(exc) + (f"; {RECOVERY_HINT}" if looks_corrupt(exc) else ""))
+
+
+def _connect(warehouse: Path | None, memory: str) -> Any:
+    """The published warehouse, read-only, within `memory`; a one-line error where it does not open."""
+    from warehouse.publish import Warehouse, WarehouseCorrupt, WarehouseMissing, WarehouseUnusable
+
+    try:
+        return Warehouse(warehouse).connect_read_only(memory_limit=memory)
+    except (WarehouseMissing, WarehouseUnusable, WarehouseCorrupt) as exc:
+        fail(str(exc))
 
 
 def _limits(timeout: float | None, memory_limit: str | None) -> tuple[float, str]:
@@ -431,6 +483,172 @@ def _cancel(con: Any, done: threading.Event, stop: threading.Event) -> None:
             done.wait(WATCH_S)
         except KeyboardInterrupt:
             continue
+
+
+# --- the interactive prompt ----------------------------------------------------------------------
+
+PROMPT = "capplan> "
+CONTINUATION = "     ..> "
+HISTORY_ENV = "CAPPLAN_SQL_HISTORY"
+HISTORY_LINES = 1000
+HELP = """\
+SQL statements end with ';' and may span lines (read-only: SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN).
+.tables            every relation with its description (marts first)
+.schema NAME       a relation's columns, types and comments (also \\d NAME)
+.format FMT        output: table, line, csv, json, markdown
+.help              this text
+.quit              leave (also .exit, \\q, Ctrl-D); Ctrl-C cancels a running query or the statement typed
+"""
+TABLES_SQL = """
+select relation, kind, description from (
+    select schema_name as s, schema_name || '.' || table_name as relation, 'table' as kind, comment
+    from duckdb_tables() where database_name = current_database()
+    union all
+    select schema_name, schema_name || '.' || view_name, 'view', comment
+    from duckdb_views() where database_name = current_database() and not internal
+) cross join lateral (select coalesce(split_part(trim(comment), chr(10), 1), '') as description)
+order by case s when 'marts' then 0 when 'staging' then 1 when 'raw' then 2 else 3 end, relation
+"""
+TABLES_COLUMNS = ["relation", "kind", "description"]
+
+
+@dataclass
+class SqlPrompt:
+    """One interactive session on an open read-only connection `con`; `run()` returns the exit code."""
+
+    con: Any
+    fmt: str
+    max_rows: int
+    timeout_s: float
+    memory: str
+    stdin: TextIO
+    tty: bool
+
+    def run(self) -> int:
+        """Read statements until end of input or `.quit`; every error is one line and the prompt goes on."""
+        if self.tty:
+            typer.echo("capplan sql: the published warehouse, read-only. End statements with ';'; .help for more.")
+        history = _history_file() if self.tty else None
+        buffer: list[str] = []
+        while True:
+            try:
+                line = self._read(CONTINUATION if buffer else PROMPT)
+            except KeyboardInterrupt:  # Ctrl-C while typing: drop the statement, keep the prompt
+                typer.echo("")
+                buffer = []
+                continue
+            if line is None:
+                if buffer:
+                    self._submit("\n".join(buffer))
+                break
+            stripped = line.strip()
+            if not buffer and stripped.startswith((".", "\\")):
+                if self._dot(stripped):
+                    break
+                continue
+            if not buffer and not stripped:
+                continue
+            buffer.append(line)
+            if stripped.endswith(";"):
+                self._submit("\n".join(buffer))
+                buffer = []
+        if history is not None:
+            _save_history(history)
+        return 0
+
+    def _read(self, prompt: str) -> str | None:
+        """One line, or None at end of input; `input()` on a terminal (readline's editing and history)."""
+        if self.tty:
+            try:
+                return input(prompt)
+            except EOFError:
+                typer.echo("")
+                return None
+        line = self.stdin.readline()
+        return None if line == "" else line.rstrip("\n")
+
+    def _guarded(self, work: Callable[[], None]) -> None:
+        """Run `work`; a user error (one line already printed by `fail`) leaves the prompt running."""
+        with contextlib.suppress(typer.Exit):
+            work()
+
+    def _submit(self, text: str) -> None:
+        self._guarded(lambda: self._statements(text))
+
+    def _statements(self, text: str) -> None:
+        """Each statement of `text` under the one-shot command's guards, its result printed."""
+        statements = checked_statements(text)
+        self._show(lambda stop: _execute(self.con, None, statements, stop))
+
+    def _show(self, work: Callable[[Any], tuple[list[Result], str | None]], label: str = "") -> None:
+        """`work(stop)` under the time limit and Ctrl-C, its result sets printed (`label`: its note's prefix)."""
+        results, note = guarded_results(self.con, work, self.timeout_s, self.memory)
+        if note and self.fmt in ("table", "line"):  # as the one-shot command: csv, json stay parseable
+            typer.echo(f"{label}: {' '.join(note.split())}")
+        for names, rows in results:
+            write_result(names, rows, self.fmt, self.max_rows)
+        sys.stdout.flush()
+
+    def _dot(self, command: str) -> bool:
+        """Run a dot command (an unknown one is a one-line error); True to leave the prompt."""
+        word, _, rest = command.partition(" ")
+        if word in QUIT_WORDS:
+            return True
+        handlers: dict[str, Callable[[str], None]] = {
+            ".help": self._help,
+            ".tables": self._list_tables,
+            ".schema": self._schema,
+            "\\d": self._schema_or_tables,
+            ".format": self._format,
+            ".mode": self._format,  # the DuckDB CLI's name
+        }
+        handler = handlers.get(word)
+        argument = rest.strip().rstrip(";").strip()
+        self._guarded(lambda: handler(argument) if handler else fail(f"unknown command {word} (.help lists them)"))
+        return False
+
+    def _help(self, _argument: str) -> None:
+        typer.echo(HELP, nl=False)
+
+    def _list_tables(self, _argument: str) -> None:
+        self._show(lambda stop: ([(TABLES_COLUMNS, self.con.execute(TABLES_SQL).fetchall())], None))
+
+    def _schema(self, name: str) -> None:
+        if not name:
+            fail(".schema takes a relation, e.g. .schema marts.capacity_grid")
+        self._show(lambda stop: _execute(self.con, name, [], stop), name)
+
+    def _schema_or_tables(self, name: str) -> None:
+        """psql's `\\d`: a relation's columns, or with no name every relation."""
+        (self._schema if name else self._list_tables)(name)
+
+    def _format(self, fmt: str) -> None:
+        if fmt not in FORMATS:
+            fail(f".format takes one of {', '.join(FORMATS)}")
+        self.fmt = fmt
+
+
+QUIT_WORDS = frozenset({".quit", ".exit", "\\q"})
+
+
+def _history_file() -> Path | None:
+    """Load readline's history (None where readline is missing: the prompt works without it)."""
+    try:
+        import readline
+    except ImportError:
+        return None
+    path = Path(os.environ.get(HISTORY_ENV) or Path.home() / ".capplan_sql_history").expanduser()
+    with contextlib.suppress(OSError):
+        readline.read_history_file(path)
+    readline.set_history_length(HISTORY_LINES)
+    return path
+
+
+def _save_history(path: Path) -> None:
+    import readline
+
+    with contextlib.suppress(OSError):
+        readline.write_history_file(path)
 
 
 app = typer.Typer(
