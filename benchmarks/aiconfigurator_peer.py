@@ -27,10 +27,11 @@ Translation (capplan row -> `aiconfigurator cli estimate`), and what it cannot c
   engine release the row ran is not mapped: its database holds one or two releases per backend).
 - weights: the format capplan sizes the row with (`row_weight_dtype`): a quantized checkpoint is left to
   AIConfigurator's reading of the same config; fp8, nvfp4 and int4 stated for a 16-bit checkpoint are
-  passed as its GEMM (and, for MoE, MoE) quant modes; KV: fp8 where the row states it, else bfloat16
+  passed as its GEMM and MoE quant modes; KV: fp8 where the row states it, else bfloat16
   (the engines' default and capplan's assumption), so both tools size the same cache.
-- parallelism: TP and PP; MoE experts split over TP (`--moe-tp-size TP`) unless the row states expert
-  parallelism. Rows with attention data parallelism are not asked.
+- parallelism: TP and PP; experts split over TP (`--moe-tp-size TP`) unless the row states expert
+  parallelism (passed for every model: it ignores them for a dense one, and decides itself which
+  architectures are MoE, e.g. Gemma 4). Rows with attention data parallelism are not asked.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -112,8 +114,8 @@ class AicRequest:
     batch_size: int
     tp_size: int
     pp_size: int
-    moe_tp_size: int | None
-    moe_ep_size: int | None
+    moe_tp_size: int
+    moe_ep_size: int
     gemm_quant_mode: str | None
     moe_quant_mode: str | None
     kvcache_quant_mode: str
@@ -139,12 +141,9 @@ def aic_request(row: PerfMeasurement, model: ModelSpec, config_dir: Path) -> Aic
     if isinstance(lengths, str):
         return lengths
     weights = AIC_WEIGHT_QUANT.get(row_weight_dtype(row, model))
-    moe_tp = moe_ep = None
-    if model.num_experts > 0:
-        moe_ep = row.ep or 1
-        if row.tp % moe_ep:
-            return f"expert parallelism {moe_ep} does not divide TP {row.tp}"
-        moe_tp = row.tp // moe_ep
+    moe_ep = row.ep or 1  # passed for every model: a dense one ignores them, and its reading of MoE is its own
+    if row.tp % moe_ep:
+        return f"expert parallelism {moe_ep} does not divide TP {row.tp}"
     return AicRequest(
         id=row.id,
         model_path=str(config_dir),
@@ -156,10 +155,10 @@ def aic_request(row: PerfMeasurement, model: ModelSpec, config_dir: Path) -> Aic
         batch_size=batch,
         tp_size=row.tp,
         pp_size=row.pp,
-        moe_tp_size=moe_tp,
+        moe_tp_size=row.tp // moe_ep,
         moe_ep_size=moe_ep,
         gemm_quant_mode=weights,
-        moe_quant_mode=weights if moe_tp is not None else None,
+        moe_quant_mode=weights,
         kvcache_quant_mode="fp8" if row_kv_dtype(row) == "fp8" else "bfloat16",
     )
 
@@ -298,13 +297,14 @@ def run_aiconfigurator(requests: Sequence[AicRequest], venv: Path) -> dict[str, 
         payload.write_text(json.dumps({"requests": [dataclasses.asdict(r) for r in requests]}))
         env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         command = [str(python), "-I", str(RUNNER), str(payload), str(out)]
-        wall = time.perf_counter()
+        load_before, wall = os.getloadavg()[0], time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
         wall = time.perf_counter() - wall
         if done.returncode:
             raise SystemExit(f"AIConfigurator runner failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
         report: dict[str, Any] = json.loads(out.read_text())
     report["process_wall_s"] = wall
+    report["load_average"] = [load_before, os.getloadavg()[0]]  # 1-minute, before and after: a shared machine
     return report
 
 
@@ -383,7 +383,8 @@ def print_set(name: str, result: dict[str, Any], show_rows: bool) -> None:
     t = result["seconds_per_answer"]
     print(
         f"time per answer (median): capplan steady {t['steady_s'] * 1e3:.2f} ms, simulated {t['simulated_s'] * 1e3:.1f} ms; "
-        f"AIConfigurator {t['aiconfigurator_s']:.2f} s"
+        f"AIConfigurator {t['aiconfigurator_s']:.2f} s ({t['aiconfigurator_s'] / t['steady_s']:,.0f}x the steady "
+        f"state, {t['aiconfigurator_s'] / t['simulated_s']:,.0f}x the simulation)"
     )
     for title, counts in (("not asked", result["not_asked"]), ("refused by AIConfigurator", result["refused"])):
         print(f"{title}: {sum(counts.values())} rows")
@@ -414,7 +415,8 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"AIConfigurator {peer['aiconfigurator']} (core {peer['aiconfigurator_core']}, Python {peer['python']}, "
         f"{venv}): {len(answers)} requests in one process, {peer['process_wall_s']:.1f} s "
-        f"(import {peer['import_s']:.1f} s); its data: the `current` slot per system and backend"
+        f"(import {peer['import_s']:.1f} s; load average {peer['load_average'][0]:.1f} before, "
+        f"{peer['load_average'][1]:.1f} after); its data: the `current` slot per system and backend"
     )
     result: dict[str, Any] = {"aiconfigurator": peer, "sets": {}}
     for peer_set in sets:

@@ -6,8 +6,8 @@ measured row, already in AIConfigurator's names (a local config folder, its syst
 batch, lengths, parallelism and quantization modes). One process answers them all, one after the other,
 through `aiconfigurator.cli.api.cli_estimate`, the function behind `aiconfigurator cli estimate`.
 
-Offline: the Hugging Face hub is switched off (HF_HUB_OFFLINE) and every TCP/UDP connect in this
-process raises, so a row whose config it would fetch is refused with that reason instead of a download.
+Offline: the Hugging Face hub is switched off (HF_HUB_OFFLINE) and every name lookup and TCP/UDP
+connect in this process raises, so a row whose config it would fetch is refused with that reason instead of a download.
 Each answer is timed (wall and CPU seconds, one call each). A row it rejects (unsupported architecture,
 out of memory, no data for the system) is kept with the error's first line as the reason.
 
@@ -38,7 +38,13 @@ def _offline_connect(self: socket.socket, address: Any) -> None:
     _connect(self, address)
 
 
+def _offline_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+    """No name lookups either (a DNS query leaves the machine before any connect)."""
+    raise OSError(f"network disabled by the peer runner (lookup of {host!r})")
+
+
 socket.socket.connect = _offline_connect  # type: ignore[method-assign,assignment]
+socket.getaddrinfo = _offline_getaddrinfo
 
 # keyword arguments of cli_estimate the payload may set (anything else in a request is an error)
 _ARGUMENTS = (
@@ -59,11 +65,12 @@ _ARGUMENTS = (
 )
 
 
-def _reason(exc: BaseException) -> str:
-    """The error's kind and first sentence: rows refused for the same cause count together."""
+def _reason(exc: BaseException, model_path: str) -> str:
+    """The error's kind and first sentence, the config folder named by its last two parts and this venv's
+    path cut: rows refused for the same cause count together."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    first = text.split(". ", 1)[0]
-    return f"{type(exc).__name__}: {first[:200]}"
+    text = text.replace(model_path, "/".join(model_path.split("/")[-2:])).replace(sys.prefix, "<venv>")
+    return f"{type(exc).__name__}: {text.split('. ', 1)[0][:200]}"
 
 
 def answer(request: dict[str, Any], estimate: Any) -> dict[str, Any]:
@@ -81,7 +88,7 @@ def answer(request: dict[str, Any], estimate: Any) -> dict[str, Any]:
             "quant": {k: str(result.raw.get(k)) for k in ("gemm", "kvcache", "moe")},
         }
     except Exception as exc:  # every refusal is a result, counted by its reason
-        out = {"refused": _reason(exc)}
+        out = {"refused": _reason(exc, request["model_path"])}
     out.update(id=request["id"], wall_s=time.perf_counter() - wall, cpu_s=time.process_time() - cpu)
     return out
 
