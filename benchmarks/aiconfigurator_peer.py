@@ -99,6 +99,14 @@ class AicMode(StrEnum):
     AGG = "agg"  # in-flight batching at a fixed number of requests in flight
     STATIC = "static"  # one static batch: the context phase, then the generation steps
 
+    def batch_of(self, row: PerfMeasurement) -> int | None:
+        """Requests in the batch: the static batch's size, or the client's concurrency cap."""
+        return row.batch_size or row.concurrency if self is AicMode.STATIC else row.concurrency
+
+
+# capplan's load regimes (`evaluation.perf_sim.regime`) a fixed-batch estimate can stand for
+AIC_MODES = {"static batch": AicMode.STATIC, "capped concurrency": AicMode.AGG}
+
 
 @dataclass(frozen=True, slots=True)
 class AicRequest:
@@ -129,12 +137,10 @@ def aic_request(row: PerfMeasurement, model: ModelSpec, config_dir: Path) -> Aic
     if row.dp_attention:
         return "attention data parallelism (not mapped)"
     load = regime(row)
-    if load == "static batch":
-        mode, batch = AicMode.STATIC, row.batch_size or row.concurrency
-    elif load == "capped concurrency":
-        mode, batch = AicMode.AGG, row.concurrency
-    else:
+    mode = AIC_MODES.get(load)
+    if mode is None:
         return f"{load}: its estimate takes a fixed batch (no queue, no arrivals)"
+    batch = mode.batch_of(row)
     if not batch:
         return "no batch size or concurrency"
     lengths = row_lengths(row)
