@@ -229,13 +229,16 @@ class Summary:
 
     def line(self, name: str) -> str:
         pool, tokens = self._text(self.pool), self._text(self.tokens)
-        return f"{name:26} pool {pool}   tokens {tokens}   starts {self.starts_right}/{self.starts_scored}"
+        return f"{name:34} pool {pool}   tokens {tokens}   starts {self.starts_right}/{self.starts_scored}"
 
 
 def groups(scored: Sequence[Scored]) -> dict[str, list[Scored]]:
     """Overall, per engine and per class (cases capplan cannot size are left out of every group)."""
     sized = [s for s in scored if s.skipped is None]
     out: dict[str, list[Scored]] = {"overall": sized}
+    out["modelled (no 'not modelled' flag)"] = [
+        s for s in sized if s.estimate is None or not s.estimate.get("not_modelled")
+    ]
     for engine in Engine:
         out[f"engine {engine}"] = [s for s in sized if s.case.engine is engine]
     for kind in CaseClass:
@@ -253,15 +256,17 @@ def _capacity_text(est: dict[str, Any], m: Measured) -> str:
     return f"tokens {est.get('kv_cache_tokens', '-')!s:>9} vs {m.kv_tokens if m.kv_tokens else '-'!s:>9}"
 
 
+def _gib(value: object) -> str:
+    return f"{int(str(value)) / GIB:7.2f}" if value is not None else f"{'-':>7}"
+
+
 def row_line(s: Scored) -> str:
     """One case: predicted vs measured pool (GiB) and tokens, the error, and the start decision."""
     if s.skipped:
         return f"{s.case.id[:52]:52} not scored: {s.skipped}"
     est, m = s.estimate or {}, s.case.measured
-    pool = est.get("kv_budget_bytes_per_gpu")
     parts = [
-        f"pool {pool / GIB if pool is not None else float('nan'):7.2f} vs "
-        f"{m.kv_pool_bytes / GIB if m.kv_pool_bytes else float('nan'):7.2f} GiB {_pct(s.pool_error)}",
+        f"pool {_gib(est.get('kv_budget_bytes_per_gpu'))} vs {_gib(m.kv_pool_bytes)} GiB {_pct(s.pool_error)}",
         _capacity_text(est, m) + f" {_pct(s.tokens_error)}",
         f"weights {_pct(s.weights_error)}",
         f"starts {s.predicted_starts} ({m.outcome}) {'ok' if s.start_right else 'WRONG'}",
