@@ -1,0 +1,91 @@
+"""marts.grid_diff names why each grid row changed between two nights (issue 24's Done-when: an
+engine-release bump and a price change each show up, named; unchanged rows do not appear).
+
+Two real nights of the pipeline (registry, GPU catalog, capacity grid, marts, publish) on the small
+test catalog: the first plans vLLM at 0.21, the second at 0.22 with the L4's price raised. Which rows
+must change is derived from the inputs, not from capplan's output:
+- vLLM's default `--gpu-memory-utilization` is 0.90 up to 0.21 and 0.92 from 0.22 (vLLM's
+  EngineArgs / CacheConfig default, recorded in capacity/engine_constants.py with its source), so
+  every vLLM deployment's KV budget moves by 2 % of the GPU's memory: every vLLM row changes, for
+  the engine release;
+- a replica's $/hour is its GPUs times the GPU's price, so every L4 row changes, for the price;
+- an SGLang or TensorRT-LLM row on the H100 depends on neither: it must not appear.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.test_warehouse_fixtures import PipelineEnv, make_env, materialize_everything, query
+
+PRICED_GPU = "l4-24gb"
+NEW_PRICE = 9.75
+
+
+def _expected_causes(gpu: str, engine: str) -> set[str]:
+    return ({"price"} if gpu == PRICED_GPU else set()) | ({"engine_release"} if engine == "vllm" else set())
+
+
+def _raise_price(catalog: Path) -> None:
+    path = catalog / "gpus.yaml"
+    skus = yaml.safe_load(path.read_text(encoding="utf-8"))
+    (sku,) = [s for s in skus["gpus"] if s["id"] == PRICED_GPU]
+    assert sku["price_usd_per_gpu_hour"] != NEW_PRICE
+    sku["price_usd_per_gpu_hour"] = NEW_PRICE
+    path.write_text(yaml.safe_dump(skus), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def two_nights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    env = make_env(tmp_path_factory.mktemp("diff"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CAPPLAN_VLLM_RELEASE", "0.21")
+        assert materialize_everything(env).success
+        first_diff = query(env.warehouse, "select count(*) from marts.grid_diff")
+        _raise_price(env.catalog)
+        patch.setenv("CAPPLAN_VLLM_RELEASE", "0.22")
+        assert materialize_everything(env).success
+    return {"env": env, "first_diff": first_diff[0][0]}
+
+
+def _grid_keys(env: PipelineEnv) -> dict[tuple[Any, ...], tuple[str, str]]:
+    rows = query(
+        env.warehouse,
+        "select model, gpu, engine, weight_dtype, kv_dtype, tp, pp, context from marts.capacity_grid_history",
+    )
+    return {tuple(row): (str(row[1]), str(row[2])) for row in rows}
+
+
+def test_the_first_night_has_nothing_to_compare(two_nights: dict[str, Any]) -> None:
+    assert two_nights["first_diff"] == 0
+
+
+def test_an_engine_release_bump_and_a_price_change_are_each_named(two_nights: dict[str, Any]) -> None:
+    env: PipelineEnv = two_nights["env"]
+    diff = query(
+        env.warehouse,
+        "select model, gpu, engine, weight_dtype, kv_dtype, tp, pp, context, change, causes, "
+        "engine_version_before, engine_version_after, usd_per_hour_before, usd_per_hour_after, num_gpus "
+        "from marts.grid_diff",
+    )
+    changed = {tuple(row[:8]): row for row in diff}
+    assert len(changed) == len(diff), "one diff row per grid row"
+    keys = _grid_keys(env)
+    must_change = {k for k, (gpu, engine) in keys.items() if _expected_causes(gpu, engine)}
+    must_not = set(keys) - must_change
+    assert must_change and must_not
+    assert set(changed) == must_change, "exactly the rows under a changed input"
+    for row in diff:
+        gpu, engine, change, causes = row[1], row[2], row[8], row[9]
+        assert set(causes) == _expected_causes(gpu, engine), row
+        if engine == "vllm" and change == "changed":
+            assert (row[10], row[11]) == ("0.21", "0.22")
+        if gpu == PRICED_GPU and change == "changed":
+            assert row[13] == pytest.approx(row[14] * NEW_PRICE)
+            assert row[12] != row[13]
+    both = {tuple(sorted(set(r[9]))) for r in diff}
+    assert ("price",) in both and ("engine_release",) in both and ("engine_release", "price") in both

@@ -1,0 +1,232 @@
+-- marts.grid_diff: what changed in the capacity grid between the last two runs, and why.
+-- grain: one row per model x gpu x engine x weight_dtype x kv_dtype x tp x pp x context whose answer
+--   changed (b_max, max_concurrency, KV budget, KV tokens, fits, TPOT or $/hour), appeared or went.
+-- columns: run_id_before, run_id_after, change, cause, causes, model, gpu, engine, weight_dtype,
+--   kv_dtype, tp, pp, context, num_gpus, engine_version_before, engine_version_after, b_max_before,
+--   b_max_after, max_concurrency_before, max_concurrency_after, kv_budget_bytes_per_gpu_before,
+--   kv_budget_bytes_per_gpu_after, kv_cache_tokens_before, kv_cache_tokens_after, fits_before,
+--   fits_after, tpot_ms_before, tpot_ms_after, usd_per_hour_before, usd_per_hour_after,
+--   price_source_before, price_source_after, change_pct
+-- causes: the inputs of the row whose fingerprints differ between the two runs (raw.grid_inputs):
+--   engine_release (the engine's release), config (the model's config hash or checkpoint size),
+--   catalog (the GPU's spec, price aside), price (the GPU's price or its source), calibration (the
+--   speed model's fitted factors); `code` where none did (capplan's rules changed).
+-- runs: the two latest runs recorded in raw.grid_inputs (CAPPLAN_HISTORY_RUNS keeps them); no rows
+--   before the second run. $/hour is each run's own price (the grid's history is at today's prices).
+--   No run_id column: the diff is about two runs, and it is not copied into a history of its own.
+create or replace view marts.grid_diff as
+with runs as (
+    select
+        run_id,
+        max(run_started_at) as started_at
+    from raw.grid_inputs
+    group by run_id
+    order by started_at desc
+    limit 2
+),
+
+pair as (
+    select
+        arg_min(run_id, started_at) as run_id_before,
+        arg_max(run_id, started_at) as run_id_after
+    from runs
+    having count(*) = 2
+),
+
+grid as (
+    select
+        run_id,
+        model,
+        gpu,
+        engine,
+        engine_version,
+        weight_dtype,
+        kv_dtype,
+        tp,
+        pp,
+        num_gpus,
+        context,
+        b_max,
+        max_concurrency,
+        kv_budget_bytes_per_gpu,
+        kv_cache_tokens,
+        fits,
+        tpot_ms
+    from marts.capacity_grid_at(false)
+    where run_id in (select run_id_before from pair union all select run_id_after from pair)
+),
+
+fingerprints as (
+    select
+        inputs.input_kind,
+        inputs.input_key,
+        max(inputs.fingerprint) filter (where inputs.run_id = pair.run_id_before) as before,
+        max(inputs.fingerprint) filter (where inputs.run_id = pair.run_id_after) as after,
+        max(inputs.price_usd_per_gpu_hour) filter (where inputs.run_id = pair.run_id_before) as price_before,
+        max(inputs.price_usd_per_gpu_hour) filter (where inputs.run_id = pair.run_id_after) as price_after,
+        max(inputs.price_source) filter (where inputs.run_id = pair.run_id_before) as price_source_before,
+        max(inputs.price_source) filter (where inputs.run_id = pair.run_id_after) as price_source_after
+    from raw.grid_inputs as inputs
+    cross join pair
+    where inputs.run_id in (pair.run_id_before, pair.run_id_after)
+    group by inputs.input_kind, inputs.input_key
+),
+
+joined as (
+    select
+        coalesce(after.model, before.model) as model,
+        coalesce(after.gpu, before.gpu) as gpu,
+        coalesce(after.engine, before.engine) as engine,
+        coalesce(after.weight_dtype, before.weight_dtype) as weight_dtype,
+        coalesce(after.kv_dtype, before.kv_dtype) as kv_dtype,
+        coalesce(after.tp, before.tp) as tp,
+        coalesce(after.pp, before.pp) as pp,
+        coalesce(after.context, before.context) as context,
+        coalesce(after.num_gpus, before.num_gpus) as num_gpus,
+        case when before.model is null then 'added' when after.model is null then 'removed' else 'changed' end
+            as change,
+        before.engine_version as engine_version_before,
+        after.engine_version as engine_version_after,
+        before.b_max as b_max_before,
+        after.b_max as b_max_after,
+        before.max_concurrency as max_concurrency_before,
+        after.max_concurrency as max_concurrency_after,
+        before.kv_budget_bytes_per_gpu as kv_budget_bytes_per_gpu_before,
+        after.kv_budget_bytes_per_gpu as kv_budget_bytes_per_gpu_after,
+        before.kv_cache_tokens as kv_cache_tokens_before,
+        after.kv_cache_tokens as kv_cache_tokens_after,
+        before.fits as fits_before,
+        after.fits as fits_after,
+        before.tpot_ms as tpot_ms_before,
+        after.tpot_ms as tpot_ms_after
+    from (select * from grid where run_id = (select run_id_before from pair)) as before
+    full outer join (select * from grid where run_id = (select run_id_after from pair)) as after
+        on before.model = after.model
+        and before.gpu = after.gpu
+        and before.engine = after.engine
+        and before.weight_dtype = after.weight_dtype
+        and before.kv_dtype = after.kv_dtype
+        and before.tp = after.tp
+        and before.pp = after.pp
+        and before.context = after.context
+),
+
+caused as (
+    select
+        joined.*,
+        joined.num_gpus * price.price_before as usd_per_hour_before,
+        joined.num_gpus * price.price_after as usd_per_hour_after,
+        price.price_source_before,
+        price.price_source_after,
+        list_filter(
+            [
+                case when release.before is distinct from release.after then 'engine_release' end,
+                case when config.before is distinct from config.after then 'config' end,
+                case when catalog.before is distinct from catalog.after then 'catalog' end,
+                case when price.before is distinct from price.after then 'price' end,
+                case when calibration.before is distinct from calibration.after then 'calibration' end
+            ],
+            name -> name is not null
+        ) as found
+    from joined
+    left join fingerprints as release
+        on release.input_kind = 'engine_release' and release.input_key = joined.engine
+    left join fingerprints as config on config.input_kind = 'config' and config.input_key = joined.model
+    left join fingerprints as catalog on catalog.input_kind = 'catalog' and catalog.input_key = joined.gpu
+    left join fingerprints as price on price.input_kind = 'price' and price.input_key = joined.gpu
+    left join fingerprints as calibration on calibration.input_kind = 'calibration'
+),
+
+changed as (
+    select
+        caused.*,
+        case when len(found) = 0 then ['code'] else found end as causes,
+        list_max([
+            abs(b_max_after - b_max_before) / nullif(abs(b_max_before), 0),
+            abs(kv_budget_bytes_per_gpu_after - kv_budget_bytes_per_gpu_before)
+            / nullif(abs(kv_budget_bytes_per_gpu_before), 0),
+            abs(tpot_ms_after - tpot_ms_before) / nullif(abs(tpot_ms_before), 0),
+            abs(usd_per_hour_after - usd_per_hour_before) / nullif(abs(usd_per_hour_before), 0)
+        ]) * 100 as change_pct
+    from caused
+    where
+        change <> 'changed'
+        or b_max_before is distinct from b_max_after
+        or max_concurrency_before is distinct from max_concurrency_after
+        or kv_budget_bytes_per_gpu_before is distinct from kv_budget_bytes_per_gpu_after
+        or kv_cache_tokens_before is distinct from kv_cache_tokens_after
+        or fits_before is distinct from fits_after
+        or tpot_ms_before is distinct from tpot_ms_after
+        or usd_per_hour_before is distinct from usd_per_hour_after
+)
+
+select
+    (select run_id_before from pair) as run_id_before,
+    (select run_id_after from pair) as run_id_after,
+    change,
+    array_to_string(causes, '+') as cause,
+    causes,
+    model,
+    gpu,
+    engine,
+    weight_dtype,
+    kv_dtype,
+    tp,
+    pp,
+    context,
+    num_gpus,
+    engine_version_before,
+    engine_version_after,
+    b_max_before,
+    b_max_after,
+    max_concurrency_before,
+    max_concurrency_after,
+    kv_budget_bytes_per_gpu_before,
+    kv_budget_bytes_per_gpu_after,
+    kv_cache_tokens_before,
+    kv_cache_tokens_after,
+    fits_before,
+    fits_after,
+    tpot_ms_before,
+    tpot_ms_after,
+    usd_per_hour_before,
+    usd_per_hour_after,
+    price_source_before,
+    price_source_after,
+    case when change = 'changed' then change_pct end as change_pct
+from changed;
+
+comment on view marts.grid_diff is 'The grid rows that changed between the last two runs, each with the inputs that changed under it.';
+comment on column marts.grid_diff.run_id_before is 'The earlier run compared (raw.grid_inputs, marts.runs.run_id).';
+comment on column marts.grid_diff.run_id_after is 'The later run compared (the latest run recorded).';
+comment on column marts.grid_diff.change is 'changed (both runs have the row), added (only the later run) or removed (only the earlier).';
+comment on column marts.grid_diff.cause is 'The causes joined with +: engine_release, config, catalog, price, calibration, or code.';
+comment on column marts.grid_diff.causes is 'The inputs of this row whose fingerprints differ between the runs (code: none did).';
+comment on column marts.grid_diff.model is 'Model registry id.';
+comment on column marts.grid_diff.gpu is 'GPU catalog id.';
+comment on column marts.grid_diff.engine is 'Serving engine.';
+comment on column marts.grid_diff.weight_dtype is 'Weight dtype as requested (--dtype).';
+comment on column marts.grid_diff.kv_dtype is 'KV cache dtype as requested (--kv-cache-dtype).';
+comment on column marts.grid_diff.tp is 'Tensor-parallel size.';
+comment on column marts.grid_diff.pp is 'Pipeline-parallel size.';
+comment on column marts.grid_diff.context is 'Tokens per sequence (prompt + output) of the row.';
+comment on column marts.grid_diff.num_gpus is 'GPUs per replica (tp x pp).';
+comment on column marts.grid_diff.engine_version_before is 'The engine release the earlier run planned at.';
+comment on column marts.grid_diff.engine_version_after is 'The engine release the later run planned at.';
+comment on column marts.grid_diff.b_max_before is 'Whole sequences of this context that fit at once, earlier run.';
+comment on column marts.grid_diff.b_max_after is 'Whole sequences of this context that fit at once, later run.';
+comment on column marts.grid_diff.max_concurrency_before is 'The engine''s printed maximum concurrency, earlier run.';
+comment on column marts.grid_diff.max_concurrency_after is 'The engine''s printed maximum concurrency, later run.';
+comment on column marts.grid_diff.kv_budget_bytes_per_gpu_before is 'KV cache budget per GPU in bytes, earlier run.';
+comment on column marts.grid_diff.kv_budget_bytes_per_gpu_after is 'KV cache budget per GPU in bytes, later run.';
+comment on column marts.grid_diff.kv_cache_tokens_before is 'KV cache size in tokens as the engine prints it, earlier run.';
+comment on column marts.grid_diff.kv_cache_tokens_after is 'KV cache size in tokens as the engine prints it, later run.';
+comment on column marts.grid_diff.fits_before is 'Whether one sequence of this context fits, earlier run.';
+comment on column marts.grid_diff.fits_after is 'Whether one sequence of this context fits, later run.';
+comment on column marts.grid_diff.tpot_ms_before is 'Time per output token at b_max in milliseconds, earlier run.';
+comment on column marts.grid_diff.tpot_ms_after is 'Time per output token at b_max in milliseconds, later run.';
+comment on column marts.grid_diff.usd_per_hour_before is 'US dollars per replica-hour at the earlier run''s price.';
+comment on column marts.grid_diff.usd_per_hour_after is 'US dollars per replica-hour at the later run''s price.';
+comment on column marts.grid_diff.price_source_before is 'Where the earlier run''s GPU price came from.';
+comment on column marts.grid_diff.price_source_after is 'Where the later run''s GPU price came from.';
+comment on column marts.grid_diff.change_pct is 'The largest relative change of b_max, KV budget, TPOT and $/hour, in percent (changed rows).';
