@@ -136,13 +136,17 @@ staging_context_limits = sql_asset("staging", "context_limits", group_name=CAPAC
 
 # Checks read raw (this run's rows): they run right after the grid asset, before any staging view.
 # partitions this run computed: the scalar cross-check samples those (reused ones were checked when computed)
-COMPUTED_PARTS = "(select part_id from raw.grid_partitions where run_id = (select run_id from raw.run) and computed)"
+COMPUTED_PARTS = (
+    "(select part_id from raw.grid_partitions where run_id = (select run_id from raw.run) and computed)"
+)
 
 
 @dg.asset_check(asset=GRID, blocking=True, description="The grid has rows.")
 def grid_not_empty(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     with warehouse.read() as con:
-        row = con.execute(f"select count(*) from raw.capacity_grid where part_id in {THIS_RUN_PARTS}").fetchone()
+        row = con.execute(
+            f"select count(*) from raw.capacity_grid where part_id in {THIS_RUN_PARTS}"
+        ).fetchone()
     rows = int(row[0]) if row else 0
     return dg.AssetCheckResult(passed=rows > 0, metadata={"rows": rows})
 

@@ -99,8 +99,8 @@ def relation_metadata(
     rows = run_row_count(con, layer, rows_of, names)
     if rows > PREVIEW_MAX_VIEW_ROWS and relation_kind(con, layer, rows_of) == "view":
         preview = (
-            f'(no preview of a view of {rows:,} rows: `capplan sql "select * from {layer}.{rows_of} limit '
-            f'{PREVIEW_ROWS}"`)'
+            f"(no preview of a view of {rows:,} rows: `capplan sql \"select * from {layer}.{rows_of} limit "
+            f'{PREVIEW_ROWS}\"`)'
         )
     else:
         preview = markdown_preview(con, layer, rows_of)

@@ -173,10 +173,7 @@ def recommendations(
             con,
             "raw",
             "procurement_buckets",
-            {
-                "choices": len(bucket_plan.choices),
-                "usd_per_hour": dg.MetadataValue.float(round(bucket_plan.usd_per_hour, 4)),
-            },
+            {"choices": len(bucket_plan.choices), "usd_per_hour": dg.MetadataValue.float(round(bucket_plan.usd_per_hour, 4))},
         )
         load_frame(con, "raw", "workloads", profiles.frame())
         yield relation_result(con, "raw", "workloads", {"workloads_file": str(profiles.path)})
