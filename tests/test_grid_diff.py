@@ -14,6 +14,7 @@ must change is derived from the inputs, not from capplan's output:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +90,65 @@ def test_an_engine_release_bump_and_a_price_change_are_each_named(two_nights: di
             assert row[12] != row[13]
     both = {tuple(sorted(set(r[9]))) for r in diff}
     assert ("price",) in both and ("engine_release",) in both and ("engine_release", "price") in both
+
+
+def _cli(*args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    return CliRunner().invoke(app, ["diff", *args])
+
+
+def test_capplan_diff_answers_in_one_json_object_grouped_by_cause(two_nights: dict[str, Any]) -> None:
+    env: PipelineEnv = two_nights["env"]
+    keys = _grid_keys(env)
+    result = _cli("--json", "--limit", "0", "--warehouse", str(env.warehouse))
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert set(document) == {"before", "after", "changed_rows", "by_cause", "rows"}
+    expected: dict[str, int] = {}
+    for gpu, engine in keys.values():
+        causes = _expected_causes(gpu, engine)
+        if causes:
+            name = "+".join(sorted(causes))
+            expected[name] = expected.get(name, 0) + 1
+    assert document["by_cause"] == expected
+    assert document["changed_rows"] == len(document["rows"]) == sum(expected.values())
+    h100 = json.loads(_cli("--json", "--gpu", "h100-sxm-80gb", "--warehouse", str(env.warehouse)).stdout)
+    assert set(h100["by_cause"]) == {"engine_release"}
+    text = _cli("--limit", "3", "--warehouse", str(env.warehouse)).stdout
+    assert "engine_release+price:" in text and "price:" in text and "more rows" in text
+
+
+def test_release_against_release_moves_the_kv_budget_by_the_default_utilization(two_nights: dict[str, Any]) -> None:
+    """vLLM 0.21 -> 0.22: the default --gpu-memory-utilization goes 0.90 -> 0.92 and nothing else that sizes
+    the budget, so every row's KV budget per GPU grows by 2 % of the memory the driver reports."""
+    env: PipelineEnv = two_nights["env"]
+    skus = yaml.safe_load((env.catalog / "gpus.yaml").read_text(encoding="utf-8"))["gpus"]
+    (h100,) = [s for s in skus if s["id"] == "h100-sxm-80gb"]
+    args = ("--release", "vllm:0.21..0.22", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100-sxm-80gb")
+    result = _cli(*args, "--json", "--limit", "0", "--warehouse", str(env.warehouse))
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert (document["before"], document["after"]) == ("vllm 0.21", "vllm 0.22")
+    assert set(document["by_cause"]) == {"engine_release"} and document["rows"]
+    for row in document["rows"]:
+        grown = row["kv_budget_bytes_per_gpu_after"] - row["kv_budget_bytes_per_gpu_before"]
+        assert grown == pytest.approx(0.02 * h100["memory_total_bytes"], abs=2), row
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--release", "sglang:0.5..0.6"), "only vllm has releases"),
+        (("--release", "vllm:0.21"), "expected ENGINE:OLD..NEW"),
+        (("--release", "tgi:1..2"), "unknown engine"),
+        (("--nights", "--release", "vllm:0.21..0.22"), "give one"),
+        (("--release", "vllm:0.21..0.22", "--model", "acme/none"), "unknown model 'acme/none'"),
+    ],
+)
+def test_bad_requests_are_one_line_errors(two_nights: dict[str, Any], args: tuple[str, ...], message: str) -> None:
+    result = _cli(*args, "--warehouse", str(two_nights["env"].warehouse))
+    assert result.exit_code == 2
+    assert message in result.output and len(result.output.strip().splitlines()) == 1, result.output

@@ -1,0 +1,239 @@
+"""What changed in the capacity grid, and why: night against night, or release against release.
+
+Both answers are `marts.grid_diff` (`warehouse/marts/grid_diff.sql`), the one rule that pairs two
+grids' rows and names each changed row's causes from its inputs' fingerprints (`raw.grid_inputs`):
+- night against night reads the published warehouse, where the mart compares the last two runs;
+- release against release computes the grid twice for the chosen models and GPUs, the engine at one
+  release and then the other (`capacity.grid`), writes both as two runs into an in-memory DuckDB
+  shaped like the warehouse, and runs the same SQL there. Only the engine's release differs between
+  the two, so any other cause there would be a bug of the comparison, not of the inputs.
+
+`capplan diff` prints these rows; the HTML report shows the model's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from capacity.engines import Engine
+from capacity.grid import GridOptions
+from warehouse.capacity_grid import capacity_frames
+from warehouse.grid_inputs import grid_input_rows
+from warehouse.sql import read_sql
+
+KEY_COLUMNS = ("model", "gpu", "engine", "weight_dtype", "kv_dtype", "tp", "pp", "context")
+SHOWN_COLUMNS = (
+    "change",
+    "cause",
+    *KEY_COLUMNS,
+    "num_gpus",
+    "engine_version_before",
+    "engine_version_after",
+    "b_max_before",
+    "b_max_after",
+    "max_concurrency_before",
+    "max_concurrency_after",
+    "kv_budget_bytes_per_gpu_before",
+    "kv_budget_bytes_per_gpu_after",
+    "kv_cache_tokens_before",
+    "kv_cache_tokens_after",
+    "fits_before",
+    "fits_after",
+    "tpot_ms_before",
+    "tpot_ms_after",
+    "usd_per_hour_before",
+    "usd_per_hour_after",
+    "price_source_before",
+    "price_source_after",
+    "change_pct",
+)
+# largest change first; a row that appeared or went counts as the largest change
+ORDER = "order by case when change = 'changed' then 0 else 1 end desc, change_pct desc nulls last, " + ", ".join(
+    KEY_COLUMNS
+)
+REPORT_ROWS = 15
+
+
+class DiffUnavailable(Exception):
+    """The diff cannot be read or computed (no warehouse mart, an engine without releases); one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class GridDiff:
+    """The changed rows (largest first, at most `limit`), how many there are by cause, and what was compared."""
+
+    before: str | None
+    after: str | None
+    total: int
+    by_cause: dict[str, int]
+    rows: list[dict[str, Any]]
+
+    def document(self) -> dict[str, Any]:
+        """The one JSON object `capplan diff --json` prints."""
+        return {
+            "before": self.before,
+            "after": self.after,
+            "changed_rows": self.total,
+            "by_cause": self.by_cause,
+            "rows": self.rows,
+        }
+
+
+def read_diff(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    models: Sequence[str] = (),
+    gpus: Sequence[str] = (),
+    limit: int | None = None,
+    labels: tuple[str | None, str | None] | None = None,
+) -> GridDiff:
+    """marts.grid_diff's rows for these models and GPUs (all when empty), largest change first."""
+    where = (
+        "where (len($models) = 0 or list_contains($models, model)) and (len($gpus) = 0 or list_contains($gpus, gpu))"
+    )
+    params = {"models": list(models), "gpus": list(gpus)}
+    try:
+        counts = con.execute(
+            f"select cause, count(*) from marts.grid_diff {where} group by cause order by 2 desc, 1", params
+        ).fetchall()
+        runs = con.execute("select run_id_before, run_id_after from marts.grid_diff limit 1").fetchone()
+        cursor = con.execute(
+            f"select {', '.join(SHOWN_COLUMNS)} from marts.grid_diff {where} {ORDER} limit $limit",
+            params | {"limit": limit if limit is not None else 2**62},
+        )
+    except duckdb.CatalogException:
+        raise DiffUnavailable(
+            "this warehouse has no marts.grid_diff (published before capplan recorded grid inputs): "
+            "run `capplan nightly` twice"
+        ) from None
+    names = [d[0] for d in cursor.description or ()]
+    rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    before, after = labels or ((str(runs[0]), str(runs[1])) if runs else (None, None))
+    by_cause = {str(cause): int(n) for cause, n in counts}
+    return GridDiff(before, after, sum(by_cause.values()), by_cause, rows)
+
+
+def parse_release_range(text: str) -> tuple[Engine, str, str]:
+    """`vllm:0.32.0..0.33.0` -> (Engine.VLLM, '0.32.0', '0.33.0'); DiffUnavailable on anything else."""
+    engine_name, _, versions = text.partition(":")
+    before, dots, after = versions.partition("..")
+    if not engine_name or not dots or not before or not after:
+        raise DiffUnavailable(f"--release {text!r}: expected ENGINE:OLD..NEW, e.g. vllm:0.32.0..0.33.0")
+    try:
+        engine = Engine(engine_name.strip().lower())
+    except ValueError:
+        raise DiffUnavailable(f"--release {text!r}: unknown engine {engine_name!r}") from None
+    if GridOptions(engines=(engine.value,), vllm_version=before).engine_version(engine.value) is None:
+        raise DiffUnavailable(
+            f"--release: the grid plans {engine.value} at one release; only vllm has releases to compare"
+        )
+    return engine, before.strip(), after.strip()
+
+
+def release_diff(
+    models: pl.DataFrame,
+    gpus: pl.DataFrame,
+    release: tuple[Engine, str, str],
+    *,
+    limit: int | None = None,
+) -> GridDiff:
+    """The grid of `models` x `gpus` (raw.models / raw.gpus rows) at the engine's two releases, compared
+    by marts.grid_diff's own SQL in an in-memory DuckDB laid out as the warehouse is."""
+    engine, before, after = release
+    con = duckdb.connect()
+    try:
+        con.execute("create schema raw; create schema marts")
+        started = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+        for n, version in enumerate((before, after)):
+            run_id = f"{engine.value} {version}"
+            options = GridOptions(engines=(engine.value,), vllm_version=version)
+            grid = capacity_frames(models, gpus, options).wide_grid().with_columns(pl.lit(run_id).alias("run_id"))
+            inputs = grid_input_rows(models, gpus, options).with_columns(
+                pl.lit(run_id).alias("run_id"), pl.lit(started + dt.timedelta(days=n)).alias("run_started_at")
+            )
+            _append(con, "main.release_grid", grid)
+            _append(con, "raw.grid_inputs", inputs)
+        # the mart reads the grid through this macro; here it is the two computed grids
+        con.execute("create macro marts.capacity_grid_at(latest_only) as table select * from main.release_grid")
+        con.execute(read_sql("marts", "grid_diff"))
+        return read_diff(con, limit=limit, labels=(f"{engine.value} {before}", f"{engine.value} {after}"))
+    finally:
+        con.close()
+
+
+def _append(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> None:
+    con.register("incoming", frame)
+    exists = con.execute(
+        "select count(*) from duckdb_tables() where schema_name || '.' || table_name = $t", {"t": table}
+    ).fetchone()
+    if exists and exists[0]:
+        con.execute(f"insert into {table} by name select * from incoming")
+    else:
+        con.execute(f"create table {table} as select * from incoming")
+    con.unregister("incoming")
+
+
+def _change_line(row: dict[str, Any]) -> str:
+    layout = f"{row['model']} on {row['num_gpus']} x {row['gpu']} ({row['engine']} TP {row['tp']} x PP {row['pp']}, "
+    layout += f"{row['weight_dtype']}/{row['kv_dtype']}) at {row['context']:,} tokens"
+    if row["change"] != "changed":
+        return f"{row['change']}: {layout}"
+    moved = []
+    for name, label in (("b_max", "B_max"), ("kv_budget_bytes_per_gpu", "KV budget B"), ("usd_per_hour", "$/h")):
+        old, new = row[f"{name}_before"], row[f"{name}_after"]
+        if old != new:
+            moved.append(f"{label} {_num(old)} -> {_num(new)}")
+    if row["tpot_ms_before"] != row["tpot_ms_after"]:
+        moved.append(f"TPOT ms {_num(row['tpot_ms_before'])} -> {_num(row['tpot_ms_after'])}")
+    if row["engine_version_before"] != row["engine_version_after"]:
+        moved.append(f"release {row['engine_version_before']} -> {row['engine_version_after']}")
+    pct = row.get("change_pct")
+    return f"{layout}: {'; '.join(moved)}" + (f" ({pct:+.1f} %)" if pct is not None else "")
+
+
+def _num(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def text_lines(diff: GridDiff) -> list[str]:
+    """The diff for a terminal: a header, then the rows grouped by cause, largest change first."""
+    if diff.before is None:
+        return ["no diff yet: the warehouse holds one run with recorded grid inputs (run `capplan nightly` again)"]
+    lines = [f"grid diff: {diff.before} -> {diff.after}: {diff.total:,} changed rows"]
+    if not diff.total:
+        return [*lines, "nothing changed"]
+    lines += [f"  {cause}: {n:,} rows" for cause, n in diff.by_cause.items()]
+    for cause in diff.by_cause:
+        shown = [r for r in diff.rows if r["cause"] == cause]
+        if shown:
+            lines.append(f"\n{cause} ({diff.by_cause[cause]:,} rows; largest changes first)")
+            lines += [f"  {_change_line(r)}" for r in shown]
+    if len(diff.rows) < diff.total:
+        lines.append(
+            f'\n({diff.total - len(diff.rows):,} more rows: --limit, or `capplan sql "select * from marts.grid_diff"`)'
+        )
+    return lines
+
+
+def diff_html(diff: GridDiff | None) -> str:
+    """The report's section: what changed for this model since the previous run, and why."""
+    if diff is None or diff.before is None:
+        return "<p class='empty'>No earlier run with recorded grid inputs to compare with yet.</p>"
+    e = html.escape
+    if not diff.total:
+        return f"<p>Nothing in this model's grid changed between run {e(str(diff.before))} and {e(str(diff.after))}.</p>"
+    causes = ", ".join(f"<b>{e(c)}</b> {n:,} rows" for c, n in diff.by_cause.items())
+    items = "".join(f"<li>[{e(str(r['cause']))}] {e(_change_line(r))}</li>" for r in diff.rows)
+    return (
+        f"<p>Between run {e(str(diff.before))} and {e(str(diff.after))}, {diff.total:,} rows of this model's grid changed: "
+        f"{causes} (marts.grid_diff; the largest changes first).</p><ul>{items}</ul>"
+    )
