@@ -230,7 +230,9 @@ def diff_html(diff: GridDiff | None) -> str:
         return "<p class='empty'>No earlier run with recorded grid inputs to compare with yet.</p>"
     e = html.escape
     if not diff.total:
-        return f"<p>Nothing in this model's grid changed between run {e(str(diff.before))} and {e(str(diff.after))}.</p>"
+        return (
+            f"<p>Nothing in this model's grid changed between run {e(str(diff.before))} and {e(str(diff.after))}.</p>"
+        )
     causes = ", ".join(f"<b>{e(c)}</b> {n:,} rows" for c, n in diff.by_cause.items())
     items = "".join(f"<li>[{e(str(r['cause']))}] {e(_change_line(r))}</li>" for r in diff.rows)
     return (

@@ -104,6 +104,7 @@ def _registry_rows(store: Warehouse) -> tuple[pl.DataFrame, pl.DataFrame]:
 def _only(rows: pl.DataFrame, column: str, wanted: list[str], what: str) -> pl.DataFrame:
     """The rows named in `wanted` (all when empty); a one-line error for a name that is not there."""
     import polars as pl
+
     if not wanted:
         return rows
     missing = sorted(set(wanted) - set(rows[column].to_list()))
