@@ -4,8 +4,8 @@ Both answers are `marts.grid_diff` (`warehouse/marts/grid_diff.sql`), the one ru
 grids' rows and names each changed row's causes from its inputs' fingerprints (`raw.grid_inputs`):
 - night against night reads the published warehouse, where the mart compares the last two runs;
 - release against release computes the grid twice for the chosen models and GPUs, the engine at one
-  release and then the other (`capacity.grid`), writes both as two runs into an in-memory DuckDB
-  shaped like the warehouse, and runs the same SQL there. Only the engine's release differs between
+  release and then the other (`capacity.grid`), writes both as two runs (one partition each) into an
+  in-memory DuckDB shaped like the warehouse's raw tables, and runs the same SQL there. Only the engine's release differs between
   the two, so any other cause there would be a bug of the comparison, not of the inputs.
 
 `capplan diff` prints these rows; the HTML report shows the model's.
@@ -152,16 +152,16 @@ def release_diff(
         con.execute("create schema raw; create schema marts")
         started = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
         for n, version in enumerate((before, after)):
-            run_id = f"{engine.value} {version}"
+            run = pl.DataFrame({"run_id": [f"{engine.value} {version}"], "part_id": [n]})
             options = GridOptions(engines=(engine.value,), vllm_version=version)
-            grid = capacity_frames(models, gpus, options).wide_grid().with_columns(pl.lit(run_id).alias("run_id"))
+            frames = capacity_frames(models, gpus, options)
             inputs = grid_input_rows(models, gpus, options).with_columns(
-                pl.lit(run_id).alias("run_id"), pl.lit(started + dt.timedelta(days=n)).alias("run_started_at")
+                run_id=pl.lit(run["run_id"][0]), run_started_at=pl.lit(started + dt.timedelta(days=n))
             )
-            _append(con, "main.release_grid", grid)
+            _append(con, "raw.grid_partitions", run)
+            _append(con, "raw.deployments", frames.deployments.with_columns(part_id=pl.lit(n)))
+            _append(con, "raw.capacity_grid", frames.grid.with_columns(part_id=pl.lit(n)))
             _append(con, "raw.grid_inputs", inputs)
-        # the mart reads the grid through this macro; here it is the two computed grids
-        con.execute("create macro marts.capacity_grid_at(latest_only) as table select * from main.release_grid")
         con.execute(read_sql("marts", "grid_diff"))
         return read_diff(con, limit=limit, labels=(f"{engine.value} {before}", f"{engine.value} {after}"))
     finally:

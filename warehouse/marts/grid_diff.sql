@@ -14,6 +14,9 @@
 -- runs: the two latest runs recorded in raw.grid_inputs (CAPPLAN_HISTORY_RUNS keeps them); no rows
 --   before the second run. $/hour is each run's own price (the grid's history is at today's prices).
 --   No run_id column: the diff is about two runs, and it is not copied into a history of its own.
+-- reads: the grid's run-keyed raw tables (raw.grid_partitions, raw.deployments, raw.capacity_grid), so
+--   that only the partitions one run published and the other did not are compared: a night that
+--   changed nothing compares nothing.
 create or replace view marts.grid_diff as
 with runs as (
     select
@@ -33,27 +36,48 @@ pair as (
     having count(*) = 2
 ),
 
-grid as (
+parts as (
     select
         run_id,
-        model,
-        gpu,
-        engine,
-        engine_version,
-        weight_dtype,
-        kv_dtype,
-        tp,
-        pp,
-        num_gpus,
-        context,
-        b_max,
-        max_concurrency,
-        kv_budget_bytes_per_gpu,
-        kv_cache_tokens,
-        fits,
-        tpot_ms
-    from marts.capacity_grid_at(false)
+        part_id
+    from raw.grid_partitions
     where run_id in (select run_id_before from pair union all select run_id_after from pair)
+),
+
+-- a partition version both runs published holds the same rows from the same inputs (its key hashes
+-- its models, every GPU with its price, the grid options and the code): nothing in it to compare
+changed_parts as (
+    select
+        part_id,
+        any_value(run_id) as run_id
+    from parts
+    group by part_id
+    having count(distinct run_id) = 1
+),
+
+grid as (
+    select
+        changed_parts.run_id,
+        deployments.model,
+        deployments.gpu,
+        deployments.engine,
+        deployments.engine_version,
+        deployments.weight_dtype,
+        deployments.kv_dtype,
+        deployments.tp,
+        deployments.pp,
+        deployments.num_gpus,
+        contexts.context,
+        contexts.b_max,
+        contexts.max_concurrency,
+        deployments.kv_budget_bytes_per_gpu,
+        deployments.kv_cache_tokens,
+        contexts.fits,
+        contexts.tpot_ms
+    from changed_parts
+    inner join raw.deployments as deployments on changed_parts.part_id = deployments.part_id
+    inner join raw.capacity_grid as contexts
+        on deployments.part_id = contexts.part_id and deployments.deployment_id = contexts.deployment_id
 ),
 
 fingerprints as (
