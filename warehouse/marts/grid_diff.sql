@@ -55,29 +55,102 @@ changed_parts as (
     having count(distinct run_id) = 1
 ),
 
-grid as (
+deployments as (
     select
         changed_parts.run_id,
-        deployments.model,
-        deployments.gpu,
-        deployments.engine,
-        deployments.engine_version,
-        deployments.weight_dtype,
-        deployments.kv_dtype,
-        deployments.tp,
-        deployments.pp,
-        deployments.num_gpus,
-        contexts.context,
-        contexts.b_max,
-        contexts.max_concurrency,
-        deployments.kv_budget_bytes_per_gpu,
-        deployments.kv_cache_tokens,
-        contexts.fits,
-        contexts.tpot_ms
+        stored.part_id,
+        stored.deployment_id,
+        stored.model,
+        stored.gpu,
+        stored.engine,
+        stored.engine_version,
+        stored.weight_dtype,
+        stored.kv_dtype,
+        stored.tp,
+        stored.pp,
+        stored.num_gpus,
+        stored.kv_budget_bytes_per_gpu,
+        stored.kv_cache_tokens
     from changed_parts
-    inner join raw.deployments as deployments on changed_parts.part_id = deployments.part_id
-    inner join raw.capacity_grid as contexts
-        on deployments.part_id = contexts.part_id and deployments.deployment_id = contexts.deployment_id
+    inner join raw.deployments as stored on changed_parts.part_id = stored.part_id
+),
+
+-- the deployments of the two runs paired on their key first (a few per cent of the rows), then
+-- their contexts by integer ids: the wide string keys are hashed once per deployment, not per row
+paired as materialized (
+    select
+        row_number() over () as pair_id,
+        coalesce(after.model, before.model) as model,
+        coalesce(after.gpu, before.gpu) as gpu,
+        coalesce(after.engine, before.engine) as engine,
+        coalesce(after.weight_dtype, before.weight_dtype) as weight_dtype,
+        coalesce(after.kv_dtype, before.kv_dtype) as kv_dtype,
+        coalesce(after.tp, before.tp) as tp,
+        coalesce(after.pp, before.pp) as pp,
+        coalesce(after.num_gpus, before.num_gpus) as num_gpus,
+        before.part_id as part_id_before,
+        before.deployment_id as deployment_id_before,
+        after.part_id as part_id_after,
+        after.deployment_id as deployment_id_after,
+        before.engine_version as engine_version_before,
+        after.engine_version as engine_version_after,
+        before.kv_budget_bytes_per_gpu as kv_budget_bytes_per_gpu_before,
+        after.kv_budget_bytes_per_gpu as kv_budget_bytes_per_gpu_after,
+        before.kv_cache_tokens as kv_cache_tokens_before,
+        after.kv_cache_tokens as kv_cache_tokens_after
+    from (select * from deployments where run_id = (select run_id_before from pair)) as before
+    full outer join (select * from deployments where run_id = (select run_id_after from pair)) as after
+        on before.model = after.model
+        and before.gpu = after.gpu
+        and before.engine = after.engine
+        and before.weight_dtype = after.weight_dtype
+        and before.kv_dtype = after.kv_dtype
+        and before.tp = after.tp
+        and before.pp = after.pp
+),
+
+contexts as (
+    select
+        paired.pair_id,
+        false as is_after,
+        stored.context,
+        stored.b_max,
+        stored.max_concurrency,
+        stored.fits,
+        stored.tpot_ms
+    from paired
+    inner join raw.capacity_grid as stored
+        on paired.part_id_before = stored.part_id and paired.deployment_id_before = stored.deployment_id
+    union all
+    select
+        paired.pair_id,
+        true as is_after,
+        stored.context,
+        stored.b_max,
+        stored.max_concurrency,
+        stored.fits,
+        stored.tpot_ms
+    from paired
+    inner join raw.capacity_grid as stored
+        on paired.part_id_after = stored.part_id and paired.deployment_id_after = stored.deployment_id
+),
+
+by_context as (
+    select
+        pair_id,
+        context,
+        count(*) filter (where not is_after) > 0 as in_before,
+        count(*) filter (where is_after) > 0 as in_after,
+        max(b_max) filter (where not is_after) as b_max_before,
+        max(b_max) filter (where is_after) as b_max_after,
+        max(max_concurrency) filter (where not is_after) as max_concurrency_before,
+        max(max_concurrency) filter (where is_after) as max_concurrency_after,
+        bool_or(fits) filter (where not is_after) as fits_before,
+        bool_or(fits) filter (where is_after) as fits_after,
+        max(tpot_ms) filter (where not is_after) as tpot_ms_before,
+        max(tpot_ms) filter (where is_after) as tpot_ms_after
+    from contexts
+    group by pair_id, context
 ),
 
 fingerprints as (
@@ -98,41 +171,33 @@ fingerprints as (
 
 joined as (
     select
-        coalesce(after.model, before.model) as model,
-        coalesce(after.gpu, before.gpu) as gpu,
-        coalesce(after.engine, before.engine) as engine,
-        coalesce(after.weight_dtype, before.weight_dtype) as weight_dtype,
-        coalesce(after.kv_dtype, before.kv_dtype) as kv_dtype,
-        coalesce(after.tp, before.tp) as tp,
-        coalesce(after.pp, before.pp) as pp,
-        coalesce(after.context, before.context) as context,
-        coalesce(after.num_gpus, before.num_gpus) as num_gpus,
-        case when before.model is null then 'added' when after.model is null then 'removed' else 'changed' end
+        paired.model,
+        paired.gpu,
+        paired.engine,
+        paired.weight_dtype,
+        paired.kv_dtype,
+        paired.tp,
+        paired.pp,
+        by_context.context,
+        paired.num_gpus,
+        case when not by_context.in_before then 'added' when not by_context.in_after then 'removed' else 'changed' end
             as change,
-        before.engine_version as engine_version_before,
-        after.engine_version as engine_version_after,
-        before.b_max as b_max_before,
-        after.b_max as b_max_after,
-        before.max_concurrency as max_concurrency_before,
-        after.max_concurrency as max_concurrency_after,
-        before.kv_budget_bytes_per_gpu as kv_budget_bytes_per_gpu_before,
-        after.kv_budget_bytes_per_gpu as kv_budget_bytes_per_gpu_after,
-        before.kv_cache_tokens as kv_cache_tokens_before,
-        after.kv_cache_tokens as kv_cache_tokens_after,
-        before.fits as fits_before,
-        after.fits as fits_after,
-        before.tpot_ms as tpot_ms_before,
-        after.tpot_ms as tpot_ms_after
-    from (select * from grid where run_id = (select run_id_before from pair)) as before
-    full outer join (select * from grid where run_id = (select run_id_after from pair)) as after
-        on before.model = after.model
-        and before.gpu = after.gpu
-        and before.engine = after.engine
-        and before.weight_dtype = after.weight_dtype
-        and before.kv_dtype = after.kv_dtype
-        and before.tp = after.tp
-        and before.pp = after.pp
-        and before.context = after.context
+        paired.engine_version_before,
+        paired.engine_version_after,
+        by_context.b_max_before,
+        by_context.b_max_after,
+        by_context.max_concurrency_before,
+        by_context.max_concurrency_after,
+        case when by_context.in_before then paired.kv_budget_bytes_per_gpu_before end as kv_budget_bytes_per_gpu_before,
+        case when by_context.in_after then paired.kv_budget_bytes_per_gpu_after end as kv_budget_bytes_per_gpu_after,
+        case when by_context.in_before then paired.kv_cache_tokens_before end as kv_cache_tokens_before,
+        case when by_context.in_after then paired.kv_cache_tokens_after end as kv_cache_tokens_after,
+        by_context.fits_before,
+        by_context.fits_after,
+        by_context.tpot_ms_before,
+        by_context.tpot_ms_after
+    from by_context
+    inner join paired on by_context.pair_id = paired.pair_id
 ),
 
 caused as (
