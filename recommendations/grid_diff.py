@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from capacity.engine_constants import VLLM_SUPPORTED_VERSIONS, known_vllm_release, parse_version
 from capacity.engines import Engine
 from capacity.grid import GridOptions
 from warehouse.capacity_grid import capacity_frames
@@ -239,3 +240,64 @@ def diff_html(diff: GridDiff | None) -> str:
         f"<p>Between run {e(str(diff.before))} and {e(str(diff.after))}, {diff.total:,} rows of this model's grid changed: "
         f"{causes} (marts.grid_diff; the largest changes first).</p><ul>{items}</ul>"
     )
+
+
+RELEASE_DIFF_SCHEMA = {
+    "fleet_release": pl.String,
+    "next_release": pl.String,
+    **{name: pl.String for name in ("change", "cause", "model", "gpu", "engine", "weight_dtype", "kv_dtype")},
+    **{name: pl.Int64 for name in ("tp", "pp", "context", "num_gpus")},
+    "engine_version_before": pl.String,
+    "engine_version_after": pl.String,
+    "b_max_before": pl.Int64,
+    "b_max_after": pl.Int64,
+    "max_concurrency_before": pl.Float64,
+    "max_concurrency_after": pl.Float64,
+    "kv_budget_bytes_per_gpu_before": pl.Int64,
+    "kv_budget_bytes_per_gpu_after": pl.Int64,
+    "kv_cache_tokens_before": pl.Int64,
+    "kv_cache_tokens_after": pl.Int64,
+    "fits_before": pl.Boolean,
+    "fits_after": pl.Boolean,
+    "tpot_ms_before": pl.Float64,
+    "tpot_ms_after": pl.Float64,
+    "usd_per_hour_before": pl.Float64,
+    "usd_per_hour_after": pl.Float64,
+    "price_source_before": pl.String,
+    "price_source_after": pl.String,
+    "change_pct": pl.Float64,
+}
+
+
+def fleet_release_diffs(models: pl.DataFrame, gpus: pl.DataFrame, deployments: pl.DataFrame) -> pl.DataFrame:
+    """For each vLLM release the fleet runs (raw.telemetry_deployments) older than the newest capplan knows:
+    the grid of the models x GPUs that run it, at that release against the newest (what an upgrade changes).
+    Bounded by the fleet: the models and GPUs of its deployments only, vLLM only, one minor release at a time."""
+    newest = VLLM_SUPPORTED_VERSIONS[-1]
+    vllm = deployments.filter((pl.col("engine") == Engine.VLLM.value) & pl.col("engine_version").is_not_null()).select(
+        "engine_version", "model_id", "gpu_sku"
+    )
+    by_release: dict[str, set[tuple[str, str]]] = {}
+    for version, model, gpu in vllm.iter_rows():
+        if known_vllm_release(str(version)):
+            minor = ".".join(str(part) for part in parse_version(str(version))[:2])
+            if parse_version(minor) < parse_version(newest):
+                by_release.setdefault(minor, set()).add((str(model), str(gpu)))
+    frames = []
+    for release, pairs in sorted(by_release.items(), key=lambda item: parse_version(item[0])):
+        wanted_models = {model for model, _ in pairs} & set(models["repo_id"].to_list())
+        wanted_gpus = {gpu for _, gpu in pairs} & set(gpus["slug"].to_list())
+        if not wanted_models or not wanted_gpus:
+            continue
+        diff = release_diff(
+            models.filter(pl.col("repo_id").is_in(sorted(wanted_models))),
+            gpus.filter(pl.col("slug").is_in(sorted(wanted_gpus))),
+            (Engine.VLLM, release, newest),
+        )
+        rows = [row for row in diff.rows if (row["model"], row["gpu"]) in pairs]
+        if rows:
+            frame = pl.DataFrame(rows, schema={k: v for k, v in RELEASE_DIFF_SCHEMA.items() if k in rows[0]})
+            frames.append(frame.with_columns(fleet_release=pl.lit(release), next_release=pl.lit(newest)))
+    if not frames:
+        return pl.DataFrame(schema=RELEASE_DIFF_SCHEMA)
+    return pl.concat(frames, how="diagonal").select(list(RELEASE_DIFF_SCHEMA))

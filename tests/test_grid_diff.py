@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 import yaml
 
@@ -152,3 +153,40 @@ def test_bad_requests_are_one_line_errors(two_nights: dict[str, Any], args: tupl
     result = _cli(*args, "--warehouse", str(two_nights["env"].warehouse))
     assert result.exit_code == 2
     assert message in result.output and len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_the_fleet_release_diff_plans_only_what_the_fleet_runs_at_its_release_and_the_newest(
+    two_nights: dict[str, Any],
+) -> None:
+    import polars as pl
+
+    from capacity.engine_constants import VLLM_SUPPORTED_VERSIONS
+    from recommendations.grid_diff import fleet_release_diffs
+
+    env: PipelineEnv = two_nights["env"]
+    con = duckdb.connect(str(env.warehouse), read_only=True)
+    try:
+        models, gpus = con.sql("select * from raw.models").pl(), con.sql("select * from raw.gpus").pl()
+    finally:
+        con.close()
+    fleet = pl.DataFrame(
+        {
+            "engine": ["vllm", "vllm", "sglang", "vllm", "vllm"],
+            "engine_version": ["0.21.0", VLLM_SUPPORTED_VERSIONS[-1] + ".0", "0.5.23", "9.9.9", None],
+            "model_id": ["meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-32B", "Qwen/Qwen3-32B", "Qwen/Qwen3-32B", "x"],
+            "gpu_sku": ["h100-sxm-80gb", "l4-24gb", "h100-sxm-80gb", "h100-sxm-80gb", "l4-24gb"],
+        }
+    )
+    rows = fleet_release_diffs(models, gpus, fleet)
+    assert rows.height > 0
+    # only the one deployment on a release older than the newest, and known: the others are the newest,
+    # another engine, a release capplan has no rules for, or no release at all
+    assert set(rows.select("fleet_release", "next_release", "model", "gpu").unique().iter_rows()) == {
+        ("0.21", VLLM_SUPPORTED_VERSIONS[-1], "meta-llama/Llama-3.1-8B-Instruct", "h100-sxm-80gb")
+    }
+    assert set(rows["cause"]) == {"engine_release"} and set(rows["engine"]) == {"vllm"}
+    assert set(rows.select("engine_version_before", "engine_version_after").unique().iter_rows()) <= {
+        ("0.21", VLLM_SUPPORTED_VERSIONS[-1]),
+        (None, VLLM_SUPPORTED_VERSIONS[-1]),
+        ("0.21", None),
+    }
