@@ -109,30 +109,29 @@ paired as materialized (
         and before.pp = after.pp
 ),
 
+sides as (
+    select
+        paired.pair_id,
+        side.is_after,
+        case when side.is_after then paired.part_id_after else paired.part_id_before end as part_id,
+        case when side.is_after then paired.deployment_id_after else paired.deployment_id_before end
+            as deployment_id
+    from paired
+    cross join (values (false), (true)) as side (is_after)
+),
+
 contexts as (
     select
-        paired.pair_id,
-        false as is_after,
+        sides.pair_id,
+        sides.is_after,
         stored.context,
         stored.b_max,
         stored.max_concurrency,
         stored.fits,
         stored.tpot_ms
-    from paired
+    from sides
     inner join raw.capacity_grid as stored
-        on paired.part_id_before = stored.part_id and paired.deployment_id_before = stored.deployment_id
-    union all
-    select
-        paired.pair_id,
-        true as is_after,
-        stored.context,
-        stored.b_max,
-        stored.max_concurrency,
-        stored.fits,
-        stored.tpot_ms
-    from paired
-    inner join raw.capacity_grid as stored
-        on paired.part_id_after = stored.part_id and paired.deployment_id_after = stored.deployment_id
+        on sides.part_id = stored.part_id and sides.deployment_id = stored.deployment_id
 ),
 
 by_context as (
