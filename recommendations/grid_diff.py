@@ -104,7 +104,7 @@ def read_diff(
         counts = con.execute(
             f"select cause, count(*) from marts.grid_diff {where} group by cause order by 2 desc, 1", params
         ).fetchall()
-        runs = con.execute("select run_id_before, run_id_after from marts.grid_diff limit 1").fetchone()
+        runs = con.execute("select run_id_before, run_id_after from marts.grid_diff_runs()").fetchone()
         cursor = con.execute(
             f"select {', '.join(SHOWN_COLUMNS)} from marts.grid_diff {where} {ORDER} limit $limit",
             params | {"limit": limit if limit is not None else 2**62},
@@ -219,9 +219,7 @@ def text_lines(diff: GridDiff) -> list[str]:
             lines.append(f"\n{cause} ({diff.by_cause[cause]:,} rows; largest changes first)")
             lines += [f"  {_change_line(r)}" for r in shown]
     if len(diff.rows) < diff.total:
-        lines.append(
-            f'\n({diff.total - len(diff.rows):,} more rows: --limit, or `capplan sql "select * from marts.grid_diff"`)'
-        )
+        lines.append(f"\n({diff.total - len(diff.rows):,} more rows: --limit 0 shows them all)")
     return lines
 
 

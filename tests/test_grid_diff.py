@@ -190,3 +190,15 @@ def test_the_fleet_release_diff_plans_only_what_the_fleet_runs_at_its_release_an
         (None, VLLM_SUPPORTED_VERSIONS[-1]),
         ("0.21", None),
     }
+
+
+def test_a_night_that_changed_nothing_has_no_rows_and_names_the_runs(tmp_path: Path) -> None:
+    env = make_env(tmp_path)
+    for _ in range(2):
+        assert materialize_everything(env).success
+    assert query(env.warehouse, "select count(*) from marts.grid_diff") == [(0,)]
+    document = json.loads(_cli("--json", "--warehouse", str(env.warehouse)).stdout)
+    assert document["changed_rows"] == 0 and document["rows"] == [] and document["by_cause"] == {}
+    published = query(env.warehouse, "select run_id from marts.runs order by started_at")
+    assert [document["before"], document["after"]] == [r[0] for r in published]
+    assert "nothing changed" in _cli("--warehouse", str(env.warehouse)).stdout

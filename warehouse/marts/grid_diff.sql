@@ -17,7 +17,9 @@
 -- reads: the grid's run-keyed raw tables (raw.grid_partitions, raw.deployments, raw.capacity_grid), so
 --   that only the partitions one run published and the other did not are compared: a night that
 --   changed nothing compares nothing.
-create or replace view marts.grid_diff as
+-- defines: the table macro marts.grid_diff_runs(): the two runs compared (run_id_before, run_id_after;
+--   no row before the second run), so that a reader can say which runs a diff with no rows compared.
+create or replace macro marts.grid_diff_runs() as table
 with runs as (
     select
         run_id,
@@ -26,14 +28,17 @@ with runs as (
     group by run_id
     order by started_at desc
     limit 2
-),
+)
 
-pair as (
-    select
-        arg_min(run_id, started_at) as run_id_before,
-        arg_max(run_id, started_at) as run_id_after
-    from runs
-    having count(*) = 2
+select
+    arg_min(run_id, started_at) as run_id_before,
+    arg_max(run_id, started_at) as run_id_after
+from runs
+having count(*) = 2;
+
+create or replace view marts.grid_diff as
+with pair as (
+    select * from marts.grid_diff_runs()
 ),
 
 parts as (
