@@ -22,6 +22,7 @@ import duckdb
 import pytest
 import yaml
 
+from tests.conftest import require_extra
 from tests.test_warehouse_fixtures import PipelineEnv, make_env, materialize_everything, query
 
 PRICED_GPU = "l4-24gb"
@@ -202,3 +203,23 @@ def test_a_night_that_changed_nothing_has_no_rows_and_names_the_runs(tmp_path: P
     published = query(env.warehouse, "select run_id from marts.runs order by started_at")
     assert [document["before"], document["after"]] == [r[0] for r in published]
     assert "nothing changed" in _cli("--warehouse", str(env.warehouse)).stdout
+
+
+def test_the_report_says_what_changed_for_its_model(two_nights: dict[str, Any], tmp_path: Path) -> None:
+    require_extra("report", "altair", "great_tables", "vl_convert")
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    env: PipelineEnv = two_nights["env"]
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(app, ["report", "--model", model, "--out", str(out), "--warehouse", str(env.warehouse)])
+    assert result.exit_code == 0, result.output
+    page = out.read_text(encoding="utf-8")
+    section = page.split("What changed since the previous run", 1)[1].split("<h2", 1)[0]
+    expected = sum(
+        1 for key, (gpu, engine) in _grid_keys(env).items() if key[0] == model and _expected_causes(gpu, engine)
+    )
+    assert f"{expected:,} rows of this model" in section
+    assert "<b>engine_release+price</b>" in section and "<b>price</b>" in section
