@@ -135,6 +135,10 @@ def parse_release_range(text: str) -> tuple[Engine, str, str]:
         raise DiffUnavailable(
             f"--release: the grid plans {engine.value} at one release; only vllm has releases to compare"
         )
+    unknown = [v for v in (before.strip(), after.strip()) if not known_vllm_release(v)]
+    if unknown:
+        known = ", ".join(VLLM_SUPPORTED_VERSIONS)
+        raise DiffUnavailable(f"--release: no rules for vLLM {', '.join(unknown)} (known: {known})")
     return engine, before.strip(), after.strip()
 
 
@@ -200,6 +204,8 @@ def _change_line(row: dict[str, Any]) -> str:
 
 
 def _num(value: object) -> str:
+    if value is None:
+        return "-"
     if isinstance(value, float):
         return f"{value:,.2f}"
     return f"{value:,}" if isinstance(value, int) else str(value)

@@ -146,6 +146,7 @@ def test_release_against_release_moves_the_kv_budget_by_the_default_utilization(
         (("--release", "sglang:0.5..0.6"), "only vllm has releases"),
         (("--release", "vllm:0.21"), "expected ENGINE:OLD..NEW"),
         (("--release", "tgi:1..2"), "unknown engine"),
+        (("--release", "vllm:0.1..0.33"), "no rules for vLLM 0.1"),
         (("--nights", "--release", "vllm:0.21..0.22"), "give one"),
         (("--release", "vllm:0.21..0.22", "--model", "acme/none"), "unknown model 'acme/none'"),
     ],
@@ -223,3 +224,20 @@ def test_the_report_says_what_changed_for_its_model(two_nights: dict[str, Any], 
     )
     assert f"{expected:,} rows of this model" in section
     assert "<b>engine_release+price</b>" in section and "<b>price</b>" in section
+
+
+def test_a_pinned_release_without_rules_fails_the_grid_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dagster as dg
+
+    from pipelines.assets.capacity import VLLM_RELEASE_ENV, GridConfig, grid_options
+
+    monkeypatch.setenv(VLLM_RELEASE_ENV, "0.32.0")
+    assert grid_options(GridConfig()).vllm_version == "0.32.0"
+    assert grid_options(GridConfig(vllm_release="0.21")).vllm_version == "0.21", "the run's config wins"
+    monkeypatch.setenv(VLLM_RELEASE_ENV, "9.9")
+    with pytest.raises(dg.Failure) as failure:
+        grid_options(GridConfig())
+    assert "CAPPLAN_VLLM_RELEASE=9.9: no rules for that vLLM release" in str(failure.value.description)
+    assert "\n" not in str(failure.value.description)
+    monkeypatch.delenv(VLLM_RELEASE_ENV)
+    assert grid_options(GridConfig()).vllm_version is None, "unset: the newest release capplan knows"
