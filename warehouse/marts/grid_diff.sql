@@ -17,6 +17,8 @@
 -- reads: the grid's run-keyed raw tables (raw.grid_partitions, raw.deployments, raw.capacity_grid), so
 --   that only the partitions one run published and the other did not are compared: a night that
 --   changed nothing compares nothing.
+-- column comments: warehouse/diff_columns.py (one description for both diff marts), applied when the
+--   file is run (warehouse.sql.build_relation).
 -- defines: the table macro marts.grid_diff_runs(): the two runs compared (run_id_before, run_id_after;
 --   no row before the second run), so that a reader can say which runs a diff with no rows compared.
 create or replace macro marts.grid_diff_runs() as table
@@ -290,36 +292,3 @@ select
 from changed;
 
 comment on view marts.grid_diff is 'The grid rows that changed between the last two runs, each with the inputs that changed under it.';
-comment on column marts.grid_diff.run_id_before is 'The earlier run compared (raw.grid_inputs, marts.runs.run_id).';
-comment on column marts.grid_diff.run_id_after is 'The later run compared (the latest run recorded).';
-comment on column marts.grid_diff.change is 'changed (both runs have the row), added (only the later run) or removed (only the earlier).';
-comment on column marts.grid_diff.cause is 'The causes joined with +: engine_release, config, catalog, price, calibration, or code.';
-comment on column marts.grid_diff.causes is 'The inputs of this row whose fingerprints differ between the runs (code: none did).';
-comment on column marts.grid_diff.model is 'Model registry id.';
-comment on column marts.grid_diff.gpu is 'GPU catalog id.';
-comment on column marts.grid_diff.engine is 'Serving engine.';
-comment on column marts.grid_diff.weight_dtype is 'Weight dtype as requested (--dtype).';
-comment on column marts.grid_diff.kv_dtype is 'KV cache dtype as requested (--kv-cache-dtype).';
-comment on column marts.grid_diff.tp is 'Tensor-parallel size.';
-comment on column marts.grid_diff.pp is 'Pipeline-parallel size.';
-comment on column marts.grid_diff.context is 'Tokens per sequence (prompt + output) of the row.';
-comment on column marts.grid_diff.num_gpus is 'GPUs per replica (tp x pp).';
-comment on column marts.grid_diff.engine_version_before is 'The engine release the earlier run planned at.';
-comment on column marts.grid_diff.engine_version_after is 'The engine release the later run planned at.';
-comment on column marts.grid_diff.b_max_before is 'Whole sequences of this context that fit at once, earlier run.';
-comment on column marts.grid_diff.b_max_after is 'Whole sequences of this context that fit at once, later run.';
-comment on column marts.grid_diff.max_concurrency_before is 'The engine''s printed maximum concurrency, earlier run.';
-comment on column marts.grid_diff.max_concurrency_after is 'The engine''s printed maximum concurrency, later run.';
-comment on column marts.grid_diff.kv_budget_bytes_per_gpu_before is 'KV cache budget per GPU in bytes, earlier run.';
-comment on column marts.grid_diff.kv_budget_bytes_per_gpu_after is 'KV cache budget per GPU in bytes, later run.';
-comment on column marts.grid_diff.kv_cache_tokens_before is 'KV cache size in tokens as the engine prints it, earlier run.';
-comment on column marts.grid_diff.kv_cache_tokens_after is 'KV cache size in tokens as the engine prints it, later run.';
-comment on column marts.grid_diff.fits_before is 'Whether one sequence of this context fits, earlier run.';
-comment on column marts.grid_diff.fits_after is 'Whether one sequence of this context fits, later run.';
-comment on column marts.grid_diff.tpot_ms_before is 'Time per output token at b_max in milliseconds, earlier run.';
-comment on column marts.grid_diff.tpot_ms_after is 'Time per output token at b_max in milliseconds, later run.';
-comment on column marts.grid_diff.usd_per_hour_before is 'US dollars per replica-hour at the earlier run''s price.';
-comment on column marts.grid_diff.usd_per_hour_after is 'US dollars per replica-hour at the later run''s price.';
-comment on column marts.grid_diff.price_source_before is 'Where the earlier run''s GPU price came from.';
-comment on column marts.grid_diff.price_source_after is 'Where the later run''s GPU price came from.';
-comment on column marts.grid_diff.change_pct is 'The largest relative change of b_max, KV budget, TPOT and $/hour, in percent (changed rows).';
