@@ -41,26 +41,41 @@ def _cases() -> list[dict[str, Any]]:
         for utilization in (0.5, 0.8, 0.9, 0.92, 0.95):
             for other_gib in (0, 2, 7.5, 20, 40):
                 other = round(other_gib * GIB)
-                cases.append({
-                    "id": f"{gpu}/{utilization}/{other_gib}", "total_bytes": total, "utilization": utilization,
-                    # capplan's "others" is everything not free at the engine's snapshot: the test's CUDA
-                    # context is folded into it (context 0 here), as a user reads it off nvidia-smi
-                    "other_bytes": 0 if integrated else other, "context_bytes": 0,
-                    "weights_bytes": WEIGHTS, "activation_bytes": ACTIVATION, "non_torch_bytes": NON_TORCH,
-                    # on an integrated device vLLM reads the host's available memory, not cudaMemGetInfo's free
-                    "integrated": integrated, "host_available_bytes": total - other, "capplan_other": other,
-                })
+                cases.append(
+                    {
+                        "id": f"{gpu}/{utilization}/{other_gib}",
+                        "total_bytes": total,
+                        "utilization": utilization,
+                        # capplan's "others" is everything not free at the engine's snapshot: the test's CUDA
+                        # context is folded into it (context 0 here), as a user reads it off nvidia-smi
+                        "other_bytes": 0 if integrated else other,
+                        "context_bytes": 0,
+                        "weights_bytes": WEIGHTS,
+                        "activation_bytes": ACTIVATION,
+                        "non_torch_bytes": NON_TORCH,
+                        # on an integrated device vLLM reads the host's available memory, not cudaMemGetInfo's free
+                        "integrated": integrated,
+                        "host_available_bytes": total - other,
+                        "capplan_other": other,
+                    }
+                )
     return cases
 
 
 @pytest.fixture(scope="module")
 def vllm_memory() -> dict[str, dict[str, Any]]:
     require_oracle_venv()
-    proc = subprocess.run([str(ORACLE_PYTHON), str(RUNNER)], input=json.dumps({"cases": _cases()}),
-                          capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [str(ORACLE_PYTHON), str(RUNNER)],
+        input=json.dumps({"cases": _cases()}),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
     assert proc.returncode == 0 and lines, (proc.stderr or proc.stdout)[-2000:]
-    answer = json.loads(lines[-1][len(MARKER):])
+    answer = json.loads(lines[-1][len(MARKER) :])
     assert answer["vllm_version"] == "0.33.0"
     return {case["id"]: case for case in answer["cases"]}
 
@@ -90,8 +105,14 @@ def test_vllm_033_start_check_and_budget_against_its_own_code(
 # vLLM start refusals on DGX Spark as public logs print them: (free GiB, utilization, requested GiB). The
 # total they print, 121.69 GiB, is the catalog's GB10 entry. MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks#47
 # (0.87 wants 105.87 GiB); the rest from DGX Spark notes quoted in public repositories.
-SPARK_REFUSALS = [(97.07, 0.8, 97.35), (99.33, 0.87, 105.87), (104.46, 0.87, 105.87), (103.02, 0.88, 107.09),
-                  (109.53, 0.91, 110.74), (52.37, 0.5, 60.85)]
+SPARK_REFUSALS = [
+    (97.07, 0.8, 97.35),
+    (99.33, 0.87, 105.87),
+    (104.46, 0.87, 105.87),
+    (103.02, 0.88, 107.09),
+    (109.53, 0.91, 110.74),
+    (52.37, 0.5, 60.85),
+]
 
 
 @pytest.mark.parametrize(("free_gib", "utilization", "requested_gib"), SPARK_REFUSALS)
@@ -100,8 +121,10 @@ def test_public_dgx_spark_refusals(free_gib: float, utilization: float, requeste
     other = total - round(free_gib * GIB)
     problem = engine_profile("vllm", "0.33").start_memory_problem(total, utilization, other)
     assert problem is not None
-    assert (f"({free_gib}/121.69 GiB) on startup is less than desired GPU memory utilization "
-            f"({utilization}, {requested_gib} GiB)") in problem
+    assert (
+        f"({free_gib}/121.69 GiB) on startup is less than desired GPU memory utilization "
+        f"({utilization}, {requested_gib} GiB)"
+    ) in problem
 
 
 def test_a_public_dgx_spark_start_at_06_starts() -> None:
@@ -120,9 +143,19 @@ def test_a_public_dgx_spark_start_at_06_starts() -> None:
 # - 0.6.5-0.7.3 `worker.py`: memory_profiling(baseline = total - init_gpu_memory): O in the baseline, not charged.
 # - 0.9.1+ `gpu_worker.py`: init_snapshot, `memory_profiling(self.init_snapshot)`, and the start check
 #   `if self.init_snapshot.free_memory < self.requested_memory: raise ValueError(...)`.
-RELEASES = [("0.4.0", False, False), ("0.6.3", False, False), ("0.6.4", True, False), ("0.6.5", False, False),
-            ("0.7.3", False, False), ("0.8.0", True, False), ("0.8.5", True, False), ("0.9.0", True, False),
-            ("0.9.1", False, True), ("0.15.0", False, True), ("0.33.0", False, True)]
+RELEASES = [
+    ("0.4.0", False, False),
+    ("0.6.3", False, False),
+    ("0.6.4", True, False),
+    ("0.6.5", False, False),
+    ("0.7.3", False, False),
+    ("0.8.0", True, False),
+    ("0.8.5", True, False),
+    ("0.9.0", True, False),
+    ("0.9.1", False, True),
+    ("0.15.0", False, True),
+    ("0.33.0", False, True),
+]
 
 
 @pytest.mark.parametrize(("version", "charged", "checked"), RELEASES)
