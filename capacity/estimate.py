@@ -211,6 +211,8 @@ def _limits(d: DeploymentSpec, profile: EngineProfile, defaults: EngineDefaults)
     # (SGLang's (gpu - reserved) / gpu is <= 0 where the reserve exceeds the card: no KV budget, no start)
     if d.gpu_memory_utilization is not None and not 0 < util <= 1:
         raise SpecError(f"GPU memory utilization must be in (0, 1], got {util}")
+    if d.other_process_bytes < 0:
+        raise SpecError(f"other processes' memory must be >= 0 bytes, got {d.other_process_bytes}")
     batched = d.max_num_batched_tokens or defaults.max_num_batched_tokens
     seqs_cap: int | None = d.max_num_seqs or (defaults.max_num_seqs or None)
     return _Limits(util, block_size, batched, seqs_cap, profile.max_in_flight_tokens(batched, d.pp, d.async_scheduling))
@@ -425,8 +427,6 @@ def estimate(
     overhead = _overhead(d, profile, inputs, notes)
     usable = int(total * lim.utilization)
     charged = 0
-    if d.other_process_bytes < 0:
-        raise SpecError(f"other processes' memory must be >= 0 bytes, got {d.other_process_bytes}")
     start_problem = profile.start_memory_problem(total, lim.utilization, d.other_process_bytes)
     if d.kv_cache_memory_bytes is not None:
         budget = d.kv_cache_memory_bytes
