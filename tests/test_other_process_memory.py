@@ -24,6 +24,7 @@ from capacity.engines.registry import engine_profile
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
 from tests.conftest import ORACLE_PYTHON, require_oracle_venv
+from tests.test_telemetry_support import gib, ingest, only_observation
 
 GIB = 1 << 30
 ROOT = Path(__file__).resolve().parent.parent
@@ -225,3 +226,47 @@ def test_unified_memory_gpus() -> None:
     assert not any(find_gpu_sku(g).unified_memory for g in ("gh200-96gb", "gb200", "gb300", "h100-sxm-80gb"))
     est_notes = _estimate("--gpu", "gb10", "--json")
     assert any("shares its memory with the host" in note for note in json.loads(est_notes.output)["notes"])
+
+
+# --- pasted logs: the memory in use at start, as vLLM prints it -------------------------------------------
+PREFIX = "vllm serve meta-llama/Llama-3.1-8B-Instruct --gpu-memory-utilization 0.6\n"
+PRINTED = (1 << 30) // 100  # the 0.01 GiB vLLM's two decimals can hide, given to the start
+
+
+def test_a_started_log_states_the_memory_in_use(tmp_path: Path) -> None:
+    # vLLM 0.33 gpu_worker.py after the CUDA graphs ("Free memory on device (F/T GiB) on startup. Desired GPU
+    # memory utilization is (U, R GiB). ..."); the numbers of a public DGX Spark run
+    line = (
+        "(EngineCore_DP0 pid=9) INFO 09-18 10:00:00 [gpu_worker.py:452] Free memory on device (114.54/121.69 GiB) "
+        "on startup. Desired GPU memory utilization is (0.6, 73.01 GiB). Actual usage is 3.35 GiB for consumed "
+        "memory (weights + non-torch), 0.5 GiB for peak activation, and 0.2 GiB for CUDAGraph memory.\n"
+    )
+    obs = only_observation(ingest(tmp_path, {"d/startup.log": PREFIX + line}))
+    assert obs["other_process_bytes"] == gib(121.69) - gib(114.54) - PRINTED
+    assert obs["gpu_memory_utilization"] == 0.6 and obs["requested_memory_bytes"] == gib(73.01)
+
+
+def test_a_refusal_log_states_the_memory_in_use_and_fails(tmp_path: Path) -> None:
+    line = (
+        "ValueError: Free memory on device cuda:0 (97.07/121.69 GiB) on startup is less than desired GPU memory "
+        "utilization (0.8, 97.35 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.\n"
+    )
+    obs = only_observation(ingest(tmp_path, {"d/startup.log": PREFIX + line}))
+    assert obs["startup_outcome"] == "failed"
+    assert obs["other_process_bytes"] == gib(121.69) - gib(97.07) - PRINTED
+    assert obs["requested_memory_bytes"] == gib(97.35)
+
+
+def test_the_observed_memory_in_use_reaches_the_prediction() -> None:
+    from capacity.calibration import ObservedSettings, observed_deployment
+    from capacity.estimate import estimate
+    from models_registry.resolve import spec_and_checkpoint
+
+    model, _ = spec_and_checkpoint("Qwen/Qwen3-8B")
+    spark = find_gpu_sku("gb10-128gb")
+    common = {"engine_version": "0.33.0", "gpu_memory_utilization": 0.8, "max_model_len": 8192}
+    refused = observed_deployment(model, ObservedSettings(**common, other_process_bytes=gib(121.69 - 97.07)))
+    assert refused.other_process_bytes == gib(121.69 - 97.07)
+    assert not estimate(model, refused, gpu=spark).starts
+    started = observed_deployment(model, ObservedSettings(**common, other_process_bytes=gib(121.69 - 114.54)))
+    assert estimate(model, started, gpu=spark).starts
