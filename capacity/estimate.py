@@ -83,6 +83,7 @@ class Estimate:
     activation_buffers: tuple[tuple[str, int], ...] = ()  # the activation peak's named terms (Overhead.buffers)
     # of the memory other processes hold at start, what the engine's accounting took off the KV budget
     other_process_charged_bytes_per_gpu: int = 0
+    start_memory_refused: bool = False  # the engine refused before sizing a pool: free memory below its request
 
     def b_max_at(self, context_tokens: int) -> int:
         return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
@@ -104,7 +105,7 @@ def pool_starts(est: Estimate, pool: KVPool | None = None) -> bool:
     """Whether the engine of `est` starts with `pool` (default: the estimate's own; a calibrated
     pool where one is given) at the estimate's max_model_len: the same check as `estimate`."""
     pool = est.pool if pool is None else pool
-    if est.kv_budget_bytes_per_gpu <= 0 or pool.capacity_units <= 0:
+    if est.start_memory_refused or est.kv_budget_bytes_per_gpu <= 0 or pool.capacity_units <= 0:
         return False
     if not engine_profile(est.engine, est.engine_version).refuses_short_pool:
         return True
@@ -488,6 +489,7 @@ def estimate(
         not_modelled=not_modelled,
         activation_buffers=overhead.buffers,
         other_process_charged_bytes_per_gpu=charged,
+        start_memory_refused=start_problem is not None,
         **f.fields(),  # type: ignore[arg-type]
     )
 

@@ -259,7 +259,7 @@ def test_a_refusal_log_states_the_memory_in_use_and_fails(tmp_path: Path) -> Non
 
 def test_the_observed_memory_in_use_reaches_the_prediction() -> None:
     from capacity.calibration import ObservedSettings, observed_deployment
-    from capacity.estimate import estimate
+    from capacity.estimate import estimate, pool_starts
     from models_registry.resolve import spec_and_checkpoint
 
     model, _ = spec_and_checkpoint("Qwen/Qwen3-8B")
@@ -267,6 +267,7 @@ def test_the_observed_memory_in_use_reaches_the_prediction() -> None:
     common = {"engine_version": "0.33.0", "gpu_memory_utilization": 0.8, "max_model_len": 8192}
     refused = observed_deployment(model, ObservedSettings(**common, other_process_bytes=gib(121.69 - 97.07)))
     assert refused.other_process_bytes == gib(121.69 - 97.07)
-    assert not estimate(model, refused, gpu=spark).starts
+    refused_estimate = estimate(model, refused, gpu=spark)
+    assert not refused_estimate.starts and not pool_starts(refused_estimate)  # placement's check agrees
     started = observed_deployment(model, ObservedSettings(**common, other_process_bytes=gib(121.69 - 114.54)))
     assert estimate(model, started, gpu=spark).starts
