@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from capacity.engines.registry import engine_profile
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
 from tests.conftest import ORACLE_PYTHON, require_oracle_venv
+from tests.test_engine_sglang import _ORACLE_SCRIPT as _sglang_oracle
 from tests.test_telemetry_support import gib, ingest, only_observation
 
 GIB = 1 << 30
@@ -271,3 +273,62 @@ def test_the_observed_memory_in_use_reaches_the_prediction() -> None:
     assert not refused_estimate.starts and not pool_starts(refused_estimate)  # placement's check agrees
     started = observed_deployment(model, ObservedSettings(**common, other_process_bytes=gib(121.69 - 114.54)))
     assert estimate(model, started, gpu=spark).starts
+
+
+# --- SGLang 0.5.23's own `_profile_available_bytes`, with others' memory ------------------------------------
+# The header that loads SGLang on CPU (torchvision's CUDA ops kept out) is test_engine_sglang's, reused as is.
+_SGLANG_SCRIPT = (
+    _sglang_oracle.split("import sglang.srt.arg_groups.memory_hook")[0]
+    + r"""
+import json
+from types import SimpleNamespace as NS
+from unittest import mock
+from sglang.srt.mem_cache import kv_cache_configurator as kc
+GIB = 1 << 30
+out = []
+for case in json.load(sys.stdin):
+    # what mem_get_info would report: free before the weights (pre_model_load_memory) and after them, in GB
+    free = case["total"] - case["other"] - case["context"]
+    stub = NS(mambaish_config=None, post_capture_kv_active=False, device="cuda", gpu_id=0,
+              model_config=NS(is_multimodal=False))
+    sched = NS(mem_fraction_static=case["f"], prefill_max_requests=None, max_mamba_cache_size=None)
+    graphs = NS(graph=NS(cuda_graph_config=NS(prefill=NS(full_prefill_max_req=None, backend=None))))
+    with mock.patch.object(kc, "get_available_gpu_memory", lambda *a, **k: (free - case["weights"]) / GIB), \
+         mock.patch.object(kc, "get_schedule", lambda: sched), mock.patch.object(kc, "get_exec", lambda: graphs), \
+         mock.patch.object(kc, "get_disagg", lambda: NS(disaggregation_mode="null")), \
+         mock.patch.object(kc, "get_parallel", lambda: NS(launch_world_size=1, world_group=NS(cpu_group=None))), \
+         mock.patch.object(kc, "get_mm", lambda: NS(mm_feature_transport=None)):
+        out.append(kc.KVCacheConfigurator._profile_available_bytes(stub, free / GIB))
+print("@@SGLANG-MEMORY@@" + json.dumps(out))
+"""
+)
+
+
+@pytest.mark.engine_oracle
+def test_sglang_0523_takes_others_times_the_fraction_in_its_own_code() -> None:
+    require_oracle_venv()
+    cases = [
+        {"total": total, "other": other, "context": GIB // 2, "weights": WEIGHTS, "f": f}
+        for total in (80 * GIB, find_gpu_sku("h200-sxm-141gb").memory_total_bytes)
+        for f in (0.83, 0.88)
+        for other in (0, 3 * GIB, 10 * GIB + 12345)
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ORACLE_PYTHON.parent.parent / "sglang-extra")}
+    done = subprocess.run(
+        [str(ORACLE_PYTHON), "-c", _SGLANG_SCRIPT],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("@@SGLANG-MEMORY@@")]
+    assert done.returncode == 0 and lines, (done.stderr or done.stdout)[-2000:]
+    budgets = json.loads(lines[-1].removeprefix("@@SGLANG-MEMORY@@"))
+    profile = engine_profile("sglang", None)
+    for case, sglang in zip(cases, budgets, strict=True):
+        alone = budgets[cases.index({**case, "other": 0})]
+        charged = profile.kv_budget(case["total"], case["f"], WEIGHTS, 0, 0)
+        charged -= profile.kv_budget(case["total"], case["f"], WEIGHTS, 0, case["other"])
+        assert abs((alone - sglang) - charged) <= 2, case  # SGLang's GB floats and int(): a byte or two
