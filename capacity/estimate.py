@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from capacity.columns import CONTRACT
 from capacity.dtypes import ELEMENT_BYTES, GIB, KV_DTYPES, element_bytes, format_gib, kv_element_bytes
 from capacity.engines.base import KV_CONNECTOR
-from capacity.engines.protocol import AssumptionContext, DefaultsRequest, EngineProfile, PoolRequest
+from capacity.engines.protocol import AssumptionContext, DefaultsRequest, EngineProfile, PoolRequest, StartRequest
 from capacity.engines.registry import engine_profile
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -421,6 +421,12 @@ def estimate(
         context_tokens,
         concurrency,
     )
+    start = StartRequest(model, gpu, weights.format_name, f.max_model_len, d.allow_long_max_model_len)
+    refusal = profile.start_refusal(start)
+    if refusal is not None:
+        # at a length within the model's limit it may start (the largest that does stays the pool's answer)
+        within = profile.start_refusal(replace(start, max_model_len=min(f.max_model_len, limit))) is None
+        f = _refused(f, profile, refusal, f.max_model_len_that_starts if within else 0)
     return Estimate(
         model=model_name or model.architecture,
         gpu=gpu.id if gpu else "custom",
@@ -488,6 +494,21 @@ def _pool_request(
         lim.batched_tokens,
         lim.in_flight_tokens,
         state_checkpoints,
+    )
+
+
+def _refused(f: _PoolFigures, profile: EngineProfile, message: str, fitted_len: int) -> _PoolFigures:
+    """A layout the engine refuses before sizing memory: nothing starts, nothing fits, the engine's message
+    is the reason (the pool figures stay: what the memory would hold, had the engine started)."""
+    return replace(
+        f,
+        starts=False,
+        max_model_len_that_starts=fitted_len,
+        fits=False,
+        b_max=0,
+        b_max_memory=0,
+        max_context_at_concurrency=0,
+        reason=f"DOES NOT START: {profile.engine.value} refuses it: {message}",
     )
 
 

@@ -1,0 +1,147 @@
+"""Layouts the engines refuse before sizing memory are reported as "does not start" with the engine's
+message, never FITS. Oracles: the engines' own source, read in the wheels (quoted per case below):
+- vLLM `config/vllm.py` `_get_quantization_config` raises when `capability < quant_config.get_min_capability()`;
+  `Fp8Config.get_min_capability()` is 80 in 0.6.1-0.13.0 and 75 from 0.14.0 (FP8 Marlin on Turing) to 0.33.0;
+- SGLang 0.5.23 `Fp8Config.get_min_capability()` is 80 (loader.py raises the same sentence);
+- vLLM `config/model.py` `_get_and_verify_max_len`: a max_model_len above the derived one raises unless
+  VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; SGLang `_derive_context_length` likewise with
+  SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1.
+The compute capabilities are NVIDIA's (V100 7.0, T4 7.5, A100 8.0, L4 8.9, H100 9.0)."""
+
+from __future__ import annotations
+
+import pytest
+
+from capacity.engines.command_line import read_command
+from capacity.estimate import estimate
+from capacity.hf_config import parse_config
+from capacity.spec import DeploymentSpec, GpuSku, ModelSpec
+from tests.test_registry_hostile import GOOD, _bundled_config
+
+LLAMA_8B = _bundled_config(GOOD)
+LIMIT_TOKENS = 131072  # Llama 3.1's max_position_embeddings (rope_type llama3: vLLM applies no factor)
+
+
+def _gpu(architecture: str, vendor: str = "nvidia") -> GpuSku:
+    return GpuSku(
+        id=f"test-{architecture}",
+        name=architecture,
+        vendor=vendor,
+        memory_total_bytes=80 * 2**30,
+        architecture=architecture,
+    )
+
+
+def _model() -> ModelSpec:
+    return parse_config(LLAMA_8B, name="meta-llama/Llama-3.1-8B-Instruct")
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "architecture", "capability", "minimum"),
+    [
+        ("vllm", "0.33", "volta", 70, 75),  # 0.33: 75, V100 below it
+        ("vllm", "0.14.0", "volta", 70, 75),
+        ("vllm", "0.13.0", "turing", 75, 80),  # 0.13: still 80, so T4 is refused
+        ("vllm", "0.6.1", "turing", 75, 80),
+        ("sglang", None, "turing", 75, 80),
+        ("sglang", None, "volta", 70, 80),
+    ],
+)
+def test_fp8_weights_below_the_minimum_capability_do_not_start(
+    engine: str, version: str | None, architecture: str, capability: int, minimum: int
+) -> None:
+    got = estimate(
+        _model(),
+        DeploymentSpec(engine=engine, engine_version=version, weight_dtype="fp8", tp=2, max_model_len=8192),
+        gpu=_gpu(architecture),
+    )
+    assert not got.starts and not got.fits and got.b_max == 0
+    assert got.max_model_len_that_starts == 0  # no length starts: the refusal is the GPU's
+    assert got.reason == (
+        f"DOES NOT START: {engine} refuses it: The quantization method fp8 is not supported for the current GPU. "
+        f"Minimum capability: {minimum}. Current capability: {capability}."
+    )
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "architecture"),
+    [
+        ("vllm", "0.33", "turing"),  # FP8 Marlin, weight-only, from 0.14: the engine runs it, so no refusal
+        ("vllm", "0.14.0", "turing"),
+        ("vllm", "0.13.0", "ampere"),
+        ("vllm", "0.5.0", "volta"),  # 0.4.1-0.5.x not read: estimated, not refused
+        ("sglang", None, "ampere"),
+        ("trtllm", None, "volta"),  # TensorRT-LLM's checks are not read: not refused
+        ("vllm", "0.33", "cdna3"),  # not NVIDIA: no compute capability to check
+    ],
+)
+def test_fp8_weights_the_engine_runs_are_not_refused(engine: str, version: str | None, architecture: str) -> None:
+    vendor = "amd" if architecture.startswith("cdna") else "nvidia"
+    got = estimate(
+        _model(),
+        DeploymentSpec(engine=engine, engine_version=version, weight_dtype="fp8", max_model_len=8192),
+        gpu=_gpu(architecture, vendor),
+    )
+    assert got.starts and got.fits, got.reason
+
+
+def test_bf16_on_volta_is_not_refused() -> None:
+    got = estimate(_model(), DeploymentSpec(max_model_len=8192), gpu=_gpu("volta"))
+    assert got.starts and "refuses" not in got.reason
+
+
+@pytest.mark.parametrize(
+    ("engine", "what", "override"),
+    [
+        ("vllm", "max_model_len", "VLLM_ALLOW_LONG_MAX_MODEL_LEN"),
+        ("sglang", "context_length", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"),
+    ],
+)
+def test_a_length_beyond_the_model_limit_does_not_start_without_the_override(
+    engine: str, what: str, override: str
+) -> None:
+    asked = 300000
+    refused = estimate(_model(), DeploymentSpec(engine=engine, max_model_len=asked), gpu=_gpu("hopper"))
+    assert not refused.starts and not refused.fits and refused.b_max == 0
+    assert refused.reason.startswith(
+        f"DOES NOT START: {engine} refuses it: User-specified {what} ({asked}) is greater than the derived "
+        f"{what} ({LIMIT_TOKENS})"
+    )
+    assert f"set the env var {override}=1" in refused.reason and "\n" not in refused.reason
+    # at the model's own limit it would start if the pool holds it (the pool's answer, not the refusal's)
+    assert 0 < refused.max_model_len_that_starts <= LIMIT_TOKENS
+
+    allowed = estimate(
+        _model(),
+        DeploymentSpec(engine=engine, max_model_len=asked, allow_long_max_model_len=True),
+        gpu=_gpu("hopper"),
+    )
+    assert "refuses" not in allowed.reason
+    at_limit = estimate(_model(), DeploymentSpec(engine=engine, max_model_len=LIMIT_TOKENS), gpu=_gpu("hopper"))
+    assert "refuses" not in at_limit.reason
+
+
+def test_vllm_0_4_has_no_long_length_override() -> None:
+    """0.4.0.post1's `_get_and_verify_max_len` raises with no environment variable to set."""
+    got = estimate(
+        _model(),
+        DeploymentSpec(engine_version="0.4", max_model_len=300000, allow_long_max_model_len=True),
+        gpu=_gpu("hopper"),
+    )
+    assert "refuses it: User-specified max_model_len (300000)" in got.reason
+
+
+@pytest.mark.parametrize(
+    ("prefix", "allowed"),
+    [
+        ("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 ", True),
+        ("env VLLM_ALLOW_LONG_MAX_MODEL_LEN=true ", True),
+        ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 ", True),
+        ("VLLM_ALLOW_LONG_MAX_MODEL_LEN=0 ", False),
+        ("HF_TOKEN=x ", False),
+        ("", False),
+    ],
+)
+def test_a_pasted_command_sets_the_override_from_its_environment(prefix: str, allowed: bool) -> None:
+    command = read_command(prefix + "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 300000")
+    assert command.options.get("allow_long_max_model_len", False) is allowed
