@@ -14,7 +14,8 @@ from capacity.dtypes import ELEMENT_BYTES, GIB, KV_DTYPES, element_bytes, format
 from capacity.engines.base import KV_CONNECTOR
 from capacity.engines.protocol import AssumptionContext, DefaultsRequest, EngineProfile, PoolRequest, StartRequest
 from capacity.engines.registry import engine_profile
-from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
+from capacity.kv.kinds import StateTerms
+from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.parallel import validate_parallelism
 from capacity.pool import (
@@ -81,6 +82,8 @@ class Estimate:
     start_reserved_units: int = 0  # units the start check holds back (vLLM 0.33: the null block)
     not_modelled: str | None = None  # why the engine's accounting of this model is not modelled
     activation_buffers: tuple[tuple[str, int], ...] = ()  # the activation peak's named terms (Overhead.buffers)
+    # the most loaded GPU's state layers, (terms, layers of that shape): state_bytes_per_sequence_per_gpu's sum
+    state_terms: tuple[tuple[StateTerms, int], ...] = ()
 
     def b_max_at(self, context_tokens: int) -> int:
         return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
@@ -405,9 +408,10 @@ def estimate(
     dt = _dtypes(model, d, profile)
     per_token = kv_bytes_per_token(model, dt.kv_bytes)
     per_token_gpu = kv_bytes_per_token_per_gpu(model, dt.kv_bytes, d.tp, d.pp)
-    state_gpu = state_bytes_per_sequence_per_gpu(
+    state_terms = state_terms_per_gpu(
         model, dt.act_bytes, dt.ssm_bytes, d.tp, d.pp, conv_without_current=profile.conv_state_without_current
     )
+    state_gpu = sum(terms.total_bytes * n for terms, n in state_terms)
     weights = _weights(model, d, profile, gpu, checkpoint_bytes, notes)
     defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
     lim = _limits(d, profile, defaults)
@@ -475,6 +479,7 @@ def estimate(
         start_reserved_units=profile.start_reserved_units,
         not_modelled=not_modelled,
         activation_buffers=overhead.buffers,
+        state_terms=tuple(state_terms),
         **f.fields(),  # type: ignore[arg-type]
     )
 
