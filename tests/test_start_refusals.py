@@ -10,12 +10,15 @@ The compute capabilities are NVIDIA's (V100 7.0, T4 7.5, A100 8.0, L4 8.9, H100 
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from capacity.engines.command_line import read_command
 from capacity.estimate import estimate
 from capacity.hf_config import parse_config
-from capacity.spec import DeploymentSpec, GpuSku, ModelSpec
+from capacity.spec import CheckpointQuant, DeploymentSpec, GpuSku, ModelSpec
 from tests.test_registry_hostile import GOOD, _bundled_config
 
 LLAMA_8B = _bundled_config(GOOD)
@@ -145,3 +148,37 @@ def test_vllm_0_4_has_no_long_length_override() -> None:
 def test_a_pasted_command_sets_the_override_from_its_environment(prefix: str, allowed: bool) -> None:
     command = read_command(prefix + "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 300000")
     assert command.options.get("allow_long_max_model_len", False) is allowed
+
+
+@pytest.mark.parametrize("vllm_version", ["0.13", "0.33"])
+def test_the_grid_publishes_no_layout_the_engine_refuses(vllm_version: str) -> None:
+    """The grid runs each model at its own limit (never beyond it) and plans fp8 weights only on GPUs with
+    `fp8_support` (Ada and later), a subset of what the engines run: no published row is one the start
+    check above refuses, and fp8 rows exist where the engines run them (the check can fail)."""
+    from capacity.engines.protocol import StartRequest
+    from capacity.engines.registry import engine_profile
+    from capacity.grid import GridModel, GridOptions, build_capacity_grid
+    from models_registry.sources.gpu_catalog import load_gpu_skus
+    from tests.handmade import dense_spec
+
+    catalog = Path(__file__).resolve().parent.parent / "models_registry" / "catalog" / "gpus.yaml"
+    skus = [g for g in load_gpu_skus(catalog) if g.id in ("t4-16gb", "v100-sxm2-32gb", "h100-sxm-80gb")]
+    assert {g.architecture for g in skus} == {"turing", "volta", "hopper"}
+    small = dense_spec(layers=16, heads=16, kv_heads=8, hidden=2048, intermediate=8192, context=32768)
+    fp8 = replace(small, quantization=CheckpointQuant("fp8", "fp8"))
+    models = [GridModel("hand/small", small), GridModel("hand/small-fp8", fp8)]
+    options = GridOptions(engines=("vllm", "sglang"), vllm_version=vllm_version, tp_sizes=(1, 2), pp_sizes=(2,))
+    grid = build_capacity_grid(models, skus, options).collect()
+    by_id, specs = {g.id: g for g in skus}, {m.repo_id: m.spec for m in models}
+    fp8_gpus = set()
+    for row in (
+        grid.select("model", "gpu", "engine", "engine_version", "weight_dtype", "max_model_len")
+        .unique()
+        .iter_rows(named=True)
+    ):
+        profile = engine_profile(row["engine"], row["engine_version"])
+        request = StartRequest(specs[row["model"]], by_id[row["gpu"]], row["weight_dtype"], row["max_model_len"])
+        assert profile.start_refusal(request) is None, row
+        if row["weight_dtype"] == "fp8":
+            fp8_gpus.add(row["gpu"])
+    assert fp8_gpus == {"h100-sxm-80gb"}
