@@ -10,6 +10,7 @@ The compute capabilities are NVIDIA's (V100 7.0, T4 7.5, A100 8.0, L4 8.9, H100 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -182,3 +183,29 @@ def test_the_grid_publishes_no_layout_the_engine_refuses(vllm_version: str) -> N
         if row["weight_dtype"] == "fp8":
             fp8_gpus.add(row["gpu"])
     assert fp8_gpus == {"h100-sxm-80gb"}
+
+
+CLI_LLAMA = Path(__file__).parent / "fixtures" / "broken_configs" / "valid-llama" / "config.json"
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--gpu", "v100-sxm2-32gb", "--dtype", "fp8", "--tp", "2"], "Minimum capability: 75. Current capability: 70."),
+        (["--gpu", "t4-16gb", "--dtype", "fp8", "--tp", "2", "--engine-version", "0.13"], "Minimum capability: 80."),
+        (["--gpu", "H100", "--max-model-len", "300000"], "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
+    ],
+)
+def test_the_issue_examples_do_not_say_fits(args: list[str], words: str) -> None:
+    """`capplan estimate` as the issue ran it: the last line is the engine's refusal, not FITS."""
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    result = CliRunner().invoke(app, ["estimate", str(CLI_LLAMA), *args])
+    assert "Traceback" not in result.output
+    verdict = [line for line in result.stdout.splitlines() if line.startswith(("FITS", "DOES NOT"))]
+    assert len(verdict) == 1 and verdict[0].startswith("DOES NOT START: vllm refuses it: ") and words in verdict[0]
+    contract = CliRunner().invoke(app, ["estimate", str(CLI_LLAMA), *args, "--json"])
+    got = json.loads(contract.stdout)
+    assert got["starts"] is False and got["fits"] is False and words in got["reason"]
