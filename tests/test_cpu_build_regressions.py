@@ -22,6 +22,7 @@ from capacity.estimate import estimate
 from capacity.hf_config import parse_config
 from capacity.numeric import cdiv
 from capacity.spec import DeploymentSpec
+from tests.test_vllm_cpu_fixtures import fixture_deployment
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm_cpu"
 
@@ -31,24 +32,14 @@ def _fixture(case: str) -> dict[str, Any]:
     return loaded
 
 
-def _deployment(settings: dict[str, Any], async_scheduling: bool | None) -> DeploymentSpec:
-    return DeploymentSpec(
-        engine_version="0.32.0",
-        kv_cache_memory_bytes=settings["kv_cache_memory_bytes"],
-        block_size=settings["block_size"],
-        max_model_len=settings["max_model_len"],
-        max_num_batched_tokens=settings["max_num_batched_tokens"],
-        max_num_seqs=settings["max_num_seqs"],
-        async_scheduling=async_scheduling,
-    )
-
-
 def test_dense_first_deepseek_v3_estimates_the_recorded_pool() -> None:
     fixture = _fixture("deepseek-v3-mla-1024")
     config = fixture["config"] | {"first_k_dense_replace": fixture["config"]["num_hidden_layers"]}
     model = parse_config(config)
     assert model.num_experts == 0
-    got = estimate(model, _deployment(fixture["settings"], False), context_tokens=fixture["settings"]["max_model_len"])
+    got = estimate(
+        model, fixture_deployment(fixture, async_scheduling=False), context_tokens=fixture["settings"]["max_model_len"]
+    )
     assert got.num_blocks == fixture["result"]["num_blocks"]
     assert got.kv_cache_tokens == fixture["result"]["kv_cache_size_tokens"]
     assert got.starts and got.fits
@@ -76,10 +67,10 @@ def test_the_gpu_default_explains_the_reported_miss_and_says_so(case: str, low_s
     assert 1 - printed(2) / r["kv_cache_size_tokens"] == pytest.approx(low_share, abs=0.005)
 
     model = parse_config(cfg)
-    gpu_default = estimate(model, _deployment(s, None))
+    gpu_default = estimate(model, fixture_deployment(fixture, async_scheduling=None))
     assert gpu_default.kv_cache_tokens == printed(2)
     assert any("--no-async-scheduling" in note for note in gpu_default.notes)
-    cpu = estimate(model, _deployment(s, False))
+    cpu = estimate(model, fixture_deployment(fixture, async_scheduling=False))
     assert cpu.kv_cache_tokens == r["kv_cache_size_tokens"]
     assert not any("async scheduling" in note for note in cpu.notes)
 
