@@ -679,6 +679,9 @@ def vllm_overhead_coefficients(release: VllmRelease) -> OverheadCoefficients:
 VLLM_FP8_MIN_CAPABILITY: tuple[tuple[str, int | None], ...] = (("0.4", None), ("0.6", 80), ("0.14", 75))
 
 
+# first vLLM release whose Triton attention refuses an fp8 KV cache below SM89 with FlashInfer's floor at SM80
+# (read in the 0.24.0, 0.25.1, 0.26.0, 0.30.0, 0.33.0 wheels; 0.13.0-0.23.0 have neither)
+VLLM_TRITON_FP8_KV_CHECK = "0.24"
 # SGLang 0.5.23 srt/layers/quantization/fp8.py Fp8Config.get_min_capability on CUDA (not mxfp8): 80
 SGLANG_FP8_MIN_CAPABILITY = 80
 

@@ -442,7 +442,7 @@ def estimate(
         context_tokens,
         concurrency,
     )
-    start = StartRequest(model, gpu, weights.format_name, f.max_model_len, d.allow_long_max_model_len)
+    start = StartRequest(model, gpu, weights.format_name, f.max_model_len, d.allow_long_max_model_len, dt.kv_name)
     refusal = profile.start_refusal(start)
     if refusal is not None:
         # at a length within the model's limit it may start (the largest that does stays the pool's answer)

@@ -89,6 +89,43 @@ def test_fp8_weights_the_engine_runs_are_not_refused(engine: str, version: str |
     assert got.starts and got.fits, got.reason
 
 
+@pytest.mark.parametrize(
+    ("version", "architecture", "kv_dtype", "refused"),
+    [
+        ("0.33", "turing", "fp8", True),  # Triton attention (FlashInfer's floor is 8.0 from 0.24) raises below 8.9
+        ("0.24", "volta", "fp8_e5m2", True),
+        ("0.33", "ampere", "fp8", False),  # FlashInfer takes fp8 on 8.0-8.8
+        ("0.33", "ada", "fp8_e4m3", False),
+        ("0.23", "turing", "fp8", False),  # 0.13-0.23: FlashInfer from 7.5, no Triton check
+        ("0.33", "turing", "auto", False),
+    ],
+)
+def test_fp8_kv_cache_on_pre_ampere_gpus(version: str, architecture: str, kv_dtype: str, refused: bool) -> None:
+    """vLLM's `TritonAttentionImpl.__init__` (0.24-0.33): "FP8 KV cache is not supported by the Triton attention
+    backend on {device} (compute capability {x.y}); native FP8 (fp8e4nv) requires SM89+. Re-run with
+    --kv-cache-dtype float16." (float16 below 8.0)."""
+    got = estimate(
+        _model(),
+        DeploymentSpec(engine_version=version, kv_dtype=kv_dtype, max_model_len=8192),
+        gpu=_gpu(architecture),
+    )
+    capability = {"volta": "7.0", "turing": "7.5"}.get(architecture)
+    expected = (
+        f"DOES NOT START: vllm refuses it: FP8 KV cache is not supported by the Triton attention backend on "
+        f"{architecture} (compute capability {capability}); native FP8 (fp8e4nv) requires SM89+. "
+        "Re-run with --kv-cache-dtype float16."
+    )
+    assert (got.reason == expected) is refused and got.starts is not refused, got.reason
+
+
+def test_fp8_kv_cache_of_an_mla_model_is_not_refused() -> None:
+    """MLA models take the MLA backends (TRITON_MLA on these GPUs), whose fp8 rule is not read: estimated."""
+    from tests.handmade import mla_spec
+
+    got = estimate(mla_spec(), DeploymentSpec(kv_dtype="fp8", max_model_len=4096), gpu=_gpu("turing"))
+    assert "refuses" not in got.reason
+
+
 def test_bf16_on_volta_is_not_refused() -> None:
     got = estimate(_model(), DeploymentSpec(max_model_len=8192), gpu=_gpu("volta"))
     assert got.starts and "refuses" not in got.reason
@@ -172,15 +209,13 @@ def test_the_grid_publishes_no_layout_the_engine_refuses(vllm_version: str) -> N
     grid = build_capacity_grid(models, skus, options).collect()
     by_id, specs = {g.id: g for g in skus}, {m.repo_id: m.spec for m in models}
     fp8_gpus = set()
-    for row in (
-        grid.select("model", "gpu", "engine", "engine_version", "weight_dtype", "max_model_len")
-        .unique()
-        .iter_rows(named=True)
-    ):
+    columns = ("model", "gpu", "engine", "engine_version", "weight_dtype", "kv_dtype", "max_model_len")
+    for row in grid.select(*columns).unique().iter_rows(named=True):
         profile = engine_profile(row["engine"], row["engine_version"])
-        request = StartRequest(specs[row["model"]], by_id[row["gpu"]], row["weight_dtype"], row["max_model_len"])
+        spec, gpu = specs[row["model"]], by_id[row["gpu"]]
+        request = StartRequest(spec, gpu, row["weight_dtype"], row["max_model_len"], kv_dtype=row["kv_dtype"])
         assert profile.start_refusal(request) is None, row
-        if row["weight_dtype"] == "fp8":
+        if row["weight_dtype"] == "fp8" or row["kv_dtype"].startswith("fp8"):
             fp8_gpus.add(row["gpu"])
     assert fp8_gpus == {"h100-sxm-80gb"}
 

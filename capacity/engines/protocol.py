@@ -53,13 +53,14 @@ class PoolRequest:
 @dataclass(frozen=True, slots=True)
 class StartRequest:
     """What an engine checks before it sizes anything: the model, the GPU, the weight format it runs
-    (`WeightsEstimate.format_name`), the max_model_len asked and whether the long-length override is set."""
+    (`WeightsEstimate.format_name`), the max_model_len asked, whether the long-length override is set, the KV dtype."""
 
     model: ModelSpec
     gpu: GpuSku | None
     weight_format: str
     max_model_len: int
     allow_long_max_model_len: bool = False
+    kv_dtype: str = "auto"  # the `--kv-cache-dtype` asked, lower case
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,8 +120,9 @@ class SglangProfile(ProfileBase):
         context length beyond the model's limit raises unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
         (`ModelConfig._derive_context_length`); older releases not read."""
         method = fp8_method(request)
-        refused = method and quantization_refusal(method, ec.SGLANG_FP8_MIN_CAPABILITY, request)
-        return refused or long_length_refusal(request, "context_length", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")
+        if method is not None and (refused := quantization_refusal(method, ec.SGLANG_FP8_MIN_CAPABILITY, request)):
+            return refused
+        return long_length_refusal(request, "context_length", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")
 
     @property
     def conv_state_without_current(self) -> bool:

@@ -55,3 +55,21 @@ def long_length_refusal(request: StartRequest, what: str, override: str) -> str 
         f"of the model's config.json. To allow overriding this maximum, set the env var {override}=1 "
         "(capplan: --allow-long-max-model-len)"
     )
+
+
+def triton_fp8_kv_refusal(request: StartRequest) -> str | None:
+    """vLLM 0.24-0.33 on a GPU below compute capability 8.0 (Volta, Turing): FlashAttention and FlashInfer
+    (floor raised to 8.0 in 0.24) are not valid there, so attention runs the Triton backend, whose
+    `TritonAttentionImpl.__init__` raises for an fp8 KV cache below 8.9 (v1/attention/backends/triton_attn.py).
+    On 8.0-8.8 FlashInfer takes fp8, so only pre-Ampere GPUs are refused; MLA models take other backends
+    (TRITON_MLA, not read): not refused."""
+    gpu, capability = request.gpu, request.gpu.compute_capability if request.gpu is not None else None
+    if gpu is None or capability is None or capability >= 80 or not request.kv_dtype.startswith(FP8):
+        return None
+    if not any(layer.cache.stores_per_token_kv and not layer.cache.latent for layer in request.model.layers):
+        return None
+    return (
+        f"FP8 KV cache is not supported by the Triton attention backend on {gpu.name} (compute capability "
+        f"{capability // 10}.{capability % 10}); native FP8 (fp8e4nv) requires SM89+. "
+        "Re-run with --kv-cache-dtype float16."
+    )
