@@ -180,11 +180,15 @@ def test_vllm_0_4_has_no_long_length_override() -> None:
         ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 ", True),
         ("VLLM_ALLOW_LONG_MAX_MODEL_LEN=0 ", False),
         ("HF_TOKEN=x ", False),
+        ("docker run --gpus all -e VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm/vllm-openai:v0.11.0 --model ", True),
+        ("docker run --env=VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm/vllm-openai:latest --model ", True),
+        ("docker run -e HF_TOKEN=x vllm/vllm-openai:latest --model ", False),
         ("", False),
     ],
 )
 def test_a_pasted_command_sets_the_override_from_its_environment(prefix: str, allowed: bool) -> None:
-    command = read_command(prefix + "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 300000")
+    launcher = "" if prefix.startswith("docker") else "vllm serve "
+    command = read_command(prefix + launcher + "meta-llama/Llama-3.1-8B-Instruct --max-model-len 300000")
     assert command.options.get("allow_long_max_model_len", False) is allowed
 
 

@@ -22,6 +22,7 @@ import difflib
 import re
 import shlex
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from pathlib import PurePosixPath
 
 from capacity.engines.command_flags import ENGINE_FLAGS
@@ -210,7 +211,9 @@ def read_command(text: str) -> EngineCommand:
     release: str | None = None
     image_engine: Engine | None = None
     if tokens and PurePosixPath(tokens[0]).name in ("docker", "podman", "nerdctl"):
-        tokens, image = _after_image(tokens)
+        args, image = _after_image(tokens)
+        allow_long = allow_long or _container_env_override(tokens[: len(tokens) - len(args) - 1])
+        tokens = args
         image_engine, release = _image_engine(image)
     engine, args = _launcher(tokens, image_engine)
     command = _read_args(engine, release, args)
@@ -221,6 +224,13 @@ def read_command(text: str) -> EngineCommand:
 
 # the engines' variables that let max_model_len exceed the model's limit (vLLM config/model.py, SGLang environ.py)
 _LONG_LENGTH_OVERRIDES = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")
+
+
+def _container_env_override(options: list[str]) -> bool:
+    """Whether a container's `-e NAME=value` / `--env NAME=value` / `--env=NAME=value` sets a long-length override."""
+    values = [value for flag, value in pairwise(options) if flag in ("-e", "--env")]
+    values += [option.split("=", 1)[1] for option in options if option.startswith("--env=")]
+    return _long_length_override([value for value in values if _ENV_ASSIGNMENT.match(value)])
 
 
 def _long_length_override(tokens: list[str]) -> bool:
