@@ -14,6 +14,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from capacity.engines.command_line import read_command
@@ -248,3 +249,29 @@ def test_the_issue_examples_do_not_say_fits(args: list[str], words: str) -> None
     contract = CliRunner().invoke(app, ["estimate", str(CLI_LLAMA), *args, "--json"])
     got = json.loads(contract.stdout)
     assert got["starts"] is False and got["fits"] is False and words in got["reason"]
+
+
+@pytest.mark.parametrize(
+    ("vllm_version", "fp8_weights_run", "fp8_kv_runs"), [("0.13", False, True), ("0.33", True, False)]
+)
+def test_the_grid_asks_the_same_start_check(vllm_version: str, fp8_weights_run: bool, fp8_kv_runs: bool) -> None:
+    """A user catalog that claims fp8 on a Turing card (`fp8_support: true`) lets the grid plan fp8 there; the
+    engine's start check then decides, as in `estimate`: fp8 KV starts on 0.13 (FlashInfer from 7.5), not on
+    0.33 (Triton attention); fp8 weights start from vLLM 0.14 (FP8 Marlin), not on 0.13."""
+    from capacity.grid import GridModel, GridOptions, build_capacity_grid
+    from tests.handmade import dense_spec
+
+    turing = replace(_gpu("turing"), id="test-turing-fp8", fp8_support=True, memory_total_bytes=16 * 2**30)
+    small = dense_spec(layers=16, heads=16, kv_heads=8, hidden=2048, intermediate=8192, context=32768)
+    options = GridOptions(engines=("vllm",), vllm_version=vllm_version, tp_sizes=(1,), weight_dtypes=("bf16", "fp8"))
+    grid = build_capacity_grid([GridModel("hand/small", small)], [turing], options).collect()
+    assert grid.height > 0
+    assert bool(grid.filter(pl.col("kv_dtype").cast(pl.String).str.starts_with("fp8")).height) is fp8_kv_runs
+    assert bool(grid.filter(pl.col("weight_dtype").cast(pl.String) == "fp8").height) is fp8_weights_run
+    for kv_dtype, weight_dtype, starts in (("fp8", "bf16", fp8_kv_runs), ("auto", "fp8", fp8_weights_run)):
+        got = estimate(
+            small,
+            DeploymentSpec(engine_version=vllm_version, kv_dtype=kv_dtype, weight_dtype=weight_dtype),
+            gpu=turing,
+        )
+        assert got.starts is starts and ("refuses it" in got.reason) is not starts, got.reason
