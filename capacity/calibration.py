@@ -133,6 +133,8 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         engine_version=version,
         gpu_memory_utilization=s.gpu_memory_utilization,
         max_model_len=s.max_model_len,
+        # an observed engine ran at this length: accepted (its override set, or a length its config allows)
+        allow_long_max_model_len=True,
         block_size=s.block_size,
         max_num_batched_tokens=s.max_num_batched_tokens,
         max_num_seqs=s.max_num_seqs,

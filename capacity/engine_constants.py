@@ -672,6 +672,30 @@ def vllm_overhead_coefficients(release: VllmRelease) -> OverheadCoefficients:
     return VLLM_OVERHEAD_PROFILES[release.overhead_profile]
 
 
+# `Fp8Config.get_min_capability()` (model_executor/layers/quantization/fp8.py) by first release, read in the
+# wheels: 80 in 0.6.1-0.13.0 (fp8 Marlin from Ampere), 75 from 0.14.0 (MarlinFP8ScaledMMLinearKernel runs weight-
+# only fp8 on Turing; 0.14.0, 0.15.0, 0.20.0, 0.25.1, 0.26.0, 0.33.0 read); None: not read (0.4.0.post1 has no
+# fp8 method, 0.4.1-0.5.x not read), so nothing is refused there
+VLLM_FP8_MIN_CAPABILITY: tuple[tuple[str, int | None], ...] = (("0.4", None), ("0.6", 80), ("0.14", 75))
+
+
+# first vLLM release whose Triton attention refuses an fp8 KV cache below SM89 with FlashInfer's floor at SM80
+# (read in the 0.24.0, 0.25.1, 0.26.0, 0.30.0, 0.33.0 wheels; 0.13.0-0.23.0 have neither)
+VLLM_TRITON_FP8_KV_CHECK = "0.24"
+# SGLang 0.5.23 srt/layers/quantization/fp8.py Fp8Config.get_min_capability on CUDA (not mxfp8): 80
+SGLANG_FP8_MIN_CAPABILITY = 80
+
+
+def vllm_fp8_min_capability(version: str) -> int | None:
+    """The minimum compute capability of vLLM's `fp8` quantization method in `version`."""
+    wanted = parse_version(version)
+    chosen: int | None = None
+    for first, capability in VLLM_FP8_MIN_CAPABILITY:
+        if parse_version(first) <= wanted:
+            chosen = capability
+    return chosen
+
+
 def vllm_release(version: str | None) -> VllmRelease:
     """The rules in force for a vLLM version string like '0.11.2' (default: the newest supported)."""
     wanted = parse_version(version or VLLM_DEFAULT_VERSION)

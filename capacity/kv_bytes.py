@@ -7,6 +7,7 @@ profiles build their pools from these.
 
 from __future__ import annotations
 
+from capacity.kv.kinds import RecurrentState, StateTerms
 from capacity.parallel import stage_layer_counts, stage_layers
 from capacity.spec import LayerKVSpec, ModelSpec
 
@@ -34,13 +35,24 @@ def state_bytes_per_sequence_per_gpu(
     model: ModelSpec, model_bytes: int, ssm_bytes: int, tp: int = 1, pp: int = 1, *, conv_without_current: bool = False
 ) -> int:
     """Per-sequence state (Mamba / GDN layers) on the most loaded GPU (`layer_state_bytes`)."""
-    return max(
-        sum(
-            layer_state_bytes(layer, model_bytes, ssm_bytes, tp, conv_without_current=conv_without_current) * n
+    terms = state_terms_per_gpu(model, model_bytes, ssm_bytes, tp, pp, conv_without_current=conv_without_current)
+    return sum(t.total_bytes * n for t, n in terms)
+
+
+def state_terms_per_gpu(
+    model: ModelSpec, model_bytes: int, ssm_bytes: int, tp: int = 1, pp: int = 1, *, conv_without_current: bool = False
+) -> list[tuple[StateTerms, int]]:
+    """The state layers of the most loaded pipeline stage, one (terms, layers of that shape) per shape:
+    what the derivation prints and `state_bytes_per_sequence_per_gpu` sums."""
+    stages = [
+        [
+            (layer.cache.state_terms(model_bytes, ssm_bytes, tp, conv_without_current=conv_without_current), n)
             for layer, n in stage
-        )
+            if isinstance(layer.cache, RecurrentState)
+        ]
         for stage in stage_layer_counts(model, pp)
-    )
+    ]
+    return max(stages, key=lambda terms: sum(t.total_bytes * n for t, n in terms))
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_bytes: int) -> int:

@@ -145,6 +145,19 @@ class PriceBasis(StrEnum):
         return self is not PriceBasis.ESTIMATE
 
 
+# the lowest compute capability of each NVIDIA architecture in the GPU catalog (A10/A40 are 8.6, RTX Ada 8.9,
+# RTX Pro Blackwell 12.0: a lower bound is what a minimum-capability check needs)
+_NVIDIA_CAPABILITY = {
+    "volta": 70,
+    "turing": 75,
+    "ampere": 80,
+    "ada": 89,
+    "hopper": 90,
+    "blackwell": 100,
+    "blackwell_ultra": 103,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class GpuSku:
     """One accelerator model as the serving engine sees it."""
@@ -186,6 +199,15 @@ class GpuSku:
     def amd(self) -> bool:
         """An AMD GPU: ROCm's engines, RCCL and HIP graphs instead of CUDA's."""
         return self.vendor.lower() == "amd"
+
+    @property
+    def compute_capability(self) -> int | None:
+        """The lowest CUDA compute capability of the architecture (major x 10 + minor, as vLLM's
+        `DeviceCapability.to_int()`), for the engines' `get_min_capability` checks; None off NVIDIA or
+        for an architecture capplan does not know (then nothing is refused on it)."""
+        if self.vendor.lower() != "nvidia":
+            return None
+        return _NVIDIA_CAPABILITY.get((self.architecture or "").lower())
 
     @property
     def geforce(self) -> bool:
@@ -263,6 +285,9 @@ class DeploymentSpec:
     # which capplan does not assume (None: GpuSku.peer_link_gpus decides)
     disable_custom_all_reduce: bool | None = None
     gpu_peer_access: bool | None = None
+    # the engine's override for a max_model_len beyond the model's limit is set (vLLM
+    # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1): else it refuses to start
+    allow_long_max_model_len: bool = False
 
     def all_reduce_peer_gpus(self, gpu_peer_link_gpus: int | None) -> int | None:
         """The GPUs among which vLLM's custom all-reduce can run for this deployment (the `peer_link_gpus`

@@ -258,6 +258,7 @@ def predict(
         engine_version=_version(row, version_aware),
         gpu_memory_utilization=row.fraction,
         max_model_len=row.context_length,
+        allow_long_max_model_len=True,  # the length the log shows the engine with: accepted, not refused
         overhead_bytes_per_gpu=None if overhead_bytes is None else overhead_bytes + link_bytes,
     )
     try:

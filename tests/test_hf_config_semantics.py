@@ -23,8 +23,6 @@ NO_LENGTH = {k: v for k, v in LLAMA.items() if k != "max_position_embeddings"}
         (V3 | {"num_experts_per_tok": 300}, "`num_experts_per_tok` (300) exceeds `n_routed_experts` (256)"),
         (MIXTRAL | {"num_experts_per_tok": 9}, "num_experts_per_tok"),
         (MIXTRAL | {"num_local_experts": 0}, "num_local_experts"),
-        (V3 | {"first_k_dense_replace": 61}, "declares 256 experts but none of its 61 layers holds them"),
-        (V3 | {"moe_layer_freq": 1000, "first_k_dense_replace": 3}, "none of its 61 layers holds them"),
         (LLAMA | {"num_experts": 0, "num_experts_per_tok": 2}, "is 0 but `num_experts_per_tok` is 2"),
         (NO_LENGTH | {"seq_length": 1e30}, "`seq_length` = 1e+30 is implausibly large"),
         (NO_LENGTH | {"seq_length": 2**60}, "`seq_length`"),
@@ -56,3 +54,23 @@ def test_checkpoint_size_band_names_both_numbers() -> None:
     low, high = checkpoint_size_band(spec)
     assert low < 2 * spec.total_params < high
     assert checkpoint_size_problem(spec, 100 * spec.total_params) is not None
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"first_k_dense_replace": 61},
+        {"first_k_dense_replace": 1000},
+        {"moe_layer_freq": 1000, "first_k_dense_replace": 3},
+    ],
+)
+def test_experts_no_layer_holds_are_sized_dense_not_refused(overrides: dict[str, int]) -> None:
+    """vLLM's DeepseekV2DecoderLayer takes the MoE block only where `layer_idx >= first_k_dense_replace and
+    layer_idx % moe_layer_freq == 0`, and `extract_moe_parameters(None)` sets num_moe_layers 0 (deepseek_v2.py,
+    0.33.0): such a config loads as a dense model. Hand count: every layer's MLP is the dense gated MLP
+    (3 x hidden x intermediate_size), no routed experts, no router."""
+    spec = parse_config(V3 | overrides, name="acme/dense-first")
+    assert spec.num_experts == 0 and spec.num_experts_per_token == 0
+    assert all(p.experts == 0 and p.router == 0 for p in spec.layer_params)
+    assert all(p.mlp == 3 * V3["hidden_size"] * V3["intermediate_size"] for p in spec.layer_params)
+    assert any("none of its 61 layers holds them" in note and "sized dense" in note for note in spec.notes)

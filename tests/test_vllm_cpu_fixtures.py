@@ -23,12 +23,10 @@ def test_fixture_set_covers_the_families() -> None:
     assert {"llama", "qwen2", "mistral", "gemma2", "gemma3_text", "deepseek_v3", "gpt_oss", "phi3"} <= families
 
 
-@pytest.mark.parametrize("path", FIXTURES, ids=[p.stem for p in FIXTURES])
-def test_vllm_profile_reproduces_fixture(path: Path) -> None:
-    fixture: dict[str, Any] = json.loads(path.read_text())
-    settings, result = fixture["settings"], fixture["result"]
-    model = parse_config(fixture["config"])
-    deployment = DeploymentSpec(
+def fixture_deployment(fixture: dict[str, Any], *, async_scheduling: bool | None) -> DeploymentSpec:
+    """The recorded run's settings as a deployment (`async_scheduling` None: the GPU default)."""
+    settings = fixture["settings"]
+    return DeploymentSpec(
         engine="vllm",
         engine_version=fixture["vllm_version"],
         kv_dtype=settings["kv_cache_dtype"],
@@ -37,8 +35,17 @@ def test_vllm_profile_reproduces_fixture(path: Path) -> None:
         max_model_len=settings["max_model_len"],
         max_num_batched_tokens=settings["max_num_batched_tokens"],
         max_num_seqs=settings["max_num_seqs"],
-        async_scheduling=False,  # the CPU build has no async scheduling: one batch in flight
+        async_scheduling=async_scheduling,
     )
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[p.stem for p in FIXTURES])
+def test_vllm_profile_reproduces_fixture(path: Path) -> None:
+    fixture: dict[str, Any] = json.loads(path.read_text())
+    settings, result = fixture["settings"], fixture["result"]
+    model = parse_config(fixture["config"])
+    # the CPU build has no async scheduling: one batch in flight
+    deployment = fixture_deployment(fixture, async_scheduling=False)
     got = estimate(model, deployment, context_tokens=settings["max_model_len"])
     assert got.num_blocks == result["num_blocks"]
     assert got.kv_cache_tokens == result["kv_cache_size_tokens"]

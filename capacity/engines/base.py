@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from capacity.dtypes import format_gib, serving_dtype
-from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext
+from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, StartRequest
 from capacity.numeric import Num, truncate
 
 if TYPE_CHECKING:
@@ -90,6 +90,10 @@ class ProfileBase:
     @property
     def refuses_short_pool(self) -> bool:
         return False
+
+    def start_refusal(self, request: StartRequest) -> str | None:
+        """TensorRT-LLM and the plain reading: no start check read (none refused)."""
+        return None
 
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         return None

@@ -21,7 +21,8 @@ from __future__ import annotations
 import difflib
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from pathlib import PurePosixPath
 
 from capacity.engines.command_flags import ENGINE_FLAGS
@@ -205,14 +206,45 @@ _HUMAN_INT = re.compile(r"^(-?\d+(?:\.\d+)?)([kKmMgGtT]?)$")
 def read_command(text: str) -> EngineCommand:
     """The engine command in `text`, read against the engine's flag table."""
     tokens = _tokens(text)
+    allow_long = _long_length_override(tokens)
     tokens = _without_env(tokens)
     release: str | None = None
     image_engine: Engine | None = None
     if tokens and PurePosixPath(tokens[0]).name in ("docker", "podman", "nerdctl"):
-        tokens, image = _after_image(tokens)
+        args, image = _after_image(tokens)
+        allow_long = allow_long or _container_env_override(tokens[: len(tokens) - len(args) - 1])
+        tokens = args
         image_engine, release = _image_engine(image)
     engine, args = _launcher(tokens, image_engine)
-    return _read_args(engine, release, args)
+    command = _read_args(engine, release, args)
+    if allow_long:
+        command = replace(command, options={**command.options, "allow_long_max_model_len": True})
+    return command
+
+
+# the engines' variables that let max_model_len exceed the model's limit (vLLM config/model.py, SGLang environ.py)
+_LONG_LENGTH_OVERRIDES = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")
+
+
+def _container_env_override(options: list[str]) -> bool:
+    """Whether a container's `-e NAME=value` / `--env NAME=value` / `--env=NAME=value` sets a long-length override."""
+    values = [value for flag, value in pairwise(options) if flag in ("-e", "--env")]
+    values += [option.split("=", 1)[1] for option in options if option.startswith("--env=")]
+    return _long_length_override([value for value in values if _ENV_ASSIGNMENT.match(value)])
+
+
+def _long_length_override(tokens: list[str]) -> bool:
+    """Whether a `NAME=value` prefix sets one of the long-length overrides to a true value ("1" or "true",
+    as the engines read them); no other prefix is read."""
+    for token in tokens:
+        if token in ("env", "sudo", "exec", "nohup"):
+            continue
+        if not _ENV_ASSIGNMENT.match(token):
+            return False
+        name, _, value = token.partition("=")
+        if name in _LONG_LENGTH_OVERRIDES and value.strip().lower() in ("1", "true"):
+            return True
+    return False
 
 
 def _tokens(text: str) -> list[str]:

@@ -51,6 +51,19 @@ class PoolRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class StartRequest:
+    """What an engine checks before it sizes anything: the model, the GPU, the weight format it runs
+    (`WeightsEstimate.format_name`), the max_model_len asked, whether the long-length override is set, the KV dtype."""
+
+    model: ModelSpec
+    gpu: GpuSku | None
+    weight_format: str
+    max_model_len: int
+    allow_long_max_model_len: bool = False
+    kv_dtype: str = "auto"  # the `--kv-cache-dtype` asked, lower case
+
+
+@dataclass(frozen=True, slots=True)
 class AssumptionContext:
     """What the estimate resolved, for the notes that name an input the deployment leaves unstated
     when its plausible range moves the KV budget by more than `ASSUMPTION_SHARE`."""
@@ -132,6 +145,11 @@ class EngineProfile(Protocol):
     @property
     def refuses_short_pool(self) -> bool:
         """True when the engine refuses to start unless one request of max_model_len fits."""
+
+    def start_refusal(self, request: StartRequest) -> str | None:
+        """The engine's own one-line message where it refuses to start this layout before sizing any
+        memory (a weight format the GPU generation cannot run, a length beyond the model's limit); None: starts."""
+        ...
 
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         """Why the engine rejects a KV cache dtype (None: accepted)."""

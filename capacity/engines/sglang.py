@@ -33,7 +33,8 @@ from capacity import engine_constants as ec
 from capacity.dtypes import format_gib
 from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
 from capacity.engines.kinds import Engine
-from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest
+from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest, StartRequest
+from capacity.engines.start_checks import fp8_method, long_length_refusal, quantization_refusal
 from capacity.kv_bytes import layer_state_bytes
 from capacity.numeric import Num, as_float, at_least, both, choose, negate, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -116,6 +117,15 @@ class SglangProfile(ProfileBase):
     def refuses_short_pool(self) -> bool:
         """SGLang starts with any non-empty pool; the scheduler caps a request's length at the pool."""
         return False
+
+    def start_refusal(self, request: StartRequest) -> str | None:
+        """SGLang 0.5.23: fp8 weights need capability 80 (`Fp8Config.get_min_capability`, not mxfp8), and a
+        context length beyond the model's limit raises unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
+        (`ModelConfig._derive_context_length`); older releases not read."""
+        method = fp8_method(request)
+        if method is not None and (refused := quantization_refusal(method, ec.SGLANG_FP8_MIN_CAPABILITY, request)):
+            return refused
+        return long_length_refusal(request, "context_length", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")
 
     @property
     def conv_state_without_current(self) -> bool:

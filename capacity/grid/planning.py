@@ -14,6 +14,7 @@ import polars as pl
 
 from capacity.dtypes import element_bytes, kv_element_bytes
 from capacity.engines import DefaultsRequest, EngineProfile, PoolRequest
+from capacity.engines.protocol import StartRequest
 from capacity.engines.registry import engine_profile
 from capacity.grid.options import GridModel, GridOptions, grid_contexts, weight_dtype_choices
 from capacity.grid.speed import _perf_layout_row
@@ -297,6 +298,7 @@ def _build_rows(
         t.models.append((m, gm.repo_id, spec.family, spec.context_limit_tokens, contexts[0], contexts))
         t.node.extend((m, gpn, tp) for gpn, tp in node.items())
         dtypes = weight_dtype_choices(spec, options.weight_dtypes)
+        starting: dict[tuple[int, str, str], tuple[int, ...] | None] = {}  # per (engine, weight format, KV dtype)
         vid, kv_spec = reg.kv_view(spec)
         weights: dict[tuple[str, int, int, str], WeightsEstimate] = {}
         for tp, pp in combos:
@@ -351,7 +353,13 @@ def _build_rows(
                             # `engine` reaches the weights only through the serving dtype
                             weights[wkey] = estimate_weights(spec, weight_dtype, tp, pp, gm.checkpoint_bytes, engine)
                         w = weights[wkey]
+                        key = (e, w.format_name, kv_dtype)
+                        if key not in starting:
+                            starting[key] = _starting_gpus(reg, profile, spec, w.format_name, kv_dtype)
                         for per_gpu_bytes, gpu_idxs in _weight_variants(reg, profile, spec, tp, pp, w):
+                            gpu_idxs = _within(gpu_idxs, starting[key])
+                            if gpu_idxs == ():
+                                continue  # the engine refuses this layout on every GPU of the variant
                             variant = w if per_gpu_bytes == w.per_gpu_bytes else replace(w, per_gpu_bytes=per_gpu_bytes)
                             perf = _perf_layout_row(spec, tp, pp, weight_dtype, engine, variant, kv_bytes)
                             rank = t.rank_base + len(t.layouts)
@@ -384,6 +392,27 @@ def _overhead_rows(
                 (m, e, tp, pp, seqs or None, batched, multicast, peers, o.activation_peak_bytes,
                  o.non_torch_bytes, o.cuda_graph_bytes, o.total_bytes)
             )  # fmt: skip
+
+
+def _starting_gpus(
+    reg: _Registry, profile: EngineProfile, spec: ModelSpec, weight_format: str, kv_dtype: str
+) -> tuple[int, ...] | None:
+    """The GPUs the engine starts the layout on (`EngineProfile.start_refusal` at the model's limit, the
+    length the grid plans, as `estimate` asks it); None where it refuses none."""
+    starts = tuple(
+        g
+        for g, gpu in enumerate(reg.gpus)
+        if profile.start_refusal(StartRequest(spec, gpu, weight_format, spec.context_limit_tokens, kv_dtype=kv_dtype))
+        is None
+    )
+    return None if len(starts) == len(reg.gpus) else starts
+
+
+def _within(gpu_idxs: tuple[int, ...] | None, starting: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """A weight variant's GPUs (None: all) less those the engine refuses the layout on."""
+    if starting is None:
+        return gpu_idxs
+    return starting if gpu_idxs is None else tuple(g for g in gpu_idxs if g in starting)
 
 
 def _weight_variants(

@@ -328,6 +328,39 @@ class LatentAttention(LayerCache):
 
 
 @dataclass(frozen=True, slots=True)
+class StateTerms:
+    """One state layer's per-sequence bytes on one GPU, every factor kept, so the derivation shows them."""
+
+    conv_elements: int  # the conv state as the engine stores it (kernel - 1 columns where `kernel` is set)
+    kernel: int  # the conv window where a column was dropped (conv_elements = channels x (kernel - 1)), else 0
+    tp: int
+    conv_element_bytes: int  # the model dtype
+    recurrent_elements: int
+    recurrent_element_bytes: int  # the SSM cache dtype
+
+    @property
+    def total_bytes(self) -> int:
+        return (
+            cdiv(self.conv_elements, self.tp) * self.conv_element_bytes
+            + cdiv(self.recurrent_elements, self.tp) * self.recurrent_element_bytes
+        )
+
+    def describe(self) -> str:
+        """`conv C / TP x b + recurrent R / TP x b = N B`, each number the one `total_bytes` multiplies."""
+        stored = f"{self.conv_elements:,}"
+        if self.kernel:  # the engine drops the current token's column of the conv window
+            whole = self.conv_elements // (self.kernel - 1) * self.kernel
+            stored = f"{whole:,} x {self.kernel - 1}/{self.kernel} = {stored}"
+        conv = cdiv(self.conv_elements, self.tp)
+        recurrent = cdiv(self.recurrent_elements, self.tp)
+        return (
+            f"conv {stored} / TP {self.tp} = {conv:,} x {self.conv_element_bytes} B + recurrent "
+            f"{self.recurrent_elements:,} / TP {self.tp} = {recurrent:,} x {self.recurrent_element_bytes} B = "
+            f"{self.total_bytes:,} B"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RecurrentState(LayerCache):
     """Mamba / gated delta net: a constant state per sequence, nothing per token."""
 
@@ -343,16 +376,25 @@ class RecurrentState(LayerCache):
     def state_mixer(self) -> StateMixer | None:
         return self.mixer
 
-    def state_bytes(self, model_bytes: int, ssm_bytes: int, tp: int = 1, *, conv_without_current: bool = False) -> int:
+    def state_terms(
+        self, model_bytes: int, ssm_bytes: int, tp: int = 1, *, conv_without_current: bool = False
+    ) -> StateTerms:
         """Conv state in the model dtype and recurrent state in the SSM dtype, split by TP.
 
         transformers caches `conv_kernel` columns of the conv input; vLLM's state shape keeps
         `conv_kernel - 1` (`mamba_utils.MambaStateShapeCalculator`: the current token is not stored),
         which `conv_without_current` selects."""
         conv_elements = self.conv_state_elements
-        if conv_without_current and self.conv_kernel > 1:
+        kept = conv_without_current and self.conv_kernel > 1
+        if kept:
             conv_elements = conv_elements // self.conv_kernel * (self.conv_kernel - 1)
-        return cdiv(conv_elements, tp) * model_bytes + cdiv(self.recurrent_state_elements, tp) * ssm_bytes
+        return StateTerms(
+            conv_elements, self.conv_kernel if kept else 0, tp, model_bytes, self.recurrent_state_elements, ssm_bytes
+        )
+
+    def state_bytes(self, model_bytes: int, ssm_bytes: int, tp: int = 1, *, conv_without_current: bool = False) -> int:
+        """`state_terms`' bytes on one GPU."""
+        return self.state_terms(model_bytes, ssm_bytes, tp, conv_without_current=conv_without_current).total_bytes
 
     def describe(self) -> str:
         return f"state: conv {self.conv_state_elements:,} + recurrent {self.recurrent_state_elements:,} elements"

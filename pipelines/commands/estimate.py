@@ -126,6 +126,15 @@ EnforceEagerOption = Annotated[
         help="No CUDA graphs (vLLM --enforce-eager): from 0.21 the graph estimate is then not deducted.",
     ),
 ]
+AllowLongMaxModelLenOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-long-max-model-len",
+        help="The engine's override for a --max-model-len beyond the model's limit is set "
+        "(VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1); without it the "
+        "engine refuses to start.",
+    ),
+]
 TritonKernelsOption = Annotated[
     bool | None,
     typer.Option(
@@ -304,6 +313,7 @@ def estimate(
     max_model_len: MaxModelLenOption = None,
     async_scheduling: AsyncSchedulingOption = None,
     enforce_eager: EnforceEagerOption = False,
+    allow_long_max_model_len: AllowLongMaxModelLenOption = False,
     triton_kernels: TritonKernelsOption = None,
     disable_custom_all_reduce: DisableCustomAllReduceOption = False,
     gpu_peer_access: GpuPeerAccessOption = None,
@@ -347,7 +357,8 @@ def estimate(
 def _estimate(
     *, pasted: _Pasted | None, model: str | None, gpu: str | None, tp: int, pp: int, dtype: str, kv_dtype: str,
     context: int | None, concurrency: int | None, input_len: int | None, output_len: int | None,
-    max_model_len: int | None, async_scheduling: bool | None, enforce_eager: bool, triton_kernels: bool | None,
+    max_model_len: int | None, async_scheduling: bool | None, enforce_eager: bool, allow_long_max_model_len: bool,
+    triton_kernels: bool | None,
     disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool, cpu_offload_gb: float | None,
     speculative: bool, speculative_config: str | None, enable_dp_attention: bool, kv_transfer_config: str | None,
     gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
@@ -396,6 +407,7 @@ def _estimate(
         max_model_len=max_model_len,
         async_scheduling=async_scheduling,
         enforce_eager=enforce_eager or None,
+        allow_long_max_model_len=allow_long_max_model_len,
         triton_kernels=triton_kernels,
         disable_custom_all_reduce=disable_custom_all_reduce or None,
         gpu_peer_access=gpu_peer_access,
@@ -467,6 +479,7 @@ _PASTED_OPTIONS = {
     for name in (
         "tp", "pp", "dtype", "kv_dtype", "max_model_len", "gpu_memory_utilization", "max_num_seqs",
         "max_num_batched_tokens", "block_size", "enforce_eager", "async_scheduling", "disable_custom_all_reduce",
+        "allow_long_max_model_len",
         "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
         "kv_transfer_config", "enable_dp_attention", "engine", "engine_version",
     )

@@ -24,7 +24,8 @@ from capacity import engine_constants as ec
 from capacity.dtypes import format_gib
 from capacity.engines.base import ADAPTER_FEATURES, KV_CONNECTOR, ProfileBase
 from capacity.engines.kinds import Engine
-from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest
+from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest, StartRequest
+from capacity.engines.start_checks import fp8_method, long_length_refusal, quantization_refusal, triton_fp8_kv_refusal
 from capacity.engines.vllm.grouping import stage_pools
 from capacity.engines.vllm.overhead import runs_v2_model_runner, vllm_overhead
 from capacity.engines.vllm.releases import (
@@ -166,6 +167,24 @@ class VllmProfile(ProfileBase):
     @property
     def refuses_short_pool(self) -> bool:
         return True
+
+    def start_refusal(self, request: StartRequest) -> str | None:
+        """fp8 weights below the release's minimum capability (`vllm_fp8_min_capability`), an fp8 KV cache on a
+        pre-Ampere GPU from 0.24 (`triton_fp8_kv_refusal`; 0.13-0.23 ran FlashInfer from 7.5), then a length
+        beyond the model's limit (raised in every release read, 0.4.0.post1 to 0.33.0; the override
+        VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 exists from 0.6.1, not in 0.4.0.post1, 0.5 not read)."""
+        version = self.version or ec.VLLM_DEFAULT_VERSION
+        release = ec.parse_version(version)
+        method = fp8_method(request)
+        if method is not None and (
+            refused := quantization_refusal(method, ec.vllm_fp8_min_capability(version), request)
+        ):
+            return refused
+        if release >= ec.parse_version(ec.VLLM_TRITON_FP8_KV_CHECK) and (refused := triton_fp8_kv_refusal(request)):
+            return refused
+        overridable = release >= (0, 5)
+        request = replace(request, allow_long_max_model_len=request.allow_long_max_model_len and overridable)
+        return long_length_refusal(request, "max_model_len", "VLLM_ALLOW_LONG_MAX_MODEL_LEN")
 
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         name = kv_dtype.lower()
