@@ -47,6 +47,26 @@ class LayerParams:
 
 
 @dataclass(frozen=True, slots=True)
+class VisionTower:
+    """A multimodal checkpoint's vision encoder, as an engine's profiling run exercises it: its size,
+    the widths of one encoder layer, and the largest item its processor makes (in language-model
+    tokens, from the processor's default size) -- what the encoder cache and the dummy-input pass
+    scale with (`capacity.engines.vllm.multimodal`)."""
+
+    params: int  # tower + projector(s), already inside ModelSpec.extra_params
+    hidden_size: int
+    num_layers: int
+    intermediate_size: int
+    gated_mlp: bool  # gate/up projection (2 x intermediate) + SiLU-and-mul, else fc1 + activation
+    patch_elements: int  # channels x temporal patch x patch^2: one patch's input values
+    patches_per_token: int  # encoder positions per language-model token (spatial merge^2)
+    output_width: int  # values per LM token the encoder returns (text hidden, x deepstack levels)
+    max_image_tokens: int  # LM tokens of the largest image at the processor's default size
+    video_frame_tokens: int = 0  # LM tokens per temporal group of the largest video frame (0: no video)
+    video_max_groups: int = 0  # the dummy video: -1 one temporal group; n > 0 grows with max_model_len up to n
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointQuant:
     """How the published checkpoint stores its weights (from `quantization_config`)."""
 
@@ -89,6 +109,9 @@ class ModelSpec:
     mamba_ssm_dtype_stated: bool = False  # the config says the SSM state dtype (else engines choose)
     is_generic: bool = False  # parsed by the generic path: the model_type was not recognized
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # the vision encoder where the checkpoint has one; `multimodal` with no tower: one the parser cannot size
+    vision: VisionTower | None = None
+    multimodal: bool = False  # the checkpoint carries a vision_config (sized or not)
 
     @property
     def total_params(self) -> int:
