@@ -12,8 +12,10 @@ from dataclasses import dataclass, field, replace
 from capacity.columns import CONTRACT
 from capacity.dtypes import ELEMENT_BYTES, GIB, KV_DTYPES, element_bytes, format_gib, kv_element_bytes
 from capacity.engines.base import KV_CONNECTOR
+from capacity.engines.kinds import Engine
 from capacity.engines.protocol import AssumptionContext, DefaultsRequest, EngineProfile, PoolRequest
 from capacity.engines.registry import engine_profile
+from capacity.engines.vllm.multimodal import MULTIMODAL_RULE_VERSION, tower_skipped_text_only
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.parallel import validate_parallelism
@@ -145,6 +147,28 @@ def _unmodelled(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, not
         notes.append(f"not modelled: {', '.join(declared)}; sized as if they were off")
         not_modelled = "; ".join(filter(None, (not_modelled, *declared)))
     return not_modelled
+
+
+def _multimodal(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, notes: list[str]) -> ModelSpec:
+    """A multimodal checkpoint as the engine serves it: notes say what is sized; served text-only on
+    vLLM 0.33+ the tower is not built, so its weights leave the load (`engines.vllm.multimodal`)."""
+    if not model.multimodal:
+        return model
+    if d.mm_text_only:
+        if profile.engine is Engine.VLLM and model.vision is not None and tower_skipped_text_only(profile.version):
+            notes.append("served text-only: no encoder profiling, and the vision tower is not loaded (vLLM 0.33+)")
+            return replace(model, loaded_extra_params=max(0, model.loaded_extra_params - model.vision.params))
+        notes.append("served text-only: no encoder profiling; the vision tower's weights are still counted")
+        return model
+    if model.vision is None or profile.engine is not Engine.VLLM:
+        notes.append(
+            "MULTIMODAL, NOT SIZED: the vision encoder's profiling pass and encoder cache are not in this "
+            "estimate (the pool is too large by that much); serve text-only (--limit-mm-per-prompt with every "
+            "modality 0) to match it"
+        )
+    elif not tower_skipped_text_only(profile.version):  # a release before the one the rules were read in
+        notes.append(f"multimodal profiling rule read in vLLM {MULTIMODAL_RULE_VERSION}, applied to this release")
+    return model
 
 
 def _max_model_len(model: ModelSpec, d: DeploymentSpec, notes: list[str]) -> tuple[int, bool]:
@@ -385,6 +409,7 @@ def estimate(
     total = d.gpu_memory_bytes if d.gpu_memory_bytes is not None else (gpu.memory_total_bytes if gpu else 0)
     notes: list[str] = []
     not_modelled = _unmodelled(model, d, profile, notes)
+    model = _multimodal(model, d, profile, notes)
     max_model_len, auto_fit = _max_model_len(model, d, notes)
     dt = _dtypes(model, d, profile)
     per_token = kv_bytes_per_token(model, dt.kv_bytes)
@@ -395,7 +420,7 @@ def estimate(
     weights = _weights(model, d, profile, gpu, checkpoint_bytes, notes)
     defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
     lim = _limits(d, profile, defaults)
-    inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes)
+    inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len)
     overhead = _overhead(d, profile, inputs, notes)
     usable = int(total * lim.utilization)
     if d.kv_cache_memory_bytes is not None:
@@ -457,7 +482,7 @@ def estimate(
 
 
 def _overhead_inputs(
-    model: ModelSpec, d: DeploymentSpec, gpu: GpuSku | None, lim: _Limits, act_bytes: int
+    model: ModelSpec, d: DeploymentSpec, gpu: GpuSku | None, lim: _Limits, act_bytes: int, max_model_len: int
 ) -> OverheadInputs:
     """What the profile's overhead follows from; an unknown GPU counts as a switch fabric."""
     return OverheadInputs(
@@ -469,6 +494,8 @@ def _overhead_inputs(
         act_bytes,
         nvlink_multicast=gpu.nvlink_multicast if gpu is not None else True,
         peer_link_gpus=d.all_reduce_peer_gpus(gpu.peer_link_gpus if gpu is not None else None),
+        max_model_len=max_model_len,
+        mm_text_only=bool(d.mm_text_only),
     )
 
 

@@ -218,4 +218,3 @@ def speed_derivation(pf: Performance) -> list[str]:
         f"   efficiency factors: {eff.source}",
     ]
     return lines
-

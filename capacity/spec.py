@@ -151,7 +151,10 @@ def _layer_facts(spec: ModelSpec) -> tuple[bool, bool]:
     return per_object(
         spec,
         ("layer_facts",),
-        lambda: (any(layer.cache.latent for layer in spec.layers), any(layer.cache.holds_state for layer in spec.layers)),
+        lambda: (
+            any(layer.cache.latent for layer in spec.layers),
+            any(layer.cache.holds_state for layer in spec.layers),
+        ),
     )
 
 
@@ -274,6 +277,9 @@ class DeploymentSpec:
     # which capplan does not assume (None: GpuSku.peer_link_gpus decides)
     disable_custom_all_reduce: bool | None = None
     gpu_peer_access: bool | None = None
+    # a multimodal model served text-only (vLLM --limit-mm-per-prompt 0 for every modality, or
+    # --language-model-only): no encoder profiling, and from vLLM 0.33 no tower weights
+    mm_text_only: bool | None = None
 
     def all_reduce_peer_gpus(self, gpu_peer_link_gpus: int | None) -> int | None:
         """The GPUs among which vLLM's custom all-reduce can run for this deployment (the `peer_link_gpus`

@@ -4,7 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from capacity.hf_config.dense import Falcon, Generic, Glm, Glm4, Llama, Mistral, Mistral3, Opt, Phi3, Qwen2, Qwen3, Qwen3VL, Qwen25VL
+from capacity.hf_config.dense import (
+    Falcon,
+    Generic,
+    Glm,
+    Glm4,
+    Llama,
+    Mistral,
+    Mistral3,
+    Opt,
+    Phi3,
+    Qwen2,
+    Qwen3,
+    Qwen3VL,
+    Qwen25VL,
+)
 from capacity.hf_config.family import Family
 from capacity.hf_config.gemma import Gemma, Gemma2, Gemma3, Gemma4
 from capacity.hf_config.hybrid import Jamba, NemotronH, Qwen3Next, Qwen35
