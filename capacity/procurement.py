@@ -287,9 +287,7 @@ def _plan(
     over = [g for g, n in bought.items() if g in limits and n > limits[g]]
     if over:
         notes.append(f"over the per-GPU limits on {', '.join(over)}: the plan without a solver ignores them")
-    return BucketPlan(
-        method, optimal, whole_nodes, tuple(choices), replicas, bought, price, tuple(unserved), tuple(notes)
-    )
+    return BucketPlan(method, optimal, whole_nodes, tuple(choices), replicas, bought, price, tuple(unserved), tuple(notes))
 
 
 def _solve_highs(
@@ -310,11 +308,7 @@ def _solve_highs(
     y_cols: list[tuple[Demand, PlacementOption]] = [(d, o) for d in sorted(fixed or {}) for o in (fixed or {})[d]]
     n_y = len(y_cols)
     x_cols: list[tuple[int, RequestBucket, Candidate]] = [
-        (i, b, c)
-        for i, d in enumerate(demands)
-        for b in d.buckets
-        for c in d.candidates
-        if b.label in c.requests_per_second
+        (i, b, c) for i, d in enumerate(demands) for b in d.buckets for c in d.candidates if b.label in c.requests_per_second
     ]
     r_cols: list[tuple[int, Candidate]] = [(i, c) for i, d in enumerate(demands) for c in d.candidates]
     skus: dict[str, tuple[int, float]] = {}
@@ -346,9 +340,7 @@ def _solve_highs(
             h.addRow(1.0, 1.0, len(idx), np.array(idx, dtype=np.int32), np.ones(len(idx)))
     for r, (i, c) in enumerate(r_cols):  # replica time: sum_b x lambda_b / mu_bc - R_c <= 0
         idx = [k for k, (ii, _b, cc) in enumerate(x_cols) if ii == i and cc.key == c.key]
-        values = [
-            demands[i].bucket_requests_per_second(x_cols[k][1]) / c.requests_per_second[x_cols[k][1].label] for k in idx
-        ]
+        values = [demands[i].bucket_requests_per_second(x_cols[k][1]) / c.requests_per_second[x_cols[k][1].label] for k in idx]
         columns = np.array([*(x0 + k for k in idx), r0 + r], dtype=np.int32)
         h.addRow(-inf, 0.0, len(idx) + 1, columns, np.array([*values, -1.0]))
     for j, gpu in enumerate(sku_ids):  # GPUs of the options and replicas on a SKU <= GPUs bought
@@ -415,12 +407,7 @@ def plan_fleet(
     solved = _solve_highs(served, whole_nodes, limits, solver.time_limit_s, fixed=options)
     if solved is None:
         why = "no plan serves every workload within the per-GPU limits"
-        every = [
-            *unserved,
-            *bucket_unserved,
-            *((*d, why) for d in options),
-            *((d.workload, d.model, why) for d in served),
-        ]
+        every = [*unserved, *bucket_unserved, *((*d, why) for d in options), *((d.workload, d.model, why) for d in served)]
         empty = BucketPlan("highs", True, whole_nodes, (), {}, {}, {}, tuple(bucket_unserved))
         return ProcurementPlan("highs", True, whole_nodes, {}, (), tuple(every), (), buckets=empty)
     shares, choice, optimal = solved

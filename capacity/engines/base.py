@@ -102,10 +102,8 @@ class ProfileBase:
         c = context
         if c.deployment.gpu_memory_utilization is not None or c.total_bytes * 0.05 <= ASSUMPTION_SHARE * c.budget_bytes:
             return []
-        return [
-            f"assumed gpu_memory_utilization {c.utilization} (the release default); 0.05 less takes "
-            f"{format_gib(c.total_bytes * 0.05)} ({c.total_bytes * 0.05 / c.budget_bytes:.0%}) from the KV budget"
-        ]
+        return [f"assumed gpu_memory_utilization {c.utilization} (the release default); 0.05 less takes "
+                f"{format_gib(c.total_bytes * 0.05)} ({c.total_bytes * 0.05 / c.budget_bytes:.0%}) from the KV budget"]
 
     @property
     def overhead_era(self) -> str:

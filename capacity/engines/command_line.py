@@ -120,88 +120,28 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
 
 # flags that move the memory and that capplan does not size (beyond the named estimate options)
 _UNSIZED: dict[Engine, frozenset[str]] = {
-    Engine.VLLM: frozenset(
-        {
-            "kv_offloading_size",
-            "kv_offloading_backend",
-            "lora_modules",
-            "enable_expert_parallel",
-            "enable_eplb",
-            "eplb_config",
-            "decode_context_parallel_size",
-            "prefill_context_parallel_size",
-            "compilation_config",
-            "cudagraph_capture_sizes",
-            "max_cudagraph_capture_size",
-            "max_loras",
-            "max_lora_rank",
-            "max_cpu_loras",
-            "swap_space",
-            "num_gpu_blocks_override",
-            "calculate_kv_scales",
-            "kv_sharing_fast_prefill",
-            "mamba_cache_dtype",
-            "mamba_ssm_cache_dtype",
-            "mamba_cache_mode",
-            "mm_encoder_tp_mode",
-            "limit_mm_per_prompt",
-            "max_logprobs",
-            "hf_overrides",
-            "override_generation_config",
-            "load_format",
-            "pooler_config",
-            "runner",
-            "convert",
-            "enable_sleep_mode",
-            "config",
-            "optimization_level",
-        }
-    ),
-    Engine.SGLANG: frozenset(
-        {
-            "max_total_tokens",
-            "disable_cuda_graph",
-            "cuda_graph_max_bs",
-            "cuda_graph_bs",
-            "ep_size",
-            "moe_a2a_backend",
-            "enable_eplb",
-            "dp_size",
-            "attn_cp_size",
-            "max_lora_rank",
-            "max_loaded_loras",
-            "speculative_draft_model_path",
-            "enable_hierarchical_cache",
-            "hicache_ratio",
-            "hicache_size",
-            "mamba_ssm_dtype",
-            "max_mamba_cache_size",
-            "mamba_full_memory_ratio",
-            "json_model_override_args",
-            "load_format",
-            "enable_mixed_chunk",
-            "disaggregation_mode",
-            "config",
-            "enable_memory_saver",
-            "enable_torch_compile",
-            "torch_compile_max_bs",
-            "piecewise_cuda_graph_max_tokens",
-        }
-    ),
-    Engine.TRTLLM: frozenset(
-        {
-            "extra_llm_api_options",
-            "context_parallel_size",
-            "moe_expert_parallel_size",
-            "moe_cluster_parallel_size",
-            "max_beam_width",
-            "backend",
-            "custom_module_dirs",
-            "server_role",
-            "disagg_cluster_uri",
-            "metadata_server_config_file",
-        }
-    ),
+    Engine.VLLM: frozenset({
+        "kv_offloading_size", "kv_offloading_backend", "lora_modules", "enable_expert_parallel", "enable_eplb", "eplb_config",
+        "decode_context_parallel_size", "prefill_context_parallel_size", "compilation_config",
+        "cudagraph_capture_sizes", "max_cudagraph_capture_size", "max_loras", "max_lora_rank",
+        "max_cpu_loras", "swap_space", "num_gpu_blocks_override", "calculate_kv_scales", "kv_sharing_fast_prefill",
+        "mamba_cache_dtype", "mamba_ssm_cache_dtype", "mamba_cache_mode", "mm_encoder_tp_mode",
+        "limit_mm_per_prompt", "max_logprobs", "hf_overrides", "override_generation_config", "load_format",
+        "pooler_config", "runner", "convert", "enable_sleep_mode", "config", "optimization_level",
+    }),
+    Engine.SGLANG: frozenset({
+        "max_total_tokens", "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "ep_size",
+        "moe_a2a_backend", "enable_eplb", "dp_size", "attn_cp_size", "max_lora_rank", "max_loaded_loras",
+        "speculative_draft_model_path", "enable_hierarchical_cache", "hicache_ratio", "hicache_size",
+        "mamba_ssm_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio", "json_model_override_args",
+        "load_format", "enable_mixed_chunk", "disaggregation_mode", "config", "enable_memory_saver",
+        "enable_torch_compile", "torch_compile_max_bs", "piecewise_cuda_graph_max_tokens",
+    }),
+    Engine.TRTLLM: frozenset({
+        "extra_llm_api_options", "context_parallel_size", "moe_expert_parallel_size", "moe_cluster_parallel_size",
+        "max_beam_width", "backend", "custom_module_dirs", "server_role", "disagg_cluster_uri",
+        "metadata_server_config_file",
+    }),
 }
 
 
@@ -225,84 +165,27 @@ class _CommandRules:
 
 _RULES = {
     Engine.VLLM: _CommandRules(
-        "vLLM",
-        "vllm serve",
-        _APPLIED[Engine.VLLM],
-        _UNSIZED[Engine.VLLM],
-        model_positional=True,
-        flexible_parser=True,
-        image_runs_server=True,
+        "vLLM", "vllm serve", _APPLIED[Engine.VLLM], _UNSIZED[Engine.VLLM],
+        model_positional=True, flexible_parser=True, image_runs_server=True,
     ),
     Engine.SGLANG: _CommandRules(
-        "SGLang",
-        "sglang.launch_server",
-        _APPLIED[Engine.SGLANG],
-        _UNSIZED[Engine.SGLANG],
-        model_positional=False,
-        flexible_parser=False,
-        image_runs_server=False,
+        "SGLang", "sglang.launch_server", _APPLIED[Engine.SGLANG], _UNSIZED[Engine.SGLANG],
+        model_positional=False, flexible_parser=False, image_runs_server=False,
     ),
     Engine.TRTLLM: _CommandRules(
-        "TensorRT-LLM",
-        "trtllm-serve",
-        _APPLIED[Engine.TRTLLM],
-        _UNSIZED[Engine.TRTLLM],
-        model_positional=True,
-        flexible_parser=False,
-        image_runs_server=False,
+        "TensorRT-LLM", "trtllm-serve", _APPLIED[Engine.TRTLLM], _UNSIZED[Engine.TRTLLM],
+        model_positional=True, flexible_parser=False, image_runs_server=False,
     ),
 }
 
 # docker run options that take a value (the rest are switches)
-_DOCKER_VALUED = frozenset(
-    {
-        "-e",
-        "--env",
-        "--env-file",
-        "-v",
-        "--volume",
-        "-p",
-        "--publish",
-        "--name",
-        "--gpus",
-        "--ipc",
-        "--shm-size",
-        "--runtime",
-        "--network",
-        "--net",
-        "-w",
-        "--workdir",
-        "--entrypoint",
-        "--mount",
-        "--device",
-        "--ulimit",
-        "-u",
-        "--user",
-        "-l",
-        "--label",
-        "--restart",
-        "--cpus",
-        "-m",
-        "--memory",
-        "--platform",
-        "-h",
-        "--hostname",
-        "--add-host",
-        "--security-opt",
-        "--cap-add",
-        "--cap-drop",
-        "--pid",
-        "--cpuset-cpus",
-        "--log-driver",
-        "--log-opt",
-        "--memory-swap",
-        "--tmpfs",
-        "--pull",
-        "--stop-signal",
-        "--group-add",
-        "--dns",
-    }
-)
+_DOCKER_VALUED = frozenset({
+    "-e", "--env", "--env-file", "-v", "--volume", "-p", "--publish", "--name", "--gpus", "--ipc", "--shm-size",
+    "--runtime", "--network", "--net", "-w", "--workdir", "--entrypoint", "--mount", "--device", "--ulimit",
+    "-u", "--user", "-l", "--label", "--restart", "--cpus", "-m", "--memory", "--platform", "-h", "--hostname",
+    "--add-host", "--security-opt", "--cap-add", "--cap-drop", "--pid", "--cpuset-cpus", "--log-driver",
+    "--log-opt", "--memory-swap", "--tmpfs", "--pull", "--stop-signal", "--group-add", "--dns",
+})
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _MODULES = {
@@ -313,13 +196,8 @@ _MODULES = {
 # (launcher, subcommand) -> engine; a None subcommand: the launcher alone, an optional `serve` after it
 _LAUNCHERS = {("vllm", "serve"): Engine.VLLM, ("sglang", "serve"): Engine.SGLANG, ("trtllm-serve", None): Engine.TRTLLM}
 # words in an image's name -> the engine it runs
-_IMAGE_WORDS = (
-    ("vllm", Engine.VLLM),
-    ("sglang", Engine.SGLANG),
-    ("tensorrt-llm", Engine.TRTLLM),
-    ("tensorrt_llm", Engine.TRTLLM),
-    ("trtllm", Engine.TRTLLM),
-)
+_IMAGE_WORDS = (("vllm", Engine.VLLM), ("sglang", Engine.SGLANG), ("tensorrt-llm", Engine.TRTLLM),
+                ("tensorrt_llm", Engine.TRTLLM), ("trtllm", Engine.TRTLLM))
 _RELEASE_IN_TAG = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?)")
 _HUMAN_INT = re.compile(r"^(-?\d+(?:\.\d+)?)([kKmMgGtT]?)$")
 
@@ -357,9 +235,7 @@ def _without_env(tokens: list[str]) -> list[str]:
 def _after_image(tokens: list[str]) -> tuple[list[str], str]:
     """`docker run [options] IMAGE [args]` -> (args, IMAGE)."""
     if len(tokens) < 2 or tokens[1] != "run":
-        raise CommandLineError(
-            f"only `{PurePosixPath(tokens[0]).name} run ...` is read, not `{tokens[0]} {tokens[1] if len(tokens) > 1 else ''}`"
-        )
+        raise CommandLineError(f"only `{PurePosixPath(tokens[0]).name} run ...` is read, not `{tokens[0]} {tokens[1] if len(tokens) > 1 else ''}`")
     i = 2
     while i < len(tokens):
         token = tokens[i]
@@ -434,10 +310,8 @@ def _lookup(engine: Engine, option: str) -> tuple[str, tuple[str, str]] | None:
         if len(matches) == 1:
             return matches[0], flags[matches[0]]
         if len(matches) > 1:
-            raise CommandLineError(
-                f"{option} is ambiguous for {_RULES[engine].label} {table_release(engine)}: "
-                f"{', '.join(matches[:4])}{', ...' if len(matches) > 4 else ''}"
-            )
+            raise CommandLineError(f"{option} is ambiguous for {_RULES[engine].label} {table_release(engine)}: "
+                                   f"{', '.join(matches[:4])}{', ...' if len(matches) > 4 else ''}")
     return None
 
 
@@ -521,18 +395,13 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
         model = positionals.pop(0)
     if positionals:
         raise CommandLineError(
-            f"unexpected argument #{len(args) - len(positionals) + 1} after the model ({rules.named} takes one model)"
+            f"unexpected argument #{len(args) - len(positionals) + 1} after the model "
+            f"({rules.named} takes one model)"
         )
     if model is None:
         raise CommandLineError(f"the command names no model ({rules.named})")
     return EngineCommand(
-        engine,
-        release,
-        model,
-        options,
-        tuple(applied),
-        tuple(_unique(ignored)),
-        tuple(_unique(unsized)),
+        engine, release, model, options, tuple(applied), tuple(_unique(ignored)), tuple(_unique(unsized)),
         tuple(notes),
     )
 

@@ -133,19 +133,13 @@ class SglangProfile(ProfileBase):
         if d.engine_version is not None or d.gpu_memory_utilization is not None:
             return out
         fractions = release_default_fractions(c.inputs.model, c.gpu, c.total_bytes, d.tp, d.pp)
-        eras = {
-            era: f
-            for era, f in fractions.items()
-            if abs(f - c.utilization) * c.total_bytes > ASSUMPTION_SHARE * c.budget_bytes
-        }
+        eras = {era: f for era, f in fractions.items()
+                if abs(f - c.utilization) * c.total_bytes > ASSUMPTION_SHARE * c.budget_bytes}
         if eras:
             apart = max(abs(f - c.utilization) for f in eras.values()) * c.total_bytes
-            out.append(
-                f"assumed SGLang {ec.SGLANG_VERSION} (no --engine-version): older releases default "
-                f"mem_fraction_static to "
-                + ", ".join(f"{f} ({era})" for era, f in eras.items())
-                + f" at {d.tp * d.pp} rank(s), not {c.utilization}: up to {format_gib(apart)} of KV budget apart"
-            )
+            out.append(f"assumed SGLang {ec.SGLANG_VERSION} (no --engine-version): older releases default "
+                       f"mem_fraction_static to " + ", ".join(f"{f} ({era})" for era, f in eras.items())
+                       + f" at {d.tp * d.pp} rank(s), not {c.utilization}: up to {format_gib(apart)} of KV budget apart")
         return out
 
     def unmodelled(self, model: ModelSpec) -> str | None:

@@ -59,6 +59,7 @@ def _exact_divisor(like: pl.Expr, value: int) -> pl.Expr:
     return (like * 0 + value).cast(_F64)
 
 
+
 def build_capacity_grid(
     models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None = None
 ) -> pl.LazyFrame:
@@ -74,6 +75,7 @@ def expand_contexts(deployments: pl.LazyFrame, carry: Sequence[str] = (), *, spe
     pool = [c for c in deployments.collect_schema().names() if c.startswith("pool_")]
     grid = _at_contexts(deployments.explode("contexts").rename({"contexts": "context"}), windows, speed=speed)
     return grid.select(*carry, *grid_select(), *pool)
+
 
 
 def _at_contexts(

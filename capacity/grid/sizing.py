@@ -45,16 +45,13 @@ def _bisect(frame: pl.LazyFrame, steps: int, fits: Callable[[pl.Expr], pl.Expr])
     return frame
 
 
+
 def _per_engine(profiles: Sequence[EngineProfile], rule: Callable[[EngineProfile], pl.Expr | int]) -> pl.Expr:
     """One column from a rule each engine profile answers for itself (by `engine_idx`)."""
     expr: pl.Expr = pl.lit(None)
     for e, profile in reversed(list(enumerate(profiles))):
         value = rule(profile)
-        expr = (
-            pl.when(pl.col("engine_idx") == e)
-            .then(value if isinstance(value, pl.Expr) else pl.lit(value))
-            .otherwise(expr)
-        )
+        expr = pl.when(pl.col("engine_idx") == e).then(value if isinstance(value, pl.Expr) else pl.lit(value)).otherwise(expr)
     return expr
 
 
@@ -62,9 +59,7 @@ def _starts(windows: int, length: pl.Expr) -> pl.Expr:
     """The engine's start check at max_model_len `length` (`PoolTerms.starts`); engines that start with
     any pool only need a block."""
     starts = _pool_terms(windows).starts(length, pl.col("_start_reserved"))
-    return (
-        (pl.col("kv_budget_bytes_per_gpu") > 0) & (pl.col("num_blocks") > 0) & (~pl.col("_refuses_short_pool") | starts)
-    )
+    return (pl.col("kv_budget_bytes_per_gpu") > 0) & (pl.col("num_blocks") > 0) & (~pl.col("_refuses_short_pool") | starts)
 
 
 def _largest_starting_len(frame: pl.LazyFrame, windows: int, steps: int = _BISECTION_STEPS + 4) -> pl.LazyFrame:
@@ -115,24 +110,14 @@ def _sized(
     """Overhead, KV budget, the tightest stage's pool, the max_model_len the engine starts with
     and the printed KV cache size per deployment. `max_limit`, the largest max_model_len among the
     rows where known, bounds the steps of the start search (its bit length settles every row)."""
-    dep = (
-        dep.join(
-            overheads,
-            on=[
-                "model_idx",
-                "engine_idx",
-                "tp",
-                "pp",
-                "max_num_seqs",
-                "pool_max_num_batched_tokens",
-                "nvlink_multicast",
-                "peer_link_gpus",
-            ],
-            how="inner",
-            nulls_equal=True,
-        )
-        .join(candidates, on=["kv_id", "base_block_size", "state_checkpoints"], how="inner")
-        .with_columns(pl.col("tp").alias("perf_tp"), pl.col("pp").alias("perf_pp"))
+    dep = dep.join(
+        overheads,
+        on=["model_idx", "engine_idx", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens", "nvlink_multicast",
+            "peer_link_gpus"],
+        how="inner",
+        nulls_equal=True,
+    ).join(candidates, on=["kv_id", "base_block_size", "state_checkpoints"], how="inner").with_columns(
+        pl.col("tp").alias("perf_tp"), pl.col("pp").alias("perf_pp")
     )
 
     total, util = pl.col("gpu_memory_bytes"), pl.col("gpu_memory_utilization")
@@ -144,7 +129,6 @@ def _sized(
     budget_col = pl.col("kv_budget_bytes_per_gpu")
     caps = [_stage_capacity(s, budget_col).alias(f"_cap_{s}") for s in range(width)]
     dep = dep.with_columns(caps).with_columns(pl.min_horizontal(f"_cap_{s}" for s in range(width)).alias("_capacity"))
-
     def of_tightest(column: str) -> pl.Expr:
         """`<column>_<s>` of the first stage with the fewest units (the stage every rank is sized to)."""
         return pl.coalesce(

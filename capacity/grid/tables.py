@@ -111,6 +111,7 @@ def grid_tables_sql(
     )
 
 
+
 def grid_tables(
     models: Sequence[GridModel],
     gpus: Sequence[GpuSku],
@@ -174,6 +175,7 @@ def iter_grid_tables(
             pending = submitted
         if pending is not None:
             yield pending.result()
+
 
 
 def _collect_tables(

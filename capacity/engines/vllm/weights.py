@@ -102,9 +102,7 @@ def mxfp4_backend(
     if arch.startswith("blackwell") and not any(word in name for word in ("rtx", "gb10")):
         return Mxfp4Backend.FLASHINFER_TRTLLM
     if arch == "hopper":
-        if (
-            triton_kernels is False
-        ):  # observed Marlin (before 0.12 the package missing; any release VLLM_MXFP4_USE_MARLIN)
+        if triton_kernels is False:  # observed Marlin (before 0.12 the package missing; any release VLLM_MXFP4_USE_MARLIN)
             return Mxfp4Backend.MARLIN
         if ec.parse_version(vllm_version) >= TRITON_KERNELS_BUNDLED_FROM:
             return Mxfp4Backend.TRITON_HOPPER
@@ -134,9 +132,7 @@ def expert_layout(gpu: GpuSku | None, vllm_version: str, triton_kernels: bool | 
 
 def _hopper_matrix_bytes(experts: int, rows: int, columns: int, pads_scale_groups: bool) -> int:
     """Swizzled values and scales of an (experts, rows, columns) MXFP4 weight (columns along the MX axis)."""
-    value_bytes = (
-        experts * _round_up(rows, HOPPER_VALUE_ROW_MULTIPLE) * _round_up(columns // 2, HOPPER_VALUE_BYTE_MULTIPLE)
-    )
+    value_bytes = experts * _round_up(rows, HOPPER_VALUE_ROW_MULTIPLE) * _round_up(columns // 2, HOPPER_VALUE_BYTE_MULTIPLE)
     groups = columns // MXFP4_BLOCK
     if pads_scale_groups:
         groups = _round_up(groups, 4)
@@ -185,10 +181,9 @@ def mxfp4_expert_extra_bytes(
                 continue
             per_expert = p.experts // model.num_experts
             intermediate, biased = gated_intermediate(per_expert, model.hidden_size)
-            kept, checkpoint = expert_layer_bytes(
-                model.num_experts, intermediate, model.hidden_size, tp, layout, biased
-            )
+            kept, checkpoint = expert_layer_bytes(model.num_experts, intermediate, model.hidden_size, tp, layout, biased)
             extra += kept - checkpoint
         extra_per_stage.append(extra)
         start += count
     return max(extra_per_stage, default=0)
+
