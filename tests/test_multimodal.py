@@ -1,0 +1,165 @@
+"""Multimodal checkpoints: vision towers counted, vLLM 0.33's encoder budget and profiling pass, text-only.
+
+Oracles: transformers' own Qwen2.5-VL / Qwen3-VL models built on the meta device (parameter counts), and
+vLLM 0.33's `compute_mm_encoder_budget` / `MultiModalBudget._get_max_items` run in the engine-oracle venv
+(tools/engine_oracle/vllm_multimodal.py). The largest image's token count is derived by hand from
+`Qwen2VLProcessingInfo.get_image_size_with_most_features` (vLLM 0.33 qwen2_vl.py: max_pixels // unit^2
+when that count factors with an aspect ratio <= 200), since that module needs torchvision to import.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capacity.engines.vllm.multimodal import encoder_budget_tokens, encoder_profile, item_tokens, profiled_items
+from capacity.estimate import estimate
+from capacity.hf_config import parse_config
+from capacity.hf_config.vision import most_features_tokens
+from capacity.spec import DeploymentSpec
+from tests.conftest import ORACLE_PYTHON, require_oracle_venv
+
+RUNNER = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "vllm_multimodal.py"
+GIB = 1 << 30
+
+TEXT = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 256,
+}
+QWEN25_VL = {
+    "model_type": "qwen2_5_vl",
+    **TEXT,
+    "vision_config": {
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_heads": 2,
+        "out_hidden_size": 64,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "in_channels": 3,
+    },
+}
+QWEN3_VL = {
+    "model_type": "qwen3_vl",
+    "text_config": {"model_type": "qwen3_vl_text", **TEXT, "head_dim": 16},
+    "vision_config": {
+        "depth": 3,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_heads": 2,
+        "out_hidden_size": 64,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "in_channels": 3,
+        "num_position_embeddings": 64,
+        "deepstack_visual_indexes": [0, 2],
+    },
+}
+BUDGET_CASES = [
+    {"batched": b, "item": item, "limit": limit, "max_model_len": mml, "seqs": seqs}
+    for b, item, limit, mml, seqs in [
+        (2048, 16384, 999, 65536, 256),
+        (8192, 256, 999, 4096, 256),
+        (16384, 1024, 2, 32768, 4),
+        (8192, 576, 1, 8192, 1),
+        (2048, 32768, 999, 16384, 128),
+        (65536, 3000, 999, 131072, 2),
+    ]
+]
+
+
+@pytest.fixture(scope="module")
+def oracle() -> dict[str, Any]:
+    require_oracle_venv()
+    request = {"budgets": BUDGET_CASES, "params": [QWEN25_VL, QWEN3_VL]}
+    done = subprocess.run(
+        [str(ORACLE_PYTHON), str(RUNNER)], input=json.dumps(request), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+@pytest.mark.oracle
+def test_vl_parameter_counts_match_transformers(oracle: dict[str, Any]) -> None:
+    for config, theirs in zip((QWEN25_VL, QWEN3_VL), oracle["params"], strict=True):
+        spec = parse_config(config)
+        assert spec.vision is not None and spec.vision.params == spec.extra_params > 0
+        assert spec.total_params == theirs
+
+
+@pytest.mark.oracle
+def test_encoder_budget_and_items_match_vllm(oracle: dict[str, Any]) -> None:
+    for case, (budget, items) in zip(BUDGET_CASES, oracle["budgets"], strict=True):
+        assert encoder_budget_tokens(case["batched"], case["item"]) == budget
+        assert (
+            profiled_items(case["item"], case["max_model_len"], case["seqs"], case["batched"], case["limit"]) == items
+        )
+
+
+def test_largest_image_tokens_by_hand() -> None:
+    # Qwen2.5-VL: 12,845,056 px // 28^2 = 16,384 = 128 x 128; Qwen3-VL: 16,777,216 // 32^2 = 16,384
+    assert most_features_tokens(12_845_056, 28) == 16_384
+    assert most_features_tokens(16_777_216, 32) == 16_384
+    # a prime count has only (1, p): ratio p > 200, so vLLM steps down to the next count that factors
+    assert most_features_tokens(401 * 28 * 28, 28) == 400
+
+
+def test_qwen25_video_grows_with_max_model_len_qwen3_does_not() -> None:
+    q25, q3 = parse_config(QWEN25_VL).vision, parse_config(QWEN3_VL).vision
+    assert q25 is not None and q3 is not None
+    # qwen2_vl.py: frames grow while ceil(n / 2) groups x 16,384 <= max_model_len, at most 14 frames
+    assert item_tokens(q25, 8192)["video"] == 16_384
+    assert item_tokens(q25, 65_536)["video"] == 4 * 16_384
+    assert item_tokens(q25, 1_000_000)["video"] == 7 * 16_384
+    # qwen3_vl.py: 2 frames at 25,165,824 / 2 px -> 12,288 tokens, below the image's 16,384
+    assert item_tokens(q3, 1_000_000) == {"image": 16_384, "video": 12_288}
+
+
+def test_encoder_pass_by_hand() -> None:
+    tower = parse_config(QWEN3_VL).vision
+    assert tower is not None
+    enc = encoder_profile(tower, tp=1, act_bytes=2, max_model_len=32768, max_num_seqs=256, max_num_batched_tokens=2048)
+    # one image of 16,384 tokens (budget max(2048, 16384) holds one); 4 patches per token
+    patches = 16_384 * 4
+    assert (enc.modality, enc.items) == ("image", 1)
+    # outputs: main + 2 deepstack levels of the text hidden (64) per token
+    assert enc.outputs_bytes == 16_384 * 64 * 3 * 2
+    # input (3 x 2 x 16^2 values) + 4 hidden-sized tensors + the larger of qkv+proj (4h) and fc1 + act (2I)
+    assert enc.forward_bytes == patches * (3 * 2 * 256 + 4 * 32 + max(4 * 32, 2 * 48)) * 2
+
+
+def test_text_only_drops_encoder_pass_and_tower_weights() -> None:
+    spec = parse_config({**QWEN25_VL, "max_position_embeddings": 32768})
+    deployment = DeploymentSpec(gpu_memory_bytes=8 * GIB, max_model_len=32768)
+    served = estimate(spec, deployment)
+    text_only = estimate(spec, DeploymentSpec(gpu_memory_bytes=8 * GIB, max_model_len=32768, mm_text_only=True))
+    names = " ".join(name for name, _ in served.activation_buffers)
+    assert "vision encoder pass" in names and "encoder cache" in names
+    assert not any("encoder" in name for name, _ in text_only.activation_buffers)
+    assert served.activation_peak_bytes_per_gpu > text_only.activation_peak_bytes_per_gpu
+    assert served.weights_bytes_per_gpu - text_only.weights_bytes_per_gpu == spec.extra_params * 2
+    assert any("not loaded" in note for note in text_only.notes)
+
+
+def test_unsized_tower_is_flagged_not_silent() -> None:
+    gemma = json.loads(
+        (
+            Path(__file__).resolve().parents[1] / "models_registry/catalog/configs/google/gemma-3-12b-it/config.json"
+        ).read_text()
+    )
+    spec = parse_config(gemma)
+    assert spec.multimodal and spec.vision is None
+    est = estimate(spec, DeploymentSpec(gpu_memory_bytes=80 * GIB, max_model_len=8192))
+    assert any("MULTIMODAL, NOT SIZED" in note for note in est.notes)
