@@ -15,7 +15,7 @@ from capacity.engines.base import KV_CONNECTOR
 from capacity.engines.kinds import Engine
 from capacity.engines.protocol import AssumptionContext, DefaultsRequest, EngineProfile, PoolRequest
 from capacity.engines.registry import engine_profile
-from capacity.engines.vllm.multimodal import MULTIMODAL_RULE_VERSION, tower_skipped_text_only
+from capacity.engines.vllm.multimodal import MULTIMODAL_RULE_VERSION, text_only, tower_skipped_text_only
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.parallel import validate_parallelism
@@ -154,7 +154,12 @@ def _multimodal(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, not
     vLLM 0.33+ the tower is not built, so its weights leave the load (`engines.vllm.multimodal`)."""
     if not model.multimodal:
         return model
-    if d.mm_text_only:
+    limits = dict(d.mm_limits)
+    if model.vision is not None:
+        served_text_only = text_only(model.vision, limits, bool(d.mm_text_only))
+    else:  # modalities unknown: text-only only when told so, or when every named modality (image among them) is 0
+        served_text_only = bool(d.mm_text_only) or ("image" in limits and not any(limits.values()))
+    if served_text_only:
         if profile.engine is Engine.VLLM and model.vision is not None and tower_skipped_text_only(profile.version):
             notes.append("served text-only: no encoder profiling, and the vision tower is not loaded (vLLM 0.33+)")
             return replace(model, loaded_extra_params=max(0, model.loaded_extra_params - model.vision.params))
@@ -496,6 +501,7 @@ def _overhead_inputs(
         peer_link_gpus=d.all_reduce_peer_gpus(gpu.peer_link_gpus if gpu is not None else None),
         max_model_len=max_model_len,
         mm_text_only=bool(d.mm_text_only),
+        mm_limits=d.mm_limits,
     )
 
 

@@ -277,9 +277,10 @@ class DeploymentSpec:
     # which capplan does not assume (None: GpuSku.peer_link_gpus decides)
     disable_custom_all_reduce: bool | None = None
     gpu_peer_access: bool | None = None
-    # a multimodal model served text-only (vLLM --limit-mm-per-prompt 0 for every modality, or
-    # --language-model-only): no encoder profiling, and from vLLM 0.33 no tower weights
+    # a multimodal model served text-only (vLLM --language-model-only, or --limit-mm-per-prompt 0 for every
+    # modality: `mm_limits`): no encoder profiling, and from vLLM 0.33 no tower weights
     mm_text_only: bool | None = None
+    mm_limits: tuple[tuple[str, int], ...] = ()  # vLLM --limit-mm-per-prompt: items per prompt by modality
 
     def all_reduce_peer_gpus(self, gpu_peer_link_gpus: int | None) -> int | None:
         """The GPUs among which vLLM's custom all-reduce can run for this deployment (the `peer_link_gpus`

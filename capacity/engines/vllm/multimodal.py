@@ -18,6 +18,8 @@ release). Facts carried over from vLLM, no vLLM code.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from capacity import engine_constants as ec
@@ -26,6 +28,53 @@ from capacity.spec import VisionTower
 
 MULTIMODAL_RULE_VERSION = "0.33.0"  # the release the rules below were read in
 DEFAULT_LIMIT_PER_PROMPT = 999  # MultiModalConfig.get_limit_per_prompt: an unspecified modality
+
+
+def parse_mm_limits(text: str) -> dict[str, int]:
+    """`--limit-mm-per-prompt` as vLLM 0.33 reads it: a JSON object of modality -> count or -> {"count": n,
+    ...} (dummy-size options beside it are not read here); older releases' `image=1,video=0` too. Raises
+    ValueError with a one-line reason."""
+    text = text.strip()
+    limits: dict[str, int] = {}
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            raise ValueError("--limit-mm-per-prompt is not valid JSON") from None
+        if not isinstance(data, dict):
+            raise ValueError("--limit-mm-per-prompt wants a JSON object of modality -> count")
+        for name, value in data.items():
+            count = value.get("count", DEFAULT_LIMIT_PER_PROMPT) if isinstance(value, dict) else value
+            limits[str(name)] = _count(str(name), count)
+        return limits
+    for part in filter(None, (piece.strip() for piece in text.split(","))):
+        name, eq, value = part.partition("=")
+        if not eq:
+            raise ValueError(f"--limit-mm-per-prompt: {name[:40]!r} is not modality=count")
+        limits[name.strip()] = _count(name.strip(), value.strip())
+    return limits
+
+
+def _count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"--limit-mm-per-prompt: the count of {name[:40]!r} is not an integer")
+    try:
+        count = int(value)
+    except ValueError:
+        raise ValueError(f"--limit-mm-per-prompt: the count of {name[:40]!r} is not an integer") from None
+    if not 0 <= count <= 1_000_000:
+        raise ValueError(f"--limit-mm-per-prompt: the count of {name[:40]!r} must be 0 to 1,000,000")
+    return count
+
+
+def limit_per_prompt(limits: Mapping[str, int], modality: str, language_model_only: bool = False) -> int:
+    """`MultiModalConfig.get_limit_per_prompt`: 0 with --language-model-only, else the given count, else 999."""
+    return 0 if language_model_only else limits.get(modality, DEFAULT_LIMIT_PER_PROMPT)
+
+
+def text_only(tower: VisionTower, limits: Mapping[str, int], language_model_only: bool = False) -> bool:
+    """Every modality the tower takes is limited to 0: no encoder budget, no encoder profiling."""
+    return all(limit_per_prompt(limits, m, language_model_only) == 0 for m in item_tokens(tower, 1))
 
 
 def tower_skipped_text_only(version: str | None) -> bool:
@@ -90,14 +139,20 @@ def encoder_profile(
     max_model_len: int,
     max_num_seqs: int,
     max_num_batched_tokens: int,
-) -> EncoderProfile:
-    """The encoder pass vLLM profiles on one rank. The tower is sharded by TP (vLLM's Qwen-VL towers use
-    QKV/Merged-Column/Row-parallel linears unless `--mm-encoder-tp-mode data`); all items run as one
-    sequence of patches; attention is flash/varlen, so nothing grows with the square of the patches."""
-    sizes = item_tokens(tower, max_model_len)
+    limits: Mapping[str, int] | None = None,
+) -> EncoderProfile | None:
+    """The encoder pass vLLM profiles on one rank (None when every modality is limited to 0). The tower is
+    sharded by TP (vLLM's Qwen-VL towers use QKV/Merged-Column/Row-parallel linears unless
+    `--mm-encoder-tp-mode data`); all items run as one sequence of patches; attention is flash/varlen, so
+    nothing grows with the square of the patches."""
+    limits = limits or {}
+    sizes = {m: n for m, n in item_tokens(tower, max_model_len).items() if limit_per_prompt(limits, m) > 0}
+    if not sizes:
+        return None
     # get_modality_with_max_tokens: max by (tokens, name)
     modality, tokens = max(sizes.items(), key=lambda kv: (kv[1], kv[0]))
-    items = profiled_items(tokens, max_model_len, max_num_seqs, max_num_batched_tokens)
+    limit = limit_per_prompt(limits, modality)
+    items = profiled_items(tokens, max_model_len, max_num_seqs, max_num_batched_tokens, limit)
     patches = items * tokens * tower.patches_per_token
     h, inter = tower.hidden_size, tower.intermediate_size
     hidden = ec.VLLM_LIVE_HIDDEN_TENSORS * patches * h
