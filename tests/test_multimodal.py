@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from capacity.engines.vllm.multimodal import encoder_budget_tokens, encoder_profile, item_tokens, profiled_items
+from capacity.engines.vllm.multimodal import (
+    encoder_budget_tokens,
+    encoder_profile,
+    item_tokens,
+    parse_mm_limits,
+    profiled_items,
+)
 from capacity.estimate import estimate
 from capacity.hf_config import parse_config
 from capacity.hf_config.vision import most_features_tokens
@@ -163,3 +169,68 @@ def test_unsized_tower_is_flagged_not_silent() -> None:
     assert spec.multimodal and spec.vision is None
     est = estimate(spec, DeploymentSpec(gpu_memory_bytes=80 * GIB, max_model_len=8192))
     assert any("MULTIMODAL, NOT SIZED" in note for note in est.notes)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"image": 0, "video": 0}', {"image": 0, "video": 0}),
+        ('{"image": {"count": 2, "width": 512}, "video": 0}', {"image": 2, "video": 0}),
+        ("image=1,video=0", {"image": 1, "video": 0}),
+    ],
+)
+def test_limit_mm_per_prompt_spellings(text: str, expected: dict[str, int]) -> None:
+    assert parse_mm_limits(text) == expected
+
+
+@pytest.mark.parametrize("text", ['{"image":', "[0]", "image", '{"image": "x"}', '{"image": true}', "image=-1"])
+def test_limit_mm_per_prompt_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="limit-mm-per-prompt"):
+        parse_mm_limits(text)
+
+
+def test_one_modality_at_zero_profiles_the_other() -> None:
+    tower = parse_config(QWEN25_VL).vision
+    assert tower is not None
+    both = encoder_profile(tower, 1, 2, 65_536, 256, 2048)
+    video_only = encoder_profile(tower, 1, 2, 65_536, 256, 2048, {"image": 0})
+    image_only = encoder_profile(tower, 1, 2, 65_536, 256, 2048, {"video": 0})
+    assert both is not None and video_only is not None and image_only is not None
+    assert (both.modality, both.item_tokens) == ("video", 4 * 16_384) == (video_only.modality, video_only.item_tokens)
+    assert (image_only.modality, image_only.item_tokens) == ("image", 16_384)
+    assert encoder_profile(tower, 1, 2, 65_536, 256, 2048, {"image": 0, "video": 0}) is None
+
+
+def _cli_json(tmp_path: Path, *args: str) -> dict[str, Any]:
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    model = tmp_path / "qwen25-vl"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps({**QWEN25_VL, "max_position_embeddings": 32768}))
+    argv = [a.replace("MODEL", str(model)) for a in args]
+    result = CliRunner().invoke(app, ["estimate", "--gpu-memory-gib", "16", "--json", *argv])
+    assert result.exit_code == 0, result.output
+    contract: dict[str, Any] = json.loads(result.stdout)
+    return contract
+
+
+def test_text_only_from_the_option_and_from_a_pasted_command_agree(tmp_path: Path) -> None:
+    served = _cli_json(tmp_path, "MODEL")
+    option = _cli_json(tmp_path, "MODEL", "--limit-mm-per-prompt", '{"image":0,"video":0}')
+    switch = _cli_json(tmp_path, "MODEL", "--language-model-only")
+    pasted = _cli_json(tmp_path, "--from-command", 'vllm serve MODEL --limit-mm-per-prompt \'{"image":0,"video":0}\'')
+    assert option == switch == pasted != served
+    assert served["weights_bytes_per_gpu"] > option["weights_bytes_per_gpu"]
+
+
+def test_unreadable_limits_are_one_line_usage_errors(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    for value in ('{"image":', "image=lots"):
+        result = CliRunner().invoke(app, ["estimate", "x", "--gpu-memory-gib", "16", "--limit-mm-per-prompt", value])
+        assert result.exit_code == 2
+        assert "limit-mm-per-prompt" in result.output and "Traceback" not in result.output

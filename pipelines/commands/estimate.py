@@ -383,6 +383,7 @@ def _estimate(
         },
     )
     kv_cache_memory_gib = _kv_cache_gib(kv_cache_memory_gib, kv_cache_memory_bytes)
+    mm_limits = _mm_limits(limit_mm_per_prompt)
     if gpu is None and gpu_memory_gib is None and kv_cache_memory_gib is None:
         fail("give --gpu SKU, or --gpu-memory-gib for hardware not in the catalog")
     bench = _Bench.checked(request_rate, burst, num_prompts, simulate_load)
@@ -407,7 +408,7 @@ def _estimate(
         kv_connector=kv_transfer_config is not None or None,
         dp_attention=enable_dp_attention or None,
         mm_text_only=language_model_only or None,
-        mm_limits=_mm_limits(limit_mm_per_prompt),
+        mm_limits=mm_limits,
         block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
