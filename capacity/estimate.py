@@ -15,7 +15,7 @@ from capacity.engines.base import KV_CONNECTOR
 from capacity.engines.kinds import Engine
 from capacity.engines.protocol import AssumptionContext, DefaultsRequest, EngineProfile, PoolRequest
 from capacity.engines.registry import engine_profile
-from capacity.engines.vllm.multimodal import MULTIMODAL_RULE_VERSION, text_only, tower_skipped_text_only
+from capacity.engines.vllm.multimodal import multimodal_rule, rule_read_for, text_only, tower_skipped_text_only
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.parallel import validate_parallelism
@@ -161,7 +161,7 @@ def _multimodal(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, not
         served_text_only = bool(d.mm_text_only) or ("image" in limits and not any(limits.values()))
     if served_text_only:
         if profile.engine is Engine.VLLM and model.vision is not None and tower_skipped_text_only(profile.version):
-            notes.append("served text-only: no encoder profiling, and the vision tower is not loaded (vLLM 0.33+)")
+            notes.append("served text-only: no encoder profiling, and the vision tower is not loaded (vLLM 0.11+)")
             return replace(model, loaded_extra_params=max(0, model.loaded_extra_params - model.vision.params))
         notes.append("served text-only: no encoder profiling; the vision tower's weights are still counted")
         return model
@@ -171,8 +171,12 @@ def _multimodal(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, not
             "estimate (the pool is too large by that much); serve text-only (--limit-mm-per-prompt with every "
             "modality 0) to match it"
         )
-    elif not tower_skipped_text_only(profile.version):  # a release before the one the rules were read in
-        notes.append(f"multimodal profiling rule read in vLLM {MULTIMODAL_RULE_VERSION}, applied to this release")
+    elif not rule_read_for(profile.version):
+        rule = multimodal_rule(profile.version)
+        notes.append(
+            f"multimodal profiling: vLLM {profile.version}'s wheel not read; the rule read in "
+            f"{', '.join(rule.read_in)} is applied"
+        )
     return model
 
 

@@ -46,12 +46,19 @@ class LayerParams:
         return self.attention + self.mlp + self.experts + self.router + self.norms
 
 
+class VisionProcessor(StrEnum):
+    """Whose processing rules size a tower's largest image and video (vLLM's `*ProcessingInfo`)."""
+
+    QWEN2_VL = "qwen2_vl"  # Qwen2-VL / Qwen2.5-VL: the video at the image's size, frames grown to max_model_len
+    QWEN3_VL = "qwen3_vl"  # Qwen3-VL: the video processor's own total-pixel budget
+
+
 @dataclass(frozen=True, slots=True)
 class VisionTower:
-    """A multimodal checkpoint's vision encoder, as an engine's profiling run exercises it: its size,
-    the widths of one encoder layer, and the largest item its processor makes (in language-model
-    tokens, from the processor's default size) -- what the encoder cache and the dummy-input pass
-    scale with (`capacity.engines.vllm.multimodal`)."""
+    """A multimodal checkpoint's vision encoder as an engine's profiling run exercises it: its size, the
+    widths of one encoder layer, and what its processor makes of the largest item (the processor's
+    default sizes, from the published preprocessor configs) -- what the encoder cache and the dummy-input
+    pass scale with (`capacity.engines.vllm.multimodal` applies each release's rules)."""
 
     params: int  # tower + projector(s), already inside ModelSpec.extra_params
     hidden_size: int
@@ -61,9 +68,11 @@ class VisionTower:
     patch_elements: int  # channels x temporal patch x patch^2: one patch's input values
     patches_per_token: int  # encoder positions per language-model token (spatial merge^2)
     output_width: int  # values per LM token the encoder returns (text hidden, x deepstack levels)
-    max_image_tokens: int  # LM tokens of the largest image at the processor's default size
-    video_frame_tokens: int = 0  # LM tokens per temporal group of the largest video frame (0: no video)
-    video_max_groups: int = 0  # the dummy video: -1 one temporal group; n > 0 grows with max_model_len up to n
+    processor: VisionProcessor
+    unit_pixels: int  # patch x spatial merge: the side of one LM token's square
+    temporal_patch: int  # frames per temporal patch
+    image_max_pixels: int  # the image processor's largest image (max_pixels / size.longest_edge)
+    video_max_pixels: int  # the video processor's size.longest_edge (Qwen3-VL: over all frames)
 
 
 @dataclass(frozen=True, slots=True)

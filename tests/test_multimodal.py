@@ -20,12 +20,12 @@ from capacity.engines.vllm.multimodal import (
     encoder_budget_tokens,
     encoder_profile,
     item_tokens,
+    most_features_tokens,
     parse_mm_limits,
     profiled_items,
 )
 from capacity.estimate import estimate
 from capacity.hf_config import parse_config
-from capacity.hf_config.vision import most_features_tokens
 from capacity.spec import DeploymentSpec
 from tests.conftest import ORACLE_PYTHON, require_oracle_venv
 
@@ -129,8 +129,13 @@ def test_qwen25_video_grows_with_max_model_len_qwen3_does_not() -> None:
     assert item_tokens(q25, 8192)["video"] == 16_384
     assert item_tokens(q25, 65_536)["video"] == 4 * 16_384
     assert item_tokens(q25, 1_000_000)["video"] == 7 * 16_384
-    # qwen3_vl.py: 2 frames at 25,165,824 / 2 px -> 12,288 tokens, below the image's 16,384
-    assert item_tokens(q3, 1_000_000) == {"image": 16_384, "video": 12_288}
+    # 0.20+ qwen3_vl.py: 2 frames at 25,165,824 / 2 px -> 12,288 tokens, below the image's 16,384
+    assert item_tokens(q3, 1_000_000, "0.33.0") == {"image": 16_384, "video": 12_288}
+    assert item_tokens(q3, 1_000_000, "0.20.0") == {"image": 16_384, "video": 12_288}
+    # 0.11.0 qwen3_vl.py: 24,576 frames of the 4,096 px square under the 25,165,824 px video budget:
+    # beta = sqrt(24,576 x 4,096^2 / 25,165,824) = 128, so each frame is one 32 px unit: 12,288 groups of
+    # 1 token, counted x 12.5
+    assert item_tokens(q3, 65_536, "0.11.0") == {"image": 16_384, "video": 153_600}
 
 
 def test_encoder_pass_by_hand() -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from capacity.hf_config.fields import MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, Fields
-from capacity.spec import VisionTower
+from capacity.spec import VisionProcessor, VisionTower
 
 if TYPE_CHECKING:
     from capacity.hf_config.family import Model
@@ -128,26 +126,17 @@ def mistral3_projector(m: Model, v: Fields) -> int:
 QWEN2_5_VL_MAX_PIXELS = 12_845_056  # Qwen/Qwen2.5-VL-*-Instruct preprocessor_config.json "max_pixels"
 QWEN3_VL_IMAGE_LONGEST_EDGE = 16_777_216  # Qwen/Qwen3-VL-*: preprocessor_config.json size.longest_edge
 QWEN3_VL_VIDEO_LONGEST_EDGE = 25_165_824  # Qwen/Qwen3-VL-*: video_preprocessor_config.json size.longest_edge
-# vLLM 0.33 model_executor/models/qwen2_vl.py _MAX_FRAMES_PER_VIDEO: the dummy video's frame cap
-QWEN2_VL_MAX_DUMMY_FRAMES = 14
 
 
-def most_features_tokens(max_pixels: int, unit: int) -> int:
-    """Merged tokens of the image with the most features under `max_pixels` (vLLM 0.33
-    `Qwen2VLProcessingInfo.get_image_size_with_most_features`: the largest patch count whose closest
-    factor pair has an aspect ratio <= 200; the image is that many units, so smart_resize keeps it)."""
-    for count in range(max_pixels // (unit * unit), 0, -1):
-        low = next(d for d in range(math.isqrt(count), 0, -1) if count % d == 0)
-        if count // low / low <= 200:
-            return count
-    return 1
-
-
-def _qwen_tower(m: Model, v: Fields, params: int, *, gated: bool, out_levels: int) -> VisionTower:
+def _qwen_tower(
+    m: Model, v: Fields, params: int, processor: VisionProcessor, pixels: tuple[int, int], *, gated: bool
+) -> VisionTower:
     merge = v.integer("spatial_merge_size", 2, hi=64)
     patch = v.integer("patch_size", 14)
     temporal = v.integer("temporal_patch_size", 2)
     channels = v.integer("in_channels", v.integer("in_chans", 3))
+    deepstack = v.raw("deepstack_visual_indexes")
+    levels = 1 + (len(deepstack) if isinstance(deepstack, list) else 0)
     return VisionTower(
         params=params,
         hidden_size=v.integer("hidden_size"),
@@ -156,38 +145,23 @@ def _qwen_tower(m: Model, v: Fields, params: int, *, gated: bool, out_levels: in
         gated_mlp=gated,
         patch_elements=channels * temporal * patch * patch,
         patches_per_token=merge * merge,
-        output_width=v.integer("out_hidden_size", m.hidden) * out_levels,
-        max_image_tokens=0,
+        output_width=v.integer("out_hidden_size", m.hidden) * levels,  # Qwen3-VL: main + deepstack levels
+        processor=processor,
+        unit_pixels=patch * merge,
+        temporal_patch=temporal,
+        image_max_pixels=pixels[0],
+        video_max_pixels=pixels[1],
     )
 
 
 def qwen2_5_vl_tower(m: Model, v: Fields) -> VisionTower:
-    """Qwen2.5-VL as vLLM 0.33 profiles it (qwen2_vl.py `Qwen2VLProcessingInfo`): the image at the
-    processor's max_pixels; the video at the same size, frames grown while its tokens fit max_model_len,
-    at most 14 frames, padded to the temporal patch (so up to 7 groups of the image's tokens)."""
-    tower = _qwen_tower(m, v, qwen2_5_vl(v), gated=True, out_levels=1)
-    unit = v.integer("patch_size", 14) * v.integer("spatial_merge_size", 2, hi=64)
-    image = most_features_tokens(QWEN2_5_VL_MAX_PIXELS, unit)
-    temporal = v.integer("temporal_patch_size", 2)
-    groups = -(-QWEN2_VL_MAX_DUMMY_FRAMES // temporal)
-    return _replace_tokens(tower, image, image, groups)
+    """Qwen2.5-VL's tower and its processor's default sizes (the video is read at the image's size)."""
+    pixels = (QWEN2_5_VL_MAX_PIXELS, QWEN2_5_VL_MAX_PIXELS)
+    return _qwen_tower(m, v, qwen2_5_vl(v), VisionProcessor.QWEN2_VL, pixels, gated=True)
 
 
 def qwen3_vl_tower(m: Model, v: Fields) -> VisionTower:
-    """Qwen3-VL as vLLM 0.33 profiles it (qwen3_vl.py `get_max_video_tokens`): the image at the image
-    processor's longest_edge; the video as 2 frames (one temporal group) at the video processor's
-    longest_edge / temporal patch, whatever max_model_len is. The encoder returns the main and the
-    deepstack embeddings per token (`output_width`)."""
-    deepstack = v.raw("deepstack_visual_indexes")
-    levels = 1 + (len(deepstack) if isinstance(deepstack, list) else 0)
-    tower = _qwen_tower(m, v, qwen3_vl(v), gated=False, out_levels=levels)
-    unit = v.integer("patch_size", 16) * v.integer("spatial_merge_size", 2, hi=64)
-    temporal = v.integer("temporal_patch_size", 2)
-    image = most_features_tokens(QWEN3_VL_IMAGE_LONGEST_EDGE, unit)
-    video = most_features_tokens(QWEN3_VL_VIDEO_LONGEST_EDGE // temporal, unit)
-    return _replace_tokens(tower, image, video, -1)
-
-
-def _replace_tokens(tower: VisionTower, image: int, frame: int, groups: int) -> VisionTower:
-    """The tower with its item sizes (`groups` -1: one fixed temporal group, else vLLM's loop's cap)."""
-    return replace(tower, max_image_tokens=image, video_frame_tokens=frame, video_max_groups=groups)
+    """Qwen3-VL's tower (its encoder returns the main and the deepstack embeddings per token) and its
+    processors' default sizes."""
+    pixels = (QWEN3_VL_IMAGE_LONGEST_EDGE, QWEN3_VL_VIDEO_LONGEST_EDGE)
+    return _qwen_tower(m, v, qwen3_vl(v), VisionProcessor.QWEN3_VL, pixels, gated=False)

@@ -397,7 +397,9 @@ def vllm_overhead(
     tower = i.model.vision
     if tower is not None and not i.mm_text_only:
         length = i.max_model_len or i.model.context_limit_tokens
-        enc = encoder_profile(tower, i.tp, i.act_bytes, length, seqs, tokens, dict(i.mm_limits))
+        enc = encoder_profile(
+            tower, i.tp, i.act_bytes, length, seqs, tokens, dict(i.mm_limits), version or release.version
+        )
         if enc is not None:
             buffers = replace(buffers, encoder_forward_bytes=enc.forward_bytes, encoder_outputs_bytes=enc.outputs_bytes)
     return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget)
