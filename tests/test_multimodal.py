@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from capacity.engines.vllm.multimodal import (
     most_features_tokens,
     parse_mm_limits,
     profiled_items,
+    qwen3_video_resize,
 )
 from capacity.estimate import estimate
 from capacity.hf_config import parse_config
@@ -85,10 +87,15 @@ BUDGET_CASES = [
 ]
 
 
+# frames, height, width of Qwen3-VL's video resize (temporal 2, 32 px units, 4,096 / 25,165,824 px bounds)
+RESIZE_FRAMES = [(2, 4096, 4096), (3, 4096, 4096), (40, 4096, 4096), (24_576, 4096, 4096), (2, 64, 96), (7, 2048, 4096)]
+RESIZE_CASES = [[n, h, w, 2, 32, 4096, 25_165_824] for n, h, w in RESIZE_FRAMES]
+
+
 @pytest.fixture(scope="module")
 def oracle() -> dict[str, Any]:
     require_oracle_venv()
-    request = {"budgets": BUDGET_CASES, "params": [QWEN25_VL, QWEN3_VL]}
+    request = {"budgets": BUDGET_CASES, "params": [QWEN25_VL, QWEN3_VL], "resizes": RESIZE_CASES}
     done = subprocess.run(
         [str(ORACLE_PYTHON), str(RUNNER)], input=json.dumps(request), capture_output=True, text=True, timeout=600
     )
@@ -239,3 +246,12 @@ def test_unreadable_limits_are_one_line_usage_errors(tmp_path: Path) -> None:
         result = CliRunner().invoke(app, ["estimate", "x", "--gpu-memory-gib", "16", "--limit-mm-per-prompt", value])
         assert result.exit_code == 2
         assert "limit-mm-per-prompt" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.oracle
+def test_qwen3_video_resize_matches_transformers(oracle: dict[str, Any]) -> None:
+    tower = parse_config({**QWEN3_VL, "vision_config": {**QWEN3_VL["vision_config"], "patch_size": 16}}).vision
+    assert tower is not None and tower.unit_pixels == 32
+    tower = replace(tower, video_max_pixels=25_165_824)
+    for (n, h, w), theirs in zip(RESIZE_FRAMES, oracle["resizes"], strict=True):
+        assert list(qwen3_video_resize(n, h, w, tower)) == theirs

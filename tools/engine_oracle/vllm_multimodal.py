@@ -2,7 +2,8 @@
 
 Reads a JSON request on stdin, writes JSON on stdout. For each budget case: `compute_mm_encoder_budget`
 (v1/core/encoder_cache_manager.py) and `MultiModalBudget._get_max_items` (multimodal/encoder_budget.py)
-called on stand-in config objects; for each config: the parameter count of
+called on stand-in config objects; for each resize case: transformers' Qwen3-VL video
+`smart_resize`; for each config: the parameter count of
 transformers' model built on the meta device (no weights, no download)."""
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ def budgets(cases: list[dict]) -> list[list[int]]:
     return out
 
 
+def resizes(cases: list[list[int]]) -> list[list[int]]:
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize
+
+    return [list(smart_resize(n, h, w, t, f, lo, hi)) for n, h, w, t, f, lo, hi in cases]
+
+
 def params(configs: list[dict]) -> list[int]:
     import torch
     import transformers
@@ -57,6 +64,7 @@ def main() -> None:
         {
             "budgets": budgets(request["budgets"]),
             "params": params(request["params"]),
+            "resizes": resizes(request.get("resizes", [])),
         },
         sys.stdout,
     )
