@@ -104,7 +104,8 @@ def oracle() -> dict[str, Any]:
     return result
 
 
-@pytest.mark.oracle
+@pytest.mark.engine_oracle
+@pytest.mark.slow
 def test_vl_parameter_counts_match_transformers(oracle: dict[str, Any]) -> None:
     for config, theirs in zip((QWEN25_VL, QWEN3_VL), oracle["params"], strict=True):
         spec = parse_config(config)
@@ -112,7 +113,8 @@ def test_vl_parameter_counts_match_transformers(oracle: dict[str, Any]) -> None:
         assert spec.total_params == theirs
 
 
-@pytest.mark.oracle
+@pytest.mark.engine_oracle
+@pytest.mark.slow
 def test_encoder_budget_and_items_match_vllm(oracle: dict[str, Any]) -> None:
     for case, (budget, items) in zip(BUDGET_CASES, oracle["budgets"], strict=True):
         assert encoder_budget_tokens(case["batched"], case["item"]) == budget
@@ -248,7 +250,8 @@ def test_unreadable_limits_are_one_line_usage_errors(tmp_path: Path) -> None:
         assert "limit-mm-per-prompt" in result.output and "Traceback" not in result.output
 
 
-@pytest.mark.oracle
+@pytest.mark.engine_oracle
+@pytest.mark.slow
 def test_qwen3_video_resize_matches_transformers(oracle: dict[str, Any]) -> None:
     tower = parse_config({**QWEN3_VL, "vision_config": {**QWEN3_VL["vision_config"], "patch_size": 16}}).vision
     assert tower is not None and tower.unit_pixels == 32
