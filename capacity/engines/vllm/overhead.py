@@ -369,6 +369,33 @@ def overhead_from_buffers(
     return Overhead(activation, non_torch, cuda_graphs, tuple((name, n) for name, n in named if n))
 
 
+def inputs_buffers(inputs: OverheadInputs, version: str) -> ProfilingBuffers:
+    """The profiling run's buffers for a deployment's overhead inputs in a release: the decoder's and,
+    for a multimodal model not served text-only, the dummy items' encoder pass and cached outputs."""
+    i = inputs
+    tokens, seqs = i.profiled_batch()
+    buffers = profiling_buffers(
+        i.model,
+        i.tp,
+        i.pp,
+        tokens,
+        seqs,
+        i.act_bytes,
+        i.nvlink_multicast,
+        version,
+        flashinfer_sampler=i.flashinfer_sampler,
+        peer_link_gpus=i.peer_link_gpus,
+    )
+    tower = i.model.vision
+    if tower is None or i.mm_text_only:
+        return buffers
+    length = i.max_model_len or i.model.context_limit_tokens
+    enc = encoder_profile(tower, i.tp, i.act_bytes, length, seqs, tokens, dict(i.mm_limits), version)
+    if enc is None:
+        return buffers
+    return replace(buffers, encoder_forward_bytes=enc.forward_bytes, encoder_outputs_bytes=enc.outputs_bytes)
+
+
 def vllm_overhead(
     inputs: OverheadInputs,
     release: ec.VllmRelease,
@@ -379,27 +406,6 @@ def vllm_overhead(
     picks the sampler rule; else the first release of `release`'s row); the inputs' `flashinfer_sampler`
     None takes the release's default for the FlashInfer sampler; their `peer_link_gpus`, GpuSku's, says
     whether the custom all-reduce runs at TP > 1."""
-    i = inputs
     c = coefficients or ec.vllm_profiling_coefficients(release)
-    tokens, seqs = i.profiled_batch()
-    buffers = profiling_buffers(
-        i.model,
-        i.tp,
-        i.pp,
-        tokens,
-        seqs,
-        i.act_bytes,
-        i.nvlink_multicast,
-        version or release.version,
-        flashinfer_sampler=i.flashinfer_sampler,
-        peer_link_gpus=i.peer_link_gpus,
-    )
-    tower = i.model.vision
-    if tower is not None and not i.mm_text_only:
-        length = i.max_model_len or i.model.context_limit_tokens
-        enc = encoder_profile(
-            tower, i.tp, i.act_bytes, length, seqs, tokens, dict(i.mm_limits), version or release.version
-        )
-        if enc is not None:
-            buffers = replace(buffers, encoder_forward_bytes=enc.forward_bytes, encoder_outputs_bytes=enc.outputs_bytes)
+    buffers = inputs_buffers(inputs, version or release.version)
     return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget)
