@@ -297,7 +297,7 @@ def unmodelled_reason(c: Comparison, model: ModelSpec) -> str | None:
     vision = "ConditionalGeneration" in model.architecture or any("vision" in note for note in model.notes)
     if vision and c.row.engine_generation == "v0":  # V0 profiles the encoder at max_model_len
         return "multimodal encoder profiling"
-    if model.multimodal:
+    if model.vision is not None:
         # V1's encoder pass is sized from vLLM's source (engines/vllm/multimodal.py), never fitted: a row
         # whose activation peak is the encoder's would pull the text models' coefficients
         return "multimodal encoder profiling (sized from the source, not fitted)"
