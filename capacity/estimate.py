@@ -165,11 +165,16 @@ def _multimodal(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, not
             return replace(model, loaded_extra_params=max(0, model.loaded_extra_params - model.vision.params))
         notes.append("served text-only: no encoder profiling; the vision tower's weights are still counted")
         return model
-    if model.vision is None or profile.engine is not Engine.VLLM:
+    if profile.engine is not Engine.VLLM:
         notes.append(
-            "MULTIMODAL, NOT SIZED: the vision encoder's profiling pass and encoder cache are not in this "
-            "estimate (the pool is too large by that much); serve text-only (--limit-mm-per-prompt with every "
-            "modality 0) to match it"
+            f"multimodal: the vision encoder's runtime memory is sized only by {profile.engine.value}'s own "
+            "memory rules here (its weights are counted where the tower is known)"
+        )
+    elif model.vision is None:
+        notes.append(
+            "MULTIMODAL, NOT SIZED: vLLM's profiling pass with dummy images/videos (the encoder's activations "
+            "and its cached outputs) is not in this estimate, so the KV pool is too large by that much; with "
+            "--limit-mm-per-prompt 0 for every modality (text-only) the estimate holds"
         )
     elif not rule_read_for(profile.version):
         rule = multimodal_rule(profile.version)
