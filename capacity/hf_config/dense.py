@@ -16,7 +16,7 @@ from capacity.hf_config.family import (
     plain_mlp,
 )
 from capacity.hf_config.fields import MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, Fields
-from capacity.spec import LayerParams, VisionTower
+from capacity.spec import LayerParams
 
 Llama = Family  # the base rule set is Llama's
 
@@ -70,28 +70,18 @@ class Qwen3(SlidesFromMaxWindowLayers):
     qk_norm = True
 
 
-class Qwen25VL(Qwen2):
+class Qwen25VL(vision.KnownTower, Qwen2):
     """Qwen2.5-VL: Qwen2's text rules (flat or under `text_config`) and its vision transformer."""
 
     vision_model_types = (None, "qwen2_5_vl")
-
-    def count_vision(self, m: Model, v: Fields) -> int:
-        return vision.qwen2_5_vl(v)
-
-    def vision_tower(self, m: Model, v: Fields) -> VisionTower | None:
-        return vision.qwen2_5_vl_tower(m, v)
+    tower_rules = (vision.qwen2_5_vl, vision.qwen2_5_vl_tower)
 
 
-class Qwen3VL(Qwen3):
+class Qwen3VL(vision.KnownTower, Qwen3):
     """Qwen3-VL (dense): Qwen3's text rules and the Qwen3-VL vision tower with deepstack mergers."""
 
     vision_model_types = (None, "qwen3_vl")
-
-    def count_vision(self, m: Model, v: Fields) -> int:
-        return vision.qwen3_vl(v)
-
-    def vision_tower(self, m: Model, v: Fields) -> VisionTower | None:
-        return vision.qwen3_vl_tower(m, v)
+    tower_rules = (vision.qwen3_vl, vision.qwen3_vl_tower)
 
 
 class Glm4(Family):

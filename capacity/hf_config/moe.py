@@ -20,7 +20,7 @@ from capacity.hf_config.family import (
     shared_expert_moe,
 )
 from capacity.hf_config.fields import MAX_EXPERTS, MAX_LAYERS, MAX_POSITIONS, Fields
-from capacity.spec import LayerParams, VisionTower
+from capacity.spec import LayerParams
 
 
 class Mixtral(SlidesEveryLayer):
@@ -67,16 +67,11 @@ class Qwen3Moe(QwenMoe):
     qk_norm_moe = True
 
 
-class Qwen3VLMoe(Qwen3Moe):
+class Qwen3VLMoe(vision.KnownTower, Qwen3Moe):
     """Qwen3-VL MoE: Qwen3-MoE's text rules and the Qwen3-VL vision tower."""
 
     vision_model_types = (None, "qwen3_vl_moe", "qwen3_vl")
-
-    def count_vision(self, m: Model, v: Fields) -> int:
-        return vision.qwen3_vl(v)
-
-    def vision_tower(self, m: Model, v: Fields) -> VisionTower | None:
-        return vision.qwen3_vl_tower(m, v)
+    tower_rules = (vision.qwen3_vl, vision.qwen3_vl_tower)
 
 
 class GptOss(SlidesPeriodically):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
 
 from capacity.hf_config.fields import MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, Fields
 from capacity.spec import VisionProcessor, VisionTower
@@ -165,3 +166,15 @@ def qwen3_vl_tower(m: Model, v: Fields) -> VisionTower:
     processors' default sizes."""
     pixels = (QWEN3_VL_IMAGE_LONGEST_EDGE, QWEN3_VL_VIDEO_LONGEST_EDGE)
     return _qwen_tower(m, v, qwen3_vl(v), VisionProcessor.QWEN3_VL, pixels, gated=False)
+
+
+class KnownTower:
+    """A family mixin whose tower is counted and profiled by a pair of rules from this module."""
+
+    tower_rules: ClassVar[tuple[Callable[[Fields], int], Callable[[Model, Fields], VisionTower]]]
+
+    def count_vision(self, m: Model, v: Fields) -> int:
+        return self.tower_rules[0](v)
+
+    def vision_tower(self, m: Model, v: Fields) -> VisionTower | None:
+        return self.tower_rules[1](m, v)
