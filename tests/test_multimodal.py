@@ -258,3 +258,13 @@ def test_qwen3_video_resize_matches_transformers(oracle: dict[str, Any]) -> None
     tower = replace(tower, video_max_pixels=25_165_824)
     for (n, h, w), theirs in zip(RESIZE_FRAMES, oracle["resizes"], strict=True):
         assert list(qwen3_video_resize(n, h, w, tower)) == theirs
+
+
+def test_qwen25_vl_7b_tower_against_a_public_freeze_log() -> None:
+    # a public SFT script that freezes the tower prints: total 8,292,166,656, visual 676,550,144,
+    # trainable after the freeze 7,615,616,512 (and the Hub lists numParameters 8,292,166,656)
+    from models_registry.resolve import load_model
+
+    spec = load_model("Qwen/Qwen2.5-VL-7B-Instruct").spec
+    assert spec.vision is not None
+    assert (spec.total_params, spec.extra_params) == (8_292_166_656, 676_550_144)
