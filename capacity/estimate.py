@@ -151,7 +151,7 @@ def _unmodelled(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, not
 
 def _multimodal(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, notes: list[str]) -> ModelSpec:
     """A multimodal checkpoint as the engine serves it: notes say what is sized; served text-only on
-    vLLM 0.33+ the tower is not built, so its weights leave the load (`engines.vllm.multimodal`)."""
+    vLLM 0.11+ the tower is not built, so its weights leave the load (`engines.vllm.multimodal`)."""
     if not model.multimodal:
         return model
     limits = dict(d.mm_limits)

@@ -287,7 +287,7 @@ class DeploymentSpec:
     disable_custom_all_reduce: bool | None = None
     gpu_peer_access: bool | None = None
     # a multimodal model served text-only (vLLM --language-model-only, or --limit-mm-per-prompt 0 for every
-    # modality: `mm_limits`): no encoder profiling, and from vLLM 0.33 no tower weights
+    # modality: `mm_limits`): no encoder profiling, and from vLLM 0.11 no tower weights
     mm_text_only: bool | None = None
     mm_limits: tuple[tuple[str, int], ...] = ()  # vLLM --limit-mm-per-prompt: items per prompt by modality
 

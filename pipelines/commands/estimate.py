@@ -178,7 +178,7 @@ LimitMmPerPromptOption = Annotated[
         "--limit-mm-per-prompt",
         metavar="JSON",
         help='vLLM items per prompt by modality, e.g. \'{"image":0,"video":0}\' (all 0: served text-only, no '
-        "encoder profiling; from 0.33 no tower weights).",
+        "encoder profiling; from 0.11 no tower weights).",
     ),
 ]
 LanguageModelOnlyOption = Annotated[
