@@ -138,13 +138,15 @@ def test_qwen25_video_grows_with_max_model_len_qwen3_does_not() -> None:
     assert item_tokens(q25, 8192)["video"] == 16_384
     assert item_tokens(q25, 65_536)["video"] == 4 * 16_384
     assert item_tokens(q25, 1_000_000)["video"] == 7 * 16_384
-    # 0.20+ qwen3_vl.py: 2 frames at 25,165,824 / 2 px -> 12,288 tokens, below the image's 16,384
+    # 0.15+ qwen3_vl.py: 2 frames at 25,165,824 / 2 px -> 12,288 tokens, below the image's 16,384
     assert item_tokens(q3, 1_000_000, "0.33.0") == {"image": 16_384, "video": 12_288}
     assert item_tokens(q3, 1_000_000, "0.20.0") == {"image": 16_384, "video": 12_288}
     # 0.11.0 qwen3_vl.py: 24,576 frames of the 4,096 px square under the 25,165,824 px video budget:
     # beta = sqrt(24,576 x 4,096^2 / 25,165,824) = 128, so each frame is one 32 px unit: 12,288 groups of
     # 1 token, counted x 12.5
     assert item_tokens(q3, 65_536, "0.11.0") == {"image": 16_384, "video": 153_600}
+    # 0.13.0: the same grown video, its 12,288 tokens no longer counted x 12.5
+    assert item_tokens(q3, 65_536, "0.13.0") == {"image": 16_384, "video": 12_288}
 
 
 def test_encoder_pass_by_hand() -> None:

@@ -11,14 +11,15 @@ cache is cleared after. So the torch peak the KV budget subtracts is the larger 
 0 or `--language-model-only`, 0.33) there is no encoder budget and no encoder profiling, and the tower's
 modules are not built (`_mark_tower_model`), so its weights are not loaded either.
 
-Releases (`MULTIMODAL_RULES`): the budget and the items per batch read the same in the 0.11.0, 0.20.0,
-0.26.0 and 0.33.0 wheels. Two things moved between 0.11 and 0.20: 0.11's profile_run expanded each dummy
-output to (encoder budget x width) before caching it, and 0.11's Qwen3-VL sized its dummy video as
-frames grown to the 24,576-frame cap under the video processor's total-pixel budget, counted x 12.5 (the
-timestamp text per video token); from 0.20 the outputs are cached as they are and the Qwen3-VL video is
-2 frames. The tower's modules are skipped with every modality at 0 in all four (0.11: `self.visual =
-None`; 0.20+: `_mark_tower_model`). Releases before 0.11 (V0) and 0.12-0.19 are not read: the nearest
-rule is applied and the estimate says so. Facts carried over from vLLM, no vLLM code.
+Releases (`MULTIMODAL_RULES`): the budget and the items per batch read the same in the 0.11.0, 0.12.0,
+0.13.0, 0.15.0, 0.19.0, 0.20.0, 0.26.0 and 0.33.0 wheels. What moved: up to 0.12 profile_run expanded each
+dummy output to (encoder budget x width) before caching it (gone in 0.13); up to 0.12 Qwen3-VL counted its
+dummy video x 12.5 (the timestamp text per video token; gone in 0.13); up to 0.13 Qwen3-VL's dummy video
+was frames grown to the 24,576-frame cap under the video processor's total-pixel budget, from 0.15 two
+frames at that budget / temporal patch. The tower's modules are skipped with every modality at 0 (0.11:
+`self.visual = None`; 0.20+: `_mark_tower_model`). Releases not read (V0 before 0.11, 0.14, 0.16-0.18,
+0.21-0.25, 0.27-0.32) take the row of the nearest earlier read release, and the estimate says so when the
+release is not one read. Facts carried over from vLLM, no vLLM code.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ from capacity.numeric import cdiv
 from capacity.spec import VisionProcessor, VisionTower
 
 DEFAULT_LIMIT_PER_PROMPT = 999  # MultiModalConfig.get_limit_per_prompt: an unspecified modality
-QWEN2_VL_MAX_DUMMY_FRAMES = 14  # qwen2_vl.py _MAX_FRAMES_PER_VIDEO (0.11.0, 0.33.0)
-QWEN3_VL_011_MAX_DUMMY_FRAMES = 24_576  # 0.11.0 qwen3_vl.py _MAX_FRAMES_PER_VIDEO
-QWEN3_VL_011_TOKENS_PER_VIDEO_TOKEN = 12.5  # 0.11.0 qwen3_vl.py get_max_video_tokens: "<t seconds>" + 3 tokens
+QWEN2_VL_MAX_DUMMY_FRAMES = 14  # qwen2_vl.py _MAX_FRAMES_PER_VIDEO (0.11.0, 0.20.0, 0.26.0, 0.33.0)
+QWEN3_VL_GROWN_MAX_FRAMES = 24_576  # 0.11.0-0.13.0 qwen3_vl.py _MAX_FRAMES_PER_VIDEO
+QWEN3_VL_011_TOKENS_PER_VIDEO_TOKEN = 12.5  # 0.11.0-0.12.0 qwen3_vl.py get_max_video_tokens: "<t seconds>" + 3 tokens
 QWEN3_VL_VIDEO_MIN_PIXELS = 4096  # Qwen3-VL video_preprocessor_config.json size.shortest_edge
 
 
@@ -46,14 +47,20 @@ class MultimodalRule:
 
     version: str
     outputs_padded_to_budget: bool  # each dummy output expanded to (encoder budget, width) in the cache
-    qwen3_video_formatted: bool  # Qwen3-VL's dummy video: frames to the cap, tokens x 12.5
+    qwen3_video_grown: bool  # Qwen3-VL's dummy video: frames grown to the cap (else 2 frames)
+    qwen3_video_formatted: bool  # ... and its tokens counted x 12.5
     read_in: tuple[str, ...]  # the wheels the row was read in
 
 
 MULTIMODAL_RULES = (
-    MultimodalRule("0.11", outputs_padded_to_budget=True, qwen3_video_formatted=True, read_in=("0.11.0",)),
+    MultimodalRule("0.11", True, qwen3_video_grown=True, qwen3_video_formatted=True, read_in=("0.11.0", "0.12.0")),
+    MultimodalRule("0.13", False, qwen3_video_grown=True, qwen3_video_formatted=False, read_in=("0.13.0",)),
     MultimodalRule(
-        "0.20", outputs_padded_to_budget=False, qwen3_video_formatted=False, read_in=("0.20.0", "0.26.0", "0.33.0")
+        "0.15",
+        False,
+        qwen3_video_grown=False,
+        qwen3_video_formatted=False,
+        read_in=("0.15.0", "0.19.0", "0.20.0", "0.26.0", "0.33.0"),
     ),
 )
 
@@ -133,7 +140,7 @@ def tower_skipped_text_only(version: str | None) -> bool:
 
 
 def most_features_tokens(max_pixels: int, unit: int) -> int:
-    """Merged tokens of the image with the most features under `max_pixels` (vLLM 0.20-0.33
+    """Merged tokens of the image with the most features under `max_pixels` (vLLM 0.33
     `Qwen2VLProcessingInfo.get_image_size_with_most_features`: the largest count whose closest factor pair
     has an aspect ratio <= 200; the image is that many units, so smart_resize keeps it; 0.11.0 resized a
     9,999,999-pixel square, the same count for square-rooted budgets)."""
@@ -167,7 +174,7 @@ def qwen3_video_resize(frames: int, height: int, width: int, tower: VisionTower)
     return h_bar, w_bar
 
 
-def _qwen3_011_video_tokens(tower: VisionTower, frames: int) -> int:
+def _qwen3_grown_video_tokens(tower: VisionTower, frames: int) -> int:
     height, width = _most_features_sides(tower.image_max_pixels, tower.unit_pixels)
     h_bar, w_bar = qwen3_video_resize(frames, height, width, tower)
     groups = max((frames + frames % tower.temporal_patch) // tower.temporal_patch, 1)
@@ -186,7 +193,7 @@ def _grown_frames(tower: VisionTower, max_model_len: int, start: int, cap: int) 
 
 def _video_tokens_at(tower: VisionTower, frames: int) -> int:
     if tower.processor is VisionProcessor.QWEN3_VL:
-        return _qwen3_011_video_tokens(tower, frames)
+        return _qwen3_grown_video_tokens(tower, frames)
     image = most_features_tokens(tower.image_max_pixels, tower.unit_pixels)
     return max((frames + frames % tower.temporal_patch) // tower.temporal_patch, 1) * image
 
@@ -200,15 +207,17 @@ def _item_sizes(tower: VisionTower, max_model_len: int, version: str | None) -> 
     """Per modality: (tokens the budget counts, tokens the encoder returns) of the largest item in a release.
     The image is the processor's largest. Qwen2-VL's video is the image's size with frames grown while its
     tokens fit max_model_len (at most 14). Qwen3-VL's is 2 frames at the video budget / temporal patch
-    (0.20+), or in 0.11 the frames grown to the cap under the video budget, counted x 12.5."""
+    (0.15+), or up to 0.13 the frames grown to the cap under the video budget (counted x 12.5 up to 0.12)."""
     image = most_features_tokens(tower.image_max_pixels, tower.unit_pixels)
     if tower.processor is VisionProcessor.QWEN2_VL:
         video = _video_tokens_at(tower, _grown_frames(tower, max_model_len, 1, QWEN2_VL_MAX_DUMMY_FRAMES))
         return {"image": (image, image), "video": (video, video)}
-    if multimodal_rule(version).qwen3_video_formatted:
-        frames = _grown_frames(tower, max_model_len, 2, QWEN3_VL_011_MAX_DUMMY_FRAMES)
-        soft = _qwen3_011_video_tokens(tower, frames)
-        return {"image": (image, image), "video": (int(soft * QWEN3_VL_011_TOKENS_PER_VIDEO_TOKEN), soft)}
+    rule = multimodal_rule(version)
+    if rule.qwen3_video_grown:
+        frames = _grown_frames(tower, max_model_len, 2, QWEN3_VL_GROWN_MAX_FRAMES)
+        soft = _qwen3_grown_video_tokens(tower, frames)
+        counted = int(soft * QWEN3_VL_011_TOKENS_PER_VIDEO_TOKEN) if rule.qwen3_video_formatted else soft
+        return {"image": (image, image), "video": (counted, soft)}
     video = most_features_tokens(tower.video_max_pixels // tower.temporal_patch, tower.unit_pixels)
     return {"image": (image, image), "video": (video, video)}
 
@@ -281,7 +290,7 @@ def encoder_profile(
     mlp = patches * (3 if tower.gated_mlp else 2) * cdiv(inter, tp)
     forward = (patches * tower.patch_elements + hidden + max(attention, mlp)) * act_bytes
     rows = encoded
-    if multimodal_rule(version).outputs_padded_to_budget:  # 0.11: zeros to (budget, width), output copied in
+    if multimodal_rule(version).outputs_padded_to_budget:  # 0.11-0.12: zeros to (budget, width), output copied in
         rows = max(encoded, encoder_budget_tokens(max_num_batched_tokens, tokens))
     outputs = items * rows * tower.output_width * act_bytes
     return EncoderProfile(modality, items, tokens, forward, outputs)
