@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from capacity.columns import CONTRACT
 from capacity.dtypes import ELEMENT_BYTES, GIB, KV_DTYPES, element_bytes, format_gib, kv_element_bytes
 from capacity.engines.base import KV_CONNECTOR
+from capacity.engines.kinds import Engine
 from capacity.engines.protocol import (
     ASSUMPTION_SHARE,
     AssumptionContext,
@@ -21,6 +22,7 @@ from capacity.engines.protocol import (
     StartRequest,
 )
 from capacity.engines.registry import engine_profile
+from capacity.engines.vllm.multimodal import multimodal_rule, rule_read_for, text_only, tower_skipped_text_only
 from capacity.kv.kinds import StateTerms
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -158,6 +160,42 @@ def _unmodelled(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, not
         notes.append(f"not modelled: {', '.join(declared)}; sized as if they were off")
         not_modelled = "; ".join(filter(None, (not_modelled, *declared)))
     return not_modelled
+
+
+def _multimodal(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, notes: list[str]) -> ModelSpec:
+    """A multimodal checkpoint as the engine serves it: notes say what is sized; served text-only on
+    vLLM 0.11+ the tower is not built, so its weights leave the load (`engines.vllm.multimodal`)."""
+    if not model.multimodal:
+        return model
+    limits = dict(d.mm_limits)
+    if model.vision is not None:
+        served_text_only = text_only(model.vision, limits, bool(d.mm_text_only))
+    else:  # modalities unknown: text-only only when told so, or when every named modality (image among them) is 0
+        served_text_only = bool(d.mm_text_only) or ("image" in limits and not any(limits.values()))
+    if served_text_only:
+        if profile.engine is Engine.VLLM and model.vision is not None and tower_skipped_text_only(profile.version):
+            notes.append("served text-only: no encoder profiling, and the vision tower is not loaded (vLLM 0.11+)")
+            return replace(model, loaded_extra_params=max(0, model.loaded_extra_params - model.vision.params))
+        notes.append("served text-only: no encoder profiling; the vision tower's weights are still counted")
+        return model
+    if profile.engine is not Engine.VLLM:
+        notes.append(
+            f"multimodal: the vision encoder's runtime memory is sized only by {profile.engine.value}'s own "
+            "memory rules here (its weights are counted where the tower is known)"
+        )
+    elif model.vision is None:
+        notes.append(
+            "MULTIMODAL, NOT SIZED: vLLM's profiling pass with dummy images/videos (the encoder's activations "
+            "and its cached outputs) is not in this estimate, so the KV pool is too large by that much; with "
+            "--limit-mm-per-prompt 0 for every modality (text-only) the estimate holds"
+        )
+    elif not rule_read_for(profile.version):
+        rule = multimodal_rule(profile.version)
+        notes.append(
+            f"multimodal profiling: vLLM {profile.version}'s wheel not read; the rule read in "
+            f"{', '.join(rule.read_in)} is applied"
+        )
+    return model
 
 
 def _max_model_len(model: ModelSpec, d: DeploymentSpec, notes: list[str]) -> tuple[int, bool]:
@@ -445,6 +483,7 @@ def estimate(
     total = d.gpu_memory_bytes if d.gpu_memory_bytes is not None else (gpu.memory_total_bytes if gpu else 0)
     notes: list[str] = []
     not_modelled = _unmodelled(model, d, profile, notes)
+    model = _multimodal(model, d, profile, notes)
     max_model_len, auto_fit = _max_model_len(model, d, notes)
     dt = _dtypes(model, d, profile)
     per_token = kv_bytes_per_token(model, dt.kv_bytes)
@@ -456,7 +495,7 @@ def estimate(
     weights = _weights(model, d, profile, gpu, checkpoint_bytes, notes)
     defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
     lim = _limits(d, profile, defaults)
-    inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes)
+    inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len)
     overhead = _overhead(d, profile, inputs, notes)
     usable = int(total * lim.utilization)
     start_problem = profile.start_memory_problem(total, lim.utilization, d.other_process_bytes)
@@ -556,7 +595,7 @@ def _checked_start(f: _PoolFigures, profile: EngineProfile, start: StartRequest,
 
 
 def _overhead_inputs(
-    model: ModelSpec, d: DeploymentSpec, gpu: GpuSku | None, lim: _Limits, act_bytes: int
+    model: ModelSpec, d: DeploymentSpec, gpu: GpuSku | None, lim: _Limits, act_bytes: int, max_model_len: int
 ) -> OverheadInputs:
     """What the profile's overhead follows from; an unknown GPU counts as a switch fabric."""
     return OverheadInputs(
@@ -568,6 +607,9 @@ def _overhead_inputs(
         act_bytes,
         nvlink_multicast=gpu.nvlink_multicast if gpu is not None else True,
         peer_link_gpus=d.all_reduce_peer_gpus(gpu.peer_link_gpus if gpu is not None else None),
+        max_model_len=max_model_len,
+        mm_text_only=bool(d.mm_text_only),
+        mm_limits=d.mm_limits,
     )
 
 

@@ -40,6 +40,9 @@ class OverheadInputs:
     # None for an unknown GPU
     peer_link_gpus: int | None = None
     flashinfer_sampler: bool | None = None  # vLLM's FlashInfer sampler; None: the release's default
+    max_model_len: int = 0  # what a multimodal model's dummy items follow (0: the model's context limit)
+    mm_text_only: bool = False  # every modality limited to 0: no encoder profiling (vLLM 0.11+)
+    mm_limits: tuple[tuple[str, int], ...] = ()  # vLLM --limit-mm-per-prompt counts (unnamed: 999)
 
     def profiled_batch(self) -> tuple[int, int]:
         """The batched tokens and sequences of the profiling pass: at least one token, and 256 sequences

@@ -46,6 +46,35 @@ class LayerParams:
         return self.attention + self.mlp + self.experts + self.router + self.norms
 
 
+class VisionProcessor(StrEnum):
+    """Whose processing rules size a tower's largest image and video (vLLM's `*ProcessingInfo`)."""
+
+    QWEN2_VL = "qwen2_vl"  # Qwen2-VL / Qwen2.5-VL: the video at the image's size, frames grown to max_model_len
+    QWEN3_VL = "qwen3_vl"  # Qwen3-VL: the video processor's own total-pixel budget
+
+
+@dataclass(frozen=True, slots=True)
+class VisionTower:
+    """A multimodal checkpoint's vision encoder as an engine's profiling run exercises it: its size, the
+    widths of one encoder layer, and what its processor makes of the largest item (the processor's
+    default sizes, from the published preprocessor configs) -- what the encoder cache and the dummy-input
+    pass scale with (`capacity.engines.vllm.multimodal` applies each release's rules)."""
+
+    params: int  # tower + projector(s), already inside ModelSpec.extra_params
+    hidden_size: int
+    num_layers: int
+    intermediate_size: int
+    gated_mlp: bool  # gate/up projection (2 x intermediate) + SiLU-and-mul, else fc1 + activation
+    patch_elements: int  # channels x temporal patch x patch^2: one patch's input values
+    patches_per_token: int  # encoder positions per language-model token (spatial merge^2)
+    output_width: int  # values per LM token the encoder returns (text hidden, x deepstack levels)
+    processor: VisionProcessor
+    unit_pixels: int  # patch x spatial merge: the side of one LM token's square
+    temporal_patch: int  # frames per temporal patch
+    image_max_pixels: int  # the image processor's largest image (max_pixels / size.longest_edge)
+    video_max_pixels: int  # the video processor's size.longest_edge (Qwen3-VL: over all frames)
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointQuant:
     """How the published checkpoint stores its weights (from `quantization_config`)."""
@@ -89,6 +118,9 @@ class ModelSpec:
     mamba_ssm_dtype_stated: bool = False  # the config says the SSM state dtype (else engines choose)
     is_generic: bool = False  # parsed by the generic path: the model_type was not recognized
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # the vision encoder where the checkpoint has one; `multimodal` with no tower: one the parser cannot size
+    vision: VisionTower | None = None
+    multimodal: bool = False  # the checkpoint carries a vision_config (sized or not)
 
     @property
     def total_params(self) -> int:
@@ -128,7 +160,10 @@ def _layer_facts(spec: ModelSpec) -> tuple[bool, bool]:
     return per_object(
         spec,
         ("layer_facts",),
-        lambda: (any(layer.cache.latent for layer in spec.layers), any(layer.cache.holds_state for layer in spec.layers)),
+        lambda: (
+            any(layer.cache.latent for layer in spec.layers),
+            any(layer.cache.holds_state for layer in spec.layers),
+        ),
     )
 
 
@@ -288,6 +323,10 @@ class DeploymentSpec:
     # the engine's override for a max_model_len beyond the model's limit is set (vLLM
     # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1): else it refuses to start
     allow_long_max_model_len: bool = False
+    # a multimodal model served text-only (vLLM --language-model-only, or --limit-mm-per-prompt 0 for every
+    # modality: `mm_limits`): no encoder profiling, and from vLLM 0.11 no tower weights
+    mm_text_only: bool | None = None
+    mm_limits: tuple[tuple[str, int], ...] = ()  # vLLM --limit-mm-per-prompt: items per prompt by modality
 
     def all_reduce_peer_gpus(self, gpu_peer_link_gpus: int | None) -> int | None:
         """The GPUs among which vLLM's custom all-reduce can run for this deployment (the `peer_link_gpus`

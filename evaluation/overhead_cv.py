@@ -25,7 +25,7 @@ from typing import Any
 from capacity import engine_constants as ec
 from capacity.dtypes import GIB
 from capacity.engines import Engine
-from capacity.engines.vllm.overhead import ProfilingBuffers, overhead_from_buffers, profiling_buffers
+from capacity.engines.vllm.overhead import ProfilingBuffers, inputs_buffers, overhead_from_buffers
 from capacity.overhead import OverheadInputs, activation_features
 from capacity.spec import GpuSku, ModelSpec
 from evaluation.measurements import Comparison
@@ -120,21 +120,9 @@ class OverheadModel:
 
 
 def _derived_features(i: OverheadInputs, r: ec.VllmRelease, version: str) -> dict[str, Any]:
-    """The named buffers, the sampler's by the rule of the row's own release (not a fitted coefficient)."""
-    t, s = i.profiled_batch()
-    buffers = profiling_buffers(
-        i.model,
-        i.tp,
-        i.pp,
-        t,
-        s,
-        i.act_bytes,
-        i.nvlink_multicast,
-        version,
-        flashinfer_sampler=i.flashinfer_sampler,
-        peer_link_gpus=i.peer_link_gpus,
-    )
-    return {"buffers": buffers, "graphs": r.cudagraph_memory_in_budget}
+    """The named buffers, the sampler's by the rule of the row's own release (not a fitted coefficient),
+    a multimodal model's encoder pass included (`inputs_buffers`, the estimate's own)."""
+    return {"buffers": inputs_buffers(i, version), "graphs": r.cudagraph_memory_in_budget}
 
 
 def _derived_predict(p: Params, f: dict[str, Any]) -> tuple[int, int, int]:
@@ -309,6 +297,10 @@ def unmodelled_reason(c: Comparison, model: ModelSpec) -> str | None:
     vision = "ConditionalGeneration" in model.architecture or any("vision" in note for note in model.notes)
     if vision and c.row.engine_generation == "v0":  # V0 profiles the encoder at max_model_len
         return "multimodal encoder profiling"
+    if model.vision is not None:
+        # V1's encoder pass is sized from vLLM's source (engines/vllm/multimodal.py), never fitted: a row
+        # whose activation peak is the encoder's would pull the text models' coefficients
+        return "multimodal encoder profiling (sized from the source, not fitted)"
     return None
 
 
@@ -352,6 +344,7 @@ def build_rows(
             nvlink_multicast=gpu.nvlink_multicast if gpu is not None else True,
             peer_link_gpus=gpu.peer_link_gpus if gpu is not None else None,
             flashinfer_sampler=_stated_bool(r.raw.get("flashinfer_sampler")),
+            max_model_len=est.max_model_len,
         )
         feats = model.features(inputs, release, est.engine_version or release.version)
         if r.enforce_eager:  # no graphs captured: no estimate deducted

@@ -91,6 +91,8 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "speculative_config": ("speculative_config", _TEXT),
         "kv_transfer_config": ("kv_transfer_config", _TEXT),
         "quantization": ("dtype", "quantization"),
+        "limit_mm_per_prompt": ("limit_mm_per_prompt", _TEXT),
+        "language_model_only": ("language_model_only", _SWITCH),
     },
     Engine.SGLANG: {
         "tp_size": ("tp", _INT),
@@ -127,7 +129,7 @@ _UNSIZED: dict[Engine, frozenset[str]] = {
         "cudagraph_capture_sizes", "max_cudagraph_capture_size", "max_loras", "max_lora_rank",
         "max_cpu_loras", "swap_space", "num_gpu_blocks_override", "calculate_kv_scales", "kv_sharing_fast_prefill",
         "mamba_cache_dtype", "mamba_ssm_cache_dtype", "mamba_cache_mode", "mm_encoder_tp_mode",
-        "limit_mm_per_prompt", "max_logprobs", "hf_overrides", "override_generation_config", "load_format",
+        "mm_processor_kwargs", "max_logprobs", "hf_overrides", "override_generation_config", "load_format",
         "pooler_config", "runner", "convert", "enable_sleep_mode", "config", "optimization_level",
     }),
     Engine.SGLANG: frozenset({

@@ -70,6 +70,20 @@ class Qwen3(SlidesFromMaxWindowLayers):
     qk_norm = True
 
 
+class Qwen25VL(vision.KnownTower, Qwen2):
+    """Qwen2.5-VL: Qwen2's text rules (flat or under `text_config`) and its vision transformer."""
+
+    vision_model_types = (None, "qwen2_5_vl")
+    tower_rules = (vision.qwen2_5_vl, vision.qwen2_5_vl_tower)
+
+
+class Qwen3VL(vision.KnownTower, Qwen3):
+    """Qwen3-VL (dense): Qwen3's text rules and the Qwen3-VL vision tower with deepstack mergers."""
+
+    vision_model_types = (None, "qwen3_vl")
+    tower_rules = (vision.qwen3_vl, vision.qwen3_vl_tower)
+
+
 class Glm4(Family):
     """GLM-4: q/k/v biases by default, and post-attention / post-MLP norms besides the two input norms."""
 

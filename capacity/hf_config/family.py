@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from capacity.hf_config.fields import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, Fields
 from capacity.kv.kinds import ChunkedLocalAttention, FullAttention, SharedKV, SlidingWindowAttention
-from capacity.spec import LayerKVSpec, LayerParams
+from capacity.spec import LayerKVSpec, LayerParams, VisionTower
 
 
 class Mixer(StrEnum):
@@ -247,6 +247,11 @@ class Family:
 
     def count_vision(self, m: Model, vision: Fields) -> int:
         raise NotImplementedError  # only families with `vision_model_types` count a tower
+
+    def vision_tower(self, m: Model, vision: Fields) -> VisionTower | None:
+        """The tower's geometry for the engines' multimodal profiling, where the family knows how the
+        engine sizes its largest item (else None: the estimate flags the tower as not sized)."""
+        return None
 
 
 # ------------------------------------------------------------------------------ shared rules

@@ -67,6 +67,13 @@ class Qwen3Moe(QwenMoe):
     qk_norm_moe = True
 
 
+class Qwen3VLMoe(vision.KnownTower, Qwen3Moe):
+    """Qwen3-VL MoE: Qwen3-MoE's text rules and the Qwen3-VL vision tower."""
+
+    vision_model_types = (None, "qwen3_vl_moe", "qwen3_vl")
+    tower_rules = (vision.qwen3_vl, vision.qwen3_vl_tower)
+
+
 class GptOss(SlidesPeriodically):
     """GPT-OSS: biased attention with per-head sinks, biased experts, a biased router."""
 

@@ -11,7 +11,7 @@ from capacity.hf_config.family import Built, Model, check_routing
 from capacity.hf_config.fields import ConfigError, Fields, check_shape
 from capacity.hf_config.quantization import quantization
 from capacity.hf_config.registry import select
-from capacity.spec import ModelSpec
+from capacity.spec import ModelSpec, VisionTower
 
 # What malformed input can provoke inside the parser; each becomes a one-line ConfigError.
 # RecursionError: nothing here recurses over the config (`check_shape` bounds its depth first); kept
@@ -96,19 +96,19 @@ def _architecture(outer: Fields) -> str:
     return ""
 
 
-def _vision_params(m: Model) -> int:
-    """Vision tower + projector, where the family knows its structure; otherwise a note says it is
-    not counted."""
+def _vision(m: Model) -> tuple[int, VisionTower | None]:
+    """Vision tower + projector parameters where the family knows its structure (otherwise a note says
+    they are not counted), and the tower's geometry where the family knows how engines profile it."""
     vision = m.outer.sub("vision_config")
-    if vision is None or m.cfg is m.outer:
-        return 0
+    if vision is None or (m.cfg is m.outer and not m.family.vision_model_types):
+        return 0, None
     vision_type = vision.text("model_type")
     count = m.family.vision_params(m, vision, vision_type)
     if count is None:
         m.notes.append("vision tower not counted: its parameters are not in the totals")
-        return 0
+        return 0, None
     m.notes.append("extra_params: vision tower and multimodal projector")
-    return count
+    return count, m.family.vision_tower(m, vision)
 
 
 def _spec(m: Model, built: Built) -> ModelSpec:
@@ -119,7 +119,7 @@ def _spec(m: Model, built: Built) -> ModelSpec:
     else:
         tie = outer.flag("tie_word_embeddings", rules.tied_by_default)
     final_norm = rules.final_norm_params(m)
-    vision = _vision_params(m)
+    vision, tower = _vision(m)
     # what the engine loads besides the decoder: the vision tower, and what the family says it
     # loads (Gemma 4's per-layer embeddings, OPT's positions); multi-token-prediction modules
     # stay on disk unless speculative decoding asks
@@ -157,4 +157,6 @@ def _spec(m: Model, built: Built) -> ModelSpec:
         mamba_ssm_dtype_stated=ssm_dtype is not None,
         is_generic=m.family.generic,
         notes=tuple(m.notes),
+        vision=tower,
+        multimodal=outer.sub("vision_config") is not None,
     )

@@ -4,12 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from capacity.hf_config.dense import Falcon, Generic, Glm, Glm4, Llama, Mistral, Mistral3, Opt, Phi3, Qwen2, Qwen3
+from capacity.hf_config.dense import (
+    Falcon,
+    Generic,
+    Glm,
+    Glm4,
+    Llama,
+    Mistral,
+    Mistral3,
+    Opt,
+    Phi3,
+    Qwen2,
+    Qwen3,
+    Qwen3VL,
+    Qwen25VL,
+)
 from capacity.hf_config.family import Family
 from capacity.hf_config.gemma import Gemma, Gemma2, Gemma3, Gemma4
 from capacity.hf_config.hybrid import Jamba, NemotronH, Qwen3Next, Qwen35
 from capacity.hf_config.mla import DeepSeekV32, Glm4MoeLite, Mla, MlaNoauxTc
-from capacity.hf_config.moe import Glm4Moe, GptOss, Llama4, MiniMaxM2, Mixtral, Qwen3Moe, QwenMoe
+from capacity.hf_config.moe import Glm4Moe, GptOss, Llama4, MiniMaxM2, Mixtral, Qwen3Moe, Qwen3VLMoe, QwenMoe
 
 _MISTRAL = Mistral("mistral")
 _GLM4 = Glm4("glm4")
@@ -32,6 +46,9 @@ FAMILIES: dict[str, Family] = _by_type(
     (QwenMoe("qwen2_moe"), ("qwen2_moe",)),
     (Qwen3("qwen3"), ("qwen3",)),
     (Qwen3Moe("qwen3_moe"), ("qwen3_moe",)),
+    (Qwen25VL("qwen2_5_vl"), ("qwen2_5_vl", "qwen2_5_vl_text")),
+    (Qwen3VL("qwen3_vl"), ("qwen3_vl", "qwen3_vl_text")),
+    (Qwen3VLMoe("qwen3_vl_moe"), ("qwen3_vl_moe", "qwen3_vl_moe_text")),
     (Qwen3Next("qwen3_next"), ("qwen3_next",)),
     (Qwen35("qwen3_5"), ("qwen3_5", "qwen3_5_text")),
     (Qwen35("qwen3_5_moe"), ("qwen3_5_moe", "qwen3_5_moe_text")),

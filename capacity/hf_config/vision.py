@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
 
 from capacity.hf_config.fields import MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, Fields
+from capacity.spec import VisionProcessor, VisionTower
 
 if TYPE_CHECKING:
     from capacity.hf_config.family import Model
@@ -63,6 +65,37 @@ def pixtral(v: Fields) -> int:
     return channels * patch * patch * h + h + layers * per_layer  # patch_conv, ln_pre
 
 
+def qwen2_5_vl(v: Fields) -> int:
+    """Qwen2.5-VL's vision transformer (transformers `Qwen2_5_VisionTransformerPretrainedModel`; vLLM's
+    `qwen2_5_vl.py` loads the same tensors, sharded by TP): a bias-free Conv3d patch embedding, blocks of
+    two RMSNorms, biased qkv / proj and a biased gated MLP, and the patch merger (RMSNorm + 2 linears)."""
+    h = v.integer("hidden_size", 1280)
+    depth = v.integer("depth", 32, hi=MAX_LAYERS)
+    inter = v.integer("intermediate_size", 3420)
+    patch = v.integer("patch_size", 14)
+    temporal = v.integer("temporal_patch_size", 2)
+    channels = v.integer("in_channels", v.integer("in_chans", 3))
+    merge = v.integer("spatial_merge_size", 2, hi=64)
+    out = v.integer("out_hidden_size")
+    block = 2 * h + (3 * h * h + 3 * h) + (h * h + h) + 2 * (h * inter + inter) + (inter * h + h)
+    merged = h * merge * merge
+    merger = h + (merged * merged + merged) + (merged * out + out)  # ln_q, mlp.0, mlp.2
+    return channels * temporal * patch * patch * h + depth * block + merger
+
+
+def qwen3_vl(v: Fields) -> int:
+    """Qwen3-VL's vision tower: Qwen3.5's (below) plus one post-shuffle-norm merger per
+    `deepstack_visual_indexes` entry (transformers `Qwen3VLVisionModel.deepstack_merger_list`)."""
+    h = v.integer("hidden_size", 1152)
+    merge = v.integer("spatial_merge_size", 2, hi=64)
+    out = v.integer("out_hidden_size")
+    deepstack = v.raw("deepstack_visual_indexes")
+    count = len(deepstack) if isinstance(deepstack, list) else 0
+    merged = h * merge * merge
+    deepstack_merger = 2 * merged + (merged * merged + merged) + (merged * out + out)
+    return qwen3_5(v) + count * deepstack_merger
+
+
 def qwen3_5(v: Fields) -> int:
     h = v.integer("hidden_size", 1152)
     depth = v.integer("depth", 27, hi=MAX_LAYERS)
@@ -87,3 +120,61 @@ def mistral3_projector(m: Model, v: Fields) -> int:
     linear_1 = vh * m.hidden + (m.hidden if bias else 0)
     linear_2 = m.hidden * m.hidden + (m.hidden if bias else 0)
     return vh + merger + linear_1 + linear_2  # + norm
+
+
+# The processors' default largest sizes (preprocessor_config.json / video_preprocessor_config.json of the
+# published Instruct checkpoints; config.json does not carry them, `--mm-processor-kwargs` can move them)
+QWEN2_5_VL_MAX_PIXELS = 12_845_056  # Qwen/Qwen2.5-VL-*-Instruct preprocessor_config.json "max_pixels"
+QWEN3_VL_IMAGE_LONGEST_EDGE = 16_777_216  # Qwen/Qwen3-VL-*: preprocessor_config.json size.longest_edge
+QWEN3_VL_VIDEO_LONGEST_EDGE = 25_165_824  # Qwen/Qwen3-VL-*: video_preprocessor_config.json size.longest_edge
+
+
+def _qwen_tower(
+    m: Model, v: Fields, params: int, processor: VisionProcessor, pixels: tuple[int, int], *, gated: bool
+) -> VisionTower:
+    merge = v.integer("spatial_merge_size", 2, hi=64)
+    patch = v.integer("patch_size", 14)
+    temporal = v.integer("temporal_patch_size", 2)
+    channels = v.integer("in_channels", v.integer("in_chans", 3))
+    deepstack = v.raw("deepstack_visual_indexes")
+    levels = 1 + (len(deepstack) if isinstance(deepstack, list) else 0)
+    return VisionTower(
+        params=params,
+        hidden_size=v.integer("hidden_size"),
+        num_layers=v.integer("depth", hi=MAX_LAYERS),
+        intermediate_size=v.integer("intermediate_size"),
+        gated_mlp=gated,
+        patch_elements=channels * temporal * patch * patch,
+        patches_per_token=merge * merge,
+        output_width=v.integer("out_hidden_size", m.hidden) * levels,  # Qwen3-VL: main + deepstack levels
+        processor=processor,
+        unit_pixels=patch * merge,
+        temporal_patch=temporal,
+        image_max_pixels=pixels[0],
+        video_max_pixels=pixels[1],
+    )
+
+
+def qwen2_5_vl_tower(m: Model, v: Fields) -> VisionTower:
+    """Qwen2.5-VL's tower and its processor's default sizes (the video is read at the image's size)."""
+    pixels = (QWEN2_5_VL_MAX_PIXELS, QWEN2_5_VL_MAX_PIXELS)
+    return _qwen_tower(m, v, qwen2_5_vl(v), VisionProcessor.QWEN2_VL, pixels, gated=True)
+
+
+def qwen3_vl_tower(m: Model, v: Fields) -> VisionTower:
+    """Qwen3-VL's tower (its encoder returns the main and the deepstack embeddings per token) and its
+    processors' default sizes."""
+    pixels = (QWEN3_VL_IMAGE_LONGEST_EDGE, QWEN3_VL_VIDEO_LONGEST_EDGE)
+    return _qwen_tower(m, v, qwen3_vl(v), VisionProcessor.QWEN3_VL, pixels, gated=False)
+
+
+class KnownTower:
+    """A family mixin whose tower is counted and profiled by a pair of rules from this module."""
+
+    tower_rules: ClassVar[tuple[Callable[[Fields], int], Callable[[Model, Fields], VisionTower]]]
+
+    def count_vision(self, m: Model, v: Fields) -> int:
+        return self.tower_rules[0](v)
+
+    def vision_tower(self, m: Model, v: Fields) -> VisionTower | None:
+        return self.tower_rules[1](m, v)

@@ -14,6 +14,7 @@ import typer
 from capacity.dtypes import GIB, KV_DTYPES, WEIGHT_DTYPES
 from capacity.engines import ENGINE_NAMES
 from capacity.engines.command_line import CommandLineError, EngineCommand, read_command, table_release
+from capacity.engines.vllm.multimodal import parse_mm_limits
 from capacity.estimate import Estimate
 from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
@@ -181,6 +182,19 @@ SpeculativeConfigOption = Annotated[
 EnableDpAttentionOption = Annotated[
     bool, typer.Option("--enable-dp-attention", help="SGLang DP attention (not sized: flagged).")
 ]
+LimitMmPerPromptOption = Annotated[
+    str | None,
+    typer.Option(
+        "--limit-mm-per-prompt",
+        metavar="JSON",
+        help='vLLM items per prompt by modality, e.g. \'{"image":0,"video":0}\' (all 0: served text-only, no '
+        "encoder profiling; from 0.11 no tower weights).",
+    ),
+]
+LanguageModelOnlyOption = Annotated[
+    bool,
+    typer.Option("--language-model-only", help="vLLM serves a multimodal model text-only (every modality 0)."),
+]
 KvTransferConfigOption = Annotated[
     str | None,
     typer.Option(
@@ -323,6 +337,8 @@ def estimate(
     speculative_config: SpeculativeConfigOption = None,
     enable_dp_attention: EnableDpAttentionOption = False,
     kv_transfer_config: KvTransferConfigOption = None,
+    limit_mm_per_prompt: LimitMmPerPromptOption = None,
+    language_model_only: LanguageModelOnlyOption = False,
     gpu_memory_utilization: GpuMemoryUtilizationOption = None,
     engine: EngineOption = "vllm",
     engine_version: EngineVersionOption = None,
@@ -361,7 +377,7 @@ def _estimate(
     triton_kernels: bool | None,
     disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool, cpu_offload_gb: float | None,
     speculative: bool, speculative_config: str | None, enable_dp_attention: bool, kv_transfer_config: str | None,
-    gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
+    limit_mm_per_prompt: str | None, language_model_only: bool, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
     max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
     weights_gib: float | None, overhead_gib: float | None, other_process_gib: float | None,
     kv_cache_memory_gib: float | None, kv_cache_memory_bytes: int | None, request_rate: float | None,
@@ -392,6 +408,7 @@ def _estimate(
         },
     )
     kv_cache_memory_gib = _kv_cache_gib(kv_cache_memory_gib, kv_cache_memory_bytes)
+    mm_limits = _mm_limits(limit_mm_per_prompt)
     if gpu is None and gpu_memory_gib is None and kv_cache_memory_gib is None:
         fail("give --gpu SKU, or --gpu-memory-gib for hardware not in the catalog")
     bench = _Bench.checked(request_rate, burst, num_prompts, simulate_load)
@@ -416,6 +433,8 @@ def _estimate(
         speculative=(speculative or speculative_config is not None) or None,
         kv_connector=kv_transfer_config is not None or None,
         dp_attention=enable_dp_attention or None,
+        mm_text_only=language_model_only or None,
+        mm_limits=mm_limits,
         block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
@@ -481,7 +500,8 @@ _PASTED_OPTIONS = {
         "max_num_batched_tokens", "block_size", "enforce_eager", "async_scheduling", "disable_custom_all_reduce",
         "allow_long_max_model_len",
         "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
-        "kv_transfer_config", "enable_dp_attention", "engine", "engine_version",
+        "kv_transfer_config", "enable_dp_attention", "engine", "engine_version", "limit_mm_per_prompt",
+        "language_model_only",
     )
 }
 
@@ -538,6 +558,16 @@ class _Pasted:
         reason = "; ".join(filter(None, (result.not_modelled, unsized)))
         return dataclasses.replace(result, notes=(*notes, f"not modelled: {unsized}; sized as if they were off"),
                                    not_modelled=reason)
+
+
+def _mm_limits(text: str | None) -> tuple[tuple[str, int], ...]:
+    """--limit-mm-per-prompt as (modality, count) pairs; a one-line error where it cannot be read."""
+    if text is None:
+        return ()
+    try:
+        return tuple(sorted(parse_mm_limits(text).items()))
+    except ValueError as exc:
+        fail(str(exc))
 
 
 def _kv_cache_gib(gib: float | None, kv_bytes: int | None) -> float | None:

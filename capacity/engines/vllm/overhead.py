@@ -58,6 +58,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from capacity import engine_constants as ec
+from capacity.engines.vllm.multimodal import encoder_profile
 from capacity.memo import per_object
 from capacity.numeric import cdiv
 from capacity.overhead import Overhead, OverheadInputs
@@ -108,6 +109,8 @@ class ProfilingBuffers:
     nvlink_multicast: bool = True  # GpuSku.nvlink_multicast: the TP > 1 non-torch term applies
     custom_all_reduce: bool = True  # custom_all_reduce_on(tp, GpuSku.peer_link_gpus): which TP > 1 graph charge
     sampler_rule: str = ""  # the first release of the sampler rule applied ("" before V1: no sampler phase)
+    encoder_forward_bytes: int = 0  # multimodal: the dummy items' encoder pass (`multimodal.encoder_profile`)
+    encoder_outputs_bytes: int = 0  # multimodal: their embeddings, held through the decoder's dummy run
 
     @property
     def sampler_phase_bytes(self) -> int:
@@ -316,13 +319,24 @@ def overhead_from_buffers(
     forward = int(c.forward_scale * buffers.forward_layer_bytes(c.moe_workspace_persistent))
     sampler = buffers.sampler_phase_bytes
     persistent = (buffers.moe_workspace_bytes if c.moe_workspace_persistent else 0) + buffers.sampler_bins_bytes
-    activation = persistent + max(forward, sampler)
+    encoder_forward, encoder_outputs = (
+        int(c.forward_scale * buffers.encoder_forward_bytes),
+        buffers.encoder_outputs_bytes,
+    )
+    activation = persistent + max(encoder_forward, encoder_outputs + max(forward, sampler))
     non_torch = c.non_torch_tp_bytes if buffers.tp > 1 and buffers.nvlink_multicast else c.non_torch_bytes
     per_graph = c.cg_per_graph_bytes
     if buffers.tp > 1:
         per_graph = c.cg_per_graph_tp_custom_ar_bytes if buffers.custom_all_reduce else c.cg_per_graph_tp_nccl_bytes
     cuda_graphs = c.cg_base_bytes + per_graph * buffers.graph_count if graphs_in_budget else 0
     phase = "forward" if forward >= sampler else "sampler"
+    if encoder_forward > encoder_outputs + max(forward, sampler):
+        phase = "vision encoder"
+    elif encoder_outputs:
+        phase = f"encoder outputs + {phase}"
+    peak_form = (
+        "max(encoder pass, encoder outputs + max(forward, sampler))" if encoder_outputs else "max(forward, sampler)"
+    )
     held_parts = [
         name
         for name, n in (
@@ -348,9 +362,38 @@ def overhead_from_buffers(
         ("MoE workspace (persistent)", persistent - buffers.sampler_bins_bytes),
         ("sampler: penalty bins (persistent, V2 runner)", buffers.sampler_bins_bytes),
         ("forward: MoE intermediate caches (per call)", 0 if c.moe_workspace_persistent else buffers.moe_legacy_bytes),
-        (f"activation peak = {held}max(forward, sampler): {phase}", activation),
+        (f"vision encoder pass over the dummy items x {c.forward_scale:g}", encoder_forward),
+        ("encoder cache: the dummy items' embeddings (held through forward and sampler)", encoder_outputs),
+        (f"activation peak = {held}{peak_form}: {phase}", activation),
     )
     return Overhead(activation, non_torch, cuda_graphs, tuple((name, n) for name, n in named if n))
+
+
+def inputs_buffers(inputs: OverheadInputs, version: str) -> ProfilingBuffers:
+    """The profiling run's buffers for a deployment's overhead inputs in a release: the decoder's and,
+    for a multimodal model not served text-only, the dummy items' encoder pass and cached outputs."""
+    i = inputs
+    tokens, seqs = i.profiled_batch()
+    buffers = profiling_buffers(
+        i.model,
+        i.tp,
+        i.pp,
+        tokens,
+        seqs,
+        i.act_bytes,
+        i.nvlink_multicast,
+        version,
+        flashinfer_sampler=i.flashinfer_sampler,
+        peer_link_gpus=i.peer_link_gpus,
+    )
+    tower = i.model.vision
+    if tower is None or i.mm_text_only:
+        return buffers
+    length = i.max_model_len or i.model.context_limit_tokens
+    enc = encoder_profile(tower, i.tp, i.act_bytes, length, seqs, tokens, dict(i.mm_limits), version)
+    if enc is None:
+        return buffers
+    return replace(buffers, encoder_forward_bytes=enc.forward_bytes, encoder_outputs_bytes=enc.outputs_bytes)
 
 
 def vllm_overhead(
@@ -363,19 +406,6 @@ def vllm_overhead(
     picks the sampler rule; else the first release of `release`'s row); the inputs' `flashinfer_sampler`
     None takes the release's default for the FlashInfer sampler; their `peer_link_gpus`, GpuSku's, says
     whether the custom all-reduce runs at TP > 1."""
-    i = inputs
     c = coefficients or ec.vllm_profiling_coefficients(release)
-    tokens, seqs = i.profiled_batch()
-    buffers = profiling_buffers(
-        i.model,
-        i.tp,
-        i.pp,
-        tokens,
-        seqs,
-        i.act_bytes,
-        i.nvlink_multicast,
-        version or release.version,
-        flashinfer_sampler=i.flashinfer_sampler,
-        peer_link_gpus=i.peer_link_gpus,
-    )
+    buffers = inputs_buffers(inputs, version or release.version)
     return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget)
