@@ -622,6 +622,41 @@ SGLANG_RESERVE_FLOOR_ABOVE_MIB = 60 * 1024
 SGLANG_VLM_MEM_FRACTION_BASE = 0.95
 SGLANG_VIT_BASELINE_LAYERS = 24
 SGLANG_VIT_BASELINE_HIDDEN = 1024
+# configs/model_config.py (0.5.23) `multimodal_model_archs` (MiMoV2ForCausalLM left out: multimodal only with both
+# vision_config and audio_config); `ModelConfig.__init__` turns multimodal off by default for the OFF_BY_DEFAULT ones
+SGLANG_MULTIMODAL_ARCHITECTURES = frozenset({
+    "BailingMM2NativeForConditionalGeneration", "BailingMMNativeForConditionalGeneration",
+    "BailingMoeV3VLForConditionalGeneration", "CLIPModel", "Cohere2VisionForConditionalGeneration",
+    "Cosmos3EdgeForConditionalGeneration", "DeepseekOCRForCausalLM", "DeepseekVL2ForCausalLM",
+    "DiffusionGemmaForBlockDiffusion", "Dots3NoteForCausalLM", "DotsOCRForCausalLM", "DotsVLMForCausalLM",
+    "EmbeddingGemma2Model", "Ernie4_5_VLMoeForConditionalGeneration", "Gemma3ForConditionalGeneration",
+    "Gemma3nForConditionalGeneration", "Gemma4ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
+    "Glm4vForConditionalGeneration", "Glm4vMoeForConditionalGeneration", "Glm5NextForConditionalGeneration",
+    "GlmAsrForConditionalGeneration", "GlmImageForConditionalGeneration", "GlmOcrForConditionalGeneration",
+    "Grok1AForCausalLM", "Grok1VForCausalLM", "InternS1ForConditionalGeneration",
+    "InternS1ProForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
+    "InternS2PreviewForConditionalGeneration", "InternVLChatModel", "JetVLMForConditionalGeneration",
+    "KimiK25ForConditionalGeneration", "KimiVLForConditionalGeneration", "Lfm2VlForConditionalGeneration",
+    "LightOnOCRForConditionalGeneration", "Llama4ForConditionalGeneration", "LlavaForConditionalGeneration",
+    "LlavaLlamaForCausalLM", "LlavaMistralForCausalLM", "LlavaQwenForCausalLM", "LlavaVidForCausalLM",
+    "LocateAnythingForConditionalGeneration", "MiDashengLMModel", "MiMoV2ASRForCausalLM", "MiniCPMO", "MiniCPMV",
+    "MiniMaxM3SparseForConditionalGeneration", "Mistral3ForConditionalGeneration",
+    "MllamaForConditionalGeneration", "MossVLForConditionalGeneration", "MultiModalityCausalLM",
+    "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration", "NVILAForConditionalGeneration",
+    "NVILALiteForConditionalGeneration", "NemotronH_Nano_Omni_Reasoning_V3", "NemotronH_Nano_VL_V2",
+    "NemotronH_Omni_Reasoning_V3", "POINTSV15ChatModel", "PaddleOCRVLForConditionalGeneration",
+    "Phi4MMForCausalLM", "PixtralForConditionalGeneration", "Qwen2AudioForConditionalGeneration",
+    "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3ASRForConditionalGeneration",
+    "Qwen3OmniMoeForConditionalGeneration", "Qwen3VLForConditionalGeneration",
+    "Qwen3VLMoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+    "Qwen4ExpForConditionalGeneration", "Sarashina2VisionForCausalLM", "Step3VLForConditionalGeneration",
+    "Step3p7ForConditionalGeneration", "StepVLForConditionalGeneration", "UnlimitedOCRForCausalLM",
+    "VoxtralForConditionalGeneration", "WhisperForConditionalGeneration",
+})
+SGLANG_MULTIMODAL_OFF_BY_DEFAULT = frozenset({
+    "Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration", "Step3VLForConditionalGeneration",
+    "InklingForConditionalGeneration",
+})
 SGLANG_PP_PREFILL_GRAPH_MAX_TOKENS = 8192  # memory_hook _DEFAULT_PP_PREFILL_CUDA_GRAPH_MAX_TOKENS (PP > 1)
 # attention_hook.py: the aiter backend (AMD, non-MLA) scales mem_fraction_static by 0.85 above 8192 tokens
 SGLANG_AITER_MEM_FRACTION_FACTOR = 0.85

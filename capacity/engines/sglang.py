@@ -74,6 +74,9 @@ class SglangProfile(ProfileBase):
             fraction = legacy_mem_fraction_static(tp, pp)
         else:
             fraction = mem_fraction_static(device_bytes, tp, pp, mla=model.is_mla, version=self.requested_version)
+        if serves_multimodal(model, self.requested_version):
+            tower = model.vision_tower
+            fraction *= vlm_mem_fraction_factor(tower.num_layers, tower.hidden_size) if tower else 1.0
         if (
             gpu is not None
             and gpu.vendor == "amd"
@@ -146,11 +149,6 @@ class SglangProfile(ProfileBase):
         """What SGLang 0.5.23 does with the model that this profile does not reproduce."""
         if model.family in ec.SGLANG_UNSERVED_FAMILIES:
             return f"SGLang 0.5.23 has no {model.architecture} model class: it does not serve this model"
-        if model.loaded_extra_params and model.architecture.endswith("ForConditionalGeneration"):
-            return (
-                "multimodal: SGLang lowers mem_fraction_static by the vision tower's size "
-                "(adjust_mem_fraction_for_vlm), which needs the tower's shape; the text-model fraction is used"
-            )
         return None
 
 
@@ -307,11 +305,24 @@ def legacy_mem_fraction_static(tp: int, pp: int) -> float:
     return next(f for at_least, f in ec.SGLANG_LEGACY_MEM_FRACTION_BY_RANKS if ranks >= at_least)
 
 
+def serves_multimodal(model: ModelSpec, version: str | None) -> bool:
+    """`ModelConfig.is_multimodal` with the default flags: a listed multimodal architecture
+    (`ec.SGLANG_MULTIMODAL_ARCHITECTURES`) with a `vision_config`, except the ones SGLang serves text-only unless
+    --enable-multimodal (Gemma 3, Llama 4: `ec.SGLANG_MULTIMODAL_OFF_BY_DEFAULT`). Read in the 0.5.2, 0.5.10 and
+    0.5.23 wheels; 0.4.6 has no VLM adjustment, so releases before 0.5 get none. Not modelled: 0.5.23's
+    `text_config` heuristic for unlisted architectures, and --language-only (which skips the adjustment)."""
+    if model.vision_tower is None or is_legacy_release(version):
+        return False
+    arch = model.architecture
+    return arch in ec.SGLANG_MULTIMODAL_ARCHITECTURES and arch not in ec.SGLANG_MULTIMODAL_OFF_BY_DEFAULT
+
+
 def vlm_mem_fraction_factor(vision_num_layers: int | None, vision_hidden_size: int | None) -> float:
-    """`memory_hook.adjust_mem_fraction_for_vlm`: multimodal models keep 0.95 x (1 - 0.1 x (c - 1)) of the
-    fraction, clamped to [0.8, 1.05], c = layers x hidden^2 of the vision tower over ViT-L/14's 24 x 1024^2
-    (SGLang's defaults when the vision config omits them). Not applied by `defaults` yet: ModelSpec does not
-    carry the vision tower's shape."""
+    """`memory_hook.adjust_mem_fraction_for_vlm` (0.5.23; `ServerArgs.adjust_mem_fraction_for_vlm` in 0.5.2 and
+    0.5.10, the same arithmetic): multimodal models keep 0.95 x (1 - 0.1 x (c - 1)) of the fraction, clamped to
+    [0.8, 1.05], c = layers x hidden^2 of the vision tower over ViT-L/14's 24 x 1024^2 (SGLang's getattr
+    defaults where the vision config class has no such attribute). `defaults` applies it where
+    `serves_multimodal`."""
     layers = ec.SGLANG_VIT_BASELINE_LAYERS if vision_num_layers is None else vision_num_layers
     hidden = ec.SGLANG_VIT_BASELINE_HIDDEN if vision_hidden_size is None else vision_hidden_size
     ratio = layers * hidden**2 / (ec.SGLANG_VIT_BASELINE_LAYERS * ec.SGLANG_VIT_BASELINE_HIDDEN**2)
