@@ -176,6 +176,12 @@ VLLM_SUPPORTED_VERSIONS = (
 VLLM_DEFAULT_BLOCK_SIZE = 16
 VLLM_MLA_BLOCK_SIZE_HOPPER = 64
 VLLM_MLA_BLOCK_SIZE_BLACKWELL = 128
+# engine/arg_utils.py `_set_default_max_num_seqs_and_batched_tokens_args` (0.22.0 on; not in 0.21.0): a default
+# max_num_batched_tokens below the largest multimodal item of a prefix-LM model (Gemma 4: use_bidirectional_attention
+# "vision") is raised to it; Gemma 4's largest is a video, 32 frames x (70 soft tokens + boi/eoi + 6 timestamp
+# tokens) (model_executor/models/gemma4_mm.py get_mm_max_tokens_per_item, the same in 0.22.0-0.26.0)
+VLLM_PREFIX_LM_MM_FLOOR_FROM = (0, 22)
+VLLM_GEMMA4_VIDEO_ITEM_TOKENS = 32 * (70 + 2 + 6)
 VLLM_DSA_BLOCK_SIZE = 64  # DeepSeek sparse attention: the indexer backend's kernel block
 VLLM_FP8_DS_MLA_BYTES = 656  # fp8_ds_mla: bytes per token of the packed sparse-MLA latent
 VLLM_FLASHINFER_MLA_BLOCK_SIZE = 32  # FLASHINFER_MLA supports 32 and 64: the smallest when 16 is not

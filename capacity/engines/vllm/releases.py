@@ -59,6 +59,17 @@ def batch_defaults(
     return seqs, batched
 
 
+def multimodal_batched_floor(model: ModelSpec, release: ec.VllmRelease) -> int:
+    """The tokens of the largest multimodal item a prefix-LM model must fit in one batch: the default
+    max_num_batched_tokens is raised to it (`ec.VLLM_PREFIX_LM_MM_FLOOR_FROM`, 0.22 on). Gemma 4 served with its
+    vision tower only (0 otherwise); with --language-model-only vLLM skips it (not an option here)."""
+    if ec.parse_version(release.version) < ec.VLLM_PREFIX_LM_MM_FLOOR_FROM:
+        return 0
+    if model.family != "gemma4" or model.vision_tower is None:
+        return 0
+    return ec.VLLM_GEMMA4_VIDEO_ITEM_TOKENS
+
+
 def block_size(
     model: ModelSpec, gpu: GpuSku | None, kv_dtype: str = "auto", release: ec.VllmRelease | None = None
 ) -> int:
