@@ -200,6 +200,11 @@ def _has_indexer(spec: ModelSpec) -> bool:
     return any(layer.cache.indexer_bytes_per_token for layer in spec.layers)
 
 
+def _vision(spec: ModelSpec) -> object:
+    """The multimodal facts the defaults read (None for a model without a vision tower)."""
+    return None if spec.vision_tower is None else (spec.architecture, spec.family, spec.vision_tower)
+
+
 def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
     return tuple(
         engine_profile(engine, options.engine_version(engine)) for engine in options.engines
@@ -209,14 +214,16 @@ def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
 def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions) -> _Registry:
     reg = _Registry(options, _profiles(options), gpus)
     gpns = sorted({gpu.gpus_per_node for gpu in gpus})
-    # the engines' defaults read four facts of a model (its context limit, for vLLM's v0 batch rule;
+    # the engines' defaults read five facts of a model (its context limit, for vLLM's v0 batch rule;
     # whether it is MLA and whether it has a sparse-attention indexer, for the block size; its state
-    # mixers, for prefill checkpoints): one representative per combination of facts is asked
-    classes: dict[tuple[int, bool, frozenset[StateMixer], bool], int] = {}
+    # mixers, for prefill checkpoints; its vision tower with the architecture and family, for SGLang's VLM
+    # fraction and vLLM's multimodal batch floor): one representative per combination of facts is asked
+    classes: dict[tuple[int, bool, frozenset[StateMixer], bool, object], int] = {}
     representative: list[ModelSpec] = []
     parallel: set[tuple[int, int]] = set()
     for gm in models:
-        key = (gm.spec.context_limit_tokens, gm.spec.is_mla, _state_mixers(gm.spec), _has_indexer(gm.spec))
+        spec = gm.spec
+        key = (spec.context_limit_tokens, spec.is_mla, _state_mixers(spec), _has_indexer(spec), _vision(spec))
         if key not in classes:
             classes[key] = len(classes)
             representative.append(gm.spec)
