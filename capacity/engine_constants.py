@@ -698,6 +698,13 @@ SGLANG_UNSERVED_FAMILIES = frozenset({"jamba"})
 
 # TensorRT-LLM (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator)
 TRTLLM_TOKENS_PER_BLOCK = 32
+# TensorRT-LLM releases whose PyTorch backend keeps every layer's KV for the full length unless the user sets
+# kv_cache_config.max_attention_window (variable sliding window attention is opt-in): the public 1.1.0rc3 log of
+# gpt-oss-120b sizes "kv size is 73728" B a token = all 36 layers x 8 KV heads x 64 x 2 x 2 B, its 18 windowed
+# layers included; Dynamo's Gemma 3 recipes for 1.0.0rc4 pass the window list by hand. Later releases fill the
+# windows in themselves for some models (pyexecutor/_util.py: Gemma 4 from the config's layer_types), not read
+# release by release here
+TRTLLM_VSWA_OPT_IN_THROUGH = (1, 1)
 TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.9
 TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
 TRTLLM_DEFAULT_MAX_BATCH_SIZE = 2048
