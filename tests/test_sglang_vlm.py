@@ -1,4 +1,5 @@
-"""SGLang's lower memory fraction for multimodal checkpoints (`adjust_mem_fraction_for_vlm`), against its source.
+"""SGLang's lower memory fraction for multimodal checkpoints (`adjust_mem_fraction_for_vlm`) and its running-request
+cap, against its source.
 
 Hand derivations from `arg_groups/memory_hook.py` (0.5.23; `ServerArgs.adjust_mem_fraction_for_vlm` in the
 0.5.2 and 0.5.10 wheels, the same arithmetic; none in 0.4.6) and `configs/model_config.py` (which
@@ -20,7 +21,9 @@ import pytest
 from capacity.engines import DefaultsRequest, Engine
 from capacity.engines import sglang as sg
 from capacity.engines.registry import engine_profile
+from capacity.estimate import estimate
 from capacity.hf_config import parse_config
+from capacity.spec import DeploymentSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from tests.conftest import ORACLE_PYTHON
@@ -117,3 +120,15 @@ def test_vision_tower_read_as_sglang_reads_it() -> None:
         assert sg.vlm_mem_fraction_factor(tower.num_layers, tower.hidden_size) == pytest.approx(factor), path
         compared += 1
     assert compared >= 5, theirs
+
+
+def test_running_request_cap_bounds_b_max_of_a_text_model() -> None:
+    """`resolve_max_num_reqs` without --max-running-requests: int(tokens / context_len x 512) within [2048, 4096],
+    at most tokens // 2; B_max at 128 tokens is the smaller of that and what the pool holds."""
+    resolved = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    gpu = find_gpu_sku("h100-sxm-80gb")
+    est = estimate(resolved.spec, DeploymentSpec(engine="sglang"), gpu=gpu, context_tokens=128)
+    tokens, context_len = est.kv_cache_tokens, est.max_model_len  # max_total_num_tokens, the model's 131,072
+    cap = min(max(min(int(tokens / context_len * 512), 4096), 2048), tokens // 2)
+    assert est.max_num_seqs == cap
+    assert est.b_max == min(tokens // 128, cap) == cap  # the pool holds more 128-token requests than the cap

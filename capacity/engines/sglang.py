@@ -35,7 +35,7 @@ from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
 from capacity.engines.kinds import Engine
 from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest
 from capacity.kv_bytes import layer_state_bytes
-from capacity.numeric import Num, as_float, at_least, both, choose, negate, truncate
+from capacity.numeric import Num, as_float, at_least, both, choose, minimum, negate, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.parallel import stage_layer_counts
 from capacity.pool import KVGroup, KVPool, PoolUnit
@@ -111,6 +111,10 @@ class SglangProfile(ProfileBase):
     ) -> Num:
         """`max_total_num_tokens`: the (full) pool's token slots."""
         return num_blocks * block_size
+
+    def sequence_cap(self, kv_cache_tokens: Num, max_model_len: Num, state_slots: Num, slots_per_request: Num) -> Num:
+        """max_running_requests as `resolve_max_num_reqs` derives it from the pool (`max_running_requests`)."""
+        return max_running_requests(kv_cache_tokens, max_model_len, state_slots, slots_per_request)
 
     @property
     def refuses_short_pool(self) -> bool:
@@ -337,16 +341,17 @@ def page_size(gpu: GpuSku | None, gpu_memory_bytes: int) -> int:
     return ec.SGLANG_PAGE_SIZE
 
 
-def max_running_requests(max_total_num_tokens: int, context_len: int, mamba_slots: int | None = None,
-                         slots_per_request: int = ec.SGLANG_MAMBA_SLOTS_PER_REQUEST) -> int:  # fmt: skip
-    """`KVCacheConfigurator.resolve_max_num_reqs` without --max-running-requests: int(tokens / context x 512)
-    clamped to [2048, 4096], at most tokens // 2, and for Mamba hybrids at most slots // slots per request."""
-    estimated = int(max_total_num_tokens / context_len * ec.SGLANG_RUNNING_REQUESTS_PER_CONTEXT)
-    estimated = max(min(estimated, ec.SGLANG_MAX_RUNNING_REQUESTS), ec.SGLANG_MIN_RUNNING_REQUESTS)
-    requests = min(estimated, max_total_num_tokens // 2)
-    if mamba_slots is not None:
-        requests = min(requests, mamba_slots // slots_per_request)
-    return requests
+def max_running_requests(max_total_num_tokens: Num, context_len: Num, mamba_slots: Num | None = None,
+                         slots_per_request: Num = ec.SGLANG_MAMBA_SLOTS_PER_REQUEST) -> Num:  # fmt: skip
+    """`KVCacheConfigurator.resolve_max_num_reqs` (0.5.23) without --max-running-requests: int(tokens / context x
+    512) clamped to [2048, 4096], at most tokens // 2, and for Mamba hybrids (`mamba_slots` > 0) at most slots //
+    slots per request. Over `Num`: the estimate and the grid ask the same rule (`SglangProfile.sequence_cap`)."""
+    estimated = truncate(as_float(max_total_num_tokens) / at_least(context_len, 1) * ec.SGLANG_RUNNING_REQUESTS_PER_CONTEXT)
+    estimated = at_least(minimum(estimated, ec.SGLANG_MAX_RUNNING_REQUESTS), ec.SGLANG_MIN_RUNNING_REQUESTS)
+    requests = minimum(estimated, max_total_num_tokens // 2)
+    if mamba_slots is None:
+        return requests
+    return choose(mamba_slots > 0, minimum(requests, mamba_slots // at_least(slots_per_request, 1)), requests)
 
 
 def mamba_slots_per_request(model: ModelSpec) -> int:

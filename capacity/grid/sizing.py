@@ -173,10 +173,17 @@ def _sized(
     printed = _per_engine(
         profiles, lambda p: p.kv_cache_tokens(blocks, pl.col("pool_num_groups"), bs, conc, limit)
     ).cast(_I64)
-    return dep.with_columns(
+    dep = dep.with_columns(
         pl.when((blocks <= 0) | (limit <= 0)).then(0).otherwise(printed).alias("kv_cache_tokens"),
         (blocks * bs).alias("physical_kv_token_slots"),
-    ).drop("_start_reserved", "_refuses_short_pool", "_fitted_len", "_conc_num", "_conc_den")
+    )
+    # the running-sequence cap the engine derives from its pool where the deployment sets none (SGLang)
+    state_slots = pl.when(is_mamba).then(pl.col("pool_swa_capacity")).otherwise(0)
+    tokens = pl.col("kv_cache_tokens")
+    cap = _per_engine(profiles, lambda p: p.sequence_cap(tokens, limit, state_slots, window)).cast(_I64)
+    return dep.with_columns(pl.coalesce(pl.col("max_num_seqs"), pl.when(cap > 0).then(cap)).alias("max_num_seqs")).drop(
+        "_start_reserved", "_refuses_short_pool", "_fitted_len", "_conc_num", "_conc_den"
+    )
 
 
 def _window_count(frame: pl.LazyFrame) -> int:

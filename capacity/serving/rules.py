@@ -50,9 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from capacity import engine_constants as ec
 from capacity.engines import Engine
-from capacity.engines.sglang import max_running_requests
 from capacity.estimate import Estimate
 
 SGLANG_MAX_PREFILL_TOKENS = 16384  # arg_groups/fields/schedule.py max_prefill_tokens (0.5.23)
@@ -106,16 +104,6 @@ class SchedulerRules:
         return self.admission is Admission.PROMPT_AND_OUTPUT
 
 
-def sglang_max_running_requests(est: Estimate) -> int:
-    """`resolve_max_num_reqs` without --max-running-requests, as the engine profile writes it
-    (`capacity.engines.sglang.max_running_requests`): the pool's tokens over the context length, and for
-    Mamba hybrids the state slots (the pool's second pool) a request holds."""
-    pool = est.pool
-    state_slots = pool.swa_capacity_units if pool.state_bytes_per_sequence else None
-    per_request = pool.swa_window_tokens if state_slots is not None else ec.SGLANG_MAMBA_SLOTS_PER_REQUEST
-    return max(1, max_running_requests(est.kv_cache_tokens, max(est.max_model_len, 1), state_slots, per_request))
-
-
 def scheduler_rules(est: Estimate) -> SchedulerRules:
     """The scheduler of the estimate's engine with the limits the estimate resolved (the deployment's,
     else the engine's defaults); the pool less the units the engine holds back (vLLM's null block)."""
@@ -124,7 +112,7 @@ def scheduler_rules(est: Estimate) -> SchedulerRules:
     budget = max(pool.max_num_batched_tokens, 1)
     capacity = max(pool.capacity_units - est.start_reserved_units, 0)
     if engine is Engine.SGLANG:
-        slots = est.max_num_seqs or sglang_max_running_requests(est)
+        slots = est.max_num_seqs or 1  # resolve_max_num_reqs, as the estimate derives it from the pool
         return SchedulerRules(
             engine,
             StepShape.PREFILL_FIRST,
