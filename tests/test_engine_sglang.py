@@ -31,6 +31,7 @@ from capacity.pool import b_max, max_concurrency
 from capacity.spec import DeploymentSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
+from tests.conftest import SGLANG_CPU_PREAMBLE
 
 GIB = 1 << 30
 PROFILE = engine_profile(Engine.SGLANG)
@@ -379,23 +380,12 @@ _ORACLE_PYTHON = Path(__file__).resolve().parent.parent / ".venv-oracle" / "bin"
 # imports beyond tools/engine_oracle/requirements.txt, in a folder setup_venv.sh fills for this oracle only
 _ORACLE_EXTRA_PATH = _ORACLE_PYTHON.parent.parent / "sglang-extra"
 
-_ORACLE_SCRIPT = r"""
+_ORACLE_SCRIPT = (
+    r"""
 import json, sys, types
-import torch
-# torchvision (imported by SGLang's image-model configs) is the CUDA build on the package index: its C++
-# ops do not load against the CPU torch, and it must then not register meta kernels for them
-_load_library = torch.ops.load_library
-def _without_vision_ops(path):
-    if "torchvision" in str(path):
-        raise OSError("torchvision C++ ops are not needed for pool sizing")
-    return _load_library(path)
-torch.ops.load_library = _without_vision_ops
-_register_fake = torch.library.register_fake
-def _fake_unless_vision(op, *args, **kwargs):
-    if isinstance(op, str) and op.startswith("torchvision::"):
-        return lambda fn: fn
-    return _register_fake(op, *args, **kwargs)
-torch.library.register_fake = _fake_unless_vision
+"""
+    + SGLANG_CPU_PREAMBLE
+    + r"""
 import sglang.srt.arg_groups.memory_hook as mh
 import sglang.srt.mem_cache.kv_cache_configurator as kc
 from sglang.srt.arg_groups.cuda_graph_hook import generate_prefill_cuda_graph_batch_sizes
@@ -499,6 +489,7 @@ for case in json.loads(sys.stdin.read()):
             out.append([0, 0])
 print("@@ORACLE@@" + json.dumps(out))
 """
+)
 
 
 def _oracle(cases: list[dict[str, object]]) -> list[object]:

@@ -20,7 +20,7 @@ from capacity.hf_config import parse_config
 from capacity.kv_bytes import layer_state_bytes
 from capacity.spec import DeploymentSpec, KVKind
 from models_registry.sources.gpu_catalog import find_gpu_sku
-from tests.conftest import ORACLE_PYTHON
+from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE
 
 GRANITE_4_H = {
     "architectures": ["GraniteMoeHybridForCausalLM"],
@@ -90,21 +90,12 @@ def test_estimates_on_vllm_and_sglang_without_refusal() -> None:
         assert est.b_max_at(4096) > 0, engine
 
 
-_ORACLE_SCRIPT = r"""
+_ORACLE_SCRIPT = (
+    r"""
 import json, sys
-import torch
-_load_library = torch.ops.load_library
-def _without_vision_ops(path):
-    if "torchvision" in str(path):
-        raise OSError("torchvision C++ ops are not needed here")
-    return _load_library(path)
-torch.ops.load_library = _without_vision_ops
-_register_fake = torch.library.register_fake
-def _fake_unless_vision(op, *args, **kwargs):
-    if isinstance(op, str) and op.startswith("torchvision::"):
-        return lambda fn: fn
-    return _register_fake(op, *args, **kwargs)
-torch.library.register_fake = _fake_unless_vision
+"""
+    + SGLANG_CPU_PREAMBLE
+    + r"""
 from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
 from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator
 from sglang.srt.configs.mamba_utils import Mamba2StateShape
@@ -127,6 +118,7 @@ for tp in (1, 2, 4, 8):
     sglang[tp] = sum(elements(c) for c in s.conv) + elements(s.temporal)
 print("@@ORACLE@@" + json.dumps({"params": params, "vllm": vllm, "sglang": sglang}))
 """
+)
 
 
 @pytest.mark.engine_oracle
