@@ -20,7 +20,7 @@ from capacity.hf_config import parse_config
 from capacity.kv_bytes import layer_state_bytes
 from capacity.spec import DeploymentSpec, KVKind
 from models_registry.sources.gpu_catalog import find_gpu_sku
-from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE
+from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE, require_oracle_venv
 
 GRANITE_4_H = {
     "architectures": ["GraniteMoeHybridForCausalLM"],
@@ -123,10 +123,7 @@ print("@@ORACLE@@" + json.dumps({"params": params, "vllm": vllm, "sglang": sglan
 
 @pytest.mark.engine_oracle
 def test_parameters_and_state_equal_the_engines_own_code() -> None:
-    if not ORACLE_PYTHON.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail("no .venv-oracle under CI")
-        pytest.skip("no .venv-oracle (tools/engine_oracle/setup_venv.sh)")
+    require_oracle_venv()
     env = {**os.environ, "PYTHONPATH": str(ORACLE_PYTHON.parent.parent / "sglang-extra")}
     command = [str(ORACLE_PYTHON), "-c", _ORACLE_SCRIPT]
     done = subprocess.run(

@@ -12,7 +12,6 @@ with a `vision_config`.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from capacity.hf_config import parse_config
 from capacity.spec import DeploymentSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
-from tests.conftest import ORACLE_PYTHON
+from tests.conftest import ORACLE_PYTHON, require_oracle_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "models_registry" / "catalog" / "configs"
@@ -101,10 +100,7 @@ print("@@ORACLE@@" + json.dumps(out))
 @pytest.mark.engine_oracle
 def test_vision_tower_read_as_sglang_reads_it() -> None:
     """capplan's factor from the parsed `vision_tower` against SGLang's function on transformers' config."""
-    if not ORACLE_PYTHON.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail("no .venv-oracle under CI")
-        pytest.skip("no .venv-oracle (tools/engine_oracle/setup_venv.sh)")
+    require_oracle_venv()
     dirs = sorted(str(p.parent) for p in CONFIGS.rglob("config.json") if "vision_config" in json.loads(p.read_text()))
     command = [str(ORACLE_PYTHON), "-c", _ORACLE_SCRIPT]
     done = subprocess.run(command, input=json.dumps(dirs), capture_output=True, text=True, timeout=300, check=False)
