@@ -382,6 +382,7 @@ class SglangCells:
     full_layers: int
     swa_layers: int
     window: int  # the widest window of the SWA pool's layers (0 without a hybrid SWA pool)
+    floor_window: int  # the widest sliding (not chunked) window among them: what validate_swa_pool_size checks
     state_bytes: int  # `mamba_cache_per_req` on this stage (0 without state layers)
     state_slots_per_request: int  # `_calculate_mamba_ratio`: state slots one running request holds
     hybrid: bool  # a separate SWA pool (HybridSWAPoolConfigurator)
@@ -430,6 +431,7 @@ def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> 
         full_layers=sum(n for _, n in full),
         swa_layers=sum(n for _, n in swa),
         window=max((layer.cache.window or 0 for layer, _ in swa), default=0),
+        floor_window=max((layer.cache.window or 0 for layer, _ in swa if not layer.cache.chunked_local), default=0),
         state_bytes=state,
         state_slots_per_request=mamba_slots_per_request(model),
         hybrid=hybrid and bool(swa) and bool(full),
@@ -462,7 +464,8 @@ def _floor(value: Num) -> Num:
 
 
 def swa_pool_starts(swa_tokens: Num, sliding_window: Num, page: Num) -> Num:
-    """`MemoryPoolConfigurator.validate_swa_pool_size`: refused when window + page >= the SWA pool."""
+    """`MemoryPoolConfigurator.validate_swa_pool_size`: refused when window + page >= the SWA pool; the window is
+    the config's sliding_window (`SglangCells.floor_window`: none for chunked layers, e.g. Llama 4's, unchecked)."""
     return negate(both(sliding_window != 0, sliding_window + page >= swa_tokens))
 
 
@@ -505,10 +508,11 @@ def mamba_pool_slots(budget_bytes: Num, state_bytes: Num, pages: Num) -> Num:
 def pool_from_cells(c: SglangCells, budget: int, page: int, batched: int) -> KVPool:
     """The pool `calculate_pool_sizes` builds from `budget` bytes (capacity 0 where SGLang refuses to start)."""
     if c.hybrid:
-        full_tokens, swa_tokens = hybrid_swa_pools(hybrid_full_tokens(budget, c.swa_denominator), c.window, page)
+        full = hybrid_full_tokens(budget, c.swa_denominator)
+        full_tokens, swa_tokens = hybrid_swa_pools(full, c.floor_window, page)
         return KVPool(PoolUnit.TOKEN, full_tokens, page, (KVGroup(KVKind.FULL, c.full_layers),), batched, c.full_cell,
                       swa_capacity_units=swa_tokens, swa_window_tokens=c.window,
-                      swa_bytes_per_full_token=c.swa_denominator)  # fmt: skip
+                      swa_bytes_per_full_token=c.swa_denominator, swa_floor_tokens=c.floor_window)  # fmt: skip
     cell = c.full_cell + c.swa_cell
     groups = (KVGroup(KVKind.FULL, c.full_layers + c.swa_layers),)
     if c.state_bytes:

@@ -48,7 +48,7 @@ class _Registry:
     settings: list[tuple[object, ...]] = field(default_factory=list)
     batches: dict[tuple[str, int], set[tuple[int, int]]] = field(default_factory=dict)
     block_sizes: dict[tuple[str, int], set[tuple[int, bool]]] = field(default_factory=dict)
-    shapes: list[tuple[int, int, int, int, int, int, tuple[tuple[int, int, int], ...]]] = field(default_factory=list)
+    shapes: list[tuple[int, int, int, int, int, int, int, tuple[tuple[int, int, int], ...]]] = field(default_factory=list)
     shape_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
     # the KV side of a layout depends on the model's layers only (not its parameter counts): models
     # that share them (fine-tunes, re-quantizations) share these results, keyed by `kv_view` id
@@ -82,13 +82,14 @@ class _Registry:
 
     def shape(self, pool: KVPool, swa_window: int) -> int:
         """Id of a pool shape: block size and charge terms (what a sequence of T tokens takes)."""
-        terms = pool.charge_terms()
-        key = (pool.block_size, terms.fixed_units, terms.per_block_groups, terms.windowed, len(pool.groups), swa_window)
+        t = pool.charge_terms()
+        floor = pool.swa_floor_tokens  # SGLang's validate_swa_pool_size window (0: unchecked)
+        key = (pool.block_size, t.fixed_units, t.per_block_groups, t.windowed, len(pool.groups), swa_window, floor)
         found = self.shape_ids.get(key)
         if found is None:
             found = self.shape_ids[key] = len(self.shape_ids)
             self.shapes.append(
-                (found, pool.block_size, terms.fixed_units, terms.per_block_groups, len(pool.groups), swa_window, terms.windowed)
+                (found, pool.block_size, t.fixed_units, t.per_block_groups, len(pool.groups), swa_window, floor, t.windowed)
             )  # fmt: skip
         return found
 

@@ -145,7 +145,7 @@ def _sized(
     # hybrid SWA pool (tokens rounded to pages; a request holds min(T, window) of them)
     is_mamba = chosen_state.is_not_null() & (window > 0)
     is_swa = (window > 0) & ~is_mamba
-    full_tokens, swa_tokens = sglang_rules.hybrid_swa_pools(capacity, window, page)
+    full_tokens, swa_tokens = sglang_rules.hybrid_swa_pools(capacity, pl.col("pool_swa_floor"), page)
     dep = dep.with_columns(
         pl.when(budget_col <= 0).then(0).when(is_swa).then(full_tokens).otherwise(capacity).alias("num_blocks"),
         pl.when(budget_col > 0).then(page).otherwise(pl.col("base_block_size")).alias("block_size"),
