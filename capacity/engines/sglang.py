@@ -9,7 +9,8 @@ Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
 - defaults: `arg_groups/memory_hook.py` `handle_gpu_memory_settings` (chunked prefill size and decode
   CUDA-graph batch size by device memory tier; `mem_fraction_static = (gpu - reserved) / gpu` with the
   activation, parallelism and graph reserves, `reserve_for_graph_mb`), `arg_groups/attention_hook.py`
-  (aiter on AMD: x 0.85 above 8,192 tokens), the page size of the default attention backend;
+  (aiter on AMD: x 0.85 above 8,192 tokens), the page size of the default attention backend; multimodal
+  checkpoints x `adjust_mem_fraction_for_vlm`'s factor (`serves_multimodal`, from 0.5);
 - budget: `mem_cache/kv_cache_configurator.py` `_profile_available_bytes`: free memory after the weights
   minus `pre_model_load_memory x (1 - mem_fraction_static)`, i.e. (free before load) x fraction - weights;
 - pools: `model_executor/pool_configurator.py` `DefaultPoolConfigurator` (cell = heads x (K + V dims) x
@@ -20,8 +21,9 @@ Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
   the pool's second pool (`swa_capacity_units` = K, `swa_window_tokens` = the slots a request holds,
   `_calculate_mamba_ratio`), so `resolve_max_num_reqs`' cap K // slots bounds B_max;
 - start: `MemoryPoolConfig.__post_init__` (no tokens), `_profile_available_bytes` (no budget),
-  `MemoryPoolConfigurator.validate_swa_pool_size` (SWA pool <= window + page), `_handle_max_mamba_cache`
-  and `resolve_max_num_reqs` (no state slot, no running request). A request longer than the pool does not
+  `MemoryPoolConfigurator.validate_swa_pool_size` (SWA pool <= sliding window + page), `_handle_max_mamba_cache`
+  and `resolve_max_num_reqs` (no state slot, no running request; without --max-running-requests its cap bounds
+  B_max: `max_running_requests`, `SglangProfile.sequence_cap`). A request longer than the pool does not
   stop the server: the scheduler caps request lengths at the pool (`refuses_short_pool` is False).
 """
 
