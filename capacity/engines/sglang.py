@@ -252,8 +252,8 @@ def reserved_mib(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool, version:
 
 def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = False,
                         version: str | None = None) -> float:  # fmt: skip
-    """`handle_gpu_memory_settings`: round((gpu - reserved) / gpu, 3) in MiB (the VLM factor of
-    `adjust_mem_fraction_for_vlm` needs the vision tower's shape, which ModelSpec does not carry)."""
+    """`handle_gpu_memory_settings`: round((gpu - reserved) / gpu, 3) in MiB, the text model's fraction (`defaults`
+    applies the VLM factor, `vlm_mem_fraction_factor`, to multimodal checkpoints)."""
     if gpu_memory_bytes <= 0:
         return ec.SGLANG_FALLBACK_MEM_FRACTION
     gpu_mib = gpu_memory_bytes / ec.MIB

@@ -1,7 +1,8 @@
 """vLLM's release-dependent defaults: batch limits, block sizes, batches in flight, GDN prefill checkpoints.
 
 Rules followed, by upstream function (vLLM 0.33.0 unless a release row says otherwise):
-`engine/arg_utils.py` get_batch_defaults (by device memory and name), `platforms/cuda.py` block sizes
+`engine/arg_utils.py` get_batch_defaults (by device memory and name; from 0.22 a prefix-LM multimodal model's
+floor, `multimodal_batched_floor`), `platforms/cuda.py` block sizes
 (16; MLA backends force 64 on Hopper and older, 128 on Blackwell), `config/vllm.py`
 VllmConfig.max_concurrent_batches.
 """
