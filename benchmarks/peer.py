@@ -40,19 +40,19 @@ from capacity.grid import GridModel
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def default_venv(root: Path = ROOT) -> Path:
-    """ridgepoint's venv: $RIDGEPOINT_VENV (as for setup_ridgepoint.sh), else `.venv-ridgepoint` at the repo
+def default_venv(root: Path = ROOT, name: str = ".venv-ridgepoint", variable: str = "RIDGEPOINT_VENV") -> Path:
+    """A peer's venv (ridgepoint's unless told): $`variable` (as for its setup script), else `name` at the repo
     root; in a linked git worktree (`.git` is a file `gitdir: <main>/.git/worktrees/<name>`) without one of
     its own, the main checkout's, so that a worktree runs the peer the main checkout set up."""
-    if env := os.environ.get("RIDGEPOINT_VENV"):
+    if env := os.environ.get(variable):
         return Path(env)
-    own = root / ".venv-ridgepoint"
+    own = root / name
     dot_git = root / ".git"
     if own.exists() or not dot_git.is_file():
         return own
     gitdir = Path(dot_git.read_text().partition("gitdir:")[2].strip())
     if gitdir.parent.name == "worktrees" and gitdir.parent.parent.name == ".git":
-        main = gitdir.parent.parent.parent / ".venv-ridgepoint"
+        main = gitdir.parent.parent.parent / name
         if main.exists():
             return main
     return own

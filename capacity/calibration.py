@@ -86,6 +86,7 @@ class ObservedSettings:
     disable_custom_all_reduce: bool | None = None  # vLLM --disable-custom-all-reduce
     gpu_peer_access: bool | None = None  # False: vLLM said the P2P test failed
     unmodelled_features: tuple[str, ...] = ()  # lora | speculative | cpu_offload | dp_attention | kv_connector
+    other_process_bytes: int | None = None  # in use on the GPU when the engine started (total - free, as printed)
 
 
 _KV_DTYPES = {None: "auto", "auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
@@ -145,6 +146,7 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         dp_attention="dp_attention" in s.unmodelled_features or None,
         kv_connector="kv_connector" in s.unmodelled_features or None,
         cpu_offload_gib=UNKNOWN_OFFLOAD_GIB if "cpu_offload" in s.unmodelled_features else None,
+        other_process_bytes=s.other_process_bytes or 0,
     )
 
 

@@ -730,6 +730,16 @@ def vllm_release(version: str | None) -> VllmRelease:
     return chosen
 
 
+def known_vllm_release(version: str) -> bool:
+    """Whether capplan has rules for this release's minor version ('0.32.0' and '0.32' alike): a
+    fleet pinning a release it has no rules for should hear so, not be planned at a neighbour's."""
+    try:
+        wanted = parse_version(version)[:2]
+    except ValueError:
+        return False
+    return any(parse_version(v)[:2] == wanted for v in VLLM_SUPPORTED_VERSIONS)
+
+
 @cache  # pure, and asked for the same few release strings by every overhead and sampler rule
 def parse_version(text: str) -> tuple[int, ...]:
     """'0.11.2rc1' -> (0, 11, 2); raises ValueError on a string with no leading number (not cached)."""

@@ -81,6 +81,9 @@ class Estimate:
     start_reserved_units: int = 0  # units the start check holds back (vLLM 0.33: the null block)
     not_modelled: str | None = None  # why the engine's accounting of this model is not modelled
     activation_buffers: tuple[tuple[str, int], ...] = ()  # the activation peak's named terms (Overhead.buffers)
+    # of the memory other processes hold at start, what the engine's accounting took off the KV budget
+    other_process_charged_bytes_per_gpu: int = 0
+    start_memory_refused: bool = False  # the engine refused before sizing a pool: free memory below its request
 
     def b_max_at(self, context_tokens: int) -> int:
         return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
@@ -102,7 +105,7 @@ def pool_starts(est: Estimate, pool: KVPool | None = None) -> bool:
     """Whether the engine of `est` starts with `pool` (default: the estimate's own; a calibrated
     pool where one is given) at the estimate's max_model_len: the same check as `estimate`."""
     pool = est.pool if pool is None else pool
-    if est.kv_budget_bytes_per_gpu <= 0 or pool.capacity_units <= 0:
+    if est.start_memory_refused or est.kv_budget_bytes_per_gpu <= 0 or pool.capacity_units <= 0:
         return False
     if not engine_profile(est.engine, est.engine_version).refuses_short_pool:
         return True
@@ -209,6 +212,8 @@ def _limits(d: DeploymentSpec, profile: EngineProfile, defaults: EngineDefaults)
     # (SGLang's (gpu - reserved) / gpu is <= 0 where the reserve exceeds the card: no KV budget, no start)
     if d.gpu_memory_utilization is not None and not 0 < util <= 1:
         raise SpecError(f"GPU memory utilization must be in (0, 1], got {util}")
+    if d.other_process_bytes < 0:
+        raise SpecError(f"other processes' memory must be >= 0 bytes, got {d.other_process_bytes}")
     batched = d.max_num_batched_tokens or defaults.max_num_batched_tokens
     seqs_cap: int | None = d.max_num_seqs or (defaults.max_num_seqs or None)
     return _Limits(util, block_size, batched, seqs_cap, profile.max_in_flight_tokens(batched, d.pp, d.async_scheduling))
@@ -244,6 +249,24 @@ def assumed_off_notes(d: DeploymentSpec, assumed_off: frozenset[str]) -> list[st
             "weights and a second KV pool; DP attention sizes a pool per attention rank)"
         )
     return out
+
+
+def _other_process_notes(profile: EngineProfile, d: DeploymentSpec, gpu: GpuSku | None, charged: int) -> list[str]:
+    """What other processes' memory did to the budget, and, on a unified-memory GPU where none is given, that
+    the host's own memory counts as theirs."""
+    release = f"{profile.engine.value} {profile.version or ''}".strip()
+    if d.other_process_bytes:
+        return [
+            f"other processes hold {format_gib(d.other_process_bytes)} per GPU at start: {release} takes "
+            f"{format_gib(charged)} of it from the KV budget"
+        ]
+    if gpu is not None and gpu.unified_memory:
+        return [
+            f"{gpu.id} shares its memory with the host: vLLM (0.12+) and SGLang read the free memory at start "
+            "as the host's available memory, so the OS, page cache and other programs count as other processes "
+            "(public DGX Spark logs: 99-115 of 121.69 GiB free at start); give them with --other-process-gib"
+        ]
+    return []
 
 
 def _assumption_notes(profile: EngineProfile, context: AssumptionContext) -> list[str]:
@@ -294,9 +317,11 @@ def _pool_figures(
     lim: _Limits,
     context_tokens: int | None,
     concurrency: int | None,
+    start_problem: str | None = None,
 ) -> _PoolFigures:
     """Ask the pool: the start check (and the auto-fit), the printed KV cache size, B_max at the
-    context, the max context at the target concurrency, and whether the workload fits, with why."""
+    context, the max context at the target concurrency, and whether the workload fits, with why.
+    `start_problem`: the engine's refusal before any pool is built (free memory below its request)."""
     reserved = profile.start_reserved_units
     if profile.refuses_short_pool:
         fitted_len = largest_starting_len(pool, limit, reserved) if budget > 0 else 0
@@ -306,6 +331,8 @@ def _pool_figures(
     else:  # starts with any pool; a request longer than the pool waits or is refused at admission
         starts = budget > 0 and pool.capacity_units > 0
         fitted_len = limit if starts else 0
+    if start_problem:
+        starts, fitted_len = False, 0
     context = context_tokens if context_tokens is not None else max_model_len
     if context <= 0:
         raise SpecError(f"context must be a positive number of tokens, got {context}")
@@ -339,7 +366,9 @@ def _pool_figures(
     fits, reason = _fit_reason(
         pool, budget, weights.per_gpu_bytes, usable, context, need, bmax, max_model_len, seqs_cap, limit
     )
-    if budget > 0 and not starts:
+    if start_problem:
+        fits, reason = False, start_problem
+    elif budget > 0 and not starts:
         fits = False
         reason = _no_start_reason(pool, max_model_len, fitted_len, reserved, budget)
     elif not fits and starts and budget > 0 and not profile.refuses_short_pool and pool.capacity_units:
@@ -403,12 +432,18 @@ def estimate(
     inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes)
     overhead = _overhead(d, profile, inputs, notes)
     usable = int(total * lim.utilization)
+    charged = 0
+    start_problem = profile.start_memory_problem(total, lim.utilization, d.other_process_bytes)
     if d.kv_cache_memory_bytes is not None:
         budget = d.kv_cache_memory_bytes
     else:
-        budget = profile.kv_budget(total, lim.utilization, weights.per_gpu_bytes, overhead.total_bytes)
+        budget = profile.kv_budget(
+            total, lim.utilization, weights.per_gpu_bytes, overhead.total_bytes, d.other_process_bytes
+        )
         context = AssumptionContext(d, gpu, total, lim.utilization, overhead, budget, inputs, weights.format_name)
         notes.extend(_assumption_notes(profile, context))
+        charged = profile.kv_budget(total, lim.utilization, weights.per_gpu_bytes, overhead.total_bytes) - budget
+        notes.extend(_other_process_notes(profile, d, gpu, charged))
     request = _pool_request(model, d, budget, dt, lim, defaults.state_checkpoints)
     pool = _tightest_pool(profile, request, notes)
     limit = model.context_limit_tokens
@@ -425,6 +460,7 @@ def estimate(
         lim,
         context_tokens,
         concurrency,
+        start_problem,
     )
     return Estimate(
         model=model_name or model.architecture,
@@ -456,6 +492,8 @@ def estimate(
         start_reserved_units=profile.start_reserved_units,
         not_modelled=not_modelled,
         activation_buffers=overhead.buffers,
+        other_process_charged_bytes_per_gpu=charged,
+        start_memory_refused=start_problem is not None,
         **f.fields(),  # type: ignore[arg-type]
     )
 

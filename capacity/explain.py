@@ -114,7 +114,8 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
         f"{_gib(est.overhead_bytes_per_gpu)}",
         *(f"     {name:<66} {_gib(n)}" for name, n in est.activation_buffers),
         f"   KV budget = {_gib(est.usable_bytes_per_gpu)} - {_gib(est.weights_bytes_per_gpu)} - "
-        f"{_gib(est.overhead_bytes_per_gpu)} = {_gib(est.kv_budget_bytes_per_gpu)} ({_b(est.kv_budget_bytes_per_gpu)})",
+        f"{_gib(est.overhead_bytes_per_gpu)}{_others(est)} = {_gib(est.kv_budget_bytes_per_gpu)} "
+        f"({_b(est.kv_budget_bytes_per_gpu)})",
         "",
         "3. KV pool",
     ]
@@ -219,3 +220,9 @@ def speed_derivation(pf: Performance) -> list[str]:
     ]
     return lines
 
+
+
+def _others(est: Estimate) -> str:
+    """The budget line's term for other processes' memory, where the engine took some off."""
+    charged = est.other_process_charged_bytes_per_gpu
+    return f" - other processes {_gib(charged)}" if charged else ""

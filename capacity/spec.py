@@ -182,6 +182,18 @@ class GpuSku:
     max_gpus_available: int | None = None  # GPUs obtainable at that price (None: no limit known)
 
     @property
+    def unified_memory(self) -> bool:
+        """A GPU that shares the host's memory (DGX Spark's GB10, Jetson Thor / Orin: vLLM 0.12's list of
+        sm 12.1 / 11.0 / 8.7, the device's `is_integrated` in later releases): the engines read its free memory
+        as the host's available memory. GH200 / GB200 have their own HBM and are not."""
+        names = (self.id, self.name, *self.aliases)
+        return any(
+            token in name.lower().replace(" ", "").replace("-", "")
+            for name in names
+            for token in ("gb10", "dgxspark", "jetson", "agxthor", "agxorin")
+        ) and not any("gb100" in name.lower() for name in names)
+
+    @property
     def amd(self) -> bool:
         """An AMD GPU: ROCm's engines, RCCL and HIP graphs instead of CUDA's."""
         return self.vendor.lower() == "amd"
@@ -288,6 +300,9 @@ class DeploymentSpec:
     weights_bytes_per_gpu: int | None = None  # override the weights
     overhead_bytes_per_gpu: int | None = None  # override every non-KV, non-weight term
     kv_cache_memory_bytes: int | None = None  # use this KV budget per GPU (vLLM --kv-cache-memory-bytes)
+    # memory other processes (another engine, a notebook, the host itself on a unified-memory GPU) hold on
+    # each GPU when the engine starts: each engine and release counts it its way (`kv_budget`)
+    other_process_bytes: int = 0
 
 
 def _offload_text(gib: float | None) -> str:

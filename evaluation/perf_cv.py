@@ -34,7 +34,8 @@ class Skipped:
     reason: str
 
 
-def _weight_dtype(row: PerfMeasurement, model: ModelSpec) -> str:
+def row_weight_dtype(row: PerfMeasurement, model: ModelSpec) -> str:
+    """The weight dtype the row's deployment is sized with: the checkpoint's own format, else the stated one."""
     stated = (row.weight_dtype or "").lower()
     if model.quantization is not None:
         return "auto"  # the checkpoint is served as published
@@ -49,11 +50,14 @@ def _weight_dtype(row: PerfMeasurement, model: ModelSpec) -> str:
     return "bf16" if model.torch_dtype == "bfloat16" else "auto"
 
 
-def _kv_dtype(row: PerfMeasurement) -> str:
+def row_kv_dtype(row: PerfMeasurement) -> str:
+    """fp8 where the row states an fp8 KV cache, else the engine's default (the model's dtype)."""
     return "fp8" if (row.kv_cache_dtype or "").lower().startswith("fp8") else "auto"
 
 
-def _terms(p: PerfInputs, tokens: float, batch: float, context: float, prefill_context: float | None = None) -> StepTerms:
+def _terms(
+    p: PerfInputs, tokens: float, batch: float, context: float, prefill_context: float | None = None
+) -> StepTerms:
     """A step at efficiency 1; `prefill_context` when `tokens` are prompt tokens beside `batch` decodes."""
     if prefill_context is None:
         flops = float(step_flops(p, tokens, context))
@@ -91,20 +95,28 @@ class SizedRow(NamedTuple):
     est: Estimate
 
 
+def row_lengths(row: PerfMeasurement) -> tuple[int, int] | str:
+    """The (input, output) tokens a row is predicted at: its mean lengths, rounded; or why it has none."""
+    prompt, out = row.mean_input_len, row.mean_output_len
+    if not prompt or not out:
+        return "no input / output length"
+    return max(1, round(prompt)), max(1, round(out))
+
+
 def sized_row(row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint_bytes: int | None) -> SizedRow | str:
     """The row's mean lengths, its deployment and the estimate at their sum, or why it cannot be sized."""
     if gpu.memory_bandwidth_gbps is None or gpu.bf16_dense_tflops is None:
         return f"{gpu.id} has no bandwidth / TFLOPS in the catalog"
-    prompt, out = row.mean_input_len, row.mean_output_len
-    if not prompt or not out:
-        return "no input / output length"
-    i_len, o_len = max(1, round(prompt)), max(1, round(out))
+    lengths = row_lengths(row)
+    if isinstance(lengths, str):
+        return lengths
+    i_len, o_len = lengths
     context = i_len + o_len
     deployment = DeploymentSpec(
         tp=row.tp,
         pp=row.pp,
-        weight_dtype=_weight_dtype(row, model),
-        kv_dtype=_kv_dtype(row),
+        weight_dtype=row_weight_dtype(row, model),
+        kv_dtype=row_kv_dtype(row),
         engine=row.engine,
         max_model_len=max(context, 16),
     )

@@ -41,7 +41,19 @@ def _root(
 @cache
 def build_app() -> typer.Typer:
     """The whole `capplan` app, every command group registered."""
-    from pipelines.commands import doctor, estimate, export, limits, nightly, place, procure, registry, report, sql
+    from pipelines.commands import (
+        diff,
+        doctor,
+        estimate,
+        export,
+        limits,
+        nightly,
+        place,
+        procure,
+        registry,
+        report,
+        sql,
+    )
     from pipelines.commands.common import OneLineGroup
 
     app = typer.Typer(
@@ -63,6 +75,7 @@ def build_app() -> typer.Typer:
     app.command("nightly")(nightly.nightly)
     app.command("sql")(sql.sql)
     app.command("report")(report.report)
+    app.command("diff")(diff.diff)
     app.add_typer(export.app, name="export")
     app.command("doctor")(doctor.doctor)
     return app

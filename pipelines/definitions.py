@@ -18,7 +18,7 @@ import os
 
 import dagster as dg
 
-from pipelines.assets import capacity, marts, recommendations, registry, telemetry
+from pipelines.assets import capacity, marts, recommendations, registry, releases, telemetry
 from pipelines.executor import warehouse_multiprocess_executor
 from pipelines.resources import build_resources
 
@@ -26,7 +26,7 @@ CRON_ENV = "CAPPLAN_NIGHTLY_CRON"
 DEFAULT_CRON = "0 2 * * *"
 TIMEZONE = "UTC"
 
-_modules = (registry, capacity, marts, telemetry, recommendations)
+_modules = (registry, capacity, marts, telemetry, recommendations, releases)
 _assets: list[dg.AssetsDefinition] = [a for module in _modules for a in module.assets]
 _mart_keys = [k for a in _assets for k in a.keys if k.path[0] == "marts"]
 publish = marts.publish_asset(_mart_keys)

@@ -33,6 +33,7 @@ from capacity.estimate import estimate
 from capacity.performance import performance
 from capacity.spec import DeploymentSpec, GpuSku, SpecError
 from models_registry.planning import Catalog, catalog
+from recommendations.grid_diff import REPORT_ROWS, GridDiff, diff_html, read_diff
 from recommendations.report_layout import chart_panels, column_label, panel_title
 
 GIB = 1 << 30
@@ -115,6 +116,7 @@ class ReportData:
     calibration: pl.DataFrame
     limits: pl.DataFrame  # effective context limits of the model, per GPU x TP at concurrency 8 and 32
     frontier: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=FRONTIER_SCHEMA))  # per GPU, over B
+    grid_diff: GridDiff | None = None  # this model's grid rows changed since the previous run (marts.grid_diff)
 
 
 def _exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
@@ -301,10 +303,7 @@ def frontier_frame(registry: Catalog, model_id: str, replicas: pl.DataFrame) -> 
 
 def _registry(con: duckdb.DuckDBPyConnection, model: str) -> Catalog:
     """The run's registry rows for `model` and every GPU (what the frontier is computed from)."""
-    tables = {
-        r[0]
-        for r in con.execute("select table_name from duckdb_tables() where schema_name = 'raw'").fetchall()
-    }
+    tables = {r[0] for r in con.execute("select table_name from duckdb_tables() where schema_name = 'raw'").fetchall()}
     if not {"models", "gpus"} <= tables:
         return Catalog({}, {}, {})
     models = con.execute("select * from raw.models where repo_id = $m", {"m": model}).pl()
@@ -336,6 +335,7 @@ def read_report(con: duckdb.DuckDBPyConnection, model: str | None = None) -> Rep
     calibration = _frame(con, "calibration", CALIBRATION_SQL)
     limits = _frame(con, "effective_context_limits", LIMITS_SQL, {"m": chosen})
     fits = fits_frame(grid)
+    changed = read_diff(con, models=[chosen], limit=REPORT_ROWS) if _exists(con, "grid_diff") else None
     sources = comparison["telemetry_source"].unique().to_list() if comparison.height else []
     return ReportData(
         run_id=str(run[0]) if run else None,
@@ -352,8 +352,10 @@ def read_report(con: duckdb.DuckDBPyConnection, model: str | None = None) -> Rep
         procurement=procurement,
         calibration=calibration,
         limits=limits,
-        frontier=frontier_frame(_registry(con, chosen), chosen, smallest_replicas(grid)) if grid.height else
-        pl.DataFrame(schema=FRONTIER_SCHEMA),
+        frontier=frontier_frame(_registry(con, chosen), chosen, smallest_replicas(grid))
+        if grid.height
+        else pl.DataFrame(schema=FRONTIER_SCHEMA),
+        grid_diff=changed,
     )
 
 
@@ -784,6 +786,8 @@ def render_report(data: ReportData) -> str:
         "memory limit B_max, each replica makes more tokens per second and each stream gets them more slowly "
         "(capacity.performance's roofline; a point per B). Pick the rightmost point within your TPOT target.</p>",
         f"<figure>{frontier_chart(data)}</figure>",
+        "<h2 id='changes'>What changed since the previous run</h2>",
+        diff_html(data.grid_diff),
         "<h2 id='details'>Details</h2>" if details else "",
         *details,
         "</body></html>",

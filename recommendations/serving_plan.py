@@ -160,6 +160,7 @@ class ServingOption:
     replicas_binding: str = "concurrency"  # request_rate | concurrency | simulated throughput | simulated p99 ttft
     throughput_checked: bool = False  # the simulated check has measured the replica's throughput at B
     check_base: int = 0  # replicas after that measurement: the check adds at most 3x more
+    keeps_up: int = 1  # fewest replicas whose simulated throughput at B carries the rate (fewer: the queue grows)
 
     @property
     def usd_per_hour(self) -> float:
@@ -400,8 +401,9 @@ class _Checker:
                 batch = served.option.planned_per_replica
                 closed = Load.closed(batch, max(SIMULATED_REQUESTS, 3 * batch), self._lengths())
                 throughput = self._run(served, closed)
-                needed = max(served.replicas, math.ceil(rate / throughput.request_throughput - 1e-9))
-                base = replace(served, throughput_checked=True, check_base=needed)
+                keeps_up = max(1, math.ceil(rate / throughput.request_throughput - 1e-9))
+                needed = max(served.replicas, keeps_up)
+                base = replace(served, throughput_checked=True, check_base=needed, keeps_up=keeps_up)
                 if needed > served.replicas:
                     return replace(base, replicas=needed, replicas_binding="simulated throughput"), False
                 served = base
@@ -426,7 +428,7 @@ class _Checker:
         assert rate is not None
         for _ in range(DOWN_TRIES):
             fewer = passed.replicas - max(1, math.floor(passed.replicas * REPLICA_STEP))
-            if fewer < 1:
+            if fewer < passed.keeps_up:  # below it arrivals outrun completions: no percentile is steady
                 break
             try:
                 sim = self._run(passed, Load.poisson(rate / fewer, SIMULATED_REQUESTS, self._lengths()))

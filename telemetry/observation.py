@@ -15,6 +15,7 @@ from telemetry.normalize import FLOAT_LIMIT, RowError
 # Per-GPU memory values: never negative, never above the GPU's memory.
 PER_GPU_BYTES = (
     "requested_memory_bytes",
+    "other_process_bytes",
     "weights_bytes",
     "activation_peak_bytes",
     "non_torch_bytes",

@@ -122,6 +122,7 @@ def settings_of(row: dict[str, Any]) -> ObservedSettings:
         disable_custom_all_reduce=row.get("disable_custom_all_reduce"),
         gpu_peer_access=row.get("gpu_peer_access"),
         unmodelled_features=tuple(f for f in str(row.get("unmodelled_features") or "").split(",") if f),
+        other_process_bytes=_int(row.get("other_process_bytes")),
     )
 
 

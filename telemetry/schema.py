@@ -55,6 +55,9 @@ OBSERVATION_SCHEMA: dict[str, Any] = {
     "startup_error": pl.String,
     "total_gpu_memory_bytes": pl.Int64,
     "requested_memory_bytes": pl.Int64,
+    # memory in use on the GPU when the engine started, as its log prints it (vLLM's "Free memory on device
+    # (F/T GiB) on startup": T - F): other processes', and the engine's own CUDA context
+    "other_process_bytes": pl.Int64,
     "weights_bytes": pl.Int64,
     "activation_peak_bytes": pl.Int64,
     "non_torch_bytes": pl.Int64,

@@ -42,6 +42,7 @@ SETTINGS = (
 MEASURED = (
     "total_gpu_memory_bytes",
     "requested_memory_bytes",
+    "other_process_bytes",
     "weights_bytes",
     "activation_peak_bytes",
     "non_torch_bytes",

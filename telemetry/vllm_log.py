@@ -80,6 +80,22 @@ def _tokens_exceeded(m: re.Match[str]) -> Values:
     }
 
 
+_PRINTED_GIB = (1 << 30) // 100  # vLLM prints GiB to 2 places
+
+
+def _free_at_start(m: re.Match[str]) -> Values:
+    """vLLM's "Free memory on device (F/T GiB) on startup" (0.9.1+: the start refusal of `request_memory`; 0.33 also
+    the suggestion line after the CUDA graphs), with the utilization and the request where the line goes on.
+    In use at start = T - F, less the printing's 0.01 GiB so that a start the log shows is never re-read as a
+    refusal (the refusal itself is the next rule's)."""
+    free, total = size_bytes(m.group(1), "GiB", "free memory"), size_bytes(m.group(2), "GiB", "total memory")
+    values: Values = {"other_process_bytes": max(total - free - _PRINTED_GIB, 0)}
+    if m.group(3):
+        values["gpu_memory_utilization"] = parse_number(m.group(3), "gpu_memory_utilization")
+        values["requested_memory_bytes"] = size_bytes(m.group(4), "GiB", "requested memory")
+    return values
+
+
 def _says(label: str, phrase: str, values: Values) -> Rule:
     """A line whose fixed wording states a setting (a warning that names what the engine turned off)."""
     return Rule(label, phrase, rx(re.escape(phrase)), lambda m: dict(values), strict=False)
@@ -254,6 +270,17 @@ RULES: tuple[Rule, ...] = (
         "No available memory for the cache blocks",
         rx(r"No available memory for the cache blocks"),
         failed_start("no memory left for the KV cache"),
+    ),
+    Rule(
+        "free memory at start",
+        "on startup",
+        rx(
+            r"Free memory on device(?:\s+[\w:]+)?\s*\(\s*" + NUM + r"\s*/\s*" + NUM + r"\s*GiB\)\s*on startup"
+            + r"(?:\.?\s*(?:is less than desired GPU memory utilization|Desired GPU memory utilization is)\s*\(\s*"
+            + NUM + r"\s*,\s*" + NUM + r"\s*GiB\))?"
+        ),
+        _free_at_start,
+        strict=False,
     ),
     Rule(
         "not enough free memory",

@@ -203,6 +203,12 @@ def _head() -> str:
     return head
 
 
+def _revisions() -> int:
+    from alembic.script import ScriptDirectory
+
+    return len(list(ScriptDirectory.from_config(db.alembic_config()).walk_revisions()))
+
+
 # --- downgrade below the first revision ---------------------------------------------------------
 
 
@@ -220,11 +226,12 @@ def test_downgrade_below_the_first_revision_is_refused_unless_forced(registry_ur
     before = _model_count(registry_url)
     assert before > 0
     config = db.alembic_config(registry_url)
-    for destination in ("base", "-2", "-5", f"{_head()}-2"):
+    revisions = _revisions()  # head is this many steps above base
+    for destination in ("base", f"-{revisions}", f"-{revisions + 3}", f"{_head()}-{revisions}"):
         with pytest.raises(CommandError, match="refusing to downgrade below the first revision"):
             command.downgrade(config, destination)
         assert _model_count(registry_url) == before, destination  # nothing ran
-    command.downgrade(config, "-1")  # to the first revision: allowed
+    command.downgrade(config, f"-{revisions - 1}")  # to the first revision: allowed
     command.upgrade(config, "head")
     assert _model_count(registry_url) == before
     config.attributes["force"] = True

@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 
 from capacity.columns import MART_DEPLOYMENT_COLUMNS, MART_GRID_COLUMNS, comment
+from warehouse.diff_columns import GRID_DIFF_COMMENTS, RELEASE_DIFF_COMMENTS
 
 WAREHOUSE_DIR = Path(__file__).resolve().parent
 LAYERS = ("raw", "staging", "marts")
@@ -30,6 +31,8 @@ QUERIES_DIR = WAREHOUSE_DIR / "queries"
 DICTIONARY_COMMENTS: dict[tuple[str, str], dict[str, str]] = {
     ("marts", "capacity_grid_history"): {c.name: comment(c) for c in MART_GRID_COLUMNS},
     ("marts", "deployments_history"): {c.name: comment(c, deployments=True) for c in MART_DEPLOYMENT_COLUMNS},
+    ("marts", "grid_diff"): GRID_DIFF_COMMENTS,
+    ("marts", "release_diff"): RELEASE_DIFF_COMMENTS,
 }
 
 

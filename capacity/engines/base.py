@@ -57,9 +57,22 @@ class ProfileBase:
         """The checkpoint's format as it is."""
         return 0
 
-    def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
-        """Usable memory (total x utilization) minus everything that is not KV."""
-        return truncate(total_bytes * utilization) - weights_bytes - overhead_bytes
+    def kv_budget(
+        self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num, other_bytes: Num = 0
+    ) -> Num:
+        """Usable memory (total x utilization) minus everything that is not KV, and minus the share of other
+        processes' memory the engine's accounting takes off (`other_process_charge`)."""
+        others = self.other_process_charge(other_bytes, utilization)
+        return truncate(total_bytes * utilization) - weights_bytes - overhead_bytes - others
+
+    def other_process_charge(self, other_bytes: Num, utilization: Num) -> Num:
+        """What other processes' memory takes from the budget: all of it for the plain formula (usable
+        memory is what they leave)."""
+        return other_bytes
+
+    def start_memory_problem(self, total_bytes: int, utilization: float, other_bytes: int) -> str | None:
+        """No check of the free memory at start: a pool too small shows as no budget."""
+        return None
 
     def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
         return max_num_batched_tokens

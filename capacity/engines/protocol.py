@@ -103,8 +103,15 @@ class EngineProfile(Protocol):
         """Weight bytes per GPU the engine's kernels keep beyond the checkpoint's format (padding, re-layouts);
         `triton_kernels`: the optional package beside the engine (None: a plain install)."""
 
-    def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
-        """Bytes per GPU left for the KV cache (Python ints or Polars expressions)."""
+    def kv_budget(
+        self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num, other_bytes: Num = 0
+    ) -> Num:
+        """Bytes per GPU left for the KV cache (Python ints or Polars expressions); `other_bytes`: memory
+        other processes hold on the GPU when the engine starts (each engine and release counts it its way)."""
+
+    def start_memory_problem(self, total_bytes: int, utilization: float, other_bytes: int) -> str | None:
+        """The engine's refusal to start when other processes leave less free memory than it asks for
+        (None: it starts, or it does not check)."""
 
     def stage_pools(self, request: PoolRequest) -> list[KVPool]:
         """The pool each pipeline stage builds from `request.budget_bytes`, in stage order (the engine

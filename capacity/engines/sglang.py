@@ -99,9 +99,12 @@ class SglangProfile(ProfileBase):
         switch the communicators' share of the context comes on top (`tp_switch_context_bytes`)."""
         return Overhead(0, ec.SGLANG_CONTEXT_BYTES + tp_switch_context_bytes(inputs.tp, inputs.nvlink_multicast), 0)
 
-    def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
-        """`_profile_available_bytes` (see `overhead`): total x mem_fraction_static - weights - overhead."""
-        return truncate(total_bytes * utilization) - weights_bytes - overhead_bytes
+    def other_process_charge(self, other_bytes: Num, utilization: Num) -> Num:
+        """`_profile_available_bytes` (0.5.23; the budget `ProfileBase.kv_budget`: total x mem_fraction_static -
+        weights - overhead, see `overhead`) measures free memory: before the weights load (`pre_model_load_memory`,
+        `get_available_gpu_memory`: mem_get_info's free) and after; the budget is free after the weights -
+        pre x (1 - f). Others' memory O lowers both, so it takes O x f off: (total - O) x f - weights - ..."""
+        return truncate(other_bytes * utilization)
 
     def stage_pools(self, request: PoolRequest) -> list[KVPool]:
         r = request

@@ -40,9 +40,12 @@ class TrtllmProfile(ProfileBase):
         """vLLM's profiling-pass model without CUDA graphs (captured after the KV allocation)."""
         return transformer_overhead(inputs, ec.vllm_release(None), graphs=False)
 
-    def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
-        """free_gpu_memory_fraction of what is free after the profiling run."""
-        return truncate((total_bytes - weights_bytes - overhead_bytes) * utilization)
+    def kv_budget(
+        self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num, other_bytes: Num = 0
+    ) -> Num:
+        """free_gpu_memory_fraction of what is free after the profiling run (mem_get_info's free: other
+        processes' memory is not free, so all of it comes off before the fraction)."""
+        return truncate((total_bytes - other_bytes - weights_bytes - overhead_bytes) * utilization)
 
     def stage_pools(self, request: PoolRequest) -> list[KVPool]:
         r = request

@@ -8,21 +8,27 @@ loaded into the run's build. Blocking checks guard the publish: a grid that fail
 reaches the marts.
 """
 
+import os
 import time
 from collections.abc import Iterator
 
 import dagster as dg
+import polars as pl
 from pydantic import Field
 
+from capacity.engine_constants import VLLM_SUPPORTED_VERSIONS, known_vllm_release
+from capacity.grid import GridOptions
 from models_registry.sources.bundled import read_catalog_entries
 from pipelines.assets.common import describe, key, relation_result, sql_asset, sum_over_partitions
 from pipelines.resources import RegistryResource, WarehouseResource
 from warehouse.capacity_grid import THIS_RUN_PARTS, PartitionError, compare_sample, refresh_partitions
+from warehouse.grid_inputs import grid_input_rows
 from warehouse.sql import load_frame
 
 CAPACITY_GROUP = "capacity"
 GRID = key("raw", "capacity_grid")
 SAMPLE_ROWS_PER_MODEL = 2
+VLLM_RELEASE_ENV = "CAPPLAN_VLLM_RELEASE"
 
 
 class GridConfig(dg.Config):
@@ -31,6 +37,22 @@ class GridConfig(dg.Config):
     each partition whose inputs changed."""
 
     partitions: list[str] = Field(default_factory=list, description="Partitions to recompute (empty: what changed).")
+    vllm_release: str = Field(
+        default="",
+        description=f"The vLLM release the grid plans at (empty: {VLLM_RELEASE_ENV}, else the newest capplan knows).",
+    )
+
+
+def grid_options(config: GridConfig) -> GridOptions:
+    """The grid's options: vLLM at the release the fleet pins (config, then the environment), else the newest.
+    A release capplan has no rules for fails the run in one line instead of planning at a guess."""
+    release = config.vllm_release or os.environ.get(VLLM_RELEASE_ENV, "")
+    if release and not known_vllm_release(release):
+        raise dg.Failure(
+            description=f"{VLLM_RELEASE_ENV}={release}: no rules for that vLLM release "
+            f"(known: {', '.join(VLLM_SUPPORTED_VERSIONS)})"
+        )
+    return GridOptions(vllm_version=release or None)
 
 
 def _raw_spec(table: str, kinds: set[str]) -> dg.AssetSpec:
@@ -50,6 +72,7 @@ def _raw_spec(table: str, kinds: set[str]) -> dg.AssetSpec:
         _raw_spec("context_limits", {"duckdb", "polars"}),
         _raw_spec("grid_errors", {"duckdb"}),
         _raw_spec("grid_partitions", {"duckdb", "parquet"}),
+        _raw_spec("grid_inputs", {"duckdb", "polars"}),
     ],
     group_name=CAPACITY_GROUP,
 )
@@ -61,6 +84,7 @@ def capacity_grid(
     with warehouse.build() as con:
         models = con.sql("select * from raw.models").pl()
         gpus = con.sql("select * from raw.gpus").pl()
+        options = grid_options(config)
         start = time.perf_counter()
         try:
             refresh = refresh_partitions(
@@ -69,11 +93,16 @@ def capacity_grid(
                 gpus,
                 stage_dir=warehouse.stage_dir(),
                 run=warehouse.run_params(),
+                options=options,
                 backfill=config.partitions or None,
             )
         except PartitionError as exc:
             raise dg.Failure(description=str(exc)) from None
         load_frame(con, "raw", "grid_errors", refresh.errors)
+        inputs = grid_input_rows(models, gpus, options).with_columns(
+            pl.lit(warehouse.started_at).alias("run_started_at")
+        )
+        load_frame(con, "raw", "grid_inputs", inputs, warehouse.run_params())
         elapsed = time.perf_counter() - start
         context.log.info(
             f"grid: {refresh.grid_rows:,} rows, {refresh.deployments:,} deployments, {refresh.models} models "
@@ -98,6 +127,7 @@ def capacity_grid(
         yield relation_result(con, "raw", "context_limits")
         yield relation_result(con, "raw", "grid_errors")
         yield relation_result(con, "raw", "grid_partitions", partitions)
+        yield relation_result(con, "raw", "grid_inputs")
 
 
 staging_deployments = sql_asset("staging", "deployments", group_name=CAPACITY_GROUP)

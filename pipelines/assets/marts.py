@@ -28,6 +28,8 @@ marts_deployments_history = sql_asset("marts", "deployments_history", group_name
 marts_capacity_grid_history = sql_asset("marts", "capacity_grid_history", group_name=MARTS_GROUP)
 marts_context_limits_history = sql_asset("marts", "context_limits_history", group_name=MARTS_GROUP)
 marts_ingest_errors = sql_asset("marts", "ingest_errors", group_name=MARTS_GROUP)
+# what changed since the previous run and why (a view over the history; no history of its own)
+marts_grid_diff = sql_asset("marts", "grid_diff", group_name=MARTS_GROUP)
 
 
 @dg.asset_check(
@@ -133,5 +135,6 @@ assets = [
     marts_capacity_grid_history,
     marts_context_limits_history,
     marts_ingest_errors,
+    marts_grid_diff,
 ]
 asset_checks = [capacity_grid_unique]

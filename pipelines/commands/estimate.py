@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
@@ -224,6 +225,16 @@ WeightsGibOption = Annotated[
 OverheadGibOption = Annotated[
     float | None, typer.Option("--overhead-gib", metavar="GIB", help="All non-KV overhead per GPU (GiB).")
 ]
+OtherProcessGibOption = Annotated[
+    float | None,
+    typer.Option(
+        "--other-process-gib",
+        metavar="GIB",
+        help="Memory other processes hold on each GPU when the engine starts (GiB; on a unified-memory GPU such "
+        "as GB10, the host's own use): vLLM >= 0.9.1 refuses to start below its request, SGLang and "
+        "TensorRT-LLM size a smaller pool.",
+    ),
+]
 KvCacheMemoryGibOption = Annotated[
     float | None,
     typer.Option("--kv-cache-memory-gib", metavar="GIB", help="KV budget per GPU (GiB), skipping the budget."),
@@ -311,6 +322,7 @@ def estimate(
     gpu_memory_gib: GpuMemoryGibOption = None,
     weights_gib: WeightsGibOption = None,
     overhead_gib: OverheadGibOption = None,
+    other_process_gib: OtherProcessGibOption = None,
     kv_cache_memory_gib: KvCacheMemoryGibOption = None,
     kv_cache_memory_bytes: KvCacheMemoryBytesOption = None,
     request_rate: RequestRateOption = None,
@@ -340,9 +352,10 @@ def _estimate(
     speculative: bool, speculative_config: str | None, enable_dp_attention: bool, kv_transfer_config: str | None,
     gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
     max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
-    weights_gib: float | None, overhead_gib: float | None, kv_cache_memory_gib: float | None,
-    kv_cache_memory_bytes: int | None, request_rate: float | None, burst: int | None, num_prompts: int,
-    simulate_load: bool, as_json: bool, tpot_ms: float | None = None, ttft_ms: float | None = None,
+    weights_gib: float | None, overhead_gib: float | None, other_process_gib: float | None,
+    kv_cache_memory_gib: float | None, kv_cache_memory_bytes: int | None, request_rate: float | None,
+    burst: int | None, num_prompts: int, simulate_load: bool, as_json: bool, tpot_ms: float | None = None,
+    ttft_ms: float | None = None,
 ) -> None:
     """The estimate of the options as given (or as a pasted command set them)."""
     if model is None:
@@ -363,6 +376,7 @@ def _estimate(
             "--gpu-memory-gib": gpu_memory_gib,
             "--weights-gib": weights_gib,
             "--overhead-gib": overhead_gib,
+            "--other-process-gib": other_process_gib,
             "--kv-cache-memory-gib": kv_cache_memory_gib,
         },
     )
@@ -397,6 +411,7 @@ def _estimate(
         weights_bytes_per_gpu=_gib_to_bytes(weights_gib),
         overhead_bytes_per_gpu=_gib_to_bytes(overhead_gib),
         kv_cache_memory_bytes=_gib_to_bytes(kv_cache_memory_gib),
+        other_process_bytes=_gib_to_bytes(other_process_gib) or 0,
     )
     if context is None and input_len is not None:
         context = input_len + (output_len if output_len is not None else min(256, input_len))
@@ -530,8 +545,8 @@ def _check_ranges(sizes: dict[str, int], counts: dict[str, int | None], gibs: di
         if number is not None and number < 1:
             fail(f"{name} must be a positive integer, got {number}")
     for name, gib in gibs.items():
-        if gib is not None and gib < 0:
-            fail(f"{name} must not be negative, got {gib}")
+        if gib is not None and not 0 <= gib < math.inf:
+            fail(f"{name} must be a finite number of GiB >= 0, got {gib}")
 
 
 def _resolved(model: str, gpu: str | None) -> tuple[ResolvedModel, GpuSku | None]:

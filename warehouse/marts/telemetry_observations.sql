@@ -5,7 +5,7 @@
 --   engine, engine_version, engine_generation, gpu_memory_utilization, max_model_len, max_num_seqs,
 --   max_num_batched_tokens, weight_dtype, quantization, kv_cache_dtype, block_size,
 --   enable_prefix_caching, enforce_eager, triton_kernels, disable_custom_all_reduce, gpu_peer_access, unmodelled_features, startup_outcome, startup_error, total_gpu_memory_bytes,
---   requested_memory_bytes, weights_bytes, activation_peak_bytes, non_torch_bytes,
+--   requested_memory_bytes, other_process_bytes, weights_bytes, activation_peak_bytes, non_torch_bytes,
 --   cuda_graph_bytes, non_kv_bytes, kv_cache_memory_bytes, num_gpu_blocks, num_cpu_blocks,
 --   kv_cache_tokens, max_concurrency, max_concurrency_tokens, peak_kv_usage, peak_requests_running,
 --   peak_requests_waiting, preemptions_total, fb_used_bytes, fb_free_bytes, input_rows, file, line
@@ -51,6 +51,7 @@ select
     startup_error,
     total_gpu_memory_bytes,
     requested_memory_bytes,
+    other_process_bytes,
     weights_bytes,
     activation_peak_bytes,
     non_torch_bytes,
@@ -109,6 +110,7 @@ comment on column marts.telemetry_observations.startup_outcome is 'started, fail
 comment on column marts.telemetry_observations.startup_error is 'The startup error, one line, when failed.';
 comment on column marts.telemetry_observations.total_gpu_memory_bytes is 'Device total the engine saw, bytes per GPU.';
 comment on column marts.telemetry_observations.requested_memory_bytes is 'total x utilization, bytes per GPU.';
+comment on column marts.telemetry_observations.other_process_bytes is 'Memory in use when the engine started (total - free, as its log prints both): other processes and its own CUDA context, bytes per GPU.';
 comment on column marts.telemetry_observations.weights_bytes is 'Model weights per GPU (Model loading took X GiB), bytes.';
 comment on column marts.telemetry_observations.activation_peak_bytes is 'Activation peak of the profiling pass per GPU, bytes.';
 comment on column marts.telemetry_observations.non_torch_bytes is 'Non-torch memory per GPU (CUDA context, NCCL), bytes.';

@@ -2,7 +2,8 @@
 
 Rules followed, by upstream function (vLLM 0.33.0 unless a release row says otherwise):
 - budget: `v1/worker/gpu_worker.py` determine_available_memory: total x utilization - weights -
-  activation peak - non-torch memory [- CUDA-graph estimate from 0.21];
+  activation peak - non-torch memory [- CUDA-graph estimate from 0.21]; other processes' memory by release
+  (`releases.OtherProcessRule`), `v1/worker/utils.py` request_memory's refusal at start;
 - defaults: `engine/arg_utils.py` get_batch_defaults (by device memory and name), `platforms/cuda.py`
   block sizes (16; MLA backends force 64 on Hopper and older, 128 on Blackwell);
 - in-flight tokens: `config/vllm.py` VllmConfig.max_concurrent_batches x max_num_batched_tokens;
@@ -15,6 +16,7 @@ Rules followed, by upstream function (vLLM 0.33.0 unless a release row says othe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from functools import cache
 
@@ -26,11 +28,13 @@ from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, Defau
 from capacity.engines.vllm.grouping import stage_pools
 from capacity.engines.vllm.overhead import runs_v2_model_runner, vllm_overhead
 from capacity.engines.vllm.releases import (
+    OtherProcessRule,
     batch_defaults,
     block_size,
     gdn_prefill_checkpoints,
     max_concurrent_batches,
     multimodal_batched_floor,
+    other_process_rule,
 )
 from capacity.engines.vllm.weights import mxfp4_expert_extra_bytes, triton_kernels_decides
 from capacity.numeric import Num, at_least, truncate
@@ -125,9 +129,25 @@ class VllmProfile(ProfileBase):
         """MXFP4 experts as the release's fused-MoE backend lays them out (capacity/engines/vllm/weights.py)."""
         return mxfp4_expert_extra_bytes(model, tp, pp, gpu, self.version or ec.VLLM_DEFAULT_VERSION, triton_kernels)
 
-    def kv_budget(self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num) -> Num:
-        """requested memory (total x utilization) minus everything that is not KV."""
-        return truncate(total_bytes * utilization) - weights_bytes - overhead_bytes
+    def other_process_charge(self, other_bytes: Num, utilization: Num) -> Num:
+        """Others' memory comes off the pool only where the release reads non-torch memory device-wide (0.6.4,
+        0.8.0-0.9.0: `OtherProcessRule`); elsewhere `--gpu-memory-utilization` is this instance's budget."""
+        return other_bytes if other_process_rule(self.version) is OtherProcessRule.CHARGED else 0
+
+    def start_memory_problem(self, total_bytes: int, utilization: float, other_bytes: int) -> str | None:
+        """`v1/worker/utils.py` request_memory (0.33; in `gpu_worker.init_device` from 0.9.1): requested =
+        ceil(total x utilization); free memory at init below it raises ValueError. On a unified-memory GPU
+        (0.12+) the free memory is the host's available memory, so the host's own use counts here too."""
+        if other_process_rule(self.version) is not OtherProcessRule.PER_INSTANCE_CHECKED:
+            return None
+        free, requested = total_bytes - other_bytes, math.ceil(total_bytes * utilization)
+        if free >= requested:
+            return None
+        return (
+            f"vLLM refuses to start: Free memory on device cuda:0 ({_gib2(free)}/{_gib2(total_bytes)} GiB) on "
+            f"startup is less than desired GPU memory utilization ({utilization}, {_gib2(requested)} GiB). "
+            "Decrease GPU memory utilization or reduce GPU memory used by other processes."
+        )
 
     def stage_pools(self, request: PoolRequest) -> list[KVPool]:
         return stage_pools(request, self.release)
@@ -268,3 +288,8 @@ class VllmProfile(ProfileBase):
 @cache
 def _profile(version: str | None) -> VllmProfile:
     return VllmProfile(ec.vllm_release(version), version)
+
+
+def _gib2(n_bytes: int) -> float:
+    """vLLM's `format_gib`: GiB rounded to 2 places, as its messages print them."""
+    return round(n_bytes / (1 << 30), 2)

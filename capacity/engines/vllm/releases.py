@@ -4,10 +4,13 @@ Rules followed, by upstream function (vLLM 0.33.0 unless a release row says othe
 `engine/arg_utils.py` get_batch_defaults (by device memory and name; from 0.22 a prefix-LM multimodal model's
 floor, `multimodal_batched_floor`), `platforms/cuda.py` block sizes
 (16; MLA backends force 64 on Hopper and older, 128 on Blackwell), `config/vllm.py`
-VllmConfig.max_concurrent_batches.
+VllmConfig.max_concurrent_batches; other processes' memory by release (`OtherProcessRule`, read in the
+0.4.0.post1, 0.6.1-0.6.5, 0.7.0, 0.7.3, 0.8.0, 0.8.5, 0.9.0-0.9.2, 0.10.0, 0.15.0 and 0.33.0 wheels).
 """
 
 from __future__ import annotations
+
+from enum import Enum
 
 from capacity import engine_constants as ec
 from capacity.spec import GpuSku, ModelSpec, StateMixer
@@ -107,3 +110,40 @@ def gdn_prefill_checkpoints(model: ModelSpec, gpu: GpuSku | None, release: ec.Vl
     if (gpu.architecture or "").lower() not in ("hopper", "blackwell"):  # before the scan of the layers
         return False
     return any(layer.cache.state_mixer is StateMixer.GATED_DELTA_NET for layer in model.layers)
+
+
+class OtherProcessRule(Enum):
+    """What memory other processes hold on the GPU when vLLM starts does to its KV pool, by release."""
+
+    # v0 `worker.py` determine_num_available_blocks: 0.4.0-0.6.3 take peak = free at worker init - free after
+    # profiling, 0.6.5-0.7.x `memory_profiling(baseline = total - free at init)`: what others held at init
+    # is in no term, the pool is total x util - this instance's own use; nothing checks the free memory
+    UNCHARGED = "uncharged"
+    # v0 0.6.4 `worker.py` and the V1 `gpu_worker.py` of 0.8.0-0.9.0: non-torch memory read device-wide
+    # (mem_get_info total - free - torch allocated), others' memory included: it comes off the pool
+    CHARGED = "charged"
+    # from 0.9.1 the V1 worker measures from a `MemorySnapshot` at init (non-torch increase over it) as
+    # UNCHARGED, and refuses to start unless free memory at init >= total x util (0.33: `request_memory`)
+    PER_INSTANCE_CHECKED = "per-instance, checked at start"
+
+
+# (first release, rule), oldest first; a version takes the last row at or below it
+_OTHER_PROCESS_RULES: tuple[tuple[str, OtherProcessRule], ...] = (
+    ("0.4", OtherProcessRule.UNCHARGED),
+    ("0.6.4", OtherProcessRule.CHARGED),
+    ("0.6.5", OtherProcessRule.UNCHARGED),
+    ("0.8", OtherProcessRule.CHARGED),  # the V1 engine is the default from 0.8.0
+    ("0.9.1", OtherProcessRule.PER_INSTANCE_CHECKED),
+)
+
+
+def other_process_rule(version: str | None) -> OtherProcessRule:
+    """How vLLM `version` (None: the newest supported) treats other processes' memory
+    (`--gpu-memory-utilization` is a per-instance budget from 0.9.1; 0.6.4 and 0.8.0-0.9.0 took others'
+    memory off the pool)."""
+    wanted = ec.parse_version(version or ec.VLLM_DEFAULT_VERSION)
+    chosen = _OTHER_PROCESS_RULES[0][1]
+    for first, rule in _OTHER_PROCESS_RULES:
+        if ec.parse_version(first) <= wanted:
+            chosen = rule
+    return chosen

@@ -1,0 +1,128 @@
+"""The blind memory holdout (evaluation/data/memory_holdout.yaml): public startup logs from sources the reference
+data does not use, scored out of sample and never fitted on (README-memory-holdout.md).
+
+No accuracy threshold here (the set is for measurement). What is checked: every case loads, cites a source and
+quotes the log lines, every measured number is copied (it appears in the quoted lines), no source is one the
+reference data uses, and the scorer runs on every case the catalog can size.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from models_registry.sources.gpu_catalog import find_gpu_sku
+from tools import memory_holdout as mh
+
+DATA = Path(__file__).resolve().parents[1] / "evaluation" / "data"
+# the measured fields and how each may be printed in the quote
+NUMBER_FIELDS = ("kv_pool_gib", "k_size_gb", "v_size_gb", "kv_tokens", "kv_blocks", "weights_gib")
+REFERENCE_FILES = (
+    "vllm_public_measurements.yaml",
+    "sglang_public_measurements.yaml",
+    "trtllm_public_measurements.yaml",
+)
+_THREAD = re.compile(r"github\.com/[\w.-]+/[\w.-]+/(?:issues|pull|discussions)/\d+")
+
+
+@pytest.fixture(scope="module")
+def raw() -> list[dict[str, Any]]:
+    return list(yaml.safe_load(mh.HOLDOUT_PATH.read_text(encoding="utf-8"))["cases"])
+
+
+@pytest.fixture(scope="module")
+def cases() -> list[mh.Case]:
+    return mh.load_cases()
+
+
+def _printed_forms(value: object) -> set[str]:
+    """How a copied number can appear in a log: as written in the yaml, with thousands separators, or with the
+    trailing zeros a float loses in yaml (1.20 -> 1.2)."""
+    forms = {str(value)}
+    if isinstance(value, int):
+        forms.add(f"{value:,}")
+    return forms
+
+
+def test_every_case_loads_with_a_unique_id(raw: list[dict[str, Any]], cases: list[mh.Case]) -> None:
+    assert len(cases) == len(raw) > 0
+    counts = Counter(c.id for c in cases)
+    assert [key for key, n in counts.items() if n > 1] == []
+
+
+def test_every_case_has_a_source_and_quoted_lines(cases: list[mh.Case]) -> None:
+    for case in cases:
+        assert case.source.startswith(("https://", "unresolved")), case.id
+        assert case.source_group.strip(), case.id
+        assert len(case.quote.strip().splitlines()) >= 1, case.id
+        assert case.classes, case.id
+
+
+def test_every_measured_number_appears_in_its_quote(raw: list[dict[str, Any]]) -> None:
+    """Numbers are copied from the log, not derived: each one is printed in the quoted lines."""
+    for entry in raw:
+        measured = entry["measured"]
+        numbers = {name: measured[name] for name in NUMBER_FIELDS if measured.get(name) is not None}
+        assert numbers or measured["outcome"] == "refused", entry["id"]
+        for name, value in numbers.items():
+            assert any(form in entry["quote"] for form in _printed_forms(value)), (entry["id"], name, value)
+        if measured.get("refusal"):
+            assert measured["refusal"] in entry["quote"], entry["id"]
+
+
+def test_a_quote_is_not_a_copy_of_a_number_from_elsewhere(raw: list[dict[str, Any]]) -> None:
+    """The check above can fail: a number the quote does not print is caught (guards the helper itself)."""
+    entry = dict(raw[0])
+    assert not any(form in entry["quote"] for form in _printed_forms(123456789))
+
+
+def test_no_source_is_used_by_the_reference_data(cases: list[mh.Case]) -> None:
+    reference = "\n".join((DATA / name).read_text(encoding="utf-8") for name in REFERENCE_FILES)
+    used_threads = set(_THREAD.findall(reference))
+    used_urls = set(re.findall(r"https?://\S+", reference))
+    for case in cases:
+        if case.source.startswith("https://"):
+            thread = _THREAD.search(case.source)
+            assert thread is None or thread.group(0) not in used_threads, case.id
+            assert case.source not in used_urls, case.id
+
+
+def test_no_log_is_already_in_the_reference_data(raw: list[dict[str, Any]]) -> None:
+    """Sources the reference data cites only as an unresolved file have no URL to compare: a printed token or block
+    count (five digits or more) that the reference files also hold marks the same log."""
+    reference = "\n".join((DATA / name).read_text(encoding="utf-8") for name in REFERENCE_FILES)
+    for entry in raw:
+        for name in ("kv_tokens", "kv_blocks"):
+            value = entry["measured"].get(name)
+            if value is not None and value >= 10_000:
+                assert not any(re.search(rf"\b{re.escape(f)}\b", reference) for f in _printed_forms(value)), (
+                    entry["id"],
+                    value,
+                )
+
+
+def test_catalog_ids_resolve(cases: list[mh.Case]) -> None:
+    """A case the scorer sizes names a catalog GPU (an unknown id would be a silent skip)."""
+    for case in cases:
+        if case.gpu is not None:
+            assert find_gpu_sku(case.gpu).id == case.gpu, case.id
+
+
+def test_the_scorer_runs_on_every_case(cases: list[mh.Case]) -> None:
+    scored = mh.score(cases)
+    assert [s.case.id for s in scored] == [c.id for c in cases]
+    sized = [s for s in scored if s.skipped is None]
+    assert sized, "no case is sized"
+    for s in sized:
+        # every sized case gets capplan's answer or its one-line refusal, and a start decision
+        assert s.estimate is not None or s.error, s.case.id
+        assert s.start_right is not None, s.case.id
+    lines: list[str] = []
+    mh.report(scored, rows=True, emit=lines.append)
+    assert lines[0].startswith(f"{len(cases)} cases")
+    assert any(line.startswith("overall") for line in lines)
