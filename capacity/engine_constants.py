@@ -176,6 +176,12 @@ VLLM_SUPPORTED_VERSIONS = (
 VLLM_DEFAULT_BLOCK_SIZE = 16
 VLLM_MLA_BLOCK_SIZE_HOPPER = 64
 VLLM_MLA_BLOCK_SIZE_BLACKWELL = 128
+# engine/arg_utils.py `_set_default_max_num_seqs_and_batched_tokens_args` (0.22.0 on; not in 0.21.0): a default
+# max_num_batched_tokens below the largest multimodal item of a prefix-LM model (Gemma 4: use_bidirectional_attention
+# "vision") is raised to it; Gemma 4's largest is a video, 32 frames x (70 soft tokens + boi/eoi + 6 timestamp
+# tokens) (model_executor/models/gemma4_mm.py get_mm_max_tokens_per_item, the same in 0.22.0-0.26.0)
+VLLM_PREFIX_LM_MM_FLOOR_FROM = (0, 22)
+VLLM_GEMMA4_VIDEO_ITEM_TOKENS = 32 * (70 + 2 + 6)
 VLLM_DSA_BLOCK_SIZE = 64  # DeepSeek sparse attention: the indexer backend's kernel block
 VLLM_FP8_DS_MLA_BYTES = 656  # fp8_ds_mla: bytes per token of the packed sparse-MLA latent
 VLLM_FLASHINFER_MLA_BLOCK_SIZE = 32  # FLASHINFER_MLA supports 32 and 64: the smallest when 16 is not
@@ -622,6 +628,41 @@ SGLANG_RESERVE_FLOOR_ABOVE_MIB = 60 * 1024
 SGLANG_VLM_MEM_FRACTION_BASE = 0.95
 SGLANG_VIT_BASELINE_LAYERS = 24
 SGLANG_VIT_BASELINE_HIDDEN = 1024
+# configs/model_config.py (0.5.23) `multimodal_model_archs` (MiMoV2ForCausalLM left out: multimodal only with both
+# vision_config and audio_config); `ModelConfig.__init__` turns multimodal off by default for the OFF_BY_DEFAULT ones
+SGLANG_MULTIMODAL_ARCHITECTURES = frozenset({
+    "BailingMM2NativeForConditionalGeneration", "BailingMMNativeForConditionalGeneration",
+    "BailingMoeV3VLForConditionalGeneration", "CLIPModel", "Cohere2VisionForConditionalGeneration",
+    "Cosmos3EdgeForConditionalGeneration", "DeepseekOCRForCausalLM", "DeepseekVL2ForCausalLM",
+    "DiffusionGemmaForBlockDiffusion", "Dots3NoteForCausalLM", "DotsOCRForCausalLM", "DotsVLMForCausalLM",
+    "EmbeddingGemma2Model", "Ernie4_5_VLMoeForConditionalGeneration", "Gemma3ForConditionalGeneration",
+    "Gemma3nForConditionalGeneration", "Gemma4ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
+    "Glm4vForConditionalGeneration", "Glm4vMoeForConditionalGeneration", "Glm5NextForConditionalGeneration",
+    "GlmAsrForConditionalGeneration", "GlmImageForConditionalGeneration", "GlmOcrForConditionalGeneration",
+    "Grok1AForCausalLM", "Grok1VForCausalLM", "InternS1ForConditionalGeneration",
+    "InternS1ProForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
+    "InternS2PreviewForConditionalGeneration", "InternVLChatModel", "JetVLMForConditionalGeneration",
+    "KimiK25ForConditionalGeneration", "KimiVLForConditionalGeneration", "Lfm2VlForConditionalGeneration",
+    "LightOnOCRForConditionalGeneration", "Llama4ForConditionalGeneration", "LlavaForConditionalGeneration",
+    "LlavaLlamaForCausalLM", "LlavaMistralForCausalLM", "LlavaQwenForCausalLM", "LlavaVidForCausalLM",
+    "LocateAnythingForConditionalGeneration", "MiDashengLMModel", "MiMoV2ASRForCausalLM", "MiniCPMO", "MiniCPMV",
+    "MiniMaxM3SparseForConditionalGeneration", "Mistral3ForConditionalGeneration",
+    "MllamaForConditionalGeneration", "MossVLForConditionalGeneration", "MultiModalityCausalLM",
+    "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration", "NVILAForConditionalGeneration",
+    "NVILALiteForConditionalGeneration", "NemotronH_Nano_Omni_Reasoning_V3", "NemotronH_Nano_VL_V2",
+    "NemotronH_Omni_Reasoning_V3", "POINTSV15ChatModel", "PaddleOCRVLForConditionalGeneration",
+    "Phi4MMForCausalLM", "PixtralForConditionalGeneration", "Qwen2AudioForConditionalGeneration",
+    "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3ASRForConditionalGeneration",
+    "Qwen3OmniMoeForConditionalGeneration", "Qwen3VLForConditionalGeneration",
+    "Qwen3VLMoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+    "Qwen4ExpForConditionalGeneration", "Sarashina2VisionForCausalLM", "Step3VLForConditionalGeneration",
+    "Step3p7ForConditionalGeneration", "StepVLForConditionalGeneration", "UnlimitedOCRForCausalLM",
+    "VoxtralForConditionalGeneration", "WhisperForConditionalGeneration",
+})
+SGLANG_MULTIMODAL_OFF_BY_DEFAULT = frozenset({
+    "Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration", "Step3VLForConditionalGeneration",
+    "InklingForConditionalGeneration",
+})
 SGLANG_PP_PREFILL_GRAPH_MAX_TOKENS = 8192  # memory_hook _DEFAULT_PP_PREFILL_CUDA_GRAPH_MAX_TOKENS (PP > 1)
 # attention_hook.py: the aiter backend (AMD, non-MLA) scales mem_fraction_static by 0.85 above 8192 tokens
 SGLANG_AITER_MEM_FRACTION_FACTOR = 0.85
@@ -657,6 +698,13 @@ SGLANG_UNSERVED_FAMILIES = frozenset({"jamba"})
 
 # TensorRT-LLM (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator)
 TRTLLM_TOKENS_PER_BLOCK = 32
+# TensorRT-LLM releases whose PyTorch backend keeps every layer's KV for the full length unless the user sets
+# kv_cache_config.max_attention_window (variable sliding window attention is opt-in): the public 1.1.0rc3 log of
+# gpt-oss-120b sizes "kv size is 73728" B a token = all 36 layers x 8 KV heads x 64 x 2 x 2 B, its 18 windowed
+# layers included; Dynamo's Gemma 3 recipes for 1.0.0rc4 pass the window list by hand. Later releases fill the
+# windows in themselves for some models (pyexecutor/_util.py: Gemma 4 from the config's layer_types), not read
+# release by release here
+TRTLLM_VSWA_OPT_IN_THROUGH = (1, 1)
 TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.9
 TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
 TRTLLM_DEFAULT_MAX_BATCH_SIZE = 2048

@@ -362,6 +362,7 @@ class _PoolFigures:
     num_blocks: int
     block_size: int
     max_concurrency: float
+    max_num_seqs: int | None
     b_max: int
     b_max_memory: int
     max_context_at_concurrency: int
@@ -418,7 +419,10 @@ def _pool_figures(
     block_size = pool.block_size if budget > 0 else lim.block_size
     num_blocks = pool.capacity_units if pool.unit is PoolUnit.BLOCK else kv_cache_tokens // max(block_size, 1)
 
-    seqs_cap = lim.seqs_cap
+    # the cap the user or the engine's defaults set, else the one the engine derives from its pool (SGLang)
+    state_slots = pool.swa_capacity_units if pool.state_bytes_per_sequence and pool.swa_capacity_units else 0
+    derived = profile.sequence_cap(kv_cache_tokens, max_model_len, state_slots, pool.swa_window_tokens)
+    seqs_cap = lim.seqs_cap or (int(derived) or None)
     conc = max_concurrency(pool, context) if pool.capacity_units else 0.0
     bmax_memory = b_max(pool, context) if pool.capacity_units else 0
     bmax = min(bmax_memory, seqs_cap) if seqs_cap else bmax_memory
@@ -453,6 +457,7 @@ def _pool_figures(
         num_blocks,
         block_size,
         round(conc, 4),
+        seqs_cap,
         bmax,
         bmax_memory,
         max_ctx,
@@ -545,7 +550,6 @@ def estimate(
         usable_bytes_per_gpu=usable,
         kv_budget_bytes_per_gpu=budget,
         pool=pool,
-        max_num_seqs=lim.seqs_cap,
         model_context_limit=limit,
         notes=tuple(notes),
         max_in_flight_tokens=lim.in_flight_tokens,

@@ -74,6 +74,9 @@ class KVPool:
     # SGLang hybrid SWA: bytes one full-pool token costs with its share of the window pool; the
     # full pool holds int(budget / this) tokens (None: capacity = budget // unit_bytes)
     swa_bytes_per_full_token: float | None = None
+    # SGLang hybrid SWA: the window `validate_swa_pool_size` holds the SWA pool to (the config's sliding_window;
+    # 0 where the pool's layers are chunked, not sliding: Llama 4's config has none, so no check)
+    swa_floor_tokens: int = 0
 
     @property
     def in_flight_tokens(self) -> int:

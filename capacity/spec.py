@@ -76,6 +76,16 @@ class VisionTower:
 
 
 @dataclass(frozen=True, slots=True)
+class VisionTowerShape:
+    """A multimodal checkpoint's `vision_config` depth and width as an engine's config class reads them
+    (the JSON's values, else the transformers class defaults; None where the class has no such attribute):
+    SGLang sizes its memory fraction by them."""
+
+    num_layers: int | None
+    hidden_size: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointQuant:
     """How the published checkpoint stores its weights (from `quantization_config`)."""
 
@@ -117,6 +127,7 @@ class ModelSpec:
     mamba_ssm_cache_dtype: str = "float32"
     mamba_ssm_dtype_stated: bool = False  # the config says the SSM state dtype (else engines choose)
     is_generic: bool = False  # parsed by the generic path: the model_type was not recognized
+    vision_tower: VisionTowerShape | None = None  # the `vision_config` (None: none in the config)
     notes: tuple[str, ...] = field(default_factory=tuple)
     # the vision encoder where the checkpoint has one; `multimodal` with no tower: one the parser cannot size
     vision: VisionTower | None = None

@@ -42,6 +42,28 @@ ORACLE_PYTHON = Path(
 )
 
 
+# Run first in an SGLang oracle subprocess: torchvision (imported by SGLang's image-model configs) is the CUDA
+# build on the package index; its C++ ops do not load against the CPU torch, and it must then not register meta
+# kernels for them
+SGLANG_CPU_PREAMBLE = r"""
+import torch
+# torchvision (imported by SGLang's image-model configs) is the CUDA build on the package index: its C++
+# ops do not load against the CPU torch, and it must then not register meta kernels for them
+_load_library = torch.ops.load_library
+def _without_vision_ops(path):
+    if "torchvision" in str(path):
+        raise OSError("torchvision C++ ops are not needed for pool sizing")
+    return _load_library(path)
+torch.ops.load_library = _without_vision_ops
+_register_fake = torch.library.register_fake
+def _fake_unless_vision(op, *args, **kwargs):
+    if isinstance(op, str) and op.startswith("torchvision::"):
+        return lambda fn: fn
+    return _register_fake(op, *args, **kwargs)
+torch.library.register_fake = _fake_unless_vision
+"""
+
+
 def require_oracle_venv() -> None:
     """Skip (a developer machine) or fail (CI) when the engine-oracle venv (vLLM, SGLang) is missing."""
     if ORACLE_PYTHON.exists():

@@ -111,6 +111,10 @@ class ProfileBase:
         """A serving engine loads adapters and offloads weights on request; neither is sized."""
         return ADAPTER_FEATURES
 
+    def sequence_cap(self, kv_cache_tokens: Num, max_model_len: Num, state_slots: Num, slots_per_request: Num) -> Num:
+        """No sequence cap derived from the pool (0)."""
+        return 0
+
     def assumption_notes(self, context: AssumptionContext) -> list[str]:
         return []
 

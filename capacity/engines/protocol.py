@@ -138,6 +138,10 @@ class EngineProfile(Protocol):
     ) -> Num:
         """What the engine prints as its KV cache size in tokens."""
 
+    def sequence_cap(self, kv_cache_tokens: Num, max_model_len: Num, state_slots: Num, slots_per_request: Num) -> Num:
+        """The running-sequence cap the engine derives from its pool when the user sets none (0: none);
+        `state_slots` / `slots_per_request`: a Mamba hybrid's state slots (0 for other models)."""
+
     @property
     def start_reserved_units(self) -> int:
         """Units of the pool the start check holds back (vLLM 0.33: the null block)."""

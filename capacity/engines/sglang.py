@@ -9,7 +9,8 @@ Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
 - defaults: `arg_groups/memory_hook.py` `handle_gpu_memory_settings` (chunked prefill size and decode
   CUDA-graph batch size by device memory tier; `mem_fraction_static = (gpu - reserved) / gpu` with the
   activation, parallelism and graph reserves, `reserve_for_graph_mb`), `arg_groups/attention_hook.py`
-  (aiter on AMD: x 0.85 above 8,192 tokens), the page size of the default attention backend;
+  (aiter on AMD: x 0.85 above 8,192 tokens), the page size of the default attention backend; multimodal
+  checkpoints x `adjust_mem_fraction_for_vlm`'s factor (`serves_multimodal`, from 0.5);
 - budget: `mem_cache/kv_cache_configurator.py` `_profile_available_bytes`: free memory after the weights
   minus `pre_model_load_memory x (1 - mem_fraction_static)`, i.e. (free before load) x fraction - weights;
 - pools: `model_executor/pool_configurator.py` `DefaultPoolConfigurator` (cell = heads x (K + V dims) x
@@ -20,8 +21,9 @@ Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
   the pool's second pool (`swa_capacity_units` = K, `swa_window_tokens` = the slots a request holds,
   `_calculate_mamba_ratio`), so `resolve_max_num_reqs`' cap K // slots bounds B_max;
 - start: `MemoryPoolConfig.__post_init__` (no tokens), `_profile_available_bytes` (no budget),
-  `MemoryPoolConfigurator.validate_swa_pool_size` (SWA pool <= window + page), `_handle_max_mamba_cache`
-  and `resolve_max_num_reqs` (no state slot, no running request). A request longer than the pool does not
+  `MemoryPoolConfigurator.validate_swa_pool_size` (SWA pool <= sliding window + page), `_handle_max_mamba_cache`
+  and `resolve_max_num_reqs` (no state slot, no running request; without --max-running-requests its cap bounds
+  B_max: `max_running_requests`, `SglangProfile.sequence_cap`). A request longer than the pool does not
   stop the server: the scheduler caps request lengths at the pool (`refuses_short_pool` is False).
 """
 
@@ -36,7 +38,7 @@ from capacity.engines.kinds import Engine
 from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest, StartRequest
 from capacity.engines.start_checks import fp8_method, long_length_refusal, quantization_refusal
 from capacity.kv_bytes import layer_state_bytes
-from capacity.numeric import Num, as_float, at_least, both, choose, negate, truncate
+from capacity.numeric import Num, as_float, at_least, both, choose, minimum, negate, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.parallel import stage_layer_counts
 from capacity.pool import KVGroup, KVPool, PoolUnit
@@ -75,6 +77,9 @@ class SglangProfile(ProfileBase):
             fraction = legacy_mem_fraction_static(tp, pp)
         else:
             fraction = mem_fraction_static(device_bytes, tp, pp, mla=model.is_mla, version=self.requested_version)
+        if serves_multimodal(model, self.requested_version):
+            tower = model.vision_tower
+            fraction *= vlm_mem_fraction_factor(tower.num_layers, tower.hidden_size) if tower else 1.0
         if (
             gpu is not None
             and gpu.vendor == "amd"
@@ -112,6 +117,10 @@ class SglangProfile(ProfileBase):
     ) -> Num:
         """`max_total_num_tokens`: the (full) pool's token slots."""
         return num_blocks * block_size
+
+    def sequence_cap(self, kv_cache_tokens: Num, max_model_len: Num, state_slots: Num, slots_per_request: Num) -> Num:
+        """max_running_requests as `resolve_max_num_reqs` derives it from the pool (`max_running_requests`)."""
+        return max_running_requests(kv_cache_tokens, max_model_len, state_slots, slots_per_request)
 
     @property
     def refuses_short_pool(self) -> bool:
@@ -159,11 +168,6 @@ class SglangProfile(ProfileBase):
         """What SGLang 0.5.23 does with the model that this profile does not reproduce."""
         if model.family in ec.SGLANG_UNSERVED_FAMILIES:
             return f"SGLang 0.5.23 has no {model.architecture} model class: it does not serve this model"
-        if model.loaded_extra_params and model.architecture.endswith("ForConditionalGeneration"):
-            return (
-                "multimodal: SGLang lowers mem_fraction_static by the vision tower's size "
-                "(adjust_mem_fraction_for_vlm), which needs the tower's shape; the text-model fraction is used"
-            )
         return None
 
 
@@ -261,8 +265,8 @@ def reserved_mib(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool, version:
 
 def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = False,
                         version: str | None = None) -> float:  # fmt: skip
-    """`handle_gpu_memory_settings`: round((gpu - reserved) / gpu, 3) in MiB (the VLM factor of
-    `adjust_mem_fraction_for_vlm` needs the vision tower's shape, which ModelSpec does not carry)."""
+    """`handle_gpu_memory_settings`: round((gpu - reserved) / gpu, 3) in MiB, the text model's fraction (`defaults`
+    applies the VLM factor, `vlm_mem_fraction_factor`, to multimodal checkpoints)."""
     if gpu_memory_bytes <= 0:
         return ec.SGLANG_FALLBACK_MEM_FRACTION
     gpu_mib = gpu_memory_bytes / ec.MIB
@@ -320,11 +324,24 @@ def legacy_mem_fraction_static(tp: int, pp: int) -> float:
     return next(f for at_least, f in ec.SGLANG_LEGACY_MEM_FRACTION_BY_RANKS if ranks >= at_least)
 
 
+def serves_multimodal(model: ModelSpec, version: str | None) -> bool:
+    """`ModelConfig.is_multimodal` with the default flags: a listed multimodal architecture
+    (`ec.SGLANG_MULTIMODAL_ARCHITECTURES`) with a `vision_config`, except the ones SGLang serves text-only unless
+    --enable-multimodal (Gemma 3, Llama 4: `ec.SGLANG_MULTIMODAL_OFF_BY_DEFAULT`). Read in the 0.5.2, 0.5.10 and
+    0.5.23 wheels; 0.4.6 has no VLM adjustment, so releases before 0.5 get none. Not modelled: 0.5.23's
+    `text_config` heuristic for unlisted architectures, and --language-only (which skips the adjustment)."""
+    if model.vision_tower is None or is_legacy_release(version):
+        return False
+    arch = model.architecture
+    return arch in ec.SGLANG_MULTIMODAL_ARCHITECTURES and arch not in ec.SGLANG_MULTIMODAL_OFF_BY_DEFAULT
+
+
 def vlm_mem_fraction_factor(vision_num_layers: int | None, vision_hidden_size: int | None) -> float:
-    """`memory_hook.adjust_mem_fraction_for_vlm`: multimodal models keep 0.95 x (1 - 0.1 x (c - 1)) of the
-    fraction, clamped to [0.8, 1.05], c = layers x hidden^2 of the vision tower over ViT-L/14's 24 x 1024^2
-    (SGLang's defaults when the vision config omits them). Not applied by `defaults` yet: ModelSpec does not
-    carry the vision tower's shape."""
+    """`memory_hook.adjust_mem_fraction_for_vlm` (0.5.23; `ServerArgs.adjust_mem_fraction_for_vlm` in 0.5.2 and
+    0.5.10, the same arithmetic): multimodal models keep 0.95 x (1 - 0.1 x (c - 1)) of the fraction, clamped to
+    [0.8, 1.05], c = layers x hidden^2 of the vision tower over ViT-L/14's 24 x 1024^2 (SGLang's getattr
+    defaults where the vision config class has no such attribute). `defaults` applies it where
+    `serves_multimodal`."""
     layers = ec.SGLANG_VIT_BASELINE_LAYERS if vision_num_layers is None else vision_num_layers
     hidden = ec.SGLANG_VIT_BASELINE_HIDDEN if vision_hidden_size is None else vision_hidden_size
     ratio = layers * hidden**2 / (ec.SGLANG_VIT_BASELINE_LAYERS * ec.SGLANG_VIT_BASELINE_HIDDEN**2)
@@ -339,16 +356,17 @@ def page_size(gpu: GpuSku | None, gpu_memory_bytes: int) -> int:
     return ec.SGLANG_PAGE_SIZE
 
 
-def max_running_requests(max_total_num_tokens: int, context_len: int, mamba_slots: int | None = None,
-                         slots_per_request: int = ec.SGLANG_MAMBA_SLOTS_PER_REQUEST) -> int:  # fmt: skip
-    """`KVCacheConfigurator.resolve_max_num_reqs` without --max-running-requests: int(tokens / context x 512)
-    clamped to [2048, 4096], at most tokens // 2, and for Mamba hybrids at most slots // slots per request."""
-    estimated = int(max_total_num_tokens / context_len * ec.SGLANG_RUNNING_REQUESTS_PER_CONTEXT)
-    estimated = max(min(estimated, ec.SGLANG_MAX_RUNNING_REQUESTS), ec.SGLANG_MIN_RUNNING_REQUESTS)
-    requests = min(estimated, max_total_num_tokens // 2)
-    if mamba_slots is not None:
-        requests = min(requests, mamba_slots // slots_per_request)
-    return requests
+def max_running_requests(max_total_num_tokens: Num, context_len: Num, mamba_slots: Num | None = None,
+                         slots_per_request: Num = ec.SGLANG_MAMBA_SLOTS_PER_REQUEST) -> Num:  # fmt: skip
+    """`KVCacheConfigurator.resolve_max_num_reqs` (0.5.23) without --max-running-requests: int(tokens / context x
+    512) clamped to [2048, 4096], at most tokens // 2, and for Mamba hybrids (`mamba_slots` > 0) at most slots //
+    slots per request. Over `Num`: the estimate and the grid ask the same rule (`SglangProfile.sequence_cap`)."""
+    estimated = truncate(as_float(max_total_num_tokens) / at_least(context_len, 1) * ec.SGLANG_RUNNING_REQUESTS_PER_CONTEXT)
+    estimated = at_least(minimum(estimated, ec.SGLANG_MAX_RUNNING_REQUESTS), ec.SGLANG_MIN_RUNNING_REQUESTS)
+    requests = minimum(estimated, max_total_num_tokens // 2)
+    if mamba_slots is None:
+        return requests
+    return choose(mamba_slots > 0, minimum(requests, mamba_slots // at_least(slots_per_request, 1)), requests)
 
 
 def mamba_slots_per_request(model: ModelSpec) -> int:
@@ -379,6 +397,7 @@ class SglangCells:
     full_layers: int
     swa_layers: int
     window: int  # the widest window of the SWA pool's layers (0 without a hybrid SWA pool)
+    floor_window: int  # the widest sliding (not chunked) window among them: what validate_swa_pool_size checks
     state_bytes: int  # `mamba_cache_per_req` on this stage (0 without state layers)
     state_slots_per_request: int  # `_calculate_mamba_ratio`: state slots one running request holds
     hybrid: bool  # a separate SWA pool (HybridSWAPoolConfigurator)
@@ -427,6 +446,7 @@ def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> 
         full_layers=sum(n for _, n in full),
         swa_layers=sum(n for _, n in swa),
         window=max((layer.cache.window or 0 for layer, _ in swa), default=0),
+        floor_window=max((layer.cache.window or 0 for layer, _ in swa if not layer.cache.chunked_local), default=0),
         state_bytes=state,
         state_slots_per_request=mamba_slots_per_request(model),
         hybrid=hybrid and bool(swa) and bool(full),
@@ -459,7 +479,8 @@ def _floor(value: Num) -> Num:
 
 
 def swa_pool_starts(swa_tokens: Num, sliding_window: Num, page: Num) -> Num:
-    """`MemoryPoolConfigurator.validate_swa_pool_size`: refused when window + page >= the SWA pool."""
+    """`MemoryPoolConfigurator.validate_swa_pool_size`: refused when window + page >= the SWA pool; the window is
+    the config's sliding_window (`SglangCells.floor_window`: none for chunked layers, e.g. Llama 4's, unchecked)."""
     return negate(both(sliding_window != 0, sliding_window + page >= swa_tokens))
 
 
@@ -502,10 +523,11 @@ def mamba_pool_slots(budget_bytes: Num, state_bytes: Num, pages: Num) -> Num:
 def pool_from_cells(c: SglangCells, budget: int, page: int, batched: int) -> KVPool:
     """The pool `calculate_pool_sizes` builds from `budget` bytes (capacity 0 where SGLang refuses to start)."""
     if c.hybrid:
-        full_tokens, swa_tokens = hybrid_swa_pools(hybrid_full_tokens(budget, c.swa_denominator), c.window, page)
+        full = hybrid_full_tokens(budget, c.swa_denominator)
+        full_tokens, swa_tokens = hybrid_swa_pools(full, c.floor_window, page)
         return KVPool(PoolUnit.TOKEN, full_tokens, page, (KVGroup(KVKind.FULL, c.full_layers),), batched, c.full_cell,
                       swa_capacity_units=swa_tokens, swa_window_tokens=c.window,
-                      swa_bytes_per_full_token=c.swa_denominator)  # fmt: skip
+                      swa_bytes_per_full_token=c.swa_denominator, swa_floor_tokens=c.floor_window)  # fmt: skip
     cell = c.full_cell + c.swa_cell
     groups = (KVGroup(KVKind.FULL, c.full_layers + c.swa_layers),)
     if c.state_bytes:

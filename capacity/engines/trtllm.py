@@ -2,8 +2,10 @@
 
 Rules followed (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator): the KV budget is
 (total - weights - profiled peak) x free_gpu_memory_fraction; one pool of fixed-size blocks over all
-layers. Not modelled: one pool per attention window (variable sliding window attention) and the hybrid
-state managers; windowed layers are sized as full attention, which over-charges them.
+layers. Through 1.1 (`ec.TRTLLM_VSWA_OPT_IN_THROUGH`) windowed layers keep the full length unless
+kv_cache_config.max_attention_window is given, which is what this sizes. Not modelled: one pool per attention
+window (variable sliding window attention: `KVCacheManager.adjust_window_sizes_for_vswa`, and the V2 manager's
+pools) where a release or the user turns it on, and the hybrid state managers (`MambaHybridCacheManager`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from capacity import engine_constants as ec
 from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
 from capacity.engines.kinds import Engine
-from capacity.engines.protocol import DefaultsRequest, PoolRequest
+from capacity.engines.protocol import AssumptionContext, DefaultsRequest, PoolRequest
 from capacity.kv_bytes import kv_bytes_per_token_per_gpu
 from capacity.numeric import Num, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs, transformer_overhead
@@ -53,13 +55,34 @@ class TrtllmProfile(ProfileBase):
         return [KVPool(PoolUnit.BLOCK, capacity, r.block_size, (group,), r.max_num_batched_tokens, unit)]
 
     @property
+    def windows_opt_in(self) -> bool:
+        """A stated release through 1.1, whose windowed layers keep the full length by default (per-window pools
+        only with kv_cache_config.max_attention_window, which is not an input here)."""
+        if not self.requested_version:
+            return False
+        try:
+            return ec.parse_version(self.requested_version)[:2] <= ec.TRTLLM_VSWA_OPT_IN_THROUGH
+        except ValueError:
+            return False
+
+    def assumption_notes(self, context: AssumptionContext) -> list[str]:
+        """Windowed layers sized at the full length, as the release does without max_attention_window."""
+        if self.windows_opt_in and any(layer.cache.windowed for layer in context.inputs.model.layers):
+            return [
+                f"TensorRT-LLM {self.requested_version}: windowed layers keep the full length's KV (variable sliding "
+                "window attention is opt-in through kv_cache_config.max_attention_window, which would size one pool "
+                "per window: not modelled)"
+            ]
+        return []
+
+    @property
     def assumed_off(self) -> frozenset[str]:
         """Speculative decoding (a draft model and its KV pool) and DP attention (a pool per attention
         rank) besides LoRA and CPU offload: none of them sized here."""
         return UNSIZED_FEATURES
 
     def unmodelled(self, model: ModelSpec) -> str | None:
-        if any(layer.cache.windowed for layer in model.layers):
+        if any(layer.cache.windowed for layer in model.layers) and not self.windows_opt_in:
             return (
                 "TensorRT-LLM keeps one KV pool per attention window (variable sliding window attention, "
                 "a static split): not modelled, windowed layers sized as full attention"

@@ -89,6 +89,7 @@ def _shape_frame(t: _Registry) -> tuple[pl.LazyFrame, int]:
         "pool_per_block_groups": _I64,
         "pool_num_groups": _I64,
         "pool_swa_window": _I64,
+        "pool_swa_floor": _I64,
     }
     for j in range(windows):
         schema |= {f"pool_window_{j}_groups": _I64, f"pool_window_{j}_held": _I64, f"pool_window_{j}_block_size": _I64}

@@ -49,7 +49,7 @@ class _Registry:
     settings: list[tuple[object, ...]] = field(default_factory=list)
     batches: dict[tuple[str, int], set[tuple[int, int]]] = field(default_factory=dict)
     block_sizes: dict[tuple[str, int], set[tuple[int, bool]]] = field(default_factory=dict)
-    shapes: list[tuple[int, int, int, int, int, int, tuple[tuple[int, int, int], ...]]] = field(default_factory=list)
+    shapes: list[tuple[int, int, int, int, int, int, int, tuple[tuple[int, int, int], ...]]] = field(default_factory=list)
     shape_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
     # the KV side of a layout depends on the model's layers only (not its parameter counts): models
     # that share them (fine-tunes, re-quantizations) share these results, keyed by `kv_view` id
@@ -83,13 +83,14 @@ class _Registry:
 
     def shape(self, pool: KVPool, swa_window: int) -> int:
         """Id of a pool shape: block size and charge terms (what a sequence of T tokens takes)."""
-        terms = pool.charge_terms()
-        key = (pool.block_size, terms.fixed_units, terms.per_block_groups, terms.windowed, len(pool.groups), swa_window)
+        t = pool.charge_terms()
+        floor = pool.swa_floor_tokens  # SGLang's validate_swa_pool_size window (0: unchecked)
+        key = (pool.block_size, t.fixed_units, t.per_block_groups, t.windowed, len(pool.groups), swa_window, floor)
         found = self.shape_ids.get(key)
         if found is None:
             found = self.shape_ids[key] = len(self.shape_ids)
             self.shapes.append(
-                (found, pool.block_size, terms.fixed_units, terms.per_block_groups, len(pool.groups), swa_window, terms.windowed)
+                (found, pool.block_size, t.fixed_units, t.per_block_groups, len(pool.groups), swa_window, floor, t.windowed)
             )  # fmt: skip
         return found
 
@@ -201,6 +202,11 @@ def _has_indexer(spec: ModelSpec) -> bool:
     return any(layer.cache.indexer_bytes_per_token for layer in spec.layers)
 
 
+def _vision(spec: ModelSpec) -> object:
+    """The multimodal facts the defaults read (None for a model without a vision tower)."""
+    return None if spec.vision_tower is None else (spec.architecture, spec.family, spec.vision_tower)
+
+
 def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
     return tuple(
         engine_profile(engine, options.engine_version(engine)) for engine in options.engines
@@ -210,14 +216,16 @@ def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
 def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions) -> _Registry:
     reg = _Registry(options, _profiles(options), gpus)
     gpns = sorted({gpu.gpus_per_node for gpu in gpus})
-    # the engines' defaults read four facts of a model (its context limit, for vLLM's v0 batch rule;
+    # the engines' defaults read five facts of a model (its context limit, for vLLM's v0 batch rule;
     # whether it is MLA and whether it has a sparse-attention indexer, for the block size; its state
-    # mixers, for prefill checkpoints): one representative per combination of facts is asked
-    classes: dict[tuple[int, bool, frozenset[StateMixer], bool], int] = {}
+    # mixers, for prefill checkpoints; its vision tower with the architecture and family, for SGLang's VLM
+    # fraction and vLLM's multimodal batch floor): one representative per combination of facts is asked
+    classes: dict[tuple[int, bool, frozenset[StateMixer], bool, object], int] = {}
     representative: list[ModelSpec] = []
     parallel: set[tuple[int, int]] = set()
     for gm in models:
-        key = (gm.spec.context_limit_tokens, gm.spec.is_mla, _state_mixers(gm.spec), _has_indexer(gm.spec))
+        spec = gm.spec
+        key = (spec.context_limit_tokens, spec.is_mla, _state_mixers(spec), _has_indexer(spec), _vision(spec))
         if key not in classes:
             classes[key] = len(classes)
             representative.append(gm.spec)

@@ -145,7 +145,7 @@ def _sized(
     # hybrid SWA pool (tokens rounded to pages; a request holds min(T, window) of them)
     is_mamba = chosen_state.is_not_null() & (window > 0)
     is_swa = (window > 0) & ~is_mamba
-    full_tokens, swa_tokens = sglang_rules.hybrid_swa_pools(capacity, window, page)
+    full_tokens, swa_tokens = sglang_rules.hybrid_swa_pools(capacity, pl.col("pool_swa_floor"), page)
     dep = dep.with_columns(
         pl.when(budget_col <= 0).then(0).when(is_swa).then(full_tokens).otherwise(capacity).alias("num_blocks"),
         pl.when(budget_col > 0).then(page).otherwise(pl.col("base_block_size")).alias("block_size"),
@@ -173,10 +173,17 @@ def _sized(
     printed = _per_engine(
         profiles, lambda p: p.kv_cache_tokens(blocks, pl.col("pool_num_groups"), bs, conc, limit)
     ).cast(_I64)
-    return dep.with_columns(
+    dep = dep.with_columns(
         pl.when((blocks <= 0) | (limit <= 0)).then(0).otherwise(printed).alias("kv_cache_tokens"),
         (blocks * bs).alias("physical_kv_token_slots"),
-    ).drop("_start_reserved", "_refuses_short_pool", "_fitted_len", "_conc_num", "_conc_den")
+    )
+    # the running-sequence cap the engine derives from its pool where the deployment sets none (SGLang)
+    state_slots = pl.when(is_mamba).then(pl.col("pool_swa_capacity")).otherwise(0)
+    tokens = pl.col("kv_cache_tokens")
+    cap = _per_engine(profiles, lambda p: p.sequence_cap(tokens, limit, state_slots, window)).cast(_I64)
+    return dep.with_columns(pl.coalesce(pl.col("max_num_seqs"), pl.when(cap > 0).then(cap)).alias("max_num_seqs")).drop(
+        "_start_reserved", "_refuses_short_pool", "_fitted_len", "_conc_num", "_conc_den"
+    )
 
 
 def _window_count(frame: pl.LazyFrame) -> int:

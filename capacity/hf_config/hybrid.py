@@ -28,9 +28,15 @@ from capacity.spec import LayerKVSpec, LayerParams
 
 
 def _state_layer(
-    index: int, conv_elements: int, recurrent_elements: int, kernel: int, mixer: StateMixer
+    index: int,
+    conv_elements: int,
+    recurrent_elements: int,
+    kernel: int,
+    mixer: StateMixer,
+    groups: int = 0,
+    group_state: int = 0,
 ) -> LayerKVSpec:
-    return LayerKVSpec(index, RecurrentState(conv_elements, recurrent_elements, kernel, mixer))
+    return LayerKVSpec(index, RecurrentState(conv_elements, recurrent_elements, kernel, mixer, groups, group_state))
 
 
 class Jamba(Family):
@@ -194,7 +200,9 @@ class NemotronH(Family):
         layers: list[LayerKVSpec] = []
         for i, block in enumerate(pattern):
             if block is Block.MAMBA:
-                layers.append(_state_layer(i, conv_dim * kernel, inner * d_state, kernel, StateMixer.MAMBA2))
+                layers.append(
+                    _state_layer(i, conv_dim * kernel, inner * d_state, kernel, StateMixer.MAMBA2, groups, d_state)
+                )
             elif block is Block.ATTENTION:
                 kind = kinds[i] if kinds[i].mixer is Mixer.FULL else FULL
                 layers.append(kind.attention_layer(i, m.kv_heads, m.head_dim))
@@ -312,3 +320,74 @@ class Qwen35(Qwen3Next):
 
     def count_vision(self, m: Model, v: Fields) -> int:
         return vision.qwen3_5(v)
+
+
+# `layer_types` names of a Granite 4.0-H layer (transformers >= 5.15 writes the second spelling)
+_GRANITE_MIXERS = {
+    "mamba": Mixer.STATE,
+    "linear_attention": Mixer.STATE,
+    "attention": Mixer.FULL,
+    "full_attention": Mixer.FULL,
+}
+
+
+class GraniteMoeHybrid(Family):
+    """IBM Granite 4.0-H (`granitemoehybrid`): Mamba-2 and attention layers as `layer_types` names them, each with
+    a shared gated MLP (`shared_intermediate_size`) and, where `num_local_experts` > 0, routed experts. The
+    Mamba-2 state as vLLM (`granitemoehybrid.get_mamba_state_shape_from_config`) and SGLang 0.5.23
+    (`configs/granitemoehybrid.py` `mamba2_cache_params`) size it: I = mamba_expand x hidden =
+    mamba_n_heads x mamba_d_head, conv = (I + 2 x mamba_n_groups x mamba_d_state) x mamba_d_conv,
+    recurrent = I x mamba_d_state. The state fields are required (transformers' and SGLang's config classes
+    default them differently)."""
+
+    def layer_kinds(self, m: Model) -> list[Kind]:
+        types = m.cfg.texts("layer_types")
+        if types is None:
+            m.fail("missing required field `layer_types` (mamba / attention per layer)")
+        if len(types) != m.num_layers:
+            m.fail(f"`layer_types` has {len(types)} entries but the model has {m.num_layers} layers")
+        kinds: list[Kind] = []
+        for i, t in enumerate(types):
+            if t not in _GRANITE_MIXERS:
+                m.fail(f"`layer_types[{i}]` is an unknown layer type {t!r} (expected mamba or attention)")
+            kinds.append(Kind(_GRANITE_MIXERS[t]))
+        return kinds
+
+    def build(self, m: Model, kinds: list[Kind]) -> Built:
+        c = m.cfg
+        h = m.hidden
+        inner = c.integer("mamba_expand", hi=1024) * h
+        heads = c.integer("mamba_n_heads", hi=MAX_HEADS)
+        d_state = c.integer("mamba_d_state")
+        groups = c.integer("mamba_n_groups", hi=MAX_HEADS)
+        kernel = c.integer("mamba_d_conv", hi=1024)
+        if c.raw("mamba_d_head") not in (None, "auto") and c.integer("mamba_d_head") * heads != inner:
+            m.fail(f"mamba_d_head x mamba_n_heads must equal mamba_expand x hidden_size ({inner})")
+        if inner % heads or inner % groups:
+            m.fail(f"mamba inner size ({inner}) is not divisible by mamba_n_heads ({heads}) and mamba_n_groups")
+        conv_dim = inner + 2 * groups * d_state
+        proj_bias = c.flag("mamba_proj_bias", False)
+        proj_out = inner + conv_dim + heads  # gate z, x/B/C, dt
+        conv1d = conv_dim * kernel + (conv_dim if c.flag("mamba_conv_bias", True) else 0)
+        out_proj = inner * h + (h if proj_bias else 0)
+        mamba = h * proj_out + (proj_out if proj_bias else 0) + conv1d + 3 * heads + inner + out_proj
+        bias = c.flag("attention_bias", False)
+        attn = attn_params(h, m.heads, m.kv_heads, m.head_dim, qkv_bias=bias, o_bias=bias)
+        shared = c.integer("shared_intermediate_size", 0, lo=0)
+        routed = router = 0
+        if c.integer("num_local_experts", 0, lo=0, hi=MAX_EXPERTS) > 0:
+            e = read_experts(m)
+            routed, router = e * 3 * h * m.intermediate, h * e
+        layers: list[LayerKVSpec] = []
+        params: list[LayerParams] = []
+        for i, kind in enumerate(kinds):
+            if kind.mixer is Mixer.STATE:
+                layers.append(
+                    _state_layer(i, conv_dim * kernel, inner * d_state, kernel, StateMixer.MAMBA2, groups, d_state)
+                )
+            else:
+                layers.append(kind.attention_layer(i, m.kv_heads, m.head_dim))
+            mixer = mamba if kind.mixer is Mixer.STATE else attn
+            mlp = gated_mlp(h, shared) if shared else 0
+            params.append(LayerParams(attention=mixer, mlp=mlp, experts=routed, router=router, norms=2 * h))
+        return layers, params, 0

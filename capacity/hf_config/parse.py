@@ -6,6 +6,7 @@ from collections import ChainMap
 from collections.abc import Mapping
 from typing import Any
 
+from capacity.hf_config import vision as vision_module
 from capacity.hf_config.context import context_limit, dtype, ssm_state_dtype
 from capacity.hf_config.family import Built, Model, check_routing
 from capacity.hf_config.fields import ConfigError, Fields, check_shape
@@ -156,6 +157,7 @@ def _spec(m: Model, built: Built) -> ModelSpec:
         mamba_ssm_cache_dtype=ssm_dtype or "float32",
         mamba_ssm_dtype_stated=ssm_dtype is not None,
         is_generic=m.family.generic,
+        vision_tower=vision_module.tower_shape(m),
         notes=tuple(m.notes),
         vision=tower,
         multimodal=outer.sub("vision_config") is not None,

@@ -21,7 +21,7 @@ from capacity.hf_config.dense import (
 )
 from capacity.hf_config.family import Family
 from capacity.hf_config.gemma import Gemma, Gemma2, Gemma3, Gemma4
-from capacity.hf_config.hybrid import Jamba, NemotronH, Qwen3Next, Qwen35
+from capacity.hf_config.hybrid import GraniteMoeHybrid, Jamba, NemotronH, Qwen3Next, Qwen35
 from capacity.hf_config.mla import DeepSeekV32, Glm4MoeLite, Mla, MlaNoauxTc
 from capacity.hf_config.moe import Glm4Moe, GptOss, Llama4, MiniMaxM2, Mixtral, Qwen3Moe, Qwen3VLMoe, QwenMoe
 
@@ -67,6 +67,7 @@ FAMILIES: dict[str, Family] = _by_type(
     (Falcon("falcon"), ("falcon", "RefinedWeb", "RefinedWebModel")),
     (Jamba("jamba"), ("jamba",)),
     (NemotronH("nemotron_h"), ("nemotron_h",)),
+    (GraniteMoeHybrid("granitemoehybrid"), ("granitemoehybrid",)),
     (_GLM4, ("glm", "glm4")),
     (Glm4Moe("glm4_moe"), ("glm4_moe",)),
     (MiniMaxM2("minimax_m2"), ("minimax_m2",)),

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from capacity.hf_config.fields import MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, Fields
-from capacity.spec import VisionProcessor, VisionTower
+from capacity.spec import VisionProcessor, VisionTower, VisionTowerShape
 
 if TYPE_CHECKING:
     from capacity.hf_config.family import Model
@@ -178,3 +178,32 @@ class KnownTower:
 
     def vision_tower(self, m: Model, v: Fields) -> VisionTower | None:
         return self.tower_rules[1](m, v)
+
+
+# transformers' vision config classes: (num_hidden_layers, hidden_size) defaults, None where the class has no
+# such attribute (Qwen's vision configs count `depth`); read in the transformers the oracle venv installs beside
+# SGLang 0.5.23 (CONFIG_MAPPING[model_type]().vision_config or the class itself)
+_CLASS_DEFAULTS: dict[str, tuple[int | None, int | None]] = {
+    "gemma4_vision": (16, 768),
+    "siglip_vision_model": (12, 768),
+    "llama4_vision_model": (34, 768),
+    "mllama_vision_model": (32, 1280),
+    "pixtral": (24, 1024),
+    "qwen2_vl": (None, 3584),
+    "qwen2_5_vl": (None, 3584),
+    "qwen3_vl": (None, 1152),
+    "qwen3_5": (None, 1152),
+    "gemma3n_vision": (None, 2048),
+}
+
+
+def tower_shape(m: Model) -> VisionTowerShape | None:
+    """The `vision_config`'s depth and width as an engine's config object answers `getattr` for them: the
+    JSON's values, else the class defaults above (unknown classes: None, i.e. the engine's own fallback)."""
+    vision = m.outer.sub("vision_config")
+    if vision is None:
+        return None
+    layers_default, hidden_default = _CLASS_DEFAULTS.get(vision.text("model_type") or "", (None, None))
+    layers = vision.opt_int("num_hidden_layers", hi=MAX_LAYERS)
+    hidden = vision.opt_int("hidden_size")
+    return VisionTowerShape(layers_default if layers is None else layers, hidden_default if hidden is None else hidden)

@@ -368,6 +368,9 @@ class RecurrentState(LayerCache):
     recurrent_state_elements: int  # per sequence, stored in the SSM cache dtype
     conv_kernel: int = 0  # the conv window; conv_state_elements = channels x conv_kernel (transformers)
     mixer: StateMixer | None = None
+    # Mamba-2: B/C groups and the state size of each, for the groups a TP split replicates (0: none)
+    mamba_groups: int = 0
+    group_state_size: int = 0
 
     kind: ClassVar[KVKind] = KVKind.STATE
     holds_state: ClassVar[bool] = True
@@ -383,8 +386,12 @@ class RecurrentState(LayerCache):
 
         transformers caches `conv_kernel` columns of the conv input; vLLM's state shape keeps
         `conv_kernel - 1` (`mamba_utils.MambaStateShapeCalculator`: the current token is not stored),
-        which `conv_without_current` selects."""
+        which `conv_without_current` selects. A Mamba-2 layer with fewer B/C groups than TP ranks gets
+        `tp - groups` replicated groups on top (vLLM `MambaStateShapeCalculator.extra_groups_for_head_shards`,
+        0.33; SGLang 0.5.23 `Mamba2StateShape.create` the same), so every rank holds whole groups."""
         conv_elements = self.conv_state_elements
+        if 0 < self.mamba_groups < tp and self.mamba_groups % tp:
+            conv_elements += (tp - self.mamba_groups) * 2 * self.group_state_size * self.conv_kernel
         kept = conv_without_current and self.conv_kernel > 1
         if kept:
             conv_elements = conv_elements // self.conv_kernel * (self.conv_kernel - 1)

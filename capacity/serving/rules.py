@@ -55,9 +55,6 @@ from capacity.estimate import Estimate
 
 SGLANG_MAX_PREFILL_TOKENS = 16384  # arg_groups/fields/schedule.py max_prefill_tokens (0.5.23)
 SGLANG_CLIP_MAX_NEW_TOKENS = 4096  # managers/schedule_policy.py CLIP_MAX_NEW_TOKENS
-SGLANG_MAX_RUNNING_MIN = 2048  # kv_cache_configurator.py resolve_max_num_reqs: max(min(estimated, 4096), 2048)
-SGLANG_MAX_RUNNING_MAX = 4096
-SGLANG_MAX_RUNNING_PER_CONTEXT = 512  # estimated = int(token_capacity / context_len * 512)
 SGLANG_ENABLE_MIXED_CHUNK = False  # arg_groups/fields/schedule.py enable_mixed_chunk
 VLLM_RESERVE_FULL_ISL = True  # vllm/config/scheduler.py scheduler_reserve_full_isl (0.33.0)
 VLLM_WATERMARK = 0.0  # vllm/config/scheduler.py watermark (0.33.0)
@@ -107,14 +104,6 @@ class SchedulerRules:
         return self.admission is Admission.PROMPT_AND_OUTPUT
 
 
-def sglang_max_running_requests(pool_tokens: int, context_len: int) -> int:
-    """`resolve_max_num_reqs` (0.5.23) without a user cap: pool tokens / context length x 512, within
-    [2048, 4096], at most half the pool's tokens."""
-    estimated = int(pool_tokens / max(context_len, 1) * SGLANG_MAX_RUNNING_PER_CONTEXT)
-    estimated = max(min(estimated, SGLANG_MAX_RUNNING_MAX), SGLANG_MAX_RUNNING_MIN)
-    return max(1, min(estimated, pool_tokens // 2))
-
-
 def scheduler_rules(est: Estimate) -> SchedulerRules:
     """The scheduler of the estimate's engine with the limits the estimate resolved (the deployment's,
     else the engine's defaults); the pool less the units the engine holds back (vLLM's null block)."""
@@ -123,7 +112,7 @@ def scheduler_rules(est: Estimate) -> SchedulerRules:
     budget = max(pool.max_num_batched_tokens, 1)
     capacity = max(pool.capacity_units - est.start_reserved_units, 0)
     if engine is Engine.SGLANG:
-        slots = est.max_num_seqs or sglang_max_running_requests(est.kv_cache_tokens, est.max_model_len)
+        slots = est.max_num_seqs or 1  # resolve_max_num_reqs, as the estimate derives it from the pool
         return SchedulerRules(
             engine,
             StepShape.PREFILL_FIRST,

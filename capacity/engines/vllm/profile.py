@@ -34,6 +34,7 @@ from capacity.engines.vllm.releases import (
     block_size,
     gdn_prefill_checkpoints,
     max_concurrent_batches,
+    multimodal_batched_floor,
     other_process_rule,
 )
 from capacity.engines.vllm.weights import mxfp4_expert_extra_bytes, triton_kernels_decides
@@ -103,6 +104,9 @@ class VllmProfile(ProfileBase):
     def defaults(self, request: DefaultsRequest) -> EngineDefaults:
         r = request
         seqs, batched = batch_defaults(self.release, r.gpu, r.gpu_memory_bytes, r.max_model_len)
+        floor = multimodal_batched_floor(r.model, self.release)
+        if floor > batched:  # arg_utils then caps it at max_num_seqs x max_model_len
+            batched = min(floor, seqs * max(r.max_model_len, 1))
         return EngineDefaults(
             self.release.default_gpu_memory_utilization,
             seqs,

@@ -1,7 +1,8 @@
 """vLLM's release-dependent defaults: batch limits, block sizes, batches in flight, GDN prefill checkpoints.
 
 Rules followed, by upstream function (vLLM 0.33.0 unless a release row says otherwise):
-`engine/arg_utils.py` get_batch_defaults (by device memory and name), `platforms/cuda.py` block sizes
+`engine/arg_utils.py` get_batch_defaults (by device memory and name; from 0.22 a prefix-LM multimodal model's
+floor, `multimodal_batched_floor`), `platforms/cuda.py` block sizes
 (16; MLA backends force 64 on Hopper and older, 128 on Blackwell), `config/vllm.py`
 VllmConfig.max_concurrent_batches; other processes' memory by release (`OtherProcessRule`, read in the
 0.4.0.post1, 0.6.1-0.6.5, 0.7.0, 0.7.3, 0.8.0, 0.8.5, 0.9.0-0.9.2, 0.10.0, 0.15.0 and 0.33.0 wheels).
@@ -60,6 +61,17 @@ def batch_defaults(
     if batched is None:
         batched = max(max_model_len, 2048) if max_model_len <= 32768 else 2048
     return seqs, batched
+
+
+def multimodal_batched_floor(model: ModelSpec, release: ec.VllmRelease) -> int:
+    """The tokens of the largest multimodal item a prefix-LM model must fit in one batch: the default
+    max_num_batched_tokens is raised to it (`ec.VLLM_PREFIX_LM_MM_FLOOR_FROM`, 0.22 on). Gemma 4 served with its
+    vision tower only (0 otherwise); with --language-model-only vLLM skips it (not an option here)."""
+    if ec.parse_version(release.version) < ec.VLLM_PREFIX_LM_MM_FLOOR_FROM:
+        return 0
+    if model.family != "gemma4" or model.vision_tower is None:
+        return 0
+    return ec.VLLM_GEMMA4_VIDEO_ITEM_TOKENS
 
 
 def block_size(
