@@ -701,10 +701,14 @@ TRTLLM_TOKENS_PER_BLOCK = 32
 # TensorRT-LLM releases whose PyTorch backend keeps every layer's KV for the full length unless the user sets
 # kv_cache_config.max_attention_window (variable sliding window attention is opt-in): the public 1.1.0rc3 log of
 # gpt-oss-120b sizes "kv size is 73728" B a token = all 36 layers x 8 KV heads x 64 x 2 x 2 B, its 18 windowed
-# layers included; Dynamo's Gemma 3 recipes for 1.0.0rc4 pass the window list by hand. Later releases fill the
-# windows in themselves for some models (pyexecutor/_util.py: Gemma 4 from the config's layer_types), not read
-# release by release here
-TRTLLM_VSWA_OPT_IN_THROUGH = (1, 1)
+# layers included; Dynamo's Gemma 3 recipes for 1.0.0rc4 pass the window list by hand. Through 1.3 the default
+# manager is V1 (KvCacheConfig.use_kv_cache_manager_v2 defaults to False; V2 is the default from 1.4), whose
+# KVCacheManager.__init__ (pyexecutor/resource_manager.py) takes max_attention_window None as [max_seq_len]: one
+# window, one pool over every layer. _util.py _create_kv_cache_manager fills the windows in by itself only for
+# TRTLLM_DERIVED_WINDOW_FAMILIES (is_gemma4_hybrid), in releases not dated here; later V2 sources derive them
+# from any config's layer_types (_derive_layer_type_attention_windows), not dated either
+TRTLLM_VSWA_OPT_IN_THROUGH = (1, 3)
+TRTLLM_DERIVED_WINDOW_FAMILIES = frozenset({"gemma4"})
 TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.9
 TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
 TRTLLM_DEFAULT_MAX_BATCH_SIZE = 2048

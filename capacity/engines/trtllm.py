@@ -2,10 +2,11 @@
 
 Rules followed (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator): the KV budget is
 (total - weights - profiled peak) x free_gpu_memory_fraction; one pool of fixed-size blocks over all
-layers. Through 1.1 (`ec.TRTLLM_VSWA_OPT_IN_THROUGH`) windowed layers keep the full length unless
-kv_cache_config.max_attention_window is given, which is what this sizes. Not modelled: one pool per attention
-window (variable sliding window attention: `KVCacheManager.adjust_window_sizes_for_vswa`, and the V2 manager's
-pools) where a release or the user turns it on, and the hybrid state managers (`MambaHybridCacheManager`).
+layers. Through 1.3 (`ec.TRTLLM_VSWA_OPT_IN_THROUGH`, the V1 manager's releases) windowed layers keep the full
+length unless kv_cache_config.max_attention_window is given, which is what this sizes. Not modelled: one pool per
+attention window (variable sliding window attention: `KVCacheManager.adjust_window_sizes_for_vswa`, and the V2
+manager's pools) where a release, a model family (`ec.TRTLLM_DERIVED_WINDOW_FAMILIES`) or the user turns it on,
+and the hybrid state managers (`MambaHybridCacheManager`).
 """
 
 from __future__ import annotations
@@ -54,11 +55,11 @@ class TrtllmProfile(ProfileBase):
         group = KVGroup(KVKind.FULL, r.model.num_layers)
         return [KVPool(PoolUnit.BLOCK, capacity, r.block_size, (group,), r.max_num_batched_tokens, unit)]
 
-    @property
-    def windows_opt_in(self) -> bool:
-        """A stated release through 1.1, whose windowed layers keep the full length by default (per-window pools
-        only with kv_cache_config.max_attention_window, which is not an input here)."""
-        if not self.requested_version:
+    def windows_opt_in(self, model: ModelSpec) -> bool:
+        """A stated release through 1.3, whose V1 manager keeps windowed layers at the full length by default
+        (per-window pools only with kv_cache_config.max_attention_window, which is not an input here), for a model
+        whose windows _create_kv_cache_manager does not fill in by itself (Gemma 4's, in releases not dated)."""
+        if not self.requested_version or model.family in ec.TRTLLM_DERIVED_WINDOW_FAMILIES:
             return False
         try:
             return ec.parse_version(self.requested_version)[:2] <= ec.TRTLLM_VSWA_OPT_IN_THROUGH
@@ -67,7 +68,8 @@ class TrtllmProfile(ProfileBase):
 
     def assumption_notes(self, context: AssumptionContext) -> list[str]:
         """Windowed layers sized at the full length, as the release does without max_attention_window."""
-        if self.windows_opt_in and any(layer.cache.windowed for layer in context.inputs.model.layers):
+        model = context.inputs.model
+        if self.windows_opt_in(model) and any(layer.cache.windowed for layer in model.layers):
             return [
                 f"TensorRT-LLM {self.requested_version}: windowed layers keep the full length's KV (variable sliding "
                 "window attention is opt-in through kv_cache_config.max_attention_window, which would size one pool "
@@ -82,7 +84,7 @@ class TrtllmProfile(ProfileBase):
         return UNSIZED_FEATURES
 
     def unmodelled(self, model: ModelSpec) -> str | None:
-        if any(layer.cache.windowed for layer in model.layers) and not self.windows_opt_in:
+        if any(layer.cache.windowed for layer in model.layers) and not self.windows_opt_in(model):
             return (
                 "TensorRT-LLM keeps one KV pool per attention window (variable sliding window attention, "
                 "a static split): not modelled, windowed layers sized as full attention"
