@@ -710,6 +710,16 @@ TRTLLM_TOKENS_PER_BLOCK = 32
 TRTLLM_VSWA_OPT_IN_THROUGH = (1, 3)
 TRTLLM_DERIVED_WINDOW_FAMILIES = frozenset({"gemma4"})
 TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.9
+# TensorRT-LLM releases whose MambaHybridCacheManager (pyexecutor/mamba_cache_manager.py) is a Python
+# MambaCacheManager beside the V1 KVCacheManager: conv states [layers, max_batch_size, conv_dim / TP, d_conv - 1]
+# and SSM states [layers, max_batch_size, heads / TP, head_dim, d_state] allocated up front, in the model dtype
+# (mamba_ssm_cache_dtype 'auto' -> pretrained_config.torch_dtype), before the profiling run, and the KV size per
+# token over the attention layers only (KvCacheCreator._get_cache_size_per_token num_attention_layers, PR #5371,
+# June 2025). From 1.0 (after that PR) through 1.2; the C++ linear-attention cache (PRs #12185 / #12531 / #13549,
+# March-April 2026, pool blocks of recurrent state) lands around the 1.3 line and is not read here
+TRTLLM_SLOT_STATE_RELEASES = ((1, 0), (1, 2))
+# the state families those releases size that way: _create_kv_cache_manager's is_nemotron_hybrid branch
+TRTLLM_SLOT_STATE_FAMILIES = frozenset({"nemotron_h"})
 TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
 TRTLLM_DEFAULT_MAX_BATCH_SIZE = 2048
 

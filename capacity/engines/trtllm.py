@@ -5,19 +5,21 @@ Rules followed (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator): the KV 
 layers. Through 1.3 (`ec.TRTLLM_VSWA_OPT_IN_THROUGH`, the V1 manager's releases) windowed layers keep the full
 length unless kv_cache_config.max_attention_window is given, which is what this sizes. Not modelled: one pool per
 attention window (variable sliding window attention: `KVCacheManager.adjust_window_sizes_for_vswa`, and the V2
-manager's pools) where a release, a model family (`ec.TRTLLM_DERIVED_WINDOW_FAMILIES`) or the user turns it on,
-and the hybrid state managers (`MambaHybridCacheManager`).
+manager's pools) where a release, a model family (`ec.TRTLLM_DERIVED_WINDOW_FAMILIES`) or the user turns it on.
+State models: 1.0-1.2 (`ec.TRTLLM_SLOT_STATE_RELEASES`) hold a Mamba state slot per max_batch_size up front, during
+the profiling run, so it comes off before the fraction (`state_slot_bytes`); other state families and releases are
+not modelled.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from capacity import engine_constants as ec
 from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
 from capacity.engines.kinds import Engine
 from capacity.engines.protocol import AssumptionContext, DefaultsRequest, PoolRequest
-from capacity.kv_bytes import kv_bytes_per_token_per_gpu
+from capacity.kv_bytes import kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
 from capacity.numeric import Num, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs, transformer_overhead
 from capacity.pool import KVGroup, KVPool, PoolUnit
@@ -38,8 +40,49 @@ class TrtllmProfile(ProfileBase):
         )
 
     def overhead(self, inputs: OverheadInputs) -> Overhead:
-        """vLLM's profiling-pass model without CUDA graphs (captured after the KV allocation)."""
-        return transformer_overhead(inputs, ec.vllm_release(None), graphs=False)
+        """vLLM's profiling-pass model without CUDA graphs (captured after the KV allocation), plus the Mamba state
+        slots the estimation pass's cache manager holds while the peak is measured (`state_slot_bytes`)."""
+        base = transformer_overhead(inputs, ec.vllm_release(None), graphs=False)
+        slots = self.state_slot_bytes(inputs.model, inputs.act_bytes, inputs.tp, inputs.pp, inputs.max_num_seqs)
+        if not slots:
+            return base
+        return replace(
+            base,
+            activation_peak_bytes=base.activation_peak_bytes + slots,
+            buffers=(*base.buffers, ("Mamba state slots (max_batch_size x conv + SSM state)", slots)),
+        )
+
+    def slot_states(self, model: ModelSpec) -> bool:
+        """A stated 1.0-1.2 release serving a Nemotron-H hybrid: the Python MambaCacheManager's flat state slots."""
+        if not (self.requested_version and model.has_state_layers):
+            return False
+        if model.family not in ec.TRTLLM_SLOT_STATE_FAMILIES:
+            return False
+        first, last = ec.TRTLLM_SLOT_STATE_RELEASES
+        try:
+            return first <= ec.parse_version(self.requested_version)[:2] <= last
+        except ValueError:
+            return False
+
+    def state_slot_bytes(self, model: ModelSpec, model_bytes: int, tp: int, pp: int, max_batch_size: int | None) -> int:
+        """MambaCacheManager.__init__'s conv and SSM state tensors on the most loaded GPU: max_batch_size slots of
+        `d_conv - 1` conv columns and the SSM state, both in the model dtype; they exist before KvCacheCreator
+        profiles, so the KV budget is (total - peak, states included) x fraction. 0 where `slot_states` is not."""
+        if not self.slot_states(model):
+            return 0
+        slots = max_batch_size or ec.TRTLLM_DEFAULT_MAX_BATCH_SIZE
+        per_slot = state_bytes_per_sequence_per_gpu(model, model_bytes, model_bytes, tp, pp, conv_without_current=True)
+        return slots * per_slot
+
+    def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
+        """mamba_ssm_cache_dtype 'auto' is the checkpoint's torch_dtype (validate_and_set_mamba_ssm_cache_dtype),
+        whatever the config says of the SSM state."""
+        return act_dtype
+
+    @property
+    def conv_state_without_current(self) -> bool:
+        """The conv state keeps `d_conv - 1` columns (MambaCacheManager's conv_states shape)."""
+        return True
 
     def kv_budget(
         self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num, other_bytes: Num = 0
@@ -89,6 +132,9 @@ class TrtllmProfile(ProfileBase):
                 "TensorRT-LLM keeps one KV pool per attention window (variable sliding window attention, "
                 "a static split): not modelled, windowed layers sized as full attention"
             )
-        if model.has_state_layers:
-            return "TensorRT-LLM's state managers for Mamba / linear-attention layers are not modelled"
+        if model.has_state_layers and not self.slot_states(model):
+            return (
+                "TensorRT-LLM's state managers for Mamba / linear-attention layers are not modelled for this model "
+                "and release (sized: Nemotron-H on a stated 1.0-1.2)"
+            )
         return None
