@@ -68,3 +68,12 @@ def test_other_releases_and_state_families_stay_flagged() -> None:
     deployment = DeploymentSpec(engine="trtllm", engine_version="1.2.0", max_model_len=8192, max_num_seqs=64, tp=4)
     est = estimate(spec, deployment, gpu=find_gpu_sku("h100-sxm-80gb"), checkpoint_bytes=None)
     assert "not modelled" in (est.not_modelled or "")
+
+
+def test_the_pool_and_the_note_name_what_is_sized() -> None:
+    """The pool's one group is the 4 attention layers (the manager's layer_mask), and the note says the slots follow
+    max_batch_size: 2,048 x 51,806,208 B = 98.81 GiB."""
+    est = _estimate("1.0.0", None)
+    assert [(g.kind.value, g.num_layers) for g in est.pool.groups] == [("full", 4)]
+    assert any("max_batch_size 2,048" in note and "98.81 GiB" in note for note in est.notes)
+    assert not any("Mamba state" in note for note in _estimate(None, None).notes)

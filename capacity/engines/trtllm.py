@@ -95,7 +95,9 @@ class TrtllmProfile(ProfileBase):
         r = request
         unit = kv_bytes_per_token_per_gpu(r.model, r.kv_bytes, r.tp, r.pp) * r.block_size
         capacity = r.budget_bytes // unit if unit and r.budget_bytes > 0 else 0
-        group = KVGroup(KVKind.FULL, r.model.num_layers)
+        # the attention layers only where state layers have their own manager (MambaHybridCacheManager's layer_mask)
+        layers = sum(not layer.cache.holds_state for layer in r.model.layers) if r.model.has_state_layers else None
+        group = KVGroup(KVKind.FULL, layers if layers is not None else r.model.num_layers)
         return [KVPool(PoolUnit.BLOCK, capacity, r.block_size, (group,), r.max_num_batched_tokens, unit)]
 
     def windows_opt_in(self, model: ModelSpec) -> bool:
@@ -110,15 +112,25 @@ class TrtllmProfile(ProfileBase):
             return False
 
     def assumption_notes(self, context: AssumptionContext) -> list[str]:
-        """Windowed layers sized at the full length, as the release does without max_attention_window."""
-        model = context.inputs.model
-        if self.windows_opt_in(model) and any(layer.cache.windowed for layer in model.layers):
-            return [
+        """Windowed layers sized at the full length, as the release does without max_attention_window; the Mamba
+        state slots, which follow max_batch_size rather than the KV budget."""
+        i = context.inputs
+        notes = []
+        if self.windows_opt_in(i.model) and any(layer.cache.windowed for layer in i.model.layers):
+            notes.append(
                 f"TensorRT-LLM {self.requested_version}: windowed layers keep the full length's KV (variable sliding "
                 "window attention is opt-in through kv_cache_config.max_attention_window, which would size one pool "
                 "per window: not modelled)"
-            ]
-        return []
+            )
+        slots = self.state_slot_bytes(i.model, i.act_bytes, i.tp, i.pp, i.max_num_seqs)
+        if slots:
+            batch = i.max_num_seqs or ec.TRTLLM_DEFAULT_MAX_BATCH_SIZE
+            notes.append(
+                f"TensorRT-LLM {self.requested_version} allocates the Mamba state for max_batch_size {batch:,} "
+                f"sequences up front ({slots / (1 << 30):.2f} GiB per GPU), before the KV cache: a smaller "
+                "max_batch_size (--max-num-seqs here) leaves that memory to the KV pool"
+            )
+        return notes
 
     @property
     def assumed_off(self) -> frozenset[str]:
