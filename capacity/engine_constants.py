@@ -715,11 +715,15 @@ TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.9
 # and SSM states [layers, max_batch_size, heads / TP, head_dim, d_state] allocated up front, in the model dtype
 # (mamba_ssm_cache_dtype 'auto' -> pretrained_config.torch_dtype), before the profiling run, and the KV size per
 # token over the attention layers only (KvCacheCreator._get_cache_size_per_token num_attention_layers, PR #5371,
-# June 2025). From 1.0 (after that PR) through 1.2; the C++ linear-attention cache (PRs #12185 / #12531 / #13549,
+# June 2025). Through 1.2 (TRTLLM_SLOT_STATE_LAST); the C++ linear-attention cache (PRs #12185 / #12531 / #13549,
 # March-April 2026, pool blocks of recurrent state) lands around the 1.3 line and is not read here
-TRTLLM_SLOT_STATE_RELEASES = ((1, 0), (1, 2))
-# the state families those releases size that way: _create_kv_cache_manager's is_nemotron_hybrid branch
-TRTLLM_SLOT_STATE_FAMILIES = frozenset({"nemotron_h"})
+TRTLLM_SLOT_STATE_LAST = (1, 2)
+# the state families sized that way, from the first release line that serves them: _create_kv_cache_manager's
+# is_nemotron_hybrid branch (Nemotron-H, 1.0), is_qwen3_hybrid (Qwen3-Next, PR #7892 merged October 2025: "Qwen3
+# Next starts to be supported in TRTLLM 1.2.0rc0.post1", aiconfigurator PR #61). extract_mamba_kv_cache_params maps
+# Qwen3-Next's gated delta net onto the same shapes: d_state = linear_key_head_dim, heads = linear_num_value_heads,
+# n_groups = linear_num_key_heads, head_dim = linear_value_head_dim, d_conv = linear_conv_kernel_dim
+TRTLLM_SLOT_STATE_FIRST: dict[str, tuple[int, int]] = {"nemotron_h": (1, 0), "qwen3_next": (1, 2)}
 TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
 TRTLLM_DEFAULT_MAX_BATCH_SIZE = 2048
 

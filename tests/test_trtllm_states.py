@@ -1,4 +1,4 @@
-"""TensorRT-LLM's Mamba state slots for Nemotron-H, 1.0-1.2, derived by hand from the engine's source.
+"""TensorRT-LLM's Mamba state slots (Nemotron-H 1.0-1.2, Qwen3-Next 1.2), derived by hand from the engine's source.
 
 tensorrt_llm/_torch/pyexecutor/mamba_cache_manager.py (MambaCacheManager.__init__, the Python manager behind
 MambaHybridCacheManager in these releases) allocates, per local Mamba layer and per max_batch_size slot:
@@ -61,11 +61,32 @@ def test_the_default_max_batch_size_does_not_fit() -> None:
     assert not est.fits
 
 
+def _qwen3_next(version: str):  # type: ignore[no-untyped-def]
+    spec = load_model("Qwen/Qwen3-Next-80B-A3B-Instruct").spec
+    deployment = DeploymentSpec(engine="trtllm", engine_version=version, max_model_len=8192, max_num_seqs=64, tp=2)
+    return estimate(spec, deployment, gpu=find_gpu_sku("h100-sxm-80gb"), checkpoint_bytes=None)
+
+
+def test_qwen3_next_on_1_2() -> None:
+    """extract_mamba_kv_cache_params maps the gated delta net onto the same shapes (is_qwen3_hybrid): d_state =
+    linear_key_head_dim 128, heads = linear_num_value_heads 32, n_groups = linear_num_key_heads 16, head_dim =
+    linear_value_head_dim 128, d_conv 4; 36 of the 48 layers (full_attention_interval 4). At TP 2: conv_dim
+    = 128 x 32 + 2 x 16 x 128 = 8,192, so 8,192 / 2 x 3 x 2 B = 24,576 B, SSM 32 / 2 x 128 x 128 x 2 B = 524,288 B:
+    548,864 B a layer, 19,759,104 B a slot; KV a token = 12 layers x 1 head x 256 x 2 x 2 B = 12,288."""
+    est = _qwen3_next("1.2.0rc2")
+    assert est.not_modelled is None
+    assert est.state_bytes_per_sequence_per_gpu == 36 * (8_192 // 2 * 3 * 2 + 32 // 2 * 128 * 128 * 2) == 19_759_104
+    assert est.kv_bytes_per_token_per_gpu == 12_288
+    assert ("Mamba state slots (max_batch_size x conv + SSM state)", 64 * 19_759_104) in est.activation_buffers
+
+
 def test_other_releases_and_state_families_stay_flagged() -> None:
     for version in (None, "0.21.0", "1.3.0", "1.4.0"):
         assert "not modelled" in (_estimate(version, 64).not_modelled or ""), version
-    spec = load_model("Qwen/Qwen3-Next-80B-A3B-Instruct").spec
-    deployment = DeploymentSpec(engine="trtllm", engine_version="1.2.0", max_model_len=8192, max_num_seqs=64, tp=4)
+    # Qwen3-Next has no model class before 1.2
+    assert "not modelled" in (_qwen3_next("1.1.0").not_modelled or "")
+    spec = load_model("ai21labs/AI21-Jamba-1.5-Mini").spec
+    deployment = DeploymentSpec(engine="trtllm", engine_version="1.2.0", max_model_len=8192, max_num_seqs=64, tp=2)
     est = estimate(spec, deployment, gpu=find_gpu_sku("h100-sxm-80gb"), checkpoint_bytes=None)
     assert "not modelled" in (est.not_modelled or "")
 

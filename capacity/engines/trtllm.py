@@ -6,9 +6,9 @@ layers. Through 1.3 (`ec.TRTLLM_VSWA_OPT_IN_THROUGH`, the V1 manager's releases)
 length unless kv_cache_config.max_attention_window is given, which is what this sizes. Not modelled: one pool per
 attention window (variable sliding window attention: `KVCacheManager.adjust_window_sizes_for_vswa`, and the V2
 manager's pools) where a release, a model family (`ec.TRTLLM_DERIVED_WINDOW_FAMILIES`) or the user turns it on.
-State models: 1.0-1.2 (`ec.TRTLLM_SLOT_STATE_RELEASES`) hold a Mamba state slot per max_batch_size up front, during
-the profiling run, so it comes off before the fraction (`state_slot_bytes`); other state families and releases are
-not modelled.
+State models: through 1.2 (`ec.TRTLLM_SLOT_STATE_FIRST` / `_LAST`: Nemotron-H from 1.0, Qwen3-Next from 1.2)
+hold a Mamba state slot per max_batch_size up front, during the profiling run, so it comes off before the fraction
+(`state_slot_bytes`); other state families and releases are not modelled.
 """
 
 from __future__ import annotations
@@ -53,14 +53,13 @@ class TrtllmProfile(ProfileBase):
         )
 
     def slot_states(self, model: ModelSpec) -> bool:
-        """A stated 1.0-1.2 release serving a Nemotron-H hybrid: the Python MambaCacheManager's flat state slots."""
-        if not (self.requested_version and model.has_state_layers):
+        """A stated release through 1.2 serving a hybrid it has a model for (Nemotron-H from 1.0, Qwen3-Next from 1.2):
+        the Python MambaCacheManager's flat state slots."""
+        first = ec.TRTLLM_SLOT_STATE_FIRST.get(model.family)
+        if not (self.requested_version and model.has_state_layers and first):
             return False
-        if model.family not in ec.TRTLLM_SLOT_STATE_FAMILIES:
-            return False
-        first, last = ec.TRTLLM_SLOT_STATE_RELEASES
         try:
-            return first <= ec.parse_version(self.requested_version)[:2] <= last
+            return first <= ec.parse_version(self.requested_version)[:2] <= ec.TRTLLM_SLOT_STATE_LAST
         except ValueError:
             return False
 
@@ -147,6 +146,6 @@ class TrtllmProfile(ProfileBase):
         if model.has_state_layers and not self.slot_states(model):
             return (
                 "TensorRT-LLM's state managers for Mamba / linear-attention layers are not modelled for this model "
-                "and release (sized: Nemotron-H on a stated 1.0-1.2)"
+                "and release (sized: Nemotron-H on a stated 1.0-1.2, Qwen3-Next on 1.2)"
             )
         return None
