@@ -55,13 +55,8 @@ class TrtllmProfile(ProfileBase):
     def slot_states(self, model: ModelSpec) -> bool:
         """A stated release through 1.2 serving a hybrid it has a model for (Nemotron-H from 1.0, Qwen3-Next from 1.2):
         the Python MambaCacheManager's flat state slots."""
-        first = ec.TRTLLM_SLOT_STATE_FIRST.get(model.family)
-        if not (self.requested_version and model.has_state_layers and first):
-            return False
-        try:
-            return first <= ec.parse_version(self.requested_version)[:2] <= ec.TRTLLM_SLOT_STATE_LAST
-        except ValueError:
-            return False
+        first, line = ec.TRTLLM_SLOT_STATE_FIRST.get(model.family), self.release_line
+        return bool(model.has_state_layers and first and line and first <= line <= ec.TRTLLM_SLOT_STATE_LAST)
 
     def state_slot_bytes(self, model: ModelSpec, model_bytes: int, tp: int, pp: int, max_batch_size: int | None) -> int:
         """MambaCacheManager.__init__'s conv and SSM state tensors on the most loaded GPU: max_batch_size slots of
@@ -103,12 +98,21 @@ class TrtllmProfile(ProfileBase):
         """A stated release through 1.3, whose V1 manager keeps windowed layers at the full length by default
         (per-window pools only with kv_cache_config.max_attention_window, which is not an input here), for a model
         whose windows _create_kv_cache_manager does not fill in by itself (Gemma 4's, in releases not dated)."""
-        if not self.requested_version or model.family in ec.TRTLLM_DERIVED_WINDOW_FAMILIES:
+        line = self.release_line
+        if line is None or model.family in ec.TRTLLM_DERIVED_WINDOW_FAMILIES:
             return False
+        return line <= ec.TRTLLM_VSWA_OPT_IN_THROUGH
+
+    @property
+    def release_line(self) -> tuple[int, ...] | None:
+        """The stated release's (major, minor); None where none is stated or it does not read as a version, which
+        the release-bound rules treat as unknown."""
+        if not self.requested_version:
+            return None
         try:
-            return ec.parse_version(self.requested_version)[:2] <= ec.TRTLLM_VSWA_OPT_IN_THROUGH
+            return ec.parse_version(self.requested_version)[:2]
         except ValueError:
-            return False
+            return None
 
     def assumption_notes(self, context: AssumptionContext) -> list[str]:
         """Windowed layers sized at the full length, as the release does without max_attention_window; the Mamba
