@@ -214,6 +214,22 @@ OPTION_KEYS = {
 }
 
 
+def _place_query(
+    *, concurrency: int, context_tokens: int, tpot_ms: float, dtype_policy: str, ttft_ms: float | None = None
+) -> WorkloadProfile:
+    """The workload `capplan place LLAMA_8B ... --output-len 256` asks about, written from its flags by hand."""
+    return WorkloadProfile(
+        name="q",
+        models=(LLAMA_8B,),
+        target_concurrency=concurrency,
+        context_tokens=context_tokens,
+        output_tokens=256,
+        tpot_ms_target=tpot_ms,
+        ttft_ms_target=ttft_ms,
+        dtype_policy=DTYPE_POLICIES[dtype_policy],
+    )
+
+
 def _brute_force_costs(model_id: str, profile: WorkloadProfile, *, estimated_prices: bool = False) -> list[float]:
     """$/hour of every feasible layout on every GPU with a list price (or any price), each sized on its own."""
     resolved = load_model(model_id)
@@ -252,15 +268,7 @@ def test_place_by_concurrency_is_the_cheapest_of_brute_force(estimated_prices: b
         "4",
         *opt_in,
     )
-    profile = WorkloadProfile(
-        name="q",
-        models=(LLAMA_8B,),
-        target_concurrency=300,
-        context_tokens=1280,
-        output_tokens=256,
-        tpot_ms_target=40,
-        dtype_policy=DTYPE_POLICIES["native"],
-    )
+    profile = _place_query(concurrency=300, context_tokens=1280, tpot_ms=40, dtype_policy="native")
     costs = _brute_force_costs(LLAMA_8B, profile, estimated_prices=estimated_prices)
     assert [o["usd_per_hour"] for o in out["options"]] == pytest.approx(costs[:4])
     assert estimated_prices or {o["price_basis"] for o in out["options"]} <= {"list", "contract"}
@@ -292,16 +300,7 @@ def test_place_at_a_rate_checks_the_percentile_and_orders_by_cost() -> None:
     assert out["query"]["percentile"] == "p99" and len(out["options"]) == 3
     costs = [o["usd_per_hour"] for o in out["options"]]
     assert costs == sorted(costs)
-    profile = WorkloadProfile(
-        name="q",
-        models=(LLAMA_8B,),
-        target_concurrency=1,
-        context_tokens=2304,
-        output_tokens=256,
-        tpot_ms_target=50,
-        ttft_ms_target=500,
-        dtype_policy=DTYPE_POLICIES["fp8"],
-    )
+    profile = _place_query(concurrency=1, context_tokens=2304, tpot_ms=50, ttft_ms=500, dtype_policy="fp8")
     assert costs[0] >= _brute_force_costs(LLAMA_8B, profile)[0]  # never cheaper than one replica of the cheapest
     for option in out["options"]:
         sim = option["simulated"]
