@@ -80,36 +80,20 @@ def test_tpot_ms_is_the_largest_batch_a_linear_scan_of_the_roofline_allows() -> 
             resolved.spec, est, gpu, concurrency=batch, input_tokens=prompt, output_tokens=out, chunk_tokens=chunk
         ).tpot_ms
 
+    def targets_at(tpot_ms: str) -> dict[str, Any]:
+        """`capplan estimate`'s latency_targets for the same request at `--tpot-ms tpot_ms`."""
+        args = ("--gpu", "h100-sxm-80gb", "--tpot-ms", tpot_ms, "--input-len", str(prompt), "--output-len", str(out))
+        targets: dict[str, Any] = run_json("estimate", LLAMA_8B, *args)["latency_targets"]
+        return targets
+
     # a target between TPOT(100) and TPOT(101): the answer is 100 by construction
     target = (tpot(100) + tpot(101)) / 2
     assert tpot(100) < target < tpot(101)
-    got = run_json(
-        "estimate",
-        LLAMA_8B,
-        "--gpu",
-        "h100-sxm-80gb",
-        "--tpot-ms",
-        f"{target!r}",
-        "--input-len",
-        str(prompt),
-        "--output-len",
-        str(out),
-    )["latency_targets"]
+    got = targets_at(f"{target!r}")
     assert got["max_batch"] == 100 and got["binding"] == "tpot" and got["method"] == "steady_state"
     # a round target: the scan's answer (every B up to B_max tried), and B + 1 misses
     scanned = max(b for b in range(1, est.b_max + 1) if tpot(b) <= 30.0)
-    got = run_json(
-        "estimate",
-        LLAMA_8B,
-        "--gpu",
-        "h100-sxm-80gb",
-        "--tpot-ms",
-        "30",
-        "--input-len",
-        str(prompt),
-        "--output-len",
-        str(out),
-    )["latency_targets"]
+    got = targets_at("30")
     assert got["max_batch"] == scanned < est.b_max
     assert tpot(scanned + 1) > 30.0
     assert got["tpot_ms"] == pytest.approx(tpot(scanned), abs=1e-3)
