@@ -1,5 +1,6 @@
-"""One bounded, iterative walk of a folder tree, shared by `registry ingest --dir`
-(`sources.local`) and the telemetry drop folder (`telemetry.files`).
+"""One bounded, iterative walk of a folder tree, and one bounded read of a file it found, shared by
+`registry ingest --dir` (`sources.local`, `sources.common.read_bytes`) and the telemetry drop folder
+(`telemetry.files`).
 
 - Iterative (an explicit stack): a tree 100,000 levels deep is no RecursionError.
 - Never follows a symbolic link to a directory (the policy `Path.rglob` had in Python 3.11, kept):
@@ -13,13 +14,55 @@
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 MAX_DEPTH = 64  # model repos and drop folders nest 2 to 5 levels; 64 leaves room for any layout
 MAX_ENTRIES = 200_000  # files and folders seen in one walk
 MAX_SECONDS = 60.0
+
+
+class Refusal(Enum):
+    """Why `read_open_file` did not return a file's bytes."""
+
+    NOT_REGULAR = "not a regular file"  # a FIFO, device, socket or directory swapped in after the path check
+    TOO_LARGE = "above the limit"  # by its size on the descriptor
+    GREW = "grew past the limit"  # while being read
+
+
+class FileRefused(Exception):
+    """`read_open_file` refused the file: `refusal` says why, `info` is the descriptor's fstat."""
+
+    def __init__(self, refusal: Refusal, info: os.stat_result) -> None:
+        super().__init__(refusal.value)
+        self.refusal = refusal
+        self.info = info
+
+
+def read_open_file(fd: int, limit_bytes: int) -> tuple[bytes, os.stat_result]:
+    """The bytes (at most `limit_bytes`) and fstat of the regular file open on `fd`; FileRefused otherwise.
+
+    Checked on the open descriptor and bounded while reading, so a file replaced or grown after its
+    path was checked cannot make the read block or grow without end (the caller opens it O_NONBLOCK)."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise FileRefused(Refusal.NOT_REGULAR, info)
+    if info.st_size > limit_bytes:
+        raise FileRefused(Refusal.TOO_LARGE, info)
+    chunks: list[bytes] = []
+    size_bytes = 0
+    while size_bytes <= limit_bytes:
+        chunk = os.read(fd, min(1 << 20, limit_bytes + 1 - size_bytes))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size_bytes += len(chunk)
+    if size_bytes > limit_bytes:
+        raise FileRefused(Refusal.GREW, info)
+    return b"".join(chunks), info
 
 
 @dataclass

@@ -397,6 +397,11 @@ def _line_colors(alt: Any, title: str) -> Any:
     return alt.Color("label:N", title=title, scale=alt.Scale(scheme=PALETTE), legend=legend)
 
 
+def _panel_svg(chart: Any, title: str, index: int, panels: int) -> str:
+    """One panel of a split line chart, sized once so that every panel of the report lines up."""
+    return _svg(chart.properties(width=640, height=380, title=panel_title(title, index, panels)))
+
+
 def curves_chart(data: ReportData) -> str:
     alt, _gt = _modules()
     if data.curves.is_empty():
@@ -416,13 +421,8 @@ def _curves_panel(alt: Any, data: ReportData, frame: pl.DataFrame, index: int, p
             color=_line_colors(alt, "GPU and layout (the smallest replica that holds a sequence)"),
             tooltip=["label", "gpu", "tp", "pp", "context", "b_max"],
         )
-        .properties(
-            width=640,
-            height=380,
-            title=panel_title(title, index, panels),
-        )
     )
-    return _svg(chart)
+    return _panel_svg(chart, title, index, panels)
 
 
 def frontier_chart(data: ReportData) -> str:
@@ -456,13 +456,8 @@ def _frontier_panel(alt: Any, data: ReportData, frame: pl.DataFrame, index: int,
             order="batch:Q",
             tooltip=["label", "batch", "tpot_ms", "output_tokens_per_second", "ttft_ms"],
         )
-        .properties(
-            width=640,
-            height=380,
-            title=panel_title(title, index, panels),
-        )
     )
-    return _svg(chart)
+    return _panel_svg(chart, title, index, panels)
 
 
 def comparison_chart(data: ReportData) -> str:

@@ -18,7 +18,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from models_registry.walk import walk_tree
+from models_registry.walk import FileRefused, Refusal, read_open_file, walk_tree
 from telemetry.normalize import RowError
 
 MAX_FILE_BYTES = 256 << 20  # a day of scrapes of a large fleet fits; more is split by whoever exports it
@@ -112,6 +112,17 @@ def _what(mode: int) -> str:
     return "a special file"
 
 
+def _refused_error(refused: FileRefused, limit: int) -> RowError:
+    """`read_bounded`'s row error for a file `read_open_file` refused."""
+    match refused.refusal:
+        case Refusal.NOT_REGULAR:
+            return RowError("not_a_file", f"{_what(refused.info.st_mode)}, not a regular file: not read")
+        case Refusal.TOO_LARGE:
+            return RowError("too_large", f"{refused.info.st_size:,} bytes, above the {limit:,}-byte limit: not read")
+        case Refusal.GREW:
+            return RowError("too_large", f"grew above the {limit:,}-byte limit while read: not read")
+
+
 def read_bounded(path: Path, limit: int = MAX_FILE_BYTES) -> tuple[bytes, os.stat_result]:
     """The bytes of the regular file at `path` (at most `limit`) and its fstat; RowError otherwise."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -123,22 +134,9 @@ def read_bounded(path: Path, limit: int = MAX_FILE_BYTES) -> tuple[bytes, os.sta
     except OSError as exc:
         raise RowError("unreadable", f"cannot open: {exc.strerror}") from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise RowError("not_a_file", f"{_what(info.st_mode)}, not a regular file: not read")
-        if info.st_size > limit:
-            raise RowError("too_large", f"{info.st_size:,} bytes, above the {limit:,}-byte limit: not read")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise RowError("too_large", f"grew above the {limit:,}-byte limit while read: not read")
-        return b"".join(chunks), info
+        return read_open_file(fd, limit)
+    except FileRefused as refused:
+        raise _refused_error(refused, limit) from None
     except OSError as exc:
         raise RowError("unreadable", f"cannot read: {exc.strerror}") from None
     finally:

@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,6 +73,19 @@ def require_oracle_venv() -> None:
     if _in_ci():
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
+
+
+def run_in_oracle_venv(script: Path, payload: object, timeout_s: int) -> subprocess.CompletedProcess[str]:
+    """Run `script` in the engine-oracle venv with `payload` as JSON on stdin: the one way tests reach the
+    engines' own code; each caller judges the exit status and reads its reply."""
+    return subprocess.run(
+        [str(ORACLE_PYTHON), str(script)],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 def measurement_entries(path: Path) -> list[dict[str, object]]:

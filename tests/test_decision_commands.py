@@ -80,36 +80,20 @@ def test_tpot_ms_is_the_largest_batch_a_linear_scan_of_the_roofline_allows() -> 
             resolved.spec, est, gpu, concurrency=batch, input_tokens=prompt, output_tokens=out, chunk_tokens=chunk
         ).tpot_ms
 
+    def targets_at(tpot_ms: str) -> dict[str, Any]:
+        """`capplan estimate`'s latency_targets for the same request at `--tpot-ms tpot_ms`."""
+        args = ("--gpu", "h100-sxm-80gb", "--tpot-ms", tpot_ms, "--input-len", str(prompt), "--output-len", str(out))
+        targets: dict[str, Any] = run_json("estimate", LLAMA_8B, *args)["latency_targets"]
+        return targets
+
     # a target between TPOT(100) and TPOT(101): the answer is 100 by construction
     target = (tpot(100) + tpot(101)) / 2
     assert tpot(100) < target < tpot(101)
-    got = run_json(
-        "estimate",
-        LLAMA_8B,
-        "--gpu",
-        "h100-sxm-80gb",
-        "--tpot-ms",
-        f"{target!r}",
-        "--input-len",
-        str(prompt),
-        "--output-len",
-        str(out),
-    )["latency_targets"]
+    got = targets_at(f"{target!r}")
     assert got["max_batch"] == 100 and got["binding"] == "tpot" and got["method"] == "steady_state"
     # a round target: the scan's answer (every B up to B_max tried), and B + 1 misses
     scanned = max(b for b in range(1, est.b_max + 1) if tpot(b) <= 30.0)
-    got = run_json(
-        "estimate",
-        LLAMA_8B,
-        "--gpu",
-        "h100-sxm-80gb",
-        "--tpot-ms",
-        "30",
-        "--input-len",
-        str(prompt),
-        "--output-len",
-        str(out),
-    )["latency_targets"]
+    got = targets_at("30")
     assert got["max_batch"] == scanned < est.b_max
     assert tpot(scanned + 1) > 30.0
     assert got["tpot_ms"] == pytest.approx(tpot(scanned), abs=1e-3)
@@ -214,6 +198,22 @@ OPTION_KEYS = {
 }
 
 
+def _place_query(
+    *, concurrency: int, context_tokens: int, tpot_ms: float, dtype_policy: str, ttft_ms: float | None = None
+) -> WorkloadProfile:
+    """The workload `capplan place LLAMA_8B ... --output-len 256` asks about, written from its flags by hand."""
+    return WorkloadProfile(
+        name="q",
+        models=(LLAMA_8B,),
+        target_concurrency=concurrency,
+        context_tokens=context_tokens,
+        output_tokens=256,
+        tpot_ms_target=tpot_ms,
+        ttft_ms_target=ttft_ms,
+        dtype_policy=DTYPE_POLICIES[dtype_policy],
+    )
+
+
 def _brute_force_costs(model_id: str, profile: WorkloadProfile, *, estimated_prices: bool = False) -> list[float]:
     """$/hour of every feasible layout on every GPU with a list price (or any price), each sized on its own."""
     resolved = load_model(model_id)
@@ -252,15 +252,7 @@ def test_place_by_concurrency_is_the_cheapest_of_brute_force(estimated_prices: b
         "4",
         *opt_in,
     )
-    profile = WorkloadProfile(
-        name="q",
-        models=(LLAMA_8B,),
-        target_concurrency=300,
-        context_tokens=1280,
-        output_tokens=256,
-        tpot_ms_target=40,
-        dtype_policy=DTYPE_POLICIES["native"],
-    )
+    profile = _place_query(concurrency=300, context_tokens=1280, tpot_ms=40, dtype_policy="native")
     costs = _brute_force_costs(LLAMA_8B, profile, estimated_prices=estimated_prices)
     assert [o["usd_per_hour"] for o in out["options"]] == pytest.approx(costs[:4])
     assert estimated_prices or {o["price_basis"] for o in out["options"]} <= {"list", "contract"}
@@ -292,16 +284,7 @@ def test_place_at_a_rate_checks_the_percentile_and_orders_by_cost() -> None:
     assert out["query"]["percentile"] == "p99" and len(out["options"]) == 3
     costs = [o["usd_per_hour"] for o in out["options"]]
     assert costs == sorted(costs)
-    profile = WorkloadProfile(
-        name="q",
-        models=(LLAMA_8B,),
-        target_concurrency=1,
-        context_tokens=2304,
-        output_tokens=256,
-        tpot_ms_target=50,
-        ttft_ms_target=500,
-        dtype_policy=DTYPE_POLICIES["fp8"],
-    )
+    profile = _place_query(concurrency=1, context_tokens=2304, tpot_ms=50, ttft_ms=500, dtype_policy="fp8")
     assert costs[0] >= _brute_force_costs(LLAMA_8B, profile)[0]  # never cheaper than one replica of the cheapest
     for option in out["options"]:
         sim = option["simulated"]

@@ -5,7 +5,6 @@ accept every line and parse each planned setting to the value the plan holds, in
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 
 from capacity.engines.kinds import Engine
 from recommendations.deploy import ServingPlan, engine_command
-from tests.conftest import ORACLE_PYTHON, require_oracle_venv
+from tests.conftest import require_oracle_venv, run_in_oracle_venv
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "parse_commands.py"
 GIB = 1 << 30
@@ -88,14 +87,8 @@ CASES: list[tuple[ServingPlan, dict[str, Any]]] = [
 def _parse(commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What the engines' parsers make of `commands` ({"engine", "args"} each)."""
     require_oracle_venv()
-    done = subprocess.run(
-        [str(ORACLE_PYTHON), str(TOOL)],
-        input=json.dumps(commands),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
+    done = run_in_oracle_venv(TOOL, commands, timeout_s=600)
+    assert done.returncode == 0, done.stderr[-2000:]
     answers: list[dict[str, Any]] = json.loads(done.stdout)
     return answers
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from capacity.kv_bytes import kv_heads_per_gpu
 from capacity.numeric import cdiv
 from capacity.parallel import valid_tp_sizes
 from capacity.spec import DeploymentSpec, GpuSku, KVKind, ModelSpec, SpecError
-from tests.conftest import ORACLE_PYTHON, require_oracle_venv
+from tests.conftest import require_oracle_venv, run_in_oracle_venv
 
 pytestmark = pytest.mark.engine_oracle
 
@@ -385,14 +384,7 @@ class OracleRun:
 
 
 def run_oracle(request: dict[str, Any]) -> dict[str, Any]:
-    proc = subprocess.run(
-        [str(ORACLE_PYTHON), str(RUNNER)],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    proc = run_in_oracle_venv(RUNNER, request, timeout_s=900)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from capacity.estimate import estimate
 from capacity.hf_config import parse_config
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec
 from models_registry.sources.bundled import read_catalog_entries
-from tests.conftest import ORACLE_PYTHON, require_oracle_venv
+from tests.conftest import require_oracle_venv, run_in_oracle_venv
 
 pytestmark = pytest.mark.engine_oracle
 
@@ -58,9 +57,7 @@ def oracle() -> tuple[dict[str, Any], list[tuple[str, dict[str, Any], ModelSpec]
         {"name": name, "config": config, "lengths": [spec.context_limit_tokens, spec.context_limit_tokens + 1]}
         for name, config, spec in catalog
     ]
-    done = subprocess.run(
-        [str(ORACLE_PYTHON), str(RUNNER)], input=json.dumps(cases), capture_output=True, text=True, timeout=600
-    )
+    done = run_in_oracle_venv(RUNNER, cases, timeout_s=600)
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith(MARKER)), None)
     assert line is not None, done.stderr[-2000:]
     result: dict[str, Any] = json.loads(line[len(MARKER) :])

@@ -10,7 +10,6 @@ when that count factors with an aspect ratio <= 200), since that module needs to
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from capacity.engines.vllm.multimodal import (
 from capacity.estimate import estimate
 from capacity.hf_config import parse_config
 from capacity.spec import DeploymentSpec
-from tests.conftest import ORACLE_PYTHON, require_oracle_venv
+from tests.conftest import require_oracle_venv, run_in_oracle_venv
 
 RUNNER = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "vllm_multimodal.py"
 GIB = 1 << 30
@@ -96,9 +95,7 @@ RESIZE_CASES = [[n, h, w, 2, 32, 4096, 25_165_824] for n, h, w in RESIZE_FRAMES]
 def oracle() -> dict[str, Any]:
     require_oracle_venv()
     request = {"budgets": BUDGET_CASES, "params": [QWEN25_VL, QWEN3_VL], "resizes": RESIZE_CASES}
-    done = subprocess.run(
-        [str(ORACLE_PYTHON), str(RUNNER)], input=json.dumps(request), capture_output=True, text=True, timeout=600
-    )
+    done = run_in_oracle_venv(RUNNER, request, timeout_s=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result: dict[str, Any] = json.loads(done.stdout)
     return result

@@ -264,22 +264,31 @@ class _Replica:
     def _admit_mixed(self, plan: list[tuple[_Request, int]], budget: int) -> None:
         reserved = self._reserved(self.running)
         while self.waiting and budget > 0:
-            request = self.waiting[0]
-            if len(self.running) >= self.rules.max_running or not self._admissible(request, reserved):
+            admitted = self._admit_head(self.running, reserved, budget)
+            if admitted is None:
                 self.blocked = True
                 return
-            tokens = min(request.pending, budget)
-            if not self._take(request, tokens):
-                self.blocked = True
-                return
-            reserved += self._reservation(request)
-            self._hold(request, +1)
-            self.waiting.popleft()
-            self.running.append(request)
-            if request.scheduled_at < 0:
-                request.scheduled_at = self.now
+            request, tokens, reserved = admitted
             plan.append((request, tokens))
             budget -= tokens
+
+    def _admit_head(self, holders: list[_Request], reserved: int, budget: int) -> tuple[_Request, int, int] | None:
+        """Admit the head of the queue (FCFS, both step shapes) with up to `budget` of its prompt tokens,
+        appended to `holders`, where the running cap, the admission reservation and the free units allow:
+        the request, its tokens and the reservation with it; None when the queue is blocked."""
+        request = self.waiting[0]
+        if len(holders) >= self.rules.max_running or not self._admissible(request, reserved):
+            return None
+        tokens = min(request.pending, budget)
+        if not self._take(request, tokens):
+            return None
+        reserved += self._reservation(request)
+        self._hold(request, +1)
+        self.waiting.popleft()
+        holders.append(request)
+        if request.scheduled_at < 0:
+            request.scheduled_at = self.now
+        return request, tokens, reserved
 
     def _schedule_prefill_first(self) -> list[tuple[_Request, int]]:
         """SGLang: a prefill batch (the chunked request first, then FCFS admissions within the chunk and
@@ -321,20 +330,11 @@ class _Replica:
         holders = self.running + [r for r, _ in plan]
         reserved = self._reserved(holders)
         while self.waiting and rem_chunk > 0 and rem_input > 0 and self.chunked is None:
-            request = self.waiting[0]
-            if len(holders) >= self.rules.max_running or not self._admissible(request, reserved):
+            admitted = self._admit_head(holders, reserved, rem_chunk)
+            if admitted is None:
                 self.blocked = True
                 break
-            tokens = min(request.pending, rem_chunk)
-            if not self._take(request, tokens):
-                self.blocked = True
-                break
-            reserved += self._reservation(request)
-            self._hold(request, +1)
-            self.waiting.popleft()
-            holders.append(request)
-            if request.scheduled_at < 0:
-                request.scheduled_at = self.now
+            request, tokens, reserved = admitted
             plan.append((request, tokens))
             rem_chunk -= tokens
             rem_input -= tokens

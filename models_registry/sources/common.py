@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capacity.hf_config import ConfigError
+from models_registry.walk import FileRefused, Refusal, read_open_file
 
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
@@ -138,24 +139,11 @@ def read_bytes(path: Path, *, limit: int = MAX_CONFIG_BYTES, root: Path | None =
             raise StageError("read", f"not a file: {path} is a {kind}, not a regular file")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise StageError("read", f"{path.name} is a {_file_kind(info.st_mode)}, not a regular file")
-            if info.st_size > limit:
-                raise StageError("read", f"{path.name} is {info.st_size:,} bytes; a config is at most {limit:,}")
-            chunks: list[bytes] = []
-            left = limit + 1
-            while left > 0:
-                chunk = os.read(fd, min(left, 1 << 20))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                left -= len(chunk)
+            data, _ = read_open_file(fd, limit)
+        except FileRefused as refused:
+            raise StageError("read", _refused_line(path, refused, limit)) from None
         finally:
             os.close(fd)
-        data = b"".join(chunks)
-        if len(data) > limit:
-            raise StageError("read", f"{path.name} grew past {limit:,} bytes while being read")
         return data
     except StageError:
         raise
@@ -165,6 +153,17 @@ def read_bytes(path: Path, *, limit: int = MAX_CONFIG_BYTES, root: Path | None =
         raise StageError("read", f"not a file: {path}") from None
     except (OSError, RuntimeError, ValueError) as exc:  # RuntimeError: a symlink loop on resolve()
         raise StageError("read", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _refused_line(path: Path, refused: FileRefused, limit: int) -> str:
+    """`read_bytes`'s reason for a file `read_open_file` refused."""
+    match refused.refusal:
+        case Refusal.NOT_REGULAR:
+            return f"{path.name} is a {_file_kind(refused.info.st_mode)}, not a regular file"
+        case Refusal.TOO_LARGE:
+            return f"{path.name} is {refused.info.st_size:,} bytes; a config is at most {limit:,}"
+        case Refusal.GREW:
+            return f"{path.name} grew past {limit:,} bytes while being read"
 
 
 def _file_kind(mode: int) -> str:

@@ -155,6 +155,17 @@ def open_store(store: Warehouse, *, memory_limit: str | None = None) -> duckdb.D
         fail(str(exc))
 
 
+def fail_on_query_error(exc: duckdb.Error, cannot_answer: str) -> NoReturn:
+    """A query on the published warehouse failed: say it is damaged (with the recovery command) where
+    DuckDB's error says so, else `cannot_answer`; both with DuckDB's first line."""
+    from warehouse.publish import RECOVERY_HINT, looks_corrupt
+
+    first_line = str(exc).splitlines()[0]
+    if looks_corrupt(exc):
+        fail(f"the warehouse is damaged: {first_line}; {RECOVERY_HINT}")
+    fail(f"{cannot_answer}: {first_line}")
+
+
 def published_or_none(path: Path | None) -> tuple[duckdb.DuckDBPyConnection | None, str | None]:
     """The published warehouse, read-only, when there is one that opens; else None and why (a note, not
     an error: the commands that read it compute their answer directly instead)."""

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from pipelines.commands.common import WarehouseOption, WholeHelpGroup, fail, open_warehouse
+from pipelines.commands.common import WarehouseOption, WholeHelpGroup, fail, fail_on_query_error, open_warehouse
 from pipelines.commands.sql import _json_value
 
 FORMATS = ("json", "csv")
@@ -49,11 +49,7 @@ def admission(
     try:
         document = admission_document(con)
     except duckdb.Error as exc:
-        from warehouse.publish import RECOVERY_HINT, looks_corrupt
-
-        if looks_corrupt(exc):
-            fail(f"the warehouse is damaged: {str(exc).splitlines()[0]}; {RECOVERY_HINT}")
-        fail(f"no admission budgets in this warehouse (run `capplan nightly`): {str(exc).splitlines()[0]}")
+        fail_on_query_error(exc, "no admission budgets in this warehouse (run `capplan nightly`)")
     finally:
         con.close()
     if fmt == "json":

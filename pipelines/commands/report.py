@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from pipelines.commands.common import WarehouseOption, fail, open_warehouse
+from pipelines.commands.common import WarehouseOption, fail, fail_on_query_error, open_warehouse
 
 DEFAULT_OUT = Path("var/capplan-report.html")
 
@@ -42,11 +42,7 @@ def report(
     except ReportUnavailable as exc:
         fail(str(exc))
     except duckdb.Error as exc:
-        from warehouse.publish import RECOVERY_HINT, looks_corrupt
-
-        if looks_corrupt(exc):
-            fail(f"the warehouse is damaged: {str(exc).splitlines()[0]}; {RECOVERY_HINT}")
-        fail(f"the warehouse cannot answer the report's queries: {str(exc).splitlines()[0]}")
+        fail_on_query_error(exc, "the warehouse cannot answer the report's queries")
     finally:
         con.close()
     try:

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from capacity import engine_constants as ec
 from capacity.engines.vllm.multimodal import encoder_profile
@@ -197,32 +197,32 @@ def profiling_buffers(
 ) -> ProfilingBuffers:
     """Each buffer of the profiling run on one rank, in bytes (`version` picks the sampler rule)."""
     # what the GPU's links move (two flags) is set on the buffers of the other inputs, computed once
-    key = ("buffers", tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, version, sm_count, flashinfer_sampler)
-    buffers = _memo(
-        model,
-        key,
-        lambda: _link_free_buffers(
-            model, tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, version, sm_count, flashinfer_sampler
-        ),
+    inputs = _BufferInputs(
+        tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, version, sm_count, flashinfer_sampler
     )
+    buffers = _memo(model, ("buffers", inputs), lambda: _link_free_buffers(model, inputs))
     custom = custom_all_reduce_on(tp, peer_link_gpus)
     if buffers.nvlink_multicast == nvlink_multicast and buffers.custom_all_reduce == custom:
         return buffers
     return replace(buffers, nvlink_multicast=nvlink_multicast, custom_all_reduce=custom)
 
 
-def _link_free_buffers(
-    model: ModelSpec,
-    tp: int,
-    pp: int,
-    max_num_batched_tokens: int,
-    max_num_seqs: int,
-    act_bytes: int,
-    version: str,
-    sm_count: int | None,
-    flashinfer_sampler: bool | None,
-) -> ProfilingBuffers:
+class _BufferInputs(NamedTuple):
+    """What the profiling buffers depend on besides the model (the link flags aside): the memo key."""
+
+    tp: int
+    pp: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    act_bytes: int
+    version: str
+    sm_count: int | None
+    flashinfer_sampler: bool | None
+
+
+def _link_free_buffers(model: ModelSpec, inputs: _BufferInputs) -> ProfilingBuffers:
     """`profiling_buffers` with the link flags at their defaults (multicast, custom all-reduce on)."""
+    tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, version, sm_count, flashinfer_sampler = inputs
     t = max(max_num_batched_tokens, 1)
     s = min(max(max_num_seqs, 1), t)
     b = act_bytes
