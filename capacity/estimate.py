@@ -96,6 +96,7 @@ class Estimate:
     start_memory_refused: bool = False  # the engine refused before sizing a pool: free memory below its request
     # the most loaded GPU's state layers, (terms, layers of that shape): state_bytes_per_sequence_per_gpu's sum
     state_terms: tuple[tuple[StateTerms, int], ...] = ()
+    kv_budget_given: bool = False  # the KV budget was given (--kv-cache-memory-bytes), not formed from the rest
 
     def b_max_at(self, context_tokens: int) -> int:
         return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
@@ -559,6 +560,7 @@ def estimate(
         other_process_charged_bytes_per_gpu=charged,
         start_memory_refused=start_problem is not None,
         state_terms=tuple(state_terms),
+        kv_budget_given=d.kv_cache_memory_bytes is not None,
         **f.fields(),  # type: ignore[arg-type]
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from capacity.dtypes import GIB
+from capacity.engines.registry import engine_profile
 from capacity.estimate import Estimate
 from capacity.kv.kinds import UNBOUNDED_TOKENS, FullAttention, KVKind, LatentAttention, group_charge
 from capacity.numeric import cdiv
@@ -115,15 +116,7 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
     lines += [
         "",
         "2. Memory budget per GPU",
-        f"   usable   = {_gib(est.gpu_memory_bytes)} x {est.gpu_memory_utilization} = {_gib(est.usable_bytes_per_gpu)}",
-        f"   weights  = {_gib(est.weights_bytes_per_gpu)} ({est.weights_source})",
-        f"   overhead = activation peak {_gib(est.activation_peak_bytes_per_gpu)} + non-torch "
-        f"{_gib(est.non_torch_bytes_per_gpu)} + CUDA graphs {_gib(est.cuda_graph_bytes_per_gpu)} = "
-        f"{_gib(est.overhead_bytes_per_gpu)}",
-        *(f"     {name:<66} {_gib(n)}" for name, n in est.activation_buffers),
-        f"   KV budget = {_gib(est.usable_bytes_per_gpu)} - {_gib(est.weights_bytes_per_gpu)} - "
-        f"{_gib(est.overhead_bytes_per_gpu)}{_others(est)} = {_gib(est.kv_budget_bytes_per_gpu)} "
-        f"({_b(est.kv_budget_bytes_per_gpu)})",
+        *_budget_lines(est),
         "",
         "3. KV pool",
     ]
@@ -225,6 +218,32 @@ def speed_derivation(pf: Performance) -> list[str]:
         f"   TTFT = {pf.prefill_chunks:,} prefill chunk(s) beside the running batch = {pf.ttft_ms:,.1f} ms "
         "(steady state, no queueing)",
         f"   efficiency factors: {eff.source}",
+    ]
+    return lines
+
+
+def _budget_lines(est: Estimate) -> list[str]:
+    """Usable memory, weights, overhead, and the KV budget as the engine's `kv_budget` forms it: usable less
+    the rest, or (TensorRT-LLM) the fraction of what is free after them; a budget given is said to be."""
+    fraction_of_free = engine_profile(est.engine, est.engine_version).budget_is_fraction_of_free
+    total, util, kv = _gib(est.gpu_memory_bytes), est.gpu_memory_utilization, est.kv_budget_bytes_per_gpu
+    weights, overhead = _gib(est.weights_bytes_per_gpu), _gib(est.overhead_bytes_per_gpu)
+    if est.kv_budget_given:
+        usable = f"   usable   = {total} x {util} = {_gib(est.usable_bytes_per_gpu)} (the engine's fraction: not used)"
+        budget = "given (--kv-cache-memory-bytes: the engine sizes the cache to it, weights and overhead aside)"
+    elif fraction_of_free:
+        usable = f"   fraction = {util} of what is free after the weights and the profiling run ({total} in all)"
+        budget = f"({total} - {weights} - {overhead}{_others(est)}) x {util}"
+    else:
+        usable = f"   usable   = {total} x {util} = {_gib(est.usable_bytes_per_gpu)}"
+        budget = f"{_gib(est.usable_bytes_per_gpu)} - {weights} - {overhead}{_others(est)}"
+    lines = [
+        usable,
+        f"   weights  = {weights} ({est.weights_source})",
+        f"   overhead = activation peak {_gib(est.activation_peak_bytes_per_gpu)} + non-torch "
+        f"{_gib(est.non_torch_bytes_per_gpu)} + CUDA graphs {_gib(est.cuda_graph_bytes_per_gpu)} = {overhead}",
+        *(f"     {name:<66} {_gib(n)}" for name, n in est.activation_buffers),
+        f"   KV budget = {budget} = {_gib(kv)} ({_b(kv)})",
     ]
     return lines
 

@@ -91,6 +91,10 @@ class ProfileBase:
     def refuses_short_pool(self) -> bool:
         return False
 
+    @property
+    def budget_is_fraction_of_free(self) -> bool:
+        return False
+
     def start_refusal(self, request: StartRequest) -> str | None:
         """TensorRT-LLM and the plain reading: no start check read (none refused)."""
         return None
@@ -123,8 +127,10 @@ class ProfileBase:
         c = context
         if c.deployment.gpu_memory_utilization is not None or c.total_bytes * 0.05 <= ASSUMPTION_SHARE * c.budget_bytes:
             return []
-        return [f"assumed gpu_memory_utilization {c.utilization} (the release default); 0.05 less takes "
-                f"{format_gib(c.total_bytes * 0.05)} ({c.total_bytes * 0.05 / c.budget_bytes:.0%}) from the KV budget"]
+        return [
+            f"assumed gpu_memory_utilization {c.utilization} (the release default); 0.05 less takes "
+            f"{format_gib(c.total_bytes * 0.05)} ({c.total_bytes * 0.05 / c.budget_bytes:.0%}) from the KV budget"
+        ]
 
     @property
     def overhead_era(self) -> str:

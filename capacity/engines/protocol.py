@@ -150,6 +150,11 @@ class EngineProfile(Protocol):
     def refuses_short_pool(self) -> bool:
         """True when the engine refuses to start unless one request of max_model_len fits."""
 
+    @property
+    def budget_is_fraction_of_free(self) -> bool:
+        """True when `kv_budget` takes the fraction of what is free after weights and overhead (TensorRT-LLM),
+        not usable memory (total x fraction) less them: the derivation writes the budget line that way."""
+
     def start_refusal(self, request: StartRequest) -> str | None:
         """The engine's own one-line message where it refuses to start this layout before sizing any
         memory (a weight format the GPU generation cannot run, a length beyond the model's limit); None: starts."""

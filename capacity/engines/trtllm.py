@@ -85,6 +85,10 @@ class TrtllmProfile(ProfileBase):
         processes' memory is not free, so all of it comes off before the fraction)."""
         return truncate((total_bytes - other_bytes - weights_bytes - overhead_bytes) * utilization)
 
+    @property
+    def budget_is_fraction_of_free(self) -> bool:
+        return True
+
     def stage_pools(self, request: PoolRequest) -> list[KVPool]:
         r = request
         unit = kv_bytes_per_token_per_gpu(r.model, r.kv_bytes, r.tp, r.pp) * r.block_size
