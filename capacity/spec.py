@@ -242,6 +242,12 @@ class GpuSku:
         ) and not any("gb100" in name.lower() for name in names)
 
     @property
+    def priced_to_buy(self) -> bool:
+        """Priced at what someone can pay (a list or contract price): what plans buy unless a user opts in to
+        estimated prices."""
+        return self.price_basis is not None and self.price_basis.buyable_by_default
+
+    @property
     def amd(self) -> bool:
         """An AMD GPU: ROCm's engines, RCCL and HIP graphs instead of CUDA's."""
         return self.vendor.lower() == "amd"

@@ -89,9 +89,7 @@ class PlaceQuery:
     def buys(self, gpu: GpuSku) -> bool:
         """A GPU the answer may place on: one asked for by name, or one priced at what someone can pay
         (the default plan's rule, `ProcurementSettings.buys`) unless estimated prices are opted in."""
-        if gpu.id in self.gpus or self.allow_estimated_prices:
-            return True
-        return gpu.price_basis is not None and gpu.price_basis.buyable_by_default
+        return gpu.id in self.gpus or self.allow_estimated_prices or gpu.priced_to_buy
 
     def profile(self, model_id: str) -> WorkloadProfile:
         """The steady-state screen's workload profile; SpecError for a query that cannot be planned."""
@@ -166,6 +164,11 @@ class ServingOption:
     def usd_per_hour(self) -> float:
         return self.replicas * self.option.usd_per_replica_hour
 
+    @property
+    def binding(self) -> str:
+        """What sets B per replica: memory | tpot | ttft | max_num_seqs."""
+        return _batch_binding(self.option)
+
     def sort_key(self) -> tuple[object, ...]:
         return (round(self.usd_per_hour, 9), self.replicas * self.option.gpus_per_replica, *self.option.sort_key())
 
@@ -208,6 +211,7 @@ class ServingOption:
 
     def contract(self, model: ServedModel, query: PlaceQuery, rank: int) -> dict[str, object]:
         o = self.option
+        plan = self.plan(model)
         rate = query.request_rate_per_s
         return {
             "rank": rank,
@@ -224,13 +228,13 @@ class ServingOption:
             "usd_per_million_output_tokens": _rounded(self.usd_per_million_output_tokens(query)),
             "batch_per_replica": o.planned_per_replica,
             "b_max": o.b_max,
-            "binding": _batch_binding(o),
+            "binding": self.binding,
             "replicas_binding": self.replicas_binding,
             "requests_per_second_per_replica": _rounded(self.screened_rate) if rate else None,
             "steady_state": {"tpot_ms": _rounded(o.tpot_ms), "ttft_ms": _rounded(o.ttft_ms)},
             "simulated": None if self.sim is None else _simulated(self.sim, rate / self.replicas if rate else None),
-            "plan": self.plan(model),
-            "command": command_line(self.plan(model)),
+            "plan": plan,
+            "command": command_line(plan),
         }
 
 
@@ -299,7 +303,7 @@ class PlaceAnswer:
         lines = derivation(best.est, self.model.spec)
         lines.append("")
         lines.append(
-            f"Screen: B per replica {o.planned_per_replica:,} (B_max {o.b_max:,}, binding {_batch_binding(o)}); "
+            f"Screen: B per replica {o.planned_per_replica:,} (B_max {o.b_max:,}, binding {best.binding}); "
             f"steady state TPOT {o.tpot_ms or 0:,.2f} ms, TTFT {o.ttft_ms or 0:,.1f} ms"
         )
         if q.request_rate_per_s is not None:

@@ -122,7 +122,7 @@ class ProcurementSettings:
         (a list or contract price) unless estimated prices are opted in."""
         if self.gpus and gpu.id not in self.gpus:
             return False
-        return self.allow_estimated_prices or (gpu.price_basis is not None and gpu.price_basis.buyable_by_default)
+        return self.allow_estimated_prices or gpu.priced_to_buy
 
     def solver(self, available: Mapping[str, int] | None = None) -> SolverOptions:
         """The solver's options; `available` (GPUs obtainable per SKU, from the catalog's prices) caps

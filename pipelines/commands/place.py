@@ -304,9 +304,7 @@ def _lines(answer: PlaceAnswer, *, explain: bool) -> list[str]:
             + (f", ${per_million:,.3f}/M output tokens" if per_million is not None else "")
         )
         speed = f"TPOT {o.tpot_ms:,.1f} ms, TTFT {o.ttft_ms:,.0f} ms" if o.tpot_ms is not None else "speed unknown"
-        lines.append(
-            f"   B {o.planned_per_replica:,} per replica (binding {served.contract(answer.model, q, rank)['binding']}); {speed}"
-        )
+        lines.append(f"   B {o.planned_per_replica:,} per replica (binding {served.binding}); {speed}")
         if served.sim is not None:
             lines.append(
                 f"   simulated: TTFT p50 {served.sim.ttft.median_ms:,.0f} / p99 {served.sim.ttft.p99_ms:,.0f} ms, "
