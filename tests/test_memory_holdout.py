@@ -30,14 +30,24 @@ REFERENCE_FILES = (
 _THREAD = re.compile(r"github\.com/[\w.-]+/[\w.-]+/(?:issues|pull|discussions)/\d+")
 
 
-@pytest.fixture(scope="module")
-def raw() -> list[dict[str, Any]]:
-    return list(yaml.safe_load(mh.HOLDOUT_PATH.read_text(encoding="utf-8"))["cases"])
+@pytest.fixture(scope="module", params=[mh.HOLDOUT_PATH, mh.FEATURE_LOGS_DIR], ids=["holdout", "feature_logs"])
+def case_path(request: pytest.FixtureRequest) -> Path:
+    """The blind holdout, and issue 23's startup logs with a feature on (one file per feature): same rules."""
+    return Path(request.param)
 
 
 @pytest.fixture(scope="module")
-def cases() -> list[mh.Case]:
-    return mh.load_cases()
+def raw(case_path: Path) -> list[dict[str, Any]]:
+    return [
+        entry
+        for file in mh.case_files(case_path)
+        for entry in yaml.safe_load(file.read_text(encoding="utf-8"))["cases"]
+    ]
+
+
+@pytest.fixture(scope="module")
+def cases(case_path: Path) -> list[mh.Case]:
+    return mh.load_cases(case_path)
 
 
 def _printed_forms(value: object) -> set[str]:

@@ -1,7 +1,7 @@
 """Score capplan blind on the memory holdout (evaluation/data/memory_holdout.yaml): public startup logs from
 sources the reference data does not use, collected before issue 22's rule changes and never fitted on.
 
-    python tools/memory_holdout.py [--rows]
+    python tools/memory_holdout.py [--rows] [--cases evaluation/data/feature_logs]
 
 Each case goes through `capplan estimate --json --from-command '<the engine command>' --gpu <catalog GPU>`, the
 path a new user takes with a pasted command (plus `--engine-version` where the log names its release). Scored per
@@ -33,6 +33,7 @@ from capacity.dtypes import GIB
 from capacity.engines import Engine
 
 HOLDOUT_PATH = Path(__file__).resolve().parents[1] / "evaluation" / "data" / "memory_holdout.yaml"
+FEATURE_LOGS_DIR = Path(__file__).resolve().parents[1] / "evaluation" / "data" / "feature_logs"
 WITHIN = 0.05  # the issue's bar: within 5 %
 
 
@@ -44,6 +45,20 @@ class CaseClass(StrEnum):
     WINDOWED = "windowed"
     HYBRID = "hybrid"  # state layers (Mamba / GDN / linear attention) beside attention
     MULTIMODAL = "multimodal"
+
+
+class Feature(StrEnum):
+    """An engine feature the case runs with (evaluation/data/feature_logs/: issue 23's cases)."""
+
+    LORA = "lora"
+    SPECULATIVE = "speculative"
+    KV_OFFLOAD = "kv_offload"  # vLLM native offloading, LMCache, SGLang HiCache, TensorRT-LLM host cache
+    WEIGHT_OFFLOAD = "weight_offload"  # --cpu-offload-gb
+    PREFIX_CACHING = "prefix_caching"
+    DP_ATTENTION = "dp_attention"
+    EXPERT_PARALLEL = "expert_parallel"
+    CONTEXT_PARALLEL = "context_parallel"
+    KV_BUDGET = "kv_budget"  # an explicit KV budget (--kv-cache-memory-bytes, a utilization slice): packing
 
 
 class Outcome(StrEnum):
@@ -81,6 +96,7 @@ class Case:
     classes: tuple[CaseClass, ...]
     measured: Measured
     quote: str
+    features: tuple[Feature, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -99,10 +115,21 @@ def _pool_bytes(entry: dict[str, Any]) -> int | None:
     return _gib_bytes(entry.get("kv_pool_gib"))
 
 
+def case_files(path: Path) -> list[Path]:
+    """The case files at `path`: the file itself, or a folder's `*.yaml` in name order."""
+    return sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+
+
 def load_cases(path: Path = HOLDOUT_PATH) -> list[Case]:
-    """Every case of the holdout file (a malformed one raises: the file is hand-written and tested)."""
+    """Every case of a case file, or of each file in a folder (a malformed one raises: the files are
+    hand-written and tested)."""
+    entries = [
+        entry
+        for file in case_files(path)
+        for entry in (yaml.safe_load(file.read_text(encoding="utf-8")) or {}).get("cases") or []
+    ]
     cases: list[Case] = []
-    for entry in yaml.safe_load(path.read_text(encoding="utf-8"))["cases"]:
+    for entry in entries:
         measured = entry["measured"]
         cases.append(
             Case(
@@ -125,6 +152,7 @@ def load_cases(path: Path = HOLDOUT_PATH) -> list[Case]:
                     refusal=measured.get("refusal"),
                 ),
                 quote=str(entry["quote"]),
+                features=tuple(Feature(f) for f in entry.get("features") or ()),
                 raw=entry,
             )
         )
@@ -243,6 +271,8 @@ def groups(scored: Sequence[Scored]) -> dict[str, list[Scored]]:
         out[f"engine {engine}"] = [s for s in sized if s.case.engine is engine]
     for kind in CaseClass:
         out[f"class {kind}"] = [s for s in sized if kind in s.case.classes]
+    for feature in Feature:
+        out[f"feature {feature}"] = [s for s in sized if feature in s.case.features]
     return {name: rows for name, rows in out.items() if rows}
 
 
@@ -296,8 +326,14 @@ def report(scored: Sequence[Scored], *, rows: bool, emit: Callable[[str], None] 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", action="store_true", help="print every case")
+    parser.add_argument(
+        "--cases",
+        type=Path,
+        default=HOLDOUT_PATH,
+        help=f"a case file or a folder of them (default: the memory holdout; issue 23's: {FEATURE_LOGS_DIR})",
+    )
     args = parser.parse_args()
-    report(score(load_cases()), rows=args.rows)
+    report(score(load_cases(args.cases)), rows=args.rows)
 
 
 if __name__ == "__main__":
