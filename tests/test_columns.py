@@ -127,6 +127,45 @@ def test_the_generated_comments_are_not_in_the_sql_files() -> None:
     assert {table for _layer, table in DICTIONARY_COMMENTS} >= from_dictionary.keys()
 
 
+def test_no_mart_file_repeats_a_shared_description() -> None:
+    """A description the marts share is written once, in the dictionary: a mart file that spelled out the
+    same words again would be a second copy to keep in step (its own, narrower words are welcome)."""
+    pattern = re.compile(r"^comment on column marts\.\w+\.(\w+) is '((?:[^']|'')*)';$", re.MULTILINE)
+    repeated = [
+        f"{path.name}: {column}"
+        for path in sorted((WAREHOUSE_DIR / "marts").glob("*.sql"))
+        for column, text in pattern.findall(path.read_text(encoding="utf-8"))
+        if cols.SHARED_DESCRIPTIONS.get(column) == text.replace("''", "'")
+    ]
+    assert not repeated
+
+
+def test_a_mart_takes_the_shared_description_where_its_file_is_silent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On stand-in files: the file's own comment wins, a silent column takes the dictionary's, then its
+    history view's comment wins over the dictionary's; a column the dictionary does not know stays bare."""
+    import warehouse.sql as sql
+
+    files = {
+        "toy_history": "create or replace view marts.toy_history as select 1 as tp, 2 as pp, 3 as engine;\n"
+        "comment on column marts.toy_history.engine is 'The profile reproduced.';",
+        "toy": "create or replace view marts.toy as select tp, pp, engine, 4 as own from marts.toy_history;\n"
+        "comment on column marts.toy.pp is 'Stages, here.';",
+    }
+    monkeypatch.setattr(sql, "read_sql", lambda layer, table: files[table])
+    con = duckdb.connect()
+    con.execute("create schema marts")
+    build_relation(con, "marts", "toy_history")
+    build_relation(con, "marts", "toy")
+    got = dict(con.execute("select column_name, comment from duckdb_columns() where table_name = 'toy'").fetchall())
+    assert got == {
+        "tp": "Tensor-parallel size.",
+        "pp": "Stages, here.",
+        "engine": "The profile reproduced.",
+        "own": None,
+    }
+    assert cols.SHARED_DESCRIPTIONS["run_id"] == cols.BY_NAME["run_id"].description  # one text, not two
+
+
 def test_build_relation_applies_the_dictionarys_comments(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a stand-in relation: the file runs, then each column gets its dictionary comment (quotes kept)."""
     import warehouse.sql as sql

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import duckdb
 
-from capacity.columns import MART_DEPLOYMENT_COLUMNS, MART_GRID_COLUMNS, comment
+from capacity.columns import MART_DEPLOYMENT_COLUMNS, MART_GRID_COLUMNS, SHARED_DESCRIPTIONS, comment
 from warehouse.diff_columns import GRID_DIFF_COMMENTS, RELEASE_DIFF_COMMENTS
 
 WAREHOUSE_DIR = Path(__file__).resolve().parent
@@ -27,7 +27,9 @@ QUERIES_DIR = WAREHOUSE_DIR / "queries"
 
 # The relations whose column comments come from the column dictionary (capacity.columns) rather than
 # their SQL file: {column: comment}, applied by `build_relation` after the file runs (the current marts
-# copy them from these history views, `pipelines.assets.common.inherit_column_comments`).
+# take them from these history views, `_dictionary_comments`). Every mart takes from the dictionary the
+# columns the marts share (SHARED_DESCRIPTIONS) that its file leaves undocumented, so its file keeps only
+# the comments specific to it.
 DICTIONARY_COMMENTS: dict[tuple[str, str], dict[str, str]] = {
     ("marts", "capacity_grid_history"): {c.name: comment(c) for c in MART_GRID_COLUMNS},
     ("marts", "deployments_history"): {c.name: comment(c, deployments=True) for c in MART_DEPLOYMENT_COLUMNS},
@@ -147,8 +149,23 @@ def build_relation(
         if existing is not None and existing != kind.lower():
             con.execute(f"drop {existing} {qualified(schema.lower(), name.lower())}")
     execute_sql(con, sql, params, name=f"warehouse/{layer}/{table}.sql")
-    for column, text in DICTIONARY_COMMENTS.get((layer, table), {}).items():
+    for column, text in _dictionary_comments(con, layer, table).items():
         con.execute(f"comment on column {qualified(layer, table)}.{ident(column)} is {sql_string(text)}")
+
+
+def _dictionary_comments(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> dict[str, str]:
+    """The comments `layer.table` takes from outside its file, {column: text}: its DICTIONARY_COMMENTS; for a
+    mart, each column its file leaves undocumented takes its `<table>_history`'s comment (a current mart that is
+    its history view at the published run is documented once, there), else the description the marts share."""
+    comments = dict(DICTIONARY_COMMENTS.get((layer, table), {}))
+    if layer != "marts":
+        return comments
+    history = {name: text for name, _dtype, text in columns(con, layer, f"{table}_history") if text}
+    for column, _dtype, text in columns(con, layer, table):
+        inherited = history.get(column, SHARED_DESCRIPTIONS.get(column))
+        if text is None and inherited is not None:
+            comments.setdefault(column, inherited)
+    return comments
 
 
 def ident(name: str) -> str:
@@ -399,6 +416,6 @@ def _token_word(raw: str) -> str:
     """An identifier token's name, lowercased, without its quotes or a comment that follows it."""
     if raw.startswith('"'):
         closing = raw.find('"', 1)
-        return raw[1:closing if closing > 0 else None].lower()
+        return raw[1 : closing if closing > 0 else None].lower()
     match = re.match(r"[^\s\"/(.,;-]+", raw)
     return match.group(0).lower() if match else ""

@@ -36,11 +36,8 @@ select
 from fit;
 
 comment on view marts.calibration is 'The calibration fit (latest run): per scope and term, the correction of capplan''s predicted memory terms with an error band, and the measured / predicted ratios of its speed (TPOT, TTFT, output tokens/s).';
-comment on column marts.calibration.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.calibration.run_date is 'UTC date the run started.';
 comment on column marts.calibration.scope is 'The scope as a label: level(field=value, ...).';
 comment on column marts.calibration.level is 'engine_version_gpu_family, engine_version_gpu, engine_version, engine_profile_gpu or engine_profile (specific to general).';
-comment on column marts.calibration.engine is 'Serving engine.';
 comment on column marts.calibration.engine_version is 'Engine release series (major.minor, e.g. 0.11), for the engine_version levels.';
 comment on column marts.calibration.engine_profile is 'Era of capplan''s fitted overhead coefficients (vLLM: v0, v1-early, v1-mid, v1), for the engine_profile levels.';
 comment on column marts.calibration.gpu is 'GPU catalog id, for the levels that include the GPU.';

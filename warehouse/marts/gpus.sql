@@ -47,8 +47,6 @@ select
 from gpus;
 
 comment on view marts.gpus is 'GPU SKUs planned by the latest nightly run.';
-comment on column marts.gpus.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.gpus.run_date is 'UTC date the run started.';
 comment on column marts.gpus.gpu is 'Catalog id of the SKU, e.g. h100-sxm-80gb (the gpu column of every mart).';
 comment on column marts.gpus.gpu_name is 'Product name.';
 comment on column marts.gpus.vendor is 'nvidia, amd, intel...';
@@ -71,10 +69,5 @@ comment on column marts.gpus.interconnect_gbps is 'Interconnect bandwidth per GP
 comment on column marts.gpus.gpus_per_node is 'GPUs per node: the largest tensor-parallel size the grid uses.';
 comment on column marts.gpus.price_usd_per_gpu_hour is 'USD per GPU-hour the planner uses: the catalog''s price or, with a user catalog, the offer its price_policy chose (see the price_* columns).';
 comment on column marts.gpus.price_source is 'Where the price comes from.';
-comment on column marts.gpus.price_date is 'When the price was read.';
-comment on column marts.gpus.price_basis is 'What the price rests on: list (a provider''s published offer), contract (your own catalog''s price) or estimate (no public list price; bought only when the workloads file sets procurement.allow_estimated_prices).';
-comment on column marts.gpus.price_provider is 'Who sells at that price (aws, gcp, azure, lambda, coreweave, or your catalog''s provider); null when the source names none.';
-comment on column marts.gpus.price_region is 'Region of the offer, where the source states one.';
-comment on column marts.gpus.price_commitment is 'Term of the offer: on-demand, spot, 1y or 3y.';
 comment on column marts.gpus.max_gpus_available is 'GPUs obtainable at that price (the offer''s max_gpus): procurement buys at most this many; null when not known.';
 comment on column marts.gpus.aliases is 'Other names of the SKU (nvidia-smi and DCGM product names included).';

@@ -22,8 +22,6 @@ select
 from errors;
 
 comment on view marts.ingest_errors is 'Items the latest run rejected (registry ingest or capacity grid), each with a one-line reason.';
-comment on column marts.ingest_errors.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.ingest_errors.run_date is 'UTC date the run started.';
 comment on column marts.ingest_errors.source is 'Which step rejected it: registry_models, gpu_catalog or capacity_grid.';
 comment on column marts.ingest_errors.ingest_run_id is 'The registry''s ingest_runs.id (null for capacity_grid).';
 comment on column marts.ingest_errors.item_kind is 'model, gpu or catalog.';

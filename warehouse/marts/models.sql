@@ -46,8 +46,6 @@ select
 from models;
 
 comment on view marts.models is 'Models planned by the latest nightly run (current registry revision of each).';
-comment on column marts.models.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.models.run_date is 'UTC date the run started.';
 comment on column marts.models.model is 'Hugging Face repo id, e.g. meta-llama/Llama-3.1-8B-Instruct.';
 comment on column marts.models.revision is 'Hub revision (commit) of the config, when known.';
 comment on column marts.models.config_sha256 is 'sha256 of the config.json bytes; a new value is a new revision.';

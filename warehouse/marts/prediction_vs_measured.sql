@@ -138,18 +138,11 @@ left join predictions as p on d.deployment_id = p.deployment_id
 left join calibration as c on d.deployment_id = c.deployment_id;
 
 comment on view marts.prediction_vs_measured is 'Every observed deployment with capplan''s prediction for the same settings: weights, KV pool, KV tokens, concurrency, each with its error; usage and saturation (latest run).';
-comment on column marts.prediction_vs_measured.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.prediction_vs_measured.run_date is 'UTC date the run started.';
 comment on column marts.prediction_vs_measured.deployment_id is 'Observed deployment (marts.telemetry_observations.deployment_id).';
 comment on column marts.prediction_vs_measured.telemetry_source is 'sample (the shipped SAMPLE fleet: made-up numbers), drop_folder or prometheus (your telemetry; drop_folder+prometheus when a run read both).';
 comment on column marts.prediction_vs_measured.model is 'Registry id of the model (marts.models.model).';
-comment on column marts.prediction_vs_measured.model_family is 'Model family.';
-comment on column marts.prediction_vs_measured.gpu is 'GPU catalog id (marts.gpus.gpu).';
-comment on column marts.prediction_vs_measured.engine is 'Serving engine.';
 comment on column marts.prediction_vs_measured.engine_version is 'Engine version the deployment reported.';
 comment on column marts.prediction_vs_measured.engine_version_predicted is 'Engine version capplan predicted for (a representative release of the generation when none was reported).';
-comment on column marts.prediction_vs_measured.tp is 'Tensor-parallel size.';
-comment on column marts.prediction_vs_measured.pp is 'Pipeline-parallel size.';
 comment on column marts.prediction_vs_measured.weight_dtype is 'capplan --dtype the reported settings map to (auto = the checkpoint as published).';
 comment on column marts.prediction_vs_measured.kv_dtype is 'capplan --kv-dtype the reported settings map to.';
 comment on column marts.prediction_vs_measured.max_model_len is 'max_model_len predicted for (the reported one, else the model''s limit).';
@@ -182,7 +175,6 @@ comment on column marts.prediction_vs_measured.measured_max_concurrency is 'Maxi
 comment on column marts.prediction_vs_measured.predicted_max_concurrency is 'Maximum concurrency capplan predicted.';
 comment on column marts.prediction_vs_measured.max_concurrency_error is '(predicted - measured) / measured.';
 comment on column marts.prediction_vs_measured.calibrated is 'True when a calibration scope with enough observations applies to this deployment.';
-comment on column marts.prediction_vs_measured.calibration_scope is 'The scope applied (marts.calibration.scope).';
 comment on column marts.prediction_vs_measured.calibration_observations is 'Deployments that scope was fitted on.';
 comment on column marts.prediction_vs_measured.calibrated_kv_pool_bytes is 'KV budget per GPU after calibration (the fit includes this deployment).';
 comment on column marts.prediction_vs_measured.calibrated_kv_pool_error is '(calibrated - measured) / measured.';
@@ -192,9 +184,6 @@ comment on column marts.prediction_vs_measured.predicted_b_max is 'Sequences of 
 comment on column marts.prediction_vs_measured.measured_b_max is 'Sequences of max_model_len tokens the engine''s reported pool holds.';
 comment on column marts.prediction_vs_measured.peak_kv_usage is 'Largest KV usage fraction observed (metrics, log stats, exports).';
 comment on column marts.prediction_vs_measured.p95_kv_usage is '95th percentile of the KV usage samples.';
-comment on column marts.prediction_vs_measured.peak_requests_running is 'Most running requests observed.';
-comment on column marts.prediction_vs_measured.peak_requests_waiting is 'Most waiting requests observed.';
-comment on column marts.prediction_vs_measured.preemptions_in_window is 'Preemptions during the observed window (counter increase, resets counted).';
 comment on column marts.prediction_vs_measured.running_vs_b_max is 'peak_requests_running / B_max at max_model_len (measured, else predicted): above 1 the deployment relies on requests shorter than max_model_len.';
 comment on column marts.prediction_vs_measured.saturation is 'saturated (KV cache >= 95 % with requests waiting or preempted), busy (>= 80 %), ok, or unknown (no usage seen).';
 comment on column marts.prediction_vs_measured.observed_concurrency is 'Requests running per engine, mean over the scrapes with at least one running (vllm:num_requests_running, sglang:num_running_reqs): the busy-time batch.';

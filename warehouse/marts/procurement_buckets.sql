@@ -45,8 +45,6 @@ select
 from plan;
 
 comment on view marts.procurement_buckets is 'The request-size bucket plan (after Mélange): each bucket of every workload with a request rate, split across GPU layouts by a MILP (capacity.procurement.plan_buckets) (latest run): per bucket and layout its share, the batch and latency there, what binds, and $ per million output tokens.';
-comment on column marts.procurement_buckets.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.procurement_buckets.run_date is 'UTC date the run started.';
 comment on column marts.procurement_buckets.workload is 'Workload profile (marts.workloads.workload) with a request_rate.';
 comment on column marts.procurement_buckets.model is 'Registry id of the model.';
 comment on column marts.procurement_buckets.bucket is 'Request-size bucket: the input and output percentile intervals (in<=p50/out<=p95 = prompts up to p50, outputs between p50 and p95).';

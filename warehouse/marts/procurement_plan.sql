@@ -44,8 +44,6 @@ from plan
 left join prices using (gpu);
 
 comment on view marts.procurement_plan is 'GPUs to buy per SKU, and their cost, to serve every workload profile (latest run): one recommended placement per workload x model, or, for a workload with a request_rate, its request-size buckets split across GPU types (marts.procurement_buckets); one MILP for both, so they share nodes.';
-comment on column marts.procurement_plan.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.procurement_plan.run_date is 'UTC date the run started.';
 comment on column marts.procurement_plan.gpu is 'GPU catalog id to buy.';
 comment on column marts.procurement_plan.gpu_name is 'GPU name.';
 comment on column marts.procurement_plan.gpus_used is 'GPUs the planned replicas use on this SKU (placements and bucket replicas).';
@@ -53,12 +51,6 @@ comment on column marts.procurement_plan.gpus_bought is 'GPUs to buy (whole node
 comment on column marts.procurement_plan.nodes is 'Nodes to buy; null when GPUs are bought one by one.';
 comment on column marts.procurement_plan.spare_gpus is 'gpus_bought - gpus_used.';
 comment on column marts.procurement_plan.usd_per_gpu_hour is 'GPU price.';
-comment on column marts.procurement_plan.price_basis is 'What the price rests on: list (a provider''s published offer), contract (your own catalog''s price) or estimate (no public list price; bought only when the workloads file sets procurement.allow_estimated_prices).';
-comment on column marts.procurement_plan.price_provider is 'Who sells at that price (aws, gcp, azure, lambda, coreweave, or your catalog''s provider); null when the source names none.';
-comment on column marts.procurement_plan.price_region is 'Region of the offer, where the source states one.';
-comment on column marts.procurement_plan.price_commitment is 'Term of the offer: on-demand, spot, 1y or 3y.';
-comment on column marts.procurement_plan.price_source is 'Where the price comes from (source text of the catalog or of your user catalog, CAPPLAN_USER_CATALOG).';
-comment on column marts.procurement_plan.price_date is 'When the price was read.';
 comment on column marts.procurement_plan.usd_per_hour is 'gpus_bought x usd_per_gpu_hour.';
 comment on column marts.procurement_plan.workloads is 'workload:model pairs served on this SKU (by a placement, or by some of their request-size buckets).';
 comment on column marts.procurement_plan.fleet_gpus is 'GPUs of the whole plan.';

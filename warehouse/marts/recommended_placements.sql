@@ -74,23 +74,17 @@ from placements
 left join prices using (gpu);
 
 comment on view marts.recommended_placements is 'Cheapest feasible placements per model x workload profile and ranked alternatives (latest run).';
-comment on column marts.recommended_placements.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.recommended_placements.run_date is 'UTC date the run started.';
 comment on column marts.recommended_placements.workload is 'Workload profile (marts.workloads.workload).';
 comment on column marts.recommended_placements.model is 'Registry id of the model.';
-comment on column marts.recommended_placements.model_family is 'Model family.';
 comment on column marts.recommended_placements.rank is '1 = the cheapest feasible placement; alternatives follow (the fleet plan''s choice is kept even beyond the top 10).';
 comment on column marts.recommended_placements.feasible is 'False for a model x workload with no feasible placement (one row, reason says why).';
 comment on column marts.recommended_placements.gpu is 'GPU catalog id.';
 comment on column marts.recommended_placements.gpus_per_node is 'GPUs per node of the SKU.';
-comment on column marts.recommended_placements.tp is 'Tensor-parallel size.';
-comment on column marts.recommended_placements.pp is 'Pipeline-parallel size.';
 comment on column marts.recommended_placements.gpus_per_replica is 'tp x pp.';
 comment on column marts.recommended_placements.weight_dtype is '--dtype: auto (the checkpoint as published), fp8, int4.';
 comment on column marts.recommended_placements.kv_dtype is '--kv-cache-dtype: auto or fp8.';
 comment on column marts.recommended_placements.weight_format is 'What the weights resolve to.';
 comment on column marts.recommended_placements.kv_cache_dtype is 'What the KV cache resolves to.';
-comment on column marts.recommended_placements.engine is 'Serving engine.';
 comment on column marts.recommended_placements.engine_version is 'Engine version sized for.';
 comment on column marts.recommended_placements.context_tokens is 'Tokens per sequence planned for (the workload''s context or percentile).';
 comment on column marts.recommended_placements.max_model_len is '--max-model-len of the replicas.';
@@ -103,12 +97,6 @@ comment on column marts.recommended_placements.replicas is 'ceil(target_concurre
 comment on column marts.recommended_placements.gpus_total is 'replicas x gpus_per_replica.';
 comment on column marts.recommended_placements.planned_capacity is 'replicas x planned_per_replica (>= target_concurrency).';
 comment on column marts.recommended_placements.usd_per_gpu_hour is 'GPU price (marts.gpus.price_usd_per_gpu_hour).';
-comment on column marts.recommended_placements.price_basis is 'What the price rests on: list (a provider''s published offer), contract (your own catalog''s price) or estimate (no public list price; bought only when the workloads file sets procurement.allow_estimated_prices).';
-comment on column marts.recommended_placements.price_provider is 'Who sells at that price (aws, gcp, azure, lambda, coreweave, or your catalog''s provider); null when the source names none.';
-comment on column marts.recommended_placements.price_region is 'Region of the offer, where the source states one.';
-comment on column marts.recommended_placements.price_commitment is 'Term of the offer: on-demand, spot, 1y or 3y.';
-comment on column marts.recommended_placements.price_source is 'Where the price comes from (source text of the catalog or of your user catalog, CAPPLAN_USER_CATALOG).';
-comment on column marts.recommended_placements.price_date is 'When the price was read.';
 comment on column marts.recommended_placements.usd_per_replica_hour is '$/hour of one replica.';
 comment on column marts.recommended_placements.usd_per_hour is '$/hour of all replicas.';
 comment on column marts.recommended_placements.usd_per_sequence_hour is 'usd_per_hour / target_concurrency: $/hour per concurrent sequence.';

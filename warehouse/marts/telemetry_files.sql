@@ -32,9 +32,6 @@ select
 from files;
 
 comment on view marts.telemetry_files is 'Every file of the telemetry drop folder with its row accounting (latest run).';
-comment on column marts.telemetry_files.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.telemetry_files.run_date is 'UTC date the run started.';
-comment on column marts.telemetry_files.file is 'File, relative to the drop folder.';
 comment on column marts.telemetry_files.source_kind is 'prometheus, vllm_log, csv, parquet, sidecar, ignored or unknown.';
 comment on column marts.telemetry_files.size_bytes is 'File size in bytes.';
 comment on column marts.telemetry_files.sha256 is 'sha256 of the file''s bytes.';

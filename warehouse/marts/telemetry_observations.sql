@@ -75,8 +75,6 @@ select
 from observations;
 
 comment on view marts.telemetry_observations is 'Deployment observations from the telemetry drop folder (latest run): settings and the engine''s own memory numbers.';
-comment on column marts.telemetry_observations.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.telemetry_observations.run_date is 'UTC date the run started.';
 comment on column marts.telemetry_observations.observation_id is 'Stable id of the observation: hash of file, line and engine-start segment.';
 comment on column marts.telemetry_observations.deployment_id is 'Deployment id: a label or column, the sidecar''s deployment_id, else the folder name.';
 comment on column marts.telemetry_observations.source_kind is 'vllm_log, prometheus (vllm:cache_config_info), csv or parquet.';
@@ -87,8 +85,6 @@ comment on column marts.telemetry_observations.model_name_raw is 'The model name
 comment on column marts.telemetry_observations.served_model_name is '--served-model-name, or the Prometheus model_name label.';
 comment on column marts.telemetry_observations.gpu is 'GPU catalog id (marts.gpus.gpu); null when nothing names the GPU.';
 comment on column marts.telemetry_observations.gpu_name_raw is 'The GPU name as written (nvidia-smi, DCGM modelName, sidecar).';
-comment on column marts.telemetry_observations.tp is 'Tensor-parallel size.';
-comment on column marts.telemetry_observations.pp is 'Pipeline-parallel size.';
 comment on column marts.telemetry_observations.engine is 'Serving engine (vllm unless a sidecar or column says otherwise).';
 comment on column marts.telemetry_observations.engine_version is 'Engine version as reported (banner, API server line, image tag).';
 comment on column marts.telemetry_observations.engine_generation is 'v0 or v1 when the log shows it.';
@@ -129,5 +125,4 @@ comment on column marts.telemetry_observations.preemptions_total is 'Preemption 
 comment on column marts.telemetry_observations.fb_used_bytes is 'Framebuffer used per GPU, bytes (exports).';
 comment on column marts.telemetry_observations.fb_free_bytes is 'Framebuffer free per GPU, bytes (exports).';
 comment on column marts.telemetry_observations.input_rows is 'Input rows this observation was built from.';
-comment on column marts.telemetry_observations.file is 'File, relative to the drop folder.';
 comment on column marts.telemetry_observations.line is 'First line (CSV line, Parquet row).';

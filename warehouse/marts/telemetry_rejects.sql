@@ -22,9 +22,6 @@ select
 from rejects;
 
 comment on view marts.telemetry_rejects is 'Every telemetry input row that was rejected, with a reason code and reason (latest run).';
-comment on column marts.telemetry_rejects.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.telemetry_rejects.run_date is 'UTC date the run started.';
-comment on column marts.telemetry_rejects.file is 'File, relative to the drop folder.';
 comment on column marts.telemetry_rejects.line is '1-based line (CSV line, Parquet row); null = the whole file.';
 comment on column marts.telemetry_rejects.source_kind is 'The file''s kind: prometheus, vllm_log, csv, parquet, sidecar, unknown.';
 comment on column marts.telemetry_rejects.deployment_id is 'Deployment id, when known.';

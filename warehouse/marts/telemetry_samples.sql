@@ -32,8 +32,6 @@ select
 from samples;
 
 comment on view marts.telemetry_samples is 'Metric samples from the telemetry drop folder (latest run): KV usage, running/waiting requests, preemptions, framebuffer, token counters and latency histograms.';
-comment on column marts.telemetry_samples.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.telemetry_samples.run_date is 'UTC date the run started.';
 comment on column marts.telemetry_samples.deployment_id is 'Deployment id.';
 comment on column marts.telemetry_samples.ts is 'Scrape time (UTC).';
 comment on column marts.telemetry_samples.ts_source is 'Which rule gave ts: sample, comment, sidecar or mtime.';
@@ -50,5 +48,4 @@ comment on column marts.telemetry_samples.gpu_uuid is 'DCGM GPU UUID.';
 comment on column marts.telemetry_samples.gpu is 'GPU catalog id from DCGM modelName.';
 comment on column marts.telemetry_samples.hostname is 'DCGM Hostname label.';
 comment on column marts.telemetry_samples.pod is 'Kubernetes pod label.';
-comment on column marts.telemetry_samples.file is 'File, relative to the drop folder.';
 comment on column marts.telemetry_samples.line is 'Line in the file.';

@@ -36,8 +36,6 @@ select
 from profiles;
 
 comment on view marts.workloads is 'Workload profiles the latest run planned for (workloads.yaml), and entries that could not be read.';
-comment on column marts.workloads.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.workloads.run_date is 'UTC date the run started.';
 comment on column marts.workloads.workload is 'Workload profile name.';
 comment on column marts.workloads.description is 'What it is.';
 comment on column marts.workloads.models is 'Registry ids of the models that may serve it (each planned separately).';
@@ -49,7 +47,6 @@ comment on column marts.workloads.dtype_policy is 'native, fp8-kv, fp8, any, or 
 comment on column marts.workloads.weight_dtypes is 'Weight dtypes the policy allows.';
 comment on column marts.workloads.kv_dtypes is 'KV dtypes the policy allows.';
 comment on column marts.workloads.headroom is 'Share of B_max to plan at.';
-comment on column marts.workloads.engine is 'Serving engine.';
 comment on column marts.workloads.engine_version is 'Engine version (null: capplan''s default release).';
 comment on column marts.workloads.gpus is 'SKUs allowed (empty: every GPU with a price).';
 comment on column marts.workloads.max_gpus_per_replica is 'Largest replica allowed.';
