@@ -154,10 +154,11 @@ def build_relation(
 
 
 def _dictionary_comments(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> dict[str, str]:
-    """The comments `layer.table` takes from outside its file, {column: text}: its DICTIONARY_COMMENTS; for a
-    mart, each column its file leaves undocumented takes its `<table>_history`'s comment (a current mart that is
-    its history view at the published run is documented once, there), else the description the marts share."""
-    comments = dict(DICTIONARY_COMMENTS.get((layer, table), {}))
+    """The column comments of `layer.table`, {column: text}: its DICTIONARY_COMMENTS and its own descriptions
+    (`column_descriptions`); for a mart, each column still undocumented takes its `<table>_history`'s comment
+    (a current mart that is its history view at the published run is documented once, there), else the
+    description the marts share."""
+    comments = {**DICTIONARY_COMMENTS.get((layer, table), {}), **column_descriptions(layer, table)}
     if layer != "marts":
         return comments
     history = {name: text for name, _dtype, text in columns(con, layer, f"{table}_history") if text}
@@ -166,6 +167,27 @@ def _dictionary_comments(con: duckdb.DuckDBPyConnection, layer: str, table: str)
         if text is None and inherited is not None:
             comments.setdefault(column, inherited)
     return comments
+
+
+def column_descriptions(layer: str, table: str) -> dict[str, str]:
+    """`layer.table`'s own column descriptions, {column: text}: the `columns` mapping of the YAML file beside its
+    SQL file (`warehouse/<layer>/<table>.yaml`), or none. As a dbt model's YAML: the SQL says how a relation is
+    computed, the YAML what each of its columns means (a column the marts share is described once, in
+    capacity.columns.SHARED_DESCRIPTIONS)."""
+    path = sql_path(layer, table).with_suffix(".yaml")
+    if not path.exists():
+        return {}
+    import yaml  # here: `capplan sql`'s light path imports this module and documents nothing
+
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise WarehouseSqlError(f"{path.name}: not YAML ({type(exc).__name__})") from None
+    described = loaded.get("columns") if isinstance(loaded, dict) else None
+    pairs = described.items() if isinstance(described, dict) else None
+    if pairs is None or not all(isinstance(name, str) and isinstance(text, str) for name, text in pairs):
+        raise WarehouseSqlError(f"{path.name}: expected `columns:`, a mapping of column name to description")
+    return dict(described)
 
 
 def ident(name: str) -> str:

@@ -39,12 +39,3 @@ create or replace view marts.context_limits_history as
 select * from marts.context_limits_at(false);
 
 comment on view marts.context_limits_history is 'marts.context_limits of every retained run (run_id, run_date on each row).';
-comment on column marts.context_limits_history.deployment_id is 'Key of the deployment within its run (marts.deployments.deployment_id; join history on run_id and deployment_id).';
-comment on column marts.context_limits_history.model is 'Hugging Face repo id (marts.models.model).';
-comment on column marts.context_limits_history.engine is 'Engine profile: vllm, sglang, trtllm, plain.';
-comment on column marts.context_limits_history.engine_version is 'Engine version the profile follows.';
-comment on column marts.context_limits_history.weight_dtype is 'Requested weight dtype (--dtype): bf16, auto, fp8, int4, mxfp4.';
-comment on column marts.context_limits_history.kv_dtype is 'Requested KV cache dtype (--kv-dtype): auto or fp8.';
-comment on column marts.context_limits_history.num_gpus is 'GPUs per replica: tp * pp.';
-comment on column marts.context_limits_history.concurrency is 'Target concurrent sequences B.';
-comment on column marts.context_limits_history.max_context is 'Largest T (a multiple of the block size, capped by the model limit) with B_max(T) >= concurrency; 0 when none.';
