@@ -184,10 +184,10 @@ def column_descriptions(layer: str, table: str) -> dict[str, str]:
     except yaml.YAMLError as exc:
         raise WarehouseSqlError(f"{path.name}: not YAML ({type(exc).__name__})") from None
     described = loaded.get("columns") if isinstance(loaded, dict) else None
-    pairs = described.items() if isinstance(described, dict) else None
-    if pairs is None or not all(isinstance(name, str) and isinstance(text, str) for name, text in pairs):
+    pairs = list(described.items()) if isinstance(described, dict) else []
+    if not pairs or not all(isinstance(name, str) and isinstance(text, str) for name, text in pairs):
         raise WarehouseSqlError(f"{path.name}: expected `columns:`, a mapping of column name to description")
-    return dict(described)
+    return {str(name): str(text) for name, text in pairs}
 
 
 def ident(name: str) -> str:
