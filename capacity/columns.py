@@ -403,6 +403,7 @@ _PRICE_BASIS = (
 )
 SHARED_DESCRIPTIONS: dict[str, str] = {
     **{name: BY_NAME[name].description for name in _SHARED_GRID_COLUMNS},
+    "model": "Registry id of the model (marts.models.model).",  # the grid's: the Hugging Face repo id it plans
     "engine": "Serving engine.",  # the grid's `engine` (the profile reproduced) is documented by its own relations
     "file": "File, relative to the drop folder.",
     "price_source": "Where the price comes from (source text of the catalog or of your user catalog, "
