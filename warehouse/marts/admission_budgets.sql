@@ -7,6 +7,7 @@
 --   n_observations, peak_kv_usage, peak_requests_running, peak_requests_waiting,
 --   preemptions_in_window, peak_kv_tokens, over_budget, over_capacity, status_reason
 -- history: marts.admission_budgets_history (every retained run).
+-- column comments: admission_budgets.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.admission_budgets as
 with budgets as (
     select * from staging.admission_budgets

@@ -7,6 +7,7 @@
 --   at each deployment's observed load; reported per scope, not applied to the memory terms.
 -- usage: a deployment uses its most specific usable scope (engine_version_gpu_family first, engine_profile last).
 -- history: marts.calibration_history (every retained run).
+-- column comments: calibration.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.calibration as
 with fit as (
     select * from staging.calibration

@@ -5,6 +5,7 @@
 -- history: trimmed to the last CAPPLAN_HISTORY_RUNS runs by each publish.
 -- defines: the table macro marts.context_limits_at(latest_only), the one column list; this view is
 --   context_limits_at(false), marts.context_limits is context_limits_at(true).
+-- column comments: context_limits_history.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace macro marts.context_limits_at(latest_only) as table
 with limits as (
     select * from staging.context_limits

@@ -9,6 +9,7 @@
 --   the runs that published them by raw.limit_partitions); trimmed to the last CAPPLAN_HISTORY_RUNS
 --   runs by each publish. marts.effective_context_limits is this view at the published run: one
 --   column list, one set of column comments.
+-- column comments: effective_context_limits_history.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.effective_context_limits_history as
 with limits as (
     select * from staging.effective_context_limits

@@ -7,6 +7,7 @@
 --   price_date, price_basis, price_provider, price_region, price_commitment, max_gpus_available,
 --   aliases
 -- history: marts.gpus_history (every retained run).
+-- column comments: gpus.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.gpus as
 with gpus as (
     select * from staging.gpus

@@ -3,6 +3,7 @@
 -- columns: run_id, run_date, source, ingest_run_id, item_kind, item_key, stage, reason,
 --   source_path, raw_excerpt
 -- history: marts.ingest_errors_history (every retained run).
+-- column comments: ingest_errors.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.ingest_errors as
 with errors as (
     select * from staging.ingest_errors

@@ -6,6 +6,7 @@
 --   context_limit_tokens, torch_dtype, quant_method, quant_format, total_params, active_params,
 --   kv_elements_per_token, checkpoint_bytes, published_parameters, gated, source, registered_at
 -- history: marts.models_history (every retained run).
+-- column comments: models.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.models as
 with models as (
     select * from staging.models

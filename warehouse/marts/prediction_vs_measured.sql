@@ -23,6 +23,7 @@
 -- errors: (predicted - measured) / measured, null where either side is missing (tpot / ttft: against the measured mean).
 -- history: marts.prediction_vs_measured_history (every retained run).
 -- defines: the macro marts.relative_error(predicted, measured), the one formula of every *_error column.
+-- column comments: prediction_vs_measured.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace macro marts.relative_error(predicted, measured) as
     (predicted::double - measured::double) / nullif(measured::double, 0);
 

@@ -6,6 +6,7 @@
 --   layout_replicas, binding, usd_per_million_output_tokens, plan_gpus, plan_usd_per_hour,
 --   plan_usd_per_million_output_tokens, method, optimal, whole_nodes, reason, notes
 -- history: marts.procurement_buckets_history (every retained run).
+-- column comments: procurement_buckets.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.procurement_buckets as
 with plan as (
     select * from staging.procurement_buckets

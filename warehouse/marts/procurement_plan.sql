@@ -5,6 +5,7 @@
 --   price_date, usd_per_hour, workloads, fleet_gpus, fleet_usd_per_hour, method, optimal,
 --   whole_nodes, unserved, notes
 -- history: marts.procurement_plan_history (every retained run).
+-- column comments: procurement_plan.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.procurement_plan as
 with plan as (
     select * from staging.procurement_plan

@@ -9,6 +9,7 @@
 --   output_tokens_per_second, usd_per_million_output_tokens, calibrated, calibration_scope,
 --   n_observations, feasible_options, in_fleet_plan, reason
 -- history: marts.recommended_placements_history (every retained run).
+-- column comments: recommended_placements.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.recommended_placements as
 with placements as (
     select * from staging.recommended_placements

@@ -6,6 +6,7 @@
 --   ingest_errors, row_counts, python_version, duckdb_version, polars_version, dagster_version
 -- history: this table is the history; every other mart keeps marts.<table>_history with the
 --   rows of the last runs (CAPPLAN_HISTORY_RUNS, default 7), keyed by run_id and run_date.
+-- column comments: runs.yaml beside this file; the columns the marts share, capacity/columns.py.
 create table if not exists marts.runs (
     run_id varchar primary key,
     run_date date not null,

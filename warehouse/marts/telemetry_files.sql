@@ -4,6 +4,7 @@
 --   lines_total, lines_ignored, rows_in, accepted, rejected, observations, samples, notes,
 --   telemetry_source, drop_dir, reconciles
 -- history: marts.telemetry_files_history (every retained run).
+-- column comments: telemetry_files.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.telemetry_files as
 with files as (
     select * from staging.telemetry_files

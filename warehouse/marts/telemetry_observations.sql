@@ -10,6 +10,7 @@
 --   kv_cache_tokens, max_concurrency, max_concurrency_tokens, peak_kv_usage, peak_requests_running,
 --   peak_requests_waiting, preemptions_total, fb_used_bytes, fb_free_bytes, input_rows, file, line
 -- history: marts.telemetry_observations_history (every retained run).
+-- column comments: telemetry_observations.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.telemetry_observations as
 with observations as (
     select * from staging.telemetry_observations

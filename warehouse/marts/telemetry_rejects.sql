@@ -4,6 +4,7 @@
 --   raw_excerpt
 -- reconciliation: per file, rows_in = accepted + rejected (marts.telemetry_files.reconciles).
 -- history: marts.telemetry_rejects_history (every retained run).
+-- column comments: telemetry_rejects.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.telemetry_rejects as
 with rejects as (
     select * from staging.telemetry_rejects

@@ -5,6 +5,7 @@
 --   engine_version, gpus, max_gpus_per_replica, request_rate_per_s, request_buckets, valid, error,
 --   source_path
 -- history: marts.workloads_history (every retained run).
+-- column comments: workloads.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.workloads as
 with profiles as (
     select * from staging.workloads
