@@ -138,7 +138,8 @@ _RELATION_KINDS = {"BASE TABLE": "table", "VIEW": "view"}  # information_schema.
 def build_relation(
     con: duckdb.DuckDBPyConnection, layer: str, table: str, params: Mapping[str, object] | None = None
 ) -> None:
-    """Create (or replace) `layer.table` by running its SQL file.
+    """Create (or replace) `layer.table` by running its SQL file, then comment its columns from the
+    column dictionaries (`_dictionary_comments`: a SQL file holds no `comment on column`).
 
     Safe to re-run on a snapshot written by another version: when the file now makes a view where
     a table was (or the other way round), the old object is dropped first.
