@@ -392,6 +392,35 @@ def comment(column: Column, *, deployments: bool = False) -> str:
     return column.description
 
 
+# --- what many marts share (warehouse.sql.build_relation documents these in every mart) ----------------
+
+# The description of a column that several marts carry with one meaning. A mart whose SQL file gives such
+# a column no comment of its own gets this one; a file that means something narrower says so in its file.
+_SHARED_GRID_COLUMNS = ("run_id", "run_date", "gpu", "model_family", "tp", "pp")
+_PRICE_BASIS = (
+    "What the price rests on: list (a provider's published offer), contract (your own catalog's price) or "
+    "estimate (no public list price; bought only when the workloads file sets procurement.allow_estimated_prices)."
+)
+SHARED_DESCRIPTIONS: dict[str, str] = {
+    **{name: BY_NAME[name].description for name in _SHARED_GRID_COLUMNS},
+    "model": "Registry id of the model (marts.models.model).",  # the grid's: the Hugging Face repo id it plans
+    "engine": "Serving engine.",  # the grid's `engine` (the profile reproduced) is documented by its own relations
+    "file": "File, relative to the drop folder.",
+    "price_source": "Where the price comes from (source text of the catalog or of your user catalog, "
+    "CAPPLAN_USER_CATALOG).",
+    "price_basis": _PRICE_BASIS,
+    "price_provider": "Who sells at that price (aws, gcp, azure, lambda, coreweave, or your catalog's provider); "
+    "null when the source names none.",
+    "price_region": "Region of the offer, where the source states one.",
+    "price_commitment": "Term of the offer: on-demand, spot, 1y or 3y.",
+    "price_date": "When the price was read.",
+    "calibration_scope": "The scope applied (marts.calibration.scope).",
+    "peak_requests_running": "Most running requests observed.",
+    "peak_requests_waiting": "Most waiting requests observed.",
+    "preemptions_in_window": "Preemptions during the observed window (counter increase, resets counted).",
+}
+
+
 # --- what `capplan estimate --json` prints (Estimate.contract, the scalar estimate) ------------------
 
 

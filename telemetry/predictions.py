@@ -33,7 +33,7 @@ from capacity.calibration import (
     pool_with_units,
 )
 from capacity.estimate import Estimate, estimate
-from capacity.performance import performance
+from capacity.performance import speed_at
 from capacity.pool import PoolUnit
 from capacity.spec import GpuSku, ModelSpec, SpecError
 from models_registry.planning import Catalog
@@ -244,16 +244,9 @@ def _speed(
     input_tokens, output_tokens = max(1, round(prompt)), max(1, round(generated))
     engines = max(1, _int(row.get("engines_seen")) or 1)
     try:
-        perf = performance(
-            model,
-            est,
-            gpu,
-            concurrency=batch,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            chunk_tokens=est.pool.max_num_batched_tokens or input_tokens,
-            weight_dtype=weight_dtype,
-        )
+        perf = speed_at(
+            model, est, gpu, input_tokens=input_tokens, output_tokens=output_tokens, weight_dtype=weight_dtype
+        )(batch)
     except (SpecError, ValueError, ArithmeticError) as exc:
         return {"speed_reason": f"speed not predicted: {one_line(exc, 160)}"}
     return {

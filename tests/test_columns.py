@@ -18,7 +18,7 @@ from capacity import columns as cols
 from capacity.grid import build_capacity_grid, grid_tables
 from pipelines.cli import app
 from tests.test_grid import gpus, models
-from warehouse.sql import DICTIONARY_COMMENTS, WAREHOUSE_DIR, build_relation, header_comment
+from warehouse.sql import DICTIONARY_COMMENTS, WAREHOUSE_DIR, build_relation, column_descriptions, header_comment
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ["run_id", "run_date"]
@@ -125,6 +125,61 @@ def test_the_generated_comments_are_not_in_the_sql_files() -> None:
         if table in from_dictionary:  # the others (the diff marts) bring their own descriptions
             assert list(comments) == from_dictionary[table]
     assert {table for _layer, table in DICTIONARY_COMMENTS} >= from_dictionary.keys()
+
+
+def test_each_mart_column_is_described_once() -> None:
+    """A mart's SQL says how it is computed, its YAML what its columns mean: no `comment on column` in the SQL,
+    no YAML entry for a column its header does not list, and none repeating a description the marts share
+    (that one is written once, in the dictionary; a narrower meaning in the mart's own words is welcome)."""
+    repeated, unknown = [], []
+    for path in sorted((WAREHOUSE_DIR / "marts").glob("*.sql")):
+        assert "comment on column" not in path.read_text(encoding="utf-8"), path.name
+        listed = _header_columns("marts", path.stem)
+        for column, text in column_descriptions("marts", path.stem).items():
+            unknown += [f"{path.stem}.{column}"] if column not in listed else []
+            repeated += [f"{path.stem}.{column}"] if cols.SHARED_DESCRIPTIONS.get(column) == text else []
+    assert not unknown and not repeated, (unknown, repeated)
+
+
+def test_a_broken_descriptions_file_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import warehouse.sql as sql
+
+    monkeypatch.setattr(sql, "WAREHOUSE_DIR", tmp_path)
+    (tmp_path / "marts").mkdir()
+    for text in ("columns: [a, b]\n", "columns:\n  a: 1\n", "columns: {a: 'x'\n"):
+        (tmp_path / "marts" / "toy.yaml").write_text(text, encoding="utf-8")
+        with pytest.raises(sql.WarehouseSqlError, match=r"^toy\.yaml: ") as raised:
+            column_descriptions("marts", "toy")
+        assert "\n" not in str(raised.value)
+    (tmp_path / "marts" / "toy.yaml").write_text("columns:\n  on: 'a: b'\n", encoding="utf-8")
+    with pytest.raises(sql.WarehouseSqlError):  # YAML 1.1 reads `on` as True: refused, not renamed
+        column_descriptions("marts", "toy")
+
+
+def test_a_mart_takes_the_shared_description_where_its_file_is_silent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On stand-in files: the file's own comment wins, a silent column takes the dictionary's, then its
+    history view's comment wins over the dictionary's; a column the dictionary does not know stays bare."""
+    import warehouse.sql as sql
+
+    files = {
+        "toy_history": "create or replace view marts.toy_history as select 1 as tp, 2 as pp, 3 as engine;\n"
+        "comment on column marts.toy_history.engine is 'The profile reproduced.';",
+        "toy": "create or replace view marts.toy as select tp, pp, engine, 4 as own from marts.toy_history;\n"
+        "comment on column marts.toy.pp is 'Stages, here.';",
+    }
+    monkeypatch.setattr(sql, "read_sql", lambda layer, table: files[table])
+    con = duckdb.connect()
+    con.execute("create schema marts")
+    build_relation(con, "marts", "toy_history")
+    build_relation(con, "marts", "toy")
+    got = dict(con.execute("select column_name, comment from duckdb_columns() where table_name = 'toy'").fetchall())
+    assert got == {
+        "tp": "Tensor-parallel size.",
+        "pp": "Stages, here.",
+        "engine": "The profile reproduced.",
+        "own": None,
+    }
+    assert cols.SHARED_DESCRIPTIONS["run_id"] == cols.BY_NAME["run_id"].description  # one text, not two
 
 
 def test_build_relation_applies_the_dictionarys_comments(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,9 @@
 """The diff marts' columns, described once: marts.grid_diff (two runs) and marts.release_diff (two
 releases) share them. `warehouse.sql.build_relation` applies them (DICTIONARY_COMMENTS) after each file
-runs, as it does the grid's column dictionary. No imports: `capplan sql` loads this with warehouse.sql."""
+runs, as it does the grid's column dictionary; the key columns' words are the ones every mart shares
+(capacity.columns.SHARED_DESCRIPTIONS). `capplan sql` loads this with warehouse.sql: nothing heavier."""
+
+from capacity.columns import SHARED_DESCRIPTIONS
 
 _SIDES = {
     "before": "before: the earlier run (marts.release_diff: the fleet's release)",
@@ -18,13 +21,10 @@ _PAIRED = {
     "price_source": "Where that run's GPU price came from",
 }
 _KEYS = {
-    "model": "Model registry id.",
-    "gpu": "GPU catalog id.",
-    "engine": "Serving engine.",
+    **{name: SHARED_DESCRIPTIONS[name] for name in ("model", "gpu", "engine")},
     "weight_dtype": "Weight dtype as requested (--dtype).",
     "kv_dtype": "KV cache dtype as requested (--kv-cache-dtype).",
-    "tp": "Tensor-parallel size.",
-    "pp": "Pipeline-parallel size.",
+    **{name: SHARED_DESCRIPTIONS[name] for name in ("tp", "pp")},
     "context": "Tokens per sequence (prompt + output) of the row.",
     "num_gpus": "GPUs per replica (tp x pp).",
 }

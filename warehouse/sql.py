@@ -17,7 +17,7 @@ from pathlib import Path
 
 import duckdb
 
-from capacity.columns import MART_DEPLOYMENT_COLUMNS, MART_GRID_COLUMNS, comment
+from capacity.columns import MART_DEPLOYMENT_COLUMNS, MART_GRID_COLUMNS, SHARED_DESCRIPTIONS, comment
 from warehouse.diff_columns import GRID_DIFF_COMMENTS, RELEASE_DIFF_COMMENTS
 
 WAREHOUSE_DIR = Path(__file__).resolve().parent
@@ -27,7 +27,9 @@ QUERIES_DIR = WAREHOUSE_DIR / "queries"
 
 # The relations whose column comments come from the column dictionary (capacity.columns) rather than
 # their SQL file: {column: comment}, applied by `build_relation` after the file runs (the current marts
-# copy them from these history views, `pipelines.assets.common.inherit_column_comments`).
+# take them from these history views, `_dictionary_comments`). Every mart takes from the dictionary the
+# columns the marts share (SHARED_DESCRIPTIONS) that its file leaves undocumented, so its file keeps only
+# the comments specific to it.
 DICTIONARY_COMMENTS: dict[tuple[str, str], dict[str, str]] = {
     ("marts", "capacity_grid_history"): {c.name: comment(c) for c in MART_GRID_COLUMNS},
     ("marts", "deployments_history"): {c.name: comment(c, deployments=True) for c in MART_DEPLOYMENT_COLUMNS},
@@ -136,7 +138,8 @@ _RELATION_KINDS = {"BASE TABLE": "table", "VIEW": "view"}  # information_schema.
 def build_relation(
     con: duckdb.DuckDBPyConnection, layer: str, table: str, params: Mapping[str, object] | None = None
 ) -> None:
-    """Create (or replace) `layer.table` by running its SQL file.
+    """Create (or replace) `layer.table` by running its SQL file, then comment its columns from the
+    column dictionaries (`_dictionary_comments`: a SQL file holds no `comment on column`).
 
     Safe to re-run on a snapshot written by another version: when the file now makes a view where
     a table was (or the other way round), the old object is dropped first.
@@ -147,8 +150,45 @@ def build_relation(
         if existing is not None and existing != kind.lower():
             con.execute(f"drop {existing} {qualified(schema.lower(), name.lower())}")
     execute_sql(con, sql, params, name=f"warehouse/{layer}/{table}.sql")
-    for column, text in DICTIONARY_COMMENTS.get((layer, table), {}).items():
+    for column, text in _dictionary_comments(con, layer, table).items():
         con.execute(f"comment on column {qualified(layer, table)}.{ident(column)} is {sql_string(text)}")
+
+
+def _dictionary_comments(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> dict[str, str]:
+    """The column comments of `layer.table`, {column: text}: its DICTIONARY_COMMENTS and its own descriptions
+    (`column_descriptions`); for a mart, each column still undocumented takes its `<table>_history`'s comment
+    (a current mart that is its history view at the published run is documented once, there), else the
+    description the marts share."""
+    comments = {**DICTIONARY_COMMENTS.get((layer, table), {}), **column_descriptions(layer, table)}
+    if layer != "marts":
+        return comments
+    history = {name: text for name, _dtype, text in columns(con, layer, f"{table}_history") if text}
+    for column, _dtype, text in columns(con, layer, table):
+        inherited = history.get(column, SHARED_DESCRIPTIONS.get(column))
+        if text is None and inherited is not None:
+            comments.setdefault(column, inherited)
+    return comments
+
+
+def column_descriptions(layer: str, table: str) -> dict[str, str]:
+    """`layer.table`'s own column descriptions, {column: text}: the `columns` mapping of the YAML file beside its
+    SQL file (`warehouse/<layer>/<table>.yaml`), or none. As a dbt model's YAML: the SQL says how a relation is
+    computed, the YAML what each of its columns means (a column the marts share is described once, in
+    capacity.columns.SHARED_DESCRIPTIONS)."""
+    path = sql_path(layer, table).with_suffix(".yaml")
+    if not path.exists():
+        return {}
+    import yaml  # here: `capplan sql`'s light path imports this module and documents nothing
+
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise WarehouseSqlError(f"{path.name}: not YAML ({type(exc).__name__})") from None
+    described = loaded.get("columns") if isinstance(loaded, dict) else None
+    pairs = list(described.items()) if isinstance(described, dict) else []
+    if not pairs or not all(isinstance(name, str) and isinstance(text, str) for name, text in pairs):
+        raise WarehouseSqlError(f"{path.name}: expected `columns:`, a mapping of column name to description")
+    return {str(name): str(text) for name, text in pairs}
 
 
 def ident(name: str) -> str:
@@ -399,6 +439,6 @@ def _token_word(raw: str) -> str:
     """An identifier token's name, lowercased, without its quotes or a comment that follows it."""
     if raw.startswith('"'):
         closing = raw.find('"', 1)
-        return raw[1:closing if closing > 0 else None].lower()
+        return raw[1 : closing if closing > 0 else None].lower()
     match = re.match(r"[^\s\"/(.,;-]+", raw)
     return match.group(0).lower() if match else ""

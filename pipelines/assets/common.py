@@ -25,7 +25,6 @@ from warehouse.sql import (
     build_relation,
     columns,
     header_comment,
-    ident,
     qualified,
     read_sql,
     relation_kind,
@@ -180,19 +179,6 @@ def sql_deps(layer: str, table: str, sql: str | None = None) -> list[dg.AssetKey
     return [key(*owner) for owner in sorted(owners)]
 
 
-def inherit_column_comments(con: duckdb.DuckDBPyConnection, layer: str, table: str) -> int:
-    """A current mart that is its `<table>_history` view at the published run documents its columns
-    once, on the history view: copy each comment the current view lacks; returns how many."""
-    documented = {name: comment for name, _type, comment in columns(con, layer, f"{table}_history") if comment}
-    copied = 0
-    for name, _type, comment in columns(con, layer, table):
-        if not comment and name in documented:  # COMMENT ON takes no parameters: quote the literal
-            text = documented[name].replace("'", "''")
-            con.execute(f"comment on column {qualified(layer, table)}.{ident(name)} is '{text}'")
-            copied += 1
-    return copied
-
-
 def sql_asset(layer: str, table: str, *, group_name: str) -> dg.AssetsDefinition:
     """The asset of a pure-SQL relation: run `warehouse/<layer>/<table>.sql` in the run's build;
     its deps are what the SQL reads (`sql_deps`)."""
@@ -207,7 +193,6 @@ def sql_asset(layer: str, table: str, *, group_name: str) -> dg.AssetsDefinition
     def _relation(warehouse: WarehouseResource) -> dg.MaterializeResult:
         with warehouse.build() as con:
             build_relation(con, layer, table)
-            inherit_column_comments(con, layer, table)
             return relation_result(con, layer, table)
 
     return _relation

@@ -5,6 +5,7 @@
 -- history: trimmed to the last CAPPLAN_HISTORY_RUNS runs by each publish.
 -- defines: the table macro marts.context_limits_at(latest_only), the one column list; this view is
 --   context_limits_at(false), marts.context_limits is context_limits_at(true).
+-- column comments: context_limits_history.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace macro marts.context_limits_at(latest_only) as table
 with limits as (
     select * from staging.context_limits
@@ -39,18 +40,3 @@ create or replace view marts.context_limits_history as
 select * from marts.context_limits_at(false);
 
 comment on view marts.context_limits_history is 'marts.context_limits of every retained run (run_id, run_date on each row).';
-comment on column marts.context_limits_history.run_id is 'The nightly run that published this row (marts.runs.run_id).';
-comment on column marts.context_limits_history.run_date is 'UTC date the run started.';
-comment on column marts.context_limits_history.deployment_id is 'Key of the deployment within its run (marts.deployments.deployment_id; join history on run_id and deployment_id).';
-comment on column marts.context_limits_history.model is 'Hugging Face repo id (marts.models.model).';
-comment on column marts.context_limits_history.model_family is 'Model family.';
-comment on column marts.context_limits_history.gpu is 'GPU catalog id (marts.gpus.gpu).';
-comment on column marts.context_limits_history.engine is 'Engine profile: vllm, sglang, trtllm, plain.';
-comment on column marts.context_limits_history.engine_version is 'Engine version the profile follows.';
-comment on column marts.context_limits_history.weight_dtype is 'Requested weight dtype (--dtype): bf16, auto, fp8, int4, mxfp4.';
-comment on column marts.context_limits_history.kv_dtype is 'Requested KV cache dtype (--kv-dtype): auto or fp8.';
-comment on column marts.context_limits_history.tp is 'Tensor-parallel size.';
-comment on column marts.context_limits_history.pp is 'Pipeline-parallel size.';
-comment on column marts.context_limits_history.num_gpus is 'GPUs per replica: tp * pp.';
-comment on column marts.context_limits_history.concurrency is 'Target concurrent sequences B.';
-comment on column marts.context_limits_history.max_context is 'Largest T (a multiple of the block size, capped by the model limit) with B_max(T) >= concurrency; 0 when none.';
