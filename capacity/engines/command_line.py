@@ -90,6 +90,8 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "cpu_offload_gb": ("cpu_offload_gb", _FLOAT),
         "speculative_config": ("speculative_config", _TEXT),
         "kv_transfer_config": ("kv_transfer_config", _TEXT),
+        "kv_offloading_size": ("kv_offloading_size", _FLOAT),
+        "kv_offloading_backend": ("kv_offloading_backend", _TEXT),
         "quantization": ("dtype", "quantization"),
         "limit_mm_per_prompt": ("limit_mm_per_prompt", _TEXT),
         "language_model_only": ("language_model_only", _SWITCH),
@@ -110,6 +112,9 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "speculative_algorithm": ("speculative", "present"),
         "enable_dp_attention": ("enable_dp_attention", _SWITCH),
         "quantization": ("dtype", "quantization"),
+        "enable_hierarchical_cache": ("enable_hierarchical_cache", _SWITCH),
+        "hicache_ratio": ("hicache_ratio", _FLOAT),
+        "hicache_size": ("hicache_size", _INT),
     },
     Engine.TRTLLM: {
         "tensor_parallel_size": ("tp", _INT),
@@ -124,7 +129,7 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
 # flags that move the memory and that capplan does not size (beyond the named estimate options)
 _UNSIZED: dict[Engine, frozenset[str]] = {
     Engine.VLLM: frozenset({
-        "kv_offloading_size", "kv_offloading_backend", "lora_modules", "enable_expert_parallel", "enable_eplb", "eplb_config",
+        "lora_modules", "enable_expert_parallel", "enable_eplb", "eplb_config",
         "decode_context_parallel_size", "prefill_context_parallel_size", "compilation_config",
         "cudagraph_capture_sizes", "max_cudagraph_capture_size", "max_loras", "max_lora_rank",
         "max_cpu_loras", "swap_space", "num_gpu_blocks_override", "calculate_kv_scales", "kv_sharing_fast_prefill",
@@ -135,7 +140,7 @@ _UNSIZED: dict[Engine, frozenset[str]] = {
     Engine.SGLANG: frozenset({
         "max_total_tokens", "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "ep_size",
         "moe_a2a_backend", "enable_eplb", "dp_size", "attn_cp_size", "max_lora_rank", "max_loaded_loras",
-        "speculative_draft_model_path", "enable_hierarchical_cache", "hicache_ratio", "hicache_size",
+        "speculative_draft_model_path",
         "mamba_ssm_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio", "json_model_override_args",
         "load_format", "enable_mixed_chunk", "disaggregation_mode", "config", "enable_memory_saver",
         "enable_torch_compile", "torch_compile_max_bs", "piecewise_cuda_graph_max_tokens",
