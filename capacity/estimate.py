@@ -228,7 +228,8 @@ def _weights(
             d.weights_bytes_per_gpu, d.weights_bytes_per_gpu * d.tp * d.pp, d.weight_dtype, "override"
         )
     weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, profile.engine)
-    return with_layout_extra(weights, profile, model, d.tp, d.pp, gpu, notes, d.triton_kernels)
+    weights = with_layout_extra(weights, profile, model, d.tp, d.pp, gpu, notes, d.triton_kernels)
+    return weights_after_offload(model, weights, d.weight_offload, d.pp, notes)
 
 
 def _overhead(d: DeploymentSpec, profile: EngineProfile, inputs: OverheadInputs, notes: list[str]) -> Overhead:
@@ -502,9 +503,7 @@ def estimate(
         model, dt.act_bytes, dt.ssm_bytes, d.tp, d.pp, conv_without_current=profile.conv_state_without_current
     )
     state_gpu = sum(terms.total_bytes * n for terms, n in state_terms)
-    weights = weights_after_offload(
-        model, _weights(model, d, profile, gpu, checkpoint_bytes, notes), d.weight_offload, d.pp, notes
-    )
+    weights = _weights(model, d, profile, gpu, checkpoint_bytes, notes)
     defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
     lim = _limits(d, profile, defaults)
     inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len)
@@ -512,9 +511,7 @@ def estimate(
     usable = int(total * lim.utilization)
     start_problem = profile.start_memory_problem(total, lim.utilization, d.other_process_bytes)
     budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)
-    if d.kv_offload is not None:
-        unsized = sizing(d.kv_offload, per_token_gpu, None, lim.block_size, d.tp, d.pp, model.is_mla)
-        budget = budget_after_offload(d.kv_offload, budget, unsized, total - usable, notes)
+    budget = _offload_budget(d, budget, per_token_gpu, lim.block_size, model.is_mla, total - usable, notes)
     request = _pool_request(model, d, budget, dt, lim, defaults.state_checkpoints)
     pool = _tightest_pool(profile, request, notes)
     notes.extend(_in_flight_notes(d, profile, lim, pool, max_model_len))
@@ -573,6 +570,16 @@ def estimate(
         kv_tiers=_tiers(d, per_token_gpu, pool, lim.block_size, model.is_mla, gpu),
         **f.fields(),  # type: ignore[arg-type]
     )
+
+
+def _offload_budget(
+    d: DeploymentSpec, budget: int, per_token_gpu: int, block_size: int, is_mla: bool, headroom: int, notes: list[str]
+) -> int:
+    """The KV budget less what a KV offload takes on the GPU before the pool is sized (features.offload)."""
+    if d.kv_offload is None:
+        return budget
+    before_pool = sizing(d.kv_offload, per_token_gpu, None, block_size, d.tp, d.pp, is_mla)
+    return budget_after_offload(d.kv_offload, budget, before_pool, headroom, notes)
 
 
 def _tiers(

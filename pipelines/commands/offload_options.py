@@ -78,6 +78,8 @@ def offload_specs(engine: str, options: dict[str, Any]) -> tuple[WeightOffload |
     chunk = options.get("lmcache_chunk_size")
     if chunk is not None and chunk <= 0:
         fail(f"--lmcache-chunk-size must be a positive number of tokens, got {chunk}")
+    if engine.lower() not in {e.value for e in Engine}:
+        return (WeightOffload(gib) if gib else None), None  # the estimate names the unknown engine
     try:
         kv = kv_offload_for(
             Engine(engine.lower()),
