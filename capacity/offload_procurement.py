@@ -21,8 +21,9 @@ import math
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from capacity.dtypes import GIB
 from capacity.estimate import Estimate
-from capacity.features.offload import GIB, hit_load_seconds
+from capacity.features.offload import hit_load_seconds
 from capacity.features.offload_sizing import gpu_host_link_gbps
 from capacity.performance import perf_inputs, prefill_seconds
 from capacity.spec import GpuSku, ModelSpec, SpecError

@@ -28,8 +28,8 @@ from capacity.features.offload import (
     UnsizedConnector,
     VllmNativeOffload,
     WeightOffload,
-    kv_offload_for,
 )
+from capacity.features.offload_sizing import kv_offload_for
 from capacity.offload_procurement import (
     CachedWorkload,
     CachePlacement,

@@ -31,11 +31,8 @@ Pure rules, no I/O, read per release from the engines' source:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from enum import Enum
-
-from capacity.engines.kinds import Engine
 
 # the engines' GiB (vLLM `kv_offloading_size * (1 << 30)`, `cpu_offload_gb * 1024**3`, LMCache `size * 1024**3`);
 # capacity.dtypes' GIB is the same number, but dtypes reads capacity.spec, which names these specs
@@ -113,7 +110,6 @@ class WeightOffload:
 class KVOffload:
     """A lower KV tier behind the GPU pool; each engine's offload answers for its own memory."""
 
-    engine: Engine
     label: str
 
     def pool_gpu_bytes(self, s: OffloadSizing) -> int:
@@ -139,7 +135,6 @@ class VllmNativeOffload(KVOffload):
 
     host_gib_total: float  # summed over the TP ranks (CacheConfig.kv_offloading_size)
     blocks_per_chunk: int = 1  # kv_connector_extra_config block_size / blocks_per_chunk
-    engine: Engine = Engine.VLLM
     label: str = "vLLM native CPU offload (OffloadingConnector)"
 
     def chunks(self, s: OffloadSizing) -> int:
@@ -170,7 +165,6 @@ class LMCacheOffload(KVOffload):
     cpu_gib: float = LMCACHE_DEFAULT_CPU_GIB
     disk_gib: float = 0.0
     chunk_tokens: int = LMCACHE_DEFAULT_CHUNK_TOKENS
-    engine: Engine = Engine.VLLM
     label: str = "LMCache (LMCacheConnectorV1)"
 
     def headroom_gpu_bytes(self, s: OffloadSizing) -> int:
@@ -198,7 +192,6 @@ class HiCacheOffload(KVOffload):
     ratio: float = HICACHE_DEFAULT_RATIO
     size_gb: int = 0  # --hicache-size: overrides the ratio when > 0
     page_first: bool = True  # --hicache-mem-layout page_first (the default): GPU write-back staging
-    engine: Engine = Engine.SGLANG
     label: str = "SGLang HiCache"
 
     def pool_gpu_bytes(self, s: OffloadSizing) -> int:
@@ -226,7 +219,6 @@ class TrtllmHostCache(KVOffload):
     """TensorRT-LLM `kv_cache_config.host_cache_size`: a secondary block pool in host memory."""
 
     host_bytes: int
-    engine: Engine = Engine.TRTLLM
     label: str = "TensorRT-LLM host cache"
 
     def tiers(self, s: OffloadSizing) -> tuple[KVTier, ...]:
@@ -239,85 +231,10 @@ class UnsizedConnector(KVOffload):
     """A KV connector capplan does not size (NIXL, Mooncake, LMCache's multi-process server, ...)."""
 
     name: str = "a KV connector"
-    engine: Engine = Engine.VLLM
     label: str = "KV connector"
 
     def unmodelled(self) -> str | None:
         return f"{self.name} (--kv-transfer-config: its GPU buffers)"
-
-
-# connectors named in --kv-transfer-config that the rules above size
-_CONNECTORS = {"OffloadingConnector": "native", "LMCacheConnectorV1": "lmcache"}
-
-
-def kv_offload_for(
-    engine: Engine,
-    *,
-    connector: str | None = None,
-    kv_offloading_size_gib: float | None = None,
-    kv_offloading_backend: str = "native",
-    extra_config: dict[str, object] | None = None,
-    lmcache_cpu_gib: float | None = None,
-    lmcache_disk_gib: float | None = None,
-    lmcache_chunk_tokens: int | None = None,
-    hierarchical_cache: bool = False,
-    hicache_ratio: float | None = None,
-    hicache_size_gb: int | None = None,
-    host_cache_bytes: int | None = None,
-) -> KVOffload | None:
-    """The offload a deployment's engine flags ask for (None: none); ValueError with a one-line reason."""
-    extra = extra_config or {}
-    sizes = {
-        "--kv-offloading-size": kv_offloading_size_gib,
-        "--hicache-ratio": hicache_ratio,
-        "LMCache CPU size": lmcache_cpu_gib,
-        "LMCache disk size": lmcache_disk_gib,
-    }
-    for name, value in sizes.items():
-        if value is not None and not (value >= 0 and math.isfinite(value)):
-            raise ValueError(f"{name} must be a finite number >= 0, got {value}")
-    if hierarchical_cache or hicache_ratio is not None or hicache_size_gb:
-        if engine is not Engine.SGLANG:
-            raise ValueError(
-                "--enable-hierarchical-cache is SGLang's (HiCache); vLLM offloads with --kv-offloading-size"
-            )
-        return HiCacheOffload(
-            ratio=HICACHE_DEFAULT_RATIO if hicache_ratio is None else hicache_ratio,
-            size_gb=max(hicache_size_gb or 0, 0),
-        )
-    if host_cache_bytes:
-        if engine is not Engine.TRTLLM:
-            raise ValueError("a host cache size is TensorRT-LLM's kv_cache_config.host_cache_size")
-        return TrtllmHostCache(host_cache_bytes)
-    backend = kv_offloading_backend
-    if kv_offloading_size_gib is None and connector is None:
-        return None
-    if engine is not Engine.VLLM:
-        raise ValueError("--kv-offloading-size and --kv-transfer-config are vLLM's")
-    if connector is not None and kv_offloading_size_gib is None:
-        if connector not in _CONNECTORS:
-            return UnsizedConnector(name=connector)
-        backend = _CONNECTORS[connector]
-    if backend == "lmcache":
-        if connector is None:  # --kv-offloading-backend lmcache: LMCacheMPConnector, memory in the LMCache server
-            return UnsizedConnector(name="LMCacheMPConnector (the LMCache server holds its memory)")
-        return LMCacheOffload(
-            cpu_gib=LMCACHE_DEFAULT_CPU_GIB if lmcache_cpu_gib is None else lmcache_cpu_gib,
-            disk_gib=lmcache_disk_gib or 0.0,
-            chunk_tokens=lmcache_chunk_tokens or LMCACHE_DEFAULT_CHUNK_TOKENS,
-        )
-    if backend != "native":
-        raise ValueError(f"--kv-offloading-backend must be native or lmcache, got {backend!r}")
-    size = kv_offloading_size_gib
-    if size is None:  # an OffloadingConnector named in --kv-transfer-config: its extra config has the bytes
-        cpu_bytes = extra.get("cpu_bytes_to_use")
-        if not isinstance(cpu_bytes, int | float) or cpu_bytes <= 0:
-            raise ValueError("OffloadingConnector needs cpu_bytes_to_use in kv_connector_extra_config")
-        size = float(cpu_bytes) / GIB
-    blocks_per_chunk = extra.get("blocks_per_chunk", 1)
-    if not isinstance(blocks_per_chunk, int) or blocks_per_chunk <= 0:
-        raise ValueError("'blocks_per_chunk' must be greater than 0.")
-    return VllmNativeOffload(size, blocks_per_chunk)
 
 
 def host_link_gbps(

@@ -1,19 +1,30 @@
-"""The estimate's three questions to the offload rules (`capacity.features.offload`): the weights left on each
-GPU, the KV budget after what an offload takes before the pool is sized, and the tiers behind the pool.
+"""Which offload a deployment's flags ask for, and the estimate's three questions to the offload rules
+(`capacity.features.offload`): the weights left on each GPU, the KV budget after what an offload takes before
+the pool is sized, and the tiers behind the pool.
 
-Apart from the rules because it reads the estimate's types (weights, pool, GPU), which read `capacity.spec`,
-which names the offload specs."""
+Apart from the rules because it reads the engines' kinds and the estimate's types (weights, pool, GPU), which
+read `capacity.spec`, which names the offload specs."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
-from capacity.dtypes import format_gib
+from capacity.dtypes import GIB, format_gib
+from capacity.engines.kinds import Engine
 from capacity.features.offload import (
+    HICACHE_DEFAULT_RATIO,
+    LMCACHE_DEFAULT_CHUNK_TOKENS,
+    LMCACHE_DEFAULT_CPU_GIB,
+    HiCacheOffload,
     KVOffload,
     KVTier,
+    LMCacheOffload,
     Medium,
     OffloadSizing,
+    TrtllmHostCache,
+    UnsizedConnector,
+    VllmNativeOffload,
     WeightOffload,
     hit_load_seconds,
     host_link_gbps,
@@ -107,3 +118,77 @@ def kv_tiers(offload: KVOffload | None, s: OffloadSizing, gpu: GpuSku | None) ->
 def gpu_host_link_gbps(gpu: GpuSku) -> float:
     """GB/s one direction between this GPU and host memory (`capacity.features.offload.host_link_gbps`)."""
     return host_link_gbps(gpu.name, gpu.interconnect, gpu.interconnect_gbps, gpu.architecture)
+
+
+# connectors named in --kv-transfer-config that the rules above size
+_CONNECTORS = {"OffloadingConnector": "native", "LMCacheConnectorV1": "lmcache"}
+
+
+def kv_offload_for(
+    engine: Engine,
+    *,
+    connector: str | None = None,
+    kv_offloading_size_gib: float | None = None,
+    kv_offloading_backend: str = "native",
+    extra_config: dict[str, object] | None = None,
+    lmcache_cpu_gib: float | None = None,
+    lmcache_disk_gib: float | None = None,
+    lmcache_chunk_tokens: int | None = None,
+    hierarchical_cache: bool = False,
+    hicache_ratio: float | None = None,
+    hicache_size_gb: int | None = None,
+    host_cache_bytes: int | None = None,
+) -> KVOffload | None:
+    """The offload a deployment's engine flags ask for (None: none); ValueError with a one-line reason."""
+    extra = extra_config or {}
+    sizes = {
+        "--kv-offloading-size": kv_offloading_size_gib,
+        "--hicache-ratio": hicache_ratio,
+        "LMCache CPU size": lmcache_cpu_gib,
+        "LMCache disk size": lmcache_disk_gib,
+    }
+    for name, value in sizes.items():
+        if value is not None and not (value >= 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    if hierarchical_cache or hicache_ratio is not None or hicache_size_gb:
+        if engine is not Engine.SGLANG:
+            raise ValueError(
+                "--enable-hierarchical-cache is SGLang's (HiCache); vLLM offloads with --kv-offloading-size"
+            )
+        return HiCacheOffload(
+            ratio=HICACHE_DEFAULT_RATIO if hicache_ratio is None else hicache_ratio,
+            size_gb=max(hicache_size_gb or 0, 0),
+        )
+    if host_cache_bytes:
+        if engine is not Engine.TRTLLM:
+            raise ValueError("a host cache size is TensorRT-LLM's kv_cache_config.host_cache_size")
+        return TrtllmHostCache(host_cache_bytes)
+    backend = kv_offloading_backend
+    if kv_offloading_size_gib is None and connector is None:
+        return None
+    if engine is not Engine.VLLM:
+        raise ValueError("--kv-offloading-size and --kv-transfer-config are vLLM's")
+    if connector is not None and kv_offloading_size_gib is None:
+        if connector not in _CONNECTORS:
+            return UnsizedConnector(name=connector)
+        backend = _CONNECTORS[connector]
+    if backend == "lmcache":
+        if connector is None:  # --kv-offloading-backend lmcache: LMCacheMPConnector, memory in the LMCache server
+            return UnsizedConnector(name="LMCacheMPConnector (the LMCache server holds its memory)")
+        return LMCacheOffload(
+            cpu_gib=LMCACHE_DEFAULT_CPU_GIB if lmcache_cpu_gib is None else lmcache_cpu_gib,
+            disk_gib=lmcache_disk_gib or 0.0,
+            chunk_tokens=lmcache_chunk_tokens or LMCACHE_DEFAULT_CHUNK_TOKENS,
+        )
+    if backend != "native":
+        raise ValueError(f"--kv-offloading-backend must be native or lmcache, got {backend!r}")
+    size = kv_offloading_size_gib
+    if size is None:  # an OffloadingConnector named in --kv-transfer-config: its extra config has the bytes
+        cpu_bytes = extra.get("cpu_bytes_to_use")
+        if not isinstance(cpu_bytes, int | float) or cpu_bytes <= 0:
+            raise ValueError("OffloadingConnector needs cpu_bytes_to_use in kv_connector_extra_config")
+        size = float(cpu_bytes) / GIB
+    blocks_per_chunk = extra.get("blocks_per_chunk", 1)
+    if not isinstance(blocks_per_chunk, int) or blocks_per_chunk <= 0:
+        raise ValueError("'blocks_per_chunk' must be greater than 0.")
+    return VllmNativeOffload(size, blocks_per_chunk)

@@ -9,7 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from capacity.engines.kinds import Engine
-from capacity.features.offload import KVOffload, WeightOffload, kv_offload_for
+from capacity.features.offload import KVOffload, WeightOffload
+from capacity.features.offload_sizing import kv_offload_for
 from pipelines.commands.common import fail
 
 KvOffloadingSizeOption = Annotated[
