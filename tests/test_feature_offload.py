@@ -288,3 +288,20 @@ def test_a_hit_slower_than_recompute_is_never_bought() -> None:
     fast = ReplicaShape(H100, 1, 400_000, PER_TOKEN, PER_TOKEN, 2_000_000.0)
     host = next(o for o in tier_options(_workload(200.0), fast, RAM) if o.placement is CachePlacement.HOST)
     assert not host.meets_slo and "slower than recomputing" in host.reason
+
+
+def test_the_workloads_file_prices_host_memory_with_its_source() -> None:
+    from recommendations.workloads import parse_workloads
+
+    priced = parse_workloads(
+        {"workloads": [], "procurement": {"host_memory": {"usd_per_gib_hour": 0.0036, "source": RAM.source}}}, None
+    )
+    assert priced.procurement.host_memory == RAM and not priced.errors
+    assert parse_workloads({"workloads": []}, None).procurement.host_memory is None
+    for bad in (
+        {"usd_per_gib_hour": 0.0036},
+        {"usd_per_gib_hour": -1, "source": "x"},
+        {"usd_per_gib_hour": "0.1", "source": "x"},
+    ):
+        errors = parse_workloads({"workloads": [], "procurement": {"host_memory": bad}}, None).errors
+        assert errors and errors[0][0] == "<procurement>", bad
