@@ -22,19 +22,8 @@ from capacity.performance import LatencyTargets, Performance, efficiency_for, pe
 from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.serving.targets import WithinTargets, batch_within_targets
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
+from pipelines.commands import offload_options as oo
 from pipelines.commands.common import fail, resolve_gpu, resolve_model
-from pipelines.commands.offload_options import (
-    HicacheRatioOption,
-    HicacheSizeOption,
-    HierarchicalCacheOption,
-    HostCacheSizeOption,
-    KvOffloadingBackendOption,
-    KvOffloadingSizeOption,
-    LmcacheChunkOption,
-    LmcacheCpuOption,
-    LmcacheDiskOption,
-    offload_specs,
-)
 
 if TYPE_CHECKING:
     from models_registry.resolve import ResolvedModel
@@ -350,15 +339,15 @@ def estimate(
     speculative_config: SpeculativeConfigOption = None,
     enable_dp_attention: EnableDpAttentionOption = False,
     kv_transfer_config: KvTransferConfigOption = None,
-    kv_offloading_size: KvOffloadingSizeOption = None,
-    kv_offloading_backend: KvOffloadingBackendOption = "native",
-    lmcache_max_local_cpu_size: LmcacheCpuOption = None,
-    lmcache_max_local_disk_size: LmcacheDiskOption = None,
-    lmcache_chunk_size: LmcacheChunkOption = None,
-    enable_hierarchical_cache: HierarchicalCacheOption = False,
-    hicache_ratio: HicacheRatioOption = None,
-    hicache_size: HicacheSizeOption = None,
-    host_cache_size: HostCacheSizeOption = None,
+    kv_offloading_size: oo.KvOffloadingSizeOption = None,
+    kv_offloading_backend: oo.KvOffloadingBackendOption = "native",
+    lmcache_max_local_cpu_size: oo.LmcacheCpuOption = None,
+    lmcache_max_local_disk_size: oo.LmcacheDiskOption = None,
+    lmcache_chunk_size: oo.LmcacheChunkOption = None,
+    enable_hierarchical_cache: oo.HierarchicalCacheOption = False,
+    hicache_ratio: oo.HicacheRatioOption = None,
+    hicache_size: oo.HicacheSizeOption = None,
+    host_cache_size: oo.HostCacheSizeOption = None,
     limit_mm_per_prompt: LimitMmPerPromptOption = None,
     language_model_only: LanguageModelOnlyOption = False,
     gpu_memory_utilization: GpuMemoryUtilizationOption = None,
@@ -435,7 +424,7 @@ def _estimate(
         fail("give --gpu SKU, or --gpu-memory-gib for hardware not in the catalog")
     bench = _Bench.checked(request_rate, burst, num_prompts, simulate_load)
     resolved, sku = _resolved(model, gpu)
-    weight_offload, kv_offload = offload_specs(engine, offload)
+    weight_offload, kv_offload = oo.offload_specs(engine, offload)
     deployment = DeploymentSpec(
         tp=tp,
         pp=pp,
