@@ -305,3 +305,27 @@ def test_the_workloads_file_prices_host_memory_with_its_source() -> None:
     ):
         errors = parse_workloads({"workloads": [], "procurement": {"host_memory": bad}}, None).errors
         assert errors and errors[0][0] == "<procurement>", bad
+
+
+def test_capplan_offload_compares_the_three_options_on_a_catalog_gpu() -> None:
+    """On a catalog H100 SXM (PCIe Gen5 to the host: 64 GB/s) with the performance model's prefill: the host
+    option's TTFT is the GPU option's plus the load, 7,200 x 131,072 B / 64e9 B/s = 14.7456 ms; its RAM is
+    2,000,000 x 131,072 B = 244.140625 GiB; the option chosen is the cheapest of those within the SLO."""
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    args = ["offload", LLAMA, "--gpu", "h100-sxm-80gb", "--concurrency", "64", "--input-len", "8000"]
+    args += ["--output-len", "200", "--request-rate", "4", "--hit-rate", "0.9", "--cached-tokens", "2000000"]
+    args += ["--ttft-ms", "200", "--host-ram-usd-per-gib-hour", "0.0036", "--host-ram-source", RAM.source, "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    rows = {row["placement"]: row for row in out["options"]}
+    assert rows["host"]["ttft_ms"] - rows["gpu"]["ttft_ms"] == pytest.approx(14.7456, abs=2e-3)
+    assert rows["host"]["host_gib"] == 244.140625
+    meeting = [row for row in out["options"] if row["meets_slo"]]
+    assert out["chosen"] == min(meeting, key=lambda row: row["usd_per_hour"])["placement"]
+    for bad in (["--hit-rate", "1.5"], ["--host-ram-source", " "]):
+        run = CliRunner().invoke(app, [*args[:-1], *bad])
+        assert run.exit_code == 2 and len(run.stderr.strip().splitlines()) == 1, (bad, run.output)
