@@ -329,3 +329,20 @@ def test_capplan_offload_compares_the_three_options_on_a_catalog_gpu() -> None:
     for bad in (["--hit-rate", "1.5"], ["--host-ram-source", " "]):
         run = CliRunner().invoke(app, [*args[:-1], *bad])
         assert run.exit_code == 2 and len(run.stderr.strip().splitlines()) == 1, (bad, run.output)
+
+
+def test_a_pasted_command_reads_lmcaches_environment() -> None:
+    """LMCACHE_MAX_LOCAL_CPU_SIZE=20 (GiB): 20 x 2**30 / 131,072 B = 163,840 tokens; LMCACHE_CHUNK_SIZE=512: a GPU
+    buffer of 512 x 131,072 B = 64 MiB. From a prefix and from `docker run -e`; without a connector, not read."""
+    config = '\'{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}\''
+    line = f"LMCACHE_MAX_LOCAL_CPU_SIZE=20 LMCACHE_CHUNK_SIZE=512 vllm serve {LLAMA} --kv-transfer-config {config}"
+    docker = f"docker run --gpus all -e LMCACHE_MAX_LOCAL_CPU_SIZE=20 -e LMCACHE_CHUNK_SIZE=512 vllm/vllm-openai:v0.33.0 --model {LLAMA} --kv-transfer-config {config}"
+    for text in (line, docker):
+        options = read_command(text).options
+        assert (options["lmcache_max_local_cpu_size"], options["lmcache_chunk_size"]) == (20.0, 512), text
+    assert "lmcache_chunk_size" not in read_command(f"LMCACHE_CHUNK_SIZE=512 vllm serve {LLAMA}").options
+    out = _cli("--from-command", line, "--gpu", "l40s-48gb", "--json")
+    assert out.returncode == 0, out.stderr
+    contract = json.loads(out.stdout)
+    assert contract["kv_tiers"][1]["tokens"] == 163_840
+    assert any("0.06 GiB per GPU of GPU buffers" in n for n in contract["notes"])  # 64 MiB = 0.0625 GiB

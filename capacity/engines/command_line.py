@@ -214,19 +214,56 @@ def read_command(text: str) -> EngineCommand:
     """The engine command in `text`, read against the engine's flag table."""
     tokens = _tokens(text)
     allow_long = _long_length_override(tokens)
+    settings = _lmcache_settings(tokens)
     tokens = _without_env(tokens)
     release: str | None = None
     image_engine: Engine | None = None
     if tokens and PurePosixPath(tokens[0]).name in ("docker", "podman", "nerdctl"):
         args, image = _after_image(tokens)
         allow_long = allow_long or _container_env_override(tokens[: len(tokens) - len(args) - 1])
+        settings |= _lmcache_settings(_container_env(tokens[: len(tokens) - len(args) - 1]))
         tokens = args
         image_engine, release = _image_engine(image)
     engine, args = _launcher(tokens, image_engine)
     command = _read_args(engine, release, args)
     if allow_long:
         command = replace(command, options={**command.options, "allow_long_max_model_len": True})
+    if settings and "kv_transfer_config" in command.options:
+        command = replace(command, options={**command.options, **settings})
     return command
+
+
+# LMCache's settings from its environment (lmcache/v1/config.py: `LMCACHE_<NAME>` with its env_converter), as
+# `capplan estimate` options: they size LMCacheConnectorV1's CPU and disk tiers and its GPU staging buffer
+_LMCACHE_ENV = {
+    "LMCACHE_MAX_LOCAL_CPU_SIZE": ("lmcache_max_local_cpu_size", float),
+    "LMCACHE_MAX_LOCAL_DISK_SIZE": ("lmcache_max_local_disk_size", float),
+    "LMCACHE_CHUNK_SIZE": ("lmcache_chunk_size", int),
+}
+
+
+def _lmcache_settings(tokens: list[str]) -> dict[str, object]:
+    """The LMCache settings among the `NAME=value` prefixes (a value that is not a number is an error)."""
+    out: dict[str, object] = {}
+    for token in tokens:
+        if token in ("env", "sudo", "exec", "nohup"):
+            continue
+        if not _ENV_ASSIGNMENT.match(token):
+            break
+        name, _, value = token.partition("=")
+        if name in _LMCACHE_ENV:
+            option, kind = _LMCACHE_ENV[name]
+            try:
+                out[option] = kind(value)
+            except ValueError:
+                raise CommandLineError(f"{name} wants a number") from None
+    return out
+
+
+def _container_env(options: list[str]) -> list[str]:
+    """The `NAME=value` a container's `-e` / `--env` / `--env=` options set."""
+    values = [value for flag, value in pairwise(options) if flag in ("-e", "--env")]
+    return values + [option.split("=", 1)[1] for option in options if option.startswith("--env=")]
 
 
 # the engines' variables that let max_model_len exceed the model's limit (vLLM config/model.py, SGLang environ.py)
@@ -235,9 +272,7 @@ _LONG_LENGTH_OVERRIDES = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "SGLANG_ALLOW_OVERWRI
 
 def _container_env_override(options: list[str]) -> bool:
     """Whether a container's `-e NAME=value` / `--env NAME=value` / `--env=NAME=value` sets a long-length override."""
-    values = [value for flag, value in pairwise(options) if flag in ("-e", "--env")]
-    values += [option.split("=", 1)[1] for option in options if option.startswith("--env=")]
-    return _long_length_override([value for value in values if _ENV_ASSIGNMENT.match(value)])
+    return _long_length_override([value for value in _container_env(options) if _ENV_ASSIGNMENT.match(value)])
 
 
 def _long_length_override(tokens: list[str]) -> bool:

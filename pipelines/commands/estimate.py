@@ -514,7 +514,7 @@ _PASTED_OPTIONS = {
         "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
         "kv_transfer_config", "enable_dp_attention", "engine", "engine_version", "limit_mm_per_prompt",
         "language_model_only", "kv_offloading_size", "kv_offloading_backend", "enable_hierarchical_cache",
-        "hicache_ratio", "hicache_size",
+        "hicache_ratio", "hicache_size", "lmcache_max_local_cpu_size", "lmcache_max_local_disk_size", "lmcache_chunk_size",
     )
 }
 
