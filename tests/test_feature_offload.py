@@ -20,6 +20,7 @@ import pytest
 from capacity.engines.command_line import read_command
 from capacity.engines.kinds import Engine
 from capacity.estimate import estimate
+from capacity.explain import derivation
 from capacity.features.offload import (
     HiCacheOffload,
     LMCacheOffload,
@@ -103,6 +104,8 @@ def test_vllm_native_tier_by_hand_and_the_gpu_pool_unchanged() -> None:
     assert (cpu_tier.tokens, cpu_tier.bytes_per_gpu) == (327_680, 40 * GIB)
     # a hit over PCIe Gen5 x16 (64 GB/s): 1,000 x 131,072 B / 64e9 B/s = 2.048 ms
     assert cpu_tier.load_ms_per_1k_tokens == pytest.approx(2.048)
+    text = "\n".join(derivation(offloaded, load_model(LLAMA).spec))
+    assert "327,680 tokens in 40.00 GiB of host RAM per GPU; a hit loads 1,000 tokens in 2.048 ms" in text
 
 
 def test_an_mla_latent_at_tp_2_is_stored_once() -> None:

@@ -54,6 +54,11 @@ class Medium(Enum):
     HOST_RAM = "host_ram"
     NVME = "nvme"
 
+    @property
+    def label(self) -> str:
+        """What the text output calls it."""
+        return {"gpu": "GPU memory", "host_ram": "host RAM", "nvme": "local NVMe"}[self.value]
+
 
 @dataclass(frozen=True, slots=True)
 class KVTier:
