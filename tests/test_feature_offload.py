@@ -184,6 +184,15 @@ def test_flags_choose_the_offload_and_wrong_engines_are_refused() -> None:
     )
     extra = {"cpu_bytes_to_use": 4 * GIB, "blocks_per_chunk": 2}
     assert kv_offload_for(Engine.VLLM, connector="OffloadingConnector", extra_config=extra) == VllmNativeOffload(4.0, 2)
+    by_tokens = kv_offload_for(
+        Engine.VLLM, connector="OffloadingConnector", extra_config={"cpu_bytes_to_use": GIB, "block_size": 64}
+    )
+    assert isinstance(
+        by_tokens, VllmNativeOffload
+    )  # 64 tokens a chunk over 16-token blocks: 4 blocks, as blocks_per_chunk 4
+    assert by_tokens.chunks(_sizing(16 * PER_TOKEN)) == VllmNativeOffload(1.0, 4).chunks(_sizing(16 * PER_TOKEN)) == 128
+    with pytest.raises(ValueError, match="native or lmcache"):
+        kv_offload_for(Engine.VLLM, kv_offloading_size_gib=8.0, kv_offloading_backend="mooncake")
     assert kv_offload_for(Engine.SGLANG, hierarchical_cache=True, hicache_ratio=3.0) == HiCacheOffload(ratio=3.0)
     with pytest.raises(ValueError, match="SGLang"):
         kv_offload_for(Engine.VLLM, hierarchical_cache=True)

@@ -25,8 +25,9 @@ Pure rules, no I/O, read per release from the engines' source:
   `page_first` layout an MHA pool first gets a write-back staging buffer of 64 pages on the GPU
   (kv_cache_builder.py `prepare_hicache_staging`, pool_host/mha.py `prepare_mha_write_back_staging`), taken
   before the KV budget is measured. The page size and memory fraction do not change.
-* TensorRT-LLM (`kv_cache_config.host_cache_size` bytes): a secondary pool in host memory; the GPU pool is
-  unchanged.
+* TensorRT-LLM (`kv_cache_config.host_cache_size` bytes): a secondary pool in host memory of
+  `host_cache_size / bytes per token // tokens_per_block` blocks per rank (cpp/tensorrt_llm/batch_manager/
+  kvCacheManager.cpp `BaseKVCacheManager::calculateMaxNumBlocks`); the primary (GPU) pool is unchanged.
 """
 
 from __future__ import annotations
@@ -139,20 +140,24 @@ class VllmNativeOffload(KVOffload):
     """vLLM `--kv-offloading-size GIB` (backend native): the OffloadingConnector's CPU tier."""
 
     host_gib_total: float  # summed over the TP ranks (CacheConfig.kv_offloading_size)
-    blocks_per_chunk: int = 1  # kv_connector_extra_config block_size / blocks_per_chunk
+    blocks_per_chunk: int = 1  # kv_connector_extra_config blocks_per_chunk
+    chunk_tokens: int | None = None  # kv_connector_extra_config block_size: tokens a chunk (then // the block size)
     label: str = "vLLM native CPU offload (OffloadingConnector)"
+
+    def chunk_blocks(self, s: OffloadSizing) -> int:
+        """Blocks a chunk (offloading/config.py: block_size // tokens_per_block, else blocks_per_chunk)."""
+        return max(self.chunk_tokens // max(s.block_size, 1), 1) if self.chunk_tokens else self.blocks_per_chunk
 
     def chunks(self, s: OffloadSizing) -> int:
         """CPUOffloadingSpec.num_chunks: an MLA latent at TP > 1 is stored once (replicated_layout)."""
         world = s.tp * s.pp
         copies = 1 if s.is_mla and s.tp > 1 and s.pp == 1 else world
-        chunk_bytes = s.block_bytes * copies * self.blocks_per_chunk
+        chunk_bytes = s.block_bytes * copies * self.chunk_blocks(s)
         aligned = -(-chunk_bytes // PAGE_ALIGNMENT_BYTES) * PAGE_ALIGNMENT_BYTES
         return int(self.host_gib_total * GIB) // aligned if aligned else 0
 
     def tiers(self, s: OffloadSizing) -> tuple[KVTier, ...]:
-        chunks = self.chunks(s)
-        tokens = chunks * self.blocks_per_chunk * s.block_size
+        tokens = self.chunks(s) * self.chunk_blocks(s) * s.block_size
         return (
             KVTier(
                 "CPU offload (OffloadingConnector)",
@@ -227,6 +232,7 @@ class TrtllmHostCache(KVOffload):
     label: str = "TensorRT-LLM host cache"
 
     def tiers(self, s: OffloadSizing) -> tuple[KVTier, ...]:
+        """calculateMaxNumBlocks: (host bytes // bytes per token) // tokens per block, = host // block bytes."""
         blocks = self.host_bytes // max(s.block_bytes, 1)
         return (KVTier("TensorRT-LLM host cache", Medium.HOST_RAM, blocks * s.block_size, self.host_bytes),)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from enum import StrEnum
 
 from capacity.dtypes import GIB, format_gib
 from capacity.engines.kinds import Engine
@@ -120,8 +121,15 @@ def gpu_host_link_gbps(gpu: GpuSku) -> float:
     return host_link_gbps(gpu.name, gpu.interconnect, gpu.interconnect_gbps, gpu.architecture)
 
 
-# connectors named in --kv-transfer-config that the rules above size
-_CONNECTORS = {"OffloadingConnector": "native", "LMCacheConnectorV1": "lmcache"}
+class VllmOffloadingBackend(StrEnum):
+    """vLLM's `--kv-offloading-backend` (config/cache.py KVOffloadingBackend)."""
+
+    NATIVE = "native"  # the OffloadingConnector (VllmConfig._post_init_kv_transfer_config)
+    LMCACHE = "lmcache"  # LMCacheMPConnector: the LMCache server process holds the memory
+
+
+# connectors named in --kv-transfer-config that the rules above size, as the backend they are
+_CONNECTORS = {"OffloadingConnector": VllmOffloadingBackend.NATIVE, "LMCacheConnectorV1": VllmOffloadingBackend.LMCACHE}
 
 
 def kv_offload_for(
@@ -163,7 +171,10 @@ def kv_offload_for(
         if engine is not Engine.TRTLLM:
             raise ValueError("a host cache size is TensorRT-LLM's kv_cache_config.host_cache_size")
         return TrtllmHostCache(host_cache_bytes)
-    backend = kv_offloading_backend
+    try:
+        backend = VllmOffloadingBackend(kv_offloading_backend)
+    except ValueError:
+        raise ValueError(f"--kv-offloading-backend must be native or lmcache, got {kv_offloading_backend!r}") from None
     if kv_offloading_size_gib is None and connector is None:
         return None
     if engine is not Engine.VLLM:
@@ -172,7 +183,7 @@ def kv_offload_for(
         if connector not in _CONNECTORS:
             return UnsizedConnector(name=connector)
         backend = _CONNECTORS[connector]
-    if backend == "lmcache":
+    if backend is VllmOffloadingBackend.LMCACHE:
         if connector is None:  # --kv-offloading-backend lmcache: LMCacheMPConnector, memory in the LMCache server
             return UnsizedConnector(name="LMCacheMPConnector (the LMCache server holds its memory)")
         return LMCacheOffload(
@@ -180,15 +191,17 @@ def kv_offload_for(
             disk_gib=lmcache_disk_gib or 0.0,
             chunk_tokens=lmcache_chunk_tokens or LMCACHE_DEFAULT_CHUNK_TOKENS,
         )
-    if backend != "native":
-        raise ValueError(f"--kv-offloading-backend must be native or lmcache, got {backend!r}")
     size = kv_offloading_size_gib
     if size is None:  # an OffloadingConnector named in --kv-transfer-config: its extra config has the bytes
         cpu_bytes = extra.get("cpu_bytes_to_use")
         if not isinstance(cpu_bytes, int | float) or cpu_bytes <= 0:
             raise ValueError("OffloadingConnector needs cpu_bytes_to_use in kv_connector_extra_config")
         size = float(cpu_bytes) / GIB
-    blocks_per_chunk = extra.get("blocks_per_chunk", 1)
+    blocks_per_chunk, chunk_tokens = extra.get("blocks_per_chunk", 1), extra.get("block_size")
+    if "blocks_per_chunk" in extra and chunk_tokens is not None:
+        raise ValueError("Specify only one of 'block_size' or 'blocks_per_chunk' in kv_connector_extra_config")
     if not isinstance(blocks_per_chunk, int) or blocks_per_chunk <= 0:
         raise ValueError("'blocks_per_chunk' must be greater than 0.")
-    return VllmNativeOffload(size, blocks_per_chunk)
+    if chunk_tokens is not None and (not isinstance(chunk_tokens, int) or chunk_tokens <= 0):
+        raise ValueError("'block_size' in kv_connector_extra_config must be a positive number of tokens")
+    return VllmNativeOffload(size, blocks_per_chunk, chunk_tokens)
