@@ -24,7 +24,13 @@ from capacity.engines.protocol import (
 from capacity.engines.registry import engine_profile
 from capacity.engines.vllm.multimodal import multimodal_rule, rule_read_for, text_only, tower_skipped_text_only
 from capacity.features.offload import KVTier
-from capacity.features.offload_sizing import budget_after_offload, kv_tiers, sizing, weights_after_offload
+from capacity.features.offload_sizing import (
+    budget_after_offload,
+    hybrid_manager_notes,
+    kv_tiers,
+    sizing,
+    weights_after_offload,
+)
 from capacity.kv.kinds import StateTerms
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -511,7 +517,7 @@ def estimate(
     usable = int(total * lim.utilization)
     start_problem = profile.start_memory_problem(total, lim.utilization, d.other_process_bytes)
     budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)
-    budget = _offload_budget(d, budget, per_token_gpu, lim.block_size, model.is_mla, total - usable, notes)
+    budget = _offload_budget(d, budget, per_token_gpu, lim.block_size, model, total - usable, notes)
     request = _pool_request(model, d, budget, dt, lim, defaults.state_checkpoints)
     pool = _tightest_pool(profile, request, notes)
     notes.extend(_in_flight_notes(d, profile, lim, pool, max_model_len))
@@ -573,12 +579,13 @@ def estimate(
 
 
 def _offload_budget(
-    d: DeploymentSpec, budget: int, per_token_gpu: int, block_size: int, is_mla: bool, headroom: int, notes: list[str]
+    d: DeploymentSpec, budget: int, per_token: int, block_size: int, model: ModelSpec, headroom: int, notes: list[str]
 ) -> int:
     """The KV budget less what a KV offload takes on the GPU before the pool is sized (features.offload)."""
     if d.kv_offload is None:
         return budget
-    before_pool = sizing(d.kv_offload, per_token_gpu, None, block_size, d.tp, d.pp, is_mla)
+    notes.extend(hybrid_manager_notes(d.kv_offload, model))
+    before_pool = sizing(d.kv_offload, per_token, None, block_size, d.tp, d.pp, model.is_mla)
     return budget_after_offload(d.kv_offload, budget, before_pool, headroom, notes)
 
 
@@ -661,6 +668,7 @@ def _pool_request(
         lim.batched_tokens,
         lim.in_flight_tokens,
         state_checkpoints,
+        hybrid_manager_allowed=not (d.kv_offload and d.kv_offload.disables_hybrid_manager),
     )
 
 

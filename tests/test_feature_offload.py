@@ -39,7 +39,7 @@ from capacity.offload_procurement import (
     cheapest,
     tier_options,
 )
-from capacity.spec import DeploymentSpec, GpuSku
+from capacity.spec import DeploymentSpec, GpuSku, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from tests.conftest import require_oracle_venv, run_in_oracle_venv
@@ -358,3 +358,23 @@ def test_a_pasted_command_reads_lmcaches_environment() -> None:
     contract = json.loads(out.stdout)
     assert contract["kv_tiers"][1]["tokens"] == 163_840
     assert any("0.06 GiB per GPU of GPU buffers" in n for n in contract["notes"])  # 64 MiB = 0.0625 GiB
+
+
+def test_lmcache_turns_the_hybrid_manager_off_and_the_native_connector_does_not() -> None:
+    """vLLM 0.33 `VllmConfig`: a connector that is not `SupportsHMA` (LMCacheConnectorV1) turns the hybrid KV
+    cache manager off, so Gemma 3's sliding layers become full attention (`unify_hybrid_kv_cache_specs`): one
+    group of all 48 layers, num_blocks = budget // (16 x KV bytes per token); OffloadingConnector supports HMA and
+    keeps the pool. A hybrid SSM model does not start without it."""
+    resolved = load_model("google/gemma-3-12b-it")
+    gpu = find_gpu_sku("h100-sxm-80gb")
+
+    def run(kv_offload: object) -> object:
+        deployment = DeploymentSpec(max_model_len=32_768, kv_offload=kv_offload)  # type: ignore[arg-type]
+        return estimate(resolved.spec, deployment, gpu=gpu, checkpoint_bytes=resolved.checkpoint_bytes)
+
+    plain, lm, native = run(None), run(LMCacheOffload()), run(VllmNativeOffload(1.0))
+    assert lm.num_blocks == lm.kv_budget_bytes_per_gpu // (16 * lm.kv_bytes_per_token_per_gpu)  # type: ignore[attr-defined]
+    assert lm.num_blocks < plain.num_blocks == native.num_blocks  # type: ignore[attr-defined]
+    qwen_next = load_model("Qwen/Qwen3-Next-80B-A3B-Instruct")
+    with pytest.raises(SpecError, match="fails at startup"):
+        estimate(qwen_next.spec, DeploymentSpec(tp=2, kv_offload=LMCacheOffload()), gpu=find_gpu_sku("h200-sxm-141gb"))

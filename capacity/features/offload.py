@@ -117,6 +117,9 @@ class KVOffload:
     """A lower KV tier behind the GPU pool; each engine's offload answers for its own memory."""
 
     label: str
+    # vLLM: the connector does not subclass SupportsHMA, so `VllmConfig` turns the hybrid KV cache manager off
+    # (sliding-window layers charged as full attention; hybrid SSM models fail at startup)
+    disables_hybrid_manager: bool = False
 
     def pool_gpu_bytes(self, s: OffloadSizing) -> int:
         """GPU bytes taken before the pool is sized (they shrink the KV budget)."""
@@ -176,6 +179,7 @@ class LMCacheOffload(KVOffload):
     disk_gib: float = 0.0
     chunk_tokens: int = LMCACHE_DEFAULT_CHUNK_TOKENS
     label: str = "LMCache (LMCacheConnectorV1)"
+    disables_hybrid_manager: bool = True  # LMCacheConnectorV1 is not SupportsHMA (OffloadingConnector is)
 
     def headroom_gpu_bytes(self, s: OffloadSizing) -> int:
         """The GPU connector's `gpu_buffer`: chunk_size tokens of every layer's K and V (MLA: the latent)."""

@@ -32,7 +32,7 @@ from capacity.features.offload import (
 )
 from capacity.parallel import pp_partition
 from capacity.pool import KVPool, PoolUnit
-from capacity.spec import GpuSku, ModelSpec
+from capacity.spec import GpuSku, ModelSpec, SpecError
 from capacity.weights import WeightsEstimate
 
 
@@ -99,6 +99,20 @@ def budget_after_offload(
             f"(the pool does not shrink){fits}"
         )
     return budget - before
+
+
+def hybrid_manager_notes(offload: KVOffload, model: ModelSpec) -> list[str]:
+    """A connector without HMA support turns vLLM's hybrid KV cache manager off (`VllmConfig`, "Turning off hybrid
+    kv cache manager because `--kv-transfer-config` selects a KV connector that does not support it"): a model
+    with state layers then fails at startup (SpecError); windowed layers are charged as full attention (noted)."""
+    if not offload.disables_hybrid_manager or len(model.kind_counts()) < 2:
+        return []
+    if model.has_state_layers:
+        raise SpecError(
+            f"{offload.label} turns vLLM's hybrid KV cache manager off, and a model with SSM/linear-attention state "
+            "layers fails at startup without it (use vLLM's --kv-offloading-size: its connector supports it)"
+        )
+    return [f"{offload.label} turns vLLM's hybrid KV cache manager off: windowed layers are charged as full attention"]
 
 
 def kv_tiers(offload: KVOffload | None, s: OffloadSizing, gpu: GpuSku | None) -> tuple[KVTier, ...]:
