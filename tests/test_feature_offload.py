@@ -127,6 +127,7 @@ def test_lmcache_buffer_comes_from_the_headroom_and_its_cpu_tier() -> None:
     assert any("0.03 GiB per GPU of GPU buffers" in n for n in lm.notes)
     assert LMCacheOffload().headroom_gpu_bytes(_sizing(16 * PER_TOKEN)) == 2 * 32 * 256 * 1024 * 2
     assert [(t.name, t.tokens) for t in lm.kv_tiers[1:]] == [("LMCache local CPU", 40_960)]
+    assert lm.kv_tiers[1].gpu_bytes_per_gpu == 33_554_432
     disk = LMCacheOffload(cpu_gib=2.0, disk_gib=10.0).tiers(_sizing(16 * PER_TOKEN))
     assert [t.tokens for t in disk] == [16_384, 81_920]  # 2 GiB and 10 GiB over 131,072 B
 
@@ -142,7 +143,7 @@ def test_hicache_host_pool_and_its_staging_by_hand() -> None:
     ratio = _estimate("sglang", kv_offload=HiCacheOffload())
     assert plain.kv_budget_bytes_per_gpu - ratio.kv_budget_bytes_per_gpu == 64 * PER_TOKEN
     device = ratio.kv_cache_tokens
-    assert ratio.kv_tiers[1].tokens == device * 2 + 1
+    assert ratio.kv_tiers[1].tokens == device * 2 + 1 and ratio.kv_tiers[1].gpu_bytes_per_gpu == 64 * PER_TOKEN
     sized = _estimate("sglang", kv_offload=HiCacheOffload(size_gb=30))
     assert sized.kv_tiers[1].tokens == 228_882
     assert HiCacheOffload().pool_gpu_bytes(_sizing(16 * PER_TOKEN, is_mla=True)) == 0  # MLA pools: no MHA staging

@@ -71,6 +71,7 @@ class KVTier:
     bytes_per_gpu: int  # memory of that medium held for each GPU
     # what a hit here costs: ms to bring 1,000 tokens to each GPU over the host link (None: GPU, or not known)
     load_ms_per_1k_tokens: float | None = None
+    gpu_bytes_per_gpu: int = 0  # GPU memory the tier's machinery holds (staging buffers), on the tier that needs it
 
     def contract(self) -> dict[str, object]:
         return {
@@ -79,6 +80,7 @@ class KVTier:
             "tokens": self.tokens,
             "bytes": self.bytes_per_gpu,
             "load_ms_per_1k_tokens": self.load_ms_per_1k_tokens,
+            "gpu_bytes": self.gpu_bytes_per_gpu,
         }
 
 

@@ -121,12 +121,15 @@ def kv_tiers(offload: KVOffload | None, s: OffloadSizing, gpu: GpuSku | None) ->
         return ()
     pool = KVTier("GPU pool", Medium.GPU, s.pool_tokens, s.pool_tokens * s.kv_bytes_per_token_per_gpu)
     link = gpu_host_link_gbps(gpu) if gpu is not None else None
-    lower = tuple(
+    lower = [
         replace(t, load_ms_per_1k_tokens=round(hit_load_seconds(1000, s.kv_bytes_per_token_per_gpu, link) * 1e3, 3))
         if link and t.medium is Medium.HOST_RAM
         else t
         for t in offload.tiers(s)
-    )
+    ]
+    staging = offload.pool_gpu_bytes(s) + offload.headroom_gpu_bytes(s)  # held for the first tier behind the pool
+    if lower and staging:
+        lower[0] = replace(lower[0], gpu_bytes_per_gpu=staging)
     return (pool, *lower)
 
 
