@@ -425,7 +425,8 @@ CONTRACT_ONLY: tuple[ContractField, ...] = (
     ContractField("notes", "What the estimate assumed where an input was not given, and what it would move."),
     ContractField("activation_terms", "The activation peak's named terms ({term, bytes} per GPU)."),
     ContractField(
-        "kv_tiers", "The GPU pool and the KV offload tiers behind it ({tier, medium, tokens, bytes, load_ms_per_1k_tokens, gpu_bytes} per GPU)."
+        "kv_tiers",
+        "The GPU pool and the KV offload tiers behind it ({tier, medium, tokens, bytes, load_ms_per_1k_tokens, gpu_bytes} per GPU).",
     ),
 )
 
