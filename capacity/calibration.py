@@ -38,6 +38,7 @@ from capacity import numeric
 from capacity.engines import Engine, registry
 from capacity.engines.vllm.profile import VllmProfile
 from capacity.estimate import Estimate
+from capacity.features.offload import UnsizedConnector, WeightOffload
 from capacity.numeric import Num
 from capacity.pool import ChargeTerms, KVPool, PoolUnit, b_max, max_concurrency, max_context
 from capacity.spec import DeploymentSpec, ModelSpec
@@ -97,7 +98,9 @@ _WEIGHT_DTYPES = {
     "auto": "auto",
 }
 _ONLINE_QUANT = {"fp8": "fp8"}  # --quantization X on an unquantized checkpoint -> weight dtype
-UNKNOWN_OFFLOAD_GIB = float("nan")  # CPU offload on, amount not carried: flags the estimate, sizes nothing
+# a telemetry row says only that CPU offload / a KV connector was on, not how much nor which: flagged, not sized
+UNKNOWN_WEIGHT_OFFLOAD = WeightOffload(None)
+UNKNOWN_CONNECTOR = UnsizedConnector(name="a KV connector of unknown kind")
 
 
 def engine_version_for(version: str | None, generation: str | None) -> str:
@@ -146,8 +149,8 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         lora="lora" in s.unmodelled_features or None,
         speculative="speculative" in s.unmodelled_features or None,
         dp_attention="dp_attention" in s.unmodelled_features or None,
-        kv_connector="kv_connector" in s.unmodelled_features or None,
-        cpu_offload_gib=UNKNOWN_OFFLOAD_GIB if "cpu_offload" in s.unmodelled_features else None,
+        kv_offload=UNKNOWN_CONNECTOR if "kv_connector" in s.unmodelled_features else None,
+        weight_offload=UNKNOWN_WEIGHT_OFFLOAD if "cpu_offload" in s.unmodelled_features else None,
         other_process_bytes=s.other_process_bytes or 0,
     )
 

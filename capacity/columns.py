@@ -453,6 +453,10 @@ CONTRACT_ONLY: tuple[ContractField, ...] = (
     ContractField("reason", "Why it fits or not, in one line.", "reason"),
     ContractField("notes", "What the estimate assumed where an input was not given, and what it would move."),
     ContractField("activation_terms", "The activation peak's named terms ({term, bytes} per GPU)."),
+    ContractField(
+        "kv_tiers",
+        "The GPU pool and the KV offload tiers behind it ({tier, medium, tokens, bytes, load_ms_per_1k_tokens, gpu_bytes} per GPU).",
+    ),
 )
 
 # The contract's keys in its own order (kept byte-identical: it predates the dictionary); each is a
@@ -499,6 +503,7 @@ CONTRACT_KEYS = (
     "reason",
     "notes",
     "activation_terms",
+    "kv_tiers",
 )
 _CONTRACT_ATTRIBUTES: dict[str, str | None] = {
     **{c.contract: c.attribute or c.contract for c in COLUMNS if c.contract is not None},

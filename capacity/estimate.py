@@ -23,6 +23,14 @@ from capacity.engines.protocol import (
 )
 from capacity.engines.registry import engine_profile
 from capacity.engines.vllm.multimodal import multimodal_rule, rule_read_for, text_only, tower_skipped_text_only
+from capacity.features.offload import KVTier
+from capacity.features.offload_sizing import (
+    budget_after_offload,
+    hybrid_manager_notes,
+    kv_tiers,
+    sizing,
+    weights_after_offload,
+)
 from capacity.kv.kinds import StateTerms
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -97,6 +105,7 @@ class Estimate:
     # the most loaded GPU's state layers, (terms, layers of that shape): state_bytes_per_sequence_per_gpu's sum
     state_terms: tuple[tuple[StateTerms, int], ...] = ()
     kv_budget_given: bool = False  # the KV budget was given (--kv-cache-memory-bytes), not formed from the rest
+    kv_tiers: tuple[KVTier, ...] = ()  # the GPU pool and the offload tiers behind it, per GPU (features.offload)
 
     def b_max_at(self, context_tokens: int) -> int:
         return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
@@ -110,6 +119,7 @@ class Estimate:
             "notes": list(self.notes),
             # the activation peak's named terms, as the derivation shows them (bytes per GPU)
             "activation_terms": [{"term": name, "bytes": n} for name, n in self.activation_buffers],
+            "kv_tiers": [tier.contract() for tier in self.kv_tiers],
         }
         return {key: derived[key] if attribute is None else getattr(self, attribute) for key, attribute in CONTRACT}
 
@@ -224,7 +234,8 @@ def _weights(
             d.weights_bytes_per_gpu, d.weights_bytes_per_gpu * d.tp * d.pp, d.weight_dtype, "override"
         )
     weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, profile.engine)
-    return with_layout_extra(weights, profile, model, d.tp, d.pp, gpu, notes, d.triton_kernels)
+    weights = with_layout_extra(weights, profile, model, d.tp, d.pp, gpu, notes, d.triton_kernels)
+    return weights_after_offload(model, weights, d.weight_offload, d.pp, notes)
 
 
 def _overhead(d: DeploymentSpec, profile: EngineProfile, inputs: OverheadInputs, notes: list[str]) -> Overhead:
@@ -303,15 +314,15 @@ def _tightest_pool(profile: EngineProfile, request: PoolRequest, notes: list[str
 def assumed_off_notes(d: DeploymentSpec, assumed_off: frozenset[str]) -> list[str]:
     """The features the profile does not size and the deployment does not declare, said assumed off."""
     out: list[str] = []
-    if {"lora", "cpu_offload"} <= assumed_off and not (d.lora or d.cpu_offload_gib):
+    if {"lora", "cpu_offload"} <= assumed_off and not (d.lora or d.weight_offload):
         out.append(
             "assumed no LoRA adapters and no CPU offload (neither is modelled: with LoRA, add the adapters' "
             "weights and buffers with --overhead-gib)"
         )
-    if KV_CONNECTOR in assumed_off and not d.kv_connector:
+    if KV_CONNECTOR in assumed_off and not d.kv_offload:
         out.append(
-            "assumed no KV connector (--kv-transfer-config: LMCache and the like hold GPU buffers capplan "
-            "does not size; a public LMCache log has a 25 % smaller pool than the estimate)"
+            "assumed no KV connector or offload (--kv-transfer-config, --kv-offloading-size: LMCache's GPU buffers "
+            "and the CPU tiers are sized when given)"
         )
     if {"speculative", "dp_attention"} <= assumed_off and not (d.speculative or d.dp_attention):
         out.append(
@@ -506,6 +517,7 @@ def estimate(
     usable = int(total * lim.utilization)
     start_problem = profile.start_memory_problem(total, lim.utilization, d.other_process_bytes)
     budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)
+    budget = _offload_budget(d, budget, per_token_gpu, lim.block_size, model, total - usable, notes)
     request = _pool_request(model, d, budget, dt, lim, defaults.state_checkpoints)
     pool = _tightest_pool(profile, request, notes)
     notes.extend(_in_flight_notes(d, profile, lim, pool, max_model_len))
@@ -561,8 +573,29 @@ def estimate(
         start_memory_refused=start_problem is not None,
         state_terms=tuple(state_terms),
         kv_budget_given=d.kv_cache_memory_bytes is not None,
+        kv_tiers=_tiers(d, per_token_gpu, pool, lim.block_size, model.is_mla, gpu),
         **f.fields(),  # type: ignore[arg-type]
     )
+
+
+def _offload_budget(
+    d: DeploymentSpec, budget: int, per_token: int, block_size: int, model: ModelSpec, headroom: int, notes: list[str]
+) -> int:
+    """The KV budget less what a KV offload takes on the GPU before the pool is sized (features.offload)."""
+    if d.kv_offload is None:
+        return budget
+    notes.extend(hybrid_manager_notes(d.kv_offload, model))
+    before_pool = sizing(d.kv_offload, per_token, None, block_size, d.tp, d.pp, model.is_mla)
+    return budget_after_offload(d.kv_offload, budget, before_pool, headroom, notes)
+
+
+def _tiers(
+    d: DeploymentSpec, per_token_gpu: int, pool: KVPool, block_size: int, is_mla: bool, gpu: GpuSku | None
+) -> tuple[KVTier, ...]:
+    """The GPU pool and the offload tiers behind it (none without an offload)."""
+    if d.kv_offload is None:
+        return ()
+    return kv_tiers(d.kv_offload, sizing(d.kv_offload, per_token_gpu, pool, block_size, d.tp, d.pp, is_mla), gpu)
 
 
 def _kv_budget(
@@ -635,6 +668,7 @@ def _pool_request(
         lim.batched_tokens,
         lim.in_flight_tokens,
         state_checkpoints,
+        hybrid_manager_allowed=not (d.kv_offload and d.kv_offload.disables_hybrid_manager),
     )
 
 

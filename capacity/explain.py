@@ -78,6 +78,15 @@ def _charge_breakdown(pool: KVPool, tokens: int, limit: int, total: int) -> list
     return [f"     {rule} = {units:,}" for rule, units in parts]
 
 
+def _tier_lines(est: Estimate) -> list[str]:
+    """The offload tiers behind the pool (capacity.features.offload): tokens, memory, a hit's load time."""
+    return [
+        f"   behind the pool: {t.name}: {t.tokens:,} tokens in {_gib(t.bytes_per_gpu)} of {t.medium.label} per GPU"
+        + (f"; a hit loads 1,000 tokens in {t.load_ms_per_1k_tokens:g} ms" if t.load_ms_per_1k_tokens else "")
+        for t in est.kv_tiers[1:]
+    ]
+
+
 def derivation(est: Estimate, model: ModelSpec) -> list[str]:
     """Lines that show how every number of the estimate was reached."""
     elements = sum(layer.cache.kv_elements_per_token for layer in model.layers)
@@ -139,6 +148,7 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
     lines += [
         f"   KV cache size (as the engine prints it) = {est.kv_cache_tokens:,} tokens; "
         f"physical token slots = {est.physical_kv_token_slots:,}",
+        *_tier_lines(est),
         "",
         f"4. Concurrency at {est.context_tokens:,} tokens per sequence",
     ]

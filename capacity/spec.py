@@ -6,15 +6,18 @@ is derived from these, so they carry exactly the facts a config.json or a SKU sh
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 # KVKind and StateMixer are re-exported: the kinds' enums, named where the domain types are
 from capacity.kv.kinds import KVKind as KVKind
 from capacity.kv.kinds import LayerCache
 from capacity.kv.kinds import StateMixer as StateMixer
 from capacity.memo import per_object
+
+if TYPE_CHECKING:  # at run time capacity.engines (which the offload specs' module reads) imports this module
+    from capacity.features.offload import KVOffload, WeightOffload
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,10 +327,10 @@ class DeploymentSpec:
     # engine features that move the memory and that capplan does not size: a deployment that declares
     # one is flagged `not_modelled` (sized as if the feature were off), never silently
     lora: bool | None = None  # --enable-lora: adapter weights and LoRA buffers
-    cpu_offload_gib: float | None = None  # --cpu-offload-gb: weights kept in host memory
+    weight_offload: WeightOffload | None = None  # --cpu-offload-gb: weights kept in host memory (features.offload)
     speculative: bool | None = None  # a draft model or MTP head: its weights and its own KV
     dp_attention: bool | None = None  # SGLang --enable-dp-attention: a KV pool per attention DP rank
-    kv_connector: bool | None = None  # vLLM --kv-transfer-config (LMCache and the like): the connector's GPU buffers
+    kv_offload: KVOffload | None = None  # a KV tier behind the GPU pool: vLLM offloading/LMCache, HiCache, TRT-LLM host
     # whether gpt-oss's MXFP4 experts on Hopper run the OAI Triton kernels: the optional `triton_kernels`
     # package installed beside vLLM 0.10.2-0.11.x (bundled from 0.12); False: Marlin (the package missing, or
     # VLLM_MXFP4_USE_MARLIN=1); None: a plain install with default settings
@@ -359,12 +362,12 @@ class DeploymentSpec:
         """The declared features capplan does not size, as the estimate names them."""
         named = (
             (self.lora, "LoRA adapters (their weights and buffers)"),
-            (self.cpu_offload_gib, _offload_text(self.cpu_offload_gib)),
+            (self.weight_offload, self.weight_offload.unmodelled() if self.weight_offload else None),
             (self.speculative, "speculative decoding (the draft's weights and KV)"),
             (self.dp_attention, "DP attention (a KV pool per attention rank)"),
-            (self.kv_connector, "a KV connector (--kv-transfer-config: its GPU buffers)"),
+            (self.kv_offload, self.kv_offload.unmodelled() if self.kv_offload else None),
         )
-        return tuple(text for flag, text in named if flag)
+        return tuple(text for flag, text in named if flag and text)
 
     gpu_memory_bytes: int | None = None  # override the device total
     weights_bytes_per_gpu: int | None = None  # override the weights
@@ -373,12 +376,6 @@ class DeploymentSpec:
     # memory other processes (another engine, a notebook, the host itself on a unified-memory GPU) hold on
     # each GPU when the engine starts: each engine and release counts it its way (`kv_budget`)
     other_process_bytes: int = 0
-
-
-def _offload_text(gib: float | None) -> str:
-    if gib is None or gib == 0:
-        return ""
-    return "CPU offload of weights" if math.isnan(gib) else f"CPU offload of {gib:g} GiB of weights"
 
 
 class SpecError(ValueError):

@@ -48,6 +48,7 @@ def build_app() -> typer.Typer:
         export,
         limits,
         nightly,
+        offload_plan,
         place,
         procure,
         registry,
@@ -78,6 +79,7 @@ def build_app() -> typer.Typer:
     app.command("diff")(diff.diff)
     app.add_typer(export.app, name="export")
     app.command("doctor")(doctor.doctor)
+    app.command("offload")(offload_plan.offload)
     return app
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import polars as pl
 import yaml
 
+from capacity.offload_procurement import HostMemoryPrice
 from capacity.planning_types import DTYPE_POLICIES, DtypePolicy, SolverOptions, WorkloadProfile
 from capacity.procurement import workload_buckets
 from capacity.spec import GpuSku, SpecError
@@ -83,7 +84,7 @@ _DEFAULT_KEYS = _WORKLOAD_KEYS - {
     "input",
     "output",
 }
-_PROCUREMENT_KEYS = {"whole_nodes", "gpu_limits", "gpus", "method", "allow_estimated_prices"}
+_PROCUREMENT_KEYS = {"whole_nodes", "gpu_limits", "gpus", "method", "allow_estimated_prices", "host_memory"}
 
 WORKLOAD_SCHEMA: dict[str, Any] = {
     "workload": pl.String,
@@ -116,6 +117,8 @@ class ProcurementSettings:
     gpus: tuple[str, ...] = ()
     method: str = "auto"
     allow_estimated_prices: bool = False  # buy parts whose price is an estimate (price_basis: estimate)
+    # host RAM as a purchasable KV tier ({usd_per_gib_hour, source}): None, and plans buy no offload
+    host_memory: HostMemoryPrice | None = None
 
     def buys(self, gpu: GpuSku) -> bool:
         """A GPU procurement and placement may choose: allowed by `gpus`, and priced at what someone can pay
@@ -224,6 +227,18 @@ def _flag(value: object) -> bool:
     if not isinstance(value, bool):
         raise SpecError(f"allow_estimated_prices must be true or false, got {value!r}")
     return value
+
+
+def _host_memory(value: object) -> HostMemoryPrice | None:
+    """`host_memory: {usd_per_gib_hour: 0.0036, source: "..."}`: the price of host RAM and where it comes from."""
+    if value is None:
+        return None
+    price = value.get("usd_per_gib_hour") if isinstance(value, dict) else None
+    if not isinstance(value, dict) or set(value) != {"usd_per_gib_hour", "source"} or isinstance(price, bool):
+        raise SpecError("host_memory must be a mapping of usd_per_gib_hour and source")
+    if not isinstance(price, int | float):
+        raise SpecError(f"host_memory.usd_per_gib_hour must be a number, got {price!r}")
+    return HostMemoryPrice(float(price), str(value["source"]))
 
 
 def _int(value: object, what: str) -> int:
@@ -346,6 +361,7 @@ def parse_workloads(document: object, path: Path | None = None) -> WorkloadsFile
                 gpus=tuple(str(g) for g in raw_procurement.get("gpus") or ()),
                 method=str(raw_procurement.get("method") or "auto"),
                 allow_estimated_prices=_flag(raw_procurement.get("allow_estimated_prices", False)),
+                host_memory=_host_memory(raw_procurement.get("host_memory")),
             )
         except SpecError as exc:
             errors.append(("<procurement>", str(exc)))

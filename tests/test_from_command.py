@@ -134,10 +134,10 @@ def test_trtllm_serve() -> None:
 
 
 def test_unsized_flags_are_flagged() -> None:
-    line = f"vllm serve {LLAMA} --enable-lora --speculative-config '{{\"method\": \"ngram\"}}' --kv-offloading-size 8"
+    line = f"vllm serve {LLAMA} --enable-lora --speculative-config '{{\"method\": \"ngram\"}}' --num-gpu-blocks-override 9"
     contract = _json("--from-command", line)
     assert contract["modelled"] is False
-    assert any("--kv-offloading-size" in n and n.startswith("not modelled") for n in contract["notes"])
+    assert any("--num-gpu-blocks-override" in n and n.startswith("not modelled") for n in contract["notes"])
     assert any("LoRA" in n and n.startswith("not modelled") for n in contract["notes"])
 
 

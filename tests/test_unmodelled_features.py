@@ -30,10 +30,10 @@ def test_plain_deployment_is_modelled() -> None:
 
 def test_each_declared_feature_flags_the_row_and_keeps_the_numbers() -> None:
     plain = _json()
-    for flags, word in ((["--enable-lora"], "LoRA"), (["--cpu-offload-gb", "4"], "CPU offload of 4 GiB"),
+    for flags, word in ((["--enable-lora"], "LoRA"),
                         (["--speculative-config", '{"method": "eagle"}'], "speculative"),
                         (["--speculative"], "speculative"), (["--enable-dp-attention"], "DP attention"),
-                        (["--kv-transfer-config", '{"kv_connector": "LMCacheConnectorV1"}'], "KV connector")):  # fmt: skip
+                        (["--kv-transfer-config", '{"kv_connector": "NixlConnector"}'], "NixlConnector")):  # fmt: skip
         out = _json(*flags)
         assert out["modelled"] is False and word in str(out["not_modelled"]), flags
         assert out["kv_budget_bytes_per_gpu"] == plain["kv_budget_bytes_per_gpu"], flags
@@ -49,10 +49,10 @@ def test_model_level_and_deployment_level_reasons_are_joined() -> None:
 
 
 def test_a_vllm_estimate_says_it_assumed_no_kv_connector() -> None:
-    """LMCache's connector holds GPU buffers of its own (vllm#21348: a 25 % smaller pool than capplan's):
-    the estimate says it assumed none, and one declared is flagged instead."""
+    """A KV connector may hold GPU buffers of its own: the estimate says it assumed none, and one declared is
+    sized (LMCache, vLLM's OffloadingConnector: tests/test_feature_offload.py) or flagged (NIXL)."""
     assert any(note.startswith("assumed no KV connector") for note in _json()["notes"])
-    declared = _json("--kv-transfer-config", "{}")
+    declared = _json("--kv-transfer-config", '{"kv_connector": "NixlConnector"}')
     assert not any(note.startswith("assumed no KV connector") for note in declared["notes"])
 
 

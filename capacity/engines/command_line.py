@@ -94,6 +94,8 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "cpu_offload_gb": ("cpu_offload_gb", _FLOAT),
         "speculative_config": ("speculative_config", _TEXT),
         "kv_transfer_config": ("kv_transfer_config", _TEXT),
+        "kv_offloading_size": ("kv_offloading_size", _FLOAT),
+        "kv_offloading_backend": ("kv_offloading_backend", _TEXT),
         "quantization": ("dtype", "quantization"),
         "limit_mm_per_prompt": ("limit_mm_per_prompt", _TEXT),
         "language_model_only": ("language_model_only", _SWITCH),
@@ -114,6 +116,9 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "speculative_algorithm": ("speculative", "present"),
         "enable_dp_attention": ("enable_dp_attention", _SWITCH),
         "quantization": ("dtype", "quantization"),
+        "enable_hierarchical_cache": ("enable_hierarchical_cache", _SWITCH),
+        "hicache_ratio": ("hicache_ratio", _FLOAT),
+        "hicache_size": ("hicache_size", _INT),
     },
     Engine.TRTLLM: {
         "tensor_parallel_size": ("tp", _INT),
@@ -128,7 +133,7 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
 # flags that move the memory and that capplan does not size (beyond the named estimate options)
 _UNSIZED: dict[Engine, frozenset[str]] = {
     Engine.VLLM: frozenset({
-        "kv_offloading_size", "kv_offloading_backend", "lora_modules", "enable_expert_parallel", "enable_eplb", "eplb_config",
+        "lora_modules", "enable_expert_parallel", "enable_eplb", "eplb_config",
         "decode_context_parallel_size", "prefill_context_parallel_size", "compilation_config",
         "cudagraph_capture_sizes", "max_cudagraph_capture_size", "max_loras", "max_lora_rank",
         "max_cpu_loras", "swap_space", "num_gpu_blocks_override", "calculate_kv_scales", "kv_sharing_fast_prefill",
@@ -139,7 +144,7 @@ _UNSIZED: dict[Engine, frozenset[str]] = {
     Engine.SGLANG: frozenset({
         "max_total_tokens", "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "ep_size",
         "moe_a2a_backend", "enable_eplb", "dp_size", "attn_cp_size", "max_lora_rank", "max_loaded_loras",
-        "speculative_draft_model_path", "enable_hierarchical_cache", "hicache_ratio", "hicache_size",
+        "speculative_draft_model_path",
         "mamba_ssm_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio", "json_model_override_args",
         "load_format", "enable_mixed_chunk", "disaggregation_mode", "config", "enable_memory_saver",
         "enable_torch_compile", "torch_compile_max_bs", "piecewise_cuda_graph_max_tokens",
@@ -214,11 +219,13 @@ def read_command(text: str, release: str | None = None) -> EngineCommand:
     names (`--engine-version`), used where the command itself names none."""
     tokens = _tokens(text)
     allow_long = _long_length_override(tokens)
+    settings = _lmcache_settings(tokens)
     tokens = _without_env(tokens)
     image_engine: Engine | None = None
     if tokens and PurePosixPath(tokens[0]).name in ("docker", "podman", "nerdctl"):
         args, image = _after_image(tokens)
         allow_long = allow_long or _container_env_override(tokens[: len(tokens) - len(args) - 1])
+        settings |= _lmcache_settings(_container_env(tokens[: len(tokens) - len(args) - 1]))
         tokens = args
         image_engine, tagged = _image_engine(image)
         release = tagged or release
@@ -226,7 +233,42 @@ def read_command(text: str, release: str | None = None) -> EngineCommand:
     command = _read_args(engine, release, args)
     if allow_long:
         command = replace(command, options={**command.options, "allow_long_max_model_len": True})
+    if settings and "kv_transfer_config" in command.options:
+        command = replace(command, options={**command.options, **settings})
     return command
+
+
+# LMCache's settings from its environment (lmcache/v1/config.py: `LMCACHE_<NAME>` with its env_converter), as
+# `capplan estimate` options: they size LMCacheConnectorV1's CPU and disk tiers and its GPU staging buffer
+_LMCACHE_ENV = {
+    "LMCACHE_MAX_LOCAL_CPU_SIZE": ("lmcache_max_local_cpu_size", float),
+    "LMCACHE_MAX_LOCAL_DISK_SIZE": ("lmcache_max_local_disk_size", float),
+    "LMCACHE_CHUNK_SIZE": ("lmcache_chunk_size", int),
+}
+
+
+def _lmcache_settings(tokens: list[str]) -> dict[str, object]:
+    """The LMCache settings among the `NAME=value` prefixes (a value that is not a number is an error)."""
+    out: dict[str, object] = {}
+    for token in tokens:
+        if token in ("env", "sudo", "exec", "nohup"):
+            continue
+        if not _ENV_ASSIGNMENT.match(token):
+            break
+        name, _, value = token.partition("=")
+        if name in _LMCACHE_ENV:
+            option, kind = _LMCACHE_ENV[name]
+            try:
+                out[option] = kind(value)
+            except ValueError:
+                raise CommandLineError(f"{name} wants a number") from None
+    return out
+
+
+def _container_env(options: list[str]) -> list[str]:
+    """The `NAME=value` a container's `-e` / `--env` / `--env=` options set."""
+    values = [value for flag, value in pairwise(options) if flag in ("-e", "--env")]
+    return values + [option.split("=", 1)[1] for option in options if option.startswith("--env=")]
 
 
 # the engines' variables that let max_model_len exceed the model's limit (vLLM config/model.py, SGLang environ.py)
@@ -235,9 +277,7 @@ _LONG_LENGTH_OVERRIDES = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "SGLANG_ALLOW_OVERWRI
 
 def _container_env_override(options: list[str]) -> bool:
     """Whether a container's `-e NAME=value` / `--env NAME=value` / `--env=NAME=value` sets a long-length override."""
-    values = [value for flag, value in pairwise(options) if flag in ("-e", "--env")]
-    values += [option.split("=", 1)[1] for option in options if option.startswith("--env=")]
-    return _long_length_override([value for value in values if _ENV_ASSIGNMENT.match(value)])
+    return _long_length_override([value for value in _container_env(options) if _ENV_ASSIGNMENT.match(value)])
 
 
 def _long_length_override(tokens: list[str]) -> bool:

@@ -48,6 +48,7 @@ class PoolRequest:
     max_num_batched_tokens: int
     max_in_flight_tokens: int
     state_checkpoints: bool = False
+    hybrid_manager_allowed: bool = True  # False: a KV connector without HMA support turns vLLM's off (features.offload)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from capacity.performance import LatencyTargets, Performance, efficiency_for, pe
 from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.serving.targets import WithinTargets, batch_within_targets
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
+from pipelines.commands import offload_options as oo
 from pipelines.commands.common import fail, resolve_gpu, resolve_model
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ EnableLoraOption = Annotated[
 ]
 CpuOffloadGbOption = Annotated[
     float | None,
-    typer.Option("--cpu-offload-gb", metavar="GIB", help="Weights offloaded to host memory (not sized: flagged)."),
+    typer.Option("--cpu-offload-gb", metavar="GIB", help="Weights per GPU kept in host memory (the GPU holds the rest)."),
 ]
 SpeculativeOption = Annotated[
     bool,
@@ -200,7 +201,8 @@ KvTransferConfigOption = Annotated[
     typer.Option(
         "--kv-transfer-config",
         metavar="JSON",
-        help="vLLM KV connector, e.g. LMCache (its GPU buffers not sized: flagged; the value is not read).",
+        help="vLLM KV connector: LMCacheConnectorV1 and OffloadingConnector are sized (GPU buffers, CPU tiers); "
+        "others are flagged.",
     ),
 ]
 GpuMemoryUtilizationOption = Annotated[
@@ -337,6 +339,15 @@ def estimate(
     speculative_config: SpeculativeConfigOption = None,
     enable_dp_attention: EnableDpAttentionOption = False,
     kv_transfer_config: KvTransferConfigOption = None,
+    kv_offloading_size: oo.KvOffloadingSizeOption = None,
+    kv_offloading_backend: oo.KvOffloadingBackendOption = "native",
+    lmcache_max_local_cpu_size: oo.LmcacheCpuOption = None,
+    lmcache_max_local_disk_size: oo.LmcacheDiskOption = None,
+    lmcache_chunk_size: oo.LmcacheChunkOption = None,
+    enable_hierarchical_cache: oo.HierarchicalCacheOption = False,
+    hicache_ratio: oo.HicacheRatioOption = None,
+    hicache_size: oo.HicacheSizeOption = None,
+    host_cache_size: oo.HostCacheSizeOption = None,
     limit_mm_per_prompt: LimitMmPerPromptOption = None,
     language_model_only: LanguageModelOnlyOption = False,
     gpu_memory_utilization: GpuMemoryUtilizationOption = None,
@@ -375,16 +386,16 @@ def _estimate(
     context: int | None, concurrency: int | None, input_len: int | None, output_len: int | None,
     max_model_len: int | None, async_scheduling: bool | None, enforce_eager: bool, allow_long_max_model_len: bool,
     triton_kernels: bool | None,
-    disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool, cpu_offload_gb: float | None,
-    speculative: bool, speculative_config: str | None, enable_dp_attention: bool, kv_transfer_config: str | None,
+    disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool,
+    speculative: bool, speculative_config: str | None, enable_dp_attention: bool,
     limit_mm_per_prompt: str | None, language_model_only: bool, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
     max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
     weights_gib: float | None, overhead_gib: float | None, other_process_gib: float | None,
     kv_cache_memory_gib: float | None, kv_cache_memory_bytes: int | None, request_rate: float | None,
     burst: int | None, num_prompts: int, simulate_load: bool, as_json: bool, tpot_ms: float | None = None,
-    ttft_ms: float | None = None,
+    ttft_ms: float | None = None, **offload: Any,
 ) -> None:
-    """The estimate of the options as given (or as a pasted command set them)."""
+    """The estimate of the options as given (or as a pasted command set them); `offload`: the offload options."""
     if model is None:
         fail("give MODEL, or the engine's command line with --from-command")
     _check_ranges(
@@ -413,6 +424,7 @@ def _estimate(
         fail("give --gpu SKU, or --gpu-memory-gib for hardware not in the catalog")
     bench = _Bench.checked(request_rate, burst, num_prompts, simulate_load)
     resolved, sku = _resolved(model, gpu)
+    weight_offload, kv_offload = oo.offload_specs(engine, offload)
     deployment = DeploymentSpec(
         tp=tp,
         pp=pp,
@@ -429,9 +441,9 @@ def _estimate(
         disable_custom_all_reduce=disable_custom_all_reduce or None,
         gpu_peer_access=gpu_peer_access,
         lora=enable_lora or None,
-        cpu_offload_gib=cpu_offload_gb or None,
+        weight_offload=weight_offload,
         speculative=(speculative or speculative_config is not None) or None,
-        kv_connector=kv_transfer_config is not None or None,
+        kv_offload=kv_offload,
         dp_attention=enable_dp_attention or None,
         mm_text_only=language_model_only or None,
         mm_limits=mm_limits,
@@ -501,7 +513,8 @@ _PASTED_OPTIONS = {
         "allow_long_max_model_len",
         "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
         "kv_transfer_config", "enable_dp_attention", "engine", "engine_version", "limit_mm_per_prompt",
-        "language_model_only",
+        "language_model_only", "kv_offloading_size", "kv_offloading_backend", "enable_hierarchical_cache",
+        "hicache_ratio", "hicache_size", "lmcache_max_local_cpu_size", "lmcache_max_local_disk_size", "lmcache_chunk_size",
     )
 }
 

@@ -55,7 +55,7 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
     r = request
     model, kv_budget_bytes, kv_bytes, tp = r.model, r.budget_bytes, r.kv_bytes, r.tp
     block_size, gdn_checkpoints = r.block_size, r.state_checkpoints
-    hybrid = hybrid_manager_on(model, release)
+    hybrid = hybrid_manager_on(model, release) and r.hybrid_manager_allowed
     align_mode = release.mamba_align_with_prefix_caching  # MambaSpec: 2 (+ checkpoint) blocks, else 1
     stages = [
         [layer for layer in stage if layer.cache.stores_per_token_kv or layer.cache.holds_state]

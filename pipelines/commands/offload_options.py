@@ -1,0 +1,117 @@
+"""`capplan estimate`'s offload options: weights kept in host memory and the KV tiers behind the GPU pool, spelled
+as the engines spell them, read into `capacity.features.offload`'s specs (a bad value is a one-line error)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from capacity.engines.kinds import Engine
+from capacity.features.offload import KVOffload, WeightOffload
+from capacity.features.offload_sizing import kv_offload_for
+from pipelines.commands.common import fail
+
+KvOffloadingSizeOption = Annotated[
+    float | None,
+    typer.Option(
+        "--kv-offloading-size",
+        metavar="GIB",
+        help="vLLM KV offloading to CPU: GiB of host memory, summed over the TP ranks (sized: the CPU tier's tokens).",
+    ),
+]
+KvOffloadingBackendOption = Annotated[
+    str, typer.Option("--kv-offloading-backend", metavar="NAME", help="vLLM's offloading backend: native or lmcache.")
+]
+LmcacheCpuOption = Annotated[
+    float | None,
+    typer.Option(
+        "--lmcache-max-local-cpu-size",
+        metavar="GIB",
+        help="LMCache's CPU tier per GPU (LMCACHE_MAX_LOCAL_CPU_SIZE; default 5.0) with LMCacheConnectorV1.",
+    ),
+]
+LmcacheDiskOption = Annotated[
+    float | None,
+    typer.Option(
+        "--lmcache-max-local-disk-size",
+        metavar="GIB",
+        help="LMCache's local disk tier per GPU (LMCACHE_MAX_LOCAL_DISK_SIZE; default 0).",
+    ),
+]
+LmcacheChunkOption = Annotated[
+    int | None,
+    typer.Option(
+        "--lmcache-chunk-size",
+        metavar="TOKENS",
+        help="LMCache's chunk (LMCACHE_CHUNK_SIZE; default 256): its GPU buffer.",
+    ),
+]
+HierarchicalCacheOption = Annotated[
+    bool, typer.Option("--enable-hierarchical-cache", help="SGLang HiCache: a host KV pool behind the GPU pool.")
+]
+HicacheRatioOption = Annotated[
+    float | None,
+    typer.Option("--hicache-ratio", metavar="RATIO", help="SGLang HiCache host pool / device pool (default 2.0)."),
+]
+HicacheSizeOption = Annotated[
+    int | None,
+    typer.Option("--hicache-size", metavar="GB", help="SGLang HiCache host pool in GB (overrides the ratio)."),
+]
+HostCacheSizeOption = Annotated[
+    int | None,
+    typer.Option(
+        "--host-cache-size", metavar="BYTES", help="TensorRT-LLM kv_cache_config.host_cache_size: a host KV pool."
+    ),
+]
+
+
+def offload_specs(engine: str, options: dict[str, Any]) -> tuple[WeightOffload | None, KVOffload | None]:
+    """The offload specs the options ask for; a bad value fails with one line (exit 2)."""
+    gib = options.get("cpu_offload_gb")
+    if gib is not None and not 0 <= gib < 1e9:
+        fail(f"--cpu-offload-gb must be a number of GiB >= 0, got {gib:g}")
+    connector, extra = _transfer_config(options.get("kv_transfer_config"))
+    size = options.get("hicache_size")
+    if size is not None and size < 0:
+        fail(f"--hicache-size must be >= 0 GB, got {size}")
+    chunk = options.get("lmcache_chunk_size")
+    if chunk is not None and chunk <= 0:
+        fail(f"--lmcache-chunk-size must be a positive number of tokens, got {chunk}")
+    if engine.lower() not in {e.value for e in Engine}:
+        return (WeightOffload(gib) if gib else None), None  # the estimate names the unknown engine
+    try:
+        kv = kv_offload_for(
+            Engine(engine.lower()),
+            connector=connector,
+            kv_offloading_size_gib=options.get("kv_offloading_size"),
+            kv_offloading_backend=options.get("kv_offloading_backend") or "native",
+            extra_config=extra,
+            lmcache_cpu_gib=options.get("lmcache_max_local_cpu_size"),
+            lmcache_disk_gib=options.get("lmcache_max_local_disk_size"),
+            lmcache_chunk_tokens=chunk,
+            hierarchical_cache=bool(options.get("enable_hierarchical_cache")),
+            hicache_ratio=options.get("hicache_ratio"),
+            hicache_size_gb=size,
+            host_cache_bytes=options.get("host_cache_size"),
+        )
+    except ValueError as exc:
+        fail(str(exc))
+    return (WeightOffload(gib) if gib else None), kv
+
+
+def _transfer_config(text: str | None) -> tuple[str | None, dict[str, object]]:
+    """vLLM's --kv-transfer-config: the connector's name and its extra config."""
+    if text is None:
+        return None, {}
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError:
+        fail('--kv-transfer-config must be a JSON object, e.g. \'{"kv_connector":"LMCacheConnectorV1"}\'')
+    if not isinstance(config, dict) or not isinstance(config.get("kv_connector"), str):
+        fail("--kv-transfer-config must be a JSON object naming its kv_connector")
+    extra = config.get("kv_connector_extra_config") or {}
+    if not isinstance(extra, dict):
+        fail("--kv-transfer-config: kv_connector_extra_config must be a JSON object")
+    return config["kv_connector"], extra
