@@ -424,6 +424,10 @@ CONTRACT_ONLY: tuple[ContractField, ...] = (
     ContractField("reason", "Why it fits or not, in one line.", "reason"),
     ContractField("notes", "What the estimate assumed where an input was not given, and what it would move."),
     ContractField("activation_terms", "The activation peak's named terms ({term, bytes} per GPU)."),
+    ContractField(
+        "prefix_cache",
+        "{cached_tokens, b_max_without}: the shared prefix held once (whole blocks) and B_max without sharing.",
+    ),
 )
 
 # The contract's keys in its own order (kept byte-identical: it predates the dictionary); each is a
@@ -470,6 +474,7 @@ CONTRACT_KEYS = (
     "reason",
     "notes",
     "activation_terms",
+    "prefix_cache",
 )
 _CONTRACT_ATTRIBUTES: dict[str, str | None] = {
     **{c.contract: c.attribute or c.contract for c in COLUMNS if c.contract is not None},

@@ -23,6 +23,7 @@ from capacity.engines.protocol import (
 )
 from capacity.engines.registry import engine_profile
 from capacity.engines.vllm.multimodal import multimodal_rule, rule_read_for, text_only, tower_skipped_text_only
+from capacity.features.prefix_caching import NO_PREFIX_CACHING_STATED, PrefixCaching
 from capacity.kv.kinds import StateTerms
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -97,6 +98,9 @@ class Estimate:
     # the most loaded GPU's state layers, (terms, layers of that shape): state_bytes_per_sequence_per_gpu's sum
     state_terms: tuple[tuple[StateTerms, int], ...] = ()
     kv_budget_given: bool = False  # the KV budget was given (--kv-cache-memory-bytes), not formed from the rest
+    prefix_cached_tokens: int = 0  # tokens of the shared prefix held once (whole blocks; prefix caching)
+    b_max_without_prefix: int = 0  # B_max were every sequence to hold the shared prefix itself
+    prefix_caching: PrefixCaching = NO_PREFIX_CACHING_STATED  # as deployed: the prefill reads its hit rate
 
     def b_max_at(self, context_tokens: int) -> int:
         return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
@@ -110,6 +114,7 @@ class Estimate:
             "notes": list(self.notes),
             # the activation peak's named terms, as the derivation shows them (bytes per GPU)
             "activation_terms": [{"term": name, "bytes": n} for name, n in self.activation_buffers],
+            "prefix_cache": {"cached_tokens": self.prefix_cached_tokens, "b_max_without": self.b_max_without_prefix},
         }
         return {key: derived[key] if attribute is None else getattr(self, attribute) for key, attribute in CONTRACT}
 
@@ -369,6 +374,8 @@ class _PoolFigures:
     max_context_at_concurrency: int
     fits: bool
     reason: str
+    prefix_cached_tokens: int = 0
+    b_max_without_prefix: int = 0
 
     def fields(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -388,6 +395,7 @@ def _pool_figures(
     context_tokens: int | None,
     concurrency: int | None,
     start_problem: str | None = None,
+    prefix: PrefixCaching = NO_PREFIX_CACHING_STATED,
 ) -> _PoolFigures:
     """Ask the pool: the start check (and the auto-fit), the printed KV cache size, B_max at the
     context, the max context at the target concurrency, and whether the workload fits, with why.
@@ -425,7 +433,9 @@ def _pool_figures(
     derived = profile.sequence_cap(kv_cache_tokens, max_model_len, state_slots, pool.swa_window_tokens)
     seqs_cap = lim.seqs_cap or (int(derived) or None)
     conc = max_concurrency(pool, context) if pool.capacity_units else 0.0
-    bmax_memory = b_max(pool, context) if pool.capacity_units else 0
+    cached = prefix.cached_tokens(profile.engine, context, pool.block_size) if pool.unit is not PoolUnit.BYTE else 0
+    private = b_max(pool, context) if pool.capacity_units else 0
+    bmax_memory = b_max(pool, context, cached_tokens=cached) if pool.capacity_units else 0
     bmax = min(bmax_memory, seqs_cap) if seqs_cap else bmax_memory
     if context > max_model_len or not starts:
         bmax = bmax_memory = 0
@@ -464,6 +474,8 @@ def _pool_figures(
         max_ctx,
         fits,
         reason,
+        cached,
+        private if cached and starts and context <= max_model_len else bmax_memory,
     )
 
 
@@ -524,7 +536,9 @@ def estimate(
         context_tokens,
         concurrency,
         start_problem,
+        d.prefix_caching,
     )
+    notes.extend(_prefix_notes(d, profile, f))
     start = StartRequest(model, gpu, weights.format_name, f.max_model_len, d.allow_long_max_model_len, dt.kv_name)
     f = _checked_start(f, profile, start, limit)
     return Estimate(
@@ -561,8 +575,18 @@ def estimate(
         start_memory_refused=start_problem is not None,
         state_terms=tuple(state_terms),
         kv_budget_given=d.kv_cache_memory_bytes is not None,
+        prefix_caching=d.prefix_caching,
         **f.fields(),  # type: ignore[arg-type]
     )
+
+
+def _prefix_notes(d: DeploymentSpec, profile: EngineProfile, f: _PoolFigures) -> list[str]:
+    """What the prefix cache did to B_max, where a shared prefix or a hit rate was stated."""
+    problem = d.prefix_caching.problem()
+    if problem:
+        raise SpecError(problem)
+    note = d.prefix_caching.note(profile.engine, f.prefix_cached_tokens, f.b_max_without_prefix, f.b_max_memory)
+    return [note] if note else []
 
 
 def _kv_budget(

@@ -18,6 +18,7 @@ from capacity.engines.vllm.multimodal import parse_mm_limits
 from capacity.estimate import Estimate
 from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
+from capacity.features.prefix_caching import PrefixCaching
 from capacity.performance import LatencyTargets, Performance, efficiency_for, perf_inputs, performance
 from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.serving.targets import WithinTargets, batch_within_targets
@@ -203,6 +204,21 @@ KvTransferConfigOption = Annotated[
         help="vLLM KV connector, e.g. LMCache (its GPU buffers not sized: flagged; the value is not read).",
     ),
 ]
+EnablePrefixCachingOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="Prefix caching (default: the engine's; on in vLLM V1, SGLang and TensorRT-LLM).",
+    ),
+]
+SharedPrefixTokensOption = Annotated[
+    int | None,
+    typer.Option("--shared-prefix-tokens", metavar="S", help="A prompt prefix every sequence shares (held once)."),
+]
+PrefixHitRateOption = Annotated[
+    float | None,
+    typer.Option("--prefix-hit-rate", metavar="H", help="Share of prompt tokens from the prefix cache (TTFT)."),
+]
 GpuMemoryUtilizationOption = Annotated[
     float | None,
     typer.Option(
@@ -339,6 +355,9 @@ def estimate(
     kv_transfer_config: KvTransferConfigOption = None,
     limit_mm_per_prompt: LimitMmPerPromptOption = None,
     language_model_only: LanguageModelOnlyOption = False,
+    enable_prefix_caching: EnablePrefixCachingOption = None,
+    shared_prefix_tokens: SharedPrefixTokensOption = None,
+    prefix_hit_rate: PrefixHitRateOption = None,
     gpu_memory_utilization: GpuMemoryUtilizationOption = None,
     engine: EngineOption = "vllm",
     engine_version: EngineVersionOption = None,
@@ -377,7 +396,8 @@ def _estimate(
     triton_kernels: bool | None,
     disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool, cpu_offload_gb: float | None,
     speculative: bool, speculative_config: str | None, enable_dp_attention: bool, kv_transfer_config: str | None,
-    limit_mm_per_prompt: str | None, language_model_only: bool, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
+    limit_mm_per_prompt: str | None, language_model_only: bool, enable_prefix_caching: bool | None,
+    shared_prefix_tokens: int | None, prefix_hit_rate: float | None, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
     max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
     weights_gib: float | None, overhead_gib: float | None, other_process_gib: float | None,
     kv_cache_memory_gib: float | None, kv_cache_memory_bytes: int | None, request_rate: float | None,
@@ -412,6 +432,9 @@ def _estimate(
     if gpu is None and gpu_memory_gib is None and kv_cache_memory_gib is None:
         fail("give --gpu SKU, or --gpu-memory-gib for hardware not in the catalog")
     bench = _Bench.checked(request_rate, burst, num_prompts, simulate_load)
+    prefix = PrefixCaching(enable_prefix_caching, shared_prefix_tokens or 0, prefix_hit_rate)
+    if prefix.problem():
+        fail(f"--shared-prefix-tokens / --prefix-hit-rate: {prefix.problem()}")
     resolved, sku = _resolved(model, gpu)
     deployment = DeploymentSpec(
         tp=tp,
@@ -435,6 +458,7 @@ def _estimate(
         dp_attention=enable_dp_attention or None,
         mm_text_only=language_model_only or None,
         mm_limits=mm_limits,
+        prefix_caching=prefix,
         block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
@@ -501,7 +525,7 @@ _PASTED_OPTIONS = {
         "allow_long_max_model_len",
         "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
         "kv_transfer_config", "enable_dp_attention", "engine", "engine_version", "limit_mm_per_prompt",
-        "language_model_only",
+        "language_model_only", "enable_prefix_caching",
     )
 }
 
