@@ -13,7 +13,7 @@ The rule, read from the engines' source (vLLM 0.33, SGLang 0.5.23) and TensorRT-
   `BlockPool.touch` / `free_blocks`: `ref_cnt`), so B requests of T tokens that share S tokens take
   `blocks(S) + B x (blocks(T) - blocks(S))` of each full-attention group; windowed groups and state slots
   stay per request (their blocks are freed or replaced as the window moves).
-- the default: on in vLLM V1 (`--no-enable-prefix-caching` turns it off), in SGLang (`--disable-radix-cache`)
+- the default: on in vLLM V1 for generative models (`--disable-prefix-caching` in 0.33, `--no-enable-prefix-caching` before, turns it off; config/model.py `is_prefix_caching_supported`), in SGLang (`--disable-radix-cache`)
   and in TensorRT-LLM's `KvCacheConfig.enable_block_reuse`; the plain formula (transformers) has none.
 
 The hit rate (the share of prompt tokens served from the cache, what vLLM's `prefix_cache_hits /
@@ -41,7 +41,8 @@ class PrefixCacheRule:
 
 
 _RULES: dict[Engine, PrefixCacheRule | None] = {
-    Engine.VLLM: PrefixCacheRule(True, "--no-enable-prefix-caching", "vLLM 0.33 v1/core/kv_cache_manager.py"),
+    # vLLM 0.33's parser spells "off" --disable-prefix-caching (engine/arg_utils.py; earlier: --no-enable-...)
+    Engine.VLLM: PrefixCacheRule(True, "--disable-prefix-caching", "vLLM 0.33 v1/core/kv_cache_manager.py"),
     Engine.SGLANG: PrefixCacheRule(True, "--disable-radix-cache", "SGLang 0.5.23 srt/mem_cache/radix_cache.py"),
     Engine.TRTLLM: PrefixCacheRule(
         True, "kv_cache_config.enable_block_reuse: false", "TensorRT-LLM docs/source/features/kvcache.md"

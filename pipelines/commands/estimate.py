@@ -208,6 +208,7 @@ EnablePrefixCachingOption = Annotated[
     bool | None,
     typer.Option(
         "--enable-prefix-caching/--no-enable-prefix-caching",
+        "--enable-prefix-caching/--disable-prefix-caching",
         help="Prefix caching (default: the engine's; on in vLLM V1, SGLang and TensorRT-LLM).",
     ),
 ]
@@ -390,18 +391,54 @@ def estimate(
 
 
 def _estimate(
-    *, pasted: _Pasted | None, model: str | None, gpu: str | None, tp: int, pp: int, dtype: str, kv_dtype: str,
-    context: int | None, concurrency: int | None, input_len: int | None, output_len: int | None,
-    max_model_len: int | None, async_scheduling: bool | None, enforce_eager: bool, allow_long_max_model_len: bool,
+    *,
+    pasted: _Pasted | None,
+    model: str | None,
+    gpu: str | None,
+    tp: int,
+    pp: int,
+    dtype: str,
+    kv_dtype: str,
+    context: int | None,
+    concurrency: int | None,
+    input_len: int | None,
+    output_len: int | None,
+    max_model_len: int | None,
+    async_scheduling: bool | None,
+    enforce_eager: bool,
+    allow_long_max_model_len: bool,
     triton_kernels: bool | None,
-    disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool, cpu_offload_gb: float | None,
-    speculative: bool, speculative_config: str | None, enable_dp_attention: bool, kv_transfer_config: str | None,
-    limit_mm_per_prompt: str | None, language_model_only: bool, enable_prefix_caching: bool | None,
-    shared_prefix_tokens: int | None, prefix_hit_rate: float | None, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
-    max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
-    weights_gib: float | None, overhead_gib: float | None, other_process_gib: float | None,
-    kv_cache_memory_gib: float | None, kv_cache_memory_bytes: int | None, request_rate: float | None,
-    burst: int | None, num_prompts: int, simulate_load: bool, as_json: bool, tpot_ms: float | None = None,
+    disable_custom_all_reduce: bool,
+    gpu_peer_access: bool | None,
+    enable_lora: bool,
+    cpu_offload_gb: float | None,
+    speculative: bool,
+    speculative_config: str | None,
+    enable_dp_attention: bool,
+    kv_transfer_config: str | None,
+    limit_mm_per_prompt: str | None,
+    language_model_only: bool,
+    enable_prefix_caching: bool | None,
+    shared_prefix_tokens: int | None,
+    prefix_hit_rate: float | None,
+    gpu_memory_utilization: float | None,
+    engine: str,
+    engine_version: str | None,
+    block_size: int | None,
+    max_num_batched_tokens: int | None,
+    max_num_seqs: int | None,
+    gpu_memory_gib: float | None,
+    weights_gib: float | None,
+    overhead_gib: float | None,
+    other_process_gib: float | None,
+    kv_cache_memory_gib: float | None,
+    kv_cache_memory_bytes: int | None,
+    request_rate: float | None,
+    burst: int | None,
+    num_prompts: int,
+    simulate_load: bool,
+    as_json: bool,
+    tpot_ms: float | None = None,
     ttft_ms: float | None = None,
 ) -> None:
     """The estimate of the options as given (or as a pasted command set them)."""
@@ -520,12 +557,31 @@ def _within(
 _PASTED_OPTIONS = {
     name: "--" + name.replace("_", "-")
     for name in (
-        "tp", "pp", "dtype", "kv_dtype", "max_model_len", "gpu_memory_utilization", "max_num_seqs",
-        "max_num_batched_tokens", "block_size", "enforce_eager", "async_scheduling", "disable_custom_all_reduce",
+        "tp",
+        "pp",
+        "dtype",
+        "kv_dtype",
+        "max_model_len",
+        "gpu_memory_utilization",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "block_size",
+        "enforce_eager",
+        "async_scheduling",
+        "disable_custom_all_reduce",
         "allow_long_max_model_len",
-        "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
-        "kv_transfer_config", "enable_dp_attention", "engine", "engine_version", "limit_mm_per_prompt",
-        "language_model_only", "enable_prefix_caching",
+        "kv_cache_memory_bytes",
+        "enable_lora",
+        "cpu_offload_gb",
+        "speculative",
+        "speculative_config",
+        "kv_transfer_config",
+        "enable_dp_attention",
+        "engine",
+        "engine_version",
+        "limit_mm_per_prompt",
+        "language_model_only",
+        "enable_prefix_caching",
     )
 }
 
@@ -580,8 +636,9 @@ class _Pasted:
         if unsized is None:
             return dataclasses.replace(result, notes=notes)
         reason = "; ".join(filter(None, (result.not_modelled, unsized)))
-        return dataclasses.replace(result, notes=(*notes, f"not modelled: {unsized}; sized as if they were off"),
-                                   not_modelled=reason)
+        return dataclasses.replace(
+            result, notes=(*notes, f"not modelled: {unsized}; sized as if they were off"), not_modelled=reason
+        )
 
 
 def _mm_limits(text: str | None) -> tuple[tuple[str, int], ...]:
