@@ -23,6 +23,7 @@ from capacity.engines.protocol import (
 )
 from capacity.engines.registry import engine_profile
 from capacity.engines.vllm.multimodal import multimodal_rule, rule_read_for, text_only, tower_skipped_text_only
+from capacity.features.prefix_cache_engines import prefix_cache_rule
 from capacity.features.prefix_caching import NO_PREFIX_CACHING_STATED, PrefixCaching
 from capacity.kv.kinds import StateTerms
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
@@ -433,7 +434,8 @@ def _pool_figures(
     derived = profile.sequence_cap(kv_cache_tokens, max_model_len, state_slots, pool.swa_window_tokens)
     seqs_cap = lim.seqs_cap or (int(derived) or None)
     conc = max_concurrency(pool, context) if pool.capacity_units else 0.0
-    cached = prefix.cached_tokens(profile.engine, context, pool.block_size) if pool.unit is not PoolUnit.BYTE else 0
+    rule = prefix_cache_rule(profile.engine)
+    cached = prefix.cached_tokens(rule, context, pool.block_size) if pool.unit is not PoolUnit.BYTE else 0
     private = b_max(pool, context) if pool.capacity_units else 0
     bmax_memory = b_max(pool, context, cached_tokens=cached) if pool.capacity_units else 0
     bmax = min(bmax_memory, seqs_cap) if seqs_cap else bmax_memory
@@ -585,7 +587,8 @@ def _prefix_notes(d: DeploymentSpec, profile: EngineProfile, f: _PoolFigures) ->
     problem = d.prefix_caching.problem()
     if problem:
         raise SpecError(problem)
-    note = d.prefix_caching.note(profile.engine, f.prefix_cached_tokens, f.b_max_without_prefix, f.b_max_memory)
+    rule = prefix_cache_rule(profile.engine)
+    note = d.prefix_caching.note(rule, f.prefix_cached_tokens, f.b_max_without_prefix, f.b_max_memory)
     return [note] if note else []
 
 

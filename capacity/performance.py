@@ -32,6 +32,7 @@ from typing import Generic, Protocol, TypeVar
 from capacity.dtypes import element_bytes, serving_dtype
 from capacity.engines import Engine
 from capacity.estimate import Estimate
+from capacity.features.prefix_cache_engines import prefix_cache_rule
 from capacity.memo import per_object
 from capacity.numeric import Num, as_float, at_least, cdiv
 from capacity.parallel import pp_partition, stage_layers
@@ -488,7 +489,7 @@ def performance(
     context = input_tokens + output_tokens // 2
     tpot = float(tpot_seconds(p, concurrency, context, eff))
     throughput = float(output_tokens_per_second(p, concurrency, context, eff))
-    cached = est.prefix_caching.hit_tokens(Engine(est.engine), input_tokens, est.block_size)
+    cached = est.prefix_caching.hit_tokens(prefix_cache_rule(Engine(est.engine)), input_tokens, est.block_size)
     ttft = prefill_seconds(p, input_tokens, chunk_tokens, concurrency - 1, context, eff, cached)
     ttft += eff.request_overhead_s
     decode_bytes = float(step_bytes(p, concurrency, concurrency, context))

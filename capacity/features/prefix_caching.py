@@ -19,7 +19,8 @@ The rule, read from the engines' source (vLLM 0.33, SGLang 0.5.23) and TensorRT-
 The hit rate (the share of prompt tokens served from the cache, what vLLM's `prefix_cache_hits /
 prefix_cache_queries` measure) moves the prefill work: only the uncached tokens are prefilled. It says nothing
 about which prefixes are resident together, so the memory saving comes from `shared_prefix_tokens` alone.
-Pure: no I/O; the pool arithmetic is `capacity.pool.PoolTerms.shared_prefix_units`, over ints and Polars.
+Each engine's `PrefixCacheRule` is `capacity.features.prefix_cache_engines.prefix_cache_rule`. Pure: no I/O;
+the pool arithmetic is `capacity.pool.PoolTerms.shared_prefix_units`, over ints and Polars.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from capacity.engines.kinds import Engine
 from capacity.numeric import Num, at_least, minimum
 
 
@@ -38,17 +38,6 @@ class PrefixCacheRule:
     default_on: bool
     off_flag: str  # the engine's spelling of "off", for notes and the pasted command
     source: str  # where the rule was read
-
-
-_RULES: dict[Engine, PrefixCacheRule | None] = {
-    # vLLM 0.33's parser spells "off" --disable-prefix-caching (engine/arg_utils.py; earlier: --no-enable-...)
-    Engine.VLLM: PrefixCacheRule(True, "--disable-prefix-caching", "vLLM 0.33 v1/core/kv_cache_manager.py"),
-    Engine.SGLANG: PrefixCacheRule(True, "--disable-radix-cache", "SGLang 0.5.23 srt/mem_cache/radix_cache.py"),
-    Engine.TRTLLM: PrefixCacheRule(
-        True, "kv_cache_config.enable_block_reuse: false", "TensorRT-LLM docs/source/features/kvcache.md"
-    ),
-    Engine.PLAIN: None,  # transformers' cache: no sharing between sequences
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +60,9 @@ class PrefixCaching:
             return f"prefix hit rate must be in [0, 1], got {self.hit_rate:g}"
         return None
 
-    def on(self, engine: Engine) -> bool:
-        """Whether `engine` caches prefixes for this deployment (its default unless stated)."""
-        rule = _RULES[engine]
+    def on(self, rule: PrefixCacheRule | None) -> bool:
+        """Whether the engine (its `rule`, None: it caches no prefixes) caches them here (its default unless
+        stated)."""
         if rule is None:
             return False
         return rule.default_on if self.enabled is None else self.enabled
@@ -83,36 +72,35 @@ class PrefixCaching:
         """Whether anything beyond the engine's default was said (a shared prefix or a hit rate)."""
         return bool(self.shared_prefix_tokens) or self.hit_rate is not None
 
-    def cached_tokens(self, engine: Engine, context_tokens: Num, page_tokens: Num) -> Num:
+    def cached_tokens(self, rule: PrefixCacheRule | None, context_tokens: Num, page_tokens: Num) -> Num:
         """Tokens of the shared prefix a sequence of T tokens finds in the cache and holds in common with the
         others: whole pages of min(S, T - 1) (0 where the engine does not cache prefixes)."""
-        if not self.shared_prefix_tokens or not self.on(engine):
+        if not self.shared_prefix_tokens or not self.on(rule):
             return 0
         hit = at_least(minimum(context_tokens - 1, self.shared_prefix_tokens), 0)
         return hit // page_tokens * page_tokens
 
-    def hit_tokens(self, engine: Engine, prompt_tokens: int, page_tokens: int) -> int:
+    def hit_tokens(self, rule: PrefixCacheRule | None, prompt_tokens: int, page_tokens: int) -> int:
         """Prompt tokens one request finds in the cache: the hit rate's share (whole pages, as the engine hits),
         or the shared prefix where that is more; below the prompt (its last token is always computed)."""
-        if not self.on(engine) or prompt_tokens <= 0:
+        if not self.on(rule) or prompt_tokens <= 0:
             return 0
         page = max(page_tokens, 1)
         by_rate = int((self.hit_rate or 0.0) * prompt_tokens) // page * page
-        shared: int = self.cached_tokens(engine, prompt_tokens, page)
+        shared: int = self.cached_tokens(rule, prompt_tokens, page)
         return min(max(by_rate, shared), prompt_tokens - 1)
 
-    def prefilled_tokens(self, engine: Engine, prompt_tokens: int, page_tokens: int) -> int:
+    def prefilled_tokens(self, rule: PrefixCacheRule | None, prompt_tokens: int, page_tokens: int) -> int:
         """Prompt tokens the engine prefills per request: the rest are read from the cache."""
-        return prompt_tokens - self.hit_tokens(engine, prompt_tokens, page_tokens)
+        return prompt_tokens - self.hit_tokens(rule, prompt_tokens, page_tokens)
 
-    def note(self, engine: Engine, cached: int, b_max_private: int, b_max_shared: int) -> str | None:
+    def note(self, rule: PrefixCacheRule | None, cached: int, b_max_private: int, b_max_shared: int) -> str | None:
         """The estimate's line on what the prefix cache does to B_max (None where nothing was stated)."""
         if not self.stated:
             return None
-        rule = _RULES[engine]
         if rule is None:
-            return f"prefix caching: {engine.value} has none; the shared prefix is held by every sequence"
-        if not self.on(engine):
+            return "prefix caching: this engine has none; the shared prefix is held by every sequence"
+        if not self.on(rule):
             return f"prefix caching off ({rule.off_flag}): the shared prefix is held by every sequence"
         rate = "" if self.hit_rate is None else f"; at a {self.hit_rate:.0%} hit rate only the rest is prefilled"
         return (

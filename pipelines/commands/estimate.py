@@ -208,7 +208,6 @@ EnablePrefixCachingOption = Annotated[
     bool | None,
     typer.Option(
         "--enable-prefix-caching/--no-enable-prefix-caching",
-        "--enable-prefix-caching/--disable-prefix-caching",
         help="Prefix caching (default: the engine's; on in vLLM V1, SGLang and TensorRT-LLM).",
     ),
 ]
@@ -391,54 +390,18 @@ def estimate(
 
 
 def _estimate(
-    *,
-    pasted: _Pasted | None,
-    model: str | None,
-    gpu: str | None,
-    tp: int,
-    pp: int,
-    dtype: str,
-    kv_dtype: str,
-    context: int | None,
-    concurrency: int | None,
-    input_len: int | None,
-    output_len: int | None,
-    max_model_len: int | None,
-    async_scheduling: bool | None,
-    enforce_eager: bool,
-    allow_long_max_model_len: bool,
+    *, pasted: _Pasted | None, model: str | None, gpu: str | None, tp: int, pp: int, dtype: str, kv_dtype: str,
+    context: int | None, concurrency: int | None, input_len: int | None, output_len: int | None,
+    max_model_len: int | None, async_scheduling: bool | None, enforce_eager: bool, allow_long_max_model_len: bool,
     triton_kernels: bool | None,
-    disable_custom_all_reduce: bool,
-    gpu_peer_access: bool | None,
-    enable_lora: bool,
-    cpu_offload_gb: float | None,
-    speculative: bool,
-    speculative_config: str | None,
-    enable_dp_attention: bool,
-    kv_transfer_config: str | None,
-    limit_mm_per_prompt: str | None,
-    language_model_only: bool,
-    enable_prefix_caching: bool | None,
-    shared_prefix_tokens: int | None,
-    prefix_hit_rate: float | None,
-    gpu_memory_utilization: float | None,
-    engine: str,
-    engine_version: str | None,
-    block_size: int | None,
-    max_num_batched_tokens: int | None,
-    max_num_seqs: int | None,
-    gpu_memory_gib: float | None,
-    weights_gib: float | None,
-    overhead_gib: float | None,
-    other_process_gib: float | None,
-    kv_cache_memory_gib: float | None,
-    kv_cache_memory_bytes: int | None,
-    request_rate: float | None,
-    burst: int | None,
-    num_prompts: int,
-    simulate_load: bool,
-    as_json: bool,
-    tpot_ms: float | None = None,
+    disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool, cpu_offload_gb: float | None,
+    speculative: bool, speculative_config: str | None, enable_dp_attention: bool, kv_transfer_config: str | None,
+    limit_mm_per_prompt: str | None, language_model_only: bool, enable_prefix_caching: bool | None,
+    shared_prefix_tokens: int | None, prefix_hit_rate: float | None, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
+    max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
+    weights_gib: float | None, overhead_gib: float | None, other_process_gib: float | None,
+    kv_cache_memory_gib: float | None, kv_cache_memory_bytes: int | None, request_rate: float | None,
+    burst: int | None, num_prompts: int, simulate_load: bool, as_json: bool, tpot_ms: float | None = None,
     ttft_ms: float | None = None,
 ) -> None:
     """The estimate of the options as given (or as a pasted command set them)."""
@@ -469,9 +432,7 @@ def _estimate(
     if gpu is None and gpu_memory_gib is None and kv_cache_memory_gib is None:
         fail("give --gpu SKU, or --gpu-memory-gib for hardware not in the catalog")
     bench = _Bench.checked(request_rate, burst, num_prompts, simulate_load)
-    prefix = PrefixCaching(enable_prefix_caching, shared_prefix_tokens or 0, prefix_hit_rate)
-    if prefix.problem():
-        fail(f"--shared-prefix-tokens / --prefix-hit-rate: {prefix.problem()}")
+    prefix = _prefix_caching(enable_prefix_caching, shared_prefix_tokens, prefix_hit_rate)
     resolved, sku = _resolved(model, gpu)
     deployment = DeploymentSpec(
         tp=tp,
@@ -557,31 +518,12 @@ def _within(
 _PASTED_OPTIONS = {
     name: "--" + name.replace("_", "-")
     for name in (
-        "tp",
-        "pp",
-        "dtype",
-        "kv_dtype",
-        "max_model_len",
-        "gpu_memory_utilization",
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "block_size",
-        "enforce_eager",
-        "async_scheduling",
-        "disable_custom_all_reduce",
+        "tp", "pp", "dtype", "kv_dtype", "max_model_len", "gpu_memory_utilization", "max_num_seqs",
+        "max_num_batched_tokens", "block_size", "enforce_eager", "async_scheduling", "disable_custom_all_reduce",
         "allow_long_max_model_len",
-        "kv_cache_memory_bytes",
-        "enable_lora",
-        "cpu_offload_gb",
-        "speculative",
-        "speculative_config",
-        "kv_transfer_config",
-        "enable_dp_attention",
-        "engine",
-        "engine_version",
-        "limit_mm_per_prompt",
-        "language_model_only",
-        "enable_prefix_caching",
+        "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
+        "kv_transfer_config", "enable_dp_attention", "engine", "engine_version", "limit_mm_per_prompt",
+        "language_model_only", "enable_prefix_caching",
     )
 }
 
@@ -636,9 +578,17 @@ class _Pasted:
         if unsized is None:
             return dataclasses.replace(result, notes=notes)
         reason = "; ".join(filter(None, (result.not_modelled, unsized)))
-        return dataclasses.replace(
-            result, notes=(*notes, f"not modelled: {unsized}; sized as if they were off"), not_modelled=reason
-        )
+        return dataclasses.replace(result, notes=(*notes, f"not modelled: {unsized}; sized as if they were off"),
+                                   not_modelled=reason)
+
+
+def _prefix_caching(enabled: bool | None, shared_prefix_tokens: int | None, hit_rate: float | None) -> PrefixCaching:
+    """The prefix-caching options as one value, or a one-line usage error."""
+    prefix = PrefixCaching(enabled, shared_prefix_tokens or 0, hit_rate)
+    problem = prefix.problem()
+    if problem:
+        fail(f"--shared-prefix-tokens / --prefix-hit-rate: {problem}")
+    return prefix
 
 
 def _mm_limits(text: str | None) -> tuple[tuple[str, int], ...]:
