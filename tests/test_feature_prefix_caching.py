@@ -26,8 +26,10 @@ from capacity.performance import DEFAULT_EFFICIENCY, perf_inputs, prefill_second
 from capacity.pool import KVGroup, KVPool, PoolUnit, b_max
 from capacity.spec import DeploymentSpec, GpuSku, KVKind
 from pipelines.cli import app
+from telemetry.summary import deployment_summary
 from tests.conftest import require_oracle_venv, run_in_oracle_venv
 from tests.handmade import dense_spec
+from tests.test_telemetry_support import ingest
 
 runner = CliRunner()
 RULES = {engine: prefix_cache_rule(engine) for engine in Engine}
@@ -213,3 +215,58 @@ def test_vllm_block_pool_admits_what_capplan_says(
     cached = PrefixCaching(shared_prefix_tokens=shared).cached_tokens(RULES[Engine.VLLM], prompt, block_size)
     assert cached == vllm["hit_tokens"][-1]
     assert b_max(_pool(num_blocks, block_size), context, cached_tokens=cached) == vllm["admitted"]
+
+
+# --- measured hit rates (telemetry) -----------------------------------------------------------------------
+
+# vLLM 0.33's exposition of its prefix-cache counters (v1/metrics/loggers.py: Counter "vllm:prefix_cache_queries"
+# and "vllm:prefix_cache_hits", labelled model_name and engine; prometheus_client appends `_total`)
+LLAMA_LABELS = 'engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"'
+VLLM_SCRAPES = "\n".join(
+    [
+        "# scraped_at: 2025-06-02T12:00:00Z",
+        "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
+        "# TYPE vllm:prefix_cache_queries_total counter",
+        f"vllm:prefix_cache_queries_total{{{LLAMA_LABELS}}} 100000.0",
+        "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.",
+        "# TYPE vllm:prefix_cache_hits_total counter",
+        f"vllm:prefix_cache_hits_total{{{LLAMA_LABELS}}} 20000.0",
+        "# scraped_at: 2025-06-02T12:10:00Z",
+        f"vllm:prefix_cache_queries_total{{{LLAMA_LABELS}}} 500000.0",
+        f"vllm:prefix_cache_hits_total{{{LLAMA_LABELS}}} 260000.0",
+    ]
+)
+# SGLang 0.5.23: a gauge of the recent hit rate (observability/metrics_collector.py "sglang:cache_hit_rate")
+SGLANG_SCRAPES = "\n".join(
+    [
+        "# scraped_at: 2025-06-02T12:00:00Z",
+        'sglang:cache_hit_rate{model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.5',
+        "# scraped_at: 2025-06-02T12:10:00Z",
+        'sglang:cache_hit_rate{model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.7',
+    ]
+)
+
+
+def test_measured_hit_rate_per_deployment_from_the_engines_metrics(tmp_path: Path) -> None:
+    result = ingest(
+        tmp_path, {"vllm-dep/metrics.prom": VLLM_SCRAPES + "\n", "sglang-dep/metrics.prom": SGLANG_SCRAPES + "\n"}
+    )
+    assert result.rejects.is_empty()
+    rows = {
+        r["deployment_id"]: r
+        for r in deployment_summary(result.observations.lazy(), result.samples.lazy()).collect().to_dicts()
+    }
+    vllm = rows["vllm-dep"]
+    # over the window: 400,000 tokens looked up, 240,000 found -> 0.6
+    assert (vllm["prefix_cache_queries"], vllm["prefix_cache_hits"]) == (400_000.0, 240_000.0)
+    assert vllm["measured_prefix_hit_rate"] == pytest.approx(0.6, rel=1e-12)
+    assert vllm["prefix_hit_rate_source"] == "prefix_cache_hits_total"
+    sglang = rows["sglang-dep"]
+    assert sglang["measured_prefix_hit_rate"] == pytest.approx(0.6, rel=1e-12)  # mean of 0.5 and 0.7
+    assert sglang["prefix_hit_rate_source"] == "prefix_cache_hit_rate" and sglang["prefix_cache_queries"] is None
+
+
+def test_a_hit_rate_above_one_is_rejected(tmp_path: Path) -> None:
+    bad = 'sglang:cache_hit_rate{model_name="m"} 60\n'
+    result = ingest(tmp_path, {"dep/metrics.prom": bad})
+    assert result.samples.is_empty() and result.rejects.height == 1
