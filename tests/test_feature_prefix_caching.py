@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import polars as pl
 import pytest
 from typer.testing import CliRunner
@@ -26,10 +27,12 @@ from capacity.performance import DEFAULT_EFFICIENCY, perf_inputs, prefill_second
 from capacity.pool import KVGroup, KVPool, PoolUnit, b_max
 from capacity.spec import DeploymentSpec, GpuSku, KVKind
 from pipelines.cli import app
+from telemetry.drop_folder import deployments_frame
 from telemetry.summary import deployment_summary
 from tests.conftest import require_oracle_venv, run_in_oracle_venv
 from tests.handmade import dense_spec
 from tests.test_telemetry_support import ingest
+from warehouse.sql import build_relation, load_frame
 
 runner = CliRunner()
 RULES = {engine: prefix_cache_rule(engine) for engine in Engine}
@@ -270,3 +273,30 @@ def test_a_hit_rate_above_one_is_rejected(tmp_path: Path) -> None:
     bad = 'sglang:cache_hit_rate{model_name="m"} 60\n'
     result = ingest(tmp_path, {"dep/metrics.prom": bad})
     assert result.samples.is_empty() and result.rejects.height == 1
+
+
+def test_the_hit_rate_view_shows_each_deployment_that_measured_one(tmp_path: Path) -> None:
+    """raw.telemetry_deployments (as the telemetry asset writes it) -> staging -> marts.prefix_cache_hit_rates."""
+    result = ingest(
+        tmp_path, {"vllm-dep/metrics.prom": VLLM_SCRAPES + "\n", "sglang-dep/metrics.prom": SGLANG_SCRAPES + "\n"}
+    )
+    deployments = deployments_frame(result.observations, result.samples, "drop_folder")
+    con = duckdb.connect()
+    for layer in ("raw", "staging", "marts"):
+        con.execute(f"create schema {layer}")
+    build_relation(con, "raw", "run", {"run_id": "r1", "run_date": "2026-12-05", "started_at": "2026-12-05 00:00"})
+    load_frame(con, "raw", "telemetry_deployments", deployments)
+    build_relation(con, "staging", "telemetry_deployments")
+    build_relation(con, "marts", "prefix_cache_hit_rates")
+    got = con.execute(
+        "select deployment_id, model, measured_prefix_hit_rate, prefix_hit_rate_source, prefix_cache_hits "
+        "from marts.prefix_cache_hit_rates order by deployment_id"
+    ).fetchall()
+    assert got == [
+        ("sglang-dep", "meta-llama/Llama-3.1-8B-Instruct", pytest.approx(0.6), "prefix_cache_hit_rate", None),
+        ("vllm-dep", "meta-llama/Llama-3.1-8B-Instruct", pytest.approx(0.6), "prefix_cache_hits_total", 240_000.0),
+    ]
+    documented = con.execute(
+        "select count(*) from duckdb_columns() where table_name = 'prefix_cache_hit_rates' and comment is null"
+    ).fetchone()
+    assert documented == (0,)
