@@ -55,3 +55,18 @@ def sample_prefix_cache(samples: pl.LazyFrame) -> pl.LazyFrame:
         )
         .cast(PREFIX_CACHE_SCHEMA)  # type: ignore[arg-type]
     )
+
+
+def model_hit_rates(deployments: pl.DataFrame) -> dict[str, float]:
+    """The hit rate per model over its deployments (`raw.telemetry_deployments`): their hits over their queries
+    where vLLM counted them, else the mean of SGLang's gauges; what a workload that states none is valued at."""
+    measured = deployments.filter(pl.col("model_id").is_not_null() & pl.col("measured_prefix_hit_rate").is_not_null())
+    counted = pl.col("prefix_cache_queries").fill_null(0) > 0
+    per_model = measured.group_by("model_id").agg(
+        pl.col("prefix_cache_hits").filter(counted).sum().alias("hits"),
+        pl.col("prefix_cache_queries").filter(counted).sum().alias("queries"),
+        pl.col("measured_prefix_hit_rate").filter(~counted).mean().alias("gauge"),
+    )
+    rate = pl.when(pl.col("queries") > 0).then(pl.col("hits") / pl.col("queries")).otherwise(pl.col("gauge"))
+    rows = per_model.select("model_id", rate.alias("rate")).drop_nulls().iter_rows()
+    return {str(model): float(value) for model, value in rows}

@@ -18,6 +18,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from capacity.calibration import fit_calibration
 from capacity.engines.command_line import read_command
 from capacity.engines.kinds import Engine
 from capacity.estimate import estimate
@@ -26,8 +27,12 @@ from capacity.features.prefix_caching import PrefixCaching
 from capacity.performance import DEFAULT_EFFICIENCY, perf_inputs, prefill_seconds, step_seconds
 from capacity.pool import KVGroup, KVPool, PoolUnit, b_max
 from capacity.spec import DeploymentSpec, GpuSku, KVKind
+from models_registry.planning import bundled_catalog
 from pipelines.cli import app
+from recommendations.feature_value import FEATURE_VALUE_SCHEMA, feature_value_frame
+from recommendations.workloads import parse_workloads
 from telemetry.drop_folder import deployments_frame
+from telemetry.prefix_cache import model_hit_rates
 from telemetry.summary import deployment_summary
 from tests.conftest import require_oracle_venv, run_in_oracle_venv
 from tests.handmade import dense_spec
@@ -300,3 +305,78 @@ def test_the_hit_rate_view_shows_each_deployment_that_measured_one(tmp_path: Pat
         "select count(*) from duckdb_columns() where table_name = 'prefix_cache_hit_rates' and comment is null"
     ).fetchone()
     assert documented == (0,)
+
+
+# --- what prefix caching buys (marts.feature_value) ----------------------------------------------------------
+
+
+def _chat(**prefix: object) -> dict[str, object]:
+    return {
+        "name": "chat",
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "target_concurrency": 600,
+        "context_tokens": 4096,
+        "max_model_len": 8192,
+        "gpus": ["h100-sxm-80gb"],
+        "max_gpus_per_replica": 1,
+        **prefix,
+    }
+
+
+def test_what_a_shared_prefix_buys_is_the_gpus_it_saves() -> None:
+    catalog = bundled_catalog(["meta-llama/Llama-3.1-8B-Instruct"], ["h100-sxm-80gb"])
+    workloads = parse_workloads(
+        {"workloads": [_chat(shared_prefix_tokens=3072, prefix_hit_rate=0.7), _chat(name="plain")]}
+    )
+    frame = feature_value_frame(workloads, catalog, fit_calibration([]))
+    assert frame.schema == pl.Schema(FEATURE_VALUE_SCHEMA)
+    assert frame["workload"].to_list() == ["chat"]  # a workload that states nothing has no row
+    row = frame.row(0, named=True)
+    # the pool of the layout (bf16, TP 1, max_model_len 8,192) as the estimate sizes it: N blocks of 16 tokens
+    spec = catalog.models["meta-llama/Llama-3.1-8B-Instruct"]
+    est = estimate(
+        spec.spec, DeploymentSpec(max_model_len=8192, weight_dtype="auto"), gpu=catalog.gpus["h100-sxm-80gb"]
+    )
+    n, cap = est.num_blocks, est.max_num_seqs or 10**9
+    # without: cdiv(4096, 16) = 256 blocks a sequence; with: the 3,072-token prefix is 192 whole blocks held once
+    b_without, b_with = min(n // 256, cap), min((n - 192) // (256 - 192), cap)
+    assert (row["b_max_without"], row["b_max_with"]) == (b_without, b_with)
+    # 90 % headroom, 600 sequences, one GPU a replica
+    replicas = [-(-600 // (b * 9 // 10)) for b in (b_without, b_with)]
+    assert (row["gpus_without"], row["gpus_with"]) == tuple(replicas)
+    assert row["gpus_saved"] == replicas[0] - replicas[1] > 0
+    price = catalog.gpus["h100-sxm-80gb"].price_usd_per_gpu_hour or 0
+    assert row["usd_per_hour_saved"] == pytest.approx(row["gpus_saved"] * price)
+    assert (row["feature"], row["rate"], row["rate_source"]) == ("prefix_caching", 0.7, "stated")
+
+
+def test_a_measured_hit_rate_stands_in_for_a_stated_one() -> None:
+    catalog = bundled_catalog(["meta-llama/Llama-3.1-8B-Instruct"], ["h100-sxm-80gb"])
+    workloads = parse_workloads({"workloads": [_chat(shared_prefix_tokens=1024), _chat(name="plain")]})
+    measured = {"meta-llama/Llama-3.1-8B-Instruct": 0.42}
+    frame = feature_value_frame(workloads, catalog, fit_calibration([]), measured)
+    assert frame.select("workload", "rate", "rate_source").rows() == [
+        ("chat", 0.42, "measured"),
+        ("plain", 0.42, "measured"),
+    ]
+    plain = frame.row(1, named=True)  # a hit rate alone shares no memory: the same GPUs either way
+    assert plain["gpus_saved"] == 0 and plain["b_max_with"] == plain["b_max_without"]
+
+
+def test_the_fleet_hit_rate_per_model_weighs_deployments_by_their_queries() -> None:
+    deployments = pl.DataFrame(
+        {
+            "model_id": ["m", "m", "s"],
+            "prefix_cache_queries": [100.0, 300.0, None],
+            "prefix_cache_hits": [90.0, 30.0, None],
+            "measured_prefix_hit_rate": [0.9, 0.1, 0.5],
+        }
+    )
+    # m: (90 + 30) / (100 + 300) = 0.3, not the mean 0.5 of its two rates; s: its gauge
+    assert model_hit_rates(deployments) == {"m": pytest.approx(0.3), "s": 0.5}
+
+
+def test_workload_prefix_fields_are_checked() -> None:
+    bad = parse_workloads({"workloads": [_chat(prefix_hit_rate=1.5), _chat(name="b", shared_prefix_tokens="x")]})
+    assert [name for name, _reason in bad.errors] == ["chat", "b"]
+    assert "prefix hit rate must be in [0, 1]" in bad.errors[0][1]
