@@ -227,3 +227,32 @@ def test_the_sql_fast_path_usage_error_is_one_line(
     assert exited.value.code == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert err == ["capplan: error: no such option --bogus; see capplan sql -h"]
+
+
+# flags vLLM 0.7.3's parser had and 0.33's does not (0.7.3 vllm/engine/arg_utils.py: `--swap-space`,
+# `--num-scheduler-steps`; vllm/entrypoints/openai/cli_args.py: `--enable-reasoning`)
+OLD_LINE = f"vllm serve {LLAMA} --swap-space 16 --num-scheduler-steps 8 --enable-reasoning --max-model-len 4096"
+
+
+def test_an_older_release_named_keeps_its_retired_flags_and_says_so() -> None:
+    """A command that ran on vLLM 0.7.3 is not refused for flags 0.33 retired: they are skipped (values too)
+    and named, and the estimate is the one without them."""
+    pasted = _json("--from-command", OLD_LINE, "--engine-version", "0.7.3")
+    by_hand = _json(str(LLAMA), "--max-model-len", "4096", "--engine-version", "0.7.3")
+    retired = [n for n in pasted["notes"] if "--swap-space" in n]
+    assert retired == [
+        "not flags of vLLM 0.33.0's parser: --swap-space, --num-scheduler-steps, --enable-reasoning; "
+        "taken as 0.7.3's own (since retired), not sized"
+    ]
+    assert pasted["kv_budget_bytes_per_gpu"] == by_hand["kv_budget_bytes_per_gpu"]
+    assert pasted["max_model_len"] == 4096
+    command = read_command("docker run vllm/vllm-openai:v0.6.6 --model M --swap-space 4 -tp 2")
+    assert (command.release, command.retired, command.options) == ("0.6.6", ("--swap-space",), {"tp": 2})
+
+
+@pytest.mark.parametrize("release", [None, "0.33.0"])
+def test_a_flag_unknown_to_the_named_or_current_release_is_still_an_error(release: str | None) -> None:
+    args = ["--engine-version", release] if release else []
+    message = _one_line_error("--gpu", "H100", "--from-command", OLD_LINE, *args)
+    assert "--swap-space is not a flag of vLLM 0.33.0's vllm serve" in message
+    assert ("--engine-version" in message) is (release is None)

@@ -10,7 +10,9 @@ from the parsers by tools/engine_flags.py). Each flag is one of three things her
   `--api-key`, logging, `--enable-chunked-prefill`, ...): named in one note line.
 
 A flag the engine does not know is a `CommandLineError` naming it, the engine and release, and the
-closest flag. Values are read only for applied flags and are never echoed (an `--api-key`'s value, an
+closest flag, unless the command is of an older release than the table's (named by the image tag or by
+`--engine-version`): the flags an engine has since retired (`--swap-space`, `--num-scheduler-steps`, ...)
+are then taken as that release's, skipped and named in a note, so a working command is never refused. Values are read only for applied flags and are never echoed (an `--api-key`'s value, an
 `HF_TOKEN=` prefix stay out of every message). Handled around the command: `NAME=value` environment
 prefixes (and `env`), `\\` line continuations, `docker run [options] IMAGE [args]` (the image tag gives
 the release; vLLM's image runs `vllm serve`), `python -m ...` launchers.
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import PurePosixPath
 
+from capacity.engine_constants import parse_version
 from capacity.engines.command_flags import ENGINE_FLAGS
 from capacity.engines.kinds import Engine
 
@@ -45,6 +48,7 @@ class EngineCommand:
     ignored: tuple[str, ...]  # flags that do not change capacity, as spelled
     unsized: tuple[str, ...]  # flags whose memory capplan does not size, as spelled
     notes: tuple[str, ...] = field(default=())  # how an applied flag was read, where it needs saying
+    retired: tuple[str, ...] = field(default=())  # not in the table; taken as an older release's flags
 
     def unsized_text(self) -> str | None:
         """The not-modelled reason for the flags the named estimate options do not already flag."""
@@ -208,18 +212,19 @@ _RELEASE_IN_TAG = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?)")
 _HUMAN_INT = re.compile(r"^(-?\d+(?:\.\d+)?)([kKmMgGtT]?)$")
 
 
-def read_command(text: str) -> EngineCommand:
-    """The engine command in `text`, read against the engine's flag table."""
+def read_command(text: str, release: str | None = None) -> EngineCommand:
+    """The engine command in `text`, read against the engine's flag table; `release` is the one the user
+    names (`--engine-version`), used where the command itself names none."""
     tokens = _tokens(text)
     allow_long = _long_length_override(tokens)
     tokens = _without_env(tokens)
-    release: str | None = None
     image_engine: Engine | None = None
     if tokens and PurePosixPath(tokens[0]).name in ("docker", "podman", "nerdctl"):
         args, image = _after_image(tokens)
         allow_long = allow_long or _container_env_override(tokens[: len(tokens) - len(args) - 1])
         tokens = args
-        image_engine, release = _image_engine(image)
+        image_engine, tagged = _image_engine(image)
+        release = tagged or release
     engine, args = _launcher(tokens, image_engine)
     command = _read_args(engine, release, args)
     if allow_long:
@@ -352,12 +357,24 @@ def _lookup(engine: Engine, option: str) -> tuple[str, tuple[str, str]] | None:
     return None
 
 
+def _older_than_table(engine: Engine, release: str | None) -> bool:
+    """The command is of a release before the flag table's (whose retired flags the table lacks)."""
+    if not release:
+        return False
+    try:
+        return parse_version(release) < parse_version(table_release(engine))
+    except ValueError:
+        return False
+
+
 def _unknown(engine: Engine, option: str, release: str | None) -> CommandLineError:
     flags = flag_table(engine)
     close = difflib.get_close_matches(option, list(flags), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
     named = f"{_RULES[engine].label} {table_release(engine)}"
-    asked = f"; the command names {release}" if release and not table_release(engine).startswith(release) else ""
+    asked = "; a flag of an older release? name it with --engine-version" if not release else ""
+    if release and not table_release(engine).startswith(release):
+        asked = f"; the command names {release}"
     return CommandLineError(f"{option} is not a flag of {named}'s {_RULES[engine].command}{hint}{asked}")
 
 
@@ -383,6 +400,7 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
     applied: list[str] = []
     ignored: list[str] = []
     unsized: list[str] = []
+    retired: list[str] = []
     notes: list[str] = []
     positionals: list[str] = []
     model: str | None = None
@@ -398,6 +416,11 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
             continue
         option, eq, inline = token.partition("=")
         found = _lookup(engine, option)
+        if found is None and _older_than_table(engine, release):
+            retired.append(option)
+            if not eq and i < len(args) and not args[i].startswith("-"):  # its value, if it takes one
+                i += 1
+            continue
         if found is None:
             raise _unknown(engine, option, release)
         spelled, (dest, arity) = found
@@ -437,9 +460,14 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
         )
     if model is None:
         raise CommandLineError(f"the command names no model ({rules.named})")
+    if retired:
+        notes.append(
+            f"not flags of {rules.label} {table_release(engine)}'s parser: "
+            f"{', '.join(_unique(retired))}; taken as {release}'s own (since retired), not sized"
+        )
     return EngineCommand(
         engine, release, model, options, tuple(applied), tuple(_unique(ignored)), tuple(_unique(unsized)),
-        tuple(notes),
+        tuple(notes), tuple(_unique(retired)),
     )
 
 

@@ -544,12 +544,12 @@ class _Pasted:
         if model is not None:
             fail("give MODEL or --from-command, not both (the command names its model)")
         try:
-            command = read_command(text)
+            command = read_command(text, ctx.params.get("engine_version"))
         except CommandLineError as exc:
             fail(redact(str(exc)))
         asked: dict[str, Any] = dict(command.options)
         asked["engine"] = command.engine
-        if command.release is not None:
+        if command.release is not None and command.release != ctx.params.get("engine_version"):
             asked["engine_version"] = command.release
         values: dict[str, Any] = {}
         won: list[str] = []
