@@ -104,7 +104,9 @@ class Estimate:
     prefix_caching: PrefixCaching = NO_PREFIX_CACHING_STATED  # as deployed: the prefill reads its hit rate
 
     def b_max_at(self, context_tokens: int) -> int:
-        return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
+        """B_max at another context, the shared prefix held once as at the estimate's own."""
+        cached = cached_prefix_tokens(self.prefix_caching, Engine(self.engine), self.pool, context_tokens)
+        return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len, cached)
 
     def contract(self) -> dict[str, object]:
         """The one JSON object of the `capplan estimate --json` contract (bytes as integers), keys in
@@ -118,6 +120,14 @@ class Estimate:
             "prefix_cache": {"cached_tokens": self.prefix_cached_tokens, "b_max_without": self.b_max_without_prefix},
         }
         return {key: derived[key] if attribute is None else getattr(self, attribute) for key, attribute in CONTRACT}
+
+
+def cached_prefix_tokens(prefix: PrefixCaching, engine: Engine, pool: KVPool, context_tokens: int) -> int:
+    """Tokens of the shared prefix held once at T: whole blocks (pages) of the pool (none in a byte pool)."""
+    if pool.unit is PoolUnit.BYTE:
+        return 0
+    cached: int = prefix.cached_tokens(prefix_cache_rule(engine), context_tokens, pool.block_size)
+    return cached
 
 
 def pool_starts(est: Estimate, pool: KVPool | None = None) -> bool:
@@ -434,8 +444,7 @@ def _pool_figures(
     derived = profile.sequence_cap(kv_cache_tokens, max_model_len, state_slots, pool.swa_window_tokens)
     seqs_cap = lim.seqs_cap or (int(derived) or None)
     conc = max_concurrency(pool, context) if pool.capacity_units else 0.0
-    rule = prefix_cache_rule(profile.engine)
-    cached = prefix.cached_tokens(rule, context, pool.block_size) if pool.unit is not PoolUnit.BYTE else 0
+    cached = cached_prefix_tokens(prefix, profile.engine, pool, context)
     private = b_max(pool, context) if pool.capacity_units else 0
     bmax_memory = b_max(pool, context, cached_tokens=cached) if pool.capacity_units else 0
     bmax = min(bmax_memory, seqs_cap) if seqs_cap else bmax_memory

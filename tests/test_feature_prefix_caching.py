@@ -380,3 +380,15 @@ def test_workload_prefix_fields_are_checked() -> None:
     bad = parse_workloads({"workloads": [_chat(prefix_hit_rate=1.5), _chat(name="b", shared_prefix_tokens="x")]})
     assert [name for name, _reason in bad.errors] == ["chat", "b"]
     assert "prefix hit rate must be in [0, 1]" in bad.errors[0][1]
+
+
+def test_b_max_at_another_context_holds_the_prefix_once_too() -> None:
+    spec = bundled_catalog(["meta-llama/Llama-3.1-8B-Instruct"], ["h100-sxm-80gb"])
+    model = spec.models["meta-llama/Llama-3.1-8B-Instruct"].spec
+    gpu = spec.gpus["h100-sxm-80gb"]
+    d = DeploymentSpec(max_model_len=8192, prefix_caching=PrefixCaching(shared_prefix_tokens=3000))
+    est = estimate(model, d, gpu=gpu, context_tokens=4000)
+    n = est.num_blocks
+    # at 6,000 tokens: cdiv(6000, 16) = 375 blocks a sequence, the prefix's 187 whole blocks held once
+    assert est.b_max_at(6000) == min((n - 187) // (375 - 187), est.max_num_seqs or 10**9)
+    assert est.b_max_at(4000) == est.b_max
