@@ -457,6 +457,10 @@ CONTRACT_ONLY: tuple[ContractField, ...] = (
         "kv_tiers",
         "The GPU pool and the KV offload tiers behind it ({tier, medium, tokens, bytes, load_ms_per_1k_tokens, gpu_bytes} per GPU).",
     ),
+    ContractField(
+        "prefix_cache",
+        "{cached_tokens, b_max_without}: the shared prefix held once (whole blocks) and B_max without sharing.",
+    ),
 )
 
 # The contract's keys in its own order (kept byte-identical: it predates the dictionary); each is a
@@ -504,6 +508,7 @@ CONTRACT_KEYS = (
     "notes",
     "activation_terms",
     "kv_tiers",
+    "prefix_cache",
 )
 _CONTRACT_ATTRIBUTES: dict[str, str | None] = {
     **{c.contract: c.attribute or c.contract for c in COLUMNS if c.contract is not None},

@@ -31,6 +31,8 @@ from capacity.features.offload_sizing import (
     sizing,
     weights_after_offload,
 )
+from capacity.features.prefix_cache_engines import prefix_cache_rule
+from capacity.features.prefix_caching import NO_PREFIX_CACHING_STATED, PrefixCaching
 from capacity.kv.kinds import StateTerms
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -106,9 +108,14 @@ class Estimate:
     state_terms: tuple[tuple[StateTerms, int], ...] = ()
     kv_budget_given: bool = False  # the KV budget was given (--kv-cache-memory-bytes), not formed from the rest
     kv_tiers: tuple[KVTier, ...] = ()  # the GPU pool and the offload tiers behind it, per GPU (features.offload)
+    prefix_cached_tokens: int = 0  # tokens of the shared prefix held once (whole blocks; prefix caching)
+    b_max_without_prefix: int = 0  # B_max were every sequence to hold the shared prefix itself
+    prefix_caching: PrefixCaching = NO_PREFIX_CACHING_STATED  # as deployed: the prefill reads its hit rate
 
     def b_max_at(self, context_tokens: int) -> int:
-        return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
+        """B_max at another context, the shared prefix held once as at the estimate's own."""
+        cached = cached_prefix_tokens(self.prefix_caching, Engine(self.engine), self.pool, context_tokens)
+        return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len, cached)
 
     def contract(self) -> dict[str, object]:
         """The one JSON object of the `capplan estimate --json` contract (bytes as integers), keys in
@@ -120,8 +127,17 @@ class Estimate:
             # the activation peak's named terms, as the derivation shows them (bytes per GPU)
             "activation_terms": [{"term": name, "bytes": n} for name, n in self.activation_buffers],
             "kv_tiers": [tier.contract() for tier in self.kv_tiers],
+            "prefix_cache": {"cached_tokens": self.prefix_cached_tokens, "b_max_without": self.b_max_without_prefix},
         }
         return {key: derived[key] if attribute is None else getattr(self, attribute) for key, attribute in CONTRACT}
+
+
+def cached_prefix_tokens(prefix: PrefixCaching, engine: Engine, pool: KVPool, context_tokens: int) -> int:
+    """Tokens of the shared prefix held once at T: whole blocks (pages) of the pool (none in a byte pool)."""
+    if pool.unit is PoolUnit.BYTE:
+        return 0
+    cached: int = prefix.cached_tokens(prefix_cache_rule(engine), context_tokens, pool.block_size)
+    return cached
 
 
 def pool_starts(est: Estimate, pool: KVPool | None = None) -> bool:
@@ -380,6 +396,8 @@ class _PoolFigures:
     max_context_at_concurrency: int
     fits: bool
     reason: str
+    prefix_cached_tokens: int = 0
+    b_max_without_prefix: int = 0
 
     def fields(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -399,6 +417,7 @@ def _pool_figures(
     context_tokens: int | None,
     concurrency: int | None,
     start_problem: str | None = None,
+    prefix: PrefixCaching = NO_PREFIX_CACHING_STATED,
 ) -> _PoolFigures:
     """Ask the pool: the start check (and the auto-fit), the printed KV cache size, B_max at the
     context, the max context at the target concurrency, and whether the workload fits, with why.
@@ -436,7 +455,9 @@ def _pool_figures(
     derived = profile.sequence_cap(kv_cache_tokens, max_model_len, state_slots, pool.swa_window_tokens)
     seqs_cap = lim.seqs_cap or (int(derived) or None)
     conc = max_concurrency(pool, context) if pool.capacity_units else 0.0
-    bmax_memory = b_max(pool, context) if pool.capacity_units else 0
+    cached = cached_prefix_tokens(prefix, profile.engine, pool, context)
+    private = b_max(pool, context) if pool.capacity_units else 0
+    bmax_memory = b_max(pool, context, cached_tokens=cached) if pool.capacity_units else 0
     bmax = min(bmax_memory, seqs_cap) if seqs_cap else bmax_memory
     if context > max_model_len or not starts:
         bmax = bmax_memory = 0
@@ -475,6 +496,8 @@ def _pool_figures(
         max_ctx,
         fits,
         reason,
+        cached,
+        private if cached and starts and context <= max_model_len else bmax_memory,
     )
 
 
@@ -536,7 +559,9 @@ def estimate(
         context_tokens,
         concurrency,
         start_problem,
+        d.prefix_caching,
     )
+    notes.extend(_prefix_notes(d, profile, f))
     start = StartRequest(model, gpu, weights.format_name, f.max_model_len, d.allow_long_max_model_len, dt.kv_name)
     f = _checked_start(f, profile, start, limit)
     return Estimate(
@@ -574,6 +599,7 @@ def estimate(
         state_terms=tuple(state_terms),
         kv_budget_given=d.kv_cache_memory_bytes is not None,
         kv_tiers=_tiers(d, per_token_gpu, pool, lim.block_size, model.is_mla, gpu),
+        prefix_caching=d.prefix_caching,
         **f.fields(),  # type: ignore[arg-type]
     )
 
@@ -596,6 +622,14 @@ def _tiers(
     if d.kv_offload is None:
         return ()
     return kv_tiers(d.kv_offload, sizing(d.kv_offload, per_token_gpu, pool, block_size, d.tp, d.pp, is_mla), gpu)
+def _prefix_notes(d: DeploymentSpec, profile: EngineProfile, f: _PoolFigures) -> list[str]:
+    """What the prefix cache did to B_max, where a shared prefix or a hit rate was stated."""
+    problem = d.prefix_caching.problem()
+    if problem:
+        raise SpecError(problem)
+    rule = prefix_cache_rule(profile.engine)
+    note = d.prefix_caching.note(rule, f.prefix_cached_tokens, f.b_max_without_prefix, f.b_max_memory)
+    return [note] if note else []
 
 
 def _kv_budget(

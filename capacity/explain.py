@@ -158,6 +158,7 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
         f"   one sequence takes {units:,} {unit}",
         *_charge_breakdown(pool, est.context_tokens, est.context_tokens, units),
         f"   max concurrency = {pool.capacity_units:,} / {units:,} = {est.max_concurrency:,.2f}x",
+        *_shared_prefix(est, units, unit),
         f"   B_max = {est.b_max:,}"
         + (
             f" (memory allows {est.b_max_memory:,}; max_num_seqs caps at {est.max_num_seqs:,})"
@@ -173,6 +174,18 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
     ]
     lines += [f"note: {note}" for note in est.notes]
     return lines
+
+
+def _shared_prefix(est: Estimate, units: int, unit: str) -> list[str]:
+    """With prefix caching, the shared prefix's whole blocks held once: the B_max arithmetic it changes."""
+    if not est.prefix_cached_tokens:
+        return []
+    shared = est.pool.terms().shared_prefix_units(est.prefix_cached_tokens)
+    return [
+        f"   shared prefix: {est.prefix_cached_tokens:,} tokens (whole blocks) held once = {shared:,} {unit}; "
+        f"memory bound = ({est.pool.capacity_units:,} - {shared:,}) // ({units:,} - {shared:,}) = {est.b_max_memory:,} "
+        f"(without sharing {est.b_max_without_prefix:,})"
+    ]
 
 
 def _start_check(est: Estimate) -> list[str]:

@@ -32,6 +32,7 @@ from typing import Generic, Protocol, TypeVar
 from capacity.dtypes import element_bytes, serving_dtype
 from capacity.engines import Engine
 from capacity.estimate import Estimate
+from capacity.features.prefix_cache_engines import prefix_cache_rule
 from capacity.memo import per_object
 from capacity.numeric import Num, as_float, at_least, cdiv
 from capacity.parallel import pp_partition, stage_layers
@@ -410,13 +411,15 @@ def prefill_seconds(
     running_batch: int = 0,
     context_tokens: int = 0,
     eff: PerfEfficiency = DEFAULT_EFFICIENCY,
+    cached_tokens: int = 0,
 ) -> float:
     """Time to prefill one prompt in chunks of `chunk_tokens` (chunked prefill at max_num_batched_tokens),
-    each chunk sharing its step with `running_batch` decoding sequences of `context_tokens` tokens."""
+    each chunk sharing its step with `running_batch` decoding sequences of `context_tokens` tokens. The first
+    `cached_tokens` come from the prefix cache: only the rest is computed, attending to them."""
     chunk = max(1, chunk_tokens - running_batch)
     total = 0.0
-    done = 0
-    for _ in range(cdiv(prompt_tokens, chunk)):
+    done = cached_tokens
+    for _ in range(cdiv(prompt_tokens - cached_tokens, chunk)):
         n = min(chunk, prompt_tokens - done)
         # the chunk attends to the prompt so far (causal: on average half the chunk plus what came before)
         mean_context = done + n / 2
@@ -426,7 +429,7 @@ def prefill_seconds(
             step = float(_maximum(step, decode))
         total += float(as_float(step))
         done += n
-    return float(_pipeline(p, total, prompt_tokens))
+    return float(_pipeline(p, total, prompt_tokens - cached_tokens))
 
 
 @dataclass(frozen=True, slots=True)
@@ -486,7 +489,9 @@ def performance(
     context = input_tokens + output_tokens // 2
     tpot = float(tpot_seconds(p, concurrency, context, eff))
     throughput = float(output_tokens_per_second(p, concurrency, context, eff))
-    ttft = prefill_seconds(p, input_tokens, chunk_tokens, concurrency - 1, context, eff) + eff.request_overhead_s
+    cached = est.prefix_caching.hit_tokens(prefix_cache_rule(Engine(est.engine)), input_tokens, est.block_size)
+    ttft = prefill_seconds(p, input_tokens, chunk_tokens, concurrency - 1, context, eff, cached)
+    ttft += eff.request_overhead_s
     decode_bytes = float(step_bytes(p, concurrency, concurrency, context))
     decode_flops = float(step_flops(p, concurrency, context))
     memory = decode_bytes / (eff.memory_bandwidth * p.bandwidth_bytes_per_s)
@@ -507,7 +512,7 @@ def performance(
         decode_memory_ms=memory * 1e3,
         decode_compute_ms=compute * 1e3,
         decode_comm_ms=float(allreduce_seconds(p, concurrency, eff)) * 1e3,
-        prefill_chunks=cdiv(input_tokens, max(1, chunk_tokens - (concurrency - 1))),
+        prefill_chunks=cdiv(input_tokens - cached, max(1, chunk_tokens - (concurrency - 1))),
         inputs=p,
         notes=p.notes,
     )

@@ -72,6 +72,7 @@ class Layout:
             max_model_len=max_model_len or workload.model_len,
             overhead_bytes_per_gpu=workload.overhead_bytes_per_gpu,
             max_num_seqs=max_num_seqs,
+            prefix_caching=workload.prefix_caching,
         )
 
 
@@ -275,7 +276,7 @@ def size_layout(
         return "weights and overhead leave no KV cache"
     if not pool_starts(est, pool):
         return f"one sequence of max_model_len {limit:,} tokens does not fit (the engine would not start)"
-    sequences = b_max(pool, workload.context_tokens, seqs, limit)
+    sequences = b_max(pool, workload.context_tokens, seqs, limit, est.prefix_cached_tokens)
     planned = math.floor(sequences * workload.headroom)
     if planned < 1:
         return f"B_max {sequences} at {workload.context_tokens:,} tokens leaves no sequence at {workload.headroom:.0%} headroom"

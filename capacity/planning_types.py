@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from capacity.features.prefix_caching import NO_PREFIX_CACHING_STATED, PrefixCaching
 from capacity.spec import SpecError
 
 ENUMERATION_LIMIT = 200_000
@@ -84,6 +85,8 @@ class WorkloadProfile:
     context_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, tokens) of prompt + output
     input_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, prompt tokens)
     output_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, generated tokens)
+    # a prompt prefix its requests share (held once) and the share of prompt tokens the prefix cache serves
+    prefix_caching: PrefixCaching = NO_PREFIX_CACHING_STATED
 
     @property
     def model_len(self) -> int:
@@ -115,6 +118,8 @@ class WorkloadProfile:
             raise SpecError(f"workload {self.name!r}: request_rate must be a positive number of requests/s")
         if self.output_tokens is not None and not 0 < self.output_tokens < self.context_tokens:
             raise SpecError(f"workload {self.name!r}: output_tokens must be between 1 and context_tokens - 1")
+        if self.prefix_caching.problem():
+            raise SpecError(f"workload {self.name!r}: {self.prefix_caching.problem()}")
 
     @property
     def generated_tokens(self) -> int:

@@ -172,11 +172,19 @@ class PoolTerms:
         """Units of SGLang's second pool a sequence of T tokens holds: min(T, W) (0: no second pool)."""
         return choose(self.second_window > 0, minimum(context_tokens, self.second_window), 0)
 
-    def b_max_memory(self, context_tokens: Num, units: Num | None = None) -> Num:
+    def shared_prefix_units(self, cached_tokens: Num) -> Num:
+        """Units a cached prefix of whole pages takes once for all the sequences that share it: its pages in
+        each full-attention group (windowed groups and state stay each sequence's own;
+        `capacity.features.prefix_caching`)."""
+        return self.per_block_groups * (cached_tokens // self.block_size)
+
+    def b_max_memory(self, context_tokens: Num, units: Num | None = None, shared_units: Num = 0) -> Num:
         """Whole sequences of T tokens the pool (and its second pool) holds at once; 0 for an empty pool.
-        `units` is `sequence_units(T)` where the caller holds it already (the grid: a column)."""
+        `units` is `sequence_units(T)` where the caller holds it already (the grid: a column); `shared_units`
+        of them (a cached prefix, `shared_prefix_units`) are held once for all:
+        `(capacity - shared) // (units - shared)`."""
         units = self.sequence_units(context_tokens) if units is None else units
-        bound = self.capacity_units // at_least(units, 1)
+        bound = at_least(self.capacity_units - shared_units, 0) // at_least(units - shared_units, 1)
         second = self.second_units(context_tokens)
         bound = choose(second > 0, minimum(bound, self.second_capacity // at_least(second, 1)), bound)
         return choose(both(self.capacity_units > 0, units > 0), bound, 0)
@@ -222,11 +230,19 @@ def max_concurrency(pool: KVPool, context_tokens: int) -> float:
     return math.inf if denominator <= 0 else numerator / denominator
 
 
-def b_max(pool: KVPool, context_tokens: int, max_num_seqs: int | None = None, max_model_len: int | None = None) -> int:
-    """Whole sequences of T tokens that fit at once, capped by the engine's max_num_seqs."""
+def b_max(
+    pool: KVPool,
+    context_tokens: int,
+    max_num_seqs: int | None = None,
+    max_model_len: int | None = None,
+    cached_tokens: int = 0,
+) -> int:
+    """Whole sequences of T tokens that fit at once, capped by the engine's max_num_seqs; `cached_tokens`: a
+    prefix of whole pages they share (held once)."""
     if max_model_len is not None and context_tokens > max_model_len:
         return 0
-    memory_bound: int = pool.terms().b_max_memory(context_tokens)
+    terms = pool.terms()
+    memory_bound: int = terms.b_max_memory(context_tokens, None, terms.shared_prefix_units(cached_tokens))
     return memory_bound if max_num_seqs is None else min(memory_bound, max_num_seqs)
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from capacity.features.prefix_caching import NO_PREFIX_CACHING_STATED, PrefixCaching
+
 # KVKind and StateMixer are re-exported: the kinds' enums, named where the domain types are
 from capacity.kv.kinds import KVKind as KVKind
 from capacity.kv.kinds import LayerCache
@@ -331,6 +333,8 @@ class DeploymentSpec:
     speculative: bool | None = None  # a draft model or MTP head: its weights and its own KV
     dp_attention: bool | None = None  # SGLang --enable-dp-attention: a KV pool per attention DP rank
     kv_offload: KVOffload | None = None  # a KV tier behind the GPU pool: vLLM offloading/LMCache, HiCache, TRT-LLM host
+    # prefix caching (on by default in vLLM, SGLang, TensorRT-LLM): a shared prefix held once, the hit rate
+    prefix_caching: PrefixCaching = NO_PREFIX_CACHING_STATED
     # whether gpt-oss's MXFP4 experts on Hopper run the OAI Triton kernels: the optional `triton_kernels`
     # package installed beside vLLM 0.10.2-0.11.x (bundled from 0.12); False: Marlin (the package missing, or
     # VLLM_MXFP4_USE_MARLIN=1); None: a plain install with default settings

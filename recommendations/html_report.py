@@ -33,6 +33,7 @@ from capacity.estimate import estimate
 from capacity.performance import performance
 from capacity.spec import DeploymentSpec, GpuSku, SpecError
 from models_registry.planning import Catalog, catalog
+from recommendations.feature_value import FEATURE_VALUE_SQL
 from recommendations.grid_diff import REPORT_ROWS, GridDiff, diff_html, read_diff
 from recommendations.report_layout import chart_panels, column_label, panel_title
 
@@ -117,6 +118,7 @@ class ReportData:
     limits: pl.DataFrame  # effective context limits of the model, per GPU x TP at concurrency 8 and 32
     frontier: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=FRONTIER_SCHEMA))  # per GPU, over B
     grid_diff: GridDiff | None = None  # this model's grid rows changed since the previous run (marts.grid_diff)
+    feature_value: pl.DataFrame = field(default_factory=pl.DataFrame)  # what each serving feature buys per workload
 
 
 def _exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
@@ -356,6 +358,7 @@ def read_report(con: duckdb.DuckDBPyConnection, model: str | None = None) -> Rep
         if grid.height
         else pl.DataFrame(schema=FRONTIER_SCHEMA),
         grid_diff=changed,
+        feature_value=_frame(con, "feature_value", FEATURE_VALUE_SQL),
     )
 
 
@@ -675,6 +678,14 @@ def details_html(data: ReportData) -> list[str]:
         out.append(
             _details("Calibration in use", data.calibration.height, table.as_raw_html(), CALIBRATION_SQL, data.model)
         )
+    if not data.feature_value.is_empty():
+        table = (
+            _table(gt, data.feature_value, "What serving features buy", "the cheapest placement with and without")
+            .fmt_currency(columns=["usd_per_hour_with", "usd_per_hour_without", "usd_per_hour_saved"], currency="USD")
+            .sub_missing(missing_text="")
+        )
+        title, rows = "What serving features buy", data.feature_value.height
+        out.append(_details(title, rows, table.as_raw_html(), FEATURE_VALUE_SQL, data.model))
     if not data.placements.is_empty():
         table = (
             _table(

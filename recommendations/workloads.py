@@ -18,6 +18,8 @@ workloads:
     plan_for: p95    # which percentile to size for (default: the largest given)
     max_model_len: 16384
     dtype_policy: fp8            # native | fp8-kv | fp8 | any, or {weights: [...], kv: [...]}
+    shared_prefix_tokens: 1500   # a prompt prefix every request starts with: held once (prefix caching)
+    prefix_hit_rate: 0.6         # share of prompt tokens served from the prefix cache (TTFT, what it buys)
 ```
 
 Parsing never raises for a bad entry: `load_workloads` returns the profiles it could read and one
@@ -36,6 +38,7 @@ from typing import Any
 import polars as pl
 import yaml
 
+from capacity.features.prefix_caching import PrefixCaching
 from capacity.offload_procurement import HostMemoryPrice
 from capacity.planning_types import DTYPE_POLICIES, DtypePolicy, SolverOptions, WorkloadProfile
 from capacity.procurement import workload_buckets
@@ -70,6 +73,8 @@ _WORKLOAD_KEYS = {
     "request_rate",
     "input",
     "output",
+    "shared_prefix_tokens",
+    "prefix_hit_rate",
 }
 _DEFAULT_KEYS = _WORKLOAD_KEYS - {
     "name",
@@ -223,6 +228,16 @@ def _rate(value: object) -> float:
     return float(value)
 
 
+def _prefix_caching(entry: dict[str, Any]) -> PrefixCaching:
+    """`shared_prefix_tokens` (a prefix every request starts with) and `prefix_hit_rate` (the share of prompt
+    tokens the prefix cache serves, 0-1); PrefixCaching.problem judges the values (WorkloadProfile.validate)."""
+    shared = _int(entry["shared_prefix_tokens"], "shared_prefix_tokens") if "shared_prefix_tokens" in entry else 0
+    rate = entry.get("prefix_hit_rate")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)):
+        raise SpecError(f"prefix_hit_rate must be a number in [0, 1], got {rate!r}")
+    return PrefixCaching(None, shared, None if rate is None else float(rate))
+
+
 def _flag(value: object) -> bool:
     if not isinstance(value, bool):
         raise SpecError(f"allow_estimated_prices must be true or false, got {value!r}")
@@ -330,6 +345,7 @@ def profile_from(entry: dict[str, Any], defaults: dict[str, Any]) -> WorkloadPro
         context_percentiles=_percentiles(merged["context"], "context") if "context" in merged else (),
         input_percentiles=_percentiles(merged["input"], "input") if "input" in merged else (),
         output_percentiles=_percentiles(merged["output"], "output") if "output" in merged else (),
+        prefix_caching=_prefix_caching(merged),
     )
     profile.validate()
     if profile.request_rate_per_s is not None:

@@ -57,7 +57,20 @@ SPEED_METRICS: dict[str, tuple[str, str]] = {
     "sglang:num_queue_reqs": ("requests_waiting", "count"),
     "sglang:gen_throughput": ("gen_throughput", "tokens_per_second"),
 }
-ENGINE_METRICS: dict[str, tuple[str, str]] = {**VLLM_METRICS, **SPEED_METRICS}
+# The prefix cache: vLLM 0.33's counters of prompt tokens looked up and found (v1/metrics/loggers.py
+# `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits`, exposed with `_total`; the connector's own are
+# `vllm:external_prefix_cache_*`), SGLang 0.5.23's gauge of the recent hit rate (observability/metrics_collector.py
+# `sglang:cache_hit_rate`). `warehouse/marts/prefix_cache_hit_rates.sql` turns them into a hit rate per deployment.
+PREFIX_CACHE_METRICS: dict[str, tuple[str, str]] = {
+    "vllm:prefix_cache_queries_total": ("prefix_cache_queries_total", "count"),
+    "vllm:prefix_cache_hits_total": ("prefix_cache_hits_total", "count"),
+    "vllm:external_prefix_cache_queries_total": ("external_prefix_cache_queries_total", "count"),
+    "vllm:external_prefix_cache_hits_total": ("external_prefix_cache_hits_total", "count"),
+    "sglang:cache_hit_rate": ("prefix_cache_hit_rate", "fraction"),
+}
+# counters and gauges read per series (their labels beyond the deployment's kept in `series`)
+SERIES_METRICS = frozenset({*SPEED_METRICS, *PREFIX_CACHE_METRICS})
+ENGINE_METRICS: dict[str, tuple[str, str]] = {**VLLM_METRICS, **SPEED_METRICS, **PREFIX_CACHE_METRICS}
 # Latency histograms: Prometheus base name -> canonical base. Each is read as its `_bucket` (with
 # `le`), `_sum` and `_count` series. The inter-token latency (= TPOT at steady state) was
 # `vllm:time_per_output_token_seconds` before vLLM 0.11 and is `vllm:inter_token_latency_seconds`
@@ -340,7 +353,7 @@ def _vllm_sample(ctx: FileContext, report: FileReport, dedupe: Dedupe, entry: _L
         )
     model = _model(ctx, entry.labels.get("model_name"))
     _not_duplicate(ctx, dedupe, entry, metric)
-    series = _series_labels(entry.labels) if entry.name in SPEED_METRICS else None
+    series = _series_labels(entry.labels) if entry.name in SERIES_METRICS else None
     report.samples.append(_engine_row(ctx, entry, metric, model, series=series))
     report.accepted += 1
 

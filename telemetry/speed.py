@@ -96,14 +96,18 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     return start + (end - start) * (rank / count)
 
 
-def series_increase(samples: pl.LazyFrame) -> pl.LazyFrame:
+def series_increase(samples: pl.LazyFrame, counters: Sequence[str] | None = None) -> pl.LazyFrame:
     """Per series of the speed metrics (deployment, metric, source, labels, le): samples, time span
-    in seconds and increase over the window (restarts counted; one sample = its value)."""
-    speed = samples.filter(
+    in seconds and increase over the window (restarts counted; one sample = its value). `counters`: these
+    counters instead (the prefix cache's, `telemetry.prefix_cache`)."""
+    wanted = (
         pl.col("metric").is_in(_COUNTERS)
         | pl.col("metric").str.starts_with("itl_seconds_")
         | pl.col("metric").str.starts_with("ttft_seconds_")
-    ).with_columns(pl.col("le").fill_null(-math.inf).alias("_le"), pl.col("series").fill_null(""))
+        if counters is None
+        else pl.col("metric").is_in(list(counters))
+    )
+    speed = samples.filter(wanted).with_columns(pl.col("le").fill_null(-math.inf).alias("_le"), pl.col("series").fill_null(""))
     key = ["deployment_id", "metric", "source_metric", "series", "_le"]
     step = pl.col("value").diff().over(key, order_by="ts")
     stepped = speed.with_columns(pl.when(step < 0).then(pl.col("value")).otherwise(step).alias("_step"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from telemetry.prefix_cache import sample_prefix_cache
 from telemetry.speed import sample_speed
 
 SETTINGS = (
@@ -124,6 +125,7 @@ def deployment_summary(
         ids.join(chosen, on="deployment_id", how="left")
         .join(usage, on="deployment_id", how="left")
         .join(sample_speed(samples), on="deployment_id", how="left")
+        .join(sample_prefix_cache(samples), on="deployment_id", how="left")
         .with_columns(
             pl.coalesce("gpu_sku", "_dcgm_gpu_sku").alias("gpu_sku"),
             pl.coalesce("model_id", "_sample_model_id").alias("model_id"),

@@ -46,11 +46,10 @@ def _one_line_error(*args: str) -> str:
 
 def test_the_issue_line_is_the_equivalent_options_plus_one_note() -> None:
     pasted = _json("--from-command", ISSUE_LINE)
-    by_hand = _json(str(LLAMA), "--dtype", "fp8")
+    by_hand = _json(str(LLAMA), "--dtype", "fp8", "--enable-prefix-caching")  # prefix caching is applied
     ignored = [n for n in pasted["notes"] if n.startswith("ignored for capacity:")]
     assert ignored == [
-        "ignored for capacity: --enable-prefix-caching, --enable-chunked-prefill, --host, --port, "
-        "--served-model-name, --api-key"
+        "ignored for capacity: --enable-chunked-prefill, --host, --port, --served-model-name, --api-key"
     ]
     assert {k: v for k, v in pasted.items() if k != "notes"} == {k: v for k, v in by_hand.items() if k != "notes"}
     assert [n for n in pasted["notes"] if n not in ignored] == by_hand["notes"]
@@ -98,10 +97,10 @@ def test_vllm_spellings() -> None:
     )
     assert command.options == {
         "tp": 2, "max_model_len": -1, "gpu_memory_utilization": 0.85, "max_num_batched_tokens": 8192,
-        "enforce_eager": False,
+        "enforce_eager": False, "enable_prefix_caching": False,
     }
     assert command.unsized == ("--optimization-level", "-cc.mode")
-    assert command.ignored == ("--disable-prefix-caching",)
+    assert command.ignored == ()
 
 
 def test_python_module_launchers() -> None:

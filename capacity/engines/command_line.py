@@ -75,6 +75,7 @@ _QUANTIZATION_DTYPES = {
 
 # destination -> capplan estimate parameter, per engine; the value is converted by the parameter's kind
 _INT, _FLOAT, _TEXT, _SWITCH = "int", "float", "text", "switch"
+_OFF = "off"  # a `--disable-x` switch of an `enable_x` option (SGLang's --disable-radix-cache: prefix caching off)
 _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
     Engine.VLLM: {
         "tensor_parallel_size": ("tp", _INT),
@@ -99,6 +100,7 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "quantization": ("dtype", "quantization"),
         "limit_mm_per_prompt": ("limit_mm_per_prompt", _TEXT),
         "language_model_only": ("language_model_only", _SWITCH),
+        "enable_prefix_caching": ("enable_prefix_caching", _SWITCH),
     },
     Engine.SGLANG: {
         "tp_size": ("tp", _INT),
@@ -119,6 +121,7 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "enable_hierarchical_cache": ("enable_hierarchical_cache", _SWITCH),
         "hicache_ratio": ("hicache_ratio", _FLOAT),
         "hicache_size": ("hicache_size", _INT),
+        "disable_radix_cache": ("enable_prefix_caching", _OFF),
     },
     Engine.TRTLLM: {
         "tensor_parallel_size": ("tp", _INT),
@@ -521,6 +524,8 @@ def _value(option: str, spelled: str, dest: str, kind: str, values: list[str], n
         return not negative
     if kind == "present":
         return True
+    if kind == _OFF:  # present: off, unless given a false value (--disable-radix-cache=false)
+        return bool(values) and values[0].lower() in ("0", "false", "no", "off")
     value = " ".join(values)
     if kind == _TEXT:
         return value

@@ -18,11 +18,13 @@ from pipelines.assets.telemetry import REGISTRY_DEPS, run_catalog
 from pipelines.resources import PlanningResource, WarehouseResource
 from recommendations.admission import admission_budgets as budgets_frame
 from recommendations.buckets import bucket_demands, bucket_frame
+from recommendations.feature_value import feature_value_frame
 from recommendations.limit_partitions import LIMITS_TABLE, MAP_TABLE, refresh_limit_partitions
 from recommendations.limits import deployment_limits
 from recommendations.placements import placement_frames
 from recommendations.workloads import load_workloads, workloads_path
 from telemetry.calibration_frames import fit_from_frame
+from telemetry.prefix_cache import model_hit_rates
 from warehouse.sql import load_frame
 
 RECOMMENDATIONS_GROUP = "recommendations"
@@ -179,6 +181,25 @@ def recommendations(
         yield relation_result(con, "raw", "workloads", {"workloads_file": str(profiles.path)})
 
 
+@dg.asset(
+    key=key("raw", "feature_value"),
+    deps=[key("raw", "calibration"), key("raw", "telemetry_deployments"), *REGISTRY_DEPS],
+    group_name=RECOMMENDATIONS_GROUP,
+    description=describe("raw", "feature_value"),
+    kinds={"duckdb", "polars"},
+)
+def feature_value(planning: PlanningResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    """What each serving feature a workload uses buys: its cheapest placement with and without it."""
+    registry = run_catalog(warehouse)
+    profiles = load_workloads(workloads_path(planning.workloads_path or None))
+    with warehouse.build() as con:
+        fit = fit_from_frame(con.sql("select * from raw.calibration").pl(), planning.calibration_min_observations)
+        measured = model_hit_rates(con.sql("select * from raw.telemetry_deployments").pl())
+        frame = feature_value_frame(profiles, registry, fit, measured)
+        load_frame(con, "raw", "feature_value", frame)
+        return relation_result(con, "raw", "feature_value", {"rows": frame.height})
+
+
 def _staging(table: str) -> dg.AssetsDefinition:
     return sql_asset("staging", table, group_name=RECOMMENDATIONS_GROUP)
 
@@ -189,7 +210,7 @@ def _mart(table: str) -> dg.AssetsDefinition:
 
 LIMIT_TABLES = ("effective_context_limits", "admission_budgets")
 PLACEMENT_TABLES = ("recommended_placements", "procurement_plan", "procurement_buckets", "workloads")
-TABLES = LIMIT_TABLES + PLACEMENT_TABLES
+TABLES = LIMIT_TABLES + PLACEMENT_TABLES + ("feature_value",)
 STAGING = [_staging(t) for t in TABLES]
 MARTS = [_mart(t) for t in TABLES] + [_mart("effective_context_limits_history")]  # history kept in place
 
@@ -266,5 +287,5 @@ def every_workload_placed(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     )
 
 
-assets = [effective_context_limits, admission_budgets, recommendations, *STAGING, *MARTS]
+assets = [effective_context_limits, admission_budgets, recommendations, feature_value, *STAGING, *MARTS]
 asset_checks = [admission_within_calibrated_capacity, every_workload_placed]

@@ -216,6 +216,7 @@ MARTS = [
     _mart("telemetry_files"),
     _mart("prediction_vs_measured"),
     _mart("calibration"),
+    _mart("prefix_cache_hit_rates"),
 ]
 
 

@@ -18,6 +18,7 @@ from capacity.engines.vllm.multimodal import parse_mm_limits
 from capacity.estimate import Estimate
 from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
+from capacity.features.prefix_caching import PrefixCaching
 from capacity.performance import LatencyTargets, Performance, efficiency_for, perf_inputs, performance
 from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.serving.targets import WithinTargets, batch_within_targets
@@ -205,6 +206,21 @@ KvTransferConfigOption = Annotated[
         "others are flagged.",
     ),
 ]
+EnablePrefixCachingOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="Prefix caching (default: the engine's; on in vLLM V1, SGLang and TensorRT-LLM).",
+    ),
+]
+SharedPrefixTokensOption = Annotated[
+    int | None,
+    typer.Option("--shared-prefix-tokens", metavar="S", help="A prompt prefix every sequence shares (held once)."),
+]
+PrefixHitRateOption = Annotated[
+    float | None,
+    typer.Option("--prefix-hit-rate", metavar="H", help="Share of prompt tokens from the prefix cache (TTFT)."),
+]
 GpuMemoryUtilizationOption = Annotated[
     float | None,
     typer.Option(
@@ -350,6 +366,9 @@ def estimate(
     host_cache_size: oo.HostCacheSizeOption = None,
     limit_mm_per_prompt: LimitMmPerPromptOption = None,
     language_model_only: LanguageModelOnlyOption = False,
+    enable_prefix_caching: EnablePrefixCachingOption = None,
+    shared_prefix_tokens: SharedPrefixTokensOption = None,
+    prefix_hit_rate: PrefixHitRateOption = None,
     gpu_memory_utilization: GpuMemoryUtilizationOption = None,
     engine: EngineOption = "vllm",
     engine_version: EngineVersionOption = None,
@@ -388,7 +407,8 @@ def _estimate(
     triton_kernels: bool | None,
     disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool,
     speculative: bool, speculative_config: str | None, enable_dp_attention: bool,
-    limit_mm_per_prompt: str | None, language_model_only: bool, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
+    limit_mm_per_prompt: str | None, language_model_only: bool, enable_prefix_caching: bool | None,
+    shared_prefix_tokens: int | None, prefix_hit_rate: float | None, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
     max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
     weights_gib: float | None, overhead_gib: float | None, other_process_gib: float | None,
     kv_cache_memory_gib: float | None, kv_cache_memory_bytes: int | None, request_rate: float | None,
@@ -423,6 +443,7 @@ def _estimate(
     if gpu is None and gpu_memory_gib is None and kv_cache_memory_gib is None:
         fail("give --gpu SKU, or --gpu-memory-gib for hardware not in the catalog")
     bench = _Bench.checked(request_rate, burst, num_prompts, simulate_load)
+    prefix = _prefix_caching(enable_prefix_caching, shared_prefix_tokens, prefix_hit_rate)
     resolved, sku = _resolved(model, gpu)
     weight_offload, kv_offload = oo.offload_specs(engine, offload)
     deployment = DeploymentSpec(
@@ -447,6 +468,7 @@ def _estimate(
         dp_attention=enable_dp_attention or None,
         mm_text_only=language_model_only or None,
         mm_limits=mm_limits,
+        prefix_caching=prefix,
         block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
@@ -515,6 +537,7 @@ _PASTED_OPTIONS = {
         "kv_transfer_config", "enable_dp_attention", "engine", "engine_version", "limit_mm_per_prompt",
         "language_model_only", "kv_offloading_size", "kv_offloading_backend", "enable_hierarchical_cache",
         "hicache_ratio", "hicache_size", "lmcache_max_local_cpu_size", "lmcache_max_local_disk_size", "lmcache_chunk_size",
+        "enable_prefix_caching",
     )
 }
 
@@ -571,6 +594,15 @@ class _Pasted:
         reason = "; ".join(filter(None, (result.not_modelled, unsized)))
         return dataclasses.replace(result, notes=(*notes, f"not modelled: {unsized}; sized as if they were off"),
                                    not_modelled=reason)
+
+
+def _prefix_caching(enabled: bool | None, shared_prefix_tokens: int | None, hit_rate: float | None) -> PrefixCaching:
+    """The prefix-caching options as one value, or a one-line usage error."""
+    prefix = PrefixCaching(enabled, shared_prefix_tokens or 0, hit_rate)
+    problem = prefix.problem()
+    if problem:
+        fail(f"--shared-prefix-tokens / --prefix-hit-rate: {problem}")
+    return prefix
 
 
 def _mm_limits(text: str | None) -> tuple[tuple[str, int], ...]:

@@ -12,7 +12,8 @@
 --   requests_in_window, observed_input_tokens, observed_output_tokens, observed_concurrency,
 --   engines_seen, measured_tpot_mean_ms, measured_tpot_p50_ms, measured_tpot_p90_ms,
 --   measured_tpot_p99_ms, measured_ttft_mean_ms, measured_ttft_p50_ms, measured_ttft_p90_ms,
---   measured_ttft_p99_ms, telemetry_source
+--   measured_ttft_p99_ms, prefix_cache_queries, prefix_cache_hits, measured_prefix_hit_rate,
+--   prefix_hit_rate_source, telemetry_source
 -- written by: the `telemetry_predictions` asset, from the frame registered as `incoming`.
 create or replace table raw.telemetry_deployments as
 select * from incoming;

@@ -12,7 +12,8 @@
 --   measured_throughput_source, requests_in_window, observed_input_tokens, observed_output_tokens,
 --   observed_concurrency, engines_seen, measured_tpot_mean_ms, measured_tpot_p50_ms,
 --   measured_tpot_p90_ms, measured_tpot_p99_ms, measured_ttft_mean_ms, measured_ttft_p50_ms,
---   measured_ttft_p90_ms, measured_ttft_p99_ms, telemetry_source
+--   measured_ttft_p90_ms, measured_ttft_p99_ms, prefix_cache_queries, prefix_cache_hits,
+--   measured_prefix_hit_rate, prefix_hit_rate_source, telemetry_source
 create or replace view staging.telemetry_deployments as
 with source as (
     select * from raw.telemetry_deployments
@@ -87,6 +88,10 @@ typed as (
         measured_ttft_p50_ms::double as measured_ttft_p50_ms,
         measured_ttft_p90_ms::double as measured_ttft_p90_ms,
         measured_ttft_p99_ms::double as measured_ttft_p99_ms,
+        prefix_cache_queries::double as prefix_cache_queries,
+        prefix_cache_hits::double as prefix_cache_hits,
+        measured_prefix_hit_rate::double as measured_prefix_hit_rate,
+        prefix_hit_rate_source::varchar as prefix_hit_rate_source,
         telemetry_source::varchar as telemetry_source
     from source
     cross join raw.run as run
