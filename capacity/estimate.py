@@ -23,6 +23,7 @@ from capacity.engines.protocol import (
 )
 from capacity.engines.registry import engine_profile
 from capacity.engines.vllm.multimodal import multimodal_rule, rule_read_for, text_only, tower_skipped_text_only
+from capacity.features.kv_budget import token_capped_pool
 from capacity.kv.kinds import StateTerms
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -508,6 +509,8 @@ def estimate(
     budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)
     request = _pool_request(model, d, budget, dt, lim, defaults.state_checkpoints)
     pool = _tightest_pool(profile, request, notes)
+    pool, capped = token_capped_pool(pool, profile.engine, d.max_total_tokens)
+    notes.extend([capped] if capped else [])
     notes.extend(_in_flight_notes(d, profile, lim, pool, max_model_len))
     limit = model.context_limit_tokens
     f = _pool_figures(
