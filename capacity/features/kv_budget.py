@@ -30,7 +30,7 @@ from capacity.pool import KVPool, PoolUnit
 from capacity.spec import SpecError
 
 # the vLLM release whose source the bytes knob was read in (older releases: the fraction knob)
-VLLM_KV_BYTES_READ_IN = "0.33.0"
+VLLM_KV_BYTES_READ_IN = "0.33"
 
 
 class BudgetKnob(Enum):
