@@ -95,7 +95,8 @@ def pack(members: Sequence[PackMember], gpu: GpuSku) -> Packing:
 
 
 def _sized(member: PackMember, gpu: GpuSku, **deployment: object) -> Estimate:
-    d = replace(member.deployment, tp=1, pp=1, max_model_len=member.max_model_len or member.context_tokens, **deployment)  # type: ignore[arg-type]
+    length = member.max_model_len or member.context_tokens
+    d = replace(member.deployment, tp=1, pp=1, max_model_len=length, **deployment)  # type: ignore[arg-type]
     return estimate(
         member.model,
         d,
