@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +26,8 @@ from capacity.spec import DeploymentSpec, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
-from tests.conftest import ORACLE_PYTHON, require_oracle_venv
+from tests.test_other_process_memory import run_vllm_memory_oracle
 
-ROOT = Path(__file__).resolve().parent.parent
-RUNNER = ROOT / "tools" / "engine_oracle" / "vllm_memory_oracle.py"
-MARKER = "@@vllm-memory@@ "
 L1B, L3B, QWEN = "meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-3B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"
 
 # Llama-3.2-1B config.json: vocab 128,256, hidden 2,048, intermediate 8,192, 16 layers, 32 heads, 8 KV heads,
@@ -125,7 +121,6 @@ def test_vllm_033_start_check_runs_with_a_byte_budget() -> None:
     """vLLM 0.33's `request_memory` (called by `init_device` before any KV sizing, with or without
     kv_cache_memory_bytes) against the packed second engine: it starts with the packed utilization, and
     refuses with the default 0.92 (what --kv-cache-memory-bytes alone would leave)."""
-    require_oracle_venv()
     l4 = find_gpu_sku("l4-24gb")
     packing = pack([_member(L3B, 16, 4096), _member(L1B, 16, 4096)], l4)
     first, second = packing.members
@@ -144,17 +139,8 @@ def test_vllm_033_start_check_runs_with_a_byte_budget() -> None:
         }
         for util in (second.gpu_memory_utilization, 0.92)
     ]
-    proc = subprocess.run(
-        [str(ORACLE_PYTHON), str(RUNNER)],
-        input=json.dumps({"cases": cases}),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(MARKER)]
-    assert proc.returncode == 0 and lines, (proc.stderr or proc.stdout)[-2000:]
-    packed, default = json.loads(lines[-1][len(MARKER) :])["cases"]
+    answer = run_vllm_memory_oracle(cases)
+    packed, default = answer[str(second.gpu_memory_utilization)], answer["0.92"]
     assert "error" not in packed
     assert packed["requested_bytes"] == math.ceil(l4.memory_total_bytes * second.gpu_memory_utilization)
     assert "less than desired GPU memory utilization" in default["error"]

@@ -20,6 +20,7 @@ from recommendations.admission import admission_budgets as budgets_frame
 from recommendations.buckets import bucket_demands, bucket_frame
 from recommendations.limit_partitions import LIMITS_TABLE, MAP_TABLE, refresh_limit_partitions
 from recommendations.limits import deployment_limits
+from recommendations.packing import pack_offers, packed_frame
 from recommendations.placements import placement_frames
 from recommendations.workloads import load_workloads, workloads_path
 from telemetry.calibration_frames import fit_from_frame
@@ -128,7 +129,7 @@ def admission_budgets(planning: PlanningResource, warehouse: WarehouseResource) 
             deps=[key("raw", "calibration"), *REGISTRY_DEPS],
             kinds={"duckdb", "polars"},
         )
-        for table in ("recommended_placements", "procurement_plan", "procurement_buckets", "workloads")
+        for table in ("recommended_placements", "procurement_plan", "procurement_buckets", "workloads", "packed_placements")
     ],
     group_name=RECOMMENDATIONS_GROUP,
 )
@@ -177,6 +178,8 @@ def recommendations(
         )
         load_frame(con, "raw", "workloads", profiles.frame())
         yield relation_result(con, "raw", "workloads", {"workloads_file": str(profiles.path)})
+        load_frame(con, "raw", "packed_placements", packed_frame(pack_offers(placements, profiles, registry)))
+        yield relation_result(con, "raw", "packed_placements")
 
 
 def _staging(table: str) -> dg.AssetsDefinition:
@@ -188,7 +191,7 @@ def _mart(table: str) -> dg.AssetsDefinition:
 
 
 LIMIT_TABLES = ("effective_context_limits", "admission_budgets")
-PLACEMENT_TABLES = ("recommended_placements", "procurement_plan", "procurement_buckets", "workloads")
+PLACEMENT_TABLES = ("recommended_placements", "procurement_plan", "procurement_buckets", "workloads", "packed_placements")
 TABLES = LIMIT_TABLES + PLACEMENT_TABLES
 STAGING = [_staging(t) for t in TABLES]
 MARTS = [_mart(t) for t in TABLES] + [_mart("effective_context_limits_history")]  # history kept in place
