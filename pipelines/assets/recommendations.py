@@ -27,6 +27,14 @@ from telemetry.calibration_frames import fit_from_frame
 from warehouse.sql import load_frame
 
 RECOMMENDATIONS_GROUP = "recommendations"
+# what the `recommendations` asset writes, in this order
+PLACEMENT_TABLES = (
+    "recommended_placements",
+    "procurement_plan",
+    "procurement_buckets",
+    "workloads",
+    "packed_placements",
+)
 
 
 @dg.multi_asset(
@@ -129,7 +137,7 @@ def admission_budgets(planning: PlanningResource, warehouse: WarehouseResource) 
             deps=[key("raw", "calibration"), *REGISTRY_DEPS],
             kinds={"duckdb", "polars"},
         )
-        for table in ("recommended_placements", "procurement_plan", "procurement_buckets", "workloads", "packed_placements")
+        for table in PLACEMENT_TABLES
     ],
     group_name=RECOMMENDATIONS_GROUP,
 )
@@ -191,7 +199,6 @@ def _mart(table: str) -> dg.AssetsDefinition:
 
 
 LIMIT_TABLES = ("effective_context_limits", "admission_budgets")
-PLACEMENT_TABLES = ("recommended_placements", "procurement_plan", "procurement_buckets", "workloads", "packed_placements")
 TABLES = LIMIT_TABLES + PLACEMENT_TABLES
 STAGING = [_staging(t) for t in TABLES]
 MARTS = [_mart(t) for t in TABLES] + [_mart("effective_context_limits_history")]  # history kept in place
