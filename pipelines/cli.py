@@ -48,6 +48,7 @@ def build_app() -> typer.Typer:
         export,
         limits,
         nightly,
+        pack,
         place,
         procure,
         registry,
@@ -72,6 +73,7 @@ def build_app() -> typer.Typer:
     app.command("place")(place.place)
     app.command("limits")(limits.limits)
     app.command("procure")(procure.procure)
+    app.command("pack")(pack.pack)
     app.command("nightly")(nightly.nightly)
     app.command("sql")(sql.sql)
     app.command("report")(report.report)

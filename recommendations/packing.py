@@ -75,23 +75,27 @@ class PackOffer:
         return sum(c.usd_per_hour_apart for c in self.candidates)
 
     def commands(self) -> tuple[str, ...]:
-        """Each engine's command line in start order, with the budget flags that realize the split (ports
-        PORT, PORT + 1, ...: one per engine on the host)."""
-        out = []
-        for c, m in zip(self.candidates, self.packing.members, strict=True):
-            plan = ServingPlan(
-                model=c.member.name,
-                engine=Engine(m.estimate.engine),
-                gpu=self.packing.gpu.id,
-                max_model_len=m.estimate.max_model_len,
-                weight_dtype=m.member.deployment.weight_dtype,
-                kv_cache_dtype=m.member.deployment.kv_dtype,
-                gpu_memory_utilization=m.gpu_memory_utilization,
-                kv_cache_memory_bytes=m.kv_cache_memory_bytes,
-                engine_version=m.estimate.engine_version,
-            )
-            out.append(engine_command(plan, port=PORT + m.start_order - 1).text)
-        return tuple(out)
+        return engine_commands(self.packing)
+
+
+def engine_commands(packing: Packing) -> tuple[str, ...]:
+    """Each engine's command line in start order, with the budget flags that realize the split (ports
+    PORT, PORT + 1, ...: one per engine on the host)."""
+    out = []
+    for m in packing.members:
+        plan = ServingPlan(
+            model=m.member.name,
+            engine=Engine(m.estimate.engine),
+            gpu=packing.gpu.id,
+            max_model_len=m.estimate.max_model_len,
+            weight_dtype=m.member.deployment.weight_dtype,
+            kv_cache_dtype=m.member.deployment.kv_dtype,
+            gpu_memory_utilization=m.gpu_memory_utilization,
+            kv_cache_memory_bytes=m.kv_cache_memory_bytes,
+            engine_version=m.estimate.engine_version,
+        )
+        out.append(engine_command(plan, port=PORT + m.start_order - 1).text)
+    return tuple(out)
 
 
 def packed_concurrency(workload: WorkloadProfile) -> int:

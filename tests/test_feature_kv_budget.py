@@ -232,3 +232,19 @@ workloads:
         _cli("procure", "--workloads", str(workloads), "--warehouse", str(tmp_path / "none.duckdb"), "--json").stdout
     )
     assert apart["gpus"] == 2 and apart["packed"] == []
+
+
+def test_capplan_pack_prints_the_split_and_refuses_what_does_not_fit() -> None:
+    """The same pair as above through `capplan pack`: the hand budgets, one port each; the pair that does not fit
+    exits 1 with the second engine's start refusal; a malformed member is a one-line usage error."""
+    out = _cli("pack", "--gpu", "L4", "--model", f"{L3B}=16x4096", "--model", f"{L1B}=16x4096", "--json")
+    assert out.exit_code == 0, out.output
+    answer = json.loads(out.stdout)
+    assert answer["fits"] and [m["kv_budget_bytes"] for m in answer["members"]] == [7 << 30, 2 << 30]
+    assert [m["kv_cache_tokens"] for m in answer["members"]] == [65_536, 65_536]
+    assert "--port 8001" in answer["members"][1]["command"]
+    apart = _cli("pack", "--gpu", "L4", "--model", f"{L3B}=12x8192", "--model", f"{L1B}=12x8192")
+    assert apart.exit_code == 1 and "DOES NOT FIT" in apart.stdout and "vLLM refuses to start" in apart.stdout
+    for bad in (["--model", f"{L3B}=12"], ["--model", f"{L3B}=0x4096", "--model", f"{L1B}=1x512"]):
+        usage = _cli("pack", "--gpu", "L4", *bad)
+        assert usage.exit_code == 2 and usage.stderr.count("\n") == 1, usage.output
