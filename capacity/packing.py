@@ -109,8 +109,11 @@ def _sized(member: PackMember, gpu: GpuSku, **deployment: object) -> Estimate:
 
 
 def _holds(est: Estimate, member: PackMember) -> bool:
-    """The pool holds the member's sequences (B_max at its context, the start check aside: checked after)."""
-    return est.kv_budget_bytes_per_gpu > 0 and est.b_max_at(member.context_tokens) >= member.concurrency
+    """The pool holds the member's sequences (B_max at its context) and one request of its max_model_len (the
+    engine's start check on the pool). A refusal for want of free memory (vLLM's `request_memory`) is no pool
+    question: it is judged once the budget is found (`est.fits`)."""
+    holds = est.kv_budget_bytes_per_gpu > 0 and est.b_max_at(member.context_tokens) >= member.concurrency
+    return holds and (est.starts or est.start_memory_refused)
 
 
 def _smallest(lo: int, hi: int, enough: Callable[[int], bool]) -> int | None:

@@ -79,6 +79,19 @@ def test_two_small_models_share_one_l4_with_hand_derived_budgets() -> None:
     assert packing.used_bytes <= l4.memory_total_bytes
 
 
+def test_a_member_whose_max_model_len_exceeds_its_context_gets_the_pool_that_starts() -> None:
+    """3B serving one 4,096-token sequence with --max-model-len 32,768: vLLM 0.33 starts only if one request of
+    32,768 tokens fits the pool beside the null block it holds back (kv_cache_planning's start check): 2,048 + 1
+    blocks of 16 tokens x 114,688 B = 3,759,931,392 B, more than the 4,096 x 114,688 = 469,762,048 B the
+    sequence itself needs."""
+    resolved = load_model(L3B)
+    long_member = PackMember(L3B, resolved.spec, DeploymentSpec(), 4096, 1, resolved.checkpoint_bytes, 32768)
+    packing = pack([long_member, _member(L1B, 16, 4096)], find_gpu_sku("l4-24gb"))
+    assert packing.fits, packing.reason
+    assert packing.members[0].kv_budget_bytes == (2048 + 1) * 16 * L3B_KV_PER_TOKEN == 3_759_931_392
+    assert packing.members[0].estimate.max_model_len == 32768 and packing.members[0].estimate.starts
+
+
 def test_a_pair_that_does_not_fit_together_is_not_packed() -> None:
     """Each fits an L4 alone, not both: 3B at 12 x 8,192 = 98,304 tokens is 98,304 x 114,688 = 11.27e9 B of KV
     + 6.43e9 of weights (17.7e9 before overhead); 1B at the same is 98,304 x 32,768 = 3.22e9 + 2.47e9 = 5.69e9:
