@@ -94,6 +94,14 @@ def pack(members: Sequence[PackMember], gpu: GpuSku) -> Packing:
     return Packing(gpu, tuple(packed), True, f"{len(packed)} models in {format_gib(used)} of {format_gib(total)}")
 
 
+def footprint_alone(member: PackMember, gpu: GpuSku) -> int | None:
+    """What the member holds on `gpu` started first (None: it does not fit alone). The members of a pack hold
+    about as much each as alone (a byte budget does not move; a fraction is found for the same KV), so the sum
+    is a quick bound before `pack` sizes a group."""
+    placed = _packed_member(member, gpu, 1, 0)
+    return None if isinstance(placed, str) else placed.footprint_bytes
+
+
 def _sized(member: PackMember, gpu: GpuSku, **deployment: object) -> Estimate:
     length = member.max_model_len or member.context_tokens
     d = replace(member.deployment, tp=1, pp=1, max_model_len=length, **deployment)  # type: ignore[arg-type]

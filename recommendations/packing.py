@@ -20,7 +20,7 @@ from typing import Any
 import polars as pl
 
 from capacity.engines.kinds import Engine
-from capacity.packing import Packing, PackMember, pack
+from capacity.packing import Packing, PackMember, footprint_alone, pack
 from capacity.planning_types import WorkloadProfile
 from capacity.spec import DeploymentSpec, GpuSku, SpecError
 from models_registry.planning import Catalog
@@ -29,6 +29,7 @@ from recommendations.deploy.plan import ServingPlan
 from recommendations.workloads import WorkloadsFile
 
 MAX_MEMBERS = 4  # models per shared GPU the search tries
+MAX_GROUPS = 1500  # groups sized per round at most: fewer members per GPU are tried where candidates are many
 
 PACKED_SCHEMA: dict[str, Any] = {
     "pack": pl.Int64,
@@ -144,14 +145,37 @@ def _allowed(gpu: GpuSku, group: Sequence[_Candidate]) -> bool:
     return all(not c.workload.gpus or gpu.id in c.workload.gpus for c in group)
 
 
-def _best_pack(group: Sequence[_Candidate], gpus: Iterable[GpuSku]) -> PackOffer | None:
+class _Alone:
+    """Each candidate's footprint alone on each GPU, computed once (`footprint_alone`)."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[int, str], int | None] = {}
+
+    def fits(self, group: Sequence[_Candidate], gpu: GpuSku) -> bool:
+        """Whether the group's footprints alone sum to no more than the GPU (a quick bound before `pack`)."""
+        total = 0
+        for c in group:
+            key = (id(c), gpu.id)
+            if key not in self._known:
+                try:
+                    self._known[key] = footprint_alone(c.member, gpu)
+                except SpecError:
+                    self._known[key] = None
+            held = self._known[key]
+            if held is None:
+                return False
+            total += held
+        return total <= gpu.memory_total_bytes
+
+
+def _best_pack(group: Sequence[_Candidate], gpus: Iterable[GpuSku], alone: _Alone) -> PackOffer | None:
     """The cheapest GPU that holds the group for less than it costs apart (largest member started first)."""
     apart = sum(c.usd_per_hour_apart for c in group)
     ordered = sorted(group, key=lambda c: -c.member.model.total_params)
     best: PackOffer | None = None
     for gpu in sorted(gpus, key=lambda g: (g.price_usd_per_gpu_hour or math.inf, g.id)):
         price = gpu.price_usd_per_gpu_hour
-        if price is None or price >= apart or not _allowed(gpu, group):
+        if price is None or price >= apart or not _allowed(gpu, group) or not alone.fits(group, gpu):
             continue
         try:
             packing = pack([c.member for c in ordered], gpu)
@@ -164,17 +188,26 @@ def _best_pack(group: Sequence[_Candidate], gpus: Iterable[GpuSku]) -> PackOffer
 
 
 def pack_offers(placements: pl.DataFrame, workloads: WorkloadsFile, catalog: Catalog) -> list[PackOffer]:
-    """Greedy: the pack saving the most $/hour among groups of up to MAX_MEMBERS candidates, then again
-    among those left, until no group is cheaper together than apart."""
+    """Greedy: the pack saving the most $/hour among groups of up to MAX_MEMBERS candidates (fewer where there
+    are many: `_group_sizes`), then again among those left, until no group is cheaper together than apart. A
+    group is sized only on GPUs cheaper than its members apart whose memory the members' footprints alone fit."""
     left = _candidates(placements, workloads, catalog)
     gpus = [g for g in catalog.gpus.values() if workloads.procurement.buys(g)]
     offers: list[PackOffer] = []
+    alone = _Alone()
+    best_of: dict[tuple[int, ...], PackOffer | None] = {}  # a group's answer does not change between rounds
     while len(left) >= 2:
+        sizes = _group_sizes(len(left))
+        for size in sizes:
+            for group in combinations(left, size):
+                ids = tuple(id(c) for c in group)
+                if ids not in best_of:
+                    best_of[ids] = _best_pack(group, gpus, alone)
         found = [
             offer
-            for size in range(2, min(MAX_MEMBERS, len(left)) + 1)
+            for size in sizes
             for group in combinations(left, size)
-            if (offer := _best_pack(group, gpus)) is not None
+            if (offer := best_of[tuple(id(c) for c in group)]) is not None
         ]
         if not found:
             break
@@ -183,6 +216,15 @@ def pack_offers(placements: pl.DataFrame, workloads: WorkloadsFile, catalog: Cat
         taken = {id(c) for c in best.candidates}
         left = [c for c in left if id(c) not in taken]
     return offers
+
+
+def _group_sizes(candidates: int) -> range:
+    """Group sizes 2..k, k the largest (up to MAX_MEMBERS) whose groups number at most MAX_GROUPS (pairs always)."""
+    largest, groups = 2, math.comb(candidates, 2)
+    while largest < min(MAX_MEMBERS, candidates) and groups + math.comb(candidates, largest + 1) <= MAX_GROUPS:
+        largest += 1
+        groups += math.comb(candidates, largest)
+    return range(2, largest + 1)
 
 
 def packed_frame(offers: Sequence[PackOffer]) -> pl.DataFrame:
