@@ -12,22 +12,31 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+from itertools import product
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from capacity.engines import PoolRequest
+from capacity.engines import sglang as sg
 from capacity.engines.kinds import Engine
+from capacity.engines.registry import engine_profile
 from capacity.estimate import estimate
-from capacity.features.kv_budget import BudgetKnob, budget_knob
+from capacity.features.kv_budget import BudgetKnob, budget_knob, token_capped_pool
 from capacity.packing import PackMember, pack
 from capacity.spec import DeploymentSpec, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
+from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE
 from tests.test_other_process_memory import run_vllm_memory_oracle
 
+GIB = 1 << 30
+SGLANG = engine_profile(Engine.SGLANG)
 L1B, L3B, QWEN = "meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-3B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"
 
 # Llama-3.2-1B config.json: vocab 128,256, hidden 2,048, intermediate 8,192, 16 layers, 32 heads, 8 KV heads,
@@ -261,3 +270,99 @@ def test_capplan_pack_prints_the_split_and_refuses_what_does_not_fit() -> None:
     for bad in (["--model", f"{L3B}=12"], ["--model", f"{L3B}=0x4096", "--model", f"{L1B}=1x512"]):
         usage = _cli("pack", "--gpu", "L4", *bad)
         assert usage.exit_code == 2 and usage.stderr.count("\n") == 1, usage.output
+
+
+_SGLANG_CAP_SCRIPT = (
+    r"""
+import json, sys, types
+"""
+    + SGLANG_CPU_PREAMBLE
+    + r"""
+import sglang.srt.mem_cache.kv_cache_configurator as kc
+import sglang.srt.model_executor.pool_configurator as pc
+from sglang.srt.model_executor.pool_configurator import DefaultPoolConfigurator, HybridSWAPoolConfigurator
+
+
+class _Configurator(kc.KVCacheConfigurator):
+    def fused_entry_bytes(self, name):
+        return None
+
+
+out = []
+for case in json.loads(sys.stdin.read()):
+    if case["kind"] == "default":
+        c = object.__new__(DefaultPoolConfigurator)
+        c._cell_size, c._fixed_overhead_bytes, c._zero_kv_max_tokens = case["cell"], 0, 0
+    else:
+        c = object.__new__(HybridSWAPoolConfigurator)
+        c.kv_cache_dtype_str = "auto"
+        c._full_per_token, c._swa_per_token = case["full_per_token"], case["swa_per_token"]
+        c._full_layers_num, c._swa_layers_num = case["full_layers"], case["swa_layers"]
+        c._swa_full_tokens_ratio, c._sliding_window_size = 0.8, case["window"]
+        c._page_size, c._enable_unified_memory = case["page"], False
+        c._draft_full_layers_num = c._draft_swa_layers_num = c._draft_swa_full_layers_num = 0
+        c._draft_cell_size, c._fused_full_entry, c._fused_swa_entry = 0, None, None
+        c._recompute_cell_size()
+    # config_from_budget as SGLang runs it, with the user's --max-total-tokens in the schedule config
+    pc.create_memory_pool_configurator = lambda kvc: c
+    kc.get_schedule = lambda: types.SimpleNamespace(max_total_tokens=case["cap"], page_size=case["page"])
+    kc.get_parallel = lambda: types.SimpleNamespace(pp_size=1)
+    kc.get_memory = lambda: types.SimpleNamespace(enable_unified_memory=False)
+    try:
+        config = kc.KVCacheConfigurator.config_from_budget(object.__new__(_Configurator), case["budget"])
+    except (ValueError, RuntimeError):
+        out.append([0, 0])
+        continue
+    out.append([config.max_total_num_tokens, config.swa_max_total_num_tokens or 0])
+print("@@ORACLE@@" + json.dumps(out))
+"""
+)
+
+
+@pytest.mark.engine_oracle
+def test_sglang_max_total_tokens_against_its_own_configurators() -> None:
+    """capplan's capped pools against SGLang 0.5.23's `KVCacheConfigurator.config_from_budget` (its
+    `_apply_token_constraints` with --max-total-tokens, then `calculate_pool_sizes_from_max_tokens` of the default
+    and hybrid SWA configurators), caps below and above the profiled pool, pages 1 and 64."""
+    cases: list[dict[str, Any]] = []
+    mine: list[list[int]] = []
+    for model_id in ("meta-llama/Llama-3.1-8B-Instruct", "google/gemma-3-27b-it", "openai/gpt-oss-20b"):
+        spec = load_model(model_id).spec
+        c = sg.cells(spec, 2, 4, 1, 1)
+        for page, budget, cap in product((1, 64), (10**9 + 7, 13 * GIB + 12_345), (1_000, 50_001, 123_457, 10**8)):
+            pool = SGLANG.stage_pools(PoolRequest(spec, budget, 2, 4, 2, 1, 1, page, 8192, 8192))[0]
+            capped, _note = token_capped_pool(pool, Engine.SGLANG, cap)
+            if c.hybrid:
+                cases.append(
+                    {
+                        "kind": "swa",
+                        "full_per_token": c.full_cell // c.full_layers,
+                        "swa_per_token": c.swa_cell // c.swa_layers,
+                        "full_layers": c.full_layers,
+                        "swa_layers": c.swa_layers,
+                        "window": c.window if c.window != 8192 else None,
+                        "page": page,
+                        "budget": budget,
+                        "cap": cap,
+                    }
+                )
+                mine.append([capped.capacity_units, capped.swa_capacity_units or 0])
+            else:
+                cases.append({"kind": "default", "cell": c.full_cell, "page": page, "budget": budget, "cap": cap})
+                mine.append([capped.capacity_units * page, 0])
+    if not ORACLE_PYTHON.exists():
+        pytest.skip("no .venv-oracle (tools/engine_oracle/setup_venv.sh)")
+    env = {**os.environ, "PYTHONPATH": str(ORACLE_PYTHON.parent.parent / "sglang-extra")}
+    done = subprocess.run(
+        [str(ORACLE_PYTHON), "-c", _SGLANG_CAP_SCRIPT],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    marker = [line for line in done.stdout.splitlines() if line.startswith("@@ORACLE@@")]
+    assert marker, done.stderr[-2000:]
+    theirs = json.loads(marker[0][len("@@ORACLE@@") :])
+    assert [(case, a) for case, a, b in zip(cases, mine, theirs, strict=True) if a != b] == []

@@ -14,9 +14,9 @@ Read in the engines' source:
 - vLLM `--gpu-memory-utilization` (every release), SGLang `--mem-fraction-static`, TensorRT-LLM
   `free_gpu_memory_fraction`: a fraction; what the memory of an engine started earlier does to it is the
   profile's `other_process_charge` per engine and release (`BudgetKnob.FRACTION`).
-- SGLang 0.5.23 `--max-total-tokens` (`mem_cache/kv_cache_configurator.py` _apply_token_constraints):
-  the token pool is min(profiled tokens, the cap), page-aligned down by the configurator; the memory
-  fraction is unchanged, so the cap frees no memory for another engine (`token_capped_pool`).
+- SGLang 0.5.23 `--max-total-tokens` (`mem_cache/kv_cache_configurator.py` config_from_budget,
+  _apply_token_constraints): the token pool is min(profiled tokens, the cap), sized again from that count;
+  the memory fraction is unchanged, so the cap frees no memory for another engine (`token_capped_pool`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from enum import Enum
 
 from capacity.engine_constants import parse_version
 from capacity.engines.kinds import Engine
+from capacity.engines.sglang import hybrid_swa_pools
 from capacity.pool import KVPool, PoolUnit
 from capacity.spec import SpecError
 
@@ -48,27 +49,38 @@ def budget_knob(engine: Engine, version: str | None) -> BudgetKnob:
 
 
 def token_capped_pool(pool: KVPool, engine: Engine, max_total_tokens: int | None) -> tuple[KVPool, str | None]:
-    """SGLang's pool under `--max-total-tokens` (`_apply_token_constraints`: min(profiled, cap), then the
-    configurator aligns it down to a page), and a note where the cap moves nothing or is not applied.
+    """SGLang's pool under `--max-total-tokens`, and a note where the cap moves it or is not applied.
 
-    A hybrid (sliding-window or Mamba) pool re-runs SGLang's configurator with the cap; that path is not
-    read, so it is sized without the cap and said so."""
+    0.5.23 `kv_cache_configurator.config_from_budget`: the profiled pool's tokens, min'd with the cap
+    (`_apply_token_constraints`); where that lowers them, the configurator sizes the pool again from the token
+    count (`calculate_pool_sizes_from_max_tokens`): the default pool page-aligned down, the hybrid SWA pool
+    (`HybridSWAPoolConfigurator._solve_pool_sizes`) the full pool page-aligned and the window pool its ratio,
+    as `engines.sglang.hybrid_swa_pools` sizes them from a budget. The Mamba configurator's token path is not
+    read: such a pool is sized without the cap, and said so."""
     if max_total_tokens is None:
         return pool, None
     if engine is not Engine.SGLANG:
         raise SpecError(f"--max-total-tokens is SGLang's; {engine.value} is given its budget otherwise")
     if max_total_tokens <= 0:
         raise SpecError(f"--max-total-tokens must be a positive number of tokens, got {max_total_tokens}")
-    if pool.unit is not PoolUnit.TOKEN or pool.swa_capacity_units is not None or pool.state_bytes_per_sequence:
-        return pool, "--max-total-tokens on a hybrid (sliding-window or Mamba) pool: sized without the cap"
+    if pool.unit is not PoolUnit.TOKEN or pool.state_bytes_per_sequence:
+        return pool, "--max-total-tokens on a Mamba hybrid's pool: sized without the cap (that path is not read)"
     page = max(pool.block_size, 1)
-    capped_pages = (max_total_tokens - max_total_tokens % page) // page
-    if capped_pages >= pool.capacity_units:
+    hybrid = pool.swa_bytes_per_full_token is not None
+    profiled = pool.capacity_units if hybrid else pool.capacity_units * page  # a hybrid pool counts tokens
+    if max_total_tokens >= profiled:
         return pool, (
-            f"--max-total-tokens {max_total_tokens:,} is above the profiled pool "
-            f"({pool.capacity_units * page:,} tokens): SGLang keeps the profiled value"
+            f"--max-total-tokens {max_total_tokens:,} is not below the profiled pool ({profiled:,} tokens): "
+            "SGLang keeps the profiled value"
         )
-    return replace(pool, capacity_units=capped_pages), (
-        f"--max-total-tokens caps the pool at {capped_pages * page:,} tokens "
-        f"(profiled {pool.capacity_units * page:,}); the memory fraction is unchanged"
+    if hybrid:
+        full, swa = hybrid_swa_pools(max_total_tokens, pool.swa_floor_tokens, page)
+        capped = replace(pool, capacity_units=int(full), swa_capacity_units=int(swa))
+        tokens = int(full)
+    else:
+        capped = replace(pool, capacity_units=max_total_tokens // page)
+        tokens = max_total_tokens // page * page
+    return (
+        capped,
+        f"--max-total-tokens caps the pool at {tokens:,} tokens (profiled {profiled:,}); the fraction is unchanged",
     )
