@@ -34,6 +34,8 @@ from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
 from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE
 from tests.test_other_process_memory import run_vllm_memory_oracle
+from tests.test_telemetry_support import gib, ingest, only_observation
+from tools.memory_holdout import FEATURE_LOGS_DIR, load_cases
 
 GIB = 1 << 30
 SGLANG = engine_profile(Engine.SGLANG)
@@ -366,3 +368,12 @@ def test_sglang_max_total_tokens_against_its_own_configurators() -> None:
     assert marker, done.stderr[-2000:]
     theirs = json.loads(marker[0][len("@@ORACLE@@") :])
     assert [(case, a) for case, a, b in zip(cases, mine, theirs, strict=True) if a != b] == []
+
+
+def test_a_vllm_log_with_a_given_budget_reads_as_its_kv_memory(tmp_path: Path) -> None:
+    """The public GB10 log of evaluation/data/feature_logs/kv_budget.yaml, lines verbatim: with
+    --kv-cache-memory-bytes vLLM prints no "Available KV cache memory" line, only the budget it reserved."""
+    case = next(c for c in load_cases(FEATURE_LOGS_DIR / "kv_budget.yaml") if c.catalog_model == "Qwen/Qwen3.8-27B")
+    sidecar = "model: Qwen/Qwen3.8-27B\ngpu: NVIDIA GB10\n"
+    obs = only_observation(ingest(tmp_path, {"gb10/startup.log": case.quote + "\n", "gb10/deployment.yaml": sidecar}))
+    assert obs["kv_cache_memory_bytes"] == gib(37.11) and obs["kv_cache_tokens"] == 1_209_295
