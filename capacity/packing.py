@@ -166,20 +166,21 @@ def _packed_member(member: PackMember, gpu: GpuSku, order: int, others: int) -> 
         fraction = found / _THOUSANDTHS
         est = _sized(member, gpu, gpu_memory_utilization=fraction, other_process_bytes=others)
         held = est.weights_bytes_per_gpu + est.overhead_bytes_per_gpu + est.kv_budget_bytes_per_gpu
-        held += _reserve_outside_fraction(member, gpu, est)
+        held += _reserve_outside_fraction(member, gpu)
     if not est.fits:
         return est.reason
     return PackedMember(member, order, knob, est.kv_budget_bytes_per_gpu, fraction, others, held, est)
 
 
-def _reserve_outside_fraction(member: PackMember, gpu: GpuSku, est: Estimate) -> int:
+def _reserve_outside_fraction(member: PackMember, gpu: GpuSku) -> int:
     """SGLang's activations and graphs: the reserve its default fraction leaves free on this GPU
     (total x (1 - default mem_fraction_static)); none for engines whose budget already counts them."""
     d = member.deployment
     profile = engine_profile(d.engine, d.engine_version)
     if profile.engine not in _RESERVE_OUTSIDE_FRACTION:
         return 0
-    request = DefaultsRequest(member.model, gpu, gpu.memory_total_bytes, member.context_tokens, 1, 1, est.kv_dtype)
+    length, kv_dtype = member.max_model_len or member.context_tokens, d.kv_dtype.lower()
+    request = DefaultsRequest(member.model, gpu, gpu.memory_total_bytes, length, 1, 1, kv_dtype)
     default = profile.defaults(request).gpu_memory_utilization
     return max(0, math.ceil(gpu.memory_total_bytes * (1 - default)))
 
