@@ -185,6 +185,10 @@ def _lines(out: dict[str, Any]) -> list[str]:
         )
     if out["packed"]:
         lines += ["", "Packed on shared GPUs (cheaper than a GPU each):", *packed_lines(pl.DataFrame(out["packed"]))]
+        if out["whole_nodes"]:
+            lines.append(
+                "   (priced per GPU; the plan buys whole nodes, so a pack saves where the GPUs it frees empty a node)"
+            )
     lines += [f"unserved: {u}" for u in out["unserved"]]
     lines += [f"note: {n}" for n in out["notes"]]
     return lines
