@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ from capacity.spec import DeploymentSpec, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
-from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE
+from tests.test_engine_sglang import _oracle as sglang_oracle
 from tests.test_other_process_memory import run_vllm_memory_oracle
 from tests.test_telemetry_support import gib, ingest, only_observation
 from tools.memory_holdout import FEATURE_LOGS_DIR, load_cases
@@ -274,60 +272,14 @@ def test_capplan_pack_prints_the_split_and_refuses_what_does_not_fit() -> None:
         assert usage.exit_code == 2 and usage.stderr.count("\n") == 1, usage.output
 
 
-_SGLANG_CAP_SCRIPT = (
-    r"""
-import json, sys, types
-"""
-    + SGLANG_CPU_PREAMBLE
-    + r"""
-import sglang.srt.mem_cache.kv_cache_configurator as kc
-import sglang.srt.model_executor.pool_configurator as pc
-from sglang.srt.model_executor.pool_configurator import DefaultPoolConfigurator, HybridSWAPoolConfigurator
-
-
-class _Configurator(kc.KVCacheConfigurator):
-    def fused_entry_bytes(self, name):
-        return None
-
-
-out = []
-for case in json.loads(sys.stdin.read()):
-    if case["kind"] == "default":
-        c = object.__new__(DefaultPoolConfigurator)
-        c._cell_size, c._fixed_overhead_bytes, c._zero_kv_max_tokens = case["cell"], 0, 0
-    else:
-        c = object.__new__(HybridSWAPoolConfigurator)
-        c.kv_cache_dtype_str = "auto"
-        c._full_per_token, c._swa_per_token = case["full_per_token"], case["swa_per_token"]
-        c._full_layers_num, c._swa_layers_num = case["full_layers"], case["swa_layers"]
-        c._swa_full_tokens_ratio, c._sliding_window_size = 0.8, case["window"]
-        c._page_size, c._enable_unified_memory = case["page"], False
-        c._draft_full_layers_num = c._draft_swa_layers_num = c._draft_swa_full_layers_num = 0
-        c._draft_cell_size, c._fused_full_entry, c._fused_swa_entry = 0, None, None
-        c._recompute_cell_size()
-    # config_from_budget as SGLang runs it, with the user's --max-total-tokens in the schedule config
-    pc.create_memory_pool_configurator = lambda kvc: c
-    kc.get_schedule = lambda: types.SimpleNamespace(max_total_tokens=case["cap"], page_size=case["page"])
-    kc.get_parallel = lambda: types.SimpleNamespace(pp_size=1)
-    kc.get_memory = lambda: types.SimpleNamespace(enable_unified_memory=False)
-    try:
-        config = kc.KVCacheConfigurator.config_from_budget(object.__new__(_Configurator), case["budget"])
-    except (ValueError, RuntimeError):
-        out.append([0, 0])
-        continue
-    out.append([config.max_total_num_tokens, config.swa_max_total_num_tokens or 0])
-print("@@ORACLE@@" + json.dumps(out))
-"""
-)
-
-
 @pytest.mark.engine_oracle
 def test_sglang_max_total_tokens_against_its_own_configurators() -> None:
     """capplan's capped pools against SGLang 0.5.23's `KVCacheConfigurator.config_from_budget` (its
     `_apply_token_constraints` with --max-total-tokens, then `calculate_pool_sizes_from_max_tokens` of the default
-    and hybrid SWA configurators), caps below and above the profiled pool, pages 1 and 64."""
+    and hybrid SWA configurators; tests/test_engine_sglang.py's harness, with a "cap"), caps below and above the
+    profiled pool, pages 1 and 64."""
     cases: list[dict[str, Any]] = []
-    mine: list[list[int]] = []
+    mine: list[object] = []
     for model_id in ("meta-llama/Llama-3.1-8B-Instruct", "google/gemma-3-27b-it", "openai/gpt-oss-20b"):
         spec = load_model(model_id).spec
         c = sg.cells(spec, 2, 4, 1, 1)
@@ -351,22 +303,8 @@ def test_sglang_max_total_tokens_against_its_own_configurators() -> None:
                 mine.append([capped.capacity_units, capped.swa_capacity_units or 0])
             else:
                 cases.append({"kind": "default", "cell": c.full_cell, "page": page, "budget": budget, "cap": cap})
-                mine.append([capped.capacity_units * page, 0])
-    if not ORACLE_PYTHON.exists():
-        pytest.skip("no .venv-oracle (tools/engine_oracle/setup_venv.sh)")
-    env = {**os.environ, "PYTHONPATH": str(ORACLE_PYTHON.parent.parent / "sglang-extra")}
-    done = subprocess.run(
-        [str(ORACLE_PYTHON), "-c", _SGLANG_CAP_SCRIPT],
-        input=json.dumps(cases),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    marker = [line for line in done.stdout.splitlines() if line.startswith("@@ORACLE@@")]
-    assert marker, done.stderr[-2000:]
-    theirs = json.loads(marker[0][len("@@ORACLE@@") :])
+                mine.append(capped.capacity_units * page)
+    theirs = sglang_oracle(cases)
     assert [(case, a) for case, a, b in zip(cases, mine, theirs, strict=True) if a != b] == []
 
 
