@@ -23,6 +23,7 @@ from capacity.engines.protocol import (
 )
 from capacity.engines.registry import engine_profile
 from capacity.engines.vllm.multimodal import multimodal_rule, rule_read_for, text_only, tower_skipped_text_only
+from capacity.features.kv_budget import token_capped_pool
 from capacity.features.offload import KVTier
 from capacity.features.offload_sizing import (
     budget_after_offload,
@@ -543,6 +544,8 @@ def estimate(
     budget = _offload_budget(d, budget, per_token_gpu, lim.block_size, model, total - usable, notes)
     request = _pool_request(model, d, budget, dt, lim, defaults.state_checkpoints)
     pool = _tightest_pool(profile, request, notes)
+    pool, capped = token_capped_pool(pool, profile.engine, d.max_total_tokens)
+    notes.extend([capped] if capped else [])
     notes.extend(_in_flight_notes(d, profile, lim, pool, max_model_len))
     limit = model.context_limit_tokens
     f = _pool_figures(

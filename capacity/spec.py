@@ -377,6 +377,7 @@ class DeploymentSpec:
     weights_bytes_per_gpu: int | None = None  # override the weights
     overhead_bytes_per_gpu: int | None = None  # override every non-KV, non-weight term
     kv_cache_memory_bytes: int | None = None  # use this KV budget per GPU (vLLM --kv-cache-memory-bytes)
+    max_total_tokens: int | None = None  # SGLang --max-total-tokens: caps the token pool (features.kv_budget)
     # memory other processes (another engine, a notebook, the host itself on a unified-memory GPU) hold on
     # each GPU when the engine starts: each engine and release counts it its way (`kv_budget`)
     other_process_bytes: int = 0

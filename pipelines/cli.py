@@ -49,6 +49,7 @@ def build_app() -> typer.Typer:
         limits,
         nightly,
         offload_plan,
+        pack,
         place,
         procure,
         registry,
@@ -73,6 +74,7 @@ def build_app() -> typer.Typer:
     app.command("place")(place.place)
     app.command("limits")(limits.limits)
     app.command("procure")(procure.procure)
+    app.command("pack")(pack.pack)
     app.command("nightly")(nightly.nightly)
     app.command("sql")(sql.sql)
     app.command("report")(report.report)

@@ -118,6 +118,9 @@ RULES: tuple[Rule, ...] = (
     sized("KV cache memory", "reserved for KV Cache is", r"reserved for KV Cache is\s*", "kv_cache_memory_bytes"),
     sized("KV cache memory", "available_kv_cache_memory", r"available_kv_cache_memory[\s=:]+", "kv_cache_memory_bytes"),
     sized("KV cache memory", "kv_cache_size=", r"kv_cache_size=\s*", "kv_cache_memory_bytes"),
+    # a given budget (--kv-cache-memory-bytes; 0.33 `gpu_worker.determine_available_memory`): "Initial free memory F
+    # GiB, reserved B GiB memory for KV Cache as specified by kv_cache_memory_bytes config ..."
+    sized("KV cache memory", "memory for KV Cache as specified", r"reserved\s+", "kv_cache_memory_bytes"),
     Rule(
         "KV cache size",
         "KV cache size:",

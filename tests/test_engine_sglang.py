@@ -458,6 +458,19 @@ def mamba(case):
     return [sched.max_mamba_cache_size, tokens, requests]
 
 
+def pool_sizes(c, case):
+    # calculate_pool_sizes; with a "cap" (--max-total-tokens), config_from_budget as SGLang runs it: the
+    # user's cap in the schedule config, the configurator this case built
+    if "cap" not in case:
+        return c.calculate_pool_sizes(case["budget"], case["page"])
+    import sglang.srt.model_executor.pool_configurator as pc
+    pc.create_memory_pool_configurator = lambda kvc: c
+    kc.get_schedule = lambda: types.SimpleNamespace(max_total_tokens=case["cap"], page_size=case["page"])
+    kc.get_parallel = lambda: types.SimpleNamespace(pp_size=1)
+    kc.get_memory = lambda: types.SimpleNamespace(enable_unified_memory=False)
+    return kc.KVCacheConfigurator.config_from_budget(object.__new__(_Configurator), case["budget"])
+
+
 print("@@IMPORTED@@")
 out = []
 for case in json.loads(sys.stdin.read()):
@@ -475,7 +488,7 @@ for case in json.loads(sys.stdin.read()):
         c = object.__new__(DefaultPoolConfigurator)
         c._cell_size, c._fixed_overhead_bytes, c._zero_kv_max_tokens = case["cell"], 0, 0
         try:
-            out.append(c.calculate_pool_sizes(case["budget"], case["page"]).max_total_num_tokens)
+            out.append(pool_sizes(c, case).max_total_num_tokens)
         except RuntimeError:
             out.append(0)
     else:
@@ -489,8 +502,9 @@ for case in json.loads(sys.stdin.read()):
         c._draft_cell_size, c._fused_full_entry, c._fused_swa_entry = 0, None, None
         c._recompute_cell_size()
         try:
-            r = c.calculate_pool_sizes(case["budget"], case["page"])
-            out.append([r.full_max_total_num_tokens, r.swa_max_total_num_tokens])
+            r = pool_sizes(c, case)
+            out.append([r.max_total_num_tokens if "cap" in case else r.full_max_total_num_tokens,
+                        r.swa_max_total_num_tokens])
         except (ValueError, RuntimeError):
             out.append([0, 0])
 print("@@ORACLE@@" + json.dumps(out))

@@ -65,12 +65,13 @@ def _cases() -> list[dict[str, Any]]:
     return cases
 
 
-@pytest.fixture(scope="module")
-def vllm_memory() -> dict[str, dict[str, Any]]:
+def run_vllm_memory_oracle(cases: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """vLLM 0.33.0's own start check and budget (tools/engine_oracle/vllm_memory_oracle.py) on each simulated
+    device, by case id (skips where the oracle venv is missing)."""
     require_oracle_venv()
     proc = subprocess.run(
         [str(ORACLE_PYTHON), str(RUNNER)],
-        input=json.dumps({"cases": _cases()}),
+        input=json.dumps({"cases": cases}),
         capture_output=True,
         text=True,
         timeout=600,
@@ -81,6 +82,11 @@ def vllm_memory() -> dict[str, dict[str, Any]]:
     answer = json.loads(lines[-1][len(MARKER) :])
     assert answer["vllm_version"] == "0.33.0"
     return {case["id"]: case for case in answer["cases"]}
+
+
+@pytest.fixture(scope="module")
+def vllm_memory() -> dict[str, dict[str, Any]]:
+    return run_vllm_memory_oracle(_cases())
 
 
 @pytest.mark.engine_oracle

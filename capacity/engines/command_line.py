@@ -112,6 +112,7 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "max_running_requests": ("max_num_seqs", _INT),
         "chunked_prefill_size": ("max_num_batched_tokens", _INT),
         "page_size": ("block_size", _INT),
+        "max_total_tokens": ("max_total_tokens", _INT),
         "enable_lora": ("enable_lora", _SWITCH),
         "lora_paths": ("enable_lora", "present"),
         "cpu_offload_gb": ("cpu_offload_gb", _FLOAT),
@@ -145,7 +146,7 @@ _UNSIZED: dict[Engine, frozenset[str]] = {
         "pooler_config", "runner", "convert", "enable_sleep_mode", "config", "optimization_level",
     }),
     Engine.SGLANG: frozenset({
-        "max_total_tokens", "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "ep_size",
+        "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "ep_size",
         "moe_a2a_backend", "enable_eplb", "dp_size", "attn_cp_size", "max_lora_rank", "max_loaded_loras",
         "speculative_draft_model_path",
         "mamba_ssm_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio", "json_model_override_args",

@@ -21,6 +21,7 @@ from recommendations.buckets import bucket_demands, bucket_frame
 from recommendations.feature_value import feature_value_frame
 from recommendations.limit_partitions import LIMITS_TABLE, MAP_TABLE, refresh_limit_partitions
 from recommendations.limits import deployment_limits
+from recommendations.packing import pack_offers, packed_frame
 from recommendations.placements import placement_frames
 from recommendations.workloads import load_workloads, workloads_path
 from telemetry.calibration_frames import fit_from_frame
@@ -28,6 +29,14 @@ from telemetry.prefix_cache import model_hit_rates
 from warehouse.sql import load_frame
 
 RECOMMENDATIONS_GROUP = "recommendations"
+# what the `recommendations` asset writes, in this order
+PLACEMENT_TABLES = (
+    "recommended_placements",
+    "procurement_plan",
+    "procurement_buckets",
+    "workloads",
+    "packed_placements",
+)
 
 
 @dg.multi_asset(
@@ -130,7 +139,7 @@ def admission_budgets(planning: PlanningResource, warehouse: WarehouseResource) 
             deps=[key("raw", "calibration"), *REGISTRY_DEPS],
             kinds={"duckdb", "polars"},
         )
-        for table in ("recommended_placements", "procurement_plan", "procurement_buckets", "workloads")
+        for table in PLACEMENT_TABLES
     ],
     group_name=RECOMMENDATIONS_GROUP,
 )
@@ -179,6 +188,8 @@ def recommendations(
         )
         load_frame(con, "raw", "workloads", profiles.frame())
         yield relation_result(con, "raw", "workloads", {"workloads_file": str(profiles.path)})
+        load_frame(con, "raw", "packed_placements", packed_frame(pack_offers(placements, profiles, registry)))
+        yield relation_result(con, "raw", "packed_placements")
 
 
 @dg.asset(
@@ -209,7 +220,6 @@ def _mart(table: str) -> dg.AssetsDefinition:
 
 
 LIMIT_TABLES = ("effective_context_limits", "admission_budgets")
-PLACEMENT_TABLES = ("recommended_placements", "procurement_plan", "procurement_buckets", "workloads")
 TABLES = LIMIT_TABLES + PLACEMENT_TABLES + ("feature_value",)
 STAGING = [_staging(t) for t in TABLES]
 MARTS = [_mart(t) for t in TABLES] + [_mart("effective_context_limits_history")]  # history kept in place

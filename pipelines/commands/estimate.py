@@ -288,6 +288,14 @@ KvCacheMemoryBytesOption = Annotated[
         help="KV budget per GPU in bytes, skipping the budget (vLLM's spelling; not with --kv-cache-memory-gib).",
     ),
 ]
+MaxTotalTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-total-tokens",
+        metavar="TOKENS",
+        help="SGLang's cap on the token pool (min of the profiled pool and this; the memory fraction is unchanged).",
+    ),
+]
 RequestRateOption = Annotated[
     float | None,
     typer.Option(
@@ -381,6 +389,7 @@ def estimate(
     other_process_gib: OtherProcessGibOption = None,
     kv_cache_memory_gib: KvCacheMemoryGibOption = None,
     kv_cache_memory_bytes: KvCacheMemoryBytesOption = None,
+    max_total_tokens: MaxTotalTokensOption = None,
     request_rate: RequestRateOption = None,
     burst: BurstOption = None,
     num_prompts: NumPromptsOption = 1000,
@@ -411,7 +420,8 @@ def _estimate(
     shared_prefix_tokens: int | None, prefix_hit_rate: float | None, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
     max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
     weights_gib: float | None, overhead_gib: float | None, other_process_gib: float | None,
-    kv_cache_memory_gib: float | None, kv_cache_memory_bytes: int | None, request_rate: float | None,
+    kv_cache_memory_gib: float | None, kv_cache_memory_bytes: int | None, max_total_tokens: int | None,
+    request_rate: float | None,
     burst: int | None, num_prompts: int, simulate_load: bool, as_json: bool, tpot_ms: float | None = None,
     ttft_ms: float | None = None, **offload: Any,
 ) -> None:
@@ -429,6 +439,7 @@ def _estimate(
             "--block-size": block_size,
             "--max-num-batched-tokens": max_num_batched_tokens,
             "--max-num-seqs": max_num_seqs,
+            "--max-total-tokens": max_total_tokens,
         },
         {
             "--gpu-memory-gib": gpu_memory_gib,
@@ -477,6 +488,7 @@ def _estimate(
         overhead_bytes_per_gpu=_gib_to_bytes(overhead_gib),
         kv_cache_memory_bytes=_gib_to_bytes(kv_cache_memory_gib),
         other_process_bytes=_gib_to_bytes(other_process_gib) or 0,
+        max_total_tokens=max_total_tokens,
     )
     if context is None and input_len is not None:
         context = input_len + (output_len if output_len is not None else min(256, input_len))
@@ -537,7 +549,7 @@ _PASTED_OPTIONS = {
         "kv_transfer_config", "enable_dp_attention", "engine", "engine_version", "limit_mm_per_prompt",
         "language_model_only", "kv_offloading_size", "kv_offloading_backend", "enable_hierarchical_cache",
         "hicache_ratio", "hicache_size", "lmcache_max_local_cpu_size", "lmcache_max_local_disk_size", "lmcache_chunk_size",
-        "enable_prefix_caching",
+        "enable_prefix_caching", "max_total_tokens",
     )
 }
 

@@ -21,6 +21,7 @@ import typer
 from pipelines.commands.common import WarehouseOption, fail, published_or_none
 from pipelines.commands.estimate import AsJsonOption
 from recommendations.fleet_answer import fleet_contract, fleet_frames
+from recommendations.packing import pack_offers, packed_frame, packed_lines
 from recommendations.workloads import WORKLOAD_SCHEMA, WorkloadsFile, load_workloads
 
 if TYPE_CHECKING:
@@ -54,14 +55,16 @@ def procure(
     gpus = load_gpu_skus()
     notes = [f"workload {name}: {why}" for name, why in profiles.errors]
     frames, run_id = _published(profiles, gpus, warehouse, notes)
+    catalog = _catalog(profiles, gpus)
     if frames is None:
-        frames = fleet_frames(profiles, _catalog(profiles, gpus))
+        frames = fleet_frames(profiles, catalog)
         notes.append("computed without the telemetry calibration the nightly applies")
     out = {
         "source": "warehouse" if run_id else "computed",
         "run_id": run_id,
         "workloads_file": str(profiles.path) if profiles.path else None,
         **fleet_contract(*frames),
+        "packed": packed_frame(pack_offers(frames[0], profiles, catalog)).to_dicts(),
     }
     out["notes"] = [*out["notes"], *notes]
     if as_json:
@@ -180,6 +183,12 @@ def _lines(out: dict[str, Any]) -> list[str]:
             f"   {b['workload']} / {b['model']} {b['bucket']}: {b['share']:.0%} on {b['layout']} "
             f"(binding {b['binding']}), ${b['usd_per_million_output_tokens']:,.3f}/M tokens"
         )
+    if out["packed"]:
+        lines += ["", "Packed on shared GPUs (cheaper than a GPU each):", *packed_lines(pl.DataFrame(out["packed"]))]
+        if out["whole_nodes"]:
+            lines.append(
+                "   (priced per GPU; the plan buys whole nodes, so a pack saves where the GPUs it frees empty a node)"
+            )
     lines += [f"unserved: {u}" for u in out["unserved"]]
     lines += [f"note: {n}" for n in out["notes"]]
     return lines

@@ -118,8 +118,8 @@ def spelling(engine: Engine) -> _Spelling:
     return SPELLINGS[engine]
 
 
-def engine_command(plan: ServingPlan) -> EngineCommandLine:
-    """The engine's server command for `plan`, listening on 0.0.0.0:PORT."""
+def engine_command(plan: ServingPlan, port: int = PORT) -> EngineCommandLine:
+    """The engine's server command for `plan`, listening on 0.0.0.0:`port` (engines sharing a GPU: one each)."""
     s = spelling(plan.engine)
     args: list[str] = [s.model_flag, plan.served_model] if s.model_flag else [plan.served_model]
     args += [s.tp, str(plan.tp)]
@@ -139,7 +139,7 @@ def engine_command(plan: ServingPlan) -> EngineCommandLine:
                 "plan it with gpu_memory_utilization"
             )
         args += [s.kv_cache_bytes, str(plan.kv_cache_memory_bytes)]
-    args += ["--host", "0.0.0.0", "--port", str(PORT)]
+    args += ["--host", "0.0.0.0", "--port", str(port)]
     return EngineCommandLine(plan.engine, s.launcher, tuple(args))
 
 

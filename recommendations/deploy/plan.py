@@ -41,7 +41,9 @@ class ServingPlan:
 
     `gpu_memory_utilization` / `kv_cache_memory_bytes`: the budget the estimate planned (vLLM takes
     either; SGLang's --mem-fraction-static and TensorRT-LLM's --kv_cache_free_gpu_memory_fraction take
-    the fraction); None leaves the engine's default, which the estimate also assumed."""
+    the fraction); None leaves the engine's default, which the estimate also assumed. Both: a packed vLLM
+    engine (recommendations.packing), whose start check reads the utilization even with the bytes given
+    (0.33 `v1/worker/utils.py` request_memory)."""
 
     model: str  # capplan registry id
     engine: Engine
@@ -70,8 +72,6 @@ class ServingPlan:
                 raise DeployError(f"{name} must be >= 1, not {value}")
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise DeployError(f"gpu_memory_utilization must be in (0, 1], not {self.gpu_memory_utilization}")
-        if self.gpu_memory_utilization is not None and self.kv_cache_memory_bytes is not None:
-            raise DeployError("give gpu_memory_utilization or kv_cache_memory_bytes, not both")
         if not self.model.strip():
             raise DeployError("the plan names no model")
 
