@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 # KVKind and StateMixer are re-exported: the kinds' enums, named where the domain types are
+from capacity.features.speculative import SpecMethod, SpeculativeSpec
 from capacity.kv.kinds import KVKind as KVKind
 from capacity.kv.kinds import LayerCache
 from capacity.kv.kinds import StateMixer as StateMixer
@@ -132,6 +133,10 @@ class ModelSpec:
     # the vision encoder where the checkpoint has one; `multimodal` with no tower: one the parser cannot size
     vision: VisionTower | None = None
     multimodal: bool = False  # the checkpoint carries a vision_config (sized or not)
+    # multi-token-prediction layers (num_nextn_predict_layers / mtp_num_hidden_layers) and the parameters an
+    # engine loads for them when speculative decoding runs them (the embedding and lm_head it shares excluded)
+    mtp_layers: int = 0
+    mtp_params: int = 0
 
     @property
     def total_params(self) -> int:
@@ -325,7 +330,8 @@ class DeploymentSpec:
     # one is flagged `not_modelled` (sized as if the feature were off), never silently
     lora: bool | None = None  # --enable-lora: adapter weights and LoRA buffers
     cpu_offload_gib: float | None = None  # --cpu-offload-gb: weights kept in host memory
-    speculative: bool | None = None  # a draft model or MTP head: its weights and its own KV
+    # speculative decoding: the method and draft, sized by `capacity.features.speculative_memory`
+    speculative: SpeculativeSpec | None = None
     dp_attention: bool | None = None  # SGLang --enable-dp-attention: a KV pool per attention DP rank
     kv_connector: bool | None = None  # vLLM --kv-transfer-config (LMCache and the like): the connector's GPU buffers
     # whether gpt-oss's MXFP4 experts on Hopper run the OAI Triton kernels: the optional `triton_kernels`
@@ -360,7 +366,10 @@ class DeploymentSpec:
         named = (
             (self.lora, "LoRA adapters (their weights and buffers)"),
             (self.cpu_offload_gib, _offload_text(self.cpu_offload_gib)),
-            (self.speculative, "speculative decoding (the draft's weights and KV)"),
+            (
+                self.speculative is not None and self.speculative.method is SpecMethod.UNKNOWN,
+                "speculative decoding of an unstated method (the draft's weights and KV)",
+            ),
             (self.dp_attention, "DP attention (a KV pool per attention rank)"),
             (self.kv_connector, "a KV connector (--kv-transfer-config: its GPU buffers)"),
         )

@@ -161,4 +161,6 @@ def _spec(m: Model, built: Built) -> ModelSpec:
         notes=tuple(m.notes),
         vision=tower,
         multimodal=outer.sub("vision_config") is not None,
+        mtp_layers=m.mtp_layers,
+        mtp_params=m.mtp_params,
     )

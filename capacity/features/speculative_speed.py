@@ -1,0 +1,109 @@
+"""Speed with speculative decoding at an acceptance rate, on the performance model's roofline
+(`capacity.performance`).
+
+One engine step of B sequences: the draft proposes k tokens per sequence in k forward passes of B tokens
+(B x top-k on SGLang's tree; inside the step's graphs, so no second scheduler overhead), then the target
+verifies k + 1 tokens per sequence in one pass of B (k + 1) tokens (SGLang: --speculative-num-draft-tokens).
+Each sequence emits (1 - a^(k+1)) / (1 - a) tokens per step at a per-token acceptance rate a
+(`speculative.accepted_tokens_per_step`), so TPOT = step time / tokens per step and throughput = B x
+tokens per step / step time. ngram and suffix decoding propose on the CPU: only the verify pass is costed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from capacity.features.speculative import DraftShape, SpecMethod, SpeculativeSpec, accepted_tokens_per_step
+from capacity.performance import PerfEfficiency, PerfInputs, Performance, step_seconds
+
+
+def draft_inputs(p: PerfInputs, spec: SpeculativeSpec, draft: DraftShape, kv_element_bytes: int) -> PerfInputs:
+    """The draft's per-rank reads and FLOPs on the target's GPU and TP. MTP layers cost what the target's
+    layers cost, one each (an MoE MTP layer reads the experts its tokens route to, like the target's);
+    an EAGLE head or a draft model is dense: its parameters, its layers' KV and attention."""
+    if spec.method is SpecMethod.MTP:
+        share = len(draft.layers) / max(p.layers_on_rank, 1)
+        return replace(
+            p,
+            dense_weight_bytes=p.dense_weight_bytes * share,
+            expert_weight_bytes=p.expert_weight_bytes * share,
+            active_params=p.active_params * share,
+            full_kv_bytes_per_token=p.full_kv_bytes_per_token * share,
+            attention_flops_per_cached_token=p.attention_flops_per_cached_token * share,
+            windowed_kv=(),
+            windowed_attention=(),
+            state_bytes_per_sequence=0.0,
+            layers_on_rank=len(draft.layers),
+            pp=1,
+        )
+    tp = p.tp
+    return replace(
+        p,
+        dense_weight_bytes=draft.params * draft.weight_bytes_per_param / tp,
+        expert_weight_bytes=0.0,
+        num_experts=0,
+        experts_per_token=0,
+        active_params=draft.params / tp,
+        full_kv_bytes_per_token=float(sum(c.bytes_per_token(kv_element_bytes, tp) for c in draft.layers)),
+        attention_flops_per_cached_token=sum(
+            4.0 * draft.num_attention_heads / tp * c.query_head_dim for c in draft.layers
+        ),
+        windowed_kv=(),
+        windowed_attention=(),
+        state_bytes_per_sequence=0.0,
+        hidden_size=draft.hidden_size,
+        layers_on_rank=max(len(draft.layers), 1),
+        pp=1,
+    )
+
+
+def speculative_step_seconds(
+    target: PerfInputs,
+    draft: PerfInputs | None,
+    spec: SpeculativeSpec,
+    batch: float,
+    context_tokens: float,
+    eff: PerfEfficiency,
+) -> float:
+    """One engine step on one stage: the target verifying every sequence's proposals, plus the draft's
+    forward passes (none for ngram / suffix)."""
+    verify = float(step_seconds(target, batch * spec.verify_tokens_per_sequence, batch, context_tokens, eff))
+    if draft is None:
+        return verify
+    one_pass = float(step_seconds(draft, batch * spec.eagle_topk, batch, context_tokens, eff)) - eff.step_overhead_s
+    return verify + spec.draft_passes * one_pass
+
+
+def at_acceptance(
+    base: Performance,
+    spec: SpeculativeSpec,
+    draft: DraftShape | None,
+    acceptance_rate: float,
+    kv_element_bytes: int,
+) -> Performance:
+    """`base` (the speed without speculation, `capacity.performance.performance`) with TPOT and decode
+    throughput at the acceptance rate; the target's own weights exclude the draft's (read by its passes)."""
+    if base.inputs is None:
+        return base
+    p = base.inputs
+    if draft is not None:  # the estimate's weights on the rank hold the draft's too: its passes read them
+        own = math.ceil(draft.params * draft.weight_bytes_per_param / p.tp)
+        p = replace(p, dense_weight_bytes=max(p.dense_weight_bytes - own, 0.0))
+    draft_p = draft_inputs(p, spec, draft, kv_element_bytes) if draft is not None else None
+    context = base.input_tokens + base.output_tokens // 2
+    batch = base.concurrency
+    stage = speculative_step_seconds(p, draft_p, spec, batch, context, base.efficiency)
+    hop = batch * spec.verify_tokens_per_sequence * p.hidden_size * p.act_bytes / p.link_bytes_per_s
+    step = p.pp * stage + (p.pp - 1) * hop
+    tokens = accepted_tokens_per_step(acceptance_rate, spec.num_speculative_tokens)
+    note = (
+        f"speculative decoding at acceptance rate {acceptance_rate:g}: {tokens:.2f} tokens per sequence per step "
+        f"of {step * 1e3:.2f} ms ({spec.describe})"
+    )
+    return replace(
+        base,
+        tpot_ms=step / tokens * 1e3,
+        output_tokens_per_second=batch * p.pp * tokens / step,
+        notes=(*base.notes, note),
+    )
