@@ -11,6 +11,7 @@ so `capacity.spec.DeploymentSpec` can carry a `SpeculativeSpec`.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -100,11 +101,16 @@ class DraftShape:
 
     name: str
     layers: tuple[LayerCache, ...]  # the layers that hold KV (one per draft decoder layer with attention)
-    params: int  # loaded parameters, the embedding / lm_head shared with the target excluded
+    params: int  # loaded parameters split over TP, the embedding / lm_head shared with the target excluded
     weight_bytes_per_param: float  # the draft checkpoint's element size (bf16: 2)
     hidden_size: int
     num_attention_heads: int
     assumed: str | None = None  # what was assumed where the draft's config was not known (said in the notes)
+    replicated_params: int = 0  # held whole on every rank (an EAGLE head's fc is a ReplicatedLinear)
+
+    def weight_bytes_per_gpu(self, tp: int) -> int:
+        """The draft's weights on one rank: its sharded parameters over TP plus the replicated ones."""
+        return math.ceil((self.params / tp + self.replicated_params) * self.weight_bytes_per_param)
 
 
 @dataclass(frozen=True, slots=True)

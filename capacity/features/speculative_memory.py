@@ -18,7 +18,6 @@ the draft's weights on every rank and the draft's KV in the same pool.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from capacity.engines.kinds import Engine
@@ -29,9 +28,11 @@ from capacity.weights import WeightsEstimate, weight_format
 
 
 def draft_shape(draft: ModelSpec, method: SpecMethod, name: str, draft_vocab_size: int | None = None) -> DraftShape:
-    """A draft checkpoint (its parsed config) as the engine loads it beside the target: every parameter but
-    the embedding / lm_head it shares, plus an EAGLE head's fc (`fc_inputs` x hidden -> hidden, no bias:
-    vLLM `llama_eagle.py` / `llama_eagle3.py`); EAGLE-3's lm_head spans its `draft_vocab_size`."""
+    """A draft checkpoint (its parsed config) as vLLM 0.33 loads it beside the target: every parameter but the
+    embedding / lm_head it shares (`SpecMethod.shares_*`), and for an EAGLE head what `llama_eagle.py` /
+    `llama_eagle3.py` build beyond a Llama stack: the fc (`fc_inputs` x hidden -> hidden, a ReplicatedLinear,
+    no bias); EAGLE-1 drops layer 0's input_layernorm and has no final norm; EAGLE-3's layer 0 projects
+    q/k/v from 2 x hidden, adds a hidden_norm, and its lm_head spans `draft_vocab_size`."""
     h = draft.hidden_size
     head = draft.lm_head_params
     if method is SpecMethod.EAGLE3 and draft_vocab_size:
@@ -39,7 +40,10 @@ def draft_shape(draft: ModelSpec, method: SpecMethod, name: str, draft_vocab_siz
     params = draft.total_params - draft.lm_head_params + (0 if method.shares_lm_head else head)
     if method.shares_embeddings:
         params -= draft.embedding_params
-    params += method.fc_inputs * h * h
+    if method is SpecMethod.EAGLE:
+        params -= draft.final_norm_params + h
+    elif method is SpecMethod.EAGLE3:
+        params += h * (draft.num_attention_heads + 2 * draft.num_kv_heads) * draft.head_dim + h
     per_param = float(weight_format(draft, "auto").linear_bytes_per_param)
     return DraftShape(
         name=name,
@@ -48,6 +52,7 @@ def draft_shape(draft: ModelSpec, method: SpecMethod, name: str, draft_vocab_siz
         weight_bytes_per_param=per_param,
         hidden_size=h,
         num_attention_heads=draft.num_attention_heads,
+        replicated_params=method.fc_inputs * h * h,
     )
 
 
@@ -87,10 +92,11 @@ def assumed_shape(target: ModelSpec, method: SpecMethod, name: str) -> DraftShap
     return DraftShape(
         name=name,
         layers=(_attention_cache(target),) if method.has_kv else (),
-        params=layer_params + max(method.fc_inputs, 2) * h * h,
+        params=layer_params,
         weight_bytes_per_param=2.0,
         hidden_size=h,
         num_attention_heads=target.num_attention_heads,
+        replicated_params=max(method.fc_inputs, 2) * h * h,
         assumed=(
             f"draft {name!r} is not in the catalog: assumed one decoder layer of the target's shape plus an "
             "EAGLE fc, in bf16 (give its config with a catalog entry to size it)"
@@ -170,7 +176,7 @@ def draft_sizing(target: ModelSpec, d: DeploymentSpec, engine: Engine, notes: li
             f"vLLM runs a draft model at the target's TP only (draft_tensor_parallel_size {draft_tp} != {d.tp}: "
             "v1/spec_decode/draft_model.py _raise_if_draft_tp_mismatch)"
         )
-    weight_bytes = math.ceil(draft.params * draft.weight_bytes_per_param / draft_tp)
+    weight_bytes = draft.weight_bytes_per_gpu(draft_tp)
     caches = draft_kv_layers(target, draft, engine)
     pool_model = with_draft_layers(target, caches)
     if draft.assumed:

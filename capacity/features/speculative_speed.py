@@ -11,7 +11,6 @@ tokens per step / step time. ngram and suffix decoding propose on the CPU: only 
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from capacity.features.speculative import DraftShape, SpecMethod, SpeculativeSpec, accepted_tokens_per_step
@@ -40,11 +39,11 @@ def draft_inputs(p: PerfInputs, spec: SpeculativeSpec, draft: DraftShape, kv_ele
     tp = p.tp
     return replace(
         p,
-        dense_weight_bytes=draft.params * draft.weight_bytes_per_param / tp,
+        dense_weight_bytes=float(draft.weight_bytes_per_gpu(tp)),
         expert_weight_bytes=0.0,
         num_experts=0,
         experts_per_token=0,
-        active_params=draft.params / tp,
+        active_params=draft.params / tp + draft.replicated_params,
         full_kv_bytes_per_token=float(sum(c.bytes_per_token(kv_element_bytes, tp) for c in draft.layers)),
         attention_flops_per_cached_token=sum(
             4.0 * draft.num_attention_heads / tp * c.query_head_dim for c in draft.layers
@@ -88,7 +87,7 @@ def at_acceptance(
         return base
     p = base.inputs
     if draft is not None:  # the estimate's weights on the rank hold the draft's too: its passes read them
-        own = math.ceil(draft.params * draft.weight_bytes_per_param / p.tp)
+        own = draft.weight_bytes_per_gpu(spec.draft_tp or p.tp)
         p = replace(p, dense_weight_bytes=max(p.dense_weight_bytes - own, 0.0))
     draft_p = draft_inputs(p, spec, draft, kv_element_bytes) if draft is not None else None
     context = base.input_tokens + base.output_tokens // 2
