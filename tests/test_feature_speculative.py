@@ -23,9 +23,9 @@ import pytest
 from capacity.engines.kinds import Engine
 from capacity.estimate import estimate
 from capacity.features.speculative import (
+    SpecMethod,
     SpeculativeConfigError,
     SpeculativeSpec,
-    SpecMethod,
     accepted_tokens_per_step,
     from_sglang_flags,
     from_vllm_config,
@@ -176,7 +176,13 @@ def test_vllm_config_methods_as_vllm_infers_them() -> None:
     assert from_vllm_config('{"model": "meta-llama/Llama-3.2-1B"}').method is SpecMethod.DRAFT_MODEL
     mtp = from_vllm_config('{"method": "deepseek_mtp", "num_speculative_tokens": 2}')
     assert (mtp.method, mtp.verify_tokens_per_sequence) == (SpecMethod.MTP, 3)
-    for bad in ("{", "[1]", '{"method": "magic"}', '{"method": "eagle"}', '{"model": "x", "num_speculative_tokens": 0}'):
+    for bad in (
+        "{",
+        "[1]",
+        '{"method": "magic"}',
+        '{"method": "eagle"}',
+        '{"model": "x", "num_speculative_tokens": 0}',
+    ):
         with pytest.raises(SpeculativeConfigError):
             from_vllm_config(bad)
 
