@@ -229,8 +229,13 @@ def test_speed_at_acceptance() -> None:
     # the same step, 2.952 tokens per sequence instead of 1
     assert slow.tpot_ms / fast.tpot_ms == pytest.approx(accepted_tokens_per_step(0.8, 3))
     assert fast.output_tokens_per_second == pytest.approx(8 * 1e3 / fast.tpot_ms)
-    assert slow.tpot_ms > base.tpot_ms  # a draft that is never accepted only costs
-    assert fast.tpot_ms < base.tpot_ms  # a memory-bound decode of 8 gains from 3 tokens a step at 0.8
+    # without speculation: the TPOT of the same deployment with no draft at all (its weights not read)
+    plain_est = estimate(target, DeploymentSpec(max_model_len=8192), gpu=gpu)
+    plain = performance(target, plain_est, gpu, concurrency=8, input_tokens=1000, output_tokens=200, chunk_tokens=8192)
+    assert fast.speculation is not None
+    assert fast.speculation.plain_tpot_ms == pytest.approx(plain.tpot_ms, rel=1e-9)
+    assert slow.tpot_ms > plain.tpot_ms  # a draft that is never accepted only costs
+    assert fast.tpot_ms < plain.tpot_ms  # a memory-bound decode of 8 gains from 3 tokens a step at 0.8
 
 
 # --- vLLM's own planner ---------------------------------------------------------------------------------

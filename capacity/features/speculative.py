@@ -143,6 +143,34 @@ class SpeculativeSpec:
         return f"{self.method.value}{draft}, {self.num_speculative_tokens} speculative token(s)"
 
 
+@dataclass(frozen=True, slots=True)
+class SpeculativeSpeed:
+    """How speculative decoding changed a deployment's decode speed, for the derivation to print."""
+
+    plain_tpot_ms: float  # TPOT without speculation (the roofline above it)
+    step_ms: float  # one step: the verify pass and the draft passes
+    tokens_per_step: float  # per sequence, at the acceptance rate
+    acceptance_rate: float
+    spec: SpeculativeSpec
+    rate_given: bool = True  # False: no rate was given and 0 was assumed
+
+    @property
+    def tpot_ms(self) -> float:
+        return self.step_ms / self.tokens_per_step
+
+    def describe(self) -> str:
+        """One line: the step, the tokens it emits, the TPOT that follows."""
+        assumed = (
+            "" if self.rate_given else " (no --acceptance-rate: 0 assumed, the draft's cost and no accepted token)"
+        )
+        return (
+            f"speculative decoding ({self.spec.describe}): a step verifies {self.spec.verify_tokens_per_sequence} "
+            f"tokens per sequence after {self.spec.draft_passes} draft pass(es) = {self.step_ms:,.2f} ms and emits "
+            f"(1 - a^(k+1)) / (1 - a) = {self.tokens_per_step:.3f} tokens per sequence at a = "
+            f"{self.acceptance_rate:g}{assumed}: TPOT = {self.tpot_ms:,.2f} ms"
+        )
+
+
 def from_vllm_config(text: str) -> SpeculativeSpec:
     """vLLM's `--speculative-config` JSON (`SpeculativeConfig.__post_init__`: no method means ngram for the
     model "ngram", else a draft model, renamed eagle / eagle3 when the draft's name says so)."""

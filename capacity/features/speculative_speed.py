@@ -13,8 +13,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from capacity.features.speculative import DraftShape, SpecMethod, SpeculativeSpec, accepted_tokens_per_step
-from capacity.performance import PerfEfficiency, PerfInputs, Performance, step_seconds
+from capacity.features.speculative import (
+    DraftShape,
+    SpecMethod,
+    SpeculativeSpec,
+    SpeculativeSpeed,
+    accepted_tokens_per_step,
+)
+from capacity.performance import PerfEfficiency, PerfInputs, Performance, pipeline_seconds, step_seconds
 
 
 def draft_inputs(p: PerfInputs, spec: SpeculativeSpec, draft: DraftShape, kv_element_bytes: int) -> PerfInputs:
@@ -80,6 +86,7 @@ def at_acceptance(
     draft: DraftShape | None,
     acceptance_rate: float,
     kv_element_bytes: int,
+    rate_given: bool = True,
 ) -> Performance:
     """`base` (the speed without speculation, `capacity.performance.performance`) with TPOT and decode
     throughput at the acceptance rate; the target's own weights exclude the draft's (read by its passes)."""
@@ -93,16 +100,13 @@ def at_acceptance(
     context = base.input_tokens + base.output_tokens // 2
     batch = base.concurrency
     stage = speculative_step_seconds(p, draft_p, spec, batch, context, base.efficiency)
-    hop = batch * spec.verify_tokens_per_sequence * p.hidden_size * p.act_bytes / p.link_bytes_per_s
-    step = p.pp * stage + (p.pp - 1) * hop
+    step = float(pipeline_seconds(p, stage, batch * spec.verify_tokens_per_sequence))
+    plain = float(pipeline_seconds(p, step_seconds(p, batch, batch, context, base.efficiency), batch))
     tokens = accepted_tokens_per_step(acceptance_rate, spec.num_speculative_tokens)
-    note = (
-        f"speculative decoding at acceptance rate {acceptance_rate:g}: {tokens:.2f} tokens per sequence per step "
-        f"of {step * 1e3:.2f} ms ({spec.describe})"
-    )
+    speed = SpeculativeSpeed(plain * 1e3, step * 1e3, tokens, acceptance_rate, spec, rate_given)
     return replace(
         base,
-        tpot_ms=step / tokens * 1e3,
+        tpot_ms=speed.tpot_ms,
         output_tokens_per_second=batch * p.pp * tokens / step,
-        notes=(*base.notes, note),
+        speculation=speed,
     )

@@ -142,11 +142,7 @@ class SpeculativeArgs:
         except SpecError:
             return perf
         rate = self.acceptance_rate if self.acceptance_rate is not None else 0.0
-        sped = at_acceptance(perf, spec, draft, rate, kv_bytes)
-        if self.acceptance_rate is None:
-            note = "no --acceptance-rate: speed at acceptance 0 (the draft's cost, no accepted tokens)"
-            sped = replace(sped, notes=(*sped.notes, note))
-        return sped
+        return at_acceptance(perf, spec, draft, rate, kv_bytes, rate_given=self.acceptance_rate is not None)
 
 
 def _with_draft(spec: SpeculativeSpec) -> SpeculativeSpec:
