@@ -235,7 +235,7 @@ def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str 
         weight_dtype=weight_dtype,
         engine=est.engine,
         weights_bytes_per_gpu=est.weights_bytes_per_gpu,
-        kv_element_bytes=_kv_element_bytes(est),
+        kv_element_bytes=estimate_kv_element_bytes(est),
         weight_format_name=est.weight_dtype,
     )
     link = gpu.interconnect_gbps * GB if gpu.interconnect_gbps else math.inf
@@ -265,7 +265,8 @@ def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str 
     )
 
 
-def _kv_element_bytes(est: Estimate) -> int:
+def estimate_kv_element_bytes(est: Estimate) -> int:
+    """Bytes of one cached element of the estimate's KV dtype (2 where the name is not an element size)."""
     name = est.kv_dtype.lower()
     try:
         return element_bytes(name)

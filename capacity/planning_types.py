@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from capacity.features.speculative import SpeculativeSpec
 from capacity.spec import SpecError
 
 ENUMERATION_LIMIT = 200_000
@@ -84,6 +85,9 @@ class WorkloadProfile:
     context_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, tokens) of prompt + output
     input_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, prompt tokens)
     output_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, generated tokens)
+    # speculative decoding on every replica, and the draft's per-token acceptance rate on this traffic
+    speculative: SpeculativeSpec | None = None
+    acceptance_rate: float | None = None
 
     @property
     def model_len(self) -> int:
@@ -115,6 +119,8 @@ class WorkloadProfile:
             raise SpecError(f"workload {self.name!r}: request_rate must be a positive number of requests/s")
         if self.output_tokens is not None and not 0 < self.output_tokens < self.context_tokens:
             raise SpecError(f"workload {self.name!r}: output_tokens must be between 1 and context_tokens - 1")
+        if self.acceptance_rate is not None and (self.speculative is None or not 0 <= self.acceptance_rate <= 1):
+            raise SpecError(f"workload {self.name!r}: acceptance_rate must be in [0, 1], with `speculative` given")
 
     @property
     def generated_tokens(self) -> int:

@@ -33,9 +33,12 @@ from capacity.features.speculative import (
 from capacity.features.speculative_memory import draft_shape
 from capacity.features.speculative_speed import at_acceptance, speculative_step_seconds
 from capacity.hf_config import parse_config
-from capacity.performance import efficiency_for, performance, step_seconds
+from capacity.performance import efficiency_for, perf_inputs, performance, step_seconds
+from capacity.placement import place
+from capacity.planning_types import WorkloadProfile
 from capacity.spec import DeploymentSpec, ModelSpec, SpecError
 from models_registry.sources.gpu_catalog import find_gpu_sku
+from recommendations.workloads import parse_workloads
 from tests.conftest import require_oracle_venv, run_in_oracle_venv
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -325,3 +328,58 @@ def test_cli_pasted_sglang_command_is_sized() -> None:
     assert contract["modelled"] is True
     assert any("MTP layers" in note for note in contract["notes"])
     assert Engine(contract["engine"]) is Engine.SGLANG
+
+
+# --- workloads: speculative decoding and its acceptance rate in the plan ------------------------------
+
+
+def test_workload_profile_reads_speculative_and_acceptance_rate() -> None:
+    document = {
+        "workloads": [
+            {
+                "name": "chat",
+                "model": "deepseek-ai/DeepSeek-V3",
+                "target_concurrency": 64,
+                "context_tokens": 4096,
+                "speculative": {"method": "mtp", "num_speculative_tokens": 2},
+                "acceptance_rate": 0.8,
+            },
+            {"name": "no-draft", "model": "m", "target_concurrency": 1, "context_tokens": 1024, "acceptance_rate": 0.5},
+            {
+                "name": "bad-rate",
+                "model": "m",
+                "target_concurrency": 1,
+                "context_tokens": 1024,
+                "speculative": {"method": "ngram"},
+                "acceptance_rate": 1.5,
+            },
+            {"name": "bad-json", "model": "m", "target_concurrency": 1, "context_tokens": 1024, "speculative": "{"},
+        ]
+    }
+    parsed = parse_workloads(document)
+    (chat,) = parsed.profiles
+    assert chat.speculative is not None and chat.speculative.method is SpecMethod.MTP
+    assert (chat.speculative.num_speculative_tokens, chat.acceptance_rate) == (2, 0.8)
+    errors = dict(parsed.errors)
+    assert "acceptance_rate" in errors["no-draft"] and "acceptance_rate" in errors["bad-rate"]
+    assert "not JSON" in errors["bad-json"]
+
+
+def test_placement_runs_at_the_acceptance_rate() -> None:
+    """ngram proposals (nothing on the GPU): the pool and B_max are the plain deployment's; each replica's TPOT is
+    one verify step of B x (k + 1) tokens over (1 - a^(k+1)) / (1 - a) tokens, on the performance model's step."""
+    target = _catalog("meta-llama/Llama-3.1-8B-Instruct")
+    h100 = find_gpu_sku("h100-sxm-80gb")
+    base = WorkloadProfile(
+        "chat", ("llama",), 64, 4096, output_tokens=512, gpus=(h100.id,), tp_sizes=(1,), pp_sizes=(1,)
+    )
+    ngram = replace(base, speculative=SpeculativeSpec(SpecMethod.NGRAM, 3), acceptance_rate=0.6)
+    plain_option = place(target, base, [h100], model_id="llama").options[0]
+    spec_option = place(target, ngram, [h100], model_id="llama").options[0]
+    assert spec_option.b_max == plain_option.b_max
+    b = spec_option.planned_per_replica
+    est = estimate(target, DeploymentSpec(max_model_len=4096), gpu=h100, context_tokens=4096)
+    p = perf_inputs(target, est, h100)
+    eff = efficiency_for("vllm", h100)
+    verify_s = step_seconds(p, b * 4, b, 4096 - 512 + 256, eff)
+    assert spec_option.tpot_ms == pytest.approx(verify_s * 1e3 / (1 + 0.6 + 0.36 + 0.216))

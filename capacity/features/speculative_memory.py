@@ -27,17 +27,14 @@ from capacity.spec import DeploymentSpec, LayerKVSpec, ModelSpec, SpecError
 from capacity.weights import WeightsEstimate, weight_format
 
 
-def draft_shape(draft: ModelSpec, method: SpecMethod, name: str, draft_vocab_size: int | None = None) -> DraftShape:
+def draft_shape(draft: ModelSpec, method: SpecMethod, name: str) -> DraftShape:
     """A draft checkpoint (its parsed config) as vLLM 0.33 loads it beside the target: every parameter but the
     embedding / lm_head it shares (`SpecMethod.shares_*`), and for an EAGLE head what `llama_eagle.py` /
     `llama_eagle3.py` build beyond a Llama stack: the fc (`fc_inputs` x hidden -> hidden, a ReplicatedLinear,
     no bias); EAGLE-1 drops layer 0's input_layernorm and has no final norm; EAGLE-3's layer 0 projects
-    q/k/v from 2 x hidden, adds a hidden_norm, and its lm_head spans `draft_vocab_size`."""
+    q/k/v from 2 x hidden, adds a hidden_norm, and its lm_head spans `draft_vocab_size` (the parser's)."""
     h = draft.hidden_size
-    head = draft.lm_head_params
-    if method is SpecMethod.EAGLE3 and draft_vocab_size:
-        head = draft_vocab_size * h
-    params = draft.total_params - draft.lm_head_params + (0 if method.shares_lm_head else head)
+    params = draft.total_params - (draft.lm_head_params if method.shares_lm_head else 0)
     if method.shares_embeddings:
         params -= draft.embedding_params
     if method is SpecMethod.EAGLE:

@@ -11,8 +11,11 @@ tokens per step / step time. ngram and suffix decoding propose on the CPU: only 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
+from capacity.engines.kinds import Engine
+from capacity.estimate import Estimate
 from capacity.features.speculative import (
     DraftShape,
     SpecMethod,
@@ -20,7 +23,16 @@ from capacity.features.speculative import (
     SpeculativeSpeed,
     accepted_tokens_per_step,
 )
-from capacity.performance import PerfEfficiency, PerfInputs, Performance, pipeline_seconds, step_seconds
+from capacity.features.speculative_memory import resolved_draft
+from capacity.performance import (
+    PerfEfficiency,
+    PerfInputs,
+    Performance,
+    estimate_kv_element_bytes,
+    pipeline_seconds,
+    step_seconds,
+)
+from capacity.spec import DeploymentSpec, ModelSpec
 
 
 def draft_inputs(p: PerfInputs, spec: SpeculativeSpec, draft: DraftShape, kv_element_bytes: int) -> PerfInputs:
@@ -110,3 +122,25 @@ def at_acceptance(
         output_tokens_per_second=batch * p.pp * tokens / step,
         speculation=speed,
     )
+
+
+def with_speculation(
+    speed: Callable[[int], Performance],
+    model: ModelSpec,
+    est: Estimate,
+    deployment: DeploymentSpec,
+    acceptance_rate: float | None,
+) -> Callable[[int], Performance]:
+    """`speed` (Performance at a batch, `performance.speed_at`) with the deployment's speculative decoding at
+    the acceptance rate (0 where none is given, and said so); unchanged without speculation."""
+    spec = deployment.speculative
+    if spec is None or spec.method is SpecMethod.UNKNOWN:
+        return speed
+    draft = resolved_draft(model, deployment, Engine(est.engine))
+    kv_bytes = estimate_kv_element_bytes(est)
+    rate = acceptance_rate if acceptance_rate is not None else 0.0
+
+    def sped(batch: int) -> Performance:
+        return at_acceptance(speed(batch), spec, draft, rate, kv_bytes, rate_given=acceptance_rate is not None)
+
+    return sped

@@ -4,15 +4,11 @@ like the target (registry, catalog, a path to its config.json), else assumed and
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
 
-from capacity.dtypes import element_bytes
-from capacity.engines import Engine
 from capacity.estimate import Estimate
 from capacity.features.speculative import (
     SpecMethod,
@@ -21,10 +17,9 @@ from capacity.features.speculative import (
     from_sglang_flags,
     from_vllm_config,
 )
-from capacity.features.speculative_memory import draft_shape, resolved_draft
-from capacity.features.speculative_speed import at_acceptance
+from capacity.features.speculative_speed import with_speculation
 from capacity.performance import Performance
-from capacity.spec import DeploymentSpec, ModelSpec, SpecError
+from capacity.spec import DeploymentSpec, ModelSpec
 from pipelines.commands.common import fail
 
 SpeculativeOption = Annotated[
@@ -127,45 +122,14 @@ class SpeculativeArgs:
             if self.acceptance_rate is not None:
                 fail("--acceptance-rate needs speculative decoding (--speculative-config or --speculative-algorithm)")
             return None
-        return _with_draft(spec)
+        from models_registry.resolve import with_resolved_draft
+
+        return with_resolved_draft(spec)
 
     def speed(
         self, perf: Performance | None, target: ModelSpec, deployment: DeploymentSpec, result: Estimate
     ) -> Performance | None:
         """The speed block at --acceptance-rate (0 where not given) with the deployment's speculative decoding."""
-        spec = deployment.speculative
-        if perf is None or spec is None or spec.method is SpecMethod.UNKNOWN:
-            return perf
-        try:
-            draft = resolved_draft(target, deployment, Engine(result.engine))
-            kv_bytes = element_bytes(result.kv_dtype.lower())
-        except SpecError:
-            return perf
-        rate = self.acceptance_rate if self.acceptance_rate is not None else 0.0
-        return at_acceptance(perf, spec, draft, rate, kv_bytes, rate_given=self.acceptance_rate is not None)
-
-
-def _with_draft(spec: SpeculativeSpec) -> SpeculativeSpec:
-    """The draft resolved like MODEL (registry, bundled catalog, a config.json path); where it is in none of
-    them the estimate assumes an EAGLE-sized head and says so."""
-    if spec.draft_model is None or not spec.method.has_weights or spec.method is SpecMethod.MTP:
-        return spec
-    from models_registry.resolve import load_model
-
-    try:
-        resolved = load_model(spec.draft_model)
-    except (LookupError, SpecError, OSError):
-        return spec
-    shape = draft_shape(resolved.spec, spec.method, spec.draft_model, _draft_vocab_size(spec.draft_model))
-    return replace(spec, draft=shape)
-
-
-def _draft_vocab_size(ref: str) -> int | None:
-    """EAGLE-3's `draft_vocab_size` where the draft is a local config (its lm_head spans that vocabulary)."""
-    path = Path(ref).expanduser()
-    config = path / "config.json" if path.is_dir() else path
-    try:
-        value = json.loads(config.read_text()).get("draft_vocab_size")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return value if isinstance(value, int) and value > 0 else None
+        if perf is None:
+            return None
+        return with_speculation(lambda _: perf, target, result, deployment, self.acceptance_rate)(perf.concurrency)
