@@ -12,6 +12,7 @@ in `is_draft`, excluded from equality, so they join the target's groups).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -39,7 +40,7 @@ from capacity.planning_types import WorkloadProfile
 from capacity.spec import DeploymentSpec, ModelSpec, SpecError
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from recommendations.workloads import parse_workloads
-from tests.conftest import require_oracle_venv, run_in_oracle_venv
+from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "models_registry" / "catalog" / "configs"
@@ -383,3 +384,75 @@ def test_placement_runs_at_the_acceptance_rate() -> None:
     eff = efficiency_for("vllm", h100)
     verify_s = step_seconds(p, b * 4, b, 4096 - 512 + 256, eff)
     assert spec_option.tpot_ms == pytest.approx(verify_s * 1e3 / (1 + 0.6 + 0.36 + 0.216))
+
+
+# --- SGLang's own pool configurator ---------------------------------------------------------------------
+
+_SGLANG_DRAFT_CELL = r"""
+import json, sys, types
+import sglang.srt.model_executor.pool_configurator as pc
+
+# only the draft branch of DefaultPoolConfigurator.__init__ runs as released: the per-layer cell size (checked
+# by tests/test_engine_sglang.py's oracle) is given, and the runtime singletons it reads are the defaults
+pc.get_parallel = lambda: types.SimpleNamespace(attn_dcp_size=1)
+pc.get_schedule = lambda: types.SimpleNamespace(max_total_tokens=None)
+pc.get_memory = lambda: types.SimpleNamespace(enable_hisparse=False)
+pc.mambaish_config = lambda model_config: None
+pc.compute_page_shard_scratch_bytes = lambda kvc, include_mtp=False: 0
+pc.is_deepseek_dsa = lambda hf_config: False
+out = []
+for case in json.loads(sys.stdin.read()):
+    pc.DefaultPoolConfigurator._compute_cell_size = lambda self, kvc, n, c=case: c["cell_per_layer"] * n
+    kvc = types.SimpleNamespace(
+        kv_cache_dtype_str="auto",
+        model_config=types.SimpleNamespace(context_len=8192, hf_config=types.SimpleNamespace()),
+        layer_info=types.SimpleNamespace(num_effective_layers=case["layers"]),
+        pp_size=1,
+        is_draft_worker=False,
+        spec_algorithm=types.SimpleNamespace(is_eagle=lambda: True, is_standalone=lambda: False,
+                                             is_dflash_family=lambda: False),
+        spec_aux_config=types.SimpleNamespace(eagle_draft_num_layers=case["draft_layers"]),
+        fused_entry_bytes=lambda name: None,
+    )
+    configurator = pc.DefaultPoolConfigurator(kvc)
+    out.append(configurator.calculate_pool_sizes(case["budget"], case["page"]).max_total_num_tokens)
+print("@@ORACLE@@" + json.dumps(out))
+"""
+
+
+@pytest.mark.engine_oracle
+def test_sglang_pool_with_draft_layers_equals_sglang_own_configurator() -> None:
+    """SGLang 0.5.23 `DefaultPoolConfigurator`: the target's cell grows by the draft's layers at the target's
+    per-layer size; capplan's pool (Llama-3.1-8B with a 1-layer EAGLE head or a 16-layer draft model, DeepSeek-V3
+    with its MTP layer) holds as many tokens as SGLang's."""
+    require_oracle_venv()
+    eagle = _eagle_spec()
+    one_b = draft_shape(_catalog("meta-llama/Llama-3.2-1B-Instruct"), SpecMethod.DRAFT_MODEL, "llama-1b")
+    llama, deepseek = _catalog("meta-llama/Llama-3.1-8B-Instruct"), _catalog("deepseek-ai/DeepSeek-V3")
+    setups = [
+        (llama, eagle, 1, 32, 2 * 8 * 128 * 2, 1),
+        (llama, SpeculativeSpec(SpecMethod.DRAFT_MODEL, 3, "llama-1b", draft=one_b), 16, 32, 2 * 8 * 128 * 2, 1),
+        (deepseek, SpeculativeSpec(SpecMethod.MTP, 1), 1, 61, (512 + 64) * 2, 8),
+    ]
+    cases, mine = [], []
+    for model, spec, draft_layers, layers, per_layer, tp in setups:
+        for budget in (GIB, 10 * GIB + 12_345, 60 * GIB):
+            for page in (1, 64):
+                case = {"cell_per_layer": per_layer, "layers": layers, "draft_layers": draft_layers}
+                cases.append({**case, "budget": budget, "page": page})
+                d = DeploymentSpec(
+                    engine="sglang", tp=tp, block_size=page, kv_cache_memory_bytes=budget, speculative=spec
+                )
+                mine.append(estimate(model, d, gpu=find_gpu_sku("h200")).kv_cache_tokens)
+    done = subprocess.run(
+        [str(ORACLE_PYTHON), "-c", SGLANG_CPU_PREAMBLE + _SGLANG_DRAFT_CELL],
+        env={**os.environ, "PYTHONPATH": str(ORACLE_PYTHON.parent.parent / "sglang-extra")},
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    marker = [line for line in done.stdout.splitlines() if line.startswith("@@ORACLE@@")]
+    assert marker, done.stderr[-2000:]
+    assert mine == json.loads(marker[0][len("@@ORACLE@@") :])
