@@ -316,8 +316,8 @@ def assumed_off_notes(d: DeploymentSpec, assumed_off: frozenset[str]) -> list[st
         )
     if {"speculative", "dp_attention"} <= assumed_off and not (d.speculative or d.dp_attention):
         out.append(
-            "assumed no speculative decoding and no DP attention (not modelled: a draft model adds its "
-            "weights and a second KV pool; DP attention sizes a pool per attention rank)"
+            "assumed no speculative decoding (declared, its draft's weights and KV are sized) and no DP "
+            "attention (not modelled: DP attention sizes a pool per attention rank)"
         )
     return out
 
