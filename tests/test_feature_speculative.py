@@ -199,8 +199,9 @@ def test_sglang_flags_and_their_defaults() -> None:
     nextn = from_sglang_flags("NEXTN", "deepseek-ai/DeepSeek-V3", architecture="DeepseekV3ForCausalLM")
     assert (nextn.method, nextn.draft_model, nextn.num_speculative_tokens) == (SpecMethod.MTP, None, 3)
     assert from_sglang_flags("EAGLE", None, 2, 1, 3).method is SpecMethod.MTP
-    with pytest.raises(SpeculativeConfigError):
-        from_sglang_flags("LOOKAHEAD")
+    for bad in (("LOOKAHEAD",), ("EAGLE", "x", 3, 0, 4), ("EAGLE", "x", 3, 1, 0)):
+        with pytest.raises(SpeculativeConfigError):
+            from_sglang_flags(*bad)  # type: ignore[arg-type]
 
 
 # --- speed ----------------------------------------------------------------------------------------------

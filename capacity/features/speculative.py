@@ -234,8 +234,9 @@ def from_sglang_flags(
     if method is SpecMethod.DRAFT_MODEL:
         auto = _SGLANG_DEFAULT_PARAMS
     steps = auto[0] if num_steps is None else _positive_int(num_steps, "--speculative-num-steps")
-    topk = auto[1] if num_steps is None and eagle_topk is None else eagle_topk or 1
-    tokens = auto[2] if num_steps is None and num_draft_tokens is None else num_draft_tokens or steps + 1
+    default_topk, default_tokens = (auto[1], auto[2]) if num_steps is None else (1, steps + 1)
+    topk = default_topk if eagle_topk is None else eagle_topk
+    tokens = default_tokens if num_draft_tokens is None else num_draft_tokens
     return SpeculativeSpec(
         method=method,
         num_speculative_tokens=steps,
