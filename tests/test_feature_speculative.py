@@ -41,6 +41,14 @@ from capacity.spec import DeploymentSpec, ModelSpec, SpecError
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from recommendations.workloads import parse_workloads
 from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv
+from tests.test_engine_oracle import (
+    OracleCase,
+    capplan_result,
+    catalog_models,
+    oracle_case_json,
+    oracle_gpus,
+    run_oracle,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "models_registry" / "catalog" / "configs"
@@ -457,3 +465,23 @@ def test_sglang_pool_with_draft_layers_equals_sglang_own_configurator() -> None:
     marker = [line for line in done.stdout.splitlines() if line.startswith("@@ORACLE@@")]
     assert marker, done.stderr[-2000:]
     assert mine == json.loads(marker[0][len("@@ORACLE@@") :])
+
+
+@pytest.mark.engine_oracle
+@pytest.mark.parametrize(
+    ("repo", "tp"), [("deepseek-ai/DeepSeek-V3", 8), ("zai-org/GLM-4.5", 8), ("Qwen/Qwen3-Next-80B-A3B-Instruct", 4)]
+)
+def test_vllm_planner_with_the_mtp_layer(repo: str, tp: int) -> None:
+    """MTP as vLLM 0.33 plans it: the target's layers (as tests/test_engine_oracle.py hands them to vLLM) plus one
+    more layer of the target's attention (MLA for DeepSeek-V3, full for GLM-4.5, and for Qwen3-Next a full layer
+    beside its GDN state groups, whose config states no MTP count: vLLM's default is 1), in 20 GiB."""
+    require_oracle_venv()
+    model = next(m for m in catalog_models() if m.repo_id == repo)
+    gpu = next(g for g in oracle_gpus() if g.sku.id == "h100-sxm-80gb")
+    case = OracleCase(repo, model, gpu, tp, "auto", 8192, 8192, 20 * GIB, {}, 1)
+    body = oracle_case_json(case)
+    body["layers"].append(dict([layer for layer in body["layers"] if layer["kind"] in ("full", "mla")][-1]))
+    vllm = run_oracle({"cases": [body]})["cases"][0]
+    ours = capplan_result(model, gpu, case.deployment(speculative=SpeculativeSpec(SpecMethod.MTP, 1)), 8192)
+    assert (ours["num_blocks"], ours["kv_cache_size_tokens"]) == (vllm["num_blocks"], vllm["kv_cache_size_tokens"])
+    assert sorted(ours["groups"]) == sorted((g["kind"], g["num_layers"]) for g in vllm["groups"])

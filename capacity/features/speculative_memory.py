@@ -63,20 +63,26 @@ def _attention_cache(target: ModelSpec) -> LayerCache:
 
 def mtp_shape(target: ModelSpec, weight_dtype: str, engine: Engine) -> DraftShape:
     """The target's own MTP layers as the draft: `num_nextn_predict_layers` decoder layers of the target's
-    attention shape, at the target's weight format."""
-    if not target.mtp_layers:
-        raise SpecError(
-            "MTP speculative decoding needs multi-token-prediction layers, and this model's config has none "
-            "(num_nextn_predict_layers / mtp_num_hidden_layers)"
-        )
+    attention shape, at the target's weight format. A config that does not state them (Qwen3-Next) runs one:
+    vLLM's MTP models read `num_nextn_predict_layers` with a default of 1 (`qwen3_next_mtp.py`); then the layer
+    is the target's largest plus the fc (2h -> h) and its norms, and the notes say so."""
     per_param = float(weight_format(target, weight_dtype, engine).linear_bytes_per_param)
+    h = target.hidden_size
+    stated = target.mtp_layers > 0
+    largest = max((p.total for p in target.layer_params), default=0)
     return DraftShape(
         name="the model's MTP layers",
-        layers=(_attention_cache(target),) * target.mtp_layers,
-        params=target.mtp_params,
+        layers=(_attention_cache(target),) * (target.mtp_layers if stated else 1),
+        params=target.mtp_params if stated else largest + 2 * h * h + 3 * h,
         weight_bytes_per_param=per_param,
-        hidden_size=target.hidden_size,
+        hidden_size=h,
         num_attention_heads=target.num_attention_heads,
+        assumed=None
+        if stated
+        else (
+            "the config states no MTP layers (num_nextn_predict_layers / mtp_num_hidden_layers): one assumed, "
+            "vLLM's default, of the model's largest decoder layer plus its fc"
+        ),
     )
 
 
