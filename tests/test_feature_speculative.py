@@ -137,6 +137,22 @@ def test_deepseek_mtp_weights_and_kv_by_hand() -> None:
     assert mtp / 8 <= added <= mtp / 8 * 1.02
 
 
+def test_sglang_holds_the_mtp_embedding_and_head_copies_when_it_sizes_the_pool() -> None:
+    """SGLang 0.5.23 builds the draft worker (DeepseekV3ForCausalLMNextN: its own embed_tokens and lm_head,
+    129,280 x 7,168 each, bf16 in the fp8 checkpoint) before `Scheduler.init_memory_pools`, and swaps in the
+    target's only in `init_lm_head` after: the pool is sized with the copies resident, vLLM's without them."""
+    target = _catalog("deepseek-ai/DeepSeek-V3")
+    h200 = find_gpu_sku("h200")
+    added = {}
+    for engine in ("vllm", "sglang"):
+        d = DeploymentSpec(engine=engine, tp=8, max_model_len=8192)
+        plain = estimate(target, d, gpu=h200).weights_bytes_per_gpu
+        mtp = estimate(target, replace(d, speculative=SpeculativeSpec(SpecMethod.MTP, 1)), gpu=h200)
+        added[engine] = mtp.weights_bytes_per_gpu - plain
+    copies = 2 * 129_280 * 7_168 * 2 // 8
+    assert abs(added["sglang"] - added["vllm"] - copies) <= 1
+
+
 def test_sglang_draft_layers_take_the_target_layer_size() -> None:
     """pool_configurator.py: cell_size += cell_size * draft_layers / num_layers, whatever the draft's heads:
     a Llama-3.2-1B draft (16 layers of 8 x 64) over Llama-3.1-8B (32 of 8 x 128) doubles... by 16/32."""

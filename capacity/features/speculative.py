@@ -107,10 +107,17 @@ class DraftShape:
     num_attention_heads: int
     assumed: str | None = None  # what was assumed where the draft's config was not known (said in the notes)
     replicated_params: int = 0  # held whole on every rank (an EAGLE head's fc is a ReplicatedLinear)
+    # the embedding / lm_head copies the draft builds and the engine then swaps for the target's (`params`
+    # excludes them), in their own element size (16-bit in fp8 checkpoints)
+    shared_params: int = 0
+    shared_bytes_per_param: float = 2.0
 
-    def weight_bytes_per_gpu(self, tp: int) -> int:
-        """The draft's weights on one rank: its sharded parameters over TP plus the replicated ones."""
-        return math.ceil((self.params / tp + self.replicated_params) * self.weight_bytes_per_param)
+    def weight_bytes_per_gpu(self, tp: int, *, with_shared_copies: bool = False) -> int:
+        """The draft's weights on one rank: its sharded parameters over TP plus the replicated ones, and the
+        copies of the shared embedding / lm_head where the engine still holds them when it sizes the pool."""
+        own = (self.params / tp + self.replicated_params) * self.weight_bytes_per_param
+        copies = self.shared_params / tp * self.shared_bytes_per_param if with_shared_copies else 0.0
+        return math.ceil(own + copies)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,12 @@ from capacity.kv.kinds import LayerCache
 from capacity.spec import DeploymentSpec, LayerKVSpec, ModelSpec, SpecError
 from capacity.weights import WeightsEstimate, weight_format
 
+# engines whose draft still holds its own embedding / lm_head copies when the target's KV pool is sized: SGLang
+# 0.5.23 loads the draft worker before `Scheduler.init_memory_pools` and swaps in the target's embedding and head
+# only after (`speculative/eagle_worker_v2.py` `alloc_memory_pool` -> `init_lm_head`; sglang#36452). vLLM swaps
+# them inside `load_model` (`_maybe_share_embeddings`), before its profiling run measures the weights.
+_COPIES_HELD_AT_SIZING = frozenset({Engine.SGLANG})
+
 
 def draft_shape(draft: ModelSpec, method: SpecMethod, name: str) -> DraftShape:
     """A draft checkpoint (its parsed config) as vLLM 0.33 loads it beside the target: every parameter but the
@@ -34,22 +40,25 @@ def draft_shape(draft: ModelSpec, method: SpecMethod, name: str) -> DraftShape:
     no bias); EAGLE-1 drops layer 0's input_layernorm and has no final norm; EAGLE-3's layer 0 projects
     q/k/v from 2 x hidden, adds a hidden_norm, and its lm_head spans `draft_vocab_size` (the parser's)."""
     h = draft.hidden_size
-    params = draft.total_params - (draft.lm_head_params if method.shares_lm_head else 0)
-    if method.shares_embeddings:
-        params -= draft.embedding_params
+    shared = (draft.lm_head_params if method.shares_lm_head else 0) + (
+        draft.embedding_params if method.shares_embeddings else 0
+    )
+    params = draft.total_params - shared
     if method is SpecMethod.EAGLE:
         params -= draft.final_norm_params + h
     elif method is SpecMethod.EAGLE3:
         params += h * (draft.num_attention_heads + 2 * draft.num_kv_heads) * draft.head_dim + h
-    per_param = float(weight_format(draft, "auto").linear_bytes_per_param)
+    fmt = weight_format(draft, "auto")
     return DraftShape(
         name=name,
         layers=tuple(layer.cache for layer in draft.layers if layer.cache.stores_per_token_kv),
         params=params,
-        weight_bytes_per_param=per_param,
+        weight_bytes_per_param=float(fmt.linear_bytes_per_param),
         hidden_size=h,
         num_attention_heads=draft.num_attention_heads,
         replicated_params=method.fc_inputs * h * h,
+        shared_params=shared,
+        shared_bytes_per_param=float(fmt.dense_bytes_per_param),
     )
 
 
@@ -61,12 +70,18 @@ def _attention_cache(target: ModelSpec) -> LayerCache:
     return target.layers[-1].cache
 
 
+def _embedding_and_head(target: ModelSpec) -> int:
+    """One embedding and one lm_head of the target's vocabulary and width: the copies an MTP or EAGLE draft
+    module builds before the engine swaps in the target's."""
+    return target.embedding_params + (target.lm_head_params or target.embedding_params)
+
+
 def mtp_shape(target: ModelSpec, weight_dtype: str, engine: Engine) -> DraftShape:
     """The target's own MTP layers as the draft: `num_nextn_predict_layers` decoder layers of the target's
     attention shape, at the target's weight format. A config that does not state them (Qwen3-Next) runs one:
     vLLM's MTP models read `num_nextn_predict_layers` with a default of 1 (`qwen3_next_mtp.py`); then the layer
     is the target's largest plus the fc (2h -> h) and its norms, and the notes say so."""
-    per_param = float(weight_format(target, weight_dtype, engine).linear_bytes_per_param)
+    fmt = weight_format(target, weight_dtype, engine)
     h = target.hidden_size
     stated = target.mtp_layers > 0
     largest = max((p.total for p in target.layer_params), default=0)
@@ -74,9 +89,11 @@ def mtp_shape(target: ModelSpec, weight_dtype: str, engine: Engine) -> DraftShap
         name="the model's MTP layers",
         layers=(_attention_cache(target),) * (target.mtp_layers if stated else 1),
         params=target.mtp_params if stated else largest + 2 * h * h + 3 * h,
-        weight_bytes_per_param=per_param,
+        weight_bytes_per_param=float(fmt.linear_bytes_per_param),
         hidden_size=h,
         num_attention_heads=target.num_attention_heads,
+        shared_params=_embedding_and_head(target),
+        shared_bytes_per_param=float(fmt.dense_bytes_per_param),
         assumed=None
         if stated
         else (
@@ -100,6 +117,7 @@ def assumed_shape(target: ModelSpec, method: SpecMethod, name: str) -> DraftShap
         hidden_size=h,
         num_attention_heads=target.num_attention_heads,
         replicated_params=max(method.fc_inputs, 2) * h * h,
+        shared_params=_embedding_and_head(target) if method.shares_embeddings else 0,
         assumed=(
             f"draft {name!r} is not in the catalog: assumed one decoder layer of the target's shape plus an "
             "EAGLE fc, in bf16 (give its config with a catalog entry to size it)"
@@ -137,6 +155,12 @@ def resolved_draft(target: ModelSpec, d: DeploymentSpec, engine: Engine) -> Draf
     if spec.draft is not None:
         return spec.draft
     return assumed_shape(target, spec.method, spec.draft_model or spec.method.value)
+
+
+def draft_weight_bytes_per_gpu(draft: DraftShape, d: DeploymentSpec, engine: Engine) -> int:
+    """The draft's weights on each GPU when the engine sizes its KV pool (at the draft's TP, else the target's)."""
+    tp = (d.speculative.draft_tp if d.speculative is not None else None) or d.tp
+    return draft.weight_bytes_per_gpu(tp, with_shared_copies=engine in _COPIES_HELD_AT_SIZING)
 
 
 def draft_kv_layers(target: ModelSpec, draft: DraftShape, engine: Engine) -> tuple[LayerCache, ...]:
@@ -179,7 +203,7 @@ def draft_sizing(target: ModelSpec, d: DeploymentSpec, engine: Engine, notes: li
             f"vLLM runs a draft model at the target's TP only (draft_tensor_parallel_size {draft_tp} != {d.tp}: "
             "v1/spec_decode/draft_model.py _raise_if_draft_tp_mismatch)"
         )
-    weight_bytes = draft.weight_bytes_per_gpu(draft_tp)
+    weight_bytes = draft_weight_bytes_per_gpu(draft, d, engine)
     caches = draft_kv_layers(target, draft, engine)
     pool_model = with_draft_layers(target, caches)
     if draft.assumed:

@@ -23,7 +23,7 @@ from capacity.features.speculative import (
     SpeculativeSpeed,
     accepted_tokens_per_step,
 )
-from capacity.features.speculative_memory import resolved_draft
+from capacity.features.speculative_memory import draft_weight_bytes_per_gpu, resolved_draft
 from capacity.performance import (
     PerfEfficiency,
     PerfInputs,
@@ -99,14 +99,16 @@ def at_acceptance(
     acceptance_rate: float,
     kv_element_bytes: int,
     rate_given: bool = True,
+    draft_weight_bytes: int | None = None,
 ) -> Performance:
     """`base` (the speed without speculation, `capacity.performance.performance`) with TPOT and decode
-    throughput at the acceptance rate; the target's own weights exclude the draft's (read by its passes)."""
+    throughput at the acceptance rate; the target's own weights exclude the draft's (read by its passes):
+    `draft_weight_bytes`, what the estimate added for the draft (default: its weights at the target's TP)."""
     if base.inputs is None:
         return base
     p = base.inputs
     if draft is not None:  # the estimate's weights on the rank hold the draft's too: its passes read them
-        own = draft.weight_bytes_per_gpu(spec.draft_tp or p.tp)
+        own = draft.weight_bytes_per_gpu(spec.draft_tp or p.tp) if draft_weight_bytes is None else draft_weight_bytes
         p = replace(p, dense_weight_bytes=max(p.dense_weight_bytes - own, 0.0))
     draft_p = draft_inputs(p, spec, draft, kv_element_bytes) if draft is not None else None
     context = base.input_tokens + base.output_tokens // 2
@@ -136,11 +138,14 @@ def with_speculation(
     spec = deployment.speculative
     if spec is None or spec.method is SpecMethod.UNKNOWN:
         return speed
-    draft = resolved_draft(model, deployment, Engine(est.engine))
+    engine = Engine(est.engine)
+    draft = resolved_draft(model, deployment, engine)
+    added = draft_weight_bytes_per_gpu(draft, deployment, engine) if draft is not None else 0
     kv_bytes = estimate_kv_element_bytes(est)
     rate = acceptance_rate if acceptance_rate is not None else 0.0
+    given = acceptance_rate is not None
 
     def sped(batch: int) -> Performance:
-        return at_acceptance(speed(batch), spec, draft, rate, kv_bytes, rate_given=acceptance_rate is not None)
+        return at_acceptance(speed(batch), spec, draft, rate, kv_bytes, rate_given=given, draft_weight_bytes=added)
 
     return sped
