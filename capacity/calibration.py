@@ -39,6 +39,7 @@ from capacity.engines import Engine, registry
 from capacity.engines.vllm.profile import VllmProfile
 from capacity.estimate import Estimate
 from capacity.features.offload import UnsizedConnector, WeightOffload
+from capacity.features.speculative import SpecMethod, SpeculativeSpec
 from capacity.numeric import Num
 from capacity.pool import ChargeTerms, KVPool, PoolUnit, b_max, max_concurrency, max_context
 from capacity.spec import DeploymentSpec, ModelSpec
@@ -147,7 +148,8 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         disable_custom_all_reduce=s.disable_custom_all_reduce,
         gpu_peer_access=s.gpu_peer_access,
         lora="lora" in s.unmodelled_features or None,
-        speculative="speculative" in s.unmodelled_features or None,
+        # a log says speculative decoding ran, not with what draft: flagged, not sized
+        speculative=SpeculativeSpec(SpecMethod.UNKNOWN) if "speculative" in s.unmodelled_features else None,
         dp_attention="dp_attention" in s.unmodelled_features or None,
         kv_offload=UNKNOWN_CONNECTOR if "kv_connector" in s.unmodelled_features else None,
         weight_offload=UNKNOWN_WEIGHT_OFFLOAD if "cpu_offload" in s.unmodelled_features else None,
@@ -598,7 +600,9 @@ def fit_speed(
             pairs = [(o.deployment_id, r) for o in members if (r := o.ratios.get(term)) is not None and r > 0]
             if not pairs:
                 continue
-            fitted = band([r for _d, r in pairs], confidence=confidence, resamples=resamples, seed=f"{key.label()}:{term}")
+            fitted = band(
+                [r for _d, r in pairs], confidence=confidence, resamples=resamples, seed=f"{key.label()}:{term}"
+            )
             row = CalibrationRow(
                 key, term, RATIO, len(pairs), fitted, len(measured) >= min_observations, tuple(d for d, _r in pairs)
             )

@@ -34,6 +34,7 @@ from capacity.features.offload_sizing import (
 )
 from capacity.features.prefix_cache_engines import prefix_cache_rule
 from capacity.features.prefix_caching import NO_PREFIX_CACHING_STATED, PrefixCaching
+from capacity.features.speculative_memory import draft_sizing
 from capacity.kv.kinds import StateTerms
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -303,7 +304,7 @@ def _in_flight_notes(
     ]
 
 
-def _limits(d: DeploymentSpec, profile: EngineProfile, defaults: EngineDefaults) -> _Limits:
+def _limits(d: DeploymentSpec, profile: EngineProfile, defaults: EngineDefaults, seqs: int | None = None) -> _Limits:
     util = d.gpu_memory_utilization if d.gpu_memory_utilization is not None else defaults.gpu_memory_utilization
     block_size = d.block_size or defaults.block_size
     # a fraction the user gives must be one; a default the engine derives is taken as the engine takes it
@@ -313,7 +314,7 @@ def _limits(d: DeploymentSpec, profile: EngineProfile, defaults: EngineDefaults)
     if d.other_process_bytes < 0:
         raise SpecError(f"other processes' memory must be >= 0 bytes, got {d.other_process_bytes}")
     batched = d.max_num_batched_tokens or defaults.max_num_batched_tokens
-    seqs_cap: int | None = d.max_num_seqs or (defaults.max_num_seqs or None)
+    seqs_cap: int | None = d.max_num_seqs or seqs or (defaults.max_num_seqs or None)
     return _Limits(util, block_size, batched, seqs_cap, profile.max_in_flight_tokens(batched, d.pp, d.async_scheduling))
 
 
@@ -343,8 +344,8 @@ def assumed_off_notes(d: DeploymentSpec, assumed_off: frozenset[str]) -> list[st
         )
     if {"speculative", "dp_attention"} <= assumed_off and not (d.speculative or d.dp_attention):
         out.append(
-            "assumed no speculative decoding and no DP attention (not modelled: a draft model adds its "
-            "weights and a second KV pool; DP attention sizes a pool per attention rank)"
+            "assumed no speculative decoding (declared, its draft's weights and KV are sized) and no DP "
+            "attention (not modelled: DP attention sizes a pool per attention rank)"
         )
     return out
 
@@ -525,24 +526,25 @@ def estimate(
     notes: list[str] = []
     not_modelled = _unmodelled(model, d, profile, notes)
     model = _multimodal(model, d, profile, notes)
+    draft = draft_sizing(model, d, profile.engine, notes)  # speculative decoding: the draft's weights and KV layers
     max_model_len, auto_fit = _max_model_len(model, d, notes)
     dt = _dtypes(model, d, profile)
-    per_token = kv_bytes_per_token(model, dt.kv_bytes)
-    per_token_gpu = kv_bytes_per_token_per_gpu(model, dt.kv_bytes, d.tp, d.pp)
+    per_token = kv_bytes_per_token(draft.pool_model, dt.kv_bytes)
+    per_token_gpu = kv_bytes_per_token_per_gpu(draft.pool_model, dt.kv_bytes, d.tp, d.pp)
     state_terms = state_terms_per_gpu(
         model, dt.act_bytes, dt.ssm_bytes, d.tp, d.pp, conv_without_current=profile.conv_state_without_current
     )
     state_gpu = sum(terms.total_bytes * n for terms, n in state_terms)
-    weights = _weights(model, d, profile, gpu, checkpoint_bytes, notes)
+    weights = draft.with_weights(_weights(model, d, profile, gpu, checkpoint_bytes, notes))
     defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
-    lim = _limits(d, profile, defaults)
+    lim = _limits(d, profile, defaults, draft.default_max_num_seqs)
     inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len)
     overhead = _overhead(d, profile, inputs, notes)
     usable = int(total * lim.utilization)
     start_problem = profile.start_memory_problem(total, lim.utilization, d.other_process_bytes)
     budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)
     budget = _offload_budget(d, budget, per_token_gpu, lim.block_size, model, total - usable, notes)
-    request = _pool_request(model, d, budget, dt, lim, defaults.state_checkpoints)
+    request = _pool_request(draft.pool_model, d, budget, dt, lim, defaults.state_checkpoints)
     pool = _tightest_pool(profile, request, notes)
     pool, capped = token_capped_pool(pool, profile.engine, d.max_total_tokens)
     notes.extend([capped] if capped else [])

@@ -236,7 +236,8 @@ def speed_derivation(pf: Performance) -> list[str]:
         f"= {pf.decode_compute_ms:,.3f} ms ({'memory' if pf.memory_bound else 'compute'}-bound)",
         f"   TPOT = linear layers' roofline + attention's + TP all-reduces {pf.decode_comm_ms:,.3f} ms + engine step {eff.step_overhead_s * 1e3:,.2f} ms"
         + (f", x {p.pp} pipeline stages" if p.pp > 1 else "")
-        + f" = {pf.tpot_ms:,.2f} ms",
+        + f" = {pf.speculation.plain_tpot_ms if pf.speculation else pf.tpot_ms:,.2f} ms",
+        *([f"   {pf.speculation.describe()}"] if pf.speculation else []),
         f"   output throughput = {b:,} / TPOT = {pf.output_tokens_per_second:,.0f} tokens/s per replica",
         f"   TTFT = {pf.prefill_chunks:,} prefill chunk(s) beside the running batch = {pf.ttft_ms:,.1f} ms "
         "(steady state, no queueing)",

@@ -33,6 +33,7 @@ from capacity.dtypes import element_bytes, serving_dtype
 from capacity.engines import Engine
 from capacity.estimate import Estimate
 from capacity.features.prefix_cache_engines import prefix_cache_rule
+from capacity.features.speculative import SpeculativeSpeed
 from capacity.memo import per_object
 from capacity.numeric import Num, as_float, at_least, cdiv
 from capacity.parallel import pp_partition, stage_layers
@@ -235,7 +236,7 @@ def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str 
         weight_dtype=weight_dtype,
         engine=est.engine,
         weights_bytes_per_gpu=est.weights_bytes_per_gpu,
-        kv_element_bytes=_kv_element_bytes(est),
+        kv_element_bytes=estimate_kv_element_bytes(est),
         weight_format_name=est.weight_dtype,
     )
     link = gpu.interconnect_gbps * GB if gpu.interconnect_gbps else math.inf
@@ -265,7 +266,8 @@ def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str 
     )
 
 
-def _kv_element_bytes(est: Estimate) -> int:
+def estimate_kv_element_bytes(est: Estimate) -> int:
+    """Bytes of one cached element of the estimate's KV dtype (2 where the name is not an element size)."""
     name = est.kv_dtype.lower()
     try:
         return element_bytes(name)
@@ -372,7 +374,7 @@ def step_seconds(
     return linear + attention + allreduce_seconds(p, tokens, eff) + eff.step_overhead_s
 
 
-def _pipeline(p: PerfInputs, stage_seconds: Num, tokens: Num) -> Num:
+def pipeline_seconds(p: PerfInputs, stage_seconds: Num, tokens: Num) -> Num:
     """A token passes every stage; activations hop between stages over the interconnect."""
     hop = tokens * p.hidden_size * p.act_bytes / p.link_bytes_per_s
     return p.pp * stage_seconds + (p.pp - 1) * hop
@@ -388,12 +390,12 @@ def replica_step_seconds(
 ) -> float:
     """One scheduler step of the replica, every pipeline stage passed (the serving simulation's clock)."""
     stage = step_seconds(p, tokens, batch, context_tokens, eff, attention_context_tokens)
-    return float(_pipeline(p, stage, tokens))
+    return float(pipeline_seconds(p, stage, tokens))
 
 
 def tpot_seconds(p: PerfInputs, batch: Num, context_tokens: Num, eff: PerfEfficiency = DEFAULT_EFFICIENCY) -> Num:
     """Time per output token (= ITL) at steady state: a decode step of `batch` sequences of T tokens."""
-    return _pipeline(p, step_seconds(p, batch, batch, context_tokens, eff), batch)
+    return pipeline_seconds(p, step_seconds(p, batch, batch, context_tokens, eff), batch)
 
 
 def output_tokens_per_second(
@@ -429,7 +431,7 @@ def prefill_seconds(
             step = float(_maximum(step, decode))
         total += float(as_float(step))
         done += n
-    return float(_pipeline(p, total, prompt_tokens - cached_tokens))
+    return float(pipeline_seconds(p, total, prompt_tokens - cached_tokens))
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,6 +455,7 @@ class Performance:
     prefill_chunks: int = 0
     inputs: PerfInputs | None = None
     notes: tuple[str, ...] = ()
+    speculation: SpeculativeSpeed | None = None  # how speculative decoding changed TPOT (`features.speculative_speed`)
 
     def contract(self) -> dict[str, object]:
         return {

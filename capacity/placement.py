@@ -35,6 +35,7 @@ from typing import Any
 
 from capacity.calibration import Correction, calibrated_pool
 from capacity.estimate import Estimate, estimate, pool_starts
+from capacity.features.speculative_speed import with_speculation
 from capacity.parallel import valid_tp_sizes
 from capacity.performance import LatencyTarget, LatencyTargets, Performance, largest_batch_meeting, speed_at
 from capacity.planning_types import DEFAULT_SOLVER, BucketPlan, DtypePolicy, SolverOptions, WorkloadProfile
@@ -73,6 +74,7 @@ class Layout:
             overhead_bytes_per_gpu=workload.overhead_bytes_per_gpu,
             max_num_seqs=max_num_seqs,
             prefix_caching=workload.prefix_caching,
+            speculative=workload.speculative,
         )
 
 
@@ -331,6 +333,7 @@ def _speed_at(
     speed = speed_at(
         model, est, gpu, input_tokens=workload.context_tokens - out, output_tokens=out, weight_dtype=layout.weight_dtype
     )
+    speed = with_speculation(speed, model, est, layout.deployment(workload), workload.acceptance_rate)
     targets = LatencyTargets(workload.tpot_ms_target, workload.ttft_ms_target)
     if not targets.any:
         return "memory", None, planned, speed(planned)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from capacity.features.prefix_caching import NO_PREFIX_CACHING_STATED, PrefixCaching
+from capacity.features.speculative import SpeculativeSpec
 from capacity.spec import SpecError
 
 ENUMERATION_LIMIT = 200_000
@@ -87,6 +88,9 @@ class WorkloadProfile:
     output_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, generated tokens)
     # a prompt prefix its requests share (held once) and the share of prompt tokens the prefix cache serves
     prefix_caching: PrefixCaching = NO_PREFIX_CACHING_STATED
+    # speculative decoding on every replica, and the draft's per-token acceptance rate on this traffic
+    speculative: SpeculativeSpec | None = None
+    acceptance_rate: float | None = None
 
     @property
     def model_len(self) -> int:
@@ -120,6 +124,8 @@ class WorkloadProfile:
             raise SpecError(f"workload {self.name!r}: output_tokens must be between 1 and context_tokens - 1")
         if self.prefix_caching.problem():
             raise SpecError(f"workload {self.name!r}: {self.prefix_caching.problem()}")
+        if self.acceptance_rate is not None and (self.speculative is None or not 0 <= self.acceptance_rate <= 1):
+            raise SpecError(f"workload {self.name!r}: acceptance_rate must be in [0, 1], with `speculative` given")
 
     @property
     def generated_tokens(self) -> int:

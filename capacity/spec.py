@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from capacity.features.prefix_caching import NO_PREFIX_CACHING_STATED, PrefixCaching
 
 # KVKind and StateMixer are re-exported: the kinds' enums, named where the domain types are
+from capacity.features.speculative import SpecMethod, SpeculativeSpec
 from capacity.kv.kinds import KVKind as KVKind
 from capacity.kv.kinds import LayerCache
 from capacity.kv.kinds import StateMixer as StateMixer
@@ -137,6 +138,10 @@ class ModelSpec:
     # the vision encoder where the checkpoint has one; `multimodal` with no tower: one the parser cannot size
     vision: VisionTower | None = None
     multimodal: bool = False  # the checkpoint carries a vision_config (sized or not)
+    # multi-token-prediction layers (num_nextn_predict_layers / mtp_num_hidden_layers) and the parameters an
+    # engine loads for them when speculative decoding runs them (the embedding and lm_head it shares excluded)
+    mtp_layers: int = 0
+    mtp_params: int = 0
 
     @property
     def total_params(self) -> int:
@@ -330,7 +335,8 @@ class DeploymentSpec:
     # one is flagged `not_modelled` (sized as if the feature were off), never silently
     lora: bool | None = None  # --enable-lora: adapter weights and LoRA buffers
     weight_offload: WeightOffload | None = None  # --cpu-offload-gb: weights kept in host memory (features.offload)
-    speculative: bool | None = None  # a draft model or MTP head: its weights and its own KV
+    # speculative decoding: the method and draft, sized by `capacity.features.speculative_memory`
+    speculative: SpeculativeSpec | None = None
     dp_attention: bool | None = None  # SGLang --enable-dp-attention: a KV pool per attention DP rank
     kv_offload: KVOffload | None = None  # a KV tier behind the GPU pool: vLLM offloading/LMCache, HiCache, TRT-LLM host
     # prefix caching (on by default in vLLM, SGLang, TensorRT-LLM): a shared prefix held once, the hit rate
@@ -367,7 +373,10 @@ class DeploymentSpec:
         named = (
             (self.lora, "LoRA adapters (their weights and buffers)"),
             (self.weight_offload, self.weight_offload.unmodelled() if self.weight_offload else None),
-            (self.speculative, "speculative decoding (the draft's weights and KV)"),
+            (
+                self.speculative is not None and self.speculative.method is SpecMethod.UNKNOWN,
+                "speculative decoding of an unstated method (the draft's weights and KV)",
+            ),
             (self.dp_attention, "DP attention (a KV pool per attention rank)"),
             (self.kv_offload, self.kv_offload.unmodelled() if self.kv_offload else None),
         )

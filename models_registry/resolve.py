@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from capacity.features.speculative import SpecMethod, SpeculativeSpec
+from capacity.features.speculative_memory import draft_shape
 from capacity.spec import ModelSpec
 from models_registry import db, orm
 from models_registry.normalize import spec_from_snapshot
@@ -167,6 +169,21 @@ def load_model(ref: str, *, session: Session | None = None) -> ResolvedModel:
             f"cache{hint} (or pass a path to a config.json)"
         )
     )
+
+
+def with_resolved_draft(spec: SpeculativeSpec) -> SpeculativeSpec:
+    """A speculative config with its draft checkpoint resolved like MODEL (registry, bundled catalog, a path to a
+    config.json, the local cache) and sized as the engine loads it; where the draft is in none of them it stays
+    unresolved, and the estimate assumes an EAGLE-sized head and says so (never refused)."""
+    if spec.draft_model is None or spec.draft is not None or spec.method in (SpecMethod.MTP, SpecMethod.UNKNOWN):
+        return spec
+    if not spec.method.has_weights:
+        return spec
+    try:
+        resolved = load_model(spec.draft_model)
+    except (LookupError, ValueError, OSError):
+        return spec
+    return replace(spec, draft=draft_shape(resolved.spec, spec.method, spec.draft_model))
 
 
 def spec_and_checkpoint(ref: str) -> tuple[ModelSpec, int | None]:

@@ -20,6 +20,8 @@ workloads:
     dtype_policy: fp8            # native | fp8-kv | fp8 | any, or {weights: [...], kv: [...]}
     shared_prefix_tokens: 1500   # a prompt prefix every request starts with: held once (prefix caching)
     prefix_hit_rate: 0.6         # share of prompt tokens served from the prefix cache (TTFT, what it buys)
+    speculative: {method: eagle3, model: ID, num_speculative_tokens: 3}   # optional: vLLM's spelling
+    acceptance_rate: 0.7         # optional: the draft's per-token acceptance rate (TPOT and tokens/s)
 ```
 
 Parsing never raises for a bad entry: `load_workloads` returns the profiles it could read and one
@@ -28,6 +30,7 @@ error (name, reason) per entry it could not, so one typo does not hide the other
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -39,10 +42,12 @@ import polars as pl
 import yaml
 
 from capacity.features.prefix_caching import PrefixCaching
+from capacity.features.speculative import SpeculativeConfigError, SpeculativeSpec, from_vllm_config
 from capacity.offload_procurement import HostMemoryPrice
 from capacity.planning_types import DTYPE_POLICIES, DtypePolicy, SolverOptions, WorkloadProfile
 from capacity.procurement import workload_buckets
 from capacity.spec import GpuSku, SpecError
+from models_registry.resolve import with_resolved_draft
 
 ENV_VAR = "CAPPLAN_WORKLOADS"
 FILE_NAME = "workloads.yaml"
@@ -75,6 +80,8 @@ _WORKLOAD_KEYS = {
     "output",
     "shared_prefix_tokens",
     "prefix_hit_rate",
+    "speculative",
+    "acceptance_rate",
 }
 _DEFAULT_KEYS = _WORKLOAD_KEYS - {
     "name",
@@ -222,6 +229,18 @@ def _number(value: object, what: str) -> float:
     return float(value)
 
 
+def _speculative(value: object) -> SpeculativeSpec | None:
+    """`speculative`: vLLM's speculative config as a mapping (or its JSON text), for either engine; the draft
+    resolved like a model id (`models_registry.resolve.with_resolved_draft`)."""
+    if value is None:
+        return None
+    try:
+        text = value if isinstance(value, str) else json.dumps(value)
+        return with_resolved_draft(from_vllm_config(text))
+    except (SpeculativeConfigError, TypeError) as exc:
+        raise SpecError(f"speculative: {exc}") from None
+
+
 def _rate(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < float(value) < 1e9:
         raise SpecError(f"request_rate must be a positive number of requests per second, got {value!r}")
@@ -346,6 +365,10 @@ def profile_from(entry: dict[str, Any], defaults: dict[str, Any]) -> WorkloadPro
         input_percentiles=_percentiles(merged["input"], "input") if "input" in merged else (),
         output_percentiles=_percentiles(merged["output"], "output") if "output" in merged else (),
         prefix_caching=_prefix_caching(merged),
+        speculative=_speculative(merged.get("speculative")),
+        acceptance_rate=_number(merged["acceptance_rate"], "acceptance_rate")
+        if merged.get("acceptance_rate") is not None
+        else None,
     )
     profile.validate()
     if profile.request_rate_per_s is not None:

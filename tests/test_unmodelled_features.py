@@ -31,7 +31,6 @@ def test_plain_deployment_is_modelled() -> None:
 def test_each_declared_feature_flags_the_row_and_keeps_the_numbers() -> None:
     plain = _json()
     for flags, word in ((["--enable-lora"], "LoRA"),
-                        (["--speculative-config", '{"method": "eagle"}'], "speculative"),
                         (["--speculative"], "speculative"), (["--enable-dp-attention"], "DP attention"),
                         (["--kv-transfer-config", '{"kv_connector": "NixlConnector"}'], "NixlConnector")):  # fmt: skip
         out = _json(*flags)

@@ -76,6 +76,8 @@ class Model:
     intermediate: int = 0
     num_experts: int = 0
     experts_per_token: int = 0
+    mtp_layers: int = 0  # multi-token-prediction layers the checkpoint stores
+    mtp_params: int = 0  # what an engine loads to run them (the embedding and lm_head shared with the model excluded)
     notes: list[str] = field(default_factory=list)
 
     def fail(self, message: str) -> NoReturn:
@@ -381,7 +383,10 @@ def deepseek_mtp_params(m: Model, moe_layer_params: int) -> int:
         return 0
     h = m.hidden
     m.notes.append(f"extra_params: {mtp} multi-token-prediction module(s) as stored in the checkpoint")
-    return mtp * (moe_layer_params + 3 * h + 2 * h * h + 2 * m.vocab * h)
+    # vLLM 0.33 `llm_base_proposer.py:_maybe_share_embeddings` / `_maybe_share_lm_head` ("Detected MTP model"):
+    # the copies of embed_tokens and shared_head.head are replaced by the target's
+    m.mtp_layers, m.mtp_params = mtp, mtp * (moe_layer_params + 3 * h + 2 * h * h)
+    return m.mtp_params + mtp * 2 * m.vocab * h
 
 
 # ------------------------------------------------------------------------ window patterns

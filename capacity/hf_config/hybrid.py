@@ -307,6 +307,7 @@ def _mtp_params(m: Model, attn: int, moe_mlp: LayerParams | None) -> int:
         return 0
     ffn = moe_mlp.mlp + moe_mlp.experts + moe_mlp.router if moe_mlp is not None else gated_mlp(h, m.intermediate)
     extra = mtp * (attn + ffn + 2 * h) + 2 * h * h + 3 * h
+    m.mtp_layers, m.mtp_params = mtp, extra  # dedicated embeddings, if any, are shared by vLLM (an MTP draft)
     if c.flag("mtp_use_dedicated_embeddings", False):
         extra += m.vocab * h
     m.notes.append(f"extra_params: multi-token-prediction module ({mtp} layer(s))")

@@ -147,7 +147,8 @@ def _spec(m: Model, built: Built) -> ModelSpec:
         layers=tuple(layers),
         layer_params=tuple(params),
         embedding_params=m.vocab * m.hidden,
-        lm_head_params=0 if tie else m.vocab * m.hidden,
+        # an EAGLE-3 head predicts over its own reduced vocabulary (`draft_vocab_size`, vLLM llama_eagle3.py)
+        lm_head_params=0 if tie else cfg.integer("draft_vocab_size", m.vocab, lo=1) * m.hidden,
         final_norm_params=final_norm,
         extra_params=extra + vision,
         loaded_extra_params=loaded_extra,
@@ -161,4 +162,6 @@ def _spec(m: Model, built: Built) -> ModelSpec:
         notes=tuple(m.notes),
         vision=tower,
         multimodal=outer.sub("vision_config") is not None,
+        mtp_layers=m.mtp_layers,
+        mtp_params=m.mtp_params,
     )

@@ -25,6 +25,17 @@ from capacity.serving.targets import WithinTargets, batch_within_targets
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from pipelines.commands import offload_options as oo
 from pipelines.commands.common import fail, resolve_gpu, resolve_model
+from pipelines.commands.speculative import (
+    AcceptanceRateOption,
+    SpeculativeAlgorithmOption,
+    SpeculativeArgs,
+    SpeculativeConfigOption,
+    SpeculativeDraftOption,
+    SpeculativeDraftTokensOption,
+    SpeculativeOption,
+    SpeculativeStepsOption,
+    SpeculativeTopkOption,
+)
 
 if TYPE_CHECKING:
     from models_registry.resolve import ResolvedModel
@@ -170,16 +181,6 @@ EnableLoraOption = Annotated[
 CpuOffloadGbOption = Annotated[
     float | None,
     typer.Option("--cpu-offload-gb", metavar="GIB", help="Weights per GPU kept in host memory (the GPU holds the rest)."),
-]
-SpeculativeOption = Annotated[
-    bool,
-    typer.Option("--speculative", help="Speculative decoding with a draft model or MTP (not sized: flagged)."),
-]
-SpeculativeConfigOption = Annotated[
-    str | None,
-    typer.Option(
-        "--speculative-config", metavar="JSON", help="vLLM's spelling of --speculative (the value is not read)."
-    ),
 ]
 EnableDpAttentionOption = Annotated[
     bool, typer.Option("--enable-dp-attention", help="SGLang DP attention (not sized: flagged).")
@@ -361,6 +362,12 @@ def estimate(
     cpu_offload_gb: CpuOffloadGbOption = None,
     speculative: SpeculativeOption = False,
     speculative_config: SpeculativeConfigOption = None,
+    speculative_algorithm: SpeculativeAlgorithmOption = None,
+    speculative_draft_model_path: SpeculativeDraftOption = None,
+    speculative_num_steps: SpeculativeStepsOption = None,
+    speculative_eagle_topk: SpeculativeTopkOption = None,
+    speculative_num_draft_tokens: SpeculativeDraftTokensOption = None,
+    acceptance_rate: AcceptanceRateOption = None,
     enable_dp_attention: EnableDpAttentionOption = False,
     kv_transfer_config: KvTransferConfigOption = None,
     kv_offloading_size: oo.KvOffloadingSizeOption = None,
@@ -406,7 +413,8 @@ def estimate(
         pasted = _Pasted.read(ctx, from_command, model)
         params |= pasted.values | {"model": pasted.command.model}
         params["dtype"], params["kv_dtype"] = _dtype_name(params["dtype"]), _dtype_name(params["kv_dtype"])
-    _estimate(pasted=pasted, **params)
+    speculative_args = SpeculativeArgs.pop(params)
+    _estimate(pasted=pasted, speculative=speculative_args, **params)
 
 
 def _estimate(
@@ -415,7 +423,7 @@ def _estimate(
     max_model_len: int | None, async_scheduling: bool | None, enforce_eager: bool, allow_long_max_model_len: bool,
     triton_kernels: bool | None,
     disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool,
-    speculative: bool, speculative_config: str | None, enable_dp_attention: bool,
+    speculative: SpeculativeArgs, enable_dp_attention: bool,
     limit_mm_per_prompt: str | None, language_model_only: bool, enable_prefix_caching: bool | None,
     shared_prefix_tokens: int | None, prefix_hit_rate: float | None, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
     max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
@@ -474,7 +482,7 @@ def _estimate(
         gpu_peer_access=gpu_peer_access,
         lora=enable_lora or None,
         weight_offload=weight_offload,
-        speculative=(speculative or speculative_config is not None) or None,
+        speculative=speculative.spec(resolved.spec),
         kv_offload=kv_offload,
         dp_attention=enable_dp_attention or None,
         mm_text_only=language_model_only or None,
@@ -496,6 +504,7 @@ def _estimate(
     if pasted is not None:
         result = pasted.noted(result)
     speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len)
+    speed = speculative.speed(speed, resolved.spec, deployment, result)
     asked = _Lengths(concurrency, input_len, output_len)
     sim = bench.run(resolved.spec, result, sku, dtype, asked)
     within = _within(resolved.spec, result, sku, dtype, LatencyTargets(tpot_ms, ttft_ms), asked, bench.asked)
@@ -546,6 +555,8 @@ _PASTED_OPTIONS = {
         "max_num_batched_tokens", "block_size", "enforce_eager", "async_scheduling", "disable_custom_all_reduce",
         "allow_long_max_model_len",
         "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
+        "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps", "speculative_eagle_topk",
+        "speculative_num_draft_tokens",
         "kv_transfer_config", "enable_dp_attention", "engine", "engine_version", "limit_mm_per_prompt",
         "language_model_only", "kv_offloading_size", "kv_offloading_backend", "enable_hierarchical_cache",
         "hicache_ratio", "hicache_size", "lmcache_max_local_cpu_size", "lmcache_max_local_disk_size", "lmcache_chunk_size",

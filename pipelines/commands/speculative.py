@@ -1,0 +1,135 @@
+"""`capplan estimate`'s speculative-decoding options: vLLM's `--speculative-config` JSON, SGLang's
+`--speculative-*` flags and `--acceptance-rate`, read into a `SpeculativeSpec` whose draft is resolved
+like the target (registry, catalog, a path to its config.json), else assumed and said so."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+
+from capacity.estimate import Estimate
+from capacity.features.speculative import (
+    SpecMethod,
+    SpeculativeConfigError,
+    SpeculativeSpec,
+    from_sglang_flags,
+    from_vllm_config,
+)
+from capacity.features.speculative_speed import with_speculation
+from capacity.performance import Performance
+from capacity.spec import DeploymentSpec, ModelSpec
+from pipelines.commands.common import fail
+
+SpeculativeOption = Annotated[
+    bool,
+    typer.Option("--speculative", help="Speculative decoding of an unstated method (not sized: flagged)."),
+]
+SpeculativeConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        "--speculative-config",
+        metavar="JSON",
+        help='vLLM\'s speculative config, e.g. \'{"method": "eagle3", "model": "ID", "num_speculative_tokens": 3}\': '
+        "the draft's weights and KV layers are sized (MTP from the model's own layers).",
+    ),
+]
+SpeculativeAlgorithmOption = Annotated[
+    str | None,
+    typer.Option(
+        "--speculative-algorithm", metavar="NAME", help="SGLang: EAGLE, EAGLE3, NEXTN, STANDALONE or NGRAM (sized)."
+    ),
+]
+SpeculativeDraftOption = Annotated[
+    str | None,
+    typer.Option("--speculative-draft-model-path", metavar="ID", help="SGLang: the draft checkpoint (id or path)."),
+]
+SpeculativeStepsOption = Annotated[
+    int | None, typer.Option("--speculative-num-steps", metavar="N", help="SGLang: draft steps per decode step.")
+]
+SpeculativeTopkOption = Annotated[
+    int | None, typer.Option("--speculative-eagle-topk", metavar="N", help="SGLang: branches per draft step.")
+]
+SpeculativeDraftTokensOption = Annotated[
+    int | None,
+    typer.Option("--speculative-num-draft-tokens", metavar="N", help="SGLang: tokens verified per sequence."),
+]
+AcceptanceRateOption = Annotated[
+    float | None,
+    typer.Option(
+        "--acceptance-rate",
+        metavar="A",
+        help="Per-token acceptance rate of the draft's proposals (0-1): TPOT and throughput with speculative "
+        "decoding (default 0: every step emits one token).",
+    ),
+]
+
+# the `capplan estimate` parameters this module reads (popped from the command's parameters)
+PARAMETERS = (
+    "speculative",
+    "speculative_config",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "acceptance_rate",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeArgs:
+    """The speculative options as given (or as a pasted command set them)."""
+
+    speculative: bool = False
+    speculative_config: str | None = None
+    speculative_algorithm: str | None = None
+    speculative_draft_model_path: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    acceptance_rate: float | None = None
+
+    @classmethod
+    def pop(cls, params: dict[str, Any]) -> SpeculativeArgs:
+        """Take this module's options out of `params`."""
+        return cls(**{name: params.pop(name) for name in PARAMETERS if name in params})
+
+    def spec(self, target: ModelSpec) -> SpeculativeSpec | None:
+        """The declared speculative decoding, its draft resolved; a one-line error where it cannot be read."""
+        if self.acceptance_rate is not None and not 0 <= self.acceptance_rate <= 1:
+            fail(f"--acceptance-rate must be in [0, 1], got {self.acceptance_rate:g}")
+        try:
+            if self.speculative_config is not None and self.speculative_algorithm is not None:
+                fail("give --speculative-config (vLLM) or --speculative-algorithm (SGLang), not both")
+            if self.speculative_config is not None:
+                spec: SpeculativeSpec | None = from_vllm_config(self.speculative_config)
+            elif self.speculative_algorithm is not None:
+                spec = from_sglang_flags(
+                    self.speculative_algorithm,
+                    self.speculative_draft_model_path,
+                    self.speculative_num_steps,
+                    self.speculative_eagle_topk,
+                    self.speculative_num_draft_tokens,
+                    target.architecture,
+                )
+            else:
+                spec = SpeculativeSpec(SpecMethod.UNKNOWN) if self.speculative else None
+        except SpeculativeConfigError as exc:
+            fail(str(exc))
+        if spec is None:
+            if self.acceptance_rate is not None:
+                fail("--acceptance-rate needs speculative decoding (--speculative-config or --speculative-algorithm)")
+            return None
+        from models_registry.resolve import with_resolved_draft
+
+        return with_resolved_draft(spec)
+
+    def speed(
+        self, perf: Performance | None, target: ModelSpec, deployment: DeploymentSpec, result: Estimate
+    ) -> Performance | None:
+        """The speed block at --acceptance-rate (0 where not given) with the deployment's speculative decoding."""
+        if perf is None:
+            return None
+        return with_speculation(lambda _: perf, target, result, deployment, self.acceptance_rate)(perf.concurrency)
