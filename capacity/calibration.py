@@ -38,6 +38,7 @@ from capacity import numeric
 from capacity.engines import Engine, registry
 from capacity.engines.vllm.profile import VllmProfile
 from capacity.estimate import Estimate
+from capacity.features.lora import LoraSpec
 from capacity.numeric import Num
 from capacity.pool import ChargeTerms, KVPool, PoolUnit, b_max, max_concurrency, max_context
 from capacity.spec import DeploymentSpec, ModelSpec
@@ -85,7 +86,9 @@ class ObservedSettings:
     triton_kernels: bool | None = None  # the optional package ran (vLLM 0.10.2-0.11.x MXFP4 on Hopper)
     disable_custom_all_reduce: bool | None = None  # vLLM --disable-custom-all-reduce
     gpu_peer_access: bool | None = None  # False: vLLM said the P2P test failed
-    unmodelled_features: tuple[str, ...] = ()  # lora | speculative | cpu_offload | dp_attention | kv_connector
+    unmodelled_features: tuple[
+        str, ...
+    ] = ()  # lora (sized at the engine's defaults) | speculative | cpu_offload | dp_attention | kv_connector
     other_process_bytes: int | None = None  # in use on the GPU when the engine started (total - free, as printed)
 
 
@@ -143,7 +146,7 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         triton_kernels=s.triton_kernels,
         disable_custom_all_reduce=s.disable_custom_all_reduce,
         gpu_peer_access=s.gpu_peer_access,
-        lora="lora" in s.unmodelled_features or None,
+        lora=LoraSpec() if "lora" in s.unmodelled_features else None,  # the log's server: the engine's defaults
         speculative="speculative" in s.unmodelled_features or None,
         dp_attention="dp_attention" in s.unmodelled_features or None,
         kv_connector="kv_connector" in s.unmodelled_features or None,
@@ -595,7 +598,9 @@ def fit_speed(
             pairs = [(o.deployment_id, r) for o in members if (r := o.ratios.get(term)) is not None and r > 0]
             if not pairs:
                 continue
-            fitted = band([r for _d, r in pairs], confidence=confidence, resamples=resamples, seed=f"{key.label()}:{term}")
+            fitted = band(
+                [r for _d, r in pairs], confidence=confidence, resamples=resamples, seed=f"{key.label()}:{term}"
+            )
             row = CalibrationRow(
                 key, term, RATIO, len(pairs), fitted, len(measured) >= min_observations, tuple(d for d, _r in pairs)
             )

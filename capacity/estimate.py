@@ -23,6 +23,7 @@ from capacity.engines.protocol import (
 )
 from capacity.engines.registry import engine_profile
 from capacity.engines.vllm.multimodal import multimodal_rule, rule_read_for, text_only, tower_skipped_text_only
+from capacity.features.lora import LoraMemory, charge_lora
 from capacity.kv.kinds import StateTerms
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -97,6 +98,7 @@ class Estimate:
     # the most loaded GPU's state layers, (terms, layers of that shape): state_bytes_per_sequence_per_gpu's sum
     state_terms: tuple[tuple[StateTerms, int], ...] = ()
     kv_budget_given: bool = False  # the KV budget was given (--kv-cache-memory-bytes), not formed from the rest
+    lora: LoraMemory | None = None  # the LoRA adapters' memory (GPU, charged with the weights; host), if served
 
     def b_max_at(self, context_tokens: int) -> int:
         return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
@@ -304,10 +306,7 @@ def assumed_off_notes(d: DeploymentSpec, assumed_off: frozenset[str]) -> list[st
     """The features the profile does not size and the deployment does not declare, said assumed off."""
     out: list[str] = []
     if {"lora", "cpu_offload"} <= assumed_off and not (d.lora or d.cpu_offload_gib):
-        out.append(
-            "assumed no LoRA adapters and no CPU offload (neither is modelled: with LoRA, add the adapters' "
-            "weights and buffers with --overhead-gib)"
-        )
+        out.append("assumed no LoRA adapters (--enable-lora sizes their slots) and no CPU offload (not modelled)")
     if KV_CONNECTOR in assumed_off and not d.kv_connector:
         out.append(
             "assumed no KV connector (--kv-transfer-config: LMCache and the like hold GPU buffers capplan "
@@ -503,6 +502,10 @@ def estimate(
     lim = _limits(d, profile, defaults)
     inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len)
     overhead = _overhead(d, profile, inputs, notes)
+    batch = (lim.batched_tokens, lim.seqs_cap, dt.act_bytes)
+    weights, overhead, lora = charge_lora(model, d.lora, profile.engine, (d.tp, d.pp), batch, weights, overhead, notes)
+    if lora is not None and lora.not_modelled:
+        not_modelled = "; ".join(filter(None, (not_modelled, lora.not_modelled)))
     usable = int(total * lim.utilization)
     start_problem = profile.start_memory_problem(total, lim.utilization, d.other_process_bytes)
     budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)
@@ -561,6 +564,7 @@ def estimate(
         start_memory_refused=start_problem is not None,
         state_terms=tuple(state_terms),
         kv_budget_given=d.kv_cache_memory_bytes is not None,
+        lora=lora,
         **f.fields(),  # type: ignore[arg-type]
     )
 

@@ -9,12 +9,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 # KVKind and StateMixer are re-exported: the kinds' enums, named where the domain types are
 from capacity.kv.kinds import KVKind as KVKind
 from capacity.kv.kinds import LayerCache
 from capacity.kv.kinds import StateMixer as StateMixer
 from capacity.memo import per_object
+
+if TYPE_CHECKING:  # the feature specs import this module's types
+    from capacity.features.lora import LoraSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,9 +325,10 @@ class DeploymentSpec:
     max_num_seqs: int | None = None
     async_scheduling: bool | None = None  # None: the engine's default (vLLM: on for GPUs; the CPU build: off)
     enforce_eager: bool | None = None  # no CUDA graphs: none captured, none deducted (vLLM --enforce-eager)
+    # LoRA adapters served (--enable-lora and its settings): their slots are sized (capacity/features/lora.py)
+    lora: LoraSpec | None = None
     # engine features that move the memory and that capplan does not size: a deployment that declares
     # one is flagged `not_modelled` (sized as if the feature were off), never silently
-    lora: bool | None = None  # --enable-lora: adapter weights and LoRA buffers
     cpu_offload_gib: float | None = None  # --cpu-offload-gb: weights kept in host memory
     speculative: bool | None = None  # a draft model or MTP head: its weights and its own KV
     dp_attention: bool | None = None  # SGLang --enable-dp-attention: a KV pool per attention DP rank
@@ -358,7 +363,6 @@ class DeploymentSpec:
     def unmodelled_features(self) -> tuple[str, ...]:
         """The declared features capplan does not size, as the estimate names them."""
         named = (
-            (self.lora, "LoRA adapters (their weights and buffers)"),
             (self.cpu_offload_gib, _offload_text(self.cpu_offload_gib)),
             (self.speculative, "speculative decoding (the draft's weights and KV)"),
             (self.dp_attention, "DP attention (a KV pool per attention rank)"),

@@ -18,6 +18,7 @@ from capacity.engines.vllm.multimodal import parse_mm_limits
 from capacity.estimate import Estimate
 from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
+from capacity.features.lora import LoraSpec, lora_spec
 from capacity.performance import LatencyTargets, Performance, efficiency_for, perf_inputs, performance
 from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.serving.targets import WithinTargets, batch_within_targets
@@ -163,7 +164,32 @@ GpuPeerAccessOption = Annotated[
     ),
 ]
 EnableLoraOption = Annotated[
-    bool, typer.Option("--enable-lora", help="LoRA adapters are served (not sized: the row is flagged not modelled).")
+    bool, typer.Option("--enable-lora", help="LoRA adapters are served: their GPU slots are charged before the KV cache.")
+]
+MaxLorasOption = Annotated[
+    int | None,
+    typer.Option("--max-loras", metavar="N", help="LoRA slots on the GPU (vLLM default 1; SGLang's per-batch 8)."),
+]
+MaxLoraRankOption = Annotated[
+    int | None, typer.Option("--max-lora-rank", metavar="R", help="The largest adapter rank (default 16).")
+]
+MaxCpuLorasOption = Annotated[
+    int | None,
+    typer.Option("--max-cpu-loras", metavar="N", help="Adapters kept in host memory (default: --max-loras)."),
+]
+LoraDtypeOption = Annotated[
+    str | None, typer.Option("--lora-dtype", metavar="DTYPE", help="auto (the model's) | float16 | bfloat16.")
+]
+LoraTargetModulesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--lora-target-modules",
+        metavar="NAMES",
+        help="Modules with LoRA, e.g. 'q_proj,v_proj' or all (default: vLLM every supported one).",
+    ),
+]
+FullyShardedLorasOption = Annotated[
+    bool, typer.Option("--fully-sharded-loras", help="vLLM splits the adapters' rank / output over TP too.")
 ]
 CpuOffloadGbOption = Annotated[
     float | None,
@@ -332,6 +358,12 @@ def estimate(
     disable_custom_all_reduce: DisableCustomAllReduceOption = False,
     gpu_peer_access: GpuPeerAccessOption = None,
     enable_lora: EnableLoraOption = False,
+    max_loras: MaxLorasOption = None,
+    max_lora_rank: MaxLoraRankOption = None,
+    max_cpu_loras: MaxCpuLorasOption = None,
+    lora_dtype: LoraDtypeOption = None,
+    lora_target_modules: LoraTargetModulesOption = None,
+    fully_sharded_loras: FullyShardedLorasOption = False,
     cpu_offload_gb: CpuOffloadGbOption = None,
     speculative: SpeculativeOption = False,
     speculative_config: SpeculativeConfigOption = None,
@@ -375,7 +407,9 @@ def _estimate(
     context: int | None, concurrency: int | None, input_len: int | None, output_len: int | None,
     max_model_len: int | None, async_scheduling: bool | None, enforce_eager: bool, allow_long_max_model_len: bool,
     triton_kernels: bool | None,
-    disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool, cpu_offload_gb: float | None,
+    disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool, max_loras: int | None,
+    max_lora_rank: int | None, max_cpu_loras: int | None, lora_dtype: str | None, lora_target_modules: str | None,
+    fully_sharded_loras: bool, cpu_offload_gb: float | None,
     speculative: bool, speculative_config: str | None, enable_dp_attention: bool, kv_transfer_config: str | None,
     limit_mm_per_prompt: str | None, language_model_only: bool, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
     max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
@@ -412,6 +446,7 @@ def _estimate(
     if gpu is None and gpu_memory_gib is None and kv_cache_memory_gib is None:
         fail("give --gpu SKU, or --gpu-memory-gib for hardware not in the catalog")
     bench = _Bench.checked(request_rate, burst, num_prompts, simulate_load)
+    lora = _lora(enable_lora, max_loras, max_lora_rank, max_cpu_loras, lora_dtype, lora_target_modules, fully_sharded_loras)
     resolved, sku = _resolved(model, gpu)
     deployment = DeploymentSpec(
         tp=tp,
@@ -428,7 +463,7 @@ def _estimate(
         triton_kernels=triton_kernels,
         disable_custom_all_reduce=disable_custom_all_reduce or None,
         gpu_peer_access=gpu_peer_access,
-        lora=enable_lora or None,
+        lora=lora,
         cpu_offload_gib=cpu_offload_gb or None,
         speculative=(speculative or speculative_config is not None) or None,
         kv_connector=kv_transfer_config is not None or None,
@@ -501,7 +536,8 @@ _PASTED_OPTIONS = {
         "allow_long_max_model_len",
         "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
         "kv_transfer_config", "enable_dp_attention", "engine", "engine_version", "limit_mm_per_prompt",
-        "language_model_only",
+        "language_model_only", "max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype", "lora_target_modules",
+        "fully_sharded_loras",
     )
 }
 
@@ -558,6 +594,16 @@ class _Pasted:
         reason = "; ".join(filter(None, (result.not_modelled, unsized)))
         return dataclasses.replace(result, notes=(*notes, f"not modelled: {unsized}; sized as if they were off"),
                                    not_modelled=reason)
+
+
+def _lora(
+    enabled: bool, slots: int | None, rank: int | None, cpu: int | None, dtype: str | None, targets: str | None, fs: bool
+) -> LoraSpec | None:
+    """The LoRA spec the options ask for (None: off); a one-line error where a value is refused."""
+    try:
+        return lora_spec(enabled, slots, rank, cpu, dtype, targets, fs)
+    except SpecError as exc:
+        fail(str(exc))
 
 
 def _mm_limits(text: str | None) -> tuple[tuple[str, int], ...]:
