@@ -64,7 +64,9 @@ def main() -> None:
 
         _patch_tp(int(case.get("tp", 1)))
         sharded = bool(case.get("fully_sharded", False))
-        h, heads, kv, d, inter, vocab = (case[k] for k in ("hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab"))
+        h, heads, kv, d, inter, vocab = (
+            case[k] for k in ("hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab")
+        )
         config = LoRAConfig(
             max_lora_rank=case["rank"], max_loras=case["slots"], lora_dtype=dtype, fully_sharded_loras=sharded
         )
@@ -80,9 +82,7 @@ def main() -> None:
             "embed_tokens": lora_layers.VocabParallelEmbeddingWithLoRA(
                 VocabParallelEmbedding(vocab, h, params_dtype=dtype)
             ),
-            "lm_head": lora_layers.LogitsProcessorWithLoRA(
-                LogitsProcessor(vocab), h, dtype, torch.device("cpu"), None
-            ),
+            "lm_head": lora_layers.LogitsProcessorWithLoRA(LogitsProcessor(vocab), h, dtype, torch.device("cpu"), None),
         }
         out = {}
         for name, module in modules.items():

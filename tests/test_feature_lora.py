@@ -1,0 +1,206 @@
+"""LoRA adapter slots (issue 23 item 3): what vLLM 0.33 and SGLang 0.5.23 allocate on the GPU before the KV
+cache, and what the adapters take in host memory.
+
+Oracles: vLLM's own LoRA layer classes built on the CPU (tools/engine_oracle/vllm_lora_buffers.py, the
+engine_oracle group), and hand derivations from the engines' source, each shape cited:
+
+* vLLM lora/layers/base_linear.py BaseLinearLayerWithLoRA.create_lora_weights and
+  column_parallel_linear.py MergedColumnParallelLinearWithLoRA.create_lora_weights: A (slots, 1, rank, in),
+  B (slots, 1, out, rank) per slice; column-parallel outputs / row-parallel inputs split by TP;
+  QKVParallelLinear keeps one KV head per rank when TP exceeds the KV heads.
+* vLLM lora/layers/fused_moe.py _create_lora_a_weights / _create_lora_b_weights: per local expert, w1 and
+  w3 A (rank, hidden) and B (intermediate / TP, rank), w2 A (rank, intermediate / TP) and B (hidden, rank).
+* vLLM vocab_parallel_embedding.py / logits_processor.py: embedding A (vocab, rank), B (hidden, rank); head
+  A (rank, hidden), B (vocab, rank), neither split by TP.
+* vLLM punica_wrapper/punica_base.py __init__: four torch.long tensors of max_num_batched_tokens and three
+  of max_num_seqs; punica_gpu.py: two LoRAKernelMeta.make (ops/triton_ops/lora_kernel_metadata.py): int32
+  tensors of 2 x tokens, 2 x (slots + 1), slots + 2.
+* SGLang lora/mem_pool.py get_lora_A_shape / get_lora_B_shape: (slots, rank x stacked, in) and
+  (slots, out, rank); get_embedding_lora_B_shape: the LM head's B split by TP; max_loras_per_batch
+  defaults to 8 (arg_groups/fields/lora.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from capacity.engines.kinds import Engine
+from capacity.estimate import estimate
+from capacity.features.lora import LoraSpec, lora_memory
+from capacity.hf_config import parse_config
+from capacity.spec import DeploymentSpec
+from models_registry.resolve import load_model
+from models_registry.sources.gpu_catalog import find_gpu_sku
+from pipelines.cli import app
+from tests.conftest import require_oracle_venv, run_in_oracle_venv
+
+RUNNER = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "vllm_lora_buffers.py"
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+TINY = {  # one Llama decoder geometry small enough to build vLLM's layers on the CPU
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "num_hidden_layers": 2,
+    "vocab_size": 1000,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+}
+
+
+@pytest.mark.engine_oracle
+@pytest.mark.parametrize(("tp", "fully_sharded"), [(1, False), (4, False), (4, True)])
+def test_vllm_slots_match_vllms_own_lora_layers(tp: int, fully_sharded: bool) -> None:
+    """vLLM's LoRA wrappers of one decoder layer, the embedding and the head, run `create_lora_weights` on
+    the CPU: capplan's slot bytes are two layers of them plus the embedding and the head."""
+    require_oracle_venv()
+    case = {"hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32, "intermediate": 512, "vocab": 1000}
+    case |= {"rank": 16, "slots": 3, "dtype": "bfloat16", "tp": tp, "fully_sharded": fully_sharded}
+    done = run_in_oracle_venv(RUNNER, case, 300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("@@lora-oracle@@ "))
+    vllm = json.loads(line.removeprefix("@@lora-oracle@@ "))["bytes"]
+    per_layer = sum(vllm[name] for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"))
+    spec = LoraSpec(max_loras=3, max_lora_rank=16, lora_dtype="bfloat16", fully_sharded=fully_sharded)
+    got = lora_memory(parse_config(TINY), spec, Engine.VLLM, tp, 1, 2, 2048, 16)
+    assert got.slot_bytes_per_gpu == 2 * per_layer + vllm["embed_tokens"] + vllm["lm_head"]
+
+
+def _llama() -> Any:
+    return load_model(LLAMA).spec
+
+
+def test_vllm_llama_8b_default_slot_by_hand() -> None:
+    """Llama-3.1-8B (hidden 4,096, 32 / 8 heads of 128, intermediate 14,336, vocab 128,256), vLLM's defaults:
+    1 slot of rank 16, every linear module plus the embedding and head (LlamaForCausalLM declares both).
+    Per layer: qkv 3*16*4096 + (4096+1024+1024)*16 = 294,912; o 16*4096 + 4096*16 = 131,072;
+    gate_up 2*16*4096 + 2*14336*16 = 589,824; down 16*14336 + 4096*16 = 294,912: 1,310,720 x 32 layers.
+    Embedding 128256*16 + 4096*16 = 2,117,632; head 16*4096 + 128256*16 = 2,117,632. bf16: 2 bytes."""
+    got = lora_memory(_llama(), LoraSpec(), Engine.VLLM, 1, 1, 2, 8192, 256)
+    assert got.slot_bytes_per_gpu == (1_310_720 * 32 + 2 * 2_117_632) * 2 == 92_356_608
+    # punica: (4 x 8192 + 3 x 256) longs + 2 x (2 x 8192 + 2 x 2 + 3) int32
+    assert got.metadata_bytes_per_gpu == (4 * 8192 + 3 * 256) * 8 + 2 * (2 * 8192 + 2 * 2 + 3) * 4
+    assert got.host_bytes_per_gpu == 92_356_608  # max_cpu_loras defaults to max_loras: one adapter, whole
+    assert got.not_modelled is None
+
+
+def test_sglang_llama_8b_tp2_all_modules_by_hand() -> None:
+    """SGLang, TP 2, --lora-target-modules all, rank 16, its default 8 slots. Per layer on one rank:
+    qkv 3*16*4096 + (2048+512+512)*16 = 245,760; o 16*2048 + 4096*16 = 98,304; gate_up 2*16*4096 +
+    2*7168*16 = 360,448; down 16*7168 + 4096*16 = 180,224: 884,736 x 32. Embedding A (16, 128256) and B
+    (4096, 16): 2,117,632; head A (16, 4096) and B split by TP (64128, 16): 1,091,584."""
+    spec = LoraSpec(max_lora_rank=16, target_modules=("all",))
+    got = lora_memory(_llama(), spec, Engine.SGLANG, 2, 1, 2, 8192, 256)
+    assert got.slot_bytes_per_gpu == (884_736 * 32 + 2_117_632 + 1_091_584) * 8 * 2
+    assert got.metadata_bytes_per_gpu == 0 and got.shrink_buffer_bytes_per_gpu == 0
+    # host: 8 adapters (--max-loaded-loras defaults to the slots here), each whole: one rank's TP 1 figure
+    whole = lora_memory(_llama(), spec, Engine.SGLANG, 1, 1, 2, 8192, 256).slot_bytes_per_gpu
+    assert got.host_bytes_per_gpu == whole
+
+
+def test_vllm_moe_experts_and_router_by_hand() -> None:
+    """Qwen3-30B-A3B (hidden 2,048, 32 / 4 heads of 128, 128 experts of intermediate 768, vocab 151,936), rank
+    16, 1 slot, TP 1. Per layer: qkv 3*16*2048 + (4096+512+512)*16 = 180,224; o 16*4096 + 2048*16 = 98,304;
+    router A (16, 2048) B (128, 16) = 34,816; per expert w1+w3 2*(16*2048 + 768*16) + w2 16*768 + 2048*16 =
+    135,168, x 128. Embedding and head (Qwen3MoeForCausalLM declares both): 151936*16 + 2048*16 each."""
+    model = load_model("Qwen/Qwen3-30B-A3B").spec
+    got = lora_memory(model, LoraSpec(), Engine.VLLM, 1, 1, 2, 8192, 256)
+    layer = 180_224 + 98_304 + 34_816 + 135_168 * 128
+    assert got.slot_bytes_per_gpu == (layer * 48 + 2 * (151_936 * 16 + 2048 * 16)) * 2
+
+
+def test_targets_rank_slots_and_dtype_scale_the_slots() -> None:
+    """q_proj and v_proj alone still take the whole packed qkv buffer (vLLM wraps the packed module; SGLang
+    normalizes both to qkv_proj); the bytes scale with slots x rank and the dtype's width."""
+    model = _llama()
+    qv = lora_memory(model, LoraSpec(target_modules=("q_proj", "v_proj")), Engine.VLLM, 1, 1, 2, 8192, 256)
+    assert qv.slot_bytes_per_gpu == (3 * 16 * 4096 + (4096 + 1024 + 1024) * 16) * 32 * 2
+    scaled = lora_memory(model, LoraSpec(4, 64, target_modules=("q_proj",)), Engine.VLLM, 1, 1, 2, 8192, 256)
+    assert scaled.slot_bytes_per_gpu == qv.slot_bytes_per_gpu * 4 * 4
+
+
+def test_estimate_charges_the_slots_before_the_kv_budget() -> None:
+    """vLLM: the budget is utilization x total - weights - overhead, and the slots and metadata join the
+    weights (load_model creates them), the profiling shrink buffer the activation peak: the KV budget loses
+    exactly their sum; the estimate stays modelled."""
+    resolved = load_model(LLAMA)
+    h100 = find_gpu_sku("H100")
+    base = DeploymentSpec(max_model_len=8192, max_num_batched_tokens=4096)
+    spec = LoraSpec(max_loras=4, max_lora_rank=64)
+    plain = estimate(resolved.spec, base, gpu=h100, checkpoint_bytes=resolved.checkpoint_bytes)
+    served = replace(base, lora=spec)
+    with_lora = estimate(resolved.spec, served, gpu=h100, checkpoint_bytes=resolved.checkpoint_bytes)
+    lora = with_lora.lora
+    assert lora is not None and with_lora.not_modelled is None
+    lost = lora.slot_bytes_per_gpu + lora.metadata_bytes_per_gpu + lora.shrink_buffer_bytes_per_gpu
+    assert plain.kv_budget_bytes_per_gpu - with_lora.kv_budget_bytes_per_gpu == lost
+    assert with_lora.kv_cache_tokens < plain.kv_cache_tokens
+    # the gate/up shrink buffer of the profiling batch: 2 slices x 4,096 tokens x rank 64, float32
+    assert (
+        dict(with_lora.activation_buffers)["LoRA shrink buffer (float32, slices x tokens x rank)"] == 2 * 4096 * 64 * 4
+    )
+
+
+def test_trtllm_lora_is_estimated_and_says_why() -> None:
+    resolved = load_model(LLAMA)
+    d = DeploymentSpec(engine="trtllm", max_model_len=8192, lora=LoraSpec())
+    est = estimate(resolved.spec, d, gpu=find_gpu_sku("H100"), checkpoint_bytes=resolved.checkpoint_bytes)
+    assert est.not_modelled is not None and "LoRA cache" in est.not_modelled
+    assert est.lora is not None and est.lora.slot_bytes_per_gpu > 0
+
+
+def _cli(*args: str) -> Any:
+    return CliRunner().invoke(app, ["estimate", *args])
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--max-lora-rank", "0"], "--max-lora-rank must be >= 1"),
+        (["--max-loras", "4", "--max-cpu-loras", "2"], "--max-cpu-loras (2) must be >= --max-loras (4)"),
+        (["--lora-dtype", "int8"], "--lora-dtype must be one of"),
+        (["--lora-target-modules", "q_proj,bogus"], "unknown LoRA target module 'bogus'"),
+    ],
+)
+def test_refused_lora_options_are_one_line_errors(flags: list[str], message: str) -> None:
+    result = _cli(LLAMA, "--gpu", "H100", *flags)
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_pasted_sglang_lora_flags_match_the_capplan_options() -> None:
+    """SGLang's --max-loras-per-batch / --max-lora-rank / --max-loaded-loras / --lora-target-modules are
+    read as --max-loras / --max-lora-rank / --max-cpu-loras / --lora-target-modules."""
+    line = (
+        f"python -m sglang.launch_server --model-path {LLAMA} --lora-paths a=/x b=/y --max-loras-per-batch 4 "
+        "--max-lora-rank 32 --max-loaded-loras 6 --lora-target-modules q_proj v_proj"
+    )
+    pasted = _cli("--gpu", "H100", "--json", "--from-command", line)
+    options = [
+        "--engine",
+        "sglang",
+        "--enable-lora",
+        "--max-loras",
+        "4",
+        "--max-lora-rank",
+        "32",
+        "--max-cpu-loras",
+        "6",
+    ]
+    by_hand = _cli(LLAMA, "--gpu", "H100", "--json", *options, "--lora-target-modules", "q_proj v_proj")
+    assert pasted.exit_code == 0 and by_hand.exit_code == 0, pasted.output + by_hand.output
+    got, want = json.loads(pasted.output), json.loads(by_hand.output)
+    assert got["modelled"] is True
+    assert {k: v for k, v in got.items() if k != "notes"} == {k: v for k, v in want.items() if k != "notes"}
