@@ -502,10 +502,7 @@ def estimate(
     lim = _limits(d, profile, defaults)
     inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len)
     overhead = _overhead(d, profile, inputs, notes)
-    batch = (lim.batched_tokens, lim.seqs_cap, dt.act_bytes)
-    weights, overhead, lora = charge_lora(model, d.lora, profile.engine, (d.tp, d.pp), batch, weights, overhead, notes)
-    if lora is not None and lora.not_modelled:
-        not_modelled = "; ".join(filter(None, (not_modelled, lora.not_modelled)))
+    weights, overhead, lora = charge_lora(inputs, d.lora, profile.engine, weights, overhead, notes)
     usable = int(total * lim.utilization)
     start_problem = profile.start_memory_problem(total, lim.utilization, d.other_process_bytes)
     budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)
@@ -558,7 +555,7 @@ def estimate(
         notes=tuple(notes),
         max_in_flight_tokens=lim.in_flight_tokens,
         start_reserved_units=profile.start_reserved_units,
-        not_modelled=not_modelled,
+        not_modelled="; ".join(filter(None, (not_modelled, lora.not_modelled if lora else None))) or None,
         activation_buffers=overhead.buffers,
         other_process_charged_bytes_per_gpu=charged,
         start_memory_refused=start_problem is not None,

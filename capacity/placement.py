@@ -72,6 +72,7 @@ class Layout:
             max_model_len=max_model_len or workload.model_len,
             overhead_bytes_per_gpu=workload.overhead_bytes_per_gpu,
             max_num_seqs=max_num_seqs,
+            lora=workload.adapters.lora_spec() if workload.adapters else None,
         )
 
 

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from capacity.spec import SpecError
+
+if TYPE_CHECKING:  # the feature's own types (capacity/features/lora.py imports below this module's users)
+    from capacity.features.lora import AdapterSet
 
 ENUMERATION_LIMIT = 200_000
 SOLVER_TIME_LIMIT_S = 30.0
@@ -84,6 +88,7 @@ class WorkloadProfile:
     context_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, tokens) of prompt + output
     input_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, prompt tokens)
     output_percentiles: tuple[tuple[float, int], ...] = ()  # (quantile, generated tokens)
+    adapters: AdapterSet | None = None  # LoRA adapters served: they set the plan's max_loras (features/lora.py)
 
     @property
     def model_len(self) -> int:

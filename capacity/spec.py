@@ -18,7 +18,7 @@ from capacity.kv.kinds import StateMixer as StateMixer
 from capacity.memo import per_object
 
 if TYPE_CHECKING:  # the feature specs import this module's types
-    from capacity.features.lora import LoraSpec
+    from capacity.features.lora_spec import LoraSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ workloads:
     plan_for: p95    # which percentile to size for (default: the largest given)
     max_model_len: 16384
     dtype_policy: fp8            # native | fp8-kv | fp8 | any, or {weights: [...], kv: [...]}
+    adapters: {count: 8, rank: 32}   # LoRA adapters served (or `adapters: 8`): GPU slots for each
 ```
 
 Parsing never raises for a bad entry: `load_workloads` returns the profiles it could read and one
@@ -36,6 +37,7 @@ from typing import Any
 import polars as pl
 import yaml
 
+from capacity.features.lora import AdapterSet
 from capacity.planning_types import DTYPE_POLICIES, DtypePolicy, SolverOptions, WorkloadProfile
 from capacity.procurement import workload_buckets
 from capacity.spec import GpuSku, SpecError
@@ -69,6 +71,7 @@ _WORKLOAD_KEYS = {
     "request_rate",
     "input",
     "output",
+    "adapters",
 }
 _DEFAULT_KEYS = _WORKLOAD_KEYS - {
     "name",
@@ -315,6 +318,7 @@ def profile_from(entry: dict[str, Any], defaults: dict[str, Any]) -> WorkloadPro
         context_percentiles=_percentiles(merged["context"], "context") if "context" in merged else (),
         input_percentiles=_percentiles(merged["input"], "input") if "input" in merged else (),
         output_percentiles=_percentiles(merged["output"], "output") if "output" in merged else (),
+        adapters=AdapterSet.parse(merged["adapters"]) if merged.get("adapters") is not None else None,
     )
     profile.validate()
     if profile.request_rate_per_s is not None:

@@ -23,6 +23,7 @@ engine_oracle group), and hand derivations from the engines' source, each shape 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,14 @@ from typer.testing import CliRunner
 
 from capacity.engines.kinds import Engine
 from capacity.estimate import estimate
-from capacity.features.lora import LoraSpec, lora_memory
+from capacity.features.lora import AdapterSet, LoraSpec, lora_memory
 from capacity.hf_config import parse_config
-from capacity.spec import DeploymentSpec
+from capacity.placement import Layout, size_layout
+from capacity.spec import DeploymentSpec, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
+from recommendations.workloads import profile_from
 from tests.conftest import require_oracle_venv, run_in_oracle_venv
 
 RUNNER = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "vllm_lora_buffers.py"
@@ -204,3 +207,35 @@ def test_pasted_sglang_lora_flags_match_the_capplan_options() -> None:
     got, want = json.loads(pasted.output), json.loads(by_hand.output)
     assert got["modelled"] is True
     assert {k: v for k, v in got.items() if k != "notes"} == {k: v for k, v in want.items() if k != "notes"}
+
+
+def test_workload_adapters_set_the_plans_slots() -> None:
+    """A workload's `adapters:` sets max_loras (one GPU slot per adapter unless `slots` caps it), the rank, and
+    every adapter in host memory; the placement sizes the replica with them, so it holds fewer sequences."""
+    entry = {"name": "tenants", "model": LLAMA, "target_concurrency": 16, "context_tokens": 4096}
+    served = profile_from(entry | {"adapters": {"count": 4, "rank": 64}}, {})
+    assert served.adapters is not None and served.adapters.lora_spec() == LoraSpec(4, 64, 4)
+    assert profile_from(entry | {"adapters": 3}, {}).adapters == AdapterSet(3)
+    capped = AdapterSet.parse({"count": 40, "slots": 8, "rank": 16}).lora_spec()
+    assert (capped.max_loras, capped.max_cpu_loras) == (8, 40)
+    resolved = load_model(LLAMA)
+    layout = Layout(find_gpu_sku("H100"), 1, 1, "auto", "auto")
+    plain = size_layout(resolved.spec, layout, profile_from(entry, {}), model_id=LLAMA)
+    with_adapters = size_layout(resolved.spec, layout, served, model_id=LLAMA)
+    assert not isinstance(plain, str) and not isinstance(with_adapters, str)
+    assert with_adapters.b_max < plain.b_max
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "adapters.count must be a whole number >= 1"),
+        ({"count": 2, "rank": True}, "adapters.rank must be a whole number >= 1"),
+        ({"rank": 8}, "give count"),
+        ({"count": 2, "slots": 3}, "adapters.slots (3) exceeds adapters.count (2)"),
+        ({"count": 2, "alpha": 3}, "unknown key(s) alpha"),
+    ],
+)
+def test_bad_adapters_entries_are_refused_with_a_reason(value: object, message: str) -> None:
+    with pytest.raises(SpecError, match=re.escape(message)):
+        AdapterSet.parse(value)

@@ -26,13 +26,13 @@ shrink buffer (punica_gpu.py add_lora_linear: slices x tokens x rank) beside the
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
 from capacity.dtypes import GIB, element_bytes
 from capacity.engines.kinds import Engine
+from capacity.features.lora_spec import LINEAR_TARGETS, LoraSpec, LoraTarget
 from capacity.kv.kinds import FullAttention
 from capacity.numeric import cdiv
-from capacity.overhead import Overhead
+from capacity.overhead import Overhead, OverheadInputs
 from capacity.parallel import pp_partition
 from capacity.spec import ModelSpec, SpecError
 from capacity.weights import WeightsEstimate
@@ -40,33 +40,6 @@ from capacity.weights import WeightsEstimate
 _FP32_BYTES = 4  # the punica kernels' shrink buffer (punica_gpu.py: "float32 by default", triton #1387)
 _INDEX_BYTES, _META_BYTES = 8, 4  # punica_base.py's torch.long indices, LoRAKernelMeta's int32 tensors
 
-
-class LoraTarget(StrEnum):
-    """A module group that can carry LoRA, under the names the engines' packed modules use."""
-
-    QKV = "qkv_proj"
-    OUT = "o_proj"
-    GATE_UP = "gate_up_proj"
-    DOWN = "down_proj"
-    ROUTER = "gate"
-    EMBED = "embed_tokens"
-    LM_HEAD = "lm_head"
-
-
-_LINEAR = (LoraTarget.QKV, LoraTarget.OUT, LoraTarget.GATE_UP, LoraTarget.DOWN)
-# PEFT / engine spellings -> the group they fall in (SGLang lora/utils.py get_normalized_target_modules; vLLM
-# wraps a packed module when any of its parts is targeted, model_manager.py _create_lora_modules)
-_ALIASES = {
-    **dict.fromkeys(("q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "c_attn", "wqkv"), LoraTarget.QKV),
-    **dict.fromkeys(("o_proj", "out_proj", "dense", "c_proj", "wo"), LoraTarget.OUT),
-    **dict.fromkeys(("gate_proj", "up_proj", "gate_up_proj", "w1", "w3", "fc1"), LoraTarget.GATE_UP),
-    **dict.fromkeys(("down_proj", "w2", "fc2"), LoraTarget.DOWN),
-    "gate": LoraTarget.ROUTER,
-    **dict.fromkeys(("embed_tokens", "word_embeddings", "embeddings", "wte"), LoraTarget.EMBED),
-    **dict.fromkeys(("lm_head", "output"), LoraTarget.LM_HEAD),
-}
-_ALL = ("all", "all-linear")
-_LORA_DTYPES = ("auto", "float16", "bfloat16", "fp16", "bf16")  # vLLM config/lora.py LoRADType
 
 # vLLM 0.33 architectures whose class declares `embedding_modules` (read from each class with the
 # oracle's vLLM: vllm/model_executor/models/*.py): with no --lora-target-modules their embedding (and LM
@@ -125,34 +98,6 @@ _VLLM_EMBED_ONLY = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class LoraSpec:
-    """The LoRA settings a server starts with (None: the engine's default).
-
-    vLLM: --max-loras (slots on the GPU), --max-lora-rank, --max-cpu-loras, --lora-dtype,
-    --lora-target-modules, --fully-sharded-loras. SGLang: --max-loras-per-batch (slots), --max-lora-rank,
-    --max-loaded-loras (adapters in host memory), --lora-target-modules."""
-
-    max_loras: int | None = None
-    max_lora_rank: int | None = None
-    max_cpu_loras: int | None = None
-    lora_dtype: str = "auto"  # auto (the model's dtype) | float16 | bfloat16
-    target_modules: tuple[str, ...] = ()  # () : the engine's default (vLLM: every supported module)
-    fully_sharded: bool = False  # vLLM --fully-sharded-loras: A's rank (column) / B's output (row) split by TP
-
-    def targets(self) -> frozenset[LoraTarget] | None:
-        """The module groups named, None where none is (the engine's default), "all": every linear one plus
-        the embedding and head (SGLang's auto-detection). Raises SpecError on a name no engine knows."""
-        if not self.target_modules:
-            return None
-        if any(name in _ALL for name in self.target_modules):
-            return frozenset(LoraTarget)
-        unknown = [name for name in self.target_modules if name not in _ALIASES]
-        if unknown:
-            raise SpecError(f"unknown LoRA target module {unknown[0]!r} (e.g. q_proj, o_proj, gate_proj, all)")
-        return frozenset(_ALIASES[name] for name in self.target_modules)
-
-
 def lora_spec(
     enabled: bool,
     max_loras: int | None = None,
@@ -172,13 +117,43 @@ def lora_spec(
             raise SpecError(f"{flag} must be >= 1, got {value}")
     if max_cpu_loras is not None and max_cpu_loras < (max_loras or 1):
         raise SpecError(f"--max-cpu-loras ({max_cpu_loras}) must be >= --max-loras ({max_loras or 1})")
-    dtype = (lora_dtype or "auto").lower()
-    if dtype not in _LORA_DTYPES:
-        raise SpecError(f"--lora-dtype must be one of {', '.join(_LORA_DTYPES)}, got {lora_dtype!r}")
     modules = tuple(name for name in (target_modules or "").replace(",", " ").split() if name)
-    spec = LoraSpec(max_loras, max_lora_rank, max_cpu_loras, dtype, modules, fully_sharded)
-    spec.targets()  # an unknown module name fails here, once
-    return spec
+    try:
+        return LoraSpec(max_loras, max_lora_rank, max_cpu_loras, (lora_dtype or "auto").lower(), modules, fully_sharded)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterSet:
+    """The adapters a workload serves (its `adapters:` entry): how many distinct ones, their largest rank, and
+    how many the GPU holds at once (default: all of them, so no request waits for a swap from host memory)."""
+
+    count: int
+    rank: int = 16
+    slots: int | None = None
+
+    @classmethod
+    def parse(cls, value: object) -> AdapterSet:
+        """`adapters: 4` or `adapters: {count: 40, rank: 64, slots: 8}`; SpecError with a one-line reason."""
+        fields = {"count": value} if not isinstance(value, dict) else dict(value)
+        unknown = set(fields) - {"count", "rank", "slots"}
+        if unknown:
+            raise SpecError(f"adapters: unknown key(s) {', '.join(sorted(map(str, unknown)))} (count, rank, slots)")
+        numbers: dict[str, int] = {}
+        for key, number in fields.items():
+            if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+                raise SpecError(f"adapters.{key} must be a whole number >= 1, got {number!r}")
+            numbers[key] = number
+        if "count" not in numbers:
+            raise SpecError("adapters: give count (how many distinct adapters are served)")
+        if numbers.get("slots", 1) > numbers["count"]:
+            raise SpecError(f"adapters.slots ({numbers['slots']}) exceeds adapters.count ({numbers['count']})")
+        return cls(**numbers)
+
+    def lora_spec(self) -> LoraSpec:
+        """The server settings that serve them: a GPU slot each (or `slots`), every adapter in host memory."""
+        return LoraSpec(max_loras=self.slots or self.count, max_lora_rank=self.rank, max_cpu_loras=self.count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,8 +262,8 @@ def _engine_targets(model: ModelSpec, engine: _EngineLora, spec: LoraSpec) -> fr
     if given is not None:
         return given
     if not engine.wraps_every_module:
-        return frozenset(_LINEAR)
-    default = {*_LINEAR, LoraTarget.ROUTER}
+        return frozenset(LINEAR_TARGETS)
+    default = {*LINEAR_TARGETS, LoraTarget.ROUTER}
     if model.architecture in _VLLM_EMBED_AND_HEAD:
         default |= {LoraTarget.EMBED, LoraTarget.LM_HEAD}
     elif model.architecture in _VLLM_EMBED_ONLY:
@@ -367,11 +342,9 @@ def lora_memory(
 
 
 def charge_lora(
-    model: ModelSpec,
+    inputs: OverheadInputs,
     spec: LoraSpec | None,
     engine: Engine,
-    layout: tuple[int, int],
-    batch: tuple[int, int | None, int],
     weights: WeightsEstimate,
     overhead: Overhead,
     notes: list[str],
@@ -379,11 +352,11 @@ def charge_lora(
     """The weights and overhead with `spec`'s adapters charged, as the engines charge them before the KV
     budget: the slots and metadata with the weights (vLLM allocates them inside `load_model`, so its "model
     loading" figure holds them), the profiling run's shrink buffer on the activation peak (a named term).
-    `layout`: (TP, PP); `batch`: (max_num_batched_tokens, max_num_seqs, activation bytes). Notes appended."""
+    `inputs`: the model, its layout and the profiled batch the overhead was sized for. Notes appended."""
     if spec is None:
         return weights, overhead, None
-    tokens, seqs, act_bytes = batch
-    memory = lora_memory(model, spec, engine, layout[0], layout[1], act_bytes, tokens, seqs)
+    i = inputs
+    memory = lora_memory(i.model, spec, engine, i.tp, i.pp, i.act_bytes, i.max_num_batched_tokens, i.max_num_seqs)
     notes.extend(memory.notes)
     weights = replace(weights, per_gpu_bytes=weights.per_gpu_bytes + memory.charged_bytes_per_gpu)
     if memory.shrink_buffer_bytes_per_gpu and overhead.activation_peak_bytes:
