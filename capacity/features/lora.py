@@ -335,8 +335,9 @@ def lora_memory(
     reason = None
     if not rules.read_from_source:
         reason = (
-            f"{engine.value}'s LoRA cache (its device cache fraction) was not read from its source: the adapter "
-            "slots are charged by the per-slot rule of vLLM and SGLang as an estimate"
+            f"{engine.value}'s LoRA cache was not read from its release's source (TensorRT-LLM sizes a PEFT device "
+            "cache, by default a share of the memory free after the engine loads, NVIDIA/TensorRT-LLM#6220): the "
+            "adapter slots are charged by the per-slot rule of vLLM and SGLang as an estimate"
         )
     return LoraMemory(slots, rank, dtype_bytes, slot_bytes, metadata, shrink, host, tuple(notes), reason)
 
