@@ -23,7 +23,7 @@ from capacity.engines.protocol import (
 )
 from capacity.engines.registry import engine_profile
 from capacity.engines.vllm.multimodal import multimodal_rule, rule_read_for, text_only, tower_skipped_text_only
-from capacity.features.lora import LoraMemory, charge_lora
+from capacity.features.lora import LoraMemory, charge_lora, lora_graph_cases
 from capacity.kv.kinds import StateTerms
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -617,6 +617,7 @@ def _overhead_inputs(
         max_model_len=max_model_len,
         mm_text_only=bool(d.mm_text_only),
         mm_limits=d.mm_limits,
+        cudagraph_cases=lora_graph_cases(d.lora),
     )
 
 

@@ -32,9 +32,11 @@ import pytest
 from typer.testing import CliRunner
 
 from capacity.engines.kinds import Engine
+from capacity.engines.vllm.overhead import cudagraph_capture_counts, inputs_buffers
 from capacity.estimate import estimate
 from capacity.features.lora import AdapterSet, LoraSpec, lora_memory
 from capacity.hf_config import parse_config
+from capacity.overhead import OverheadInputs
 from capacity.placement import Layout, size_layout
 from capacity.spec import DeploymentSpec, SpecError
 from models_registry.resolve import load_model
@@ -135,25 +137,36 @@ def test_targets_rank_slots_and_dtype_scale_the_slots() -> None:
 
 
 def test_estimate_charges_the_slots_before_the_kv_budget() -> None:
-    """vLLM: the budget is utilization x total - weights - overhead, and the slots and metadata join the
-    weights (load_model creates them), the profiling shrink buffer the activation peak: the KV budget loses
-    exactly their sum; the estimate stays modelled."""
+    """vLLM: the budget is utilization x total - weights - overhead. The slots and metadata join the weights
+    (load_model creates them), the profiling shrink buffer the activation peak, and the CUDA-graph estimate
+    counts twice the graphs (a set without and a set with adapters per size: cudagraph_dispatcher.py
+    _get_lora_cases), so its per-graph part doubles: the KV budget loses exactly their sum."""
     resolved = load_model(LLAMA)
     h100 = find_gpu_sku("H100")
     base = DeploymentSpec(max_model_len=8192, max_num_batched_tokens=4096)
     spec = LoraSpec(max_loras=4, max_lora_rank=64)
     plain = estimate(resolved.spec, base, gpu=h100, checkpoint_bytes=resolved.checkpoint_bytes)
-    served = replace(base, lora=spec)
-    with_lora = estimate(resolved.spec, served, gpu=h100, checkpoint_bytes=resolved.checkpoint_bytes)
+    with_lora = estimate(resolved.spec, replace(base, lora=spec), gpu=h100, checkpoint_bytes=resolved.checkpoint_bytes)
     lora = with_lora.lora
     assert lora is not None and with_lora.not_modelled is None
-    lost = lora.slot_bytes_per_gpu + lora.metadata_bytes_per_gpu + lora.shrink_buffer_bytes_per_gpu
+    graphs = with_lora.cuda_graph_bytes_per_gpu - plain.cuda_graph_bytes_per_gpu
+    assert graphs > 0
+    lost = lora.slot_bytes_per_gpu + lora.metadata_bytes_per_gpu + lora.shrink_buffer_bytes_per_gpu + graphs
     assert plain.kv_budget_bytes_per_gpu - with_lora.kv_budget_bytes_per_gpu == lost
     assert with_lora.kv_cache_tokens < plain.kv_cache_tokens
     # the gate/up shrink buffer of the profiling batch: 2 slices x 4,096 tokens x rank 64, float32
     assert (
         dict(with_lora.activation_buffers)["LoRA shrink buffer (float32, slices x tokens x rank)"] == 2 * 4096 * 64 * 4
     )
+
+
+def test_vllm_captures_twice_the_graphs_with_lora() -> None:
+    """The graph count the CUDA-graph estimate scales with doubles (the product of the capture sizes and the
+    two LoRA cases, cudagraph_dispatcher.py initialize_cudagraph_keys), for PIECEWISE and FULL alike."""
+    inputs = OverheadInputs(load_model(LLAMA).spec, 1, 1, 4096, 256, 2)
+    plain = inputs_buffers(inputs, "0.33.0").graph_count
+    assert inputs_buffers(replace(inputs, cudagraph_cases=2), "0.33.0").graph_count == 2 * plain
+    assert plain == sum(cudagraph_capture_counts(256, 4096))
 
 
 def test_trtllm_lora_is_estimated_and_says_why() -> None:

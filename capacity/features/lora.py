@@ -342,6 +342,15 @@ def lora_memory(
     return LoraMemory(slots, rank, dtype_bytes, slot_bytes, metadata, shrink, host, tuple(notes), reason)
 
 
+def lora_graph_cases(spec: LoraSpec | None) -> int:
+    """The CUDA-graph sets vLLM captures per batch size: with LoRA, one without adapters and one with
+    max_loras + 1 active (v1/cudagraph_dispatcher.py `_get_lora_cases`, `cudagraph_specialize_lora` on by
+    default, `specialize_active_lora` off: lora/utils.py get_captured_lora_counts), so its CUDA-graph
+    estimate (gpu_model_runner.py profile_cudagraph_memory: the first capture plus a charge per further
+    graph) counts twice the graphs. Read in 0.33; other engines do not read the inputs' count."""
+    return 1 if spec is None else 2
+
+
 def charge_lora(
     inputs: OverheadInputs,
     spec: LoraSpec | None,
