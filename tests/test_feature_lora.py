@@ -23,7 +23,9 @@ engine_oracle group), and hand derivations from the engines' source, each shape 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,9 +45,10 @@ from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
 from recommendations.workloads import profile_from
-from tests.conftest import require_oracle_venv, run_in_oracle_venv
+from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv
 
 RUNNER = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "vllm_lora_buffers.py"
+SGLANG_RUNNER = RUNNER.with_name("sglang_lora_buffers.py")
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 TINY = {  # one Llama decoder geometry small enough to build vLLM's layers on the CPU
@@ -83,6 +86,33 @@ def test_vllm_slots_match_vllms_own_lora_layers(tp: int, fully_sharded: bool) ->
     assert got.slot_bytes_per_gpu == 2 * per_layer + vllm["embed_tokens"] + vllm["lm_head"]
 
 
+@pytest.mark.engine_oracle
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_sglang_slots_match_sglangs_own_memory_pool(tp: int) -> None:
+    """SGLang's LoRAMemoryPool for the same geometry (2 layers), every module targeted, its own ParallelLMHead
+    sizing the head's B: capplan's slot bytes are its buffers' (embedding and head twice, the pool's quirk)."""
+    require_oracle_venv()
+    case = {"hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32, "intermediate": 512, "vocab": 1000}
+    modules = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head"]
+    case |= {"layers": 2, "rank": 16, "slots": 3, "tp": tp, "targets": modules}
+    script = SGLANG_CPU_PREAMBLE + SGLANG_RUNNER.read_text(encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ORACLE_PYTHON.parent.parent / "sglang-extra")}
+    done = subprocess.run(
+        [str(ORACLE_PYTHON), "-c", script],
+        input=json.dumps(case),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("@@sglang-lora@@ "))
+    sglang = json.loads(line.removeprefix("@@sglang-lora@@ "))["bytes"]
+    spec = LoraSpec(max_loras=3, max_lora_rank=16, target_modules=("all",))
+    assert lora_memory(parse_config(TINY), spec, Engine.SGLANG, tp, 1, 2, 2048, 16).slot_bytes_per_gpu == sglang
+
+
 def _llama() -> Any:
     return load_model(LLAMA).spec
 
@@ -105,14 +135,17 @@ def test_sglang_llama_8b_tp2_all_modules_by_hand() -> None:
     """SGLang, TP 2, --lora-target-modules all, rank 16, its default 8 slots. Per layer on one rank:
     qkv 3*16*4096 + (2048+512+512)*16 = 245,760; o 16*2048 + 4096*16 = 98,304; gate_up 2*16*4096 +
     2*7168*16 = 360,448; down 16*7168 + 4096*16 = 180,224: 884,736 x 32. Embedding A (16, 128256) and B
-    (4096, 16): 2,117,632; head A (16, 4096) and B split by TP (64128, 16): 1,091,584."""
+    (4096, 16): 2,117,632; head A (16, 4096) and B split by TP (128,256 is a multiple of 64: 64,128 rows):
+    1,091,584. Both targeted, init_buffers fills its embedding pool and its head pool with both (each
+    init_embedding_buffer call takes every EMBEDDING_NAMES target): twice."""
     spec = LoraSpec(max_lora_rank=16, target_modules=("all",))
     got = lora_memory(_llama(), spec, Engine.SGLANG, 2, 1, 2, 8192, 256)
-    assert got.slot_bytes_per_gpu == (884_736 * 32 + 2_117_632 + 1_091_584) * 8 * 2
+    assert got.slot_bytes_per_gpu == (884_736 * 32 + 2 * (2_117_632 + 1_091_584)) * 8 * 2
     assert got.metadata_bytes_per_gpu == 0 and got.shrink_buffer_bytes_per_gpu == 0
-    # host: 8 adapters (--max-loaded-loras defaults to the slots here), each whole: one rank's TP 1 figure
-    whole = lora_memory(_llama(), spec, Engine.SGLANG, 1, 1, 2, 8192, 256).slot_bytes_per_gpu
-    assert got.host_bytes_per_gpu == whole
+    # host: 8 adapters (--max-loaded-loras defaults to the slots here), each its own weights once, whole:
+    # per layer at TP 1 3*16*4096 + 6144*16 + 2*16*4096 + 2*(16*4096) + 2*14336*16 + 16*14336 + 4096*16
+    layer = 3 * 16 * 4096 + 6144 * 16 + 2 * 16 * 4096 + 2 * 16 * 4096 + 2 * 14336 * 16 + 16 * 14336 + 4096 * 16
+    assert got.host_bytes_per_gpu == (layer * 32 + 2 * 2_117_632) * 8 * 2
 
 
 def test_vllm_moe_experts_and_router_by_hand() -> None:

@@ -164,17 +164,23 @@ class _EngineLora:
     default_rank: int  # vLLM LoRAConfig.max_lora_rank = 16; SGLang infers it from --lora-paths (16 assumed)
     rank_stated_by_default: bool  # False: the engine reads the rank from the adapters, capplan assumes one
     wraps_every_module: bool  # no target modules given: every supported module (vLLM), else the adapters' own
-    head_b_split_by_tp: bool  # SGLang shards the LM head's B by TP; vLLM keeps the whole vocab on each rank
+    # SGLang shards the LM head's B as its ParallelLMHead (the vocabulary padded to 64, split by TP); vLLM keeps
+    # the whole vocabulary on each rank
+    head_b_split_by_tp: bool
+    # SGLang (mem_pool.py init_buffers): with both the embedding and the head targeted, its embedding pool and its
+    # head pool each allocate both (init_embedding_buffer takes every EMBEDDING_NAMES target), so twice the bytes;
+    # and its buffers cover every hidden layer on every PP rank (num_layer = num_hidden_layers)
+    sglang_pools: bool
     punica_metadata: bool  # vLLM's punica wrapper: index tensors of max_num_batched_tokens
     profiles_shrink_buffer: bool  # the KV budget follows a profiling run that runs the LoRA kernels (vLLM)
     read_from_source: bool  # False: the engine's own LoRA cache was not read (TensorRT-LLM): an estimate
 
 
 _ENGINE_LORA = {
-    Engine.VLLM: _EngineLora(1, 16, True, True, False, True, True, True),
-    Engine.SGLANG: _EngineLora(8, 16, False, False, True, False, False, True),
-    Engine.TRTLLM: _EngineLora(1, 16, False, False, False, False, False, False),
-    Engine.PLAIN: _EngineLora(1, 16, True, True, False, False, False, False),
+    Engine.VLLM: _EngineLora(1, 16, True, True, False, False, True, True, True),
+    Engine.SGLANG: _EngineLora(8, 16, False, False, True, True, False, False, True),
+    Engine.TRTLLM: _EngineLora(1, 16, False, False, False, False, False, False, False),
+    Engine.PLAIN: _EngineLora(1, 16, True, True, False, False, False, False, False),
 }
 
 
@@ -278,10 +284,15 @@ def _stage_elements(
     per_layer = [_layer_elements(model, i, targets, rank, tp, fs) for i in range(len(model.layer_params))]
     v, h = model.vocab_size, model.hidden_size
     embed = v * rank + h * rank if LoraTarget.EMBED in targets else 0  # A: vocab x rank, B: hidden x rank
-    head_vocab = cdiv(v, tp) if engine.head_b_split_by_tp else v
+    # SGLang's head B: rank 0's share of the vocabulary padded to 64, or to 64 x TP where TP does not divide that
+    # (vocab_parallel_embedding.py VocabParallelEmbedding.__init__, _get_indices: num_org_elements)
+    pad = 64 if cdiv(v, 64) * 64 % tp == 0 else 64 * tp
+    head_vocab = min(cdiv(v, pad) * pad // tp, v) if engine.head_b_split_by_tp else v
     head = rank * h + head_vocab * rank if LoraTarget.LM_HEAD in targets else 0
+    if engine.sglang_pools and embed and head:
+        embed, head = 2 * embed, 2 * head
     stages, start = [], 0
-    sizes = pp_partition(len(per_layer), pp)
+    sizes = [len(per_layer)] if engine.sglang_pools else pp_partition(len(per_layer), pp)
     for stage, size in enumerate(sizes):
         total = sum(n for n, _ in per_layer[start : start + size])
         total += embed if stage == 0 else 0
@@ -316,7 +327,9 @@ def lora_memory(
         meta = 2 * max_num_batched_tokens + (slots + 1) * 2 + slots + 2
         metadata = (4 * max_num_batched_tokens + 3 * seqs) * _INDEX_BYTES + 2 * meta * _META_BYTES
     shrink = 2 * max_num_batched_tokens * rank * _FP32_BYTES if rules.profiles_shrink_buffer else 0
-    whole, _ = _stage_elements(model, rules, targets, rank, 1, 1, False)
+    # an adapter in host memory is its own A and B per module, whole (the workers load unsharded checkpoints)
+    adapter = replace(rules, head_b_split_by_tp=False, sglang_pools=False)
+    whole, _ = _stage_elements(model, adapter, targets, rank, 1, 1, False)
     cpu_adapters = max(spec.max_cpu_loras or slots, slots)
     host = cpu_adapters * whole * dtype_bytes
     shown = sorted(t for t in targets if t is not LoraTarget.ROUTER or model.num_experts)
