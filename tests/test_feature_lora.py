@@ -285,3 +285,13 @@ def test_workload_adapters_set_the_plans_slots() -> None:
 def test_bad_adapters_entries_are_refused_with_a_reason(value: object, message: str) -> None:
     with pytest.raises(SpecError, match=re.escape(message)):
         AdapterSet.parse(value)
+
+
+def test_lora_settings_without_enable_lora_leave_it_off() -> None:
+    """vLLM builds no LoRA config without --enable-lora (engine/arg_utils.py create_engine_config: `lora_config = LoRAConfig(...) if self.enable_lora else None`), whatever
+    --max-loras says; SGLang likewise (--lora-paths turns it on): the pasted command is sized without adapters."""
+    line = f"vllm serve {LLAMA} --max-model-len 8192 --max-loras 4 --max-lora-rank 64"
+    off = _cli("--gpu", "H100", "--json", "--from-command", line)
+    plain = _cli(LLAMA, "--gpu", "H100", "--json", "--max-model-len", "8192")
+    assert off.exit_code == 0 and plain.exit_code == 0, off.output + plain.output
+    assert json.loads(off.output)["kv_budget_bytes_per_gpu"] == json.loads(plain.output)["kv_budget_bytes_per_gpu"]

@@ -107,11 +107,9 @@ def lora_spec(
     target_modules: str | None = None,
     fully_sharded: bool = False,
 ) -> LoraSpec | None:
-    """The spec the CLI's options ask for (None: LoRA off); a setting without --enable-lora turns it on,
-    as SGLang's --lora-paths does. Raises SpecError with a one-line reason on a value no engine accepts."""
-    named = (max_loras, max_lora_rank, max_cpu_loras, lora_dtype, target_modules)
-    if not enabled and not fully_sharded and all(value is None for value in named):
-        return None
+    """The spec the CLI's options ask for; None without --enable-lora (SGLang's --lora-paths sets it too), as the
+    engines leave LoRA off then whatever else is given. Raises SpecError with a one-line reason on a value no
+    engine accepts, enabled or not."""
     for flag, value in (("--max-loras", max_loras), ("--max-lora-rank", max_lora_rank)):
         if value is not None and value < 1:
             raise SpecError(f"{flag} must be >= 1, got {value}")
@@ -119,9 +117,10 @@ def lora_spec(
         raise SpecError(f"--max-cpu-loras ({max_cpu_loras}) must be >= --max-loras ({max_loras or 1})")
     modules = tuple(name for name in (target_modules or "").replace(",", " ").split() if name)
     try:
-        return LoraSpec(max_loras, max_lora_rank, max_cpu_loras, (lora_dtype or "auto").lower(), modules, fully_sharded)
+        spec = LoraSpec(max_loras, max_lora_rank, max_cpu_loras, (lora_dtype or "auto").lower(), modules, fully_sharded)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
+    return spec if enabled else None
 
 
 @dataclass(frozen=True, slots=True)
