@@ -295,3 +295,14 @@ def test_lora_settings_without_enable_lora_leave_it_off() -> None:
     plain = _cli(LLAMA, "--gpu", "H100", "--json", "--max-model-len", "8192")
     assert off.exit_code == 0 and plain.exit_code == 0, off.output + plain.output
     assert json.loads(off.output)["kv_budget_bytes_per_gpu"] == json.loads(plain.output)["kv_budget_bytes_per_gpu"]
+
+
+def test_vllm_3d_moe_experts_share_one_gate_up_a() -> None:
+    """gpt-oss declares is_3d_moe_weight (gpt_oss.py): its routed experts take FusedMoE3DWithLoRA, whose w13 is
+    one slice (`_w13_slices = 1`: A (slots, experts, rank, hidden), B (slots, experts, 2 x I / TP, rank)), where
+    the 2-D wrapper keeps two As. The same layers under another name differ by one A per expert and layer:
+    36 layers x 128 experts x rank 16 x hidden 2,880, bf16."""
+    model = load_model("openai/gpt-oss-120b").spec
+    fused = lora_memory(model, LoraSpec(), Engine.VLLM, 1, 1, 2, 8192, 256).slot_bytes_per_gpu
+    two_d = lora_memory(replace(model, architecture="Other"), LoraSpec(), Engine.VLLM, 1, 1, 2, 8192, 256)
+    assert two_d.slot_bytes_per_gpu - fused == 36 * 128 * 16 * 2880 * 2

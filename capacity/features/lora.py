@@ -123,6 +123,20 @@ def lora_spec(
     return spec if enabled else None
 
 
+# vLLM 0.33 architectures with `is_3d_moe_weight` (gpt_oss.py, qwen3_vl_moe.py, qwen3_5.py, interns1_pro.py,
+# qwen3_omni_moe_thinker.py; by the config architecture registry.py maps to them): their routed experts take
+# FusedMoE3DWithLoRA, one A for gate and up together
+_VLLM_3D_MOE = frozenset(
+    {
+        "GptOssForCausalLM",
+        "Qwen3VLMoeForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "InternS1ProForConditionalGeneration",
+        "Qwen3OmniMoeForConditionalGeneration",  # registry.py: the Thinker class serves it
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class AdapterSet:
     """The adapters a workload serves (its `adapters:` entry): how many distinct ones, their largest rank, and
@@ -226,9 +240,16 @@ def _module_elements(w: _Widths, rank: int, tp: int, column: bool, fully_sharded
 
 
 def _layer_elements(
-    model: ModelSpec, index: int, targets: frozenset[LoraTarget], rank: int, tp: int, fully_sharded: bool
+    model: ModelSpec,
+    index: int,
+    targets: frozenset[LoraTarget],
+    rank: int,
+    tp: int,
+    fully_sharded: bool,
+    fused_experts: bool = False,
 ) -> tuple[int, bool]:
-    """One slot's elements in decoder layer `index`, and whether its token mixer was left unsized (MLA, SSM)."""
+    """One slot's elements in decoder layer `index`, and whether its token mixer was left unsized (MLA, SSM).
+    `fused_experts`: the routed experts' gate and up share one A (vLLM's FusedMoE3DWithLoRA, `_w13_slices = 1`)."""
     h = model.hidden_size
     params = model.layer_params[index]
     cache = next((layer.cache for layer in model.layers if layer.index == index), None)
@@ -245,15 +266,16 @@ def _layer_elements(
     elif cache is not None:
         unsized = bool(targets & {LoraTarget.QKV, LoraTarget.OUT})
     experts = model.num_experts if params.experts else 0
-    mlps = [(params.mlp // (3 * h), 1)] if params.mlp else []  # a gated MLP (or shared experts): 3 x hidden x I
+    # (intermediate, how many, A slices of gate/up): a gated MLP or shared experts (3 x hidden x I), routed experts
+    mlps = [(params.mlp // (3 * h), 1, 2)] if params.mlp else []
     if experts:
-        mlps.append((params.experts // (3 * h * experts), experts))
+        mlps.append((params.experts // (3 * h * experts), experts, 1 if fused_experts else 2))
         if LoraTarget.ROUTER in targets:  # the router, a ReplicatedLinear: hidden -> experts, whole on each rank
             elements += _pair_elements(_Widths(h, experts), rank, rank, experts)
-    for intermediate, count in mlps:
+    for intermediate, count, slices in mlps:
         local = cdiv(intermediate, tp)
         if LoraTarget.GATE_UP in targets:
-            elements += count * _module_elements(_Widths(h, 2 * local, 2), rank, tp, True, fully_sharded)
+            elements += count * _module_elements(_Widths(h, 2 * local, slices), rank, tp, True, fully_sharded)
         if LoraTarget.DOWN in targets:
             elements += count * _module_elements(_Widths(local, h), rank, tp, False, fully_sharded)
     return elements, unsized
@@ -280,7 +302,8 @@ def _stage_elements(
     model: ModelSpec, engine: _EngineLora, targets: frozenset[LoraTarget], rank: int, tp: int, pp: int, fs: bool
 ) -> tuple[int, int]:
     """One slot's elements on the most loaded pipeline stage, and the layers whose mixer was not sized."""
-    per_layer = [_layer_elements(model, i, targets, rank, tp, fs) for i in range(len(model.layer_params))]
+    fused = engine.wraps_every_module and model.architecture in _VLLM_3D_MOE
+    per_layer = [_layer_elements(model, i, targets, rank, tp, fs, fused) for i in range(len(model.layer_params))]
     v, h = model.vocab_size, model.hidden_size
     embed = v * rank + h * rank if LoraTarget.EMBED in targets else 0  # A: vocab x rank, B: hidden x rank
     # SGLang's head B: rank 0's share of the vocabulary padded to 64, or to 64 x TP where TP does not divide that
