@@ -38,6 +38,7 @@ from capacity import numeric
 from capacity.engines import Engine, registry
 from capacity.engines.vllm.profile import VllmProfile
 from capacity.estimate import Estimate
+from capacity.features.lora import LoraSpec
 from capacity.features.offload import UnsizedConnector, WeightOffload
 from capacity.features.speculative import SpecMethod, SpeculativeSpec
 from capacity.numeric import Num
@@ -87,7 +88,9 @@ class ObservedSettings:
     triton_kernels: bool | None = None  # the optional package ran (vLLM 0.10.2-0.11.x MXFP4 on Hopper)
     disable_custom_all_reduce: bool | None = None  # vLLM --disable-custom-all-reduce
     gpu_peer_access: bool | None = None  # False: vLLM said the P2P test failed
-    unmodelled_features: tuple[str, ...] = ()  # lora | speculative | cpu_offload | dp_attention | kv_connector
+    unmodelled_features: tuple[
+        str, ...
+    ] = ()  # lora (sized at the engine's defaults) | speculative | cpu_offload | dp_attention | kv_connector
     other_process_bytes: int | None = None  # in use on the GPU when the engine started (total - free, as printed)
 
 
@@ -147,7 +150,7 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         triton_kernels=s.triton_kernels,
         disable_custom_all_reduce=s.disable_custom_all_reduce,
         gpu_peer_access=s.gpu_peer_access,
-        lora="lora" in s.unmodelled_features or None,
+        lora=LoraSpec() if "lora" in s.unmodelled_features else None,  # the log's server: the engine's defaults
         # a log says speculative decoding ran, not with what draft: flagged, not sized
         speculative=SpeculativeSpec(SpecMethod.UNKNOWN) if "speculative" in s.unmodelled_features else None,
         dp_attention="dp_attention" in s.unmodelled_features or None,

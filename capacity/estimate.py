@@ -24,6 +24,7 @@ from capacity.engines.protocol import (
 from capacity.engines.registry import engine_profile
 from capacity.engines.vllm.multimodal import multimodal_rule, rule_read_for, text_only, tower_skipped_text_only
 from capacity.features.kv_budget import token_capped_pool
+from capacity.features.lora import LoraMemory, charge_lora, lora_graph_cases
 from capacity.features.offload import KVTier
 from capacity.features.offload_sizing import (
     budget_after_offload,
@@ -113,6 +114,7 @@ class Estimate:
     prefix_cached_tokens: int = 0  # tokens of the shared prefix held once (whole blocks; prefix caching)
     b_max_without_prefix: int = 0  # B_max were every sequence to hold the shared prefix itself
     prefix_caching: PrefixCaching = NO_PREFIX_CACHING_STATED  # as deployed: the prefill reads its hit rate
+    lora: LoraMemory | None = None  # the LoRA adapters' memory (GPU, charged with the weights; host), if served
 
     def b_max_at(self, context_tokens: int) -> int:
         """B_max at another context, the shared prefix held once as at the estimate's own."""
@@ -333,10 +335,7 @@ def assumed_off_notes(d: DeploymentSpec, assumed_off: frozenset[str]) -> list[st
     """The features the profile does not size and the deployment does not declare, said assumed off."""
     out: list[str] = []
     if {"lora", "cpu_offload"} <= assumed_off and not (d.lora or d.weight_offload):
-        out.append(
-            "assumed no LoRA adapters and no CPU offload (neither is modelled: with LoRA, add the adapters' "
-            "weights and buffers with --overhead-gib)"
-        )
+        out.append("assumed no LoRA adapters (--enable-lora sizes their slots) and no CPU offload (--cpu-offload-gb sizes it)")
     if KV_CONNECTOR in assumed_off and not d.kv_offload:
         out.append(
             "assumed no KV connector or offload (--kv-transfer-config, --kv-offloading-size: LMCache's GPU buffers "
@@ -540,6 +539,7 @@ def estimate(
     lim = _limits(d, profile, defaults, draft.default_max_num_seqs)
     inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len)
     overhead = _overhead(d, profile, inputs, notes)
+    weights, overhead, lora = charge_lora(inputs, d.lora, profile.engine, weights, overhead, notes)
     usable = int(total * lim.utilization)
     start_problem = profile.start_memory_problem(total, lim.utilization, d.other_process_bytes)
     budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)
@@ -597,7 +597,7 @@ def estimate(
         notes=tuple(notes),
         max_in_flight_tokens=lim.in_flight_tokens,
         start_reserved_units=profile.start_reserved_units,
-        not_modelled=not_modelled,
+        not_modelled="; ".join(filter(None, (not_modelled, lora.not_modelled if lora else None))) or None,
         activation_buffers=overhead.buffers,
         other_process_charged_bytes_per_gpu=charged,
         start_memory_refused=start_problem is not None,
@@ -605,6 +605,7 @@ def estimate(
         kv_budget_given=d.kv_cache_memory_bytes is not None,
         kv_tiers=_tiers(d, per_token_gpu, pool, lim.block_size, model.is_mla, gpu),
         prefix_caching=d.prefix_caching,
+        lora=lora,
         **f.fields(),  # type: ignore[arg-type]
     )
 
@@ -688,6 +689,7 @@ def _overhead_inputs(
         max_model_len=max_model_len,
         mm_text_only=bool(d.mm_text_only),
         mm_limits=d.mm_limits,
+        cudagraph_cases=lora_graph_cases(d.lora),
     )
 
 

@@ -246,6 +246,12 @@ def speed_derivation(pf: Performance) -> list[str]:
     return lines
 
 
+def _lora_part(est: Estimate) -> str:
+    """The LoRA adapter slots the weights line holds (the engines create them with the model), where served."""
+    lora = est.lora
+    return f"; with {_gib(lora.charged_bytes_per_gpu)} of LoRA adapter slots" if lora is not None else ""
+
+
 def _budget_lines(est: Estimate) -> list[str]:
     """Usable memory, weights, overhead, and the KV budget as the engine's `kv_budget` forms it: usable less
     the rest, or (TensorRT-LLM) the fraction of what is free after them; a budget given is said to be."""
@@ -263,7 +269,7 @@ def _budget_lines(est: Estimate) -> list[str]:
         budget = f"{_gib(est.usable_bytes_per_gpu)} - {weights} - {overhead}{_others(est)}"
     lines = [
         usable,
-        f"   weights  = {weights} ({est.weights_source})",
+        f"   weights  = {weights} ({est.weights_source}{_lora_part(est)})",
         f"   overhead = activation peak {_gib(est.activation_peak_bytes_per_gpu)} + non-torch "
         f"{_gib(est.non_torch_bytes_per_gpu)} + CUDA graphs {_gib(est.cuda_graph_bytes_per_gpu)} = {overhead}",
         *(f"     {name:<66} {_gib(n)}" for name, n in est.activation_buffers),

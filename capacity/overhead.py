@@ -43,6 +43,7 @@ class OverheadInputs:
     max_model_len: int = 0  # what a multimodal model's dummy items follow (0: the model's context limit)
     mm_text_only: bool = False  # every modality limited to 0: no encoder profiling (vLLM 0.11+)
     mm_limits: tuple[tuple[str, int], ...] = ()  # vLLM --limit-mm-per-prompt counts (unnamed: 999)
+    cudagraph_cases: int = 1  # graphs vLLM captures per size: 2 with LoRA (features/lora.py lora_graph_cases)
 
     def profiled_batch(self) -> tuple[int, int]:
         """The batched tokens and sequences of the profiling pass: at least one token, and 256 sequences

@@ -75,6 +75,7 @@ class Layout:
             max_num_seqs=max_num_seqs,
             prefix_caching=workload.prefix_caching,
             speculative=workload.speculative,
+            lora=workload.adapters.lora_spec() if workload.adapters else None,
         )
 
 

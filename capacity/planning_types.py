@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from capacity.features.prefix_caching import NO_PREFIX_CACHING_STATED, PrefixCaching
 from capacity.features.speculative import SpeculativeSpec
 from capacity.spec import SpecError
+
+if TYPE_CHECKING:  # the feature's own types (capacity/features/lora.py imports below this module's users)
+    from capacity.features.lora import AdapterSet
 
 ENUMERATION_LIMIT = 200_000
 SOLVER_TIME_LIMIT_S = 30.0
@@ -91,6 +95,7 @@ class WorkloadProfile:
     # speculative decoding on every replica, and the draft's per-token acceptance rate on this traffic
     speculative: SpeculativeSpec | None = None
     acceptance_rate: float | None = None
+    adapters: AdapterSet | None = None  # LoRA adapters served: they set the plan's max_loras (features/lora.py)
 
     @property
     def model_len(self) -> int:

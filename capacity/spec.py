@@ -19,7 +19,8 @@ from capacity.kv.kinds import LayerCache
 from capacity.kv.kinds import StateMixer as StateMixer
 from capacity.memo import per_object
 
-if TYPE_CHECKING:  # at run time capacity.engines (which the offload specs' module reads) imports this module
+if TYPE_CHECKING:  # these feature specs' modules import this module (through capacity.engines or its types)
+    from capacity.features.lora_spec import LoraSpec
     from capacity.features.offload import KVOffload, WeightOffload
 
 
@@ -331,9 +332,10 @@ class DeploymentSpec:
     max_num_seqs: int | None = None
     async_scheduling: bool | None = None  # None: the engine's default (vLLM: on for GPUs; the CPU build: off)
     enforce_eager: bool | None = None  # no CUDA graphs: none captured, none deducted (vLLM --enforce-eager)
+    # LoRA adapters served (--enable-lora and its settings): their slots are sized (capacity/features/lora.py)
+    lora: LoraSpec | None = None
     # engine features that move the memory and that capplan does not size: a deployment that declares
     # one is flagged `not_modelled` (sized as if the feature were off), never silently
-    lora: bool | None = None  # --enable-lora: adapter weights and LoRA buffers
     weight_offload: WeightOffload | None = None  # --cpu-offload-gb: weights kept in host memory (features.offload)
     # speculative decoding: the method and draft, sized by `capacity.features.speculative_memory`
     speculative: SpeculativeSpec | None = None
@@ -371,7 +373,6 @@ class DeploymentSpec:
     def unmodelled_features(self) -> tuple[str, ...]:
         """The declared features capplan does not size, as the estimate names them."""
         named = (
-            (self.lora, "LoRA adapters (their weights and buffers)"),
             (self.weight_offload, self.weight_offload.unmodelled() if self.weight_offload else None),
             (
                 self.speculative is not None and self.speculative.method is SpecMethod.UNKNOWN,

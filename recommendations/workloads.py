@@ -22,6 +22,7 @@ workloads:
     prefix_hit_rate: 0.6         # share of prompt tokens served from the prefix cache (TTFT, what it buys)
     speculative: {method: eagle3, model: ID, num_speculative_tokens: 3}   # optional: vLLM's spelling
     acceptance_rate: 0.7         # optional: the draft's per-token acceptance rate (TPOT and tokens/s)
+    adapters: {count: 8, rank: 32}   # LoRA adapters served (or `adapters: 8`): GPU slots for each
 ```
 
 Parsing never raises for a bad entry: `load_workloads` returns the profiles it could read and one
@@ -41,6 +42,7 @@ from typing import Any
 import polars as pl
 import yaml
 
+from capacity.features.lora import AdapterSet
 from capacity.features.prefix_caching import PrefixCaching
 from capacity.features.speculative import SpeculativeConfigError, SpeculativeSpec, from_vllm_config
 from capacity.offload_procurement import HostMemoryPrice
@@ -82,6 +84,7 @@ _WORKLOAD_KEYS = {
     "prefix_hit_rate",
     "speculative",
     "acceptance_rate",
+    "adapters",
 }
 _DEFAULT_KEYS = _WORKLOAD_KEYS - {
     "name",
@@ -369,6 +372,7 @@ def profile_from(entry: dict[str, Any], defaults: dict[str, Any]) -> WorkloadPro
         acceptance_rate=_number(merged["acceptance_rate"], "acceptance_rate")
         if merged.get("acceptance_rate") is not None
         else None,
+        adapters=AdapterSet.parse(merged["adapters"]) if merged.get("adapters") is not None else None,
     )
     profile.validate()
     if profile.request_rate_per_s is not None:

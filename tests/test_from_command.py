@@ -137,7 +137,8 @@ def test_unsized_flags_are_flagged() -> None:
     contract = _json("--from-command", line)
     assert contract["modelled"] is False
     assert any("--num-gpu-blocks-override" in n and n.startswith("not modelled") for n in contract["notes"])
-    assert any("LoRA" in n and n.startswith("not modelled") for n in contract["notes"])
+    assert not any("LoRA" in n and n.startswith("not modelled") for n in contract["notes"])  # LoRA is sized
+    assert any(n.startswith("LoRA: 1 adapter slot(s) of rank 16") for n in contract["notes"])
 
 
 def test_an_explicit_capplan_option_wins_and_says_so() -> None:

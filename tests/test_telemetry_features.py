@@ -60,7 +60,8 @@ def test_the_prediction_deducts_no_graphs_and_is_flagged(tmp_path: Path) -> None
     assert deployment.enforce_eager and deployment.lora and deployment.speculative
     est = estimate(resolved.spec, deployment, gpu=find_gpu_sku("H100"), checkpoint_bytes=resolved.checkpoint_bytes)
     assert est.cuda_graph_bytes_per_gpu == 0
-    assert est.not_modelled is not None and "LoRA" in est.not_modelled and "speculative" in est.not_modelled
+    assert est.not_modelled is not None and "LoRA" not in est.not_modelled and "speculative" in est.not_modelled
+    assert est.lora is not None and est.lora.slots == 1 and est.lora.rank == 16  # vLLM LoRAConfig's defaults
 
 
 # vllm#23278's H100 log (the 0.10.1 era) and the 0.10.2-0.11.x selection lines, as vLLM prints them

@@ -4,7 +4,7 @@ Every flag the engine's own parser accepts is accepted (capacity/engines/command
 from the parsers by tools/engine_flags.py). Each flag is one of three things here:
 
 * applied: it maps to a `capplan estimate` option (`-tp 2` -> tp=2, `--quantization fp8` -> weight dtype fp8);
-* unsized: it moves memory capplan does not size (LoRA, a draft model, CPU offload, a KV connector, ...):
+* unsized: it moves memory capplan does not size (a draft model, CPU offload, a KV connector, ...):
   the estimate is flagged not modelled, the flag named;
 * ignored: it does not change the memory or the batch (`--host`, `--port`, `--served-model-name`,
   `--api-key`, logging, `--enable-chunked-prefill`, ...): named in one note line.
@@ -101,6 +101,12 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "limit_mm_per_prompt": ("limit_mm_per_prompt", _TEXT),
         "language_model_only": ("language_model_only", _SWITCH),
         "enable_prefix_caching": ("enable_prefix_caching", _SWITCH),
+        "max_loras": ("max_loras", _INT),
+        "max_lora_rank": ("max_lora_rank", _INT),
+        "max_cpu_loras": ("max_cpu_loras", _INT),
+        "lora_dtype": ("lora_dtype", _TEXT),
+        "lora_target_modules": ("lora_target_modules", _TEXT),
+        "fully_sharded_loras": ("fully_sharded_loras", _SWITCH),
     },
     Engine.SGLANG: {
         "tp_size": ("tp", _INT),
@@ -127,6 +133,10 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "hicache_ratio": ("hicache_ratio", _FLOAT),
         "hicache_size": ("hicache_size", _INT),
         "disable_radix_cache": ("enable_prefix_caching", _OFF),
+        "max_loras_per_batch": ("max_loras", _INT),
+        "max_lora_rank": ("max_lora_rank", _INT),
+        "max_loaded_loras": ("max_cpu_loras", _INT),
+        "lora_target_modules": ("lora_target_modules", _TEXT),
     },
     Engine.TRTLLM: {
         "tensor_parallel_size": ("tp", _INT),
@@ -141,17 +151,16 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
 # flags that move the memory and that capplan does not size (beyond the named estimate options)
 _UNSIZED: dict[Engine, frozenset[str]] = {
     Engine.VLLM: frozenset({
-        "lora_modules", "enable_expert_parallel", "enable_eplb", "eplb_config",
+        "enable_expert_parallel", "enable_eplb", "eplb_config",
         "decode_context_parallel_size", "prefill_context_parallel_size", "compilation_config",
-        "cudagraph_capture_sizes", "max_cudagraph_capture_size", "max_loras", "max_lora_rank",
-        "max_cpu_loras", "swap_space", "num_gpu_blocks_override", "calculate_kv_scales", "kv_sharing_fast_prefill",
+        "cudagraph_capture_sizes", "max_cudagraph_capture_size", "swap_space", "num_gpu_blocks_override", "calculate_kv_scales", "kv_sharing_fast_prefill",
         "mamba_cache_dtype", "mamba_ssm_cache_dtype", "mamba_cache_mode", "mm_encoder_tp_mode",
         "mm_processor_kwargs", "max_logprobs", "hf_overrides", "override_generation_config", "load_format",
         "pooler_config", "runner", "convert", "enable_sleep_mode", "config", "optimization_level",
     }),
     Engine.SGLANG: frozenset({
         "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "ep_size",
-        "moe_a2a_backend", "enable_eplb", "dp_size", "attn_cp_size", "max_lora_rank", "max_loaded_loras",
+        "moe_a2a_backend", "enable_eplb", "dp_size", "attn_cp_size",
         "mamba_ssm_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio", "json_model_override_args",
         "load_format", "enable_mixed_chunk", "disaggregation_mode", "config", "enable_memory_saver",
         "enable_torch_compile", "torch_compile_max_bs", "piecewise_cuda_graph_max_tokens",

@@ -18,6 +18,7 @@ from capacity.engines.vllm.multimodal import parse_mm_limits
 from capacity.estimate import Estimate
 from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
+from capacity.features.lora import LoraSpec, lora_spec
 from capacity.features.prefix_caching import PrefixCaching
 from capacity.performance import LatencyTargets, Performance, efficiency_for, perf_inputs, performance
 from capacity.serving import Lengths, Load, ServingResult, simulate
@@ -176,7 +177,32 @@ GpuPeerAccessOption = Annotated[
     ),
 ]
 EnableLoraOption = Annotated[
-    bool, typer.Option("--enable-lora", help="LoRA adapters are served (not sized: the row is flagged not modelled).")
+    bool, typer.Option("--enable-lora", help="LoRA adapters are served: their GPU slots are charged before the KV cache.")
+]
+MaxLorasOption = Annotated[
+    int | None,
+    typer.Option("--max-loras", metavar="N", help="LoRA slots on the GPU (vLLM default 1; SGLang's per-batch 8)."),
+]
+MaxLoraRankOption = Annotated[
+    int | None, typer.Option("--max-lora-rank", metavar="R", help="The largest adapter rank (default 16).")
+]
+MaxCpuLorasOption = Annotated[
+    int | None,
+    typer.Option("--max-cpu-loras", metavar="N", help="Adapters kept in host memory (default: --max-loras)."),
+]
+LoraDtypeOption = Annotated[
+    str | None, typer.Option("--lora-dtype", metavar="DTYPE", help="auto (the model's) | float16 | bfloat16.")
+]
+LoraTargetModulesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--lora-target-modules",
+        metavar="NAMES",
+        help="Modules with LoRA, e.g. 'q_proj,v_proj' or all (default: vLLM every supported one).",
+    ),
+]
+FullyShardedLorasOption = Annotated[
+    bool, typer.Option("--fully-sharded-loras", help="vLLM splits the adapters' rank / output over TP too.")
 ]
 CpuOffloadGbOption = Annotated[
     float | None,
@@ -359,6 +385,12 @@ def estimate(
     disable_custom_all_reduce: DisableCustomAllReduceOption = False,
     gpu_peer_access: GpuPeerAccessOption = None,
     enable_lora: EnableLoraOption = False,
+    max_loras: MaxLorasOption = None,
+    max_lora_rank: MaxLoraRankOption = None,
+    max_cpu_loras: MaxCpuLorasOption = None,
+    lora_dtype: LoraDtypeOption = None,
+    lora_target_modules: LoraTargetModulesOption = None,
+    fully_sharded_loras: FullyShardedLorasOption = False,
     cpu_offload_gb: CpuOffloadGbOption = None,
     speculative: SpeculativeOption = False,
     speculative_config: SpeculativeConfigOption = None,
@@ -422,7 +454,9 @@ def _estimate(
     context: int | None, concurrency: int | None, input_len: int | None, output_len: int | None,
     max_model_len: int | None, async_scheduling: bool | None, enforce_eager: bool, allow_long_max_model_len: bool,
     triton_kernels: bool | None,
-    disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool,
+    disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool, max_loras: int | None,
+    max_lora_rank: int | None, max_cpu_loras: int | None, lora_dtype: str | None, lora_target_modules: str | None,
+    fully_sharded_loras: bool,
     speculative: SpeculativeArgs, enable_dp_attention: bool,
     limit_mm_per_prompt: str | None, language_model_only: bool, enable_prefix_caching: bool | None,
     shared_prefix_tokens: int | None, prefix_hit_rate: float | None, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
@@ -463,6 +497,7 @@ def _estimate(
         fail("give --gpu SKU, or --gpu-memory-gib for hardware not in the catalog")
     bench = _Bench.checked(request_rate, burst, num_prompts, simulate_load)
     prefix = _prefix_caching(enable_prefix_caching, shared_prefix_tokens, prefix_hit_rate)
+    lora = _lora(enable_lora, max_loras, max_lora_rank, max_cpu_loras, lora_dtype, lora_target_modules, fully_sharded_loras)
     resolved, sku = _resolved(model, gpu)
     weight_offload, kv_offload = oo.offload_specs(engine, offload)
     deployment = DeploymentSpec(
@@ -480,7 +515,7 @@ def _estimate(
         triton_kernels=triton_kernels,
         disable_custom_all_reduce=disable_custom_all_reduce or None,
         gpu_peer_access=gpu_peer_access,
-        lora=enable_lora or None,
+        lora=lora,
         weight_offload=weight_offload,
         speculative=speculative.spec(resolved.spec),
         kv_offload=kv_offload,
@@ -560,7 +595,8 @@ _PASTED_OPTIONS = {
         "kv_transfer_config", "enable_dp_attention", "engine", "engine_version", "limit_mm_per_prompt",
         "language_model_only", "kv_offloading_size", "kv_offloading_backend", "enable_hierarchical_cache",
         "hicache_ratio", "hicache_size", "lmcache_max_local_cpu_size", "lmcache_max_local_disk_size", "lmcache_chunk_size",
-        "enable_prefix_caching", "max_total_tokens",
+        "enable_prefix_caching", "max_total_tokens", "max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype",
+        "lora_target_modules", "fully_sharded_loras",
     )
 }
 
@@ -626,6 +662,14 @@ def _prefix_caching(enabled: bool | None, shared_prefix_tokens: int | None, hit_
     if problem:
         fail(f"--shared-prefix-tokens / --prefix-hit-rate: {problem}")
     return prefix
+def _lora(
+    enabled: bool, slots: int | None, rank: int | None, cpu: int | None, dtype: str | None, targets: str | None, fs: bool
+) -> LoraSpec | None:
+    """The LoRA spec the options ask for (None: off); a one-line error where a value is refused."""
+    try:
+        return lora_spec(enabled, slots, rank, cpu, dtype, targets, fs)
+    except SpecError as exc:
+        fail(str(exc))
 
 
 def _mm_limits(text: str | None) -> tuple[tuple[str, int], ...]:

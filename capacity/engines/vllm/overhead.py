@@ -386,6 +386,7 @@ def inputs_buffers(inputs: OverheadInputs, version: str) -> ProfilingBuffers:
         flashinfer_sampler=i.flashinfer_sampler,
         peer_link_gpus=i.peer_link_gpus,
     )
+    buffers = replace(buffers, graph_count=buffers.graph_count * i.cudagraph_cases)
     tower = i.model.vision
     if tower is None or i.mm_text_only:
         return buffers
