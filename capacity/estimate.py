@@ -35,7 +35,7 @@ from capacity.features.offload_sizing import (
 )
 from capacity.features.prefix_cache_engines import prefix_cache_rule
 from capacity.features.prefix_caching import NO_PREFIX_CACHING_STATED, PrefixCaching
-from capacity.features.speculative_memory import draft_sizing
+from capacity.features.speculative_memory import DraftSizing, draft_sizing
 from capacity.kv.kinds import StateTerms
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -335,7 +335,9 @@ def assumed_off_notes(d: DeploymentSpec, assumed_off: frozenset[str]) -> list[st
     """The features the profile does not size and the deployment does not declare, said assumed off."""
     out: list[str] = []
     if {"lora", "cpu_offload"} <= assumed_off and not (d.lora or d.weight_offload):
-        out.append("assumed no LoRA adapters (--enable-lora sizes their slots) and no CPU offload (--cpu-offload-gb sizes it)")
+        out.append(
+            "assumed no LoRA adapters (--enable-lora sizes their slots) and no CPU offload (--cpu-offload-gb sizes it)"
+        )
     if KV_CONNECTOR in assumed_off and not d.kv_offload:
         out.append(
             "assumed no KV connector or offload (--kv-transfer-config, --kv-offloading-size: LMCache's GPU buffers "
@@ -502,6 +504,92 @@ def _pool_figures(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Memory:
+    """The memory side of one deployment on one GPU: every term before the pool is built."""
+
+    model: ModelSpec  # as served (a multimodal model served text-only loses its tower)
+    profile: EngineProfile
+    total: int
+    dt: _Dtypes
+    draft: DraftSizing
+    max_model_len: int
+    auto_fit: bool
+    per_token: int
+    per_token_gpu: int
+    state_terms: list[tuple[StateTerms, int]]
+    defaults: EngineDefaults
+    lim: _Limits
+    weights: WeightsEstimate
+    overhead: Overhead
+    lora: LoraMemory | None
+    usable: int
+    start_problem: str | None
+    budget: int
+    charged: int
+
+
+def _memory(
+    model: ModelSpec,
+    d: DeploymentSpec,
+    profile: EngineProfile,
+    gpu: GpuSku | None,
+    checkpoint_bytes: int | None,
+    notes: list[str],
+) -> _Memory:
+    """Defaults, dtypes, bytes per token, weights, overhead and the KV budget, each from the engine profile
+    and the features the deployment declares (speculative decoding, LoRA, offload)."""
+    total = d.gpu_memory_bytes if d.gpu_memory_bytes is not None else (gpu.memory_total_bytes if gpu else 0)
+    model = _multimodal(model, d, profile, notes)
+    draft = draft_sizing(model, d, profile.engine, notes)  # speculative decoding: the draft's weights and KV layers
+    max_model_len, auto_fit = _max_model_len(model, d, notes)
+    dt = _dtypes(model, d, profile)
+    state_terms = state_terms_per_gpu(
+        model, dt.act_bytes, dt.ssm_bytes, d.tp, d.pp, conv_without_current=profile.conv_state_without_current
+    )
+    weights = draft.with_weights(_weights(model, d, profile, gpu, checkpoint_bytes, notes))
+    defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
+    lim = _limits(d, profile, defaults, draft.default_max_num_seqs)
+    inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len)
+    overhead = _overhead(d, profile, inputs, notes)
+    weights, overhead, lora = charge_lora(inputs, d.lora, profile.engine, weights, overhead, notes)
+    usable = int(total * lim.utilization)
+    per_token_gpu = kv_bytes_per_token_per_gpu(draft.pool_model, dt.kv_bytes, d.tp, d.pp)
+    budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)
+    budget = _offload_budget(d, budget, per_token_gpu, lim.block_size, model, total - usable, notes)
+    return _Memory(
+        model,
+        profile,
+        total,
+        dt,
+        draft,
+        max_model_len,
+        auto_fit,
+        kv_bytes_per_token(draft.pool_model, dt.kv_bytes),
+        per_token_gpu,
+        state_terms,
+        defaults,
+        lim,
+        weights,
+        overhead,
+        lora,
+        usable,
+        profile.start_memory_problem(total, lim.utilization, d.other_process_bytes),
+        budget,
+        charged,
+    )
+
+
+def _pool(m: _Memory, d: DeploymentSpec, notes: list[str]) -> KVPool:
+    """The tightest stage's pool over the budget (SGLang's --max-total-tokens caps it)."""
+    request = _pool_request(m.draft.pool_model, d, m.budget, m.dt, m.lim, m.defaults.state_checkpoints)
+    pool = _tightest_pool(m.profile, request, notes)
+    pool, capped = token_capped_pool(pool, m.profile.engine, d.max_total_tokens)
+    notes.extend([capped] if capped else [])
+    notes.extend(_in_flight_notes(d, m.profile, m.lim, pool, m.max_model_len))
+    return pool
+
+
 def estimate(
     model: ModelSpec,
     deployment: DeploymentSpec,
@@ -521,91 +609,67 @@ def estimate(
     if gpu is None and d.gpu_memory_bytes is None and d.kv_cache_memory_bytes is None:
         raise SpecError("no GPU: give --gpu, or --gpu-memory-gib for hardware not in the catalog")
     validate_parallelism(model, d.tp, d.pp, gpu)
-    total = d.gpu_memory_bytes if d.gpu_memory_bytes is not None else (gpu.memory_total_bytes if gpu else 0)
     notes: list[str] = []
     not_modelled = _unmodelled(model, d, profile, notes)
-    model = _multimodal(model, d, profile, notes)
-    draft = draft_sizing(model, d, profile.engine, notes)  # speculative decoding: the draft's weights and KV layers
-    max_model_len, auto_fit = _max_model_len(model, d, notes)
-    dt = _dtypes(model, d, profile)
-    per_token = kv_bytes_per_token(draft.pool_model, dt.kv_bytes)
-    per_token_gpu = kv_bytes_per_token_per_gpu(draft.pool_model, dt.kv_bytes, d.tp, d.pp)
-    state_terms = state_terms_per_gpu(
-        model, dt.act_bytes, dt.ssm_bytes, d.tp, d.pp, conv_without_current=profile.conv_state_without_current
-    )
-    state_gpu = sum(terms.total_bytes * n for terms, n in state_terms)
-    weights = draft.with_weights(_weights(model, d, profile, gpu, checkpoint_bytes, notes))
-    defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
-    lim = _limits(d, profile, defaults, draft.default_max_num_seqs)
-    inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len)
-    overhead = _overhead(d, profile, inputs, notes)
-    weights, overhead, lora = charge_lora(inputs, d.lora, profile.engine, weights, overhead, notes)
-    usable = int(total * lim.utilization)
-    start_problem = profile.start_memory_problem(total, lim.utilization, d.other_process_bytes)
-    budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)
-    budget = _offload_budget(d, budget, per_token_gpu, lim.block_size, model, total - usable, notes)
-    request = _pool_request(draft.pool_model, d, budget, dt, lim, defaults.state_checkpoints)
-    pool = _tightest_pool(profile, request, notes)
-    pool, capped = token_capped_pool(pool, profile.engine, d.max_total_tokens)
-    notes.extend([capped] if capped else [])
-    notes.extend(_in_flight_notes(d, profile, lim, pool, max_model_len))
-    limit = model.context_limit_tokens
+    m = _memory(model, d, profile, gpu, checkpoint_bytes, notes)
+    pool = _pool(m, d, notes)
+    limit = m.model.context_limit_tokens
     f = _pool_figures(
         profile,
         pool,
-        budget,
-        weights,
-        usable,
-        per_token_gpu,
+        m.budget,
+        m.weights,
+        m.usable,
+        m.per_token_gpu,
         limit,
-        max_model_len,
-        auto_fit,
-        lim,
+        m.max_model_len,
+        m.auto_fit,
+        m.lim,
         context_tokens,
         concurrency,
-        start_problem,
+        m.start_problem,
         d.prefix_caching,
     )
     notes.extend(_prefix_notes(d, profile, f))
-    start = StartRequest(model, gpu, weights.format_name, f.max_model_len, d.allow_long_max_model_len, dt.kv_name)
+    start = StartRequest(m.model, gpu, m.weights.format_name, f.max_model_len, d.allow_long_max_model_len, m.dt.kv_name)
     f = _checked_start(f, profile, start, limit)
     return Estimate(
-        model=model_name or model.architecture,
+        model=model_name or m.model.architecture,
         gpu=gpu.id if gpu else "custom",
         engine=profile.engine.value,
         engine_version=profile.version,
         tp=d.tp,
         pp=d.pp,
-        weight_dtype=weights.format_name,
-        kv_dtype=dt.kv_dtype_name,
-        gpu_memory_bytes=total,
-        gpu_memory_utilization=lim.utilization,
+        weight_dtype=m.weights.format_name,
+        kv_dtype=m.dt.kv_dtype_name,
+        gpu_memory_bytes=m.total,
+        gpu_memory_utilization=m.lim.utilization,
         target_concurrency=concurrency,
-        kv_bytes_per_token=per_token,
-        kv_bytes_per_token_per_gpu=per_token_gpu,
-        state_bytes_per_sequence_per_gpu=state_gpu,
-        weights_bytes_per_gpu=weights.per_gpu_bytes,
-        weights_source=weights.source,
-        activation_peak_bytes_per_gpu=overhead.activation_peak_bytes,
-        non_torch_bytes_per_gpu=overhead.non_torch_bytes,
-        cuda_graph_bytes_per_gpu=overhead.cuda_graph_bytes,
-        overhead_bytes_per_gpu=overhead.total_bytes,
-        usable_bytes_per_gpu=usable,
-        kv_budget_bytes_per_gpu=budget,
+        kv_bytes_per_token=m.per_token,
+        kv_bytes_per_token_per_gpu=m.per_token_gpu,
+        state_bytes_per_sequence_per_gpu=sum(terms.total_bytes * n for terms, n in m.state_terms),
+        weights_bytes_per_gpu=m.weights.per_gpu_bytes,
+        weights_source=m.weights.source,
+        activation_peak_bytes_per_gpu=m.overhead.activation_peak_bytes,
+        non_torch_bytes_per_gpu=m.overhead.non_torch_bytes,
+        cuda_graph_bytes_per_gpu=m.overhead.cuda_graph_bytes,
+        overhead_bytes_per_gpu=m.overhead.total_bytes,
+        usable_bytes_per_gpu=m.usable,
+        kv_budget_bytes_per_gpu=m.budget,
         pool=pool,
         model_context_limit=limit,
         notes=tuple(notes),
-        max_in_flight_tokens=lim.in_flight_tokens,
+        max_in_flight_tokens=m.lim.in_flight_tokens,
         start_reserved_units=profile.start_reserved_units,
-        not_modelled="; ".join(filter(None, (not_modelled, lora.not_modelled if lora else None))) or None,
-        activation_buffers=overhead.buffers,
-        other_process_charged_bytes_per_gpu=charged,
-        start_memory_refused=start_problem is not None,
-        state_terms=tuple(state_terms),
+        not_modelled="; ".join(filter(None, (not_modelled, m.lora.not_modelled if m.lora else None))) or None,
+        activation_buffers=m.overhead.buffers,
+        other_process_charged_bytes_per_gpu=m.charged,
+        start_memory_refused=m.start_problem is not None,
+        state_terms=tuple(m.state_terms),
         kv_budget_given=d.kv_cache_memory_bytes is not None,
-        kv_tiers=_tiers(d, per_token_gpu, pool, lim.block_size, model.is_mla, gpu),
+        kv_tiers=_tiers(d, m.per_token_gpu, pool, m.lim.block_size, m.model.is_mla, gpu),
         prefix_caching=d.prefix_caching,
-        lora=lora,
+        lora=m.lora,
         **f.fields(),  # type: ignore[arg-type]
     )
 
@@ -628,6 +692,8 @@ def _tiers(
     if d.kv_offload is None:
         return ()
     return kv_tiers(d.kv_offload, sizing(d.kv_offload, per_token_gpu, pool, block_size, d.tp, d.pp, is_mla), gpu)
+
+
 def _prefix_notes(d: DeploymentSpec, profile: EngineProfile, f: _PoolFigures) -> list[str]:
     """What the prefix cache did to B_max, where a shared prefix or a hit rate was stated."""
     problem = d.prefix_caching.problem()
