@@ -40,7 +40,7 @@ from capacity.engines.vllm.profile import VllmProfile
 from capacity.estimate import Estimate
 from capacity.numeric import Num
 from capacity.pool import ChargeTerms, KVPool, PoolUnit, b_max, max_concurrency, max_context
-from capacity.spec import DeploymentSpec, ModelSpec
+from capacity.spec import DeploymentSpec, ModelSpec, SpecError
 
 DEFAULT_MIN_OBSERVATIONS = 3
 DEFAULT_CONFIDENCE = 0.9
@@ -87,6 +87,7 @@ class ObservedSettings:
     gpu_peer_access: bool | None = None  # False: vLLM said the P2P test failed
     unmodelled_features: tuple[str, ...] = ()  # lora | speculative | cpu_offload | dp_attention | kv_connector
     other_process_bytes: int | None = None  # in use on the GPU when the engine started (total - free, as printed)
+    dp: int | None = None  # attention DP ranks (SGLang --dp-size with DP attention, vLLM --data-parallel-size)
 
 
 _KV_DTYPES = {None: "auto", "auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
@@ -145,11 +146,18 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         gpu_peer_access=s.gpu_peer_access,
         lora="lora" in s.unmodelled_features or None,
         speculative="speculative" in s.unmodelled_features or None,
-        dp_attention="dp_attention" in s.unmodelled_features or None,
+        dp=_observed_dp(s),
         kv_connector="kv_connector" in s.unmodelled_features or None,
         cpu_offload_gib=UNKNOWN_OFFLOAD_GIB if "cpu_offload" in s.unmodelled_features else None,
         other_process_bytes=s.other_process_bytes or 0,
     )
+
+
+def _observed_dp(s: ObservedSettings) -> int:
+    """The attention DP ranks a log ran with; DP attention on with its size not carried cannot be sized per rank."""
+    if s.dp is None and "dp_attention" in s.unmodelled_features:
+        raise SpecError("DP attention was on and the log does not say its --dp-size: the per-rank pool is not sized")
+    return s.dp or 1
 
 
 def engine_series(engine: str, version: str | None) -> str | None:
@@ -595,7 +603,9 @@ def fit_speed(
             pairs = [(o.deployment_id, r) for o in members if (r := o.ratios.get(term)) is not None and r > 0]
             if not pairs:
                 continue
-            fitted = band([r for _d, r in pairs], confidence=confidence, resamples=resamples, seed=f"{key.label()}:{term}")
+            fitted = band(
+                [r for _d, r in pairs], confidence=confidence, resamples=resamples, seed=f"{key.label()}:{term}"
+            )
             row = CalibrationRow(
                 key, term, RATIO, len(pairs), fitted, len(measured) >= min_observations, tuple(d for d, _r in pairs)
             )

@@ -23,6 +23,7 @@ from capacity.engines.protocol import (
 )
 from capacity.engines.registry import engine_profile
 from capacity.engines.vllm.multimodal import multimodal_rule, rule_read_for, text_only, tower_skipped_text_only
+from capacity.features.parallel_layout import RankLayout, rank_layout
 from capacity.kv.kinds import StateTerms
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_terms_per_gpu
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -218,13 +219,25 @@ def _weights(
     gpu: GpuSku | None,
     checkpoint_bytes: int | None,
     notes: list[str],
+    layout: RankLayout,
 ) -> WeightsEstimate:
     if d.weights_bytes_per_gpu is not None:
         return WeightsEstimate(
             d.weights_bytes_per_gpu, d.weights_bytes_per_gpu * d.tp * d.pp, d.weight_dtype, "override"
         )
-    weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, profile.engine)
+    shards = None if layout.plain else layout.weight_shards(model)
+    weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, profile.engine, shards)
     return with_layout_extra(weights, profile, model, d.tp, d.pp, gpu, notes, d.triton_kernels)
+
+
+def _rank_layout(
+    model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, gpu: GpuSku | None
+) -> tuple[RankLayout, DeploymentSpec]:
+    """The TP / PP sizes checked, the DP-attention / expert-parallel / DCP layout (`capacity.features.
+    parallel_layout`) and the deployment as one DP rank runs it (SGLang's batch limits are the DP group's)."""
+    validate_parallelism(model, d.tp, d.pp, gpu)
+    layout = rank_layout(profile.engine, model, d.tp, d.dp, d.ep, d.dcp)
+    return layout, layout.per_rank(d)
 
 
 def _overhead(d: DeploymentSpec, profile: EngineProfile, inputs: OverheadInputs, notes: list[str]) -> Overhead:
@@ -313,10 +326,9 @@ def assumed_off_notes(d: DeploymentSpec, assumed_off: frozenset[str]) -> list[st
             "assumed no KV connector (--kv-transfer-config: LMCache and the like hold GPU buffers capplan "
             "does not size; a public LMCache log has a 25 % smaller pool than the estimate)"
         )
-    if {"speculative", "dp_attention"} <= assumed_off and not (d.speculative or d.dp_attention):
+    if "speculative" in assumed_off and not d.speculative:
         out.append(
-            "assumed no speculative decoding and no DP attention (not modelled: a draft model adds its "
-            "weights and a second KV pool; DP attention sizes a pool per attention rank)"
+            "assumed no speculative decoding (not modelled: a draft model adds its weights and a second KV pool)"
         )
     return out
 
@@ -485,7 +497,7 @@ def estimate(
     profile = engine_profile(d.engine, d.engine_version)
     if gpu is None and d.gpu_memory_bytes is None and d.kv_cache_memory_bytes is None:
         raise SpecError("no GPU: give --gpu, or --gpu-memory-gib for hardware not in the catalog")
-    validate_parallelism(model, d.tp, d.pp, gpu)
+    layout, d = _rank_layout(model, d, profile, gpu)
     total = d.gpu_memory_bytes if d.gpu_memory_bytes is not None else (gpu.memory_total_bytes if gpu else 0)
     notes: list[str] = []
     not_modelled = _unmodelled(model, d, profile, notes)
@@ -493,12 +505,13 @@ def estimate(
     max_model_len, auto_fit = _max_model_len(model, d, notes)
     dt = _dtypes(model, d, profile)
     per_token = kv_bytes_per_token(model, dt.kv_bytes)
-    per_token_gpu = kv_bytes_per_token_per_gpu(model, dt.kv_bytes, d.tp, d.pp)
+    atp = layout.attention_tp  # the TP that splits attention and its KV
+    per_token_gpu = kv_bytes_per_token_per_gpu(model, dt.kv_bytes, atp, d.pp)
     state_terms = state_terms_per_gpu(
-        model, dt.act_bytes, dt.ssm_bytes, d.tp, d.pp, conv_without_current=profile.conv_state_without_current
+        model, dt.act_bytes, dt.ssm_bytes, atp, d.pp, conv_without_current=profile.conv_state_without_current
     )
     state_gpu = sum(terms.total_bytes * n for terms, n in state_terms)
-    weights = _weights(model, d, profile, gpu, checkpoint_bytes, notes)
+    weights = _weights(model, d, profile, gpu, checkpoint_bytes, notes, layout)
     defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
     lim = _limits(d, profile, defaults)
     inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len)
@@ -506,8 +519,8 @@ def estimate(
     usable = int(total * lim.utilization)
     start_problem = profile.start_memory_problem(total, lim.utilization, d.other_process_bytes)
     budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)
-    request = _pool_request(model, d, budget, dt, lim, defaults.state_checkpoints)
-    pool = _tightest_pool(profile, request, notes)
+    request = _pool_request(model, d, budget, dt, lim, defaults.state_checkpoints, atp)
+    pool = layout.dcp_pool(_tightest_pool(profile, request, notes))
     notes.extend(_in_flight_notes(d, profile, lim, pool, max_model_len))
     limit = model.context_limit_tokens
     f = _pool_figures(
@@ -527,6 +540,7 @@ def estimate(
     )
     start = StartRequest(model, gpu, weights.format_name, f.max_model_len, d.allow_long_max_model_len, dt.kv_name)
     f = _checked_start(f, profile, start, limit)
+    notes.extend(layout.notes(d.pp, f.b_max))
     return Estimate(
         model=model_name or model.architecture,
         gpu=gpu.id if gpu else "custom",
@@ -620,16 +634,23 @@ def _overhead_inputs(
 
 
 def _pool_request(
-    model: ModelSpec, d: DeploymentSpec, budget: int, dt: _Dtypes, lim: _Limits, state_checkpoints: bool
+    model: ModelSpec,
+    d: DeploymentSpec,
+    budget: int,
+    dt: _Dtypes,
+    lim: _Limits,
+    state_checkpoints: bool,
+    attention_tp: int,
 ) -> PoolRequest:
-    """What each stage's pool is built from (a negative budget builds an empty pool)."""
+    """What each stage's pool is built from (a negative budget builds an empty pool); the attention TP splits
+    the KV (the TP, or its share under SGLang's DP attention)."""
     return PoolRequest(
         model,
         max(budget, 0),
         dt.kv_bytes,
         dt.ssm_bytes,
         dt.act_bytes,
-        d.tp,
+        attention_tp,
         d.pp,
         lim.block_size,
         lim.batched_tokens,

@@ -326,7 +326,6 @@ class DeploymentSpec:
     lora: bool | None = None  # --enable-lora: adapter weights and LoRA buffers
     cpu_offload_gib: float | None = None  # --cpu-offload-gb: weights kept in host memory
     speculative: bool | None = None  # a draft model or MTP head: its weights and its own KV
-    dp_attention: bool | None = None  # SGLang --enable-dp-attention: a KV pool per attention DP rank
     kv_connector: bool | None = None  # vLLM --kv-transfer-config (LMCache and the like): the connector's GPU buffers
     # whether gpt-oss's MXFP4 experts on Hopper run the OAI Triton kernels: the optional `triton_kernels`
     # package installed beside vLLM 0.10.2-0.11.x (bundled from 0.12); False: Marlin (the package missing, or
@@ -344,6 +343,12 @@ class DeploymentSpec:
     # modality: `mm_limits`): no encoder profiling, and from vLLM 0.11 no tower weights
     mm_text_only: bool | None = None
     mm_limits: tuple[tuple[str, int], ...] = ()  # vLLM --limit-mm-per-prompt: items per prompt by modality
+    # DP attention, expert parallel, decode context parallel (`capacity.features.parallel_layout` reads them per
+    # engine): attention data-parallel ranks (a KV pool and a scheduler each), the expert-parallel width (1:
+    # experts split by tensor parallel), the GPUs one request's KV is split over
+    dp: int = 1
+    ep: int = 1
+    dcp: int = 1
 
     def all_reduce_peer_gpus(self, gpu_peer_link_gpus: int | None) -> int | None:
         """The GPUs among which vLLM's custom all-reduce can run for this deployment (the `peer_link_gpus`
@@ -361,7 +366,6 @@ class DeploymentSpec:
             (self.lora, "LoRA adapters (their weights and buffers)"),
             (self.cpu_offload_gib, _offload_text(self.cpu_offload_gib)),
             (self.speculative, "speculative decoding (the draft's weights and KV)"),
-            (self.dp_attention, "DP attention (a KV pool per attention rank)"),
             (self.kv_connector, "a KV connector (--kv-transfer-config: its GPU buffers)"),
         )
         return tuple(text for flag, text in named if flag)
