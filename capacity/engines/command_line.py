@@ -93,6 +93,9 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "quantization": ("dtype", "quantization"),
         "limit_mm_per_prompt": ("limit_mm_per_prompt", _TEXT),
         "language_model_only": ("language_model_only", _SWITCH),
+        "data_parallel_size": ("dp", _INT),
+        "enable_expert_parallel": ("enable_expert_parallel", _SWITCH),
+        "decode_context_parallel_size": ("dcp", _INT),
     },
     Engine.SGLANG: {
         "tp_size": ("tp", _INT),
@@ -110,6 +113,9 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "speculative_algorithm": ("speculative", "present"),
         "enable_dp_attention": ("enable_dp_attention", _SWITCH),
         "quantization": ("dtype", "quantization"),
+        "dp_size": ("dp", _INT),  # attention DP only with --enable-dp-attention (`_sglang_replicas`)
+        "attn_dp_size": ("dp", _INT),
+        "ep_size": ("ep", _INT),
     },
     Engine.TRTLLM: {
         "tensor_parallel_size": ("tp", _INT),
@@ -124,8 +130,7 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
 # flags that move the memory and that capplan does not size (beyond the named estimate options)
 _UNSIZED: dict[Engine, frozenset[str]] = {
     Engine.VLLM: frozenset({
-        "kv_offloading_size", "kv_offloading_backend", "lora_modules", "enable_expert_parallel", "enable_eplb", "eplb_config",
-        "decode_context_parallel_size", "prefill_context_parallel_size", "compilation_config",
+        "kv_offloading_size", "kv_offloading_backend", "lora_modules", "enable_eplb", "eplb_config", "prefill_context_parallel_size", "compilation_config",
         "cudagraph_capture_sizes", "max_cudagraph_capture_size", "max_loras", "max_lora_rank",
         "max_cpu_loras", "swap_space", "num_gpu_blocks_override", "calculate_kv_scales", "kv_sharing_fast_prefill",
         "mamba_cache_dtype", "mamba_ssm_cache_dtype", "mamba_cache_mode", "mm_encoder_tp_mode",
@@ -133,8 +138,8 @@ _UNSIZED: dict[Engine, frozenset[str]] = {
         "pooler_config", "runner", "convert", "enable_sleep_mode", "config", "optimization_level",
     }),
     Engine.SGLANG: frozenset({
-        "max_total_tokens", "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "ep_size",
-        "moe_a2a_backend", "enable_eplb", "dp_size", "attn_cp_size", "max_lora_rank", "max_loaded_loras",
+        "max_total_tokens", "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs",
+        "moe_a2a_backend", "enable_eplb", "attn_cp_size", "max_lora_rank", "max_loaded_loras",
         "speculative_draft_model_path", "enable_hierarchical_cache", "hicache_ratio", "hicache_size",
         "mamba_ssm_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio", "json_model_override_args",
         "load_format", "enable_mixed_chunk", "disaggregation_mode", "config", "enable_memory_saver",
@@ -221,7 +226,20 @@ def read_command(text: str) -> EngineCommand:
     command = _read_args(engine, release, args)
     if allow_long:
         command = replace(command, options={**command.options, "allow_long_max_model_len": True})
-    return command
+    return _sglang_replicas(command)
+
+
+def _sglang_replicas(command: EngineCommand) -> EngineCommand:
+    """SGLang's --dp-size without DP attention: router replicas, each a whole TP group sized alone (no attention
+    DP ranks); --attn-dp-size and --dp-size with --enable-dp-attention are attention DP."""
+    spelled = ("--dp-size", "--data-parallel-size", "--dp")
+    if command.engine is not Engine.SGLANG or command.options.get("enable_dp_attention"):
+        return command
+    if not any(flag in spelled for flag in command.applied) or any("attn" in flag for flag in command.applied):
+        return command
+    options = {name: value for name, value in command.options.items() if name != "dp"}
+    note = f"--dp-size {command.options['dp']} without DP attention: replicas, each sized alone"
+    return replace(command, options=options, notes=(*command.notes, note))
 
 
 # the engines' variables that let max_model_len exceed the model's limit (vLLM config/model.py, SGLang environ.py)

@@ -156,3 +156,9 @@ def rank_layout(engine: Engine, model: ModelSpec, tp: int, dp: int = 1, ep: int 
     if ep > 1 and not model.num_experts:
         raise SpecError(f"expert parallel size {ep} for a model without routed experts")
     return rule(tp, dp, ep, dcp)
+
+
+def expert_parallel_width(engine: Engine, tp: int, dp: int) -> int:
+    """The EP width expert parallel switched on gives: every MoE rank (vLLM --enable-expert-parallel: tp x dp;
+    SGLang's former --enable-ep-moe: ep_size = tp)."""
+    return tp if engine is Engine.SGLANG else tp * dp

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from capacity.dtypes import GIB, KV_DTYPES, WEIGHT_DTYPES
-from capacity.engines import ENGINE_NAMES
+from capacity.engines import ENGINE_NAMES, Engine
 from capacity.engines.command_line import CommandLineError, EngineCommand, read_command, table_release
 from capacity.engines.vllm.multimodal import parse_mm_limits
 from capacity.estimate import Estimate
 from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
+from capacity.features.parallel_layout import expert_parallel_width
 from capacity.performance import LatencyTargets, Performance, efficiency_for, perf_inputs, performance
 from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.serving.targets import WithinTargets, batch_within_targets
@@ -180,7 +181,33 @@ SpeculativeConfigOption = Annotated[
     ),
 ]
 EnableDpAttentionOption = Annotated[
-    bool, typer.Option("--enable-dp-attention", help="SGLang DP attention (not sized: flagged).")
+    bool, typer.Option("--enable-dp-attention", help="SGLang's spelling beside --dp: --dp is the attention DP size.")
+]
+DpOption = Annotated[
+    int,
+    typer.Option(
+        "--dp",
+        "--data-parallel-size",
+        metavar="N",
+        help="Attention data-parallel ranks, a KV pool each (vLLM: N engines of --tp GPUs; SGLang: N groups "
+        "splitting --tp); the experts span them all.",
+    ),
+]
+EpOption = Annotated[
+    int, typer.Option("--ep", metavar="N", help="Expert-parallel width: whole experts per rank (1: split by TP).")
+]
+EnableExpertParallelOption = Annotated[
+    bool,
+    typer.Option("--enable-expert-parallel", help="Experts split whole over EP = tp x dp (vLLM) or tp (SGLang)."),
+]
+DcpOption = Annotated[
+    int,
+    typer.Option(
+        "--dcp",
+        "--decode-context-parallel-size",
+        metavar="N",
+        help="vLLM decode context parallel: each request's KV split over N of the TP ranks.",
+    ),
 ]
 LimitMmPerPromptOption = Annotated[
     str | None,
@@ -336,6 +363,10 @@ def estimate(
     speculative: SpeculativeOption = False,
     speculative_config: SpeculativeConfigOption = None,
     enable_dp_attention: EnableDpAttentionOption = False,
+    dp: DpOption = 1,
+    ep: EpOption = 1,
+    enable_expert_parallel: EnableExpertParallelOption = False,
+    dcp: DcpOption = 1,
     kv_transfer_config: KvTransferConfigOption = None,
     limit_mm_per_prompt: LimitMmPerPromptOption = None,
     language_model_only: LanguageModelOnlyOption = False,
@@ -376,7 +407,8 @@ def _estimate(
     max_model_len: int | None, async_scheduling: bool | None, enforce_eager: bool, allow_long_max_model_len: bool,
     triton_kernels: bool | None,
     disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool, cpu_offload_gb: float | None,
-    speculative: bool, speculative_config: str | None, enable_dp_attention: bool, kv_transfer_config: str | None,
+    speculative: bool, speculative_config: str | None, enable_dp_attention: bool, dp: int, ep: int,
+    enable_expert_parallel: bool, dcp: int, kv_transfer_config: str | None,
     limit_mm_per_prompt: str | None, language_model_only: bool, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
     max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
     weights_gib: float | None, overhead_gib: float | None, other_process_gib: float | None,
@@ -388,7 +420,7 @@ def _estimate(
     if model is None:
         fail("give MODEL, or the engine's command line with --from-command")
     _check_ranges(
-        {"--tp": tp, "--pp": pp},
+        {"--tp": tp, "--pp": pp, "--dp": dp, "--ep": ep, "--dcp": dcp},
         {
             "--context": context,
             "--concurrency": concurrency,
@@ -432,7 +464,9 @@ def _estimate(
         cpu_offload_gib=cpu_offload_gb or None,
         speculative=(speculative or speculative_config is not None) or None,
         kv_connector=kv_transfer_config is not None or None,
-        dp_attention=enable_dp_attention or None,
+        dp=dp,
+        ep=expert_parallel_width(Engine(engine), tp, dp) if enable_expert_parallel else ep,
+        dcp=dcp,
         mm_text_only=language_model_only or None,
         mm_limits=mm_limits,
         block_size=block_size,
@@ -500,7 +534,7 @@ _PASTED_OPTIONS = {
         "max_num_batched_tokens", "block_size", "enforce_eager", "async_scheduling", "disable_custom_all_reduce",
         "allow_long_max_model_len",
         "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
-        "kv_transfer_config", "enable_dp_attention", "engine", "engine_version", "limit_mm_per_prompt",
+        "kv_transfer_config", "enable_dp_attention", "dp", "ep", "enable_expert_parallel", "dcp", "engine", "engine_version", "limit_mm_per_prompt",
         "language_model_only",
     )
 }
