@@ -1,6 +1,6 @@
-"""Declared engine features capplan does not size (LoRA, CPU offload, speculative decoding, DP
-attention): the estimate flags the deployment (`modelled: false`, the feature named) and sizes it as if
-the feature were off, never silently."""
+"""Declared engine features capplan does not size (LoRA, CPU offload, speculative decoding): the estimate
+flags the deployment (`modelled: false`, the feature named) and sizes it as if the feature were off, never
+silently."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_each_declared_feature_flags_the_row_and_keeps_the_numbers() -> None:
     plain = _json()
     for flags, word in ((["--enable-lora"], "LoRA"), (["--cpu-offload-gb", "4"], "CPU offload of 4 GiB"),
                         (["--speculative-config", '{"method": "eagle"}'], "speculative"),
-                        (["--speculative"], "speculative"), (["--enable-dp-attention"], "DP attention"),
+                        (["--speculative"], "speculative"),
                         (["--kv-transfer-config", '{"kv_connector": "LMCacheConnectorV1"}'], "KV connector")):  # fmt: skip
         out = _json(*flags)
         assert out["modelled"] is False and word in str(out["not_modelled"]), flags
@@ -41,9 +41,9 @@ def test_each_declared_feature_flags_the_row_and_keeps_the_numbers() -> None:
 
 def test_model_level_and_deployment_level_reasons_are_joined() -> None:
     resolved = load_model(MODEL)
-    est = estimate(resolved.spec, DeploymentSpec(lora=True, dp_attention=True, engine="sglang"), gpu=find_gpu_sku("H100"),
+    est = estimate(resolved.spec, DeploymentSpec(lora=True, speculative=True, engine="sglang"), gpu=find_gpu_sku("H100"),
                    checkpoint_bytes=resolved.checkpoint_bytes)  # fmt: skip
-    assert est.not_modelled == "LoRA adapters (their weights and buffers); DP attention (a KV pool per attention rank)"
+    assert est.not_modelled == "LoRA adapters (their weights and buffers); speculative decoding (the draft's weights and KV)"
     assert not any(note.startswith("assumed no LoRA") for note in est.notes)
     assert not any(note.startswith("assumed no speculative") for note in est.notes)
 
