@@ -98,6 +98,7 @@ class Estimate:
     # the most loaded GPU's state layers, (terms, layers of that shape): state_bytes_per_sequence_per_gpu's sum
     state_terms: tuple[tuple[StateTerms, int], ...] = ()
     kv_budget_given: bool = False  # the KV budget was given (--kv-cache-memory-bytes), not formed from the rest
+    layout: RankLayout | None = None  # DP attention / expert parallel / DCP (None: the TP layout); figures per DP rank
 
     def b_max_at(self, context_tokens: int) -> int:
         return b_max(self.pool, context_tokens, self.max_num_seqs, self.max_model_len)
@@ -510,7 +511,6 @@ def estimate(
     state_terms = state_terms_per_gpu(
         model, dt.act_bytes, dt.ssm_bytes, atp, d.pp, conv_without_current=profile.conv_state_without_current
     )
-    state_gpu = sum(terms.total_bytes * n for terms, n in state_terms)
     weights = _weights(model, d, profile, gpu, checkpoint_bytes, notes, layout)
     defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
     lim = _limits(d, profile, defaults)
@@ -555,7 +555,7 @@ def estimate(
         target_concurrency=concurrency,
         kv_bytes_per_token=per_token,
         kv_bytes_per_token_per_gpu=per_token_gpu,
-        state_bytes_per_sequence_per_gpu=state_gpu,
+        state_bytes_per_sequence_per_gpu=sum(terms.total_bytes * n for terms, n in state_terms),
         weights_bytes_per_gpu=weights.per_gpu_bytes,
         weights_source=weights.source,
         activation_peak_bytes_per_gpu=overhead.activation_peak_bytes,
@@ -575,6 +575,7 @@ def estimate(
         start_memory_refused=start_problem is not None,
         state_terms=tuple(state_terms),
         kv_budget_given=d.kv_cache_memory_bytes is not None,
+        layout=None if layout.plain else layout,
         **f.fields(),  # type: ignore[arg-type]
     )
 

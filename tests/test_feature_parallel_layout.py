@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from capacity.engines.command_line import read_command
 from capacity.estimate import Estimate, estimate
+from capacity.performance import DEFAULT_EFFICIENCY, performance
 from capacity.spec import DeploymentSpec, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
@@ -171,3 +172,39 @@ def test_the_cli_sizes_the_layout_and_refuses_what_the_engines_refuse() -> None:
 def test_expert_parallel_needs_experts() -> None:
     with pytest.raises(SpecError, match="without routed experts"):
         estimate(load_model("Qwen/Qwen3-8B").spec, DeploymentSpec(ep=2, tp=2), gpu=find_gpu_sku("H100"))
+
+
+def test_the_all_to_all_is_in_the_step_cost() -> None:
+    """DP 8 x EP 8, attention TP 1: no all-reduce; each of 58 MoE layers dispatches and combines every token's
+    hidden state (7168 bf16 values) to its 8 experts, 7/8 of them on other ranks, over H200's NVLink (450 GB/s
+    in the catalog), plus the collective latency each way."""
+    gpu = find_gpu_sku("H200")
+    est = _estimate(tp=1, dp=8, ep=8, max_model_len=8192)
+    batch = 32
+    perf = performance(
+        _model(),
+        est,
+        gpu,
+        concurrency=batch,
+        input_tokens=1000,
+        output_tokens=1000,
+        chunk_tokens=8192,
+        eff=DEFAULT_EFFICIENCY,
+    )
+    assert gpu.interconnect_gbps is not None
+    payload_bytes = batch * 8 * HIDDEN * 2 * 7 / 8
+    by_hand_s = (
+        2 * MOE_LAYERS * (payload_bytes / (gpu.interconnect_gbps * 1e9) + DEFAULT_EFFICIENCY.allreduce_latency_s)
+    )
+    assert perf.decode_comm_ms == pytest.approx(by_hand_s * 1e3, rel=1e-9)
+    plain = performance(
+        _model(),
+        _estimate(tp=1, max_model_len=8192),
+        gpu,
+        concurrency=batch,
+        input_tokens=1000,
+        output_tokens=1000,
+        chunk_tokens=8192,
+        eff=DEFAULT_EFFICIENCY,
+    )
+    assert plain.decode_comm_ms == 0.0

@@ -65,6 +65,13 @@ class RankLayout:
         whole = Fraction(math.ceil(num_experts / self.ep), num_experts) if num_experts and self.ep > 1 else Fraction(1)
         return whole / (self.expert_ranks // self.ep)
 
+    @property
+    def token_exchange_ranks(self) -> int:
+        """The ranks an MoE layer's tokens travel between: with EP, or with DP ranks whose tokens meet in the MoE
+        layers sharded over all of them (vLLM's all2all backends run for DP > 1 with or without EP: `FusedMoE`
+        dispatch/combine; SGLang gathers the DP groups' tokens), all the MoE ranks; else none beyond TP (1)."""
+        return self.expert_ranks if self.ep > 1 or self.dp > 1 else 1
+
     def weight_shards(self, model: ModelSpec) -> WeightShards:
         """How this layout splits the weights (`capacity.weights.estimate_weights`)."""
         return WeightShards(
