@@ -453,6 +453,12 @@ class _Checker:
         return simulate(est, inputs, load, efficiency_for(est.engine, gpu))
 
 
+DP_NOT_PLANNED = (
+    "a DP-attention x expert-parallel layout: sized for procurement and marts.recommended_placements, "
+    "not yet simulated or written as a deploy command here"
+)
+
+
 def place_model(model: ServedModel, query: PlaceQuery, gpus: Sequence[GpuSku]) -> PlaceAnswer:
     """The `query.top` cheapest options that pass the screen (and, at a rate, the simulated check)."""
     profile = query.profile(model.model_id)
@@ -466,6 +472,9 @@ def place_model(model: ServedModel, query: PlaceQuery, gpus: Sequence[GpuSku]) -
     queue: list[tuple[tuple[object, ...], int, ServingOption]] = []
     for i, option in enumerate(screened.options):
         gpu = by_id[option.gpu]
+        if option.dp > 1:  # sized and priced (procurement, the placements mart); no plan or command for it here yet
+            rejected.setdefault(option.gpu, []).append(DP_NOT_PLANNED)
+            continue
         try:
             est = _estimate_for(model, option, gpu, profile)
             rate = _replica_rate(option, model, est, gpu, query) if query.request_rate_per_s is not None else 0.0

@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 from capacity.engines.command_line import read_command
 from capacity.estimate import Estimate, estimate
 from capacity.performance import DEFAULT_EFFICIENCY, performance
+from capacity.placement import place
+from capacity.planning_types import WorkloadProfile
 from capacity.spec import DeploymentSpec, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
@@ -208,3 +210,19 @@ def test_the_all_to_all_is_in_the_step_cost() -> None:
         eff=DEFAULT_EFFICIENCY,
     )
     assert plain.decode_comm_ms == 0.0
+
+
+def test_dp_layouts_are_placement_candidates_for_moe_models_only() -> None:
+    """On one 8 x H200 node, vLLM's DP x EP layouts (tp 1/2/4 x dp 8/4/2, EP 8) join the TP candidates of an MoE
+    model: a replica is the DP group (8 GPUs, dp x the per-rank B_max); a dense model gets none."""
+    gpu = find_gpu_sku("H200")
+    workload = WorkloadProfile("chat", (MODEL,), target_concurrency=256, context_tokens=8192, gpus=(gpu.id,))
+    result = place(_model(), workload, [gpu], model_id=MODEL)
+    dp8 = [o for o in result.options if o.dp == 8]
+    assert [(o.tp, o.ep, o.gpus_per_replica) for o in dp8] == [(1, 8, 8)]
+    deployment = DeploymentSpec(tp=1, dp=8, ep=8, max_model_len=8192)
+    per_rank = estimate(_model(), deployment, gpu=gpu, context_tokens=8192)
+    assert dp8[0].b_max == 8 * per_rank.b_max
+    assert {(o.tp, o.dp) for o in result.options} >= {(8, 1), (1, 8), (2, 4), (4, 2)}
+    dense = place(load_model("Qwen/Qwen3-8B").spec, workload, [gpu], model_id="Qwen/Qwen3-8B")
+    assert dense.options and all(o.dp == 1 for o in dense.options)

@@ -169,3 +169,25 @@ def expert_parallel_width(engine: Engine, tp: int, dp: int) -> int:
     """The EP width expert parallel switched on gives: every MoE rank (vLLM --enable-expert-parallel: tp x dp;
     SGLang's former --enable-ep-moe: ep_size = tp)."""
     return tp if engine is Engine.SGLANG else tp * dp
+
+
+@dataclass(frozen=True, slots=True)
+class DataParallelCandidate:
+    """One DP-attention x expert-parallel layout a placement sizes beside the TP ones."""
+
+    tp: int
+    dp: int
+    ep: int
+
+
+def dp_candidates(engine: Engine, model: ModelSpec, tps: list[int], node_gpus: int) -> list[DataParallelCandidate]:
+    """The DP x EP layouts large MoE models are served with, one node each (experts split whole over it): vLLM
+    `-tp T -dp node/T --enable-expert-parallel` for each valid T below the node, SGLang `--tp node --dp-size D
+    --ep-size node` for each D dividing it. Only MoE models, and only where the layout differs from a TP row
+    (dp >= 2): the grid of options stays small. TensorRT-LLM's are not sized (`rank_layout`)."""
+    if not model.num_experts or not tps or engine not in (Engine.VLLM, Engine.SGLANG):
+        return []
+    node = max(tps)
+    if engine is Engine.SGLANG:
+        return [DataParallelCandidate(node, dp, node) for dp in (2, 4, 8) if dp <= node and node % dp == 0]
+    return [DataParallelCandidate(tp, node // tp, node) for tp in tps if tp < node and node % tp == 0]

@@ -1,7 +1,7 @@
 -- marts.recommended_placements: cheapest feasible placements per model x workload profile and ranked alternatives (latest run).
 -- grain: one workload x model x rank (one row with feasible = false when none fits).
 -- columns: run_id, run_date, workload, model, model_family, rank, feasible, gpu, gpus_per_node, tp,
---   pp, gpus_per_replica, weight_dtype, kv_dtype, weight_format, kv_cache_dtype, engine,
+--   pp, dp, ep, gpus_per_replica, weight_dtype, kv_dtype, weight_format, kv_cache_dtype, engine,
 --   engine_version, context_tokens, max_model_len, target_concurrency, headroom, b_max,
 --   b_max_predicted, planned_per_replica, replicas, gpus_total, planned_capacity, usd_per_gpu_hour,
 --   price_basis, price_provider, price_region, price_commitment, price_source, price_date,
@@ -31,6 +31,8 @@ select
     gpus_per_node,
     tp,
     pp,
+    dp,
+    ep,
     gpus_per_replica,
     weight_dtype,
     kv_dtype,
@@ -85,7 +87,9 @@ comment on column marts.recommended_placements.gpu is 'GPU catalog id.';
 comment on column marts.recommended_placements.gpus_per_node is 'GPUs per node of the SKU.';
 comment on column marts.recommended_placements.tp is 'Tensor-parallel size.';
 comment on column marts.recommended_placements.pp is 'Pipeline-parallel size.';
-comment on column marts.recommended_placements.gpus_per_replica is 'tp x pp.';
+comment on column marts.recommended_placements.dp is 'Attention data-parallel ranks, a KV pool each (1: none; capacity.features.parallel_layout).';
+comment on column marts.recommended_placements.ep is 'Expert-parallel width: routed experts split whole over it (1: split by TP).';
+comment on column marts.recommended_placements.gpus_per_replica is 'tp x pp (x dp where vLLM''s DP ranks add GPUs; SGLang''s split tp).';
 comment on column marts.recommended_placements.weight_dtype is '--dtype: auto (the checkpoint as published), fp8, int4.';
 comment on column marts.recommended_placements.kv_dtype is '--kv-cache-dtype: auto or fp8.';
 comment on column marts.recommended_placements.weight_format is 'What the weights resolve to.';
