@@ -181,35 +181,28 @@ def test_the_all_to_all_is_in_the_step_cost() -> None:
     hidden state (7168 bf16 values) to its 8 experts, 7/8 of them on other ranks, over H200's NVLink (450 GB/s
     in the catalog), plus the collective latency each way."""
     gpu = find_gpu_sku("H200")
-    est = _estimate(tp=1, dp=8, ep=8, max_model_len=8192)
     batch = 32
-    perf = performance(
-        _model(),
-        est,
-        gpu,
-        concurrency=batch,
-        input_tokens=1000,
-        output_tokens=1000,
-        chunk_tokens=8192,
-        eff=DEFAULT_EFFICIENCY,
-    )
+
+    def comm_ms(**deployment: Any) -> float:
+        est = _estimate(max_model_len=8192, **deployment)
+        perf = performance(
+            _model(),
+            est,
+            gpu,
+            concurrency=batch,
+            input_tokens=1000,
+            output_tokens=1000,
+            chunk_tokens=8192,
+            eff=DEFAULT_EFFICIENCY,
+        )
+        return perf.decode_comm_ms
+
     assert gpu.interconnect_gbps is not None
     payload_bytes = batch * 8 * HIDDEN * 2 * 7 / 8
-    by_hand_s = (
-        2 * MOE_LAYERS * (payload_bytes / (gpu.interconnect_gbps * 1e9) + DEFAULT_EFFICIENCY.allreduce_latency_s)
-    )
-    assert perf.decode_comm_ms == pytest.approx(by_hand_s * 1e3, rel=1e-9)
-    plain = performance(
-        _model(),
-        _estimate(tp=1, max_model_len=8192),
-        gpu,
-        concurrency=batch,
-        input_tokens=1000,
-        output_tokens=1000,
-        chunk_tokens=8192,
-        eff=DEFAULT_EFFICIENCY,
-    )
-    assert plain.decode_comm_ms == 0.0
+    link_s = payload_bytes / (gpu.interconnect_gbps * 1e9)
+    by_hand_s = 2 * MOE_LAYERS * (link_s + DEFAULT_EFFICIENCY.allreduce_latency_s)
+    assert comm_ms(tp=1, dp=8, ep=8) == pytest.approx(by_hand_s * 1e3, rel=1e-9)
+    assert comm_ms(tp=1) == 0.0
 
 
 def test_dp_layouts_are_placement_candidates_for_moe_models_only() -> None:

@@ -30,9 +30,7 @@ def main() -> None:
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
     from vllm.v1.kv_cache_interface import KVCacheGroupSpec, MLAAttentionSpec
 
-    experts = [
-        determine_expert_map(case["ep_size"], rank, case["num_experts"])[0] for rank in range(case["ep_size"])
-    ]
+    experts = [determine_expert_map(case["ep_size"], rank, case["num_experts"])[0] for rank in range(case["ep_size"])]
     spec = MLAAttentionSpec(
         block_size=case["block_size"],
         num_kv_heads=1,
@@ -53,8 +51,16 @@ def main() -> None:
     )
     kv = get_kv_cache_config_from_groups(config, groups, case["available_memory"])  # type: ignore[arg-type]
     tokens, concurrency = get_kv_cache_capacity(config, kv)  # type: ignore[arg-type]
-    print(json.dumps({"local_experts": experts, "num_blocks": kv.num_blocks, "kv_cache_tokens": tokens,
-                      "max_concurrency": concurrency}))
+    print(
+        json.dumps(
+            {
+                "local_experts": experts,
+                "num_blocks": kv.num_blocks,
+                "kv_cache_tokens": tokens,
+                "max_concurrency": concurrency,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
