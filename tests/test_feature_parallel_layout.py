@@ -6,6 +6,8 @@ engines' source (SGLang 0.5.23's attention-DP split, its per-rank share of --max
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -22,9 +24,10 @@ from capacity.spec import DeploymentSpec, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
-from tests.conftest import require_oracle_venv, run_in_oracle_venv
+from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv
 
 ORACLE = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "vllm_parallel_layout.py"
+SGLANG_ORACLE = ORACLE.with_name("sglang_parallel_layout.py")
 MODEL = "deepseek-ai/DeepSeek-V3"
 
 # DeepSeek-V3's config.json: hidden 7168, 61 layers (3 dense, 58 MoE), 256 routed experts of intermediate 2048,
@@ -122,6 +125,27 @@ def test_sglang_dp_attention_splits_attention_and_the_embedding_within_the_atten
     assert dp.kv_bytes_per_token_per_gpu == plain.kv_bytes_per_token_per_gpu == MLA_BYTES_PER_TOKEN
     assert dp.max_num_seqs == 1024 // 8
     assert dp.not_modelled is None
+
+
+def test_sglang_dp_attention_matches_sglangs_own_attention_tp_and_running_cap() -> None:
+    """SGLang's derive_attn_tp_size and KVCacheConfigurator.resolve_max_num_reqs, run on the CPU, against the
+    layout capplan sizes for `--tp 8 --dp-size 8 --enable-dp-attention --max-running-requests 1024`."""
+    require_oracle_venv()
+    est = _estimate(engine="sglang", tp=8, dp=8, ep=8, max_model_len=4096, max_num_seqs=1024)
+    case = {"tp": 8, "dp": 8, "max_running_requests": 1024, "token_capacity": est.kv_cache_tokens, "context_len": 4096}
+    done = subprocess.run(
+        [str(ORACLE_PYTHON), "-c", SGLANG_CPU_PREAMBLE + SGLANG_ORACLE.read_text(encoding="utf-8")],
+        input=json.dumps(case),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ORACLE_PYTHON.parent.parent / "sglang-extra")},
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    oracle = json.loads(done.stdout.strip().splitlines()[-1])
+    assert est.layout is not None and est.layout.attention_tp == oracle["attn_tp_size"] == 1
+    assert est.max_num_seqs == oracle["max_running_requests_per_rank"]
 
 
 def test_sglang_attention_tp_splits_gqa_heads_over_tp_over_dp() -> None:
