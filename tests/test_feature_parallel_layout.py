@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from capacity.engines.command_flags import ENGINE_FLAGS
 from capacity.engines.command_line import read_command
+from capacity.engines.kinds import Engine
 from capacity.estimate import Estimate, estimate
+from capacity.features.parallel_layout import expert_parallel_width
 from capacity.performance import DEFAULT_EFFICIENCY, performance
 from capacity.placement import place
 from capacity.planning_types import WorkloadProfile
@@ -24,6 +27,7 @@ from capacity.spec import DeploymentSpec, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
+from recommendations.deploy import ServingPlan, engine_command
 from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv
 
 ORACLE = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "vllm_parallel_layout.py"
@@ -243,3 +247,26 @@ def test_dp_layouts_are_placement_candidates_for_moe_models_only() -> None:
     assert {(o.tp, o.dp) for o in result.options} >= {(8, 1), (1, 8), (2, 4), (4, 2)}
     dense = place(load_model("Qwen/Qwen3-8B").spec, workload, [gpu], model_id="Qwen/Qwen3-8B")
     assert dense.options and all(o.dp == 1 for o in dense.options)
+
+
+@pytest.mark.parametrize("engine", [Engine.VLLM, Engine.SGLANG])
+def test_a_dp_placement_deploys_with_the_engines_own_flags_and_reads_back(engine: Engine) -> None:
+    """The cheapest DeepSeek-V3 placement on 8 x H200 at 256 sequences is a DP x EP layout; its server command uses
+    only the engine's own flags and, read back as `capplan estimate --from-command` reads it, sizes the same
+    per-rank pool: dp x B_max is the option's B_max, and the pod asks for the whole DP group's GPUs."""
+    gpu = find_gpu_sku("H200")
+    workload = WorkloadProfile(
+        "chat", (MODEL,), target_concurrency=256, context_tokens=8192, gpus=(gpu.id,), engine=engine.value
+    )
+    best = place(_model(), workload, [gpu], model_id=MODEL).best
+    assert best is not None and best.dp > 1
+    plan = ServingPlan.from_option(best, workload)
+    line = engine_command(plan)
+    assert {a for a in line.args if a.startswith("--")} <= set(ENGINE_FLAGS[engine]["flags"])
+    assert plan.gpus_per_replica == best.gpus_per_replica == gpu.gpus_per_node
+    read = read_command(line.text).options
+    dp = int(read["dp"])  # type: ignore[call-overload]
+    ep = expert_parallel_width(engine, plan.tp, dp) if read.get("enable_expert_parallel") else int(read.get("ep", 1))  # type: ignore[call-overload]
+    spec = DeploymentSpec(tp=int(read["tp"]), dp=dp, ep=ep, engine=engine.value, max_model_len=8192)  # type: ignore[call-overload]
+    est = estimate(_model(), spec, gpu=gpu, context_tokens=8192)
+    assert (dp, ep) == (best.dp, best.ep) and dp * est.b_max == best.b_max

@@ -51,7 +51,7 @@ class RankLayout:
     ep: int  # expert-parallel width: whole experts per rank (1: every expert split by tensor parallel)
     dp: int  # attention data-parallel ranks: a KV pool and a scheduler each
     dcp: int  # decode context parallel: the GPUs one request's KV is split over
-    gpus_per_dp_rank: int  # GPUs one DP rank adds to the deployment (vLLM: tp; SGLang: none beyond tp)
+    dp_ranks_add_gpus: bool  # each DP rank is a TP group of its own (vLLM), not a share of --tp (SGLang)
     limits_per_group: bool  # max_num_seqs / max_num_batched_tokens given for the DP group, not per rank
 
     @property
@@ -80,7 +80,7 @@ class RankLayout:
 
     def gpus(self, pp: int) -> int:
         """GPUs one replica of this layout takes."""
-        return self.tp * pp * (self.dp if self.gpus_per_dp_rank else 1)
+        return replica_gpus(self.dp_ranks_add_gpus, self.tp, pp, self.dp)
 
     def per_rank(self, deployment: DeploymentSpec) -> DeploymentSpec:
         """The deployment as one DP rank's scheduler runs it: SGLang's --max-running-requests and
@@ -130,7 +130,7 @@ def _vllm(tp: int, dp: int, ep: int, dcp: int) -> RankLayout:
         raise SpecError(f"vLLM needs the decode context parallel size to divide TP: tp {tp}, dcp {dcp}")
     if ep not in (1, tp * dp):
         raise SpecError(f"vLLM's expert parallel spans tp x dp = {tp * dp} ranks (--enable-expert-parallel), not {ep}")
-    return RankLayout(tp, tp, tp, tp, tp, tp * dp, ep, dp, dcp, tp, limits_per_group=False)
+    return RankLayout(tp, tp, tp, tp, tp, tp * dp, ep, dp, dcp, True, limits_per_group=False)
 
 
 def _sglang(tp: int, dp: int, ep: int, dcp: int) -> RankLayout:
@@ -142,10 +142,26 @@ def _sglang(tp: int, dp: int, ep: int, dcp: int) -> RankLayout:
     if dcp > 1:
         raise SpecError("SGLang's decode context parallel (--dcp-size) is not sized by capplan")
     attention_tp = tp // dp
-    return RankLayout(tp, attention_tp, tp, attention_tp, tp, tp, ep, dp, 1, 0, limits_per_group=dp > 1)
+    return RankLayout(tp, attention_tp, tp, attention_tp, tp, tp, ep, dp, 1, False, dp > 1)
 
 
 _RULES = {Engine.VLLM: _vllm, Engine.PLAIN: _vllm, Engine.SGLANG: _sglang}
+
+
+def replica_gpus(dp_ranks_add_gpus: bool, tp: int, pp: int, dp: int) -> int:
+    """GPUs one replica takes: tp x pp, times the DP ranks where each is a TP group of its own (vLLM)."""
+    return tp * pp * (dp if dp_ranks_add_gpus else 1)
+
+
+def spelled_batch_limit(engine: Engine, per_rank: int, dp: int) -> int:
+    """The --max-num-seqs / --max-running-requests value that gives each DP rank `per_rank` sequences: vLLM's is
+    each engine core's, SGLang's the DP group's (`RankLayout.per_rank` read backwards)."""
+    return per_rank * dp if _RULES.get(engine) is _sglang else per_rank
+
+
+def engine_dp_ranks_add_gpus(engine: Engine) -> bool:
+    """Whether the engine's DP ranks each bring --tp GPUs (vLLM) or split --tp (SGLang's DP attention)."""
+    return _RULES.get(engine) is _vllm
 
 
 def rank_layout(engine: Engine, model: ModelSpec, tp: int, dp: int = 1, ep: int = 1, dcp: int = 1) -> RankLayout:
