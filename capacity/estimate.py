@@ -237,7 +237,7 @@ def _rank_layout(
     """The TP / PP sizes checked, the DP-attention / expert-parallel / DCP layout (`capacity.features.
     parallel_layout`) and the deployment as one DP rank runs it (SGLang's batch limits are the DP group's)."""
     validate_parallelism(model, d.tp, d.pp, gpu)
-    layout = rank_layout(profile.engine, model, d.tp, d.dp, d.ep, d.dcp)
+    layout = rank_layout(profile.engine, model, d.tp, d.dp, d.ep, d.dcp, d.redundant_experts)
     return layout, layout.per_rank(d)
 
 

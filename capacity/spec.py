@@ -349,6 +349,7 @@ class DeploymentSpec:
     dp: int = 1
     ep: int = 1
     dcp: int = 1
+    redundant_experts: int = 0  # EPLB's extra physical experts (vLLM --eplb-config, SGLang --ep-num-redundant-experts)
 
     def all_reduce_peer_gpus(self, gpu_peer_link_gpus: int | None) -> int | None:
         """The GPUs among which vLLM's custom all-reduce can run for this deployment (the `peer_link_gpus`

@@ -63,11 +63,12 @@ def _estimate(**deployment: Any) -> Estimate:
     return estimate(_model(), DeploymentSpec(**deployment), gpu=find_gpu_sku("H200"))
 
 
-def _oracle(ep_size: int, dcp: int, max_model_len: int) -> dict[str, Any]:
+def _oracle(ep_size: int, dcp: int, max_model_len: int, redundant_experts: int = 0) -> dict[str, Any]:
     require_oracle_venv()
     case = {
         "num_experts": EXPERTS,
         "ep_size": ep_size,
+        "redundant_experts": redundant_experts,
         "block_size": 64,
         "kv_lora_rank": KV_LORA,
         "qk_rope_head_dim": ROPE,
@@ -106,6 +107,19 @@ def test_deepseek_v3_dp8_ep8_weights_hold_an_eighth_of_the_experts() -> None:
     assert abs((whole.weights_bytes_per_gpu - per_rank.weights_bytes_per_gpu) - removed_bytes) <= 1
     # without --enable-expert-parallel vLLM still shards the MoE layers over all dp x tp GPUs (tensor parallel)
     assert _estimate(tp=1, dp=8, max_model_len=4096).weights_bytes_per_gpu == per_rank.weights_bytes_per_gpu
+
+
+def test_eplb_redundant_experts_add_whole_experts_per_rank() -> None:
+    """`--eplb-config '{"num_redundant_experts": 32}'`: 288 physical experts over EP 8, 36 a rank by vLLM's own
+    expert map: 4 more whole experts (fp8, 58 MoE layers) than without, read from the pasted command."""
+    local = max(_oracle(ep_size=8, dcp=1, max_model_len=4096, redundant_experts=32)["local_experts"])
+    read = read_command("vllm serve x -dp 8 --enable-expert-parallel --eplb-config.num_redundant_experts 32").options
+    assert read["redundant_experts"] == 32
+    without = _estimate(tp=1, dp=8, ep=8, max_model_len=4096)
+    with_eplb = _estimate(tp=1, dp=8, ep=8, max_model_len=4096, redundant_experts=32)
+    added_bytes = MOE_LAYERS * (local - EXPERTS // 8) * 3 * HIDDEN * MOE_INTER
+    assert local == 36
+    assert abs(with_eplb.weights_bytes_per_gpu - without.weights_bytes_per_gpu - added_bytes) <= 1
 
 
 def test_decode_context_parallel_multiplies_the_printed_tokens_as_vllm_does() -> None:

@@ -53,16 +53,20 @@ class RankLayout:
     dcp: int  # decode context parallel: the GPUs one request's KV is split over
     dp_ranks_add_gpus: bool  # each DP rank is a TP group of its own (vLLM), not a share of --tp (SGLang)
     limits_per_group: bool  # max_num_seqs / max_num_batched_tokens given for the DP group, not per rank
+    redundant_experts: int = 0  # EPLB's extra physical experts, spread over the EP ranks with the others
 
     @property
     def plain(self) -> bool:
         """No DP attention, no expert parallel, no DCP: the TP layout every rule already sizes."""
-        return self.dp == 1 and self.ep == 1 and self.dcp == 1
+        return self.dp == 1 and self.ep == 1 and self.dcp == 1 and not self.redundant_experts
 
     def expert_share(self, num_experts: int) -> Fraction:
-        """The most loaded GPU's share of the routed experts' parameters: ceil(E / EP) whole experts, each
-        split over the ranks left beside EP (vLLM `determine_expert_map`; SGLang moe_tp_size)."""
-        whole = Fraction(math.ceil(num_experts / self.ep), num_experts) if num_experts and self.ep > 1 else Fraction(1)
+        """The most loaded GPU's share of the routed experts' parameters: ceil((E + R) / EP) whole experts (R: EPLB's
+        redundant copies, each one expert's size: vLLM `determine_expert_counts` + `determine_expert_map`, SGLang
+        `ExpertLocationMetadata` num_physical_experts / ep_size), each split over the ranks left beside EP
+        (SGLang moe_tp_size)."""
+        physical = num_experts + self.redundant_experts
+        whole = Fraction(math.ceil(physical / self.ep), num_experts) if num_experts and self.ep > 1 else Fraction(1)
         return whole / (self.expert_ranks // self.ep)
 
     @property
@@ -110,7 +114,8 @@ class RankLayout:
             return []
         parts = [f"{self.dp} attention DP rank(s) of attention TP {self.attention_tp}, a KV pool each"]
         if self.ep > 1:
-            parts.append(f"experts split whole over EP {self.ep}")
+            extra = f" with {self.redundant_experts} redundant" if self.redundant_experts else ""
+            parts.append(f"experts split whole over EP {self.ep}{extra}")
         elif self.expert_ranks != self.tp:
             parts.append(f"experts sharded over {self.expert_ranks} GPUs")
         if self.dcp > 1:
@@ -164,10 +169,15 @@ def engine_dp_ranks_add_gpus(engine: Engine) -> bool:
     return _RULES.get(engine) is _vllm
 
 
-def rank_layout(engine: Engine, model: ModelSpec, tp: int, dp: int = 1, ep: int = 1, dcp: int = 1) -> RankLayout:
-    """The engine's layout for --tp / --dp / --ep / --dcp, checked as the engine checks it."""
-    if min(dp, ep, dcp) < 1:
-        raise SpecError(f"dp, ep and dcp must be >= 1 (dp={dp}, ep={ep}, dcp={dcp})")
+def rank_layout(
+    engine: Engine, model: ModelSpec, tp: int, dp: int = 1, ep: int = 1, dcp: int = 1, redundant_experts: int = 0
+) -> RankLayout:
+    """The engine's layout for --tp / --dp / --ep / --dcp (and EPLB's redundant experts), checked as the engine
+    checks it."""
+    if min(dp, ep, dcp) < 1 or redundant_experts < 0:
+        raise SpecError(f"dp, ep and dcp must be >= 1 and redundant experts >= 0 (dp={dp}, ep={ep}, dcp={dcp})")
+    if redundant_experts and ep == 1:
+        raise SpecError("redundant experts (EPLB) need expert parallel: --enable-expert-parallel / --ep-size")
     rule = _RULES.get(engine)
     if rule is None:
         if max(dp, ep, dcp) > 1:
@@ -178,7 +188,7 @@ def rank_layout(engine: Engine, model: ModelSpec, tp: int, dp: int = 1, ep: int 
         return _vllm(tp, 1, 1, 1)
     if ep > 1 and not model.num_experts:
         raise SpecError(f"expert parallel size {ep} for a model without routed experts")
-    return rule(tp, dp, ep, dcp)
+    return replace(rule(tp, dp, ep, dcp), redundant_experts=redundant_experts)
 
 
 def expert_parallel_width(engine: Engine, tp: int, dp: int) -> int:

@@ -184,14 +184,7 @@ EnableDpAttentionOption = Annotated[
     bool, typer.Option("--enable-dp-attention", help="SGLang's spelling beside --dp: --dp is the attention DP size.")
 ]
 DpOption = Annotated[
-    int,
-    typer.Option(
-        "--dp",
-        "--data-parallel-size",
-        metavar="N",
-        help="Attention data-parallel ranks, a KV pool each (vLLM: N engines of --tp GPUs; SGLang: N groups "
-        "splitting --tp); the experts span them all.",
-    ),
+    int, typer.Option("--dp", "--data-parallel-size", metavar="N", help="Attention DP ranks, a KV pool each.")
 ]
 EpOption = Annotated[
     int, typer.Option("--ep", metavar="N", help="Expert-parallel width: whole experts per rank (1: split by TP).")
@@ -201,13 +194,10 @@ EnableExpertParallelOption = Annotated[
     typer.Option("--enable-expert-parallel", help="Experts split whole over EP = tp x dp (vLLM) or tp (SGLang)."),
 ]
 DcpOption = Annotated[
-    int,
-    typer.Option(
-        "--dcp",
-        "--decode-context-parallel-size",
-        metavar="N",
-        help="vLLM decode context parallel: each request's KV split over N of the TP ranks.",
-    ),
+    int, typer.Option("--dcp", metavar="N", help="vLLM decode context parallel: a request's KV over N TP ranks.")
+]
+RedundantExpertsOption = Annotated[
+    int, typer.Option("--redundant-experts", metavar="N", help="EPLB's redundant experts, spread over the EP ranks.")
 ]
 LimitMmPerPromptOption = Annotated[
     str | None,
@@ -367,6 +357,7 @@ def estimate(
     ep: EpOption = 1,
     enable_expert_parallel: EnableExpertParallelOption = False,
     dcp: DcpOption = 1,
+    redundant_experts: RedundantExpertsOption = 0,
     kv_transfer_config: KvTransferConfigOption = None,
     limit_mm_per_prompt: LimitMmPerPromptOption = None,
     language_model_only: LanguageModelOnlyOption = False,
@@ -408,7 +399,7 @@ def _estimate(
     triton_kernels: bool | None,
     disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool, cpu_offload_gb: float | None,
     speculative: bool, speculative_config: str | None, enable_dp_attention: bool, dp: int, ep: int,
-    enable_expert_parallel: bool, dcp: int, kv_transfer_config: str | None,
+    enable_expert_parallel: bool, dcp: int, redundant_experts: int, kv_transfer_config: str | None,
     limit_mm_per_prompt: str | None, language_model_only: bool, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
     max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
     weights_gib: float | None, overhead_gib: float | None, other_process_gib: float | None,
@@ -467,6 +458,7 @@ def _estimate(
         dp=dp,
         ep=expert_parallel_width(Engine(engine), tp, dp) if enable_expert_parallel else ep,
         dcp=dcp,
+        redundant_experts=redundant_experts,
         mm_text_only=language_model_only or None,
         mm_limits=mm_limits,
         block_size=block_size,
@@ -534,7 +526,8 @@ _PASTED_OPTIONS = {
         "max_num_batched_tokens", "block_size", "enforce_eager", "async_scheduling", "disable_custom_all_reduce",
         "allow_long_max_model_len",
         "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
-        "kv_transfer_config", "enable_dp_attention", "dp", "ep", "enable_expert_parallel", "dcp", "engine", "engine_version", "limit_mm_per_prompt",
+        "kv_transfer_config", "enable_dp_attention", "dp", "ep", "enable_expert_parallel", "dcp",
+        "redundant_experts", "engine", "engine_version", "limit_mm_per_prompt",
         "language_model_only",
     )
 }

@@ -4,11 +4,12 @@ engine-oracle runner (tests/test_feature_parallel_layout.py).
 Run with the oracle venv's interpreter (tools/engine_oracle/setup_venv.sh builds it), never with the project
 venv: it imports vLLM. Standard input: one JSON document
 
-    {"num_experts": E, "ep_size": EP, "block_size": B, "kv_lora_rank": R, "qk_rope_head_dim": P,
+    {"num_experts": E, "ep_size": EP, "redundant_experts": R, "block_size": B, "kv_lora_rank": R, "qk_rope_head_dim": P,
      "num_layers": N, "dtype": "bfloat16", "dcp": D, "max_model_len": L, "available_memory": BYTES}
 
 and it prints one JSON document {"local_experts": [...], "num_blocks", "kv_cache_tokens", "max_concurrency"}:
-the experts each EP rank holds (model_executor/layers/fused_moe/expert_map_manager.py `determine_expert_map`),
+the experts each EP rank holds, EPLB's R redundant ones among them (model_executor/layers/fused_moe/layer.py
+`determine_expert_counts`, expert_map_manager.py `determine_expert_map`),
 and, for one DP rank whose KV budget is `available_memory`, an MLA pool of N layers as vLLM builds it
 (v1/core/kv_cache_planning.py `get_kv_cache_config_from_groups`) and the 'GPU KV cache size' it prints
 (v1/core/kv_cache_utils.py `get_kv_cache_capacity`) with decode context parallel D. The config objects are
@@ -26,11 +27,15 @@ def main() -> None:
     case = json.loads(sys.stdin.read())
     import torch
     from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
+    from vllm.model_executor.layers.fused_moe.layer import determine_expert_counts
     from vllm.v1.core.kv_cache_planning import get_kv_cache_config_from_groups
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
     from vllm.v1.kv_cache_interface import KVCacheGroupSpec, MLAAttentionSpec
 
-    experts = [determine_expert_map(case["ep_size"], rank, case["num_experts"])[0] for rank in range(case["ep_size"])]
+    physical, _logical, _fused = determine_expert_counts(
+        case["num_experts"], case.get("redundant_experts", 0), None, False
+    )
+    experts = [determine_expert_map(case["ep_size"], rank, physical)[0] for rank in range(case["ep_size"])]
     spec = MLAAttentionSpec(
         block_size=case["block_size"],
         num_kv_heads=1,
