@@ -207,6 +207,10 @@ def test_the_cli_sizes_the_layout_and_refuses_what_the_engines_refuse() -> None:
         (["--dp", "8", "--ep", "4"], "tp x dp = 8"),
         (["--tp", "8", "--dcp", "3"], "divide TP"),
         (["--engine", "trtllm", "--dp", "8"], "extra_llm_api_options"),
+        (["--engine", "sglang", "--tp", "8", "--ep", "3"], "must divide --tp 8"),
+        (["--engine", "sglang", "--tp", "8", "--dcp", "2"], "not sized"),
+        (["--dp", "8", "--redundant-experts", "16"], "need expert parallel"),
+        (["--dp", "8", "--enable-expert-parallel", "--redundant-experts", "-1"], "redundant experts >= 0"),
     ):
         result = _cli(MODEL, "--gpu", "H200", *args)
         assert result.exit_code == 2, (args, result.output)
