@@ -131,6 +131,45 @@ def test_decode_context_parallel_multiplies_the_printed_tokens_as_vllm_does() ->
     assert est.max_concurrency == pytest.approx(oracle["max_concurrency"], abs=1e-4)
 
 
+def test_a_gqa_moe_dp4_tp2_rank_holds_its_tp_share_of_kv_heads_and_an_eighth_of_the_experts() -> None:
+    """Qwen3-235B-A22B (94 layers, 4 KV heads of 128, 128 experts of 3 x 4096 x 1536, bf16) at vLLM `-tp 2 -dp 4
+    --enable-expert-parallel`: each rank's pool holds 2 KV heads (vLLM's get_num_kv_heads at TP 2) and its printed
+    tokens are vLLM's own for that budget; the experts split 16 a rank over EP 8 instead of in halves at TP 2."""
+    require_oracle_venv()
+    case = {
+        "num_experts": 128,
+        "ep_size": 8,
+        "block_size": 16,
+        "total_num_kv_heads": 4,
+        "head_size": 128,
+        "tp": 2,
+        "num_layers": 94,
+        "dtype": "bfloat16",
+        "dcp": 1,
+        "max_model_len": 8192,
+        "available_memory": BUDGET_BYTES,
+    }
+    done = run_in_oracle_venv(ORACLE, case, timeout_s=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    oracle = json.loads(done.stdout.strip().splitlines()[-1])
+    model = load_model("Qwen/Qwen3-235B-A22B").spec
+    gpu = find_gpu_sku("H200")
+
+    def sized(**layout: int) -> Estimate:
+        deployment = DeploymentSpec(
+            tp=2, block_size=16, max_model_len=8192, kv_cache_memory_bytes=BUDGET_BYTES, **layout
+        )
+        return estimate(model, deployment, gpu=gpu)
+
+    dp4 = sized(dp=4, ep=8)
+    assert dp4.kv_bytes_per_token_per_gpu == 94 * 2 * 2 * 128 * 2
+    assert (dp4.num_blocks, dp4.kv_cache_tokens) == (oracle["num_blocks"], oracle["kv_cache_tokens"])
+    expert_params = 94 * 128 * 3 * 4096 * 1536
+    assert max(oracle["local_experts"]) == 16
+    saved_bytes = expert_params * 2 * (1 / 2 - 16 / 128)
+    assert sized().weights_bytes_per_gpu - dp4.weights_bytes_per_gpu == pytest.approx(saved_bytes, abs=2)
+
+
 def test_sglang_dp_attention_splits_attention_and_the_embedding_within_the_attention_group() -> None:
     """SGLang `--tp 8 --enable-dp-attention --dp-size 8 --ep-size 8`: attention TP = 8 / 8 = 1
     (runtime_context.derive_attn_tp_size), so each rank holds the whole attention and embedding (sharded within
