@@ -43,7 +43,7 @@ from capacity.features.offload import UnsizedConnector, WeightOffload
 from capacity.features.speculative import SpecMethod, SpeculativeSpec
 from capacity.numeric import Num
 from capacity.pool import ChargeTerms, KVPool, PoolUnit, b_max, max_concurrency, max_context
-from capacity.spec import DeploymentSpec, ModelSpec
+from capacity.spec import DeploymentSpec, ModelSpec, SpecError
 
 DEFAULT_MIN_OBSERVATIONS = 3
 DEFAULT_CONFIDENCE = 0.9
@@ -92,6 +92,7 @@ class ObservedSettings:
         str, ...
     ] = ()  # lora (sized at the engine's defaults) | speculative | cpu_offload | dp_attention | kv_connector
     other_process_bytes: int | None = None  # in use on the GPU when the engine started (total - free, as printed)
+    dp: int | None = None  # attention DP ranks (SGLang --dp-size with DP attention, vLLM --data-parallel-size)
 
 
 _KV_DTYPES = {None: "auto", "auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
@@ -153,11 +154,18 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         lora=LoraSpec() if "lora" in s.unmodelled_features else None,  # the log's server: the engine's defaults
         # a log says speculative decoding ran, not with what draft: flagged, not sized
         speculative=SpeculativeSpec(SpecMethod.UNKNOWN) if "speculative" in s.unmodelled_features else None,
-        dp_attention="dp_attention" in s.unmodelled_features or None,
+        dp=_observed_dp(s),
         kv_offload=UNKNOWN_CONNECTOR if "kv_connector" in s.unmodelled_features else None,
         weight_offload=UNKNOWN_WEIGHT_OFFLOAD if "cpu_offload" in s.unmodelled_features else None,
         other_process_bytes=s.other_process_bytes or 0,
     )
+
+
+def _observed_dp(s: ObservedSettings) -> int:
+    """The attention DP ranks a log ran with; DP attention on with its size not carried cannot be sized per rank."""
+    if s.dp is None and "dp_attention" in s.unmodelled_features:
+        raise SpecError("DP attention was on and the log does not say its --dp-size: the per-rank pool is not sized")
+    return s.dp or 1
 
 
 def engine_series(engine: str, version: str | None) -> str | None:

@@ -33,6 +33,7 @@ from capacity.features.offload_sizing import (
     sizing,
     weights_after_offload,
 )
+from capacity.features.parallel_layout import RankLayout, rank_layout
 from capacity.features.prefix_cache_engines import prefix_cache_rule
 from capacity.features.prefix_caching import NO_PREFIX_CACHING_STATED, PrefixCaching
 from capacity.features.speculative_memory import DraftSizing, draft_sizing
@@ -115,6 +116,7 @@ class Estimate:
     b_max_without_prefix: int = 0  # B_max were every sequence to hold the shared prefix itself
     prefix_caching: PrefixCaching = NO_PREFIX_CACHING_STATED  # as deployed: the prefill reads its hit rate
     lora: LoraMemory | None = None  # the LoRA adapters' memory (GPU, charged with the weights; host), if served
+    layout: RankLayout | None = None  # DP attention / expert parallel / DCP (None: the TP layout); figures per DP rank
 
     def b_max_at(self, context_tokens: int) -> int:
         """B_max at another context, the shared prefix held once as at the estimate's own."""
@@ -248,14 +250,26 @@ def _weights(
     gpu: GpuSku | None,
     checkpoint_bytes: int | None,
     notes: list[str],
+    layout: RankLayout,
 ) -> WeightsEstimate:
     if d.weights_bytes_per_gpu is not None:
         return WeightsEstimate(
             d.weights_bytes_per_gpu, d.weights_bytes_per_gpu * d.tp * d.pp, d.weight_dtype, "override"
         )
-    weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, profile.engine)
+    shards = None if layout.plain else layout.weight_shards(model)
+    weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, profile.engine, shards)
     weights = with_layout_extra(weights, profile, model, d.tp, d.pp, gpu, notes, d.triton_kernels)
     return weights_after_offload(model, weights, d.weight_offload, d.pp, notes)
+
+
+def _rank_layout(
+    model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, gpu: GpuSku | None
+) -> tuple[RankLayout, DeploymentSpec]:
+    """The TP / PP sizes checked, the DP-attention / expert-parallel / DCP layout (`capacity.features.
+    parallel_layout`) and the deployment as one DP rank runs it (SGLang's batch limits are the DP group's)."""
+    validate_parallelism(model, d.tp, d.pp, gpu)
+    layout = rank_layout(profile.engine, model, d.tp, d.dp, d.ep, d.dcp, d.redundant_experts)
+    return layout, layout.per_rank(d)
 
 
 def _overhead(d: DeploymentSpec, profile: EngineProfile, inputs: OverheadInputs, notes: list[str]) -> Overhead:
@@ -343,11 +357,8 @@ def assumed_off_notes(d: DeploymentSpec, assumed_off: frozenset[str]) -> list[st
             "assumed no KV connector or offload (--kv-transfer-config, --kv-offloading-size: LMCache's GPU buffers "
             "and the CPU tiers are sized when given)"
         )
-    if {"speculative", "dp_attention"} <= assumed_off and not (d.speculative or d.dp_attention):
-        out.append(
-            "assumed no speculative decoding (declared, its draft's weights and KV are sized) and no DP "
-            "attention (not modelled: DP attention sizes a pool per attention rank)"
-        )
+    if "speculative" in assumed_off and not d.speculative:
+        out.append("assumed no speculative decoding (declared, its draft's weights and KV are sized)")
     return out
 
 
@@ -510,6 +521,7 @@ class _Memory:
 
     model: ModelSpec  # as served (a multimodal model served text-only loses its tower)
     profile: EngineProfile
+    layout: RankLayout  # DP attention / expert parallel / DCP: the attention TP splits the KV
     total: int
     dt: _Dtypes
     draft: DraftSizing
@@ -536,6 +548,7 @@ def _memory(
     gpu: GpuSku | None,
     checkpoint_bytes: int | None,
     notes: list[str],
+    layout: RankLayout,
 ) -> _Memory:
     """Defaults, dtypes, bytes per token, weights, overhead and the KV budget, each from the engine profile
     and the features the deployment declares (speculative decoding, LoRA, offload)."""
@@ -544,22 +557,24 @@ def _memory(
     draft = draft_sizing(model, d, profile.engine, notes)  # speculative decoding: the draft's weights and KV layers
     max_model_len, auto_fit = _max_model_len(model, d, notes)
     dt = _dtypes(model, d, profile)
+    atp = layout.attention_tp  # the TP that splits attention and its KV
     state_terms = state_terms_per_gpu(
-        model, dt.act_bytes, dt.ssm_bytes, d.tp, d.pp, conv_without_current=profile.conv_state_without_current
+        model, dt.act_bytes, dt.ssm_bytes, atp, d.pp, conv_without_current=profile.conv_state_without_current
     )
-    weights = draft.with_weights(_weights(model, d, profile, gpu, checkpoint_bytes, notes))
+    weights = draft.with_weights(_weights(model, d, profile, gpu, checkpoint_bytes, notes, layout))
     defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
     lim = _limits(d, profile, defaults, draft.default_max_num_seqs)
     inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len)
     overhead = _overhead(d, profile, inputs, notes)
     weights, overhead, lora = charge_lora(inputs, d.lora, profile.engine, weights, overhead, notes)
     usable = int(total * lim.utilization)
-    per_token_gpu = kv_bytes_per_token_per_gpu(draft.pool_model, dt.kv_bytes, d.tp, d.pp)
+    per_token_gpu = kv_bytes_per_token_per_gpu(draft.pool_model, dt.kv_bytes, atp, d.pp)
     budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)
     budget = _offload_budget(d, budget, per_token_gpu, lim.block_size, model, total - usable, notes)
     return _Memory(
         model,
         profile,
+        layout,
         total,
         dt,
         draft,
@@ -582,8 +597,10 @@ def _memory(
 
 def _pool(m: _Memory, d: DeploymentSpec, notes: list[str]) -> KVPool:
     """The tightest stage's pool over the budget (SGLang's --max-total-tokens caps it)."""
-    request = _pool_request(m.draft.pool_model, d, m.budget, m.dt, m.lim, m.defaults.state_checkpoints)
-    pool = _tightest_pool(m.profile, request, notes)
+    request = _pool_request(
+        m.draft.pool_model, d, m.budget, m.dt, m.lim, m.defaults.state_checkpoints, m.layout.attention_tp
+    )
+    pool = m.layout.dcp_pool(_tightest_pool(m.profile, request, notes))
     pool, capped = token_capped_pool(pool, m.profile.engine, d.max_total_tokens)
     notes.extend([capped] if capped else [])
     notes.extend(_in_flight_notes(d, m.profile, m.lim, pool, m.max_model_len))
@@ -608,10 +625,10 @@ def estimate(
     profile = engine_profile(d.engine, d.engine_version)
     if gpu is None and d.gpu_memory_bytes is None and d.kv_cache_memory_bytes is None:
         raise SpecError("no GPU: give --gpu, or --gpu-memory-gib for hardware not in the catalog")
-    validate_parallelism(model, d.tp, d.pp, gpu)
+    layout, d = _rank_layout(model, d, profile, gpu)
     notes: list[str] = []
     not_modelled = _unmodelled(model, d, profile, notes)
-    m = _memory(model, d, profile, gpu, checkpoint_bytes, notes)
+    m = _memory(model, d, profile, gpu, checkpoint_bytes, notes, layout)
     pool = _pool(m, d, notes)
     limit = m.model.context_limit_tokens
     f = _pool_figures(
@@ -633,6 +650,7 @@ def estimate(
     notes.extend(_prefix_notes(d, profile, f))
     start = StartRequest(m.model, gpu, m.weights.format_name, f.max_model_len, d.allow_long_max_model_len, m.dt.kv_name)
     f = _checked_start(f, profile, start, limit)
+    notes.extend(layout.notes(d.pp, f.b_max))
     return Estimate(
         model=model_name or m.model.architecture,
         gpu=gpu.id if gpu else "custom",
@@ -670,6 +688,7 @@ def estimate(
         kv_tiers=_tiers(d, m.per_token_gpu, pool, m.lim.block_size, m.model.is_mla, gpu),
         prefix_caching=d.prefix_caching,
         lora=m.lora,
+        layout=None if m.layout.plain else m.layout,
         **f.fields(),  # type: ignore[arg-type]
     )
 
@@ -760,16 +779,23 @@ def _overhead_inputs(
 
 
 def _pool_request(
-    model: ModelSpec, d: DeploymentSpec, budget: int, dt: _Dtypes, lim: _Limits, state_checkpoints: bool
+    model: ModelSpec,
+    d: DeploymentSpec,
+    budget: int,
+    dt: _Dtypes,
+    lim: _Limits,
+    state_checkpoints: bool,
+    attention_tp: int,
 ) -> PoolRequest:
-    """What each stage's pool is built from (a negative budget builds an empty pool)."""
+    """What each stage's pool is built from (a negative budget builds an empty pool); the attention TP splits
+    the KV (the TP, or its share under SGLang's DP attention)."""
     return PoolRequest(
         model,
         max(budget, 0),
         dt.kv_bytes,
         dt.ssm_bytes,
         dt.act_bytes,
-        d.tp,
+        attention_tp,
         d.pp,
         lim.block_size,
         lim.batched_tokens,

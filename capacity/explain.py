@@ -31,6 +31,12 @@ def layer_summary(model: ModelSpec) -> list[tuple[str, int, int]]:
     return [(desc, count, elements) for desc, (count, elements) in rows.items()]
 
 
+def _ranks(est: Estimate) -> str:
+    """The DP attention / expert parallel / DCP sizes where the layout has them (capacity.features.parallel_layout)."""
+    lay = est.layout
+    return "" if lay is None else f" DP={lay.dp} EP={lay.ep}" + (f" DCP={lay.dcp}" if lay.dcp > 1 else "")
+
+
 def _per_rank(model: ModelSpec, tp: int) -> str:
     """What each TP rank caches per token: KV heads of the attention layers (ceil(H_kv / TP), at
     least 1), and for MLA one latent per token that every rank holds whole (replicated, not split)."""
@@ -97,7 +103,7 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
         f"{model.context_limit_tokens:,} tokens",
         f"GPU {est.gpu}: {_gib(est.gpu_memory_bytes)} reported by the driver; engine {est.engine}"
         + (f" {est.engine_version}" if est.engine_version else "")
-        + f"; TP={est.tp} PP={est.pp}; weights {est.weight_dtype}, KV {est.kv_dtype}",
+        + f"; TP={est.tp} PP={est.pp}{_ranks(est)}; weights {est.weight_dtype}, KV {est.kv_dtype}",
         "",
         "1. KV bytes per token (per layer, then summed)",
     ]
@@ -112,8 +118,10 @@ def derivation(est: Estimate, model: ModelSpec) -> list[str]:
     lines.append(f"   whole model: {_b(est.kv_bytes_per_token)} per token")
     stages = stage_layers(model, est.pp)
     per_stage = [len(s) for s in stages]
+    atp = est.layout.attention_tp if est.layout is not None else est.tp
     lines.append(
-        f"   per GPU (TP={est.tp}: {_per_rank(model, est.tp)}; PP stages {per_stage}): "
+        f"   per GPU ({'attention TP' if est.layout is not None else 'TP'}={atp}: {_per_rank(model, atp)}; "
+        f"PP stages {per_stage}): "
         f"{_b(est.kv_bytes_per_token_per_gpu)} per token on the most loaded GPU"
     )
     if est.state_bytes_per_sequence_per_gpu:

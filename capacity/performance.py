@@ -32,6 +32,7 @@ from typing import Generic, Protocol, TypeVar
 from capacity.dtypes import element_bytes, serving_dtype
 from capacity.engines import Engine
 from capacity.estimate import Estimate
+from capacity.features.parallel_layout import RankLayout
 from capacity.features.prefix_cache_engines import prefix_cache_rule
 from capacity.features.speculative import SpeculativeSpeed
 from capacity.memo import per_object
@@ -117,6 +118,11 @@ class PerfInputs:
     flops_per_s: float
     link_bytes_per_s: float  # the interconnect (inf where the catalog has none: traffic not costed)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # DP attention / expert parallel (`capacity.features.parallel_layout`): MoE layers on the rank, the ranks their
+    # tokens are dispatched over (`RankLayout.token_exchange_ranks`), the DP ranks whose tokens reach its experts
+    moe_layers_on_rank: int = 0
+    ep: int = 1
+    expert_token_ranks: int = 1
 
 
 def _peak_flops(gpu: GpuSku, weight_format_name: str) -> float:
@@ -142,6 +148,7 @@ class RankTerms:
     layers_on_rank: int
     act_bytes: int
     fp8_gemm: bool  # fp8 weights: the GEMMs run at the fp8 peak where the GPU has one
+    moe_layers_on_rank: int = 0
 
 
 def rank_terms(
@@ -154,24 +161,32 @@ def rank_terms(
     weights_bytes_per_gpu: int,
     kv_element_bytes: int,
     weight_format_name: str,
+    layout: RankLayout | None = None,
 ) -> RankTerms:
     """Per-rank bytes and FLOPs of a layout on its first stage (the most loaded: remainder layers and
-    the embeddings go first); `weight_dtype` is what was asked for (`--dtype`)."""
+    the embeddings go first); `weight_dtype` is what was asked for (`--dtype`). A DP-attention / expert-parallel
+    `layout` sets the rank's share of the routed experts and the TP its attention and KV split by."""
     fmt = weight_format(model, weight_dtype, engine)
     counts, experts, per_layer_active = _stage_param_sums(model, pp)
-    expert_bytes = experts * float(fmt.linear_bytes_per_param) / tp
+    share = float(layout.expert_share(model.num_experts)) if layout is not None else 1 / tp
+    expert_bytes = experts * float(fmt.linear_bytes_per_param) * share
     head = (model.lm_head_params or model.embedding_params) if pp == 1 else 0
-    full, attn_full, windowed = _stage_attention_sums(model, tp, pp, kv_element_bytes)
+    attention_tp = layout.attention_tp if layout is not None else tp
+    full, attn_full, windowed = _stage_attention_sums(model, attention_tp, pp, kv_element_bytes)
+    stage = model.layer_params[: counts[0]]
+    # attention runs split by the attention TP (SGLang's DP attention: tp / dp), the rest by TP
+    attention_extra = sum(p.attention for p in stage) * (1 / attention_tp - 1 / tp) if attention_tp != tp else 0.0
     return RankTerms(
         dense_weight_bytes=max(float(weights_bytes_per_gpu) - expert_bytes, 0.0),
         expert_weight_bytes=expert_bytes,
-        active_params=(per_layer_active + head) / tp,
+        active_params=(per_layer_active + head) / tp + attention_extra,
         full_kv_bytes_per_token=full,
         attention_flops_per_cached_token=attn_full,
         windowed=tuple((w, kv, f) for w, (kv, f) in sorted(windowed.items())),
         layers_on_rank=max(counts),
         act_bytes=element_bytes(serving_dtype(model, engine)),
         fp8_gemm=weight_format_name.startswith("fp8"),
+        moe_layers_on_rank=sum(1 for p in stage if p.experts) if layout is not None else 0,
     )
 
 
@@ -238,6 +253,7 @@ def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str 
         weights_bytes_per_gpu=est.weights_bytes_per_gpu,
         kv_element_bytes=estimate_kv_element_bytes(est),
         weight_format_name=est.weight_dtype,
+        layout=est.layout,
     )
     link = gpu.interconnect_gbps * GB if gpu.interconnect_gbps else math.inf
     notes: list[str] = []
@@ -263,6 +279,9 @@ def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str 
         flops_per_s=_peak_flops(gpu, est.weight_dtype),
         link_bytes_per_s=link,
         notes=tuple(notes),
+        moe_layers_on_rank=terms.moe_layers_on_rank,
+        ep=est.layout.token_exchange_ranks if est.layout is not None else 1,
+        expert_token_ranks=est.layout.dp if est.layout is not None else 1,
     )
 
 
@@ -304,7 +323,7 @@ def active_expert_share(num_experts: Num, experts_per_token: Num, tokens: Num) -
 def step_weight_bytes(p: PerfInputs, tokens: Num) -> Num:
     """Weight bytes one rank reads in a step of `tokens` new tokens (MoE: the experts they touch)."""
     return p.dense_weight_bytes + p.expert_weight_bytes * active_expert_share(
-        p.num_experts, p.experts_per_token, tokens
+        p.num_experts, p.experts_per_token, tokens * p.expert_token_ranks
     )
 
 
@@ -348,6 +367,14 @@ def allreduce_seconds(p: PerfInputs, tokens: Num, eff: PerfEfficiency) -> Num:
     return 2 * p.layers_on_rank * (ring + eff.allreduce_latency_s * as_float(p.tp > 1))
 
 
+def all_to_all_seconds(p: PerfInputs, tokens: Num, eff: PerfEfficiency) -> Num:
+    """Expert parallel's dispatch and combine in every MoE layer on the rank: each of `tokens` tokens sends its
+    hidden state to its k experts' ranks and gets their outputs back, (EP - 1) / EP of them on other ranks, over
+    the interconnect, plus a collective's latency each way; nothing without EP (the factor and indicator vanish)."""
+    payload = tokens * p.experts_per_token * p.hidden_size * p.act_bytes * (p.ep - 1) / p.ep
+    return 2 * p.moe_layers_on_rank * (payload / p.link_bytes_per_s + eff.allreduce_latency_s * as_float(p.ep > 1))
+
+
 def step_seconds(
     p: PerfInputs,
     tokens: Num,
@@ -371,7 +398,8 @@ def step_seconds(
     attention = _maximum(
         step_kv_bytes(p, batch, context_tokens) / bandwidth, step_attention_flops(p, tokens, attended) / peak
     )
-    return linear + attention + allreduce_seconds(p, tokens, eff) + eff.step_overhead_s
+    communication = allreduce_seconds(p, tokens, eff) + all_to_all_seconds(p, tokens, eff)
+    return linear + attention + communication + eff.step_overhead_s
 
 
 def pipeline_seconds(p: PerfInputs, stage_seconds: Num, tokens: Num) -> Num:
@@ -451,7 +479,7 @@ class Performance:
     decode_weight_bytes: float = 0.0  # of decode_step_bytes: weights (the experts the step touches)
     decode_memory_ms: float = 0.0  # bytes / achievable bandwidth
     decode_compute_ms: float = 0.0  # FLOPs / achievable compute
-    decode_comm_ms: float = 0.0  # TP all-reduces
+    decode_comm_ms: float = 0.0  # TP all-reduces and expert parallel's all-to-all
     prefill_chunks: int = 0
     inputs: PerfInputs | None = None
     notes: tuple[str, ...] = ()
@@ -514,7 +542,7 @@ def performance(
         decode_weight_bytes=weights,
         decode_memory_ms=memory * 1e3,
         decode_compute_ms=compute * 1e3,
-        decode_comm_ms=float(allreduce_seconds(p, concurrency, eff)) * 1e3,
+        decode_comm_ms=float(allreduce_seconds(p, concurrency, eff) + all_to_all_seconds(p, concurrency, eff)) * 1e3,
         prefill_chunks=cdiv(input_tokens - cached, max(1, chunk_tokens - (concurrency - 1))),
         inputs=p,
         notes=p.notes,

@@ -34,7 +34,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from capacity.calibration import Correction, calibrated_pool
+from capacity.engines.kinds import Engine
 from capacity.estimate import Estimate, estimate, pool_starts
+from capacity.features.parallel_layout import dp_candidates, rank_layout
 from capacity.features.speculative_speed import with_speculation
 from capacity.parallel import valid_tp_sizes
 from capacity.performance import LatencyTarget, LatencyTargets, Performance, largest_batch_meeting, speed_at
@@ -53,10 +55,13 @@ class Layout:
     pp: int
     weight_dtype: str
     kv_dtype: str
+    dp: int = 1  # attention DP ranks (`capacity.features.parallel_layout`)
+    ep: int = 1  # expert-parallel width
 
     @property
     def label(self) -> str:
-        return f"{self.gpu.id} tp={self.tp} pp={self.pp} {self.weight_dtype}/{self.kv_dtype}"
+        ranks = f" dp={self.dp} ep={self.ep}" if self.dp > 1 or self.ep > 1 else ""
+        return f"{self.gpu.id} tp={self.tp} pp={self.pp}{ranks} {self.weight_dtype}/{self.kv_dtype}"
 
     def deployment(
         self, workload: WorkloadProfile, *, max_model_len: int | None = None, max_num_seqs: int | None = None
@@ -76,6 +81,8 @@ class Layout:
             prefix_caching=workload.prefix_caching,
             speculative=workload.speculative,
             lora=workload.adapters.lora_spec() if workload.adapters else None,
+            dp=self.dp,
+            ep=self.ep,
         )
 
 
@@ -112,10 +119,15 @@ class PlacementOption:
     ttft_ms: float | None = None
     output_tokens_per_second: float | None = None  # per replica, at the planned B
     max_num_seqs: int | None = None  # the engine's batch limit B_max is capped at
+    # DP attention x expert parallel: a replica is the DP group (b_max, planned and tokens/s are the group's); its
+    # GPUs are tp x pp x dp_gpus (vLLM's DP ranks add GPUs, SGLang's split --tp)
+    dp: int = 1
+    ep: int = 1
+    dp_gpus: int = 1
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp_gpus
 
     @property
     def gpus_total(self) -> int:
@@ -160,6 +172,8 @@ class PlacementOption:
             self.gpu,
             self.tp,
             self.pp,
+            self.dp,
+            self.ep,
             self.weight_dtype,
             self.kv_dtype,
         )
@@ -240,6 +254,12 @@ def layouts(model: ModelSpec, gpu: GpuSku, workload: WorkloadProfile) -> list[La
             for weight in _weight_choices(model, gpu, workload.dtype_policy):
                 for kv in _kv_choices(gpu, workload.dtype_policy):
                     out.append(Layout(gpu, tp, pp, weight, kv))
+    engine = Engine(workload.engine)
+    for c in dp_candidates(engine, model, tps, gpu.gpus_per_node):
+        if cap is not None and rank_layout(engine, model, c.tp, c.dp, c.ep).gpus(1) > cap:
+            continue
+        for weight in _weight_choices(model, gpu, workload.dtype_policy):
+            out += [Layout(gpu, c.tp, 1, weight, kv, c.dp, c.ep) for kv in _kv_choices(gpu, workload.dtype_policy)]
     return out
 
 
@@ -287,6 +307,7 @@ def size_layout(
     if isinstance(speed, str):
         return speed
     binding, b_latency, planned, perf = speed
+    ranks = layout.dp  # every DP rank serves its own sequences: the replica's figures are the group's
     return PlacementOption(
         workload=workload.name,
         model=model_id,
@@ -302,20 +323,23 @@ def size_layout(
         engine_version=est.engine_version,
         context_tokens=workload.context_tokens,
         max_model_len=limit,
-        b_max=sequences,
-        b_max_predicted=predicted,
-        planned_per_replica=planned,
-        replicas=math.ceil(workload.target_concurrency / planned),
+        b_max=sequences * ranks,
+        b_max_predicted=predicted * ranks,
+        planned_per_replica=planned * ranks,
+        replicas=math.ceil(workload.target_concurrency / (planned * ranks)),
         usd_per_gpu_hour=float(gpu.price_usd_per_gpu_hour),
         calibrated=correction is not None,
         calibration_scope=correction.scope.label() if correction is not None else None,
         n_observations=correction.n_observations if correction is not None else 0,
         binding=binding,
-        b_latency=b_latency,
+        b_latency=b_latency * ranks if b_latency is not None else None,
         tpot_ms=perf.tpot_ms if perf is not None else None,
         ttft_ms=perf.ttft_ms if perf is not None else None,
-        output_tokens_per_second=perf.output_tokens_per_second if perf is not None else None,
+        output_tokens_per_second=perf.output_tokens_per_second * ranks if perf is not None else None,
         max_num_seqs=seqs,
+        dp=layout.dp,
+        ep=layout.ep,
+        dp_gpus=est.layout.gpus(layout.pp) // (layout.tp * layout.pp) if est.layout is not None else 1,
     )
 
 

@@ -339,7 +339,6 @@ class DeploymentSpec:
     weight_offload: WeightOffload | None = None  # --cpu-offload-gb: weights kept in host memory (features.offload)
     # speculative decoding: the method and draft, sized by `capacity.features.speculative_memory`
     speculative: SpeculativeSpec | None = None
-    dp_attention: bool | None = None  # SGLang --enable-dp-attention: a KV pool per attention DP rank
     kv_offload: KVOffload | None = None  # a KV tier behind the GPU pool: vLLM offloading/LMCache, HiCache, TRT-LLM host
     # prefix caching (on by default in vLLM, SGLang, TensorRT-LLM): a shared prefix held once, the hit rate
     prefix_caching: PrefixCaching = NO_PREFIX_CACHING_STATED
@@ -359,6 +358,13 @@ class DeploymentSpec:
     # modality: `mm_limits`): no encoder profiling, and from vLLM 0.11 no tower weights
     mm_text_only: bool | None = None
     mm_limits: tuple[tuple[str, int], ...] = ()  # vLLM --limit-mm-per-prompt: items per prompt by modality
+    # DP attention, expert parallel, decode context parallel (`capacity.features.parallel_layout` reads them per
+    # engine): attention data-parallel ranks (a KV pool and a scheduler each), the expert-parallel width (1:
+    # experts split by tensor parallel), the GPUs one request's KV is split over
+    dp: int = 1
+    ep: int = 1
+    dcp: int = 1
+    redundant_experts: int = 0  # EPLB's extra physical experts (vLLM --eplb-config, SGLang --ep-num-redundant-experts)
 
     def all_reduce_peer_gpus(self, gpu_peer_link_gpus: int | None) -> int | None:
         """The GPUs among which vLLM's custom all-reduce can run for this deployment (the `peer_link_gpus`
@@ -378,7 +384,6 @@ class DeploymentSpec:
                 self.speculative is not None and self.speculative.method is SpecMethod.UNKNOWN,
                 "speculative decoding of an unstated method (the draft's weights and KV)",
             ),
-            (self.dp_attention, "DP attention (a KV pool per attention rank)"),
             (self.kv_offload, self.kv_offload.unmodelled() if self.kv_offload else None),
         )
         return tuple(text for flag, text in named if flag and text)

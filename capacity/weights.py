@@ -75,29 +75,48 @@ class WeightsEstimate:
     source: str  # "checkpoint" (real size, scaled per rank) | "modeled" | "override"
 
 
-def _rank_weight_bytes(model: ModelSpec, fmt: WeightFormat, tp: int, pp: int) -> list[Fraction]:
-    """Weight bytes of every pipeline stage for one TP rank (sharded parts / TP, replicated whole)."""
+@dataclass(frozen=True, slots=True)
+class WeightShards:
+    """How a layout splits each part of the weights over the GPUs of one replica (`tensor_parallel`: all by TP;
+    `capacity.features.parallel_layout` gives the DP-attention / expert-parallel splits): the ranks a part is
+    split over, and the share of the routed experts the most loaded rank holds."""
+
+    attention: int  # attention projections (and an SSM/GDN mixer)
+    mlp: int  # dense MLP and shared experts
+    embedding: int  # the input embedding (and the loaded extra parameters beside it)
+    head: int  # the LM head
+    expert_share: Fraction  # of the routed experts' parameters, the most loaded rank's share
+
+    @classmethod
+    def tensor_parallel(cls, tp: int) -> WeightShards:
+        """Every sharded part split by TP (the layout without DP attention or expert parallel)."""
+        return cls(tp, tp, tp, tp, Fraction(1, tp))
+
+
+def _rank_weight_bytes(
+    model: ModelSpec, fmt: WeightFormat, tp: int, pp: int, shards: WeightShards | None = None
+) -> list[Fraction]:
+    """Weight bytes of every pipeline stage for one rank (sharded parts over their `shards`, replicated whole)."""
+    s = shards or WeightShards.tensor_parallel(tp)
     dense = fmt.dense_bytes_per_param
     linear = fmt.linear_bytes_per_param
     mlp_bytes = dense if fmt.experts_only else linear
     attention_bytes = dense if fmt.experts_only or fmt.attention_dense else linear
-    # Exact rationals with one Fraction per stage: every term as an integer over tp * lcm(denominators)
-    common = math.lcm(dense.denominator, linear.denominator)
-    per_attention = attention_bytes.numerator * (common // attention_bytes.denominator)  # split by TP
-    per_mlp = mlp_bytes.numerator * (common // mlp_bytes.denominator)  # dense MLP / shared experts, by TP
-    per_expert = linear.numerator * (common // linear.denominator)  # routed experts, split by TP
-    per_dense = dense.numerator * (common // dense.denominator)  # embeddings and head, split by TP
-    per_replicated = per_dense * tp  # norms and router, whole on every rank
     stages: list[Fraction] = []
     sums = _stage_param_sums(model, pp)
     for stage_index, (attention, mlp, experts, replicated) in enumerate(sums):
-        total = attention * per_attention + mlp * per_mlp + experts * per_expert + replicated * per_replicated
+        total = (
+            attention * attention_bytes / s.attention
+            + mlp * mlp_bytes / s.mlp
+            + experts * linear * s.expert_share
+            + replicated * dense  # norms and router, whole on every rank
+        )
         if stage_index == 0:
-            total += (model.embedding_params + model.loaded_extra_params) * per_dense
+            total += (model.embedding_params + model.loaded_extra_params) * dense / s.embedding
         if stage_index == len(sums) - 1:
             head = model.lm_head_params or (model.embedding_params if pp > 1 else 0)
-            total += head * per_dense + model.final_norm_params * per_replicated
-        stages.append(Fraction(total, tp * common))
+            total += head * dense / s.head + model.final_norm_params * dense
+        stages.append(total)
     return stages
 
 
@@ -130,11 +149,13 @@ def estimate_weights(
     pp: int = 1,
     checkpoint_bytes: int | None = None,
     engine: str = Engine.VLLM,
+    shards: WeightShards | None = None,
 ) -> WeightsEstimate:
     """Weights on the most loaded GPU. The checkpoint's real size wins when the served format is
-    the checkpoint's own; it is spread over ranks in the proportions the parameter model gives."""
+    the checkpoint's own; it is spread over ranks in the proportions the parameter model gives. `shards`: how a
+    DP-attention / expert-parallel layout splits the parts (default: all by TP)."""
     fmt = weight_format(model, weight_dtype, engine)
-    stages = _rank_weight_bytes(model, fmt, tp, pp)
+    stages = _rank_weight_bytes(model, fmt, tp, pp, shards)
     per_gpu = max(stages)
     loaded_total = sum(_rank_weight_bytes(model, fmt, 1, 1))
     native = weight_dtype.lower() == "auto" or (

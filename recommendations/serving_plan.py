@@ -28,8 +28,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from capacity.engines.kinds import Engine
 from capacity.estimate import Estimate, estimate
 from capacity.explain import derivation
+from capacity.features.parallel_layout import spelled_batch_limit
 from capacity.performance import efficiency_for, perf_inputs, speed_at
 from capacity.placement import Layout, PlacementOption, place
 from capacity.planning_types import DTYPE_POLICIES, DtypePolicy, WorkloadProfile
@@ -192,6 +194,8 @@ class ServingOption:
             "gpus_per_node": o.gpus_per_node,
             "tp": o.tp,
             "pp": o.pp,
+            "dp": o.dp,
+            "ep": o.ep,
             "gpus_per_replica": o.gpus_per_replica,
             "replicas": self.replicas,
             "weight_dtype": o.weight_dtype,
@@ -202,7 +206,7 @@ class ServingOption:
             "kv_cache_dtype": o.kv_dtype,
             "kv_cache_format": o.kv_cache_dtype,
             "max_model_len": est.max_model_len,
-            "max_num_seqs": o.planned_per_replica,
+            "max_num_seqs": spelled_batch_limit(Engine(est.engine), o.planned_per_replica // o.dp, o.dp),
             "max_num_batched_tokens": est.pool.max_num_batched_tokens,
             "block_size": est.block_size,
             "gpu_memory_utilization": est.gpu_memory_utilization,
@@ -329,8 +333,9 @@ class PlaceAnswer:
 
 def _estimate_for(model: ServedModel, option: PlacementOption, gpu: GpuSku, profile: WorkloadProfile) -> Estimate:
     """The option's deployment, its batch limit set to the planned B (what the plan starts the engine with)."""
-    layout = Layout(gpu, option.tp, option.pp, option.weight_dtype, option.kv_dtype)
-    deployment = layout.deployment(profile, max_model_len=option.max_model_len, max_num_seqs=option.planned_per_replica)
+    layout = Layout(gpu, option.tp, option.pp, option.weight_dtype, option.kv_dtype, option.dp, option.ep)
+    seqs = spelled_batch_limit(Engine(option.engine), option.planned_per_replica // option.dp, option.dp)
+    deployment = layout.deployment(profile, max_model_len=option.max_model_len, max_num_seqs=seqs)
     return estimate(
         model.spec,
         deployment,
@@ -453,6 +458,12 @@ class _Checker:
         return simulate(est, inputs, load, efficiency_for(est.engine, gpu))
 
 
+DP_NOT_SIMULATED = (
+    "a DP-attention x expert-parallel layout at a request rate: the serving simulation runs one engine, not a "
+    "DP group (sized at a concurrency, and for procurement)"
+)
+
+
 def place_model(model: ServedModel, query: PlaceQuery, gpus: Sequence[GpuSku]) -> PlaceAnswer:
     """The `query.top` cheapest options that pass the screen (and, at a rate, the simulated check)."""
     profile = query.profile(model.model_id)
@@ -466,6 +477,9 @@ def place_model(model: ServedModel, query: PlaceQuery, gpus: Sequence[GpuSku]) -
     queue: list[tuple[tuple[object, ...], int, ServingOption]] = []
     for i, option in enumerate(screened.options):
         gpu = by_id[option.gpu]
+        if option.dp > 1 and query.request_rate_per_s is not None:  # the simulation runs one rank, not a DP group
+            rejected.setdefault(option.gpu, []).append(DP_NOT_SIMULATED)
+            continue
         try:
             est = _estimate_for(model, option, gpu, profile)
             rate = _replica_rate(option, model, est, gpu, query) if query.request_rate_per_s is not None else 0.0

@@ -1,6 +1,6 @@
-"""Declared engine features capplan does not size (CPU offload, speculative decoding, DP
-attention): the estimate flags the deployment (`modelled: false`, the feature named) and sizes it as if
-the feature were off, never silently."""
+"""Declared engine features capplan does not size (a speculative method not stated, a KV connector other than
+LMCache and vLLM's offloading): the estimate flags the deployment (`modelled: false`, the feature named) and sizes
+it as if the feature were off, never silently."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from capacity.estimate import estimate
 from capacity.features.lora import LoraSpec
+from capacity.features.speculative import SpecMethod, SpeculativeSpec
 from capacity.spec import DeploymentSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
@@ -31,7 +32,7 @@ def test_plain_deployment_is_modelled() -> None:
 
 def test_each_declared_feature_flags_the_row_and_keeps_the_numbers() -> None:
     plain = _json()
-    for flags, word in ((["--speculative"], "speculative"), (["--enable-dp-attention"], "DP attention"),
+    for flags, word in ((["--speculative"], "speculative"),
                         (["--kv-transfer-config", '{"kv_connector": "NixlConnector"}'], "NixlConnector")):  # fmt: skip
         out = _json(*flags)
         assert out["modelled"] is False and word in str(out["not_modelled"]), flags
@@ -40,9 +41,9 @@ def test_each_declared_feature_flags_the_row_and_keeps_the_numbers() -> None:
 
 def test_model_level_and_deployment_level_reasons_are_joined() -> None:
     resolved = load_model(MODEL)
-    est = estimate(resolved.spec, DeploymentSpec(lora=LoraSpec(), dp_attention=True, engine="sglang"), gpu=find_gpu_sku("H100"),
-                   checkpoint_bytes=resolved.checkpoint_bytes)  # fmt: skip
-    assert est.not_modelled == "DP attention (a KV pool per attention rank)"  # LoRA is sized (test_feature_lora.py)
+    est = estimate(resolved.spec, DeploymentSpec(lora=LoraSpec(), speculative=SpeculativeSpec(SpecMethod.UNKNOWN), engine="sglang"),
+                   gpu=find_gpu_sku("H100"), checkpoint_bytes=resolved.checkpoint_bytes)  # fmt: skip
+    assert est.not_modelled == "speculative decoding of an unstated method (the draft's weights and KV)"  # LoRA is sized
     assert not any(note.startswith("assumed no LoRA") for note in est.notes)
     assert not any(note.startswith("assumed no speculative") for note in est.notes)
 

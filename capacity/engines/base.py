@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 # features of `DeploymentSpec.unmodelled_features` a profile may assume off (its `assumed_off`)
 ADAPTER_FEATURES = frozenset({"lora", "cpu_offload"})
-UNSIZED_FEATURES = ADAPTER_FEATURES | {"speculative", "dp_attention"}
+UNSIZED_FEATURES = ADAPTER_FEATURES | {"speculative"}
 KV_CONNECTOR = "kv_connector"  # vLLM's --kv-transfer-config (LMCache and the like hold GPU buffers of their own)
 
 

@@ -21,6 +21,7 @@ the release; vLLM's image runs `vllm serve`), `python -m ...` launchers.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import shlex
 from dataclasses import dataclass, field, replace
@@ -76,6 +77,7 @@ _QUANTIZATION_DTYPES = {
 # destination -> capplan estimate parameter, per engine; the value is converted by the parameter's kind
 _INT, _FLOAT, _TEXT, _SWITCH = "int", "float", "text", "switch"
 _OFF = "off"  # a `--disable-x` switch of an `enable_x` option (SGLang's --disable-radix-cache: prefix caching off)
+_EPLB = "eplb"  # vLLM --eplb-config JSON (or --eplb-config.num_redundant_experts N): its redundant experts
 _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
     Engine.VLLM: {
         "tensor_parallel_size": ("tp", _INT),
@@ -107,6 +109,10 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "lora_dtype": ("lora_dtype", _TEXT),
         "lora_target_modules": ("lora_target_modules", _TEXT),
         "fully_sharded_loras": ("fully_sharded_loras", _SWITCH),
+        "data_parallel_size": ("dp", _INT),
+        "enable_expert_parallel": ("enable_expert_parallel", _SWITCH),
+        "decode_context_parallel_size": ("dcp", _INT),
+        "eplb_config": ("redundant_experts", _EPLB),
     },
     Engine.SGLANG: {
         "tp_size": ("tp", _INT),
@@ -137,6 +143,10 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "max_lora_rank": ("max_lora_rank", _INT),
         "max_loaded_loras": ("max_cpu_loras", _INT),
         "lora_target_modules": ("lora_target_modules", _TEXT),
+        "dp_size": ("dp", _INT),  # attention DP only with --enable-dp-attention (`_sglang_replicas`)
+        "attn_dp_size": ("dp", _INT),
+        "ep_size": ("ep", _INT),
+        "ep_num_redundant_experts": ("redundant_experts", _INT),
     },
     Engine.TRTLLM: {
         "tensor_parallel_size": ("tp", _INT),
@@ -151,16 +161,15 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
 # flags that move the memory and that capplan does not size (beyond the named estimate options)
 _UNSIZED: dict[Engine, frozenset[str]] = {
     Engine.VLLM: frozenset({
-        "enable_expert_parallel", "enable_eplb", "eplb_config",
-        "decode_context_parallel_size", "prefill_context_parallel_size", "compilation_config",
+        "prefill_context_parallel_size", "compilation_config",
         "cudagraph_capture_sizes", "max_cudagraph_capture_size", "swap_space", "num_gpu_blocks_override", "calculate_kv_scales", "kv_sharing_fast_prefill",
         "mamba_cache_dtype", "mamba_ssm_cache_dtype", "mamba_cache_mode", "mm_encoder_tp_mode",
         "mm_processor_kwargs", "max_logprobs", "hf_overrides", "override_generation_config", "load_format",
         "pooler_config", "runner", "convert", "enable_sleep_mode", "config", "optimization_level",
     }),
     Engine.SGLANG: frozenset({
-        "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "ep_size",
-        "moe_a2a_backend", "enable_eplb", "dp_size", "attn_cp_size",
+        "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs",
+        "moe_a2a_backend", "attn_cp_size",
         "mamba_ssm_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio", "json_model_override_args",
         "load_format", "enable_mixed_chunk", "disaggregation_mode", "config", "enable_memory_saver",
         "enable_torch_compile", "torch_compile_max_bs", "piecewise_cuda_graph_max_tokens",
@@ -251,7 +260,20 @@ def read_command(text: str, release: str | None = None) -> EngineCommand:
         command = replace(command, options={**command.options, "allow_long_max_model_len": True})
     if settings and "kv_transfer_config" in command.options:
         command = replace(command, options={**command.options, **settings})
-    return command
+    return _sglang_replicas(command)
+
+
+def _sglang_replicas(command: EngineCommand) -> EngineCommand:
+    """SGLang's --dp-size without DP attention: router replicas, each a whole TP group sized alone (no attention
+    DP ranks); --attn-dp-size and --dp-size with --enable-dp-attention are attention DP."""
+    spelled = ("--dp-size", "--data-parallel-size", "--dp")
+    if command.engine is not Engine.SGLANG or command.options.get("enable_dp_attention"):
+        return command
+    if not any(flag in spelled for flag in command.applied) or any("attn" in flag for flag in command.applied):
+        return command
+    options = {name: value for name, value in command.options.items() if name != "dp"}
+    note = f"--dp-size {command.options['dp']} without DP attention: replicas, each sized alone"
+    return replace(command, options=options, notes=(*command.notes, note))
 
 
 # LMCache's settings from its environment (lmcache/v1/config.py: `LMCACHE_<NAME>` with its env_converter), as
@@ -498,7 +520,9 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
             raise CommandLineError(f"{option} asks the engine for its help; nothing to size")
         if dest in applied_map:
             name, kind = applied_map[dest]
-            options[name] = _value(option, spelled, dest, kind, values, notes)
+            value = _value(option, spelled, dest, kind, values, notes)
+            if value is not None:  # None: a part of a structured flag capacity does not read
+                options[name] = value
             applied.append(option)
         elif dest in rules.unsized:
             unsized.append(option)
@@ -529,7 +553,7 @@ def _unique(items: list[str]) -> list[str]:
 
 
 def _value(option: str, spelled: str, dest: str, kind: str, values: list[str], notes: list[str]) -> object:
-    """An applied flag's value, converted for its capplan option."""
+    """An applied flag's value, converted for its capplan option (None: nothing capacity reads in it)."""
     if kind == _SWITCH:
         if values:  # --flag=false, as some parsers accept
             return values[0].lower() not in ("0", "false", "no", "off")
@@ -542,6 +566,8 @@ def _value(option: str, spelled: str, dest: str, kind: str, values: list[str], n
     value = " ".join(values)
     if kind == _TEXT:
         return value
+    if kind == _EPLB:
+        return _redundant_experts(option, value)
     if kind == "quantization":
         method = value.lower()
         if method in _QUANTIZATION_DTYPES:
@@ -554,6 +580,28 @@ def _value(option: str, spelled: str, dest: str, kind: str, values: list[str], n
         return _human_int(value)
     except ValueError:
         raise CommandLineError(f"{option} wants a number") from None
+
+
+def _redundant_experts(option: str, value: str) -> int | None:
+    """EPLB's redundant experts from vLLM's --eplb-config (config/parallel.py EPLBConfig.num_redundant_experts):
+    a JSON object, or the dotted `--eplb-config.num_redundant_experts N`; None for any other field."""
+    _, dot, field_name = option.partition(".")
+    if dot:
+        raw: object = value if field_name.replace("-", "_") == "num_redundant_experts" else None
+    else:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            raise CommandLineError(f"{option} wants a JSON object") from None
+        raw = parsed.get("num_redundant_experts", 0) if isinstance(parsed, dict) else None
+        if raw is None:
+            raise CommandLineError(f"{option} wants a JSON object")
+    if raw is None:
+        return None
+    try:
+        return int(str(raw))
+    except ValueError:
+        raise CommandLineError(f"{option}: num_redundant_experts wants a whole number") from None
 
 
 def _human_int(value: str) -> int:

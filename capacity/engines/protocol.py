@@ -175,7 +175,7 @@ class EngineProfile(Protocol):
     @property
     def assumed_off(self) -> frozenset[str]:
         """Engine features this profile does not size and the estimate says it assumed off when the
-        deployment does not declare them: lora, cpu_offload, speculative, dp_attention."""
+        deployment does not declare them: lora, cpu_offload, speculative."""
 
     def assumption_notes(self, context: AssumptionContext) -> list[str]:
         """The engine's own assumptions about unstated inputs (release, kernels, links) that move the

@@ -143,8 +143,8 @@ class SglangProfile(ProfileBase):
 
     @property
     def assumed_off(self) -> frozenset[str]:
-        """Speculative decoding (a draft model and its KV pool) and DP attention (a pool per attention
-        rank) besides LoRA and CPU offload: none of them sized here."""
+        """Speculative decoding (a draft model and its KV pool) besides LoRA and CPU offload: none of them
+        sized here."""
         return UNSIZED_FEATURES
 
     def utilization_notes(self, context: AssumptionContext) -> list[str]:

@@ -141,8 +141,8 @@ class TrtllmProfile(ProfileBase):
 
     @property
     def assumed_off(self) -> frozenset[str]:
-        """Speculative decoding (a draft model and its KV pool) and DP attention (a pool per attention
-        rank) besides LoRA and CPU offload: none of them sized here."""
+        """Speculative decoding (a draft model and its KV pool) besides LoRA and CPU offload: none of them sized
+        here (attention DP and MoE EP are refused with the reason: `capacity.features.parallel_layout`)."""
         return UNSIZED_FEATURES
 
     def unmodelled(self, model: ModelSpec) -> str | None:

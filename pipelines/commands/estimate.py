@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from capacity.dtypes import GIB, KV_DTYPES, WEIGHT_DTYPES
-from capacity.engines import ENGINE_NAMES
+from capacity.engines import ENGINE_NAMES, Engine
 from capacity.engines.command_line import CommandLineError, EngineCommand, read_command, table_release
 from capacity.engines.vllm.multimodal import parse_mm_limits
 from capacity.estimate import Estimate
 from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
 from capacity.features.lora import LoraSpec, lora_spec
+from capacity.features.parallel_layout import expert_parallel_width
 from capacity.features.prefix_caching import PrefixCaching
 from capacity.performance import LatencyTargets, Performance, efficiency_for, perf_inputs, performance
 from capacity.serving import Lengths, Load, ServingResult, simulate
@@ -209,7 +210,23 @@ CpuOffloadGbOption = Annotated[
     typer.Option("--cpu-offload-gb", metavar="GIB", help="Weights per GPU kept in host memory (the GPU holds the rest)."),
 ]
 EnableDpAttentionOption = Annotated[
-    bool, typer.Option("--enable-dp-attention", help="SGLang DP attention (not sized: flagged).")
+    bool, typer.Option("--enable-dp-attention", help="SGLang's spelling beside --dp: --dp is the attention DP size.")
+]
+DpOption = Annotated[
+    int, typer.Option("--dp", "--data-parallel-size", metavar="N", help="Attention DP ranks, a KV pool each.")
+]
+EpOption = Annotated[
+    int, typer.Option("--ep", metavar="N", help="Expert-parallel width: whole experts per rank (1: split by TP).")
+]
+EnableExpertParallelOption = Annotated[
+    bool,
+    typer.Option("--enable-expert-parallel", help="Experts split whole over EP = tp x dp (vLLM) or tp (SGLang)."),
+]
+DcpOption = Annotated[
+    int, typer.Option("--dcp", metavar="N", help="vLLM decode context parallel: a request's KV over N TP ranks.")
+]
+RedundantExpertsOption = Annotated[
+    int, typer.Option("--redundant-experts", metavar="N", help="EPLB's redundant experts, spread over the EP ranks.")
 ]
 LimitMmPerPromptOption = Annotated[
     str | None,
@@ -401,6 +418,11 @@ def estimate(
     speculative_num_draft_tokens: SpeculativeDraftTokensOption = None,
     acceptance_rate: AcceptanceRateOption = None,
     enable_dp_attention: EnableDpAttentionOption = False,
+    dp: DpOption = 1,
+    ep: EpOption = 1,
+    enable_expert_parallel: EnableExpertParallelOption = False,
+    dcp: DcpOption = 1,
+    redundant_experts: RedundantExpertsOption = 0,
     kv_transfer_config: KvTransferConfigOption = None,
     kv_offloading_size: oo.KvOffloadingSizeOption = None,
     kv_offloading_backend: oo.KvOffloadingBackendOption = "native",
@@ -457,7 +479,8 @@ def _estimate(
     disable_custom_all_reduce: bool, gpu_peer_access: bool | None, enable_lora: bool, max_loras: int | None,
     max_lora_rank: int | None, max_cpu_loras: int | None, lora_dtype: str | None, lora_target_modules: str | None,
     fully_sharded_loras: bool,
-    speculative: SpeculativeArgs, enable_dp_attention: bool,
+    speculative: SpeculativeArgs, enable_dp_attention: bool, dp: int, ep: int,
+    enable_expert_parallel: bool, dcp: int, redundant_experts: int,
     limit_mm_per_prompt: str | None, language_model_only: bool, enable_prefix_caching: bool | None,
     shared_prefix_tokens: int | None, prefix_hit_rate: float | None, gpu_memory_utilization: float | None, engine: str, engine_version: str | None, block_size: int | None,
     max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
@@ -471,7 +494,7 @@ def _estimate(
     if model is None:
         fail("give MODEL, or the engine's command line with --from-command")
     _check_ranges(
-        {"--tp": tp, "--pp": pp},
+        {"--tp": tp, "--pp": pp, "--dp": dp, "--ep": ep, "--dcp": dcp},
         {
             "--context": context,
             "--concurrency": concurrency,
@@ -519,7 +542,10 @@ def _estimate(
         weight_offload=weight_offload,
         speculative=speculative.spec(resolved.spec),
         kv_offload=kv_offload,
-        dp_attention=enable_dp_attention or None,
+        dp=dp,
+        ep=expert_parallel_width(Engine(engine), tp, dp) if enable_expert_parallel else ep,
+        dcp=dcp,
+        redundant_experts=redundant_experts,
         mm_text_only=language_model_only or None,
         mm_limits=mm_limits,
         prefix_caching=prefix,
@@ -592,7 +618,8 @@ _PASTED_OPTIONS = {
         "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
         "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps", "speculative_eagle_topk",
         "speculative_num_draft_tokens",
-        "kv_transfer_config", "enable_dp_attention", "engine", "engine_version", "limit_mm_per_prompt",
+        "kv_transfer_config", "enable_dp_attention", "dp", "ep", "enable_expert_parallel", "dcp",
+        "redundant_experts", "engine", "engine_version", "limit_mm_per_prompt",
         "language_model_only", "kv_offloading_size", "kv_offloading_backend", "enable_hierarchical_cache",
         "hicache_ratio", "hicache_size", "lmcache_max_local_cpu_size", "lmcache_max_local_disk_size", "lmcache_chunk_size",
         "enable_prefix_caching", "max_total_tokens", "max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype",

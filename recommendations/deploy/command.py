@@ -125,6 +125,7 @@ def engine_command(plan: ServingPlan, port: int = PORT) -> EngineCommandLine:
     args += [s.tp, str(plan.tp)]
     if plan.pp > 1:
         args += [s.pp, str(plan.pp)]
+    args += _parallel_args(plan)
     args += _dtype_args(plan, s)
     if plan.max_model_len is not None:
         args += [s.max_model_len, str(plan.max_model_len)]
@@ -141,6 +142,21 @@ def engine_command(plan: ServingPlan, port: int = PORT) -> EngineCommandLine:
         args += [s.kv_cache_bytes, str(plan.kv_cache_memory_bytes)]
     args += ["--host", "0.0.0.0", "--port", str(port)]
     return EngineCommandLine(plan.engine, s.launcher, tuple(args))
+
+
+def _parallel_args(plan: ServingPlan) -> list[str]:
+    """DP attention and expert parallel in the engine's flags (capacity.features.parallel_layout reads them back):
+    vLLM `--data-parallel-size N --enable-expert-parallel` (EP spans tp x dp), SGLang `--attn-dp-size N
+    --ep-size E` (0.5.23's spelling of `--enable-dp-attention --dp-size N`); TensorRT-LLM's live in a YAML file."""
+    if plan.dp == 1 and plan.ep == 1:
+        return []
+    if plan.engine is Engine.VLLM:
+        if plan.ep not in (1, plan.tp * plan.dp):
+            raise DeployError(f"vLLM's expert parallel spans tp x dp = {plan.tp * plan.dp} ranks, not ep {plan.ep}")
+        return ["--data-parallel-size", str(plan.dp)] * (plan.dp > 1) + ["--enable-expert-parallel"] * (plan.ep > 1)
+    if plan.engine is Engine.SGLANG:
+        return ["--attn-dp-size", str(plan.dp)] * (plan.dp > 1) + ["--ep-size", str(plan.ep)] * (plan.ep > 1)
+    raise DeployError(f"{spelling(plan.engine).label}'s attention DP and expert parallel are not written here")
 
 
 def _dtype_args(plan: ServingPlan, s: _Spelling) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from capacity.engines.command_line import table_release
 from capacity.engines.kinds import Engine
+from capacity.features.parallel_layout import engine_dp_ranks_add_gpus, replica_gpus, spelled_batch_limit
 from capacity.placement import PlacementOption
 from capacity.planning_types import WorkloadProfile
 
@@ -61,9 +62,11 @@ class ServingPlan:
     engine_version: str | None = None
     image: str | None = None  # None: ENGINE_IMAGES at the plan's release
     gpus_per_node: int = 8
+    dp: int = 1  # attention DP ranks (capacity.features.parallel_layout); max_num_seqs is in the engine's terms
+    ep: int = 1  # expert-parallel width
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "replicas", "gpus_per_node"):
+        for name in ("tp", "pp", "replicas", "gpus_per_node", "dp", "ep"):
             if getattr(self, name) < 1:
                 raise DeployError(f"{name} must be >= 1, not {getattr(self, name)}")
         for name in ("max_model_len", "max_num_seqs", "kv_cache_memory_bytes"):
@@ -77,8 +80,8 @@ class ServingPlan:
 
     @property
     def gpus_per_replica(self) -> int:
-        """One replica's GPUs: a pod's `nvidia.com/gpu` request."""
-        return self.tp * self.pp
+        """One replica's GPUs: a pod's `nvidia.com/gpu` request (vLLM's DP ranks each bring --tp GPUs)."""
+        return replica_gpus(engine_dp_ranks_add_gpus(self.engine), self.tp, self.pp, self.dp)
 
     @property
     def served_model(self) -> str:
@@ -152,6 +155,7 @@ class ServingPlan:
         and --max-num-seqs at the planned batch where a latency target set it (`binding` tpot / ttft),
         else the engine's batch limit the option was sized with."""
         latency_bound = option.binding != "memory"
+        per_rank = option.planned_per_replica // option.dp if latency_bound else option.max_num_seqs
         return cls(
             model=option.model,
             engine=_engine(option.engine),
@@ -160,7 +164,7 @@ class ServingPlan:
             pp=option.pp,
             replicas=option.replicas,
             max_model_len=option.max_model_len,
-            max_num_seqs=option.planned_per_replica if latency_bound else option.max_num_seqs,
+            max_num_seqs=None if per_rank is None else spelled_batch_limit(_engine(option.engine), per_rank, option.dp),
             weight_dtype=option.weight_dtype,
             kv_cache_dtype=option.kv_dtype,
             gpu_memory_utilization=workload.gpu_memory_utilization if workload is not None else None,
@@ -168,11 +172,13 @@ class ServingPlan:
             engine_version=option.engine_version,
             image=image,
             gpus_per_node=option.gpus_per_node,
+            dp=option.dp,
+            ep=option.ep,
         )
 
 
 _INT_FIELDS = frozenset(
-    {"tp", "pp", "replicas", "max_model_len", "max_num_seqs", "kv_cache_memory_bytes", "gpus_per_node"}
+    {"tp", "pp", "replicas", "max_model_len", "max_num_seqs", "kv_cache_memory_bytes", "gpus_per_node", "dp", "ep"}
 )
 _TEXT_FIELDS = frozenset({"model", "gpu", "weight_dtype", "kv_cache_dtype", "hf_repo", "engine_version", "image"})
 _ALIASES = {"kv_dtype": "kv_cache_dtype"}  # capplan estimate's option name

@@ -1,7 +1,7 @@
 -- marts.recommended_placements: cheapest feasible placements per model x workload profile and ranked alternatives (latest run).
 -- grain: one workload x model x rank (one row with feasible = false when none fits).
 -- columns: run_id, run_date, workload, model, model_family, rank, feasible, gpu, gpus_per_node, tp,
---   pp, gpus_per_replica, weight_dtype, kv_dtype, weight_format, kv_cache_dtype, engine,
+--   pp, dp, ep, gpus_per_replica, weight_dtype, kv_dtype, weight_format, kv_cache_dtype, engine,
 --   engine_version, context_tokens, max_model_len, target_concurrency, headroom, b_max,
 --   b_max_predicted, planned_per_replica, replicas, gpus_total, planned_capacity, usd_per_gpu_hour,
 --   price_basis, price_provider, price_region, price_commitment, price_source, price_date,
@@ -32,6 +32,8 @@ select
     gpus_per_node,
     tp,
     pp,
+    dp,
+    ep,
     gpus_per_replica,
     weight_dtype,
     kv_dtype,

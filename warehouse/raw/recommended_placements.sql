@@ -1,6 +1,6 @@
 -- raw.recommended_placements: ranked placements per model x workload profile (capacity.placement).
 -- grain: one workload x model x rank (one row with feasible = false when none fits).
--- columns: workload, model, model_family, rank, feasible, gpu, gpus_per_node, tp, pp,
+-- columns: workload, model, model_family, rank, feasible, gpu, gpus_per_node, tp, pp, dp, ep,
 --   gpus_per_replica, weight_dtype, kv_dtype, weight_format, kv_cache_dtype, engine,
 --   engine_version, context_tokens, max_model_len, target_concurrency, headroom, b_max,
 --   b_max_predicted, planned_per_replica, replicas, gpus_total, planned_capacity, usd_per_gpu_hour,

@@ -1,7 +1,7 @@
 -- staging.recommended_placements: ranked placements per model x workload profile (capacity.placement), typed and stamped with the run.
 -- grain: one workload x model x rank (one row with feasible = false when none fits).
 -- columns: run_id, run_date, workload, model, model_family, rank, feasible, gpu, gpus_per_node, tp,
---   pp, gpus_per_replica, weight_dtype, kv_dtype, weight_format, kv_cache_dtype, engine,
+--   pp, dp, ep, gpus_per_replica, weight_dtype, kv_dtype, weight_format, kv_cache_dtype, engine,
 --   engine_version, context_tokens, max_model_len, target_concurrency, headroom, b_max,
 --   b_max_predicted, planned_per_replica, replicas, gpus_total, planned_capacity, usd_per_gpu_hour,
 --   usd_per_replica_hour, usd_per_hour, usd_per_sequence_hour, binding, b_latency, tpot_ms, ttft_ms,
@@ -25,6 +25,8 @@ typed as (
         gpus_per_node::bigint as gpus_per_node,
         tp::integer as tp,
         pp::integer as pp,
+        dp::integer as dp,
+        ep::integer as ep,
         gpus_per_replica::bigint as gpus_per_replica,
         weight_dtype::varchar as weight_dtype,
         kv_dtype::varchar as kv_dtype,
