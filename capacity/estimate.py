@@ -566,7 +566,8 @@ def _memory(
     lim = _limits(d, profile, defaults, draft.default_max_num_seqs)
     inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len)
     overhead = _overhead(d, profile, inputs, notes)
-    weights, overhead, lora = charge_lora(inputs, d.lora, profile.engine, weights, overhead, notes)
+    free = total - d.other_process_bytes - weights.per_gpu_bytes  # free once the weights are loaded
+    weights, overhead, lora = charge_lora(inputs, d.lora, profile.engine, weights, overhead, notes, free)
     usable = int(total * lim.utilization)
     per_token_gpu = kv_bytes_per_token_per_gpu(draft.pool_model, dt.kv_bytes, atp, d.pp)
     budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)

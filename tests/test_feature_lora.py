@@ -202,14 +202,6 @@ def test_vllm_captures_twice_the_graphs_with_lora() -> None:
     assert plain == sum(cudagraph_capture_counts(256, 4096))
 
 
-def test_trtllm_lora_is_estimated_and_says_why() -> None:
-    resolved = load_model(LLAMA)
-    d = DeploymentSpec(engine="trtllm", max_model_len=8192, lora=LoraSpec())
-    est = estimate(resolved.spec, d, gpu=find_gpu_sku("H100"), checkpoint_bytes=resolved.checkpoint_bytes)
-    assert est.not_modelled is not None and "LoRA cache" in est.not_modelled
-    assert est.lora is not None and est.lora.slot_bytes_per_gpu > 0
-
-
 def _cli(*args: str) -> Any:
     return CliRunner().invoke(app, ["estimate", *args])
 

@@ -29,7 +29,8 @@ from dataclasses import dataclass, replace
 
 from capacity.dtypes import GIB, element_bytes
 from capacity.engines.kinds import Engine
-from capacity.features.lora_spec import LINEAR_TARGETS, LoraSpec, LoraTarget
+from capacity.features.lora_spec import LINEAR_TARGETS, LoraMemory, LoraSpec, LoraTarget
+from capacity.features.lora_trtllm import trtllm_peft_cache
 from capacity.kv.kinds import FullAttention
 from capacity.numeric import cdiv
 from capacity.overhead import Overhead, OverheadInputs
@@ -186,35 +187,16 @@ class _EngineLora:
     sglang_pools: bool
     punica_metadata: bool  # vLLM's punica wrapper: index tensors of max_num_batched_tokens
     profiles_shrink_buffer: bool  # the KV budget follows a profiling run that runs the LoRA kernels (vLLM)
-    read_from_source: bool  # False: the engine's own LoRA cache was not read (TensorRT-LLM): an estimate
+    read_from_source: bool  # False: the engine's own LoRA cache was not read (the plain profile): an estimate
+    paged_peft_cache: bool = False  # TensorRT-LLM: a paged PEFT cache, not slots (`features.lora_trtllm`)
 
 
 _ENGINE_LORA = {
     Engine.VLLM: _EngineLora(1, 16, True, True, False, False, True, True, True),
     Engine.SGLANG: _EngineLora(8, 16, False, False, True, True, False, False, True),
-    Engine.TRTLLM: _EngineLora(1, 16, False, False, False, False, False, False, False),
+    Engine.TRTLLM: _EngineLora(1, 64, True, False, False, False, False, False, True, paged_peft_cache=True),
     Engine.PLAIN: _EngineLora(1, 16, True, True, False, False, False, False, False),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class LoraMemory:
-    """What a LoRA spec takes per GPU (the most loaded pipeline stage) and per worker in host memory."""
-
-    slots: int
-    rank: int
-    dtype_bytes: int
-    slot_bytes_per_gpu: int  # the stacked A/B buffers of every targeted module
-    metadata_bytes_per_gpu: int  # the punica wrapper's index tensors
-    shrink_buffer_bytes_per_gpu: int  # the profiling run's float32 shrink buffer (beside the MLP's activations)
-    host_bytes_per_gpu: int  # the adapters a worker keeps in host memory (--max-cpu-loras), whole (unsharded)
-    notes: tuple[str, ...]
-    not_modelled: str | None = None  # the engine's LoRA cache was not read from its source
-
-    @property
-    def charged_bytes_per_gpu(self) -> int:
-        """What the KV budget loses before it is formed: the slots and the metadata."""
-        return self.slot_bytes_per_gpu + self.metadata_bytes_per_gpu
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,9 +315,13 @@ def lora_memory(
     act_bytes: int,
     max_num_batched_tokens: int,
     max_num_seqs: int | None,
+    free_bytes: int = 0,
 ) -> LoraMemory:
-    """The GPU and host memory `spec` takes for `engine` on one rank of a TP x PP layout."""
+    """The GPU and host memory `spec` takes for `engine` on one rank of a TP x PP layout. `free_bytes`: what is
+    free once the weights are loaded (TensorRT-LLM's default PEFT cache is a share of it)."""
     rules = _ENGINE_LORA[engine]
+    if rules.paged_peft_cache:
+        return trtllm_peft_cache(model, spec, tp, pp, act_bytes, free_bytes)
     slots = spec.max_loras or rules.default_slots
     rank = spec.max_lora_rank or rules.default_rank
     dtype_bytes = act_bytes if spec.lora_dtype == "auto" else element_bytes(spec.lora_dtype)
@@ -370,9 +356,8 @@ def lora_memory(
     reason = None
     if not rules.read_from_source:
         reason = (
-            f"{engine.value}'s LoRA cache was not read from its release's source (TensorRT-LLM sizes a PEFT device "
-            "cache, by default a share of the memory free after the engine loads, NVIDIA/TensorRT-LLM#6220): the "
-            "adapter slots are charged by the per-slot rule of vLLM and SGLang as an estimate"
+            f"{engine.value}'s LoRA memory was not read from an engine's source: the adapter slots are charged by "
+            "the per-slot rule of vLLM and SGLang as an estimate"
         )
     return LoraMemory(slots, rank, dtype_bytes, slot_bytes, metadata, shrink, host, tuple(notes), reason)
 
@@ -393,15 +378,19 @@ def charge_lora(
     weights: WeightsEstimate,
     overhead: Overhead,
     notes: list[str],
+    free_bytes: int = 0,
 ) -> tuple[WeightsEstimate, Overhead, LoraMemory | None]:
     """The weights and overhead with `spec`'s adapters charged, as the engines charge them before the KV
     budget: the slots and metadata with the weights (vLLM allocates them inside `load_model`, so its "model
     loading" figure holds them), the profiling run's shrink buffer on the activation peak (a named term).
-    `inputs`: the model, its layout and the profiled batch the overhead was sized for. Notes appended."""
+    `inputs`: the model, its layout and the profiled batch the overhead was sized for; `free_bytes`: the memory
+    free after the weights (TensorRT-LLM's default PEFT cache takes a share). Notes appended."""
     if spec is None:
         return weights, overhead, None
     i = inputs
-    memory = lora_memory(i.model, spec, engine, i.tp, i.pp, i.act_bytes, i.max_num_batched_tokens, i.max_num_seqs)
+    memory = lora_memory(
+        i.model, spec, engine, i.tp, i.pp, i.act_bytes, i.max_num_batched_tokens, i.max_num_seqs, free_bytes
+    )
     notes.extend(memory.notes)
     weights = replace(weights, per_gpu_bytes=weights.per_gpu_bytes + memory.charged_bytes_per_gpu)
     if memory.shrink_buffer_bytes_per_gpu and overhead.activation_peak_bytes:

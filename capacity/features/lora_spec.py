@@ -1,5 +1,6 @@
-"""The LoRA settings a deployment declares (`DeploymentSpec.lora`): types only, below `capacity.spec`, so
-the deployment can carry them; what they take in memory is `capacity.features.lora`'s."""
+"""The LoRA settings a deployment declares (`DeploymentSpec.lora`) and what they take (`LoraMemory`): types
+only, below `capacity.spec`, so the deployment can carry them; the sizing is `capacity.features.lora`'s (and
+`lora_trtllm`'s for TensorRT-LLM's PEFT cache)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,23 @@ class LoraSpec:
         if any(name in _ALL for name in self.target_modules):
             return frozenset(LoraTarget)
         return frozenset(_ALIASES[name] for name in self.target_modules)
+
+
+@dataclass(frozen=True, slots=True)
+class LoraMemory:
+    """What a LoRA spec takes per GPU (the most loaded pipeline stage) and per worker in host memory."""
+
+    slots: int
+    rank: int
+    dtype_bytes: int
+    slot_bytes_per_gpu: int  # the stacked A/B buffers of every targeted module
+    metadata_bytes_per_gpu: int  # the punica wrapper's index tensors
+    shrink_buffer_bytes_per_gpu: int  # the profiling run's float32 shrink buffer (beside the MLP's activations)
+    host_bytes_per_gpu: int  # the adapters a worker keeps in host memory (--max-cpu-loras), whole (unsharded)
+    notes: tuple[str, ...]
+    not_modelled: str | None = None  # the engine's LoRA cache was not read from its source
+
+    @property
+    def charged_bytes_per_gpu(self) -> int:
+        """What the KV budget loses before it is formed: the slots and the metadata."""
+        return self.slot_bytes_per_gpu + self.metadata_bytes_per_gpu
