@@ -189,8 +189,10 @@ def draft_sizing(target: ModelSpec, d: DeploymentSpec, engine: Engine, notes: li
         return DraftSizing(target)
     if engine is Engine.TRTLLM:
         raise SpecError(
-            "TensorRT-LLM's speculative decoding (speculative_config in --extra_llm_api_options) is not sized: "
-            "its draft KV manager and one-model MTP/EAGLE-3 layouts are not read; estimate vLLM or SGLang"
+            "TensorRT-LLM's speculative decoding (speculative_config in --extra_llm_api_options) is not sized: a "
+            "two-model draft keeps its own KV manager on the same budget and one-model MTP/EAGLE-3 layers join the "
+            "target's cache with extra KV tokens per sequence (_torch/pyexecutor/_util.py KvCacheCreator."
+            "_get_kv_size_per_token, _get_token_num_for_estimation), not read per release here; estimate vLLM or SGLang"
         )
     seqs = SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS if engine is Engine.SGLANG and d.max_num_seqs is None else None
     draft = resolved_draft(target, d, engine)

@@ -81,6 +81,10 @@ def offload_specs(engine: str, options: dict[str, Any]) -> tuple[WeightOffload |
         fail(f"--lmcache-chunk-size must be a positive number of tokens, got {chunk}")
     if engine.lower() not in {e.value for e in Engine}:
         return (WeightOffload(gib) if gib else None), None  # the estimate names the unknown engine
+    if gib and Engine(engine.lower()) is Engine.TRTLLM:
+        fail(
+            "--cpu-offload-gb is vLLM's and SGLang's: TensorRT-LLM offloads no weights (its host tier is KV: --host-cache-size)"
+        )
     try:
         kv = kv_offload_for(
             Engine(engine.lower()),

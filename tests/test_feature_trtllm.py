@@ -1,4 +1,4 @@
-"""TensorRT-LLM's LoRA (PEFT) cache (issue 23: TensorRT-LLM's features sized or refused with a reason).
+"""TensorRT-LLM's serving features (issue 23: sized or refused with a reason): the LoRA (PEFT) cache, weight offload.
 
 Oracles: a public TensorRT-LLM startup log and hand derivations from the engine's source.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from typer.testing import CliRunner
 
 from capacity.engines.kinds import Engine
 from capacity.estimate import estimate
@@ -25,6 +26,7 @@ from capacity.features.lora_trtllm import PeftPages
 from capacity.spec import DeploymentSpec, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
+from pipelines.cli import app
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -106,3 +108,21 @@ def test_a_cache_smaller_than_one_adapter_does_not_start() -> None:
     """With 1 MiB free, 2 % holds fewer slots than one rank-64 adapter needs: the engine's TLLM_CHECK."""
     with pytest.raises(SpecError, match="would not start"):
         lora_memory(load_model(LLAMA).spec, LoraSpec(), Engine.TRTLLM, 1, 1, 2, 8192, 256, 1 << 20)
+
+
+def test_weight_offload_is_refused_for_tensorrt_llm() -> None:
+    """--cpu-offload-gb is vLLM's and SGLang's; TensorRT-LLM's host memory holds KV blocks only
+    (kv_cache_config.host_cache_size): one line, exit 2, not an estimate sized as if vLLM offloaded."""
+    result = CliRunner().invoke(
+        app, ["estimate", LLAMA, "--gpu", "H100", "--engine", "trtllm", "--cpu-offload-gb", "4"]
+    )
+    assert result.exit_code == 2 and "TensorRT-LLM offloads no weights" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_lora_on_tensorrt_llm_from_the_cli_is_sized() -> None:
+    """The CLI's --max-loras / --max-lora-rank reach the PEFT cache (lora_config.max_loras / max_lora_rank)."""
+    args = ["estimate", LLAMA, "--gpu", "H100", "--engine", "trtllm", "--enable-lora", "--max-loras", "4"]
+    result = CliRunner().invoke(app, [*args, "--max-lora-rank", "16", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "not modelled" not in result.output and "TensorRT-LLM PEFT cache" in result.output
