@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from capacity.engines.kinds import Engine
+from recommendations.deploy.features import FeatureError, lora_args, speculative_args
 from recommendations.deploy.plan import DeployError, ServingPlan
 
 PORT = 8000  # every engine is told to listen here (vLLM's and TensorRT-LLM's default; SGLang's is 30000)
@@ -140,6 +141,10 @@ def engine_command(plan: ServingPlan, port: int = PORT) -> EngineCommandLine:
                 "plan it with gpu_memory_utilization"
             )
         args += [s.kv_cache_bytes, str(plan.kv_cache_memory_bytes)]
+    try:
+        args += lora_args(plan.engine, plan.lora) + speculative_args(plan.engine, plan.speculative)
+    except FeatureError as exc:
+        raise DeployError(str(exc)) from None
     args += ["--host", "0.0.0.0", "--port", str(port)]
     return EngineCommandLine(plan.engine, s.launcher, tuple(args))
 

@@ -13,9 +13,18 @@ from typing import Any
 
 from capacity.engines.command_line import table_release
 from capacity.engines.kinds import Engine
+from capacity.features.lora_spec import LoraSpec
 from capacity.features.parallel_layout import engine_dp_ranks_add_gpus, replica_gpus, spelled_batch_limit
+from capacity.features.speculative import SpeculativeSpec
 from capacity.placement import PlacementOption
 from capacity.planning_types import WorkloadProfile
+from recommendations.deploy.features import (
+    FeatureError,
+    lora_from_mapping,
+    lora_mapping,
+    speculative_from_mapping,
+    speculative_mapping,
+)
 
 
 class DeployError(ValueError):
@@ -64,6 +73,8 @@ class ServingPlan:
     gpus_per_node: int = 8
     dp: int = 1  # attention DP ranks (capacity.features.parallel_layout); max_num_seqs is in the engine's terms
     ep: int = 1  # expert-parallel width
+    lora: LoraSpec | None = None  # LoRA adapters served (the workload's `adapters`): the engine's LoRA flags
+    speculative: SpeculativeSpec | None = None  # speculative decoding as planned (its draft by id)
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "replicas", "gpus_per_node", "dp", "ep"):
@@ -120,6 +131,8 @@ class ServingPlan:
         """The plan as plain JSON values (`from_mapping`'s input)."""
         out = asdict(self)
         out["engine"] = self.engine.value
+        out["lora"] = None if self.lora is None else lora_mapping(self.lora)
+        out["speculative"] = None if self.speculative is None else speculative_mapping(self.speculative)
         return out
 
     @classmethod
@@ -140,6 +153,12 @@ class ServingPlan:
             values[key] = _checked(key, value)
         if values.get("gpu_memory_utilization") is not None:
             values.pop("kv_cache_memory_bytes", None)
+        try:
+            for key, read in (("lora", lora_from_mapping), ("speculative", speculative_from_mapping)):
+                if key in values:
+                    values[key] = read(values[key])
+        except FeatureError as exc:
+            raise DeployError(str(exc)) from None
         return cls(**values)
 
     @classmethod
@@ -153,7 +172,8 @@ class ServingPlan:
     ) -> ServingPlan:
         """The plan that realizes a placement option: its layout and dtypes, the workload's memory budget,
         and --max-num-seqs at the planned batch where a latency target set it (`binding` tpot / ttft),
-        else the engine's batch limit the option was sized with."""
+        else the engine's batch limit the option was sized with; the workload's adapters and speculative
+        decoding, as the estimate sized them."""
         latency_bound = option.binding != "memory"
         per_rank = option.planned_per_replica // option.dp if latency_bound else option.max_num_seqs
         return cls(
@@ -174,6 +194,8 @@ class ServingPlan:
             gpus_per_node=option.gpus_per_node,
             dp=option.dp,
             ep=option.ep,
+            lora=workload.adapters.lora_spec() if workload is not None and workload.adapters else None,
+            speculative=workload.speculative if workload is not None else None,
         )
 
 
