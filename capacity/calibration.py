@@ -27,6 +27,7 @@ in the fit: the honest error of calibrated predictions (an in-sample fit would f
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import random
 import statistics
@@ -40,7 +41,7 @@ from capacity.engines.vllm.profile import VllmProfile
 from capacity.estimate import Estimate
 from capacity.features.lora import LoraSpec
 from capacity.features.offload import UnsizedConnector, WeightOffload
-from capacity.features.speculative import SpecMethod, SpeculativeSpec
+from capacity.features.speculative import SpecMethod, SpeculativeSpec, from_sglang_flags, from_vllm_config
 from capacity.numeric import Num
 from capacity.pool import ChargeTerms, KVPool, PoolUnit, b_max, max_concurrency, max_context
 from capacity.spec import DeploymentSpec, ModelSpec, SpecError
@@ -93,6 +94,8 @@ class ObservedSettings:
     ] = ()  # lora (sized at the engine's defaults) | speculative | cpu_offload | dp_attention | kv_connector
     other_process_bytes: int | None = None  # in use on the GPU when the engine started (total - free, as printed)
     dp: int | None = None  # attention DP ranks (SGLang --dp-size with DP attention, vLLM --data-parallel-size)
+    # speculative decoding as the log states it (telemetry/speculative_log.py's JSON in the engine's terms)
+    speculative_config: str | None = None
 
 
 _KV_DTYPES = {None: "auto", "auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
@@ -152,13 +155,37 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         disable_custom_all_reduce=s.disable_custom_all_reduce,
         gpu_peer_access=s.gpu_peer_access,
         lora=LoraSpec() if "lora" in s.unmodelled_features else None,  # the log's server: the engine's defaults
-        # a log says speculative decoding ran, not with what draft: flagged, not sized
-        speculative=SpeculativeSpec(SpecMethod.UNKNOWN) if "speculative" in s.unmodelled_features else None,
+        speculative=_observed_speculative(model, s, engine),
         dp=_observed_dp(s),
         kv_offload=UNKNOWN_CONNECTOR if "kv_connector" in s.unmodelled_features else None,
         weight_offload=UNKNOWN_WEIGHT_OFFLOAD if "cpu_offload" in s.unmodelled_features else None,
         other_process_bytes=s.other_process_bytes or 0,
     )
+
+
+def _observed_speculative(model: ModelSpec, s: ObservedSettings, engine: Engine) -> SpeculativeSpec | None:
+    """The speculative decoding a log states, read as the engine reads its own settings (vLLM's
+    SpeculativeConfig, SGLang's flags and their defaults for the target); where the log says it ran but not
+    with what (or states what the engine would refuse), flagged and not sized."""
+    if "speculative" not in s.unmodelled_features:
+        return None
+    try:
+        stated = json.loads(s.speculative_config or "{}")
+        if engine is Engine.SGLANG and stated.get("method"):
+            return from_sglang_flags(
+                str(stated["method"]),
+                stated.get("model"),
+                stated.get("num_speculative_tokens"),
+                stated.get("eagle_topk"),
+                stated.get("num_draft_tokens"),
+                model.architecture,
+            )
+        if engine is Engine.VLLM and stated:
+            keys = {"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size"}
+            return from_vllm_config(json.dumps({k: v for k, v in stated.items() if k in keys}))
+    except (ValueError, AttributeError):  # SpeculativeConfigError is a ValueError; JSON that is not an object
+        pass
+    return SpeculativeSpec(SpecMethod.UNKNOWN)
 
 
 def _observed_dp(s: ObservedSettings) -> int:

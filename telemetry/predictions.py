@@ -20,6 +20,7 @@ the reason; it is never dropped.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import polars as pl
@@ -37,6 +38,7 @@ from capacity.performance import speed_at
 from capacity.pool import PoolUnit
 from capacity.spec import GpuSku, ModelSpec, SpecError
 from models_registry.planning import Catalog
+from models_registry.resolve import with_resolved_draft
 from telemetry.normalize import one_line
 from telemetry.schema import schema_problem
 
@@ -123,6 +125,7 @@ def settings_of(row: dict[str, Any]) -> ObservedSettings:
         gpu_peer_access=row.get("gpu_peer_access"),
         unmodelled_features=tuple(f for f in str(row.get("unmodelled_features") or "").split(",") if f),
         other_process_bytes=_int(row.get("other_process_bytes")),
+        speculative_config=row.get("speculative_config"),
     )
 
 
@@ -167,6 +170,8 @@ def predict_row(row: dict[str, Any], catalog: Catalog) -> tuple[Estimate | None,
         return skip(f"no GPU and no device total reported: nothing to size the deployment on ({_name_the_gpu(row)})")
     try:
         deployment = observed_deployment(model.spec, settings)
+        if deployment.speculative is not None:  # the draft the log names, sized from its config where capplan has it
+            deployment = replace(deployment, speculative=with_resolved_draft(deployment.speculative))
         context = _int(row.get("max_concurrency_tokens")) or deployment.max_model_len
         est = estimate(
             model.spec,

@@ -51,6 +51,9 @@ OBSERVATION_SCHEMA: dict[str, Any] = {
     # features the engine ran with that capplan does not size: lora, speculative, cpu_offload, dp_attention
     # (comma-separated; the prediction of such a deployment is flagged not modelled)
     "unmodelled_features": pl.String,
+    # speculative decoding as the log states it: a JSON object in the engine's terms (method, model,
+    # num_speculative_tokens, eagle_topk, num_draft_tokens), which the prediction sizes (telemetry/speculative_log.py)
+    "speculative_config": pl.String,
     "startup_outcome": pl.String,  # started | failed | unknown
     "startup_error": pl.String,
     "total_gpu_memory_bytes": pl.Int64,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from telemetry.normalize import RowError, parse_int, size_bytes
+from telemetry.speculative_log import SPECULATIVE_KEYS
 from telemetry.startup_log import (
     FEATURE_KEYS,
     NUM,
@@ -130,6 +131,7 @@ ARG_KEYS = {
     "chunked_prefill_size": "max_num_batched_tokens",
     "disable_cuda_graph": "enforce_eager",
     **FEATURE_KEYS,
+    **SPECULATIVE_KEYS,
 }
 
 BOOLEAN_FLAGS = frozenset(

@@ -45,6 +45,7 @@ from telemetry.normalize import (
 )
 from telemetry.observation import field_problems, fingerprint, has_measurement
 from telemetry.prometheus import Dedupe
+from telemetry.speculative_log import SPECULATIVE_KEYS, fold_speculative, vllm_config_fields
 
 NUM = r"(-?\d+(?:,\d{3})*(?:\.\d+)?)"
 SIZE = NUM + r"\s*(GiB|GB|MiB|MB|KiB|KB|TiB|TB)\b"
@@ -212,10 +213,7 @@ _CONFIG_KEYS = {
 # observation's `unmodelled_features` (`_fold_features`); a value that says "off" (0, None, False) is no feature
 FEATURE_KEYS = {
     "enable_lora": "feature:lora",
-    "speculative_config": "feature:speculative",
-    "speculative_model": "feature:speculative",
-    "speculative_algorithm": "feature:speculative",
-    "num_speculative_tokens": "feature:speculative",
+    "speculative_config": "feature:speculative",  # its method and tokens: `telemetry.speculative_log`
     "cpu_offload_gb": "feature:cpu_offload",
     "enable_dp_attention": "feature:dp_attention",
     "kv_transfer_config": "feature:kv_connector",
@@ -241,6 +239,9 @@ ARG_KEYS = {
     "enforce_eager": "enforce_eager",
     "disable_custom_all_reduce": "disable_custom_all_reduce",
     **FEATURE_KEYS,
+    **SPECULATIVE_KEYS,
+    "speculative_model": "spec:model",  # vLLM V0's draft and its tokens
+    "num_speculative_tokens": "spec:num_speculative_tokens",
 }
 _SWITCHES = frozenset({"enforce_eager", "disable_custom_all_reduce"})  # settings a bare flag turns on
 
@@ -335,6 +336,7 @@ def _convert(key: str, value: Any) -> Any:
 def _fold_features(values: Values) -> Values:
     """The `feature:<name>` fields that are on, as the observation's sorted, comma-separated
     `unmodelled_features` (absent when none is on)."""
+    values = fold_speculative(values)
     on = sorted({k.removeprefix("feature:") for k, v in values.items() if k.startswith("feature:") and v})
     out = {k: v for k, v in values.items() if not k.startswith("feature:")}
     if on:
@@ -368,7 +370,8 @@ def _read_args_dict(text: str) -> Values:
         raise RowError("malformed", "non-default args is not a complete Python dict (truncated line?)") from None
     if not isinstance(args, dict):
         raise RowError("malformed", "non-default args is not a dict")
-    return _fold_features({ARG_KEYS[k]: _convert(ARG_KEYS[k], str(v)) for k, v in args.items() if k in ARG_KEYS})
+    values = {ARG_KEYS[k]: _convert(ARG_KEYS[k], str(v)) for k, v in args.items() if k in ARG_KEYS}
+    return _fold_features(values | vllm_config_fields(args.get("speculative_config")))
 
 
 def _read_namespace(text: str, marker: str = "Namespace(", keys: dict[str, str] | None = None) -> Values:
@@ -429,6 +432,7 @@ def _read_command(text: str, m: re.Match[str], dialect: LogDialect) -> Values:
             i += 1
         if key in dialect.arg_keys and value is not None:
             values[dialect.arg_keys[key]] = _convert(dialect.arg_keys[key], value)
+            values |= vllm_config_fields(value) if key == "speculative_config" else {}
     return _fold_features(values)
 
 
@@ -577,11 +581,7 @@ def parse_engine_log(
 def _derive(values: Values) -> None:
     """Fields a log states only through others: the activation peak from torch's peak less the
     weights, the CUDA-graph memory from its estimate, the utilization from the requested bytes."""
-    if (
-        values.get("activation_peak_bytes") is None
-        and values.get("peak_torch_bytes")
-        and values.get("weights_bytes")
-    ):
+    if values.get("activation_peak_bytes") is None and values.get("peak_torch_bytes") and values.get("weights_bytes"):
         values["activation_peak_bytes"] = values["peak_torch_bytes"] - values["weights_bytes"]
     if values.get("cuda_graph_bytes") is None:
         values["cuda_graph_bytes"] = values.get("cuda_graph_estimate_bytes")
@@ -590,9 +590,7 @@ def _derive(values: Values) -> None:
         and values.get("requested_memory_bytes")
         and values.get("total_gpu_memory_bytes")
     ):
-        values["gpu_memory_utilization"] = round(
-            values["requested_memory_bytes"] / values["total_gpu_memory_bytes"], 4
-        )
+        values["gpu_memory_utilization"] = round(values["requested_memory_bytes"] / values["total_gpu_memory_bytes"], 4)
 
 
 def _finish(

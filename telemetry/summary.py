@@ -39,6 +39,7 @@ SETTINGS = (
     "disable_custom_all_reduce",
     "gpu_peer_access",
     "unmodelled_features",
+    "speculative_config",
 )
 MEASURED = (
     "total_gpu_memory_bytes",

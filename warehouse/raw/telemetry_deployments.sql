@@ -2,7 +2,7 @@
 -- grain: one deployment id.
 -- columns: deployment_id, model_id, gpu_sku, tp, pp, engine, engine_version, engine_generation,
 --   gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens, weight_dtype,
---   quantization, kv_cache_dtype, block_size, enable_prefix_caching, enforce_eager, triton_kernels, disable_custom_all_reduce, gpu_peer_access, unmodelled_features, total_gpu_memory_bytes,
+--   quantization, kv_cache_dtype, block_size, enable_prefix_caching, enforce_eager, triton_kernels, disable_custom_all_reduce, gpu_peer_access, unmodelled_features, speculative_config, total_gpu_memory_bytes,
 --   requested_memory_bytes, other_process_bytes, weights_bytes, activation_peak_bytes, non_torch_bytes,
 --   cuda_graph_bytes, kv_cache_memory_bytes, num_gpu_blocks, kv_cache_tokens, max_concurrency,
 --   max_concurrency_tokens, latest_startup_outcome, failed_starts, sources, n_observations,

@@ -2,7 +2,7 @@
 -- grain: one deployment id.
 -- columns: run_id, run_date, deployment_id, model, gpu, tp, pp, engine, engine_version,
 --   engine_generation, gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
---   weight_dtype, quantization, kv_cache_dtype, block_size, enable_prefix_caching, enforce_eager, triton_kernels, disable_custom_all_reduce, gpu_peer_access, unmodelled_features,
+--   weight_dtype, quantization, kv_cache_dtype, block_size, enable_prefix_caching, enforce_eager, triton_kernels, disable_custom_all_reduce, gpu_peer_access, unmodelled_features, speculative_config,
 --   total_gpu_memory_bytes, requested_memory_bytes, other_process_bytes, weights_bytes, activation_peak_bytes,
 --   non_torch_bytes, cuda_graph_bytes, kv_cache_memory_bytes, num_gpu_blocks, kv_cache_tokens,
 --   max_concurrency, max_concurrency_tokens, latest_startup_outcome, failed_starts, sources,
@@ -45,6 +45,7 @@ typed as (
         disable_custom_all_reduce::boolean as disable_custom_all_reduce,
         gpu_peer_access::boolean as gpu_peer_access,
         unmodelled_features::varchar as unmodelled_features,
+        speculative_config::varchar as speculative_config,
         total_gpu_memory_bytes::bigint as total_gpu_memory_bytes,
         requested_memory_bytes::bigint as requested_memory_bytes,
         other_process_bytes::bigint as other_process_bytes,
