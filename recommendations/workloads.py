@@ -119,6 +119,16 @@ WORKLOAD_SCHEMA: dict[str, Any] = {
     "max_gpus_per_replica": pl.Int64,
     "request_rate_per_s": pl.Float64,
     "request_buckets": pl.List(pl.String),
+    # the serving features the profile declares (issue 23): what the plan sizes for it
+    "adapters": pl.Int64,
+    "adapter_rank": pl.Int64,
+    "adapter_slots": pl.Int64,
+    "speculative_method": pl.String,
+    "speculative_draft": pl.String,
+    "num_speculative_tokens": pl.Int64,
+    "acceptance_rate": pl.Float64,
+    "shared_prefix_tokens": pl.Int64,
+    "prefix_hit_rate": pl.Float64,
     "valid": pl.Boolean,
     "error": pl.String,
     "source_path": pl.String,
@@ -186,6 +196,7 @@ class WorkloadsFile:
                     ]
                     if p.request_rate_per_s is not None
                     else None,
+                    **_feature_columns(p),
                     "valid": True,
                     "error": None,
                 }
@@ -196,6 +207,22 @@ class WorkloadsFile:
         return pl.DataFrame(
             [{k: r.get(k) for k in WORKLOAD_SCHEMA} | {"source_path": source} for r in rows], schema=WORKLOAD_SCHEMA
         )
+
+
+def _feature_columns(p: WorkloadProfile) -> dict[str, Any]:
+    """The profile's LoRA adapters, speculative decoding and prefix caching as `raw.workloads` columns."""
+    a, s, prefix = p.adapters, p.speculative, p.prefix_caching
+    return {
+        "adapters": a.count if a else None,
+        "adapter_rank": a.rank if a else None,
+        "adapter_slots": a.lora_spec().max_loras if a else None,
+        "speculative_method": s.method.value if s else None,
+        "speculative_draft": s.draft_model if s else None,
+        "num_speculative_tokens": s.num_speculative_tokens if s else None,
+        "acceptance_rate": p.acceptance_rate,
+        "shared_prefix_tokens": prefix.shared_prefix_tokens or None,
+        "prefix_hit_rate": prefix.hit_rate,
+    }
 
 
 def workloads_path(path: str | Path | None = None) -> Path:
