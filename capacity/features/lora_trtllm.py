@@ -18,7 +18,8 @@ Read from NVIDIA/TensorRT-LLM (the 1.x PyTorch backend; the same lines in every 
   model dtype; fewer slots than one adapter of max_adapter_size fails the start ("Not enough space allocated to
   device LoRA cache to hold 1 max sized LoRA").
 
-KvCacheCreator.configure_kv_cache_capacity measures the memory in use after its estimation run with the
+The layers on a rank (getNbAttentionLayers) follow capplan's pipeline split (`pp_partition`), its most loaded
+stage. KvCacheCreator.configure_kv_cache_capacity measures the memory in use after its estimation run with the
 executor (and so this cache, allocated outside torch) alive: the cache comes off before free_gpu_memory_fraction,
 like the weights, which is where `charge_lora` puts it.
 """
@@ -52,17 +53,21 @@ class TrtllmLoraModule(StrEnum):
     MLP_4H_TO_H = "mlp_4h_to_h"  # down_proj
 
     def local_width(self, model: ModelSpec, tp: int) -> int:
-        """localInDim + localOutDim on one TP rank (loraModule.cpp: in/out, split by TP on one side)."""
-        h, head = model.hidden_size, model.head_dim
-        kv_out = max(model.num_kv_heads // tp, 1) * tp * head  # the bindings' KV heads per rank, at least one
+        """localInDim + localOutDim on one TP rank. The bindings config holds per-rank sizes, floored
+        (_torch/model_config.py get_bindings_model_config: hidden, heads, KV heads and intermediate // TP);
+        createLoraModules multiplies them back by TP and splits one side again (loraModule.cpp / .h)."""
+        hidden = model.hidden_size // tp * tp
+        q_local = model.num_attention_heads // tp * model.head_dim
+        kv_local = model.num_kv_heads // tp * model.head_dim  # 0 where TP exceeds the KV heads, as the source floors
+        mlp_local = model.intermediate_size // tp
         widths = {
-            TrtllmLoraModule.ATTN_Q: h + model.num_attention_heads * head // tp,
-            TrtllmLoraModule.ATTN_K: h + kv_out // tp,
-            TrtllmLoraModule.ATTN_V: h + kv_out // tp,
-            TrtllmLoraModule.ATTN_DENSE: h // tp + h,
-            TrtllmLoraModule.MLP_H_TO_4H: h + model.intermediate_size // tp,
-            TrtllmLoraModule.MLP_GATE: h + model.intermediate_size // tp,
-            TrtllmLoraModule.MLP_4H_TO_H: model.intermediate_size // tp + h,
+            TrtllmLoraModule.ATTN_Q: hidden + q_local,
+            TrtllmLoraModule.ATTN_K: hidden + kv_local,
+            TrtllmLoraModule.ATTN_V: hidden + kv_local,
+            TrtllmLoraModule.ATTN_DENSE: hidden // tp + hidden,
+            TrtllmLoraModule.MLP_H_TO_4H: hidden + mlp_local,
+            TrtllmLoraModule.MLP_GATE: hidden + mlp_local,
+            TrtllmLoraModule.MLP_4H_TO_H: mlp_local + hidden,
         }
         return widths[self]
 
