@@ -37,7 +37,7 @@ from capacity.engines.vllm.releases import (
     multimodal_batched_floor,
     other_process_rule,
 )
-from capacity.engines.vllm.weights import mxfp4_expert_extra_bytes, triton_kernels_decides
+from capacity.engines.vllm.weights import mla_absorbed_weight_bytes, mxfp4_expert_extra_bytes, triton_kernels_decides
 from capacity.numeric import Num, at_least, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.pool import KVPool
@@ -111,7 +111,7 @@ class VllmProfile(ProfileBase):
             self.release.default_gpu_memory_utilization,
             seqs,
             batched,
-            block_size(r.model, r.gpu, r.kv_dtype, self.release),
+            block_size(r.model, r.gpu, r.kv_dtype, self.version),
             gdn_prefill_checkpoints(r.model, r.gpu, self.release),
         )
 
@@ -129,6 +129,10 @@ class VllmProfile(ProfileBase):
     ) -> int:
         """MXFP4 experts as the release's fused-MoE backend lays them out (capacity/engines/vllm/weights.py)."""
         return mxfp4_expert_extra_bytes(model, tp, pp, gpu, self.version or ec.VLLM_DEFAULT_VERSION, triton_kernels)
+
+    def weight_copy_bytes(self, model: ModelSpec, tp: int, pp: int, weight_format: str) -> int:
+        """V0 MLA's absorbed decode matrices (0.7.1-0.7.3; capacity/engines/vllm/weights.py)."""
+        return mla_absorbed_weight_bytes(model, tp, pp, weight_format, self.release)
 
     def other_process_charge(self, other_bytes: Num, utilization: Num) -> Num:
         """Others' memory comes off the pool only where the release reads non-torch memory device-wide (0.6.4,
