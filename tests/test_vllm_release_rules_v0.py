@@ -174,3 +174,37 @@ def test_grid_matches_estimate_for_v0_mla(version: str) -> None:
         ).contract()
         for column in ("num_blocks", "block_size", "weights_bytes_per_gpu", "kv_budget_bytes_per_gpu"):
             assert row[column] == contract[column], (column, row["gpu"], row["context"])
+
+
+# --- CUDA graphs outside the budget before 0.21: a flag, never a refusal ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "utilization", "enforce_eager", "flagged"),
+    [
+        # L40S, 47,813,723,423 B: at 0.99 the engine keeps total - ceil(total x 0.99) = 478,137,234 B (0.45 GiB)
+        # outside the budget. Graphs by 0.21's rule (capture sizes 1, 2, 4, 8..248 by 8, 256..512 by 16: 51
+        # PIECEWISE, 35 FULL up to max_num_seqs 256): int(0.24 GiB) + 86 x int(5.2 MiB) = 257,698,037 +
+        # 86 x 5,452,595 = 726,621,207 B > 478,137,234 B
+        ("0.11.0", 0.99, None, True),
+        ("0.11.0", 0.95, None, False),  # 2,390,686,172 B outside: room for them
+        ("0.11.0", 0.99, True, False),  # --enforce-eager: no graphs captured
+        ("0.21.0", 0.99, None, False),  # 0.21 deducts the estimate from the budget: nothing is left to flag
+    ],
+)
+def test_graphs_captured_outside_the_budget_are_flagged_not_refused(
+    version: str, utilization: float, enforce_eager: bool | None, flagged: bool
+) -> None:
+    est = _estimate(
+        "Qwen/Qwen3-8B",
+        "l40s-48gb",
+        engine_version=version,
+        gpu_memory_utilization=utilization,
+        max_model_len=8192,
+        enforce_eager=enforce_eager,
+    )
+    notes = [note for note in est.notes if "capturing CUDA graphs" in note]
+    assert bool(notes) == flagged
+    if flagged:
+        assert "about 0.68 GiB" in notes[0] and "0.45 GiB left outside the budget" in notes[0]
+    assert est.starts  # a check must not refuse what the engine may run

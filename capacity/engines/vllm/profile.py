@@ -68,6 +68,7 @@ VLLM_KV_DTYPES_ACCEPTED = VLLM_KV_DTYPES_SIZED | frozenset(
     }
 )
 _SPELLED_OUT = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+_GRAPHS_IN_BUDGET_FROM = "0.21"  # the first release whose KV budget deducts the CUDA-graph estimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +229,36 @@ class VllmProfile(ProfileBase):
         out += self._mxfp4_backend_notes(c)
         if c.budget_bytes <= 0:  # the rest are shares of a budget; the one above can decide whether vLLM starts
             return out
-        return out + self._release_notes(c) + self._sampler_notes(c) + self._peer_access_notes(c)
+        return (
+            out
+            + self._graph_margin_notes(c)
+            + self._release_notes(c)
+            + self._sampler_notes(c)
+            + self._peer_access_notes(c)
+        )
+
+    def _graph_margin_notes(self, c: AssumptionContext) -> list[str]:
+        """Before 0.21 the CUDA graphs are captured after the KV pool is allocated, outside the utilization
+        budget (0.11.0 `v1/worker/gpu_worker.py`: initialize_from_config allocates the pool, line 307-318, then
+        compile_or_warm_up_model captures, line 320-344; 0.7.3 V0 `worker/worker.py` initialize_cache, line
+        306-307): what is left outside the budget must hold them. Weighed with 0.21's graph estimate (the same
+        computation 0.18-0.20 print without deducting it); a note, never a refusal: graph memory before 0.18 is
+        not measured, the estimate's held-out error is 0.2-2.5 GiB, and the growth of non-torch memory and of
+        the allocator's reserve after the pool is not modelled."""
+        if self.release.cudagraph_memory_in_budget or c.deployment.enforce_eager:
+            return []
+        graphs = vllm_overhead(c.inputs, ec.vllm_release(_GRAPHS_IN_BUDGET_FROM), version=_GRAPHS_IN_BUDGET_FROM)
+        others = c.deployment.other_process_bytes
+        outside = c.total_bytes - math.ceil(c.total_bytes * c.utilization) - others
+        outside += int(self.other_process_charge(others, c.utilization))  # charged: inside the budget already
+        if graphs.cuda_graph_bytes <= outside:
+            return []
+        return [
+            f"may run out of memory capturing CUDA graphs: vLLM {self.version} captures them after allocating the "
+            f"KV pool, outside --gpu-memory-utilization, and they take about {format_gib(graphs.cuda_graph_bytes)} "
+            f"(0.21's estimate) against {format_gib(max(outside, 0))} left outside the budget; not refused "
+            "(the graph memory of this release is not measured): lower the utilization, or --enforce-eager"
+        ]
 
     def _mxfp4_backend_notes(self, c: AssumptionContext) -> list[str]:
         d, version = c.deployment, self.version or ec.VLLM_DEFAULT_VERSION
