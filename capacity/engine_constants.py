@@ -208,6 +208,10 @@ VLLM_MLA_BLOCK_RULES: tuple[tuple[str, MlaBlockRule], ...] = (
     ("0.15", MlaBlockRule.FLASHINFER_SM100),  # 0.14.0 still CUTLASS on SM100
     ("0.18", MlaBlockRule.BACKEND_PRIORITY),  # 0.17.0 still forces blocks in check_and_update_config
 )
+# model_executor/models/config.py HybridAttentionMambaModelConfig: an MLA model with state layers (Kimi-Linear)
+# aligns its attention block to kernel_block_alignment_size 64 (0.12.0-0.19.x wheels; 0.11.0 aligns to 16; from
+# 0.20.0 Platform._align_hybrid_block_size takes the backend's kernel blocks); (first release, alignment; 0: none)
+VLLM_MLA_HYBRID_ALIGNMENT: tuple[tuple[str, int], ...] = (("0.12", 64), ("0.20", 0))
 VLLM_MLA_SM100_FLASHINFER_NOPE_DIM = 128  # 0.15-0.17: FlashInfer MLA's kernel constraint on qk_nope_head_dim
 VLLM_FLASHINFER_MLA_BLOCK_SIZE = 32  # FLASHINFER_MLA supports 32 and 64: the smallest when 16 is not
 # Mamba/GDN hybrids: attention block size = 16 * cdiv(mamba_page, 16 * attn_page_per_token)

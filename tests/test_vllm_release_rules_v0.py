@@ -20,15 +20,19 @@ vllm==X`; file:line of the wheel as unpacked) and the model's config.json, again
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from capacity.engines.vllm.profile import VllmProfile
 from capacity.engines.vllm.weights import mla_absorbed_weight_bytes
 from capacity.estimate import estimate
 from capacity.grid import GridModel, GridOptions, build_capacity_grid
-from capacity.spec import DeploymentSpec
+from capacity.kv.kinds import RecurrentState
+from capacity.spec import DeploymentSpec, LayerKVSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
+from tests.handmade import mla_spec
 
 GIB = 1 << 30
 
@@ -208,3 +212,32 @@ def test_graphs_captured_outside_the_budget_are_flagged_not_refused(
     if flagged:
         assert "about 0.68 GiB" in notes[0] and "0.45 GiB left outside the budget" in notes[0]
     assert est.starts  # a check must not refuse what the engine may run
+
+
+@pytest.mark.parametrize(
+    ("version", "block"),
+    [
+        # model_executor/models/config.py HybridAttentionMambaModelConfig: attn_block_size =
+        # kernel_block_alignment_size x cdiv(mamba_page, alignment x attn_page_1_token); the state page here
+        # (1,024 elements, at most 4 KiB) is under one 16-token MLA page (16 x 1,152 B), so the block is the alignment
+        ("0.11.0", 16),  # 0.11.0: 16 x cdiv(...) = 16 (FlashMLA unsupported on an A100: nothing forces 64)
+        ("0.12.0", 64),  # 0.12.0-0.19.x: kernel_block_alignment_size 64 for MLA, whatever the GPU
+        ("0.19.0", 64),
+        ("0.20.0", 16),  # 0.20.0: Platform._align_hybrid_block_size, the backend's kernel block (TRITON_MLA: 16)
+    ],
+)
+def test_mla_hybrid_block_alignment_by_release(version: str, block: int) -> None:
+    base = mla_spec(layers=8)
+    layers = tuple(
+        LayerKVSpec(
+            i, base.layers[i].cache if i % 2 else RecurrentState(conv_state_elements=0, recurrent_state_elements=1024)
+        )
+        for i in range(8)
+    )
+    spec = replace(base, layers=layers)
+    est = estimate(
+        spec,
+        DeploymentSpec(engine_version=version, max_model_len=4096),
+        gpu=find_gpu_sku("a100-sxm-80gb"),
+    )
+    assert est.pool.block_size == block

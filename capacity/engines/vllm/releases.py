@@ -86,6 +86,8 @@ def block_size(model: ModelSpec, gpu: GpuSku | None, kv_dtype: str = "auto", ver
     rule = ec.by_first_release(version, ec.VLLM_MLA_BLOCK_RULES, ec.MlaBlockRule.TRITON_ONLY)
     sm100 = arch == "blackwell" and not _is_sm120(gpu)
     dsa = any(layer.cache.indexer_bytes_per_token for layer in model.layers)
+    if model.has_state_layers and (hybrid_alignment := ec.by_first_release(version, ec.VLLM_MLA_HYBRID_ALIGNMENT, 0)):
+        return hybrid_alignment  # the base the hybrid alignment (grouping.stage_pools) grows in steps of
     if rule is ec.MlaBlockRule.BACKEND_PRIORITY:
         return _backend_priority_block(arch, sm100, dsa, kv_dtype)
     if rule is ec.MlaBlockRule.TRITON_ONLY:  # 0.7.x `get_attn_backend_cls`: TritonMLABackend, block 16
