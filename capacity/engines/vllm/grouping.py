@@ -67,7 +67,9 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
     if not layers:
         return []
     stage_of = {layer.index: s for s, stage in enumerate(stages) for layer in stage}
-    page_of = {layer.index: mla_page_bytes_per_token(layer.cache, kv_bytes, r.act_bytes, tp, release) for layer in layers}
+    page_of = {
+        layer.index: mla_page_bytes_per_token(layer.cache, kv_bytes, r.act_bytes, tp, release) for layer in layers
+    }
     attn_page_per_token = max((page_of[layer.index] for layer in layers if layer.cache.stores_per_token_kv), default=0)
     state_layers = [layer for layer in layers if layer.cache.holds_state]
     state_page = max(

@@ -96,7 +96,11 @@ def block_size(model: ModelSpec, gpu: GpuSku | None, kv_dtype: str = "auto", ver
         return ec.VLLM_DSA_BLOCK_SIZE
     if arch == "hopper":  # `is_flashmla_supported` (attention/ops/flashmla.py): capability 9.x only
         return ec.VLLM_MLA_BLOCK_SIZE_HOPPER
-    if sm100 and rule is ec.MlaBlockRule.FLASHINFER_SM100 and _qk_nope_head_dim(model) == ec.VLLM_MLA_SM100_FLASHINFER_NOPE_DIM:
+    if (
+        sm100
+        and rule is ec.MlaBlockRule.FLASHINFER_SM100
+        and _qk_nope_head_dim(model) == ec.VLLM_MLA_SM100_FLASHINFER_NOPE_DIM
+    ):
         return ec.VLLM_MLA_BLOCK_SIZE_HOPPER  # FlashInfer MLA: a block not 32 nor a multiple of 64 -> 64
     if sm100 and rule is not ec.MlaBlockRule.FLASHMLA_HOPPER:
         return ec.VLLM_MLA_BLOCK_SIZE_BLACKWELL  # CUTLASS_MLA: 128
@@ -118,7 +122,9 @@ def _backend_priority_block(arch: str, sm100: bool, dsa: bool, kv_dtype: str) ->
 
 def _qk_nope_head_dim(model: ModelSpec) -> int:
     """The MLA layers' qk_nope_head_dim (0: not read)."""
-    return max((layer.cache.nope_head_dim for layer in model.layers if isinstance(layer.cache, LatentAttention)), default=0)
+    return max(
+        (layer.cache.nope_head_dim for layer in model.layers if isinstance(layer.cache, LatentAttention)), default=0
+    )
 
 
 def mla_page_bytes_per_token(cache: LayerCache, kv_bytes: int, act_bytes: int, tp: int, release: ec.VllmRelease) -> int:
