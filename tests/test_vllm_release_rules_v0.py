@@ -79,6 +79,10 @@ def test_a_public_v0_log_prints_the_padded_entry() -> None:
     assert abs(implied_bytes - 61 * 1280) / (61 * 1280) < 0.0005
     est = _estimate("deepseek-ai/DeepSeek-R1", "h200-sxm-141gb", tp=8, engine_version="0.7.3", max_model_len=4096)
     assert est.pool.unit_bytes == 16 * 61 * 1280
+    # the explanation says why a block outweighs 16 x the bytes per token it prints (61 x 1,152 B)
+    assert any("pads each MLA cache entry" in note for note in est.notes)
+    unpadded = _estimate("deepseek-ai/DeepSeek-R1", "h200-sxm-141gb", tp=8, engine_version="0.7.1", max_model_len=4096)
+    assert not any("pads each MLA cache entry" in note for note in unpadded.notes)
 
 
 # --- the MLA block size by release ---------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ Rules followed, by upstream function (vLLM 0.33.0 unless a release row says othe
   activation peak - non-torch memory [- CUDA-graph estimate from 0.21]; other processes' memory by release
   (`releases.OtherProcessRule`), `v1/worker/utils.py` request_memory's refusal at start;
 - defaults: `engine/arg_utils.py` get_batch_defaults (by device memory and name), `platforms/cuda.py`
-  block sizes (16; MLA backends force 64 on Hopper and older, 128 on Blackwell);
+  block sizes (16; MLA backends' kernel blocks by release and GPU, `releases.block_size`);
 - in-flight tokens: `config/vllm.py` VllmConfig.max_concurrent_batches x max_num_batched_tokens;
 - pools: `v1/core/kv_cache_planning.py` (groups by spec, page unification, num_blocks = budget //
   bytes per block, every rank sized to the tightest), `v1/kv_cache_interface.py` (per-request charges);
@@ -218,9 +218,10 @@ class VllmProfile(ProfileBase):
         where there is a budget, the release (where releases size the overhead differently), the FlashInfer
         sampler default and GPU peer access where it decides the all-reduce the CUDA graphs capture."""
         c, d, gpu = context, context.deployment, context.gpu
+        padded = self._padded_entry_notes(c)
         if d.overhead_bytes_per_gpu is not None:
-            return self._mxfp4_backend_notes(c)
-        out: list[str] = []
+            return padded + self._mxfp4_backend_notes(c)
+        out: list[str] = padded
         if gpu is not None and gpu.amd:
             out.append(
                 "ROCm: the overhead terms are vLLM's CUDA rules; HIP graphs and ROCm's memory accounting differ "
@@ -258,6 +259,16 @@ class VllmProfile(ProfileBase):
             f"KV pool, outside --gpu-memory-utilization, and they take about {format_gib(graphs.cuda_graph_bytes)} "
             f"(0.21's estimate) against {format_gib(max(outside, 0))} left outside the budget; not refused "
             "(the graph memory of this release is not measured): lower the utilization, or --enforce-eager"
+        ]
+
+    def _padded_entry_notes(self, c: AssumptionContext) -> list[str]:
+        """Why the pool's block bytes exceed the bytes per token on 0.7.2-0.7.3 (`releases.mla_page_bytes_per_token`)."""
+        if not (self.release.mla_entry_align_bytes and c.inputs.model.is_mla):
+            return []
+        return [
+            f"vLLM {self.version} pads each MLA cache entry to a multiple of {self.release.mla_entry_align_bytes} B "
+            "of the model dtype (V0 worker/cache_engine.py get_cache_block_size): a block takes more than its "
+            "tokens x the bytes per token"
         ]
 
     def _mxfp4_backend_notes(self, c: AssumptionContext) -> list[str]:
