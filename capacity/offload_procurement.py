@@ -50,6 +50,20 @@ class HostMemoryPrice:
 
 
 @dataclass(frozen=True, slots=True)
+class HostTier:
+    """Where a fleet placement keeps the reused prefixes its hit rate needs, and what that buys
+    (`capacity.tiered_placement`): the host RAM bought for them, its price and source, and why."""
+
+    placement: CachePlacement
+    cached_tokens: int  # reused prefix tokens kept for the hit rate (fleet-wide)
+    host_gib: float  # host RAM bought for them (0 unless HOST)
+    usd_per_hour: float  # that RAM's price an hour
+    load_ms: float  # loading one request's hit over the host link (0 unless HOST)
+    price_source: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class CachedWorkload:
     """A workload whose prompts reuse prefixes: the demand, the hit rate it states and its TTFT SLO."""
 

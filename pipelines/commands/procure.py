@@ -167,6 +167,12 @@ def _lines(out: dict[str, Any]) -> list[str]:
             f"   {p['gpus_bought']:>4,} x {p['gpu']} at ${p['usd_per_gpu_hour']:,.2f}/GPU-h = ${p['usd_per_hour']:,.2f}/h"
             f" ({p['gpus_used']:,} used): {', '.join(p['workloads'] or [])}"
         )
+    host = [a for a in out["assignments"] if a.get("host_memory_gib")]
+    if host:
+        lines.append(
+            f"   {sum(a['host_memory_gib'] for a in host):>,.1f} GiB host RAM for KV tiers = "
+            f"${sum(a['host_usd_per_hour'] for a in host):,.2f}/h: {', '.join(a['workload'] for a in host)}"
+        )
     if out["assignments"]:
         lines += ["", "Workloads by concurrency:"]
     for a in out["assignments"]:
@@ -176,6 +182,8 @@ def _lines(out: dict[str, Any]) -> list[str]:
             f"{a['weight_dtype']}/{a['kv_dtype']}, B {a['planned_per_replica']:,} per replica (binding {a['binding']})"
             + (f", ${cost:,.3f}/M tokens" if cost is not None else "")
         )
+        if a.get("kv_tier"):
+            lines.append(f"      KV tier {a['kv_tier']}: {a['kv_tier_reason']}")
     if out["buckets"]:
         lines += ["", "Workloads by request rate (buckets):"]
     for b in out["buckets"]:
