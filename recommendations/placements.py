@@ -273,9 +273,10 @@ def tier_notes(plan: ProcurementPlan) -> list[str]:
     for (workload, model), option in plan.assignments.items():
         tier = option.host_tier
         if tier is not None:
+            ram = f" + {tier.host_gib:,.1f} GiB host RAM (${tier.usd_per_hour:,.2f}/h, {tier.price_source})"
             notes.append(
-                f"{workload}:{model}: KV tier {tier.placement.value}, {option.gpus_total:,} x {option.gpu}"
-                f" + ${tier.usd_per_hour:,.2f}/h host RAM: {tier.reason}"
+                f"{workload}:{model}: KV tier {tier.placement.value} chosen (the cheapest option within the targets): "
+                f"{option.gpus_total:,} x {option.gpu}{ram if tier.host_gib else ''}"
             )
     return notes
 
