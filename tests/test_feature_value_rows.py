@@ -118,3 +118,45 @@ def test_speculative_row_is_the_batch_a_tpot_target_allows_with_and_without(cata
     # without an acceptance rate the draft is sized (memory) but no speed-up is claimed: no GPUs saved
     plain = _rows(catalog, work)["speculative_decoding"]
     assert plain["rate"] is None and plain["gpus_saved"] <= 0
+
+
+def test_the_report_section_says_what_each_feature_saves() -> None:
+    """Totals per feature over a hand-built frame: LoRA 3 + 1 = 4 GPUs and $20.64 + $6.88 = $27.52/h; offload
+    one row without a placement on one side (its savings unknown, counted apart)."""
+    import great_tables as gt
+    import polars as pl
+
+    from recommendations.report_features import feature_totals, feature_value_html
+
+    rows = [
+        {"workload": "a", "model": "m", "feature": "lora", "gpus_saved": 3, "usd_per_hour_saved": 20.64},
+        {"workload": "b", "model": "m", "feature": "lora", "gpus_saved": 1, "usd_per_hour_saved": 6.88},
+        {"workload": "c", "model": "m", "feature": "kv_offload", "reason": "no feasible placement"},
+    ]
+    frame = pl.DataFrame([{k: r.get(k) for k in FEATURE_VALUE_SCHEMA} for r in rows], schema=FEATURE_VALUE_SCHEMA)
+    totals = {r["feature"]: r for r in feature_totals(frame).iter_rows(named=True)}
+    assert (totals["lora"]["gpus_saved"], totals["lora"]["usd_per_hour_saved"]) == (4, pytest.approx(27.52))
+    assert (totals["kv_offload"]["rows"], totals["kv_offload"]["unplaced"]) == (1, 1)
+    page = feature_value_html(gt, frame, "m")
+    assert "<b>lora</b>: 4 GPUs, $27.52/h saved over 2" in page and "a deployment per adapter" in page
+    assert "1 without a placement on one side" in page and "marts.feature_value" in page
+
+
+def test_the_commented_feature_examples_in_workloads_yaml_parse() -> None:
+    """The shipped file's commented examples (one per feature field) read as valid profiles once uncommented."""
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).resolve().parents[1] / "workloads.yaml").read_text()
+    block = text.split("# One example per feature field", 1)[1].split("\nschema_version:", 1)[0]
+    lines = [line[2:] if line.startswith("# ") else "" for line in block.splitlines()[1:]]
+    procurement, workloads = "\n".join(lines).split("\n  - name:", 1)
+    document = yaml.safe_load(procurement + "\nworkloads:\n  - name:" + workloads)
+    parsed = parse_workloads(document)
+    assert not parsed.errors
+    assert parsed.procurement.host_memory is not None
+    by_name = {p.name: p for p in parsed.profiles}
+    assert by_name["support-bot"].prefix_caching.hit_rate == 0.9
+    assert by_name["tenant-finetunes"].adapters == AdapterSet(8, 32)
+    assert by_name["agent-tools"].acceptance_rate == 0.6 and by_name["agent-tools"].speculative is not None
