@@ -23,7 +23,7 @@ Without a host RAM price the options are `place`'s, unchanged (the hit rate move
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from capacity.dtypes import GIB, element_bytes
@@ -59,15 +59,16 @@ def cached_prefix_tokens(workload: WorkloadProfile) -> int:
     return workload.target_concurrency * private_hit_tokens(workload)
 
 
-def tier_options(
-    with_hits: PlacementResult,
-    recompute: PlacementResult,
+def tiered_result(
+    placer: Callable[[WorkloadProfile], PlacementResult],
+    workload: WorkloadProfile,
     model: ModelSpec,
     gpus: Mapping[str, GpuSku],
     price: HostMemoryPrice,
 ) -> PlacementResult:
-    """GPU, HOST and NONE options (the module docstring) in one ranked result: `with_hits` is `place` at the
-    workload, `recompute` at `without_hits(workload)`."""
+    """GPU, HOST and NONE options (the module docstring) in one ranked result; `placer` is `place` for the
+    model, called at the workload and at `without_hits(workload)`."""
+    with_hits, recompute = placer(workload), placer(without_hits(workload))
     w = with_hits.workload
     cached = cached_prefix_tokens(w)
     recompute_ttft = {_layout(o): o.ttft_ms for o in recompute.options}

@@ -29,12 +29,12 @@ import polars as pl
 from capacity.calibration import CalibrationFit
 from capacity.grid import GridModel
 from capacity.offload_procurement import CachePlacement, HostMemoryPrice
-from capacity.placement import CorrectionFor, PlacementResult, place
+from capacity.placement import PlacementResult
 from capacity.planning_types import WorkloadProfile
 from capacity.spec import GpuSku
-from capacity.tiered_placement import tier_options, tiered, without_hits
+from capacity.tiered_placement import tiered, tiered_result
 from models_registry.planning import Catalog
-from recommendations.placements import correction_lookup, plan_each, procurement_gpus
+from recommendations.placements import Placer, correction_lookup, plan_each, procurement_gpus
 from recommendations.workloads import WorkloadsFile
 
 
@@ -80,27 +80,6 @@ class Side:
 
     result: PlacementResult
     deployments: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class Placer:
-    """Places variants of a workload for one model on the GPUs procurement may buy (`capacity.placement.place`,
-    calibrated as the placements are)."""
-
-    model: GridModel
-    model_id: str
-    gpus: tuple[GpuSku, ...]
-    correction_for: CorrectionFor
-
-    def __call__(self, profile: WorkloadProfile) -> PlacementResult:
-        return place(
-            self.model.spec,
-            profile,
-            self.gpus,
-            model_id=self.model_id,
-            checkpoint_bytes=self.model.checkpoint_bytes,
-            correction_for=self.correction_for,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +147,7 @@ def _offload_sides(valued: Valued, placer: Placer, context: Context) -> tuple[Si
     """Every tier against the tiers without host RAM (prefixes in the GPU pools, or recomputed)."""
     price = context.host_memory
     assert price is not None  # _offload_prepare values no workload without one
-    at_hits, recompute = placer(valued.profile), placer(without_hits(valued.profile))
-    every = tier_options(at_hits, recompute, placer.model.spec, context.gpus, price)
+    every = tiered_result(placer, valued.profile, placer.model.spec, context.gpus, price)
     kept = tuple(o for o in every.options if o.host_tier is None or o.host_tier.placement is not CachePlacement.HOST)
     return Side(every), Side(replace(every, options=kept))
 

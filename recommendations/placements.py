@@ -10,7 +10,7 @@ the registry does not hold, is one row with `feasible = false` and the reason.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import polars as pl
@@ -18,11 +18,11 @@ import polars as pl
 from capacity.calibration import CalibrationFit, Correction
 from capacity.engines.registry import engine_profile
 from capacity.grid import GridModel
-from capacity.placement import PlacementOption, PlacementResult, ProcurementPlan, place
+from capacity.placement import CorrectionFor, PlacementOption, PlacementResult, ProcurementPlan, place
 from capacity.planning_types import BucketDemand, WorkloadProfile
 from capacity.procurement import plan_fleet
 from capacity.spec import GpuSku, ModelSpec, SpecError
-from capacity.tiered_placement import tier_options, tiered, without_hits
+from capacity.tiered_placement import tiered, tiered_result
 from models_registry.planning import Catalog
 from recommendations.limits import grid_weight_dtype
 from recommendations.workloads import WorkloadsFile
@@ -144,29 +144,42 @@ def plan_each(
     return planned, skipped
 
 
+@dataclass(frozen=True, slots=True)
+class Placer:
+    """Places variants of a workload for one model on the GPUs procurement may buy (`capacity.placement.place`,
+    calibrated as the placements are)."""
+
+    model: GridModel
+    model_id: str
+    gpus: tuple[GpuSku, ...]
+    correction_for: CorrectionFor
+
+    def __call__(self, profile: WorkloadProfile) -> PlacementResult:
+        return place(
+            self.model.spec,
+            profile,
+            self.gpus,
+            model_id=self.model_id,
+            checkpoint_bytes=self.model.checkpoint_bytes,
+            correction_for=self.correction_for,
+        )
+
+
 def placement_results(
     workloads: WorkloadsFile, catalog: Catalog, fit: CalibrationFit
 ) -> tuple[list[PlacementResult], list[Skipped]]:
     """`place` for every model of every workload; (workload, model, reason) for those that cannot run. With
     host RAM priced, a workload with a hit rate also gets host-tier and recompute options
     (`capacity.tiered_placement`)."""
-    gpus = procurement_gpus(workloads, catalog)
+    gpus = tuple(procurement_gpus(workloads, catalog))
     price = workloads.procurement.host_memory
+    correction_for = correction_lookup(fit)
 
     def placed(profile: WorkloadProfile, model_id: str, model: GridModel) -> PlacementResult:
-        def at(p: WorkloadProfile) -> PlacementResult:
-            return place(
-                model.spec,
-                p,
-                gpus,
-                model_id=model_id,
-                checkpoint_bytes=model.checkpoint_bytes,
-                correction_for=correction_lookup(fit),
-            )
-
+        placer = Placer(model, model_id, gpus, correction_for)
         if price is None or not tiered(profile, price):
-            return at(profile)
-        return tier_options(at(profile), at(without_hits(profile)), model.spec, {g.id: g for g in gpus}, price)
+            return placer(profile)
+        return tiered_result(placer, profile, model.spec, {g.id: g for g in gpus}, price)
 
     return plan_each(workloads.profiles, catalog, placed)
 
