@@ -7,8 +7,9 @@ each placed by `capacity.placement.place` (the same path as the placements and t
 
 * prefix caching: a workload's shared prefix held once (more sequences per replica) and its hit rate shortening
   the prefill (TTFT, where a TTFT target binds); without it, the engine's prefix cache is off;
-* KV offload, with host RAM priced (`procurement.host_memory`): the cheapest of the GPU, host and recompute
-  tiers (`capacity.tiered_placement`, host RAM in the $) against the cheapest without the host tier;
+* KV offload, with host RAM or local NVMe priced (`procurement.host_memory`, `local_nvme`): the cheapest of
+  the GPU, offloaded and recompute tiers (`capacity.tiered_placement`, the medium in the $) against the
+  cheapest without offload;
 * LoRA: one deployment serving every adapter (`adapters`: its slots charged) against what the fleet runs
   without multi-LoRA serving: a deployment per adapter (the adapter merged), each for an equal share of the
   sequences, ceil(C / adapters);
@@ -32,7 +33,7 @@ from capacity.offload_procurement import CachePlacement, HostMemoryPrice
 from capacity.placement import PlacementResult
 from capacity.planning_types import WorkloadProfile
 from capacity.spec import GpuSku
-from capacity.tiered_placement import tiered, tiered_result
+from capacity.tiered_placement import media, tiered, tiered_result
 from models_registry.planning import Catalog
 from recommendations.placements import Placer, correction_lookup, plan_each, procurement_gpus
 from recommendations.workloads import WorkloadsFile
@@ -67,10 +68,10 @@ class Valued:
 @dataclass(frozen=True, slots=True)
 class Context:
     """What valuing a row may read beside the workload: the hit rates the fleet measured per model, the host RAM
-    price, and the GPUs procurement may buy."""
+    and NVMe prices (the offload media), and the GPUs procurement may buy."""
 
     measured: Mapping[str, float]
-    host_memory: HostMemoryPrice | None
+    media: Mapping[CachePlacement, HostMemoryPrice]
     gpus: Mapping[str, GpuSku]
 
 
@@ -133,22 +134,20 @@ def _prefix_off(profile: WorkloadProfile) -> WorkloadProfile:
 
 
 def _offload_prepare(profile: WorkloadProfile, model_id: str, context: Context) -> Valued | None:
-    """A workload with a hit rate, where host RAM has a price (else there is no offload to buy)."""
+    """A workload with a hit rate, where an offload medium has a price (else there is no offload to buy)."""
     rated, source = _hit_rate(profile, model_id, context)
-    price = context.host_memory
-    if price is None or not tiered(rated, price):
+    if not tiered(rated, context.media):
         return None
     rate = rated.prefix_caching.hit_rate
-    setting = f"hit rate {rate:.0%}, host RAM ${price.usd_per_gib_hour:g}/GiB-h ({price.source})"
+    priced = ", ".join(f"{p.medium} ${m.usd_per_gib_hour:g}/GiB-h ({m.source})" for p, m in context.media.items())
+    setting = f"hit rate {rate:.0%}, {priced}"
     return Valued(rated, setting, rate, source)
 
 
 def _offload_sides(valued: Valued, placer: Placer, context: Context) -> tuple[Side, Side]:
-    """Every tier against the tiers without host RAM (prefixes in the GPU pools, or recomputed)."""
-    price = context.host_memory
-    assert price is not None  # _offload_prepare values no workload without one
-    every = tiered_result(placer, valued.profile, placer.model.spec, context.gpus, price)
-    kept = tuple(o for o in every.options if o.host_tier is None or o.host_tier.placement is not CachePlacement.HOST)
+    """Every tier against the tiers without offload (prefixes in the GPU pools, or recomputed)."""
+    every = tiered_result(placer, valued.profile, placer.model.spec, context.gpus, context.media)
+    kept = tuple(o for o in every.options if o.host_tier is None or not o.host_tier.placement.offloaded)
     return Side(every), Side(replace(every, options=kept))
 
 
@@ -260,7 +259,8 @@ def feature_value_frame(
     """`raw.feature_value`: per workload x model x feature it uses, the cheapest placement with and without it.
     `measured`: the prefix-cache hit rate per model the fleet measured (`telemetry.prefix_cache.model_hit_rates`)."""
     gpus = tuple(procurement_gpus(workloads, catalog))
-    context = Context(measured or {}, workloads.procurement.host_memory, {g.id: g for g in gpus})
+    procurement = workloads.procurement
+    context = Context(measured or {}, media(procurement.host_memory, procurement.local_nvme), {g.id: g for g in gpus})
     correction_for = correction_lookup(fit)
     rows: list[dict[str, Any]] = []
     by_name = {p.name: p for p in workloads.profiles}

@@ -22,7 +22,7 @@ from capacity.placement import CorrectionFor, PlacementOption, PlacementResult, 
 from capacity.planning_types import BucketDemand, WorkloadProfile
 from capacity.procurement import plan_fleet
 from capacity.spec import GpuSku, ModelSpec, SpecError
-from capacity.tiered_placement import tiered, tiered_result
+from capacity.tiered_placement import media, tiered, tiered_result
 from models_registry.planning import Catalog
 from recommendations.limits import grid_weight_dtype
 from recommendations.workloads import WorkloadsFile
@@ -172,14 +172,14 @@ def placement_results(
     host RAM priced, a workload with a hit rate also gets host-tier and recompute options
     (`capacity.tiered_placement`)."""
     gpus = tuple(procurement_gpus(workloads, catalog))
-    price = workloads.procurement.host_memory
+    prices = media(workloads.procurement.host_memory, workloads.procurement.local_nvme)
     correction_for = correction_lookup(fit)
 
     def placed(profile: WorkloadProfile, model_id: str, model: GridModel) -> PlacementResult:
         placer = Placer(model, model_id, gpus, correction_for)
-        if price is None or not tiered(profile, price):
+        if not tiered(profile, prices):
             return placer(profile)
-        return tiered_result(placer, profile, model.spec, {g.id: g for g in gpus}, price)
+        return tiered_result(placer, profile, model.spec, {g.id: g for g in gpus}, prices)
 
     return plan_each(workloads.profiles, catalog, placed)
 
@@ -286,7 +286,7 @@ def tier_notes(plan: ProcurementPlan) -> list[str]:
     for (workload, model), option in plan.assignments.items():
         tier = option.host_tier
         if tier is not None:
-            ram = f" + {tier.host_gib:,.1f} GiB host RAM (${tier.usd_per_hour:,.2f}/h, {tier.price_source})"
+            ram = f" + {tier.host_gib:,.1f} GiB {tier.placement.medium} (${tier.usd_per_hour:,.2f}/h, {tier.price_source})"
             notes.append(
                 f"{workload}:{model}: KV tier {tier.placement.value} chosen (the cheapest option within the targets): "
                 f"{option.gpus_total:,} x {option.gpu}{ram if tier.host_gib else ''}"

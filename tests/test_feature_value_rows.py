@@ -9,6 +9,7 @@ floor(0.9 x B_max), and a workload of C sequences takes ceil(C / planned) replic
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ def catalog() -> Catalog:
     return bundled_catalog([LLAMA], [H100])
 
 
-def _rows(catalog: Catalog, workload: dict[str, object], **procurement: object) -> dict[str, dict[str, object]]:
+def _rows(catalog: Catalog, workload: dict[str, object], **procurement: object) -> dict[str, dict[str, Any]]:
     parsed = parse_workloads({"workloads": [{**BASE, **workload}], "procurement": procurement})
     assert not parsed.errors
     frame = feature_value_frame(parsed, catalog, fit_calibration([]))
@@ -128,7 +129,7 @@ def test_the_report_section_says_what_each_feature_saves() -> None:
 
     from recommendations.report_features import feature_totals, feature_value_html
 
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"workload": "a", "model": "m", "feature": "lora", "gpus_saved": 3, "usd_per_hour_saved": 20.64},
         {"workload": "b", "model": "m", "feature": "lora", "gpus_saved": 1, "usd_per_hour_saved": 6.88},
         {"workload": "c", "model": "m", "feature": "kv_offload", "reason": "no feasible placement"},
@@ -155,7 +156,7 @@ def test_the_commented_feature_examples_in_workloads_yaml_parse() -> None:
     document = yaml.safe_load(procurement + "\nworkloads:\n  - name:" + workloads)
     parsed = parse_workloads(document)
     assert not parsed.errors
-    assert parsed.procurement.host_memory is not None
+    assert parsed.procurement.host_memory is not None and parsed.procurement.local_nvme is not None
     by_name = {p.name: p for p in parsed.profiles}
     assert by_name["support-bot"].prefix_caching.hit_rate == 0.9
     assert by_name["tenant-finetunes"].adapters == AdapterSet(8, 32)

@@ -19,6 +19,7 @@ The workload, every number derived by hand: Llama-3.1-8B-Instruct (32 layers, 8 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -39,7 +40,7 @@ HOST_GIB = K_TOKENS * 131_072 / (1 << 30)
 LOAD_MS = 7200 * 131_072 / 64e9 * 1e3
 
 
-def _file(ttft_ms: float, usd_per_gib_hour: float | None, hit_rate: float = 0.9) -> dict[str, object]:
+def _file(ttft_ms: float, usd_per_gib_hour: float | None, hit_rate: float = 0.9) -> dict[str, Any]:
     chat = {
         "name": "chat",
         "model": LLAMA,
@@ -52,7 +53,7 @@ def _file(ttft_ms: float, usd_per_gib_hour: float | None, hit_rate: float = 0.9)
         "prefix_hit_rate": hit_rate,
         "ttft_ms_target": ttft_ms,
     }
-    procurement: dict[str, object] = {"whole_nodes": False}
+    procurement: dict[str, Any] = {"whole_nodes": False}
     if usd_per_gib_hour is not None:
         procurement["host_memory"] = {"usd_per_gib_hour": usd_per_gib_hour, "source": RAM_SOURCE}
     return {"workloads": [chat], "procurement": procurement}
@@ -70,7 +71,7 @@ def _planned_per_replica(catalog: Catalog) -> int:
     return math.floor(b_max * 0.9)
 
 
-def _plan(catalog: Catalog, file: dict[str, object]) -> tuple[dict[str, dict[str, object]], dict[str, object]]:
+def _plan(catalog: Catalog, file: dict[str, object]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     workloads = parse_workloads(file)
     assert not workloads.errors
     placements, procurement, buckets = fleet_frames(workloads, catalog, fit_calibration([]))
@@ -147,3 +148,34 @@ def test_capplan_procure_says_what_it_bought_and_why(tmp_path: object, catalog: 
     assert result.exit_code == 0, result.output
     assert "225.0 GiB host RAM for KV tiers = $0.81/h: chat" in result.output
     assert "KV tier host:" in result.output
+
+
+NVME = {"usd_per_gib_hour": 0.0001, "source": "illustrative drive price", "read_gbps": 7.0}
+
+
+def test_local_nvme_is_bought_where_its_slower_read_fits_the_ttft(catalog: Catalog) -> None:
+    """NVMe at $0.0001/GiB-hour, read at 7 GB/s (a PCIe Gen4 x4 drive): the 225 GiB cost 225 x 0.0001 =
+    $0.0225/h, less than host RAM's $0.81/h, but a hit reads 7,200 x 131,072 B / 7e9 B/s = 134.8169 ms from the
+    drives (slower than the 14.7456 ms over PCIe, so the drives set the load). With the GPU option's TTFT
+    t (the same layout, the prefixes on the GPU) the disk option's is t + 134.8169 ms: within a 200 ms target
+    it is chosen; at 150 ms it is not offered where t + 134.8 > 150, and host RAM is bought instead."""
+    document = _file(200.0, 0.0036)
+    document["procurement"]["local_nvme"] = NVME
+    tiers, plan = _plan(catalog, document)
+    nvme_load_ms = 7200 * 131_072 / 7e9 * 1e3
+    assert tiers["disk"]["ttft_ms"] - tiers["gpu"]["ttft_ms"] == pytest.approx(nvme_load_ms)
+    assert tiers["disk"]["host_usd_per_hour"] == pytest.approx(225 * 0.0001)
+    assert tiers["disk"]["in_fleet_plan"] and plan["assignments"][0]["kv_tier"] == "disk"
+    price = catalog.gpus[H100].price_usd_per_gpu_hour or 0.0
+    assert plan["usd_per_hour"] == pytest.approx(tiers["disk"]["replicas"] * price + 225 * 0.0001, abs=1e-4)
+    tight = _file(150.0, 0.0036)
+    tight["procurement"]["local_nvme"] = NVME
+    tiers, plan = _plan(catalog, tight)
+    assert ("disk" in tiers) == (tiers["gpu"]["ttft_ms"] + nvme_load_ms <= 150.0)
+    assert plan["assignments"][0]["kv_tier"] == ("disk" if "disk" in tiers else "host")
+
+
+def test_a_bad_nvme_price_is_a_one_line_procurement_error() -> None:
+    for bad in ({"usd_per_gib_hour": 0.0001, "source": "x"}, {**NVME, "read_gbps": 0}, {**NVME, "read_gbps": "7"}):
+        errors = parse_workloads({"workloads": [], "procurement": {"local_nvme": bad}}).errors
+        assert errors and errors[0][0] == "<procurement>" and "\n" not in errors[0][1], bad

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import polars as pl
 import typer
 
+from capacity.offload_procurement import CachePlacement
 from pipelines.commands.common import WarehouseOption, fail, published_or_none
 from pipelines.commands.estimate import AsJsonOption
 from recommendations.fleet_answer import fleet_contract, fleet_frames
@@ -167,12 +168,13 @@ def _lines(out: dict[str, Any]) -> list[str]:
             f"   {p['gpus_bought']:>4,} x {p['gpu']} at ${p['usd_per_gpu_hour']:,.2f}/GPU-h = ${p['usd_per_hour']:,.2f}/h"
             f" ({p['gpus_used']:,} used): {', '.join(p['workloads'] or [])}"
         )
-    host = [a for a in out["assignments"] if a.get("host_memory_gib")]
-    if host:
-        lines.append(
-            f"   {sum(a['host_memory_gib'] for a in host):>,.1f} GiB host RAM for KV tiers = "
-            f"${sum(a['host_usd_per_hour'] for a in host):,.2f}/h: {', '.join(a['workload'] for a in host)}"
-        )
+    for tier in (CachePlacement.HOST, CachePlacement.DISK):
+        bought = [a for a in out["assignments"] if a.get("kv_tier") == tier.value]
+        if bought:
+            lines.append(
+                f"   {sum(a['host_memory_gib'] for a in bought):>,.1f} GiB {tier.medium} for KV tiers = "
+                f"${sum(a['host_usd_per_hour'] for a in bought):,.2f}/h: {', '.join(a['workload'] for a in bought)}"
+            )
     if out["assignments"]:
         lines += ["", "Workloads by concurrency:"]
     for a in out["assignments"]:
