@@ -45,11 +45,12 @@ def feature_value_html(gt: Any, frame: pl.DataFrame, model: str) -> str:
     lines = []
     for row in feature_totals(frame).iter_rows(named=True):
         feature = ServingFeature(row["feature"])
+        placed = row["rows"] - row["unplaced"]
         unplaced = f"; {row['unplaced']} without a placement on one side" if row["unplaced"] else ""
         lines.append(
             f"<li><b>{html.escape(feature.value)}</b>: {row['gpus_saved']:,} GPUs, "
-            f"${row['usd_per_hour_saved'] or 0.0:,.2f}/h saved over {row['rows']} workload x model row(s), "
-            f"{html.escape(AGAINST[feature])}{unplaced}</li>"
+            f"${row['usd_per_hour_saved'] or 0.0:,.2f}/h saved over {placed} of {row['rows']} workload x model "
+            f"row(s), {html.escape(AGAINST[feature])}{unplaced}</li>"
         )
     table = (
         gt_table(gt, frame, TITLE, "the cheapest placement with and without")

@@ -139,7 +139,7 @@ def test_the_report_section_says_what_each_feature_saves() -> None:
     assert (totals["lora"]["gpus_saved"], totals["lora"]["usd_per_hour_saved"]) == (4, pytest.approx(27.52))
     assert (totals["kv_offload"]["rows"], totals["kv_offload"]["unplaced"]) == (1, 1)
     page = feature_value_html(gt, frame, "m")
-    assert "<b>lora</b>: 4 GPUs, $27.52/h saved over 2" in page and "a deployment per adapter" in page
+    assert "<b>lora</b>: 4 GPUs, $27.52/h saved over 2 of 2" in page and "a deployment per adapter" in page
     assert "1 without a placement on one side" in page and "marts.feature_value" in page
 
 

@@ -179,3 +179,21 @@ def test_a_bad_nvme_price_is_a_one_line_procurement_error() -> None:
     for bad in ({"usd_per_gib_hour": 0.0001, "source": "x"}, {**NVME, "read_gbps": 0}, {**NVME, "read_gbps": "7"}):
         errors = parse_workloads({"workloads": [], "procurement": {"local_nvme": bad}}).errors
         assert errors and errors[0][0] == "<procurement>" and "\n" not in errors[0][1], bad
+
+
+def test_procure_recomputes_where_the_published_tiers_are_priced_otherwise() -> None:
+    """A published host row of 225 GiB at $0.81/h was priced $0.81 / 225 = $0.0036/GiB-hour: the same file reuses
+    it; a file at $0.005, without a price, or tiering no workload does not."""
+    import polars as pl
+
+    from pipelines.commands.procure import _tiers_stale
+
+    published = pl.DataFrame(
+        {"workload": ["chat", "chat"], "kv_tier": ["host", "gpu"], "host_memory_gib": [225.0, 0.0]}
+        | {"host_usd_per_hour": [0.81, 0.0]}
+    )
+    assert _tiers_stale(published, parse_workloads(_file(200.0, 0.0036))) is None
+    assert "priced host RAM otherwise" in str(_tiers_stale(published, parse_workloads(_file(200.0, 0.005))))
+    assert "tiered other workloads" in str(_tiers_stale(published, parse_workloads(_file(200.0, None))))
+    untiered = published.with_columns(pl.lit(None, pl.String).alias("kv_tier"))
+    assert _tiers_stale(untiered, parse_workloads(_file(200.0, None))) is None

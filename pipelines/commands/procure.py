@@ -19,6 +19,7 @@ import polars as pl
 import typer
 
 from capacity.offload_procurement import CachePlacement
+from capacity.tiered_placement import media, tiered
 from pipelines.commands.common import WarehouseOption, fail, published_or_none
 from pipelines.commands.estimate import AsJsonOption
 from recommendations.fleet_answer import fleet_contract, fleet_frames
@@ -115,7 +116,28 @@ def _published(
     finally:
         con.close()
     placements, procurement, buckets = frames
+    tiers = _tiers_stale(placements, profiles)
+    if tiers is not None:
+        notes.append(f"{tiers}: computed directly")
+        return None, None
     return (placements, procurement, buckets), str(run_id[0]) if run_id else None
+
+
+def _tiers_stale(placements: pl.DataFrame, profiles: WorkloadsFile) -> str | None:
+    """Why the published KV tiers are not this file's (a medium priced otherwise, or tiers on other workloads):
+    each published offloaded row's $/GiB-hour is its host_usd_per_hour over its host_memory_gib."""
+    prices = media(profiles.procurement.host_memory, profiles.procurement.local_nvme)
+    expected = {p.name for p in profiles.profiles if tiered(p, prices)}
+    if "kv_tier" not in placements.columns:
+        return "the published run has no KV tiers" if expected else None
+    tiered_rows = placements.filter(pl.col("kv_tier").is_not_null())
+    if set(tiered_rows["workload"].unique()) != expected:
+        return "the published run tiered other workloads"
+    for row in tiered_rows.filter(pl.col("host_memory_gib") > 0).iter_rows(named=True):
+        price = prices.get(CachePlacement(row["kv_tier"]))
+        if price is None or not math.isclose(row["host_usd_per_hour"] / row["host_memory_gib"], price.usd_per_gib_hour):
+            return f"the published run priced {CachePlacement(row['kv_tier']).medium} otherwise"
+    return None
 
 
 def _stale(con: duckdb.DuckDBPyConnection, profiles: WorkloadsFile, gpus: list[GpuSku]) -> str | None:
