@@ -38,7 +38,7 @@ from capacity.engines.kinds import Engine
 from capacity.estimate import Estimate, estimate, pool_starts
 from capacity.features.parallel_layout import dp_candidates, rank_layout
 from capacity.features.speculative_speed import with_speculation
-from capacity.offload_procurement import HostTier
+from capacity.offload_procurement import CachePlacement, HostTier
 from capacity.parallel import valid_tp_sizes
 from capacity.performance import LatencyTarget, LatencyTargets, Performance, largest_batch_meeting, speed_at
 from capacity.planning_types import DEFAULT_SOLVER, BucketPlan, DtypePolicy, SolverOptions, WorkloadProfile
@@ -125,11 +125,11 @@ class PlacementOption:
     dp: int = 1
     ep: int = 1
     dp_gpus: int = 1
-    host_tier: HostTier | None = None  # where the hit rate's prefixes live, with a host RAM price set
+    host_tier: HostTier | None = None  # where the hit rate's prefixes live, with host RAM or NVMe priced
 
     @property
     def host_usd_per_hour(self) -> float:
-        """The host RAM this option buys an hour (0 without a host tier): the plan's cost beside the GPUs."""
+        """The host RAM or NVMe this option buys an hour (0 without a tier): the plan's cost beside the GPUs."""
         return self.host_tier.usd_per_hour if self.host_tier is not None else 0.0
 
     @property
@@ -459,7 +459,7 @@ class ProcurementPlan:
 
     @property
     def host_usd_per_hour(self) -> float:
-        """Host RAM bought for the chosen placements' KV tiers, an hour."""
+        """Host RAM and NVMe bought for the chosen placements' KV tiers, an hour."""
         return sum(o.host_usd_per_hour for o in self.assignments.values())
 
     @property
@@ -476,8 +476,8 @@ Demand = tuple[str, str]  # (workload, model)
 
 def procurement_options(result: PlacementResult) -> list[PlacementOption]:
     """Per SKU (and cache tier), the option with the fewest GPUs (cost depends only on SKU, GPU count and the
-    host RAM a tier buys), best rank first."""
-    best: dict[tuple[str, object], PlacementOption] = {}
+    host RAM or NVMe a tier buys), best rank first."""
+    best: dict[tuple[str, CachePlacement | None], PlacementOption] = {}
     for option in result.options:
         key = (option.gpu, option.host_tier.placement if option.host_tier else None)
         kept = best.get(key)
@@ -627,8 +627,8 @@ def _solve_highs(
 ) -> tuple[dict[Demand, PlacementOption] | None, bool]:
     """min sum_s price_s * bought_s  s.t. each demand takes one option; GPUs used on s <= bought_s;
     bought_s = gpus_per_node * nodes_s (whole nodes) and <= the cap. A tiny second objective
-    (1e-6 x the options' own cost) breaks ties toward cheaper, smaller options; an option's host RAM (a KV
-    tier) is paid in full."""
+    (1e-6 x the options' own cost) breaks ties toward cheaper, smaller options; an option's host RAM or NVMe
+    (a KV tier) is paid in full."""
     import highspy
     import numpy as np
 

@@ -1,5 +1,5 @@
-"""KV tiers in the fleet plan (issue 23 item 7): with host RAM priced (`procurement.host_memory`), a workload
-that states a prefix hit rate gets three kinds of placement option, and the procurement MILP picks among them
+"""KV tiers in the fleet plan (issue 23 item 7): with host RAM or local NVMe priced (`procurement.host_memory`,
+`procurement.local_nvme`), a workload that states a prefix hit rate gets these kinds of placement option, and the procurement MILP picks among them
 as it picks GPUs (`capacity.placement.plan_procurement`, `capacity.procurement.plan_fleet`):
 
 * GPU: the prefixes its hit rate reuses stay in the GPU pools, so a replica holds the running sequences *and*
@@ -19,7 +19,9 @@ one request's lifetime C requests arrive (Little's law), each hitting floor(h x 
 prompt, of which the shared prefix S is held once already: K = C x max(0, floor(h x P) - S). Where they share
 more than that, K is an upper bound (the GPU option is then priced high, the host option too).
 
-Without a host RAM price the options are `place`'s, unchanged (the hit rate moves the prefill only). Pure.
+Every tiered option carries its `HostTier` (what it holds where, the medium bought, its price source and why);
+the plan pays the medium beside the GPUs. Without a price the options are `place`'s, unchanged (the hit rate
+moves the prefill only). Pure.
 """
 
 from __future__ import annotations
