@@ -289,7 +289,9 @@ def _host_memory(value: object, key: str = "host_memory") -> HostMemoryPrice | N
         if isinstance(number, bool) or not isinstance(number, int | float):
             raise SpecError(f"{key}.{name} must be a number, got {number!r}")
     read = numbers.get("read_gbps")
-    return HostMemoryPrice(float(numbers["usd_per_gib_hour"]), str(value["source"]), float(read) if read is not None else None)
+    return HostMemoryPrice(
+        float(numbers["usd_per_gib_hour"]), str(value["source"]), float(read) if read is not None else None
+    )
 
 
 def _int(value: object, what: str) -> int:
