@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cache
+from typing import TypeVar
 
+_T = TypeVar("_T")
 GIB = 1 << 30
 MIB = 1 << 20
 
@@ -33,12 +35,16 @@ class BatchDefaults(StrEnum):
 
 
 class MlaBlockRule(StrEnum):
-    """How a release picks the MLA block size on CUDA (the attention backend's kernel block sizes)."""
+    """How a release picks the MLA block size on CUDA (the attention backend's kernel block sizes), by
+    `VLLM_MLA_BLOCK_RULES`; each read in `platforms/cuda.py` check_and_update_config of the wheels named there."""
 
-    FLASHMLA = "flashmla"  # FlashMLA's 64 on Hopper and older, CUTLASS MLA's 128 on Blackwell
+    TRITON_ONLY = "triton-only"  # < 0.8: no FlashMLA in the wheel (0.7.1-0.7.3 attention/backends: triton_mla only): 16
+    FLASHMLA_HOPPER = "flashmla-hopper"  # FlashMLA's 64 where `is_flashmla_supported` (SM90 only), else 16
+    CUTLASS_SM100 = "cutlass-sm100"  # as above, and CUTLASS_MLA's 128 by default on SM100 (0.10.1 on)
+    FLASHINFER_SM100 = "flashinfer-sm100"  # SM100 takes FlashInfer MLA (64) when qk_nope_head_dim == 128, else CUTLASS
     BACKEND_PRIORITY = "backend-priority"  # platforms/cuda.py _get_backend_priorities, then the backend's
-    # get_preferred_block_size(16): SM90 FLASH_ATTN_MLA (16; no fp8 -> FLASHMLA 64), SM100 FLASHINFER_MLA
-    # (32 or 64 -> 32), SM120 and older TRITON_MLA (16); ROCm AITER MLA any size (16)
+    # get_preferred_block_size(16) (`Platform.update_block_size_for_backend`, 0.18.0 on): SM90 FLASH_ATTN_MLA (16;
+    # no fp8 -> FLASHMLA 64), SM100 FLASHINFER_MLA (32 or 64 -> 32), SM120 and older TRITON_MLA (16); ROCm AITER MLA (16)
 
 
 class InFlightRule(StrEnum):
@@ -75,7 +81,12 @@ class VllmRelease:
     # nets from 0.33 where FlashInfer's GDN prefill runs (qwen_gdn_linear_attn in 0.33.0, not in 0.32.0)
     mamba2_prefill_checkpoints: bool = False
     gdn_prefill_checkpoints: bool = False
-    mla_block: MlaBlockRule = MlaBlockRule.FLASHMLA
+    # V0 MLA (0.7.1-0.7.3, attention/backends/mla/utils.py MLACommonImpl): absorbed decode matrices kept beside
+    # the raw weights (process_weights_after_loading, VLLM_MLA_PERFORM_MATRIX_ABSORPTION on by default)
+    mla_absorbed_weights: bool = False
+    # 0.7.2-0.7.3 worker/cache_engine.py get_cache_block_size: each MLA entry rounded up to this many bytes of
+    # the model dtype (`align_to_256bytes`, `_align_cache`: MLA on CUDA with VLLM_CUDA_MEM_ALIGN_KV_CACHE=1)
+    mla_entry_align_bytes: int = 0
     # chunked-local attention (Llama 4) in the hybrid manager: off by default since the latency
     # regression of vllm#21707 (VllmConfig.__post_init__: VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE);
     # a model with chunked layers then runs without the hybrid manager, every layer charged as full
@@ -92,6 +103,13 @@ def _release(version: str, generation: str, util: float, hybrid: bool, graphs: b
 VLLM_RELEASES: tuple[VllmRelease, ...] = (
     _release("0.4", "v0", 0.90, False, False, "blocks", "v0", "v0",
              "v0 worker.determine_num_available_blocks: (total*util - peak) // cache_block_size"),
+    _release("0.7.1", "v0", 0.90, False, False, "blocks", "v0", "v0",
+             "V0 MLA (attention/backends/mla/utils.py, new in the 0.7.1 wheel; not in 0.7.0): absorbed weights",
+             mla_absorbed_weights=True),
+    _release("0.7.2", "v0", 0.90, False, False, "blocks", "v0", "v0",
+             "worker/cache_engine.py get_cache_block_size: MLA entries padded to 256 B (0.7.2 and 0.7.3 wheels; "
+             "neither 0.7.1 nor 0.8.0 pads); both MLA rules end with V0 MLA's rewrite in 0.8.0",
+             mla_absorbed_weights=True, mla_entry_align_bytes=256),
     _release("0.8", "v1", 0.90, False, False, "blocks", "v1-flat", "v1-early",
              "V1 engine default from 0.8.0; gpu_worker.determine_available_memory"),
     _release("0.10", "v1", 0.90, True, False, "blocks", "v1-by-gpu", "v1-early",
@@ -134,8 +152,7 @@ VLLM_RELEASES: tuple[VllmRelease, ...] = (
              "auto-fit against num_blocks minus the null block); model_executor/models/config.py "
              "MambaModelConfig (mamba_cache_mode 'align' with prefix caching)",
              in_flight=InFlightRule.V2_RUNNER, start_reserves_null_block=True, mamba_align_with_prefix_caching=True,
-             mamba2_prefill_checkpoints=True, gdn_prefill_checkpoints=True,
-             mla_block=MlaBlockRule.BACKEND_PRIORITY),
+             mamba2_prefill_checkpoints=True, gdn_prefill_checkpoints=True),
 )
 VLLM_DEFAULT_VERSION = "0.33"
 VLLM_SUPPORTED_VERSIONS = (
@@ -171,8 +188,8 @@ VLLM_SUPPORTED_VERSIONS = (
     "0.33",
 )
 
-# vllm/platforms/cuda.py: default 16; before 0.33 FlashMLA forced 64 on Hopper, CUTLASS_MLA 128 on Blackwell
-# (0.33: see MlaBlockRule.BACKEND_PRIORITY).
+# vllm/platforms/cuda.py: default 16; MLA backends' kernel blocks by VLLM_MLA_BLOCK_RULES (first release, rule):
+# read in the 0.7.1-0.7.3, 0.8.0-0.8.2, 0.8.5, 0.9.2, 0.10.0-0.10.2, 0.11.0-0.20.0 and 0.32.0 wheels
 VLLM_DEFAULT_BLOCK_SIZE = 16
 VLLM_MLA_BLOCK_SIZE_HOPPER = 64
 VLLM_MLA_BLOCK_SIZE_BLACKWELL = 128
@@ -184,6 +201,18 @@ VLLM_PREFIX_LM_MM_FLOOR_FROM = (0, 22)
 VLLM_GEMMA4_VIDEO_ITEM_TOKENS = 32 * (70 + 2 + 6)
 VLLM_DSA_BLOCK_SIZE = 64  # DeepSeek sparse attention: the indexer backend's kernel block
 VLLM_FP8_DS_MLA_BYTES = 656  # fp8_ds_mla: bytes per token of the packed sparse-MLA latent
+VLLM_MLA_BLOCK_RULES: tuple[tuple[str, MlaBlockRule], ...] = (
+    ("0.4", MlaBlockRule.TRITON_ONLY),
+    ("0.8", MlaBlockRule.FLASHMLA_HOPPER),  # attention/backends/flashmla.py new in 0.8.0, the default when supported
+    ("0.10.1", MlaBlockRule.CUTLASS_SM100),  # 0.10.0 takes CUTLASS_MLA only when VLLM_ATTENTION_BACKEND names it
+    ("0.15", MlaBlockRule.FLASHINFER_SM100),  # 0.14.0 still CUTLASS on SM100
+    ("0.18", MlaBlockRule.BACKEND_PRIORITY),  # 0.17.0 still forces blocks in check_and_update_config
+)
+# model_executor/models/config.py HybridAttentionMambaModelConfig: an MLA model with state layers (Kimi-Linear)
+# aligns its attention block to kernel_block_alignment_size 64 (0.12.0-0.19.x wheels; 0.11.0 aligns to 16; from
+# 0.20.0 Platform._align_hybrid_block_size takes the backend's kernel blocks); (first release, alignment; 0: none)
+VLLM_MLA_HYBRID_ALIGNMENT: tuple[tuple[str, int], ...] = (("0.12", 64), ("0.20", 0))
+VLLM_MLA_SM100_FLASHINFER_NOPE_DIM = 128  # 0.15-0.17: FlashInfer MLA's kernel constraint on qk_nope_head_dim
 VLLM_FLASHINFER_MLA_BLOCK_SIZE = 32  # FLASHINFER_MLA supports 32 and 64: the smallest when 16 is not
 # Mamba/GDN hybrids: attention block size = 16 * cdiv(mamba_page, 16 * attn_page_per_token)
 VLLM_HYBRID_BLOCK_ALIGN = 16
@@ -754,11 +783,17 @@ SGLANG_FP8_MIN_CAPABILITY = 80
 
 def vllm_fp8_min_capability(version: str) -> int | None:
     """The minimum compute capability of vLLM's `fp8` quantization method in `version`."""
-    wanted = parse_version(version)
-    chosen: int | None = None
-    for first, capability in VLLM_FP8_MIN_CAPABILITY:
+    return by_first_release(version, VLLM_FP8_MIN_CAPABILITY, None)
+
+
+def by_first_release(version: str | None, table: tuple[tuple[str, _T], ...], before: _T) -> _T:
+    """The value of the last (first release, value) row at or below `version` (None: the newest supported):
+    rules that change at releases other than the `VLLM_RELEASES` rows; `before` below the first row."""
+    wanted = parse_version(version or VLLM_DEFAULT_VERSION)
+    chosen = before
+    for first, value in table:
         if parse_version(first) <= wanted:
-            chosen = capability
+            chosen = value
     return chosen
 
 

@@ -358,7 +358,8 @@ def assumed_off_notes(d: DeploymentSpec, assumed_off: frozenset[str]) -> list[st
             "and the CPU tiers are sized when given)"
         )
     if "speculative" in assumed_off and not d.speculative:
-        out.append("assumed no speculative decoding (declared, its draft's weights and KV are sized)")
+        dp_too = " and no DP attention (--dp sizes a pool per attention rank)" if d.dp == 1 else ""
+        out.append(f"assumed no speculative decoding (declared, its draft's weights and KV are sized){dp_too}")
     return out
 
 

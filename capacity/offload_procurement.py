@@ -34,19 +34,48 @@ class CachePlacement(Enum):
 
     GPU = "gpu"  # more GPUs: the prefixes in the GPU pools
     HOST = "host"  # fewer GPUs plus host RAM
+    DISK = "disk"  # fewer GPUs plus local NVMe (LMCache's local disk tier), read through the host
     NONE = "none"  # no cache: every prompt recomputed
+
+    @property
+    def offloaded(self) -> bool:
+        """Whether the prefixes live off the GPU, in a medium the plan buys."""
+        return self in (CachePlacement.HOST, CachePlacement.DISK)
+
+    @property
+    def medium(self) -> str:
+        """What holds the prefixes, in words."""
+        return {CachePlacement.HOST: "host RAM", CachePlacement.DISK: "local NVMe"}.get(self, "GPU memory")
 
 
 @dataclass(frozen=True, slots=True)
 class HostMemoryPrice:
-    """What one GiB of host RAM costs an hour, and where that figure comes from (a procurement setting)."""
+    """What one GiB of a host-side KV medium costs an hour (host RAM; or local NVMe, with its read bandwidth),
+    and where that figure comes from (a procurement setting)."""
 
     usd_per_gib_hour: float
     source: str
+    read_gbps: float | None = None  # GB/s the medium reads at, where slower than the host link (NVMe)
 
     def __post_init__(self) -> None:
         if not (self.usd_per_gib_hour >= 0 and math.isfinite(self.usd_per_gib_hour)) or not self.source.strip():
             raise SpecError("a host memory price needs a finite $/GiB-hour >= 0 and its source")
+        if self.read_gbps is not None and not (self.read_gbps > 0 and math.isfinite(self.read_gbps)):
+            raise SpecError(f"a read bandwidth must be a positive number of GB/s, got {self.read_gbps}")
+
+
+@dataclass(frozen=True, slots=True)
+class HostTier:
+    """Where a fleet placement keeps the reused prefixes its hit rate needs, and what that buys
+    (`capacity.tiered_placement`): the host RAM bought for them, its price and source, and why."""
+
+    placement: CachePlacement
+    cached_tokens: int  # reused prefix tokens kept for the hit rate (fleet-wide)
+    host_gib: float  # host RAM or NVMe bought for them (0 unless offloaded)
+    usd_per_hour: float  # its price an hour
+    load_ms: float  # loading one request's hit over the host link (0 unless HOST)
+    price_source: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)

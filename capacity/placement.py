@@ -38,6 +38,7 @@ from capacity.engines.kinds import Engine
 from capacity.estimate import Estimate, estimate, pool_starts
 from capacity.features.parallel_layout import dp_candidates, rank_layout
 from capacity.features.speculative_speed import with_speculation
+from capacity.offload_procurement import CachePlacement, HostTier
 from capacity.parallel import valid_tp_sizes
 from capacity.performance import LatencyTarget, LatencyTargets, Performance, largest_batch_meeting, speed_at
 from capacity.planning_types import DEFAULT_SOLVER, BucketPlan, DtypePolicy, SolverOptions, WorkloadProfile
@@ -124,6 +125,12 @@ class PlacementOption:
     dp: int = 1
     ep: int = 1
     dp_gpus: int = 1
+    host_tier: HostTier | None = None  # where the hit rate's prefixes live, with host RAM or NVMe priced
+
+    @property
+    def host_usd_per_hour(self) -> float:
+        """The host RAM or NVMe this option buys an hour (0 without a tier): the plan's cost beside the GPUs."""
+        return self.host_tier.usd_per_hour if self.host_tier is not None else 0.0
 
     @property
     def gpus_per_replica(self) -> int:
@@ -164,7 +171,7 @@ class PlacementOption:
 
     def sort_key(self) -> tuple[object, ...]:
         return (
-            round(self.usd_per_hour, 9),
+            round(self.usd_per_hour + self.host_usd_per_hour, 9),
             self.gpus_total,
             self.gpus_per_replica,
             self.reduced_precision,
@@ -451,8 +458,13 @@ class ProcurementPlan:
     buckets: BucketPlan | None = None  # the request-size bucket part (capacity.procurement.plan_fleet)
 
     @property
+    def host_usd_per_hour(self) -> float:
+        """Host RAM and NVMe bought for the chosen placements' KV tiers, an hour."""
+        return sum(o.host_usd_per_hour for o in self.assignments.values())
+
+    @property
     def usd_per_hour(self) -> float:
-        return sum(p.usd_per_hour for p in self.purchases)
+        return sum(p.usd_per_hour for p in self.purchases) + self.host_usd_per_hour
 
     @property
     def gpus(self) -> int:
@@ -463,12 +475,14 @@ Demand = tuple[str, str]  # (workload, model)
 
 
 def procurement_options(result: PlacementResult) -> list[PlacementOption]:
-    """Per SKU, the option with the fewest GPUs (cost depends only on SKU and GPU count), best rank first."""
-    best: dict[str, PlacementOption] = {}
+    """Per SKU (and cache tier), the option with the fewest GPUs (cost depends only on SKU, GPU count and the
+    host RAM or NVMe a tier buys), best rank first."""
+    best: dict[tuple[str, CachePlacement | None], PlacementOption] = {}
     for option in result.options:
-        kept = best.get(option.gpu)
+        key = (option.gpu, option.host_tier.placement if option.host_tier else None)
+        kept = best.get(key)
         if kept is None or (option.gpus_total, option.rank) < (kept.gpus_total, kept.rank):
-            best[option.gpu] = option
+            best[key] = option
     return sorted(best.values(), key=lambda o: o.rank)
 
 
@@ -482,10 +496,10 @@ def _bought(used: int, per_node: int, whole_nodes: bool) -> tuple[int, int | Non
 def _cost(choice: Mapping[Demand, PlacementOption], whole_nodes: bool, limits: Mapping[str, int]) -> float | None:
     """$/hour of the GPUs a choice needs; None when a per-SKU cap is exceeded."""
     used: dict[str, tuple[int, int, float]] = {}
+    total = sum(option.host_usd_per_hour for option in choice.values())
     for option in choice.values():
         gpus, per_node, _price = used.get(option.gpu, (0, option.gpus_per_node, option.usd_per_gpu_hour))
         used[option.gpu] = (gpus + option.gpus_total, per_node, option.usd_per_gpu_hour)
-    total = 0.0
     for gpu, (gpus, per_node, price) in used.items():
         bought, _nodes = _bought(gpus, per_node, whole_nodes)
         if gpu in limits and bought > limits[gpu]:
@@ -613,7 +627,8 @@ def _solve_highs(
 ) -> tuple[dict[Demand, PlacementOption] | None, bool]:
     """min sum_s price_s * bought_s  s.t. each demand takes one option; GPUs used on s <= bought_s;
     bought_s = gpus_per_node * nodes_s (whole nodes) and <= the cap. A tiny second objective
-    (1e-6 x the options' own cost) breaks ties toward cheaper, smaller options."""
+    (1e-6 x the options' own cost) breaks ties toward cheaper, smaller options; an option's host RAM or NVMe
+    (a KV tier) is paid in full."""
     import highspy
     import numpy as np
 
@@ -634,7 +649,9 @@ def _solve_highs(
     h.addVars(n_x + n_s, lower, upper)
     index = np.arange(n_x + n_s, dtype=np.int32)
     h.changeColsIntegrality(n_x + n_s, index, np.array([highspy.HighsVarType.kInteger] * (n_x + n_s)))
-    costs = [1e-6 * o.usd_per_hour for _d, o in columns] + [skus[g][0] * skus[g][1] for g in sku_ids]
+    costs = [o.host_usd_per_hour + 1e-6 * o.usd_per_hour for _d, o in columns] + [
+        skus[g][0] * skus[g][1] for g in sku_ids
+    ]
     h.changeColsCost(n_x + n_s, index, np.array(costs, dtype=float))
     for demand in demands:
         idx = [i for i, (d, _o) in enumerate(columns) if d == demand]

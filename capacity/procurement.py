@@ -328,7 +328,7 @@ def _solve_highs(
     h.addVars(n, np.zeros(n), upper)
     integer = np.array([*range(n_y), *range(r0, n)], dtype=np.int32)
     h.changeColsIntegrality(len(integer), integer, np.array([highspy.HighsVarType.kInteger] * len(integer)))
-    costs = [TIE_BREAK * o.usd_per_hour for _d, o in y_cols] + [0.0] * n_x
+    costs = [o.host_usd_per_hour + TIE_BREAK * o.usd_per_hour for _d, o in y_cols] + [0.0] * n_x
     costs += [TIE_BREAK * c.usd_per_replica_hour for _i, c in r_cols] + [skus[g][0] * skus[g][1] for g in sku_ids]
     h.changeColsCost(n, np.arange(n, dtype=np.int32), np.array(costs, dtype=float))
     for demand in sorted(fixed or {}):  # a concurrency-sized demand takes one option

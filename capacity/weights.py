@@ -169,6 +169,29 @@ def estimate_weights(
     return WeightsEstimate(math.ceil(per_gpu), math.ceil(loaded_total), fmt.name, "modeled")
 
 
+def _plus(
+    weights: WeightsEstimate, extra: int, tp: int, pp: int, notes: list[str] | None, what: str
+) -> WeightsEstimate:
+    """`weights` with `extra` bytes on every rank, and a note saying `what` they are (none when zero)."""
+    if not extra:
+        return weights
+    if notes is not None:
+        notes.append(f"weights include {extra / GIB:.2f} GiB per GPU of {what}")
+    return replace(
+        weights, per_gpu_bytes=weights.per_gpu_bytes + extra, total_bytes=weights.total_bytes + extra * tp * pp
+    )
+
+
+def with_weight_copies(
+    weights: WeightsEstimate, profile: EngineProfile, model: ModelSpec, tp: int, pp: int, notes: list[str] | None = None
+) -> WeightsEstimate:
+    """The weights plus the copies the engine derives at load and keeps beside them (vLLM 0.7.1-0.7.3's absorbed
+    MLA matrices); the same on every GPU. A note names them when they are not zero."""
+    extra = profile.weight_copy_bytes(model, tp, pp, weights.format_name)
+    what = f"absorbed MLA matrices kept beside the raw projections ({profile.engine.value} {profile.version or ''})"
+    return _plus(weights, extra, tp, pp, notes, what)
+
+
 def with_layout_extra(
     weights: WeightsEstimate,
     profile: EngineProfile,
@@ -179,18 +202,11 @@ def with_layout_extra(
     notes: list[str] | None = None,
     triton_kernels: bool | None = None,
 ) -> WeightsEstimate:
-    """The weights plus what the engine's kernels keep beyond the checkpoint's format (MXFP4 experts in
-    vLLM's fused-MoE layouts); a note names it when it is not zero."""
+    """The weights plus what the engine's kernels keep beyond the checkpoint's format (`with_weight_copies`, then
+    MXFP4 experts in vLLM's fused-MoE layouts); a note names it when it is not zero."""
+    weights = with_weight_copies(weights, profile, model, tp, pp, notes)
     if weights.format_name != "mxfp4":
         return weights
     extra = profile.weight_layout_extra_bytes(model, tp, pp, gpu, triton_kernels)
-    if not extra:
-        return weights
-    if notes is not None:
-        notes.append(
-            f"weights include {extra / GIB:.2f} GiB per GPU of MXFP4 expert padding and re-layout "
-            f"({profile.engine.value} {profile.version or ''} on {gpu.id if gpu else 'this GPU'})"
-        )
-    return replace(
-        weights, per_gpu_bytes=weights.per_gpu_bytes + extra, total_bytes=weights.total_bytes + extra * tp * pp
-    )
+    where = f"{profile.engine.value} {profile.version or ''} on {gpu.id if gpu else 'this GPU'}"
+    return _plus(weights, extra, tp, pp, notes, f"MXFP4 expert padding and re-layout ({where})")

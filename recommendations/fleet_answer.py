@@ -52,6 +52,10 @@ ASSIGNMENT_KEYS = (
     "binding",
     "tpot_ms",
     "ttft_ms",
+    "kv_tier",
+    "host_memory_gib",
+    "host_usd_per_hour",
+    "kv_tier_reason",
 )
 BUCKET_KEYS = (
     "workload",

@@ -35,7 +35,8 @@ from capacity.spec import DeploymentSpec, GpuSku, SpecError
 from models_registry.planning import Catalog, catalog
 from recommendations.feature_value import FEATURE_VALUE_SQL
 from recommendations.grid_diff import REPORT_ROWS, GridDiff, diff_html, read_diff
-from recommendations.report_layout import chart_panels, column_label, panel_title
+from recommendations.report_features import feature_value_html
+from recommendations.report_layout import chart_panels, details_block, gt_table, panel_title
 
 GIB = 1 << 30
 PALETTE = "tableau20"
@@ -526,27 +527,6 @@ def comparison_chart(data: ReportData) -> str:
     return _svg((area + line + dots).properties(width=640, height=400, title=title))
 
 
-def _table(gt: Any, frame: pl.DataFrame, title: str, subtitle: str = "") -> Any:
-    """A table with a human header over each column (`report_labels.column_label`: words and units)."""
-    labels = {column: column_label(column) for column in frame.columns}
-    return gt.GT(frame).tab_header(title=title, subtitle=subtitle or None).cols_label(cases=labels).opt_row_striping()
-
-
-def _sql_literal(sql: str, model: str) -> str:
-    """The query as a reader pastes it after `capplan sql` ($m filled in, for display only)."""
-    return sql.replace("$m", "'" + model.replace("'", "''") + "'")
-
-
-def _details(title: str, rows: int, table: str, sql: str, model: str) -> str:
-    """A long table, collapsed, with the query that produces it."""
-    e = html.escape
-    query = e(_sql_literal(sql, model))
-    return (
-        f"<details><summary>{e(title)} ({rows:,} rows)</summary>"
-        f"<p class='sql'>capplan sql \"{query}\"</p>{table}</details>"
-    )
-
-
 def answers_html(data: ReportData) -> dict[str, str]:
     """The short tables the page leads with: where it fits, the placements, the procurement plan."""
     _alt, gt = _modules()
@@ -558,7 +538,7 @@ def answers_html(data: ReportData) -> dict[str, str]:
 
         def fits_table(frame: pl.DataFrame, title: str) -> str:
             return str(
-                _table(
+                gt_table(
                     gt,
                     frame,
                     title,
@@ -575,7 +555,7 @@ def answers_html(data: ReportData) -> dict[str, str]:
         out["fits"] = fits_table(shown.head(FITS_SHOWN), f"Where {data.model} fits, cheapest per sequence first")
         if shown.height > FITS_SHOWN:
             rest = shown.slice(FITS_SHOWN)
-            out["fits"] += _details(
+            out["fits"] += details_block(
                 f"{rest.height} more GPUs",
                 rest.height,
                 fits_table(rest, "Where it fits (continued)"),
@@ -607,7 +587,7 @@ def answers_html(data: ReportData) -> dict[str, str]:
             *(["reason"] if best["reason"].is_not_null().any() else []),
         )
         out["placements"] = (
-            _table(gt, shown, "Recommended placements", "the cheapest feasible placement per model x workload")
+            gt_table(gt, shown, "Recommended placements", "the cheapest feasible placement per model x workload")
             .fmt_currency(columns=["usd_per_hour"], currency="USD")
             .sub_missing(missing_text="")
             .as_raw_html()
@@ -619,7 +599,7 @@ def answers_html(data: ReportData) -> dict[str, str]:
             f"({first['method']}, {'optimal' if first['optimal'] else 'not proven optimal'})"
         )
         out["procurement"] = (
-            _table(gt, data.procurement.drop("fleet_usd_per_hour", "method", "optimal"), "Procurement plan", subtitle)
+            gt_table(gt, data.procurement.drop("fleet_usd_per_hour", "method", "optimal"), "Procurement plan", subtitle)
             .fmt_currency(columns=["usd_per_gpu_hour", "usd_per_hour"], currency="USD")
             .sub_missing(missing_text="")
             .as_raw_html()
@@ -644,12 +624,14 @@ def details_html(data: ReportData) -> list[str]:
             "saturation",
         )
         table = (
-            _table(gt, shown, "Prediction vs measured", "KV pool per GPU; errors are (predicted - measured) / measured")
+            gt_table(
+                gt, shown, "Prediction vs measured", "KV pool per GPU; errors are (predicted - measured) / measured"
+            )
             .fmt_percent(columns=["kv_pool_error", "loo_kv_pool_error"], decimals=2)
             .sub_missing(missing_text="")
         )
         out.append(
-            _details(
+            details_block(
                 "Prediction vs measured, every observed deployment",
                 shown.height,
                 table.as_raw_html(),
@@ -659,7 +641,7 @@ def details_html(data: ReportData) -> list[str]:
         )
     if not data.limits.is_empty():
         table = (
-            _table(
+            gt_table(
                 gt,
                 data.limits,
                 f"Effective context limits: {data.model}",
@@ -669,26 +651,22 @@ def details_html(data: ReportData) -> list[str]:
             .sub_missing(missing_text="")
         )
         out.append(
-            _details("Effective context limits", data.limits.height, table.as_raw_html(), LIMITS_SQL, data.model)
+            details_block("Effective context limits", data.limits.height, table.as_raw_html(), LIMITS_SQL, data.model)
         )
     if not data.calibration.is_empty():
-        table = _table(gt, data.calibration, "Calibration in use", "usable scopes (enough observations)").fmt_number(
+        table = gt_table(gt, data.calibration, "Calibration in use", "usable scopes (enough observations)").fmt_number(
             columns=["median", "mad", "ci_low", "ci_high"], n_sigfig=4
         )
         out.append(
-            _details("Calibration in use", data.calibration.height, table.as_raw_html(), CALIBRATION_SQL, data.model)
+            details_block(
+                "Calibration in use", data.calibration.height, table.as_raw_html(), CALIBRATION_SQL, data.model
+            )
         )
     if not data.feature_value.is_empty():
-        table = (
-            _table(gt, data.feature_value, "What serving features buy", "the cheapest placement with and without")
-            .fmt_currency(columns=["usd_per_hour_with", "usd_per_hour_without", "usd_per_hour_saved"], currency="USD")
-            .sub_missing(missing_text="")
-        )
-        title, rows = "What serving features buy", data.feature_value.height
-        out.append(_details(title, rows, table.as_raw_html(), FEATURE_VALUE_SQL, data.model))
+        out.append(feature_value_html(gt, data.feature_value, data.model))
     if not data.placements.is_empty():
         table = (
-            _table(
+            gt_table(
                 gt,
                 data.placements,
                 "Recommended placements, every column",
@@ -699,7 +677,7 @@ def details_html(data: ReportData) -> list[str]:
             .sub_missing(missing_text="")
         )
         out.append(
-            _details(
+            details_block(
                 "Recommended placements, every column",
                 data.placements.height,
                 table.as_raw_html(),

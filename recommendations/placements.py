@@ -10,6 +10,7 @@ the registry does not hold, is one row with `feasible = false` and the reason.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import polars as pl
@@ -17,10 +18,11 @@ import polars as pl
 from capacity.calibration import CalibrationFit, Correction
 from capacity.engines.registry import engine_profile
 from capacity.grid import GridModel
-from capacity.placement import PlacementOption, PlacementResult, ProcurementPlan, place
+from capacity.placement import CorrectionFor, PlacementOption, PlacementResult, ProcurementPlan, place
 from capacity.planning_types import BucketDemand, WorkloadProfile
 from capacity.procurement import plan_fleet
 from capacity.spec import GpuSku, ModelSpec, SpecError
+from capacity.tiered_placement import media, tiered, tiered_result
 from models_registry.planning import Catalog
 from recommendations.limits import grid_weight_dtype
 from recommendations.workloads import WorkloadsFile
@@ -67,6 +69,10 @@ PLACEMENT_SCHEMA: dict[str, Any] = {
     "ttft_ms": pl.Float64,
     "output_tokens_per_second": pl.Float64,
     "usd_per_million_output_tokens": pl.Float64,
+    "kv_tier": pl.String,
+    "host_memory_gib": pl.Float64,
+    "host_usd_per_hour": pl.Float64,
+    "kv_tier_reason": pl.String,
     "calibrated": pl.Boolean,
     "calibration_scope": pl.String,
     "n_observations": pl.Int64,
@@ -138,21 +144,42 @@ def plan_each(
     return planned, skipped
 
 
+@dataclass(frozen=True, slots=True)
+class Placer:
+    """Places variants of a workload for one model on the GPUs procurement may buy (`capacity.placement.place`,
+    calibrated as the placements are)."""
+
+    model: GridModel
+    model_id: str
+    gpus: tuple[GpuSku, ...]
+    correction_for: CorrectionFor
+
+    def __call__(self, profile: WorkloadProfile) -> PlacementResult:
+        return place(
+            self.model.spec,
+            profile,
+            self.gpus,
+            model_id=self.model_id,
+            checkpoint_bytes=self.model.checkpoint_bytes,
+            correction_for=self.correction_for,
+        )
+
+
 def placement_results(
     workloads: WorkloadsFile, catalog: Catalog, fit: CalibrationFit
 ) -> tuple[list[PlacementResult], list[Skipped]]:
-    """`place` for every model of every workload; (workload, model, reason) for those that cannot run."""
-    gpus = procurement_gpus(workloads, catalog)
+    """`place` for every model of every workload; (workload, model, reason) for those that cannot run. With
+    host RAM priced, a workload with a hit rate also gets host-tier and recompute options
+    (`capacity.tiered_placement`)."""
+    gpus = tuple(procurement_gpus(workloads, catalog))
+    prices = media(workloads.procurement.host_memory, workloads.procurement.local_nvme)
+    correction_for = correction_lookup(fit)
 
     def placed(profile: WorkloadProfile, model_id: str, model: GridModel) -> PlacementResult:
-        return place(
-            model.spec,
-            profile,
-            gpus,
-            model_id=model_id,
-            checkpoint_bytes=model.checkpoint_bytes,
-            correction_for=correction_lookup(fit),
-        )
+        placer = Placer(model, model_id, gpus, correction_for)
+        if not tiered(profile, prices):
+            return placer(profile)
+        return tiered_result(placer, profile, model.spec, {g.id: g for g in gpus}, prices)
 
     return plan_each(workloads.profiles, catalog, placed)
 
@@ -199,6 +226,10 @@ def _option_row(option: PlacementOption, result: PlacementResult, spec: ModelSpe
         "ttft_ms": option.ttft_ms,
         "output_tokens_per_second": option.output_tokens_per_second,
         "usd_per_million_output_tokens": option.usd_per_million_output_tokens,
+        "kv_tier": option.host_tier.placement.value if option.host_tier else None,
+        "host_memory_gib": option.host_tier.host_gib if option.host_tier else None,
+        "host_usd_per_hour": option.host_tier.usd_per_hour if option.host_tier else None,
+        "kv_tier_reason": option.host_tier.reason if option.host_tier else None,
         "calibrated": option.calibrated,
         "calibration_scope": option.calibration_scope,
         "n_observations": option.n_observations,
@@ -222,6 +253,7 @@ def placement_frames(
     results, skipped = placement_results(workloads, catalog, fit)
     available = {g.id: g.max_gpus_available for g in catalog.gpus.values() if g.max_gpus_available}
     plan = plan_fleet(results, bucket_demands or [], workloads.procurement.solver(available))
+    plan = replace(plan, notes=(*plan.notes, *tier_notes(plan)))
     planned = {(o.workload, o.model, o.rank) for o in plan.assignments.values()}
     rows: list[dict[str, Any]] = []
     for result in results:
@@ -246,6 +278,20 @@ def placement_frames(
         )
     placements = pl.DataFrame(rows, schema=PLACEMENT_SCHEMA).sort("workload", "model", "rank", nulls_last=True)
     return placements, procurement_frame(plan, catalog, skipped), plan
+
+
+def tier_notes(plan: ProcurementPlan) -> list[str]:
+    """What the plan bought for each tiered workload's prefixes, and why (the procurement's notes)."""
+    notes = []
+    for (workload, model), option in plan.assignments.items():
+        tier = option.host_tier
+        if tier is not None:
+            ram = f" + {tier.host_gib:,.1f} GiB {tier.placement.medium} (${tier.usd_per_hour:,.2f}/h, {tier.price_source})"
+            notes.append(
+                f"{workload}:{model}: KV tier {tier.placement.value} chosen (the cheapest option within the targets): "
+                f"{option.gpus_total:,} x {option.gpu}{ram if tier.host_gib else ''}"
+            )
+    return notes
 
 
 def _infeasible(workload: str, model: str, family: str | None, concurrency: int, reason: str) -> dict[str, Any]:

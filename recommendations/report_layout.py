@@ -8,15 +8,18 @@ Column headers: what a reader sees instead of the marts' column names.
 The marts keep snake_case names with their unit (`usd_per_hour`, `measured_gib`, `b_max_at_8k`),
 which is what `capplan sql` shows and scripts rely on; a report table puts a human header with the
 unit over the same column (`$ per hour`, `measured KV pool (GiB)`, `B_max at 8k tokens`).
-`column_label(name)` answers for every column: the names the report shows are listed, a name
+`gt_table` puts those headers on a great_tables table; `details_block` collapses a long one under the query
+that produces it. `column_label(name)` answers for every column: the names the report shows are listed, a name
 no one has listed yet (a column added to a mart later) is spelled out by its unit suffix and words,
 so no header is ever a raw identifier.
 """
 
 from __future__ import annotations
 
+import html
 import math
 import re
+from typing import Any
 
 import polars as pl
 
@@ -112,3 +115,24 @@ def chart_panels(frame: pl.DataFrame, value: str) -> list[pl.DataFrame]:
 def panel_title(title: str, index: int, panels: int) -> str:
     """A chart's title, with which of several panels it is."""
     return title if panels == 1 else f"{title} [{index + 1} of {panels}, largest first]"
+
+
+def gt_table(gt: Any, frame: pl.DataFrame, title: str, subtitle: str = "") -> Any:
+    """A table with a human header over each column (`report_labels.column_label`: words and units)."""
+    labels = {column: column_label(column) for column in frame.columns}
+    return gt.GT(frame).tab_header(title=title, subtitle=subtitle or None).cols_label(cases=labels).opt_row_striping()
+
+
+def sql_literal(sql: str, model: str) -> str:
+    """The query as a reader pastes it after `capplan sql` ($m filled in, for display only)."""
+    return sql.replace("$m", "'" + model.replace("'", "''") + "'")
+
+
+def details_block(title: str, rows: int, table: str, sql: str, model: str) -> str:
+    """A long table, collapsed, with the query that produces it."""
+    e = html.escape
+    query = e(sql_literal(sql, model))
+    return (
+        f"<details><summary>{e(title)} ({rows:,} rows)</summary>"
+        f"<p class='sql'>capplan sql \"{query}\"</p>{table}</details>"
+    )

@@ -99,7 +99,15 @@ _DEFAULT_KEYS = _WORKLOAD_KEYS - {
     "input",
     "output",
 }
-_PROCUREMENT_KEYS = {"whole_nodes", "gpu_limits", "gpus", "method", "allow_estimated_prices", "host_memory"}
+_PROCUREMENT_KEYS = {
+    "whole_nodes",
+    "gpu_limits",
+    "gpus",
+    "method",
+    "allow_estimated_prices",
+    "host_memory",
+    "local_nvme",
+}
 
 WORKLOAD_SCHEMA: dict[str, Any] = {
     "workload": pl.String,
@@ -144,6 +152,8 @@ class ProcurementSettings:
     allow_estimated_prices: bool = False  # buy parts whose price is an estimate (price_basis: estimate)
     # host RAM as a purchasable KV tier ({usd_per_gib_hour, source}): None, and plans buy no offload
     host_memory: HostMemoryPrice | None = None
+    # local NVMe as a KV tier ({usd_per_gib_hour, source, read_gbps}): None, and plans buy none
+    local_nvme: HostMemoryPrice | None = None
 
     def buys(self, gpu: GpuSku) -> bool:
         """A GPU procurement and placement may choose: allowed by `gpus`, and priced at what someone can pay
@@ -293,16 +303,22 @@ def _flag(value: object) -> bool:
     return value
 
 
-def _host_memory(value: object) -> HostMemoryPrice | None:
-    """`host_memory: {usd_per_gib_hour: 0.0036, source: "..."}`: the price of host RAM and where it comes from."""
+def _host_memory(value: object, key: str = "host_memory") -> HostMemoryPrice | None:
+    """`host_memory: {usd_per_gib_hour: 0.0036, source: "..."}`: the price of host RAM and where it comes from;
+    `local_nvme` also needs `read_gbps`, the drives' read bandwidth (a hit is read from them)."""
     if value is None:
         return None
-    price = value.get("usd_per_gib_hour") if isinstance(value, dict) else None
-    if not isinstance(value, dict) or set(value) != {"usd_per_gib_hour", "source"} or isinstance(price, bool):
-        raise SpecError("host_memory must be a mapping of usd_per_gib_hour and source")
-    if not isinstance(price, int | float):
-        raise SpecError(f"host_memory.usd_per_gib_hour must be a number, got {price!r}")
-    return HostMemoryPrice(float(price), str(value["source"]))
+    keys = {"usd_per_gib_hour", "source"} | ({"read_gbps"} if key == "local_nvme" else set())
+    if not isinstance(value, dict) or set(value) != keys:
+        raise SpecError(f"{key} must be a mapping of {', '.join(sorted(keys))}")
+    numbers = {k: value[k] for k in keys - {"source"}}
+    for name, number in numbers.items():
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            raise SpecError(f"{key}.{name} must be a number, got {number!r}")
+    read = numbers.get("read_gbps")
+    return HostMemoryPrice(
+        float(numbers["usd_per_gib_hour"]), str(value["source"]), float(read) if read is not None else None
+    )
 
 
 def _int(value: object, what: str) -> int:
@@ -432,6 +448,7 @@ def parse_workloads(document: object, path: Path | None = None) -> WorkloadsFile
                 method=str(raw_procurement.get("method") or "auto"),
                 allow_estimated_prices=_flag(raw_procurement.get("allow_estimated_prices", False)),
                 host_memory=_host_memory(raw_procurement.get("host_memory")),
+                local_nvme=_host_memory(raw_procurement.get("local_nvme"), "local_nvme"),
             )
         except SpecError as exc:
             errors.append(("<procurement>", str(exc)))

@@ -307,22 +307,26 @@ def test_gemma4_unequal_pages_scale_the_smaller_pages_block() -> None:
 
 
 @pytest.mark.parametrize(
-    ("gpu", "kv_dtype", "block"),
+    ("gpu", "kv_dtype", "block", "block_0_17"),
     [
-        ("h100-sxm-80gb", "auto", 16),  # SM90: FLASH_ATTN_MLA first, any multiple of 16 -> the default 16
-        ("h200-sxm-141gb", "fp8", 64),  # FLASH_ATTN_MLA takes no fp8 KV -> FLASHMLA, kernel blocks of 64
-        ("b200-180gb", "auto", 32),  # SM100: FLASHINFER_MLA supports 32 and 64, not 16 -> the smallest, 32
-        ("b200-180gb", "fp8", 32),
-        ("a100-sxm-80gb", "auto", 16),  # SM80: TRITON_MLA
-        ("mi300x-192gb", "auto", 16),  # ROCm AITER MLA: any block size
+        # 0.18 on: SM90 FLASH_ATTN_MLA first, any multiple of 16 -> the default 16. 0.17.0 platforms/cuda.py
+        # check_and_update_config: FlashMLA where is_flashmla_dense_supported (SM90) forces 64
+        ("h100-sxm-80gb", "auto", 16, 64),
+        ("h200-sxm-141gb", "fp8", 64, 64),  # FLASH_ATTN_MLA takes no fp8 KV -> FLASHMLA, kernel blocks of 64
+        # SM100: FLASHINFER_MLA supports 32 and 64, not 16 -> the smallest, 32; 0.17.0: FlashInfer MLA forced
+        # to 64 (qk_nope_head_dim == 128)
+        ("b200-180gb", "auto", 32, 64),
+        ("b200-180gb", "fp8", 32, 64),
+        ("a100-sxm-80gb", "auto", 16, 16),  # SM80: TRITON_MLA; 0.17.0: FlashMLA unsupported, nothing forced
+        ("mi300x-192gb", "auto", 16, 16),  # ROCm AITER MLA: any block size; 0.17.0 rocm.py: 16, Triton MLA
     ],
 )
-def test_mla_block_size_follows_the_attention_backend(gpu: str, kv_dtype: str, block: int) -> None:
+def test_mla_block_size_follows_the_attention_backend(gpu: str, kv_dtype: str, block: int, block_0_17: int) -> None:
     est = _estimate("deepseek-ai/DeepSeek-V3", gpu, tp=8, kv_dtype=kv_dtype, max_model_len=4096)
     assert est.block_size == block
     before = _estimate("deepseek-ai/DeepSeek-V3", gpu, tp=8, kv_dtype=kv_dtype, max_model_len=4096,
-                       engine_version="0.32")  # fmt: skip
-    assert before.block_size == (128 if gpu.startswith("b200") else 64)
+                       engine_version="0.17")  # fmt: skip
+    assert before.block_size == block_0_17
 
 
 def test_llama4_chunked_local_layers_run_without_the_hybrid_manager() -> None:

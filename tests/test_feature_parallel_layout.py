@@ -84,6 +84,7 @@ def _oracle(ep_size: int, dcp: int, max_model_len: int, redundant_experts: int =
     return reply
 
 
+@pytest.mark.engine_oracle
 def test_deepseek_v3_dp8_ep8_per_rank_tokens_match_vllms_own_rule() -> None:
     """vLLM `-dp 8 --enable-expert-parallel` on 8 x H200 (attention TP 1): each rank's pool holds the whole MLA
     latent of its own requests, and its printed 'GPU KV cache size' is vLLM's own for that budget."""
@@ -93,6 +94,18 @@ def test_deepseek_v3_dp8_ep8_per_rank_tokens_match_vllms_own_rule() -> None:
     assert est.num_blocks == oracle["num_blocks"] == BUDGET_BYTES // (64 * MLA_BYTES_PER_TOKEN)
     assert est.kv_cache_tokens == oracle["kv_cache_tokens"]
     assert est.not_modelled is None
+    assert any(f"8 x {est.b_max:,} = {8 * est.b_max:,} sequences" in note for note in est.notes)
+
+
+@pytest.mark.engine_oracle
+def test_deepseek_v3_dp8_ep8_per_rank_tokens_by_hand() -> None:
+    """The same layout by hand from vLLM's rule (kv_cache_utils: blocks = budget // (block_size x page bytes per
+    token), tokens = blocks x block_size, per DP rank; the MLA latent whole on the rank); the group holds 8 ranks'
+    sequences. Runs without the oracle venv (the oracle test above runs vLLM's own code in the slow group)."""
+    est = _estimate(tp=1, dp=8, ep=8, block_size=64, max_model_len=32_768, kv_cache_memory_bytes=BUDGET_BYTES)
+    blocks = BUDGET_BYTES // (64 * MLA_BYTES_PER_TOKEN)  # 32e9 // 4,497,408 = 7,115
+    assert (est.kv_bytes_per_token_per_gpu, est.num_blocks, est.kv_cache_tokens) == (70_272, blocks, blocks * 64)
+    assert est.b_max == blocks * 64 // 32_768  # 13 sequences of 32,768 tokens a rank
     assert any(f"8 x {est.b_max:,} = {8 * est.b_max:,} sequences" in note for note in est.notes)
 
 
@@ -109,6 +122,7 @@ def test_deepseek_v3_dp8_ep8_weights_hold_an_eighth_of_the_experts() -> None:
     assert _estimate(tp=1, dp=8, max_model_len=4096).weights_bytes_per_gpu == per_rank.weights_bytes_per_gpu
 
 
+@pytest.mark.engine_oracle
 def test_eplb_redundant_experts_add_whole_experts_per_rank() -> None:
     """`--eplb-config '{"num_redundant_experts": 32}'`: 288 physical experts over EP 8, 36 a rank by vLLM's own
     expert map: 4 more whole experts (fp8, 58 MoE layers) than without, read from the pasted command."""
@@ -122,6 +136,7 @@ def test_eplb_redundant_experts_add_whole_experts_per_rank() -> None:
     assert abs(with_eplb.weights_bytes_per_gpu - without.weights_bytes_per_gpu - added_bytes) <= 1
 
 
+@pytest.mark.engine_oracle
 def test_decode_context_parallel_multiplies_the_printed_tokens_as_vllm_does() -> None:
     """`-tp 8 -dcp 4`: each request's KV is split over 4 ranks, a block spans 64 x 4 tokens of a request."""
     oracle = _oracle(ep_size=8, dcp=4, max_model_len=32_768)
@@ -131,6 +146,7 @@ def test_decode_context_parallel_multiplies_the_printed_tokens_as_vllm_does() ->
     assert est.max_concurrency == pytest.approx(oracle["max_concurrency"], abs=1e-4)
 
 
+@pytest.mark.engine_oracle
 def test_a_gqa_moe_dp4_tp2_rank_holds_its_tp_share_of_kv_heads_and_an_eighth_of_the_experts() -> None:
     """Qwen3-235B-A22B (94 layers, 4 KV heads of 128, 128 experts of 3 x 4096 x 1536, bf16) at vLLM `-tp 2 -dp 4
     --enable-expert-parallel`: each rank's pool holds 2 KV heads (vLLM's get_num_kv_heads at TP 2) and its printed
@@ -184,6 +200,7 @@ def test_sglang_dp_attention_splits_attention_and_the_embedding_within_the_atten
     assert dp.not_modelled is None
 
 
+@pytest.mark.engine_oracle
 def test_sglang_dp_attention_matches_sglangs_own_attention_tp_and_running_cap() -> None:
     """SGLang's derive_attn_tp_size and KVCacheConfigurator.resolve_max_num_reqs, run on the CPU, against the
     layout capplan sizes for `--tp 8 --dp-size 8 --enable-dp-attention --max-running-requests 1024`."""

@@ -208,7 +208,7 @@ def test_vllm_config_methods_as_vllm_infers_them() -> None:
         "{",
         "[1]",
         '{"method": "magic"}',
-        '{"method": "eagle"}',
+        '{"method": "draft_model"}',
         '{"model": "x", "num_speculative_tokens": 0}',
     ):
         with pytest.raises(SpeculativeConfigError):

@@ -257,3 +257,22 @@ def test_a_flag_unknown_to_the_named_or_current_release_is_still_an_error(releas
     message = _one_line_error("--gpu", "H100", "--from-command", OLD_LINE, *args)
     assert "--swap-space is not a flag of vLLM 0.33.0's vllm serve" in message
     assert ("--engine-version" in message) is (release is None)
+
+
+def test_a_retired_flag_that_is_now_an_ambiguous_prefix_is_kept_for_an_older_release() -> None:
+    """SGLang 0.5.23 split --cuda-graph-max-bs into -decode / -prefill (so the old spelling is an ambiguous
+    prefix there); a 0.4.4 command with it is read, the flag skipped and named."""
+    line = "python -m sglang.launch_server --model-path M --cuda-graph-max-bs 8 --tp 2"
+    assert "ambiguous" in _one_line_error("--gpu", "H100", "--from-command", line)
+    command = read_command(line, "0.4.4.post3")
+    assert (command.retired, command.options) == (("--cuda-graph-max-bs",), {"tp": 2})
+
+
+def test_an_eagle_config_without_its_model_is_sized_with_an_assumed_head() -> None:
+    """`{"method": "eagle"}` quoted without the draft's id: one EAGLE layer of the target's shape is assumed and
+    said (the fixture's Llama: 16 + 1 layers x 8 KV heads x 64 (2048 / 32) x 2 x 2 B = 34,816 B per token), never
+    refused."""
+    line = f"vllm serve {LLAMA} --speculative-config '{{\"method\": \"eagle\"}}'"
+    contract = _json("--from-command", line)
+    assert contract["kv_bytes_per_token"] == 17 * 8 * 64 * 2 * 2
+    assert any("assumed one decoder layer" in n for n in contract["notes"])

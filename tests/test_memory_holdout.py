@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from capacity.engines import Engine
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from tools import memory_holdout as mh
 
@@ -136,3 +138,18 @@ def test_the_scorer_runs_on_every_case(cases: list[mh.Case]) -> None:
     mh.report(scored, rows=True, emit=lines.append)
     assert lines[0].startswith(f"{len(cases)} cases")
     assert any(line.startswith("overall") for line in lines)
+
+
+def test_an_sglang_pool_capped_by_max_total_tokens_is_scored_on_what_it_allocated() -> None:
+    """SGLang prints the pool it allocated; with --max-total-tokens 20480 that is 20,480 tokens' bytes, not the budget.
+    Hand derivation from SGLang's docs-CI log (feature_logs/speculative.yaml, Llama-3.1-8B in fp16): 32 layers x 8 KV
+    heads x 128 x 2 (K, V) x 2 bytes = 131,072 B a token, x 20,480 = 2.50 GiB, the printed "K size: 1.25 GB, V size:
+    1.25 GB". vLLM prints its budget ("Available KV cache memory"), so a vLLM case keeps the budget."""
+    case = next(c for c in mh.load_cases(mh.FEATURE_LOGS_DIR) if c.id == "sglang-docs-spec-llama31-8b-eagle3-h100")
+    token_bytes = 32 * 8 * 128 * 2 * 2
+    estimate = {"kv_budget_bytes_per_gpu": 29 * 2**30, "physical_kv_token_slots": 20480}
+    scored = mh.Scored(case, {**estimate, "kv_bytes_per_token_per_gpu": token_bytes})
+    assert scored.predicted_pool_bytes == 20480 * token_bytes == case.measured.kv_pool_bytes
+    assert scored.pool_error == 0
+    as_vllm = mh.Scored(replace(case, engine=Engine.VLLM), {**estimate, "kv_bytes_per_token_per_gpu": token_bytes})
+    assert as_vllm.predicted_pool_bytes == 29 * 2**30

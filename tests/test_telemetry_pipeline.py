@@ -279,7 +279,13 @@ def test_every_relation_is_documented_and_lists_its_columns(twice: dict[str, Any
     # these workloads (no two of them share one GPU for less; tests/test_feature_kv_budget.py fills the same
     # frame through capplan procure)
     marts = {t for layer, t in ours if layer == "marts"}
-    assert marts == set(MARTS) | {"effective_context_limits_history", "release_diff", "packed_placements"}
+    assert marts == set(MARTS) | {
+        "effective_context_limits_history",
+        "release_diff",
+        "packed_placements",
+        "feature_value",
+        "prefix_cache_hit_rates",
+    }
     con = duckdb.connect(str(env.warehouse), read_only=True)
     try:
         for layer, table in ours:

@@ -39,8 +39,9 @@ SAMPLE_COLUMNS = ["deployment_id", "metric", "value", "source_metric", "model_id
 OBSERVATION_SKIP = ["observation_id", "observed_at", "observed_at_source", "file", "line"]
 
 # one query per metric read: 5 vLLM gauges and counters + 2 DCGM + cache_config_info = 8, and for speed
-# 7 token counters / SGLang gauges + 6 latency histograms x (_bucket, _sum, _count) = 25
-QUERIES = 8 + 25
+# 7 token counters / SGLang gauges + 6 latency histograms x (_bucket, _sum, _count) = 25, and for the prefix cache
+# vLLM's 4 hit / query counters (own and the connector's) + SGLang's hit-rate gauge = 5 (telemetry/prometheus.py)
+QUERIES = 8 + 25 + 5
 
 
 def _in_ci() -> bool:

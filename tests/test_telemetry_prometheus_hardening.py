@@ -27,7 +27,7 @@ from telemetry.prometheus_api import PrometheusClient, PrometheusSettings, inges
 from tests.test_telemetry_prometheus_api import Answering, serve
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-QUERIES = 33
+QUERIES = 38  # one per metric read: tests/test_telemetry_prometheus_api.py says which
 RESERVED = [*":/?#[]@!$&'()*+,;=%", " ", "ü", "密", "\u202e", "%41", "%zz", "://"]
 SEEN: list[tuple[str, str | None]] = []  # (path, Authorization) of every request
 

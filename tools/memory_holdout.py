@@ -6,7 +6,8 @@ sources the reference data does not use, collected before issue 22's rule change
 Each case goes through `capplan estimate --json --from-command '<the engine command>' --gpu <catalog GPU>`, the
 path a new user takes with a pasted command (plus `--engine-version` where the log names its release). Scored per
 case: the KV pool (vLLM "Available KV cache memory", SGLang K size + V size, TensorRT-LLM "Allocated X GiB for max
-tokens in paged KV cache") against `kv_budget_bytes_per_gpu`; the printed KV tokens against `kv_cache_tokens`; and
+tokens in paged KV cache") against `kv_budget_bytes_per_gpu` (SGLang's allocated pool: capped at capplan's token
+slots times its per-token bytes, as --max-total-tokens caps it); the printed KV tokens against `kv_cache_tokens`; and
 whether the engine started (a refusal or an out-of-memory start must not be predicted as starting). Summary, as
 issue 22 asks: the share within 5 % and the median |error| of pool and tokens, and the start decisions right,
 overall, per engine and per class (windowed, hybrid/state, multimodal, MoE, dense). Nothing here is fitted: the
@@ -174,8 +175,22 @@ class Scored:
         return float(self.estimate[key]) / measured - 1
 
     @property
+    def predicted_pool_bytes(self) -> int | None:
+        """vLLM and TensorRT-LLM print the budget; SGLang prints the pool it allocated (K size + V size), which is the
+        budget only while nothing caps the token count: with --max-total-tokens it is those tokens' bytes."""
+        if self.estimate is None or self.estimate.get("kv_budget_bytes_per_gpu") is None:
+            return None
+        budget_bytes = int(self.estimate["kv_budget_bytes_per_gpu"])
+        if self.case.engine is not Engine.SGLANG:
+            return budget_bytes
+        slots = int(self.estimate["physical_kv_token_slots"])
+        return min(budget_bytes, slots * int(self.estimate["kv_bytes_per_token_per_gpu"]))
+
+    @property
     def pool_error(self) -> float | None:
-        return self._error(self.case.measured.kv_pool_bytes, "kv_budget_bytes_per_gpu")
+        measured = self.case.measured.kv_pool_bytes
+        predicted = self.predicted_pool_bytes
+        return None if not measured or predicted is None else predicted / measured - 1
 
     @property
     def tokens_error(self) -> float | None:
@@ -296,7 +311,7 @@ def row_line(s: Scored) -> str:
         return f"{s.case.id[:52]:52} not scored: {s.skipped}"
     est, m = s.estimate or {}, s.case.measured
     parts = [
-        f"pool {_gib(est.get('kv_budget_bytes_per_gpu'))} vs {_gib(m.kv_pool_bytes)} GiB {_pct(s.pool_error)}",
+        f"pool {_gib(s.predicted_pool_bytes)} vs {_gib(m.kv_pool_bytes)} GiB {_pct(s.pool_error)}",
         _capacity_text(est, m) + f" {_pct(s.tokens_error)}",
         f"weights {_pct(s.weights_error)}",
         f"starts {s.predicted_starts} ({m.outcome}) {'ok' if s.start_right else 'WRONG'}",

@@ -57,6 +57,10 @@ class ProfileBase:
         """The checkpoint's format as it is."""
         return 0
 
+    def weight_copy_bytes(self, model: ModelSpec, tp: int, pp: int, weight_format: str) -> int:
+        """No copies beside the loaded weights."""
+        return 0
+
     def kv_budget(
         self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num, other_bytes: Num = 0
     ) -> Num:

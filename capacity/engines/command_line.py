@@ -490,7 +490,12 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
             positionals.append(token)
             continue
         option, eq, inline = token.partition("=")
-        found = _lookup(engine, option)
+        try:
+            found = _lookup(engine, option)
+        except CommandLineError:  # ambiguous in the table's release: a retired flag's prefix of newer ones
+            if not _older_than_table(engine, release):
+                raise
+            found = None
         if found is None and _older_than_table(engine, release):
             retired.append(option)
             if not eq and i < len(args) and not args[i].startswith("-"):  # its value, if it takes one

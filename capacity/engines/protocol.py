@@ -117,6 +117,10 @@ class EngineProfile(Protocol):
         """Weight bytes per GPU the engine's kernels keep beyond the checkpoint's format (padding, re-layouts);
         `triton_kernels`: the optional package beside the engine (None: a plain install)."""
 
+    def weight_copy_bytes(self, model: ModelSpec, tp: int, pp: int, weight_format: str) -> int:
+        """Weight bytes per GPU the engine derives at load and keeps beside the raw weights (vLLM 0.7.1-0.7.3's
+        absorbed MLA matrices), whatever the GPU; `weight_format`: `WeightsEstimate.format_name`."""
+
     def kv_budget(
         self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num, other_bytes: Num = 0
     ) -> Num:

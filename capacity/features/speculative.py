@@ -208,7 +208,8 @@ def from_vllm_config(text: str) -> SpeculativeSpec:
         raise SpeculativeConfigError(
             f"--speculative-config: method {method_name!r} is not sized; expected one of {', '.join(_VLLM_METHODS)}"
         )
-    if method in (SpecMethod.DRAFT_MODEL, SpecMethod.EAGLE, SpecMethod.EAGLE3, SpecMethod.MEDUSA) and not model:
+    # an EAGLE head not named (a config quoted without its model) is sized as an assumed head, never refused
+    if method in (SpecMethod.DRAFT_MODEL, SpecMethod.MEDUSA) and not model:
         raise SpeculativeConfigError(f"--speculative-config: method {method_name!r} needs a 'model' (the draft's id)")
     k = _positive_int(raw.get("num_speculative_tokens", 1), "num_speculative_tokens")
     draft_tp = raw.get("draft_tensor_parallel_size")

@@ -24,7 +24,7 @@ from capacity.parallel import valid_tp_sizes
 from capacity.performance import efficiency_for
 from capacity.pool import KVPool, PoolUnit
 from capacity.spec import GpuSku, ModelSpec, SpecError, StateMixer
-from capacity.weights import WeightsEstimate, estimate_weights, with_layout_extra
+from capacity.weights import WeightsEstimate, estimate_weights, with_layout_extra, with_weight_copies
 
 # --- the per-layout part: the scalar helpers, called once per distinct input ----------------------
 
@@ -429,7 +429,7 @@ def _weight_variants(
     """The layout's weights per GPU as `weights.with_layout_extra` gives them: one value for every GPU
     (None: no restriction), or one per group of GPUs whose kernels lay the weights out alike."""
     if w.format_name != "mxfp4":  # with_layout_extra's own condition, checked once rather than per GPU
-        return [(w.per_gpu_bytes, None)]
+        return [(with_weight_copies(w, profile, spec, tp, pp).per_gpu_bytes, None)]
     by_bytes: dict[int, list[int]] = {}
     for g, gpu in enumerate(reg.gpus):
         by_bytes.setdefault(with_layout_extra(w, profile, spec, tp, pp, gpu).per_gpu_bytes, []).append(g)

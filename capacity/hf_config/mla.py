@@ -37,7 +37,10 @@ class Mla(Family):
         rope = c.integer("qk_rope_head_dim")
         # DeepSeek-V3.2 sparse attention (DSA): every layer also caches its lightning indexer's key
         index_dim = c.integer("index_head_dim", 0, lo=0, hi=MAX_DIM) if m.family.sparse_indexer else 0
-        latent = LatentAttention(kv_rank, rope, index_dim)
+        q_input = c.opt_int("q_lora_rank") or m.hidden
+        latent = LatentAttention(
+            kv_rank, rope, index_dim, q_input, c.integer("qk_nope_head_dim"), c.integer("v_head_dim")
+        )
         layers = [LayerKVSpec(i, latent) for i in range(m.num_layers)]
         m.kv_heads = 1
         attn = _attention(m) + _indexer(m, index_dim)

@@ -280,6 +280,11 @@ class LatentAttention(LayerCache):
     kv_lora_rank: int
     rope_head_dim: int
     indexer_head_dim: int = 0
+    # the projections around the latent, for engines that keep absorbed copies of them (vLLM 0.7.x V0 MLA):
+    # q's input width (q_lora_rank, or hidden_size without one), qk_nope_head_dim, v_head_dim; 0: not read
+    q_input_dim: int = 0
+    nope_head_dim: int = 0
+    v_head_dim: int = 0
 
     kind: ClassVar[KVKind] = KVKind.MLA
     stores_per_token_kv: ClassVar[bool] = True

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import polars as pl
 import typer
 
+from capacity.offload_procurement import CachePlacement
+from capacity.tiered_placement import media, tiered
 from pipelines.commands.common import WarehouseOption, fail, published_or_none
 from pipelines.commands.estimate import AsJsonOption
 from recommendations.fleet_answer import fleet_contract, fleet_frames
@@ -114,7 +116,28 @@ def _published(
     finally:
         con.close()
     placements, procurement, buckets = frames
+    tiers = _tiers_stale(placements, profiles)
+    if tiers is not None:
+        notes.append(f"{tiers}: computed directly")
+        return None, None
     return (placements, procurement, buckets), str(run_id[0]) if run_id else None
+
+
+def _tiers_stale(placements: pl.DataFrame, profiles: WorkloadsFile) -> str | None:
+    """Why the published KV tiers are not this file's (a medium priced otherwise, or tiers on other workloads):
+    each published offloaded row's $/GiB-hour is its host_usd_per_hour over its host_memory_gib."""
+    prices = media(profiles.procurement.host_memory, profiles.procurement.local_nvme)
+    expected = {p.name for p in profiles.profiles if tiered(p, prices)}
+    if "kv_tier" not in placements.columns:
+        return "the published run has no KV tiers" if expected else None
+    tiered_rows = placements.filter(pl.col("kv_tier").is_not_null())
+    if set(tiered_rows["workload"].unique()) != expected:
+        return "the published run tiered other workloads"
+    for row in tiered_rows.filter(pl.col("host_memory_gib") > 0).iter_rows(named=True):
+        price = prices.get(CachePlacement(row["kv_tier"]))
+        if price is None or not math.isclose(row["host_usd_per_hour"] / row["host_memory_gib"], price.usd_per_gib_hour):
+            return f"the published run priced {CachePlacement(row['kv_tier']).medium} otherwise"
+    return None
 
 
 def _stale(con: duckdb.DuckDBPyConnection, profiles: WorkloadsFile, gpus: list[GpuSku]) -> str | None:
@@ -167,6 +190,13 @@ def _lines(out: dict[str, Any]) -> list[str]:
             f"   {p['gpus_bought']:>4,} x {p['gpu']} at ${p['usd_per_gpu_hour']:,.2f}/GPU-h = ${p['usd_per_hour']:,.2f}/h"
             f" ({p['gpus_used']:,} used): {', '.join(p['workloads'] or [])}"
         )
+    for tier in (CachePlacement.HOST, CachePlacement.DISK):
+        bought = [a for a in out["assignments"] if a.get("kv_tier") == tier.value]
+        if bought:
+            lines.append(
+                f"   {sum(a['host_memory_gib'] for a in bought):>,.1f} GiB {tier.medium} for KV tiers = "
+                f"${sum(a['host_usd_per_hour'] for a in bought):,.2f}/h: {', '.join(a['workload'] for a in bought)}"
+            )
     if out["assignments"]:
         lines += ["", "Workloads by concurrency:"]
     for a in out["assignments"]:
@@ -176,6 +206,8 @@ def _lines(out: dict[str, Any]) -> list[str]:
             f"{a['weight_dtype']}/{a['kv_dtype']}, B {a['planned_per_replica']:,} per replica (binding {a['binding']})"
             + (f", ${cost:,.3f}/M tokens" if cost is not None else "")
         )
+        if a.get("kv_tier"):
+            lines.append(f"      KV tier {a['kv_tier']}: {a['kv_tier_reason']}")
     if out["buckets"]:
         lines += ["", "Workloads by request rate (buckets):"]
     for b in out["buckets"]:

@@ -6,7 +6,8 @@
 --   b_max_predicted, planned_per_replica, replicas, gpus_total, planned_capacity, usd_per_gpu_hour,
 --   price_basis, price_provider, price_region, price_commitment, price_source, price_date,
 --   usd_per_replica_hour, usd_per_hour, usd_per_sequence_hour, binding, b_latency, tpot_ms, ttft_ms,
---   output_tokens_per_second, usd_per_million_output_tokens, calibrated, calibration_scope,
+--   output_tokens_per_second, usd_per_million_output_tokens, kv_tier, host_memory_gib,
+--   host_usd_per_hour, kv_tier_reason, calibrated, calibration_scope,
 --   n_observations, feasible_options, in_fleet_plan, reason
 -- history: marts.recommended_placements_history (every retained run).
 -- column comments: recommended_placements.yaml beside this file; the columns the marts share, capacity/columns.py.
@@ -67,6 +68,10 @@ select
     ttft_ms,
     output_tokens_per_second,
     usd_per_million_output_tokens,
+    kv_tier,
+    host_memory_gib,
+    host_usd_per_hour,
+    kv_tier_reason,
     calibrated,
     calibration_scope,
     n_observations,

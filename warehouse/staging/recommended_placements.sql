@@ -5,7 +5,8 @@
 --   engine_version, context_tokens, max_model_len, target_concurrency, headroom, b_max,
 --   b_max_predicted, planned_per_replica, replicas, gpus_total, planned_capacity, usd_per_gpu_hour,
 --   usd_per_replica_hour, usd_per_hour, usd_per_sequence_hour, binding, b_latency, tpot_ms, ttft_ms,
---   output_tokens_per_second, usd_per_million_output_tokens, calibrated, calibration_scope,
+--   output_tokens_per_second, usd_per_million_output_tokens, kv_tier, host_memory_gib,
+--   host_usd_per_hour, kv_tier_reason, calibrated, calibration_scope,
 --   n_observations, feasible_options, in_fleet_plan, reason
 create or replace view staging.recommended_placements as
 with source as (
@@ -54,6 +55,10 @@ typed as (
         ttft_ms::double as ttft_ms,
         output_tokens_per_second::double as output_tokens_per_second,
         usd_per_million_output_tokens::double as usd_per_million_output_tokens,
+        kv_tier::varchar as kv_tier,
+        host_memory_gib::double as host_memory_gib,
+        host_usd_per_hour::double as host_usd_per_hour,
+        kv_tier_reason::varchar as kv_tier_reason,
         calibrated::boolean as calibrated,
         calibration_scope::varchar as calibration_scope,
         n_observations::bigint as n_observations,

@@ -1,6 +1,7 @@
 """vLLM's KV cache grouping: the block pool of each pipeline stage (`v1/core/kv_cache_planning.py`).
 
-A layer's spec and page are its kind class's (`capacity.kv.kinds`: `spec_key`, `page_bytes_per_token`);
+A layer's spec and page are its kind class's (`capacity.kv.kinds`: `spec_key`, `page_bytes_per_token`; V0 MLA's
+padded entry on 0.7.2-0.7.3, `releases.mla_page_bytes_per_token`);
 groups by spec, page unification, num_blocks = budget // bytes per block, every rank sized to the
 tightest; per-request charges as `v1/kv_cache_interface.py` states them (KVPool.charge_terms).
 """
@@ -12,6 +13,7 @@ from dataclasses import replace
 
 from capacity import engine_constants as ec
 from capacity.engines.protocol import PoolRequest
+from capacity.engines.vllm.releases import mla_page_bytes_per_token
 from capacity.kv.kinds import group_charge
 from capacity.kv_bytes import layer_state_bytes
 from capacity.numeric import cdiv
@@ -65,7 +67,9 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
     if not layers:
         return []
     stage_of = {layer.index: s for s, stage in enumerate(stages) for layer in stage}
-    page_of = {layer.index: layer.cache.page_bytes_per_token(kv_bytes, tp) for layer in layers}
+    page_of = {
+        layer.index: mla_page_bytes_per_token(layer.cache, kv_bytes, r.act_bytes, tp, release) for layer in layers
+    }
     attn_page_per_token = max((page_of[layer.index] for layer in layers if layer.cache.stores_per_token_kv), default=0)
     state_layers = [layer for layer in layers if layer.cache.holds_state]
     state_page = max(

@@ -5,7 +5,7 @@ Rules followed, by upstream function (vLLM 0.33.0 unless a release row says othe
   activation peak - non-torch memory [- CUDA-graph estimate from 0.21]; other processes' memory by release
   (`releases.OtherProcessRule`), `v1/worker/utils.py` request_memory's refusal at start;
 - defaults: `engine/arg_utils.py` get_batch_defaults (by device memory and name), `platforms/cuda.py`
-  block sizes (16; MLA backends force 64 on Hopper and older, 128 on Blackwell);
+  block sizes (16; MLA backends' kernel blocks by release and GPU, `releases.block_size`);
 - in-flight tokens: `config/vllm.py` VllmConfig.max_concurrent_batches x max_num_batched_tokens;
 - pools: `v1/core/kv_cache_planning.py` (groups by spec, page unification, num_blocks = budget //
   bytes per block, every rank sized to the tightest), `v1/kv_cache_interface.py` (per-request charges);
@@ -37,7 +37,7 @@ from capacity.engines.vllm.releases import (
     multimodal_batched_floor,
     other_process_rule,
 )
-from capacity.engines.vllm.weights import mxfp4_expert_extra_bytes, triton_kernels_decides
+from capacity.engines.vllm.weights import mla_absorbed_weight_bytes, mxfp4_expert_extra_bytes, triton_kernels_decides
 from capacity.numeric import Num, at_least, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.pool import KVPool
@@ -68,6 +68,7 @@ VLLM_KV_DTYPES_ACCEPTED = VLLM_KV_DTYPES_SIZED | frozenset(
     }
 )
 _SPELLED_OUT = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+_GRAPHS_IN_BUDGET_FROM = "0.21"  # the first release whose KV budget deducts the CUDA-graph estimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +112,7 @@ class VllmProfile(ProfileBase):
             self.release.default_gpu_memory_utilization,
             seqs,
             batched,
-            block_size(r.model, r.gpu, r.kv_dtype, self.release),
+            block_size(r.model, r.gpu, r.kv_dtype, self.version),
             gdn_prefill_checkpoints(r.model, r.gpu, self.release),
         )
 
@@ -129,6 +130,10 @@ class VllmProfile(ProfileBase):
     ) -> int:
         """MXFP4 experts as the release's fused-MoE backend lays them out (capacity/engines/vllm/weights.py)."""
         return mxfp4_expert_extra_bytes(model, tp, pp, gpu, self.version or ec.VLLM_DEFAULT_VERSION, triton_kernels)
+
+    def weight_copy_bytes(self, model: ModelSpec, tp: int, pp: int, weight_format: str) -> int:
+        """V0 MLA's absorbed decode matrices (0.7.1-0.7.3; capacity/engines/vllm/weights.py)."""
+        return mla_absorbed_weight_bytes(model, tp, pp, weight_format, self.release)
 
     def other_process_charge(self, other_bytes: Num, utilization: Num) -> Num:
         """Others' memory comes off the pool only where the release reads non-torch memory device-wide (0.6.4,
@@ -213,9 +218,10 @@ class VllmProfile(ProfileBase):
         where there is a budget, the release (where releases size the overhead differently), the FlashInfer
         sampler default and GPU peer access where it decides the all-reduce the CUDA graphs capture."""
         c, d, gpu = context, context.deployment, context.gpu
+        padded = self._padded_entry_notes(c)
         if d.overhead_bytes_per_gpu is not None:
-            return self._mxfp4_backend_notes(c)
-        out: list[str] = []
+            return padded + self._mxfp4_backend_notes(c)
+        out: list[str] = padded
         if gpu is not None and gpu.amd:
             out.append(
                 "ROCm: the overhead terms are vLLM's CUDA rules; HIP graphs and ROCm's memory accounting differ "
@@ -224,7 +230,46 @@ class VllmProfile(ProfileBase):
         out += self._mxfp4_backend_notes(c)
         if c.budget_bytes <= 0:  # the rest are shares of a budget; the one above can decide whether vLLM starts
             return out
-        return out + self._release_notes(c) + self._sampler_notes(c) + self._peer_access_notes(c)
+        return (
+            out
+            + self._graph_margin_notes(c)
+            + self._release_notes(c)
+            + self._sampler_notes(c)
+            + self._peer_access_notes(c)
+        )
+
+    def _graph_margin_notes(self, c: AssumptionContext) -> list[str]:
+        """Before 0.21 the CUDA graphs are captured after the KV pool is allocated, outside the utilization
+        budget (0.11.0 `v1/worker/gpu_worker.py`: initialize_from_config allocates the pool, line 307-318, then
+        compile_or_warm_up_model captures, line 320-344; 0.7.3 V0 `worker/worker.py` initialize_cache, line
+        306-307): what is left outside the budget must hold them. Weighed with 0.21's graph estimate (the same
+        computation 0.18-0.20 print without deducting it); a note, never a refusal: graph memory before 0.18 is
+        not measured, the estimate's held-out error is 0.2-2.5 GiB, and the growth of non-torch memory and of
+        the allocator's reserve after the pool is not modelled."""
+        if self.release.cudagraph_memory_in_budget or c.deployment.enforce_eager:
+            return []
+        graphs = vllm_overhead(c.inputs, ec.vllm_release(_GRAPHS_IN_BUDGET_FROM), version=_GRAPHS_IN_BUDGET_FROM)
+        others = c.deployment.other_process_bytes
+        outside = c.total_bytes - math.ceil(c.total_bytes * c.utilization) - others
+        outside += int(self.other_process_charge(others, c.utilization))  # charged: inside the budget already
+        if graphs.cuda_graph_bytes <= outside:
+            return []
+        return [
+            f"may run out of memory capturing CUDA graphs: vLLM {self.version} captures them after allocating the "
+            f"KV pool, outside --gpu-memory-utilization, and they take about {format_gib(graphs.cuda_graph_bytes)} "
+            f"(0.21's estimate) against {format_gib(max(outside, 0))} left outside the budget; not refused "
+            "(the graph memory of this release is not measured): lower the utilization, or --enforce-eager"
+        ]
+
+    def _padded_entry_notes(self, c: AssumptionContext) -> list[str]:
+        """Why the pool's block bytes exceed the bytes per token on 0.7.2-0.7.3 (`releases.mla_page_bytes_per_token`)."""
+        if not (self.release.mla_entry_align_bytes and c.inputs.model.is_mla):
+            return []
+        return [
+            f"vLLM {self.version} pads each MLA cache entry to a multiple of {self.release.mla_entry_align_bytes} B "
+            "of the model dtype (V0 worker/cache_engine.py get_cache_block_size): a block takes more than its "
+            "tokens x the bytes per token"
+        ]
 
     def _mxfp4_backend_notes(self, c: AssumptionContext) -> list[str]:
         d, version = c.deployment, self.version or ec.VLLM_DEFAULT_VERSION

@@ -3,7 +3,8 @@
 Rules followed, by upstream function (vLLM 0.33.0 unless a release row says otherwise):
 `engine/arg_utils.py` get_batch_defaults (by device memory and name; from 0.22 a prefix-LM multimodal model's
 floor, `multimodal_batched_floor`), `platforms/cuda.py` block sizes
-(16; MLA backends force 64 on Hopper and older, 128 on Blackwell), `config/vllm.py`
+(16; MLA backends' kernel blocks by release and GPU, `block_size`), V0 MLA's padded cache entry
+(`mla_page_bytes_per_token`), `config/vllm.py`
 VllmConfig.max_concurrent_batches; other processes' memory by release (`OtherProcessRule`, read in the
 0.4.0.post1, 0.6.1-0.6.5, 0.7.0, 0.7.3, 0.8.0, 0.8.5, 0.9.0-0.9.2, 0.10.0, 0.15.0 and 0.33.0 wheels).
 """
@@ -13,6 +14,8 @@ from __future__ import annotations
 from enum import Enum
 
 from capacity import engine_constants as ec
+from capacity.kv.kinds import LatentAttention, LayerCache
+from capacity.numeric import cdiv
 from capacity.spec import GpuSku, ModelSpec, StateMixer
 
 
@@ -74,25 +77,67 @@ def multimodal_batched_floor(model: ModelSpec, release: ec.VllmRelease) -> int:
     return ec.VLLM_GEMMA4_VIDEO_ITEM_TOKENS
 
 
-def block_size(
-    model: ModelSpec, gpu: GpuSku | None, kv_dtype: str = "auto", release: ec.VllmRelease | None = None
-) -> int:
-    """CUDA platform block-size rules: 16, or what the MLA backend's kernels need."""
+def block_size(model: ModelSpec, gpu: GpuSku | None, kv_dtype: str = "auto", version: str | None = None) -> int:
+    """CUDA platform block-size rules: 16, or what the MLA backend's kernels need (`ec.VLLM_MLA_BLOCK_RULES`:
+    `platforms/cuda.py` check_and_update_config before 0.18, update_block_size_for_backend from 0.18)."""
     if not model.is_mla:
         return ec.VLLM_DEFAULT_BLOCK_SIZE
     arch = (gpu.architecture or "").lower() if gpu is not None else "hopper"
-    rule = (release or ec.vllm_release(None)).mla_block
-    if rule is ec.MlaBlockRule.FLASHMLA:
-        return ec.VLLM_MLA_BLOCK_SIZE_BLACKWELL if arch == "blackwell" else ec.VLLM_MLA_BLOCK_SIZE_HOPPER
-    if any(layer.cache.indexer_bytes_per_token for layer in model.layers):
+    rule = ec.by_first_release(version, ec.VLLM_MLA_BLOCK_RULES, ec.MlaBlockRule.TRITON_ONLY)
+    sm100 = arch == "blackwell" and not _is_sm120(gpu)
+    dsa = any(layer.cache.indexer_bytes_per_token for layer in model.layers)
+    if model.has_state_layers and (hybrid_alignment := ec.by_first_release(version, ec.VLLM_MLA_HYBRID_ALIGNMENT, 0)):
+        return hybrid_alignment  # the base the hybrid alignment (grouping.stage_pools) grows in steps of
+    if rule is ec.MlaBlockRule.BACKEND_PRIORITY:
+        return _backend_priority_block(arch, sm100, dsa, kv_dtype)
+    if rule is ec.MlaBlockRule.TRITON_ONLY:  # 0.7.x `get_attn_backend_cls`: TritonMLABackend, block 16
+        return ec.VLLM_DEFAULT_BLOCK_SIZE
+    if dsa:  # 0.11-0.17 `use_sparse` (hf_config.index_topk) forces 64 after the backend's own block
+        return ec.VLLM_DSA_BLOCK_SIZE
+    if arch == "hopper":  # `is_flashmla_supported` (attention/ops/flashmla.py): capability 9.x only
+        return ec.VLLM_MLA_BLOCK_SIZE_HOPPER
+    if (
+        sm100
+        and rule is ec.MlaBlockRule.FLASHINFER_SM100
+        and _qk_nope_head_dim(model) == ec.VLLM_MLA_SM100_FLASHINFER_NOPE_DIM
+    ):
+        return ec.VLLM_MLA_BLOCK_SIZE_HOPPER  # FlashInfer MLA: a block not 32 nor a multiple of 64 -> 64
+    if sm100 and rule is not ec.MlaBlockRule.FLASHMLA_HOPPER:
+        return ec.VLLM_MLA_BLOCK_SIZE_BLACKWELL  # CUTLASS_MLA: 128
+    return ec.VLLM_DEFAULT_BLOCK_SIZE  # FlashMLA unsupported, no SM100 default: Triton MLA on 16
+
+
+def _backend_priority_block(arch: str, sm100: bool, dsa: bool, kv_dtype: str) -> int:
+    """0.18 on: the first backend of `_get_backend_priorities` that takes the layer, at its preferred block."""
+    if dsa:
         # DSA: DeepseekV32IndexerBackend takes kernel blocks of 64 on CUDA, the sparse MLA backends
         # multiples of 64 (or 32): the common block is 64
         return ec.VLLM_DSA_BLOCK_SIZE
     if arch == "hopper":  # SM90: FLASH_ATTN_MLA (bf16/fp16 KV only, any multiple of 16), else FLASHMLA (64)
         return ec.VLLM_MLA_BLOCK_SIZE_HOPPER if kv_dtype.lower().startswith("fp8") else ec.VLLM_DEFAULT_BLOCK_SIZE
-    if arch == "blackwell" and not _is_sm120(gpu):  # SM100: FLASHINFER_MLA (32 or 64)
+    if sm100:  # SM100: FLASHINFER_MLA (32 or 64)
         return ec.VLLM_FLASHINFER_MLA_BLOCK_SIZE
     return ec.VLLM_DEFAULT_BLOCK_SIZE  # TRITON_MLA (SM120, Ampere, Ada) and ROCm AITER MLA take 16
+
+
+def _qk_nope_head_dim(model: ModelSpec) -> int:
+    """The MLA layers' qk_nope_head_dim (0: not read)."""
+    return max(
+        (layer.cache.nope_head_dim for layer in model.layers if isinstance(layer.cache, LatentAttention)), default=0
+    )
+
+
+def mla_page_bytes_per_token(cache: LayerCache, kv_bytes: int, act_bytes: int, tp: int, release: ec.VllmRelease) -> int:
+    """A layer's bytes per token in vLLM's cache: the kind's own page, except the V0 MLA entry of 0.7.2-0.7.3,
+    padded to `release.mla_entry_align_bytes` of the model dtype (`worker/cache_engine.py` get_cache_block_size:
+    `align_to_256bytes(num_heads * head_size, model_config.dtype)`, then x the cache dtype's size). DeepSeek-V3:
+    576 elements -> 640 (256 B / 2 B = 128 elements a step), 1,280 B a token in bf16. The CUDA rule (`_align_cache`
+    asks `current_platform.is_cuda()`): capplan applies it on every GPU, ROCm builds of 0.7.x included."""
+    page = cache.page_bytes_per_token(kv_bytes, tp)
+    if not (cache.latent and release.mla_entry_align_bytes):
+        return page
+    step = release.mla_entry_align_bytes // act_bytes
+    return cdiv(cache.kv_elements_per_token, step) * step * kv_bytes + cache.indexer_bytes_per_token
 
 
 def _is_sm120(gpu: GpuSku | None) -> bool:
@@ -141,9 +186,4 @@ def other_process_rule(version: str | None) -> OtherProcessRule:
     """How vLLM `version` (None: the newest supported) treats other processes' memory
     (`--gpu-memory-utilization` is a per-instance budget from 0.9.1; 0.6.4 and 0.8.0-0.9.0 took others'
     memory off the pool)."""
-    wanted = ec.parse_version(version or ec.VLLM_DEFAULT_VERSION)
-    chosen = _OTHER_PROCESS_RULES[0][1]
-    for first, rule in _OTHER_PROCESS_RULES:
-        if ec.parse_version(first) <= wanted:
-            chosen = rule
-    return chosen
+    return ec.by_first_release(version, _OTHER_PROCESS_RULES, _OTHER_PROCESS_RULES[0][1])

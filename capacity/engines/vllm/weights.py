@@ -1,4 +1,4 @@
-"""What vLLM keeps on the GPU for MXFP4 experts, beyond the checkpoint's bytes.
+"""What vLLM keeps on the GPU beyond the checkpoint's bytes: MXFP4 experts' layouts, V0 MLA's absorbed matrices.
 
 The checkpoint stores a routed expert as 4-bit values plus one 8-bit scale per 32 (17/32 B per
 parameter). vLLM's fused-MoE kernels want other shapes, and the difference is weight memory the KV
@@ -34,6 +34,7 @@ from enum import StrEnum
 
 from capacity import engine_constants as ec
 from capacity.engines.vllm.overhead import gated_intermediate
+from capacity.kv.kinds import LatentAttention
 from capacity.numeric import cdiv
 from capacity.parallel import pp_partition
 from capacity.spec import GpuSku, ModelSpec
@@ -41,6 +42,7 @@ from capacity.spec import GpuSku, ModelSpec
 MXFP4_BLOCK = 32  # elements per shared 8-bit exponent
 BF16_BYTES = 2
 FP32_BYTES = 4
+_UNQUANTIZED = frozenset({"bfloat16", "float16", "float32"})  # `WeightFormat.name`s of unquantized weights
 HOPPER_VALUE_ROW_MULTIPLE = 16  # HopperMXValueLayout (mma v3): 1 x 2 warps x 4 threads x 2 (scott trick) rows
 HOPPER_VALUE_BYTE_MULTIPLE = 32  # 4 k-tiles x 2 warps x 4 threads bytes per row
 HOPPER_SCALE_ROW_MULTIPLE = 2 * 8 * 2 * 8  # HopperMXScaleLayout: 2 x num_warps (8) x 2 x 8
@@ -187,3 +189,38 @@ def mxfp4_expert_extra_bytes(
         start += count
     return max(extra_per_stage, default=0)
 
+
+
+def mla_absorbed_weight_bytes(model: ModelSpec, tp: int, pp: int, weight_format: str, release: ec.VllmRelease) -> int:
+    """What V0 MLA keeps beside the raw projections on the most loaded rank (0.7.1-0.7.3, `release.mla_absorbed_weights`):
+    `attention/backends/mla/utils.py` MLACommonImpl.process_weights_after_loading with
+    VLLM_MLA_PERFORM_MATRIX_ABSORPTION on (the default): "we end up with absorbed weights for decode and another
+    copy of raw weights for prefill". Per MLA layer, n = heads / TP, L = kv_lora_rank, Q = q's input width:
+    W_QR, the rope columns of q_proj made contiguous in the model dtype (Q x n x rope); W_Q_UK (Q x n L) and
+    W_UV_O (n L x hidden), requantized to fp8 when the weights are fp8 (VLLM_MLA_DISABLE_REQUANTIZATION off),
+    else in the model dtype; and, where kv_b_proj is quantized, its dequantized copy (L x n x (nope + v) in the
+    model dtype) that the W_UK / W_UV views keep alive. The fp8 copies' block scales (one fp32 per 128 x 128:
+    under 0.1 % of these bytes) are not counted."""
+    if not release.mla_absorbed_weights:
+        return 0
+    act_bytes = BF16_BYTES  # the model dtype of every MLA checkpoint read (bf16)
+    quant = model.quantization
+    quantized = weight_format not in _UNQUANTIZED and (quant is None or quant.attention_quantized)
+    absorbed_bytes = 1 if quantized and weight_format == "fp8" else act_bytes
+    n = model.num_attention_heads // tp
+    per_stage: list[int] = []
+    start = 0
+    for count in pp_partition(len(model.layers), pp):
+        total = 0
+        for layer in model.layers[start : start + count]:
+            cache = layer.cache
+            if not isinstance(cache, LatentAttention) or not cache.q_input_dim:
+                continue
+            rank, q_in = cache.kv_lora_rank, cache.q_input_dim
+            total += q_in * n * cache.rope_head_dim * act_bytes  # W_QR
+            total += (q_in * n * rank + n * rank * model.hidden_size) * absorbed_bytes  # W_Q_UK, W_UV_O
+            if quantized:  # W_UK / W_UV: views of the dequantized kv_b_proj
+                total += rank * n * (cache.nope_head_dim + cache.v_head_dim) * act_bytes
+        per_stage.append(total)
+        start += count
+    return max(per_stage, default=0)
