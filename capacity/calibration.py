@@ -172,7 +172,7 @@ def _observed_speculative(model: ModelSpec, s: ObservedSettings, engine: Engine)
     try:
         stated = json.loads(s.speculative_config or "{}")
         if engine is Engine.SGLANG and stated.get("method"):
-            return from_sglang_flags(
+            spec = from_sglang_flags(
                 str(stated["method"]),
                 stated.get("model"),
                 stated.get("num_speculative_tokens"),
@@ -180,6 +180,10 @@ def _observed_speculative(model: ModelSpec, s: ObservedSettings, engine: Engine)
                 stated.get("num_draft_tokens"),
                 model.architecture,
             )
+            # EAGLE with no draft path runs the target's MTP layers; a target without them had a draft the log
+            # does not name (a dump cut short): not sized
+            if spec.method is not SpecMethod.MTP or model.mtp_layers:
+                return spec
         if engine is Engine.VLLM and stated:
             keys = {"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size"}
             return from_vllm_config(json.dumps({k: v for k, v in stated.items() if k in keys}))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from capacity.calibration import observed_deployment
 from capacity.estimate import estimate
+from capacity.features.speculative import SpecMethod
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from telemetry.predictions import settings_of
@@ -53,15 +54,20 @@ def test_no_flags_no_features(tmp_path: Path) -> None:
     assert obs.get("enforce_eager") is None and obs.get("unmodelled_features") is None
 
 
-def test_the_prediction_deducts_no_graphs_and_is_flagged(tmp_path: Path) -> None:
+def test_the_prediction_deducts_no_graphs_and_sizes_the_stated_features(tmp_path: Path) -> None:
+    """LoRA at vLLM's defaults, the stated EAGLE method with an assumed head (no draft named): sized; a row that
+    says only that speculative decoding ran (no method) stays flagged."""
     obs = only_observation(ingest(tmp_path, {"d/startup.log": VLLM}))
     resolved = load_model("meta-llama/Llama-3.1-8B-Instruct")
     deployment = observed_deployment(resolved.spec, settings_of(obs | {"engine_version": "0.33.0"}))
     assert deployment.enforce_eager and deployment.lora and deployment.speculative
+    assert deployment.speculative.method is SpecMethod.EAGLE and deployment.speculative.num_speculative_tokens == 3
     est = estimate(resolved.spec, deployment, gpu=find_gpu_sku("H100"), checkpoint_bytes=resolved.checkpoint_bytes)
-    assert est.cuda_graph_bytes_per_gpu == 0
-    assert est.not_modelled is not None and "LoRA" not in est.not_modelled and "speculative" in est.not_modelled
+    assert est.cuda_graph_bytes_per_gpu == 0 and est.not_modelled is None
     assert est.lora is not None and est.lora.slots == 1 and est.lora.rank == 16  # vLLM LoRAConfig's defaults
+    unstated = observed_deployment(resolved.spec, settings_of(obs | {"speculative_config": None}))
+    est = estimate(resolved.spec, unstated, gpu=find_gpu_sku("H100"), checkpoint_bytes=resolved.checkpoint_bytes)
+    assert est.not_modelled is not None and "speculative" in est.not_modelled
 
 
 # vllm#23278's H100 log (the 0.10.1 era) and the 0.10.2-0.11.x selection lines, as vLLM prints them
