@@ -95,7 +95,8 @@ def test_estimate_charges_the_cache_before_the_fraction() -> None:
     [
         (LLAMA, ("lm_head",), "no LoRA module for lm_head"),
         ("Qwen/Qwen3-30B-A3B", ("gate_proj",), "MoE expert MLPs"),
-        ("deepseek-ai/DeepSeek-V2-Lite-Chat", ("q_proj",), "MLA or state-space"),
+        ("deepseek-ai/DeepSeek-V2-Lite-Chat", ("q_proj",), "MLA attention"),
+        ("nvidia/Nemotron-H-8B-Base-8K", ("down_proj",), "hybrid state-space"),
     ],
 )
 def test_what_tensorrt_llm_cannot_size_is_refused(model: str, targets: tuple[str, ...], message: str) -> None:

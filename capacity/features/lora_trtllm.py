@@ -93,8 +93,12 @@ def _refusal(model: ModelSpec, targets: frozenset[LoraTarget]) -> str | None:
             "num_experts, marked TODO(TRTLLM-379)); target the attention only (--lora-target-modules q_proj,k_proj,"
             "v_proj,o_proj)"
         )
-    if (model.is_mla or model.has_state_layers) and targets & {LoraTarget.QKV, LoraTarget.OUT}:
-        return "TensorRT-LLM's LoRA on MLA or state-space token mixers is not sized (their projections differ)"
+    if model.is_mla and targets & {LoraTarget.QKV, LoraTarget.OUT}:
+        return "TensorRT-LLM's LoRA on MLA attention is not sized (its attn_kv_a_mqa / attn_kv_b_proj modules)"
+    if model.has_state_layers:  # the cache counts attention layers (getNbAttentionLayers), the request every layer
+        return (
+            "TensorRT-LLM's LoRA on hybrid state-space models is not sized (attention and Mamba layers counted apart)"
+        )
     return None
 
 
