@@ -18,10 +18,14 @@ import pytest
 
 from capacity.engines.command_line import read_command
 from capacity.engines.kinds import Engine
-from capacity.features.lora import lora_spec
+from capacity.features.lora import AdapterSet, lora_spec
 from capacity.features.lora_spec import LoraSpec
 from capacity.features.speculative import SpecMethod, SpeculativeSpec, from_sglang_flags, from_vllm_config
+from capacity.placement import place
+from capacity.planning_types import DTYPE_POLICIES, WorkloadProfile
+from capacity.spec import GpuSku
 from recommendations.deploy import DeployError, ServingPlan, engine_command
+from tests.handmade import dense_spec
 
 LORA = LoraSpec(max_loras=4, max_lora_rank=32, max_cpu_loras=8, target_modules=("q_proj", "v_proj"))
 EAGLE3 = SpeculativeSpec(SpecMethod.EAGLE3, 3, "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
@@ -128,3 +132,29 @@ def test_bad_feature_fields_in_a_plan_are_refused(field: str, value: object, mes
     mapping = _plan(Engine.VLLM).to_mapping() | {field: value}
     with pytest.raises(DeployError, match=message):
         ServingPlan.from_mapping(mapping)
+
+
+def test_a_placement_for_a_workload_with_adapters_and_a_draft_writes_them() -> None:
+    """from_option: the workload's `adapters` (every adapter a GPU slot, all in host memory) and its speculative
+    decoding reach the command, as the placement was sized with them (capacity.placement's deployment)."""
+    gib = 1 << 30
+    h100 = GpuSku("h100", "H100 80GB", "nvidia", 80 * gib, price_usd_per_gpu_hour=4.0, gpus_per_node=8)
+    ngram = SpeculativeSpec(SpecMethod.NGRAM, 4)
+    workload = WorkloadProfile(
+        name="chat",
+        models=("seed",),
+        target_concurrency=8,
+        context_tokens=4096,
+        engine="vllm",
+        dtype_policy=DTYPE_POLICIES["native"],
+        adapters=AdapterSet(count=6, rank=32),
+        speculative=ngram,
+    )
+    spec = dense_spec(layers=32, kv_heads=8, head_dim=128)
+    best = place(spec, workload, [h100], model_id="seed", checkpoint_bytes=16 * gib).best
+    assert best is not None
+    plan = ServingPlan.from_option(best, workload)
+    assert plan.lora == LoraSpec(max_loras=6, max_lora_rank=32, max_cpu_loras=6) and plan.speculative == ngram
+    read = read_command(engine_command(plan).text)
+    assert _lora_read_back(read.options) == plan.lora
+    assert from_vllm_config(str(read.options["speculative_config"])) == ngram
