@@ -119,3 +119,19 @@ def test_a_release_with_the_class_is_not_refused() -> None:
     assert "TensorRT-LLM has no implementation of JambaForCausalLM" in (
         unstated.start_refusal(StartRequest(jamba, h100, "bf16", 4096)) or ""
     )
+
+
+def test_the_nightly_takes_the_releases_from_its_config_then_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dagster as dg
+
+    from pipelines.assets.capacity import GridConfig, grid_options
+
+    monkeypatch.delenv("CAPPLAN_SGLANG_RELEASE", raising=False)
+    monkeypatch.setenv("CAPPLAN_TRTLLM_RELEASE", "1.1.0")
+    options = grid_options(GridConfig())
+    assert (options.engine_version("sglang"), options.engine_version("trtllm")) == ("0.5.23", "1.1.0")
+    options = grid_options(GridConfig(trtllm_release="1.2.0rc2", sglang_release="0.5.20"))
+    assert (options.engine_version("sglang"), options.engine_version("trtllm")) == ("0.5.20", "1.2.0rc2")
+    monkeypatch.setenv("CAPPLAN_TRTLLM_RELEASE", "newest")
+    with pytest.raises(dg.Failure, match="TensorRT-LLM release 'newest' is not a version"):
+        grid_options(GridConfig())

@@ -34,6 +34,8 @@ CAPACITY_GROUP = "capacity"
 GRID = key("raw", "capacity_grid")
 SAMPLE_ROWS_PER_MODEL = 2
 VLLM_RELEASE_ENV = "CAPPLAN_VLLM_RELEASE"
+SGLANG_RELEASE_ENV = "CAPPLAN_SGLANG_RELEASE"
+TRTLLM_RELEASE_ENV = "CAPPLAN_TRTLLM_RELEASE"
 
 
 class GridConfig(dg.Config):
@@ -46,13 +48,18 @@ class GridConfig(dg.Config):
         default="",
         description=f"The vLLM release the grid plans at (empty: {VLLM_RELEASE_ENV}, else the newest capplan knows).",
     )
-    sglang_release: str = Field(default="", description=f"SGLang's release (empty: {SGLANG_DEFAULT_VERSION}).")
-    trtllm_release: str = Field(default="", description=f"TensorRT-LLM's release (empty: {TRTLLM_DEFAULT_VERSION}).")
+    sglang_release: str = Field(
+        default="", description=f"SGLang's release (empty: {SGLANG_RELEASE_ENV}, else {SGLANG_DEFAULT_VERSION})."
+    )
+    trtllm_release: str = Field(
+        default="", description=f"TensorRT-LLM's release (empty: {TRTLLM_RELEASE_ENV}, else {TRTLLM_DEFAULT_VERSION})."
+    )
 
 
 def grid_options(config: GridConfig) -> GridOptions:
     """The grid's options: vLLM at the release the fleet pins (config, then the environment), else the newest;
-    SGLang and TensorRT-LLM at the run config's release, else the one their rules were read for. A release capplan
+    SGLang and TensorRT-LLM at the run config's release, then the environment's, else the one their rules were read
+    for. A release capplan
     has no rules for (or not a version) fails the run in one line instead of planning at a guess."""
     release = config.vllm_release or os.environ.get(VLLM_RELEASE_ENV, "")
     if release and not known_vllm_release(release):
@@ -63,8 +70,8 @@ def grid_options(config: GridConfig) -> GridOptions:
     try:
         return GridOptions(
             vllm_version=release or None,
-            sglang_version=config.sglang_release or SGLANG_DEFAULT_VERSION,
-            trtllm_version=config.trtllm_release or TRTLLM_DEFAULT_VERSION,
+            sglang_version=config.sglang_release or os.environ.get(SGLANG_RELEASE_ENV) or SGLANG_DEFAULT_VERSION,
+            trtllm_version=config.trtllm_release or os.environ.get(TRTLLM_RELEASE_ENV) or TRTLLM_DEFAULT_VERSION,
         )
     except ValueError as e:
         raise dg.Failure(description=str(e)) from None
