@@ -8,7 +8,9 @@ attention window (variable sliding window attention: `KVCacheManager.adjust_wind
 manager's pools) where a release, a model family (`ec.TRTLLM_DERIVED_WINDOW_FAMILIES`) or the user turns it on.
 State models: through 1.2 (`ec.TRTLLM_SLOT_STATE_FIRST` / `_LAST`: Nemotron-H from 1.0, Qwen3-Next from 1.2)
 hold a Mamba state slot per max_batch_size up front, during the profiling run, so it comes off before the fraction
-(`state_slot_bytes`); other state families and releases are not modelled.
+(`state_slot_bytes`); other state families and releases are not modelled. An architecture the stated release has
+no model class for (`ec.TRTLLM_MODEL_CLASS_FIRST`: Jamba in none, Gemma 4 / Qwen3.5 before 1.3, Qwen3-Next before
+1.2) does not start: refused with that reason (`missing_model_class`) rather than sized.
 """
 
 from __future__ import annotations
