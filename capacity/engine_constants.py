@@ -763,6 +763,7 @@ TRTLLM_DEFAULT_VERSION = "1.2"
 TRTLLM_MODEL_CLASS_FIRST: dict[str, tuple[tuple[int, int] | None, str]] = {
     "jamba": (None, "no modeling_jamba.py in any version of tensorrt_llm/_torch/models/"),
     "qwen3_next": ((1, 2), "modeling_qwen3_next.py, PR #7892 (October 2025): first in 1.2.0rc0.post1"),
+    "granitemoehybrid": (None, "no modeling file registers GraniteMoeHybridForCausalLM in any version of the folder"),
     "gemma4": ((1, 3), "modeling_gemma4.py, PR #12932 (April 2026); first listed in the 1.3.0rc13 supported models"),
     "qwen3_5": ((1, 3), "modeling_qwen3_5.py, PR #12242: 'initial Qwen3.5 text model support', v1.3.0rc9 notes"),
     "qwen3_5_moe": ((1, 3), "modeling_qwen3_5.py, PR #12242: 'initial Qwen3.5 text model support', v1.3.0rc9 notes"),

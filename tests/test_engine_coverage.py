@@ -8,6 +8,7 @@ keeps windowed layers at the full length (use_kv_cache_manager_v2 False by defau
 Which architectures a TensorRT-LLM release cannot run, from the engine's own tree and release notes (not from
 capplan): a model class is a `@register_auto_model("<Architecture>")` under tensorrt_llm/_torch/models/.
 - JambaForCausalLM: no modeling_jamba.py in any stored version of tensorrt_llm/_torch/models/ (NVIDIA/TensorRT-LLM).
+- GraniteMoeHybridForCausalLM (granite-4.0-h): no modeling file and no @register_auto_model of it in any version.
 - Gemma4ForConditionalGeneration: added by PR #12932 (merged April 2026, "Add Gemma4 multimodal model support");
   the v1.3.0rc9 release notes (24 March 2026) list no Gemma 4, the 1.3.0rc13 supported-models page lists it.
 - Qwen3_5*: "Add initial Qwen3.5 text model support for the PyTorch backend with BF16/FP8 (#12242)", v1.3.0rc9
@@ -104,6 +105,15 @@ def test_trtllm_1_2_does_not_start_an_architecture_it_has_no_class_for(
         f"DOES NOT START: trtllm refuses it: TensorRT-LLM 1.2 has no implementation of {architecture} ({first}"
     )
     assert est.reason.endswith("it does not serve this model")
+
+
+def test_granite_4_h_has_no_class_in_any_release() -> None:
+    from tests.test_granite_hybrid import GRANITE_4_H
+
+    spec = parse_config(GRANITE_4_H)
+    for version in (None, "1.2", "1.3.0rc9"):
+        refusal = engine_profile(Engine.TRTLLM, version).start_refusal(StartRequest(spec, None, "bf16", 4096))
+        assert "has no implementation of GraniteMoeHybridForCausalLM (in no release read" in (refusal or ""), version
 
 
 def test_a_release_with_the_class_is_not_refused() -> None:
