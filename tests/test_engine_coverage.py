@@ -145,3 +145,18 @@ def test_the_nightly_takes_the_releases_from_its_config_then_the_environment(mon
     monkeypatch.setenv("CAPPLAN_TRTLLM_RELEASE", "newest")
     with pytest.raises(dg.Failure, match="TensorRT-LLM release 'newest' is not a version"):
         grid_options(GridConfig())
+
+
+def test_trtllm_multimodal_rows_say_the_encoders_profiling_peak_is_not_sized() -> None:
+    """PR #7539 (September 2025, "Add multimodal data to dummy requests during memory profiling"): KvCacheCreator's
+    estimation run carries a dummy image where the model's input processor builds one, so the measured peak holds the
+    encoder's activations; this profile's overhead is the text-only one, so the estimate says so, loudly."""
+    spec = load_model("Qwen/Qwen2.5-VL-7B-Instruct").spec
+    h100 = find_gpu_sku("h100-sxm-80gb")
+    served = estimate(spec, DeploymentSpec(engine="trtllm", engine_version="1.2", max_model_len=8192), gpu=h100)
+    assert any(note.startswith("MULTIMODAL, NOT SIZED: TensorRT-LLM's memory-profiling run") for note in served.notes)
+    text = estimate(
+        spec, DeploymentSpec(engine="trtllm", engine_version="1.2", max_model_len=8192, mm_text_only=True), gpu=h100
+    )
+    assert not any(note.startswith("MULTIMODAL, NOT SIZED") for note in text.notes)
+    assert any(note.startswith("served text-only") for note in text.notes)
