@@ -559,6 +559,7 @@ VLLM_LIVE_HIDDEN_TENSORS = 4
 # SGLang 0.5.23, read in the wheel (sglang-0.5.23-cp311, python/sglang/srt/...). No older release was
 # read, so these are constants of that release, not a table of releases.
 SGLANG_VERSION = "0.5.23"
+SGLANG_DEFAULT_VERSION = SGLANG_VERSION  # the release the grid plans SGLang at (the one modelled)
 SGLANG_PAGE_SIZE = 1  # fields/schedule.py page_size None -> 1 for FA3 (Hopper), FlashInfer, Triton
 # overrides.py _mla_backend_page_constraints: trtllm_mha / trtllm_mla, the default backends on SM100
 # (model_override_base.get_default_attn_backend; model_overrides/deepseek_v2.py), page None -> 64
@@ -753,6 +754,21 @@ TRTLLM_SLOT_STATE_LAST = (1, 2)
 # Qwen3-Next's gated delta net onto the same shapes: d_state = linear_key_head_dim, heads = linear_num_value_heads,
 # n_groups = linear_num_key_heads, head_dim = linear_value_head_dim, d_conv = linear_conv_kernel_dim
 TRTLLM_SLOT_STATE_FIRST: dict[str, tuple[int, int]] = {"nemotron_h": (1, 0), "qwen3_next": (1, 2)}
+# the release the grid plans TensorRT-LLM at (GridOptions.trtllm_version overrides): the newest line whose state rule
+# is read (TRTLLM_SLOT_STATE_LAST) and whose V1 manager keeps windowed layers at the full length (through 1.3)
+TRTLLM_DEFAULT_VERSION = "1.2"
+# model families whose PyTorch-backend class (a @register_auto_model under tensorrt_llm/_torch/models/) came after
+# some release line: (first line with the class, None where no release read has one; where that was read). Before
+# it the engine has no implementation of the architecture and does not start
+TRTLLM_MODEL_CLASS_FIRST: dict[str, tuple[tuple[int, int] | None, str]] = {
+    "jamba": (None, "no modeling_jamba.py in any version of tensorrt_llm/_torch/models/"),
+    "qwen3_next": ((1, 2), "modeling_qwen3_next.py, PR #7892 (October 2025): first in 1.2.0rc0.post1"),
+    "granitemoehybrid": (None, "no modeling file registers GraniteMoeHybridForCausalLM in any version of the folder"),
+    "gemma4": ((1, 3), "modeling_gemma4.py, PR #12932 (April 2026); first listed in the 1.3.0rc13 supported models"),
+    "qwen3_5": ((1, 3), "modeling_qwen3_5.py, PR #12242: 'initial Qwen3.5 text model support', v1.3.0rc9 notes"),
+    "qwen3_5_moe": ((1, 3), "modeling_qwen3_5.py, PR #12242: 'initial Qwen3.5 text model support', v1.3.0rc9 notes"),
+    "kimi_linear": ((1, 3), "modeling_kimi_linear.py (Kimi K3, GPU-validated 2026-07), on the 1.3.0rc line"),
+}
 TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
 TRTLLM_DEFAULT_MAX_BATCH_SIZE = 2048
 

@@ -211,7 +211,14 @@ def _multimodal(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, not
             return replace(model, loaded_extra_params=max(0, model.loaded_extra_params - model.vision.params))
         notes.append("served text-only: no encoder profiling; the vision tower's weights are still counted")
         return model
-    if profile.engine is not Engine.VLLM:
+    if profile.engine is Engine.TRTLLM:
+        notes.append(
+            "MULTIMODAL, NOT SIZED: TensorRT-LLM's memory-profiling run adds a dummy multimodal request where the "
+            "model's input processor builds one (_util.py KvCacheCreator, PR #7539, September 2025); the encoder's "
+            "activations in it are not in this estimate, so the KV pool is too large by that much (the tower's "
+            "weights are counted where it is known); served text-only the estimate holds"
+        )
+    elif profile.engine is not Engine.VLLM:
         notes.append(
             f"multimodal: the vision encoder's runtime memory is sized only by {profile.engine.value}'s own "
             "memory rules here (its weights are counted where the tower is known)"

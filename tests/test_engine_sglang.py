@@ -24,6 +24,7 @@ import pytest
 
 from capacity.engines import DefaultsRequest, Engine, PoolRequest
 from capacity.engines import sglang as sg
+from capacity.engines.protocol import StartRequest
 from capacity.engines.registry import engine_profile
 from capacity.estimate import estimate
 from capacity.hf_config import parse_config
@@ -638,8 +639,13 @@ def test_defaults_and_mamba_pools_equal_sglang_own_code() -> None:
 
 
 def test_what_the_profile_does_not_reproduce_is_said() -> None:
-    # no JambaForCausalLM in the 0.5.23 wheel; multimodal checkpoints are sized (tests/test_sglang_vlm.py)
-    assert "does not serve" in (PROFILE.unmodelled(_spec("ai21labs/AI21-Jamba-1.5-Mini")) or "")
+    # no JambaForCausalLM in the 0.5.23 wheel (python/sglang/srt/models/ has no jamba.py): the engine cannot start
+    # it, so it is refused with that reason rather than sized and flagged; multimodal checkpoints are sized
+    # (tests/test_sglang_vlm.py)
+    jamba = _spec("ai21labs/AI21-Jamba-1.5-Mini")
+    refusal = PROFILE.start_refusal(StartRequest(jamba, find_gpu_sku("h100-sxm-80gb"), "bf16", 4096))
+    assert refusal == "SGLang 0.5.23 has no JambaForCausalLM model class: it does not serve this model"
+    assert PROFILE.unmodelled(jamba) is None
     assert PROFILE.unmodelled(_spec("google/gemma-3-27b-it")) is None
     assert PROFILE.unmodelled(_spec("google/gemma-4-26B-A4B")) is None
     assert PROFILE.unmodelled(_spec("meta-llama/Llama-3.1-8B-Instruct")) is None

@@ -140,8 +140,10 @@ def gpus() -> list[GpuSku]:
 
 
 def _estimate_row(row: dict[str, object], model: GridModel, gpu: GpuSku, concurrency: int | None = None):  # type: ignore[no-untyped-def]
-    # the grid runs each deployment at the length that starts, and the engine's default release
-    deployment = row_deployment(row, AUTO_MAX_MODEL_LEN)
+    # the grid runs each deployment at the length that starts, at the release the row states (every engine's is
+    # named: GridOptions.engine_version), as `capplan` re-estimates a grid row (warehouse estimate_for_row)
+    version = row.get("engine_version")
+    deployment = row_deployment(row, AUTO_MAX_MODEL_LEN, str(version) if version is not None else None)
     context = int(row["context"]) if "context" in row else None  # type: ignore[call-overload]
     return estimate(
         model.spec,

@@ -128,9 +128,12 @@ class SglangProfile(ProfileBase):
         return False
 
     def start_refusal(self, request: StartRequest) -> str | None:
-        """SGLang 0.5.23: fp8 weights need capability 80 (`Fp8Config.get_min_capability`, not mxfp8), and a
-        context length beyond the model's limit raises unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
-        (`ModelConfig._derive_context_length`); older releases not read."""
+        """SGLang 0.5.23: no model class for the family (`ec.SGLANG_UNSERVED_FAMILIES`: the engine does not start it);
+        fp8 weights need capability 80 (`Fp8Config.get_min_capability`, not mxfp8); a context length beyond the
+        model's limit raises unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (`ModelConfig._derive_context_length`);
+        older releases not read."""
+        if request.model.family in ec.SGLANG_UNSERVED_FAMILIES:
+            return f"SGLang 0.5.23 has no {request.model.architecture} model class: it does not serve this model"
         method = fp8_method(request)
         if method is not None and (refused := quantization_refusal(method, ec.SGLANG_FP8_MIN_CAPABILITY, request)):
             return refused
@@ -163,12 +166,6 @@ class SglangProfile(ProfileBase):
                        f"mem_fraction_static to " + ", ".join(f"{f} ({era})" for era, f in eras.items())
                        + f" at {d.tp * d.pp} rank(s), not {c.utilization}: up to {format_gib(apart)} of KV budget apart")
         return out
-
-    def unmodelled(self, model: ModelSpec) -> str | None:
-        """What SGLang 0.5.23 does with the model that this profile does not reproduce."""
-        if model.family in ec.SGLANG_UNSERVED_FAMILIES:
-            return f"SGLang 0.5.23 has no {model.architecture} model class: it does not serve this model"
-        return None
 
 
 # --- defaults -------------------------------------------------------------------------------------

@@ -8,7 +8,9 @@ attention window (variable sliding window attention: `KVCacheManager.adjust_wind
 manager's pools) where a release, a model family (`ec.TRTLLM_DERIVED_WINDOW_FAMILIES`) or the user turns it on.
 State models: through 1.2 (`ec.TRTLLM_SLOT_STATE_FIRST` / `_LAST`: Nemotron-H from 1.0, Qwen3-Next from 1.2)
 hold a Mamba state slot per max_batch_size up front, during the profiling run, so it comes off before the fraction
-(`state_slot_bytes`); other state families and releases are not modelled.
+(`state_slot_bytes`); other state families and releases are not modelled. An architecture the stated release has
+no model class for (`ec.TRTLLM_MODEL_CLASS_FIRST`: Jamba in none, Gemma 4 / Qwen3.5 before 1.3, Qwen3-Next before
+1.2) does not start: refused with that reason (`missing_model_class`) rather than sized.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, replace
 from capacity import engine_constants as ec
 from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
 from capacity.engines.kinds import Engine
-from capacity.engines.protocol import AssumptionContext, DefaultsRequest, PoolRequest
+from capacity.engines.protocol import AssumptionContext, DefaultsRequest, PoolRequest, StartRequest
 from capacity.kv_bytes import kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
 from capacity.numeric import Num, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs, transformer_overhead
@@ -145,7 +147,28 @@ class TrtllmProfile(ProfileBase):
         here (attention DP and MoE EP are refused with the reason: `capacity.features.parallel_layout`)."""
         return UNSIZED_FEATURES
 
+    def missing_model_class(self, model: ModelSpec) -> str | None:
+        """Why the stated release has no implementation of the architecture (`ec.TRTLLM_MODEL_CLASS_FIRST`: its
+        model class came later, or never). None where the class exists, its first release is not read, or no release
+        is stated (unknown: a check must not refuse what the engine may run)."""
+        first, where = ec.TRTLLM_MODEL_CLASS_FIRST.get(model.family, ((0, 0), ""))
+        line = self.release_line
+        if first is not None and (line is None or line >= first):
+            return None
+        since = "in no release read" if first is None else f"first in {'.'.join(map(str, first))}"
+        engine = " ".join(filter(None, ("TensorRT-LLM", self.requested_version)))
+        return (
+            f"{engine} has no implementation of {model.architecture} ({since}: {where}); it does not serve this model"
+        )
+
+    def start_refusal(self, request: StartRequest) -> str | None:
+        """An architecture the release has no model class for (`missing_model_class`); no other start check read."""
+        return self.missing_model_class(request.model)
+
     def unmodelled(self, model: ModelSpec) -> str | None:
+        """What this profile does not reproduce for a model the release serves (a refused one is not sized)."""
+        if self.missing_model_class(model):
+            return None
         if any(layer.cache.windowed for layer in model.layers) and not self.windows_opt_in(model):
             return (
                 "TensorRT-LLM keeps one KV pool per attention window (variable sliding window attention, "

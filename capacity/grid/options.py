@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from capacity import engine_constants as ec
 from capacity.engines import Engine
 from capacity.spec import ModelSpec
 
@@ -30,6 +31,8 @@ class GridModel:
 class GridOptions:
     engines: tuple[str, ...] = ENGINES
     vllm_version: str | None = None  # None: engine_constants.VLLM_DEFAULT_VERSION
+    sglang_version: str = ec.SGLANG_DEFAULT_VERSION
+    trtllm_version: str = ec.TRTLLM_DEFAULT_VERSION
     tp_sizes: tuple[int, ...] = (1, 2, 4, 8)
     pp_sizes: tuple[int, ...] = (2, 4)  # only where one node at the largest TP does not fit
     weight_dtypes: tuple[str, ...] = WEIGHT_CHOICES
@@ -38,8 +41,14 @@ class GridOptions:
     speed: bool = True  # tpot_ms / output_tokens_per_second (capacity.performance); False: null columns
 
     def engine_version(self, engine: str) -> str | None:
-        """The release the grid plans an engine at: vLLM's is an option, the others' profiles are one release."""
-        return {Engine.VLLM: self.vllm_version}.get(Engine(engine))
+        """The release the grid plans an engine at, stated on every row so the release-bound rules (TensorRT-LLM's
+        window and state managers, its model classes) apply and the marts say which release a row is sized for."""
+        versions = {
+            Engine.VLLM: self.vllm_version,
+            Engine.SGLANG: self.sglang_version,
+            Engine.TRTLLM: self.trtllm_version,
+        }
+        return versions.get(Engine(engine))
 
     def __post_init__(self) -> None:
         unknown = (
@@ -52,6 +61,11 @@ class GridOptions:
                 f"grid options: unsupported {', '.join(map(repr, unknown))} (engines {', '.join(ENGINES)}; "
                 f"weight dtypes {', '.join(WEIGHT_CHOICES)}; KV dtypes {', '.join(KV_CHOICES)})"
             )
+        for name, version in (("SGLang", self.sglang_version), ("TensorRT-LLM", self.trtllm_version)):
+            try:
+                ec.parse_version(version)
+            except ValueError:
+                raise ValueError(f"grid options: {name} release {version!r} is not a version (e.g. 1.2)") from None
         if any(tp < 1 for tp in self.tp_sizes) or any(pp < 2 for pp in self.pp_sizes) or self.min_context < 1:
             raise ValueError("grid options: TP sizes >= 1, PP sizes >= 2 (PP = 1 is always there), min_context >= 1")
 

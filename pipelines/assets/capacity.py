@@ -16,7 +16,12 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from capacity.engine_constants import VLLM_SUPPORTED_VERSIONS, known_vllm_release
+from capacity.engine_constants import (
+    SGLANG_DEFAULT_VERSION,
+    TRTLLM_DEFAULT_VERSION,
+    VLLM_SUPPORTED_VERSIONS,
+    known_vllm_release,
+)
 from capacity.grid import GridOptions
 from models_registry.sources.bundled import read_catalog_entries
 from pipelines.assets.common import describe, key, relation_result, sql_asset, sum_over_partitions
@@ -29,6 +34,8 @@ CAPACITY_GROUP = "capacity"
 GRID = key("raw", "capacity_grid")
 SAMPLE_ROWS_PER_MODEL = 2
 VLLM_RELEASE_ENV = "CAPPLAN_VLLM_RELEASE"
+SGLANG_RELEASE_ENV = "CAPPLAN_SGLANG_RELEASE"
+TRTLLM_RELEASE_ENV = "CAPPLAN_TRTLLM_RELEASE"
 
 
 class GridConfig(dg.Config):
@@ -41,18 +48,33 @@ class GridConfig(dg.Config):
         default="",
         description=f"The vLLM release the grid plans at (empty: {VLLM_RELEASE_ENV}, else the newest capplan knows).",
     )
+    sglang_release: str = Field(
+        default="", description=f"SGLang's release (empty: {SGLANG_RELEASE_ENV}, else {SGLANG_DEFAULT_VERSION})."
+    )
+    trtllm_release: str = Field(
+        default="", description=f"TensorRT-LLM's release (empty: {TRTLLM_RELEASE_ENV}, else {TRTLLM_DEFAULT_VERSION})."
+    )
 
 
 def grid_options(config: GridConfig) -> GridOptions:
-    """The grid's options: vLLM at the release the fleet pins (config, then the environment), else the newest.
-    A release capplan has no rules for fails the run in one line instead of planning at a guess."""
+    """The grid's options: vLLM at the release the fleet pins (config, then the environment), else the newest;
+    SGLang and TensorRT-LLM at the run config's release, then the environment's, else the one their rules were read
+    for. A release capplan
+    has no rules for (or not a version) fails the run in one line instead of planning at a guess."""
     release = config.vllm_release or os.environ.get(VLLM_RELEASE_ENV, "")
     if release and not known_vllm_release(release):
         raise dg.Failure(
             description=f"{VLLM_RELEASE_ENV}={release}: no rules for that vLLM release "
             f"(known: {', '.join(VLLM_SUPPORTED_VERSIONS)})"
         )
-    return GridOptions(vllm_version=release or None)
+    try:
+        return GridOptions(
+            vllm_version=release or None,
+            sglang_version=config.sglang_release or os.environ.get(SGLANG_RELEASE_ENV) or SGLANG_DEFAULT_VERSION,
+            trtllm_version=config.trtllm_release or os.environ.get(TRTLLM_RELEASE_ENV) or TRTLLM_DEFAULT_VERSION,
+        )
+    except ValueError as e:
+        raise dg.Failure(description=str(e)) from None
 
 
 def _raw_spec(table: str, kinds: set[str]) -> dg.AssetSpec:
