@@ -157,15 +157,16 @@ def reference_prefix_groups() -> PrefixGroups:
     """The in-sample vLLM and SGLang studies' errors, split by how prefix caching was on."""
     from evaluation import engine_logs as el
     from evaluation.measurements import compare
-    from tools.vllm_accuracy import resolve_model
-
     from models_registry.sources.gpu_catalog import find_gpu_sku
+    from tools.vllm_accuracy import resolve_model
 
     pairs: list[tuple[bool | None, float | None, float | None]] = []
     for c in compare(load_measurements(), resolve_model, find_gpu_sku):
         r = c.row
         on = _explicit(r.raw)
-        if c.predicted is not None and (on or prefix_default_on(Engine.VLLM, r.prediction_version, r.engine_generation)):
+        if c.predicted is not None and (
+            on or prefix_default_on(Engine.VLLM, r.prediction_version, r.engine_generation)
+        ):
             pairs.append((on, c.kv_pool_error, c.kv_tokens_error))
     scored, _ = el.shipped_scores(el.load_engine_logs(), resolve_model, find_gpu_sku)
     for s in scored:
@@ -190,7 +191,9 @@ def holdout_prefix_groups(scored: Sequence[mh.Scored]) -> PrefixGroups:
 
 def _groups(pairs: Sequence[tuple[bool | None, float | None, float | None]]) -> PrefixGroups:
     def errors(index: int, explicit: bool) -> tuple[float, ...]:
-        return tuple(e for p in pairs if (p[0] is True) == explicit and p[0] is not False and (e := p[index]) is not None)
+        return tuple(
+            e for p in pairs if (p[0] is True) == explicit and p[0] is not False and (e := p[index]) is not None
+        )
 
     return PrefixGroups(errors(1, False), errors(2, False), errors(1, True), errors(2, True))
 
