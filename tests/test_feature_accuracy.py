@@ -96,3 +96,25 @@ def test_report_prints_every_feature_in_and_out_of_sample() -> None:
         assert any(line.startswith(str(feature)) for line in lines), feature
     assert "IN-SAMPLE" in text and "OUT-OF-SAMPLE" in text and "prefix caching on (default)" in text
     assert "vllm21348-qwen3-235b-a22b-fp8-h100-tp4" in text
+
+
+def test_the_reference_study_sizes_the_feature_rows_through_the_rules() -> None:
+    """evaluation/measurements.compare (vllm_accuracy, overhead_cv) takes the row's features, not a skip."""
+    from capacity.features.offload import LMCacheOffload
+    from evaluation.measurements import compare, deployment_for, feature_deployment, load_measurements
+    from models_registry.sources.gpu_catalog import find_gpu_sku
+    from tools.vllm_accuracy import resolve_model
+
+    rows = {r.id: r for r in load_measurements()}
+    dp_ids = ("recipes12-qwen3-coder-480b-fp8-h20-dp8-util090", "recipes12-qwen3-coder-480b-fp8-h20-dp8-util095")
+    chosen = [rows[i] for i in dp_ids]
+    compared = {c.row.id: c for c in compare(chosen, resolve_model, find_gpu_sku, dp_rows=True)}
+    assert all(c.skipped for c in compare(chosen, resolve_model, find_gpu_sku))  # the overhead study: one rank's terms
+    for row_id in dp_ids:
+        predicted = compared[row_id].predicted
+        assert predicted is not None, compared[row_id].skipped
+        assert predicted.kv_bytes_per_token_per_gpu == 62 * 8 * 128 * 2 * 2  # every KV head on each DP rank
+    lmcache = rows["vllm21348-qwen3-235b-a22b-fp8-h100-tp4"]
+    spec, _ = resolve_model(lmcache.config_repo)
+    deployment = feature_deployment(lmcache, deployment_for(lmcache, spec))
+    assert isinstance(deployment.kv_offload, LMCacheOffload) and deployment.tp == 4 and deployment.dp == 1

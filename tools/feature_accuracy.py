@@ -161,7 +161,7 @@ def reference_prefix_groups() -> PrefixGroups:
     from tools.vllm_accuracy import resolve_model
 
     pairs: list[tuple[bool | None, float | None, float | None]] = []
-    for c in compare(load_measurements(), resolve_model, find_gpu_sku):
+    for c in compare(load_measurements(), resolve_model, find_gpu_sku, dp_rows=True):
         r = c.row
         on = _explicit(r.raw)
         if c.predicted is not None and (
