@@ -5,9 +5,10 @@ accuracy figures.
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,11 @@ import yaml
 from capacity import engine_constants as ec
 from capacity.calibration import ObservedSettings, engine_version_for, observed_deployment
 from capacity.dtypes import GIB
+from capacity.engines import Engine
+from capacity.engines.command_line import read_command
 from capacity.estimate import Estimate, estimate
+from capacity.features.offload_sizing import kv_offload_for
+from capacity.features.parallel_layout import expert_parallel_width
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 
 MEASUREMENTS_PATH = Path(__file__).resolve().parent / "data" / "vllm_public_measurements.yaml"
@@ -182,6 +187,22 @@ def deployment_for(row: Measurement, model: ModelSpec) -> DeploymentSpec:
     )
 
 
+def feature_deployment(row: Measurement, deployment: DeploymentSpec) -> DeploymentSpec:
+    """The serving features the row ran with (`feature_command`: the flags its log shows) on its deployment, so the
+    feature rules size it as `capplan estimate --from-command` does: DP ranks, the EP width, a KV connector; the
+    parameters the row states, the engine's defaults for the rest (tools/feature_accuracy.py reports them)."""
+    text = row.raw.get("feature_command")
+    if not text:
+        return deployment
+    options = read_command(str(text), row.prediction_version).options
+    dp = int(str(options.get("dp") or 1))
+    wide = options.get("enable_expert_parallel")
+    ep = expert_parallel_width(Engine.VLLM, deployment.tp, dp) if wide else int(str(options.get("ep") or 1))
+    transfer = options.get("kv_transfer_config")
+    connector = json.loads(str(transfer))["kv_connector"] if transfer else None
+    return replace(deployment, dp=dp, ep=ep, kv_offload=kv_offload_for(Engine.VLLM, connector=connector))
+
+
 @dataclass(frozen=True, slots=True)
 class Comparison:
     row: Measurement
@@ -210,13 +231,17 @@ def compare(
     rows: list[Measurement],
     resolve_model: Any,
     resolve_gpu: Any,
+    *,
+    dp_rows: bool = False,
 ) -> list[Comparison]:
     """Predict every row with capplan. `resolve_model(repo_id) -> (ModelSpec, checkpoint_bytes)` and
-    `resolve_gpu(name) -> GpuSku` raise LookupError for what the catalog does not know."""
+    `resolve_gpu(name) -> GpuSku` raise LookupError for what the catalog does not know. `dp_rows`: also the
+    rows that ran engine DP ranks, sized by the DP / EP rules from their `feature_command` (the overhead study
+    leaves them out: its terms are a single rank's)."""
     results: list[Comparison] = []
     for row in rows:
         gpus = row.raw.get("num_gpus_total")
-        if isinstance(gpus, int) and gpus > row.tp * row.pp:
+        if isinstance(gpus, int) and gpus > row.tp * row.pp and not (dp_rows and row.raw.get("feature_command")):
             results.append(Comparison(row, None, f"data/expert parallel over {gpus} GPUs is not modeled"))
             continue
         try:
@@ -227,10 +252,10 @@ def compare(
         gpu: GpuSku | None = None
         if row.gpu:
             try:
-                gpu = resolve_gpu(_clean_gpu(row.gpu))
+                gpu = resolve_gpu(str(row.raw.get("feature_gpu") or _clean_gpu(row.gpu)))
             except LookupError:
                 gpu = None
-        deployment = deployment_for(row, spec)
+        deployment = feature_deployment(row, deployment_for(row, spec))
         if gpu is None and deployment.gpu_memory_bytes is None:
             results.append(Comparison(row, None, f"unknown GPU {row.gpu!r}"))
             continue

@@ -32,7 +32,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", action="store_true", help="print every row")
     args = parser.parse_args()
-    results = compare(load_measurements(), resolve_model, find_gpu_sku)
+    results = compare(load_measurements(), resolve_model, find_gpu_sku, dp_rows=True)
     skipped = 0
     for result in results:
         if result.predicted is None:

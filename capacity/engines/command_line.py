@@ -173,6 +173,9 @@ _UNSIZED: dict[Engine, frozenset[str]] = {
         "mamba_ssm_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio", "json_model_override_args",
         "load_format", "enable_mixed_chunk", "disaggregation_mode", "config", "enable_memory_saver",
         "enable_torch_compile", "torch_compile_max_bs", "piecewise_cuda_graph_max_tokens",
+        # KTransformers: with --kt-weight-path only --kt-num-gpu-experts experts per layer stay on the GPU
+        # (srt/layers/moe/kt_ep_wrapper.py), so the GPU weights shrink by an amount capplan does not size
+        "kt_weight_path", "kt_num_gpu_experts", "kt_method",
     }),
     Engine.TRTLLM: frozenset({
         "extra_llm_api_options", "context_parallel_size", "moe_expert_parallel_size", "moe_cluster_parallel_size",
