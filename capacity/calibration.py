@@ -40,6 +40,7 @@ from capacity.engines.vllm.profile import VllmProfile
 from capacity.estimate import Estimate
 from capacity.features.lora import LoraSpec
 from capacity.features.offload import UnsizedConnector, WeightOffload
+from capacity.features.parallel_layout import expert_parallel_width
 from capacity.features.speculative import SpecMethod, SpeculativeSpec
 from capacity.numeric import Num
 from capacity.pool import ChargeTerms, KVPool, PoolUnit, b_max, max_concurrency, max_context
@@ -92,7 +93,8 @@ class ObservedSettings:
         str, ...
     ] = ()  # lora (sized at the engine's defaults) | speculative | cpu_offload | dp_attention | kv_connector
     other_process_bytes: int | None = None  # in use on the GPU when the engine started (total - free, as printed)
-    dp: int | None = None  # attention DP ranks (SGLang --dp-size with DP attention, vLLM --data-parallel-size)
+    dp: int | None = None  # vLLM --data-parallel-size; SGLang --dp-size (attention DP ranks with DP attention on)
+    ep: int | None = None  # SGLang --ep-size (vLLM's --enable-expert-parallel: the feature `expert_parallel`)
 
 
 _KV_DTYPES = {None: "auto", "auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
@@ -131,6 +133,7 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
     kv_raw = (s.kv_cache_dtype or "").lower() or None
     kv = _KV_DTYPES.get(kv_raw, str(kv_raw))
     engine = Engine(str(s.engine or Engine.VLLM).lower())
+    dp, ep = _observed_parallel(engine, model, s)
     version = registry.engine_profile(engine).observed_version(s.engine_version, s.engine_generation)
     return DeploymentSpec(
         tp=s.tp,
@@ -154,18 +157,28 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         lora=LoraSpec() if "lora" in s.unmodelled_features else None,  # the log's server: the engine's defaults
         # a log says speculative decoding ran, not with what draft: flagged, not sized
         speculative=SpeculativeSpec(SpecMethod.UNKNOWN) if "speculative" in s.unmodelled_features else None,
-        dp=_observed_dp(s),
+        dp=dp,
+        ep=ep,
         kv_offload=UNKNOWN_CONNECTOR if "kv_connector" in s.unmodelled_features else None,
         weight_offload=UNKNOWN_WEIGHT_OFFLOAD if "cpu_offload" in s.unmodelled_features else None,
         other_process_bytes=s.other_process_bytes or 0,
     )
 
 
-def _observed_dp(s: ObservedSettings) -> int:
-    """The attention DP ranks a log ran with; DP attention on with its size not carried cannot be sized per rank."""
-    if s.dp is None and "dp_attention" in s.unmodelled_features:
-        raise SpecError("DP attention was on and the log does not say its --dp-size: the per-rank pool is not sized")
-    return s.dp or 1
+def _observed_parallel(engine: Engine, model: ModelSpec, s: ObservedSettings) -> tuple[int, int]:
+    """(dp, ep) of the logged server, as the engine reads its args: vLLM's --data-parallel-size is always DP ranks
+    with a pool each; SGLang's --dp-size is only with --enable-dp-attention (else whole replicas, one GPU's memory
+    as at dp 1), its unset default 1. Expert parallel: SGLang's --ep-size (--enable-ep-moe: tp), vLLM's
+    --enable-expert-parallel over tp x dp; on a model without routed experts the engines ignore it."""
+    features = s.unmodelled_features
+    dp = s.dp or 1
+    if engine is Engine.SGLANG and "dp_attention" not in features:
+        dp = 1
+    if not model.num_experts:
+        return dp, 1
+    if s.ep and s.ep > 1:
+        return dp, s.ep
+    return dp, (expert_parallel_width(engine, s.tp, dp) if "expert_parallel" in features else 1)
 
 
 def engine_series(engine: str, version: str | None) -> str | None:

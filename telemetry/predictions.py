@@ -123,6 +123,8 @@ def settings_of(row: dict[str, Any]) -> ObservedSettings:
         gpu_peer_access=row.get("gpu_peer_access"),
         unmodelled_features=tuple(f for f in str(row.get("unmodelled_features") or "").split(",") if f),
         other_process_bytes=_int(row.get("other_process_bytes")),
+        dp=_int(row.get("dp")),
+        ep=_int(row.get("ep")),
     )
 
 

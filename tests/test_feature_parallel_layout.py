@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from capacity.calibration import observed_deployment
 from capacity.engines.command_flags import ENGINE_FLAGS
 from capacity.engines.command_line import read_command
 from capacity.engines.kinds import Engine
@@ -28,7 +30,9 @@ from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
 from recommendations.deploy import ServingPlan, engine_command
+from telemetry.predictions import settings_of
 from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv
+from tests.test_telemetry_support import ingest, only_observation
 
 ORACLE = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "vllm_parallel_layout.py"
 SGLANG_ORACLE = ORACLE.with_name("sglang_parallel_layout.py")
@@ -327,3 +331,45 @@ def test_a_dp_placement_deploys_with_the_engines_own_flags_and_reads_back(engine
     spec = DeploymentSpec(tp=int(read["tp"]), dp=dp, ep=ep, engine=engine.value, max_model_len=8192)  # type: ignore[call-overload]
     est = estimate(_model(), spec, gpu=gpu, context_tokens=8192)
     assert (dp, ep) == (best.dp, best.ep) and dp * est.b_max == best.b_max
+
+
+# SGLang's `server_args=ServerArgs(...)` line as launch_server prints it for `--tp 8 --enable-dp-attention --dp-size 8
+# --ep-size 8` (a fixture in that format: its KV line is illustrative, 500,000 tokens x 70,272 bytes, not measured)
+DP_LOG = Path(__file__).parent / "fixtures" / "telemetry" / "logs" / "sglang_deepseek_v3_h200_dp8_ep8.log"
+VLLM_DP_LOG = (
+    "$ vllm serve deepseek-ai/DeepSeek-V3 -tp 1 --data-parallel-size 8 --enable-expert-parallel --max-model-len 4096\n"
+    "INFO 10-14 08:03:41 [gpu_model_runner.py:2653] Model loading took 85.10 GiB and 99.9 seconds\n"
+)
+
+
+def _logged(tmp_path: Path, text: str) -> DeploymentSpec:
+    obs = only_observation(ingest(tmp_path, {"d/startup.log": text}))
+    return observed_deployment(_model(), settings_of(obs))
+
+
+def test_a_logged_sglang_dp_attention_server_is_sized_per_rank(tmp_path: Path) -> None:
+    """The log's dp_size / enable_dp_attention / ep_size become the deployment's layout: attention TP 8 / 8 = 1
+    (SGLang derive_attn_tp_size), each rank's MLA latent whole, as `--dp 8 --ep 8` typed by hand."""
+    d = _logged(tmp_path, DP_LOG.read_text(encoding="utf-8"))
+    assert (d.engine, d.tp, d.dp, d.ep) == ("sglang", 8, 8, 8)
+    est = estimate(_model(), replace(d, max_model_len=4096), gpu=find_gpu_sku("H200"))
+    assert est.layout is not None and est.layout.attention_tp == 1
+    assert est.kv_bytes_per_token_per_gpu == MLA_BYTES_PER_TOKEN
+
+
+def test_a_logged_vllm_dp_ep_server_is_sized_per_rank(tmp_path: Path) -> None:
+    """vLLM's --data-parallel-size 8 --enable-expert-parallel at -tp 1: EP = tp x dp = 8 ranks
+    (FusedMoEParallelConfig.make), so each GPU holds 256 / 8 = 32 whole routed experts."""
+    d = _logged(tmp_path, VLLM_DP_LOG)
+    assert (d.tp, d.dp, d.ep) == (1, 8, 8)
+    est = estimate(_model(), d, gpu=find_gpu_sku("H200"))
+    assert est.layout is not None and est.layout.expert_share(EXPERTS) * EXPERTS == 32
+
+
+def test_sglang_dp_attention_logged_without_its_size_takes_the_engines_default(tmp_path: Path) -> None:
+    """ServerArgs.dp_size defaults to 1: a dump that omits it ran one attention group (no error, no per-rank
+    split); --dp-size without --enable-dp-attention is whole replicas, each sized as dp 1."""
+    line = DP_LOG.read_text(encoding="utf-8").replace("dp_size=8, ", "")
+    assert _logged(tmp_path / "a", line).dp == 1
+    replicas = DP_LOG.read_text(encoding="utf-8").replace("enable_dp_attention=True", "enable_dp_attention=False")
+    assert _logged(tmp_path / "b", replicas).dp == 1
