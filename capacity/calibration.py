@@ -44,7 +44,7 @@ from capacity.features.parallel_layout import expert_parallel_width
 from capacity.features.speculative import SpecMethod, SpeculativeSpec
 from capacity.numeric import Num
 from capacity.pool import ChargeTerms, KVPool, PoolUnit, b_max, max_concurrency, max_context
-from capacity.spec import DeploymentSpec, ModelSpec, SpecError
+from capacity.spec import DeploymentSpec, ModelSpec
 
 DEFAULT_MIN_OBSERVATIONS = 3
 DEFAULT_CONFIDENCE = 0.9
