@@ -118,6 +118,31 @@ class Estimate:
     lora: LoraMemory | None = None  # the LoRA adapters' memory (GPU, charged with the weights; host), if served
     layout: RankLayout | None = None  # DP attention / expert parallel / DCP (None: the TP layout); figures per DP rank
 
+    @property
+    def dp(self) -> int:
+        """Attention DP ranks, a pool each (1: the TP layout)."""
+        return 1 if self.layout is None else self.layout.dp
+
+    @property
+    def ep(self) -> int:
+        """Expert-parallel ranks (1: experts split by tensor parallel)."""
+        return 1 if self.layout is None else self.layout.ep
+
+    @property
+    def dcp(self) -> int:
+        """Decode context parallel: the GPUs one request's KV is split over."""
+        return 1 if self.layout is None else self.layout.dcp
+
+    @property
+    def attention_tp(self) -> int:
+        """The ranks attention and its KV are split over (SGLang's DP attention: tp / dp)."""
+        return self.tp if self.layout is None else self.layout.attention_tp
+
+    @property
+    def b_max_dp_group(self) -> int:
+        """B_max of the whole DP group: every rank holds its own sequences (`RankLayout.group_b_max`)."""
+        return self.b_max if self.layout is None else self.layout.group_b_max(self.b_max)
+
     def b_max_at(self, context_tokens: int) -> int:
         """B_max at another context, the shared prefix held once as at the estimate's own."""
         cached = cached_prefix_tokens(self.prefix_caching, Engine(self.engine), self.pool, context_tokens)
