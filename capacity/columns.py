@@ -481,9 +481,7 @@ CONTRACT_ONLY: tuple[ContractField, ...] = (
     ),
     ContractField("dcp", "Decode context parallel: the GPUs one request's KV is split over (1: none).", "dcp"),
     ContractField("attention_tp", "The ranks one attention layer and its KV are split over.", "attention_tp"),
-    ContractField(
-        "b_max_dp_group", "Sequences the whole DP group holds at the context: dp x b_max.", "b_max_dp_group"
-    ),
+    ContractField("b_max_dp_group", "Sequences the whole DP group holds at the context: dp x b_max.", "b_max_dp_group"),
 )
 
 # The contract's keys in its own order (kept byte-identical: it predates the dictionary); each is a
