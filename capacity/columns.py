@@ -414,7 +414,7 @@ def comment(column: Column, *, deployments: bool = False) -> str:
 
 # The description of a column that several marts carry with one meaning. A mart whose SQL file gives such
 # a column no comment of its own gets this one; a file that means something narrower says so in its file.
-_SHARED_GRID_COLUMNS = ("run_id", "run_date", "gpu", "model_family", "tp", "pp")
+_SHARED_GRID_COLUMNS = ("run_id", "run_date", "gpu", "model_family", "tp", "pp", "dp", "ep")
 _PRICE_BASIS = (
     "What the price rests on: list (a provider's published offer), contract (your own catalog's price) or "
     "estimate (no public list price; bought only when the workloads file sets procurement.allow_estimated_prices)."
