@@ -22,14 +22,16 @@ from capacity.engines.command_line import read_command
 from capacity.engines.kinds import Engine
 from capacity.estimate import Estimate, estimate
 from capacity.features.parallel_layout import expert_parallel_width
-from capacity.performance import DEFAULT_EFFICIENCY, performance
+from capacity.performance import DEFAULT_EFFICIENCY, efficiency_for, perf_inputs, performance
 from capacity.placement import place
 from capacity.planning_types import WorkloadProfile
+from capacity.serving import Lengths, Load, simulate
 from capacity.spec import DeploymentSpec, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
 from recommendations.deploy import ServingPlan, engine_command
+from recommendations.serving_plan import SIMULATED_REQUESTS, PlaceQuery, ServedModel, place_model
 from telemetry.predictions import settings_of
 from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv
 from tests.test_telemetry_support import ingest, only_observation
@@ -373,3 +375,31 @@ def test_sglang_dp_attention_logged_without_its_size_takes_the_engines_default(t
     assert _logged(tmp_path / "a", line).dp == 1
     replicas = DP_LOG.read_text(encoding="utf-8").replace("enable_dp_attention=True", "enable_dp_attention=False")
     assert _logged(tmp_path / "b", replicas).dp == 1
+
+
+def test_at_a_request_rate_a_dp_group_is_simulated_as_dp_engines_sharing_the_stream() -> None:
+    """A DP group of dp ranks at a replica rate R is dp engines, each with its own pool, batch share and step cost,
+    taking R / dp of the requests: by hand, one rank's per-rank estimate (its B = the replica's planned B / dp)
+    simulated alone with Poisson arrivals at R / dp gives the answer's simulated percentiles exactly, and the DP
+    options are candidates at a rate (no longer refused as 'the simulation runs one engine')."""
+    gpu = find_gpu_sku("H200")
+    query = PlaceQuery(1024, 256, request_rate_per_s=40.0, tpot_ms=200.0, gpus=(gpu.id,), top=20)
+    answer = place_model(ServedModel(_model(), MODEL), query, [gpu])
+    assert not any("runs one engine" in why for _gpu, why in answer.infeasible)
+    dp = [served for served in answer.options if served.option.dp > 1 and served.sim is not None]
+    assert dp, (answer.infeasible, [(s.option.tp, s.option.dp) for s in answer.options])
+    served = dp[0]
+    o = served.option
+    per_rank_seqs = o.planned_per_replica // o.dp  # vLLM's --max-num-seqs is each engine core's
+    layout = {"tp": o.tp, "dp": o.dp, "ep": o.ep, "weight_dtype": o.weight_dtype, "kv_dtype": o.kv_dtype}
+    deployment = DeploymentSpec(**layout, max_model_len=o.max_model_len, max_num_seqs=per_rank_seqs)
+    rank = estimate(_model(), deployment, gpu=gpu, model_name=MODEL, context_tokens=o.context_tokens)
+    assert rank.max_num_seqs == per_rank_seqs and rank.layout is not None and rank.layout.dp == o.dp
+    rate_per_rank = query.request_rate_per_s / (served.replicas * o.dp)
+    alone = simulate(
+        rank,
+        perf_inputs(_model(), rank, gpu, o.weight_dtype),
+        Load.poisson(rate_per_rank, SIMULATED_REQUESTS, Lengths(1024, 256)),
+        efficiency_for(rank.engine, gpu),
+    )
+    assert served.sim.ttft.p99_ms == alone.ttft.p99_ms and served.sim.tpot.p99_ms == alone.tpot.p99_ms
