@@ -359,7 +359,8 @@ COLUMNS: tuple[Column, ...] = (
         "output_tokens_per_second",
         _F,
         _C,
-        "Predicted decode throughput of one replica at b_max sequences (b_max x PP / TPOT).",
+        "Predicted decode throughput of one replica at b_max sequences (b_max x PP / TPOT; a DP group's dp ranks "
+        "each decode their own b_max: dp x b_max x PP / TPOT).",
         "tokens/s",
     ),
     Column(

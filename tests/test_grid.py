@@ -184,7 +184,8 @@ def _assert_speed_matches(row: dict[str, object], est, model: GridModel, gpu: Gp
     inputs = perf_inputs(model.spec, est, gpu, str(row["weight_dtype"]))
     tpot = tpot_seconds(inputs, est.b_max, int(row["context"]), efficiency_for(est.engine, gpu))  # type: ignore[call-overload]
     assert row["tpot_ms"] == pytest.approx(tpot * 1e3, rel=1e-9)
-    assert row["output_tokens_per_second"] == pytest.approx(est.b_max * est.pp / tpot, rel=1e-9)
+    # one replica's: every DP rank decodes its own b_max sequences
+    assert row["output_tokens_per_second"] == pytest.approx(est.dp * est.b_max * est.pp / tpot, rel=1e-9)
 
 
 def _stratified(grid: pl.DataFrame, per_group: int, seed: int) -> list[int]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from capacity.features.parallel_layout import RankLayout
+from capacity.features.parallel_layout import RankLayout, dp_group_b_max
 from capacity.grid.columns import _F64, PERF_COLUMNS, PERF_WINDOW_SLOTS
 from capacity.performance import PerfEfficiency, PerfInputs, rank_terms, tpot_seconds
 from capacity.spec import ModelSpec
@@ -103,7 +103,7 @@ def _with_speed(
         tp=col("perf_tp"), pp=col("perf_pp"), bandwidth_bytes_per_s=col("perf_bandwidth"),
         flops_per_s=pl.when(col("perf_fp8_gemm")).then(col("perf_fp8_flops")).otherwise(col("perf_bf16_flops")),
         link_bytes_per_s=col("perf_link"), moe_layers_on_rank=col("perf_moe_layers"),
-        ep=col("perf_exchange_ranks"), expert_token_ranks=col("perf_expert_token_ranks"),
+        ep=col("perf_exchange_ranks"), expert_token_ranks=col("perf_dp_ranks"),
     )  # fmt: skip
     p = PerfInputs(**columns)
     factors: dict[str, Any] = dict(
@@ -115,5 +115,8 @@ def _with_speed(
     ok = (batch >= 1) & col("_tpot").is_not_null() & col("_tpot").is_finite()
     return rows.with_columns(
         pl.when(ok).then(col("_tpot") * 1e3).alias("tpot_ms"),
-        pl.when(ok).then(batch.cast(_F64) * col("perf_pp") / col("_tpot")).alias("output_tokens_per_second"),
+        # one replica's: a DP group's ranks each decode their own b_max (`parallel_layout.dp_group_b_max`)
+        pl.when(ok)
+        .then(dp_group_b_max(col("perf_dp_ranks"), batch.cast(_F64)) * col("perf_pp") / col("_tpot"))
+        .alias("output_tokens_per_second"),
     ).drop("_tpot")
