@@ -403,3 +403,15 @@ def test_at_a_request_rate_a_dp_group_is_simulated_as_dp_engines_sharing_the_str
         efficiency_for(rank.engine, gpu),
     )
     assert served.sim.ttft.p99_ms == alone.ttft.p99_ms and served.sim.tpot.p99_ms == alone.tpot.p99_ms
+
+
+def test_the_json_answer_names_the_layout_and_the_dp_groups_b_max() -> None:
+    """`--json` carries dp, ep, dcp and the attention TP (SGLang derive_attn_tp_size: tp / dp = 1 at --tp 8
+    --dp-size 8), and b_max_dp_group = dp x the rank's b_max (every rank schedules its own sequences); a TP-only
+    answer reads 1, 1, 1, tp and its own b_max."""
+    args = ["--gpu", "H200", "--max-model-len", "8192", "--json", "--engine", "sglang", "--tp", "8"]
+    dp = json.loads(_cli(MODEL, *args, "--dp", "8", "--ep", "8").output)
+    assert (dp["dp"], dp["ep"], dp["dcp"], dp["attention_tp"]) == (8, 8, 1, 1)
+    assert dp["b_max"] > 0 and dp["b_max_dp_group"] == 8 * dp["b_max"]
+    tp = json.loads(_cli(MODEL, *args).output)
+    assert (tp["dp"], tp["ep"], tp["dcp"], tp["attention_tp"], tp["b_max_dp_group"]) == (1, 1, 1, 8, tp["b_max"])
