@@ -480,9 +480,9 @@ CONTRACT_ONLY: tuple[ContractField, ...] = (
         "prefix_cache",
         "{cached_tokens, b_max_without}: the shared prefix held once (whole blocks) and B_max without sharing.",
     ),
-    ContractField("dcp", "Decode context parallel: the GPUs one request's KV is split over (1: none).", "dcp"),
-    ContractField("attention_tp", "The ranks one attention layer and its KV are split over.", "attention_tp"),
-    ContractField("b_max_dp_group", "Sequences the whole DP group holds at the context: dp x b_max.", "b_max_dp_group"),
+    ContractField("dcp", "Decode context parallel: the GPUs one request's KV is split over (1: none)."),
+    ContractField("attention_tp", "The ranks one attention layer and its KV are split over."),
+    ContractField("b_max_dp_group", "Sequences the whole DP group holds at the context: dp x b_max."),
 )
 
 # The contract's keys in its own order (kept byte-identical: it predates the dictionary); each is a

@@ -33,7 +33,7 @@ from capacity.features.offload_sizing import (
     sizing,
     weights_after_offload,
 )
-from capacity.features.parallel_layout import RankLayout, rank_layout
+from capacity.features.parallel_layout import RankLayout, layout_contract, rank_layout
 from capacity.features.prefix_cache_engines import prefix_cache_rule
 from capacity.features.prefix_caching import NO_PREFIX_CACHING_STATED, PrefixCaching
 from capacity.features.speculative_memory import DraftSizing, draft_sizing
@@ -128,21 +128,6 @@ class Estimate:
         """Expert-parallel ranks (1: experts split by tensor parallel)."""
         return 1 if self.layout is None else self.layout.ep
 
-    @property
-    def dcp(self) -> int:
-        """Decode context parallel: the GPUs one request's KV is split over."""
-        return 1 if self.layout is None else self.layout.dcp
-
-    @property
-    def attention_tp(self) -> int:
-        """The ranks attention and its KV are split over (SGLang's DP attention: tp / dp)."""
-        return self.tp if self.layout is None else self.layout.attention_tp
-
-    @property
-    def b_max_dp_group(self) -> int:
-        """B_max of the whole DP group: every rank holds its own sequences (`RankLayout.group_b_max`)."""
-        return self.b_max if self.layout is None else self.layout.group_b_max(self.b_max)
-
     def b_max_at(self, context_tokens: int) -> int:
         """B_max at another context, the shared prefix held once as at the estimate's own."""
         cached = cached_prefix_tokens(self.prefix_caching, Engine(self.engine), self.pool, context_tokens)
@@ -159,6 +144,7 @@ class Estimate:
             "activation_terms": [{"term": name, "bytes": n} for name, n in self.activation_buffers],
             "kv_tiers": [tier.contract() for tier in self.kv_tiers],
             "prefix_cache": {"cached_tokens": self.prefix_cached_tokens, "b_max_without": self.b_max_without_prefix},
+            **layout_contract(self.layout, self.tp, self.b_max),
         }
         return {key: derived[key] if attribute is None else getattr(self, attribute) for key, attribute in CONTRACT}
 

@@ -165,6 +165,14 @@ def replica_gpus(dp_ranks_add_gpus: Num, tp: Num, pp: Num, dp: Num) -> Num:
     return tp * pp * numeric.choose(dp_ranks_add_gpus, dp, 1)
 
 
+def layout_contract(layout: RankLayout | None, tp: int, b_max: int) -> dict[str, int]:
+    """The `--json` keys of the layout beside dp and ep: dcp, the attention TP and the DP group's B_max (the TP
+    layout's where `layout` is None)."""
+    if layout is None:
+        return {"dcp": 1, "attention_tp": tp, "b_max_dp_group": b_max}
+    return {"dcp": layout.dcp, "attention_tp": layout.attention_tp, "b_max_dp_group": layout.group_b_max(b_max)}
+
+
 def dp_group_b_max(dp: Num, b_max_per_rank: Num) -> Num:
     """B_max of a DP group: each rank schedules its own sequences from its own pool. On ints and columns."""
     return dp * b_max_per_rank
