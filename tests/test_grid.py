@@ -425,6 +425,27 @@ def test_catalog_grid_matches_estimate() -> None:
         assert row["max_context"] == _estimate_row(row, model, gpu, row["concurrency"]).max_context_at_concurrency
 
 
+def test_large_moe_dp_rows_equal_estimate_per_rank() -> None:
+    """The layouts DeepSeek-V3 / R1 and Qwen3-235B-A22B are served with on an 8 x H200 node are grid rows, and
+    every one of them (all contexts) is `estimate` of the same `--tp --dp --ep`; DeepSeek's MLA latent is whole on
+    every rank: (kv_lora_rank 512 + qk_rope_head_dim 64) x 2 bytes x 61 layers = 70,272 bytes per token and GPU
+    (its config.json), at vLLM -tp 1 -dp 8 and SGLang --tp 8 --dp-size 8 alike."""
+    from models_registry.sources.gpu_catalog import load_gpu_skus
+
+    wanted = {"deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1", "Qwen/Qwen3-235B-A22B"}
+    catalog = [m for m in _catalog_models() if m.repo_id in wanted]
+    assert {m.repo_id for m in catalog} == wanted
+    skus = [g for g in load_gpu_skus(CATALOG / "gpus.yaml") if g.id == "h200-sxm-141gb"]
+    options = GridOptions(weight_dtypes=("bf16", "auto"), kv_dtypes=("auto",))
+    grid = build_capacity_grid(catalog, skus, options).collect().filter(pl.col("dp") > 1)
+    assert set(grid.get_column("model").unique()) == wanted
+    by_model, by_gpu = {m.repo_id: m for m in catalog}, {g.id: g for g in skus}
+    _assert_rows_match(grid, list(range(grid.height)), by_model, by_gpu)
+    deepseek = grid.filter(pl.col("model") == "deepseek-ai/DeepSeek-V3", pl.col("dp") == 8)
+    assert set(deepseek.select("engine", "tp").unique().iter_rows()) == {("vllm", 1), ("sglang", 8)}
+    assert set(deepseek.get_column("kv_bytes_per_token_per_gpu").unique()) == {(512 + 64) * 2 * 61}
+
+
 # --- byte arithmetic against plain Python integers (G4) -------------------------------------------
 
 
