@@ -306,9 +306,8 @@ def _on_allowed_gpus(f: _Frames, frame: pl.LazyFrame) -> pl.LazyFrame:
 def _single(f: _Frames) -> pl.LazyFrame:
     """The PP = 1 deployments, sized (narrow)."""
     return f.sized(
-        _on_allowed_gpus(
-            f, f.full.select(_NARROW).filter(pl.col("pp") == 1).join(f.served, on=_SERVED_ON, how="inner")
-        ).join(f.node, on=["model_idx", "gpus_per_node"], how="left")
+        _on_allowed_gpus(f, f.full.select(_NARROW).filter(pl.col("pp") == 1).join(f.served, on=_SERVED_ON, how="inner"))
+        .join(f.node, on=["model_idx", "gpus_per_node"], how="left")
     )
 
 
@@ -320,7 +319,11 @@ def _not_fitting(single: pl.LazyFrame, windows: int) -> pl.LazyFrame:
     return single.filter(
         (pl.col("tp") == pl.col("node_tp"))
         & (pl.col("dp") == 1)
-        & ~((budget > 0) & (pl.col("max_model_len") >= t_min) & _pool_terms(windows).fits(t_min, 1))
+        & ~(
+            (budget > 0)
+            & (pl.col("max_model_len") >= t_min)
+            & _pool_terms(windows).fits(t_min, 1)
+        )
     ).select(*_GROUP, "gpu_idx", "node_tp")
 
 

@@ -53,9 +53,7 @@ class _Registry:
     settings: list[tuple[object, ...]] = field(default_factory=list)
     batches: dict[tuple[str, int], set[tuple[int, int]]] = field(default_factory=dict)
     block_sizes: dict[tuple[str, int], set[tuple[int, bool]]] = field(default_factory=dict)
-    shapes: list[tuple[int, int, int, int, int, int, int, tuple[tuple[int, int, int], ...]]] = field(
-        default_factory=list
-    )
+    shapes: list[tuple[int, int, int, int, int, int, int, tuple[tuple[int, int, int], ...]]] = field(default_factory=list)
     shape_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
     # the KV side of a layout depends on the model's layers only (not its parameter counts): models
     # that share them (fine-tunes, re-quantizations) share these results, keyed by `kv_view` id
@@ -214,7 +212,9 @@ def _vision(spec: ModelSpec) -> object:
 
 
 def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
-    return tuple(engine_profile(engine, options.engine_version(engine)) for engine in options.engines)
+    return tuple(
+        engine_profile(engine, options.engine_version(engine)) for engine in options.engines
+    )
 
 
 def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions) -> _Registry:
@@ -249,31 +249,15 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
             for g, gpu in enumerate(gpus):
                 eff = efficiency[g]
                 for (tp, pp), (k, kv_dtype) in product(sorted(parallel), enumerate(options.kv_dtypes)):
-                    d = profile.defaults(
-                        DefaultsRequest(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens, tp, pp, kv_dtype)
-                    )
+                    d = profile.defaults(DefaultsRequest(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens, tp, pp,
+                                                         kv_dtype))
                     seqs = d.max_num_seqs or None
                     batched = d.max_num_batched_tokens
                     in_flight = profile.max_in_flight_tokens(batched, pp, None)
                     reg.settings.append(
-                        (
-                            e,
-                            cid,
-                            tp,
-                            pp,
-                            k,
-                            g,
-                            d.gpu_memory_utilization,
-                            seqs,
-                            batched,
-                            in_flight,
-                            d.block_size,
-                            d.state_checkpoints,
-                            eff.memory_bandwidth,
-                            eff.compute,
-                            eff.step_overhead_s,
-                            eff.allreduce_latency_s,
-                        )
+                        (e, cid, tp, pp, k, g, d.gpu_memory_utilization, seqs, batched, in_flight, d.block_size,
+                         d.state_checkpoints, eff.memory_bandwidth, eff.compute, eff.step_overhead_s,
+                         eff.allreduce_latency_s)
                     )
                     reg.batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
                     reg.block_sizes.setdefault((engine, cid), set()).add((d.block_size, d.state_checkpoints))

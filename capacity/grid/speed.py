@@ -68,11 +68,7 @@ def used_window_slots(deployments: pl.DataFrame) -> tuple[int, ...]:
     if deployments.height == 0:
         return tuple(range(PERF_WINDOW_SLOTS))
     padding = [
-        (
-            (pl.col(f"perf_win_{j}_kv") == 0)
-            & (pl.col(f"perf_win_{j}_attn") == 0)
-            & pl.col(f"perf_win_{j}_tokens").is_finite()
-        )
+        ((pl.col(f"perf_win_{j}_kv") == 0) & (pl.col(f"perf_win_{j}_attn") == 0) & pl.col(f"perf_win_{j}_tokens").is_finite())
         .fill_null(False)
         .all()
         .alias(str(j))
