@@ -40,7 +40,7 @@ from capacity.engines.vllm.profile import VllmProfile
 from capacity.estimate import Estimate
 from capacity.features.lora import LoraSpec
 from capacity.features.offload import UnsizedConnector, WeightOffload
-from capacity.features.parallel_layout import expert_parallel_width
+from capacity.features.parallel_layout import attention_dp_ranks, expert_parallel_width
 from capacity.features.speculative import SpecMethod, SpeculativeSpec
 from capacity.numeric import Num
 from capacity.pool import ChargeTerms, KVPool, PoolUnit, b_max, max_concurrency, max_context
@@ -166,19 +166,16 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
 
 
 def _observed_parallel(engine: Engine, model: ModelSpec, s: ObservedSettings) -> tuple[int, int]:
-    """(dp, ep) of the logged server, as the engine reads its args: vLLM's --data-parallel-size is always DP ranks
-    with a pool each; SGLang's --dp-size is only with --enable-dp-attention (else whole replicas, one GPU's memory
-    as at dp 1), its unset default 1. Expert parallel: SGLang's --ep-size (--enable-ep-moe: tp), vLLM's
-    --enable-expert-parallel over tp x dp; on a model without routed experts the engines ignore it."""
+    """(dp, ep) of the logged server, as the engine reads its args: the DP ranks with a pool each
+    (`attention_dp_ranks`; an unset size is the engines' default 1); expert parallel over every MoE rank where
+    switched on (vLLM --enable-expert-parallel, SGLang's --enable-ep-moe), else SGLang's --ep-size; on a model
+    without routed experts the engines ignore it."""
     features = s.unmodelled_features
-    dp = s.dp or 1
-    if engine is Engine.SGLANG and "dp_attention" not in features:
-        dp = 1
+    dp = attention_dp_ranks(engine, s.dp or 1, "dp_attention" in features)
     if not model.num_experts:
         return dp, 1
-    if s.ep and s.ep > 1:
-        return dp, s.ep
-    return dp, (expert_parallel_width(engine, s.tp, dp) if "expert_parallel" in features else 1)
+    # the switch spans every MoE rank, as `capplan estimate --enable-expert-parallel` reads it
+    return dp, expert_parallel_width(engine, s.tp, dp) if "expert_parallel" in features else (s.ep or 1)
 
 
 def engine_series(engine: str, version: str | None) -> str | None:

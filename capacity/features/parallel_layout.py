@@ -217,6 +217,12 @@ def expert_parallel_width(engine: Engine, tp: int, dp: int) -> int:
     return tp if engine is Engine.SGLANG else tp * dp
 
 
+def attention_dp_ranks(engine: Engine, dp: int, dp_attention: bool) -> int:
+    """The DP ranks with a pool each that a server's DP size gives: vLLM's --data-parallel-size always; SGLang's
+    --dp-size only with --enable-dp-attention (else router replicas, each a whole TP group sized alone)."""
+    return dp if engine is not Engine.SGLANG or dp_attention else 1
+
+
 @dataclass(frozen=True, slots=True)
 class DataParallelCandidate:
     """One DP-attention x expert-parallel layout a placement sizes beside the TP ones."""
