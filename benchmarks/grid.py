@@ -239,8 +239,8 @@ def scalar_sample(
     for row in rows:
         model = models[row["model"]]
         # the grid runs each deployment at the max_model_len that starts (vLLM's auto-fit)
-        deployment = DeploymentSpec(tp=row["tp"], pp=row["pp"], weight_dtype=row["weight_dtype"],
-                                    kv_dtype=row["kv_dtype"], engine=row["engine"],
+        deployment = DeploymentSpec(tp=row["tp"], pp=row["pp"], dp=row["dp"], ep=row["ep"],
+                                    weight_dtype=row["weight_dtype"], kv_dtype=row["kv_dtype"], engine=row["engine"],
                                     max_model_len=AUTO_MAX_MODEL_LEN)  # fmt: skip
         contracts.append(
             estimate(model.spec, deployment, gpu=gpus[row["gpu"]], model_name=model.repo_id,
@@ -248,7 +248,9 @@ def scalar_sample(
         )  # fmt: skip
     elapsed = time.perf_counter() - start
     for row, contract in zip(rows, contracts, strict=True):
-        if any(row[c] != contract[RENAMED.get(c, c)] for c in compared) or row["num_gpus"] != row["tp"] * row["pp"]:
+        # vLLM's DP ranks are TP groups of their own (world size tp x pp x dp); SGLang's DP attention splits --tp
+        gpus_per_replica = row["tp"] * row["pp"] * (row["dp"] if row["engine"] == "vllm" else 1)
+        if any(row[c] != contract[RENAMED.get(c, c)] for c in compared) or row["num_gpus"] != gpus_per_replica:
             mismatches += 1
     return len(rows), elapsed, mismatches
 

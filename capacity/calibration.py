@@ -41,10 +41,11 @@ from capacity.engines.vllm.profile import VllmProfile
 from capacity.estimate import Estimate
 from capacity.features.lora import LoraSpec
 from capacity.features.offload import UnsizedConnector, WeightOffload
+from capacity.features.parallel_layout import attention_dp_ranks, expert_parallel_width
 from capacity.features.speculative import SpecMethod, SpeculativeSpec, from_sglang_flags, from_vllm_config
 from capacity.numeric import Num
 from capacity.pool import ChargeTerms, KVPool, PoolUnit, b_max, max_concurrency, max_context
-from capacity.spec import DeploymentSpec, ModelSpec, SpecError
+from capacity.spec import DeploymentSpec, ModelSpec
 
 DEFAULT_MIN_OBSERVATIONS = 3
 DEFAULT_CONFIDENCE = 0.9
@@ -93,7 +94,8 @@ class ObservedSettings:
         str, ...
     ] = ()  # lora (sized at the engine's defaults) | speculative | cpu_offload | dp_attention | kv_connector
     other_process_bytes: int | None = None  # in use on the GPU when the engine started (total - free, as printed)
-    dp: int | None = None  # attention DP ranks (SGLang --dp-size with DP attention, vLLM --data-parallel-size)
+    dp: int | None = None  # vLLM --data-parallel-size; SGLang --dp-size (attention DP ranks with DP attention on)
+    ep: int | None = None  # SGLang --ep-size (vLLM's --enable-expert-parallel: the feature `expert_parallel`)
     # speculative decoding as the log states it (telemetry/speculative_log.py's JSON in the engine's terms)
     speculative_config: str | None = None
 
@@ -134,6 +136,7 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
     kv_raw = (s.kv_cache_dtype or "").lower() or None
     kv = _KV_DTYPES.get(kv_raw, str(kv_raw))
     engine = Engine(str(s.engine or Engine.VLLM).lower())
+    dp, ep = _observed_parallel(engine, model, s)
     version = registry.engine_profile(engine).observed_version(s.engine_version, s.engine_generation)
     return DeploymentSpec(
         tp=s.tp,
@@ -156,7 +159,8 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         gpu_peer_access=s.gpu_peer_access,
         lora=LoraSpec() if "lora" in s.unmodelled_features else None,  # the log's server: the engine's defaults
         speculative=_observed_speculative(model, s, engine),
-        dp=_observed_dp(s),
+        dp=dp,
+        ep=ep,
         kv_offload=UNKNOWN_CONNECTOR if "kv_connector" in s.unmodelled_features else None,
         weight_offload=UNKNOWN_WEIGHT_OFFLOAD if "cpu_offload" in s.unmodelled_features else None,
         other_process_bytes=s.other_process_bytes or 0,
@@ -192,11 +196,17 @@ def _observed_speculative(model: ModelSpec, s: ObservedSettings, engine: Engine)
     return SpeculativeSpec(SpecMethod.UNKNOWN)
 
 
-def _observed_dp(s: ObservedSettings) -> int:
-    """The attention DP ranks a log ran with; DP attention on with its size not carried cannot be sized per rank."""
-    if s.dp is None and "dp_attention" in s.unmodelled_features:
-        raise SpecError("DP attention was on and the log does not say its --dp-size: the per-rank pool is not sized")
-    return s.dp or 1
+def _observed_parallel(engine: Engine, model: ModelSpec, s: ObservedSettings) -> tuple[int, int]:
+    """(dp, ep) of the logged server, as the engine reads its args: the DP ranks with a pool each
+    (`attention_dp_ranks`; an unset size is the engines' default 1); expert parallel over every MoE rank where
+    switched on (vLLM --enable-expert-parallel, SGLang's --enable-ep-moe), else SGLang's --ep-size; on a model
+    without routed experts the engines ignore it."""
+    features = s.unmodelled_features
+    dp = attention_dp_ranks(engine, s.dp or 1, "dp_attention" in features)
+    if not model.num_experts:
+        return dp, 1
+    # the switch spans every MoE rank, as `capplan estimate --enable-expert-parallel` reads it
+    return dp, expert_parallel_width(engine, s.tp, dp) if "expert_parallel" in features else (s.ep or 1)
 
 
 def engine_series(engine: str, version: str | None) -> str | None:

@@ -143,7 +143,25 @@ COLUMNS: tuple[Column, ...] = (
     Column("kv_dtype", _T, _K, "Requested KV cache dtype, as --kv-dtype: auto (the model dtype) or fp8."),
     Column("tp", _S, _K, "Tensor-parallel size.", "GPUs", contract="tp"),
     Column("pp", _S, _K, "Pipeline-parallel size.", "GPUs", contract="pp"),
-    Column("num_gpus", _S, _K, "GPUs per replica: tp * pp.", "GPUs"),
+    Column(
+        "dp",
+        _S,
+        _K,
+        "Attention data-parallel ranks, a KV pool and a scheduler each (vLLM --data-parallel-size, SGLang "
+        "--dp-size with --enable-dp-attention); 1: none. Pool, tokens and B_max are one rank's.",
+        "ranks",
+        contract="dp",
+    ),
+    Column(
+        "ep",
+        _S,
+        _K,
+        "Expert-parallel ranks the routed experts are split over whole (vLLM --enable-expert-parallel: tp * dp; "
+        "SGLang --ep-size); 1: experts split by tensor parallel.",
+        "ranks",
+        contract="ep",
+    ),
+    Column("num_gpus", _S, _K, "GPUs per replica: tp * pp, times dp where each DP rank is a TP group (vLLM).", "GPUs"),
     Column(
         "context",
         _I,
@@ -341,7 +359,8 @@ COLUMNS: tuple[Column, ...] = (
         "output_tokens_per_second",
         _F,
         _C,
-        "Predicted decode throughput of one replica at b_max sequences (b_max x PP / TPOT).",
+        "Predicted decode throughput of one replica at b_max sequences (b_max x PP / TPOT; a DP group's dp ranks "
+        "each decode their own b_max: dp x b_max x PP / TPOT).",
         "tokens/s",
     ),
     Column(
@@ -396,7 +415,7 @@ def comment(column: Column, *, deployments: bool = False) -> str:
 
 # The description of a column that several marts carry with one meaning. A mart whose SQL file gives such
 # a column no comment of its own gets this one; a file that means something narrower says so in its file.
-_SHARED_GRID_COLUMNS = ("run_id", "run_date", "gpu", "model_family", "tp", "pp")
+_SHARED_GRID_COLUMNS = ("run_id", "run_date", "gpu", "model_family", "tp", "pp", "dp", "ep")
 _PRICE_BASIS = (
     "What the price rests on: list (a provider's published offer), contract (your own catalog's price) or "
     "estimate (no public list price; bought only when the workloads file sets procurement.allow_estimated_prices)."
@@ -461,6 +480,9 @@ CONTRACT_ONLY: tuple[ContractField, ...] = (
         "prefix_cache",
         "{cached_tokens, b_max_without}: the shared prefix held once (whole blocks) and B_max without sharing.",
     ),
+    ContractField("dcp", "Decode context parallel: the GPUs one request's KV is split over (1: none)."),
+    ContractField("attention_tp", "The ranks one attention layer and its KV are split over."),
+    ContractField("b_max_dp_group", "Sequences the whole DP group holds at the context: dp x b_max."),
 )
 
 # The contract's keys in its own order (kept byte-identical: it predates the dictionary); each is a
@@ -509,6 +531,11 @@ CONTRACT_KEYS = (
     "activation_terms",
     "kv_tiers",
     "prefix_cache",
+    "dp",
+    "ep",
+    "dcp",
+    "attention_tp",
+    "b_max_dp_group",
 )
 _CONTRACT_ATTRIBUTES: dict[str, str | None] = {
     **{c.contract: c.attribute or c.contract for c in COLUMNS if c.contract is not None},

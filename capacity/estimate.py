@@ -33,7 +33,7 @@ from capacity.features.offload_sizing import (
     sizing,
     weights_after_offload,
 )
-from capacity.features.parallel_layout import RankLayout, rank_layout
+from capacity.features.parallel_layout import RankLayout, layout_contract, rank_layout
 from capacity.features.prefix_cache_engines import prefix_cache_rule
 from capacity.features.prefix_caching import NO_PREFIX_CACHING_STATED, PrefixCaching
 from capacity.features.speculative_memory import DraftSizing, draft_sizing
@@ -118,6 +118,16 @@ class Estimate:
     lora: LoraMemory | None = None  # the LoRA adapters' memory (GPU, charged with the weights; host), if served
     layout: RankLayout | None = None  # DP attention / expert parallel / DCP (None: the TP layout); figures per DP rank
 
+    @property
+    def dp(self) -> int:
+        """Attention DP ranks, a pool each (1: the TP layout)."""
+        return 1 if self.layout is None else self.layout.dp
+
+    @property
+    def ep(self) -> int:
+        """Expert-parallel ranks (1: experts split by tensor parallel)."""
+        return 1 if self.layout is None else self.layout.ep
+
     def b_max_at(self, context_tokens: int) -> int:
         """B_max at another context, the shared prefix held once as at the estimate's own."""
         cached = cached_prefix_tokens(self.prefix_caching, Engine(self.engine), self.pool, context_tokens)
@@ -134,6 +144,7 @@ class Estimate:
             "activation_terms": [{"term": name, "bytes": n} for name, n in self.activation_buffers],
             "kv_tiers": [tier.contract() for tier in self.kv_tiers],
             "prefix_cache": {"cached_tokens": self.prefix_cached_tokens, "b_max_without": self.b_max_without_prefix},
+            **layout_contract(self.layout, self.tp, self.b_max),
         }
         return {key: derived[key] if attribute is None else getattr(self, attribute) for key, attribute in CONTRACT}
 

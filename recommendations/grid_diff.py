@@ -29,7 +29,7 @@ from warehouse.capacity_grid import capacity_frames
 from warehouse.grid_inputs import grid_input_rows
 from warehouse.sql import read_sql
 
-KEY_COLUMNS = ("model", "gpu", "engine", "weight_dtype", "kv_dtype", "tp", "pp", "context")
+KEY_COLUMNS = ("model", "gpu", "engine", "weight_dtype", "kv_dtype", "tp", "pp", "dp", "ep", "context")
 SHOWN_COLUMNS = (
     "change",
     "cause",
@@ -187,6 +187,8 @@ def _append(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> 
 
 def _change_line(row: dict[str, Any]) -> str:
     layout = f"{row['model']} on {row['num_gpus']} x {row['gpu']} ({row['engine']} TP {row['tp']} x PP {row['pp']}, "
+    if (row.get("dp") or 1) > 1 or (row.get("ep") or 1) > 1:
+        layout += f"DP {row['dp']} x EP {row['ep']}, "
     layout += f"{row['weight_dtype']}/{row['kv_dtype']}) at {row['context']:,} tokens"
     if row["change"] != "changed":
         return f"{row['change']}: {layout}"
@@ -250,7 +252,7 @@ RELEASE_DIFF_SCHEMA = {
     "fleet_release": pl.String,
     "next_release": pl.String,
     **{name: pl.String for name in ("change", "cause", "model", "gpu", "engine", "weight_dtype", "kv_dtype")},
-    **{name: pl.Int64 for name in ("tp", "pp", "context", "num_gpus")},
+    **{name: pl.Int64 for name in ("tp", "pp", "dp", "ep", "context", "num_gpus")},
     "engine_version_before": pl.String,
     "engine_version_after": pl.String,
     "b_max_before": pl.Int64,

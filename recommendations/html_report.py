@@ -167,9 +167,11 @@ def layout(tp: int, pp: int) -> str:
 
 
 def _served_as_published(grid: pl.DataFrame) -> pl.DataFrame:
-    """The checkpoint's own weights: `auto`, which the grid spells `bf16` for a bf16 checkpoint."""
+    """The checkpoint's own weights (`auto`, which the grid spells `bf16` for a bf16 checkpoint) on the TP
+    layouts: a DP x EP row's B_max is one rank's, and it shares its GPU, TP and PP with a TP row."""
     native = "auto" if (grid["weight_dtype"] == "auto").any() else "bf16"
-    return grid.filter(pl.col("weight_dtype") == native)
+    rows = grid.filter(pl.col("weight_dtype") == native)
+    return rows.filter(pl.col("dp") == 1) if "dp" in rows.columns else rows
 
 
 def smallest_replicas(grid: pl.DataFrame) -> pl.DataFrame:

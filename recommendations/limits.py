@@ -232,6 +232,7 @@ def grid_limits(
         weight_dtypes=("bf16", "auto"),
         kv_dtypes=("auto",),
         speed=False,
+        dp_layouts=False,  # rows keyed model x GPU x TP x PP: the TP layouts (a DP x EP layout is no TP config)
     )
     tables = grid_tables(
         models,

@@ -350,7 +350,8 @@ def _replica_rate(option: PlacementOption, served: ServedModel, est: Estimate, g
     """Requests/s a replica serves at B, steady state: the lesser of B / (TTFT + O x TPOT) (a sequence holds
     its slot from arrival to its last token) and 1 / (prefill alone + O x TPOT / B) (the replica's time
     per request: its prompt's prefill steps, which no other sequence shares, and its share of the decode
-    steps). 0 where the catalog has no bandwidth / FLOPS for the GPU."""
+    steps); a DP group's dp ranks each serve their share of B that way, side by side. 0 where the catalog has no
+    bandwidth / FLOPS for the GPU."""
     by_slots = replica_requests_per_second(option, query.output_tokens)
     if by_slots <= 0 or option.tpot_ms is None:
         return 0.0
@@ -363,7 +364,9 @@ def _replica_rate(option: PlacementOption, served: ServedModel, est: Estimate, g
         weight_dtype=option.weight_dtype,
     )
     prefill_s = speed(1).ttft_ms / 1e3
-    by_time = 1 / (prefill_s + query.output_tokens * option.tpot_ms / 1e3 / option.planned_per_replica)
+    ranks = option.dp
+    per_rank = option.planned_per_replica // ranks
+    by_time = ranks / (prefill_s + query.output_tokens * option.tpot_ms / 1e3 / per_rank)
     return min(by_slots, by_time)
 
 
@@ -407,16 +410,17 @@ class _Checker:
         assert rate is not None
         try:
             if not served.throughput_checked:
-                batch = served.option.planned_per_replica
+                ranks = served.option.dp  # a DP group: dp engines, each with its own pool and its share of B
+                batch = served.option.planned_per_replica // ranks
                 closed = Load.closed(batch, max(SIMULATED_REQUESTS, 3 * batch), self._lengths())
                 throughput = self._run(served, closed)
-                keeps_up = max(1, math.ceil(rate / throughput.request_throughput - 1e-9))
+                keeps_up = max(1, math.ceil(rate / (ranks * throughput.request_throughput) - 1e-9))
                 needed = max(served.replicas, keeps_up)
                 base = replace(served, throughput_checked=True, check_base=needed, keeps_up=keeps_up)
                 if needed > served.replicas:
                     return replace(base, replicas=needed, replicas_binding="simulated throughput"), False
                 served = base
-            sim = self._run(served, Load.poisson(rate / served.replicas, SIMULATED_REQUESTS, self._lengths()))
+            sim = self._run(served, self._arrivals(served, served.replicas))
         except SpecError as exc:
             self.rejected.setdefault(served.option.gpu, []).append(str(exc))
             return None, False
@@ -440,7 +444,7 @@ class _Checker:
             if fewer < passed.keeps_up:  # below it arrivals outrun completions: no percentile is steady
                 break
             try:
-                sim = self._run(passed, Load.poisson(rate / fewer, SIMULATED_REQUESTS, self._lengths()))
+                sim = self._run(passed, self._arrivals(passed, fewer))
             except SpecError:
                 break
             if _missed(sim, self.query) is not None:
@@ -451,17 +455,20 @@ class _Checker:
     def _lengths(self) -> Lengths:
         return Lengths(self.query.input_tokens, self.query.output_tokens)
 
+    def _arrivals(self, served: ServingOption, replicas: int) -> Load:
+        """Poisson arrivals at one engine's share of the rate: the replicas share the stream evenly, and a DP
+        group's dp ranks share its replica's (each rank schedules its own requests from its own pool: vLLM's DP
+        coordinator and SGLang's DP controller balance them over the ranks), so one rank is simulated at
+        rate / (replicas x dp) with its own per-rank estimate and step cost."""
+        rate = self.query.request_rate_per_s
+        assert rate is not None
+        return Load.poisson(rate / (replicas * served.option.dp), SIMULATED_REQUESTS, self._lengths())
+
     def _run(self, served: ServingOption, load: Load) -> ServingResult:
         self.simulations += 1
         est, gpu = served.est, served.gpu
         inputs = perf_inputs(self.model.spec, est, gpu, served.option.weight_dtype)
         return simulate(est, inputs, load, efficiency_for(est.engine, gpu))
-
-
-DP_NOT_SIMULATED = (
-    "a DP-attention x expert-parallel layout at a request rate: the serving simulation runs one engine, not a "
-    "DP group (sized at a concurrency, and for procurement)"
-)
 
 
 def place_model(model: ServedModel, query: PlaceQuery, gpus: Sequence[GpuSku]) -> PlaceAnswer:
@@ -477,9 +484,6 @@ def place_model(model: ServedModel, query: PlaceQuery, gpus: Sequence[GpuSku]) -
     queue: list[tuple[tuple[object, ...], int, ServingOption]] = []
     for i, option in enumerate(screened.options):
         gpu = by_id[option.gpu]
-        if option.dp > 1 and query.request_rate_per_s is not None:  # the simulation runs one rank, not a DP group
-            rejected.setdefault(option.gpu, []).append(DP_NOT_SIMULATED)
-            continue
         try:
             est = _estimate_for(model, option, gpu, profile)
             rate = _replica_rate(option, model, est, gpu, query) if query.request_rate_per_s is not None else 0.0

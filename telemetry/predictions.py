@@ -126,6 +126,8 @@ def settings_of(row: dict[str, Any]) -> ObservedSettings:
         unmodelled_features=tuple(f for f in str(row.get("unmodelled_features") or "").split(",") if f),
         other_process_bytes=_int(row.get("other_process_bytes")),
         speculative_config=row.get("speculative_config"),
+        dp=_int(row.get("dp")),
+        ep=_int(row.get("ep")),
     )
 
 

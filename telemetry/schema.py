@@ -30,6 +30,9 @@ OBSERVATION_SCHEMA: dict[str, Any] = {
     "gpu_name_raw": pl.String,
     "tp": pl.Int32,
     "pp": pl.Int32,
+    # vLLM --data-parallel-size; SGLang --dp-size (attention DP ranks with enable_dp_attention, else whole replicas)
+    "dp": pl.Int32,
+    "ep": pl.Int32,  # SGLang --ep-size (vLLM's --enable-expert-parallel is the feature `expert_parallel`)
     "engine": pl.String,
     "engine_version": pl.String,
     "engine_generation": pl.String,  # v0 | v1

@@ -121,6 +121,12 @@ ARG_KEYS = {
     "tensor_parallel_size": "tp",
     "pp_size": "pp",
     "pipeline_parallel_size": "pp",
+    "dp_size": "dp",  # attention DP ranks where enable_dp_attention is on, else whole replicas
+    "dp": "dp",
+    "attn_dp_size": "dp",
+    "ep_size": "ep",
+    "ep": "ep",
+    "expert_parallel_size": "ep",
     "mem_fraction_static": "gpu_memory_utilization",
     "context_length": "max_model_len",
     "dtype": "weight_dtype",

@@ -203,6 +203,7 @@ _CONFIG_KEYS = {
     "max_seq_len": "max_model_len",
     "tensor_parallel_size": "tp",
     "pipeline_parallel_size": "pp",
+    "data_parallel_size": "dp",
     "quantization": "quantization",
     "kv_cache_dtype": "kv_cache_dtype",
     "enable_prefix_caching": "enable_prefix_caching",
@@ -216,6 +217,8 @@ FEATURE_KEYS = {
     "speculative_config": "feature:speculative",  # its method and tokens: `telemetry.speculative_log`
     "cpu_offload_gb": "feature:cpu_offload",
     "enable_dp_attention": "feature:dp_attention",
+    "enable_expert_parallel": "feature:expert_parallel",  # vLLM: EP over tp x dp ranks
+    "enable_ep_moe": "feature:expert_parallel",  # SGLang before --ep-size: EP over tp ranks
     "kv_transfer_config": "feature:kv_connector",
 }
 ARG_KEYS = {
@@ -226,6 +229,8 @@ ARG_KEYS = {
     "tp": "tp",
     "pipeline_parallel_size": "pp",
     "pp": "pp",
+    "data_parallel_size": "dp",
+    "dp": "dp",
     "max_model_len": "max_model_len",
     "gpu_memory_utilization": "gpu_memory_utilization",
     "dtype": "weight_dtype",
@@ -318,7 +323,7 @@ def _convert(key: str, value: Any) -> Any:
     if text is None:
         return None
     text = text.strip("'\"")
-    if key in ("tp", "pp", "max_model_len", "block_size", "max_num_seqs", "max_num_batched_tokens"):
+    if key in ("tp", "pp", "dp", "ep", "max_model_len", "block_size", "max_num_seqs", "max_num_batched_tokens"):
         return human_int(text, key)
     if key == "gpu_memory_utilization":
         return parse_number(text, key)

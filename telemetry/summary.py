@@ -22,6 +22,8 @@ SETTINGS = (
     "gpu_sku",
     "tp",
     "pp",
+    "dp",
+    "ep",
     "engine",
     "engine_version",
     "engine_generation",

@@ -39,8 +39,8 @@ def test_the_grid_tuples_are_the_dictionarys() -> None:
     assert grid.DEPLOYMENT_KEYS is cols.DEPLOYMENT_KEYS
     assert warehouse_grid.CONTEXT_COLUMNS is cols.CONTEXT_COLUMNS
     assert warehouse_grid.DEPLOYMENT_COLUMNS is cols.DEPLOYMENT_COLUMNS
-    keys = ("model", "model_family", "gpu", "engine", "engine_version", "weight_dtype", "kv_dtype", "tp", "pp")
-    assert (*keys, "num_gpus") == cols.DEPLOYMENT_KEYS
+    keys = ("model", "model_family", "gpu", "engine", "engine_version", "weight_dtype", "kv_dtype")
+    assert (*keys, "tp", "pp", "dp", "ep", "num_gpus") == cols.DEPLOYMENT_KEYS
     # the grid is the published grid less what the warehouse adds, in the published order
     assert list(cols.GRID_COLUMNS) == [c.name for c in cols.COLUMNS if not c.warehouse]
     assert set(cols.CONTEXT_COLUMNS) | set(cols.DEPLOYMENT_COLUMNS) == set(cols.GRID_COLUMNS)

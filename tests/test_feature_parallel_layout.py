@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -15,20 +16,25 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from capacity.calibration import observed_deployment
 from capacity.engines.command_flags import ENGINE_FLAGS
 from capacity.engines.command_line import read_command
 from capacity.engines.kinds import Engine
 from capacity.estimate import Estimate, estimate
 from capacity.features.parallel_layout import expert_parallel_width
-from capacity.performance import DEFAULT_EFFICIENCY, performance
+from capacity.performance import DEFAULT_EFFICIENCY, efficiency_for, perf_inputs, performance
 from capacity.placement import place
 from capacity.planning_types import WorkloadProfile
+from capacity.serving import Lengths, Load, simulate
 from capacity.spec import DeploymentSpec, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
 from recommendations.deploy import ServingPlan, engine_command
+from recommendations.serving_plan import SIMULATED_REQUESTS, PlaceQuery, ServedModel, place_model
+from telemetry.predictions import settings_of
 from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv
+from tests.test_telemetry_support import ingest, only_observation
 
 ORACLE = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "vllm_parallel_layout.py"
 SGLANG_ORACLE = ORACLE.with_name("sglang_parallel_layout.py")
@@ -344,3 +350,85 @@ def test_a_dp_placement_deploys_with_the_engines_own_flags_and_reads_back(engine
     spec = DeploymentSpec(tp=int(read["tp"]), dp=dp, ep=ep, engine=engine.value, max_model_len=8192)  # type: ignore[call-overload]
     est = estimate(_model(), spec, gpu=gpu, context_tokens=8192)
     assert (dp, ep) == (best.dp, best.ep) and dp * est.b_max == best.b_max
+
+
+# SGLang's `server_args=ServerArgs(...)` line as launch_server prints it for `--tp 8 --enable-dp-attention --dp-size 8
+# --ep-size 8` (a fixture in that format: its KV line is illustrative, 500,000 tokens x 70,272 bytes, not measured)
+DP_LOG = Path(__file__).parent / "fixtures" / "telemetry" / "logs" / "sglang_deepseek_v3_h200_dp8_ep8.log"
+VLLM_DP_LOG = (
+    "$ vllm serve deepseek-ai/DeepSeek-V3 -tp 1 --data-parallel-size 8 --enable-expert-parallel --max-model-len 4096\n"
+    "INFO 10-14 08:03:41 [gpu_model_runner.py:2653] Model loading took 85.10 GiB and 99.9 seconds\n"
+)
+
+
+def _logged(tmp_path: Path, text: str) -> DeploymentSpec:
+    obs = only_observation(ingest(tmp_path, {"d/startup.log": text}))
+    return observed_deployment(_model(), settings_of(obs))
+
+
+def test_a_logged_sglang_dp_attention_server_is_sized_per_rank(tmp_path: Path) -> None:
+    """The log's dp_size / enable_dp_attention / ep_size become the deployment's layout: attention TP 8 / 8 = 1
+    (SGLang derive_attn_tp_size), each rank's MLA latent whole, as `--dp 8 --ep 8` typed by hand."""
+    d = _logged(tmp_path, DP_LOG.read_text(encoding="utf-8"))
+    assert (d.engine, d.tp, d.dp, d.ep) == ("sglang", 8, 8, 8)
+    est = estimate(_model(), replace(d, max_model_len=4096), gpu=find_gpu_sku("H200"))
+    assert est.layout is not None and est.layout.attention_tp == 1
+    assert est.kv_bytes_per_token_per_gpu == MLA_BYTES_PER_TOKEN
+
+
+def test_a_logged_vllm_dp_ep_server_is_sized_per_rank(tmp_path: Path) -> None:
+    """vLLM's --data-parallel-size 8 --enable-expert-parallel at -tp 1: EP = tp x dp = 8 ranks
+    (FusedMoEParallelConfig.make), so each GPU holds 256 / 8 = 32 whole routed experts."""
+    d = _logged(tmp_path, VLLM_DP_LOG)
+    assert (d.tp, d.dp, d.ep) == (1, 8, 8)
+    est = estimate(_model(), d, gpu=find_gpu_sku("H200"))
+    assert est.layout is not None and est.layout.expert_share(EXPERTS) * EXPERTS == 32
+
+
+def test_sglang_dp_attention_logged_without_its_size_takes_the_engines_default(tmp_path: Path) -> None:
+    """ServerArgs.dp_size defaults to 1: a dump that omits it ran one attention group (no error, no per-rank
+    split); --dp-size without --enable-dp-attention is whole replicas, each sized as dp 1."""
+    line = DP_LOG.read_text(encoding="utf-8").replace("dp_size=8, ", "")
+    assert _logged(tmp_path / "a", line).dp == 1
+    replicas = DP_LOG.read_text(encoding="utf-8").replace("enable_dp_attention=True", "enable_dp_attention=False")
+    assert _logged(tmp_path / "b", replicas).dp == 1
+
+
+def test_at_a_request_rate_a_dp_group_is_simulated_as_dp_engines_sharing_the_stream() -> None:
+    """A DP group of dp ranks at a replica rate R is dp engines, each with its own pool, batch share and step cost,
+    taking R / dp of the requests: by hand, one rank's per-rank estimate (its B = the replica's planned B / dp)
+    simulated alone with Poisson arrivals at R / dp gives the answer's simulated percentiles exactly, and the DP
+    options are candidates at a rate (no longer refused as 'the simulation runs one engine')."""
+    gpu = find_gpu_sku("H200")
+    query = PlaceQuery(1024, 256, request_rate_per_s=40.0, tpot_ms=200.0, gpus=(gpu.id,), top=20)
+    answer = place_model(ServedModel(_model(), MODEL), query, [gpu])
+    assert not any("runs one engine" in why for _gpu, why in answer.infeasible)
+    dp = [served for served in answer.options if served.option.dp > 1 and served.sim is not None]
+    assert dp, (answer.infeasible, [(s.option.tp, s.option.dp) for s in answer.options])
+    served = dp[0]
+    o = served.option
+    per_rank_seqs = o.planned_per_replica // o.dp  # vLLM's --max-num-seqs is each engine core's
+    layout = {"tp": o.tp, "dp": o.dp, "ep": o.ep, "weight_dtype": o.weight_dtype, "kv_dtype": o.kv_dtype}
+    deployment = DeploymentSpec(**layout, max_model_len=o.max_model_len, max_num_seqs=per_rank_seqs)
+    rank = estimate(_model(), deployment, gpu=gpu, model_name=MODEL, context_tokens=o.context_tokens)
+    assert rank.max_num_seqs == per_rank_seqs and rank.layout is not None and rank.layout.dp == o.dp
+    rate_per_rank = query.request_rate_per_s / (served.replicas * o.dp)
+    alone = simulate(
+        rank,
+        perf_inputs(_model(), rank, gpu, o.weight_dtype),
+        Load.poisson(rate_per_rank, SIMULATED_REQUESTS, Lengths(1024, 256)),
+        efficiency_for(rank.engine, gpu),
+    )
+    assert served.sim.ttft.p99_ms == alone.ttft.p99_ms and served.sim.tpot.p99_ms == alone.tpot.p99_ms
+
+
+def test_the_json_answer_names_the_layout_and_the_dp_groups_b_max() -> None:
+    """`--json` carries dp, ep, dcp and the attention TP (SGLang derive_attn_tp_size: tp / dp = 1 at --tp 8
+    --dp-size 8), and b_max_dp_group = dp x the rank's b_max (every rank schedules its own sequences); a TP-only
+    answer reads 1, 1, 1, tp and its own b_max."""
+    args = ["--gpu", "H200", "--max-model-len", "8192", "--json", "--engine", "sglang", "--tp", "8"]
+    dp = json.loads(_cli(MODEL, *args, "--dp", "8", "--ep", "8").output)
+    assert (dp["dp"], dp["ep"], dp["dcp"], dp["attention_tp"]) == (8, 8, 1, 1)
+    assert dp["b_max"] > 0 and dp["b_max_dp_group"] == 8 * dp["b_max"]
+    tp = json.loads(_cli(MODEL, *args).output)
+    assert (tp["dp"], tp["ep"], tp["dcp"], tp["attention_tp"], tp["b_max_dp_group"]) == (1, 1, 1, 8, tp["b_max"])

@@ -170,7 +170,8 @@ def _assert_rows_match(
         assert got == expected, {c: (got[c], expected[c]) for c in expected if got[c] != expected[c]} | {
             "row": {k: row[k] for k in (*DEPLOYMENT_KEYS, "context")}
         }
-        assert row["num_gpus"] == row["tp"] * row["pp"]
+        # vLLM's world size is tp x pp x dp (every DP rank a TP group); SGLang's DP attention splits --tp
+        assert row["num_gpus"] == row["tp"] * row["pp"] * (row["dp"] if row["engine"] == "vllm" else 1)
 
 
 SPEED_COLUMNS = ("tpot_ms", "output_tokens_per_second")
@@ -185,17 +186,18 @@ def _assert_speed_matches(row: dict[str, object], est, model: GridModel, gpu: Gp
     inputs = perf_inputs(model.spec, est, gpu, str(row["weight_dtype"]))
     tpot = tpot_seconds(inputs, est.b_max, int(row["context"]), efficiency_for(est.engine, gpu))  # type: ignore[call-overload]
     assert row["tpot_ms"] == pytest.approx(tpot * 1e3, rel=1e-9)
-    assert row["output_tokens_per_second"] == pytest.approx(est.b_max * est.pp / tpot, rel=1e-9)
+    # one replica's: every DP rank decodes its own b_max sequences
+    assert row["output_tokens_per_second"] == pytest.approx(est.dp * est.b_max * est.pp / tpot, rel=1e-9)
 
 
 def _stratified(grid: pl.DataFrame, per_group: int, seed: int) -> list[int]:
-    """Row indices: up to `per_group` from every (model, engine, pp > 1) group, chosen at random."""
+    """Row indices: up to `per_group` from every (model, engine, pp > 1, dp > 1) group, chosen at random."""
     rng = random.Random(seed)
     groups = (
         grid.with_row_index("_i")
-        .group_by("model", "engine", pl.col("pp") > 1)
+        .group_by("model", "engine", pl.col("pp") > 1, pl.col("dp") > 1)
         .agg(pl.col("_i"))
-        .sort("model", "engine", "pp")
+        .sort("model", "engine", "pp", "dp")
     )
     picked: list[int] = []
     for indices in groups.get_column("_i").to_list():
@@ -254,8 +256,8 @@ def test_rows_are_the_rules_of_the_module_docstring(hand_grid: pl.DataFrame) -> 
     mx = hand_grid.filter(pl.col("weight_dtype") == "mxfp4")
     assert set(mx.get_column("gpu").unique()) == {"b200-180gb"}
     assert set(mx.get_column("model").unique()) == {"hand/mixtral", "hand/qwen3-next"}
-    # PP > 1 only at the node's TP, where PP = 1 at that TP holds no sequence of the smallest context
-    pp1 = hand_grid.filter(pl.col("pp") == 1)
+    # PP > 1 only at the node's TP, where PP = 1 at that TP (TP only) holds no sequence of the smallest context
+    pp1 = hand_grid.filter(pl.col("pp") == 1, pl.col("dp") == 1)
     for row in hand_grid.filter(pl.col("pp") > 1).select(DEPLOYMENT_KEYS).unique().iter_rows(named=True):
         node = pp1.filter(
             pl.col("model") == row["model"], pl.col("gpu") == row["gpu"], pl.col("engine") == row["engine"],
@@ -269,6 +271,26 @@ def test_rows_are_the_rules_of_the_module_docstring(hand_grid: pl.DataFrame) -> 
         hand_grid.filter(pl.col("model") == "hand/llama-8b", pl.col("gpu") == "h100-sxm-80gb", pl.col("pp") > 1).height
         == 0
     )
+
+
+def test_dp_ep_rows_are_the_layouts_moe_models_are_served_with(hand_grid: pl.DataFrame) -> None:
+    """DP x EP rows only for MoE models, only at PP = 1, one node each with the experts split whole over it:
+    vLLM `-tp T -dp node/T --enable-expert-parallel` (EP = T x dp = the node) for T below the node, SGLang
+    `--tp node --enable-dp-attention --dp-size D --ep-size node` for D in 2, 4, 8 dividing the node; every other
+    row keeps dp = ep = 1 and its meaning."""
+    dp_rows = hand_grid.filter(pl.col("dp") > 1)
+    assert set(dp_rows.get_column("model").unique()) == {"hand/mixtral", "hand/gpt-oss-like", "hand/qwen3-next"}
+    assert set(dp_rows.get_column("engine").unique()) == {"vllm", "sglang"} and set(dp_rows["pp"].unique()) == {1}
+    assert hand_grid.filter(pl.col("dp") == 1, pl.col("ep") > 1).height == 0
+    mixtral = dp_rows.filter(pl.col("model") == "hand/mixtral").select("gpu", "engine", "tp", "dp", "ep", "num_gpus")
+    layouts = {
+        gpu: set(mixtral.filter(pl.col("gpu") == gpu).drop("gpu").unique().iter_rows())
+        for gpu in ("h100-sxm-80gb", "t4-16gb")
+    }
+    vllm_node8 = {("vllm", 1, 8, 8, 8), ("vllm", 2, 4, 8, 8), ("vllm", 4, 2, 8, 8)}
+    assert layouts["h100-sxm-80gb"] == vllm_node8 | {("sglang", 8, dp, 8, 8) for dp in (2, 4, 8)}
+    vllm_node4 = {("vllm", 1, 4, 4, 4), ("vllm", 2, 2, 4, 4)}
+    assert layouts["t4-16gb"] == vllm_node4 | {("sglang", 4, dp, 4, 4) for dp in (2, 4)}
 
 
 def test_contexts_are_powers_of_two_and_the_limit() -> None:
@@ -323,8 +345,15 @@ def test_other_vllm_release_and_options() -> None:
     by_gpu = {g.id: g for g in gpus()}
     for i in random.Random(3).sample(range(grid.height), 40):
         row = grid.row(i, named=True)
-        deployment = DeploymentSpec(tp=row["tp"], pp=row["pp"], engine="vllm", engine_version="0.9",
-                                    max_model_len=AUTO_MAX_MODEL_LEN)
+        deployment = DeploymentSpec(
+            tp=row["tp"],
+            pp=row["pp"],
+            dp=row["dp"],
+            ep=row["ep"],
+            engine="vllm",
+            engine_version="0.9",
+            max_model_len=AUTO_MAX_MODEL_LEN,
+        )
         contract = estimate(by_model[row["model"]].spec, deployment, gpu=by_gpu[row["gpu"]],
                             model_name=row["model"], checkpoint_bytes=by_model[row["model"]].checkpoint_bytes,
                             context_tokens=row["context"]).contract()  # fmt: skip
@@ -396,6 +425,27 @@ def test_catalog_grid_matches_estimate() -> None:
         model = next(m for m in catalog if m.repo_id == row["model"])
         gpu = next(g for g in skus if g.id == row["gpu"])
         assert row["max_context"] == _estimate_row(row, model, gpu, row["concurrency"]).max_context_at_concurrency
+
+
+def test_large_moe_dp_rows_equal_estimate_per_rank() -> None:
+    """The layouts DeepSeek-V3 / R1 and Qwen3-235B-A22B are served with on an 8 x H200 node are grid rows, and
+    every one of them (all contexts) is `estimate` of the same `--tp --dp --ep`; DeepSeek's MLA latent is whole on
+    every rank: (kv_lora_rank 512 + qk_rope_head_dim 64) x 2 bytes x 61 layers = 70,272 bytes per token and GPU
+    (its config.json), at vLLM -tp 1 -dp 8 and SGLang --tp 8 --dp-size 8 alike."""
+    from models_registry.sources.gpu_catalog import load_gpu_skus
+
+    wanted = {"deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1", "Qwen/Qwen3-235B-A22B"}
+    catalog = [m for m in _catalog_models() if m.repo_id in wanted]
+    assert {m.repo_id for m in catalog} == wanted
+    skus = [g for g in load_gpu_skus(CATALOG / "gpus.yaml") if g.id == "h200-sxm-141gb"]
+    options = GridOptions(weight_dtypes=("bf16", "auto"), kv_dtypes=("auto",))
+    grid = build_capacity_grid(catalog, skus, options).collect().filter(pl.col("dp") > 1)
+    assert set(grid.get_column("model").unique()) == wanted
+    by_model, by_gpu = {m.repo_id: m for m in catalog}, {g.id: g for g in skus}
+    _assert_rows_match(grid, list(range(grid.height)), by_model, by_gpu)
+    deepseek = grid.filter(pl.col("model") == "deepseek-ai/DeepSeek-V3", pl.col("dp") == 8)
+    assert set(deepseek.select("engine", "tp").unique().iter_rows()) == {("vllm", 1), ("sglang", 8)}
+    assert set(deepseek.get_column("kv_bytes_per_token_per_gpu").unique()) == {(512 + 64) * 2 * 61}
 
 
 # --- byte arithmetic against plain Python integers (G4) -------------------------------------------

@@ -619,10 +619,12 @@ def _same(a: object, b: object) -> bool:
 
 
 def row_deployment(row: Mapping[str, object], max_model_len: int, engine_version: str | None = None) -> DeploymentSpec:
-    """The deployment a grid row keys (tp, pp, the asked dtypes, the engine) at `max_model_len`."""
+    """The deployment a grid row keys (tp, pp, dp, ep, the asked dtypes, the engine) at `max_model_len`."""
     return DeploymentSpec(
         tp=int(row["tp"]),  # type: ignore[call-overload]
         pp=int(row["pp"]),  # type: ignore[call-overload]
+        dp=int(row.get("dp") or 1),  # type: ignore[call-overload]
+        ep=int(row.get("ep") or 1),  # type: ignore[call-overload]
         weight_dtype=str(row["weight_dtype"]),
         kv_dtype=str(row["kv_dtype"]),
         engine=str(row["engine"]),

@@ -24,9 +24,9 @@ _KEYS = {
     **{name: SHARED_DESCRIPTIONS[name] for name in ("model", "gpu", "engine")},
     "weight_dtype": "Weight dtype as requested (--dtype).",
     "kv_dtype": "KV cache dtype as requested (--kv-cache-dtype).",
-    **{name: SHARED_DESCRIPTIONS[name] for name in ("tp", "pp")},
+    **{name: SHARED_DESCRIPTIONS[name] for name in ("tp", "pp", "dp", "ep")},
     "context": "Tokens per sequence (prompt + output) of the row.",
-    "num_gpus": "GPUs per replica (tp x pp).",
+    "num_gpus": "GPUs per replica (tp x pp, times dp where each DP rank is a TP group: vLLM).",
 }
 DIFF_COMMENTS = {
     "change": "changed (both sides have the row), added (only the after side) or removed (only the before side).",

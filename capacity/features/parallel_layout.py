@@ -31,7 +31,9 @@ import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
+from capacity import numeric
 from capacity.engines.kinds import Engine
+from capacity.numeric import Num
 from capacity.pool import KVPool, PoolUnit
 from capacity.spec import DeploymentSpec, KVKind, ModelSpec, SpecError
 from capacity.weights import WeightShards
@@ -84,7 +86,11 @@ class RankLayout:
 
     def gpus(self, pp: int) -> int:
         """GPUs one replica of this layout takes."""
-        return replica_gpus(self.dp_ranks_add_gpus, self.tp, pp, self.dp)
+        return int(replica_gpus(self.dp_ranks_add_gpus, self.tp, pp, self.dp))
+
+    def group_b_max(self, b_max_per_rank: int) -> int:
+        """Sequences the whole DP group holds: every rank its own B_max."""
+        return int(dp_group_b_max(self.dp, b_max_per_rank))
 
     def per_rank(self, deployment: DeploymentSpec) -> DeploymentSpec:
         """The deployment as one DP rank's scheduler runs it: SGLang's --max-running-requests and
@@ -122,7 +128,7 @@ class RankLayout:
             parts.append(f"each request's KV split over DCP {self.dcp} (the printed tokens are {self.dcp}x one GPU's)")
         return [
             f"parallel layout on {self.gpus(pp)} GPUs: {'; '.join(parts)}; the tokens and B_max above are one DP "
-            f"rank's: the DP group serves {self.dp} x {b_max_per_rank:,} = {self.dp * b_max_per_rank:,} sequences"
+            f"rank's: the DP group serves {self.dp} x {b_max_per_rank:,} = {self.group_b_max(b_max_per_rank):,} sequences"
         ]
 
 
@@ -153,9 +159,23 @@ def _sglang(tp: int, dp: int, ep: int, dcp: int) -> RankLayout:
 _RULES = {Engine.VLLM: _vllm, Engine.PLAIN: _vllm, Engine.SGLANG: _sglang}
 
 
-def replica_gpus(dp_ranks_add_gpus: bool, tp: int, pp: int, dp: int) -> int:
-    """GPUs one replica takes: tp x pp, times the DP ranks where each is a TP group of its own (vLLM)."""
-    return tp * pp * (dp if dp_ranks_add_gpus else 1)
+def replica_gpus(dp_ranks_add_gpus: Num, tp: Num, pp: Num, dp: Num) -> Num:
+    """GPUs one replica takes: tp x pp, times the DP ranks where each is a TP group of its own (vLLM). On ints
+    (`RankLayout.gpus`) and on the grid's columns alike (`capacity.numeric`)."""
+    return tp * pp * numeric.choose(dp_ranks_add_gpus, dp, 1)
+
+
+def layout_contract(layout: RankLayout | None, tp: int, b_max: int) -> dict[str, int]:
+    """The `--json` keys of the layout beside dp and ep: dcp, the attention TP and the DP group's B_max (the TP
+    layout's where `layout` is None)."""
+    if layout is None:
+        return {"dcp": 1, "attention_tp": tp, "b_max_dp_group": b_max}
+    return {"dcp": layout.dcp, "attention_tp": layout.attention_tp, "b_max_dp_group": layout.group_b_max(b_max)}
+
+
+def dp_group_b_max(dp: Num, b_max_per_rank: Num) -> Num:
+    """B_max of a DP group: each rank schedules its own sequences from its own pool. On ints and columns."""
+    return dp * b_max_per_rank
 
 
 def spelled_batch_limit(engine: Engine, per_rank: int, dp: int) -> int:
@@ -195,6 +215,12 @@ def expert_parallel_width(engine: Engine, tp: int, dp: int) -> int:
     """The EP width expert parallel switched on gives: every MoE rank (vLLM --enable-expert-parallel: tp x dp;
     SGLang's former --enable-ep-moe: ep_size = tp)."""
     return tp if engine is Engine.SGLANG else tp * dp
+
+
+def attention_dp_ranks(engine: Engine, dp: int, dp_attention: bool) -> int:
+    """The DP ranks with a pool each that a server's DP size gives: vLLM's --data-parallel-size always; SGLang's
+    --dp-size only with --enable-dp-attention (else router replicas, each a whole TP group sized alone)."""
+    return dp if engine is not Engine.SGLANG or dp_attention else 1
 
 
 @dataclass(frozen=True, slots=True)

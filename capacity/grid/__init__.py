@@ -52,7 +52,11 @@ What the grid enumerates (GridOptions changes it):
 - parallelism: TP in {1, 2, 4, 8} that passes `parallel.validate_parallelism` (divides the attention
   heads, KV heads divisible either way) and is at most the GPU's `gpus_per_node`. PP in {2, 4} only at
   the node's TP (the largest valid TP on that GPU) and only where the PP=1 deployment at that TP does
-  not fit: no KV budget, or not one sequence of the model's smallest grid context.
+  not fit: no KV budget, or not one sequence of the model's smallest grid context. MoE models also get the
+  DP-attention x expert-parallel layouts they are served with, one node each, at PP = 1
+  (`parallel_layout.dp_candidates`, as placements: vLLM `-tp T -dp node/T --enable-expert-parallel`, SGLang
+  `--tp node --dp-size D --ep-size node`; `GridOptions.dp_layouts`): the same `RankLayout` as `estimate` gives
+  their attention TP (bytes per token, pool shapes), weight shards and all-to-all; `dp` / `ep` are 1 elsewhere.
 - contexts: powers of two from 1,024 up to the model's context limit, plus the limit itself. Each
   row is `estimate(..., context_tokens=T)` with max_model_len = the limit and concurrency None.
 

@@ -30,6 +30,7 @@ _PERF_LAYOUT = (
     "perf_dense_bytes", "perf_expert_bytes", "perf_active_params", "perf_full_kv", "perf_attn_full",
     "perf_layers", "perf_act_bytes", "perf_fp8_gemm",
     *(f"perf_win_{j}_{part}" for j in range(PERF_WINDOW_SLOTS) for part in ("tokens", "kv", "attn")),
+    "perf_moe_layers", "perf_exchange_ranks", "perf_dp_ranks",  # DP x EP: the all-to-all's terms, the DP ranks
 )  # fmt: skip
 _PERF_KV = ("perf_num_experts", "perf_experts_per_token", "perf_hidden")
 _PERF_GPU = ("perf_bandwidth", "perf_bf16_flops", "perf_fp8_flops", "perf_link")
@@ -52,6 +53,8 @@ LAYOUT_COLUMNS = (
     "kv_dtype",
     "tp",
     "pp",
+    "dp",
+    "ep",
     "num_gpus",
     "weight_format",
     "kv_cache_dtype",

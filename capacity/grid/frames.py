@@ -10,6 +10,7 @@ from functools import partial
 
 import polars as pl
 
+from capacity.features.parallel_layout import replica_gpus
 from capacity.grid.columns import (
     _CAT,
     _F64,
@@ -116,7 +117,6 @@ class _Plan:
     windows: int
 
 
-
 def _plan(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None = None) -> _Plan:
     options = options or GridOptions()
     reg = _registry(models, gpus, options)
@@ -188,7 +188,7 @@ class _Frames:
 
 
 _NARROW = (
-    "_rank", "kv_id", "model_idx", "model_class", "engine_idx", "weight_idx", "kv_idx", "tp", "pp",
+    "_rank", "kv_id", "model_idx", "model_class", "engine_idx", "weight_idx", "kv_idx", "tp", "pp", "dp",
     "needs_fp8", "needs_fp4", "weights_bytes_per_gpu", "gpu_restricted", "max_model_len", "min_context",
     "state_bytes_per_sequence_per_gpu", *_PERF_LAYOUT, *_PERF_KV,
 )  # fmt: skip
@@ -228,6 +228,9 @@ def _frames_of(t: _Tables) -> _Frames:
             "kv_dtype": _CAT,
             "tp": _I64,
             "pp": _I64,
+            "dp": _I64,
+            "ep": _I64,
+            "dp_ranks_add_gpus": pl.Boolean,
             "kv_needs_fp8": pl.Boolean,
             "kv_cache_dtype": _CAT,
             "kv_bytes_per_token": _I64,
@@ -279,7 +282,7 @@ def _frames_of(t: _Tables) -> _Frames:
         .join(model_frame.drop("contexts"), on="model_idx", how="inner")
         .with_columns(
             (pl.col("weight_needs_fp8") | pl.col("kv_needs_fp8")).alias("needs_fp8"),
-            (pl.col("tp") * pl.col("pp")).alias("num_gpus"),
+            replica_gpus(pl.col("dp_ranks_add_gpus"), pl.col("tp"), pl.col("pp"), pl.col("dp")).alias("num_gpus"),
         )
     )
     sized = partial(
@@ -310,11 +313,12 @@ def _single(f: _Frames) -> pl.LazyFrame:
 
 def _not_fitting(single: pl.LazyFrame, windows: int) -> pl.LazyFrame:
     """PP > 1 only at the node's TP, and only where PP = 1 at that TP holds no sequence of the
-    model's smallest grid context: (group, GPU, node TP) of the PP = 1 deployments that do not fit."""
+    model's smallest grid context: (group, GPU, node TP) of the PP = 1 TP-only deployments that do not fit."""
     t_min = pl.col("min_context")
     budget = pl.col("kv_budget_bytes_per_gpu")
     return single.filter(
         (pl.col("tp") == pl.col("node_tp"))
+        & (pl.col("dp") == 1)
         & ~(
             (budget > 0)
             & (pl.col("max_model_len") >= t_min)

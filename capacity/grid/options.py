@@ -39,6 +39,9 @@ class GridOptions:
     kv_dtypes: tuple[str, ...] = ("auto", "fp8")
     min_context: int = MIN_CONTEXT
     speed: bool = True  # tpot_ms / output_tokens_per_second (capacity.performance); False: null columns
+    # MoE models: the DP-attention x expert-parallel layouts they are served with, one node each
+    # (`capacity.features.parallel_layout.dp_candidates`), as rows beside the TP ones; False: TP x PP only
+    dp_layouts: bool = True
 
     def engine_version(self, engine: str) -> str | None:
         """The release the grid plans an engine at, stated on every row so the release-bound rules (TensorRT-LLM's

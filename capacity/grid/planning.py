@@ -16,6 +16,7 @@ from capacity.dtypes import element_bytes, kv_element_bytes
 from capacity.engines import DefaultsRequest, EngineProfile, PoolRequest
 from capacity.engines.protocol import StartRequest
 from capacity.engines.registry import engine_profile
+from capacity.features.parallel_layout import RankLayout, dp_candidates, rank_layout
 from capacity.grid.options import GridModel, GridOptions, grid_contexts, weight_dtype_choices
 from capacity.grid.speed import _perf_layout_row
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
@@ -34,6 +35,8 @@ from capacity.weights import WeightsEstimate, estimate_weights, with_layout_extr
 _Candidates = list[tuple[int, int, float | None, int | None, int | None]]
 # bytes per token (whole model, per GPU), state bytes per sequence, (base block size, state checkpoints, candidates) or None
 _KVSide = tuple[int, int, int, list[tuple[int, bool, _Candidates]] | None]
+# a model's DP-attention x expert-parallel layouts: (engine index, tp, dp, ep) -> the GPUs (by node size) they are on
+_DPPlan = dict[tuple[int, int, int, int], tuple[int, ...]]
 
 
 @dataclass(slots=True)
@@ -46,6 +49,7 @@ class _Registry:
     gpus: Sequence[GpuSku]
     model_class: list[int] = field(default_factory=list)  # per model of the build
     plans: list[tuple[list[tuple[int, int]], dict[int, int | None]]] = field(default_factory=list)
+    dp_plans: list[_DPPlan] = field(default_factory=list)  # per model of the build
     settings: list[tuple[object, ...]] = field(default_factory=list)
     batches: dict[tuple[str, int], set[tuple[int, int]]] = field(default_factory=dict)
     block_sizes: dict[tuple[str, int], set[tuple[int, bool]]] = field(default_factory=dict)
@@ -236,6 +240,7 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
         for tp in sorted({tp for tp in node.values() if tp is not None}):
             combos += [(tp, pp) for pp in options.pp_sizes if pp <= gm.spec.num_layers]
         reg.plans.append((combos, node))
+        reg.dp_plans.append(_dp_plan(reg, spec, valid) if options.dp_layouts else {})
         parallel.update(combos)
 
     for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
@@ -257,6 +262,25 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
                     reg.batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
                     reg.block_sizes.setdefault((engine, cid), set()).add((d.block_size, d.state_checkpoints))
     return reg
+
+
+def _dp_plan(reg: _Registry, spec: ModelSpec, valid: Sequence[int]) -> _DPPlan:
+    """The DP x EP layouts of an MoE model per engine, each on the GPUs whose node it fills (`dp_candidates`: the
+    placement's candidates, so grid rows and placements are the same layouts)."""
+    plan: dict[tuple[int, int, int, int], list[int]] = {}
+    for gpn in sorted({gpu.gpus_per_node for gpu in reg.gpus}):
+        on = [g for g, gpu in enumerate(reg.gpus) if gpu.gpus_per_node == gpn]
+        for e, profile in enumerate(reg.profiles):
+            for c in dp_candidates(profile.engine, spec, [tp for tp in valid if tp <= gpn], gpn):
+                plan.setdefault((e, c.tp, c.dp, c.ep), []).extend(on)
+    return {key: tuple(sorted(gpus)) for key, gpus in plan.items()}
+
+
+def _layouts_at(plan: _DPPlan, e: int, tp: int, pp: int) -> list[tuple[int, int, tuple[int, ...] | None]]:
+    """(dp, ep, GPUs or None: every GPU) of the layouts at TP x PP on engine `e`: the TP layout, then the DP x EP
+    ones at PP = 1."""
+    dps = [(dp, ep, gpus) for (pe, ptp, dp, ep), gpus in plan.items() if pe == e and ptp == tp] if pp == 1 else []
+    return [(1, 1, None), *sorted(dps)]
 
 
 # for the PP > 1 layouts planned after the PP = 1 deployments are sized: per model (index in the
@@ -305,10 +329,8 @@ def _build_rows(
         contexts = grid_contexts(spec.context_limit_tokens, options.min_context)
         t.models.append((m, gm.repo_id, spec.family, spec.context_limit_tokens, contexts[0], contexts))
         t.node.extend((m, gpn, tp) for gpn, tp in node.items())
-        dtypes = weight_dtype_choices(spec, options.weight_dtypes)
-        starting: dict[tuple[int, str, str], tuple[int, ...] | None] = {}  # per (engine, weight format, KV dtype)
+        work = _ModelWork(gm, weight_dtype_choices(spec, options.weight_dtypes), wanted)
         vid, kv_spec = reg.kv_view(spec)
-        weights: dict[tuple[str, int, int, str], WeightsEstimate] = {}
         for tp, pp in combos:
             for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
                 if wanted is not None and not any(g[0] == e for g in wanted):
@@ -318,65 +340,94 @@ def _build_rows(
                 ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
                 _overhead_rows(t, m, e, profile, spec, tp, pp, act_bytes, batches.get((engine, cid), ()))
                 bases = sorted(block_sizes.get((engine, cid), ()))
-                for k, kv_dtype in enumerate(options.kv_dtypes):
-                    if wanted is not None and not any(g[:2] == (e, k) for g in wanted):
-                        continue
-                    kv_bytes = kv_element_bytes(kv_dtype, act_dtype)
-                    side_key = (vid, engine, kv_bytes, act_bytes, tp, pp)
-                    side = reg.kv_sides.get(side_key)
-                    if side is None:
-                        side = reg.kv_sides[side_key] = _kv_side(
-                            reg,
-                            vid,
-                            kv_spec,
-                            profile,
-                            kv_bytes,
-                            ssm_bytes,
-                            act_bytes,
-                            tp,
-                            pp,
-                            bases,
-                        )
-                    per_token, per_token_gpu, state, found = side
-                    if found is None:
-                        # the scalar engine cannot size this layout either (e.g. a pipeline stage
-                        # that holds only KV-shared layers): no rows rather than rows it would not give
-                        continue
-                    kv_id = t.kv_base + len(t.kv_layouts)
-                    candidates = [(kv_id, base, checkpoints, stages) for base, checkpoints, stages in found]
-                    t.candidates.extend(candidates)
-                    t.kv_layouts.append(
-                        (kv_id, m, cid, e, k, engine, profile.version, kv_dtype, tp, pp,
-                         kv_dtype.startswith("fp8"),
-                         act_dtype if kv_dtype == "auto" else kv_dtype,
-                         per_token, per_token_gpu, state, profile.unmodelled(spec),
-                         spec.num_experts, spec.num_experts_per_token, spec.hidden_size)
-                    )  # fmt: skip
-                    for weight_dtype, w_fp8, w_fp4 in dtypes:
-                        w_idx = options.weight_dtypes.index(weight_dtype)
-                        if wanted is not None and (e, k, w_idx) not in wanted:
+                for dp, ep, dp_gpus in _layouts_at(reg.dp_plans[first + m], e, tp, pp):
+                    # the same layout object `estimate` sizes with (`capacity.features.parallel_layout`)
+                    layout = rank_layout(profile.engine, spec, tp, dp, ep)
+                    atp = layout.attention_tp  # the TP that splits attention and its KV
+                    for k, kv_dtype in enumerate(options.kv_dtypes):
+                        if wanted is not None and not any(g[:2] == (e, k) for g in wanted):
                             continue
-                        wkey = (weight_dtype, tp, pp, act_dtype)
-                        if wkey not in weights:
-                            # `engine` reaches the weights only through the serving dtype
-                            weights[wkey] = estimate_weights(spec, weight_dtype, tp, pp, gm.checkpoint_bytes, engine)
-                        w = weights[wkey]
-                        key = (e, w.format_name, kv_dtype)
-                        if key not in starting:
-                            starting[key] = _starting_gpus(reg, profile, spec, w.format_name, kv_dtype)
-                        for per_gpu_bytes, gpu_idxs in _weight_variants(reg, profile, spec, tp, pp, w):
-                            gpu_idxs = _within(gpu_idxs, starting[key])
-                            if gpu_idxs == ():
-                                continue  # the engine refuses this layout on every GPU of the variant
-                            variant = w if per_gpu_bytes == w.per_gpu_bytes else replace(w, per_gpu_bytes=per_gpu_bytes)
-                            perf = _perf_layout_row(spec, tp, pp, weight_dtype, engine, variant, kv_bytes)
-                            rank = t.rank_base + len(t.layouts)
-                            t.layouts.append(
-                                (rank, kv_id, w_idx, weight_dtype, w_fp8, w_fp4, w.format_name, w.source,
-                                 per_gpu_bytes, gpu_idxs is not None, *perf)
-                            )  # fmt: skip
-                            t.allowed.extend((rank, g) for g in gpu_idxs or ())
+                        kv_bytes = kv_element_bytes(kv_dtype, act_dtype)
+                        side_key = (vid, engine, kv_bytes, act_bytes, atp, pp)
+                        side = reg.kv_sides.get(side_key)
+                        if side is None:
+                            side = reg.kv_sides[side_key] = _kv_side(
+                                reg, vid, kv_spec, profile, kv_bytes, ssm_bytes, act_bytes, atp, pp, bases
+                            )
+                        per_token, per_token_gpu, state, found = side
+                        if found is None:
+                            # the scalar engine cannot size this layout either (e.g. a pipeline stage
+                            # that holds only KV-shared layers): no rows rather than rows it would not give
+                            continue
+                        kv_id = t.kv_base + len(t.kv_layouts)
+                        candidates = [(kv_id, base, checkpoints, stages) for base, checkpoints, stages in found]
+                        t.candidates.extend(candidates)
+                        t.kv_layouts.append(
+                            (kv_id, m, cid, e, k, engine, profile.version, kv_dtype, tp, pp, dp, ep,
+                             layout.dp_ranks_add_gpus, kv_dtype.startswith("fp8"),
+                             act_dtype if kv_dtype == "auto" else kv_dtype,
+                             per_token, per_token_gpu, state, profile.unmodelled(spec),
+                             spec.num_experts, spec.num_experts_per_token, spec.hidden_size)
+                        )  # fmt: skip
+                        _weight_rows(t, work, e, k, profile, kv_dtype, kv_bytes, layout, pp, dp_gpus)
     return t
+
+
+@dataclass(slots=True)
+class _ModelWork:
+    """What the layouts of one model share while its rows are built: its weight dtypes, the (engine, KV dtype,
+    weight dtype) groups wanted (None: all), and the weights and starting GPUs computed so far."""
+
+    gm: GridModel
+    dtypes: list[tuple[str, bool, bool]]
+    wanted: set[tuple[int, int, int]] | None
+    weights: dict[tuple[object, ...], WeightsEstimate] = field(default_factory=dict)
+    # per (engine, weight format, KV dtype)
+    starting: dict[tuple[int, str, str], tuple[int, ...] | None] = field(default_factory=dict)
+
+
+def _weight_rows(
+    t: _Tables,
+    work: _ModelWork,
+    e: int,
+    k: int,
+    profile: EngineProfile,
+    kv_dtype: str,
+    kv_bytes: int,
+    layout: RankLayout,
+    pp: int,
+    dp_gpus: tuple[int, ...] | None,
+) -> None:
+    """The layout rows of one KV layout (the last of `t.kv_layouts`): one per weight dtype and per group of GPUs
+    whose weights differ, on the GPUs the engine starts it on (and, for a DP x EP layout, whose node it fills)."""
+    reg, gm, spec, tp, weights, starting = t.reg, work.gm, work.gm.spec, layout.tp, work.weights, work.starting
+    kv_id = t.kv_base + len(t.kv_layouts) - 1
+    shards = None if layout.plain else layout.weight_shards(spec)
+    for weight_dtype, w_fp8, w_fp4 in work.dtypes:
+        w_idx = reg.options.weight_dtypes.index(weight_dtype)
+        if work.wanted is not None and (e, k, w_idx) not in work.wanted:
+            continue
+        act_dtype = profile.serving_dtype(spec)
+        wkey = (weight_dtype, tp, pp, act_dtype, layout.dp, layout.ep)
+        if wkey not in weights:
+            # `engine` reaches the weights only through the serving dtype
+            weights[wkey] = estimate_weights(spec, weight_dtype, tp, pp, gm.checkpoint_bytes, profile.engine, shards)
+        w = weights[wkey]
+        key = (e, w.format_name, kv_dtype)
+        if key not in starting:
+            starting[key] = _starting_gpus(reg, profile, spec, w.format_name, kv_dtype)
+        for per_gpu_bytes, gpu_idxs in _weight_variants(reg, profile, spec, tp, pp, w):
+            gpu_idxs = _within(_within(gpu_idxs, starting[key]), dp_gpus)
+            if gpu_idxs == ():
+                continue  # the engine refuses this layout on every GPU of the variant
+            variant = w if per_gpu_bytes == w.per_gpu_bytes else replace(w, per_gpu_bytes=per_gpu_bytes)
+            perf = _perf_layout_row(spec, tp, pp, weight_dtype, profile.engine, variant, kv_bytes, layout)
+            rank = t.rank_base + len(t.layouts)
+            t.layouts.append(
+                (rank, kv_id, w_idx, weight_dtype, w_fp8, w_fp4, w.format_name, w.source, per_gpu_bytes,
+                 gpu_idxs is not None, *perf)
+            )  # fmt: skip
+            t.allowed.extend((rank, g) for g in gpu_idxs or ())
 
 
 def _overhead_rows(

@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 
+from capacity.features.parallel_layout import RankLayout, dp_group_b_max
 from capacity.grid.columns import _F64, PERF_COLUMNS, PERF_WINDOW_SLOTS
 from capacity.performance import PerfEfficiency, PerfInputs, rank_terms, tpot_seconds
 from capacity.spec import ModelSpec
@@ -15,12 +16,21 @@ from capacity.weights import WeightsEstimate
 
 
 def _perf_layout_row(
-    spec: ModelSpec, tp: int, pp: int, weight_dtype: str, engine: str, w: WeightsEstimate, kv_bytes: int
+    spec: ModelSpec,
+    tp: int,
+    pp: int,
+    weight_dtype: str,
+    engine: str,
+    w: WeightsEstimate,
+    kv_bytes: int,
+    layout: RankLayout,
 ) -> tuple[object, ...]:
-    """`capacity.performance.rank_terms` of one layout as the row's perf columns (windows in slots)."""
+    """`capacity.performance.rank_terms` of one layout as the row's perf columns (windows in slots), and the
+    all-to-all's terms of a DP x EP layout as `perf_inputs` reads them from the estimate's layout."""
+    rank_layout = None if layout.plain else layout  # as `Estimate.layout`
     terms = rank_terms(
         spec, tp=tp, pp=pp, weight_dtype=weight_dtype, engine=engine, weights_bytes_per_gpu=w.per_gpu_bytes,
-        kv_element_bytes=kv_bytes, weight_format_name=w.format_name,
+        kv_element_bytes=kv_bytes, weight_format_name=w.format_name, layout=rank_layout,
     )  # fmt: skip
     slots: list[object] = []
     extra_kv = extra_attn = 0.0
@@ -34,7 +44,16 @@ def _perf_layout_row(
         terms.dense_weight_bytes, terms.expert_weight_bytes, terms.active_params,
         terms.full_kv_bytes_per_token + extra_kv, terms.attention_flops_per_cached_token + extra_attn,
         float(terms.layers_on_rank), float(terms.act_bytes), terms.fp8_gemm, *slots,
+        float(terms.moe_layers_on_rank), *_exchange(rank_layout),
     )  # fmt: skip
+
+
+def _exchange(layout: RankLayout | None) -> tuple[float, float]:
+    """(the ranks an MoE layer's tokens are exchanged over, the DP ranks whose tokens reach its experts): the
+    `PerfInputs.ep` and `expert_token_ranks` that `perf_inputs` reads from the layout (1, 1 without one)."""
+    if layout is None:
+        return 1.0, 1.0
+    return float(layout.token_exchange_ranks), float(layout.dp)
 
 
 def _perf_keep() -> list[str]:
@@ -79,7 +98,8 @@ def _with_speed(
         hidden_size=col("perf_hidden"), layers_on_rank=col("perf_layers"), act_bytes=col("perf_act_bytes"),
         tp=col("perf_tp"), pp=col("perf_pp"), bandwidth_bytes_per_s=col("perf_bandwidth"),
         flops_per_s=pl.when(col("perf_fp8_gemm")).then(col("perf_fp8_flops")).otherwise(col("perf_bf16_flops")),
-        link_bytes_per_s=col("perf_link"),
+        link_bytes_per_s=col("perf_link"), moe_layers_on_rank=col("perf_moe_layers"),
+        ep=col("perf_exchange_ranks"), expert_token_ranks=col("perf_dp_ranks"),
     )  # fmt: skip
     p = PerfInputs(**columns)
     factors: dict[str, Any] = dict(
@@ -91,5 +111,8 @@ def _with_speed(
     ok = (batch >= 1) & col("_tpot").is_not_null() & col("_tpot").is_finite()
     return rows.with_columns(
         pl.when(ok).then(col("_tpot") * 1e3).alias("tpot_ms"),
-        pl.when(ok).then(batch.cast(_F64) * col("perf_pp") / col("_tpot")).alias("output_tokens_per_second"),
+        # one replica's: a DP group's ranks each decode their own b_max (`parallel_layout.dp_group_b_max`)
+        pl.when(ok)
+        .then(dp_group_b_max(col("perf_dp_ranks"), batch.cast(_F64)) * col("perf_pp") / col("_tpot"))
+        .alias("output_tokens_per_second"),
     ).drop("_tpot")

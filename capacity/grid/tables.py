@@ -194,7 +194,7 @@ def _collect_tables(
     does not fit): most PP > 1 layouts would have no deployment, and planning them is half the
     per-layout Python work."""
     f1 = _frames(t1)
-    extra = [c for c in (*_GROUP, "tp", "node_tp", "min_context", "max_model_len") if c not in _keep(0)]
+    extra = [c for c in (*_GROUP, "tp", "dp", "node_tp", "min_context", "max_model_len") if c not in _keep(0)]
     # the sizing (joins, then column arithmetic on a few hundred thousand rows) costs less CPU on
     # Polars' in-memory engine; the context rows (a join that multiplies rows, then arithmetic) less
     # on the streaming engine, its default

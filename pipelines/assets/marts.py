@@ -57,7 +57,7 @@ def capacity_grid_unique(warehouse: WarehouseResource) -> dg.AssetCheckResult:
                     where part_id = $p)),
                 (select count(*) from raw.deployments where part_id = $p),
                 (select count(*) from (
-                    select distinct model, gpu, engine, engine_version, weight_dtype, kv_dtype, tp, pp
+                    select distinct model, gpu, engine, engine_version, weight_dtype, kv_dtype, tp, pp, dp, ep
                     from raw.deployments where part_id = $p
                 ))
             """,

@@ -92,7 +92,7 @@ class ServingPlan:
     @property
     def gpus_per_replica(self) -> int:
         """One replica's GPUs: a pod's `nvidia.com/gpu` request (vLLM's DP ranks each bring --tp GPUs)."""
-        return replica_gpus(engine_dp_ranks_add_gpus(self.engine), self.tp, self.pp, self.dp)
+        return int(replica_gpus(engine_dp_ranks_add_gpus(self.engine), self.tp, self.pp, self.dp))
 
     @property
     def served_model(self) -> str:

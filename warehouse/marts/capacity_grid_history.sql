@@ -1,7 +1,7 @@
 -- marts.capacity_grid_history: marts.capacity_grid of every retained run: how each answer moved, run by run.
--- grain: one row per run_id x model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x context.
+-- grain: one row per run_id x model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x dp x ep x context.
 -- columns: run_id, run_date, deployment_id, model, model_family, gpu, engine, engine_version,
---   weight_dtype, kv_dtype, tp, pp, num_gpus, context, weight_format, kv_cache_dtype,
+--   weight_dtype, kv_dtype, tp, pp, dp, ep, num_gpus, context, weight_format, kv_cache_dtype,
 --   weights_source, not_modelled, gpu_memory_bytes, gpu_memory_utilization, max_model_len, max_num_seqs,
 --   kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu,
 --   weights_bytes_per_gpu, activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu,
@@ -38,6 +38,8 @@ select
     deployments.kv_dtype,
     deployments.tp,
     deployments.pp,
+    deployments.dp,
+    deployments.ep,
     deployments.num_gpus,
     grid.context,
     deployments.weight_format,

@@ -1,7 +1,7 @@
 -- marts.context_limits_history: marts.context_limits of every retained run.
--- grain: one row per run_id x model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x concurrency.
+-- grain: one row per run_id x model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x dp x ep x concurrency.
 -- columns: run_id, run_date, deployment_id, model, model_family, gpu, engine, engine_version,
---   weight_dtype, kv_dtype, tp, pp, num_gpus, concurrency, max_context
+--   weight_dtype, kv_dtype, tp, pp, dp, ep, num_gpus, concurrency, max_context
 -- history: trimmed to the last CAPPLAN_HISTORY_RUNS runs by each publish.
 -- defines: the table macro marts.context_limits_at(latest_only), the one column list; this view is
 --   context_limits_at(false), marts.context_limits is context_limits_at(true).
@@ -30,6 +30,8 @@ select
     deployments.kv_dtype,
     deployments.tp,
     deployments.pp,
+    deployments.dp,
+    deployments.ep,
     deployments.num_gpus,
     limits.concurrency,
     limits.max_context

@@ -1,7 +1,7 @@
 -- marts.deployments: every deployment of the latest run's grid, with its memory breakdown and KV pool.
--- grain: one row per model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp.
+-- grain: one row per model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x dp x ep.
 -- columns: run_id, run_date, deployment_id, model, model_family, gpu, engine, engine_version,
---   weight_dtype, kv_dtype, tp, pp, num_gpus, weight_format, kv_cache_dtype, weights_source, not_modelled,
+--   weight_dtype, kv_dtype, tp, pp, dp, ep, num_gpus, weight_format, kv_cache_dtype, weights_source, not_modelled,
 --   gpu_memory_bytes, gpu_memory_utilization, max_model_len, max_num_seqs, kv_bytes_per_token,
 --   kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu, weights_bytes_per_gpu,
 --   activation_peak_bytes_per_gpu, non_torch_bytes_per_gpu, cuda_graph_bytes_per_gpu,

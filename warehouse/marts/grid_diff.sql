@@ -1,8 +1,8 @@
 -- marts.grid_diff: what changed in the capacity grid between the last two runs, and why.
--- grain: one row per model x gpu x engine x weight_dtype x kv_dtype x tp x pp x context whose answer
+-- grain: one row per model x gpu x engine x weight_dtype x kv_dtype x tp x pp x dp x ep x context whose answer
 --   changed (b_max, max_concurrency, KV budget, KV tokens, fits, TPOT or $/hour), appeared or went.
 -- columns: run_id_before, run_id_after, change, cause, causes, model, gpu, engine, weight_dtype,
---   kv_dtype, tp, pp, context, num_gpus, engine_version_before, engine_version_after, b_max_before,
+--   kv_dtype, tp, pp, dp, ep, context, num_gpus, engine_version_before, engine_version_after, b_max_before,
 --   b_max_after, max_concurrency_before, max_concurrency_after, kv_budget_bytes_per_gpu_before,
 --   kv_budget_bytes_per_gpu_after, kv_cache_tokens_before, kv_cache_tokens_after, fits_before,
 --   fits_after, tpot_ms_before, tpot_ms_after, usd_per_hour_before, usd_per_hour_after,
@@ -75,6 +75,9 @@ deployments as (
         stored.kv_dtype,
         stored.tp,
         stored.pp,
+        -- rows stored before the grid had DP x EP layouts are TP-only
+        coalesce(stored.dp, 1) as dp,
+        coalesce(stored.ep, 1) as ep,
         stored.num_gpus,
         stored.kv_budget_bytes_per_gpu,
         stored.kv_cache_tokens
@@ -94,6 +97,8 @@ paired as materialized (
         coalesce(after.kv_dtype, before.kv_dtype) as kv_dtype,
         coalesce(after.tp, before.tp) as tp,
         coalesce(after.pp, before.pp) as pp,
+        coalesce(after.dp, before.dp) as dp,
+        coalesce(after.ep, before.ep) as ep,
         coalesce(after.num_gpus, before.num_gpus) as num_gpus,
         before.part_id as part_id_before,
         before.deployment_id as deployment_id_before,
@@ -114,6 +119,8 @@ paired as materialized (
         and before.kv_dtype = after.kv_dtype
         and before.tp = after.tp
         and before.pp = after.pp
+        and before.dp = after.dp
+        and before.ep = after.ep
 ),
 
 sides as (
@@ -184,6 +191,8 @@ joined as (
         paired.kv_dtype,
         paired.tp,
         paired.pp,
+        paired.dp,
+        paired.ep,
         by_context.context,
         paired.num_gpus,
         case when not by_context.in_before then 'added' when not by_context.in_after then 'removed' else 'changed' end
@@ -268,6 +277,8 @@ select
     kv_dtype,
     tp,
     pp,
+    dp,
+    ep,
     context,
     num_gpus,
     engine_version_before,

@@ -1,8 +1,8 @@
 -- marts.release_diff: what upgrading vLLM would change for the fleet, release by release.
--- grain: one row per fleet_release x model x gpu x engine x weight_dtype x kv_dtype x tp x pp x context
+-- grain: one row per fleet_release x model x gpu x engine x weight_dtype x kv_dtype x tp x pp x dp x ep x context
 --   whose answer differs between the fleet's release and the newest capplan has rules for.
 -- columns: fleet_release, next_release, change, cause, model, gpu, engine, weight_dtype, kv_dtype, tp,
---   pp, context, num_gpus, engine_version_before, engine_version_after, b_max_before, b_max_after,
+--   pp, dp, ep, context, num_gpus, engine_version_before, engine_version_after, b_max_before, b_max_after,
 --   max_concurrency_before, max_concurrency_after, kv_budget_bytes_per_gpu_before,
 --   kv_budget_bytes_per_gpu_after, kv_cache_tokens_before, kv_cache_tokens_after, fits_before,
 --   fits_after, tpot_ms_before, tpot_ms_after, usd_per_hour_before, usd_per_hour_after,
@@ -25,6 +25,8 @@ select
     kv_dtype,
     tp,
     pp,
+    dp,
+    ep,
     context,
     num_gpus,
     engine_version_before,

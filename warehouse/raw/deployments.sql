@@ -1,5 +1,5 @@
 -- raw.deployments: every deployment of the capacity grid (what does not depend on the context).
--- grain: one row per part_id x model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp.
+-- grain: one row per part_id x model x gpu x engine x engine_version x weight_dtype x kv_dtype x tp x pp x dp x ep.
 -- columns: part_id (raw.grid_partitions), deployment_id (the key of the deployment, fixed by its partition) and the grid's deployment columns:
 --   keys, dtypes, memory breakdown, KV pool (capacity.grid.GRID_COLUMNS minus the per-context ones).
 -- history: kept in place, each row once. Rows are keyed by part_id, the content key of the grid

@@ -1,5 +1,5 @@
 -- raw.grid_limits: the model_gpu_tp rows of the effective context limits, one copy per limits partition version.
--- grain: one row per part_id x model x gpu x tp x pp x concurrency.
+-- grain: one row per part_id x model x gpu x tp x pp x dp x ep x concurrency.
 -- columns: part_id, kind, deployment_id, model, model_family, gpu, engine, engine_version, weight_dtype,
 --   kv_dtype, tp, pp, max_model_len, concurrency, model_limit, memory_limit, calibrated_limit,
 --   measured_limit, effective_limit, binding, calibrated, calibration_scope, n_observations

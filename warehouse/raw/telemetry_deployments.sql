@@ -1,6 +1,6 @@
 -- raw.telemetry_deployments: one row per observed deployment: its preferred settings and measurements, and its usage (telemetry.deployment_summary).
 -- grain: one deployment id.
--- columns: deployment_id, model_id, gpu_sku, tp, pp, engine, engine_version, engine_generation,
+-- columns: deployment_id, model_id, gpu_sku, tp, pp, dp, ep, engine, engine_version, engine_generation,
 --   gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens, weight_dtype,
 --   quantization, kv_cache_dtype, block_size, enable_prefix_caching, enforce_eager, triton_kernels, disable_custom_all_reduce, gpu_peer_access, unmodelled_features, speculative_config, total_gpu_memory_bytes,
 --   requested_memory_bytes, other_process_bytes, weights_bytes, activation_peak_bytes, non_torch_bytes,
