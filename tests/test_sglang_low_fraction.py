@@ -35,6 +35,7 @@ def _estimate(row: dict[str, object], utilization: float | None = None):  # type
         weight_dtype=str(row["weight_dtype"]),
         kv_dtype=str(row["kv_dtype"]),
         engine="sglang",
+        engine_version=None if row.get("engine_version") is None else str(row["engine_version"]),  # the grid's
         max_model_len=AUTO_MAX_MODEL_LEN,
         gpu_memory_utilization=utilization,
     )

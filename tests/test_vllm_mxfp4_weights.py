@@ -128,7 +128,7 @@ def test_grid_weights_follow_the_gpu() -> None:
     resolved = load_model("openai/gpt-oss-20b")
     gpus = [find_gpu_sku(g) for g in ("H100", "A100-80GB")]
     grid = build_capacity_grid([GridModel("openai/gpt-oss-20b", resolved.spec, resolved.checkpoint_bytes)], gpus)
-    rows = grid.filter(engine="vllm", tp=1, weight_dtype="auto", kv_dtype="auto").collect()
+    rows = grid.filter(engine="vllm", tp=1, dp=1, weight_dtype="auto", kv_dtype="auto").collect()
     by_gpu = dict(zip(rows["gpu"].to_list(), rows["weights_bytes_per_gpu"].to_list(), strict=True))
     for gpu in gpus:
         assert by_gpu[gpu.id] == round(_weights_gib("openai/gpt-oss-20b", gpu.id, 1, ec.VLLM_DEFAULT_VERSION) * GIB)

@@ -166,7 +166,7 @@ def test_grid_matches_estimate_for_v0_mla(version: str) -> None:
     grid = build_capacity_grid([model], gpus, options).collect()
     assert grid.height > 0
     by_gpu = {g.id: g for g in gpus}
-    rows = grid.filter(grid["tp"] == 1)
+    rows = grid.filter((grid["tp"] == 1) & (grid["dp"] == 1))  # the TP layout (DP x EP rows: test_grid.py)
     assert set(rows["gpu"]) == set(by_gpu)
     for row in rows.iter_rows(named=True):
         deployment = DeploymentSpec(
