@@ -75,6 +75,7 @@ def read_sql(layer: str, table: str) -> str:
 # line `@columns <set> [of <alias>],` (each column, qualified by the alias) or `@casts <set>,` (each column
 # cast to its dictionary type, for staging); `read_sql` writes the set out, one column a line.
 COLUMN_SETS: dict[str, tuple[str, ...]] = {
+    "grid_row": ("run_id", "run_date", "deployment_id"),  # the grid tables' rows: the run, the deployment
     "deployment_keys": DEPLOYMENT_KEYS,  # model .. num_gpus
     "deployment_figures": tuple(name for name in DEPLOYMENT_COLUMNS if name not in DEPLOYMENT_KEYS),
     "diff_row": DIFF_ROW_COLUMNS,  # marts.grid_diff and marts.release_diff: keys, then each figure before/after

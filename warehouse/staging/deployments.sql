@@ -27,9 +27,7 @@ with source as (
 
 typed as (
     select
-        run_id::varchar as run_id,
-        run_date::date as run_date,
-        deployment_id::bigint as deployment_id,
+        @casts grid_row,
         @casts deployment_keys,
         @casts deployment_figures
     from source
