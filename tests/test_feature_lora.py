@@ -43,12 +43,7 @@ from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
 from recommendations.workloads import profile_from
-from tests.conftest import (
-    SGLANG_CPU_PREAMBLE,
-    require_oracle_venv,
-    run_in_oracle_venv,
-    run_sglang_in_oracle_venv,
-)
+from tests.conftest import SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv, run_sglang_in_oracle_venv
 
 RUNNER = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "vllm_lora_buffers.py"
 SGLANG_RUNNER = RUNNER.with_name("sglang_lora_buffers.py")

@@ -31,12 +31,7 @@ from pipelines.cli import app
 from recommendations.deploy import ServingPlan, engine_command
 from recommendations.serving_plan import SIMULATED_REQUESTS, PlaceQuery, ServedModel, place_model
 from telemetry.predictions import settings_of
-from tests.conftest import (
-    SGLANG_CPU_PREAMBLE,
-    require_oracle_venv,
-    run_in_oracle_venv,
-    run_sglang_in_oracle_venv,
-)
+from tests.conftest import SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv, run_sglang_in_oracle_venv
 from tests.test_telemetry_support import ingest, only_observation
 
 ORACLE = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "vllm_parallel_layout.py"

@@ -39,12 +39,7 @@ from capacity.planning_types import WorkloadProfile
 from capacity.spec import DeploymentSpec, ModelSpec, SpecError
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from recommendations.workloads import parse_workloads
-from tests.conftest import (
-    SGLANG_CPU_PREAMBLE,
-    require_oracle_venv,
-    run_in_oracle_venv,
-    run_sglang_in_oracle_venv,
-)
+from tests.conftest import SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv, run_sglang_in_oracle_venv
 from tests.test_engine_oracle import (
     OracleCase,
     capplan_result,
