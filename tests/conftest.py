@@ -88,6 +88,21 @@ def run_in_oracle_venv(script: Path, payload: object, timeout_s: int) -> subproc
     )
 
 
+def run_sglang_in_oracle_venv(code: str, payload: object, timeout_s: int) -> subprocess.CompletedProcess[str]:
+    """Run SGLang `code` (python -c) in the engine-oracle venv as `run_in_oracle_venv` runs a script, with the
+    venv's `sglang-extra` folder on PYTHONPATH: what SGLang imports beyond the oracle's requirements."""
+    env = {**os.environ, "PYTHONPATH": str(ORACLE_PYTHON.parent.parent / "sglang-extra")}
+    return subprocess.run(
+        [str(ORACLE_PYTHON), "-c", code],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
 def measurement_entries(path: Path) -> list[dict[str, object]]:
     """The `measurements` list of a schema-1 measurements file, as written (before any loader's checks)."""
     document = yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -18,7 +18,14 @@ from capacity import columns as cols
 from capacity.grid import build_capacity_grid, grid_tables
 from pipelines.cli import app
 from tests.test_grid import gpus, models
-from warehouse.sql import DICTIONARY_COMMENTS, WAREHOUSE_DIR, build_relation, column_descriptions, header_comment
+from warehouse.sql import (
+    DICTIONARY_COMMENTS,
+    WAREHOUSE_DIR,
+    build_relation,
+    column_descriptions,
+    header_comment,
+    read_sql,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ["run_id", "run_date"]
@@ -105,13 +112,12 @@ def _select_list(sql: str, start: str) -> list[str]:
 def test_the_hand_written_select_lists_follow_the_dictionary(
     layer: str, table: str, start: str, expected: list[str]
 ) -> None:
-    sql = (WAREHOUSE_DIR / layer / f"{table}.sql").read_text(encoding="utf-8")
+    sql = read_sql(layer, table)  # as run: `@columns` / `@casts` lines written out
     assert _select_list(sql, start) == expected
 
 
 def test_staging_casts_to_the_dictionarys_duckdb_types() -> None:
-    sql = (WAREHOUSE_DIR / "staging" / "deployments.sql").read_text(encoding="utf-8")
-    sql += (WAREHOUSE_DIR / "staging" / "capacity_grid.sql").read_text(encoding="utf-8")
+    sql = read_sql("staging", "deployments") + read_sql("staging", "capacity_grid")
     casts = dict(re.findall(r"^\s+(\w+)::(\w+) as \1,?$", sql, flags=re.MULTILINE))
     for name in [*RUN, "deployment_id", *cols.GRID_COLUMNS]:
         assert casts[name].upper() == cols.BY_NAME[name].type.duckdb, name

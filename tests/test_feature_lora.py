@@ -23,9 +23,7 @@ engine_oracle group), and hand derivations from the engines' source, each shape 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -45,7 +43,7 @@ from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
 from recommendations.workloads import profile_from
-from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv
+from tests.conftest import SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv, run_sglang_in_oracle_venv
 
 RUNNER = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "vllm_lora_buffers.py"
 SGLANG_RUNNER = RUNNER.with_name("sglang_lora_buffers.py")
@@ -96,16 +94,7 @@ def test_sglang_slots_match_sglangs_own_memory_pool(tp: int) -> None:
     modules = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head"]
     case |= {"layers": 2, "rank": 16, "slots": 3, "tp": tp, "targets": modules}
     script = SGLANG_CPU_PREAMBLE + SGLANG_RUNNER.read_text(encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(ORACLE_PYTHON.parent.parent / "sglang-extra")}
-    done = subprocess.run(
-        [str(ORACLE_PYTHON), "-c", script],
-        input=json.dumps(case),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
+    done = run_sglang_in_oracle_venv(script, case, timeout_s=300)
     assert done.returncode == 0, done.stderr[-2000:]
     line = next(x for x in done.stdout.splitlines() if x.startswith("@@sglang-lora@@ "))
     sglang = json.loads(line.removeprefix("@@sglang-lora@@ "))["bytes"]

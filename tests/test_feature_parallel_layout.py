@@ -6,8 +6,6 @@ engines' source (SGLang 0.5.23's attention-DP split, its per-rank share of --max
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -33,7 +31,7 @@ from pipelines.cli import app
 from recommendations.deploy import ServingPlan, engine_command
 from recommendations.serving_plan import SIMULATED_REQUESTS, PlaceQuery, ServedModel, place_model
 from telemetry.predictions import settings_of
-from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv
+from tests.conftest import SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv, run_sglang_in_oracle_venv
 from tests.test_telemetry_support import ingest, only_observation
 
 ORACLE = Path(__file__).resolve().parents[1] / "tools" / "engine_oracle" / "vllm_parallel_layout.py"
@@ -213,15 +211,8 @@ def test_sglang_dp_attention_matches_sglangs_own_attention_tp_and_running_cap() 
     require_oracle_venv()
     est = _estimate(engine="sglang", tp=8, dp=8, ep=8, max_model_len=4096, max_num_seqs=1024)
     case = {"tp": 8, "dp": 8, "max_running_requests": 1024, "token_capacity": est.kv_cache_tokens, "context_len": 4096}
-    done = subprocess.run(
-        [str(ORACLE_PYTHON), "-c", SGLANG_CPU_PREAMBLE + SGLANG_ORACLE.read_text(encoding="utf-8")],
-        input=json.dumps(case),
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ORACLE_PYTHON.parent.parent / "sglang-extra")},
-        timeout=300,
-        check=False,
-    )
+    script = SGLANG_CPU_PREAMBLE + SGLANG_ORACLE.read_text(encoding="utf-8")
+    done = run_sglang_in_oracle_venv(script, case, timeout_s=300)
     assert done.returncode == 0, done.stderr[-2000:]
     oracle = json.loads(done.stdout.strip().splitlines()[-1])
     assert est.layout is not None and est.layout.attention_tp == oracle["attn_tp_size"] == 1

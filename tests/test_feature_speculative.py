@@ -12,7 +12,6 @@ in `is_draft`, excluded from equality, so they join the target's groups).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -40,7 +39,7 @@ from capacity.planning_types import WorkloadProfile
 from capacity.spec import DeploymentSpec, ModelSpec, SpecError
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from recommendations.workloads import parse_workloads
-from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv
+from tests.conftest import SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv, run_sglang_in_oracle_venv
 from tests.test_engine_oracle import (
     OracleCase,
     capplan_result,
@@ -469,15 +468,7 @@ def test_sglang_pool_with_draft_layers_equals_sglang_own_configurator() -> None:
                     engine="sglang", tp=tp, block_size=page, kv_cache_memory_bytes=budget, speculative=spec
                 )
                 mine.append(estimate(model, d, gpu=find_gpu_sku("h200")).kv_cache_tokens)
-    done = subprocess.run(
-        [str(ORACLE_PYTHON), "-c", SGLANG_CPU_PREAMBLE + _SGLANG_DRAFT_CELL],
-        env={**os.environ, "PYTHONPATH": str(ORACLE_PYTHON.parent.parent / "sglang-extra")},
-        input=json.dumps(cases),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = run_sglang_in_oracle_venv(SGLANG_CPU_PREAMBLE + _SGLANG_DRAFT_CELL, cases, timeout_s=600)
     marker = [line for line in done.stdout.splitlines() if line.startswith("@@ORACLE@@")]
     assert marker, done.stderr[-2000:]
     assert mine == json.loads(marker[0][len("@@ORACLE@@") :])

@@ -10,8 +10,6 @@ and SGLang (state shapes at TP 1-8) in .venv-oracle.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import pytest
 
@@ -20,7 +18,7 @@ from capacity.hf_config import parse_config
 from capacity.kv_bytes import layer_state_bytes
 from capacity.spec import DeploymentSpec, KVKind
 from models_registry.sources.gpu_catalog import find_gpu_sku
-from tests.conftest import ORACLE_PYTHON, SGLANG_CPU_PREAMBLE, require_oracle_venv
+from tests.conftest import SGLANG_CPU_PREAMBLE, require_oracle_venv, run_sglang_in_oracle_venv
 
 GRANITE_4_H = {
     "architectures": ["GraniteMoeHybridForCausalLM"],
@@ -124,11 +122,7 @@ print("@@ORACLE@@" + json.dumps({"params": params, "vllm": vllm, "sglang": sglan
 @pytest.mark.engine_oracle
 def test_parameters_and_state_equal_the_engines_own_code() -> None:
     require_oracle_venv()
-    env = {**os.environ, "PYTHONPATH": str(ORACLE_PYTHON.parent.parent / "sglang-extra")}
-    command = [str(ORACLE_PYTHON), "-c", _ORACLE_SCRIPT]
-    done = subprocess.run(
-        command, input=json.dumps(GRANITE_4_H), capture_output=True, text=True, env=env, timeout=300, check=False
-    )
+    done = run_sglang_in_oracle_venv(_ORACLE_SCRIPT, GRANITE_4_H, timeout_s=300)
     marker = [line for line in done.stdout.splitlines() if line.startswith("@@ORACLE@@")]
     assert marker, done.stderr[-1500:]
     theirs = json.loads(marker[0][len("@@ORACLE@@") :])

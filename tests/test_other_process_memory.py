@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from typer.testing import CliRunner
 from capacity.engines.registry import engine_profile
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
-from tests.conftest import ORACLE_PYTHON, require_oracle_venv
+from tests.conftest import ORACLE_PYTHON, require_oracle_venv, run_sglang_in_oracle_venv
 from tests.test_engine_sglang import _ORACLE_SCRIPT as _sglang_oracle
 from tests.test_telemetry_support import gib, ingest, only_observation
 
@@ -319,16 +318,7 @@ def test_sglang_0523_takes_others_times_the_fraction_in_its_own_code() -> None:
         for f in (0.83, 0.88)
         for other in (0, 3 * GIB, 10 * GIB + 12345)
     ]
-    env = {**os.environ, "PYTHONPATH": str(ORACLE_PYTHON.parent.parent / "sglang-extra")}
-    done = subprocess.run(
-        [str(ORACLE_PYTHON), "-c", _SGLANG_SCRIPT],
-        input=json.dumps(cases),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
+    done = run_sglang_in_oracle_venv(_SGLANG_SCRIPT, cases, timeout_s=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("@@SGLANG-MEMORY@@")]
     assert done.returncode == 0 and lines, (done.stderr or done.stdout)[-2000:]
     budgets = json.loads(lines[-1].removeprefix("@@SGLANG-MEMORY@@"))

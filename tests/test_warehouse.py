@@ -23,6 +23,7 @@ from warehouse.sql import (
     LAYERS,
     WAREHOUSE_DIR,
     WarehouseSqlError,
+    column_set,
     example_queries,
     execute_sql,
     header_comment,
@@ -81,6 +82,22 @@ def test_an_append_incoming_line_is_written_out_as_its_three_statements() -> Non
     )
     with pytest.raises(WarehouseSqlError, match=r"appends to raw\.other, not to its own table"):
         keyed_append("raw", "deployments", "raw", "other", "part_id")
+
+
+def test_a_columns_line_is_written_out_one_column_a_line() -> None:
+    # the expected lines are the ones the files held by hand before `@columns` (git history), typed as
+    # the DuckDB docs name the types
+    assert column_set("f.sql", "    ", "columns", "deployment_keys", "d", ",").splitlines()[:2] == [
+        "    d.model,",
+        "    d.model_family,",
+    ]
+    casts = column_set("f.sql", "  ", "casts", "deployment_keys", None, "").splitlines()
+    assert casts[-3:] == ["  dp::integer as dp,", "  ep::integer as ep,", "  num_gpus::integer as num_gpus"]
+    sql = read_sql("marts", "release_diff")
+    assert not [line for line in sql.splitlines() if line.lstrip().startswith("@")]
+    assert "    context,\n    num_gpus,\n    engine_version_before,\n    engine_version_after,\n" in sql
+    with pytest.raises(WarehouseSqlError, match=r"^f\.sql: unknown column set 'nope'"):
+        column_set("f.sql", "", "columns", "nope", None, ",")
 
 
 def test_ident_quotes_identifiers() -> None:

@@ -28,6 +28,8 @@ _KEYS = {
     "context": "Tokens per sequence (prompt + output) of the row.",
     "num_gpus": "GPUs per replica (tp x pp, times dp where each DP rank is a TP group: vLLM).",
 }
+# a diff row's columns after change / cause, in the files' order (warehouse.sql's column set `diff_row`)
+DIFF_ROW_COLUMNS = (*_KEYS, *(f"{name}_{side}" for name in _PAIRED for side in _SIDES))
 DIFF_COMMENTS = {
     "change": "changed (both sides have the row), added (only the after side) or removed (only the before side).",
     "cause": "The causes joined with +: engine_release, config, catalog, price, calibration, or code.",

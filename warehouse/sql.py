@@ -5,7 +5,9 @@ the DuckDB relation `layer.table` and this file. Files are run statement by stat
 the named parameters (`$run_id`, `$run_date`...) it uses bound from a mapping — values are never
 formatted into SQL. Identifiers (schema, table and column names, which DuckDB cannot bind) go
 through `ident`, which quotes them. A raw table that keeps rows across runs says so in one line,
-`append incoming to raw.<table> keyed by run_id|part_id`, which `read_sql` writes out (`keyed_append`).
+`append incoming to raw.<table> keyed by run_id|part_id`, which `read_sql` writes out (`keyed_append`);
+a select list several relations share is one line, `@columns <set> [of <alias>],` (`@casts` in staging),
+which it writes out from the column dictionaries (`column_set`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,16 @@ from pathlib import Path
 
 import duckdb
 
-from capacity.columns import MART_DEPLOYMENT_COLUMNS, MART_GRID_COLUMNS, SHARED_DESCRIPTIONS, comment
-from warehouse.diff_columns import GRID_DIFF_COMMENTS, RELEASE_DIFF_COMMENTS
+from capacity.columns import (
+    BY_NAME,
+    DEPLOYMENT_COLUMNS,
+    DEPLOYMENT_KEYS,
+    MART_DEPLOYMENT_COLUMNS,
+    MART_GRID_COLUMNS,
+    SHARED_DESCRIPTIONS,
+    comment,
+)
+from warehouse.diff_columns import DIFF_ROW_COLUMNS, GRID_DIFF_COMMENTS, RELEASE_DIFF_COMMENTS
 
 WAREHOUSE_DIR = Path(__file__).resolve().parent
 LAYERS = ("raw", "staging", "marts")
@@ -56,7 +66,33 @@ def read_sql(layer: str, table: str) -> str:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise WarehouseSqlError(f"no SQL file for {layer}.{table} ({path})") from None
-    return _APPEND.sub(lambda match: keyed_append(layer, table, *match.groups()), text)
+    text = _APPEND.sub(lambda match: keyed_append(layer, table, *match.groups()), text)
+    return _COLUMN_SET.sub(lambda match: column_set(f"warehouse/{layer}/{table}.sql", *match.groups()), text)
+
+
+# The select lists the grid's relations share, in the column dictionaries' order: written once here, so
+# that a column added to the dictionary reaches every relation that lists the set. A file names one in a
+# line `@columns <set> [of <alias>],` (each column, qualified by the alias) or `@casts <set>,` (each column
+# cast to its dictionary type, for staging); `read_sql` writes the set out, one column a line.
+COLUMN_SETS: dict[str, tuple[str, ...]] = {
+    "grid_row": ("run_id", "run_date", "deployment_id"),  # the grid tables' rows: the run, the deployment
+    "deployment_keys": DEPLOYMENT_KEYS,  # model .. num_gpus
+    "deployment_figures": tuple(name for name in DEPLOYMENT_COLUMNS if name not in DEPLOYMENT_KEYS),
+    "diff_row": DIFF_ROW_COLUMNS,  # marts.grid_diff and marts.release_diff: keys, then each figure before/after
+}
+_COLUMN_SET = re.compile(r"^( *)@(columns|casts) ([a-z_]+)(?: of ([a-z_]+))?(,?)$", re.MULTILINE)
+
+
+def column_set(file: str, indent: str, form: str, name: str, alias: str | None, comma: str) -> str:
+    """The lines a `@columns` / `@casts` line of `file` stands for (the last one ends as that line does)."""
+    if name not in COLUMN_SETS:
+        raise WarehouseSqlError(f"{file}: unknown column set {name!r}; expected one of {', '.join(COLUMN_SETS)}")
+    prefix = f"{alias}." if alias else ""
+    if form == "casts":
+        items = [f"{prefix}{c}::{BY_NAME[c].type.duckdb.lower()} as {c}" for c in COLUMN_SETS[name]]
+    else:
+        items = [f"{prefix}{c}" for c in COLUMN_SETS[name]]
+    return ",\n".join(f"{indent}{item}" for item in items) + comma
 
 
 # A raw table that keeps rows across runs is written the same way each time: created from `incoming`

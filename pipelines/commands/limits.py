@@ -20,7 +20,7 @@ from capacity.estimate import Estimate, estimate
 from capacity.grid import TARGET_CONCURRENCIES
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from pipelines.commands.common import WarehouseOption, fail, published_or_none, resolve_gpu, resolve_model
-from pipelines.commands.estimate import (
+from pipelines.commands.estimate_options import (
     AsJsonOption,
     DtypeOption,
     EngineOption,

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from pipelines.commands.common import fail, resolve_gpu, resolve_model
-from pipelines.commands.estimate import AsJsonOption, EngineOption, EngineVersionOption
+from pipelines.commands.estimate_options import AsJsonOption, EngineOption, EngineVersionOption
 
 _MEMBER = re.compile(r"^(?P<model>[^=\s]+)=(?P<concurrency>\d+)x(?P<context>\d+)$")
 

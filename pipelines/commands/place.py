@@ -13,7 +13,7 @@ import typer
 from capacity.planning_types import DTYPE_POLICIES
 from capacity.spec import SpecError
 from pipelines.commands.common import fail, resolve_gpu, resolve_model
-from pipelines.commands.estimate import AsJsonOption, EngineOption, EngineVersionOption
+from pipelines.commands.estimate_options import AsJsonOption, EngineOption, EngineVersionOption
 from pipelines.commands.procure import WorkloadsOption
 from recommendations.deploy import DeployError, ManifestKind, ServingPlan, render
 from recommendations.serving_plan import (

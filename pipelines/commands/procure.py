@@ -21,7 +21,7 @@ import typer
 from capacity.offload_procurement import CachePlacement
 from capacity.tiered_placement import media, tiered
 from pipelines.commands.common import WarehouseOption, fail, published_or_none
-from pipelines.commands.estimate import AsJsonOption
+from pipelines.commands.estimate_options import AsJsonOption
 from recommendations.fleet_answer import fleet_contract, fleet_frames
 from recommendations.packing import pack_offers, packed_frame, packed_lines
 from recommendations.workloads import WORKLOAD_SCHEMA, WorkloadsFile, load_workloads

@@ -10,7 +10,8 @@
 --   fits, tpot_ms, output_tokens_per_second, usd_per_hour, usd_per_million_output_tokens
 -- history: trimmed to the last CAPPLAN_HISTORY_RUNS runs by each publish (usd_per_hour at today's prices).
 -- column comments: capacity/columns.py (the column dictionary), applied when the file is run
---   (warehouse.sql.build_relation); the columns here follow its order (tests/test_columns.py).
+--   (warehouse.sql.build_relation); the columns here follow its order (tests/test_columns.py): each
+--   `@columns <set> of deployments` line is that set of its columns, written out by warehouse.sql.read_sql.
 -- defines: the table macro marts.capacity_grid_at(latest_only), the one column list of the grid;
 --   this view is capacity_grid_at(false), marts.capacity_grid is capacity_grid_at(true) (the run
 --   filter is applied to both inputs before the join, so reads of the current grid stay fast).
@@ -29,40 +30,9 @@ select
     grid.run_id,
     grid.run_date,
     deployments.deployment_id,
-    deployments.model,
-    deployments.model_family,
-    deployments.gpu,
-    deployments.engine,
-    deployments.engine_version,
-    deployments.weight_dtype,
-    deployments.kv_dtype,
-    deployments.tp,
-    deployments.pp,
-    deployments.dp,
-    deployments.ep,
-    deployments.num_gpus,
+    @columns deployment_keys of deployments,
     grid.context,
-    deployments.weight_format,
-    deployments.kv_cache_dtype,
-    deployments.weights_source,
-    deployments.not_modelled,
-    deployments.gpu_memory_bytes,
-    deployments.gpu_memory_utilization,
-    deployments.max_model_len,
-    deployments.max_num_seqs,
-    deployments.kv_bytes_per_token,
-    deployments.kv_bytes_per_token_per_gpu,
-    deployments.state_bytes_per_sequence_per_gpu,
-    deployments.weights_bytes_per_gpu,
-    deployments.activation_peak_bytes_per_gpu,
-    deployments.non_torch_bytes_per_gpu,
-    deployments.cuda_graph_bytes_per_gpu,
-    deployments.overhead_bytes_per_gpu,
-    deployments.kv_budget_bytes_per_gpu,
-    deployments.num_blocks,
-    deployments.block_size,
-    deployments.kv_cache_tokens,
-    deployments.physical_kv_token_slots,
+    @columns deployment_figures of deployments,
     grid.max_concurrency,
     grid.b_max_memory,
     grid.b_max,

@@ -6,6 +6,7 @@
 -- defines: the table macro marts.context_limits_at(latest_only), the one column list; this view is
 --   context_limits_at(false), marts.context_limits is context_limits_at(true).
 -- column comments: context_limits_history.yaml beside this file; the columns the marts share, capacity/columns.py.
+-- select list: `@columns deployment_keys of deployments` is the dictionary's deployment keys (warehouse.sql.read_sql).
 create or replace macro marts.context_limits_at(latest_only) as table
 with limits as (
     select * from staging.context_limits
@@ -21,18 +22,7 @@ select
     limits.run_id,
     limits.run_date,
     deployments.deployment_id,
-    deployments.model,
-    deployments.model_family,
-    deployments.gpu,
-    deployments.engine,
-    deployments.engine_version,
-    deployments.weight_dtype,
-    deployments.kv_dtype,
-    deployments.tp,
-    deployments.pp,
-    deployments.dp,
-    deployments.ep,
-    deployments.num_gpus,
+    @columns deployment_keys of deployments,
     limits.concurrency,
     limits.max_context
 from limits

@@ -8,7 +8,8 @@
 --   overhead_bytes_per_gpu, kv_budget_bytes_per_gpu, num_blocks, block_size, kv_cache_tokens,
 --   physical_kv_token_slots, usd_per_hour
 -- column comments: capacity/columns.py (the column dictionary), applied when the file is run
---   (warehouse.sql.build_relation); the columns here follow its order (tests/test_columns.py).
+--   (warehouse.sql.build_relation); the columns here follow its order (tests/test_columns.py): each
+--   `@columns <set> of deployments` line is that set of its columns, written out by warehouse.sql.read_sql.
 -- history: trimmed to the last CAPPLAN_HISTORY_RUNS runs by each publish (usd_per_hour at today's
 --   prices). marts.deployments is this view at the published run: one column list, one set of
 --   column comments (the current marts take theirs from their history view when they are built).
@@ -25,39 +26,8 @@ select
     deployments.run_id,
     deployments.run_date,
     deployments.deployment_id,
-    deployments.model,
-    deployments.model_family,
-    deployments.gpu,
-    deployments.engine,
-    deployments.engine_version,
-    deployments.weight_dtype,
-    deployments.kv_dtype,
-    deployments.tp,
-    deployments.pp,
-    deployments.dp,
-    deployments.ep,
-    deployments.num_gpus,
-    deployments.weight_format,
-    deployments.kv_cache_dtype,
-    deployments.weights_source,
-    deployments.not_modelled,
-    deployments.gpu_memory_bytes,
-    deployments.gpu_memory_utilization,
-    deployments.max_model_len,
-    deployments.max_num_seqs,
-    deployments.kv_bytes_per_token,
-    deployments.kv_bytes_per_token_per_gpu,
-    deployments.state_bytes_per_sequence_per_gpu,
-    deployments.weights_bytes_per_gpu,
-    deployments.activation_peak_bytes_per_gpu,
-    deployments.non_torch_bytes_per_gpu,
-    deployments.cuda_graph_bytes_per_gpu,
-    deployments.overhead_bytes_per_gpu,
-    deployments.kv_budget_bytes_per_gpu,
-    deployments.num_blocks,
-    deployments.block_size,
-    deployments.kv_cache_tokens,
-    deployments.physical_kv_token_slots,
+    @columns deployment_keys of deployments,
+    @columns deployment_figures of deployments,
     deployments.num_gpus * gpus.price_usd_per_gpu_hour as usd_per_hour
 from deployments
 left join gpus on deployments.gpu = gpus.gpu;

@@ -19,6 +19,8 @@
 --   changed nothing compares nothing.
 -- column comments: warehouse/diff_columns.py (one description for both diff marts), applied when the
 --   file is run (warehouse.sql.build_relation).
+-- select list: `@columns diff_row` is the diff marts' shared columns (warehouse/diff_columns.py),
+--   written out by warehouse.sql.read_sql.
 -- defines: the table macro marts.grid_diff_runs(): the two runs compared (run_id_before, run_id_after;
 --   no row before the second run), so that a reader can say which runs a diff with no rows compared.
 create or replace macro marts.grid_diff_runs() as table
@@ -270,35 +272,7 @@ select
     change,
     array_to_string(causes, '+') as cause,
     causes,
-    model,
-    gpu,
-    engine,
-    weight_dtype,
-    kv_dtype,
-    tp,
-    pp,
-    dp,
-    ep,
-    context,
-    num_gpus,
-    engine_version_before,
-    engine_version_after,
-    b_max_before,
-    b_max_after,
-    max_concurrency_before,
-    max_concurrency_after,
-    kv_budget_bytes_per_gpu_before,
-    kv_budget_bytes_per_gpu_after,
-    kv_cache_tokens_before,
-    kv_cache_tokens_after,
-    fits_before,
-    fits_after,
-    tpot_ms_before,
-    tpot_ms_after,
-    usd_per_hour_before,
-    usd_per_hour_after,
-    price_source_before,
-    price_source_after,
+    @columns diff_row,
     case when change = 'changed' then change_pct end as change_pct
 from changed;
 

@@ -4,6 +4,8 @@
 --   output_tokens_per_second
 -- history: each raw row is stored once per partition version (part_id); the join with
 --   raw.grid_partitions gives it to every retained run that published that version.
+-- casts: `@casts grid_row` is run_id, run_date, deployment_id cast to the column dictionary's types
+--   (capacity/columns.py), written out by warehouse.sql.read_sql.
 create or replace view staging.capacity_grid as
 with source as (
     select parts.run_id, parts.run_date, stored.* exclude (part_id)
@@ -13,9 +15,7 @@ with source as (
 
 typed as (
     select
-        run_id::varchar as run_id,
-        run_date::date as run_date,
-        deployment_id::bigint as deployment_id,
+        @casts grid_row,
         context::bigint as context,
         max_concurrency::double as max_concurrency,
         b_max_memory::bigint as b_max_memory,

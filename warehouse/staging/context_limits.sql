@@ -3,6 +3,8 @@
 -- columns: run_id, run_date, deployment_id, concurrency, max_context
 -- history: each raw row is stored once per partition version (part_id); the join with
 --   raw.grid_partitions gives it to every retained run that published that version.
+-- casts: `@casts grid_row` is run_id, run_date, deployment_id cast to the column dictionary's types
+--   (capacity/columns.py), written out by warehouse.sql.read_sql.
 create or replace view staging.context_limits as
 with source as (
     select parts.run_id, parts.run_date, stored.* exclude (part_id)
@@ -12,9 +14,7 @@ with source as (
 
 typed as (
     select
-        run_id::varchar as run_id,
-        run_date::date as run_date,
-        deployment_id::bigint as deployment_id,
+        @casts grid_row,
         concurrency::bigint as concurrency,
         max_context::bigint as max_context
     from source

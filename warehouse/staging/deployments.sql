@@ -10,6 +10,8 @@
 --   physical_kv_token_slots
 -- history: each raw row is stored once per partition version (part_id); the join with
 --   raw.grid_partitions gives it to every retained run that published that version.
+-- casts: each `@casts <set>` line is that set of the column dictionary's columns (capacity/columns.py),
+--   each cast to its DuckDB type, written out by warehouse.sql.read_sql.
 create or replace view staging.deployments as
 with source as (
     -- rows published before the grid had DP x EP layouts are TP-only (dp = ep = 1)
@@ -25,42 +27,9 @@ with source as (
 
 typed as (
     select
-        run_id::varchar as run_id,
-        run_date::date as run_date,
-        deployment_id::bigint as deployment_id,
-        model::varchar as model,
-        model_family::varchar as model_family,
-        gpu::varchar as gpu,
-        engine::varchar as engine,
-        engine_version::varchar as engine_version,
-        weight_dtype::varchar as weight_dtype,
-        kv_dtype::varchar as kv_dtype,
-        tp::integer as tp,
-        pp::integer as pp,
-        dp::integer as dp,
-        ep::integer as ep,
-        num_gpus::integer as num_gpus,
-        weight_format::varchar as weight_format,
-        kv_cache_dtype::varchar as kv_cache_dtype,
-        weights_source::varchar as weights_source,
-        not_modelled::varchar as not_modelled,
-        gpu_memory_bytes::bigint as gpu_memory_bytes,
-        gpu_memory_utilization::double as gpu_memory_utilization,
-        max_model_len::bigint as max_model_len,
-        max_num_seqs::bigint as max_num_seqs,
-        kv_bytes_per_token::bigint as kv_bytes_per_token,
-        kv_bytes_per_token_per_gpu::bigint as kv_bytes_per_token_per_gpu,
-        state_bytes_per_sequence_per_gpu::bigint as state_bytes_per_sequence_per_gpu,
-        weights_bytes_per_gpu::bigint as weights_bytes_per_gpu,
-        activation_peak_bytes_per_gpu::bigint as activation_peak_bytes_per_gpu,
-        non_torch_bytes_per_gpu::bigint as non_torch_bytes_per_gpu,
-        cuda_graph_bytes_per_gpu::bigint as cuda_graph_bytes_per_gpu,
-        overhead_bytes_per_gpu::bigint as overhead_bytes_per_gpu,
-        kv_budget_bytes_per_gpu::bigint as kv_budget_bytes_per_gpu,
-        num_blocks::bigint as num_blocks,
-        block_size::bigint as block_size,
-        kv_cache_tokens::bigint as kv_cache_tokens,
-        physical_kv_token_slots::bigint as physical_kv_token_slots
+        @casts grid_row,
+        @casts deployment_keys,
+        @casts deployment_figures
     from source
 )
 
