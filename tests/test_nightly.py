@@ -98,6 +98,7 @@ def test_the_nightly_run_is_recorded_in_the_dagster_instance(nightly_done: tuple
     assert f"DAGSTER_HOME={env.dagster_home}" in output
 
 
+@pytest.mark.slow  # a whole nightly of its own (the slow group holds those)
 def test_a_pasted_log_without_a_gpu_is_kept_and_says_why_it_was_not_predicted(
     runner: CliRunner, pipeline_env: PipelineEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

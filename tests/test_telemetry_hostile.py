@@ -497,6 +497,7 @@ def hostile_nightly(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
         remove_deep_folders(root)
 
 
+@pytest.mark.slow  # a whole nightly of its own (the slow group holds those)
 def test_a_hostile_drop_folder_still_publishes_a_nightly(
     hostile_nightly: tuple[Path, dict[str, str | None], str],
 ) -> None:

@@ -299,6 +299,7 @@ def test_the_time_budget_bounds_the_whole_ingest(server: str) -> None:
 # --- the real nightly: stdout, stderr, the sample store, the warehouse, Dagster's storage ------------
 
 
+@pytest.mark.slow  # a whole nightly of its own (the slow group holds those)
 def test_a_nightly_with_such_a_url_leaves_the_credentials_nowhere(server: str, tmp_path: Path) -> None:
     """`capplan nightly` (its own process, a persistent Dagster instance under var/dagster, the
     sample store under var/) with a URL whose user and password hold every reserved character:
