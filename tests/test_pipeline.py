@@ -200,6 +200,7 @@ def test_a_model_that_fails_to_parse_is_reported_and_the_rest_goes_on(tmp_path: 
     assert [m for (m,) in planned] == sorted(CATALOG_MODELS)
 
 
+@pytest.mark.slow  # two whole materializations: the slow group holds those
 def test_a_failing_blocking_check_publishes_nothing(pipeline_env: PipelineEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     assert materialize_everything(pipeline_env).success
     before = query(pipeline_env.warehouse, "select run_id from marts.runs")

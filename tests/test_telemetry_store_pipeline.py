@@ -54,6 +54,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"env": env, "first": first, "second": second, "after_first": after_first}
 
 
+@pytest.mark.slow  # two whole runs of the pipeline (the `runs` fixture): the slow group holds those
 def test_a_rerun_stores_nothing_twice(runs: dict[str, Any]) -> None:
     env: StoreEnv = runs["env"]
     first, second = ingest_metadata(runs["first"]), ingest_metadata(runs["second"])
@@ -67,6 +68,7 @@ def test_a_rerun_stores_nothing_twice(runs: dict[str, Any]) -> None:
     assert SampleStore.from_url(str(env.store)).days() == ["2025-06-02"]
 
 
+@pytest.mark.slow  # two whole runs of the pipeline (the `runs` fixture): the slow group holds those
 def test_predictions_take_their_usage_from_the_store(runs: dict[str, Any]) -> None:
     env: StoreEnv = runs["env"]
     ((n_samples, peak, running),) = env.query(
@@ -76,6 +78,7 @@ def test_predictions_take_their_usage_from_the_store(runs: dict[str, Any]) -> No
     assert (n_samples, peak, running) == (6, 0.42, 15.0)
 
 
+@pytest.mark.slow  # two whole runs of the pipeline (the `runs` fixture): the slow group holds those
 def test_the_telemetry_job_refreshes_telemetry_without_the_nightly(runs: dict[str, Any]) -> None:
     from pipelines.assets.telemetry import telemetry_job, telemetry_sensor
     from pipelines.definitions import build_definitions
