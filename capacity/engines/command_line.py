@@ -479,6 +479,7 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
     ignored: list[str] = []
     unsized: list[str] = []
     retired: list[str] = []
+    older = _older_than_table(engine, release)  # an older release's retired flags are kept, not refused
     notes: list[str] = []
     positionals: list[str] = []
     model: str | None = None
@@ -496,10 +497,10 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
         try:
             found = _lookup(engine, option)
         except CommandLineError:  # ambiguous in the table's release: a retired flag's prefix of newer ones
-            if not _older_than_table(engine, release):
+            if not older:
                 raise
             found = None
-        if found is None and _older_than_table(engine, release):
+        if found is None and older:
             retired.append(option)
             if not eq and i < len(args) and not args[i].startswith("-"):  # its value, if it takes one
                 i += 1
