@@ -238,10 +238,10 @@ def scalar_sample(
     contracts = []
     for row in rows:
         model = models[row["model"]]
-        # the grid runs each deployment at the max_model_len that starts (vLLM's auto-fit)
+        # the grid runs each deployment at the max_model_len that starts (vLLM's auto-fit), at the release its row states
         deployment = DeploymentSpec(tp=row["tp"], pp=row["pp"], dp=row["dp"], ep=row["ep"],
                                     weight_dtype=row["weight_dtype"], kv_dtype=row["kv_dtype"], engine=row["engine"],
-                                    max_model_len=AUTO_MAX_MODEL_LEN)  # fmt: skip
+                                    engine_version=row["engine_version"], max_model_len=AUTO_MAX_MODEL_LEN)  # fmt: skip
         contracts.append(
             estimate(model.spec, deployment, gpu=gpus[row["gpu"]], model_name=model.repo_id,
                      checkpoint_bytes=model.checkpoint_bytes, context_tokens=row["context"]).contract()
