@@ -167,15 +167,14 @@ def rank_terms(
     the embeddings go first); `weight_dtype` is what was asked for (`--dtype`). A DP-attention / expert-parallel
     `layout` sets the rank's share of the routed experts and the TP its attention and KV split by."""
     fmt = weight_format(model, weight_dtype, engine)
-    counts, experts, per_layer_active = _stage_param_sums(model, pp)
+    counts, experts, per_layer_active, attention_params, moe_layers = _stage_param_sums(model, pp)
     share = float(layout.expert_share(model.num_experts)) if layout is not None else 1 / tp
     expert_bytes = experts * float(fmt.linear_bytes_per_param) * share
     head = (model.lm_head_params or model.embedding_params) if pp == 1 else 0
     attention_tp = layout.attention_tp if layout is not None else tp
     full, attn_full, windowed = _stage_attention_sums(model, attention_tp, pp, kv_element_bytes)
-    stage = model.layer_params[: counts[0]]
     # attention runs split by the attention TP (SGLang's DP attention: tp / dp), the rest by TP
-    attention_extra = sum(p.attention for p in stage) * (1 / attention_tp - 1 / tp) if attention_tp != tp else 0.0
+    attention_extra = attention_params * (1 / attention_tp - 1 / tp) if attention_tp != tp else 0.0
     return RankTerms(
         dense_weight_bytes=max(float(weights_bytes_per_gpu) - expert_bytes, 0.0),
         expert_weight_bytes=expert_bytes,
@@ -186,21 +185,23 @@ def rank_terms(
         layers_on_rank=max(counts),
         act_bytes=element_bytes(serving_dtype(model, engine)),
         fp8_gemm=weight_format_name.startswith("fp8"),
-        moe_layers_on_rank=sum(1 for p in stage if p.experts) if layout is not None else 0,
+        moe_layers_on_rank=moe_layers if layout is not None else 0,
     )
 
 
-def _stage_param_sums(model: ModelSpec, pp: int) -> tuple[list[int], float, float]:
-    """(layers per stage, expert parameters and active parameters per token of the first stage's layers)."""
+def _stage_param_sums(model: ModelSpec, pp: int) -> tuple[list[int], float, float, int, int]:
+    """(layers per stage, expert parameters, active parameters per token, attention parameters and MoE layers
+    of the first stage's layers)."""
 
-    def compute() -> tuple[list[int], float, float]:
+    def compute() -> tuple[list[int], float, float, int, int]:
         counts = pp_partition(len(model.layer_params), pp)
         stage_params = model.layer_params[: counts[0]]
         experts = sum(p.experts for p in stage_params)
         per_layer_active = sum(
             p.attention + p.mlp + p.router + p.norms + _active_expert_params(model, p.experts) for p in stage_params
         )
-        return counts, experts, per_layer_active
+        attention = sum(p.attention for p in stage_params)
+        return counts, experts, per_layer_active, attention, sum(1 for p in stage_params if p.experts)
 
     # per model object: the grid asks for the same model at many dtypes and engines
     return per_object(model, ("performance/params", pp), compute)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from capacity.dtypes import CANONICAL_DTYPE, GIB, WEIGHT_DTYPES, element_bytes, serving_dtype
 from capacity.engines.kinds import Engine
+from capacity.memo import per_object
 from capacity.parallel import memo_per_model, pp_partition
 from capacity.spec import GpuSku, ModelSpec, SpecError
 
@@ -34,6 +35,11 @@ def _int4_bytes(group_size: int) -> Fraction:
 
 def weight_format(model: ModelSpec, weight_dtype: str, engine: str = Engine.VLLM) -> WeightFormat:
     """Resolve `--dtype` against the checkpoint: auto = what the checkpoint stores."""
+    # per model object: the grid resolves one model's dtypes for every layout of it
+    return per_object(model, ("weights/format", weight_dtype, engine), lambda: _resolve_format(model, weight_dtype, engine))
+
+
+def _resolve_format(model: ModelSpec, weight_dtype: str, engine: str) -> WeightFormat:
     base = Fraction(element_bytes(serving_dtype(model, engine)))
     wanted = weight_dtype.lower()
     quant = model.quantization
@@ -157,7 +163,8 @@ def estimate_weights(
     fmt = weight_format(model, weight_dtype, engine)
     stages = _rank_weight_bytes(model, fmt, tp, pp, shards)
     per_gpu = max(stages)
-    loaded_total = sum(_rank_weight_bytes(model, fmt, 1, 1))
+    # what one GPU would hold of the whole model: the same for every layout of a model and format
+    loaded_total = per_object(model, ("weights/loaded", fmt), lambda: sum(_rank_weight_bytes(model, fmt, 1, 1)))
     native = weight_dtype.lower() == "auto" or (
         model.quantization is None and CANONICAL_DTYPE.get(weight_dtype.lower()) == model.torch_dtype
     )

@@ -14,6 +14,8 @@ from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, Start
 from capacity.numeric import Num, truncate
 
 if TYPE_CHECKING:
+    from collections.abc import Hashable
+
     from capacity.engines.kinds import Engine
     from capacity.spec import GpuSku, ModelSpec
 
@@ -56,6 +58,10 @@ class ProfileBase:
     ) -> int:
         """The checkpoint's format as it is."""
         return 0
+
+    def weight_layout_kind(self, gpu: GpuSku | None) -> Hashable:
+        """One kind: no GPU changes the layout."""
+        return None
 
     def weight_copy_bytes(self, model: ModelSpec, tp: int, pp: int, weight_format: str) -> int:
         """No copies beside the loaded weights."""

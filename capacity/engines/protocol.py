@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Hashable
+
     from capacity.engines.kinds import Engine
     from capacity.numeric import Num
     from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -116,6 +118,10 @@ class EngineProfile(Protocol):
     ) -> int:
         """Weight bytes per GPU the engine's kernels keep beyond the checkpoint's format (padding, re-layouts);
         `triton_kernels`: the optional package beside the engine (None: a plain install)."""
+
+    def weight_layout_kind(self, gpu: GpuSku | None) -> Hashable:
+        """What of the GPU `weight_layout_extra_bytes` reads (the kernels' layout, without the optional package):
+        GPUs of one kind get the same bytes, so a fleet asks once per kind."""
 
     def weight_copy_bytes(self, model: ModelSpec, tp: int, pp: int, weight_format: str) -> int:
         """Weight bytes per GPU the engine derives at load and keeps beside the raw weights (vLLM 0.7.1-0.7.3's

@@ -5,7 +5,7 @@ per-GPU variants, overheads), gathered as rows for the frames (`_Tables`)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import product
 from typing import cast
@@ -61,6 +61,10 @@ class _Registry:
     kv_specs: list[ModelSpec] = field(default_factory=list)
     kv_cache: dict[tuple[object, ...], object] = field(default_factory=dict)
     kv_sides: dict[tuple[int, str, int, int, int, int], _KVSide] = field(default_factory=dict)
+    # the GPUs an engine starts a KV view on, per (view id, engine index, weight format, KV dtype): `_starting_gpus`
+    starting: dict[tuple[int, int, str, str], tuple[int, ...] | None] = field(default_factory=dict)
+    # per engine profile: the GPUs grouped by the kind of weight layout its kernels give them (`_weight_variants`)
+    weight_layout_kinds: dict[EngineProfile, list[tuple[GpuSku, list[int]]]] = field(default_factory=dict)
     # held while rows are built from, or added to, the registry (chunks are planned in two threads)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # the GPU frame and the settings served per GPU (`frames.served_frames`), built once per build
@@ -329,8 +333,8 @@ def _build_rows(
         contexts = grid_contexts(spec.context_limit_tokens, options.min_context)
         t.models.append((m, gm.repo_id, spec.family, spec.context_limit_tokens, contexts[0], contexts))
         t.node.extend((m, gpn, tp) for gpn, tp in node.items())
-        work = _ModelWork(gm, weight_dtype_choices(spec, options.weight_dtypes), wanted)
         vid, kv_spec = reg.kv_view(spec)
+        work = _ModelWork(gm, weight_dtype_choices(spec, options.weight_dtypes), wanted, vid, kv_spec)
         for tp, pp in combos:
             for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
                 if wanted is not None and not any(g[0] == e for g in wanted):
@@ -381,9 +385,9 @@ class _ModelWork:
     gm: GridModel
     dtypes: list[tuple[str, bool, bool]]
     wanted: set[tuple[int, int, int]] | None
+    kv_view_id: int  # `_Registry.kv_view` of the model: its layers without parameter counts
+    kv_view: ModelSpec
     weights: dict[tuple[object, ...], WeightsEstimate] = field(default_factory=dict)
-    # per (engine, weight format, KV dtype)
-    starting: dict[tuple[int, str, str], tuple[int, ...] | None] = field(default_factory=dict)
 
 
 def _weight_rows(
@@ -400,7 +404,7 @@ def _weight_rows(
 ) -> None:
     """The layout rows of one KV layout (the last of `t.kv_layouts`): one per weight dtype and per group of GPUs
     whose weights differ, on the GPUs the engine starts it on (and, for a DP x EP layout, whose node it fills)."""
-    reg, gm, spec, tp, weights, starting = t.reg, work.gm, work.gm.spec, layout.tp, work.weights, work.starting
+    reg, gm, spec, tp, weights, starting = t.reg, work.gm, work.gm.spec, layout.tp, work.weights, t.reg.starting
     kv_id = t.kv_base + len(t.kv_layouts) - 1
     shards = None if layout.plain else layout.weight_shards(spec)
     for weight_dtype, w_fp8, w_fp4 in work.dtypes:
@@ -413,9 +417,12 @@ def _weight_rows(
             # `engine` reaches the weights only through the serving dtype
             weights[wkey] = estimate_weights(spec, weight_dtype, tp, pp, gm.checkpoint_bytes, profile.engine, shards)
         w = weights[wkey]
-        key = (e, w.format_name, kv_dtype)
+        key = (work.kv_view_id, e, w.format_name, kv_dtype)
         if key not in starting:
-            starting[key] = _starting_gpus(reg, profile, spec, w.format_name, kv_dtype)
+            # asked of the KV view: the start checks read the layers, the GPU and the formats, never a parameter
+            # count, so the models that share a view share the answer (a check that read one would disagree with
+            # `estimate` in tests/test_grid.py)
+            starting[key] = _starting_gpus(reg, profile, work.kv_view, w.format_name, kv_dtype)
         for per_gpu_bytes, gpu_idxs in _weight_variants(reg, profile, spec, tp, pp, w):
             gpu_idxs = _within(_within(gpu_idxs, starting[key]), dp_gpus)
             if gpu_idxs == ():
@@ -481,9 +488,20 @@ def _weight_variants(
     (None: no restriction), or one per group of GPUs whose kernels lay the weights out alike."""
     if w.format_name != "mxfp4":  # with_layout_extra's own condition, checked once rather than per GPU
         return [(with_weight_copies(w, profile, spec, tp, pp).per_gpu_bytes, None)]
+    kinds = reg.weight_layout_kinds.get(profile)
+    if kinds is None:
+        kinds = reg.weight_layout_kinds[profile] = _by_kind(reg.gpus, profile.weight_layout_kind)
     by_bytes: dict[int, list[int]] = {}
-    for g, gpu in enumerate(reg.gpus):
-        by_bytes.setdefault(with_layout_extra(w, profile, spec, tp, pp, gpu).per_gpu_bytes, []).append(g)
+    for gpu, members in kinds:  # the bytes are asked once per kind of GPU (`EngineProfile.weight_layout_kind`)
+        by_bytes.setdefault(with_layout_extra(w, profile, spec, tp, pp, gpu).per_gpu_bytes, []).extend(members)
     if len(by_bytes) <= 1:
         return [(next(iter(by_bytes), w.per_gpu_bytes), None)]
-    return [(per_gpu, tuple(gpus)) for per_gpu, gpus in by_bytes.items()]
+    return [(per_gpu, tuple(sorted(gpus))) for per_gpu, gpus in by_bytes.items()]
+
+
+def _by_kind(gpus: Sequence[GpuSku], kind: Callable[[GpuSku], Hashable]) -> list[tuple[GpuSku, list[int]]]:
+    """The GPUs grouped by `kind`: (the first GPU of a kind, the indices of all of them), in order of first index."""
+    groups: dict[Hashable, tuple[GpuSku, list[int]]] = {}
+    for g, gpu in enumerate(gpus):
+        groups.setdefault(kind(gpu), (gpu, []))[1].append(g)
+    return list(groups.values())

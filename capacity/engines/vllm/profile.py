@@ -17,6 +17,7 @@ Rules followed, by upstream function (vLLM 0.33.0 unless a release row says othe
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from functools import cache
 
@@ -37,7 +38,12 @@ from capacity.engines.vllm.releases import (
     multimodal_batched_floor,
     other_process_rule,
 )
-from capacity.engines.vllm.weights import mla_absorbed_weight_bytes, mxfp4_expert_extra_bytes, triton_kernels_decides
+from capacity.engines.vllm.weights import (
+    expert_layout,
+    mla_absorbed_weight_bytes,
+    mxfp4_expert_extra_bytes,
+    triton_kernels_decides,
+)
 from capacity.numeric import Num, at_least, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.pool import KVPool
@@ -130,6 +136,10 @@ class VllmProfile(ProfileBase):
     ) -> int:
         """MXFP4 experts as the release's fused-MoE backend lays them out (capacity/engines/vllm/weights.py)."""
         return mxfp4_expert_extra_bytes(model, tp, pp, gpu, self.version or ec.VLLM_DEFAULT_VERSION, triton_kernels)
+
+    def weight_layout_kind(self, gpu: GpuSku | None) -> Hashable:
+        """The MXFP4 expert layout of the release's backend on the GPU: the only thing of it the bytes read."""
+        return expert_layout(gpu, self.version or ec.VLLM_DEFAULT_VERSION)
 
     def weight_copy_bytes(self, model: ModelSpec, tp: int, pp: int, weight_format: str) -> int:
         """V0 MLA's absorbed decode matrices (0.7.1-0.7.3; capacity/engines/vllm/weights.py)."""
