@@ -113,6 +113,7 @@ def test_deepseek_v3_dp8_ep8_per_rank_tokens_by_hand() -> None:
     assert any(f"8 x {est.b_max:,} = {8 * est.b_max:,} sequences" in note for note in est.notes)
 
 
+@pytest.mark.engine_oracle
 def test_deepseek_v3_dp8_ep8_weights_hold_an_eighth_of_the_experts() -> None:
     """Experts split whole over EP = tp x dp = 8 (vLLM's determine_expert_map gives each rank 32 of 256); the
     attention, dense MLP, embedding and head stay whole on every rank (TP 1): the rank holds the TP 1 weights

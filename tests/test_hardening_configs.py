@@ -155,10 +155,12 @@ def test_a_secondary_length_key_takes_an_integral_float_as_vllm_does() -> None:
 
 def test_a_7_9_mb_config_of_many_keys_is_refused_fast(sqlite_url: str, tmp_path: Path) -> None:
     config = dict(LLAMA)
-    i = 0
-    while len(json.dumps(config)) < 7_900_000:
-        config.update({f"key_{j:07d}": j for j in range(i, i + 20_000)})
-        i += 20_000
+    size, i = len(json.dumps(config)), 0
+    while size < 7_900_000:  # json.dumps writes each entry as ', "key": value'
+        key = f"key_{i:07d}"
+        config[key] = i
+        size += len(f', "{key}": {i}')
+        i += 1
     raw = json.dumps(config).encode()
     assert 7_900_000 <= len(raw) < 8 * 1024 * 1024
     started = time.perf_counter()

@@ -13,6 +13,9 @@ from capacity import performance
 from evaluation.perf_cv import CvReport, cv_report
 from evaluation.perf_measurements import load_perf_measurements
 
+# every test reads one leave-one-group-out refit of the whole reference set (cross-validation refits are slow)
+pytestmark = pytest.mark.slow
+
 # cross-validated median absolute error (%) and share within 25 %, per metric: measured on the
 # shipped data (tools/perf_fit.py) and pinned a little looser
 GATES = {

@@ -525,6 +525,7 @@ def test_a_hostile_drop_folder_still_publishes_a_nightly(
     assert predicted == [("predicted",)]
 
 
+@pytest.mark.slow  # shares the whole nightly above
 def test_no_planted_secret_in_any_output_or_file_under_var(
     hostile_nightly: tuple[Path, dict[str, str | None], str],
 ) -> None:

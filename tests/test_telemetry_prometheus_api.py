@@ -440,6 +440,7 @@ def test_basic_auth_is_sent_and_never_shown(hostile: str) -> None:
 # --- the Dagster asset -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # two whole pipeline runs of its own (the slow group holds those)
 def test_the_nightly_assets_read_both_sources_twice(prometheus: dict[str, Any], tmp_path: Path) -> None:
     """Real Dagster runs (registry + telemetry groups) with a drop folder and the Prometheus URL
     (with credentials that must show up nowhere): both sources land in raw.telemetry_*, the
