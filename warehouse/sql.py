@@ -79,6 +79,9 @@ COLUMN_SETS: dict[str, tuple[str, ...]] = {
     "deployment_keys": DEPLOYMENT_KEYS,  # model .. num_gpus
     "deployment_figures": tuple(name for name in DEPLOYMENT_COLUMNS if name not in DEPLOYMENT_KEYS),
     "diff_row": DIFF_ROW_COLUMNS,  # marts.grid_diff and marts.release_diff: keys, then each figure before/after
+    # a GPU's price offer (staging.gpus), joined by gpu onto the marts that cost GPUs (procurement_plan,
+    # recommended_placements) beside their usd_per_gpu_hour
+    "gpu_price": ("price_basis", "price_provider", "price_region", "price_commitment", "price_source", "price_date"),
 }
 _COLUMN_SET = re.compile(r"^( *)@(columns|casts) ([a-z_]+)(?: of ([a-z_]+))?(,?)$", re.MULTILINE)
 
