@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from telemetry.observation import MEMORY_TERMS
+from capacity.columns import OBSERVED_MEMORY_TERMS
 from telemetry.prefix_cache import sample_prefix_cache
 from telemetry.speed import sample_speed
 
@@ -46,7 +46,7 @@ SETTINGS = (
 )
 MEASURED = (
     "total_gpu_memory_bytes",
-    *MEMORY_TERMS,
+    *OBSERVED_MEMORY_TERMS,
     "kv_cache_memory_bytes",
     "num_gpu_blocks",
     "kv_cache_tokens",

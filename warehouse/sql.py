@@ -25,6 +25,7 @@ from capacity.columns import (
     DEPLOYMENT_KEYS,
     MART_DEPLOYMENT_COLUMNS,
     MART_GRID_COLUMNS,
+    OBSERVED_MEMORY_TERMS,
     SHARED_DESCRIPTIONS,
     comment,
 )
@@ -100,18 +101,7 @@ TYPED_COLUMN_SETS: dict[str, dict[str, str]] = {
         "unmodelled_features": "varchar",
         "speculative_config": "varchar",
     },
-    "observed_memory_terms": {
-        name: "bigint"
-        for name in (
-            "total_gpu_memory_bytes",
-            "requested_memory_bytes",
-            "other_process_bytes",
-            "weights_bytes",
-            "activation_peak_bytes",
-            "non_torch_bytes",
-            "cuda_graph_bytes",
-        )
-    },
+    "observed_memory_terms": dict.fromkeys(("total_gpu_memory_bytes", *OBSERVED_MEMORY_TERMS), "bigint"),
 }
 COLUMN_SETS: dict[str, tuple[str, ...]] = {
     "grid_row": ("run_id", "run_date", "deployment_id"),  # the grid tables' rows: the run, the deployment
