@@ -7,7 +7,8 @@ formatted into SQL. Identifiers (schema, table and column names, which DuckDB ca
 through `ident`, which quotes them. A raw table that keeps rows across runs says so in one line,
 `append incoming to raw.<table> keyed by run_id|part_id`, which `read_sql` writes out (`keyed_append`);
 a select list several relations share is one line, `@columns <set> [of <alias>],` (`@casts` in staging),
-which it writes out from the column dictionaries (`column_set`).
+which it writes out from the column dictionaries (`column_set`; a set outside them, `TYPED_COLUMN_SETS`,
+carries its own types).
 """
 
 from __future__ import annotations
