@@ -440,6 +440,18 @@ SHARED_DESCRIPTIONS: dict[str, str] = {
 }
 
 
+# The memory terms an engine's startup log reports per GPU before its KV cache, as telemetry names them:
+# telemetry's checks and deployment summary read them, the telemetry staging views type them (warehouse.sql).
+OBSERVED_MEMORY_TERMS = (
+    "requested_memory_bytes",
+    "other_process_bytes",
+    "weights_bytes",
+    "activation_peak_bytes",
+    "non_torch_bytes",
+    "cuda_graph_bytes",
+)
+
+
 # --- what `capplan estimate --json` prints (Estimate.contract, the scalar estimate) ------------------
 
 

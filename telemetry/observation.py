@@ -10,16 +10,12 @@ import hashlib
 import json
 from typing import Any
 
+from capacity.columns import OBSERVED_MEMORY_TERMS
 from telemetry.normalize import FLOAT_LIMIT, RowError
 
 # Per-GPU memory values: never negative, never above the GPU's memory.
 PER_GPU_BYTES = (
-    "requested_memory_bytes",
-    "other_process_bytes",
-    "weights_bytes",
-    "activation_peak_bytes",
-    "non_torch_bytes",
-    "cuda_graph_bytes",
+    *OBSERVED_MEMORY_TERMS,
     "non_kv_bytes",
     "kv_cache_memory_bytes",
     "fb_used_bytes",

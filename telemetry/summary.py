@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from capacity.columns import OBSERVED_MEMORY_TERMS
 from telemetry.prefix_cache import sample_prefix_cache
 from telemetry.speed import sample_speed
 
@@ -45,12 +46,7 @@ SETTINGS = (
 )
 MEASURED = (
     "total_gpu_memory_bytes",
-    "requested_memory_bytes",
-    "other_process_bytes",
-    "weights_bytes",
-    "activation_peak_bytes",
-    "non_torch_bytes",
-    "cuda_graph_bytes",
+    *OBSERVED_MEMORY_TERMS,
     "kv_cache_memory_bytes",
     "num_gpu_blocks",
     "kv_cache_tokens",

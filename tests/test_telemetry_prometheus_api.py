@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,15 +103,26 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), Metrics).serve_
 """
 
 
-def _wait_for(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+def _poll(process: subprocess.Popen[bytes], timeout_s: float, interval_s: float, ready: Callable[[], bool]) -> bool:
+    """Ask `ready` every `interval_s` until it says yes (True), or the process exits or `timeout_s` passes (False)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and process.poll() is None:
+        if ready():
+            return True
+        time.sleep(interval_s)
+    return False
+
+
+def _wait_for(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    def answers() -> bool:
         try:
             with urllib.request.urlopen(url, timeout=2):
-                return
+                return True
         except OSError:
-            time.sleep(0.1)
-    pytest.fail(f"the metrics endpoint {url} did not answer within {timeout_s:g} s")
+            return False
+
+    if not _poll(process, timeout_s, 0.1, answers):
+        pytest.fail(f"the metrics endpoint {url} did not answer within {timeout_s:g} s")
 
 
 @pytest.fixture(scope="module")
@@ -155,24 +166,21 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
+
+    def scraped_every_page() -> bool:
+        try:
+            targets = _get_json(f"{url}/api/v1/targets?state=active")["data"]["activeTargets"]
+            answered = _get_json(f"{url}/api/v1/query?query=count(vllm:cache_config_info)")["data"]["result"]
+            # every page that exposes cache_config_info scraped at least once (a loaded CI machine
+            # can take a while for the last target)
+            expected = sum(1 for body in pages.values() if "vllm:cache_config_info" in body)
+            scraped = int(float(answered[0]["value"][1])) if answered else 0
+            return len(targets) == len(pages) and all(t["health"] == "up" for t in targets) and scraped >= expected
+        except (OSError, ValueError, KeyError):
+            return False
+
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        ready = False
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                targets = _get_json(f"{url}/api/v1/targets?state=active")["data"]["activeTargets"]
-                answered = _get_json(f"{url}/api/v1/query?query=count(vllm:cache_config_info)")["data"]["result"]
-                # every page that exposes cache_config_info scraped at least once (a loaded CI machine
-                # can take a while for the last target)
-                expected = sum(1 for body in pages.values() if "vllm:cache_config_info" in body)
-                scraped = int(float(answered[0]["value"][1])) if answered else 0
-                ready = len(targets) == len(pages) and all(t["health"] == "up" for t in targets) and scraped >= expected
-            except (OSError, ValueError, KeyError):
-                ready = False
-            if ready:
-                break
-            time.sleep(0.25)
-        if not ready:
+        if not _poll(process, READY_TIMEOUT_S, 0.25, scraped_every_page):
             pytest.fail(f"prometheus was not ready within {READY_TIMEOUT_S} s (log: {root / 'prometheus.log'})")
         time.sleep(3)  # a few scrapes, so a range query has several points per series
         yield {"url": url, "pages": pages, "root": root}

@@ -100,6 +100,18 @@ def test_a_columns_line_is_written_out_one_column_a_line() -> None:
         column_set("f.sql", "", "columns", "nope", None, ",")
 
 
+def test_a_typed_set_casts_to_its_own_types() -> None:
+    # the telemetry staging views' casts, as the files held them by hand before `@casts observed_*`
+    settings = column_set("f.sql", "  ", "casts", "observed_settings", None, ",").splitlines()
+    assert settings[:2] == ["  tp::integer as tp,", "  pp::integer as pp,"]
+    assert "  block_size::integer as block_size," in settings  # the grid dictionary's is bigint
+    memory = column_set("f.sql", "  ", "casts", "observed_memory_terms", None, "").splitlines()
+    assert memory[0] == "  total_gpu_memory_bytes::bigint as total_gpu_memory_bytes,"
+    assert memory[-1] == "  cuda_graph_bytes::bigint as cuda_graph_bytes"
+    for table in ("telemetry_observations", "telemetry_deployments"):
+        assert not [line for line in read_sql("staging", table).splitlines() if line.lstrip().startswith("@")]
+
+
 def test_ident_quotes_identifiers() -> None:
     con = duckdb.connect()
     name = ident('we"ird')

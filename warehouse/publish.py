@@ -401,16 +401,30 @@ def corrupt_message(path: Path, exc: BaseException) -> str:
     return f"the warehouse {path} does not open: {first}{hint}"
 
 
+def _table_names(con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, object] | None = None) -> list[str]:
+    """The names a catalog query of one column answers, in its order."""
+    return [str(r[0]) for r in con.execute(sql, params or {}).fetchall()]
+
+
+# the columns of the base tables (not views) in `raw`, as `c`: what the raw-table queries below select from
+_RAW_TABLE_COLUMNS = (
+    "from duckdb_columns() c "
+    "join duckdb_tables() t on t.database_name = c.database_name and t.schema_name = c.schema_name "
+    "and t.table_name = c.table_name "
+    "where c.schema_name = 'raw' and c.database_name = current_database() "
+)
+
+
 def mart_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Relations (tables or views) in `marts` stamped with a `run_id`, without history and `runs`."""
-    rows = con.execute(
+    return _table_names(
+        con,
         "select distinct table_name from duckdb_columns() "
         "where schema_name = 'marts' and database_name = current_database() and column_name = 'run_id' "
         "and table_name <> $runs and not suffix(table_name, $suffix) "
         "order by table_name",
         {"runs": RUNS_TABLE, "suffix": HISTORY_SUFFIX},
-    ).fetchall()
-    return [str(r[0]) for r in rows]
+    )
 
 
 def _complete_run_row(run_row: Mapping[str, object], counts: Mapping[str, int]) -> dict[str, object]:
@@ -459,27 +473,20 @@ def _is_count_alias(name: str, row: Mapping[str, object]) -> bool:
 
 def run_keyed_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Tables in `raw` that keep several runs' rows (a `run_id` column): history kept in place."""
-    rows = con.execute(
-        "select distinct c.table_name from duckdb_columns() c "
-        "join duckdb_tables() t on t.database_name = c.database_name and t.schema_name = c.schema_name "
-        "and t.table_name = c.table_name "
-        "where c.schema_name = 'raw' and c.database_name = current_database() and c.column_name = 'run_id' "
-        "and c.table_name <> 'run' order by 1"
-    ).fetchall()
-    return [str(r[0]) for r in rows]
+    return _table_names(
+        con,
+        f"select distinct c.table_name {_RAW_TABLE_COLUMNS}and c.column_name = 'run_id' and c.table_name <> 'run' order by 1",
+    )
 
 
 def _raw_tables_with_key(con: duckdb.DuckDBPyConnection, *, run_keyed: bool) -> list[str]:
-    rows = con.execute(
-        "select c.table_name from duckdb_columns() c "
-        "join duckdb_tables() t on t.database_name = c.database_name and t.schema_name = c.schema_name "
-        "and t.table_name = c.table_name "
-        "where c.schema_name = 'raw' and c.database_name = current_database() "
+    return _table_names(
+        con,
+        f"select c.table_name {_RAW_TABLE_COLUMNS}"
         "group by c.table_name having bool_or(c.column_name = $key) and bool_or(c.column_name = 'run_id') = $runs "
         "order by 1",
         {"key": CONTENT_KEY, "runs": run_keyed},
-    ).fetchall()
-    return [str(r[0]) for r in rows]
+    )
 
 
 def content_keyed_tables(con: duckdb.DuckDBPyConnection) -> list[str]:

@@ -7,7 +7,8 @@ formatted into SQL. Identifiers (schema, table and column names, which DuckDB ca
 through `ident`, which quotes them. A raw table that keeps rows across runs says so in one line,
 `append incoming to raw.<table> keyed by run_id|part_id`, which `read_sql` writes out (`keyed_append`);
 a select list several relations share is one line, `@columns <set> [of <alias>],` (`@casts` in staging),
-which it writes out from the column dictionaries (`column_set`).
+which it writes out from the column dictionaries (`column_set`; a set outside them, `TYPED_COLUMN_SETS`,
+carries its own types).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from capacity.columns import (
     DEPLOYMENT_KEYS,
     MART_DEPLOYMENT_COLUMNS,
     MART_GRID_COLUMNS,
+    OBSERVED_MEMORY_TERMS,
     SHARED_DESCRIPTIONS,
     comment,
 )
@@ -74,11 +76,43 @@ def read_sql(layer: str, table: str) -> str:
 # that a column added to the dictionary reaches every relation that lists the set. A file names one in a
 # line `@columns <set> [of <alias>],` (each column, qualified by the alias) or `@casts <set>,` (each column
 # cast to its dictionary type, for staging); `read_sql` writes the set out, one column a line.
+# Sets outside the column dictionary carry their own DuckDB types, for `@casts`: the settings and the memory
+# terms a telemetry observation reports, which the deployment summary keeps (staging.telemetry_observations,
+# staging.telemetry_deployments; telemetry/summary.py SETTINGS, MEASURED).
+TYPED_COLUMN_SETS: dict[str, dict[str, str]] = {
+    "observed_settings": {
+        "tp": "integer",
+        "pp": "integer",
+        "engine": "varchar",
+        "engine_version": "varchar",
+        "engine_generation": "varchar",
+        "gpu_memory_utilization": "double",
+        "max_model_len": "bigint",
+        "max_num_seqs": "bigint",
+        "max_num_batched_tokens": "bigint",
+        "weight_dtype": "varchar",
+        "quantization": "varchar",
+        "kv_cache_dtype": "varchar",
+        "block_size": "integer",
+        "enable_prefix_caching": "boolean",
+        "enforce_eager": "boolean",
+        "triton_kernels": "boolean",
+        "disable_custom_all_reduce": "boolean",
+        "gpu_peer_access": "boolean",
+        "unmodelled_features": "varchar",
+        "speculative_config": "varchar",
+    },
+    "observed_memory_terms": dict.fromkeys(("total_gpu_memory_bytes", *OBSERVED_MEMORY_TERMS), "bigint"),
+}
 COLUMN_SETS: dict[str, tuple[str, ...]] = {
     "grid_row": ("run_id", "run_date", "deployment_id"),  # the grid tables' rows: the run, the deployment
     "deployment_keys": DEPLOYMENT_KEYS,  # model .. num_gpus
     "deployment_figures": tuple(name for name in DEPLOYMENT_COLUMNS if name not in DEPLOYMENT_KEYS),
     "diff_row": DIFF_ROW_COLUMNS,  # marts.grid_diff and marts.release_diff: keys, then each figure before/after
+    # a GPU's price offer (staging.gpus), joined by gpu onto the marts that cost GPUs (procurement_plan,
+    # recommended_placements) beside their usd_per_gpu_hour
+    "gpu_price": ("price_basis", "price_provider", "price_region", "price_commitment", "price_source", "price_date"),
+    **{name: tuple(types) for name, types in TYPED_COLUMN_SETS.items()},
 }
 _COLUMN_SET = re.compile(r"^( *)@(columns|casts) ([a-z_]+)(?: of ([a-z_]+))?(,?)$", re.MULTILINE)
 
@@ -89,7 +123,8 @@ def column_set(file: str, indent: str, form: str, name: str, alias: str | None, 
         raise WarehouseSqlError(f"{file}: unknown column set {name!r}; expected one of {', '.join(COLUMN_SETS)}")
     prefix = f"{alias}." if alias else ""
     if form == "casts":
-        items = [f"{prefix}{c}::{BY_NAME[c].type.duckdb.lower()} as {c}" for c in COLUMN_SETS[name]]
+        types = TYPED_COLUMN_SETS.get(name) or {c: BY_NAME[c].type.duckdb.lower() for c in COLUMN_SETS[name]}
+        items = [f"{prefix}{c}::{types[c]} as {c}" for c in COLUMN_SETS[name]]
     else:
         items = [f"{prefix}{c}" for c in COLUMN_SETS[name]]
     return ",\n".join(f"{indent}{item}" for item in items) + comma

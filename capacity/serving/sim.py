@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from capacity.estimate import Estimate
 from capacity.performance import PerfEfficiency, PerfInputs, replica_step_seconds
@@ -246,7 +246,7 @@ class _Replica:
             i += 1
         self.blocked = False
         if not preempted:
-            self._admit_mixed(plan, budget)
+            plan.extend(self._admissions(self.running, budget))
         return plan
 
     def _make_room(self, request: _Request, need: int) -> bool:
@@ -261,16 +261,19 @@ class _Replica:
                 return False
         return True
 
-    def _admit_mixed(self, plan: list[tuple[_Request, int]], budget: int) -> None:
-        reserved = self._reserved(self.running)
+    def _admissions(self, holders: list[_Request], budget: int) -> Iterator[tuple[_Request, int]]:
+        """FCFS admissions of the queue's head into `holders` (both step shapes), each with its prompt tokens,
+        while `budget` tokens remain; a head that cannot be admitted blocks the queue (`blocked`). The caller
+        stops taking them where its own limits end the batch."""
+        reserved = self._reserved(holders)
         while self.waiting and budget > 0:
-            admitted = self._admit_head(self.running, reserved, budget)
+            admitted = self._admit_head(holders, reserved, budget)
             if admitted is None:
                 self.blocked = True
                 return
             request, tokens, reserved = admitted
-            plan.append((request, tokens))
             budget -= tokens
+            yield request, tokens
 
     def _admit_head(self, holders: list[_Request], reserved: int, budget: int) -> tuple[_Request, int, int] | None:
         """Admit the head of the queue (FCFS, both step shapes) with up to `budget` of its prompt tokens,
@@ -327,19 +330,14 @@ class _Replica:
             rem_input -= tokens
             self.chunked = request if tokens < request.pending else None
         self.blocked = False
-        holders = self.running + [r for r, _ in plan]
-        reserved = self._reserved(holders)
-        while self.waiting and rem_chunk > 0 and rem_input > 0 and self.chunked is None:
-            admitted = self._admit_head(holders, reserved, rem_chunk)
-            if admitted is None:
-                self.blocked = True
-                break
-            request, tokens, reserved = admitted
-            plan.append((request, tokens))
-            rem_chunk -= tokens
-            rem_input -= tokens
-            if tokens < request.pending:
-                self.chunked = request
+        if rem_input > 0 and self.chunked is None:
+            for request, tokens in self._admissions(self.running + [r for r, _ in plan], rem_chunk):
+                plan.append((request, tokens))
+                rem_input -= tokens
+                if tokens < request.pending:
+                    self.chunked = request
+                if rem_input <= 0 or self.chunked is not None:
+                    break
         # a request whose prefill ends in this batch decodes with the running batch from the next step
         self.running.extend(r for r, n in plan if n == r.pending)
         return plan

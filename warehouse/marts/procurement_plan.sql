@@ -5,6 +5,7 @@
 --   price_date, usd_per_hour, workloads, fleet_gpus, fleet_usd_per_hour, method, optimal,
 --   whole_nodes, unserved, notes
 -- history: marts.procurement_plan_history (every retained run).
+-- select list: `@columns gpu_price` is the price offer's columns of staging.gpus (warehouse.sql.read_sql).
 -- column comments: procurement_plan.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.procurement_plan as
 with plan as (
@@ -12,7 +13,9 @@ with plan as (
 ),
 
 prices as (
-    select gpu, price_basis, price_provider, price_region, price_commitment, price_source, price_date
+    select
+        gpu,
+        @columns gpu_price
     from staging.gpus
 )
 
@@ -26,12 +29,7 @@ select
     nodes,
     spare_gpus,
     usd_per_gpu_hour,
-    price_basis,
-    price_provider,
-    price_region,
-    price_commitment,
-    price_source,
-    price_date,
+    @columns gpu_price,
     usd_per_hour,
     workloads,
     fleet_gpus,

@@ -10,6 +10,7 @@
 --   host_usd_per_hour, kv_tier_reason, calibrated, calibration_scope,
 --   n_observations, feasible_options, in_fleet_plan, reason
 -- history: marts.recommended_placements_history (every retained run).
+-- select list: `@columns gpu_price` is the price offer's columns of staging.gpus (warehouse.sql.read_sql).
 -- column comments: recommended_placements.yaml beside this file; the columns the marts share, capacity/columns.py.
 create or replace view marts.recommended_placements as
 with placements as (
@@ -17,7 +18,9 @@ with placements as (
 ),
 
 prices as (
-    select gpu, price_basis, price_provider, price_region, price_commitment, price_source, price_date
+    select
+        gpu,
+        @columns gpu_price
     from staging.gpus
 )
 
@@ -53,12 +56,7 @@ select
     gpus_total,
     planned_capacity,
     usd_per_gpu_hour,
-    price_basis,
-    price_provider,
-    price_region,
-    price_commitment,
-    price_source,
-    price_date,
+    @columns gpu_price,
     usd_per_replica_hour,
     usd_per_hour,
     usd_per_sequence_hour,
