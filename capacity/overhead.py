@@ -44,6 +44,8 @@ class OverheadInputs:
     mm_text_only: bool = False  # every modality limited to 0: no encoder profiling (vLLM 0.11+)
     mm_limits: tuple[tuple[str, int], ...] = ()  # vLLM --limit-mm-per-prompt counts (unnamed: 999)
     cudagraph_cases: int = 1  # graphs vLLM captures per size: 2 with LoRA (features/lora.py lora_graph_cases)
+    # vLLM DP > 1: the DP ranks whose tokens each MoE layer gathers in the profiling run (RankLayout.moe_dispatch_ranks)
+    moe_dp_ranks: int = 1
 
     def profiled_batch(self) -> tuple[int, int]:
         """The batched tokens and sequences of the profiling pass: at least one token, and 256 sequences

@@ -78,6 +78,19 @@ class RankLayout:
         dispatch/combine; SGLang gathers the DP groups' tokens), all the MoE ranks; else none beyond TP (1)."""
         return self.expert_ranks if self.ep > 1 or self.dp > 1 else 1
 
+    @property
+    def moe_dispatch_ranks(self) -> int:
+        """The DP ranks whose tokens one MoE layer runs over (vLLM's overhead reads it, `OverheadInputs.
+        moe_dp_ranks`): with DP > 1 every rank's batch is gathered before the experts and scattered back after, with
+        or without EP, and in the profiling run every rank runs the same dummy batch (`_dummy_run(max_num_tokens)`,
+        the sizes all-reduced over the DP group: forward_context.py `DPMetadata.num_tokens_across_dp`), so the
+        experts see dp x the rank's batched tokens. 0.10: `FusedMoE.forward_impl` -> `NaiveAll2AllManager.dispatch`
+        (a `cu_tokens_across_dp_cpu[-1]` x hidden buffer, then `combine`'s all-reduce); 0.11: `AgRsAll2AllManager.
+        dispatch` (all_gatherv); 0.33: `MoEPrepareAndFinalizeNaiveDPEPModular.prepare` (the default
+        allgather_reducescatter backend; sequence-parallel MoE at TP > 1 gathers cdiv(T, tp) over dp x tp ranks,
+        the same count). 1 without DP."""
+        return self.dp
+
     def weight_shards(self, model: ModelSpec) -> WeightShards:
         """How this layout splits the weights (`capacity.weights.estimate_weights`)."""
         return WeightShards(

@@ -37,6 +37,20 @@ phases that peak at different times, so the activation peak is their MAX, plus w
   allocated per call and freed, so they are a forward-phase sublayer: cache13 = M x top-k x max(N, K)
   and cache2 = M x top-k x N/2, M = min(T, VLLM_FUSED_MOE_CHUNK_SIZE = 32768). The release where the
   workspace manager took over (between 0.11 and 0.19) is not pinned: the 0.19 logs show it held.
+- data parallel (`-dp D`, D > 1, with or without --enable-expert-parallel; `RankLayout.moe_dispatch_ranks`):
+  the MoE layers gather every DP rank's tokens before the experts, and in the profiling run each of the D
+  ranks runs the same dummy batch of T tokens (`_dummy_run` -> `DPMetadata.num_tokens_across_dp`, all-reduced
+  over the DP group), so every MoE term above runs over G = D x T tokens instead of T: the router logits and
+  top-k, the intermediate caches (M = min(G, 32768)) or the workspaces (M = G), plus the gathered hidden states
+  themselves, G x hidden in the model dtype (0.33 gathers the quantized input: no more). 0.10 (the 0.10.0 and 0.10.1 wheels, default VLLM_ALL2ALL_BACKEND
+  "naive"): `FusedMoE.forward_impl` (do_naive_dispatch_combine) -> `NaiveAll2AllManager.dispatch`, whose
+  `naive_multicast` allocates cu_tokens_across_dp_cpu[-1] x hidden for the hidden states and for the router
+  logits, then `fused_experts_impl` over all of them; 0.11 (default "allgather_reducescatter"):
+  `AgRsAll2AllManager.dispatch`, all_gatherv of the same two tensors; 0.33: the modular kernel's
+  `MoEPrepareAndFinalizeNaiveDPEPModular.prepare` gathers the (quantized) input and the top-k, and
+  `FusedMoEModularKernel._allocate_buffers` sizes the workspaces at M_full = the gathered tokens. The shared
+  experts' MLP runs on the rank's own T tokens. Read where `OverheadInputs.moe_dp_ranks` says D; `estimate`
+  and the grid leave it at 1 until the grid's overhead rows carry the DP size (they are keyed by TP x PP only).
 
 Non-torch memory: a constant at TP = 1 and another at TP > 1 on an NVLink4/5 switch fabric (NCCL's
 NVLS buffers and the NVLink all-reduce workspaces; `GpuSku.nvlink_multicast`); PCIe cards and NVLink
@@ -111,6 +125,8 @@ class ProfilingBuffers:
     sampler_rule: str = ""  # the first release of the sampler rule applied ("" before V1: no sampler phase)
     encoder_forward_bytes: int = 0  # multimodal: the dummy items' encoder pass (`multimodal.encoder_profile`)
     encoder_outputs_bytes: int = 0  # multimodal: their embeddings, held through the decoder's dummy run
+    moe_dispatch_bytes: int = 0  # DP > 1: the hidden states the MoE layer gathers from every DP rank
+    moe_dp_ranks: int = 1  # DP ranks whose tokens the MoE terms run over (1: the rank's own)
 
     @property
     def sampler_phase_bytes(self) -> int:
@@ -122,7 +138,7 @@ class ProfilingBuffers:
     def forward_layer_bytes(self, moe_workspace_held: bool) -> int:
         """The largest sublayer of a decoder layer plus the hidden stream, before the coefficient (the
         MoE sublayer holds its intermediate caches itself when no workspace manager keeps them)."""
-        moe = self.moe_transient_bytes + (0 if moe_workspace_held else self.moe_legacy_bytes)
+        moe = self.moe_transient_bytes + self.moe_dispatch_bytes + (0 if moe_workspace_held else self.moe_legacy_bytes)
         return self.hidden_stream_bytes + max(self.attention_bytes, self.dense_mlp_bytes, moe)
 
 
@@ -194,11 +210,13 @@ def profiling_buffers(
     sm_count: int | None = None,
     flashinfer_sampler: bool | None = None,
     peer_link_gpus: int | None = None,
+    moe_dp_ranks: int = 1,
 ) -> ProfilingBuffers:
-    """Each buffer of the profiling run on one rank, in bytes (`version` picks the sampler rule)."""
+    """Each buffer of the profiling run on one rank, in bytes (`version` picks the sampler rule; `moe_dp_ranks`,
+    vLLM's DP size, the ranks whose tokens each MoE layer gathers)."""
     # what the GPU's links move (two flags) is set on the buffers of the other inputs, computed once
     inputs = _BufferInputs(
-        tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, version, sm_count, flashinfer_sampler
+        tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, version, sm_count, flashinfer_sampler, moe_dp_ranks
     )
     buffers = _memo(model, ("buffers", inputs), lambda: _link_free_buffers(model, inputs))
     custom = custom_all_reduce_on(tp, peer_link_gpus)
@@ -218,12 +236,15 @@ class _BufferInputs(NamedTuple):
     version: str
     sm_count: int | None
     flashinfer_sampler: bool | None
+    moe_dp_ranks: int
 
 
 def _link_free_buffers(model: ModelSpec, inputs: _BufferInputs) -> ProfilingBuffers:
     """`profiling_buffers` with the link flags at their defaults (multicast, custom all-reduce on)."""
-    tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, version, sm_count, flashinfer_sampler = inputs
+    tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, version, sm_count, flashinfer_sampler, dp = inputs
     t = max(max_num_batched_tokens, 1)
+    dp = max(dp, 1)
+    g = dp * t  # tokens each MoE layer runs over: every DP rank's dummy batch, gathered (module docstring)
     s = min(max(max_num_seqs, 1), t)
     b = act_bytes
     dense_i, shared_i, expert_i = _layer_intermediates(model)
@@ -232,19 +253,21 @@ def _link_free_buffers(model: ModelSpec, inputs: _BufferInputs) -> ProfilingBuff
     kv = 2 * model.num_kv_heads * model.head_dim
     attention = t * (cdiv(q + kv, tp) + cdiv(q, tp)) * b
     dense = t * 3 * cdiv(dense_i, tp) * b  # gate/up (2I/TP) + SiLU-and-mul (I/TP)
-    moe_transient = moe_workspace = moe_legacy = 0
+    moe_transient = moe_workspace = moe_legacy = moe_dispatch = 0
     if model.num_experts and expert_i:
         k = max(model.num_experts_per_token, 1)
-        moe_transient = t * model.num_experts * FP32_BYTES + t * k * 2 * INDEX_BYTES + t * 3 * cdiv(shared_i, tp) * b
+        # router logits and top-k over the gathered tokens; the shared experts on the rank's own
+        moe_transient = g * model.num_experts * FP32_BYTES + g * k * 2 * INDEX_BYTES + t * 3 * cdiv(shared_i, tp) * b
+        moe_dispatch = g * model.hidden_size * b if dp > 1 else 0  # the gathered hidden states (dispatch)
         n = 2 * cdiv(expert_i, tp)  # w13 output per routed slot
         hidden_k = model.hidden_size
         quant = model.quantization
-        m = min(t, MOE_CHUNK_TOKENS)
+        m = min(g, MOE_CHUNK_TOKENS)
         if quant is not None and quant.weight_format == "mxfp4":
-            ws13, ws2 = t * hidden_k, t * k * (n // 2)
+            ws13, ws2 = g * hidden_k, g * k * (n // 2)
             cache13, cache2 = m * hidden_k, m * k * (n // 2)
         else:
-            ws13, ws2 = max(t * k * max(n // 2, hidden_k), t * hidden_k), t * k * max(n, hidden_k)
+            ws13, ws2 = max(g * k * max(n // 2, hidden_k), g * hidden_k), g * k * max(n, hidden_k)
             cache13, cache2 = m * k * max(n, hidden_k), m * k * (n // 2)
         moe_workspace, moe_legacy = (ws13 + ws2) * b, (cache13 + cache2) * b
     logits = s * model.vocab_size
@@ -271,6 +294,8 @@ def _link_free_buffers(model: ModelSpec, inputs: _BufferInputs) -> ProfilingBuff
         graph_count=sum(cudagraph_capture_counts(max_num_seqs, max_num_batched_tokens)),
         tp=tp,
         sampler_rule=(rule.version + (", V2 model runner" if rule.v2_runner else "")) if rule is not None else "",
+        moe_dispatch_bytes=moe_dispatch,
+        moe_dp_ranks=dp if moe_dispatch else 1,
     )
 
 
@@ -351,6 +376,7 @@ def overhead_from_buffers(
         ("forward: attention (QKV + output)", buffers.attention_bytes),
         ("forward: dense MLP (gate/up + SiLU-mul)", buffers.dense_mlp_bytes),
         ("forward: MoE router + shared experts", buffers.moe_transient_bytes),
+        (f"forward: MoE dispatch ({buffers.moe_dp_ranks} DP ranks' tokens gathered)", buffers.moe_dispatch_bytes),
         (f"forward phase x {c.forward_scale:g} (largest sublayer + hidden stream)", forward),
         ("sampler: logits (model dtype)", buffers.logits_bytes if sampler else 0),
         ("sampler: Triton top-k/top-p buffer", buffers.sampler_buffer_bytes if sampler else 0),
@@ -385,6 +411,7 @@ def inputs_buffers(inputs: OverheadInputs, version: str) -> ProfilingBuffers:
         version,
         flashinfer_sampler=i.flashinfer_sampler,
         peer_link_gpus=i.peer_link_gpus,
+        moe_dp_ranks=i.moe_dp_ranks,
     )
     buffers = replace(buffers, graph_count=buffers.graph_count * i.cudagraph_cases)
     tower = i.model.vision
