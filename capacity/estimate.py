@@ -583,7 +583,7 @@ def _memory(
     weights = draft.with_weights(_weights(model, d, profile, gpu, checkpoint_bytes, notes, layout))
     defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
     lim = _limits(d, profile, defaults, draft.default_max_num_seqs)
-    inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len)
+    inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len, layout.moe_dispatch_ranks)
     overhead = _overhead(d, profile, inputs, notes)
     free = total - d.other_process_bytes - weights.per_gpu_bytes  # free once the weights are loaded
     weights, overhead, lora = charge_lora(inputs, d.lora, profile.engine, weights, overhead, notes, free)
@@ -779,9 +779,16 @@ def _checked_start(f: _PoolFigures, profile: EngineProfile, start: StartRequest,
 
 
 def _overhead_inputs(
-    model: ModelSpec, d: DeploymentSpec, gpu: GpuSku | None, lim: _Limits, act_bytes: int, max_model_len: int
+    model: ModelSpec,
+    d: DeploymentSpec,
+    gpu: GpuSku | None,
+    lim: _Limits,
+    act_bytes: int,
+    max_model_len: int,
+    moe_dp_ranks: int = 1,
 ) -> OverheadInputs:
-    """What the profile's overhead follows from; an unknown GPU counts as a switch fabric."""
+    """What the profile's overhead follows from; an unknown GPU counts as a switch fabric; `moe_dp_ranks`, the
+    layout's DP ranks whose tokens each MoE layer gathers (`RankLayout.moe_dispatch_ranks`)."""
     return OverheadInputs(
         model,
         d.tp,
@@ -795,6 +802,7 @@ def _overhead_inputs(
         mm_text_only=bool(d.mm_text_only),
         mm_limits=d.mm_limits,
         cudagraph_cases=lora_graph_cases(d.lora),
+        moe_dp_ranks=moe_dp_ranks,
     )
 
 

@@ -263,6 +263,7 @@ def _frames_of(t: _Tables) -> _Frames:
             "engine_idx": _I64,
             "tp": _I64,
             "pp": _I64,
+            "dp": _I64,
             "max_num_seqs": _I64,
             "pool_max_num_batched_tokens": _I64,
             "nvlink_multicast": pl.Boolean,

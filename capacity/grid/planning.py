@@ -342,9 +342,11 @@ def _build_rows(
                 act_dtype = profile.serving_dtype(spec)
                 act_bytes = element_bytes(act_dtype)
                 ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
-                _overhead_rows(t, m, e, profile, spec, tp, pp, act_bytes, batches.get((engine, cid), ()))
+                layouts_here = _layouts_at(reg.dp_plans[first + m], e, tp, pp)
+                dps = sorted({rank_layout(profile.engine, spec, tp, dp, ep).moe_dispatch_ranks for dp, ep, _ in layouts_here})
+                _overhead_rows(t, m, e, profile, spec, tp, pp, act_bytes, batches.get((engine, cid), ()), dps)
                 bases = sorted(block_sizes.get((engine, cid), ()))
-                for dp, ep, dp_gpus in _layouts_at(reg.dp_plans[first + m], e, tp, pp):
+                for dp, ep, dp_gpus in layouts_here:
                     # the same layout object `estimate` sizes with (`capacity.features.parallel_layout`)
                     layout = rank_layout(profile.engine, spec, tp, dp, ep)
                     atp = layout.attention_tp  # the TP that splits attention and its KV
@@ -447,17 +449,21 @@ def _overhead_rows(
     pp: int,
     act_bytes: int,
     batches: Iterable[tuple[int, int]],
+    dps: Iterable[int] = (1,),
 ) -> None:
-    """The overhead rows of model `m` on engine `e` at TP x PP: one per batch setting and kind of GPU link."""
-    for seqs, batched in sorted(batches):
-        o = None
-        for multicast, peers in t.reg.link_kinds:
-            if o is None or tp > 1:  # the GPU's links move only the TP > 1 terms
-                o = profile.overhead(OverheadInputs(spec, tp, pp, batched, seqs or None, act_bytes, multicast, peers))
-            t.overheads.append(
-                (m, e, tp, pp, seqs or None, batched, multicast, peers, o.activation_peak_bytes,
-                 o.non_torch_bytes, o.cuda_graph_bytes, o.total_bytes)
-            )  # fmt: skip
+    """The overhead rows of model `m` on engine `e` at TP x PP: one per batch setting, kind of GPU link and DP size
+    of the layouts there (`RankLayout.moe_dispatch_ranks`: the tokens vLLM's MoE layers gather)."""
+    for dp in dps:
+        for seqs, batched in sorted(batches):
+            o = None
+            for multicast, peers in t.reg.link_kinds:
+                if o is None or tp > 1:  # the GPU's links move only the TP > 1 terms
+                    inputs = OverheadInputs(spec, tp, pp, batched, seqs or None, act_bytes, multicast, peers, moe_dp_ranks=dp)
+                    o = profile.overhead(inputs)
+                t.overheads.append(
+                    (m, e, tp, pp, dp, seqs or None, batched, multicast, peers, o.activation_peak_bytes,
+                     o.non_torch_bytes, o.cuda_graph_bytes, o.total_bytes)
+                )  # fmt: skip
 
 
 def _starting_gpus(

@@ -112,7 +112,7 @@ def _sized(
     rows where known, bounds the steps of the start search (its bit length settles every row)."""
     dep = dep.join(
         overheads,
-        on=["model_idx", "engine_idx", "tp", "pp", "max_num_seqs", "pool_max_num_batched_tokens", "nvlink_multicast",
+        on=["model_idx", "engine_idx", "tp", "pp", "dp", "max_num_seqs", "pool_max_num_batched_tokens", "nvlink_multicast",
             "peer_link_gpus"],
         how="inner",
         nulls_equal=True,

@@ -49,8 +49,8 @@ phases that peak at different times, so the activation peak is their MAX, plus w
   `AgRsAll2AllManager.dispatch`, all_gatherv of the same two tensors; 0.33: the modular kernel's
   `MoEPrepareAndFinalizeNaiveDPEPModular.prepare` gathers the (quantized) input and the top-k, and
   `FusedMoEModularKernel._allocate_buffers` sizes the workspaces at M_full = the gathered tokens. The shared
-  experts' MLP runs on the rank's own T tokens. Read where `OverheadInputs.moe_dp_ranks` says D; `estimate`
-  and the grid leave it at 1 until the grid's overhead rows carry the DP size (they are keyed by TP x PP only).
+  experts' MLP runs on the rank's own T tokens. `OverheadInputs.moe_dp_ranks` says D: `estimate` passes the
+  layout's, and the grid computes its overhead rows per DP size of its layouts.
 
 Non-torch memory: a constant at TP = 1 and another at TP > 1 on an NVLink4/5 switch fabric (NCCL's
 NVLS buffers and the NVLink all-reduce workspaces; `GpuSku.nvlink_multicast`); PCIe cards and NVLink
