@@ -46,6 +46,10 @@ class ProfileBase:
     def overhead_note(self) -> str | None:
         return None
 
+    @property
+    def overhead_reads_moe_dispatch(self) -> bool:
+        return False
+
     def serving_dtype(self, model: ModelSpec) -> str:
         return serving_dtype(model, self.engine)
 

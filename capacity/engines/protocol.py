@@ -113,6 +113,10 @@ class EngineProfile(Protocol):
     def overhead_note(self) -> str | None:
         """What the estimate says about the overhead it charges when none is given (plain: none)."""
 
+    @property
+    def overhead_reads_moe_dispatch(self) -> bool:
+        """Whether `overhead` reads `OverheadInputs.moe_dp_ranks` (the DP ranks' tokens an MoE layer gathers)."""
+
     def weight_layout_extra_bytes(
         self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, triton_kernels: bool | None = None
     ) -> int:

@@ -37,7 +37,7 @@ from capacity.performance import GB, TFLOP
 from capacity.spec import GpuSku
 
 
-def _rows(rows: list[tuple[object, ...]], schema: Schema) -> pl.LazyFrame:
+def _rows(rows: Sequence[tuple[object, ...]], schema: Schema) -> pl.LazyFrame:
     return pl.LazyFrame(rows, schema=schema, orient="row")
 
 
@@ -61,7 +61,7 @@ def _gpu_frame(gpus: Sequence[GpuSku]) -> pl.LazyFrame:
         "peer_link_gpus": _I64,
         **dict.fromkeys(_PERF_GPU, _F64),
     }
-    return _rows(rows, schema)  # type: ignore[arg-type]
+    return _rows(rows, schema)
 
 
 def _candidate_frame(t: _Tables) -> tuple[pl.LazyFrame, int]:
@@ -182,14 +182,14 @@ class _Frames:
     model_frame: pl.LazyFrame
     gpu_frame: pl.LazyFrame
     sized: Callable[[pl.LazyFrame], pl.LazyFrame]
-    allowed: pl.LazyFrame  # (_rank, gpu_idx) of the layouts served only on some GPUs
+    allowed: pl.LazyFrame  # (gpu_set, gpu_idx): the GPUs of each set that GPU-specific layouts are served on
     windows: int
     layouts: int  # rows of `full`
 
 
 _NARROW = (
     "_rank", "kv_id", "model_idx", "model_class", "engine_idx", "weight_idx", "kv_idx", "tp", "pp", "dp",
-    "needs_fp8", "needs_fp4", "weights_bytes_per_gpu", "gpu_restricted", "max_model_len", "min_context",
+    "needs_fp8", "needs_fp4", "weights_bytes_per_gpu", "gpu_set", "max_model_len", "min_context",
     "state_bytes_per_sequence_per_gpu", *_PERF_LAYOUT, *_PERF_KV,
 )  # fmt: skip
 _SERVED_ON = ["engine_idx", "model_class", "tp", "pp", "kv_idx", "needs_fp8", "needs_fp4"]
@@ -252,7 +252,7 @@ def _frames_of(t: _Tables) -> _Frames:
             "weight_format": _CAT,
             "weights_source": _CAT,
             "weights_bytes_per_gpu": _I64,
-            "gpu_restricted": pl.Boolean,
+            "gpu_set": _I64,  # null: served on every GPU
             **{c: (pl.Boolean if c == "perf_fp8_gemm" else _F64) for c in _PERF_LAYOUT},
         },
     )
@@ -290,7 +290,7 @@ def _frames_of(t: _Tables) -> _Frames:
         _sized, overheads=overheads, candidates=candidates, width=width, shapes=shapes, windows=windows,
         profiles=reg.profiles, max_limit=t.max_limit,
     )  # fmt: skip
-    allowed = _rows([(*pair, True) for pair in t.allowed], {"_rank": _I64, "gpu_idx": _I64, "_allowed": pl.Boolean})
+    allowed = _rows(t.allowed, {"gpu_set": _I64, "gpu_idx": _I64}).with_columns(pl.lit(True).alias("_allowed"))
     return _Frames(full, served, node, model_frame, gpu_frame, sized, allowed, windows, t.rank_base + len(t.layouts))
 
 
@@ -298,9 +298,9 @@ def _on_allowed_gpus(f: _Frames, frame: pl.LazyFrame) -> pl.LazyFrame:
     """Drop the layout x GPU pairs of a GPU-specific layout on other GPUs."""
     allowed = pl.col("_allowed").fill_null(False)
     return (
-        frame.join(f.allowed, on=["_rank", "gpu_idx"], how="left")
-        .filter(~pl.col("gpu_restricted") | allowed)
-        .drop("_allowed", "gpu_restricted")
+        frame.join(f.allowed, on=["gpu_set", "gpu_idx"], how="left")
+        .filter(pl.col("gpu_set").is_null() | allowed)
+        .drop("_allowed", "gpu_set")
     )
 
 

@@ -20,7 +20,7 @@ from capacity.features.parallel_layout import RankLayout, dp_candidates, rank_la
 from capacity.grid.options import GridModel, GridOptions, grid_contexts, weight_dtype_choices
 from capacity.grid.speed import _perf_layout_row
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
-from capacity.overhead import OverheadInputs
+from capacity.overhead import Overhead, OverheadInputs
 from capacity.parallel import valid_tp_sizes
 from capacity.performance import efficiency_for
 from capacity.pool import KVPool, PoolUnit
@@ -65,6 +65,14 @@ class _Registry:
     starting: dict[tuple[int, int, str, str], tuple[int, ...] | None] = field(default_factory=dict)
     # per engine profile: the GPUs grouped by the kind of weight layout its kernels give them (`_weight_variants`)
     weight_layout_kinds: dict[EngineProfile, list[tuple[GpuSku, list[int]]]] = field(default_factory=dict)
+    # the distinct sets of GPUs a layout is served on when not on all of them, numbered (`gpu_set`)
+    gpu_sets: dict[tuple[int, ...], int] = field(default_factory=dict)
+
+    def gpu_set(self, gpu_idxs: tuple[int, ...] | None) -> int | None:
+        """Id of a set of GPU indices (None: every GPU, no set)."""
+        if gpu_idxs is None:
+            return None
+        return self.gpu_sets.setdefault(gpu_idxs, len(self.gpu_sets))
     # held while rows are built from, or added to, the registry (chunks are planned in two threads)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # the GPU frame and the settings served per GPU (`frames.served_frames`), built once per build
@@ -115,7 +123,9 @@ class _Tables:
     node: list[tuple[object, ...]] = field(default_factory=list)
     kv_layouts: list[tuple[object, ...]] = field(default_factory=list)
     layouts: list[tuple[object, ...]] = field(default_factory=list)
-    allowed: list[tuple[int, int]] = field(default_factory=list)  # (_rank, gpu_idx) of GPU-specific layouts
+    # (set id, gpu_idx) of the GPU sets that GPU-specific layouts are served on (a layout row names its set):
+    # the registry's sets as the build left them, copied while its lock is held
+    allowed: list[tuple[int, int]] = field(default_factory=list)
     overheads: list[tuple[object, ...]] = field(default_factory=list)
     candidates: list[tuple[int, int, bool, list[tuple[int, int, float | None, int | None, int | None]]]] = field(
         default_factory=list
@@ -305,7 +315,9 @@ def _build_tables(
     """The rows of `models`, models first..first + len(models) - 1 of the registry's build: every
     layout, only the PP = 1 ones (`pp1_only`) or only the PP > 1 ones of `pp_groups`."""
     with reg.lock:
-        return _build_rows(reg, models, first, pp1_only, pp_groups, _Tables(reg, rank_base, kv_base))
+        t = _build_rows(reg, models, first, pp1_only, pp_groups, _Tables(reg, rank_base, kv_base))
+        t.allowed = [(set_id, g) for gpu_idxs, set_id in reg.gpu_sets.items() for g in gpu_idxs]
+        return t
 
 
 def _build_rows(
@@ -342,13 +354,16 @@ def _build_rows(
                 act_dtype = profile.serving_dtype(spec)
                 act_bytes = element_bytes(act_dtype)
                 ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
-                layouts_here = _layouts_at(reg.dp_plans[first + m], e, tp, pp)
-                dps = sorted({rank_layout(profile.engine, spec, tp, dp, ep).moe_dispatch_ranks for dp, ep, _ in layouts_here})
+                # the same layout objects `estimate` sizes with (`capacity.features.parallel_layout`)
+                layouts_here = [
+                    (dp_gpus, rank_layout(profile.engine, spec, tp, dp, ep))
+                    for dp, ep, dp_gpus in _layouts_at(reg.dp_plans[first + m], e, tp, pp)
+                ]
+                dps = sorted({layout.moe_dispatch_ranks for _, layout in layouts_here})
                 _overhead_rows(t, m, e, profile, spec, tp, pp, act_bytes, batches.get((engine, cid), ()), dps)
                 bases = sorted(block_sizes.get((engine, cid), ()))
-                for dp, ep, dp_gpus in layouts_here:
-                    # the same layout object `estimate` sizes with (`capacity.features.parallel_layout`)
-                    layout = rank_layout(profile.engine, spec, tp, dp, ep)
+                for dp_gpus, layout in layouts_here:
+                    dp, ep = layout.dp, layout.ep
                     atp = layout.attention_tp  # the TP that splits attention and its KV
                     for k, kv_dtype in enumerate(options.kv_dtypes):
                         if wanted is not None and not any(g[:2] == (e, k) for g in wanted):
@@ -434,9 +449,8 @@ def _weight_rows(
             rank = t.rank_base + len(t.layouts)
             t.layouts.append(
                 (rank, kv_id, w_idx, weight_dtype, w_fp8, w_fp4, w.format_name, w.source, per_gpu_bytes,
-                 gpu_idxs is not None, *perf)
+                 reg.gpu_set(gpu_idxs), *perf)
             )  # fmt: skip
-            t.allowed.extend((rank, g) for g in gpu_idxs or ())
 
 
 def _overhead_rows(
@@ -452,17 +466,21 @@ def _overhead_rows(
     dps: Iterable[int] = (1,),
 ) -> None:
     """The overhead rows of model `m` on engine `e` at TP x PP: one per batch setting, kind of GPU link and DP size
-    of the layouts there (`RankLayout.moe_dispatch_ranks`: the tokens vLLM's MoE layers gather)."""
-    for dp in dps:
-        for seqs, batched in sorted(batches):
-            o = None
-            for multicast, peers in t.reg.link_kinds:
-                if o is None or tp > 1:  # the GPU's links move only the TP > 1 terms
-                    inputs = OverheadInputs(spec, tp, pp, batched, seqs or None, act_bytes, multicast, peers, moe_dp_ranks=dp)
-                    o = profile.overhead(inputs)
+    of the layouts there (`RankLayout.moe_dispatch_ranks`: the tokens vLLM's MoE layers gather), each computed
+    once where the profile's overhead does not read the DP size."""
+    for seqs, batched in sorted(batches):
+        o: dict[int, Overhead] = {}
+        for multicast, peers in t.reg.link_kinds:
+            for dp in dps:
+                asked = dp if profile.overhead_reads_moe_dispatch else 1
+                if asked not in o or tp > 1:  # the GPU's links move only the TP > 1 terms
+                    o[asked] = profile.overhead(
+                        OverheadInputs(spec, tp, pp, batched, seqs or None, act_bytes, multicast, peers, moe_dp_ranks=asked)
+                    )
+                row = o[asked]
                 t.overheads.append(
-                    (m, e, tp, pp, dp, seqs or None, batched, multicast, peers, o.activation_peak_bytes,
-                     o.non_torch_bytes, o.cuda_graph_bytes, o.total_bytes)
+                    (m, e, tp, pp, dp, seqs or None, batched, multicast, peers, row.activation_peak_bytes,
+                     row.non_torch_bytes, row.cuda_graph_bytes, row.total_bytes)
                 )  # fmt: skip
 
 

@@ -131,6 +131,11 @@ class VllmProfile(ProfileBase):
         """The profiling run as vLLM executes it, each buffer named (capacity/engines/vllm/overhead.py)."""
         return vllm_overhead(inputs, self.release, version=self.version)
 
+    @property
+    def overhead_reads_moe_dispatch(self) -> bool:
+        """The MoE layers of the profiling run gather every DP rank's tokens (`vllm_overhead`'s dispatch term)."""
+        return True
+
     def weight_layout_extra_bytes(
         self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, triton_kernels: bool | None = None
     ) -> int:
