@@ -1,6 +1,6 @@
 """Score the shipped performance model blind on the holdout set (evaluation/data/perf_holdout.yaml).
 
-    python -m tools.perf_holdout [--rows] [--simulate]
+    python -m tools.perf_holdout [--rows] [--simulate] [--family NAME ...]
 
 Every holdout row goes through the same observations and `predict` as the cross-validation
 (`evaluation/perf_cv.py`), with the efficiency factors capplan ships (capacity/performance.py).
@@ -8,7 +8,8 @@ Nothing is fitted. Prints, per metric, engine, source family, GPU class and feat
 absolute error, median signed error (predicted / measured - 1; + means capplan predicts more:
 higher tokens/s or a longer latency) and the shares within 15 % and 25 %. The holdout is never
 fitted on (README-perf-holdout.md). `--simulate` scores the serving simulation (capacity/serving/) on the
-same rows instead, beside the steady-state model (evaluation/perf_sim.py).
+same rows instead, beside the steady-state model (evaluation/perf_sim.py). `--family` (repeatable) scores only
+the rows of the named source families (exact `source_family` values), e.g. one collection batch.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from capacity.perf_fit import Observation
 from evaluation.perf_cv import HoldoutReport, holdout_report
-from evaluation.perf_measurements import PerfMeasurement, load_perf_holdout
+from evaluation.perf_measurements import PerfLoadResult, PerfMeasurement, load_perf_holdout
 
 HEADER = f"{'':44} {'n':>4}  {'|error|':>8}  {'signed':>8}  {'<=15%':>6}  {'<=25%':>6}"
 
@@ -47,10 +48,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", action="store_true", help="print every observation")
     parser.add_argument("--simulate", action="store_true", help="score the serving simulation instead")
+    parser.add_argument("--family", action="append", default=[], help="only rows of this source_family (repeatable)")
     args = parser.parse_args()
     loaded = load_perf_holdout()
     for bad in loaded.skipped:
         print(f"  not loaded {bad.key}: {bad.reason}")
+    if args.family:
+        unknown = set(args.family) - {row.source_family for row in loaded.rows}
+        if unknown:
+            parser.error(f"no holdout rows of source family {sorted(unknown)}")
+        loaded = PerfLoadResult([row for row in loaded.rows if row.source_family in args.family], loaded.skipped)
+        print(f"families {args.family}: {len(loaded.rows)} rows")
     if args.simulate:
         from evaluation.perf_sim import print_sim_report, sim_report
 
