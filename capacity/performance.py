@@ -31,6 +31,7 @@ from typing import Generic, Protocol, TypeVar
 
 from capacity.dtypes import element_bytes, serving_dtype
 from capacity.engines import Engine
+from capacity.engines.protocol import ASSUMPTION_SHARE
 from capacity.estimate import Estimate
 from capacity.features.parallel_layout import RankLayout
 from capacity.features.prefix_cache_engines import prefix_cache_rule
@@ -547,6 +548,23 @@ def performance(
         prefill_chunks=cdiv(input_tokens - cached, max(1, chunk_tokens - (concurrency - 1))),
         inputs=p,
         notes=p.notes,
+    )
+
+
+def assumption_speed_note(assumed: str, alternative: str, stated: Performance, other: Performance) -> str | None:
+    """An unstated input of the speed figures named where the plausible alternative moves TPOT or output tokens/s by
+    more than `ASSUMPTION_SHARE`, as the memory estimate names its assumptions: an unstated KV dtype moves whole
+    benchmark tables (fp8 halves the KV bytes a decode step reads and holds twice the sequences)."""
+    if stated.tpot_ms <= 0 or stated.output_tokens_per_second <= 0:
+        return None
+    tpot = other.tpot_ms / stated.tpot_ms - 1
+    throughput = other.output_tokens_per_second / stated.output_tokens_per_second - 1
+    if max(abs(tpot), abs(throughput)) <= ASSUMPTION_SHARE:
+        return None
+    return (
+        f"assumed {assumed} for the speed figures: {alternative} gives TPOT {other.tpot_ms:,.1f} ms ({tpot:+.0%}) and "
+        f"{other.output_tokens_per_second:,.0f} output tokens/s ({throughput:+.0%}), against {stated.tpot_ms:,.1f} ms "
+        f"and {stated.output_tokens_per_second:,.0f}"
     )
 
 

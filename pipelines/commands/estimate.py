@@ -14,6 +14,7 @@ import typer
 from capacity.dtypes import GIB
 from capacity.engines import Engine
 from capacity.engines.command_line import CommandLineError, EngineCommand, read_command, table_release
+from capacity.engines.registry import engine_profile
 from capacity.engines.vllm.multimodal import parse_mm_limits
 from capacity.estimate import Estimate
 from capacity.estimate import estimate as run_estimate
@@ -21,7 +22,14 @@ from capacity.explain import derivation, speed_derivation
 from capacity.features.lora import LoraSpec, lora_spec
 from capacity.features.parallel_layout import expert_parallel_width
 from capacity.features.prefix_caching import PrefixCaching
-from capacity.performance import LatencyTargets, Performance, efficiency_for, perf_inputs, performance
+from capacity.performance import (
+    LatencyTargets,
+    Performance,
+    assumption_speed_note,
+    efficiency_for,
+    perf_inputs,
+    performance,
+)
 from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.serving.targets import WithinTargets, batch_within_targets
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
@@ -194,7 +202,9 @@ def estimate(
         params |= pasted.values | {"model": pasted.command.model}
         params["dtype"], params["kv_dtype"] = dtype_name(params["dtype"]), dtype_name(params["kv_dtype"])
     speculative_args = SpeculativeArgs.pop(params)
-    _estimate(pasted=pasted, speculative=speculative_args, **params)
+    source = ctx.get_parameter_source("kv_dtype")
+    kv_stated = (source is not None and source.name == "COMMANDLINE") or "kv_dtype" in (pasted.values if pasted else {})
+    _estimate(pasted=pasted, speculative=speculative_args, kv_dtype_stated=kv_stated, **params)
 
 
 def _estimate(
@@ -214,7 +224,7 @@ def _estimate(
     kv_cache_memory_gib: float | None, kv_cache_memory_bytes: int | None, max_total_tokens: int | None,
     request_rate: float | None,
     burst: int | None, num_prompts: int, simulate_load: bool, as_json: bool, tpot_ms: float | None = None,
-    ttft_ms: float | None = None, **offload: Any,
+    ttft_ms: float | None = None, kv_dtype_stated: bool = False, **offload: Any,
 ) -> None:
     """The estimate of the options as given (or as a pasted command set them); `offload`: the offload options."""
     if model is None:
@@ -291,8 +301,9 @@ def _estimate(
     if pasted is not None:
         result = pasted.noted(result)
     speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len)
-    speed = speculative.speed(speed, resolved.spec, deployment, result)
     asked = _Lengths(concurrency, input_len, output_len)
+    result = result if kv_dtype_stated else _kv_dtype_noted(result, resolved, deployment, sku, speed, asked, context)
+    speed = speculative.speed(speed, resolved.spec, deployment, result)
     sim = bench.run(resolved.spec, result, sku, dtype, asked)
     within = _within(resolved.spec, result, sku, dtype, LatencyTargets(tpot_ms, ttft_ms), asked, bench.asked)
     _print(result, resolved.spec, speed, sim, within, as_json=as_json)
@@ -595,6 +606,42 @@ def _simulated(
         if required:
             fail(str(exc))
         return None
+
+
+def _kv_dtype_noted(
+    result: Estimate,
+    resolved: ResolvedModel,
+    d: DeploymentSpec,
+    sku: GpuSku | None,
+    speed: Performance | None,
+    asked: _Lengths,
+    context: int | None,
+) -> Estimate:
+    """`result` with a note where the unstated KV dtype (`auto`, the model's) binds: an fp8 KV cache, which the GPU and
+    the engine take, moves the speed figures by more than the assumption share (`assumption_speed_note`)."""
+    if speed is None or sku is None or not sku.fp8_support or d.kv_dtype != "auto":
+        return result
+    if engine_profile(d.engine, d.engine_version).kv_dtype_problem("fp8") is not None:
+        return result
+    try:
+        other = run_estimate(
+            resolved.spec,
+            dataclasses.replace(d, kv_dtype="fp8"),
+            gpu=sku,
+            model_name=resolved.repo_id,
+            checkpoint_bytes=resolved.checkpoint_bytes,
+            context_tokens=context,
+            concurrency=asked.concurrency,
+        )
+    except SpecError:
+        return result
+    if other.kv_dtype == result.kv_dtype:
+        return result
+    other_speed = _speed(resolved.spec, other, sku, d.weight_dtype, asked.concurrency, asked.input_len, asked.output_len)
+    note = other_speed and assumption_speed_note(
+        f"KV cache dtype auto ({result.kv_dtype}; --kv-dtype not stated)", "--kv-dtype fp8", speed, other_speed
+    )
+    return dataclasses.replace(result, notes=(*result.notes, note)) if note else result
 
 
 def _speed(
