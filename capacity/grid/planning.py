@@ -67,12 +67,6 @@ class _Registry:
     weight_layout_kinds: dict[EngineProfile, list[tuple[GpuSku, list[int]]]] = field(default_factory=dict)
     # the distinct sets of GPUs a layout is served on when not on all of them, numbered (`gpu_set`)
     gpu_sets: dict[tuple[int, ...], int] = field(default_factory=dict)
-
-    def gpu_set(self, gpu_idxs: tuple[int, ...] | None) -> int | None:
-        """Id of a set of GPU indices (None: every GPU, no set)."""
-        if gpu_idxs is None:
-            return None
-        return self.gpu_sets.setdefault(gpu_idxs, len(self.gpu_sets))
     # held while rows are built from, or added to, the registry (chunks are planned in two threads)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # the GPU frame and the settings served per GPU (`frames.served_frames`), built once per build
@@ -83,6 +77,12 @@ class _Registry:
 
     def __post_init__(self) -> None:
         self.link_kinds = tuple(sorted({(gpu.nvlink_multicast, gpu.peer_link_gpus) for gpu in self.gpus}))
+
+    def gpu_set(self, gpu_idxs: tuple[int, ...] | None) -> int | None:
+        """Id of a set of GPU indices (None: every GPU, no set)."""
+        if gpu_idxs is None:
+            return None
+        return self.gpu_sets.setdefault(gpu_idxs, len(self.gpu_sets))
 
     def kv_view(self, spec: ModelSpec) -> tuple[int, ModelSpec]:
         """(id, spec) of the model's KV structure: the spec without its parameter counts, one object

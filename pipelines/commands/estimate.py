@@ -480,18 +480,30 @@ def _sized(
     context: int | None,
     concurrency: int | None,
 ) -> Estimate:
+    """The estimate of `deployment`, or the command stops with the SpecError's one line."""
     try:
-        return run_estimate(
-            resolved.spec,
-            deployment,
-            gpu=sku,
-            model_name=resolved.repo_id,
-            checkpoint_bytes=resolved.checkpoint_bytes,
-            context_tokens=context,
-            concurrency=concurrency,
-        )
+        return _estimated(resolved, deployment, sku, context, concurrency)
     except SpecError as exc:
         fail(str(exc))
+
+
+def _estimated(
+    resolved: ResolvedModel,
+    deployment: DeploymentSpec,
+    sku: GpuSku | None,
+    context: int | None,
+    concurrency: int | None,
+) -> Estimate:
+    """`capacity.estimate.estimate` of the resolved model (raises SpecError)."""
+    return run_estimate(
+        resolved.spec,
+        deployment,
+        gpu=sku,
+        model_name=resolved.repo_id,
+        checkpoint_bytes=resolved.checkpoint_bytes,
+        context_tokens=context,
+        concurrency=concurrency,
+    )
 
 
 def _print(
@@ -624,15 +636,7 @@ def _kv_dtype_noted(
     if engine_profile(d.engine, d.engine_version).kv_dtype_problem("fp8") is not None:
         return result
     try:
-        other = run_estimate(
-            resolved.spec,
-            dataclasses.replace(d, kv_dtype="fp8"),
-            gpu=sku,
-            model_name=resolved.repo_id,
-            checkpoint_bytes=resolved.checkpoint_bytes,
-            context_tokens=context,
-            concurrency=asked.concurrency,
-        )
+        other = _estimated(resolved, dataclasses.replace(d, kv_dtype="fp8"), sku, context, asked.concurrency)
     except SpecError:
         return result
     if other.kv_dtype == result.kv_dtype:
