@@ -45,8 +45,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "vllm_cpu"
+#: The tiny models and the engine settings of every case (a table: one place to add a case).
+CASES_PATH = Path(__file__).with_name("vllm_cpu_cases.yaml")
 
 #: Environment every engine run gets. ``VLLM_CPU_KVCACHE_SPACE`` is an integer
 #: number of GiB in vLLM 0.32.0 and sets ``cache_config.kv_cache_memory_bytes``.
@@ -120,264 +124,17 @@ def _tiny(model_type: str, **overrides: Any) -> TinyModel:
     return TinyModel(model_type, base)
 
 
-def _alternating(n: int, period: int) -> list[str]:
-    """Layer types with every ``period``-th layer full, the others sliding."""
-    return ["full_attention" if (i + 1) % period == 0 else "sliding_attention" for i in range(n)]
+def load_cases(path: Path = CASES_PATH) -> dict[str, Case]:
+    """The cases of the table at `path`, by name; each case names one of its tiny models."""
+    table = yaml.safe_load(path.read_text())
+    models = {name: _tiny(m["model_type"], **m["config"]) for name, m in table["models"].items()}
+    return {
+        name: Case(name=name, **{**settings, "model": models[settings["model"]]})
+        for name, settings in table["cases"].items()
+    }
 
 
-_LLAMA_MHA = _tiny(
-    "llama",
-    hidden_size=256,
-    intermediate_size=512,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    head_dim=64,
-)
-_QWEN2_GQA = _tiny(
-    "qwen2",
-    hidden_size=256,
-    intermediate_size=512,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=1,
-    use_sliding_window=False,
-)
-_MISTRAL_SWA = _tiny(
-    "mistral",
-    hidden_size=256,
-    intermediate_size=512,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=64,
-    sliding_window=64,
-)
-_GEMMA2_ALT = _tiny(
-    "gemma2",
-    tie_word_embeddings=True,  # vLLM's Gemma2 has no lm_head: it always ties
-    hidden_size=512,
-    intermediate_size=512,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=128,
-    query_pre_attn_scalar=128,
-    sliding_window=64,
-    layer_types=_alternating(4, 2),
-)
-_GEMMA2_PAD = _tiny(
-    "gemma2",
-    tie_word_embeddings=True,
-    hidden_size=512,
-    intermediate_size=512,
-    num_hidden_layers=5,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=128,
-    query_pre_attn_scalar=128,
-    sliding_window=64,
-    layer_types=_alternating(5, 2),
-)
-_GEMMA3_5TO1 = _tiny(
-    "gemma3_text",
-    hidden_size=256,
-    intermediate_size=512,
-    num_hidden_layers=6,
-    num_attention_heads=4,
-    num_key_value_heads=1,
-    head_dim=256,
-    query_pre_attn_scalar=256,
-    sliding_window=64,
-    layer_types=_alternating(6, 6),
-)
-_DEEPSEEK_V3_MLA = _tiny(
-    "deepseek_v3",
-    hidden_size=256,
-    intermediate_size=512,
-    moe_intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    q_lora_rank=128,
-    kv_lora_rank=512,
-    qk_rope_head_dim=64,
-    qk_nope_head_dim=128,
-    v_head_dim=128,
-    n_routed_experts=4,
-    n_shared_experts=1,
-    num_experts_per_tok=2,
-    n_group=1,
-    topk_group=1,
-    first_k_dense_replace=1,
-    routed_scaling_factor=1.0,
-    # as DeepSeek-V3 ships; vLLM only creates gate.e_score_correction_bias
-    # (which transformers always saves) when topk_method == "noaux_tc".
-    topk_method="noaux_tc",
-    scoring_func="sigmoid",
-    norm_topk_prob=True,
-)
-_QWEN3_HEADDIM = _tiny(
-    "qwen3",
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=64,
-    use_sliding_window=False,
-)
-_GPT_OSS_ALT = _tiny(
-    "gpt_oss",
-    hidden_size=256,
-    intermediate_size=256,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=64,
-    num_local_experts=4,
-    num_experts_per_tok=2,
-    sliding_window=64,
-    layer_types=_alternating(4, 2),
-)
-_PHI3_MHA = _tiny(
-    "phi3",
-    hidden_size=256,
-    intermediate_size=512,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    sliding_window=None,
-)
-_PHI3_SWA = _tiny(
-    "phi3",
-    hidden_size=256,
-    intermediate_size=512,
-    num_hidden_layers=4,
-    num_attention_heads=8,
-    num_key_value_heads=2,
-    sliding_window=64,
-)
-
-CASES: dict[str, Case] = {
-    c.name: c
-    for c in [
-        Case(
-            name="llama-mha-1024",
-            model=_LLAMA_MHA,
-            max_model_len=1024,
-            max_num_batched_tokens=4096,
-            description="Llama MHA, 2 layers, H 4->4, D 64, all full",
-        ),
-        Case(
-            name="llama-mha-1000",
-            model=_LLAMA_MHA,
-            max_model_len=1000,
-            max_num_batched_tokens=1000,
-            description="Llama MHA with max_model_len not a multiple of the block",
-        ),
-        Case(
-            name="llama-mha-fp8-1024",
-            model=_LLAMA_MHA,
-            max_model_len=1024,
-            max_num_batched_tokens=4096,
-            kv_cache_dtype="fp8",
-            needs_avx512_or_amx=True,
-            description="Llama MHA with an fp8 KV cache (x86 needs AVX-512 or AMX)",
-        ),
-        Case(
-            name="qwen2-gqa-1024",
-            model=_QWEN2_GQA,
-            max_model_len=1024,
-            max_num_batched_tokens=4096,
-            description="Qwen2 GQA, 4 layers, H 4->1, D 64, all full",
-        ),
-        Case(
-            name="mistral-swa-1024",
-            model=_MISTRAL_SWA,
-            max_model_len=1024,
-            max_num_batched_tokens=4096,
-            description="Mistral all-sliding W=64, 2 layers, H 4->2, D 64",
-        ),
-        Case(
-            name="mistral-swa-2048",
-            model=_MISTRAL_SWA,
-            max_model_len=2048,
-            max_num_batched_tokens=256,
-            description="Mistral all-sliding W=64 with a small batched-token budget",
-        ),
-        Case(
-            name="gemma2-alt-1024",
-            model=_GEMMA2_ALT,
-            max_model_len=1024,
-            max_num_batched_tokens=4096,
-            description="Gemma2 alternating 2 sliding (W=64) + 2 full, H 4->2, D 128",
-        ),
-        Case(
-            name="gemma2-alt-2048",
-            model=_GEMMA2_ALT,
-            max_model_len=2048,
-            max_num_batched_tokens=256,
-            description="Gemma2 alternating, small batched-token budget",
-        ),
-        Case(
-            name="gemma2-pad-1000",
-            model=_GEMMA2_PAD,
-            max_model_len=1000,
-            max_num_batched_tokens=512,
-            description="Gemma2 with 5 layers (3 sliding + 2 full): padded group",
-        ),
-        Case(
-            name="gemma3-5to1-1024",
-            model=_GEMMA3_5TO1,
-            max_model_len=1024,
-            max_num_batched_tokens=4096,
-            description="Gemma3 text 5 sliding : 1 full, H 4->1, D 256",
-        ),
-        Case(
-            name="gemma3-5to1-4096",
-            model=_GEMMA3_5TO1,
-            max_model_len=4096,
-            max_num_batched_tokens=512,
-            description="Gemma3 text 5:1 where the window saves memory",
-        ),
-        Case(
-            name="deepseek-v3-mla-1024",
-            model=_DEEPSEEK_V3_MLA,
-            max_model_len=1024,
-            max_num_batched_tokens=2048,
-            description="DeepSeek-V3 MLA, kv_lora_rank 512 + rope 64, 2 layers",
-        ),
-        Case(
-            name="qwen3-headdim-1024",
-            model=_QWEN3_HEADDIM,
-            max_model_len=1024,
-            max_num_batched_tokens=4096,
-            description="Qwen3 with head_dim 64 != hidden/heads (32), H 4->2",
-        ),
-        Case(
-            name="gpt-oss-alt-1024",
-            model=_GPT_OSS_ALT,
-            max_model_len=1024,
-            max_num_batched_tokens=4096,
-            description="GPT-OSS alternating sliding (W=64)/full, MoE, sinks",
-        ),
-        Case(
-            name="phi3-mha-1024",
-            model=_PHI3_MHA,
-            max_model_len=1024,
-            max_num_batched_tokens=4096,
-            description="Phi3 MHA (fused qkv), 4 layers, H 4->4, D 64",
-        ),
-        Case(
-            name="phi3-swa-2048",
-            model=_PHI3_SWA,
-            max_model_len=2048,
-            max_num_batched_tokens=256,
-            description="Phi3 GQA with sliding_window=64 as Phi-3-mini-4k ships it",
-        ),
-    ]
-}
+CASES: dict[str, Case] = load_cases()
 
 
 # --------------------------------------------------------------------------
