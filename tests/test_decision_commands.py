@@ -33,6 +33,7 @@ from models_registry.sources.gpu_catalog import find_gpu_sku, load_gpu_skus
 from pipelines.cli import app
 from recommendations.fleet_answer import fleet_frames
 from recommendations.workloads import load_workloads
+from tests.estimating import estimate_model
 
 runner = CliRunner()
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
@@ -59,14 +60,7 @@ def one_line_error(*args: str) -> str:
 
 def _llama_on_h100(input_len: int, output_len: int) -> tuple[Any, Any, Any]:
     resolved, gpu = load_model(LLAMA_8B), find_gpu_sku("h100-sxm-80gb")
-    est = estimate(
-        resolved.spec,
-        DeploymentSpec(),
-        gpu=gpu,
-        model_name=resolved.repo_id,
-        checkpoint_bytes=resolved.checkpoint_bytes,
-        context_tokens=input_len + output_len,
-    )
+    est = estimate_model(resolved, DeploymentSpec(), gpu=gpu, context_tokens=input_len + output_len)
     return resolved, gpu, est
 
 

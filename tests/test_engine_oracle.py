@@ -34,13 +34,13 @@ import pytest
 
 from capacity.dtypes import KV_DTYPES as CAPPLAN_KV_DTYPES
 from capacity.dtypes import serving_dtype
-from capacity.estimate import estimate
 from capacity.hf_config import parse_config
 from capacity.kv_bytes import kv_heads_per_gpu
 from capacity.numeric import cdiv
 from capacity.parallel import valid_tp_sizes
 from capacity.spec import DeploymentSpec, GpuSku, KVKind, ModelSpec, SpecError
 from tests.conftest import require_oracle_venv, run_in_oracle_venv
+from tests.estimating import estimate_model
 
 pytestmark = pytest.mark.engine_oracle
 
@@ -206,14 +206,7 @@ class OracleCase:
 
 
 def _estimate(model: CatalogModel, gpu: OracleGpu, deployment: DeploymentSpec, context_tokens: int) -> Any:
-    return estimate(
-        model.spec,
-        deployment,
-        gpu=gpu.sku,
-        model_name=model.repo_id,
-        checkpoint_bytes=model.checkpoint_bytes,
-        context_tokens=context_tokens,
-    )
+    return estimate_model(model, deployment, gpu=gpu.sku, context_tokens=context_tokens)
 
 
 def capplan_result(

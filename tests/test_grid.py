@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from capacity.estimate import AUTO_MAX_MODEL_LEN, estimate
+from capacity.estimate import AUTO_MAX_MODEL_LEN
 from capacity.grid import (
     CONTEXT_COLUMNS,
     DEPLOYMENT_KEYS,
@@ -39,6 +39,7 @@ from capacity.grid import (
 from capacity.kv.kinds import FullAttention, RecurrentState
 from capacity.performance import efficiency_for, perf_inputs, tpot_seconds
 from capacity.spec import CheckpointQuant, DeploymentSpec, GpuSku, KVKind, LayerKVSpec, LayerParams, ModelSpec
+from tests.estimating import estimate_model
 from tests.handmade import dense_spec, mla_spec
 from warehouse.capacity_grid import row_deployment
 
@@ -145,15 +146,7 @@ def _estimate_row(row: dict[str, object], model: GridModel, gpu: GpuSku, concurr
     version = row.get("engine_version")
     deployment = row_deployment(row, AUTO_MAX_MODEL_LEN, str(version) if version is not None else None)
     context = int(row["context"]) if "context" in row else None  # type: ignore[call-overload]
-    return estimate(
-        model.spec,
-        deployment,
-        gpu=gpu,
-        model_name=model.repo_id,
-        checkpoint_bytes=model.checkpoint_bytes,
-        context_tokens=context,
-        concurrency=concurrency,
-    )
+    return estimate_model(model, deployment, gpu=gpu, context_tokens=context, concurrency=concurrency)
 
 
 def _assert_rows_match(
@@ -354,9 +347,8 @@ def test_other_vllm_release_and_options() -> None:
             engine_version="0.9",
             max_model_len=AUTO_MAX_MODEL_LEN,
         )
-        contract = estimate(by_model[row["model"]].spec, deployment, gpu=by_gpu[row["gpu"]],
-                            model_name=row["model"], checkpoint_bytes=by_model[row["model"]].checkpoint_bytes,
-                            context_tokens=row["context"]).contract()  # fmt: skip
+        model, gpu = by_model[row["model"]], by_gpu[row["gpu"]]
+        contract = estimate_model(model, deployment, gpu=gpu, context_tokens=row["context"]).contract()
         for column in (
             "num_blocks",
             "kv_cache_tokens",

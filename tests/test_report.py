@@ -179,7 +179,6 @@ def test_the_frontier_is_the_performance_model_at_each_batch(page: str, built: E
     """Chart data = capacity.performance at B = 1, 2, 4 ... B_max; the page carries the chart."""
     import duckdb
 
-    from capacity.estimate import estimate
     from capacity.performance import performance
     from capacity.spec import DeploymentSpec
     from models_registry.planning import bundled_catalog
@@ -189,6 +188,7 @@ def test_the_frontier_is_the_performance_model_at_each_batch(page: str, built: E
         frontier_batches,
         read_report,
     )
+    from tests.estimating import estimate_model
 
     assert frontier_batches(1) == [1] and frontier_batches(8) == [1, 2, 4, 8] and frontier_batches(11) == [1, 2, 4, 8, 11]
     assert frontier_batches(0) == []
@@ -202,10 +202,7 @@ def test_the_frontier_is_the_performance_model_at_each_batch(page: str, built: E
     registry = bundled_catalog(["codellama/CodeLlama-7b-hf"], ["h100-sxm-80gb"])
     model, gpu = registry.models["codellama/CodeLlama-7b-hf"], registry.gpus["h100-sxm-80gb"]
     context = FRONTIER_INPUT_TOKENS + FRONTIER_OUTPUT_TOKENS
-    est = estimate(
-        model.spec, DeploymentSpec(tp=1, pp=1, max_model_len=context), gpu=gpu, model_name=model.repo_id,
-        checkpoint_bytes=model.checkpoint_bytes, context_tokens=context,
-    )  # fmt: skip
+    est = estimate_model(model, DeploymentSpec(tp=1, pp=1, max_model_len=context), gpu=gpu, context_tokens=context)
     assert h100["batch"].to_list() == frontier_batches(est.b_max)
     for row in h100.iter_rows(named=True):
         perf = performance(
