@@ -23,6 +23,17 @@ def test_fixture_set_covers_the_families() -> None:
     assert {"llama", "qwen2", "mistral", "gemma2", "gemma3_text", "deepseek_v3", "gpt_oss", "phi3"} <= families
 
 
+#: The recorded engine settings that are deployment fields of the same name (`kv_cache_dtype` is the deployment's
+#: `kv_dtype`; `dtype` is the model's).
+SETTINGS_AS_DEPLOYED = (
+    "kv_cache_memory_bytes",
+    "block_size",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+)
+
+
 def fixture_deployment(fixture: dict[str, Any], *, async_scheduling: bool | None) -> DeploymentSpec:
     """The recorded run's settings as a deployment (`async_scheduling` None: the GPU default)."""
     settings = fixture["settings"]
@@ -30,12 +41,8 @@ def fixture_deployment(fixture: dict[str, Any], *, async_scheduling: bool | None
         engine="vllm",
         engine_version=fixture["vllm_version"],
         kv_dtype=settings["kv_cache_dtype"],
-        kv_cache_memory_bytes=settings["kv_cache_memory_bytes"],
-        block_size=settings["block_size"],
-        max_model_len=settings["max_model_len"],
-        max_num_batched_tokens=settings["max_num_batched_tokens"],
-        max_num_seqs=settings["max_num_seqs"],
         async_scheduling=async_scheduling,
+        **{name: settings[name] for name in SETTINGS_AS_DEPLOYED},
     )
 
 
