@@ -83,6 +83,11 @@ _SHARED_EXPERT_MOE = {  # Qwen3-Next / Qwen3.5 MoE: routed experts beside a shar
     "moe_intermediate_size": 64,
     "shared_expert_intermediate_size": 64,
 }
+_ROUTED_MOE = {  # DeepSeek's names for routed experts (DeepSeek, GLM-4 MoE, Nemotron-H)
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+}
 _MLA = {
     "num_hidden_layers": 3,
     "num_key_value_heads": 4,
@@ -91,10 +96,8 @@ _MLA = {
     "qk_rope_head_dim": 16,
     "qk_nope_head_dim": 32,
     "v_head_dim": 32,
-    "n_routed_experts": 4,
+    **_ROUTED_MOE,
     "n_shared_experts": 1,
-    "num_experts_per_tok": 2,
-    "moe_intermediate_size": 64,
     "first_k_dense_replace": 1,
     "n_group": 1,
     "topk_group": 1,
@@ -194,7 +197,7 @@ CASES = [
     Case(
         "gpt-oss-alt",
         "gpt_oss",
-        _base(head_dim=64, sliding_window=W, num_local_experts=4, num_experts_per_tok=2, intermediate_size=128),
+        _base(head_dim=64, sliding_window=W, **_MOE, intermediate_size=128),
     ),
     Case("falcon-7b-mqa", "falcon", _base(multi_query=True, new_decoder_architecture=False)),
     Case(
@@ -230,9 +233,7 @@ CASES = [
             ssm_state_size=16,
             n_groups=2,
             conv_kernel=4,
-            n_routed_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=64,
+            **_ROUTED_MOE,
             moe_shared_expert_intermediate_size=64,
         ),
     ),
@@ -253,17 +254,9 @@ CASES = [
     Case(
         "glm4-moe",
         "glm4_moe",
-        _base(
-            head_dim=32,
-            n_routed_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=64,
-            first_k_dense_replace=1,
-            use_qk_norm=True,
-            attention_bias=True,
-        ),
+        _base(head_dim=32, **_ROUTED_MOE, first_k_dense_replace=1, use_qk_norm=True, attention_bias=True),
     ),
-    Case("minimax-m2", "minimax_m2", _base(head_dim=32, num_local_experts=4, num_experts_per_tok=2)),
+    Case("minimax-m2", "minimax_m2", _base(head_dim=32, **_MOE)),
 ]
 
 
