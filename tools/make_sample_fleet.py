@@ -52,6 +52,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from capacity import engine_constants as ec
 from capacity.estimate import Estimate, estimate
 from capacity.performance import performance
@@ -66,6 +68,7 @@ STARTED = dt.datetime(2025, 6, 1, 18, 0, tzinfo=dt.UTC)  # engines start the eve
 GIB = 1 << 30
 MIB = 1 << 20
 OUT = Path(__file__).resolve().parent.parent / "telemetry" / "sample"
+FLEET_PATH = Path(__file__).with_name("sample_fleet.yaml")  # the deployments, one a row
 
 # vLLM / DCGM names of the GPUs in the fleet
 DCGM_NAMES = {
@@ -101,225 +104,12 @@ class Deployment:
     csv_only: bool = False
 
 
-FLEET: tuple[Deployment, ...] = (
-    Deployment(
-        "chat-llama8b-h100", "meta-llama/Llama-3.1-8B-Instruct", "h100-sxm-80gb", gpu_source="smi-L", debug=True
-    ),
-    Deployment(
-        "chat-llama8b-l4",
-        "meta-llama/Llama-3.1-8B-Instruct",
-        "l4-24gb",
-        version="0.10.1.1",
-        util=0.92,
-        max_model_len=8192,
-        load="saturating",
-        context_fraction=0.25,
-        gpu_source="smi-csv",
-        failed_first_len=131072,
-    ),
-    Deployment(
-        "chat-llama8b-fp8-l40s",
-        "RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8",
-        "l40s-48gb",
-        version="0.15.1",
-        kv_dtype="fp8",
-        debug=True,
-        served_name="llama-8b-fp8",
-    ),
-    Deployment(
-        "rag-llama70b-h100-tp4",
-        "meta-llama/Llama-3.1-70B-Instruct",
-        "h100-sxm-80gb",
-        tp=4,
-        util=0.95,
-        max_model_len=65536,
-        load="busy",
-        context_fraction=0.2,
-        gpu_source="smi-L",
-        debug=True,
-    ),
-    Deployment(
-        "batch-llama33-70b-a100-tp4pp2",
-        "meta-llama/Llama-3.3-70B-Instruct",
-        "a100-sxm-80gb",
-        tp=4,
-        pp=2,
-        gpu_source="smi",
-        model_path="/models/Llama-3.3-70B-Instruct",
-    ),
-    Deployment(
-        "llama70b-awq-l40s-tp2",
-        "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4",
-        "l40s-48gb",
-        tp=2,
-        version="0.9.2",
-        max_model_len=16384,
-        load="busy",
-        context_fraction=0.15,
-    ),
-    Deployment(
-        "qwen7b-a100-v0",
-        "Qwen/Qwen2.5-7B-Instruct",
-        "a100-sxm-80gb",
-        version="0.6.3.post1",
-        prefix_caching=False,
-        gpu_source="smi",
-        model_path="/models/Qwen2.5-7B-Instruct",
-    ),
-    Deployment(
-        "qwen14b-l40s", "Qwen/Qwen2.5-14B-Instruct", "l40s-48gb", version="0.8.5", max_model_len=16384, load="busy"
-    ),
-    Deployment("qwen32b-h100-tp2", "Qwen/Qwen2.5-32B-Instruct", "h100-sxm-80gb", tp=2, version="0.10.1.1", debug=True),
-    Deployment(
-        "qwen72b-h200-tp2",
-        "Qwen/Qwen2.5-72B-Instruct",
-        "h200-sxm-141gb",
-        tp=2,
-        version="0.19.0",
-        util=0.92,
-        debug=True,
-        gpu_source="smi-L",
-    ),
-    Deployment(
-        "qwen3-30b-moe-h100",
-        "Qwen/Qwen3-30B-A3B",
-        "h100-sxm-80gb",
-        max_model_len=40960,
-        load="saturating",
-        context_fraction=0.3,
-        gpu_source="device_name",
-        debug=True,
-    ),
-    Deployment(
-        "qwen3-235b-h200-tp8",
-        "Qwen/Qwen3-235B-A22B",
-        "h200-sxm-141gb",
-        tp=8,
-        version="0.33.0",
-        max_model_len=40960,
-        gpu_source="device_name",
-        debug=True,
-    ),
-    Deployment(
-        "qwen3-next-h200-tp4",
-        "Qwen/Qwen3-Next-80B-A3B-Instruct",
-        "h200-sxm-141gb",
-        tp=4,
-        version="0.33.0",
-        max_model_len=262144,
-        prefix_caching=False,
-        context_fraction=0.05,
-        gpu_source="device_name",
-        served_name="qwen3-next",
-    ),
-    Deployment(
-        "mixtral-8x7b-a100-tp2-v0",
-        "mistralai/Mixtral-8x7B-Instruct-v0.1",
-        "a100-sxm-80gb",
-        tp=2,
-        version="0.6.4.post1",
-        prefix_caching=False,
-        gpu_source="smi",
-    ),
-    Deployment(
-        "mixtral-8x22b-h100-tp8",
-        "mistralai/Mixtral-8x22B-Instruct-v0.1",
-        "h100-sxm-80gb",
-        tp=8,
-        version="0.10.1.1",
-        max_model_len=65536,
-        gpu_source="device_name",
-    ),
-    Deployment(
-        "deepseek-v3-h200-tp8",
-        "deepseek-ai/DeepSeek-V3",
-        "h200-sxm-141gb",
-        tp=8,
-        max_model_len=65536,
-        load="busy",
-        context_fraction=0.12,
-        gpu_source="smi-L",
-        debug=True,
-    ),
-    Deployment(
-        "gemma2-9b-fp8-l4",
-        "google/gemma-2-9b-it",
-        "l4-24gb",
-        version="0.9.2",
-        util=0.92,
-        max_model_len=8192,
-        weight_dtype="fp8",
-        load="saturating",
-        context_fraction=0.3,
-    ),
-    Deployment(
-        "gemma2-27b-h100",
-        "google/gemma-2-27b-it",
-        "h100-sxm-80gb",
-        version="0.19.0",
-        max_model_len=8192,
-        context_fraction=0.2,
-        debug=True,
-    ),
-    Deployment("gemma3-12b-l40s", "google/gemma-3-12b-it", "l40s-48gb", version="0.11.0", debug=True),
-    Deployment(
-        "gpt-oss-120b-h100-tp2",
-        "openai/gpt-oss-120b",
-        "h100-sxm-80gb",
-        tp=2,
-        version="0.10.1.1",
-        max_model_len=131072,
-        context_fraction=0.03,
-        gpu_source="device_name",
-        debug=True,
-    ),
-    Deployment(
-        "gpt-oss-20b-l40s",
-        "openai/gpt-oss-20b",
-        "l40s-48gb",
-        version="0.33.0",
-        max_model_len=131072,
-        context_fraction=0.03,
-        gpu_source="device_name",
-    ),
-    Deployment(
-        "phi4-fp8-l4",
-        "microsoft/phi-4",
-        "l4-24gb",
-        util=0.92,
-        max_model_len=16384,
-        weight_dtype="fp8",
-        load="saturating",
-        context_fraction=0.2,
-        debug=True,
-    ),
-    # three deployments only seen through the CSV export
-    Deployment(
-        "ext-llama70b-mi300x",
-        "meta-llama/Llama-3.1-70B-Instruct",
-        "mi300x-192gb",
-        version="0.9.2",
-        max_model_len=65536,
-        csv_only=True,
-    ),
-    Deployment(
-        "ext-nemo-a100",
-        "mistralai/Mistral-Nemo-Instruct-2407",
-        "a100-sxm-80gb",
-        version="0.8.5",
-        max_model_len=65536,
-        csv_only=True,
-    ),
-    Deployment(
-        "ext-qwen72b-gptq-a100-tp2",
-        "Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4",
-        "a100-sxm-80gb",
-        tp=2,
-        version="0.8.5",
-        load="busy",
-        csv_only=True,
-    ),
-)
+def load_fleet(path: Path = FLEET_PATH) -> tuple[Deployment, ...]:
+    """The deployments of the fleet table at `path`, in its order."""
+    return tuple(Deployment(**row) for row in yaml.safe_load(path.read_text(encoding="utf-8")))
+
+
+FLEET: tuple[Deployment, ...] = load_fleet()
 
 
 # --- the numbers ---------------------------------------------------------------------------------
