@@ -12,55 +12,53 @@ from sqlalchemy.orm import Session
 
 from models_registry import orm
 
+#: The columns of a Llama-3.1-8B-shaped `models` row, less what the tests vary (the natural key, `is_current`).
+_LLAMA_8B_ROW: dict[str, object] = {
+    "revision": "0" * 40,
+    "family": "llama",
+    "model_type": "llama",
+    "architecture": "LlamaForCausalLM",
+    "is_generic": False,
+    "hidden_size": 4096,
+    "num_layers": 2,
+    "num_attention_heads": 32,
+    "num_kv_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 128256,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "context_limit_tokens": 131072,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "total_params": 8_030_261_248,
+    "active_params": 8_030_261_248,
+    "embedding_params": 525_336_576,
+    "num_experts": 0,
+    "num_experts_per_token": 0,
+    "kv_elements_per_token": 4096,
+    "checkpoint_bytes": 16_060_522_496,  # > 2**32: needs BIGINT
+    "source": "local",
+    "config_json": "{}",
+}
+#: The columns of each of its `model_layers` rows, less `layer_index` (and `model_id`, which the ORM fills in).
+_LLAMA_8B_LAYER: dict[str, object] = {
+    "kv_kind": "full",
+    "num_kv_heads": 8,
+    "k_head_dim": 128,
+    "v_head_dim": 128,
+    "conv_state_elements": 0,
+    "recurrent_state_elements": 0,
+    "attention_params": 41_943_040,
+    "mlp_params": 176_160_768,
+    "expert_params": 0,
+    "router_params": 0,
+    "norm_params": 8192,
+}
+
 
 def _model(repo_id: str = "acme/tiny", sha: str = "a" * 64, *, current: bool = True) -> orm.Model:
-    model = orm.Model(
-        repo_id=repo_id,
-        revision="0" * 40,
-        config_sha256=sha,
-        family="llama",
-        model_type="llama",
-        architecture="LlamaForCausalLM",
-        is_generic=False,
-        hidden_size=4096,
-        num_layers=2,
-        num_attention_heads=32,
-        num_kv_heads=8,
-        head_dim=128,
-        vocab_size=128256,
-        intermediate_size=14336,
-        max_position_embeddings=131072,
-        context_limit_tokens=131072,
-        torch_dtype="bfloat16",
-        tie_word_embeddings=False,
-        total_params=8_030_261_248,
-        active_params=8_030_261_248,
-        embedding_params=525_336_576,
-        num_experts=0,
-        num_experts_per_token=0,
-        kv_elements_per_token=4096,
-        checkpoint_bytes=16_060_522_496,  # > 2**32: needs BIGINT
-        source="local",
-        config_json="{}",
-        is_current=current,
-    )
-    model.layers = [
-        orm.ModelLayer(
-            layer_index=i,
-            kv_kind="full",
-            num_kv_heads=8,
-            k_head_dim=128,
-            v_head_dim=128,
-            conv_state_elements=0,
-            recurrent_state_elements=0,
-            attention_params=41_943_040,
-            mlp_params=176_160_768,
-            expert_params=0,
-            router_params=0,
-            norm_params=8192,
-        )
-        for i in range(2)
-    ]
+    model = orm.Model(repo_id=repo_id, config_sha256=sha, is_current=current, **_LLAMA_8B_ROW)
+    model.layers = [orm.ModelLayer(layer_index=i, **_LLAMA_8B_LAYER) for i in range(2)]
     return model
 
 
