@@ -25,22 +25,13 @@ from evaluation.perf_measurements import (
     load_perf_measurements,
 )
 from models_registry.sources.bundled import bundled_ids
-from tests.conftest import measurement_entries
+from tests.test_perf_measurements import perf_file_fixtures
 
 _PINNED_BLOB = re.compile(r"^https://github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/[^\s#]+(#L\d+(-L\d+)?)?$")
 _THREAD = re.compile(r"^https://github\.com/[^/]+/[^/]+/(issues|pull)/\d+(#[\w-]+)?$")
 
 
-@pytest.fixture(scope="module")
-def raw_rows() -> list[dict[str, object]]:
-    return measurement_entries(PERF_HOLDOUT_PATH)
-
-
-@pytest.fixture(scope="module")
-def rows() -> list[PerfMeasurement]:
-    result = load_perf_holdout()
-    assert result.skipped == [], result.skipped
-    return result.rows
+raw_rows, rows = perf_file_fixtures(PERF_HOLDOUT_PATH, load_perf_holdout)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -19,6 +21,7 @@ from evaluation.perf_measurements import (
     BENCHMARK_KINDS,
     ENGINES,
     PERF_MEASUREMENTS_PATH,
+    PerfLoadResult,
     PerfMeasurement,
     catalog_gpu_ids,
     load_perf_measurements,
@@ -27,16 +30,24 @@ from models_registry.sources.bundled import bundled_ids
 from tests.conftest import measurement_entries
 
 
-@pytest.fixture(scope="module")
-def raw_rows() -> list[dict[str, object]]:
-    return measurement_entries(PERF_MEASUREMENTS_PATH)
+def perf_file_fixtures(path: Path, load: Callable[[], PerfLoadResult]) -> tuple[Any, Any]:
+    """The two module fixtures a perf measurements file's tests start from: `raw_rows`, the file's entries as
+    written, and `rows`, what `load` reads from it (asserted to skip none). This module's and the holdout's."""
+
+    @pytest.fixture(scope="module")
+    def raw_rows() -> list[dict[str, object]]:
+        return measurement_entries(path)
+
+    @pytest.fixture(scope="module")
+    def rows() -> list[PerfMeasurement]:
+        result = load()
+        assert result.skipped == [], result.skipped
+        return result.rows
+
+    return raw_rows, rows
 
 
-@pytest.fixture(scope="module")
-def rows() -> list[PerfMeasurement]:
-    result = load_perf_measurements()
-    assert result.skipped == [], result.skipped
-    return result.rows
+raw_rows, rows = perf_file_fixtures(PERF_MEASUREMENTS_PATH, load_perf_measurements)
 
 
 def test_every_row_loads(raw_rows: list[dict[str, object]], rows: list[PerfMeasurement]) -> None:
