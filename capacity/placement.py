@@ -76,6 +76,7 @@ class Layout:
         return f"{self.gpu.id} tp={self.tp} pp={self.pp}{ranks} {self.weight_dtype}/{self.kv_dtype}"
 
     def settings(self) -> LayoutSettings:
+        """Spread into a `DeploymentSpec` or a `PlacementOption`, so the six are named in one place."""
         return LayoutSettings(
             tp=self.tp, pp=self.pp, weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype, dp=self.dp, ep=self.ep
         )
