@@ -111,6 +111,20 @@ _ONLINE_QUANT = {"fp8": "fp8"}  # --quantization X on an unquantized checkpoint 
 # a telemetry row says only that CPU offload / a KV connector was on, not how much nor which: flagged, not sized
 UNKNOWN_WEIGHT_OFFLOAD = WeightOffload(None)
 UNKNOWN_CONNECTOR = UnsizedConnector(name="a KV connector of unknown kind")
+# the settings a log states under DeploymentSpec's own names and meanings, taken as they are
+_STATED_AS_DEPLOYED = (
+    "tp",
+    "pp",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "block_size",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "enforce_eager",
+    "triton_kernels",
+    "disable_custom_all_reduce",
+    "gpu_peer_access",
+)
 
 
 def engine_version_for(version: str | None, generation: str | None) -> str:
@@ -139,24 +153,14 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
     dp, ep = _observed_parallel(engine, model, s)
     version = registry.engine_profile(engine).observed_version(s.engine_version, s.engine_generation)
     return DeploymentSpec(
-        tp=s.tp,
-        pp=s.pp,
+        **{name: getattr(s, name) for name in _STATED_AS_DEPLOYED},
         weight_dtype=weight,
         kv_dtype=kv,
         engine=engine,
         engine_version=version,
-        gpu_memory_utilization=s.gpu_memory_utilization,
-        max_model_len=s.max_model_len,
         # an observed engine ran at this length: accepted (its override set, or a length its config allows)
         allow_long_max_model_len=True,
-        block_size=s.block_size,
-        max_num_batched_tokens=s.max_num_batched_tokens,
-        max_num_seqs=s.max_num_seqs,
         gpu_memory_bytes=s.total_gpu_memory_bytes,
-        enforce_eager=s.enforce_eager,
-        triton_kernels=s.triton_kernels,
-        disable_custom_all_reduce=s.disable_custom_all_reduce,
-        gpu_peer_access=s.gpu_peer_access,
         lora=LoraSpec() if "lora" in s.unmodelled_features else None,  # the log's server: the engine's defaults
         speculative=_observed_speculative(model, s, engine),
         dp=dp,

@@ -249,21 +249,26 @@ def _max_model_len(model: ModelSpec, d: DeploymentSpec, notes: list[str]) -> tup
     return max_model_len, auto_fit
 
 
-def _weights(
-    model: ModelSpec,
-    d: DeploymentSpec,
-    profile: EngineProfile,
-    gpu: GpuSku | None,
-    checkpoint_bytes: int | None,
-    notes: list[str],
-    layout: RankLayout,
-) -> WeightsEstimate:
+@dataclass(frozen=True, slots=True)
+class _Sizing:
+    """What one estimate sizes the model on: the deployment as one DP rank runs it, its engine profile,
+    GPU and rank layout, and the checkpoint's size on disk where known."""
+
+    d: DeploymentSpec
+    profile: EngineProfile
+    gpu: GpuSku | None
+    layout: RankLayout
+    checkpoint_bytes: int | None
+
+
+def _weights(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> WeightsEstimate:
+    d, profile, gpu, layout = sizing.d, sizing.profile, sizing.gpu, sizing.layout
     if d.weights_bytes_per_gpu is not None:
         return WeightsEstimate(
             d.weights_bytes_per_gpu, d.weights_bytes_per_gpu * d.tp * d.pp, d.weight_dtype, "override"
         )
     shards = None if layout.plain else layout.weight_shards(model)
-    weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, checkpoint_bytes, profile.engine, shards)
+    weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, sizing.checkpoint_bytes, profile.engine, shards)
     weights = with_layout_extra(weights, profile, model, d.tp, d.pp, gpu, notes, d.triton_kernels)
     return weights_after_offload(model, weights, d.weight_offload, d.pp, notes)
 
@@ -412,17 +417,10 @@ class _Memory:
     charged: int
 
 
-def _memory(
-    model: ModelSpec,
-    d: DeploymentSpec,
-    profile: EngineProfile,
-    gpu: GpuSku | None,
-    checkpoint_bytes: int | None,
-    notes: list[str],
-    layout: RankLayout,
-) -> _Memory:
+def _memory(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> _Memory:
     """Defaults, dtypes, bytes per token, weights, overhead and the KV budget, each from the engine profile
     and the features the deployment declares (speculative decoding, LoRA, offload)."""
+    d, profile, gpu, layout = sizing.d, sizing.profile, sizing.gpu, sizing.layout
     total = d.gpu_memory_bytes if d.gpu_memory_bytes is not None else (gpu.memory_total_bytes if gpu else 0)
     model = _multimodal(model, d, profile, notes)
     draft = draft_sizing(model, d, profile.engine, notes)  # speculative decoding: the draft's weights and KV layers
@@ -432,7 +430,7 @@ def _memory(
     state_terms = state_terms_per_gpu(
         model, dt.act_bytes, dt.ssm_bytes, atp, d.pp, conv_without_current=profile.conv_state_without_current
     )
-    weights = draft.with_weights(_weights(model, d, profile, gpu, checkpoint_bytes, notes, layout))
+    weights = draft.with_weights(_weights(model, sizing, notes))
     defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
     lim = _limits(d, profile, defaults, draft.default_max_num_seqs)
     inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len, layout.moe_dispatch_ranks)
@@ -500,7 +498,7 @@ def estimate(
     layout, d = _rank_layout(model, d, profile, gpu)
     notes: list[str] = []
     not_modelled = _unmodelled(model, d, profile, notes)
-    m = _memory(model, d, profile, gpu, checkpoint_bytes, notes, layout)
+    m = _memory(model, _Sizing(d, profile, gpu, layout, checkpoint_bytes), notes)
     pool = _pool(m, d, notes)
     limit = m.model.context_limit_tokens
     f = pool_figures(

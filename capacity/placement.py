@@ -31,7 +31,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from capacity.calibration import Correction, calibrated_pool
 from capacity.engines.kinds import Engine
@@ -45,6 +45,17 @@ from capacity.planning_types import DEFAULT_SOLVER, BucketPlan, DtypePolicy, Sol
 from capacity.pool import b_max
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from capacity.weights import weight_format
+
+
+class LayoutSettings(TypedDict):
+    """What a layout fixes of a deployment, under the names `DeploymentSpec` and `PlacementOption` share."""
+
+    tp: int
+    pp: int
+    weight_dtype: str
+    kv_dtype: str
+    dp: int
+    ep: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +75,18 @@ class Layout:
         ranks = f" dp={self.dp} ep={self.ep}" if self.dp > 1 or self.ep > 1 else ""
         return f"{self.gpu.id} tp={self.tp} pp={self.pp}{ranks} {self.weight_dtype}/{self.kv_dtype}"
 
+    def settings(self) -> LayoutSettings:
+        """Spread into a `DeploymentSpec` or a `PlacementOption`, so the six are named in one place."""
+        return LayoutSettings(
+            tp=self.tp, pp=self.pp, weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype, dp=self.dp, ep=self.ep
+        )
+
     def deployment(
         self, workload: WorkloadProfile, *, max_model_len: int | None = None, max_num_seqs: int | None = None
     ) -> DeploymentSpec:
         """This layout serving `workload` (at its max_model_len unless given; the engine's batch limit unless given)."""
         return DeploymentSpec(
-            tp=self.tp,
-            pp=self.pp,
-            weight_dtype=self.weight_dtype,
-            kv_dtype=self.kv_dtype,
+            **self.settings(),
             engine=workload.engine,
             engine_version=workload.engine_version,
             gpu_memory_utilization=workload.gpu_memory_utilization,
@@ -82,8 +96,6 @@ class Layout:
             prefix_caching=workload.prefix_caching,
             speculative=workload.speculative,
             lora=workload.adapters.lora_spec() if workload.adapters else None,
-            dp=self.dp,
-            ep=self.ep,
         )
 
 
@@ -320,10 +332,7 @@ def size_layout(
         model=model_id,
         gpu=gpu.id,
         gpus_per_node=gpu.gpus_per_node,
-        tp=layout.tp,
-        pp=layout.pp,
-        weight_dtype=layout.weight_dtype,
-        kv_dtype=layout.kv_dtype,
+        **layout.settings(),
         weight_format=est.weight_dtype,
         kv_cache_dtype=est.kv_dtype,
         engine=est.engine,
@@ -344,8 +353,6 @@ def size_layout(
         ttft_ms=perf.ttft_ms if perf is not None else None,
         output_tokens_per_second=perf.output_tokens_per_second * ranks if perf is not None else None,
         max_num_seqs=seqs,
-        dp=layout.dp,
-        ep=layout.ep,
         dp_gpus=est.layout.gpus(layout.pp) // (layout.tp * layout.pp) if est.layout is not None else 1,
     )
 

@@ -78,12 +78,23 @@ _QUANTIZATION_DTYPES = {
 _INT, _FLOAT, _TEXT, _SWITCH = "int", "float", "text", "switch"
 _OFF = "off"  # a `--disable-x` switch of an `enable_x` option (SGLang's --disable-radix-cache: prefix caching off)
 _EPLB = "eplb"  # vLLM --eplb-config JSON (or --eplb-config.num_redundant_experts N): its redundant experts
+_PRESENT = "present"  # on when given, whatever its value (SGLang's --lora-paths turns LoRA on)
+_QUANTIZATION = "quantization"  # a --quantization method: the weight dtype it sets (`_QUANTIZATION_DTYPES`)
+# destinations vLLM's and SGLang's parsers both have, with the same meaning
+_VLLM_SGLANG_ALIKE: dict[str, tuple[str, str]] = {
+    "dtype": ("dtype", _TEXT),
+    "kv_cache_dtype": ("kv_dtype", _TEXT),
+    "quantization": ("dtype", _QUANTIZATION),
+    "enable_lora": ("enable_lora", _SWITCH),
+    "max_lora_rank": ("max_lora_rank", _INT),
+    "lora_target_modules": ("lora_target_modules", _TEXT),
+    "cpu_offload_gb": ("cpu_offload_gb", _FLOAT),
+}
 _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
     Engine.VLLM: {
+        **_VLLM_SGLANG_ALIKE,
         "tensor_parallel_size": ("tp", _INT),
         "pipeline_parallel_size": ("pp", _INT),
-        "dtype": ("dtype", _TEXT),
-        "kv_cache_dtype": ("kv_dtype", _TEXT),
         "max_model_len": ("max_model_len", _INT),
         "gpu_memory_utilization": ("gpu_memory_utilization", _FLOAT),
         "max_num_seqs": ("max_num_seqs", _INT),
@@ -93,21 +104,16 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "async_scheduling": ("async_scheduling", _SWITCH),
         "disable_custom_all_reduce": ("disable_custom_all_reduce", _SWITCH),
         "kv_cache_memory_bytes": ("kv_cache_memory_bytes", _INT),
-        "enable_lora": ("enable_lora", _SWITCH),
-        "cpu_offload_gb": ("cpu_offload_gb", _FLOAT),
         "speculative_config": ("speculative_config", _TEXT),
         "kv_transfer_config": ("kv_transfer_config", _TEXT),
         "kv_offloading_size": ("kv_offloading_size", _FLOAT),
         "kv_offloading_backend": ("kv_offloading_backend", _TEXT),
-        "quantization": ("dtype", "quantization"),
         "limit_mm_per_prompt": ("limit_mm_per_prompt", _TEXT),
         "language_model_only": ("language_model_only", _SWITCH),
         "enable_prefix_caching": ("enable_prefix_caching", _SWITCH),
         "max_loras": ("max_loras", _INT),
-        "max_lora_rank": ("max_lora_rank", _INT),
         "max_cpu_loras": ("max_cpu_loras", _INT),
         "lora_dtype": ("lora_dtype", _TEXT),
-        "lora_target_modules": ("lora_target_modules", _TEXT),
         "fully_sharded_loras": ("fully_sharded_loras", _SWITCH),
         "data_parallel_size": ("dp", _INT),
         "enable_expert_parallel": ("enable_expert_parallel", _SWITCH),
@@ -115,34 +121,28 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "eplb_config": ("redundant_experts", _EPLB),
     },
     Engine.SGLANG: {
+        **_VLLM_SGLANG_ALIKE,
         "tp_size": ("tp", _INT),
         "pp_size": ("pp", _INT),
-        "dtype": ("dtype", _TEXT),
-        "kv_cache_dtype": ("kv_dtype", _TEXT),
         "context_length": ("max_model_len", _INT),
         "mem_fraction_static": ("gpu_memory_utilization", _FLOAT),
         "max_running_requests": ("max_num_seqs", _INT),
         "chunked_prefill_size": ("max_num_batched_tokens", _INT),
         "page_size": ("block_size", _INT),
         "max_total_tokens": ("max_total_tokens", _INT),
-        "enable_lora": ("enable_lora", _SWITCH),
-        "lora_paths": ("enable_lora", "present"),
-        "cpu_offload_gb": ("cpu_offload_gb", _FLOAT),
+        "lora_paths": ("enable_lora", _PRESENT),
         "speculative_algorithm": ("speculative_algorithm", _TEXT),
         "speculative_draft_model_path": ("speculative_draft_model_path", _TEXT),
         "speculative_num_steps": ("speculative_num_steps", _INT),
         "speculative_eagle_topk": ("speculative_eagle_topk", _INT),
         "speculative_num_draft_tokens": ("speculative_num_draft_tokens", _INT),
         "enable_dp_attention": ("enable_dp_attention", _SWITCH),
-        "quantization": ("dtype", "quantization"),
         "enable_hierarchical_cache": ("enable_hierarchical_cache", _SWITCH),
         "hicache_ratio": ("hicache_ratio", _FLOAT),
         "hicache_size": ("hicache_size", _INT),
         "disable_radix_cache": ("enable_prefix_caching", _OFF),
         "max_loras_per_batch": ("max_loras", _INT),
-        "max_lora_rank": ("max_lora_rank", _INT),
         "max_loaded_loras": ("max_cpu_loras", _INT),
-        "lora_target_modules": ("lora_target_modules", _TEXT),
         "dp_size": ("dp", _INT),  # attention DP only with --enable-dp-attention (`_sglang_replicas`)
         "attn_dp_size": ("dp", _INT),
         "ep_size": ("ep", _INT),
@@ -568,7 +568,7 @@ def _value(option: str, spelled: str, dest: str, kind: str, values: list[str], n
             return values[0].lower() not in ("0", "false", "no", "off")
         negative = spelled.startswith("--no-") or (spelled.startswith("--disable-") and not dest.startswith("disable"))
         return not negative
-    if kind == "present":
+    if kind == _PRESENT:
         return True
     if kind == _OFF:  # present: off, unless given a false value (--disable-radix-cache=false)
         return bool(values) and values[0].lower() in ("0", "false", "no", "off")
@@ -577,7 +577,7 @@ def _value(option: str, spelled: str, dest: str, kind: str, values: list[str], n
         return value
     if kind == _EPLB:
         return _redundant_experts(option, value)
-    if kind == "quantization":
+    if kind == _QUANTIZATION:
         method = value.lower()
         if method in _QUANTIZATION_DTYPES:
             return _QUANTIZATION_DTYPES[method]
