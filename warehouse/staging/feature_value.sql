@@ -12,8 +12,7 @@ typed as (
     select
         run.run_id,
         run.run_date,
-        workload::varchar as workload,
-        model::varchar as model,
+        @casts workload_model,
         feature::varchar as feature,
         setting::varchar as setting,
         rate::double as rate,

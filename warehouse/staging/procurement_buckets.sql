@@ -14,8 +14,7 @@ typed as (
     select
         run.run_id,
         run.run_date,
-        workload::varchar as workload,
-        model::varchar as model,
+        @casts workload_model,
         bucket::varchar as bucket,
         input_tokens::bigint as input_tokens,
         output_tokens::bigint as output_tokens,

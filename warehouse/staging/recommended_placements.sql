@@ -17,8 +17,7 @@ typed as (
     select
         run.run_id,
         run.run_date,
-        workload::varchar as workload,
-        model::varchar as model,
+        @casts workload_model,
         model_family::varchar as model_family,
         rank::bigint as rank,
         feasible::boolean as feasible,
