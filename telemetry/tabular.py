@@ -71,10 +71,11 @@ COLUMNS: dict[str, tuple[str, Callable[[Any], Any]]] = {
 _SAME_NAMED: tuple[tuple[Callable[[Any], Any], tuple[str, ...]], ...] = (
     (_text, ("deployment_id", "served_model_name")),
     (_lower, ("engine", "quantization", "startup_outcome")),
-    (_int, ("tp", "pp", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size")),
-    (_int, ("num_gpu_blocks", "num_cpu_blocks", "kv_cache_tokens", "max_concurrency_tokens")),
-    (_float, ("gpu_memory_utilization", "max_concurrency", "peak_kv_usage")),
-    (_float, ("peak_requests_running", "peak_requests_waiting", "preemptions_total")),
+    (_int, ("tp", "pp", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size")),  # settings
+    (_float, ("gpu_memory_utilization",)),
+    (_int, ("num_gpu_blocks", "num_cpu_blocks", "kv_cache_tokens", "max_concurrency_tokens")),  # the KV pool
+    (_float, ("max_concurrency",)),
+    (_float, ("peak_kv_usage", "peak_requests_running", "peak_requests_waiting", "preemptions_total")),  # its use
 )
 for _convert_cell, _names in _SAME_NAMED:
     COLUMNS.update({name: (name, _convert_cell) for name in _names})
