@@ -331,23 +331,12 @@ def validate_row(entry: object, gpu_ids: Iterable[str] | None = None) -> PerfMea
         benchmark_kind=kind,
         model=model,
         gpu=gpu,
-        tp=tp,
-        pp=pp,
-        num_gpus=num_gpus,
         model_in_catalog=in_catalog,
-        ep=ints["ep"],
-        dp_attention=ints["dp_attention"],
-        input_len=ints["input_len"],
-        output_len=ints["output_len"],
         random_range_ratio=float(ratio) if ratio is not None else None,
-        concurrency=ints["concurrency"],
-        batch_size=ints["batch_size"],
         request_rate=_request_rate(entry),
-        num_prompts=ints["num_prompts"],
         mean_concurrency=mean_concurrency,
-        total_input_tokens=ints["total_input_tokens"],
-        total_output_tokens=ints["total_output_tokens"],
         raw=dict(entry),
+        **{**ints, "tp": tp, "pp": pp, "num_gpus": num_gpus},  # type: ignore[arg-type]
         **strings,  # type: ignore[arg-type]
         **floats,  # type: ignore[arg-type]
     )

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -218,38 +218,10 @@ def store_model(session: Session, snapshot: ConfigSnapshot, spec: ModelSpec) -> 
 
 
 def _gpu_values(record: GpuRecord) -> dict[str, Any]:
-    return {
-        "slug": record.id,
-        "name": record.name,
-        "vendor": record.vendor,
-        "architecture": record.architecture,
-        "form_factor": record.form_factor,
-        "memory_marketing_gb": record.memory_marketing_gb,
-        "memory_type": record.memory_type,
-        "memory_total_mib_smi": record.memory_total_mib_smi,
-        "memory_total_bytes": record.memory_total_bytes,
-        "memory_total_basis": record.memory_total_basis,
-        "memory_bandwidth_gbps": record.memory_bandwidth_gbps,
-        "bf16_dense_tflops": record.bf16_dense_tflops,
-        "fp8_dense_tflops": record.fp8_dense_tflops,
-        "fp4_dense_tflops": record.fp4_dense_tflops,
-        "fp8_support": record.fp8_support,
-        "fp4_support": record.fp4_support,
-        "int8_support": record.int8_support,
-        "interconnect": record.interconnect,
-        "interconnect_gbps": record.interconnect_gbps,
-        "gpus_per_node": record.gpus_per_node,
-        "price_usd_per_gpu_hour": record.price_usd_per_gpu_hour,
-        "price_source": record.price_source,
-        "price_date": record.price_date,
-        "price_basis": record.price_basis,
-        "price_provider": record.price_provider,
-        "price_region": record.price_region,
-        "price_commitment": record.price_commitment,
-        "max_gpus_available": record.max_gpus_available,
-        "sources": list(record.sources),
-        "content_sha256": record.content_sha256,
-    }
+    """The gpu_skus row of `record`: each field under its own name, but the id (the slug) and the aliases (rows of
+    their own, `gpu_aliases`); with the content hash a later ingest compares."""
+    values = {f.name: getattr(record, f.name) for f in fields(record) if f.name not in ("id", "aliases")}
+    return {"slug": record.id, **values, "sources": list(record.sources), "content_sha256": record.content_sha256}
 
 
 def store_gpu(session: Session, record: GpuRecord) -> str:
@@ -319,15 +291,7 @@ def _record_error(session: Session, report: IngestReport, error: ItemError) -> N
     if error.item_kind in KINDS:
         report.counts(error.item_kind).failed += 1
     session.add(
-        orm.IngestError(
-            run_id=report.run_id,
-            item_kind=error.item_kind,
-            item_key=error.item_key,
-            source_path=error.source_path,
-            stage=error.stage,
-            reason=error.reason,
-            raw_excerpt=error.raw_excerpt,
-        )
+        orm.IngestError(run_id=report.run_id, **asdict(error))
     )
     session.commit()
 

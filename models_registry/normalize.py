@@ -25,37 +25,21 @@ from models_registry.sources.common import ConfigSnapshot, StageError, json_valu
 
 INT32_MAX = 2**31 - 1
 
-# field -> (minimum, maximum); minimum 1 for sizes that can never be zero.
-_SIZE_FIELDS: dict[str, tuple[int, int]] = {
-    "hidden_size": (1, 2**17),
-    "n_embd": (1, 2**17),
-    "d_model": (1, 2**17),
-    "num_hidden_layers": (1, 4096),
-    "n_layer": (1, 4096),
-    "num_layers": (1, 4096),
-    "num_attention_heads": (1, 4096),
-    "n_head": (1, 4096),
-    "num_key_value_heads": (1, 4096),
-    "num_kv_heads": (1, 4096),
-    "head_dim": (1, 4096),
-    "vocab_size": (1, 2**23),
-    "max_position_embeddings": (1, 2**30),
-    "n_positions": (1, 2**30),
-    "intermediate_size": (0, 2**20),
-    "moe_intermediate_size": (0, 2**20),
-    "num_local_experts": (0, 65536),
-    "n_routed_experts": (0, 65536),
-    "num_experts": (0, 65536),
-    "num_experts_per_tok": (0, 65536),
-    "n_shared_experts": (0, 65536),
-    "kv_lora_rank": (0, 2**16),
-    "q_lora_rank": (0, 2**16),
-    "qk_rope_head_dim": (0, 4096),
-    "qk_nope_head_dim": (0, 4096),
-    "v_head_dim": (0, 4096),
-    "sliding_window": (0, 2**30),
-    "attention_chunk_size": (0, 2**30),
-}
+# (minimum, maximum) of a size, and the config names it goes by; minimum 1 for sizes that can never be zero.
+_SIZE_BOUNDS: tuple[tuple[tuple[int, int], tuple[str, ...]], ...] = (
+    ((1, 2**17), ("hidden_size", "n_embd", "d_model")),
+    ((1, 4096), ("num_hidden_layers", "n_layer", "num_layers")),
+    ((1, 4096), ("num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads", "head_dim")),
+    ((1, 2**23), ("vocab_size",)),
+    ((1, 2**30), ("max_position_embeddings", "n_positions")),
+    ((0, 2**20), ("intermediate_size", "moe_intermediate_size")),
+    ((0, 65536), ("num_local_experts", "n_routed_experts", "num_experts", "num_experts_per_tok", "n_shared_experts")),
+    ((0, 2**16), ("kv_lora_rank", "q_lora_rank")),
+    ((0, 4096), ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")),
+    ((0, 2**30), ("sliding_window", "attention_chunk_size")),
+)
+# field -> (minimum, maximum), in the order above (the first out of bounds is the one reported)
+_SIZE_FIELDS: dict[str, tuple[int, int]] = {field: bounds for bounds, fields in _SIZE_BOUNDS for field in fields}
 _STR_FIELDS = ("model_type", "torch_dtype", "dtype")
 _STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # a JSON string literal, escapes included
 _NESTED = ("text_config", "llm_config", "language_config")

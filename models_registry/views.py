@@ -182,19 +182,14 @@ def list_models(session: Session) -> list[ModelListRow]:
         .options(selectinload(orm.Model.layers))
         .order_by(orm.Model.repo_id)
     ).all()
-    return [
-        ModelListRow(
-            repo_id=row.repo_id,
-            family=row.family,
-            model_type=row.model_type,
-            total_params=row.total_params,
-            context_limit_tokens=row.context_limit_tokens,
-            torch_dtype=row.torch_dtype,
-            layer_groups=group_layers((x.kv_kind, x.window_tokens) for x in row.layers),
-            revisions=revisions.get(row.repo_id, 1),
-        )
-        for row in rows
-    ]
+    return [_model_row(row, revisions.get(row.repo_id, 1)) for row in rows]
+
+
+def _model_row(row: orm.Model, revisions: int) -> ModelListRow:
+    """A model's list row: its layer groups and revision count, the rest named alike in the registry row."""
+    alike = {f.name: getattr(row, f.name) for f in fields(ModelListRow) if f.name not in ("layer_groups", "revisions")}
+    layer_groups = group_layers((x.kv_kind, x.window_tokens) for x in row.layers)
+    return ModelListRow(layer_groups=layer_groups, revisions=revisions, **alike)
 
 
 @dataclass(frozen=True, slots=True)

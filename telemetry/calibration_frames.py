@@ -93,6 +93,14 @@ _PREDICTED = {
     "kv_pool": "predicted_kv_pool_bytes",
 }
 
+# which deployment an observation is of: the scope keys the fit groups it by (engine .. model family)
+_DEPLOYMENT_COLUMNS = ("deployment_id", "engine", "engine_version", "gpu", "model_family")
+
+
+def _deployment(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The deployment columns of a joined prediction row, as the observation classes' keyword arguments."""
+    return {name: row[name] for name in _DEPLOYMENT_COLUMNS}
+
 
 def observations(deployments: pl.DataFrame, predictions: pl.DataFrame) -> list[Observation]:
     """Predicted deployments with at least one measured term, in deployment order."""
@@ -107,17 +115,7 @@ def observations(deployments: pl.DataFrame, predictions: pl.DataFrame) -> list[O
         if all(value is None for value in measured.values()):
             continue
         predicted = {term: int(row[column]) for term, column in _PREDICTED.items()}
-        result.append(
-            Observation(
-                deployment_id=row["deployment_id"],
-                engine=row["engine"],
-                engine_version=row["engine_version"],
-                gpu=row["gpu"],
-                model_family=row["model_family"],
-                predicted=predicted,
-                measured=measured,
-            )
-        )
+        result.append(Observation(**_deployment(row), predicted=predicted, measured=measured))
     return result
 
 
@@ -167,11 +165,7 @@ def speed_observations(deployments: pl.DataFrame, predictions: pl.DataFrame) -> 
             got, want = row.get(m), row.get(p)
             ratios[term] = got / want if got is not None and want and got > 0 else None
         if any(r is not None for r in ratios.values()):
-            result.append(
-                SpeedObservation(
-                    row["deployment_id"], row["engine"], row["engine_version"], row["gpu"], row["model_family"], ratios
-                )
-            )
+            result.append(SpeedObservation(**_deployment(row), ratios=ratios))
     return result
 
 

@@ -49,10 +49,11 @@ DCGM_METRICS: dict[str, tuple[str, str]] = {
 # How fast: token counters and SGLang's gauges (vLLM 0.33 `vllm:generation_tokens` is exposed as
 # `vllm:generation_tokens_total`; SGLang 0.5 splits its counters by an `is_streaming` label).
 SPEED_METRICS: dict[str, tuple[str, str]] = {
-    "vllm:generation_tokens_total": ("generation_tokens_total", "count"),
-    "vllm:prompt_tokens_total": ("prompt_tokens_total", "count"),
-    "sglang:generation_tokens_total": ("generation_tokens_total", "count"),
-    "sglang:prompt_tokens_total": ("prompt_tokens_total", "count"),
+    **{
+        f"{engine}:{counter}": (counter, "count")
+        for engine in ("vllm", "sglang")
+        for counter in ("generation_tokens_total", "prompt_tokens_total")
+    },
     "sglang:num_running_reqs": ("requests_running", "count"),
     "sglang:num_queue_reqs": ("requests_waiting", "count"),
     "sglang:gen_throughput": ("gen_throughput", "tokens_per_second"),
@@ -62,10 +63,15 @@ SPEED_METRICS: dict[str, tuple[str, str]] = {
 # `vllm:external_prefix_cache_*`), SGLang 0.5.23's gauge of the recent hit rate (observability/metrics_collector.py
 # `sglang:cache_hit_rate`). `warehouse/marts/prefix_cache_hit_rates.sql` turns them into a hit rate per deployment.
 PREFIX_CACHE_METRICS: dict[str, tuple[str, str]] = {
-    "vllm:prefix_cache_queries_total": ("prefix_cache_queries_total", "count"),
-    "vllm:prefix_cache_hits_total": ("prefix_cache_hits_total", "count"),
-    "vllm:external_prefix_cache_queries_total": ("external_prefix_cache_queries_total", "count"),
-    "vllm:external_prefix_cache_hits_total": ("external_prefix_cache_hits_total", "count"),
+    **{
+        f"vllm:{counter}": (counter, "count")
+        for counter in (
+            "prefix_cache_queries_total",
+            "prefix_cache_hits_total",
+            "external_prefix_cache_queries_total",
+            "external_prefix_cache_hits_total",
+        )
+    },
     "sglang:cache_hit_rate": ("prefix_cache_hit_rate", "fraction"),
 }
 # counters and gauges read per series (their labels beyond the deployment's kept in `series`)

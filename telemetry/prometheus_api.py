@@ -432,26 +432,18 @@ def _windows(members: list[Series], size: int) -> Iterator[list[tuple[Series, ra
             yield [(member, range(0), range(low, min(low + size, len(member.bad))))]
 
 
+@dataclass(eq=False)
 class _QueryReader:
     """One query's answer into one `_Answered`, through the text parser, a batch at a time."""
 
-    def __init__(
-        self,
-        client: PrometheusClient,
-        models: ModelResolver,
-        gpus: GpuResolver,
-        dedupe: Dedupe,
-        budget: Budget,
-        deployment_label: str = DEFAULT_DEPLOYMENT_LABEL,
-    ) -> None:
-        self.client = client
-        self.models = models
-        self.gpus = gpus
-        self.dedupe = dedupe
-        self.budget = budget
-        self.deployment_label = deployment_label
-        self.served: dict[tuple[str, str], set[str]] = {}
-        self.down: RowError | None = None
+    client: PrometheusClient
+    models: ModelResolver
+    gpus: GpuResolver
+    dedupe: Dedupe
+    budget: Budget
+    deployment_label: str = DEFAULT_DEPLOYMENT_LABEL
+    served: dict[tuple[str, str], set[str]] = field(default_factory=dict, init=False)
+    down: RowError | None = field(default=None, init=False)
 
     def answered(self, query: _Query) -> _Answered:
         rel = f"{self.client.display_url}/api/v1/{query.endpoint}?query={query.metric}"

@@ -53,37 +53,32 @@ def _scaled(scale: int) -> Callable[[Any], int]:
     return lambda value: round(_float(value) * scale)
 
 
-# column -> (observation field, converter)
+def _lower(value: Any) -> str:
+    return str(value).strip().lower()
+
+
+# column -> (observation field, converter): the columns read with a rule of their own or into another field
 COLUMNS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "deployment_id": ("deployment_id", _text),
     "observed_at": ("observed_at", lambda v: parse_timestamp(v, "observed_at")),
     "model": ("model_name_raw", _text),
-    "served_model_name": ("served_model_name", _text),
     "gpu": ("gpu_name_raw", _text),
-    "tp": ("tp", _int),
-    "pp": ("pp", _int),
-    "engine": ("engine", lambda v: str(v).strip().lower()),
     "engine_version": ("engine_version", lambda v: str(v).strip().lstrip("vV")),
-    "gpu_memory_utilization": ("gpu_memory_utilization", _float),
-    "max_model_len": ("max_model_len", _int),
-    "max_num_seqs": ("max_num_seqs", _int),
-    "max_num_batched_tokens": ("max_num_batched_tokens", _int),
     "dtype": ("weight_dtype", canonical_dtype),
-    "quantization": ("quantization", lambda v: str(v).strip().lower()),
     "kv_cache_dtype": ("kv_cache_dtype", canonical_dtype),
-    "block_size": ("block_size", _int),
     "enable_prefix_caching": ("enable_prefix_caching", lambda v: parse_bool(v, "enable_prefix_caching")),
-    "startup_outcome": ("startup_outcome", lambda v: str(v).strip().lower()),
-    "num_gpu_blocks": ("num_gpu_blocks", _int),
-    "num_cpu_blocks": ("num_cpu_blocks", _int),
-    "kv_cache_tokens": ("kv_cache_tokens", _int),
-    "max_concurrency": ("max_concurrency", _float),
-    "max_concurrency_tokens": ("max_concurrency_tokens", _int),
-    "peak_kv_usage": ("peak_kv_usage", _float),
-    "peak_requests_running": ("peak_requests_running", _float),
-    "peak_requests_waiting": ("peak_requests_waiting", _float),
-    "preemptions_total": ("preemptions_total", _float),
 }
+# the columns read into the field of their own name, by converter
+_SAME_NAMED: tuple[tuple[Callable[[Any], Any], tuple[str, ...]], ...] = (
+    (_text, ("deployment_id", "served_model_name")),
+    (_lower, ("engine", "quantization", "startup_outcome")),
+    (_int, ("tp", "pp", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size")),  # settings
+    (_float, ("gpu_memory_utilization",)),
+    (_int, ("num_gpu_blocks", "num_cpu_blocks", "kv_cache_tokens", "max_concurrency_tokens")),  # the KV pool
+    (_float, ("max_concurrency",)),
+    (_float, ("peak_kv_usage", "peak_requests_running", "peak_requests_waiting", "preemptions_total")),  # its use
+)
+for _convert_cell, _names in _SAME_NAMED:
+    COLUMNS.update({name: (name, _convert_cell) for name in _names})
 for _name in (
     "total_gpu_memory",
     "requested_memory",

@@ -103,6 +103,9 @@ TYPED_COLUMN_SETS: dict[str, dict[str, str]] = {
         "speculative_config": "varchar",
     },
     "observed_memory_terms": dict.fromkeys(("total_gpu_memory_bytes", *OBSERVED_MEMORY_TERMS), "bigint"),
+    # the key the recommendation tables' rows start with (staging.feature_value, procurement_buckets,
+    # recommended_placements): which workload, served by which model
+    "workload_model": {"workload": "varchar", "model": "varchar"},
 }
 COLUMN_SETS: dict[str, tuple[str, ...]] = {
     "grid_row": ("run_id", "run_date", "deployment_id"),  # the grid tables' rows: the run, the deployment

@@ -57,7 +57,19 @@ CATALOG_DIR_ENV = "CAPPLAN_CATALOG_DIR"
 NODE_FIELDS = frozenset({"gpus_per_node", "interconnect", "interconnect_gbps"})
 GPU_FIELDS = frozenset(f.name for f in fields(GpuRecord))  # what a gpus.yaml entry may set
 _TOP_KEYS = frozenset({"schema_version", "gpus", "overrides", "nodes", "prices", "price_policy"})
-_OFFER_KEYS = frozenset({"provider", "region", "commitment", "usd_per_gpu_hour", "source", "date", "basis", "max_gpus"})
+# each PriceOffer field -> the GpuRecord field that holds it (a catalog entry's own price)
+_RECORD_FIELDS = {
+    "usd_per_gpu_hour": "price_usd_per_gpu_hour",
+    "basis": "price_basis",
+    "provider": "price_provider",
+    "region": "price_region",
+    "commitment": "price_commitment",
+    "source": "price_source",
+    "date": "price_date",
+    "max_gpus": "max_gpus_available",
+}
+NO_PRICE: dict[str, Any] = dict.fromkeys(_RECORD_FIELDS.values())  # a GpuRecord with no price
+_OFFER_KEYS = frozenset(_RECORD_FIELDS)  # the keys of an offer in the user's file
 _POLICY_KEYS = frozenset({"providers", "regions", "commitments"})
 
 
@@ -83,41 +95,12 @@ class PriceOffer:
         """The catalog entry's own price as an offer (None when it has none)."""
         if record.price_usd_per_gpu_hour is None:
             return None
-        return cls(
-            usd_per_gpu_hour=record.price_usd_per_gpu_hour,
-            basis=record.price_basis or PriceBasis.ESTIMATE,
-            provider=record.price_provider,
-            region=record.price_region,
-            commitment=record.price_commitment,
-            source=record.price_source,
-            date=record.price_date,
-            max_gpus=record.max_gpus_available,
-        )
+        offer = {name: getattr(record, held_as) for name, held_as in _RECORD_FIELDS.items()}
+        return cls(**{**offer, "basis": record.price_basis or PriceBasis.ESTIMATE})
 
     def applied(self) -> dict[str, Any]:
         """The GpuRecord price fields this offer sets."""
-        return {
-            "price_usd_per_gpu_hour": self.usd_per_gpu_hour,
-            "price_basis": self.basis,
-            "price_provider": self.provider,
-            "price_region": self.region,
-            "price_commitment": self.commitment,
-            "price_source": self.source,
-            "price_date": self.date,
-            "max_gpus_available": self.max_gpus,
-        }
-
-
-NO_PRICE = {
-    "price_usd_per_gpu_hour": None,
-    "price_basis": None,
-    "price_provider": None,
-    "price_region": None,
-    "price_commitment": None,
-    "price_source": None,
-    "price_date": None,
-    "max_gpus_available": None,
-}
+        return {held_as: getattr(self, name) for name, held_as in _RECORD_FIELDS.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 -- columns: run_id, run_date, workload, model, feature, setting, rate, rate_source, gpu_with, gpus_with,
 --   b_max_with, usd_per_hour_with, gpu_without, gpus_without, b_max_without, usd_per_hour_without,
 --   gpus_saved, usd_per_hour_saved, reason
+-- casts: `@casts workload_model` is workload, model cast to varchar, written out by warehouse.sql.read_sql.
 create or replace view staging.feature_value as
 with source as (
     select * from raw.feature_value
@@ -12,8 +13,7 @@ typed as (
     select
         run.run_id,
         run.run_date,
-        workload::varchar as workload,
-        model::varchar as model,
+        @casts workload_model,
         feature::varchar as feature,
         setting::varchar as setting,
         rate::double as rate,

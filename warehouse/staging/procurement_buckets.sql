@@ -5,6 +5,7 @@
 --   batch_per_replica, tpot_ms, ttft_ms, requests_per_second_per_replica, replica_load,
 --   layout_replicas, binding, usd_per_million_output_tokens, plan_gpus, plan_usd_per_hour,
 --   plan_usd_per_million_output_tokens, method, optimal, whole_nodes, reason, notes
+-- casts: `@casts workload_model` is workload, model cast to varchar, written out by warehouse.sql.read_sql.
 create or replace view staging.procurement_buckets as
 with source as (
     select * from raw.procurement_buckets
@@ -14,8 +15,7 @@ typed as (
     select
         run.run_id,
         run.run_date,
-        workload::varchar as workload,
-        model::varchar as model,
+        @casts workload_model,
         bucket::varchar as bucket,
         input_tokens::bigint as input_tokens,
         output_tokens::bigint as output_tokens,

@@ -8,6 +8,7 @@
 --   output_tokens_per_second, usd_per_million_output_tokens, kv_tier, host_memory_gib,
 --   host_usd_per_hour, kv_tier_reason, calibrated, calibration_scope,
 --   n_observations, feasible_options, in_fleet_plan, reason
+-- casts: `@casts workload_model` is workload, model cast to varchar, written out by warehouse.sql.read_sql.
 create or replace view staging.recommended_placements as
 with source as (
     select * from raw.recommended_placements
@@ -17,8 +18,7 @@ typed as (
     select
         run.run_id,
         run.run_date,
-        workload::varchar as workload,
-        model::varchar as model,
+        @casts workload_model,
         model_family::varchar as model_family,
         rank::bigint as rank,
         feasible::boolean as feasible,
