@@ -4,10 +4,12 @@ tools/make_sample_fleet.py and update the numbers here when the generator change
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from collections import Counter
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 import polars as pl
 
@@ -94,11 +96,29 @@ def test_sample_fleet_measures_speed() -> None:
     assert speed["observed_input_tokens"].min() > 0 and speed["observed_concurrency"].min() >= 1
 
 
-def _busy_deployments() -> set[str]:
-    """The deployments tools/make_sample_fleet.py gives a "busy" load (90-98 % of their capacity)."""
+@cache
+def _generator() -> ModuleType:
     spec = importlib.util.spec_from_file_location("make_sample_fleet", SAMPLE_GENERATOR)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("make_sample_fleet", module)
     spec.loader.exec_module(module)
-    return {d.id for d in module.FLEET if d.load == "busy"}
+    return module
+
+
+def _busy_deployments() -> set[str]:
+    """The deployments tools/make_sample_fleet.py gives a "busy" load (90-98 % of their capacity)."""
+    return {d.id for d in _generator().FLEET if d.load == "busy"}
+
+
+def test_shipped_sample_is_what_the_generator_writes_today(tmp_path: Path) -> None:
+    """The sample's "measured" numbers are capplan's own predictions perturbed: after a change to the
+    capacity engine or the performance model the generator writes other files, and a stale sample would
+    test the calibration against yesterday's model. Regenerate it (tools/make_sample_fleet.py) when this fails."""
+    out = tmp_path / "sample"
+    subprocess.run([sys.executable, str(SAMPLE_GENERATOR), "--out", str(out)], check=True, capture_output=True, timeout=300)
+    shipped = {p.relative_to(SAMPLE_DIR): p.read_bytes() for p in sorted(SAMPLE_DIR.rglob("*")) if p.is_file()}
+    written = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    assert sorted(written) == sorted(shipped)
+    stale = [str(name) for name, data in written.items() if shipped[name] != data]
+    assert stale == [], f"telemetry/sample is stale in {len(stale)} files, e.g. {stale[:3]}"
