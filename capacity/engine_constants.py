@@ -793,6 +793,9 @@ VLLM_FP8_MIN_CAPABILITY: tuple[tuple[str, int | None], ...] = (("0.4", None), ("
 # first vLLM release whose Triton attention refuses an fp8 KV cache below SM89 with FlashInfer's floor at SM80
 # (read in the 0.24.0, 0.25.1, 0.26.0, 0.30.0, 0.33.0 wheels; 0.13.0-0.23.0 have neither)
 VLLM_TRITON_FP8_KV_CHECK = "0.24"
+# config/model.py `_get_and_verify_max_len`: from 0.30 a YaRN rope entry (yarn, deepseek_yarn, deepseek_llama_scaling)
+# no longer scales the derived length (vllm-project/vllm#56446; the 0.30.0 wheel has it, 0.29.0 does not)
+VLLM_YARN_UNSCALED = "0.30"
 # SGLang 0.5.23 srt/layers/quantization/fp8.py Fp8Config.get_min_capability on CUDA (not mxfp8): 80
 SGLANG_FP8_MIN_CAPABILITY = 80
 

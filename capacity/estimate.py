@@ -237,9 +237,8 @@ def _multimodal(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, not
     return model
 
 
-def _max_model_len(model: ModelSpec, d: DeploymentSpec, notes: list[str]) -> tuple[int, bool]:
-    """The max_model_len served (the model's limit unless given) and whether it is auto-fitted."""
-    limit = model.context_limit_tokens
+def _max_model_len(model: ModelSpec, d: DeploymentSpec, limit: int, notes: list[str]) -> tuple[int, bool]:
+    """The max_model_len served (the model's `limit` for the release unless given) and whether it is auto-fitted."""
     auto_fit = d.max_model_len == AUTO_MAX_MODEL_LEN
     max_model_len = d.max_model_len if d.max_model_len is not None and not auto_fit else limit
     if max_model_len <= 0:
@@ -424,7 +423,7 @@ def _memory(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> _Memory:
     total = d.gpu_memory_bytes if d.gpu_memory_bytes is not None else (gpu.memory_total_bytes if gpu else 0)
     model = _multimodal(model, d, profile, notes)
     draft = draft_sizing(model, d, profile.engine, notes)  # speculative decoding: the draft's weights and KV layers
-    max_model_len, auto_fit = _max_model_len(model, d, notes)
+    max_model_len, auto_fit = _max_model_len(model, d, profile.context_limit(model), notes)
     dt = _dtypes(model, d, profile)
     atp = layout.attention_tp  # the TP that splits attention and its KV
     state_terms = state_terms_per_gpu(
@@ -500,7 +499,7 @@ def estimate(
     not_modelled = _unmodelled(model, d, profile, notes)
     m = _memory(model, _Sizing(d, profile, gpu, layout, checkpoint_bytes), notes)
     pool = _pool(m, d, notes)
-    limit = m.model.context_limit_tokens
+    limit = profile.context_limit(m.model)
     f = pool_figures(
         profile,
         pool,

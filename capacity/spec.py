@@ -118,7 +118,7 @@ class ModelSpec:
     vocab_size: int
     intermediate_size: int
     max_position_embeddings: int
-    context_limit_tokens: int  # max_position_embeddings, or what rope scaling extends it to
+    context_limit_tokens: int  # max_position_embeddings, or what rope scaling extends it to (vLLM 0.30+'s rule)
     torch_dtype: str  # bfloat16 | float16 | float32
     tie_word_embeddings: bool
     layers: tuple[LayerKVSpec, ...]
@@ -143,6 +143,9 @@ class ModelSpec:
     # engine loads for them when speculative decoding runs them (the embedding and lm_head it shares excluded)
     mtp_layers: int = 0
     mtp_params: int = 0
+    # the limit vLLM up to 0.29 derived where it differs from `context_limit_tokens` (a YaRN entry: the original
+    # length times the factor; None: the same); `EngineProfile.context_limit` answers per release
+    context_limit_vllm_029_tokens: int | None = None
 
     @property
     def total_params(self) -> int:

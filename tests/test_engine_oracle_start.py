@@ -21,6 +21,7 @@ import pytest
 from capacity import engine_constants as ec
 from capacity.estimate import estimate
 from capacity.hf_config import parse_config
+from capacity.hf_config.overrides import OverrideRule
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec
 from models_registry.sources.bundled import read_catalog_entries
 from tests.conftest import require_oracle_venv, run_in_oracle_venv
@@ -49,6 +50,40 @@ def _catalog() -> list[tuple[str, dict[str, Any], ModelSpec]]:
     return out
 
 
+# `--hf-overrides` as fleets pass them, each with the limit vLLM 0.33 derives, by hand from config/model.py: a
+# YaRN entry leaves the length keys as they are (0.30+), so the model cards' YaRN recipes (Qwen3: factor 4 over
+# 32,768; Qwen3.5-style nested configs under text_config) move the limit only with a length key beside them
+OVERRIDE_CASES: dict[str, tuple[str, dict[str, Any], int]] = {
+    "qwen3-8b-yarn-4": (
+        "Qwen/Qwen3-8B",
+        {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}},
+        40960,
+    ),
+    "qwen3-8b-yarn-4-and-length": (
+        "Qwen/Qwen3-8B",
+        {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+         "max_position_embeddings": 131072},
+        131072,
+    ),
+    "qwen3.8-27b-text-config-yarn-4": (
+        "Qwen/Qwen3.8-27B",
+        {"text_config": {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 262144}}},
+        262144,
+    ),
+    "qwen3.8-27b-text-config-length": (
+        "Qwen/Qwen3.8-27B", {"text_config": {"max_position_embeddings": 1048576}}, 1048576,
+    ),
+    "llama31-8b-shorter": ("meta-llama/Llama-3.1-8B-Instruct", {"max_position_embeddings": 32768}, 32768),
+    "qwen3-vl-text-config-length": (
+        "Qwen/Qwen3-VL-30B-A3B-Instruct", {"text_config": {"max_position_embeddings": 131072}}, 131072,
+    ),
+}  # fmt: skip
+
+
+def _overridden(config: dict[str, Any], overrides: dict[str, Any]) -> ModelSpec:
+    return parse_config(OverrideRule.VLLM.applied(config, overrides), name="overridden")
+
+
 @pytest.fixture(scope="module")
 def oracle() -> tuple[dict[str, Any], list[tuple[str, dict[str, Any], ModelSpec]]]:
     require_oracle_venv()
@@ -57,6 +92,10 @@ def oracle() -> tuple[dict[str, Any], list[tuple[str, dict[str, Any], ModelSpec]
         {"name": name, "config": config, "lengths": [spec.context_limit_tokens, spec.context_limit_tokens + 1]}
         for name, config, spec in catalog
     ]
+    configs = {name: config for name, config, _spec in catalog}
+    for case, (model, overrides, _limit) in OVERRIDE_CASES.items():
+        limit = _overridden(configs[model], overrides).context_limit_tokens
+        cases.append({"name": case, "config": configs[model], "lengths": [limit, limit + 1], "hf_overrides": overrides})
     done = run_in_oracle_venv(RUNNER, cases, timeout_s=600)
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith(MARKER)), None)
     assert line is not None, done.stderr[-2000:]
@@ -73,6 +112,8 @@ def test_vllm_refuses_exactly_one_token_past_capplans_limit(oracle: tuple[dict[s
     result, catalog = oracle
     checked = 0
     for name, _config, spec in catalog:
+        if name in OVERRIDE_CASES:
+            continue
         got = result["models"][name]
         if "error" in got:  # the venv's transformers cannot build the config (reported, not compared)
             continue
@@ -92,3 +133,19 @@ def test_vllm_refuses_exactly_one_token_past_capplans_limit(oracle: tuple[dict[s
         assert "refuses" not in at_limit.reason, name
         checked += 1
     assert checked >= 60, checked
+
+
+def test_hf_overrides_move_the_limit_as_vllm_does(oracle: tuple[dict[str, Any], list[Any]]) -> None:
+    """vLLM's own `--hf-overrides` steps, then its length check: the overridden config's limit is capplan's
+    (`OverrideRule.VLLM` then the parser), accepted there and refused one token past it."""
+    result, catalog = oracle
+    configs = {name: config for name, config, _spec in catalog}
+    for case, (model, overrides, by_hand) in OVERRIDE_CASES.items():
+        got = result["models"][case]
+        assert "error" not in got, (case, got)
+        limit = _overridden(configs[model], overrides).context_limit_tokens
+        assert limit == by_hand, case
+        assert got["vllm"][str(limit)] is None, (case, limit, got)
+        refusal = got["vllm"][str(limit + 1)]
+        engine = ENGINE_SENTENCE.match(refusal or "")
+        assert engine is not None and float(engine.group("derived")) == limit, (case, refusal)

@@ -371,8 +371,8 @@ def test_deepseek_v3_kv_context_and_fp8() -> None:
     s = spec("deepseek_v3-deepseek-v3")
     assert s.family == "deepseek_v3"
     assert kv_elements_per_token(s) == 61 * 576 == 35_136
-    # yarn: original_max_position_embeddings 4096 * factor 40
-    assert s.context_limit_tokens == 4096 * 40 == 163_840
+    # yarn: max_position_embeddings (vLLM 0.30+), which is original_max_position_embeddings 4096 x factor 40 (0.29)
+    assert s.context_limit_tokens == 4096 * 40 == 163_840 and s.context_limit_vllm_029_tokens is None
     assert s.quantization is not None
     assert (s.quantization.method, s.quantization.weight_format) == ("fp8", "fp8")
     assert (s.num_experts, s.num_experts_per_token) == (256, 8)
@@ -635,14 +635,26 @@ def test_unknown_multimodal_wrapper_parses_text_config() -> None:
 # ---------------------------------------------------------------------- context and dtype
 
 
-def test_yarn_original_times_factor_can_exceed_max_positions() -> None:
-    # Qwen2.5-7B-Instruct with the YaRN snippet from its model card
+def test_yarn_scales_the_limit_only_up_to_vllm_029() -> None:
+    """Qwen2.5-7B-Instruct with the YaRN snippet from its model card. vLLM 0.30's `_get_and_verify_max_len`
+    leaves the length keys as they are for YaRN (`rope_type` in its unscaled list with su / longrope / llama3);
+    0.29's set the limit to original_max_position_embeddings x factor (both read in the wheels)."""
     cfg = load("qwen2-qwen2.5-7b")
     cfg["max_position_embeddings"] = 32768
     cfg["rope_scaling"] = {"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"}
     s = parse_config(cfg)
-    assert (s.max_position_embeddings, s.context_limit_tokens) == (32_768, 32_768 * 4)
-    assert any("rope scaling" in note for note in s.notes)
+    assert (s.max_position_embeddings, s.context_limit_tokens, s.context_limit_vllm_029_tokens) == (
+        32_768, 32_768, 32_768 * 4
+    )
+    assert any("up to 0.29" in note for note in s.notes)
+    # a published YaRN config whose length keys already hold the scaled length: one limit, no second
+    deepseek = parse_config(acme(max_position_embeddings=163840, rope_scaling={
+        "type": "yarn", "factor": 40, "original_max_position_embeddings": 4096}))
+    assert (deepseek.context_limit_tokens, deepseek.context_limit_vllm_029_tokens) == (163840, None)
+    # deepseek_yarn (Sarvam-105B, vllm-project/vllm#56279): 0.29 multiplied the scaled length by the factor again
+    sarvam = parse_config(acme(max_position_embeddings=131072, rope_scaling={
+        "rope_type": "deepseek_yarn", "factor": 40, "original_max_position_embeddings": 4096}))
+    assert (sarvam.context_limit_tokens, sarvam.context_limit_vllm_029_tokens) == (131072, 131072 * 40)
 
 
 def test_dynamic_and_linear_rope_multiply_max_positions() -> None:
@@ -656,7 +668,8 @@ def test_transformers5_rope_parameters_nested_per_layer_type() -> None:
         "full_attention": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096},
         "sliding_attention": {"rope_type": "default"},
     }
-    assert parse_config(acme(rope_parameters=rope)).context_limit_tokens == 4096 * 4
+    nested = parse_config(acme(rope_parameters=rope))
+    assert (nested.context_limit_tokens, nested.context_limit_vllm_029_tokens) == (8192, 4096 * 4)
     plain = {"rope_type": "default", "rope_theta": 10000.0}
     assert parse_config(acme(rope_parameters=plain)).context_limit_tokens == 8192
 

@@ -109,6 +109,10 @@ class ProfileBase:
     def budget_is_fraction_of_free(self) -> bool:
         return False
 
+    def context_limit(self, model: ModelSpec) -> int:
+        """The parser's limit (vLLM 0.30+'s rule)."""
+        return model.context_limit_tokens
+
     def start_refusal(self, request: StartRequest) -> str | None:
         """TensorRT-LLM and the plain reading: no start check read (none refused)."""
         return None

@@ -170,6 +170,9 @@ class EngineProfile(Protocol):
         """True when `kv_budget` takes the fraction of what is free after weights and overhead (TensorRT-LLM),
         not usable memory (total x fraction) less them: the derivation writes the budget line that way."""
 
+    def context_limit(self, model: ModelSpec) -> int:
+        """The longest max_model_len the release derives from the model's config (rope scaling as it reads it)."""
+
     def start_refusal(self, request: StartRequest) -> str | None:
         """The engine's own one-line message where it refuses to start this layout before sizing any
         memory (a weight format the GPU generation cannot run, a length beyond the model's limit); None: starts."""

@@ -137,7 +137,9 @@ class SglangProfile(ProfileBase):
         method = fp8_method(request)
         if method is not None and (refused := quantization_refusal(method, ec.SGLANG_FP8_MIN_CAPABILITY, request)):
             return refused
-        return long_length_refusal(request, "context_length", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")
+        return long_length_refusal(
+            request, self.context_limit(request.model), "context_length", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+        )
 
     @property
     def conv_state_without_current(self) -> bool:

@@ -43,11 +43,10 @@ def fp8_method(request: StartRequest) -> str | None:
     return FP8
 
 
-def long_length_refusal(request: StartRequest, what: str, override: str) -> str | None:
-    """The user's length beyond the model's limit (capplan's `context_limit_tokens`: the config's length
-    keys with rope scaling applied, as the engines derive theirs), in the engines' sentence: vLLM names
+def long_length_refusal(request: StartRequest, limit: int, what: str, override: str) -> str | None:
+    """The user's length beyond the model's `limit` (`EngineProfile.context_limit`: the config's length keys
+    with rope scaling applied, as the engine's release derives its own), in the engines' sentence: vLLM names
     it max_model_len, SGLang context_length. None where it is within the limit or the override is set."""
-    limit = request.model.context_limit_tokens
     if request.max_model_len <= limit or request.allow_long_max_model_len:
         return None
     return (

@@ -47,21 +47,29 @@ DTYPES = {
 
 
 class RopeScaling(Enum):
-    """How a rope scaling entry changes the context limit (vLLM's `_get_and_verify_max_len`)."""
+    """How a rope scaling entry changes the context limit (vLLM's `_get_and_verify_max_len`).
+
+    vLLM 0.30 aligned YaRN with transformers (vllm-project/vllm#56446, in the 0.30.0 wheel, not in 0.29.0): a
+    YaRN entry of any spelling leaves the length keys as they are. Up to 0.29 `yarn` made the limit
+    `original_max_position_embeddings` times `factor`, and the other YaRN spellings scaled the length by `factor`."""
 
     BY_FACTOR = "by_factor"  # linear, dynamic, default...: the length times `factor`
-    YARN = "yarn"  # `original_max_position_embeddings` times `factor`
+    YARN = "yarn"  # 0.30+: unscaled; up to 0.29: `original_max_position_embeddings` times `factor`
+    YARN_VARIANT = "yarn_variant"  # deepseek_yarn, deepseek_llama_scaling: 0.30+ unscaled; up to 0.29 by factor
     LONGROPE = "longrope"  # su / longrope: the limit already holds the long context
     LLAMA3 = "llama3"  # the limit already holds the long context
 
 
 _ROPE_SCALING = {
     "yarn": RopeScaling.YARN,
+    "deepseek_yarn": RopeScaling.YARN_VARIANT,
+    "deepseek_llama_scaling": RopeScaling.YARN_VARIANT,
     "su": RopeScaling.LONGROPE,
     "longrope": RopeScaling.LONGROPE,
     "llama3": RopeScaling.LLAMA3,
 }
 _UNSCALED = (RopeScaling.LONGROPE, RopeScaling.LLAMA3)
+_YARN = (RopeScaling.YARN, RopeScaling.YARN_VARIANT)
 
 
 def rope_entries(m: Model) -> list[tuple[RopeScaling, Mapping[str, Any]]]:
@@ -84,7 +92,9 @@ def rope_entries(m: Model) -> list[tuple[RopeScaling, Mapping[str, Any]]]:
     return out
 
 
-def context_limit(m: Model) -> tuple[int, int]:
+def context_limit(m: Model) -> tuple[int, int, int | None]:
+    """(max_position_embeddings, the context limit vLLM 0.30+ derives, the one vLLM up to 0.29 derived where
+    it differs: a YaRN entry whose scaled length is not the config's length keys; else None)."""
     c = m.cfg
     # every length key present must be a length: `seq_length: 1e30` is a broken config, and
     # skipping it would silently plan the model at vLLM's 2,048-token default
@@ -103,28 +113,43 @@ def context_limit(m: Model) -> tuple[int, int]:
         derived = DEFAULT_MAX_LEN
         m.notes.append(f"no max length key in the config: assuming {DEFAULT_MAX_LEN} tokens (vLLM default)")
     max_pos = c.integer("max_position_embeddings", int(derived), hi=MAX_POSITIONS)
-    entries = rope_entries(m)
-    before_rope = derived
-    if entries and m.rope_scales_context:
-        factor = 1.0
-        for scaling, entry in entries:
-            if scaling in _UNSCALED:
-                continue
-            value = entry.get("factor", factor)
-            if value is not None:
-                factor = _read(m, read_number, value, "rope scaling `factor`", lo=0, hi=MAX_ROPE_FACTOR, open_lo=True)
-            if scaling is RopeScaling.YARN:
-                orig = entry.get("original_max_position_embeddings")
-                if orig is None:
-                    orig = c.raw("original_max_position_embeddings") or max_pos
-                derived = _read(m, read_int, orig, "yarn `original_max_position_embeddings`", hi=MAX_POSITIONS)
-        derived *= factor
+    entries = rope_entries(m) if m.rope_scales_context else []
+    context = _checked(m, derived * _factor(m, entries, legacy=False))
+    legacy_base = derived
+    for scaling, entry in entries:
+        if scaling is RopeScaling.YARN:  # up to 0.29 the base became the original length (the last entry's)
+            orig = entry.get("original_max_position_embeddings")
+            if orig is None:
+                orig = c.raw("original_max_position_embeddings") or max_pos
+            legacy_base = _read(m, read_int, orig, "yarn `original_max_position_embeddings`", hi=MAX_POSITIONS)
+    legacy = _checked(m, legacy_base * _factor(m, entries, legacy=True))
+    if context != int(derived):
+        m.notes.append(f"context limit {context} tokens from rope scaling (max_position_embeddings {max_pos})")
+    if legacy != context:
+        m.notes.append(
+            f"context limit {legacy} tokens under vLLM up to 0.29 (YaRN: original_max_position_embeddings x factor)"
+        )
+    return max_pos, context, legacy if legacy != context else None
+
+
+def _factor(m: Model, entries: list[tuple[RopeScaling, Mapping[str, Any]]], legacy: bool) -> float:
+    """The scaling factor vLLM multiplies the length by: the last scaled entry's `factor` (vLLM assumes one
+    factor for every layer type); YaRN entries only up to 0.29 (`legacy`)."""
+    factor = 1.0
+    for scaling, entry in entries:
+        if scaling in _UNSCALED or (scaling in _YARN and not legacy):
+            continue
+        value = entry.get("factor", factor)
+        if value is not None:
+            factor = _read(m, read_number, value, "rope scaling `factor`", lo=0, hi=MAX_ROPE_FACTOR, open_lo=True)
+    return factor
+
+
+def _checked(m: Model, derived: float) -> int:
     context = int(derived)
     if context < 1 or context > MAX_POSITIONS:
         m.fail(f"derived context length {context} is out of range")
-    if derived != before_rope:
-        m.notes.append(f"context limit {context} tokens from rope scaling (max_position_embeddings {max_pos})")
-    return max_pos, context
+    return context
 
 
 def _read(m: Model, reader: Any, value: Any, shown: str, **bounds: Any) -> Any:

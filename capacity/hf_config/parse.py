@@ -125,7 +125,7 @@ def _spec(m: Model, built: Built) -> ModelSpec:
     # loads (Gemma 4's per-layer embeddings, OPT's positions); multi-token-prediction modules
     # stay on disk unless speculative decoding asks
     loaded_extra = vision + (extra if rules.loads_extra_params else 0)
-    max_pos, context = context_limit(m)
+    max_pos, context, context_up_to_029 = context_limit(m)
     torch_dtype = dtype(m)
     quant = quantization(m)
     ssm_dtype = ssm_state_dtype(m)
@@ -142,6 +142,7 @@ def _spec(m: Model, built: Built) -> ModelSpec:
         intermediate_size=m.intermediate,
         max_position_embeddings=max_pos,
         context_limit_tokens=context,
+        context_limit_vllm_029_tokens=context_up_to_029,
         torch_dtype=torch_dtype,
         tie_word_embeddings=tie,
         layers=tuple(layers),

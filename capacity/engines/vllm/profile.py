@@ -208,7 +208,18 @@ class VllmProfile(ProfileBase):
             return refused
         overridable = release >= (0, 5)
         request = replace(request, allow_long_max_model_len=request.allow_long_max_model_len and overridable)
-        return long_length_refusal(request, "max_model_len", "VLLM_ALLOW_LONG_MAX_MODEL_LEN")
+        return long_length_refusal(request, self.context_limit(request.model), "max_model_len", "VLLM_ALLOW_LONG_MAX_MODEL_LEN")
+
+    def context_limit(self, model: ModelSpec) -> int:
+        """The derived max_model_len of the release: a YaRN entry scaled the limit up to 0.29 (original length x
+        factor) and leaves the length keys as they are from 0.30 (config/model.py `_get_and_verify_max_len`,
+        vllm-project/vllm#56446: in the 0.30.0 wheel, not in 0.29.0)."""
+        legacy = model.context_limit_vllm_029_tokens
+        if legacy is not None and ec.parse_version(self.version or ec.VLLM_DEFAULT_VERSION) < ec.parse_version(
+            ec.VLLM_YARN_UNSCALED
+        ):
+            return legacy
+        return model.context_limit_tokens
 
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         name = kv_dtype.lower()
