@@ -11,6 +11,7 @@ Anything else is a one-line `LookupError`; a config that cannot be planned is a 
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,9 +21,10 @@ from sqlalchemy.orm import Session
 
 from capacity.features.speculative import SpecMethod, SpeculativeSpec
 from capacity.features.speculative_memory import draft_shape
+from capacity.hf_config.overrides import ConfigOverrides, OverrideError
 from capacity.spec import ModelSpec
 from models_registry import db, orm
-from models_registry.normalize import spec_from_snapshot
+from models_registry.normalize import decode_config, spec_from_snapshot
 from models_registry.sources import bundled, hub, local
 from models_registry.sources.common import CONFIG_NAME, ConfigSnapshot, StageError, one_line
 
@@ -53,8 +55,21 @@ def match_id(ref: str, ids: Iterable[str]) -> str | None:
     return None
 
 
-def _resolved(snapshot: ConfigSnapshot, source: str, sha256: str | None = None) -> ResolvedModel:
-    _config, spec = spec_from_snapshot(snapshot)
+def _resolved(
+    snapshot: ConfigSnapshot, source: str, sha256: str | None = None, overrides: ConfigOverrides | None = None
+) -> ResolvedModel:
+    if overrides is None:
+        _config, spec = spec_from_snapshot(snapshot)
+    else:
+        # the engine's overrides on the config it reads, then the same checks as any config (the file's
+        # sha256 still names the file)
+        config = decode_config(snapshot.config_bytes, name=snapshot.repo_id)
+        try:
+            changed = overrides.applied(config)
+        except OverrideError as exc:
+            raise LookupError(str(exc)) from None
+        _config, spec = spec_from_snapshot(replace(snapshot, config_bytes=json.dumps(changed).encode("utf-8")))
+        spec = replace(spec, notes=(*spec.notes, overrides.note))
     return ResolvedModel(
         spec=spec,
         repo_id=snapshot.repo_id,
@@ -74,7 +89,7 @@ def _path_ref(ref: str) -> Path | None:
     return None
 
 
-def _from_path(path: Path) -> ResolvedModel:
+def _from_path(path: Path, overrides: ConfigOverrides | None) -> ResolvedModel:
     try:
         if path.is_dir():
             if not (path / CONFIG_NAME).is_file():
@@ -86,7 +101,7 @@ def _from_path(path: Path) -> ResolvedModel:
         if exc.stage == "read":
             raise LookupError(str(exc)) from None
         raise
-    return _resolved(snapshot, "local")
+    return _resolved(snapshot, "local", overrides=overrides)
 
 
 def registry_row(session: Session, ref: str) -> orm.Model | None:
@@ -104,7 +119,7 @@ def registry_row(session: Session, ref: str) -> orm.Model | None:
     return session.scalars(query.limit(1)).first()
 
 
-def _from_registry(session: Session, ref: str) -> ResolvedModel | None:
+def _from_registry(session: Session, ref: str, overrides: ConfigOverrides | None) -> ResolvedModel | None:
     row = registry_row(session, ref)
     if row is None:
         return None
@@ -116,31 +131,32 @@ def _from_registry(session: Session, ref: str) -> ResolvedModel | None:
         revision=row.revision,
         checkpoint_bytes=row.checkpoint_bytes,
     )
-    return _resolved(snapshot, "registry", sha256=row.config_sha256)
+    return _resolved(snapshot, "registry", sha256=row.config_sha256, overrides=overrides)
 
 
 def _registry_ids(session: Session) -> list[str]:
     return list(session.scalars(select(orm.Model.repo_id).where(orm.Model.is_current.is_(True))).all())
 
 
-def load_model(ref: str, *, session: Session | None = None) -> ResolvedModel:
-    """Resolve MODEL (see the module docstring). Raises LookupError or ConfigError, one line each."""
+def load_model(ref: str, *, session: Session | None = None, overrides: ConfigOverrides | None = None) -> ResolvedModel:
+    """Resolve MODEL (see the module docstring), with a serving command's config `overrides` applied as its
+    engine applies them. Raises LookupError or ConfigError, one line each."""
     ref = ref.strip()
     if not ref:
         raise LookupError("empty model reference; pass a registry id or a path to a config.json")
     path = _path_ref(ref)
     if path is not None:
-        return _from_path(path)
+        return _from_path(path, overrides)
 
     known: list[str] = []
     if session is not None:
-        found = _from_registry(session, ref)
+        found = _from_registry(session, ref, overrides)
         if found is not None:
             return found
         known += _registry_ids(session)
     elif db.registry_exists():
         with db.session_scope() as own:
-            found = _from_registry(own, ref)
+            found = _from_registry(own, ref, overrides)
             if found is not None:
                 return found
             known += _registry_ids(own)
@@ -151,7 +167,7 @@ def load_model(ref: str, *, session: Session | None = None) -> ResolvedModel:
     if catalog_id is not None:
         entry = bundled.find_entry(catalog_id)
         if entry is not None and (not revision or (entry.revision or "").startswith(revision)):
-            return _resolved(bundled.snapshot_of(entry), "bundled")
+            return _resolved(bundled.snapshot_of(entry), "bundled", overrides=overrides)
     known += catalog_ids
 
     try:
@@ -159,7 +175,7 @@ def load_model(ref: str, *, session: Session | None = None) -> ResolvedModel:
     except hub.HubError:
         pass
     else:
-        return _resolved(snapshot, "hf-cache")
+        return _resolved(snapshot, "hf-cache", overrides=overrides)
 
     close = difflib.get_close_matches(repo_ref, sorted(set(known)), n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
