@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -19,19 +19,8 @@ from capacity.engines import Engine
 from capacity.estimate import Estimate, estimate
 from capacity.grid import TARGET_CONCURRENCIES
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
-from pipelines.commands.common import WarehouseOption, fail, published_or_none, resolve_gpu, resolve_model
-from pipelines.commands.estimate_options import (
-    AsJsonOption,
-    DtypeOption,
-    EngineOption,
-    EngineVersionOption,
-    GpuMemoryUtilizationOption,
-    GpuOption,
-    KvDtypeOption,
-    MaxModelLenOption,
-    PpOption,
-    TpOption,
-)
+from pipelines.commands.common import fail, published_or_none, resolve_gpu, resolve_model
+from pipelines.commands.options import LIMITS_OPTIONS, stated_deployment, takes
 from recommendations.limits import estimate_limits
 
 if TYPE_CHECKING:
@@ -40,15 +29,6 @@ if TYPE_CHECKING:
     import duckdb
     import polars as pl
 
-ModelArgument = Annotated[str, typer.Argument(metavar="MODEL", help="Registry id, or a path to a config.json.")]
-ConcurrenciesOption = Annotated[
-    list[int] | None,
-    typer.Option(
-        "--concurrency",
-        metavar="B",
-        help=f"Concurrent sequences to give the limit at (repeat; default {', '.join(map(str, TARGET_CONCURRENCIES))}).",
-    ),
-]
 LIMIT_KEYS = (
     "concurrency",
     "model_limit",
@@ -62,43 +42,22 @@ LIMIT_KEYS = (
 )
 
 
-def limits(
-    model: ModelArgument,
-    gpu: GpuOption = None,
-    tp: TpOption = 1,
-    pp: PpOption = 1,
-    dtype: DtypeOption = "auto",
-    kv_dtype: KvDtypeOption = "auto",
-    engine: EngineOption = "vllm",
-    engine_version: EngineVersionOption = None,
-    max_model_len: MaxModelLenOption = None,
-    gpu_memory_utilization: GpuMemoryUtilizationOption = None,
-    concurrency: ConcurrenciesOption = None,
-    warehouse: WarehouseOption = None,
-    as_json: AsJsonOption = False,
-) -> None:
+@takes(LIMITS_OPTIONS)
+def limits(**options: Any) -> None:
     """Effective context limits of a deployment: the longest context at each concurrency, and what binds it."""
+    gpu, tp, pp, max_model_len = options["gpu"], options["tp"], options["pp"], options["max_model_len"]
     if gpu is None:
         fail("give --gpu SKU")
     for name, size in (("--tp", tp), ("--pp", pp)):
         if size < 1:
             fail(f"{name} must be >= 1, got {size}")
-    wanted = tuple(dict.fromkeys(concurrency or TARGET_CONCURRENCIES))
+    wanted = tuple(dict.fromkeys(options["concurrency"] or TARGET_CONCURRENCIES))
     if any(b < 1 for b in wanted):
         fail(f"--concurrency must be a positive integer, got {min(wanted)}")
     if max_model_len is not None and max_model_len < 1 and max_model_len != -1:
         fail(f"--max-model-len must be a positive integer or -1, got {max_model_len}")
-    resolved, sku = resolve_model(model), resolve_gpu(gpu)
-    deployment = DeploymentSpec(
-        tp=tp,
-        pp=pp,
-        weight_dtype=dtype,
-        kv_dtype=kv_dtype,
-        engine=engine,
-        engine_version=engine_version,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=max_model_len,
-    )
+    resolved, sku = resolve_model(options["model"]), resolve_gpu(gpu)
+    deployment = stated_deployment(options)
     notes: list[str] = []
     est = _sized(resolved.spec, deployment, sku, resolved.repo_id, resolved.checkpoint_bytes)
     if not est.starts and max_model_len is None and est.max_model_len_that_starts > 0:
@@ -113,8 +72,8 @@ def limits(
             resolved.repo_id,
             resolved.checkpoint_bytes,
         )
-    frame = estimate_limits(est, resolved.spec, resolved.repo_id, dtype, kv_dtype, wanted)
-    rows, source, run_id = _published(frame, warehouse, gpu_memory_utilization is None, notes)
+    frame = estimate_limits(est, resolved.spec, resolved.repo_id, options["dtype"], options["kv_dtype"], wanted)
+    rows, source, run_id = _published(frame, options["warehouse"], options["gpu_memory_utilization"] is None, notes)
     out: dict[str, Any] = {
         "model": resolved.repo_id,
         "gpu": sku.id,
@@ -134,7 +93,7 @@ def limits(
         "limits": rows,
         "notes": notes,
     }
-    if as_json:
+    if options["as_json"]:
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return
     for line in _lines(out):

@@ -5,9 +5,7 @@ like the target (registry, catalog, a path to its config.json), else assumed and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from capacity.estimate import Estimate
 from capacity.features.speculative import (
@@ -21,49 +19,6 @@ from capacity.features.speculative_speed import with_speculation
 from capacity.performance import Performance
 from capacity.spec import DeploymentSpec, ModelSpec
 from pipelines.commands.common import fail
-
-SpeculativeOption = Annotated[
-    bool,
-    typer.Option("--speculative", help="Speculative decoding of an unstated method (not sized: flagged)."),
-]
-SpeculativeConfigOption = Annotated[
-    str | None,
-    typer.Option(
-        "--speculative-config",
-        metavar="JSON",
-        help='vLLM\'s speculative config, e.g. \'{"method": "eagle3", "model": "ID", "num_speculative_tokens": 3}\': '
-        "the draft's weights and KV layers are sized (MTP from the model's own layers).",
-    ),
-]
-SpeculativeAlgorithmOption = Annotated[
-    str | None,
-    typer.Option(
-        "--speculative-algorithm", metavar="NAME", help="SGLang: EAGLE, EAGLE3, NEXTN, STANDALONE or NGRAM (sized)."
-    ),
-]
-SpeculativeDraftOption = Annotated[
-    str | None,
-    typer.Option("--speculative-draft-model-path", metavar="ID", help="SGLang: the draft checkpoint (id or path)."),
-]
-SpeculativeStepsOption = Annotated[
-    int | None, typer.Option("--speculative-num-steps", metavar="N", help="SGLang: draft steps per decode step.")
-]
-SpeculativeTopkOption = Annotated[
-    int | None, typer.Option("--speculative-eagle-topk", metavar="N", help="SGLang: branches per draft step.")
-]
-SpeculativeDraftTokensOption = Annotated[
-    int | None,
-    typer.Option("--speculative-num-draft-tokens", metavar="N", help="SGLang: tokens verified per sequence."),
-]
-AcceptanceRateOption = Annotated[
-    float | None,
-    typer.Option(
-        "--acceptance-rate",
-        metavar="A",
-        help="Per-token acceptance rate of the draft's proposals (0-1): TPOT and throughput with speculative "
-        "decoding (default 0: every step emits one token).",
-    ),
-]
 
 # the `capplan estimate` parameters this module reads (popped from the command's parameters)
 PARAMETERS = (
