@@ -117,36 +117,28 @@ def _estimate(
     weight_offload, kv_offload = oo.offload_specs(engine, offload)
     deployment = dataclasses.replace(
         stated,
-        async_scheduling=async_scheduling,
         enforce_eager=enforce_eager or None,
-        allow_long_max_model_len=allow_long_max_model_len,
-        triton_kernels=triton_kernels,
         disable_custom_all_reduce=disable_custom_all_reduce or None,
-        gpu_peer_access=gpu_peer_access,
         lora=lora,
         weight_offload=weight_offload,
         speculative=speculative.spec(resolved.spec),
         kv_offload=kv_offload,
-        dp=dp,
         ep=expert_parallel_width(Engine(engine), tp, dp) if enable_expert_parallel else ep,
-        dcp=dcp,
-        redundant_experts=redundant_experts,
         mm_text_only=language_model_only or None,
         mm_limits=mm_limits,
         prefix_caching=prefix,
-        block_size=block_size,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
         gpu_memory_bytes=_gib_to_bytes(gpu_memory_gib),
         weights_bytes_per_gpu=_gib_to_bytes(weights_gib),
         overhead_bytes_per_gpu=_gib_to_bytes(overhead_gib),
         kv_cache_memory_bytes=_gib_to_bytes(kv_cache_memory_gib),
         other_process_bytes=_gib_to_bytes(other_process_gib) or 0,
-        max_total_tokens=max_total_tokens,
     )
     if context is None and input_len is not None:
         context = input_len + (output_len if output_len is not None else min(256, input_len))
-    result = _sized(resolved, deployment, sku, context, concurrency)
+    try:
+        result = _estimated(resolved, deployment, sku, context, concurrency)
+    except SpecError as exc:
+        fail(str(exc))
     if pasted is not None:
         result = pasted.noted(result)
     speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len)
@@ -322,20 +314,6 @@ def _resolved(model: str, gpu: str | None) -> tuple[ResolvedModel, GpuSku | None
     return resolve_model(model), resolve_gpu(gpu) if gpu is not None else None
 
 
-def _sized(
-    resolved: ResolvedModel,
-    deployment: DeploymentSpec,
-    sku: GpuSku | None,
-    context: int | None,
-    concurrency: int | None,
-) -> Estimate:
-    """The estimate of `deployment`, or the command stops with the SpecError's one line."""
-    try:
-        return _estimated(resolved, deployment, sku, context, concurrency)
-    except SpecError as exc:
-        fail(str(exc))
-
-
 def _estimated(
     resolved: ResolvedModel,
     deployment: DeploymentSpec,
@@ -343,7 +321,8 @@ def _estimated(
     context: int | None,
     concurrency: int | None,
 ) -> Estimate:
-    """`capacity.estimate.estimate` of the resolved model (raises SpecError)."""
+    """`capacity.estimate.estimate` of the resolved model (raises SpecError: the command's one line, or an
+    alternative not shown)."""
     return run_estimate(
         resolved.spec,
         deployment,

@@ -5,6 +5,7 @@ variants (a required MODEL, several GPUs, lengths with defaults) over the shared
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from recommendations.serving_plan import DEFAULT_TOP, MAX_SIMULATIONS, Percentil
 _VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float": "float32", "fp32": "float32"}
 
 REQUIRED = inspect.Parameter.empty  # the default of a parameter the command line must give
+_DEPLOYMENT_FIELDS = tuple(field.name for field in dataclasses.fields(DeploymentSpec))
 
 
 def dtype_name(value: str) -> str:
@@ -87,18 +89,10 @@ def shared(*names: str) -> dict[str, Param]:
 
 
 def stated_deployment(options: Mapping[str, Any]) -> DeploymentSpec:
-    """The deployment the layout options state (`limits` takes them from the estimate): GPUs, dtypes, engine,
-    memory share and max model length; a command adds its own fields with `dataclasses.replace`."""
-    return DeploymentSpec(
-        tp=options["tp"],
-        pp=options["pp"],
-        weight_dtype=options["dtype"],
-        kv_dtype=options["kv_dtype"],
-        engine=options["engine"],
-        engine_version=options["engine_version"],
-        gpu_memory_utilization=options["gpu_memory_utilization"],
-        max_model_len=options["max_model_len"],
-    )
+    """The deployment the options state as given: each option named after a `DeploymentSpec` field, and
+    `--dtype` (the weights'); a command adds what it derives (LoRA, offload, byte sizes) with `dataclasses.replace`."""
+    given = {name: options[name] for name in _DEPLOYMENT_FIELDS if name in options}
+    return DeploymentSpec(weight_dtype=options["dtype"], **given)
 
 
 # `capplan estimate`'s options, in the order its help lists them; `limits`, `place` and `pack` share some.
