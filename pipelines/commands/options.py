@@ -27,7 +27,6 @@ from recommendations.serving_plan import DEFAULT_TOP, MAX_SIMULATIONS, Percentil
 _VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float": "float32", "fp32": "float32"}
 
 REQUIRED = inspect.Parameter.empty  # the default of a parameter the command line must give
-_DEPLOYMENT_FIELDS = tuple(field.name for field in dataclasses.fields(DeploymentSpec))
 
 
 def dtype_name(value: str) -> str:
@@ -88,11 +87,15 @@ def shared(*names: str) -> dict[str, Param]:
     return {name: ESTIMATE_OPTIONS[name] for name in names}
 
 
+def given_fields(options: Mapping[str, Any], spec: type) -> dict[str, Any]:
+    """The options named after a field of the dataclass `spec`, as given: they pass through unrenamed."""
+    return {field.name: options[field.name] for field in dataclasses.fields(spec) if field.name in options}
+
+
 def stated_deployment(options: Mapping[str, Any]) -> DeploymentSpec:
     """The deployment the options state as given: each option named after a `DeploymentSpec` field, and
     `--dtype` (the weights'); a command adds what it derives (LoRA, offload, byte sizes) with `dataclasses.replace`."""
-    given = {name: options[name] for name in _DEPLOYMENT_FIELDS if name in options}
-    return DeploymentSpec(weight_dtype=options["dtype"], **given)
+    return DeploymentSpec(weight_dtype=options["dtype"], **given_fields(options, DeploymentSpec))
 
 
 # `capplan estimate`'s options, in the order its help lists them; `limits`, `place` and `pack` share some.

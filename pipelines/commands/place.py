@@ -13,7 +13,7 @@ import typer
 from capacity.planning_types import DTYPE_POLICIES
 from capacity.spec import SpecError
 from pipelines.commands.common import fail, resolve_gpu, resolve_model
-from pipelines.commands.options import PLACE_OPTIONS, takes
+from pipelines.commands.options import PLACE_OPTIONS, given_fields, takes
 from recommendations.deploy import DeployError, ManifestKind, ServingPlan, render
 from recommendations.serving_plan import (
     PlaceAnswer,
@@ -81,7 +81,8 @@ def _manifest(answer: PlaceAnswer, kind: ManifestKind, rank: int) -> str:
 
 
 def _query(asked: dict[str, Any]) -> PlaceQuery:
-    """The options, checked (a one-line error for the first out of range), as a query."""
+    """The options, checked (a one-line error for the first out of range), as a query: those named after a
+    query field as given, the rest derived."""
     for name in ("tpot_ms", "ttft_ms", "request_rate"):
         value = asked[name]
         if value is not None and not 0 < value < 1e9:
@@ -99,24 +100,13 @@ def _query(asked: dict[str, Any]) -> PlaceQuery:
             fail(f"unknown --dtype-policy {policy!r}; expected one of {', '.join(DTYPE_POLICIES)}")
         policy = DTYPE_POLICIES[policy]
     skus = [resolve_gpu(name) for name in asked["gpu"] or ()]
-    return PlaceQuery(
-        input_tokens=prompt,
-        output_tokens=out,
-        request_rate_per_s=asked["request_rate"],
-        concurrency=asked["concurrency"],
-        tpot_ms=asked["tpot_ms"],
-        ttft_ms=asked["ttft_ms"],
-        percentile=asked["percentile"],
-        max_model_len=limit,
-        dtype_policy=policy,
-        engine=asked["engine"],
-        engine_version=asked["engine_version"],
-        gpus=tuple(dict.fromkeys(s.id for s in skus)),
-        top=asked["top"],
-        max_simulations=asked["max_simulations"],
-        allow_estimated_prices=asked["allow_estimated_prices"],
-        workload=asked.get("workload_name") or "ad-hoc",
-    )
+    derived = {
+        "request_rate_per_s": asked["request_rate"],
+        "dtype_policy": policy,
+        "gpus": tuple(dict.fromkeys(s.id for s in skus)),
+        "workload": asked.get("workload_name") or "ad-hoc",
+    }
+    return PlaceQuery(prompt, out, **(given_fields(asked, PlaceQuery) | derived))
 
 
 def _from_workload(ctx: typer.Context, asked: dict[str, Any], name: str, path: Path | None) -> dict[str, Any]:
