@@ -4,7 +4,7 @@ like the target (registry, catalog, a path to its config.json), else assumed and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from capacity.estimate import Estimate
@@ -20,22 +20,11 @@ from capacity.performance import Performance
 from capacity.spec import DeploymentSpec, ModelSpec
 from pipelines.commands.common import fail
 
-# the `capplan estimate` parameters this module reads (popped from the command's parameters)
-PARAMETERS = (
-    "speculative",
-    "speculative_config",
-    "speculative_algorithm",
-    "speculative_draft_model_path",
-    "speculative_num_steps",
-    "speculative_eagle_topk",
-    "speculative_num_draft_tokens",
-    "acceptance_rate",
-)
-
 
 @dataclass(frozen=True, slots=True)
 class SpeculativeArgs:
-    """The speculative options as given (or as a pasted command set them)."""
+    """The speculative options as given (or as a pasted command set them): one field per `capplan estimate`
+    parameter this module reads."""
 
     speculative: bool = False
     speculative_config: str | None = None
@@ -49,7 +38,8 @@ class SpeculativeArgs:
     @classmethod
     def pop(cls, params: dict[str, Any]) -> SpeculativeArgs:
         """Take this module's options out of `params`."""
-        return cls(**{name: params.pop(name) for name in PARAMETERS if name in params})
+        names = [field.name for field in fields(cls)]
+        return cls(**{name: params.pop(name) for name in names if name in params})
 
     def spec(self, target: ModelSpec) -> SpeculativeSpec | None:
         """The declared speculative decoding, its draft resolved; a one-line error where it cannot be read."""
