@@ -8,6 +8,7 @@ rows are the answer instead, with the calibrated limit telemetry gave them: `sou
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from typing import TYPE_CHECKING, Any
@@ -67,7 +68,7 @@ def limits(**options: Any) -> None:
         )
         est = _sized(
             resolved.spec,
-            DeploymentSpec(**{**_fields(deployment), "max_model_len": -1}),
+            dataclasses.replace(deployment, max_model_len=-1),
             sku,
             resolved.repo_id,
             resolved.checkpoint_bytes,
@@ -98,10 +99,6 @@ def limits(**options: Any) -> None:
         return
     for line in _lines(out):
         typer.echo(line)
-
-
-def _fields(deployment: DeploymentSpec) -> dict[str, Any]:
-    return {name: getattr(deployment, name) for name in deployment.__dataclass_fields__}
 
 
 def _sized(
