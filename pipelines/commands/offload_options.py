@@ -1,5 +1,6 @@
 """`capplan estimate`'s offload options: weights kept in host memory and the KV tiers behind the GPU pool, spelled
-as the engines spell them, read into `capacity.features.offload`'s specs (a bad value is a one-line error)."""
+as the engines spell them, read into `capacity.features.offload`'s specs (a bad value is a one-line error). The
+options are declared with the others in `options.ESTIMATE_OPTIONS`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The options of `capplan estimate`, `limits` and `place`, in one table: each option's type, default and
-typer declaration (flags, metavar, help), written once. A command names the options it takes (`takes`), in
-the order its help lists them, and receives them as keyword arguments; `limits` and `place` lay their own
-variants (a required MODEL, several GPUs, lengths with defaults) over the shared table."""
+"""The options of `capplan estimate`, `limits`, `place`, `pack` and `procure`: each option's type, default and
+typer declaration (flags, metavar, help), written once. Each command has a table of its options in the order
+its help lists them (`takes` builds the signature typer reads from it, and the command receives them as keyword
+arguments); an option two commands share is the estimate's (`shared`), a command's own variant (a required
+MODEL, several GPUs, lengths with defaults) is declared in its table."""
 
 from __future__ import annotations
 
@@ -100,6 +101,7 @@ def stated_deployment(options: Mapping[str, Any]) -> DeploymentSpec:
 
 # `capplan estimate`'s options, in the order its help lists them; `limits`, `place` and `pack` share some.
 ESTIMATE_OPTIONS: dict[str, Param] = {
+    # the model, the layout, the lengths
     "model": argument(
         str | None,
         metavar="MODEL",
@@ -145,6 +147,7 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
         metavar="T",
         help="Engine max model length (-1: the largest that starts, vLLM's auto-fit).",
     ),
+    # engine switches
     "async_scheduling": option(
         bool | None,
         "--async-scheduling/--no-async-scheduling",
@@ -186,6 +189,7 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
         help="Whether the GPUs pass vLLM's P2P test (default: over NVLink yes, over PCIe no): at TP 2 on PCIe, "
         "with it vLLM's custom all-reduce runs.",
     ),
+    # LoRA (capacity.features.lora)
     "enable_lora": option(
         bool,
         "--enable-lora",
@@ -209,12 +213,14 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
     "fully_sharded_loras": option(
         bool, "--fully-sharded-loras", default=False, help="vLLM splits the adapters' rank / output over TP too."
     ),
+    # weights in host memory (read by offload_options)
     "cpu_offload_gb": option(
         float | None,
         "--cpu-offload-gb",
         metavar="GIB",
         help="Weights per GPU kept in host memory (the GPU holds the rest).",
     ),
+    # speculative decoding (read by speculative.SpeculativeArgs)
     "speculative": option(
         bool, "--speculative", default=False, help="Speculative decoding of an unstated method (not sized: flagged)."
     ),
@@ -250,6 +256,7 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
         help="Per-token acceptance rate of the draft's proposals (0-1): TPOT and throughput with speculative "
         "decoding (default 0: every step emits one token).",
     ),
+    # data and expert parallelism
     "enable_dp_attention": option(
         bool,
         "--enable-dp-attention",
@@ -274,6 +281,7 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
     "redundant_experts": option(
         int, "--redundant-experts", default=0, metavar="N", help="EPLB's redundant experts, spread over the EP ranks."
     ),
+    # KV tiers behind the GPU pool (read by offload_options)
     "kv_transfer_config": option(
         str | None,
         "--kv-transfer-config",
@@ -327,6 +335,7 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
         metavar="BYTES",
         help="TensorRT-LLM kv_cache_config.host_cache_size: a host KV pool.",
     ),
+    # multimodal, prefix caching
     "limit_mm_per_prompt": option(
         str | None,
         "--limit-mm-per-prompt",
@@ -351,6 +360,7 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
     "prefix_hit_rate": option(
         float | None, "--prefix-hit-rate", metavar="H", help="Share of prompt tokens from the prefix cache (TTFT)."
     ),
+    # the engine and its memory
     "gpu_memory_utilization": option(
         float | None,
         "--gpu-memory-utilization",
@@ -408,6 +418,7 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
         metavar="TOKENS",
         help="SGLang's cap on the token pool (min of the profiled pool and this; the memory fraction is unchanged).",
     ),
+    # load simulation, output, latency targets
     "request_rate": option(
         float | None,
         "--request-rate",

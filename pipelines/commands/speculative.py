@@ -1,6 +1,7 @@
 """`capplan estimate`'s speculative-decoding options: vLLM's `--speculative-config` JSON, SGLang's
 `--speculative-*` flags and `--acceptance-rate`, read into a `SpeculativeSpec` whose draft is resolved
-like the target (registry, catalog, a path to its config.json), else assumed and said so."""
+like the target (registry, catalog, a path to its config.json), else assumed and said so. The options are
+declared with the others in `options.ESTIMATE_OPTIONS`."""
 
 from __future__ import annotations
 
