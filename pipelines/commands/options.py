@@ -45,6 +45,7 @@ class Param:
 
     def parameter(self, name: str) -> inspect.Parameter:
         """The parameter `name` as typer reads it from a signature (`Annotated[type, typer.Option(...)]`)."""
+        # built at run time: mypy reads `Annotated[...]` as a static type and cannot name `self.kind`
         annotation = Annotated[self.kind, self.declared]  # type: ignore[name-defined]
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=self.default, annotation=annotation)
 
