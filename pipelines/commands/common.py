@@ -19,6 +19,16 @@ if TYPE_CHECKING:
     from warehouse.publish import Warehouse
 
 
+# How `capplan` and its fast path `capplan sql` run as programs: click's plain help (no rich boxes), -h as
+# well as --help (inherited by every subcommand), no shell completion, no rich tracebacks.
+APP_SETTINGS: dict[str, Any] = {
+    "add_completion": False,
+    "pretty_exceptions_enable": False,
+    "rich_markup_mode": None,
+    "context_settings": {"help_option_names": ["-h", "--help"]},
+}
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """A user error: one line on stderr, exit code 2 (`code` 1: a run that failed after it started)."""
     typer.echo(f"capplan: error: {' '.join(str(message).split())}", err=True)
