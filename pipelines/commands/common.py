@@ -14,7 +14,8 @@ from typer.core import TyperCommand, TyperGroup
 if TYPE_CHECKING:
     import duckdb
 
-    from capacity.spec import GpuSku
+    from capacity.estimate import Estimate
+    from capacity.spec import DeploymentSpec, GpuSku
     from models_registry.resolve import ResolvedModel
     from warehouse.publish import Warehouse
 
@@ -137,6 +138,14 @@ def resolve_gpu(name: str) -> GpuSku:
         return find_gpu_sku(name)
     except (LookupError, ValueError) as exc:  # ValueError: the user catalog's one-line UserCatalogError
         fail(str(exc).strip("'\""))
+
+
+def estimate_resolved(model: ResolvedModel, deployment: DeploymentSpec, **sizing: Any) -> Estimate:
+    """`capacity.estimate.estimate` of a model the command resolved: under its id, with its checkpoint's size
+    (`sizing`: the GPU, context tokens, concurrency); raises SpecError."""
+    from capacity.estimate import estimate
+
+    return estimate(model.spec, deployment, model_name=model.repo_id, checkpoint_bytes=model.checkpoint_bytes, **sizing)
 
 
 WarehouseOption = Annotated[

@@ -17,7 +17,6 @@ from capacity.engines.command_line import CommandLineError, EngineCommand, read_
 from capacity.engines.registry import engine_profile
 from capacity.engines.vllm.multimodal import parse_mm_limits
 from capacity.estimate import Estimate
-from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
 from capacity.features.lora import LoraSpec, lora_spec
 from capacity.features.parallel_layout import expert_parallel_width
@@ -34,7 +33,7 @@ from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.serving.targets import WithinTargets, batch_within_targets
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from pipelines.commands import offload_options as oo
-from pipelines.commands.common import fail, resolve_gpu, resolve_model
+from pipelines.commands.common import estimate_resolved, fail, resolve_gpu, resolve_model
 from pipelines.commands.options import ESTIMATE_OPTIONS, dtype_name, stated_deployment, takes
 from pipelines.commands.speculative import SpeculativeArgs
 
@@ -136,7 +135,7 @@ def _estimate(
     if context is None and input_len is not None:
         context = input_len + (output_len if output_len is not None else min(256, input_len))
     try:
-        result = _estimated(resolved, deployment, sku, context, concurrency)
+        result = estimate_resolved(resolved, deployment, gpu=sku, context_tokens=context, concurrency=concurrency)
     except SpecError as exc:
         fail(str(exc))
     if pasted is not None:
@@ -314,26 +313,6 @@ def _resolved(model: str, gpu: str | None) -> tuple[ResolvedModel, GpuSku | None
     return resolve_model(model), resolve_gpu(gpu) if gpu is not None else None
 
 
-def _estimated(
-    resolved: ResolvedModel,
-    deployment: DeploymentSpec,
-    sku: GpuSku | None,
-    context: int | None,
-    concurrency: int | None,
-) -> Estimate:
-    """`capacity.estimate.estimate` of the resolved model (raises SpecError: the command's one line, or an
-    alternative not shown)."""
-    return run_estimate(
-        resolved.spec,
-        deployment,
-        gpu=sku,
-        model_name=resolved.repo_id,
-        checkpoint_bytes=resolved.checkpoint_bytes,
-        context_tokens=context,
-        concurrency=concurrency,
-    )
-
-
 def _print(
     result: Estimate,
     model: ModelSpec,
@@ -464,7 +443,8 @@ def _kv_dtype_noted(
     if engine_profile(d.engine, d.engine_version).kv_dtype_problem("fp8") is not None:
         return result
     try:
-        other = _estimated(resolved, dataclasses.replace(d, kv_dtype="fp8"), sku, context, asked.concurrency)
+        fp8_kv = dataclasses.replace(d, kv_dtype="fp8")
+        other = estimate_resolved(resolved, fp8_kv, gpu=sku, context_tokens=context, concurrency=asked.concurrency)
     except SpecError:
         return result
     if other.kv_dtype == result.kv_dtype:

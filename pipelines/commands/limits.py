@@ -17,10 +17,10 @@ import typer
 
 from capacity import engine_constants as ec
 from capacity.engines import Engine
-from capacity.estimate import Estimate, estimate
+from capacity.estimate import Estimate
 from capacity.grid import TARGET_CONCURRENCIES
-from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
-from pipelines.commands.common import fail, published_or_none, resolve_gpu, resolve_model
+from capacity.spec import DeploymentSpec, GpuSku, SpecError
+from pipelines.commands.common import estimate_resolved, fail, published_or_none, resolve_gpu, resolve_model
 from pipelines.commands.options import LIMITS_OPTIONS, stated_deployment, takes
 from recommendations.limits import estimate_limits
 
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
     import duckdb
     import polars as pl
+
+    from models_registry.resolve import ResolvedModel
 
 LIMIT_KEYS = (
     "concurrency",
@@ -60,19 +62,13 @@ def limits(**options: Any) -> None:
     resolved, sku = resolve_model(options["model"]), resolve_gpu(gpu)
     deployment = stated_deployment(options)
     notes: list[str] = []
-    est = _sized(resolved.spec, deployment, sku, resolved.repo_id, resolved.checkpoint_bytes)
+    est = _sized(resolved, deployment, sku)
     if not est.starts and max_model_len is None and est.max_model_len_that_starts > 0:
         notes.append(
             f"max_model_len {est.max_model_len:,} (the model's) does not start: sized at the largest that does "
             f"({est.max_model_len_that_starts:,}, vLLM's -1)"
         )
-        est = _sized(
-            resolved.spec,
-            dataclasses.replace(deployment, max_model_len=-1),
-            sku,
-            resolved.repo_id,
-            resolved.checkpoint_bytes,
-        )
+        est = _sized(resolved, dataclasses.replace(deployment, max_model_len=-1), sku)
     frame = estimate_limits(est, resolved.spec, resolved.repo_id, options["dtype"], options["kv_dtype"], wanted)
     rows, source, run_id = _published(frame, options["warehouse"], options["gpu_memory_utilization"] is None, notes)
     out: dict[str, Any] = {
@@ -101,11 +97,10 @@ def limits(**options: Any) -> None:
         typer.echo(line)
 
 
-def _sized(
-    model: ModelSpec, deployment: DeploymentSpec, sku: GpuSku, model_id: str, checkpoint: int | None
-) -> Estimate:
+def _sized(resolved: ResolvedModel, deployment: DeploymentSpec, sku: GpuSku) -> Estimate:
+    """The deployment's estimate, or the command stops with the SpecError's one line."""
     try:
-        return estimate(model, deployment, gpu=sku, model_name=model_id, checkpoint_bytes=checkpoint)
+        return estimate_resolved(resolved, deployment, gpu=sku)
     except SpecError as exc:
         fail(str(exc))
 
