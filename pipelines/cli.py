@@ -18,8 +18,6 @@ from typing import Annotated
 
 import typer
 
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}  # inherited by every subcommand
-
 
 def _show_version(value: bool) -> None:
     if value:
@@ -56,17 +54,14 @@ def build_app() -> typer.Typer:
         report,
         sql,
     )
-    from pipelines.commands.common import OneLineGroup
+    from pipelines.commands.common import APP_SETTINGS, OneLineGroup
 
     app = typer.Typer(
         cls=OneLineGroup,
         name="capplan",
         help="Fleet-wide capacity planner for LLM serving.",
         no_args_is_help=True,
-        add_completion=False,
-        pretty_exceptions_enable=False,
-        rich_markup_mode=None,
-        context_settings=CONTEXT_SETTINGS,
+        **APP_SETTINGS,
     )
     app.callback()(_root)
     app.add_typer(registry.app, name="registry")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import html
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import duckdb
@@ -68,23 +68,18 @@ class DiffUnavailable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class GridDiff:
-    """The changed rows (largest first, at most `limit`), how many there are by cause, and what was compared."""
+    """The changed rows (largest first, at most `limit`), how many there are by cause, and what was compared;
+    its fields, in order, are the keys of `capplan diff --json`."""
 
     before: str | None
     after: str | None
-    total: int
+    changed_rows: int
     by_cause: dict[str, int]
     rows: list[dict[str, Any]]
 
     def document(self) -> dict[str, Any]:
         """The one JSON object `capplan diff --json` prints."""
-        return {
-            "before": self.before,
-            "after": self.after,
-            "changed_rows": self.total,
-            "by_cause": self.by_cause,
-            "rows": self.rows,
-        }
+        return asdict(self)
 
 
 def read_diff(
@@ -217,8 +212,8 @@ def text_lines(diff: GridDiff) -> list[str]:
     """The diff for a terminal: a header, then the rows grouped by cause, largest change first."""
     if diff.before is None:
         return ["no diff yet: the warehouse holds one run with recorded grid inputs (run `capplan nightly` again)"]
-    lines = [f"grid diff: {diff.before} -> {diff.after}: {diff.total:,} changed rows"]
-    if not diff.total:
+    lines = [f"grid diff: {diff.before} -> {diff.after}: {diff.changed_rows:,} changed rows"]
+    if not diff.changed_rows:
         return [*lines, "nothing changed"]
     lines += [f"  {cause}: {n:,} rows" for cause, n in diff.by_cause.items()]
     for cause in diff.by_cause:
@@ -226,8 +221,8 @@ def text_lines(diff: GridDiff) -> list[str]:
         if shown:
             lines.append(f"\n{cause} ({diff.by_cause[cause]:,} rows; largest changes first)")
             lines += [f"  {_change_line(r)}" for r in shown]
-    if len(diff.rows) < diff.total:
-        lines.append(f"\n({diff.total - len(diff.rows):,} more rows: --limit 0 shows them all)")
+    if len(diff.rows) < diff.changed_rows:
+        lines.append(f"\n({diff.changed_rows - len(diff.rows):,} more rows: --limit 0 shows them all)")
     return lines
 
 
@@ -236,14 +231,14 @@ def diff_html(diff: GridDiff | None) -> str:
     if diff is None or diff.before is None:
         return "<p class='empty'>No earlier run with recorded grid inputs to compare with yet.</p>"
     e = html.escape
-    if not diff.total:
+    if not diff.changed_rows:
         return (
             f"<p>Nothing in this model's grid changed between run {e(str(diff.before))} and {e(str(diff.after))}.</p>"
         )
     causes = ", ".join(f"<b>{e(c)}</b> {n:,} rows" for c, n in diff.by_cause.items())
     items = "".join(f"<li>[{e(str(r['cause']))}] {e(_change_line(r))}</li>" for r in diff.rows)
     return (
-        f"<p>Between run {e(str(diff.before))} and {e(str(diff.after))}, {diff.total:,} rows of this model's grid changed: "
+        f"<p>Between run {e(str(diff.before))} and {e(str(diff.after))}, {diff.changed_rows:,} rows of this model's grid changed: "
         f"{causes} (marts.grid_diff; the largest changes first).</p><ul>{items}</ul>"
     )
 

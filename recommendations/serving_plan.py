@@ -66,6 +66,18 @@ class Percentile(StrEnum):
         return distribution.mean_ms
 
 
+# the query's fields a WorkloadProfile has under the same name, with the same meaning: passed as they are
+_PROFILE_FIELDS = (
+    "max_model_len",
+    "dtype_policy",
+    "engine",
+    "engine_version",
+    "gpus",
+    "output_tokens",
+    "request_rate_per_s",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class PlaceQuery:
     """What `capplan place` was asked: requests of `input_tokens` + `output_tokens` at a load (a rate,
@@ -99,21 +111,15 @@ class PlaceQuery:
             raise SpecError("--input-len and --output-len must be positive")
         if self.top < 1:
             raise SpecError(f"--top must be >= 1, got {self.top}")
-        context = self.input_tokens + self.output_tokens
+        shared = {name: getattr(self, name) for name in _PROFILE_FIELDS}
         profile = WorkloadProfile(
             name=self.workload,
             models=(model_id,),
             target_concurrency=self.concurrency or 1,
-            context_tokens=context,
-            max_model_len=self.max_model_len,
-            dtype_policy=self.dtype_policy,
-            engine=self.engine,
-            engine_version=self.engine_version,
-            gpus=self.gpus,
+            context_tokens=self.input_tokens + self.output_tokens,
             tpot_ms_target=self.tpot_ms,
             ttft_ms_target=self.ttft_ms,
-            output_tokens=self.output_tokens,
-            request_rate_per_s=self.request_rate_per_s,
+            **shared,
         )
         profile.validate()
         return profile

@@ -64,6 +64,12 @@ def _spec(table: str, deps: list[dg.AssetKey]) -> dg.AssetSpec:
     return dg.AssetSpec(key("raw", table), description=describe("raw", table), deps=deps, kinds={"duckdb", "polars"})
 
 
+def _step_specs(table: str, with_registry: str, inputs: tuple[str, str]) -> list[dg.AssetSpec]:
+    """A step's two tables from the same raw inputs; the second also reads the registry."""
+    deps = [key("raw", name) for name in inputs]
+    return [_spec(table, deps), _spec(with_registry, [*deps, *REGISTRY_DEPS])]
+
+
 @dg.multi_asset(
     name="telemetry_ingest",
     specs=[
@@ -117,13 +123,9 @@ def telemetry_ingest(
 
 @dg.multi_asset(
     name="telemetry_predictions",
-    specs=[
-        _spec("telemetry_deployments", [key("raw", "telemetry_observations"), key("raw", "telemetry_samples")]),
-        _spec(
-            "telemetry_predictions",
-            [key("raw", "telemetry_observations"), key("raw", "telemetry_samples"), *REGISTRY_DEPS],
-        ),
-    ],
+    specs=_step_specs(
+        "telemetry_deployments", "telemetry_predictions", ("telemetry_observations", "telemetry_samples")
+    ),
     group_name=TELEMETRY_GROUP,
 )
 def telemetry_predictions(
@@ -157,13 +159,7 @@ def telemetry_predictions(
 
 @dg.multi_asset(
     name="calibration",
-    specs=[
-        _spec("calibration", [key("raw", "telemetry_deployments"), key("raw", "telemetry_predictions")]),
-        _spec(
-            "deployment_calibration",
-            [key("raw", "telemetry_deployments"), key("raw", "telemetry_predictions"), *REGISTRY_DEPS],
-        ),
-    ],
+    specs=_step_specs("calibration", "deployment_calibration", ("telemetry_deployments", "telemetry_predictions")),
     group_name=TELEMETRY_GROUP,
 )
 def calibration(planning: PlanningResource, warehouse: WarehouseResource) -> Iterator[dg.MaterializeResult]:

@@ -14,9 +14,20 @@ from typer.core import TyperCommand, TyperGroup
 if TYPE_CHECKING:
     import duckdb
 
-    from capacity.spec import GpuSku
+    from capacity.estimate import Estimate
+    from capacity.spec import DeploymentSpec, GpuSku
     from models_registry.resolve import ResolvedModel
     from warehouse.publish import Warehouse
+
+
+# How `capplan` and its fast path `capplan sql` run as programs: click's plain help (no rich boxes), -h as
+# well as --help (inherited by every subcommand), no shell completion, no rich tracebacks.
+APP_SETTINGS: dict[str, Any] = {
+    "add_completion": False,
+    "pretty_exceptions_enable": False,
+    "rich_markup_mode": None,
+    "context_settings": {"help_option_names": ["-h", "--help"]},
+}
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -127,6 +138,14 @@ def resolve_gpu(name: str) -> GpuSku:
         return find_gpu_sku(name)
     except (LookupError, ValueError) as exc:  # ValueError: the user catalog's one-line UserCatalogError
         fail(str(exc).strip("'\""))
+
+
+def estimate_resolved(model: ResolvedModel, deployment: DeploymentSpec, **sizing: Any) -> Estimate:
+    """`capacity.estimate.estimate` of a model the command resolved: under its id, with its checkpoint's size
+    (`sizing`: the GPU, context tokens, concurrency); raises SpecError."""
+    from capacity.estimate import estimate
+
+    return estimate(model.spec, deployment, model_name=model.repo_id, checkpoint_bytes=model.checkpoint_bytes, **sizing)
 
 
 WarehouseOption = Annotated[

@@ -17,7 +17,6 @@ from capacity.engines.command_line import CommandLineError, EngineCommand, read_
 from capacity.engines.registry import engine_profile
 from capacity.engines.vllm.multimodal import parse_mm_limits
 from capacity.estimate import Estimate
-from capacity.estimate import estimate as run_estimate
 from capacity.explain import derivation, speed_derivation
 from capacity.features.lora import LoraSpec, lora_spec
 from capacity.features.parallel_layout import expert_parallel_width
@@ -34,79 +33,9 @@ from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.serving.targets import WithinTargets, batch_within_targets
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from pipelines.commands import offload_options as oo
-from pipelines.commands.common import fail, resolve_gpu, resolve_model
-from pipelines.commands.estimate_options import (
-    AllowLongMaxModelLenOption,
-    AsJsonOption,
-    AsyncSchedulingOption,
-    BlockSizeOption,
-    BurstOption,
-    ConcurrencyOption,
-    ContextOption,
-    CpuOffloadGbOption,
-    DcpOption,
-    DisableCustomAllReduceOption,
-    DpOption,
-    DtypeOption,
-    EnableDpAttentionOption,
-    EnableExpertParallelOption,
-    EnableLoraOption,
-    EnablePrefixCachingOption,
-    EnforceEagerOption,
-    EngineOption,
-    EngineVersionOption,
-    EpOption,
-    FromCommandOption,
-    FullyShardedLorasOption,
-    GpuMemoryGibOption,
-    GpuMemoryUtilizationOption,
-    GpuOption,
-    GpuPeerAccessOption,
-    InputLenOption,
-    KvCacheMemoryBytesOption,
-    KvCacheMemoryGibOption,
-    KvDtypeOption,
-    KvTransferConfigOption,
-    LanguageModelOnlyOption,
-    LimitMmPerPromptOption,
-    LoraDtypeOption,
-    LoraTargetModulesOption,
-    MaxCpuLorasOption,
-    MaxLoraRankOption,
-    MaxLorasOption,
-    MaxModelLenOption,
-    MaxNumBatchedTokensOption,
-    MaxNumSeqsOption,
-    MaxTotalTokensOption,
-    ModelArgument,
-    NumPromptsOption,
-    OtherProcessGibOption,
-    OutputLenOption,
-    OverheadGibOption,
-    PpOption,
-    PrefixHitRateOption,
-    RedundantExpertsOption,
-    RequestRateOption,
-    SharedPrefixTokensOption,
-    SimulateOption,
-    TpOption,
-    TpotMsOption,
-    TritonKernelsOption,
-    TtftMsOption,
-    WeightsGibOption,
-    dtype_name,
-)
-from pipelines.commands.speculative import (
-    AcceptanceRateOption,
-    SpeculativeAlgorithmOption,
-    SpeculativeArgs,
-    SpeculativeConfigOption,
-    SpeculativeDraftOption,
-    SpeculativeDraftTokensOption,
-    SpeculativeOption,
-    SpeculativeStepsOption,
-    SpeculativeTopkOption,
-)
+from pipelines.commands.common import estimate_resolved, fail, resolve_gpu, resolve_model
+from pipelines.commands.options import ESTIMATE_OPTIONS, dtype_name, stated_deployment, takes
+from pipelines.commands.speculative import SpeculativeArgs
 
 if TYPE_CHECKING:
     from models_registry.resolve import ResolvedModel
@@ -116,99 +45,24 @@ def _gib_to_bytes(value: float | None) -> int | None:
     return None if value is None else round(value * GIB)
 
 
-def estimate(
-    ctx: typer.Context,
-    model: ModelArgument = None,
-    gpu: GpuOption = None,
-    tp: TpOption = 1,
-    pp: PpOption = 1,
-    dtype: DtypeOption = "auto",
-    kv_dtype: KvDtypeOption = "auto",
-    context: ContextOption = None,
-    concurrency: ConcurrencyOption = None,
-    input_len: InputLenOption = None,
-    output_len: OutputLenOption = None,
-    max_model_len: MaxModelLenOption = None,
-    async_scheduling: AsyncSchedulingOption = None,
-    enforce_eager: EnforceEagerOption = False,
-    allow_long_max_model_len: AllowLongMaxModelLenOption = False,
-    triton_kernels: TritonKernelsOption = None,
-    disable_custom_all_reduce: DisableCustomAllReduceOption = False,
-    gpu_peer_access: GpuPeerAccessOption = None,
-    enable_lora: EnableLoraOption = False,
-    max_loras: MaxLorasOption = None,
-    max_lora_rank: MaxLoraRankOption = None,
-    max_cpu_loras: MaxCpuLorasOption = None,
-    lora_dtype: LoraDtypeOption = None,
-    lora_target_modules: LoraTargetModulesOption = None,
-    fully_sharded_loras: FullyShardedLorasOption = False,
-    cpu_offload_gb: CpuOffloadGbOption = None,
-    speculative: SpeculativeOption = False,
-    speculative_config: SpeculativeConfigOption = None,
-    speculative_algorithm: SpeculativeAlgorithmOption = None,
-    speculative_draft_model_path: SpeculativeDraftOption = None,
-    speculative_num_steps: SpeculativeStepsOption = None,
-    speculative_eagle_topk: SpeculativeTopkOption = None,
-    speculative_num_draft_tokens: SpeculativeDraftTokensOption = None,
-    acceptance_rate: AcceptanceRateOption = None,
-    enable_dp_attention: EnableDpAttentionOption = False,
-    dp: DpOption = 1,
-    ep: EpOption = 1,
-    enable_expert_parallel: EnableExpertParallelOption = False,
-    dcp: DcpOption = 1,
-    redundant_experts: RedundantExpertsOption = 0,
-    kv_transfer_config: KvTransferConfigOption = None,
-    kv_offloading_size: oo.KvOffloadingSizeOption = None,
-    kv_offloading_backend: oo.KvOffloadingBackendOption = "native",
-    lmcache_max_local_cpu_size: oo.LmcacheCpuOption = None,
-    lmcache_max_local_disk_size: oo.LmcacheDiskOption = None,
-    lmcache_chunk_size: oo.LmcacheChunkOption = None,
-    enable_hierarchical_cache: oo.HierarchicalCacheOption = False,
-    hicache_ratio: oo.HicacheRatioOption = None,
-    hicache_size: oo.HicacheSizeOption = None,
-    host_cache_size: oo.HostCacheSizeOption = None,
-    limit_mm_per_prompt: LimitMmPerPromptOption = None,
-    language_model_only: LanguageModelOnlyOption = False,
-    enable_prefix_caching: EnablePrefixCachingOption = None,
-    shared_prefix_tokens: SharedPrefixTokensOption = None,
-    prefix_hit_rate: PrefixHitRateOption = None,
-    gpu_memory_utilization: GpuMemoryUtilizationOption = None,
-    engine: EngineOption = "vllm",
-    engine_version: EngineVersionOption = None,
-    block_size: BlockSizeOption = None,
-    max_num_batched_tokens: MaxNumBatchedTokensOption = None,
-    max_num_seqs: MaxNumSeqsOption = None,
-    gpu_memory_gib: GpuMemoryGibOption = None,
-    weights_gib: WeightsGibOption = None,
-    overhead_gib: OverheadGibOption = None,
-    other_process_gib: OtherProcessGibOption = None,
-    kv_cache_memory_gib: KvCacheMemoryGibOption = None,
-    kv_cache_memory_bytes: KvCacheMemoryBytesOption = None,
-    max_total_tokens: MaxTotalTokensOption = None,
-    request_rate: RequestRateOption = None,
-    burst: BurstOption = None,
-    num_prompts: NumPromptsOption = 1000,
-    simulate_load: SimulateOption = False,
-    as_json: AsJsonOption = False,
-    from_command: FromCommandOption = None,
-    tpot_ms: TpotMsOption = None,
-    ttft_ms: TtftMsOption = None,
-) -> None:
+@takes(ESTIMATE_OPTIONS)
+def estimate(ctx: typer.Context, **options: Any) -> None:
     """Estimate one deployment: KV bytes per token, weights, budget, blocks, B_max, max context."""
-    params = {name: value for name, value in locals().items() if name not in ("ctx", "from_command")}
+    params = {name: value for name, value in options.items() if name != "from_command"}
     pasted: _Pasted | None = None
-    if from_command is not None:
-        pasted = _Pasted.read(ctx, from_command, model)
+    if options["from_command"] is not None:
+        pasted = _Pasted.read(ctx, options["from_command"], options["model"])
         params |= pasted.values | {"model": pasted.command.model}
         params["dtype"], params["kv_dtype"] = dtype_name(params["dtype"]), dtype_name(params["kv_dtype"])
     speculative_args = SpeculativeArgs.pop(params)
     source = ctx.get_parameter_source("kv_dtype")
     kv_stated = (source is not None and source.name == "COMMANDLINE") or "kv_dtype" in (pasted.values if pasted else {})
-    _estimate(pasted=pasted, speculative=speculative_args, kv_dtype_stated=kv_stated, **params)
+    stated = stated_deployment(params)
+    _estimate(pasted=pasted, stated=stated, speculative=speculative_args, kv_dtype_stated=kv_stated, **params)
 
 
 def _estimate(
-    *, pasted: _Pasted | None, model: str | None, gpu: str | None, tp: int, pp: int, dtype: str, kv_dtype: str,
+    *, pasted: _Pasted | None, stated: DeploymentSpec, model: str | None, gpu: str | None, tp: int, pp: int, dtype: str, kv_dtype: str,
     context: int | None, concurrency: int | None, input_len: int | None, output_len: int | None,
     max_model_len: int | None, async_scheduling: bool | None, enforce_eager: bool, allow_long_max_model_len: bool,
     triton_kernels: bool | None,
@@ -226,7 +80,8 @@ def _estimate(
     burst: int | None, num_prompts: int, simulate_load: bool, as_json: bool, tpot_ms: float | None = None,
     ttft_ms: float | None = None, kv_dtype_stated: bool = False, **offload: Any,
 ) -> None:
-    """The estimate of the options as given (or as a pasted command set them); `offload`: the offload options."""
+    """The estimate of the options as given (or as a pasted command set them); `stated`: the deployment the
+    layout options state; `offload`: the offload options."""
     if model is None:
         fail("give MODEL, or the engine's command line with --from-command")
     _check_ranges(
@@ -259,45 +114,30 @@ def _estimate(
     lora = _lora(enable_lora, max_loras, max_lora_rank, max_cpu_loras, lora_dtype, lora_target_modules, fully_sharded_loras)
     resolved, sku = _resolved(model, gpu)
     weight_offload, kv_offload = oo.offload_specs(engine, offload)
-    deployment = DeploymentSpec(
-        tp=tp,
-        pp=pp,
-        weight_dtype=dtype,
-        kv_dtype=kv_dtype,
-        engine=engine,
-        engine_version=engine_version,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=max_model_len,
-        async_scheduling=async_scheduling,
+    deployment = dataclasses.replace(
+        stated,
         enforce_eager=enforce_eager or None,
-        allow_long_max_model_len=allow_long_max_model_len,
-        triton_kernels=triton_kernels,
         disable_custom_all_reduce=disable_custom_all_reduce or None,
-        gpu_peer_access=gpu_peer_access,
         lora=lora,
         weight_offload=weight_offload,
         speculative=speculative.spec(resolved.spec),
         kv_offload=kv_offload,
-        dp=dp,
         ep=expert_parallel_width(Engine(engine), tp, dp) if enable_expert_parallel else ep,
-        dcp=dcp,
-        redundant_experts=redundant_experts,
         mm_text_only=language_model_only or None,
         mm_limits=mm_limits,
         prefix_caching=prefix,
-        block_size=block_size,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
         gpu_memory_bytes=_gib_to_bytes(gpu_memory_gib),
         weights_bytes_per_gpu=_gib_to_bytes(weights_gib),
         overhead_bytes_per_gpu=_gib_to_bytes(overhead_gib),
         kv_cache_memory_bytes=_gib_to_bytes(kv_cache_memory_gib),
         other_process_bytes=_gib_to_bytes(other_process_gib) or 0,
-        max_total_tokens=max_total_tokens,
     )
     if context is None and input_len is not None:
         context = input_len + (output_len if output_len is not None else min(256, input_len))
-    result = _sized(resolved, deployment, sku, context, concurrency)
+    try:
+        result = estimate_resolved(resolved, deployment, gpu=sku, context_tokens=context, concurrency=concurrency)
+    except SpecError as exc:
+        fail(str(exc))
     if pasted is not None:
         result = pasted.noted(result)
     speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len)
@@ -473,39 +313,6 @@ def _resolved(model: str, gpu: str | None) -> tuple[ResolvedModel, GpuSku | None
     return resolve_model(model), resolve_gpu(gpu) if gpu is not None else None
 
 
-def _sized(
-    resolved: ResolvedModel,
-    deployment: DeploymentSpec,
-    sku: GpuSku | None,
-    context: int | None,
-    concurrency: int | None,
-) -> Estimate:
-    """The estimate of `deployment`, or the command stops with the SpecError's one line."""
-    try:
-        return _estimated(resolved, deployment, sku, context, concurrency)
-    except SpecError as exc:
-        fail(str(exc))
-
-
-def _estimated(
-    resolved: ResolvedModel,
-    deployment: DeploymentSpec,
-    sku: GpuSku | None,
-    context: int | None,
-    concurrency: int | None,
-) -> Estimate:
-    """`capacity.estimate.estimate` of the resolved model (raises SpecError)."""
-    return run_estimate(
-        resolved.spec,
-        deployment,
-        gpu=sku,
-        model_name=resolved.repo_id,
-        checkpoint_bytes=resolved.checkpoint_bytes,
-        context_tokens=context,
-        concurrency=concurrency,
-    )
-
-
 def _print(
     result: Estimate,
     model: ModelSpec,
@@ -636,7 +443,8 @@ def _kv_dtype_noted(
     if engine_profile(d.engine, d.engine_version).kv_dtype_problem("fp8") is not None:
         return result
     try:
-        other = _estimated(resolved, dataclasses.replace(d, kv_dtype="fp8"), sku, context, asked.concurrency)
+        fp8_kv = dataclasses.replace(d, kv_dtype="fp8")
+        other = estimate_resolved(resolved, fp8_kv, gpu=sku, context_tokens=context, concurrency=asked.concurrency)
     except SpecError:
         return result
     if other.kv_dtype == result.kv_dtype:

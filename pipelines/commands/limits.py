@@ -8,30 +8,20 @@ rows are the answer instead, with the calibrated limit telemetry gave them: `sou
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from capacity import engine_constants as ec
 from capacity.engines import Engine
-from capacity.estimate import Estimate, estimate
+from capacity.estimate import Estimate
 from capacity.grid import TARGET_CONCURRENCIES
-from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
-from pipelines.commands.common import WarehouseOption, fail, published_or_none, resolve_gpu, resolve_model
-from pipelines.commands.estimate_options import (
-    AsJsonOption,
-    DtypeOption,
-    EngineOption,
-    EngineVersionOption,
-    GpuMemoryUtilizationOption,
-    GpuOption,
-    KvDtypeOption,
-    MaxModelLenOption,
-    PpOption,
-    TpOption,
-)
+from capacity.spec import DeploymentSpec, GpuSku, SpecError
+from pipelines.commands.common import estimate_resolved, fail, published_or_none, resolve_gpu, resolve_model
+from pipelines.commands.options import LIMITS_OPTIONS, stated_deployment, takes
 from recommendations.limits import estimate_limits
 
 if TYPE_CHECKING:
@@ -40,15 +30,8 @@ if TYPE_CHECKING:
     import duckdb
     import polars as pl
 
-ModelArgument = Annotated[str, typer.Argument(metavar="MODEL", help="Registry id, or a path to a config.json.")]
-ConcurrenciesOption = Annotated[
-    list[int] | None,
-    typer.Option(
-        "--concurrency",
-        metavar="B",
-        help=f"Concurrent sequences to give the limit at (repeat; default {', '.join(map(str, TARGET_CONCURRENCIES))}).",
-    ),
-]
+    from models_registry.resolve import ResolvedModel
+
 LIMIT_KEYS = (
     "concurrency",
     "model_limit",
@@ -62,59 +45,32 @@ LIMIT_KEYS = (
 )
 
 
-def limits(
-    model: ModelArgument,
-    gpu: GpuOption = None,
-    tp: TpOption = 1,
-    pp: PpOption = 1,
-    dtype: DtypeOption = "auto",
-    kv_dtype: KvDtypeOption = "auto",
-    engine: EngineOption = "vllm",
-    engine_version: EngineVersionOption = None,
-    max_model_len: MaxModelLenOption = None,
-    gpu_memory_utilization: GpuMemoryUtilizationOption = None,
-    concurrency: ConcurrenciesOption = None,
-    warehouse: WarehouseOption = None,
-    as_json: AsJsonOption = False,
-) -> None:
+@takes(LIMITS_OPTIONS)
+def limits(**options: Any) -> None:
     """Effective context limits of a deployment: the longest context at each concurrency, and what binds it."""
+    gpu, tp, pp, max_model_len = options["gpu"], options["tp"], options["pp"], options["max_model_len"]
     if gpu is None:
         fail("give --gpu SKU")
     for name, size in (("--tp", tp), ("--pp", pp)):
         if size < 1:
             fail(f"{name} must be >= 1, got {size}")
-    wanted = tuple(dict.fromkeys(concurrency or TARGET_CONCURRENCIES))
+    wanted = tuple(dict.fromkeys(options["concurrency"] or TARGET_CONCURRENCIES))
     if any(b < 1 for b in wanted):
         fail(f"--concurrency must be a positive integer, got {min(wanted)}")
     if max_model_len is not None and max_model_len < 1 and max_model_len != -1:
         fail(f"--max-model-len must be a positive integer or -1, got {max_model_len}")
-    resolved, sku = resolve_model(model), resolve_gpu(gpu)
-    deployment = DeploymentSpec(
-        tp=tp,
-        pp=pp,
-        weight_dtype=dtype,
-        kv_dtype=kv_dtype,
-        engine=engine,
-        engine_version=engine_version,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=max_model_len,
-    )
+    resolved, sku = resolve_model(options["model"]), resolve_gpu(gpu)
+    deployment = stated_deployment(options)
     notes: list[str] = []
-    est = _sized(resolved.spec, deployment, sku, resolved.repo_id, resolved.checkpoint_bytes)
+    est = _sized(resolved, deployment, sku)
     if not est.starts and max_model_len is None and est.max_model_len_that_starts > 0:
         notes.append(
             f"max_model_len {est.max_model_len:,} (the model's) does not start: sized at the largest that does "
             f"({est.max_model_len_that_starts:,}, vLLM's -1)"
         )
-        est = _sized(
-            resolved.spec,
-            DeploymentSpec(**{**_fields(deployment), "max_model_len": -1}),
-            sku,
-            resolved.repo_id,
-            resolved.checkpoint_bytes,
-        )
-    frame = estimate_limits(est, resolved.spec, resolved.repo_id, dtype, kv_dtype, wanted)
-    rows, source, run_id = _published(frame, warehouse, gpu_memory_utilization is None, notes)
+        est = _sized(resolved, dataclasses.replace(deployment, max_model_len=-1), sku)
+    frame = estimate_limits(est, resolved.spec, resolved.repo_id, options["dtype"], options["kv_dtype"], wanted)
+    rows, source, run_id = _published(frame, options["warehouse"], options["gpu_memory_utilization"] is None, notes)
     out: dict[str, Any] = {
         "model": resolved.repo_id,
         "gpu": sku.id,
@@ -134,22 +90,17 @@ def limits(
         "limits": rows,
         "notes": notes,
     }
-    if as_json:
+    if options["as_json"]:
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return
     for line in _lines(out):
         typer.echo(line)
 
 
-def _fields(deployment: DeploymentSpec) -> dict[str, Any]:
-    return {name: getattr(deployment, name) for name in deployment.__dataclass_fields__}
-
-
-def _sized(
-    model: ModelSpec, deployment: DeploymentSpec, sku: GpuSku, model_id: str, checkpoint: int | None
-) -> Estimate:
+def _sized(resolved: ResolvedModel, deployment: DeploymentSpec, sku: GpuSku) -> Estimate:
+    """The deployment's estimate, or the command stops with the SpecError's one line."""
     try:
-        return estimate(model, deployment, gpu=sku, model_name=model_id, checkpoint_bytes=checkpoint)
+        return estimate_resolved(resolved, deployment, gpu=sku)
     except SpecError as exc:
         fail(str(exc))
 

@@ -1,70 +1,16 @@
 """`capplan estimate`'s offload options: weights kept in host memory and the KV tiers behind the GPU pool, spelled
-as the engines spell them, read into `capacity.features.offload`'s specs (a bad value is a one-line error)."""
+as the engines spell them, read into `capacity.features.offload`'s specs (a bad value is a one-line error). The
+options are declared with the others in `options.ESTIMATE_OPTIONS`."""
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from capacity.engines.kinds import Engine
 from capacity.features.offload import KVOffload, WeightOffload
 from capacity.features.offload_sizing import kv_offload_for
 from pipelines.commands.common import fail
-
-KvOffloadingSizeOption = Annotated[
-    float | None,
-    typer.Option(
-        "--kv-offloading-size",
-        metavar="GIB",
-        help="vLLM KV offloading to CPU: GiB of host memory, summed over the TP ranks (sized: the CPU tier's tokens).",
-    ),
-]
-KvOffloadingBackendOption = Annotated[
-    str, typer.Option("--kv-offloading-backend", metavar="NAME", help="vLLM's offloading backend: native or lmcache.")
-]
-LmcacheCpuOption = Annotated[
-    float | None,
-    typer.Option(
-        "--lmcache-max-local-cpu-size",
-        metavar="GIB",
-        help="LMCache's CPU tier per GPU (LMCACHE_MAX_LOCAL_CPU_SIZE; default 5.0) with LMCacheConnectorV1.",
-    ),
-]
-LmcacheDiskOption = Annotated[
-    float | None,
-    typer.Option(
-        "--lmcache-max-local-disk-size",
-        metavar="GIB",
-        help="LMCache's local disk tier per GPU (LMCACHE_MAX_LOCAL_DISK_SIZE; default 0).",
-    ),
-]
-LmcacheChunkOption = Annotated[
-    int | None,
-    typer.Option(
-        "--lmcache-chunk-size",
-        metavar="TOKENS",
-        help="LMCache's chunk (LMCACHE_CHUNK_SIZE; default 256): its GPU buffer.",
-    ),
-]
-HierarchicalCacheOption = Annotated[
-    bool, typer.Option("--enable-hierarchical-cache", help="SGLang HiCache: a host KV pool behind the GPU pool.")
-]
-HicacheRatioOption = Annotated[
-    float | None,
-    typer.Option("--hicache-ratio", metavar="RATIO", help="SGLang HiCache host pool / device pool (default 2.0)."),
-]
-HicacheSizeOption = Annotated[
-    int | None,
-    typer.Option("--hicache-size", metavar="GB", help="SGLang HiCache host pool in GB (overrides the ratio)."),
-]
-HostCacheSizeOption = Annotated[
-    int | None,
-    typer.Option(
-        "--host-cache-size", metavar="BYTES", help="TensorRT-LLM kv_cache_config.host_cache_size: a host KV pool."
-    ),
-]
 
 
 def offload_specs(engine: str, options: dict[str, Any]) -> tuple[WeightOffload | None, KVOffload | None]:

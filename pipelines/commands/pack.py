@@ -6,34 +6,18 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from pipelines.commands.common import fail, resolve_gpu, resolve_model
-from pipelines.commands.estimate_options import AsJsonOption, EngineOption, EngineVersionOption
+from pipelines.commands.options import PACK_OPTIONS, takes
 
 _MEMBER = re.compile(r"^(?P<model>[^=\s]+)=(?P<concurrency>\d+)x(?P<context>\d+)$")
 
-MemberOption = Annotated[
-    list[str],
-    typer.Option(
-        "--model",
-        metavar="MODEL=BxT",
-        help="A model and what it must hold at once: B sequences of T tokens (e.g. Qwen/Qwen2.5-0.5B-Instruct=16x4096); "
-        "repeat for each model, in the order the engines start.",
-    ),
-]
-GpuOption = Annotated[str, typer.Option("--gpu", metavar="SKU", help="The GPU they share (catalog id, name or alias).")]
 
-
-def pack(
-    models: MemberOption,
-    gpu: GpuOption,
-    engine: EngineOption = "vllm",
-    engine_version: EngineVersionOption = None,
-    as_json: AsJsonOption = False,
-) -> None:
+@takes(PACK_OPTIONS)
+def pack(*, models: list[str], gpu: str, engine: str, engine_version: str | None, as_json: bool) -> None:
     """Fit several models on one GPU: each one's KV budget, its share of the GPU and its engine command."""
     from capacity.packing import PackMember, check_members
     from capacity.packing import pack as pack_members

@@ -6,20 +6,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from capacity.planning_types import DTYPE_POLICIES
 from capacity.spec import SpecError
 from pipelines.commands.common import fail, resolve_gpu, resolve_model
-from pipelines.commands.estimate_options import AsJsonOption, EngineOption, EngineVersionOption
-from pipelines.commands.procure import WorkloadsOption
+from pipelines.commands.options import PLACE_OPTIONS, given_fields, takes
 from recommendations.deploy import DeployError, ManifestKind, ServingPlan, render
 from recommendations.serving_plan import (
-    DEFAULT_TOP,
-    MAX_SIMULATIONS,
-    Percentile,
     PlaceAnswer,
     PlaceQuery,
     ServedModel,
@@ -27,126 +23,14 @@ from recommendations.serving_plan import (
     place_model,
 )
 
-ModelArgument = Annotated[
-    str | None,
-    typer.Argument(metavar="MODEL", show_default=False, help="Registry id, or a path to a config.json."),
-]
-PlaceMaxModelLenOption = Annotated[
-    int | None,
-    typer.Option("--max-model-len", metavar="T", help="Engine max model length (default: input + output)."),
-]
-TpotOption = Annotated[
-    float | None,
-    typer.Option("--tpot-ms", metavar="MS", help="Time per output token each request must meet (at --percentile)."),
-]
-TtftOption = Annotated[
-    float | None,
-    typer.Option("--ttft-ms", metavar="MS", help="Time to first token each request must meet (at --percentile)."),
-]
-RateOption = Annotated[
-    float | None,
-    typer.Option(
-        "--request-rate",
-        metavar="R",
-        help="Requests/s to serve, all replicas together (Poisson arrivals; the targets are then checked by "
-        "simulating a replica at its share).",
-    ),
-]
-ConcurrencyOption = Annotated[
-    int | None,
-    typer.Option("--concurrency", metavar="C", help="Concurrent requests to hold, all replicas together."),
-]
-InputOption = Annotated[int, typer.Option("--input-len", metavar="I", help="Prompt tokens per request.")]
-OutputOption = Annotated[int, typer.Option("--output-len", metavar="O", help="Generated tokens per request.")]
-PercentileOption = Annotated[
-    Percentile,
-    typer.Option(
-        "--percentile",
-        case_sensitive=False,
-        help="Where the simulated latency distribution must meet the targets (with --request-rate).",
-    ),
-]
-GpusOption = Annotated[
-    list[str] | None,
-    typer.Option("--gpu", metavar="SKU", help="Only this GPU (repeat for several; default: every GPU with a price)."),
-]
-DtypePolicyOption = Annotated[
-    str,
-    typer.Option(
-        "--dtype-policy",
-        metavar="POLICY",
-        help="Weight / KV dtypes allowed: native (the checkpoint as published), fp8-kv, fp8 (fp8 weights and "
-        "KV where the GPU has fp8), any (also int4 weights).",
-    ),
-]
-TopOption = Annotated[int, typer.Option("--top", metavar="N", help="Options to show, cheapest first.")]
-MaxSimulationsOption = Annotated[
-    int,
-    typer.Option("--max-simulations", metavar="N", help="Replica simulations the check may run before it answers."),
-]
-ExplainOption = Annotated[bool, typer.Option("--explain", help="Show the derivation of the cheapest option.")]
-EstimatedPricesOption = Annotated[
-    bool,
-    typer.Option(
-        "--allow-estimated-prices",
-        help="Also place on GPUs whose catalog price is an estimate, not a list or contract price.",
-    ),
-]
-ManifestOption = Annotated[
-    ManifestKind | None,
-    typer.Option(
-        "--manifest",
-        metavar="KIND",
-        case_sensitive=False,
-        help=f"Print what deploys option --rank: {', '.join(k.value for k in ManifestKind)} "
-        "(YAML; with --json, under the key `manifest`).",
-    ),
-]
-RankOption = Annotated[int, typer.Option("--rank", metavar="N", help="The option --manifest deploys (1: cheapest).")]
 
-
-WorkloadOption = Annotated[
-    str | None,
-    typer.Option(
-        "--workload",
-        metavar="NAME",
-        help="Take the load, lengths, targets, dtype policy, engine and GPUs from this workload of --workloads "
-        "(an option given beside it wins; MODEL defaults to its model).",
-    ),
-]
-
-
-def place(
-    ctx: typer.Context,
-    model: ModelArgument = None,
-    tpot_ms: TpotOption = None,
-    ttft_ms: TtftOption = None,
-    request_rate: RateOption = None,
-    concurrency: ConcurrencyOption = None,
-    input_len: InputOption = 1024,
-    output_len: OutputOption = 256,
-    percentile: PercentileOption = Percentile.P99,
-    gpu: GpusOption = None,
-    engine: EngineOption = "vllm",
-    engine_version: EngineVersionOption = None,
-    max_model_len: PlaceMaxModelLenOption = None,
-    dtype_policy: DtypePolicyOption = "fp8",
-    top: TopOption = DEFAULT_TOP,
-    max_simulations: MaxSimulationsOption = MAX_SIMULATIONS,
-    explain: ExplainOption = False,
-    allow_estimated_prices: EstimatedPricesOption = False,
-    manifest: ManifestOption = None,
-    rank: RankOption = 1,
-    workload: WorkloadOption = None,
-    workloads: WorkloadsOption = None,
-    as_json: AsJsonOption = False,
-) -> None:
+@takes(PLACE_OPTIONS)
+def place(ctx: typer.Context, **options: Any) -> None:
     """The cheapest layouts (GPU, TP x PP, dtypes, replicas) serving MODEL at a load within TPOT / TTFT targets."""
-    asked = {
-        k: v
-        for k, v in locals().items()
-        if k not in ("ctx", "workload", "workloads", "explain", "as_json", "manifest", "rank")
-    }
+    workload, workloads, explain, as_json, manifest, rank = (
+        options.pop(name) for name in ("workload", "workloads", "explain", "as_json", "manifest", "rank")
+    )
+    asked = options  # what to place; the options popped say how to answer
     if workload is not None:
         asked = _from_workload(ctx, asked, workload, workloads)
     if asked["model"] is None:
@@ -197,7 +81,8 @@ def _manifest(answer: PlaceAnswer, kind: ManifestKind, rank: int) -> str:
 
 
 def _query(asked: dict[str, Any]) -> PlaceQuery:
-    """The options, checked (a one-line error for the first out of range), as a query."""
+    """The options, checked (a one-line error for the first out of range), as a query: those named after a
+    query field as given, the rest derived."""
     for name in ("tpot_ms", "ttft_ms", "request_rate"):
         value = asked[name]
         if value is not None and not 0 < value < 1e9:
@@ -215,24 +100,13 @@ def _query(asked: dict[str, Any]) -> PlaceQuery:
             fail(f"unknown --dtype-policy {policy!r}; expected one of {', '.join(DTYPE_POLICIES)}")
         policy = DTYPE_POLICIES[policy]
     skus = [resolve_gpu(name) for name in asked["gpu"] or ()]
-    return PlaceQuery(
-        input_tokens=prompt,
-        output_tokens=out,
-        request_rate_per_s=asked["request_rate"],
-        concurrency=asked["concurrency"],
-        tpot_ms=asked["tpot_ms"],
-        ttft_ms=asked["ttft_ms"],
-        percentile=asked["percentile"],
-        max_model_len=limit,
-        dtype_policy=policy,
-        engine=asked["engine"],
-        engine_version=asked["engine_version"],
-        gpus=tuple(dict.fromkeys(s.id for s in skus)),
-        top=asked["top"],
-        max_simulations=asked["max_simulations"],
-        allow_estimated_prices=asked["allow_estimated_prices"],
-        workload=asked.get("workload_name") or "ad-hoc",
-    )
+    derived = {
+        "request_rate_per_s": asked["request_rate"],
+        "dtype_policy": policy,
+        "gpus": tuple(dict.fromkeys(s.id for s in skus)),
+        "workload": asked.get("workload_name") or "ad-hoc",
+    }
+    return PlaceQuery(prompt, out, **(given_fields(asked, PlaceQuery) | derived))
 
 
 def _from_workload(ctx: typer.Context, asked: dict[str, Any], name: str, path: Path | None) -> dict[str, Any]:

@@ -13,15 +13,15 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import typer
 
 from capacity.offload_procurement import CachePlacement
 from capacity.tiered_placement import media, tiered
-from pipelines.commands.common import WarehouseOption, fail, published_or_none
-from pipelines.commands.estimate_options import AsJsonOption
+from pipelines.commands.common import fail, published_or_none
+from pipelines.commands.options import PROCURE_OPTIONS, takes
 from recommendations.fleet_answer import fleet_contract, fleet_frames
 from recommendations.packing import pack_offers, packed_frame, packed_lines
 from recommendations.workloads import WORKLOAD_SCHEMA, WorkloadsFile, load_workloads
@@ -32,21 +32,12 @@ if TYPE_CHECKING:
     from capacity.spec import GpuSku
     from models_registry.planning import Catalog
 
-WorkloadsOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--workloads",
-        metavar="FILE",
-        help="Workload profiles (default: CAPPLAN_WORKLOADS, else ./workloads.yaml, else the bundled examples).",
-    ),
-]
 # marts.workloads columns that say what was planned (not where the file was)
 _COMPARED = [k for k in WORKLOAD_SCHEMA if k != "source_path"]
 
 
-def procure(
-    workloads: WorkloadsOption = None, warehouse: WarehouseOption = None, as_json: AsJsonOption = False
-) -> None:
+@takes(PROCURE_OPTIONS)
+def procure(*, workloads: Path | None, warehouse: Path | None, as_json: bool) -> None:
     """The fleet plan for a workloads file: GPUs to buy, $/hour, $ per million tokens, what binds each choice."""
     profiles = load_workloads(workloads)
     fatal = [why for name, why in profiles.errors if name == "<file>"]

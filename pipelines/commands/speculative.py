@@ -1,13 +1,12 @@
 """`capplan estimate`'s speculative-decoding options: vLLM's `--speculative-config` JSON, SGLang's
 `--speculative-*` flags and `--acceptance-rate`, read into a `SpeculativeSpec` whose draft is resolved
-like the target (registry, catalog, a path to its config.json), else assumed and said so."""
+like the target (registry, catalog, a path to its config.json), else assumed and said so. The options are
+declared with the others in `options.ESTIMATE_OPTIONS`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any
-
-import typer
+from dataclasses import dataclass, fields
+from typing import Any
 
 from capacity.estimate import Estimate
 from capacity.features.speculative import (
@@ -22,65 +21,11 @@ from capacity.performance import Performance
 from capacity.spec import DeploymentSpec, ModelSpec
 from pipelines.commands.common import fail
 
-SpeculativeOption = Annotated[
-    bool,
-    typer.Option("--speculative", help="Speculative decoding of an unstated method (not sized: flagged)."),
-]
-SpeculativeConfigOption = Annotated[
-    str | None,
-    typer.Option(
-        "--speculative-config",
-        metavar="JSON",
-        help='vLLM\'s speculative config, e.g. \'{"method": "eagle3", "model": "ID", "num_speculative_tokens": 3}\': '
-        "the draft's weights and KV layers are sized (MTP from the model's own layers).",
-    ),
-]
-SpeculativeAlgorithmOption = Annotated[
-    str | None,
-    typer.Option(
-        "--speculative-algorithm", metavar="NAME", help="SGLang: EAGLE, EAGLE3, NEXTN, STANDALONE or NGRAM (sized)."
-    ),
-]
-SpeculativeDraftOption = Annotated[
-    str | None,
-    typer.Option("--speculative-draft-model-path", metavar="ID", help="SGLang: the draft checkpoint (id or path)."),
-]
-SpeculativeStepsOption = Annotated[
-    int | None, typer.Option("--speculative-num-steps", metavar="N", help="SGLang: draft steps per decode step.")
-]
-SpeculativeTopkOption = Annotated[
-    int | None, typer.Option("--speculative-eagle-topk", metavar="N", help="SGLang: branches per draft step.")
-]
-SpeculativeDraftTokensOption = Annotated[
-    int | None,
-    typer.Option("--speculative-num-draft-tokens", metavar="N", help="SGLang: tokens verified per sequence."),
-]
-AcceptanceRateOption = Annotated[
-    float | None,
-    typer.Option(
-        "--acceptance-rate",
-        metavar="A",
-        help="Per-token acceptance rate of the draft's proposals (0-1): TPOT and throughput with speculative "
-        "decoding (default 0: every step emits one token).",
-    ),
-]
-
-# the `capplan estimate` parameters this module reads (popped from the command's parameters)
-PARAMETERS = (
-    "speculative",
-    "speculative_config",
-    "speculative_algorithm",
-    "speculative_draft_model_path",
-    "speculative_num_steps",
-    "speculative_eagle_topk",
-    "speculative_num_draft_tokens",
-    "acceptance_rate",
-)
-
 
 @dataclass(frozen=True, slots=True)
 class SpeculativeArgs:
-    """The speculative options as given (or as a pasted command set them)."""
+    """The speculative options as given (or as a pasted command set them): one field per `capplan estimate`
+    parameter this module reads."""
 
     speculative: bool = False
     speculative_config: str | None = None
@@ -94,7 +39,8 @@ class SpeculativeArgs:
     @classmethod
     def pop(cls, params: dict[str, Any]) -> SpeculativeArgs:
         """Take this module's options out of `params`."""
-        return cls(**{name: params.pop(name) for name in PARAMETERS if name in params})
+        names = [field.name for field in fields(cls)]
+        return cls(**{name: params.pop(name) for name in names if name in params})
 
     def spec(self, target: ModelSpec) -> SpeculativeSpec | None:
         """The declared speculative decoding, its draft resolved; a one-line error where it cannot be read."""

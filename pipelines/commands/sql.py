@@ -51,7 +51,7 @@ from typing import Annotated, Any, NoReturn, TextIO, TypeVar, cast
 
 import typer
 
-from pipelines.commands.common import OneLineCommand
+from pipelines.commands.common import APP_SETTINGS, OneLineCommand
 
 FORMATS = ("table", "line", "csv", "json", "markdown")
 TIMEOUT_ENV = "CAPPLAN_SQL_TIMEOUT_S"
@@ -651,10 +651,5 @@ def _save_history(path: Path) -> None:
         readline.write_history_file(path)
 
 
-app = typer.Typer(
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+app = typer.Typer(**APP_SETTINGS)
 app.command(cls=OneLineCommand)(sql)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from capacity.engines.kinds import Engine
@@ -104,15 +104,8 @@ def speculative_args(engine: Engine, spec: SpeculativeSpec | None) -> list[str]:
 
 
 def lora_mapping(spec: LoraSpec) -> dict[str, Any]:
-    """`spec` as plain JSON values (`lora_from_mapping`'s input)."""
-    return {
-        "max_loras": spec.max_loras,
-        "max_lora_rank": spec.max_lora_rank,
-        "max_cpu_loras": spec.max_cpu_loras,
-        "lora_dtype": spec.lora_dtype,
-        "target_modules": list(spec.target_modules),
-        "fully_sharded": spec.fully_sharded,
-    }
+    """`spec` as plain JSON values (`lora_from_mapping`'s input): every field, the modules as a list."""
+    return {**asdict(spec), "target_modules": list(spec.target_modules)}
 
 
 def speculative_mapping(spec: SpeculativeSpec) -> dict[str, Any]:
