@@ -48,7 +48,7 @@ from capacity.pool import (
 )
 from capacity.pool_figures import Limits, PoolFigures, cached_prefix_tokens, checked_start, pool_figures
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
-from capacity.weights import WeightsEstimate, estimate_weights, with_layout_extra
+from capacity.weights import WeightsEstimate, WeightShards, estimate_weights, with_layout_extra
 
 AUTO_MAX_MODEL_LEN = -1  # vLLM's `--max-model-len -1`: the largest length that starts (auto-fit)
 
@@ -267,6 +267,11 @@ def _weights(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> WeightsEsti
             d.weights_bytes_per_gpu, d.weights_bytes_per_gpu * d.tp * d.pp, d.weight_dtype, "override"
         )
     shards = None if layout.plain else layout.weight_shards(model)
+    if d.expert_offload is not None and model.num_experts:
+        # KTransformers: only the GPU's experts of each MoE layer are loaded there (the rest run on the CPU)
+        shards = shards or WeightShards.tensor_parallel(d.tp)
+        shards = replace(shards, expert_share=shards.expert_share * d.expert_offload.gpu_share(model.num_experts))
+        notes.append(d.expert_offload.note(model.num_experts))
     weights = estimate_weights(model, d.weight_dtype, d.tp, d.pp, sizing.checkpoint_bytes, profile.engine, shards)
     weights = with_layout_extra(weights, profile, model, d.tp, d.pp, gpu, notes, d.triton_kernels)
     return weights_after_offload(model, weights, d.weight_offload, d.pp, notes)

@@ -21,7 +21,7 @@ from capacity.memo import per_object
 
 if TYPE_CHECKING:  # these feature specs' modules import this module (through capacity.engines or its types)
     from capacity.features.lora_spec import LoraSpec
-    from capacity.features.offload import KVOffload, WeightOffload
+    from capacity.features.offload import ExpertOffload, KVOffload, WeightOffload
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +340,7 @@ class DeploymentSpec:
     # engine features that move the memory and that capplan does not size: a deployment that declares
     # one is flagged `not_modelled` (sized as if the feature were off), never silently
     weight_offload: WeightOffload | None = None  # --cpu-offload-gb: weights kept in host memory (features.offload)
+    expert_offload: ExpertOffload | None = None  # KTransformers (--kt-weight-path): routed experts run on the CPU
     # speculative decoding: the method and draft, sized by `capacity.features.speculative_memory`
     speculative: SpeculativeSpec | None = None
     kv_offload: KVOffload | None = None  # a KV tier behind the GPU pool: vLLM offloading/LMCache, HiCache, TRT-LLM host
@@ -388,6 +389,7 @@ class DeploymentSpec:
                 "speculative decoding of an unstated method (the draft's weights and KV)",
             ),
             (self.kv_offload, self.kv_offload.unmodelled() if self.kv_offload else None),
+            (self.expert_offload, self.expert_offload.unmodelled() if self.expert_offload else None),
         )
         return tuple(text for flag, text in named if flag and text)
 

@@ -14,6 +14,8 @@ tests/test_engine_oracle_start.py runs vLLM 0.33's own override steps and length
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -106,3 +108,28 @@ def test_overrides_do_not_reach_the_file() -> None:
     before = json.dumps(load_model("Qwen/Qwen3-8B").spec.notes)
     _qwen3_8b({"max_position_embeddings": 8192})
     assert json.dumps(load_model("Qwen/Qwen3-8B").spec.notes) == before
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    code = "from pipelines.cli import main; main()"
+    return subprocess.run([sys.executable, "-c", code, "estimate", *args], capture_output=True, text=True, check=False)
+
+
+def test_the_cli_and_a_pasted_command_apply_the_overrides() -> None:
+    lengthened = json.dumps({"max_position_embeddings": 131072})
+    direct = _cli("Qwen/Qwen3-8B", "--gpu", "h100-sxm-80gb", "--max-model-len", "131072", "--hf-overrides", lengthened, "--json")
+    pasted = _cli("--from-command", f"vllm serve Qwen/Qwen3-8B --max-model-len 131072 --hf-overrides '{lengthened}'",
+                  "--gpu", "h100-sxm-80gb", "--json")  # fmt: skip
+    for run in (direct, pasted):
+        assert run.returncode == 0, run.stderr
+        out = json.loads(run.stdout)
+        assert out["starts"] and out["modelled"], out["reason"]
+        assert "config.json overridden by --hf-overrides: max_position_embeddings" in out["notes"]
+    plain = json.loads(_cli("Qwen/Qwen3-8B", "--gpu", "h100-sxm-80gb", "--max-model-len", "131072", "--json").stdout)
+    assert not plain["starts"] and "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in plain["reason"]
+    sglang = _cli("--from-command", "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --context-length 131072 "
+                  f"--json-model-override-args '{lengthened}'", "--gpu", "h100-sxm-80gb", "--json")  # fmt: skip
+    assert sglang.returncode == 0 and json.loads(sglang.stdout)["starts"], sglang.stderr
+    for bad, words in ((["--hf-overrides", "[1]"], "JSON object"), (["--engine", "trtllm", "--hf-overrides", "{}"], "edit")):
+        run = _cli("Qwen/Qwen3-8B", "--gpu", "h100-sxm-80gb", *bad)
+        assert run.returncode == 2 and run.stderr.count("\n") == 1 and words in run.stderr, run.stderr

@@ -54,14 +54,18 @@ def test_dp_ep_row_per_rank_kv_bytes_match_vllms_printed_need() -> None:
     assert row.estimate["starts"] is False  # the engine refused: 62.00 GiB needed, 48.66 available
 
 
-def test_ktransformers_flags_are_not_sized() -> None:
-    """SGLang keeps only --kt-num-gpu-experts experts per layer on the GPU once --kt-weight-path is set."""
+def test_ktransformers_flags_are_sized() -> None:
+    """SGLang keeps only --kt-num-gpu-experts experts per layer on the GPU once --kt-weight-path is set: the flags
+    are applied (features.offload.ExpertOffload), the public log's row is within 1 % (tests/test_feature_offload.py)."""
     command = read_command(
         "python -m sglang.launch_server --model Qwen/Qwen3-30B-A3B --kt-method AMXINT8 --kt-weight-path /w"
         " --kt-num-gpu-experts 32 --kt-cpuinfer 48"
     )
-    assert {"--kt-weight-path", "--kt-num-gpu-experts", "--kt-method"} <= set(command.unsized)
+    assert {"--kt-weight-path", "--kt-num-gpu-experts", "--kt-method"} <= set(command.applied)
+    assert not command.unsized
     assert "--kt-cpuinfer" in command.ignored  # CPU threads: no GPU memory
+    (row,) = [s for s in _scored() if s.case.id == "unresolved-sglang-kt-qwen3-30b-a3b-cpu-experts-h100-tp1"]
+    assert row.estimate is not None and abs(row.estimate["kv_budget_bytes_per_gpu"] / 2**30 / 50.28 - 1) < 0.01
 
 
 @pytest.mark.parametrize(

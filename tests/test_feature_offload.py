@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from capacity.engines.kinds import Engine
 from capacity.estimate import estimate
 from capacity.explain import derivation
 from capacity.features.offload import (
+    ExpertOffload,
     HiCacheOffload,
     LMCacheOffload,
     OffloadSizing,
@@ -171,6 +173,46 @@ def test_weight_offload_shrinks_the_gpu_weights_up_to_the_decoder() -> None:
     capped = _estimate(weight_offload=WeightOffload(100.0))
     assert capped.weights_bytes_per_gpu == pytest.approx(2_101_346_304 + 8_192, rel=0.01)
     assert _estimate(weight_offload=WeightOffload(None)).not_modelled  # on, amount unknown: flagged
+
+
+def test_ktransformers_keeps_its_gpu_experts_and_runs_the_rest_on_the_cpu() -> None:
+    """SGLang 0.5.23 kt_ep_wrapper.py `KTEPWrapperMethod.create_weights`: the GPU method creates
+    `--kt-num-gpu-experts` experts per MoE layer. Qwen3-30B-A3B (48 MoE layers of 128 experts, each gate/up/down
+    over hidden 2,048 and moe_intermediate 768) keeping 32: 48 x 96 x 3 x 2,048 x 768 x 2 B leave the GPU."""
+    spec = load_model("Qwen/Qwen3-30B-A3B").spec
+    gpu = find_gpu_sku("h100-sxm-80gb")
+    d = DeploymentSpec(engine="sglang", gpu_memory_utilization=0.85, max_num_batched_tokens=4096)
+    plain = estimate(spec, d, gpu=gpu)
+    kt = estimate(spec, replace(d, expert_offload=ExpertOffload(32, "AMXINT8")), gpu=gpu)
+    assert plain.weights_bytes_per_gpu - kt.weights_bytes_per_gpu == 48 * 96 * 3 * 2048 * 768 * 2
+    assert kt.not_modelled is None and any("32 of 128 routed experts" in n for n in kt.notes)
+    assert estimate(spec, replace(d, expert_offload=ExpertOffload(None)), gpu=gpu).not_modelled
+    # the public KTransformers + SGLang log (sglang_public_measurements.yaml, H100, 0.85): "mem usage=16.41 GB",
+    # "K size: 25.14 GB, V size: 25.14 GB", "#tokens: 549277" (SGLang's GB are GiB); the checkpoint's own bytes
+    resolved = load_model("Qwen/Qwen3-30B-A3B")
+    logged = estimate(spec, replace(d, expert_offload=ExpertOffload(32)), gpu=gpu, checkpoint_bytes=resolved.checkpoint_bytes)
+    assert logged.weights_bytes_per_gpu / GIB == pytest.approx(16.41, rel=0.01)
+    assert logged.kv_budget_bytes_per_gpu / GIB == pytest.approx(25.14 * 2, rel=0.01)
+    assert logged.kv_cache_tokens == pytest.approx(549_277, rel=0.01)
+
+
+def test_ktransformers_flags_from_a_pasted_command_and_the_cli() -> None:
+    sg = read_command(
+        "python -m sglang.launch_server --model Qwen/Qwen3-30B-A3B --kt-method AMXINT8 --kt-weight-path /m/int8 "
+        "--kt-num-gpu-experts 32 --kt-cpuinfer 48"
+    )
+    assert sg.options == {"kt_method": "AMXINT8", "kt_weight_path": "/m/int8", "kt_num_gpu_experts": 32}
+    assert not sg.unsized
+    run = _cli("Qwen/Qwen3-30B-A3B", "--gpu", "h100-sxm-80gb", "--engine", "sglang", "--kt-weight-path", "/m/int8",
+               "--kt-num-gpu-experts", "32", "--json")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["weights_bytes_per_gpu"] < 20 * GIB
+    for bad, words in (
+        (["--engine", "vllm"], "KTransformers' on SGLang"),
+        (["--engine", "sglang", "--kt-num-gpu-experts", "-1"], "must be a number of experts >= 0"),
+    ):
+        failed = _cli("Qwen/Qwen3-30B-A3B", "--gpu", "h100-sxm-80gb", "--kt-weight-path", "/m", *bad)
+        assert failed.returncode == 2 and failed.stderr.count("\n") == 1 and words in failed.stderr, failed.stderr
 
 
 # --- which offload a deployment's flags ask for ------------------------------------------------------------

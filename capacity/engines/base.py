@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Hashable
 
     from capacity.engines.kinds import Engine
+    from capacity.hf_config.overrides import OverrideRule
     from capacity.spec import GpuSku, ModelSpec
 
 
@@ -49,6 +50,11 @@ class ProfileBase:
     @property
     def overhead_reads_moe_dispatch(self) -> bool:
         return False
+
+    @property
+    def config_override_rule(self) -> OverrideRule | None:
+        """No flag overrides the config (TensorRT-LLM: edit config.json)."""
+        return None
 
     def serving_dtype(self, model: ModelSpec) -> str:
         return serving_dtype(model, self.engine)

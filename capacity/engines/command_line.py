@@ -119,6 +119,7 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "enable_expert_parallel": ("enable_expert_parallel", _SWITCH),
         "decode_context_parallel_size": ("dcp", _INT),
         "eplb_config": ("redundant_experts", _EPLB),
+        "hf_overrides": ("hf_overrides", _TEXT),
     },
     Engine.SGLANG: {
         **_VLLM_SGLANG_ALIKE,
@@ -147,6 +148,11 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         "attn_dp_size": ("dp", _INT),
         "ep_size": ("ep", _INT),
         "ep_num_redundant_experts": ("redundant_experts", _INT),
+        # KTransformers: with --kt-weight-path only --kt-num-gpu-experts experts per MoE layer stay on the GPU
+        "kt_weight_path": ("kt_weight_path", _TEXT),
+        "kt_num_gpu_experts": ("kt_num_gpu_experts", _INT),
+        "kt_method": ("kt_method", _TEXT),
+        "json_model_override_args": ("hf_overrides", _TEXT),
     },
     Engine.TRTLLM: {
         "tensor_parallel_size": ("tp", _INT),
@@ -164,18 +170,15 @@ _UNSIZED: dict[Engine, frozenset[str]] = {
         "prefill_context_parallel_size", "compilation_config",
         "cudagraph_capture_sizes", "max_cudagraph_capture_size", "swap_space", "num_gpu_blocks_override", "calculate_kv_scales", "kv_sharing_fast_prefill",
         "mamba_cache_dtype", "mamba_ssm_cache_dtype", "mamba_cache_mode", "mm_encoder_tp_mode",
-        "mm_processor_kwargs", "max_logprobs", "hf_overrides", "override_generation_config", "load_format",
+        "mm_processor_kwargs", "max_logprobs", "override_generation_config", "load_format",
         "pooler_config", "runner", "convert", "enable_sleep_mode", "config", "optimization_level",
     }),
     Engine.SGLANG: frozenset({
         "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs",
         "moe_a2a_backend", "attn_cp_size",
-        "mamba_ssm_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio", "json_model_override_args",
+        "mamba_ssm_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio",
         "load_format", "enable_mixed_chunk", "disaggregation_mode", "config", "enable_memory_saver",
         "enable_torch_compile", "torch_compile_max_bs", "piecewise_cuda_graph_max_tokens",
-        # KTransformers: with --kt-weight-path only --kt-num-gpu-experts experts per layer stay on the GPU
-        # (srt/layers/moe/kt_ep_wrapper.py), so the GPU weights shrink by an amount capplan does not size
-        "kt_weight_path", "kt_num_gpu_experts", "kt_method",
     }),
     Engine.TRTLLM: frozenset({
         "extra_llm_api_options", "context_parallel_size", "moe_expert_parallel_size", "moe_cluster_parallel_size",

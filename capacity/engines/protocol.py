@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Hashable
 
     from capacity.engines.kinds import Engine
+    from capacity.hf_config.overrides import OverrideRule
     from capacity.numeric import Num
     from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
     from capacity.pool import KVPool
@@ -112,6 +113,10 @@ class EngineProfile(Protocol):
     @property
     def overhead_note(self) -> str | None:
         """What the estimate says about the overhead it charges when none is given (plain: none)."""
+
+    @property
+    def config_override_rule(self) -> OverrideRule | None:
+        """How the engine's config-override flag applies its JSON (None: the engine has no such flag)."""
 
     @property
     def overhead_reads_moe_dispatch(self) -> bool:

@@ -37,6 +37,7 @@ from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
 from capacity.engines.kinds import Engine
 from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest, StartRequest
 from capacity.engines.start_checks import fp8_method, long_length_refusal, quantization_refusal
+from capacity.hf_config.overrides import OverrideRule
 from capacity.kv_bytes import layer_state_bytes
 from capacity.numeric import Num, as_float, at_least, both, choose, minimum, negate, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -58,6 +59,11 @@ def tp_switch_context_bytes(tp: int, nvlink_multicast: bool) -> int:
 class SglangProfile(ProfileBase):
     requested_version: str | None = None
     engine: Engine = Engine.SGLANG
+
+    @property
+    def config_override_rule(self) -> OverrideRule | None:
+        """`--json-model-override-args` (srt/utils/hf_transformers/config.py get_config)."""
+        return OverrideRule.SGLANG
 
     def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
         """`configs/mamba_utils.py` `mamba2_state_dtype`: the config's `mamba_ssm_dtype`, else float32."""

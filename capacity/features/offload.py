@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from fractions import Fraction
 
 # the engines' GiB (vLLM `kv_offloading_size * (1 << 30)`, `cpu_offload_gb * 1024**3`, LMCache `size * 1024**3`);
 # capacity.dtypes' GIB is the same number, but dtypes reads capacity.spec, which names these specs
@@ -113,6 +114,38 @@ class WeightOffload:
 
     def unmodelled(self) -> str | None:
         return "CPU offload of an unknown amount of weights" if self.gib_per_gpu is None else None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertOffload:
+    """KTransformers on SGLang (`--kt-weight-path`): every MoE layer keeps routed experts 0 .. N-1 on the GPU, in the
+    checkpoint's format, and runs the others on the CPU from their own copy at the weight path (SGLang 0.5.23
+    srt/layers/moe/kt_ep_wrapper.py: `KTEPWrapperMethod.create_weights` creates `num_gpu_experts` experts with the
+    wrapped GPU method, `KTMoEWrapper` the rest). N is `--kt-num-gpu-experts` (None: not given; the engine has no
+    default for it)."""
+
+    gpu_experts_per_layer: int | None
+    cpu_method: str | None = None  # --kt-method: the CPU copy's format (host memory, not sized)
+
+    def gpu_share(self, num_experts: int) -> Fraction:
+        """The share of each MoE layer's routed experts that stays on the GPU."""
+        if not num_experts or self.gpu_experts_per_layer is None:
+            return Fraction(1)
+        return Fraction(min(max(self.gpu_experts_per_layer, 0), num_experts), num_experts)
+
+    def note(self, num_experts: int) -> str:
+        kept = min(self.gpu_experts_per_layer or 0, num_experts)
+        method = f", {self.cpu_method}" if self.cpu_method else ""
+        return (
+            f"KTransformers: {kept} of {num_experts} routed experts per MoE layer on the GPU, the other "
+            f"{num_experts - kept} on the CPU (their copy at --kt-weight-path{method}: host memory, not sized); "
+            "the speed figures do not model the CPU experts"
+        )
+
+    def unmodelled(self) -> str | None:
+        if self.gpu_experts_per_layer is None:
+            return "KTransformers CPU experts without --kt-num-gpu-experts (the GPU's share of the experts)"
+        return None
 
 
 class KVOffload:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import duckdb
 
     from capacity.estimate import Estimate
+    from capacity.hf_config.overrides import ConfigOverrides
     from capacity.spec import DeploymentSpec, GpuSku
     from models_registry.resolve import ResolvedModel
     from warehouse.publish import Warehouse
@@ -119,13 +120,14 @@ class OneLineCommand(_OneLineMain, TyperCommand):
     """A single-command app (`capplan sql`'s fast path), errors as one line."""
 
 
-def resolve_model(ref: str) -> ResolvedModel:
-    """MODEL as the commands take it (registry id, bundled id, path to a config.json); a one-line error."""
+def resolve_model(ref: str, overrides: ConfigOverrides | None = None) -> ResolvedModel:
+    """MODEL as the commands take it (registry id, bundled id, path to a config.json), with a serving command's
+    config `overrides`; a one-line error."""
     from capacity.spec import SpecError
     from models_registry.resolve import load_model
 
     try:
-        return load_model(ref)
+        return load_model(ref, overrides=overrides)
     except (LookupError, SpecError, OSError) as exc:
         fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 

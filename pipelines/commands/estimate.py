@@ -21,6 +21,7 @@ from capacity.explain import derivation, speed_derivation
 from capacity.features.lora import LoraSpec, lora_spec
 from capacity.features.parallel_layout import expert_parallel_width
 from capacity.features.prefix_caching import PrefixCaching
+from capacity.hf_config.overrides import ConfigOverrides, OverrideError, OverrideRule, read_overrides
 from capacity.performance import (
     LatencyTargets,
     Performance,
@@ -112,14 +113,18 @@ def _estimate(
     bench = _Bench.checked(request_rate, burst, num_prompts, simulate_load)
     prefix = _prefix_caching(enable_prefix_caching, shared_prefix_tokens, prefix_hit_rate)
     lora = _lora(enable_lora, max_loras, max_lora_rank, max_cpu_loras, lora_dtype, lora_target_modules, fully_sharded_loras)
-    resolved, sku = _resolved(model, gpu)
+    overrides = _overrides(offload.pop("hf_overrides", None), engine, engine_version)
+    resolved, sku = _resolved(model, gpu, overrides)
     weight_offload, kv_offload = oo.offload_specs(engine, offload)
+    extra_notes = [overrides.note] if overrides else []
+    expert_offload = oo.expert_offload(engine, offload, extra_notes)
     deployment = dataclasses.replace(
         stated,
         enforce_eager=enforce_eager or None,
         disable_custom_all_reduce=disable_custom_all_reduce or None,
         lora=lora,
         weight_offload=weight_offload,
+        expert_offload=expert_offload,
         speculative=speculative.spec(resolved.spec),
         kv_offload=kv_offload,
         ep=expert_parallel_width(Engine(engine), tp, dp) if enable_expert_parallel else ep,
@@ -140,6 +145,8 @@ def _estimate(
         fail(str(exc))
     if pasted is not None:
         result = pasted.noted(result)
+    if extra_notes:
+        result = dataclasses.replace(result, notes=(*result.notes, *extra_notes))
     speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len)
     asked = _Lengths(concurrency, input_len, output_len)
     result = result if kv_dtype_stated else _kv_dtype_noted(result, resolved, deployment, sku, speed, asked, context)
@@ -200,7 +207,7 @@ _PASTED_OPTIONS = {
         "language_model_only", "kv_offloading_size", "kv_offloading_backend", "enable_hierarchical_cache",
         "hicache_ratio", "hicache_size", "lmcache_max_local_cpu_size", "lmcache_max_local_disk_size", "lmcache_chunk_size",
         "enable_prefix_caching", "max_total_tokens", "max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype",
-        "lora_target_modules", "fully_sharded_loras",
+        "lora_target_modules", "fully_sharded_loras", "hf_overrides", "kt_weight_path", "kt_num_gpu_experts", "kt_method",
     )
 }
 
@@ -308,9 +315,27 @@ def _check_ranges(sizes: dict[str, int], counts: dict[str, int | None], gibs: di
             fail(f"{name} must be a finite number of GiB >= 0, got {gib}")
 
 
-def _resolved(model: str, gpu: str | None) -> tuple[ResolvedModel, GpuSku | None]:
-    """The model and the catalog GPU the command names (none for `--gpu-memory-gib` hardware)."""
-    return resolve_model(model), resolve_gpu(gpu) if gpu is not None else None
+def _resolved(
+    model: str, gpu: str | None, overrides: ConfigOverrides | None = None
+) -> tuple[ResolvedModel, GpuSku | None]:
+    """The model (with the engine's config overrides) and the catalog GPU the command names (none for
+    `--gpu-memory-gib` hardware)."""
+    return resolve_model(model, overrides), resolve_gpu(gpu) if gpu is not None else None
+
+
+def _overrides(text: str | None, engine: str, engine_version: str | None) -> ConfigOverrides | None:
+    """--hf-overrides / --json-model-override-args, read as the engine applies them; a one-line error."""
+    if text is None:
+        return None
+    try:
+        rule = engine_profile(engine, engine_version).config_override_rule
+        values = read_overrides(text, "--hf-overrides")
+    except (ValueError, OverrideError) as exc:
+        fail(str(exc))
+    if rule is None:
+        fail(f"{engine} takes no config overrides: edit the model's config.json (give its path as MODEL)")
+    flag = "--json-model-override-args" if rule is OverrideRule.SGLANG else "--hf-overrides"
+    return ConfigOverrides(rule, values, flag)
 
 
 def _print(

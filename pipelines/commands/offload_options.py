@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from capacity.engines.kinds import Engine
-from capacity.features.offload import KVOffload, WeightOffload
+from capacity.features.offload import ExpertOffload, KVOffload, WeightOffload
 from capacity.features.offload_sizing import kv_offload_for
 from pipelines.commands.common import fail
 
@@ -65,3 +65,18 @@ def _transfer_config(text: str | None) -> tuple[str | None, dict[str, object]]:
     if not isinstance(extra, dict):
         fail("--kv-transfer-config: kv_connector_extra_config must be a JSON object")
     return config["kv_connector"], extra
+
+
+def expert_offload(engine: str, options: dict[str, Any], notes: list[str]) -> ExpertOffload | None:
+    """KTransformers' CPU experts (SGLang, on with --kt-weight-path as the engine has it); a bad value fails with
+    one line, a count without the weight path is noted (the engine ignores it)."""
+    path, count = options.get("kt_weight_path"), options.get("kt_num_gpu_experts")
+    if count is not None and count < 0:
+        fail(f"--kt-num-gpu-experts must be a number of experts >= 0, got {count}")
+    if path is None:
+        if count is not None:
+            notes.append("--kt-num-gpu-experts without --kt-weight-path: KTransformers is off (SGLang ignores it)")
+        return None
+    if engine.lower() != Engine.SGLANG:
+        fail("--kt-weight-path is KTransformers' on SGLang (--engine sglang)")
+    return ExpertOffload(count, options.get("kt_method"))

@@ -169,6 +169,14 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
         "(VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1); without it the "
         "engine refuses to start.",
     ),
+    "hf_overrides": option(
+        str | None,
+        "--hf-overrides",
+        "--json-model-override-args",
+        metavar="JSON",
+        help="Config overrides as the engine applies them (vLLM --hf-overrides, SGLang --json-model-override-args): "
+        'the length keys, rope and layers it runs with, e.g. \'{"max_position_embeddings": 131072}\'.',
+    ),
     "triton_kernels": option(
         bool | None,
         "--triton-kernels/--no-triton-kernels",
@@ -220,6 +228,21 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
         "--cpu-offload-gb",
         metavar="GIB",
         help="Weights per GPU kept in host memory (the GPU holds the rest).",
+    ),
+    "kt_weight_path": option(
+        str | None,
+        "--kt-weight-path",
+        metavar="PATH",
+        help="SGLang with KTransformers: the CPU experts' copy (turns it on; with --kt-num-gpu-experts sized).",
+    ),
+    "kt_num_gpu_experts": option(
+        int | None,
+        "--kt-num-gpu-experts",
+        metavar="N",
+        help="KTransformers: routed experts per MoE layer kept on the GPU; the others run on the CPU.",
+    ),
+    "kt_method": option(
+        str | None, "--kt-method", metavar="NAME", help="KTransformers: the CPU experts' format (host memory, not sized)."
     ),
     # speculative decoding (read by speculative.SpeculativeArgs)
     "speculative": option(

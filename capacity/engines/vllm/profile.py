@@ -44,6 +44,7 @@ from capacity.engines.vllm.weights import (
     mxfp4_expert_extra_bytes,
     triton_kernels_decides,
 )
+from capacity.hf_config.overrides import OverrideRule
 from capacity.numeric import Num, at_least, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.pool import KVPool
@@ -135,6 +136,11 @@ class VllmProfile(ProfileBase):
     def overhead_reads_moe_dispatch(self) -> bool:
         """The MoE layers of the profiling run gather every DP rank's tokens (`vllm_overhead`'s dispatch term)."""
         return True
+
+    @property
+    def config_override_rule(self) -> OverrideRule | None:
+        """`--hf-overrides` (config/model.py ModelConfig.__post_init__)."""
+        return OverrideRule.VLLM
 
     def weight_layout_extra_bytes(
         self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, triton_kernels: bool | None = None
