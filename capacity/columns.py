@@ -497,15 +497,12 @@ CONTRACT_ONLY: tuple[ContractField, ...] = (
     ContractField("b_max_dp_group", "Sequences the whole DP group holds at the context: dp x b_max."),
 )
 
+# What names a deployment's layout, in the order every answer lists it first (the contract, the fleet plan).
+LAYOUT_KEYS = ("model", "gpu", "tp", "pp", "weight_dtype", "kv_dtype")
 # The contract's keys in its own order (kept byte-identical: it predates the dictionary); each is a
 # column's `contract` name or a CONTRACT_ONLY key (tests/test_columns.py checks both ways).
 CONTRACT_KEYS = (
-    "model",
-    "gpu",
-    "tp",
-    "pp",
-    "weight_dtype",
-    "kv_dtype",
+    *LAYOUT_KEYS,
     "engine",
     "engine_version",
     "gpu_memory_utilization",

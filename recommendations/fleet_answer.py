@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from capacity.calibration import CalibrationFit
+from capacity.columns import LAYOUT_KEYS
 from capacity.planning_types import BucketPlan
 from models_registry.planning import Catalog
 from recommendations.buckets import bucket_demands, bucket_frame
@@ -35,12 +36,7 @@ PURCHASE_KEYS = (
 )
 ASSIGNMENT_KEYS = (
     "workload",
-    "model",
-    "gpu",
-    "tp",
-    "pp",
-    "weight_dtype",
-    "kv_dtype",
+    *LAYOUT_KEYS,
     "context_tokens",
     "max_model_len",
     "target_concurrency",

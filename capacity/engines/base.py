@@ -7,7 +7,7 @@ batch in flight, the pool's token slots as the printed size, start with any non-
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from capacity.dtypes import format_gib, serving_dtype
 from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, StartRequest
@@ -47,14 +47,10 @@ class ProfileBase:
     def overhead_note(self) -> str | None:
         return None
 
-    @property
-    def overhead_reads_moe_dispatch(self) -> bool:
-        return False
-
-    @property
-    def config_override_rule(self) -> OverrideRule | None:
-        """No flag overrides the config (TensorRT-LLM: edit config.json)."""
-        return None
+    # constants of the engine (the protocol's read-only properties): the overhead does not read the DP size; no flag
+    # overrides the config (TensorRT-LLM: edit config.json)
+    overhead_reads_moe_dispatch: ClassVar[bool] = False
+    config_override_rule: ClassVar[OverrideRule | None] = None
 
     def serving_dtype(self, model: ModelSpec) -> str:
         return serving_dtype(model, self.engine)

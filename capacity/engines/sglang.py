@@ -30,6 +30,7 @@ Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from capacity import engine_constants as ec
 from capacity.dtypes import format_gib
@@ -60,10 +61,8 @@ class SglangProfile(ProfileBase):
     requested_version: str | None = None
     engine: Engine = Engine.SGLANG
 
-    @property
-    def config_override_rule(self) -> OverrideRule | None:
-        """`--json-model-override-args` (srt/utils/hf_transformers/config.py get_config)."""
-        return OverrideRule.SGLANG
+    # `--json-model-override-args` (srt/utils/hf_transformers/config.py get_config)
+    config_override_rule: ClassVar[OverrideRule | None] = OverrideRule.SGLANG
 
     def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
         """`configs/mamba_utils.py` `mamba2_state_dtype`: the config's `mamba_ssm_dtype`, else float32."""

@@ -20,6 +20,7 @@ import math
 from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from functools import cache
+from typing import ClassVar
 
 from capacity import engine_constants as ec
 from capacity.dtypes import format_gib
@@ -132,15 +133,10 @@ class VllmProfile(ProfileBase):
         """The profiling run as vLLM executes it, each buffer named (capacity/engines/vllm/overhead.py)."""
         return vllm_overhead(inputs, self.release, version=self.version)
 
-    @property
-    def overhead_reads_moe_dispatch(self) -> bool:
-        """The MoE layers of the profiling run gather every DP rank's tokens (`vllm_overhead`'s dispatch term)."""
-        return True
-
-    @property
-    def config_override_rule(self) -> OverrideRule | None:
-        """`--hf-overrides` (config/model.py ModelConfig.__post_init__)."""
-        return OverrideRule.VLLM
+    # the MoE layers of the profiling run gather every DP rank's tokens (`vllm_overhead`'s dispatch term)
+    overhead_reads_moe_dispatch: ClassVar[bool] = True
+    # `--hf-overrides` (config/model.py ModelConfig.__post_init__)
+    config_override_rule: ClassVar[OverrideRule | None] = OverrideRule.VLLM
 
     def weight_layout_extra_bytes(
         self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, triton_kernels: bool | None = None
