@@ -77,6 +77,6 @@ def expert_offload(engine: str, options: dict[str, Any], notes: list[str]) -> Ex
         if count is not None:
             notes.append("--kt-num-gpu-experts without --kt-weight-path: KTransformers is off (SGLang ignores it)")
         return None
-    if engine.lower() != Engine.SGLANG:
+    if engine.lower() not in {e.value for e in Engine} or Engine(engine.lower()) is not Engine.SGLANG:
         fail("--kt-weight-path is KTransformers' on SGLang (--engine sglang)")
     return ExpertOffload(count, options.get("kt_method"))
