@@ -436,6 +436,20 @@ def output_tokens_per_second(
     return batch * p.pp / per_step
 
 
+def serving_tokens_per_second(
+    decode_tokens_per_s: float, concurrency: int, output_tokens: int, prefill_s: float
+) -> float:
+    """Output tokens/s of a closed loop of `concurrency` requests (what `vllm bench serve --max-concurrency`
+    measures), not of the decode steps alone: a generation of every running request is its output tokens' decode
+    steps plus each request's prefill, whose chunks are steps of their own beside the others (`prefill_seconds`).
+    The fit's observations are this sum (evaluation/perf_cv.py `observations_for`: a served row's throughput is
+    `o_len` decode steps plus `running` prefills beside the batch), so the factors are fitted on what this prints."""
+    if decode_tokens_per_s <= 0 or concurrency < 1 or output_tokens < 1:
+        return decode_tokens_per_s
+    generated = concurrency * output_tokens
+    return generated / (generated / decode_tokens_per_s + concurrency * prefill_s)
+
+
 def prefill_seconds(
     p: PerfInputs,
     prompt_tokens: int,
@@ -473,7 +487,7 @@ class Performance:
     output_tokens: int
     tpot_ms: float  # time per output token (ITL) at mid-generation context
     ttft_ms: float  # steady-state time to first token (prefill sharing steps with the running batch)
-    output_tokens_per_second: float  # per replica
+    output_tokens_per_second: float  # per replica, a closed loop's (`serving_tokens_per_second`)
     decode_step_bytes: float
     decode_step_flops: float
     memory_bound: bool
@@ -483,6 +497,7 @@ class Performance:
     decode_compute_ms: float = 0.0  # FLOPs / achievable compute
     decode_comm_ms: float = 0.0  # TP all-reduces and expert parallel's all-to-all
     prefill_chunks: int = 0
+    prefill_ms: float = 0.0  # one prompt's prefill steps beside the running batch (TTFT less the request overhead)
     inputs: PerfInputs | None = None
     notes: tuple[str, ...] = ()
     speculation: SpeculativeSpeed | None = None  # how speculative decoding changed TPOT (`features.speculative_speed`)
@@ -521,10 +536,11 @@ def performance(
     p = inputs if inputs is not None else perf_inputs(model, est, gpu, weight_dtype)
     context = input_tokens + output_tokens // 2
     tpot = float(tpot_seconds(p, concurrency, context, eff))
-    throughput = float(output_tokens_per_second(p, concurrency, context, eff))
     cached = est.prefix_caching.hit_tokens(prefix_cache_rule(Engine(est.engine)), input_tokens, est.block_size)
-    ttft = prefill_seconds(p, input_tokens, chunk_tokens, concurrency - 1, context, eff, cached)
-    ttft += eff.request_overhead_s
+    prefill = prefill_seconds(p, input_tokens, chunk_tokens, concurrency - 1, context, eff, cached)
+    decoding = float(output_tokens_per_second(p, concurrency, context, eff))
+    throughput = serving_tokens_per_second(decoding, concurrency, output_tokens, prefill)
+    ttft = prefill + eff.request_overhead_s
     decode_bytes = float(step_bytes(p, concurrency, concurrency, context))
     decode_flops = float(step_flops(p, concurrency, context))
     memory = decode_bytes / (eff.memory_bandwidth * p.bandwidth_bytes_per_s)
@@ -546,6 +562,7 @@ def performance(
         decode_compute_ms=compute * 1e3,
         decode_comm_ms=float(allreduce_seconds(p, concurrency, eff) + all_to_all_seconds(p, concurrency, eff)) * 1e3,
         prefill_chunks=cdiv(input_tokens - cached, max(1, chunk_tokens - (concurrency - 1))),
+        prefill_ms=prefill * 1e3,
         inputs=p,
         notes=p.notes,
     )

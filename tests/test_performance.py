@@ -126,7 +126,11 @@ def test_estimate_speed_for_llama_8b_on_h100() -> None:
     memory_s = read / (DEFAULT_EFFICIENCY.memory_bandwidth * 3350e9)
     assert pf.memory_bound
     assert pf.tpot_ms == pytest.approx((memory_s + DEFAULT_EFFICIENCY.step_overhead_s) * 1e3)
-    assert pf.output_tokens_per_second == pytest.approx(64 / (pf.tpot_ms / 1e3))
+    # a closed loop's generation: 256 decode steps plus each of the 64 prompts' prefill beside the others
+    generation_s = 256 * pf.tpot_ms / 1e3 + 64 * pf.prefill_ms / 1e3
+    assert pf.output_tokens_per_second == pytest.approx(64 * 256 / generation_s)
+    assert pf.output_tokens_per_second < 64 / (pf.tpot_ms / 1e3)  # below the decode steps' own rate
+    assert pf.ttft_ms == pytest.approx(pf.prefill_ms + DEFAULT_EFFICIENCY.request_overhead_s * 1e3)
     assert pf.ttft_ms > 0 and pf.prefill_chunks == 1
 
 

@@ -30,6 +30,7 @@ from capacity.performance import (
     Performance,
     estimate_kv_element_bytes,
     pipeline_seconds,
+    serving_tokens_per_second,
     step_seconds,
 )
 from capacity.spec import DeploymentSpec, ModelSpec
@@ -121,7 +122,9 @@ def at_acceptance(
     return replace(
         base,
         tpot_ms=speed.tpot_ms,
-        output_tokens_per_second=batch * p.pp * tokens / step,
+        output_tokens_per_second=serving_tokens_per_second(
+            batch * p.pp * tokens / step, batch, base.output_tokens, base.prefill_ms / 1e3
+        ),
         speculation=speed,
     )
 
