@@ -133,3 +133,14 @@ def test_the_cli_and_a_pasted_command_apply_the_overrides() -> None:
     for bad, words in ((["--hf-overrides", "[1]"], "JSON object"), (["--engine", "trtllm", "--hf-overrides", "{}"], "edit")):
         run = _cli("Qwen/Qwen3-8B", "--gpu", "h100-sxm-80gb", *bad)
         assert run.returncode == 2 and run.stderr.count("\n") == 1 and words in run.stderr, run.stderr
+
+
+def test_limits_takes_the_overrides_too() -> None:
+    code = "from pipelines.cli import main; main()"
+    args = ["limits", "Qwen/Qwen3-8B", "--gpu", "h100-sxm-80gb", "--concurrency", "1", "--json"]
+    lengthened = json.dumps({"max_position_embeddings": 131072})
+    runs = [subprocess.run([sys.executable, "-c", code, *args, *extra], capture_output=True, text=True, check=False)
+            for extra in ([], ["--hf-overrides", lengthened])]  # fmt: skip
+    plain, overridden = (json.loads(run.stdout) for run in runs)
+    assert plain["model_context_limit"] == 40960 and overridden["model_context_limit"] == 131072
+    assert overridden["limits"][0]["effective_limit"] == 131072

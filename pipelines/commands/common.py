@@ -132,6 +132,25 @@ def resolve_model(ref: str, overrides: ConfigOverrides | None = None) -> Resolve
         fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
 
+def config_overrides(text: str | None, engine: str, engine_version: str | None) -> ConfigOverrides | None:
+    """--hf-overrides / --json-model-override-args, read as the engine applies them (None: not given); a one-line
+    error where the JSON is not an object of config keys or the engine takes no overrides."""
+    from capacity.engines.registry import engine_profile
+    from capacity.hf_config.overrides import ConfigOverrides, OverrideError, OverrideRule, read_overrides
+
+    if text is None:
+        return None
+    try:
+        rule = engine_profile(engine, engine_version).config_override_rule
+        values = read_overrides(text, "--hf-overrides")
+    except (ValueError, OverrideError) as exc:
+        fail(str(exc))
+    if rule is None:
+        fail(f"{engine} takes no config overrides: edit the model's config.json (give its path as MODEL)")
+    flag = "--json-model-override-args" if rule is OverrideRule.SGLANG else "--hf-overrides"
+    return ConfigOverrides(rule, values, flag)
+
+
 def resolve_gpu(name: str) -> GpuSku:
     """A catalog GPU by id, name or alias (nvidia-smi / DCGM names too); a one-line error."""
     from models_registry.sources.gpu_catalog import find_gpu_sku

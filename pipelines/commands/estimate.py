@@ -21,7 +21,7 @@ from capacity.explain import derivation, speed_derivation
 from capacity.features.lora import LoraSpec, lora_spec
 from capacity.features.parallel_layout import expert_parallel_width
 from capacity.features.prefix_caching import PrefixCaching
-from capacity.hf_config.overrides import ConfigOverrides, OverrideError, OverrideRule, read_overrides
+from capacity.hf_config.overrides import ConfigOverrides
 from capacity.performance import (
     LatencyTargets,
     Performance,
@@ -34,7 +34,7 @@ from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.serving.targets import WithinTargets, batch_within_targets
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from pipelines.commands import offload_options as oo
-from pipelines.commands.common import estimate_resolved, fail, resolve_gpu, resolve_model
+from pipelines.commands.common import config_overrides, estimate_resolved, fail, resolve_gpu, resolve_model
 from pipelines.commands.options import ESTIMATE_OPTIONS, dtype_name, stated_deployment, takes
 from pipelines.commands.speculative import SpeculativeArgs
 
@@ -113,7 +113,7 @@ def _estimate(
     bench = _Bench.checked(request_rate, burst, num_prompts, simulate_load)
     prefix = _prefix_caching(enable_prefix_caching, shared_prefix_tokens, prefix_hit_rate)
     lora = _lora(enable_lora, max_loras, max_lora_rank, max_cpu_loras, lora_dtype, lora_target_modules, fully_sharded_loras)
-    overrides = _overrides(offload.pop("hf_overrides", None), engine, engine_version)
+    overrides = config_overrides(offload.pop("hf_overrides", None), engine, engine_version)
     resolved, sku = _resolved(model, gpu, overrides)
     weight_offload, kv_offload = oo.offload_specs(engine, offload)
     extra_notes = [overrides.note] if overrides else []
@@ -321,21 +321,6 @@ def _resolved(
     """The model (with the engine's config overrides) and the catalog GPU the command names (none for
     `--gpu-memory-gib` hardware)."""
     return resolve_model(model, overrides), resolve_gpu(gpu) if gpu is not None else None
-
-
-def _overrides(text: str | None, engine: str, engine_version: str | None) -> ConfigOverrides | None:
-    """--hf-overrides / --json-model-override-args, read as the engine applies them; a one-line error."""
-    if text is None:
-        return None
-    try:
-        rule = engine_profile(engine, engine_version).config_override_rule
-        values = read_overrides(text, "--hf-overrides")
-    except (ValueError, OverrideError) as exc:
-        fail(str(exc))
-    if rule is None:
-        fail(f"{engine} takes no config overrides: edit the model's config.json (give its path as MODEL)")
-    flag = "--json-model-override-args" if rule is OverrideRule.SGLANG else "--hf-overrides"
-    return ConfigOverrides(rule, values, flag)
 
 
 def _print(

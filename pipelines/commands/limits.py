@@ -20,7 +20,14 @@ from capacity.engines import Engine
 from capacity.estimate import Estimate
 from capacity.grid import TARGET_CONCURRENCIES
 from capacity.spec import DeploymentSpec, GpuSku, SpecError
-from pipelines.commands.common import estimate_resolved, fail, published_or_none, resolve_gpu, resolve_model
+from pipelines.commands.common import (
+    config_overrides,
+    estimate_resolved,
+    fail,
+    published_or_none,
+    resolve_gpu,
+    resolve_model,
+)
 from pipelines.commands.options import LIMITS_OPTIONS, stated_deployment, takes
 from recommendations.limits import estimate_limits
 
@@ -59,7 +66,8 @@ def limits(**options: Any) -> None:
         fail(f"--concurrency must be a positive integer, got {min(wanted)}")
     if max_model_len is not None and max_model_len < 1 and max_model_len != -1:
         fail(f"--max-model-len must be a positive integer or -1, got {max_model_len}")
-    resolved, sku = resolve_model(options["model"]), resolve_gpu(gpu)
+    overrides = config_overrides(options["hf_overrides"], options["engine"], options["engine_version"])
+    resolved, sku = resolve_model(options["model"], overrides), resolve_gpu(gpu)
     deployment = stated_deployment(options)
     notes: list[str] = []
     est = _sized(resolved, deployment, sku)

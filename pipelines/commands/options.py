@@ -505,7 +505,7 @@ WAREHOUSE = aliased(WarehouseOption)
 LIMITS_OPTIONS = {
     "model": argument(str, default=REQUIRED, metavar="MODEL", help="Registry id, or a path to a config.json."),
     **shared("gpu", "tp", "pp", "dtype", "kv_dtype", "engine", "engine_version", "max_model_len"),
-    **shared("gpu_memory_utilization"),
+    **shared("gpu_memory_utilization", "hf_overrides"),
     "concurrency": option(
         list[int] | None,
         "--concurrency",
