@@ -14,10 +14,10 @@ tests/test_engine_oracle_start.py runs vLLM 0.33's own override steps and length
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from click.testing import Result
+from typer.testing import CliRunner
 
 from capacity.estimate import estimate
 from capacity.hf_config.overrides import (
@@ -29,6 +29,7 @@ from capacity.hf_config.overrides import (
 )
 from capacity.spec import DeploymentSpec, GpuSku, SpecError
 from models_registry.resolve import load_model
+from pipelines.cli import app
 
 H100 = GpuSku(id="test-h100", name="H100", vendor="nvidia", memory_total_bytes=80 * 2**30, architecture="hopper")
 YARN_4 = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
@@ -110,9 +111,8 @@ def test_overrides_do_not_reach_the_file() -> None:
     assert json.dumps(load_model("Qwen/Qwen3-8B").spec.notes) == before
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    code = "from pipelines.cli import main; main()"
-    return subprocess.run([sys.executable, "-c", code, "estimate", *args], capture_output=True, text=True, check=False)
+def _cli(*args: str, command: str = "estimate") -> Result:
+    return CliRunner().invoke(app, [command, *args])
 
 
 def test_the_cli_and_a_pasted_command_apply_the_overrides() -> None:
@@ -121,7 +121,7 @@ def test_the_cli_and_a_pasted_command_apply_the_overrides() -> None:
     pasted = _cli("--from-command", f"vllm serve Qwen/Qwen3-8B --max-model-len 131072 --hf-overrides '{lengthened}'",
                   "--gpu", "h100-sxm-80gb", "--json")  # fmt: skip
     for run in (direct, pasted):
-        assert run.returncode == 0, run.stderr
+        assert run.exit_code == 0, run.output
         out = json.loads(run.stdout)
         assert out["starts"] and out["modelled"], out["reason"]
         assert "config.json overridden by --hf-overrides: max_position_embeddings" in out["notes"]
@@ -129,18 +129,16 @@ def test_the_cli_and_a_pasted_command_apply_the_overrides() -> None:
     assert not plain["starts"] and "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in plain["reason"]
     sglang = _cli("--from-command", "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --context-length 131072 "
                   f"--json-model-override-args '{lengthened}'", "--gpu", "h100-sxm-80gb", "--json")  # fmt: skip
-    assert sglang.returncode == 0 and json.loads(sglang.stdout)["starts"], sglang.stderr
+    assert sglang.exit_code == 0 and json.loads(sglang.stdout)["starts"], sglang.output
     for bad, words in ((["--hf-overrides", "[1]"], "JSON object"), (["--engine", "trtllm", "--hf-overrides", "{}"], "edit")):
         run = _cli("Qwen/Qwen3-8B", "--gpu", "h100-sxm-80gb", *bad)
-        assert run.returncode == 2 and run.stderr.count("\n") == 1 and words in run.stderr, run.stderr
+        assert run.exit_code == 2 and run.stderr.count("\n") == 1 and words in run.stderr, run.output
 
 
 def test_limits_takes_the_overrides_too() -> None:
-    code = "from pipelines.cli import main; main()"
-    args = ["limits", "Qwen/Qwen3-8B", "--gpu", "h100-sxm-80gb", "--concurrency", "1", "--json"]
+    args = ["Qwen/Qwen3-8B", "--gpu", "h100-sxm-80gb", "--concurrency", "1", "--json"]
     lengthened = json.dumps({"max_position_embeddings": 131072})
-    runs = [subprocess.run([sys.executable, "-c", code, *args, *extra], capture_output=True, text=True, check=False)
-            for extra in ([], ["--hf-overrides", lengthened])]  # fmt: skip
+    runs = [_cli(*args, *extra, command="limits") for extra in ([], ["--hf-overrides", lengthened])]
     plain, overridden = (json.loads(run.stdout) for run in runs)
     assert plain["model_context_limit"] == 40960 and overridden["model_context_limit"] == 131072
     assert overridden["limits"][0]["effective_limit"] == 131072

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from capacity.engines.command_line import read_command
 from capacity.engines.kinds import Engine
@@ -44,6 +45,7 @@ from capacity.offload_procurement import (
 from capacity.spec import DeploymentSpec, GpuSku, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
+from pipelines.cli import app
 from tests.conftest import require_oracle_venv, run_in_oracle_venv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,16 +205,17 @@ def test_ktransformers_flags_from_a_pasted_command_and_the_cli() -> None:
     )
     assert sg.options == {"kt_method": "AMXINT8", "kt_weight_path": "/m/int8", "kt_num_gpu_experts": 32}
     assert not sg.unsized
-    run = _cli("Qwen/Qwen3-30B-A3B", "--gpu", "h100-sxm-80gb", "--engine", "sglang", "--kt-weight-path", "/m/int8",
-               "--kt-num-gpu-experts", "32", "--json")  # fmt: skip
-    assert run.returncode == 0, run.stderr
+    cli = CliRunner()
+    run = cli.invoke(app, ["estimate", "Qwen/Qwen3-30B-A3B", "--gpu", "h100-sxm-80gb", "--engine", "sglang",
+                           "--kt-weight-path", "/m/int8", "--kt-num-gpu-experts", "32", "--json"])  # fmt: skip
+    assert run.exit_code == 0, run.output
     assert json.loads(run.stdout)["weights_bytes_per_gpu"] < 20 * GIB
     for bad, words in (
         (["--engine", "vllm"], "KTransformers' on SGLang"),
         (["--engine", "sglang", "--kt-num-gpu-experts", "-1"], "must be a number of experts >= 0"),
     ):
-        failed = _cli("Qwen/Qwen3-30B-A3B", "--gpu", "h100-sxm-80gb", "--kt-weight-path", "/m", *bad)
-        assert failed.returncode == 2 and failed.stderr.count("\n") == 1 and words in failed.stderr, failed.stderr
+        failed = cli.invoke(app, ["estimate", "Qwen/Qwen3-30B-A3B", "--gpu", "h100-sxm-80gb", "--kt-weight-path", "/m", *bad])
+        assert failed.exit_code == 2 and failed.stderr.count("\n") == 1 and words in failed.stderr, failed.output
 
 
 # --- which offload a deployment's flags ask for ------------------------------------------------------------
