@@ -135,6 +135,13 @@ def relation_result(
     return dg.MaterializeResult(asset_key=key(layer, table), metadata=relation_metadata(con, layer, table, extra))
 
 
+def warning_result(problems: str | None, metadata: Mapping[str, Any]) -> dg.AssetCheckResult:
+    """A warning check's result: it passes exactly when it has no problem to describe."""
+    return dg.AssetCheckResult(
+        passed=problems is None, severity=dg.AssetCheckSeverity.WARN, description=problems, metadata=metadata
+    )
+
+
 _RELATION = r"(raw|staging|marts)\.([a-z_][a-z0-9_]*)"
 _READS = re.compile(rf"\b(?:from|join)\s+{_RELATION}", re.IGNORECASE)
 _CREATES = re.compile(

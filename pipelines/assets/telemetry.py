@@ -28,7 +28,7 @@ import duckdb
 import polars as pl
 
 from models_registry.planning import Catalog, catalog
-from pipelines.assets.common import describe, key, relation_result, sql_asset
+from pipelines.assets.common import describe, key, relation_result, sql_asset, warning_result
 from pipelines.executor import warehouse_multiprocess_executor
 from pipelines.resources import PlanningResource, WarehouseResource
 from telemetry import IngestResult, check_reconciliation
@@ -288,16 +288,14 @@ def prediction_drift(planning: PlanningResource, warehouse: WarehouseResource) -
         for d in drifted[:20]
     ]
     worst = ", ".join(f"{d['deployment_id']} (KV pool {_pct(d['kv_pool_error'])})" for d in drifted[:3])
-    return dg.AssetCheckResult(
-        passed=not drifted,
-        severity=dg.AssetCheckSeverity.WARN,
-        description=(
+    return warning_result(
+        (
             f"{len(drifted)} of {int(n or 0)} deployments off by more than {planning.drift_threshold_pct} %: {worst}"
             + (", ..." if len(drifted) > 3 else "")
             if drifted
             else None
         ),
-        metadata={
+        {
             "threshold_pct": planning.drift_threshold_pct,
             "deployments_compared": int(n or 0),
             "drifting": len(drifted),
