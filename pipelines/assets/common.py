@@ -9,7 +9,8 @@ drift from the SQL. Python assets write frames with `warehouse.sql.load_frame` a
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from functools import cache
 from typing import Any
 
@@ -46,6 +47,16 @@ def key(layer: str, table: str) -> dg.AssetKey:
 def describe(layer: str, table: str) -> str:
     """An asset's description: the header comment of its SQL file (grain and columns)."""
     return header_comment(read_sql(layer, table))
+
+
+REGISTRY_DEPS = [key("raw", "models"), key("raw", "gpus")]
+
+
+def raw_spec(
+    table: str, deps: Sequence[dg.AssetKey], kinds: AbstractSet[str] = frozenset({"duckdb", "polars"})
+) -> dg.AssetSpec:
+    """A raw table a multi-asset writes: described by its SQL file, after the relations it reads."""
+    return dg.AssetSpec(key("raw", table), description=describe("raw", table), deps=list(deps), kinds=set(kinds))
 
 
 def _cell(value: object) -> str:

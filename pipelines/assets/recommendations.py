@@ -13,8 +13,8 @@ import dagster as dg
 import polars as pl
 
 from capacity.planning_types import BucketPlan
-from pipelines.assets.common import describe, key, relation_result, sql_asset, warning_result
-from pipelines.assets.telemetry import REGISTRY_DEPS, run_catalog
+from pipelines.assets.common import REGISTRY_DEPS, describe, key, raw_spec, relation_result, sql_asset, warning_result
+from pipelines.assets.telemetry import run_catalog
 from pipelines.resources import PlanningResource, WarehouseResource
 from recommendations.admission import admission_budgets as budgets_frame
 from recommendations.buckets import bucket_demands, bucket_frame
@@ -42,12 +42,7 @@ PLACEMENT_TABLES = (
 @dg.multi_asset(
     name="effective_context_limits",
     specs=[
-        dg.AssetSpec(
-            key("raw", table),
-            description=describe("raw", table),
-            deps=[key("raw", "telemetry_deployments"), key("raw", "calibration"), *REGISTRY_DEPS],
-            kinds={"duckdb", "polars"},
-        )
+        raw_spec(table, [key("raw", "telemetry_deployments"), key("raw", "calibration"), *REGISTRY_DEPS])
         for table in ("effective_context_limits", LIMITS_TABLE, MAP_TABLE)
     ],
     group_name=RECOMMENDATIONS_GROUP,
@@ -133,12 +128,7 @@ def admission_budgets(planning: PlanningResource, warehouse: WarehouseResource) 
 @dg.multi_asset(
     name="recommendations",
     specs=[
-        dg.AssetSpec(
-            key("raw", table),
-            description=describe("raw", table),
-            deps=[key("raw", "calibration"), *REGISTRY_DEPS],
-            kinds={"duckdb", "polars"},
-        )
+        raw_spec(table, [key("raw", "calibration"), *REGISTRY_DEPS])
         for table in PLACEMENT_TABLES
     ],
     group_name=RECOMMENDATIONS_GROUP,
