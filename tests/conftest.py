@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from models_registry import db
 
+ROOT = Path(__file__).resolve().parent.parent  # the repository
 FIXTURES = Path(__file__).parent / "fixtures"
 PG_ENV = "CAPPLAN_TEST_PG_URL"
 
@@ -39,7 +40,7 @@ def _in_ci() -> bool:
 
 
 ORACLE_PYTHON = Path(
-    os.environ.get("ENGINE_ORACLE_PYTHON", str(Path(__file__).resolve().parents[1] / ".venv-oracle" / "bin" / "python"))
+    os.environ.get("ENGINE_ORACLE_PYTHON", str(ROOT / ".venv-oracle" / "bin" / "python"))
 )
 
 

@@ -17,6 +17,7 @@ import warehouse.capacity_grid as warehouse_grid
 from capacity import columns as cols
 from capacity.grid import build_capacity_grid, grid_tables
 from pipelines.cli import app
+from tests.conftest import ROOT
 from tests.test_grid import gpus, models
 from warehouse.sql import (
     DICTIONARY_COMMENTS,
@@ -27,7 +28,6 @@ from warehouse.sql import (
     read_sql,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 RUN = ["run_id", "run_date"]
 MART_GRID = [c.name for c in cols.MART_GRID_COLUMNS]
 MART_DEPLOYMENTS = [c.name for c in cols.MART_DEPLOYMENT_COLUMNS]

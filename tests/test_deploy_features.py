@@ -20,10 +20,11 @@ from capacity.engines.command_line import read_command
 from capacity.engines.kinds import Engine
 from capacity.features.lora import AdapterSet, lora_spec
 from capacity.features.lora_spec import LoraSpec
-from capacity.features.speculative import SpecMethod, SpeculativeSpec, from_sglang_flags, from_vllm_config
+from capacity.features.speculative import SpecMethod, SpeculativeSpec, from_vllm_config
 from capacity.placement import place
 from capacity.planning_types import DTYPE_POLICIES, WorkloadProfile
 from capacity.spec import GpuSku
+from pipelines.commands.speculative import SpeculativeArgs
 from recommendations.deploy import DeployError, ServingPlan, engine_command
 from tests.handmade import dense_spec
 
@@ -80,13 +81,7 @@ def test_sglang_command_reads_back_to_the_plans_lora_and_speculative_specs() -> 
         assert "--max-loras-per-batch" in line.argv and "--max-loaded-loras" in line.argv
         o: dict[str, Any] = read_command(line.text).options
         assert _lora_read_back(o) == plan.lora
-        back = from_sglang_flags(
-            str(o["speculative_algorithm"]),
-            o.get("speculative_draft_model_path"),
-            o.get("speculative_num_steps"),
-            o.get("speculative_eagle_topk"),
-            o.get("speculative_num_draft_tokens"),
-        )
+        back = SpeculativeArgs.pop(dict(o)).sglang_spec(str(o["speculative_algorithm"]), None)
         assert back == plan.speculative
 
 

@@ -20,7 +20,6 @@ SGLang 0.5.23: python/sglang/srt/models/ has no Jamba class (and configs/hybrid_
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -34,8 +33,7 @@ from capacity.spec import DeploymentSpec, ModelSpec
 from models_registry.resolve import load_model
 from models_registry.sources.bundled import read_catalog_entries
 from models_registry.sources.gpu_catalog import find_gpu_sku
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT
 
 # (engine, repo id) left flagged "not modelled" at the grid's releases, each with why; empty is the goal
 ALLOWED_FLAGGED: dict[tuple[Engine, str], str] = {}

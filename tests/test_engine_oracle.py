@@ -27,7 +27,6 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,12 +38,11 @@ from capacity.kv_bytes import kv_heads_per_gpu
 from capacity.numeric import cdiv
 from capacity.parallel import valid_tp_sizes
 from capacity.spec import DeploymentSpec, GpuSku, KVKind, ModelSpec, SpecError
-from tests.conftest import require_oracle_venv, run_in_oracle_venv
+from tests.conftest import ROOT, require_oracle_venv, run_in_oracle_venv
 from tests.estimating import estimate_model
 
 pytestmark = pytest.mark.engine_oracle
 
-ROOT = Path(__file__).resolve().parent.parent
 CATALOG = ROOT / "models_registry" / "catalog"
 RUNNER = ROOT / "tools" / "engine_oracle" / "vllm_oracle.py"
 MARKER = "@@vllm-oracle@@ "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,11 +23,10 @@ from capacity.hf_config import parse_config
 from capacity.hf_config.overrides import OverrideRule
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec
 from models_registry.sources.bundled import read_catalog_entries
-from tests.conftest import require_oracle_venv, run_in_oracle_venv
+from tests.conftest import ROOT, require_oracle_venv, run_in_oracle_venv
 
 pytestmark = pytest.mark.engine_oracle
 
-ROOT = Path(__file__).resolve().parent.parent
 RUNNER = ROOT / "tools" / "engine_oracle" / "start_checks_oracle.py"
 MARKER = "@@start-oracle@@ "
 ENGINE_SENTENCE = re.compile(

@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -46,9 +45,8 @@ from capacity.spec import DeploymentSpec, GpuSku, SpecError
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
-from tests.conftest import require_oracle_venv, run_in_oracle_venv
+from tests.conftest import ROOT, require_oracle_venv, run_in_oracle_venv
 
-ROOT = Path(__file__).resolve().parents[1]
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 PER_TOKEN = 131_072
 GIB = 1 << 30

@@ -15,7 +15,6 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,7 +38,7 @@ from capacity.planning_types import WorkloadProfile
 from capacity.spec import DeploymentSpec, ModelSpec, SpecError
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from recommendations.workloads import parse_workloads
-from tests.conftest import SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv, run_sglang_in_oracle_venv
+from tests.conftest import ROOT, SGLANG_CPU_PREAMBLE, require_oracle_venv, run_in_oracle_venv, run_sglang_in_oracle_venv
 from tests.test_engine_oracle import (
     OracleCase,
     capplan_result,
@@ -49,7 +48,6 @@ from tests.test_engine_oracle import (
     run_oracle,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "models_registry" / "catalog" / "configs"
 RUNNER = ROOT / "tools" / "engine_oracle" / "vllm_oracle.py"
 GIB = 2**30

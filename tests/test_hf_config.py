@@ -64,10 +64,15 @@ def test_llama_2_7b_mha_seed_check() -> None:
     assert not s.is_generic and s.quantization is None
 
 
-def test_llama_3_8b() -> None:
-    s = spec("llama-meta-llama-3-8b")
-    assert_uniform(s, KVKind.FULL, 8, 128, 128, None)
-    assert s.context_limit_tokens == 8192
+@pytest.mark.parametrize(
+    ("name", "kv_heads", "context_tokens"),
+    [("llama-meta-llama-3-8b", 8, 8192), ("phi3-phi-4", 10, 16_384)],
+)
+def test_full_attention_gqa_and_context(name: str, kv_heads: int, context_tokens: int) -> None:
+    """Llama 3 8B, Phi-4: grouped KV heads of 128 on every layer, the context from max_position_embeddings."""
+    s = spec(name)
+    assert_uniform(s, KVKind.FULL, kv_heads, 128, 128, None)
+    assert s.context_limit_tokens == context_tokens
 
 
 def test_llama_3_1_8b_kv_and_llama3_rope() -> None:
@@ -325,12 +330,6 @@ def test_phi3_mini_4k_sliding_2047_on_every_layer() -> None:
     assert s.family == "phi3"
     assert_uniform(s, KVKind.SLIDING, 32, 96, 96, 2047)  # D = 3072 / 32
     assert kv_elements_per_token(s) == 32 * 32 * 192 == 196_608
-
-
-def test_phi4_full_attention_gqa() -> None:
-    s = spec("phi3-phi-4")
-    assert_uniform(s, KVKind.FULL, 10, 128, 128, None)
-    assert s.context_limit_tokens == 16_384
 
 
 def test_phi3_longrope_note() -> None:

@@ -23,12 +23,11 @@ from typer.testing import CliRunner
 from capacity.engines.registry import engine_profile
 from models_registry.sources.gpu_catalog import find_gpu_sku
 from pipelines.cli import app
-from tests.conftest import ORACLE_PYTHON, require_oracle_venv, run_sglang_in_oracle_venv
+from tests.conftest import ORACLE_PYTHON, ROOT, require_oracle_venv, run_sglang_in_oracle_venv
 from tests.test_engine_sglang import _ORACLE_SCRIPT as _sglang_oracle
 from tests.test_telemetry_support import gib, ingest, only_observation
 
 GIB = 1 << 30
-ROOT = Path(__file__).resolve().parent.parent
 RUNNER = ROOT / "tools" / "engine_oracle" / "vllm_memory_oracle.py"
 MARKER = "@@vllm-memory@@ "
 WEIGHTS, ACTIVATION, NON_TORCH = 16 * GIB, 2 * GIB + 12345, 300 * (1 << 20)

@@ -14,7 +14,6 @@ import itertools
 import json
 import math
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -25,10 +24,9 @@ from capacity.serving import rules as serving_rules
 from capacity.serving.sim import UnitCounter
 from capacity.spec import DeploymentSpec, GpuSku, KVKind, SpecError
 from models_registry.sources.gpu_catalog import find_gpu_sku
-from tests.conftest import ORACLE_PYTHON, require_oracle_venv
+from tests.conftest import ORACLE_PYTHON, ROOT, require_oracle_venv
 from tests.handmade import dense_spec
 
-ROOT = Path(__file__).resolve().parent.parent
 EFF = PerfEfficiency(memory_bandwidth=0.5, compute=0.5, step_overhead_s=0.001, allreduce_latency_s=0.0, source="test")
 # a round-numbers GPU: 1,000 GB/s, 100 TFLOPS (100 GiB: vLLM's >= 70 GiB batch defaults)
 GPU = GpuSku(

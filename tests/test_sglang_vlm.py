@@ -25,9 +25,8 @@ from capacity.hf_config import parse_config
 from capacity.spec import DeploymentSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku
-from tests.conftest import ORACLE_PYTHON, require_oracle_venv
+from tests.conftest import ORACLE_PYTHON, ROOT, require_oracle_venv
 
-ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "models_registry" / "catalog" / "configs"
 
 

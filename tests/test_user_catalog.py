@@ -32,9 +32,8 @@ from models_registry.sources.user_catalog import (
     gpu_catalog_for,
 )
 from pipelines.cli import app
-from tests.conftest import require_extra
+from tests.conftest import ROOT, require_extra
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "docs" / "examples" / "user-catalog.yaml"
 USER_ENV = "CAPPLAN_USER_CATALOG"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"

@@ -23,9 +23,8 @@ from capacity.dtypes import GIB
 from capacity.engines.vllm.overhead import profiling_buffers, runs_v2_model_runner, sampler_units
 from evaluation.measurements import load_measurements
 from models_registry.resolve import load_model
-from tests.conftest import ORACLE_PYTHON, require_oracle_venv
+from tests.conftest import ORACLE_PYTHON, ROOT, require_oracle_venv
 
-ROOT = Path(__file__).resolve().parents[1]
 RUNNER = ROOT / "tools" / "engine_oracle" / "vllm_sampler_peak.py"
 # unpacked older wheels (pip download vllm==X --no-deps; unzip vllm/v1/sample/* vllm/v1/worker/* vllm/envs.py):
 # one folder per version under this path; optional (the installed 0.33.0 is always measured)

@@ -50,8 +50,6 @@ class Kind:
         return LayerKVSpec(index, FullAttention(*heads))
 
 
-FULL = Kind(Mixer.FULL)
-
 Built = tuple[list[LayerKVSpec], list[LayerParams], int]  # layers, per-layer params, extra params
 
 
@@ -177,7 +175,7 @@ class Family:
 
     def default_kinds(self, m: Model) -> list[Kind]:
         # known families slide only where `layer_types` says so
-        return [FULL] * m.num_layers
+        return [Kind(Mixer.FULL)] * m.num_layers
 
     def window(self, m: Model) -> int:
         return m.cfg.integer("sliding_window", hi=MAX_POSITIONS)
@@ -398,7 +396,7 @@ class SlidesEveryLayer(Family):
     def default_kinds(self, m: Model) -> list[Kind]:
         if m.cfg.has("sliding_window"):
             return [Kind(Mixer.SLIDING, self.window(m))] * m.num_layers
-        return [FULL] * m.num_layers
+        return [Kind(Mixer.FULL)] * m.num_layers
 
 
 class SlidesFromMaxWindowLayers(Family):
@@ -410,8 +408,8 @@ class SlidesFromMaxWindowLayers(Family):
         if c.flag("use_sliding_window", False) and c.has("sliding_window"):
             w = self.window(m)
             first = c.integer("max_window_layers", 28, lo=0, hi=MAX_LAYERS)
-            return [Kind(Mixer.SLIDING, w) if i >= first else FULL for i in range(m.num_layers)]
-        return [FULL] * m.num_layers
+            return [Kind(Mixer.SLIDING, w) if i >= first else Kind(Mixer.FULL) for i in range(m.num_layers)]
+        return [Kind(Mixer.FULL)] * m.num_layers
 
 
 class SlidesPeriodically(Family):
@@ -423,4 +421,4 @@ class SlidesPeriodically(Family):
     def default_kinds(self, m: Model) -> list[Kind]:
         w = self.window(m)
         period = self.period(m)
-        return [Kind(Mixer.SLIDING, w) if (i + 1) % period else FULL for i in range(m.num_layers)]
+        return [Kind(Mixer.SLIDING, w) if (i + 1) % period else Kind(Mixer.FULL) for i in range(m.num_layers)]

@@ -7,7 +7,6 @@ from typing import Any
 
 from capacity.hf_config import vision
 from capacity.hf_config.family import (
-    FULL,
     Built,
     Family,
     Kind,
@@ -79,7 +78,7 @@ class Gemma4(SlidesPeriodically):
 
     def layer_kinds(self, m: Model) -> list[Kind]:
         kinds = super().layer_kinds(m)
-        kinds[-1] = FULL  # transformers forces the last Gemma 4 layer to full attention
+        kinds[-1] = Kind(Mixer.FULL)  # transformers forces the last Gemma 4 layer to full attention
         return kinds
 
     def build(self, m: Model, kinds: list[Kind]) -> Built:

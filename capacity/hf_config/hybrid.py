@@ -10,7 +10,6 @@ from enum import StrEnum
 from capacity.hf_config import vision
 from capacity.hf_config.family import (
     EXPERT_KEYS,
-    FULL,
     Built,
     Family,
     Kind,
@@ -49,7 +48,7 @@ class Jamba(Family):
         offset = c.integer("attn_layer_offset", 4, lo=0, hi=MAX_LAYERS)
         if offset >= period:
             m.fail(f"`attn_layer_offset` ({offset}) must be smaller than `attn_layer_period` ({period})")
-        return [FULL if i % period == offset else Kind(Mixer.STATE) for i in range(m.num_layers)]
+        return [Kind(Mixer.FULL) if i % period == offset else Kind(Mixer.STATE) for i in range(m.num_layers)]
 
     def build(self, m: Model, kinds: list[Kind]) -> Built:
         c = m.cfg
@@ -204,7 +203,7 @@ class NemotronH(Family):
                     _state_layer(i, conv_dim * kernel, inner * d_state, kernel, StateMixer.MAMBA2, groups, d_state)
                 )
             elif block is Block.ATTENTION:
-                kind = kinds[i] if kinds[i].mixer is Mixer.FULL else FULL
+                kind = kinds[i] if kinds[i].mixer is Mixer.FULL else Kind(Mixer.FULL)
                 layers.append(kind.attention_layer(i, m.kv_heads, m.head_dim))
         params = [by_block[block] for block in pattern]
         no_cache = sum(1 for block in pattern if _BLOCK_MIXERS[block] is Mixer.NONE)
@@ -245,7 +244,7 @@ class Qwen3Next(Family):
 
     def default_kinds(self, m: Model) -> list[Kind]:
         interval = m.cfg.integer("full_attention_interval", 4, hi=MAX_LAYERS)
-        return [Kind(Mixer.STATE) if (i + 1) % interval else FULL for i in range(m.num_layers)]
+        return [Kind(Mixer.STATE) if (i + 1) % interval else Kind(Mixer.FULL) for i in range(m.num_layers)]
 
     def build(self, m: Model, kinds: list[Kind]) -> Built:
         c = m.cfg

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from capacity.hf_config import vision
 from capacity.hf_config.family import (
-    FULL,
     Built,
     Family,
     Kind,
@@ -107,8 +106,8 @@ class Llama4(Family):
         if len(rope_layers) < n:
             m.fail(f"`no_rope_layers` has {len(rope_layers)} entries for {n} layers")
         if chunk is None:
-            return [FULL] * n
-        return [Kind(Mixer.CHUNKED, chunk) if rope_layers[i] else FULL for i in range(n)]
+            return [Kind(Mixer.FULL)] * n
+        return [Kind(Mixer.CHUNKED, chunk) if rope_layers[i] else Kind(Mixer.FULL) for i in range(n)]
 
     def build(self, m: Model, kinds: list[Kind]) -> Built:
         c = m.cfg

@@ -24,7 +24,14 @@ from capacity.engine_constants import (
 )
 from capacity.grid import GridOptions
 from models_registry.sources.bundled import read_catalog_entries
-from pipelines.assets.common import describe, key, relation_result, sql_asset, sum_over_partitions
+from pipelines.assets.common import (
+    REGISTRY_DEPS,
+    key,
+    raw_spec,
+    relation_result,
+    sql_asset,
+    sum_over_partitions,
+)
 from pipelines.resources import RegistryResource, WarehouseResource
 from warehouse.capacity_grid import THIS_RUN_PARTS, PartitionError, compare_sample, refresh_partitions
 from warehouse.grid_inputs import grid_input_rows
@@ -77,24 +84,15 @@ def grid_options(config: GridConfig) -> GridOptions:
         raise dg.Failure(description=str(e)) from None
 
 
-def _raw_spec(table: str, kinds: set[str]) -> dg.AssetSpec:
-    return dg.AssetSpec(
-        key("raw", table),
-        description=describe("raw", table),
-        deps=[key("raw", "models"), key("raw", "gpus")],
-        kinds=kinds,
-    )
-
-
 @dg.multi_asset(
     name="capacity_grid",
     specs=[
-        _raw_spec("deployments", {"duckdb", "polars"}),
-        _raw_spec("capacity_grid", {"duckdb", "polars"}),
-        _raw_spec("context_limits", {"duckdb", "polars"}),
-        _raw_spec("grid_errors", {"duckdb"}),
-        _raw_spec("grid_partitions", {"duckdb", "parquet"}),
-        _raw_spec("grid_inputs", {"duckdb", "polars"}),
+        raw_spec("deployments", REGISTRY_DEPS),
+        raw_spec("capacity_grid", REGISTRY_DEPS),
+        raw_spec("context_limits", REGISTRY_DEPS),
+        raw_spec("grid_errors", REGISTRY_DEPS, {"duckdb"}),
+        raw_spec("grid_partitions", REGISTRY_DEPS, {"duckdb", "parquet"}),
+        raw_spec("grid_inputs", REGISTRY_DEPS),
     ],
     group_name=CAPACITY_GROUP,
 )

@@ -9,7 +9,8 @@ drift from the SQL. Python assets write frames with `warehouse.sql.load_frame` a
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from functools import cache
 from typing import Any
 
@@ -46,6 +47,16 @@ def key(layer: str, table: str) -> dg.AssetKey:
 def describe(layer: str, table: str) -> str:
     """An asset's description: the header comment of its SQL file (grain and columns)."""
     return header_comment(read_sql(layer, table))
+
+
+REGISTRY_DEPS = [key("raw", "models"), key("raw", "gpus")]
+
+
+def raw_spec(
+    table: str, deps: Sequence[dg.AssetKey], kinds: AbstractSet[str] = frozenset({"duckdb", "polars"})
+) -> dg.AssetSpec:
+    """A raw table a multi-asset writes: described by its SQL file, after the relations it reads."""
+    return dg.AssetSpec(key("raw", table), description=describe("raw", table), deps=list(deps), kinds=set(kinds))
 
 
 def _cell(value: object) -> str:
@@ -133,6 +144,13 @@ def relation_result(
     con: duckdb.DuckDBPyConnection, layer: str, table: str, extra: Mapping[str, Any] | None = None
 ) -> dg.MaterializeResult:
     return dg.MaterializeResult(asset_key=key(layer, table), metadata=relation_metadata(con, layer, table, extra))
+
+
+def warning_result(problems: str | None, metadata: Mapping[str, Any]) -> dg.AssetCheckResult:
+    """A warning check's result: it passes exactly when it has no problem to describe."""
+    return dg.AssetCheckResult(
+        passed=problems is None, severity=dg.AssetCheckSeverity.WARN, description=problems, metadata=metadata
+    )
 
 
 _RELATION = r"(raw|staging|marts)\.([a-z_][a-z0-9_]*)"

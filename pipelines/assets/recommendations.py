@@ -13,8 +13,8 @@ import dagster as dg
 import polars as pl
 
 from capacity.planning_types import BucketPlan
-from pipelines.assets.common import describe, key, relation_result, sql_asset
-from pipelines.assets.telemetry import REGISTRY_DEPS, run_catalog
+from pipelines.assets.common import REGISTRY_DEPS, describe, key, raw_spec, relation_result, sql_asset, warning_result
+from pipelines.assets.telemetry import run_catalog
 from pipelines.resources import PlanningResource, WarehouseResource
 from recommendations.admission import admission_budgets as budgets_frame
 from recommendations.buckets import bucket_demands, bucket_frame
@@ -42,12 +42,7 @@ PLACEMENT_TABLES = (
 @dg.multi_asset(
     name="effective_context_limits",
     specs=[
-        dg.AssetSpec(
-            key("raw", table),
-            description=describe("raw", table),
-            deps=[key("raw", "telemetry_deployments"), key("raw", "calibration"), *REGISTRY_DEPS],
-            kinds={"duckdb", "polars"},
-        )
+        raw_spec(table, [key("raw", "telemetry_deployments"), key("raw", "calibration"), *REGISTRY_DEPS])
         for table in ("effective_context_limits", LIMITS_TABLE, MAP_TABLE)
     ],
     group_name=RECOMMENDATIONS_GROUP,
@@ -133,12 +128,7 @@ def admission_budgets(planning: PlanningResource, warehouse: WarehouseResource) 
 @dg.multi_asset(
     name="recommendations",
     specs=[
-        dg.AssetSpec(
-            key("raw", table),
-            description=describe("raw", table),
-            deps=[key("raw", "calibration"), *REGISTRY_DEPS],
-            kinds={"duckdb", "polars"},
-        )
+        raw_spec(table, [key("raw", "calibration"), *REGISTRY_DEPS])
         for table in PLACEMENT_TABLES
     ],
     group_name=RECOMMENDATIONS_GROUP,
@@ -246,17 +236,15 @@ def admission_within_calibrated_capacity(warehouse: WarehouseResource) -> dg.Ass
         for r in rows.iter_rows(named=True)
     ]
     first = rows.head(2).iter_rows(named=True)
-    return dg.AssetCheckResult(
-        passed=rows.is_empty(),
-        severity=dg.AssetCheckSeverity.WARN,
-        description=(
+    return warning_result(
+        (
             f"{rows.height} deployment(s) admit more than their calibrated capacity: "
             + "; ".join(f"{r['deployment_id']} ({r['status_reason']})" for r in first)
             + ("; ..." if rows.height > 2 else "")
             if rows.height
             else None
         ),
-        metadata={
+        {
             "deployments": int(total[0]) if total else 0,
             "over_capacity": rows.height,
             "over_capacity_deployments": dg.MetadataValue.md("\n".join(lines) or "none"),
@@ -283,11 +271,9 @@ def every_workload_placed(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     problems = [f"{len(infeasible)} model x workload(s) with no feasible placement"] if infeasible else []
     problems += [f"{len(invalid)} unreadable workload entr(ies)"] if invalid else []
     problems += [f"unserved by the procurement plan: {', '.join(str(u[0]) for u in unserved)}"] if unserved else []
-    return dg.AssetCheckResult(
-        passed=not infeasible and not invalid and not unserved,
-        severity=dg.AssetCheckSeverity.WARN,
-        description="; ".join([*problems, *(f"e.g. {w} / {m}: {why}" for w, m, why in infeasible[:1])]) or None,
-        metadata={
+    return warning_result(
+        "; ".join([*problems, *(f"e.g. {w} / {m}: {why}" for w, m, why in infeasible[:1])]) or None,
+        {
             "placements_in_plan": int(planned[0]) if planned else 0,
             "infeasible": len(infeasible),
             "invalid_entries": len(invalid),

@@ -11,8 +11,7 @@ import time
 
 import dagster as dg
 
-from pipelines.assets.common import describe, key, relation_result, sql_asset
-from pipelines.assets.telemetry import REGISTRY_DEPS
+from pipelines.assets.common import REGISTRY_DEPS, describe, key, relation_result, sql_asset
 from pipelines.resources import WarehouseResource
 from recommendations.grid_diff import fleet_release_diffs
 from warehouse.sql import load_frame

@@ -28,7 +28,7 @@ import duckdb
 import polars as pl
 
 from models_registry.planning import Catalog, catalog
-from pipelines.assets.common import describe, key, relation_result, sql_asset
+from pipelines.assets.common import REGISTRY_DEPS, key, raw_spec, relation_result, sql_asset, warning_result
 from pipelines.executor import warehouse_multiprocess_executor
 from pipelines.resources import PlanningResource, WarehouseResource
 from telemetry import IngestResult, check_reconciliation
@@ -42,7 +42,6 @@ from telemetry.store import StoreError, with_store_rejects
 from warehouse.sql import load_frame
 
 TELEMETRY_GROUP = "telemetry"
-REGISTRY_DEPS = [key("raw", "models"), key("raw", "gpus")]
 SENSOR_INTERVAL_S = 60
 
 
@@ -60,23 +59,17 @@ def run_catalog(warehouse: WarehouseResource) -> Catalog:
         return catalog(con.sql("select * from raw.models").pl(), con.sql("select * from raw.gpus").pl())
 
 
-def _spec(table: str, deps: list[dg.AssetKey]) -> dg.AssetSpec:
-    return dg.AssetSpec(key("raw", table), description=describe("raw", table), deps=deps, kinds={"duckdb", "polars"})
-
-
 def _step_specs(table: str, with_registry: str, inputs: tuple[str, str]) -> list[dg.AssetSpec]:
     """A step's two tables from the same raw inputs; the second also reads the registry."""
     deps = [key("raw", name) for name in inputs]
-    return [_spec(table, deps), _spec(with_registry, [*deps, *REGISTRY_DEPS])]
+    return [raw_spec(table, deps), raw_spec(with_registry, [*deps, *REGISTRY_DEPS])]
 
 
 @dg.multi_asset(
     name="telemetry_ingest",
     specs=[
-        _spec("telemetry_observations", REGISTRY_DEPS),
-        _spec("telemetry_samples", REGISTRY_DEPS),
-        _spec("telemetry_rejects", REGISTRY_DEPS),
-        _spec("telemetry_files", REGISTRY_DEPS),
+        raw_spec(table, REGISTRY_DEPS)
+        for table in ("telemetry_observations", "telemetry_samples", "telemetry_rejects", "telemetry_files")
     ],
     group_name=TELEMETRY_GROUP,
 )
@@ -288,16 +281,14 @@ def prediction_drift(planning: PlanningResource, warehouse: WarehouseResource) -
         for d in drifted[:20]
     ]
     worst = ", ".join(f"{d['deployment_id']} (KV pool {_pct(d['kv_pool_error'])})" for d in drifted[:3])
-    return dg.AssetCheckResult(
-        passed=not drifted,
-        severity=dg.AssetCheckSeverity.WARN,
-        description=(
+    return warning_result(
+        (
             f"{len(drifted)} of {int(n or 0)} deployments off by more than {planning.drift_threshold_pct} %: {worst}"
             + (", ..." if len(drifted) > 3 else "")
             if drifted
             else None
         ),
-        metadata={
+        {
             "threshold_pct": planning.drift_threshold_pct,
             "deployments_compared": int(n or 0),
             "drifting": len(drifted),

@@ -42,6 +42,18 @@ class SpeculativeArgs:
         names = [field.name for field in fields(cls)]
         return cls(**{name: params.pop(name) for name in names if name in params})
 
+    def sglang_spec(self, algorithm: str, architecture: str | None) -> SpeculativeSpec:
+        """SGLang's `--speculative-*` flags as the engine reads them for a target of `architecture`
+        (`algorithm`: the --speculative-algorithm given)."""
+        return from_sglang_flags(
+            algorithm,
+            self.speculative_draft_model_path,
+            self.speculative_num_steps,
+            self.speculative_eagle_topk,
+            self.speculative_num_draft_tokens,
+            architecture,
+        )
+
     def spec(self, target: ModelSpec) -> SpeculativeSpec | None:
         """The declared speculative decoding, its draft resolved; a one-line error where it cannot be read."""
         if self.acceptance_rate is not None and not 0 <= self.acceptance_rate <= 1:
@@ -52,14 +64,7 @@ class SpeculativeArgs:
             if self.speculative_config is not None:
                 spec: SpeculativeSpec | None = from_vllm_config(self.speculative_config)
             elif self.speculative_algorithm is not None:
-                spec = from_sglang_flags(
-                    self.speculative_algorithm,
-                    self.speculative_draft_model_path,
-                    self.speculative_num_steps,
-                    self.speculative_eagle_topk,
-                    self.speculative_num_draft_tokens,
-                    target.architecture,
-                )
+                spec = self.sglang_spec(self.speculative_algorithm, target.architecture)
             else:
                 spec = SpeculativeSpec(SpecMethod.UNKNOWN) if self.speculative else None
         except SpeculativeConfigError as exc:
