@@ -20,6 +20,7 @@ from typing import Any
 
 from capacity.hf_config import ConfigError, checkpoint_size_problem, parse_config
 from capacity.hf_config.fields import MAX_CONFIG_VALUES, MAX_JSON_DEPTH, ShapeError, check_shape, read_int
+from capacity.hf_config.overrides import ConfigOverrides, OverrideError
 from capacity.spec import ModelSpec
 from models_registry.sources.common import ConfigSnapshot, StageError, json_value_error, one_line
 
@@ -304,23 +305,28 @@ def check_checkpoint(spec: ModelSpec, checkpoint_bytes: int | None, *, name: str
         raise StageError("validate", f"{name}: {problem}")
 
 
-def spec_from_snapshot(snapshot: ConfigSnapshot) -> tuple[dict[str, Any], ModelSpec]:
-    """All stages for one snapshot: the config dict and its checked ModelSpec.
+def spec_from_snapshot(
+    snapshot: ConfigSnapshot, overrides: ConfigOverrides | None = None
+) -> tuple[dict[str, Any], ModelSpec]:
+    """All stages for one snapshot: the config dict and its checked ModelSpec; a serving command's config
+    `overrides` are applied to the decoded config, before any check reads it (the engine reads it so).
 
-    Raises only StageError: whatever else a hostile config provokes in any stage (a bug, a
-    RecursionError, a MemoryError on an absurd size) rejects this config with its type and message,
-    so callers can isolate one item from the rest."""
+    Raises only StageError (or the overrides' own one-line OverrideError): whatever else a hostile config
+    provokes in any stage (a bug, a RecursionError, a MemoryError on an absurd size) rejects this config with
+    its type and message, so callers can isolate one item from the rest."""
     name = snapshot.repo_id
     stage = "json"
     try:
         config = decode_config(snapshot.config_bytes, name=name)
         stage = "config"
+        if overrides is not None:
+            config = overrides.applied(config)
         lint_config(config, name=name)
         spec = parse_spec(config, name=name)
         stage = "validate"
         check_spec(spec, name=name)
         check_checkpoint(spec, snapshot.checkpoint_bytes, name=name)
-    except StageError:
+    except (StageError, OverrideError):
         raise
     except Exception as exc:
         raise StageError(stage, f"{name}: rejected at the {stage} stage: {type(exc).__name__}: {exc}") from None

@@ -11,7 +11,6 @@ Anything else is a one-line `LookupError`; a config that cannot be planned is a 
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,7 +23,7 @@ from capacity.features.speculative_memory import draft_shape
 from capacity.hf_config.overrides import ConfigOverrides, OverrideError
 from capacity.spec import ModelSpec
 from models_registry import db, orm
-from models_registry.normalize import decode_config, spec_from_snapshot
+from models_registry.normalize import spec_from_snapshot
 from models_registry.sources import bundled, hub, local
 from models_registry.sources.common import CONFIG_NAME, ConfigSnapshot, StageError, one_line
 
@@ -58,17 +57,12 @@ def match_id(ref: str, ids: Iterable[str]) -> str | None:
 def _resolved(
     snapshot: ConfigSnapshot, source: str, sha256: str | None = None, overrides: ConfigOverrides | None = None
 ) -> ResolvedModel:
-    if overrides is None:
-        _config, spec = spec_from_snapshot(snapshot)
-    else:
-        # the engine's overrides on the config it reads, then the same checks as any config (the file's
-        # sha256 still names the file)
-        config = decode_config(snapshot.config_bytes, name=snapshot.repo_id)
-        try:
-            changed = overrides.applied(config)
-        except OverrideError as exc:
-            raise LookupError(str(exc)) from None
-        _config, spec = spec_from_snapshot(replace(snapshot, config_bytes=json.dumps(changed).encode("utf-8")))
+    try:
+        # the file's sha256 still names the file the overrides were applied to
+        _config, spec = spec_from_snapshot(snapshot, overrides)
+    except OverrideError as exc:
+        raise LookupError(str(exc)) from None
+    if overrides is not None:
         spec = replace(spec, notes=(*spec.notes, overrides.note))
     return ResolvedModel(
         spec=spec,

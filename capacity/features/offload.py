@@ -127,14 +127,20 @@ class ExpertOffload:
     gpu_experts_per_layer: int | None
     cpu_method: str | None = None  # --kt-method: the CPU copy's format (host memory, not sized)
 
+    def kept(self, num_experts: int) -> int:
+        """Routed experts of each MoE layer on the GPU (all of them where the count is not given)."""
+        if self.gpu_experts_per_layer is None:
+            return num_experts
+        return min(max(self.gpu_experts_per_layer, 0), num_experts)
+
     def gpu_share(self, num_experts: int) -> Fraction:
         """The share of each MoE layer's routed experts that stays on the GPU."""
-        if not num_experts or self.gpu_experts_per_layer is None:
-            return Fraction(1)
-        return Fraction(min(max(self.gpu_experts_per_layer, 0), num_experts), num_experts)
+        return Fraction(self.kept(num_experts), num_experts) if num_experts else Fraction(1)
 
     def note(self, num_experts: int) -> str:
-        kept = min(self.gpu_experts_per_layer or 0, num_experts)
+        if self.gpu_experts_per_layer is None:
+            return "KTransformers without --kt-num-gpu-experts: sized with every routed expert on the GPU"
+        kept = self.kept(num_experts)
         method = f", {self.cpu_method}" if self.cpu_method else ""
         return (
             f"KTransformers: {kept} of {num_experts} routed experts per MoE layer on the GPU, the other "
