@@ -275,3 +275,31 @@ def test_the_grid_asks_the_same_start_check(vllm_version: str, fp8_weights_run: 
             gpu=turing,
         )
         assert got.starts is starts and ("refuses it" in got.reason) is not starts, got.reason
+
+
+@pytest.mark.parametrize(
+    ("engine", "version"), [("vllm", "0.13"), ("vllm", "0.33"), ("vllm", "0.6.1"), ("sglang", None), ("trtllm", None)]
+)
+def test_gpus_of_one_start_check_kind_start_alike(engine: str, version: str | None) -> None:
+    """The grid asks the start check once per `start_check_kind` of GPU: on every catalog GPU, for fp8 and bf16
+    weights, fp8 and auto KV, within and beyond the limit, the decision is the one of the kind's first GPU."""
+    from capacity.engines.protocol import StartRequest
+    from capacity.engines.registry import engine_profile
+    from models_registry.sources.gpu_catalog import load_gpu_skus
+
+    catalog = Path(__file__).resolve().parent.parent / "models_registry" / "catalog" / "gpus.yaml"
+    profile = engine_profile(engine, version)
+    first: dict[object, GpuSku] = {}
+    spec = _model()
+    for gpu in [*load_gpu_skus(catalog), _gpu("turing"), _gpu("cdna3", vendor="amd")]:
+        kind = profile.start_check_kind(gpu)
+        representative = first.setdefault(kind, gpu)
+        for weight_format, kv_dtype, length in (
+            ("fp8", "auto", 8192), ("bf16", "fp8", 8192), ("bf16", "auto", LIMIT_TOKENS + 1), ("bf16", "auto", 8192)
+        ):  # fmt: skip
+            decided = [
+                profile.start_refusal(StartRequest(spec, g, weight_format, length, kv_dtype=kv_dtype)) is None
+                for g in (gpu, representative)
+            ]
+            assert decided[0] == decided[1], (gpu.id, representative.id, weight_format, kv_dtype, length)
+    assert len(first) > 1  # the kinds do split the fleet

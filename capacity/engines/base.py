@@ -69,6 +69,11 @@ class ProfileBase:
         """One kind: no GPU changes the layout."""
         return None
 
+    def start_check_kind(self, gpu: GpuSku | None) -> Hashable:
+        """The compute capability: the quantization minimum and the pre-Ampere KV checks read nothing else
+        of the GPU (`capacity.engines.start_checks`)."""
+        return gpu.compute_capability if gpu is not None else None
+
     def weight_copy_bytes(self, model: ModelSpec, tp: int, pp: int, weight_format: str) -> int:
         """No copies beside the loaded weights."""
         return 0

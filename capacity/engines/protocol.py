@@ -132,6 +132,10 @@ class EngineProfile(Protocol):
         """What of the GPU `weight_layout_extra_bytes` reads (the kernels' layout, without the optional package):
         GPUs of one kind get the same bytes, so a fleet asks once per kind."""
 
+    def start_check_kind(self, gpu: GpuSku | None) -> Hashable:
+        """What of the GPU `start_refusal` reads to decide (the message may name the GPU): GPUs of one kind
+        start or refuse a layout alike, so a fleet asks once per kind."""
+
     def weight_copy_bytes(self, model: ModelSpec, tp: int, pp: int, weight_format: str) -> int:
         """Weight bytes per GPU the engine derives at load and keeps beside the raw weights (vLLM 0.7.1-0.7.3's
         absorbed MLA matrices), whatever the GPU; `weight_format`: `WeightsEstimate.format_name`."""

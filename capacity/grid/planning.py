@@ -65,6 +65,8 @@ class _Registry:
     starting: dict[tuple[int, int, str, str], tuple[int, ...] | None] = field(default_factory=dict)
     # per engine profile: the GPUs grouped by the kind of weight layout its kernels give them (`_weight_variants`)
     weight_layout_kinds: dict[EngineProfile, list[tuple[GpuSku, list[int]]]] = field(default_factory=dict)
+    # per engine profile: the GPUs grouped by what its start check reads of them (`_starting_gpus`)
+    start_check_kinds: dict[EngineProfile, list[tuple[GpuSku, list[int]]]] = field(default_factory=dict)
     # the distinct sets of GPUs a layout is served on when not on all of them, numbered (`gpu_set`)
     gpu_sets: dict[tuple[int, ...], int] = field(default_factory=dict)
     # held while rows are built from, or added to, the registry (chunks are planned in two threads)
@@ -488,14 +490,19 @@ def _starting_gpus(
     reg: _Registry, profile: EngineProfile, spec: ModelSpec, weight_format: str, kv_dtype: str
 ) -> tuple[int, ...] | None:
     """The GPUs the engine starts the layout on (`EngineProfile.start_refusal` at the model's limit, the
-    length the grid plans, as `estimate` asks it); None where it refuses none."""
-    starts = tuple(
+    length the grid plans, as `estimate` asks it), asked once per kind of GPU (`start_check_kind`); None
+    where it refuses none."""
+    kinds = reg.start_check_kinds.get(profile)
+    if kinds is None:
+        kinds = reg.start_check_kinds[profile] = _by_kind(reg.gpus, profile.start_check_kind)
+    limit = spec.context_limit_tokens
+    starts = sorted(
         g
-        for g, gpu in enumerate(reg.gpus)
-        if profile.start_refusal(StartRequest(spec, gpu, weight_format, spec.context_limit_tokens, kv_dtype=kv_dtype))
-        is None
+        for gpu, members in kinds
+        if profile.start_refusal(StartRequest(spec, gpu, weight_format, limit, kv_dtype=kv_dtype)) is None
+        for g in members
     )
-    return None if len(starts) == len(reg.gpus) else starts
+    return None if len(starts) == len(reg.gpus) else tuple(starts)
 
 
 def _within(gpu_idxs: tuple[int, ...] | None, starting: tuple[int, ...] | None) -> tuple[int, ...] | None:

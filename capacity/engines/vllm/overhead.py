@@ -413,7 +413,8 @@ def inputs_buffers(inputs: OverheadInputs, version: str) -> ProfilingBuffers:
         peer_link_gpus=i.peer_link_gpus,
         moe_dp_ranks=i.moe_dp_ranks,
     )
-    buffers = replace(buffers, graph_count=buffers.graph_count * i.cudagraph_cases)
+    if i.cudagraph_cases != 1:
+        buffers = replace(buffers, graph_count=buffers.graph_count * i.cudagraph_cases)
     tower = i.model.vision
     if tower is None or i.mm_text_only:
         return buffers

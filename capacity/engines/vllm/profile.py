@@ -208,8 +208,8 @@ class VllmProfile(ProfileBase):
             return refused
         if release >= ec.parse_version(ec.VLLM_TRITON_FP8_KV_CHECK) and (refused := triton_fp8_kv_refusal(request)):
             return refused
-        overridable = release >= (0, 5)
-        request = replace(request, allow_long_max_model_len=request.allow_long_max_model_len and overridable)
+        if request.allow_long_max_model_len and release < (0, 5):  # no override variable before 0.5
+            request = replace(request, allow_long_max_model_len=False)
         return long_length_refusal(request, self.context_limit(request.model), "max_model_len", "VLLM_ALLOW_LONG_MAX_MODEL_LEN")
 
     def context_limit(self, model: ModelSpec) -> int:
