@@ -27,7 +27,7 @@ class KVCacheSizeRule(StrEnum):
 class BatchDefaults(StrEnum):
     """Which `arg_utils.get_batch_defaults` table a release uses (vllm serve, the API server)."""
 
-    V0 = "v0"  # 256 seqs; batched = max(max_model_len, 2048) without chunked prefill
+    V0 = "v0"  # 256 seqs; batched = max(max_model_len, 2048), or the chunk budget (VLLM_V0_CHUNKED_PREFILL)
     V1_FLAT = "v1-flat"  # 256 seqs, 2048 tokens on every GPU
     V1_BY_GPU = "v1-by-gpu"  # >= 70 GiB and not A100: 1024 / 8192; else 256 / 2048
     V1_BY_GPU_160 = "v1-by-gpu-160"  # as above, plus >= 160 GiB: 1024 / 16384 (0.28.0 wheel; not in 0.27.0)
@@ -225,7 +225,8 @@ VLLM_BIG_GPU_MIN_BYTES = 70 * GIB
 VLLM_HUGE_GPU_MIN_BYTES = 160 * GIB
 VLLM_BATCH_DEFAULTS: dict[BatchDefaults, tuple[tuple[int, int | None], ...]] = {
     # (max_num_seqs, max_num_batched_tokens) per tier: huge GPU, big GPU, small GPU
-    # None: max(max_model_len, 2048) without chunked prefill; V0 turned chunked prefill (2048) on above 32K
+    # None: V0's SchedulerConfig default, max(max_model_len, 2048) without chunked prefill, its chunk budget with
+    # (V0 turns chunked prefill on above 32K for some models and releases: VLLM_V0_CHUNKED_PREFILL)
     BatchDefaults.V0: ((256, None), (256, None), (256, None)),
     BatchDefaults.V1_FLAT: ((256, 2048), (256, 2048), (256, 2048)),
     BatchDefaults.V1_BY_GPU: ((1024, 8192), (1024, 8192), (256, 2048)),
@@ -233,6 +234,41 @@ VLLM_BATCH_DEFAULTS: dict[BatchDefaults, tuple[tuple[int, int | None], ...]] = {
     BatchDefaults.V1_BY_GPU_160_GB10: ((1024, 16384), (1024, 8192), (256, 2048)),
 }
 # vLLM's CPU build has no async scheduling: one batch in flight (tests/fixtures/vllm_cpu)
+
+
+@dataclass(frozen=True, slots=True)
+class V0ChunkedPrefillDefault:
+    """Whether a V0 release turns chunked prefill on for `vllm serve` when the user does not say, and the token
+    budget it then takes (`EngineArgs.create_engine_config`: `use_long_context = max_model_len > 32768`;
+    `SchedulerConfig`: `max_num_batched_tokens` = the chunk budget with chunked prefill, else
+    max(max_model_len, 2048)). Every release that turns it on leaves it off for a model with a sliding window
+    (`get_sliding_window()` not None), speculative decoding, LoRA or prompt adapters; the rest by release."""
+
+    long_context_chunked: bool  # a max_model_len above 32,768 turns chunked prefill on
+    chunk_tokens: int  # max_num_batched_tokens with chunked prefill on
+    off_for_multimodal: bool  # `is_multimodal_model`: off whatever the length
+    off_for_state_layers: bool  # `contains_seqlen_agnostic_layers` (Mamba / Jamba)
+    off_with_prefix_caching: bool  # `--enable-prefix-caching` keeps it off
+    off_on_rocm: bool  # `not current_platform.is_rocm()`
+
+
+# first release -> the rule; read in the wheels named (releases between two rows not read: the earlier row)
+VLLM_V0_CHUNKED_PREFILL: tuple[tuple[str, V0ChunkedPrefillDefault], ...] = (
+    # 0.4.3, 0.5.0, 0.5.1, 0.5.2: no long-context rule (chunked prefill off unless asked; its budget 512)
+    ("0.4", V0ChunkedPrefillDefault(False, 512, False, False, False, False)),
+    # 0.5.3: the rule, also off with prefix caching
+    ("0.5.3", V0ChunkedPrefillDefault(True, 512, False, False, True, False)),
+    # 0.5.4, 0.5.5: and off for seqlen-agnostic layers
+    ("0.5.4", V0ChunkedPrefillDefault(True, 512, False, True, True, False)),
+    # 0.6.1: the prefix-caching condition gone
+    ("0.6.1", V0ChunkedPrefillDefault(True, 512, False, True, False, False)),
+    # 0.6.2: multimodal models excepted
+    ("0.6.2", V0ChunkedPrefillDefault(True, 512, True, True, False, False)),
+    # 0.6.3, 0.6.4: the seqlen-agnostic condition gone
+    ("0.6.3", V0ChunkedPrefillDefault(True, 512, True, False, False, False)),
+    # 0.6.5, 0.6.6, 0.7.0, 0.7.3: a 2,048-token budget; ROCm (and pooling models) excepted
+    ("0.6.5", V0ChunkedPrefillDefault(True, 2048, True, False, False, True)),
+)
 
 # Non-KV overhead model (per GPU), each a named term, fitted by tools/fit_overheads.py on the public
 # startup logs in evaluation/data/vllm_public_measurements.yaml (see README-measurements.md):

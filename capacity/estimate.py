@@ -435,7 +435,20 @@ def _memory(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> _Memory:
         model, dt.act_bytes, dt.ssm_bytes, atp, d.pp, conv_without_current=profile.conv_state_without_current
     )
     weights = draft.with_weights(_weights(model, sizing, notes))
-    defaults = profile.defaults(DefaultsRequest(model, gpu, total, max_model_len, d.tp, d.pp, dt.kv_name))
+    defaults = profile.defaults(
+        DefaultsRequest(
+            model,
+            gpu,
+            total,
+            max_model_len,
+            d.tp,
+            d.pp,
+            dt.kv_name,
+            lora=d.lora is not None,
+            speculative=d.speculative is not None,
+            prefix_caching=d.prefix_caching.enabled,
+        )
+    )
     lim = _limits(d, profile, defaults, draft.default_max_num_seqs)
     inputs = _overhead_inputs(model, d, gpu, lim, dt.act_bytes, max_model_len, layout.moe_dispatch_ranks)
     overhead = _overhead(d, profile, inputs, notes)

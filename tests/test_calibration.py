@@ -55,7 +55,7 @@ def test_observed_settings_become_the_deployment_capplan_predicts() -> None:
 
 
 def test_versions_series_and_profiles() -> None:
-    assert engine_version_for(None, "v0") == "0.4"
+    assert engine_version_for(None, "v0") == "0.7.3"  # the last release V0 was the default of
     assert engine_version_for(None, "v1") == "0.11"
     assert engine_version_for("not-a-version", None) == "0.11"
     assert engine_version_for("0.6.3.post1", "v0") == "0.6.3.post1"

@@ -33,6 +33,10 @@ class DefaultsRequest:
     tp: int
     pp: int
     kv_dtype: str = "auto"
+    # the features whose presence an engine's defaults read (vLLM V0 keeps chunked prefill off with them)
+    lora: bool = False
+    speculative: bool = False
+    prefix_caching: bool | None = None  # None: the engine's default
 
 
 @dataclass(frozen=True, slots=True)

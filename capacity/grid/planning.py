@@ -236,16 +236,18 @@ def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
 def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions) -> _Registry:
     reg = _Registry(options, _profiles(options), gpus)
     gpns = sorted({gpu.gpus_per_node for gpu in gpus})
-    # the engines' defaults read five facts of a model (its context limit, for vLLM's v0 batch rule;
-    # whether it is MLA and whether it has a sparse-attention indexer, for the block size; its state
-    # mixers, for prefill checkpoints; its vision tower with the architecture and family, for SGLang's VLM
-    # fraction and vLLM's multimodal batch floor): one representative per combination of facts is asked
-    classes: dict[tuple[int, bool, frozenset[StateMixer], bool, object], int] = {}
+    # the engines' defaults read six facts of a model (its context limit and whether a layer keeps a
+    # window, for vLLM's v0 batch rule; whether it is MLA and whether it has a sparse-attention indexer,
+    # for the block size; its state mixers, for prefill checkpoints and the v0 rule; its vision tower with
+    # the architecture and family, for SGLang's VLM fraction and vLLM's multimodal batch floor and v0
+    # rule): one representative per combination of facts is asked
+    classes: dict[tuple[int, bool, frozenset[StateMixer], bool, object, bool], int] = {}
     representative: list[ModelSpec] = []
     parallel: set[tuple[int, int]] = set()
     for gm in models:
         spec = gm.spec
-        key = (spec.context_limit_tokens, spec.is_mla, _state_mixers(spec), _has_indexer(spec), _vision(spec))
+        windowed = any(layer.cache.windowed for layer in spec.layers)
+        key = (spec.context_limit_tokens, spec.is_mla, _state_mixers(spec), _has_indexer(spec), _vision(spec), windowed)
         if key not in classes:
             classes[key] = len(classes)
             representative.append(gm.spec)

@@ -38,6 +38,7 @@ from capacity.engines.vllm.releases import (
     max_concurrent_batches,
     multimodal_batched_floor,
     other_process_rule,
+    v0_chunked_prefill_tokens,
 )
 from capacity.engines.vllm.weights import (
     expert_layout,
@@ -50,6 +51,8 @@ from capacity.numeric import Num, at_least, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.pool import KVPool
 from capacity.spec import GpuSku, ModelSpec
+
+V0_REPRESENTATIVE_VERSION = "0.7.3"  # an undated V0 log (`observed_version`)
 
 # `--kv-cache-dtype` values vLLM 0.33 accepts (config/cache.py CacheDType): no plain int8 or float32,
 # and 16-bit types spelled out; the ones whose page capplan sizes, and the packed / scaled layouts
@@ -112,7 +115,8 @@ class VllmProfile(ProfileBase):
 
     def defaults(self, request: DefaultsRequest) -> EngineDefaults:
         r = request
-        seqs, batched = batch_defaults(self.release, r.gpu, r.gpu_memory_bytes, r.max_model_len)
+        chunk = v0_chunked_prefill_tokens(self.version, r) if self.release.batch_defaults is ec.BatchDefaults.V0 else None
+        seqs, batched = batch_defaults(self.release, r.gpu, r.gpu_memory_bytes, r.max_model_len, chunk)
         floor = multimodal_batched_floor(r.model, self.release)
         if floor > batched:  # arg_utils then caps it at max_num_seqs x max_model_len
             batched = min(floor, seqs * max(r.max_model_len, 1))
@@ -366,7 +370,8 @@ class VllmProfile(ProfileBase):
         return self.release.overhead_profile
 
     def observed_version(self, version: str | None, generation: str | None) -> str | None:
-        """The stated version, else a representative release of the generation (V0 -> 0.4, V1 -> 0.11:
+        """The stated version, else a representative release of the generation (V0 -> 0.7.3, the last
+        release V0 was the default of: MLA and the chunked-prefill defaults of the late V0 logs; V1 -> 0.11:
         most undated V1 logs in the public set are from the 0.11-0.16 era)."""
         if version:
             try:
@@ -374,7 +379,7 @@ class VllmProfile(ProfileBase):
                 return version
             except ValueError:
                 pass
-        return "0.4" if (generation or "").lower() == "v0" else "0.11"
+        return V0_REPRESENTATIVE_VERSION if (generation or "").lower() == "v0" else "0.11"
 
 
 @cache

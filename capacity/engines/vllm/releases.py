@@ -12,11 +12,15 @@ VllmConfig.max_concurrent_batches; other processes' memory by release (`OtherPro
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from capacity import engine_constants as ec
 from capacity.kv.kinds import LatentAttention, LayerCache
 from capacity.numeric import cdiv
 from capacity.spec import GpuSku, ModelSpec, StateMixer
+
+if TYPE_CHECKING:
+    from capacity.engines.protocol import DefaultsRequest
 
 
 def max_concurrent_batches(release: ec.VllmRelease, pp: int, async_scheduling: bool | None) -> int:
@@ -46,9 +50,15 @@ def _is_gb10(gpu: GpuSku | None) -> bool:
 
 
 def batch_defaults(
-    release: ec.VllmRelease, gpu: GpuSku | None, gpu_memory_bytes: int, max_model_len: int
+    release: ec.VllmRelease,
+    gpu: GpuSku | None,
+    gpu_memory_bytes: int,
+    max_model_len: int,
+    v0_chunk_tokens: int | None = None,
 ) -> tuple[int, int]:
-    """(max_num_seqs, max_num_batched_tokens) that `vllm serve` picks when not given."""
+    """(max_num_seqs, max_num_batched_tokens) that `vllm serve` picks when not given; on a V0 release
+    `v0_chunk_tokens` is the budget of the chunked prefill it turns on (`v0_chunked_prefill_tokens`), None
+    where it stays off (SchedulerConfig: max(max_model_len, 2048))."""
     huge, big, small = ec.VLLM_BATCH_DEFAULTS[release.batch_defaults]
     is_a100 = gpu is not None and ("a100" in gpu.id.lower() or "a100" in gpu.name.lower())
     if gpu_memory_bytes >= ec.VLLM_HUGE_GPU_MIN_BYTES:
@@ -62,8 +72,32 @@ def batch_defaults(
     else:
         seqs, batched = small
     if batched is None:
-        batched = max(max_model_len, 2048) if max_model_len <= 32768 else 2048
+        batched = v0_chunk_tokens if v0_chunk_tokens is not None else max(max_model_len, 2048)
     return seqs, batched
+
+
+V0_LONG_CONTEXT_TOKENS = 32768  # arg_utils: `use_long_context = max_model_len > 32768`
+
+
+def v0_chunked_prefill_tokens(version: str | None, request: DefaultsRequest) -> int | None:
+    """The chunk budget a V0 `vllm serve` runs with where the user leaves chunked prefill unset, None where
+    it stays off (`ec.VLLM_V0_CHUNKED_PREFILL`, read release by release in the wheels): on only above
+    32,768 tokens, and never for a model with a sliding window (V0's `get_sliding_window()`: the config's
+    window on any layer), with speculative decoding or LoRA, nor where the release's row excepts it."""
+    rule = ec.by_first_release(version, ec.VLLM_V0_CHUNKED_PREFILL, ec.VLLM_V0_CHUNKED_PREFILL[0][1])
+    model, gpu = request.model, request.gpu
+    kept_off = (
+        not rule.long_context_chunked
+        or request.max_model_len <= V0_LONG_CONTEXT_TOKENS
+        or any(layer.cache.windowed for layer in model.layers)
+        or request.speculative
+        or request.lora
+        or (rule.off_for_multimodal and model.vision_tower is not None)
+        or (rule.off_for_state_layers and model.has_state_layers)
+        or (rule.off_with_prefix_caching and bool(request.prefix_caching))
+        or (rule.off_on_rocm and gpu is not None and gpu.vendor == "amd")
+    )
+    return None if kept_off else rule.chunk_tokens
 
 
 def multimodal_batched_floor(model: ModelSpec, release: ec.VllmRelease) -> int:
