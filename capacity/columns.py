@@ -480,6 +480,11 @@ CONTRACT_ONLY: tuple[ContractField, ...] = (
     ContractField(
         "max_in_flight_tokens", "Tokens in flight a windowed layer holds blocks for.", "max_in_flight_tokens"
     ),
+    ContractField(
+        "max_num_batched_tokens",
+        "The engine's tokens per step (given, or the release's default): its profiling pass runs this many.",
+        "max_num_batched_tokens",
+    ),
     ContractField("modelled", "False when the engine's accounting of this model is not modelled (not_modelled)."),
     ContractField("reason", "Why it fits or not, in one line.", "reason"),
     ContractField("notes", "What the estimate assumed where an input was not given, and what it would move."),
@@ -533,6 +538,7 @@ CONTRACT_KEYS = (
     "starts",
     "max_model_len_that_starts",
     "max_in_flight_tokens",
+    "max_num_batched_tokens",
     "modelled",
     "not_modelled",
     "reason",

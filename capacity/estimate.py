@@ -98,6 +98,7 @@ class Estimate:
     starts: bool = True  # the engine starts with this max_model_len (its own start check)
     max_model_len_that_starts: int = 0  # the largest max_model_len that starts (vLLM's auto-fit); 0: none
     max_in_flight_tokens: int = 0  # tokens in flight a windowed layer holds blocks for
+    max_num_batched_tokens: int = 0  # the engine's token budget per step: its profiling pass runs this many
     start_reserved_units: int = 0  # units the start check holds back (vLLM 0.33: the null block)
     not_modelled: str | None = None  # why the engine's accounting of this model is not modelled
     activation_buffers: tuple[tuple[str, int], ...] = ()  # the activation peak's named terms (Overhead.buffers)
@@ -565,6 +566,7 @@ def estimate(
         model_context_limit=limit,
         notes=tuple(notes),
         max_in_flight_tokens=m.lim.in_flight_tokens,
+        max_num_batched_tokens=m.lim.batched_tokens,
         start_reserved_units=profile.start_reserved_units,
         not_modelled="; ".join(filter(None, (not_modelled, m.lora.not_modelled if m.lora else None))) or None,
         activation_buffers=m.overhead.buffers,

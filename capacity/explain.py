@@ -280,10 +280,19 @@ def _budget_lines(est: Estimate) -> list[str]:
         f"   weights  = {weights} ({est.weights_source}{_lora_part(est)})",
         f"   overhead = activation peak {_gib(est.activation_peak_bytes_per_gpu)} + non-torch "
         f"{_gib(est.non_torch_bytes_per_gpu)} + CUDA graphs {_gib(est.cuda_graph_bytes_per_gpu)} = {overhead}",
+        *_profiling_batch(est),
         *(f"     {name:<66} {_gib(n)}" for name, n in est.activation_buffers),
         f"   KV budget = {budget} = {_gib(kv)} ({_b(kv)})",
     ]
     return lines
+
+
+def _profiling_batch(est: Estimate) -> list[str]:
+    """The batch the activation terms are sized for, where the engine's profile names its terms."""
+    if not est.activation_buffers or not est.max_num_batched_tokens:
+        return []
+    seqs = f" over up to {est.max_num_seqs:,} sequences" if est.max_num_seqs else ""
+    return [f"     profiling pass: {est.max_num_batched_tokens:,} tokens{seqs} (max_num_batched_tokens, max_num_seqs)"]
 
 
 def _others(est: Estimate) -> str:
