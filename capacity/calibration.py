@@ -160,6 +160,8 @@ def observed_deployment(model: ModelSpec, settings: ObservedSettings) -> Deploym
         engine_version=version,
         # an observed engine ran at this length: accepted (its override set, or a length its config allows)
         allow_long_max_model_len=True,
+        # a V0 log of a 0.8-0.10 release ran the V0 engine beside V1 (elsewhere the profile has none to pick)
+        vllm_v0_engine=engine is Engine.VLLM and (s.engine_generation or "").lower() == "v0",
         gpu_memory_bytes=s.total_gpu_memory_bytes,
         lora=LoraSpec() if "lora" in s.unmodelled_features else None,  # the log's server: the engine's defaults
         speculative=_observed_speculative(model, s, engine),

@@ -27,7 +27,7 @@ class KVCacheSizeRule(StrEnum):
 class BatchDefaults(StrEnum):
     """Which `arg_utils.get_batch_defaults` table a release uses (vllm serve, the API server)."""
 
-    V0 = "v0"  # 256 seqs; batched = max(max_model_len, 2048), or the chunk budget (VLLM_V0_CHUNKED_PREFILL)
+    V0 = "v0"  # 256 seqs; batched = max(max_model_len, 2048), or the chunk budget (VLLM_V0_BATCH_RULES)
     V1_FLAT = "v1-flat"  # 256 seqs, 2048 tokens on every GPU
     V1_BY_GPU = "v1-by-gpu"  # >= 70 GiB and not A100: 1024 / 8192; else 256 / 2048
     V1_BY_GPU_160 = "v1-by-gpu-160"  # as above, plus >= 160 GiB: 1024 / 16384 (0.28.0 wheel; not in 0.27.0)
@@ -226,7 +226,7 @@ VLLM_HUGE_GPU_MIN_BYTES = 160 * GIB
 VLLM_BATCH_DEFAULTS: dict[BatchDefaults, tuple[tuple[int, int | None], ...]] = {
     # (max_num_seqs, max_num_batched_tokens) per tier: huge GPU, big GPU, small GPU
     # None: V0's SchedulerConfig default, max(max_model_len, 2048) without chunked prefill, its chunk budget with
-    # (V0 turns chunked prefill on above 32K for some models and releases: VLLM_V0_CHUNKED_PREFILL)
+    # (V0 turns chunked prefill on above 32K for some models and releases: VLLM_V0_BATCH_RULES)
     BatchDefaults.V0: ((256, None), (256, None), (256, None)),
     BatchDefaults.V1_FLAT: ((256, 2048), (256, 2048), (256, 2048)),
     BatchDefaults.V1_BY_GPU: ((1024, 8192), (1024, 8192), (256, 2048)),
@@ -237,37 +237,44 @@ VLLM_BATCH_DEFAULTS: dict[BatchDefaults, tuple[tuple[int, int | None], ...]] = {
 
 
 @dataclass(frozen=True, slots=True)
-class V0ChunkedPrefillDefault:
-    """Whether a V0 release turns chunked prefill on for `vllm serve` when the user does not say, and the token
-    budget it then takes (`EngineArgs.create_engine_config`: `use_long_context = max_model_len > 32768`;
-    `SchedulerConfig`: `max_num_batched_tokens` = the chunk budget with chunked prefill, else
-    max(max_model_len, 2048)). Every release that turns it on leaves it off for a model with a sliding window
-    (`get_sliding_window()` not None), speculative decoding, LoRA or prompt adapters; the rest by release."""
+class V0BatchRule:
+    """The `max_num_batched_tokens` a V0 `vllm serve` profiles with when the user gives none
+    (`EngineArgs.create_engine_config` / `_set_default_args_v0`: whether chunked prefill turns on,
+    `use_long_context = max_model_len > 32768`; then `SchedulerConfig`: the chunk budget with it, else
+    max(max_model_len, 2048), raised for a multimodal model to its floor). Every release that turns chunked
+    prefill on leaves it off for a model with a sliding window (`get_sliding_window()` not None), speculative
+    decoding, LoRA or prompt adapters; the rest by release."""
 
     long_context_chunked: bool  # a max_model_len above 32,768 turns chunked prefill on
     chunk_tokens: int  # max_num_batched_tokens with chunked prefill on
-    off_for_multimodal: bool  # `is_multimodal_model`: off whatever the length
+    multimodal_min_tokens: int  # `_MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS` (0: no floor)
+    off_for_multimodal: bool  # `is_multimodal_model`: chunked prefill off whatever the length
+    off_for_mla: bool  # `use_mla`: likewise
     off_for_state_layers: bool  # `contains_seqlen_agnostic_layers` (Mamba / Jamba)
     off_with_prefix_caching: bool  # `--enable-prefix-caching` keeps it off
     off_on_rocm: bool  # `not current_platform.is_rocm()`
 
 
 # first release -> the rule; read in the wheels named (releases between two rows not read: the earlier row)
-VLLM_V0_CHUNKED_PREFILL: tuple[tuple[str, V0ChunkedPrefillDefault], ...] = (
+VLLM_V0_BATCH_RULES: tuple[tuple[str, V0BatchRule], ...] = (
     # 0.4.3, 0.5.0, 0.5.1, 0.5.2: no long-context rule (chunked prefill off unless asked; its budget 512)
-    ("0.4", V0ChunkedPrefillDefault(False, 512, False, False, False, False)),
+    ("0.4", V0BatchRule(False, 512, 0, False, False, False, False, False)),
     # 0.5.3: the rule, also off with prefix caching
-    ("0.5.3", V0ChunkedPrefillDefault(True, 512, False, False, True, False)),
+    ("0.5.3", V0BatchRule(True, 512, 0, False, False, False, True, False)),
     # 0.5.4, 0.5.5: and off for seqlen-agnostic layers
-    ("0.5.4", V0ChunkedPrefillDefault(True, 512, False, True, True, False)),
-    # 0.6.1: the prefix-caching condition gone
-    ("0.6.1", V0ChunkedPrefillDefault(True, 512, False, True, False, False)),
+    ("0.5.4", V0BatchRule(True, 512, 0, False, False, True, True, False)),
+    # 0.6.1: the prefix-caching condition gone; a multimodal model's budget at least 4,096
+    ("0.6.1", V0BatchRule(True, 512, 4096, False, False, True, False, False)),
     # 0.6.2: multimodal models excepted
-    ("0.6.2", V0ChunkedPrefillDefault(True, 512, True, True, False, False)),
-    # 0.6.3, 0.6.4: the seqlen-agnostic condition gone
-    ("0.6.3", V0ChunkedPrefillDefault(True, 512, True, False, False, False)),
-    # 0.6.5, 0.6.6, 0.7.0, 0.7.3: a 2,048-token budget; ROCm (and pooling models) excepted
-    ("0.6.5", V0ChunkedPrefillDefault(True, 2048, True, False, False, True)),
+    ("0.6.2", V0BatchRule(True, 512, 4096, True, False, True, False, False)),
+    # 0.6.3, 0.6.4: the seqlen-agnostic condition gone; the multimodal floor 5,120
+    ("0.6.3", V0BatchRule(True, 512, 5120, True, False, False, False, False)),
+    # 0.6.5, 0.6.6, 0.7.0, 0.7.3: a 2,048-token chunk; ROCm (and pooling models) excepted. 0.7.3's VllmConfig
+    # turns chunked prefill off for MLA only after SchedulerConfig took the chunk budget: MLA keeps 2,048 there
+    ("0.6.5", V0BatchRule(True, 2048, 5120, True, False, False, False, True)),
+    # 0.8.0, 0.9.2, 0.10.1 (the V0 engine beside V1, VLLM_USE_V1=0): `_set_default_args_v0` leaves chunked
+    # prefill off for multimodal and MLA models before the scheduler config is built; ROCm no longer excepted
+    ("0.8", V0BatchRule(True, 2048, 5120, True, True, False, False, False)),
 )
 
 # Non-KV overhead model (per GPU), each a named term, fitted by tools/fit_overheads.py on the public
@@ -850,6 +857,27 @@ def by_first_release(version: str | None, table: tuple[tuple[str, _T], ...], bef
         if parse_version(first) <= wanted:
             chosen = value
     return chosen
+
+
+# The V0 engine beside V1 (VLLM_USE_V1=0) from 0.8.0 (V1 the default) to the 0.10 releases (envs.py VLLM_USE_V1 in
+# the 0.8.0, 0.9.2 and 0.10.1 wheels; 0.11.0 removed V0). Its worker, profiling run and sampler are those of the
+# last V0 default (VLLM_V0_RULES_VERSION); what the release moved for it: the default batch
+# (VLLM_V0_BATCH_RULES "0.8") and the MLA backend (FlashMLA's block, no absorbed matrices, no entry padding).
+VLLM_V0_ENGINE_FROM = "0.8"
+VLLM_V0_ENGINE_UNTIL = "0.11"  # the first release without it
+VLLM_V0_RULES_VERSION = "0.7.3"
+
+
+def vllm_v0_engine_release(version: str) -> VllmRelease | None:
+    """The rules of the V0 engine a 0.8-0.10 release keeps beside V1 (None for a release without one: before
+    0.8 V0 is the engine, from 0.11 there is none)."""
+    wanted = parse_version(version)
+    if not parse_version(VLLM_V0_ENGINE_FROM) <= wanted < parse_version(VLLM_V0_ENGINE_UNTIL):
+        return None
+    plain_v0 = VLLM_RELEASES[0]  # V0 without 0.7.1-0.7.3's MLA rules, rewritten in 0.8.0
+    return replace(
+        plain_v0, version=VLLM_V0_ENGINE_FROM, source=f"the V0 engine of vLLM {version} (VLLM_USE_V1=0): " + plain_v0.source
+    )
 
 
 def vllm_release(version: str | None) -> VllmRelease:

@@ -206,7 +206,7 @@ def _multimodal(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, not
     else:  # modalities unknown: text-only only when told so, or when every named modality (image among them) is 0
         served_text_only = bool(d.mm_text_only) or ("image" in limits and not any(limits.values()))
     if served_text_only:
-        if profile.engine is Engine.VLLM and model.vision is not None and tower_skipped_text_only(profile.version):
+        if profile.engine is Engine.VLLM and model.vision is not None and tower_skipped_text_only(profile.engine_rules_version):
             notes.append("served text-only: no encoder profiling, and the vision tower is not loaded (vLLM 0.11+)")
             return replace(model, loaded_extra_params=max(0, model.loaded_extra_params - model.vision.params))
         notes.append("served text-only: no encoder profiling; the vision tower's weights are still counted")
@@ -229,8 +229,8 @@ def _multimodal(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile, not
             "and its cached outputs) is not in this estimate, so the KV pool is too large by that much; with "
             "--limit-mm-per-prompt 0 for every modality (text-only) the estimate holds"
         )
-    elif not rule_read_for(profile.version):
-        rule = multimodal_rule(profile.version)
+    elif not rule_read_for(profile.engine_rules_version):
+        rule = multimodal_rule(profile.engine_rules_version)
         notes.append(
             f"multimodal profiling: vLLM {profile.version}'s wheel not read; the rule read in "
             f"{', '.join(rule.read_in)} is applied"
@@ -510,11 +510,11 @@ def estimate(
     A short composition of the engine profile's answers: defaults, weights, overhead, budget, the
     tightest stage's pool; then the pool's: whether it starts, what the engine prints, B_max, max context."""
     d = deployment
-    profile = engine_profile(d.engine, d.engine_version)
+    profile = engine_profile(d.engine, d.engine_version, d.vllm_v0_engine)
     if gpu is None and d.gpu_memory_bytes is None and d.kv_cache_memory_bytes is None:
         raise SpecError("no GPU: give --gpu, or --gpu-memory-gib for hardware not in the catalog")
     layout, d = _rank_layout(model, d, profile, gpu)
-    notes: list[str] = []
+    notes: list[str] = profile.engine_generation_notes(d)
     not_modelled = _unmodelled(model, d, profile, notes)
     m = _memory(model, _Sizing(d, profile, gpu, layout, checkpoint_bytes), notes)
     pool = _pool(m, d, notes)

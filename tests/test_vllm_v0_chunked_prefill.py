@@ -9,8 +9,10 @@ Oracle: the wheels' own source, read release by release (`engine/arg_utils.py` c
   0.5.4-0.6.2 also keep it off for `contains_seqlen_agnostic_layers` (Mamba / Jamba);
 - 0.6.2 keeps it off for multimodal models (`is_multimodal_model`), whatever the length;
 - with it on, SchedulerConfig takes 512 tokens (0.5.0-0.6.4) or 2048 (0.6.5-0.7.3, "a balance between ITL and
-  TTFT"); 0.6.5-0.7.3 also keep it off on ROCm (`not current_platform.is_rocm()`).
-V1 releases (0.8 on) do not read this rule.
+  TTFT"); 0.6.5-0.7.3 also keep it off on ROCm (`not current_platform.is_rocm()`);
+- SchedulerConfig raises a multimodal model's budget to `_MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS`: 4,096 in
+  0.6.1-0.6.2, 5,120 from 0.6.3 (absent in 0.5.5).
+V1 releases (0.8 on) do not read this rule; their V0 engine does (tests/test_vllm_v0_engine.py).
 """
 
 from __future__ import annotations
@@ -87,9 +89,12 @@ def test_multimodal_models_from_0_6_2() -> None:
     vl = _catalog("Qwen/Qwen2.5-VL-7B-Instruct")
     assert vl.vision_tower is not None and vl.context_limit_tokens > 32768
     limit = vl.context_limit_tokens
-    assert _batched("0.6.1", vl, limit) == 512
+    assert _batched("0.5.5", vl, limit) == 512  # chunked, no multimodal floor yet
+    assert _batched("0.6.1", vl, limit) == 4096  # chunked, raised to the floor
     assert _batched("0.6.2", vl, limit) == limit
     assert _batched("0.7.3", vl, limit) == limit
+    assert _batched("0.6.2", vl, 2048) == 4096  # a short length: max(2048, 2048), then the floor
+    assert _batched("0.6.3", vl, 2048) == 5120
 
 
 def test_seqlen_agnostic_layers_from_0_5_4_to_0_6_2() -> None:

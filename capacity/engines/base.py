@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from capacity.engines.kinds import Engine
     from capacity.hf_config.overrides import OverrideRule
-    from capacity.spec import GpuSku, ModelSpec
+    from capacity.spec import DeploymentSpec, GpuSku, ModelSpec
 
 
 # features of `DeploymentSpec.unmodelled_features` a profile may assume off (its `assumed_off`)
@@ -37,6 +37,10 @@ class ProfileBase:
     @property
     def version(self) -> str | None:
         return self.requested_version
+
+    @property
+    def engine_rules_version(self) -> str | None:
+        return self.version
 
     @property
     def overhead_calibrated(self) -> bool:
@@ -68,6 +72,10 @@ class ProfileBase:
     def weight_layout_kind(self, gpu: GpuSku | None) -> Hashable:
         """One kind: no GPU changes the layout."""
         return None
+
+    def engine_generation_notes(self, deployment: DeploymentSpec) -> list[str]:
+        """VLLM_USE_V1 is vLLM's variable: another engine ignores it."""
+        return [f"VLLM_USE_V1=0 is vLLM's: ignored for {self.engine.value}"] if deployment.vllm_v0_engine else []
 
     def start_check_kind(self, gpu: GpuSku | None) -> Hashable:
         """The compute capability: the quantization minimum and the pre-Ampere KV checks read nothing else

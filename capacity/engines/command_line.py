@@ -220,6 +220,7 @@ def read_command(text: str, release: str | None = None) -> EngineCommand:
     """The engine command in `text`, read against the engine's flag table; `release` is the one the user
     names (`--engine-version`), used where the command itself names none."""
     tokens = _tokens(text)
+    env = _env_prefix(tokens)
     allow_long = _long_length_override(tokens)
     settings = _lmcache_settings(tokens)
     tokens = _without_env(tokens)
@@ -227,6 +228,7 @@ def read_command(text: str, release: str | None = None) -> EngineCommand:
     if tokens and PurePosixPath(tokens[0]).name in ("docker", "podman", "nerdctl"):
         args, image = _after_image(tokens)
         allow_long = allow_long or _container_env_override(tokens[: len(tokens) - len(args) - 1])
+        env = env + _container_env(tokens[: len(tokens) - len(args) - 1])
         settings |= _lmcache_settings(_container_env(tokens[: len(tokens) - len(args) - 1]))
         tokens = args
         image_engine, tagged = _image_engine(image)
@@ -235,6 +237,8 @@ def read_command(text: str, release: str | None = None) -> EngineCommand:
     command = _read_args(engine, release, args)
     if allow_long:
         command = replace(command, options={**command.options, "allow_long_max_model_len": True})
+    if engine is Engine.VLLM and _v0_engine(env):
+        command = replace(command, options={**command.options, "vllm_v0_engine": True})
     if settings and "kv_transfer_config" in command.options:
         command = replace(command, options={**command.options, **settings})
     return _sglang_replicas(command)
@@ -278,6 +282,24 @@ def _lmcache_settings(tokens: list[str]) -> dict[str, object]:
             except ValueError:
                 raise CommandLineError(f"{name} wants a number") from None
     return out
+
+
+def _env_prefix(tokens: list[str]) -> list[str]:
+    """The `NAME=value` assignments before the command (after `env`, `sudo`, ...)."""
+    out: list[str] = []
+    for token in tokens:
+        if token in ("env", "sudo", "exec", "nohup"):
+            continue
+        if not _ENV_ASSIGNMENT.match(token):
+            break
+        out.append(token)
+    return out
+
+
+def _v0_engine(assignments: list[str]) -> bool:
+    """Whether `VLLM_USE_V1=0` is among them (vLLM's envs.py: `bool(int(os.getenv("VLLM_USE_V1", "1")))`)."""
+    values = [a.partition("=")[2].strip() for a in assignments if a.partition("=")[0] == "VLLM_USE_V1"]
+    return bool(values) and values[-1] == "0"
 
 
 def _container_env(options: list[str]) -> list[str]:

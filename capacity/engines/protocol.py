@@ -98,6 +98,11 @@ class EngineProfile(Protocol):
         """The release whose rules are in force (None: the engine has no versioned rules here)."""
 
     @property
+    def engine_rules_version(self) -> str | None:
+        """The release whose engine internals (worker, profiling run, sampler) apply: `version`, except where a
+        release keeps an older engine beside its own (vLLM 0.8-0.10's V0 engine)."""
+
+    @property
     def overhead_calibrated(self) -> bool:
         """Whether fitted overhead coefficients and calibration rows exist for this engine (vLLM only)."""
 
@@ -135,6 +140,9 @@ class EngineProfile(Protocol):
     def weight_layout_kind(self, gpu: GpuSku | None) -> Hashable:
         """What of the GPU `weight_layout_extra_bytes` reads (the kernels' layout, without the optional package):
         GPUs of one kind get the same bytes, so a fleet asks once per kind."""
+
+    def engine_generation_notes(self, deployment: DeploymentSpec) -> list[str]:
+        """What the deployment's `vllm_v0_engine` (VLLM_USE_V1=0) chose, one line each (none where not asked)."""
 
     def start_check_kind(self, gpu: GpuSku | None) -> Hashable:
         """What of the GPU `start_refusal` reads to decide (the message may name the GPU): GPUs of one kind

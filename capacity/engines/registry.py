@@ -11,14 +11,15 @@ from capacity.engines.vllm.profile import VllmProfile
 from capacity.spec import SpecError
 
 
-def engine_profile(engine: str | Engine, version: str | None = None) -> EngineProfile:
-    """The profile of an engine (and, for vLLM, of a release). Raises SpecError for an unknown name."""
+def engine_profile(engine: str | Engine, version: str | None = None, v0_engine: bool = False) -> EngineProfile:
+    """The profile of an engine (and, for vLLM, of a release; `v0_engine`: its V0 engine, where a 0.8-0.10
+    release keeps one beside V1). Raises SpecError for an unknown name."""
     try:
         kind = Engine(str(engine).lower())
     except ValueError:
         raise SpecError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINE_NAMES)}") from None
     if kind is Engine.VLLM:
-        return VllmProfile.for_version(version)
+        return VllmProfile.for_version(version, v0_engine)
     if kind is Engine.SGLANG:
         return SglangProfile(version)
     if kind is Engine.TRTLLM:

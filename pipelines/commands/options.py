@@ -169,6 +169,12 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
         "(VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1); without it the "
         "engine refuses to start.",
     ),
+    "vllm_v0_engine": option(
+        bool,
+        "--vllm-v0-engine",
+        default=False,
+        help="vLLM 0.8-0.10 run with VLLM_USE_V1=0: their V0 engine (read from a pasted command's environment too).",
+    ),
     "hf_overrides": option(
         str | None,
         "--hf-overrides",

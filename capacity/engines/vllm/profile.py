@@ -38,7 +38,7 @@ from capacity.engines.vllm.releases import (
     max_concurrent_batches,
     multimodal_batched_floor,
     other_process_rule,
-    v0_chunked_prefill_tokens,
+    v0_batched_tokens,
 )
 from capacity.engines.vllm.weights import (
     expert_layout,
@@ -50,7 +50,7 @@ from capacity.hf_config.overrides import OverrideRule
 from capacity.numeric import Num, at_least, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.pool import KVPool
-from capacity.spec import GpuSku, ModelSpec
+from capacity.spec import DeploymentSpec, GpuSku, ModelSpec
 
 V0_REPRESENTATIVE_VERSION = "0.7.3"  # an undated V0 log (`observed_version`)
 
@@ -89,14 +89,29 @@ class VllmProfile(ProfileBase):
     release: ec.VllmRelease
     requested_version: str | None = None
     engine: Engine = Engine.VLLM
+    v0_engine: bool = False  # the V0 engine a 0.8-0.10 release keeps beside V1 (VLLM_USE_V1=0)
 
     @classmethod
-    def for_version(cls, version: str | None) -> VllmProfile:
-        return _profile(version)
+    def for_version(cls, version: str | None, v0_engine: bool = False) -> VllmProfile:
+        """The release's profile; `v0_engine` asks for its V0 engine, where the release has one beside V1."""
+        return _profile(version, v0_engine)
 
     @property
-    def version(self) -> str | None:
+    def version(self) -> str:
+        """The release asked for: what its arguments, config and platform code decide (defaults, the MLA block
+        size, the start checks)."""
         return self.requested_version or ec.VLLM_DEFAULT_VERSION
+
+    @property
+    def engine_rules_version(self) -> str:
+        """The release whose worker, profiling run and sampler apply: the release's own, or for the V0 engine
+        of a 0.8-0.10 release the last V0 default's."""
+        return ec.VLLM_V0_RULES_VERSION if self.v0_engine else self.version
+
+    @property
+    def label(self) -> str:
+        """The release as the estimate names it (its V0 engine said so)."""
+        return f"{self.version} (V0 engine)" if self.v0_engine else self.version
 
     @property
     def overhead_calibrated(self) -> bool:
@@ -115,8 +130,8 @@ class VllmProfile(ProfileBase):
 
     def defaults(self, request: DefaultsRequest) -> EngineDefaults:
         r = request
-        chunk = v0_chunked_prefill_tokens(self.version, r) if self.release.batch_defaults is ec.BatchDefaults.V0 else None
-        seqs, batched = batch_defaults(self.release, r.gpu, r.gpu_memory_bytes, r.max_model_len, chunk)
+        v0 = v0_batched_tokens(self.version, r) if self.release.batch_defaults is ec.BatchDefaults.V0 else None
+        seqs, batched = batch_defaults(self.release, r.gpu, r.gpu_memory_bytes, r.max_model_len, v0)
         floor = multimodal_batched_floor(r.model, self.release)
         if floor > batched:  # arg_utils then caps it at max_num_seqs x max_model_len
             batched = min(floor, seqs * max(r.max_model_len, 1))
@@ -135,7 +150,7 @@ class VllmProfile(ProfileBase):
 
     def overhead(self, inputs: OverheadInputs) -> Overhead:
         """The profiling run as vLLM executes it, each buffer named (capacity/engines/vllm/overhead.py)."""
-        return vllm_overhead(inputs, self.release, version=self.version)
+        return vllm_overhead(inputs, self.release, version=self.engine_rules_version)
 
     # the MoE layers of the profiling run gather every DP rank's tokens (`vllm_overhead`'s dispatch term)
     overhead_reads_moe_dispatch: ClassVar[bool] = True
@@ -146,11 +161,11 @@ class VllmProfile(ProfileBase):
         self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, triton_kernels: bool | None = None
     ) -> int:
         """MXFP4 experts as the release's fused-MoE backend lays them out (capacity/engines/vllm/weights.py)."""
-        return mxfp4_expert_extra_bytes(model, tp, pp, gpu, self.version or ec.VLLM_DEFAULT_VERSION, triton_kernels)
+        return mxfp4_expert_extra_bytes(model, tp, pp, gpu, self.version, triton_kernels)
 
     def weight_layout_kind(self, gpu: GpuSku | None) -> Hashable:
         """The MXFP4 expert layout of the release's backend on the GPU: the only thing of it the bytes read."""
-        return expert_layout(gpu, self.version or ec.VLLM_DEFAULT_VERSION)
+        return expert_layout(gpu, self.version)
 
     def weight_copy_bytes(self, model: ModelSpec, tp: int, pp: int, weight_format: str) -> int:
         """V0 MLA's absorbed decode matrices (0.7.1-0.7.3; capacity/engines/vllm/weights.py)."""
@@ -159,13 +174,13 @@ class VllmProfile(ProfileBase):
     def other_process_charge(self, other_bytes: Num, utilization: Num) -> Num:
         """Others' memory comes off the pool only where the release reads non-torch memory device-wide (0.6.4,
         0.8.0-0.9.0: `OtherProcessRule`); elsewhere `--gpu-memory-utilization` is this instance's budget."""
-        return other_bytes if other_process_rule(self.version) is OtherProcessRule.CHARGED else 0
+        return other_bytes if other_process_rule(self.engine_rules_version) is OtherProcessRule.CHARGED else 0
 
     def start_memory_problem(self, total_bytes: int, utilization: float, other_bytes: int) -> str | None:
         """`v1/worker/utils.py` request_memory (0.33; in `gpu_worker.init_device` from 0.9.1): requested =
         ceil(total x utilization); free memory at init below it raises ValueError. On a unified-memory GPU
         (0.12+) the free memory is the host's available memory, so the host's own use counts here too."""
-        if other_process_rule(self.version) is not OtherProcessRule.PER_INSTANCE_CHECKED:
+        if other_process_rule(self.engine_rules_version) is not OtherProcessRule.PER_INSTANCE_CHECKED:
             return None
         free, requested = total_bytes - other_bytes, math.ceil(total_bytes * utilization)
         if free >= requested:
@@ -203,7 +218,7 @@ class VllmProfile(ProfileBase):
         pre-Ampere GPU from 0.24 (`triton_fp8_kv_refusal`; 0.13-0.23 ran FlashInfer from 7.5), then a length
         beyond the model's limit (raised in every release read, 0.4.0.post1 to 0.33.0; the override
         VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 exists from 0.6.1, not in 0.4.0.post1, 0.5 not read)."""
-        version = self.version or ec.VLLM_DEFAULT_VERSION
+        version = self.version
         release = ec.parse_version(version)
         method = fp8_method(request)
         if method is not None and (
@@ -216,12 +231,29 @@ class VllmProfile(ProfileBase):
             request = replace(request, allow_long_max_model_len=False)
         return long_length_refusal(request, self.context_limit(request.model), "max_model_len", "VLLM_ALLOW_LONG_MAX_MODEL_LEN")
 
+    def engine_generation_notes(self, deployment: DeploymentSpec) -> list[str]:
+        """VLLM_USE_V1=0: the V0 engine of a 0.8-0.10 release; before 0.8 V0 is the engine anyway, from 0.11
+        there is none to pick (the release's own engine is sized)."""
+        if not deployment.vllm_v0_engine:
+            return []
+        if self.v0_engine:
+            return [
+                f"the V0 engine of vLLM {self.version} (VLLM_USE_V1=0): its worker, profiling run and "
+                f"sampler as in {ec.VLLM_V0_RULES_VERSION}, the release's own default batch and MLA backend"
+            ]
+        if ec.parse_version(self.version) < ec.parse_version(ec.VLLM_V0_ENGINE_FROM):
+            return []
+        return [
+            f"VLLM_USE_V1=0 picks nothing on vLLM {self.version}: the V0 engine is gone from "
+            f"{ec.VLLM_V0_ENGINE_UNTIL}"
+        ]
+
     def context_limit(self, model: ModelSpec) -> int:
         """The derived max_model_len of the release: a YaRN entry scaled the limit up to 0.29 (original length x
         factor) and leaves the length keys as they are from 0.30 (config/model.py `_get_and_verify_max_len`,
         vllm-project/vllm#56446: in the 0.30.0 wheel, not in 0.29.0)."""
         legacy = model.context_limit_vllm_029_tokens
-        if legacy is not None and ec.parse_version(self.version or ec.VLLM_DEFAULT_VERSION) < ec.parse_version(
+        if legacy is not None and ec.parse_version(self.version) < ec.parse_version(
             ec.VLLM_YARN_UNSCALED
         ):
             return legacy
@@ -287,7 +319,7 @@ class VllmProfile(ProfileBase):
         if graphs.cuda_graph_bytes <= outside:
             return []
         return [
-            f"may run out of memory capturing CUDA graphs: vLLM {self.version} captures them after allocating the "
+            f"may run out of memory capturing CUDA graphs: vLLM {self.label} captures them after allocating the "
             f"KV pool, outside --gpu-memory-utilization, and they take about {format_gib(graphs.cuda_graph_bytes)} "
             f"(0.21's estimate) against {format_gib(max(outside, 0))} left outside the budget; not refused "
             "(the graph memory of this release is not measured): lower the utilization, or --enforce-eager"
@@ -304,7 +336,7 @@ class VllmProfile(ProfileBase):
         ]
 
     def _mxfp4_backend_notes(self, c: AssumptionContext) -> list[str]:
-        d, version = c.deployment, self.version or ec.VLLM_DEFAULT_VERSION
+        d, version = c.deployment, self.version
         if d.triton_kernels is not None or c.weight_format != "mxfp4" or not triton_kernels_decides(c.gpu, version):
             return []
         model = c.inputs.model
@@ -331,7 +363,7 @@ class VllmProfile(ProfileBase):
         ]
 
     def _sampler_notes(self, c: AssumptionContext) -> list[str]:
-        version = self.version or ec.VLLM_DEFAULT_VERSION
+        version = self.engine_rules_version
         rule = ec.vllm_sampler_rule(version, runs_v2_model_runner(c.inputs.model, version))
         if rule is None or rule.flashinfer_units == rule.native_units:
             return []
@@ -383,7 +415,10 @@ class VllmProfile(ProfileBase):
 
 
 @cache
-def _profile(version: str | None) -> VllmProfile:
+def _profile(version: str | None, v0_engine: bool = False) -> VllmProfile:
+    v0_release = ec.vllm_v0_engine_release(version) if v0_engine and version is not None else None
+    if v0_release is not None:
+        return VllmProfile(v0_release, version, v0_engine=True)
     return VllmProfile(ec.vllm_release(version), version)
 
 

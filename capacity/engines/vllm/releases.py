@@ -54,11 +54,10 @@ def batch_defaults(
     gpu: GpuSku | None,
     gpu_memory_bytes: int,
     max_model_len: int,
-    v0_chunk_tokens: int | None = None,
+    v0_batched_tokens: int | None = None,
 ) -> tuple[int, int]:
-    """(max_num_seqs, max_num_batched_tokens) that `vllm serve` picks when not given; on a V0 release
-    `v0_chunk_tokens` is the budget of the chunked prefill it turns on (`v0_chunked_prefill_tokens`), None
-    where it stays off (SchedulerConfig: max(max_model_len, 2048))."""
+    """(max_num_seqs, max_num_batched_tokens) that `vllm serve` picks when not given; on a V0 release the
+    batch is `v0_batched_tokens` (`v0_batched_tokens`), max(max_model_len, 2048) where it is not given."""
     huge, big, small = ec.VLLM_BATCH_DEFAULTS[release.batch_defaults]
     is_a100 = gpu is not None and ("a100" in gpu.id.lower() or "a100" in gpu.name.lower())
     if gpu_memory_bytes >= ec.VLLM_HUGE_GPU_MIN_BYTES:
@@ -72,32 +71,36 @@ def batch_defaults(
     else:
         seqs, batched = small
     if batched is None:
-        batched = v0_chunk_tokens if v0_chunk_tokens is not None else max(max_model_len, 2048)
+        batched = v0_batched_tokens if v0_batched_tokens is not None else max(max_model_len, 2048)
     return seqs, batched
 
 
 V0_LONG_CONTEXT_TOKENS = 32768  # arg_utils: `use_long_context = max_model_len > 32768`
 
 
-def v0_chunked_prefill_tokens(version: str | None, request: DefaultsRequest) -> int | None:
-    """The chunk budget a V0 `vllm serve` runs with where the user leaves chunked prefill unset, None where
-    it stays off (`ec.VLLM_V0_CHUNKED_PREFILL`, read release by release in the wheels): on only above
-    32,768 tokens, and never for a model with a sliding window (V0's `get_sliding_window()`: the config's
-    window on any layer), with speculative decoding or LoRA, nor where the release's row excepts it."""
-    rule = ec.by_first_release(version, ec.VLLM_V0_CHUNKED_PREFILL, ec.VLLM_V0_CHUNKED_PREFILL[0][1])
+def v0_batched_tokens(version: str | None, request: DefaultsRequest) -> int:
+    """The batch a V0 `vllm serve` profiles with where the user gives no max_num_batched_tokens nor chunked
+    prefill (`ec.VLLM_V0_BATCH_RULES`, read release by release in the wheels): the chunk budget where the
+    release turns chunked prefill on (only above 32,768 tokens, never for a model with a sliding window — V0's
+    `get_sliding_window()`: the config's window on any layer — speculative decoding or LoRA, nor where the
+    release's row keeps it off), else max(max_model_len, 2048); a multimodal model's at least its floor."""
+    rule = ec.by_first_release(version, ec.VLLM_V0_BATCH_RULES, ec.VLLM_V0_BATCH_RULES[0][1])
     model, gpu = request.model, request.gpu
-    kept_off = (
+    multimodal = model.vision_tower is not None
+    chunked = not (
         not rule.long_context_chunked
         or request.max_model_len <= V0_LONG_CONTEXT_TOKENS
         or any(layer.cache.windowed for layer in model.layers)
         or request.speculative
         or request.lora
-        or (rule.off_for_multimodal and model.vision_tower is not None)
+        or (rule.off_for_multimodal and multimodal)
+        or (rule.off_for_mla and model.is_mla)
         or (rule.off_for_state_layers and model.has_state_layers)
         or (rule.off_with_prefix_caching and bool(request.prefix_caching))
         or (rule.off_on_rocm and gpu is not None and gpu.vendor == "amd")
     )
-    return None if kept_off else rule.chunk_tokens
+    batched = rule.chunk_tokens if chunked else max(request.max_model_len, 2048)
+    return max(batched, rule.multimodal_min_tokens) if multimodal else batched
 
 
 def multimodal_batched_floor(model: ModelSpec, release: ec.VllmRelease) -> int:
