@@ -648,3 +648,23 @@ def test_grid_charges_the_graphs_by_the_gpus_all_reduce_path_like_estimate() -> 
     overhead = {(r["gpu"], r["tp"]): r["overhead_bytes_per_gpu"] for r in per.iter_rows(named=True)}
     assert overhead["a100-sxm-80gb", 1] == overhead["l40s-48gb", 1]
     assert overhead["l40s-48gb", 4] > overhead["a100-sxm-80gb", 4]
+
+
+@pytest.mark.parametrize("version", ["0.5.2", "0.6.1", "0.7.3"])
+def test_v0_releases_profile_the_batch_their_rules_pick(version: str) -> None:
+    """On a V0 release the default batch follows the model (a sliding window, a vision tower, the length:
+    `ec.VLLM_V0_BATCH_RULES`), so two models that differ only in a window must not share the grid's defaults
+    (its model classes): every row equals `estimate`'s, overhead included, and the windowed model profiles a
+    bigger batch than the full one wherever the release turns chunked prefill on (its overhead is larger)."""
+    full = dense_spec(layers=8, kv_heads=8, hidden=2048, intermediate=8192, context=65536)
+    windowed = dense_spec(layers=8, kv_heads=8, hidden=2048, intermediate=8192, context=65536,
+                          kinds=[(KVKind.SLIDING, 4096)] * 8)  # fmt: skip
+    grid_models = [GridModel("hand/full-64k", full), GridModel("hand/windowed-64k", windowed)]
+    options = GridOptions(engines=("vllm",), vllm_version=version, weight_dtypes=("bf16",), kv_dtypes=("auto",),
+                          tp_sizes=(1,))  # fmt: skip
+    grid = build_capacity_grid(grid_models, gpus()[:2], options).collect()
+    by_model, by_gpu = {m.repo_id: m for m in grid_models}, {g.id: g for g in gpus()}
+    _assert_rows_match(grid, list(range(grid.height)), by_model, by_gpu)
+    overhead = dict(grid.group_by("model").agg(pl.col("overhead_bytes_per_gpu").max()).iter_rows())
+    chunked = version != "0.5.2"  # 0.5.3 on: chunked prefill above 32,768 tokens, but not with a window
+    assert (overhead["hand/windowed-64k"] > overhead["hand/full-64k"]) is chunked
