@@ -179,15 +179,22 @@ class ModelSpec:
     def has_state_layers(self) -> bool:
         return _layer_facts(self)[1]
 
+    @property
+    def has_window_layers(self) -> bool:
+        """Some layer keeps a window of tokens (sliding or chunked-local attention)."""
+        return _layer_facts(self)[2]
 
-def _layer_facts(spec: ModelSpec) -> tuple[bool, bool]:
-    """(is_mla, has_state_layers), read once per spec object: the planners ask them per GPU, TP and dtype."""
+
+def _layer_facts(spec: ModelSpec) -> tuple[bool, bool, bool]:
+    """(is_mla, has_state_layers, has_window_layers), read once per spec object: the planners ask them per GPU,
+    TP and dtype."""
     return per_object(
         spec,
         ("layer_facts",),
         lambda: (
             any(layer.cache.latent for layer in spec.layers),
             any(layer.cache.holds_state for layer in spec.layers),
+            any(layer.cache.windowed for layer in spec.layers),
         ),
     )
 

@@ -125,7 +125,7 @@ class TrtllmProfile(ProfileBase):
         state slots, which follow max_batch_size rather than the KV budget."""
         i = context.inputs
         notes = []
-        if self.windows_opt_in(i.model) and any(layer.cache.windowed for layer in i.model.layers):
+        if self.windows_opt_in(i.model) and i.model.has_window_layers:
             notes.append(
                 f"TensorRT-LLM {self.requested_version}: windowed layers keep the full length's KV (variable sliding "
                 "window attention is opt-in through kv_cache_config.max_attention_window, which would size one pool "
@@ -169,7 +169,7 @@ class TrtllmProfile(ProfileBase):
         """What this profile does not reproduce for a model the release serves (a refused one is not sized)."""
         if self.missing_model_class(model):
             return None
-        if any(layer.cache.windowed for layer in model.layers) and not self.windows_opt_in(model):
+        if model.has_window_layers and not self.windows_opt_in(model):
             return (
                 "TensorRT-LLM keeps one KV pool per attention window (variable sliding window attention, "
                 "a static split): not modelled, windowed layers sized as full attention"

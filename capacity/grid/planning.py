@@ -246,8 +246,14 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
     parallel: set[tuple[int, int]] = set()
     for gm in models:
         spec = gm.spec
-        windowed = any(layer.cache.windowed for layer in spec.layers)
-        key = (spec.context_limit_tokens, spec.is_mla, _state_mixers(spec), _has_indexer(spec), _vision(spec), windowed)
+        key = (
+            spec.context_limit_tokens,
+            spec.is_mla,
+            _state_mixers(spec),
+            _has_indexer(spec),
+            _vision(spec),
+            spec.has_window_layers,
+        )
         if key not in classes:
             classes[key] = len(classes)
             representative.append(gm.spec)

@@ -90,7 +90,7 @@ def v0_batched_tokens(version: str | None, request: DefaultsRequest) -> int:
     chunked = not (
         not rule.long_context_chunked
         or request.max_model_len <= V0_LONG_CONTEXT_TOKENS
-        or any(layer.cache.windowed for layer in model.layers)
+        or model.has_window_layers
         or request.speculative
         or request.lora
         or (rule.off_for_multimodal and multimodal)
