@@ -221,15 +221,16 @@ def read_command(text: str, release: str | None = None) -> EngineCommand:
     names (`--engine-version`), used where the command itself names none."""
     tokens = _tokens(text)
     env = _env_prefix(tokens)
-    allow_long = _long_length_override(tokens)
-    settings = _lmcache_settings(tokens)
+    allow_long = _long_length_override(env)
+    settings = _lmcache_settings(env)
     tokens = _without_env(tokens)
     image_engine: Engine | None = None
     if tokens and PurePosixPath(tokens[0]).name in ("docker", "podman", "nerdctl"):
         args, image = _after_image(tokens)
-        allow_long = allow_long or _container_env_override(tokens[: len(tokens) - len(args) - 1])
-        env = env + _container_env(tokens[: len(tokens) - len(args) - 1])
-        settings |= _lmcache_settings(_container_env(tokens[: len(tokens) - len(args) - 1]))
+        container = _container_env(tokens[: len(tokens) - len(args) - 1])
+        allow_long = allow_long or _long_length_override([value for value in container if _ENV_ASSIGNMENT.match(value)])
+        settings |= _lmcache_settings(_env_prefix(container))
+        env = env + container
         tokens = args
         image_engine, tagged = _image_engine(image)
         release = tagged or release
@@ -266,15 +267,11 @@ _LMCACHE_ENV = {
 }
 
 
-def _lmcache_settings(tokens: list[str]) -> dict[str, object]:
-    """The LMCache settings among the `NAME=value` prefixes (a value that is not a number is an error)."""
+def _lmcache_settings(assignments: list[str]) -> dict[str, object]:
+    """The LMCache settings among `NAME=value` assignments (a value that is not a number is an error)."""
     out: dict[str, object] = {}
-    for token in tokens:
-        if token in ("env", "sudo", "exec", "nohup"):
-            continue
-        if not _ENV_ASSIGNMENT.match(token):
-            break
-        name, _, value = token.partition("=")
+    for assignment in assignments:
+        name, _, value = assignment.partition("=")
         if name in _LMCACHE_ENV:
             option, kind = _LMCACHE_ENV[name]
             try:
@@ -285,7 +282,8 @@ def _lmcache_settings(tokens: list[str]) -> dict[str, object]:
 
 
 def _env_prefix(tokens: list[str]) -> list[str]:
-    """The `NAME=value` assignments before the command (after `env`, `sudo`, ...)."""
+    """The `NAME=value` assignments before the command (`env`, `sudo`, `exec`, `nohup` among them skipped), up to
+    the first token that is neither: the environment the other readers take."""
     out: list[str] = []
     for token in tokens:
         if token in ("env", "sudo", "exec", "nohup"):
@@ -312,20 +310,11 @@ def _container_env(options: list[str]) -> list[str]:
 _LONG_LENGTH_OVERRIDES = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")
 
 
-def _container_env_override(options: list[str]) -> bool:
-    """Whether a container's `-e NAME=value` / `--env NAME=value` / `--env=NAME=value` sets a long-length override."""
-    return _long_length_override([value for value in _container_env(options) if _ENV_ASSIGNMENT.match(value)])
-
-
-def _long_length_override(tokens: list[str]) -> bool:
-    """Whether a `NAME=value` prefix sets one of the long-length overrides to a true value ("1" or "true",
-    as the engines read them); no other prefix is read."""
-    for token in tokens:
-        if token in ("env", "sudo", "exec", "nohup"):
-            continue
-        if not _ENV_ASSIGNMENT.match(token):
-            return False
-        name, _, value = token.partition("=")
+def _long_length_override(assignments: list[str]) -> bool:
+    """Whether a `NAME=value` assignment sets one of the long-length overrides to a true value ("1" or "true",
+    as the engines read them)."""
+    for assignment in assignments:
+        name, _, value = assignment.partition("=")
         if name in _LONG_LENGTH_OVERRIDES and value.strip().lower() in ("1", "true"):
             return True
     return False
