@@ -865,7 +865,7 @@ def by_first_release(version: str | None, table: tuple[tuple[str, _T], ...], bef
 # (VLLM_V0_BATCH_RULES "0.8") and the MLA backend (FlashMLA's block, no absorbed matrices, no entry padding).
 VLLM_V0_ENGINE_FROM = "0.8"
 VLLM_V0_ENGINE_UNTIL = "0.11"  # the first release without it
-VLLM_V0_RULES_VERSION = "0.7.3"
+VLLM_V0_RULES_VERSION = "0.7.3"  # the last release V0 was the default of: also an undated V0 log's release
 
 
 def vllm_v0_engine_release(version: str) -> VllmRelease | None:

@@ -52,8 +52,6 @@ from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.pool import KVPool
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec
 
-V0_REPRESENTATIVE_VERSION = "0.7.3"  # an undated V0 log (`observed_version`)
-
 # `--kv-cache-dtype` values vLLM 0.33 accepts (config/cache.py CacheDType): no plain int8 or float32,
 # and 16-bit types spelled out; the ones whose page capplan sizes, and the packed / scaled layouts
 # (per-token-head scales, NVFP4, TurboQuant...) it does not model
@@ -411,7 +409,7 @@ class VllmProfile(ProfileBase):
                 return version
             except ValueError:
                 pass
-        return V0_REPRESENTATIVE_VERSION if (generation or "").lower() == "v0" else "0.11"
+        return ec.VLLM_V0_RULES_VERSION if (generation or "").lower() == "v0" else "0.11"
 
 
 @cache
