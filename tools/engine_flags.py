@@ -37,10 +37,11 @@ def _arity(action: argparse.Action) -> str:
 
 
 def _flags(parser: argparse.ArgumentParser) -> dict[str, tuple[str, str]]:
+    """Every option string the parser accepts: its registry, not the actions' visible strings (vLLM hides
+    `--no-enable-x` / `--no-disable-x` from help, EnableDisableAction, but still parses them)."""
     out: dict[str, tuple[str, str]] = {}
-    for action in parser._actions:
-        for option in action.option_strings:
-            out[option] = (action.dest, _arity(action))
+    for option, action in parser._option_string_actions.items():
+        out[option] = (action.dest, _arity(action))
     return dict(sorted(out.items()))
 
 
