@@ -420,11 +420,12 @@ VLLM_PROFILING_COEFFICIENTS: dict[str, VllmProfilingCoefficients] = {
         "the 0.10.2 H200 TP 2 breakdown for the NVLink-switch term)",
     ),
     "v0": VllmProfilingCoefficients(
-        forward_scale=0.95,
-        non_torch_bytes=int(0.35 * GIB),
+        forward_scale=1.0,
+        non_torch_bytes=int(0.25 * GIB),
         non_torch_tp_bytes=int(3.58 * GIB),
-        source="tools/overhead_cv.py --fit on the V0 rows (vllm#10517 RTX 3090, PR#10511 H100); V0 profiles "
-        "max_num_seqs sequences of the whole batch with the sampler folded into the forward peak",
+        source="tools/overhead_cv.py --fit on the V0 rows (vllm#10517 RTX 3090, PR#10511 H100, vllm#13061 RTX "
+        "4090); V0 profiles max_num_seqs sequences of the whole batch in one execute_model, whose sampler phase is "
+        "a rule per release (VLLM_SAMPLER_RULES' V0 rows), not a coefficient",
     ),
 }
 # 0.28.0 changed what the profiler counts (utils/mem_utils.py memory_profiling, read in the 0.28.0-0.33.0
@@ -446,7 +447,7 @@ VLLM_PROFILING_COEFFICIENTS["v1-late"] = replace(
 # evaluation/data/README-sampler.md; the tensor-level peaks of the V1 runner are also measured by running
 # each release's own sampler code on the CPU (tools/engine_oracle/vllm_sampler_peak.py,
 # tests/test_vllm_sampler_rule.py). Where the path sorts the logits (torch.sort), the CUDA sort's own
-# scratch comes on top while it runs (`VLLM_TORCH_SORT_LIVE_UNITS` + `torch_sort_scratch_units`).
+# scratch comes on top while it runs (`torch_sort_live_units` + `torch_sort_scratch_units`).
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,10 +469,41 @@ class VllmSamplerRule:
     # the dummy run samples with the default parameters only: no top-k/top-p, no sort (`native_units`: what
     # the logits processing keeps beside the model-dtype logits)
     default_pass_only: bool = False
+    # V0 up to 0.5.4: top-k/top-p sorts the model-dtype logits (no fp32 cast first), so the sort's keys and
+    # `native_model_dtype_tensors` of the tensors alive after it are logits-sized in the model dtype, on top
+    # of `native_units` fp32-sized ones
+    sorts_model_dtype: bool = False
+    native_model_dtype_tensors: int = 0
+    # the fp32 copy among `native_units` is `Tensor.to(torch.float)`, which returns fp32 logits themselves: no
+    # copy (one unit less, at the sort too) for a model served in fp32 (read for V0; the V1 rows keep the unit)
+    fp32_cast_by_to: bool = False
 
 
-# Ordered oldest -> newest. V0 (< 0.8) has no row: its sampler is part of the forward peak.
+# Ordered oldest -> newest. V0 rows: `ModelRunner.profile_run` (worker/model_runner.py) runs max_num_seqs dummy
+# prompts with SamplingParams(top_p=0.99, top_k=vocab - 1) in one execute_model, whose sampler
+# (model_executor/layers/sampler.py, VLLM_USE_FLASHINFER_SAMPLER off by default) sorts the logits of every
+# prompt's last token; at TP > 1 only the driver rank samples, the rank whose blocks vLLM keeps (the minimum).
+# Not read before 0.2.7: no sampler phase there. Measured on the CPU with each wheel's own function
+# (tools/engine_oracle/vllm_v0_sampler_peak.py; evaluation/data/README-sampler.md, "V0").
 VLLM_SAMPLER_RULES: tuple[VllmSamplerRule, ...] = (
+    VllmSamplerRule("0.2.7", 4.75, 4.75, False, None, 4.75, False,
+                    "0.2.7 V0 _apply_top_p_top_k on the model-dtype logits (descending sort, no fp32 cast): int64 "
+                    "indices (2), three bool masks (0.75), the inverse-index scatter (int64, 2) and, in the model "
+                    "dtype, the sorted values, softmax, cumsum and the gathered result (4); 0.3.0-0.3.2 not read",
+                    sorts_model_dtype=True, native_model_dtype_tensors=4),
+    VllmSamplerRule("0.3.3", 4.5, 4.5, False, None, 4.5, False,
+                    "0.3.3-0.5.4 V0 _apply_top_k_top_p on the model-dtype logits (no fp32 cast): int64 indices (2), "
+                    "top-k and top-p bool masks (0.5), the inverse-index scatter (int64, 2) and, in the model dtype, "
+                    "the sorted values, softmax, cumsum and the gathered result (4)",
+                    sorts_model_dtype=True, native_model_dtype_tensors=4),
+    VllmSamplerRule("0.5.5", 9.5, 9.5, False, None, 9.5, False,
+                    "0.5.5-0.6.1 V0: Sampler.forward casts the logits to fp32 (1); _apply_top_k_top_p: sorted "
+                    "values (1), int64 indices (2), bool masks (0.5), softmax (1), cumsum (1), the inverse-index "
+                    "scatter (int64, 2) and the gathered result (1)", fp32_cast_by_to=True),
+    VllmSamplerRule("0.6.2", 7.5, 7.5, False, None, 7.5, False,
+                    "0.6.2-0.7.3 V0 (and the V0 engine of 0.8-0.10): fp32 cast (1) + sorted values (1), int64 "
+                    "indices (2), bool masks (0.5), softmax (1), cumsum (1), the scatter result (1)",
+                    fp32_cast_by_to=True),
     VllmSamplerRule("0.8", 6.5, 6.5, False, None, 6.5, False,
                     "0.8.5: Sampler.forward fp32 cast (1) + apply_top_k_top_p sort values (1), int64 indices (2), "
                     "top-k and top-p bool masks (0.5), softmax (1), scatter result (1); FlashInfer >= 0.2.3 refused"),
@@ -512,22 +544,25 @@ VLLM_SAMPLER_RULES: tuple[VllmSamplerRule, ...] = (
                     v2_runner=True),
 )  # fmt: skip
 VLLM_ASSUMED_SM_COUNT = 132  # H100 SXM / H200: the Triton top-k/top-p buffer's rows when the GPU's SMs are unknown
-# While torch.sort runs on the fp32 logits: the input (1), the sorted values (1) and int64 indices (2)
-VLLM_TORCH_SORT_LIVE_UNITS = 4.0
+def torch_sort_live_units(key_units: float = 1.0, cast: bool = True) -> float:
+    """The tensors alive while torch.sort runs, in fp32 logits units: the fp32 copy it sorts (1, where the
+    sampler cast the logits; a model-dtype input is the logits themselves, counted apart), the sorted keys
+    (`key_units`: 1 for fp32, 0.5 for bf16 / fp16) and the int64 indices (2)."""
+    return (1.0 if cast else 0.0) + key_units + 2.0
 
 
-def torch_sort_scratch_units(rows: int) -> float:
+def torch_sort_scratch_units(rows: int, key_units: float = 1.0) -> float:
     """The CUDA sort's own scratch over `rows` rows of the vocabulary, in fp32 logits units (PyTorch
-    aten/src/ATen/native/cuda/SortStable.cu do_launch_stable_sort_kernel): 1 or >= 128 rows,
-    segmented_sort_pairs / segmented_sort_large_segments: the int64 iota indices (2) + cub's third keys
-    (fp32, 1) and values (int64, 2) buffers of a non-overwriting radix sort = 5; 2-127 rows,
-    segmented_sort_pairs_by_full_sort: two int2 index-and-segment buffers (2 + 2), the keys output
-    at::cuda::cub::radix_sort_pairs allocates (1) and cub's third keys (1) and int2 values (2) = 8."""
-    return 5.0 if rows == 1 or rows >= 128 else 8.0
+    aten/src/ATen/native/cuda/SortStable.cu do_launch_stable_sort_kernel), keys of `key_units` each: 1 or
+    >= 128 rows, segmented_sort_pairs / segmented_sort_large_segments: the int64 iota indices (2) + cub's
+    third keys (k) and values (int64, 2) buffers of a non-overwriting radix sort = 4 + k (5 for fp32);
+    2-127 rows, segmented_sort_pairs_by_full_sort: two int2 index-and-segment buffers (2 + 2), the keys output
+    at::cuda::cub::radix_sort_pairs allocates (k) and cub's third keys (k) and int2 values (2) = 6 + 2k (8)."""
+    return 4.0 + key_units if rows == 1 or rows >= 128 else 6.0 + 2.0 * key_units
 
 
 def vllm_sampler_rule(version: str, v2_runner: bool = False) -> VllmSamplerRule | None:
-    """The sampler rule in force for a vLLM version and model runner; None before the V1 engine (0.8)."""
+    """The sampler rule in force for a vLLM version and model runner; None before the first release read (0.4.3)."""
     wanted = parse_version(version)
     chosen: VllmSamplerRule | None = None
     for rule in VLLM_SAMPLER_RULES:

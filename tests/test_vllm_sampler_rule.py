@@ -38,7 +38,10 @@ def _rule(version: str, v2_runner: bool = False) -> ec.VllmSamplerRule:
 
 
 def test_rules_by_release() -> None:
-    assert ec.vllm_sampler_rule("0.7.3") is None  # V0: the sampler is part of the forward peak
+    # V0: the profiling run's one execute_model samples too (its own phase); not read before 0.4.3
+    assert [_rule(v).version for v in ("0.2.7", "0.3.3", "0.4.3", "0.5.4", "0.5.5", "0.6.1", "0.6.2", "0.7.3")] \
+        == ["0.2.7", "0.3.3", "0.3.3", "0.3.3", "0.5.5", "0.5.5", "0.6.2", "0.6.2"]  # fmt: skip
+    assert ec.vllm_sampler_rule("0.2.6") is None
     assert [_rule(v).version for v in ("0.8.5", "0.10.1.1", "0.11.0", "0.11.1", "0.15.1", "0.19.0", "0.24", "0.33")] \
         == ["0.8", "0.9", "0.9", "0.11.1", "0.12", "0.17", "0.21", "0.30"]  # fmt: skip
     # the V2 model runner's own dummy run: the default pass from 0.22, the warmup-param pass too from 0.33
@@ -130,7 +133,30 @@ def test_sampler_bytes_in_the_profiling_buffers() -> None:
     assert b.sampler_bins_bytes == 0
     v2 = profiling_buffers(spec, 1, 1, 8192, s, 2, version="0.33.0")
     assert v2.sampler_bins_bytes == s * vocab * 4 + s * -(-vocab // 32) * 4
-    assert profiling_buffers(spec, 1, 1, 8192, s, 2, version="0.7.3").sampler_phase_bytes == 0
+    # V0 0.6.2-0.7.3: the bf16 logits + the sort's peak, 9 fp32 copies at 128+ rows (as V1 0.8)
+    v0 = profiling_buffers(spec, 1, 1, 8192, s, 2, version="0.7.3")
+    assert v0.sampler_phase_bytes == s * vocab * 2 + 9 * s * vocab * 4
+    assert profiling_buffers(spec, 1, 1, 8192, s, 2, version="0.2.6").sampler_phase_bytes == 0  # not read
+
+
+def test_v0_sampler_units_by_release() -> None:
+    """Hand derivations from the V0 wheels' model_executor/layers/sampler.py (Sampler.forward, _apply_top_k_top_p),
+    in fp32 logits units on top of the model-dtype logits, rows >= 128 unless said (scratch 4 + k, else 6 + 2k).
+    0.3.3-0.5.4 sort the model-dtype logits (keys k = 0.5 for bf16): at the sort k + 2 indices + scratch 4.5 = 7;
+    after it 2 + 0.5 masks + 2 inverse indices + 4 model-dtype tensors (2) = 6.5. 0.5.5-0.6.1 cast to fp32: the sort
+    1 + 1 + 2 + 5 = 9, the gather re-sort 1 + 1 + 2 + 0.5 + 1 + 1 + 2 + 1 = 9.5. 0.6.2+ scatter: 7.5 < the sort's 9.
+    An fp32 model: `.to(torch.float)` copies nothing (one unit less). The tensor counts after the sort are also
+    measured by running each wheel's own function (tools/engine_oracle/vllm_v0_sampler_peak.py, README-sampler.md)."""
+    assert sampler_units(_rule("0.5.0"), 256) == (7.0, 0)
+    assert sampler_units(_rule("0.5.0"), 256, model_dtype_bytes=4) == (8.5, 0)  # fp32 model: 4.5 + 4 > 3 + 5
+    assert sampler_units(_rule("0.5.0"), 64) == (2.5 + 7.0, 0)  # 2-127 rows: scratch 6 + 2 x 0.5
+    assert sampler_units(_rule("0.2.7"), 256) == (7.0, 0)  # after the sort 4.75 + 2 = 6.75 < the sort's 7
+    assert sampler_units(_rule("0.2.7"), 256, model_dtype_bytes=4) == (8.75, 0)
+    assert sampler_units(_rule("0.6.1"), 256) == (9.5, 0)
+    assert sampler_units(_rule("0.6.1"), 256, model_dtype_bytes=4) == (8.5, 0)  # no cast: 8.5 > 3 + 5
+    assert sampler_units(_rule("0.6.4"), 256) == (9.0, 0)
+    assert sampler_units(_rule("0.6.4"), 256, model_dtype_bytes=4) == (8.0, 0)  # the sort without the cast: 3 + 5
+    assert sampler_units(_rule("0.6.4"), 64) == (12.0, 0)
 
 
 def test_sort_path_against_a_public_log() -> None:

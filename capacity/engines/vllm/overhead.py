@@ -177,15 +177,26 @@ def gated_intermediate(params: int, hidden: int) -> tuple[int, bool]:
 
 
 def sampler_units(
-    rule: ec.VllmSamplerRule, rows: int, sm_count: int | None = None, flashinfer: bool | None = None
+    rule: ec.VllmSamplerRule,
+    rows: int,
+    sm_count: int | None = None,
+    flashinfer: bool | None = None,
+    model_dtype_bytes: int = 2,
 ) -> tuple[float, int]:
     """(fp32 logits-sized copies, Triton buffer rows) the release's sampler dummy run keeps alive at its
-    peak over `rows` requests; `flashinfer` None takes the release's default for VLLM_USE_FLASHINFER_SAMPLER."""
+    peak over `rows` requests; `flashinfer` None takes the release's default for VLLM_USE_FLASHINFER_SAMPLER;
+    `model_dtype_bytes` sizes what a release that sorts the model-dtype logits keeps in that dtype."""
     if rule.default_pass_only:  # default parameters: no top-k/top-p, only what the logits processing keeps
         return rule.native_units, 0
     if rule.triton_min_rows is None or rows < rule.triton_min_rows:  # the torch sort, with its CUDA scratch
+        model_units = model_dtype_bytes / FP32_BYTES
+        keys = model_units if rule.sorts_model_dtype else 1.0
+        no_copy = rule.fp32_cast_by_to and model_dtype_bytes == FP32_BYTES  # `.to(torch.float)` returns self
         tensors = rule.native_units if rule.triton_min_rows is None else rule.small_batch_units
-        native = (max(tensors, ec.VLLM_TORCH_SORT_LIVE_UNITS + ec.torch_sort_scratch_units(rows)), 0)
+        tensors += rule.native_model_dtype_tensors * model_units - (1.0 if no_copy else 0.0)
+        cast = not rule.sorts_model_dtype and not no_copy
+        sort = ec.torch_sort_live_units(keys, cast=cast) + ec.torch_sort_scratch_units(rows, keys)
+        native = (max(tensors, sort), 0)
     else:
         sms = sm_count or ec.VLLM_ASSUMED_SM_COUNT
         programs = min(sms, rows)  # topk_topp_triton.apply_top_k_top_p_triton: NUM_PROGRAMS = min(num_sm, batch)
@@ -274,7 +285,7 @@ def _link_free_buffers(model: ModelSpec, inputs: _BufferInputs) -> ProfilingBuff
     rule = ec.vllm_sampler_rule(version, runs_v2_model_runner(model, version))
     units, buffer_rows, bins = 0.0, 0, 0
     if rule is not None:
-        units, buffer_rows = sampler_units(rule, s, sm_count, flashinfer_sampler)
+        units, buffer_rows = sampler_units(rule, s, sm_count, flashinfer_sampler, b)
         if rule.penalty_bins:  # output_bin_counts + prompt_bin_mask, max_num_reqs rows of int32
             seqs = max(max_num_seqs, 1)
             bins = seqs * model.vocab_size * 4 + seqs * cdiv(model.vocab_size, 32) * 4
