@@ -28,7 +28,9 @@ class BatchDefaults(StrEnum):
     """Which `arg_utils.get_batch_defaults` table a release uses (vllm serve, the API server)."""
 
     V0 = "v0"  # 256 seqs; batched = max(max_model_len, 2048), or the chunk budget (VLLM_V0_BATCH_RULES)
-    V1_FLAT = "v1-flat"  # 256 seqs, 2048 tokens on every GPU
+    V1_H100_H200_1024 = "v1-h100-h200-1024"  # 1024 seqs on every GPU; 8192 tokens where the name says H100 / H200
+    V1_H100_H200 = "v1-h100-h200"  # "h100" or "h200" in the device name: 1024 / 8192; else 256 / 2048
+    V1_BY_MEMORY = "v1-by-memory"  # >= 70 GiB (A100 80 GB included): 1024 / 8192; else 256 / 2048
     V1_BY_GPU = "v1-by-gpu"  # >= 70 GiB and not A100: 1024 / 8192; else 256 / 2048
     V1_BY_GPU_160 = "v1-by-gpu-160"  # as above, plus >= 160 GiB: 1024 / 16384 (0.28.0 wheel; not in 0.27.0)
     V1_BY_GPU_160_GB10 = "v1-by-gpu-160-gb10"  # as above, and GB10 on the small tier (0.33.0 wheel; not in 0.32.0)
@@ -110,8 +112,15 @@ VLLM_RELEASES: tuple[VllmRelease, ...] = (
              "worker/cache_engine.py get_cache_block_size: MLA entries padded to 256 B (0.7.2 and 0.7.3 wheels; "
              "neither 0.7.1 nor 0.8.0 pads); both MLA rules end with V0 MLA's rewrite in 0.8.0",
              mla_absorbed_weights=True, mla_entry_align_bytes=256),
-    _release("0.8", "v1", 0.90, False, False, "blocks", "v1-flat", "v1-early",
-             "V1 engine default from 0.8.0; gpu_worker.determine_available_memory"),
+    _release("0.8", "v1", 0.90, False, False, "blocks", "v1-h100-h200-1024", "v1-early",
+             "V1 engine default from 0.8.0; gpu_worker.determine_available_memory; arg_utils._set_default_args_v1 "
+             "(0.8.0-0.8.3 wheels): max_num_seqs 1024 on every GPU, 8192 tokens where the device name holds h100/h200"),
+    _release("0.8.4", "v1", 0.90, False, False, "blocks", "v1-h100-h200", "v1-early",
+             "arg_utils._set_default_args_v1 (0.8.4 wheel): 1024 / 8192 on an H100 / H200 by name, else 256 / 2048"),
+    _release("0.8.5", "v1", 0.90, False, False, "blocks", "v1-by-memory", "v1-early",
+             "arg_utils._set_default_args_v1 (0.8.5 wheel): 1024 / 8192 from 70 GiB of device memory, A100 included"),
+    _release("0.9", "v1", 0.90, False, False, "blocks", "v1-by-gpu", "v1-early",
+             "arg_utils._set_default_args_v1 (0.9.0, 0.9.1, 0.9.2 wheels): from 70 GiB and not an A100"),
     _release("0.10", "v1", 0.90, True, False, "blocks", "v1-by-gpu", "v1-early",
              "hybrid KV cache manager (kv_cache_utils grouping); arg_utils.get_batch_defaults by GPU class"),
     _release("0.11", "v1", 0.90, True, False, "blocks", "v1-by-gpu", "v1-mid",
@@ -228,11 +237,21 @@ VLLM_BATCH_DEFAULTS: dict[BatchDefaults, tuple[tuple[int, int | None], ...]] = {
     # None: V0's SchedulerConfig default, max(max_model_len, 2048) without chunked prefill, its chunk budget with
     # (V0 turns chunked prefill on above 32K for some models and releases: VLLM_V0_BATCH_RULES)
     BatchDefaults.V0: ((256, None), (256, None), (256, None)),
-    BatchDefaults.V1_FLAT: ((256, 2048), (256, 2048), (256, 2048)),
+    BatchDefaults.V1_H100_H200_1024: ((1024, 2048), (1024, 8192), (1024, 2048)),  # tiers by name: see below
+    BatchDefaults.V1_H100_H200: ((256, 2048), (1024, 8192), (256, 2048)),
+    BatchDefaults.V1_BY_MEMORY: ((1024, 8192), (1024, 8192), (256, 2048)),
     BatchDefaults.V1_BY_GPU: ((1024, 8192), (1024, 8192), (256, 2048)),
     BatchDefaults.V1_BY_GPU_160: ((1024, 16384), (1024, 8192), (256, 2048)),
     BatchDefaults.V1_BY_GPU_160_GB10: ((1024, 16384), (1024, 8192), (256, 2048)),
 }
+# 0.8.0-0.8.4 choose by the device name instead (`"h100" in device_name or "h200" in device_name`, the name
+# torch gives, e.g. "NVIDIA H100 80GB HBM3", "NVIDIA GH200 480GB"): the big tier where it matches, else the small one
+VLLM_BATCH_BY_DEVICE_NAME: frozenset[BatchDefaults] = frozenset(
+    {BatchDefaults.V1_H100_H200_1024, BatchDefaults.V1_H100_H200}
+)
+VLLM_BATCH_DEVICE_NAMES = ("h100", "h200")
+# 0.8.5 takes the big tier from 70 GiB without the A100 exception that 0.9.0 added
+VLLM_BATCH_A100_IS_BIG: frozenset[BatchDefaults] = frozenset({BatchDefaults.V1_BY_MEMORY})
 # vLLM's CPU build has no async scheduling: one batch in flight (tests/fixtures/vllm_cpu)
 
 

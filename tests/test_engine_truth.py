@@ -93,6 +93,28 @@ def test_batch_tiers_by_release() -> None:
     }
 
 
+def test_batch_defaults_of_the_first_v1_releases() -> None:
+    """arg_utils._set_default_args_v1 for `vllm serve`, read in the wheels: 0.8.0-0.8.3 `"h100" in device_name or
+    "h200" in device_name` picks 8192 batched tokens (else 2048) and max_num_seqs is 1024 on every GPU; 0.8.4 the
+    same name test picks 1024 / 8192, else 256 / 2048; 0.8.5 `device_memory >= 70 GiB` (an A100 80 GB too); 0.9.0
+    adds `and "a100" not in device_name`, as every release since."""
+    skus = {g: find_gpu_sku(g) for g in ("h100-pcie-80gb", "gh200-96gb", "a100-sxm-80gb", "mi300x-192gb", "l40s-48gb")}
+    got = {
+        v: tuple(batch_defaults(VllmProfile.for_version(v).release, sku, sku.memory_total_bytes, 8192)
+                 for sku in skus.values())
+        for v in ("0.8.0", "0.8.3", "0.8.4", "0.8.5", "0.9.0", "0.9.2")
+    }  # fmt: skip
+    big, small = (1024, 8192), (256, 2048)
+    assert got == {
+        "0.8.0": (big, big, (1024, 2048), (1024, 2048), (1024, 2048)),
+        "0.8.3": (big, big, (1024, 2048), (1024, 2048), (1024, 2048)),
+        "0.8.4": (big, big, small, small, small),  # by name: MI300X is not an H100
+        "0.8.5": (big, big, big, big, small),  # by memory, A100 80 GB included
+        "0.9.0": (big, big, small, big, small),
+        "0.9.2": (big, big, small, big, small),
+    }
+
+
 def test_gb10_keeps_the_small_tier_despite_its_memory() -> None:
     gb10 = GpuSku("gb10-128gb", "NVIDIA GB10", "nvidia", 128 * GIB, architecture="blackwell")
     assert batch_defaults(V033.release, gb10, gb10.memory_total_bytes, 8192) == (256, 2048)

@@ -114,7 +114,8 @@ def test_a_sliding_window_keeps_it_off() -> None:
 
 
 def test_v1_releases_do_not_read_it() -> None:
-    assert _batched("0.8.0", _catalog("Qwen/Qwen2.5-VL-7B-Instruct"), 65536) == 2048
+    # V1's own default (0.8.0 arg_utils._set_default_args_v1): 8,192 where the device name holds "h100"
+    assert _batched("0.8.0", _catalog("Qwen/Qwen2.5-VL-7B-Instruct"), 65536) == 8192
 
 
 def test_the_estimate_profiles_with_the_default_the_engine_picks() -> None:

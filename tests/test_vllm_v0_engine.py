@@ -87,9 +87,9 @@ def test_the_v0_default_batch_of_0_8() -> None:
     vl = _catalog("Qwen/Qwen2.5-VL-7B-Instruct")
     assert _defaults(vl, 8192).max_num_batched_tokens == 8192
     assert _defaults(vl, 2048).max_num_batched_tokens == 5120  # the multimodal floor
-    assert engine_profile("vllm", "0.8.0").defaults(  # V1's: 2,048 on every GPU in 0.8
+    assert engine_profile("vllm", "0.8.0").defaults(  # V1's: 8,192 on an H200 in 0.8.0 (by its device name)
         DefaultsRequest(deepseek, H200, H200.memory_total_bytes, 163840, 8, 1)
-    ).max_num_batched_tokens == 2048
+    ).max_num_batched_tokens == 8192
 
 
 def test_its_profiling_run_is_0_7_3s() -> None:
@@ -109,7 +109,7 @@ def test_the_estimate_and_its_notes() -> None:
     v0 = estimate(deepseek, deployment, gpu=H200)
     v1 = estimate(deepseek, replace(deployment, vllm_v0_engine=False), gpu=H200)
     assert v0.engine_version == "0.8.0" and v0.block_size == 64
-    assert v0.max_num_batched_tokens == 163840 and v1.max_num_batched_tokens == 2048
+    assert v0.max_num_batched_tokens == 163840 and v1.max_num_batched_tokens == 8192
     assert v0.activation_peak_bytes_per_gpu > v1.activation_peak_bytes_per_gpu  # the whole 163,840-token pass
     assert any("the V0 engine of vLLM 0.8.0 (VLLM_USE_V1=0)" in note for note in v0.notes)
     gone = estimate(deepseek, replace(deployment, engine_version="0.11.0"), gpu=H200)

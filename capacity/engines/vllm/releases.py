@@ -49,6 +49,14 @@ def _is_gb10(gpu: GpuSku | None) -> bool:
     )
 
 
+def _device_named(gpu: GpuSku | None, names: tuple[str, ...]) -> bool:
+    """Whether the GPU's device name holds one of `names` (vLLM tests torch's name, e.g. "NVIDIA H100 80GB HBM3";
+    the catalog's id, name and aliases stand for it). An unknown GPU: no (vLLM's fallback on a failed query)."""
+    if gpu is None:
+        return False
+    return any(name in text.lower() for text in (gpu.id, gpu.name, *gpu.aliases) for name in names)
+
+
 def batch_defaults(
     release: ec.VllmRelease,
     gpu: GpuSku | None,
@@ -58,14 +66,17 @@ def batch_defaults(
 ) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) that `vllm serve` picks when not given; on a V0 release the
     batch is `v0_batched_tokens` (`v0_batched_tokens`), max(max_model_len, 2048) where it is not given."""
-    huge, big, small = ec.VLLM_BATCH_DEFAULTS[release.batch_defaults]
+    rule = release.batch_defaults
+    huge, big, small = ec.VLLM_BATCH_DEFAULTS[rule]
     is_a100 = gpu is not None and ("a100" in gpu.id.lower() or "a100" in gpu.name.lower())
-    if gpu_memory_bytes >= ec.VLLM_HUGE_GPU_MIN_BYTES:
+    if rule in ec.VLLM_BATCH_BY_DEVICE_NAME:
+        seqs, batched = big if _device_named(gpu, ec.VLLM_BATCH_DEVICE_NAMES) else small
+    elif gpu_memory_bytes >= ec.VLLM_HUGE_GPU_MIN_BYTES:
         seqs, batched = huge
     elif (
         gpu_memory_bytes >= ec.VLLM_BIG_GPU_MIN_BYTES
-        and not is_a100
-        and not (release.batch_defaults is ec.BatchDefaults.V1_BY_GPU_160_GB10 and _is_gb10(gpu))
+        and (not is_a100 or rule in ec.VLLM_BATCH_A100_IS_BIG)
+        and not (rule is ec.BatchDefaults.V1_BY_GPU_160_GB10 and _is_gb10(gpu))
     ):
         seqs, batched = big
     else:
