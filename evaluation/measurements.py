@@ -118,6 +118,10 @@ def load_measurements(path: Path = MEASUREMENTS_PATH) -> list[Measurement]:
     rows: list[Measurement] = []
     for entry in document["measurements"]:
         inferred = _inferred_settings(entry)
+        # `quoted_rank: non_driver`: the profiling line quoted is a worker that does not bound the pool (V0 at
+        # TP > 1: only the driver samples, and vLLM keeps the minimum over workers, the driver's): its KV memory and
+        # activation peak are not the pool's (its weights and non-torch memory are the same on every rank)
+        bounds_pool = entry.get("quoted_rank") != "non_driver"
         rows.append(
             Measurement(
                 id=entry["id"],
@@ -138,10 +142,10 @@ def load_measurements(path: Path = MEASUREMENTS_PATH) -> list[Measurement]:
                 enforce_eager=bool(entry["enforce_eager"]) if entry.get("enforce_eager") is not None else None,
                 total_gpu_memory_gib=entry.get("total_gpu_memory_gib"),
                 weights_gib=entry.get("weights_gib"),
-                activation_peak_gib=entry.get("activation_peak_gib"),
+                activation_peak_gib=entry.get("activation_peak_gib") if bounds_pool else None,
                 non_torch_gib=entry.get("non_torch_gib"),
                 cuda_graph_gib=entry.get("cuda_graph_gib"),
-                kv_cache_memory_gib=entry.get("kv_cache_memory_gib"),
+                kv_cache_memory_gib=entry.get("kv_cache_memory_gib") if bounds_pool else None,
                 kv_cache_tokens=entry.get("kv_cache_tokens"),
                 max_concurrency=entry.get("max_concurrency"),
                 max_concurrency_tokens=entry.get("max_concurrency_tokens"),
