@@ -224,3 +224,21 @@ if OLDER_WHEELS:  # collected only where unpacked older wheels are named (how: e
         below = triton and rows < (rule.triton_min_rows or 0)
         expected = rule.small_batch_units if below else rule.native_units
         assert _units(measured, rows, vocab, 20 if triton and not below else 0) == expected
+
+
+def test_v0_multimodal_profile_prompts() -> None:
+    """V0's profile_run (0.6.4, 0.7.3 wheels): max_num_seqs = min(max_num_seqs, max_num_batched_tokens //
+    get_max_multimodal_tokens), at least 1; the registry's tokens are each modality's largest item x its limit
+    (V0's default limit 1). Qwen2.5-VL's largest image alone is 12,845,056 / (28 x 28) = 16,384 tokens, above an
+    8,192-token batch: one dummy prompt, so one sampled row, where a text model samples 256."""
+    from capacity.engines.vllm.overhead import OverheadInputs, inputs_buffers, v0_multimodal_profile_seqs
+
+    vl = load_model("Qwen/Qwen2.5-VL-7B-Instruct").spec
+    assert vl.vision is not None
+    assert v0_multimodal_profile_seqs(256, 8192, vl.vision, 8192, {}, "0.7.3") == 1
+    assert v0_multimodal_profile_seqs(256, 8192, vl.vision, 8192, {"image": 0, "video": 0}, "0.7.3") == 256
+    vocab = vl.vocab_size
+    v0 = inputs_buffers(OverheadInputs(vl, 1, 1, 8192, 256, 2), "0.7.3")
+    assert v0.sampler_phase_bytes == 1 * vocab * 2 + 9 * 1 * vocab * 4  # 1 row: the sort 4 + its scratch 5
+    text = inputs_buffers(OverheadInputs(vl, 1, 1, 8192, 256, 2, mm_text_only=True), "0.7.3")
+    assert text.sampler_phase_bytes == 256 * vocab * 2 + 9 * 256 * vocab * 4

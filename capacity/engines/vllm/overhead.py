@@ -72,12 +72,12 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple, TypeVar
 
 from capacity import engine_constants as ec
-from capacity.engines.vllm.multimodal import encoder_profile
+from capacity.engines.vllm.multimodal import encoder_profile, item_tokens
 from capacity.memo import per_object
 from capacity.numeric import cdiv
 from capacity.overhead import Overhead, OverheadInputs
 from capacity.parallel import pp_partition
-from capacity.spec import ModelSpec
+from capacity.spec import ModelSpec, VisionTower
 
 FP32_BYTES = 4
 INDEX_BYTES = 4  # top-k ids (int32) and weights (fp32) per routed slot
@@ -411,6 +411,10 @@ def inputs_buffers(inputs: OverheadInputs, version: str) -> ProfilingBuffers:
     for a multimodal model not served text-only, the dummy items' encoder pass and cached outputs."""
     i = inputs
     tokens, seqs = i.profiled_batch()
+    tower = i.model.vision
+    length = i.max_model_len or i.model.context_limit_tokens
+    if tower is not None and not i.mm_text_only and ec.vllm_release(version).engine_generation == "v0":
+        seqs = v0_multimodal_profile_seqs(seqs, tokens, tower, length, dict(i.mm_limits), version)
     buffers = profiling_buffers(
         i.model,
         i.tp,
@@ -426,14 +430,24 @@ def inputs_buffers(inputs: OverheadInputs, version: str) -> ProfilingBuffers:
     )
     if i.cudagraph_cases != 1:
         buffers = replace(buffers, graph_count=buffers.graph_count * i.cudagraph_cases)
-    tower = i.model.vision
     if tower is None or i.mm_text_only:
         return buffers
-    length = i.max_model_len or i.model.context_limit_tokens
     enc = encoder_profile(tower, i.tp, i.act_bytes, length, seqs, tokens, dict(i.mm_limits), version)
     if enc is None:
         return buffers
     return replace(buffers, encoder_forward_bytes=enc.forward_bytes, encoder_outputs_bytes=enc.outputs_bytes)
+
+
+def v0_multimodal_profile_seqs(
+    max_num_seqs: int, batched_tokens: int, tower: VisionTower, max_model_len: int, limits: dict[str, int], version: str
+) -> int:
+    """V0's dummy prompts for a multimodal model (`ModelRunner.profile_run`, read in the 0.6.4 and 0.7.3 wheels):
+    min(max_num_seqs, max_num_batched_tokens // the registry's max multimodal tokens), at least 1, those tokens being
+    each modality's largest item times its limit per prompt (V0's default limit: 1). Fewer prompts, fewer sampled rows."""
+    mm_tokens = sum(limits.get(modality, 1) * n for modality, n in item_tokens(tower, max_model_len, version).items())
+    if mm_tokens <= 0:
+        return max_num_seqs
+    return max(1, min(max_num_seqs, batched_tokens // mm_tokens))
 
 
 def vllm_overhead(
