@@ -94,6 +94,11 @@ class VllmRelease:
     # a model with chunked layers then runs without the hybrid manager, every layer charged as full
     hybrid_chunked_local: bool = False
 
+    @property
+    def is_v0(self) -> bool:
+        """The V0 engine's worker and profiling run (`engine_generation`, the table's "v0" / "v1")."""
+        return self.engine_generation == "v0"
+
 
 def _release(version: str, generation: str, util: float, hybrid: bool, graphs: bool, tokens_rule: str,
              batch: str, overhead: str, source: str, **later: object) -> VllmRelease:
@@ -581,7 +586,7 @@ def torch_sort_scratch_units(rows: int, key_units: float = 1.0) -> float:
 
 
 def vllm_sampler_rule(version: str, v2_runner: bool = False) -> VllmSamplerRule | None:
-    """The sampler rule in force for a vLLM version and model runner; None before the first release read (0.4.3)."""
+    """The sampler rule in force for a vLLM version and model runner; None before the first release read (0.2.7)."""
     wanted = parse_version(version)
     chosen: VllmSamplerRule | None = None
     for rule in VLLM_SAMPLER_RULES:

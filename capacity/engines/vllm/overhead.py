@@ -413,7 +413,7 @@ def inputs_buffers(inputs: OverheadInputs, version: str) -> ProfilingBuffers:
     tokens, seqs = i.profiled_batch()
     tower = i.model.vision
     length = i.max_model_len or i.model.context_limit_tokens
-    if tower is not None and not i.mm_text_only and ec.vllm_release(version).engine_generation == "v0":
+    if tower is not None and not i.mm_text_only and ec.vllm_release(version).is_v0:
         seqs = v0_multimodal_profile_seqs(seqs, tokens, tower, length, dict(i.mm_limits), version)
     buffers = profiling_buffers(
         i.model,
