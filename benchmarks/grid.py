@@ -54,6 +54,7 @@ from capacity.grid import (
     grid_tables_sql,
     iter_grid_tables,
 )
+from capacity.grid.view import VIEW_TABLES, context_view_sql, duckdb_kinds
 from capacity.spec import DeploymentSpec, GpuSku, LayerParams
 
 RENAMED = {"weight_format": "weight_dtype", "kv_cache_dtype": "kv_dtype"}
@@ -111,10 +112,29 @@ def _fresh(path: Path, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def grid_view_sql(prefix: str = "grid_") -> str:
-    """The view `capacity_grid`: GRID_COLUMNS from the four tables, one row per deployment and context."""
-    names = {f"{table}": f"{prefix}{table}" for table in TABLES}
-    return f"CREATE OR REPLACE VIEW capacity_grid AS\n{grid_tables_sql(**names)}"
+def grid_view_sql(con: duckdb.DuckDBPyConnection, prefix: str = "grid_", context_view: bool = False, speed: bool = True) -> str:
+    """The view `capacity_grid`: GRID_COLUMNS from the four tables (or, for a context view, the tables
+    that keep the context rows' inputs), one row per deployment and context."""
+    if not context_view:
+        names = {f"{table}": f"{prefix}{table}" for table in TABLES}
+        return f"CREATE OR REPLACE VIEW capacity_grid AS\n{grid_tables_sql(**names)}"
+    names = {table: f"{prefix}{table}" for table in VIEW_TABLES}
+    kinds = {}
+    for table, name in names.items():
+        typed = con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?", [name]
+        ).fetchall()
+        kinds[table] = duckdb_kinds(dict(typed))
+    return f"CREATE OR REPLACE VIEW capacity_grid AS\n{context_view_sql(kinds, speed=speed, names=names)}"
+
+
+def context_rows(chunk: GridTables) -> int:
+    """Rows of the grid a chunk holds: its context rows, or for a context view the deployments times
+    their model's grid contexts."""
+    if not chunk.context_view:
+        return chunk.contexts.height
+    lengths = chunk.layouts.select("layout_id", pl.col("grid_contexts").list.len().alias("n"))
+    return int(chunk.deployments.select("layout_id").join(lengths, on="layout_id").get_column("n").sum())
 
 
 class Stopwatch:
@@ -143,17 +163,25 @@ def publish_grid_tables(
     cores hold. With `writer_thread` the planning goes on during the insert too."""
     rows = dict.fromkeys(TABLES, 0)
     created = False
+    last: GridTables | None = None
+
+    def insert(name: str, frame: pl.DataFrame, create: bool) -> None:
+        con.register("chunk_frame", frame)
+        into = f"CREATE OR REPLACE TABLE {prefix}{name} AS" if create else f"INSERT INTO {prefix}{name}"
+        con.execute(f"{into} SELECT * FROM chunk_frame")
+        con.unregister("chunk_frame")
 
     def write(chunk: GridTables) -> None:
-        nonlocal created
+        nonlocal created, last
         start = time.perf_counter()
-        # every chunk carries the same GPUs: written with the first
+        last = chunk
+        # every chunk carries the same GPUs: written with the first; a context view has no context rows
         for name in TABLES[1:] if created else TABLES:
+            if name == "contexts" and chunk.context_view:
+                rows[name] += context_rows(chunk)
+                continue
             frame = getattr(chunk, name)
-            con.register("chunk_frame", frame)
-            into = f"INSERT INTO {prefix}{name}" if created else f"CREATE TABLE {prefix}{name} AS"
-            con.execute(f"{into} SELECT * FROM chunk_frame")
-            con.unregister("chunk_frame")
+            insert(name, frame, not created)
             rows[name] += frame.height
         created = True
         if clock:
@@ -169,7 +197,12 @@ def publish_grid_tables(
             write(chunk)
             start = time.perf_counter()
     start = time.perf_counter()
-    con.execute(grid_view_sql(prefix))
+    context_view = last is not None and last.context_view
+    if last is not None and last.pool_shapes is not None and last.settings is not None:
+        # a context view's shapes and settings, numbered for the whole build: the last chunk holds them all
+        insert("pool_shapes", last.pool_shapes, True)
+        insert("settings", last.settings, True)
+    con.execute(grid_view_sql(con, prefix, context_view, last.speed if last is not None else True))
     con.execute("CHECKPOINT")
     if clock:
         clock.add("view + checkpoint", time.perf_counter() - start)
@@ -266,6 +299,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunk-models", type=int, default=192, help="models per pipeline chunk")
     parser.add_argument("--duckdb-threads", type=int, default=None, help="DuckDB threads (default: its own)")
     parser.add_argument("--writer-thread", action="store_true", help="DuckDB inserts from a thread of their own")
+    parser.add_argument(
+        "--stored-contexts", action="store_true",
+        help="store the context rows as a table (grid_contexts) instead of computing them in the view",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--baseline", action="store_true", help="also time the warehouse's two-frame star publish (same run)"
@@ -310,7 +347,8 @@ def main(argv: list[str] | None = None) -> None:
         clock = Stopwatch()
         start, cpu = time.perf_counter(), time.process_time()
         con = _fresh(path, args.duckdb_threads)
-        chunks = iter_grid_tables(everything, gpus, chunk_models=args.chunk_models)
+        view = not args.stored_contexts
+        chunks = iter_grid_tables(everything, gpus, chunk_models=args.chunk_models, context_view=view)
         rows = publish_grid_tables(con, chunks, clock=clock, writer_thread=args.writer_thread)
         con.close()
         total_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu
@@ -346,7 +384,9 @@ def main(argv: list[str] | None = None) -> None:
             # the same grid without the speed columns (the memory model alone), in the same run
             begin = time.perf_counter()
             con = _fresh(path.with_name(path.stem + "-memory.duckdb"), args.duckdb_threads)
-            chunks = iter_grid_tables(everything, gpus, GridOptions(speed=False), chunk_models=args.chunk_models)
+            chunks = iter_grid_tables(
+                everything, gpus, GridOptions(speed=False), chunk_models=args.chunk_models, context_view=view
+            )
             published = publish_grid_tables(con, chunks, clock=Stopwatch(), writer_thread=args.writer_thread)
             con.close()
             memory_only = (time.perf_counter() - begin, published["contexts"])

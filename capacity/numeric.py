@@ -1,9 +1,10 @@
-"""Arithmetic that reads the same on Python numbers and Polars expressions.
+"""Arithmetic that reads the same on Python numbers, Polars expressions and SQL expressions.
 
 The rules the grid evaluates per row (the KV budget, the printed KV cache size, the pool rules of
 `capacity.pool`, the bisections) are written once with these helpers; `estimate()` calls them with
-integers, the grid with column expressions.
-Python's `int()` truncates toward zero, as a Float64 -> Int64 cast does; `//` floors in both.
+integers, the grid with column expressions, and a view that computes its rows when read with
+`capacity.sql_expr.SqlExpr`s.
+Python's `int()` truncates toward zero, as a Float64 -> Int64 cast does; `//` floors in all three.
 """
 
 from __future__ import annotations
@@ -14,19 +15,25 @@ from typing import Any, TypeAlias
 
 import polars as pl
 
-Num: TypeAlias = Any  # int | float | pl.Expr: the helpers below accept either kind
+from capacity.sql_expr import SqlExpr, SqlKind, sql_choose, sql_greatest, sql_least
+
+Num: TypeAlias = Any  # int | float | pl.Expr | SqlExpr: the helpers below accept any of them
 
 
 def truncate(value: Num) -> Num:
     """`int(value)`: toward zero."""
     if isinstance(value, pl.Expr):
         return value.cast(pl.Float64).cast(pl.Int64)
+    if isinstance(value, SqlExpr):
+        return value.as_float().cast(SqlKind.INT)
     return int(value)
 
 
 def as_float(value: Num) -> Num:
     if isinstance(value, pl.Expr):
         return value.cast(pl.Float64)
+    if isinstance(value, SqlExpr):
+        return value.as_float()
     return float(value)
 
 
@@ -34,6 +41,8 @@ def at_least(value: Num, floor: int) -> Num:
     """max(value, floor)."""
     if isinstance(value, pl.Expr):
         return pl.max_horizontal(value, pl.lit(floor))
+    if isinstance(value, SqlExpr):
+        return sql_greatest(value, floor)
     return max(value, floor)
 
 
@@ -41,6 +50,8 @@ def ceil(value: Num) -> Num:
     """`math.ceil(value)` as an integer (Int64 for an expression)."""
     if isinstance(value, pl.Expr):
         return value.cast(pl.Float64).ceil().cast(pl.Int64)
+    if isinstance(value, SqlExpr):
+        return value.ceil().cast(SqlKind.INT)
     return math.ceil(value)
 
 
@@ -48,6 +59,8 @@ def choose(condition: Num, then: Num, otherwise: Num) -> Num:
     """`then if condition else otherwise`, row by row for expressions."""
     if isinstance(condition, pl.Expr):
         return pl.when(condition).then(then).otherwise(otherwise)
+    if isinstance(condition, SqlExpr):
+        return sql_choose(condition, then, otherwise)
     return then if condition else otherwise
 
 
@@ -60,19 +73,21 @@ def minimum(a: Num, b: Num) -> Num:
     """min(a, b), row by row for expressions."""
     if isinstance(a, pl.Expr) or isinstance(b, pl.Expr):
         return pl.min_horizontal(a, b)
+    if isinstance(a, SqlExpr) or isinstance(b, SqlExpr):
+        return sql_least(a, b)
     return min(a, b)
 
 
 def both(a: Num, b: Num) -> Num:
     """`a and b` (`&` of two boolean columns)."""
-    if isinstance(a, pl.Expr) or isinstance(b, pl.Expr):
+    if isinstance(a, (pl.Expr, SqlExpr)) or isinstance(b, (pl.Expr, SqlExpr)):
         return a & b
     return bool(a and b)
 
 
 def negate(a: Num) -> Num:
     """`not a` (`~` of a boolean column)."""
-    if isinstance(a, pl.Expr):
+    if isinstance(a, (pl.Expr, SqlExpr)):
         return ~a
     return not a
 
@@ -84,6 +99,6 @@ def bisect_step(lo: Num, hi: Num, fits: Callable[[Num], Num]) -> tuple[Num, Num]
     mid = (lo + hi) // 2
     ok = fits(mid)
     open_ = hi - lo > 1
-    if not isinstance(ok, pl.Expr):  # integers: the same update, without the expression helpers
+    if not isinstance(ok, (pl.Expr, SqlExpr)):  # integers: the same update, without the expression helpers
         return (mid if open_ and ok else lo), (mid if open_ and not ok else hi)
     return choose(both(open_, ok), mid, lo), choose(both(open_, negate(ok)), mid, hi)

@@ -23,6 +23,9 @@ POOL_COLUMNS = (
 )
 
 _WINDOW_PARTS = ("groups", "held", "block_size")
+# a pool window column a pool does not have: it holds no layer (0 x anything), with a block size of 1
+# so that the division stays defined
+WINDOW_PADDING = {"groups": 0, "held": 0, "block_size": 1}
 # The speed model's per-rank terms (`capacity.performance.RankTerms`) carried from the layouts to the
 # context rows, and the GPU's and engine's: internal columns, not part of the published grid.
 PERF_WINDOW_SLOTS = 4  # windowed layer groups of distinct windows a layout's speed keeps apart
@@ -73,3 +76,19 @@ DEPLOYMENT_ONLY_COLUMNS = tuple(
 
 _ID = pl.Int32
 TABLE_CONTEXT_COLUMNS = tuple("max_concurrency_e4" if c == "max_concurrency" else c for c in CONTEXT_COLUMNS)
+
+# A grid published with its context rows as a view (`GridTables.context_view`) keeps what the context
+# rules read beside each grain's columns: per deployment its pool's shape and its engine settings (ids
+# into two small tables, `pool_shapes` and `settings`, which the registry numbers for the whole build)
+# and SGLang's second pool; per shape the pool's charge terms (`pool_window_{j}_*`: as many windows as
+# the build's pools have); per settings row the in-flight tokens and the engine's speed factors; per
+# layout the speed model's per-rank terms and the model's grid contexts; per GPU its rates.
+VIEW_DEPLOYMENT_COLUMNS = ("shape_id", "settings_id", "pool_swa_capacity")
+VIEW_SHAPE_COLUMNS = ("pool_fixed_units", "pool_per_block_groups", "pool_swa_window")
+VIEW_SETTINGS_COLUMNS = ("pool_max_in_flight_tokens", *_PERF_SETTINGS)
+VIEW_LAYOUT_COLUMNS = (*_PERF_LAYOUT, *_PERF_KV, "grid_contexts")
+VIEW_GPU_COLUMNS = _PERF_GPU
+
+
+def pool_window_columns(windows: int) -> list[str]:
+    return [f"pool_window_{j}_{part}" for j in range(windows) for part in _WINDOW_PARTS]

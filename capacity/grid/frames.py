@@ -27,6 +27,7 @@ from capacity.grid.columns import (
     GRID_COLUMNS,
     LAYOUT_COLUMNS,
     POOL_COLUMNS,
+    WINDOW_PADDING,
     Schema,
 )
 from capacity.grid.options import GridModel, GridOptions
@@ -149,7 +150,7 @@ def _served(reg: _Registry) -> tuple[pl.DataFrame, pl.DataFrame]:
             "state_checkpoints": pl.Boolean,
             **dict.fromkeys(_PERF_SETTINGS, _F64),
         },
-    )
+    ).with_row_index("settings_id")
     gpu_frame = _gpu_frame(reg.gpus).with_columns(pl.col("gpu").cast(_CAT))
 
     # which GPUs serve a layout: TP within the node, fp8 / fp4 where the layout needs them. The
@@ -343,7 +344,7 @@ def _multi(f: _Frames, not_fitting: pl.LazyFrame) -> pl.LazyFrame:
 
 def _keep(windows: int) -> list[str]:
     pool = [*POOL_COLUMNS, *(f"pool_window_{j}_{part}" for j in range(windows) for part in _WINDOW_PARTS)]
-    return ["_rank", "model_idx", "gpu_idx", *DEPLOYMENT_ONLY_COLUMNS, *pool, *_perf_keep()]
+    return ["_rank", "model_idx", "gpu_idx", "_shape", "settings_id", *DEPLOYMENT_ONLY_COLUMNS, *pool, *_perf_keep()]
 
 
 def _ordered(deployments: pl.LazyFrame, gpus: int, layouts: int) -> pl.LazyFrame:
@@ -373,7 +374,7 @@ def build_deployments(
     columns, the pool columns, and `contexts` (the list `expand_contexts` turns into rows).
     String columns are Categorical; joins run on integer codes."""
     plan = _plan(models, gpus, options)
-    return _widened(plan, plan.deployments).drop("_rank", "model_idx", "gpu_idx")
+    return _widened(plan, plan.deployments).drop("_rank", "model_idx", "gpu_idx", "_shape", "settings_id")
 
 
 def _widened(plan: _Plan, deployments: pl.LazyFrame) -> pl.LazyFrame:
@@ -392,7 +393,7 @@ def _with_windows(frame: pl.LazyFrame, have: int, want: int) -> pl.LazyFrame:
     """Pool window columns up to `want`: a window a pool does not have holds no layer (0 x anything,
     with a block size of 1 so that the division stays defined)."""
     empty = [
-        pl.lit(1 if part == "block_size" else 0, _I64).alias(f"pool_window_{j}_{part}")
+        pl.lit(WINDOW_PADDING[part], _I64).alias(f"pool_window_{j}_{part}")
         for j in range(have, want)
         for part in _WINDOW_PARTS
     ]

@@ -10,16 +10,16 @@ import polars as pl
 from capacity.engines import EngineProfile
 from capacity.engines import sglang as sglang_rules
 from capacity.grid.columns import _F64, _I64
-from capacity.numeric import bisect_step
+from capacity.numeric import Num, bisect_step
 from capacity.pool import PoolTerms
 
 _BISECTION_STEPS = 34  # max_model_len // block_size < 2**34 for any context limit a config states
 
 
-def _pool_terms(windows: int) -> PoolTerms:
-    """The deployment's pool as `capacity.pool.PoolTerms` over its columns: the grid asks it the same
-    rules the estimate asks `KVPool.terms()` (null window parts are padded by `_with_windows`)."""
-    col = pl.col
+def _pool_terms(windows: int, col: Callable[[str], Num] = pl.col) -> PoolTerms:
+    """The deployment's pool as `capacity.pool.PoolTerms` over its columns (`col`: Polars' by default, or a
+    `capacity.grid.staged.StagedRows`'): the grid asks it the same rules the estimate asks `KVPool.terms()`
+    (null window parts are padded by `_with_windows`)."""
     windowed = tuple(
         (col(f"pool_window_{j}_groups"), col(f"pool_window_{j}_held"), col(f"pool_window_{j}_block_size"))
         for j in range(windows)

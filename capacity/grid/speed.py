@@ -9,7 +9,9 @@ from typing import Any
 import polars as pl
 
 from capacity.features.parallel_layout import RankLayout, dp_group_b_max
-from capacity.grid.columns import _F64, PERF_COLUMNS, PERF_WINDOW_SLOTS
+from capacity.grid.columns import PERF_COLUMNS, PERF_WINDOW_SLOTS
+from capacity.grid.staged import StagedRows
+from capacity.numeric import Num, as_float, choose
 from capacity.performance import PerfEfficiency, PerfInputs, rank_terms, tpot_seconds
 from capacity.spec import ModelSpec
 from capacity.weights import WeightsEstimate
@@ -79,12 +81,12 @@ def used_window_slots(deployments: pl.DataFrame) -> tuple[int, ...]:
 
 
 def _with_speed(
-    rows: pl.LazyFrame, batch: pl.Expr, context: pl.Expr, slots: Sequence[int] = tuple(range(PERF_WINDOW_SLOTS))
-) -> pl.LazyFrame:
+    rows: StagedRows, batch: Num, context: Num, slots: Sequence[int] = tuple(range(PERF_WINDOW_SLOTS))
+) -> StagedRows:
     """TPOT and output tokens/s of a decode step of `batch` sequences of `context` tokens: the same
     `capacity.performance` formulas, on columns (null where the GPU lacks bandwidth / FLOPS data or
     no sequence fits). Only the window `slots` given are read (`used_window_slots`)."""
-    col = pl.col
+    col = rows.col
     columns: dict[str, Any] = dict(
         dense_weight_bytes=col("perf_dense_bytes"), expert_weight_bytes=col("perf_expert_bytes"),
         num_experts=col("perf_num_experts"), experts_per_token=col("perf_experts_per_token"),
@@ -97,7 +99,7 @@ def _with_speed(
         ),
         hidden_size=col("perf_hidden"), layers_on_rank=col("perf_layers"), act_bytes=col("perf_act_bytes"),
         tp=col("perf_tp"), pp=col("perf_pp"), bandwidth_bytes_per_s=col("perf_bandwidth"),
-        flops_per_s=pl.when(col("perf_fp8_gemm")).then(col("perf_fp8_flops")).otherwise(col("perf_bf16_flops")),
+        flops_per_s=choose(col("perf_fp8_gemm"), col("perf_fp8_flops"), col("perf_bf16_flops")),
         link_bytes_per_s=col("perf_link"), moe_layers_on_rank=col("perf_moe_layers"),
         ep=col("perf_exchange_ranks"), expert_token_ranks=col("perf_dp_ranks"),
     )  # fmt: skip
@@ -107,12 +109,10 @@ def _with_speed(
         step_overhead_s=col("perf_step_s"), allreduce_latency_s=col("perf_allreduce_s"),
     )  # fmt: skip
     eff = PerfEfficiency(**factors)
-    rows = rows.with_columns(tpot_seconds(p, batch.cast(_F64), context.cast(_F64), eff).alias("_tpot"))
-    ok = (batch >= 1) & col("_tpot").is_not_null() & col("_tpot").is_finite()
-    return rows.with_columns(
-        pl.when(ok).then(col("_tpot") * 1e3).alias("tpot_ms"),
-        # one replica's: a DP group's ranks each decode their own b_max (`parallel_layout.dp_group_b_max`)
-        pl.when(ok)
-        .then(dp_group_b_max(col("perf_dp_ranks"), batch.cast(_F64)) * col("perf_pp") / col("_tpot"))
-        .alias("output_tokens_per_second"),
-    ).drop("_tpot")
+    rows = rows.with_columns({"_tpot": tpot_seconds(p, as_float(batch), as_float(context), eff)})
+    tpot = col("_tpot")
+    ok = (batch >= 1) & tpot.is_not_null() & tpot.is_finite()
+    # one replica's: a DP group's ranks each decode their own b_max (`parallel_layout.dp_group_b_max`)
+    per_second = dp_group_b_max(col("perf_dp_ranks"), as_float(batch)) * col("perf_pp") / tpot
+    rows = rows.with_columns({"tpot_ms": choose(ok, tpot * 1e3, None), "output_tokens_per_second": choose(ok, per_second, None)})
+    return rows.drop("_tpot")

@@ -20,13 +20,32 @@ from capacity.grid.columns import (
     GRID_COLUMNS,
     LAYOUT_COLUMNS,
     TABLE_CONTEXT_COLUMNS,
+    VIEW_GPU_COLUMNS,
+    VIEW_LAYOUT_COLUMNS,
+    VIEW_SETTINGS_COLUMNS,
+    VIEW_SHAPE_COLUMNS,
+    pool_window_columns,
 )
 from capacity.grid.contexts import _at_contexts, _exact_divisor
-from capacity.grid.frames import _GROUP, _frames, _keep, _multi, _not_fitting, _ordered, _single, _with_windows
+from capacity.grid.frames import (
+    _GROUP,
+    _Frames,
+    _frames,
+    _keep,
+    _multi,
+    _not_fitting,
+    _ordered,
+    _shape_frame,
+    _single,
+    _with_windows,
+    served_frames,
+)
 from capacity.grid.limits import _LIMIT_INPUTS, max_contexts
 from capacity.grid.options import GridModel, GridOptions
 from capacity.grid.planning import _build_tables, _registry, _Tables
+from capacity.grid.sizing import _window_count
 from capacity.grid.speed import used_window_slots
+from capacity.grid.staged import FrameRows
 from capacity.spec import GpuSku
 
 
@@ -59,14 +78,44 @@ class GridTables:
     context_limits: pl.DataFrame | None = None
     # deployment_id and the pool columns `max_contexts` reads, where asked for (`pools=True`)
     pools: pl.DataFrame | None = None
+    # the context rows kept as their inputs (`grid_tables(context_view=True)`): `contexts` is empty;
+    # deployments, layouts and gpus also hold VIEW_*_COLUMNS, which `capacity.grid.view.context_view_sql`
+    # (DuckDB) and `context_rows` (Polars) read; `speed`: whether the speed columns are computed
+    context_view: bool = False
+    speed: bool = True
+    # a context view's pool shapes (shape_id, VIEW_SHAPE_COLUMNS, the window terms) and engine settings
+    # (settings_id, VIEW_SETTINGS_COLUMNS): numbered for the whole build, each chunk's hold every row
+    # known when it was collected (the last chunk's: all of them)
+    pool_shapes: pl.DataFrame | None = None
+    settings: pl.DataFrame | None = None
 
     def context_rows(self) -> pl.DataFrame:
         """deployment_id, CONTEXT_COLUMNS: the contexts with max_concurrency as a Float64 (exactly
         `build_capacity_grid`'s: a division by a column, which Polars does not turn into a
         multiplication by the reciprocal as it does a division by a literal)."""
+        if self.context_view:
+            return self._computed_context_rows()
         e4 = pl.col("max_concurrency_e4")
         concurrency = (e4.cast(_F64) / _exact_divisor(e4, 10_000)).alias("max_concurrency")
         return self.contexts.with_columns(concurrency).select("deployment_id", *CONTEXT_COLUMNS)
+
+    def _computed_context_rows(self) -> pl.DataFrame:
+        """The context rows of a context view, computed by Polars from the inputs the tables keep."""
+        assert self.pool_shapes is not None and self.settings is not None
+        rows = (
+            self.deployments.lazy()
+            .join(self.layouts.lazy(), on="layout_id", how="left", maintain_order="left")
+            .join(self.gpus.lazy(), on="gpu_id", how="left", maintain_order="left")
+            .join(self.pool_shapes.lazy(), on="shape_id", how="left", maintain_order="left")
+            .join(self.settings.lazy(), on="settings_id", how="left", maintain_order="left")
+            .with_columns(pl.col("tp").alias("perf_tp"), pl.col("pp").alias("perf_pp"))
+            .explode("grid_contexts")
+            .rename({"grid_contexts": "context"})
+        )
+        windows = _window_count(rows)
+        staged = _at_contexts(FrameRows(rows), windows, speed=self.speed)
+        assert isinstance(staged, FrameRows)
+        return staged.frame.select("deployment_id", *CONTEXT_COLUMNS).collect()
 
     def deployment_rows(self) -> pl.DataFrame:
         """deployment_id, then every context-free column of GRID_COLUMNS (layout and GPU joined)."""
@@ -122,16 +171,19 @@ def grid_tables(
     first_deployment_id: int = 0,
     pools: bool = False,
     contexts: bool = True,
+    context_view: bool = False,
 ) -> GridTables:
     """The grid of `models` x `gpus` as GridTables (collected), with the context limits at
     `concurrencies` if given and the deployments' pools if `pools`; `contexts=False` leaves the
-    context rows empty (a caller that needs only the deployments). See `iter_grid_tables` for a fleet
+    context rows empty (a caller that needs only the deployments); `context_view=True` keeps their
+    inputs instead of them (`GridTables.context_view`). See `iter_grid_tables` for a fleet
     in chunks, which also overlaps the Python and the Polars parts."""
     options = options or GridOptions()
     reg = _registry(models, gpus, options)
     t = _build_tables(reg, models, pp1_only=True)
+    ids = (first_layout_id, first_deployment_id)
     return _collect_tables(
-        t, models, 0, first_layout_id, first_deployment_id, concurrencies, pools=pools, contexts=contexts
+        t, models, 0, *ids, concurrencies, pools=pools, contexts=contexts, context_view=context_view
     )
 
 
@@ -142,6 +194,7 @@ def iter_grid_tables(
     *,
     concurrencies: Sequence[int] | None = None,
     chunk_models: int = 192,
+    context_view: bool = False,
 ) -> Iterator[GridTables]:
     """`grid_tables` of consecutive chunks of `chunk_models` models, ids continuing from chunk to
     chunk: concatenated, the chunks' layouts, deployments and contexts are `grid_tables(models, gpus,
@@ -150,7 +203,7 @@ def iter_grid_tables(
     that on two cores the two overlap; a consumer that writes each chunk from a thread of its own
     overlaps that too. The models share one registry (engine settings, pool shapes, KV layouts)."""
     if not models:
-        yield grid_tables(models, gpus, options, concurrencies=concurrencies)
+        yield grid_tables(models, gpus, options, concurrencies=concurrencies, context_view=context_view)
         return
     options = options or GridOptions()
     reg = _registry(models, gpus, options)
@@ -160,7 +213,9 @@ def iter_grid_tables(
     def collect(t: _Tables, start: int) -> GridTables:
         # one worker: chunks are collected in order, each after the one before has its ids
         layout_id, deployment_id = next_ids
-        tables = _collect_tables(t, models[start : start + step], start, layout_id, deployment_id, concurrencies)
+        tables = _collect_tables(
+            t, models[start : start + step], start, layout_id, deployment_id, concurrencies, context_view=context_view
+        )
         next_ids[0] += tables.layouts.height
         next_ids[1] += tables.deployments.height
         return tables
@@ -188,6 +243,7 @@ def _collect_tables(
     *,
     pools: bool = False,
     contexts: bool = True,
+    context_view: bool = False,
 ) -> GridTables:
     """The tables of one chunk from its PP = 1 rows `t1`. The PP = 1 deployments are sized first;
     the PP > 1 layouts are then planned only where they are needed (the node's TP, where PP = 1
@@ -227,26 +283,27 @@ def _collect_tables(
     ranks = parts[-1][0].layouts
     key = pl.col("model_idx") * ranks + pl.col("_rank")
     used = deployments.select(key.unique().sort()).to_series()
-    layouts = (
-        pl.concat([f.full.select("model_idx", "_rank", *LAYOUT_COLUMNS) for f, _ in parts])
-        .filter(key.is_in(used.implode()))
-        .sort(key)
-        .with_row_index("layout_id", offset=first_layout_id)
-        .select(pl.col("layout_id").cast(_ID), *LAYOUT_COLUMNS)
-        .collect()
-    )
+    layouts = _layouts_table([f for f, _ in parts], key, used, first_layout_id, context_view)
+    gpu_extra = VIEW_GPU_COLUMNS if context_view else ()  # a context view keeps the GPU's rates
     # one row per deployment and context: a join on the model's contexts (in order) expands them
     model_contexts = f1.model_frame.select("model_idx", pl.col("contexts").alias("context")).explode("context")
-    if not contexts:
+    if not contexts or context_view:
         model_contexts = model_contexts.head(0)
     context_rows = deployments.lazy().join(model_contexts, on="model_idx", how="inner", maintain_order="left")
     slots = used_window_slots(deployments)
-    context_rows = _at_contexts(context_rows, windows, scaled=True, speed=t1.reg.options.speed, slots=slots).select(
-        pl.col("deployment_id").cast(_ID), *TABLE_CONTEXT_COLUMNS
-    )
+    staged = _at_contexts(FrameRows(context_rows), windows, scaled=True, speed=t1.reg.options.speed, slots=slots)
+    assert isinstance(staged, FrameRows)
+    context_rows = staged.frame.select(pl.col("deployment_id").cast(_ID), *TABLE_CONTEXT_COLUMNS)
     layout_id = used.search_sorted(deployments.select(key).to_series()) + first_layout_id
-    gpus = f1.gpu_frame.select(pl.col("gpu_idx").cast(_ID).alias("gpu_id"), *GPU_COLUMNS)
+    gpus = f1.gpu_frame.select(pl.col("gpu_idx").cast(_ID).alias("gpu_id"), *GPU_COLUMNS, *gpu_extra)
     limits = max_contexts(deployments, concurrencies) if concurrencies is not None else None
+    deployment_extra: list[pl.Expr] = []
+    pool_shapes = settings = None
+    if context_view:
+        deployment_extra = [
+            pl.col("_shape").cast(_ID).alias("shape_id"), pl.col("settings_id").cast(_ID), pl.col("pool_swa_capacity")
+        ]
+        pool_shapes, settings = _view_tables(t1)
     return GridTables(
         gpus=gpus.collect(),
         layouts=layouts,
@@ -255,10 +312,47 @@ def _collect_tables(
             layout_id.cast(_ID).alias("layout_id"),
             pl.col("gpu_idx").cast(_ID).alias("gpu_id"),
             *DEPLOYMENT_ONLY_COLUMNS,
+            *deployment_extra,
         ),
         contexts=context_rows.collect(),
         context_limits=limits,
         pools=deployments.select(pl.col("deployment_id").cast(_ID), *_LIMIT_INPUTS, cs.starts_with("pool_"))
         if pools
         else None,
+        context_view=context_view,
+        speed=t1.reg.options.speed,
+        pool_shapes=pool_shapes,
+        settings=settings,
     )
+
+
+def _layouts_table(
+    frames: Sequence[_Frames], key: pl.Expr, used: pl.Series, first_layout_id: int, context_view: bool
+) -> pl.DataFrame:
+    """The layouts some GPU serves (`used` values of `key`), numbered from `first_layout_id`; a context
+    view's also keep the speed terms and the model's grid contexts."""
+    extra = [c for c in VIEW_LAYOUT_COLUMNS if c != "grid_contexts"] if context_view else []
+    layouts = (
+        pl.concat([f.full.select("model_idx", "_rank", *LAYOUT_COLUMNS, *extra) for f in frames])
+        .filter(key.is_in(used.implode()))
+        .sort(key)
+        .with_row_index("layout_id", offset=first_layout_id)
+    )
+    if context_view:
+        grid_contexts = frames[0].model_frame.select("model_idx", pl.col("contexts").alias("grid_contexts"))
+        layouts = layouts.join(grid_contexts, on="model_idx", how="left", maintain_order="left")
+        extra.append("grid_contexts")
+    return layouts.select(pl.col("layout_id").cast(_ID), *LAYOUT_COLUMNS, *extra).collect()
+
+
+def _view_tables(t: _Tables) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The pool shapes and engine settings of the build so far, as a context view keeps them."""
+    with t.reg.lock:
+        shapes, windows = _shape_frame(t.reg)
+    pool_shapes = shapes.select(
+        pl.col("_shape").cast(_ID).alias("shape_id"), *VIEW_SHAPE_COLUMNS, *pool_window_columns(windows)
+    )
+    _, served = served_frames(t.reg)
+    settings = served.select(pl.col("settings_id").cast(_ID), *VIEW_SETTINGS_COLUMNS).unique("settings_id")
+    pool_shapes_df, settings_df = pl.collect_all([pool_shapes, settings.sort("settings_id")])
+    return pool_shapes_df, settings_df
