@@ -31,6 +31,11 @@ tables that keep each column at its own grain (GPUs; layouts: keys, dtypes, byte
 weights, the strings; deployments: settings, overhead, budget, pool; contexts: B_max, concurrency,
 fit), so that a 10M-row grid is 10M narrow rows plus 1.5M deployments instead of 10M x 35 values;
 `grid_tables_sql` is the SELECT that joins them back, `GridTables.grid()` the same in Polars.
+`grid_tables(context_view=True)` keeps, instead of the context rows, what they are computed from (the
+pool's shape and the engine settings by id, SGLang's second pool, the speed terms, the model's grid
+contexts) and `view.context_view_sql` computes them in DuckDB when read, with the same rule set
+(`contexts._at_contexts` over `staged.SqlRows`; `capacity.sql_expr` renders Python's arithmetic): a
+10M-row grid publishes 1.6M deployment rows, and a query pays for the context columns it reads.
 `iter_grid_tables` yields them for chunks of models (same ids, same rows) and overlaps the
 Python part of one chunk with the Polars part of the one before. Two savings only this path
 makes: the PP > 1 layouts are planned after the PP = 1 deployments are sized, and only where
