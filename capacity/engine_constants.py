@@ -36,6 +36,15 @@ class BatchDefaults(StrEnum):
     V1_BY_GPU_160_GB10 = "v1-by-gpu-160-gb10"  # as above, and GB10 on the small tier (0.33.0 wheel; not in 0.32.0)
 
 
+class MlaCacheLayout(StrEnum):
+    """What vLLM caches per token for a DeepSeek MLA layer, by `VLLM_MLA_CACHE_RULES` (each read in the wheels'
+    config.py `ModelConfig.get_head_size` / `get_total_num_kv_heads` / `use_mla`)."""
+
+    HEADS_PADDED = "heads-padded"  # 0.5.1-0.6.6: K and V per KV head, the head size padded to 256 for FlashAttention
+    HEADS = "heads"  # 0.7.0: K and V per KV head, head size qk_nope_head_dim + qk_rope_head_dim (192)
+    LATENT = "latent"  # 0.7.1 on: MLA's latent, kv_lora_rank + qk_rope_head_dim (one "head", not split by TP)
+
+
 class MlaBlockRule(StrEnum):
     """How a release picks the MLA block size on CUDA (the attention backend's kernel block sizes), by
     `VLLM_MLA_BLOCK_RULES`; each read in `platforms/cuda.py` check_and_update_config of the wheels named there."""
@@ -215,6 +224,18 @@ VLLM_PREFIX_LM_MM_FLOOR_FROM = (0, 22)
 VLLM_GEMMA4_VIDEO_ITEM_TOKENS = 32 * (70 + 2 + 6)
 VLLM_DSA_BLOCK_SIZE = 64  # DeepSeek sparse attention: the indexer backend's kernel block
 VLLM_FP8_DS_MLA_BYTES = 656  # fp8_ds_mla: bytes per token of the packed sparse-MLA latent
+# DeepseekV2ForCausalLM is in the 0.5.1 wheel (not 0.5.0); config.py get_head_size returns 256 for model_type
+# deepseek_v2 in 0.5.1-0.6.5 and deepseek_v2 / deepseek_v3 in 0.6.6 ("FlashAttention supports only head_size 32,
+# 64, 128, 256, we need to pad head_size 192 to 256"), qk_nope + qk_rope in 0.7.0; `use_mla` from 0.7.1 (0.7.1
+# release notes, "MLA" in the 0.7.3 wheel's config.py). The KV heads are get_total_num_kv_heads's: the config's
+# num_key_value_heads (DeepSeek's configs set it to num_attention_heads), divided by TP.
+VLLM_MLA_CACHE_RULES: tuple[tuple[str, MlaCacheLayout], ...] = (
+    ("0.5.1", MlaCacheLayout.HEADS_PADDED),
+    ("0.7.0", MlaCacheLayout.HEADS),
+    ("0.7.1", MlaCacheLayout.LATENT),
+)
+VLLM_MLA_PADDED_HEAD_SIZE = 256
+VLLM_HEAD_CACHED_MLA_TYPES = frozenset({"deepseek_v2", "deepseek_v3"})  # the model types get_head_size pads
 VLLM_MLA_BLOCK_RULES: tuple[tuple[str, MlaBlockRule], ...] = (
     ("0.4", MlaBlockRule.TRITON_ONLY),
     ("0.8", MlaBlockRule.FLASHMLA_HOPPER),  # attention/backends/flashmla.py new in 0.8.0, the default when supported

@@ -115,6 +115,28 @@ def test_batch_defaults_of_the_first_v1_releases() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("version", "bytes_per_token_per_layer"),
+    [
+        # config.py get_head_size: 256 for deepseek_v2 ("pad head_size 192 to 256"), K and V per KV head:
+        # get_total_num_kv_heads reads num_key_value_heads (16 in DeepSeek-V2-Lite's config) // TP 2 = 8 heads
+        ("0.5.1", 2 * 8 * 256 * 2),
+        ("0.6.6", 2 * 8 * 256 * 2),
+        ("0.7.0", 2 * 8 * (128 + 64) * 2),  # qk_nope_head_dim + qk_rope_head_dim, no padding
+        ("0.7.1", (512 + 64) * 2),  # use_mla: kv_lora_rank + qk_rope_head_dim, one latent on every rank
+    ],
+)
+def test_deepseek_mla_is_cached_per_head_before_vllm_0_7_1(version: str, bytes_per_token_per_layer: int) -> None:
+    """A block of vLLM's V0 cache is block_size x layers x the entry (worker/cache_engine.py get_cache_block_size);
+    before 0.7.1 the entry of a DeepSeek MLA layer is K and V of every KV head, read in the 0.5.1, 0.6.6 and 0.7.0
+    wheels' config.py."""
+    est = _estimate("deepseek-ai/DeepSeek-V2-Lite-Chat", "l40-48gb", tp=2, engine_version=version)
+    assert est.pool is not None and est.pool.block_size == 16
+    assert est.pool.unit_bytes == 16 * 27 * bytes_per_token_per_layer
+    per_head = any("caches K and V for each KV head" in note for note in est.notes)
+    assert per_head == (version != "0.7.1")
+
+
 def test_gb10_keeps_the_small_tier_despite_its_memory() -> None:
     gb10 = GpuSku("gb10-128gb", "NVIDIA GB10", "nvidia", 128 * GIB, architecture="blackwell")
     assert batch_defaults(V033.release, gb10, gb10.memory_total_bytes, 8192) == (256, 2048)

@@ -38,8 +38,9 @@ class Mla(Family):
         # DeepSeek-V3.2 sparse attention (DSA): every layer also caches its lightning indexer's key
         index_dim = c.integer("index_head_dim", 0, lo=0, hi=MAX_DIM) if m.family.sparse_indexer else 0
         q_input = c.opt_int("q_lora_rank") or m.hidden
+        kv_heads = m.kv_heads  # num_key_value_heads as read (else the attention heads), before the latent's 1
         latent = LatentAttention(
-            kv_rank, rope, index_dim, q_input, c.integer("qk_nope_head_dim"), c.integer("v_head_dim")
+            kv_rank, rope, index_dim, q_input, c.integer("qk_nope_head_dim"), c.integer("v_head_dim"), kv_heads
         )
         layers = [LayerKVSpec(i, latent) for i in range(m.num_layers)]
         m.kv_heads = 1

@@ -1,7 +1,7 @@
 """vLLM's KV cache grouping: the block pool of each pipeline stage (`v1/core/kv_cache_planning.py`).
 
 A layer's spec and page are its kind class's (`capacity.kv.kinds`: `spec_key`, `page_bytes_per_token`; V0 MLA's
-padded entry on 0.7.2-0.7.3, `releases.mla_page_bytes_per_token`);
+padded entry on 0.7.2-0.7.3 and the per-head cache of DeepSeek's MLA before 0.7.1, `releases.vllm_page_bytes_per_token`);
 groups by spec, page unification, num_blocks = budget // bytes per block, every rank sized to the
 tightest; per-request charges as `v1/kv_cache_interface.py` states them (KVPool.charge_terms).
 """
@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from capacity import engine_constants as ec
 from capacity.engines.protocol import PoolRequest
-from capacity.engines.vllm.releases import mla_page_bytes_per_token
+from capacity.engines.vllm.releases import vllm_page_bytes_per_token
 from capacity.kv.kinds import group_charge
 from capacity.kv_bytes import layer_state_bytes
 from capacity.numeric import cdiv
@@ -41,7 +41,9 @@ def hybrid_manager_on(model: ModelSpec, release: ec.VllmRelease) -> bool:
     return release.hybrid_chunked_local or not has_chunked
 
 
-def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
+def stage_pools(
+    request: PoolRequest, release: ec.VllmRelease, mla_layout: ec.MlaCacheLayout = ec.MlaCacheLayout.LATENT
+) -> list[KVPool]:
     """The pool each pipeline stage would build from the budget, in stage order.
 
     Groups are planned once for the whole model and projected onto each stage
@@ -68,7 +70,8 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease) -> list[KVPool]:
         return []
     stage_of = {layer.index: s for s, stage in enumerate(stages) for layer in stage}
     page_of = {
-        layer.index: mla_page_bytes_per_token(layer.cache, kv_bytes, r.act_bytes, tp, release) for layer in layers
+        layer.index: vllm_page_bytes_per_token(layer.cache, kv_bytes, r.act_bytes, tp, release, mla_layout, model.model_type)
+        for layer in layers
     }
     attn_page_per_token = max((page_of[layer.index] for layer in layers if layer.cache.stores_per_token_kv), default=0)
     state_layers = [layer for layer in layers if layer.cache.holds_state]

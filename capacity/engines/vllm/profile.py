@@ -36,6 +36,7 @@ from capacity.engines.vllm.releases import (
     block_size,
     gdn_prefill_checkpoints,
     max_concurrent_batches,
+    mla_cache_layout,
     multimodal_batched_floor,
     other_process_rule,
     v0_batched_tokens,
@@ -190,7 +191,7 @@ class VllmProfile(ProfileBase):
         )
 
     def stage_pools(self, request: PoolRequest) -> list[KVPool]:
-        return stage_pools(request, self.release)
+        return stage_pools(request, self.release, mla_cache_layout(self.version))
 
     def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
         return max_concurrent_batches(self.release, pp, async_scheduling) * max_num_batched_tokens
@@ -324,8 +325,17 @@ class VllmProfile(ProfileBase):
         ]
 
     def _padded_entry_notes(self, c: AssumptionContext) -> list[str]:
-        """Why the pool's block bytes exceed the bytes per token on 0.7.2-0.7.3 (`releases.mla_page_bytes_per_token`)."""
-        if not (self.release.mla_entry_align_bytes and c.inputs.model.is_mla):
+        """Why the pool's block bytes exceed the bytes per token on 0.7.2-0.7.3, or before 0.7.1 for DeepSeek's MLA
+        (`releases.vllm_page_bytes_per_token`)."""
+        model = c.inputs.model
+        layout = mla_cache_layout(self.version)
+        if model.is_mla and layout is not ec.MlaCacheLayout.LATENT and model.model_type in ec.VLLM_HEAD_CACHED_MLA_TYPES:
+            head = "padded to 256" if layout is ec.MlaCacheLayout.HEADS_PADDED else "qk_nope + qk_rope"
+            return [
+                f"vLLM {self.version} has no MLA cache (from 0.7.1): it caches K and V for each KV head ({head} "
+                "elements a head, config.py get_head_size), several times the latent's bytes per token shown"
+            ]
+        if not (self.release.mla_entry_align_bytes and model.is_mla):
             return []
         return [
             f"vLLM {self.version} pads each MLA cache entry to a multiple of {self.release.mla_entry_align_bytes} B "

@@ -4,7 +4,7 @@ Rules followed, by upstream function (vLLM 0.33.0 unless a release row says othe
 `engine/arg_utils.py` get_batch_defaults (by device memory and name; from 0.22 a prefix-LM multimodal model's
 floor, `multimodal_batched_floor`), `platforms/cuda.py` block sizes
 (16; MLA backends' kernel blocks by release and GPU, `block_size`), V0 MLA's padded cache entry
-(`mla_page_bytes_per_token`), `config/vllm.py`
+(`vllm_page_bytes_per_token`), `config/vllm.py`
 VllmConfig.max_concurrent_batches; other processes' memory by release (`OtherProcessRule`, read in the
 0.4.0.post1, 0.6.1-0.6.5, 0.7.0, 0.7.3, 0.8.0, 0.8.5, 0.9.0-0.9.2, 0.10.0, 0.15.0 and 0.33.0 wheels).
 """
@@ -175,17 +175,42 @@ def _qk_nope_head_dim(model: ModelSpec) -> int:
     )
 
 
-def mla_page_bytes_per_token(cache: LayerCache, kv_bytes: int, act_bytes: int, tp: int, release: ec.VllmRelease) -> int:
-    """A layer's bytes per token in vLLM's cache: the kind's own page, except the V0 MLA entry of 0.7.2-0.7.3,
-    padded to `release.mla_entry_align_bytes` of the model dtype (`worker/cache_engine.py` get_cache_block_size:
+def vllm_page_bytes_per_token(
+    cache: LayerCache,
+    kv_bytes: int,
+    act_bytes: int,
+    tp: int,
+    release: ec.VllmRelease,
+    mla_layout: ec.MlaCacheLayout = ec.MlaCacheLayout.LATENT,
+    model_type: str = "",
+) -> int:
+    """A layer's bytes per token in vLLM's cache: the kind's own page, except for DeepSeek MLA layers on releases
+    without the latent cache (`mla_layout`, `ec.VLLM_MLA_CACHE_RULES`: K and V per KV head, `config_kv_heads` // TP
+    heads of 256 elements on 0.5.1-0.6.6, qk_nope + qk_rope on 0.7.0) and the V0 MLA entry of 0.7.2-0.7.3, padded
+    to `release.mla_entry_align_bytes` of the model dtype (`worker/cache_engine.py` get_cache_block_size:
     `align_to_256bytes(num_heads * head_size, model_config.dtype)`, then x the cache dtype's size). DeepSeek-V3:
     576 elements -> 640 (256 B / 2 B = 128 elements a step), 1,280 B a token in bf16. The CUDA rule (`_align_cache`
     asks `current_platform.is_cuda()`): capplan applies it on every GPU, ROCm builds of 0.7.x included."""
+    if (
+        isinstance(cache, LatentAttention)
+        and mla_layout is not ec.MlaCacheLayout.LATENT
+        and model_type in ec.VLLM_HEAD_CACHED_MLA_TYPES
+        and cache.config_kv_heads
+    ):
+        padded = mla_layout is ec.MlaCacheLayout.HEADS_PADDED
+        head_size = ec.VLLM_MLA_PADDED_HEAD_SIZE if padded else cache.nope_head_dim + cache.rope_head_dim
+        return 2 * max(1, cache.config_kv_heads // tp) * head_size * kv_bytes  # ModelConfig.get_num_kv_heads
     page = cache.page_bytes_per_token(kv_bytes, tp)
     if not (cache.latent and release.mla_entry_align_bytes):
         return page
     step = release.mla_entry_align_bytes // act_bytes
     return cdiv(cache.kv_elements_per_token, step) * step * kv_bytes + cache.indexer_bytes_per_token
+
+
+def mla_cache_layout(version: str | None) -> ec.MlaCacheLayout:
+    """What the release caches for a DeepSeek MLA layer (`ec.VLLM_MLA_CACHE_RULES`; below 0.5.1 vLLM has no
+    DeepSeek-V2 class: the latent, unread)."""
+    return ec.by_first_release(version, ec.VLLM_MLA_CACHE_RULES, ec.MlaCacheLayout.LATENT)
 
 
 def _is_sm120(gpu: GpuSku | None) -> bool:
