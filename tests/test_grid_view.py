@@ -28,11 +28,11 @@ KEYS = ["model", "gpu", "engine", "weight_dtype", "kv_dtype", "tp", "pp", "dp", 
 CATALOG = Path(__file__).resolve().parent.parent / "models_registry" / "catalog"
 
 
-def _published(tables: GridTables, last: GridTables | None = None) -> duckdb.DuckDBPyConnection:
-    """The view tables of `tables` in a DuckDB database (the shapes and settings of `last`, where given)."""
+def _published(tables: GridTables) -> duckdb.DuckDBPyConnection:
+    """The view tables of `tables` in a DuckDB database."""
     con = duckdb.connect()
     for name in VIEW_TABLES:
-        con.register("frame", getattr(last or tables, name) if name in ("pool_shapes", "settings") else getattr(tables, name))
+        con.register("frame", getattr(tables, name))
         con.execute(f"create table grid_{name} as select * from frame")
         con.unregister("frame")
     return con
