@@ -114,6 +114,9 @@ class Estimate:
     prefix_caching: PrefixCaching = NO_PREFIX_CACHING_STATED  # as deployed: the prefill reads its hit rate
     lora: LoraMemory | None = None  # the LoRA adapters' memory (GPU, charged with the weights; host), if served
     layout: RankLayout | None = None  # DP attention / expert parallel / DCP (None: the TP layout); figures per DP rank
+    # PP > 1 where the engine sizes each stage from its own memory: each stage's KV budget (kv_budget_bytes_per_gpu is
+    # the one whose blocks bind); empty: every stage has kv_budget_bytes_per_gpu
+    stage_kv_budget_bytes: tuple[int, ...] = ()
 
     @property
     def dp(self) -> int:
@@ -420,6 +423,11 @@ class _Memory:
     start_problem: str | None
     budget: int
     charged: int
+    stage_budgets: tuple[int, ...] = ()  # each pipeline stage's own budget (`_stage_budgets`); empty: `budget`
+
+    def budget_of(self, pool: KVPool) -> int:
+        """The KV budget of the stage whose pool binds (the most loaded stage's where the stages share one)."""
+        return self.stage_budgets[pool.stage] if pool.stage < len(self.stage_budgets) else self.budget
 
 
 def _memory(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> _Memory:
@@ -458,7 +466,9 @@ def _memory(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> _Memory:
     usable = int(total * lim.utilization)
     per_token_gpu = kv_bytes_per_token_per_gpu(draft.pool_model, dt.kv_bytes, atp, d.pp)
     budget, charged = _kv_budget(profile, d, gpu, total, lim, weights, overhead, inputs, notes)
-    budget = _offload_budget(d, budget, per_token_gpu, lim.block_size, model, total - usable, notes)
+    offloaded = _offload_budget(d, budget, per_token_gpu, lim.block_size, model, total - usable, notes)
+    stage_budgets = _stage_budgets(profile, d, total, lim, weights, overhead, offloaded - budget)
+    budget = offloaded
     return _Memory(
         model,
         profile,
@@ -480,6 +490,30 @@ def _memory(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> _Memory:
         profile.start_memory_problem(total, lim.utilization, d.other_process_bytes),
         budget,
         charged,
+        stage_budgets,
+    )
+
+
+def _stage_budgets(
+    profile: EngineProfile,
+    d: DeploymentSpec,
+    total: int,
+    lim: Limits,
+    weights: WeightsEstimate,
+    overhead: Overhead,
+    offload_delta: int,
+) -> tuple[int, ...]:
+    """Each pipeline stage's KV budget from its own weights and overhead, where the engine sizes the stages apart
+    (`EngineProfile.budgets_per_stage`) and they differ (the embedding and the LM head, the remainder layers, the
+    sampler on the last stage); what a KV offload takes comes off every stage alike. Empty: one budget for all."""
+    if d.pp <= 1 or not profile.budgets_per_stage or d.kv_cache_memory_bytes is not None:
+        return ()
+    if not (weights.stage_shortfall_bytes or overhead.stage_shortfall_bytes):
+        return ()
+    util, other = lim.utilization, d.other_process_bytes
+    return tuple(
+        profile.kv_budget(total, util, weights.stage_bytes(s), overhead.stage_bytes(s), other) + offload_delta
+        for s in range(d.pp)
     )
 
 
@@ -488,11 +522,25 @@ def _pool(m: _Memory, d: DeploymentSpec, notes: list[str]) -> KVPool:
     request = _pool_request(
         m.draft.pool_model, d, m.budget, m.dt, m.lim, m.defaults.state_checkpoints, m.layout.attention_tp
     )
+    request = replace(request, stage_budget_bytes=m.stage_budgets)
     pool = m.layout.dcp_pool(_tightest_pool(m.profile, request, notes))
+    notes.extend(_stage_budget_notes(m, pool))
     pool, capped = token_capped_pool(pool, m.profile.engine, d.max_total_tokens)
     notes.extend([capped] if capped else [])
     notes.extend(_in_flight_notes(d, m.profile, m.lim, pool, m.max_model_len))
     return pool
+
+
+def _stage_budget_notes(m: _Memory, pool: KVPool) -> list[str]:
+    """Each stage's budget where the stages are sized apart, and the stage whose blocks bind."""
+    if len(set(m.stage_budgets)) <= 1:
+        return []
+    budgets = " / ".join(format_gib(b) for b in m.stage_budgets)
+    return [
+        f"{m.profile.engine.value} sizes each pipeline stage from its own free memory (its own weights; the sampler's "
+        f"peak only on the last stage): KV budgets {budgets} by stage; every rank keeps the blocks of stage "
+        f"{pool.stage}, the fewest"
+    ]
 
 
 def estimate(
@@ -518,11 +566,12 @@ def estimate(
     not_modelled = _unmodelled(model, d, profile, notes)
     m = _memory(model, _Sizing(d, profile, gpu, layout, checkpoint_bytes), notes)
     pool = _pool(m, d, notes)
+    budget = m.budget_of(pool)
     limit = profile.context_limit(m.model)
     f = pool_figures(
         profile,
         pool,
-        m.budget,
+        budget,
         m.weights,
         m.usable,
         m.per_token_gpu,
@@ -561,7 +610,7 @@ def estimate(
         cuda_graph_bytes_per_gpu=m.overhead.cuda_graph_bytes,
         overhead_bytes_per_gpu=m.overhead.total_bytes,
         usable_bytes_per_gpu=m.usable,
-        kv_budget_bytes_per_gpu=m.budget,
+        kv_budget_bytes_per_gpu=budget,
         pool=pool,
         model_context_limit=limit,
         notes=tuple(notes),
@@ -578,6 +627,7 @@ def estimate(
         prefix_caching=d.prefix_caching,
         lora=m.lora,
         layout=None if m.layout.plain else m.layout,
+        stage_kv_budget_bytes=m.stage_budgets,
         **f.fields(),  # type: ignore[arg-type]
     )
 

@@ -17,6 +17,14 @@ class Overhead:
     cuda_graph_bytes: int
     # named terms of the activation peak, (what, bytes per GPU), where the profile models them
     buffers: tuple[tuple[str, int], ...] = ()
+    # PP > 1: per pipeline stage, the bytes its ranks' overhead is below the most loaded stage's (vLLM: only the
+    # last stage runs the sampler); empty: every stage the same
+    stage_shortfall_bytes: tuple[int, ...] = ()
+
+    def stage_bytes(self, stage: int) -> int:
+        """The overhead of a rank of pipeline stage `stage`."""
+        short = self.stage_shortfall_bytes
+        return self.total_bytes - (short[stage] if stage < len(short) else 0)
 
     @property
     def total_bytes(self) -> int:

@@ -77,6 +77,7 @@ class KVPool:
     # SGLang hybrid SWA: the window `validate_swa_pool_size` holds the SWA pool to (the config's sliding_window;
     # 0 where the pool's layers are chunked, not sliding: Llama 4's config has none, so no check)
     swa_floor_tokens: int = 0
+    stage: int = 0  # the pipeline stage whose ranks hold this pool (the index of its budget)
 
     @property
     def in_flight_tokens(self) -> int:

@@ -79,6 +79,14 @@ class WeightsEstimate:
     total_bytes: int  # what the serving engine loads, all ranks together, without replication
     format_name: str
     source: str  # "checkpoint" (real size, scaled per rank) | "modeled" | "override"
+    # PP > 1: per pipeline stage, the bytes its ranks hold fewer than the most loaded (0 there); what is added
+    # per rank later (copies, kernel layouts, adapters) is added to every stage alike. Empty: every stage the same
+    stage_shortfall_bytes: tuple[int, ...] = ()
+
+    def stage_bytes(self, stage: int) -> int:
+        """Weights on a rank of pipeline stage `stage`."""
+        short = self.stage_shortfall_bytes
+        return self.per_gpu_bytes - (short[stage] if stage < len(short) else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,12 +176,14 @@ def estimate_weights(
     native = weight_dtype.lower() == "auto" or (
         model.quantization is None and CANONICAL_DTYPE.get(weight_dtype.lower()) == model.torch_dtype
     )
+    scale, source = Fraction(1), "modeled"
     if checkpoint_bytes and native and loaded_total > 0:
         # The checkpoint also holds parts the engine skips (extra_params it does not load: MTP heads).
         in_checkpoint = loaded_total + (model.extra_params - model.loaded_extra_params) * fmt.dense_bytes_per_param
-        scale = Fraction(checkpoint_bytes) / in_checkpoint
-        return WeightsEstimate(math.ceil(per_gpu * scale), math.ceil(loaded_total * scale), fmt.name, "checkpoint")
-    return WeightsEstimate(math.ceil(per_gpu), math.ceil(loaded_total), fmt.name, "modeled")
+        scale, source = Fraction(checkpoint_bytes) / in_checkpoint, "checkpoint"
+    most = math.ceil(per_gpu * scale)
+    shortfall = tuple(most - math.ceil(stage * scale) for stage in stages) if len(stages) > 1 else ()
+    return WeightsEstimate(most, math.ceil(loaded_total * scale), fmt.name, source, shortfall)
 
 
 def _plus(

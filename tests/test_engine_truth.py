@@ -137,6 +137,25 @@ def test_deepseek_mla_is_cached_per_head_before_vllm_0_7_1(version: str, bytes_p
     assert per_head == (version != "0.7.1")
 
 
+def test_only_the_last_pipeline_stage_budgets_the_sampler() -> None:
+    """vLLM profiles every worker itself and only the last PP rank runs the sampler's dummy run (0.33
+    `gpu_model_runner.profile_run`: `if get_pp_group().is_last_rank`): with the weights given alike on every rank,
+    the first stage's budget exceeds the last's by the sampler phase less the forward phase (the peak without it),
+    read from the activation's named terms; the last stage binds (equal layers, less memory) and the estimate
+    reports its budget. vLLM's own planning with these budgets: tests/test_oracle_pp_stages.py."""
+    est = _estimate("Qwen/Qwen3-8B", "l4-24gb", tp=1, pp=2, engine_version="0.33", weights_bytes_per_gpu=8 * GIB)
+    terms = dict(est.activation_buffers)
+    forward = next(n for name, n in terms.items() if name.startswith("forward phase"))
+    sampler = next(n for name, n in terms.items() if name.startswith("sampler phase"))
+    assert sampler > forward
+    first, last = est.stage_kv_budget_bytes
+    assert first - last == sampler - forward
+    assert est.pool.stage == 1 and est.kv_budget_bytes_per_gpu == last
+    assert any("sizes each pipeline stage from its own free memory" in note for note in est.notes)
+    one_stage = _estimate("Qwen/Qwen3-8B", "l4-24gb", tp=1, engine_version="0.33", weights_bytes_per_gpu=8 * GIB)
+    assert one_stage.stage_kv_budget_bytes == ()
+
+
 def test_gb10_keeps_the_small_tier_despite_its_memory() -> None:
     gb10 = GpuSku("gb10-128gb", "NVIDIA GB10", "nvidia", 128 * GIB, architecture="blackwell")
     assert batch_defaults(V033.release, gb10, gb10.memory_total_bytes, 8192) == (256, 2048)

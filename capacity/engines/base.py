@@ -55,6 +55,8 @@ class ProfileBase:
     # overrides the config (TensorRT-LLM: edit config.json)
     overhead_reads_moe_dispatch: ClassVar[bool] = False
     config_override_rule: ClassVar[OverrideRule | None] = None
+    # one budget for every pipeline stage (the most loaded stage's): the engine's per-stage sizing is not read
+    budgets_per_stage: ClassVar[bool] = False
 
     def serving_dtype(self, model: ModelSpec) -> str:
         return serving_dtype(model, self.engine)

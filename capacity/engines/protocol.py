@@ -56,6 +56,15 @@ class PoolRequest:
     max_in_flight_tokens: int
     state_checkpoints: bool = False
     hybrid_manager_allowed: bool = True  # False: a KV connector without HMA support turns vLLM's off (features.offload)
+    # each pipeline stage's own budget where the stages' weights or activations differ (vLLM profiles every worker
+    # and sizes each from its own free memory: `stage_budgets`); empty: `budget_bytes` on every stage
+    stage_budget_bytes: tuple[int, ...] = ()
+
+    def stage_budget(self, stage: int) -> int:
+        """The KV budget of pipeline stage `stage` (never negative: a negative budget builds an empty pool)."""
+        if stage < len(self.stage_budget_bytes):
+            return max(self.stage_budget_bytes[stage], 0)
+        return self.budget_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +139,12 @@ class EngineProfile(Protocol):
     @property
     def overhead_reads_moe_dispatch(self) -> bool:
         """Whether `overhead` reads `OverheadInputs.moe_dp_ranks` (the DP ranks' tokens an MoE layer gathers)."""
+
+    @property
+    def budgets_per_stage(self) -> bool:
+        """Whether each pipeline stage's pool is sized from that stage's own budget (its own weights and overhead:
+        `PoolRequest.stage_budget_bytes`), every rank then keeping the fewest blocks; else one budget, the most
+        loaded stage's, for every stage."""
 
     def weight_layout_extra_bytes(
         self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, triton_kernels: bool | None = None

@@ -92,3 +92,8 @@ VIEW_GPU_COLUMNS = _PERF_GPU
 
 def pool_window_columns(windows: int) -> list[str]:
     return [f"pool_window_{j}_{part}" for j in range(windows) for part in _WINDOW_PARTS]
+
+
+def stage_columns(prefix: str, slots: int) -> list[str]:
+    """Per-pipeline-stage columns `<prefix>_0 ... <prefix>_{slots - 1}` (the stages' shortfall bytes)."""
+    return [f"{prefix}_{j}" for j in range(slots)]

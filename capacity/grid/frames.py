@@ -29,6 +29,7 @@ from capacity.grid.columns import (
     POOL_COLUMNS,
     WINDOW_PADDING,
     Schema,
+    stage_columns,
 )
 from capacity.grid.options import GridModel, GridOptions
 from capacity.grid.planning import _build_tables, _Registry, _registry, _Tables
@@ -71,12 +72,12 @@ def _candidate_frame(t: _Tables) -> tuple[pl.LazyFrame, int]:
     schema: Schema = {"kv_id": _I64, "base_block_size": _I64, "state_checkpoints": pl.Boolean}
     for s in range(width):
         schema |= {f"_shape_{s}": _I64, f"_unit_{s}": _I64, f"_swa_den_{s}": _F64, f"_state_{s}": _I64,
-                   f"_state_slots_{s}": _I64}  # fmt: skip
+                   f"_state_slots_{s}": _I64, f"_stage_{s}": _I64}  # fmt: skip
     rows = []
     for kv_id, base, checkpoints, found in t.candidates:
         row: list[object] = [kv_id, base, checkpoints]
         for s in range(width):
-            row += list(found[s]) if s < len(found) else [None, None, None, None, None]
+            row += list(found[s]) if s < len(found) else [None, None, None, None, None, None]
         rows.append(tuple(row))
     return _rows(rows, schema), width
 
@@ -186,6 +187,7 @@ class _Frames:
     allowed: pl.LazyFrame  # (gpu_set, gpu_idx): the GPUs of each set that GPU-specific layouts are served on
     windows: int
     layouts: int  # rows of `full`
+    stage_slots: int  # pipeline stages a layout can have (`_Registry.stage_slots`)
 
 
 _NARROW = (
@@ -193,6 +195,11 @@ _NARROW = (
     "needs_fp8", "needs_fp4", "weights_bytes_per_gpu", "gpu_set", "max_model_len", "min_context",
     "state_bytes_per_sequence_per_gpu", *_PERF_LAYOUT, *_PERF_KV,
 )  # fmt: skip
+
+
+def _narrow(slots: int) -> list[str]:
+    """The layout columns the sizing reads: `_NARROW` and the stages' weight shortfalls."""
+    return [*_NARROW, *stage_columns("_weights_short", slots)]
 _SERVED_ON = ["engine_idx", "model_class", "tp", "pp", "kv_idx", "needs_fp8", "needs_fp4"]
 _GROUP = ["model_idx", "engine_idx", "weight_idx", "kv_idx"]
 
@@ -255,6 +262,7 @@ def _frames_of(t: _Tables) -> _Frames:
             "weights_bytes_per_gpu": _I64,
             "gpu_set": _I64,  # null: served on every GPU
             **{c: (pl.Boolean if c == "perf_fp8_gemm" else _F64) for c in _PERF_LAYOUT},
+            **dict.fromkeys(stage_columns("_weights_short", reg.stage_slots), _I64),
         },
     )
     overheads = _rows(
@@ -273,6 +281,7 @@ def _frames_of(t: _Tables) -> _Frames:
             "non_torch_bytes_per_gpu": _I64,
             "cuda_graph_bytes_per_gpu": _I64,
             "overhead_bytes_per_gpu": _I64,
+            **dict.fromkeys(stage_columns("_overhead_short", reg.stage_slots), _I64),
         },
     ).unique()
     candidates, width = _candidate_frame(t)
@@ -289,10 +298,11 @@ def _frames_of(t: _Tables) -> _Frames:
     )
     sized = partial(
         _sized, overheads=overheads, candidates=candidates, width=width, shapes=shapes, windows=windows,
-        profiles=reg.profiles, max_limit=t.max_limit,
+        profiles=reg.profiles, max_limit=t.max_limit, stage_slots=reg.stage_slots,
     )  # fmt: skip
     allowed = _rows(t.allowed, {"gpu_set": _I64, "gpu_idx": _I64}).with_columns(pl.lit(True).alias("_allowed"))
-    return _Frames(full, served, node, model_frame, gpu_frame, sized, allowed, windows, t.rank_base + len(t.layouts))
+    layouts_count = t.rank_base + len(t.layouts)
+    return _Frames(full, served, node, model_frame, gpu_frame, sized, allowed, windows, layouts_count, reg.stage_slots)
 
 
 def _on_allowed_gpus(f: _Frames, frame: pl.LazyFrame) -> pl.LazyFrame:
@@ -308,7 +318,9 @@ def _on_allowed_gpus(f: _Frames, frame: pl.LazyFrame) -> pl.LazyFrame:
 def _single(f: _Frames) -> pl.LazyFrame:
     """The PP = 1 deployments, sized (narrow)."""
     return f.sized(
-        _on_allowed_gpus(f, f.full.select(_NARROW).filter(pl.col("pp") == 1).join(f.served, on=_SERVED_ON, how="inner"))
+        _on_allowed_gpus(
+            f, f.full.select(_narrow(f.stage_slots)).filter(pl.col("pp") == 1).join(f.served, on=_SERVED_ON, how="inner")
+        )
         .join(f.node, on=["model_idx", "gpus_per_node"], how="left")
     )
 
@@ -334,7 +346,7 @@ def _multi(f: _Frames, not_fitting: pl.LazyFrame) -> pl.LazyFrame:
     return f.sized(
         _on_allowed_gpus(
             f,
-            f.full.select(_NARROW)
+            f.full.select(_narrow(f.stage_slots))
             .filter(pl.col("pp") > 1)
             .join(not_fitting, left_on=[*_GROUP, "tp"], right_on=[*_GROUP, "node_tp"], how="inner")
             .join(f.served, on=[*_SERVED_ON, "gpu_idx"], how="inner"),

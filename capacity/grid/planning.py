@@ -31,8 +31,9 @@ from capacity.weights import WeightsEstimate, estimate_weights, with_layout_extr
 
 
 # (shape id, bytes per unit, SGLang SWA denominator, SGLang Mamba state bytes per slot and slots per
-# request) per stage
-_Candidates = list[tuple[int, int, float | None, int | None, int | None]]
+# request, the pipeline stage whose budget sizes it) per stage
+_Candidate = tuple[int, int, float | None, int | None, int | None, int]
+_Candidates = list[_Candidate]
 # bytes per token (whole model, per GPU), state bytes per sequence, (base block size, state checkpoints, candidates) or None
 _KVSide = tuple[int, int, int, list[tuple[int, bool, _Candidates]] | None]
 # a model's DP-attention x expert-parallel layouts: (engine index, tp, dp, ep) -> the GPUs (by node size) they are on
@@ -86,6 +87,11 @@ class _Registry:
             return None
         return self.gpu_sets.setdefault(gpu_idxs, len(self.gpu_sets))
 
+    @property
+    def stage_slots(self) -> int:
+        """The pipeline stages a layout of the build can have: the per-stage columns' count."""
+        return max((1, *self.options.pp_sizes))
+
     def kv_view(self, spec: ModelSpec) -> tuple[int, ModelSpec]:
         """(id, spec) of the model's KV structure: the spec without its parameter counts, one object
         per distinct structure. The KV helpers are called with this view, never with the spec, so a
@@ -129,7 +135,7 @@ class _Tables:
     # the registry's sets as the build left them, copied while its lock is held
     allowed: list[tuple[int, int]] = field(default_factory=list)
     overheads: list[tuple[object, ...]] = field(default_factory=list)
-    candidates: list[tuple[int, int, bool, list[tuple[int, int, float | None, int | None, int | None]]]] = field(
+    candidates: list[tuple[int, int, bool, _Candidates]] = field(
         default_factory=list
     )
 
@@ -150,22 +156,24 @@ def _pool_candidates(
     pp: int,
     base_block_size: int,
     state_checkpoints: bool,
-) -> list[tuple[int, int, float | None, int | None, int | None]]:
-    """(shape id, bytes per unit, SGLang SWA denominator, SGLang Mamba state bytes and slots) of each pipeline
-    stage's pool, first occurrences in stage order: the deployment's budget decides which stage is the
-    tightest."""
-    found: list[tuple[int, int, float | None, int | None, int | None]] = []
+) -> list[_Candidate]:
+    """(shape id, bytes per unit, SGLang SWA denominator, SGLang Mamba state bytes and slots, the pipeline stage
+    whose budget sizes it) of each stage's pool, first occurrences in stage order: the deployment's budgets
+    decide which stage is the tightest. Stages alike share a candidate unless the engine budgets them apart."""
+    found: list[_Candidate] = []
     pools = profile.stage_pools(
         PoolRequest(spec, 0, kv_bytes, ssm_bytes, act_bytes, tp, pp, base_block_size, 0, 0, state_checkpoints)
     )
     for pool in pools:
         state = pool.state_bytes_per_sequence if pool.unit is PoolUnit.TOKEN and pool.state_bytes_per_sequence else None
         slots = pool.swa_window_tokens if state is not None else None  # state slots a request holds
+        stage = pool.stage if profile.budgets_per_stage else 0
         candidate = (t.shape(pool, pool.swa_window_tokens), pool.unit_bytes, pool.swa_bytes_per_full_token, state,
-                     slots)  # fmt: skip
+                     slots, stage)  # fmt: skip
         if candidate not in found:
             found.append(candidate)
     return found
+
 
 
 def _kv_side(
@@ -459,7 +467,7 @@ def _weight_rows(
             rank = t.rank_base + len(t.layouts)
             t.layouts.append(
                 (rank, kv_id, w_idx, weight_dtype, w_fp8, w_fp4, w.format_name, w.source, per_gpu_bytes,
-                 reg.gpu_set(gpu_idxs), *perf)
+                 reg.gpu_set(gpu_idxs), *perf, *_stage_slots(w.stage_shortfall_bytes, reg.stage_slots))
             )  # fmt: skip
 
 
@@ -490,8 +498,15 @@ def _overhead_rows(
                 row = o[asked]
                 t.overheads.append(
                     (m, e, tp, pp, dp, seqs or None, batched, multicast, peers, row.activation_peak_bytes,
-                     row.non_torch_bytes, row.cuda_graph_bytes, row.total_bytes)
+                     row.non_torch_bytes, row.cuda_graph_bytes, row.total_bytes,
+                     *_stage_slots(row.stage_shortfall_bytes, t.reg.stage_slots))
                 )  # fmt: skip
+
+
+def _stage_slots(shortfall: tuple[int, ...], slots: int) -> tuple[int, ...]:
+    """PP > 1: per pipeline stage, the bytes fewer than the most loaded stage (weights, overhead), in `slots`
+    columns (`_Registry.stage_slots`; 0: a stage like the most loaded one, or no such stage)."""
+    return (*shortfall, *(0,) * (slots - len(shortfall)))
 
 
 def _starting_gpus(

@@ -79,6 +79,30 @@ def _largest_starting_len(frame: pl.LazyFrame, windows: int, steps: int = _BISEC
     return pl.concat([settled, searched]).drop("_at_limit", "_at_one")
 
 
+def _stage_budget(s: int, stage_slots: int, profiles: Sequence[EngineProfile]) -> pl.Expr:
+    """The KV budget of candidate stage `s`: the engine's `kv_budget` over the weights and overhead of the pipeline
+    stage it sizes (`_stage_{s}`), each the most loaded stage's less that stage's shortfall where the engine budgets
+    the stages apart (`capacity.estimate._stage_budgets`); else the most loaded stage's."""
+    total, util = pl.col("gpu_memory_bytes"), pl.col("gpu_memory_utilization")
+    weights, overhead = pl.col("weights_bytes_per_gpu"), pl.col("overhead_bytes_per_gpu")
+    stage = pl.col(f"_stage_{s}")
+
+    def shortfall(prefix: str) -> pl.Expr:
+        expr = pl.lit(0, _I64)
+        for j in reversed(range(stage_slots)):
+            expr = pl.when(stage == j).then(pl.col(f"{prefix}_{j}")).otherwise(expr)
+        return expr
+
+    apart_weights, apart_overhead = weights - shortfall("_weights_short"), overhead - shortfall("_overhead_short")
+
+    def budget(p: EngineProfile) -> pl.Expr:
+        if p.budgets_per_stage:
+            return p.kv_budget(total, util, apart_weights, apart_overhead)
+        return p.kv_budget(total, util, weights, overhead)
+
+    return _per_engine(profiles, budget)
+
+
 def _stage_capacity(s: int, budget_col: pl.Expr) -> pl.Expr:
     """Units of candidate stage `s`'s pool at the deployment's KV budget (null: no such stage)."""
     unit, den, state = pl.col(f"_unit_{s}"), pl.col(f"_swa_den_{s}"), pl.col(f"_state_{s}")
@@ -106,10 +130,14 @@ def _sized(
     windows: int,
     profiles: Sequence[EngineProfile],
     max_limit: int | None = None,
+    stage_slots: int = 1,
 ) -> pl.LazyFrame:
     """Overhead, KV budget, the tightest stage's pool, the max_model_len the engine starts with
     and the printed KV cache size per deployment. `max_limit`, the largest max_model_len among the
-    rows where known, bounds the steps of the start search (its bit length settles every row)."""
+    rows where known, bounds the steps of the start search (its bit length settles every row). Each
+    candidate stage is sized from its own stage's budget where the engine budgets the stages apart
+    (`EngineProfile.budgets_per_stage`: the shortfall columns of `stage_slots` stages), and the
+    deployment's budget is the tightest stage's."""
     dep = dep.join(
         overheads,
         on=["model_idx", "engine_idx", "tp", "pp", "dp", "max_num_seqs", "pool_max_num_batched_tokens", "nvlink_multicast",
@@ -120,14 +148,10 @@ def _sized(
         pl.col("tp").alias("perf_tp"), pl.col("pp").alias("perf_pp")
     )
 
-    total, util = pl.col("gpu_memory_bytes"), pl.col("gpu_memory_utilization")
-    weights, overhead = pl.col("weights_bytes_per_gpu"), pl.col("overhead_bytes_per_gpu")
-    budget = _per_engine(profiles, lambda p: p.kv_budget(total, util, weights, overhead))
-    dep = dep.with_columns(budget.alias("kv_budget_bytes_per_gpu"))
+    dep = dep.with_columns(_stage_budget(s, stage_slots, profiles).alias(f"_budget_{s}") for s in range(width))
 
     # each stage's capacity; the engine sizes every rank to the first stage with the fewest units
-    budget_col = pl.col("kv_budget_bytes_per_gpu")
-    caps = [_stage_capacity(s, budget_col).alias(f"_cap_{s}") for s in range(width)]
+    caps = [_stage_capacity(s, pl.col(f"_budget_{s}")).alias(f"_cap_{s}") for s in range(width)]
     dep = dep.with_columns(caps).with_columns(pl.min_horizontal(f"_cap_{s}" for s in range(width)).alias("_capacity"))
     def of_tightest(column: str) -> pl.Expr:
         """`<column>_<s>` of the first stage with the fewest units (the stage every rank is sized to)."""
@@ -135,9 +159,12 @@ def _sized(
             pl.when(pl.col(f"_cap_{s}") == pl.col("_capacity")).then(pl.col(f"{column}_{s}")) for s in range(width)
         )
 
-    dep = dep.with_columns(of_tightest("_shape").alias("_shape"), of_tightest("_unit").alias("pool_unit_bytes")).join(
-        shapes, on="_shape", how="left"
-    )
+    dep = dep.with_columns(
+        of_tightest("_shape").alias("_shape"),
+        of_tightest("_unit").alias("pool_unit_bytes"),
+        of_tightest("_budget").alias("kv_budget_bytes_per_gpu"),
+    ).join(shapes, on="_shape", how="left")
+    budget_col = pl.col("kv_budget_bytes_per_gpu")
 
     chosen_state = of_tightest("_state")
     capacity, page, window = pl.col("_capacity"), pl.col("block_size"), pl.col("pool_swa_window")

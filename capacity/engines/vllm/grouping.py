@@ -57,7 +57,7 @@ def stage_pools(
     bytes per block are its fullest group's layers x page. Layouts whose backend packs blocks
     outermost take vLLM's packed path, which is not modelled."""
     r = request
-    model, kv_budget_bytes, kv_bytes, tp = r.model, r.budget_bytes, r.kv_bytes, r.tp
+    model, kv_bytes, tp = r.model, r.kv_bytes, r.tp
     block_size, gdn_checkpoints = r.block_size, r.state_checkpoints
     hybrid = hybrid_manager_on(model, release) and r.hybrid_manager_allowed
     align_mode = release.mamba_align_with_prefix_caching  # MambaSpec: 2 (+ checkpoint) blocks, else 1
@@ -117,16 +117,22 @@ def stage_pools(
         # every group keeps its block table on every stage, holding that stage's share of its layers
         on_stage = [sum(1 for layer in members if stage_of[layer.index] == s) for members in members_per_group]
         unit_bytes = max(on_stage) * page
-        capacity = kv_budget_bytes // unit_bytes if unit_bytes else 0
+        capacity = r.stage_budget(s) // unit_bytes if unit_bytes else 0
         projected = tuple(replace(group, num_layers=n) for group, n in zip(groups, on_stage, strict=True))
-        pools.append(_block_pool(r, capacity, bs, projected, unit_bytes, padded))
+        pools.append(_block_pool(r, capacity, bs, projected, unit_bytes, padded, s))
     return pools
 
 
 def _block_pool(
-    r: PoolRequest, capacity_units: int, bs: int, groups: tuple[KVGroup, ...], unit_bytes: int, padded: int = 0
+    r: PoolRequest,
+    capacity_units: int,
+    bs: int,
+    groups: tuple[KVGroup, ...],
+    unit_bytes: int,
+    padded: int = 0,
+    stage: int = 0,
 ) -> KVPool:
-    """A stage's block pool: `capacity_units` blocks of `bs` tokens, `unit_bytes` each over its groups."""
+    """Stage `stage`'s block pool: `capacity_units` blocks of `bs` tokens, `unit_bytes` each over its groups."""
     return KVPool(
         PoolUnit.BLOCK,
         capacity_units,
@@ -136,6 +142,7 @@ def _block_pool(
         unit_bytes,
         max_in_flight_tokens=r.max_in_flight_tokens,
         padded_layer_slots=padded,
+        stage=stage,
     )
 
 
@@ -144,12 +151,12 @@ def _uniform_pools(
 ) -> list[KVPool]:
     """One spec type (`UniformTypeKVCacheSpecs`): one group over each stage's layers, each layer its own page."""
     pools: list[KVPool] = []
-    for stage in stages:
+    for s, stage in enumerate(stages):
         if not stage:
             continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
         page_sum = sum(page_of[layer.index] for layer in stage) * bs
-        capacity = r.budget_bytes // page_sum if page_sum else 0
-        pools.append(_block_pool(r, capacity, bs, (replace(group, num_layers=len(stage)),), page_sum))
+        capacity = r.stage_budget(s) // page_sum if page_sum else 0
+        pools.append(_block_pool(r, capacity, bs, (replace(group, num_layers=len(stage)),), page_sum, 0, s))
     return pools
 
 

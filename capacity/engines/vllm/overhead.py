@@ -348,10 +348,12 @@ def cudagraph_capture_counts(max_num_seqs: int, max_num_batched_tokens: int) -> 
 
 
 def overhead_from_buffers(
-    buffers: ProfilingBuffers, c: ec.VllmProfilingCoefficients, graphs_in_budget: bool
+    buffers: ProfilingBuffers, c: ec.VllmProfilingCoefficients, graphs_in_budget: bool, pp: int = 1
 ) -> Overhead:
     """The activation peak (max of the phases plus what persists), non-torch memory and CUDA graphs,
-    with the named terms in `Overhead.buffers`."""
+    with the named terms in `Overhead.buffers`. With PP > 1 only the last stage's ranks run the sampler's
+    dummy run (`gpu_model_runner.profile_run`: `if get_pp_group().is_last_rank`; V0's `execute_model` returns
+    the hidden states before the logits on the others): the stages before it peak without that phase."""
     forward = int(c.forward_scale * buffers.forward_layer_bytes(c.moe_workspace_persistent))
     sampler = buffers.sampler_phase_bytes
     persistent = (buffers.moe_workspace_bytes if c.moe_workspace_persistent else 0) + buffers.sampler_bins_bytes
@@ -360,6 +362,8 @@ def overhead_from_buffers(
         buffers.encoder_outputs_bytes,
     )
     activation = persistent + max(encoder_forward, encoder_outputs + max(forward, sampler))
+    before_last = activation - (persistent + max(encoder_forward, encoder_outputs + forward))
+    stage_shortfall = (before_last,) * (pp - 1) + (0,) if pp > 1 and before_last else ()
     non_torch = c.non_torch_tp_bytes if buffers.tp > 1 and buffers.nvlink_multicast else c.non_torch_bytes
     per_graph = c.cg_per_graph_bytes
     if buffers.tp > 1:
@@ -403,7 +407,7 @@ def overhead_from_buffers(
         ("encoder cache: the dummy items' embeddings (held through forward and sampler)", encoder_outputs),
         (f"activation peak = {held}{peak_form}: {phase}", activation),
     )
-    return Overhead(activation, non_torch, cuda_graphs, tuple((name, n) for name, n in named if n))
+    return Overhead(activation, non_torch, cuda_graphs, tuple((name, n) for name, n in named if n), stage_shortfall)
 
 
 def inputs_buffers(inputs: OverheadInputs, version: str) -> ProfilingBuffers:
@@ -462,4 +466,4 @@ def vllm_overhead(
     whether the custom all-reduce runs at TP > 1."""
     c = coefficients or ec.vllm_profiling_coefficients(release)
     buffers = inputs_buffers(inputs, version or release.version)
-    return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget)
+    return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget, inputs.pp)

@@ -153,6 +153,10 @@ class VllmProfile(ProfileBase):
 
     # the MoE layers of the profiling run gather every DP rank's tokens (`vllm_overhead`'s dispatch term)
     overhead_reads_moe_dispatch: ClassVar[bool] = True
+    # every worker profiles its own stage (its weights; the sampler on the last stage only) and sizes its blocks from
+    # its own free memory; the engine keeps the fewest (0.33 `kv_cache_planning.get_kv_cache_configs`; V0's
+    # executors take the min of `determine_num_available_blocks` over the workers)
+    budgets_per_stage: ClassVar[bool] = True
     # `--hf-overrides` (config/model.py ModelConfig.__post_init__)
     config_override_rule: ClassVar[OverrideRule | None] = OverrideRule.VLLM
 
