@@ -63,6 +63,9 @@ class SglangProfile(ProfileBase):
 
     # `--json-model-override-args` (srt/utils/hf_transformers/config.py get_config)
     config_override_rule: ClassVar[OverrideRule | None] = OverrideRule.SGLANG
+    # one budget for every stage: 0.5.23's `_profile_available_bytes` takes the free memory's MIN over all ranks (the
+    # world group), then `_apply_token_constraints` the token capacity's MIN over the PP ranks (each its own layers)
+    budgets_per_stage: ClassVar[bool] = False
 
     def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
         """`configs/mamba_utils.py` `mamba2_state_dtype`: the config's `mamba_ssm_dtype`, else float32."""
