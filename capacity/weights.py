@@ -176,14 +176,16 @@ def estimate_weights(
     native = weight_dtype.lower() == "auto" or (
         model.quantization is None and CANONICAL_DTYPE.get(weight_dtype.lower()) == model.torch_dtype
     )
-    scale, source = Fraction(1), "modeled"
+    source = "modeled"
     if checkpoint_bytes and native and loaded_total > 0:
         # The checkpoint also holds parts the engine skips (extra_params it does not load: MTP heads).
         in_checkpoint = loaded_total + (model.extra_params - model.loaded_extra_params) * fmt.dense_bytes_per_param
-        scale, source = Fraction(checkpoint_bytes) / in_checkpoint, "checkpoint"
-    most = math.ceil(per_gpu * scale)
-    shortfall = tuple(most - math.ceil(stage * scale) for stage in stages) if len(stages) > 1 else ()
-    return WeightsEstimate(most, math.ceil(loaded_total * scale), fmt.name, source, shortfall)
+        scale = Fraction(checkpoint_bytes) / in_checkpoint
+        per_gpu, loaded_total, source = per_gpu * scale, loaded_total * scale, "checkpoint"
+        stages = [stage * scale for stage in stages] if len(stages) > 1 else stages
+    most = math.ceil(per_gpu)
+    shortfall = tuple(most - math.ceil(stage) for stage in stages) if len(stages) > 1 else ()
+    return WeightsEstimate(most, math.ceil(loaded_total), fmt.name, source, shortfall)
 
 
 def _plus(

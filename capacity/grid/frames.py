@@ -183,7 +183,7 @@ class _Frames:
     node: pl.LazyFrame
     model_frame: pl.LazyFrame
     gpu_frame: pl.LazyFrame
-    sized: Callable[[pl.LazyFrame], pl.LazyFrame]
+    sized: Callable[..., pl.LazyFrame]  # `sizing._sized` over the build's frames (a deployment frame first)
     allowed: pl.LazyFrame  # (gpu_set, gpu_idx): the GPUs of each set that GPU-specific layouts are served on
     windows: int
     layouts: int  # rows of `full`
@@ -316,12 +316,12 @@ def _on_allowed_gpus(f: _Frames, frame: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _single(f: _Frames) -> pl.LazyFrame:
-    """The PP = 1 deployments, sized (narrow)."""
+    """The PP = 1 deployments, sized (narrow; one stage: no stage budgets apart)."""
     return f.sized(
         _on_allowed_gpus(
             f, f.full.select(_narrow(f.stage_slots)).filter(pl.col("pp") == 1).join(f.served, on=_SERVED_ON, how="inner")
-        )
-        .join(f.node, on=["model_idx", "gpus_per_node"], how="left")
+        ).join(f.node, on=["model_idx", "gpus_per_node"], how="left"),
+        stage_slots=0,
     )
 
 

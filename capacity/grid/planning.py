@@ -48,6 +48,8 @@ class _Registry:
     options: GridOptions
     profiles: tuple[EngineProfile, ...]  # one per options.engines
     gpus: Sequence[GpuSku]
+    # the per-stage shortfall columns of a layout whose stages are alike: one 0 per stage a layout can have
+    no_shortfall: tuple[int, ...] = (0,)
     model_class: list[int] = field(default_factory=list)  # per model of the build
     plans: list[tuple[list[tuple[int, int]], dict[int, int | None]]] = field(default_factory=list)
     dp_plans: list[_DPPlan] = field(default_factory=list)  # per model of the build
@@ -90,7 +92,7 @@ class _Registry:
     @property
     def stage_slots(self) -> int:
         """The pipeline stages a layout of the build can have: the per-stage columns' count."""
-        return max((1, *self.options.pp_sizes))
+        return len(self.no_shortfall)
 
     def kv_view(self, spec: ModelSpec) -> tuple[int, ModelSpec]:
         """(id, spec) of the model's KV structure: the spec without its parameter counts, one object
@@ -242,7 +244,7 @@ def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
 
 
 def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions) -> _Registry:
-    reg = _Registry(options, _profiles(options), gpus)
+    reg = _Registry(options, _profiles(options), gpus, (0,) * max((1, *options.pp_sizes)))
     gpns = sorted({gpu.gpus_per_node for gpu in gpus})
     # the engines' defaults read six facts of a model (its context limit and whether a layer keeps a
     # window, for vLLM's v0 batch rule; whether it is MLA and whether it has a sparse-attention indexer,
@@ -467,7 +469,7 @@ def _weight_rows(
             rank = t.rank_base + len(t.layouts)
             t.layouts.append(
                 (rank, kv_id, w_idx, weight_dtype, w_fp8, w_fp4, w.format_name, w.source, per_gpu_bytes,
-                 reg.gpu_set(gpu_idxs), *perf, *_stage_slots(w.stage_shortfall_bytes, reg.stage_slots))
+                 reg.gpu_set(gpu_idxs), *perf, *_stage_slots(w.stage_shortfall_bytes, reg.no_shortfall))
             )  # fmt: skip
 
 
@@ -499,14 +501,14 @@ def _overhead_rows(
                 t.overheads.append(
                     (m, e, tp, pp, dp, seqs or None, batched, multicast, peers, row.activation_peak_bytes,
                      row.non_torch_bytes, row.cuda_graph_bytes, row.total_bytes,
-                     *_stage_slots(row.stage_shortfall_bytes, t.reg.stage_slots))
+                     *_stage_slots(row.stage_shortfall_bytes, t.reg.no_shortfall))
                 )  # fmt: skip
 
 
-def _stage_slots(shortfall: tuple[int, ...], slots: int) -> tuple[int, ...]:
-    """PP > 1: per pipeline stage, the bytes fewer than the most loaded stage (weights, overhead), in `slots`
-    columns (`_Registry.stage_slots`; 0: a stage like the most loaded one, or no such stage)."""
-    return (*shortfall, *(0,) * (slots - len(shortfall)))
+def _stage_slots(shortfall: tuple[int, ...], zeros: tuple[int, ...]) -> tuple[int, ...]:
+    """PP > 1: per pipeline stage, the bytes fewer than the most loaded stage (weights, overhead), in as many
+    columns as `zeros` (`_Registry.no_shortfall`; 0: a stage like the most loaded one, or no such stage)."""
+    return (*shortfall, *zeros[len(shortfall) :]) if shortfall else zeros
 
 
 def _starting_gpus(

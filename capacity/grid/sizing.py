@@ -87,7 +87,7 @@ def _stage_budget(s: int, stage_slots: int, profiles: Sequence[EngineProfile]) -
     weights, overhead = pl.col("weights_bytes_per_gpu"), pl.col("overhead_bytes_per_gpu")
     stage = pl.col(f"_stage_{s}")
 
-    def shortfall(prefix: str) -> pl.Expr:
+    def shortfall(prefix: str) -> pl.Expr:  # no slots (one stage): 0
         expr = pl.lit(0, _I64)
         for j in reversed(range(stage_slots)):
             expr = pl.when(stage == j).then(pl.col(f"{prefix}_{j}")).otherwise(expr)
@@ -96,7 +96,7 @@ def _stage_budget(s: int, stage_slots: int, profiles: Sequence[EngineProfile]) -
     apart_weights, apart_overhead = weights - shortfall("_weights_short"), overhead - shortfall("_overhead_short")
 
     def budget(p: EngineProfile) -> pl.Expr:
-        if p.budgets_per_stage:
+        if p.budgets_per_stage and stage_slots:
             return p.kv_budget(total, util, apart_weights, apart_overhead)
         return p.kv_budget(total, util, weights, overhead)
 
