@@ -282,9 +282,19 @@ def _budget_lines(est: Estimate) -> list[str]:
         f"{_gib(est.non_torch_bytes_per_gpu)} + CUDA graphs {_gib(est.cuda_graph_bytes_per_gpu)} = {overhead}",
         *_profiling_batch(est),
         *(f"     {name:<66} {_gib(n)}" for name, n in est.activation_buffers),
-        f"   KV budget = {budget} = {_gib(kv)} ({_b(kv)})",
     ]
-    return lines
+    if not est.stage_kv_budget_bytes:
+        return [*lines, f"   KV budget = {budget} = {_gib(kv)} ({_b(kv)})"]
+    # PP > 1, stages sized apart: the figures above are the most loaded stage's; each stage has its own budget
+    most_loaded = est.usable_bytes_per_gpu - est.weights_bytes_per_gpu - est.overhead_bytes_per_gpu
+    most_loaded -= est.other_process_charged_bytes_per_gpu
+    stages = " / ".join(_gib(b) for b in est.stage_kv_budget_bytes)
+    return [
+        *lines,
+        f"   with the most loaded stage's weights and overhead: {budget} = {_gib(most_loaded)}",
+        f"   by pipeline stage, each from its own weights and overhead (the sampler's peak on the last only): {stages}",
+        f"   KV budget = stage {est.pool.stage}'s, whose blocks every rank keeps (the fewest) = {_gib(kv)} ({_b(kv)})",
+    ]
 
 
 def _profiling_batch(est: Estimate) -> list[str]:

@@ -45,3 +45,27 @@ def test_tensorrt_llm_takes_its_fraction_of_what_is_free() -> None:
 def test_a_given_budget_is_said_to_be_given() -> None:
     (line,) = [x for x in _section_2("--kv-cache-memory-gib", "20") if "KV budget =" in x]
     assert "given" in line and _gib(line) == [20.0]
+
+
+def test_pipeline_stages_sized_apart_show_each_budget_and_the_one_that_binds() -> None:
+    """vLLM at PP 2: the most loaded stage's arithmetic, each stage's own budget, and the budget of the stage whose
+    blocks every rank keeps, which the pool's num_blocks line then divides."""
+    result = CliRunner().invoke(
+        app,
+        ["estimate", "deepseek-ai/DeepSeek-V2-Lite-Chat", "--gpu", "l4-24gb", "--tp", "2", "--pp", "2",
+         "--engine", "vllm", "--engine-version", "0.9.2", "--max-model-len", "1024"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    (most,) = [x for x in lines if "with the most loaded stage's weights and overhead" in x]
+    usable, weights, overhead, most_loaded = _gib(most)
+    assert usable - weights - overhead == pytest.approx(most_loaded, abs=0.015)
+    (by_stage,) = [x for x in lines if "by pipeline stage" in x]
+    first, last = _gib(by_stage)
+    assert first > last >= most_loaded - 0.015  # the sampler's peak only on the last stage
+    (budget,) = [x for x in lines if "KV budget = stage" in x]
+    stage = int(re.search(r"stage (\d+)'s", budget).group(1))  # type: ignore[union-attr]
+    assert _gib(budget) == [(first, last)[stage]]
+    exact = int(re.search(r"\(([\d,]+) B\)", budget).group(1).replace(",", ""))  # type: ignore[union-attr]
+    (blocks,) = [x for x in lines if "num_blocks = floor(" in x]
+    assert f"{exact:,} B" in blocks
