@@ -29,6 +29,7 @@ from capacity.grid.columns import (
     POOL_COLUMNS,
     WINDOW_PADDING,
     Schema,
+    pool_window_columns,
     stage_columns,
 )
 from capacity.grid.options import GridModel, GridOptions
@@ -200,6 +201,8 @@ _NARROW = (
 def _narrow(slots: int) -> list[str]:
     """The layout columns the sizing reads: `_NARROW` and the stages' weight shortfalls."""
     return [*_NARROW, *stage_columns("_weights_short", slots)]
+
+
 _SERVED_ON = ["engine_idx", "model_class", "tp", "pp", "kv_idx", "needs_fp8", "needs_fp4"]
 _GROUP = ["model_idx", "engine_idx", "weight_idx", "kv_idx"]
 
@@ -355,7 +358,7 @@ def _multi(f: _Frames, not_fitting: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _keep(windows: int) -> list[str]:
-    pool = [*POOL_COLUMNS, *(f"pool_window_{j}_{part}" for j in range(windows) for part in _WINDOW_PARTS)]
+    pool = [*POOL_COLUMNS, *pool_window_columns(windows)]
     return ["_rank", "model_idx", "gpu_idx", "_shape", "settings_id", *DEPLOYMENT_ONLY_COLUMNS, *pool, *_perf_keep()]
 
 

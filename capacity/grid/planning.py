@@ -177,7 +177,6 @@ def _pool_candidates(
     return found
 
 
-
 def _kv_side(
     t: _Registry,
     vid: int,

@@ -85,9 +85,11 @@ def _stage_budget(s: int, stage_slots: int, profiles: Sequence[EngineProfile]) -
     the stages apart (`capacity.estimate._stage_budgets`); else the most loaded stage's."""
     total, util = pl.col("gpu_memory_bytes"), pl.col("gpu_memory_utilization")
     weights, overhead = pl.col("weights_bytes_per_gpu"), pl.col("overhead_bytes_per_gpu")
+    if not stage_slots:  # one stage: the most loaded stage's, whatever the engine
+        return _per_engine(profiles, lambda p: p.kv_budget(total, util, weights, overhead))
     stage = pl.col(f"_stage_{s}")
 
-    def shortfall(prefix: str) -> pl.Expr:  # no slots (one stage): 0
+    def shortfall(prefix: str) -> pl.Expr:
         expr = pl.lit(0, _I64)
         for j in reversed(range(stage_slots)):
             expr = pl.when(stage == j).then(pl.col(f"{prefix}_{j}")).otherwise(expr)
@@ -96,7 +98,7 @@ def _stage_budget(s: int, stage_slots: int, profiles: Sequence[EngineProfile]) -
     apart_weights, apart_overhead = weights - shortfall("_weights_short"), overhead - shortfall("_overhead_short")
 
     def budget(p: EngineProfile) -> pl.Expr:
-        if p.budgets_per_stage and stage_slots:
+        if p.budgets_per_stage:
             return p.kv_budget(total, util, apart_weights, apart_overhead)
         return p.kv_budget(total, util, weights, overhead)
 

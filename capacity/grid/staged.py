@@ -2,7 +2,7 @@
 
 The context rows of the grid are one rule set (`capacity.grid.contexts._at_contexts`) evaluated two ways:
 by Polars when the grid is collected, and by DuckDB when a published grid keeps only the deployments and
-computes its context rows when read (`capacity.grid.tables.grid_tables_sql`). The rule set asks its rows
+computes its context rows when read (`capacity.grid.view.context_view_sql`). The rule set asks its rows
 for columns (`col`) and adds columns stage by stage (`with_columns`: the expressions of one stage read
 the columns of the stages before, as Polars' `with_columns` does); each stage of the SQL form is a
 SELECT around the one before, so no expression is written out twice.
@@ -52,19 +52,6 @@ def _polars(value: Num) -> pl.Expr:
     if isinstance(value, pl.Expr):
         return value
     return pl.lit(None, pl.Float64) if value is None else pl.lit(value)
-
-
-_KINDS: dict[type[pl.DataType], SqlKind] = {
-    pl.Float64: SqlKind.FLOAT,
-    pl.Float32: SqlKind.FLOAT,
-    pl.Boolean: SqlKind.BOOL,
-}
-
-
-def sql_kind(dtype: pl.DataType | type[pl.DataType]) -> SqlKind:
-    """The kind of a column of this Polars dtype (integers for the integer dtypes)."""
-    base = dtype if isinstance(dtype, type) else type(dtype)
-    return _KINDS.get(base, SqlKind.INT)
 
 
 @dataclass(frozen=True, slots=True)

@@ -286,7 +286,7 @@ class LatentAttention(LayerCache):
     nope_head_dim: int = 0
     v_head_dim: int = 0
     # the config's num_key_value_heads (else its attention heads): the heads whose K and V engines without an MLA
-    # cache store per token (vLLM before 0.7.1, `engines.vllm.releases.vllm_page_bytes_per_token`); 0: not read
+    # cache store per token (vLLM before 0.7.1, `engines.vllm.releases.mla_heads_layout`); 0: not read
     config_kv_heads: int = 0
 
     kind: ClassVar[KVKind] = KVKind.MLA

@@ -41,9 +41,7 @@ def hybrid_manager_on(model: ModelSpec, release: ec.VllmRelease) -> bool:
     return release.hybrid_chunked_local or not has_chunked
 
 
-def stage_pools(
-    request: PoolRequest, release: ec.VllmRelease, mla_layout: ec.MlaCacheLayout = ec.MlaCacheLayout.LATENT
-) -> list[KVPool]:
+def stage_pools(request: PoolRequest, release: ec.VllmRelease, mla_heads: ec.MlaCacheLayout | None = None) -> list[KVPool]:
     """The pool each pipeline stage would build from the budget, in stage order.
 
     Groups are planned once for the whole model and projected onto each stage
@@ -70,7 +68,7 @@ def stage_pools(
         return []
     stage_of = {layer.index: s for s, stage in enumerate(stages) for layer in stage}
     page_of = {
-        layer.index: vllm_page_bytes_per_token(layer.cache, kv_bytes, r.act_bytes, tp, release, mla_layout, model.model_type)
+        layer.index: vllm_page_bytes_per_token(layer.cache, kv_bytes, r.act_bytes, tp, release, mla_heads)
         for layer in layers
     }
     attn_page_per_token = max((page_of[layer.index] for layer in layers if layer.cache.stores_per_token_kv), default=0)

@@ -36,7 +36,7 @@ from capacity.engines.vllm.releases import (
     block_size,
     gdn_prefill_checkpoints,
     max_concurrent_batches,
-    mla_cache_layout,
+    mla_heads_layout,
     multimodal_batched_floor,
     other_process_rule,
     v0_batched_tokens,
@@ -195,7 +195,7 @@ class VllmProfile(ProfileBase):
         )
 
     def stage_pools(self, request: PoolRequest) -> list[KVPool]:
-        return stage_pools(request, self.release, mla_cache_layout(self.version))
+        return stage_pools(request, self.release, mla_heads_layout(request.model, self.version))
 
     def max_in_flight_tokens(self, max_num_batched_tokens: int, pp: int, async_scheduling: bool | None) -> int:
         return max_concurrent_batches(self.release, pp, async_scheduling) * max_num_batched_tokens
@@ -332,8 +332,8 @@ class VllmProfile(ProfileBase):
         """Why the pool's block bytes exceed the bytes per token on 0.7.2-0.7.3, or before 0.7.1 for DeepSeek's MLA
         (`releases.vllm_page_bytes_per_token`)."""
         model = c.inputs.model
-        layout = mla_cache_layout(self.version)
-        if model.is_mla and layout is not ec.MlaCacheLayout.LATENT and model.model_type in ec.VLLM_HEAD_CACHED_MLA_TYPES:
+        layout = mla_heads_layout(model, self.version)
+        if layout is not None:
             head = "padded to 256" if layout is ec.MlaCacheLayout.HEADS_PADDED else "qk_nope + qk_rope"
             return [
                 f"vLLM {self.version} has no MLA cache (from 0.7.1): it caches K and V for each KV head ({head} "

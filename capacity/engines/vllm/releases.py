@@ -181,23 +181,17 @@ def vllm_page_bytes_per_token(
     act_bytes: int,
     tp: int,
     release: ec.VllmRelease,
-    mla_layout: ec.MlaCacheLayout = ec.MlaCacheLayout.LATENT,
-    model_type: str = "",
+    mla_heads: ec.MlaCacheLayout | None = None,
 ) -> int:
     """A layer's bytes per token in vLLM's cache: the kind's own page, except for DeepSeek MLA layers on releases
-    without the latent cache (`mla_layout`, `ec.VLLM_MLA_CACHE_RULES`: K and V per KV head, `config_kv_heads` // TP
-    heads of 256 elements on 0.5.1-0.6.6, qk_nope + qk_rope on 0.7.0) and the V0 MLA entry of 0.7.2-0.7.3, padded
+    without the latent cache (`mla_heads`, `mla_heads_layout`: K and V per KV head, `config_kv_heads` // TP heads of
+    256 elements on 0.5.1-0.6.6, qk_nope + qk_rope on 0.7.0) and the V0 MLA entry of 0.7.2-0.7.3, padded
     to `release.mla_entry_align_bytes` of the model dtype (`worker/cache_engine.py` get_cache_block_size:
     `align_to_256bytes(num_heads * head_size, model_config.dtype)`, then x the cache dtype's size). DeepSeek-V3:
     576 elements -> 640 (256 B / 2 B = 128 elements a step), 1,280 B a token in bf16. The CUDA rule (`_align_cache`
     asks `current_platform.is_cuda()`): capplan applies it on every GPU, ROCm builds of 0.7.x included."""
-    if (
-        isinstance(cache, LatentAttention)
-        and mla_layout is not ec.MlaCacheLayout.LATENT
-        and model_type in ec.VLLM_HEAD_CACHED_MLA_TYPES
-        and cache.config_kv_heads
-    ):
-        padded = mla_layout is ec.MlaCacheLayout.HEADS_PADDED
+    if mla_heads is not None and isinstance(cache, LatentAttention) and cache.config_kv_heads:
+        padded = mla_heads is ec.MlaCacheLayout.HEADS_PADDED
         head_size = ec.VLLM_MLA_PADDED_HEAD_SIZE if padded else cache.nope_head_dim + cache.rope_head_dim
         return 2 * max(1, cache.config_kv_heads // tp) * head_size * kv_bytes  # ModelConfig.get_num_kv_heads
     page = cache.page_bytes_per_token(kv_bytes, tp)
@@ -207,10 +201,14 @@ def vllm_page_bytes_per_token(
     return cdiv(cache.kv_elements_per_token, step) * step * kv_bytes + cache.indexer_bytes_per_token
 
 
-def mla_cache_layout(version: str | None) -> ec.MlaCacheLayout:
-    """What the release caches for a DeepSeek MLA layer (`ec.VLLM_MLA_CACHE_RULES`; below 0.5.1 vLLM has no
-    DeepSeek-V2 class: the latent, unread)."""
-    return ec.by_first_release(version, ec.VLLM_MLA_CACHE_RULES, ec.MlaCacheLayout.LATENT)
+def mla_heads_layout(model: ModelSpec, version: str | None) -> ec.MlaCacheLayout | None:
+    """How the release caches a DeepSeek model's MLA layers where it has no latent cache yet: K and V per KV head
+    (`ec.VLLM_MLA_CACHE_RULES`, for the model types `get_head_size` pads); None: the latent (0.7.1 on, every other
+    model, and below 0.5.1, which has no DeepSeek-V2 class: unread)."""
+    if not model.is_mla or model.model_type not in ec.VLLM_HEAD_CACHED_MLA_TYPES:
+        return None
+    layout = ec.by_first_release(version, ec.VLLM_MLA_CACHE_RULES, ec.MlaCacheLayout.LATENT)
+    return None if layout is ec.MlaCacheLayout.LATENT else layout
 
 
 def _is_sm120(gpu: GpuSku | None) -> bool:
