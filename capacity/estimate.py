@@ -456,6 +456,7 @@ def _memory(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> _Memory:
             lora=d.lora is not None,
             speculative=d.speculative is not None,
             prefix_caching=d.prefix_caching.enabled,
+            attention_dp=layout.dp,
         )
     )
     lim = _limits(d, profile, defaults, draft.default_max_num_seqs)

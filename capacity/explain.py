@@ -264,7 +264,7 @@ def _budget_lines(est: Estimate) -> list[str]:
     """Usable memory, weights, overhead, and the KV budget as the engine's `kv_budget` forms it: usable less
     the rest, or (TensorRT-LLM) the fraction of what is free after them; a budget given is said to be."""
     fraction_of_free = engine_profile(est.engine, est.engine_version).budget_is_fraction_of_free
-    total, util, kv = _gib(est.gpu_memory_bytes), est.gpu_memory_utilization, est.kv_budget_bytes_per_gpu
+    total, util, kv = _gib(est.gpu_memory_bytes), f"{est.gpu_memory_utilization:.6g}", est.kv_budget_bytes_per_gpu
     weights, overhead = _gib(est.weights_bytes_per_gpu), _gib(est.overhead_bytes_per_gpu)
     if est.kv_budget_given:
         usable = f"   usable   = {total} x {util} = {_gib(est.usable_bytes_per_gpu)} (the engine's fraction: not used)"

@@ -23,9 +23,9 @@ from typing import Any
 
 import yaml
 
-from capacity import engine_constants as ec
 from capacity.dtypes import GIB
 from capacity.engines import Engine
+from capacity.engines import sglang_constants as sc
 from capacity.engines.sglang import is_legacy_release, tp_switch_context_bytes
 from capacity.estimate import Estimate, estimate
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
@@ -304,7 +304,7 @@ def implied_overhead(s: Scored) -> int | None:
 def fitted_overhead(scored: Sequence[Scored]) -> int:
     """The SGLang term a refit on these rows gives (the median implied term; the shipped one without rows)."""
     implied = [o for s in scored if s.row.unmodelled is None and (o := implied_overhead(s)) is not None]
-    return round(statistics.median(implied)) if implied else ec.SGLANG_CONTEXT_BYTES
+    return round(statistics.median(implied)) if implied else sc.SGLANG_CONTEXT_BYTES
 
 
 def refit_scores(

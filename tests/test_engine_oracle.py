@@ -404,6 +404,13 @@ def load_oracle_run() -> OracleRun:
             {"id": f"{g.sku.id}|tp{tp}", "memory_mib": mib, "tp": tp}
             for g, mib in smi_memory_mib().items()
             for tp in SGLANG_TP_SIZES
+        ]
+        + [
+            {"id": f"{g.sku.id}|tp8|dp{dp}|mla{int(mla)}", "memory_mib": mib, "tp": 8, "attn_dp": dp, "mla": mla,
+             "prefill_breakable": True}
+            for g, mib in smi_memory_mib().items()
+            for dp in SGLANG_ATTENTION_DP_SIZES
+            for mla in (False, True)
         ],
     }
     reply = run_oracle(request)
@@ -582,6 +589,7 @@ def test_batch_defaults(oracle: OracleRun) -> None:
 
 
 SGLANG_TP_SIZES = (1, 8)
+SGLANG_ATTENTION_DP_SIZES = (1, 2, 8)
 
 
 def smi_memory_mib() -> dict[OracleGpu, float]:
@@ -626,6 +634,25 @@ def test_sglang_defaults(oracle: OracleRun) -> None:
                 if value is not None and value != theirs[key]:
                     wrong.append(f"{gpu.sku.id} tp{tp} {key}: capplan {value} vs SGLang {theirs[key]}")
     assert not wrong, "; ".join(wrong)
+
+
+def test_sglang_dp_attention_fraction(oracle: OracleRun) -> None:
+    """The default fraction with DP attention (`reserve_for_graph_mb`'s padding per attention-DP rank) against
+    SGLang 0.5.23's own `handle_gpu_memory_settings`, at TP 8 with and without MLA, prefill graphs stated
+    "breakable" as a CUDA host resolves them (so the oracle's reserve is the one capplan sizes)."""
+    from capacity.engines import sglang as sg
+
+    wrong, compared = [], 0
+    for gpu, mib in smi_memory_mib().items():
+        for dp in SGLANG_ATTENTION_DP_SIZES:
+            for mla in (False, True):
+                theirs = oracle.sglang_defaults[f"{gpu.sku.id}|tp8|dp{dp}|mla{int(mla)}"]
+                assert theirs["prefill_cuda_graph_backend"] != "disabled", theirs
+                ours = sg.mem_fraction_static(int(mib) * 2**20, 8, 1, mla=mla, attention_dp=dp)
+                compared += 1
+                if ours != theirs["mem_fraction_static"]:
+                    wrong.append(f"{gpu.sku.id} dp{dp} mla={mla}: capplan {ours} vs SGLang {theirs['mem_fraction_static']}")
+    assert compared >= 8 and not wrong, "; ".join(wrong)
 
 
 def test_kv_dtypes_accepted(oracle: OracleRun) -> None:

@@ -704,6 +704,52 @@ def test_default_fraction_follows_the_release_era() -> None:
 
 
 @pytest.mark.parametrize(
+    ("version", "mib", "tp", "cuda", "speculative", "expected"),
+    [
+        # before 0.4.6 the table alone, whatever the device: TP 8 -> 0.81 on an MI300X (196,592 MiB)
+        ("0.4.5", 196592, 8, False, False, 0.81),
+        # 0.4.6 / 0.4.6.post1, above 81,920 MiB: (gpu - 13 x 1024) / gpu = 183,280 / 196,592 (unrounded)
+        ("0.4.6", 196592, 8, False, False, 183280 / 196592),
+        ("0.4.6.post1", 81559, 8, True, False, 0.81),  # an H100 (81,559 MiB <= 81,920): the table
+        # 0.4.6.post2-0.4.6.post5: 0.88, above 96 GiB min(0.88 + 49,152 x 0.12 / gpu, (gpu - 18,432) / gpu):
+        # MI300X min(0.91000, 0.90624) = 178,160 / 196,592 (sgl-project/sglang#7055 ran 0.4.6.post5 there)
+        ("0.4.6.post5", 196592, 8, False, False, 178160 / 196592),
+        # H20 (97,871 MiB: above 81,920, not above 98,304): 0.88 at any TP
+        ("0.4.6.post2", 97871, 8, True, False, 0.88),
+        # 0.4.7: a CUDA device above 180,000 MiB (B200, 183,359) takes 0.79; speculative decoding reserves 20 GiB
+        # above 96 GiB (H200 143,771: min(0.88 + 0.04103, 123,291 / 143,771)) and takes x 0.95 below
+        ("0.4.7", 183359, 8, True, False, 0.79),
+        ("0.4.7", 196592, 8, False, False, 178160 / 196592),
+        ("0.4.7", 143771, 8, True, True, 123291 / 143771),
+        ("0.4.7", 81559, 1, True, True, 0.88 * 0.95),
+        ("0.4.6.post5", 81559, 1, True, True, 0.88),  # no speculative rule before 0.4.7
+    ],
+)
+def test_legacy_default_fraction_by_release(version: str, mib: int, tp: int, cuda: bool, speculative: bool,
+                                            expected: float) -> None:  # fmt: skip
+    """0.4.x `ServerArgs.__post_init__` read release by release in the wheels (0.4.5, 0.4.6, 0.4.6.post1-post5,
+    0.4.7): the parallel-size table, then rules of their own on devices above 80 GiB."""
+    got = sg.legacy_mem_fraction_static(tp, 1, mib * 2**20, version, cuda=cuda, speculative=speculative)
+    assert got == pytest.approx(expected, abs=1e-12)
+
+
+def test_tiered_release_reserves_for_dp_attention_and_speculative() -> None:
+    # 0.4.7.post1 opened the tiered rule (0.4.7 kept the table); + 4 GiB with DP attention, + 2 GiB with a draft:
+    # 8 x H200 (143,771 MiB): (12 + 4 + 4) x 1024 = 20,480 -> 123,291 / 143,771 = 0.85755 -> 0.858; both: 22,528 -> 0.843
+    assert sg.is_tiered_release("0.4.7.post1") and not sg.is_tiered_release("0.4.7")
+    assert sg.tiered_mem_fraction_static(143771 * 2**20, 8, 1, attention_dp=8) == 0.858
+    assert sg.tiered_mem_fraction_static(143771 * 2**20, 8, 1, attention_dp=8, speculative=True) == 0.843
+
+
+def test_dp_attention_reserve_0_5_23() -> None:
+    # reserve_for_graph_mb with --attn-dp-size 8 on 8 x H100 (81,559 MiB, chunked 8192, decode bs 512 from TP 4, 58
+    # prefill sizes): 512 + 12,288 + 1,024 + 1,024 + 512 x 8 x 3 + 512 x 8 x 1.5 (bs > 300) + 464 = 33,744 MiB;
+    # 47,815 / 81,559 = 0.58626 -> 0.586 (the oracle test asks SGLang itself)
+    assert sg.mem_fraction_static(81559 * 2**20, 8, 1, attention_dp=8) == 0.586
+    assert sg.mem_fraction_static(81559 * 2**20, 8, 1) == 0.812
+
+
+@pytest.mark.parametrize(
     ("smi_mib", "tp", "version", "expected"),
     [
         # L40S (46,068 MiB, the < 60 GiB tier: chunked 4096, decode bs 32): 0.5.5 reserved 512 + 6,144 + 64 + 128 =

@@ -37,6 +37,7 @@ class DefaultsRequest:
     lora: bool = False
     speculative: bool = False
     prefix_caching: bool | None = None  # None: the engine's default
+    attention_dp: int = 1  # attention data-parallel ranks (SGLang reserves graph padding per rank)
 
 
 @dataclass(frozen=True, slots=True)

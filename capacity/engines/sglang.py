@@ -1,8 +1,8 @@
 """SGLang 0.5.23: a token pool sized from `mem_fraction_static` of the memory free before the weights load.
 
 Older releases differ in the default `mem_fraction_static` only (`defaults`), each read in that release's
-`server_args.py`: before 0.4.8 a table by TP x PP (`legacy_mem_fraction_static`); 0.4.8-0.5.2 a reserve per
-device-memory tier (`tiered_mem_fraction_static`); 0.5.3-0.5.19 the reserve below with a smaller < 35 GiB tier
+`server_args.py`: before 0.4.7.post1 a table by TP x PP, from 0.4.6 with rules of its own above 80 GiB
+(`legacy_mem_fraction_static`); 0.4.7.post1-0.5.2 a reserve per device-memory tier (`tiered_mem_fraction_static`); 0.5.3-0.5.19 the reserve below with a smaller < 35 GiB tier
 (`memory_tiers`), and before 0.5.10 no prefill-graph term; `profile_max_num_token` sized the pool as below.
 
 Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
@@ -29,11 +29,13 @@ Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import ClassVar
 
 from capacity import engine_constants as ec
 from capacity.dtypes import format_gib
+from capacity.engines import sglang_constants as sc
 from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
 from capacity.engines.kinds import Engine
 from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest, StartRequest
@@ -51,9 +53,9 @@ GIB_FLOAT = float(1 << 30)
 
 def tp_switch_context_bytes(tp: int, nvlink_multicast: bool) -> int:
     """What NCCL (NVLS) and the custom all-reduce add to the context at TP > 1 on an NVLink switch, as the
-    KV formula deducts it (`ec.SGLANG_TP_SWITCH_CONTEXT_BYTES`); 0 at TP 1 and on PCIe or bridged cards. A GPU
+    KV formula deducts it (`sc.SGLANG_TP_SWITCH_CONTEXT_BYTES`); 0 at TP 1 and on PCIe or bridged cards. A GPU
     outside the catalog counts as a switch fabric (`OverheadInputs.nvlink_multicast`'s default), as for vLLM."""
-    return ec.SGLANG_TP_SWITCH_CONTEXT_BYTES if tp > 1 and nvlink_multicast else 0
+    return sc.SGLANG_TP_SWITCH_CONTEXT_BYTES if tp > 1 and nvlink_multicast else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +81,14 @@ class SglangProfile(ProfileBase):
         device_bytes = device_memory_bytes(gpu, gpu_memory_bytes)
         tier = memory_tier(device_bytes, self.requested_version)
         fraction: float
-        if is_tiered_release(self.requested_version):
-            fraction = tiered_mem_fraction_static(device_bytes, tp, pp)
-        elif is_legacy_release(self.requested_version):
-            fraction = legacy_mem_fraction_static(tp, pp)
+        version, speculative, dp = self.requested_version, request.speculative, request.attention_dp
+        if is_tiered_release(version):
+            fraction = tiered_mem_fraction_static(device_bytes, tp, pp, speculative=speculative, attention_dp=dp)
+        elif is_legacy_release(version):
+            cuda = gpu is None or gpu.vendor == "nvidia"
+            fraction = legacy_mem_fraction_static(tp, pp, device_bytes, version, cuda=cuda, speculative=speculative)
         else:
-            fraction = mem_fraction_static(device_bytes, tp, pp, mla=model.is_mla, version=self.requested_version)
+            fraction = mem_fraction_static(device_bytes, tp, pp, mla=model.is_mla, version=version, attention_dp=dp)
         if serves_multimodal(model, self.requested_version):
             tower = model.vision_tower
             fraction *= vlm_mem_fraction_factor(tower.num_layers, tower.hidden_size) if tower else 1.0
@@ -92,12 +96,12 @@ class SglangProfile(ProfileBase):
             gpu is not None
             and gpu.vendor == "amd"
             and not model.is_mla
-            and request.max_model_len > ec.SGLANG_AITER_LONG_CONTEXT_TOKENS
+            and request.max_model_len > sc.SGLANG_AITER_LONG_CONTEXT_TOKENS
         ):
-            fraction *= ec.SGLANG_AITER_MEM_FRACTION_FACTOR
+            fraction *= sc.SGLANG_AITER_MEM_FRACTION_FACTOR
         page = page_size(gpu, gpu_memory_bytes)
         if any(layer.cache.indexer_bytes_per_token for layer in model.layers):
-            page = ec.SGLANG_DSA_PAGE_SIZE  # model_overrides/deepseek_v2.py: 64 x index_kpool for DSA on CUDA
+            page = sc.SGLANG_DSA_PAGE_SIZE  # model_overrides/deepseek_v2.py: 64 x index_kpool for DSA on CUDA
         return EngineDefaults(fraction, 0, tier.chunked_prefill_size, page)
 
     def overhead(self, inputs: OverheadInputs) -> Overhead:
@@ -106,7 +110,7 @@ class SglangProfile(ProfileBase):
         total x f - weights - (ctx x f + leftovers); the one observed term stands for the bracket.
         Activations and CUDA graphs live in the 1 - f the fraction leaves free; at TP > 1 on an NVLink
         switch the communicators' share of the context comes on top (`tp_switch_context_bytes`)."""
-        return Overhead(0, ec.SGLANG_CONTEXT_BYTES + tp_switch_context_bytes(inputs.tp, inputs.nvlink_multicast), 0)
+        return Overhead(0, sc.SGLANG_CONTEXT_BYTES + tp_switch_context_bytes(inputs.tp, inputs.nvlink_multicast), 0)
 
     def other_process_charge(self, other_bytes: Num, utilization: Num) -> Num:
         """`_profile_available_bytes` (0.5.23; the budget `ProfileBase.kv_budget`: total x mem_fraction_static -
@@ -136,11 +140,11 @@ class SglangProfile(ProfileBase):
         return False
 
     def start_refusal(self, request: StartRequest) -> str | None:
-        """SGLang 0.5.23: no model class for the family (`ec.SGLANG_UNSERVED_FAMILIES`: the engine does not start it);
+        """SGLang 0.5.23: no model class for the family (`sc.SGLANG_UNSERVED_FAMILIES`: the engine does not start it);
         fp8 weights need capability 80 (`Fp8Config.get_min_capability`, not mxfp8); a context length beyond the
         model's limit raises unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (`ModelConfig._derive_context_length`);
         older releases not read."""
-        if request.model.family in ec.SGLANG_UNSERVED_FAMILIES:
+        if request.model.family in sc.SGLANG_UNSERVED_FAMILIES:
             return f"SGLang 0.5.23 has no {request.model.architecture} model class: it does not serve this model"
         method = fp8_method(request)
         if method is not None and (refused := quantization_refusal(method, ec.SGLANG_FP8_MIN_CAPABILITY, request)):
@@ -172,7 +176,7 @@ class SglangProfile(ProfileBase):
                 if abs(f - c.utilization) * c.total_bytes > ASSUMPTION_SHARE * c.budget_bytes}
         if eras:
             apart = max(abs(f - c.utilization) for f in eras.values()) * c.total_bytes
-            out.append(f"assumed SGLang {ec.SGLANG_VERSION} (no --engine-version): older releases default "
+            out.append(f"assumed SGLang {sc.SGLANG_VERSION} (no --engine-version): older releases default "
                        f"mem_fraction_static to " + ", ".join(f"{f} ({era})" for era, f in eras.items())
                        + f" at {d.tp * d.pp} rank(s), not {c.utilization}: up to {format_gib(apart)} of KV budget apart")
         return out
@@ -202,20 +206,33 @@ def _release(version: str | None) -> tuple[int, ...] | None:
         return None
 
 
-def memory_tiers(version: str | None = None) -> tuple[ec.SglangMemoryTier, ...]:
+def _release_post(version: str | None) -> tuple[int, ...] | None:
+    """The release with its post number as a fourth part ('0.4.6.post2' -> (0, 4, 6, 2), '0.4.6' -> (0, 4, 6)):
+    the default fraction changed between post releases of 0.4.6 and 0.4.7."""
+    release = _release(version)
+    post = _POST_RELEASE.search(version or "")
+    if release is None or post is None:
+        return release
+    return (*release[:3], *(0,) * (3 - len(release[:3])), int(post.group(1)))
+
+
+_POST_RELEASE = re.compile(r"\.post(\d+)")
+
+
+def memory_tiers(version: str | None = None) -> tuple[sc.SglangMemoryTier, ...]:
     """`_handle_gpu_memory_settings`'s tiers of the release: 0.5.3-0.5.19 had a smaller < 35 GiB tier (chunked
     prefill 2048, decode graphs to 16 / 24 below TP 4 and 80 from TP 4) than 0.5.20 on (4096, 48 / 160)."""
     release = _release(version)
-    if release is None or release >= ec.SGLANG_TIER35_OLD_BEFORE:
-        return ec.SGLANG_MEMORY_TIERS
-    chunked, bs, bs_tp4 = ec.SGLANG_TIER35_OLD
-    if release < ec.SGLANG_TIER35_BS16_BEFORE:
-        bs = ec.SGLANG_TIER35_OLD_BS_BEFORE_0_5_5
-    return tuple(ec.SglangMemoryTier(t.below_mib, chunked, bs, bs_tp4) if t.below_mib == 35 * 1024 else t
-                 for t in ec.SGLANG_MEMORY_TIERS)  # fmt: skip
+    if release is None or release >= sc.SGLANG_TIER35_OLD_BEFORE:
+        return sc.SGLANG_MEMORY_TIERS
+    chunked, bs, bs_tp4 = sc.SGLANG_TIER35_OLD
+    if release < sc.SGLANG_TIER35_BS16_BEFORE:
+        bs = sc.SGLANG_TIER35_OLD_BS_BEFORE_0_5_5
+    return tuple(sc.SglangMemoryTier(t.below_mib, chunked, bs, bs_tp4) if t.below_mib == 35 * 1024 else t
+                 for t in sc.SGLANG_MEMORY_TIERS)  # fmt: skip
 
 
-def memory_tier(gpu_memory_bytes: int, version: str | None = None) -> ec.SglangMemoryTier:
+def memory_tier(gpu_memory_bytes: int, version: str | None = None) -> sc.SglangMemoryTier:
     """`handle_gpu_memory_settings`: the tier of a device by its memory in MiB (nvidia-smi memory.total)."""
     gpu_mib = gpu_memory_bytes / ec.MIB
     tiers = memory_tiers(version)
@@ -247,65 +264,80 @@ def prefill_cuda_graph_sizes(max_tokens: int) -> list[int]:
     return [s for s in sizes if s <= max_tokens]
 
 
-def reserved_mib(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool, version: str | None = None) -> float:
+def reserved_mib(
+    gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool, version: str | None = None, attention_dp: int = 1
+) -> float:
     """`handle_gpu_memory_settings` reserved_mem (MiB) with the default graphs (decode: full; prefill:
-    breakable on CUDA, `cuda_graph_config.default_prefill_backend`) and no DP attention / DeepEP; for a 0.5.3-0.5.19
-    `version` that release's tiers (`memory_tiers`), before 0.5.10 no prefill-graph term (piecewise graphs off)."""
+    breakable on CUDA, `cuda_graph_config.default_prefill_backend`), `attention_dp` DP-attention ranks and no
+    DeepEP; for a 0.5.3-0.5.19 `version` that release's tiers (`memory_tiers`), before 0.5.10 no prefill-graph
+    term (piecewise graphs off)."""
     chunked = chunked_prefill_size(gpu_memory_bytes, version)
-    reserved: float = ec.SGLANG_RESERVE_BASE_MIB
-    reserved += max(chunked, ec.SGLANG_RESERVE_MIN_ACTIVATION_TOKENS) * ec.SGLANG_RESERVE_PER_ACTIVATION_TOKEN_MIB
-    reserved += tp * pp / 8 * ec.SGLANG_RESERVE_PER_8_RANKS_MIB
-    # reserve_for_graph_mb: decode graphs, then prefill graphs (non-torch memory only; MLA a flat 1.5 GiB)
-    reserved += decode_cuda_graph_max_bs(gpu_memory_bytes, tp, version) * ec.SGLANG_RESERVE_PER_DECODE_GRAPH_BS_MIB
+    reserved: float = sc.SGLANG_RESERVE_BASE_MIB
+    reserved += max(chunked, sc.SGLANG_RESERVE_MIN_ACTIVATION_TOKENS) * sc.SGLANG_RESERVE_PER_ACTIVATION_TOKEN_MIB
+    reserved += tp * pp / 8 * sc.SGLANG_RESERVE_PER_8_RANKS_MIB
+    # reserve_for_graph_mb: decode graphs (padding per DP-attention rank on top), then prefill graphs
+    # (non-torch memory only; MLA a flat 1.5 GiB)
+    max_bs = decode_cuda_graph_max_bs(gpu_memory_bytes, tp, version)
+    reserved += max_bs * sc.SGLANG_RESERVE_PER_DECODE_GRAPH_BS_MIB
+    if attention_dp > 1:
+        reserved += max_bs * attention_dp * sc.SGLANG_RESERVE_DP_ATTENTION_PER_BS_MIB
+        if max_bs > sc.SGLANG_RESERVE_DP_ATTENTION_LARGE_BS_ABOVE:
+            reserved += max_bs * attention_dp * sc.SGLANG_RESERVE_DP_ATTENTION_LARGE_BS_MIB
     release = _release(version)
-    prefill_graphs = release is None or release >= ec.SGLANG_PREFILL_GRAPH_RESERVE_FROM  # 0.5.3-0.5.9: off
+    prefill_graphs = release is None or release >= sc.SGLANG_PREFILL_GRAPH_RESERVE_FROM  # 0.5.3-0.5.9: off
     if prefill_graphs and mla:
-        reserved += ec.SGLANG_RESERVE_MLA_PREFILL_GRAPHS_MIB
+        reserved += sc.SGLANG_RESERVE_MLA_PREFILL_GRAPHS_MIB
     elif prefill_graphs:
         # prefill graphs up to the chunked prefill size; with PP the breakable graphs stop at 8,192 tokens
-        prefill_max = min(chunked, ec.SGLANG_PP_PREFILL_GRAPH_MAX_TOKENS) if pp > 1 else chunked
-        reserved += len(prefill_cuda_graph_sizes(prefill_max)) * ec.SGLANG_RESERVE_PER_PREFILL_GRAPH_MIB
-    if gpu_memory_bytes / ec.MIB > ec.SGLANG_RESERVE_FLOOR_ABOVE_MIB:
-        reserved = max(reserved, ec.SGLANG_RESERVE_FLOOR_MIB)
+        prefill_max = min(chunked, sc.SGLANG_PP_PREFILL_GRAPH_MAX_TOKENS) if pp > 1 else chunked
+        reserved += len(prefill_cuda_graph_sizes(prefill_max)) * sc.SGLANG_RESERVE_PER_PREFILL_GRAPH_MIB
+    if gpu_memory_bytes / ec.MIB > sc.SGLANG_RESERVE_FLOOR_ABOVE_MIB:
+        reserved = max(reserved, sc.SGLANG_RESERVE_FLOOR_MIB)
     return reserved
 
 
 def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = False,
-                        version: str | None = None) -> float:  # fmt: skip
+                        version: str | None = None, attention_dp: int = 1) -> float:  # fmt: skip
     """`handle_gpu_memory_settings`: round((gpu - reserved) / gpu, 3) in MiB, the text model's fraction (`defaults`
     applies the VLM factor, `vlm_mem_fraction_factor`, to multimodal checkpoints)."""
     if gpu_memory_bytes <= 0:
-        return ec.SGLANG_FALLBACK_MEM_FRACTION
+        return sc.SGLANG_FALLBACK_MEM_FRACTION
     gpu_mib = gpu_memory_bytes / ec.MIB
-    return round((gpu_mib - reserved_mib(gpu_memory_bytes, tp, pp, mla=mla, version=version)) / gpu_mib, 3)
+    reserved = reserved_mib(gpu_memory_bytes, tp, pp, mla=mla, version=version, attention_dp=attention_dp)
+    return round((gpu_mib - reserved) / gpu_mib, 3)
 
 
 def is_legacy_release(version: str | None) -> bool:
     """A release before 0.5 (None: the modelled 0.5.23); before 0.4.8 its default fraction followed the
     parallel size alone (`legacy_mem_fraction_static`), from 0.4.8 the device tier (`is_tiered_release`)."""
     release = _release(version)
-    return release is not None and release < ec.SGLANG_LEGACY_RELEASES_BEFORE
+    return release is not None and release < sc.SGLANG_LEGACY_RELEASES_BEFORE
 
 
 def is_tiered_release(version: str | None) -> bool:
-    """0.4.8 <= release < 0.5.3: the default fraction reserved a fixed amount per device-memory tier
-    (`SGLANG_TIERED_RESERVE_GIB`); 0.4.7 and earlier used the parallel-size table, 0.5.3 on
-    `_handle_gpu_memory_settings`."""
-    release = _release(version)
-    return release is not None and ec.SGLANG_TIERED_RELEASES_FROM <= release < ec.SGLANG_TIERED_RELEASES_BEFORE
+    """0.4.7.post1 <= release < 0.5.3: the default fraction reserved a fixed amount per device-memory tier
+    (`SGLANG_TIERED_RESERVE_GIB`); earlier releases used the parallel-size table (`legacy_mem_fraction_static`),
+    0.5.3 on `_handle_gpu_memory_settings`."""
+    release = _release_post(version)
+    return release is not None and sc.SGLANG_TIERED_RELEASES_FROM <= release < sc.SGLANG_TIERED_RELEASES_BEFORE
 
 
-def tiered_mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int) -> float:
-    """0.4.8-0.5.2 `ServerArgs.__post_init__`: round((gpu - reserved) / gpu, 3) in nvidia-smi MiB, reserved =
-    (base + TP x PP x per rank) GiB of the device's tier (no speculative decoding, no DP attention)."""
+def tiered_mem_fraction_static(
+    gpu_memory_bytes: int, tp: int, pp: int, *, speculative: bool = False, attention_dp: int = 1
+) -> float:
+    """0.4.7.post1-0.5.2 `ServerArgs.__post_init__`: round((gpu - reserved) / gpu, 3) in nvidia-smi MiB, reserved =
+    (base + TP x PP x per rank) GiB of the device's tier, 2 GiB more with speculative decoding, 4 with DP
+    attention."""
     if gpu_memory_bytes <= 0:
-        return ec.SGLANG_LEGACY_MEM_FRACTION_BY_RANKS[-1][1]  # gpu_mem unknown: 0.88
+        return sc.SGLANG_LEGACY_MEM_FRACTION_BY_RANKS[-1][1]  # gpu_mem unknown: 0.88
     gpu_mib = gpu_memory_bytes / ec.MIB
     ranks = tp * pp
-    base_gib, per_rank_gib = next((base, per) for below, base, per in ec.SGLANG_TIERED_RESERVE_GIB
+    base_gib, per_rank_gib = next((base, per) for below, base, per in sc.SGLANG_TIERED_RESERVE_GIB
                                   if below is None or gpu_mib < below)  # fmt: skip
-    reserved_mib = (base_gib + ranks * per_rank_gib) * 1024
-    return round((gpu_mib - reserved_mib) / gpu_mib, 3)
+    reserved_gib = base_gib + ranks * per_rank_gib
+    reserved_gib += sc.SGLANG_TIERED_SPECULATIVE_GIB if speculative else 0.0
+    reserved_gib += sc.SGLANG_TIERED_DP_ATTENTION_GIB if attention_dp > 1 else 0.0
+    return round((gpu_mib - reserved_gib * 1024) / gpu_mib, 3)
 
 
 # a release of each era whose default fraction differs (for the "no --engine-version" assumption note)
@@ -324,23 +356,42 @@ def release_default_fractions(model: ModelSpec, gpu: GpuSku | None, gpu_memory_b
     return out
 
 
-def legacy_mem_fraction_static(tp: int, pp: int) -> float:
-    """0.4.x `ServerArgs.__post_init__`: 0.88 on one GPU down to 0.79 from 16 ranks (the tables counted
-    `tp_size`, later `world_size` = TP x PP; the two agree at PP 1)."""
+def legacy_mem_fraction_static(
+    tp: int, pp: int, gpu_memory_bytes: int = 0, version: str | None = None, *, cuda: bool = True, speculative: bool = False
+) -> float:
+    """0.4.0-0.4.7 `ServerArgs.__post_init__`: 0.88 on one GPU down to 0.79 from 16 ranks (the tables counted
+    `tp_size`, later TP x PP; the two agree at PP 1); from 0.4.6 only on devices up to 80 GiB, larger ones by the
+    release's rule (`sc.SGLANG_LEGACY_BY_DEVICE_FROM` and the constants after it). `gpu_memory_bytes` 0 or no
+    `version`: the table."""
     ranks = tp * pp
-    return next(f for at_least, f in ec.SGLANG_LEGACY_MEM_FRACTION_BY_RANKS if ranks >= at_least)
+    fraction = next(f for at_least, f in sc.SGLANG_LEGACY_MEM_FRACTION_BY_RANKS if ranks >= at_least)
+    release = _release_post(version)
+    if release is None or release < sc.SGLANG_LEGACY_BY_DEVICE_FROM or gpu_memory_bytes <= 0:
+        return fraction
+    gpu_mib = gpu_memory_bytes / ec.MIB
+    large = gpu_mib > sc.SGLANG_LEGACY_TABLE_UP_TO_MIB
+    if release < sc.SGLANG_LEGACY_RAISED_FROM:  # 0.4.6, 0.4.6.post1
+        return (gpu_mib - sc.SGLANG_LEGACY_046_RESERVE_MIB) / gpu_mib if large else fraction
+    fraction = sc.SGLANG_LEGACY_LARGE_FRACTION if large else fraction
+    speculative = speculative and release >= sc.SGLANG_LEGACY_SPECULATIVE_FROM
+    if cuda and release >= sc.SGLANG_LEGACY_SPECULATIVE_FROM and gpu_mib > sc.SGLANG_LEGACY_CUDA_ABOVE_MIB:
+        return sc.SGLANG_LEGACY_CUDA_LARGE_FRACTION
+    if gpu_mib > sc.SGLANG_LEGACY_RAISE_ABOVE_MIB:
+        reserve = sc.SGLANG_LEGACY_RAISED_RESERVE_SPECULATIVE_MIB if speculative else sc.SGLANG_LEGACY_RAISED_RESERVE_MIB
+        return min(fraction + sc.SGLANG_LEGACY_RAISE_MIB * (1 - fraction) / gpu_mib, (gpu_mib - reserve) / gpu_mib)
+    return fraction * sc.SGLANG_LEGACY_SPECULATIVE_FACTOR if speculative else fraction
 
 
 def serves_multimodal(model: ModelSpec, version: str | None) -> bool:
     """`ModelConfig.is_multimodal` with the default flags: a listed multimodal architecture
-    (`ec.SGLANG_MULTIMODAL_ARCHITECTURES`) with a `vision_config`, except the ones SGLang serves text-only unless
-    --enable-multimodal (Gemma 3, Llama 4: `ec.SGLANG_MULTIMODAL_OFF_BY_DEFAULT`). Read in the 0.5.2, 0.5.10 and
+    (`sc.SGLANG_MULTIMODAL_ARCHITECTURES`) with a `vision_config`, except the ones SGLang serves text-only unless
+    --enable-multimodal (Gemma 3, Llama 4: `sc.SGLANG_MULTIMODAL_OFF_BY_DEFAULT`). Read in the 0.5.2, 0.5.10 and
     0.5.23 wheels; 0.4.6 has no VLM adjustment, so releases before 0.5 get none. Not modelled: 0.5.23's
     `text_config` heuristic for unlisted architectures, and --language-only (which skips the adjustment)."""
     if model.vision_tower is None or is_legacy_release(version):
         return False
     arch = model.architecture
-    return arch in ec.SGLANG_MULTIMODAL_ARCHITECTURES and arch not in ec.SGLANG_MULTIMODAL_OFF_BY_DEFAULT
+    return arch in sc.SGLANG_MULTIMODAL_ARCHITECTURES and arch not in sc.SGLANG_MULTIMODAL_OFF_BY_DEFAULT
 
 
 def vlm_mem_fraction_factor(vision_num_layers: int | None, vision_hidden_size: int | None) -> float:
@@ -349,27 +400,27 @@ def vlm_mem_fraction_factor(vision_num_layers: int | None, vision_hidden_size: i
     [0.8, 1.05], c = layers x hidden^2 of the vision tower over ViT-L/14's 24 x 1024^2 (SGLang's getattr
     defaults where the vision config class has no such attribute). `defaults` applies it where
     `serves_multimodal`."""
-    layers = ec.SGLANG_VIT_BASELINE_LAYERS if vision_num_layers is None else vision_num_layers
-    hidden = ec.SGLANG_VIT_BASELINE_HIDDEN if vision_hidden_size is None else vision_hidden_size
-    ratio = layers * hidden**2 / (ec.SGLANG_VIT_BASELINE_LAYERS * ec.SGLANG_VIT_BASELINE_HIDDEN**2)
+    layers = sc.SGLANG_VIT_BASELINE_LAYERS if vision_num_layers is None else vision_num_layers
+    hidden = sc.SGLANG_VIT_BASELINE_HIDDEN if vision_hidden_size is None else vision_hidden_size
+    ratio = layers * hidden**2 / (sc.SGLANG_VIT_BASELINE_LAYERS * sc.SGLANG_VIT_BASELINE_HIDDEN**2)
     adjustment = max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
-    return ec.SGLANG_VLM_MEM_FRACTION_BASE * adjustment
+    return sc.SGLANG_VLM_MEM_FRACTION_BASE * adjustment
 
 
 def page_size(gpu: GpuSku | None, gpu_memory_bytes: int) -> int:
     """1 for FA3 / FlashInfer / Triton; 64 on SM100 (trtllm_mha, trtllm_mla: `_mla_backend_page_constraints`)."""
-    if gpu is not None and gpu.architecture == "blackwell" and gpu_memory_bytes >= ec.SGLANG_SM100_MIN_BYTES:
-        return ec.SGLANG_SM100_PAGE_SIZE
-    return ec.SGLANG_PAGE_SIZE
+    if gpu is not None and gpu.architecture == "blackwell" and gpu_memory_bytes >= sc.SGLANG_SM100_MIN_BYTES:
+        return sc.SGLANG_SM100_PAGE_SIZE
+    return sc.SGLANG_PAGE_SIZE
 
 
 def max_running_requests(max_total_num_tokens: Num, context_len: Num, mamba_slots: Num | None = None,
-                         slots_per_request: Num = ec.SGLANG_MAMBA_SLOTS_PER_REQUEST) -> Num:  # fmt: skip
+                         slots_per_request: Num = sc.SGLANG_MAMBA_SLOTS_PER_REQUEST) -> Num:  # fmt: skip
     """`KVCacheConfigurator.resolve_max_num_reqs` (0.5.23) without --max-running-requests: int(tokens / context x
     512) clamped to [2048, 4096], at most tokens // 2, and for Mamba hybrids (`mamba_slots` > 0) at most slots //
     slots per request. Over `Num`: the estimate and the grid ask the same rule (`SglangProfile.sequence_cap`)."""
-    estimated = truncate(as_float(max_total_num_tokens) / at_least(context_len, 1) * ec.SGLANG_RUNNING_REQUESTS_PER_CONTEXT)
-    estimated = at_least(minimum(estimated, ec.SGLANG_MAX_RUNNING_REQUESTS), ec.SGLANG_MIN_RUNNING_REQUESTS)
+    estimated = truncate(as_float(max_total_num_tokens) / at_least(context_len, 1) * sc.SGLANG_RUNNING_REQUESTS_PER_CONTEXT)
+    estimated = at_least(minimum(estimated, sc.SGLANG_MAX_RUNNING_REQUESTS), sc.SGLANG_MIN_RUNNING_REQUESTS)
     requests = minimum(estimated, max_total_num_tokens // 2)
     if mamba_slots is None:
         return requests
@@ -378,8 +429,8 @@ def max_running_requests(max_total_num_tokens: Num, context_len: Num, mamba_slot
 
 def mamba_slots_per_request(model: ModelSpec) -> int:
     """`_calculate_mamba_ratio`: 3, plus 2 tracking slots where the radix cache takes extra_buffer."""
-    extra = ec.SGLANG_MAMBA_EXTRA_BUFFER_SLOTS if model.family in ec.SGLANG_MAMBA_EXTRA_BUFFER_FAMILIES else 0
-    return ec.SGLANG_MAMBA_SLOTS_PER_REQUEST + extra
+    extra = sc.SGLANG_MAMBA_EXTRA_BUFFER_SLOTS if model.family in sc.SGLANG_MAMBA_EXTRA_BUFFER_FAMILIES else 0
+    return sc.SGLANG_MAMBA_SLOTS_PER_REQUEST + extra
 
 
 # --- pools ----------------------------------------------------------------------------------------
@@ -388,7 +439,7 @@ def mamba_slots_per_request(model: ModelSpec) -> int:
 def is_hybrid_swa(model: ModelSpec) -> bool:
     """`configs/model_config.py` `is_hybrid_swa_model`: an allow-list of architectures, not any model with
     sliding layers (Gemma 2 / 3 and Mistral keep their sliding layers in the full pool)."""
-    return model.architecture in ec.SGLANG_HYBRID_SWA_ARCHITECTURES or model.family in ec.SGLANG_HYBRID_SWA_FAMILIES
+    return model.architecture in sc.SGLANG_HYBRID_SWA_ARCHITECTURES or model.family in sc.SGLANG_HYBRID_SWA_FAMILIES
 
 
 # conv states are bfloat16 whatever the model (SGLANG_MAMBA_CONV_DTYPE default)
@@ -413,7 +464,7 @@ class SglangCells:
     def swa_denominator(self) -> float:
         """`HybridSWAPoolConfigurator._recompute_cell_size`: bytes one full-pool token costs with its
         share of the window pool."""
-        return self.full_cell + ec.SGLANG_SWA_FULL_TOKENS_RATIO * self.swa_cell
+        return self.full_cell + sc.SGLANG_SWA_FULL_TOKENS_RATIO * self.swa_cell
 
 
 def layer_cell_bytes(layer: LayerKVSpec, kv_bytes: int, tp: int) -> int:
@@ -463,7 +514,7 @@ def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> 
 def mamba_state_slots(budget_bytes: Num, state_bytes: Num) -> Num:
     """`_handle_max_mamba_cache` (ratio mode, no speculative decoding): max_mamba_cache_size =
     int((rest x r / (1 + r) - per_req) // per_req), r = mamba_full_memory_ratio (0.9), rest in GiB."""
-    r = ec.SGLANG_MAMBA_FULL_MEMORY_RATIO
+    r = sc.SGLANG_MAMBA_FULL_MEMORY_RATIO
     mamba_bytes = as_float(budget_bytes) / GIB_FLOAT * r / (1 + r) * GIB_FLOAT
     return _floor((mamba_bytes - state_bytes) / state_bytes)
 
@@ -506,7 +557,7 @@ def hybrid_swa_pools(full_tokens: Num, sliding_window: Num, page: Num) -> tuple[
     page-aligned, the SWA pool int(full x `swa_full_tokens_ratio`); (0, 0) where `validate_swa_pool_size`
     refuses to start (`swa_pool_starts`)."""
     full = full_tokens - full_tokens % page
-    swa = truncate(as_float(full) * ec.SGLANG_SWA_FULL_TOKENS_RATIO)
+    swa = truncate(as_float(full) * sc.SGLANG_SWA_FULL_TOKENS_RATIO)
     swa = swa - swa % page
     refused = both(full > 0, negate(swa_pool_starts(swa, sliding_window, page)))
     return choose(refused, 0, full), choose(refused, 0, swa)

@@ -142,6 +142,7 @@ def _served(reg: _Registry) -> tuple[pl.DataFrame, pl.DataFrame]:
             "model_class": _I64,
             "tp": _I64,
             "pp": _I64,
+            "dp": _I64,
             "kv_idx": _I64,
             "gpu_idx": _I64,
             "gpu_memory_utilization": _F64,
@@ -203,7 +204,7 @@ def _narrow(slots: int) -> list[str]:
     return [*_NARROW, *stage_columns("_weights_short", slots)]
 
 
-_SERVED_ON = ["engine_idx", "model_class", "tp", "pp", "kv_idx", "needs_fp8", "needs_fp4"]
+_SERVED_ON = ["engine_idx", "model_class", "tp", "pp", "dp", "kv_idx", "needs_fp8", "needs_fp4"]
 _GROUP = ["model_idx", "engine_idx", "weight_idx", "kv_idx"]
 
 

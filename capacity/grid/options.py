@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from capacity import engine_constants as ec
 from capacity.engines import Engine
+from capacity.engines import sglang_constants as sc
 from capacity.spec import ModelSpec
 
 # `plain` needs its overhead by hand: not a fleet-wide row
@@ -31,7 +32,7 @@ class GridModel:
 class GridOptions:
     engines: tuple[str, ...] = ENGINES
     vllm_version: str | None = None  # None: engine_constants.VLLM_DEFAULT_VERSION
-    sglang_version: str = ec.SGLANG_DEFAULT_VERSION
+    sglang_version: str = sc.SGLANG_DEFAULT_VERSION
     trtllm_version: str = ec.TRTLLM_DEFAULT_VERSION
     tp_sizes: tuple[int, ...] = (1, 2, 4, 8)
     pp_sizes: tuple[int, ...] = (2, 4)  # only where one node at the largest TP does not fit

@@ -253,6 +253,7 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
     classes: dict[tuple[int, bool, frozenset[StateMixer], bool, object, bool], int] = {}
     representative: list[ModelSpec] = []
     parallel: set[tuple[int, int]] = set()
+    class_dps: dict[tuple[int, int, int], set[int]] = {}  # (engine, class, TP): the DP widths of its DP layouts
     for gm in models:
         spec = gm.spec
         key = (
@@ -274,6 +275,8 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
             combos += [(tp, pp) for pp in options.pp_sizes if pp <= gm.spec.num_layers]
         reg.plans.append((combos, node))
         reg.dp_plans.append(_dp_plan(reg, spec, valid) if options.dp_layouts else {})
+        for e, tp, dp, _ in reg.dp_plans[-1]:
+            class_dps.setdefault((e, classes[key], tp), set()).add(dp)
         parallel.update(combos)
 
     for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
@@ -282,16 +285,18 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
             for g, gpu in enumerate(gpus):
                 eff = efficiency[g]
                 for (tp, pp), (k, kv_dtype) in product(sorted(parallel), enumerate(options.kv_dtypes)):
-                    d = profile.defaults(DefaultsRequest(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens, tp, pp,
-                                                         kv_dtype))
-                    seqs = d.max_num_seqs or None
-                    batched = d.max_num_batched_tokens
-                    in_flight = profile.max_in_flight_tokens(batched, pp, None)
-                    reg.settings.append(
-                        (e, cid, tp, pp, k, g, d.gpu_memory_utilization, seqs, batched, in_flight, d.block_size,
-                         d.state_checkpoints, eff.memory_bandwidth, eff.compute, eff.step_overhead_s,
-                         eff.allreduce_latency_s)
-                    )
+                    # the DP layouts' own rows (SGLang reserves per DP-attention rank): at PP 1, their widths
+                    for dp in (1, *sorted(class_dps.get((e, cid, tp), ()) if pp == 1 else ())):
+                        d = profile.defaults(DefaultsRequest(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens,
+                                                             tp, pp, kv_dtype, attention_dp=dp))
+                        seqs = d.max_num_seqs or None
+                        batched = d.max_num_batched_tokens
+                        in_flight = profile.max_in_flight_tokens(batched, pp, None)
+                        reg.settings.append(
+                            (e, cid, tp, pp, dp, k, g, d.gpu_memory_utilization, seqs, batched, in_flight,
+                             d.block_size, d.state_checkpoints, eff.memory_bandwidth, eff.compute, eff.step_overhead_s,
+                             eff.allreduce_latency_s)
+                        )
                     reg.batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
                     reg.block_sizes.setdefault((engine, cid), set()).add((d.block_size, d.state_checkpoints))
     return reg

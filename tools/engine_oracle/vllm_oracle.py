@@ -487,20 +487,33 @@ def sglang_defaults(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from sglang.srt.server_args import ServerArgs
 
     text_model = types.SimpleNamespace(is_multimodal=False)
-    for module in (memory_hook, overrides):
-        module.use_mla_backend = lambda server_args: False  # type: ignore[attr-defined]
-        module.model_config_of = lambda server_args: text_model  # type: ignore[attr-defined]
     out = []
     for row in rows:
+        mla = bool(row.get("mla", False))
+        for module in (memory_hook, overrides):
+            module.use_mla_backend = lambda server_args, mla=mla: mla  # type: ignore[attr-defined]
+            module.model_config_of = lambda server_args: text_model  # type: ignore[attr-defined]
         mib = float(row["memory_mib"])
         memory_hook.get_device_memory_capacity = lambda device=None, mib=mib: mib  # type: ignore[attr-defined]
+        # A row may ask for DP attention (`attn_dp`: --attn-dp-size, what --dp-size N --enable-dp-attention
+        # becomes) and for prefill graphs stated "breakable" (`prefill_breakable`: as a CUDA host resolves them
+        # by default; stated, the CPU host's cascade leaves them on, so the reserve is a CUDA host's).
+        extra: dict[str, Any] = {}
+        if int(row.get("attn_dp", 1)) > 1:
+            extra["attn_dp_size"] = int(row["attn_dp"])
+        if row.get("prefill_breakable"):
+            extra["cuda_graph_backend_prefill"] = "breakable"
         # The platform answers as CUDA while the record is built: prefill CUDA graphs default to
         # "breakable" there (model_executor/cuda_graph_config.py default_prefill_backend), else "disabled".
         saved_is_cuda = sglang_utils.is_cuda
         sglang_utils.is_cuda = lambda: True
         try:
             args = ServerArgs(
-                model_path="dummy", tp_size=int(row.get("tp", 1)), pp_size=int(row.get("pp", 1)), device="cuda"
+                model_path="dummy",
+                tp_size=int(row.get("tp", 1)),
+                pp_size=int(row.get("pp", 1)),
+                device="cuda",
+                **extra,
             )
         finally:
             sglang_utils.is_cuda = saved_is_cuda
