@@ -19,6 +19,8 @@ The expected values below are worked out from those shapes and the models' confi
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from capacity import engine_constants as ec
 from capacity.engines import Engine
 from capacity.engines.vllm.overhead import overhead_from_buffers, profiling_buffers, vllm_overhead
@@ -94,6 +96,24 @@ def test_the_layout_feeds_the_dp_size_and_dense_models_gather_nothing() -> None:
     # -tp 2: N = 2 x cdiv(768, 2) = 768; workspaces at M = 4 x 8,192 = 32,768, each M x 8 x max(768 or 384, 2048)
     assert terms["MoE workspace (persistent)"] == 2 * (4 * T * 8 * 2048) * BF16
     assert terms["forward: MoE dispatch (4 DP ranks' tokens gathered)"] == 4 * T * 2048 * BF16
-    # a dense model has no MoE layer to gather into: -dp 4 changes none of its buffers
+    # a dense model has no MoE layer to gather into: -dp 4 changes none of its buffers, only the DP size it carries
     dense = load_model("meta-llama/Llama-3.1-8B-Instruct").spec
-    assert profiling_buffers(dense, 1, 1, T, S, BF16, moe_dp_ranks=4) == profiling_buffers(dense, 1, 1, T, S, BF16)
+    at_dp4 = profiling_buffers(dense, 1, 1, T, S, BF16, moe_dp_ranks=4)
+    assert at_dp4.dp_ranks == 4
+    assert replace(at_dp4, dp_ranks=1) == profiling_buffers(dense, 1, 1, T, S, BF16)
+
+
+def test_a_dp_rank_at_tp1_holds_the_multi_gpu_non_torch() -> None:
+    # initialize_model_parallel (0.10.1, 0.33): at DP > 1 the DP group's CudaCommunicator opens a pynccl communicator,
+    # as a TP group does, so a TP 1 rank of -dp 8 on a switch fabric holds the TP > 1 figure; on PCIe the TP 1 one
+    dense = load_model("meta-llama/Llama-3.1-8B-Instruct").spec
+    release = ec.vllm_release("0.10.1")
+    c = ec.vllm_profiling_coefficients(release)
+
+    def non_torch(tp: int, dp: int, multicast: bool) -> int:
+        inputs = OverheadInputs(dense, tp, 1, T, 256, BF16, nvlink_multicast=multicast, moe_dp_ranks=dp)
+        return vllm_overhead(inputs, release).non_torch_bytes
+
+    assert non_torch(1, 8, True) == non_torch(8, 1, True) == c.non_torch_tp_bytes
+    assert non_torch(1, 1, True) == non_torch(1, 8, False) == c.non_torch_bytes
+    assert c.non_torch_tp_bytes > c.non_torch_bytes

@@ -497,7 +497,7 @@ def _overhead_rows(
         for multicast, peers in t.reg.link_kinds:
             for dp in dps:
                 asked = dp if profile.overhead_reads_moe_dispatch else 1
-                if asked not in o or tp > 1:  # the GPU's links move only the TP > 1 terms
+                if asked not in o or tp * asked > 1:  # the GPU's links move only the multi-GPU terms
                     o[asked] = profile.overhead(
                         OverheadInputs(spec, tp, pp, batched, seqs or None, act_bytes, multicast, peers, moe_dp_ranks=asked)
                     )

@@ -53,7 +53,11 @@ phases that peak at different times, so the activation peak is their MAX, plus w
   layout's, and the grid computes its overhead rows per DP size of its layouts.
 
 Non-torch memory: a constant at TP = 1 and another at TP > 1 on an NVLink4/5 switch fabric (NCCL's
-NVLS buffers and the NVLink all-reduce workspaces; `GpuSku.nvlink_multicast`); PCIe cards and NVLink
+NVLS buffers and the NVLink all-reduce workspaces; `GpuSku.nvlink_multicast`), which a DP > 1 rank at TP 1 takes
+too (distributed/parallel_state.py `initialize_model_parallel`, read in 0.10.1 and 0.33: the DP group of dp ranks
+gets a `CudaCommunicator` with its own pynccl communicator, as the TP group does; the one figure stands for one or
+more such communicators, as the fitted TP > 1 rows had: 0.33 also gives MoE models' EP group of dp x tp ranks one,
+0.10.1 none); PCIe cards and NVLink
 bridges keep the TP = 1 figure (public logs: 0.20-0.25 GiB at TP 2 on RTX 3090/4090 and L4, 2.07 GiB on
 H100 SXM). CUDA graphs, where the release deducts the estimate (0.21+): the first capture plus a charge
 per further graph, the graphs counted from the capture sizes vLLM derives from max_num_seqs and
@@ -127,6 +131,7 @@ class ProfilingBuffers:
     encoder_outputs_bytes: int = 0  # multimodal: their embeddings, held through the decoder's dummy run
     moe_dispatch_bytes: int = 0  # DP > 1: the hidden states the MoE layer gathers from every DP rank
     moe_dp_ranks: int = 1  # DP ranks whose tokens the MoE terms run over (1: the rank's own)
+    dp_ranks: int = 1  # vLLM's data-parallel size: > 1, the DP group's NCCL communicator (the multi-GPU non-torch)
 
     @property
     def sampler_phase_bytes(self) -> int:
@@ -307,6 +312,7 @@ def _link_free_buffers(model: ModelSpec, inputs: _BufferInputs) -> ProfilingBuff
         sampler_rule=(rule.version + (", V2 model runner" if rule.v2_runner else "")) if rule is not None else "",
         moe_dispatch_bytes=moe_dispatch,
         moe_dp_ranks=dp if moe_dispatch else 1,
+        dp_ranks=dp,
     )
 
 
@@ -364,7 +370,10 @@ def overhead_from_buffers(
     activation = persistent + max(encoder_forward, encoder_outputs + max(forward, sampler))
     before_last = activation - (persistent + max(encoder_forward, encoder_outputs + forward))
     stage_shortfall = (before_last,) * (pp - 1) + (0,) if pp > 1 and before_last else ()
-    non_torch = c.non_torch_tp_bytes if buffers.tp > 1 and buffers.nvlink_multicast else c.non_torch_bytes
+    # a rank in a device communicator of several GPUs (`initialize_model_parallel`: the TP group's, or at DP > 1 the
+    # DP group's pynccl communicator) holds NCCL's buffers on a switch fabric
+    several = buffers.tp > 1 or buffers.dp_ranks > 1
+    non_torch = c.non_torch_tp_bytes if several and buffers.nvlink_multicast else c.non_torch_bytes
     per_graph = c.cg_per_graph_bytes
     if buffers.tp > 1:
         per_graph = c.cg_per_graph_tp_custom_ar_bytes if buffers.custom_all_reduce else c.cg_per_graph_tp_nccl_bytes
