@@ -17,11 +17,11 @@ import polars as pl
 from pydantic import Field
 
 from capacity.engine_constants import (
-    SGLANG_DEFAULT_VERSION,
     TRTLLM_DEFAULT_VERSION,
     VLLM_SUPPORTED_VERSIONS,
     known_vllm_release,
 )
+from capacity.engines.sglang_constants import SGLANG_DEFAULT_VERSION
 from capacity.grid import GridOptions
 from models_registry.sources.bundled import read_catalog_entries
 from pipelines.assets.common import (
