@@ -213,7 +213,8 @@ def _release_post(version: str | None) -> tuple[int, ...] | None:
     post = _POST_RELEASE.search(version or "")
     if release is None or post is None:
         return release
-    return (*release[:3], *(0,) * (3 - len(release[:3])), int(post.group(1)))
+    major, minor, patch = (*release, 0, 0)[:3]
+    return (major, minor, patch, int(post.group(1)))
 
 
 _POST_RELEASE = re.compile(r"\.post(\d+)")
@@ -308,8 +309,8 @@ def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = 
 
 
 def is_legacy_release(version: str | None) -> bool:
-    """A release before 0.5 (None: the modelled 0.5.23); before 0.4.8 its default fraction followed the
-    parallel size alone (`legacy_mem_fraction_static`), from 0.4.8 the device tier (`is_tiered_release`)."""
+    """A release before 0.5 (None: the modelled 0.5.23); before 0.4.7.post1 its default fraction followed the
+    parallel-size table (`legacy_mem_fraction_static`), from 0.4.7.post1 the device tier (`is_tiered_release`)."""
     release = _release(version)
     return release is not None and release < sc.SGLANG_LEGACY_RELEASES_BEFORE
 
@@ -373,8 +374,9 @@ def legacy_mem_fraction_static(
     if release < sc.SGLANG_LEGACY_RAISED_FROM:  # 0.4.6, 0.4.6.post1
         return (gpu_mib - sc.SGLANG_LEGACY_046_RESERVE_MIB) / gpu_mib if large else fraction
     fraction = sc.SGLANG_LEGACY_LARGE_FRACTION if large else fraction
-    speculative = speculative and release >= sc.SGLANG_LEGACY_SPECULATIVE_FROM
-    if cuda and release >= sc.SGLANG_LEGACY_SPECULATIVE_FROM and gpu_mib > sc.SGLANG_LEGACY_CUDA_ABOVE_MIB:
+    rules_047 = release >= sc.SGLANG_LEGACY_047_FROM  # the CUDA fraction above 180,000 MiB and the draft's reserve
+    speculative = speculative and rules_047
+    if cuda and rules_047 and gpu_mib > sc.SGLANG_LEGACY_CUDA_ABOVE_MIB:
         return sc.SGLANG_LEGACY_CUDA_LARGE_FRACTION
     if gpu_mib > sc.SGLANG_LEGACY_RAISE_ABOVE_MIB:
         reserve = sc.SGLANG_LEGACY_RAISED_RESERVE_SPECULATIVE_MIB if speculative else sc.SGLANG_LEGACY_RAISED_RESERVE_MIB

@@ -130,8 +130,12 @@ class ProfilingBuffers:
     encoder_forward_bytes: int = 0  # multimodal: the dummy items' encoder pass (`multimodal.encoder_profile`)
     encoder_outputs_bytes: int = 0  # multimodal: their embeddings, held through the decoder's dummy run
     moe_dispatch_bytes: int = 0  # DP > 1: the hidden states the MoE layer gathers from every DP rank
-    moe_dp_ranks: int = 1  # DP ranks whose tokens the MoE terms run over (1: the rank's own)
     dp_ranks: int = 1  # vLLM's data-parallel size: > 1, the DP group's NCCL communicator (the multi-GPU non-torch)
+
+    @property
+    def moe_dp_ranks(self) -> int:
+        """DP ranks whose tokens the MoE terms run over: the DP size where an MoE layer gathers, else 1."""
+        return self.dp_ranks if self.moe_dispatch_bytes else 1
 
     @property
     def sampler_phase_bytes(self) -> int:
@@ -311,7 +315,6 @@ def _link_free_buffers(model: ModelSpec, inputs: _BufferInputs) -> ProfilingBuff
         tp=tp,
         sampler_rule=(rule.version + (", V2 model runner" if rule.v2_runner else "")) if rule is not None else "",
         moe_dispatch_bytes=moe_dispatch,
-        moe_dp_ranks=dp if moe_dispatch else 1,
         dp_ranks=dp,
     )
 
