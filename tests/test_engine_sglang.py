@@ -777,9 +777,9 @@ def test_older_0_5_release_default_fraction(smi_mib: int, tp: int, version: str,
 
 def test_release_default_fractions_name_every_older_era() -> None:
     # an RTX 4090 at TP 1 (24,564 MiB): the values of test_older_0_5_release_default_fraction and the 0.4.x rules:
-    # before 0.4.8 the table (0.88), 0.4.8-0.5.2 (24,564 - 2,969.6) / 24,564 = 0.8791 -> 0.879, 0.5.3-0.5.4 0.848,
+    # before 0.4.7.post1 the table (0.88), 0.4.7.post1-0.5.2 (24,564 - 2,969.6) / 24,564 = 0.8791 -> 0.879, 0.5.3-0.5.4 0.848,
     # 0.5.5-0.5.9 0.847, 0.5.10-0.5.19 0.833; 0.5.23 (no version) 0.704
     rtx4090 = find_gpu_sku("rtx-4090-24gb")
     fractions = sg.release_default_fractions(_spec("Qwen/Qwen3-8B"), rtx4090, rtx4090.memory_total_bytes, 1, 1)
-    assert fractions == {"before 0.4.8": 0.88, "0.4.8-0.5.2": 0.879, "0.5.3-0.5.4": 0.848, "0.5.5-0.5.9": 0.847,
+    assert fractions == {"before 0.4.7.post1": 0.88, "0.4.7.post1-0.5.2": 0.879, "0.5.3-0.5.4": 0.848, "0.5.5-0.5.9": 0.847,
                          "0.5.10-0.5.19": 0.833}  # fmt: skip

@@ -342,7 +342,7 @@ def tiered_mem_fraction_static(
 
 
 # a release of each era whose default fraction differs (for the "no --engine-version" assumption note)
-RELEASE_ERA_REPRESENTATIVES = (("before 0.4.8", "0.4.7"), ("0.4.8-0.5.2", "0.5.2"), ("0.5.3-0.5.4", "0.5.4"),
+RELEASE_ERA_REPRESENTATIVES = (("before 0.4.7.post1", "0.4.7"), ("0.4.7.post1-0.5.2", "0.5.2"), ("0.5.3-0.5.4", "0.5.4"),
                                ("0.5.5-0.5.9", "0.5.9"), ("0.5.10-0.5.19", "0.5.19"))  # fmt: skip
 
 
