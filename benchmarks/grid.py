@@ -90,8 +90,10 @@ def variant(model: GridModel, k: int) -> GridModel:
     return GridModel(f"{model.repo_id}@v{k}", scaled, None)
 
 
-def fleet(models: list[GridModel], variants: int) -> list[GridModel]:
-    return models + [variant(m, k) for k in range(1, variants + 1) for m in models]
+def fleet(models: list[GridModel], variants: int, count: int | None = None) -> list[GridModel]:
+    """The catalog, then its variants 1..`variants` model by model; the first `count` of them where given."""
+    everything = models + [variant(m, k) for k in range(1, variants + 1) for m in models]
+    return everything if count is None else everything[:count]
 
 
 def peak_rss_gib() -> float:
@@ -332,13 +334,17 @@ def main(argv: list[str] | None = None) -> None:
     models, skipped = catalog_models()
     gpus = catalog_gpus()
     print(f"machine: {cores()}; polars {pl.__version__} ({pl.thread_pool_size()} threads), duckdb {duckdb.__version__}")
+    count = None
     if args.variants is None:
-        # rows grow with the models; measure the catalog's rows per model on the cheap deployment count
+        # rows grow with the models; measure the catalog's rows per model on the cheap deployment count, and take
+        # as many models as give --rows with a 2 % margin (the last round of variants partly)
         per_model = build_capacity_grid(models, gpus).select(pl.len()).collect().item() / len(models)
-        args.variants = max(0, math.ceil(args.rows / (per_model * len(models)) * 1.02) - 1)
-    everything = fleet(models, args.variants)
-    print(f"fleet: {len(models)} catalog models x {args.variants + 1} (with synthetic variants) = "
-          f"{len(everything)} models, {len(gpus)} GPUs ({len(skipped)} catalog entries refused by the parser)")  # fmt: skip
+        count = max(len(models), math.ceil(args.rows * 1.02 / per_model))
+        args.variants = math.ceil(count / len(models)) - 1
+    everything = fleet(models, args.variants, count)
+    print(f"fleet: {len(models)} catalog models and {len(everything) - len(models)} synthetic variants of them "
+          f"(up to {args.variants} each) = {len(everything)} models, {len(gpus)} GPUs "
+          f"({len(skipped)} catalog entries refused by the parser)")
 
     with tempfile.TemporaryDirectory() as tmp:
         path = args.db or Path(tmp) / "grid.duckdb"

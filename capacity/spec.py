@@ -184,10 +184,20 @@ class ModelSpec:
         """Some layer keeps a window of tokens (sliding or chunked-local attention)."""
         return _layer_facts(self)[2]
 
+    @property
+    def has_indexer(self) -> bool:
+        """Some layer keeps a sparse-attention indexer cache beside its KV (DeepSeek-V3.2's DSA)."""
+        return _layer_facts(self)[3]
 
-def _layer_facts(spec: ModelSpec) -> tuple[bool, bool, bool]:
-    """(is_mla, has_state_layers, has_window_layers), read once per spec object: the planners ask them per GPU,
-    TP and dtype."""
+    @property
+    def state_mixers(self) -> frozenset[StateMixer]:
+        """The kinds of state mixer the model's state layers run (empty without state layers)."""
+        return _layer_facts(self)[4]
+
+
+def _layer_facts(spec: ModelSpec) -> tuple[bool, bool, bool, bool, frozenset[StateMixer]]:
+    """(is_mla, has_state_layers, has_window_layers, has_indexer, state_mixers), read once per spec object: the
+    planners ask them per GPU, TP and dtype."""
     return per_object(
         spec,
         ("layer_facts",),
@@ -195,6 +205,8 @@ def _layer_facts(spec: ModelSpec) -> tuple[bool, bool, bool]:
             any(layer.cache.latent for layer in spec.layers),
             any(layer.cache.holds_state for layer in spec.layers),
             any(layer.cache.windowed for layer in spec.layers),
+            any(layer.cache.indexer_bytes_per_token for layer in spec.layers),
+            frozenset(layer.cache.state_mixer for layer in spec.layers if layer.cache.state_mixer is not None),
         ),
     )
 

@@ -79,6 +79,10 @@ class ProfileBase:
         """VLLM_USE_V1 is vLLM's variable: another engine ignores it."""
         return [f"VLLM_USE_V1=0 is vLLM's: ignored for {self.engine.value}"] if deployment.vllm_v0_engine else []
 
+    def overhead_link_kind(self, tp: int, nvlink_multicast: bool, peer_link_gpus: int | None) -> Hashable:
+        """Both link facts, as `overhead` is given them (a profile that reads less says so)."""
+        return nvlink_multicast, peer_link_gpus
+
     def start_check_kind(self, gpu: GpuSku | None) -> Hashable:
         """The compute capability: the quantization minimum and the pre-Ampere KV checks read nothing else
         of the GPU (`capacity.engines.start_checks`)."""

@@ -160,6 +160,10 @@ class EngineProfile(Protocol):
     def engine_generation_notes(self, deployment: DeploymentSpec) -> list[str]:
         """What the deployment's `vllm_v0_engine` (VLLM_USE_V1=0) chose, one line each (none where not asked)."""
 
+    def overhead_link_kind(self, tp: int, nvlink_multicast: bool, peer_link_gpus: int | None) -> Hashable:
+        """What of the GPU's links (`OverheadInputs.nvlink_multicast`, `peer_link_gpus`) `overhead` reads at this TP:
+        links of one kind give the same overhead, so a fleet asks once per kind."""
+
     def start_check_kind(self, gpu: GpuSku | None) -> Hashable:
         """What of the GPU `start_refusal` reads to decide (the message may name the GPU): GPUs of one kind
         start or refuse a layout alike, so a fleet asks once per kind."""

@@ -30,7 +30,9 @@ Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import ClassVar
 
 from capacity import engine_constants as ec
@@ -100,9 +102,13 @@ class SglangProfile(ProfileBase):
         ):
             fraction *= sc.SGLANG_AITER_MEM_FRACTION_FACTOR
         page = page_size(gpu, gpu_memory_bytes)
-        if any(layer.cache.indexer_bytes_per_token for layer in model.layers):
+        if model.has_indexer:
             page = sc.SGLANG_DSA_PAGE_SIZE  # model_overrides/deepseek_v2.py: 64 x index_kpool for DSA on CUDA
         return EngineDefaults(fraction, 0, tier.chunked_prefill_size, page)
+
+    def overhead_link_kind(self, tp: int, nvlink_multicast: bool, peer_link_gpus: int | None) -> Hashable:
+        """Only the switch fabric: the TP > 1 context term (`tp_switch_context_bytes`)."""
+        return nvlink_multicast
 
     def overhead(self, inputs: OverheadInputs) -> Overhead:
         """What SGLang's fraction does not already leave free: `_profile_available_bytes` takes
@@ -297,6 +303,7 @@ def reserved_mib(
     return reserved
 
 
+@lru_cache(maxsize=4096)  # pure; the grid asks it per model class, GPU, TP, PP and KV dtype
 def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = False,
                         version: str | None = None, attention_dp: int = 1) -> float:  # fmt: skip
     """`handle_gpu_memory_settings`: round((gpu - reserved) / gpu, 3) in MiB, the text model's fraction (`defaults`

@@ -223,14 +223,6 @@ def _kv_side(
     return per_token, per_token_gpu, state, found
 
 
-def _state_mixers(spec: ModelSpec) -> frozenset[StateMixer]:
-    return frozenset(layer.cache.state_mixer for layer in spec.layers if layer.cache.state_mixer is not None)
-
-
-def _has_indexer(spec: ModelSpec) -> bool:
-    return any(layer.cache.indexer_bytes_per_token for layer in spec.layers)
-
-
 def _vision(spec: ModelSpec) -> object:
     """The multimodal facts the defaults read (None for a model without a vision tower)."""
     return None if spec.vision_tower is None else (spec.architecture, spec.family, spec.vision_tower)
@@ -259,8 +251,8 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
         key = (
             spec.context_limit_tokens,
             spec.is_mla,
-            _state_mixers(spec),
-            _has_indexer(spec),
+            spec.state_mixers,
+            spec.has_indexer,
             _vision(spec),
             spec.has_window_layers,
         )
@@ -491,17 +483,19 @@ def _overhead_rows(
 ) -> None:
     """The overhead rows of model `m` on engine `e` at TP x PP: one per batch setting, kind of GPU link and DP size
     of the layouts there (`RankLayout.moe_dispatch_ranks`: the tokens vLLM's MoE layers gather), each computed
-    once where the profile's overhead does not read the DP size."""
+    once per DP size the profile's overhead reads and per kind of link it reads (`overhead_link_kind`)."""
     for seqs, batched in sorted(batches):
-        o: dict[int, Overhead] = {}
+        o: dict[tuple[int, Hashable], Overhead] = {}
         for multicast, peers in t.reg.link_kinds:
             for dp in dps:
                 asked = dp if profile.overhead_reads_moe_dispatch else 1
-                if asked not in o or tp * asked > 1:  # the GPU's links move only the multi-GPU terms
-                    o[asked] = profile.overhead(
+                # the GPU's links move only the multi-GPU terms, and only what of them the profile reads
+                key = (asked, profile.overhead_link_kind(tp, multicast, peers) if tp * asked > 1 else None)
+                row = o.get(key)
+                if row is None:
+                    row = o[key] = profile.overhead(
                         OverheadInputs(spec, tp, pp, batched, seqs or None, act_bytes, multicast, peers, moe_dp_ranks=asked)
                     )
-                row = o[asked]
                 t.overheads.append(
                     (m, e, tp, pp, dp, seqs or None, batched, multicast, peers, row.activation_peak_bytes,
                      row.non_torch_bytes, row.cuda_graph_bytes, row.total_bytes,

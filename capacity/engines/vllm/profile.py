@@ -29,7 +29,7 @@ from capacity.engines.kinds import Engine
 from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest, StartRequest
 from capacity.engines.start_checks import fp8_method, long_length_refusal, quantization_refusal, triton_fp8_kv_refusal
 from capacity.engines.vllm.grouping import stage_pools
-from capacity.engines.vllm.overhead import runs_v2_model_runner, vllm_overhead
+from capacity.engines.vllm.overhead import custom_all_reduce_on, runs_v2_model_runner, vllm_overhead
 from capacity.engines.vllm.releases import (
     OtherProcessRule,
     batch_defaults,
@@ -150,6 +150,10 @@ class VllmProfile(ProfileBase):
     def overhead(self, inputs: OverheadInputs) -> Overhead:
         """The profiling run as vLLM executes it, each buffer named (capacity/engines/vllm/overhead.py)."""
         return vllm_overhead(inputs, self.release, version=self.engine_rules_version)
+
+    def overhead_link_kind(self, tp: int, nvlink_multicast: bool, peer_link_gpus: int | None) -> Hashable:
+        """The switch fabric (NCCL's non-torch term) and whether the custom all-reduce runs (the graphs' charge)."""
+        return nvlink_multicast, custom_all_reduce_on(tp, peer_link_gpus)
 
     # the MoE layers of the profiling run gather every DP rank's tokens (`vllm_overhead`'s dispatch term)
     overhead_reads_moe_dispatch: ClassVar[bool] = True

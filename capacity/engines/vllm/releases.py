@@ -133,7 +133,7 @@ def block_size(model: ModelSpec, gpu: GpuSku | None, kv_dtype: str = "auto", ver
     arch = (gpu.architecture or "").lower() if gpu is not None else "hopper"
     rule = ec.by_first_release(version, ec.VLLM_MLA_BLOCK_RULES, ec.MlaBlockRule.TRITON_ONLY)
     sm100 = arch == "blackwell" and not _is_sm120(gpu)
-    dsa = any(layer.cache.indexer_bytes_per_token for layer in model.layers)
+    dsa = model.has_indexer
     if model.has_state_layers and (hybrid_alignment := ec.by_first_release(version, ec.VLLM_MLA_HYBRID_ALIGNMENT, 0)):
         return hybrid_alignment  # the base the hybrid alignment (grouping.stage_pools) grows in steps of
     if rule is ec.MlaBlockRule.BACKEND_PRIORITY:
@@ -225,7 +225,7 @@ def gdn_prefill_checkpoints(model: ModelSpec, gpu: GpuSku | None, release: ec.Vl
         return False
     if (gpu.architecture or "").lower() not in ("hopper", "blackwell"):  # before the scan of the layers
         return False
-    return any(layer.cache.state_mixer is StateMixer.GATED_DELTA_NET for layer in model.layers)
+    return StateMixer.GATED_DELTA_NET in model.state_mixers
 
 
 class OtherProcessRule(Enum):
