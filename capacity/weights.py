@@ -119,19 +119,30 @@ def _rank_weight_bytes(
     stages: list[Fraction] = []
     sums = _stage_param_sums(model, pp)
     for stage_index, (attention, mlp, experts, replicated) in enumerate(sums):
-        total = (
-            attention * attention_bytes / s.attention
-            + mlp * mlp_bytes / s.mlp
-            + experts * linear * s.expert_share
-            + replicated * dense  # norms and router, whole on every rank
-        )
+        terms = [
+            (attention, attention_bytes, s.attention),
+            (mlp, mlp_bytes, s.mlp),
+            (experts, linear * s.expert_share, 1),
+            (replicated, dense, 1),  # norms and router, whole on every rank
+        ]
         if stage_index == 0:
-            total += (model.embedding_params + model.loaded_extra_params) * dense / s.embedding
+            terms.append((model.embedding_params + model.loaded_extra_params, dense, s.embedding))
         if stage_index == len(sums) - 1:
             head = model.lm_head_params or (model.embedding_params if pp > 1 else 0)
-            total += head * dense / s.head + model.final_norm_params * dense
-        stages.append(total)
+            terms += [(head, dense, s.head), (model.final_norm_params, dense, 1)]
+        stages.append(_exact_sum(terms))
     return stages
+
+
+def _exact_sum(terms: list[tuple[int, Fraction, int]]) -> Fraction:
+    """The sum of params x bytes per param / ranks over `terms`, exactly: integer numerators over one common
+    denominator, reduced once (the same value as summing Fractions term by term, at a fraction of the cost)."""
+    denominators = [per_param.denominator * ranks for _, per_param, ranks in terms]
+    common = math.lcm(*denominators)
+    numerator = sum(
+        params * per_param.numerator * (common // d) for (params, per_param, _), d in zip(terms, denominators, strict=True)
+    )
+    return Fraction(numerator, common)
 
 
 def _stage_param_sums(model: ModelSpec, pp: int) -> list[tuple[int, int, int, int]]:
