@@ -105,3 +105,42 @@ def test_tp_non_torch_term_only_on_an_nvlink_switch_fabric() -> None:
     assert switch.non_torch_bytes == coefficients.non_torch_tp_bytes
     assert pcie.non_torch_bytes == coefficients.non_torch_bytes
     assert switch.activation_peak_bytes == pcie.activation_peak_bytes
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "reads_links"),
+    [
+        ("vllm", "0.33", True),
+        ("vllm", "0.11.0", True),
+        ("vllm", "0.6.1", True),
+        ("sglang", None, True),
+        ("trtllm", None, False),
+    ],
+)
+def test_links_of_one_overhead_link_kind_give_one_overhead(engine: str, version: str | None, reads_links: bool) -> None:
+    """The grid asks the overhead once per `overhead_link_kind` at a TP: for every pair of link facts among the
+    catalog's GPUs (and an unknown GPU's), at TP 1-8 and DP 1 / 4, a dense and an MLA model, links of one kind give
+    the overhead of the kind's first pair, term by term; TensorRT-LLM's overhead reads no link (one kind)."""
+    from pathlib import Path
+
+    from capacity.engines.registry import engine_profile
+    from models_registry.sources.gpu_catalog import load_gpu_skus
+    from tests.handmade import dense_spec, mla_spec
+
+    catalog = Path(__file__).resolve().parent.parent / "models_registry" / "catalog" / "gpus.yaml"
+    links = sorted({(g.nvlink_multicast, g.peer_link_gpus) for g in load_gpu_skus(catalog)}, key=str)
+    links.append((True, None))
+    profile = engine_profile(engine, version)
+    split, kinds = False, set()
+    for spec in (dense_spec(layers=8, heads=32, kv_heads=8, hidden=4096, intermediate=14336), mla_spec(layers=4)):
+        for tp, dp in ((1, 1), (2, 1), (4, 1), (8, 1), (1, 4), (2, 4)):
+            first: dict[object, tuple[int, int, int]] = {}
+            for multicast, peers in links:
+                got = profile.overhead(OverheadInputs(spec, tp, 1, 8192, 256, 2, multicast, peers, moe_dp_ranks=dp))
+                terms = (got.activation_peak_bytes, got.non_torch_bytes, got.cuda_graph_bytes)
+                kind = profile.overhead_link_kind(tp, multicast, peers)
+                kinds.add(kind)
+                assert first.setdefault(kind, terms) == terms, (spec.family, tp, dp, multicast, peers)
+            split = split or len(set(first.values())) > 1
+    # the links do move the overhead somewhere where the rule reads them (else the test would prove nothing)
+    assert split is reads_links and (len(kinds) > 1) is reads_links

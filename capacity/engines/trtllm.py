@@ -15,6 +15,7 @@ no model class for (`ec.TRTLLM_MODEL_CLASS_FIRST`: Jamba in none, Gemma 4 / Qwen
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 
 from capacity import engine_constants as ec
@@ -40,6 +41,10 @@ class TrtllmProfile(ProfileBase):
             ec.TRTLLM_DEFAULT_MAX_NUM_TOKENS,
             ec.TRTLLM_TOKENS_PER_BLOCK,
         )
+
+    def overhead_link_kind(self, tp: int, nvlink_multicast: bool, peer_link_gpus: int | None) -> Hashable:
+        """None: the profiling-pass model reads no link (its non-torch term follows TP alone)."""
+        return None
 
     def overhead(self, inputs: OverheadInputs) -> Overhead:
         """vLLM's profiling-pass model without CUDA graphs (captured after the KV allocation), plus the Mamba state
