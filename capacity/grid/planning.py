@@ -76,6 +76,8 @@ class _Registry:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # the GPU frame and the settings served per GPU (`frames.served_frames`), built once per build
     served: tuple[pl.DataFrame, pl.DataFrame] | None = None
+    # the engine settings a context view keeps (`tables._view_tables`): fixed once the registry is built, built once
+    view_settings: pl.DataFrame | None = None
     # the (`GpuSku.nvlink_multicast`, `GpuSku.peer_link_gpus`) pairs among the GPUs (the overhead differs
     # by them at TP > 1: non-torch memory, and the custom all-reduce's CUDA-graph charge); read once
     link_kinds: tuple[tuple[bool, int], ...] = ()

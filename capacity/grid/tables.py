@@ -351,8 +351,9 @@ def _view_tables(t: _Tables) -> tuple[pl.DataFrame, pl.DataFrame]:
         shapes, windows = _shape_frame(t.reg)
     pool_shapes = shapes.select(
         pl.col("_shape").cast(_ID).alias("shape_id"), *VIEW_SHAPE_COLUMNS, *pool_window_columns(windows)
-    )
-    _, served = served_frames(t.reg)
-    settings = served.select(pl.col("settings_id").cast(_ID), *VIEW_SETTINGS_COLUMNS).unique("settings_id")
-    pool_shapes_df, settings_df = pl.collect_all([pool_shapes, settings.sort("settings_id")])
-    return pool_shapes_df, settings_df
+    ).collect()
+    if t.reg.view_settings is None:  # the settings are all known once the registry is built: every chunk shares them
+        _, served = served_frames(t.reg)
+        settings = served.select(pl.col("settings_id").cast(_ID), *VIEW_SETTINGS_COLUMNS).unique("settings_id")
+        t.reg.view_settings = settings.sort("settings_id").collect()
+    return pool_shapes, t.reg.view_settings
