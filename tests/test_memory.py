@@ -223,3 +223,23 @@ def test_nvfp4_weights_are_4_5_bits_on_linear_layers() -> None:
     other = 2 * 128256 * 4096 + 32 * 2 * 4096 + 4096
     # 4-bit elements + one fp8 scale per 16 -> 9/16 byte per parameter
     assert estimate_weights(spec, "nvfp4").per_gpu_bytes == -(-((attention + mlp) * 9) // 16) + other * 2
+
+
+def test_stage_bytes_are_the_exact_sum_of_their_terms() -> None:
+    """`weights._exact_sum` (one common denominator, one reduction) equals the term-by-term Fraction sum
+    params x bytes per param / ranks, exactly, over the formats' bytes per parameter (int4 with odd group
+    sizes, MXFP4's 17/32, NVFP4's 9/16, an expert share of 3/7) and parameter counts up to 10^12."""
+    import random
+    from fractions import Fraction
+
+    from capacity.weights import _exact_sum
+
+    rng = random.Random(20261206)
+    per_param = [Fraction(2), Fraction(1), Fraction(17, 32), Fraction(9, 16), Fraction(133, 256), Fraction(69, 130)]
+    for _ in range(2000):
+        shares = [Fraction(1), Fraction(3, 7)]
+        terms = [
+            (rng.randrange(0, 10**12), rng.choice(per_param) * rng.choice(shares), rng.choice([1, 2, 3, 4, 6, 8]))
+            for _ in range(rng.randrange(1, 8))
+        ]
+        assert _exact_sum(terms) == sum((Fraction(p) * b / r for p, b, r in terms), Fraction(0))
