@@ -454,7 +454,7 @@ def _memory(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> _Memory:
             d.pp,
             dt.kv_name,
             lora=d.lora is not None,
-            speculative=d.speculative is not None,
+            speculative=d.speculative.method if d.speculative is not None else None,
             prefix_caching=d.prefix_caching.enabled,
             attention_dp=layout.dp,
         )

@@ -27,6 +27,7 @@ from capacity.engines import sglang as sg
 from capacity.engines.protocol import StartRequest
 from capacity.engines.registry import engine_profile
 from capacity.estimate import estimate
+from capacity.features.speculative import SpecMethod
 from capacity.hf_config import parse_config
 from capacity.pool import b_max, max_concurrency
 from capacity.spec import DeploymentSpec
@@ -738,7 +739,72 @@ def test_tiered_release_reserves_for_dp_attention_and_speculative() -> None:
     # 8 x H200 (143,771 MiB): (12 + 4 + 4) x 1024 = 20,480 -> 123,291 / 143,771 = 0.85755 -> 0.858; both: 22,528 -> 0.843
     assert sg.is_tiered_release("0.4.7.post1") and not sg.is_tiered_release("0.4.7")
     assert sg.tiered_mem_fraction_static(143771 * 2**20, 8, 1, attention_dp=8) == 0.858
-    assert sg.tiered_mem_fraction_static(143771 * 2**20, 8, 1, attention_dp=8, speculative=True) == 0.843
+    assert sg.tiered_mem_fraction_static(143771 * 2**20, 8, 1, attention_dp=8, speculative=SpecMethod.EAGLE) == 0.843
+
+
+@pytest.mark.parametrize(
+    ("version", "method", "expected"),
+    [
+        # 0.4.7.post1-0.5.1: + 2 GiB for any algorithm (the 0.5.1.post3 wheel: no test of the algorithm)
+        ("0.5.1", SpecMethod.NGRAM, 0.843),
+        # 0.5.2: STANDALONE + 6 GiB, every other algorithm (NGRAM included: the source's `else`) + 2 GiB:
+        # 20,480 + 6,144 = 26,624 -> 117,147 / 143,771 = 0.81481 -> 0.815
+        ("0.5.2", SpecMethod.DRAFT_MODEL, 0.815),
+        ("0.5.2", SpecMethod.NGRAM, 0.843),
+        ("0.5.2", SpecMethod.EAGLE3, 0.843),
+    ],
+)
+def test_tiered_speculative_reserve_by_algorithm(version: str, method: SpecMethod, expected: float) -> None:
+    """8 x H200 (143,771 MiB) at --attn-dp-size 8: (12 + 4 + 4) GiB = 20,480 MiB before the draft's reserve."""
+    got = sg.tiered_mem_fraction_static(143771 * 2**20, 8, 1, attention_dp=8, speculative=method, version=version)
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("smi_mib", "version", "method", "expected"),
+    [
+        # H100 SXM (81,559 MiB), TP 1, 0.5.3-0.5.9 (reserved 13,440, test_older_0_5_release_default_fraction): after the
+        # 10 GiB floor, STANDALONE + 6,144 -> 61,975 / 81,559 = 0.75988 -> 0.760; NGRAM + 0 -> 0.835; the EAGLE family
+        # and NEXTN + 2,048 -> 66,071 / 81,559 = 0.81010 -> 0.810
+        (81559, "0.5.5", SpecMethod.DRAFT_MODEL, 0.760),
+        (81559, "0.5.5", SpecMethod.NGRAM, 0.835),
+        (81559, "0.5.9", SpecMethod.EAGLE, 0.810),
+        (81559, "0.5.3", SpecMethod.MTP, 0.810),
+        # 0.5.10-0.5.13.post1: + 4,096 for the EAGLE family; 0.5.10's reserve has the 58 prefill graph sizes of
+        # chunked 8,192 (464): 13,904 + 4,096 = 18,000 -> 63,559 / 81,559 = 0.77930 -> 0.779
+        (81559, "0.5.10", SpecMethod.EAGLE, 0.779),
+        (81559, "0.5.13.post1", SpecMethod.MTP, 0.779),
+        # L40S (46,068 MiB, no floor below 60 GiB) on 0.5.12: 7,248 + 4,096 = 11,344 -> 34,724 / 46,068 = 0.75376
+        (46068, "0.5.12", SpecMethod.EAGLE3, 0.754),
+        # 0.5.14 dropped the term, as 0.5.23 (None) has none: the fractions without a draft
+        (81559, "0.5.14", SpecMethod.EAGLE, 0.830),
+        (81559, None, SpecMethod.DRAFT_MODEL, 0.830),
+    ],
+)
+def test_speculative_reserve_by_algorithm_0_5_3_to_0_5_13(
+    smi_mib: int, version: str | None, method: SpecMethod, expected: float
+) -> None:
+    """`_handle_gpu_memory_settings` read in the 0.5.3-0.5.19 wheels: the reserve a draft adds, by algorithm."""
+    assert sg.mem_fraction_static(smi_mib * 2**20, 1, 1, version=version, speculative=method) == expected
+    assert sg.mem_fraction_static(smi_mib * 2**20, 1, 1, version=version) >= expected
+
+
+def test_defaults_read_the_speculative_method() -> None:
+    """The profile's defaults pass the request's method to the release's rule, and an estimate its deployment's."""
+    from capacity.engines.registry import engine_profile
+    from capacity.estimate import estimate
+    from capacity.features.speculative import SpeculativeSpec
+    from capacity.spec import DeploymentSpec, GpuSku
+    from tests.handmade import dense_spec
+
+    h100 = GpuSku("test-h100", "H100 (test)", "nvidia", 81559 * 2**20, memory_total_mib_smi=81559, architecture="hopper")
+    spec = dense_spec(layers=32, heads=32, kv_heads=8, hidden=4096, intermediate=14336)
+    profile = engine_profile(Engine.SGLANG, "0.5.9")
+    asked = DefaultsRequest(spec, h100, h100.memory_total_bytes, 8192, 1, 1, speculative=SpecMethod.DRAFT_MODEL)
+    assert profile.defaults(asked).gpu_memory_utilization == 0.760
+    draft = SpeculativeSpec(SpecMethod.EAGLE, num_speculative_tokens=3)
+    got = estimate(spec, DeploymentSpec(engine="sglang", engine_version="0.5.9", speculative=draft), gpu=h100)
+    assert got.gpu_memory_utilization == 0.810
 
 
 def test_dp_attention_reserve_0_5_23() -> None:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Hashable
 
     from capacity.engines.kinds import Engine
+    from capacity.features.speculative import SpecMethod
     from capacity.hf_config.overrides import OverrideRule
     from capacity.numeric import Num
     from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
@@ -35,7 +36,7 @@ class DefaultsRequest:
     kv_dtype: str = "auto"
     # the features whose presence an engine's defaults read (vLLM V0 keeps chunked prefill off with them)
     lora: bool = False
-    speculative: bool = False
+    speculative: SpecMethod | None = None  # the speculative method (None: off); SGLang's reserve reads which
     prefix_caching: bool | None = None  # None: the engine's default
     attention_dp: int = 1  # attention data-parallel ranks (SGLang reserves graph padding per rank)
 

@@ -3,7 +3,8 @@
 Older releases differ in the default `mem_fraction_static` only (`defaults`), each read in that release's
 `server_args.py`: before 0.4.7.post1 a table by TP x PP, from 0.4.6 with rules of its own above 80 GiB
 (`legacy_mem_fraction_static`); 0.4.7.post1-0.5.2 a reserve per device-memory tier (`tiered_mem_fraction_static`); 0.5.3-0.5.19 the reserve below with a smaller < 35 GiB tier
-(`memory_tiers`), and before 0.5.10 no prefill-graph term; `profile_max_num_token` sized the pool as below.
+(`memory_tiers`), and before 0.5.10 no prefill-graph term; from 0.4.7.post1 to 0.5.13 a reserve for speculative
+decoding, by algorithm from 0.5.2 (`speculative_reserve_mib`); `profile_max_num_token` sized the pool as below.
 
 Rules followed, each read in the 0.5.23 wheel (python/sglang/srt/...):
 - defaults: `arg_groups/memory_hook.py` `handle_gpu_memory_settings` (chunked prefill size and decode
@@ -42,6 +43,7 @@ from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
 from capacity.engines.kinds import Engine
 from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest, StartRequest
 from capacity.engines.start_checks import fp8_method, long_length_refusal, quantization_refusal
+from capacity.features.speculative import SpecMethod
 from capacity.hf_config.overrides import OverrideRule
 from capacity.kv_bytes import layer_state_bytes
 from capacity.numeric import Num, as_float, at_least, both, choose, minimum, negate, truncate
@@ -85,12 +87,18 @@ class SglangProfile(ProfileBase):
         fraction: float
         version, speculative, dp = self.requested_version, request.speculative, request.attention_dp
         if is_tiered_release(version):
-            fraction = tiered_mem_fraction_static(device_bytes, tp, pp, speculative=speculative, attention_dp=dp)
+            fraction = tiered_mem_fraction_static(
+                device_bytes, tp, pp, speculative=speculative, attention_dp=dp, version=version
+            )
         elif is_legacy_release(version):
             cuda = gpu is None or gpu.vendor == "nvidia"
-            fraction = legacy_mem_fraction_static(tp, pp, device_bytes, version, cuda=cuda, speculative=speculative)
+            fraction = legacy_mem_fraction_static(
+                tp, pp, device_bytes, version, cuda=cuda, speculative=speculative is not None
+            )
         else:
-            fraction = mem_fraction_static(device_bytes, tp, pp, mla=model.is_mla, version=version, attention_dp=dp)
+            fraction = mem_fraction_static(
+                device_bytes, tp, pp, mla=model.is_mla, version=version, attention_dp=dp, speculative=speculative
+            )
         if serves_multimodal(model, self.requested_version):
             tower = model.vision_tower
             fraction *= vlm_mem_fraction_factor(tower.num_layers, tower.hidden_size) if tower else 1.0
@@ -304,15 +312,35 @@ def reserved_mib(
 
 
 @lru_cache(maxsize=4096)  # pure; the grid asks it per model class, GPU, TP, PP and KV dtype
-def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = False,
-                        version: str | None = None, attention_dp: int = 1) -> float:  # fmt: skip
+def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = False, version: str | None = None,
+                        attention_dp: int = 1, speculative: SpecMethod | None = None) -> float:  # fmt: skip
     """`handle_gpu_memory_settings`: round((gpu - reserved) / gpu, 3) in MiB, the text model's fraction (`defaults`
-    applies the VLM factor, `vlm_mem_fraction_factor`, to multimodal checkpoints)."""
+    applies the VLM factor, `vlm_mem_fraction_factor`, to multimodal checkpoints); with speculative decoding the
+    release's reserve for its algorithm after the floor (`speculative_reserve_mib`)."""
     if gpu_memory_bytes <= 0:
         return sc.SGLANG_FALLBACK_MEM_FRACTION
     gpu_mib = gpu_memory_bytes / ec.MIB
     reserved = reserved_mib(gpu_memory_bytes, tp, pp, mla=mla, version=version, attention_dp=attention_dp)
+    reserved += speculative_reserve_mib(speculative, version)
     return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
+def speculative_reserve_mib(method: SpecMethod | None, version: str | None) -> float:
+    """MiB the release's default fraction reserves for speculative decoding with `method` (None: off): 0.4.7.post1-0.5.1
+    2 GiB for any algorithm; from 0.5.2 by algorithm (`sc.SGLANG_SPECULATIVE_RESERVE_MIB`: a draft model, STANDALONE,
+    6 GiB; NGRAM 2 GiB in 0.5.2, none from 0.5.3; the EAGLE family and NEXTN 2 GiB, 4 GiB from 0.5.10); none from
+    0.5.14 (None: the modelled 0.5.23). `SpecMethod.UNKNOWN` (a log that names no algorithm) takes the EAGLE branch, the
+    source's `else`."""
+    if method is None:
+        return 0.0
+    release = _release(version)
+    era = [row for row in sc.SGLANG_SPECULATIVE_RESERVE_MIB if release is None or release >= row[0]]
+    if not era:
+        return sc.SGLANG_TIERED_SPECULATIVE_GIB * 1024
+    _, draft_model, ngram, other = era[-1]
+    if method is SpecMethod.DRAFT_MODEL:
+        return float(draft_model)
+    return float(ngram if method is SpecMethod.NGRAM else other)
 
 
 def is_legacy_release(version: str | None) -> bool:
@@ -331,11 +359,17 @@ def is_tiered_release(version: str | None) -> bool:
 
 
 def tiered_mem_fraction_static(
-    gpu_memory_bytes: int, tp: int, pp: int, *, speculative: bool = False, attention_dp: int = 1
+    gpu_memory_bytes: int,
+    tp: int,
+    pp: int,
+    *,
+    speculative: SpecMethod | None = None,
+    attention_dp: int = 1,
+    version: str | None = None,
 ) -> float:
     """0.4.7.post1-0.5.2 `ServerArgs.__post_init__`: round((gpu - reserved) / gpu, 3) in nvidia-smi MiB, reserved =
-    (base + TP x PP x per rank) GiB of the device's tier, 2 GiB more with speculative decoding, 4 with DP
-    attention."""
+    (base + TP x PP x per rank) GiB of the device's tier, more with speculative decoding (`speculative_reserve_mib`:
+    2 GiB, 6 GiB for a draft model in 0.5.2), 4 GiB with DP attention; `version` None: a release before 0.5.2."""
     if gpu_memory_bytes <= 0:
         return sc.SGLANG_LEGACY_MEM_FRACTION_BY_RANKS[-1][1]  # gpu_mem unknown: 0.88
     gpu_mib = gpu_memory_bytes / ec.MIB
@@ -343,7 +377,8 @@ def tiered_mem_fraction_static(
     base_gib, per_rank_gib = next((base, per) for below, base, per in sc.SGLANG_TIERED_RESERVE_GIB
                                   if below is None or gpu_mib < below)  # fmt: skip
     reserved_gib = base_gib + ranks * per_rank_gib
-    reserved_gib += sc.SGLANG_TIERED_SPECULATIVE_GIB if speculative else 0.0
+    # the first tiered release stands in for an unnamed one: the same 2 GiB for any algorithm as up to 0.5.1
+    reserved_gib += speculative_reserve_mib(speculative, version or sc.SGLANG_TIERED_FIRST_RELEASE) / 1024
     reserved_gib += sc.SGLANG_TIERED_DP_ATTENTION_GIB if attention_dp > 1 else 0.0
     return round((gpu_mib - reserved_gib * 1024) / gpu_mib, 3)
 

@@ -73,8 +73,19 @@ SGLANG_LEGACY_CUDA_LARGE_FRACTION = 0.79
 # (below this many MiB, base GiB, GiB per rank of TP x PP), first match wins, the last tier flat 32 GiB;
 # + 2 GiB with speculative decoding, + 4 GiB with DP attention
 SGLANG_TIERED_RELEASES_FROM = (0, 4, 7, 1)
+SGLANG_TIERED_FIRST_RELEASE = "0.4.7.post1"
 SGLANG_TIERED_SPECULATIVE_GIB = 2.0
 SGLANG_TIERED_DP_ATTENTION_GIB = 4.0
+# The reserve for speculative decoding by algorithm (server_args.py, read in the 0.5.1.post3, 0.5.2, 0.5.3 to 0.5.9,
+# 0.5.3.post3, 0.5.10, 0.5.10.post1, 0.5.11 to 0.5.13.post1, 0.5.14 to 0.5.19 wheels): (first release, MiB for
+# STANDALONE (a draft model), NGRAM, any other algorithm (EAGLE, EAGLE3, NEXTN)). Before 0.5.2 the tiered rule adds
+# SGLANG_TIERED_SPECULATIVE_GIB for any algorithm; from 0.5.3 the term follows the 10 GiB floor; 0.5.14 dropped it
+SGLANG_SPECULATIVE_RESERVE_MIB: tuple[tuple[tuple[int, ...], int, int, int], ...] = (
+    ((0, 5, 2), 6 * 1024, 2 * 1024, 2 * 1024),
+    ((0, 5, 3), 6 * 1024, 0, 2 * 1024),
+    ((0, 5, 10), 6 * 1024, 0, 4 * 1024),
+    ((0, 5, 14), 0, 0, 0),
+)
 SGLANG_TIERED_RELEASES_BEFORE = (0, 5, 3)
 SGLANG_TIERED_RESERVE_GIB: tuple[tuple[int | None, float, float], ...] = (
     (20 * 1024, 2.8, 0.1),  # T4, 4080

@@ -102,7 +102,7 @@ def v0_batched_tokens(version: str | None, request: DefaultsRequest) -> int:
         not rule.long_context_chunked
         or request.max_model_len <= V0_LONG_CONTEXT_TOKENS
         or model.has_window_layers
-        or request.speculative
+        or request.speculative is not None
         or request.lora
         or (rule.off_for_multimodal and multimodal)
         or (rule.off_for_mla and model.is_mla)
