@@ -326,18 +326,15 @@ def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = 
 
 
 def speculative_reserve_mib(method: SpecMethod | None, version: str | None) -> float:
-    """MiB the release's default fraction reserves for speculative decoding with `method` (None: off): 0.4.7.post1-0.5.1
-    2 GiB for any algorithm; from 0.5.2 by algorithm (`sc.SGLANG_SPECULATIVE_RESERVE_MIB`: a draft model, STANDALONE,
-    6 GiB; NGRAM 2 GiB in 0.5.2, none from 0.5.3; the EAGLE family and NEXTN 2 GiB, 4 GiB from 0.5.10); none from
-    0.5.14 (None: the modelled 0.5.23). `SpecMethod.UNKNOWN` (a log that names no algorithm) takes the EAGLE branch, the
-    source's `else`."""
+    """MiB the release's default fraction reserves for speculative decoding with `method` (None: off), by release
+    (`sc.SGLANG_SPECULATIVE_RESERVE_MIB`; None: the modelled 0.5.23): 0.4.7.post1-0.5.1 2 GiB for any algorithm; from
+    0.5.2 a draft model (STANDALONE) 6 GiB, NGRAM 2 GiB in 0.5.2 and none from 0.5.3, the EAGLE family and NEXTN
+    2 GiB, 4 GiB from 0.5.10; none from 0.5.14. `SpecMethod.UNKNOWN` (a log that names no algorithm) takes the EAGLE
+    branch, the source's `else`."""
     if method is None:
         return 0.0
-    release = _release(version)
-    era = [row for row in sc.SGLANG_SPECULATIVE_RESERVE_MIB if release is None or release >= row[0]]
-    if not era:
-        return sc.SGLANG_TIERED_SPECULATIVE_GIB * 1024
-    _, draft_model, ngram, other = era[-1]
+    release = version if _release(version) is not None else sc.SGLANG_VERSION  # unreadable: as the modelled release
+    draft_model, ngram, other = ec.by_first_release(release, sc.SGLANG_SPECULATIVE_RESERVE_MIB, (0, 0, 0))
     if method is SpecMethod.DRAFT_MODEL:
         return float(draft_model)
     return float(ngram if method is SpecMethod.NGRAM else other)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from capacity.engine_constants import GIB
 
-# SGLang 0.5.23, read in the wheel (sglang-0.5.23-cp311, python/sglang/srt/...). No older release was
-# read, so these are constants of that release, not a table of releases.
+# SGLang 0.5.23, read in the wheel (sglang-0.5.23-cp311, python/sglang/srt/...); the tables by release below
+# name the older wheels they were read in.
 SGLANG_VERSION = "0.5.23"
 SGLANG_DEFAULT_VERSION = SGLANG_VERSION  # the release the grid plans SGLang at (the one modelled)
 SGLANG_PAGE_SIZE = 1  # fields/schedule.py page_size None -> 1 for FA3 (Hopper), FlashInfer, Triton
@@ -71,21 +71,10 @@ SGLANG_LEGACY_CUDA_LARGE_FRACTION = 0.79
 # 0.5.0rc0 and 0.5.2 wheels; 0.5.3 moved to _handle_gpu_memory_settings): without --mem-fraction-static,
 # fraction = round((gpu - reserved) / gpu, 3), gpu = nvidia-smi memory.total (MiB) and reserved (MiB) by tier:
 # (below this many MiB, base GiB, GiB per rank of TP x PP), first match wins, the last tier flat 32 GiB;
-# + 2 GiB with speculative decoding, + 4 GiB with DP attention
+# + the speculative reserve (`SGLANG_SPECULATIVE_RESERVE_MIB`), + 4 GiB with DP attention
 SGLANG_TIERED_RELEASES_FROM = (0, 4, 7, 1)
-SGLANG_TIERED_FIRST_RELEASE = "0.4.7.post1"
-SGLANG_TIERED_SPECULATIVE_GIB = 2.0
+SGLANG_TIERED_FIRST_RELEASE = "0.4.7.post1"  # the same release as text (what a tiered rule without a release assumes)
 SGLANG_TIERED_DP_ATTENTION_GIB = 4.0
-# The reserve for speculative decoding by algorithm (server_args.py, read in the 0.5.1.post3, 0.5.2, 0.5.3 to 0.5.9,
-# 0.5.3.post3, 0.5.10, 0.5.10.post1, 0.5.11 to 0.5.13.post1, 0.5.14 to 0.5.19 wheels): (first release, MiB for
-# STANDALONE (a draft model), NGRAM, any other algorithm (EAGLE, EAGLE3, NEXTN)). Before 0.5.2 the tiered rule adds
-# SGLANG_TIERED_SPECULATIVE_GIB for any algorithm; from 0.5.3 the term follows the 10 GiB floor; 0.5.14 dropped it
-SGLANG_SPECULATIVE_RESERVE_MIB: tuple[tuple[tuple[int, ...], int, int, int], ...] = (
-    ((0, 5, 2), 6 * 1024, 2 * 1024, 2 * 1024),
-    ((0, 5, 3), 6 * 1024, 0, 2 * 1024),
-    ((0, 5, 10), 6 * 1024, 0, 4 * 1024),
-    ((0, 5, 14), 0, 0, 0),
-)
 SGLANG_TIERED_RELEASES_BEFORE = (0, 5, 3)
 SGLANG_TIERED_RESERVE_GIB: tuple[tuple[int | None, float, float], ...] = (
     (20 * 1024, 2.8, 0.1),  # T4, 4080
@@ -94,6 +83,18 @@ SGLANG_TIERED_RESERVE_GIB: tuple[tuple[int | None, float, float], ...] = (
     (100 * 1024, 12.0, 0.5),  # H20
     (160 * 1024, 12.0, 0.5),  # H200
     (None, 32.0, 0.0),  # B200, MI300
+)
+# The reserve for speculative decoding by algorithm (server_args.py, read in the 0.4.7.post1, 0.4.8, 0.4.9, 0.4.10,
+# 0.5.1, 0.5.1.post3, 0.5.2, 0.5.3 to 0.5.9, 0.5.3.post3, 0.5.10, 0.5.10.post1, 0.5.11 to 0.5.13.post1, 0.5.14 to
+# 0.5.19 wheels): (first release, MiB for STANDALONE (a draft model), NGRAM, any other algorithm: EAGLE, EAGLE3,
+# NEXTN), read by `engine_constants.by_first_release`. The tiered rule from 0.4.7.post1 (0.4.7 itself takes the legacy
+# rule, which never asks this table); from 0.5.3 the term follows the 10 GiB floor; 0.5.14 dropped it
+SGLANG_SPECULATIVE_RESERVE_MIB: tuple[tuple[str, tuple[int, int, int]], ...] = (
+    ("0.4.7", (2 * 1024, 2 * 1024, 2 * 1024)),
+    ("0.5.2", (6 * 1024, 2 * 1024, 2 * 1024)),
+    ("0.5.3", (6 * 1024, 0, 2 * 1024)),
+    ("0.5.10", (6 * 1024, 0, 4 * 1024)),
+    ("0.5.14", (0, 0, 0)),
 )
 
 
