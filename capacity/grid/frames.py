@@ -329,19 +329,23 @@ def _single(f: _Frames) -> pl.LazyFrame:
     )
 
 
-def _not_fitting(single: pl.LazyFrame, windows: int) -> pl.LazyFrame:
-    """PP > 1 only at the node's TP, and only where PP = 1 at that TP holds no sequence of the
-    model's smallest grid context: (group, GPU, node TP) of the PP = 1 TP-only deployments that do not fit."""
+_FITS = "_fits_smallest"
+
+
+def _fits_smallest(windows: int) -> pl.Expr:
+    """Whether a deployment holds one sequence of the model's smallest grid context (`_FITS`)."""
     t_min = pl.col("min_context")
     budget = pl.col("kv_budget_bytes_per_gpu")
+    fits = (budget > 0) & (pl.col("max_model_len") >= t_min) & _pool_terms(windows).fits(t_min, 1)
+    return fits.alias(_FITS)
+
+
+def _not_fitting(single: pl.LazyFrame) -> pl.LazyFrame:
+    """PP > 1 only at the node's TP, and only where PP = 1 at that TP holds no sequence of the
+    model's smallest grid context (`_fits_smallest`, computed on `single`): (group, GPU, node TP) of
+    the PP = 1 TP-only deployments that do not fit."""
     return single.filter(
-        (pl.col("tp") == pl.col("node_tp"))
-        & (pl.col("dp") == 1)
-        & ~(
-            (budget > 0)
-            & (pl.col("max_model_len") >= t_min)
-            & _pool_terms(windows).fits(t_min, 1)
-        )
+        (pl.col("tp") == pl.col("node_tp")) & (pl.col("dp") == 1) & ~pl.col(_FITS)
     ).select(*_GROUP, "gpu_idx", "node_tp")
 
 
@@ -358,6 +362,11 @@ def _multi(f: _Frames, not_fitting: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def _view_keep() -> list[str]:
+    """What a context view's deployments table stores (`tables.GridTables.context_view`), keys first."""
+    return ["_rank", "model_idx", "gpu_idx", "_shape", "settings_id", *DEPLOYMENT_ONLY_COLUMNS, "pool_swa_capacity"]
+
+
 def _keep(windows: int) -> list[str]:
     pool = [*POOL_COLUMNS, *pool_window_columns(windows)]
     return ["_rank", "model_idx", "gpu_idx", "_shape", "settings_id", *DEPLOYMENT_ONLY_COLUMNS, *pool, *_perf_keep()]
@@ -370,8 +379,8 @@ def _ordered(deployments: pl.LazyFrame, gpus: int, layouts: int) -> pl.LazyFrame
 
 def _plan_tables(t: _Tables) -> _Plan:
     f = _frames(t)
-    single = _single(f)
-    multi = _multi(f, _not_fitting(single, f.windows))
+    single = _single(f).with_columns(_fits_smallest(f.windows))
+    multi = _multi(f, _not_fitting(single))
     keep = _keep(f.windows)
     deployments = _ordered(pl.concat([single.select(keep), multi.select(keep)]), len(t.reg.gpus), f.layouts)
     return _Plan(

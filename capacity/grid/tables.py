@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import polars as pl
 import polars.selectors as cs
 
-from capacity.columns import grid_select
+from capacity.columns import grid_schema, grid_select
 from capacity.grid.columns import (
     _F64,
     _ID,
@@ -28,7 +28,9 @@ from capacity.grid.columns import (
 )
 from capacity.grid.contexts import _at_contexts, _exact_divisor
 from capacity.grid.frames import (
+    _FITS,
     _GROUP,
+    _fits_smallest,
     _Frames,
     _frames,
     _keep,
@@ -37,6 +39,7 @@ from capacity.grid.frames import (
     _ordered,
     _shape_frame,
     _single,
+    _view_keep,
     _with_windows,
     served_frames,
 )
@@ -250,12 +253,21 @@ def _collect_tables(
     does not fit): most PP > 1 layouts would have no deployment, and planning them is half the
     per-layout Python work."""
     f1 = _frames(t1)
-    extra = [c for c in (*_GROUP, "tp", "dp", "node_tp", "min_context", "max_model_len") if c not in _keep(0)]
+    # a context view with no limits or pools asked keeps per deployment only what its tables store: the
+    # pool's shape, the speed terms and the settings stay at their own grain (ids), not copied onto
+    # every deployment through the sort
+    narrow = context_view and concurrencies is None and not pools
+
+    def keep(windows: int) -> list[str]:
+        return _view_keep() if narrow else _keep(windows)
+
+    extra = [c for c in (*_GROUP, "tp", "dp", "node_tp") if c not in keep(0)]
     # the sizing (joins, then column arithmetic on a few hundred thousand rows) costs less CPU on
     # Polars' in-memory engine; the context rows (a join that multiplies rows, then arithmetic) less
     # on the streaming engine, its default
-    single = _single(f1).select(*_keep(f1.windows), *extra).collect(engine="in-memory")
-    not_fitting = _not_fitting(single.lazy(), f1.windows).collect()
+    sized = _single(f1).with_columns(_fits_smallest(f1.windows))
+    single = sized.select(*keep(f1.windows), *extra, _FITS).collect(engine="in-memory")
+    not_fitting = _not_fitting(single.lazy()).collect()
     groups: dict[int, tuple[set[int], set[tuple[int, int, int]]]] = {}
     for m, e, w, k, _gpu, node_tp in not_fitting.iter_rows():
         tps, wanted = groups.setdefault(m, (set(), set()))
@@ -268,10 +280,10 @@ def _collect_tables(
         f2 = _frames(t2)
         parts.append((f2, _multi(f2, not_fitting.lazy())))
     windows = max(f.windows for f, _ in parts)
-    keep = _keep(windows)
+    kept = keep(windows)
     deployments = (
         _ordered(
-            pl.concat([_with_windows(frame, f.windows, windows).select(keep) for f, frame in parts]),
+            pl.concat([(frame if narrow else _with_windows(frame, f.windows, windows)).select(kept) for f, frame in parts]),
             len(t1.reg.gpus),
             parts[-1][0].layouts,
         )
@@ -289,11 +301,14 @@ def _collect_tables(
     model_contexts = f1.model_frame.select("model_idx", pl.col("contexts").alias("context")).explode("context")
     if not contexts or context_view:
         model_contexts = model_contexts.head(0)
-    context_rows = deployments.lazy().join(model_contexts, on="model_idx", how="inner", maintain_order="left")
-    slots = used_window_slots(deployments)
-    staged = _at_contexts(FrameRows(context_rows), windows, scaled=True, speed=t1.reg.options.speed, slots=slots)
-    assert isinstance(staged, FrameRows)
-    context_rows = staged.frame.select(pl.col("deployment_id").cast(_ID), *TABLE_CONTEXT_COLUMNS)
+    if narrow:  # the context view computes them when read
+        context_rows = pl.LazyFrame(schema={"deployment_id": _ID, **_table_context_schema()})
+    else:
+        context_rows = deployments.lazy().join(model_contexts, on="model_idx", how="inner", maintain_order="left")
+        slots = used_window_slots(deployments)
+        staged = _at_contexts(FrameRows(context_rows), windows, scaled=True, speed=t1.reg.options.speed, slots=slots)
+        assert isinstance(staged, FrameRows)
+        context_rows = staged.frame.select(pl.col("deployment_id").cast(_ID), *TABLE_CONTEXT_COLUMNS)
     layout_id = used.search_sorted(deployments.select(key).to_series()) + first_layout_id
     gpus = f1.gpu_frame.select(pl.col("gpu_idx").cast(_ID).alias("gpu_id"), *GPU_COLUMNS, *gpu_extra)
     limits = max_contexts(deployments, concurrencies) if concurrencies is not None else None
@@ -324,6 +339,12 @@ def _collect_tables(
         pool_shapes=pool_shapes,
         settings=settings,
     )
+
+
+def _table_context_schema() -> dict[str, pl.DataType | type[pl.DataType]]:
+    """The dtypes of TABLE_CONTEXT_COLUMNS: the grid's, `max_concurrency_e4` an exact Int64."""
+    schema = grid_schema()
+    return {c: pl.Int64 if c == "max_concurrency_e4" else schema[c] for c in TABLE_CONTEXT_COLUMNS}
 
 
 def _layouts_table(
