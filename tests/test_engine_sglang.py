@@ -27,7 +27,7 @@ from capacity.engines import sglang as sg
 from capacity.engines.protocol import StartRequest
 from capacity.engines.registry import engine_profile
 from capacity.estimate import estimate
-from capacity.features.speculative import SpecMethod
+from capacity.features.speculative import SpecMethod, SpeculativeSpec
 from capacity.hf_config import parse_config
 from capacity.pool import b_max, max_concurrency
 from capacity.spec import DeploymentSpec
@@ -849,3 +849,40 @@ def test_release_default_fractions_name_every_older_era() -> None:
     fractions = sg.release_default_fractions(_spec("Qwen/Qwen3-8B"), rtx4090, rtx4090.memory_total_bytes, 1, 1)
     assert fractions == {"before 0.4.7.post1": 0.88, "0.4.7.post1-0.5.2": 0.879, "0.5.3-0.5.4": 0.848, "0.5.5-0.5.9": 0.847,
                          "0.5.10-0.5.19": 0.833}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("method", "expected"),
+    [
+        # RTX 4090, TP 1 (24,564 MiB; reserves of test_older_0_5_release_default_fraction, no 10 GiB floor below 60 GiB),
+        # EAGLE: 0.4.7 0.88 x 0.95 = 0.836; 0.4.7.post1-0.5.2 2,969.6 + 2,048 -> 19,546.4 / 24,564 = 0.79574 -> 0.796;
+        # 0.5.3-0.5.4 3,744 + 2,048 -> 0.76421 and 0.5.5-0.5.9 3,760 + 2,048 -> 0.76356: both 0.764, one era;
+        # 0.5.10-0.5.13 4,096 + 4,096 -> 16,372 / 24,564 = 0.66651 -> 0.667; 0.5.14-0.5.19 no reserve: 0.833
+        (SpecMethod.EAGLE, {"before 0.4.7.post1": 0.836, "0.4.7.post1-0.5.2": 0.796, "0.5.3-0.5.9": 0.764,
+                            "0.5.10-0.5.13": 0.667, "0.5.14-0.5.19": 0.833}),
+        # a draft model (STANDALONE): 2 GiB up to 0.5.1 (0.796), 6 GiB from 0.5.2: 2,969.6 + 6,144 -> 15,450.4 /
+        # 24,564 = 0.62899 -> 0.629; 0.5.3-0.5.9 9,888 -> 0.59746 and 9,904 -> 0.59681: 0.597; 0.5.10-0.5.13 10,240 ->
+        # 14,324 / 24,564 = 0.58313 -> 0.583
+        (SpecMethod.DRAFT_MODEL, {"before 0.4.7.post1": 0.836, "0.4.7.post1-0.5.1": 0.796, "0.5.2": 0.629,
+                                  "0.5.3-0.5.9": 0.597, "0.5.10-0.5.13": 0.583, "0.5.14-0.5.19": 0.833}),
+    ],
+)
+def test_release_default_fractions_with_speculative_decoding(method: SpecMethod, expected: dict[str, float]) -> None:
+    """The eras split where the draft's reserve moved (0.5.2, 0.5.10, 0.5.14) and merge where this deployment's
+    fraction is the same."""
+    rtx4090 = find_gpu_sku("rtx-4090-24gb")
+    got = sg.release_default_fractions(_spec("Qwen/Qwen3-8B"), rtx4090, rtx4090.memory_total_bytes, 1, 1, method)
+    assert got == expected
+
+
+def test_assumption_note_names_the_older_releases_reserve_for_a_draft() -> None:
+    """Without --engine-version the note lists the older releases' fractions with the deployment's draft. L40S
+    (46,068 MiB), TP 1, EAGLE: 0.4.7.post1-0.5.2 the 90 GiB tier's (9.5 + 0.5) GiB + 2 GiB = 12,288 -> 33,780 / 46,068 =
+    0.73326 -> 0.733; 0.5.5 6,848 + 2,048 -> 37,172 / 46,068 = 0.80689 -> 0.807 (0.5.3-0.5.4 rounds to the same);
+    0.5.10-0.5.13 7,248 + 4,096 -> 0.754; 0.5.14 on 0.843, as 0.5.23 (not listed: no difference)."""
+    l40s = find_gpu_sku("l40s-48gb")
+    draft = DeploymentSpec(engine="sglang", speculative=SpeculativeSpec(SpecMethod.EAGLE, num_speculative_tokens=3))
+    got = estimate(_spec("Qwen/Qwen3-8B"), draft, gpu=l40s)
+    assert got.gpu_memory_utilization == 0.843
+    note = next(n for n in got.notes if "older releases default" in n)
+    assert "to 0.733 (0.4.7.post1-0.5.2), 0.807 (0.5.3-0.5.9), 0.754 (0.5.10-0.5.13) at 1 rank(s), not 0.843" in note

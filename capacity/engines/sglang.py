@@ -185,7 +185,8 @@ class SglangProfile(ProfileBase):
         c, d = context, context.deployment
         if d.engine_version is not None or d.gpu_memory_utilization is not None:
             return out
-        fractions = release_default_fractions(c.inputs.model, c.gpu, c.total_bytes, d.tp, d.pp)
+        method = d.speculative.method if d.speculative is not None else None
+        fractions = release_default_fractions(c.inputs.model, c.gpu, c.total_bytes, d.tp, d.pp, method)
         eras = {era: f for era, f in fractions.items()
                 if abs(f - c.utilization) * c.total_bytes > ASSUMPTION_SHARE * c.budget_bytes}
         if eras:
@@ -380,20 +381,43 @@ def tiered_mem_fraction_static(
     return round((gpu_mib - reserved_gib * 1024) / gpu_mib, 3)
 
 
-# a release of each era whose default fraction differs (for the "no --engine-version" assumption note)
-RELEASE_ERA_REPRESENTATIVES = (("before 0.4.7.post1", "0.4.7"), ("0.4.7.post1-0.5.2", "0.5.2"), ("0.5.3-0.5.4", "0.5.4"),
-                               ("0.5.5-0.5.9", "0.5.9"), ("0.5.10-0.5.19", "0.5.19"))  # fmt: skip
+# the releases whose default fraction rules differ (the fraction's own and the speculative reserve's, by algorithm):
+# (first release of the era, last release, the release asked for it; None: from the oldest), oldest first
+RELEASE_ERAS = (
+    (None, "0.4.7", "0.4.7"),
+    ("0.4.7.post1", "0.5.1", "0.5.1"),
+    ("0.5.2", "0.5.2", "0.5.2"),
+    ("0.5.3", "0.5.4", "0.5.4"),
+    ("0.5.5", "0.5.9", "0.5.9"),
+    ("0.5.10", "0.5.13", "0.5.13"),
+    ("0.5.14", "0.5.19", "0.5.19"),
+)
 
 
-def release_default_fractions(model: ModelSpec, gpu: GpuSku | None, gpu_memory_bytes: int, tp: int,
-                              pp: int) -> dict[str, float]:  # fmt: skip
-    """The default `mem_fraction_static` of each older release era on this deployment, by era name: what an
-    estimate without --engine-version (0.5.23's rules) should say it assumed where they differ."""
-    out: dict[str, float] = {}
-    for era, version in RELEASE_ERA_REPRESENTATIVES:
+def release_default_fractions(model: ModelSpec, gpu: GpuSku | None, gpu_memory_bytes: int, tp: int, pp: int,
+                              speculative: SpecMethod | None = None) -> dict[str, float]:  # fmt: skip
+    """The default `mem_fraction_static` of each older release era on this deployment (with speculative decoding by
+    `speculative`, None: off), by era name: what an estimate without --engine-version (0.5.23's rules) should say it
+    assumed where they differ. Neighbouring eras that give this deployment the same fraction are named as one."""
+    merged: list[tuple[int, int, float]] = []  # (first era, last era, fraction)
+    for i, (_, _, version) in enumerate(RELEASE_ERAS):
         profile = SglangProfile(requested_version=version)
-        out[era] = profile.defaults(DefaultsRequest(model, gpu, gpu_memory_bytes, 0, tp, pp)).gpu_memory_utilization
-    return out
+        asked = DefaultsRequest(model, gpu, gpu_memory_bytes, 0, tp, pp, speculative=speculative)
+        fraction = profile.defaults(asked).gpu_memory_utilization
+        if merged and merged[-1][2] == fraction:
+            merged[-1] = (merged[-1][0], i, fraction)
+        else:
+            merged.append((i, i, fraction))
+    return {_era_name(first, last): fraction for first, last, fraction in merged}
+
+
+def _era_name(first: int, last: int) -> str:
+    """Eras `first`..`last` of RELEASE_ERAS as one name: "before <the next era's first release>" from the oldest,
+    else "<first release>-<last release>" (one release: its name)."""
+    start, end = RELEASE_ERAS[first][0], RELEASE_ERAS[last][1]
+    if start is None:
+        return f"before {RELEASE_ERAS[last + 1][0]}" if last + 1 < len(RELEASE_ERAS) else f"up to {end}"
+    return start if start == end else f"{start}-{end}"
 
 
 def legacy_mem_fraction_static(
