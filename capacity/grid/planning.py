@@ -25,7 +25,7 @@ from capacity.parallel import valid_tp_sizes
 from capacity.performance import efficiency_for
 from capacity.pool import KVPool, PoolUnit
 from capacity.spec import GpuSku, ModelSpec, SpecError, StateMixer
-from capacity.weights import WeightsEstimate, estimate_weights, with_layout_extra, with_weight_copies
+from capacity.weights import WeightsEstimate, estimate_weights, weight_format, with_layout_extra, with_weight_copies
 
 # --- the per-layout part: the scalar helpers, called once per distinct input ----------------------
 
@@ -423,6 +423,9 @@ class _ModelWork:
     kv_view_id: int  # `_Registry.kv_view` of the model: its layers without parameter counts
     kv_view: ModelSpec
     weights: dict[tuple[object, ...], WeightsEstimate] = field(default_factory=dict)
+    # the speed terms of a layout (`speed._perf_layout_row`), keyed by what they read of it: the engine only through
+    # the weight format and the serving dtype it resolves, so engines that resolve them alike share the row
+    perf: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)
 
 
 def _weight_rows(
@@ -462,8 +465,13 @@ def _weight_rows(
             gpu_idxs = _within(_within(gpu_idxs, starting[key]), dp_gpus)
             if gpu_idxs == ():
                 continue  # the engine refuses this layout on every GPU of the variant
-            variant = w if per_gpu_bytes == w.per_gpu_bytes else replace(w, per_gpu_bytes=per_gpu_bytes)
-            perf = _perf_layout_row(spec, tp, pp, weight_dtype, profile.engine, variant, kv_bytes, layout)
+            fmt = weight_format(spec, weight_dtype, profile.engine)
+            pkey = (fmt, act_dtype, weight_dtype, pp, per_gpu_bytes, w.format_name, kv_bytes, layout)
+            perf = work.perf.get(pkey)
+            if perf is None:
+                variant = w if per_gpu_bytes == w.per_gpu_bytes else replace(w, per_gpu_bytes=per_gpu_bytes)
+                perf = _perf_layout_row(spec, tp, pp, weight_dtype, profile.engine, variant, kv_bytes, layout)
+                work.perf[pkey] = perf
             rank = t.rank_base + len(t.layouts)
             t.layouts.append(
                 (rank, kv_id, w_idx, weight_dtype, w_fp8, w_fp4, w.format_name, w.source, per_gpu_bytes,
