@@ -257,39 +257,8 @@ def _collect_tables(
     # pool's shape, the speed terms and the settings stay at their own grain (ids), not copied onto
     # every deployment through the sort
     narrow = context_view and concurrencies is None and not pools
-
-    def keep(windows: int) -> list[str]:
-        return _view_keep() if narrow else _keep(windows)
-
-    extra = [c for c in (*_GROUP, "tp", "dp", "node_tp") if c not in keep(0)]
-    # the sizing (joins, then column arithmetic on a few hundred thousand rows) costs less CPU on
-    # Polars' in-memory engine; the context rows (a join that multiplies rows, then arithmetic) less
-    # on the streaming engine, its default
-    sized = _single(f1).with_columns(_fits_smallest(f1.windows))
-    single = sized.select(*keep(f1.windows), *extra, _FITS).collect(engine="in-memory")
-    not_fitting = _not_fitting(single.lazy()).collect()
-    groups: dict[int, tuple[set[int], set[tuple[int, int, int]]]] = {}
-    for m, e, w, k, _gpu, node_tp in not_fitting.iter_rows():
-        tps, wanted = groups.setdefault(m, (set(), set()))
-        tps.add(node_tp)
-        wanted.add((e, k, w))
-    parts = [(f1, single.lazy())]
-    if groups:
-        rank_base, kv_base = f1.layouts, t1.kv_base + len(t1.kv_layouts)
-        t2 = _build_tables(t1.reg, models, first, pp_groups=groups, rank_base=rank_base, kv_base=kv_base)
-        f2 = _frames(t2)
-        parts.append((f2, _multi(f2, not_fitting.lazy())))
+    parts, deployments = _sized_deployments(t1, f1, models, first, first_deployment_id, narrow)
     windows = max(f.windows for f, _ in parts)
-    kept = keep(windows)
-    deployments = (
-        _ordered(
-            pl.concat([(frame if narrow else _with_windows(frame, f.windows, windows)).select(kept) for f, frame in parts]),
-            len(t1.reg.gpus),
-            parts[-1][0].layouts,
-        )
-        .with_row_index("deployment_id", offset=first_deployment_id)
-        .collect(engine="in-memory")
-    )
     # the layouts some GPU serves, numbered densely by model, then PP = 1 before PP > 1 (the order
     # of a model's layouts whatever the chunks)
     ranks = parts[-1][0].layouts
@@ -339,6 +308,48 @@ def _collect_tables(
         pool_shapes=pool_shapes,
         settings=settings,
     )
+
+
+def _sized_deployments(
+    t1: _Tables, f1: _Frames, models: Sequence[GridModel], first: int, first_deployment_id: int, narrow: bool
+) -> tuple[list[tuple[_Frames, pl.LazyFrame]], pl.DataFrame]:
+    """The chunk's deployments, sized and numbered in the published order: PP = 1 first, then the PP > 1 layouts
+    planned where PP = 1 at the node's TP does not fit; with the frames of each part. `narrow` keeps only what a
+    context view's deployments table stores (`frames._view_keep`)."""
+
+    def keep(windows: int) -> list[str]:
+        return _view_keep() if narrow else _keep(windows)
+
+    extra = [c for c in (*_GROUP, "tp", "dp", "node_tp") if c not in keep(0)]
+    # the sizing (joins, then column arithmetic on a few hundred thousand rows) costs less CPU on
+    # Polars' in-memory engine; the context rows (a join that multiplies rows, then arithmetic) less
+    # on the streaming engine, its default
+    sized = _single(f1).with_columns(_fits_smallest(f1.windows))
+    single = sized.select(*keep(f1.windows), *extra, _FITS).collect(engine="in-memory")
+    not_fitting = _not_fitting(single.lazy()).collect()
+    groups: dict[int, tuple[set[int], set[tuple[int, int, int]]]] = {}
+    for m, e, w, k, _gpu, node_tp in not_fitting.iter_rows():
+        tps, wanted = groups.setdefault(m, (set(), set()))
+        tps.add(node_tp)
+        wanted.add((e, k, w))
+    parts = [(f1, single.lazy())]
+    if groups:
+        rank_base, kv_base = f1.layouts, t1.kv_base + len(t1.kv_layouts)
+        t2 = _build_tables(t1.reg, models, first, pp_groups=groups, rank_base=rank_base, kv_base=kv_base)
+        f2 = _frames(t2)
+        parts.append((f2, _multi(f2, not_fitting.lazy())))
+    windows = max(f.windows for f, _ in parts)
+    kept = keep(windows)
+    deployments = (
+        _ordered(
+            pl.concat([(frame if narrow else _with_windows(frame, f.windows, windows)).select(kept) for f, frame in parts]),
+            len(t1.reg.gpus),
+            parts[-1][0].layouts,
+        )
+        .with_row_index("deployment_id", offset=first_deployment_id)
+        .collect(engine="in-memory")
+    )
+    return parts, deployments
 
 
 def _table_context_schema() -> dict[str, pl.DataType | type[pl.DataType]]:
