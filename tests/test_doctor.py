@@ -325,6 +325,7 @@ def test_a_warehouse_held_by_a_writer_is_not_called_corrupt(healthy: Path) -> No
     assert "--rebuild" not in lines[0] and lines[0].endswith("check it: capplan doctor")
 
 
+@pytest.mark.slow
 def test_readers_racing_publishes_never_call_the_warehouse_truncated(tmp_path: Path) -> None:
     """A publish alternating a big and an empty mart (one run of history) makes the file grow and
     shrink; a reader that opened the big one and then measured the small one renamed in meanwhile

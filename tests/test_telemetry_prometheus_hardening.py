@@ -403,6 +403,7 @@ def test_batches_of_any_size_give_the_same_rows(server: str, size: int, monkeypa
     assert set(batched[0].rejects["reason_code"]) == {"bad_histogram"}  # d2's buckets, found across batches too
 
 
+@pytest.mark.slow
 def test_peak_memory_of_big_answers_is_bounded() -> None:
     """benchmarks/prometheus_answers.py in its own process (a test-sized case; the benchmark-sized
     numbers are in its docstring): one series of 300,000 points, then the budget cuts the ingest.

@@ -287,6 +287,7 @@ def _shipped_plan(allow_estimated_prices: bool) -> tuple[pl.DataFrame, Procureme
     return procurement, plan
 
 
+@pytest.mark.slow
 def test_the_default_plan_buys_only_list_priced_parts_and_opting_in_can_buy_estimates(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
