@@ -382,15 +382,15 @@ def tiered_mem_fraction_static(
 
 
 # the releases whose default fraction rules differ (the fraction's own and the speculative reserve's, by algorithm):
-# (first release of the era, last release, the release asked for it; None: from the oldest), oldest first
+# (first release of the era, its last release, which is the one asked for it; None: from the oldest), oldest first
 RELEASE_ERAS = (
-    (None, "0.4.7", "0.4.7"),
-    ("0.4.7.post1", "0.5.1", "0.5.1"),
-    ("0.5.2", "0.5.2", "0.5.2"),
-    ("0.5.3", "0.5.4", "0.5.4"),
-    ("0.5.5", "0.5.9", "0.5.9"),
-    ("0.5.10", "0.5.13", "0.5.13"),
-    ("0.5.14", "0.5.19", "0.5.19"),
+    (None, "0.4.7"),
+    ("0.4.7.post1", "0.5.1"),
+    ("0.5.2", "0.5.2"),
+    ("0.5.3", "0.5.4"),
+    ("0.5.5", "0.5.9"),
+    ("0.5.10", "0.5.13"),
+    ("0.5.14", "0.5.19"),
 )
 
 
@@ -400,7 +400,7 @@ def release_default_fractions(model: ModelSpec, gpu: GpuSku | None, gpu_memory_b
     `speculative`, None: off), by era name: what an estimate without --engine-version (0.5.23's rules) should say it
     assumed where they differ. Neighbouring eras that give this deployment the same fraction are named as one."""
     merged: list[tuple[int, int, float]] = []  # (first era, last era, fraction)
-    for i, (_, _, version) in enumerate(RELEASE_ERAS):
+    for i, (_, version) in enumerate(RELEASE_ERAS):
         profile = SglangProfile(requested_version=version)
         asked = DefaultsRequest(model, gpu, gpu_memory_bytes, 0, tp, pp, speculative=speculative)
         fraction = profile.defaults(asked).gpu_memory_utilization

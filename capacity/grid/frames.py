@@ -362,14 +362,18 @@ def _multi(f: _Frames, not_fitting: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+# what every deployment frame keeps: the keys, the shape and settings ids, the published per-deployment columns
+_DEPLOYMENT_KEEP = ("_rank", "model_idx", "gpu_idx", "_shape", "settings_id", *DEPLOYMENT_ONLY_COLUMNS)
+
+
 def _view_keep() -> list[str]:
     """What a context view's deployments table stores (`tables.GridTables.context_view`), keys first."""
-    return ["_rank", "model_idx", "gpu_idx", "_shape", "settings_id", *DEPLOYMENT_ONLY_COLUMNS, "pool_swa_capacity"]
+    return [*_DEPLOYMENT_KEEP, "pool_swa_capacity"]
 
 
 def _keep(windows: int) -> list[str]:
     pool = [*POOL_COLUMNS, *pool_window_columns(windows)]
-    return ["_rank", "model_idx", "gpu_idx", "_shape", "settings_id", *DEPLOYMENT_ONLY_COLUMNS, *pool, *_perf_keep()]
+    return [*_DEPLOYMENT_KEEP, *pool, *_perf_keep()]
 
 
 def _ordered(deployments: pl.LazyFrame, gpus: int, layouts: int) -> pl.LazyFrame:

@@ -455,6 +455,7 @@ def _weight_rows(
             # `engine` reaches the weights only through the serving dtype
             weights[wkey] = estimate_weights(spec, weight_dtype, tp, pp, gm.checkpoint_bytes, profile.engine, shards)
         w = weights[wkey]
+        fmt = weight_format(spec, weight_dtype, profile.engine)  # what the speed terms read of the engine
         key = (work.kv_view_id, e, w.format_name, kv_dtype)
         if key not in starting:
             # asked of the KV view: the start checks read the layers, the GPU and the formats, never a parameter
@@ -465,7 +466,6 @@ def _weight_rows(
             gpu_idxs = _within(_within(gpu_idxs, starting[key]), dp_gpus)
             if gpu_idxs == ():
                 continue  # the engine refuses this layout on every GPU of the variant
-            fmt = weight_format(spec, weight_dtype, profile.engine)
             pkey = (fmt, act_dtype, weight_dtype, pp, per_gpu_bytes, w.format_name, kv_bytes, layout)
             perf = work.perf.get(pkey)
             if perf is None:

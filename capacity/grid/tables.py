@@ -267,12 +267,12 @@ def _collect_tables(
     layouts = _layouts_table([f for f, _ in parts], key, used, first_layout_id, context_view)
     gpu_extra = VIEW_GPU_COLUMNS if context_view else ()  # a context view keeps the GPU's rates
     # one row per deployment and context: a join on the model's contexts (in order) expands them
-    model_contexts = f1.model_frame.select("model_idx", pl.col("contexts").alias("context")).explode("context")
-    if not contexts or context_view:
-        model_contexts = model_contexts.head(0)
     if narrow:  # the context view computes them when read
         context_rows = pl.LazyFrame(schema={"deployment_id": _ID, **_table_context_schema()})
     else:
+        model_contexts = f1.model_frame.select("model_idx", pl.col("contexts").alias("context")).explode("context")
+        if not contexts or context_view:
+            model_contexts = model_contexts.head(0)
         context_rows = deployments.lazy().join(model_contexts, on="model_idx", how="inner", maintain_order="left")
         slots = used_window_slots(deployments)
         staged = _at_contexts(FrameRows(context_rows), windows, scaled=True, speed=t1.reg.options.speed, slots=slots)
