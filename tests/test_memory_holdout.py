@@ -153,3 +153,22 @@ def test_an_sglang_pool_capped_by_max_total_tokens_is_scored_on_what_it_allocate
     assert scored.pool_error == 0
     as_vllm = mh.Scored(replace(case, engine=Engine.VLLM), {**estimate, "kv_bytes_per_token_per_gpu": token_bytes})
     assert as_vllm.predicted_pool_bytes == 29 * 2**30
+
+
+def test_the_readme_quotes_the_blind_figures_the_scorer_prints() -> None:
+    """The README's memory-holdout sentence is what `tools/memory_holdout.py` computes today: a rule change that
+    moves the blind figures fails here until the README says so."""
+    summary = mh.Summary.of(s for s in mh.score(mh.load_cases()) if s.skipped is None)
+    readme = " ".join((Path(mh.__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+
+    def quoted(errors: tuple[float, ...]) -> str:
+        within = sum(abs(e) <= mh.WITHIN for e in errors)
+        median = sorted(abs(e) for e in errors)
+        middle = len(median) // 2
+        value = median[middle] if len(median) % 2 else (median[middle - 1] + median[middle]) / 2
+        return f"{within} of {len(errors)} scored cases (median {value:.2%}".replace("%", " %")
+
+    assert f"pool within 5 % on {quoted(summary.pool)})" in readme
+    tokens = quoted(summary.tokens).replace(" scored cases (median ", " (")
+    assert f"printed KV tokens on {tokens})" in readme
+    assert f"start or refusal right on {summary.starts_right} of {summary.starts_scored}" in readme

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +151,34 @@ def test_the_holdout_is_scored_with_the_shipped_factors(rows: list[PerfMeasureme
     assert {"output_throughput", "tpot", "ttft"} <= set(table)
     for accuracy, signed in table.values():
         assert accuracy.n > 0 and math.isfinite(accuracy.median_abs_error_pct) and math.isfinite(signed)
+
+
+def _readme() -> str:
+    return " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+
+
+def _pct(value: float) -> str:
+    return f"{value:.1f} %"
+
+
+def test_the_readme_quotes_the_blind_steady_state_figures(rows: list[PerfMeasurement]) -> None:
+    """The README's blind figures for the steady-state formulas are what `python -m tools.perf_holdout` prints
+    today: a change to the speed rules or factors that moves them fails here until the README says so."""
+    from evaluation.perf_cv import holdout_report
+
+    table = holdout_report(rows).table(lambda o: o.metric)
+    figures = [_pct(table[m][0].median_abs_error_pct) for m in ("output_throughput", "tpot", "ttft")]
+    readme = _readme()
+    assert f"{len(rows)} rows from source families the fit never saw" in readme
+    assert f"a median error of {figures[0]} for output tokens/s" in readme
+    assert f"{figures[1]} for TPOT" in readme and f"{figures[2]} for TTFT" in readme
+
+
+@pytest.mark.slow
+def test_the_readme_quotes_the_blind_simulated_figures(rows: list[PerfMeasurement]) -> None:
+    """The same for the serving simulation's figures (`--simulate`: every row it scores, the rate rows too)."""
+    from evaluation.perf_sim import sim_report
+
+    table = sim_report(rows).table(lambda s: s.metric)
+    figures = ", ".join(_pct(table[m][0].median_abs_error_pct) for m in ("output_throughput", "tpot", "ttft"))
+    assert f"and {figures} with the serving simulation" in _readme()
