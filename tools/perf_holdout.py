@@ -1,6 +1,6 @@
 """Score the shipped performance model blind on the holdout set (evaluation/data/perf_holdout.yaml).
 
-    python -m tools.perf_holdout [--rows] [--simulate] [--family NAME ...]
+    python -m tools.perf_holdout [--rows] [--simulate] [--family NAME ...] [--silicon]
 
 Every holdout row goes through the same observations and `predict` as the cross-validation
 (`evaluation/perf_cv.py`), with the efficiency factors capplan ships (capacity/performance.py).
@@ -10,6 +10,8 @@ higher tokens/s or a longer latency) and the shares within 15 % and 25 %. The ho
 fitted on (README-perf-holdout.md). `--simulate` scores the serving simulation (capacity/serving/) on the
 same rows instead, beside the steady-state model (evaluation/perf_sim.py). `--family` (repeatable) scores only
 the rows of the named source families (exact `source_family` values), e.g. one collection batch.
+`--silicon` scores the second blind set instead: NVIDIA's measured runs shipped in aiconfigurator-core
+(evaluation/data/aic_silicon_agg.csv, `evaluation.silicon_sample`), less those a reference row measured.
 """
 
 from __future__ import annotations
@@ -44,13 +46,31 @@ def _regime(row: PerfMeasurement) -> str:
     return "all at once" if row.request_rate is not None and math.isinf(row.request_rate) else "finite rate"
 
 
+def _silicon() -> PerfLoadResult:
+    """The silicon runs capplan can size as stated, less those whose configuration a reference row measured; the
+    runs left out are summed up by reason."""
+    from collections import Counter
+
+    from evaluation.perf_measurements import load_perf_measurements
+    from evaluation.silicon_sample import SILICON_PATH, overlaps, read_silicon
+
+    rows, skipped = read_silicon()
+    seen = overlaps(rows, load_perf_measurements().rows)
+    print(f"{SILICON_PATH.name}: {len(rows) + len(skipped)} runs; {len(seen)} repeat a reference row's configuration "
+          f"and are left out; {len(skipped)} not taken:")  # fmt: skip
+    for reason, count in Counter(s.reason.split(":")[0] for s in skipped).most_common():
+        print(f"  {count:5} {reason}")
+    return PerfLoadResult([row for row in rows if row.id not in seen], [])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", action="store_true", help="print every observation")
     parser.add_argument("--simulate", action="store_true", help="score the serving simulation instead")
     parser.add_argument("--family", action="append", default=[], help="only rows of this source_family (repeatable)")
+    parser.add_argument("--silicon", action="store_true", help="score NVIDIA's silicon runs (aic_silicon_agg.csv)")
     args = parser.parse_args()
-    loaded = load_perf_holdout()
+    loaded = _silicon() if args.silicon else load_perf_holdout()
     for bad in loaded.skipped:
         print(f"  not loaded {bad.key}: {bad.reason}")
     if args.family:
@@ -77,6 +97,10 @@ def main() -> None:
     _print_table(report, "source family / metric", lambda o: f"{family.get(o.row_id, o.group)[:26]}/{o.metric}")
     _print_table(report, "load / metric", lambda o: f"{regime.get(o.row_id, '?')}/{o.metric}")
     _print_table(report, "GPU class / metric", lambda o: f"{o.vendor}/{o.metric}")
+    if args.silicon:
+        by_id = {row.id: row for row in loaded.rows}
+        _print_table(report, "GPU / metric", lambda o: f"{by_id[o.row_id].gpu}/{o.metric}")
+        _print_table(report, "model / metric", lambda o: f"{by_id[o.row_id].model[:34]}/{o.metric}")
     for tag in sorted({t for o in report.observations for t in o.tags}):
         _print_table(report, f"feature {tag} / metric", lambda o, t=tag: f"{t}/{o.metric}" if t in o.tags else None)
     if args.rows:
