@@ -300,6 +300,27 @@ def test_burst_and_request_rate_loads() -> None:
     assert both.exit_code == 2 and "not both" in both.output
 
 
+def test_spread_lengths_break_a_closed_loop_s_waves() -> None:
+    """With fixed lengths the requests that finished their prefill in the same step finish decoding in the same
+    step, and their successors arrive together and share a prefill step again: the first wave's groups last. Lengths
+    drawn around the mean (vllm bench serve --random-range-ratio) spread the finishes, and after the first wave a
+    request mostly arrives alone: a lower median and mean TTFT; the first wave (all 32 at t = 0) is the tail of both."""
+    args = ("--concurrency", "32", "--input-len", "2048", "--output-len", "256", "--simulate", "--num-prompts", "320")
+    fixed = _cli(*args)["simulation"]
+    spread = _cli(*args, "--random-range-ratio", "0.8")["simulation"]
+    assert isinstance(fixed, dict) and isinstance(spread, dict)
+    assert spread["load"] == "closed loop at concurrency 32, 320 requests of 2048 in / 256 out (range ratio 0.8)"
+    assert spread["ttft"]["median_ms"] < 0.5 * fixed["ttft"]["median_ms"]
+    assert spread["ttft"]["mean_ms"] < 0.7 * fixed["ttft"]["mean_ms"]
+    assert spread["ttft"]["p99_ms"] == pytest.approx(fixed["ttft"]["p99_ms"], rel=0.1)  # the first wave's queue
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    bad = CliRunner().invoke(app, ["estimate", *LLAMA, *args, "--random-range-ratio", "1"])
+    assert bad.exit_code == 2 and "--random-range-ratio must be in [0, 1)" in bad.output
+
+
 # --- the benchmark each public measurement ran ---------------------------------------------------------
 
 

@@ -79,7 +79,7 @@ def _estimate(
     kv_cache_memory_gib: float | None, kv_cache_memory_bytes: int | None, max_total_tokens: int | None,
     request_rate: float | None,
     burst: int | None, num_prompts: int, simulate_load: bool, as_json: bool, tpot_ms: float | None = None,
-    ttft_ms: float | None = None, kv_dtype_stated: bool = False, **offload: Any,
+    ttft_ms: float | None = None, kv_dtype_stated: bool = False, random_range_ratio: float = 0.0, **offload: Any,
 ) -> None:
     """The estimate of the options as given (or as a pasted command set them); `stated`: the deployment the
     layout options state; `offload`: the offload options."""
@@ -110,7 +110,7 @@ def _estimate(
     mm_limits = _mm_limits(limit_mm_per_prompt)
     if gpu is None and gpu_memory_gib is None and kv_cache_memory_gib is None:
         fail("give --gpu SKU, or --gpu-memory-gib for hardware not in the catalog")
-    bench = _Bench.checked(request_rate, burst, num_prompts, simulate_load)
+    bench = _Bench.checked(request_rate, burst, num_prompts, simulate_load, random_range_ratio)
     prefix = _prefix_caching(enable_prefix_caching, shared_prefix_tokens, prefix_hit_rate)
     lora = _lora(enable_lora, max_loras, max_lora_rank, max_cpu_loras, lora_dtype, lora_target_modules, fully_sharded_loras)
     overrides = config_overrides(offload.pop("hf_overrides", None), engine, engine_version)
@@ -375,15 +375,19 @@ class _Lengths:
 
 @dataclass(frozen=True, slots=True)
 class _Bench:
-    """The simulated benchmark options: a Poisson rate, a burst, the requests a loop sends, --simulate."""
+    """The simulated benchmark options: a Poisson rate, a burst, the requests a loop sends, --simulate, and the
+    spread of the lengths around the ones asked (vllm bench serve's random range ratio)."""
 
     request_rate: float | None
     burst: int | None
     num_prompts: int
     forced: bool
+    range_ratio: float = 0.0
 
     @classmethod
-    def checked(cls, request_rate: float | None, burst: int | None, num_prompts: int, forced: bool) -> _Bench:
+    def checked(
+        cls, request_rate: float | None, burst: int | None, num_prompts: int, forced: bool, range_ratio: float = 0.0
+    ) -> _Bench:
         if request_rate is not None and not request_rate > 0:
             fail(f"--request-rate must be positive, got {request_rate}")
         if request_rate is not None and burst is not None:
@@ -391,7 +395,9 @@ class _Bench:
         for name, count in (("--burst", burst), ("--num-prompts", num_prompts)):
             if count is not None and count < 1:
                 fail(f"{name} must be a positive integer, got {count}")
-        return cls(request_rate, burst, num_prompts, forced)
+        if not 0.0 <= range_ratio < 1.0:
+            fail(f"--random-range-ratio must be in [0, 1), got {range_ratio}")
+        return cls(request_rate, burst, num_prompts, forced, range_ratio)
 
     @property
     def asked(self) -> bool:
@@ -399,7 +405,7 @@ class _Bench:
 
     def load(self, result: Estimate, asked: _Lengths) -> Load | None:
         """The benchmark to simulate: the one asked for, else a closed loop at --concurrency past B_max."""
-        lengths = Lengths(*_lengths(result, asked.input_len, asked.output_len))
+        lengths = Lengths(*_lengths(result, asked.input_len, asked.output_len), self.range_ratio)
         if self.burst is not None:
             return Load.burst(self.burst, lengths)
         if self.request_rate is not None:

@@ -468,6 +468,14 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
         metavar="N",
         help="Requests a simulated closed or open loop sends (default 1000).",
     ),
+    "random_range_ratio": option(
+        float,
+        "--random-range-ratio",
+        default=0.0,
+        metavar="R",
+        help="A simulated benchmark's lengths drawn uniformly in [L(1-R), L(1+R)] around --input-len and "
+        "--output-len (vllm bench serve --random-range-ratio; 0, the default: fixed lengths).",
+    ),
     "simulate_load": option(
         bool,
         "--simulate",
