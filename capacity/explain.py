@@ -248,7 +248,9 @@ def speed_derivation(pf: Performance) -> list[str]:
         *([f"   {pf.speculation.describe()}"] if pf.speculation else []),
         f"   output throughput = {b:,} / TPOT = {pf.output_tokens_per_second:,.0f} tokens/s per replica",
         f"   TTFT = {pf.prefill_chunks:,} prefill chunk(s) beside the running batch = {pf.ttft_ms:,.1f} ms "
-        "(steady state, no queueing)",
+        "(steady state: the request arrives alone; a benchmark that starts its requests together, or keeps them in "
+        "step with fixed lengths, queues them behind each other's prefills: --simulate with its --num-prompts and "
+        "--random-range-ratio)",
         f"   efficiency factors: {eff.source}",
     ]
     return lines
