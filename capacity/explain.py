@@ -249,8 +249,8 @@ def speed_derivation(pf: Performance) -> list[str]:
         f"   output throughput = {b:,} / TPOT = {pf.output_tokens_per_second:,.0f} tokens/s per replica",
         f"   TTFT = {pf.prefill_chunks:,} prefill chunk(s) beside the running batch = {pf.ttft_ms:,.1f} ms "
         "(steady state: the request arrives alone; a benchmark that starts its requests together, or keeps them in "
-        "step with fixed lengths, queues them behind each other's prefills: --simulate with its --num-prompts and "
-        "--random-range-ratio)",
+        "step with fixed lengths, queues them behind each other's prefills: the simulated benchmark, with the "
+        "harness's --num-prompts and --random-range-ratio)",
         f"   efficiency factors: {eff.source}",
     ]
     return lines

@@ -149,11 +149,13 @@ def _estimate(
         result = dataclasses.replace(result, notes=(*result.notes, *extra_notes))
     speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len)
     asked = _Lengths(concurrency, input_len, output_len)
-    result = result if kv_dtype_stated else _kv_dtype_noted(result, resolved, deployment, sku, speed, asked, context)
-    speed = speculative.speed(speed, resolved.spec, deployment, result)
     sim = bench.run(resolved.spec, result, sku, dtype, asked)
+    closed = bench.closed_loop(asked)
+    if not kv_dtype_stated:
+        result = _kv_dtype_noted(result, resolved, deployment, sku, _reported(speed, sim, closed), asked, context, bench)
+    speed = speculative.speed(speed, resolved.spec, deployment, result)
     within = _within(resolved.spec, result, sku, dtype, LatencyTargets(tpot_ms, ttft_ms), asked, bench.asked)
-    _print(result, resolved.spec, speed, sim, within, as_json=as_json)
+    _print(result, resolved.spec, speed, sim, within, as_json=as_json, reported=_reported(speed, sim, closed))
 
 
 def _within(
@@ -331,13 +333,18 @@ def _print(
     within: WithinTargets | None,
     *,
     as_json: bool,
+    reported: Performance | None = None,
 ) -> None:
     """The contract JSON object, or the derivation (and the speed and simulation blocks) as lines. Past
-    B_max the steady-state keys come from the simulated closed loop, with `queued`."""
+    B_max the speed keys come from the simulated closed loop, with `queued`; below it the `reported` figures
+    (`_reported`: TPOT and tokens/s of the simulated closed loop, TTFT the steady state's)."""
+    simulated_speed = reported is not None and reported is not speed
     if as_json:
         contract = result.contract()
-        if speed is not None:
-            contract |= speed.contract()
+        if reported is not None:
+            contract |= reported.contract()
+            if simulated_speed:
+                contract["speed_from"] = {key: "simulation" for key in _SIMULATED_KEYS} | {"ttft_ms": "steady state"}
         elif sim is not None and result.target_concurrency is not None:
             contract |= sim.speed_contract()
         if sim is not None:
@@ -348,12 +355,33 @@ def _print(
         return
     for line in derivation(result, model):
         typer.echo(line)
-    blocks = (speed_derivation(speed) if speed is not None else [], sim.lines() if sim is not None else [])
+    steady = speed_derivation(speed) if speed is not None else []
+    if simulated_speed and reported is not None:
+        steady.append(
+            f"   reported: TPOT {reported.tpot_ms:,.2f} ms and {reported.output_tokens_per_second:,.0f} output tokens/s "
+            "of the simulated closed loop below (its means: the prefills that join the running batch take their "
+            "share of its steps); TTFT this steady state's"
+        )
+    blocks = (steady, sim.lines() if sim is not None else [])
     for block in (*blocks, within.lines() if within is not None else []):
         if block:
             typer.echo("")
             for line in block:
                 typer.echo(line)
+
+
+# the speed keys a closed loop below B_max reports from its simulation (means), the steady state's TTFT beside them
+_SIMULATED_KEYS = ("output_tokens_per_second", "tpot_ms")
+
+
+def _reported(speed: Performance | None, sim: ServingResult | None, closed_loop: bool) -> Performance | None:
+    """The speed figures `capplan estimate` reports for --concurrency: the steady state's, with TPOT and output
+    tokens/s the simulated closed loop's means where that loop ran (`_Bench.load`) and no speculative decoding
+    reshapes the steps (the simulation schedules plain decode steps). A closed loop's TPOT carries the prefills of
+    the requests that join it, which the steady-state formula leaves out; its TTFT stays the steady state's."""
+    if speed is None or sim is None or not closed_loop or speed.speculation is not None:
+        return speed
+    return dataclasses.replace(speed, tpot_ms=sim.tpot.mean_ms, output_tokens_per_second=sim.output_tokens_per_second)
 
 
 def _lengths(result: Estimate, input_len: int | None, output_len: int | None) -> tuple[int, int]:
@@ -403,15 +431,20 @@ class _Bench:
     def asked(self) -> bool:
         return self.request_rate is not None or self.burst is not None or self.forced
 
+    def closed_loop(self, asked: _Lengths) -> bool:
+        """Whether the simulated benchmark is the closed loop at --concurrency (no burst, no request rate)."""
+        return asked.concurrency is not None and self.burst is None and self.request_rate is None
+
     def load(self, result: Estimate, asked: _Lengths) -> Load | None:
-        """The benchmark to simulate: the one asked for, else a closed loop at --concurrency past B_max."""
+        """The benchmark to simulate: the one asked for, else the closed loop at --concurrency wherever the
+        deployment starts (below B_max its TPOT and tokens/s are the ones reported, past it every figure)."""
         lengths = Lengths(*_lengths(result, asked.input_len, asked.output_len), self.range_ratio)
         if self.burst is not None:
             return Load.burst(self.burst, lengths)
         if self.request_rate is not None:
             return Load.poisson(self.request_rate, self.num_prompts, lengths)
         c = asked.concurrency
-        if c is not None and (self.forced or (result.starts and c > result.b_max)):
+        if c is not None and (self.forced or result.starts):
             return Load.closed(c, max(self.num_prompts, c), lengths)
         return None
 
@@ -451,9 +484,11 @@ def _kv_dtype_noted(
     speed: Performance | None,
     asked: _Lengths,
     context: int | None,
+    bench: _Bench,
 ) -> Estimate:
     """`result` with a note where the unstated KV dtype (`auto`, the model's) binds: an fp8 KV cache, which the GPU and
-    the engine take, moves the speed figures by more than the assumption share (`assumption_speed_note`)."""
+    the engine take, moves the speed figures `speed` reports by more than the assumption share
+    (`assumption_speed_note`); the fp8 figures are the ones the command reports with --kv-dtype fp8 (`_reported`)."""
     if speed is None or sku is None or not sku.fp8_support or d.kv_dtype != "auto":
         return result
     if engine_profile(d.engine, d.engine_version).kv_dtype_problem("fp8") is not None:
@@ -466,6 +501,9 @@ def _kv_dtype_noted(
     if other.kv_dtype == result.kv_dtype:
         return result
     other_speed = _speed(resolved.spec, other, sku, d.weight_dtype, asked.concurrency, asked.input_len, asked.output_len)
+    other_load = bench.load(other, asked) if speed is not None else None
+    other_sim = _simulated(resolved.spec, other, sku, d.weight_dtype, other_load, required=False)
+    other_speed = _reported(other_speed, other_sim, bench.closed_loop(asked))
     note = other_speed and assumption_speed_note(
         f"KV cache dtype auto ({result.kv_dtype}; --kv-dtype not stated)", "--kv-dtype fp8", speed, other_speed
     )
