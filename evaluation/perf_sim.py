@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from capacity.perf_fit import Accuracy, accuracy, predict
-from capacity.performance import efficiency_for, perf_inputs
+from capacity.perf_fit import Accuracy, Observation, Params, accuracy, fit, predict
+from capacity.performance import PerfEfficiency, efficiency_for, perf_inputs
 from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.spec import GpuSku, ModelSpec, SpecError
-from evaluation.perf_cv import Skipped, _catalog_resolver, build, read_rows, shipped_params, sized_row
+from evaluation.perf_cv import Skipped, _catalog_resolver, build, family_of, read_rows, shipped_params, sized_row
 from evaluation.perf_measurements import PerfMeasurement
 
 DEFAULT_PROMPTS = 1000  # vllm bench serve --num-prompts default
@@ -46,6 +46,13 @@ class SimScore:
     measured: float
     simulated: float
     steady: float  # NaN where the steady-state model does not score this row
+
+    @property
+    def reported(self) -> float:
+        """What `capplan estimate --concurrency` reports for the row: a closed loop's TPOT and output tokens/s
+        from its simulation, everything else (TTFT, bursts, static batches) from the steady state."""
+        simulated_keys = ("tpot", "output_throughput")
+        return self.simulated if self.regime == "capped concurrency" and self.metric in simulated_keys else self.steady
 
 
 def regime(row: PerfMeasurement) -> str:
@@ -107,10 +114,18 @@ def _measured_and_simulated(row: PerfMeasurement, sim: ServingResult) -> list[tu
     return out
 
 
+EfficiencyOf = Callable[[str, GpuSku], PerfEfficiency]
+
+
 def simulate_row(
-    row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint_bytes: int | None
+    row: PerfMeasurement,
+    model: ModelSpec,
+    gpu: GpuSku,
+    checkpoint_bytes: int | None,
+    efficiency_of: EfficiencyOf = efficiency_for,
 ) -> list[tuple[str, float, float]] | str:
-    """The row's metrics as (metric, measured, simulated), or why it cannot be simulated."""
+    """The row's metrics as (metric, measured, simulated), or why it cannot be simulated; the step cost's
+    factors per engine and GPU from `efficiency_of` (the shipped ones by default)."""
     sized = sized_row(row, model, gpu, checkpoint_bytes)
     if isinstance(sized, str):
         return sized
@@ -118,7 +133,7 @@ def simulate_row(
     load = row_load(row, i_len, o_len)
     if isinstance(load, str):
         return load
-    eff = efficiency_for(est.engine, gpu)
+    eff = efficiency_of(est.engine, gpu)
     if regime(row) == "static batch":  # no server: no per-request overhead before the batch (as perf_cv)
         eff = dataclasses.replace(eff, request_overhead_s=0.0)
     try:
@@ -150,15 +165,26 @@ class SimReport:
         return out
 
 
-def sim_report(rows: Iterable[PerfMeasurement]) -> SimReport:
-    """Simulate every row, and pair each metric with the steady state's prediction (shipped factors)."""
+def sim_report(rows: Iterable[PerfMeasurement], params: Params | None = None) -> SimReport:
+    """Simulate every row, and pair each metric with the steady state's prediction, both with `params` (the
+    shipped factors by default)."""
     resolve, find = _catalog_resolver()
     data = list(rows)
     observations, _ = build(data, resolve, find)
-    steady_predicted = predict(observations, shipped_params()) if observations else np.array([])
+    chosen = params if params is not None else shipped_params()
+    steady_predicted = predict(observations, chosen) if observations else np.array([])
     steady = {(o.row_id, o.metric): float(v) for o, v in zip(observations, steady_predicted, strict=True)}
     scores: list[SimScore] = []
-    done, skipped = read_rows(data, resolve, find, simulate_row)
+
+    def efficiency_of(engine: str, gpu: GpuSku) -> PerfEfficiency:
+        return efficiency_for(engine, gpu) if params is None else params.efficiency(_vendor(gpu), engine, "fitted")
+
+    def run_row(
+        row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint: int | None
+    ) -> list[tuple[str, float, float]] | str:
+        return simulate_row(row, model, gpu, checkpoint, efficiency_of)
+
+    done, skipped = read_rows(data, resolve, find, run_row)
     for row, found in done:
         for metric, measured, simulated in found:
             prior = steady.get((row.id, metric), math.nan)
@@ -166,6 +192,45 @@ def sim_report(rows: Iterable[PerfMeasurement]) -> SimReport:
                 SimScore(row.id, row.source_group, row.engine, regime(row), metric, measured, simulated, prior)
             )
     return SimReport(scores, skipped)
+
+
+def _vendor(gpu: GpuSku) -> str:
+    return "amd" if gpu.amd else "nvidia"
+
+
+def family_out_sim_report(rows: Iterable[PerfMeasurement]) -> SimReport:
+    """`sim_report` with each source family's rows simulated and predicted by factors fitted without that family
+    (the steady-state fit of `capacity.perf_fit`, as `tools/perf_fit.py --family` leaves a family out)."""
+    resolve, find = _catalog_resolver()
+    data = list(rows)
+    observations, _ = build(data, resolve, find)
+    family = family_of(data)
+    family_of_row = {o.row_id: family(o) for o in observations}
+    scores: list[SimScore] = []
+    skipped: list[Skipped] = []
+    for name in sorted(set(family_of_row.values())):
+        train: list[Observation] = [o for o in observations if family_of_row[o.row_id] != name]
+        part = sim_report([row for row in data if family_of_row.get(row.id) == name], fit(train))
+        scores += part.scores
+        skipped += part.skipped
+    return SimReport(scores, skipped)
+
+
+def reported_table(
+    report: SimReport, key: Callable[[SimScore], str | None]
+) -> dict[str, tuple[Accuracy, float, float]]:
+    """(accuracy, 90th percentile of |error| %, median signed error %) of what `capplan estimate` reports
+    (`SimScore.reported`), per value of `key`, on the metrics the steady state scores."""
+    out: dict[str, tuple[Accuracy, float, float]] = {}
+    for value in sorted({k for s in report.scores if (k := key(s)) is not None}):
+        chosen = [s for s in report.scores if key(s) == value and math.isfinite(s.reported)]
+        if not chosen:
+            continue
+        measured = np.array([s.measured for s in chosen])
+        errors = np.array([s.reported for s in chosen]) / measured - 1
+        accuracy_of = accuracy(measured, measured * (1 + errors))
+        out[value] = (accuracy_of, float(np.percentile(np.abs(errors), 90) * 100), float(np.median(errors) * 100))
+    return out
 
 
 def print_sim_report(report: SimReport, title: str, show_rows: bool = False) -> None:
@@ -188,6 +253,12 @@ def print_sim_report(report: SimReport, title: str, show_rows: bool = False) -> 
                 f"{both.n:4} {both.median_abs_error_pct:8.1f}% {both.within_25_pct:6.0%} "
                 f"{steady.median_abs_error_pct:8.1f}% {steady.within_25_pct:6.0%}"
             )
+    print("\nwhat capplan estimate reports (a closed loop's TPOT and tokens/s simulated, the rest steady state)")
+    print(f"{'':40} {'n':>4}  {'|error|':>8}  {'p90':>8}  {'signed':>8}  {'<=25%':>6}")
+    for _, key in keys[::2]:
+        for value, (acc, p90, signed) in reported_table(report, key).items():
+            print(f"{value:40} {acc.n:4}  {acc.median_abs_error_pct:7.1f}%  {p90:7.1f}%  {signed:+7.1f}%  "
+                  f"{acc.within_25_pct:6.0%}")  # fmt: skip
     if show_rows:
         print()
         for s in report.scores:

@@ -177,8 +177,19 @@ def test_the_readme_quotes_the_blind_steady_state_figures(rows: list[PerfMeasure
 @pytest.mark.slow
 def test_the_readme_quotes_the_blind_simulated_figures(rows: list[PerfMeasurement]) -> None:
     """The same for the serving simulation's figures (`--simulate`: every row it scores, the rate rows too)."""
-    from evaluation.perf_sim import sim_report
+    from evaluation.perf_cv import holdout_report
+    from evaluation.perf_sim import reported_table, sim_report
 
-    table = sim_report(rows).table(lambda s: s.metric)
+    report = sim_report(rows)
+    table = report.table(lambda s: s.metric)
     figures = ", ".join(_pct(table[m][0].median_abs_error_pct) for m in ("output_throughput", "tpot", "ttft"))
-    assert f"and {figures} with the serving simulation" in _readme()
+    readme = _readme()
+    assert f"and {figures} with the serving simulation" in readme
+    # what `capplan estimate --concurrency` reports (a closed loop's TPOT and tokens/s simulated)
+    reported = reported_table(report, lambda s: s.metric)
+    # the steady state's figures on every row it scores (the README's first sentence quotes them too)
+    steady_table = holdout_report(rows).table(lambda o: o.metric)
+    steady = {m: steady_table[m][0].median_abs_error_pct for m in ("output_throughput", "tpot")}
+    assert f"(TPOT {_pct(steady['tpot'])} to {_pct(reported['tpot'][0].median_abs_error_pct)}" in readme
+    tokens = reported["output_throughput"][0].median_abs_error_pct
+    assert f"tokens/s {_pct(steady['output_throughput'])} to {_pct(tokens)})" in readme

@@ -71,3 +71,19 @@ def test_the_readme_quotes_the_silicon_figures() -> None:
         accuracy, signed = table[metric]
         assert math.isfinite(signed)
         assert f"{name} {accuracy.median_abs_error_pct:.1f} % ({signed:+.1f} %)" in readme
+
+
+@pytest.mark.slow
+def test_the_readme_quotes_what_the_command_reports_on_the_silicon_runs() -> None:
+    """`capplan estimate --concurrency` reports the simulated closed loop's TPOT: on these runs, closer than the
+    steady-state formula (the README quotes both)."""
+    from evaluation.perf_sim import reported_table, sim_report
+
+    rows, _ = read_silicon()
+    seen = overlaps(rows, load_perf_measurements().rows)
+    report = sim_report([row for row in rows if row.id not in seen])
+    reported = reported_table(report, lambda s: s.metric)["tpot"][0].median_abs_error_pct
+    steady = report.table(lambda s: s.metric)["tpot"][2].median_abs_error_pct
+    assert reported < steady
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    assert f"on NVIDIA's runs below TPOT from {steady:.1f} % to {reported:.1f} %" in readme

@@ -8,7 +8,8 @@ unfitted defaults, as median absolute error and the shares within 15 % and 25 %.
 go into capacity/performance.py (MEMORY_EFFICIENCY, COMPUTE_EFFICIENCY, STEP_OVERHEAD_S, REQUEST_OVERHEAD_S,
 ALLREDUCE_LATENCY_S). `--family` adds leave-one-source-family-out (the stricter unit).
 `--simulate` fits nothing: it scores the serving simulation (capacity/serving/) with the shipped factors on
-the same rows, beside the steady-state model (evaluation/perf_sim.py).
+the same rows, beside the steady-state model and what `capplan estimate` reports (evaluation/perf_sim.py);
+with `--family`, each source family's rows by factors fitted without that family.
 """
 
 from __future__ import annotations
@@ -32,9 +33,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.simulate:
         from evaluation.perf_measurements import load_perf_measurements
-        from evaluation.perf_sim import print_sim_report, sim_report
+        from evaluation.perf_sim import family_out_sim_report, print_sim_report, sim_report
 
-        print_sim_report(sim_report(load_perf_measurements().rows), "reference set (shipped factors)", args.rows)
+        rows = load_perf_measurements().rows
+        if args.family:
+            title = "reference set, each source family by factors fitted without it"
+            print_sim_report(family_out_sim_report(rows), title, args.rows)
+        else:
+            print_sim_report(sim_report(rows), "reference set (shipped factors)", args.rows)
         return
     report = cv_report(by_family=args.family)
     print(f"{len(report.observations)} observations from {len({o.row_id for o in report.observations})} rows; "

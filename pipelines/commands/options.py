@@ -480,8 +480,8 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
         bool,
         "--simulate",
         default=False,
-        help="Also simulate --concurrency as a closed loop (vllm bench serve --max-concurrency); "
-        "above B_max the simulation is the answer whether or not this is given.",
+        help="Fail where the closed loop at --concurrency (vllm bench serve --max-concurrency) cannot be "
+        "simulated; it is simulated wherever the deployment starts, and its TPOT and tokens/s are reported.",
     ),
     "as_json": option(bool, "--json", default=False, metavar="", help="Print the contract JSON object."),
     "from_command": option(
