@@ -257,8 +257,8 @@ def print_sim_report(report: SimReport, title: str, show_rows: bool = False) -> 
     print(f"{'':40} {'n':>4}  {'|error|':>8}  {'p90':>8}  {'signed':>8}  {'<=25%':>6}")
     for _, key in keys[::2]:
         for value, (acc, p90, signed) in reported_table(report, key).items():
-            print(f"{value:40} {acc.n:4}  {acc.median_abs_error_pct:7.1f}%  {p90:7.1f}%  {signed:+7.1f}%  "
-                  f"{acc.within_25_pct:6.0%}")  # fmt: skip
+            figures = f"{acc.median_abs_error_pct:7.1f}%  {p90:7.1f}%  {signed:+7.1f}%  {acc.within_25_pct:6.0%}"
+            print(f"{value:40} {acc.n:4}  {figures}")
     if show_rows:
         print()
         for s in report.scores:

@@ -29,8 +29,13 @@ WHEEL_SHA256 = "aadc4aad0a00bf8a61c477c62bef43de479849c3aa0b1c3078068e08309eccc4
 SOURCE = f"{WHEEL} (PyPI aiconfigurator-core 0.12.0), aiconfigurator_core/systems/silicon_sample.csv, mode agg"
 FAMILY = "NVIDIA aiconfigurator-core silicon_sample"
 
-GPUS = {"h100_sxm": "h100-sxm-80gb", "h200_sxm": "h200-sxm-141gb", "b200_sxm": "b200-180gb",
-        "b300_sxm": "b300-288gb", "gb200": "gb200"}  # fmt: skip
+GPUS = {
+    "h100_sxm": "h100-sxm-80gb",
+    "h200_sxm": "h200-sxm-141gb",
+    "b200_sxm": "b200-180gb",
+    "b300_sxm": "b300-288gb",
+    "gb200": "gb200",
+}
 # the run's model -> (the catalog config sized, whether it is that model's own); None: not in the catalog
 MODELS: dict[str, tuple[str, bool] | None] = {
     "deepseek-ai/DeepSeek-R1": ("deepseek-ai/DeepSeek-R1", True),
@@ -51,10 +56,14 @@ MODELS: dict[str, tuple[str, bool] | None] = {
 }
 # checkpoints that ship quantized: a run at another precision serves another checkpoint, not in the catalog
 NATIVE_PRECISION = {
-    "deepseek-ai/DeepSeek-R1": "fp8", "deepseek-ai/DeepSeek-V3": "fp8", "Qwen/Qwen3-235B-A22B-FP8": "fp8",
-    "MiniMaxAI/MiniMax-M2.5": "fp8", "openai/gpt-oss-120b": "fp4", "nvidia/Llama-3.1-8B-Instruct-FP8": "fp8",
+    "deepseek-ai/DeepSeek-R1": "fp8",
+    "deepseek-ai/DeepSeek-V3": "fp8",
+    "Qwen/Qwen3-235B-A22B-FP8": "fp8",
+    "MiniMaxAI/MiniMax-M2.5": "fp8",
+    "openai/gpt-oss-120b": "fp4",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "fp8",
     "nvidia/Qwen3-32B-NVFP4": "fp4",
-}  # fmt: skip
+}
 PRECISION = {"fp8": "fp8", "fp4": "nvfp4", "bf16": "bf16", "int4": "int4"}
 
 
