@@ -5,8 +5,9 @@
 Scores output tokens/s, TPOT and TTFT on the reference set (evaluation/data/perf_measurements.yaml:
 capplan's efficiency factors were fitted on it, so its columns there are in-sample) and on the blind
 holdout (evaluation/data/perf_holdout.yaml: neither tool was fitted on it), for capplan's steady-state
-model and its serving simulation (`evaluation.perf_sim.sim_report`, shipped factors, nothing refitted)
-and for AIConfigurator's own estimate. Every figure is taken over the rows and metrics all three answer;
+model, its serving simulation (`evaluation.perf_sim.sim_report`, shipped factors, nothing refitted) and what
+`capplan estimate` reports (a closed loop's TPOT and tokens/s simulated, the rest steady state), and for
+AIConfigurator's own estimate. Every figure is taken over the rows and metrics all of them answer;
 the counts of rows each answers, and the rows it cannot be asked or refuses (by reason), are printed.
 
 AIConfigurator (`aiconfigurator` + `aiconfigurator-core` from PyPI, whose wheel carries NVIDIA's measured
@@ -71,7 +72,10 @@ from evaluation.perf_sim import SimScore, regime, sim_report, simulate_row
 
 RUNNER = Path(__file__).resolve().parent / "aiconfigurator_runner.py"
 METRICS = ("output_throughput", "tpot", "ttft")  # capplan's metric names (tokens/s, seconds, seconds)
-COLUMNS = ("steady", "simulated", "aiconfigurator")
+COLUMNS = ("steady", "simulated", "reported", "aiconfigurator")
+# capplan's columns: its steady state, its serving simulation, and what `capplan estimate` reports (a closed
+# loop's TPOT and tokens/s simulated, the rest the steady state's: `evaluation.perf_sim.SimScore.reported`)
+CAPPLAN_COLUMNS = COLUMNS[:-1]
 
 # catalog GPU id -> AIConfigurator 0.12 system (aiconfigurator_core/systems/*.yaml, same memory)
 AIC_SYSTEMS = {
@@ -219,10 +223,11 @@ class Paired:
     measured: float
     steady: float
     simulated: float
+    reported: float
     aiconfigurator: float
 
     def answered_by_all(self) -> bool:
-        return all(math.isfinite(v) and v > 0 for v in (self.steady, self.simulated, self.aiconfigurator))
+        return all(math.isfinite(v) and v > 0 for v in (self.steady, self.simulated, self.reported, self.aiconfigurator))
 
 
 def pair(scores: Iterable[SimScore], answers: dict[str, dict[str, Any]]) -> list[Paired]:
@@ -231,7 +236,7 @@ def pair(scores: Iterable[SimScore], answers: dict[str, dict[str, Any]]) -> list
     for s in scores:
         if s.metric in METRICS:
             peer = aic_value(answers[s.row_id], s.metric) if s.row_id in answers else math.nan
-            out.append(Paired(s.row_id, s.engine, s.metric, s.measured, s.steady, s.simulated, peer))
+            out.append(Paired(s.row_id, s.engine, s.metric, s.measured, s.steady, s.simulated, s.reported, peer))
     return out
 
 
@@ -249,7 +254,7 @@ def table(paired: Sequence[Paired]) -> dict[str, dict[str, Any]]:
             cell: dict[str, Any] = {
                 c: dataclasses.asdict(error_stats(measured, [getattr(p, c) for p in chosen])) for c in COLUMNS
             }
-            for c in ("steady", "simulated"):
+            for c in CAPPLAN_COLUMNS:
                 ours = [abs(getattr(p, c) / p.measured - 1) for p in chosen]
                 theirs = [abs(p.aiconfigurator / p.measured - 1) for p in chosen]
                 cell[f"{c}_closer"] = sum(a < b for a, b in zip(ours, theirs, strict=True))
@@ -376,16 +381,16 @@ def print_set(name: str, result: dict[str, Any], show_rows: bool) -> None:
     )
     head = "median |err|, p90 |err|, signed median"
     print(
-        f"{'':28} {'n':>4}  {'capplan steady':>22}  {'capplan simulated':>22}  {'AIConfigurator':>22}  closer sim/AIC"
+        f"{'':28} {'n':>4}  {'capplan steady':>22}  {'capplan simulated':>22}  {'capplan reported':>22}  "
+        f"{'AIConfigurator':>22}  closer reported/AIC"
     )
     print(f"{'':28} {'':>4}  ({head})")
     for key, cell in result["table"].items():
         n = cell["steady"]["n"]
         columns = "  ".join(_stats_text(cell[c]) for c in COLUMNS)
-        closer = f"{cell['simulated_closer']}/{cell['aiconfigurator_closer_than_simulated']}"
-        print(
-            f"{key:28} {n:4}  {columns}  {closer:>8} (steady {cell['steady_closer']}/{cell['aiconfigurator_closer_than_steady']})"
-        )
+        closer = f"{cell['reported_closer']}/{cell['aiconfigurator_closer_than_reported']}"
+        others = ", ".join(f"{c} {cell[f'{c}_closer']}/{cell[f'aiconfigurator_closer_than_{c}']}" for c in COLUMNS[:2])
+        print(f"{key:28} {n:4}  {columns}  {closer:>8} ({others})")
     t = result["seconds_per_answer"]
     print(
         f"time per answer (median): capplan steady {t['steady_s'] * 1e3:.2f} ms, simulated {t['simulated_s'] * 1e3:.1f} ms; "

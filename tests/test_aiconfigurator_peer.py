@@ -138,15 +138,16 @@ def test_error_statistics_by_hand() -> None:
 
 def test_the_table_counts_only_rows_all_three_answer_and_who_is_closer() -> None:
     pairs = [
-        Paired("a", "vllm", "tpot", 0.010, steady=0.011, simulated=0.012, aiconfigurator=0.0105),
-        Paired("b", "sglang", "tpot", 0.010, steady=0.020, simulated=0.0101, aiconfigurator=0.013),
-        Paired("c", "vllm", "tpot", 0.010, steady=0.011, simulated=0.011, aiconfigurator=math.nan),
+        Paired("a", "vllm", "tpot", 0.010, steady=0.011, simulated=0.012, reported=0.012, aiconfigurator=0.0105),
+        Paired("b", "sglang", "tpot", 0.010, steady=0.020, simulated=0.0101, reported=0.0101, aiconfigurator=0.013),
+        Paired("c", "vllm", "tpot", 0.010, steady=0.011, simulated=0.011, reported=0.011, aiconfigurator=math.nan),
     ]
     got = table(pairs)
     cell = got["all/tpot"]
     assert cell["steady"]["n"] == 2  # row c: AIConfigurator refused it
     # a: sim 20 % vs AIC 5 % (AIC closer); b: sim 1 % vs AIC 30 % (sim closer); steady 10 % / 100 % vs 5 % / 30 %
     assert (cell["simulated_closer"], cell["aiconfigurator_closer_than_simulated"]) == (1, 1)
+    assert (cell["reported_closer"], cell["aiconfigurator_closer_than_reported"]) == (1, 1)
     assert (cell["steady_closer"], cell["aiconfigurator_closer_than_steady"]) == (0, 2)
     assert got["vllm/tpot"]["aiconfigurator"]["n"] == 1 and "vllm/ttft" not in got
 
