@@ -74,7 +74,8 @@ class SiliconSkip:
 
 
 def _int(value: str) -> int | None:
-    return int(float(value)) if value not in ("", None) else None
+    """A CSV cell as an integer ("8", "8.0"); None where it is empty."""
+    return int(float(value)) if value else None
 
 
 def _release(value: str) -> str | None:
@@ -89,7 +90,10 @@ def read_silicon(path: Path = SILICON_PATH) -> tuple[list[PerfMeasurement], list
     with path.open(newline="", encoding="utf-8") as handle:
         for raw in csv.DictReader(handle):
             found = _row(raw)
-            (skipped if isinstance(found, SiliconSkip) else rows).append(found)  # type: ignore[arg-type]
+            if isinstance(found, SiliconSkip):
+                skipped.append(found)
+            else:
+                rows.append(found)
     return rows, skipped
 
 

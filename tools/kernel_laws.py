@@ -28,6 +28,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -82,8 +83,10 @@ def _table(system: Path, engine: str) -> tuple[Path, str] | None:
     return (found[-1], found[-1].parent.name) if found else None
 
 
-def gpu_laws(system: Path, engine: str) -> dict[str, object] | None:
-    """The decode laws and large-GEMM compute shares of one GPU (None: no table for the engine)."""
+def gpu_laws(system: Path, engine: str) -> dict[str, Any] | None:
+    """The decode laws and large-GEMM compute shares of one GPU (None: no table for the engine), as the YAML keeps
+    them: catalog_gpu, engine, release, table, and per GEMM dtype floor_us, bandwidth_share, points and
+    large_gemm_flops_share."""
     table = _table(system, engine)
     catalog_id = GPUS.get(system.name)
     if table is None or catalog_id is None:
@@ -92,7 +95,7 @@ def gpu_laws(system: Path, engine: str) -> dict[str, object] | None:
     assert gpu is not None and gpu.memory_bandwidth_gbps and gpu.bf16_dense_tflops
     bandwidth = gpu.memory_bandwidth_gbps * 1e9
     rows = pl.read_parquet(table[0], columns=["gemm_dtype", "m", "n", "k", "latency"])
-    laws: dict[str, object] = {}
+    laws: dict[str, dict[str, Any]] = {}
     for dtype, element in DTYPE_BYTES.items():
         peak = (gpu.fp8_dense_tflops if dtype == "fp8" else gpu.bf16_dense_tflops) or 0.0
         part = rows.filter(pl.col("gemm_dtype") == dtype).with_columns(
@@ -102,7 +105,7 @@ def gpu_laws(system: Path, engine: str) -> dict[str, object] | None:
         if decode.height < 2:
             continue
         law = fit_law(decode["bytes"].to_list(), decode["seconds"].to_list(), bandwidth)
-        entry: dict[str, object] = {
+        entry: dict[str, Any] = {
             "floor_us": round(law.floor_s * 1e6, 2), "bandwidth_share": round(law.efficiency, 3), "points": law.points,
         }  # fmt: skip
         big = part.filter((pl.col("m") >= PREFILL_MIN_M) & (pl.col("n") * pl.col("k") >= PREFILL_MIN_WEIGHTS))
@@ -128,7 +131,7 @@ def main() -> None:
         parser.exit(2, f"kernel_laws: error: {data} is not a folder of aiconfigurator-core {AIC_VERSION} tables\n")
     found = [laws for system in sorted(data.iterdir()) if (laws := gpu_laws(system, args.engine)) is not None]
     for entry in found:
-        for dtype, law in entry["laws"].items():  # type: ignore[attr-defined]
+        for dtype, law in entry["laws"].items():
             print(f"{entry['catalog_gpu']:38} {dtype:9} floor {law['floor_us']:6.2f} us  bandwidth share "
                   f"{law['bandwidth_share']:.3f}  large-GEMM FLOPS share {law.get('large_gemm_flops_share', '-')}"
                   f"  ({law['points']} shapes, {entry['engine']} {entry['release']})")  # fmt: skip
