@@ -79,9 +79,14 @@ DEFAULT_EFFICIENCY = PerfEfficiency(
 )
 
 
+def vendor_class(gpu: GpuSku) -> str:
+    """The efficiency class a GPU's factors are fitted per: its vendor ("amd" or "nvidia")."""
+    return "amd" if gpu.amd else "nvidia"
+
+
 def efficiency_for(engine: str, gpu: GpuSku) -> PerfEfficiency:
     """The fitted factors for an engine on a GPU's vendor class (NVIDIA's where a class has no data)."""
-    vendor = "amd" if gpu.amd else "nvidia"
+    vendor = vendor_class(gpu)
     try:
         name = Engine(str(engine).lower())
     except ValueError:

@@ -20,7 +20,15 @@ import numpy as np
 from capacity.estimate import Estimate, estimate
 from capacity.numeric import cdiv
 from capacity.perf_fit import Accuracy, Observation, Params, StepTerms, accuracy, fit, leave_one_group_out, predict
-from capacity.performance import PerfEfficiency, PerfInputs, allreduce_seconds, perf_inputs, step_bytes, step_flops
+from capacity.performance import (
+    PerfEfficiency,
+    PerfInputs,
+    allreduce_seconds,
+    perf_inputs,
+    step_bytes,
+    step_flops,
+    vendor_class,
+)
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from evaluation.perf_measurements import PerfMeasurement, load_perf_measurements
 
@@ -178,7 +186,7 @@ def observations_for(
     chunk = est.pool.max_num_batched_tokens or _TRTLLM_CHUNK
     decode_ctx = i_len + o_len / 2
     decode = _terms(p, running, running, decode_ctx)
-    vendor = "amd" if gpu.amd else "nvidia"
+    vendor = vendor_class(gpu)
     tags = _tags(row, model, deployment, est, burst)
     beside, together = _prefills(p, i_len, running, chunk, decode_ctx)
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from capacity.perf_fit import Accuracy, Observation, Params, accuracy, fit, predict
-from capacity.performance import PerfEfficiency, efficiency_for, perf_inputs
+from capacity.performance import PerfEfficiency, efficiency_for, perf_inputs, vendor_class
 from capacity.serving import Lengths, Load, ServingResult, simulate
 from capacity.spec import GpuSku, ModelSpec, SpecError
 from evaluation.perf_cv import Skipped, _catalog_resolver, build, family_of, read_rows, shipped_params, sized_row
@@ -165,26 +166,24 @@ class SimReport:
         return out
 
 
-def sim_report(rows: Iterable[PerfMeasurement], params: Params | None = None) -> SimReport:
+def sim_report(
+    rows: Iterable[PerfMeasurement], params: Params | None = None, observations: Sequence[Observation] | None = None
+) -> SimReport:
     """Simulate every row, and pair each metric with the steady state's prediction, both with `params` (the
-    shipped factors by default)."""
+    shipped factors by default); `observations`: the rows' own, where the caller built them already."""
     resolve, find = _catalog_resolver()
     data = list(rows)
-    observations, _ = build(data, resolve, find)
+    if observations is None:
+        observations, _ = build(data, resolve, find)
     chosen = params if params is not None else shipped_params()
     steady_predicted = predict(observations, chosen) if observations else np.array([])
     steady = {(o.row_id, o.metric): float(v) for o, v in zip(observations, steady_predicted, strict=True)}
     scores: list[SimScore] = []
 
     def efficiency_of(engine: str, gpu: GpuSku) -> PerfEfficiency:
-        return efficiency_for(engine, gpu) if params is None else params.efficiency(_vendor(gpu), engine, "fitted")
+        return efficiency_for(engine, gpu) if params is None else params.efficiency(vendor_class(gpu), engine, "fitted")
 
-    def run_row(
-        row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint: int | None
-    ) -> list[tuple[str, float, float]] | str:
-        return simulate_row(row, model, gpu, checkpoint, efficiency_of)
-
-    done, skipped = read_rows(data, resolve, find, run_row)
+    done, skipped = read_rows(data, resolve, find, partial(simulate_row, efficiency_of=efficiency_of))
     for row, found in done:
         for metric, measured, simulated in found:
             prior = steady.get((row.id, metric), math.nan)
@@ -192,10 +191,6 @@ def sim_report(rows: Iterable[PerfMeasurement], params: Params | None = None) ->
                 SimScore(row.id, row.source_group, row.engine, regime(row), metric, measured, simulated, prior)
             )
     return SimReport(scores, skipped)
-
-
-def _vendor(gpu: GpuSku) -> str:
-    return "amd" if gpu.amd else "nvidia"
 
 
 def family_out_sim_report(rows: Iterable[PerfMeasurement]) -> SimReport:
@@ -209,8 +204,9 @@ def family_out_sim_report(rows: Iterable[PerfMeasurement]) -> SimReport:
     scores: list[SimScore] = []
     skipped: list[Skipped] = []
     for name in sorted(set(family_of_row.values())):
-        train: list[Observation] = [o for o in observations if family_of_row[o.row_id] != name]
-        part = sim_report([row for row in data if family_of_row.get(row.id) == name], fit(train))
+        train = [o for o in observations if family_of_row[o.row_id] != name]
+        test = [o for o in observations if family_of_row[o.row_id] == name]
+        part = sim_report([row for row in data if family_of_row.get(row.id) == name], fit(train), test)
         scores += part.scores
         skipped += part.skipped
     return SimReport(scores, skipped)
@@ -227,9 +223,10 @@ def reported_table(
         if not chosen:
             continue
         measured = np.array([s.measured for s in chosen])
-        errors = np.array([s.reported for s in chosen]) / measured - 1
-        accuracy_of = accuracy(measured, measured * (1 + errors))
-        out[value] = (accuracy_of, float(np.percentile(np.abs(errors), 90) * 100), float(np.median(errors) * 100))
+        predicted = np.array([s.reported for s in chosen])
+        errors = predicted / measured - 1
+        p90, signed = float(np.percentile(np.abs(errors), 90) * 100), float(np.median(errors) * 100)
+        out[value] = (accuracy(measured, predicted), p90, signed)
     return out
 
 
