@@ -25,7 +25,7 @@ import numpy as np
 
 from capacity.perf_fit import Accuracy, Observation, Params, accuracy, fit, predict
 from capacity.performance import PerfEfficiency, efficiency_for, perf_inputs, vendor_class
-from capacity.serving import Lengths, Load, ServingResult, simulate
+from capacity.serving import SIMULATED_SPEED_METRICS, Lengths, Load, ServingResult, simulate
 from capacity.spec import GpuSku, ModelSpec, SpecError
 from evaluation.perf_cv import Skipped, _catalog_resolver, build, family_of, read_rows, shipped_params, sized_row
 from evaluation.perf_measurements import PerfMeasurement
@@ -52,8 +52,8 @@ class SimScore:
     def reported(self) -> float:
         """What `capplan estimate --concurrency` reports for the row: a closed loop's TPOT and output tokens/s
         from its simulation, everything else (TTFT, bursts, static batches) from the steady state."""
-        simulated_keys = ("tpot", "output_throughput")
-        return self.simulated if self.regime == "capped concurrency" and self.metric in simulated_keys else self.steady
+        closed_loop = self.regime == "capped concurrency"
+        return self.simulated if closed_loop and self.metric in SIMULATED_SPEED_METRICS else self.steady
 
 
 def regime(row: PerfMeasurement) -> str:

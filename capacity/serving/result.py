@@ -11,7 +11,15 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from capacity.performance import Performance
+
+# the metrics (as the measurements name them) a closed loop's simulation gives `capplan estimate --concurrency`
+# below B_max (`reported_speed`); its TTFT stays the steady state's
+SIMULATED_SPEED_METRICS = ("tpot", "output_throughput")
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,3 +204,14 @@ class ServingResult:
             "peak_running": self.peak_running,
             "queued": self.queued,
         }
+
+
+def reported_speed(steady: Performance, sim: ServingResult) -> Performance:
+    """What `capplan estimate --concurrency` reports where the closed loop at that concurrency was simulated: the
+    steady state's figures with TPOT and output tokens/s the simulation's means (`SIMULATED_SPEED_METRICS`). A closed
+    loop's TPOT carries the prefills of the requests that join it, which the steady-state formula leaves out; its
+    TTFT stays the steady state's (a request arriving alone). With speculative decoding, which reshapes the steps the
+    simulation schedules as plain decode steps, the steady state's figures stay."""
+    if steady.speculation is not None:
+        return steady
+    return replace(steady, tpot_ms=sim.tpot.mean_ms, output_tokens_per_second=sim.output_tokens_per_second)

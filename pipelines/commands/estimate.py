@@ -30,7 +30,7 @@ from capacity.performance import (
     perf_inputs,
     performance,
 )
-from capacity.serving import Lengths, Load, ServingResult, simulate
+from capacity.serving import Lengths, Load, ServingResult, reported_speed, simulate
 from capacity.serving.targets import WithinTargets, batch_within_targets
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from pipelines.commands import offload_options as oo
@@ -370,18 +370,16 @@ def _print(
                 typer.echo(line)
 
 
-# the speed keys a closed loop below B_max reports from its simulation (means), the steady state's TTFT beside them
+# the JSON keys of `capacity.serving.SIMULATED_SPEED_METRICS`: what `reported_speed` takes from the simulation
 _SIMULATED_KEYS = ("output_tokens_per_second", "tpot_ms")
 
 
 def _reported(speed: Performance | None, sim: ServingResult | None, closed_loop: bool) -> Performance | None:
-    """The speed figures `capplan estimate` reports for --concurrency: the steady state's, with TPOT and output
-    tokens/s the simulated closed loop's means where that loop ran (`_Bench.load`) and no speculative decoding
-    reshapes the steps (the simulation schedules plain decode steps). A closed loop's TPOT carries the prefills of
-    the requests that join it, which the steady-state formula leaves out; its TTFT stays the steady state's."""
-    if speed is None or sim is None or not closed_loop or speed.speculation is not None:
+    """The speed figures reported for --concurrency: `reported_speed` where the closed loop at it ran
+    (`_Bench.load`), else the steady state's."""
+    if speed is None or sim is None or not closed_loop:
         return speed
-    return dataclasses.replace(speed, tpot_ms=sim.tpot.mean_ms, output_tokens_per_second=sim.output_tokens_per_second)
+    return reported_speed(speed, sim)
 
 
 def _lengths(result: Estimate, input_len: int | None, output_len: int | None) -> tuple[int, int]:
