@@ -75,7 +75,7 @@ Modules, bottom to top (each imports only those above it in this list):
 - `frames`: the rows as LazyFrames, joined and sized (`build_deployments`);
 - `contexts`: the context rows (`expand_contexts`, `build_capacity_grid`, Python's rounding on columns);
 - `limits`: the max context per target concurrency (`build_context_limits`, `max_contexts`);
-- `tables`: GridTables, `grid_tables`, `iter_grid_tables`, `grid_tables_sql`.
+- `tables`: GridTables, `grid_tables`, `iter_grid_tables` (a `GridBuild`'s chunks), `grid_tables_sql`.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ from capacity.grid.options import (
     grid_contexts,
     weight_dtype_choices,
 )
-from capacity.grid.tables import GridTables, grid_tables, grid_tables_sql, iter_grid_tables
+from capacity.grid.tables import GridBuild, GridTables, grid_tables, grid_tables_sql, iter_grid_tables
 
 __all__ = [
     "CONTEXT_COLUMNS",
@@ -124,6 +124,7 @@ __all__ = [
     "TABLE_CONTEXT_COLUMNS",
     "TARGET_CONCURRENCIES",
     "WEIGHT_CHOICES",
+    "GridBuild",
     "GridModel",
     "GridOptions",
     "GridTables",

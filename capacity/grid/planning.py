@@ -36,6 +36,8 @@ _Candidate = tuple[int, int, float | None, int | None, int | None, int]
 _Candidates = list[_Candidate]
 # bytes per token (whole model, per GPU), state bytes per sequence, (base block size, state checkpoints, candidates) or None
 _KVSide = tuple[int, int, int, list[tuple[int, bool, _Candidates]] | None]
+# a pool's shape: block size, fixed units, per-block groups, group count, SGLang SWA window and floor, window terms
+_Shape = tuple[int, int, int, int, int, int, tuple[tuple[int, int, int], ...]]
 # a model's DP-attention x expert-parallel layouts: (engine index, tp, dp, ep) -> the GPUs (by node size) they are on
 _DPPlan = dict[tuple[int, int, int, int], tuple[int, ...]]
 
@@ -57,7 +59,7 @@ class _Registry:
     batches: dict[tuple[str, int], set[tuple[int, int]]] = field(default_factory=dict)
     block_sizes: dict[tuple[str, int], set[tuple[int, bool]]] = field(default_factory=dict)
     shapes: list[tuple[int, int, int, int, int, int, int, tuple[tuple[int, int, int], ...]]] = field(default_factory=list)
-    shape_ids: dict[tuple[object, ...], int] = field(default_factory=dict)
+    shape_ids: dict[_Shape, int] = field(default_factory=dict)
     # the KV side of a layout depends on the model's layers only (not its parameter counts): models
     # that share them (fine-tunes, re-quantizations) share these results, keyed by `kv_view` id
     kv_views: dict[ModelSpec, int] = field(default_factory=dict)
@@ -113,13 +115,15 @@ class _Registry:
         """Id of a pool shape: block size and charge terms (what a sequence of T tokens takes)."""
         t = pool.charge_terms()
         floor = pool.swa_floor_tokens  # SGLang's validate_swa_pool_size window (0: unchecked)
-        key = (pool.block_size, t.fixed_units, t.per_block_groups, t.windowed, len(pool.groups), swa_window, floor)
-        found = self.shape_ids.get(key)
+        groups = len(pool.groups)
+        return self.shape_id((pool.block_size, t.fixed_units, t.per_block_groups, groups, swa_window, floor, t.windowed))
+
+    def shape_id(self, shape: _Shape) -> int:
+        """Id of a pool shape given as `_Shape` (numbered in the order shapes are first met)."""
+        found = self.shape_ids.get(shape)
         if found is None:
-            found = self.shape_ids[key] = len(self.shape_ids)
-            self.shapes.append(
-                (found, pool.block_size, t.fixed_units, t.per_block_groups, len(pool.groups), swa_window, floor, t.windowed)
-            )  # fmt: skip
+            found = self.shape_ids[shape] = len(self.shape_ids)
+            self.shapes.append((found, *shape))
         return found
 
 
@@ -293,6 +297,24 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
                         )
                     reg.batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
                     reg.block_sizes.setdefault((engine, cid), set()).add((d.block_size, d.state_checkpoints))
+    return reg
+
+
+# what `_registry` computes from the models, GPUs and options: another build of the same fleet can take it as is
+_REGISTRY_STATE = ("model_class", "plans", "dp_plans", "settings", "batches", "block_sizes")
+RegistryState = tuple[object, ...]
+
+
+def _registry_state(reg: _Registry) -> RegistryState:
+    """What `_registry` computed (the engine settings and the model classes and plans), picklable."""
+    return tuple(getattr(reg, name) for name in _REGISTRY_STATE)
+
+
+def _registry_from_state(gpus: Sequence[GpuSku], options: GridOptions, state: RegistryState) -> _Registry:
+    """The registry `_registry` would build for the fleet whose `_registry_state` this is."""
+    reg = _Registry(options, _profiles(options), gpus, (0,) * max((1, *options.pp_sizes)))
+    for name, value in zip(_REGISTRY_STATE, state, strict=True):
+        setattr(reg, name, value)
     return reg
 
 

@@ -3,9 +3,10 @@ collection for a fleet in chunks (`iter_grid_tables`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import cast
 
 import polars as pl
 import polars.selectors as cs
@@ -45,7 +46,16 @@ from capacity.grid.frames import (
 )
 from capacity.grid.limits import _LIMIT_INPUTS, max_contexts
 from capacity.grid.options import GridModel, GridOptions
-from capacity.grid.planning import _build_tables, _registry, _Tables
+from capacity.grid.planning import (
+    RegistryState,
+    _build_tables,
+    _Registry,
+    _registry,
+    _registry_from_state,
+    _registry_state,
+    _Shape,
+    _Tables,
+)
 from capacity.grid.sizing import _window_count
 from capacity.grid.speed import used_window_slots
 from capacity.grid.staged import FrameRows
@@ -91,6 +101,37 @@ class GridTables:
     # known when it was collected (the last chunk's: all of them)
     pool_shapes: pl.DataFrame | None = None
     settings: pl.DataFrame | None = None
+
+    def shifted(self, layouts: int, deployments: int) -> GridTables:
+        """The same tables with layout ids counting from `layouts` more and deployment ids from `deployments` more:
+        a chunk built with ids from 0 placed after chunks holding that many layouts and deployments."""
+        if not layouts and not deployments:
+            return self
+        layout_id, deployment_id = pl.col("layout_id") + layouts, pl.col("deployment_id") + deployments
+
+        def moved(frame: pl.DataFrame | None, *ids: pl.Expr) -> pl.DataFrame | None:
+            return None if frame is None else frame.with_columns(*(i.cast(frame.schema[i.meta.output_name()]) for i in ids))
+
+        return replace(
+            self,
+            layouts=cast(pl.DataFrame, moved(self.layouts, layout_id)),
+            deployments=cast(pl.DataFrame, moved(self.deployments, deployment_id, layout_id)),
+            contexts=cast(pl.DataFrame, moved(self.contexts, deployment_id)),
+            context_limits=moved(self.context_limits, deployment_id),
+            pools=moved(self.pools, deployment_id),
+        )
+
+    def with_shape_ids(self, ids: Sequence[int]) -> GridTables:
+        """A context view's tables with each deployment's pool shape id `s` renumbered `ids[s]` (the ids another
+        build gives the same shapes: `GridBuild.adopt_shapes`)."""
+        if not self.context_view:
+            return self
+        renumbered = pl.col("shape_id").replace_strict(list(range(len(ids))), list(ids), return_dtype=_ID)
+        return replace(self, deployments=self.deployments.with_columns(renumbered))
+
+    def with_view_tables(self, pool_shapes: pl.DataFrame | None, settings: pl.DataFrame | None) -> GridTables:
+        """The same tables carrying these pool shapes and settings (a context view's, `GridBuild.view_tables`)."""
+        return replace(self, pool_shapes=pool_shapes, settings=settings) if self.context_view else self
 
     def context_rows(self) -> pl.DataFrame:
         """deployment_id, CONTEXT_COLUMNS: the contexts with max_concurrency as a Float64 (exactly
@@ -208,32 +249,96 @@ def iter_grid_tables(
     if not models:
         yield grid_tables(models, gpus, options, concurrencies=concurrencies, context_view=context_view)
         return
-    options = options or GridOptions()
-    reg = _registry(models, gpus, options)
-    step = max(1, chunk_models)
-    next_ids = [0, 0]  # layout, deployment
+    yield from GridBuild(models, gpus, options, concurrencies=concurrencies, context_view=context_view).chunks(
+        chunk_models=chunk_models
+    )
 
-    def collect(t: _Tables, start: int) -> GridTables:
-        # one worker: chunks are collected in order, each after the one before has its ids
-        layout_id, deployment_id = next_ids
-        tables = _collect_tables(
-            t, models[start : start + step], start, layout_id, deployment_id, concurrencies, context_view=context_view
-        )
-        next_ids[0] += tables.layouts.height
-        next_ids[1] += tables.deployments.height
-        return tables
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid") as worker:
-        pending: Future[GridTables] | None = None
-        for start in range(0, len(models), step):
-            t = _build_tables(reg, models[start : start + step], start, pp1_only=True)
-            submitted = worker.submit(collect, t, start)
+class GridBuild:
+    """One build of the grid tables of a fleet: the registry its chunks share (the engine settings, numbered for the
+    whole fleet; the pool shapes, numbered as they are met) and the chunks planned and collected from it.
+
+    The registry is a function of the models, GPUs and options, so two builds of the same fleet (in two processes)
+    number the settings alike; their pool shapes differ by the order they were met in, which `shapes` and
+    `adopt_shapes` translate. That lets a caller build a range of the fleet elsewhere and join its chunks to this
+    build's (`GridTables.with_shape_ids`, `GridTables.shifted`)."""
+
+    def __init__(
+        self,
+        models: Sequence[GridModel],
+        gpus: Sequence[GpuSku],
+        options: GridOptions | None = None,
+        *,
+        concurrencies: Sequence[int] | None = None,
+        context_view: bool = False,
+        registry: RegistryState | None = None,
+    ) -> None:
+        self.models = models
+        self.concurrencies = concurrencies
+        self.context_view = context_view
+        options = options or GridOptions()
+        if registry is None:
+            self._reg = _registry(models, gpus, options)
+        else:
+            self._reg = _registry_from_state(gpus, options, registry)
+
+    def registry(self) -> RegistryState:
+        """The registry's engine settings and model plans, picklable: another build of the same models, GPUs and
+        options takes them (`GridBuild(..., registry=...)`) instead of computing them again."""
+        return _registry_state(self._reg)
+
+    def chunks(
+        self,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        chunk_models: int = 192,
+        collected: Callable[[GridTables], None] | None = None,
+    ) -> Iterator[GridTables]:
+        """The tables of models `start` .. `stop` - 1 in chunks of `chunk_models`, ids counting from 0 at `start`
+        (see `iter_grid_tables`: each chunk is collected in a worker thread while the next is planned). `collected`
+        is called with each chunk in that thread as soon as it is collected, in order; the chunk is yielded after
+        the next one is planned."""
+        stop = len(self.models) if stop is None else stop
+        step = max(1, chunk_models)
+        next_ids = [0, 0]  # layout, deployment
+
+        def collect(t: _Tables, begin: int) -> GridTables:
+            # one worker: chunks are collected in order, each after the one before has its ids
+            layout_id, deployment_id = next_ids
+            chunk = self.models[begin : min(begin + step, stop)]
+            ids = (layout_id, deployment_id)
+            tables = _collect_tables(t, chunk, begin, *ids, self.concurrencies, context_view=self.context_view)
+            next_ids[0] += tables.layouts.height
+            next_ids[1] += tables.deployments.height
+            if collected is not None:
+                collected(tables)
+            return tables
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid") as worker:
+            pending: Future[GridTables] | None = None
+            for begin in range(start, stop, step):
+                t = _build_tables(self._reg, self.models[begin : min(begin + step, stop)], begin, pp1_only=True)
+                submitted = worker.submit(collect, t, begin)
+                if pending is not None:
+                    yield pending.result()
+                pending = submitted
             if pending is not None:
                 yield pending.result()
-            pending = submitted
-        if pending is not None:
-            yield pending.result()
 
+    def shapes(self) -> list[_Shape]:
+        """The pool shapes met so far, in id order (what `adopt_shapes` of another build of the fleet reads)."""
+        with self._reg.lock:
+            return [cast(_Shape, tuple(shape[1:])) for shape in self._reg.shapes]
+
+    def adopt_shapes(self, shapes: Sequence[_Shape]) -> list[int]:
+        """This build's id of each of another build's pool shapes (`shapes()` there), numbering those not met here."""
+        with self._reg.lock:
+            return [self._reg.shape_id(shape) for shape in shapes]
+
+    def view_tables(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """A context view's pool shapes and engine settings, as far as this build has met them."""
+        return _view_tables(self._reg)
 
 
 def _collect_tables(
@@ -287,7 +392,7 @@ def _collect_tables(
         deployment_extra = [
             pl.col("_shape").cast(_ID).alias("shape_id"), pl.col("settings_id").cast(_ID), pl.col("pool_swa_capacity")
         ]
-        pool_shapes, settings = _view_tables(t1)
+        pool_shapes, settings = _view_tables(t1.reg)
     return GridTables(
         gpus=gpus.collect(),
         layouts=layouts,
@@ -377,15 +482,15 @@ def _layouts_table(
     return layouts.select(pl.col("layout_id").cast(_ID), *LAYOUT_COLUMNS, *extra).collect()
 
 
-def _view_tables(t: _Tables) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _view_tables(reg: _Registry) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The pool shapes and engine settings of the build so far, as a context view keeps them."""
-    with t.reg.lock:
-        shapes, windows = _shape_frame(t.reg)
+    with reg.lock:
+        shapes, windows = _shape_frame(reg)
     pool_shapes = shapes.select(
         pl.col("_shape").cast(_ID).alias("shape_id"), *VIEW_SHAPE_COLUMNS, *pool_window_columns(windows)
     ).collect()
-    if t.reg.view_settings is None:  # the settings are all known once the registry is built: every chunk shares them
-        _, served = served_frames(t.reg)
+    if reg.view_settings is None:  # the settings are all known once the registry is built: every chunk shares them
+        _, served = served_frames(reg)
         settings = served.select(pl.col("settings_id").cast(_ID), *VIEW_SETTINGS_COLUMNS).unique("settings_id")
-        t.reg.view_settings = settings.sort("settings_id").collect()
-    return pool_shapes, t.reg.view_settings
+        reg.view_settings = settings.sort("settings_id").collect()
+    return pool_shapes, reg.view_settings

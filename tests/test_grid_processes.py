@@ -1,0 +1,101 @@
+"""The grid built by two processes (`warehouse.grid_processes`): a second interpreter builds the last part of
+the fleet from this process's registry, and its chunks join this process's. The oracle is the grid built by
+one process (`iter_grid_tables`), which `tests/test_grid.py` holds to the scalar `estimate` and
+`tests/test_grid_view.py` to the view: the same layouts, deployments, context rows and limits, in the same order
+under the same ids; only the pool shapes' ids may differ, and they name the same shapes."""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import pickle
+import sys
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from capacity.grid import TARGET_CONCURRENCIES, GridBuild, GridTables, iter_grid_tables
+from tests.test_grid import _strings, gpus, models
+from warehouse.grid_processes import GridProcessError, _build_part, iter_grid_tables_parallel
+
+
+def _joined(chunks: list[GridTables]) -> GridTables:
+    limits = [c.context_limits for c in chunks if c.context_limits is not None]
+    return GridTables(
+        gpus=chunks[0].gpus,
+        layouts=pl.concat([c.layouts for c in chunks]),
+        deployments=pl.concat([c.deployments for c in chunks]),
+        contexts=pl.concat([c.contexts for c in chunks]),
+        context_limits=pl.concat(limits) if limits else None,
+        context_view=chunks[0].context_view,
+        pool_shapes=chunks[-1].pool_shapes,
+        settings=chunks[-1].settings,
+    )
+
+
+def _shapes_by_content(tables: GridTables) -> pl.DataFrame:
+    """The deployments with each pool shape id replaced by the shape's columns."""
+    assert tables.pool_shapes is not None
+    return tables.deployments.join(tables.pool_shapes, on="shape_id", how="left", maintain_order="left").drop(
+        "shape_id"
+    )
+
+
+def test_two_processes_build_the_context_view_of_one() -> None:
+    one = list(iter_grid_tables(models(), gpus(), chunk_models=3, context_view=True))
+    two = list(iter_grid_tables_parallel(models(), gpus(), chunk_models=3, context_view=True, processes=2))
+    assert len(two) >= 4  # both processes cut their part into chunks
+    single, double = _joined(one), _joined(two)
+    assert_frame_equal(_strings(double.layouts), _strings(single.layouts))
+    # the second process met the shapes in another order: the same shapes, other ids
+    assert_frame_equal(_shapes_by_content(double), _shapes_by_content(single))
+    assert double.settings is not None and single.settings is not None and double.settings.equals(single.settings)
+    # the context rows the view computes from them
+    assert_frame_equal(double.context_rows(), single.context_rows())
+    # every chunk carries the shapes its deployments name
+    for chunk in two:
+        assert chunk.pool_shapes is not None
+        assert chunk.deployments["shape_id"].is_in(chunk.pool_shapes["shape_id"].implode()).all()
+
+
+def test_two_processes_build_the_stored_contexts_and_limits_of_one() -> None:
+    one = _joined(list(iter_grid_tables(models(), gpus(), concurrencies=TARGET_CONCURRENCIES, chunk_models=4)))
+    parts = list(
+        iter_grid_tables_parallel(
+            models(), gpus(), concurrencies=TARGET_CONCURRENCIES, chunk_models=4, processes=2, share=0.3
+        )
+    )
+    two = _joined(parts)
+    for name in ("layouts", "deployments", "contexts", "context_limits"):
+        assert_frame_equal(_strings(getattr(two, name)), _strings(getattr(one, name)))
+
+
+def test_one_process_or_one_chunk_builds_here() -> None:
+    """processes=1, and a fleet of one chunk, are `iter_grid_tables` itself (no second interpreter)."""
+    for kwargs in ({"processes": 1, "chunk_models": 3}, {"processes": 2, "chunk_models": 100}):
+        chunks = list(iter_grid_tables_parallel(models(), gpus(), context_view=True, **kwargs))  # type: ignore[arg-type]
+        expected = list(iter_grid_tables(models(), gpus(), context_view=True, chunk_models=kwargs["chunk_models"]))
+        assert [c.deployments.height for c in chunks] == [c.deployments.height for c in expected]
+
+
+def test_a_registry_taken_from_another_build_builds_the_same_tables() -> None:
+    here = GridBuild(models(), gpus(), context_view=True)
+    taken = GridBuild(models(), gpus(), context_view=True, registry=pickle.loads(pickle.dumps(here.registry())))
+    for mine, theirs in zip(here.chunks(chunk_models=4), taken.chunks(chunk_models=4), strict=True):
+        assert_frame_equal(mine.deployments, theirs.deployments)
+        assert_frame_equal(_strings(mine.layouts), _strings(theirs.layouts))
+
+
+def test_a_second_process_that_fails_says_why_in_one_line() -> None:
+    """The child's error comes back as one line (no traceback), and the parent raises it."""
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    _build_part(sender, io.BytesIO(pickle.dumps((models(), gpus(), None, 2, 3, None, True)) + b"not a pickle"))
+    kind, reason, _ = receiver.recv()
+    assert kind == "error" and "\n" not in reason and reason
+
+
+def test_a_second_process_that_dies_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(GridProcessError, match="stopped without a word"):
+        list(iter_grid_tables_parallel(models(), gpus(), chunk_models=3, context_view=True, processes=2))
