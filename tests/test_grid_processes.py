@@ -87,6 +87,17 @@ def test_a_registry_taken_from_another_build_builds_the_same_tables() -> None:
         assert_frame_equal(_strings(mine.layouts), _strings(theirs.layouts))
 
 
+def test_a_build_of_part_of_the_fleet_counts_models_as_the_fleet_does() -> None:
+    """The second process is sent only its models and the fleet's registry (`first_model`)."""
+    whole = GridBuild(models(), gpus())
+    part = GridBuild(models()[5:], gpus(), registry=whole.registry(), first_model=5)
+    for mine, theirs in zip(whole.chunks(5, chunk_models=3), part.chunks(5, chunk_models=3), strict=True):
+        assert_frame_equal(_strings(mine.layouts), _strings(theirs.layouts))
+        assert_frame_equal(mine.contexts, theirs.contexts)
+    with pytest.raises(ValueError, match="registry"):
+        GridBuild(models()[5:], gpus(), first_model=5)
+
+
 def test_a_second_process_that_fails_says_why_in_one_line() -> None:
     """The child's error comes back as one line (no traceback), and the parent raises it."""
     receiver, sender = multiprocessing.Pipe(duplex=False)

@@ -72,8 +72,9 @@ def iter_grid_tables_parallel(
         reader.start()
         feeder.start()
         # the child reads its request after its imports, then this process's registry: both written by the feeder
+        # the child plans models split and after: the registry (sent next) knows the others
         child_chunk = _per_chunk(len(models) - split, chunk_models)
-        requests.put(pickle.dumps((models, gpus, options, split, child_chunk, concurrencies, context_view)))
+        requests.put(pickle.dumps((models[split:], gpus, options, split, child_chunk, concurrencies, context_view)))
         try:
             build = GridBuild(models, gpus, options, concurrencies=concurrencies, context_view=context_view)
             requests.put(pickle.dumps(build.registry()))
@@ -153,8 +154,8 @@ def _with_shapes(chunk: GridTables, build: GridBuild) -> GridTables:
 
 
 def _build_part(sender: Connection, requests: BinaryIO) -> None:
-    """The second process: models `start` and after, chunk by chunk, each sent as soon as it is collected with the
-    pool shapes met so far."""
+    """The second process: the fleet's models from number `start` on (those it is sent), chunk by chunk, each sent
+    as soon as it is collected with the pool shapes met so far."""
     # a short-lived process of acyclic rows: the cyclic collector would only walk them
     gc.freeze()
     gc.disable()
@@ -167,7 +168,8 @@ def _build_part(sender: Connection, requests: BinaryIO) -> None:
     try:
         models, gpus, options, start, chunk_models, concurrencies, context_view = pickle.load(requests)
         registry = pickle.load(requests)
-        build = GridBuild(models, gpus, options, concurrencies=concurrencies, context_view=context_view, registry=registry)
+        build = GridBuild(models, gpus, options, concurrencies=concurrencies, context_view=context_view,
+                          registry=registry, first_model=start)
         for _ in build.chunks(start, chunk_models=chunk_models, collected=send):
             pass
         message = ("done", None, None)

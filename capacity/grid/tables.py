@@ -272,8 +272,14 @@ class GridBuild:
         concurrencies: Sequence[int] | None = None,
         context_view: bool = False,
         registry: RegistryState | None = None,
+        first_model: int = 0,
     ) -> None:
+        """`registry`: another build's (`registry()`), for the same fleet; then `models` may be the fleet's models
+        from number `first_model` on, and `chunks` count models as the fleet does."""
+        if first_model and registry is None:
+            raise ValueError("first_model needs the fleet's registry")
         self.models = models
+        self.first_model = first_model
         self.concurrencies = concurrencies
         self.context_view = context_view
         options = options or GridOptions()
@@ -299,16 +305,19 @@ class GridBuild:
         (see `iter_grid_tables`: each chunk is collected in a worker thread while the next is planned). `collected`
         is called with each chunk in that thread as soon as it is collected, in order; the chunk is yielded after
         the next one is planned."""
-        stop = len(self.models) if stop is None else stop
+        stop = self.first_model + len(self.models) if stop is None else stop
         step = max(1, chunk_models)
+
+        def models_from(begin: int) -> Sequence[GridModel]:
+            return self.models[begin - self.first_model : min(begin + step, stop) - self.first_model]
+
         next_ids = [0, 0]  # layout, deployment
 
         def collect(t: _Tables, begin: int) -> GridTables:
             # one worker: chunks are collected in order, each after the one before has its ids
             layout_id, deployment_id = next_ids
-            chunk = self.models[begin : min(begin + step, stop)]
             ids = (layout_id, deployment_id)
-            tables = _collect_tables(t, chunk, begin, *ids, self.concurrencies, context_view=self.context_view)
+            tables = _collect_tables(t, models_from(begin), begin, *ids, self.concurrencies, context_view=self.context_view)
             next_ids[0] += tables.layouts.height
             next_ids[1] += tables.deployments.height
             if collected is not None:
@@ -318,7 +327,7 @@ class GridBuild:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid") as worker:
             pending: Future[GridTables] | None = None
             for begin in range(start, stop, step):
-                t = _build_tables(self._reg, self.models[begin : min(begin + step, stop)], begin, pp1_only=True)
+                t = _build_tables(self._reg, models_from(begin), begin, pp1_only=True)
                 submitted = worker.submit(collect, t, begin)
                 if pending is not None:
                     yield pending.result()
