@@ -18,8 +18,10 @@ if TYPE_CHECKING:
     from capacity.performance import Performance
 
 # the metrics (as the measurements name them) a closed loop's simulation gives `capplan estimate --concurrency`
-# below B_max (`reported_speed`); its TTFT stays the steady state's
-SIMULATED_SPEED_METRICS = ("tpot", "output_throughput")
+# below B_max (`reported_speed`), each with the `Performance` field (and `--json` key) it replaces; its TTFT stays
+# the steady state's
+SIMULATED_SPEED_FIELDS = {"tpot": "tpot_ms", "output_throughput": "output_tokens_per_second"}
+SIMULATED_SPEED_METRICS = tuple(SIMULATED_SPEED_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from capacity.performance import (
     perf_inputs,
     performance,
 )
-from capacity.serving import Lengths, Load, ServingResult, reported_speed, simulate
+from capacity.serving import SIMULATED_SPEED_FIELDS, Lengths, Load, ServingResult, reported_speed, simulate
 from capacity.serving.targets import WithinTargets, batch_within_targets
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from pipelines.commands import offload_options as oo
@@ -344,7 +344,8 @@ def _print(
         if reported is not None:
             contract |= reported.contract()
             if simulated_speed:
-                contract["speed_from"] = {key: "simulation" for key in _SIMULATED_KEYS} | {"ttft_ms": "steady state"}
+                simulated = dict.fromkeys(SIMULATED_SPEED_FIELDS.values(), "simulation")
+                contract["speed_from"] = simulated | {"ttft_ms": "steady state"}
         elif sim is not None and result.target_concurrency is not None:
             contract |= sim.speed_contract()
         if sim is not None:
@@ -368,10 +369,6 @@ def _print(
             typer.echo("")
             for line in block:
                 typer.echo(line)
-
-
-# the JSON keys of `capacity.serving.SIMULATED_SPEED_METRICS`: what `reported_speed` takes from the simulation
-_SIMULATED_KEYS = ("output_tokens_per_second", "tpot_ms")
 
 
 def _reported(speed: Performance | None, sim: ServingResult | None, closed_loop: bool) -> Performance | None:
