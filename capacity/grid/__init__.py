@@ -37,7 +37,10 @@ contexts) and `view.context_view_sql` computes them in DuckDB when read, with th
 (`contexts._at_contexts` over `staged.SqlRows`; `capacity.sql_expr` renders Python's arithmetic): a
 10M-row grid publishes 1.6M deployment rows, and a query pays for the context columns it reads.
 `iter_grid_tables` yields them for chunks of models (same ids, same rows) and overlaps the
-Python part of one chunk with the Polars part of the one before. Two savings only this path
+Python part of one chunk with the Polars part of the one before; it is a `GridBuild`'s chunks: the
+registry a build's chunks share, picklable (`GridBuild.registry`) so that another process can build a
+range of the fleet (`warehouse.grid_processes`) and its chunks join this one's (`GridTables.shifted`,
+`GridBuild.adopt_shapes`, `GridTables.with_shape_ids`). Two savings only this path
 makes: the PP > 1 layouts are planned after the PP = 1 deployments are sized, and only where
 those do not fit (planning every PP > 1 layout was half the Python work, for a few per cent of
 the deployments); and the KV side of a layout (bytes per token, pool shapes) is computed once per
