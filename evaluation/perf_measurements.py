@@ -73,8 +73,13 @@ _STR_FIELDS = (
     "weight_dtype",
     "kv_cache_dtype",
     "dataset",
+    "bench_tool",
     "notes",
 )
+
+# the benchmark clients whose random dataset draws lengths its own way (`PerfMeasurement.random_lengths`)
+SGLANG_BENCH_SERVING = "sglang.bench_serving"
+BENCH_TOOLS = (SGLANG_BENCH_SERVING, "vllm bench serve")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +107,8 @@ class PerfMeasurement:
     weight_dtype: str | None = None
     kv_cache_dtype: str | None = None
     dataset: str | None = None
+    # the client that ran it, where its random dataset's lengths follow its own rule (BENCH_TOOLS)
+    bench_tool: str | None = None
     input_len: int | None = None
     output_len: int | None = None
     random_range_ratio: float | None = None
@@ -138,18 +145,45 @@ class PerfMeasurement:
         return self.model if self.model_in_catalog or not self.catalog_model else self.catalog_model
 
     @property
+    def sglang_random_lengths(self) -> bool:
+        """A random dataset of `sglang.bench_serving`: each length uniform in [max(1, L x r), L], r its
+        `--random-range-ratio` (0 by default: anywhere from 1 to L), where vLLM's client draws around L."""
+        return self.bench_tool == SGLANG_BENCH_SERVING and self.dataset == "random"
+
+    @property
     def mean_input_len(self) -> float | None:
-        """Mean prompt length: total input tokens over requests where the source states both, else the nominal length."""
+        """Mean prompt length: total input tokens over requests where the source states both, else the nominal length
+        (the middle of `sglang.bench_serving`'s range for its random dataset)."""
         if self.total_input_tokens is not None and self.num_prompts:
             return self.total_input_tokens / self.num_prompts
-        return float(self.input_len) if self.input_len is not None else None
+        return self._nominal_mean(self.input_len)
 
     @property
     def mean_output_len(self) -> float | None:
         """Mean generated length, likewise."""
         if self.total_output_tokens is not None and self.num_prompts:
             return self.total_output_tokens / self.num_prompts
-        return float(self.output_len) if self.output_len is not None else None
+        return self._nominal_mean(self.output_len)
+
+    def _nominal_mean(self, length: int | None) -> float | None:
+        if length is None:
+            return None
+        if self.sglang_random_lengths:
+            return length * (1 + (self.random_range_ratio or 0.0)) / 2
+        return float(length)
+
+    @property
+    def length_spread(self) -> float:
+        """How far lengths spread around their mean, as vLLM's `--random-range-ratio` says it (uniform in
+        [M(1 - s), M(1 + s)]): `sglang.bench_serving`'s [L x r, L] is (1 - r) / (1 + r) around L(1 + r) / 2; vLLM's
+        own ratio where the source states no token totals (with totals the mean is known and the lengths are
+        simulated at it); 0 otherwise."""
+        if self.sglang_random_lengths:
+            r = self.random_range_ratio or 0.0
+            return (1 - r) / (1 + r)
+        if self.random_range_ratio and self.total_input_tokens is None:
+            return self.random_range_ratio
+        return 0.0
 
     @property
     def output_throughput(self) -> float | None:
@@ -310,6 +344,9 @@ def validate_row(entry: object, gpu_ids: Iterable[str] | None = None) -> PerfMea
     mean_concurrency = _opt_positive(entry, "mean_concurrency", float(MAX_LEN))
     if all(floats[key] is None for key in MEASURED_FIELDS):
         raise _Bad("no measured value (throughput, TTFT, TPOT/ITL or latency)")
+    tool = entry.get("bench_tool")
+    if tool is not None and tool not in BENCH_TOOLS:
+        raise _Bad(f"bench_tool {tool!r} is none of {', '.join(BENCH_TOOLS)}")
     ratio = entry.get("random_range_ratio")
     if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1):
         raise _Bad(f"random_range_ratio {ratio!r} must be within [0, 1]")

@@ -67,10 +67,14 @@ def regime(row: PerfMeasurement) -> str:
     return "finite rate"
 
 
+# `Lengths` spreads less than the mean on either side (a length of 0 is no request): SGLang's default range, from 1 to
+# L, is simulated as from 1 % to 199 % of its mean
+MAX_SPREAD = 0.99
+
+
 def row_load(row: PerfMeasurement, input_tokens: int, output_tokens: int) -> Load | str:
     """The benchmark the row ran, as a `Load` (or why there is none)."""
-    ratio = row.random_range_ratio if row.random_range_ratio and row.total_input_tokens is None else 0.0
-    lengths = Lengths(input_tokens, output_tokens, min(ratio, 0.99))
+    lengths = Lengths(input_tokens, output_tokens, min(row.length_spread, MAX_SPREAD))
     prompts = min(row.num_prompts or DEFAULT_PROMPTS, MAX_PROMPTS)
     kind = regime(row)
     if kind == "static batch":

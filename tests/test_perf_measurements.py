@@ -248,3 +248,29 @@ def test_derived_quantities(tmp_path: Path) -> None:
     assert row.mean_input_len == 610 and row.mean_output_len == 420
     assert row.output_throughput == 1000.0 and row.num_gpus == 2
     assert row.tpot_ms == 9.5 and row.effective_concurrency == 8
+
+
+def test_sglang_bench_serving_random_lengths_are_its_own() -> None:
+    """`sglang.bench_serving --dataset-name random` draws each length uniformly from [max(1, L x r), L] (r: its
+    --random-range-ratio, 0 by default), vLLM's client from [L(1 - r), L(1 + r)]: by hand, r = 0 is a mean of L / 2
+    spread by 1 around it, r = 0.5 a mean of 3L / 4 spread by 1/3; the simulation caps a spread at 0.99."""
+    from dataclasses import replace
+
+    from evaluation.perf_measurements import SGLANG_BENCH_SERVING, load_perf_measurements
+    from evaluation.perf_sim import MAX_SPREAD, row_load
+
+    rows = load_perf_measurements().rows
+    tagged = [r for r in rows if r.bench_tool == SGLANG_BENCH_SERVING and r.dataset == "random"]
+    assert tagged and all(r.engine == "sglang" for r in tagged)
+    # the sources' own token totals say so: about half the nominal lengths where no ratio was given
+    defaults = [r for r in tagged if not r.random_range_ratio and r.total_input_tokens and r.input_len == 1000]
+    assert defaults and all(0.45 < r.total_input_tokens / r.num_prompts / 1000 < 0.65 for r in defaults)  # type: ignore[operator]
+    row = replace(tagged[0], total_input_tokens=None, total_output_tokens=None, input_len=1000, output_len=2000)
+    assert (row.mean_input_len, row.mean_output_len, row.length_spread) == (500.0, 1000.0, 1.0)
+    half = replace(row, random_range_ratio=0.5)
+    assert (half.mean_input_len, half.length_spread) == (750.0, pytest.approx(1 / 3))
+    load = row_load(row, 500, 1000)
+    assert not isinstance(load, str) and load.lengths.range_ratio == MAX_SPREAD
+    # vLLM's client: around the nominal length, fixed at the mean where the totals are stated
+    vllm = replace(row, bench_tool=None, random_range_ratio=0.5)
+    assert (vllm.mean_input_len, vllm.length_spread) == (1000.0, 0.5)
