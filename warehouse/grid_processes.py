@@ -46,7 +46,8 @@ def iter_grid_tables_parallel(
     process's, renumbered after them. Every chunk of a context view carries the pool shapes met so far; the last
     one all of them."""
     split = len(models) - min(len(models), max(0, round(len(models) * share)))
-    if processes < 2 or split < 1 or split >= len(models) or len(models) <= chunk_models:
+    # the child's pipe is passed as a file descriptor (`pass_fds`): POSIX only; elsewhere one process builds
+    if processes < 2 or os.name != "posix" or split < 1 or split >= len(models) or len(models) <= chunk_models:
         yield from iter_grid_tables(
             models, gpus, options, concurrencies=concurrencies, chunk_models=chunk_models, context_view=context_view
         )
@@ -101,7 +102,8 @@ def _child_env() -> dict[str, str]:
     """The child's environment: this process's import path, and Polars' threads shared between the two processes
     (on two cores, two processes of two threads each spent more CPU time waiting on each other than they saved)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
-    env.setdefault("POLARS_MAX_THREADS", str(max(1, len(os.sched_getaffinity(0)) // 2)))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    env.setdefault("POLARS_MAX_THREADS", str(max(1, cores // 2)))
     return env
 
 
