@@ -110,3 +110,15 @@ def test_a_second_process_that_dies_is_an_error(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(sys, "executable", "/bin/false")
     with pytest.raises(GridProcessError, match="stopped without a word"):
         list(iter_grid_tables_parallel(models(), gpus(), chunk_models=3, context_view=True, processes=2))
+
+
+def test_a_consumer_that_stops_early_stops_the_second_process() -> None:
+    """Closing the generator after its first chunk kills the child and joins the threads (no hang, no orphan)."""
+    import threading
+
+    before = {t.name for t in threading.enumerate()}
+    chunks = iter_grid_tables_parallel(models(), gpus(), chunk_models=3, context_view=True, processes=2)
+    assert next(chunks).deployments.height > 0
+    chunks.close()
+    left = {t.name for t in threading.enumerate()} - before
+    assert not any(name.startswith("capplan-grid") for name in left)

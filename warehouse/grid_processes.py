@@ -1,12 +1,12 @@
 """The capacity grid's tables built by two processes for publishing.
 
 At fleet scale half of a build's CPU time is the per-layout planning in Python, which holds the GIL: one
-process cannot spread it over two cores. A second interpreter (spawned, so it starts its own Polars and
-DuckDB thread pools) builds the first part of the fleet from a registry of its own, which numbers the
-engine settings as this one's does (the registry is a function of the models, GPUs and options); its
-chunks come back over a pipe, their pool shapes renumbered into this build's and their ids in place, while
-this process builds the rest. The caller gets the chunks of `iter_grid_tables`, in id order: the same
-tables, the same rows, the pool shapes numbered in another order.
+process cannot spread it over two cores. A second interpreter (`python -m` this module, so it starts its own
+Polars and DuckDB thread pools) builds the last part of the fleet from this process's registry (the engine
+settings and model plans, `GridBuild.registry`), while this process builds the first part. Its chunks come
+back over a pipe as soon as each is collected, their pool shapes renumbered into this build's and their ids
+placed after this process's. The caller gets the chunks of `iter_grid_tables`, in id order: the same tables,
+the same rows, the pool shapes numbered in another order.
 """
 
 from __future__ import annotations
@@ -72,15 +72,13 @@ def iter_grid_tables_parallel(
     try:
         reader.start()
         feeder.start()
-        # the child reads its request after its imports, then this process's registry: both written by the feeder
-        # the child plans models split and after: the registry (sent next) knows the others
+        # the child reads its models (split and after) once its imports are done, then this process's registry,
+        # which plans the others too: both written by the feeder thread while this process goes on
         child_chunk = _per_chunk(len(models) - split, chunk_models)
         requests.put(pickle.dumps((models[split:], gpus, options, split, child_chunk, concurrencies, context_view)))
-        try:
-            build = GridBuild(models, gpus, options, concurrencies=concurrencies, context_view=context_view)
-            requests.put(pickle.dumps(build.registry()))
-        finally:
-            requests.put(None)
+        build = GridBuild(models, gpus, options, concurrencies=concurrencies, context_view=context_view)
+        requests.put(pickle.dumps(build.registry()))
+        requests.put(None)
         layouts = deployments = 0
         for chunk in build.chunks(0, split, chunk_models=_per_chunk(split, chunk_models)):
             layouts += chunk.layouts.height
@@ -89,6 +87,7 @@ def iter_grid_tables_parallel(
         for chunk in _received(arrived, build):
             yield _with_shapes(chunk.shifted(layouts, deployments), build)
     finally:
+        requests.put(None)  # the feeder stops at the first None, whatever was sent before
         if worker.poll() is None:
             worker.kill()
         worker.wait()
