@@ -11,8 +11,8 @@ them back (`capacity.grid.grid_tables_sql`: GRID_COLUMNS, one row per deployment
 same values as `build_capacity_grid`). Build and publish run as one pipeline over chunks of models
 (`iter_grid_tables`): the Polars part of a chunk runs while the Python part of the next is planned
 and while the one before is inserted; with `--processes 2` (the default where two cores are usable) a second
-process builds the last half of the fleet (`warehouse.grid_processes`) and CPU seconds count it. Prints rows, rows/s, wall and CPU seconds, the load average,
-peak RSS, a query on the view, and the speed-up over the scalar `estimate` measured on rows
+process builds the last half of the fleet (`warehouse.grid_processes`) and CPU seconds count it. Prints rows,
+rows/s, wall and CPU seconds, the load average, peak RSS, a query on the view, and the speed-up over the scalar `estimate` measured on rows
 sampled from the published view in the same run (every sampled row must agree with it).
 `--peer` (on by default where `.venv-ridgepoint` exists: benchmarks/setup_ridgepoint.sh) runs ridgepoint, the
 fastest peer, in the same run on rows sampled from the same view (`benchmarks/peer.py`) and prints the ratio.

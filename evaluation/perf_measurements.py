@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,15 @@ MAX_TTFT_MS = 3_600_000.0  # one hour
 MAX_TOKENS_PER_S = 5_000_000.0
 MAX_LEN = 10_000_000
 MAX_GPUS = 1024
+
+
+class BenchTool(StrEnum):
+    """The benchmark client a row names, where its random dataset draws lengths its own way
+    (`PerfMeasurement.sglang_random_lengths`, `PerfMeasurement.length_spread`)."""
+
+    SGLANG_BENCH_SERVING = "sglang.bench_serving"
+    VLLM_BENCH_SERVE = "vllm bench serve"
+
 
 _INT_FIELDS = (
     "num_gpus",
@@ -73,13 +83,8 @@ _STR_FIELDS = (
     "weight_dtype",
     "kv_cache_dtype",
     "dataset",
-    "bench_tool",
     "notes",
 )
-
-# the benchmark clients whose random dataset draws lengths its own way (`PerfMeasurement.random_lengths`)
-SGLANG_BENCH_SERVING = "sglang.bench_serving"
-BENCH_TOOLS = (SGLANG_BENCH_SERVING, "vllm bench serve")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +112,8 @@ class PerfMeasurement:
     weight_dtype: str | None = None
     kv_cache_dtype: str | None = None
     dataset: str | None = None
-    # the client that ran it, where its random dataset's lengths follow its own rule (BENCH_TOOLS)
-    bench_tool: str | None = None
+    # the client that ran it, where its random dataset's lengths follow its own rule
+    bench_tool: BenchTool | None = None
     input_len: int | None = None
     output_len: int | None = None
     random_range_ratio: float | None = None
@@ -148,7 +153,7 @@ class PerfMeasurement:
     def sglang_random_lengths(self) -> bool:
         """A random dataset of `sglang.bench_serving`: each length uniform in [max(1, L x r), L], r its
         `--random-range-ratio` (0 by default: anywhere from 1 to L), where vLLM's client draws around L."""
-        return self.bench_tool == SGLANG_BENCH_SERVING and self.dataset == "random"
+        return self.bench_tool is BenchTool.SGLANG_BENCH_SERVING and self.dataset == "random"
 
     @property
     def mean_input_len(self) -> float | None:
@@ -345,8 +350,8 @@ def validate_row(entry: object, gpu_ids: Iterable[str] | None = None) -> PerfMea
     if all(floats[key] is None for key in MEASURED_FIELDS):
         raise _Bad("no measured value (throughput, TTFT, TPOT/ITL or latency)")
     tool = entry.get("bench_tool")
-    if tool is not None and tool not in BENCH_TOOLS:
-        raise _Bad(f"bench_tool {tool!r} is none of {', '.join(BENCH_TOOLS)}")
+    if tool is not None and (not isinstance(tool, str) or tool not in {t.value for t in BenchTool}):
+        raise _Bad(f"bench_tool {tool!r} is none of {', '.join(BenchTool)}")
     ratio = entry.get("random_range_ratio")
     if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1):
         raise _Bad(f"random_range_ratio {ratio!r} must be within [0, 1]")
@@ -370,6 +375,7 @@ def validate_row(entry: object, gpu_ids: Iterable[str] | None = None) -> PerfMea
         gpu=gpu,
         model_in_catalog=in_catalog,
         random_range_ratio=float(ratio) if ratio is not None else None,
+        bench_tool=BenchTool(tool) if tool is not None else None,
         request_rate=_request_rate(entry),
         mean_concurrency=mean_concurrency,
         raw=dict(entry),

@@ -256,11 +256,11 @@ def test_sglang_bench_serving_random_lengths_are_its_own() -> None:
     spread by 1 around it, r = 0.5 a mean of 3L / 4 spread by 1/3; the simulation caps a spread at 0.99."""
     from dataclasses import replace
 
-    from evaluation.perf_measurements import SGLANG_BENCH_SERVING, load_perf_measurements
+    from evaluation.perf_measurements import BenchTool, load_perf_measurements
     from evaluation.perf_sim import MAX_SPREAD, row_load
 
     rows = load_perf_measurements().rows
-    tagged = [r for r in rows if r.bench_tool == SGLANG_BENCH_SERVING and r.dataset == "random"]
+    tagged = [r for r in rows if r.bench_tool is BenchTool.SGLANG_BENCH_SERVING and r.dataset == "random"]
     assert tagged and all(r.engine == "sglang" for r in tagged)
     # the sources' own token totals say so: about half the nominal lengths where no ratio was given
     defaults = [r for r in tagged if not r.random_range_ratio and r.total_input_tokens and r.input_len == 1000]

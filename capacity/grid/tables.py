@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import cast
 
 import polars as pl
 import polars.selectors as cs
@@ -109,16 +108,17 @@ class GridTables:
             return self
         layout_id, deployment_id = pl.col("layout_id") + layouts, pl.col("deployment_id") + deployments
 
-        def moved(frame: pl.DataFrame | None, *ids: pl.Expr) -> pl.DataFrame | None:
-            return None if frame is None else frame.with_columns(*(i.cast(frame.schema[i.meta.output_name()]) for i in ids))
+        def moved(frame: pl.DataFrame, *ids: pl.Expr) -> pl.DataFrame:
+            return frame.with_columns(*(i.cast(frame.schema[i.meta.output_name()]) for i in ids))
 
+        limits, pools = self.context_limits, self.pools
         return replace(
             self,
-            layouts=cast(pl.DataFrame, moved(self.layouts, layout_id)),
-            deployments=cast(pl.DataFrame, moved(self.deployments, deployment_id, layout_id)),
-            contexts=cast(pl.DataFrame, moved(self.contexts, deployment_id)),
-            context_limits=moved(self.context_limits, deployment_id),
-            pools=moved(self.pools, deployment_id),
+            layouts=moved(self.layouts, layout_id),
+            deployments=moved(self.deployments, deployment_id, layout_id),
+            contexts=moved(self.contexts, deployment_id),
+            context_limits=None if limits is None else moved(limits, deployment_id),
+            pools=None if pools is None else moved(pools, deployment_id),
         )
 
     def with_shape_ids(self, ids: Sequence[int]) -> GridTables:
@@ -316,8 +316,9 @@ class GridBuild:
         def collect(t: _Tables, begin: int) -> GridTables:
             # one worker: chunks are collected in order, each after the one before has its ids
             layout_id, deployment_id = next_ids
-            ids = (layout_id, deployment_id)
-            tables = _collect_tables(t, models_from(begin), begin, *ids, self.concurrencies, context_view=self.context_view)
+            tables = _collect_tables(
+                t, models_from(begin), begin, layout_id, deployment_id, self.concurrencies, context_view=self.context_view
+            )
             next_ids[0] += tables.layouts.height
             next_ids[1] += tables.deployments.height
             if collected is not None:
@@ -338,7 +339,7 @@ class GridBuild:
     def shapes(self) -> list[_Shape]:
         """The pool shapes met so far, in id order (what `adopt_shapes` of another build of the fleet reads)."""
         with self._reg.lock:
-            return [cast(_Shape, tuple(shape[1:])) for shape in self._reg.shapes]
+            return list(self._reg.shape_ids)  # numbered in insertion order
 
     def adopt_shapes(self, shapes: Sequence[_Shape]) -> list[int]:
         """This build's id of each of another build's pool shapes (`shapes()` there), numbering those not met here."""
