@@ -6,7 +6,7 @@ Scores output tokens/s, TPOT and TTFT on the reference set (evaluation/data/perf
 capplan's efficiency factors were fitted on it, so its columns there are in-sample) and on the blind
 holdout (evaluation/data/perf_holdout.yaml: neither tool was fitted on it), for capplan's steady-state
 model, its serving simulation (`evaluation.perf_sim.sim_report`, shipped factors, nothing refitted) and what
-`capplan estimate` reports (a closed loop's TPOT and tokens/s simulated, the rest steady state), and for
+`capplan estimate` reports (a closed loop's TPOT, TTFT and tokens/s simulated, the rest steady state), and for
 AIConfigurator's own estimate. Every figure is taken over the rows and metrics all of them answer;
 the counts of rows each answers, and the rows it cannot be asked or refuses (by reason), are printed.
 
@@ -74,7 +74,7 @@ RUNNER = Path(__file__).resolve().parent / "aiconfigurator_runner.py"
 METRICS = ("output_throughput", "tpot", "ttft")  # capplan's metric names (tokens/s, seconds, seconds)
 COLUMNS = ("steady", "simulated", "reported", "aiconfigurator")
 # capplan's columns: its steady state, its serving simulation, and what `capplan estimate` reports (a closed
-# loop's TPOT and tokens/s simulated, the rest the steady state's: `evaluation.perf_sim.SimScore.reported`)
+# loop's TPOT, TTFT and tokens/s simulated, the rest the steady state's: `evaluation.perf_sim.SimScore.reported`)
 CAPPLAN_COLUMNS = COLUMNS[:-1]
 
 # catalog GPU id -> AIConfigurator 0.12 system (aiconfigurator_core/systems/*.yaml, same memory)

@@ -50,8 +50,8 @@ class SimScore:
 
     @property
     def reported(self) -> float:
-        """What `capplan estimate --concurrency` reports for the row: a closed loop's TPOT and output tokens/s
-        from its simulation, everything else (TTFT, bursts, static batches) from the steady state."""
+        """What `capplan estimate --concurrency` reports for the row: a closed loop's TPOT, TTFT and output tokens/s
+        from its simulation, everything else (bursts, static batches, request rates) from the steady state."""
         closed_loop = self.regime == "capped concurrency"
         return self.simulated if closed_loop and self.metric in SIMULATED_SPEED_METRICS else self.steady
 
@@ -254,7 +254,7 @@ def print_sim_report(report: SimReport, title: str, show_rows: bool = False) -> 
                 f"{both.n:4} {both.median_abs_error_pct:8.1f}% {both.within_25_pct:6.0%} "
                 f"{steady.median_abs_error_pct:8.1f}% {steady.within_25_pct:6.0%}"
             )
-    print("\nwhat capplan estimate reports (a closed loop's TPOT and tokens/s simulated, the rest steady state)")
+    print("\nwhat capplan estimate reports (a closed loop's TPOT, TTFT and tokens/s simulated, the rest steady state)")
     print(f"{'':40} {'n':>4}  {'|error|':>8}  {'p90':>8}  {'signed':>8}  {'<=25%':>6}")
     for _, key in keys[::2]:
         for value, (acc, p90, signed) in reported_table(report, key).items():

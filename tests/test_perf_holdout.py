@@ -185,7 +185,7 @@ def test_the_readme_quotes_the_blind_simulated_figures(rows: list[PerfMeasuremen
     figures = ", ".join(_pct(table[m][0].median_abs_error_pct) for m in ("output_throughput", "tpot", "ttft"))
     readme = _readme()
     assert f"and {figures} with the serving simulation" in readme
-    # what `capplan estimate --concurrency` reports (a closed loop's TPOT and tokens/s simulated)
+    # what `capplan estimate --concurrency` reports (a closed loop's TPOT, TTFT and tokens/s simulated)
     reported = reported_table(report, lambda s: s.metric)
     # the steady state's figures on every row it scores (the README's first sentence quotes them too)
     steady_table = holdout_report(rows).table(lambda o: o.metric)

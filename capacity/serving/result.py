@@ -18,9 +18,8 @@ if TYPE_CHECKING:
     from capacity.performance import Performance
 
 # the metrics (as the measurements name them) a closed loop's simulation gives `capplan estimate --concurrency`
-# below B_max (`reported_speed`), each with the `Performance` field (and `--json` key) it replaces; its TTFT stays
-# the steady state's
-SIMULATED_SPEED_FIELDS = {"tpot": "tpot_ms", "output_throughput": "output_tokens_per_second"}
+# below B_max (`reported_speed`), each with the `Performance` field (and `--json` key) it replaces
+SIMULATED_SPEED_FIELDS = {"tpot": "tpot_ms", "output_throughput": "output_tokens_per_second", "ttft": "ttft_ms"}
 SIMULATED_SPEED_METRICS = tuple(SIMULATED_SPEED_FIELDS)
 
 
@@ -210,10 +209,15 @@ class ServingResult:
 
 def reported_speed(steady: Performance, sim: ServingResult) -> Performance:
     """What `capplan estimate --concurrency` reports where the closed loop at that concurrency was simulated: the
-    steady state's figures with TPOT and output tokens/s the simulation's means (`SIMULATED_SPEED_METRICS`). A closed
-    loop's TPOT carries the prefills of the requests that join it, which the steady-state formula leaves out; its
-    TTFT stays the steady state's (a request arriving alone). With speculative decoding, which reshapes the steps the
-    simulation schedules as plain decode steps, the steady state's figures stay."""
+    steady state's figures with TPOT, TTFT and output tokens/s the simulation's means (`SIMULATED_SPEED_METRICS`).
+    A closed loop's TPOT carries the prefills of the requests that join it, which the steady-state formula leaves
+    out; its TTFT is where a request waits behind the others' prompts: a benchmark's clients start together, and
+    with equal lengths they finish together and send the next prompts together, so each wave of prompts queues
+    for the token budget (the steady state's, one prompt beside a running batch, is the wave's first request at
+    best). With speculative decoding, which reshapes the steps the simulation schedules as plain decode steps, the
+    steady state's figures stay."""
     if steady.speculation is not None:
         return steady
-    return replace(steady, tpot_ms=sim.tpot.mean_ms, output_tokens_per_second=sim.output_tokens_per_second)
+    return replace(
+        steady, tpot_ms=sim.tpot.mean_ms, ttft_ms=sim.ttft.mean_ms, output_tokens_per_second=sim.output_tokens_per_second
+    )

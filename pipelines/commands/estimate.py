@@ -337,15 +337,14 @@ def _print(
 ) -> None:
     """The contract JSON object, or the derivation (and the speed and simulation blocks) as lines. Past
     B_max the speed keys come from the simulated closed loop, with `queued`; below it the `reported` figures
-    (`_reported`: TPOT and tokens/s of the simulated closed loop, TTFT the steady state's)."""
+    (`_reported`: TPOT, TTFT and tokens/s of the simulated closed loop)."""
     simulated_speed = reported is not None and reported is not speed
     if as_json:
         contract = result.contract()
         if reported is not None:
             contract |= reported.contract()
             if simulated_speed:
-                simulated = dict.fromkeys(SIMULATED_SPEED_FIELDS.values(), "simulation")
-                contract["speed_from"] = simulated | {"ttft_ms": "steady state"}
+                contract["speed_from"] = dict.fromkeys(SIMULATED_SPEED_FIELDS.values(), "simulation")
         elif sim is not None and result.target_concurrency is not None:
             contract |= sim.speed_contract()
         if sim is not None:
@@ -359,9 +358,10 @@ def _print(
     steady = speed_derivation(speed) if speed is not None else []
     if simulated_speed and reported is not None:
         steady.append(
-            f"   reported: TPOT {reported.tpot_ms:,.2f} ms and {reported.output_tokens_per_second:,.0f} output tokens/s "
-            "of the simulated closed loop below (its means: the prefills that join the running batch take their "
-            "share of its steps); TTFT this steady state's"
+            f"   reported: TPOT {reported.tpot_ms:,.2f} ms, TTFT {reported.ttft_ms:,.1f} ms and "
+            f"{reported.output_tokens_per_second:,.0f} output tokens/s of the simulated closed loop below (its means: "
+            "the prefills that join the running batch take their share of its steps, and a prompt waits behind the "
+            "others sent with it)"
         )
     blocks = (steady, sim.lines() if sim is not None else [])
     for block in (*blocks, within.lines() if within is not None else []):
