@@ -268,6 +268,19 @@ def test_a_retired_flag_that_is_now_an_ambiguous_prefix_is_kept_for_an_older_rel
     assert (command.retired, command.options) == (("--cuda-graph-max-bs",), {"tp": 2})
 
 
+def test_a_retired_flag_s_values_are_all_its_own_where_the_server_takes_no_positional() -> None:
+    """SGLang's --cuda-graph-bs took a list (nargs "+" in 0.4.6-0.5.9's server_args.py) and launch_server takes no
+    positional argument, so every value up to the next flag is the retired flag's; vLLM's serve takes the model as a
+    positional, so a retired vLLM flag keeps one value at most."""
+    line = "python -m sglang.launch_server --model-path M --cuda-graph-bs 1 2 4 8 --tp 2"
+    command = read_command(line, "0.5.2")
+    assert (command.retired, command.options) == (("--cuda-graph-bs",), {"tp": 2})
+    negative = read_command("python -m sglang.launch_server --model-path M --cuda-graph-bs 1 -2 --tp 2", "0.5.2")
+    assert negative.options == {"tp": 2}
+    vllm = read_command("vllm serve --swap-space 4 M -tp 2", "0.6.6")
+    assert (vllm.model, vllm.retired, vllm.options) == ("M", ("--swap-space",), {"tp": 2})
+
+
 def test_an_eagle_config_without_its_model_is_sized_with_an_assumed_head() -> None:
     """`{"method": "eagle"}` quoted without the draft's id: one EAGLE layer of the target's shape is assumed and
     said (the fixture's Llama: 16 + 1 layers x 8 KV heads x 64 (2048 / 32) x 2 x 2 B = 34,816 B per token), never

@@ -487,8 +487,13 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
             found = None
         if found is None and older:
             retired.append(option)
-            if not eq and i < len(args) and not args[i].startswith("-"):  # its value, if it takes one
+            # its values, if it takes any: SGLang's server takes no positional argument, so every value up to the
+            # next flag is the retired flag's (`--cuda-graph-bs 1 2 4 8` before 0.5.15); vLLM's takes the model, so
+            # one value at most
+            while not eq and i < len(args) and not (args[i].startswith("-") and not re.match(r"^-\d", args[i])):
                 i += 1
+                if rules.model_positional:
+                    break
             continue
         if found is None:
             raise _unknown(engine, option, release)
