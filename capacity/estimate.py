@@ -457,6 +457,7 @@ def _memory(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> _Memory:
             speculative=d.speculative.method if d.speculative is not None else None,
             prefix_caching=d.prefix_caching.enabled,
             attention_dp=layout.dp,
+            cuda_graphs=not d.enforce_eager,
         )
     )
     lim = _limits(d, profile, defaults, draft.default_max_num_seqs)

@@ -411,6 +411,11 @@ def load_oracle_run() -> OracleRun:
             for g, mib in smi_memory_mib().items()
             for dp in SGLANG_ATTENTION_DP_SIZES
             for mla in (False, True)
+        ]
+        + [
+            {"id": f"{g.sku.id}|tp{tp}|no-graphs", "memory_mib": mib, "tp": tp, "disable_cuda_graph": True}
+            for g, mib in smi_memory_mib().items()
+            for tp in SGLANG_TP_SIZES
         ],
     }
     reply = run_oracle(request)
@@ -653,6 +658,27 @@ def test_sglang_dp_attention_fraction(oracle: OracleRun) -> None:
                 if ours != theirs["mem_fraction_static"]:
                     wrong.append(f"{gpu.sku.id} dp{dp} mla={mla}: capplan {ours} vs SGLang {theirs['mem_fraction_static']}")
     assert compared >= 8 and not wrong, "; ".join(wrong)
+
+
+def test_sglang_fraction_without_cuda_graphs(oracle: OracleRun) -> None:
+    """`--disable-cuda-graph` (capplan: --enforce-eager, or the flag in --from-command) against SGLang 0.5.23's own
+    `handle_gpu_memory_settings` with it set: neither the decode nor the prefill graphs are reserved for, per GPU and
+    TP, and the estimate's fraction is that one."""
+    from capacity.engines import sglang as sg
+
+    model = next(m for m in catalog_models() if m.repo_id == "meta-llama/Llama-3.1-8B-Instruct")
+    wrong, moved = [], 0
+    for gpu, mib in smi_memory_mib().items():
+        for tp in SGLANG_TP_SIZES:
+            theirs = oracle.sglang_defaults[f"{gpu.sku.id}|tp{tp}|no-graphs"]
+            assert theirs["prefill_cuda_graph_backend"] == "disabled", theirs
+            ours = sg.mem_fraction_static(int(mib) * 2**20, tp, 1, cuda_graphs=False)
+            est = _estimate(model, gpu, DeploymentSpec(tp=tp, engine="sglang", enforce_eager=True), 8192)
+            moved += ours != sg.mem_fraction_static(int(mib) * 2**20, tp, 1)
+            if ours != theirs["mem_fraction_static"] or est.gpu_memory_utilization != ours:
+                wrong.append(f"{gpu.sku.id} tp{tp}: capplan {ours} (estimate {est.gpu_memory_utilization}) vs SGLang "
+                             f"{theirs['mem_fraction_static']}")  # fmt: skip
+    assert moved and not wrong, "; ".join(wrong)
 
 
 def test_kv_dtypes_accepted(oracle: OracleRun) -> None:

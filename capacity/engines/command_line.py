@@ -119,7 +119,7 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
             max_loaded_loras="max_cpu_loras", dp_size="dp", attn_dp_size="dp", ep_size="ep",
             ep_num_redundant_experts="redundant_experts"),
         **_read_as(_FLOAT, "hicache_ratio", mem_fraction_static="gpu_memory_utilization"),
-        **_read_as(_SWITCH, "enable_dp_attention", "enable_hierarchical_cache"),
+        **_read_as(_SWITCH, "enable_dp_attention", "enable_hierarchical_cache", disable_cuda_graph="enforce_eager"),
         **_read_as(_TEXT, "speculative_algorithm", "speculative_draft_model_path",
             json_model_override_args="hf_overrides"),
         **_read_as(_PRESENT, lora_paths="enable_lora"),
@@ -135,7 +135,10 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
     },
 }
 
-# flags that move the memory and that capplan does not size (beyond the named estimate options)
+# flags that move the memory and that capplan does not size (beyond the named estimate options); SGLang's
+# --enable-torch-compile and --torch-compile-max-bs are not among them: on CUDA the token pool is sized from
+# mem_fraction_static before any graph is captured, and no release read (0.5.2, 0.5.9, 0.5.13, 0.5.23) lets them
+# into the fraction (torch_compile_max_bs bounds the CPU build's graphs only)
 _UNSIZED: dict[Engine, frozenset[str]] = {
     Engine.VLLM: frozenset({
         "prefill_context_parallel_size", "compilation_config",
@@ -145,11 +148,11 @@ _UNSIZED: dict[Engine, frozenset[str]] = {
         "pooler_config", "runner", "convert", "enable_sleep_mode", "config", "optimization_level",
     }),
     Engine.SGLANG: frozenset({
-        "disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs",
+        "cuda_graph_max_bs", "cuda_graph_bs",
         "moe_a2a_backend", "attn_cp_size",
         "mamba_ssm_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio",
         "load_format", "enable_mixed_chunk", "disaggregation_mode", "config", "enable_memory_saver",
-        "enable_torch_compile", "torch_compile_max_bs", "piecewise_cuda_graph_max_tokens",
+        "piecewise_cuda_graph_max_tokens",
     }),
     Engine.TRTLLM: frozenset({
         "extra_llm_api_options", "context_parallel_size", "moe_expert_parallel_size", "moe_cluster_parallel_size",

@@ -39,6 +39,7 @@ class DefaultsRequest:
     speculative: SpecMethod | None = None  # the speculative method (None: off); SGLang's reserve reads which
     prefix_caching: bool | None = None  # None: the engine's default
     attention_dp: int = 1  # attention data-parallel ranks (SGLang reserves graph padding per rank)
+    cuda_graphs: bool = True  # False: none captured (vLLM --enforce-eager, SGLang --disable-cuda-graph)
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,7 +97,8 @@ class SglangProfile(ProfileBase):
             )
         else:
             fraction = mem_fraction_static(
-                device_bytes, tp, pp, mla=model.is_mla, version=version, attention_dp=dp, speculative=speculative
+                device_bytes, tp, pp, mla=model.is_mla, version=version, attention_dp=dp, speculative=speculative,
+                cuda_graphs=request.cuda_graphs,
             )
         if serves_multimodal(model, self.requested_version):
             tower = model.vision_tower
@@ -281,12 +282,13 @@ def prefill_cuda_graph_sizes(max_tokens: int) -> list[int]:
 
 
 def reserved_mib(
-    gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool, version: str | None = None, attention_dp: int = 1
+    gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool, version: str | None = None, attention_dp: int = 1,
+    cuda_graphs: bool = True,
 ) -> float:
     """`handle_gpu_memory_settings` reserved_mem (MiB) with the default graphs (decode: full; prefill:
     breakable on CUDA, `cuda_graph_config.default_prefill_backend`), `attention_dp` DP-attention ranks and no
     DeepEP; for a 0.5.3-0.5.19 `version` that release's tiers (`memory_tiers`), before 0.5.10 no prefill-graph
-    term (piecewise graphs off)."""
+    term (piecewise graphs off). `cuda_graphs` False (`--disable-cuda-graph`): from 0.5.14 neither graph term."""
     chunked = chunked_prefill_size(gpu_memory_bytes, version)
     reserved: float = sc.SGLANG_RESERVE_BASE_MIB
     reserved += max(chunked, sc.SGLANG_RESERVE_MIN_ACTIVATION_TOKENS) * sc.SGLANG_RESERVE_PER_ACTIVATION_TOKEN_MIB
@@ -294,13 +296,16 @@ def reserved_mib(
     # reserve_for_graph_mb: decode graphs (padding per DP-attention rank on top), then prefill graphs
     # (non-torch memory only; MLA a flat 1.5 GiB)
     max_bs = decode_cuda_graph_max_bs(gpu_memory_bytes, tp, version)
-    reserved += max_bs * sc.SGLANG_RESERVE_PER_DECODE_GRAPH_BS_MIB
+    release = _release(version)
+    follows_backends = release is None or release >= sc.SGLANG_GRAPH_RESERVE_FOLLOWS_BACKENDS_FROM
+    captured = cuda_graphs or not follows_backends  # what the reserve counts as captured
+    if captured:
+        reserved += max_bs * sc.SGLANG_RESERVE_PER_DECODE_GRAPH_BS_MIB
     if attention_dp > 1:
         reserved += max_bs * attention_dp * sc.SGLANG_RESERVE_DP_ATTENTION_PER_BS_MIB
         if max_bs > sc.SGLANG_RESERVE_DP_ATTENTION_LARGE_BS_ABOVE:
             reserved += max_bs * attention_dp * sc.SGLANG_RESERVE_DP_ATTENTION_LARGE_BS_MIB
-    release = _release(version)
-    prefill_graphs = release is None or release >= sc.SGLANG_PREFILL_GRAPH_RESERVE_FROM  # 0.5.3-0.5.9: off
+    prefill_graphs = captured and (release is None or release >= sc.SGLANG_PREFILL_GRAPH_RESERVE_FROM)  # 0.5.3-0.5.9: off
     if prefill_graphs and mla:
         reserved += sc.SGLANG_RESERVE_MLA_PREFILL_GRAPHS_MIB
     elif prefill_graphs:
@@ -314,14 +319,17 @@ def reserved_mib(
 
 @lru_cache(maxsize=4096)  # pure; the grid asks it per model class, GPU, TP, PP and KV dtype
 def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = False, version: str | None = None,
-                        attention_dp: int = 1, speculative: SpecMethod | None = None) -> float:  # fmt: skip
+                        attention_dp: int = 1, speculative: SpecMethod | None = None,
+                        cuda_graphs: bool = True) -> float:  # fmt: skip
     """`handle_gpu_memory_settings`: round((gpu - reserved) / gpu, 3) in MiB, the text model's fraction (`defaults`
     applies the VLM factor, `vlm_mem_fraction_factor`, to multimodal checkpoints); with speculative decoding the
     release's reserve for its algorithm after the floor (`speculative_reserve_mib`)."""
     if gpu_memory_bytes <= 0:
         return sc.SGLANG_FALLBACK_MEM_FRACTION
     gpu_mib = gpu_memory_bytes / ec.MIB
-    reserved = reserved_mib(gpu_memory_bytes, tp, pp, mla=mla, version=version, attention_dp=attention_dp)
+    reserved = reserved_mib(
+        gpu_memory_bytes, tp, pp, mla=mla, version=version, attention_dp=attention_dp, cuda_graphs=cuda_graphs
+    )
     reserved += speculative_reserve_mib(speculative, version)
     return round((gpu_mib - reserved) / gpu_mib, 3)
 

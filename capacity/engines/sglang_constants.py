@@ -125,6 +125,10 @@ SGLANG_TIER35_BS16_BEFORE = (0, 5, 5)
 SGLANG_TIER35_OLD = (2048, 24, 80)  # chunked_prefill_size, decode max bs below TP 4 / from TP 4
 SGLANG_TIER35_OLD_BS_BEFORE_0_5_5 = 16
 SGLANG_PREFILL_GRAPH_RESERVE_FROM = (0, 5, 10)
+# from 0.5.14 (the per-phase cuda_graph_config) the reserve leaves out the graphs a disabled backend does not capture
+# (`--disable-cuda-graph`: decode and prefill); 0.5.3-0.5.13 reserved cuda_graph_max_bs x 2 MiB whatever the flag
+# (read in the 0.5.9, 0.5.13, 0.5.14 and 0.5.23 wheels); the DP-attention padding stays either way
+SGLANG_GRAPH_RESERVE_FOLLOWS_BACKENDS_FROM = (0, 5, 14)
 # memory_hook.py reserved_mem (MiB): 512 + 1.5 x max(chunked_prefill_size, 2048) + TP x PP / 8 x 1024
 # + reserve_for_graph_mb (2 per decode graph batch size; 8 per prefill graph size, or 1536 with MLA),
 # at least 10 GiB on devices above 60 GiB; mem_fraction_static = round((gpu - reserved) / gpu, 3)

@@ -159,7 +159,8 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
         bool,
         "--enforce-eager",
         default=False,
-        help="No CUDA graphs (vLLM --enforce-eager): from 0.21 the graph estimate is then not deducted.",
+        help="No CUDA graphs (vLLM --enforce-eager: from 0.21 the graph estimate is not deducted; SGLang "
+        "--disable-cuda-graph: from 0.5.14 the default fraction reserves none).",
     ),
     "allow_long_max_model_len": option(
         bool,
