@@ -136,9 +136,8 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
 }
 
 # flags that move the memory and that capplan does not size (beyond the named estimate options); SGLang's
-# --enable-torch-compile and --torch-compile-max-bs are not among them: on CUDA the token pool is sized from
-# mem_fraction_static before any graph is captured, and no release read (0.5.2, 0.5.9, 0.5.13, 0.5.23) lets them
-# into the fraction (torch_compile_max_bs bounds the CPU build's graphs only)
+# --enable-torch-compile moves nothing in 0.5.23's fraction, but in 0.5.10-0.5.13 it turned the piecewise prefill
+# graphs off and with them their reserve (`_handle_piecewise_cuda_graph`), which is not modelled
 _UNSIZED: dict[Engine, frozenset[str]] = {
     Engine.VLLM: frozenset({
         "prefill_context_parallel_size", "compilation_config",
@@ -152,7 +151,7 @@ _UNSIZED: dict[Engine, frozenset[str]] = {
         "moe_a2a_backend", "attn_cp_size",
         "mamba_ssm_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio",
         "load_format", "enable_mixed_chunk", "disaggregation_mode", "config", "enable_memory_saver",
-        "piecewise_cuda_graph_max_tokens",
+        "enable_torch_compile", "torch_compile_max_bs", "piecewise_cuda_graph_max_tokens",
     }),
     Engine.TRTLLM: frozenset({
         "extra_llm_api_options", "context_parallel_size", "moe_expert_parallel_size", "moe_cluster_parallel_size",
