@@ -98,7 +98,7 @@ class SglangProfile(ProfileBase):
         else:
             fraction = mem_fraction_static(
                 device_bytes, tp, pp, mla=model.is_mla, version=version, attention_dp=dp, speculative=speculative,
-                cuda_graphs=request.cuda_graphs,
+                cuda_graphs=request.cuda_graphs, prefill_graphs=prefill_graphs_allowed(model, version),
             )
         if serves_multimodal(model, self.requested_version):
             tower = model.vision_tower
@@ -283,12 +283,13 @@ def prefill_cuda_graph_sizes(max_tokens: int) -> list[int]:
 
 def reserved_mib(
     gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool, version: str | None = None, attention_dp: int = 1,
-    cuda_graphs: bool = True,
+    cuda_graphs: bool = True, prefill_graphs: bool = True,
 ) -> float:
     """`handle_gpu_memory_settings` reserved_mem (MiB) with the default graphs (decode: full; prefill:
     breakable on CUDA, `cuda_graph_config.default_prefill_backend`), `attention_dp` DP-attention ranks and no
     DeepEP; for a 0.5.3-0.5.19 `version` that release's tiers (`memory_tiers`), before 0.5.10 no prefill-graph
-    term (piecewise graphs off). `cuda_graphs` False (`--disable-cuda-graph`): from 0.5.14 neither graph term."""
+    term (piecewise graphs off). `cuda_graphs` False (`--disable-cuda-graph`): from 0.5.14 neither graph term;
+    `prefill_graphs` False (the model's, `prefill_graphs_allowed`): no prefill-graph term."""
     chunked = chunked_prefill_size(gpu_memory_bytes, version)
     reserved: float = sc.SGLANG_RESERVE_BASE_MIB
     reserved += max(chunked, sc.SGLANG_RESERVE_MIN_ACTIVATION_TOKENS) * sc.SGLANG_RESERVE_PER_ACTIVATION_TOKEN_MIB
@@ -305,10 +306,11 @@ def reserved_mib(
         reserved += max_bs * attention_dp * sc.SGLANG_RESERVE_DP_ATTENTION_PER_BS_MIB
         if max_bs > sc.SGLANG_RESERVE_DP_ATTENTION_LARGE_BS_ABOVE:
             reserved += max_bs * attention_dp * sc.SGLANG_RESERVE_DP_ATTENTION_LARGE_BS_MIB
-    prefill_graphs = captured and (release is None or release >= sc.SGLANG_PREFILL_GRAPH_RESERVE_FROM)  # 0.5.3-0.5.9: off
-    if prefill_graphs and mla:
+    prefill_captured = captured and prefill_graphs
+    prefill_captured = prefill_captured and (release is None or release >= sc.SGLANG_PREFILL_GRAPH_RESERVE_FROM)
+    if prefill_captured and mla:  # 0.5.3-0.5.9: no prefill graphs
         reserved += sc.SGLANG_RESERVE_MLA_PREFILL_GRAPHS_MIB
-    elif prefill_graphs:
+    elif prefill_captured:
         # prefill graphs up to the chunked prefill size; with PP the breakable graphs stop at 8,192 tokens
         prefill_max = min(chunked, sc.SGLANG_PP_PREFILL_GRAPH_MAX_TOKENS) if pp > 1 else chunked
         reserved += len(prefill_cuda_graph_sizes(prefill_max)) * sc.SGLANG_RESERVE_PER_PREFILL_GRAPH_MIB
@@ -320,7 +322,7 @@ def reserved_mib(
 @lru_cache(maxsize=4096)  # pure; the grid asks it per model class, GPU, TP, PP and KV dtype
 def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = False, version: str | None = None,
                         attention_dp: int = 1, speculative: SpecMethod | None = None,
-                        cuda_graphs: bool = True) -> float:  # fmt: skip
+                        cuda_graphs: bool = True, prefill_graphs: bool = True) -> float:  # fmt: skip
     """`handle_gpu_memory_settings`: round((gpu - reserved) / gpu, 3) in MiB, the text model's fraction (`defaults`
     applies the VLM factor, `vlm_mem_fraction_factor`, to multimodal checkpoints); with speculative decoding the
     release's reserve for its algorithm after the floor (`speculative_reserve_mib`)."""
@@ -328,7 +330,8 @@ def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = 
         return sc.SGLANG_FALLBACK_MEM_FRACTION
     gpu_mib = gpu_memory_bytes / ec.MIB
     reserved = reserved_mib(
-        gpu_memory_bytes, tp, pp, mla=mla, version=version, attention_dp=attention_dp, cuda_graphs=cuda_graphs
+        gpu_memory_bytes, tp, pp, mla=mla, version=version, attention_dp=attention_dp, cuda_graphs=cuda_graphs,
+        prefill_graphs=prefill_graphs,
     )
     reserved += speculative_reserve_mib(speculative, version)
     return round((gpu_mib - reserved) / gpu_mib, 3)
@@ -465,6 +468,16 @@ def serves_multimodal(model: ModelSpec, version: str | None) -> bool:
         return False
     arch = model.architecture
     return arch in sc.SGLANG_MULTIMODAL_ARCHITECTURES and arch not in sc.SGLANG_MULTIMODAL_OFF_BY_DEFAULT
+
+
+def prefill_graphs_allowed(model: ModelSpec, version: str | None) -> bool:
+    """Whether the release keeps its default prefill CUDA graphs for the model (and reserves for them): from
+    0.5.22 not for a model served multimodal (`serves_multimodal`) outside SGLang's list of architectures validated
+    with breakable prefill graphs (`sc.SGLANG_MULTIMODAL_PREFILL_GRAPH_ARCHITECTURES`)."""
+    release = _release(version)
+    if release is not None and release < sc.SGLANG_MULTIMODAL_PREFILL_GRAPHS_OFF_FROM:
+        return True
+    return not serves_multimodal(model, version) or model.architecture in sc.SGLANG_MULTIMODAL_PREFILL_GRAPH_ARCHITECTURES
 
 
 def vlm_mem_fraction_factor(vision_num_layers: int | None, vision_hidden_size: int | None) -> float:

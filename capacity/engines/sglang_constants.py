@@ -129,6 +129,18 @@ SGLANG_PREFILL_GRAPH_RESERVE_FROM = (0, 5, 10)
 # (`--disable-cuda-graph`: decode and prefill); 0.5.3-0.5.13 reserved cuda_graph_max_bs x 2 MiB whatever the flag
 # (read in the 0.5.9, 0.5.13, 0.5.14 and 0.5.23 wheels); the DP-attention padding stays either way
 SGLANG_GRAPH_RESERVE_FOLLOWS_BACKENDS_FROM = (0, 5, 14)
+# from 0.5.22 the default (breakable) prefill CUDA graphs are turned off for a model served multimodal
+# (`cuda_graph_hook.disable_breakable_cudagraph_if_incompatible`: "multimodal model"), and with them their reserve,
+# unless its architecture is on `configs/model_config.py` multimodal_breakable_cuda_graph_supported_model_archs
+# (0.5.23's list; none of them in capplan's catalog); read in the 0.5.22 and 0.5.23 wheels, older releases not
+SGLANG_MULTIMODAL_PREFILL_GRAPHS_OFF_FROM = (0, 5, 22)
+SGLANG_MULTIMODAL_PREFILL_GRAPH_ARCHITECTURES = frozenset({
+    "MiniMaxM3SparseForConditionalGeneration", "Cohere2VisionForConditionalGeneration",
+    "Glm5NextForConditionalGeneration", "InternS2MobiusForConditionalGeneration", "PaddleOCRVLForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForConditionalGeneration",
+    "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration", "KimiK3ForConditionalGeneration",
+    "KimiK25ForConditionalGeneration", "MiniMaxM3SparseForCausalLM",
+})
 # memory_hook.py reserved_mem (MiB): 512 + 1.5 x max(chunked_prefill_size, 2048) + TP x PP / 8 x 1024
 # + reserve_for_graph_mb (2 per decode graph batch size; 8 per prefill graph size, or 1536 with MLA),
 # at least 10 GiB on devices above 60 GiB; mem_fraction_static = round((gpu - reserved) / gpu, 3)
