@@ -458,6 +458,7 @@ def _memory(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> _Memory:
             prefix_caching=d.prefix_caching.enabled,
             attention_dp=layout.dp,
             cuda_graphs=not d.enforce_eager,
+            max_num_seqs=d.max_num_seqs,
         )
     )
     lim = _limits(d, profile, defaults, draft.default_max_num_seqs)

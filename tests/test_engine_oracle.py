@@ -416,6 +416,13 @@ def load_oracle_run() -> OracleRun:
             {"id": f"{g.sku.id}|tp{tp}|no-graphs", "memory_mib": mib, "tp": tp, "disable_cuda_graph": True}
             for g, mib in smi_memory_mib().items()
             for tp in SGLANG_TP_SIZES
+        ]
+        + [
+            {"id": f"{g.sku.id}|tp{tp}|running{n}", "memory_mib": mib, "tp": tp, "max_running_requests": n,
+             "prefill_breakable": True}
+            for g, mib in smi_memory_mib().items()
+            for tp in SGLANG_TP_SIZES
+            for n in SGLANG_RUNNING_CAPS
         ],
     }
     reply = run_oracle(request)
@@ -595,6 +602,7 @@ def test_batch_defaults(oracle: OracleRun) -> None:
 
 SGLANG_TP_SIZES = (1, 8)
 SGLANG_ATTENTION_DP_SIZES = (1, 2, 8)
+SGLANG_RUNNING_CAPS = (16, 128)  # --max-running-requests below and above the default decode graph batches
 
 
 def smi_memory_mib() -> dict[OracleGpu, float]:
@@ -678,6 +686,27 @@ def test_sglang_fraction_without_cuda_graphs(oracle: OracleRun) -> None:
             if ours != theirs["mem_fraction_static"] or est.gpu_memory_utilization != ours:
                 wrong.append(f"{gpu.sku.id} tp{tp}: capplan {ours} (estimate {est.gpu_memory_utilization}) vs SGLang "
                              f"{theirs['mem_fraction_static']}")  # fmt: skip
+    assert moved and not wrong, "; ".join(wrong)
+
+
+def test_sglang_fraction_with_a_running_request_cap(oracle: OracleRun) -> None:
+    """`--max-running-requests N` (capplan: --max-num-seqs) below the default decode graph batch lowers it, and the
+    reserve with it (0.5.22 on), against SGLang 0.5.23's own `handle_gpu_memory_settings` per GPU, TP and N; prefill
+    graphs stated "breakable" as a CUDA host resolves them, so the oracle's reserve is the one capplan sizes."""
+    from capacity.engines import sglang as sg
+
+    model = next(m for m in catalog_models() if m.repo_id == "meta-llama/Llama-3.1-8B-Instruct")
+    wrong, moved = [], 0
+    for gpu, mib in smi_memory_mib().items():
+        for tp in SGLANG_TP_SIZES:
+            for n in SGLANG_RUNNING_CAPS:
+                theirs = oracle.sglang_defaults[f"{gpu.sku.id}|tp{tp}|running{n}"]
+                assert theirs["prefill_cuda_graph_backend"] != "disabled", theirs
+                est = _estimate(model, gpu, DeploymentSpec(tp=tp, engine="sglang", max_num_seqs=n), 8192)
+                moved += est.gpu_memory_utilization != sg.mem_fraction_static(int(mib) * 2**20, tp, 1)
+                if est.gpu_memory_utilization != theirs["mem_fraction_static"]:
+                    wrong.append(f"{gpu.sku.id} tp{tp} running {n}: capplan {est.gpu_memory_utilization} vs SGLang "
+                                 f"{theirs['mem_fraction_static']} (decode graphs up to {theirs['decode_cuda_graph_max_bs']})")  # fmt: skip
     assert moved and not wrong, "; ".join(wrong)
 
 

@@ -40,6 +40,7 @@ class DefaultsRequest:
     prefix_caching: bool | None = None  # None: the engine's default
     attention_dp: int = 1  # attention data-parallel ranks (SGLang reserves graph padding per rank)
     cuda_graphs: bool = True  # False: none captured (vLLM --enforce-eager, SGLang --disable-cuda-graph)
+    max_num_seqs: int | None = None  # the deployment's cap on running sequences (None: the engine's default)
 
 
 @dataclass(frozen=True, slots=True)

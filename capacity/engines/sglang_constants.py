@@ -134,6 +134,10 @@ SGLANG_GRAPH_RESERVE_FOLLOWS_BACKENDS_FROM = (0, 5, 14)
 # unless its architecture is on `configs/model_config.py` multimodal_breakable_cuda_graph_supported_model_archs
 # (0.5.23's list; none of them in capplan's catalog); read in the 0.5.22 and 0.5.23 wheels, older releases not
 SGLANG_MULTIMODAL_PREFILL_GRAPHS_OFF_FROM = (0, 5, 22)
+# from 0.5.22 a --max-running-requests below the default decode CUDA-graph batch lowers it (memory_hook.py:
+# `decode_max_bs_is_default and max_running_requests < max_bs`), and the reserve follows (read in the 0.5.21, 0.5.22
+# and 0.5.23 wheels: 0.5.21 does not)
+SGLANG_DECODE_GRAPHS_CAPPED_BY_RUNNING_FROM = (0, 5, 22)
 SGLANG_MULTIMODAL_PREFILL_GRAPH_ARCHITECTURES = frozenset({
     "MiniMaxM3SparseForConditionalGeneration", "Cohere2VisionForConditionalGeneration",
     "Glm5NextForConditionalGeneration", "InternS2MobiusForConditionalGeneration", "PaddleOCRVLForConditionalGeneration",
