@@ -76,12 +76,24 @@ def test_a_multimodal_model_s_reserve_has_no_prefill_graphs_from_0_5_22() -> Non
     58 prefill graph sizes up to 8,192 (4..32 by 4, 48..256 by 16, 288..512 by 32, 576..1,024 by 64, 1,280..4,096 by
     256, 4,608..8,192 by 512) = 464 MiB for a text model: round((81,559 - 13,904) / 81,559, 3) = 0.83; a model served
     multimodal has the prefill graphs turned off (cuda_graph_hook.py, "multimodal model"; 0.5.22 on): round((81,559
-    - 13,440) / 81,559, 3) = 0.835, times its VLM factor (Mistral Small 3.1: 0.95); 0.5.21 still reserved them."""
+    - 13,440) / 81,559, 3) = 0.835, times its VLM factor (Mistral Small 3.1: 0.95). Every release since prefill graphs
+    were reserved for (0.5.10) turned them off for a multimodal model; from 0.5.19 not for the architectures SGLang
+    validated with breakable graphs (Qwen3.5's), and 0.5.10-0.5.13 also turned them off with LoRA or PP > 1."""
     assert len(sg.prefill_cuda_graph_sizes(8192)) == 58
     assert _text_fraction() == 0.83
-    assert _fraction("mistralai/Mistral-Small-3.1-24B-Instruct-2503") == pytest.approx(0.835 * 0.95, abs=1e-12)
-    assert _fraction("mistralai/Mistral-Small-3.1-24B-Instruct-2503", "0.5.21") == pytest.approx(0.83 * 0.95, abs=1e-12)
-    assert _fraction("mistralai/Mistral-Small-3.1-24B-Instruct-2503", "0.5.22") == pytest.approx(0.835 * 0.95, abs=1e-12)
+    mistral = "mistralai/Mistral-Small-3.1-24B-Instruct-2503"
+    for version in (None, "0.5.22", "0.5.21", "0.5.12"):
+        assert _fraction(mistral, version) == pytest.approx(0.835 * 0.95, abs=1e-12), version
+    qwen = "Qwen/Qwen3.8-27B"  # Qwen3_5ForConditionalGeneration: on the list from 0.5.19
+    assert _fraction(qwen, "0.5.19") / _fraction(qwen, "0.5.18") == pytest.approx(0.83 / 0.835, abs=1e-12)
+    gpu = find_gpu_sku("h100-sxm-80gb")
+    text = load_model("meta-llama/Llama-3.1-8B-Instruct").spec
+
+    def fraction(version: str, **asked: object) -> float:
+        request = DefaultsRequest(text, gpu, gpu.memory_total_bytes, 8192, 1, 1, **asked)  # type: ignore[arg-type]
+        return engine_profile(Engine.SGLANG, version).defaults(request).gpu_memory_utilization
+
+    assert (fraction("0.5.12"), fraction("0.5.12", lora=True), fraction("0.5.14", lora=True)) == (0.83, 0.835, 0.83)
 
 
 def test_no_vlm_factor_before_0_5() -> None:

@@ -98,7 +98,7 @@ class SglangProfile(ProfileBase):
         else:
             fraction = mem_fraction_static(
                 device_bytes, tp, pp, mla=model.is_mla, version=version, attention_dp=dp, speculative=speculative,
-                cuda_graphs=request.cuda_graphs, prefill_graphs=prefill_graphs_allowed(model, version),
+                cuda_graphs=request.cuda_graphs, prefill_graphs=prefill_graphs_allowed(request, version),
                 max_running_requests=request.max_num_seqs,
             )
         if serves_multimodal(model, self.requested_version):
@@ -475,14 +475,23 @@ def serves_multimodal(model: ModelSpec, version: str | None) -> bool:
     return arch in sc.SGLANG_MULTIMODAL_ARCHITECTURES and arch not in sc.SGLANG_MULTIMODAL_OFF_BY_DEFAULT
 
 
-def prefill_graphs_allowed(model: ModelSpec, version: str | None) -> bool:
-    """Whether the release keeps its default prefill CUDA graphs for the model (and reserves for them): from
-    0.5.22 not for a model served multimodal (`serves_multimodal`) outside SGLang's list of architectures validated
-    with breakable prefill graphs (`sc.SGLANG_MULTIMODAL_PREFILL_GRAPH_ARCHITECTURES`)."""
+def prefill_graphs_allowed(request: DefaultsRequest, version: str | None) -> bool:
+    """Whether the release keeps its default prefill CUDA graphs for the deployment (and reserves for them): not
+    for a model served multimodal (`serves_multimodal`) unless, from 0.5.19, its architecture is on SGLang's list
+    validated with breakable prefill graphs; in 0.5.10-0.5.13 not with DP attention, PP > 1, LoRA, on ROCm, nor
+    in 0.5.10 with speculative decoding (`_handle_piecewise_cuda_graph`)."""
     release = _release(version)
-    if release is not None and release < sc.SGLANG_MULTIMODAL_PREFILL_GRAPHS_OFF_FROM:
+    model = request.model
+    listed = model.architecture in sc.SGLANG_MULTIMODAL_PREFILL_GRAPH_ARCHITECTURES and (
+        release is None or release >= sc.SGLANG_MULTIMODAL_PREFILL_GRAPHS_LISTED_FROM
+    )
+    if serves_multimodal(model, version) and not listed:
+        return False
+    if release is None or not sc.SGLANG_PREFILL_GRAPH_RESERVE_FROM <= release < sc.SGLANG_GRAPH_RESERVE_FOLLOWS_BACKENDS_FROM:
         return True
-    return not serves_multimodal(model, version) or model.architecture in sc.SGLANG_MULTIMODAL_PREFILL_GRAPH_ARCHITECTURES
+    rocm = request.gpu is not None and request.gpu.vendor == "amd"
+    speculative = request.speculative is not None and release < sc.SGLANG_PIECEWISE_SPECULATIVE_OFF_BEFORE
+    return not (request.attention_dp > 1 or request.pp > 1 or request.lora or rocm or speculative)
 
 
 def vlm_mem_fraction_factor(vision_num_layers: int | None, vision_hidden_size: int | None) -> float:

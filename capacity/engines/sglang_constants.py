@@ -129,11 +129,14 @@ SGLANG_PREFILL_GRAPH_RESERVE_FROM = (0, 5, 10)
 # (`--disable-cuda-graph`: decode and prefill); 0.5.3-0.5.13 reserved cuda_graph_max_bs x 2 MiB whatever the flag
 # (read in the 0.5.9, 0.5.13, 0.5.14 and 0.5.23 wheels); the DP-attention padding stays either way
 SGLANG_GRAPH_RESERVE_FOLLOWS_BACKENDS_FROM = (0, 5, 14)
-# from 0.5.22 the default (breakable) prefill CUDA graphs are turned off for a model served multimodal
-# (`cuda_graph_hook.disable_breakable_cudagraph_if_incompatible`: "multimodal model"), and with them their reserve,
-# unless its architecture is on `configs/model_config.py` multimodal_breakable_cuda_graph_supported_model_archs
-# (0.5.23's list; none of them in capplan's catalog); read in the 0.5.22 and 0.5.23 wheels, older releases not
-SGLANG_MULTIMODAL_PREFILL_GRAPHS_OFF_FROM = (0, 5, 22)
+# the prefill CUDA graphs (reserved for from 0.5.10) are turned off for a model served multimodal, and with them
+# their reserve: 0.5.10-0.5.13 `_handle_piecewise_cuda_graph` ("is_multimodal"), 0.5.14 on the graph cascade
+# ("multimodal model"), unless, from 0.5.19 (breakable prefill graphs the CUDA default), the architecture is on
+# `configs/model_config.py` multimodal_breakable_cuda_graph_supported_model_archs (0.5.23's list here; Qwen3.5's is
+# on it from 0.5.19); read in the 0.5.10-0.5.15, 0.5.19, 0.5.21, 0.5.22 and 0.5.23 wheels. 0.5.10-0.5.13 also
+# turned them off with DP attention, PP > 1, LoRA, on ROCm, and in 0.5.10 with speculative decoding
+SGLANG_MULTIMODAL_PREFILL_GRAPHS_LISTED_FROM = (0, 5, 19)
+SGLANG_PIECEWISE_SPECULATIVE_OFF_BEFORE = (0, 5, 11)
 # from 0.5.22 a --max-running-requests below the default decode CUDA-graph batch lowers it (memory_hook.py:
 # `decode_max_bs_is_default and max_running_requests < max_bs`), and the reserve follows (read in the 0.5.21, 0.5.22
 # and 0.5.23 wheels: 0.5.21 does not)
