@@ -459,6 +459,7 @@ def _memory(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> _Memory:
             attention_dp=layout.dp,
             cuda_graphs=not d.enforce_eager,
             max_num_seqs=d.max_num_seqs,
+            cuda_graph_max_batch=d.cuda_graph_max_batch,
         )
     )
     lim = _limits(d, profile, defaults, draft.default_max_num_seqs)

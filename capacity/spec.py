@@ -354,6 +354,9 @@ class DeploymentSpec:
     max_num_seqs: int | None = None
     async_scheduling: bool | None = None  # None: the engine's default (vLLM: on for GPUs; the CPU build: off)
     enforce_eager: bool | None = None  # no CUDA graphs: none captured, none deducted (vLLM --enforce-eager)
+    # the largest decode batch CUDA graphs are captured for (SGLang --cuda-graph-max-bs-decode, before 0.5.14
+    # --cuda-graph-max-bs, or the largest of --cuda-graph-bs[-decode]); None: the engine's default
+    cuda_graph_max_batch: int | None = None
     # LoRA adapters served (--enable-lora and its settings): their slots are sized (capacity/features/lora.py)
     lora: LoraSpec | None = None
     # engine features that move the memory and that capplan does not size: a deployment that declares

@@ -423,6 +423,13 @@ def load_oracle_run() -> OracleRun:
             for g, mib in smi_memory_mib().items()
             for tp in SGLANG_TP_SIZES
             for n in SGLANG_RUNNING_CAPS
+        ]
+        + [
+            {"id": f"{g.sku.id}|tp{tp}|decode-graphs{n}", "memory_mib": mib, "tp": tp, "cuda_graph_max_bs_decode": n,
+             "max_running_requests": 16, "prefill_breakable": True}
+            for g, mib in smi_memory_mib().items()
+            for tp in SGLANG_TP_SIZES
+            for n in SGLANG_RUNNING_CAPS
         ],
     }
     reply = run_oracle(request)
@@ -708,6 +715,24 @@ def test_sglang_fraction_with_a_running_request_cap(oracle: OracleRun) -> None:
                     wrong.append(f"{gpu.sku.id} tp{tp} running {n}: capplan {est.gpu_memory_utilization} vs SGLang "
                                  f"{theirs['mem_fraction_static']} (decode graphs up to {theirs['decode_cuda_graph_max_bs']})")  # fmt: skip
     assert moved and not wrong, "; ".join(wrong)
+
+
+def test_sglang_fraction_with_the_decode_graphs_batch_given(oracle: OracleRun) -> None:
+    """`--cuda-graph-max-bs-decode N` (capplan: --cuda-graph-max-batch) sets the decode graphs' batch the reserve
+    counts, and a --max-running-requests below it does not lower a batch the user gave: against SGLang 0.5.23's own
+    `handle_gpu_memory_settings` per GPU, TP and N, with 16 running requests."""
+    model = next(m for m in catalog_models() if m.repo_id == "meta-llama/Llama-3.1-8B-Instruct")
+    wrong = []
+    for gpu in smi_memory_mib():
+        for tp in SGLANG_TP_SIZES:
+            for n in SGLANG_RUNNING_CAPS:
+                theirs = oracle.sglang_defaults[f"{gpu.sku.id}|tp{tp}|decode-graphs{n}"]
+                assert theirs["decode_cuda_graph_max_bs"] == n, theirs
+                spec = DeploymentSpec(tp=tp, engine="sglang", max_num_seqs=16, cuda_graph_max_batch=n)
+                ours = _estimate(model, gpu, spec, 8192).gpu_memory_utilization
+                if ours != theirs["mem_fraction_static"]:
+                    wrong.append(f"{gpu.sku.id} tp{tp} decode graphs {n}: capplan {ours} vs {theirs['mem_fraction_static']}")
+    assert not wrong, "; ".join(wrong)
 
 
 def test_kv_dtypes_accepted(oracle: OracleRun) -> None:

@@ -263,22 +263,32 @@ def test_a_flag_unknown_to_the_named_or_current_release_is_still_an_error(releas
 
 
 def test_a_retired_flag_that_is_now_an_ambiguous_prefix_is_kept_for_an_older_release() -> None:
-    """SGLang 0.5.23 split --cuda-graph-max-bs into -decode / -prefill (so the old spelling is an ambiguous
-    prefix there); a 0.4.4 command with it is read, the flag skipped and named."""
+    """SGLang 0.5.14 split --cuda-graph-max-bs into -decode / -prefill (so the old spelling is an ambiguous prefix
+    in 0.5.23); a 0.4.4 command with it is read, and the decode graphs' batch it sets is sized, as the new spelling
+    and the largest of a --cuda-graph-bs-decode list are."""
     line = "python -m sglang.launch_server --model-path M --cuda-graph-max-bs 8 --tp 2"
     assert "ambiguous" in _one_line_error("--gpu", "H100", "--from-command", line)
     command = read_command(line, "0.4.4.post3")
-    assert (command.retired, command.options) == (("--cuda-graph-max-bs",), {"tp": 2})
+    assert (command.retired, command.options) == ((), {"cuda_graph_max_batch": 8, "tp": 2})
+    assert read_command("python -m sglang.launch_server --model-path M --cuda-graph-max-bs-decode 64").options == {
+        "cuda_graph_max_batch": 64
+    }
+    listed = read_command("python -m sglang.launch_server --model-path M --cuda-graph-bs-decode 1 2 4 96 16")
+    assert listed.options == {"cuda_graph_max_batch": 96}
+    older = read_command("python -m sglang.launch_server --model-path M --cuda-graph-bs 1 2 4 8 --tp 2", "0.5.2")
+    assert (older.retired, older.options) == ((), {"cuda_graph_max_batch": 8, "tp": 2})
+    prefill = read_command("python -m sglang.launch_server --model-path M --cuda-graph-max-bs-prefill 4096")
+    assert prefill.unsized == ("--cuda-graph-max-bs-prefill",)
 
 
 def test_a_retired_flag_s_values_are_all_its_own_where_the_server_takes_no_positional() -> None:
-    """SGLang's --cuda-graph-bs took a list (nargs "+" in 0.4.6-0.5.9's server_args.py) and launch_server takes no
-    positional argument, so every value up to the next flag is the retired flag's; vLLM's serve takes the model as a
-    positional, so a retired vLLM flag keeps one value at most."""
-    line = "python -m sglang.launch_server --model-path M --cuda-graph-bs 1 2 4 8 --tp 2"
-    command = read_command(line, "0.5.2")
-    assert (command.retired, command.options) == (("--cuda-graph-bs",), {"tp": 2})
-    negative = read_command("python -m sglang.launch_server --model-path M --cuda-graph-bs 1 -2 --tp 2", "0.5.2")
+    """SGLang's --piecewise-cuda-graph-tokens took a list (nargs "+" in 0.5.9's server_args.py) and launch_server
+    takes no positional argument, so every value up to the next flag is the retired flag's; vLLM's serve takes the
+    model as a positional, so a retired vLLM flag keeps one value at most."""
+    line = "python -m sglang.launch_server --model-path M --piecewise-cuda-graph-tokens 256 512 1024 --tp 2"
+    command = read_command(line, "0.5.9")
+    assert (command.retired, command.options) == (("--piecewise-cuda-graph-tokens",), {"tp": 2})
+    negative = read_command("python -m sglang.launch_server --model-path M --piecewise-cuda-graph-tokens 1 -2 --tp 2", "0.5.9")
     assert negative.options == {"tp": 2}
     vllm = read_command("vllm serve --swap-space 4 M -tp 2", "0.6.6")
     assert (vllm.model, vllm.retired, vllm.options) == ("M", ("--swap-space",), {"tp": 2})

@@ -80,6 +80,7 @@ _OFF = "off"  # a `--disable-x` switch of an `enable_x` option (SGLang's --disab
 _EPLB = "eplb"  # vLLM --eplb-config JSON (or --eplb-config.num_redundant_experts N): its redundant experts
 _PRESENT = "present"  # on when given, whatever its value (SGLang's --lora-paths turns LoRA on)
 _QUANTIZATION = "quantization"  # a --quantization method: the weight dtype it sets (`_QUANTIZATION_DTYPES`)
+_LARGEST = "largest"  # a list of integers, read as its largest (SGLang's --cuda-graph-bs-decode 1 2 4 8: 8)
 
 
 def _read_as(kind: str, *same_name: str, **renamed: str) -> dict[str, tuple[str, str]]:
@@ -120,6 +121,8 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
             ep_num_redundant_experts="redundant_experts"),
         **_read_as(_FLOAT, "hicache_ratio", mem_fraction_static="gpu_memory_utilization"),
         **_read_as(_SWITCH, "enable_dp_attention", "enable_hierarchical_cache", disable_cuda_graph="enforce_eager"),
+        **_read_as(_INT, cuda_graph_max_bs_decode="cuda_graph_max_batch"),
+        **_read_as(_LARGEST, cuda_graph_bs_decode="cuda_graph_max_batch"),
         **_read_as(_TEXT, "speculative_algorithm", "speculative_draft_model_path",
             json_model_override_args="hf_overrides"),
         **_read_as(_PRESENT, lora_paths="enable_lora"),
@@ -147,17 +150,27 @@ _UNSIZED: dict[Engine, frozenset[str]] = {
         "pooler_config", "runner", "convert", "enable_sleep_mode", "config", "optimization_level",
     }),
     Engine.SGLANG: frozenset({
-        "cuda_graph_max_bs", "cuda_graph_bs",
         "moe_a2a_backend", "attn_cp_size",
         "mamba_ssm_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio",
         "load_format", "enable_mixed_chunk", "disaggregation_mode", "config", "enable_memory_saver",
         "enable_torch_compile", "torch_compile_max_bs", "piecewise_cuda_graph_max_tokens",
+        # the per-phase graph settings beside the two sized ones (--disable-cuda-graph, the decode graphs' batch)
+        "disable_decode_cuda_graph", "disable_prefill_cuda_graph", "cuda_graph_backend_decode",
+        "cuda_graph_backend_prefill", "cuda_graph_max_bs_prefill", "cuda_graph_bs_prefill", "cuda_graph_config",
+        "cuda_graph_max_seq_len_prefill", "cuda_graph_prefill_max_context",
     }),
     Engine.TRTLLM: frozenset({
         "extra_llm_api_options", "context_parallel_size", "moe_expert_parallel_size", "moe_cluster_parallel_size",
         "max_beam_width", "backend", "custom_module_dirs", "server_role", "disagg_cluster_uri",
         "metadata_server_config_file",
     }),
+}
+
+
+# flags an older release had and the table's release retired, that capplan still sizes when the command names that
+# release: SGLang's decode CUDA-graph batch before 0.5.14 split it into --cuda-graph-max-bs-decode / -prefill
+_RETIRED_APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
+    Engine.SGLANG: {"--cuda-graph-max-bs": ("cuda_graph_max_batch", _INT), "--cuda-graph-bs": ("cuda_graph_max_batch", _LARGEST)},
 }
 
 
@@ -488,14 +501,21 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
                 raise
             found = None
         if found is None and older:
-            retired.append(option)
             # its values, if it takes any: SGLang's server takes no positional argument, so every value up to the
             # next flag is the retired flag's (`--cuda-graph-bs 1 2 4 8` before 0.5.15); vLLM's takes the model, so
             # one value at most
+            start = i
             while not eq and i < len(args) and not (args[i].startswith("-") and not re.match(r"^-\d", args[i])):
                 i += 1
                 if rules.model_positional:
                     break
+            sized = _RETIRED_APPLIED.get(engine, {}).get(option)
+            if sized is None:
+                retired.append(option)
+                continue
+            name, kind = sized
+            options[name] = _value(option, option, name, kind, [inline] if eq else args[start:i], notes)
+            applied.append(option)
             continue
         if found is None:
             raise _unknown(engine, option, release)
@@ -564,6 +584,11 @@ def _value(option: str, spelled: str, dest: str, kind: str, values: list[str], n
         return True
     if kind == _OFF:  # present: off, unless given a false value (--disable-radix-cache=false)
         return bool(values) and values[0].lower() in ("0", "false", "no", "off")
+    if kind == _LARGEST:
+        try:
+            return max(_human_int(v) for v in " ".join(values).replace(",", " ").split())
+        except ValueError:
+            raise CommandLineError(f"{option} wants integers") from None
     value = " ".join(values)
     if kind == _TEXT:
         return value

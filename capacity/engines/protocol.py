@@ -41,6 +41,7 @@ class DefaultsRequest:
     attention_dp: int = 1  # attention data-parallel ranks (SGLang reserves graph padding per rank)
     cuda_graphs: bool = True  # False: none captured (vLLM --enforce-eager, SGLang --disable-cuda-graph)
     max_num_seqs: int | None = None  # the deployment's cap on running sequences (None: the engine's default)
+    cuda_graph_max_batch: int | None = None  # the largest decode batch graphs are captured for (None: the default)
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,7 +99,7 @@ class SglangProfile(ProfileBase):
             fraction = mem_fraction_static(
                 device_bytes, tp, pp, mla=model.is_mla, version=version, attention_dp=dp, speculative=speculative,
                 cuda_graphs=request.cuda_graphs, prefill_graphs=prefill_graphs_allowed(request, version),
-                max_running_requests=request.max_num_seqs,
+                max_running_requests=request.max_num_seqs, decode_max_bs=request.cuda_graph_max_batch,
             )
         if serves_multimodal(model, self.requested_version):
             tower = model.vision_tower
@@ -285,22 +285,25 @@ def prefill_cuda_graph_sizes(max_tokens: int) -> list[int]:
 def reserved_mib(
     gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool, version: str | None = None, attention_dp: int = 1,
     cuda_graphs: bool = True, prefill_graphs: bool = True, max_running_requests: int | None = None,
+    decode_max_bs: int | None = None,
 ) -> float:
     """`handle_gpu_memory_settings` reserved_mem (MiB) with the default graphs (decode: full; prefill:
     breakable on CUDA, `cuda_graph_config.default_prefill_backend`), `attention_dp` DP-attention ranks and no
     DeepEP; for a 0.5.3-0.5.19 `version` that release's tiers (`memory_tiers`), before 0.5.10 no prefill-graph
     term (piecewise graphs off). `cuda_graphs` False (`--disable-cuda-graph`): from 0.5.14 neither graph term;
     `prefill_graphs` False (the model's, `prefill_graphs_allowed`): no prefill-graph term; `max_running_requests`
-    (--max-running-requests) below the default decode graph batch lowers it from 0.5.22."""
+    (--max-running-requests) below the default decode graph batch lowers it from 0.5.22; `decode_max_bs` (the
+    decode graphs' largest batch, given) replaces the default and is never lowered."""
     chunked = chunked_prefill_size(gpu_memory_bytes, version)
     reserved: float = sc.SGLANG_RESERVE_BASE_MIB
     reserved += max(chunked, sc.SGLANG_RESERVE_MIN_ACTIVATION_TOKENS) * sc.SGLANG_RESERVE_PER_ACTIVATION_TOKEN_MIB
     reserved += tp * pp / 8 * sc.SGLANG_RESERVE_PER_8_RANKS_MIB
     # reserve_for_graph_mb: decode graphs (padding per DP-attention rank on top), then prefill graphs
     # (non-torch memory only; MLA a flat 1.5 GiB)
-    max_bs = decode_cuda_graph_max_bs(gpu_memory_bytes, tp, version)
+    max_bs = decode_max_bs or decode_cuda_graph_max_bs(gpu_memory_bytes, tp, version)
     release = _release(version)
-    if max_running_requests and (release is None or release >= sc.SGLANG_DECODE_GRAPHS_CAPPED_BY_RUNNING_FROM):
+    capped = release is None or release >= sc.SGLANG_DECODE_GRAPHS_CAPPED_BY_RUNNING_FROM
+    if max_running_requests and capped and decode_max_bs is None:
         max_bs = min(max_bs, max_running_requests)
     follows_backends = release is None or release >= sc.SGLANG_GRAPH_RESERVE_FOLLOWS_BACKENDS_FROM
     captured = cuda_graphs or not follows_backends  # what the reserve counts as captured
@@ -327,7 +330,7 @@ def reserved_mib(
 def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = False, version: str | None = None,
                         attention_dp: int = 1, speculative: SpecMethod | None = None,
                         cuda_graphs: bool = True, prefill_graphs: bool = True,
-                        max_running_requests: int | None = None) -> float:  # fmt: skip
+                        max_running_requests: int | None = None, decode_max_bs: int | None = None) -> float:  # fmt: skip
     """`handle_gpu_memory_settings`: round((gpu - reserved) / gpu, 3) in MiB, the text model's fraction (`defaults`
     applies the VLM factor, `vlm_mem_fraction_factor`, to multimodal checkpoints); with speculative decoding the
     release's reserve for its algorithm after the floor (`speculative_reserve_mib`)."""
@@ -336,7 +339,7 @@ def mem_fraction_static(gpu_memory_bytes: int, tp: int, pp: int, *, mla: bool = 
     gpu_mib = gpu_memory_bytes / ec.MIB
     reserved = reserved_mib(
         gpu_memory_bytes, tp, pp, mla=mla, version=version, attention_dp=attention_dp, cuda_graphs=cuda_graphs,
-        prefill_graphs=prefill_graphs, max_running_requests=max_running_requests,
+        prefill_graphs=prefill_graphs, max_running_requests=max_running_requests, decode_max_bs=decode_max_bs,
     )
     reserved += speculative_reserve_mib(speculative, version)
     return round((gpu_mib - reserved) / gpu_mib, 3)

@@ -77,7 +77,7 @@ def _estimate(
     max_num_batched_tokens: int | None, max_num_seqs: int | None, gpu_memory_gib: float | None,
     weights_gib: float | None, overhead_gib: float | None, other_process_gib: float | None,
     kv_cache_memory_gib: float | None, kv_cache_memory_bytes: int | None, max_total_tokens: int | None,
-    request_rate: float | None,
+    cuda_graph_max_batch: int | None, request_rate: float | None,
     burst: int | None, num_prompts: int, simulate_load: bool, as_json: bool, tpot_ms: float | None = None,
     ttft_ms: float | None = None, kv_dtype_stated: bool = False, random_range_ratio: float = 0.0, **offload: Any,
 ) -> None:
@@ -97,6 +97,7 @@ def _estimate(
             "--max-num-batched-tokens": max_num_batched_tokens,
             "--max-num-seqs": max_num_seqs,
             "--max-total-tokens": max_total_tokens,
+            "--cuda-graph-max-batch": cuda_graph_max_batch,
         },
         {
             "--gpu-memory-gib": gpu_memory_gib,
@@ -208,7 +209,7 @@ _PASTED_OPTIONS = {
         "redundant_experts", "engine", "engine_version", "limit_mm_per_prompt",
         "language_model_only", "kv_offloading_size", "kv_offloading_backend", "enable_hierarchical_cache",
         "hicache_ratio", "hicache_size", "lmcache_max_local_cpu_size", "lmcache_max_local_disk_size", "lmcache_chunk_size",
-        "enable_prefix_caching", "max_total_tokens", "max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype",
+        "enable_prefix_caching", "max_total_tokens", "cuda_graph_max_batch", "max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype",
         "lora_target_modules", "fully_sharded_loras", "hf_overrides", "kt_weight_path", "kt_num_gpu_experts", "kt_method",
     )
 }

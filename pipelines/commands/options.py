@@ -443,6 +443,12 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
         metavar="BYTES",
         help="KV budget per GPU in bytes, skipping the budget (vLLM's spelling; not with --kv-cache-memory-gib).",
     ),
+    "cuda_graph_max_batch": option(
+        int | None,
+        "--cuda-graph-max-batch",
+        metavar="N",
+        help="Largest decode batch CUDA graphs are captured for (SGLang --cuda-graph-max-bs[-decode]): its reserve.",
+    ),
     "max_total_tokens": option(
         int | None,
         "--max-total-tokens",

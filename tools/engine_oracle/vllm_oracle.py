@@ -507,6 +507,8 @@ def sglang_defaults(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             extra["disable_cuda_graph"] = True
         if row.get("max_running_requests"):
             extra["max_running_requests"] = int(row["max_running_requests"])
+        if row.get("cuda_graph_max_bs_decode"):
+            extra["cuda_graph_max_bs_decode"] = int(row["cuda_graph_max_bs_decode"])
         # The platform answers as CUDA while the record is built: prefill CUDA graphs default to
         # "breakable" there (model_executor/cuda_graph_config.py default_prefill_backend), else "disabled".
         saved_is_cuda = sglang_utils.is_cuda
