@@ -167,10 +167,11 @@ _UNSIZED: dict[Engine, frozenset[str]] = {
 }
 
 
-# flags an older release had and the table's release retired, that capplan still sizes when the command names that
-# release: SGLang's decode CUDA-graph batch before 0.5.14 split it into --cuda-graph-max-bs-decode / -prefill
-_RETIRED_APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
-    Engine.SGLANG: {"--cuda-graph-max-bs": ("cuda_graph_max_batch", _INT), "--cuda-graph-bs": ("cuda_graph_max_batch", _LARGEST)},
+# an older release's spelling of a flag the table's release spells otherwise, as the table's (destination, arity),
+# read where the command names that release: SGLang's decode CUDA-graph batch, split into -decode / -prefill in
+# 0.5.14 (nargs "+" for the list in 0.4.6-0.5.13's server_args.py)
+_RETIRED_SPELLINGS: dict[Engine, dict[str, tuple[str, str]]] = {
+    Engine.SGLANG: {"--cuda-graph-max-bs": ("cuda_graph_max_bs_decode", "1"), "--cuda-graph-bs": ("cuda_graph_bs_decode", "+")},
 }
 
 
@@ -500,22 +501,17 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
             if not older:
                 raise
             found = None
+        if found is None and older and option in _RETIRED_SPELLINGS.get(engine, {}):
+            found = option, _RETIRED_SPELLINGS[engine][option]
         if found is None and older:
+            retired.append(option)
             # its values, if it takes any: SGLang's server takes no positional argument, so every value up to the
-            # next flag is the retired flag's (`--cuda-graph-bs 1 2 4 8` before 0.5.15); vLLM's takes the model, so
-            # one value at most
-            start = i
+            # next flag is the retired flag's (`--piecewise-cuda-graph-tokens 256 512` in 0.5.9); vLLM's takes the
+            # model, so one value at most
             while not eq and i < len(args) and not (args[i].startswith("-") and not re.match(r"^-\d", args[i])):
                 i += 1
                 if rules.model_positional:
                     break
-            sized = _RETIRED_APPLIED.get(engine, {}).get(option)
-            if sized is None:
-                retired.append(option)
-                continue
-            name, kind = sized
-            options[name] = _value(option, option, name, kind, [inline] if eq else args[start:i], notes)
-            applied.append(option)
             continue
         if found is None:
             raise _unknown(engine, option, release)

@@ -313,9 +313,9 @@ def reserved_mib(
         reserved += max_bs * attention_dp * sc.SGLANG_RESERVE_DP_ATTENTION_PER_BS_MIB
         if max_bs > sc.SGLANG_RESERVE_DP_ATTENTION_LARGE_BS_ABOVE:
             reserved += max_bs * attention_dp * sc.SGLANG_RESERVE_DP_ATTENTION_LARGE_BS_MIB
-    prefill_captured = captured and prefill_graphs
-    prefill_captured = prefill_captured and (release is None or release >= sc.SGLANG_PREFILL_GRAPH_RESERVE_FROM)
-    if prefill_captured and mla:  # 0.5.3-0.5.9: no prefill graphs
+    prefill_era = release is None or release >= sc.SGLANG_PREFILL_GRAPH_RESERVE_FROM  # 0.5.3-0.5.9: no prefill graphs
+    prefill_captured = captured and prefill_graphs and prefill_era
+    if prefill_captured and mla:
         reserved += sc.SGLANG_RESERVE_MLA_PREFILL_GRAPHS_MIB
     elif prefill_captured:
         # prefill graphs up to the chunked prefill size; with PP the breakable graphs stop at 8,192 tokens
