@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> None:
             del deployments_df, contexts_df
 
     grid_rows = rows["contexts"]
-    scalar_rate = n / scalar_s if scalar_s else float("nan")
+    scalar_rate = n / scalar_s if n and scalar_s else float("nan")
     rate = grid_rows / total_s
     stages = ", ".join(f"{stage} {seconds:.2f} s" for stage, seconds in clock.seconds.items())
     print(f"tables: {rows['gpus']} GPUs, {rows['layouts']:,} layouts, {rows['deployments']:,} deployments, "
@@ -440,8 +440,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  stages (summed over {math.ceil(len(everything) / args.chunk_models)} chunks, overlapping): {stages}")
     print(f"peak RSS: {rss:.2f} GiB")
     print("queries on the view (best of 3): " + ", ".join(f"{name} {ms:.0f} ms" for name, ms in query_ms.items()))
-    print(f"scalar estimate on {n:,} rows sampled from the view: {scalar_s:.2f} s = {scalar_rate:,.0f} rows/s; "
-          f"grid build + publish is {rate / scalar_rate:,.0f}x faster per row; {mismatches} sampled rows disagree")  # fmt: skip
+    if n:
+        print(f"scalar estimate on {n:,} rows sampled from the view: {scalar_s:.2f} s = {scalar_rate:,.0f} rows/s; "
+              f"grid build + publish is {rate / scalar_rate:,.0f}x faster per row; {mismatches} sampled rows disagree")  # fmt: skip
     if memory_only:
         seconds, height = memory_only
         print(f"memory-only grid (same run, no speed columns): {seconds:.2f} s = {height / seconds:,.0f} rows/s; "

@@ -142,19 +142,34 @@ def _peak_flops(gpu: GpuSku, weight_format_name: str) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class RankTerms:
-    """The GPU-independent part of `PerfInputs`: what one rank of a layout reads and multiplies."""
+class RankWeightTerms:
+    """What one rank of a layout reads and multiplies of its weights (the KV dtype does not move them)."""
 
     dense_weight_bytes: float
     expert_weight_bytes: float
     active_params: float
-    full_kv_bytes_per_token: float
-    attention_flops_per_cached_token: float
-    windowed: tuple[tuple[int, float, float], ...]  # (window, KV bytes per cached token, attention FLOPs)
     layers_on_rank: int
     act_bytes: int
     fp8_gemm: bool  # fp8 weights: the GEMMs run at the fp8 peak where the GPU has one
     moe_layers_on_rank: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RankKVTerms:
+    """What one rank of a layout reads and multiplies per cached token: its layers and the KV dtype only (no
+    parameter count), so models that share their layers share these."""
+
+    full_kv_bytes_per_token: float
+    attention_flops_per_cached_token: float
+    windowed: tuple[tuple[int, float, float], ...]  # (window, KV bytes per cached token, attention FLOPs)
+
+
+@dataclass(frozen=True, slots=True)
+class RankTerms:
+    """The GPU-independent part of `PerfInputs`: what one rank of a layout reads and multiplies."""
+
+    weights: RankWeightTerms
+    kv: RankKVTerms
 
 
 def rank_terms(
@@ -172,27 +187,54 @@ def rank_terms(
     """Per-rank bytes and FLOPs of a layout on its first stage (the most loaded: remainder layers and
     the embeddings go first); `weight_dtype` is what was asked for (`--dtype`). A DP-attention / expert-parallel
     `layout` sets the rank's share of the routed experts and the TP its attention and KV split by."""
+    weights = rank_weight_terms(
+        model, tp=tp, pp=pp, weight_dtype=weight_dtype, engine=engine, weights_bytes_per_gpu=weights_bytes_per_gpu,
+        weight_format_name=weight_format_name, layout=layout,
+    )  # fmt: skip
+    attention_tp = layout.attention_tp if layout is not None else tp
+    return RankTerms(weights, rank_kv_terms(model, attention_tp=attention_tp, pp=pp, kv_element_bytes=kv_element_bytes))
+
+
+def rank_weight_terms(
+    model: ModelSpec,
+    *,
+    tp: int,
+    pp: int,
+    weight_dtype: str,
+    engine: str,
+    weights_bytes_per_gpu: int,
+    weight_format_name: str,
+    layout: RankLayout | None = None,
+) -> RankWeightTerms:
+    """The weights' part of `rank_terms`: bytes read per step (dense and routed experts) and active parameters."""
     fmt = weight_format(model, weight_dtype, engine)
     counts, experts, per_layer_active, attention_params, moe_layers = _stage_param_sums(model, pp)
     share = float(layout.expert_share(model.num_experts)) if layout is not None else 1 / tp
     expert_bytes = experts * float(fmt.linear_bytes_per_param) * share
     head = (model.lm_head_params or model.embedding_params) if pp == 1 else 0
     attention_tp = layout.attention_tp if layout is not None else tp
-    full, attn_full, windowed = _stage_attention_sums(model, attention_tp, pp, kv_element_bytes)
     # attention runs split by the attention TP (SGLang's DP attention: tp / dp), the rest by TP
     attention_extra = attention_params * (1 / attention_tp - 1 / tp) if attention_tp != tp else 0.0
-    return RankTerms(
+    return RankWeightTerms(
         dense_weight_bytes=max(float(weights_bytes_per_gpu) - expert_bytes, 0.0),
         expert_weight_bytes=expert_bytes,
         active_params=(per_layer_active + head) / tp + attention_extra,
-        full_kv_bytes_per_token=full,
-        attention_flops_per_cached_token=attn_full,
-        windowed=tuple((w, kv, f) for w, (kv, f) in sorted(windowed.items())),
         layers_on_rank=max(counts),
         act_bytes=element_bytes(serving_dtype(model, engine)),
         fp8_gemm=weight_format_name.startswith("fp8"),
         moe_layers_on_rank=moe_layers if layout is not None else 0,
     )
+
+
+def rank_kv_terms(model: ModelSpec, *, attention_tp: int, pp: int, kv_element_bytes: int) -> RankKVTerms:
+    """The cached tokens' part of `rank_terms`: KV bytes per token and attention FLOPs of the first stage's
+    layers on a rank whose attention is split by `attention_tp`, full layers apart from each window."""
+
+    def compute() -> RankKVTerms:
+        full, attn_full, windowed = _stage_attention_sums(model, attention_tp, pp, kv_element_bytes)
+        return RankKVTerms(full, attn_full, tuple((w, kv, f) for w, (kv, f) in sorted(windowed.items())))
+
+    return per_object(model, ("performance/kv_terms", attention_tp, pp, kv_element_bytes), compute)
 
 
 def _stage_param_sums(model: ModelSpec, pp: int) -> tuple[list[int], float, float, int, int]:
@@ -223,28 +265,24 @@ def _stage_attention_sums(
 ) -> tuple[float, float, dict[int, list[float]]]:
     """KV bytes per cached token and attention FLOPs of the first stage's layers on a rank: (full
     layers' bytes, full layers' FLOPs, {window: [bytes, FLOPs]} of windowed layers)."""
-
-    def compute() -> tuple[float, float, dict[int, list[float]]]:
-        full = attn_full = 0.0
-        windowed: dict[int, list[float]] = {}
-        heads_rank = model.num_attention_heads / tp
-        for layer in stage_layers(model, pp)[0]:
-            cache = layer.cache
-            if not cache.stores_per_token_kv:  # state and shared layers: nothing per token
-                continue
-            per_token = cache.bytes_per_token(kv_element_bytes, tp)
-            # QK^T and AV: 2 FLOPs per multiply-add, two matmuls, per query head on the rank
-            flops = 4.0 * heads_rank * cache.query_head_dim
-            if cache.window is not None:
-                slot = windowed.setdefault(cache.window, [0.0, 0.0])
-                slot[0] += per_token
-                slot[1] += flops
-            else:
-                full += per_token
-                attn_full += flops
-        return full, attn_full, windowed
-
-    return per_object(model, ("performance/attention", tp, pp, kv_element_bytes), compute)
+    full = attn_full = 0.0
+    windowed: dict[int, list[float]] = {}
+    heads_rank = model.num_attention_heads / tp
+    for layer in stage_layers(model, pp)[0]:
+        cache = layer.cache
+        if not cache.stores_per_token_kv:  # state and shared layers: nothing per token
+            continue
+        per_token = cache.bytes_per_token(kv_element_bytes, tp)
+        # QK^T and AV: 2 FLOPs per multiply-add, two matmuls, per query head on the rank
+        flops = 4.0 * heads_rank * cache.query_head_dim
+        if cache.window is not None:
+            slot = windowed.setdefault(cache.window, [0.0, 0.0])
+            slot[0] += per_token
+            slot[1] += flops
+        else:
+            full += per_token
+            attn_full += flops
+    return full, attn_full, windowed
 
 
 def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str = "auto") -> PerfInputs:
@@ -266,27 +304,28 @@ def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str 
     notes: list[str] = []
     if (est.tp > 1 or est.pp > 1) and math.isinf(link):
         notes.append(f"{gpu.id} has no interconnect bandwidth in the catalog: TP/PP traffic not costed")
+    weights, kv = terms.weights, terms.kv
     return PerfInputs(
-        dense_weight_bytes=terms.dense_weight_bytes,
-        expert_weight_bytes=terms.expert_weight_bytes,
+        dense_weight_bytes=weights.dense_weight_bytes,
+        expert_weight_bytes=weights.expert_weight_bytes,
         num_experts=model.num_experts,
         experts_per_token=model.num_experts_per_token,
-        active_params=terms.active_params,
-        full_kv_bytes_per_token=terms.full_kv_bytes_per_token,
-        windowed_kv=tuple((kv, w) for w, kv, _ in terms.windowed),
+        active_params=weights.active_params,
+        full_kv_bytes_per_token=kv.full_kv_bytes_per_token,
+        windowed_kv=tuple((kv_bytes, w) for w, kv_bytes, _ in kv.windowed),
         state_bytes_per_sequence=float(est.state_bytes_per_sequence_per_gpu),
-        attention_flops_per_cached_token=terms.attention_flops_per_cached_token,
-        windowed_attention=tuple((f, w) for w, _, f in terms.windowed),
+        attention_flops_per_cached_token=kv.attention_flops_per_cached_token,
+        windowed_attention=tuple((f, w) for w, _, f in kv.windowed),
         hidden_size=model.hidden_size,
-        layers_on_rank=terms.layers_on_rank,
-        act_bytes=terms.act_bytes,
+        layers_on_rank=weights.layers_on_rank,
+        act_bytes=weights.act_bytes,
         tp=est.tp,
         pp=est.pp,
         bandwidth_bytes_per_s=gpu.memory_bandwidth_gbps * GB,
         flops_per_s=_peak_flops(gpu, est.weight_dtype),
         link_bytes_per_s=link,
         notes=tuple(notes),
-        moe_layers_on_rank=terms.moe_layers_on_rank,
+        moe_layers_on_rank=weights.moe_layers_on_rank,
         ep=est.layout.token_exchange_ranks if est.layout is not None else 1,
         expert_token_ranks=est.layout.dp if est.layout is not None else 1,
     )

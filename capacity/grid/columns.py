@@ -35,6 +35,9 @@ _PERF_LAYOUT = (
     *(f"perf_win_{j}_{part}" for j in range(PERF_WINDOW_SLOTS) for part in ("tokens", "kv", "attn")),
     "perf_moe_layers", "perf_exchange_ranks", "perf_dp_ranks",  # DP x EP: the all-to-all's terms, the DP ranks
 )  # fmt: skip
+# of those, what the cached tokens set (`rank_kv_terms`: a KV layout's) and what the weights set (a weight row's)
+_PERF_KV_TERMS = ("perf_full_kv", "perf_attn_full", *(c for c in _PERF_LAYOUT if c.startswith("perf_win_")))
+_PERF_WEIGHTS = tuple(c for c in _PERF_LAYOUT if c not in _PERF_KV_TERMS)
 _PERF_KV = ("perf_num_experts", "perf_experts_per_token", "perf_hidden")
 _PERF_GPU = ("perf_bandwidth", "perf_bf16_flops", "perf_fp8_flops", "perf_link")
 _PERF_SETTINGS = ("perf_eff_memory", "perf_eff_compute", "perf_step_s", "perf_allreduce_s")

@@ -17,8 +17,10 @@ from capacity.grid.columns import (
     _I64,
     _PERF_GPU,
     _PERF_KV,
+    _PERF_KV_TERMS,
     _PERF_LAYOUT,
     _PERF_SETTINGS,
+    _PERF_WEIGHTS,
     _STR,
     _WINDOW_PARTS,
     CONTEXT_COLUMNS,
@@ -250,13 +252,13 @@ def _frames_of(t: _Tables) -> _Frames:
             "state_bytes_per_sequence_per_gpu": _I64,
             "not_modelled": _STR,
             **dict.fromkeys(_PERF_KV, _I64),
+            **dict.fromkeys(_PERF_KV_TERMS, _F64),
         },
     )
-    layouts = _rows(
-        t.layouts,
+    weights = _rows(
+        t.weights,
         {
-            "_rank": _I64,
-            "kv_id": _I64,
+            "_weight_row": _I64,
             "weight_idx": _I64,
             "weight_dtype": _CAT,
             "weight_needs_fp8": pl.Boolean,
@@ -264,10 +266,13 @@ def _frames_of(t: _Tables) -> _Frames:
             "weight_format": _CAT,
             "weights_source": _CAT,
             "weights_bytes_per_gpu": _I64,
-            "gpu_set": _I64,  # null: served on every GPU
-            **{c: (pl.Boolean if c == "perf_fp8_gemm" else _F64) for c in _PERF_LAYOUT},
+            **{c: (pl.Boolean if c == "perf_fp8_gemm" else _F64) for c in _PERF_WEIGHTS},
             **dict.fromkeys(stage_columns("_weights_short", reg.stage_slots), _I64),
         },
+    )
+    # a layout is a KV layout x a weight row of its group; null gpu_set: served on every GPU
+    layouts = _rows(t.layouts, {"_rank": _I64, "kv_id": _I64, "_weight_row": _I64, "gpu_set": _I64}).join(
+        weights, on="_weight_row", how="inner", maintain_order="left"
     )
     overheads = _rows(
         t.overheads,

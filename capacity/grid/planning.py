@@ -18,7 +18,7 @@ from capacity.engines.protocol import StartRequest
 from capacity.engines.registry import engine_profile
 from capacity.features.parallel_layout import RankLayout, dp_candidates, rank_layout
 from capacity.grid.options import GridModel, GridOptions, grid_contexts, weight_dtype_choices
-from capacity.grid.speed import _perf_layout_row
+from capacity.grid.speed import _perf_kv_row, _perf_weight_row
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
 from capacity.overhead import Overhead, OverheadInputs
 from capacity.parallel import valid_tp_sizes
@@ -66,6 +66,8 @@ class _Registry:
     kv_specs: list[ModelSpec] = field(default_factory=list)
     kv_cache: dict[tuple[object, ...], object] = field(default_factory=dict)
     kv_sides: dict[tuple[int, str, int, int, int, int], _KVSide] = field(default_factory=dict)
+    # the speed terms of the cached tokens per (view id, attention TP, PP, KV element bytes): `speed._perf_kv_row`
+    perf_kv: dict[tuple[int, int, int, int], tuple[float, ...]] = field(default_factory=dict)
     # the GPUs an engine starts a KV view on, per (view id, engine index, weight format, KV dtype): `_starting_gpus`
     starting: dict[tuple[int, int, str, str], tuple[int, ...] | None] = field(default_factory=dict)
     # per engine profile: the GPUs grouped by the kind of weight layout its kernels give them (`_weight_variants`)
@@ -138,7 +140,10 @@ class _Tables:
     models: list[tuple[object, ...]] = field(default_factory=list)
     node: list[tuple[object, ...]] = field(default_factory=list)
     kv_layouts: list[tuple[object, ...]] = field(default_factory=list)
-    layouts: list[tuple[object, ...]] = field(default_factory=list)
+    # per KV layout's group (model, TP, PP, engine, DP x EP layout): its weight dtypes and their per-GPU variants
+    weights: list[tuple[object, ...]] = field(default_factory=list)
+    # a layout: (`_rank`, KV layout, weight row, GPU set), a KV layout x a weight row of its group served somewhere
+    layouts: list[tuple[int, int, int, int | None]] = field(default_factory=list)
     # (set id, gpu_idx) of the GPU sets that GPU-specific layouts are served on (a layout row names its set):
     # the registry's sets as the build left them, copied while its lock is held
     allowed: list[tuple[int, int]] = field(default_factory=list)
@@ -405,6 +410,7 @@ def _build_rows(
                 for dp_gpus, layout in layouts_here:
                     dp, ep = layout.dp, layout.ep
                     atp = layout.attention_tp  # the TP that splits attention and its KV
+                    kv_rows: list[tuple[int, int, str]] = []
                     for k, kv_dtype in enumerate(options.kv_dtypes):
                         if wanted is not None and not any(g[:2] == (e, k) for g in wanted):
                             continue
@@ -420,6 +426,10 @@ def _build_rows(
                             # the scalar engine cannot size this layout either (e.g. a pipeline stage
                             # that holds only KV-shared layers): no rows rather than rows it would not give
                             continue
+                        perf_key = (vid, atp, pp, kv_bytes)
+                        perf_kv = reg.perf_kv.get(perf_key)
+                        if perf_kv is None:
+                            perf_kv = reg.perf_kv[perf_key] = _perf_kv_row(kv_spec, atp, pp, kv_bytes)
                         kv_id = t.kv_base + len(t.kv_layouts)
                         candidates = [(kv_id, base, checkpoints, stages) for base, checkpoints, stages in found]
                         t.candidates.extend(candidates)
@@ -428,9 +438,11 @@ def _build_rows(
                              layout.dp_ranks_add_gpus, kv_dtype.startswith("fp8"),
                              act_dtype if kv_dtype == "auto" else kv_dtype,
                              per_token, per_token_gpu, state, profile.unmodelled(spec),
-                             spec.num_experts, spec.num_experts_per_token, spec.hidden_size)
+                             spec.num_experts, spec.num_experts_per_token, spec.hidden_size, *perf_kv)
                         )  # fmt: skip
-                        _weight_rows(t, work, e, k, profile, kv_dtype, kv_bytes, layout, pp, dp_gpus)
+                        kv_rows.append((kv_id, k, kv_dtype))
+                    if kv_rows:
+                        _layout_rows(t, work, e, profile, layout, pp, dp_gpus, kv_rows)
     return t
 
 
@@ -445,60 +457,70 @@ class _ModelWork:
     kv_view_id: int  # `_Registry.kv_view` of the model: its layers without parameter counts
     kv_view: ModelSpec
     weights: dict[tuple[object, ...], WeightsEstimate] = field(default_factory=dict)
-    # the speed terms of a layout (`speed._perf_layout_row`), keyed by what they read of it: the engine only through
-    # the weight format and the serving dtype it resolves, so engines that resolve them alike share the row
+    # the weights' speed terms of a layout (`speed._perf_weight_row`), keyed by what they read of it: the engine only
+    # through the weight format and the serving dtype it resolves, so engines that resolve them alike share the row
     perf: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)
 
 
-def _weight_rows(
+def _layout_rows(
     t: _Tables,
     work: _ModelWork,
     e: int,
-    k: int,
     profile: EngineProfile,
-    kv_dtype: str,
-    kv_bytes: int,
     layout: RankLayout,
     pp: int,
     dp_gpus: tuple[int, ...] | None,
+    kv_rows: Sequence[tuple[int, int, str]],
 ) -> None:
-    """The layout rows of one KV layout (the last of `t.kv_layouts`): one per weight dtype and per group of GPUs
-    whose weights differ, on the GPUs the engine starts it on (and, for a DP x EP layout, whose node it fills)."""
-    reg, gm, spec, tp, weights, starting = t.reg, work.gm, work.gm.spec, layout.tp, work.weights, t.reg.starting
-    kv_id = t.kv_base + len(t.kv_layouts) - 1
+    """The layouts of one group of KV layouts (`kv_rows`: id, KV dtype index and name; one per KV dtype of a model,
+    TP x PP, engine and DP x EP layout): its weight rows (one per weight dtype and per group of GPUs whose weights
+    differ, whatever the KV dtype), then one layout per KV layout and weight row, on the GPUs the engine starts
+    it on (and, for a DP x EP layout, whose node it fills)."""
+    reg, gm, spec, tp, starting, wanted = t.reg, work.gm, work.gm.spec, layout.tp, t.reg.starting, work.wanted
     shards = None if layout.plain else layout.weight_shards(spec)
+    act_dtype = profile.serving_dtype(spec)
+    weight_rows: list[tuple[int, int, str, tuple[int, ...] | None]] = []  # (weight index, row, format, GPUs)
     for weight_dtype, w_fp8, w_fp4 in work.dtypes:
         w_idx = reg.options.weight_dtypes.index(weight_dtype)
-        if work.wanted is not None and (e, k, w_idx) not in work.wanted:
+        if wanted is not None and not any((e, k, w_idx) in wanted for _, k, _ in kv_rows):
             continue
-        act_dtype = profile.serving_dtype(spec)
         wkey = (weight_dtype, tp, pp, act_dtype, layout.dp, layout.ep)
-        if wkey not in weights:
+        w = work.weights.get(wkey)
+        if w is None:
             # `engine` reaches the weights only through the serving dtype
-            weights[wkey] = estimate_weights(spec, weight_dtype, tp, pp, gm.checkpoint_bytes, profile.engine, shards)
-        w = weights[wkey]
+            w = work.weights[wkey] = estimate_weights(
+                spec, weight_dtype, tp, pp, gm.checkpoint_bytes, profile.engine, shards
+            )
         fmt = weight_format(spec, weight_dtype, profile.engine)  # what the speed terms read of the engine
-        key = (work.kv_view_id, e, w.format_name, kv_dtype)
-        if key not in starting:
-            # asked of the KV view: the start checks read the layers, the GPU and the formats, never a parameter
-            # count, so the models that share a view share the answer (a check that read one would disagree with
-            # `estimate` in tests/test_grid.py)
-            starting[key] = _starting_gpus(reg, profile, work.kv_view, w.format_name, kv_dtype)
         for per_gpu_bytes, gpu_idxs in _weight_variants(reg, profile, spec, tp, pp, w):
-            gpu_idxs = _within(_within(gpu_idxs, starting[key]), dp_gpus)
+            gpu_idxs = _within(gpu_idxs, dp_gpus)
             if gpu_idxs == ():
-                continue  # the engine refuses this layout on every GPU of the variant
-            pkey = (fmt, act_dtype, weight_dtype, pp, per_gpu_bytes, w.format_name, kv_bytes, layout)
+                continue
+            pkey = (fmt, act_dtype, weight_dtype, pp, per_gpu_bytes, w.format_name, layout)
             perf = work.perf.get(pkey)
             if perf is None:
                 variant = w if per_gpu_bytes == w.per_gpu_bytes else replace(w, per_gpu_bytes=per_gpu_bytes)
-                perf = _perf_layout_row(spec, tp, pp, weight_dtype, profile.engine, variant, kv_bytes, layout)
-                work.perf[pkey] = perf
-            rank = t.rank_base + len(t.layouts)
-            t.layouts.append(
-                (rank, kv_id, w_idx, weight_dtype, w_fp8, w_fp4, w.format_name, w.source, per_gpu_bytes,
-                 reg.gpu_set(gpu_idxs), *perf, *_stage_slots(w.stage_shortfall_bytes, reg.no_shortfall))
+                perf = work.perf[pkey] = _perf_weight_row(spec, tp, pp, weight_dtype, profile.engine, variant, layout)
+            row = len(t.weights)
+            t.weights.append(
+                (row, w_idx, weight_dtype, w_fp8, w_fp4, w.format_name, w.source, per_gpu_bytes, *perf,
+                 *_stage_slots(w.stage_shortfall_bytes, reg.no_shortfall))
             )  # fmt: skip
+            weight_rows.append((w_idx, row, w.format_name, gpu_idxs))
+    for kv_id, k, kv_dtype in kv_rows:
+        for w_idx, row, format_name, gpu_idxs in weight_rows:
+            if wanted is not None and (e, k, w_idx) not in wanted:
+                continue
+            key = (work.kv_view_id, e, format_name, kv_dtype)
+            if key not in starting:
+                # asked of the KV view: the start checks read the layers, the GPU and the formats, never a parameter
+                # count, so the models that share a view share the answer (a check that read one would disagree
+                # with `estimate` in tests/test_grid.py)
+                starting[key] = _starting_gpus(reg, profile, work.kv_view, format_name, kv_dtype)
+            served = _within(gpu_idxs, starting[key])
+            if served == ():
+                continue  # the engine refuses this layout on every GPU of the variant
+            t.layouts.append((t.rank_base + len(t.layouts), kv_id, row, reg.gpu_set(served)))
 
 
 def _overhead_rows(

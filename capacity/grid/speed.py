@@ -1,4 +1,4 @@
-"""The speed columns: a layout's `capacity.performance.rank_terms` as row values, and TPOT / output
+"""The speed columns: a layout's `capacity.performance.rank_terms` as row values (its weights' and its KV's), and TPOT / output
 tokens per second of the context rows (the same formulas, on columns)."""
 
 from __future__ import annotations
@@ -12,42 +12,40 @@ from capacity.features.parallel_layout import RankLayout, dp_group_b_max
 from capacity.grid.columns import PERF_COLUMNS, PERF_WINDOW_SLOTS
 from capacity.grid.staged import StagedRows
 from capacity.numeric import Num, as_float, choose
-from capacity.performance import PerfEfficiency, PerfInputs, rank_terms, tpot_seconds
+from capacity.performance import PerfEfficiency, PerfInputs, rank_kv_terms, rank_weight_terms, tpot_seconds
 from capacity.spec import ModelSpec
 from capacity.weights import WeightsEstimate
 
 
-def _perf_layout_row(
-    spec: ModelSpec,
-    tp: int,
-    pp: int,
-    weight_dtype: str,
-    engine: str,
-    w: WeightsEstimate,
-    kv_bytes: int,
-    layout: RankLayout,
+def _perf_weight_row(
+    spec: ModelSpec, tp: int, pp: int, weight_dtype: str, engine: str, w: WeightsEstimate, layout: RankLayout
 ) -> tuple[object, ...]:
-    """`capacity.performance.rank_terms` of one layout as the row's perf columns (windows in slots), and the
-    all-to-all's terms of a DP x EP layout as `perf_inputs` reads them from the estimate's layout."""
+    """`capacity.performance.rank_weight_terms` of one layout as the weight row's perf columns (`_PERF_WEIGHTS`), and
+    the all-to-all's terms of a DP x EP layout as `perf_inputs` reads them from the estimate's layout."""
     rank_layout = None if layout.plain else layout  # as `Estimate.layout`
-    terms = rank_terms(
+    terms = rank_weight_terms(
         spec, tp=tp, pp=pp, weight_dtype=weight_dtype, engine=engine, weights_bytes_per_gpu=w.per_gpu_bytes,
-        kv_element_bytes=kv_bytes, weight_format_name=w.format_name, layout=rank_layout,
+        weight_format_name=w.format_name, layout=rank_layout,
     )  # fmt: skip
-    slots: list[object] = []
+    return (
+        terms.dense_weight_bytes, terms.expert_weight_bytes, terms.active_params, float(terms.layers_on_rank),
+        float(terms.act_bytes), terms.fp8_gemm, float(terms.moe_layers_on_rank), *_exchange(rank_layout),
+    )  # fmt: skip
+
+
+def _perf_kv_row(kv_view: ModelSpec, attention_tp: int, pp: int, kv_bytes: int) -> tuple[float, ...]:
+    """`capacity.performance.rank_kv_terms` of a KV layout as its row's perf columns (`_PERF_KV_TERMS`): windows in
+    slots, those past the slots read as full layers (an over-estimate of the bytes)."""
+    terms = rank_kv_terms(kv_view, attention_tp=attention_tp, pp=pp, kv_element_bytes=kv_bytes)
+    slots: list[float] = []
     extra_kv = extra_attn = 0.0
     for j, (window, kv, attn) in enumerate(terms.windowed):
         if j < PERF_WINDOW_SLOTS:
             slots += [float(window), kv, attn]
-        else:  # more distinct windows than slots: read as full layers (an over-estimate of the bytes)
+        else:
             extra_kv, extra_attn = extra_kv + kv, extra_attn + attn
     slots += [1.0, 0.0, 0.0] * (PERF_WINDOW_SLOTS - min(len(terms.windowed), PERF_WINDOW_SLOTS))
-    return (
-        terms.dense_weight_bytes, terms.expert_weight_bytes, terms.active_params,
-        terms.full_kv_bytes_per_token + extra_kv, terms.attention_flops_per_cached_token + extra_attn,
-        float(terms.layers_on_rank), float(terms.act_bytes), terms.fp8_gemm, *slots,
-        float(terms.moe_layers_on_rank), *_exchange(rank_layout),
-    )  # fmt: skip
+    return (terms.full_kv_bytes_per_token + extra_kv, terms.attention_flops_per_cached_token + extra_attn, *slots)
 
 
 def _exchange(layout: RankLayout | None) -> tuple[float, float]:
