@@ -154,6 +154,7 @@ def _served(reg: _Registry) -> tuple[pl.DataFrame, pl.DataFrame]:
             "base_block_size": _I64,
             "state_checkpoints": pl.Boolean,
             **dict.fromkeys(_PERF_SETTINGS, _F64),
+            "overhead_link": _I64,
         },
     ).with_row_index("settings_id")
     gpu_frame = _gpu_frame(reg.gpus).with_columns(pl.col("gpu").cast(_CAT))
@@ -167,7 +168,7 @@ def _served(reg: _Registry) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     served = (
         settings.join(gpu_frame.select("gpu_idx", "gpu_memory_bytes", "gpus_per_node", "fp8_support", "fp4_support",
-                                       "nvlink_multicast", "peer_link_gpus", *_PERF_GPU),
+                                       *_PERF_GPU),
                       on="gpu_idx", how="inner")
         .filter(pl.col("tp") <= pl.col("gpus_per_node"))
         .join(needs, how="cross")
@@ -284,8 +285,7 @@ def _frames_of(t: _Tables) -> _Frames:
             "dp": _I64,
             "max_num_seqs": _I64,
             "pool_max_num_batched_tokens": _I64,
-            "nvlink_multicast": pl.Boolean,
-            "peer_link_gpus": _I64,
+            "overhead_link": _I64,
             "activation_peak_bytes_per_gpu": _I64,
             "non_torch_bytes_per_gpu": _I64,
             "cuda_graph_bytes_per_gpu": _I64,

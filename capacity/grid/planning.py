@@ -20,7 +20,7 @@ from capacity.features.parallel_layout import RankLayout, dp_candidates, rank_la
 from capacity.grid.options import GridModel, GridOptions, grid_contexts, weight_dtype_choices
 from capacity.grid.speed import _perf_kv_row, _perf_weight_row
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
-from capacity.overhead import Overhead, OverheadInputs
+from capacity.overhead import OverheadInputs
 from capacity.parallel import valid_tp_sizes
 from capacity.performance import efficiency_for
 from capacity.pool import KVPool, PoolUnit
@@ -85,9 +85,32 @@ class _Registry:
     # the (`GpuSku.nvlink_multicast`, `GpuSku.peer_link_gpus`) pairs among the GPUs (the overhead differs
     # by them at TP > 1: non-torch memory, and the custom all-reduce's CUDA-graph charge); read once
     link_kinds: tuple[tuple[bool, int], ...] = ()
+    # what of a GPU's links an engine's overhead reads at a TP and DP (`EngineProfile.overhead_link_kind`), numbered:
+    # a deployment's settings row names its GPU's (`overhead_link`), an overhead row the one it was computed for
+    link_ids: dict[Hashable, int] = field(default_factory=dict)
+    # per (engine index, TP, DP): each link id read there and a (multicast, peer GPUs) pair of that kind
+    link_classes: dict[tuple[int, int, int], list[tuple[int, tuple[bool, int]]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.link_kinds = tuple(sorted({(gpu.nvlink_multicast, gpu.peer_link_gpus) for gpu in self.gpus}))
+
+    def overhead_link(self, e: int, tp: int, dp: int, multicast: bool, peers: int) -> int:
+        """The id of what engine `e`'s overhead reads of a GPU's links at TP x DP (the multi-GPU terms only)."""
+        profile = self.profiles[e]
+        asked = dp if profile.overhead_reads_moe_dispatch else 1
+        # the GPU's links move only the multi-GPU terms, and only what of them the profile reads
+        kind = (asked, profile.overhead_link_kind(tp, multicast, peers) if tp * asked > 1 else None)
+        return self.link_ids.setdefault(kind, len(self.link_ids))
+
+    def overhead_links(self, e: int, tp: int, dp: int) -> list[tuple[int, tuple[bool, int]]]:
+        """The link ids engine `e`'s overhead tells apart at TP x DP, each with a GPU link pair of its kind."""
+        found = self.link_classes.get((e, tp, dp))
+        if found is None:
+            kinds: dict[int, tuple[bool, int]] = {}
+            for multicast, peers in self.link_kinds:
+                kinds.setdefault(self.overhead_link(e, tp, dp, multicast, peers), (multicast, peers))
+            found = self.link_classes[(e, tp, dp)] = list(kinds.items())
+        return found
 
     def gpu_set(self, gpu_idxs: tuple[int, ...] | None) -> int | None:
         """Id of a set of GPU indices (None: every GPU, no set)."""
@@ -284,12 +307,17 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
 
     for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
         efficiency = [efficiency_for(engine, gpu) for gpu in gpus]  # by engine and GPU only
+        links: dict[tuple[int, int, int], int] = {}
         for cid, rep in enumerate(representative):
             for g, gpu in enumerate(gpus):
                 eff = efficiency[g]
                 for (tp, pp), (k, kv_dtype) in product(sorted(parallel), enumerate(options.kv_dtypes)):
                     # the DP layouts' own rows (SGLang reserves per DP-attention rank): at PP 1, their widths
                     for dp in (1, *sorted(class_dps.get((e, cid, tp), ()) if pp == 1 else ())):
+                        link = links.get((g, tp, dp))
+                        if link is None:
+                            link = links[(g, tp, dp)] = reg.overhead_link(e, tp, dp, gpu.nvlink_multicast,
+                                                                          gpu.peer_link_gpus)  # fmt: skip
                         d = profile.defaults(DefaultsRequest(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens,
                                                              tp, pp, kv_dtype, attention_dp=dp))
                         seqs = d.max_num_seqs or None
@@ -298,7 +326,7 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
                         reg.settings.append(
                             (e, cid, tp, pp, dp, k, g, d.gpu_memory_utilization, seqs, batched, in_flight,
                              d.block_size, d.state_checkpoints, eff.memory_bandwidth, eff.compute, eff.step_overhead_s,
-                             eff.allreduce_latency_s)
+                             eff.allreduce_latency_s, link)
                         )
                     reg.batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
                     reg.block_sizes.setdefault((engine, cid), set()).add((d.block_size, d.state_checkpoints))
@@ -306,7 +334,7 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
 
 
 # what `_registry` computes from the models, GPUs and options: another build of the same fleet can take it as is
-_REGISTRY_STATE = ("model_class", "plans", "dp_plans", "settings", "batches", "block_sizes")
+_REGISTRY_STATE = ("model_class", "plans", "dp_plans", "settings", "batches", "block_sizes", "link_ids")
 RegistryState = tuple[object, ...]
 
 
@@ -535,26 +563,25 @@ def _overhead_rows(
     batches: Iterable[tuple[int, int]],
     dps: Iterable[int] = (1,),
 ) -> None:
-    """The overhead rows of model `m` on engine `e` at TP x PP: one per batch setting, kind of GPU link and DP size
-    of the layouts there (`RankLayout.moe_dispatch_ranks`: the tokens vLLM's MoE layers gather), each computed
-    once per DP size the profile's overhead reads and per kind of link it reads (`overhead_link_kind`)."""
+    """The overhead rows of model `m` on engine `e` at TP x PP: one per batch setting, DP size of the layouts there
+    (`RankLayout.moe_dispatch_ranks`: the tokens vLLM's MoE layers gather) and what of the GPU's links the
+    profile's overhead reads there (`_Registry.overhead_links`), each computed once per DP size it reads."""
+    reg = t.reg
     for seqs, batched in sorted(batches):
-        o: dict[tuple[int, Hashable], Overhead] = {}
-        for multicast, peers in t.reg.link_kinds:
-            for dp in dps:
-                asked = dp if profile.overhead_reads_moe_dispatch else 1
-                # the GPU's links move only the multi-GPU terms, and only what of them the profile reads
-                key = (asked, profile.overhead_link_kind(tp, multicast, peers) if tp * asked > 1 else None)
-                row = o.get(key)
-                if row is None:
-                    row = o[key] = profile.overhead(
+        computed: dict[tuple[int, int], tuple[int, ...]] = {}  # (DP size read, link id): the row's values
+        for dp in dps:
+            asked = dp if profile.overhead_reads_moe_dispatch else 1
+            for link, (multicast, peers) in reg.overhead_links(e, tp, dp):
+                values = computed.get((asked, link))
+                if values is None:
+                    row = profile.overhead(
                         OverheadInputs(spec, tp, pp, batched, seqs or None, act_bytes, multicast, peers, moe_dp_ranks=asked)
                     )
-                t.overheads.append(
-                    (m, e, tp, pp, dp, seqs or None, batched, multicast, peers, row.activation_peak_bytes,
-                     row.non_torch_bytes, row.cuda_graph_bytes, row.total_bytes,
-                     *_stage_slots(row.stage_shortfall_bytes, t.reg.no_shortfall))
-                )  # fmt: skip
+                    values = computed[(asked, link)] = (
+                        row.activation_peak_bytes, row.non_torch_bytes, row.cuda_graph_bytes, row.total_bytes,
+                        *_stage_slots(row.stage_shortfall_bytes, reg.no_shortfall),
+                    )  # fmt: skip
+                t.overheads.append((m, e, tp, pp, dp, seqs or None, batched, link, *values))
 
 
 def _stage_slots(shortfall: tuple[int, ...], zeros: tuple[int, ...]) -> tuple[int, ...]:

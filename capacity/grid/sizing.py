@@ -142,8 +142,7 @@ def _sized(
     deployment's budget is the tightest stage's."""
     dep = dep.join(
         overheads,
-        on=["model_idx", "engine_idx", "tp", "pp", "dp", "max_num_seqs", "pool_max_num_batched_tokens", "nvlink_multicast",
-            "peer_link_gpus"],
+        on=["model_idx", "engine_idx", "tp", "pp", "dp", "max_num_seqs", "pool_max_num_batched_tokens", "overhead_link"],
         how="inner",
         nulls_equal=True,
     ).join(candidates, on=["kv_id", "base_block_size", "state_checkpoints"], how="inner").with_columns(
