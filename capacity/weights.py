@@ -183,7 +183,10 @@ def estimate_weights(
     stages = _rank_weight_bytes(model, fmt, tp, pp, shards)
     per_gpu = max(stages)
     # what one GPU would hold of the whole model: the same for every layout of a model and format
-    loaded_total = per_object(model, ("weights/loaded", fmt), lambda: sum(_rank_weight_bytes(model, fmt, 1, 1)))
+    # (keyed by what resolves the format: hashing its Fractions costs more than the lookup saves)
+    loaded_total = per_object(
+        model, ("weights/loaded", weight_dtype, engine), lambda: sum(_rank_weight_bytes(model, fmt, 1, 1))
+    )
     native = weight_dtype.lower() == "auto" or (
         model.quantization is None and CANONICAL_DTYPE.get(weight_dtype.lower()) == model.torch_dtype
     )
@@ -218,6 +221,8 @@ def with_weight_copies(
     """The weights plus the copies the engine derives at load and keeps beside them (vLLM 0.7.1-0.7.3's absorbed
     MLA matrices); the same on every GPU. A note names them when they are not zero."""
     extra = profile.weight_copy_bytes(model, tp, pp, weights.format_name)
+    if not extra:
+        return weights
     what = f"absorbed MLA matrices kept beside the raw projections ({profile.engine.value} {profile.version or ''})"
     return _plus(weights, extra, tp, pp, notes, what)
 

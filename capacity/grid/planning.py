@@ -25,7 +25,14 @@ from capacity.parallel import valid_tp_sizes
 from capacity.performance import efficiency_for
 from capacity.pool import KVPool, PoolUnit
 from capacity.spec import GpuSku, ModelSpec, SpecError, StateMixer
-from capacity.weights import WeightsEstimate, estimate_weights, weight_format, with_layout_extra, with_weight_copies
+from capacity.weights import (
+    WeightFormat,
+    WeightsEstimate,
+    estimate_weights,
+    weight_format,
+    with_layout_extra,
+    with_weight_copies,
+)
 
 # --- the per-layout part: the scalar helpers, called once per distinct input ----------------------
 
@@ -420,13 +427,17 @@ def _build_rows(
         t.node.extend((m, gpn, tp) for gpn, tp in node.items())
         vid, kv_spec = reg.kv_view(spec)
         work = _ModelWork(gm, weight_dtype_choices(spec, options.weight_dtypes), wanted, vid, kv_spec)
+        # per engine: the serving dtype, its and the state cache's element bytes, what the profile does not model
+        served_as = []
+        for profile in reg.profiles:
+            act_dtype = profile.serving_dtype(spec)
+            ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
+            served_as.append((act_dtype, element_bytes(act_dtype), ssm_bytes, profile.unmodelled(spec)))
         for tp, pp in combos:
             for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
                 if wanted is not None and not any(g[0] == e for g in wanted):
                     continue
-                act_dtype = profile.serving_dtype(spec)
-                act_bytes = element_bytes(act_dtype)
-                ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
+                act_dtype, act_bytes, ssm_bytes, unmodelled = served_as[e]
                 # the same layout objects `estimate` sizes with (`capacity.features.parallel_layout`)
                 layouts_here = [
                     (dp_gpus, rank_layout(profile.engine, spec, tp, dp, ep))
@@ -465,7 +476,7 @@ def _build_rows(
                             (kv_id, m, cid, e, k, engine, profile.version, kv_dtype, tp, pp, dp, ep,
                              layout.dp_ranks_add_gpus, kv_dtype.startswith("fp8"),
                              act_dtype if kv_dtype == "auto" else kv_dtype,
-                             per_token, per_token_gpu, state, profile.unmodelled(spec),
+                             per_token, per_token_gpu, state, unmodelled,
                              spec.num_experts, spec.num_experts_per_token, spec.hidden_size, *perf_kv)
                         )  # fmt: skip
                         kv_rows.append((kv_id, k, kv_dtype))
@@ -488,6 +499,21 @@ class _ModelWork:
     # the weights' speed terms of a layout (`speed._perf_weight_row`), keyed by what they read of it: the engine only
     # through the weight format and the serving dtype it resolves, so engines that resolve them alike share the row
     perf: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)
+    # the distinct weight formats the engines resolve the model's dtypes to, and each (dtype, engine)'s index there
+    formats: list[WeightFormat] = field(default_factory=list)
+    format_ids: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def format_id(self, spec: ModelSpec, weight_dtype: str, profile: EngineProfile) -> int:
+        """The index of `weight_format(spec, weight_dtype, engine)` among the formats met: engines that resolve a dtype
+        to equal formats get one index (a key that hashes no Fraction)."""
+        key = (weight_dtype, profile.engine)
+        found = self.format_ids.get(key)
+        if found is None:
+            fmt = weight_format(spec, weight_dtype, profile.engine)
+            found = self.format_ids[key] = next((i for i, f in enumerate(self.formats) if f == fmt), len(self.formats))
+            if found == len(self.formats):
+                self.formats.append(fmt)
+        return found
 
 
 def _layout_rows(
@@ -519,7 +545,7 @@ def _layout_rows(
             w = work.weights[wkey] = estimate_weights(
                 spec, weight_dtype, tp, pp, gm.checkpoint_bytes, profile.engine, shards
             )
-        fmt = weight_format(spec, weight_dtype, profile.engine)  # what the speed terms read of the engine
+        fmt = work.format_id(spec, weight_dtype, profile)  # what the speed terms read of the engine
         for per_gpu_bytes, gpu_idxs in _weight_variants(reg, profile, spec, tp, pp, w):
             gpu_idxs = _within(gpu_idxs, dp_gpus)
             if gpu_idxs == ():
@@ -600,13 +626,15 @@ def _starting_gpus(
     if kinds is None:
         kinds = reg.start_check_kinds[profile] = _by_kind(reg.gpus, profile.start_check_kind)
     limit = spec.context_limit_tokens
-    starts = sorted(
-        g
+    refused = [
+        members
         for gpu, members in kinds
-        if profile.start_refusal(StartRequest(spec, gpu, weight_format, limit, kv_dtype=kv_dtype)) is None
-        for g in members
-    )
-    return None if len(starts) == len(reg.gpus) else tuple(starts)
+        if profile.start_refusal(StartRequest(spec, gpu, weight_format, limit, kv_dtype=kv_dtype)) is not None
+    ]
+    if not refused:
+        return None
+    out = {g for members in refused for g in members}
+    return tuple(g for g in range(len(reg.gpus)) if g not in out)
 
 
 def _within(gpu_idxs: tuple[int, ...] | None, starting: tuple[int, ...] | None) -> tuple[int, ...] | None:
