@@ -285,7 +285,9 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
     # rule): one representative per combination of facts is asked
     classes: dict[tuple[int, bool, frozenset[StateMixer], bool, object, bool], int] = {}
     representative: list[ModelSpec] = []
-    parallel: set[tuple[int, int]] = set()
+    # (class, GPUs per node): the TP x PP a model of the class can be served at on such a GPU (`served_frames`
+    # keeps TP within the node; PP > 1 is planned only at the node's TP): the engine settings asked for
+    served_at: dict[tuple[int, int], set[tuple[int, int]]] = {}
     class_dps: dict[tuple[int, int, int], set[int]] = {}  # (engine, class, TP): the DP widths of its DP layouts
     for gm in models:
         spec = gm.spec
@@ -304,13 +306,17 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
         valid = valid_tp_sizes(gm.spec, options.tp_sizes)
         node = {gpn: max((tp for tp in valid if tp <= gpn), default=None) for gpn in gpns}
         combos = [(tp, 1) for tp in valid]
+        stages = [pp for pp in options.pp_sizes if pp <= gm.spec.num_layers]
         for tp in sorted({tp for tp in node.values() if tp is not None}):
-            combos += [(tp, pp) for pp in options.pp_sizes if pp <= gm.spec.num_layers]
+            combos += [(tp, pp) for pp in stages]
         reg.plans.append((combos, node))
         reg.dp_plans.append(_dp_plan(reg, spec, valid) if options.dp_layouts else {})
         for e, tp, dp, _ in reg.dp_plans[-1]:
             class_dps.setdefault((e, classes[key], tp), set()).add(dp)
-        parallel.update(combos)
+        for gpn, node_tp in node.items():
+            at = served_at.setdefault((classes[key], gpn), set())
+            at.update((tp, 1) for tp in valid if tp <= gpn)
+            at.update((node_tp, pp) for pp in stages if node_tp is not None)
 
     for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
         efficiency = [efficiency_for(engine, gpu) for gpu in gpus]  # by engine and GPU only
@@ -318,7 +324,8 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
         for cid, rep in enumerate(representative):
             for g, gpu in enumerate(gpus):
                 eff = efficiency[g]
-                for (tp, pp), (k, kv_dtype) in product(sorted(parallel), enumerate(options.kv_dtypes)):
+                at = sorted(served_at.get((cid, gpu.gpus_per_node), ()))
+                for (tp, pp), (k, kv_dtype) in product(at, enumerate(options.kv_dtypes)):
                     # the DP layouts' own rows (SGLang reserves per DP-attention rank): at PP 1, their widths
                     for dp in (1, *sorted(class_dps.get((e, cid, tp), ()) if pp == 1 else ())):
                         link = links.get((g, tp, dp))
