@@ -101,8 +101,8 @@ def test_a_build_of_part_of_the_fleet_counts_models_as_the_fleet_does() -> None:
 def test_a_second_process_that_fails_says_why_in_one_line() -> None:
     """The child's error comes back as one line (no traceback), and the parent raises it."""
     receiver, sender = multiprocessing.Pipe(duplex=False)
-    _build_part(sender, io.BytesIO(pickle.dumps((models(), gpus(), None, 2, 3, None, True)) + b"not a pickle"))
-    kind, reason, _ = receiver.recv()
+    _build_part(sender, io.BytesIO(pickle.dumps(([(1, 2, models()[2:5])], gpus(), None, None, True)) + b"not a pickle"))
+    kind, _, reason, _ = receiver.recv()
     assert kind == "error" and "\n" not in reason and reason
 
 

@@ -324,8 +324,8 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
         for cid, rep in enumerate(representative):
             for g, gpu in enumerate(gpus):
                 eff = efficiency[g]
-                at = sorted(served_at.get((cid, gpu.gpus_per_node), ()))
-                for (tp, pp), (k, kv_dtype) in product(at, enumerate(options.kv_dtypes)):
+                served_here = sorted(served_at.get((cid, gpu.gpus_per_node), ()))
+                for (tp, pp), (k, kv_dtype) in product(served_here, enumerate(options.kv_dtypes)):
                     # the DP layouts' own rows (SGLang reserves per DP-attention rank): at PP 1, their widths
                     for dp in (1, *sorted(class_dps.get((e, cid, tp), ()) if pp == 1 else ())):
                         link = links.get((g, tp, dp))
@@ -401,10 +401,10 @@ def _build_tables(
 ) -> _Tables:
     """The rows of `models`, models first..first + len(models) - 1 of the registry's build: every
     layout, only the PP = 1 ones (`pp1_only`) or only the PP > 1 ones of `pp_groups`."""
+    t = _build_rows(reg, models, first, pp1_only, pp_groups, _Tables(reg, rank_base, kv_base))
     with reg.lock:
-        t = _build_rows(reg, models, first, pp1_only, pp_groups, _Tables(reg, rank_base, kv_base))
         t.allowed = [(set_id, g) for gpu_idxs, set_id in reg.gpu_sets.items() for g in gpu_idxs]
-        return t
+    return t
 
 
 def _build_rows(
@@ -415,12 +415,8 @@ def _build_rows(
     pp_groups: _PPGroups | None,
     t: _Tables,
 ) -> _Tables:
-    options = reg.options
-    batches, block_sizes = reg.batches, reg.block_sizes
     wanted: set[tuple[int, int, int]] | None = None
     for m, gm in enumerate(models):
-        spec = gm.spec
-        cid = reg.model_class[first + m]
         combos, node = reg.plans[first + m]
         if pp1_only:
             combos = [(tp, pp) for tp, pp in combos if pp == 1]
@@ -429,67 +425,86 @@ def _build_rows(
                 continue
             tps, wanted = pp_groups[m]
             combos = [(tp, pp) for tp, pp in combos if pp > 1 and tp in tps]
-        contexts = grid_contexts(spec.context_limit_tokens, options.min_context)
-        t.models.append((m, gm.repo_id, spec.family, spec.context_limit_tokens, contexts[0], contexts))
-        t.node.extend((m, gpn, tp) for gpn, tp in node.items())
-        vid, kv_spec = reg.kv_view(spec)
-        work = _ModelWork(gm, weight_dtype_choices(spec, options.weight_dtypes), wanted, vid, kv_spec)
-        # per engine: the serving dtype, its and the state cache's element bytes, what the profile does not model
-        served_as = []
-        for profile in reg.profiles:
-            act_dtype = profile.serving_dtype(spec)
-            ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
-            served_as.append((act_dtype, element_bytes(act_dtype), ssm_bytes, profile.unmodelled(spec)))
-        for tp, pp in combos:
-            for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
-                if wanted is not None and not any(g[0] == e for g in wanted):
-                    continue
-                act_dtype, act_bytes, ssm_bytes, unmodelled = served_as[e]
-                # the same layout objects `estimate` sizes with (`capacity.features.parallel_layout`)
-                layouts_here = [
-                    (dp_gpus, rank_layout(profile.engine, spec, tp, dp, ep))
-                    for dp, ep, dp_gpus in _layouts_at(reg.dp_plans[first + m], e, tp, pp)
-                ]
-                dps = sorted({layout.moe_dispatch_ranks for _, layout in layouts_here})
-                _overhead_rows(t, m, e, profile, spec, tp, pp, act_bytes, batches.get((engine, cid), ()), dps)
-                bases = sorted(block_sizes.get((engine, cid), ()))
-                for dp_gpus, layout in layouts_here:
-                    dp, ep = layout.dp, layout.ep
-                    atp = layout.attention_tp  # the TP that splits attention and its KV
-                    kv_rows: list[tuple[int, int, str]] = []
-                    for k, kv_dtype in enumerate(options.kv_dtypes):
-                        if wanted is not None and not any(g[:2] == (e, k) for g in wanted):
-                            continue
-                        kv_bytes = kv_element_bytes(kv_dtype, act_dtype)
-                        side_key = (vid, engine, kv_bytes, act_bytes, atp, pp)
-                        side = reg.kv_sides.get(side_key)
-                        if side is None:
-                            side = reg.kv_sides[side_key] = _kv_side(
-                                reg, vid, kv_spec, profile, kv_bytes, ssm_bytes, act_bytes, atp, pp, bases
-                            )
-                        per_token, per_token_gpu, state, found = side
-                        if found is None:
-                            # the scalar engine cannot size this layout either (e.g. a pipeline stage
-                            # that holds only KV-shared layers): no rows rather than rows it would not give
-                            continue
-                        perf_key = (vid, atp, pp, kv_bytes)
-                        perf_kv = reg.perf_kv.get(perf_key)
-                        if perf_kv is None:
-                            perf_kv = reg.perf_kv[perf_key] = _perf_kv_row(kv_spec, atp, pp, kv_bytes)
-                        kv_id = t.kv_base + len(t.kv_layouts)
-                        candidates = [(kv_id, base, checkpoints, stages) for base, checkpoints, stages in found]
-                        t.candidates.extend(candidates)
-                        t.kv_layouts.append(
-                            (kv_id, m, cid, e, k, engine, profile.version, kv_dtype, tp, pp, dp, ep,
-                             layout.dp_ranks_add_gpus, kv_dtype.startswith("fp8"),
-                             act_dtype if kv_dtype == "auto" else kv_dtype,
-                             per_token, per_token_gpu, state, unmodelled,
-                             spec.num_experts, spec.num_experts_per_token, spec.hidden_size, *perf_kv)
-                        )  # fmt: skip
-                        kv_rows.append((kv_id, k, kv_dtype))
-                    if kv_rows:
-                        _layout_rows(t, work, e, profile, layout, pp, dp_gpus, kv_rows)
+        with reg.lock:  # per model: a chunk's planning lets other threads use the registry between its models
+            _model_rows(reg, t, m, gm, first, combos, node, wanted)
     return t
+
+
+def _model_rows(
+    reg: _Registry,
+    t: _Tables,
+    m: int,
+    gm: GridModel,
+    first: int,
+    combos: Sequence[tuple[int, int]],
+    node: Mapping[int, int | None],
+    wanted: set[tuple[int, int, int]] | None,
+) -> None:
+    """The rows of model `m` of the chunk (`first + m` of the build) at the TP x PP `combos`: its model and node
+    rows, overheads, KV layouts and layouts (only the (engine, KV dtype, weight dtype) groups `wanted`, where given)."""
+    options, spec = reg.options, gm.spec
+    batches, block_sizes = reg.batches, reg.block_sizes
+    cid = reg.model_class[first + m]
+    contexts = grid_contexts(spec.context_limit_tokens, options.min_context)
+    t.models.append((m, gm.repo_id, spec.family, spec.context_limit_tokens, contexts[0], contexts))
+    t.node.extend((m, gpn, tp) for gpn, tp in node.items())
+    vid, kv_spec = reg.kv_view(spec)
+    work = _ModelWork(gm, weight_dtype_choices(spec, options.weight_dtypes), wanted, vid, kv_spec)
+    # per engine: the serving dtype, its and the state cache's element bytes, what the profile does not model
+    served_as = []
+    for profile in reg.profiles:
+        act_dtype = profile.serving_dtype(spec)
+        ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
+        served_as.append((act_dtype, element_bytes(act_dtype), ssm_bytes, profile.unmodelled(spec)))
+    for tp, pp in combos:
+        for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
+            if wanted is not None and not any(g[0] == e for g in wanted):
+                continue
+            act_dtype, act_bytes, ssm_bytes, unmodelled = served_as[e]
+            # the same layout objects `estimate` sizes with (`capacity.features.parallel_layout`)
+            layouts_here = [
+                (dp_gpus, rank_layout(profile.engine, spec, tp, dp, ep))
+                for dp, ep, dp_gpus in _layouts_at(reg.dp_plans[first + m], e, tp, pp)
+            ]
+            dps = sorted({layout.moe_dispatch_ranks for _, layout in layouts_here})
+            _overhead_rows(t, m, e, profile, spec, tp, pp, act_bytes, batches.get((engine, cid), ()), dps)
+            bases = sorted(block_sizes.get((engine, cid), ()))
+            for dp_gpus, layout in layouts_here:
+                dp, ep = layout.dp, layout.ep
+                atp = layout.attention_tp  # the TP that splits attention and its KV
+                kv_rows: list[tuple[int, int, str]] = []
+                for k, kv_dtype in enumerate(options.kv_dtypes):
+                    if wanted is not None and not any(g[:2] == (e, k) for g in wanted):
+                        continue
+                    kv_bytes = kv_element_bytes(kv_dtype, act_dtype)
+                    side_key = (vid, engine, kv_bytes, act_bytes, atp, pp)
+                    side = reg.kv_sides.get(side_key)
+                    if side is None:
+                        side = reg.kv_sides[side_key] = _kv_side(
+                            reg, vid, kv_spec, profile, kv_bytes, ssm_bytes, act_bytes, atp, pp, bases
+                        )
+                    per_token, per_token_gpu, state, found = side
+                    if found is None:
+                        # the scalar engine cannot size this layout either (e.g. a pipeline stage
+                        # that holds only KV-shared layers): no rows rather than rows it would not give
+                        continue
+                    perf_key = (vid, atp, pp, kv_bytes)
+                    perf_kv = reg.perf_kv.get(perf_key)
+                    if perf_kv is None:
+                        perf_kv = reg.perf_kv[perf_key] = _perf_kv_row(kv_spec, atp, pp, kv_bytes)
+                    kv_id = t.kv_base + len(t.kv_layouts)
+                    candidates = [(kv_id, base, checkpoints, stages) for base, checkpoints, stages in found]
+                    t.candidates.extend(candidates)
+                    t.kv_layouts.append(
+                        (kv_id, m, cid, e, k, engine, profile.version, kv_dtype, tp, pp, dp, ep,
+                         layout.dp_ranks_add_gpus, kv_dtype.startswith("fp8"),
+                         act_dtype if kv_dtype == "auto" else kv_dtype,
+                         per_token, per_token_gpu, state, unmodelled,
+                         spec.num_experts, spec.num_experts_per_token, spec.hidden_size, *perf_kv)
+                    )  # fmt: skip
+                    kv_rows.append((kv_id, k, kv_dtype))
+                if kv_rows:
+                    _layout_rows(t, work, e, profile, layout, pp, dp_gpus, kv_rows)
 
 
 @dataclass(slots=True)

@@ -3,7 +3,7 @@ collection for a fleet in chunks (`iter_grid_tables`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -307,29 +307,44 @@ class GridBuild:
         the next one is planned."""
         stop = self.first_model + len(self.models) if stop is None else stop
         step = max(1, chunk_models)
+        ranges = [
+            (begin, self.models[begin - self.first_model : min(begin + step, stop) - self.first_model])
+            for begin in range(start, stop, step)
+        ]
+        report = None if collected is None else (lambda _begin, tables: collected(tables))
+        yield from self.chunks_of(ranges, continued_ids=True, collected=report)
 
-        def models_from(begin: int) -> Sequence[GridModel]:
-            return self.models[begin - self.first_model : min(begin + step, stop) - self.first_model]
-
+    def chunks_of(
+        self,
+        ranges: Sequence[tuple[int, Sequence[GridModel]]],
+        *,
+        continued_ids: bool = False,
+        collected: Callable[[int, GridTables], None] | None = None,
+    ) -> Generator[GridTables, None, None]:
+        """The tables of each range of the fleet's models (the fleet index of its first model, its models), in
+        order: ids from 0 in each chunk, or continuing from chunk to chunk (`continued_ids`). Each chunk is
+        collected in a worker thread while the next is planned; `collected(first model, tables)` is called in that
+        thread as soon as a chunk is collected, and the chunk is yielded after the next one is planned."""
         next_ids = [0, 0]  # layout, deployment
 
-        def collect(t: _Tables, begin: int) -> GridTables:
+        def collect(t: _Tables, begin: int, models: Sequence[GridModel]) -> GridTables:
             # one worker: chunks are collected in order, each after the one before has its ids
             layout_id, deployment_id = next_ids
             tables = _collect_tables(
-                t, models_from(begin), begin, layout_id, deployment_id, self.concurrencies, context_view=self.context_view
+                t, models, begin, layout_id, deployment_id, self.concurrencies, context_view=self.context_view
             )
-            next_ids[0] += tables.layouts.height
-            next_ids[1] += tables.deployments.height
+            if continued_ids:
+                next_ids[0] += tables.layouts.height
+                next_ids[1] += tables.deployments.height
             if collected is not None:
-                collected(tables)
+                collected(begin, tables)
             return tables
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid") as worker:
             pending: Future[GridTables] | None = None
-            for begin in range(start, stop, step):
-                t = _build_tables(self._reg, models_from(begin), begin, pp1_only=True)
-                submitted = worker.submit(collect, t, begin)
+            for begin, models in ranges:
+                t = _build_tables(self._reg, models, begin, pp1_only=True)
+                submitted = worker.submit(collect, t, begin, models)
                 if pending is not None:
                     yield pending.result()
                 pending = submitted
