@@ -26,6 +26,7 @@ included, and the per-context columns).
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import queue
@@ -364,6 +365,9 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = args.db or Path(tmp) / "grid.duckdb"
         path.parent.mkdir(parents=True, exist_ok=True)
+        # the fleet's specs live as long as the build: frozen out of the cyclic collector, whose full passes would
+        # otherwise walk them again and again while the planning allocates rows (as the grid's second process does)
+        gc.freeze()
         load_before = load()
         clock = Stopwatch()
         start, cpu = time.perf_counter(), cpu_seconds()

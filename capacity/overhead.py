@@ -54,6 +54,7 @@ class OverheadInputs:
     cudagraph_cases: int = 1  # graphs vLLM captures per size: 2 with LoRA (features/lora.py lora_graph_cases)
     # vLLM DP > 1: the DP ranks whose tokens each MoE layer gathers in the profiling run (RankLayout.moe_dispatch_ranks)
     moe_dp_ranks: int = 1
+    named_terms: bool = True  # False: the totals only, no `Overhead.buffers` (the grid reads no more)
 
     def profiled_batch(self) -> tuple[int, int]:
         """The batched tokens and sequences of the profiling pass: at least one token, and 256 sequences

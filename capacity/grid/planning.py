@@ -622,9 +622,12 @@ def _overhead_rows(
             for link, (multicast, peers) in reg.overhead_links(e, tp, dp):
                 values = computed.get((asked, link))
                 if values is None:
-                    row = profile.overhead(
-                        OverheadInputs(spec, tp, pp, batched, seqs or None, act_bytes, multicast, peers, moe_dp_ranks=asked)
+                    # the totals only: the grid reads no named term
+                    inputs = OverheadInputs(
+                        spec, tp, pp, batched, seqs or None, act_bytes, multicast, peers, moe_dp_ranks=asked,
+                        named_terms=False,
                     )
+                    row = profile.overhead(inputs)
                     values = computed[(asked, link)] = (
                         row.activation_peak_bytes, row.non_torch_bytes, row.cuda_graph_bytes, row.total_bytes,
                         *_stage_slots(row.stage_shortfall_bytes, reg.no_shortfall),

@@ -357,7 +357,12 @@ def cudagraph_capture_counts(max_num_seqs: int, max_num_batched_tokens: int) -> 
 
 
 def overhead_from_buffers(
-    buffers: ProfilingBuffers, c: ec.VllmProfilingCoefficients, graphs_in_budget: bool, pp: int = 1
+    buffers: ProfilingBuffers,
+    c: ec.VllmProfilingCoefficients,
+    graphs_in_budget: bool,
+    pp: int = 1,
+    *,
+    named: bool = True,
 ) -> Overhead:
     """The activation peak (max of the phases plus what persists), non-torch memory and CUDA graphs,
     with the named terms in `Overhead.buffers`. With PP > 1 only the last stage's ranks run the sampler's
@@ -381,6 +386,8 @@ def overhead_from_buffers(
     if buffers.tp > 1:
         per_graph = c.cg_per_graph_tp_custom_ar_bytes if buffers.custom_all_reduce else c.cg_per_graph_tp_nccl_bytes
     cuda_graphs = c.cg_base_bytes + per_graph * buffers.graph_count if graphs_in_budget else 0
+    if not named:
+        return Overhead(activation, non_torch, cuda_graphs, (), stage_shortfall)
     phase = "forward" if forward >= sampler else "sampler"
     if encoder_forward > encoder_outputs + max(forward, sampler):
         phase = "vision encoder"
@@ -478,4 +485,4 @@ def vllm_overhead(
     whether the custom all-reduce runs at TP > 1."""
     c = coefficients or ec.vllm_profiling_coefficients(release)
     buffers = inputs_buffers(inputs, version or release.version)
-    return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget, inputs.pp)
+    return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget, inputs.pp, named=inputs.named_terms)
