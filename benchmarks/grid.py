@@ -34,7 +34,7 @@ import resource
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -97,6 +97,13 @@ def fleet(models: list[GridModel], variants: int, count: int | None = None) -> l
     """The catalog, then its variants 1..`variants` model by model; the first `count` of them where given."""
     everything = models + [variant(m, k) for k in range(1, variants + 1) for m in models]
     return everything if count is None else everything[:count]
+
+
+def _counted(chunks: Iterable[GridTables], count: list[int]) -> Iterator[GridTables]:
+    """`chunks`, counted in `count[0]` as they pass."""
+    for chunk in chunks:
+        count[0] += 1
+        yield chunk
 
 
 def peak_rss_gib() -> float:
@@ -376,7 +383,8 @@ def main(argv: list[str] | None = None) -> None:
         chunks = iter_grid_tables_parallel(
             everything, gpus, chunk_models=args.chunk_models, context_view=view, processes=args.processes, share=args.share
         )
-        rows = publish_grid_tables(con, chunks, clock=clock, writer_thread=args.writer_thread)
+        chunk_count = [0]
+        rows = publish_grid_tables(con, _counted(chunks, chunk_count), clock=clock, writer_thread=args.writer_thread)
         con.close()
         total_s, cpu_s = time.perf_counter() - start, cpu_seconds() - cpu
         load_after = load()
@@ -441,7 +449,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{grid_rows:,} context rows (view capacity_grid: {len(GRID_COLUMNS)} columns)")  # fmt: skip
     print(f"build + publish: {total_s:.2f} s ({cpu_s:.2f} s CPU) = {rate:,.0f} rows/s, {size / 2**20:,.0f} MiB "
           f"(target: >= 10M rows in <= 5 s); load average {load_before:.2f} before, {load_after:.2f} after")  # fmt: skip
-    print(f"  stages (summed over {math.ceil(len(everything) / args.chunk_models)} chunks, overlapping): {stages}")
+    print(f"  stages (summed over {chunk_count[0]} chunks, overlapping): {stages}")
     print(f"peak RSS: {rss:.2f} GiB")
     print("queries on the view (best of 3): " + ", ".join(f"{name} {ms:.0f} ms" for name, ms in query_ms.items()))
     if n:

@@ -362,7 +362,7 @@ def overhead_from_buffers(
     graphs_in_budget: bool,
     pp: int = 1,
     *,
-    named: bool = True,
+    named_terms: bool = True,
 ) -> Overhead:
     """The activation peak (max of the phases plus what persists), non-torch memory and CUDA graphs,
     with the named terms in `Overhead.buffers`. With PP > 1 only the last stage's ranks run the sampler's
@@ -386,7 +386,7 @@ def overhead_from_buffers(
     if buffers.tp > 1:
         per_graph = c.cg_per_graph_tp_custom_ar_bytes if buffers.custom_all_reduce else c.cg_per_graph_tp_nccl_bytes
     cuda_graphs = c.cg_base_bytes + per_graph * buffers.graph_count if graphs_in_budget else 0
-    if not named:
+    if not named_terms:  # the totals only (the grid's)
         return Overhead(activation, non_torch, cuda_graphs, (), stage_shortfall)
     phase = "forward" if forward >= sampler else "sampler"
     if encoder_forward > encoder_outputs + max(forward, sampler):
@@ -485,4 +485,4 @@ def vllm_overhead(
     whether the custom all-reduce runs at TP > 1."""
     c = coefficients or ec.vllm_profiling_coefficients(release)
     buffers = inputs_buffers(inputs, version or release.version)
-    return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget, inputs.pp, named=inputs.named_terms)
+    return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget, inputs.pp, named_terms=inputs.named_terms)
