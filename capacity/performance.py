@@ -164,37 +164,6 @@ class RankKVTerms:
     windowed: tuple[tuple[int, float, float], ...]  # (window, KV bytes per cached token, attention FLOPs)
 
 
-@dataclass(frozen=True, slots=True)
-class RankTerms:
-    """The GPU-independent part of `PerfInputs`: what one rank of a layout reads and multiplies."""
-
-    weights: RankWeightTerms
-    kv: RankKVTerms
-
-
-def rank_terms(
-    model: ModelSpec,
-    *,
-    tp: int,
-    pp: int,
-    weight_dtype: str,
-    engine: str,
-    weights_bytes_per_gpu: int,
-    kv_element_bytes: int,
-    weight_format_name: str,
-    layout: RankLayout | None = None,
-) -> RankTerms:
-    """Per-rank bytes and FLOPs of a layout on its first stage (the most loaded: remainder layers and
-    the embeddings go first); `weight_dtype` is what was asked for (`--dtype`). A DP-attention / expert-parallel
-    `layout` sets the rank's share of the routed experts and the TP its attention and KV split by."""
-    weights = rank_weight_terms(
-        model, tp=tp, pp=pp, weight_dtype=weight_dtype, engine=engine, weights_bytes_per_gpu=weights_bytes_per_gpu,
-        weight_format_name=weight_format_name, layout=layout,
-    )  # fmt: skip
-    attention_tp = layout.attention_tp if layout is not None else tp
-    return RankTerms(weights, rank_kv_terms(model, attention_tp=attention_tp, pp=pp, kv_element_bytes=kv_element_bytes))
-
-
 def rank_weight_terms(
     model: ModelSpec,
     *,
@@ -206,7 +175,10 @@ def rank_weight_terms(
     weight_format_name: str,
     layout: RankLayout | None = None,
 ) -> RankWeightTerms:
-    """The weights' part of `rank_terms`: bytes read per step (dense and routed experts) and active parameters."""
+    """Per-rank weight bytes read per step (dense and routed experts) and active parameters of a layout on its first
+    stage (the most loaded: remainder layers and the embeddings go first); `weight_dtype` is what was asked for
+    (`--dtype`). A DP-attention / expert-parallel `layout` sets the rank's share of the routed experts and the TP its
+    attention splits by. The KV dtype does not move them (`rank_kv_terms` is the cached tokens' part)."""
     fmt = weight_format(model, weight_dtype, engine)
     counts, experts, per_layer_active, attention_params, moe_layers = _stage_param_sums(model, pp)
     share = float(layout.expert_share(model.num_experts)) if layout is not None else 1 / tp
@@ -227,7 +199,8 @@ def rank_weight_terms(
 
 
 def rank_kv_terms(model: ModelSpec, *, attention_tp: int, pp: int, kv_element_bytes: int) -> RankKVTerms:
-    """The cached tokens' part of `rank_terms`: KV bytes per token and attention FLOPs of the first stage's
+    """The cached tokens' part of a rank's speed terms (`rank_weight_terms` the weights'): KV bytes per token and
+    attention FLOPs of the first stage's
     layers on a rank whose attention is split by `attention_tp`, full layers apart from each window."""
 
     def compute() -> RankKVTerms:
@@ -289,22 +262,16 @@ def perf_inputs(model: ModelSpec, est: Estimate, gpu: GpuSku, weight_dtype: str 
     """The per-rank quantities of the estimate's deployment on `gpu`."""
     if gpu.memory_bandwidth_gbps is None:
         raise SpecError(f"GPU {gpu.id} has no memory bandwidth in the catalog: cannot estimate speed")
-    terms = rank_terms(
-        model,
-        tp=est.tp,
-        pp=est.pp,
-        weight_dtype=weight_dtype,
-        engine=est.engine,
-        weights_bytes_per_gpu=est.weights_bytes_per_gpu,
-        kv_element_bytes=estimate_kv_element_bytes(est),
-        weight_format_name=est.weight_dtype,
-        layout=est.layout,
+    weights = rank_weight_terms(
+        model, tp=est.tp, pp=est.pp, weight_dtype=weight_dtype, engine=est.engine,
+        weights_bytes_per_gpu=est.weights_bytes_per_gpu, weight_format_name=est.weight_dtype, layout=est.layout,
     )
+    attention_tp = est.layout.attention_tp if est.layout is not None else est.tp
+    kv = rank_kv_terms(model, attention_tp=attention_tp, pp=est.pp, kv_element_bytes=estimate_kv_element_bytes(est))
     link = gpu.interconnect_gbps * GB if gpu.interconnect_gbps else math.inf
     notes: list[str] = []
     if (est.tp > 1 or est.pp > 1) and math.isinf(link):
         notes.append(f"{gpu.id} has no interconnect bandwidth in the catalog: TP/PP traffic not costed")
-    weights, kv = terms.weights, terms.kv
     return PerfInputs(
         dense_weight_bytes=weights.dense_weight_bytes,
         expert_weight_bytes=weights.expert_weight_bytes,

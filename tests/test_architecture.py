@@ -77,7 +77,7 @@ LONG_FUNCTIONS_ALLOWED: dict[str, int] = {}
 
 # --- (e) `# fmt: skip` -----------------------------------------------------------------------------
 FMT_SKIP_TARGET = 40  # issue 20's bound
-FMT_SKIP_ALLOWED = 25  # today's count in the packages, exact: lower it as skips go, down to the target
+FMT_SKIP_ALLOWED = 23  # today's count in the packages, exact: lower it as skips go, down to the target
 
 # --- (f) engines and layer kinds chosen by comparing strings ---------------------------------------
 ENGINE_NAMES = frozenset({"vllm", "sglang", "trtllm", "plain"})  # compared with anything

@@ -330,8 +330,8 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
                     for dp in (1, *sorted(class_dps.get((e, cid, tp), ()) if pp == 1 else ())):
                         link = links.get((g, tp, dp))
                         if link is None:
-                            link = links[(g, tp, dp)] = reg.overhead_link(e, tp, dp, gpu.nvlink_multicast,
-                                                                          gpu.peer_link_gpus)  # fmt: skip
+                            link = reg.overhead_link(e, tp, dp, gpu.nvlink_multicast, gpu.peer_link_gpus)
+                            links[(g, tp, dp)] = link
                         d = profile.defaults(DefaultsRequest(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens,
                                                              tp, pp, kv_dtype, attention_dp=dp))
                         seqs = d.max_num_seqs or None

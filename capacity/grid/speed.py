@@ -1,5 +1,5 @@
-"""The speed columns: a layout's `capacity.performance.rank_terms` as row values (its weights' and its KV's), and TPOT / output
-tokens per second of the context rows (the same formulas, on columns)."""
+"""The speed columns: a layout's `capacity.performance.rank_weight_terms` and `rank_kv_terms` as row values, and
+TPOT / output tokens per second of the context rows (the same formulas, on columns)."""
 
 from __future__ import annotations
 
@@ -26,11 +26,10 @@ def _perf_weight_row(
     terms = rank_weight_terms(
         spec, tp=tp, pp=pp, weight_dtype=weight_dtype, engine=engine, weights_bytes_per_gpu=w.per_gpu_bytes,
         weight_format_name=w.format_name, layout=rank_layout,
-    )  # fmt: skip
-    return (
-        terms.dense_weight_bytes, terms.expert_weight_bytes, terms.active_params, float(terms.layers_on_rank),
-        float(terms.act_bytes), terms.fp8_gemm, float(terms.moe_layers_on_rank), *_exchange(rank_layout),
-    )  # fmt: skip
+    )
+    dense_terms = (terms.dense_weight_bytes, terms.expert_weight_bytes, terms.active_params)
+    rank_terms = (float(terms.layers_on_rank), float(terms.act_bytes), terms.fp8_gemm, float(terms.moe_layers_on_rank))
+    return (*dense_terms, *rank_terms, *_exchange(rank_layout))
 
 
 def _perf_kv_row(kv_view: ModelSpec, attention_tp: int, pp: int, kv_bytes: int) -> tuple[float, ...]:
