@@ -72,7 +72,7 @@ every family, and each says what it stands for. Facts carried over from vLLM, no
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import NamedTuple, TypeVar
 
 from capacity import engine_constants as ec
@@ -144,6 +144,15 @@ class ProfilingBuffers:
             return 0
         return self.logits_bytes + round(self.sampler_units * self.logits_fp32_bytes) + self.sampler_buffer_bytes
 
+    def with_links(self, nvlink_multicast: bool, custom_all_reduce: bool) -> ProfilingBuffers:
+        """These buffers on a GPU whose links say otherwise (what `overhead_from_buffers` reads of them). Built from
+        the fields in order: `dataclasses.replace` costs twice as much, and the grid asks this per kind of link."""
+        if self.nvlink_multicast == nvlink_multicast and self.custom_all_reduce == custom_all_reduce:
+            return self
+        values = [getattr(self, name) for name in _BUFFER_FIELDS]
+        values[_MULTICAST_AT], values[_CUSTOM_AR_AT] = nvlink_multicast, custom_all_reduce
+        return ProfilingBuffers(*values)
+
     def forward_layer_bytes(self, moe_workspace_held: bool) -> int:
         """The largest sublayer of a decoder layer plus the hidden stream, before the coefficient (the
         MoE sublayer holds its intermediate caches itself when no workspace manager keeps them)."""
@@ -151,6 +160,8 @@ class ProfilingBuffers:
         return self.hidden_stream_bytes + max(self.attention_bytes, self.dense_mlp_bytes, moe)
 
 
+_BUFFER_FIELDS = tuple(f.name for f in fields(ProfilingBuffers))
+_MULTICAST_AT, _CUSTOM_AR_AT = _BUFFER_FIELDS.index("nvlink_multicast"), _BUFFER_FIELDS.index("custom_all_reduce")
 _T = TypeVar("_T")
 
 
@@ -239,10 +250,7 @@ def profiling_buffers(
         tp, pp, max_num_batched_tokens, max_num_seqs, act_bytes, version, sm_count, flashinfer_sampler, moe_dp_ranks
     )
     buffers = _memo(model, ("buffers", inputs), lambda: _link_free_buffers(model, inputs))
-    custom = custom_all_reduce_on(tp, peer_link_gpus)
-    if buffers.nvlink_multicast == nvlink_multicast and buffers.custom_all_reduce == custom:
-        return buffers
-    return replace(buffers, nvlink_multicast=nvlink_multicast, custom_all_reduce=custom)
+    return buffers.with_links(nvlink_multicast, custom_all_reduce_on(tp, peer_link_gpus))
 
 
 class _BufferInputs(NamedTuple):
