@@ -11,7 +11,7 @@ them back (`capacity.grid.grid_tables_sql`: GRID_COLUMNS, one row per deployment
 same values as `build_capacity_grid`). Build and publish run as one pipeline over chunks of models
 (`iter_grid_tables`): the Polars part of a chunk runs while the Python part of the next is planned
 and while the one before is inserted; with `--processes 2` (the default where two cores are usable) a second
-process builds the last half of the fleet (`warehouse.grid_processes`) and CPU seconds count it. Prints rows,
+process builds every other chunk of the fleet (`warehouse.grid_processes`) and CPU seconds count it. Prints rows,
 rows/s, wall and CPU seconds, the load average, peak RSS, a query on the view, and the speed-up over the scalar `estimate` measured on rows
 sampled from the published view in the same run (every sampled row must agree with it).
 `--peer` (on by default where `.venv-ridgepoint` exists: benchmarks/setup_ridgepoint.sh) runs ridgepoint, the
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
         help="processes that build the grid (2: a second one builds part of the fleet; default: 2 where 2 cores are usable)",
     )  # fmt: skip
     parser.add_argument(
-        "--share", type=float, default=SECOND_PROCESS_SHARE, help="the part of the fleet the second process builds"
+        "--share", type=float, default=SECOND_PROCESS_SHARE, help="the part of the fleet's chunks the second process builds (0.5: every other one)"
     )
     parser.add_argument(
         "--stored-contexts", action="store_true",
