@@ -200,8 +200,8 @@ def rank_weight_terms(
 
 def rank_kv_terms(model: ModelSpec, *, attention_tp: int, pp: int, kv_element_bytes: int) -> RankKVTerms:
     """The cached tokens' part of a rank's speed terms (`rank_weight_terms` the weights'): KV bytes per token and
-    attention FLOPs of the first stage's
-    layers on a rank whose attention is split by `attention_tp`, full layers apart from each window."""
+    attention FLOPs of the first stage's layers on a rank whose attention is split by `attention_tp`, full layers
+    apart from each window."""
 
     def compute() -> RankKVTerms:
         full, attn_full, windowed = _stage_attention_sums(model, attention_tp, pp, kv_element_bytes)

@@ -26,8 +26,8 @@ _WINDOW_PARTS = ("groups", "held", "block_size")
 # a pool window column a pool does not have: it holds no layer (0 x anything), with a block size of 1
 # so that the division stays defined
 WINDOW_PADDING = {"groups": 0, "held": 0, "block_size": 1}
-# The speed model's per-rank terms (`capacity.performance.RankWeightTerms`, `RankKVTerms`) carried from the layouts to the
-# context rows, and the GPU's and engine's: internal columns, not part of the published grid.
+# The speed model's per-rank terms (`capacity.performance.RankWeightTerms`, `RankKVTerms`) carried from the
+# layouts to the context rows, and the GPU's and engine's: internal columns, not part of the published grid.
 PERF_WINDOW_SLOTS = 4  # windowed layer groups of distinct windows a layout's speed keeps apart
 _PERF_LAYOUT = (
     "perf_dense_bytes", "perf_expert_bytes", "perf_active_params", "perf_full_kv", "perf_attn_full",

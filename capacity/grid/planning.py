@@ -101,12 +101,16 @@ class _Registry:
     def __post_init__(self) -> None:
         self.link_kinds = tuple(sorted({(gpu.nvlink_multicast, gpu.peer_link_gpus) for gpu in self.gpus}))
 
+    def overhead_dp(self, e: int, dp: int) -> int:
+        """The DP size engine `e`'s overhead reads of a layout at DP `dp` (1 where it reads none)."""
+        return dp if self.profiles[e].overhead_reads_moe_dispatch else 1
+
     def overhead_link(self, e: int, tp: int, dp: int, multicast: bool, peers: int) -> int:
-        """The id of what engine `e`'s overhead reads of a GPU's links at TP x DP (the multi-GPU terms only)."""
-        profile = self.profiles[e]
-        asked = dp if profile.overhead_reads_moe_dispatch else 1
+        """The id of what engine `e`'s overhead reads at TP x DP: the DP size and, of a GPU's links, what the
+        multi-GPU terms read (a link id names one overhead per model, TP x PP and batch setting)."""
+        asked = self.overhead_dp(e, dp)
         # the GPU's links move only the multi-GPU terms, and only what of them the profile reads
-        kind = (asked, profile.overhead_link_kind(tp, multicast, peers) if tp * asked > 1 else None)
+        kind = (asked, self.profiles[e].overhead_link_kind(tp, multicast, peers) if tp * asked > 1 else None)
         return self.link_ids.setdefault(kind, len(self.link_ids))
 
     def overhead_links(self, e: int, tp: int, dp: int) -> list[tuple[int, tuple[bool, int]]]:
@@ -450,17 +454,15 @@ def _model_rows(
     t.node.extend((m, gpn, tp) for gpn, tp in node.items())
     vid, kv_spec = reg.kv_view(spec)
     work = _ModelWork(gm, weight_dtype_choices(spec, options.weight_dtypes), wanted, vid, kv_spec)
-    # per engine: the serving dtype, its and the state cache's element bytes, what the profile does not model
-    served_as = []
     for profile in reg.profiles:
         act_dtype = profile.serving_dtype(spec)
         ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
-        served_as.append((act_dtype, element_bytes(act_dtype), ssm_bytes, profile.unmodelled(spec)))
+        work.served_as.append((act_dtype, element_bytes(act_dtype), ssm_bytes, profile.unmodelled(spec)))
     for tp, pp in combos:
         for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
             if wanted is not None and not any(g[0] == e for g in wanted):
                 continue
-            act_dtype, act_bytes, ssm_bytes, unmodelled = served_as[e]
+            act_dtype, act_bytes, ssm_bytes, unmodelled = work.served_as[e]
             # the same layout objects `estimate` sizes with (`capacity.features.parallel_layout`)
             layouts_here = [
                 (dp_gpus, rank_layout(profile.engine, spec, tp, dp, ep))
@@ -517,6 +519,8 @@ class _ModelWork:
     wanted: set[tuple[int, int, int]] | None
     kv_view_id: int  # `_Registry.kv_view` of the model: its layers without parameter counts
     kv_view: ModelSpec
+    # per engine: the serving dtype, its and the state cache's element bytes, what the profile does not model
+    served_as: list[tuple[str, int, int, str | None]] = field(default_factory=list)
     weights: dict[tuple[object, ...], WeightsEstimate] = field(default_factory=dict)
     # the weights' speed terms of a layout (`speed._perf_weight_row`), keyed by what they read of it: the engine only
     # through the weight format and the serving dtype it resolves, so engines that resolve them alike share the row
@@ -554,7 +558,7 @@ def _layout_rows(
     it on (and, for a DP x EP layout, whose node it fills)."""
     reg, gm, spec, tp, starting, wanted = t.reg, work.gm, work.gm.spec, layout.tp, t.reg.starting, work.wanted
     shards = None if layout.plain else layout.weight_shards(spec)
-    act_dtype = profile.serving_dtype(spec)
+    act_dtype = work.served_as[e][0]
     weight_rows: list[tuple[int, int, str, tuple[int, ...] | None]] = []  # (weight index, row, format, GPUs)
     for weight_dtype, w_fp8, w_fp4 in work.dtypes:
         w_idx = reg.options.weight_dtypes.index(weight_dtype)
@@ -616,11 +620,11 @@ def _overhead_rows(
     profile's overhead reads there (`_Registry.overhead_links`), each computed once per DP size it reads."""
     reg = t.reg
     for seqs, batched in sorted(batches):
-        computed: dict[tuple[int, int], tuple[int, ...]] = {}  # (DP size read, link id): the row's values
+        computed: dict[int, tuple[int, ...]] = {}  # per link id (it holds the DP size read): the row's values
         for dp in dps:
-            asked = dp if profile.overhead_reads_moe_dispatch else 1
+            asked = reg.overhead_dp(e, dp)
             for link, (multicast, peers) in reg.overhead_links(e, tp, dp):
-                values = computed.get((asked, link))
+                values = computed.get(link)
                 if values is None:
                     # the totals only: the grid reads no named term
                     inputs = OverheadInputs(
@@ -628,7 +632,7 @@ def _overhead_rows(
                         named_terms=False,
                     )
                     row = profile.overhead(inputs)
-                    values = computed[(asked, link)] = (
+                    values = computed[link] = (
                         row.activation_peak_bytes, row.non_torch_bytes, row.cuda_graph_bytes, row.total_bytes,
                         *_stage_slots(row.stage_shortfall_bytes, reg.no_shortfall),
                     )  # fmt: skip
