@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from functools import cache
+from functools import cache, lru_cache
 from typing import TypeVar
 
 _T = TypeVar("_T")
@@ -605,6 +605,7 @@ def torch_sort_scratch_units(rows: int, key_units: float = 1.0) -> float:
     return 4.0 + key_units if rows == 1 or rows >= 128 else 6.0 + 2.0 * key_units
 
 
+@lru_cache(maxsize=256)  # pure: a release string's rule, asked by every overhead row
 def vllm_sampler_rule(version: str, v2_runner: bool = False) -> VllmSamplerRule | None:
     """The sampler rule in force for a vLLM version and model runner; None before the first release read (0.2.7)."""
     wanted = parse_version(version)
@@ -664,6 +665,7 @@ VLLM_RUNNER_RULES: tuple[VllmRunnerRule, ...] = (
 ROCM_V1_RUNNER_ARCHITECTURES = frozenset({"DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM", "GlmMoeDsaForCausalLM"})
 
 
+@lru_cache(maxsize=256)  # pure: a release string's rule, asked by every overhead row
 def vllm_runner_rule(version: str) -> VllmRunnerRule:
     wanted = parse_version(version)
     chosen = VLLM_RUNNER_RULES[0]
@@ -790,6 +792,7 @@ def vllm_v0_engine_release(version: str) -> VllmRelease | None:
     )
 
 
+@lru_cache(maxsize=256)  # pure: a release string's rule, asked by every overhead row
 def vllm_release(version: str | None) -> VllmRelease:
     """The rules in force for a vLLM version string like '0.11.2' (default: the newest supported)."""
     wanted = parse_version(version or VLLM_DEFAULT_VERSION)

@@ -38,7 +38,7 @@ from capacity.features.prefix_cache_engines import prefix_cache_rule
 from capacity.features.speculative import SpeculativeSpeed
 from capacity.memo import per_object
 from capacity.numeric import Num, as_float, at_least, cdiv
-from capacity.parallel import pp_partition, stage_layers
+from capacity.parallel import pp_partition, stage_layer_counts
 from capacity.spec import GpuSku, ModelSpec, SpecError
 from capacity.weights import weight_format
 
@@ -241,13 +241,13 @@ def _stage_attention_sums(
     full = attn_full = 0.0
     windowed: dict[int, list[float]] = {}
     heads_rank = model.num_attention_heads / tp
-    for layer in stage_layers(model, pp)[0]:
+    for layer, n in stage_layer_counts(model, pp)[0]:  # n layers of this shape
         cache = layer.cache
         if not cache.stores_per_token_kv:  # state and shared layers: nothing per token
             continue
-        per_token = cache.bytes_per_token(kv_element_bytes, tp)
+        per_token = cache.bytes_per_token(kv_element_bytes, tp) * n
         # QK^T and AV: 2 FLOPs per multiply-add, two matmuls, per query head on the rank
-        flops = 4.0 * heads_rank * cache.query_head_dim
+        flops = 4.0 * heads_rank * cache.query_head_dim * n
         if cache.window is not None:
             slot = windowed.setdefault(cache.window, [0.0, 0.0])
             slot[0] += per_token

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from capacity.dtypes import CANONICAL_DTYPE, GIB, WEIGHT_DTYPES, element_bytes, serving_dtype
@@ -104,7 +105,12 @@ class WeightShards:
     @classmethod
     def tensor_parallel(cls, tp: int) -> WeightShards:
         """Every sharded part split by TP (the layout without DP attention or expert parallel)."""
-        return cls(tp, tp, tp, tp, Fraction(1, tp))
+        return _tensor_parallel_shards(tp)
+
+
+@lru_cache(maxsize=64)  # pure and frozen; asked per layout
+def _tensor_parallel_shards(tp: int) -> WeightShards:
+    return WeightShards(tp, tp, tp, tp, Fraction(1, tp))
 
 
 def _rank_weight_bytes(

@@ -17,7 +17,7 @@ from polars.testing import assert_frame_equal
 
 from capacity.grid import TARGET_CONCURRENCIES, GridBuild, GridTables, iter_grid_tables
 from tests.test_grid import _strings, gpus, models
-from warehouse.grid_processes import GridProcessError, _build_part, iter_grid_tables_parallel
+from warehouse.grid_processes import GridProcessError, _Arrivals, _build_part, _read, iter_grid_tables_parallel
 
 
 def _joined(chunks: list[GridTables]) -> GridTables:
@@ -110,6 +110,17 @@ def test_a_second_process_that_dies_is_an_error(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(sys, "executable", "/bin/false")
     with pytest.raises(GridProcessError, match="stopped without a word"):
         list(iter_grid_tables_parallel(models(), gpus(), chunk_models=3, context_view=True, processes=2))
+
+
+def test_a_message_this_process_cannot_read_is_an_error_not_a_wait() -> None:
+    """The reader thread turns a message it cannot unpickle into the consumer's error (before, the thread died
+    and the consumer waited for the chunk forever)."""
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    sender.send_bytes(b"not a pickle")
+    arrived = _Arrivals()
+    _read(receiver, arrived)
+    with pytest.raises(GridProcessError, match="cannot read"):
+        arrived.take(0)
 
 
 def test_a_consumer_that_stops_early_stops_the_second_process() -> None:

@@ -46,6 +46,7 @@ from capacity.engines.start_checks import fp8_method, long_length_refusal, quant
 from capacity.features.speculative import SpecMethod
 from capacity.hf_config.overrides import OverrideRule
 from capacity.kv_bytes import layer_state_bytes
+from capacity.memo import per_object
 from capacity.numeric import Num, as_float, at_least, both, choose, minimum, negate, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.parallel import stage_layer_counts
@@ -587,7 +588,12 @@ def pp_partition(num_layers: int, pp: int) -> list[int]:
 
 
 def cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> SglangCells:
-    """The cell sizes of the most loaded stage (`_compute_cell_size`; MLA latents replicated under TP)."""
+    """The cell sizes of the most loaded stage (`_compute_cell_size`; MLA latents replicated under TP), per model
+    object: the pool of every page size reads them."""
+    return per_object(model, ("sglang/cells", kv_bytes, ssm_bytes, tp, pp), lambda: _cells(model, kv_bytes, ssm_bytes, tp, pp))
+
+
+def _cells(model: ModelSpec, kv_bytes: int, ssm_bytes: int, tp: int, pp: int) -> SglangCells:
     stage = max(
         stage_layer_counts(model, pp, pp_partition),
         key=lambda s: sum(layer_cell_bytes(layer, kv_bytes, tp) * n for layer, n in s),

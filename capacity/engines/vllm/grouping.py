@@ -67,10 +67,12 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease, mla_heads: ec.Mla
     if not layers:
         return []
     stage_of = {layer.index: s for s, stage in enumerate(stages) for layer in stage}
-    page_of = {
-        layer.index: vllm_page_bytes_per_token(layer.cache, kv_bytes, r.act_bytes, tp, release, mla_heads)
-        for layer in layers
+    # a page is the cache's, asked once per cache object (a parsed model's equal caches are one object)
+    page_per_cache = {
+        id(cache): vllm_page_bytes_per_token(cache, kv_bytes, r.act_bytes, tp, release, mla_heads)
+        for cache in {id(layer.cache): layer.cache for layer in layers}.values()
     }
+    page_of = {layer.index: page_per_cache[id(layer.cache)] for layer in layers}
     attn_page_per_token = max((page_of[layer.index] for layer in layers if layer.cache.stores_per_token_kv), default=0)
     state_layers = [layer for layer in layers if layer.cache.holds_state]
     state_page = max(

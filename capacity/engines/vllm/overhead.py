@@ -73,6 +73,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 from typing import NamedTuple, TypeVar
 
 from capacity import engine_constants as ec
@@ -332,6 +333,10 @@ def runs_v2_model_runner(model: ModelSpec, version: str) -> bool:
     `VllmConfig.use_v2_model_runner`); its profiling run has its own sampler pass (ec.VLLM_SAMPLER_RULES).
     `model.architecture` is the config's first `architectures` entry. Not modelled: ROCm keeping
     ec.ROCM_V1_RUNNER_ARCHITECTURES on V1, and the features that fall back to V1 (some speculative methods)."""
+    return _memo(model, ("v2_runner", version), lambda: _runs_v2_model_runner(model, version))
+
+
+def _runs_v2_model_runner(model: ModelSpec, version: str) -> bool:
     rule = ec.vllm_runner_rule(version)
     listed = model.architecture in rule.architectures
     moe, hybrid = model.num_experts > 0, model.has_state_layers
@@ -351,6 +356,7 @@ def runs_v2_model_runner(model: ModelSpec, version: str) -> bool:
             return True
 
 
+@lru_cache(maxsize=1024)  # pure; the grid asks it per model, TP, PP and batch setting
 def cudagraph_capture_counts(max_num_seqs: int, max_num_batched_tokens: int) -> tuple[int, int]:
     """(PIECEWISE, FULL) graphs of the default FULL_AND_PIECEWISE mode (0.33 config/vllm.py
     _set_cudagraph_sizes): sizes 1, 2, 4, 8..248 by 8, 256.. by 16 up to min(2 x max_num_seqs, 512,
