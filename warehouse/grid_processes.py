@@ -236,7 +236,8 @@ def _packed(chunk: GridTables) -> _Packed:
 def _unpacked(packed: _Packed) -> GridTables:
     """`_packed`'s chunk, its tables read back."""
     tables, rest = packed
-    return GridTables(**{name: pl.read_ipc(io.BytesIO(data)) for name, data in tables.items()}, **rest)
+    fields: dict[str, Any] = {name: pl.read_ipc(io.BytesIO(data)) for name, data in tables.items()}
+    return GridTables(**fields, **rest)
 
 
 def _build_part(sender: Connection, requests: BinaryIO) -> None:
