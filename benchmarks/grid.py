@@ -315,7 +315,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--db", type=Path, default=None, help="DuckDB file (default: a temporary one)")
     parser.add_argument("--sample", type=int, default=2000, help="rows timed with the scalar estimate")
     parser.add_argument("--chunk-models", type=int, default=192, help="models per pipeline chunk")
-    parser.add_argument("--duckdb-threads", type=int, default=None, help="DuckDB threads (default: its own)")
+    # inserting the chunks, a second DuckDB thread doubled the CPU time of the inserts for a larger file (row groups
+    # written per thread) and took longer on two cores, where the planning holds the other core (benchmarks/README.md)
+    parser.add_argument(
+        "--duckdb-threads", type=int, default=1, help="DuckDB threads while publishing (0: DuckDB's own; default: 1)"
+    )
     parser.add_argument("--writer-thread", action="store_true", help="DuckDB inserts from a thread of their own")
     parser.add_argument(
         "--processes", type=int, default=min(2, len(os.sched_getaffinity(0))),
