@@ -31,16 +31,20 @@ def pp_partition(num_layers: int, pp: int) -> list[int]:
 PPPartition = Callable[[int, int], list[int]]
 
 
-def stage_layers(model: ModelSpec, pp: int, partition: PPPartition = pp_partition) -> list[tuple[LayerKVSpec, ...]]:
+def stage_layers(model: ModelSpec, pp: int, partition: PPPartition = pp_partition) -> tuple[tuple[LayerKVSpec, ...], ...]:
     """The cache-holding layers of each pipeline stage. Stages split the decoder's `num_layers`
     (MLP-only layers of hybrids such as Nemotron-H count there but hold no cache) by the engine's
-    `partition` (vLLM's unless told)."""
-    stages: list[tuple[LayerKVSpec, ...]] = []
-    start = 0
-    for count in partition(max(model.num_layers, len(model.layers)), pp):
-        stages.append(tuple(layer for layer in model.layers if start <= layer.index < start + count))
-        start += count
-    return stages
+    `partition` (vLLM's unless told); per model object, as every pool rule of a layout asks."""
+
+    def compute() -> tuple[tuple[LayerKVSpec, ...], ...]:
+        stages: list[tuple[LayerKVSpec, ...]] = []
+        start = 0
+        for count in partition(max(model.num_layers, len(model.layers)), pp):
+            stages.append(tuple(layer for layer in model.layers if start <= layer.index < start + count))
+            start += count
+        return tuple(stages)
+
+    return memo_per_model(f"stage_layers/{partition.__module__}.{partition.__qualname__}", model, pp, compute)
 
 
 LayerCounts = tuple[tuple[LayerKVSpec, int], ...]

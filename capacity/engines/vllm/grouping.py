@@ -9,6 +9,7 @@ tightest; per-request charges as `v1/kv_cache_interface.py` states them (KVPool.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import replace
 
 from capacity import engine_constants as ec
@@ -17,7 +18,7 @@ from capacity.engines.vllm.releases import vllm_page_bytes_per_token
 from capacity.kv.kinds import group_charge
 from capacity.kv_bytes import layer_state_bytes
 from capacity.numeric import cdiv
-from capacity.parallel import stage_layers
+from capacity.parallel import stage_layer_counts, stage_layers
 from capacity.pool import KVGroup, KVPool, PoolUnit
 from capacity.spec import KVKind, LayerKVSpec, ModelSpec, SpecError, StateMixer
 
@@ -37,7 +38,7 @@ def hybrid_manager_on(model: ModelSpec, release: ec.VllmRelease) -> bool:
     """Whether the release runs this model with the hybrid KV cache manager."""
     if not release.hybrid_kv_cache_manager:
         return False
-    has_chunked = any(layer.cache.chunked_local for layer in model.layers)
+    has_chunked = any(layer.cache.chunked_local for layer, _ in stage_layer_counts(model, 1)[0])
     return release.hybrid_chunked_local or not has_chunked
 
 
@@ -59,22 +60,23 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease, mla_heads: ec.Mla
     block_size, gdn_checkpoints = r.block_size, r.state_checkpoints
     hybrid = hybrid_manager_on(model, release) and r.hybrid_manager_allowed
     align_mode = release.mamba_align_with_prefix_caching  # MambaSpec: 2 (+ checkpoint) blocks, else 1
-    stages = [
-        [layer for layer in stage if layer.cache.stores_per_token_kv or layer.cache.holds_state]
-        for stage in stage_layers(model, r.pp)
+    # every rule below but the grouping reads a layer's shape, not its position: each stage's cache layers as
+    # (a layer, the layers of its shape), and each page asked once per shape
+    shaped = [
+        [(layer, n) for layer, n in stage if layer.cache.stores_per_token_kv or layer.cache.holds_state]
+        for stage in stage_layer_counts(model, r.pp)
     ]
-    layers = [layer for stage in stages for layer in stage]
-    if not layers:
+    shapes = [layer for stage in shaped for layer, _ in stage]
+    if not shapes:
         return []
-    stage_of = {layer.index: s for s, stage in enumerate(stages) for layer in stage}
-    # a page is the cache's, asked once per cache object (a parsed model's equal caches are one object)
-    page_per_cache = {
-        id(cache): vllm_page_bytes_per_token(cache, kv_bytes, r.act_bytes, tp, release, mla_heads)
-        for cache in {id(layer.cache): layer.cache for layer in layers}.values()
+    page_per_shape = {
+        layer.cache.shape_key: vllm_page_bytes_per_token(layer.cache, kv_bytes, r.act_bytes, tp, release, mla_heads)
+        for layer in shapes
     }
-    page_of = {layer.index: page_per_cache[id(layer.cache)] for layer in layers}
-    attn_page_per_token = max((page_of[layer.index] for layer in layers if layer.cache.stores_per_token_kv), default=0)
-    state_layers = [layer for layer in layers if layer.cache.holds_state]
+    attn_page_per_token = max(
+        (page_per_shape[layer.cache.shape_key] for layer in shapes if layer.cache.stores_per_token_kv), default=0
+    )
+    state_layers = [layer for layer in shapes if layer.cache.holds_state]
     state_page = max(
         (layer_state_bytes(layer, r.act_bytes, r.ssm_bytes, tp, conv_without_current=True) for layer in state_layers),
         default=0,
@@ -91,18 +93,25 @@ def stage_pools(request: PoolRequest, release: ec.VllmRelease, mla_heads: ec.Mla
             align = math.lcm(align, ec.VLLM_GDN_CHECKPOINT_ALIGNMENT)
         bs = max(bs, align * cdiv(state_page, align * attn_page_per_token))
     state_blocks = 2 + checkpoints if align_mode else 1
-    kinds = {layer.cache.spec_key(hybrid) for layer in layers}
+    kinds = {layer.cache.spec_key(hybrid) for layer in shapes}
 
     if len(kinds) == 1 and not state_layers:
         ((kind, window),) = kinds
-        return _uniform_pools(r, stages, page_of, bs, KVGroup(kind, 0, window))
+        return _uniform_pools(r, shaped, page_per_shape, bs, KVGroup(kind, 0, window))
 
+    # the grouping splits buckets by position: from here, layer by layer
+    stages = [
+        [layer for layer in stage if layer.cache.stores_per_token_kv or layer.cache.holds_state]
+        for stage in stage_layers(model, r.pp)
+    ]
+    stage_of = {layer.index: s for s, stage in enumerate(stages) for layer in stage}
     # buckets by exact spec: type, window and the bytes of one token (equal specs merge)
     buckets: dict[tuple[KVKind, int | None, int], list[LayerKVSpec]] = {}
-    for layer in layers:
-        kind, window = layer.cache.spec_key(hybrid)
-        per_token = page_of[layer.index]
-        buckets.setdefault((kind, window, per_token), []).append(layer)
+    for stage in stages:
+        for layer in stage:
+            kind, window = layer.cache.spec_key(hybrid)
+            per_token = page_per_shape[layer.cache.shape_key]
+            buckets.setdefault((kind, window, per_token), []).append(layer)
     if any(not stage for stage in stages) and len({per_token for _, _, per_token in buckets if per_token}) > 1:
         # validate_kv_cache_layout: a worker without cache layers cannot express mixed page sizes
         raise SpecError(
@@ -147,16 +156,22 @@ def _block_pool(
 
 
 def _uniform_pools(
-    r: PoolRequest, stages: list[list[LayerKVSpec]], page_of: dict[int, int], bs: int, group: KVGroup
+    r: PoolRequest,
+    stages: list[list[tuple[LayerKVSpec, int]]],
+    page_per_shape: dict[Hashable, int],
+    bs: int,
+    group: KVGroup,
 ) -> list[KVPool]:
-    """One spec type (`UniformTypeKVCacheSpecs`): one group over each stage's layers, each layer its own page."""
+    """One spec type (`UniformTypeKVCacheSpecs`): one group over each stage's layers (as (a layer, the layers of
+    its shape)), each layer its own page."""
     pools: list[KVPool] = []
     for s, stage in enumerate(stages):
         if not stage:
             continue  # a stage of KV-shared layers only holds no cache and does not bound the pool
-        page_sum = sum(page_of[layer.index] for layer in stage) * bs
+        page_sum = sum(page_per_shape[layer.cache.shape_key] * n for layer, n in stage) * bs
         capacity = r.stage_budget(s) // page_sum if page_sum else 0
-        pools.append(_block_pool(r, capacity, bs, (replace(group, num_layers=len(stage)),), page_sum, 0, s))
+        layers = sum(n for _, n in stage)
+        pools.append(_block_pool(r, capacity, bs, (replace(group, num_layers=layers),), page_sum, 0, s))
     return pools
 
 
