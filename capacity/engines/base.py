@@ -57,6 +57,8 @@ class ProfileBase:
     config_override_rule: ClassVar[OverrideRule | None] = None
     # one budget for every pipeline stage (the most loaded stage's): the engine's per-stage sizing is not read
     budgets_per_stage: ClassVar[bool] = False
+    # the defaults may read the KV dtype (an engine that says otherwise is held to it by tests/test_engine_defaults.py)
+    defaults_read_kv_dtype: ClassVar[bool] = True
 
     def serving_dtype(self, model: ModelSpec) -> str:
         return serving_dtype(model, self.engine)

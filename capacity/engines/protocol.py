@@ -146,6 +146,11 @@ class EngineProfile(Protocol):
         """Whether `overhead` reads `OverheadInputs.moe_dp_ranks` (the DP ranks' tokens an MoE layer gathers)."""
 
     @property
+    def defaults_read_kv_dtype(self) -> bool:
+        """Whether `defaults` reads `DefaultsRequest.kv_dtype` (vLLM's block size does); where not, a planner asks
+        the defaults once for every KV dtype."""
+
+    @property
     def budgets_per_stage(self) -> bool:
         """Whether each pipeline stage's pool is sized from that stage's own budget (its own weights and overhead:
         `PoolRequest.stage_budget_bytes`), every rank then keeping the fewest blocks; else one budget, the most

@@ -73,6 +73,8 @@ class SglangProfile(ProfileBase):
     # one budget for every stage: 0.5.23's `_profile_available_bytes` takes the free memory's MIN over all ranks (the
     # world group), then `_apply_token_constraints` the token capacity's MIN over the PP ranks (each its own layers)
     budgets_per_stage: ClassVar[bool] = False
+    # mem_fraction_static, the chunk, the request cap and the page size do not follow the KV dtype
+    defaults_read_kv_dtype: ClassVar[bool] = False
 
     def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
         """`configs/mamba_utils.py` `mamba2_state_dtype`: the config's `mamba_ssm_dtype`, else float32."""

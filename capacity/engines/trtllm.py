@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from capacity import engine_constants as ec
 from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
@@ -33,6 +34,8 @@ from capacity.spec import KVKind, ModelSpec
 class TrtllmProfile(ProfileBase):
     requested_version: str | None = None
     engine: Engine = Engine.TRTLLM
+    # the memory fraction, batch size, token budget and tokens per block are fixed defaults
+    defaults_read_kv_dtype: ClassVar[bool] = False
 
     def defaults(self, request: DefaultsRequest) -> EngineDefaults:
         return EngineDefaults(

@@ -20,7 +20,7 @@ from capacity.features.parallel_layout import RankLayout, dp_candidates, rank_la
 from capacity.grid.options import GridModel, GridOptions, grid_contexts, weight_dtype_choices
 from capacity.grid.speed import _perf_kv_row, _perf_weight_row
 from capacity.kv_bytes import kv_bytes_per_token, kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
-from capacity.overhead import OverheadInputs
+from capacity.overhead import EngineDefaults, OverheadInputs
 from capacity.parallel import valid_tp_sizes
 from capacity.performance import efficiency_for
 from capacity.pool import KVPool, PoolUnit
@@ -329,6 +329,7 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
             for g, gpu in enumerate(gpus):
                 eff = efficiency[g]
                 served_here = sorted(served_at.get((cid, gpu.gpus_per_node), ()))
+                asked: dict[tuple[int, int, int, str | None], EngineDefaults] = {}
                 for (tp, pp), (k, kv_dtype) in product(served_here, enumerate(options.kv_dtypes)):
                     # the DP layouts' own rows (SGLang reserves per DP-attention rank): at PP 1, their widths
                     for dp in (1, *sorted(class_dps.get((e, cid, tp), ()) if pp == 1 else ())):
@@ -336,8 +337,13 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
                         if link is None:
                             link = reg.overhead_link(e, tp, dp, gpu.nvlink_multicast, gpu.peer_link_gpus)
                             links[(g, tp, dp)] = link
-                        d = profile.defaults(DefaultsRequest(rep, gpu, gpu.memory_total_bytes, rep.context_limit_tokens,
-                                                             tp, pp, kv_dtype, attention_dp=dp))
+                        asked_as = (tp, pp, dp, kv_dtype if profile.defaults_read_kv_dtype else None)
+                        found = asked.get(asked_as)
+                        if found is None:
+                            limit = rep.context_limit_tokens
+                            request = DefaultsRequest(rep, gpu, gpu.memory_total_bytes, limit, tp, pp, kv_dtype, attention_dp=dp)
+                            found = asked[asked_as] = profile.defaults(request)
+                        d = found
                         seqs = d.max_num_seqs or None
                         batched = d.max_num_batched_tokens
                         in_flight = profile.max_in_flight_tokens(batched, pp, None)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from capacity import engine_constants as ec
 from capacity.kv.kinds import LatentAttention, LayerCache
+from capacity.memo import per_object
 from capacity.numeric import cdiv
 from capacity.spec import GpuSku, ModelSpec, StateMixer
 
@@ -42,10 +43,14 @@ def _is_gb10(gpu: GpuSku | None) -> bool:
     if gpu is None:
         return False
     names = (gpu.id, gpu.name, *gpu.aliases)
-    return any(
-        name.lower().replace(" ", "").replace("-", "").startswith(("gb10", "nvidiagb10"))
-        and "gb100" not in name.lower()
-        for name in names
+    return per_object(  # per GPU object: asked for every deployment setting of the grid
+        gpu,
+        ("vllm/gb10",),
+        lambda: any(
+            name.lower().replace(" ", "").replace("-", "").startswith(("gb10", "nvidiagb10"))
+            and "gb100" not in name.lower()
+            for name in names
+        ),
     )
 
 
