@@ -676,7 +676,10 @@ def _within(gpu_idxs: tuple[int, ...] | None, starting: tuple[int, ...] | None) 
     """A weight variant's GPUs (None: all) less those the engine refuses the layout on."""
     if starting is None:
         return gpu_idxs
-    return starting if gpu_idxs is None else tuple(g for g in gpu_idxs if g in starting)
+    if gpu_idxs is None:
+        return starting
+    allowed = set(starting)  # membership in a tuple of tens of GPUs would walk it per GPU
+    return tuple(g for g in gpu_idxs if g in allowed)
 
 
 def _weight_variants(
