@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections import ChainMap
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Mapping
 from typing import Any
 
 from capacity.hf_config import vision as vision_module
@@ -13,8 +12,7 @@ from capacity.hf_config.family import Built, Model, check_routing
 from capacity.hf_config.fields import ConfigError, Fields, check_shape
 from capacity.hf_config.quantization import quantization
 from capacity.hf_config.registry import select
-from capacity.kv.kinds import LayerCache
-from capacity.spec import LayerKVSpec, ModelSpec, VisionTower
+from capacity.spec import ModelSpec, VisionTower
 
 # What malformed input can provoke inside the parser; each becomes a one-line ConfigError.
 # RecursionError: nothing here recurses over the config (`check_shape` bounds its depth first); kept
@@ -114,17 +112,6 @@ def _vision(m: Model) -> tuple[int, VisionTower | None]:
     return count, m.family.vision_tower(m, vision)
 
 
-def _one_object_per_cache(layers: Sequence[LayerKVSpec]) -> tuple[LayerKVSpec, ...]:
-    """The layers with equal caches holding one cache object: the per-layer rules ask a page or a byte count once per
-    cache object (`capacity.engines.vllm.grouping`), and a 61-layer model has one or two distinct caches."""
-    shared: dict[LayerCache, LayerCache] = {}
-    out = []
-    for layer in layers:
-        cache = shared.setdefault(layer.cache, layer.cache)
-        out.append(layer if cache is layer.cache else replace(layer, cache=cache))
-    return tuple(out)
-
-
 def _spec(m: Model, built: Built) -> ModelSpec:
     layers, params, extra = built
     cfg, outer, rules = m.cfg, m.outer, m.rules
@@ -158,7 +145,7 @@ def _spec(m: Model, built: Built) -> ModelSpec:
         context_limit_vllm_029_tokens=context_up_to_029,
         torch_dtype=torch_dtype,
         tie_word_embeddings=tie,
-        layers=_one_object_per_cache(layers),
+        layers=tuple(layers),
         layer_params=tuple(params),
         embedding_params=m.vocab * m.hidden,
         # an EAGLE-3 head predicts over its own reduced vocabulary (`draft_vocab_size`, vLLM llama_eagle3.py)

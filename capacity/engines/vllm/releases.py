@@ -42,14 +42,13 @@ def _is_gb10(gpu: GpuSku | None) -> bool:
     """DGX Spark (GB10, compute capability 12.1): large memory, small-GPU batch defaults."""
     if gpu is None:
         return False
-    names = (gpu.id, gpu.name, *gpu.aliases)
     return per_object(  # per GPU object: asked for every deployment setting of the grid
         gpu,
         ("vllm/gb10",),
         lambda: any(
             name.lower().replace(" ", "").replace("-", "").startswith(("gb10", "nvidiagb10"))
             and "gb100" not in name.lower()
-            for name in names
+            for name in (gpu.id, gpu.name, *gpu.aliases)
         ),
     )
 
