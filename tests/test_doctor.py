@@ -71,13 +71,21 @@ def corrupt(path: Path, how: str) -> None:
         raise ValueError(how)
 
 
-@pytest.fixture
-def healthy(tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A published warehouse of two runs, a migrated registry, exported in the environment."""
-    path = tmp_path / "var" / "warehouse.duckdb"
+@pytest.fixture(scope="module")
+def _two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A warehouse of two published runs, published once for the module (`healthy` copies it)."""
+    path = tmp_path_factory.mktemp("two-runs") / "warehouse.duckdb"
     store = Warehouse(path)
     publish_toy(store, "run-1", 0)
     publish_toy(store, "run-2", 1)
+    return path
+
+
+@pytest.fixture
+def healthy(tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch, _two_runs: Path) -> Path:
+    """A published warehouse of two runs (a copy of `_two_runs`), a migrated registry, exported in the environment."""
+    path = tmp_path / "var" / "warehouse.duckdb"
+    shutil.copyfile(_two_runs, path)
     monkeypatch.setenv("CAPPLAN_WAREHOUSE", str(path))
     monkeypatch.delenv("CAPPLAN_TELEMETRY_STORE", raising=False)
     monkeypatch.chdir(tmp_path)

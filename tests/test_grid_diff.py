@@ -25,6 +25,8 @@ import yaml
 from tests.conftest import require_extra
 from tests.test_warehouse_fixtures import PipelineEnv, make_env, materialize_everything, query
 
+pytestmark = pytest.mark.slow  # two whole nights of their own (the slow group holds those)
+
 PRICED_GPU = "l4-24gb"
 NEW_PRICE = 9.75
 

@@ -94,6 +94,7 @@ def test_the_busy_timeout_is_configurable(monkeypatch: pytest.MonkeyPatch) -> No
         db.busy_timeout_ms()
 
 
+@pytest.mark.slow  # a large ingest raced by a whole nightly
 def test_a_nightly_sync_during_a_large_registry_ingest(sqlite_url: str, tmp_path: Path) -> None:
     """A real `capplan registry ingest --dir` of 8 x the bundled configs (8 x 73 models) in another
     process while the nightly's registry syncs run here in a loop: nothing rejected on either side."""

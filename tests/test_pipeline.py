@@ -227,6 +227,7 @@ def test_a_second_run_stops_with_a_clear_message_while_one_runs(pipeline_env: Pi
     assert materialize_everything(pipeline_env).success, "the lock died with its holder"
 
 
+@pytest.mark.slow  # two whole materializations, one after the other
 def test_a_second_run_can_wait_for_the_first(pipeline_env: PipelineEnv) -> None:
     with warehouse_lock_held(pipeline_env.warehouse, "holder", 2):
         assert materialize_everything(pipeline_env, lock_wait_s=60).success

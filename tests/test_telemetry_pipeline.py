@@ -28,6 +28,8 @@ from tests.test_warehouse_fixtures import write_catalog
 from warehouse.publish import Warehouse
 from warehouse.sql import columns, header_comment, sql_path
 
+pytestmark = pytest.mark.slow  # two whole materializations of their own (the slow group holds those)
+
 GIB = 1 << 30
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = PROJECT_ROOT / "evaluation" / "data" / "vllm_public_measurements.yaml"
