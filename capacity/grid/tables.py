@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 import polars as pl
 import polars.selectors as cs
 
-from capacity.collector import paused
 from capacity.columns import grid_schema, grid_select
 from capacity.grid.columns import (
     _F64,
@@ -285,8 +284,7 @@ class GridBuild:
         self.context_view = context_view
         options = options or GridOptions()
         if registry is None:
-            with paused():
-                self._reg = _registry(models, gpus, options)
+            self._reg = _registry(models, gpus, options)
         else:
             self._reg = _registry_from_state(gpus, options, registry)
 
@@ -342,8 +340,7 @@ class GridBuild:
                 collected(begin, tables)
             return tables
 
-        # the planning's rows are acyclic: the cyclic collector would only walk them (`capacity.collector`)
-        with paused(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid") as worker:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid") as worker:
             pending: Future[GridTables] | None = None
             for begin, models in ranges:
                 t = _build_tables(self._reg, models, begin, pp1_only=True)
