@@ -5,9 +5,9 @@ User errors are one line on stderr and exit code 2, click's usage errors too (`c
 for bugs only. Help is click's plain formatter (no rich boxes): wrapped to the terminal, never cut,
 the same in a pipe.
 
-The app is built on first use (`pipelines.cli.app`, or `main()`), not at import: `capplan sql` is
-one process per query and runs without importing the other commands (the registry's import
-SQLAlchemy, ~0.3 s): about 0.25 s per query instead of 0.75 s.
+The app is built on first use (`pipelines.cli.app`, or `main()`), not at import, and `main()` builds only the
+command it is given (`build_app(only=...)`): `capplan estimate` imports neither the warehouse nor Dagster nor
+the recommendations. `capplan sql` is one process per query and skips even the app (about 0.25 s a query).
 """
 
 from __future__ import annotations
@@ -36,24 +36,31 @@ def _root(
     """Fleet-wide capacity planner for LLM serving."""
 
 
+# each command: (its module under pipelines.commands, the function or sub-app there, a sub-app?), in help order
+_COMMANDS: dict[str, tuple[str, str, bool]] = {
+    "registry": ("registry", "app", True),
+    "estimate": ("estimate", "estimate", False),
+    "place": ("place", "place", False),
+    "limits": ("limits", "limits", False),
+    "procure": ("procure", "procure", False),
+    "pack": ("pack", "pack", False),
+    "nightly": ("nightly", "nightly", False),
+    "sql": ("sql", "sql", False),
+    "report": ("report", "report", False),
+    "diff": ("diff", "diff", False),
+    "export": ("export", "app", True),
+    "doctor": ("doctor", "doctor", False),
+    "offload": ("offload_plan", "offload", False),
+}
+
+
 @cache
-def build_app() -> typer.Typer:
-    """The whole `capplan` app, every command group registered."""
-    from pipelines.commands import (
-        diff,
-        doctor,
-        estimate,
-        export,
-        limits,
-        nightly,
-        offload_plan,
-        pack,
-        place,
-        procure,
-        registry,
-        report,
-        sql,
-    )
+def build_app(only: str | None = None) -> typer.Typer:
+    """The `capplan` app with every command group registered, or with command `only` alone: a command's process
+    imports its own module, not the others' (the warehouse's, Dagster's, the recommendations'), which took about
+    half a second of every `capplan estimate`. Usage, help and errors of that command are the whole app's."""
+    from importlib import import_module
+
     from pipelines.commands.common import APP_SETTINGS, OneLineGroup
 
     app = typer.Typer(
@@ -64,19 +71,14 @@ def build_app() -> typer.Typer:
         **APP_SETTINGS,
     )
     app.callback()(_root)
-    app.add_typer(registry.app, name="registry")
-    app.command("estimate")(estimate.estimate)
-    app.command("place")(place.place)
-    app.command("limits")(limits.limits)
-    app.command("procure")(procure.procure)
-    app.command("pack")(pack.pack)
-    app.command("nightly")(nightly.nightly)
-    app.command("sql")(sql.sql)
-    app.command("report")(report.report)
-    app.command("diff")(diff.diff)
-    app.add_typer(export.app, name="export")
-    app.command("doctor")(doctor.doctor)
-    app.command("offload")(offload_plan.offload)
+    for name, (module_name, attribute, group) in _COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        target = getattr(import_module(f"pipelines.commands.{module_name}"), attribute)
+        if group:
+            app.add_typer(target, name=name)
+        else:
+            app.command(name)(target)
     return app
 
 
@@ -93,4 +95,5 @@ def main() -> None:
         from pipelines.commands import sql
 
         sys.exit(sql.app(args=sys.argv[2:], prog_name="capplan sql"))
-    sys.exit(build_app()())
+    named = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in _COMMANDS else None
+    sys.exit(build_app(named)())

@@ -90,3 +90,35 @@ def test_kv_cache_memory_bytes_is_vllms_spelling_of_the_budget(runner: CliRunner
         ["estimate", str(LLAMA), "--gpu", "H100", "--kv-cache-memory-gib", "1", "--kv-cache-memory-bytes", "1"],
     )
     assert both.exit_code == 2 and both.stderr.count("\n") == 1 and "not both" in both.stderr
+
+
+def test_a_command_is_built_alone_and_imports_no_other_command() -> None:
+    """`capplan estimate ...` builds only `estimate` (`build_app(only=...)`): no other command's module, and not the
+    warehouse or Dagster, is imported; the same command built alone has the same options and help as in the app."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "sys.argv = ['capplan', 'estimate', 'meta-llama/Llama-3.1-8B-Instruct', '--gpu', 'l40s-48gb', '--json']\n"
+        "from pipelines import cli\n"
+        "try:\n    cli.main()\nexcept SystemExit as done:\n    assert done.code in (0, None), done.code\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('pipelines.commands.') or m in ('dagster', 'warehouse'))\n"
+        "print(loaded, file=sys.stderr)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["b_max"] > 0
+    loaded = run.stderr.strip().splitlines()[-1]
+    assert "pipelines.commands.estimate" in loaded
+    for other in ("pipelines.commands.limits", "pipelines.commands.nightly", "pipelines.commands.report", "'dagster'"):
+        assert other not in loaded, loaded
+    from pipelines.cli import build_app
+
+    alone = typer.main.get_command(build_app("estimate"))
+    whole = typer.main.get_command(app)
+    assert list(alone.commands) == ["estimate"]  # type: ignore[attr-defined]
+    ctx = typer.Context(whole)
+    alone_params = [p.opts for p in alone.commands["estimate"].get_params(ctx)]  # type: ignore[attr-defined]
+    whole_params = [p.opts for p in whole.commands["estimate"].get_params(ctx)]  # type: ignore[attr-defined]
+    assert alone_params == whole_params
