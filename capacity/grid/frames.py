@@ -29,6 +29,7 @@ from capacity.grid.columns import (
     GRID_COLUMNS,
     LAYOUT_COLUMNS,
     POOL_COLUMNS,
+    VIEW_DEPLOYMENT_ONLY_COLUMNS,
     WINDOW_PADDING,
     Schema,
     pool_window_columns,
@@ -368,12 +369,14 @@ def _multi(f: _Frames, not_fitting: pl.LazyFrame) -> pl.LazyFrame:
 
 
 # what every deployment frame keeps: the keys, the shape and settings ids, the published per-deployment columns
-_DEPLOYMENT_KEEP = ("_rank", "model_idx", "gpu_idx", "_shape", "settings_id", *DEPLOYMENT_ONLY_COLUMNS)
+_DEPLOYMENT_KEYS = ("_rank", "model_idx", "gpu_idx", "_shape", "settings_id")
+_DEPLOYMENT_KEEP = (*_DEPLOYMENT_KEYS, *DEPLOYMENT_ONLY_COLUMNS)
 
 
 def _view_keep() -> list[str]:
-    """What a context view's deployments table stores (`tables.GridTables.context_view`), keys first."""
-    return [*_DEPLOYMENT_KEEP, "pool_swa_capacity"]
+    """What a context view's deployments table stores (`tables.GridTables.context_view`), keys first: its settings
+    row holds the rest of DEPLOYMENT_ONLY_COLUMNS."""
+    return [*_DEPLOYMENT_KEYS, *VIEW_DEPLOYMENT_ONLY_COLUMNS, "pool_swa_capacity"]
 
 
 def _keep(windows: int) -> list[str]:

@@ -20,6 +20,7 @@ from capacity.grid.columns import (
     GRID_COLUMNS,
     LAYOUT_COLUMNS,
     TABLE_CONTEXT_COLUMNS,
+    VIEW_DEPLOYMENT_ONLY_COLUMNS,
     VIEW_GPU_COLUMNS,
     VIEW_LAYOUT_COLUMNS,
     VIEW_SETTINGS_COLUMNS,
@@ -91,6 +92,7 @@ class GridTables:
     # deployment_id and the pool columns `max_contexts` reads, where asked for (`pools=True`)
     pools: pl.DataFrame | None = None
     # the context rows kept as their inputs (`grid_tables(context_view=True)`): `contexts` is empty;
+    # deployments hold VIEW_DEPLOYMENT_ONLY_COLUMNS (their settings row the rest of DEPLOYMENT_ONLY_COLUMNS);
     # deployments, layouts and gpus also hold VIEW_*_COLUMNS, which `capacity.grid.view.context_view_sql`
     # (DuckDB) and `context_rows` (Polars) read; `speed`: whether the speed columns are computed
     context_view: bool = False
@@ -165,16 +167,27 @@ class GridTables:
         """deployment_id, then every context-free column of GRID_COLUMNS (layout and GPU joined)."""
         deployment_columns = [c for c in GRID_COLUMNS if c not in CONTEXT_COLUMNS]
         return (
-            self.deployments.join(self.layouts, on="layout_id", how="left", maintain_order="left")
+            self._deployment_only()
+            .join(self.layouts, on="layout_id", how="left", maintain_order="left")
             .join(self.gpus, on="gpu_id", how="left", maintain_order="left")
             .select("deployment_id", *deployment_columns)
+        )
+
+    def _deployment_only(self) -> pl.DataFrame:
+        """`deployments` with every DEPLOYMENT_ONLY_COLUMNS column: a context view's settings row holds some."""
+        if not self.context_view:
+            return self.deployments
+        assert self.settings is not None
+        held = [c for c in DEPLOYMENT_ONLY_COLUMNS if c not in VIEW_DEPLOYMENT_ONLY_COLUMNS]
+        return self.deployments.join(
+            self.settings.select("settings_id", *held), on="settings_id", how="left", maintain_order="left"
         )
 
     def grid(self) -> pl.DataFrame:
         """GRID_COLUMNS, one row per deployment and context (`build_capacity_grid` without the pool columns)."""
         return (
             self.context_rows()
-            .join(self.deployments, on="deployment_id", how="left", maintain_order="left")
+            .join(self._deployment_only(), on="deployment_id", how="left", maintain_order="left")
             .join(self.layouts, on="layout_id", how="left", maintain_order="left")
             .join(self.gpus, on="gpu_id", how="left", maintain_order="left")
             .select(grid_select())
@@ -425,7 +438,7 @@ def _collect_tables(
             pl.col("deployment_id").cast(_ID),
             layout_id.cast(_ID).alias("layout_id"),
             pl.col("gpu_idx").cast(_ID).alias("gpu_id"),
-            *DEPLOYMENT_ONLY_COLUMNS,
+            *(VIEW_DEPLOYMENT_ONLY_COLUMNS if context_view else DEPLOYMENT_ONLY_COLUMNS),
             *deployment_extra,
         ),
         contexts=context_rows.collect(),

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 
 from capacity.grid.columns import (
     _PERF_PARALLEL,
-    DEPLOYMENT_ONLY_COLUMNS,
     GPU_COLUMNS,
     GRID_COLUMNS,
     LAYOUT_COLUMNS,
     VIEW_DEPLOYMENT_COLUMNS,
+    VIEW_DEPLOYMENT_ONLY_COLUMNS,
     VIEW_GPU_COLUMNS,
     VIEW_LAYOUT_COLUMNS,
     VIEW_SETTINGS_COLUMNS,
@@ -56,7 +56,7 @@ def context_view_sql(kinds: Mapping[str, Kinds], *, speed: bool = True, names: M
     shapes = kinds["pool_shapes"]
     windows = sum(1 for c in shapes if c.startswith("pool_window_") and c.endswith("_groups"))
     sources = {
-        "d": [*DEPLOYMENT_ONLY_COLUMNS, *VIEW_DEPLOYMENT_COLUMNS],
+        "d": [*VIEW_DEPLOYMENT_ONLY_COLUMNS, *VIEW_DEPLOYMENT_COLUMNS],
         "l": [*LAYOUT_COLUMNS, *(c for c in VIEW_LAYOUT_COLUMNS if c != "grid_contexts")],
         "g": [*GPU_COLUMNS, *VIEW_GPU_COLUMNS],
         "s": [*VIEW_SHAPE_COLUMNS, *(c for c in shapes if c.startswith("pool_window_"))],
