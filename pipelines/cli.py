@@ -36,22 +36,14 @@ def _root(
     """Fleet-wide capacity planner for LLM serving."""
 
 
-# each command: (its module under pipelines.commands, the function or sub-app there, a sub-app?), in help order
-_COMMANDS: dict[str, tuple[str, str, bool]] = {
-    "registry": ("registry", "app", True),
-    "estimate": ("estimate", "estimate", False),
-    "place": ("place", "place", False),
-    "limits": ("limits", "limits", False),
-    "procure": ("procure", "procure", False),
-    "pack": ("pack", "pack", False),
-    "nightly": ("nightly", "nightly", False),
-    "sql": ("sql", "sql", False),
-    "report": ("report", "report", False),
-    "diff": ("diff", "diff", False),
-    "export": ("export", "app", True),
-    "doctor": ("doctor", "doctor", False),
-    "offload": ("offload_plan", "offload", False),
-}
+# the commands in help order; each is `pipelines.commands.<module>.<name>`, the module named as the command but
+# where _MODULES says otherwise, and a group of commands (_GROUPS) is its module's `app`
+_COMMANDS = (
+    "registry", "estimate", "place", "limits", "procure", "pack", "nightly", "sql", "report", "diff", "export",
+    "doctor", "offload",
+)
+_MODULES = {"offload": "offload_plan"}
+_GROUPS = {"registry", "export"}
 
 
 @cache
@@ -71,14 +63,12 @@ def build_app(only: str | None = None) -> typer.Typer:
         **APP_SETTINGS,
     )
     app.callback()(_root)
-    for name, (module_name, attribute, group) in _COMMANDS.items():
-        if only is not None and name != only:
-            continue
-        target = getattr(import_module(f"pipelines.commands.{module_name}"), attribute)
-        if group:
-            app.add_typer(target, name=name)
+    for name in _COMMANDS if only is None else [only]:
+        module = import_module(f"pipelines.commands.{_MODULES.get(name, name)}")
+        if name in _GROUPS:
+            app.add_typer(module.app, name=name)
         else:
-            app.command(name)(target)
+            app.command(name)(getattr(module, name))
     return app
 
 
