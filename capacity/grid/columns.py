@@ -90,8 +90,8 @@ TABLE_CONTEXT_COLUMNS = tuple("max_concurrency_e4" if c == "max_concurrency" els
 VIEW_DEPLOYMENT_COLUMNS = ("shape_id", "settings_id", "pool_swa_capacity")
 VIEW_SHAPE_COLUMNS = ("pool_fixed_units", "pool_per_block_groups", "pool_swa_window")
 VIEW_SETTINGS_COLUMNS = ("gpu_memory_utilization", "pool_max_in_flight_tokens", *_PERF_SETTINGS)
-# what a context view's deployments table keeps of DEPLOYMENT_ONLY_COLUMNS: the rest is its settings row's (a
-# double per deployment cost DuckDB's insert more than the seven integers beside it together)
+# what a context view's deployments table keeps of DEPLOYMENT_ONLY_COLUMNS: the rest is its settings row's, stored
+# once per setting and GPU instead of once per deployment
 VIEW_DEPLOYMENT_ONLY_COLUMNS = tuple(c for c in DEPLOYMENT_ONLY_COLUMNS if c not in VIEW_SETTINGS_COLUMNS)
 VIEW_LAYOUT_COLUMNS = (*_PERF_LAYOUT, *_PERF_KV, "grid_contexts")
 VIEW_GPU_COLUMNS = _PERF_GPU
