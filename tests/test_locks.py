@@ -131,10 +131,12 @@ def test_a_nightly_sync_during_a_large_registry_ingest(sqlite_url: str, tmp_path
 # --- PostgreSQL: the first migration on an empty database -----------------------------------------
 
 MIGRATE_AT_SIGNAL = """
-import sys, time
+import os, sys, time
 from pathlib import Path
+import alembic.command, alembic.config  # imported before the signal: both processes then start migrating at once
 from models_registry import db
 go = Path(sys.argv[2])
+go.with_name(f"{go.name}.ready-{os.getpid()}").touch()
 while not go.exists():
     time.sleep(0.005)
 db.upgrade_to_head(sys.argv[1])
@@ -181,7 +183,11 @@ def test_two_first_migrations_at_once_on_an_empty_postgres(empty_pg_schemas: lis
             )
             for _ in range(2)
         ]
-        time.sleep(2.0)  # both imported and polling
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob(f"{go.name}.ready-*"))) < 2:  # both imported and polling
+            assert all(p.poll() is None for p in procs), [p.communicate()[1] for p in procs if p.poll() is not None]
+            assert time.monotonic() < deadline, "the migrating processes did not start"
+            time.sleep(0.01)
         go.touch()
         results = [p.communicate(timeout=120) for p in procs]
         failures = [err.strip().splitlines()[-1] for p, (_, err) in zip(procs, results, strict=True) if p.returncode]
