@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
         help="processes that build the grid (2: a second one builds part of the fleet; default: 2 where 2 cores are usable)",
     )  # fmt: skip
     parser.add_argument(
-        "--share", type=float, default=SECOND_PROCESS_SHARE, help="the part of the fleet's chunks the second process builds (0.5: every other one)"
+        "--share", type=float, default=SECOND_PROCESS_SHARE, help="the part of the fleet's models the second process builds (0.5: half of each pair of chunks)"
     )
     parser.add_argument(
         "--stored-contexts", action="store_true",

@@ -7,9 +7,12 @@ under the same ids; only the pool shapes' ids may differ, and they name the same
 from __future__ import annotations
 
 import io
+import math
 import multiprocessing
 import pickle
 import sys
+import tempfile
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -17,7 +20,7 @@ from polars.testing import assert_frame_equal
 
 from capacity.grid import TARGET_CONCURRENCIES, GridBuild, GridTables, iter_grid_tables
 from tests.test_grid import _strings, gpus, models
-from warehouse.grid_processes import GridProcessError, _Arrivals, _build_part, _read, iter_grid_tables_parallel
+from warehouse.grid_processes import GridProcessError, _Arrivals, _build_part, _ranges, _read, iter_grid_tables_parallel
 
 
 def _joined(chunks: list[GridTables]) -> GridTables:
@@ -98,10 +101,11 @@ def test_a_build_of_part_of_the_fleet_counts_models_as_the_fleet_does() -> None:
         GridBuild(models()[5:], gpus(), first_model=5)
 
 
-def test_a_second_process_that_fails_says_why_in_one_line() -> None:
+def test_a_second_process_that_fails_says_why_in_one_line(tmp_path: Path) -> None:
     """The child's error comes back as one line (no traceback), and the parent raises it."""
     receiver, sender = multiprocessing.Pipe(duplex=False)
-    _build_part(sender, io.BytesIO(pickle.dumps(([(1, 2, models()[2:5])], gpus(), None, None, True)) + b"not a pickle"))
+    request = ([(1, 2, models()[2:5])], gpus(), None, None, True, str(tmp_path))
+    _build_part(sender, io.BytesIO(pickle.dumps(request) + b"not a pickle"))
     kind, _, reason, _ = receiver.recv()
     assert kind == "error" and "\n" not in reason and reason
 
@@ -112,13 +116,13 @@ def test_a_second_process_that_dies_is_an_error(monkeypatch: pytest.MonkeyPatch)
         list(iter_grid_tables_parallel(models(), gpus(), chunk_models=3, context_view=True, processes=2))
 
 
-def test_a_message_this_process_cannot_read_is_an_error_not_a_wait() -> None:
+def test_a_message_this_process_cannot_read_is_an_error_not_a_wait(tmp_path: Path) -> None:
     """The reader thread turns a message it cannot unpickle into the consumer's error (before, the thread died
     and the consumer waited for the chunk forever)."""
     receiver, sender = multiprocessing.Pipe(duplex=False)
     sender.send_bytes(b"not a pickle")
     arrived = _Arrivals()
-    _read(receiver, arrived)
+    _read(receiver, arrived, tmp_path)
     with pytest.raises(GridProcessError, match="cannot read"):
         arrived.take(0)
 
@@ -133,3 +137,46 @@ def test_a_consumer_that_stops_early_stops_the_second_process() -> None:
     chunks.close()
     left = {t.name for t in threading.enumerate()} - before
     assert not any(name.startswith("capplan-grid") for name in left)
+
+
+@pytest.mark.parametrize("count, chunk_models", [(546, 192), (546, 92), (40, 6), (40, 100)])
+@pytest.mark.parametrize("share", [0.5, 0.3, 0.7])
+def test_the_fleet_is_cut_into_pairs_with_small_ends(count: int, chunk_models: int, share: float) -> None:
+    """Every model once, in order; the second process's chunks are the second of each pair and hold about `share`
+    of their pair; one pair more than chunks of `chunk_models` ask for, the first and the last half the others."""
+    fleet = list(range(count))
+    ranges, theirs = _ranges(fleet, chunk_models, share)  # type: ignore[arg-type]
+    assert [m for _, part in ranges for m in part] == fleet
+    assert all(begin == part[0] for begin, part in ranges)
+    if count <= chunk_models:  # one chunk: this process alone
+        assert len(ranges) == 1 and not theirs
+        return
+    assert theirs == set(range(1, len(ranges), 2))
+    pairs = [ranges[i : i + 2] for i in range(0, len(ranges), 2)]
+    sizes = [sum(len(part) for _, part in pair) for pair in pairs]
+    assert len(pairs) == math.ceil(math.ceil(count / chunk_models) / 2) + 1
+    assert abs(sizes[0] - sizes[1] / 2) <= 1 and abs(sizes[-1] - sizes[1] / 2) <= 1
+    for pair, size in zip(pairs, sizes, strict=True):
+        assert abs(len(pair[1][1]) - share * size) <= 1
+
+
+@pytest.mark.parametrize("count, chunk_models", [(5, 1), (3, 1), (2, 1), (1, 1)])
+def test_a_fleet_of_a_few_models_is_cut_whole(count: int, chunk_models: int) -> None:
+    """Pairs of a model or two: every model once, in order, the second process's chunks among them."""
+    ranges, theirs = _ranges(list(range(count)), chunk_models, 0.5)  # type: ignore[arg-type]
+    assert [m for _, part in ranges for m in part] == list(range(count))
+    assert theirs <= set(range(len(ranges)))
+
+
+def test_one_process_cuts_chunks_of_at_most_chunk_models() -> None:
+    ranges, theirs = _ranges(list(range(10)), 3, 0.0)  # type: ignore[arg-type]
+    assert not theirs and [len(part) for _, part in ranges] == [3, 3, 3, 1]
+
+
+def test_the_second_process_leaves_no_file_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its chunks' tables cross as files in a folder of the first process's, each removed once read, and the folder
+    once the build is done."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    chunks = list(iter_grid_tables_parallel(models(), gpus(), chunk_models=3, context_view=True, processes=2))
+    assert len(chunks) >= 4
+    assert list(tmp_path.iterdir()) == []

@@ -4,6 +4,8 @@ At fleet scale most of a build's CPU time is the per-layout planning in Python, 
 process cannot spread it over two cores. A second interpreter (`python -m` this module, so it starts its own
 Polars and DuckDB thread pools) builds some of the fleet's chunks from this process's registry (the engine
 settings and model plans, `GridBuild.registry`), while this process builds the others in a thread of its own.
+The second process hands each chunk over as Arrow IPC files in a folder of this process's, and only their names
+through the pipe.
 The chunks alternate between the two (this process the first, the second process the next, ...), so that the
 caller can publish each as soon as the ones before it are in: a chunk's ids follow the chunks before it, whichever
 process built them. The caller gets the chunks of `iter_grid_tables` over the same cut, in id order: the same
@@ -14,17 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import io
 import math
 import os
 import pickle
 import queue
 import subprocess
 import sys
+import tempfile
 import threading
 import traceback
+import typing
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import polars as pl
@@ -32,8 +36,8 @@ import polars as pl
 from capacity.grid import GridBuild, GridModel, GridOptions, GridTables, iter_grid_tables
 from capacity.spec import GpuSku
 
-# the part of the fleet's chunks the second process builds: it starts later (an interpreter, its imports and its
-# registry) and this process also unpickles its chunks and does whatever the caller does with every chunk
+# the part of the fleet's models the second process builds: it starts later (an interpreter and its imports) and this
+# process also builds the registry, reads the second process's chunks and does whatever the caller does with every chunk
 SECOND_PROCESS_SHARE = 0.5
 
 _Range = tuple[int, Sequence[GridModel]]  # the fleet index of a chunk's first model, its models
@@ -48,18 +52,26 @@ def iter_grid_tables_parallel(
     share: float = SECOND_PROCESS_SHARE, chunk_models: int = 192, context_view: bool = False,
     concurrencies: Sequence[int] | None = None,
 ) -> Iterator[GridTables]:
-    """`iter_grid_tables(models, gpus, options, ...)` over chunks of at most `chunk_models` models, `share` of them
+    """`iter_grid_tables(models, gpus, options, ...)` over chunks of about `chunk_models` models, `share` of the models
     built by a second process (`processes=2`; 1, or a fleet of one chunk, builds in this process alone). The chunks
     come in id order, each as soon as it and the ones before it are collected. Every chunk of a context view carries
     the pool shapes met so far; the last one all of them."""
-    ranges = _ranges(models, chunk_models, even=processes >= 2)
-    theirs = _second_process_chunks(len(ranges), share)
+    ranges, theirs = _ranges(models, chunk_models, share if processes >= 2 else 0.0)
     # the child's pipe is passed as a file descriptor (`pass_fds`): POSIX only; elsewhere one process builds
     if processes < 2 or os.name != "posix" or not theirs or len(theirs) == len(ranges):
         yield from iter_grid_tables(
             models, gpus, options, concurrencies=concurrencies, chunk_models=chunk_models, context_view=context_view
         )
         return
+    with tempfile.TemporaryDirectory(prefix="capplan-grid-") as folder:
+        yield from _built_by_two(models, gpus, options, ranges, theirs, concurrencies, context_view, Path(folder))
+
+
+def _built_by_two(
+    models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None, ranges: list[_Range],
+    theirs: set[int], concurrencies: Sequence[int] | None, context_view: bool, folder: Path,
+) -> Iterator[GridTables]:
+    """The chunks of `ranges`, those numbered `theirs` built by a second process that writes them into `folder`."""
     read_fd, write_fd = os.pipe()
     try:
         # `python -m` this module: the caller's __main__ is not imported again (a script without a main guard would
@@ -74,7 +86,7 @@ def iter_grid_tables_parallel(
         os.close(write_fd)
     receiver = Connection(read_fd, writable=False)
     arrived = _Arrivals()
-    reader = threading.Thread(target=_read, args=(receiver, arrived), name="capplan-grid-read", daemon=True)
+    reader = threading.Thread(target=_read, args=(receiver, arrived, folder), name="capplan-grid-read", daemon=True)
     requests: queue.Queue[bytes | None] = queue.Queue()
     feeder = threading.Thread(target=_feed, args=(worker, requests), name="capplan-grid-feed", daemon=True)
     stop = threading.Event()
@@ -85,7 +97,7 @@ def iter_grid_tables_parallel(
         # the child reads its chunks' models once its imports are done, then this process's registry, which plans
         # the others too: both written by the feeder thread while this process goes on
         parts = [(i, *ranges[i]) for i in sorted(theirs)]
-        requests.put(pickle.dumps((parts, gpus, options, concurrencies, context_view)))
+        requests.put(pickle.dumps((parts, gpus, options, concurrencies, context_view, str(folder))))
         build = GridBuild(models, gpus, options, concurrencies=concurrencies, context_view=context_view)
         requests.put(pickle.dumps(build.registry()))
         requests.put(None)
@@ -116,19 +128,29 @@ def iter_grid_tables_parallel(
         receiver.close()
 
 
-def _ranges(models: Sequence[GridModel], chunk_models: int, even: bool) -> list[_Range]:
-    """The fleet cut into as few chunks of at most `chunk_models` models as it takes, of even sizes (a small last
-    chunk costs a chunk's fixed work for few rows); an even count of them where two processes share them."""
+def _ranges(models: Sequence[GridModel], chunk_models: int, share: float) -> tuple[list[_Range], set[int]]:
+    """The fleet cut into chunks, and the numbers of those the second process builds. With a `share` between 0 and 1
+    the chunks go in pairs, this process's first, a pair's second chunk holding `share` of its models; there is one
+    pair more than chunks of `chunk_models` ask for, and the first and the last pair are half the others: the
+    caller, which inserts the chunks in id order, starts on a small chunk, and what it has left to insert once both
+    processes are done is two small chunks. Else (one process) chunks of at most `chunk_models`, none the second's."""
     count = max(1, math.ceil(len(models) / max(1, chunk_models)))
-    if even and count > 1 and count % 2:
-        count += 1
-    size = max(1, math.ceil(len(models) / count))
-    return [(begin, models[begin : begin + size]) for begin in range(0, len(models), size)]
-
-
-def _second_process_chunks(count: int, share: float) -> set[int]:
-    """The chunks the second process builds: `share` of them, spread over the fleet (every other one at a half)."""
-    return {i for i in range(count) if math.floor((i + 1) * share) > math.floor(i * share)}
+    if not 0 < share < 1 or count == 1:
+        size = max(1, math.ceil(len(models) / count))
+        return [(begin, models[begin : begin + size]) for begin in range(0, len(models), size)], set()
+    pairs = math.ceil(count / 2) + 1
+    edges = [0.0, *(min(max(p - 0.5, 0.0), pairs - 1.0) for p in range(1, pairs + 1))]
+    ranges: list[_Range] = []
+    theirs: set[int] = set()
+    for pair in range(pairs):
+        begin, end = (round(edges[p] * len(models) / edges[-1]) for p in (pair, pair + 1))
+        cut = min(end, begin + max(1, round((end - begin) * (1 - share))))
+        for first, last, second in ((begin, cut, False), (cut, end, True)):
+            if last > first:  # a pair of one model: one chunk
+                if second:
+                    theirs.add(len(ranges))
+                ranges.append((first, models[first:last]))
+    return ranges, theirs
 
 
 class _Arrivals:
@@ -196,14 +218,14 @@ def _feed(worker: subprocess.Popen[bytes], requests: queue.Queue[bytes | None]) 
         pass
 
 
-def _read(receiver: Connection, arrived: _Arrivals) -> None:
-    """Every message of the second process as it arrives (its writes wait on the pipe until they are read), until
-    its last ("done" or "error"), or an error if it stops first."""
+def _read(receiver: Connection, arrived: _Arrivals, folder: Path) -> None:
+    """Every message of the second process as it arrives, until its last ("done" or "error"), or an error if it
+    stops first; a chunk's tables are read from `folder`."""
     try:
         while True:
             kind, index, payload, shapes = receiver.recv()
             if kind == "chunk":
-                arrived.put(index, _unpacked(payload), shapes)
+                arrived.put(index, _unpacked(payload, folder, index), shapes)
                 continue
             if kind == "error":
                 arrived.fail(GridProcessError(f"the grid's second process failed: {payload}"))
@@ -214,29 +236,43 @@ def _read(receiver: Connection, arrived: _Arrivals) -> None:
         arrived.fail(GridProcessError(f"the grid's second process sent what this process cannot read: {error!r}"))
 
 
-_Packed = tuple[dict[str, bytes], dict[str, Any]]
+# a chunk as the pipe carries it: the names of its tables written into the folder, and its other fields
+_Packed = tuple[list[str], dict[str, Any]]
+_TABLE_FIELDS = frozenset(
+    name for name, hint in typing.get_type_hints(GridTables).items() if pl.DataFrame in (hint, *typing.get_args(hint))
+)
 
 
-def _packed(chunk: GridTables) -> _Packed:
-    """A chunk as it crosses the pipe: its tables as Arrow IPC bytes (written and read back in a third of the CPU
-    time Polars' pickle takes at either end, on tables of tens of MiB), and its other fields."""
-    tables: dict[str, bytes] = {}
+def _table_path(folder: Path, index: int, name: str) -> Path:
+    return folder / f"chunk-{index}-{name}.arrow"
+
+
+def _packed(chunk: GridTables, folder: Path, index: int) -> _Packed:
+    """Chunk `index` as it crosses to the first process: its tables written into `folder` as Arrow IPC files, which
+    the first process reads in one call each. Through the pipe, a chunk's tens of MiB were read 64 KiB at a time, the
+    reader thread taking the GIL back from the planning for each, and the second process waited on every write."""
+    tables: list[str] = []
     rest: dict[str, Any] = {}
     for field in dataclasses.fields(chunk):
         value = getattr(chunk, field.name)
         if isinstance(value, pl.DataFrame):
-            buffer = io.BytesIO()
-            value.write_ipc(buffer, compression="uncompressed")
-            tables[field.name] = buffer.getvalue()
+            value.write_ipc(_table_path(folder, index, field.name), compression="uncompressed")
+            tables.append(field.name)
         else:
             rest[field.name] = value
     return tables, rest
 
 
-def _unpacked(packed: _Packed) -> GridTables:
-    """`_packed`'s chunk, its tables read back."""
-    tables, rest = packed
-    fields: dict[str, Any] = {name: pl.read_ipc(io.BytesIO(data)) for name, data in tables.items()}
+def _unpacked(packed: _Packed, folder: Path, index: int) -> GridTables:
+    """`_packed`'s chunk, its tables read back and their files removed."""
+    names, rest = packed
+    fields: dict[str, Any] = {}
+    for name in names:
+        if name not in _TABLE_FIELDS:
+            raise ValueError(f"not a table of the grid: {name!r}")
+        path = _table_path(folder, index, name)
+        fields[name] = pl.read_ipc(path)
+        path.unlink()
     return GridTables(**fields, **rest)
 
 
@@ -248,14 +284,16 @@ def _build_part(sender: Connection, requests: BinaryIO) -> None:
     gc.disable()
     message: tuple[str, int, Any, Any]
     try:
-        parts, gpus, options, concurrencies, context_view = pickle.load(requests)
+        parts, gpus, options, concurrencies, context_view, folder = pickle.load(requests)
         registry = pickle.load(requests)
         build = GridBuild((), gpus, options, concurrencies=concurrencies, context_view=context_view, registry=registry)
         numbers = {begin: number for number, begin, _ in parts}
 
         def send(begin: int, chunk: GridTables) -> None:
             # a context view's shapes and settings are this process's: the receiver attaches its own
-            sender.send(("chunk", numbers[begin], _packed(chunk.with_view_tables(None, None)), build.shapes()))
+            number = numbers[begin]
+            packed = _packed(chunk.with_view_tables(None, None), Path(folder), number)
+            sender.send(("chunk", number, packed, build.shapes()))
 
         for _ in build.chunks_of([(begin, models) for _, begin, models in parts], collected=send):
             pass

@@ -48,7 +48,7 @@ def _rows(rows: Sequence[tuple[object, ...]], schema: Schema) -> pl.LazyFrame:
     third less CPU time than Polars' row orientation."""
     if not rows:
         return pl.LazyFrame(schema=schema)
-    return pl.LazyFrame(dict(zip(schema, zip(*rows), strict=True)), schema=schema)
+    return pl.LazyFrame(dict(zip(schema, zip(*rows, strict=True), strict=True)), schema=schema)
 
 
 def _gpu_frame(gpus: Sequence[GpuSku]) -> pl.LazyFrame:
