@@ -20,7 +20,16 @@ from polars.testing import assert_frame_equal
 
 from capacity.grid import TARGET_CONCURRENCIES, GridBuild, GridTables, iter_grid_tables
 from tests.test_grid import _strings, gpus, models
-from warehouse.grid_processes import GridProcessError, _Arrivals, _build_part, _ranges, _read, iter_grid_tables_parallel
+from warehouse.grid_processes import (
+    BUILD_NICENESS,
+    GridProcessError,
+    _Arrivals,
+    _build_part,
+    _lower_priority,
+    _ranges,
+    _read,
+    iter_grid_tables_parallel,
+)
 
 
 def _joined(chunks: list[GridTables]) -> GridTables:
@@ -180,3 +189,23 @@ def test_the_second_process_leaves_no_file_behind(tmp_path: Path, monkeypatch: p
     chunks = list(iter_grid_tables_parallel(models(), gpus(), chunk_models=3, context_view=True, processes=2))
     assert len(chunks) >= 4
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own priority is Linux's")
+def test_a_build_thread_runs_at_a_lower_priority_than_the_caller() -> None:
+    """The build's threads give the cores to the caller's inserts first; the caller's own priority is untouched."""
+    import os
+    import threading
+
+    seen: list[int] = []
+
+    def lowered() -> None:
+        _lower_priority(threading.get_native_id())
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    thread = threading.Thread(target=lowered)
+    thread.start()
+    thread.join()
+    assert seen == [min(19, before + BUILD_NICENESS)]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before

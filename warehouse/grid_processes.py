@@ -14,6 +14,7 @@ tables, the same rows, the pool shapes numbered in another order.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import math
@@ -39,6 +40,11 @@ from capacity.spec import GpuSku
 # the part of the fleet's models the second process builds: it starts later (an interpreter and its imports) and this
 # process also builds the registry, reads the second process's chunks and does whatever the caller does with every chunk
 SECOND_PROCESS_SHARE = 0.5
+
+# how much lower than the caller's the build's threads run (Linux, where a priority is a thread's): the caller inserts
+# the chunks in id order as they come, and its inserts, given the cores first, keep up with the build instead of being
+# left for the end (what is left to insert once the last chunk is built, 0.68 -> 0.42 s on the benchmark's fleet)
+BUILD_NICENESS = 10
 
 _Range = tuple[int, Sequence[GridModel]]  # the fleet index of a chunk's first model, its models
 
@@ -186,6 +192,7 @@ def _plan(
 ) -> None:
     """This process's chunks, each handed over as soon as it is collected; stops after the chunk at hand once
     `stop` is set (the consumer went away)."""
+    _lower_priority(threading.get_native_id())  # the collecting thread this one starts takes its priority
     chunks = build.chunks_of(ranges, collected=lambda begin, chunk: arrived.put(index[begin], chunk, None))
     try:
         for _ in chunks:
@@ -195,6 +202,23 @@ def _plan(
         arrived.fail(error)
     finally:
         chunks.close()
+
+
+def _lower_priority(thread_id: int, niceness: int = BUILD_NICENESS) -> None:
+    """Thread `thread_id` of this process (`threading.get_native_id`) `niceness` lower, on Linux; elsewhere (where a
+    priority is the process's) nothing. A thread may always lower its priority, and may not raise it back."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError):  # the thread has ended
+        os.setpriority(os.PRIO_PROCESS, thread_id, min(19, os.getpriority(os.PRIO_PROCESS, thread_id) + niceness))
+
+
+def _thread_ids() -> list[int]:
+    """This process's threads (Linux), none elsewhere."""
+    try:
+        return [int(name) for name in os.listdir("/proc/self/task")]
+    except OSError:
+        return []
 
 
 def _child_env() -> dict[str, str]:
@@ -308,4 +332,6 @@ def _build_part(sender: Connection, requests: BinaryIO) -> None:
 
 
 if __name__ == "__main__":
+    for thread_id in _thread_ids():  # the threads the imports started; those started later take their priority
+        _lower_priority(thread_id)
     _build_part(Connection(int(sys.argv[1]), readable=False), sys.stdin.buffer)
