@@ -11,7 +11,7 @@ them back (`capacity.grid.grid_tables_sql`: GRID_COLUMNS, one row per deployment
 same values as `build_capacity_grid`). Build and publish run as one pipeline over chunks of models
 (`iter_grid_tables`): the Polars part of a chunk runs while the Python part of the next is planned
 and while the one before is inserted; with `--processes 2` (the default where two cores are usable) a second
-process builds every other chunk of the fleet (`warehouse.grid_processes`) and CPU seconds count it. Prints rows,
+process builds the chunks this one is not building when it asks (`warehouse.grid_processes`) and CPU seconds count it. Prints rows,
 rows/s, wall and CPU seconds, the load average, peak RSS, a query on the view, and the speed-up over the scalar `estimate` measured on rows
 sampled from the published view in the same run (every sampled row must agree with it).
 `--peer` (on by default where `.venv-ridgepoint` exists: benchmarks/setup_ridgepoint.sh) runs ridgepoint, the
@@ -58,7 +58,7 @@ from capacity.grid import (
 )
 from capacity.grid.view import VIEW_TABLES, context_view_sql, duckdb_kinds
 from capacity.spec import DeploymentSpec, GpuSku, LayerParams
-from warehouse.grid_processes import SECOND_PROCESS_SHARE, iter_grid_tables_parallel
+from warehouse.grid_processes import iter_grid_tables_parallel
 
 RENAMED = {"weight_format": "weight_dtype", "kv_cache_dtype": "kv_dtype"}
 TABLES = ("gpus", "layouts", "deployments", "contexts")
@@ -326,9 +326,6 @@ def main(argv: list[str] | None = None) -> None:
         help="processes that build the grid (2: a second one builds part of the fleet; default: 2 where 2 cores are usable)",
     )  # fmt: skip
     parser.add_argument(
-        "--share", type=float, default=SECOND_PROCESS_SHARE, help="the part of the fleet's models the second process builds (0.5: half of each pair of chunks)"
-    )
-    parser.add_argument(
         "--stored-contexts", action="store_true",
         help="store the context rows as a table (grid_contexts) instead of computing them in the view",
     )  # fmt: skip
@@ -385,7 +382,7 @@ def main(argv: list[str] | None = None) -> None:
         con = _fresh(path, args.duckdb_threads)
         view = not args.stored_contexts
         chunks = iter_grid_tables_parallel(
-            everything, gpus, chunk_models=args.chunk_models, context_view=view, processes=args.processes, share=args.share
+            everything, gpus, chunk_models=args.chunk_models, context_view=view, processes=args.processes
         )
         chunk_count = [0]
         rows = publish_grid_tables(con, _counted(chunks, chunk_count), clock=clock, writer_thread=args.writer_thread)

@@ -25,6 +25,7 @@ from warehouse.grid_processes import (
     GridProcessError,
     _Arrivals,
     _build_part,
+    _Dealer,
     _lower_priority,
     _ranges,
     _read,
@@ -75,7 +76,7 @@ def test_two_processes_build_the_stored_contexts_and_limits_of_one() -> None:
     one = _joined(list(iter_grid_tables(models(), gpus(), concurrencies=TARGET_CONCURRENCIES, chunk_models=4)))
     parts = list(
         iter_grid_tables_parallel(
-            models(), gpus(), concurrencies=TARGET_CONCURRENCIES, chunk_models=4, processes=2, share=0.3
+            models(), gpus(), concurrencies=TARGET_CONCURRENCIES, chunk_models=4, processes=2
         )
     )
     two = _joined(parts)
@@ -113,8 +114,8 @@ def test_a_build_of_part_of_the_fleet_counts_models_as_the_fleet_does() -> None:
 def test_a_second_process_that_fails_says_why_in_one_line(tmp_path: Path) -> None:
     """The child's error comes back as one line (no traceback), and the parent raises it."""
     receiver, sender = multiprocessing.Pipe(duplex=False)
-    request = ([(1, 2, models()[2:5])], gpus(), None, None, True, str(tmp_path))
-    _build_part(sender, io.BytesIO(pickle.dumps(request) + b"not a pickle"))
+    request = (gpus(), None, None, True, str(tmp_path))
+    _build_part(sender, io.BytesIO(pickle.dumps(request) + b"not a pickle"))  # a registry it cannot read
     kind, _, reason, _ = receiver.recv()
     assert kind == "error" and "\n" not in reason and reason
 
@@ -131,7 +132,7 @@ def test_a_message_this_process_cannot_read_is_an_error_not_a_wait(tmp_path: Pat
     receiver, sender = multiprocessing.Pipe(duplex=False)
     sender.send_bytes(b"not a pickle")
     arrived = _Arrivals()
-    _read(receiver, arrived, tmp_path)
+    _read(receiver, arrived, tmp_path, lambda: None)
     with pytest.raises(GridProcessError, match="cannot read"):
         arrived.take(0)
 
@@ -148,38 +149,79 @@ def test_a_consumer_that_stops_early_stops_the_second_process() -> None:
     assert not any(name.startswith("capplan-grid") for name in left)
 
 
-@pytest.mark.parametrize("count, chunk_models", [(546, 192), (546, 92), (40, 6), (40, 100)])
-@pytest.mark.parametrize("share", [0.5, 0.3, 0.7])
-def test_the_fleet_is_cut_into_pairs_with_small_ends(count: int, chunk_models: int, share: float) -> None:
-    """Every model once, in order; the second process's chunks are the second of each pair and hold about `share`
-    of their pair; one pair more than chunks of `chunk_models` ask for, the first and the last half the others."""
+@pytest.mark.parametrize("count, chunk_models", [(546, 192), (546, 92), (40, 6), (40, 100), (5, 1), (3, 1), (1, 1)])
+def test_the_fleet_is_cut_with_small_chunks_first_and_last(count: int, chunk_models: int) -> None:
+    """Every model once, in order; for two processes two chunks more than `chunk_models` asks for, the first two and
+    the last two about half the others."""
     fleet = list(range(count))
-    ranges, theirs = _ranges(fleet, chunk_models, share)  # type: ignore[arg-type]
+    ranges = _ranges(fleet, chunk_models, halved_ends=True)  # type: ignore[arg-type]
     assert [m for _, part in ranges for m in part] == fleet
     assert all(begin == part[0] for begin, part in ranges)
-    if count <= chunk_models:  # one chunk: this process alone
-        assert len(ranges) == 1 and not theirs
+    asked = math.ceil(count / chunk_models)
+    if asked == 1:
+        assert len(ranges) == 1
         return
-    assert theirs == set(range(1, len(ranges), 2))
-    pairs = [ranges[i : i + 2] for i in range(0, len(ranges), 2)]
-    sizes = [sum(len(part) for _, part in pair) for pair in pairs]
-    assert len(pairs) == math.ceil(math.ceil(count / chunk_models) / 2) + 1
-    assert abs(sizes[0] - sizes[1] / 2) <= 1 and abs(sizes[-1] - sizes[1] / 2) <= 1
-    for pair, size in zip(pairs, sizes, strict=True):
-        assert abs(len(pair[1][1]) - share * size) <= 1
-
-
-@pytest.mark.parametrize("count, chunk_models", [(5, 1), (3, 1), (2, 1), (1, 1)])
-def test_a_fleet_of_a_few_models_is_cut_whole(count: int, chunk_models: int) -> None:
-    """Pairs of a model or two: every model once, in order, the second process's chunks among them."""
-    ranges, theirs = _ranges(list(range(count)), chunk_models, 0.5)  # type: ignore[arg-type]
-    assert [m for _, part in ranges for m in part] == list(range(count))
-    assert theirs <= set(range(len(ranges)))
+    sizes = [len(part) for _, part in ranges]
+    if count >= 4 * len(sizes):  # chunks of a few models each: the shape holds to a model
+        assert len(sizes) == 2 * (math.ceil(asked / 2) + 1)
+        middle = sizes[2:-2] or [2 * sizes[0]]
+        for end in (*sizes[:2], *sizes[-2:]):
+            assert abs(end - min(middle) / 2) <= 1
 
 
 def test_one_process_cuts_chunks_of_at_most_chunk_models() -> None:
-    ranges, theirs = _ranges(list(range(10)), 3, 0.0)  # type: ignore[arg-type]
-    assert not theirs and [len(part) for _, part in ranges] == [3, 3, 3, 1]
+    ranges = _ranges(list(range(10)), 3, halved_ends=False)  # type: ignore[arg-type]
+    assert [len(part) for _, part in ranges] == [3, 3, 3, 1]
+
+
+def test_chunks_are_dealt_once_each_in_order_to_whoever_asks() -> None:
+    """Two threads asking at once are dealt every chunk exactly once, each in id order; chunk 1 goes to the second
+    process's first ask; a closed dealer deals none."""
+    import threading
+
+    ranges = [(begin, [begin]) for begin in range(200)]
+    dealer = _Dealer(ranges)  # type: ignore[arg-type]
+    taken: list[list[int]] = [[], []]
+
+    def ask(mine: list[int], second: bool) -> None:
+        while (dealt := dealer.deal(second)) is not None:
+            mine.append(dealt[0])
+
+    threads = [threading.Thread(target=ask, args=(mine, second)) for mine, second in zip(taken, (False, True), strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(taken[0] + taken[1]) == list(range(200))
+    assert all(mine == sorted(mine) for mine in taken)
+    assert taken[1][0] == 1 and 1 not in taken[0]
+    closed = _Dealer(ranges)  # type: ignore[arg-type]
+    closed.close()
+    assert closed.deal() is None and closed.deal(second=True) is None and list(closed.mine()) == []
+
+
+def test_this_process_leaves_chunk_1_to_the_second() -> None:
+    dealer = _Dealer([(0, [0]), (1, [1]), (2, [2])])  # type: ignore[list-item]
+    assert [begin for begin, _ in dealer.mine()] == [0, 2]
+    dealt = dealer.deal(second=True)
+    assert dealt is not None and dealt[0] == 1
+
+
+def test_the_second_process_builds_chunks_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chunks that reach the caller come from both processes (the second's carry its pool shapes)."""
+    from warehouse import grid_processes
+
+    seen: list[bool] = []
+    take = grid_processes._Arrivals.take
+
+    def counted(self: grid_processes._Arrivals, index: int) -> tuple[GridTables, object]:
+        chunk, shapes = take(self, index)
+        seen.append(shapes is not None)
+        return chunk, shapes
+
+    monkeypatch.setattr(grid_processes._Arrivals, "take", counted)
+    list(iter_grid_tables_parallel(models(), gpus(), chunk_models=3, context_view=True, processes=2))
+    assert any(seen) and not all(seen)
 
 
 def test_the_second_process_leaves_no_file_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,10 +6,10 @@ Polars and DuckDB thread pools) builds some of the fleet's chunks from this proc
 settings and model plans, `GridBuild.registry`), while this process builds the others in a thread of its own.
 The second process hands each chunk over as Arrow IPC files in a folder of this process's, and only their names
 through the pipe.
-The chunks alternate between the two (this process the first, the second process the next, ...), so that the
-caller can publish each as soon as the ones before it are in: a chunk's ids follow the chunks before it, whichever
-process built them. The caller gets the chunks of `iter_grid_tables` over the same cut, in id order: the same
-tables, the same rows, the pool shapes numbered in another order.
+The chunks are dealt in id order to whichever process is free to plan one (`_Dealer`), so that the two end together
+whatever else each holds; the caller can publish each chunk as soon as the ones before it are in: a chunk's ids
+follow the chunks before it, whichever process built them. The caller gets the chunks of `iter_grid_tables` over the
+same cut, in id order: the same tables, the same rows, the pool shapes numbered in another order.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import itertools
 import math
 import os
 import pickle
@@ -27,7 +28,7 @@ import tempfile
 import threading
 import traceback
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -36,10 +37,6 @@ import polars as pl
 
 from capacity.grid import GridBuild, GridModel, GridOptions, GridTables, iter_grid_tables
 from capacity.spec import GpuSku
-
-# the part of the fleet's models the second process builds: it starts later (an interpreter and its imports) and this
-# process also builds the registry, reads the second process's chunks and does whatever the caller does with every chunk
-SECOND_PROCESS_SHARE = 0.5
 
 # how much lower than the caller's the build's threads run (Linux, where a priority is a thread's): the caller inserts
 # the chunks in id order as they come, and its inserts, given the cores first, keep up with the build instead of being
@@ -55,29 +52,29 @@ class GridProcessError(RuntimeError):
 
 def iter_grid_tables_parallel(
     models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None = None, *, processes: int = 2,
-    share: float = SECOND_PROCESS_SHARE, chunk_models: int = 192, context_view: bool = False,
-    concurrencies: Sequence[int] | None = None,
+    chunk_models: int = 192, context_view: bool = False, concurrencies: Sequence[int] | None = None,
 ) -> Iterator[GridTables]:
-    """`iter_grid_tables(models, gpus, options, ...)` over chunks of about `chunk_models` models, `share` of the models
-    built by a second process (`processes=2`; 1, or a fleet of one chunk, builds in this process alone). The chunks
-    come in id order, each as soon as it and the ones before it are collected. Every chunk of a context view carries
-    the pool shapes met so far; the last one all of them."""
-    ranges, theirs = _ranges(models, chunk_models, share if processes >= 2 else 0.0)
+    """`iter_grid_tables(models, gpus, options, ...)` over chunks of about `chunk_models` models, built by this process
+    and a second one (`processes=2`; 1, or a fleet of one chunk, builds in this process alone). The chunks come in id
+    order, each as soon as it and the ones before it are collected. Every chunk of a context view carries the pool
+    shapes met so far; the last one all of them."""
+    ranges = _ranges(models, chunk_models, halved_ends=processes >= 2)
     # the child's pipe is passed as a file descriptor (`pass_fds`): POSIX only; elsewhere one process builds
-    if processes < 2 or os.name != "posix" or not theirs or len(theirs) == len(ranges):
+    if processes < 2 or os.name != "posix" or len(ranges) < 2:
         yield from iter_grid_tables(
             models, gpus, options, concurrencies=concurrencies, chunk_models=chunk_models, context_view=context_view
         )
         return
     with tempfile.TemporaryDirectory(prefix="capplan-grid-") as folder:
-        yield from _built_by_two(models, gpus, options, ranges, theirs, concurrencies, context_view, Path(folder))
+        yield from _built_by_two(models, gpus, options, ranges, concurrencies, context_view, Path(folder))
 
 
 def _built_by_two(
     models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions | None, ranges: list[_Range],
-    theirs: set[int], concurrencies: Sequence[int] | None, context_view: bool, folder: Path,
+    concurrencies: Sequence[int] | None, context_view: bool, folder: Path,
 ) -> Iterator[GridTables]:
-    """The chunks of `ranges`, those numbered `theirs` built by a second process that writes them into `folder`."""
+    """The chunks of `ranges`, each built by whichever process asks for it first; the second process writes its
+    chunks into `folder`."""
     read_fd, write_fd = os.pipe()
     try:
         # `python -m` this module: the caller's __main__ is not imported again (a script without a main guard would
@@ -92,26 +89,26 @@ def _built_by_two(
         os.close(write_fd)
     receiver = Connection(read_fd, writable=False)
     arrived = _Arrivals()
-    reader = threading.Thread(target=_read, args=(receiver, arrived, folder), name="capplan-grid-read", daemon=True)
+    dealer = _Dealer(ranges)
     requests: queue.Queue[bytes | None] = queue.Queue()
+
+    def deal_to_the_second() -> None:
+        requests.put(pickle.dumps(dealer.deal(second=True)))  # None once every chunk is dealt: it stops asking
+
+    reader = threading.Thread(
+        target=_read, args=(receiver, arrived, folder, deal_to_the_second), name="capplan-grid-read", daemon=True
+    )
     feeder = threading.Thread(target=_feed, args=(worker, requests), name="capplan-grid-feed", daemon=True)
-    stop = threading.Event()
     planner: threading.Thread | None = None
     try:
         reader.start()
         feeder.start()
-        # the child reads its chunks' models once its imports are done, then this process's registry, which plans
-        # the others too: both written by the feeder thread while this process goes on
-        parts = [(i, *ranges[i]) for i in sorted(theirs)]
-        requests.put(pickle.dumps((parts, gpus, options, concurrencies, context_view, str(folder))))
+        # the child reads what it builds with once its imports are done, then this process's registry, which plans
+        # this process's chunks too; then asks for a chunk whenever it is free to plan one
+        requests.put(pickle.dumps((gpus, options, concurrencies, context_view, str(folder))))
         build = GridBuild(models, gpus, options, concurrencies=concurrencies, context_view=context_view)
         requests.put(pickle.dumps(build.registry()))
-        requests.put(None)
-        index = {begin: i for i, (begin, _) in enumerate(ranges)}
-        mine = [r for i, r in enumerate(ranges) if i not in theirs]
-        planner = threading.Thread(
-            target=_plan, args=(build, mine, index, arrived, stop), name="capplan-grid-plan", daemon=True
-        )
+        planner = threading.Thread(target=_plan, args=(build, dealer, arrived), name="capplan-grid-plan", daemon=True)
         planner.start()
         layouts = deployments = 0
         for i in range(len(ranges)):
@@ -123,7 +120,7 @@ def _built_by_two(
             deployments += chunk.deployments.height
             yield chunk.with_view_tables(*build.view_tables()) if chunk.context_view else chunk
     finally:
-        stop.set()
+        dealer.close()  # this process's planner stops after the chunk at hand, the second process at its next ask
         requests.put(None)  # the feeder stops at the first None, whatever was sent before
         if worker.poll() is None:
             worker.kill()
@@ -134,29 +131,57 @@ def _built_by_two(
         receiver.close()
 
 
-def _ranges(models: Sequence[GridModel], chunk_models: int, share: float) -> tuple[list[_Range], set[int]]:
-    """The fleet cut into chunks, and the numbers of those the second process builds. With a `share` between 0 and 1
-    the chunks go in pairs, this process's first, a pair's second chunk holding `share` of its models; there is one
-    pair more than chunks of `chunk_models` ask for, and the first and the last pair are half the others: the
-    caller, which inserts the chunks in id order, starts on a small chunk, and what it has left to insert once both
-    processes are done is two small chunks. Else (one process) chunks of at most `chunk_models`, none the second's."""
+def _ranges(models: Sequence[GridModel], chunk_models: int, halved_ends: bool) -> list[_Range]:
+    """The fleet cut into chunks of about `chunk_models` models. With `halved_ends` (two processes), two chunks more
+    than that, the first two and the last two half the others: the caller, which inserts the chunks in id order, starts
+    on a small chunk, and what it has left to insert once both processes are done is two small chunks."""
     count = max(1, math.ceil(len(models) / max(1, chunk_models)))
-    if not 0 < share < 1 or count == 1:
+    if not halved_ends or count == 1:
         size = max(1, math.ceil(len(models) / count))
-        return [(begin, models[begin : begin + size]) for begin in range(0, len(models), size)], set()
-    pairs = math.ceil(count / 2) + 1
-    edges = [0.0, *(min(max(p - 0.5, 0.0), pairs - 1.0) for p in range(1, pairs + 1))]
-    ranges: list[_Range] = []
-    theirs: set[int] = set()
-    for pair in range(pairs):
-        begin, end = (round(edges[p] * len(models) / edges[-1]) for p in (pair, pair + 1))
-        cut = min(end, begin + max(1, round((end - begin) * (1 - share))))
-        for first, last, second in ((begin, cut, False), (cut, end, True)):
-            if last > first:  # a pair of one model: one chunk
-                if second:
-                    theirs.add(len(ranges))
-                ranges.append((first, models[first:last]))
-    return ranges, theirs
+        return [(begin, models[begin : begin + size]) for begin in range(0, len(models), size)]
+    chunks = 2 * (math.ceil(count / 2) + 1)
+    edges = list(itertools.accumulate([1, 1, *[2] * (chunks - 4), 1, 1], initial=0))
+    cuts = [round(edge * len(models) / edges[-1]) for edge in edges]
+    return [(begin, models[begin:end]) for begin, end in itertools.pairwise(cuts) if end > begin]
+
+
+class _Dealer:
+    """The fleet's chunks, dealt in id order to whichever process asks first: each process asks when it is free to
+    plan one, so that both end together whatever else each holds (this one: the registry, the second process's chunks
+    read back and the caller's inserts; the second: its interpreter and imports). A fixed half each left one of them
+    planning alone for 0.3-0.6 s. Chunk 1 waits for the second process's first ask: it starts later, and without
+    one of its own this process could take every chunk of a small fleet before it asks."""
+
+    def __init__(self, ranges: Sequence[_Range]) -> None:
+        self._ranges = ranges
+        self._left = list(range(len(ranges)))
+        self._reserved: int | None = 1 if len(ranges) > 1 else None
+        self._lock = threading.Lock()
+        self.numbers = {begin: number for number, (begin, _) in enumerate(ranges)}
+
+    def deal(self, second: bool = False) -> tuple[int, int, Sequence[GridModel]] | None:
+        """The next chunk for this process's planner or for the `second` process (its number, its first model's fleet
+        index, its models); None once all are dealt."""
+        with self._lock:
+            if second and self._reserved is not None:
+                number, self._reserved = self._reserved, None
+            else:
+                number = next((i for i in self._left if i != self._reserved), -1)
+                if number < 0:
+                    return None
+            self._left.remove(number)
+        return number, *self._ranges[number]
+
+    def close(self) -> None:
+        """Deal no more (the consumer went away)."""
+        with self._lock:
+            self._left.clear()
+            self._reserved = None
+
+    def mine(self) -> Iterator[_Range]:
+        """The chunks this process's planner is dealt, as it asks for them."""
+        while (dealt := self.deal()) is not None:
+            yield dealt[1], dealt[2]
 
 
 class _Arrivals:
@@ -187,17 +212,16 @@ class _Arrivals:
             raise self._failure
 
 
-def _plan(
-    build: GridBuild, ranges: Sequence[_Range], index: dict[int, int], arrived: _Arrivals, stop: threading.Event
-) -> None:
-    """This process's chunks, each handed over as soon as it is collected; stops after the chunk at hand once
-    `stop` is set (the consumer went away)."""
+def _plan(build: GridBuild, dealer: _Dealer, arrived: _Arrivals) -> None:
+    """This process's chunks, as it is dealt them, each handed over as soon as it is collected; stops after the chunk
+    at hand once the dealer is closed (the consumer went away)."""
     _lower_priority(threading.get_native_id())  # the collecting thread this one starts takes its priority
-    chunks = build.chunks_of(ranges, collected=lambda begin, chunk: arrived.put(index[begin], chunk, None))
+    chunks = build.chunks_of(
+        dealer.mine(), collected=lambda begin, chunk: arrived.put(dealer.numbers[begin], chunk, None)
+    )
     try:
         for _ in chunks:
-            if stop.is_set():
-                break
+            pass
     except BaseException as error:  # raised to the consumer by `take`
         arrived.fail(error)
     finally:
@@ -242,12 +266,15 @@ def _feed(worker: subprocess.Popen[bytes], requests: queue.Queue[bytes | None]) 
         pass
 
 
-def _read(receiver: Connection, arrived: _Arrivals, folder: Path) -> None:
+def _read(receiver: Connection, arrived: _Arrivals, folder: Path, deal: Callable[[], None]) -> None:
     """Every message of the second process as it arrives, until its last ("done" or "error"), or an error if it
-    stops first; a chunk's tables are read from `folder`."""
+    stops first: a chunk, whose tables are read from `folder`, or an ask for the next chunk (`deal`)."""
     try:
         while True:
             kind, index, payload, shapes = receiver.recv()
+            if kind == "next":
+                deal()
+                continue
             if kind == "chunk":
                 arrived.put(index, _unpacked(payload, folder, index), shapes)
                 continue
@@ -301,32 +328,48 @@ def _unpacked(packed: _Packed, folder: Path, index: int) -> GridTables:
 
 
 def _build_part(sender: Connection, requests: BinaryIO) -> None:
-    """The second process: the fleet's chunks it is sent (each its number, its first model's fleet index and its
-    models), one after the other, each sent as soon as it is collected with the pool shapes met so far."""
+    """The second process: what it builds with, the fleet's registry, then each chunk it is dealt (its number, its
+    first model's fleet index and its models) when it asks, each sent as soon as it is collected with the pool shapes
+    met so far."""
     # a short-lived process of acyclic rows: the cyclic collector would only walk them
     gc.freeze()
     gc.disable()
-    message: tuple[str, int, Any, Any]
+    lock = threading.Lock()  # the asks (this thread) and the chunks (the collecting thread) share the pipe
+
+    def say(message: tuple[str, int, Any, Any]) -> None:
+        with lock:
+            sender.send(message)
+
+    last: tuple[str, int, Any, Any]
     try:
-        parts, gpus, options, concurrencies, context_view, folder = pickle.load(requests)
+        gpus, options, concurrencies, context_view, folder = pickle.load(requests)
         registry = pickle.load(requests)
         build = GridBuild((), gpus, options, concurrencies=concurrencies, context_view=context_view, registry=registry)
-        numbers = {begin: number for number, begin, _ in parts}
+        numbers: dict[int, int] = {}
+
+        def dealt() -> Iterator[_Range]:
+            while True:
+                say(("next", 0, None, None))
+                part = pickle.load(requests)
+                if part is None:
+                    return
+                number, begin, models = part
+                numbers[begin] = number
+                yield begin, models
 
         def send(begin: int, chunk: GridTables) -> None:
             # a context view's shapes and settings are this process's: the receiver attaches its own
             number = numbers[begin]
-            packed = _packed(chunk.with_view_tables(None, None), Path(folder), number)
-            sender.send(("chunk", number, packed, build.shapes()))
+            say(("chunk", number, _packed(chunk.with_view_tables(None, None), Path(folder), number), build.shapes()))
 
-        for _ in build.chunks_of([(begin, models) for _, begin, models in parts], collected=send):
+        for _ in build.chunks_of(dealt(), collected=send):
             pass
-        message = ("done", 0, None, None)
+        last = ("done", 0, None, None)
     except BaseException as error:
         lines = traceback.format_exception_only(type(error), error)
-        message = ("error", 0, lines[-1].strip() if lines else type(error).__name__, None)
+        last = ("error", 0, lines[-1].strip() if lines else type(error).__name__, None)
     try:
-        sender.send(message)
+        say(last)
     finally:
         sender.close()
 
