@@ -9,9 +9,11 @@ from __future__ import annotations
 import io
 import math
 import multiprocessing
+import os
 import pickle
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import polars as pl
@@ -139,8 +141,6 @@ def test_a_message_this_process_cannot_read_is_an_error_not_a_wait(tmp_path: Pat
 
 def test_a_consumer_that_stops_early_stops_the_second_process() -> None:
     """Closing the generator after its first chunk kills the child and joins the threads (no hang, no orphan)."""
-    import threading
-
     before = {t.name for t in threading.enumerate()}
     chunks = iter_grid_tables_parallel(models(), gpus(), chunk_models=3, context_view=True, processes=2)
     assert next(chunks).deployments.height > 0
@@ -151,10 +151,10 @@ def test_a_consumer_that_stops_early_stops_the_second_process() -> None:
 
 @pytest.mark.parametrize("count, chunk_models", [(546, 192), (546, 92), (40, 6), (40, 100), (5, 1), (3, 1), (1, 1)])
 def test_the_fleet_is_cut_with_small_chunks_first_and_last(count: int, chunk_models: int) -> None:
-    """Every model once, in order; for two processes two chunks more than `chunk_models` asks for, the first two and
-    the last two about half the others."""
+    """Every model once, in order; an even count of chunks, a pair more than `chunk_models` asks for, the first two
+    and the last two about half the others; one chunk where `chunk_models` holds the fleet."""
     fleet = list(range(count))
-    ranges = _ranges(fleet, chunk_models, halved_ends=True)  # type: ignore[arg-type]
+    ranges = _ranges(fleet, chunk_models)  # type: ignore[arg-type]
     assert [m for _, part in ranges for m in part] == fleet
     assert all(begin == part[0] for begin, part in ranges)
     asked = math.ceil(count / chunk_models)
@@ -169,16 +169,9 @@ def test_the_fleet_is_cut_with_small_chunks_first_and_last(count: int, chunk_mod
             assert abs(end - min(middle) / 2) <= 1
 
 
-def test_one_process_cuts_chunks_of_at_most_chunk_models() -> None:
-    ranges = _ranges(list(range(10)), 3, halved_ends=False)  # type: ignore[arg-type]
-    assert [len(part) for _, part in ranges] == [3, 3, 3, 1]
-
-
 def test_chunks_are_dealt_once_each_in_order_to_whoever_asks() -> None:
     """Two threads asking at once are dealt every chunk exactly once, each in id order; chunk 1 goes to the second
     process's first ask; a closed dealer deals none."""
-    import threading
-
     ranges = [(begin, [begin]) for begin in range(200)]
     dealer = _Dealer(ranges)  # type: ignore[arg-type]
     taken: list[list[int]] = [[], []]
@@ -236,9 +229,6 @@ def test_the_second_process_leaves_no_file_behind(tmp_path: Path, monkeypatch: p
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own priority is Linux's")
 def test_a_build_thread_runs_at_a_lower_priority_than_the_caller() -> None:
     """The build's threads give the cores to the caller's inserts first; the caller's own priority is untouched."""
-    import os
-    import threading
-
     seen: list[int] = []
 
     def lowered() -> None:

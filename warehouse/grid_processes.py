@@ -58,7 +58,7 @@ def iter_grid_tables_parallel(
     and a second one (`processes=2`; 1, or a fleet of one chunk, builds in this process alone). The chunks come in id
     order, each as soon as it and the ones before it are collected. Every chunk of a context view carries the pool
     shapes met so far; the last one all of them."""
-    ranges = _ranges(models, chunk_models, halved_ends=processes >= 2)
+    ranges = _ranges(models, chunk_models)
     # the child's pipe is passed as a file descriptor (`pass_fds`): POSIX only; elsewhere one process builds
     if processes < 2 or os.name != "posix" or len(ranges) < 2:
         yield from iter_grid_tables(
@@ -131,14 +131,14 @@ def _built_by_two(
         receiver.close()
 
 
-def _ranges(models: Sequence[GridModel], chunk_models: int, halved_ends: bool) -> list[_Range]:
-    """The fleet cut into chunks of about `chunk_models` models. With `halved_ends` (two processes), two chunks more
-    than that, the first two and the last two half the others: the caller, which inserts the chunks in id order, starts
-    on a small chunk, and what it has left to insert once both processes are done is two small chunks."""
-    count = max(1, math.ceil(len(models) / max(1, chunk_models)))
-    if not halved_ends or count == 1:
-        size = max(1, math.ceil(len(models) / count))
-        return [(begin, models[begin : begin + size]) for begin in range(0, len(models), size)]
+def _ranges(models: Sequence[GridModel], chunk_models: int) -> list[_Range]:
+    """The fleet cut for two processes: one chunk where `chunk_models` holds it, else an even count of chunks, a pair
+    more than chunks of `chunk_models` would be, the first two and the last two half the others. The caller, which
+    inserts the chunks in id order, starts on a small chunk, and what it has left to insert once both processes are
+    done is two small chunks."""
+    count = math.ceil(len(models) / max(1, chunk_models))
+    if count <= 1:
+        return [(0, models)]
     chunks = 2 * (math.ceil(count / 2) + 1)
     edges = list(itertools.accumulate([1, 1, *[2] * (chunks - 4), 1, 1], initial=0))
     cuts = [round(edge * len(models) / edges[-1]) for edge in edges]
