@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capacity import engine_constants as ec
-from capacity.numeric import cdiv
+from capacity.numeric import Num, cdiv
 from capacity.parallel import pp_partition
 from capacity.spec import ModelSpec
 
@@ -28,7 +28,13 @@ class Overhead:
 
     @property
     def total_bytes(self) -> int:
-        return self.activation_peak_bytes + self.non_torch_bytes + self.cuda_graph_bytes
+        return int(overhead_total_bytes(self.activation_peak_bytes, self.non_torch_bytes, self.cuda_graph_bytes))
+
+
+def overhead_total_bytes(activation_peak_bytes: Num, non_torch_bytes: Num, cuda_graph_bytes: Num) -> Num:
+    """The non-KV memory a rank charges: its three terms (`Overhead.total_bytes`; the grid's overhead column, which
+    a published context view computes when read)."""
+    return activation_peak_bytes + non_torch_bytes + cuda_graph_bytes
 
 
 @dataclass(frozen=True, slots=True)

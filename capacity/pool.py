@@ -225,6 +225,12 @@ class PoolTerms:
         return choose(capped, 0, choose(empty, 0, within))
 
 
+def physical_token_slots(num_blocks: Num, block_size: Num) -> Num:
+    """The token slots a pool of `num_blocks` blocks holds, whatever the requests' layers keep of them (the
+    estimate's and the grid's `physical_kv_token_slots`)."""
+    return num_blocks * block_size
+
+
 def max_concurrency(pool: KVPool, context_tokens: int) -> float:
     """Sequences of T tokens the pool holds, as the engine prints it ("Maximum concurrency")."""
     numerator, denominator = pool.terms().concurrency_ratio(context_tokens)

@@ -19,6 +19,7 @@ from capacity.pool import (
     largest_starting_len,
     max_concurrency,
     max_context,
+    physical_token_slots,
     start_units,
 )
 from capacity.spec import SpecError
@@ -112,7 +113,7 @@ def pool_figures(
         kv_cache_tokens = profile.kv_cache_tokens(
             pool.capacity_units, len(pool.groups), pool.block_size, printed_concurrency, max_model_len
         )
-        physical = pool.capacity_units * pool.block_size
+        physical = physical_token_slots(pool.capacity_units, pool.block_size)
     else:
         kv_cache_tokens = physical = 0
     block_size = pool.block_size if budget > 0 else lim.block_size

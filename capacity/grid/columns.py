@@ -3,9 +3,14 @@ the deployments, the column split of `GridTables`, and the dtypes of the frames.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
 from capacity.columns import CONTEXT_COLUMNS, DEPLOYMENT_KEYS, GRID_COLUMNS  # re-exported for the grid modules
+from capacity.numeric import Num
+from capacity.overhead import overhead_total_bytes
+from capacity.pool import physical_token_slots
 
 # DEPLOYMENT_KEYS, CONTEXT_COLUMNS, GRID_COLUMNS and their dtypes (grid_schema, grid_select): capacity.columns
 # The pool's charge terms (`KVPool.charge_terms`), carried after GRID_COLUMNS so that
@@ -83,16 +88,32 @@ TABLE_CONTEXT_COLUMNS = tuple("max_concurrency_e4" if c == "max_concurrency" els
 # A grid published with its context rows as a view (`GridTables.context_view`) keeps what the context
 # rules read beside each grain's columns: per deployment its pool's shape and its engine settings (ids
 # into two small tables, `pool_shapes` and `settings`, which the registry numbers for the whole build)
-# and SGLang's second pool; per shape the pool's charge terms (`pool_window_{j}_*`: as many windows as
-# the build's pools have); per settings row the memory utilization, the in-flight tokens and the engine's speed
+# and SGLang's second pool, but not the columns that follow from the others (VIEW_DERIVED_COLUMNS); per shape
+# the pool's charge terms (`pool_window_{j}_*`: as many windows as the build's pools have); per settings row the memory utilization, the in-flight tokens and the engine's speed
 # factors (the deployments table then leaves out gpu_memory_utilization, VIEW_DEPLOYMENT_ONLY_COLUMNS); per
 # layout the speed model's per-rank terms and the model's grid contexts; per GPU its rates.
 VIEW_DEPLOYMENT_COLUMNS = ("shape_id", "settings_id", "pool_swa_capacity")
 VIEW_SHAPE_COLUMNS = ("pool_fixed_units", "pool_per_block_groups", "pool_swa_window")
 VIEW_SETTINGS_COLUMNS = ("gpu_memory_utilization", "pool_max_in_flight_tokens", *_PERF_SETTINGS)
+
+
+def derived_deployment_columns(col: Callable[[str], Num]) -> dict[str, Num]:
+    """The deployment columns that follow from others (`col`) by one rule each: the sizing computes them so, and a
+    context view when read rather than storing them (VIEW_DERIVED_COLUMNS: a tenth of its deployments table's
+    bytes, which the build would write and the insert compress)."""
+    overhead_terms = ("activation_peak_bytes_per_gpu", "non_torch_bytes_per_gpu", "cuda_graph_bytes_per_gpu")
+    return {
+        "overhead_bytes_per_gpu": overhead_total_bytes(*(col(c) for c in overhead_terms)),
+        "physical_kv_token_slots": physical_token_slots(col("num_blocks"), col("block_size")),
+    }
+
+
+VIEW_DERIVED_COLUMNS = tuple(derived_deployment_columns(lambda name: 0))
 # what a context view's deployments table keeps of DEPLOYMENT_ONLY_COLUMNS: the rest is its settings row's, stored
-# once per setting and GPU instead of once per deployment
-VIEW_DEPLOYMENT_ONLY_COLUMNS = tuple(c for c in DEPLOYMENT_ONLY_COLUMNS if c not in VIEW_SETTINGS_COLUMNS)
+# once per setting and GPU instead of once per deployment, or computed when read (VIEW_DERIVED_COLUMNS)
+VIEW_DEPLOYMENT_ONLY_COLUMNS = tuple(
+    c for c in DEPLOYMENT_ONLY_COLUMNS if c not in (*VIEW_SETTINGS_COLUMNS, *VIEW_DERIVED_COLUMNS)
+)
 VIEW_LAYOUT_COLUMNS = (*_PERF_LAYOUT, *_PERF_KV, "grid_contexts")
 VIEW_GPU_COLUMNS = _PERF_GPU
 

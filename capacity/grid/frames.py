@@ -32,6 +32,7 @@ from capacity.grid.columns import (
     VIEW_DEPLOYMENT_ONLY_COLUMNS,
     WINDOW_PADDING,
     Schema,
+    derived_deployment_columns,
     pool_window_columns,
     stage_columns,
 )
@@ -294,10 +295,12 @@ def _frames_of(t: _Tables) -> _Frames:
             "activation_peak_bytes_per_gpu": _I64,
             "non_torch_bytes_per_gpu": _I64,
             "cuda_graph_bytes_per_gpu": _I64,
-            "overhead_bytes_per_gpu": _I64,
             **dict.fromkeys(stage_columns("_overhead_short", reg.stage_slots), _I64),
         },
     ).unique()
+    overheads = overheads.with_columns(
+        derived_deployment_columns(pl.col)["overhead_bytes_per_gpu"].alias("overhead_bytes_per_gpu")
+    )
     candidates, width = _candidate_frame(t)
     shapes, windows = _shape_frame(reg)
     gpu_frame, served = served_frames(reg)

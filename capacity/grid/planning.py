@@ -47,6 +47,8 @@ _KVSide = tuple[int, int, int, list[tuple[int, bool, _Candidates]] | None]
 _Shape = tuple[int, int, int, int, int, int, tuple[tuple[int, int, int], ...]]
 # a model's DP-attention x expert-parallel layouts: (engine index, tp, dp, ep) -> the GPUs (by node size) they are on
 _DPPlan = dict[tuple[int, int, int, int], tuple[int, ...]]
+# the (`GpuSku.nvlink_multicast`, `GpuSku.peer_link_gpus`) pairs of some GPUs, sorted
+_LinkPairs = tuple[tuple[bool, int], ...]
 
 
 @dataclass(slots=True)
@@ -63,7 +65,11 @@ class _Registry:
     plans: list[tuple[list[tuple[int, int]], dict[int, int | None]]] = field(default_factory=list)
     dp_plans: list[_DPPlan] = field(default_factory=list)  # per model of the build
     settings: list[tuple[object, ...]] = field(default_factory=list)
-    batches: dict[tuple[str, int], set[tuple[int, int]]] = field(default_factory=dict)
+    # per (engine index, model class, TP, PP): each batch setting (max_num_seqs, max_num_batched_tokens) of the GPUs
+    # that serve it, with the (`GpuSku.nvlink_multicast`, `GpuSku.peer_link_gpus`) pairs of those GPUs (the overhead
+    # differs by them at TP > 1: non-torch memory, the custom all-reduce's CUDA-graph charge): the overheads a
+    # deployment can ask for
+    overhead_cases: dict[tuple[int, int, int, int], dict[tuple[int, int], _LinkPairs]] = field(default_factory=dict)
     block_sizes: dict[tuple[str, int], set[tuple[int, bool]]] = field(default_factory=dict)
     shapes: list[tuple[int, int, int, int, int, int, int, tuple[tuple[int, int, int], ...]]] = field(default_factory=list)
     shape_ids: dict[_Shape, int] = field(default_factory=dict)
@@ -89,17 +95,13 @@ class _Registry:
     served: tuple[pl.DataFrame, pl.DataFrame] | None = None
     # the engine settings a context view keeps (`tables._view_tables`): fixed once the registry is built, built once
     view_settings: pl.DataFrame | None = None
-    # the (`GpuSku.nvlink_multicast`, `GpuSku.peer_link_gpus`) pairs among the GPUs (the overhead differs
-    # by them at TP > 1: non-torch memory, and the custom all-reduce's CUDA-graph charge); read once
-    link_kinds: tuple[tuple[bool, int], ...] = ()
     # what of a GPU's links an engine's overhead reads at a TP and DP (`EngineProfile.overhead_link_kind`), numbered:
     # a deployment's settings row names its GPU's (`overhead_link`), an overhead row the one it was computed for
     link_ids: dict[Hashable, int] = field(default_factory=dict)
-    # per (engine index, TP, DP): each link id read there and a (multicast, peer GPUs) pair of that kind
-    link_classes: dict[tuple[int, int, int], list[tuple[int, tuple[bool, int]]]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.link_kinds = tuple(sorted({(gpu.nvlink_multicast, gpu.peer_link_gpus) for gpu in self.gpus}))
+    # `overhead_link`'s answers, per (engine index, TP, DP, multicast, peer GPUs)
+    link_memo: dict[tuple[int, int, int, bool, int], int] = field(default_factory=dict)
+    # `overhead_links`' answers, per (engine index, TP, DP, GPU link pairs)
+    links_memo: dict[tuple[int, int, int, _LinkPairs], list[tuple[int, tuple[bool, int]]]] = field(default_factory=dict)
 
     def overhead_dp(self, e: int, dp: int) -> int:
         """The DP size engine `e`'s overhead reads of a layout at DP `dp` (1 where it reads none)."""
@@ -108,19 +110,23 @@ class _Registry:
     def overhead_link(self, e: int, tp: int, dp: int, multicast: bool, peers: int) -> int:
         """The id of what engine `e`'s overhead reads at TP x DP: the DP size and, of a GPU's links, what the
         multi-GPU terms read (a link id names one overhead per model, TP x PP and batch setting)."""
-        asked = self.overhead_dp(e, dp)
-        # the GPU's links move only the multi-GPU terms, and only what of them the profile reads
-        kind = (asked, self.profiles[e].overhead_link_kind(tp, multicast, peers) if tp * asked > 1 else None)
-        return self.link_ids.setdefault(kind, len(self.link_ids))
-
-    def overhead_links(self, e: int, tp: int, dp: int) -> list[tuple[int, tuple[bool, int]]]:
-        """The link ids engine `e`'s overhead tells apart at TP x DP, each with a GPU link pair of its kind."""
-        found = self.link_classes.get((e, tp, dp))
+        key = (e, tp, dp, multicast, peers)
+        found = self.link_memo.get(key)
         if found is None:
-            kinds: dict[int, tuple[bool, int]] = {}
-            for multicast, peers in self.link_kinds:
-                kinds.setdefault(self.overhead_link(e, tp, dp, multicast, peers), (multicast, peers))
-            found = self.link_classes[(e, tp, dp)] = list(kinds.items())
+            asked = self.overhead_dp(e, dp)
+            # the GPU's links move only the multi-GPU terms, and only what of them the profile reads
+            kind = (asked, self.profiles[e].overhead_link_kind(tp, multicast, peers) if tp * asked > 1 else None)
+            found = self.link_memo[key] = self.link_ids.setdefault(kind, len(self.link_ids))
+        return found
+
+    def overhead_links(self, e: int, tp: int, dp: int, pairs: _LinkPairs) -> list[tuple[int, tuple[bool, int]]]:
+        """The link ids (`overhead_link`) engine `e`'s overhead tells apart at TP x DP among GPUs of these link
+        `pairs`, each with a pair of its kind."""
+        key = (e, tp, dp, pairs)
+        found = self.links_memo.get(key)
+        if found is None:
+            kinds = {self.overhead_link(e, tp, dp, multicast, peers): (multicast, peers) for multicast, peers in pairs}
+            found = self.links_memo[key] = sorted(kinds.items())
         return found
 
     def gpu_set(self, gpu_idxs: tuple[int, ...] | None) -> int | None:
@@ -322,21 +328,19 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
             at.update((tp, 1) for tp in valid if tp <= gpn)
             at.update((node_tp, pp) for pp in stages if node_tp is not None)
 
+    link_pairs = [(gpu.nvlink_multicast, gpu.peer_link_gpus) for gpu in gpus]
     for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
         efficiency = [efficiency_for(engine, gpu) for gpu in gpus]  # by engine and GPU only
-        links: dict[tuple[int, int, int], int] = {}
+        cases: dict[tuple[int, int, int, int], dict[tuple[int, int], set[tuple[bool, int]]]] = {}
         for cid, rep in enumerate(representative):
             for g, gpu in enumerate(gpus):
-                eff = efficiency[g]
+                eff, link_pair = efficiency[g], link_pairs[g]
                 served_here = sorted(served_at.get((cid, gpu.gpus_per_node), ()))
                 asked: dict[tuple[int, int, int, str | None], EngineDefaults] = {}
                 for (tp, pp), (k, kv_dtype) in product(served_here, enumerate(options.kv_dtypes)):
                     # the DP layouts' own rows (SGLang reserves per DP-attention rank): at PP 1, their widths
                     for dp in (1, *sorted(class_dps.get((e, cid, tp), ()) if pp == 1 else ())):
-                        link = links.get((g, tp, dp))
-                        if link is None:
-                            link = reg.overhead_link(e, tp, dp, gpu.nvlink_multicast, gpu.peer_link_gpus)
-                            links[(g, tp, dp)] = link
+                        link = reg.overhead_link(e, tp, dp, *link_pair)
                         asked_as = (tp, pp, dp, kv_dtype if profile.defaults_read_kv_dtype else None)
                         found = asked.get(asked_as)
                         if found is None:
@@ -352,13 +356,15 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
                              d.block_size, d.state_checkpoints, eff.memory_bandwidth, eff.compute, eff.step_overhead_s,
                              eff.allreduce_latency_s, link)
                         )
-                    reg.batches.setdefault((engine, cid), set()).add((d.max_num_seqs, batched))
+                        cases.setdefault((e, cid, tp, pp), {}).setdefault((d.max_num_seqs, batched), set()).add(link_pair)
                     reg.block_sizes.setdefault((engine, cid), set()).add((d.block_size, d.state_checkpoints))
+        for case, batches in cases.items():
+            reg.overhead_cases[case] = {batch: tuple(sorted(pairs)) for batch, pairs in sorted(batches.items())}
     return reg
 
 
 # what `_registry` computes from the models, GPUs and options: another build of the same fleet can take it as is
-_REGISTRY_STATE = ("model_class", "plans", "dp_plans", "settings", "batches", "block_sizes", "link_ids")
+_REGISTRY_STATE = ("model_class", "plans", "dp_plans", "settings", "overhead_cases", "block_sizes", "link_ids")
 RegistryState = tuple[object, ...]
 
 
@@ -453,7 +459,7 @@ def _model_rows(
     """The rows of model `m` of the chunk (`first + m` of the build) at the TP x PP `combos`: its model and node
     rows, overheads, KV layouts and layouts (only the (engine, KV dtype, weight dtype) groups `wanted`, where given)."""
     options, spec = reg.options, gm.spec
-    batches, block_sizes = reg.batches, reg.block_sizes
+    block_sizes = reg.block_sizes
     cid = reg.model_class[first + m]
     contexts = grid_contexts(spec.context_limit_tokens, options.min_context)
     t.models.append((m, gm.repo_id, spec.family, spec.context_limit_tokens, contexts[0], contexts))
@@ -475,7 +481,7 @@ def _model_rows(
                 for dp, ep, dp_gpus in _layouts_at(reg.dp_plans[first + m], e, tp, pp)
             ]
             dps = sorted({layout.moe_dispatch_ranks for _, layout in layouts_here})
-            _overhead_rows(t, m, e, profile, spec, tp, pp, act_bytes, batches.get((engine, cid), ()), dps)
+            _overhead_rows(t, m, e, profile, spec, tp, pp, act_bytes, reg.overhead_cases.get((e, cid, tp, pp), {}), dps)
             bases = sorted(block_sizes.get((engine, cid), ()))
             for dp_gpus, layout in layouts_here:
                 dp, ep = layout.dp, layout.ep
@@ -618,18 +624,19 @@ def _overhead_rows(
     tp: int,
     pp: int,
     act_bytes: int,
-    batches: Iterable[tuple[int, int]],
+    cases: Mapping[tuple[int, int], _LinkPairs],
     dps: Iterable[int] = (1,),
 ) -> None:
-    """The overhead rows of model `m` on engine `e` at TP x PP: one per batch setting, DP size of the layouts there
-    (`RankLayout.moe_dispatch_ranks`: the tokens vLLM's MoE layers gather) and what of the GPU's links the
-    profile's overhead reads there (`_Registry.overhead_links`), each computed once per DP size it reads."""
+    """The overhead rows of model `m` on engine `e` at TP x PP: one per batch setting of the GPUs that serve it,
+    DP size of the layouts there (`RankLayout.moe_dispatch_ranks`: the tokens vLLM's MoE layers gather) and what of
+    the links of the GPUs with that setting the profile's overhead reads there (`_Registry.overhead_link`; a third
+    of the pairs of a batch setting and a link no GPU has together), each computed once per DP size it reads."""
     reg = t.reg
-    for seqs, batched in sorted(batches):
+    for (seqs, batched), pairs in cases.items():
         computed: dict[int, tuple[int, ...]] = {}  # per link id (it holds the DP size read): the row's values
         for dp in dps:
             asked = reg.overhead_dp(e, dp)
-            for link, (multicast, peers) in reg.overhead_links(e, tp, dp):
+            for link, (multicast, peers) in reg.overhead_links(e, tp, dp, pairs):
                 values = computed.get(link)
                 if values is None:
                     # the totals only: the grid reads no named term
@@ -639,7 +646,7 @@ def _overhead_rows(
                     )
                     row = profile.overhead(inputs)
                     values = computed[link] = (
-                        row.activation_peak_bytes, row.non_torch_bytes, row.cuda_graph_bytes, row.total_bytes,
+                        row.activation_peak_bytes, row.non_torch_bytes, row.cuda_graph_bytes,
                         *_stage_slots(row.stage_shortfall_bytes, reg.no_shortfall),
                     )  # fmt: skip
                 t.overheads.append((m, e, tp, pp, dp, seqs or None, batched, link, *values))

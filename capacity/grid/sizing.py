@@ -9,7 +9,7 @@ import polars as pl
 
 from capacity.engines import EngineProfile
 from capacity.engines import sglang as sglang_rules
-from capacity.grid.columns import _F64, _I64
+from capacity.grid.columns import _F64, _I64, derived_deployment_columns
 from capacity.numeric import Num, bisect_step
 from capacity.pool import PoolTerms
 
@@ -203,7 +203,7 @@ def _sized(
     ).cast(_I64)
     dep = dep.with_columns(
         pl.when((blocks <= 0) | (limit <= 0)).then(0).otherwise(printed).alias("kv_cache_tokens"),
-        (blocks * bs).alias("physical_kv_token_slots"),
+        derived_deployment_columns(pl.col)["physical_kv_token_slots"].alias("physical_kv_token_slots"),
     )
     # the running-sequence cap the engine derives from its pool where the deployment sets none (SGLang)
     state_slots = pl.when(is_mamba).then(pl.col("pool_swa_capacity")).otherwise(0)

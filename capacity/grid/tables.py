@@ -21,10 +21,12 @@ from capacity.grid.columns import (
     LAYOUT_COLUMNS,
     TABLE_CONTEXT_COLUMNS,
     VIEW_DEPLOYMENT_ONLY_COLUMNS,
+    VIEW_DERIVED_COLUMNS,
     VIEW_GPU_COLUMNS,
     VIEW_LAYOUT_COLUMNS,
     VIEW_SETTINGS_COLUMNS,
     VIEW_SHAPE_COLUMNS,
+    derived_deployment_columns,
     pool_window_columns,
 )
 from capacity.grid.contexts import _at_contexts, _exact_divisor
@@ -174,14 +176,16 @@ class GridTables:
         )
 
     def _deployment_only(self) -> pl.DataFrame:
-        """`deployments` with every DEPLOYMENT_ONLY_COLUMNS column: a context view's settings row holds some."""
+        """`deployments` with every DEPLOYMENT_ONLY_COLUMNS column: a context view's settings row holds some, and
+        some follow from the others (VIEW_DERIVED_COLUMNS)."""
         if not self.context_view:
             return self.deployments
         assert self.settings is not None
-        held = [c for c in DEPLOYMENT_ONLY_COLUMNS if c not in VIEW_DEPLOYMENT_ONLY_COLUMNS]
+        held = [c for c in DEPLOYMENT_ONLY_COLUMNS if c not in (*VIEW_DEPLOYMENT_ONLY_COLUMNS, *VIEW_DERIVED_COLUMNS)]
+        derived = [expr.alias(name) for name, expr in derived_deployment_columns(pl.col).items()]
         return self.deployments.join(
             self.settings.select("settings_id", *held), on="settings_id", how="left", maintain_order="left"
-        )
+        ).with_columns(derived)
 
     def grid(self) -> pl.DataFrame:
         """GRID_COLUMNS, one row per deployment and context (`build_capacity_grid` without the pool columns)."""

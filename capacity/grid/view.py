@@ -25,6 +25,7 @@ from capacity.grid.columns import (
     VIEW_LAYOUT_COLUMNS,
     VIEW_SETTINGS_COLUMNS,
     VIEW_SHAPE_COLUMNS,
+    derived_deployment_columns,
 )
 from capacity.grid.contexts import _at_contexts
 from capacity.grid.staged import SqlRows
@@ -75,7 +76,8 @@ def context_view_sql(kinds: Mapping[str, Kinds], *, speed: bool = True, names: M
     for alias, columns in sources.items():
         column_kinds |= {c: kinds[table_of[alias]][c] for c in columns}
     column_kinds |= {c: kinds["layouts"][c.removeprefix("perf_")] for c in _PERF_PARALLEL}
-    rows = _at_contexts(SqlRows(base, column_kinds), windows, scaled=True, speed=speed)
+    stored = SqlRows(base, column_kinds)
+    rows = _at_contexts(stored.with_columns(derived_deployment_columns(stored.col)), windows, scaled=True, speed=speed)
     assert isinstance(rows, SqlRows)
     columns = [
         '"max_concurrency_e4" / 10000 AS "max_concurrency"' if c == "max_concurrency" else f'"{c}"'
