@@ -100,7 +100,6 @@ def _built_by_two(
     )
     feeder = threading.Thread(target=_feed, args=(worker, requests), name="capplan-grid-feed", daemon=True)
     planner: threading.Thread | None = None
-    collector = _CollectorPause()
     try:
         reader.start()
         feeder.start()
@@ -130,23 +129,6 @@ def _built_by_two(
             if thread is not None and thread.is_alive():
                 thread.join()
         receiver.close()
-        collector.end()
-
-
-class _CollectorPause:
-    """The cyclic garbage collector paused while the build runs, as the second process runs without it: the build
-    makes millions of small acyclic rows, which each collection would walk again (the objects that already exist
-    are set aside, `gc.freeze`, so the pause does not make the next collection walk them either)."""
-
-    def __init__(self) -> None:
-        self._was_enabled = gc.isenabled()
-        gc.freeze()
-        gc.disable()
-
-    def end(self) -> None:
-        gc.unfreeze()
-        if self._was_enabled:
-            gc.enable()
 
 
 def _ranges(models: Sequence[GridModel], chunk_models: int) -> list[_Range]:
