@@ -743,6 +743,11 @@ def vllm_overhead_coefficients(release: VllmRelease) -> OverheadCoefficients:
 # only fp8 on Turing; 0.14.0, 0.15.0, 0.20.0, 0.25.1, 0.26.0, 0.33.0 read); None: not read (0.4.0.post1 has no
 # fp8 method, 0.4.1-0.5.x not read), so nothing is refused there
 VLLM_FP8_MIN_CAPABILITY: tuple[tuple[str, int | None], ...] = (("0.4", None), ("0.6", 80), ("0.14", 75))
+# `--kv-cache-dtype auto` run as the KV cache the checkpoint declares (`CheckpointQuant.kv_cache_format` "fp8" ->
+# fp8_e4m3): engine/arg_utils.py resolves `auto` through utils/torch_utils.py resolve_kv_cache_dtype_string (ModelOpt
+# configs only) before building the CacheConfig from the 0.14.0 wheel on (not in 0.13.0; read in 0.14-0.18, 0.20 and
+# 0.33); earlier `auto` is the model's dtype whatever the checkpoint declares
+VLLM_KV_DTYPE_FROM_CHECKPOINT: tuple[tuple[str, bool], ...] = (("0.14", True),)
 
 
 # first vLLM release whose Triton attention refuses an fp8 KV cache below SM89 with FlashInfer's floor at SM80

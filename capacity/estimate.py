@@ -167,7 +167,7 @@ class _Dtypes:
     act_bytes: int
     kv_bytes: int
     ssm_bytes: int
-    kv_name: str  # the `--kv-dtype` value, lower case
+    kv_name: str  # the `--kv-dtype` value, lower case, as the engine resolves it (`EngineProfile.resolved_kv_dtype`)
     kv_dtype_name: str  # what the contract prints: the activation dtype for `auto`
 
 
@@ -175,14 +175,15 @@ def _dtypes(model: ModelSpec, d: DeploymentSpec, profile: EngineProfile) -> _Dty
     act_dtype = profile.serving_dtype(model)
     if d.weight_dtype.lower() in ("float32", "fp32"):
         act_dtype = "float32"
-    kv_name = d.kv_dtype.lower()
-    problem = profile.kv_dtype_problem(kv_name)
+    asked = d.kv_dtype.lower()
+    problem = profile.kv_dtype_problem(asked)
     if problem:
         raise SpecError(problem)
-    if kv_name not in KV_DTYPES and kv_name not in ELEMENT_BYTES:
+    if asked not in KV_DTYPES and asked not in ELEMENT_BYTES:
         raise SpecError(f"unknown KV dtype {d.kv_dtype!r}; expected one of {', '.join(KV_DTYPES)}")
+    kv_name = profile.resolved_kv_dtype(model, asked)
     ssm_bytes = element_bytes(profile.ssm_cache_dtype(model, act_dtype))
-    kv_dtype_name = act_dtype if d.kv_dtype == "auto" else d.kv_dtype
+    kv_dtype_name = act_dtype if kv_name == "auto" else (d.kv_dtype if kv_name == asked else kv_name)
     return _Dtypes(element_bytes(act_dtype), kv_element_bytes(kv_name, act_dtype), ssm_bytes, kv_name, kv_dtype_name)
 
 
@@ -439,6 +440,12 @@ def _memory(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> _Memory:
     draft = draft_sizing(model, d, profile.engine, notes)  # speculative decoding: the draft's weights and KV layers
     max_model_len, auto_fit = _max_model_len(model, d, profile.context_limit(model), notes)
     dt = _dtypes(model, d, profile)
+    if dt.kv_name != d.kv_dtype.lower():
+        release = f"{profile.engine.value} {profile.version}" if profile.version else profile.engine.value
+        notes.append(
+            f"KV cache {dt.kv_name}: the checkpoint declares an FP8 KV cache (kv_cache_quant_algo), which {release} "
+            f"runs --kv-cache-dtype {d.kv_dtype} as"
+        )
     atp = layout.attention_tp  # the TP that splits attention and its KV
     state_terms = state_terms_per_gpu(
         model, dt.act_bytes, dt.ssm_bytes, atp, d.pp, conv_without_current=profile.conv_state_without_current

@@ -101,6 +101,9 @@ class CheckpointQuant:
     group_size: int | None = None
     experts_only: bool = False  # mxfp4 in gpt-oss: only the routed experts are quantized
     attention_quantized: bool = True  # False when the checkpoint keeps every attention projection 16-bit
+    # the KV cache format the checkpoint declares for itself ("fp8": ModelOpt's `kv_cache_quant_algo` FP8, or a static
+    # 8-bit float `kv_cache_scheme`), which some engine releases run `--kv-cache-dtype auto` as; None: none declared
+    kv_cache_format: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

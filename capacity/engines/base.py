@@ -27,6 +27,11 @@ UNSIZED_FEATURES = ADAPTER_FEATURES | {"speculative"}
 KV_CONNECTOR = "kv_connector"  # vLLM's --kv-transfer-config (LMCache and the like hold GPU buffers of their own)
 
 
+def declares_fp8_kv_cache(model: ModelSpec) -> bool:
+    """Whether the checkpoint declares an FP8 KV cache for itself (`CheckpointQuant.kv_cache_format`)."""
+    return model.quantization is not None and model.quantization.kv_cache_format == "fp8"
+
+
 class ProfileBase:
     """Defaults shared by the engine profiles (each a frozen dataclass with `engine` and `requested_version`)."""
 
@@ -142,6 +147,9 @@ class ProfileBase:
 
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         return None
+
+    def resolved_kv_dtype(self, model: ModelSpec, kv_dtype: str) -> str:
+        return kv_dtype
 
     @property
     def conv_state_without_current(self) -> bool:

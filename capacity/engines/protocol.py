@@ -231,6 +231,10 @@ class EngineProfile(Protocol):
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         """Why the engine rejects a KV cache dtype (None: accepted)."""
 
+    def resolved_kv_dtype(self, model: ModelSpec, kv_dtype: str) -> str:
+        """The KV cache dtype the engine runs for `--kv-cache-dtype kv_dtype` (lower case): `auto` becomes the KV
+        cache the checkpoint declares (`CheckpointQuant.kv_cache_format`) where the release reads it; else as asked."""
+
     @property
     def conv_state_without_current(self) -> bool:
         """The conv state keeps `kernel - 1` columns (the current token is not stored), not `kernel`."""

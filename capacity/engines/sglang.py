@@ -39,7 +39,7 @@ from typing import ClassVar
 from capacity import engine_constants as ec
 from capacity.dtypes import format_gib
 from capacity.engines import sglang_constants as sc
-from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
+from capacity.engines.base import UNSIZED_FEATURES, ProfileBase, declares_fp8_kv_cache
 from capacity.engines.kinds import Engine
 from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest, StartRequest
 from capacity.engines.start_checks import fp8_method, long_length_refusal, quantization_refusal
@@ -79,6 +79,13 @@ class SglangProfile(ProfileBase):
     def ssm_cache_dtype(self, model: ModelSpec, act_dtype: str) -> str:
         """`configs/mamba_utils.py` `mamba2_state_dtype`: the config's `mamba_ssm_dtype`, else float32."""
         return model.mamba_ssm_cache_dtype if model.mamba_ssm_dtype_stated else "float32"
+
+    def resolved_kv_dtype(self, model: ModelSpec, kv_dtype: str) -> str:
+        """`auto` is fp8_e4m3 for a checkpoint that declares an FP8 KV cache from 0.5.3 on
+        (`SGLANG_KV_DTYPE_FROM_CHECKPOINT_FROM`)."""
+        release = _release(self.requested_version)
+        reads = release is None or release >= sc.SGLANG_KV_DTYPE_FROM_CHECKPOINT_FROM
+        return "fp8_e4m3" if kv_dtype == "auto" and reads and declares_fp8_kv_cache(model) else kv_dtype
 
     def defaults(self, request: DefaultsRequest) -> EngineDefaults:
         """`handle_gpu_memory_settings`; max_running_requests is sized from the pool (`resolve_max_num_reqs`,

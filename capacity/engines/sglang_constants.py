@@ -73,6 +73,10 @@ SGLANG_LEGACY_CUDA_LARGE_FRACTION = 0.79
 # (below this many MiB, base GiB, GiB per rank of TP x PP), first match wins, the last tier flat 32 GiB;
 # + the speculative reserve (`SGLANG_SPECULATIVE_RESERVE_MIB`), + 4 GiB with DP attention
 SGLANG_TIERED_RELEASES_FROM = (0, 4, 7, 1)
+# `--kv-cache-dtype auto` run as fp8_e4m3 where the model's quantization config has kv_cache_quant_algo FP8
+# (model_executor/model_runner.py in the 0.5.3 to 0.5.13 wheels, not in 0.5.2; mem_cache/kv_cache_dtype.py
+# configure_kv_cache_dtype from 0.5.16 to 0.5.23); earlier `auto` is the model's dtype
+SGLANG_KV_DTYPE_FROM_CHECKPOINT_FROM = (0, 5, 3)
 SGLANG_TIERED_FIRST_RELEASE = "0.4.7.post1"  # the same release as text (what a tiered rule without a release assumes)
 SGLANG_TIERED_DP_ATTENTION_GIB = 4.0
 SGLANG_TIERED_RELEASES_BEFORE = (0, 5, 3)

@@ -14,6 +14,7 @@ import polars as pl
 
 from capacity.dtypes import element_bytes, kv_element_bytes
 from capacity.engines import DefaultsRequest, EngineProfile, PoolRequest
+from capacity.engines.base import declares_fp8_kv_cache
 from capacity.engines.protocol import StartRequest
 from capacity.engines.registry import engine_profile
 from capacity.features.parallel_layout import RankLayout, dp_candidates, rank_layout
@@ -288,12 +289,13 @@ def _profiles(options: GridOptions) -> tuple[EngineProfile, ...]:
 def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: GridOptions) -> _Registry:
     reg = _Registry(options, _profiles(options), gpus, (0,) * max((1, *options.pp_sizes)))
     gpns = sorted({gpu.gpus_per_node for gpu in gpus})
-    # the engines' defaults read six facts of a model (its context limit and whether a layer keeps a
+    # the engines' defaults read seven facts of a model (its context limit and whether a layer keeps a
     # window, for vLLM's v0 batch rule; whether it is MLA and whether it has a sparse-attention indexer,
     # for the block size; its state mixers, for prefill checkpoints and the v0 rule; its vision tower with
     # the architecture and family, for SGLang's VLM fraction and vLLM's multimodal batch floor and v0
-    # rule): one representative per combination of facts is asked
-    classes: dict[tuple[int, bool, frozenset[StateMixer], bool, object, bool], int] = {}
+    # rule; whether its checkpoint declares an FP8 KV cache, for the KV dtype `auto` runs as): one
+    # representative per combination of facts is asked
+    classes: dict[tuple[int, bool, frozenset[StateMixer], bool, object, bool, bool], int] = {}
     representative: list[ModelSpec] = []
     # (class, GPUs per node): the TP x PP a model of the class can be served at on such a GPU (`served_frames`
     # keeps TP within the node; PP > 1 is planned only at the node's TP): the engine settings asked for
@@ -308,6 +310,7 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
             spec.has_indexer,
             _vision(spec),
             spec.has_window_layers,
+            declares_fp8_kv_cache(spec),
         )
         if key not in classes:
             classes[key] = len(classes)
@@ -345,7 +348,8 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
                         found = asked.get(asked_as)
                         if found is None:
                             limit = rep.context_limit_tokens
-                            request = DefaultsRequest(rep, gpu, gpu.memory_total_bytes, limit, tp, pp, kv_dtype, attention_dp=dp)
+                            run_as = profile.resolved_kv_dtype(rep, kv_dtype)
+                            request = DefaultsRequest(rep, gpu, gpu.memory_total_bytes, limit, tp, pp, run_as, attention_dp=dp)
                             found = asked[asked_as] = profile.defaults(request)
                         d = found
                         seqs = d.max_num_seqs or None
@@ -466,6 +470,8 @@ def _model_rows(
     t.node.extend((m, gpn, tp) for gpn, tp in node.items())
     vid, kv_spec = reg.kv_view(spec)
     work = _ModelWork(gm, weight_dtype_choices(spec, options.weight_dtypes), wanted, vid, kv_spec)
+    # per engine, the KV dtypes asked as the engine runs them (a checkpoint's declared KV cache for `auto`)
+    kv_dtypes = [[profile.resolved_kv_dtype(spec, kv) for kv in options.kv_dtypes] for profile in reg.profiles]
     for profile in reg.profiles:
         act_dtype = profile.serving_dtype(spec)
         ssm_bytes = element_bytes(profile.ssm_cache_dtype(spec, act_dtype))
@@ -487,9 +493,10 @@ def _model_rows(
                 dp, ep = layout.dp, layout.ep
                 atp = layout.attention_tp  # the TP that splits attention and its KV
                 kv_rows: list[tuple[int, int, str]] = []
-                for k, kv_dtype in enumerate(options.kv_dtypes):
+                for k, asked_kv in enumerate(options.kv_dtypes):
                     if wanted is not None and not any(g[:2] == (e, k) for g in wanted):
                         continue
+                    kv_dtype = kv_dtypes[e][k]  # as the engine runs it (`EngineProfile.resolved_kv_dtype`)
                     kv_bytes = kv_element_bytes(kv_dtype, act_dtype)
                     side_key = (vid, engine, kv_bytes, act_bytes, atp, pp)
                     side = reg.kv_sides.get(side_key)
@@ -510,7 +517,7 @@ def _model_rows(
                     candidates = [(kv_id, base, checkpoints, stages) for base, checkpoints, stages in found]
                     t.candidates.extend(candidates)
                     t.kv_layouts.append(
-                        (kv_id, m, cid, e, k, engine, profile.version, kv_dtype, tp, pp, dp, ep,
+                        (kv_id, m, cid, e, k, engine, profile.version, asked_kv, tp, pp, dp, ep,
                          layout.dp_ranks_add_gpus, kv_dtype.startswith("fp8"),
                          act_dtype if kv_dtype == "auto" else kv_dtype,
                          per_token, per_token_gpu, state, unmodelled,

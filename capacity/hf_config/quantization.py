@@ -52,6 +52,24 @@ def checkpoint_size_problem(spec: ModelSpec, checkpoint_bytes: int) -> str | Non
 # ---------------------------------------------------------------------------- quantization
 
 
+def _modelopt_kv_cache_format(q: Fields) -> str | None:
+    """The KV cache format a ModelOpt checkpoint declares, read as vLLM reads it (0.33 `utils/torch_utils.py`
+    `get_kv_cache_quant_algo_string`: the first of `kv_cache_scheme` and `kv_cache_quant_algo` given, under
+    `quantization` or at the top): "fp8" for FP8 or a static 8-bit float scheme; None for none, and for a format the
+    engines' `auto` does not take as fp8 (NVFP4 is vLLM 0.20+'s nvfp4 cache, which capplan does not size)."""
+    inner = q.raw("quantization")
+    sections = (inner, q.data) if isinstance(inner, Mapping) else (q.data,)
+    # a value of another shape is not an error: the engines then run `auto` as the model's dtype
+    declared = next(
+        (section.get(key) for key in ("kv_cache_scheme", "kv_cache_quant_algo") for section in sections if section.get(key)),
+        None,
+    )
+    if isinstance(declared, Mapping):
+        static_fp8 = declared.get("dynamic") is False and declared.get("num_bits") == 8 and declared.get("type") == "float"
+        return "fp8" if static_fp8 else None
+    return "fp8" if isinstance(declared, str) and declared.lower() == "fp8" else None
+
+
 def quantization(m: Model) -> CheckpointQuant | None:
     q = m.outer.sub("quantization_config") or m.cfg.sub("quantization_config")
     if q is None:
@@ -75,16 +93,18 @@ def quantization(m: Model) -> CheckpointQuant | None:
         return _compressed_tensors(m, q)
     if method == "modelopt":  # NVIDIA ModelOpt: `quant_algo` names the scheme
         algo = (q.text("quant_algo") or "").upper()
+        kv = _modelopt_kv_cache_format(q)
         if algo.startswith("FP8"):
-            return CheckpointQuant(method="modelopt", weight_format="fp8")
+            return CheckpointQuant(method="modelopt", weight_format="fp8", kv_cache_format=kv)
         if algo in ("W4A16_AWQ", "INT4_AWQ", "W4A8_AWQ"):
-            return CheckpointQuant(method="modelopt", weight_format="int4", group_size=128)
+            return CheckpointQuant(method="modelopt", weight_format="int4", group_size=128, kv_cache_format=kv)
         if algo.startswith("NVFP4"):
             return CheckpointQuant(
                 method="modelopt",
                 weight_format="nvfp4",
                 group_size=16,
                 attention_quantized=not _attention_ignored(m, q),
+                kv_cache_format=kv,
             )
         m.notes.append(f"modelopt {algo or '(no quant_algo)'} weights: not modelled, sized as torch_dtype")
         return None

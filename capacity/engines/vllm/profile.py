@@ -24,7 +24,7 @@ from typing import ClassVar
 
 from capacity import engine_constants as ec
 from capacity.dtypes import format_gib
-from capacity.engines.base import ADAPTER_FEATURES, KV_CONNECTOR, ProfileBase
+from capacity.engines.base import ADAPTER_FEATURES, KV_CONNECTOR, ProfileBase, declares_fp8_kv_cache
 from capacity.engines.kinds import Engine
 from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest, StartRequest
 from capacity.engines.start_checks import fp8_method, long_length_refusal, quantization_refusal, triton_fp8_kv_refusal
@@ -265,6 +265,11 @@ class VllmProfile(ProfileBase):
         ):
             return legacy
         return model.context_limit_tokens
+
+    def resolved_kv_dtype(self, model: ModelSpec, kv_dtype: str) -> str:
+        """`auto` is fp8_e4m3 for a checkpoint that declares an FP8 KV cache from 0.14 on (`VLLM_KV_DTYPE_FROM_CHECKPOINT`)."""
+        from_checkpoint = ec.by_first_release(self.version, ec.VLLM_KV_DTYPE_FROM_CHECKPOINT, False)
+        return "fp8_e4m3" if kv_dtype == "auto" and from_checkpoint and declares_fp8_kv_cache(model) else kv_dtype
 
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:
         name = kv_dtype.lower()
