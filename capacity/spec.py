@@ -100,10 +100,10 @@ class CheckpointQuant:
     weight_format: str  # the capacity engine's weight dtype: fp8 | int8 | int4 | mxfp4
     group_size: int | None = None
     experts_only: bool = False  # mxfp4 in gpt-oss: only the routed experts are quantized
-    attention_quantized: bool = True  # False when the checkpoint keeps every attention projection 16-bit
     # the KV cache format the checkpoint declares for itself ("fp8": ModelOpt's `kv_cache_quant_algo` FP8, or a static
     # 8-bit float `kv_cache_scheme`), which some engine releases run `--kv-cache-dtype auto` as; None: none declared
     kv_cache_format: str | None = None
+    attention_quantized: bool = True  # False when the checkpoint keeps every attention projection 16-bit
 
 
 @dataclass(frozen=True, slots=True)
