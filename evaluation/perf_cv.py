@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import NamedTuple, TypeVar
 
@@ -40,6 +40,17 @@ _TRTLLM_CHUNK = 8192  # max_num_tokens default
 class Skipped:
     row_id: str
     reason: str
+
+
+def run_checkpoint(row: PerfMeasurement, model: ModelSpec) -> ModelSpec:
+    """The spec of the checkpoint the row ran: its catalog model, or where that is a quantized repackaging of another
+    checkpoint that the run states it served in 16 bits, the architecture alone (no quantization: neither the proxy's
+    weight format nor the KV cache it declares is the run's)."""
+    stated = (row.weight_dtype or "").lower()
+    sixteen_bit = stated.startswith(("bf16", "fp16", "float16", "bfloat16"))
+    if model.quantization is not None and row.config_model != row.model and sixteen_bit:
+        return replace(model, quantization=None)
+    return model
 
 
 def row_weight_dtype(row: PerfMeasurement, model: ModelSpec) -> str:
@@ -277,7 +288,7 @@ def read_rows(
         except (LookupError, SpecError, OSError) as exc:
             skipped.append(Skipped(row.id, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
             continue
-        found = read(row, model, gpu, checkpoint)
+        found = read(row, run_checkpoint(row, model), gpu, checkpoint)
         if isinstance(found, str):
             skipped.append(Skipped(row.id, found))
         else:

@@ -100,3 +100,21 @@ def test_the_grid_runs_auto_as_the_declared_kv_cache_like_the_estimate() -> None
     }
     by_model = {m.repo_id: m for m in (declared, undeclared)}
     _assert_rows_match(grid, _stratified(grid, 12, seed=3), by_model, {g.id: g for g in (H100, L4)})
+
+
+def test_a_benchmark_of_the_16_bit_original_is_not_sized_as_its_quantized_proxy() -> None:
+    """The reference set's Gemma 4 31B runs used the BF16 checkpoint, and the catalog holds it only as NVIDIA's NVFP4
+    repackaging (FP8 KV declared): scored as the architecture alone, neither the proxy's weights nor its KV cache;
+    a proxy the run states it served as published (MiniMax-M2.5's FP8) keeps its format."""
+    from evaluation.perf_cv import _catalog_resolver, run_checkpoint
+    from evaluation.perf_measurements import load_perf_measurements
+
+    resolve, _find_gpu = _catalog_resolver()
+    rows = {row.id: row for row in load_perf_measurements().rows}
+    gemma = rows["sglcookbook-gemma4-gemma-4-31b-it-h200-sxm-141gb-tp2-c1-random-default"]
+    proxy, _checkpoint = resolve(gemma.config_model)
+    assert proxy.quantization is not None and proxy.quantization.kv_cache_format == "fp8"
+    assert run_checkpoint(gemma, proxy).quantization is None
+    minimax = next(r for r in rows.values() if r.model == "MiniMaxAI/MiniMax-M2.5")
+    spec, _checkpoint = resolve(minimax.config_model)
+    assert run_checkpoint(minimax, spec) is spec
