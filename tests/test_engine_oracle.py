@@ -301,6 +301,9 @@ def oracle_case_json(case: OracleCase) -> dict[str, Any]:
         "available_memory_bytes": case.kv_memory_bytes,
         "prefill_checkpoint_alignment": checkpoint_alignment,
     }
+    if model.config.get("quantization_config") is not None:
+        # vLLM resolves `auto` from the checkpoint's quantization config itself (a declared FP8 KV cache)
+        body["quantization_config"] = model.config["quantization_config"]
     limit = model.spec.context_limit_tokens
     if case.kv_dtype == "auto" and case.max_model_len < limit:
         body["auto_fit_limit"] = limit  # what `--max-model-len -1` would run with

@@ -14,6 +14,8 @@ CASE (every size per rank, after tensor parallelism):
                               "prefill_checkpoint_blocks": 0|1}, ...]   (one entry per decoder layer)
     model_dtype             "bfloat16" | "float16"        (what `auto` KV resolves to)
     kv_cache_dtype          "auto" | "fp8" | ...          (checked against vLLM's CacheDType list)
+    quantization_config     the checkpoint's, where it has one: `auto` is resolved from it first, by vLLM's own
+                            resolve_kv_cache_dtype_string (engine/arg_utils.py calls it before the CacheConfig)
     block_size              tokens per attention block (the backend's choice is the caller's input)
     align_mamba_block_size  true: raise the attention block size and pad the state page the way
                             Platform._align_hybrid_block_size does (kernel alignment given below)
@@ -325,6 +327,11 @@ def _first_error_line(exc: BaseException) -> str:
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"id": case.get("id")}
+    if case.get("quantization_config") is not None:
+        from vllm.utils.torch_utils import resolve_kv_cache_dtype_string
+
+        checkpoint = types.SimpleNamespace(hf_config=types.SimpleNamespace(quantization_config=case["quantization_config"]))
+        case = {**case, "kv_cache_dtype": resolve_kv_cache_dtype_string(case.get("kv_cache_dtype", "auto"), checkpoint)}
     kv = case.get("kv_cache_dtype", "auto")
     out["kv_cache_dtype_accepted"] = kv in KV_CACHE_DTYPES
     if not out["kv_cache_dtype_accepted"]:
