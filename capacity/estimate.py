@@ -443,8 +443,8 @@ def _memory(model: ModelSpec, sizing: _Sizing, notes: list[str]) -> _Memory:
     if dt.kv_name != d.kv_dtype.lower():
         release = f"{profile.engine.value} {profile.version}" if profile.version else profile.engine.value
         notes.append(
-            f"KV cache {dt.kv_name}: the checkpoint declares an FP8 KV cache (kv_cache_quant_algo), which {release} "
-            f"runs --kv-cache-dtype {d.kv_dtype} as"
+            f"KV cache {dt.kv_name}: the checkpoint declares an FP8 KV cache in its quantization config, which "
+            f"{release} runs --kv-cache-dtype {d.kv_dtype} as"
         )
     atp = layout.attention_tp  # the TP that splits attention and its KV
     state_terms = state_terms_per_gpu(

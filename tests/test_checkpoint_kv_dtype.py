@@ -91,7 +91,9 @@ def test_the_grid_runs_auto_as_the_declared_kv_cache_like_the_estimate() -> None
     auto = grid.filter(pl.col("kv_dtype") == "auto").group_by("model", "engine").agg(
         pl.col("kv_bytes_per_token").unique(), pl.col("kv_cache_dtype").unique()
     )
-    got = {(r["model"], r["engine"]): (r["kv_bytes_per_token"], r["kv_cache_dtype"]) for r in auto.iter_rows(named=True)}
+    got = {
+        (r["model"], r["engine"]): (r["kv_bytes_per_token"], r["kv_cache_dtype"]) for r in auto.iter_rows(named=True)
+    }
     assert got == {
         (declared.repo_id, "vllm"): ([FP8_BYTES_PER_TOKEN], ["fp8_e4m3"]),
         (declared.repo_id, "sglang"): ([BF16_BYTES_PER_TOKEN], ["bfloat16"]),  # 0.5.2 does not read it

@@ -89,9 +89,10 @@ TABLE_CONTEXT_COLUMNS = tuple("max_concurrency_e4" if c == "max_concurrency" els
 # rules read beside each grain's columns: per deployment its pool's shape and its engine settings (ids
 # into two small tables, `pool_shapes` and `settings`, which the registry numbers for the whole build)
 # and SGLang's second pool, but not the columns that follow from the others (VIEW_DERIVED_COLUMNS); per shape
-# the pool's charge terms (`pool_window_{j}_*`: as many windows as the build's pools have); per settings row the memory utilization, the in-flight tokens and the engine's speed
-# factors (the deployments table then leaves out gpu_memory_utilization, VIEW_DEPLOYMENT_ONLY_COLUMNS); per
-# layout the speed model's per-rank terms and the model's grid contexts; per GPU its rates.
+# the pool's charge terms (`pool_window_{j}_*`: as many windows as the build's pools have); per settings row the
+# memory utilization, the in-flight tokens and the engine's speed factors (the deployments table then leaves out
+# gpu_memory_utilization, VIEW_DEPLOYMENT_ONLY_COLUMNS); per layout the speed model's per-rank terms and the model's
+# grid contexts; per GPU its rates.
 VIEW_DEPLOYMENT_COLUMNS = ("shape_id", "settings_id", "pool_swa_capacity")
 VIEW_SHAPE_COLUMNS = ("pool_fixed_units", "pool_per_block_groups", "pool_swa_window")
 VIEW_SETTINGS_COLUMNS = ("gpu_memory_utilization", "pool_max_in_flight_tokens", *_PERF_SETTINGS)

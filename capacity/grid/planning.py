@@ -360,7 +360,8 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
                              d.block_size, d.state_checkpoints, eff.memory_bandwidth, eff.compute, eff.step_overhead_s,
                              eff.allreduce_latency_s, link)
                         )
-                        cases.setdefault((e, cid, tp, pp), {}).setdefault((d.max_num_seqs, batched), set()).add(link_pair)
+                        batches = cases.setdefault((e, cid, tp, pp), {})
+                        batches.setdefault((d.max_num_seqs, batched), set()).add(link_pair)
                     reg.block_sizes.setdefault((engine, cid), set()).add((d.block_size, d.state_checkpoints))
         for case, batches in cases.items():
             reg.overhead_cases[case] = {batch: tuple(sorted(pairs)) for batch, pairs in sorted(batches.items())}

@@ -340,8 +340,9 @@ class GridBuild:
     ) -> Generator[GridTables, None, None]:
         """The tables of each range of the fleet's models (the fleet index of its first model, its models; taken one
         at a time, when the one before is planned), in order: ids from 0 in each chunk, or continuing from chunk to
-        chunk (`continued_ids`). Each chunk is collected in a worker thread while the next is planned; `collected(first model, tables)` is called in that
-        thread as soon as a chunk is collected, and the chunk is yielded after the next one is planned."""
+        chunk (`continued_ids`). Each chunk is collected in a worker thread while the next is planned;
+        `collected(first model, tables)` is called in that thread as soon as a chunk is collected, and the chunk is
+        yielded after the next one is planned."""
         next_ids = [0, 0]  # layout, deployment
 
         def collect(t: _Tables, begin: int, models: Sequence[GridModel]) -> GridTables:

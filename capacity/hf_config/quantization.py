@@ -60,13 +60,11 @@ def _modelopt_kv_cache_format(q: Fields) -> str | None:
     inner = q.raw("quantization")
     sections = (inner, q.data) if isinstance(inner, Mapping) else (q.data,)
     # a value of another shape is not an error: the engines then run `auto` as the model's dtype
-    declared = next(
-        (section.get(key) for key in ("kv_cache_scheme", "kv_cache_quant_algo") for section in sections if section.get(key)),
-        None,
-    )
+    keys = ("kv_cache_scheme", "kv_cache_quant_algo")
+    declared = next((section.get(key) for key in keys for section in sections if section.get(key)), None)
     if isinstance(declared, Mapping):
-        static_fp8 = declared.get("dynamic") is False and declared.get("num_bits") == 8 and declared.get("type") == "float"
-        return "fp8" if static_fp8 else None
+        static = declared.get("dynamic") is False
+        return "fp8" if static and declared.get("num_bits") == 8 and declared.get("type") == "float" else None
     return "fp8" if isinstance(declared, str) and declared.lower() == "fp8" else None
 
 

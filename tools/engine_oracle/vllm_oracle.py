@@ -330,7 +330,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     if case.get("quantization_config") is not None:
         from vllm.utils.torch_utils import resolve_kv_cache_dtype_string
 
-        checkpoint = types.SimpleNamespace(hf_config=types.SimpleNamespace(quantization_config=case["quantization_config"]))
+        hf_config = types.SimpleNamespace(quantization_config=case["quantization_config"])
+        checkpoint = types.SimpleNamespace(hf_config=hf_config)
         case = {**case, "kv_cache_dtype": resolve_kv_cache_dtype_string(case.get("kv_cache_dtype", "auto"), checkpoint)}
     kv = case.get("kv_cache_dtype", "auto")
     out["kv_cache_dtype_accepted"] = kv in KV_CACHE_DTYPES
