@@ -180,7 +180,7 @@ def rank_weight_terms(
     (`--dtype`). A DP-attention / expert-parallel `layout` sets the rank's share of the routed experts and the TP its
     attention splits by. The KV dtype does not move them (`rank_kv_terms` is the cached tokens' part)."""
     fmt = weight_format(model, weight_dtype, engine)
-    counts, experts, per_layer_active, attention_params, moe_layers = _stage_param_sums(model, pp)
+    counts, experts, per_layer_active, attention_params, moe_layers, replicated = _stage_param_sums(model, pp)
     share = float(layout.expert_share(model.num_experts)) if layout is not None else 1 / tp
     expert_bytes = experts * float(fmt.linear_bytes_per_param) * share
     head = (model.lm_head_params or model.embedding_params) if pp == 1 else 0
@@ -190,7 +190,7 @@ def rank_weight_terms(
     return RankWeightTerms(
         dense_weight_bytes=max(float(weights_bytes_per_gpu) - expert_bytes, 0.0),
         expert_weight_bytes=expert_bytes,
-        active_params=(per_layer_active + head) / tp + attention_extra,
+        active_params=(per_layer_active + head) / tp + attention_extra + replicated,
         layers_on_rank=max(counts),
         act_bytes=element_bytes(serving_dtype(model, engine)),
         fp8_gemm=weight_format_name.startswith("fp8"),
@@ -210,11 +210,11 @@ def rank_kv_terms(model: ModelSpec, *, attention_tp: int, pp: int, kv_element_by
     return per_object(model, ("performance/kv_terms", attention_tp, pp, kv_element_bytes), compute)
 
 
-def _stage_param_sums(model: ModelSpec, pp: int) -> tuple[list[int], float, float, int, int]:
-    """(layers per stage, expert parameters, active parameters per token, attention parameters and MoE layers
-    of the first stage's layers)."""
+def _stage_param_sums(model: ModelSpec, pp: int) -> tuple[list[int], float, float, int, int, int]:
+    """(layers per stage, expert parameters, active parameters per token split by TP, attention parameters, MoE
+    layers and the attention parameters every rank runs whole, of the first stage's layers)."""
 
-    def compute() -> tuple[list[int], float, float, int, int]:
+    def compute() -> tuple[list[int], float, float, int, int, int]:
         counts = pp_partition(len(model.layer_params), pp)
         stage_params = model.layer_params[: counts[0]]
         experts = sum(p.experts for p in stage_params)
@@ -222,7 +222,8 @@ def _stage_param_sums(model: ModelSpec, pp: int) -> tuple[list[int], float, floa
             p.attention + p.mlp + p.router + p.norms + _active_expert_params(model, p.experts) for p in stage_params
         )
         attention = sum(p.attention for p in stage_params)
-        return counts, experts, per_layer_active, attention, sum(1 for p in stage_params if p.experts)
+        replicated = sum(p.replicated_attention for p in stage_params)
+        return counts, experts, per_layer_active, attention, sum(1 for p in stage_params if p.experts), replicated
 
     # per model object: the grid asks for the same model at many dtypes and engines
     return per_object(model, ("performance/params", pp), compute)

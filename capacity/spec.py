@@ -42,15 +42,18 @@ class LayerKVSpec:
 class LayerParams:
     """Parameter counts of one decoder layer, split by how they quantize and shard."""
 
-    attention: int = 0  # q/k/v/o (incl. MLA down/up projections, biases) or the SSM/GDN mixer
+    attention: int = 0  # q/k/v/o (incl. MLA's up-projections, biases) or the SSM/GDN mixer: split by TP
     mlp: int = 0  # dense MLP, or the shared experts of an MoE layer
     experts: int = 0  # routed experts (all of them)
     router: int = 0  # MoE gate (kept in high precision by every quantizer we know)
-    norms: int = 0  # layer norms (replicated under TP, never quantized)
+    norms: int = 0  # layer norms and other 16-bit parts kept whole on every rank (never quantized)
+    # attention projections every TP rank keeps whole, quantized like the rest of attention: MLA's q_a / kv_a
+    # down-projections and DSA's indexer (vLLM and SGLang build them as ReplicatedLinear)
+    replicated_attention: int = 0
 
     @property
     def total(self) -> int:
-        return self.attention + self.mlp + self.experts + self.router + self.norms
+        return self.attention + self.mlp + self.experts + self.router + self.norms + self.replicated_attention
 
 
 class VisionProcessor(StrEnum):

@@ -124,9 +124,10 @@ def _rank_weight_bytes(
     attention_bytes = dense if fmt.experts_only or fmt.attention_dense else linear
     stages: list[Fraction] = []
     sums = _stage_param_sums(model, pp)
-    for stage_index, (attention, mlp, experts, replicated) in enumerate(sums):
+    for stage_index, (attention, mlp, experts, replicated, replicated_attention) in enumerate(sums):
         terms = [
             (attention, attention_bytes, s.attention),
+            (replicated_attention, attention_bytes, 1),  # MLA's down-projections, whole on every rank
             (mlp, mlp_bytes, s.mlp),
             (experts, linear * s.expert_share, 1),
             (replicated, dense, 1),  # norms and router, whole on every rank
@@ -151,10 +152,11 @@ def _exact_sum(terms: list[tuple[int, Fraction, int]]) -> Fraction:
     return Fraction(numerator, common)
 
 
-def _stage_param_sums(model: ModelSpec, pp: int) -> list[tuple[int, int, int, int]]:
-    """Per pipeline stage: attention and MLP parameters (split by TP), routed experts, replicated."""
+def _stage_param_sums(model: ModelSpec, pp: int) -> list[tuple[int, int, int, int, int]]:
+    """Per pipeline stage: attention and MLP parameters (split by TP), routed experts, the 16-bit replicated
+    parts (norms, router), replicated attention projections."""
 
-    def compute() -> list[tuple[int, int, int, int]]:
+    def compute() -> list[tuple[int, int, int, int, int]]:
         sums = []
         start = 0
         for count in pp_partition(len(model.layer_params), pp):
@@ -166,6 +168,7 @@ def _stage_param_sums(model: ModelSpec, pp: int) -> list[tuple[int, int, int, in
                     sum(params.mlp for params in layers),
                     sum(params.experts for params in layers),
                     sum(params.router + params.norms for params in layers),
+                    sum(params.replicated_attention for params in layers),
                 )
             )
         return sums

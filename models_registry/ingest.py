@@ -157,14 +157,15 @@ def _layer_values(model_id: int, spec: ModelSpec) -> list[dict[str, Any]]:
                 "expert_params": params[2],
                 "router_params": params[3],
                 "norm_params": params[4],
+                "replicated_attention_params": params[5],
             }
         )
     return rows
 
 
-def _padded_params(spec: ModelSpec) -> list[tuple[int, int, int, int, int]]:
-    params = [(p.attention, p.mlp, p.experts, p.router, p.norms) for p in spec.layer_params]
-    return (params + [(0, 0, 0, 0, 0)] * len(spec.layers))[: len(spec.layers)]
+def _padded_params(spec: ModelSpec) -> list[tuple[int, int, int, int, int, int]]:
+    params = [(p.attention, p.mlp, p.experts, p.router, p.norms, p.replicated_attention) for p in spec.layer_params]
+    return (params + [(0, 0, 0, 0, 0, 0)] * len(spec.layers))[: len(spec.layers)]
 
 
 _METADATA = ("revision", "checkpoint_bytes", "published_parameters", "family", "gated", "source_url", "notes")

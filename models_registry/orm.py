@@ -173,6 +173,8 @@ class ModelLayer(Base):
     expert_params: Mapped[int] = mapped_column(Count)
     router_params: Mapped[int] = mapped_column(Count)
     norm_params: Mapped[int] = mapped_column(Count)
+    # attention projections every TP rank keeps whole (MLA's down-projections); `attention_params` is TP-split
+    replicated_attention_params: Mapped[int] = mapped_column(Count, server_default="0")
 
     model: Mapped[Model] = relationship(back_populates="layers")
 

@@ -45,16 +45,9 @@ KV_LORA, ROPE = 512, 64
 # vLLM's MLAAttentionSpec: one head of kv_lora_rank + qk_rope_head_dim values per token and layer, bf16 (`auto`)
 MLA_BYTES_PER_TOKEN = (KV_LORA + ROPE) * 2 * LAYERS  # 70,272
 ROUTED_EXPERT_PARAMS = MOE_LAYERS * EXPERTS * 3 * HIDDEN * MOE_INTER  # gate, up, down of every routed expert
-# q_a, q_b, kv_a (with MQA rope), kv_b, o projections and the two latent norms, per layer
-ATTENTION_PARAMS = LAYERS * (
-    HIDDEN * 1536
-    + 1536
-    + 1536 * 128 * (128 + ROPE)
-    + HIDDEN * (KV_LORA + ROPE)
-    + KV_LORA
-    + KV_LORA * 128 * 256
-    + 128 * 128 * HIDDEN
-)
+# the attention projections TP splits, per layer: q_b, kv_b (column-parallel) and o (row-parallel); q_a and kv_a
+# (with MQA rope) and the two latent norms are whole on every rank already (SGLang's ReplicatedLinear)
+SPLIT_ATTENTION_PARAMS = LAYERS * (1536 * 128 * (128 + ROPE) + KV_LORA * 128 * 256 + 128 * 128 * HIDDEN)
 BUDGET_BYTES = 32_000_000_000  # one DP rank's KV budget, given (vLLM --kv-cache-memory-bytes)
 
 
@@ -198,7 +191,7 @@ def test_sglang_dp_attention_splits_attention_and_the_embedding_within_the_atten
     per rank, as at TP 8; --max-running-requests is the group's, a rank takes its 8th."""
     plain = _estimate(engine="sglang", tp=8, max_model_len=4096)
     dp = _estimate(engine="sglang", tp=8, dp=8, ep=8, max_model_len=4096, max_num_seqs=1024)
-    added_bytes = (ATTENTION_PARAMS * 1 + VOCAB * HIDDEN * 2) * 7 / 8  # fp8 attention, bf16 embedding
+    added_bytes = (SPLIT_ATTENTION_PARAMS * 1 + VOCAB * HIDDEN * 2) * 7 / 8  # fp8 attention, bf16 embedding
     assert dp.weights_bytes_per_gpu - plain.weights_bytes_per_gpu == pytest.approx(added_bytes, rel=1e-6)
     assert dp.kv_bytes_per_token_per_gpu == plain.kv_bytes_per_token_per_gpu == MLA_BYTES_PER_TOKEN
     assert dp.max_num_seqs == 1024 // 8

@@ -14,6 +14,7 @@ import pytest
 
 from capacity.hf_config import parse_config
 from capacity.spec import ModelSpec
+from capacity.weights import estimate_weights
 
 CONFIGS = Path(__file__).parent / "configs"
 
@@ -254,6 +255,30 @@ def test_deepseek_v3_main_and_mtp() -> None:
         s = spec(name)
         assert s.total_params - s.extra_params == main
         assert s.extra_params == mtp
+
+
+def test_mla_down_projections_are_whole_on_every_rank() -> None:
+    # vLLM 0.33 deepseek_v2.py DeepseekV2MLAAttention: q_a_proj and kv_a_proj_with_mqa (fused_qkv_a_proj,
+    # disable_tp=True) and their RMSNorms are ReplicatedLinear / RMSNorm, q_b / kv_b column- and o row-parallel;
+    # SGLang 0.5.23 builds fused_qkv_a_proj_with_mqa as ReplicatedLinear too
+    h, heads, q_rank, kv_rank, rope = 7168, 128, 1536, 512, 64
+    s = spec("deepseek_v3-deepseek-r1")
+    layer = s.layer_params[5]
+    assert layer.replicated_attention == h * q_rank + h * (kv_rank + rope) == 15_138_816
+    assert layer.attention == q_rank * heads * 192 + kv_rank * heads * 256 + heads * 128 * h == 171_966_464
+    assert layer.norms == 2 * h + q_rank + kv_rank  # the three parts: the 187,107,328 attention params above
+    assert layer.attention + layer.replicated_attention + q_rank + kv_rank == 187_107_328
+    # 61 layers x 15,138,816 fp8 bytes whole on each of 8 ranks instead of an eighth each
+    tp1 = estimate_weights(s, "fp8", tp=1)
+    tp8 = estimate_weights(s, "fp8", tp=8)
+    router_norms = 58 * (h * 256 + 256) + 61 * (2 * h + q_rank + kv_rank) + h  # 16-bit, whole on every rank
+    whole = 61 * 15_138_816 + 2 * router_norms
+    assert tp8.per_gpu_bytes * 8 - tp1.per_gpu_bytes in range(7 * whole - 8, 7 * whole + 8)
+
+    # DeepSeek-V3.2's indexer: wq_b and wk whole and quantized, weights_proj and k_norm whole in bf16
+    v32 = spec("deepseek_v32-deepseek-v3.2").layer_params[5]
+    assert v32.replicated_attention == 15_138_816 + q_rank * 64 * 128 + h * 128
+    assert v32.norms == 2 * h + q_rank + kv_rank + 2 * 128 + h * 64
 
 
 def test_deepseek_v2_and_lite() -> None:

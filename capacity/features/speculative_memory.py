@@ -107,7 +107,7 @@ def assumed_shape(target: ModelSpec, method: SpecMethod, name: str) -> DraftShap
     """A draft whose config is not in the catalog: one decoder layer of the target's shape with an EAGLE
     head's fc (what an EAGLE / EAGLE-3 head is); said in the notes, never refused."""
     layer = max(target.layer_params, key=lambda p: p.total, default=None)
-    layer_params = layer.attention + layer.mlp + layer.norms if layer is not None else 0
+    layer_params = layer.total - layer.experts - layer.router if layer is not None else 0
     h = target.hidden_size
     return DraftShape(
         name=name,

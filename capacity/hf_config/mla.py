@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import NamedTuple
+
 from capacity.hf_config.family import (
     Built,
     Family,
@@ -44,19 +47,23 @@ class Mla(Family):
         )
         layers = [LayerKVSpec(i, latent) for i in range(m.num_layers)]
         m.kv_heads = 1
-        attn = _attention(m) + _indexer(m, index_dim)
-        params, moe_total = self._mlp_layers(m, attn)
+        params, moe_total = self._mlp_layers(m, _attention(m).plus(_indexer(m, index_dim)))
         extra = deepseek_mtp_params(m, moe_total)
         if m.family.generic:
             m.notes.append("generic path: `kv_lora_rank` present, parsed as DeepSeek-style MLA")
         return layers, params, extra
 
-    def _mlp_layers(self, m: Model, attn: int) -> tuple[list[LayerParams], int]:
+    def _mlp_layers(self, m: Model, attn: MlaParams) -> tuple[list[LayerParams], int]:
         """Per-layer parameters and the MoE layer's total (what an MTP module stores)."""
         c = m.cfg
         h = m.hidden
         n_routed = c.integer("n_routed_experts", 0, lo=0, hi=MAX_EXPERTS)
-        dense = LayerParams(attention=attn, mlp=gated_mlp(h, m.intermediate), norms=2 * h)
+        dense = LayerParams(
+            attention=attn.split,
+            mlp=gated_mlp(h, m.intermediate),
+            norms=2 * h + attn.norms,
+            replicated_attention=attn.replicated,
+        )
         if not n_routed:
             declared = c.has("n_routed_experts") and c.has("moe_intermediate_size")
             if declared and m.num_layers > c.integer("first_k_dense_replace", 0, lo=0, hi=MAX_LAYERS):
@@ -83,7 +90,8 @@ class Mla(Family):
             sparse = [t == "sparse" for t in mlp_types]
         topk_method = c.text("topk_method", "noaux_tc" if self.noaux_tc_by_default else "greedy")
         noaux_tc = topk_method == "noaux_tc"
-        moe = shared_expert_moe(m, attn, n_routed, moe_inter, shared, router_bias=noaux_tc)
+        moe = shared_expert_moe(m, attn.split, n_routed, moe_inter, shared, router_bias=noaux_tc)
+        moe = replace(moe, norms=moe.norms + attn.norms, replicated_attention=attn.replicated)
         return [moe if is_sparse else dense for is_sparse in sparse], moe.total
 
 
@@ -101,7 +109,21 @@ class Glm4MoeLite(MlaNoauxTc):
     first_dense_by_default = 1
 
 
-def _attention(m: Model) -> int:
+class MlaParams(NamedTuple):
+    """One MLA layer's attention parameters by how the engines shard them: `split` over TP (q_b or q, kv_b, o),
+    `replicated` on every rank and quantized with the projections (vLLM's and SGLang's ReplicatedLinear: the
+    q_a / kv_a down-projections, DSA's wq_b and wk), `norms` on every rank in 16 bits (q_a / kv_a RMSNorms, the
+    indexer's k_norm and its weights_proj, which both engines build in bf16)."""
+
+    split: int
+    replicated: int
+    norms: int
+
+    def plus(self, other: MlaParams) -> MlaParams:
+        return MlaParams(self.split + other.split, self.replicated + other.replicated, self.norms + other.norms)
+
+
+def _attention(m: Model) -> MlaParams:
     """q (direct or through the q_lora_rank bottleneck), kv_a, kv_a_layernorm, kv_b, o."""
     c = m.cfg
     h, heads = m.hidden, m.heads
@@ -111,24 +133,24 @@ def _attention(m: Model) -> int:
     v = c.integer("v_head_dim")
     q_rank = c.opt_int("q_lora_rank")
     bias = c.flag("attention_bias", False)
-    if q_rank is None:
-        q = h * heads * (nope + rope)
-    else:
-        q = h * q_rank + (q_rank if bias else 0) + q_rank + q_rank * heads * (nope + rope)  # q_a, norm, q_b
     kv_a = h * (kv_rank + rope) + ((kv_rank + rope) if bias else 0)
     kv_b = kv_rank * heads * (nope + v)
     o = heads * v * h + (h if bias else 0)
-    return q + kv_a + kv_rank + kv_b + o
+    if q_rank is None:  # q_proj: column-parallel like q_b
+        return MlaParams(h * heads * (nope + rope) + kv_b + o, kv_a, kv_rank)
+    q_a = h * q_rank + (q_rank if bias else 0)
+    q_b = q_rank * heads * (nope + rope)
+    return MlaParams(q_b + kv_b + o, q_a + kv_a, q_rank + kv_rank)
 
 
-def _indexer(m: Model, index_dim: int) -> int:
-    """DSA's lightning indexer: wq_b (q_lora_rank -> heads x dim), wk (hidden -> dim), k_norm
-    (LayerNorm), weights_proj."""
+def _indexer(m: Model, index_dim: int) -> MlaParams:
+    """DSA's lightning indexer, whole on every rank: wq_b (q_lora_rank -> heads x dim) and wk (hidden -> dim),
+    quantized; k_norm (LayerNorm) and weights_proj (hidden -> heads) in bf16."""
     if not index_dim:
-        return 0
+        return MlaParams(0, 0, 0)
     c = m.cfg
     h = m.hidden
     index_heads = c.integer("index_n_heads", hi=MAX_HEADS)
     q_rank = c.integer("q_lora_rank")
     m.notes.append(f"DSA: lightning indexer key of {index_dim} per token per layer, cached as fp8 + scales")
-    return q_rank * index_heads * index_dim + h * index_dim + 2 * index_dim + h * index_heads
+    return MlaParams(0, q_rank * index_heads * index_dim + h * index_dim, 2 * index_dim + h * index_heads)
