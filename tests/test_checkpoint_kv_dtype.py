@@ -3,7 +3,8 @@ release reads it (`EngineProfile.resolved_kv_dtype`), in the estimate and the gr
 
 Oracles: the engines' source, read in their wheels (vLLM resolves `auto` from a ModelOpt config's
 `kv_cache_quant_algo` / `kv_cache_scheme` from 0.14.0, not in 0.13.0; SGLang from 0.5.3, not in 0.5.2:
-`engine_constants.VLLM_KV_DTYPE_FROM_CHECKPOINT`, `sglang_constants.SGLANG_KV_DTYPE_FROM_CHECKPOINT_FROM`); vLLM
+`engine_constants.VLLM_KV_DTYPE_FROM_CHECKPOINT`, `sglang_constants.SGLANG_KV_DTYPE_FROM_CHECKPOINT_FROM`;
+TensorRT-LLM's pyexecutor `validate_and_set_kv_cache_quant` returns on "auto", keeping the checkpoint's); vLLM
 0.33's own resolution run as a library in tests/test_engine_oracle_kv_dtype.py; the bytes per token by hand."""
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ def test_the_declared_kv_cache_is_read_from_a_modelopt_config(kv: dict[str, Any]
         ("sglang", "0.5.2", "auto", BF16_BYTES_PER_TOKEN, "bfloat16"),
         ("sglang", "0.5.3", "auto", FP8_BYTES_PER_TOKEN, "fp8_e4m3"),
         ("sglang", None, "auto", FP8_BYTES_PER_TOKEN, "fp8_e4m3"),
+        # TensorRT-LLM's validate_and_set_kv_cache_quant leaves the checkpoint's kv_cache_quant_algo on "auto"
+        ("trtllm", "1.0.0", "auto", FP8_BYTES_PER_TOKEN, "fp8_e4m3"),
+        ("trtllm", None, "auto", FP8_BYTES_PER_TOKEN, "fp8_e4m3"),
+        ("trtllm", None, "bfloat16", BF16_BYTES_PER_TOKEN, "bfloat16"),
     ],
 )
 def test_auto_runs_as_the_declared_kv_cache_from_the_release_that_reads_it(
@@ -86,7 +91,7 @@ def test_auto_runs_as_the_declared_kv_cache_from_the_release_that_reads_it(
 def test_the_grid_runs_auto_as_the_declared_kv_cache_like_the_estimate() -> None:
     declared = GridModel("hand/modelopt-llama-8b-fp8-kv", modelopt_llama(kv_cache_quant_algo="FP8"))
     undeclared = GridModel("hand/modelopt-llama-8b", modelopt_llama())
-    options = GridOptions(engines=("vllm", "sglang"), sglang_version="0.5.2", tp_sizes=(1, 2))
+    options = GridOptions(engines=("vllm", "sglang", "trtllm"), sglang_version="0.5.2", tp_sizes=(1, 2))
     grid = build_capacity_grid([declared, undeclared], [H100, L4], options).collect()
     auto = grid.filter(pl.col("kv_dtype") == "auto").group_by("model", "engine").agg(
         pl.col("kv_bytes_per_token").unique(), pl.col("kv_cache_dtype").unique()
@@ -99,6 +104,8 @@ def test_the_grid_runs_auto_as_the_declared_kv_cache_like_the_estimate() -> None
         (declared.repo_id, "sglang"): ([BF16_BYTES_PER_TOKEN], ["bfloat16"]),  # 0.5.2 does not read it
         (undeclared.repo_id, "vllm"): ([BF16_BYTES_PER_TOKEN], ["bfloat16"]),
         (undeclared.repo_id, "sglang"): ([BF16_BYTES_PER_TOKEN], ["bfloat16"]),
+        (declared.repo_id, "trtllm"): ([FP8_BYTES_PER_TOKEN], ["fp8_e4m3"]),
+        (undeclared.repo_id, "trtllm"): ([BF16_BYTES_PER_TOKEN], ["bfloat16"]),
     }
     by_model = {m.repo_id: m for m in (declared, undeclared)}
     _assert_rows_match(grid, _stratified(grid, 12, seed=3), by_model, {g.id: g for g in (H100, L4)})

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from capacity import engine_constants as ec
-from capacity.engines.base import UNSIZED_FEATURES, ProfileBase
+from capacity.engines.base import UNSIZED_FEATURES, ProfileBase, declares_fp8_kv_cache
 from capacity.engines.kinds import Engine
 from capacity.engines.protocol import AssumptionContext, DefaultsRequest, PoolRequest, StartRequest
 from capacity.kv_bytes import kv_bytes_per_token_per_gpu, state_bytes_per_sequence_per_gpu
@@ -44,6 +44,12 @@ class TrtllmProfile(ProfileBase):
             ec.TRTLLM_DEFAULT_MAX_NUM_TOKENS,
             ec.TRTLLM_TOKENS_PER_BLOCK,
         )
+
+    def resolved_kv_dtype(self, model: ModelSpec, kv_dtype: str) -> str:
+        """`auto` keeps the checkpoint's own KV quantization: `validate_and_set_kv_cache_quant` (pyexecutor) returns
+        on "auto" ("Using checkpoint KV quantization"), leaving hf_quant_config.json's `kv_cache_quant_algo` in the
+        model's QuantConfig, which sizes the cache; the same in every release read, so no release gate."""
+        return "fp8_e4m3" if kv_dtype == "auto" and declares_fp8_kv_cache(model) else kv_dtype
 
     def overhead_link_kind(self, tp: int, nvlink_multicast: bool, peer_link_gpus: int | None) -> Hashable:
         """None: the profiling-pass model reads no link (its non-torch term follows TP alone)."""
