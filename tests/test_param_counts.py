@@ -281,6 +281,22 @@ def test_mla_down_projections_are_whole_on_every_rank() -> None:
     assert v32.norms == 2 * h + q_rank + kv_rank + 2 * 128 + h * 64
 
 
+def test_kv_heads_fewer_than_tp_ranks_are_copied() -> None:
+    # vLLM 0.33 layers/linear.py QKVParallelLinear: tp_size >= total_num_kv_heads gives each rank one KV head
+    # (num_kv_head_replicas = tp / heads), so K and V projections are not split past the KV heads (SGLang's
+    # QKVParallelLinear is the same). Qwen3-30B-A3B: 48 layers, hidden 2048, 4 KV heads of 128, bf16.
+    s = spec("qwen3_moe-qwen3-30b-a3b")
+    tp4 = estimate_weights(s, "bfloat16", tp=4).per_gpu_bytes
+    tp8 = estimate_weights(s, "bfloat16", tp=8).per_gpu_bytes
+    # at TP 8 each rank holds 1 KV head where an even split gives it half of one
+    kv_copies = 48 * 2048 * (128 + 128) * (8 - 4) // 8 * 2
+    # router (2048 x 128 experts), two RMSNorms per layer and the final one: whole on every rank at any TP
+    whole_16_bit = (48 * (2048 * 128 + 2 * 2048) + 2048) * 2
+    assert tp8 - tp4 // 2 == kv_copies + whole_16_bit // 2 == 25_165_824 + 12_781_568
+    # 4 KV heads over 4 ranks: nothing copied
+    assert tp4 * 4 - estimate_weights(s, "bfloat16", tp=1).per_gpu_bytes == 3 * whole_16_bit
+
+
 def test_deepseek_v2_and_lite() -> None:
     h, heads = 5120, 128
     attn = _mla_attention(h, heads, 1536, 512, 128, 64, 128)
