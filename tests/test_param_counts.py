@@ -290,9 +290,10 @@ def test_kv_heads_fewer_than_tp_ranks_are_copied() -> None:
     tp8 = estimate_weights(s, "bfloat16", tp=8).per_gpu_bytes
     # at TP 8 each rank holds 1 KV head where an even split gives it half of one
     kv_copies = 48 * 2048 * (128 + 128) * (8 - 4) // 8 * 2
-    # router (2048 x 128 experts), two RMSNorms per layer and the final one: whole on every rank at any TP
-    whole_16_bit = (48 * (2048 * 128 + 2 * 2048) + 2048) * 2
-    assert tp8 - tp4 // 2 == kv_copies + whole_16_bit // 2 == 25_165_824 + 12_781_568
+    # router (2048 x 128 experts), two RMSNorms and the per-head q_norm / k_norm (RMSNorm(128)) per layer, and the
+    # final norm: whole on every rank at any TP
+    whole_16_bit = (48 * (2048 * 128 + 2 * 2048 + 2 * 128) + 2048) * 2
+    assert tp8 - tp4 // 2 == kv_copies + whole_16_bit // 2 == 25_165_824 + 12_793_856
     # 4 KV heads over 4 ranks: nothing copied
     assert tp4 * 4 - estimate_weights(s, "bfloat16", tp=1).per_gpu_bytes == 3 * whole_16_bit
 
@@ -350,7 +351,10 @@ def test_gpt_oss(name: str, layers: int, experts: int, published: int) -> None:
     assert expected == published
     s = spec(name)
     assert s.total_params == expected
-    assert s.layer_params[0].experts == experts * expert
+    # the down biases (experts x hidden) and o_proj's bias are whole on every TP rank (FusedMoE's w2_bias,
+    # RowParallelLinear): counted with the norms, not split with the experts and attention
+    assert s.layer_params[0].experts == experts * (expert - h)
+    assert s.layer_params[0].norms == 2 * h + h + experts * h
 
 
 def test_llama4_scout_text_and_vision() -> None:

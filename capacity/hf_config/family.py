@@ -208,12 +208,13 @@ class Family:
     def build(self, m: Model, kinds: list[Kind]) -> Built:
         """The cache and parameters of every layer, and the parameters outside the decoder stack."""
         v_dim = self.v_head_dim(m)
-        attn = self.attention_params(m, v_dim) + (2 * m.head_dim if self.qk_norm else 0)
+        attn = self.attention_params(m, v_dim)
         mlp = self.mlp_params(m)
-        params = [LayerParams(attention=attn, mlp=mlp, norms=self.norms_per_layer * m.hidden)] * m.num_layers
+        norms = self.norms_per_layer * m.hidden + (2 * m.head_dim if self.qk_norm else 0)
+        params = [LayerParams(attention=attn, mlp=mlp, norms=norms)] * m.num_layers
         return self.kv_layers(m, kinds, v_dim), params, 0
 
-    qk_norm = False  # per-head q_norm / k_norm over head_dim
+    qk_norm = False  # per-head q_norm / k_norm over head_dim (RMSNorm(head_dim): whole on every TP rank)
     norms_per_layer = 2  # RMSNorms (of `hidden` weights each) in a dense decoder layer
 
     def mlp_params(self, m: Model) -> int:

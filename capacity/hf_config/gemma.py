@@ -102,13 +102,15 @@ class Gemma4(SlidesPeriodically):
                 m.fail(f"layer {i}: {kind.mixer} layers are not supported for gemma4")
             hd, kv = dims[i]
             layers.append(kind.attention_layer(i, kv, hd))
-            attn = h * heads * hd + heads * hd * h + hd + ((heads * hd + h) if bias else 0)  # q, o, q_norm
+            attn = h * heads * hd + heads * hd * h + ((heads * hd + h) if bias else 0)  # q, o
+            head_norms = hd  # q_norm; k_norm below (per-head RMSNorms: whole on every TP rank)
             if i < first_shared:
                 projections = 1 if (k_eq_v and kind.mixer is Mixer.FULL) else 2  # K=V: no v_proj
-                attn += projections * (h * kv * hd + (kv * hd if bias else 0)) + hd  # + k_norm
+                attn += projections * (h * kv * hd + (kv * hd if bias else 0))
+                head_norms += hd
             inter = m.intermediate * (2 if double_wide and i >= first_shared else 1)
             mlp = gated_mlp(h, inter) + (2 * h * ple if ple else 0)  # + per-layer-input gate / projection
-            norms = 4 * h + 1 + (h if ple else 0)  # + layer_scalar, post_per_layer_input_norm
+            norms = 4 * h + 1 + (h if ple else 0) + head_norms  # + layer_scalar, post_per_layer_input_norm
             if experts:
                 norms += 3 * h
                 routed = experts * 3 * h * moe_inter

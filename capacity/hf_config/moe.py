@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from capacity.hf_config import vision
 from capacity.hf_config.family import (
     Built,
@@ -50,14 +52,12 @@ class QwenMoe(SlidesFromMaxWindowLayers):
         moe_inter = c.integer("moe_intermediate_size")
         moe_layers = sparse_step_layers(m)
         is_qwen3 = m.family.qk_norm_moe
-        if is_qwen3:
-            attn = attn_params(h, m.heads, m.kv_heads, hd, qkv_bias=c.flag("attention_bias", False)) + 2 * hd
-        else:
-            attn = attn_params(h, m.heads, m.kv_heads, hd, qkv_bias=True)
+        attn = attn_params(h, m.heads, m.kv_heads, hd, qkv_bias=c.flag("attention_bias", False) or not is_qwen3)
+        norms = 2 * h + (2 * hd if is_qwen3 else 0)  # Qwen3's per-head q_norm / k_norm: whole on every rank
         shared_inter = 0 if is_qwen3 else c.integer("shared_expert_intermediate_size", 0, lo=0)
         shared = gated_mlp(h, shared_inter) + (h if shared_inter else 0)  # shared expert + its gate
-        moe = LayerParams(attention=attn, mlp=shared, experts=e * 3 * h * moe_inter, router=h * e, norms=2 * h)
-        dense = LayerParams(attention=attn, mlp=gated_mlp(h, m.intermediate), norms=2 * h)
+        moe = LayerParams(attention=attn, mlp=shared, experts=e * 3 * h * moe_inter, router=h * e, norms=norms)
+        dense = LayerParams(attention=attn, mlp=gated_mlp(h, m.intermediate), norms=norms)
         params = [moe if i in moe_layers and m.num_experts > 0 else dense for i in range(m.num_layers)]
         return self.kv_layers(m, kinds), params, 0
 
@@ -82,9 +82,12 @@ class GptOss(SlidesPeriodically):
         e = read_experts(m, "num_experts_per_tok" if c.has("num_experts_per_tok") else "experts_per_token")
         inter = m.intermediate
         bias = c.flag("attention_bias", True)
-        attn = attn_params(h, m.heads, m.kv_heads, hd, qkv_bias=bias, o_bias=bias) + m.heads  # + sinks
-        experts = e * (h * 2 * inter + 2 * inter + inter * h + h)  # gate_up + bias, down + bias
-        lp = LayerParams(attention=attn, experts=experts, router=h * e + e, norms=2 * h)
+        attn = attn_params(h, m.heads, m.kv_heads, hd, qkv_bias=bias) + m.heads  # + sinks
+        experts = e * (h * 2 * inter + 2 * inter + inter * h)  # gate_up + its bias, down
+        # whole on every TP rank, in 16 bits: o_proj's bias (RowParallelLinear adds it once) and the experts' down
+        # biases (FusedMoE's w2_bias is experts x hidden on each rank)
+        row_biases = (h if bias else 0) + e * h
+        lp = LayerParams(attention=attn, experts=experts, router=h * e + e, norms=2 * h + row_biases)
         return self.kv_layers(m, kinds), [lp] * m.num_layers, 0
 
 
@@ -157,10 +160,10 @@ class Glm4Moe(Family):
         shared = c.integer("n_shared_experts", 0, lo=0, hi=MAX_EXPERTS)
         first_dense = c.integer("first_k_dense_replace", 1, lo=0, hi=MAX_LAYERS)
         attn = attn_params(h, m.heads, m.kv_heads, hd, qkv_bias=c.flag("attention_bias", False))
-        if c.flag("use_qk_norm", False):
-            attn += 2 * hd
-        dense = LayerParams(attention=attn, mlp=gated_mlp(h, m.intermediate), norms=2 * h)
+        head_norms = 2 * hd if c.flag("use_qk_norm", False) else 0  # per-head q_norm / k_norm: whole on every rank
+        dense = LayerParams(attention=attn, mlp=gated_mlp(h, m.intermediate), norms=2 * h + head_norms)
         moe = shared_expert_moe(m, attn, e, moe_inter, shared)
+        moe = replace(moe, norms=moe.norms + head_norms)
         params = [dense if i < first_dense else moe for i in range(m.num_layers)]
         extra = deepseek_mtp_params(m, moe.total)
         return self.kv_layers(m, kinds), params, extra
