@@ -219,7 +219,8 @@ def _stage_param_sums(model: ModelSpec, pp: int) -> tuple[list[int], float, floa
         stage_params = model.layer_params[: counts[0]]
         experts = sum(p.experts for p in stage_params)
         per_layer_active = sum(
-            p.attention + p.mlp + p.router + p.norms + _active_expert_params(model, p.experts) for p in stage_params
+            p.attention + p.mlp + p.router + p.fp32_router + p.norms + _active_expert_params(model, p.experts)
+            for p in stage_params
         )
         attention = sum(p.attention for p in stage_params)
         replicated = sum(p.replicated_attention for p in stage_params)

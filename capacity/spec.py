@@ -50,10 +50,14 @@ class LayerParams:
     # attention projections every TP rank keeps whole, quantized like the rest of attention: MLA's q_a / kv_a
     # down-projections and DSA's indexer (vLLM and SGLang build them as ReplicatedLinear)
     replicated_attention: int = 0
+    # router parameters the engines keep in fp32 whatever the checkpoint's dtype, whole on every rank (vLLM's and
+    # SGLang's noaux_tc score-correction bias; GLM-4.5's and MiniMax-M2's whole gate); not in `router`
+    fp32_router: int = 0
 
     @property
     def total(self) -> int:
-        return self.attention + self.mlp + self.experts + self.router + self.norms + self.replicated_attention
+        parts = (self.attention, self.mlp, self.experts, self.router, self.norms, self.replicated_attention)
+        return sum(parts) + self.fp32_router
 
 
 class VisionProcessor(StrEnum):

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from capacity.dtypes import CANONICAL_DTYPE, GIB, WEIGHT_DTYPES, element_bytes, serving_dtype
 from capacity.engines.kinds import Engine
@@ -126,13 +126,14 @@ def _rank_weight_bytes(
     stages: list[Fraction] = []
     sums = _stage_param_sums(model, pp)
     kv_projections = _stage_kv_projections(model, pp)
-    for stage_index, (attention, mlp, experts, replicated, replicated_attention) in enumerate(sums):
+    for stage_index, stage in enumerate(sums):
         terms = [
-            (attention, attention_bytes, s.attention),
-            (replicated_attention, attention_bytes, 1),  # MLA's down-projections, whole on every rank
-            (mlp, mlp_bytes, s.mlp),
-            (experts, linear * s.expert_share, 1),
-            (replicated, dense, 1),  # norms and router, whole on every rank
+            (stage.attention, attention_bytes, s.attention),
+            (stage.replicated_attention, attention_bytes, 1),  # MLA's down-projections, whole on every rank
+            (stage.mlp, mlp_bytes, s.mlp),
+            (stage.experts, linear * s.expert_share, 1),
+            (stage.whole_unquantized, dense, 1),  # norms and router, whole on every rank
+            (stage.fp32_router, _FP32_BYTES, 1),
         ]
         # QKVParallelLinear keeps at least one KV head per rank: past the KV heads, K/V projections are copied
         terms += [
@@ -183,23 +184,37 @@ def _stage_kv_projections(model: ModelSpec, pp: int) -> list[tuple[tuple[int, in
     return memo_per_model("stage_kv_projections", model, pp, compute)
 
 
-def _stage_param_sums(model: ModelSpec, pp: int) -> list[tuple[int, int, int, int, int]]:
-    """Per pipeline stage: attention and MLP parameters (split by TP), routed experts, the 16-bit replicated
-    parts (norms, router), replicated attention projections."""
+_FP32_BYTES = Fraction(4)
 
-    def compute() -> list[tuple[int, int, int, int, int]]:
+
+class _StageParams(NamedTuple):
+    """One pipeline stage's decoder parameters by how a rank holds them."""
+
+    attention: int  # split by the attention TP
+    mlp: int  # split by TP
+    experts: int  # the routed experts (the rank's share is the layout's)
+    whole_unquantized: int  # norms, routers, row-parallel biases: whole on every rank, in the model dtype
+    replicated_attention: int  # MLA's down-projections: whole on every rank, quantized with attention
+    fp32_router: int  # whole on every rank, in fp32
+
+
+def _stage_param_sums(model: ModelSpec, pp: int) -> list[_StageParams]:
+    """Per pipeline stage: its layers' parameters summed by how a rank holds them."""
+
+    def compute() -> list[_StageParams]:
         sums = []
         start = 0
         for count in pp_partition(len(model.layer_params), pp):
             layers = model.layer_params[start : start + count]
             start += count
             sums.append(
-                (
+                _StageParams(
                     sum(params.attention for params in layers),
                     sum(params.mlp for params in layers),
                     sum(params.experts for params in layers),
                     sum(params.router + params.norms for params in layers),
                     sum(params.replicated_attention for params in layers),
+                    sum(params.fp32_router for params in layers),
                 )
             )
         return sums

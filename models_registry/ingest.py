@@ -164,7 +164,10 @@ def _layer_values(model_id: int, spec: ModelSpec) -> list[dict[str, Any]]:
 
 
 def _padded_params(spec: ModelSpec) -> list[tuple[int, int, int, int, int, int]]:
-    params = [(p.attention, p.mlp, p.experts, p.router, p.norms, p.replicated_attention) for p in spec.layer_params]
+    params = [
+        (p.attention, p.mlp, p.experts, p.router + p.fp32_router, p.norms, p.replicated_attention)
+        for p in spec.layer_params
+    ]
     return (params + [(0, 0, 0, 0, 0, 0)] * len(spec.layers))[: len(spec.layers)]
 
 

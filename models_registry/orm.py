@@ -171,7 +171,7 @@ class ModelLayer(Base):
     attention_params: Mapped[int] = mapped_column(Count)
     mlp_params: Mapped[int] = mapped_column(Count)
     expert_params: Mapped[int] = mapped_column(Count)
-    router_params: Mapped[int] = mapped_column(Count)
+    router_params: Mapped[int] = mapped_column(Count)  # the whole router (LayerParams.router + fp32_router)
     norm_params: Mapped[int] = mapped_column(Count)
     # attention projections every TP rank keeps whole (MLA's down-projections); `attention_params` is TP-split
     replicated_attention_params: Mapped[int] = mapped_column(Count, server_default="0")

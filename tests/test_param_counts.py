@@ -271,8 +271,9 @@ def test_mla_down_projections_are_whole_on_every_rank() -> None:
     # 61 layers x 15,138,816 fp8 bytes whole on each of 8 ranks instead of an eighth each
     tp1 = estimate_weights(s, "fp8", tp=1)
     tp8 = estimate_weights(s, "fp8", tp=8)
-    router_norms = 58 * (h * 256 + 256) + 61 * (2 * h + q_rank + kv_rank) + h  # 16-bit, whole on every rank
-    whole = 61 * 15_138_816 + 2 * router_norms
+    router_norms = 58 * h * 256 + 61 * (2 * h + q_rank + kv_rank) + h  # 16-bit, whole on every rank
+    score_bias = 58 * 256  # the noaux_tc e_score_correction_bias: fp32 (vLLM's and SGLang's MoE gate)
+    whole = 61 * 15_138_816 + 2 * router_norms + 4 * score_bias
     assert tp8.per_gpu_bytes * 8 - tp1.per_gpu_bytes in range(7 * whole - 8, 7 * whole + 8)
 
     # DeepSeek-V3.2's indexer: wq_b and wk whole and quantized, weights_proj and k_norm whole in bf16

@@ -368,7 +368,8 @@ def shared_expert_moe(
         attention=attn,
         mlp=shared * gated_mlp(h, moe_inter),
         experts=experts * 3 * h * moe_inter,
-        router=h * experts + (experts if router_bias else 0),
+        router=h * experts,
+        fp32_router=experts if router_bias else 0,  # e_score_correction_bias: fp32 in vLLM and SGLang
         norms=2 * h,
     )
 

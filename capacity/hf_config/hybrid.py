@@ -227,7 +227,8 @@ def _nemotron_moe(m: Model, mlp_bias: bool) -> LayerParams:
     return LayerParams(
         mlp=shared * plain_mlp(h, shared_inter, mlp_bias) + latent_proj,
         experts=e * 2 * width * moe_inter,
-        router=h * e + e,
+        router=h * e,
+        fp32_router=e,  # e_score_correction_bias: fp32 (vLLM's NemotronHMoE)
         norms=h,
     )
 

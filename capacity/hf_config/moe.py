@@ -142,8 +142,9 @@ class MiniMaxM2(Family):
         attn = attn_params(h, m.heads, m.kv_heads, hd)
         if c.flag("use_qk_norm", True):
             attn += m.heads * hd + m.kv_heads * hd  # per-layer q_norm / k_norm over all heads
+        # gate and routing bias in fp32 (vLLM's MiniMaxM2 gate params_dtype float32; SGLang's the same)
         router = h * e + (e if c.flag("use_routing_bias", True) else 0)
-        lp = LayerParams(attention=attn, experts=e * 3 * h * m.intermediate, router=router, norms=2 * h)
+        lp = LayerParams(attention=attn, experts=e * 3 * h * m.intermediate, fp32_router=router, norms=2 * h)
         if c.integer("num_mtp_modules", 0, lo=0) and c.flag("use_mtp", False):
             m.notes.append("MTP modules are not counted (the published checkpoint does not ship them)")
         return self.kv_layers(m, kinds), [lp] * m.num_layers, 0
@@ -163,7 +164,8 @@ class Glm4Moe(Family):
         head_norms = 2 * hd if c.flag("use_qk_norm", False) else 0  # per-head q_norm / k_norm: whole on every rank
         dense = LayerParams(attention=attn, mlp=gated_mlp(h, m.intermediate), norms=2 * h + head_norms)
         moe = shared_expert_moe(m, attn, e, moe_inter, shared)
-        moe = replace(moe, norms=moe.norms + head_norms)
+        # the gate too is fp32 (vLLM's and SGLang's Glm4Moe gate: params_dtype float32, beside its bias)
+        moe = replace(moe, norms=moe.norms + head_norms, router=0, fp32_router=moe.router + moe.fp32_router)
         params = [dense if i < first_dense else moe for i in range(m.num_layers)]
         extra = deepseek_mtp_params(m, moe.total)
         return self.kv_layers(m, kinds), params, extra
