@@ -34,7 +34,8 @@ MARKER = "@@weight-shards-oracle@@ "
 CONFIGS = ROOT / "tests" / "configs"
 # config -> TP sizes: MLA with and without q_lora_rank, MoE with few KV heads and per-head norms, dense GQA past its
 # KV heads, biased attention and experts with sinks, MoE with KV heads = TP and past them, fp32 routers (GLM-4.5,
-# MiniMax-M2; Kimi-K2's bias), per-head norms on a dense model, q/k/v biases
+# MiniMax-M2; Kimi-K2's bias), per-head norms on a dense model, q/k/v biases, Falcon's parallel attention, Phi-3's
+# fused projections
 CASES: dict[str, tuple[int, ...]] = {
     "deepseek_v3-deepseek-r1": (1, 8),
     "deepseek_v2-deepseek-v2-lite": (4, 16),
@@ -47,6 +48,11 @@ CASES: dict[str, tuple[int, ...]] = {
     "kimi_k2-kimi-k2-instruct": (8,),
     "qwen3-qwen3-8b": (8,),
     "qwen2-qwen2.5-7b": (4,),
+    "falcon-falcon-40b": (8,),
+    "phi3-phi-3-mini-4k-instruct": (4,),
+    "mistral-mistral-7b-v0.1": (16,),
+    "deepseek_v2-deepseek-v2": (8,),
+    "gpt_oss-gpt-oss-120b": (8,),
 }
 
 

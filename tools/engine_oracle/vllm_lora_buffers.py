@@ -24,19 +24,9 @@ import os
 import sys
 
 import torch
+from vllm_tp_rank import patch_tp
 
 MARK = "@@lora-oracle@@ "
-
-
-def _patch_tp(tp: int) -> None:
-    """Every loaded vLLM module's TP size / rank functions answer `tp` / 0 (rank 0 of a TP group)."""
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("vllm") or module is None:
-            continue
-        if hasattr(module, "get_tensor_model_parallel_world_size"):
-            module.get_tensor_model_parallel_world_size = lambda *a, **k: tp  # type: ignore[attr-defined]
-        if hasattr(module, "get_tensor_model_parallel_rank"):
-            module.get_tensor_model_parallel_rank = lambda *a, **k: 0  # type: ignore[attr-defined]
 
 
 def main() -> None:
@@ -62,7 +52,7 @@ def main() -> None:
         from vllm.model_executor.layers.logits_processor import LogitsProcessor
         from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 
-        _patch_tp(int(case.get("tp", 1)))
+        patch_tp(int(case.get("tp", 1)))
         sharded = bool(case.get("fully_sharded", False))
         h, heads, kv, d, inter, vocab = (
             case[k] for k in ("hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab")

@@ -27,19 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from vllm_tp_rank import patch_tp
 
 MARK = "@@weight-shards-oracle@@ "
-
-
-def _patch_tp(tp: int) -> None:
-    """Every loaded vLLM module's TP size / rank functions answer `tp` / 0 (rank 0 of a TP group)."""
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("vllm") or module is None:
-            continue
-        if hasattr(module, "get_tensor_model_parallel_world_size"):
-            module.get_tensor_model_parallel_world_size = lambda *a, **k: tp  # type: ignore[attr-defined]
-        if hasattr(module, "get_tensor_model_parallel_rank"):
-            module.get_tensor_model_parallel_rank = lambda *a, **k: 0  # type: ignore[attr-defined]
 
 
 class _AttentionWithoutWeights(torch.nn.Module):
@@ -75,7 +65,7 @@ def _rank_parameters(config: dict[str, Any], tp: int) -> dict[str, int]:
         with set_current_vllm_config(vllm_config):
             model_class, _ = get_model_architecture(model_config)
             _stub_backends(sys.modules[model_class.__module__])
-            _patch_tp(tp)
+            patch_tp(tp)
             with set_default_torch_dtype(model_config.dtype), torch.device("meta"):
                 model = model_class(vllm_config=vllm_config, prefix="")
     parameters = list(model.parameters())
