@@ -56,8 +56,8 @@ class LayerParams:
 
     @property
     def total(self) -> int:
-        parts = (self.attention, self.mlp, self.experts, self.router, self.norms, self.replicated_attention)
-        return sum(parts) + self.fp32_router
+        parts = (self.attention, self.mlp, self.experts, self.router, self.fp32_router, self.norms)
+        return sum(parts) + self.replicated_attention
 
 
 class VisionProcessor(StrEnum):

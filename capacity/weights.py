@@ -12,7 +12,7 @@ from capacity.dtypes import CANONICAL_DTYPE, GIB, WEIGHT_DTYPES, element_bytes, 
 from capacity.engines.kinds import Engine
 from capacity.kv.kinds import FullAttention
 from capacity.memo import per_object
-from capacity.parallel import memo_per_model, pp_partition
+from capacity.parallel import memo_per_model, pp_partition, stage_layer_counts
 from capacity.spec import GpuSku, ModelSpec, SpecError
 
 if TYPE_CHECKING:
@@ -125,7 +125,6 @@ def _rank_weight_bytes(
     attention_bytes = dense if fmt.experts_only or fmt.attention_dense else linear
     stages: list[Fraction] = []
     sums = _stage_param_sums(model, pp)
-    kv_projections = _stage_kv_projections(model, pp)
     for stage_index, stage in enumerate(sums):
         terms = [
             (stage.attention, attention_bytes, s.attention),
@@ -135,12 +134,14 @@ def _rank_weight_bytes(
             (stage.whole_unquantized, dense, 1),  # norms and router, whole on every rank
             (stage.fp32_router, _FP32_BYTES, 1),
         ]
-        # QKVParallelLinear keeps at least one KV head per rank: past the KV heads, K/V projections are copied
-        terms += [
-            (per_head * (max(1, -(-heads // s.attention)) * s.attention - heads), attention_bytes, s.attention)
-            for heads, per_head in kv_projections[stage_index]
-            if heads % s.attention
-        ]
+        # vLLM's and SGLang's QKVParallelLinear give a rank `heads_per_gpu` KV heads, at least one
+        # (`num_kv_head_replicas` = TP / heads past them): the excess over the even split is copied K/V projections
+        for layer, n in stage_layer_counts(model, pp)[stage_index]:
+            cache = layer.cache
+            if isinstance(cache, FullAttention) and cache.num_kv_heads:
+                copied_heads = cache.heads_per_gpu(s.attention) * s.attention - cache.num_kv_heads
+                per_head = model.hidden_size * (cache.k_head_dim + cache.v_head_dim)
+                terms.append((per_head * n * copied_heads, attention_bytes, s.attention))
         if stage_index == 0:
             terms.append((model.embedding_params + model.loaded_extra_params, dense, s.embedding))
         if stage_index == len(sums) - 1:
@@ -159,29 +160,6 @@ def _exact_sum(terms: list[tuple[int, Fraction, int]]) -> Fraction:
         params * per_param.numerator * (common // d) for (params, per_param, _), d in zip(terms, denominators, strict=True)
     )
     return Fraction(numerator, common)
-
-
-def _stage_kv_projections(model: ModelSpec, pp: int) -> list[tuple[tuple[int, int], ...]]:
-    """Per pipeline stage, per KV-head count of its attention layers: the K and V projection parameters of one KV
-    head summed over those layers (hidden x (K + V head dims)). vLLM's and SGLang's QKVParallelLinear give a rank
-    ceil(heads / TP) heads, at least one (`num_kv_head_replicas` = TP / heads past them): the excess over the
-    even split is whole copies of those projections."""
-
-    def compute() -> list[tuple[tuple[int, int], ...]]:
-        stages = []
-        start = 0
-        for count in pp_partition(len(model.layer_params), pp):
-            per_heads: dict[int, int] = {}
-            for layer in model.layers:
-                cache = layer.cache
-                if start <= layer.index < start + count and isinstance(cache, FullAttention) and cache.num_kv_heads:
-                    per_head = model.hidden_size * (cache.k_head_dim + cache.v_head_dim)
-                    per_heads[cache.num_kv_heads] = per_heads.get(cache.num_kv_heads, 0) + per_head
-            stages.append(tuple(sorted(per_heads.items())))
-            start += count
-        return stages
-
-    return memo_per_model("stage_kv_projections", model, pp, compute)
 
 
 _FP32_BYTES = Fraction(4)

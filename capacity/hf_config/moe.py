@@ -52,7 +52,8 @@ class QwenMoe(SlidesFromMaxWindowLayers):
         moe_inter = c.integer("moe_intermediate_size")
         moe_layers = sparse_step_layers(m)
         is_qwen3 = m.family.qk_norm_moe
-        attn = attn_params(h, m.heads, m.kv_heads, hd, qkv_bias=c.flag("attention_bias", False) or not is_qwen3)
+        qkv_bias = c.flag("attention_bias", False) if is_qwen3 else True  # Qwen2-MoE: always q/k/v biases
+        attn = attn_params(h, m.heads, m.kv_heads, hd, qkv_bias=qkv_bias)
         norms = 2 * h + (2 * hd if is_qwen3 else 0)  # Qwen3's per-head q_norm / k_norm: whole on every rank
         shared_inter = 0 if is_qwen3 else c.integer("shared_expert_intermediate_size", 0, lo=0)
         shared = gated_mlp(h, shared_inter) + (h if shared_inter else 0)  # shared expert + its gate
