@@ -106,11 +106,17 @@ class CheckpointQuant:
     method: str  # fp8 | int8 | awq | gptq | mxfp4 | compressed-tensors | bitsandbytes ...
     weight_format: str  # the capacity engine's weight dtype: fp8 | int8 | int4 | mxfp4
     group_size: int | None = None
-    experts_only: bool = False  # mxfp4 in gpt-oss: only the routed experts are quantized
     # the KV cache format the checkpoint declares for itself ("fp8": ModelOpt's `kv_cache_quant_algo` FP8, or a static
     # 8-bit float `kv_cache_scheme`), which some engine releases run `--kv-cache-dtype auto` as; None: none declared
     kv_cache_format: str | None = None
     attention_quantized: bool = True  # False when the checkpoint keeps every attention projection 16-bit
+    mlp_quantized: bool = True  # False when it keeps the dense MLP and the shared experts 16-bit
+    group_zero_points: bool = True  # int4: a packed zero point per group (AWQ, GPTQ, asymmetric compressed-tensors)
+
+    @property
+    def experts_only(self) -> bool:
+        """Only the routed experts are quantized (gpt-oss's MXFP4, Kimi-K2-Thinking's INT4)."""
+        return not self.attention_quantized and not self.mlp_quantized
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,13 +26,19 @@ class WeightFormat:
     name: str
     linear_bytes_per_param: Fraction
     dense_bytes_per_param: Fraction  # embeddings, lm_head, norms, router, unquantized layers
-    experts_only: bool = False
-    attention_dense: bool = False  # attention projections kept 16-bit (NVFP4 exports)
+    attention_dense: bool = False  # attention projections kept 16-bit (the checkpoint's ignore list)
+    mlp_dense: bool = False  # the dense MLP and the shared experts kept 16-bit
+
+    @classmethod
+    def experts_only(cls, name: str, linear_bytes_per_param: Fraction, dense_bytes_per_param: Fraction) -> WeightFormat:
+        """A format that quantizes the routed experts only."""
+        return cls(name, linear_bytes_per_param, dense_bytes_per_param, attention_dense=True, mlp_dense=True)
 
 
-def _int4_bytes(group_size: int) -> Fraction:
-    # 4-bit weights + an fp16 scale and a packed 4-bit zero point per group (AWQ / GPTQ layout)
-    return Fraction(1, 2) + Fraction(2, group_size) + Fraction(1, 2 * group_size)
+def _int4_bytes(group_size: int, zero_points: bool = True) -> Fraction:
+    # 4-bit weights + a 16-bit scale per group, and a packed 4-bit zero point per group where the scheme has
+    # them (AWQ and GPTQ always; compressed-tensors when asymmetric)
+    return Fraction(1, 2) + Fraction(2, group_size) + (Fraction(1, 2 * group_size) if zero_points else 0)
 
 
 def weight_format(model: ModelSpec, weight_dtype: str, engine: str = Engine.VLLM) -> WeightFormat:
@@ -46,14 +52,16 @@ def _resolve_format(model: ModelSpec, weight_dtype: str, engine: str) -> WeightF
     wanted = weight_dtype.lower()
     quant = model.quantization
     if wanted == "auto" and quant is not None:
-        wanted = quant.weight_format
-        group = quant.group_size or 128
-        if wanted == "int4":
-            return WeightFormat(f"int4 ({quant.method}, group {group})", _int4_bytes(group), base)
-        if wanted == "mxfp4":
-            return WeightFormat("mxfp4", Fraction(17, 32), base, experts_only=quant.experts_only)
-        if wanted == "nvfp4":
-            return WeightFormat("nvfp4", Fraction(9, 16), base, attention_dense=not quant.attention_quantized)
+        # the checkpoint's format, on the parts its ignore list does not keep 16-bit
+        stored = replace(_resolve_format(model, quant.weight_format, engine), dense_bytes_per_param=base)
+        if quant.weight_format == "int4":
+            group = quant.group_size or 128
+            stored = replace(
+                stored,
+                name=f"int4 ({quant.method}, group {group})",
+                linear_bytes_per_param=_int4_bytes(group, quant.group_zero_points),
+            )
+        return replace(stored, attention_dense=not quant.attention_quantized, mlp_dense=not quant.mlp_quantized)
     if wanted == "auto":
         return WeightFormat(serving_dtype(model, engine), base, base)
     if wanted in ("bf16", "bfloat16", "fp16", "float16"):
@@ -68,7 +76,7 @@ def _resolve_format(model: ModelSpec, weight_dtype: str, engine: str) -> WeightF
         return WeightFormat("int4 (group 128)", _int4_bytes(128), base)
     if wanted == "mxfp4":
         # 4-bit elements + one 8-bit shared exponent per 32 elements = 4.25 bits
-        return WeightFormat("mxfp4", Fraction(17, 32), base, experts_only=True)
+        return WeightFormat.experts_only("mxfp4", Fraction(17, 32), base)
     if wanted == "nvfp4":
         # 4-bit elements + one fp8 scale per 16 elements = 4.5 bits
         return WeightFormat("nvfp4", Fraction(9, 16), base)
@@ -121,8 +129,8 @@ def _rank_weight_bytes(
     s = shards or WeightShards.tensor_parallel(tp)
     dense = fmt.dense_bytes_per_param
     linear = fmt.linear_bytes_per_param
-    mlp_bytes = dense if fmt.experts_only else linear
-    attention_bytes = dense if fmt.experts_only or fmt.attention_dense else linear
+    mlp_bytes = dense if fmt.mlp_dense else linear
+    attention_bytes = dense if fmt.attention_dense else linear
     stages: list[Fraction] = []
     sums = _stage_param_sums(model, pp)
     for stage_index, stage in enumerate(sums):

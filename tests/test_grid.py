@@ -104,7 +104,8 @@ def models() -> list[GridModel]:
         dense_spec(layers=32, heads=32, kv_heads=8, intermediate=14336, vocab=128256, context=131072),
         quantization=CheckpointQuant("fp8", "fp8"),
     )
-    mxfp4 = replace(moe_spec(), quantization=CheckpointQuant("mxfp4", "mxfp4", experts_only=True), family="gpt_oss")
+    experts_only = CheckpointQuant("mxfp4", "mxfp4", attention_quantized=False, mlp_quantized=False)
+    mxfp4 = replace(moe_spec(), quantization=experts_only, family="gpt_oss")
     return [
         GridModel("hand/llama-8b", dense_spec(layers=32, kv_heads=8, intermediate=14336, vocab=128256, context=131072),
                   16_060_522_496 + 12_345),

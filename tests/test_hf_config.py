@@ -766,15 +766,112 @@ def test_nvfp4_checkpoints_are_4_5_bit_with_attention_kept_16_bit_when_ignored()
         s = parse_config(acme(quantization_config=qcfg))
         assert s.quantization is not None
         assert (s.quantization.weight_format, s.quantization.group_size) == ("nvfp4", 16)
-        assert s.quantization.attention_quantized
+        assert s.quantization.attention_quantized and s.quantization.mlp_quantized
     layers = acme()["num_hidden_layers"]
-    ignored = {
-        "quant_method": "compressed-tensors",
-        "config_groups": {"g": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}},
-        "ignore": ["lm_head", *[f"model.layers.{i}.self_attn*" for i in range(layers)]],
+    # ModelOpt writes shell wildcards (vLLM ModelOptConfig.is_layer_excluded: fnmatch, or a substring)
+    modelopt = {
+        "quant_method": "modelopt",
+        "quant_algo": "NVFP4",
+        "exclude_modules": ["lm_head", *[f"model.layers.{i}.self_attn*" for i in range(layers)]],
     }
-    s = parse_config(acme(quantization_config=ignored))
-    assert s.quantization is not None and not s.quantization.attention_quantized
+    s = parse_config(acme(quantization_config=modelopt))
+    assert s.quantization is not None and not s.quantization.attention_quantized and s.quantization.mlp_quantized
+
+
+def _ct_int4(ignore: list[str], symmetric: bool = True) -> dict[str, Any]:
+    weights = {"num_bits": 4, "type": "int", "group_size": 32, "strategy": "group", "symmetric": symmetric}
+    return {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": weights}}, "ignore": ignore}
+
+
+@pytest.mark.parametrize(
+    ("ignore", "attention_kept", "mlp_kept"),
+    [
+        # compressed-tensors reads `re:` + a regex matched from the start of the name, else the exact name
+        (["lm_head", "re:.*self_attn.*"], True, False),
+        (["lm_head", *[f"model.layers.{i}.self_attn.o_proj" for i in range(4)]], True, False),
+        (["lm_head", "re:.*mlp.*"], False, True),
+        # not a match in vLLM: a shell wildcard without `re:`, a regex that does not match from the start, and a
+        # list that misses a layer
+        (["model.layers.*.self_attn*"], False, False),
+        (["re:self_attn"], False, False),
+        (["lm_head", *[f"model.layers.{i}.self_attn.o_proj" for i in range(3)]], False, False),
+    ],
+)
+def test_compressed_tensors_ignore_lists_are_read_as_vllm_reads_them(
+    ignore: list[str], attention_kept: bool, mlp_kept: bool
+) -> None:
+    q = parse_config(acme(quantization_config=_ct_int4(ignore))).quantization
+    assert q is not None and q.weight_format == "int4"
+    assert (not q.attention_quantized, not q.mlp_quantized) == (attention_kept, mlp_kept)
+
+
+def _small_moe(model_type: str, quantization_config: dict[str, Any]) -> dict[str, Any]:
+    """Two decoder layers, the first dense (DeepSeek's `first_k_dense_replace`), 8 experts and one shared."""
+    return {
+        "model_type": model_type,
+        "architectures": ["DeepseekV3ForCausalLM" if model_type == "deepseek_v3" else "Qwen2MoeForCausalLM"],
+        "hidden_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 128,
+        "shared_expert_intermediate_size": 128,
+        "n_routed_experts": 8,
+        "num_experts": 8,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": 1,
+        "kv_lora_rank": 64,
+        "q_lora_rank": None,
+        "qk_nope_head_dim": 32,
+        "qk_rope_head_dim": 16,
+        "v_head_dim": 32,
+        "vocab_size": 1000,
+        "max_position_embeddings": 4096,
+        "torch_dtype": "bfloat16",
+        "quantization_config": quantization_config,
+    }
+
+
+def test_routed_experts_only_int4_is_what_kimi_k2_thinking_ships() -> None:
+    """The ignore list of Kimi-K2-Thinking's config (attention, shared experts and the dense MLP kept 16-bit):
+    every part but the routed experts is in bf16; the experts are packed INT4 with one bf16 scale per 32 weights and
+    no zero point (symmetric), 0.5 + 2/32 bytes a weight."""
+    from fractions import Fraction
+
+    from capacity.weights import estimate_weights
+
+    ignore = ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"]
+    spec = parse_config(_small_moe("deepseek_v3", _ct_int4(ignore)))
+    q = spec.quantization
+    assert q is not None and q.experts_only and not q.group_zero_points
+    experts = 8 * 3 * 256 * 128  # one MoE layer
+    rest = spec.total_params - experts - sum(p.fp32_router for p in spec.layer_params)
+    by_hand = experts * Fraction(1, 2) + experts * Fraction(2, 32) + rest * 2 + 8 * 4  # the fp32 router bias
+    assert estimate_weights(spec, "auto", tp=1).per_gpu_bytes == by_hand
+    asymmetric = parse_config(_small_moe("deepseek_v3", _ct_int4(ignore, symmetric=False))).quantization
+    assert asymmetric is not None and asymmetric.group_zero_points  # a packed 4-bit zero point per group: 1/64 B
+
+
+def test_a_shared_expert_is_matched_by_the_familys_own_module_name() -> None:
+    """Qwen2-MoE's module is `mlp.shared_expert` (singular): the plural pattern DeepSeek checkpoints use does not
+    match it, so vLLM quantizes it (a real recipe's pitfall); DeepSeek's `mlp.shared_experts` it does match."""
+    plural = ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"]
+    qwen = parse_config(_small_moe("qwen2_moe", _ct_int4(plural))).quantization
+    assert qwen is not None and qwen.mlp_quantized
+    singular = [*plural[:2], "re:.*shared_expert\\..*"]
+    qwen = parse_config(_small_moe("qwen2_moe", _ct_int4(singular))).quantization
+    assert qwen is not None and not qwen.mlp_quantized
+    deepseek = parse_config(_small_moe("deepseek_v3", _ct_int4(plural[:3]))).quantization
+    assert deepseek is not None and deepseek.mlp_quantized  # the dense layer's MLP is not in the list
+
+
+def test_an_ignore_pattern_that_could_backtrack_without_bound_is_flagged_not_run() -> None:
+    spec = parse_config(acme(quantization_config=_ct_int4(["re:(.*)*x", "re:.*a.*b.*c.*d.*e", "re:(["])))
+    assert spec.quantization is not None and spec.quantization.attention_quantized  # sized quantized, the default
+    assert sum("not evaluated" in note for note in spec.notes) == 2
+    assert any("not a valid regex" in note for note in spec.notes)
 
 
 def test_unknown_quantization_is_noted_not_fatal() -> None:

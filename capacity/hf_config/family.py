@@ -112,6 +112,10 @@ class Family:
     qk_norm_moe = False  # Qwen3-MoE: q/k norms and no shared expert
     sparse_indexer = False  # DeepSeek-V3.2: the lightning indexer
     generic = False  # an unknown model type (ModelSpec.is_generic), parsed by the base rules
+    # the modules under `model.layers.<i>.` as vLLM names them, which a quantizer's ignore list is matched on
+    attention_module = "self_attn"
+    dense_mlp_module = "mlp"
+    shared_expert_module = "mlp.shared_experts"  # DeepSeek-V2/V3, Kimi-K2, GLM-4.5
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -42,6 +42,8 @@ class Jamba(Family):
     """Jamba: attention every `attn_layer_period` layers (at `attn_layer_offset`), Mamba-1 elsewhere;
     conv state = I * d_conv, recurrent = I * d_state with I = expand * hidden."""
 
+    dense_mlp_module = "feed_forward"
+
     def layer_kinds(self, m: Model) -> list[Kind]:
         c = m.cfg
         period = c.integer("attn_layer_period", 8, hi=MAX_LAYERS)
@@ -130,6 +132,9 @@ class NemotronH(Family):
     """Nemotron-H: `hybrid_override_pattern` names each layer; MLP-only and MoE-only layers cache
     nothing and have no `LayerKVSpec`. Mamba-2 conv = (I + 2 * n_groups * d_state) * conv_kernel,
     recurrent = I * d_state with I = heads * head_dim."""
+
+    attention_module = dense_mlp_module = "mixer"
+    shared_expert_module = "mixer.shared_experts"
 
     def pattern(self, m: Model) -> list[Block]:
         c = m.cfg
@@ -238,6 +243,8 @@ class Qwen3Next(Family):
     attention every `full_attention_interval` layers. Gated delta-net conv = (2 * Hk * Dk + Hv * Dv) *
     kernel, recurrent = Hv * Dk * Dv."""
 
+    shared_expert_module = "mlp.shared_expert"
+
     has_state_layer_types = True
 
     def read_intermediate(self, m: Model) -> int:
@@ -340,6 +347,8 @@ class GraniteMoeHybrid(Family):
     mamba_n_heads x mamba_d_head, conv = (I + 2 x mamba_n_groups x mamba_d_state) x mamba_d_conv,
     recurrent = I x mamba_d_state. The state fields are required (transformers' and SGLang's config classes
     default them differently)."""
+
+    shared_expert_module = "shared_mlp"
 
     def layer_kinds(self, m: Model) -> list[Kind]:
         types = m.cfg.texts("layer_types")

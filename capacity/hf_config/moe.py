@@ -45,6 +45,8 @@ class QwenMoe(SlidesFromMaxWindowLayers):
     """Qwen2-MoE: q/k/v biases and a gated shared expert. Qwen3-MoE (`qk_norm_moe`, a property of the
     checkpoint's family) has q/k norms, an `attention_bias` flag and no shared expert."""
 
+    shared_expert_module = "mlp.shared_expert"
+
     def build(self, m: Model, kinds: list[Kind]) -> Built:
         c = m.cfg
         h, hd = m.hidden, m.head_dim
@@ -95,6 +97,9 @@ class GptOss(SlidesPeriodically):
 class Llama4(Family):
     """Llama 4: chunked attention where `no_rope_layers[i]` is 1 (default: every 4th layer is full),
     MoE layers with a shared expert, a vision tower."""
+
+    dense_mlp_module = "feed_forward"
+    shared_expert_module = "feed_forward.shared_expert"
 
     def read_intermediate(self, m: Model) -> int:
         return m.cfg.integer("intermediate_size_mlp", 16384)

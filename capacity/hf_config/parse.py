@@ -127,7 +127,7 @@ def _spec(m: Model, built: Built) -> ModelSpec:
     loaded_extra = vision + (extra if rules.loads_extra_params else 0)
     max_pos, context, context_up_to_029 = context_limit(m)
     torch_dtype = dtype(m)
-    quant = quantization(m)
+    quant = quantization(m, layers, params)
     ssm_dtype = ssm_state_dtype(m)
     return ModelSpec(
         model_type=m.model_type,

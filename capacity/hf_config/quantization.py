@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import fnmatch
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING
 
-from capacity.hf_config.fields import MAX_DIM, Fields
-from capacity.spec import CheckpointQuant, ModelSpec
+from capacity.hf_config.fields import MAX_DIM, Fields, clip
+from capacity.kv.kinds import RecurrentState
+from capacity.spec import CheckpointQuant, LayerKVSpec, LayerParams, ModelSpec
 
 if TYPE_CHECKING:
     from capacity.hf_config.family import Model
@@ -68,7 +73,8 @@ def _modelopt_kv_cache_format(q: Fields) -> str | None:
     return "fp8" if isinstance(declared, str) and declared.lower() == "fp8" else None
 
 
-def quantization(m: Model) -> CheckpointQuant | None:
+def quantization(m: Model, layers: Sequence[LayerKVSpec], params: Sequence[LayerParams]) -> CheckpointQuant | None:
+    """The checkpoint's stored format, with the parts its ignore list keeps 16-bit (read on `layers` / `params`)."""
     q = m.outer.sub("quantization_config") or m.cfg.sub("quantization_config")
     if q is None:
         return None
@@ -86,26 +92,32 @@ def quantization(m: Model) -> CheckpointQuant | None:
             q.fail(f"unsupported {method} bit width {bits}")
         return CheckpointQuant(method=method, weight_format=fmt, group_size=group if group > 0 else None)
     if method == "mxfp4":
-        return CheckpointQuant(method="mxfp4", weight_format="mxfp4", group_size=32, experts_only=True)
+        # gpt-oss: only the routed experts are MXFP4
+        return CheckpointQuant("mxfp4", "mxfp4", group_size=32, attention_quantized=False, mlp_quantized=False)
     if method == "compressed-tensors":
-        return _compressed_tensors(m, q)
+        return _compressed_tensors(m, q, ignored_parts(m, q, IgnoreRule.COMPRESSED_TENSORS, layers, params))
     if method == "modelopt":  # NVIDIA ModelOpt: `quant_algo` names the scheme
         algo = (q.text("quant_algo") or "").upper()
         kv = _modelopt_kv_cache_format(q)
-        if algo.startswith("FP8"):
-            return CheckpointQuant(method="modelopt", weight_format="fp8", kv_cache_format=kv)
-        if algo in ("W4A16_AWQ", "INT4_AWQ", "W4A8_AWQ"):
-            return CheckpointQuant(method="modelopt", weight_format="int4", group_size=128, kv_cache_format=kv)
+        block: int | None
         if algo.startswith("NVFP4"):
-            return CheckpointQuant(
-                method="modelopt",
-                weight_format="nvfp4",
-                group_size=16,
-                attention_quantized=not _attention_ignored(m, q),
-                kv_cache_format=kv,
-            )
-        m.notes.append(f"modelopt {algo or '(no quant_algo)'} weights: not modelled, sized as torch_dtype")
-        return None
+            fmt, block = "nvfp4", 16
+        elif algo.startswith("FP8"):
+            fmt, block = "fp8", None
+        elif algo in ("W4A16_AWQ", "INT4_AWQ", "W4A8_AWQ"):
+            fmt, block = "int4", 128
+        else:
+            m.notes.append(f"modelopt {algo or '(no quant_algo)'} weights: not modelled, sized as torch_dtype")
+            return None
+        parts = ignored_parts(m, q, IgnoreRule.MODELOPT, layers, params)
+        return CheckpointQuant(
+            "modelopt",
+            fmt,
+            group_size=block,
+            kv_cache_format=kv,
+            attention_quantized=not parts.attention,
+            mlp_quantized=not parts.mlp,
+        )
     if method == "bitsandbytes":
         if q.flag("load_in_4bit", False):
             return CheckpointQuant(method="bitsandbytes", weight_format="int4", group_size=64)
@@ -116,11 +128,11 @@ def quantization(m: Model) -> CheckpointQuant | None:
     return None
 
 
-def _compressed_tensors(m: Model, q: Fields) -> CheckpointQuant | None:
+def _compressed_tensors(m: Model, q: Fields, parts: IgnoredParts) -> CheckpointQuant | None:
     groups = q.mapping("config_groups")
     if not groups:
         q.fail("compressed-tensors config has no `config_groups`")
-    formats: set[tuple[str, int | None]] = set()
+    formats: set[tuple[str, int | None, bool]] = set()  # (format, group size, zero points)
     for gname, group in groups.items():
         if not isinstance(group, Mapping):
             q.fail(f"`config_groups.{gname}` must be an object")
@@ -131,14 +143,17 @@ def _compressed_tensors(m: Model, q: Fields) -> CheckpointQuant | None:
         bits = w.integer("num_bits", hi=64)
         kind = (w.text("type", "int") or "int").lower()
         gsize = w.opt_int("group_size", lo=-1)
+        # compressed-tensors' QuantizationArgs default: symmetric, so no zero points (vLLM allocates
+        # `weight_zero_point` only for an asymmetric scheme)
+        zero_points = not w.flag("symmetric", True)
         if kind == "float" and bits == 8:
-            formats.add(("fp8", None))
+            formats.add(("fp8", None, False))
         elif kind == "int" and bits == 8:
-            formats.add(("int8", None))
+            formats.add(("int8", None, False))
         elif kind == "int" and bits == 4:
-            formats.add(("int4", gsize if gsize and gsize > 0 else None))
+            formats.add(("int4", gsize if gsize and gsize > 0 else None, zero_points))
         elif kind == "float" and bits == 4:
-            formats.add(("nvfp4", gsize if gsize and gsize > 0 else 16))
+            formats.add(("nvfp4", gsize if gsize and gsize > 0 else 16, False))
         else:
             w.fail(f"unsupported compressed-tensors weight format {bits}-bit {kind}")
     if not formats:
@@ -146,22 +161,93 @@ def _compressed_tensors(m: Model, q: Fields) -> CheckpointQuant | None:
     if len(formats) > 1:
         m.notes.append("compressed-tensors: several weight formats; the widest is used")
     order = {"fp8": 0, "int8": 0, "int4": 1, "nvfp4": 1}
-    fmt, gsize = sorted(formats, key=lambda f: order[f[0]])[0]
+    fmt, gsize, zero_points = sorted(formats, key=lambda f: (order[f[0]], not f[2]))[0]
     return CheckpointQuant(
         method="compressed-tensors",
         weight_format=fmt,
         group_size=gsize,
-        attention_quantized=not _attention_ignored(m, q),
+        attention_quantized=not parts.attention,
+        mlp_quantized=not parts.mlp,
+        group_zero_points=zero_points,
     )
 
 
-def _attention_ignored(m: Model, q: Fields) -> bool:
-    """True when the quantizer's ignore list keeps the attention projections of every layer 16-bit
-    (NVFP4 exports commonly leave `self_attn` unquantized)."""
-    ignore = q.data.get("ignore") or q.data.get("exclude_modules") or q.data.get("modules_to_not_convert") or []
-    if not isinstance(ignore, list):
-        return False
-    entries = [str(e) for e in ignore]
-    if any("self_attn" in e and ("*" in e.split("layers")[0] or "re:" in e or ".*" in e) for e in entries):
+class IgnoreRule(Enum):
+    """How a quantizer's ignore list names the modules it leaves 16-bit, as vLLM reads it."""
+
+    # compressed_tensors/utils.py should_ignore_layer -> `is_equal_or_regex_match`: `re:` and a regex matched
+    # from the start of the module's name (re.match), else the exact name
+    COMPRESSED_TENSORS = "compressed-tensors"
+    # modelopt.py ModelOptConfig.is_layer_excluded: the exact name, a substring of it, or a shell wildcard (fnmatch)
+    MODELOPT = "modelopt"
+
+    def matcher(self, patterns: Sequence[str], m: Model) -> Callable[[str], bool]:
+        """A test of one module name against the list (patterns that could backtrack without bound are noted and
+        left out: the part they name is then sized quantized, the estimate's default)."""
+        exact = frozenset(patterns)
+        if self is IgnoreRule.COMPRESSED_TENSORS:
+            regexes = [re.compile(p[3:]) for p in patterns if p.startswith("re:") and _bounded(m, p[3:])]
+            return lambda name: name in exact or any(r.match(name) for r in regexes)
+        parts = [p for p in patterns if _bounded(m, p)]
+        return lambda name: name in exact or any(p in name or fnmatch.fnmatchcase(name, p) for p in parts)
+
+
+# Ignore patterns come from the checkpoint: a regex whose repetitions nest, or that repeats without bound more than
+# a few times, can take exponential (or high-polynomial) time on a module name; vLLM would run it, capplan flags it
+_MAX_UNBOUNDED_REPEATS = 4
+_UNBOUNDED = re.compile(r"(?<!\\)(?:[*+]|\{\d*,\})")
+_REPEATED_GROUP = re.compile(r"(?<!\\)\)(?:[*+]|\{\d*,\d*\})")
+
+
+def _bounded(m: Model, pattern: str) -> bool:
+    if len(_UNBOUNDED.findall(pattern)) <= _MAX_UNBOUNDED_REPEATS and not _REPEATED_GROUP.search(pattern):
+        try:
+            re.compile(pattern)
+        except re.error:
+            m.notes.append(f"quantization ignore pattern {clip(pattern)} is not a valid regex: not read")
+            return False
         return True
-    return m.num_layers > 0 and sum("self_attn" in e for e in entries) >= m.num_layers
+    m.notes.append(f"quantization ignore pattern {clip(pattern)} not evaluated (nested or repeated repetition)")
+    return False
+
+
+# the prefixes a decoder layer's modules carry in the engines' and quantizers' names (a causal LM, a multimodal
+# wrapper's language model in either order, Nemotron-H's backbone)
+_LAYER_PREFIXES = ("model.layers", "language_model.model.layers", "model.language_model.layers", "backbone.layers")
+
+
+@dataclass(frozen=True, slots=True)
+class IgnoredParts:
+    """Which of a checkpoint's parts its ignore list keeps 16-bit on every layer that has them."""
+
+    attention: bool = False
+    mlp: bool = False  # the dense MLP and the shared experts
+
+
+def ignored_parts(
+    m: Model, q: Fields, rule: IgnoreRule, layers: Sequence[LayerKVSpec], params: Sequence[LayerParams]
+) -> IgnoredParts:
+    """Test the ignore list as the engine does, on the module names of the family (`Family.*_module`) for every
+    layer that has the part: attention on layers with an attention cache, the dense MLP on dense layers, the
+    shared experts on MoE layers. A part with no layer is not ignored."""
+    raw = q.data.get("ignore") or q.data.get("exclude_modules") or q.data.get("modules_to_not_convert") or []
+    if not isinstance(raw, list) or not raw:
+        return IgnoredParts()
+    ignored = rule.matcher([str(p) for p in raw], m)
+    names = m.rules
+
+    def every(indexes: Sequence[int], module: str) -> bool:
+        # one projection stands for the module: the engines refuse a fused projection whose shards disagree
+        return bool(indexes) and all(
+            any(ignored(f"{prefix}.{i}.{module}") for prefix in _LAYER_PREFIXES) for i in indexes
+        )
+
+    attention = [layer.index for layer in layers if not isinstance(layer.cache, RecurrentState)]
+    dense = [i for i, p in enumerate(params) if p.mlp and not p.experts]
+    shared = [i for i, p in enumerate(params) if p.mlp and p.experts]
+    mlp = (
+        bool(dense or shared)
+        and (not dense or every(dense, f"{names.dense_mlp_module}.down_proj"))
+        and (not shared or every(shared, f"{names.shared_expert_module}.down_proj"))
+    )
+    return IgnoredParts(attention=every(attention, f"{names.attention_module}.o_proj"), mlp=mlp)

@@ -6,7 +6,7 @@ imports vLLM. One JSON document on stdin:
     {"cases": {name: {"config": {... a config.json ...}, "tp": N}}}
 
 and it prints one JSON line after `@@weight-shards-oracle@@ `: {"vllm_version", "ranks": {name: {"bytes": B,
-"parameters": P}}}, the parameters of rank 0 as the release's model class (the config's `architectures`)
+"parameters": P, "shape_record_bytes": S}}}, the parameters of rank 0 as the release's model class (the config's `architectures`)
 creates them for its own `ModelConfig` (the config's dtype), summed over `named_parameters()` (each tensor once).
 How each projection shards (ColumnParallelLinear, RowParallelLinear, QKVParallelLinear's KV head copies,
 ReplicatedLinear, VocabParallelEmbedding, FusedMoE's TP split) is the release's own code: a single gloo process
@@ -39,14 +39,29 @@ class _AttentionWithoutWeights(torch.nn.Module):
         super().__init__()
 
 
+class _KernelNotChosen:
+    """Stands in for the packed-weight GEMM kernel (chosen per GPU); it creates no weight."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
 def _stub_backends(model_module: Any) -> None:
     """The GPU-dependent choices the CPU package cannot make, none of which creates a weight."""
     import vllm.model_executor.layers.fused_moe.oracle.unquantized as moe_oracle
     import vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method as moe_method
     import vllm.model_executor.layers.mla as mla_module
+    import vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe.compressed_tensors_moe_wna16 as wna16_method
+    import vllm.model_executor.layers.quantization.compressed_tensors.schemes.compressed_tensors_wNa16 as wna16_linear
+    from vllm.model_executor.layers.fused_moe.oracle.int_wna16 import WNA16MoEBackend
 
     triton = moe_oracle.UnquantizedMoeBackend.TRITON
     moe_method.select_unquantized_moe_backend = lambda moe_config: (triton, None)  # type: ignore[attr-defined]
+    # compressed-tensors' INT4 / INT8 experts: `create_weights` allocates the checkpoint's own layout (N-first packed
+    # weights, group scales, zero points when asymmetric) whatever kernel runs them later
+    wna16_method.select_wna16_moe_backend = lambda **kwargs: (WNA16MoEBackend.TRITON, None)  # type: ignore[attr-defined]
+    # and a packed linear layer allocates its weight, scales and zero points itself before it hands them to a kernel
+    wna16_linear.choose_mp_linear_kernel = lambda config: _KernelNotChosen  # type: ignore[attr-defined]
     for module in (model_module, mla_module):
         for name in ("Attention", "MLAAttention"):
             if hasattr(module, name):
@@ -68,10 +83,12 @@ def _rank_parameters(config: dict[str, Any], tp: int) -> dict[str, int]:
             patch_tp(tp)
             with set_default_torch_dtype(model_config.dtype), torch.device("meta"):
                 model = model_class(vllm_config=vllm_config, prefix="")
-    parameters = list(model.parameters())
+    parameters = list(model.named_parameters())
     return {
-        "bytes": sum(p.numel() * p.element_size() for p in parameters),
-        "parameters": sum(p.numel() for p in parameters),
+        "bytes": sum(p.numel() * p.element_size() for _, p in parameters),
+        "parameters": sum(p.numel() for _, p in parameters),
+        # packed formats record each weight's unpacked shape (2 values a linear module, 2 an expert and projection)
+        "shape_record_bytes": sum(p.numel() * p.element_size() for name, p in parameters if name.endswith("weight_shape")),
     }
 
 
