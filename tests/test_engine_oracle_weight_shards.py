@@ -6,7 +6,9 @@ vLLM builds each model in the engine-oracle venv on the meta device as rank 0 of
 copies of KV heads past TP = heads, ReplicatedLinear (MLA's q_a / kv_a down-projections), per-head q/k norms,
 row-parallel and fused-MoE biases, vocab-parallel embeddings and FusedMoE's TP split of every expert are the
 release's own module code. The configs are the registry's test configs with their quantization block removed
-(bf16 throughout), so the comparison is of parameters placed, not of a quantizer's scales.
+(bf16 throughout), so the comparison is of parameters placed, not of a quantizer's scales; three quantized
+checkpoints (`QUANTIZED`) then check the formats: which parts a compressed-tensors ignore list keeps 16-bit, packed
+INT4 with its group scales and, when asymmetric, zero points, as vLLM's quantization methods allocate them.
 
 Bytes are compared as well as parameters: the parameters vLLM keeps in fp32 whatever the checkpoint (the noaux_tc
 score-correction bias; GLM-4.5's and MiniMax-M2's whole gate) are `LayerParams.fp32_router`. Left out (not among the
