@@ -868,10 +868,21 @@ def test_a_shared_expert_is_matched_by_the_familys_own_module_name() -> None:
 
 
 def test_an_ignore_pattern_that_could_backtrack_without_bound_is_flagged_not_run() -> None:
-    spec = parse_config(acme(quantization_config=_ct_int4(["re:(.*)*x", "re:.*a.*b.*c.*d.*e", "re:(["])))
-    assert spec.quantization is not None and spec.quantization.attention_quantized  # sized quantized, the default
-    assert sum("not evaluated" in note for note in spec.notes) == 2
-    assert any("not a valid regex" in note for note in spec.notes)
+    hostile = ["re:(.*)*x", "re:.*a.*b.*c.*d.*e", "re:([", "re:.*self_attn.*"]
+    spec = parse_config(acme(quantization_config=_ct_int4(hostile)))
+    assert spec.quantization is not None and not spec.quantization.attention_quantized  # the sound pattern runs
+    assert [note for note in spec.notes if "not evaluated" in note] == [
+        "3 quantization ignore pattern(s) not evaluated (not a valid regex, or nested or repeated repetition), "
+        "e.g. '(.*)*x': what they name is sized quantized"
+    ]
+
+
+def test_an_ignore_list_too_long_to_test_on_every_layer_is_cut_off_with_a_note() -> None:
+    """Thousands of layers times thousands of patterns: past the budget every part is sized quantized."""
+    patterns = [f"re:.*layers\\.{i}\\.nothing" for i in range(2000)] + ["re:.*self_attn.*"]
+    spec = parse_config(acme(num_hidden_layers=2000, quantization_config=_ct_int4(patterns)))
+    assert spec.quantization is not None and spec.quantization.attention_quantized
+    assert any("too long to evaluate" in note for note in spec.notes)
 
 
 def test_unknown_quantization_is_noted_not_fatal() -> None:

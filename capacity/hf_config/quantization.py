@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from functools import partial
 from typing import TYPE_CHECKING
 
 from capacity.hf_config.fields import MAX_DIM, Fields, clip
@@ -14,7 +15,7 @@ from capacity.kv.kinds import RecurrentState
 from capacity.spec import CheckpointQuant, LayerKVSpec, LayerParams, ModelSpec
 
 if TYPE_CHECKING:
-    from capacity.hf_config.family import Model
+    from capacity.hf_config.family import Family, Model
 
 
 # Bytes per parameter a checkpoint can plausibly store. Unquantized: 16-bit (a float32 config may
@@ -182,33 +183,64 @@ class IgnoreRule(Enum):
     MODELOPT = "modelopt"
 
     def matcher(self, patterns: Sequence[str], m: Model) -> Callable[[str], bool]:
-        """A test of one module name against the list (patterns that could backtrack without bound are noted and
-        left out: the part they name is then sized quantized, the estimate's default)."""
+        """A test of one module name against the list. Patterns that could backtrack without bound are noted and
+        left out (the part they name is then sized quantized, the estimate's default); past `_MATCH_BUDGET`
+        pattern tests the test raises `_OverBudget`."""
         exact = frozenset(patterns)
+        tests: list[Callable[[str], object]]
         if self is IgnoreRule.COMPRESSED_TENSORS:
-            regexes = [re.compile(p[3:]) for p in patterns if p.startswith("re:") and _bounded(m, p[3:])]
-            return lambda name: name in exact or any(r.match(name) for r in regexes)
-        parts = [p for p in patterns if _bounded(m, p)]
-        return lambda name: name in exact or any(p in name or fnmatch.fnmatchcase(name, p) for p in parts)
+            regexes = [p[3:] for p in patterns if p.startswith("re:")]
+            tests = [re.compile(p).match for p in _bounded(m, regexes)]
+        else:
+            tests = [partial(_contains_or_wildcard, p) for p in _bounded(m, patterns)]
+        budget = [_MATCH_BUDGET]
+
+        def ignored(name: str) -> bool:
+            if name in exact:
+                return True
+            budget[0] -= len(tests)
+            if budget[0] < 0:
+                raise _OverBudget
+            return any(test(name) for test in tests)
+
+        return ignored
+
+
+def _contains_or_wildcard(pattern: str, name: str) -> bool:
+    return pattern in name or fnmatch.fnmatchcase(name, pattern)
+
+
+class _OverBudget(Exception):
+    """The ignore list is too long to test on every layer's modules."""
 
 
 # Ignore patterns come from the checkpoint: a regex whose repetitions nest, or that repeats without bound more than
-# a few times, can take exponential (or high-polynomial) time on a module name; vLLM would run it, capplan flags it
+# a few times, can take exponential (or high-polynomial) time on a module name; vLLM would run it, capplan flags it.
+# And a list can be long: a real one needs a few thousand pattern tests, a hostile one is cut off at the budget
 _MAX_UNBOUNDED_REPEATS = 4
 _UNBOUNDED = re.compile(r"(?<!\\)(?:[*+]|\{\d*,\})")
 _REPEATED_GROUP = re.compile(r"(?<!\\)\)(?:[*+]|\{\d*,\d*\})")
+_MATCH_BUDGET = 200_000
 
 
-def _bounded(m: Model, pattern: str) -> bool:
-    if len(_UNBOUNDED.findall(pattern)) <= _MAX_UNBOUNDED_REPEATS and not _REPEATED_GROUP.search(pattern):
+def _bounded(m: Model, patterns: Sequence[str]) -> list[str]:
+    """The patterns safe to run: valid, without nested or many unbounded repetitions (the others in one note)."""
+    kept: list[str] = []
+    left_out: list[str] = []
+    for pattern in patterns:
+        safe = len(_UNBOUNDED.findall(pattern)) <= _MAX_UNBOUNDED_REPEATS and not _REPEATED_GROUP.search(pattern)
         try:
-            re.compile(pattern)
+            if safe:
+                re.compile(pattern)
         except re.error:
-            m.notes.append(f"quantization ignore pattern {clip(pattern)} is not a valid regex: not read")
-            return False
-        return True
-    m.notes.append(f"quantization ignore pattern {clip(pattern)} not evaluated (nested or repeated repetition)")
-    return False
+            safe = False
+        (kept if safe else left_out).append(pattern)
+    if left_out:
+        m.notes.append(
+            f"{len(left_out)} quantization ignore pattern(s) not evaluated (not a valid regex, or nested or repeated "
+            f"repetition), e.g. {clip(left_out[0])}: what they name is sized quantized"
+        )
+    return kept
 
 
 # the prefixes a decoder layer's modules carry in the engines' and quantizers' names (a causal LM, a multimodal
@@ -234,8 +266,16 @@ def ignored_parts(
     if not isinstance(raw, list) or not raw:
         return IgnoredParts()
     ignored = rule.matcher([str(p) for p in raw], m)
-    names = m.rules
+    try:
+        return _ignored_parts(ignored, m.rules, layers, params)
+    except _OverBudget:
+        m.notes.append("quantization ignore list too long to evaluate on every layer: every part sized quantized")
+        return IgnoredParts()
 
+
+def _ignored_parts(
+    ignored: Callable[[str], bool], names: Family, layers: Sequence[LayerKVSpec], params: Sequence[LayerParams]
+) -> IgnoredParts:
     def every(indexes: Sequence[int], module: str) -> bool:
         # one projection stands for the module: the engines refuse a fused projection whose shards disagree
         return bool(indexes) and all(
