@@ -161,3 +161,26 @@ def test_deployment_settings_decide_the_all_reduce_path() -> None:
     assert not custom_all_reduce_on(8, DeploymentSpec(tp=8, disable_custom_all_reduce=True).all_reduce_peer_gpus(h100))
     assert not custom_all_reduce_on(2, DeploymentSpec(tp=2, gpu_peer_access=False).all_reduce_peer_gpus(h100))
     assert DeploymentSpec(tp=2, gpu_peer_access=True).all_reduce_peer_gpus(None) is None  # unknown GPU: the rule's default
+
+
+def test_the_estimate_flags_nvls_buffers_above_two_ranks_on_an_nvlink_switch() -> None:
+    """NCCL turns NVLS on above 2 GPUs of an NVLink switch board (vllm#9699); capplan does not charge its buffers
+    (no reference log at TP > 4 there) and says so: at TP 8 the measured order of magnitude (about 4.9 GiB of KV
+    lost at TP 8 in vllm#9699), half of it at TP 4 by NCCL's per-rank sizing; nothing at TP 2, on PCIe cards, or
+    on SGLang, which turns NVLS off unless --enable-nccl-nvls (sgl-project/sglang#631)."""
+    from capacity.estimate import estimate
+    from capacity.spec import DeploymentSpec
+
+    def notes(model: str, gpu: str, tp: int, engine: str = "vllm") -> list[str]:
+        resolved = load_model(model)
+        est = estimate(resolved.spec, DeploymentSpec(tp=tp, engine=engine, max_model_len=8192),
+                       gpu=find_gpu_sku(gpu), checkpoint_bytes=resolved.checkpoint_bytes)  # fmt: skip
+        return [n for n in est.notes if "NVLS" in n]
+
+    kimi, llama = "moonshotai/Kimi-K2-Thinking", "meta-llama/Llama-3.1-70B-Instruct"
+    (tp8,) = notes(kimi, "H200", 8)  # 5 GiB of a 52 GiB budget
+    assert "up to about 5.00 GiB a GPU" in tp8 and "scales with the ranks" not in tp8
+    (tp4,) = notes(llama, "H100", 4)
+    assert "about 2.50 GiB at TP 4" in tp4
+    assert notes(llama, "H100", 2) == [] and notes(llama, "L40S", 4) == [] and notes(kimi, "H200", 8, "sglang") == []
+    assert notes(llama, "H200", 8) == []  # 5 GiB is under 5 % of a 70B's budget there: not worth a note

@@ -79,6 +79,9 @@ VLLM_KV_DTYPES_ACCEPTED = VLLM_KV_DTYPES_SIZED | frozenset(
 )
 _SPELLED_OUT = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 _GRAPHS_IN_BUDGET_FROM = "0.21"  # the first release whose KV budget deducts the CUDA-graph estimate
+# what NVLS took from the KV cache at TP 8 on 8x H200 in vllm#9699 (17,595 blocks against about 22,700 without it,
+# 1,032,192 bytes a block), the top of the blind TP 8 logs' range (README-memory-holdout.md)
+_NVLS_TP8_BYTES = 5 * 2**30
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +315,27 @@ class VllmProfile(ProfileBase):
             + self._release_notes(c)
             + self._sampler_notes(c)
             + self._peer_access_notes(c)
+            + self._nvls_notes(c)
         )
+
+    def _nvls_notes(self, c: AssumptionContext) -> list[str]:
+        """NCCL's NVLink-SHARP buffers above 2 ranks on an NVLink switch board, which the reference logs (TP <= 4)
+        do not show: three blind TP 8 logs on 8x H200 keep 3.6-5.3 GiB a GPU more outside the KV cache than this
+        estimate charges, and vllm#9699 measured about 4.9 GiB of KV lost to NVLS at TP 8 (NCCL sizes the buffers
+        by the ranks; evaluation/data/README-memory-holdout.md, "TP 8 on NVSwitch boards"). A note, not a charge:
+        the size depends on the NCCL release, which is not pinned per vLLM release."""
+        gpu, tp = c.gpu, c.deployment.tp
+        if gpu is None or not gpu.nvlink_multicast or tp <= 2:
+            return []
+        at_most = _NVLS_TP8_BYTES * tp // 8
+        if at_most <= ASSUMPTION_SHARE * c.budget_bytes:
+            return []
+        scaled = "" if tp == 8 else f" (about {format_gib(at_most)} at TP {tp} if it scales with the ranks, as NCCL's buffers do)"
+        return [
+            f"TP {tp} on an NVLink switch board: NCCL's NVLS buffers (on above 2 GPUs unless NCCL_NVLS_ENABLE=0) are "
+            f"not charged here; public TP 8 logs on 8x H200 keep up to about {format_gib(_NVLS_TP8_BYTES)} a GPU "
+            f"more outside the KV cache than this estimate{scaled}: the pool may be that much smaller"
+        ]
 
     def _graph_margin_notes(self, c: AssumptionContext) -> list[str]:
         """Before 0.21 the CUDA graphs are captured after the KV pool is allocated, outside the utilization
