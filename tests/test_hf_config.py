@@ -783,6 +783,24 @@ def _ct_int4(ignore: list[str], symmetric: bool = True) -> dict[str, Any]:
     return {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": weights}}, "ignore": ignore}
 
 
+def test_compressed_tensors_float4_is_mxfp4_in_groups_of_32_and_nvfp4_in_tensor_groups_of_16() -> None:
+    """vLLM 0.33 CompressedTensorsConfig: `_is_mxfp4` (group strategy, 32 a group, an e8m0 scale each: 4.25 bits)
+    and `_is_nvfp4_format` (tensor_group strategy, 16 a group, an fp8 scale each and a global one: 4.5 bits)."""
+    from fractions import Fraction
+
+    from capacity.weights import weight_format
+
+    def parsed(strategy: str, group: int) -> Any:
+        weights = {"num_bits": 4, "type": "float", "strategy": strategy, "group_size": group}
+        return parse_config(acme(quantization_config={"quant_method": "compressed-tensors", "config_groups": {
+            "g": {"weights": weights}}}))  # fmt: skip
+
+    mx, nv = parsed("group", 32), parsed("tensor_group", 16)
+    assert (mx.quantization.weight_format, weight_format(mx, "auto").linear_bytes_per_param) == ("mxfp4", Fraction(17, 32))
+    assert (nv.quantization.weight_format, weight_format(nv, "auto").linear_bytes_per_param) == ("nvfp4", Fraction(9, 16))
+    assert mx.quantization.attention_quantized  # as stored: the ignore list says which parts stay 16-bit
+
+
 @pytest.mark.parametrize(
     ("ignore", "attention_kept", "mlp_kept"),
     [

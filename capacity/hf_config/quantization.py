@@ -153,6 +153,9 @@ def _compressed_tensors(m: Model, q: Fields, parts: IgnoredParts) -> CheckpointQ
             formats.add(("int8", None, False))
         elif kind == "int" and bits == 4:
             formats.add(("int4", gsize if gsize and gsize > 0 else None, zero_points))
+        elif kind == "float" and bits == 4 and gsize == 32 and (w.text("strategy") or "") == "group":
+            # vLLM 0.33 CompressedTensorsConfig._is_mxfp4: group strategy, groups of 32 -> one e8m0 scale a group
+            formats.add(("mxfp4", 32, False))
         elif kind == "float" and bits == 4:
             formats.add(("nvfp4", gsize if gsize and gsize > 0 else 16, False))
         else:
@@ -161,7 +164,7 @@ def _compressed_tensors(m: Model, q: Fields, parts: IgnoredParts) -> CheckpointQ
         q.fail("compressed-tensors config has no weight quantization")
     if len(formats) > 1:
         m.notes.append("compressed-tensors: several weight formats; the widest is used")
-    order = {"fp8": 0, "int8": 0, "int4": 1, "nvfp4": 1}
+    order = {"fp8": 0, "int8": 0, "int4": 1, "nvfp4": 1, "mxfp4": 1}
     fmt, gsize, zero_points = sorted(formats, key=lambda f: (order[f[0]], not f[2]))[0]
     return CheckpointQuant(
         method="compressed-tensors",

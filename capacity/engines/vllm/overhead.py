@@ -292,7 +292,7 @@ def _link_free_buffers(model: ModelSpec, inputs: _BufferInputs) -> ProfilingBuff
         hidden_k = model.hidden_size
         quant = model.quantization
         m = min(g, MOE_CHUNK_TOKENS)
-        if quant is not None and quant.weight_format == "mxfp4":
+        if quant is not None and quant.method == "mxfp4":  # gpt-oss's MXFP4 experts on the OAI Triton kernels
             ws13, ws2 = g * hidden_k, g * k * (n // 2)
             cache13, cache2 = m * hidden_k, m * k * (n // 2)
         else:

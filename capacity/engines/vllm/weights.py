@@ -171,7 +171,9 @@ def mxfp4_expert_extra_bytes(
     """Weight bytes the most loaded rank holds beyond the checkpoint's MXFP4 experts (0 when the experts
     are not MXFP4)."""
     quant = model.quantization
-    if quant is None or quant.weight_format != "mxfp4" or not model.num_experts:
+    # the MXFP4 backends and layouts read for gpt-oss's own `mxfp4` method; a compressed-tensors MXFP4 checkpoint
+    # loads through CompressedTensorsW4A4Mxfp4MoEMethod, sized as stored (its kernel layout is not read)
+    if quant is None or quant.method != "mxfp4" or not model.num_experts:
         return 0
     layout = expert_layout(gpu, vllm_version, triton_kernels)
     extra_per_stage: list[int] = []
