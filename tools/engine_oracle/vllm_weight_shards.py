@@ -11,10 +11,13 @@ creates them for its own `ModelConfig` (the config's dtype), summed over `named_
 How each projection shards (ColumnParallelLinear, RowParallelLinear, QKVParallelLinear's KV head copies,
 ReplicatedLinear, VocabParallelEmbedding, FusedMoE's TP split) is the release's own code: a single gloo process
 stands in for the TP group, and the TP size and rank the layers read (`get_tensor_model_parallel_world_size` /
-`_rank`, as each module imported them) answer N and 0, so every layer is built as rank 0 of N builds it. Three
-things the CPU package cannot select are stubbed, none of which holds weights: the attention layers (the KV
-cache's owners; the projections around them belong to the model's own modules), the attention backend and the
-fused-MoE kernel backend (chosen per GPU; `create_weights` does not read it). No vLLM code is copied.
+`_rank`, as each module imported them) answer N and 0, so every layer is built as rank 0 of N builds it. What the
+CPU package cannot select is stubbed, none of which holds weights: the attention layers (the KV cache's owners; the
+projections around them belong to the model's own modules), the attention backend, the fused-MoE kernel backend
+(unquantized and compressed-tensors WNA16: chosen per GPU, `create_weights` allocates the checkpoint's own layout
+whatever it is) and the packed-linear GEMM kernel (chosen per GPU after the layer has allocated its packed weight,
+scales and zero points). A config's quantization block is kept: the release's own quantization methods allocate
+the quantized layers. No vLLM code is copied.
 """
 
 from __future__ import annotations
