@@ -253,7 +253,9 @@ _LAYER_PREFIXES = ("model.layers", "language_model.model.layers", "model.languag
 
 @dataclass(frozen=True, slots=True)
 class IgnoredParts:
-    """Which of a checkpoint's parts its ignore list keeps 16-bit on every layer that has them."""
+    """Which of a checkpoint's parts its ignore list keeps 16-bit on every layer that has them. Read on the layers
+    with an attention cache; a hybrid model's state mixers, which `LayerParams.attention` counts with attention,
+    follow that answer (an approximation where a list names only one of the two)."""
 
     attention: bool = False
     mlp: bool = False  # the dense MLP and the shared experts
