@@ -133,6 +133,7 @@ def _rank_weight_bytes(
     attention_bytes = dense if fmt.attention_dense else linear
     stages: list[Fraction] = []
     sums = _stage_param_sums(model, pp)
+    shapes = stage_layer_counts(model, pp)
     for stage_index, stage in enumerate(sums):
         terms = [
             (stage.attention, attention_bytes, s.attention),
@@ -144,7 +145,7 @@ def _rank_weight_bytes(
         ]
         # vLLM's and SGLang's QKVParallelLinear give a rank `heads_per_gpu` KV heads, at least one
         # (`num_kv_head_replicas` = TP / heads past them): the excess over the even split is copied K/V projections
-        for layer, n in stage_layer_counts(model, pp)[stage_index]:
+        for layer, n in shapes[stage_index]:
             cache = layer.cache
             if isinstance(cache, FullAttention) and cache.num_kv_heads:
                 copied_heads = cache.heads_per_gpu(s.attention) * s.attention - cache.num_kv_heads

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -132,6 +133,17 @@ def measurement_entries(path: Path) -> list[dict[str, object]]:
     entries = document["measurements"]
     assert isinstance(entries, list)
     return entries
+
+
+def compressed_tensors_int4(group_size: int, symmetric: bool, ignore: list[str]) -> dict[str, Any]:
+    """A compressed-tensors `pack-quantized` INT4 block as llm-compressor writes one."""
+    weights = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": group_size, "symmetric": symmetric}
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
+        "ignore": ignore,
+    }
 
 
 def require_extra(extra: str, *modules: str) -> None:

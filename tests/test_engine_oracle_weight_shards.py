@@ -28,7 +28,7 @@ import pytest
 
 from capacity.hf_config import parse_config
 from capacity.weights import estimate_weights
-from tests.conftest import ROOT, require_oracle_venv, run_in_oracle_venv
+from tests.conftest import ROOT, compressed_tensors_int4, require_oracle_venv, run_in_oracle_venv
 
 pytestmark = pytest.mark.engine_oracle
 
@@ -60,17 +60,6 @@ CASES: dict[str, tuple[int, ...]] = {
 
 
 
-def _compressed_tensors_int4(group_size: int, symmetric: bool, ignore: list[str]) -> dict[str, Any]:
-    """A compressed-tensors `pack-quantized` INT4 block as llm-compressor writes one."""
-    weights = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": group_size, "symmetric": symmetric}
-    return {
-        "quant_method": "compressed-tensors",
-        "format": "pack-quantized",
-        "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
-        "ignore": ignore,
-    }
-
-
 # Quantized checkpoints, their quantization kept: which parts an ignore list keeps 16-bit (vLLM's `re:` / exact-name
 # matching), packed INT4 with and without zero points, group scales split with their rows. Kimi-K2-Thinking is the
 # catalog's config (routed experts INT4 group 32; attention, shared experts and the dense MLP 16-bit)
@@ -82,7 +71,7 @@ QUANTIZED: dict[str, tuple[dict[str, Any], int]] = {
     "qwen3-8b-int4-asymmetric-g128": (
         {
             **json.loads((CONFIGS / "qwen3-qwen3-8b.json").read_text()),
-            "quantization_config": _compressed_tensors_int4(128, False, ["lm_head"]),
+            "quantization_config": compressed_tensors_int4(128, False, ["lm_head"]),
         },
         2,
     ),
@@ -106,7 +95,7 @@ QUANTIZED: dict[str, tuple[dict[str, Any], int]] = {
     "qwen3-30b-a3b-int4-g32": (
         {
             **json.loads((CONFIGS / "qwen3_moe-qwen3-30b-a3b.json").read_text()),
-            "quantization_config": _compressed_tensors_int4(32, True, ["lm_head", "re:.*mlp.gate$"]),
+            "quantization_config": compressed_tensors_int4(32, True, ["lm_head", "re:.*mlp.gate$"]),
         },
         4,
     ),

@@ -15,6 +15,7 @@ import pytest
 
 from capacity.hf_config import ConfigError, parse_config
 from capacity.spec import KVKind, LayerKVSpec, ModelSpec
+from tests.conftest import compressed_tensors_int4
 
 CONFIGS = Path(__file__).parent / "configs"
 BF16 = 2
@@ -778,11 +779,6 @@ def test_nvfp4_checkpoints_are_4_5_bit_with_attention_kept_16_bit_when_ignored()
     assert s.quantization is not None and not s.quantization.attention_quantized and s.quantization.mlp_quantized
 
 
-def _ct_int4(ignore: list[str], symmetric: bool = True) -> dict[str, Any]:
-    weights = {"num_bits": 4, "type": "int", "group_size": 32, "strategy": "group", "symmetric": symmetric}
-    return {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": weights}}, "ignore": ignore}
-
-
 def test_compressed_tensors_float4_is_mxfp4_in_groups_of_32_and_nvfp4_in_tensor_groups_of_16() -> None:
     """vLLM 0.33 CompressedTensorsConfig: `_is_mxfp4` (group strategy, 32 a group, an e8m0 scale each: 4.25 bits)
     and `_is_nvfp4_format` (tensor_group strategy, 16 a group, an fp8 scale each and a global one: 4.5 bits)."""
@@ -818,7 +814,7 @@ def test_compressed_tensors_float4_is_mxfp4_in_groups_of_32_and_nvfp4_in_tensor_
 def test_compressed_tensors_ignore_lists_are_read_as_vllm_reads_them(
     ignore: list[str], attention_kept: bool, mlp_kept: bool
 ) -> None:
-    q = parse_config(acme(quantization_config=_ct_int4(ignore))).quantization
+    q = parse_config(acme(quantization_config=compressed_tensors_int4(32, True, ignore))).quantization
     assert q is not None and q.weight_format == "int4"
     assert (not q.attention_quantized, not q.mlp_quantized) == (attention_kept, mlp_kept)
 
@@ -861,14 +857,14 @@ def test_routed_experts_only_int4_is_what_kimi_k2_thinking_ships() -> None:
     from capacity.weights import estimate_weights
 
     ignore = ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"]
-    spec = parse_config(_small_moe("deepseek_v3", _ct_int4(ignore)))
+    spec = parse_config(_small_moe("deepseek_v3", compressed_tensors_int4(32, True, ignore)))
     q = spec.quantization
     assert q is not None and q.experts_only and not q.group_zero_points
     experts = 8 * 3 * 256 * 128  # one MoE layer
     rest = spec.total_params - experts - sum(p.fp32_router for p in spec.layer_params)
     by_hand = experts * Fraction(1, 2) + experts * Fraction(2, 32) + rest * 2 + 8 * 4  # the fp32 router bias
     assert estimate_weights(spec, "auto", tp=1).per_gpu_bytes == by_hand
-    asymmetric = parse_config(_small_moe("deepseek_v3", _ct_int4(ignore, symmetric=False))).quantization
+    asymmetric = parse_config(_small_moe("deepseek_v3", compressed_tensors_int4(32, False, ignore))).quantization
     assert asymmetric is not None and asymmetric.group_zero_points  # a packed 4-bit zero point per group: 1/64 B
 
 
@@ -876,18 +872,18 @@ def test_a_shared_expert_is_matched_by_the_familys_own_module_name() -> None:
     """Qwen2-MoE's module is `mlp.shared_expert` (singular): the plural pattern DeepSeek checkpoints use does not
     match it, so vLLM quantizes it (a real recipe's pitfall); DeepSeek's `mlp.shared_experts` it does match."""
     plural = ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"]
-    qwen = parse_config(_small_moe("qwen2_moe", _ct_int4(plural))).quantization
+    qwen = parse_config(_small_moe("qwen2_moe", compressed_tensors_int4(32, True, plural))).quantization
     assert qwen is not None and qwen.mlp_quantized
     singular = [*plural[:2], "re:.*shared_expert\\..*"]
-    qwen = parse_config(_small_moe("qwen2_moe", _ct_int4(singular))).quantization
+    qwen = parse_config(_small_moe("qwen2_moe", compressed_tensors_int4(32, True, singular))).quantization
     assert qwen is not None and not qwen.mlp_quantized
-    deepseek = parse_config(_small_moe("deepseek_v3", _ct_int4(plural[:3]))).quantization
+    deepseek = parse_config(_small_moe("deepseek_v3", compressed_tensors_int4(32, True, plural[:3]))).quantization
     assert deepseek is not None and deepseek.mlp_quantized  # the dense layer's MLP is not in the list
 
 
 def test_an_ignore_pattern_that_could_backtrack_without_bound_is_flagged_not_run() -> None:
     hostile = ["re:(.*)*x", "re:.*a.*b.*c.*d.*e", "re:([", "re:.*self_attn.*"]
-    spec = parse_config(acme(quantization_config=_ct_int4(hostile)))
+    spec = parse_config(acme(quantization_config=compressed_tensors_int4(32, True, hostile)))
     assert spec.quantization is not None and not spec.quantization.attention_quantized  # the sound pattern runs
     assert [note for note in spec.notes if "not evaluated" in note] == [
         "3 quantization ignore pattern(s) not evaluated (not a valid regex, or nested or repeated repetition), "
@@ -898,7 +894,7 @@ def test_an_ignore_pattern_that_could_backtrack_without_bound_is_flagged_not_run
 def test_an_ignore_list_too_long_to_test_on_every_layer_is_cut_off_with_a_note() -> None:
     """Thousands of layers times thousands of patterns: past the budget every part is sized quantized."""
     patterns = [f"re:.*layers\\.{i}\\.nothing" for i in range(2000)] + ["re:.*self_attn.*"]
-    spec = parse_config(acme(num_hidden_layers=2000, quantization_config=_ct_int4(patterns)))
+    spec = parse_config(acme(num_hidden_layers=2000, quantization_config=compressed_tensors_int4(32, True, patterns)))
     assert spec.quantization is not None and spec.quantization.attention_quantized
     assert any("too long to evaluate" in note for note in spec.notes)
 

@@ -196,13 +196,14 @@ class IgnoreRule(Enum):
             tests = [re.compile(p).match for p in _bounded(m, regexes)]
         else:
             tests = [partial(_contains_or_wildcard, p) for p in _bounded(m, patterns)]
-        budget = [_MATCH_BUDGET]
+        budget = _MATCH_BUDGET
 
         def ignored(name: str) -> bool:
+            nonlocal budget
             if name in exact:
                 return True
-            budget[0] -= len(tests)
-            if budget[0] < 0:
+            budget -= len(tests)
+            if budget < 0:
                 raise _OverBudget
             return any(test(name) for test in tests)
 
