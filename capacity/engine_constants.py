@@ -58,6 +58,17 @@ class MlaBlockRule(StrEnum):
     # no fp8 -> FLASHMLA 64), SM100 FLASHINFER_MLA (32 or 64 -> 32), SM120 and older TRITON_MLA (16); ROCm AITER MLA (16)
 
 
+class KvSizing(StrEnum):
+    """How a vLLM release turns GPU memory into the KV cache's bytes."""
+
+    # `gpu_worker.determine_available_memory`: total x utilization - weights - the profiling run's peak and
+    # non-torch memory [- the CUDA-graph estimate from 0.21], sized before warmup and graph capture
+    PROFILED = "profiled"
+    # 0.34 on CUDA / ROCm, the extensible KV cache (on by default): `extensible_kv_cache.measure_kv_cache_bytes`
+    # after warmup and graph capture, min(requested - non-KV in use, free + committed - margin) - transient reserve
+    MEASURED = "measured"
+
+
 class InFlightRule(StrEnum):
     """How many scheduled-but-unsettled batches a windowed layer must hold blocks for
     (`VllmConfig.max_concurrent_batches`; the window charge adds `batches x max_num_batched_tokens`)."""
@@ -102,6 +113,10 @@ class VllmRelease:
     # regression of vllm#21707 (VllmConfig.__post_init__: VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE);
     # a model with chunked layers then runs without the hybrid manager, every layer charged as full
     hybrid_chunked_local: bool = False
+    kv_sizing: KvSizing = KvSizing.PROFILED
+    # config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE: 16 up to 0.33, 64 from 0.34 (each backend then keeps it or
+    # takes its own preferred kernel block: `releases.block_size`)
+    default_block_size: int = 16
 
     @property
     def is_v0(self) -> bool:
@@ -176,7 +191,17 @@ VLLM_RELEASES: tuple[VllmRelease, ...] = (
              "MambaModelConfig (mamba_cache_mode 'align' with prefix caching)",
              in_flight=InFlightRule.V2_RUNNER, start_reserves_null_block=True, mamba_align_with_prefix_caching=True,
              mamba2_prefill_checkpoints=True, gdn_prefill_checkpoints=True),
+    _release("0.34", "v1", 1.0, True, True, "concurrency", "v1-by-gpu-160-gb10", "v1-late",
+             "read in the 0.34.0 wheel: the extensible KV cache, on by default on CUDA and ROCm (config/vllm.py "
+             "_resolve_extensible_kv_cache), sized after warmup and graph capture (v1/worker/extensible_kv_cache.py "
+             "measure_kv_cache_bytes; KvSizing.MEASURED); config/cache.py resolved_gpu_memory_utilization 1.0 with it "
+             "(0.92 without), DEFAULT_BLOCK_SIZE 64; the batch defaults, the profiling run and the pools as in 0.33",
+             in_flight=InFlightRule.V2_RUNNER, start_reserves_null_block=True, mamba_align_with_prefix_caching=True,
+             mamba2_prefill_checkpoints=True, gdn_prefill_checkpoints=True, kv_sizing=KvSizing.MEASURED,
+             default_block_size=64),
 )
+# what an estimate without --engine-version sizes: the newest release whose rules are also checked against the
+# engine's own code on CPU (.venv-oracle holds 0.33.0); newer rows are sized when asked for by version
 VLLM_DEFAULT_VERSION = "0.33"
 VLLM_SUPPORTED_VERSIONS = (
     "0.4",
@@ -209,11 +234,28 @@ VLLM_SUPPORTED_VERSIONS = (
     "0.31",
     "0.32",
     "0.33",
+    "0.34",
 )
 
 # vllm/platforms/cuda.py: default 16; MLA backends' kernel blocks by VLLM_MLA_BLOCK_RULES (first release, rule):
 # read in the 0.7.1-0.7.3, 0.8.0-0.8.2, 0.8.5, 0.9.2, 0.10.0-0.10.2, 0.11.0-0.20.0 and 0.32.0 wheels
 VLLM_DEFAULT_BLOCK_SIZE = 16
+# KvSizing.MEASURED (0.34.0 v1/worker/extensible_kv_cache.py): the margin kept free beyond the transient reserve is
+# max(KV_CACHE_MARGIN_FLOOR_BYTES, KV_CACHE_MARGIN_FRACTION x the reserve), the floor 1 GiB on CUDA (3 GiB on ROCm)
+VLLM_MEASURED_MARGIN_FLOOR_BYTES = GIB
+VLLM_MEASURED_MARGIN_FLOOR_ROCM_BYTES = 3 * GIB
+VLLM_MEASURED_MARGIN_FRACTION = 0.75
+# What a GPU holds before vLLM's init snapshot with no other process on it (the CUDA context, cuBLAS handles; TP 1):
+# total - free at init in the start refusals of public logs, which print both ("Free memory on device (78.84/79.25
+# GiB)" H100, 139.21/139.81 H200, 43.93/44.42 L40S, 31.53/31.98 RTX 5090, 21.84/22.03 L4, 191.36/191.69 MI300X,
+# 267.08/267.69): 0.19-0.61 GiB, the median taken. The profiled sizing never sees it (the budget is total x
+# utilization); the measured one takes the device's free memory at init as its bound.
+VLLM_INIT_CONTEXT_BYTES = int(0.45 * GIB)
+# NCCL's NVLink-SHARP buffers at TP 8 on an 8-GPU NVLink switch board, allocated when the communicators are created
+# (before the init snapshot): what they took from the KV cache in vllm#9699 (17,595 blocks against about 22,700
+# without NVLS, 1,032,192 B a block), the top of the blind TP 8 logs' range (README-memory-holdout.md); scaled by
+# TP / 8 above TP 2, as NCCL sizes them by the ranks
+VLLM_NVLS_TP8_BYTES = 5 * GIB
 VLLM_MLA_BLOCK_SIZE_HOPPER = 64
 VLLM_MLA_BLOCK_SIZE_BLACKWELL = 128
 # engine/arg_utils.py `_set_default_max_num_seqs_and_batched_tokens_args` (0.22.0 on; not in 0.21.0): a default

@@ -46,7 +46,7 @@ from capacity.pool import (
     b_max,
     engine_starts,
 )
-from capacity.pool_figures import Limits, PoolFigures, cached_prefix_tokens, checked_start, pool_figures
+from capacity.pool_figures import Limits, PoolFigures, cached_prefix_tokens, checked_start, pool_figures, refused
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from capacity.weights import WeightsEstimate, WeightShards, estimate_weights, with_layout_extra
 
@@ -104,6 +104,10 @@ class Estimate:
     activation_buffers: tuple[tuple[str, int], ...] = ()  # the activation peak's named terms (Overhead.buffers)
     # of the memory other processes hold at start, what the engine's accounting took off the KV budget
     other_process_charged_bytes_per_gpu: int = 0
+    # vLLM 0.34's measured sizing: the overhead's part only the device's free memory charges (`Overhead`'s), and
+    # the memory other processes hold at start (the device bound is total less it)
+    device_bound_bytes_per_gpu: int = 0
+    other_process_bytes_per_gpu: int = 0
     start_memory_refused: bool = False  # the engine refused before sizing a pool: free memory below its request
     # the most loaded GPU's state layers, (terms, layers of that shape): state_bytes_per_sequence_per_gpu's sum
     state_terms: tuple[tuple[StateTerms, int], ...] = ()
@@ -523,7 +527,10 @@ def _stage_budgets(
         return ()
     util, other = lim.utilization, d.other_process_bytes
     return tuple(
-        profile.kv_budget(total, util, weights.stage_bytes(s), overhead.stage_bytes(s), other) + offload_delta
+        profile.kv_budget(
+            total, util, weights.stage_bytes(s), overhead.stage_bytes(s), other, overhead.device_bound_bytes
+        )
+        + offload_delta
         for s in range(d.pp)
     )
 
@@ -598,6 +605,12 @@ def estimate(
     notes.extend(_prefix_notes(d, profile, f))
     start = StartRequest(m.model, gpu, m.weights.format_name, f.max_model_len, d.allow_long_max_model_len, m.dt.kv_name)
     f = checked_start(f, profile, start, limit)
+    # the weights load after the config's checks and before any memory is sized: their refusal comes second
+    expert_split = layout.expert_ranks // layout.ep
+    if profile.start_refusal(start) is None and (
+        refusal := profile.weights_refusal(m.model, m.weights.format_name, expert_split)
+    ):
+        f = refused(f, profile, refusal, 0)
     notes.extend(layout.notes(d.pp, f.b_max))
     return Estimate(
         model=model_name or m.model.architecture,
@@ -631,6 +644,8 @@ def estimate(
         not_modelled="; ".join(filter(None, (not_modelled, m.lora.not_modelled if m.lora else None))) or None,
         activation_buffers=m.overhead.buffers,
         other_process_charged_bytes_per_gpu=m.charged,
+        device_bound_bytes_per_gpu=m.overhead.device_bound_bytes,
+        other_process_bytes_per_gpu=d.other_process_bytes,
         start_memory_refused=m.start_problem is not None,
         state_terms=tuple(m.state_terms),
         kv_budget_given=d.kv_cache_memory_bytes is not None,
@@ -688,12 +703,14 @@ def _kv_budget(
     the assumptions that move the engine's budget are noted."""
     if d.kv_cache_memory_bytes is not None:
         return d.kv_cache_memory_bytes, 0
+    device_bound = overhead.device_bound_bytes
     budget = profile.kv_budget(
-        total, lim.utilization, weights.per_gpu_bytes, overhead.total_bytes, d.other_process_bytes
+        total, lim.utilization, weights.per_gpu_bytes, overhead.total_bytes, d.other_process_bytes, device_bound
     )
     context = AssumptionContext(d, gpu, total, lim.utilization, overhead, budget, inputs, weights.format_name)
     notes.extend(_assumption_notes(profile, context))
-    charged = profile.kv_budget(total, lim.utilization, weights.per_gpu_bytes, overhead.total_bytes) - budget
+    charged = profile.kv_budget(total, lim.utilization, weights.per_gpu_bytes, overhead.total_bytes, 0, device_bound)
+    charged -= budget
     notes.extend(_other_process_notes(profile, d, gpu, charged))
     return budget, charged
 
@@ -723,6 +740,7 @@ def _overhead_inputs(
         mm_limits=d.mm_limits,
         cudagraph_cases=lora_graph_cases(d.lora),
         moe_dp_ranks=moe_dp_ranks,
+        rocm=gpu is not None and gpu.amd,
     )
 
 

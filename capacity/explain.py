@@ -277,6 +277,8 @@ def _budget_lines(est: Estimate) -> list[str]:
     else:
         usable = f"   usable   = {total} x {util} = {_gib(est.usable_bytes_per_gpu)}"
         budget = f"{_gib(est.usable_bytes_per_gpu)} - {weights} - {overhead}{_others(est)}"
+        if est.device_bound_bytes_per_gpu:
+            budget = _measured_budget(est, weights, overhead)
     lines = [
         usable,
         f"   weights  = {weights} ({est.weights_source}{_lora_part(est)})",
@@ -297,6 +299,16 @@ def _budget_lines(est: Estimate) -> list[str]:
         f"   by pipeline stage, each from its own weights and overhead (the sampler's peak on the last only): {stages}",
         f"   KV budget = stage {est.pool.stage}'s, whose blocks every rank keeps (the fewest) = {_gib(kv)} ({_b(kv)})",
     ]
+
+
+def _measured_budget(est: Estimate, weights: str, overhead: str) -> str:
+    """vLLM 0.34's measured sizing (`VllmProfile.kv_budget`): the smaller of the requested budget, which the
+    overhead's device-bound part (margin, what is missing at init) does not charge, and the device's memory less
+    others' and all of the overhead."""
+    others = est.other_process_bytes_per_gpu
+    device = f"{_gib(est.gpu_memory_bytes)}{f' - other processes {_gib(others)}' if others else ''}"
+    requested = f"{_gib(est.usable_bytes_per_gpu)} + {_gib(est.device_bound_bytes_per_gpu)} (margin, missing at init)"
+    return f"min({requested}, {device}) - {weights} - {overhead}"
 
 
 def _profiling_batch(est: Estimate) -> list[str]:

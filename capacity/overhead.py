@@ -20,6 +20,10 @@ class Overhead:
     # PP > 1: per pipeline stage, the bytes its ranks' overhead is below the most loaded stage's (vLLM: only the
     # last stage runs the sampler); empty: every stage the same
     stage_shortfall_bytes: tuple[int, ...] = ()
+    # the part of the total that only a bound by the device's free memory charges (vLLM 0.34's measured sizing: the
+    # memory missing at init and the sizing margin); where total x utilization is the tighter bound it is not charged
+    # (`EngineProfile.kv_budget`)
+    device_bound_bytes: int = 0
 
     def stage_bytes(self, stage: int) -> int:
         """The overhead of a rank of pipeline stage `stage`."""
@@ -60,6 +64,7 @@ class OverheadInputs:
     cudagraph_cases: int = 1  # graphs vLLM captures per size: 2 with LoRA (features/lora.py lora_graph_cases)
     # vLLM DP > 1: the DP ranks whose tokens each MoE layer gathers in the profiling run (RankLayout.moe_dispatch_ranks)
     moe_dp_ranks: int = 1
+    rocm: bool = False  # an AMD GPU (vLLM 0.34's measured sizing keeps a larger margin on ROCm)
     named_terms: bool = True  # False: the totals only, no `Overhead.buffers` (the grid reads no more)
 
     def profiled_batch(self) -> tuple[int, int]:

@@ -41,6 +41,11 @@ def _int4_bytes(group_size: int, zero_points: bool = True) -> Fraction:
     return Fraction(1, 2) + Fraction(2, group_size) + (Fraction(1, 2 * group_size) if zero_points else 0)
 
 
+def stored_format(model: ModelSpec) -> WeightFormat:
+    """The checkpoint's own format, as vLLM serves it with `--dtype auto` (its `format_name` names it)."""
+    return weight_format(model, "auto", Engine.VLLM)
+
+
 def weight_format(model: ModelSpec, weight_dtype: str, engine: str = Engine.VLLM) -> WeightFormat:
     """Resolve `--dtype` against the checkpoint: auto = what the checkpoint stores."""
     # per model object: the grid resolves one model's dtypes for every layout of it

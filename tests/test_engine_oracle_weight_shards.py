@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from capacity.engines.registry import engine_profile
 from capacity.hf_config import parse_config
 from capacity.weights import estimate_weights
 from tests.conftest import ROOT, compressed_tensors_int4, require_oracle_venv, run_in_oracle_venv
@@ -102,6 +103,20 @@ QUANTIZED: dict[str, tuple[dict[str, Any], int]] = {
 }
 
 
+def _qwen3_moe_with(quantization: dict[str, Any]) -> dict[str, Any]:
+    return {**json.loads((CONFIGS / "qwen3_moe-qwen3-30b-a3b.json").read_text()), "quantization_config": quantization}
+
+
+# compressed-tensors WNA16 experts at a TP size whose shards cut a group of scales, which vLLM refuses to create
+# (`CompressedTensorsWNA16MoEMethod.create_weights` raises), beside one it builds (Qwen3-30B-A3B's 768-wide experts:
+# 96 a rank at TP 8). The zero-point rule needs channel-wise scales, which only the Marlin kernel runs; the runner
+# stubs the kernel choice with Triton's (tests/test_start_refusals.py holds it by hand)
+WNA16_LAYOUTS: dict[str, tuple[dict[str, Any], int]] = {
+    "qwen3-30b-a3b-int4-g128-tp8": (_qwen3_moe_with(compressed_tensors_int4(128, True, ["lm_head", "re:.*mlp.gate$"])), 8),
+    "qwen3-30b-a3b-int4-g32-tp8": (_qwen3_moe_with(compressed_tensors_int4(32, True, ["lm_head", "re:.*mlp.gate$"])), 8),
+}
+
+
 @cache
 def _config(name: str) -> dict[str, Any]:
     config: dict[str, Any] = json.loads((CONFIGS / f"{name}.json").read_text())
@@ -111,16 +126,17 @@ def _config(name: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def vllm_ranks() -> dict[str, dict[str, int]]:
+def vllm_ranks() -> dict[str, dict[str, Any]]:
     require_oracle_venv()
     cases = {f"{name}@{tp}": {"config": _config(name), "tp": tp} for name, tps in CASES.items() for tp in tps}
     cases |= {f"{name}@{tp}": {"config": config, "tp": tp} for name, (config, tp) in QUANTIZED.items()}
+    cases |= {name: {"config": config, "tp": tp} for name, (config, tp) in WNA16_LAYOUTS.items()}
     done = run_in_oracle_venv(RUNNER, {"cases": cases}, timeout_s=900)
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith(MARKER)), None)
     assert line is not None, done.stderr[-3000:]
     reply = json.loads(line[len(MARKER) :])
     assert reply["vllm_version"] == "0.33.0"
-    ranks: dict[str, dict[str, int]] = reply["ranks"]
+    ranks: dict[str, dict[str, Any]] = reply["ranks"]
     return ranks
 
 
@@ -141,3 +157,19 @@ def test_a_quantized_checkpoints_rank_holds_what_vllm_allocates(name: str, vllm_
     theirs = vllm_ranks[f"{name}@{tp}"]
     assert 0 <= theirs["shape_record_bytes"] < theirs["bytes"] // 10_000
     assert ours == theirs["bytes"] - theirs["shape_record_bytes"], (name, tp, ours, theirs)
+
+
+@pytest.mark.parametrize("name", WNA16_LAYOUTS)
+def test_wna16_experts_are_refused_where_vllm_refuses_to_create_them(
+    name: str, vllm_ranks: dict[str, dict[str, Any]]
+) -> None:
+    """capplan's `weights_refusal` says what vLLM 0.33's own `create_weights` raises, word for word, and nothing where
+    it builds the layers (their bytes then agree as the other quantized checkpoints' do)."""
+    config, tp = WNA16_LAYOUTS[name]
+    spec = parse_config(config)
+    served = estimate_weights(spec, "auto", tp=tp)
+    ours = engine_profile("vllm", "0.33.0").weights_refusal(spec, served.format_name, tp)
+    theirs = vllm_ranks[name]
+    assert ours == theirs.get("refused"), (name, ours, theirs)
+    if ours is None:
+        assert served.per_gpu_bytes == theirs["bytes"] - theirs["shape_record_bytes"]

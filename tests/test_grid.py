@@ -679,3 +679,18 @@ def test_v0_releases_profile_the_batch_their_rules_pick(version: str) -> None:
     overhead = dict(grid.group_by("model").agg(pl.col("overhead_bytes_per_gpu").max()).iter_rows())
     chunked = version != "0.5.2"  # 0.5.3 on: chunked prefill above 32,768 tokens, but not with a window
     assert (overhead["hand/windowed-64k"] > overhead["hand/full-64k"]) is chunked
+
+
+def test_measured_sizing_release_rows_equal_estimate() -> None:
+    """vLLM 0.34 (`KvSizing.MEASURED`: the extensible KV cache at its default utilization 1.0, where the device's free
+    memory is the bound): every column of the grid's rows equals `estimate`'s, ROCm's 3 GiB margin floor and 16-token
+    block, the 64-token block elsewhere, MLA's and the hybrids' blocks included."""
+    options = GridOptions(engines=("vllm",), vllm_version="0.34", weight_dtypes=("bf16",), kv_dtypes=("auto",))
+    grid = build_capacity_grid(models(), gpus(), options).collect()
+    assert set(grid.get_column("engine_version").unique()) == {"0.34"}
+    by_model, by_gpu = {m.repo_id: m for m in models()}, {g.id: g for g in gpus()}
+    _assert_rows_match(grid, _stratified(grid, 4, seed=34), by_model, by_gpu)
+    dense = grid.filter(pl.col("model") == "hand/llama-8b")
+    blocks = dict(dense.group_by("gpu").agg(pl.col("block_size").unique()).iter_rows())
+    assert blocks == {gpu.id: ([16] if gpu.amd else [64]) for gpu in gpus() if gpu.id in blocks}
+    assert (grid.get_column("gpu_memory_utilization") == 1.0).all()

@@ -303,3 +303,62 @@ def test_gpus_of_one_start_check_kind_start_alike(engine: str, version: str | No
             ]
             assert decided[0] == decided[1], (gpu.id, representative.id, weight_format, kv_dtype, length)
     assert len(first) > 1  # the kinds do split the fleet
+
+
+def _wna16_moe(group_size: int | None, zero_points: bool, moe_intermediate: int = 768) -> ModelSpec:
+    """Qwen3-30B-A3B's shape (hidden 2,048, 128 experts of intermediate `moe_intermediate`), compressed-tensors INT4."""
+    config = json.loads((Path(__file__).parent / "configs" / "qwen3_moe-qwen3-30b-a3b.json").read_text())
+    config["moe_intermediate_size"] = moe_intermediate
+    spec = parse_config(config)
+    quant = CheckpointQuant("compressed-tensors", "int4", group_size, group_zero_points=zero_points)
+    return replace(spec, quantization=quant)
+
+
+@pytest.mark.parametrize(
+    ("version", "tp", "dp", "ep", "refused"),
+    [
+        ("0.33", 8, 1, 1, "intermediate size per tensor-parallel partition (96)"),  # 768 / 8
+        ("0.33", 4, 1, 1, "partition (192)"),  # 1.5 groups of 128
+        ("0.33", 2, 1, 1, None),  # 384 = 3 groups
+        ("0.33", 4, 2, 1, "partition (96)"),  # DP without EP: the experts split over the 8 ranks (tp x dp)
+        ("0.33", 4, 2, 8, None),  # expert parallel: whole experts, the intermediate unsplit (768)
+        ("0.24", 8, 1, 1, "partition (96)"),
+        ("0.23", 8, 1, 1, None),  # no check before 0.24.0
+    ],
+)
+def test_wna16_experts_whose_scale_groups_a_shard_cuts_do_not_start(
+    version: str, tp: int, dp: int, ep: int, refused: str | None
+) -> None:
+    """vLLM `CompressedTensorsWNA16MoEMethod.create_weights` (0.24.0-0.34.0 wheels; 0.33's words): the experts'
+    intermediate per partition must be a multiple of the group (group 128 here: 768 / 4 = 192 is not, 768 / 2 = 384
+    is), on any GPU. The weights-oracle test holds the message to vLLM 0.33's own code."""
+    model = _wna16_moe(128, zero_points=False)
+    deployment = DeploymentSpec(engine="vllm", engine_version=version, tp=tp, dp=dp, ep=ep)
+    est = estimate(model, deployment, gpu=_gpu("hopper"))
+    if refused is None:
+        assert "WNA16" not in (est.reason or ""), est.reason
+    else:
+        assert not est.starts and est.reason.startswith("DOES NOT START: vllm refuses it: CompressedTensors WNA16 MoE")
+        assert refused in est.reason and est.max_model_len_that_starts == 0
+
+
+@pytest.mark.parametrize(("version", "refused"), [("0.28", False), ("0.29", True), ("0.33", True)])
+def test_asymmetric_wna16_zero_points_must_not_straddle_a_word(version: str, refused: bool) -> None:
+    """From 0.29.0 (not in 0.28.0) an asymmetric checkpoint's packed zero points: 2 x the intermediate per rank
+    must be a multiple of 8 (INT4 values an int32): 772 / 4 = 193, 386 is not; channel strategy, no group check."""
+    model = _wna16_moe(None, zero_points=True, moe_intermediate=772)
+    est = estimate(model, DeploymentSpec(engine="vllm", engine_version=version, tp=4), gpu=_gpu("hopper"))
+    assert ("= 386) must be divisible by packed_factor (8)" in (est.reason or "")) is refused
+
+
+def test_the_grid_plans_no_wna16_layout_vllm_refuses() -> None:
+    """The grid skips the layouts whose weights vLLM refuses to create, whatever the GPU, and keeps the others."""
+    from capacity.grid import GridModel, GridOptions, build_capacity_grid
+
+    model = GridModel("hand/qwen3-30b-a3b-int4-g128", _wna16_moe(128, zero_points=False))
+    options = GridOptions(engines=("vllm",), vllm_version="0.33", tp_sizes=(1, 2, 4, 8), kv_dtypes=("auto",),
+                          weight_dtypes=("auto",))  # fmt: skip
+    gpu = replace(_gpu("hopper"), gpus_per_node=8)
+    grid = build_capacity_grid([model], [gpu], options).collect()
+    tps = set(grid.filter(pl.col("dp") == 1).get_column("tp").unique())
+    assert tps == {1, 2}  # 768 / 4 = 192 and 768 / 8 = 96 cut a group of 128

@@ -99,11 +99,21 @@ class ProfileBase:
         """No copies beside the loaded weights."""
         return 0
 
+    # the overhead reads whether the GPU is an AMD one (`OverheadInputs.rocm`): the grid computes it per vendor
+    overhead_reads_rocm: ClassVar[bool] = False
+
     def kv_budget(
-        self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num, other_bytes: Num = 0
+        self,
+        total_bytes: Num,
+        utilization: Num,
+        weights_bytes: Num,
+        overhead_bytes: Num,
+        other_bytes: Num = 0,
+        device_bound_bytes: Num = 0,
     ) -> Num:
         """Usable memory (total x utilization) minus everything that is not KV, and minus the share of other
-        processes' memory the engine's accounting takes off (`other_process_charge`)."""
+        processes' memory the engine's accounting takes off (`other_process_charge`); no overhead here is bound by
+        the device alone (`device_bound_bytes` is vLLM 0.34's)."""
         others = self.other_process_charge(other_bytes, utilization)
         return truncate(total_bytes * utilization) - weights_bytes - overhead_bytes - others
 
@@ -143,6 +153,10 @@ class ProfileBase:
 
     def start_refusal(self, request: StartRequest) -> str | None:
         """TensorRT-LLM and the plain reading: no start check read (none refused)."""
+        return None
+
+    def weights_refusal(self, model: ModelSpec, weight_format: str, expert_intermediate_ranks: int) -> str | None:
+        """No weight-loading check read (none refused)."""
         return None
 
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:

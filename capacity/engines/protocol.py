@@ -146,6 +146,10 @@ class EngineProfile(Protocol):
         """Whether `overhead` reads `OverheadInputs.moe_dp_ranks` (the DP ranks' tokens an MoE layer gathers)."""
 
     @property
+    def overhead_reads_rocm(self) -> bool:
+        """Whether `overhead` reads `OverheadInputs.rocm` (vLLM 0.34's margin floor is larger on ROCm)."""
+
+    @property
     def defaults_read_kv_dtype(self) -> bool:
         """Whether `defaults` reads `DefaultsRequest.kv_dtype` (vLLM's block size does); where not, a planner asks
         the defaults once for every KV dtype."""
@@ -182,10 +186,18 @@ class EngineProfile(Protocol):
         absorbed MLA matrices), whatever the GPU; `weight_format`: `WeightsEstimate.format_name`."""
 
     def kv_budget(
-        self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num, other_bytes: Num = 0
+        self,
+        total_bytes: Num,
+        utilization: Num,
+        weights_bytes: Num,
+        overhead_bytes: Num,
+        other_bytes: Num = 0,
+        device_bound_bytes: Num = 0,
     ) -> Num:
         """Bytes per GPU left for the KV cache (Python ints or Polars expressions); `other_bytes`: memory
-        other processes hold on the GPU when the engine starts (each engine and release counts it its way)."""
+        other processes hold on the GPU when the engine starts (each engine and release counts it its way);
+        `device_bound_bytes`: `Overhead.device_bound_bytes`, the part of the overhead only the device's free memory
+        charges (0 at the release's default utilization, where the device bound is the tighter one)."""
 
     def start_memory_problem(self, total_bytes: int, utilization: float, other_bytes: int) -> str | None:
         """The engine's refusal to start when other processes leave less free memory than it asks for
@@ -226,6 +238,12 @@ class EngineProfile(Protocol):
     def start_refusal(self, request: StartRequest) -> str | None:
         """The engine's own one-line message where it refuses to start this layout before sizing any
         memory (a weight format the GPU generation cannot run, a length beyond the model's limit); None: starts."""
+        ...
+
+    def weights_refusal(self, model: ModelSpec, weight_format: str, expert_intermediate_ranks: int) -> str | None:
+        """The engine's own message where it refuses to load the checkpoint's weights split this way, on any GPU
+        (vLLM: compressed-tensors WNA16 experts whose group scales a TP shard would cut); `expert_intermediate_ranks`:
+        the ranks the routed experts' intermediate is split over (`RankLayout.expert_ranks // ep`). None: loads."""
         ...
 
     def kv_dtype_problem(self, kv_dtype: str) -> str | None:

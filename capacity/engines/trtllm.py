@@ -95,7 +95,13 @@ class TrtllmProfile(ProfileBase):
         return True
 
     def kv_budget(
-        self, total_bytes: Num, utilization: Num, weights_bytes: Num, overhead_bytes: Num, other_bytes: Num = 0
+        self,
+        total_bytes: Num,
+        utilization: Num,
+        weights_bytes: Num,
+        overhead_bytes: Num,
+        other_bytes: Num = 0,
+        device_bound_bytes: Num = 0,
     ) -> Num:
         """free_gpu_memory_fraction of what is free after the profiling run (mem_get_info's free: other
         processes' memory is not free, so all of it comes off before the fraction)."""

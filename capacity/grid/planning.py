@@ -49,7 +49,7 @@ _Shape = tuple[int, int, int, int, int, int, tuple[tuple[int, int, int], ...]]
 # a model's DP-attention x expert-parallel layouts: (engine index, tp, dp, ep) -> the GPUs (by node size) they are on
 _DPPlan = dict[tuple[int, int, int, int], tuple[int, ...]]
 # the (`GpuSku.nvlink_multicast`, `GpuSku.peer_link_gpus`) pairs of some GPUs, sorted
-_LinkPairs = tuple[tuple[bool, int], ...]
+_LinkPairs = tuple[tuple[bool, int, bool], ...]  # (NVLink multicast, peer-link GPUs, AMD)
 
 
 @dataclass(slots=True)
@@ -99,34 +99,40 @@ class _Registry:
     # what of a GPU's links an engine's overhead reads at a TP and DP (`EngineProfile.overhead_link_kind`), numbered:
     # a deployment's settings row names its GPU's (`overhead_link`), an overhead row the one it was computed for
     link_ids: dict[Hashable, int] = field(default_factory=dict)
-    # `overhead_link`'s answers, per (engine index, TP, DP, multicast, peer GPUs)
-    link_memo: dict[tuple[int, int, int, bool, int], int] = field(default_factory=dict)
+    # `overhead_link`'s answers, per (engine index, TP, DP, multicast, peer GPUs, AMD)
+    link_memo: dict[tuple[int, int, int, bool, int, bool], int] = field(default_factory=dict)
     # `overhead_links`' answers, per (engine index, TP, DP, GPU link pairs)
-    links_memo: dict[tuple[int, int, int, _LinkPairs], list[tuple[int, tuple[bool, int]]]] = field(default_factory=dict)
+    links_memo: dict[tuple[int, int, int, _LinkPairs], list[tuple[int, tuple[bool, int, bool]]]] = field(default_factory=dict)
 
     def overhead_dp(self, e: int, dp: int) -> int:
         """The DP size engine `e`'s overhead reads of a layout at DP `dp` (1 where it reads none)."""
         return dp if self.profiles[e].overhead_reads_moe_dispatch else 1
 
-    def overhead_link(self, e: int, tp: int, dp: int, multicast: bool, peers: int) -> int:
+    def overhead_link(self, e: int, tp: int, dp: int, multicast: bool, peers: int, amd: bool = False) -> int:
         """The id of what engine `e`'s overhead reads at TP x DP: the DP size and, of a GPU's links, what the
-        multi-GPU terms read (a link id names one overhead per model, TP x PP and batch setting)."""
-        key = (e, tp, dp, multicast, peers)
+        multi-GPU terms read, and whether it is a ROCm GPU where the profile reads that (a link id names one
+        overhead per model, TP x PP and batch setting)."""
+        key = (e, tp, dp, multicast, peers, amd)
         found = self.link_memo.get(key)
         if found is None:
             asked = self.overhead_dp(e, dp)
+            profile = self.profiles[e]
             # the GPU's links move only the multi-GPU terms, and only what of them the profile reads
-            kind = (asked, self.profiles[e].overhead_link_kind(tp, multicast, peers) if tp * asked > 1 else None)
+            kind = (
+                asked,
+                profile.overhead_link_kind(tp, multicast, peers) if tp * asked > 1 else None,
+                amd and profile.overhead_reads_rocm,
+            )
             found = self.link_memo[key] = self.link_ids.setdefault(kind, len(self.link_ids))
         return found
 
-    def overhead_links(self, e: int, tp: int, dp: int, pairs: _LinkPairs) -> list[tuple[int, tuple[bool, int]]]:
+    def overhead_links(self, e: int, tp: int, dp: int, pairs: _LinkPairs) -> list[tuple[int, tuple[bool, int, bool]]]:
         """The link ids (`overhead_link`) engine `e`'s overhead tells apart at TP x DP among GPUs of these link
         `pairs`, each with a pair of its kind."""
         key = (e, tp, dp, pairs)
         found = self.links_memo.get(key)
         if found is None:
-            kinds = {self.overhead_link(e, tp, dp, multicast, peers): (multicast, peers) for multicast, peers in pairs}
+            kinds = {self.overhead_link(e, tp, dp, *pair): pair for pair in pairs}
             found = self.links_memo[key] = sorted(kinds.items())
         return found
 
@@ -331,10 +337,10 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
             at.update((tp, 1) for tp in valid if tp <= gpn)
             at.update((node_tp, pp) for pp in stages if node_tp is not None)
 
-    link_pairs = [(gpu.nvlink_multicast, gpu.peer_link_gpus) for gpu in gpus]
+    link_pairs = [(gpu.nvlink_multicast, gpu.peer_link_gpus, gpu.amd) for gpu in gpus]
     for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
         efficiency = [efficiency_for(engine, gpu) for gpu in gpus]  # by engine and GPU only
-        cases: dict[tuple[int, int, int, int], dict[tuple[int, int], set[tuple[bool, int]]]] = {}
+        cases: dict[tuple[int, int, int, int], dict[tuple[int, int], set[tuple[bool, int, bool]]]] = {}
         for cid, rep in enumerate(representative):
             for g, gpu in enumerate(gpus):
                 eff, link_pair = efficiency[g], link_pairs[g]
@@ -591,6 +597,8 @@ def _layout_rows(
             w = work.weights[wkey] = estimate_weights(
                 spec, weight_dtype, tp, pp, gm.checkpoint_bytes, profile.engine, shards
             )
+        if profile.weights_refusal(spec, w.format_name, layout.expert_ranks // layout.ep) is not None:
+            continue  # the engine refuses to load these weights split this way, whatever the GPU
         fmt = work.format_id(spec, weight_dtype, profile)  # what the speed terms read of the engine
         for per_gpu_bytes, gpu_idxs in _weight_variants(reg, profile, spec, tp, pp, w):
             gpu_idxs = _within(gpu_idxs, dp_gpus)
@@ -644,12 +652,12 @@ def _overhead_rows(
         computed: dict[int, tuple[int, ...]] = {}  # per link id (it holds the DP size read): the row's values
         for dp in dps:
             asked = reg.overhead_dp(e, dp)
-            for link, (multicast, peers) in reg.overhead_links(e, tp, dp, pairs):
+            for link, (multicast, peers, amd) in reg.overhead_links(e, tp, dp, pairs):
                 values = computed.get(link)
                 if values is None:
                     # the totals only: the grid reads no named term
                     inputs = OverheadInputs(
-                        spec, tp, pp, batched, seqs or None, act_bytes, multicast, peers, moe_dp_ranks=asked,
+                        spec, tp, pp, batched, seqs or None, act_bytes, multicast, peers, moe_dp_ranks=asked, rocm=amd,
                         named_terms=False,
                     )
                     row = profile.overhead(inputs)

@@ -6,7 +6,7 @@ imports vLLM. One JSON document on stdin:
     {"cases": {name: {"config": {... a config.json ...}, "tp": N}}}
 
 and it prints one JSON line after `@@weight-shards-oracle@@ `: {"vllm_version", "ranks": {name: {"bytes": B,
-"parameters": P, "shape_record_bytes": S}}}, the parameters of rank 0 as the release's model class (the config's `architectures`)
+"parameters": P, "shape_record_bytes": S} or {"refused": the ValueError's message}}}, the parameters of rank 0 as the release's model class (the config's `architectures`)
 creates them for its own `ModelConfig` (the config's dtype), summed over `named_parameters()` (each tensor once).
 How each projection shards (ColumnParallelLinear, RowParallelLinear, QKVParallelLinear's KV head copies,
 ReplicatedLinear, VocabParallelEmbedding, FusedMoE's TP split) is the release's own code: a single gloo process
@@ -116,8 +116,17 @@ def main() -> None:
             world_size=1, rank=0, local_rank=0, distributed_init_method="tcp://127.0.0.1:0", backend="gloo"
         )
         initialize_model_parallel(1, 1)
-    ranks = {name: _rank_parameters(case["config"], int(case["tp"])) for name, case in cases.items()}
+    ranks = {name: _refused_or_built(case["config"], int(case["tp"])) for name, case in cases.items()}
     print(MARK + json.dumps({"vllm_version": vllm.__version__, "ranks": ranks}))
+
+
+def _refused_or_built(config: dict[str, Any], tp: int) -> dict[str, Any]:
+    """The rank's parameters, or {"refused": the message} where the release's own code refuses to create the layers
+    (a quantization method's `create_weights` raising ValueError at this TP size)."""
+    try:
+        return _rank_parameters(config, tp)
+    except ValueError as error:
+        return {"refused": str(error)}
 
 
 if __name__ == "__main__":

@@ -171,7 +171,7 @@ def _memo(model: ModelSpec, key: tuple[Hashable, ...], compute: Callable[[], _T]
     return per_object(model, ("vllm_overhead", *key), compute)
 
 
-def _layer_intermediates(model: ModelSpec) -> tuple[int, int, int]:
+def layer_intermediates(model: ModelSpec) -> tuple[int, int, int]:
     """(widest dense MLP intermediate, widest shared-expert intermediate, expert intermediate), read from
     the per-layer parameter counts (gate, up and down: 3 x hidden x intermediate)."""
     return _memo(model, ("intermediates",), lambda: _read_intermediates(model))
@@ -276,7 +276,7 @@ def _link_free_buffers(model: ModelSpec, inputs: _BufferInputs) -> ProfilingBuff
     g = dp * t  # tokens each MoE layer runs over: every DP rank's dummy batch, gathered (module docstring)
     s = min(max(max_num_seqs, 1), t)
     b = act_bytes
-    dense_i, shared_i, expert_i = _layer_intermediates(model)
+    dense_i, shared_i, expert_i = layer_intermediates(model)
     hidden = ec.VLLM_LIVE_HIDDEN_TENSORS * t * model.hidden_size * b
     q = model.num_attention_heads * model.head_dim
     kv = 2 * model.num_kv_heads * model.head_dim
@@ -370,6 +370,62 @@ def cudagraph_capture_counts(max_num_seqs: int, max_num_batched_tokens: int) -> 
     return len(sizes), sum(1 for n in sizes if n <= seqs)
 
 
+def nvls_buffer_bytes(tp: int, nvlink_multicast: bool) -> int:
+    """NCCL's NVLink-SHARP buffers a rank of a TP group holds on an NVLink switch board (NVLS is on above 2 ranks
+    unless NCCL_NVLS_ENABLE=0): `ec.VLLM_NVLS_TP8_BYTES`, a public TP 8 measurement, scaled by TP / 8."""
+    return ec.VLLM_NVLS_TP8_BYTES * tp // 8 if nvlink_multicast and tp > 2 else 0
+
+
+def measured_margin_bytes(reserve_bytes: int, rocm: bool = False) -> int:
+    """vLLM 0.34 `measure_kv_cache_bytes`: the memory kept free beyond the transient reserve,
+    max(1 GiB (3 GiB on ROCm), 0.75 x the reserve)."""
+    floor = ec.VLLM_MEASURED_MARGIN_FLOOR_ROCM_BYTES if rocm else ec.VLLM_MEASURED_MARGIN_FLOOR_BYTES
+    return max(floor, int(reserve_bytes * ec.VLLM_MEASURED_MARGIN_FRACTION))
+
+
+@dataclass(frozen=True, slots=True)
+class _MeasuredTerms:
+    """What vLLM 0.34's measured sizing (`ec.KvSizing.MEASURED`) charges beyond the profiling run's terms."""
+
+    graph_reserve_bytes: int  # the CUDA-graph estimate, part of the transient reserve kept free
+    margin_bytes: int  # measured_margin_bytes of the reserve
+    init_bytes: int  # what the device lacks at init: the CUDA context, NCCL's NVLS buffers
+    before_last_margin_bytes: int  # PP > 1: the margin of a stage before the last (its reserve has no sampler phase)
+    margin_floor_bytes: int
+
+    def named_terms(self, kept_free_bytes: int) -> tuple[tuple[str, int], ...]:
+        """The derivation's lines for these terms (`Overhead.buffers`), after the activation peak's."""
+        init_what = "CUDA context, NCCL NVLS buffers" if self.init_bytes > ec.VLLM_INIT_CONTEXT_BYTES else "CUDA context"
+        fraction = ec.VLLM_MEASURED_MARGIN_FRACTION
+        return (
+            ("extensible KV cache: the CUDA-graph estimate, kept free with the transient peak", self.graph_reserve_bytes),
+            (
+                f"extensible KV cache: margin max({self.margin_floor_bytes / ec.GIB:g} GiB, {fraction:g} x (transient "
+                "peak + graph estimate))",
+                self.margin_bytes,
+            ),
+            ("kept free for transients = activation peak + graph estimate + margin", kept_free_bytes),
+            (f"non-torch: + missing at init ({init_what})", self.init_bytes),
+        )
+
+
+def _measured_terms(buffers: ProfilingBuffers, transient: int, before_last: int, cuda_graphs: int, rocm: bool) -> _MeasuredTerms:
+    """vLLM 0.34.0 (the extensible KV cache, read in `v1/worker/extensible_kv_cache.py`, `gpu_worker.py`): after
+    warmup and graph capture, KV = min(requested - non-KV in use, free at init - non-KV in use - margin) - reserve,
+    where non-KV in use = weights + persistent buffers + non-torch + the captured graphs, and the reserve kept free
+    is the profiling run's transient peak (torch peak - allocated after it) plus the CUDA-graph estimate
+    (`peak_activation_memory`; the sizing warmup's own transient, which runs attention, can raise it: not
+    modelled). The graphs are charged twice: their pool, and their estimate in the reserve."""
+    reserve = transient + cuda_graphs
+    return _MeasuredTerms(
+        graph_reserve_bytes=cuda_graphs,
+        margin_bytes=measured_margin_bytes(reserve, rocm),
+        init_bytes=ec.VLLM_INIT_CONTEXT_BYTES + nvls_buffer_bytes(buffers.tp, buffers.nvlink_multicast),
+        before_last_margin_bytes=measured_margin_bytes(reserve - before_last, rocm),
+        margin_floor_bytes=measured_margin_bytes(0, rocm),
+    )
+
+
 def overhead_from_buffers(
     buffers: ProfilingBuffers,
     c: ec.VllmProfilingCoefficients,
@@ -377,11 +433,16 @@ def overhead_from_buffers(
     pp: int = 1,
     *,
     named_terms: bool = True,
+    sizing: ec.KvSizing = ec.KvSizing.PROFILED,
+    rocm: bool = False,
 ) -> Overhead:
     """The activation peak (max of the phases plus what persists), non-torch memory and CUDA graphs,
     with the named terms in `Overhead.buffers`. With PP > 1 only the last stage's ranks run the sampler's
     dummy run (`gpu_model_runner.profile_run`: `if get_pp_group().is_last_rank`; V0's `execute_model` returns
-    the hidden states before the logits on the others): the stages before it peak without that phase."""
+    the hidden states before the logits on the others): the stages before it peak without that phase.
+    With the measured sizing (`_measured_terms`) the activation term is what is kept free for transients (the peak,
+    the graph estimate, the margin), the non-torch term holds what the device lacks at init, and those two extra
+    parts that only bind through the device's free memory are `Overhead.device_bound_bytes`."""
     forward = int(c.forward_scale * buffers.forward_layer_bytes(c.moe_workspace_persistent))
     sampler = buffers.sampler_phase_bytes
     persistent = (buffers.moe_workspace_bytes if c.moe_workspace_persistent else 0) + buffers.sampler_bins_bytes
@@ -400,8 +461,18 @@ def overhead_from_buffers(
     if buffers.tp > 1:
         per_graph = c.cg_per_graph_tp_custom_ar_bytes if buffers.custom_all_reduce else c.cg_per_graph_tp_nccl_bytes
     cuda_graphs = c.cg_base_bytes + per_graph * buffers.graph_count if graphs_in_budget else 0
+    profiled_activation = activation
+    measured = None
+    if sizing is ec.KvSizing.MEASURED:
+        measured = _measured_terms(buffers, activation - persistent, before_last, cuda_graphs, rocm)
+        activation += measured.graph_reserve_bytes + measured.margin_bytes
+        non_torch += measured.init_bytes
+        if stage_shortfall:
+            short = before_last + measured.margin_bytes - measured.before_last_margin_bytes
+            stage_shortfall = (short,) * (pp - 1) + (0,)
+    device_bound = measured.margin_bytes + measured.init_bytes if measured else 0
     if not named_terms:  # the totals only (the grid's)
-        return Overhead(activation, non_torch, cuda_graphs, (), stage_shortfall)
+        return Overhead(activation, non_torch, cuda_graphs, (), stage_shortfall, device_bound)
     phase = "forward" if forward >= sampler else "sampler"
     if encoder_forward > encoder_outputs + max(forward, sampler):
         phase = "vision encoder"
@@ -419,7 +490,7 @@ def overhead_from_buffers(
         if n
     ]
     held = "".join(f"{name} + " for name in held_parts)
-    named = (
+    named: tuple[tuple[str, int], ...] = (
         ("forward: hidden stream", buffers.hidden_stream_bytes),
         ("forward: attention (QKV + output)", buffers.attention_bytes),
         ("forward: dense MLP (gate/up + SiLU-mul)", buffers.dense_mlp_bytes),
@@ -438,9 +509,13 @@ def overhead_from_buffers(
         ("forward: MoE intermediate caches (per call)", 0 if c.moe_workspace_persistent else buffers.moe_legacy_bytes),
         (f"vision encoder pass over the dummy items x {c.forward_scale:g}", encoder_forward),
         ("encoder cache: the dummy items' embeddings (held through forward and sampler)", encoder_outputs),
-        (f"activation peak = {held}{peak_form}: {phase}", activation),
+        (f"activation peak = {held}{peak_form}: {phase}", profiled_activation),
     )
-    return Overhead(activation, non_torch, cuda_graphs, tuple((name, n) for name, n in named if n), stage_shortfall)
+    if measured is not None:
+        named += measured.named_terms(activation)
+    return Overhead(
+        activation, non_torch, cuda_graphs, tuple((name, n) for name, n in named if n), stage_shortfall, device_bound
+    )
 
 
 def inputs_buffers(inputs: OverheadInputs, version: str) -> ProfilingBuffers:
@@ -499,4 +574,12 @@ def vllm_overhead(
     whether the custom all-reduce runs at TP > 1."""
     c = coefficients or ec.vllm_profiling_coefficients(release)
     buffers = inputs_buffers(inputs, version or release.version)
-    return overhead_from_buffers(buffers, c, release.cudagraph_memory_in_budget, inputs.pp, named_terms=inputs.named_terms)
+    return overhead_from_buffers(
+        buffers,
+        c,
+        release.cudagraph_memory_in_budget,
+        inputs.pp,
+        named_terms=inputs.named_terms,
+        sizing=release.kv_sizing,
+        rocm=inputs.rocm,
+    )

@@ -29,7 +29,7 @@ from capacity.engines.kinds import Engine
 from capacity.engines.protocol import ASSUMPTION_SHARE, AssumptionContext, DefaultsRequest, PoolRequest, StartRequest
 from capacity.engines.start_checks import fp8_method, long_length_refusal, quantization_refusal, triton_fp8_kv_refusal
 from capacity.engines.vllm.grouping import stage_pools
-from capacity.engines.vllm.overhead import custom_all_reduce_on, runs_v2_model_runner, vllm_overhead
+from capacity.engines.vllm.overhead import custom_all_reduce_on, nvls_buffer_bytes, runs_v2_model_runner, vllm_overhead
 from capacity.engines.vllm.releases import (
     OtherProcessRule,
     batch_defaults,
@@ -46,9 +46,10 @@ from capacity.engines.vllm.weights import (
     mla_absorbed_weight_bytes,
     mxfp4_expert_extra_bytes,
     triton_kernels_decides,
+    wna16_moe_refusal,
 )
 from capacity.hf_config.overrides import OverrideRule
-from capacity.numeric import Num, at_least, truncate
+from capacity.numeric import Num, at_least, minimum, truncate
 from capacity.overhead import EngineDefaults, Overhead, OverheadInputs
 from capacity.pool import KVPool
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec
@@ -79,9 +80,6 @@ VLLM_KV_DTYPES_ACCEPTED = VLLM_KV_DTYPES_SIZED | frozenset(
 )
 _SPELLED_OUT = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 _GRAPHS_IN_BUDGET_FROM = "0.21"  # the first release whose KV budget deducts the CUDA-graph estimate
-# what NVLS took from the KV cache at TP 8 on 8x H200 in vllm#9699 (17,595 blocks against about 22,700 without it,
-# 1,032,192 bytes a block), the top of the blind TP 8 logs' range (README-memory-holdout.md)
-_NVLS_TP8_BYTES = 5 * 2**30
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +158,16 @@ class VllmProfile(ProfileBase):
 
     # the MoE layers of the profiling run gather every DP rank's tokens (`vllm_overhead`'s dispatch term)
     overhead_reads_moe_dispatch: ClassVar[bool] = True
+
+    @property
+    def overhead_reads_rocm(self) -> bool:  # type: ignore[override]
+        """The measured sizing's margin floor is 3 GiB on ROCm, 1 GiB on CUDA (`measured_margin_bytes`)."""
+        return self.release.kv_sizing is ec.KvSizing.MEASURED
+
+    @property
+    def measures_kv_after_warmup(self) -> bool:
+        """vLLM 0.34's extensible KV cache: sized from the memory free after warmup and graph capture."""
+        return self.release.kv_sizing is ec.KvSizing.MEASURED
     # every worker profiles its own stage (its weights; the sampler on the last stage only) and sizes its blocks from
     # its own free memory; the engine keeps the fewest (0.33 `kv_cache_planning.get_kv_cache_configs`; V0's
     # executors take the min of `determine_num_available_blocks` over the workers)
@@ -181,9 +189,28 @@ class VllmProfile(ProfileBase):
         """V0 MLA's absorbed decode matrices (0.7.1-0.7.3; capacity/engines/vllm/weights.py)."""
         return mla_absorbed_weight_bytes(model, tp, pp, weight_format, self.release)
 
+    def kv_budget(
+        self,
+        total_bytes: Num,
+        utilization: Num,
+        weights_bytes: Num,
+        overhead_bytes: Num,
+        other_bytes: Num = 0,
+        device_bound_bytes: Num = 0,
+    ) -> Num:
+        """The profiled sizing: usable memory less weights and overhead (`ProfileBase.kv_budget`). The measured one
+        (0.34, `overhead._measured_terms`): the smaller of the requested budget (total x utilization less weights
+        and the overhead without its device-bound part) and the device's free memory at init (total less others'
+        memory) less weights and all of the overhead."""
+        if not self.measures_kv_after_warmup:
+            return ProfileBase.kv_budget(self, total_bytes, utilization, weights_bytes, overhead_bytes, other_bytes)
+        requested = truncate(total_bytes * utilization) - weights_bytes - overhead_bytes + device_bound_bytes
+        return minimum(requested, total_bytes - other_bytes - weights_bytes - overhead_bytes)
+
     def other_process_charge(self, other_bytes: Num, utilization: Num) -> Num:
         """Others' memory comes off the pool only where the release reads non-torch memory device-wide (0.6.4,
-        0.8.0-0.9.0: `OtherProcessRule`); elsewhere `--gpu-memory-utilization` is this instance's budget."""
+        0.8.0-0.9.0: `OtherProcessRule`); elsewhere `--gpu-memory-utilization` is this instance's budget (0.34's
+        measured sizing bounds it by the free memory at init instead: `kv_budget`)."""
         return other_bytes if other_process_rule(self.engine_rules_version) is OtherProcessRule.CHARGED else 0
 
     def start_memory_problem(self, total_bytes: int, utilization: float, other_bytes: int) -> str | None:
@@ -240,6 +267,11 @@ class VllmProfile(ProfileBase):
         if request.allow_long_max_model_len and release < (0, 5):  # no override variable before 0.5
             request = replace(request, allow_long_max_model_len=False)
         return long_length_refusal(request, self.context_limit(request.model), "max_model_len", "VLLM_ALLOW_LONG_MAX_MODEL_LEN")
+
+    def weights_refusal(self, model: ModelSpec, weight_format: str, expert_intermediate_ranks: int) -> str | None:
+        """compressed-tensors WNA16 experts whose group scales (or packed zero points) a shard would cut
+        (capacity/engines/vllm/weights.py `wna16_moe_refusal`, 0.24 on)."""
+        return wna16_moe_refusal(model, weight_format, expert_intermediate_ranks, self.version)
 
     def engine_generation_notes(self, deployment: DeploymentSpec) -> list[str]:
         """VLLM_USE_V1=0: the V0 engine of a 0.8-0.10 release; before 0.8 V0 is the engine anyway, from 0.11
@@ -318,6 +350,41 @@ class VllmProfile(ProfileBase):
             + self._nvls_notes(c)
         )
 
+    def utilization_notes(self, context: AssumptionContext) -> list[str]:
+        """The profiled sizing: the release default against 0.05 less (`ProfileBase`). The measured one: what 0.05
+        less takes where the utilization is the release's, and where the user set one below 1.0 that keeps at least
+        1 GiB of free memory out of the cache, what it keeps out (vLLM 0.34 logs a warning then,
+        `measure_kv_cache_blocks`: the measured sizing needs no headroom for vLLM's own use)."""
+        if not self.measures_kv_after_warmup:
+            return ProfileBase.utilization_notes(self, context)
+        c = context
+        withheld = self._requested_shortfall_bytes(c, c.utilization)
+        if c.deployment.gpu_memory_utilization is not None:
+            if not 0.7 < c.utilization < 1.0 or withheld < ec.GIB:
+                return []
+            return [
+                f"gpu_memory_utilization {c.utilization} keeps {format_gib(withheld)} of free memory out of the KV "
+                f"cache: vLLM {self.version} sizes the cache from the memory measured after warmup (the extensible KV "
+                "cache) and warns that its own use needs no headroom below 1.0; leave it unset unless other "
+                "processes, the CPU of a unified-memory GPU or a KV connector's buffers need that memory"
+            ]
+        lower = self._requested_shortfall_bytes(c, c.utilization - 0.05) - withheld
+        if lower <= ASSUMPTION_SHARE * c.budget_bytes:
+            return []
+        return [
+            f"assumed gpu_memory_utilization {c.utilization:g} (the release default with the extensible KV cache); "
+            f"0.05 less takes {format_gib(lower)} ({lower / c.budget_bytes:.0%}) from the KV budget"
+        ]
+
+    def _requested_shortfall_bytes(self, c: AssumptionContext, utilization: float) -> int:
+        """How far the requested budget (total x utilization) falls below the device bound of the measured sizing
+        (`kv_budget`): what the utilization keeps out of the cache (0 where the device bound is the tighter). The
+        weights and the overhead are on both sides, so they cancel."""
+        others = c.deployment.other_process_bytes
+        device_side = c.total_bytes - others
+        requested_side = math.trunc(c.total_bytes * utilization) + c.overhead.device_bound_bytes
+        return max(0, device_side - requested_side)
+
     def _nvls_notes(self, c: AssumptionContext) -> list[str]:
         """NCCL's NVLink-SHARP buffers above 2 ranks on an NVLink switch board, which the reference logs (TP <= 4)
         do not show: three blind TP 8 logs on 8x H200 keep 3.6-5.3 GiB a GPU more outside the KV cache than this
@@ -325,15 +392,19 @@ class VllmProfile(ProfileBase):
         by the ranks; evaluation/data/README-memory-holdout.md, "TP 8 on NVSwitch boards"). A note, not a charge:
         the size depends on the NCCL release, which is not pinned per vLLM release."""
         gpu, tp = c.gpu, c.deployment.tp
-        if gpu is None or not gpu.nvlink_multicast or tp <= 2:
-            return []
-        at_most = _NVLS_TP8_BYTES * tp // 8
+        at_most = nvls_buffer_bytes(tp, gpu.nvlink_multicast) if gpu is not None else 0
         if at_most <= ASSUMPTION_SHARE * c.budget_bytes:
             return []
+        if self.measures_kv_after_warmup:  # the measured sizing charges them: free memory at init lacks them
+            return [
+                f"TP {tp} on an NVLink switch board: {format_gib(at_most)} a GPU of NCCL's NVLS buffers is charged as "
+                "missing at init (a public TP 8 measurement scaled by the ranks; the size depends on the NCCL release): "
+                "with NCCL_NVLS_ENABLE=0 the pool is about that much larger"
+            ]
         scaled = "" if tp == 8 else f" (about {format_gib(at_most)} at TP {tp} if it scales with the ranks, as NCCL's buffers do)"
         return [
             f"TP {tp} on an NVLink switch board: NCCL's NVLS buffers (on above 2 GPUs unless NCCL_NVLS_ENABLE=0) are "
-            f"not charged here; public TP 8 logs on 8x H200 keep up to about {format_gib(_NVLS_TP8_BYTES)} a GPU "
+            f"not charged here; public TP 8 logs on 8x H200 keep up to about {format_gib(ec.VLLM_NVLS_TP8_BYTES)} a GPU "
             f"more outside the KV cache than this estimate{scaled}: the pool may be that much smaller"
         ]
 

@@ -6,7 +6,7 @@ floor, `multimodal_batched_floor`), `platforms/cuda.py` block sizes
 (16; MLA backends' kernel blocks by release and GPU, `block_size`), V0 MLA's padded cache entry
 (`vllm_page_bytes_per_token`), `config/vllm.py`
 VllmConfig.max_concurrent_batches; other processes' memory by release (`OtherProcessRule`, read in the
-0.4.0.post1, 0.6.1-0.6.5, 0.7.0, 0.7.3, 0.8.0, 0.8.5, 0.9.0-0.9.2, 0.10.0, 0.15.0 and 0.33.0 wheels).
+0.4.0.post1, 0.6.1-0.6.5, 0.7.0, 0.7.3, 0.8.0, 0.8.5, 0.9.0-0.9.2, 0.10.0, 0.15.0, 0.33.0 and 0.34.0 wheels).
 """
 
 from __future__ import annotations
@@ -130,10 +130,21 @@ def multimodal_batched_floor(model: ModelSpec, release: ec.VllmRelease) -> int:
 
 
 def block_size(model: ModelSpec, gpu: GpuSku | None, kv_dtype: str = "auto", version: str | None = None) -> int:
-    """CUDA platform block-size rules: 16, or what the MLA backend's kernels need (`ec.VLLM_MLA_BLOCK_RULES`:
-    `platforms/cuda.py` check_and_update_config before 0.18, update_block_size_for_backend from 0.18)."""
+    """The release's default block (`VllmRelease.default_block_size`: 16, 64 from 0.34), or what the MLA backend's
+    kernels need (`ec.VLLM_MLA_BLOCK_RULES`: `platforms/cuda.py` check_and_update_config before 0.18,
+    `Platform.update_block_size_for_backend` from 0.18: the backend's `get_preferred_block_size(default)` keeps the
+    default where its kernels take it). On ROCm the first non-MLA backend, ROCM_ATTN, prefers 16 whatever the default
+    (0.34 `rocm_attn.get_preferred_block_size`, for its native kernel). Not modelled: 0.34's FlashAttention 4 pages
+    for 256- and 512-wide heads where FA4 runs."""
+    default = ec.vllm_release(version).default_block_size
     if not model.is_mla:
-        return ec.VLLM_DEFAULT_BLOCK_SIZE
+        return ec.VLLM_DEFAULT_BLOCK_SIZE if gpu is not None and gpu.amd else default
+    # every MLA backend's kernels take the 0.34 default of 64 but CUTLASS MLA's (128 only)
+    return max(_mla_block_size(model, gpu, kv_dtype, version), default)
+
+
+def _mla_block_size(model: ModelSpec, gpu: GpuSku | None, kv_dtype: str, version: str | None) -> int:
+    """The MLA backend's block at the 16 default (`block_size`)."""
     arch = (gpu.architecture or "").lower() if gpu is not None else "hopper"
     rule = ec.by_first_release(version, ec.VLLM_MLA_BLOCK_RULES, ec.MlaBlockRule.TRITON_ONLY)
     sm100 = arch == "blackwell" and not _is_sm120(gpu)
@@ -245,6 +256,10 @@ class OtherProcessRule(Enum):
     # from 0.9.1 the V1 worker measures from a `MemorySnapshot` at init (non-torch increase over it) as
     # UNCHARGED, and refuses to start unless free memory at init >= total x util (0.33: `request_memory`)
     PER_INSTANCE_CHECKED = "per-instance, checked at start"
+    # 0.34 with the extensible KV cache (`measure_kv_cache_bytes`): the cache is bounded by the free memory at init
+    # too, so others' memory comes off where it leaves less than total x utilization (`VllmProfile.kv_budget`), and
+    # `request_memory` no longer refuses to start when free memory is below the requested budget
+    BOUNDED_BY_FREE_AT_INIT = "bounded by the free memory at init"
 
 
 # (first release, rule), oldest first; a version takes the last row at or below it
@@ -254,6 +269,7 @@ _OTHER_PROCESS_RULES: tuple[tuple[str, OtherProcessRule], ...] = (
     ("0.6.5", OtherProcessRule.UNCHARGED),
     ("0.8", OtherProcessRule.CHARGED),  # the V1 engine is the default from 0.8.0
     ("0.9.1", OtherProcessRule.PER_INSTANCE_CHECKED),
+    ("0.34", OtherProcessRule.BOUNDED_BY_FREE_AT_INIT),
 )
 
 

@@ -33,11 +33,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from capacity import engine_constants as ec
-from capacity.engines.vllm.overhead import gated_intermediate
+from capacity.engines.vllm.overhead import gated_intermediate, layer_intermediates
 from capacity.kv.kinds import LatentAttention
 from capacity.numeric import cdiv
 from capacity.parallel import pp_partition
 from capacity.spec import GpuSku, ModelSpec
+from capacity.weights import stored_format
 
 MXFP4_BLOCK = 32  # elements per shared 8-bit exponent
 BF16_BYTES = 2
@@ -226,3 +227,59 @@ def mla_absorbed_weight_bytes(model: ModelSpec, tp: int, pp: int, weight_format:
         per_stage.append(total)
         start += count
     return max(per_stage, default=0)
+
+
+# compressed-tensors' INT4 / INT8 weight-only experts (`CompressedTensorsWNA16MoEMethod.create_weights`): group scales
+# must not cross a TP shard (in the 0.24.0-0.34.0 wheels; 0.23.0 has no check, and 0.24-0.26's preferred Marlin MoE
+# path takes only what passes it too), and from 0.29.0 (not in 0.28.0) an asymmetric checkpoint's packed zero points
+# must not straddle an int32
+WNA16_GROUP_CHECK_FROM = (0, 24)
+WNA16_ZERO_POINT_CHECK_FROM = (0, 29)
+_WNA16_BITS = {"int4": 4, "int8": 8}
+
+
+def wna16_moe_refusal(model: ModelSpec, weight_format: str, expert_intermediate_ranks: int, version: str) -> str | None:
+    """vLLM's refusal to load a compressed-tensors WNA16 MoE checkpoint at a layout, in its words (0.33.0), where
+    the experts' intermediate per rank (the expert intermediate over the ranks that split it: TP x DP without
+    expert parallel, 1 with it) or the hidden size breaks a group of the checkpoint's group scales, or (asymmetric,
+    0.29 on) the packed zero points' int32 words. None where it loads, or where the rule does not apply: another
+    method or format, a dense model, a release before 0.24. Whatever the GPU (ROCm's FlyDSL kernel, taken only with
+    --moe-backend flydsl on MI355, is not read)."""
+    quant = model.quantization
+    bits = _WNA16_BITS.get(quant.weight_format) if quant is not None else None
+    release = ec.parse_version(version)
+    if quant is None or quant.method != "compressed-tensors" or bits is None:
+        return None
+    if weight_format != stored_format(model).name:  # served in another format (`--dtype`): not these kernels
+        return None
+    if not model.num_experts or release < WNA16_GROUP_CHECK_FROM:
+        return None
+    hidden = model.hidden_size
+    per_rank = layer_intermediates(model)[2] // max(expert_intermediate_ranks, 1)
+    group = quant.group_size
+    if group and group > 0:
+        if hidden % group:
+            return (
+                f"CompressedTensors WNA16 MoE requires hidden_size ({hidden}) to be divisible by group_size ({group})."
+            )
+        if per_rank % group:
+            return (
+                "CompressedTensors WNA16 MoE with static group scales requires the MoE intermediate size per "
+                f"tensor-parallel partition ({per_rank}) to be divisible by group_size ({group}). Scale groups would "
+                "otherwise cross TP shard boundaries; use a compatible TP size or enable expert parallelism."
+            )
+    packed = 32 // bits
+    if not quant.group_zero_points or release < WNA16_ZERO_POINT_CHECK_FROM:
+        return None
+    if 2 * per_rank % packed:
+        return (
+            "CompressedTensors WNA16 MoE: gate+up output channels per TP rank (2 * intermediate_size_per_partition = "
+            f"{2 * per_rank}) must be divisible by packed_factor ({packed}). Use a TP size where 2 * intermediate_size "
+            f"is divisible by {packed}."
+        )
+    if hidden % packed:
+        return (
+            f"CompressedTensors WNA16 MoE: hidden_size ({hidden}) must be divisible by packed_factor ({packed}) for "
+            "correct ZP unpacking."
+        )
+    return None
