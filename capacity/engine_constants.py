@@ -243,6 +243,8 @@ VLLM_DEFAULT_BLOCK_SIZE = 16
 # KvSizing.MEASURED (0.34.0 v1/worker/extensible_kv_cache.py): the margin kept free beyond the transient reserve is
 # max(KV_CACHE_MARGIN_FLOOR_BYTES, KV_CACHE_MARGIN_FRACTION x the reserve), the floor 1 GiB on CUDA (3 GiB on ROCm)
 VLLM_MEASURED_MARGIN_FLOOR_BYTES = GIB
+# config/cache.py CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION (0.34): the default with the extensible cache off
+VLLM_PROFILED_DEFAULT_UTILIZATION = 0.92
 VLLM_MEASURED_MARGIN_FLOOR_ROCM_BYTES = 3 * GIB
 VLLM_MEASURED_MARGIN_FRACTION = 0.75
 # What a GPU holds before vLLM's init snapshot with no other process on it (the CUDA context, cuBLAS handles; TP 1):

@@ -576,7 +576,7 @@ def estimate(
     A short composition of the engine profile's answers: defaults, weights, overhead, budget, the
     tightest stage's pool; then the pool's: whether it starts, what the engine prints, B_max, max context."""
     d = deployment
-    profile = engine_profile(d.engine, d.engine_version, d.vllm_v0_engine)
+    profile = engine_profile(d.engine, d.engine_version, d.vllm_v0_engine, d.extensible_kv_cache)
     if gpu is None and d.gpu_memory_bytes is None and d.kv_cache_memory_bytes is None:
         raise SpecError("no GPU: give --gpu, or --gpu-memory-gib for hardware not in the catalog")
     layout, d = _rank_layout(model, d, profile, gpu)

@@ -397,6 +397,9 @@ class DeploymentSpec:
     # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLang SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1): else it refuses to start
     allow_long_max_model_len: bool = False
     vllm_v0_engine: bool = False  # VLLM_USE_V1=0: the V0 engine vLLM 0.8-0.10 keep beside V1
+    # vLLM 0.34+'s extensible KV cache (--enable-extensible-kv-cache / --no-...): None, the release's default (on);
+    # False sizes it from the profiling run as before, at the 0.92 default utilization
+    extensible_kv_cache: bool | None = None
     # a multimodal model served text-only (vLLM --language-model-only, or --limit-mm-per-prompt 0 for every
     # modality: `mm_limits`): no encoder profiling, and from vLLM 0.11 no tower weights
     mm_text_only: bool | None = None

@@ -183,3 +183,34 @@ def test_cli_derivation_shows_both_bounds() -> None:
     assert "KV budget = min(79.19 GiB + " in result.output
     assert "block = 64 tokens" in result.output
     assert "extensible KV cache: margin max(1 GiB, 0.75 x (transient peak + graph estimate))" in result.output
+
+
+def test_a_0_34_command_turns_the_extensible_cache_off() -> None:
+    """0.34's parser adds --enable-extensible-kv-cache and its negatives (`ENGINE_FLAGS["vllm"]["later"]`, written by
+    tools/engine_flags.py --later from the 0.34.0 wheel's own parser); with it off, config/vllm.py
+    `_resolve_extensible_kv_cache` leaves the profiling-run sizing and `resolved_gpu_memory_utilization` 0.92, the
+    0.33 budget rule with 0.34's 64-token block."""
+    from capacity.engines.command_line import CommandLineError, read_command
+
+    for flag in ("--no-enable-extensible-kv-cache", "--disable-extensible-kv-cache"):
+        command = read_command(f"vllm serve Qwen/Qwen3-8B {flag}", "0.34.0")
+        assert command.options["extensible_kv_cache"] is False
+    assert read_command("vllm serve M --enable-extensible-kv-cache", "0.34.0").options["extensible_kv_cache"] is True
+    with pytest.raises(CommandLineError, match="not a flag of vLLM 0.33.0"):
+        read_command("vllm serve M --no-enable-extensible-kv-cache", "0.33.0")
+    gpu, model = find_gpu_sku("h100-sxm-80gb"), MODELS["dense-8b"]
+    off = _estimate(model, gpu, "0.34.0", extensible_kv_cache=False)
+    profiled = _estimate(model, gpu, "0.33.0")
+    assert off.gpu_memory_utilization == 0.92 and off.pool.block_size == 64
+    assert off.kv_budget_bytes_per_gpu == profiled.kv_budget_bytes_per_gpu
+    assert off.overhead_bytes_per_gpu == profiled.overhead_bytes_per_gpu
+    older = _estimate(model, gpu, "0.33.0", extensible_kv_cache=False)
+    assert older.kv_budget_bytes_per_gpu == profiled.kv_budget_bytes_per_gpu
+    assert any("vLLM 0.33.0 has none" in n for n in older.notes)
+
+
+def test_the_cli_reads_a_pasted_0_34_command() -> None:
+    pasted = "docker run vllm/vllm-openai:v0.34.0 --model Qwen/Qwen3-8B --no-enable-extensible-kv-cache"
+    result = CliRunner().invoke(app, ["estimate", "--gpu", "h100-sxm-80gb", "--from-command", pasted])
+    assert result.exit_code == 0, result.output
+    assert "usable   = 79.19 GiB x 0.92 = 72.85 GiB" in result.output and "block = 64 tokens" in result.output

@@ -3,6 +3,7 @@
     .venv-oracle/bin/python tools/engine_flags.py                 # rewrite the table (vLLM, SGLang)
     .venv-oracle/bin/python tools/engine_flags.py --dump          # print the parsers' flags as JSON
     .venv-oracle/bin/python tools/engine_flags.py --trtllm-serve tensorrt_llm/commands/serve.py
+    VENV/bin/python tools/engine_flags.py --later                 # a newer vLLM: its added flags, kept beside
 
 vLLM: `vllm serve`'s parser, `vllm.entrypoints.common.cli_args.make_arg_parser(FlexibleArgumentParser())`
 (AsyncEngineArgs.add_cli_args plus the frontend's flags); SGLang: `ServerArgs.add_cli_args(ArgumentParser())`
@@ -11,6 +12,9 @@ TensorRT-LLM is not installed there (no CPU wheel): its `trtllm-serve` flags are
 decorators of `serve()` in tensorrt_llm/commands/serve.py when a path is given, else kept as they are.
 
 Each engine: whether the parser takes unique prefixes (argparse allow_abbrev); each flag: the option string -> (destination, arity), arity "0" (a switch), "1", "?", "+" or "*".
+`--later` runs with a newer vLLM than the table's (a venv of its own: `pip install --no-deps` the wheel over the
+oracle venv's packages) and records only the flags it adds, under the table's `later` (release -> flags), so a
+command of that release parses while the table stays the oracle venv's parser.
 Runs without capplan on the path (the oracle venv has no capplan).
 """
 
@@ -20,6 +24,7 @@ import argparse
 import ast
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -129,9 +134,21 @@ def _render(tables: dict[str, dict[str, Any]]) -> str:
             line += entry
         lines.append(line)
         lines.append("        },")
+        if table.get("later"):
+            lines.append("        'later': {")
+            for release, flags in table["later"].items():
+                lines.append(f"            {release!r}: {{")
+                lines += [f"                {option!r}: ({dest!r}, {arity!r})," for option, (dest, arity) in flags.items()]
+                lines.append("            },")
+            lines.append("        },")
         lines.append("    },")
     lines += ["}", "# fmt: on", ""]
     return "\n".join(lines)
+
+
+def _release_key(release: str) -> tuple[int, ...]:
+    """'0.34.0' -> (0, 34, 0): releases compared as numbers."""
+    return tuple(int(part) for part in re.findall(r"\d+", release)[:3])
 
 
 def _current() -> dict[str, dict[str, Any]]:
@@ -147,8 +164,17 @@ def main() -> None:
     ap.add_argument("--dump", action="store_true", help="print the installed engines' flags as JSON")
     ap.add_argument("--trtllm-serve", type=Path, help="tensorrt_llm/commands/serve.py to read trtllm-serve from")
     ap.add_argument("--trtllm-release", default=None, help="the TensorRT-LLM release that serve.py is from")
+    ap.add_argument("--later", action="store_true", help="record a newer vLLM's added flags beside the table")
     args = ap.parse_args()
     v_release, v_flags, v_abbrev = vllm_flags()
+    if args.later:
+        tables = _current()
+        known = tables["vllm"]["flags"]
+        added = {option: entry for option, entry in v_flags.items() if option not in known}
+        tables["vllm"].setdefault("later", {})[v_release] = added
+        TABLE.write_text(_render(tables))
+        print(f"wrote {len(added)} flags of vLLM {v_release} to {TABLE}", file=sys.stderr)
+        return
     s_release, s_flags, s_abbrev = sglang_flags()
     if args.dump:
         json.dump({"vllm": {"release": v_release, "abbrev": v_abbrev, "flags": v_flags},
@@ -156,7 +182,10 @@ def main() -> None:
         return
     tables = _current()
     tables.get("trtllm", {}).setdefault("abbrev", False)
+    newer = _release_key(v_release)
+    later = {r: f for r, f in tables.get("vllm", {}).get("later", {}).items() if _release_key(r) > newer}  # kept
     tables["vllm"] = {
+        "later": later,
         "release": v_release,
         "source": "vllm.entrypoints.common.cli_args.make_arg_parser(FlexibleArgumentParser()) (vllm serve)",
         "abbrev": v_abbrev,

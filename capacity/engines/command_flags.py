@@ -405,6 +405,21 @@ ENGINE_FLAGS: dict[str, dict[str, Any]] = {
             '-pp': ('pipeline_parallel_size', '1'), '-q': ('quantization', '1'), '-r': ('node_rank', '1'),
             '-sc': ('speculative_config', '1'), '-tp': ('tensor_parallel_size', '1'),
         },
+        'later': {
+            '0.34.0': {
+                '--cache-aware-admission-threshold': ('cache_aware_admission_threshold', '1'),
+                '--cache-aware-admission-window': ('cache_aware_admission_window', '1'),
+                '--checkpoint-prepare-on-startup': ('checkpoint_prepare_on_startup', '0'),
+                '--disable-extensible-kv-cache': ('enable_extensible_kv_cache', '0'),
+                '--enable-extensible-kv-cache': ('enable_extensible_kv_cache', '0'),
+                '--headless-client-handshake-address': ('headless_client_handshake_address', '1'),
+                '--max-num-inflight-kv-loads': ('max_num_inflight_kv_loads', '1'),
+                '--no-checkpoint-prepare-on-startup': ('checkpoint_prepare_on_startup', '0'),
+                '--no-enable-extensible-kv-cache': ('enable_extensible_kv_cache', '0'),
+                '--no-shuffle-safetensors-files': ('shuffle_safetensors_files', '0'),
+                '--shuffle-safetensors-files': ('shuffle_safetensors_files', '0'),
+            },
+        },
     },
     'sglang': {
         'release': '0.5.23',

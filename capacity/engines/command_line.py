@@ -109,6 +109,7 @@ _APPLIED: dict[Engine, dict[str, tuple[str, str]]] = {
         **_read_as(_TEXT, "speculative_config", "kv_transfer_config", "kv_offloading_backend", "limit_mm_per_prompt",
             "lora_dtype", "hf_overrides"),
         **_read_as(_EPLB, eplb_config="redundant_experts"),
+        **_read_as(_SWITCH, enable_extensible_kv_cache="extensible_kv_cache"),
     },
     Engine.SGLANG: {
         **_VLLM_SGLANG_ALIKE,
@@ -405,9 +406,19 @@ def _launcher(tokens: list[str], image_engine: Engine | None) -> tuple[Engine, l
     )
 
 
-def flag_table(engine: Engine) -> dict[str, tuple[str, str]]:
+def flag_table(engine: Engine, release: str | None = None) -> dict[str, tuple[str, str]]:
+    """The engine's flags as the table's release parses them, plus those a newer release the command names adds
+    (`ENGINE_FLAGS[engine]["later"]`, tools/engine_flags.py --later)."""
     flags: dict[str, tuple[str, str]] = ENGINE_FLAGS[engine]["flags"]
-    return flags
+    later: dict[str, dict[str, tuple[str, str]]] = ENGINE_FLAGS[engine].get("later", {})
+    if not release or not later:
+        return flags
+    try:
+        asked = parse_version(release)
+    except ValueError:
+        return flags
+    added = [extra for first, extra in later.items() if parse_version(first) <= asked]
+    return {**flags, **{option: entry for extra in added for option, entry in extra.items()}} if added else flags
 
 
 def table_release(engine: Engine) -> str:
@@ -415,9 +426,10 @@ def table_release(engine: Engine) -> str:
     return release
 
 
-def _lookup(engine: Engine, option: str) -> tuple[str, tuple[str, str]] | None:
-    """The table's spelling and entry for `option` (vLLM also takes `_` for `-` and `--x.y` for `--x`)."""
-    flags = flag_table(engine)
+def _lookup(engine: Engine, option: str, release: str | None = None) -> tuple[str, tuple[str, str]] | None:
+    """The table's spelling and entry for `option` (vLLM also takes `_` for `-` and `--x.y` for `--x`), the flags of
+    the release the command names included."""
+    flags = flag_table(engine, release)
     candidates = [option]
     if _RULES[engine].flexible_parser:  # `_` for `-` in long options, `--x.y` / `-x.y` for `--x`
         base = option.split(".", 1)[0]
@@ -447,7 +459,7 @@ def _older_than_table(engine: Engine, release: str | None) -> bool:
 
 
 def _unknown(engine: Engine, option: str, release: str | None) -> CommandLineError:
-    flags = flag_table(engine)
+    flags = flag_table(engine, release)
     close = difflib.get_close_matches(option, list(flags), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
     named = f"{_RULES[engine].label} {table_release(engine)}"
@@ -496,7 +508,7 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
             continue
         option, eq, inline = token.partition("=")
         try:
-            found = _lookup(engine, option)
+            found = _lookup(engine, option, release)
         except CommandLineError:  # ambiguous in the table's release: a retired flag's prefix of newer ones
             if not older:
                 raise

@@ -201,7 +201,7 @@ _PASTED_OPTIONS = {
     for name in (
         "tp", "pp", "dtype", "kv_dtype", "max_model_len", "gpu_memory_utilization", "max_num_seqs",
         "max_num_batched_tokens", "block_size", "enforce_eager", "async_scheduling", "disable_custom_all_reduce",
-        "allow_long_max_model_len", "vllm_v0_engine",
+        "allow_long_max_model_len", "vllm_v0_engine", "extensible_kv_cache",
         "kv_cache_memory_bytes", "enable_lora", "cpu_offload_gb", "speculative", "speculative_config",
         "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps", "speculative_eagle_topk",
         "speculative_num_draft_tokens",

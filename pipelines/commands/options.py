@@ -170,6 +170,13 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
         "(VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1); without it the "
         "engine refuses to start.",
     ),
+    "extensible_kv_cache": option(
+        bool | None,
+        "--extensible-kv-cache/--no-extensible-kv-cache",
+        metavar="",
+        help="vLLM 0.34+'s extensible KV cache, sized after warmup (default on where vLLM turns it on; off: the "
+        "profiling-run sizing at utilization 0.92, as with --no-enable-extensible-kv-cache).",
+    ),
     "vllm_v0_engine": option(
         bool,
         "--vllm-v0-engine",

@@ -79,7 +79,8 @@ VLLM_KV_DTYPES_ACCEPTED = VLLM_KV_DTYPES_SIZED | frozenset(
     }
 )
 _SPELLED_OUT = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
-_GRAPHS_IN_BUDGET_FROM = "0.21"  # the first release whose KV budget deducts the CUDA-graph estimate
+_GRAPHS_IN_BUDGET_FROM = "0.21"
+_EXTENSIBLE_FROM = (0, 34)  # the first release with the extensible KV cache (KvSizing.MEASURED)  # the first release whose KV budget deducts the CUDA-graph estimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +93,10 @@ class VllmProfile(ProfileBase):
     v0_engine: bool = False  # the V0 engine a 0.8-0.10 release keeps beside V1 (VLLM_USE_V1=0)
 
     @classmethod
-    def for_version(cls, version: str | None, v0_engine: bool = False) -> VllmProfile:
-        """The release's profile; `v0_engine` asks for its V0 engine, where the release has one beside V1."""
-        return _profile(version, v0_engine)
+    def for_version(cls, version: str | None, v0_engine: bool = False, extensible_kv_cache: bool | None = None) -> VllmProfile:
+        """The release's profile; `v0_engine` asks for its V0 engine, where the release has one beside V1;
+        `extensible_kv_cache` False, a release that sizes its cache after warmup with that turned off."""
+        return _profile(version, v0_engine, extensible_kv_cache is False)
 
     @property
     def version(self) -> str:
@@ -275,7 +277,10 @@ class VllmProfile(ProfileBase):
 
     def engine_generation_notes(self, deployment: DeploymentSpec) -> list[str]:
         """VLLM_USE_V1=0: the V0 engine of a 0.8-0.10 release; before 0.8 V0 is the engine anyway, from 0.11
-        there is none to pick (the release's own engine is sized)."""
+        there is none to pick (the release's own engine is sized). The extensible KV cache asked of a release
+        before 0.34, which has none."""
+        if deployment.extensible_kv_cache is not None and ec.parse_version(self.version) < _EXTENSIBLE_FROM:
+            return [f"the extensible KV cache is vLLM 0.34's: vLLM {self.version} has none, so it is not read"]
         if not deployment.vllm_v0_engine:
             return []
         if self.v0_engine:
@@ -530,11 +535,20 @@ class VllmProfile(ProfileBase):
 
 
 @cache
-def _profile(version: str | None, v0_engine: bool = False) -> VllmProfile:
+def _profile(version: str | None, v0_engine: bool = False, profiled_sizing: bool = False) -> VllmProfile:
     v0_release = ec.vllm_v0_engine_release(version) if v0_engine and version is not None else None
     if v0_release is not None:
         return VllmProfile(v0_release, version, v0_engine=True)
-    return VllmProfile(ec.vllm_release(version), version)
+    release = ec.vllm_release(version)
+    if profiled_sizing and release.kv_sizing is ec.KvSizing.MEASURED:
+        # --no-enable-extensible-kv-cache (0.34 config/vllm.py _resolve_extensible_kv_cache): the profiling run's
+        # sizing, and config/cache.py resolved_gpu_memory_utilization's other default
+        release = replace(
+            release,
+            kv_sizing=ec.KvSizing.PROFILED,
+            default_gpu_memory_utilization=ec.VLLM_PROFILED_DEFAULT_UTILIZATION,
+        )
+    return VllmProfile(release, version)
 
 
 def _gib2(n_bytes: int) -> float:
