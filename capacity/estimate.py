@@ -576,11 +576,15 @@ def estimate(
     A short composition of the engine profile's answers: defaults, weights, overhead, budget, the
     tightest stage's pool; then the pool's: whether it starts, what the engine prints, B_max, max context."""
     d = deployment
-    profile = engine_profile(d.engine, d.engine_version, d.vllm_v0_engine, d.extensible_kv_cache)
+    off = d.kv_offload.extensible_kv_cache_off(gpu is not None and gpu.amd) if d.kv_offload is not None else None
+    profile = engine_profile(d.engine, d.engine_version, d.vllm_v0_engine, False if off else d.extensible_kv_cache)
     if gpu is None and d.gpu_memory_bytes is None and d.kv_cache_memory_bytes is None:
         raise SpecError("no GPU: give --gpu, or --gpu-memory-gib for hardware not in the catalog")
     layout, d = _rank_layout(model, d, profile, gpu)
     notes: list[str] = profile.engine_generation_notes(d)
+    if off and d.extensible_kv_cache is None and profile != engine_profile(d.engine, d.engine_version, d.vllm_v0_engine):
+        default = " at the 0.92 default utilization" if d.gpu_memory_utilization is None else ""
+        notes.append(f"the extensible KV cache is off ({off}): sized from the profiling run{default}")
     not_modelled = _unmodelled(model, d, profile, notes)
     m = _memory(model, _Sizing(d, profile, gpu, layout, checkpoint_bytes), notes)
     pool = _pool(m, d, notes)

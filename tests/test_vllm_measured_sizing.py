@@ -196,7 +196,7 @@ def test_a_0_34_command_turns_the_extensible_cache_off() -> None:
         command = read_command(f"vllm serve Qwen/Qwen3-8B {flag}", "0.34.0")
         assert command.options["extensible_kv_cache"] is False
     assert read_command("vllm serve M --enable-extensible-kv-cache", "0.34.0").options["extensible_kv_cache"] is True
-    with pytest.raises(CommandLineError, match="not a flag of vLLM 0.33.0"):
+    with pytest.raises(CommandLineError, match=r"not a flag of vLLM 0\.33\.0"):
         read_command("vllm serve M --no-enable-extensible-kv-cache", "0.33.0")
     gpu, model = find_gpu_sku("h100-sxm-80gb"), MODELS["dense-8b"]
     off = _estimate(model, gpu, "0.34.0", extensible_kv_cache=False)
@@ -214,3 +214,26 @@ def test_the_cli_reads_a_pasted_0_34_command() -> None:
     result = CliRunner().invoke(app, ["estimate", "--gpu", "h100-sxm-80gb", "--from-command", pasted])
     assert result.exit_code == 0, result.output
     assert "usable   = 79.19 GiB x 0.92 = 72.85 GiB" in result.output and "block = 64 tokens" in result.output
+
+
+@pytest.mark.parametrize(
+    ("connector", "gpu_id", "off"),
+    [
+        ("NixlConnector", "h100-sxm-80gb", True),  # FABRIC handles without an IMEX channel
+        ("MooncakeConnector", "h100-sxm-80gb", False),  # REGISTERS: off on ROCm only
+        ("MooncakeConnector", "mi300x-192gb", True),
+        ("LMCacheMPConnector", "h100-sxm-80gb", True),  # legacy CUDA IPC
+        ("LMCacheConnectorV1", "h100-sxm-80gb", False),  # in process
+    ],
+)
+def test_connectors_that_turn_the_extensible_cache_off(connector: str, gpu_id: str, off: bool) -> None:
+    """0.34 `_resolve_extensible_kv_cache` over `KVConnectorFactory.kv_cache_access` (each connector's classmethod)."""
+    from capacity.engines.kinds import Engine
+    from capacity.features.offload_sizing import kv_offload_for
+
+    gpu = find_gpu_sku(gpu_id)
+    model = MODELS["dense-8b"]
+    kv = kv_offload_for(Engine.VLLM, connector=connector)
+    est = _estimate(model, gpu, "0.34.0", kv_offload=kv)
+    assert (est.gpu_memory_utilization == 0.92) is off
+    assert any(n.startswith("the extensible KV cache is off") for n in est.notes) is off

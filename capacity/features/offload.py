@@ -178,6 +178,11 @@ class KVOffload:
         """Why this offload is not sized (None: it is)."""
         return None
 
+    def extensible_kv_cache_off(self, rocm: bool) -> str | None:
+        """Why vLLM 0.34 turns its extensible KV cache off for this connector (None: it keeps it; the
+        OffloadingConnector and LMCacheConnectorV1 reach the cache in process)."""
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class VllmNativeOffload(KVOffload):
@@ -291,6 +296,27 @@ class UnsizedConnector(KVOffload):
 
     def unmodelled(self) -> str | None:
         return f"{self.name} (--kv-transfer-config: its GPU buffers)"
+
+    def extensible_kv_cache_off(self, rocm: bool) -> str | None:
+        """0.34 config/vllm.py `_resolve_extensible_kv_cache` over the connector's `kv_cache_access`:
+        LMCacheMPConnector shares the cache through legacy CUDA IPC; NixlConnector exports it through FABRIC handles,
+        which need an IMEX channel (NVL72 racks have one: there the cache stays extensible); on ROCm, connectors that
+        register the cache with UCX / RDMA (NIXL, Mooncake, MoRIIO, UMBP) cannot use driver-mapped memory.
+        A MultiConnector's children are not read."""
+        name = self.name.split(" ", 1)[0]
+        if name == "LMCacheMPConnector":
+            return "LMCacheMPConnector shares the KV cache through legacy CUDA IPC"
+        if rocm and name in _ROCM_REGISTERING_CONNECTORS:
+            return f"on ROCm, {name} registers the KV cache with UCX / RDMA, which cannot use driver-mapped memory"
+        if name == "NixlConnector":
+            return "NixlConnector exports the KV cache through FABRIC handles, which need an IMEX channel (NVL72 racks)"
+        return None
+
+
+# 0.34 connectors whose `kv_cache_access` holds REGISTERS (each needs one physical allocation a segment)
+_ROCM_REGISTERING_CONNECTORS = frozenset(
+    {"NixlConnector", "MooncakeConnector", "MooncakeStoreConnector", "MoRIIOConnector", "UMBPConnector"}
+)
 
 
 def host_link_gbps(
