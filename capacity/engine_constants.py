@@ -114,6 +114,11 @@ class VllmRelease:
     # a model with chunked layers then runs without the hybrid manager, every layer charged as full
     hybrid_chunked_local: bool = False
     kv_sizing: KvSizing = KvSizing.PROFILED
+    # the worker's memory baseline is taken before the NCCL communicators exist (V0 `worker.py` init_device, V1
+    # `gpu_worker.py` up to 0.10: MemorySnapshot / mem_get_info before init_worker_distributed_environment; from
+    # 0.11.0 after it): what NCCL allocates at init, its NVLS buffers above 2 ranks on a switch board, is non-torch
+    # memory the budget charges
+    baseline_before_nccl: bool = False
     # config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE: 16 up to 0.33, 64 from 0.34 (each backend then keeps it or
     # takes its own preferred kernel block: `releases.block_size`)
     default_block_size: int = 16
@@ -133,25 +138,33 @@ def _release(version: str, generation: str, util: float, hybrid: bool, graphs: b
 # Ordered oldest -> newest. A version uses the last row whose version is <= it.
 VLLM_RELEASES: tuple[VllmRelease, ...] = (
     _release("0.4", "v0", 0.90, False, False, "blocks", "v0", "v0",
-             "v0 worker.determine_num_available_blocks: (total*util - peak) // cache_block_size"),
+             "v0 worker.determine_num_available_blocks: (total*util - peak) // cache_block_size",
+             baseline_before_nccl=True),
     _release("0.7.1", "v0", 0.90, False, False, "blocks", "v0", "v0",
              "V0 MLA (attention/backends/mla/utils.py, new in the 0.7.1 wheel; not in 0.7.0): absorbed weights",
-             mla_absorbed_weights=True),
+             mla_absorbed_weights=True,
+             baseline_before_nccl=True),
     _release("0.7.2", "v0", 0.90, False, False, "blocks", "v0", "v0",
              "worker/cache_engine.py get_cache_block_size: MLA entries padded to 256 B (0.7.2 and 0.7.3 wheels; "
              "neither 0.7.1 nor 0.8.0 pads); both MLA rules end with V0 MLA's rewrite in 0.8.0",
-             mla_absorbed_weights=True, mla_entry_align_bytes=256),
+             mla_absorbed_weights=True, mla_entry_align_bytes=256,
+             baseline_before_nccl=True),
     _release("0.8", "v1", 0.90, False, False, "blocks", "v1-h100-h200-1024", "v1-early",
              "V1 engine default from 0.8.0; gpu_worker.determine_available_memory; arg_utils._set_default_args_v1 "
-             "(0.8.0-0.8.3 wheels): max_num_seqs 1024 on every GPU, 8192 tokens where the device name holds h100/h200"),
+             "(0.8.0-0.8.3 wheels): max_num_seqs 1024 on every GPU, 8192 tokens where the device name holds h100/h200",
+             baseline_before_nccl=True),
     _release("0.8.4", "v1", 0.90, False, False, "blocks", "v1-h100-h200", "v1-early",
-             "arg_utils._set_default_args_v1 (0.8.4 wheel): 1024 / 8192 on an H100 / H200 by name, else 256 / 2048"),
+             "arg_utils._set_default_args_v1 (0.8.4 wheel): 1024 / 8192 on an H100 / H200 by name, else 256 / 2048",
+             baseline_before_nccl=True),
     _release("0.8.5", "v1", 0.90, False, False, "blocks", "v1-by-memory", "v1-early",
-             "arg_utils._set_default_args_v1 (0.8.5 wheel): 1024 / 8192 from 70 GiB of device memory, A100 included"),
+             "arg_utils._set_default_args_v1 (0.8.5 wheel): 1024 / 8192 from 70 GiB of device memory, A100 included",
+             baseline_before_nccl=True),
     _release("0.9", "v1", 0.90, False, False, "blocks", "v1-by-gpu", "v1-early",
-             "arg_utils._set_default_args_v1 (0.9.0, 0.9.1, 0.9.2 wheels): from 70 GiB and not an A100"),
+             "arg_utils._set_default_args_v1 (0.9.0, 0.9.1, 0.9.2 wheels): from 70 GiB and not an A100",
+             baseline_before_nccl=True),
     _release("0.10", "v1", 0.90, True, False, "blocks", "v1-by-gpu", "v1-early",
-             "hybrid KV cache manager (kv_cache_utils grouping); arg_utils.get_batch_defaults by GPU class"),
+             "hybrid KV cache manager (kv_cache_utils grouping); arg_utils.get_batch_defaults by GPU class",
+             baseline_before_nccl=True),
     _release("0.11", "v1", 0.90, True, False, "blocks", "v1-by-gpu", "v1-mid",
              "sampler dummy run peak ~9.7x the fp32 logits (llm-d-benchmark results; Qwen3-14B on 0.15/0.16)"),
     _release("0.17", "v1", 0.90, True, False, "blocks", "v1-by-gpu", "v1",
@@ -243,20 +256,21 @@ VLLM_DEFAULT_BLOCK_SIZE = 16
 # KvSizing.MEASURED (0.34.0 v1/worker/extensible_kv_cache.py): the margin kept free beyond the transient reserve is
 # max(KV_CACHE_MARGIN_FLOOR_BYTES, KV_CACHE_MARGIN_FRACTION x the reserve), the floor 1 GiB on CUDA (3 GiB on ROCm)
 VLLM_MEASURED_MARGIN_FLOOR_BYTES = GIB
-# config/cache.py CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION (0.34): the default with the extensible cache off
-VLLM_PROFILED_DEFAULT_UTILIZATION = 0.92
 VLLM_MEASURED_MARGIN_FLOOR_ROCM_BYTES = 3 * GIB
 VLLM_MEASURED_MARGIN_FRACTION = 0.75
+# config/cache.py CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION (0.34): the default with the extensible cache off
+VLLM_PROFILED_DEFAULT_UTILIZATION = 0.92
 # What a GPU holds before vLLM's init snapshot with no other process on it (the CUDA context, cuBLAS handles; TP 1):
 # total - free at init in the start refusals of public logs, which print both ("Free memory on device (78.84/79.25
 # GiB)" H100, 139.21/139.81 H200, 43.93/44.42 L40S, 31.53/31.98 RTX 5090, 21.84/22.03 L4, 191.36/191.69 MI300X,
 # 267.08/267.69): 0.19-0.61 GiB, the median taken. The profiled sizing never sees it (the budget is total x
 # utilization); the measured one takes the device's free memory at init as its bound.
 VLLM_INIT_CONTEXT_BYTES = int(0.45 * GIB)
-# NCCL's NVLink-SHARP buffers at TP 8 on an 8-GPU NVLink switch board, allocated when the communicators are created
-# (before the init snapshot): what they took from the KV cache in vllm#9699 (17,595 blocks against about 22,700
-# without NVLS, 1,032,192 B a block), the top of the blind TP 8 logs' range (README-memory-holdout.md); scaled by
-# TP / 8 above TP 2, as NCCL sizes them by the ranks
+# NCCL's NVLink-SHARP buffers at TP 8 on an 8-GPU NVLink switch board, allocated when the communicators are created:
+# what they took from the KV cache in vllm#9699 (0.6.x, whose baseline precedes them: 17,595 blocks against about
+# 22,700 without NVLS, 1,032,192 B a block), the top of the blind TP 8 logs' range (README-memory-holdout.md); scaled
+# by TP / 8 above TP 2, as NCCL sizes them by the ranks. Charged where the baseline precedes the communicators
+# (`VllmRelease.baseline_before_nccl`) and by 0.34's measured sizing (free memory at init lacks them)
 VLLM_NVLS_TP8_BYTES = 5 * GIB
 VLLM_MLA_BLOCK_SIZE_HOPPER = 64
 VLLM_MLA_BLOCK_SIZE_BLACKWELL = 128

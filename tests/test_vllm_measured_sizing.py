@@ -237,3 +237,21 @@ def test_connectors_that_turn_the_extensible_cache_off(connector: str, gpu_id: s
     est = _estimate(model, gpu, "0.34.0", kv_offload=kv)
     assert (est.gpu_memory_utilization == 0.92) is off
     assert any(n.startswith("the extensible KV cache is off") for n in est.notes) is off
+
+
+@pytest.mark.parametrize(
+    ("version", "charged"),
+    [("0.7.3", True), ("0.9.0", True), ("0.10.1", True), ("0.11.0", False), ("0.19.0", False), ("0.33.0", False)],
+)
+def test_nvls_buffers_are_charged_where_the_baseline_precedes_nccl(version: str, charged: bool) -> None:
+    """Read in the wheels: V0 `worker.py` init_device (0.7.3: `baseline_snapshot = MemorySnapshot()` before
+    `init_worker_distributed_environment`) and V1 `gpu_worker.py` (0.9.0 `init_gpu_memory`, 0.10.1 `init_snapshot`
+    before it; 0.11.0 on after it): NCCL's NVLS buffers (TP > 2 on an NVLink switch board) are non-torch memory the
+    older releases charge. From 0.11 they are not: 0.19.0 on H100 prints 2.07 GiB of non-torch memory at TP 2 and
+    2.13 at TP 4 (evaluation/data/vllm_public_measurements.yaml, llm-d-planner's report)."""
+    model = dense_spec(layers=80, heads=64, kv_heads=8, hidden=8192, intermediate=28672, vocab=128256)
+    h100 = find_gpu_sku("h100-sxm-80gb")
+    tp4, tp2 = (_estimate(model, h100, version, tp=tp).non_torch_bytes_per_gpu for tp in (4, 2))
+    assert tp4 - tp2 == (ec.VLLM_NVLS_TP8_BYTES // 2 if charged else 0)
+    v0 = estimate(model, DeploymentSpec(engine="vllm", engine_version="0.9.0", tp=8, vllm_v0_engine=True), gpu=h100)
+    assert v0.non_torch_bytes_per_gpu - _estimate(model, h100, "0.7.3", tp=2).non_torch_bytes_per_gpu == ec.VLLM_NVLS_TP8_BYTES

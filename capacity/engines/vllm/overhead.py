@@ -53,7 +53,10 @@ phases that peak at different times, so the activation peak is their MAX, plus w
   layout's, and the grid computes its overhead rows per DP size of its layouts.
 
 Non-torch memory: a constant at TP = 1 and another at TP > 1 on an NVLink4/5 switch fabric (NCCL's
-NVLS buffers and the NVLink all-reduce workspaces; `GpuSku.nvlink_multicast`), which a DP > 1 rank at TP 1 takes
+communicators and the NVLink all-reduce workspaces; `GpuSku.nvlink_multicast`), plus, where the release takes its
+memory baseline before the NCCL communicators exist (`VllmRelease.baseline_before_nccl`: V0, V1 up to 0.10), NCCL's
+NVLS buffers above 2 ranks on such a board (`nvls_buffer_bytes`; from 0.11 the baseline follows them: 0.19.0 on
+H100 prints 2.07 GiB of non-torch memory at TP 2 and 2.13 at TP 4), which a DP > 1 rank at TP 1 takes
 too (distributed/parallel_state.py `initialize_model_parallel`, read in 0.10.1 and 0.33: the DP group of dp ranks
 gets a `CudaCommunicator` with its own pynccl communicator, as the TP group does; the one figure stands for one or
 more such communicators, as the fitted TP > 1 rows had: 0.33 also gives MoE models' EP group of dp x tp ranks one,
@@ -370,10 +373,11 @@ def cudagraph_capture_counts(max_num_seqs: int, max_num_batched_tokens: int) -> 
     return len(sizes), sum(1 for n in sizes if n <= seqs)
 
 
-def nvls_buffer_bytes(tp: int, nvlink_multicast: bool) -> int:
-    """NCCL's NVLink-SHARP buffers a rank of a TP group holds on an NVLink switch board (NVLS is on above 2 ranks
-    unless NCCL_NVLS_ENABLE=0): `ec.VLLM_NVLS_TP8_BYTES`, a public TP 8 measurement, scaled by TP / 8."""
-    return ec.VLLM_NVLS_TP8_BYTES * tp // 8 if nvlink_multicast and tp > 2 else 0
+def nvls_buffer_bytes(ranks: int, nvlink_multicast: bool) -> int:
+    """NCCL's NVLink-SHARP buffers a rank of a communicator of `ranks` GPUs holds on an NVLink switch board (NVLS is
+    on above 2 ranks unless NCCL_NVLS_ENABLE=0): `ec.VLLM_NVLS_TP8_BYTES`, a public TP 8 measurement, scaled by the
+    ranks / 8. A rank of several communicators (TP and DP groups) is charged its largest one's."""
+    return ec.VLLM_NVLS_TP8_BYTES * ranks // 8 if nvlink_multicast and ranks > 2 else 0
 
 
 def measured_margin_bytes(reserve_bytes: int, rocm: bool = False) -> int:
@@ -420,7 +424,7 @@ def _measured_terms(buffers: ProfilingBuffers, transient: int, before_last: int,
     return _MeasuredTerms(
         graph_reserve_bytes=cuda_graphs,
         margin_bytes=measured_margin_bytes(reserve, rocm),
-        init_bytes=ec.VLLM_INIT_CONTEXT_BYTES + nvls_buffer_bytes(buffers.tp, buffers.nvlink_multicast),
+        init_bytes=ec.VLLM_INIT_CONTEXT_BYTES + nvls_buffer_bytes(max(buffers.tp, buffers.dp_ranks), buffers.nvlink_multicast),
         before_last_margin_bytes=measured_margin_bytes(reserve - before_last, rocm),
         margin_floor_bytes=measured_margin_bytes(0, rocm),
     )
@@ -435,6 +439,7 @@ def overhead_from_buffers(
     named_terms: bool = True,
     sizing: ec.KvSizing = ec.KvSizing.PROFILED,
     rocm: bool = False,
+    nvls_charged: bool = False,
 ) -> Overhead:
     """The activation peak (max of the phases plus what persists), non-torch memory and CUDA graphs,
     with the named terms in `Overhead.buffers`. With PP > 1 only the last stage's ranks run the sampler's
@@ -457,6 +462,8 @@ def overhead_from_buffers(
     # DP group's pynccl communicator) holds NCCL's buffers on a switch fabric
     several = buffers.tp > 1 or buffers.dp_ranks > 1
     non_torch = c.non_torch_tp_bytes if several and buffers.nvlink_multicast else c.non_torch_bytes
+    if nvls_charged:  # created after the baseline: NVLS's buffers are non-torch memory the budget charges
+        non_torch += nvls_buffer_bytes(max(buffers.tp, buffers.dp_ranks), buffers.nvlink_multicast)
     per_graph = c.cg_per_graph_bytes
     if buffers.tp > 1:
         per_graph = c.cg_per_graph_tp_custom_ar_bytes if buffers.custom_all_reduce else c.cg_per_graph_tp_nccl_bytes
@@ -582,4 +589,5 @@ def vllm_overhead(
         named_terms=inputs.named_terms,
         sizing=release.kv_sizing,
         rocm=inputs.rocm,
+        nvls_charged=release.baseline_before_nccl,
     )

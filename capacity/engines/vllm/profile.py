@@ -400,6 +400,8 @@ class VllmProfile(ProfileBase):
         at_most = nvls_buffer_bytes(tp, gpu.nvlink_multicast) if gpu is not None else 0
         if at_most <= ASSUMPTION_SHARE * c.budget_bytes:
             return []
+        if self.release.baseline_before_nccl:  # charged: created after the release's memory baseline
+            return []
         if self.measures_kv_after_warmup:  # the measured sizing charges them: free memory at init lacks them
             return [
                 f"TP {tp} on an NVLink switch board: {format_gib(at_most)} a GPU of NCCL's NVLS buffers is charged as "
