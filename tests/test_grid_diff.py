@@ -142,6 +142,35 @@ def test_release_against_release_moves_the_kv_budget_by_the_default_utilization(
         assert grown == pytest.approx(0.02 * h100["memory_total_bytes"], abs=2), row
 
 
+def test_release_0_34_sizes_the_cache_after_warmup(two_nights: dict[str, Any]) -> None:
+    """vLLM 0.33 -> 0.34: utilization 0.92 -> 1.0 less what the measured sizing keeps free (tests/
+    test_vllm_measured_sizing.py derives it): an H100 row's KV budget grows at TP 1-2, by less than the 8 % of memory
+    the utilization frees; above TP 2 the NVLS buffers the device lacks at init take part of it back (0.33 left them
+    in its 8 %), so those rows grow less, or shrink."""
+    env: PipelineEnv = two_nights["env"]
+    args = ("--release", "vllm:0.33..0.34", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100-sxm-80gb")
+    result = _cli(*args, "--json", "--limit", "0", "--warehouse", str(env.warehouse))
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert (document["before"], document["after"]) == ("vllm 0.33", "vllm 0.34") and document["rows"]
+    growth: dict[int, set[int]] = {}
+    for row in document["rows"]:
+        grown = row["kv_budget_bytes_per_gpu_after"] - row["kv_budget_bytes_per_gpu_before"]
+        growth.setdefault(row["tp"], set()).add(grown)
+        if row["tp"] <= 2:
+            assert 0 < grown < 0.08 * 80e9, (row["tp"], row["pp"], grown)
+    small = min(min(g) for tp, g in growth.items() if tp <= 2)
+    assert all(max(g) < small for tp, g in growth.items() if tp > 2), growth
+
+
+def test_a_release_diff_without_a_run_or_a_registry_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing published and no registry: one line, and no database file left behind (read-only)."""
+    monkeypatch.setenv("CAPPLAN_REGISTRY_URL", f"sqlite:///{tmp_path / 'registry.db'}")
+    result = _cli("--release", "vllm:0.33..0.34", "--warehouse", str(tmp_path / "warehouse.duckdb"))
+    assert result.exit_code == 2 and "run `capplan nightly` first" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -94,11 +94,16 @@ def _registry_rows(store: Warehouse) -> tuple[pl.DataFrame, pl.DataFrame]:
             return con.sql("select * from raw.models").pl(), con.sql("select * from raw.gpus").pl()
         finally:
             con.close()
-    from models_registry.db import registry_url
+    from models_registry.db import RegistryError, registry_exists, registry_url, safe_url
     from models_registry.frames import current_models_frame, gpu_skus_frame
 
     url = registry_url()
-    return current_models_frame(url), gpu_skus_frame(url)
+    try:
+        if not registry_exists(url):
+            fail(f"no published run and no registry at {safe_url(url)}: run `capplan nightly` first")
+        return current_models_frame(url), gpu_skus_frame(url)
+    except RegistryError as exc:
+        fail(str(exc))
 
 
 def _only(rows: pl.DataFrame, column: str, wanted: list[str], what: str) -> pl.DataFrame:
