@@ -255,3 +255,10 @@ def test_nvls_buffers_are_charged_where_the_baseline_precedes_nccl(version: str,
     assert tp4 - tp2 == (ec.VLLM_NVLS_TP8_BYTES // 2 if charged else 0)
     v0 = estimate(model, DeploymentSpec(engine="vllm", engine_version="0.9.0", tp=8, vllm_v0_engine=True), gpu=h100)
     assert v0.non_torch_bytes_per_gpu - _estimate(model, h100, "0.7.3", tp=2).non_torch_bytes_per_gpu == ec.VLLM_NVLS_TP8_BYTES
+
+
+def test_a_release_without_rules_says_whose_rules_size_it() -> None:
+    gpu, model = find_gpu_sku("h100-sxm-80gb"), MODELS["dense-8b"]
+    newer = _estimate(model, gpu, "0.35.0")
+    assert any(n.startswith("capplan has no rules for vLLM 0.35.0: sized by those of 0.34") for n in newer.notes)
+    assert not any("no rules" in n for n in _estimate(model, gpu, "0.34.2").notes)

@@ -413,7 +413,7 @@ class _MeasuredTerms:
         )
 
 
-def _measured_terms(buffers: ProfilingBuffers, transient: int, before_last: int, cuda_graphs: int, rocm: bool) -> _MeasuredTerms:
+def _measured_terms(transient: int, before_last: int, cuda_graphs: int, nvls_bytes: int, rocm: bool) -> _MeasuredTerms:
     """vLLM 0.34.0 (the extensible KV cache, read in `v1/worker/extensible_kv_cache.py`, `gpu_worker.py`): after
     warmup and graph capture, KV = min(requested - non-KV in use, free at init - non-KV in use - margin) - reserve,
     where non-KV in use = weights + persistent buffers + non-torch + the captured graphs, and the reserve kept free
@@ -424,7 +424,7 @@ def _measured_terms(buffers: ProfilingBuffers, transient: int, before_last: int,
     return _MeasuredTerms(
         graph_reserve_bytes=cuda_graphs,
         margin_bytes=measured_margin_bytes(reserve, rocm),
-        init_bytes=ec.VLLM_INIT_CONTEXT_BYTES + nvls_buffer_bytes(max(buffers.tp, buffers.dp_ranks), buffers.nvlink_multicast),
+        init_bytes=ec.VLLM_INIT_CONTEXT_BYTES + nvls_bytes,
         before_last_margin_bytes=measured_margin_bytes(reserve - before_last, rocm),
         margin_floor_bytes=measured_margin_bytes(0, rocm),
     )
@@ -462,8 +462,9 @@ def overhead_from_buffers(
     # DP group's pynccl communicator) holds NCCL's buffers on a switch fabric
     several = buffers.tp > 1 or buffers.dp_ranks > 1
     non_torch = c.non_torch_tp_bytes if several and buffers.nvlink_multicast else c.non_torch_bytes
+    nvls = nvls_buffer_bytes(max(buffers.tp, buffers.dp_ranks), buffers.nvlink_multicast)
     if nvls_charged:  # created after the baseline: NVLS's buffers are non-torch memory the budget charges
-        non_torch += nvls_buffer_bytes(max(buffers.tp, buffers.dp_ranks), buffers.nvlink_multicast)
+        non_torch += nvls
     per_graph = c.cg_per_graph_bytes
     if buffers.tp > 1:
         per_graph = c.cg_per_graph_tp_custom_ar_bytes if buffers.custom_all_reduce else c.cg_per_graph_tp_nccl_bytes
@@ -471,7 +472,7 @@ def overhead_from_buffers(
     profiled_activation = activation
     measured = None
     if sizing is ec.KvSizing.MEASURED:
-        measured = _measured_terms(buffers, activation - persistent, before_last, cuda_graphs, rocm)
+        measured = _measured_terms(activation - persistent, before_last, cuda_graphs, nvls, rocm)
         activation += measured.graph_reserve_bytes + measured.margin_bytes
         non_torch += measured.init_bytes
         if stage_shortfall:

@@ -278,21 +278,29 @@ class VllmProfile(ProfileBase):
     def engine_generation_notes(self, deployment: DeploymentSpec) -> list[str]:
         """VLLM_USE_V1=0: the V0 engine of a 0.8-0.10 release; before 0.8 V0 is the engine anyway, from 0.11
         there is none to pick (the release's own engine is sized). The extensible KV cache asked of a release
-        before 0.34, which has none."""
+        before 0.34, which has none. A release capplan has no rules for: whose rules size it."""
+        out: list[str] = []
+        if self.requested_version is not None and not ec.known_vllm_release(self.requested_version):
+            out.append(
+                f"capplan has no rules for vLLM {self.requested_version}: sized by those of {self.release.version}, "
+                f"the newest release before it that it knows (known: {ec.VLLM_SUPPORTED_VERSIONS[0]} to "
+                f"{ec.VLLM_SUPPORTED_VERSIONS[-1]})"
+            )
         if deployment.extensible_kv_cache is not None and ec.parse_version(self.version) < _EXTENSIBLE_FROM:
-            return [f"the extensible KV cache is vLLM 0.34's: vLLM {self.version} has none, so it is not read"]
+            out.append(f"the extensible KV cache is vLLM 0.34's: vLLM {self.version} has none, so it is not read")
         if not deployment.vllm_v0_engine:
-            return []
+            return out
         if self.v0_engine:
             return [
+                *out,
                 f"the V0 engine of vLLM {self.version} (VLLM_USE_V1=0): its worker, profiling run and "
-                f"sampler as in {ec.VLLM_V0_RULES_VERSION}, the release's own default batch and MLA backend"
+                f"sampler as in {ec.VLLM_V0_RULES_VERSION}, the release's own default batch and MLA backend",
             ]
         if ec.parse_version(self.version) < ec.parse_version(ec.VLLM_V0_ENGINE_FROM):
-            return []
+            return out
         return [
-            f"VLLM_USE_V1=0 picks nothing on vLLM {self.version}: the V0 engine is gone from "
-            f"{ec.VLLM_V0_ENGINE_UNTIL}"
+            *out,
+            f"VLLM_USE_V1=0 picks nothing on vLLM {self.version}: the V0 engine is gone from {ec.VLLM_V0_ENGINE_UNTIL}",
         ]
 
     def context_limit(self, model: ModelSpec) -> int:
