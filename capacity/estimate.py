@@ -46,7 +46,7 @@ from capacity.pool import (
     b_max,
     engine_starts,
 )
-from capacity.pool_figures import Limits, PoolFigures, cached_prefix_tokens, checked_start, pool_figures, refused
+from capacity.pool_figures import Limits, PoolFigures, cached_prefix_tokens, checked_start, pool_figures
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from capacity.weights import WeightsEstimate, WeightShards, estimate_weights, with_layout_extra
 
@@ -576,13 +576,14 @@ def estimate(
     A short composition of the engine profile's answers: defaults, weights, overhead, budget, the
     tightest stage's pool; then the pool's: whether it starts, what the engine prints, B_max, max context."""
     d = deployment
+    asked = engine_profile(d.engine, d.engine_version, d.vllm_v0_engine, d.extensible_kv_cache)
     off = d.kv_offload.extensible_kv_cache_off(gpu is not None and gpu.amd) if d.kv_offload is not None else None
-    profile = engine_profile(d.engine, d.engine_version, d.vllm_v0_engine, False if off else d.extensible_kv_cache)
+    profile = engine_profile(d.engine, d.engine_version, d.vllm_v0_engine, False) if off else asked
     if gpu is None and d.gpu_memory_bytes is None and d.kv_cache_memory_bytes is None:
         raise SpecError("no GPU: give --gpu, or --gpu-memory-gib for hardware not in the catalog")
     layout, d = _rank_layout(model, d, profile, gpu)
     notes: list[str] = profile.engine_generation_notes(d)
-    if off and d.extensible_kv_cache is None and profile != engine_profile(d.engine, d.engine_version, d.vllm_v0_engine):
+    if d.extensible_kv_cache is None and profile != asked:  # a connector turned the release's extensible cache off
         default = " at the 0.92 default utilization" if d.gpu_memory_utilization is None else ""
         notes.append(f"the extensible KV cache is off ({off}): sized from the profiling run{default}")
     not_modelled = _unmodelled(model, d, profile, notes)
@@ -608,13 +609,8 @@ def estimate(
     )
     notes.extend(_prefix_notes(d, profile, f))
     start = StartRequest(m.model, gpu, m.weights.format_name, f.max_model_len, d.allow_long_max_model_len, m.dt.kv_name)
-    f = checked_start(f, profile, start, limit)
-    # the weights load after the config's checks and before any memory is sized: their refusal comes second
-    expert_split = layout.expert_ranks // layout.ep
-    if profile.start_refusal(start) is None and (
-        refusal := profile.weights_refusal(m.model, m.weights.format_name, expert_split)
-    ):
-        f = refused(f, profile, refusal, 0)
+    weights_refusal = profile.weights_refusal(m.model, m.weights.format_name, layout.expert_ranks // layout.ep)
+    f = checked_start(f, profile, start, limit, weights_refusal)
     notes.extend(layout.notes(d.pp, f.b_max))
     return Estimate(
         model=model_name or m.model.architecture,

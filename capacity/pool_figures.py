@@ -170,12 +170,16 @@ def pool_figures(
     )
 
 
-def checked_start(f: PoolFigures, profile: EngineProfile, start: StartRequest, limit: int) -> PoolFigures:
+def checked_start(
+    f: PoolFigures, profile: EngineProfile, start: StartRequest, limit: int, weights_refusal: str | None = None
+) -> PoolFigures:
     """The figures, refused where the engine refuses the layout (a dtype the GPU cannot run, a length beyond
-    the model's limit); at a length within the limit it may start, and the largest that does stays the answer."""
+    the model's limit); at a length within the limit it may start, and the largest that does stays the answer.
+    `weights_refusal` (`EngineProfile.weights_refusal`): the engine loads the weights after its config's checks and
+    before it sizes memory, so that refusal comes second, at every length."""
     refusal = profile.start_refusal(start)
     if refusal is None:
-        return f
+        return f if weights_refusal is None else refused(f, profile, weights_refusal, 0)
     within = profile.start_refusal(replace(start, max_model_len=min(f.max_model_len, limit))) is None
     return refused(f, profile, refusal, f.max_model_len_that_starts if within else 0)
 

@@ -79,8 +79,7 @@ VLLM_KV_DTYPES_ACCEPTED = VLLM_KV_DTYPES_SIZED | frozenset(
     }
 )
 _SPELLED_OUT = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
-_GRAPHS_IN_BUDGET_FROM = "0.21"
-_EXTENSIBLE_FROM = (0, 34)  # the first release with the extensible KV cache (KvSizing.MEASURED)  # the first release whose KV budget deducts the CUDA-graph estimate
+_GRAPHS_IN_BUDGET_FROM = "0.21"  # the first release whose KV budget deducts the CUDA-graph estimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,22 +159,22 @@ class VllmProfile(ProfileBase):
 
     # the MoE layers of the profiling run gather every DP rank's tokens (`vllm_overhead`'s dispatch term)
     overhead_reads_moe_dispatch: ClassVar[bool] = True
-
-    @property
-    def overhead_reads_rocm(self) -> bool:  # type: ignore[override]
-        """The measured sizing's margin floor is 3 GiB on ROCm, 1 GiB on CUDA (`measured_margin_bytes`)."""
-        return self.release.kv_sizing is ec.KvSizing.MEASURED
-
-    @property
-    def measures_kv_after_warmup(self) -> bool:
-        """vLLM 0.34's extensible KV cache: sized from the memory free after warmup and graph capture."""
-        return self.release.kv_sizing is ec.KvSizing.MEASURED
     # every worker profiles its own stage (its weights; the sampler on the last stage only) and sizes its blocks from
     # its own free memory; the engine keeps the fewest (0.33 `kv_cache_planning.get_kv_cache_configs`; V0's
     # executors take the min of `determine_num_available_blocks` over the workers)
     budgets_per_stage: ClassVar[bool] = True
     # `--hf-overrides` (config/model.py ModelConfig.__post_init__)
     config_override_rule: ClassVar[OverrideRule | None] = OverrideRule.VLLM
+
+    @property
+    def measures_kv_after_warmup(self) -> bool:
+        """vLLM 0.34's extensible KV cache: sized from the memory free after warmup and graph capture."""
+        return self.release.kv_sizing is ec.KvSizing.MEASURED
+
+    @property
+    def overhead_reads_rocm(self) -> bool:  # type: ignore[override]
+        """The measured sizing's margin floor is 3 GiB on ROCm, 1 GiB on CUDA (`measured_margin_bytes`)."""
+        return self.measures_kv_after_warmup
 
     def weight_layout_extra_bytes(
         self, model: ModelSpec, tp: int, pp: int, gpu: GpuSku | None, triton_kernels: bool | None = None
@@ -286,7 +285,7 @@ class VllmProfile(ProfileBase):
                 f"the newest release before it that it knows (known: {ec.VLLM_SUPPORTED_VERSIONS[0]} to "
                 f"{ec.VLLM_SUPPORTED_VERSIONS[-1]})"
             )
-        if deployment.extensible_kv_cache is not None and ec.parse_version(self.version) < _EXTENSIBLE_FROM:
+        if deployment.extensible_kv_cache is not None and ec.vllm_release(self.version).kv_sizing is ec.KvSizing.PROFILED:
             out.append(f"the extensible KV cache is vLLM 0.34's: vLLM {self.version} has none, so it is not read")
         if not deployment.vllm_v0_engine:
             return out
@@ -402,8 +401,9 @@ class VllmProfile(ProfileBase):
         """NCCL's NVLink-SHARP buffers above 2 ranks on an NVLink switch board, which the reference logs (TP <= 4)
         do not show: three blind TP 8 logs on 8x H200 keep 3.6-5.3 GiB a GPU more outside the KV cache than this
         estimate charges, and vllm#9699 measured about 4.9 GiB of KV lost to NVLS at TP 8 (NCCL sizes the buffers
-        by the ranks; evaluation/data/README-memory-holdout.md, "TP 8 on NVSwitch boards"). A note, not a charge:
-        the size depends on the NCCL release, which is not pinned per vLLM release."""
+        by the ranks; evaluation/data/README-memory-holdout.md, "TP 8 on NVSwitch boards"). Charged where the release
+        takes its memory baseline before the communicators (`VllmRelease.baseline_before_nccl`) and by 0.34's measured
+        sizing (a note says how much); a note only from 0.11 to 0.33, whose baseline follows them."""
         gpu, tp = c.gpu, c.deployment.tp
         at_most = nvls_buffer_bytes(tp, gpu.nvlink_multicast) if gpu is not None else 0
         if at_most <= ASSUMPTION_SHARE * c.budget_bytes:
