@@ -350,17 +350,19 @@ COLUMNS: tuple[Column, ...] = (
         "tpot_ms",
         _F,
         _C,
-        "Predicted time per output token (ms) with b_max sequences of context tokens "
-        "decoding (capacity.performance roofline, efficiency fitted on public benchmarks); NULL where nothing "
-        "fits or the GPU lacks bandwidth / TFLOPS data.",
+        "Predicted mean time per output token (ms) of a closed loop of b_max clients sending requests of context "
+        "tokens (min(256, context / 2) generated, the rest prompt), as `vllm bench serve --max-concurrency b_max` "
+        "measures it: the decode steps and the prefills of the prompts that join them (capacity.serving.closed_loop, "
+        "held to the serving simulation; step costs fitted on public benchmarks); NULL where nothing fits or the GPU "
+        "lacks bandwidth / TFLOPS data.",
         "ms",
     ),
     Column(
         "output_tokens_per_second",
         _F,
         _C,
-        "Predicted decode throughput of one replica at b_max sequences (b_max x PP / TPOT; a DP group's dp ranks "
-        "each decode their own b_max: dp x b_max x PP / TPOT).",
+        "Predicted output tokens/s of one replica in that closed loop (a generation of b_max requests: their decode "
+        "steps and their prefills; a DP group's dp ranks each run their own loop of b_max: dp times one rank's).",
         "tokens/s",
     ),
     Column(

@@ -140,7 +140,7 @@ class TierOption:
 def recompute_seconds(model: ModelSpec, est: Estimate, gpu: GpuSku, tokens: int) -> float:
     """The performance model's prefill time for `tokens` on this deployment (what a hit saves)."""
     chunk = est.pool.max_num_batched_tokens or tokens
-    return prefill_seconds(perf_inputs(model, est, gpu), tokens, chunk)
+    return float(prefill_seconds(perf_inputs(model, est, gpu), tokens, chunk))
 
 
 def replica_shape(model: ModelSpec, est: Estimate, gpu: GpuSku, prompt_tokens: int) -> ReplicaShape:

@@ -37,7 +37,7 @@ from capacity.features.parallel_layout import RankLayout
 from capacity.features.prefix_cache_engines import prefix_cache_rule
 from capacity.features.speculative import SpeculativeSpeed
 from capacity.memo import per_object
-from capacity.numeric import Num, as_float, at_least, cdiv
+from capacity.numeric import Num, as_float, at_least, cdiv, choose
 from capacity.parallel import pp_partition, stage_layer_counts
 from capacity.spec import GpuSku, ModelSpec, SpecError
 from capacity.weights import weight_format
@@ -449,46 +449,39 @@ def output_tokens_per_second(
     return batch * p.pp / per_step
 
 
-def serving_tokens_per_second(
-    decode_tokens_per_s: float, concurrency: int, output_tokens: int, prefill_s: float
-) -> float:
+def serving_tokens_per_second(decode_tokens_per_s: Num, concurrency: Num, output_tokens: Num, prefill_s: Num) -> Num:
     """Output tokens/s of a closed loop of `concurrency` requests (what `vllm bench serve --max-concurrency`
     measures), not of the decode steps alone: a generation of every running request is its output tokens' decode
     steps plus each request's prefill, whose chunks are steps of their own beside the others (`prefill_seconds`).
     The fit's observations are this sum (evaluation/perf_cv.py `observations_for`: a served row's throughput is
     `o_len` decode steps plus `running` prefills beside the batch), so the factors are fitted on what this prints."""
-    if decode_tokens_per_s <= 0 or concurrency < 1 or output_tokens < 1:
-        return decode_tokens_per_s
     generated = concurrency * output_tokens
     return generated / (generated / decode_tokens_per_s + concurrency * prefill_s)
 
 
 def prefill_seconds(
     p: PerfInputs,
-    prompt_tokens: int,
-    chunk_tokens: int,
-    running_batch: int = 0,
-    context_tokens: int = 0,
+    prompt_tokens: Num,
+    chunk_tokens: Num,
+    running_batch: Num = 0,
+    context_tokens: Num = 0,
     eff: PerfEfficiency = DEFAULT_EFFICIENCY,
-    cached_tokens: int = 0,
-) -> float:
+    cached_tokens: Num = 0,
+) -> Num:
     """Time to prefill one prompt in chunks of `chunk_tokens` (chunked prefill at max_num_batched_tokens),
-    each chunk sharing its step with `running_batch` decoding sequences of `context_tokens` tokens. The first
-    `cached_tokens` come from the prefix cache: only the rest is computed, attending to them."""
-    chunk = max(1, chunk_tokens - running_batch)
-    total = 0.0
-    done = cached_tokens
-    for _ in range(cdiv(prompt_tokens - cached_tokens, chunk)):
-        n = min(chunk, prompt_tokens - done)
-        # the chunk attends to the prompt so far (causal: on average half the chunk plus what came before)
-        mean_context = done + n / 2
-        step = step_seconds(p, n, 1, mean_context, eff)
-        if running_batch:
-            decode = step_seconds(p, running_batch, running_batch, context_tokens, eff) - eff.step_overhead_s
-            step = float(_maximum(step, decode))
-        total += float(as_float(step))
-        done += n
-    return float(pipeline_seconds(p, total, prompt_tokens - cached_tokens))
+    each chunk sharing its step with `running_batch` decoding sequences of `context_tokens` tokens (a chunk
+    step lasts at least their decode step). The first `cached_tokens` come from the prefix cache: only the rest
+    is computed, attending to them. The computed tokens go in n = ceil(new / (chunk - running)) equal chunks
+    at the prompt's mean context (cached + new / 2, the mean of the chunks' own), so the form reads the same
+    on floats and column expressions."""
+    new = prompt_tokens - cached_tokens
+    chunk = at_least(chunk_tokens - running_batch, 1)
+    chunks = cdiv(new, chunk)
+    per_chunk = new / at_least(chunks, 1)
+    step = step_seconds(p, per_chunk, 1, cached_tokens + new / 2, eff)
+    decode = step_seconds(p, running_batch, running_batch, context_tokens, eff) - eff.step_overhead_s
+    step = choose(running_batch > 0, _maximum(step, decode), step)
+    return pipeline_seconds(p, chunks * step, new)
 
 
 @dataclass(frozen=True, slots=True)
@@ -550,9 +543,9 @@ def performance(
     context = input_tokens + output_tokens // 2
     tpot = float(tpot_seconds(p, concurrency, context, eff))
     cached = est.prefix_caching.hit_tokens(prefix_cache_rule(Engine(est.engine)), input_tokens, est.block_size)
-    prefill = prefill_seconds(p, input_tokens, chunk_tokens, concurrency - 1, context, eff, cached)
+    prefill = float(prefill_seconds(p, input_tokens, chunk_tokens, concurrency - 1, context, eff, cached))
     decoding = float(output_tokens_per_second(p, concurrency, context, eff))
-    throughput = serving_tokens_per_second(decoding, concurrency, output_tokens, prefill)
+    throughput = float(serving_tokens_per_second(decoding, concurrency, output_tokens, prefill))
     ttft = prefill + eff.request_overhead_s
     decode_bytes = float(step_bytes(p, concurrency, concurrency, context))
     decode_flops = float(step_flops(p, concurrency, context))

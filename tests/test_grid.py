@@ -37,7 +37,8 @@ from capacity.grid import (
     with_python_round,
 )
 from capacity.kv.kinds import FullAttention, RecurrentState
-from capacity.performance import efficiency_for, perf_inputs, tpot_seconds
+from capacity.performance import efficiency_for, perf_inputs
+from capacity.serving.closed_loop import closed_loop_speed, grid_lengths, wave_share
 from capacity.spec import CheckpointQuant, DeploymentSpec, GpuSku, KVKind, LayerKVSpec, LayerParams, ModelSpec
 from tests.estimating import estimate_model
 from tests.handmade import dense_spec, mla_spec
@@ -172,16 +173,21 @@ SPEED_COLUMNS = ("tpot_ms", "output_tokens_per_second")
 
 
 def _assert_speed_matches(row: dict[str, object], est, model: GridModel, gpu: GpuSku) -> None:  # type: ignore[no-untyped-def]
-    """The grid's speed columns are capacity.performance's formulas at (B_max, T), or null where
+    """The grid's speed columns are `closed_loop_speed` of a closed loop of B_max requests of the grid's lengths at
+    T (what tests/test_closed_loop.py holds to the simulation), called here on Python numbers, or null where
     nothing fits or the GPU has no bandwidth / FLOPS data."""
     if est.b_max < 1 or gpu.memory_bandwidth_gbps is None or gpu.bf16_dense_tflops is None:
         assert row["tpot_ms"] is None and row["output_tokens_per_second"] is None, row
         return
     inputs = perf_inputs(model.spec, est, gpu, str(row["weight_dtype"]))
-    tpot = tpot_seconds(inputs, est.b_max, int(row["context"]), efficiency_for(est.engine, gpu))  # type: ignore[call-overload]
-    assert row["tpot_ms"] == pytest.approx(tpot * 1e3, rel=1e-9)
-    # one replica's: every DP rank decodes its own b_max sequences
-    assert row["output_tokens_per_second"] == pytest.approx(est.dp * est.b_max * est.pp / tpot, rel=1e-9)
+    input_tokens, output_tokens = grid_lengths(int(row["context"]))  # type: ignore[call-overload]
+    chunk = est.pool.max_num_batched_tokens or input_tokens
+    closed = closed_loop_speed(
+        inputs, est.b_max, input_tokens, output_tokens, chunk, efficiency_for(est.engine, gpu), wave_share(est.engine)
+    )
+    assert row["tpot_ms"] == pytest.approx(closed.tpot_s * 1e3, rel=1e-9)
+    # one replica's: every DP rank runs its own closed loop of b_max requests
+    assert row["output_tokens_per_second"] == pytest.approx(est.dp * closed.output_tokens_per_s, rel=1e-9)
 
 
 def _stratified(grid: pl.DataFrame, per_group: int, seed: int) -> list[int]:

@@ -122,8 +122,8 @@ def at_acceptance(
     return replace(
         base,
         tpot_ms=speed.tpot_ms,
-        output_tokens_per_second=serving_tokens_per_second(
-            batch * p.pp * tokens / step, batch, base.output_tokens, base.prefill_ms / 1e3
+        output_tokens_per_second=float(
+            serving_tokens_per_second(batch * p.pp * tokens / step, batch, base.output_tokens, base.prefill_ms / 1e3)
         ),
         speculation=speed,
     )

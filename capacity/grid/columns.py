@@ -45,7 +45,7 @@ _PERF_KV_TERMS = ("perf_full_kv", "perf_attn_full", *(c for c in _PERF_LAYOUT if
 _PERF_WEIGHTS = tuple(c for c in _PERF_LAYOUT if c not in _PERF_KV_TERMS)
 _PERF_KV = ("perf_num_experts", "perf_experts_per_token", "perf_hidden")
 _PERF_GPU = ("perf_bandwidth", "perf_bf16_flops", "perf_fp8_flops", "perf_link")
-_PERF_SETTINGS = ("perf_eff_memory", "perf_eff_compute", "perf_step_s", "perf_allreduce_s")
+_PERF_SETTINGS = ("perf_eff_memory", "perf_eff_compute", "perf_step_s", "perf_allreduce_s", "perf_wave_share")
 _PERF_PARALLEL = ("perf_tp", "perf_pp")  # copies of tp / pp that travel with the narrow deployment rows
 PERF_COLUMNS = (*_PERF_LAYOUT, *_PERF_KV, *_PERF_GPU, *_PERF_SETTINGS, *_PERF_PARALLEL)
 _I64 = pl.Int64
@@ -95,7 +95,7 @@ TABLE_CONTEXT_COLUMNS = tuple("max_concurrency_e4" if c == "max_concurrency" els
 # grid contexts; per GPU its rates.
 VIEW_DEPLOYMENT_COLUMNS = ("shape_id", "settings_id", "pool_swa_capacity")
 VIEW_SHAPE_COLUMNS = ("pool_fixed_units", "pool_per_block_groups", "pool_swa_window")
-VIEW_SETTINGS_COLUMNS = ("gpu_memory_utilization", "pool_max_in_flight_tokens", *_PERF_SETTINGS)
+VIEW_SETTINGS_COLUMNS = ("gpu_memory_utilization", "pool_max_num_batched_tokens", "pool_max_in_flight_tokens", *_PERF_SETTINGS)
 
 
 def derived_deployment_columns(col: Callable[[str], Num]) -> dict[str, Num]:

@@ -25,6 +25,7 @@ from capacity.overhead import EngineDefaults, OverheadInputs
 from capacity.parallel import valid_tp_sizes
 from capacity.performance import efficiency_for
 from capacity.pool import KVPool, PoolUnit
+from capacity.serving.closed_loop import wave_share
 from capacity.spec import GpuSku, ModelSpec, SpecError, StateMixer
 from capacity.weights import (
     WeightFormat,
@@ -340,6 +341,7 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
     link_pairs = [(gpu.nvlink_multicast, gpu.peer_link_gpus, gpu.amd) for gpu in gpus]
     for e, (engine, profile) in enumerate(zip(options.engines, reg.profiles, strict=True)):
         efficiency = [efficiency_for(engine, gpu) for gpu in gpus]  # by engine and GPU only
+        share = wave_share(engine)
         cases: dict[tuple[int, int, int, int], dict[tuple[int, int], set[tuple[bool, int, bool]]]] = {}
         for cid, rep in enumerate(representative):
             for g, gpu in enumerate(gpus):
@@ -364,7 +366,7 @@ def _registry(models: Sequence[GridModel], gpus: Sequence[GpuSku], options: Grid
                         reg.settings.append(
                             (e, cid, tp, pp, dp, k, g, d.gpu_memory_utilization, seqs, batched, in_flight,
                              d.block_size, d.state_checkpoints, eff.memory_bandwidth, eff.compute, eff.step_overhead_s,
-                             eff.allreduce_latency_s, link)
+                             eff.allreduce_latency_s, share, link)
                         )
                         batches = cases.setdefault((e, cid, tp, pp), {})
                         batches.setdefault((d.max_num_seqs, batched), set()).add(link_pair)

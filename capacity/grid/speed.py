@@ -11,8 +11,9 @@ import polars as pl
 from capacity.features.parallel_layout import RankLayout, dp_group_b_max
 from capacity.grid.columns import PERF_COLUMNS, PERF_WINDOW_SLOTS
 from capacity.grid.staged import StagedRows
-from capacity.numeric import Num, as_float, choose
-from capacity.performance import PerfEfficiency, PerfInputs, rank_kv_terms, rank_weight_terms, tpot_seconds
+from capacity.numeric import Num, as_float, at_least, choose
+from capacity.performance import PerfEfficiency, PerfInputs, rank_kv_terms, rank_weight_terms
+from capacity.serving.closed_loop import ClosedLoopParts, closed_loop_parts, from_parts, grid_lengths
 from capacity.spec import ModelSpec
 from capacity.weights import WeightsEstimate
 
@@ -106,10 +107,18 @@ def _with_speed(
         step_overhead_s=col("perf_step_s"), allreduce_latency_s=col("perf_allreduce_s"),
     )  # fmt: skip
     eff = PerfEfficiency(**factors)
-    rows = rows.with_columns({"_tpot": tpot_seconds(p, as_float(batch), as_float(context), eff)})
+    input_tokens, output_tokens = grid_lengths(context)
+    chunk = col("pool_max_num_batched_tokens")
+    chunk = choose(chunk > 0, chunk, input_tokens)
+    running = at_least(as_float(batch), 1)
+    parts = closed_loop_parts(p, running, input_tokens, output_tokens, chunk, eff)
+    rows = rows.with_columns({"_decode": parts.decode_s, "_prefill": parts.prefill_s, "_wave": parts.wave_s})
+    held = ClosedLoopParts(col("_decode"), col("_prefill"), col("_wave"))
+    closed = from_parts(held, running, output_tokens, col("perf_pp"), col("perf_wave_share"))
+    rows = rows.with_columns({"_tpot": closed.tpot_s, "_per_rank": closed.output_tokens_per_s})
     tpot = col("_tpot")
     ok = (batch >= 1) & tpot.is_not_null() & tpot.is_finite()
-    # one replica's: a DP group's ranks each decode their own b_max (`parallel_layout.dp_group_b_max`)
-    per_second = dp_group_b_max(col("perf_dp_ranks"), as_float(batch)) * col("perf_pp") / tpot
+    # one replica's: a DP group's ranks each run their own closed loop of b_max (`parallel_layout.dp_group_b_max`)
+    per_second = dp_group_b_max(col("perf_dp_ranks"), col("_per_rank"))
     rows = rows.with_columns({"tpot_ms": choose(ok, tpot * 1e3, None), "output_tokens_per_second": choose(ok, per_second, None)})
-    return rows.drop("_tpot")
+    return rows.drop("_tpot", "_per_rank", "_decode", "_prefill", "_wave")
