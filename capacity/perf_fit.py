@@ -63,6 +63,10 @@ class Observation:
     decode_steps: float  # decode steps in the predicted time (TPOT: 1; a request: its output tokens)
     prefill: tuple[StepTerms, ...] = ()  # the prefill chunks in the predicted time
     prefill_repeats: float = 1.0  # prompts prefilled in the predicted time (throughput: a wave of B)
+    # a closed loop's wave of prompts sent together (`capacity.serving.closed_loop`): its steps, and how many times
+    # they count (the share of the wave a request waits for; negative where a TPOT is the rest of the end to end)
+    wave: tuple[StepTerms, ...] = ()
+    wave_repeats: float = 0.0
     pp: int = 1
     tokens: float = 0.0  # throughput: tokens produced in the predicted time (0: a latency metric)
     requests: float = 0.0  # per-request fixed latencies in the predicted time (TTFT: 1)
@@ -135,6 +139,8 @@ def step_arrays(obs: Sequence[Observation]) -> StepArrays:
             rows.append((i, o.decode_steps * o.pp, o.decode, v, e))
         for chunk in o.prefill:
             rows.append((i, float(o.pp) * o.prefill_repeats, chunk, v, e))
+        for step in o.wave:
+            rows.append((i, float(o.pp) * o.wave_repeats, step, v, e))
     return StepArrays(
         n=len(obs),
         measured=np.array([o.measured for o in obs], dtype=float),

@@ -59,15 +59,16 @@ class PerfEfficiency:
 
 
 # Fitted by `python tools/perf_fit.py` (capacity.perf_fit) on evaluation/data/perf_measurements.yaml (public
-# benchmark rows grouped by source, README-perf-measurements.md), minimising the mean absolute log error.
+# benchmark rows grouped by source, README-perf-measurements.md), minimising the mean absolute log error; a capped
+# client concurrency is observed as the closed loop `capplan estimate --concurrency` reports (capacity.serving.closed_loop).
 # Memory and compute efficiency per GPU vendor class, step and request overheads per engine, one all-reduce
 # latency. Leave-one-source-family-out scores: README-perf-measurements.md ("Step costs from operations").
 _FIT_SOURCE = "fitted on the public benchmark rows of evaluation/data/perf_measurements.yaml (tools/perf_fit.py)"
-MEMORY_EFFICIENCY = {"nvidia": 0.733, "amd": 0.471}
-COMPUTE_EFFICIENCY = {"nvidia": 0.530, "amd": 0.141}
-STEP_OVERHEAD_S = {Engine.VLLM: 0.00306, Engine.SGLANG: 0.00600, Engine.TRTLLM: 0.00353}
-REQUEST_OVERHEAD_S = {Engine.VLLM: 0.0, Engine.SGLANG: 0.124, Engine.TRTLLM: 0.167}
-ALLREDUCE_LATENCY_S = 0.0000145  # per tensor-parallel all-reduce, beyond its bytes over the link
+MEMORY_EFFICIENCY = {"nvidia": 0.783, "amd": 0.476}
+COMPUTE_EFFICIENCY = {"nvidia": 0.509, "amd": 0.297}
+STEP_OVERHEAD_S = {Engine.VLLM: 0.00327, Engine.SGLANG: 0.00579, Engine.TRTLLM: 0.00383}
+REQUEST_OVERHEAD_S = {Engine.VLLM: 0.0, Engine.SGLANG: 0.114, Engine.TRTLLM: 0.152}
+ALLREDUCE_LATENCY_S = 0.0000162  # per tensor-parallel all-reduce, beyond its bytes over the link
 
 DEFAULT_EFFICIENCY = PerfEfficiency(
     memory_bandwidth=MEMORY_EFFICIENCY["nvidia"],

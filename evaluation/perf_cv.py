@@ -29,11 +29,15 @@ from capacity.performance import (
     step_flops,
     vendor_class,
 )
+from capacity.serving.closed_loop import wave_mean_steps, wave_share
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from evaluation.perf_measurements import PerfMeasurement, load_perf_measurements
 
 _LATENCY_ONLY = PerfEfficiency(memory_bandwidth=1.0, compute=1.0, step_overhead_s=0.0)
 _TRTLLM_CHUNK = 8192  # max_num_tokens default
+# a capped client concurrency at an unlimited rate is observed as the closed loop `capplan estimate --concurrency`
+# reports (`capacity.serving.closed_loop`, held to the simulation): the factors are fitted on what it prints
+CLOSED_LOOP_OBSERVATIONS = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +177,12 @@ def _prefills(
 
 
 def observations_for(
-    row: PerfMeasurement, model: ModelSpec, gpu: GpuSku, checkpoint_bytes: int | None, tpot_interference: bool = False
+    row: PerfMeasurement,
+    model: ModelSpec,
+    gpu: GpuSku,
+    checkpoint_bytes: int | None,
+    tpot_interference: bool = False,
+    closed_loop: bool = CLOSED_LOOP_OBSERVATIONS,
 ) -> list[Observation] | str:
     """The row's measured metrics as observations, or why it cannot be sized. `tpot_interference`: a
     served row's TPOT also carries the prefills of the requests that join while it decodes ((B - 1) / o
@@ -217,11 +226,32 @@ def observations_for(
     found: list[Observation] = []
     static = row.benchmark_kind in ("static_batch", "static_batch_ttft", "offline_batch_latency")
     joined = (running - 1) / o_len if tpot_interference and not static and (waves > 1 or not burst) else 0.0
+    # a capped client concurrency at an unlimited rate is a closed loop: its TPOT and TTFT are the closed form's
+    # (`capacity.serving.closed_loop`, what the simulation `capplan estimate --concurrency` reports comes to)
+    closed = closed_loop and burst and not static and row.concurrency is not None and waves == 1 and o_len > 1
+    wave_share_of_steps = (
+        wave_share(row.engine) * float(wave_mean_steps(len(together), running)) / len(together) if closed else 0.0
+    )
     if row.tpot_ms:
-        tpot_prefill = {"prefill": beside, "prefill_repeats": joined} if joined else {}
-        found.append(observation("tpot", row.tpot_ms / 1e3, decode=decode, decode_steps=1, **tpot_prefill))
+        if closed:
+            # (o decode steps + B prefills beside the others - the wave's wait) / (o - 1)
+            found.append(
+                observation(
+                    "tpot", row.tpot_ms / 1e3, decode=decode, decode_steps=o_len / (o_len - 1), prefill=beside,
+                    prefill_repeats=running / (o_len - 1), wave=together,
+                    wave_repeats=-wave_share_of_steps / (o_len - 1),
+                )  # fmt: skip
+            )
+        else:
+            tpot_prefill = {"prefill": beside, "prefill_repeats": joined} if joined else {}
+            found.append(observation("tpot", row.tpot_ms / 1e3, decode=decode, decode_steps=1, **tpot_prefill))
     if row.ttft_ms:
-        if static:
+        if closed:
+            found.append(
+                observation("ttft", row.ttft_ms / 1e3, decode=None, decode_steps=0, wave=together,
+                            wave_repeats=wave_share_of_steps, requests=1.0)  # fmt: skip
+            )
+        elif static:
             found.append(observation("ttft", row.ttft_ms / 1e3, decode=None, decode_steps=0, prefill=together))
         elif burst:
             # all requests at once: on average a request waits for half its wave's prefills, and for

@@ -39,7 +39,7 @@ from capacity.performance import (
 # The share of a full wave's queue a request's TTFT takes in the engine's closed loop, fitted to the
 # serving simulation (`python -m tools.closed_loop_fit`: the median of simulated / wave TTFT over its
 # design of deployments and loads; README-perf-measurements.md, "The grid's speed columns").
-WAVE_SHARE = {Engine.VLLM: 0.41, Engine.SGLANG: 0.97, Engine.TRTLLM: 0.93}
+WAVE_SHARE = {Engine.VLLM: 0.41, Engine.SGLANG: 0.97, Engine.TRTLLM: 0.92}
 GRID_OUTPUT_TOKENS = 256  # the grid's requests: min(256, T / 2) output tokens, the rest prompt (as `estimate`)
 
 
@@ -78,8 +78,13 @@ def wave_ttft_seconds(p: PerfInputs, concurrency: Num, input_tokens: Num, chunk_
     steps = at_least(cdiv(wave, chunk_tokens), 1)
     per_step = wave / steps
     step = pipeline_seconds(p, step_seconds(p, per_step, per_step / input_tokens, input_tokens / 2, eff), per_step)
-    mean_steps = minimum((steps * (concurrency + 1) / concurrency + 1) / 2, steps)
-    return mean_steps * step
+    return wave_mean_steps(steps, concurrency) * step
+
+
+def wave_mean_steps(steps: Num, concurrency: Num) -> Num:
+    """The steps of a wave of `steps` the mean prompt of `concurrency` waits for: the k-th is done after about
+    k / B of them, (n (B + 1) / B + 1) / 2 on average, and never more than n."""
+    return minimum((steps * (concurrency + 1) / concurrency + 1) / 2, steps)
 
 
 @dataclass(frozen=True, slots=True)
