@@ -235,22 +235,17 @@ def observations_for(
     if row.tpot_ms:
         if closed:
             # (o decode steps + B prefills beside the others - the wave's wait) / (o - 1)
-            found.append(
-                observation(
-                    "tpot", row.tpot_ms / 1e3, decode=decode, decode_steps=o_len / (o_len - 1), prefill=beside,
-                    prefill_repeats=running / (o_len - 1), wave=together,
-                    wave_repeats=-wave_share_of_steps / (o_len - 1),
-                )  # fmt: skip
-            )
+            decode_part = {"decode": decode, "decode_steps": o_len / (o_len - 1)}
+            prefill_part = {"prefill": beside, "prefill_repeats": running / (o_len - 1)}
+            wave_part = {"wave": together, "wave_repeats": -wave_share_of_steps / (o_len - 1)}
+            found.append(observation("tpot", row.tpot_ms / 1e3, **decode_part, **prefill_part, **wave_part))
         else:
             tpot_prefill = {"prefill": beside, "prefill_repeats": joined} if joined else {}
             found.append(observation("tpot", row.tpot_ms / 1e3, decode=decode, decode_steps=1, **tpot_prefill))
     if row.ttft_ms:
         if closed:
-            found.append(
-                observation("ttft", row.ttft_ms / 1e3, decode=None, decode_steps=0, wave=together,
-                            wave_repeats=wave_share_of_steps, requests=1.0)  # fmt: skip
-            )
+            wave_part = {"wave": together, "wave_repeats": wave_share_of_steps}
+            found.append(observation("ttft", row.ttft_ms / 1e3, decode=None, decode_steps=0, requests=1.0, **wave_part))
         elif static:
             found.append(observation("ttft", row.ttft_ms / 1e3, decode=None, decode_steps=0, prefill=together))
         elif burst:
