@@ -64,11 +64,11 @@ class PerfEfficiency:
 # Memory and compute efficiency per GPU vendor class, step and request overheads per engine, one all-reduce
 # latency. Leave-one-source-family-out scores: README-perf-measurements.md ("Step costs from operations").
 _FIT_SOURCE = "fitted on the public benchmark rows of evaluation/data/perf_measurements.yaml (tools/perf_fit.py)"
-MEMORY_EFFICIENCY = {"nvidia": 0.783, "amd": 0.476}
-COMPUTE_EFFICIENCY = {"nvidia": 0.509, "amd": 0.297}
+MEMORY_EFFICIENCY = {"nvidia": 0.784, "amd": 0.475}
+COMPUTE_EFFICIENCY = {"nvidia": 0.509, "amd": 0.310}
 STEP_OVERHEAD_S = {Engine.VLLM: 0.00327, Engine.SGLANG: 0.00579, Engine.TRTLLM: 0.00383}
-REQUEST_OVERHEAD_S = {Engine.VLLM: 0.0, Engine.SGLANG: 0.114, Engine.TRTLLM: 0.152}
-ALLREDUCE_LATENCY_S = 0.0000162  # per tensor-parallel all-reduce, beyond its bytes over the link
+REQUEST_OVERHEAD_S = {Engine.VLLM: 0.0, Engine.SGLANG: 0.112, Engine.TRTLLM: 0.149}
+ALLREDUCE_LATENCY_S = 0.0000163  # per tensor-parallel all-reduce, beyond its bytes over the link
 
 DEFAULT_EFFICIENCY = PerfEfficiency(
     memory_bandwidth=MEMORY_EFFICIENCY["nvidia"],

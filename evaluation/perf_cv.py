@@ -29,7 +29,7 @@ from capacity.performance import (
     step_flops,
     vendor_class,
 )
-from capacity.serving.closed_loop import wave_mean_steps, wave_share
+from capacity.serving.closed_loop import waited_share, wave_mean_steps, wave_share
 from capacity.spec import DeploymentSpec, GpuSku, ModelSpec, SpecError
 from evaluation.perf_measurements import PerfMeasurement, load_perf_measurements
 
@@ -176,6 +176,26 @@ def _prefills(
     return tuple(beside), together
 
 
+def _closed_loop_terms(
+    engine: str,
+    o_len: int,
+    running: int,
+    decode: StepTerms,
+    beside: tuple[StepTerms, ...],
+    together: tuple[StepTerms, ...],
+) -> tuple[dict[str, object], dict[str, object]]:
+    """The step terms of a closed loop's TPOT and TTFT observations, as `capacity.serving.closed_loop` (what the
+    simulation `capplan estimate --concurrency` reports comes to) forms them: TPOT = (o decode steps + B prefills
+    beside the others - the wave's wait) / (o - 1); TTFT = the wave's wait (plus the request overhead)."""
+    steps = len(together)
+    waited = float(waited_share(wave_share(engine), steps) * wave_mean_steps(steps, running)) / steps
+    tpot: dict[str, object] = {"decode": decode, "decode_steps": o_len / (o_len - 1)}
+    tpot |= {"prefill": beside, "prefill_repeats": running / (o_len - 1)}
+    tpot |= {"wave": together, "wave_repeats": -waited / (o_len - 1)}
+    ttft: dict[str, object] = {"decode": None, "decode_steps": 0, "requests": 1.0, "wave": together, "wave_repeats": waited}
+    return tpot, ttft
+
+
 def observations_for(
     row: PerfMeasurement,
     model: ModelSpec,
@@ -211,41 +231,25 @@ def observations_for(
     beside, together = _prefills(p, i_len, running, chunk, decode_ctx)
 
     def observation(metric: str, measured: float, **terms: object) -> Observation:
-        return Observation(
-            row_id=row.id,
-            group=row.source_group,
-            metric=metric,
-            measured=measured,
-            vendor=vendor,
-            engine=row.engine,
-            pp=row.pp,
-            tags=tags,
-            **terms,  # type: ignore[arg-type]
-        )
+        row_terms: dict[str, object] = {"row_id": row.id, "group": row.source_group, "vendor": vendor, "tags": tags}
+        row_terms |= {"engine": row.engine, "pp": row.pp, "metric": metric, "measured": measured}
+        return Observation(**row_terms, **terms)  # type: ignore[arg-type]
 
     found: list[Observation] = []
     static = row.benchmark_kind in ("static_batch", "static_batch_ttft", "offline_batch_latency")
     joined = (running - 1) / o_len if tpot_interference and not static and (waves > 1 or not burst) else 0.0
     # a capped client concurrency at an unlimited rate is a closed loop: its TPOT and TTFT are the closed form's
-    # (`capacity.serving.closed_loop`, what the simulation `capplan estimate --concurrency` reports comes to)
     closed = closed_loop and burst and not static and row.concurrency is not None and waves == 1 and o_len > 1
-    wave_share_of_steps = (
-        wave_share(row.engine) * float(wave_mean_steps(len(together), running)) / len(together) if closed else 0.0
-    )
+    loop = _closed_loop_terms(row.engine, o_len, running, decode, beside, together) if closed else None
     if row.tpot_ms:
-        if closed:
-            # (o decode steps + B prefills beside the others - the wave's wait) / (o - 1)
-            decode_part = {"decode": decode, "decode_steps": o_len / (o_len - 1)}
-            prefill_part = {"prefill": beside, "prefill_repeats": running / (o_len - 1)}
-            wave_part = {"wave": together, "wave_repeats": -wave_share_of_steps / (o_len - 1)}
-            found.append(observation("tpot", row.tpot_ms / 1e3, **decode_part, **prefill_part, **wave_part))
+        if loop is not None:
+            found.append(observation("tpot", row.tpot_ms / 1e3, **loop[0]))
         else:
             tpot_prefill = {"prefill": beside, "prefill_repeats": joined} if joined else {}
             found.append(observation("tpot", row.tpot_ms / 1e3, decode=decode, decode_steps=1, **tpot_prefill))
     if row.ttft_ms:
-        if closed:
-            wave_part = {"wave": together, "wave_repeats": wave_share_of_steps}
-            found.append(observation("ttft", row.ttft_ms / 1e3, decode=None, decode_steps=0, requests=1.0, **wave_part))
+        if loop is not None:
+            found.append(observation("ttft", row.ttft_ms / 1e3, **loop[1]))
         elif static:
             found.append(observation("ttft", row.ttft_ms / 1e3, decode=None, decode_steps=0, prefill=together))
         elif burst:

@@ -83,6 +83,10 @@ def test_the_loop_s_tpot_is_the_rest_of_little_s_end_to_end_by_hand() -> None:
     assert closed.output_tokens_per_s == pytest.approx(44 / 30e-3)
     assert closed.ttft_s == pytest.approx(0.5 * 1.75 * 3e-3)
     assert closed.tpot_s == pytest.approx((30e-3 - 0.5 * 1.75 * 3e-3) / 10)
+    # two clients: their wave is one step of 2,000 tokens, which every scheduler keeps whole (`waited_share`): both
+    # prompts start and finish together and come back together, so TTFT is that step whatever the engine's share
+    pair = closed_loop_speed(p, 2, 1000, 11, 2048, EFF, 0.5)
+    assert pair.ttft_s == pytest.approx(3e-3)
 
 
 def test_the_form_reads_the_same_on_columns() -> None:

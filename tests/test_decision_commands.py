@@ -24,9 +24,10 @@ import yaml
 from typer.testing import CliRunner
 
 from capacity.estimate import estimate
-from capacity.performance import performance
+from capacity.performance import efficiency_for, perf_inputs
 from capacity.placement import layouts, size_layout
 from capacity.planning_types import DTYPE_POLICIES, WorkloadProfile
+from capacity.serving.closed_loop import closed_loop_speed, wave_share
 from capacity.spec import DeploymentSpec
 from models_registry.resolve import load_model
 from models_registry.sources.gpu_catalog import find_gpu_sku, load_gpu_skus
@@ -64,15 +65,16 @@ def _llama_on_h100(input_len: int, output_len: int) -> tuple[Any, Any, Any]:
     return resolved, gpu, est
 
 
-def test_tpot_ms_is_the_largest_batch_a_linear_scan_of_the_roofline_allows() -> None:
+def test_tpot_ms_is_the_largest_batch_a_linear_scan_of_the_closed_loop_allows() -> None:
+    """`--tpot-ms` bisects B over the closed loop's mean TPOT (`closed_loop_speed`: decode steps and the prefills
+    of the prompts that join them): a linear scan of the same function gives the same answer."""
     prompt, out = 2048, 256
     resolved, gpu, est = _llama_on_h100(prompt, out)
     chunk = est.pool.max_num_batched_tokens or prompt
+    inputs, eff = perf_inputs(resolved.spec, est, gpu), efficiency_for(est.engine, gpu)
 
     def tpot(batch: int) -> float:
-        return performance(
-            resolved.spec, est, gpu, concurrency=batch, input_tokens=prompt, output_tokens=out, chunk_tokens=chunk
-        ).tpot_ms
+        return float(closed_loop_speed(inputs, batch, prompt, out, chunk, eff, wave_share(est.engine)).tpot_s) * 1e3
 
     def targets_at(tpot_ms: str) -> dict[str, Any]:
         """`capplan estimate`'s latency_targets for the same request at `--tpot-ms tpot_ms`."""
@@ -84,7 +86,7 @@ def test_tpot_ms_is_the_largest_batch_a_linear_scan_of_the_roofline_allows() -> 
     target = (tpot(100) + tpot(101)) / 2
     assert tpot(100) < target < tpot(101)
     got = targets_at(f"{target!r}")
-    assert got["max_batch"] == 100 and got["binding"] == "tpot" and got["method"] == "steady_state"
+    assert got["max_batch"] == 100 and got["binding"] == "tpot" and got["method"] == "closed_form"
     # a round target: the scan's answer (every B up to B_max tried), and B + 1 misses
     scanned = max(b for b in range(1, est.b_max + 1) if tpot(b) <= 30.0)
     got = targets_at("30")
@@ -96,9 +98,8 @@ def test_tpot_ms_is_the_largest_batch_a_linear_scan_of_the_roofline_allows() -> 
 def test_tpot_ms_against_a_public_measured_series() -> None:
     """vLLM 0.10.1.1, Qwen2-7B-Instruct on one A100-SXM 80GB, 1,024 in + 1,024 out, a closed loop at
     concurrency c (vllm bench serve --max-concurrency): measured mean TPOT by c. At the TPOT measured at
-    c = 50 (18.46 ms; c = 75 measured 24.02 ms), a real engine ran 50 at once. capplan's steady-state
-    roofline answers within a factor of two of it (it ignores the prefill stalls a closed loop adds, so
-    it answers high: about 88 today)."""
+    c = 50 (18.46 ms; c = 75 measured 24.02 ms), a real engine ran 50 at once. capplan's closed-loop form
+    (decode steps and the prompts that join them) answers within a factor of two of it."""
     rows = yaml.safe_load(MEASUREMENTS.read_text())["measurements"]
     series = {
         m["concurrency"]: m["mean_tpot_ms"]

@@ -112,8 +112,9 @@ def _with_speed(
     chunk = choose(chunk > 0, chunk, input_tokens)
     running = at_least(as_float(batch), 1)
     parts = closed_loop_parts(p, running, input_tokens, output_tokens, chunk, eff)
-    rows = rows.with_columns({"_decode": parts.decode_s, "_prefill": parts.prefill_s, "_wave": parts.wave_s})
-    held = ClosedLoopParts(col("_decode"), col("_prefill"), col("_wave"))
+    computed = {"_decode": parts.decode_s, "_prefill": parts.prefill_s, "_wave": parts.wave_s, "_steps": parts.wave_steps}
+    rows = rows.with_columns(computed)
+    held = ClosedLoopParts(col("_decode"), col("_prefill"), col("_wave"), col("_steps"))
     closed = from_parts(held, running, output_tokens, col("perf_pp"), col("perf_wave_share"))
     rows = rows.with_columns({"_tpot": closed.tpot_s, "_per_rank": closed.output_tokens_per_s})
     tpot = col("_tpot")
@@ -121,4 +122,4 @@ def _with_speed(
     # one replica's: a DP group's ranks each run their own closed loop of b_max (`parallel_layout.dp_group_b_max`)
     per_second = dp_group_b_max(col("perf_dp_ranks"), col("_per_rank"))
     rows = rows.with_columns({"tpot_ms": choose(ok, tpot * 1e3, None), "output_tokens_per_second": choose(ok, per_second, None)})
-    return rows.drop("_tpot", "_per_rank", "_decode", "_prefill", "_wave")
+    return rows.drop("_tpot", "_per_rank", *computed)

@@ -16,7 +16,8 @@ For `concurrency` clients each sending requests of `input_tokens` + `output_toke
   them (`wave_ttft_seconds`). How much of that wave the engine's scheduler keeps is the engine's
   `WAVE_SHARE`: an SGLang or TensorRT-LLM loop (whole requests reserved at admission) stays in waves, while
   vLLM's loop, which admits a request on its prompt alone and mixes prompts into decode steps, spreads
-  its arrivals over the cycle and waits for a fraction of the wave;
+  its arrivals over the cycle and waits for a fraction of the wave; a wave of one step stays whole in any
+  scheduler (`waited_share`);
 - TPOT: the rest of the end to end over the other output tokens, `(e2e - TTFT) / (output - 1)`, which is
   the simulation's own definition of a request's TPOT.
 """
@@ -39,7 +40,7 @@ from capacity.performance import (
 # The share of a full wave's queue a request's TTFT takes in the engine's closed loop, fitted to the
 # serving simulation (`python -m tools.closed_loop_fit`: the median of simulated / wave TTFT over its
 # design of deployments and loads; README-perf-measurements.md, "The grid's speed columns").
-WAVE_SHARE = {Engine.VLLM: 0.41, Engine.SGLANG: 0.97, Engine.TRTLLM: 0.92}
+WAVE_SHARE = {Engine.VLLM: 0.39, Engine.SGLANG: 0.96, Engine.TRTLLM: 0.85}
 GRID_OUTPUT_TOKENS = 256  # the grid's requests: min(256, T / 2) output tokens, the rest prompt (as `estimate`)
 
 
@@ -69,16 +70,28 @@ def grid_lengths(context_tokens: Num) -> tuple[Num, Num]:
     return at_least(context_tokens - output, 1), output
 
 
+def wave_steps(concurrency: Num, input_tokens: Num, chunk_tokens: Num) -> Num:
+    """Steps a wave of `concurrency` prompts of `input_tokens` takes at `chunk_tokens` a step: ceil(B x I / chunk)."""
+    return at_least(cdiv(concurrency * input_tokens, chunk_tokens), 1)
+
+
 def wave_ttft_seconds(p: PerfInputs, concurrency: Num, input_tokens: Num, chunk_tokens: Num, eff: PerfEfficiency) -> Num:
     """The mean wait for the first token of `concurrency` prompts of `input_tokens` sent together, prefilled in
     steps of `chunk_tokens`: the wave takes n = ceil(B x I / chunk) steps of its tokens split evenly; the k-th
     prompt is done after ceil(k n / B) of them, about (n (B + 1) / B + 1) / 2 on average (1 when the wave is one
     step, (n + 1) / 2 for many short prompts)."""
     wave = concurrency * input_tokens
-    steps = at_least(cdiv(wave, chunk_tokens), 1)
+    steps = wave_steps(concurrency, input_tokens, chunk_tokens)
     per_step = wave / steps
     step = pipeline_seconds(p, step_seconds(p, per_step, per_step / input_tokens, input_tokens / 2, eff), per_step)
     return wave_mean_steps(steps, concurrency) * step
+
+
+def waited_share(share: Num, steps: Num) -> Num:
+    """The share of the wave's mean wait a request's TTFT is: the engine's `WAVE_SHARE`, except that a wave of one
+    step is every prompt's first step in any scheduler (all its prompts start and finish together, so they come
+    back together: the loop keeps its waves)."""
+    return choose(steps > 1, share, 1.0)
 
 
 def wave_mean_steps(steps: Num, concurrency: Num) -> Num:
@@ -96,6 +109,7 @@ class ClosedLoopParts:
     decode_s: Num
     prefill_s: Num
     wave_s: Num
+    wave_steps: Num  # the wave's steps (`wave_steps`)
 
 
 def closed_loop_parts(
@@ -107,6 +121,7 @@ def closed_loop_parts(
         decode_s=tpot_seconds(p, concurrency, context, eff),
         prefill_s=prefill_seconds(p, input_tokens, chunk_tokens, concurrency - 1, context, eff),
         wave_s=wave_ttft_seconds(p, concurrency, input_tokens, chunk_tokens, eff),
+        wave_steps=wave_steps(concurrency, input_tokens, chunk_tokens),
     )
 
 
@@ -115,7 +130,7 @@ def from_parts(parts: ClosedLoopParts, concurrency: Num, output_tokens: Num, pp:
     moving, as `serving_tokens_per_second` counts them) and B prefills, Little's law, the engine's share of the
     wave, and TPOT as the rest of the end to end."""
     cycle_s = output_tokens * parts.decode_s / pp + concurrency * parts.prefill_s
-    ttft = minimum(share * parts.wave_s, cycle_s)
+    ttft = minimum(waited_share(share, parts.wave_steps) * parts.wave_s, cycle_s)
     tpot = choose(output_tokens > 1, (cycle_s - ttft) / at_least(output_tokens - 1, 1), parts.decode_s)
     return ClosedLoopSpeed(
         tpot_s=tpot, ttft_s=ttft, output_tokens_per_s=concurrency * output_tokens / cycle_s, e2e_s=cycle_s

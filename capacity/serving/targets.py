@@ -2,10 +2,11 @@
 
 Two answers, and the estimate says which it gave (`method`):
 
-- `steady_state`: B sequences decoding at the mean context of a request, prompts prefilled beside them
-  (`capacity.performance.performance`): the roofline's TPOT and TTFT at B;
-- `simulated_p99`: a closed loop of B requests at once (`vllm bench serve --max-concurrency B`) through
-  the engine's scheduler (`capacity.serving.simulate`), its p99 TPOT and TTFT.
+- `closed_form`: the means of a closed loop of B requests (`vllm bench serve --max-concurrency B`) in
+  closed form (`capacity.serving.closed_loop`, what the grid prints and the fit observes): its decode steps
+  and the prefills of the prompts that join them, and the wave of prompts sent together;
+- `simulated_p99`: the same loop through the engine's scheduler (`capacity.serving.simulate`), its p99 TPOT
+  and TTFT.
 
 Both grow with B, so `capacity.performance.largest_batch_meeting` bisects B in [1, B_max].
 """
@@ -16,15 +17,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from capacity.estimate import Estimate
-from capacity.performance import (
-    BatchWithin,
-    LatencyTargets,
-    Performance,
-    efficiency_for,
-    largest_batch_meeting,
-    perf_inputs,
-    speed_at,
-)
+from capacity.performance import LatencyTargets, efficiency_for, largest_batch_meeting, perf_inputs
+from capacity.serving.closed_loop import closed_loop_speed, wave_share
 from capacity.serving.sim import simulate
 from capacity.serving.workload import Lengths, Load
 from capacity.spec import GpuSku, ModelSpec
@@ -34,13 +28,13 @@ REQUESTS_PER_SLOT = 3  # a closed loop of B sends 3 B requests: every slot turns
 
 
 class TargetMethod(StrEnum):
-    STEADY_STATE = "steady_state"
+    CLOSED_FORM = "closed_form"
     SIMULATED_P99 = "simulated_p99"
 
 
 @dataclass(frozen=True, slots=True)
-class P99:
-    """A simulated closed loop's p99 latencies, milliseconds."""
+class LoopLatencies:
+    """A closed loop's latencies, milliseconds: the closed form's means, or a simulated loop's p99."""
 
     tpot_ms: float
     ttft_ms: float
@@ -81,7 +75,7 @@ class WithinTargets:
             for name, value in (("TPOT", self.targets.tpot_ms), ("TTFT", self.targets.ttft_ms))
             if value is not None
         )
-        how = "steady state" if self.method is TargetMethod.STEADY_STATE else "simulated closed loop, p99"
+        how = "closed loop, means" if self.method is TargetMethod.CLOSED_FORM else "simulated closed loop, p99"
         head = (
             f"8. Latency targets ({how}): {wanted}, requests of {self.input_tokens:,} + {self.output_tokens:,} tokens"
         )
@@ -108,34 +102,33 @@ def batch_within_targets(
     input_tokens: int,
     output_tokens: int,
     weight_dtype: str = "auto",
-    simulated: bool = False,
+    simulated_p99: bool = False,
 ) -> WithinTargets:
     """The largest B <= B_max meeting `targets` (the estimate must start and the GPU have bandwidth and FLOPS)."""
     inputs = perf_inputs(model, est, gpu, weight_dtype)
     eff = efficiency_for(est.engine, gpu)
     lengths = Lengths(input_tokens, output_tokens)
-    steady = speed_at(
-        model, est, gpu, input_tokens=input_tokens, output_tokens=output_tokens, weight_dtype=weight_dtype, eff=eff
-    )
+    chunk = est.pool.max_num_batched_tokens or input_tokens
+    share = wave_share(est.engine)
 
-    def closed_loop(batch: int) -> P99:
+    def closed_form(batch: int) -> LoopLatencies:
+        loop = closed_loop_speed(inputs, batch, input_tokens, output_tokens, chunk, eff, share)
+        return LoopLatencies(float(loop.tpot_s) * 1e3, (float(loop.ttft_s) + eff.request_overhead_s) * 1e3)
+
+    def simulated(batch: int) -> LoopLatencies:
         requests = max(MIN_SIMULATED_REQUESTS, REQUESTS_PER_SLOT * batch)
         sim = simulate(est, inputs, Load.closed(batch, requests, lengths), eff)
-        return P99(sim.tpot.p99_ms, sim.ttft.p99_ms)
+        return LoopLatencies(sim.tpot.p99_ms, sim.ttft.p99_ms)
 
     b_max = max(1, est.b_max)
-    within: BatchWithin[P99] | BatchWithin[Performance] = (
-        largest_batch_meeting(closed_loop, b_max, targets)
-        if simulated
-        else largest_batch_meeting(steady, b_max, targets)
-    )
+    within = largest_batch_meeting(simulated if simulated_p99 else closed_form, b_max, targets)
     if within.binding is not None:
         binding = within.binding.value
     else:
         binding = "max_num_seqs" if est.max_num_seqs is not None and est.b_max >= est.max_num_seqs else "memory"
     return WithinTargets(
         targets=targets,
-        method=TargetMethod.SIMULATED_P99 if simulated else TargetMethod.STEADY_STATE,
+        method=TargetMethod.SIMULATED_P99 if simulated_p99 else TargetMethod.CLOSED_FORM,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         max_batch=within.batch,

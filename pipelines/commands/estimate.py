@@ -189,7 +189,7 @@ def _within(
             input_tokens=prompt,
             output_tokens=out,
             weight_dtype=weight_dtype,
-            simulated=simulated,
+            simulated_p99=simulated,
         )
     except SpecError as exc:
         fail(str(exc))

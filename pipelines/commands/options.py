@@ -511,8 +511,8 @@ ESTIMATE_OPTIONS: dict[str, Param] = {
         float | None,
         "--tpot-ms",
         metavar="MS",
-        help="Find the largest batch whose TPOT is at most MS: steady state, or the simulated closed loop's p99 "
-        "with --simulate or --request-rate (JSON: latency_targets).",
+        help="Find the largest batch whose TPOT is at most MS: the mean of a closed loop of that batch (closed form), "
+        "or the simulated closed loop's p99 with --simulate or --request-rate (JSON: latency_targets).",
     ),
     "ttft_ms": option(
         float | None, "--ttft-ms", metavar="MS", help="The same for the time to first token (with or beside --tpot-ms)."
