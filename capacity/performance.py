@@ -460,6 +460,11 @@ def serving_tokens_per_second(decode_tokens_per_s: Num, concurrency: Num, output
     return generated / (generated / decode_tokens_per_s + concurrency * prefill_s)
 
 
+def prefill_chunks(prompt_tokens: Num, chunk_tokens: Num, running_batch: Num = 0, cached_tokens: Num = 0) -> Num:
+    """Chunks a prompt's uncached tokens take beside `running_batch` decodes, which take one budget token each."""
+    return cdiv(prompt_tokens - cached_tokens, at_least(chunk_tokens - running_batch, 1))
+
+
 def prefill_seconds(
     p: PerfInputs,
     prompt_tokens: Num,
@@ -476,8 +481,7 @@ def prefill_seconds(
     at the prompt's mean context (cached + new / 2, the mean of the chunks' own), so the form reads the same
     on floats and column expressions."""
     new = prompt_tokens - cached_tokens
-    chunk = at_least(chunk_tokens - running_batch, 1)
-    chunks = cdiv(new, chunk)
+    chunks = prefill_chunks(prompt_tokens, chunk_tokens, running_batch, cached_tokens)
     per_chunk = new / at_least(chunks, 1)
     step = step_seconds(p, per_chunk, 1, cached_tokens + new / 2, eff)
     decode = step_seconds(p, running_batch, running_batch, context_tokens, eff) - eff.step_overhead_s
@@ -568,7 +572,7 @@ def performance(
         decode_memory_ms=memory * 1e3,
         decode_compute_ms=compute * 1e3,
         decode_comm_ms=float(allreduce_seconds(p, concurrency, eff) + all_to_all_seconds(p, concurrency, eff)) * 1e3,
-        prefill_chunks=cdiv(input_tokens - cached, max(1, chunk_tokens - (concurrency - 1))),
+        prefill_chunks=prefill_chunks(input_tokens, chunk_tokens, concurrency - 1, cached),
         prefill_ms=prefill * 1e3,
         inputs=p,
         notes=p.notes,

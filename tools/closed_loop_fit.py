@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from capacity.estimate import estimate
 from capacity.performance import efficiency_for, perf_inputs
 from capacity.serving import Lengths, Load, simulate
-from capacity.serving.closed_loop import closed_loop_speed, waited_share, wave_share, wave_steps, wave_ttft_seconds
+from capacity.serving.closed_loop import ClosedLoopParts, closed_loop_parts, from_parts, wave_share
 from capacity.spec import DeploymentSpec
 from models_registry.resolve import spec_and_checkpoint
 from models_registry.sources.gpu_catalog import find_gpu_sku
@@ -59,9 +59,8 @@ class Case:
     sim_tpot_s: float
     sim_ttft_s: float  # without the engine's request overhead
     sim_tokens_per_s: float
-    wave_s: float  # wave_ttft_seconds: the whole wave's queue, before the engine's share
-    wave_steps: int  # the wave's steps (a wave of one step is every prompt's)
-    closed_at_share_1: tuple[float, float, float]  # (TPOT, TTFT, tokens/s) of the closed form at share 1
+    parts: ClosedLoopParts  # the closed form's step costs (floats), which `from_parts` combines at any share
+    pp: int
 
 
 def cases(
@@ -85,7 +84,7 @@ def cases(
                 requests = max(MIN_REQUESTS, 3 * batch)
                 sim = simulate(est, inputs, Load.closed(batch, requests, Lengths(input_tokens, output_tokens)), eff)
                 chunk = est.pool.max_num_batched_tokens or input_tokens
-                closed = closed_loop_speed(inputs, batch, input_tokens, output_tokens, chunk, eff, 1.0)
+                parts = closed_loop_parts(inputs, batch, input_tokens, output_tokens, chunk, eff)
                 yield Case(
                     name=f"{model_id.split('/')[-1]} {gpu_id} TP{tp} {engine} B={batch} {input_tokens}/{output_tokens}",
                     engine=engine,
@@ -95,26 +94,21 @@ def cases(
                     sim_tpot_s=sim.tpot.mean_ms / 1e3,
                     sim_ttft_s=sim.ttft.mean_ms / 1e3 - eff.request_overhead_s,
                     sim_tokens_per_s=sim.output_tokens_per_second,
-                    wave_s=float(wave_ttft_seconds(inputs, batch, input_tokens, chunk, eff)),
-                    wave_steps=int(wave_steps(batch, input_tokens, chunk)),
-                    closed_at_share_1=(float(closed.tpot_s), float(closed.ttft_s), float(closed.output_tokens_per_s)),
+                    parts=ClosedLoopParts(*(float(x) for x in (parts.decode_s, parts.prefill_s, parts.wave_s, parts.wave_steps))),
+                    pp=inputs.pp,
                 )
 
 
 def fitted_share(found: list[Case]) -> float:
     """The median of simulated / wave TTFT over loops whose wave takes more than one step (`waited_share`)."""
-    ratios = [c.sim_ttft_s / c.wave_s for c in found if c.wave_steps > 1 and c.wave_s > 0]
+    ratios = [c.sim_ttft_s / c.parts.wave_s for c in found if c.parts.wave_steps > 1 and c.parts.wave_s > 0]
     return round(statistics.median(ratios), 2) if ratios else 1.0
 
 
 def closed_with_share(case: Case, share: float) -> tuple[float, float, float]:
-    """The closed form's (TPOT, TTFT, tokens/s) at another share: only the TTFT scales, and TPOT is the rest of
-    the end to end (`closed_loop_speed`)."""
-    tpot1, ttft1, throughput = case.closed_at_share_1
-    e2e = tpot1 * max(case.output_tokens - 1, 1) + ttft1
-    ttft = min(float(waited_share(share, case.wave_steps)) * ttft1, e2e)
-    tpot = (e2e - ttft) / (case.output_tokens - 1) if case.output_tokens > 1 else tpot1
-    return tpot, ttft, throughput
+    """The closed form's (TPOT, TTFT, tokens/s) of the loop at `share` (`from_parts`)."""
+    closed = from_parts(case.parts, case.concurrency, case.output_tokens, case.pp, share)
+    return float(closed.tpot_s), float(closed.ttft_s), float(closed.output_tokens_per_s)
 
 
 def errors(found: Sequence[Case], metric: int) -> list[float]:

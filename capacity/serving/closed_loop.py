@@ -33,6 +33,7 @@ from capacity.performance import (
     PerfInputs,
     pipeline_seconds,
     prefill_seconds,
+    serving_tokens_per_second,
     step_seconds,
     tpot_seconds,
 )
@@ -129,12 +130,12 @@ def from_parts(parts: ClosedLoopParts, concurrency: Num, output_tokens: Num, pp:
     """The loop's figures from its parts (module docstring): the cycle of o decode steps (PP keeps PP batches
     moving, as `serving_tokens_per_second` counts them) and B prefills, Little's law, the engine's share of the
     wave, and TPOT as the rest of the end to end."""
-    cycle_s = output_tokens * parts.decode_s / pp + concurrency * parts.prefill_s
+    decode_tokens_per_s = concurrency * pp / parts.decode_s
+    throughput = serving_tokens_per_second(decode_tokens_per_s, concurrency, output_tokens, parts.prefill_s)
+    cycle_s = concurrency * output_tokens / throughput  # Little's law: a request's end to end
     ttft = minimum(waited_share(share, parts.wave_steps) * parts.wave_s, cycle_s)
     tpot = choose(output_tokens > 1, (cycle_s - ttft) / at_least(output_tokens - 1, 1), parts.decode_s)
-    return ClosedLoopSpeed(
-        tpot_s=tpot, ttft_s=ttft, output_tokens_per_s=concurrency * output_tokens / cycle_s, e2e_s=cycle_s
-    )
+    return ClosedLoopSpeed(tpot_s=tpot, ttft_s=ttft, output_tokens_per_s=throughput, e2e_s=cycle_s)
 
 
 def closed_loop_speed(
