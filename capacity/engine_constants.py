@@ -613,11 +613,9 @@ VLLM_SAMPLER_RULES: tuple[VllmSamplerRule, ...] = (
                     "0.9.0-0.11.0: as 0.8.5 natively; FlashInfer when installed and the env unset (fp32 cast + "
                     "top_k_top_p_sampling_from_logits: masked logits + probs); the wheel's METADATA lists "
                     "flashinfer-python only as an extra (read 0.10.1.1, 0.10.2, 0.11.0), so pip installs run native"),
-    VllmSamplerRule("0.11.1", 6.5, 3.0, True, None, 6.5, False,
-                    "0.11.1 and 0.11.2 wheels require flashinfer-python 0.5.2: FlashInfer on by default (env None "
-                    "is 'not False')"),
-    VllmSamplerRule("0.12", 6.5, 3.0, False, None, 6.5, False,
-                    "0.12.0-0.16.0 topk_topp_sampler: FlashInfer only with VLLM_USE_FLASHINFER_SAMPLER=1 (env None)"),
+    VllmSamplerRule("0.11.1", 6.5, 3.0, False, None, 6.5, False,
+                    "0.11.1-0.16.0 topk_topp_sampler: FlashInfer only with VLLM_USE_FLASHINFER_SAMPLER=1 (env None; "
+                    "vllm#26859, October 2025), though the 0.11.1 and 0.11.2 wheels require flashinfer-python"),
     VllmSamplerRule("0.17", 3.0, 3.0, False, 8, 5.5, False,
                     "0.17.1-0.20.2: apply_top_k_top_p_triton in place from 8 rows (topk_topp_triton.py): fp32 cast "
                     "(1) + softmax (1) + random_sample's exponential draws (1) + the cached buffer"),

@@ -43,7 +43,7 @@ def test_rules_by_release() -> None:
         == ["0.2.7", "0.3.3", "0.3.3", "0.3.3", "0.5.5", "0.5.5", "0.6.2", "0.6.2"]  # fmt: skip
     assert ec.vllm_sampler_rule("0.2.6") is None
     assert [_rule(v).version for v in ("0.8.5", "0.10.1.1", "0.11.0", "0.11.1", "0.15.1", "0.19.0", "0.24", "0.33")] \
-        == ["0.8", "0.9", "0.9", "0.11.1", "0.12", "0.17", "0.21", "0.30"]  # fmt: skip
+        == ["0.8", "0.9", "0.9", "0.11.1", "0.11.1", "0.17", "0.21", "0.30"]  # fmt: skip
     # the V2 model runner's own dummy run: the default pass from 0.22, the warmup-param pass too from 0.33
     assert [_rule(v, v2_runner=True).version for v in ("0.22.0", "0.25.0", "0.26.0", "0.32.0", "0.33.0")] \
         == ["0.22", "0.22", "0.26", "0.26", "0.33"]  # fmt: skip
@@ -115,8 +115,11 @@ def test_flashinfer_switch_per_release() -> None:
     # 0.9-0.11.0: FlashInfer when installed (not a pip dependency): off by default, 3 when stated on
     assert sampler_units(_rule("0.10.1.1"), 256) == (9.0, 0)
     assert sampler_units(_rule("0.10.1.1"), 256, flashinfer=True) == (3.0, 0)
-    assert sampler_units(_rule("0.11.1"), 256) == (3.0, 0)  # flashinfer-python a requirement: on
-    assert sampler_units(_rule("0.15.1"), 256) == (9.0, 0)  # 0.12-0.20: opt-in
+    # 0.11.1-0.20: opt-in (`if envs.VLLM_USE_FLASHINFER_SAMPLER:`, vllm#26859), though 0.11.1 and 0.11.2 require
+    # flashinfer-python: installed is not on
+    assert sampler_units(_rule("0.11.1"), 256) == (9.0, 0)
+    assert sampler_units(_rule("0.11.2"), 256, flashinfer=True) == (3.0, 0)
+    assert sampler_units(_rule("0.15.1"), 256) == (9.0, 0)
     # 0.21+: on by default, but the dummy run warms forward_native too: the larger call is the native one
     assert sampler_units(_rule("0.24.0"), 256, sm_count=132) == (3.0, 132)
     assert sampler_units(_rule("0.24.0"), 4, sm_count=132) == (12.0, 0)
