@@ -50,10 +50,11 @@ class SimScore:
 
     @property
     def reported(self) -> float:
-        """What `capplan estimate --concurrency` reports for the row: a closed loop's TPOT, TTFT and output tokens/s
-        from its simulation, everything else (bursts, static batches, request rates) from the steady state."""
-        closed_loop = self.regime == "capped concurrency"
-        return self.simulated if closed_loop and self.metric in SIMULATED_SPEED_METRICS else self.steady
+        """What `capplan estimate` reports for the row, given its load (`--concurrency`, `--burst` or
+        `--request-rate`): TPOT, TTFT and output tokens/s from the simulation of that benchmark, everything else
+        (static batches' latency, total tokens/s) from the steady state."""
+        benchmark = self.regime != "static batch"
+        return self.simulated if benchmark and self.metric in SIMULATED_SPEED_METRICS else self.steady
 
 
 def regime(row: PerfMeasurement) -> str:
@@ -217,13 +218,19 @@ def family_out_sim_report(rows: Iterable[PerfMeasurement]) -> SimReport:
 
 
 def reported_table(
-    report: SimReport, key: Callable[[SimScore], str | None]
+    report: SimReport, key: Callable[[SimScore], str | None], steady_rows_only: bool = False
 ) -> dict[str, tuple[Accuracy, float, float]]:
     """(accuracy, 90th percentile of |error| %, median signed error %) of what `capplan estimate` reports
-    (`SimScore.reported`), per value of `key`, on the metrics the steady state scores."""
+    (`SimScore.reported`), per value of `key`: every metric it reports, request-rate rows included (the steady
+    state scores none of them; `--request-rate` prints the simulation), or only the metrics the steady state
+    scores too (`steady_rows_only`, to set the two side by side)."""
     out: dict[str, tuple[Accuracy, float, float]] = {}
     for value in sorted({k for s in report.scores if (k := key(s)) is not None}):
-        chosen = [s for s in report.scores if key(s) == value and math.isfinite(s.reported)]
+        chosen = [
+            s
+            for s in report.scores
+            if key(s) == value and math.isfinite(s.reported) and (math.isfinite(s.steady) or not steady_rows_only)
+        ]
         if not chosen:
             continue
         measured = np.array([s.measured for s in chosen])
@@ -254,12 +261,17 @@ def print_sim_report(report: SimReport, title: str, show_rows: bool = False) -> 
                 f"{both.n:4} {both.median_abs_error_pct:8.1f}% {both.within_25_pct:6.0%} "
                 f"{steady.median_abs_error_pct:8.1f}% {steady.within_25_pct:6.0%}"
             )
-    print("\nwhat capplan estimate reports (a closed loop's TPOT, TTFT and tokens/s simulated, the rest steady state)")
+    print("\nwhat capplan estimate reports (TPOT, TTFT and tokens/s of the row's benchmark simulated, the rest steady")
+    print("state)")
     print(f"{'':40} {'n':>4}  {'|error|':>8}  {'p90':>8}  {'signed':>8}  {'<=25%':>6}")
     for _, key in keys[::2]:
         for value, (acc, p90, signed) in reported_table(report, key).items():
             figures = f"{acc.median_abs_error_pct:7.1f}%  {p90:7.1f}%  {signed:+7.1f}%  {acc.within_25_pct:6.0%}"
             print(f"{value:40} {acc.n:4}  {figures}")
+    print("on the metrics the steady state scores too (its own figures above, right column)")
+    for value, (acc, p90, signed) in reported_table(report, keys[0][1], steady_rows_only=True).items():
+        figures = f"{acc.median_abs_error_pct:7.1f}%  {p90:7.1f}%  {signed:+7.1f}%  {acc.within_25_pct:6.0%}"
+        print(f"{value:40} {acc.n:4}  {figures}")
     if show_rows:
         print()
         for s in report.scores:

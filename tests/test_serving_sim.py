@@ -308,9 +308,17 @@ def test_below_b_max_the_speed_figures_come_from_the_simulated_closed_loop() -> 
     # prompt's prefill beside the running batch
     assert float(plain["ttft_ms"]) > round(steady.ttft_ms, 3)
     assert float(plain["tpot_ms"]) >= round(steady.tpot_ms, 3)
-    # a burst or a request rate is its own benchmark: the steady state answers the --concurrency keys
+    # a burst or a request rate beside --concurrency is its own benchmark: the steady state answers the
+    # --concurrency keys
     burst = _cli("--concurrency", "8", "--context", "4096", "--burst", "20")
     assert "speed_from" not in burst and burst["tpot_ms"] == round(steady.tpot_ms, 3)
+    # asked alone, the keys answer it (else they would describe one request, which nobody asked about)
+    for load in (("--burst", "20"), ("--request-rate", "2", "--num-prompts", "20")):
+        alone = _cli("--context", "4096", *load)
+        sim = alone["simulation"]
+        assert alone["speed_from"] == plain["speed_from"], load
+        assert (alone["tpot_ms"], alone["ttft_ms"]) == (sim["tpot"]["mean_ms"], sim["ttft"]["mean_ms"]), load
+        assert alone["output_tokens_per_second"] == sim["output_tokens_per_second"], load
 
 
 def test_a_closed_loop_of_equal_prompts_reports_the_wave_s_prefill_as_ttft() -> None:

@@ -208,8 +208,9 @@ class ServingResult:
 
 
 def reported_speed(steady: Performance, sim: ServingResult) -> Performance:
-    """What `capplan estimate --concurrency` reports where the closed loop at that concurrency was simulated: the
-    steady state's figures with TPOT, TTFT and output tokens/s the simulation's means (`SIMULATED_SPEED_METRICS`).
+    """What `capplan estimate --concurrency` reports where the closed loop at that concurrency was simulated (and
+    `--burst` / `--request-rate` without it, their benchmark): the steady state's figures with TPOT, TTFT and output
+    tokens/s the simulation's means (`SIMULATED_SPEED_METRICS`).
     A closed loop's TPOT carries the prefills of the requests that join it, which the steady-state formula leaves
     out; its TTFT is where a request waits behind the others' prompts: a benchmark's clients start together, and
     with equal lengths they finish together and send the next prompts together, so each wave of prompts queues

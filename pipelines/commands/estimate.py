@@ -148,10 +148,10 @@ def _estimate(
         result = pasted.noted(result)
     if extra_notes:
         result = dataclasses.replace(result, notes=(*result.notes, *extra_notes))
-    speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len)
+    speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len, benchmark=bench.asked)
     asked = _Lengths(concurrency, input_len, output_len)
     sim = bench.run(resolved.spec, result, sku, dtype, asked)
-    closed = bench.closed_loop(asked)
+    closed = bench.answers_speed(asked)
     if not kv_dtype_stated:
         result = _kv_dtype_noted(result, resolved, deployment, sku, _reported(speed, sim, closed), asked, context, bench)
     speed = speculative.speed(speed, resolved.spec, deployment, result)
@@ -338,7 +338,7 @@ def _print(
 ) -> None:
     """The contract JSON object, or the derivation (and the speed and simulation blocks) as lines. Past
     B_max the speed keys come from the simulated closed loop, with `queued`; below it the `reported` figures
-    (`_reported`: TPOT, TTFT and tokens/s of the simulated closed loop)."""
+    (`_reported`: TPOT, TTFT and tokens/s of the simulated benchmark they describe)."""
     simulated_speed = reported is not None and reported is not speed
     if as_json:
         contract = result.contract()
@@ -360,7 +360,7 @@ def _print(
     if simulated_speed and reported is not None:
         steady.append(
             f"   reported: TPOT {reported.tpot_ms:,.2f} ms, TTFT {reported.ttft_ms:,.1f} ms and "
-            f"{reported.output_tokens_per_second:,.0f} output tokens/s of the simulated closed loop below (its means: "
+            f"{reported.output_tokens_per_second:,.0f} output tokens/s of the simulated benchmark below (its means: "
             "the prefills that join the running batch take their share of its steps, and a prompt waits behind the "
             "others sent with it)"
         )
@@ -372,10 +372,11 @@ def _print(
                 typer.echo(line)
 
 
-def _reported(speed: Performance | None, sim: ServingResult | None, closed_loop: bool) -> Performance | None:
-    """The speed figures reported for --concurrency: `reported_speed` where the closed loop at it ran
-    (`_Bench.load`), else the steady state's."""
-    if speed is None or sim is None or not closed_loop:
+def _reported(speed: Performance | None, sim: ServingResult | None, answers_speed: bool) -> Performance | None:
+    """The speed figures reported: `reported_speed` where the simulated benchmark is the one they describe
+    (`_Bench.answers_speed`: the closed loop at --concurrency, or a burst / rate asked alone), else the steady
+    state's."""
+    if speed is None or sim is None or not answers_speed:
         return speed
     return reported_speed(speed, sim)
 
@@ -427,9 +428,12 @@ class _Bench:
     def asked(self) -> bool:
         return self.request_rate is not None or self.burst is not None or self.forced
 
-    def closed_loop(self, asked: _Lengths) -> bool:
-        """Whether the simulated benchmark is the closed loop at --concurrency (no burst, no request rate)."""
-        return asked.concurrency is not None and self.burst is None and self.request_rate is None
+    def answers_speed(self, asked: _Lengths) -> bool:
+        """Whether the simulated benchmark is the one the speed keys describe: the closed loop at --concurrency (no
+        burst, no request rate), or a --burst / --request-rate asked without --concurrency (the keys would otherwise
+        describe one request alone, which nobody asked about). With both, the keys stay --concurrency's."""
+        loop = self.burst is None and self.request_rate is None
+        return asked.concurrency is not None if loop else asked.concurrency is None
 
     def load(self, result: Estimate, asked: _Lengths) -> Load | None:
         """The benchmark to simulate: the one asked for, else the closed loop at --concurrency wherever the
@@ -496,10 +500,12 @@ def _kv_dtype_noted(
         return result
     if other.kv_dtype == result.kv_dtype:
         return result
-    other_speed = _speed(resolved.spec, other, sku, d.weight_dtype, asked.concurrency, asked.input_len, asked.output_len)
+    other_speed = _speed(
+        resolved.spec, other, sku, d.weight_dtype, asked.concurrency, asked.input_len, asked.output_len, bench.asked
+    )
     other_load = bench.load(other, asked) if speed is not None else None
     other_sim = _simulated(resolved.spec, other, sku, d.weight_dtype, other_load, required=False)
-    other_speed = _reported(other_speed, other_sim, bench.closed_loop(asked))
+    other_speed = _reported(other_speed, other_sim, bench.answers_speed(asked))
     note = other_speed and assumption_speed_note(
         f"KV cache dtype auto ({result.kv_dtype}; --kv-dtype not stated)", "--kv-dtype fp8", speed, other_speed
     )
@@ -514,10 +520,11 @@ def _speed(
     concurrency: int | None,
     input_len: int | None,
     output_len: int | None,
+    benchmark: bool = False,
 ) -> Performance | None:
-    """The speed block for `--concurrency` requests (or `--input-len`): none without a catalog GPU
-    whose bandwidth and peak FLOPS are known, or where the deployment does not fit."""
-    if sku is None or (concurrency is None and input_len is None) or not result.fits:
+    """The speed block for `--concurrency` requests (or `--input-len`, or a simulated `benchmark`): none without
+    a catalog GPU whose bandwidth and peak FLOPS are known, or where the deployment does not fit."""
+    if sku is None or (concurrency is None and input_len is None and not benchmark) or not result.fits:
         return None
     if sku.memory_bandwidth_gbps is None or sku.bf16_dense_tflops is None:
         return None
