@@ -264,10 +264,15 @@ def test_a_flag_unknown_to_the_named_or_current_release_is_still_an_error(releas
 
 def test_a_retired_flag_that_is_now_an_ambiguous_prefix_is_kept_for_an_older_release() -> None:
     """SGLang 0.5.14 split --cuda-graph-max-bs into -decode / -prefill (so the old spelling is an ambiguous prefix
-    in 0.5.23); a 0.4.4 command with it is read, and the decode graphs' batch it sets is sized, as the new spelling
-    and the largest of a --cuda-graph-bs-decode list are."""
+    in 0.5.23, whose parser refuses it); a 0.4.4 command with it is read, and the decode graphs' batch it sets is
+    sized, as the new spelling and the largest of a --cuda-graph-bs-decode list are. A command that names no release
+    is read the same way, with a note: the spelling says an older release ran it (the SGLang docs' CI of February
+    2026 did, `evaluation/data/feature_logs/lora.yaml`), and refusing it would refuse what the engine ran."""
     line = "python -m sglang.launch_server --model-path M --cuda-graph-max-bs 8 --tp 2"
-    assert "ambiguous" in _one_line_error("--gpu", "H100", "--from-command", line)
+    assert "ambiguous" in _one_line_error("--gpu", "H100", "--from-command", line, "--engine-version", "0.5.23")
+    unnamed = read_command(line)
+    assert unnamed.options == {"cuda_graph_max_batch": 8, "tp": 2}
+    assert any("--cuda-graph-max-bs is a flag of older SGLang releases" in note for note in unnamed.notes)
     command = read_command(line, "0.4.4.post3")
     assert (command.retired, command.options) == ((), {"cuda_graph_max_batch": 8, "tp": 2})
     assert read_command("python -m sglang.launch_server --model-path M --cuda-graph-max-bs-decode 64").options == {

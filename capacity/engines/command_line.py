@@ -507,14 +507,23 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
             positionals.append(token)
             continue
         option, eq, inline = token.partition("=")
+        # a known older spelling is taken where the command is of an older release, or names none (the spelling
+        # itself says which releases ran it: refusing it would refuse what the engine ran)
+        respelled = _RETIRED_SPELLINGS.get(engine, {}).get(option) if older or not release else None
         try:
             found = _lookup(engine, option, release)
         except CommandLineError:  # ambiguous in the table's release: a retired flag's prefix of newer ones
-            if not older:
+            if not (older or respelled):
                 raise
             found = None
-        if found is None and older and option in _RETIRED_SPELLINGS.get(engine, {}):
-            found = option, _RETIRED_SPELLINGS[engine][option]
+        if found is None and respelled is not None:
+            found = option, respelled
+            if not release:
+                newer = "--" + respelled[0].replace("_", "-")
+                notes.append(
+                    f"{option} is a flag of older {rules.label} releases ({table_release(engine)} spells it "
+                    f"{newer}): read as that (name the release with --engine-version)"
+                )
         if found is None and older:
             retired.append(option)
             # its values, if it takes any: SGLang's server takes no positional argument, so every value up to the
