@@ -148,7 +148,7 @@ def _estimate(
         result = pasted.noted(result)
     if extra_notes:
         result = dataclasses.replace(result, notes=(*result.notes, *extra_notes))
-    speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len, benchmark=bench.asked)
+    speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len, benchmark=bench.open_load)
     asked = _Lengths(concurrency, input_len, output_len)
     sim = bench.run(resolved.spec, result, sku, dtype, asked)
     closed = bench.answers_speed(asked)
@@ -426,14 +426,18 @@ class _Bench:
 
     @property
     def asked(self) -> bool:
-        return self.request_rate is not None or self.burst is not None or self.forced
+        return self.open_load or self.forced
+
+    @property
+    def open_load(self) -> bool:
+        """A burst or a request rate: a benchmark of its own, whatever --concurrency says."""
+        return self.request_rate is not None or self.burst is not None
 
     def answers_speed(self, asked: _Lengths) -> bool:
         """Whether the simulated benchmark is the one the speed keys describe: the closed loop at --concurrency (no
         burst, no request rate), or a --burst / --request-rate asked without --concurrency (the keys would otherwise
         describe one request alone, which nobody asked about). With both, the keys stay --concurrency's."""
-        loop = self.burst is None and self.request_rate is None
-        return asked.concurrency is not None if loop else asked.concurrency is None
+        return asked.concurrency is None if self.open_load else asked.concurrency is not None
 
     def load(self, result: Estimate, asked: _Lengths) -> Load | None:
         """The benchmark to simulate: the one asked for, else the closed loop at --concurrency wherever the
@@ -501,7 +505,7 @@ def _kv_dtype_noted(
     if other.kv_dtype == result.kv_dtype:
         return result
     other_speed = _speed(
-        resolved.spec, other, sku, d.weight_dtype, asked.concurrency, asked.input_len, asked.output_len, bench.asked
+        resolved.spec, other, sku, d.weight_dtype, asked.concurrency, asked.input_len, asked.output_len, bench.open_load
     )
     other_load = bench.load(other, asked) if speed is not None else None
     other_sim = _simulated(resolved.spec, other, sku, d.weight_dtype, other_load, required=False)
