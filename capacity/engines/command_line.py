@@ -448,6 +448,22 @@ def _lookup(engine: Engine, option: str, release: str | None = None) -> tuple[st
     return None
 
 
+def _older_spelling(
+    engine: Engine, option: str, release: str | None, older: bool, notes: list[str]
+) -> tuple[str, str] | None:
+    """A known older spelling of a flag (`_RETIRED_SPELLINGS`), taken where the command is of an older release or
+    names none: the spelling itself says which releases ran it, and refusing it would refuse what the engine ran.
+    Where no release is named, a note says how it was read."""
+    respelled = _RETIRED_SPELLINGS.get(engine, {}).get(option) if older or not release else None
+    if respelled is not None and not release:
+        newer = "--" + respelled[0].replace("_", "-")
+        notes.append(
+            f"{option} is a flag of older {_RULES[engine].label} releases ({table_release(engine)} spells it "
+            f"{newer}): read as that (name the release with --engine-version)"
+        )
+    return respelled
+
+
 def _older_than_table(engine: Engine, release: str | None) -> bool:
     """The command is of a release before the flag table's (whose retired flags the table lacks)."""
     if not release:
@@ -507,9 +523,7 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
             positionals.append(token)
             continue
         option, eq, inline = token.partition("=")
-        # a known older spelling is taken where the command is of an older release, or names none (the spelling
-        # itself says which releases ran it: refusing it would refuse what the engine ran)
-        respelled = _RETIRED_SPELLINGS.get(engine, {}).get(option) if older or not release else None
+        respelled = _older_spelling(engine, option, release, older, notes)
         try:
             found = _lookup(engine, option, release)
         except CommandLineError:  # ambiguous in the table's release: a retired flag's prefix of newer ones
@@ -518,12 +532,6 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
             found = None
         if found is None and respelled is not None:
             found = option, respelled
-            if not release:
-                newer = "--" + respelled[0].replace("_", "-")
-                notes.append(
-                    f"{option} is a flag of older {rules.label} releases ({table_release(engine)} spells it "
-                    f"{newer}): read as that (name the release with --engine-version)"
-                )
         if found is None and older:
             retired.append(option)
             # its values, if it takes any: SGLang's server takes no positional argument, so every value up to the
