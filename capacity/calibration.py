@@ -280,10 +280,13 @@ def band(
     resamples: int = DEFAULT_RESAMPLES,
     seed: str = "",
 ) -> Band:
-    """Robust summary of `values` (at least one). Deterministic: the bootstrap is seeded by `seed`."""
+    """Robust summary of `values` (at least one). Deterministic: the bootstrap is seeded by `seed`, and the values
+    are taken to 12 significant digits, since a ratio whose parts are float sums spread over threads can end an ulp
+    apart from one run to the next (two equal ratios would otherwise give a MAD of float noise, a different one each
+    run); measurements carry far fewer digits."""
     if not values:
         raise ValueError("band() needs at least one value")
-    ordered = sorted(values)
+    ordered = sorted(float(f"{v:.12g}") for v in values)
     median = statistics.median(ordered)
     mad = statistics.median(abs(v - median) for v in ordered)
     if len(ordered) == 1 or resamples <= 0:
