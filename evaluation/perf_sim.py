@@ -241,6 +241,13 @@ def reported_table(
     return out
 
 
+def _print_reported(table: dict[str, tuple[Accuracy, float, float]]) -> None:
+    """One line per value of a `reported_table`: n, median |error|, p90, signed median, share within 25 %."""
+    for value, (acc, p90, signed) in table.items():
+        figures = f"{acc.median_abs_error_pct:7.1f}%  {p90:7.1f}%  {signed:+7.1f}%  {acc.within_25_pct:6.0%}"
+        print(f"{value:40} {acc.n:4}  {figures}")
+
+
 def print_sim_report(report: SimReport, title: str, show_rows: bool = False) -> None:
     """The tables `tools/perf_fit.py --simulate` and `tools/perf_holdout.py --simulate` print."""
     rows = len({s.row_id for s in report.scores})
@@ -265,13 +272,9 @@ def print_sim_report(report: SimReport, title: str, show_rows: bool = False) -> 
     print("state)")
     print(f"{'':40} {'n':>4}  {'|error|':>8}  {'p90':>8}  {'signed':>8}  {'<=25%':>6}")
     for _, key in keys[::2]:
-        for value, (acc, p90, signed) in reported_table(report, key).items():
-            figures = f"{acc.median_abs_error_pct:7.1f}%  {p90:7.1f}%  {signed:+7.1f}%  {acc.within_25_pct:6.0%}"
-            print(f"{value:40} {acc.n:4}  {figures}")
+        _print_reported(reported_table(report, key))
     print("on the metrics the steady state scores too (its own figures above, right column)")
-    for value, (acc, p90, signed) in reported_table(report, keys[0][1], steady_rows_only=True).items():
-        figures = f"{acc.median_abs_error_pct:7.1f}%  {p90:7.1f}%  {signed:+7.1f}%  {acc.within_25_pct:6.0%}"
-        print(f"{value:40} {acc.n:4}  {figures}")
+    _print_reported(reported_table(report, keys[0][1], steady_rows_only=True))
     if show_rows:
         print()
         for s in report.scores:

@@ -448,20 +448,28 @@ def _lookup(engine: Engine, option: str, release: str | None = None) -> tuple[st
     return None
 
 
-def _older_spelling(
+def _find_flag(
     engine: Engine, option: str, release: str | None, older: bool, notes: list[str]
-) -> tuple[str, str] | None:
-    """A known older spelling of a flag (`_RETIRED_SPELLINGS`), taken where the command is of an older release or
-    names none: the spelling itself says which releases ran it, and refusing it would refuse what the engine ran.
-    Where no release is named, a note says how it was read."""
+) -> tuple[str, tuple[str, str]] | None:
+    """The table's spelling and entry for `option` (`_lookup`); else a known older spelling of it
+    (`_RETIRED_SPELLINGS`) where the command is of an older release or names none: the spelling itself says which
+    releases ran it, and refusing it would refuse what the engine ran (where no release is named, a note says how it
+    was read). None: not in the table. Raises where the table finds `option` ambiguous and nothing older explains it."""
     respelled = _RETIRED_SPELLINGS.get(engine, {}).get(option) if older or not release else None
-    if respelled is not None and not release:
-        newer = "--" + respelled[0].replace("_", "-")
-        notes.append(
-            f"{option} is a flag of older {_RULES[engine].label} releases ({table_release(engine)} spells it "
-            f"{newer}): read as that (name the release with --engine-version)"
-        )
-    return respelled
+    try:
+        found = _lookup(engine, option, release)
+    except CommandLineError:  # ambiguous in the table's release: a retired flag's prefix of newer ones
+        if not (older or respelled):
+            raise
+        found = None
+    if found is None and respelled is not None:
+        found = option, respelled
+        if not release:
+            notes.append(
+                f"{option} is a flag of older {_RULES[engine].label} releases ({table_release(engine)} spells it "
+                f"--{respelled[0].replace('_', '-')}): read as that (name the release with --engine-version)"
+            )
+    return found
 
 
 def _older_than_table(engine: Engine, release: str | None) -> bool:
@@ -523,15 +531,7 @@ def _read_args(engine: Engine, release: str | None, args: list[str]) -> EngineCo
             positionals.append(token)
             continue
         option, eq, inline = token.partition("=")
-        respelled = _older_spelling(engine, option, release, older, notes)
-        try:
-            found = _lookup(engine, option, release)
-        except CommandLineError:  # ambiguous in the table's release: a retired flag's prefix of newer ones
-            if not (older or respelled):
-                raise
-            found = None
-        if found is None and respelled is not None:
-            found = option, respelled
+        found = _find_flag(engine, option, release, older, notes)
         if found is None and older:
             retired.append(option)
             # its values, if it takes any: SGLang's server takes no positional argument, so every value up to the

@@ -151,12 +151,12 @@ def _estimate(
     speed = _speed(resolved.spec, result, sku, dtype, concurrency, input_len, output_len, benchmark=bench.open_load)
     asked = _Lengths(concurrency, input_len, output_len)
     sim = bench.run(resolved.spec, result, sku, dtype, asked)
-    closed = bench.answers_speed(asked)
+    answers = bench.answers_speed(asked)
     if not kv_dtype_stated:
-        result = _kv_dtype_noted(result, resolved, deployment, sku, _reported(speed, sim, closed), asked, context, bench)
+        result = _kv_dtype_noted(result, resolved, deployment, sku, _reported(speed, sim, answers), asked, context, bench)
     speed = speculative.speed(speed, resolved.spec, deployment, result)
     within = _within(resolved.spec, result, sku, dtype, LatencyTargets(tpot_ms, ttft_ms), asked, bench.asked)
-    _print(result, resolved.spec, speed, sim, within, as_json=as_json, reported=_reported(speed, sim, closed))
+    _print(result, resolved.spec, speed, sim, within, as_json=as_json, reported=_reported(speed, sim, answers))
 
 
 def _within(
